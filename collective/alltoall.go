@@ -1,0 +1,125 @@
+package collective
+
+import (
+	"context"
+	"fmt"
+)
+
+// Alltoall sends block j of send to rank j and receives block i of recv from rank
+// i; send.Count and recv.Count must both be divisible by Size() and equal.
+func (c *Communicator) Alltoall(ctx context.Context, send, recv Buffer) error {
+	p := c.Size()
+	if send.Count%p != 0 || recv.Count != send.Count {
+		return fmt.Errorf("collective: alltoall needs equal send and receive counts divisible by %d ranks, got %d and %d", p, send.Count, recv.Count)
+	}
+	counts := evenCounts(send.Count, p)
+	return c.AlltoallV(ctx, send, counts, recv, counts)
+}
+
+// AlltoallV sends sendCounts[j] elements to rank j, in rank order from send, and
+// receives recvCounts[i] elements from rank i, in rank order into recv. Rank i's
+// sendCounts[j] must equal rank j's recvCounts[i].
+func (c *Communicator) AlltoallV(ctx context.Context, send Buffer, sendCounts []int, recv Buffer, recvCounts []int) error {
+	p, r := c.Size(), c.Rank()
+	if err := send.validate("send"); err != nil {
+		return err
+	}
+	if err := recv.validate("receive"); err != nil {
+		return err
+	}
+	if send.DType != recv.DType {
+		return fmt.Errorf("collective: send buffer is %v but receive buffer is %v", send.DType, recv.DType)
+	}
+	if err := checkSpaces(send, recv); err != nil {
+		return err
+	}
+	if sameMemory(send, recv) && send.Count > 0 {
+		return fmt.Errorf("collective: alltoall cannot run in place")
+	}
+	esz := send.DType.Size()
+	sendPlan, err := countsPlan("send", sendCounts, p, send.Count, esz, c.cfg.ChunkBytes)
+	if err != nil {
+		return err
+	}
+	recvPlan, err := countsPlan("receive", recvCounts, p, recv.Count, esz, c.cfg.ChunkBytes)
+	if err != nil {
+		return err
+	}
+	d := opDesc{coll: collAlltoall, dtype: send.DType}
+	return c.run(ctx, d, algoPairwise, func(ctx context.Context, o *opRun) error {
+		src, dst := memOf(send), memOf(recv)
+		off, n := sendPlan.segment(r)
+		roff, _ := recvPlan.segment(r)
+		if err := dst.copyFrom(ctx, roff, src, off, n); err != nil {
+			return err
+		}
+		// Step k pairs every rank with the ranks k ahead and k behind, so each
+		// step keeps every link busy in one direction.
+		for k := 1; k < p; k++ {
+			to, from := (r+k)%p, (r-k+p)%p
+			err := o.exchange(ctx, to, from,
+				func(ctx context.Context) error { return o.sendBlock(ctx, to, k, src, sendPlan, sendCounts[to]) },
+				func(ctx context.Context) error { return o.recvBlock(ctx, from, k, dst, recvPlan, recvCounts[from]) })
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// countsPlan checks per-rank counts against a buffer and lays the blocks out.
+// Blocks travel in chunks of ChunkBytes independently of the other blocks.
+func countsPlan(what string, counts []int, p, total, esz, chunkBytes int) (segPlan, error) {
+	if len(counts) != p {
+		return segPlan{}, fmt.Errorf("collective: %d %s counts for a world of %d ranks", len(counts), what, p)
+	}
+	sum := 0
+	for i, n := range counts {
+		if n < 0 {
+			return segPlan{}, fmt.Errorf("collective: negative %s count %d for rank %d", what, n, i)
+		}
+		sum += n
+	}
+	if sum != total {
+		return segPlan{}, fmt.Errorf("collective: %s counts add up to %d but the buffer holds %d elements", what, sum, total)
+	}
+	return newSegPlan(counts, esz, chunkBytes), nil
+}
+
+// blockChunks is how many frames a block of n bytes travels in.
+func blockChunks(n, chunkBytes int) int { return max(1, (n+chunkBytes-1)/chunkBytes) }
+
+func (o *opRun) sendBlock(ctx context.Context, to, step int, src memory, plan segPlan, count int) error {
+	off, n := plan.segment(to)
+	chunk := o.c.cfg.ChunkBytes
+	staging := o.c.stagingFor(src, min(n, chunk))
+	for i := range blockChunks(n, chunk) {
+		a, b := i*chunk, min(n, (i+1)*chunk)
+		buf, err := src.readable(ctx, off+a, b-a, staging)
+		if err != nil {
+			return err
+		}
+		if err := o.sendCount(ctx, to, step<<16|i, uint64(count), buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *opRun) recvBlock(ctx context.Context, from, step int, dst memory, plan segPlan, count int) error {
+	off, n := plan.segment(from)
+	chunk := o.c.cfg.ChunkBytes
+	scratch := o.c.scratchBuf(min(n, chunk))
+	for i := range blockChunks(n, chunk) {
+		a, b := i*chunk, min(n, (i+1)*chunk)
+		buf := dst.writable(off+a, b-a, scratch)
+		if err := o.recvCount(ctx, from, step<<16|i, uint64(count), buf); err != nil {
+			return err
+		}
+		if err := dst.commit(ctx, off+a, buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}

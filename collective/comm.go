@@ -1,0 +1,469 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
+)
+
+// Config tunes a Communicator. Every rank of a world must use the same
+// SmallMessageBytes and ChunkBytes: they decide the algorithm and the framing,
+// and a difference is reported as a mismatch.
+type Config struct {
+	// SmallMessageBytes: an allreduce or broadcast of at most this many bytes uses
+	// the latency-optimal algorithm (recursive doubling, binomial tree); larger
+	// ones the bandwidth-optimal pipelined ring or chain.
+	SmallMessageBytes int
+	// ChunkBytes is the pipelining unit of the ring and chain algorithms.
+	ChunkBytes int
+	// AbortTimeout bounds how long a failing rank spends telling its peers why.
+	AbortTimeout time.Duration
+	// Logger receives failures; nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the settings measured best on loopback TCP.
+func DefaultConfig() Config {
+	return Config{
+		SmallMessageBytes: 64 << 10,
+		ChunkBytes:        256 << 10,
+		AbortTimeout:      200 * time.Millisecond,
+	}
+}
+
+// Validate reports settings no communicator can run with.
+func (c Config) Validate() error {
+	if c.SmallMessageBytes < 0 {
+		return fmt.Errorf("collective: SmallMessageBytes %d is negative", c.SmallMessageBytes)
+	}
+	if c.ChunkBytes < 64 {
+		return fmt.Errorf("collective: ChunkBytes %d is below 64", c.ChunkBytes)
+	}
+	if c.ChunkBytes > transport.MaxPayload {
+		return fmt.Errorf("collective: ChunkBytes %d is over the frame limit %d", c.ChunkBytes, transport.MaxPayload)
+	}
+	if c.AbortTimeout <= 0 {
+		return fmt.Errorf("collective: AbortTimeout %v must be positive", c.AbortTimeout)
+	}
+	return nil
+}
+
+// Communicator runs collectives among the ranks of one world: a fixed, ordered
+// group of workers at one membership epoch.
+//
+// Collectives on one Communicator run one at a time, in the same order on every
+// rank. When a collective fails — a peer died, froze, closed, sent a mismatched
+// frame, or the context ended — the communicator tells its peers why, closes its
+// links and refuses further work: a world whose streams are out of step cannot be
+// repaired in place, so the caller builds the next one (the elastic layer does
+// this per epoch). Abort stops it from another goroutine.
+type Communicator struct {
+	cfg   Config
+	world transport.World
+	links []transport.Link
+	log   *slog.Logger
+
+	opMu    sync.Mutex // held for the duration of one collective
+	seq     uint64
+	scratch []byte // receive staging
+	staging []byte // send staging for device memory
+	work    []byte // host working space (reduce-scatter)
+	// sendBroken marks links whose last send failed part-way: the peer's stream
+	// may hold half a frame, so no abort frame may follow on it.
+	sendBroken []bool
+
+	stateMu sync.Mutex
+	failure error // the first failure; every later collective returns it
+}
+
+// New connects the ranks of w through t and returns the communicator.
+func New(ctx context.Context, t transport.Transport, w transport.World, cfg Config) (*Communicator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	links, err := t.Connect(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	return NewFromLinks(w, links, cfg)
+}
+
+// NewFromLinks builds a communicator over links already connected for w (one per
+// rank, nil at w.Rank). The communicator owns the links from then on.
+func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Communicator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	if len(links) != w.Size() {
+		return nil, fmt.Errorf("collective: %d links for a world of %d ranks", len(links), w.Size())
+	}
+	for i, l := range links {
+		if (l == nil) != (i == w.Rank) {
+			return nil, fmt.Errorf("collective: link for rank %d is missing or unexpected", i)
+		}
+		if l != nil && l.Peer() != i {
+			return nil, fmt.Errorf("collective: link at index %d leads to rank %d", i, l.Peer())
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Communicator{
+		cfg:        cfg,
+		world:      w,
+		links:      links,
+		log:        log.With("rank", w.Rank, "epoch", w.Epoch),
+		sendBroken: make([]bool, len(links)),
+	}, nil
+}
+
+// Rank is this worker's position in the world.
+func (c *Communicator) Rank() int { return c.world.Rank }
+
+// Size is the number of ranks.
+func (c *Communicator) Size() int { return c.world.Size() }
+
+// Epoch is the membership epoch the communicator was built for.
+func (c *Communicator) Epoch() uint64 { return c.world.Epoch }
+
+// JobID is the job the communicator belongs to.
+func (c *Communicator) JobID() string { return c.world.JobID }
+
+// Err returns the failure that stopped the communicator, or nil while it works.
+func (c *Communicator) Err() error {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	return c.failure
+}
+
+// Abort stops the communicator from any goroutine: the running collective, if
+// any, returns promptly with an error wrapping ErrAborted, and so does every later
+// one. Peers see the links close and fail their own collectives.
+func (c *Communicator) Abort(cause error) {
+	c.setFailure(fmt.Errorf("%w: %v", ErrAborted, cause))
+	c.closeLinks()
+}
+
+// Close releases the links. A running collective fails; later ones return
+// ErrClosed. Close is idempotent.
+func (c *Communicator) Close() error {
+	c.setFailure(ErrClosed)
+	c.closeLinks()
+	return nil
+}
+
+func (c *Communicator) closeLinks() {
+	for _, l := range c.links {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+}
+
+// setFailure records err as the failure unless there is one; it returns the
+// failure in force.
+func (c *Communicator) setFailure(err error) error {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	if c.failure == nil {
+		c.failure = err
+	}
+	return c.failure
+}
+
+// collKind names a collective in frames and errors.
+type collKind uint8
+
+const (
+	collAllreduce collKind = iota + 1
+	collBroadcast
+	collAllgather
+	collReduceScatter
+	collAlltoall
+	collBarrier
+)
+
+func (k collKind) String() string {
+	switch k {
+	case collAllreduce:
+		return "allreduce"
+	case collBroadcast:
+		return "broadcast"
+	case collAllgather:
+		return "allgather"
+	case collReduceScatter:
+		return "reducescatter"
+	case collAlltoall:
+		return "alltoall"
+	case collBarrier:
+		return "barrier"
+	}
+	return fmt.Sprintf("collective(%d)", uint8(k))
+}
+
+func (k collKind) reduces() bool { return k == collAllreduce || k == collReduceScatter }
+func (k collKind) rooted() bool  { return k == collBroadcast }
+
+// Algorithms, carried in frame flags so ranks that chose differently (different
+// configuration) see a mismatch rather than misread each other.
+const (
+	algoRing uint8 = iota + 1
+	algoRecursiveDoubling
+	algoTree
+	algoChain
+	algoPairwise
+	algoDissemination
+)
+
+// opRun is one collective in progress.
+type opRun struct {
+	c    *Communicator
+	desc opDesc
+	algo uint8
+}
+
+// run executes one collective: it serializes it with the others, numbers it,
+// and turns a failure into the communicator's failure, telling the peers.
+func (c *Communicator) run(ctx context.Context, d opDesc, algo uint8, body func(ctx context.Context, o *opRun) error) error {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if err := c.Err(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		// Nothing was sent yet, so the world is still in step.
+		return err
+	}
+	c.seq++
+	d.seq = c.seq
+	o := &opRun{c: c, desc: d, algo: algo}
+	err := body(ctx, o)
+	if err == nil {
+		return nil
+	}
+	return c.fail(err)
+}
+
+// fail stops the communicator after a failed collective: it records err, tells
+// every peer whose stream is still at a frame boundary why, and closes the links.
+func (c *Communicator) fail(err error) error {
+	c.stateMu.Lock()
+	prior := c.failure
+	if prior == nil {
+		c.failure = err
+	}
+	c.stateMu.Unlock()
+	if prior != nil {
+		// Abort or Close got there first and already closed the links; the
+		// error the link gave is a consequence, the recorded cause is the news.
+		return fmt.Errorf("%w (%v)", prior, err)
+	}
+	c.log.Warn("collective failed; aborting communicator", "err", err)
+	reason := fmt.Sprintf("rank %d: %v", c.world.Rank, err)
+	if len(reason) > transport.MaxAbortReason {
+		reason = reason[:transport.MaxAbortReason]
+	}
+	var origin *RemoteAbortError
+	errors.As(err, &origin)
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AbortTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for peer, l := range c.links {
+		if l == nil || c.sendBroken[peer] || (origin != nil && origin.Rank == peer) {
+			continue
+		}
+		wg.Go(func() {
+			h := transport.Header{Kind: transport.FrameAbort, Length: uint32(len(reason))}
+			_ = l.Send(ctx, &h, []byte(reason))
+		})
+	}
+	wg.Wait()
+	c.closeLinks()
+	return err
+}
+
+func (o *opRun) header(step, n int, count uint64) transport.Header {
+	d := &o.desc
+	return transport.Header{
+		Kind:   transport.FrameData,
+		Seq:    d.seq,
+		Count:  count,
+		Step:   uint32(step),
+		Length: uint32(n),
+		Coll:   uint8(d.coll),
+		DType:  uint8(d.dtype),
+		Op:     uint8(d.op),
+		Flags:  o.algo,
+		Aux:    d.aux,
+	}
+}
+
+// send sends one frame of the collective to peer.
+func (o *opRun) send(ctx context.Context, peer, step int, payload []byte) error {
+	return o.sendCount(ctx, peer, step, o.desc.count, payload)
+}
+
+// sendCount is send for collectives whose element count differs per peer pair.
+func (o *opRun) sendCount(ctx context.Context, peer, step int, count uint64, payload []byte) error {
+	h := o.header(step, len(payload), count)
+	if err := o.c.links[peer].Send(ctx, &h, payload); err != nil {
+		o.c.sendBroken[peer] = true
+		return err
+	}
+	return nil
+}
+
+// recv receives one frame of the collective from peer straight into into, after
+// checking that the peer is running the same collective at the same step.
+func (o *opRun) recv(ctx context.Context, peer, step int, into []byte) error {
+	return o.recvCount(ctx, peer, step, o.desc.count, into)
+}
+
+// recvCount is recv for collectives whose element count differs per peer pair.
+func (o *opRun) recvCount(ctx context.Context, peer, step int, count uint64, into []byte) error {
+	l := o.c.links[peer]
+	var h transport.Header
+	if err := l.RecvHeader(ctx, &h); err != nil {
+		return err
+	}
+	if h.Kind == transport.FrameAbort {
+		reason := make([]byte, h.Length)
+		if err := l.RecvPayload(ctx, reason); err != nil {
+			return &RemoteAbortError{Rank: peer, Reason: "(reason lost: " + err.Error() + ")"}
+		}
+		return &RemoteAbortError{Rank: peer, Reason: string(reason)}
+	}
+	if err := o.check(peer, &h, step, len(into), count); err != nil {
+		return err
+	}
+	return l.RecvPayload(ctx, into)
+}
+
+// check compares a received header with what this rank expects.
+func (o *opRun) check(peer int, h *transport.Header, step, n int, count uint64) error {
+	d := o.desc
+	d.count = count
+	remote := opDesc{seq: h.Seq, coll: collKind(h.Coll), dtype: DType(h.DType), op: ReduceOp(h.Op), count: h.Count, aux: h.Aux}
+	field := ""
+	switch {
+	case h.Seq != d.seq:
+		field = "sequence number (one rank ran more collectives than the other)"
+	case remote.coll != d.coll:
+		field = "collective"
+	case remote.dtype != d.dtype:
+		field = "dtype"
+	case d.coll.reduces() && remote.op != d.op:
+		field = "reduce op"
+	case h.Count != d.count:
+		field = "element count"
+	case d.coll.rooted() && h.Aux != d.aux:
+		field = "root"
+	case h.Aux != d.aux:
+		field = "layout"
+	case h.Flags != o.algo:
+		field = "algorithm (SmallMessageBytes differs between ranks)"
+	case int(h.Step) != step || int(h.Length) != n:
+		field = fmt.Sprintf("framing (step %d of %d bytes, expected step %d of %d bytes; ChunkBytes differs between ranks?)", h.Step, h.Length, step, n)
+	default:
+		return nil
+	}
+	return &MismatchError{Peer: peer, Field: field, Local: d.String(), Remote: remote.String()}
+}
+
+// pipeline runs the two halves of a ring or chain step schedule: send(k) for
+// k < nSend on a sender goroutine and recv(k) for k < nRecv on this one. Send k
+// may only start once recv k-lag has finished (it forwards what that receive
+// produced); with lag < 0 sends never wait. Either half failing stops the other.
+func (o *opRun) pipeline(ctx context.Context, nSend, nRecv, lag int, send, recv func(ctx context.Context, k int) error) error {
+	if nSend == 0 {
+		for k := 0; k < nRecv; k++ {
+			if err := recv(ctx, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ready := make(chan struct{}, nRecv)
+	sendErr := make(chan error, 1)
+	go func() {
+		err := func() error {
+			have := 0
+			for k := 0; k < nSend; k++ {
+				for lag >= 0 && have <= k-lag {
+					select {
+					case <-ready:
+						have++
+					case <-ctx.Done():
+						return context.Cause(ctx)
+					}
+				}
+				if err := send(ctx, k); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+		if err != nil {
+			cancel(err)
+		}
+		sendErr <- err
+	}()
+	var recvErr error
+	for k := 0; k < nRecv; k++ {
+		if recvErr = recv(ctx, k); recvErr != nil {
+			break
+		}
+		ready <- struct{}{}
+	}
+	if recvErr != nil {
+		cancel(recvErr)
+		return firstCause(ctx, recvErr, <-sendErr)
+	}
+	if err := <-sendErr; err != nil {
+		return err
+	}
+	return nil
+}
+
+// exchange sends to one peer while receiving from another (possibly the same)
+// and returns when both are done.
+func (o *opRun) exchange(ctx context.Context, to, from int, send, recv func(ctx context.Context) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sendErr := make(chan error, 1)
+	go func() {
+		err := send(ctx)
+		if err != nil {
+			cancel(err)
+		}
+		sendErr <- err
+	}()
+	if err := recv(ctx); err != nil {
+		cancel(err)
+		return firstCause(ctx, err, <-sendErr)
+	}
+	return <-sendErr
+}
+
+// firstCause picks, of the receiving and sending halves' errors, the one that
+// stopped the collective: the other half only saw the cancellation it caused.
+func firstCause(ctx context.Context, recvErr, sendErr error) error {
+	if sendErr != nil && context.Cause(ctx) == sendErr {
+		return sendErr
+	}
+	return recvErr
+}

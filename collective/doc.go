@@ -1,0 +1,33 @@
+// Package collective owns gorovod's communicator: the collectives one fixed,
+// ordered group of workers runs together — allreduce, broadcast, allgather (equal
+// and variable counts), reduce-scatter, alltoall and barrier — over any
+// transport.Transport, and the algorithms behind them.
+//
+// Algorithms. Allreduce picks by size: up to Config.SmallMessageBytes it uses
+// recursive doubling (log2 p exchanges of the whole buffer, the fewest hops);
+// above it the bandwidth-optimal ring (reduce-scatter then allgather, each rank
+// moving 2(p-1)/p of the buffer), with every segment cut into Config.ChunkBytes
+// chunks that a sender goroutine forwards as soon as the receiver has reduced
+// them, so sending, receiving and reducing overlap. Broadcast uses a binomial
+// tree for small buffers and a pipelined chain for large ones; allgather and
+// reduce-scatter run the ring; alltoall pairs ranks k apart in step k; barrier
+// is the dissemination algorithm. Every rank ends with bit-identical results.
+//
+// Memory. A Buffer is host bytes or DeviceMemory. The algorithms reach memory only
+// through a small set of operations (stage out for sending, land received bytes,
+// reduce a received chunk into place, scale), which are slice operations on the
+// host and staged copies plus device kernels elsewhere, so accelerator memory
+// runs through the same ring.
+//
+// Failure. Every collective takes a context. A peer that closes, dies or goes
+// silent yields a *PeerError naming its rank within the context deadline or the
+// transport's I/O timeout; ranks that call mismatched collectives get a
+// *MismatchError describing both calls; a rank that fails tells the others why
+// (*RemoteAbortError). After any failure the communicator is spent: build the
+// next one. Abort stops it from another goroutine.
+//
+// Element types are float32, float64, float16, bfloat16, int32, int64 and uint8;
+// reduce ops sum, average, min, max and product, with Horovod's prescale and
+// postscale factors. Float16 and bfloat16 reduce through float32 arithmetic,
+// rounded once per element to nearest-even.
+package collective

@@ -1,0 +1,88 @@
+package collective
+
+import "hash/fnv"
+
+// segPlan lays out a buffer as p consecutive segments (one per rank, possibly of
+// different sizes) and cuts every segment into the same number of chunks, so
+// that chunk j of one ring step maps onto chunk j of the next.
+type segPlan struct {
+	esz      int
+	off      []int // element offset of each segment; len p+1
+	nchunks  int
+	maxChunk int // bytes of the largest chunk
+}
+
+func newSegPlan(counts []int, esz, chunkBytes int) segPlan {
+	pl := segPlan{esz: esz, off: make([]int, len(counts)+1)}
+	longest := 0
+	for i, n := range counts {
+		pl.off[i+1] = pl.off[i] + n
+		longest = max(longest, n)
+	}
+	perChunk := max(1, chunkBytes/esz)
+	pl.nchunks = max(1, (longest+perChunk-1)/perChunk)
+	pl.maxChunk = (longest + pl.nchunks - 1) / pl.nchunks * esz
+	return pl
+}
+
+// chunk returns the byte offset and length of chunk j of segment seg.
+func (pl *segPlan) chunk(seg, j int) (off, n int) {
+	s0, s1 := pl.off[seg], pl.off[seg+1]
+	l := s1 - s0
+	a := s0 + j*l/pl.nchunks
+	b := s0 + (j+1)*l/pl.nchunks
+	return a * pl.esz, (b - a) * pl.esz
+}
+
+// segment returns the byte offset and length of segment seg.
+func (pl *segPlan) segment(seg int) (off, n int) {
+	return pl.off[seg] * pl.esz, (pl.off[seg+1] - pl.off[seg]) * pl.esz
+}
+
+// evenCounts splits n elements over p ranks as Horovod does: the first n%p ranks
+// get one more.
+func evenCounts(n, p int) []int {
+	counts := make([]int, p)
+	for i := range counts {
+		counts[i] = n / p
+		if i < n%p {
+			counts[i]++
+		}
+	}
+	return counts
+}
+
+// layoutHash summarizes per-rank counts for the frame header, so ranks that
+// disagree on a variable layout see a mismatch before any payload moves.
+func layoutHash(counts []int) uint32 {
+	h := fnv.New32a()
+	var b [8]byte
+	for _, n := range counts {
+		for i := range b {
+			b[i] = byte(uint64(n) >> (8 * i))
+		}
+		h.Write(b[:])
+	}
+	return h.Sum32()
+}
+
+// scratchBuf returns the communicator's receive staging, at least n bytes. Only
+// the collective holding opMu uses it.
+func (c *Communicator) scratchBuf(n int) []byte {
+	if cap(c.scratch) < n {
+		c.scratch = make([]byte, n)
+	}
+	return c.scratch[:cap(c.scratch)]
+}
+
+// stagingFor returns send staging for device memory, nil for host memory (which
+// is sent from where it lies).
+func (c *Communicator) stagingFor(m memory, n int) []byte {
+	if m.dev == nil {
+		return nil
+	}
+	if cap(c.staging) < n {
+		c.staging = make([]byte, n)
+	}
+	return c.staging[:cap(c.staging)]
+}

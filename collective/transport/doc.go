@@ -1,0 +1,12 @@
+// Package transport owns how gorovod's collectives reach other workers: the
+// Transport and Link interfaces every transport implements (TCP today; shared
+// memory, SCTP and in-process later), the frame header all of them carry, and the
+// typed errors that name the peer behind a failure.
+//
+// A frame is a fixed HeaderSize header followed by Length payload bytes. The
+// header names the job, the membership epoch and the sender, so a frame from
+// another job, an old epoch or a stranger is rejected before any payload is read;
+// and the collective it belongs to (sequence number, kind, dtype, op, element
+// count, step), so ranks that call mismatched collectives see an error instead of
+// reducing garbage.
+package transport

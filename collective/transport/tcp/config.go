@@ -1,0 +1,101 @@
+package tcp
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Transport. Start from DefaultConfig; zero fields are
+// replaced by the defaults.
+type Config struct {
+	// ListenAddr is where to listen, "host:port". Default "127.0.0.1:0".
+	ListenAddr string
+	// AdvertiseAddr is the address peers dial, when it differs from the
+	// listener's (NAT, a wildcard listen address). Default: the listener's address.
+	AdvertiseAddr string
+	// Secret is the job secret both ends must share. Required.
+	Secret []byte
+	// HandshakeTimeout bounds each handshake message exchange. Default 5s.
+	HandshakeTimeout time.Duration
+	// IOTimeout is how long a peer may stay silent on a blocked Send or Recv
+	// before the call fails with transport.ErrPeerTimeout. Default 30s.
+	IOTimeout time.Duration
+	// DialRetry is the first retry interval while a peer is not listening yet or
+	// not yet connecting the world; it doubles up to maxDialRetry. Default 5ms.
+	DialRetry time.Duration
+	// ReadBufferSize is the receive buffer of each link. Default 256 KiB.
+	ReadBufferSize int
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF when positive; 0 leaves the
+	// kernel's autotuning alone.
+	SocketBuffer int
+	// Logger receives connection diagnostics. Default: discard.
+	Logger *slog.Logger
+}
+
+const (
+	defaultListenAddr       = "127.0.0.1:0"
+	defaultHandshakeTimeout = 5 * time.Second
+	defaultIOTimeout        = 30 * time.Second
+	defaultDialRetry        = 5 * time.Millisecond
+	maxDialRetry            = 200 * time.Millisecond
+	defaultReadBufferSize   = 256 << 10
+	minReadBufferSize       = 4 << 10
+
+	// maxHandshakes bounds handshakes in progress, so a flood of strangers costs
+	// bounded memory; connections over the limit are closed at once.
+	maxHandshakes = 256
+	// maxParked bounds authenticated connections waiting for their world's Connect.
+	maxParked = 256
+	// maxAuthFails bounds the remembered authentication failures.
+	maxAuthFails = 16
+	// maxJobs bounds the jobs whose latest epoch is remembered.
+	maxJobs = 16
+)
+
+// DefaultConfig returns the defaults; Secret must still be set.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:       defaultListenAddr,
+		HandshakeTimeout: defaultHandshakeTimeout,
+		IOTimeout:        defaultIOTimeout,
+		DialRetry:        defaultDialRetry,
+		ReadBufferSize:   defaultReadBufferSize,
+		Logger:           slog.New(slog.DiscardHandler),
+	}
+}
+
+// withDefaults fills zero fields and validates the rest.
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
+	if len(c.Secret) == 0 {
+		return c, errors.New("tcp: Config.Secret is required")
+	}
+	// Copy the secret so a caller reusing its slice cannot change it under us.
+	c.Secret = append([]byte(nil), c.Secret...)
+	if c.ListenAddr == "" {
+		c.ListenAddr = d.ListenAddr
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = d.HandshakeTimeout
+	}
+	if c.IOTimeout <= 0 {
+		c.IOTimeout = d.IOTimeout
+	}
+	if c.DialRetry <= 0 {
+		c.DialRetry = d.DialRetry
+	}
+	if c.ReadBufferSize <= 0 {
+		c.ReadBufferSize = d.ReadBufferSize
+	}
+	if c.ReadBufferSize < minReadBufferSize {
+		c.ReadBufferSize = minReadBufferSize
+	}
+	if c.SocketBuffer < 0 {
+		return c, errors.New("tcp: Config.SocketBuffer is negative")
+	}
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	return c, nil
+}

@@ -1,0 +1,339 @@
+package tcp_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/tcp"
+)
+
+var testSecret = []byte("test secret, not for production")
+
+func testConfig() tcp.Config {
+	cfg := tcp.DefaultConfig()
+	cfg.Secret = testSecret
+	cfg.HandshakeTimeout = 2 * time.Second
+	cfg.IOTimeout = 20 * time.Second
+	if os.Getenv("GOROVOD_TCP_DEBUG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return cfg
+}
+
+// checkNoLeaks makes the test fail if, once its cleanups have run, goroutines of
+// package tcp are still alive. Register it first so it runs last.
+func checkNoLeaks(t testing.TB) {
+	t.Helper()
+	t.Cleanup(func() {
+		start := time.Now()
+		defer func() {
+			if os.Getenv("GOROVOD_TCP_DEBUG") != "" && time.Since(start) > 50*time.Millisecond {
+				t.Logf("leak check waited %v", time.Since(start))
+			}
+		}()
+		first := true
+		if err := waitFor(5*time.Second, func() error {
+			if g := tcpGoroutines(); g != "" && first && os.Getenv("GOROVOD_TCP_DEBUG") != "" {
+				first = false
+				t.Logf("lingering: %s", g)
+			}
+			if g := tcpGoroutines(); g != "" {
+				return fmt.Errorf("goroutines of package tcp still running:\n%s", g)
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+func tcpGoroutines() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var leaked []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "collective/transport/tcp.") {
+			leaked = append(leaked, g)
+		}
+	}
+	return strings.Join(leaked, "\n\n")
+}
+
+// waitFor polls cond until it returns nil or the timeout passes.
+func waitFor(timeout time.Duration, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := cond()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		<-tick.C
+	}
+}
+
+func listen(t testing.TB, cfg tcp.Config) *tcp.Transport {
+	t.Helper()
+	tr, err := tcp.Listen(cfg)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+func listenN(t testing.TB, n int, cfg tcp.Config) []*tcp.Transport {
+	t.Helper()
+	trs := make([]*tcp.Transport, n)
+	for i := range trs {
+		trs[i] = listen(t, cfg)
+	}
+	return trs
+}
+
+func addrsOf(trs []*tcp.Transport) []string {
+	addrs := make([]string, len(trs))
+	for i, tr := range trs {
+		addrs[i] = tr.Addr()
+	}
+	return addrs
+}
+
+// connectAll connects trs as one world and returns each rank's links; they are
+// closed when the test ends.
+func connectAll(t testing.TB, ctx context.Context, trs []*tcp.Transport, job string, epoch uint64) [][]transport.Link {
+	t.Helper()
+	links, errs := connectAllErr(ctx, trs, job, epoch, addrsOf(trs))
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: Connect: %v", r, err)
+		}
+	}
+	t.Cleanup(func() { closeAll(links) })
+	return links
+}
+
+func connectAllErr(ctx context.Context, trs []*tcp.Transport, job string, epoch uint64, addrs []string) ([][]transport.Link, []error) {
+	links := make([][]transport.Link, len(trs))
+	errs := make([]error, len(trs))
+	var wg sync.WaitGroup
+	for r, tr := range trs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			links[r], errs[r] = tr.Connect(ctx, transport.World{JobID: job, Epoch: epoch, Rank: r, Addrs: addrs})
+		}()
+	}
+	wg.Wait()
+	return links, errs
+}
+
+func closeAll(links [][]transport.Link) {
+	for _, ls := range links {
+		for _, l := range ls {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
+}
+
+func timeoutCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// pattern fills a payload that depends on who sent it to whom and which frame
+// it is, so a frame delivered to the wrong place or out of order shows.
+func pattern(n, from, to, idx int) []byte {
+	p := make([]byte, n)
+	x := uint32(from*7919 + to*104729 + idx*1299709 + 1)
+	for i := range p {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		p[i] = byte(x)
+	}
+	return p
+}
+
+func send(ctx context.Context, l transport.Link, seq uint64, payload []byte) error {
+	h := transport.Header{Kind: transport.FrameData, Seq: seq, Step: uint32(seq), Length: uint32(len(payload))}
+	return l.Send(ctx, &h, payload)
+}
+
+func recv(ctx context.Context, l transport.Link, seq uint64, want []byte) error {
+	var h transport.Header
+	if err := l.RecvHeader(ctx, &h); err != nil {
+		return err
+	}
+	if h.Seq != seq || h.Step != uint32(seq) || int(h.Length) != len(want) || h.Kind != transport.FrameData {
+		return fmt.Errorf("frame %d from rank %d: got seq %d step %d length %d kind %v", seq, l.Peer(), h.Seq, h.Step, h.Length, h.Kind)
+	}
+	got := make([]byte, h.Length)
+	if err := l.RecvPayload(ctx, got); err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("frame %d from rank %d: payload of %d bytes differs", seq, l.Peer(), len(got))
+	}
+	return nil
+}
+
+// rawPeer plays one rank of a world by hand over a plain TCP connection, so a
+// test controls every byte the transport under test receives.
+type rawPeer struct {
+	conn  net.Conn
+	job   uint64
+	epoch uint64
+	rank  uint32
+}
+
+// dialRaw runs the dialer's side of the handshake as rank `from` of a world of
+// size to the transport at addr (expected to be rank `to`), retrying while that
+// transport is not connecting the world yet.
+func dialRaw(ctx context.Context, addr string, secret []byte, job string, epoch uint64, from, to, size int) (*rawPeer, error) {
+	return dialRawWith(ctx, addr, secret, secret, job, epoch, from, to, size)
+}
+
+// dialRawWith checks the acceptor's proof with checkSecret and proves itself
+// with proveSecret.
+func dialRawWith(ctx context.Context, addr string, checkSecret, proveSecret []byte, job string, epoch uint64, from, to, size int) (*rawPeer, error) {
+	for {
+		p, err := dialRawOnce(addr, checkSecret, proveSecret, job, epoch, from, to, size)
+		var he *transport.HandshakeError
+		if err == nil || (errors.As(err, &he) && he.Fatal) {
+			return p, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: last attempt: %v", ctx.Err(), err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func dialRawOnce(addr string, checkSecret, proveSecret []byte, job string, epoch uint64, from, to, size int) (*rawPeer, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fail := func(err error) (*rawPeer, error) {
+		c.Close()
+		return nil, err
+	}
+	hello := transport.Hello{JobHash: transport.JobHash(job), Epoch: epoch, From: uint32(from), To: uint32(to), Size: uint32(size)}
+	rand.Read(hello.Nonce[:])
+	var hb [transport.HelloSize]byte
+	hello.Encode(hb[:])
+	if _, err := c.Write(hb[:]); err != nil {
+		return fail(err)
+	}
+	var cb [transport.ChallengeSize]byte
+	if _, err := io.ReadFull(c, cb[:]); err != nil {
+		return fail(err)
+	}
+	var ch transport.Challenge
+	if err := transport.DecodeChallenge(cb[:], &ch); err != nil {
+		return fail(err)
+	}
+	if ch.Status != transport.StatusOK {
+		return fail(&transport.HandshakeError{Rank: to, Reason: ch.Status.String() + ": " + ch.Reason, Fatal: ch.Status.Fatal()})
+	}
+	want := transport.AcceptorMAC(checkSecret, hb[:], &ch.Nonce)
+	if !transport.MACEqual(&want, &ch.MAC) {
+		return fail(&transport.HandshakeError{Rank: to, Reason: "bad acceptor MAC", Fatal: true})
+	}
+	resp := transport.Response{MAC: transport.DialerMAC(proveSecret, hb[:], &ch.Nonce, &hello.Nonce)}
+	var rb [transport.ResponseSize]byte
+	resp.Encode(rb[:])
+	if _, err := c.Write(rb[:]); err != nil {
+		return fail(err)
+	}
+	var vb [transport.VerdictSize]byte
+	if _, err := io.ReadFull(c, vb[:]); err != nil {
+		return fail(err)
+	}
+	var v transport.Verdict
+	if err := transport.DecodeVerdict(vb[:], &v); err != nil {
+		return fail(err)
+	}
+	if v.Status != transport.StatusOK {
+		return fail(&transport.HandshakeError{Rank: to, Reason: v.Status.String() + ": " + v.Reason, Fatal: v.Status.Fatal()})
+	}
+	c.SetDeadline(time.Time{})
+	return &rawPeer{conn: c, job: hello.JobHash, epoch: epoch, rank: uint32(from)}, nil
+}
+
+// frame encodes a frame as this raw peer would send it.
+func (p *rawPeer) frame(h transport.Header, payload []byte) []byte {
+	h.JobID, h.Epoch, h.Sender = p.job, p.epoch, p.rank
+	if h.Kind == 0 {
+		h.Kind = transport.FrameData
+	}
+	b := make([]byte, transport.HeaderSize+len(payload))
+	h.Encode(b)
+	copy(b[transport.HeaderSize:], payload)
+	return b
+}
+
+// rawWorld connects transport tr as rank 0 of a 2-rank world whose rank 1 is a
+// raw peer, and returns tr's link to it and the raw peer.
+func rawWorld(t testing.TB, tr *tcp.Transport, job string, epoch uint64) (transport.Link, *rawPeer) {
+	t.Helper()
+	ctx := timeoutCtx(t, 10*time.Second)
+	var (
+		links   []transport.Link
+		connErr error
+		done    = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		links, connErr = tr.Connect(ctx, transport.World{JobID: job, Epoch: epoch, Rank: 0, Addrs: []string{tr.Addr(), ""}})
+	}()
+	p, err := dialRaw(ctx, tr.Addr(), testSecret, job, epoch, 1, 0, 2)
+	<-done
+	if err != nil {
+		t.Fatalf("raw dial: %v", err)
+	}
+	if connErr != nil {
+		t.Fatalf("Connect: %v", connErr)
+	}
+	t.Cleanup(func() {
+		links[1].Close()
+		p.conn.Close()
+	})
+	return links[1], p
+}
+
+// asPeerError checks that err is a *transport.PeerError about rank and wraps target.
+func asPeerError(t testing.TB, err error, rank int, target error) *transport.PeerError {
+	t.Helper()
+	var pe *transport.PeerError
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v (%T) is not a *transport.PeerError", err, err)
+	}
+	if pe.Rank != rank {
+		t.Errorf("PeerError names rank %d, want %d: %v", pe.Rank, rank, err)
+	}
+	if target != nil && !errors.Is(err, target) {
+		t.Errorf("error %v does not wrap %v", err, target)
+	}
+	return pe
+}

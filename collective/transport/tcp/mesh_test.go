@@ -1,0 +1,256 @@
+package tcp_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/tcp"
+)
+
+var meshSizes = []int{0, 1, 4096, 1<<20 + 3}
+
+// exchange has every ordered pair of ranks send meshSizes frames, all at once,
+// and checks that each arrives in order and intact.
+func exchange(ctx context.Context, links [][]transport.Link) error {
+	p := len(links)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*p*p)
+	for me := range p {
+		for peer := range p {
+			if peer == me {
+				continue
+			}
+			l := links[me][peer]
+			if l == nil || l.Peer() != peer {
+				return fmt.Errorf("rank %d: link to rank %d missing or misnamed", me, peer)
+			}
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				for i, n := range meshSizes {
+					if err := send(ctx, l, uint64(i), pattern(n, me, peer, i)); err != nil {
+						errs <- fmt.Errorf("rank %d -> %d frame %d: %w", me, peer, i, err)
+						return
+					}
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				for i, n := range meshSizes {
+					if err := recv(ctx, l, uint64(i), pattern(n, peer, me, i)); err != nil {
+						errs <- fmt.Errorf("rank %d <- %d: %w", me, peer, err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func TestMesh(t *testing.T) {
+	for p := 1; p <= 8; p++ {
+		t.Run(fmt.Sprintf("p=%d", p), func(t *testing.T) {
+			checkNoLeaks(t)
+			trs := listenN(t, p, testConfig())
+			ctx := timeoutCtx(t, 30*time.Second)
+			links := connectAll(t, ctx, trs, "mesh", 1)
+			for r, ls := range links {
+				if len(ls) != p {
+					t.Fatalf("rank %d: %d links, want %d", r, len(ls), p)
+				}
+				if ls[r] != nil {
+					t.Fatalf("rank %d: link to itself is not nil", r)
+				}
+			}
+			if err := exchange(ctx, links); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestEpochs connects a world, then the next epoch's world over the same
+// transports, and checks that the old epoch is then refused.
+func TestEpochs(t *testing.T) {
+	checkNoLeaks(t)
+	trs := listenN(t, 3, testConfig())
+	ctx := timeoutCtx(t, 30*time.Second)
+	for _, epoch := range []uint64{5, 6} {
+		links := connectAll(t, ctx, trs, "job", epoch)
+		if err := exchange(ctx, links); err != nil {
+			t.Fatalf("epoch %d: %v", epoch, err)
+		}
+		closeAll(links)
+	}
+	// Local refusal: this transport has moved on to epoch 6.
+	if _, err := trs[0].Connect(ctx, transport.World{JobID: "job", Epoch: 5, Rank: 0, Addrs: addrsOf(trs)}); err == nil {
+		t.Fatal("Connect of an older epoch succeeded")
+	}
+}
+
+// TestEpochsShrink connects 3 ranks, then 2 of them as the next epoch.
+func TestEpochsShrink(t *testing.T) {
+	checkNoLeaks(t)
+	trs := listenN(t, 3, testConfig())
+	ctx := timeoutCtx(t, 30*time.Second)
+	closeAll(connectAll(t, ctx, trs, "job", 1))
+	// Rank 0 leaves; the others renumber.
+	links := connectAll(t, ctx, trs[1:], "job", 2)
+	if err := exchange(ctx, links); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSizeOneWorld(t *testing.T) {
+	checkNoLeaks(t)
+	tr := listen(t, testConfig())
+	links, err := tr.Connect(context.Background(), transport.World{JobID: "solo", Epoch: 1, Addrs: []string{tr.Addr()}})
+	if err != nil || len(links) != 1 || links[0] != nil {
+		t.Fatalf("Connect of a 1-rank world = %v, %v; want [nil], nil", links, err)
+	}
+}
+
+func TestConnectValidates(t *testing.T) {
+	checkNoLeaks(t)
+	tr := listen(t, testConfig())
+	ctx := timeoutCtx(t, 5*time.Second)
+	for _, tc := range []struct {
+		name string
+		w    transport.World
+	}{
+		{"empty job", transport.World{Epoch: 1, Rank: 0, Addrs: []string{"a", "b"}}},
+		{"no ranks", transport.World{JobID: "j", Epoch: 1}},
+		{"rank out of range", transport.World{JobID: "j", Epoch: 1, Rank: 2, Addrs: []string{"a", "b"}}},
+		{"missing address", transport.World{JobID: "j", Epoch: 1, Rank: 1, Addrs: []string{"", tr.Addr()}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := tr.Connect(ctx, tc.w); err == nil {
+				t.Fatal("Connect succeeded")
+			}
+		})
+	}
+}
+
+func TestListenConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*tcp.Config)
+		ok     bool
+	}{
+		{"defaults", func(*tcp.Config) {}, true},
+		{"no secret", func(c *tcp.Config) { c.Secret = nil }, false},
+		{"bad address", func(c *tcp.Config) { c.ListenAddr = "256.0.0.1:x" }, false},
+		{"negative socket buffer", func(c *tcp.Config) { c.SocketBuffer = -1 }, false},
+		{"advertise", func(c *tcp.Config) { c.AdvertiseAddr = "worker-3:7000" }, true},
+		{"socket buffer", func(c *tcp.Config) { c.SocketBuffer = 1 << 20 }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			cfg := testConfig()
+			tc.mutate(&cfg)
+			tr, err := tcp.Listen(cfg)
+			if (err == nil) != tc.ok {
+				t.Fatalf("Listen: err = %v, want ok = %v", err, tc.ok)
+			}
+			if err != nil {
+				return
+			}
+			defer tr.Close()
+			if cfg.AdvertiseAddr != "" && tr.Addr() != cfg.AdvertiseAddr {
+				t.Errorf("Addr() = %q, want %q", tr.Addr(), cfg.AdvertiseAddr)
+			}
+		})
+	}
+}
+
+// TestSocketBufferMesh runs a mesh with explicit socket buffers.
+func TestSocketBufferMesh(t *testing.T) {
+	checkNoLeaks(t)
+	cfg := testConfig()
+	cfg.SocketBuffer = 64 << 10
+	cfg.ReadBufferSize = 16 << 10
+	trs := listenN(t, 3, cfg)
+	ctx := timeoutCtx(t, 30*time.Second)
+	if err := exchange(ctx, connectAll(t, ctx, trs, "sockbuf", 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConnectStaggered starts the ranks' Connect calls at different times, so
+// dialers meet peers that are not listening for the world yet.
+func TestConnectStaggered(t *testing.T) {
+	checkNoLeaks(t)
+	cfg := testConfig()
+	cfg.HandshakeTimeout = 200 * time.Millisecond // parked dialers hear "not ready" quickly
+	trs := listenN(t, 4, cfg)
+	ctx := timeoutCtx(t, 30*time.Second)
+	addrs := addrsOf(trs)
+	links := make([][]transport.Link, len(trs))
+	errs := make([]error, len(trs))
+	var wg sync.WaitGroup
+	// The highest ranks (the dialers) start first; the others follow 300ms apart,
+	// longer than a parked connection waits.
+	for i := len(trs) - 1; i >= 0; i-- {
+		start := time.Duration(len(trs)-1-i) * 300 * time.Millisecond
+		wg.Add(1)
+		time.AfterFunc(start, func() {
+			defer wg.Done()
+			links[i], errs[i] = trs[i].Connect(ctx, transport.World{JobID: "stagger", Epoch: 1, Rank: i, Addrs: addrs})
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() { closeAll(links) })
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if err := exchange(ctx, links); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConnectMissingRanks names every rank that never showed up.
+func TestConnectMissingRanks(t *testing.T) {
+	checkNoLeaks(t)
+	trs := listenN(t, 2, testConfig())
+	// Ranks 0 and 3 are addresses nobody listens on (a closed transport's).
+	gone := listen(t, testConfig())
+	goneAddr := gone.Addr()
+	gone.Close()
+	addrs := []string{goneAddr, trs[0].Addr(), trs[1].Addr(), goneAddr}
+	ctx := timeoutCtx(t, 500*time.Millisecond)
+	start := time.Now()
+	var wg sync.WaitGroup
+	res := make([]error, 2)
+	for i, tr := range trs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, res[i] = tr.Connect(ctx, transport.World{JobID: "missing", Epoch: 2, Rank: i + 1, Addrs: addrs})
+		}()
+	}
+	wg.Wait()
+	if time.Since(start) > 10*time.Second {
+		t.Errorf("Connect took %v to give up", time.Since(start))
+	}
+	// Rank 1 misses rank 0 (dial refused) and rank 3 (never dials in).
+	pe := asPeerError(t, res[0], 0, context.DeadlineExceeded)
+	for _, want := range []string{"[0 3]", "rank 3: never dialed in", "refused"} {
+		if !strings.Contains(pe.Error(), want) {
+			t.Errorf("rank 1's error %q does not mention %q", pe, want)
+		}
+	}
+	pe = asPeerError(t, res[1], 0, context.DeadlineExceeded)
+	if !strings.Contains(pe.Error(), "[0 3]") {
+		t.Errorf("rank 2's error %q does not name ranks 0 and 3", pe)
+	}
+}

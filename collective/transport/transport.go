@@ -1,0 +1,78 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+)
+
+// World names one ordered group of workers at one membership epoch: the unit a
+// Transport connects. Every rank of a world must be given the same JobID, Epoch and
+// Addrs; Rank differs.
+type World struct {
+	JobID string   // the training job; frames of other jobs are rejected
+	Epoch uint64   // the membership epoch; frames of other epochs are rejected
+	Rank  int      // this worker's position in Addrs
+	Addrs []string // the transport address of every rank, indexed by rank
+}
+
+// Size is the number of ranks in the world.
+func (w World) Size() int { return len(w.Addrs) }
+
+// Validate reports whether the world is well formed.
+func (w World) Validate() error {
+	if w.JobID == "" {
+		return fmt.Errorf("transport: world has an empty job id")
+	}
+	if len(w.Addrs) == 0 {
+		return fmt.Errorf("transport: world has no ranks")
+	}
+	if w.Rank < 0 || w.Rank >= len(w.Addrs) {
+		return fmt.Errorf("transport: rank %d outside world of size %d", w.Rank, len(w.Addrs))
+	}
+	return nil
+}
+
+// Transport connects the ranks of a world to each other.
+//
+// One Transport usually lives as long as the worker process and connects one world
+// after another (one per membership epoch); connections of different worlds never mix.
+type Transport interface {
+	// Addr is the address other ranks use to reach this endpoint (what goes into
+	// World.Addrs at this worker's rank).
+	Addr() string
+	// Connect returns one authenticated Link per other rank of w, indexed by rank
+	// (links[w.Rank] is nil), once every pair is connected. It fails with a
+	// *PeerError or *HandshakeError naming a rank that could not be reached or
+	// authenticated, or with the context's error.
+	Connect(ctx context.Context, w World) ([]Link, error)
+	// Close stops accepting connections. Links already returned stay usable until
+	// they are closed themselves.
+	Close() error
+}
+
+// Link is an authenticated, ordered, reliable frame stream to one peer.
+//
+// One goroutine may send while another receives; concurrent Send calls are
+// serialized, so a frame is never interleaved with another. Receiving is for one
+// goroutine at a time. Every blocking method returns a *PeerError naming the peer
+// when the peer closes, dies or stays silent past the I/O timeout, and the
+// context's error (wrapped in a *PeerError) when ctx ends first.
+type Link interface {
+	// Peer is the rank at the other end.
+	Peer() int
+	// RemoteAddr is the peer's address, for error messages.
+	RemoteAddr() string
+	// Send writes one frame: h (whose Length must equal len(payload)) then payload.
+	// The transport fills in Magic, Version, JobID, Epoch and Sender.
+	Send(ctx context.Context, h *Header, payload []byte) error
+	// RecvHeader reads the next frame's header. It checks what the transport owns
+	// (magic, version, job, epoch, sender) and fails with a *FrameError otherwise;
+	// the rest is the caller's to check.
+	RecvHeader(ctx context.Context, h *Header) error
+	// RecvPayload reads the payload of the frame whose header was just received,
+	// straight into p; len(p) must equal that header's Length.
+	RecvPayload(ctx context.Context, p []byte) error
+	// Close tears the link down at once; blocked calls return promptly with an
+	// error wrapping ErrLinkClosed.
+	Close() error
+}

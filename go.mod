@@ -1,0 +1,8 @@
+module github.com/gorovod/gorovod
+
+go 1.26.8
+
+require (
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)

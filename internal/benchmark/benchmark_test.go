@@ -1,0 +1,97 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/inproc"
+)
+
+func TestParseSize(t *testing.T) {
+	cases := []struct {
+		in   string
+		want int
+		ok   bool
+	}{
+		{"4096", 4096, true}, {"4K", 4 << 10, true}, {"64M", 64 << 20, true}, {"1G", 1 << 30, true},
+		{"256KiB", 256 << 10, true}, {"8kb", 8 << 10, true}, {"", 0, false}, {"-1", 0, false}, {"4X", 0, false},
+	}
+	for _, c := range cases {
+		got, err := ParseSize(c.in)
+		if (err == nil) != c.ok || (c.ok && got != c.want) {
+			t.Errorf("ParseSize(%q) = %d, %v", c.in, got, err)
+		}
+	}
+}
+
+func TestSizes(t *testing.T) {
+	got := Sizes(4<<10, 64<<20, 64)
+	want := []int{4 << 10, 256 << 10, 16 << 20}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %v want %v", got, want)
+	}
+}
+
+func TestRunEveryOpVerifies(t *testing.T) {
+	for _, p := range []int{1, 2, 3} {
+		for _, op := range Ops() {
+			for _, dt := range []collective.DType{collective.Float32, collective.BFloat16, collective.Int64, collective.Uint8} {
+				t.Run(fmt.Sprintf("p=%d/%s/%v", p, op, dt), func(t *testing.T) {
+					spec := Spec{Op: op, DType: dt, Reduce: collective.Sum, Sizes: []int{0, 96, 4096, 1 << 18}, Warmup: 1, Iters: 3}
+					results := runAll(t, p, spec)
+					if len(results) != len(spec.Sizes) {
+						t.Fatalf("%d results for %d sizes", len(results), len(spec.Sizes))
+					}
+					for _, r := range results {
+						if !r.Correct {
+							t.Fatalf("result not verified: %+v", r)
+						}
+						if r.NP != p || r.Op != op || r.TimeUS <= 0 {
+							t.Fatalf("bad result %+v", r)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func runAll(t *testing.T, p int, spec Spec) []Result {
+	t.Helper()
+	mesh := inproc.Mesh(inproc.Config{JobID: "bench", Epoch: 1}, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var results []Result
+	var wg sync.WaitGroup
+	errs := make([]error, p)
+	for r := range p {
+		c, err := collective.NewFromLinks(transport.World{JobID: "bench", Epoch: 1, Rank: r, Addrs: make([]string, p)}, mesh[r], collective.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		wg.Go(func() {
+			errs[r] = Run(ctx, c, spec, func(res Result) error {
+				if r == 0 {
+					mu.Lock()
+					results = append(results, res)
+					mu.Unlock()
+				}
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return results
+}

@@ -1,0 +1,80 @@
+// Package envconfig is the one place gorovod reads its environment: the
+// variables a launcher (gorovod run, gorovod bench) sets for each worker process
+// so that it can find the others. Everything else takes configuration structs.
+package envconfig
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strconv"
+)
+
+// The variables a launcher sets for its workers.
+const (
+	EnvJobID      = "GOROVOD_JOB_ID"
+	EnvRank       = "GOROVOD_RANK"
+	EnvSize       = "GOROVOD_SIZE"
+	EnvSecret     = "GOROVOD_SECRET" // hex; never put on a command line, where ps would show it
+	EnvRendezvous = "GOROVOD_RENDEZVOUS"
+	EnvListenAddr = "GOROVOD_LISTEN_ADDR" // optional: the collective listen address
+)
+
+// Worker is what a launched worker learns from its environment.
+type Worker struct {
+	JobID      string
+	Rank       int
+	Size       int
+	Secret     []byte
+	Rendezvous string
+	ListenAddr string
+}
+
+// Load reads a Worker through getenv (os.Getenv in a program, a map in tests).
+func Load(getenv func(string) string) (Worker, error) {
+	w := Worker{
+		JobID:      getenv(EnvJobID),
+		Rendezvous: getenv(EnvRendezvous),
+		ListenAddr: getenv(EnvListenAddr),
+	}
+	if w.ListenAddr == "" {
+		w.ListenAddr = "127.0.0.1:0"
+	}
+	var missing []string
+	for _, v := range []string{EnvJobID, EnvRank, EnvSize, EnvSecret, EnvRendezvous} {
+		if getenv(v) == "" {
+			missing = append(missing, v)
+		}
+	}
+	if len(missing) > 0 {
+		return w, fmt.Errorf("not started by a gorovod launcher: %v unset", missing)
+	}
+	var err error
+	if w.Rank, err = strconv.Atoi(getenv(EnvRank)); err != nil {
+		return w, fmt.Errorf("%s=%q: %w", EnvRank, getenv(EnvRank), err)
+	}
+	if w.Size, err = strconv.Atoi(getenv(EnvSize)); err != nil || w.Size < 1 {
+		return w, fmt.Errorf("%s=%q is not a positive number", EnvSize, getenv(EnvSize))
+	}
+	if w.Rank < 0 || w.Rank >= w.Size {
+		return w, fmt.Errorf("%s=%d outside world of size %d", EnvRank, w.Rank, w.Size)
+	}
+	if w.Secret, err = hex.DecodeString(getenv(EnvSecret)); err != nil || len(w.Secret) < 16 {
+		return w, fmt.Errorf("%s must be at least 16 hex-encoded bytes", EnvSecret)
+	}
+	return w, nil
+}
+
+// Environ renders w as NAME=value entries for a child process.
+func (w Worker) Environ() []string {
+	env := []string{
+		EnvJobID + "=" + w.JobID,
+		EnvRank + "=" + strconv.Itoa(w.Rank),
+		EnvSize + "=" + strconv.Itoa(w.Size),
+		EnvSecret + "=" + hex.EncodeToString(w.Secret),
+		EnvRendezvous + "=" + w.Rendezvous,
+	}
+	if w.ListenAddr != "" {
+		env = append(env, EnvListenAddr+"="+w.ListenAddr)
+	}
+	return env
+}

@@ -1,0 +1,49 @@
+package envconfig
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestRoundTrip(t *testing.T) {
+	w := Worker{JobID: "j", Rank: 2, Size: 3, Secret: bytes.Repeat([]byte{7}, 32), Rendezvous: "127.0.0.1:9", ListenAddr: "127.0.0.1:0"}
+	env := map[string]string{}
+	for _, kv := range w.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	got, err := Load(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.JobID != w.JobID || got.Rank != 2 || got.Size != 3 || !bytes.Equal(got.Secret, w.Secret) || got.Rendezvous != w.Rendezvous {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestBadEnvironment(t *testing.T) {
+	good := map[string]string{EnvJobID: "j", EnvRank: "0", EnvSize: "2", EnvSecret: strings.Repeat("ab", 16), EnvRendezvous: "x:1"}
+	cases := map[string]map[string]string{
+		"missing":      {EnvRank: ""},
+		"rank not int": {EnvRank: "x"},
+		"rank too big": {EnvRank: "2"},
+		"size zero":    {EnvSize: "0"},
+		"secret hex":   {EnvSecret: "zz"},
+		"secret short": {EnvSecret: "abcd"},
+	}
+	for name, change := range cases {
+		t.Run(name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range good {
+				env[k] = v
+			}
+			for k, v := range change {
+				env[k] = v
+			}
+			if _, err := Load(func(k string) string { return env[k] }); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+}
