@@ -22,6 +22,16 @@ var testConfigs = []struct {
 
 var testSizes = []int{0, 1, 2, 3, 7, 8, 33, 100, 1001}
 
+// testMeshes runs the reference tests over both an in-process mesh and real
+// loopback TCP sockets.
+var testMeshes = []struct {
+	name string
+	mk   meshFunc
+}{
+	{"inproc", inprocMesh},
+	{"tcp", tcpMesh},
+}
+
 func inputs(dt DType, op ReduceOp, p, n int) [][]float64 {
 	in := make([][]float64, p)
 	for r := range in {
@@ -34,20 +44,22 @@ func inputs(dt DType, op ReduceOp, p, n int) [][]float64 {
 }
 
 func TestAllreduceAgainstReference(t *testing.T) {
-	for _, tc := range testConfigs {
-		for p := 1; p <= 8; p++ {
-			comms := newWorld(t, inprocMesh, p, tc.cfg)
-			t.Run(fmt.Sprintf("%s/p=%d", tc.name, p), func(t *testing.T) {
-				for _, dt := range allDTypes {
-					for _, op := range allOps {
-						for _, n := range testSizes {
-							for _, inPlace := range []bool{true, false} {
-								checkAllreduce(t, comms, dt, op, n, inPlace, 1, 1)
+	for _, m := range testMeshes {
+		for _, tc := range testConfigs {
+			for p := 1; p <= 8; p++ {
+				comms := newWorld(t, m.mk, p, tc.cfg)
+				t.Run(fmt.Sprintf("%s/%s/p=%d", m.name, tc.name, p), func(t *testing.T) {
+					for _, dt := range allDTypes {
+						for _, op := range allOps {
+							for _, n := range testSizes {
+								for _, inPlace := range []bool{true, false} {
+									checkAllreduce(t, comms, dt, op, n, inPlace, 1, 1)
+								}
 							}
 						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 }
@@ -106,20 +118,22 @@ func checkAllreduce(t *testing.T, comms []*Communicator, dt DType, op ReduceOp, 
 }
 
 func TestReduceScatterAgainstReference(t *testing.T) {
-	for _, tc := range testConfigs {
-		for p := 1; p <= 8; p++ {
-			comms := newWorld(t, inprocMesh, p, tc.cfg)
-			t.Run(fmt.Sprintf("%s/p=%d", tc.name, p), func(t *testing.T) {
-				for _, dt := range allDTypes {
-					for _, op := range allOps {
-						for _, n := range testSizes {
-							for _, pre := range []float64{1, 2} {
-								checkReduceScatter(t, comms, dt, op, n, pre)
+	for _, m := range testMeshes {
+		for _, tc := range testConfigs {
+			for p := 1; p <= 8; p++ {
+				comms := newWorld(t, m.mk, p, tc.cfg)
+				t.Run(fmt.Sprintf("%s/%s/p=%d", m.name, tc.name, p), func(t *testing.T) {
+					for _, dt := range allDTypes {
+						for _, op := range allOps {
+							for _, n := range testSizes {
+								for _, pre := range []float64{1, 2} {
+									checkReduceScatter(t, comms, dt, op, n, pre)
+								}
 							}
 						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 }
@@ -149,119 +163,125 @@ func checkReduceScatter(t *testing.T, comms []*Communicator, dt DType, op Reduce
 }
 
 func TestBroadcast(t *testing.T) {
-	for _, tc := range testConfigs {
-		for p := 1; p <= 8; p++ {
-			comms := newWorld(t, inprocMesh, p, tc.cfg)
-			t.Run(fmt.Sprintf("%s/p=%d", tc.name, p), func(t *testing.T) {
-				for _, dt := range allDTypes {
-					for _, n := range testSizes {
-						for root := range p {
-							want := encode(dt, inputs(dt, Sum, p, n)[root])
-							bufs := make([][]byte, p)
-							errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
-								r := c.Rank()
-								bufs[r] = make([]byte, len(want))
-								if r == root {
-									copy(bufs[r], want)
-								}
-								return c.Broadcast(ctx, HostBuffer(dt, bufs[r]), root)
-							})
-							noErrors(t, errs)
-							for r := range p {
-								if !bytes.Equal(bufs[r], want) {
-									t.Fatalf("broadcast %v n=%d root=%d: rank %d got wrong data", dt, n, root, r)
+	for _, m := range testMeshes {
+		for _, tc := range testConfigs {
+			for p := 1; p <= 8; p++ {
+				comms := newWorld(t, m.mk, p, tc.cfg)
+				t.Run(fmt.Sprintf("%s/%s/p=%d", m.name, tc.name, p), func(t *testing.T) {
+					for _, dt := range allDTypes {
+						for _, n := range testSizes {
+							for root := range p {
+								want := encode(dt, inputs(dt, Sum, p, n)[root])
+								bufs := make([][]byte, p)
+								errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+									r := c.Rank()
+									bufs[r] = make([]byte, len(want))
+									if r == root {
+										copy(bufs[r], want)
+									}
+									return c.Broadcast(ctx, HostBuffer(dt, bufs[r]), root)
+								})
+								noErrors(t, errs)
+								for r := range p {
+									if !bytes.Equal(bufs[r], want) {
+										t.Fatalf("broadcast %v n=%d root=%d: rank %d got wrong data", dt, n, root, r)
+									}
 								}
 							}
 						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 }
 
 func TestAllgather(t *testing.T) {
-	for _, tc := range testConfigs {
+	for _, m := range testMeshes {
+		for _, tc := range testConfigs {
+			for p := 1; p <= 8; p++ {
+				comms := newWorld(t, m.mk, p, tc.cfg)
+				t.Run(fmt.Sprintf("%s/%s/p=%d", m.name, tc.name, p), func(t *testing.T) {
+					for _, dt := range allDTypes {
+						for _, n := range testSizes {
+							for _, variable := range []bool{false, true} {
+								counts := make([]int, p)
+								for r := range counts {
+									counts[r] = n
+									if variable {
+										counts[r] = (n + r*5) % (n + 3)
+									}
+								}
+								var want []byte
+								parts := make([][]byte, p)
+								for r := range p {
+									parts[r] = encode(dt, inputs(dt, Sum, p, counts[r])[r])
+									want = append(want, parts[r]...)
+								}
+								recvs := make([][]byte, p)
+								errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+									r := c.Rank()
+									recvs[r] = make([]byte, len(want))
+									if variable {
+										return c.AllgatherV(ctx, HostBuffer(dt, parts[r]), HostBuffer(dt, recvs[r]), counts)
+									}
+									return c.Allgather(ctx, HostBuffer(dt, parts[r]), HostBuffer(dt, recvs[r]))
+								})
+								noErrors(t, errs)
+								for r := range p {
+									if !bytes.Equal(recvs[r], want) {
+										t.Fatalf("allgather %v counts=%v: rank %d got wrong data", dt, counts, r)
+									}
+								}
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestAlltoall(t *testing.T) {
+	for _, m := range testMeshes {
 		for p := 1; p <= 8; p++ {
-			comms := newWorld(t, inprocMesh, p, tc.cfg)
-			t.Run(fmt.Sprintf("%s/p=%d", tc.name, p), func(t *testing.T) {
+			comms := newWorld(t, m.mk, p, Config{SmallMessageBytes: 0, ChunkBytes: 64, AbortTimeout: time.Second})
+			t.Run(fmt.Sprintf("%s/p=%d", m.name, p), func(t *testing.T) {
 				for _, dt := range allDTypes {
-					for _, n := range testSizes {
-						for _, variable := range []bool{false, true} {
-							counts := make([]int, p)
-							for r := range counts {
-								counts[r] = n
-								if variable {
-									counts[r] = (n + r*5) % (n + 3)
-								}
+					for _, n := range []int{0, 1, 5, 100} {
+						// count[i][j]: elements rank i sends to rank j.
+						count := func(i, j int) int { return (n + i*3 + j*7) % (n + 2) }
+						blocks := func(i, j int) []float64 {
+							v := make([]float64, count(i, j))
+							for k := range v {
+								v[k] = float64((i*31 + j*17 + k) % 100)
 							}
-							var want []byte
-							parts := make([][]byte, p)
-							for r := range p {
-								parts[r] = encode(dt, inputs(dt, Sum, p, counts[r])[r])
-								want = append(want, parts[r]...)
+							return v
+						}
+						recvs := make([][]byte, p)
+						wants := make([][]byte, p)
+						errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+							r := c.Rank()
+							var send, want []byte
+							sc, rc := make([]int, p), make([]int, p)
+							for j := range p {
+								send = append(send, encode(dt, blocks(r, j))...)
+								want = append(want, encode(dt, blocks(j, r))...)
+								sc[j], rc[j] = count(r, j), count(j, r)
 							}
-							recvs := make([][]byte, p)
-							errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
-								r := c.Rank()
-								recvs[r] = make([]byte, len(want))
-								if variable {
-									return c.AllgatherV(ctx, HostBuffer(dt, parts[r]), HostBuffer(dt, recvs[r]), counts)
-								}
-								return c.Allgather(ctx, HostBuffer(dt, parts[r]), HostBuffer(dt, recvs[r]))
-							})
-							noErrors(t, errs)
-							for r := range p {
-								if !bytes.Equal(recvs[r], want) {
-									t.Fatalf("allgather %v counts=%v: rank %d got wrong data", dt, counts, r)
-								}
+							recvs[r], wants[r] = make([]byte, len(want)), want
+							return c.AlltoallV(ctx, HostBuffer(dt, send), sc, HostBuffer(dt, recvs[r]), rc)
+						})
+						noErrors(t, errs)
+						for r := range p {
+							if !bytes.Equal(recvs[r], wants[r]) {
+								t.Fatalf("alltoallv %v n=%d: rank %d got wrong data", dt, n, r)
 							}
 						}
 					}
 				}
 			})
 		}
-	}
-}
-
-func TestAlltoall(t *testing.T) {
-	for p := 1; p <= 8; p++ {
-		comms := newWorld(t, inprocMesh, p, Config{SmallMessageBytes: 0, ChunkBytes: 64, AbortTimeout: time.Second})
-		t.Run(fmt.Sprintf("p=%d", p), func(t *testing.T) {
-			for _, dt := range allDTypes {
-				for _, n := range []int{0, 1, 5, 100} {
-					// count[i][j]: elements rank i sends to rank j.
-					count := func(i, j int) int { return (n + i*3 + j*7) % (n + 2) }
-					blocks := func(i, j int) []float64 {
-						v := make([]float64, count(i, j))
-						for k := range v {
-							v[k] = float64((i*31 + j*17 + k) % 100)
-						}
-						return v
-					}
-					recvs := make([][]byte, p)
-					wants := make([][]byte, p)
-					errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
-						r := c.Rank()
-						var send, want []byte
-						sc, rc := make([]int, p), make([]int, p)
-						for j := range p {
-							send = append(send, encode(dt, blocks(r, j))...)
-							want = append(want, encode(dt, blocks(j, r))...)
-							sc[j], rc[j] = count(r, j), count(j, r)
-						}
-						recvs[r], wants[r] = make([]byte, len(want)), want
-						return c.AlltoallV(ctx, HostBuffer(dt, send), sc, HostBuffer(dt, recvs[r]), rc)
-					})
-					noErrors(t, errs)
-					for r := range p {
-						if !bytes.Equal(recvs[r], wants[r]) {
-							t.Fatalf("alltoallv %v n=%d: rank %d got wrong data", dt, n, r)
-						}
-					}
-				}
-			}
-		})
 	}
 }
 
@@ -315,12 +335,18 @@ func TestLocalArgumentErrors(t *testing.T) {
 		call func() error
 	}{
 		{"count mismatch", func() error { return c.Allreduce(ctx, HostBuffer(Float32, f), HostBuffer(Float32, f[:8]), Sum) }},
-		{"dtype mismatch", func() error { return c.Allreduce(ctx, HostBuffer(Float32, f), HostBuffer(Int32, make([]byte, 16)), Sum) }},
+		{"dtype mismatch", func() error {
+			return c.Allreduce(ctx, HostBuffer(Float32, f), HostBuffer(Int32, make([]byte, 16)), Sum)
+		}},
 		{"bad op", func() error { return c.Allreduce(ctx, HostBuffer(Float32, f), HostBuffer(Float32, f), ReduceOp(99)) }},
 		{"bad dtype", func() error { return c.Allreduce(ctx, Buffer{DType: 0, Count: 1}, Buffer{DType: 0, Count: 1}, Sum) }},
-		{"short host bytes", func() error { return c.Allreduce(ctx, Buffer{DType: Float32, Count: 5, Host: f}, HostBuffer(Float32, f), Sum) }},
+		{"short host bytes", func() error {
+			return c.Allreduce(ctx, Buffer{DType: Float32, Count: 5, Host: f}, HostBuffer(Float32, f), Sum)
+		}},
 		{"overlap", func() error { return c.Allreduce(ctx, HostBuffer(Float32, f[:8]), HostBuffer(Float32, f[4:12]), Sum) }},
-		{"nan scale", func() error { return c.Allreduce(ctx, HostBuffer(Float32, f), HostBuffer(Float32, f), Sum, Postscale(nan())) }},
+		{"nan scale", func() error {
+			return c.Allreduce(ctx, HostBuffer(Float32, f), HostBuffer(Float32, f), Sum, Postscale(nan()))
+		}},
 		{"bad root", func() error { return c.Broadcast(ctx, HostBuffer(Float32, f), 2) }},
 		{"allgather size", func() error { return c.Allgather(ctx, HostBuffer(Float32, f), HostBuffer(Float32, f)) }},
 		{"alltoall indivisible", func() error { return c.Alltoall(ctx, HostBuffer(Uint8, f[:3]), HostBuffer(Uint8, make([]byte, 3))) }},

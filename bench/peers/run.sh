@@ -21,7 +21,7 @@ min_bytes=4K max_bytes=64M factor=4 sizes="" iters=20 warmup=5
 nps="2 4" impls="gloo,mpi-tcp,mpi-shm,gorovod" batch_us=0
 gorovod="" gorovod_args="" timeout_s=1800 table=0
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --min-bytes) min_bytes=$2; shift 2 ;;
@@ -112,9 +112,19 @@ mpi_shm=(--mca btl vader,self)
 # --- sweep -------------------------------------------------------------------
 for np in $nps; do
   if [ "$have_gorovod" = 1 ]; then
-    # shellcheck disable=SC2086  # gorovod_args is a word list on purpose
-    run gorovod "$np" "$gorovod" bench allreduce --np "$np" "${size_args[@]}" \
-      --warmup "$warmup" --iters "$iters" --json $gorovod_args
+    # `gorovod bench` takes min/max/factor only (no --sizes), and batches small
+    # with --batch-time-us exactly as the peers do (0: one collective per sample).
+    if [ -n "$sizes" ]; then
+      for s in ${sizes//,/ }; do
+        # shellcheck disable=SC2086  # gorovod_args is a word list on purpose
+        run gorovod "$np" "$gorovod" bench allreduce --np "$np" --min-bytes "$s" --max-bytes "$s" \
+          --warmup "$warmup" --iters "$iters" --batch-time "${batch_us}us" --json $gorovod_args
+      done
+    else
+      # shellcheck disable=SC2086
+      run gorovod "$np" "$gorovod" bench allreduce --np "$np" "${size_args[@]}" \
+        --warmup "$warmup" --iters "$iters" --batch-time "${batch_us}us" --json $gorovod_args
+    fi
   fi
   if [ "$have_gloo" = 1 ] && want gloo; then
     run gloo "$np" env GLOO_SOCKET_IFNAME="${GLOO_SOCKET_IFNAME:-lo}" "$PY" "$HERE/gloo_allreduce.py" --np "$np" "${common[@]}"

@@ -36,6 +36,7 @@ type workerSpec struct {
 	ChunkBytes  int           `json:"chunk_bytes"`
 	SmallBytes  int           `json:"small_bytes"`
 	Transport   string        `json:"transport"`
+	SocketBuf   int           `json:"socket_buffer"`
 	BatchTimeUS int           `json:"batch_time_us"`
 }
 
@@ -60,6 +61,8 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up on the whole run after this long")
 	def := collective.DefaultConfig()
 	chunk := fs.String("chunk-bytes", fmt.Sprint(def.ChunkBytes), "ring pipelining chunk")
+	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
+	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0 keeps the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gorovod bench [%s] [flags]\n\nFlags:\n", strings.Join(benchmark.Ops(), "|"))
@@ -82,6 +85,13 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageErr(stderr, "--np %d must be at least 1", *np)
 	}
 	spec.Transport, spec.IOTimeout = *transportName, *ioTimeout
+	if *batchTime < 0 {
+		return usageErr(stderr, "--batch-time %v is negative", *batchTime)
+	}
+	spec.BatchTimeUS = int(batchTime.Microseconds())
+	if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
+		return usageErr(stderr, "--socket-buffer: %v", err)
+	}
 	return runBench(ctx, *np, spec, *asJSON, *timeout, stdout, stderr)
 }
 
@@ -237,6 +247,7 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	tcfg := tcp.DefaultConfig()
 	tcfg.ListenAddr, tcfg.Secret, tcfg.IOTimeout = env.ListenAddr, env.Secret, spec.IOTimeout
+	tcfg.SocketBuffer = spec.SocketBuf
 	t, err := tcp.Listen(tcfg)
 	if err != nil {
 		return err

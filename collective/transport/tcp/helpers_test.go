@@ -27,6 +27,7 @@ func testConfig() tcp.Config {
 	cfg.Secret = testSecret
 	cfg.HandshakeTimeout = 2 * time.Second
 	cfg.IOTimeout = 20 * time.Second
+	// GOROVOD_TCP_DEBUG=1 go test -v shows the transports' own log.
 	if os.Getenv("GOROVOD_TCP_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -38,18 +39,7 @@ func testConfig() tcp.Config {
 func checkNoLeaks(t testing.TB) {
 	t.Helper()
 	t.Cleanup(func() {
-		start := time.Now()
-		defer func() {
-			if os.Getenv("GOROVOD_TCP_DEBUG") != "" && time.Since(start) > 50*time.Millisecond {
-				t.Logf("leak check waited %v", time.Since(start))
-			}
-		}()
-		first := true
 		if err := waitFor(5*time.Second, func() error {
-			if g := tcpGoroutines(); g != "" && first && os.Getenv("GOROVOD_TCP_DEBUG") != "" {
-				first = false
-				t.Logf("lingering: %s", g)
-			}
 			if g := tcpGoroutines(); g != "" {
 				return fmt.Errorf("goroutines of package tcp still running:\n%s", g)
 			}

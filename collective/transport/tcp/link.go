@@ -41,7 +41,8 @@ type link struct {
 	wbroken error       // first send failure: the stream may hold half a frame
 	wwake   waker
 
-	// Receive side, one goroutine at a time.
+	// Receive side, one goroutine at a time; rmu only orders it with Close.
+	rmu     sync.Mutex
 	br      *bufio.Reader
 	pending int   // payload bytes of the last header not read yet
 	rbroken error // first receive failure: the stream position is lost
@@ -76,7 +77,16 @@ func (l *link) Close() error {
 	if l.closed.Swap(true) {
 		return nil
 	}
-	return l.conn.Close()
+	err := l.conn.Close()
+	// The calls in flight return promptly now; then drop the context watches, so
+	// a long-lived context does not keep the link (and its buffers) alive.
+	l.wmu.Lock()
+	l.wwake.release()
+	l.wmu.Unlock()
+	l.rmu.Lock()
+	l.rwake.release()
+	l.rmu.Unlock()
+	return err
 }
 
 func (l *link) perr(op string, err error) error {
@@ -84,13 +94,19 @@ func (l *link) perr(op string, err error) error {
 }
 
 // waker turns a context's end into an I/O deadline in the past, which is the only
-// way to interrupt a blocked read or write on a net.Conn. One per direction, so
-// its channel and callback are allocated once per link, not per call.
+// way to interrupt a blocked read or write on a net.Conn. There is one per
+// direction. Its context.AfterFunc registration is kept from call to call while
+// the calls' contexts share a Done channel (the usual case: one context per
+// collective or per step), so the steady state registers nothing and allocates
+// nothing; it is released when the context changes and when the link closes.
 type waker struct {
 	conn  *net.TCPConn
 	read  bool
 	fired chan struct{}
 	fn    func()
+	// The registration: the Done channel watched and how to stop watching.
+	done <-chan struct{}
+	stop func() bool
 }
 
 func (w *waker) init(c *net.TCPConn, read bool) {
@@ -114,24 +130,44 @@ func (w *waker) setDeadline(t time.Time) {
 	}
 }
 
-// ioCall is the state of one blocking call: its context, whether the context's
-// deadline (rather than the I/O timeout) is the one set on the connection, and
-// how to stop the context watch.
+// watch makes sure the end of ctx wakes this direction's I/O.
+func (w *waker) watch(ctx context.Context) {
+	d := ctx.Done()
+	if d == w.done {
+		return
+	}
+	w.release()
+	if d != nil {
+		w.done, w.stop = d, context.AfterFunc(ctx, w.fn)
+	}
+}
+
+// release drops the registration. If it already fired, it waits for the
+// callback, so the past deadline it sets cannot land on a later call.
+func (w *waker) release() {
+	if w.stop != nil && !w.stop() {
+		<-w.fired
+	}
+	w.done, w.stop = nil, nil
+}
+
+// ioCall is the state of one blocking call: its context, and whether the
+// context's deadline (rather than the I/O timeout) is the one set on the
+// connection.
 type ioCall struct {
 	ctx      context.Context
 	ctxBound bool
-	stop     func() bool
 }
 
-// arm sets the deadline for a call. The deadline is set before the context watch
-// starts, so a context that ends at any point wins over it.
-func (l *link) arm(w *waker, ctx context.Context) ioCall {
+// arm sets the deadline for a call and watches its context. It fails, before
+// any I/O, if the context has ended: checking after the deadline is set
+// catches a context whose watch fired just before and whose past deadline the
+// new one would otherwise have undone.
+func (l *link) arm(w *waker, ctx context.Context) (ioCall, error) {
 	c := ioCall{ctx: ctx}
+	w.watch(ctx)
 	l.setCallDeadline(w, &c)
-	if ctx.Done() != nil {
-		c.stop = context.AfterFunc(ctx, w.fn)
-	}
-	return c
+	return c, ctx.Err()
 }
 
 func (l *link) setCallDeadline(w *waker, c *ioCall) {
@@ -150,17 +186,8 @@ func (l *link) extend(w *waker, c *ioCall) bool {
 		return false
 	}
 	l.setCallDeadline(w, c)
-	// The context may have ended, and its watch fired, between the check above and
-	// the new deadline, which would then have undone the wake-up.
+	// As in arm: the context may have ended just before the new deadline.
 	return c.ctx.Err() == nil
-}
-
-// disarm stops the context watch. If the watch already fired, it waits for it,
-// so a past deadline it sets cannot land on the next call.
-func disarm(w *waker, c *ioCall) {
-	if c.stop != nil && !c.stop() {
-		<-w.fired
-	}
 }
 
 // classify maps an I/O error to the transport's sentinel errors.
@@ -230,14 +257,13 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	if l.wbroken != nil {
 		return l.perr("send", l.wbroken)
 	}
-	if err := ctx.Err(); err != nil {
+	c, err := l.arm(&l.wwake, ctx)
+	if err != nil {
 		return l.perr("send", err)
 	}
 	hh := *h
 	hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
 
-	c := l.arm(&l.wwake, ctx)
-	var err error
 	if len(payload) <= smallFrame {
 		buf := l.wbuf[:transport.HeaderSize+len(payload)]
 		hh.Encode(buf)
@@ -251,7 +277,6 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 		// Drop the reference so the link does not pin the caller's buffer.
 		l.bufsArr[1], l.bufs = nil, nil
 	}
-	disarm(&l.wwake, &c)
 	if err != nil {
 		l.wbroken = l.classify(&c, err)
 		return l.perr("send", l.wbroken)
@@ -286,16 +311,19 @@ func (l *link) writeBuffers(c *ioCall) error {
 
 // RecvHeader reads and checks the next frame header.
 func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
-	if err := l.recvReady(ctx); err != nil {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	if err := l.recvReady(); err != nil {
 		return err
 	}
 	if l.pending != 0 {
 		return l.perr("recv", fmt.Errorf("%d payload bytes of the previous frame not read", l.pending))
 	}
-	c := l.arm(&l.rwake, ctx)
-	err := l.readHeader(&c, h)
-	disarm(&l.rwake, &c)
+	c, err := l.arm(&l.rwake, ctx)
 	if err != nil {
+		return l.perr("recv", err)
+	}
+	if err = l.readHeader(&c, h); err != nil {
 		err = l.classify(&c, err)
 		// Peek consumes nothing, so a header wait cut short by the context or the
 		// I/O timeout leaves the stream where it was and may be retried; anything
@@ -309,15 +337,12 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	return nil
 }
 
-func (l *link) recvReady(ctx context.Context) error {
+func (l *link) recvReady() error {
 	if l.closed.Load() {
 		return l.perr("recv", transport.ErrLinkClosed)
 	}
 	if l.rbroken != nil {
 		return l.perr("recv", l.rbroken)
-	}
-	if err := ctx.Err(); err != nil {
-		return l.perr("recv", err)
 	}
 	return nil
 }
@@ -351,7 +376,9 @@ func (l *link) readHeader(c *ioCall, h *transport.Header) error {
 // read buffer is drained, bufio hands large reads straight to the socket, so big
 // payloads land in p without an intermediate copy.
 func (l *link) RecvPayload(ctx context.Context, p []byte) error {
-	if err := l.recvReady(ctx); err != nil {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	if err := l.recvReady(); err != nil {
 		return err
 	}
 	if len(p) != l.pending {
@@ -360,10 +387,11 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	if len(p) == 0 {
 		return nil
 	}
-	c := l.arm(&l.rwake, ctx)
-	err := l.readFull(&c, p)
-	disarm(&l.rwake, &c)
+	c, err := l.arm(&l.rwake, ctx)
 	if err != nil {
+		return l.perr("recv", err)
+	}
+	if err = l.readFull(&c, p); err != nil {
 		l.rbroken = l.classify(&c, err)
 		return l.perr("recv", l.rbroken)
 	}

@@ -187,6 +187,33 @@ func TestRecvContextDeadline(t *testing.T) {
 	asPeerError(t, l.RecvHeader(ctx, &h), 1, context.DeadlineExceeded)
 }
 
+// TestCancelWhileIdle: a context that ends between calls fails the next call
+// made with it at once, and a fresh context works.
+func TestCancelWhileIdle(t *testing.T) {
+	checkNoLeaks(t)
+	trs := listenN(t, 2, testConfig())
+	ctx := timeoutCtx(t, 10*time.Second)
+	links := connectAll(t, ctx, trs, "job", 1)
+	a, b := links[0][1], links[1][0]
+	cctx, cancel := context.WithCancel(ctx)
+	if err := send(cctx, a, 1, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(cctx, b, 1, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	asPeerError(t, send(cctx, a, 2, []byte("two")), 1, context.Canceled)
+	var h transport.Header
+	asPeerError(t, b.RecvHeader(cctx, &h), 0, context.Canceled)
+	if err := send(ctx, a, 2, []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(ctx, b, 2, []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCloseWakesRecv(t *testing.T) {
 	checkNoLeaks(t)
 	l, _ := rawWorld(t, listen(t, testConfig()), "job", 1)
@@ -370,11 +397,22 @@ func TestZeroAllocs(t *testing.T) {
 	trs := listenN(t, 2, testConfig())
 	ctx := timeoutCtx(t, 30*time.Second)
 	links := connectAll(t, ctx, trs, "job", 1)
-	for _, n := range []int{0, 4096, 1 << 20} {
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, tc := range []struct {
+		n   int
+		ctx context.Context
+	}{
+		{0, context.Background()},
+		{4096, context.Background()},
+		{1 << 20, context.Background()},
+		{4096, cctx},
+		{1 << 20, ctx}, // with a deadline
+	} {
+		n, bg := tc.n, tc.ctx
 		payload := make([]byte, n)
 		buf := make([]byte, n)
 		h := transport.Header{Kind: transport.FrameData, Length: uint32(n)}
-		bg := context.Background()
 		done := make(chan error, 1)
 		const runs = 50
 		go func() {
@@ -413,7 +451,7 @@ func TestZeroAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 		if allocs != 0 {
-			t.Errorf("%d-byte round trip: %v allocations, want 0", n, allocs)
+			t.Errorf("%d-byte round trip with %v: %v allocations, want 0", n, bg, allocs)
 		}
 	}
 }

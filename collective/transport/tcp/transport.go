@@ -419,7 +419,12 @@ func (t *Transport) unpark(key worldKey, ac *authConn) {
 }
 
 func (t *Transport) reject(ac *authConn, s transport.HandshakeStatus, reason string) {
-	t.log.Info("gorovod tcp: refusing peer", "remote", ac.remote, "rank", ac.hello.From, "epoch", ac.hello.Epoch, "status", s, "reason", reason)
+	level := slog.LevelInfo
+	if !s.Fatal() {
+		// The dialer retries; this is routine while ranks reach a world at different times.
+		level = slog.LevelDebug
+	}
+	t.log.Log(context.Background(), level, "gorovod tcp: refusing peer", "remote", ac.remote, "rank", ac.hello.From, "epoch", ac.hello.Epoch, "status", s, "reason", reason)
 	t.writeVerdict(ac.conn, s, reason)
 	t.drop(ac.conn)
 }

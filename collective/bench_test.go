@@ -1,0 +1,77 @@
+package collective
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/tcp"
+)
+
+// tcpMesh connects a world over real loopback sockets, one transport per rank.
+func tcpMesh(t testing.TB, w transport.World) [][]transport.Link {
+	t.Helper()
+	p := w.Size()
+	ts := make([]*tcp.Transport, p)
+	addrs := make([]string, p)
+	for r := range ts {
+		cfg := tcp.DefaultConfig()
+		cfg.Secret = []byte("collective-test-secret")
+		cfg.IOTimeout = 10 * time.Second
+		tr, err := tcp.Listen(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		ts[r], addrs[r] = tr, tr.Addr()
+	}
+	mesh := make([][]transport.Link, p)
+	errs := make([]error, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := range ts {
+		wg.Go(func() {
+			wr := w
+			wr.Rank, wr.Addrs = r, addrs
+			mesh[r], errs[r] = ts[r].Connect(ctx, wr)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d connect: %v", r, err)
+		}
+	}
+	return mesh
+}
+
+// BenchmarkAllreduceTCP runs float32 sum allreduce among goroutine ranks over
+// loopback TCP; bytes/s is the algorithm bandwidth.
+func BenchmarkAllreduceTCP(b *testing.B) {
+	for _, p := range []int{2, 4} {
+		for _, size := range []int{4 << 10, 256 << 10, 4 << 20, 64 << 20} {
+			b.Run(fmt.Sprintf("p=%d/%dKiB", p, size>>10), func(b *testing.B) {
+				comms := newWorld(b, tcpMesh, p, DefaultConfig())
+				bufs := make([][]float32, p)
+				for r := range bufs {
+					bufs[r] = make([]float32, size/4)
+				}
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				errs := onAll(b, comms, 10*time.Minute, func(ctx context.Context, c *Communicator) error {
+					for range b.N {
+						if err := Allreduce(ctx, c, bufs[c.Rank()], bufs[c.Rank()], Sum); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				noErrors(b, errs)
+			})
+		}
+	}
+}
