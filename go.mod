@@ -2,7 +2,4 @@ module github.com/gorovod/gorovod
 
 go 1.26.8
 
-require (
-	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
-)
+require golang.org/x/sys v0.49.0

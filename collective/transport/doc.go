@@ -9,4 +9,8 @@
 // and the collective it belongs to (sequence number, kind, dtype, op, element
 // count, step), so ranks that call mismatched collectives see an error instead of
 // reducing garbage.
+//
+// handshake.go holds the connection handshake every stream transport runs: fixed
+// size messages (Hello, Challenge, Response, Verdict) with strict decoders, and
+// the HMAC-SHA256 proofs by which both ends show they hold the job secret.
 package transport

@@ -10,6 +10,8 @@
 // generic.go. Both paths give bit-identical results, so ranks running
 // either agree. The one exception is which NaN payload Sum, Prod and Scale
 // propagate when both inputs are NaNs; the result is a NaN either way.
+// Destinations of 16 MiB or more that are not one of the sources are
+// written with non-temporal stores (see streamBytes).
 //
 // Min and Max on floating-point types are symmetric, so min(a,b) and
 // min(b,a) have the same bits even when the inputs differ only in sign of

@@ -24,7 +24,8 @@ type Config struct {
 	// DialRetry is the first retry interval while a peer is not listening yet or
 	// not yet connecting the world; it doubles up to maxDialRetry. Default 5ms.
 	DialRetry time.Duration
-	// ReadBufferSize is the receive buffer of each link. Default 256 KiB.
+	// ReadBufferSize is the receive buffer of each link (at least 4 KiB).
+	// Default 256 KiB.
 	ReadBufferSize int
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF when positive; 0 leaves the
 	// kernel's autotuning alone.
@@ -39,7 +40,7 @@ const (
 	defaultIOTimeout        = 30 * time.Second
 	defaultDialRetry        = 5 * time.Millisecond
 	maxDialRetry            = 200 * time.Millisecond
-	defaultReadBufferSize   = 256 << 10
+	defaultReadBufferSize   = 16384
 	minReadBufferSize       = 4 << 10
 
 	// maxHandshakes bounds handshakes in progress, so a flood of strangers costs

@@ -18,9 +18,15 @@ import (
 // Connect connects this worker to every other rank of w: it dials each lower
 // rank and waits for each higher rank to dial in. It returns one link per rank
 // (links[w.Rank] is nil) or, having closed everything it opened, an error naming
-// the rank that failed: a *transport.HandshakeError when a peer refused or failed
-// authentication, a *transport.PeerError otherwise, including when ctx ends
-// first (its message then lists every rank still missing).
+// the rank that failed: a *transport.HandshakeError when a peer it dialed
+// refused it or failed authentication, a *transport.PeerError otherwise.
+//
+// When ctx ends first, the *transport.PeerError lists every rank still missing
+// and unwraps to ctx's error and to each missing rank's last failure; a higher
+// rank that dialed in but failed authentication shows there as a
+// *transport.HandshakeError. Such a failure does not end Connect by itself:
+// anyone who saw a rank's hello could replay it with a bad proof, and the real
+// rank may still come.
 func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport.Link, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err

@@ -295,7 +295,7 @@ func (t *Transport) precheck(h *transport.Hello) (transport.HandshakeStatus, str
 	case !known && len(t.jobs) > 0:
 		return transport.RejectWrongJob, fmt.Sprintf("job %#x is not served here", h.JobHash)
 	case known && h.Epoch < latest:
-		return transport.RejectStaleEpoch, fmt.Sprintf("stale epoch: epoch %d is older than epoch %d connected here", h.Epoch, latest)
+		return transport.RejectStaleEpoch, fmt.Sprintf("epoch %d is older than epoch %d connected here", h.Epoch, latest)
 	}
 	if pw := t.worlds[worldKey{h.JobHash, h.Epoch}]; pw != nil {
 		return pw.check(h)
@@ -396,7 +396,7 @@ func (t *Transport) route(ac *authConn) {
 	s, reason := t.precheck(&ac.hello)
 	t.mu.Unlock()
 	if s == transport.StatusOK {
-		s, reason = transport.RejectNotReady, "world not ready: this worker is not connecting that world (yet)"
+		s, reason = transport.RejectNotReady, "this worker is not connecting that world (yet)"
 	}
 	t.reject(ac, s, reason)
 }
@@ -441,8 +441,7 @@ func (t *Transport) register(key worldKey, w *transport.World) (*pendingWorld, e
 		return nil, fmt.Errorf("tcp: job %q epoch %d is already being connected on this transport", w.JobID, w.Epoch)
 	}
 	if latest, ok := t.jobs[key.job]; ok && key.epoch < latest {
-		return nil, &transport.HandshakeError{Rank: -1, Fatal: true,
-			Reason: fmt.Sprintf("stale epoch: epoch %d is older than epoch %d already connected on this transport", key.epoch, latest)}
+		return nil, fmt.Errorf("tcp: stale epoch: job %q epoch %d is older than epoch %d already connected on this transport", w.JobID, key.epoch, latest)
 	}
 	t.jobs[key.job] = key.epoch
 	if len(t.jobs) > maxJobs {

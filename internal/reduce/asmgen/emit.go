@@ -108,9 +108,16 @@ func generate(asm, decl io.Writer) {
 }
 
 // text is the whole function. It handles len(dst) rounded down to whole
-// steps; the Go caller finishes the rest. With stream set (and dst 32-byte
-// aligned) the main loop stores around the cache.
+// steps; the Go caller finishes the rest.
 func (k kernel) text() []string {
+	code := k.prologue()
+	code = append(code, k.loop("", "loop", k.unroll, "tail", false)...)
+	code = append(code, k.streamLoop()...)
+	code = append(code, k.loop("tail", "tailloop", 1, "done", false)...)
+	return append(code, "done:", ins("VZEROUPPER"), ins("RET"))
+}
+
+func (k kernel) prologue() []string {
 	code := []string{
 		fmt.Sprintf("// func %s(%s)", k.name, k.params),
 		fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-%d", k.name, k.args),
@@ -126,16 +133,21 @@ func (k kernel) text() []string {
 	if k.stream {
 		code = append(code, ins("CMPB", fmt.Sprintf("stream+%d(FP)", k.args-1), "$0"), ins("JNE", "ntloop"))
 	}
-	code = append(code, k.loop("", "loop", k.unroll, "tail", false)...)
-	if k.stream {
-		code = append(code, ins("JMP", "tail"), "ntloop:")
-		code = append(code, k.loop("", "ntbody", k.unroll, "tail", true)...)
-		// Order the weakly ordered streaming stores before the return,
-		// as runtime·memmove does.
-		code = append(code, ins("SFENCE"))
+	return code
+}
+
+// streamLoop is the main loop again with non-temporal stores, entered when
+// the stream flag is set (dst is then 32-byte aligned); the regular main
+// loop jumps over it.
+func (k kernel) streamLoop() []string {
+	if !k.stream {
+		return nil
 	}
-	code = append(code, k.loop("tail", "tailloop", 1, "done", false)...)
-	return append(code, "done:", ins("VZEROUPPER"), ins("RET"))
+	code := []string{ins("JMP", "tail"), "ntloop:"}
+	code = append(code, k.loop("", "ntbody", k.unroll, "tail", true)...)
+	// Order the weakly ordered streaming stores before returning, as
+	// runtime·memmove does.
+	return append(code, ins("SFENCE"))
 }
 
 // loop emits a bottom-tested loop running n steps per iteration while at
