@@ -259,7 +259,7 @@ func (o *opRun) recursiveDoubling(ctx context.Context, buf memory, nbytes int) e
 			if pn < rem {
 				peer = pn*2 + 1
 			}
-			err := o.exchange(ctx, peer, peer,
+			err := o.exchange(ctx, nbytes,
 				func(ctx context.Context) error { return sendAll(ctx, peer, step) },
 				func(ctx context.Context) error { return o.recv(ctx, peer, step, scratch) })
 			if err != nil {

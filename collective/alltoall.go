@@ -57,7 +57,7 @@ func (c *Communicator) AlltoallV(ctx context.Context, send Buffer, sendCounts []
 		// step keeps every link busy in one direction.
 		for k := 1; k < p; k++ {
 			to, from := (r+k)%p, (r-k+p)%p
-			err := o.exchange(ctx, to, from,
+			err := o.exchange(ctx, max(sendPlan.bytes(to), recvPlan.bytes(from)),
 				func(ctx context.Context) error { return o.sendBlock(ctx, to, k, src, sendPlan, sendCounts[to]) },
 				func(ctx context.Context) error { return o.recvBlock(ctx, from, k, dst, recvPlan, recvCounts[from]) })
 			if err != nil {

@@ -10,7 +10,7 @@ func (c *Communicator) Barrier(ctx context.Context) error {
 		p, r := c.Size(), c.Rank()
 		for k, dist := 0, 1; dist < p; k, dist = k+1, dist*2 {
 			to, from := (r+dist)%p, (r-dist+p)%p
-			err := o.exchange(ctx, to, from,
+			err := o.exchange(ctx, 0,
 				func(ctx context.Context) error { return o.send(ctx, to, k, nil) },
 				func(ctx context.Context) error { return o.recv(ctx, from, k, nil) })
 			if err != nil {

@@ -439,9 +439,16 @@ func (o *opRun) pipeline(ctx context.Context, nSend, nRecv, lag int, send, recv 
 	return nil
 }
 
-// exchange sends to one peer while receiving from another (possibly the same)
-// and returns when both are done.
-func (o *opRun) exchange(ctx context.Context, to, from int, send, recv func(ctx context.Context) error) error {
+// exchange sends n bytes to one peer while receiving from another (possibly the
+// same) and returns when both are done. Small sends complete without the peer
+// reading (transport.InlinePayload), so they go first from this goroutine.
+func (o *opRun) exchange(ctx context.Context, n int, send, recv func(ctx context.Context) error) error {
+	if n <= transport.InlinePayload {
+		if err := send(ctx); err != nil {
+			return err
+		}
+		return recv(ctx)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	sendErr := make(chan error, 1)

@@ -39,6 +39,9 @@ func (pl *segPlan) segment(seg int) (off, n int) {
 	return pl.off[seg] * pl.esz, (pl.off[seg+1] - pl.off[seg]) * pl.esz
 }
 
+// bytes is the size of segment seg in bytes.
+func (pl *segPlan) bytes(seg int) int { return (pl.off[seg+1] - pl.off[seg]) * pl.esz }
+
 // evenCounts splits n elements over p ranks as Horovod does: the first n%p ranks
 // get one more.
 func evenCounts(n, p int) []int {

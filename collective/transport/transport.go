@@ -50,6 +50,13 @@ type Transport interface {
 	Close() error
 }
 
+// InlinePayload is the payload size up to which a Send must complete without the
+// peer receiving, as long as at most a few such frames are outstanding on the
+// link: every transport buffers at least that much. The collectives rely on it to
+// send small frames from the calling goroutine before receiving, which saves a
+// goroutine hand-off on the latency-critical path.
+const InlinePayload = 16 << 10
+
 // Link is an authenticated, ordered, reliable frame stream to one peer.
 //
 // One goroutine may send while another receives; concurrent Send calls are
