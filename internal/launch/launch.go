@@ -13,6 +13,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -33,6 +36,13 @@ type Spec struct {
 	// StopGrace is how long workers get between SIGTERM and SIGKILL when the job
 	// is cancelled. Default 5 s.
 	StopGrace time.Duration
+	// CPUs is how many CPUs the workers share; each gets GOMAXPROCS =
+	// max(1, CPUs/NP) unless the environment already sets GOMAXPROCS. Several
+	// Go runtimes each sized for the whole machine spin and hand goroutines
+	// between threads for nothing (measured: 2 workers on 2 cores move 16 MiB
+	// allreduces 30 % faster with GOMAXPROCS=1), as torchrun sets
+	// OMP_NUM_THREADS=1 for the same reason. Default runtime.NumCPU().
+	CPUs int
 }
 
 // Job is a running set of workers.
@@ -78,6 +88,13 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if spec.Output == nil {
 		spec.Output = defaultOutput
 	}
+	if spec.CPUs <= 0 {
+		spec.CPUs = runtime.NumCPU()
+	}
+	var shareCPUs []string
+	if !slices.ContainsFunc(append(os.Environ(), spec.Env...), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
+		shareCPUs = []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, spec.CPUs/spec.NP))}
+	}
 	rdv, err := rendezvous.Listen("127.0.0.1:0", spec.NP)
 	if err != nil {
 		return nil, err
@@ -87,7 +104,7 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	for rank := range spec.NP {
 		w := envconfig.Worker{JobID: spec.JobID, Rank: rank, Size: spec.NP, Secret: secret, Rendezvous: rdv.Addr()}
 		cmd := exec.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
-		cmd.Env = append(append(os.Environ(), spec.Env...), w.Environ()...)
+		cmd.Env = slices.Concat(os.Environ(), shareCPUs, spec.Env, w.Environ())
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 		cmd.WaitDelay = spec.StopGrace
 		// exec copies the output and Wait waits for the copy to finish, so no
