@@ -69,7 +69,10 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage // flag has said what is wrong
 	}
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "unexpected arguments %q", fs.Args())

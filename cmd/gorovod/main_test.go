@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// binary is the gorovod command built once for the tests: bench re-executes
+// itself as its workers, so the tests need a real executable.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gorovod-cmd-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "gorovod")
+	build := exec.Command("go", "build", "-race", "-o", binary, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		// -race needs cgo; fall back to a plain build.
+		build = exec.Command("go", "build", "-o", binary, ".")
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building gorovod:", err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func runGorovod(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("running gorovod %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestBenchJSONEveryCollective(t *testing.T) {
+	for _, tc := range []struct {
+		op string
+		np int
+	}{
+		{"allreduce", 2}, {"allreduce", 3}, {"broadcast", 3}, {"allgather", 3}, {"reducescatter", 2}, {"alltoall", 3},
+	} {
+		t.Run(fmt.Sprintf("%s/np=%d", tc.op, tc.np), func(t *testing.T) {
+			out, errs, code := runGorovod(t, "bench", tc.op, "--np", fmt.Sprint(tc.np),
+				"--min-bytes", "4K", "--max-bytes", "256K", "--factor", "8", "--iters", "3", "--warmup", "1", "--json")
+			if code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+			}
+			var sizes []int
+			sc := bufio.NewScanner(strings.NewReader(out))
+			for sc.Scan() {
+				var r map[string]any
+				if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+					t.Fatalf("not JSON: %q", sc.Text())
+				}
+				for _, f := range []string{"op", "np", "bytes", "time_us", "algbw_gbps", "busbw_gbps", "correct"} {
+					if _, ok := r[f]; !ok {
+						t.Fatalf("field %q missing in %s", f, sc.Text())
+					}
+				}
+				if r["op"] != tc.op || r["np"] != float64(tc.np) || r["correct"] != true || r["time_us"].(float64) <= 0 {
+					t.Fatalf("bad result %s", sc.Text())
+				}
+				sizes = append(sizes, int(r["bytes"].(float64)))
+			}
+			if len(sizes) != 3 {
+				t.Fatalf("want 3 sizes (4K, 32K, 256K), got %v", sizes)
+			}
+		})
+	}
+}
+
+func TestBenchTable(t *testing.T) {
+	out, errs, code := runGorovod(t, "bench", "allreduce", "--np", "2", "--min-bytes", "4K", "--max-bytes", "4K", "--iters", "2", "--dtype", "bfloat16", "--op", "max")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"busbw(GB/s)", "bfloat16", "max", "yes"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestBadCommandLines(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "Usage"},
+		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"bench", "allsort"}, "unknown collective"},
+		{[]string{"bench", "--np", "0"}, "at least 1"},
+		{[]string{"bench", "--min-bytes", "4Q"}, "bad size"},
+		{[]string{"bench", "--min-bytes", "64M", "--max-bytes", "4K"}, "below"},
+		{[]string{"bench", "--dtype", "float128"}, "unknown dtype"},
+		{[]string{"bench", "--op", "median"}, "unknown reduce op"},
+		{[]string{"bench", "--factor", "1"}, "at least 2"},
+		{[]string{"bench", "--chunk-bytes", "1"}, "ChunkBytes"},
+		{[]string{"bench", "--transport", "carrier-pigeon"}, "not available"},
+		{[]string{"bench", "--bogus"}, "flag provided but not defined"},
+		{[]string{"bench", "allreduce", "extra"}, "unexpected arguments"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, errs, code := runGorovod(t, tc.args...)
+			if code != 2 {
+				t.Fatalf("exit %d, want 2 (stderr %q)", code, errs)
+			}
+			if !strings.Contains(errs, tc.want) {
+				t.Fatalf("stderr %q lacks %q", errs, tc.want)
+			}
+		})
+	}
+}
+
+func TestWorkerOutsideLauncher(t *testing.T) {
+	_, errs, code := runGorovod(t, benchWorkerCommand, `{"op":"allreduce","dtype":"float32","redop":"sum","sizes":[4096],"iters":1,"chunk_bytes":65536,"small_bytes":0}`)
+	if code != 1 || !strings.Contains(errs, "not started by a gorovod launcher") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+}

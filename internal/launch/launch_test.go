@@ -1,0 +1,162 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/internal/rendezvous"
+)
+
+const envChild = "LAUNCH_TEST_CHILD"
+
+// TestMain turns this test binary into a worker when the launcher starts it.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envChild); mode != "" {
+		os.Exit(child(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func child(mode string) int {
+	w, err := envconfig.Load(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	switch mode {
+	case "hello":
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		addrs, err := rendezvous.Join(ctx, w.Rendezvous, w.Rank, fmt.Sprintf("addr-%d", w.Rank))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 4
+		}
+		fmt.Printf("rank %d of %d sees %s GOMAXPROCS=%s\n", w.Rank, w.Size, strings.Join(addrs, ","), os.Getenv("GOMAXPROCS"))
+		fmt.Fprintf(os.Stderr, "no newline at the end")
+		return 0
+	case "fail-odd":
+		if w.Rank%2 == 1 {
+			fmt.Fprintln(os.Stderr, "odd rank failing")
+			return 7
+		}
+		return 0
+	case "hang":
+		fmt.Println("ready")
+		// Stand in for a long computation until the launcher stops us.
+		time.Sleep(time.Hour)
+	}
+	return 5
+}
+
+type lines struct {
+	mu sync.Mutex
+	by map[string][]string
+}
+
+func (l *lines) out(rank int, stream string, line []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := fmt.Sprintf("%d/%s", rank, stream)
+	l.by[k] = append(l.by[k], string(line))
+}
+
+func start(t *testing.T, ctx context.Context, np int, mode string, l *lines) *Job {
+	t.Helper()
+	j, err := Start(ctx, Spec{Argv: []string{os.Args[0]}, NP: np, Env: []string{envChild + "=" + mode}, Output: l.out, CPUs: 8, StopGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func TestWorkersFindEachOtherAndOutputIsRouted(t *testing.T) {
+	l := &lines{by: map[string][]string{}}
+	j := start(t, context.Background(), 3, "hello", l)
+	if err := j.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for r := range 3 {
+		out := l.by[fmt.Sprintf("%d/stdout", r)]
+		want := fmt.Sprintf("rank %d of 3 sees addr-0,addr-1,addr-2 GOMAXPROCS=2", r)
+		if len(out) != 1 || out[0] != want {
+			t.Errorf("rank %d stdout %q, want %q", r, out, want)
+		}
+		if errOut := l.by[fmt.Sprintf("%d/stderr", r)]; len(errOut) != 1 || errOut[0] != "no newline at the end" {
+			t.Errorf("rank %d stderr %q", r, errOut)
+		}
+	}
+}
+
+func TestFailedWorkersAreNamed(t *testing.T) {
+	l := &lines{by: map[string][]string{}}
+	err := start(t, context.Background(), 4, "fail-odd", l).Wait()
+	var failed []int
+	for _, e := range unwrapAll(err) {
+		var ee *ExitError
+		if errors.As(e, &ee) {
+			failed = append(failed, ee.Rank)
+		}
+	}
+	if fmt.Sprint(failed) != "[1 3]" {
+		t.Fatalf("failed ranks %v, err %v", failed, err)
+	}
+}
+
+func unwrapAll(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+func TestCancelStopsWorkers(t *testing.T) {
+	l := &lines{by: map[string][]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	j := start(t, ctx, 2, "hang", l)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l.mu.Lock()
+		ready := len(l.by["0/stdout"]) > 0 && len(l.by["1/stdout"]) > 0
+		l.mu.Unlock()
+		if ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("workers never became ready")
+		}
+		select {
+		case <-j.Done():
+			t.Fatal("workers exited early")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancel()
+	select {
+	case <-j.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancel did not stop the workers")
+	}
+	if err := j.Wait(); err == nil {
+		t.Fatal("stopped workers reported success")
+	}
+}
+
+func TestBadSpecs(t *testing.T) {
+	if _, err := Start(context.Background(), Spec{NP: 1}); err == nil {
+		t.Error("no command accepted")
+	}
+	if _, err := Start(context.Background(), Spec{Argv: []string{"true"}, NP: 0}); err == nil {
+		t.Error("zero workers accepted")
+	}
+	if _, err := Start(context.Background(), Spec{Argv: []string{"/nonexistent/binary"}, NP: 1}); err == nil {
+		t.Error("missing binary accepted")
+	}
+}
