@@ -48,56 +48,58 @@ func TestMismatchedCollectivesAllFail(t *testing.T) {
 				return c.Barrier(ctx)
 			}, ""},
 	}
-	for _, tc := range cases {
-		for _, p := range []int{2, 3, 5} {
-			t.Run(fmt.Sprintf("%s/p=%d", tc.name, p), func(t *testing.T) {
-				comms := newWorld(t, inprocMesh, p, DefaultConfig())
-				start := time.Now()
-				// A disagreement that no frame of the call itself reveals (two
-				// ranks both acting as a broadcast root, one rank running an
-				// extra collective) shows at the next collective.
-				errs := onAll(t, comms, 10*time.Second, func(ctx context.Context, c *Communicator) error {
-					call := tc.call
-					if c.Rank() == 1 {
-						call = tc.odd
+	for _, m := range testMeshes {
+		for _, tc := range cases {
+			for _, p := range []int{2, 3, 5} {
+				t.Run(fmt.Sprintf("%s/%s/p=%d", m.name, tc.name, p), func(t *testing.T) {
+					comms := newWorld(t, m.mk, p, DefaultConfig())
+					start := time.Now()
+					// A disagreement that no frame of the call itself reveals (two
+					// ranks both acting as a broadcast root, one rank running an
+					// extra collective) shows at the next collective.
+					errs := onAll(t, comms, 10*time.Second, func(ctx context.Context, c *Communicator) error {
+						call := tc.call
+						if c.Rank() == 1 {
+							call = tc.odd
+						}
+						if err := call(ctx, c); err != nil {
+							return err
+						}
+						b := f32(3)
+						return c.Allreduce(ctx, b, b, Min)
+					})
+					if el := time.Since(start); el > 5*time.Second {
+						t.Errorf("ranks took %v to fail", el)
 					}
-					if err := call(ctx, c); err != nil {
-						return err
-					}
-					b := f32(3)
-					return c.Allreduce(ctx, b, b, Min)
-				})
-				if el := time.Since(start); el > 5*time.Second {
-					t.Errorf("ranks took %v to fail", el)
-				}
-				sawMismatch := false
-				for r, err := range errs {
-					if err == nil {
-						t.Fatalf("rank %d: no error", r)
-					}
-					if !isTypedFailure(err) {
-						t.Fatalf("rank %d: untyped error %v", r, err)
-					}
-					if errors.Is(err, context.DeadlineExceeded) {
-						t.Fatalf("rank %d: only the deadline stopped it: %v", r, err)
-					}
-					var mm *MismatchError
-					if errors.As(err, &mm) {
-						sawMismatch = true
-						if tc.field != "" && mm.Field != tc.field {
-							t.Errorf("rank %d: mismatch in %q, want %q", r, mm.Field, tc.field)
+					sawMismatch := false
+					for r, err := range errs {
+						if err == nil {
+							t.Fatalf("rank %d: no error", r)
+						}
+						if !isTypedFailure(err) {
+							t.Fatalf("rank %d: untyped error %v", r, err)
+						}
+						if errors.Is(err, context.DeadlineExceeded) {
+							t.Fatalf("rank %d: only the deadline stopped it: %v", r, err)
+						}
+						var mm *MismatchError
+						if errors.As(err, &mm) {
+							sawMismatch = true
+							if tc.field != "" && mm.Field != tc.field {
+								t.Errorf("rank %d: mismatch in %q, want %q", r, mm.Field, tc.field)
+							}
 						}
 					}
-				}
-				if !sawMismatch {
-					t.Fatalf("no rank reported the mismatch: %v", errs)
-				}
-				for r, c := range comms {
-					if c.Err() == nil {
-						t.Fatalf("rank %d: communicator still usable after a mismatch", r)
+					if !sawMismatch {
+						t.Fatalf("no rank reported the mismatch: %v", errs)
 					}
-				}
-			})
+					for r, c := range comms {
+						if c.Err() == nil {
+							t.Fatalf("rank %d: communicator still usable after a mismatch", r)
+						}
+					}
+				})
+			}
 		}
 	}
 }
@@ -165,35 +167,37 @@ func TestAbortWakesBlockedCollective(t *testing.T) {
 }
 
 func TestPeerClosingMidCollective(t *testing.T) {
-	for _, p := range []int{2, 3, 4} {
-		t.Run(fmt.Sprintf("p=%d", p), func(t *testing.T) {
-			comms := newWorld(t, inprocMesh, p, Config{SmallMessageBytes: 0, ChunkBytes: 4096, AbortTimeout: time.Second})
-			victim := p - 1
-			errs := onAll(t, comms, 10*time.Second, func(ctx context.Context, c *Communicator) error {
-				b := HostBuffer(Float32, make([]byte, 4<<20))
-				if c.Rank() == victim {
-					// Take part in the first collective, then vanish mid-way
-					// through the second.
-					if err := c.Allreduce(ctx, b, b, Sum); err != nil {
-						return err
+	for _, m := range testMeshes {
+		for _, p := range []int{2, 3, 4} {
+			t.Run(fmt.Sprintf("%s/p=%d", m.name, p), func(t *testing.T) {
+				comms := newWorld(t, m.mk, p, Config{SmallMessageBytes: 0, ChunkBytes: 4096, AbortTimeout: time.Second})
+				victim := p - 1
+				errs := onAll(t, comms, 10*time.Second, func(ctx context.Context, c *Communicator) error {
+					b := HostBuffer(Float32, make([]byte, 4<<20))
+					if c.Rank() == victim {
+						// Take part in the first collective, then vanish mid-way
+						// through the second.
+						if err := c.Allreduce(ctx, b, b, Sum); err != nil {
+							return err
+						}
+						c.Close()
+						return nil
 					}
-					c.Close()
-					return nil
+					if err := c.Allreduce(ctx, b, b, Sum); err != nil {
+						return fmt.Errorf("first allreduce: %w", err)
+					}
+					return c.Allreduce(ctx, b, b, Sum)
+				})
+				for r, err := range errs {
+					if r == victim {
+						continue
+					}
+					if err == nil || !isTypedFailure(err) || errors.Is(err, context.DeadlineExceeded) {
+						t.Fatalf("rank %d: want a typed failure, got %v", r, err)
+					}
 				}
-				if err := c.Allreduce(ctx, b, b, Sum); err != nil {
-					return fmt.Errorf("first allreduce: %w", err)
-				}
-				return c.Allreduce(ctx, b, b, Sum)
 			})
-			for r, err := range errs {
-				if r == victim {
-					continue
-				}
-				if err == nil || !isTypedFailure(err) || errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("rank %d: want a typed failure, got %v", r, err)
-				}
-			}
-		})
+		}
 	}
 }
 
