@@ -23,33 +23,19 @@ func (c *Communicator) AllgatherV(ctx context.Context, send, recv Buffer, counts
 
 func (c *Communicator) allgather(ctx context.Context, send, recv Buffer, counts []int, variable bool) error {
 	p, r := c.Size(), c.Rank()
-	if err := send.validate("send"); err != nil {
+	// send may be recv's own block (in place), so no overlap check.
+	if err := checkPair(send, recv); err != nil {
 		return err
 	}
-	if err := recv.validate("receive"); err != nil {
+	total, err := sumCounts("allgather", counts, p)
+	if err != nil {
 		return err
-	}
-	if send.DType != recv.DType {
-		return fmt.Errorf("collective: send buffer is %v but receive buffer is %v", send.DType, recv.DType)
-	}
-	if len(counts) != p {
-		return fmt.Errorf("collective: %d counts for a world of %d ranks", len(counts), p)
-	}
-	total := 0
-	for i, n := range counts {
-		if n < 0 {
-			return fmt.Errorf("collective: negative count %d for rank %d", n, i)
-		}
-		total += n
 	}
 	if counts[r] != send.Count {
 		return fmt.Errorf("collective: counts[%d] is %d but the send buffer holds %d elements", r, counts[r], send.Count)
 	}
 	if recv.Count != total {
 		return fmt.Errorf("collective: allgather of %d elements in all into a receive buffer of %d", total, recv.Count)
-	}
-	if (send.Device == nil) != (recv.Device == nil) {
-		return fmt.Errorf("collective: send and receive buffers must both be host or both be device memory")
 	}
 	plan := newSegPlan(counts, send.DType.Size(), c.cfg.ChunkBytes)
 	d := opDesc{coll: collAllgather, dtype: send.DType, count: uint64(total)}

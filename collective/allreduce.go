@@ -51,6 +51,15 @@ func checkReduce(op ReduceOp, send, recv Buffer) error {
 	if !op.Valid() {
 		return fmt.Errorf("collective: invalid reduce op %v", op)
 	}
+	if err := checkPair(send, recv); err != nil {
+		return err
+	}
+	return checkOverlap(send, recv)
+}
+
+// checkPair validates the send and receive buffers of one collective: each
+// well formed, the same dtype, the same memory space.
+func checkPair(send, recv Buffer) error {
 	if err := send.validate("send"); err != nil {
 		return err
 	}
@@ -60,17 +69,32 @@ func checkReduce(op ReduceOp, send, recv Buffer) error {
 	if send.DType != recv.DType {
 		return fmt.Errorf("collective: send buffer is %v but receive buffer is %v", send.DType, recv.DType)
 	}
-	return checkSpaces(send, recv)
-}
-
-func checkSpaces(a, b Buffer) error {
-	if (a.Device == nil) != (b.Device == nil) {
+	if (send.Device == nil) != (recv.Device == nil) {
 		return fmt.Errorf("collective: send and receive buffers must both be host or both be device memory")
 	}
-	if overlaps(a, b) {
+	return nil
+}
+
+func checkOverlap(send, recv Buffer) error {
+	if overlaps(send, recv) {
 		return fmt.Errorf("collective: send and receive buffers overlap without being the same memory")
 	}
 	return nil
+}
+
+// sumCounts checks per-rank element counts and returns their total.
+func sumCounts(what string, counts []int, p int) (int, error) {
+	if len(counts) != p {
+		return 0, fmt.Errorf("collective: %d %s counts for a world of %d ranks", len(counts), what, p)
+	}
+	total := 0
+	for i, n := range counts {
+		if n < 0 {
+			return 0, fmt.Errorf("collective: negative %s count %d for rank %d", what, n, i)
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // Allreduce reduces send across all ranks with op and leaves the result in recv

@@ -21,16 +21,10 @@ func (c *Communicator) Alltoall(ctx context.Context, send, recv Buffer) error {
 // sendCounts[j] must equal rank j's recvCounts[i].
 func (c *Communicator) AlltoallV(ctx context.Context, send Buffer, sendCounts []int, recv Buffer, recvCounts []int) error {
 	p, r := c.Size(), c.Rank()
-	if err := send.validate("send"); err != nil {
+	if err := checkPair(send, recv); err != nil {
 		return err
 	}
-	if err := recv.validate("receive"); err != nil {
-		return err
-	}
-	if send.DType != recv.DType {
-		return fmt.Errorf("collective: send buffer is %v but receive buffer is %v", send.DType, recv.DType)
-	}
-	if err := checkSpaces(send, recv); err != nil {
+	if err := checkOverlap(send, recv); err != nil {
 		return err
 	}
 	if sameMemory(send, recv) && send.Count > 0 {
@@ -71,15 +65,9 @@ func (c *Communicator) AlltoallV(ctx context.Context, send Buffer, sendCounts []
 // countsPlan checks per-rank counts against a buffer and lays the blocks out.
 // Blocks travel in chunks of ChunkBytes independently of the other blocks.
 func countsPlan(what string, counts []int, p, total, esz, chunkBytes int) (segPlan, error) {
-	if len(counts) != p {
-		return segPlan{}, fmt.Errorf("collective: %d %s counts for a world of %d ranks", len(counts), what, p)
-	}
-	sum := 0
-	for i, n := range counts {
-		if n < 0 {
-			return segPlan{}, fmt.Errorf("collective: negative %s count %d for rank %d", what, n, i)
-		}
-		sum += n
+	sum, err := sumCounts(what, counts, p)
+	if err != nil {
+		return segPlan{}, err
 	}
 	if sum != total {
 		return segPlan{}, fmt.Errorf("collective: %s counts add up to %d but the buffer holds %d elements", what, sum, total)

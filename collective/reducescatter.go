@@ -23,15 +23,9 @@ func (c *Communicator) reduceScatter(ctx context.Context, send, recv Buffer, cou
 	if err := checkReduce(op, send, recv); err != nil {
 		return err
 	}
-	if len(counts) != p {
-		return fmt.Errorf("collective: %d counts for a world of %d ranks", len(counts), p)
-	}
-	total := 0
-	for i, n := range counts {
-		if n < 0 {
-			return fmt.Errorf("collective: negative count %d for rank %d", n, i)
-		}
-		total += n
+	total, err := sumCounts("reducescatter", counts, p)
+	if err != nil {
+		return err
 	}
 	if total != send.Count {
 		return fmt.Errorf("collective: counts add up to %d but the send buffer holds %d elements", total, send.Count)
