@@ -3,6 +3,7 @@ package tcp
 import (
 	"errors"
 	"log/slog"
+	"syscall"
 	"time"
 )
 
@@ -27,7 +28,8 @@ type Config struct {
 	// ReadBufferSize is the receive buffer of each link (at least 4 KiB).
 	// Default 256 KiB.
 	ReadBufferSize int
-	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF when positive; 0 leaves the
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF when positive (before connecting,
+	// so the TCP window scale fits them); 0 leaves the
 	// kernel's autotuning alone.
 	SocketBuffer int
 	// Logger receives connection diagnostics. Default: discard.
@@ -99,4 +101,25 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = d.Logger
 	}
 	return c, nil
+}
+
+// socketControl sizes a socket's buffers before it connects or listens. A fixed
+// size skips the kernel's autotuning ramp, which on loopback takes hundreds of
+// large transfers to reach full speed.
+func (c Config) socketControl(network, address string, rc syscall.RawConn) error {
+	n := c.SocketBuffer
+	if n <= 0 {
+		return nil
+	}
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		if serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, n); serr != nil {
+			return
+		}
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, n)
+	})
+	if err != nil {
+		return err
+	}
+	return serr
 }

@@ -249,7 +249,7 @@ func (t *Transport) dialPeer(ctx context.Context, w *transport.World, peer int, 
 // dialOnce makes one connection attempt and runs the dialer's side of the handshake.
 func (t *Transport) dialOnce(ctx context.Context, w *transport.World, peer int, key worldKey) (*link, error) {
 	addr := w.Addrs[peer]
-	d := net.Dialer{Timeout: t.cfg.HandshakeTimeout}
+	d := net.Dialer{Timeout: t.cfg.HandshakeTimeout, Control: t.cfg.socketControl}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, &transport.PeerError{Rank: peer, Addr: addr, Op: "connect", Err: err}

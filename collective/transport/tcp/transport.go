@@ -88,7 +88,9 @@ func Listen(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lc net.ListenConfig
+	// Accepted sockets inherit the listener's buffer sizes, which must be set
+	// before the handshake so the window scale is negotiated for them.
+	lc := net.ListenConfig{Control: cfg.socketControl}
 	ln, err := lc.Listen(context.Background(), "tcp", cfg.ListenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen %s: %w", cfg.ListenAddr, err)
@@ -192,10 +194,6 @@ func (t *Transport) drop(c *net.TCPConn) {
 func (t *Transport) setupConn(c *net.TCPConn) {
 	// Collectives send a frame and wait for an answer; Nagle would hold the frame.
 	_ = c.SetNoDelay(true)
-	if n := t.cfg.SocketBuffer; n > 0 {
-		_ = c.SetReadBuffer(n)
-		_ = c.SetWriteBuffer(n)
-	}
 }
 
 func (t *Transport) serveConn(c *net.TCPConn) {
