@@ -1,0 +1,212 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/collective/transport"
+)
+
+// Config configures a Session.
+type Config struct {
+	JobID      string
+	Self       Member // this worker: its unique name and collective address
+	Collective collective.Config
+	// FusionBytes bounds one fused allreduce (Horovod's fusion threshold).
+	FusionBytes int
+	// RecoveryTimeout bounds the wait for the next world after a failure (for
+	// example while fewer than the minimum number of workers remain).
+	RecoveryTimeout time.Duration
+	Logger          *slog.Logger
+}
+
+// DefaultConfig returns the defaults; JobID and Self must still be set.
+func DefaultConfig() Config {
+	return Config{
+		Collective:      collective.DefaultConfig(),
+		FusionBytes:     DefaultFusionBytes,
+		RecoveryTimeout: 10 * time.Minute,
+	}
+}
+
+// Session is the trainer's handle on the elastic world: it averages gradients
+// among the current members, and at step boundaries moves every member to the
+// next agreed epoch together, bringing joiners up to date and repairing the
+// world after a failure.
+//
+// The training loop:
+//
+//	for sess.Step() < steps {
+//		grads := compute(params, batch)
+//		if err := sess.Allreduce(ctx, grads); errors.Is(err, sync.ErrWorldChanged) {
+//			continue // state was re-synchronized: recompute this step
+//		} else if err != nil {
+//			return err
+//		}
+//		apply(params, grads)
+//		if err := sess.Commit(ctx); err != nil {
+//			return err
+//		}
+//	}
+type Session struct {
+	cfg   Config
+	t     transport.Transport
+	src   EpochSource
+	state *TrainState
+	fuser *Fuser
+	log   *slog.Logger
+
+	epoch Epoch
+	comm  *collective.Communicator
+}
+
+// Join waits for the first epoch that includes cfg.Self, connects to its
+// members and receives the current state from its rank 0 (the oldest member).
+func Join(ctx context.Context, cfg Config, t transport.Transport, src EpochSource, state *TrainState) (*Session, error) {
+	if cfg.JobID == "" || cfg.Self.Name == "" || cfg.Self.Addr == "" {
+		return nil, errors.New("sync: Config needs JobID and Self (name and address)")
+	}
+	if err := cfg.Collective.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Session{cfg: cfg, t: t, src: src, state: state, fuser: NewFuser(cfg.FusionBytes), log: log.With("worker", cfg.Self.Name)}
+	if err := s.advance(ctx, 0); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Rank is this worker's rank in the current epoch.
+func (s *Session) Rank() int { return s.comm.Rank() }
+
+// Size is the number of workers in the current epoch.
+func (s *Session) Size() int { return s.comm.Size() }
+
+// Epoch is the current world epoch.
+func (s *Session) Epoch() Epoch { return s.epoch }
+
+// Step is the number of committed steps, identical on every worker.
+func (s *Session) Step() int64 { return s.state.Step }
+
+// Communicator is the current epoch's communicator, for collectives beyond
+// gradient averaging. It is replaced at epoch changes.
+func (s *Session) Communicator() *collective.Communicator { return s.comm }
+
+// Allreduce averages the gradient tensors in place across the current world.
+// If the world breaks meanwhile, the session rebuilds it, re-synchronizes the
+// state from the new rank 0 and returns ErrWorldChanged.
+func (s *Session) Allreduce(ctx context.Context, grads [][]float32) error {
+	err := s.fuser.Allreduce(ctx, s.comm, grads, collective.Average)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	if rerr := s.recover(ctx, err); rerr != nil {
+		return rerr
+	}
+	return ErrWorldChanged
+}
+
+// Commit ends a step on this worker: it counts the step and, if a newer epoch
+// has been agreed, moves every member to it at this same boundary (all members
+// learn of it from one tiny allreduce, so none finishes a step in another
+// world). A failure found here is repaired before Commit returns.
+func (s *Session) Commit(ctx context.Context) error {
+	s.state.Step++
+	latest := []int64{int64(s.src.Latest())}
+	if err := collective.Allreduce(ctx, s.comm, latest, latest, collective.Max); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return s.recover(ctx, err)
+	}
+	if uint64(latest[0]) <= s.epoch.Number {
+		return nil
+	}
+	s.comm.Close()
+	return s.advance(ctx, s.epoch.Number)
+}
+
+// Close leaves the current world's communicator. Leaving the job for good is
+// the membership layer's business (a graceful leave starts the next epoch).
+func (s *Session) Close() error {
+	if s.comm != nil {
+		return s.comm.Close()
+	}
+	return nil
+}
+
+// recover handles a collective failure: report it, drop the broken world and
+// join the next one.
+func (s *Session) recover(ctx context.Context, cause error) error {
+	blamed := Member{}
+	var pe *collective.PeerError
+	if errors.As(cause, &pe) && pe.Rank >= 0 && pe.Rank < len(s.epoch.Members) {
+		blamed = s.epoch.Members[pe.Rank]
+	}
+	s.log.Warn("collective failed; waiting for the next world", "epoch", s.epoch.Number, "blamed", blamed.Name, "err", cause)
+	s.src.ReportFailure(s.epoch.Number, blamed, cause)
+	s.comm.Abort(cause)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RecoveryTimeout)
+	defer cancel()
+	if err := s.advance(ctx, s.epoch.Number); err != nil {
+		return fmt.Errorf("sync: recovering from %v: %w", cause, err)
+	}
+	return nil
+}
+
+// advance moves to the newest epoch after the given one: connect its members,
+// then copy the state from its rank 0. A failure on the way moves on to the
+// epoch after that.
+func (s *Session) advance(ctx context.Context, after uint64) error {
+	for {
+		ep, err := s.src.Await(ctx, after)
+		if err != nil {
+			return err
+		}
+		rank := ep.Rank(s.cfg.Self.Name)
+		if rank < 0 {
+			if s.comm == nil {
+				// Not admitted yet: a joiner waits for an epoch with it.
+				after = ep.Number
+				continue
+			}
+			return fmt.Errorf("%w (%v)", ErrExcluded, ep)
+		}
+		start := time.Now()
+		w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
+		comm, err := collective.New(ctx, s.t, w, s.cfg.Collective)
+		if err == nil {
+			if err = s.state.broadcast(ctx, comm, 0); err != nil {
+				comm.Abort(err)
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			s.log.Warn("entering the next world failed", "epoch", ep.Number, "err", err)
+			var pe *collective.PeerError
+			blamed := Member{}
+			if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < len(ep.Members) {
+				blamed = ep.Members[pe.Rank]
+			}
+			s.src.ReportFailure(ep.Number, blamed, err)
+			after = ep.Number
+			continue
+		}
+		s.epoch, s.comm = ep, comm
+		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", time.Since(start))
+		return nil
+	}
+}

@@ -1,0 +1,292 @@
+package sync
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective/transport/tcp"
+)
+
+// toyWorker trains a small linear model whose gradient depends on the rank and
+// step, so that any disagreement between workers shows in the parameters.
+type toyWorker struct {
+	name   string
+	params []float32
+	state  *TrainState
+	sess   *Session
+	tr     *tcp.Transport
+}
+
+type stepRecord struct {
+	worker string
+	epoch  uint64
+	size   int
+	step   int64
+	hash   [32]byte
+}
+
+type recorder struct {
+	mu   stdsync.Mutex
+	recs []stepRecord
+}
+
+func (r *recorder) add(rec stepRecord) {
+	r.mu.Lock()
+	r.recs = append(r.recs, rec)
+	r.mu.Unlock()
+}
+
+func hashParams(p []float32) [32]byte {
+	b := make([]byte, 4*len(p))
+	for i, v := range p {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return sha256.Sum256(b)
+}
+
+func startToy(t *testing.T, name string, coord *Coordinator) *toyWorker {
+	t.Helper()
+	cfg := tcp.DefaultConfig()
+	cfg.Secret = []byte("sync-test-secret")
+	cfg.IOTimeout = 2 * time.Second
+	tr, err := tcp.Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	w := &toyWorker{name: name, params: make([]float32, 3000), state: NewTrainState(), tr: tr}
+	w.state.RegisterTensor("params", w.params)
+	coord.Add(Member{Name: name, Addr: tr.Addr()})
+	return w
+}
+
+// train runs steps until the session's step counter reaches until. stop, if
+// set, is consulted before each step: returning true makes the worker vanish
+// there (its links close abruptly, as if the process were killed).
+func (w *toyWorker) train(ctx context.Context, coord *Coordinator, until int64, rec *recorder, vanish func(step int64) bool) error {
+	sc := DefaultConfig()
+	sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
+	sc.FusionBytes = 4096
+	sess, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+	if err != nil {
+		return err
+	}
+	w.sess = sess
+	defer sess.Close()
+	grads := [][]float32{make([]float32, 1000), make([]float32, 2000)}
+	lastStep := sess.Step()
+	for sess.Step() < until {
+		if vanish != nil && vanish(sess.Step()) {
+			sess.Communicator().Abort(errors.New("killed"))
+			w.tr.Close()
+			return nil
+		}
+		step := sess.Step()
+		if step < lastStep-1 {
+			return fmt.Errorf("step went back from %d to %d", lastStep, step)
+		}
+		lastStep = step
+		for i := range grads[0] {
+			grads[0][i] = float32((i+sess.Rank()+int(step))%7) - 3
+		}
+		for i := range grads[1] {
+			grads[1][i] = float32(sess.Rank()) * 0.5
+		}
+		err := sess.Allreduce(ctx, grads)
+		if errors.Is(err, ErrWorldChanged) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for i := range w.params {
+			g := grads[0][i%1000]
+			if i >= 1000 {
+				g = grads[1][i-1000]
+			}
+			w.params[i] -= 0.01 * g
+		}
+		if err := sess.Commit(ctx); err != nil {
+			if errors.Is(err, ErrExcluded) {
+				return nil
+			}
+			return err
+		}
+		rec.add(stepRecord{w.name, sess.Epoch().Number, sess.Size(), sess.Step(), hashParams(w.params)})
+	}
+	return nil
+}
+
+// waitEpoch blocks until the coordinator has proposed an epoch for which ok
+// holds, so a test can make a change take effect at a known step.
+func waitEpoch(t *testing.T, coord *Coordinator, ok func(Epoch) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var after uint64
+	for {
+		ep, err := coord.View("test").Await(ctx, after)
+		if err != nil {
+			t.Errorf("waiting for an epoch: %v", err)
+			return
+		}
+		if ok(ep) {
+			return
+		}
+		after = ep.Number
+	}
+}
+
+// agree checks that every worker that recorded a step holds the same
+// parameters there.
+func agree(t *testing.T, rec *recorder) map[int64]int {
+	t.Helper()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	first := map[int64]stepRecord{}
+	workers := map[int64]int{}
+	for _, r := range rec.recs {
+		f, ok := first[r.step]
+		if !ok {
+			first[r.step] = r
+			workers[r.step] = 1
+			continue
+		}
+		workers[r.step]++
+		if f.hash != r.hash {
+			t.Fatalf("step %d: %s (epoch %d) and %s (epoch %d) hold different parameters", r.step, f.worker, f.epoch, r.worker, r.epoch)
+		}
+	}
+	return workers
+}
+
+func runToys(t *testing.T, workers []*toyWorker, coord *Coordinator, until int64, rec *recorder, vanish map[string]func(int64) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errs := make([]error, len(workers))
+	var wg stdsync.WaitGroup
+	for i, w := range workers {
+		wg.Go(func() { errs[i] = w.train(ctx, coord, until, rec, vanish[w.name]) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v", workers[i].name, err)
+		}
+	}
+}
+
+func TestWorkersAgreeEveryStep(t *testing.T) {
+	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 3})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go coord.Run(ctx)
+	var ws []*toyWorker
+	for i := range 3 {
+		ws = append(ws, startToy(t, fmt.Sprintf("w%d", i), coord))
+	}
+	rec := &recorder{}
+	runToys(t, ws, coord, 20, rec, nil)
+	if n := agree(t, rec); n[20] != 3 {
+		t.Fatalf("step 20 recorded by %d workers", n[20])
+	}
+}
+
+func TestJoinMidRunGetsState(t *testing.T) {
+	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go coord.Run(ctx)
+	ws := []*toyWorker{startToy(t, "w0", coord), startToy(t, "w1", coord)}
+	rec := &recorder{}
+	var late *toyWorker
+	var once stdsync.Once
+	joined := make(chan struct{})
+	// The joiner is admitted once the others have made progress.
+	vanish := map[string]func(int64) bool{"w0": func(step int64) bool {
+		if step == 5 {
+			once.Do(func() {
+				late = startToy(t, "w2", coord)
+				close(joined)
+				waitEpoch(t, coord, func(e Epoch) bool { return e.Rank("w2") >= 0 })
+			})
+		}
+		return false
+	}}
+	var lateErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-joined
+		lctx, lcancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer lcancel()
+		lateErr = late.train(lctx, coord, 30, rec, nil)
+	}()
+	runToys(t, ws, coord, 30, rec, vanish)
+	<-done
+	if lateErr != nil {
+		t.Fatalf("joiner: %v", lateErr)
+	}
+	n := agree(t, rec)
+	if n[30] != 3 {
+		t.Fatalf("step 30 recorded by %d workers, want 3 (joiner included)", n[30])
+	}
+}
+
+func TestWorkerVanishingMidRun(t *testing.T) {
+	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go coord.Run(ctx)
+	var ws []*toyWorker
+	for i := range 4 {
+		ws = append(ws, startToy(t, fmt.Sprintf("w%d", i), coord))
+	}
+	rec := &recorder{}
+	runToys(t, ws, coord, 25, rec, map[string]func(int64) bool{
+		"w2": func(step int64) bool { return step == 10 },
+	})
+	n := agree(t, rec)
+	if n[25] != 3 {
+		t.Fatalf("step 25 recorded by %d workers, want the 3 survivors", n[25])
+	}
+	if coord.Current().Rank("w2") >= 0 {
+		t.Fatal("the vanished worker is still a member")
+	}
+}
+
+func TestGracefulRemoval(t *testing.T) {
+	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go coord.Run(ctx)
+	var ws []*toyWorker
+	for i := range 3 {
+		ws = append(ws, startToy(t, fmt.Sprintf("w%d", i), coord))
+	}
+	rec := &recorder{}
+	var once stdsync.Once
+	runToys(t, ws, coord, 20, rec, map[string]func(int64) bool{
+		"w0": func(step int64) bool {
+			if step == 8 {
+				once.Do(func() {
+					coord.Remove("w1")
+					waitEpoch(t, coord, func(e Epoch) bool { return e.Rank("w1") < 0 })
+				})
+			}
+			return false
+		},
+	})
+	n := agree(t, rec)
+	if n[20] != 2 {
+		t.Fatalf("step 20 recorded by %d workers, want 2", n[20])
+	}
+}
