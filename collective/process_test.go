@@ -223,9 +223,14 @@ func startProcesses(t *testing.T, np int, scenario string) *processJob {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
+	env, stop, err := launch.FixedWorld(launch.NewJobID(), np)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
 	job, err := launch.Start(ctx, launch.Spec{
 		Argv: []string{os.Args[0]}, NP: np, Output: output, StopGrace: time.Second,
-		Env: []string{envWorkerScenario + "=" + scenario},
+		Env: func(i int) []string { return append(env(i), envWorkerScenario+"="+scenario) },
 	})
 	if err != nil {
 		t.Fatal(err)

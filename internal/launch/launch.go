@@ -1,8 +1,7 @@
-// Package launch starts a job's worker processes on this host: it runs the
-// rendezvous the workers find each other through, hands each its rank, job id
-// and secret in the environment, routes every line they print through one
-// callback, and stops them all on cancellation. `gorovod bench` and `gorovod run`
-// launch through it.
+// Package launch runs a job's worker processes on this host: it starts them with
+// the environment the caller gives each, routes every line they print through
+// one callback, adds workers while the job runs, and stops them all on
+// cancellation. `gorovod bench` and `gorovod run` launch through it.
 package launch
 
 import (
@@ -26,13 +25,14 @@ import (
 
 // Spec describes a job to launch.
 type Spec struct {
-	Argv  []string // the worker command
-	NP    int      // number of workers
-	JobID string   // default: a random id
-	Env   []string // extra NAME=value entries
+	Argv []string // the worker command
+	NP   int      // workers started at once
+	// Env returns the extra NAME=value entries of worker i (added after this
+	// process's environment).
+	Env func(i int) []string
 	// Output receives every line a worker prints (stream is "stdout" or
-	// "stderr"). Default: "[rank] line" to this process's stdout / stderr.
-	Output func(rank int, stream string, line []byte)
+	// "stderr"). Default: "[i] line" to this process's stdout / stderr.
+	Output func(i int, stream string, line []byte)
 	// StopGrace is how long workers get between SIGTERM and SIGKILL when the job
 	// is cancelled. Default 5 s.
 	StopGrace time.Duration
@@ -47,20 +47,25 @@ type Spec struct {
 
 // Job is a running set of workers.
 type Job struct {
-	spec  Spec
-	rdv   *rendezvous.Server
-	procs []*exec.Cmd
-	errs  []error
-	done  chan struct{}
+	ctx       context.Context
+	spec      Spec
+	shareCPUs []string
+
+	mu      sync.Mutex
+	procs   []*exec.Cmd
+	errs    []error
+	running int  // workers not exited yet
+	ended   bool // every worker has exited; no more can be added
+	done    chan struct{}
 }
 
 // ExitError is a worker that failed.
 type ExitError struct {
-	Rank int
-	Err  error
+	Worker int
+	Err    error
 }
 
-func (e *ExitError) Error() string { return fmt.Sprintf("worker rank %d: %v", e.Rank, e.Err) }
+func (e *ExitError) Error() string { return fmt.Sprintf("worker %d: %v", e.Worker, e.Err) }
 func (e *ExitError) Unwrap() error { return e.Err }
 
 // NewSecret returns a fresh random job secret.
@@ -70,8 +75,11 @@ func NewSecret() []byte {
 	return b
 }
 
-// Start launches the workers. Cancelling ctx stops them (SIGTERM, then SIGKILL
-// after StopGrace).
+// NewJobID returns a fresh job id.
+func NewJobID() string { return fmt.Sprintf("job-%x", NewSecret()[:6]) }
+
+// Start launches the first spec.NP workers. Cancelling ctx stops them all
+// (SIGTERM, then SIGKILL after StopGrace).
 func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if len(spec.Argv) == 0 {
 		return nil, errors.New("launch: no worker command")
@@ -79,53 +87,80 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if spec.NP < 1 {
 		return nil, fmt.Errorf("launch: --np %d must be at least 1", spec.NP)
 	}
-	if spec.JobID == "" {
-		spec.JobID = fmt.Sprintf("job-%x", NewSecret()[:6])
-	}
 	if spec.StopGrace <= 0 {
 		spec.StopGrace = 5 * time.Second
 	}
 	if spec.Output == nil {
 		spec.Output = defaultOutput
 	}
+	if spec.Env == nil {
+		spec.Env = func(int) []string { return nil }
+	}
 	if spec.CPUs <= 0 {
 		spec.CPUs = runtime.NumCPU()
 	}
-	var shareCPUs []string
-	if !slices.ContainsFunc(append(os.Environ(), spec.Env...), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
-		shareCPUs = []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, spec.CPUs/spec.NP))}
+	j := &Job{ctx: ctx, spec: spec, done: make(chan struct{})}
+	if !slices.ContainsFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
+		j.shareCPUs = []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, spec.CPUs/spec.NP))}
 	}
-	rdv, err := rendezvous.Listen("127.0.0.1:0", spec.NP)
-	if err != nil {
-		return nil, err
-	}
-	j := &Job{spec: spec, rdv: rdv, errs: make([]error, spec.NP), done: make(chan struct{})}
-	secret := NewSecret()
-	for rank := range spec.NP {
-		w := envconfig.Worker{JobID: spec.JobID, Rank: rank, Size: spec.NP, Secret: secret, Rendezvous: rdv.Addr()}
-		cmd := exec.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
-		cmd.Env = slices.Concat(os.Environ(), shareCPUs, spec.Env, w.Environ())
-		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-		cmd.WaitDelay = spec.StopGrace
-		// exec copies the output and Wait waits for the copy to finish, so no
-		// line printed just before exit is lost.
-		cmd.Stdout = &lineWriter{rank: rank, stream: "stdout", out: spec.Output}
-		cmd.Stderr = &lineWriter{rank: rank, stream: "stderr", out: spec.Output}
-		if err := cmd.Start(); err != nil {
-			j.kill()
-			return nil, fmt.Errorf("launch: starting rank %d: %w", rank, err)
+	for range spec.NP {
+		if _, err := j.Add(); err != nil {
+			j.Signal(syscall.SIGKILL)
+			<-j.done
+			return nil, err
 		}
-		j.procs = append(j.procs, cmd)
 	}
-	go j.wait()
 	return j, nil
 }
 
-// JobID is the launched job's id.
-func (j *Job) JobID() string { return j.spec.JobID }
+// Add starts one more worker and returns its index.
+func (j *Job) Add() (int, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ended {
+		return 0, errors.New("launch: the job has ended")
+	}
+	i := len(j.procs)
+	cmd := exec.CommandContext(j.ctx, j.spec.Argv[0], j.spec.Argv[1:]...)
+	cmd.Env = slices.Concat(os.Environ(), j.shareCPUs, j.spec.Env(i))
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = j.spec.StopGrace
+	// exec copies the output and Wait waits for the copy to finish, so no
+	// line printed just before exit is lost.
+	stdout := &lineWriter{worker: i, stream: "stdout", out: j.spec.Output}
+	stderr := &lineWriter{worker: i, stream: "stderr", out: j.spec.Output}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		if j.running == 0 {
+			j.ended = true
+			close(j.done)
+		}
+		return 0, fmt.Errorf("launch: starting worker %d: %w", i, err)
+	}
+	j.procs = append(j.procs, cmd)
+	j.errs = append(j.errs, nil)
+	j.running++
+	go func() {
+		err := cmd.Wait()
+		stdout.flush()
+		stderr.flush()
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if err != nil {
+			j.errs[i] = &ExitError{Worker: i, Err: err}
+		}
+		if j.running--; j.running == 0 {
+			j.ended = true
+			close(j.done)
+		}
+	}()
+	return i, nil
+}
 
-// PIDs returns the workers' process ids by rank.
+// PIDs returns the workers' process ids by index.
 func (j *Job) PIDs() []int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	pids := make([]int, len(j.procs))
 	for i, p := range j.procs {
 		pids[i] = p.Process.Pid
@@ -135,24 +170,35 @@ func (j *Job) PIDs() []int {
 
 // Signal sends sig to every worker.
 func (j *Job) Signal(sig os.Signal) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	for _, p := range j.procs {
 		_ = p.Process.Signal(sig)
 	}
 }
 
-func (j *Job) kill() {
-	for _, p := range j.procs {
-		_ = p.Process.Kill()
-		_ = p.Wait()
-	}
-	_ = j.rdv.Close()
+// Done is closed once every worker has exited and its output is drained.
+func (j *Job) Done() <-chan struct{} { return j.done }
+
+// Wait waits for every worker and returns the failures, one *ExitError per
+// failed worker, joined.
+func (j *Job) Wait() error {
+	<-j.done
+	return errors.Join(j.Errors()...)
+}
+
+// Errors returns each worker's exit error (nil for success or still running).
+func (j *Job) Errors() []error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.errs)
 }
 
 // lineWriter hands complete lines to out; a line longer than maxLine is cut.
 type lineWriter struct {
-	rank   int
+	worker int
 	stream string
-	out    func(rank int, stream string, line []byte)
+	out    func(i int, stream string, line []byte)
 	buf    []byte
 }
 
@@ -165,7 +211,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		w.out(w.rank, w.stream, w.buf[:i])
+		w.out(w.worker, w.stream, w.buf[:i])
 		w.buf = w.buf[i+1:]
 	}
 	if len(w.buf) > maxLine {
@@ -177,42 +223,31 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 // flush emits a last line that had no newline.
 func (w *lineWriter) flush() {
 	if len(w.buf) > 0 {
-		w.out(w.rank, w.stream, w.buf)
+		w.out(w.worker, w.stream, w.buf)
 		w.buf = nil
 	}
 }
 
-func (j *Job) wait() {
-	var wg sync.WaitGroup
-	for rank, p := range j.procs {
-		wg.Go(func() {
-			err := p.Wait()
-			p.Stdout.(*lineWriter).flush()
-			p.Stderr.(*lineWriter).flush()
-			if err != nil {
-				j.errs[rank] = &ExitError{Rank: rank, Err: err}
-			}
-		})
-	}
-	wg.Wait()
-	_ = j.rdv.Close()
-	close(j.done)
-}
-
-// Done is closed once every worker has exited and its output is drained.
-func (j *Job) Done() <-chan struct{} { return j.done }
-
-// Wait waits for every worker and returns the failures, one *ExitError per
-// failed rank, joined.
-func (j *Job) Wait() error {
-	<-j.done
-	return errors.Join(j.errs...)
-}
-
-func defaultOutput(rank int, stream string, line []byte) {
+func defaultOutput(i int, stream string, line []byte) {
 	w := os.Stdout
 	if stream == "stderr" {
 		w = os.Stderr
 	}
-	fmt.Fprintf(w, "[%d] %s\n", rank, line)
+	fmt.Fprintf(w, "[%d] %s\n", i, line)
+}
+
+// FixedWorld prepares a fixed-size job of np workers that find each other
+// through a rendezvous server: Env gives worker i rank i, the job id, a fresh
+// secret and the server's address. Call stop when the job has ended.
+func FixedWorld(jobID string, np int) (env func(i int) []string, stop func(), err error) {
+	rdv, err := rendezvous.Listen("127.0.0.1:0", np)
+	if err != nil {
+		return nil, nil, err
+	}
+	secret := NewSecret()
+	env = func(i int) []string {
+		w := envconfig.Worker{JobID: jobID, Rank: i, Size: np, Secret: secret, Rendezvous: rdv.Addr()}
+		return w.Environ()
+	}
+	return env, func() { _ = rdv.Close() }, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,13 +26,13 @@ func TestMain(m *testing.M) {
 }
 
 func child(mode string) int {
-	w, err := envconfig.Load(os.Getenv)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 3
-	}
 	switch mode {
 	case "hello":
+		w, err := envconfig.Load(os.Getenv)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 3
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		addrs, err := rendezvous.Join(ctx, w.Rendezvous, w.Rank, fmt.Sprintf("addr-%d", w.Rank))
@@ -43,6 +44,10 @@ func child(mode string) int {
 		fmt.Fprintf(os.Stderr, "no newline at the end")
 		return 0
 	case "fail-odd":
+		w, err := envconfig.Load(os.Getenv)
+		if err != nil {
+			return 3
+		}
 		if w.Rank%2 == 1 {
 			fmt.Fprintln(os.Stderr, "odd rank failing")
 			return 7
@@ -70,7 +75,17 @@ func (l *lines) out(rank int, stream string, line []byte) {
 
 func start(t *testing.T, ctx context.Context, np int, mode string, l *lines) *Job {
 	t.Helper()
-	j, err := Start(ctx, Spec{Argv: []string{os.Args[0]}, NP: np, Env: []string{envChild + "=" + mode}, Output: l.out, CPUs: 8, StopGrace: time.Second})
+	rdv, err := rendezvous.Listen("127.0.0.1:0", np)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdv.Close() })
+	secret := NewSecret()
+	env := func(i int) []string {
+		w := envconfig.Worker{JobID: "launch-test", Rank: i, Size: np, Secret: secret, Rendezvous: rdv.Addr()}
+		return append(w.Environ(), envChild+"="+mode)
+	}
+	j, err := Start(ctx, Spec{Argv: []string{os.Args[0]}, NP: np, Env: env, Output: l.out, CPUs: 8, StopGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +117,7 @@ func TestFailedWorkersAreNamed(t *testing.T) {
 	for _, e := range unwrapAll(err) {
 		var ee *ExitError
 		if errors.As(e, &ee) {
-			failed = append(failed, ee.Rank)
+			failed = append(failed, ee.Worker)
 		}
 	}
 	if fmt.Sprint(failed) != "[1 3]" {
@@ -146,6 +161,27 @@ func TestCancelStopsWorkers(t *testing.T) {
 	}
 	if err := j.Wait(); err == nil {
 		t.Fatal("stopped workers reported success")
+	}
+}
+
+func TestAddWorkerWhileRunning(t *testing.T) {
+	l := &lines{by: map[string][]string{}}
+	j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 1, Output: l.out,
+		Env: func(i int) []string { return []string{envChild + "=hang"} }, StopGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, err := j.Add()
+	if err != nil || i != 1 {
+		t.Fatalf("Add = %d, %v", i, err)
+	}
+	if len(j.PIDs()) != 2 {
+		t.Fatalf("%d workers", len(j.PIDs()))
+	}
+	j.Signal(syscall.SIGKILL)
+	<-j.Done()
+	if _, err := j.Add(); err == nil {
+		t.Fatal("Add after the job ended succeeded")
 	}
 }
 
