@@ -15,7 +15,10 @@ type CoordinatorConfig struct {
 	Coalesce time.Duration
 	// MinWorkers: no epoch with fewer members is proposed; the job waits.
 	MinWorkers int
-	Logger     *slog.Logger
+	// OnEpoch, if set, is called with every proposed epoch, in order, from the
+	// goroutine running Run.
+	OnEpoch func(Epoch)
+	Logger  *slog.Logger
 }
 
 // Coordinator is the single proposer of world epochs: it turns membership
@@ -96,30 +99,33 @@ func (c *Coordinator) Run(ctx context.Context) {
 		case <-c.wake:
 			timer.Reset(c.cfg.Coalesce)
 		case <-timer.C:
-			c.propose()
+			if e, ok := c.propose(); ok && c.cfg.OnEpoch != nil {
+				c.cfg.OnEpoch(e)
+			}
 		}
 	}
 }
 
-func (c *Coordinator) propose() {
+func (c *Coordinator) propose() (Epoch, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.dirty {
-		return
+		return Epoch{}, false
 	}
 	if len(c.members) < c.cfg.MinWorkers {
-		c.log.Warn("waiting for workers", "have", len(c.members), "min", c.cfg.MinWorkers)
-		return
+		c.log.Warn("waiting for enough workers to form a world", "have", len(c.members), "min", c.cfg.MinWorkers)
+		return Epoch{}, false
 	}
 	if slices.Equal(c.members, c.current.Members) {
 		c.dirty = false
-		return
+		return Epoch{}, false
 	}
 	c.dirty = false
 	c.current = Epoch{Number: c.current.Number + 1, Members: slices.Clone(c.members)}
 	c.log.Info("proposed", "epoch", c.current.Number, "size", len(c.current.Members))
 	close(c.newer)
 	c.newer = make(chan struct{})
+	return c.current, true
 }
 
 // View is the EpochSource of the worker named name.

@@ -67,9 +67,7 @@ func startToy(t *testing.T, name string, coord *Coordinator) *toyWorker {
 	return w
 }
 
-// train runs steps until the session's step counter reaches until. stop, if
-// set, is consulted before each step: returning true makes the worker vanish
-// there (its links close abruptly, as if the process were killed).
+// train joins through coord and runs the toy loop.
 func (w *toyWorker) train(ctx context.Context, coord *Coordinator, until int64, rec *recorder, vanish func(step int64) bool) error {
 	sc := DefaultConfig()
 	sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
@@ -78,14 +76,22 @@ func (w *toyWorker) train(ctx context.Context, coord *Coordinator, until int64, 
 	if err != nil {
 		return err
 	}
-	w.sess = sess
 	defer sess.Close()
+	return toyLoop(ctx, sess, w.name, w.params, until, rec, vanish, func() {
+		sess.Communicator().Abort(errors.New("killed"))
+		w.tr.Close()
+	})
+}
+
+// toyLoop trains until the session's step counter reaches until. vanish, if
+// set, is consulted before each step: returning true makes the worker vanish
+// there through kill (its links close abruptly, as if the process died).
+func toyLoop(ctx context.Context, sess *Session, name string, params []float32, until int64, rec *recorder, vanish func(step int64) bool, kill func()) error {
 	grads := [][]float32{make([]float32, 1000), make([]float32, 2000)}
 	lastStep := sess.Step()
 	for sess.Step() < until {
 		if vanish != nil && vanish(sess.Step()) {
-			sess.Communicator().Abort(errors.New("killed"))
-			w.tr.Close()
+			kill()
 			return nil
 		}
 		step := sess.Step()
@@ -106,12 +112,12 @@ func (w *toyWorker) train(ctx context.Context, coord *Coordinator, until int64, 
 		if err != nil {
 			return err
 		}
-		for i := range w.params {
+		for i := range params {
 			g := grads[0][i%1000]
 			if i >= 1000 {
 				g = grads[1][i-1000]
 			}
-			w.params[i] -= 0.01 * g
+			params[i] -= 0.01 * g
 		}
 		if err := sess.Commit(ctx); err != nil {
 			if errors.Is(err, ErrExcluded) {
@@ -119,7 +125,7 @@ func (w *toyWorker) train(ctx context.Context, coord *Coordinator, until int64, 
 			}
 			return err
 		}
-		rec.add(stepRecord{w.name, sess.Epoch().Number, sess.Size(), sess.Step(), hashParams(w.params)})
+		rec.add(stepRecord{name, sess.Epoch().Number, sess.Size(), sess.Step(), hashParams(params)})
 	}
 	return nil
 }

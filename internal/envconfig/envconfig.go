@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // The variables a launcher sets for its workers.
@@ -17,6 +18,8 @@ const (
 	EnvSecret     = "GOROVOD_SECRET" // hex; never put on a command line, where ps would show it
 	EnvRendezvous = "GOROVOD_RENDEZVOUS"
 	EnvListenAddr = "GOROVOD_LISTEN_ADDR" // optional: the collective listen address
+	EnvSeeds      = "GOROVOD_SEEDS"       // elastic jobs: comma-separated gossip addresses to join through
+	EnvGossipAddr = "GOROVOD_GOSSIP_ADDR" // elastic jobs, optional: the gossip bind address (host or host:port)
 )
 
 // Worker is what a launched worker learns from its environment.
@@ -75,6 +78,65 @@ func (w Worker) Environ() []string {
 	}
 	if w.ListenAddr != "" {
 		env = append(env, EnvListenAddr+"="+w.ListenAddr)
+	}
+	return env
+}
+
+// ElasticWorker is what a worker of an elastic job learns from its environment:
+// no rank or size (those change with every epoch), but where to join.
+type ElasticWorker struct {
+	JobID      string
+	Secret     []byte
+	Seeds      []string
+	ListenAddr string // collective transport; default 127.0.0.1:0
+	GossipAddr string // membership bind address; default 127.0.0.1 (any port)
+}
+
+// LoadElastic reads an ElasticWorker through getenv.
+func LoadElastic(getenv func(string) string) (ElasticWorker, error) {
+	w := ElasticWorker{JobID: getenv(EnvJobID), ListenAddr: getenv(EnvListenAddr), GossipAddr: getenv(EnvGossipAddr)}
+	var missing []string
+	for _, v := range []string{EnvJobID, EnvSecret, EnvSeeds} {
+		if getenv(v) == "" {
+			missing = append(missing, v)
+		}
+	}
+	if len(missing) > 0 {
+		return w, fmt.Errorf("not started by gorovod run (or its job file): %v unset", missing)
+	}
+	var err error
+	if w.Secret, err = hex.DecodeString(getenv(EnvSecret)); err != nil || len(w.Secret) < 16 {
+		return w, fmt.Errorf("%s must be at least 16 hex-encoded bytes", EnvSecret)
+	}
+	for _, s := range strings.Split(getenv(EnvSeeds), ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			w.Seeds = append(w.Seeds, s)
+		}
+	}
+	if len(w.Seeds) == 0 {
+		return w, fmt.Errorf("%s lists no address", EnvSeeds)
+	}
+	if w.ListenAddr == "" {
+		w.ListenAddr = "127.0.0.1:0"
+	}
+	if w.GossipAddr == "" {
+		w.GossipAddr = "127.0.0.1"
+	}
+	return w, nil
+}
+
+// Environ renders w as NAME=value entries for a child process.
+func (w ElasticWorker) Environ() []string {
+	env := []string{
+		EnvJobID + "=" + w.JobID,
+		EnvSecret + "=" + hex.EncodeToString(w.Secret),
+		EnvSeeds + "=" + strings.Join(w.Seeds, ","),
+	}
+	if w.ListenAddr != "" {
+		env = append(env, EnvListenAddr+"="+w.ListenAddr)
+	}
+	if w.GossipAddr != "" {
+		env = append(env, EnvGossipAddr+"="+w.GossipAddr)
 	}
 	return env
 }

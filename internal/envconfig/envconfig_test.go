@@ -47,3 +47,27 @@ func TestBadEnvironment(t *testing.T) {
 		})
 	}
 }
+
+func TestElasticRoundTrip(t *testing.T) {
+	w := ElasticWorker{JobID: "j", Secret: bytes.Repeat([]byte{9}, 32), Seeds: []string{"127.0.0.1:7946", "127.0.0.1:7947"}, ListenAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1"}
+	env := map[string]string{}
+	for _, kv := range w.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	got, err := LoadElastic(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.JobID != "j" || !bytes.Equal(got.Secret, w.Secret) || strings.Join(got.Seeds, ",") != strings.Join(w.Seeds, ",") {
+		t.Fatalf("got %+v", got)
+	}
+	delete(env, EnvSeeds)
+	if _, err := LoadElastic(func(k string) string { return env[k] }); err == nil {
+		t.Fatal("missing seeds accepted")
+	}
+	env[EnvSeeds] = " , "
+	if _, err := LoadElastic(func(k string) string { return env[k] }); err == nil {
+		t.Fatal("empty seed list accepted")
+	}
+}
