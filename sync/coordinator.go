@@ -113,7 +113,7 @@ func (c *Coordinator) propose() (Epoch, bool) {
 		return Epoch{}, false
 	}
 	if len(c.members) < c.cfg.MinWorkers {
-		c.log.Warn("waiting for enough workers to form a world", "have", len(c.members), "min", c.cfg.MinWorkers)
+		c.log.Info("waiting for enough workers to form a world", "have", len(c.members), "min", c.cfg.MinWorkers)
 		return Epoch{}, false
 	}
 	if slices.Equal(c.members, c.current.Members) {

@@ -11,6 +11,9 @@ import (
 	"github.com/gorovod/gorovod/membership"
 )
 
+// probeTimeout bounds the liveness check of a worker blamed for a failure.
+const probeTimeout = 500 * time.Millisecond
+
 // DriverConfig configures the job's driver: the process (`gorovod run`) that
 // proposes world epochs.
 type DriverConfig struct {
@@ -37,6 +40,8 @@ type Driver struct {
 
 	mu      stdsync.Mutex
 	workers map[string]membership.Node // alive workers, by name
+	probes  map[uint64]chan struct{}   // liveness checks waiting for a pong
+	nonce   uint64
 	epochs  chan Epoch
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -58,7 +63,7 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{cfg: cfg, log: log, m: m, workers: map[string]membership.Node{}, epochs: make(chan Epoch, 64), done: make(chan struct{})}
+	d := &Driver{cfg: cfg, log: log, m: m, workers: map[string]membership.Node{}, probes: map[uint64]chan struct{}{}, epochs: make(chan Epoch, 64), done: make(chan struct{})}
 	d.coord = NewCoordinator(CoordinatorConfig{
 		Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers, Logger: log,
 		OnEpoch: func(e Epoch) { d.epochs <- e },
@@ -100,7 +105,7 @@ func (d *Driver) loop(ctx context.Context) {
 		case ev := <-d.m.Events():
 			d.onEvent(ctx, ev)
 		case msg := <-d.m.Messages():
-			d.onMessage(msg)
+			d.onMessage(ctx, msg)
 		case e := <-d.epochs:
 			d.announce(ctx, e)
 		}
@@ -140,17 +145,59 @@ func (d *Driver) onEvent(ctx context.Context, ev membership.Event) {
 	}
 }
 
-func (d *Driver) onMessage(msg membership.Message) {
+func (d *Driver) onMessage(ctx context.Context, msg membership.Message) {
 	cm, err := decodeControl(msg.Payload)
-	if err != nil || cm.Type != msgFailure {
+	switch {
+	case err != nil:
 		d.log.Warn("dropped control message", "from", msg.From.Name, "err", err)
+	case cm.Type == msgPong:
+		d.mu.Lock()
+		if ch, ok := d.probes[cm.Nonce]; ok {
+			close(ch)
+			delete(d.probes, cm.Nonce)
+		}
+		d.mu.Unlock()
+	case cm.Type == msgFailure:
+		if cm.Blamed == "" || cm.Number != d.coord.Current().Number {
+			return
+		}
+		d.log.Warn("collective failure reported", "by", msg.From.Name, "blamed", cm.Blamed, "epoch", cm.Number, "cause", cm.Cause)
+		go d.verify(ctx, cm.Blamed)
+	}
+}
+
+// verify removes a worker blamed for a collective failure unless it proves to
+// be alive. Blame is only a suspicion: when one worker dies, a neighbour of a
+// survivor that aborted sees that survivor's links close too, and blames it.
+func (d *Driver) verify(ctx context.Context, name string) {
+	d.mu.Lock()
+	n, ok := d.workers[name]
+	d.nonce++
+	nonce := d.nonce
+	pong := make(chan struct{})
+	d.probes[nonce] = pong
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.probes, nonce)
+		d.mu.Unlock()
+	}()
+	if !ok {
+		d.coord.Remove(name)
 		return
 	}
-	if cm.Blamed == "" || cm.Number != d.coord.Current().Number {
-		return
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if err := d.m.Send(ctx, n, encodePing(msgPing, nonce)); err == nil {
+		select {
+		case <-pong:
+			d.log.Info("blamed worker is alive", "worker", name)
+			return
+		case <-ctx.Done():
+		}
 	}
-	d.log.Warn("collective failure reported", "by", msg.From.Name, "blamed", cm.Blamed, "epoch", cm.Number, "cause", cm.Cause)
-	d.coord.Remove(cm.Blamed)
+	d.log.Warn("blamed worker does not answer; removing it", "worker", name)
+	d.coord.Remove(name)
 }
 
 // announce sends epoch e to every alive worker: its members, and the workers it

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	stdsync "sync"
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
@@ -48,7 +49,7 @@ func DefaultConfig() Config {
 //			return err
 //		}
 //		apply(params, grads)
-//		if err := sess.Commit(ctx); err != nil {
+//		if err := sess.Commit(ctx); err != nil && !errors.Is(err, sync.ErrWorldChanged) {
 //			return err
 //		}
 //	}
@@ -60,6 +61,9 @@ type Session struct {
 	fuser *Fuser
 	log   *slog.Logger
 
+	// mu guards epoch and comm against AbortIfMember, which runs on another
+	// goroutine; the training goroutine is the only writer.
+	mu    stdsync.Mutex
 	epoch Epoch
 	comm  *collective.Communicator
 }
@@ -120,7 +124,9 @@ func (s *Session) Allreduce(ctx context.Context, grads [][]float32) error {
 // Commit ends a step on this worker: it counts the step and, if a newer epoch
 // has been agreed, moves every member to it at this same boundary (all members
 // learn of it from one tiny allreduce, so none finishes a step in another
-// world). A failure found here is repaired before Commit returns.
+// world). A failure found here is repaired before Commit returns
+// ErrWorldChanged: the state is then whatever the new rank 0 held, this step
+// committed or not, and the trainer carries on from it.
 func (s *Session) Commit(ctx context.Context) error {
 	s.state.Step++
 	latest := []int64{int64(s.src.Latest())}
@@ -128,7 +134,10 @@ func (s *Session) Commit(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return err
 		}
-		return s.recover(ctx, err)
+		if rerr := s.recover(ctx, err); rerr != nil {
+			return rerr
+		}
+		return ErrWorldChanged
 	}
 	if uint64(latest[0]) <= s.epoch.Number {
 		return nil
@@ -144,6 +153,18 @@ func (s *Session) Close() error {
 		return s.comm.Close()
 	}
 	return nil
+}
+
+// AbortIfMember stops the collective in progress if name is a member of the
+// current world: the membership layer calls it when gossip declares a worker
+// dead, which on a frozen worker comes sooner than the collective's I/O
+// timeout. The collective then fails and the session recovers as usual.
+func (s *Session) AbortIfMember(name string, cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.comm != nil && s.epoch.Rank(name) >= 0 {
+		s.comm.Abort(cause)
+	}
 }
 
 // recover handles a collective failure: report it, drop the broken world and
@@ -205,7 +226,9 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 			after = ep.Number
 			continue
 		}
+		s.mu.Lock()
 		s.epoch, s.comm = ep, comm
+		s.mu.Unlock()
 		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", time.Since(start))
 		return nil
 	}

@@ -120,8 +120,11 @@ func toyLoop(ctx context.Context, sess *Session, name string, params []float32, 
 			params[i] -= 0.01 * g
 		}
 		if err := sess.Commit(ctx); err != nil {
-			if errors.Is(err, ErrExcluded) {
+			switch {
+			case errors.Is(err, ErrExcluded):
 				return nil
+			case errors.Is(err, ErrWorldChanged):
+				continue
 			}
 			return err
 		}

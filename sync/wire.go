@@ -12,6 +12,8 @@ import (
 const (
 	msgEpoch   = "epoch"   // driver → worker: the newest agreed epoch
 	msgFailure = "failure" // worker → driver: a collective failed, blaming a member
+	msgPing    = "ping"    // driver → worker: are you alive? (answered by the gossip goroutines)
+	msgPong    = "pong"    // worker → driver: yes
 )
 
 // maxCauseLen bounds the error text a failure report carries.
@@ -23,6 +25,12 @@ type controlMsg struct {
 	Members []Member `json:"m,omitempty"`
 	Blamed  string   `json:"b,omitempty"`
 	Cause   string   `json:"c,omitempty"`
+	Nonce   uint64   `json:"o,omitempty"`
+}
+
+func encodePing(kind string, nonce uint64) []byte {
+	b, _ := json.Marshal(controlMsg{Type: kind, Nonce: nonce})
+	return b
 }
 
 func encodeEpoch(e Epoch) []byte {
@@ -63,6 +71,10 @@ func decodeControl(b []byte) (controlMsg, error) {
 	case msgFailure:
 		if m.Number == 0 {
 			return m, errors.New("sync: failure report without an epoch")
+		}
+	case msgPing, msgPong:
+		if m.Nonce == 0 {
+			return m, errors.New("sync: ping without a nonce")
 		}
 	default:
 		return m, fmt.Errorf("sync: unknown control message %q", m.Type)

@@ -109,7 +109,24 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *TrainState) (*Wor
 		return fail(err)
 	}
 	w.Session = sess
+	go w.watchFailures()
 	return w, nil
+}
+
+// watchFailures aborts a collective stuck on a member that gossip has declared
+// dead, so a frozen worker costs the gossip detection time (about a second)
+// rather than the full I/O timeout.
+func (w *Worker) watchFailures() {
+	for {
+		select {
+		case <-w.src.done:
+			return
+		case ev := <-w.m.Events():
+			if ev.Kind == membership.EventFailed {
+				w.Session.AbortIfMember(ev.Node.Name, fmt.Errorf("gossip declared %s dead", ev.Node.Name))
+			}
+		}
+	}
 }
 
 func bindGossip(mc *membership.Config, addr string) error {
@@ -184,6 +201,10 @@ func (s *memberSource) listen() {
 			return
 		case msg := <-s.m.Messages():
 			cm, err := decodeControl(msg.Payload)
+			if err == nil && cm.Type == msgPing {
+				go s.pong(msg.From, cm.Nonce)
+				continue
+			}
 			if err != nil || cm.Type != msgEpoch {
 				s.log.Warn("dropped control message", "from", msg.From.Name, "err", err)
 				continue
@@ -213,6 +234,15 @@ func (s *memberSource) isDriver(name string) bool {
 		}
 	}
 	return false
+}
+
+// pong answers the driver's liveness check: the answer comes from this
+// process's gossip goroutines, so a busy trainer still answers and only a dead
+// or frozen process does not.
+func (s *memberSource) pong(to membership.Node, nonce uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = s.m.Send(ctx, to, encodePing(msgPong, nonce))
 }
 
 func (s *memberSource) Latest() uint64 {

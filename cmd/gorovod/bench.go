@@ -14,7 +14,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
-	"github.com/gorovod/gorovod/collective/transport/tcp"
+	"github.com/gorovod/gorovod/collective/transport/multi"
 	"github.com/gorovod/gorovod/internal/benchmark"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/launch"
@@ -56,7 +56,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	iters := fs.Int("iters", 20, "timed samples per size (the median is reported)")
 	warmup := fs.Int("warmup", 5, "untimed runs per size")
 	asJSON := fs.Bool("json", false, "print one JSON object per size instead of a table")
-	transportName := fs.String("transport", "tcp", "transport between the workers: tcp")
+	transportName := fs.String("transport", "auto", "transport between the workers: auto (shared memory on one host, TCP between hosts), tcp, shm, sctp")
 	ioTimeout := fs.Duration("io-timeout", 30*time.Second, "fail when a peer is silent this long")
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up on the whole run after this long")
 	def := collective.DefaultConfig()
@@ -81,13 +81,14 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return usageErr(stderr, "%v", err)
 	}
-	if *transportName != "tcp" {
-		return usageErr(stderr, "transport %q is not available (tcp is)", *transportName)
+	mode, err := multi.ParseMode(*transportName)
+	if err != nil {
+		return usageErr(stderr, "--transport: %v", err)
 	}
 	if *np < 1 {
 		return usageErr(stderr, "--np %d must be at least 1", *np)
 	}
-	spec.Transport, spec.IOTimeout = *transportName, *ioTimeout
+	spec.Transport, spec.IOTimeout = string(mode), *ioTimeout
 	if *batchTime < 0 {
 		return usageErr(stderr, "--batch-time %v is negative", *batchTime)
 	}
@@ -190,7 +191,12 @@ func runBench(ctx context.Context, np int, spec workerSpec, asJSON bool, timeout
 			fmt.Fprintf(stderr, "[%d] %s\n", rank, line)
 		}
 	}
-	job, err := launch.Start(ctx, launch.Spec{Argv: []string{self, benchWorkerCommand, string(specJSON)}, NP: np, Output: output})
+	env, stop, err := launch.FixedWorld(launch.NewJobID(), np)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	job, err := launch.Start(ctx, launch.Spec{Argv: []string{self, benchWorkerCommand, string(specJSON)}, NP: np, Env: env, Output: output})
 	if err != nil {
 		return err
 	}
@@ -248,10 +254,14 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tcfg := tcp.DefaultConfig()
-	tcfg.ListenAddr, tcfg.Secret, tcfg.IOTimeout = env.ListenAddr, env.Secret, spec.IOTimeout
-	tcfg.SocketBuffer = spec.SocketBuf
-	t, err := tcp.Listen(tcfg)
+	mode, err := multi.ParseMode(spec.Transport)
+	if err != nil {
+		return err
+	}
+	tcfg := multi.DefaultConfig()
+	tcfg.Mode, tcfg.ListenAddr, tcfg.Secret, tcfg.IOTimeout = mode, env.ListenAddr, env.Secret, spec.IOTimeout
+	tcfg.TCP.SocketBuffer = spec.SocketBuf
+	t, err := multi.Listen(tcfg)
 	if err != nil {
 		return err
 	}

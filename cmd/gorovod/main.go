@@ -17,11 +17,14 @@ import (
 const usage = `gorovod — elastic collective communication for distributed training
 
 Usage:
+  gorovod run [--np N] [--min-np N] [--max-np N] -- TRAINER [ARGS...]
+      run an elastic training job: a driver plus N local workers; workers can
+      be added (SIGUSR1 or by hand) and can leave or die while training goes on
   gorovod bench [allreduce|broadcast|allgather|reducescatter|alltoall] [flags]
       measure a collective across --np local worker processes over TCP loopback
   gorovod help
 
-Run 'gorovod bench --help' for the flags.
+Run 'gorovod run --help' or 'gorovod bench --help' for the flags.
 `
 
 // errUsage marks a bad command line (exit status 2).
@@ -47,6 +50,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	switch args[0] {
+	case "run":
+		return runCommand(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
 	case benchWorkerCommand:

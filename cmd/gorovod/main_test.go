@@ -16,8 +16,9 @@ import (
 )
 
 // binary is the gorovod command built once for the tests: bench re-executes
-// itself as its workers, so the tests need a real executable.
-var binary string
+// itself as its workers, so the tests need a real executable. synthetic is the
+// elastic example trainer the run tests launch.
+var binary, synthetic string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gorovod-cmd-test")
@@ -36,6 +37,13 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "building gorovod:", err)
 			os.Exit(1)
 		}
+	}
+	synthetic = filepath.Join(dir, "synthetic")
+	build = exec.Command("go", "build", "-o", synthetic, "../../examples/synthetic")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the synthetic trainer:", err)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -33,9 +33,10 @@ type Spec struct {
 	// Output receives every line a worker prints (stream is "stdout" or
 	// "stderr"). Default: "[i] line" to this process's stdout / stderr.
 	Output func(i int, stream string, line []byte)
-	// StopGrace is how long workers get between SIGTERM and SIGKILL when the job
-	// is cancelled. Default 5 s.
-	StopGrace time.Duration
+	// StopSignal is sent to every worker when the job is cancelled; SIGKILL
+	// follows after StopGrace. Default SIGTERM.
+	StopSignal syscall.Signal
+	StopGrace  time.Duration
 	// CPUs is how many CPUs the workers share; each gets GOMAXPROCS =
 	// max(1, CPUs/NP) unless the environment already sets GOMAXPROCS. Several
 	// Go runtimes each sized for the whole machine spin and hand goroutines
@@ -90,6 +91,9 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if spec.StopGrace <= 0 {
 		spec.StopGrace = 5 * time.Second
 	}
+	if spec.StopSignal == 0 {
+		spec.StopSignal = syscall.SIGTERM
+	}
 	if spec.Output == nil {
 		spec.Output = defaultOutput
 	}
@@ -123,7 +127,7 @@ func (j *Job) Add() (int, error) {
 	i := len(j.procs)
 	cmd := exec.CommandContext(j.ctx, j.spec.Argv[0], j.spec.Argv[1:]...)
 	cmd.Env = slices.Concat(os.Environ(), j.shareCPUs, j.spec.Env(i))
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.Cancel = func() error { return cmd.Process.Signal(j.spec.StopSignal) }
 	cmd.WaitDelay = j.spec.StopGrace
 	// exec copies the output and Wait waits for the copy to finish, so no
 	// line printed just before exit is lost.

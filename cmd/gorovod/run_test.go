@@ -1,0 +1,340 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// trainerLine is what the synthetic trainer prints per committed step.
+type trainerLine struct {
+	Worker     int     `json:"-"` // the launcher's worker index, from the "[i]" prefix
+	Step       int64   `json:"step"`
+	Epoch      uint64  `json:"epoch"`
+	WorldEpoch uint64  `json:"world_epoch"`
+	Rank       int     `json:"rank"`
+	Size       int     `json:"size"`
+	Params     string  `json:"params_sha256"`
+	Samples    []int   `json:"samples"`
+	Start      int     `json:"start"`
+	Global     int     `json:"global"`
+	Loss       float64 `json:"loss"`
+	At         time.Time
+}
+
+type runJobHarness struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	lines  []trainerLine
+	pids   map[int]int
+	log    strings.Builder
+	notify chan struct{}
+	exited chan error
+}
+
+var (
+	prefixRe = regexp.MustCompile(`^\[(\d+)\] (\{.*\})$`)
+	pidRe    = regexp.MustCompile(`^gorovod run: worker (\d+) pid (\d+)$`)
+)
+
+func startRunJob(t *testing.T, args ...string) *runJobHarness {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts real worker processes; skipped with -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	h := &runJobHarness{pids: map[int]int{}, notify: make(chan struct{}, 1), exited: make(chan error, 1)}
+	h.cmd = exec.CommandContext(ctx, binary, append([]string{"run"}, args...)...)
+	stdout, _ := h.cmd.StdoutPipe()
+	stderr, _ := h.cmd.StderrPipe()
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var readers sync.WaitGroup
+	readers.Go(func() { h.read(stdout) })
+	readers.Go(func() { h.read(stderr) })
+	go func() {
+		readers.Wait()
+		h.exited <- h.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		h.mu.Lock()
+		pids := h.pids
+		h.mu.Unlock()
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		_ = h.cmd.Process.Kill()
+	})
+	return h
+}
+
+func (h *runJobHarness) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<22)
+	for sc.Scan() {
+		line := sc.Text()
+		h.mu.Lock()
+		if m := prefixRe.FindStringSubmatch(line); m != nil {
+			var tl trainerLine
+			if json.Unmarshal([]byte(m[2]), &tl) == nil {
+				tl.Worker, _ = strconv.Atoi(m[1])
+				tl.At = time.Now()
+				h.lines = append(h.lines, tl)
+			}
+		} else if m := pidRe.FindStringSubmatch(line); m != nil {
+			i, _ := strconv.Atoi(m[1])
+			h.pids[i], _ = strconv.Atoi(m[2])
+			fmt.Fprintln(&h.log, line)
+		} else {
+			fmt.Fprintln(&h.log, line)
+		}
+		h.mu.Unlock()
+		select {
+		case h.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitFor waits until cond holds over the lines seen so far.
+func (h *runJobHarness) waitFor(t *testing.T, what string, timeout time.Duration, cond func(lines []trainerLine) bool) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		h.mu.Lock()
+		ok := cond(h.lines)
+		h.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-h.notify:
+		case <-deadline:
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			t.Fatalf("timed out waiting for %s; launcher log:\n%s", what, h.log.String())
+		}
+	}
+}
+
+func (h *runJobHarness) pid(t *testing.T, worker int) int {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	pid, ok := h.pids[worker]
+	if !ok {
+		t.Fatalf("no pid for worker %d", worker)
+	}
+	return pid
+}
+
+func maxStep(lines []trainerLine) int64 {
+	var m int64
+	for _, l := range lines {
+		m = max(m, l.Step)
+	}
+	return m
+}
+
+// lastSize is the world size of the newest line.
+func lastSize(lines []trainerLine) int {
+	if len(lines) == 0 {
+		return 0
+	}
+	return lines[len(lines)-1].Size
+}
+
+func sizeAfter(step int64, size int) func([]trainerLine) bool {
+	return func(lines []trainerLine) bool {
+		for _, l := range lines {
+			if l.Step > step && l.Size == size {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// TestElasticRunSurvivesEvents runs the synthetic trainer under `gorovod run`
+// and puts it through every membership event the issue names: a worker added
+// mid-run, a graceful SIGTERM, a kill -9 during training and a SIGSTOP. The
+// workers must agree on the parameters at every step, never go back more
+// than the interrupted step, and process every sample of a data epoch once.
+func TestElasticRunSurvivesEvents(t *testing.T) {
+	const samples = 1500
+	h := startRunJob(t, "--np", "3", "--min-np", "2", "--", synthetic,
+		"--steps", "500", "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "30",
+		"--model-size", "20000", "--compute", "1ms")
+	h.waitFor(t, "step 20", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 })
+
+	// 1. Add a worker (the launcher's SIGUSR1): the world grows to 4.
+	start := time.Now()
+	if err := h.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "a 4-worker world", 60*time.Second, func(l []trainerLine) bool { return lastSize(l) == 4 })
+	t.Logf("worker added: 4-worker steps after %v", time.Since(start))
+
+	// 2. SIGTERM worker 1: it leaves gracefully, the world shrinks to 3.
+	h.mu.Lock()
+	s := maxStep(h.lines)
+	h.mu.Unlock()
+	start = time.Now()
+	syscall.Kill(h.pid(t, 1), syscall.SIGTERM)
+	h.waitFor(t, "a 3-worker world after SIGTERM", 60*time.Second, sizeAfter(s, 3))
+	t.Logf("graceful leave: 3-worker steps after %v", time.Since(start))
+
+	// 3. kill -9 worker 2 while the others train: 2 workers remain.
+	h.mu.Lock()
+	s = maxStep(h.lines)
+	h.mu.Unlock()
+	start = time.Now()
+	syscall.Kill(h.pid(t, 2), syscall.SIGKILL)
+	h.waitFor(t, "a 2-worker world after kill -9", 60*time.Second, sizeAfter(s, 2))
+	t.Logf("kill -9: training resumed with 2 workers after %v", time.Since(start))
+
+	// 4. Grow again, then freeze worker 0 with SIGSTOP.
+	h.cmd.Process.Signal(syscall.SIGUSR1)
+	h.mu.Lock()
+	s = maxStep(h.lines)
+	h.mu.Unlock()
+	h.waitFor(t, "a 3-worker world again", 60*time.Second, sizeAfter(s, 3))
+	h.mu.Lock()
+	s = maxStep(h.lines)
+	h.mu.Unlock()
+	start = time.Now()
+	syscall.Kill(h.pid(t, 0), syscall.SIGSTOP)
+	h.waitFor(t, "a 2-worker world after SIGSTOP", 60*time.Second, sizeAfter(s, 2))
+	t.Logf("SIGSTOP: training resumed with 2 workers after %v", time.Since(start))
+	syscall.Kill(h.pid(t, 0), syscall.SIGKILL)
+
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			h.mu.Lock()
+			t.Fatalf("gorovod run: %v\n%s", err, h.log.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("job did not finish")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariants(t, h.lines, samples)
+}
+
+func checkElasticInvariants(t *testing.T, lines []trainerLine, samples int) {
+	t.Helper()
+	// Parameters agree among the workers of one world at one step.
+	type key struct {
+		step  int64
+		world uint64
+	}
+	hashes := map[key]string{}
+	newest := map[int64]uint64{}
+	for _, l := range lines {
+		k := key{l.Step, l.WorldEpoch}
+		if h, ok := hashes[k]; ok && h != l.Params {
+			t.Fatalf("step %d, world epoch %d: workers hold different parameters", l.Step, l.WorldEpoch)
+		}
+		hashes[k] = l.Params
+		newest[l.Step] = max(newest[l.Step], l.WorldEpoch)
+	}
+	// A worker's step never goes back by more than the interrupted one.
+	last := map[int]int64{}
+	for _, l := range lines {
+		if prev, ok := last[l.Worker]; ok && l.Step < prev-1 {
+			t.Fatalf("worker %d went back from step %d to %d", l.Worker, prev, l.Step)
+		}
+		last[l.Worker] = l.Step
+	}
+	if maxStep(lines) != 500 {
+		t.Fatalf("training stopped at step %d", maxStep(lines))
+	}
+	// Samples: the committed record of each step is its newest world's. The
+	// committed steps of a data epoch must tile its order exactly: no sample
+	// lost, none processed twice. (Each step's range covers every worker's
+	// share, also the share of a worker that died before it could print.)
+	type span struct{ start, global int }
+	steps := map[uint64]map[int64]span{}
+	for _, l := range lines {
+		if l.WorldEpoch != newest[l.Step] {
+			continue
+		}
+		if steps[l.Epoch] == nil {
+			steps[l.Epoch] = map[int64]span{}
+		}
+		sp := span{l.Start, l.Global}
+		if prev, ok := steps[l.Epoch][l.Step]; ok && prev != sp {
+			t.Fatalf("step %d: workers disagree on the global batch: %v and %v", l.Step, prev, sp)
+		}
+		steps[l.Epoch][l.Step] = sp
+	}
+	finished := 0
+	for e, byStep := range steps {
+		var spans []span
+		for _, sp := range byStep {
+			spans = append(spans, sp)
+		}
+		slices.SortFunc(spans, func(a, b span) int { return a.start - b.start })
+		next := 0
+		for _, sp := range spans {
+			if sp.start != next {
+				t.Fatalf("data epoch %d: samples [%d, %d) %s", e, min(next, sp.start), max(next, sp.start),
+					map[bool]string{true: "lost", false: "processed twice"}[sp.start > next])
+			}
+			next += sp.global
+		}
+		if next == samples {
+			finished++
+		} else if _, later := steps[e+1]; later {
+			t.Fatalf("data epoch %d ended after %d of %d samples", e, next, samples)
+		}
+	}
+	if finished == 0 {
+		t.Fatal("no data epoch finished")
+	}
+}
+
+func TestRunBadCommandLines(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run"}, "no trainer command"},
+		{[]string{"run", "--np", "0", "--", "true"}, "at least 1"},
+		{[]string{"run", "--np", "2", "--min-np", "3", "--", "true"}, "--min-np"},
+		{[]string{"run", "--np", "3", "--max-np", "2", "--", "true"}, "--max-np"},
+		{[]string{"run", "--", "/nonexistent/trainer"}, "trainer"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, errs, code := runGorovod(t, tc.args...)
+			if code != 2 || !strings.Contains(errs, tc.want) {
+				t.Fatalf("exit %d, stderr %q (want %q)", code, errs, tc.want)
+			}
+		})
+	}
+}
+
+func TestRunFailingTrainerFailsJob(t *testing.T) {
+	_, errs, code := runGorovod(t, "run", "--np", "2", "--", "false")
+	if code != 1 || !strings.Contains(errs, "job failed") {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	var ee *exec.ExitError
+	_ = errors.As(nil, &ee)
+}

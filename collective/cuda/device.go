@@ -1,0 +1,429 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+	"unsafe"
+
+	"gorgonia.org/cu"
+
+	"github.com/gorovod/gorovod/collective/cuda/kernels"
+)
+
+// lanes is how many calls may have work queued on the GPU at once: the ring's
+// sender and receiver, a recursive-doubling exchange's two sides, and slack
+// for a caller running two collectives on one device.
+const lanes = 4
+
+// minStaging is the smallest device staging buffer allocated, so that the
+// ring's chunks (256 KiB by default) do not allocate per call.
+const minStaging = 256 << 10
+
+// lane is one stream and the event that marks the end of a call's work on it.
+type lane struct {
+	stream cu.Stream
+	done   cu.Event
+}
+
+// Device is one GPU opened for the collectives. It is safe for concurrent
+// use; Close it when done.
+type Device struct {
+	ordinal int
+	dev     cu.Device
+	ctx     cu.CUContext // the primary context, shared with the CUDA runtime
+	module  cu.Module
+	fns     map[string]cu.Function // every kernel, loaded once; read-only after NewDevice
+	lanes   chan lane              // idle lanes
+
+	// life guards closed: calls hold it shared for their duration, Close
+	// exclusively, so Close waits for calls in flight.
+	life   sync.RWMutex
+	closed bool
+
+	mu         sync.Mutex     // guards the staging buffers
+	staging    []stagingBuf   // idle, smallest first
+	quarantine []cu.DevicePtr // staging a cancelled call may still be reading; freed by Close
+}
+
+type stagingBuf struct {
+	ptr  cu.DevicePtr
+	size int
+}
+
+// NewDevice opens the GPU with the given CUDA ordinal (0 is the first device
+// CUDA_VISIBLE_DEVICES leaves visible): it retains the device's primary
+// context, loads the kernels (the driver JIT-compiles kernels.ptx, which takes
+// a moment the first time and is then cached by the driver) and creates its
+// streams. The GPU must be Volta (sm_70) or newer and the driver R520 or newer.
+func NewDevice(ctx context.Context, ordinal int) (*Device, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	n, err := cu.NumDevices()
+	if err != nil {
+		return nil, &DriverError{Device: ordinal, Op: "cuDeviceGetCount", Err: err}
+	}
+	if ordinal < 0 || ordinal >= n {
+		return nil, &UsageError{Device: ordinal, Op: "NewDevice", Reason: fmt.Sprintf("no such device: CUDA sees %d (check CUDA_VISIBLE_DEVICES)", n)}
+	}
+	d := &Device{ordinal: ordinal, fns: make(map[string]cu.Function), lanes: make(chan lane, lanes)}
+	if d.dev, err = cu.GetDevice(ordinal); err != nil {
+		return nil, d.driverErr("cuDeviceGet", err)
+	}
+	major, err := d.dev.Attribute(cu.ComputeCapabilityMajor)
+	if err != nil {
+		return nil, d.driverErr("cuDeviceGetAttribute", err)
+	}
+	minor, err := d.dev.Attribute(cu.ComputeCapabilityMinor)
+	if err != nil {
+		return nil, d.driverErr("cuDeviceGetAttribute", err)
+	}
+	if major < 7 {
+		return nil, &UsageError{Device: ordinal, Op: "NewDevice", Reason: fmt.Sprintf("compute capability %d.%d: gorovod's kernels need 7.0 (Volta) or newer", major, minor)}
+	}
+	if d.ctx, err = d.dev.RetainPrimaryCtx(); err != nil {
+		return nil, d.driverErr("cuDevicePrimaryCtxRetain", err)
+	}
+	if err := d.open(); err != nil {
+		d.release()
+		return nil, err
+	}
+	return d, nil
+}
+
+// open loads the kernels and creates the lanes, on a locked thread.
+func (d *Device) open() error {
+	if err := cu.SetCurrentContext(d.ctx); err != nil {
+		return d.driverErr("cuCtxSetCurrent", err)
+	}
+	var err error
+	if d.module, err = cu.LoadData(kernels.PTX); err != nil {
+		return &DriverError{Device: d.ordinal, Op: "cuModuleLoadData(kernels.ptx)", Err: err,
+			Hint: "the driver could not JIT-compile the kernels' PTX (ISA 7.8, " + kernels.PTXArch + "); it needs driver R520 or newer"}
+	}
+	for _, k := range kernels.All() {
+		fn, err := d.module.Function(k.Name)
+		if err != nil {
+			return d.driverErr("cuModuleGetFunction("+k.Name+")", err)
+		}
+		d.fns[k.Name] = fn
+	}
+	for range lanes {
+		s, err := cu.MakeStream(cu.NonBlocking)
+		if err != nil {
+			return d.driverErr("cuStreamCreate", err)
+		}
+		e, err := cu.MakeEvent(cu.DisableTiming | cu.BlockingSyncEvent)
+		if err != nil {
+			s.Destroy()
+			return d.driverErr("cuEventCreate", err)
+		}
+		d.lanes <- lane{stream: s, done: e}
+	}
+	return nil
+}
+
+// release undoes open and NewDevice, on a locked thread with the context
+// current; it keeps the first error and goes on.
+func (d *Device) release() error {
+	var first error
+	keep := func(op string, err error) {
+		if err != nil && first == nil {
+			first = d.driverErr(op, err)
+		}
+	}
+	if d.ctx != (cu.CUContext{}) {
+		keep("cuCtxSetCurrent", cu.SetCurrentContext(d.ctx))
+		// All work must end before its buffers go.
+		keep("cuCtxSynchronize", cu.Synchronize())
+	}
+	// No call is in flight (Close holds life; NewDevice has not returned), so
+	// every lane is idle in the channel.
+	for len(d.lanes) > 0 {
+		l := <-d.lanes
+		keep("cuEventDestroy", cu.DestroyEvent(&l.done))
+		keep("cuStreamDestroy", l.stream.Destroy())
+	}
+	d.mu.Lock()
+	for _, s := range d.staging {
+		keep("cuMemFree", cu.MemFree(s.ptr))
+	}
+	for _, p := range d.quarantine {
+		keep("cuMemFree", cu.MemFree(p))
+	}
+	d.staging, d.quarantine = nil, nil
+	d.mu.Unlock()
+	if d.module != (cu.Module{}) {
+		keep("cuModuleUnload", d.module.Unload())
+	}
+	if d.ctx != (cu.CUContext{}) {
+		keep("cuDevicePrimaryCtxRelease", d.dev.ReleasePrimaryCtx())
+	}
+	return first
+}
+
+// Close waits for calls in flight, then frees the device's streams, staging
+// buffers and kernels and releases its primary context. Memory from Alloc
+// should be freed before; a second Close returns nil.
+func (d *Device) Close() error {
+	d.life.Lock()
+	defer d.life.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return d.release()
+}
+
+// Ordinal is the device's CUDA ordinal.
+func (d *Device) Ordinal() int { return d.ordinal }
+
+// Name is the device's product name, e.g. "NVIDIA A100-SXM4-80GB".
+func (d *Device) Name() (string, error) {
+	name, err := d.dev.Name()
+	if err != nil {
+		return "", d.driverErr("cuDeviceGetName", err)
+	}
+	return name, nil
+}
+
+// Alloc allocates size bytes of device memory (uninitialised), released by
+// the Memory's Free.
+func (d *Device) Alloc(ctx context.Context, size int) (*Memory, error) {
+	if size < 0 {
+		return nil, d.usage("Alloc", fmt.Sprintf("negative size %d", size))
+	}
+	m := &Memory{dev: d, size: size, owned: true}
+	if size == 0 {
+		// cuMemAlloc rejects 0 bytes; an empty Memory needs no pointer.
+		return m, nil
+	}
+	err := d.withContext(ctx, func() error {
+		p, err := cu.MemAlloc(int64(size))
+		if err != nil {
+			return &DriverError{Device: d.ordinal, Op: fmt.Sprintf("cuMemAlloc(%d)", size), Err: err}
+		}
+		m.ptr = p
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Wrap adopts size bytes of device memory at ptr that the caller allocated in
+// this device's primary context (a PyTorch tensor's data_ptr(), for one). The
+// pointer must be memory of this device, which is checked, as is (where the
+// driver can tell) that the range lies inside one allocation. The
+// caller keeps ownership: the Memory's Free does not free it, and the memory
+// must outlive every collective that uses it.
+func (d *Device) Wrap(ctx context.Context, ptr uintptr, size int) (*Memory, error) {
+	if size < 0 {
+		return nil, d.usage("Wrap", fmt.Sprintf("negative size %d", size))
+	}
+	m := &Memory{dev: d, ptr: cu.DevicePtr(ptr), size: size}
+	if size == 0 {
+		return m, nil
+	}
+	err := d.withContext(ctx, func() error {
+		owner, err := pointerDevice(ptr)
+		if err != nil {
+			return &DriverError{Device: d.ordinal, Op: "cuPointerGetAttribute(DEVICE_ORDINAL)", Err: err,
+				Hint: fmt.Sprintf("0x%x is not CUDA device memory", ptr)}
+		}
+		if owner != d.ordinal {
+			return d.usage("Wrap", fmt.Sprintf("0x%x is memory of device %d", ptr, owner))
+		}
+		// The extent check is best effort: memory mapped through the virtual
+		// memory API (PyTorch's expandable segments) may not report a range.
+		if allocSize, base, err := cu.DevicePtr(ptr).AddressRange(); err == nil &&
+			uint64(ptr)+uint64(size) > uint64(base)+uint64(allocSize) {
+			return d.usage("Wrap", fmt.Sprintf("%d bytes at 0x%x run past the end of their allocation (0x%x, %d bytes)", size, ptr, uintptr(base), allocSize))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// withContext runs fn on a locked OS thread with the device's context
+// current, for the synchronous driver calls that need no lane.
+func (d *Device) withContext(ctx context.Context, fn func() error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.life.RLock()
+	defer d.life.RUnlock()
+	if d.closed {
+		return ErrClosed
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cu.SetCurrentContext(d.ctx); err != nil {
+		return d.driverErr("cuCtxSetCurrent", err)
+	}
+	return fn()
+}
+
+// call is one DeviceMemory operation: enqueue puts its copies and kernels on
+// the lane's stream (given a staging buffer of stagingSize bytes when that is
+// not 0), then call waits until the GPU has finished them.
+func (d *Device) call(ctx context.Context, stagingSize int, enqueue func(s cu.Stream, staging cu.DevicePtr) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.life.RLock()
+	defer d.life.RUnlock()
+	if d.closed {
+		return ErrClosed
+	}
+	var l lane
+	select {
+	case l = <-d.lanes:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// A lane whose last call was cancelled may still have work queued; the
+	// next call's work queues behind it and its wait covers both.
+	defer func() { d.lanes <- l }()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cu.SetCurrentContext(d.ctx); err != nil {
+		return d.driverErr("cuCtxSetCurrent", err)
+	}
+	var staging stagingBuf
+	if stagingSize > 0 {
+		var err error
+		if staging, err = d.getStaging(stagingSize); err != nil {
+			return err
+		}
+	}
+	err := enqueue(l.stream, staging.ptr)
+	if err == nil {
+		if rerr := l.done.Record(l.stream); rerr != nil {
+			err = d.driverErr("cuEventRecord", rerr)
+		} else {
+			err = d.wait(ctx, l.done)
+		}
+	}
+	if staging.size > 0 {
+		if err != nil && ctx.Err() != nil {
+			// The GPU may still read it: keep it out of use until Close.
+			d.mu.Lock()
+			d.quarantine = append(d.quarantine, staging.ptr)
+			d.mu.Unlock()
+		} else {
+			d.putStaging(staging)
+		}
+	}
+	return err
+}
+
+// wait returns when the GPU has passed ev or ctx ends. A context that can end
+// is honoured by polling the event (a short spin, then sleeps of up to 100 µs,
+// which is below the time of a chunk's copy); one that cannot lets the driver
+// block the thread instead.
+func (d *Device) wait(ctx context.Context, ev cu.Event) error {
+	if ctx.Done() == nil {
+		if err := ev.Synchronize(); err != nil {
+			return d.driverErr("cuEventSynchronize", err)
+		}
+		return nil
+	}
+	sleep := time.Microsecond
+	for spin := 0; ; spin++ {
+		err := ev.Query()
+		if err == nil {
+			return nil
+		}
+		if err != cu.NotReady {
+			return d.driverErr("cuEventQuery", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if spin < 64 {
+			runtime.Gosched()
+			continue
+		}
+		time.Sleep(sleep)
+		sleep = min(2*sleep, 100*time.Microsecond)
+	}
+}
+
+// getStaging returns an idle staging buffer of at least n bytes, allocating
+// one (of the next power of two, at least minStaging) when none fits. At
+// most one buffer per lane is ever in use, so the pool stays small.
+func (d *Device) getStaging(n int) (stagingBuf, error) {
+	d.mu.Lock()
+	for i, s := range d.staging {
+		if s.size >= n {
+			d.staging = slices.Delete(d.staging, i, i+1)
+			d.mu.Unlock()
+			return s, nil
+		}
+	}
+	d.mu.Unlock()
+	size := minStaging
+	for size < n {
+		size *= 2
+	}
+	p, err := cu.MemAlloc(int64(size))
+	if err != nil {
+		return stagingBuf{}, &DriverError{Device: d.ordinal, Op: fmt.Sprintf("cuMemAlloc(%d) for staging", size), Err: err}
+	}
+	return stagingBuf{ptr: p, size: size}, nil
+}
+
+// putStaging returns s to the pool, dropping the smallest idle buffer when
+// the pool already holds one per lane.
+func (d *Device) putStaging(s stagingBuf) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(d.staging, s.size, func(b stagingBuf, size int) int { return b.size - size })
+	d.staging = slices.Insert(d.staging, i, s)
+	if len(d.staging) > lanes {
+		// Freeing synchronizes with the device; rare once the sizes settle.
+		_ = cu.MemFree(d.staging[0].ptr)
+		d.staging = d.staging[1:]
+	}
+}
+
+// launch queues kernel name on s over n elements with the given 8-byte
+// parameters (see kernels.cu: every parameter is 8 bytes wide, which is what
+// gorgonia.org/cu's Launch copies).
+func (d *Device) launch(s cu.Stream, name string, n int, params ...uint64) error {
+	fn, ok := d.fns[name]
+	if !ok {
+		return d.usage("launch", "no kernel "+name)
+	}
+	args := make([]unsafe.Pointer, len(params))
+	for i := range params {
+		args[i] = unsafe.Pointer(&params[i])
+	}
+	if err := fn.Launch(kernels.Grid(n), 1, 1, kernels.BlockThreads, 1, 1, 0, s, args); err != nil {
+		return d.driverErr("cuLaunchKernel("+name+")", err)
+	}
+	return nil
+}
+
+func (d *Device) driverErr(op string, err error) error {
+	return &DriverError{Device: d.ordinal, Op: op, Err: err}
+}
+
+func (d *Device) usage(op, reason string) error {
+	return &UsageError{Device: d.ordinal, Op: op, Reason: reason}
+}

@@ -1,0 +1,74 @@
+// Package cuda is gorovod's GPU backend: collective.DeviceMemory for CUDA
+// device memory, so the collectives' ring, tree and chain algorithms run on
+// gradients that live on a GPU. It is built only with the build tag cuda
+// (go build -tags cuda), because it uses gorgonia.org/cu, which needs cuda.h
+// and libcuda to build and whose package init ends the process when no CUDA
+// driver is present. Nothing outside this tag imports it, so the default build
+// never needs CUDA.
+//
+// # Use
+//
+//	dev, err := cuda.NewDevice(ctx, 0)        // one GPU per worker process
+//	defer dev.Close()
+//	grads, err := dev.Alloc(ctx, n*4)         // or dev.Wrap(ctx, ptr, n*4) for memory the caller owns
+//	buf := collective.Buffer{DType: collective.Float32, Count: n, Device: grads}
+//	err = comm.Allreduce(ctx, buf, buf, collective.Average)
+//
+// Wrap adopts memory someone else allocated in the device's primary context,
+// such as a PyTorch CUDA tensor's data_ptr() (PyTorch uses the primary context
+// too); the caller must make sure the work that produced the data has finished
+// (synchronize the producing stream) before calling a collective. For an
+// in-place collective pass the same *Memory as send and receive buffer.
+//
+// # How the ring runs on a GPU
+//
+// The collectives never touch device bytes: per chunk they ask for a copy to
+// host memory to send (CopyToHost), and hand each received chunk to
+// ReduceFromHost, which copies it into a device staging buffer and runs a
+// reduce kernel that combines it with the local chunk in place; the final
+// scale for Average and pre/postscale is another kernel. The kernels are
+// gorovod's own (package kernels): CUDA C++ compiled ahead of time to PTX
+// that the driver JIT-compiles for the GPU at hand.
+//
+// Overlap. The ring's sender and receiver goroutines call into the device
+// concurrently, so the device keeps a small pool of lanes, each a
+// non-blocking CUDA stream with an event; every call takes a free lane,
+// queues its copies and kernels on that stream (cuMemcpy*Async,
+// cuLaunchKernel), records the event and waits for it. A chunk going out
+// (device to host) therefore overlaps a chunk coming in (host to device plus
+// the reduce kernel), and both overlap the network transfers the goroutines
+// run in between. Each call returns only when its work is complete, as
+// collective.DeviceMemory requires, which also orders work across lanes.
+// The wait polls the event so that a cancelled context ends it; with a
+// context that cannot be cancelled it blocks in the driver instead.
+//
+// Pinned memory. gorgonia.org/cu v0.9.6 cannot allocate page-locked host
+// memory, so the host side of every copy is ordinary Go memory. The driver
+// then stages the bytes through its own pinned buffer: a copy from the device
+// returns once the bytes are in Go memory, a copy to the device once they are
+// out of it. That costs bandwidth (roughly half of a pinned copy) but it also
+// means the driver never touches Go memory after a call returns, which the
+// cgo rules require.
+//
+// Cancellation. When the context ends while a call waits, the call returns
+// the context's error at once, but the GPU may still be running its work;
+// the staging buffer involved is set aside (not reused) until Close, and the
+// memory the call was writing has undefined contents, as for any failed
+// collective.
+//
+// Threads. The CUDA driver keeps the current context per OS thread, so every
+// call pins its goroutine to its thread (runtime.LockOSThread) and makes the
+// device's primary context current for the duration of the call.
+//
+// # Testing
+//
+// The tests in this package need a GPU: the binary cannot even start without
+// libcuda.so.1, and gorgonia.org/cu's init exits the process when the driver
+// finds no device. Without one, CI only vets and compiles them (go vet -tags
+// cuda, go test -tags cuda -c). The kernels they run are checked without a GPU
+// by the kernels package (against internal/reduce, by compiling kernels.cu as
+// C++ on the host), its compile subpackage (NVRTC for sm_70/80/90) and its
+// ptxas subpackage (the shipped PTX assembled as the driver's JIT would); the
+// algorithms that drive this interface are covered by collective's device
+// tests with a fake device.
+package cuda

@@ -1,0 +1,856 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/collective/transport"
+)
+
+func (s *suite) testMesh(t *testing.T) {
+	for p := 1; p <= 4; p++ {
+		t.Run(fmt.Sprintf("p=%d", p), func(t *testing.T) {
+			s.start(t)
+			trs := s.listenN(t, p, defaultOptions())
+			ctx := timeoutCtx(t, 30*time.Second)
+			links := connectAll(t, ctx, trs, "mesh", 1)
+			for r, ls := range links {
+				if len(ls) != p {
+					t.Fatalf("rank %d: %d links, want %d", r, len(ls), p)
+				}
+				if ls[r] != nil {
+					t.Fatalf("rank %d: link to itself is not nil", r)
+				}
+				for peer, l := range ls {
+					if l != nil && (l.Peer() != peer || l.RemoteAddr() == "") {
+						t.Fatalf("rank %d: link %d says peer %d at %q", r, peer, l.Peer(), l.RemoteAddr())
+					}
+				}
+			}
+			if err := exchange(ctx, links, meshSizes); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// testHeaderFields: every field the caller owns arrives as sent; the
+// transport sets job, epoch and sender, and leaves the caller's header alone.
+func (s *suite) testHeaderFields(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ctx := timeoutCtx(t, 10*time.Second)
+	payload := []byte("fields")
+	h := transport.Header{Kind: transport.FrameData, Sender: 77, JobID: 1, Epoch: 99,
+		Seq: 0x0102030405060708, Count: 0x1112131415161718, Step: 0x21222324, Length: uint32(len(payload)),
+		Coll: 0x31, DType: 0x32, Op: 0x33, Flags: 0x34, Aux: 0x41424344}
+	sent := h
+	if err := a.Send(ctx, &h, payload); err != nil {
+		t.Fatal(err)
+	}
+	if h != sent {
+		t.Errorf("Send changed the caller's header: %+v, was %+v", h, sent)
+	}
+	var got transport.Header
+	if err := b.RecvHeader(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := sent
+	want.Sender, want.JobID, want.Epoch = 0, transport.JobHash("pair"), 1
+	if got != want {
+		t.Errorf("received header %+v, want %+v", got, want)
+	}
+	buf := make([]byte, got.Length)
+	if err := b.RecvPayload(ctx, buf); err != nil || !bytes.Equal(buf, payload) {
+		t.Fatalf("payload %q, %v", buf, err)
+	}
+}
+
+func (s *suite) testOrdering(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ctx := timeoutCtx(t, 30*time.Second)
+	sizes := make([]int, 300)
+	x := uint32(12345)
+	for i := range sizes {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		switch x % 4 {
+		case 0:
+			sizes[i] = 0
+		case 1:
+			sizes[i] = int(x % 100)
+		case 2:
+			sizes[i] = int(x % (20 << 10))
+		default:
+			sizes[i] = int(x % (200 << 10))
+		}
+	}
+	if err := exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, sizes); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *suite) testLarge(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ctx := timeoutCtx(t, 60*time.Second)
+	if err := exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, []int{17 << 20, 33<<20 + 5}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *suite) testZeroByte(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ctx := timeoutCtx(t, 10*time.Second)
+	sizes := make([]int, 201)
+	sizes[100] = 10
+	if err := exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, sizes); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testInline: a few InlinePayload frames are sent before the peer reads any.
+func (s *suite) testInline(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ctx := timeoutCtx(t, 20*time.Second)
+	const frames = 4
+	err := within(t, 5*time.Second, "sending InlinePayload frames to a peer that does not read", func() error {
+		for i := range frames {
+			if err := send(ctx, a, uint64(i), pattern(transport.InlinePayload, 0, 1, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range frames {
+		if err := recv(ctx, b, uint64(i), pattern(transport.InlinePayload, 0, 1, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (s *suite) testBidirectional(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ctx := timeoutCtx(t, 30*time.Second)
+	sizes := make([]int, 48)
+	for i := range sizes {
+		sizes[i] = 256<<10 + i
+	}
+	if err := exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, sizes); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testConcurrentSenders: frames sent from several goroutines at once never interleave.
+func (s *suite) testConcurrentSenders(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ctx := timeoutCtx(t, 30*time.Second)
+	const senders, frames = 4, 20
+	sizes := []int{10, 40 << 10, 300 << 10}
+	errc := make(chan error, senders)
+	for sn := range senders {
+		go func() {
+			for i := range frames {
+				n := sizes[(sn+i)%len(sizes)]
+				h := transport.Header{Kind: transport.FrameData, Seq: uint64(sn), Step: uint32(i), Length: uint32(n)}
+				if err := a.Send(ctx, &h, pattern(n, sn, i, 0)); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	next := make([]int, senders)
+	for range senders * frames {
+		var h transport.Header
+		if err := b.RecvHeader(ctx, &h); err != nil {
+			t.Fatal(err)
+		}
+		sn, i := int(h.Seq), int(h.Step)
+		if sn >= senders || i != next[sn] {
+			t.Fatalf("frame %d of sender %d out of order", i, sn)
+		}
+		next[sn]++
+		buf := make([]byte, h.Length)
+		if err := b.RecvPayload(ctx, buf); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf, pattern(len(buf), sn, i, 0)) {
+			t.Fatalf("frame %d of sender %d corrupted", i, sn)
+		}
+	}
+	for range senders {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (s *suite) testAbortFrame(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ctx := timeoutCtx(t, 10*time.Second)
+	reason := []byte("rank 0 gives up")
+	h := transport.Header{Kind: transport.FrameAbort, Length: uint32(len(reason))}
+	if err := a.Send(ctx, &h, reason); err != nil {
+		t.Fatal(err)
+	}
+	var got transport.Header
+	if err := b.RecvHeader(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, got.Length)
+	if err := b.RecvPayload(ctx, buf); err != nil {
+		t.Fatal(err)
+	}
+	if got.Kind != transport.FrameAbort || got.Sender != 0 || got.Epoch != 1 || !bytes.Equal(buf, reason) {
+		t.Fatalf("got %+v %q", got, buf)
+	}
+}
+
+// testMisuse: caller errors are reported without breaking the link.
+func (s *suite) testMisuse(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ctx := timeoutCtx(t, 10*time.Second)
+	for _, tc := range []struct {
+		name    string
+		h       transport.Header
+		payload []byte
+	}{
+		{"length mismatch", transport.Header{Kind: transport.FrameData, Length: 3}, []byte("four")},
+		{"unknown kind", transport.Header{Kind: 9, Length: 4}, []byte("four")},
+		{"zero kind", transport.Header{Length: 4}, []byte("four")},
+		{"abort too long", transport.Header{Kind: transport.FrameAbort, Length: transport.MaxAbortReason + 1}, make([]byte, transport.MaxAbortReason+1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			asPeerError(t, a.Send(ctx, &tc.h, tc.payload), 1, nil)
+		})
+	}
+	if err := send(ctx, a, 1, []byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	var h transport.Header
+	if err := b.RecvHeader(ctx, &h); err != nil {
+		t.Fatal(err)
+	}
+	asPeerError(t, b.RecvPayload(ctx, make([]byte, 5)), 0, nil)
+	asPeerError(t, b.RecvHeader(ctx, &h), 0, nil) // payload not read yet
+	if err := b.RecvPayload(ctx, make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := send(ctx, a, 2, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(ctx, b, 2, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testPeerClose: frames sent before the peer closed are delivered, then the
+// close shows as ErrPeerClosed, and stays.
+func (s *suite) testPeerClose(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ctx := timeoutCtx(t, 20*time.Second)
+	sizes := []int{10, 1 << 20, 0}
+	errc := make(chan error, 1)
+	go func() {
+		for i, n := range sizes {
+			if err := send(ctx, a, uint64(i), pattern(n, 0, 1, i)); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- a.Close()
+	}()
+	for i, n := range sizes {
+		if err := recv(ctx, b, uint64(i), pattern(n, 0, 1, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	var h transport.Header
+	asPeerError(t, b.RecvHeader(ctx, &h), 0, transport.ErrPeerClosed)
+	asPeerError(t, b.RecvHeader(ctx, &h), 0, transport.ErrPeerClosed)
+}
+
+func (s *suite) testPeerCloseWakesRecv(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	timer := time.AfterFunc(50*time.Millisecond, func() { a.Close() })
+	defer timer.Stop()
+	err := within(t, 5*time.Second, "RecvHeader after the peer closed", func() error {
+		var h transport.Header
+		return b.RecvHeader(context.Background(), &h)
+	})
+	asPeerError(t, err, 0, transport.ErrPeerClosed)
+}
+
+func (s *suite) testSendToClosedPeer(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	b.Close()
+	ctx := timeoutCtx(t, 20*time.Second)
+	payload := make([]byte, 1<<20)
+	var err error
+	// The first frames may still be buffered; the close shows within a few.
+	for i := 0; i < 100 && err == nil; i++ {
+		err = send(ctx, a, uint64(i), payload)
+	}
+	asPeerError(t, err, 1, transport.ErrPeerClosed)
+}
+
+// testCloseWakes: Close wakes calls blocked on the link, which then refuses
+// every call.
+func (s *suite) testCloseWakes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   func(l transport.Link) error
+	}{
+		{"recv header", func(l transport.Link) error {
+			var h transport.Header
+			return l.RecvHeader(context.Background(), &h)
+		}},
+		{"send", func(l transport.Link) error { return fill(context.Background(), l, 1<<20) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s.start(t)
+			a, _ := s.pair(t, defaultOptions())
+			timer := time.AfterFunc(100*time.Millisecond, func() { a.Close() })
+			defer timer.Stop()
+			err := within(t, 5*time.Second, "a call blocked while the link closed", func() error { return tc.op(a) })
+			asPeerError(t, err, 1, transport.ErrLinkClosed)
+			asPeerError(t, send(context.Background(), a, 0, nil), 1, transport.ErrLinkClosed)
+			var h transport.Header
+			asPeerError(t, a.RecvHeader(context.Background(), &h), 1, transport.ErrLinkClosed)
+			if err := a.Close(); err != nil {
+				t.Errorf("second Close: %v", err)
+			}
+		})
+	}
+}
+
+// testContextCancel: cancelling the context wakes a blocked call at once; a
+// RecvHeader cut short consumed nothing, so the link still works.
+func (s *suite) testContextCancel(t *testing.T) {
+	t.Run("recv header", func(t *testing.T) {
+		s.start(t)
+		a, b := s.pair(t, defaultOptions())
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		timer := time.AfterFunc(50*time.Millisecond, cancel)
+		defer timer.Stop()
+		err := within(t, 2*time.Second, "RecvHeader after its context was cancelled", func() error {
+			var h transport.Header
+			return b.RecvHeader(ctx, &h)
+		})
+		asPeerError(t, err, 0, context.Canceled)
+		fresh := timeoutCtx(t, 10*time.Second)
+		if err := send(fresh, a, 3, []byte("after the cancel")); err != nil {
+			t.Fatal(err)
+		}
+		if err := recv(fresh, b, 3, []byte("after the cancel")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("send", func(t *testing.T) {
+		s.start(t)
+		a, _ := s.pair(t, defaultOptions())
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		timer := time.AfterFunc(100*time.Millisecond, cancel)
+		defer timer.Stop()
+		err := within(t, 5*time.Second, "Send after its context was cancelled", func() error { return fill(ctx, a, 1<<20) })
+		asPeerError(t, err, 1, context.Canceled)
+	})
+}
+
+// testContextDeadline: a context deadline shorter than the I/O timeout is
+// reported as the context's, not as the peer's silence.
+func (s *suite) testContextDeadline(t *testing.T) {
+	s.start(t)
+	_, b := s.pair(t, defaultOptions())
+	ctx := timeoutCtx(t, 100*time.Millisecond)
+	start := time.Now()
+	var h transport.Header
+	asPeerError(t, b.RecvHeader(ctx, &h), 0, context.DeadlineExceeded)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("deadline of 100ms noticed after %v", d)
+	}
+}
+
+// testCancelledContext: a context that has ended fails a call before any I/O;
+// a fresh context works.
+func (s *suite) testCancelledContext(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ctx := timeoutCtx(t, 10*time.Second)
+	cctx, cancel := context.WithCancel(ctx)
+	if err := send(cctx, a, 1, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(cctx, b, 1, []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	asPeerError(t, send(cctx, a, 2, []byte("two")), 1, context.Canceled)
+	var h transport.Header
+	asPeerError(t, b.RecvHeader(cctx, &h), 0, context.Canceled)
+	if err := send(ctx, a, 2, []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(ctx, b, 2, []byte("two")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testIOTimeout: a peer silent for IOTimeout fails a blocked call with
+// ErrPeerTimeout; a timed-out RecvHeader may be retried.
+func (s *suite) testIOTimeout(t *testing.T) {
+	const ioTimeout = 200 * time.Millisecond
+	o := defaultOptions()
+	o.IOTimeout = ioTimeout
+	t.Run("recv header", func(t *testing.T) {
+		s.start(t)
+		a, b := s.pair(t, o)
+		ctx := timeoutCtx(t, 20*time.Second)
+		start := time.Now()
+		var h transport.Header
+		asPeerError(t, b.RecvHeader(ctx, &h), 0, transport.ErrPeerTimeout)
+		if d := time.Since(start); d < ioTimeout*3/4 || d > 15*ioTimeout {
+			t.Errorf("timed out after %v, IOTimeout is %v", d, ioTimeout)
+		}
+		if err := send(ctx, a, 5, []byte("late")); err != nil {
+			t.Fatal(err)
+		}
+		if err := recv(ctx, b, 5, []byte("late")); err != nil {
+			t.Fatalf("RecvHeader after a timeout: %v", err)
+		}
+	})
+	t.Run("send", func(t *testing.T) {
+		s.start(t)
+		a, _ := s.pair(t, o)
+		ctx := timeoutCtx(t, 20*time.Second)
+		asPeerError(t, fill(ctx, a, 4<<20), 1, transport.ErrPeerTimeout)
+	})
+}
+
+// testSlowReceiver: IOTimeout bounds silence, not a transfer: a receiver that
+// takes frames more slowly than the sender sends them, but never pauses for a
+// whole IOTimeout, fails nothing.
+func (s *suite) testSlowReceiver(t *testing.T) {
+	s.start(t)
+	const ioTimeout = 400 * time.Millisecond
+	o := defaultOptions()
+	o.IOTimeout = ioTimeout
+	a, b := s.pair(t, o)
+	ctx := timeoutCtx(t, 30*time.Second)
+	const frames, size = 8, 2 << 20
+	errc := make(chan error, 1)
+	go func() {
+		for i := range frames {
+			if err := send(ctx, a, uint64(i), pattern(size, 0, 1, i)); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	tick := time.NewTicker(ioTimeout / 4)
+	defer tick.Stop()
+	for i := range frames {
+		<-tick.C
+		if err := recv(ctx, b, uint64(i), pattern(size, 0, 1, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testWrongSecret: in a pair with different secrets, the dialer fails at once
+// with a fatal HandshakeError; the acceptor, which cannot tell a misconfigured
+// peer from a stranger, keeps waiting, and its error when its context ends
+// carries the HandshakeError of the rank that failed.
+func (s *suite) testWrongSecret(t *testing.T) {
+	s.start(t)
+	oa, ob := defaultOptions(), defaultOptions()
+	ob.Secret = []byte("another secret entirely")
+	a, b := s.listen(t, oa), s.listen(t, ob)
+	addrs := []string{a.Addr(), b.Addr()}
+	acceptErr := make(chan error, 1)
+	go func() {
+		_, err := a.Connect(timeoutCtx(t, time.Second), transport.World{JobID: "job", Epoch: 1, Rank: 0, Addrs: addrs})
+		acceptErr <- err
+	}()
+	start := time.Now()
+	_, err := b.Connect(timeoutCtx(t, 20*time.Second), transport.World{JobID: "job", Epoch: 1, Rank: 1, Addrs: addrs})
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("wrong secret took %v to detect", d)
+	}
+	asHandshakeError(t, err, 0, "wrong secret")
+	err = <-acceptErr
+	asPeerError(t, err, 1, context.DeadlineExceeded)
+	asHandshakeError(t, err, 1, "wrong secret")
+}
+
+func (s *suite) testWrongJob(t *testing.T) {
+	s.start(t)
+	a, b := s.listen(t, defaultOptions()), s.listen(t, defaultOptions())
+	addrs := []string{a.Addr(), b.Addr()}
+	connErr := make(chan error, 1)
+	go func() {
+		_, err := a.Connect(timeoutCtx(t, time.Second), transport.World{JobID: "job-a", Epoch: 1, Rank: 0, Addrs: addrs})
+		connErr <- err
+	}()
+	_, err := b.Connect(timeoutCtx(t, 20*time.Second), transport.World{JobID: "job-b", Epoch: 1, Rank: 1, Addrs: addrs})
+	asHandshakeError(t, err, 0, "wrong job")
+	asPeerError(t, <-connErr, 1, context.DeadlineExceeded)
+}
+
+// testStaleEpoch: a transport that has connected epoch 5 refuses epoch 4, and
+// then connects epoch 6.
+func (s *suite) testStaleEpoch(t *testing.T) {
+	s.start(t)
+	trs := s.listenN(t, 2, defaultOptions())
+	ctx := timeoutCtx(t, 20*time.Second)
+	closeAll(connectAll(t, ctx, trs, "job", 5))
+	late := s.listen(t, defaultOptions())
+	_, err := late.Connect(ctx, transport.World{JobID: "job", Epoch: 4, Rank: 1, Addrs: []string{trs[0].Addr(), late.Addr()}})
+	asHandshakeError(t, err, 0, "stale epoch")
+	if err := exchange(ctx, connectAll(t, ctx, trs, "job", 6), meshSizes); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *suite) testEpochs(t *testing.T) {
+	s.start(t)
+	trs := s.listenN(t, 3, defaultOptions())
+	ctx := timeoutCtx(t, 30*time.Second)
+	for _, epoch := range []uint64{5, 6} {
+		links := connectAll(t, ctx, trs, "job", epoch)
+		if err := exchange(ctx, links, meshSizes); err != nil {
+			t.Fatalf("epoch %d: %v", epoch, err)
+		}
+		closeAll(links)
+	}
+	if _, err := trs[0].Connect(ctx, transport.World{JobID: "job", Epoch: 5, Rank: 0, Addrs: addrsOf(trs)}); err == nil {
+		t.Fatal("Connect of an older epoch succeeded")
+	}
+	// Shrink: rank 0 leaves, the others renumber.
+	if err := exchange(ctx, connectAll(t, ctx, trs[1:], "job", 7), meshSizes); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *suite) testSizeOne(t *testing.T) {
+	s.start(t)
+	tr := s.listen(t, defaultOptions())
+	links, err := tr.Connect(timeoutCtx(t, 10*time.Second), transport.World{JobID: "solo", Epoch: 1, Addrs: []string{tr.Addr()}})
+	if err != nil || len(links) != 1 || links[0] != nil {
+		t.Fatalf("Connect of a 1-rank world = %v, %v; want [nil], nil", links, err)
+	}
+}
+
+func (s *suite) testValidate(t *testing.T) {
+	s.start(t)
+	tr := s.listen(t, defaultOptions())
+	ctx := timeoutCtx(t, 5*time.Second)
+	for _, tc := range []struct {
+		name string
+		w    transport.World
+	}{
+		{"empty job", transport.World{Epoch: 1, Rank: 0, Addrs: []string{"a", "b"}}},
+		{"no ranks", transport.World{JobID: "j", Epoch: 1}},
+		{"rank out of range", transport.World{JobID: "j", Epoch: 1, Rank: 2, Addrs: []string{"a", "b"}}},
+		{"missing address", transport.World{JobID: "j", Epoch: 1, Rank: 1, Addrs: []string{"", tr.Addr()}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := tr.Connect(ctx, tc.w); err == nil {
+				t.Fatal("Connect succeeded")
+			}
+		})
+	}
+}
+
+// testMissingRank: ranks that never come are named when the context ends.
+func (s *suite) testMissingRank(t *testing.T) {
+	s.start(t)
+	trs := s.listenN(t, 2, defaultOptions())
+	gone := s.f.New(t, defaultOptions())
+	goneAddr := gone.Addr()
+	gone.Close()
+	addrs := []string{goneAddr, trs[0].Addr(), trs[1].Addr(), goneAddr}
+	ctx := timeoutCtx(t, 500*time.Millisecond)
+	start := time.Now()
+	res := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, tr := range trs {
+		wg.Go(func() {
+			_, res[i] = tr.Connect(ctx, transport.World{JobID: "missing", Epoch: 2, Rank: i + 1, Addrs: addrs})
+		})
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Connect took %v to give up", d)
+	}
+	for i, err := range res {
+		pe := asPeerError(t, err, 0, context.DeadlineExceeded)
+		if !strings.Contains(pe.Error(), "3") {
+			t.Errorf("rank %d's error %q does not mention rank 3", i+1, pe)
+		}
+	}
+}
+
+func (s *suite) testCloseDuringConnect(t *testing.T) {
+	s.start(t)
+	a := s.listen(t, defaultOptions())
+	ctx := timeoutCtx(t, 20*time.Second)
+	connErr := make(chan error, 1)
+	go func() {
+		_, err := a.Connect(ctx, transport.World{JobID: "job", Epoch: 1, Rank: 0, Addrs: []string{a.Addr(), ""}})
+		connErr <- err
+	}()
+	a.Close()
+	select {
+	case err := <-connErr:
+		if err == nil {
+			t.Fatal("Connect succeeded on a closed transport")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end a pending Connect")
+	}
+	if _, err := a.Connect(ctx, transport.World{JobID: "job", Epoch: 2, Rank: 0, Addrs: []string{a.Addr(), ""}}); err == nil {
+		t.Fatal("Connect after Close succeeded")
+	}
+}
+
+func (s *suite) testLinksOutlive(t *testing.T) {
+	s.start(t)
+	trs := s.listenN(t, 2, defaultOptions())
+	ctx := timeoutCtx(t, 20*time.Second)
+	links := connectAll(t, ctx, trs, "job", 1)
+	for _, tr := range trs {
+		tr.Close()
+	}
+	if err := exchange(ctx, links, meshSizes); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testZeroAllocs: the steady-state send and receive path allocates nothing.
+func (s *suite) testZeroAllocs(t *testing.T) {
+	if !s.f.ZeroAllocs {
+		t.Skip("the transport does not promise an allocation-free path")
+	}
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	deadline := timeoutCtx(t, 60*time.Second)
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, tc := range []struct {
+		n   int
+		ctx context.Context
+	}{
+		{0, context.Background()},
+		{4096, context.Background()},
+		{1 << 20, context.Background()},
+		{4096, cctx},
+		{1 << 20, deadline},
+	} {
+		n, ctx := tc.n, tc.ctx
+		payload, buf, rbuf := make([]byte, n), make([]byte, n), make([]byte, n)
+		h := transport.Header{Kind: transport.FrameData, Length: uint32(n)}
+		const runs = 50
+		done := make(chan error, 1)
+		go func() {
+			var rh transport.Header
+			for range runs + 1 {
+				if err := b.RecvHeader(ctx, &rh); err != nil {
+					done <- err
+					return
+				}
+				if err := b.RecvPayload(ctx, buf); err != nil {
+					done <- err
+					return
+				}
+				if err := b.Send(ctx, &rh, buf); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		var rh transport.Header
+		var callErr error
+		allocs := testing.AllocsPerRun(runs, func() {
+			if callErr != nil {
+				return
+			}
+			if callErr = a.Send(ctx, &h, payload); callErr != nil {
+				return
+			}
+			if callErr = a.RecvHeader(ctx, &rh); callErr != nil {
+				return
+			}
+			callErr = a.RecvPayload(ctx, rbuf)
+		})
+		if callErr != nil {
+			t.Fatal(callErr)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if allocs != 0 {
+			t.Errorf("%d-byte round trip with %v: %v allocations, want 0", n, ctx, allocs)
+		}
+	}
+}
+
+// testCollectives runs the collectives over the transport's links and checks
+// exact results, with small chunks so the ring pipelines several frames.
+func (s *suite) testCollectives(t *testing.T) {
+	s.start(t)
+	const p = 3
+	trs := s.listenN(t, p, defaultOptions())
+	ctx := timeoutCtx(t, 60*time.Second)
+	links := connectAll(t, ctx, trs, "collectives", 1)
+	cfg := collective.DefaultConfig()
+	cfg.ChunkBytes, cfg.SmallMessageBytes = 64<<10, 8<<10
+	comms := make([]*collective.Communicator, p)
+	for r := range p {
+		c, err := collective.NewFromLinks(transport.World{JobID: "collectives", Epoch: 1, Rank: r, Addrs: addrsOf(trs)}, links[r], cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		comms[r] = c
+	}
+	run := func(name string, fn func(c *collective.Communicator) error) {
+		t.Helper()
+		errs := make([]error, p)
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Go(func() { errs[r] = fn(c) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	// Inputs are small integers, so every order of summation is exact.
+	in := func(r, i int) int { return (r+1)*(i%7) + 1 }
+	for _, n := range []int{1, 1000, 5000, 300000} {
+		run(fmt.Sprintf("allreduce float32 sum of %d", n), func(c *collective.Communicator) error {
+			src, dst := make([]float32, n), make([]float32, n)
+			for i := range src {
+				src[i] = float32(in(c.Rank(), i))
+			}
+			if err := collective.Allreduce(ctx, c, src, dst, collective.Sum); err != nil {
+				return err
+			}
+			for i, v := range dst {
+				want := 0
+				for r := range p {
+					want += in(r, i)
+				}
+				if v != float32(want) {
+					return fmt.Errorf("rank %d: element %d is %v, want %d", c.Rank(), i, v, want)
+				}
+			}
+			return nil
+		})
+	}
+	run("allreduce float64 max", func(c *collective.Communicator) error {
+		buf := make([]float64, 70000)
+		for i := range buf {
+			buf[i] = float64(in(c.Rank(), i))
+		}
+		if err := collective.Allreduce(ctx, c, buf, buf, collective.Max); err != nil {
+			return err
+		}
+		for i, v := range buf {
+			if v != float64(in(p-1, i)) {
+				return fmt.Errorf("rank %d: element %d is %v", c.Rank(), i, v)
+			}
+		}
+		return nil
+	})
+	run("allreduce int32 average", func(c *collective.Communicator) error {
+		buf := make([]int32, 40000)
+		for i := range buf {
+			buf[i] = int32(3 * (c.Rank() + 1) * (i % 5))
+		}
+		if err := collective.Allreduce(ctx, c, buf, buf, collective.Average); err != nil {
+			return err
+		}
+		for i, v := range buf {
+			if v != int32(2*3*(i%5)) {
+				return fmt.Errorf("rank %d: element %d is %v", c.Rank(), i, v)
+			}
+		}
+		return nil
+	})
+	run("allreduce bfloat16 sum", func(c *collective.Communicator) error {
+		buf := make([]collective.BF16, 100000)
+		for i := range buf {
+			buf[i] = collective.NewBF16(float32(i % 3))
+		}
+		if err := collective.Allreduce(ctx, c, buf, buf, collective.Sum); err != nil {
+			return err
+		}
+		for i, v := range buf {
+			if v.Float32() != float32(p*(i%3)) {
+				return fmt.Errorf("rank %d: element %d is %v", c.Rank(), i, v)
+			}
+		}
+		return nil
+	})
+	run("broadcast", func(c *collective.Communicator) error {
+		buf := make([]byte, 200000)
+		if c.Rank() == 1 {
+			copy(buf, pattern(len(buf), 1, 1, 1))
+		}
+		if err := collective.Broadcast(ctx, c, buf, 1); err != nil {
+			return err
+		}
+		if !bytes.Equal(buf, pattern(len(buf), 1, 1, 1)) {
+			return fmt.Errorf("rank %d: broadcast differs", c.Rank())
+		}
+		return nil
+	})
+	run("allgather", func(c *collective.Communicator) error {
+		const n = 50000
+		send, recv := pattern(n, c.Rank(), 0, 0), make([]byte, p*n)
+		if err := collective.Allgather(ctx, c, send, recv); err != nil {
+			return err
+		}
+		for r := range p {
+			if !bytes.Equal(recv[r*n:(r+1)*n], pattern(n, r, 0, 0)) {
+				return fmt.Errorf("rank %d: block %d differs", c.Rank(), r)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,169 @@
+package multi
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/sctp"
+	"github.com/gorovod/gorovod/collective/transport/shm"
+	"github.com/gorovod/gorovod/collective/transport/tcp"
+)
+
+// Mode names how pairs of ranks are connected.
+type Mode string
+
+const (
+	// Auto: shared memory between ranks on one host, Remote between the others.
+	Auto Mode = "auto"
+	// TCP for every pair.
+	TCP Mode = "tcp"
+	// SHM: shared memory for every pair; a pair on two hosts fails Connect.
+	SHM Mode = "shm"
+	// SCTP over UDP for every pair.
+	SCTP Mode = "sctp"
+)
+
+// Modes lists the valid modes, for usage messages.
+func Modes() []Mode { return []Mode{Auto, TCP, SHM, SCTP} }
+
+// ParseMode parses a mode name (case-insensitive; "" is Auto).
+func ParseMode(s string) (Mode, error) {
+	m := Mode(strings.ToLower(strings.TrimSpace(s)))
+	if m == "" {
+		return Auto, nil
+	}
+	for _, v := range Modes() {
+		if m == v {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("unknown transport %q (want one of %v)", s, Modes())
+}
+
+// Config configures the transport Listen builds. Start from DefaultConfig; the
+// common fields (address, secret, timeouts, logger) override those of the
+// per-transport configurations, whose other fields tune each transport.
+type Config struct {
+	Mode Mode
+	// Remote is the network transport of Auto mode: TCP (default) or SCTP.
+	Remote Mode
+
+	ListenAddr       string
+	AdvertiseAddr    string
+	Secret           []byte
+	HandshakeTimeout time.Duration
+	IOTimeout        time.Duration
+	Logger           *slog.Logger
+
+	TCP  tcp.Config
+	SHM  shm.Config
+	SCTP sctp.Config
+}
+
+// DefaultConfig returns Auto mode over TCP with every transport's defaults;
+// Secret must still be set.
+func DefaultConfig() Config {
+	return Config{
+		Mode:   Auto,
+		Remote: TCP,
+		TCP:    tcp.DefaultConfig(),
+		SHM:    shm.DefaultConfig(),
+		SCTP:   sctp.DefaultConfig(),
+	}
+}
+
+// Listen builds and starts the transport cfg describes.
+func Listen(cfg Config) (transport.Transport, error) {
+	if cfg.Mode == "" {
+		cfg.Mode = Auto
+	}
+	if cfg.Remote == "" {
+		cfg.Remote = TCP
+	}
+	switch cfg.Mode {
+	case TCP:
+		return listenTCP(&cfg)
+	case SCTP:
+		return listenSCTP(&cfg)
+	case SHM, Auto:
+		var boot transport.Transport
+		var err error
+		switch {
+		case cfg.Mode == SHM || cfg.Remote == TCP:
+			boot, err = listenTCP(&cfg)
+		case cfg.Remote == SCTP:
+			boot, err = listenSCTP(&cfg)
+		default:
+			return nil, fmt.Errorf("multi: Remote %q must be tcp or sctp", cfg.Remote)
+		}
+		if err != nil {
+			return nil, err
+		}
+		sc := cfg.SHM
+		sc.Fallback = cfg.Mode == Auto
+		if cfg.HandshakeTimeout > 0 {
+			sc.HandshakeTimeout = cfg.HandshakeTimeout
+		}
+		if cfg.IOTimeout > 0 {
+			sc.IOTimeout = cfg.IOTimeout
+		}
+		if cfg.Logger != nil {
+			sc.Logger = cfg.Logger
+		}
+		t, err := shm.New(boot, sc)
+		if err != nil {
+			boot.Close()
+			return nil, err
+		}
+		return t, nil
+	}
+	return nil, fmt.Errorf("multi: unknown mode %q", cfg.Mode)
+}
+
+func listenTCP(cfg *Config) (transport.Transport, error) {
+	c := cfg.TCP
+	c.ListenAddr = pick(cfg.ListenAddr, c.ListenAddr)
+	c.AdvertiseAddr = pick(cfg.AdvertiseAddr, c.AdvertiseAddr)
+	if len(cfg.Secret) > 0 {
+		c.Secret = cfg.Secret
+	}
+	if cfg.HandshakeTimeout > 0 {
+		c.HandshakeTimeout = cfg.HandshakeTimeout
+	}
+	if cfg.IOTimeout > 0 {
+		c.IOTimeout = cfg.IOTimeout
+	}
+	if cfg.Logger != nil {
+		c.Logger = cfg.Logger
+	}
+	return tcp.Listen(c)
+}
+
+func listenSCTP(cfg *Config) (transport.Transport, error) {
+	c := cfg.SCTP
+	c.ListenAddr = pick(cfg.ListenAddr, c.ListenAddr)
+	c.AdvertiseAddr = pick(cfg.AdvertiseAddr, c.AdvertiseAddr)
+	if len(cfg.Secret) > 0 {
+		c.Secret = cfg.Secret
+	}
+	if cfg.HandshakeTimeout > 0 {
+		c.HandshakeTimeout = cfg.HandshakeTimeout
+	}
+	if cfg.IOTimeout > 0 {
+		c.IOTimeout = cfg.IOTimeout
+	}
+	if cfg.Logger != nil {
+		c.Logger = cfg.Logger
+	}
+	return sctp.Listen(c)
+}
+
+func pick(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,135 @@
+package shm
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
+)
+
+// Config configures a Transport. Start from DefaultConfig; zero fields are
+// replaced by the defaults.
+type Config struct {
+	// ListenAddr, AdvertiseAddr, Secret and HandshakeTimeout configure the TCP
+	// bootstrap transport Listen creates (see tcp.Config). New, which is given
+	// its bootstrap, ignores ListenAddr, AdvertiseAddr and Secret.
+	ListenAddr       string
+	AdvertiseAddr    string
+	Secret           []byte
+	HandshakeTimeout time.Duration
+	// IOTimeout is how long a peer may stay silent on a blocked Send or Recv
+	// before the call fails with transport.ErrPeerTimeout. Default 30s.
+	IOTimeout time.Duration
+	// Dir is where regions and FIFOs are created (and unlinked again as soon as
+	// both ranks have opened them). It must be a memory file system shared by
+	// the ranks of the host. Default /dev/shm.
+	Dir string
+	// RingBytes is the capacity of each direction's ring: a power of two, at
+	// least 128 KiB (a few InlinePayload frames must fit). A pair's region is
+	// twice this plus 12 KiB. Default 1 MiB.
+	RingBytes int
+	// SpinTime is how long a call polls the ring before it parks. While it
+	// polls it yields the CPU to other goroutines and processes now and then,
+	// so ranks that outnumber the cores still make progress. Default 100µs; a
+	// negative value disables spinning.
+	SpinTime time.Duration
+	// SingleCopyBytes: payloads of at least this many bytes are not copied
+	// through the ring; the receiver copies them straight from the sender's
+	// memory (process_vm_readv), and Send waits until it has. This halves the
+	// copying of large frames. It is used only in the directions where a probe
+	// at connect time showed that the receiver may read the sender's memory
+	// (same user, ptrace not forbidden by a security module or seccomp);
+	// elsewhere every frame goes through the ring. It must exceed
+	// transport.InlinePayload. Default 64 KiB; negative disables it.
+	SingleCopyBytes int
+	// Fallback keeps the bootstrap link of a pair whose ranks are on different
+	// hosts (or cannot share memory) instead of failing Connect. Default false:
+	// the shm transport alone insists on shared memory.
+	Fallback bool
+	// HostID overrides the detected host identity (see HostID). Ranks share
+	// memory only when their host identities match, so tests set distinct ones
+	// to build mixed worlds on one machine.
+	HostID string
+	// Logger receives connection diagnostics. Default: discard.
+	Logger *slog.Logger
+}
+
+const (
+	defaultDir              = "/dev/shm"
+	defaultRingBytes        = 1 << 20
+	minRingBytes            = 128 << 10
+	maxRingBytes            = 1 << 30
+	defaultSpinTime         = 100 * time.Microsecond
+	defaultSingleCopyBytes  = 64 << 10
+	defaultIOTimeout        = 30 * time.Second
+	defaultHandshakeTimeout = 5 * time.Second
+)
+
+// DefaultConfig returns the defaults; Secret must still be set for Listen.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:       "127.0.0.1:0",
+		HandshakeTimeout: defaultHandshakeTimeout,
+		IOTimeout:        defaultIOTimeout,
+		Dir:              defaultDir,
+		RingBytes:        defaultRingBytes,
+		SpinTime:         defaultSpinTime,
+		SingleCopyBytes:  defaultSingleCopyBytes,
+		Logger:           slog.New(slog.DiscardHandler),
+	}
+}
+
+// withDefaults fills zero fields and validates the rest.
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
+	if c.ListenAddr == "" {
+		c.ListenAddr = d.ListenAddr
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = d.HandshakeTimeout
+	}
+	if c.IOTimeout <= 0 {
+		c.IOTimeout = d.IOTimeout
+	}
+	if c.Dir == "" {
+		c.Dir = d.Dir
+	}
+	if c.RingBytes == 0 {
+		c.RingBytes = d.RingBytes
+	}
+	if c.RingBytes < minRingBytes || c.RingBytes > maxRingBytes || c.RingBytes&(c.RingBytes-1) != 0 {
+		return c, fmt.Errorf("shm: Config.RingBytes %d must be a power of two in [%d, %d]", c.RingBytes, minRingBytes, maxRingBytes)
+	}
+	if v := os.Getenv("TMP_SHM_SPIN"); v != "" { // TEMPORARY tuning hook
+		c.SpinTime, _ = time.ParseDuration(v)
+	}
+	if v := os.Getenv("TMP_SHM_RING"); v != "" { // TEMPORARY tuning hook
+		c.RingBytes, _ = strconv.Atoi(v)
+	}
+	switch {
+	case c.SpinTime == 0:
+		c.SpinTime = d.SpinTime
+	case c.SpinTime < 0:
+		c.SpinTime = 0
+	}
+	switch {
+	case c.SingleCopyBytes == 0:
+		c.SingleCopyBytes = d.SingleCopyBytes
+	case c.SingleCopyBytes < 0:
+		c.SingleCopyBytes = 0
+	case c.SingleCopyBytes <= transport.InlinePayload:
+		return c, fmt.Errorf("shm: Config.SingleCopyBytes %d must exceed transport.InlinePayload (%d)", c.SingleCopyBytes, transport.InlinePayload)
+	}
+	if len(c.HostID) > 256 {
+		return c, errors.New("shm: Config.HostID is longer than 256 bytes")
+	}
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	c.Secret = append([]byte(nil), c.Secret...)
+	return c, nil
+}

@@ -1,0 +1,60 @@
+//go:build linux
+
+package shm_test
+
+import (
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective/transport/shm"
+)
+
+var testSecret = []byte("test secret, not for production")
+
+func testConfig() shm.Config {
+	cfg := shm.DefaultConfig()
+	cfg.Secret = testSecret
+	cfg.HandshakeTimeout = 2 * time.Second
+	cfg.IOTimeout = 20 * time.Second
+	// GOROVOD_SHM_DEBUG=1 go test -v shows the transports' own log.
+	if os.Getenv("GOROVOD_SHM_DEBUG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return cfg
+}
+
+func listen(t testing.TB, cfg shm.Config) *shm.Transport {
+	t.Helper()
+	tr, err := shm.Listen(cfg)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// shmFiles lists what this package's transports left in dir.
+func shmFiles(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "gorovod-shm-") {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// checkShmEmpty fails the test if, once its cleanups have run, files of ours
+// are left in /dev/shm. Register it first so it runs last.
+func checkShmEmpty(t testing.TB) {
+	t.Helper()
+	t.Cleanup(func() {
+		if left := shmFiles("/dev/shm"); len(left) > 0 {
+			t.Errorf("files left in /dev/shm: %v", left)
+		}
+	})
+}

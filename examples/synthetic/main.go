@@ -1,0 +1,226 @@
+// Command synthetic is an elastic trainer with a known answer: its per-step
+// compute is simulated (a sleep per sample, so many workers fit on a few cores
+// as if each had its own accelerator) while its gradients are real buffers that
+// go through the real allreduce, and its data order comes from the elastic
+// Sampler. Run it under `gorovod run`:
+//
+//	gorovod run --np 3 -- synthetic --steps 200 --json
+//
+// Each step prints (with --json) one object with step, epoch, world_epoch,
+// rank, size, loss, params_sha256 and, with --log-samples, the sample indices
+// this worker processed, so tests can check that workers agree and that no
+// sample is lost or processed twice across resizes.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	gsync "github.com/gorovod/gorovod/sync"
+)
+
+type options struct {
+	steps        int64
+	samples      int
+	batch        int
+	modelSize    int
+	compute      time.Duration
+	seed         uint64
+	lr           float64
+	asJSON       bool
+	logSamples   bool
+	straggler    int
+	stragglerMul float64
+	verbose      bool
+}
+
+func main() {
+	var o options
+	flag.Int64Var(&o.steps, "steps", 100, "global steps to train")
+	flag.IntVar(&o.samples, "samples", 4096, "samples in the synthetic data set")
+	flag.IntVar(&o.batch, "batch", 64, "global batch size")
+	flag.IntVar(&o.modelSize, "model-size", 1<<18, "parameters (float32)")
+	flag.DurationVar(&o.compute, "compute", 100*time.Microsecond, "simulated compute per sample")
+	flag.Uint64Var(&o.seed, "seed", 1, "data order and initialisation seed")
+	flag.Float64Var(&o.lr, "lr", 0.1, "learning rate")
+	flag.BoolVar(&o.asJSON, "json", false, "print one JSON object per step")
+	flag.BoolVar(&o.logSamples, "log-samples", false, "with --json, list the sample indices of each step")
+	flag.IntVar(&o.straggler, "straggler-rank", -1, "rank whose compute is slowed down")
+	flag.Float64Var(&o.stragglerMul, "straggler-factor", 2, "how much slower the straggler computes")
+	flag.BoolVar(&o.verbose, "v", false, "log the elastic layer's decisions to stderr")
+	flag.Parse()
+	if o.steps < 1 || o.samples < 1 || o.batch < 1 || o.modelSize < 1 {
+		fmt.Fprintln(os.Stderr, "synthetic: --steps, --samples, --batch and --model-size must be positive")
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "synthetic:", err)
+		os.Exit(1)
+	}
+}
+
+type stepLine struct {
+	Step         int64   `json:"step"`
+	Epoch        uint64  `json:"epoch"`
+	WorldEpoch   uint64  `json:"world_epoch"`
+	Rank         int     `json:"rank"`
+	Size         int     `json:"size"`
+	Loss         float64 `json:"loss"`
+	ParamsSHA256 string  `json:"params_sha256"`
+	Worker       string  `json:"worker"`
+	Samples      []int   `json:"samples,omitempty"`
+	Start        int     `json:"start"`  // the step's place in the data epoch's order
+	Global       int     `json:"global"` // samples the whole world processed in the step
+	StepMS       float64 `json:"step_ms"`
+}
+
+func run(o options) error {
+	cfg, err := gsync.WorkerConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	if o.verbose {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	// SIGINT stops at once (the job is ending); SIGTERM leaves gracefully: this
+	// worker keeps training until the others have moved to a world without it.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
+	defer stop()
+	leave := make(chan os.Signal, 1)
+	signal.Notify(leave, syscall.SIGTERM)
+
+	params := make([]float32, o.modelSize)
+	for i := range params {
+		params[i] = float32(math.Sin(float64(uint64(i)+o.seed))) * 0.1
+	}
+	sampler, err := gsync.NewSampler(gsync.SamplerConfig{N: o.samples, Seed: o.seed, Shuffle: true})
+	if err != nil {
+		return err
+	}
+	state := gsync.NewTrainState()
+	state.RegisterTensor("params", params)
+	state.RegisterBlob("sampler", func() ([]byte, error) { return sampler.State().MarshalBinary() },
+		func(b []byte) error {
+			var st gsync.State
+			if err := st.UnmarshalBinary(b); err != nil {
+				return err
+			}
+			return sampler.Restore(st)
+		})
+	w, err := gsync.StartWorker(ctx, cfg, state)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+
+	grads := make([]float32, o.modelSize)
+	leaving := false
+	for w.Step() < o.steps {
+		select {
+		case <-leave:
+			if !leaving {
+				leaving = true
+				if err := w.RequestLeave(ctx); err != nil {
+					return err
+				}
+			}
+		default:
+		}
+		start := time.Now()
+		st, err := sampler.Batch(w.Rank(), w.Size(), o.batch)
+		if err != nil {
+			return err
+		}
+		if st.Global == 0 {
+			sampler.NextEpoch()
+			continue
+		}
+		loss := computeGrads(o, w.Rank(), w.Size(), params, grads, st)
+		err = w.Allreduce(ctx, [][]float32{grads})
+		if errors.Is(err, gsync.ErrWorldChanged) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for i, g := range grads {
+			params[i] -= float32(o.lr) * g
+		}
+		if err := sampler.Advance(st.Global); err != nil {
+			return err
+		}
+		rank, size, epoch := w.Rank(), w.Size(), w.Epoch().Number
+		err = w.Commit(ctx)
+		if errors.Is(err, gsync.ErrWorldChanged) {
+			continue // the state is the new rank 0's; carry on from it
+		}
+		if err != nil && !errors.Is(err, gsync.ErrExcluded) {
+			return err
+		}
+		// The step committed (also when this worker is left out of the next
+		// world: exclusion starts after the boundary).
+		if o.asJSON {
+			line := stepLine{Step: w.Step(), Epoch: st.Epoch, WorldEpoch: epoch, Rank: rank, Size: size, Loss: loss,
+				ParamsSHA256: paramsSHA256(params), Worker: w.Name(), Start: st.Start, Global: st.Global,
+				StepMS: float64(time.Since(start).Microseconds()) / 1000}
+			if o.logSamples {
+				line.Samples = st.Indices
+			}
+			b, _ := json.Marshal(line)
+			fmt.Printf("%s\n", b)
+		}
+		if err != nil {
+			return nil // left the job gracefully
+		}
+	}
+	return nil
+}
+
+// computeGrads sleeps for the simulated compute and fills grads with this
+// rank's share of the global mean gradient of a quadratic loss pulling the
+// parameters toward targets that depend on the samples.
+func computeGrads(o options, rank, size int, params, grads []float32, st gsync.Step) float64 {
+	d := o.compute * time.Duration(len(st.Indices))
+	if rank == o.straggler {
+		d = time.Duration(float64(d) * o.stragglerMul)
+	}
+	time.Sleep(d)
+	var target float64
+	for _, idx := range st.Indices {
+		target += float64(idx%17) / 17
+	}
+	// The world averages; scaling by size/Global makes the average the exact
+	// global mean over the step's samples.
+	scale := float32(float64(size) / float64(st.Global))
+	n := float32(len(st.Indices))
+	var loss float64
+	for i, p := range params {
+		diff := p*n - float32(target)*0.01
+		grads[i] = diff * scale
+		if i < 64 {
+			loss += float64(diff * diff)
+		}
+	}
+	return loss
+}
+
+func paramsSHA256(p []float32) string {
+	b := make([]byte, 4*len(p))
+	for i, v := range p {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

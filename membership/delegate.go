@@ -1,0 +1,197 @@
+package membership
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// delegate receives memberlist's callbacks. It lives apart from Member so the
+// callbacks stay out of Member's API. memberlist calls the event methods under
+// its node lock and NotifyMsg from its receive loops: nothing here blocks or
+// calls back into memberlist.
+type delegate struct{ m *Member }
+
+var (
+	_ memberlist.Delegate      = (*delegate)(nil)
+	_ memberlist.EventDelegate = (*delegate)(nil)
+	_ memberlist.AliveDelegate = (*delegate)(nil)
+	_ memberlist.MergeDelegate = (*delegate)(nil)
+)
+
+// NodeMeta returns the current encoding, validated to fit when it was stored.
+func (d *delegate) NodeMeta(limit int) []byte {
+	b := *d.m.metaBytes.Load()
+	if len(b) > limit {
+		// Unreachable (MarshalBinary enforces MaxMetaSize, which is memberlist's
+		// limit); returning it would make memberlist panic.
+		d.m.log.Error("membership: metadata over memberlist's limit", "bytes", len(b), "limit", limit)
+		return nil
+	}
+	return b
+}
+
+// NotifyMsg receives a Send from another member (b is only valid during the call).
+func (d *delegate) NotifyMsg(b []byte) {
+	m := d.m
+	var f frame
+	if err := decodeFrame(b, &f); err != nil {
+		m.messagesMalformed.Add(1)
+		m.log.Debug("membership: dropped a malformed message", "bytes", len(b), "err", err)
+		return
+	}
+	if f.jobID != m.jobID {
+		m.messagesForeign.Add(1)
+		m.log.Debug("membership: dropped a message of another job", "job", f.jobID, "from", f.from)
+		return
+	}
+	if len(f.payload) > m.cfg.MaxMessageSize {
+		m.messagesMalformed.Add(1)
+		m.log.Debug("membership: dropped an oversized message", "bytes", len(f.payload), "from", f.from)
+		return
+	}
+	m.mu.Lock()
+	e, known := m.nodes[f.from]
+	from := Node{Name: f.from}
+	if known {
+		if f.kind == frameBye {
+			e.bye = true
+		}
+		from = e.node.clone()
+	}
+	m.mu.Unlock()
+	if f.kind != frameData {
+		return
+	}
+	msg := Message{From: from, Payload: bytes.Clone(f.payload), At: time.Now()}
+	m.msgMu.Lock()
+	defer m.msgMu.Unlock()
+	if m.msgClosed {
+		m.messagesDropped.Add(1)
+		return
+	}
+	select {
+	case m.msgs <- msg:
+		m.messagesReceived.Add(1)
+	default:
+		m.messagesDropped.Add(1)
+	}
+}
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// NotifyAlive admits a node into memberlist's view only when its metadata
+// decodes and names this job: every alive message, gossiped or merged, passes
+// here, so a stranger holding the secret never becomes a member.
+func (d *delegate) NotifyAlive(n *memberlist.Node) error {
+	_, err := d.m.admit(n.Name, n.Meta)
+	return err
+}
+
+// NotifyMerge refuses a join with a cluster that holds any node of another
+// job; memberlist then fails that join on both sides.
+//
+// The addresses of the refused nodes are remembered so that Join can tell a
+// seed of another job (fail at once) from a seed that is not up yet (retry).
+// All of them: the seed we dialled is somewhere in its own state, not
+// necessarily first.
+func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
+	var first error
+	var refused []netip.AddrPort
+	for _, p := range peers {
+		if _, err := d.m.admit(p.Name, p.Meta); err != nil {
+			if first == nil {
+				first = err
+			}
+			refused = append(refused, addrPort(p.Addr, p.Port))
+		}
+	}
+	if len(refused) > 0 {
+		d.m.mu.Lock()
+		// Bounded: what Join needs is the latest refused cluster.
+		if len(d.m.foreignAddrs)+len(refused) > maxForeignAddrs {
+			clear(d.m.foreignAddrs)
+		}
+		for _, a := range refused {
+			d.m.foreignAddrs[a] = struct{}{}
+		}
+		d.m.mu.Unlock()
+	}
+	return first
+}
+
+func (d *delegate) NotifyJoin(n *memberlist.Node)   { d.m.nodeChanged(EventJoined, n) }
+func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.m.nodeChanged(EventUpdated, n) }
+func (d *delegate) NotifyLeave(n *memberlist.Node)  { d.m.nodeGone(n) }
+
+// admit decodes a node's metadata and checks its job.
+func (m *Member) admit(name string, raw []byte) (Meta, error) {
+	var meta Meta
+	if err := meta.UnmarshalBinary(raw); err != nil {
+		m.nodesRejected.Add(1)
+		return meta, fmt.Errorf("membership: node %s: %w", name, err)
+	}
+	if meta.JobID != m.jobID {
+		m.nodesRejected.Add(1)
+		return meta, fmt.Errorf("membership: node %s belongs to job %q, not %q", name, meta.JobID, m.jobID)
+	}
+	return meta, nil
+}
+
+// nodeChanged records a joined or updated member and queues the event.
+func (m *Member) nodeChanged(kind EventKind, n *memberlist.Node) {
+	now := time.Now()
+	meta, err := m.admit(n.Name, n.Meta)
+	if err != nil {
+		// NotifyAlive keeps such nodes out of memberlist, so this does not
+		// happen; never let one into Members if it does.
+		m.log.Warn("membership: ignored a node", "err", err)
+		return
+	}
+	node := Node{Name: n.Name, Addr: addrPort(n.Addr, n.Port), Meta: meta}
+	m.mu.Lock()
+	e := m.nodes[n.Name]
+	if e == nil {
+		e = &nodeEntry{}
+		m.nodes[n.Name] = e
+		kind = EventJoined
+	}
+	e.node = node
+	if n.Name == m.name {
+		m.selfAddr = node.Addr
+	}
+	m.mu.Unlock()
+	m.log.Debug("membership: member "+kind.String(), "node", node.Name, "addr", node.Addr, "state", meta.State)
+	m.events.push(Event{Kind: kind, Node: node.clone(), At: now})
+}
+
+// nodeGone removes a dead or departed member and queues Left or Failed.
+func (m *Member) nodeGone(n *memberlist.Node) {
+	now := time.Now()
+	m.mu.Lock()
+	e := m.nodes[n.Name]
+	if e == nil {
+		m.mu.Unlock()
+		return
+	}
+	delete(m.nodes, n.Name)
+	kind := EventFailed
+	if e.bye || e.node.Meta.State == StateLeaving {
+		kind = EventLeft
+	}
+	node := e.node
+	m.mu.Unlock()
+	m.log.Debug("membership: member "+kind.String(), "node", node.Name, "addr", node.Addr)
+	m.events.push(Event{Kind: kind, Node: node.clone(), At: now})
+}
+
+func addrPort(ip net.IP, port uint16) netip.AddrPort {
+	a, _ := netip.AddrFromSlice(ip)
+	return netip.AddrPortFrom(a.Unmap(), port)
+}

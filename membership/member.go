@@ -1,0 +1,579 @@
+package membership
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+var (
+	// ErrClosed is returned by calls on a Member after Leave or Shutdown.
+	ErrClosed = errors.New("membership: member is shut down")
+	// ErrOtherJob is wrapped by Join's error when a seed belongs to another
+	// job: retrying cannot help, so Join fails at once.
+	ErrOtherJob = errors.New("membership: seed belongs to another job")
+	// ErrMessageTooLarge is wrapped by Send's error for a payload over
+	// Config.MaxMessageSize.
+	ErrMessageTooLarge = errors.New("membership: message over MaxMessageSize")
+)
+
+// Stats counts what a Member dropped or refused, for diagnostics.
+type Stats struct {
+	// MessagesReceived were queued for Messages().
+	MessagesReceived uint64
+	// MessagesDropped arrived while the Messages queue was full, or after Shutdown.
+	MessagesDropped uint64
+	// MessagesForeign carried another job's id.
+	MessagesForeign uint64
+	// MessagesMalformed were not valid frames or were over MaxMessageSize.
+	MessagesMalformed uint64
+	// NodesRejected counts alive and join messages refused because the node
+	// belongs to another job or its metadata does not decode.
+	NodesRejected uint64
+	// EventsCoalesced counts events replaced by a newer one about the same
+	// member before a reader took them.
+	EventsCoalesced uint64
+}
+
+// Member is this process's membership in its job's gossip cluster: one
+// incarnation, from Join to Leave or Shutdown. Its methods are safe for
+// concurrent use.
+type Member struct {
+	cfg   Config
+	name  string
+	jobID string
+	log   *slog.Logger
+	ml    *memberlist.Memberlist // set once Create returns; delegates never use it
+
+	// metaMu guards meta; metaBytes is its encoding, read by memberlist's
+	// NodeMeta callback without taking metaMu.
+	metaMu    sync.Mutex
+	meta      Meta
+	metaBytes atomic.Pointer[[]byte]
+	updateSem chan struct{} // one UpdateMeta at a time, waitable with a context
+
+	// mu guards nodes (the alive members as reported by memberlist's event
+	// delegate, which is what Members reads: memberlist's own Node structs
+	// change under its lock) and selfAddr and foreignAddrs.
+	mu           sync.Mutex
+	nodes        map[string]*nodeEntry
+	selfAddr     netip.AddrPort
+	foreignAddrs map[netip.AddrPort]struct{} // nodes refused at a join merge
+
+	events   *eventQueue
+	eventsCh chan Event
+	done     chan struct{} // closed by Shutdown
+	pumpDone chan struct{}
+
+	// msgMu orders deliveries against the close of msgs at Shutdown.
+	msgMu     sync.Mutex
+	msgs      chan Message
+	msgClosed bool
+
+	// lifeMu serializes memberlist's Leave and Shutdown: memberlist panics on
+	// a Leave after Shutdown.
+	lifeMu sync.Mutex
+	closed atomic.Bool
+
+	messagesReceived, messagesDropped, messagesForeign, messagesMalformed, nodesRejected atomic.Uint64
+}
+
+type nodeEntry struct {
+	node Node
+	bye  bool // the member said goodbye: its death is a graceful Left
+}
+
+// maxForeignAddrs bounds the remembered addresses of refused nodes.
+const maxForeignAddrs = 64
+
+// Join starts this process's member and joins the cluster through cfg.Seeds,
+// retrying with backoff while no seed answers, until ctx ends. With no seeds
+// (other than this member's own address) it starts a new cluster. ctx bounds
+// only the joining; the Member lives until Leave or Shutdown.
+//
+// Zero Meta fields are filled: Role worker, State joining, StartedAt now, Host
+// the host name. A Meta that does not encode within MaxMetaSize is an error.
+func Join(ctx context.Context, cfg Config, meta Meta) (*Member, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	meta = meta.Clone()
+	if meta.Role == 0 {
+		meta.Role = RoleWorker
+	}
+	if meta.State == 0 {
+		meta.State = StateJoining
+	}
+	if meta.StartedAt == 0 {
+		meta.StartedAt = time.Now().UnixNano()
+	}
+	if meta.Host == "" {
+		meta.Host, _ = os.Hostname()
+	}
+	enc, err := meta.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	key, err := gossipKey(cfg.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("membership: deriving the gossip key: %w", err)
+	}
+	m := &Member{
+		cfg:          cfg,
+		name:         cfg.Name,
+		jobID:        meta.JobID,
+		log:          cfg.Logger.With("member", cfg.Name),
+		meta:         meta,
+		updateSem:    make(chan struct{}, 1),
+		nodes:        make(map[string]*nodeEntry),
+		foreignAddrs: make(map[netip.AddrPort]struct{}),
+		events:       newEventQueue(),
+		eventsCh:     make(chan Event),
+		done:         make(chan struct{}),
+		pumpDone:     make(chan struct{}),
+		msgs:         make(chan Message, cfg.MessageQueue),
+	}
+	m.metaBytes.Store(&enc)
+	go func() {
+		defer close(m.pumpDone)
+		m.events.pump(m.eventsCh, m.done)
+	}()
+
+	d := &delegate{m}
+	mc := cfg.memberlistConfig(key, newMemberlistLogger(m.log))
+	mc.Delegate, mc.Events, mc.Alive, mc.Merge = d, d, d, d
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		_ = m.Shutdown()
+		return nil, fmt.Errorf("membership: starting gossip on %s:%d: %w", cfg.BindAddr, cfg.BindPort, err)
+	}
+	m.ml = ml
+	if err := m.joinSeeds(ctx); err != nil {
+		_ = m.Shutdown()
+		return nil, err
+	}
+	return m, nil
+}
+
+// joinSeeds contacts the seeds until one answers, someone joins us, or ctx ends.
+func (m *Member) joinSeeds(ctx context.Context) error {
+	if len(m.cfg.Seeds) == 0 {
+		m.log.Info("membership: started a new cluster", "addr", m.Local().Addr)
+		return nil
+	}
+	start := time.Now()
+	backoff := m.cfg.JoinRetry
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		// Resolve every round: a seed's name may not resolve until its
+		// process (or pod) exists.
+		addrs, onlySelf, err := m.resolveSeeds(ctx)
+		switch {
+		case onlySelf:
+			m.log.Info("membership: every seed is this member; started a new cluster", "addr", m.Local().Addr)
+			return nil
+		case len(addrs) > 0:
+			err = m.joinOnce(ctx, addrs)
+		}
+		if err == nil || m.ml.NumMembers() > 1 {
+			// Joined, or another member joined us while we were retrying
+			// (two seeds that start together find each other either way).
+			m.log.Info("membership: joined", "seeds", m.cfg.Seeds, "attempts", attempt,
+				"members", m.ml.NumMembers(), "elapsed", time.Since(start))
+			return nil
+		}
+		if m.triedForeign(addrs) {
+			return fmt.Errorf("%w: %v (this member's job is %q)", ErrOtherJob, m.cfg.Seeds, m.jobID)
+		}
+		lastErr = err
+		m.log.Debug("membership: join attempt failed", "attempt", attempt, "err", err)
+		// Jitter keeps many workers started at once from retrying in lockstep.
+		wait := backoff/2 + rand.N(backoff/2+1)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("membership: joining through %v: %w (last error: %v)", m.cfg.Seeds, ctx.Err(), lastErr)
+		}
+		backoff = min(2*backoff, m.cfg.JoinRetryMax)
+	}
+}
+
+// joinOnce runs one memberlist join round, abandoning the wait when ctx ends
+// (the round itself ends within TCPTimeout per address).
+func (m *Member) joinOnce(ctx context.Context, addrs []netip.AddrPort) error {
+	hosts := make([]string, len(addrs))
+	for i, a := range addrs {
+		hosts[i] = a.String()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		n, err := m.ml.Join(hosts)
+		if n > 0 {
+			err = nil
+		} else if err == nil {
+			err = errors.New("no seed answered")
+		}
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// resolveSeeds returns the addresses of the seeds that are not this member.
+// onlySelf is true when every seed is this member. A seed that does not resolve
+// yet counts as another member, so Join keeps trying it.
+func (m *Member) resolveSeeds(ctx context.Context) (addrs []netip.AddrPort, onlySelf bool, err error) {
+	self := m.Local().Addr
+	others := 0
+	var errs []error
+	for _, seed := range m.cfg.Seeds {
+		ips, err := resolve(ctx, seed)
+		if err != nil {
+			others++
+			errs = append(errs, err)
+			continue
+		}
+		if slices.ContainsFunc(ips, func(a netip.AddrPort) bool { return m.isSelf(a, self) }) {
+			continue
+		}
+		others++
+		addrs = append(addrs, ips...)
+	}
+	return addrs, others == 0, errors.Join(errs...)
+}
+
+// resolve turns "host:port" into addresses, under ctx.
+func resolve(ctx context.Context, seed string) ([]netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(seed); err == nil {
+		return []netip.AddrPort{netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())}, nil
+	}
+	host, sport, err := net.SplitHostPort(seed)
+	if err != nil {
+		return nil, fmt.Errorf("membership: seed %q: %v", seed, err)
+	}
+	port, err := net.DefaultResolver.LookupPort(ctx, "tcp", sport)
+	if err != nil {
+		return nil, fmt.Errorf("membership: seed %q: %v", seed, err)
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, fmt.Errorf("membership: seed %q: %v", seed, err)
+	}
+	out := make([]netip.AddrPort, len(ips))
+	for i, ip := range ips {
+		out[i] = netip.AddrPortFrom(ip.Unmap(), uint16(port))
+	}
+	return out, nil
+}
+
+// isSelf reports whether a is this member's gossip address. A member bound to
+// a wildcard address also answers on its loopback and interface addresses.
+func (m *Member) isSelf(a, self netip.AddrPort) bool {
+	if a == self {
+		return true
+	}
+	if a.Port() != self.Port() {
+		return false
+	}
+	bind, err := netip.ParseAddr(m.cfg.BindAddr)
+	if err != nil || !bind.IsUnspecified() {
+		return false
+	}
+	if a.Addr().IsLoopback() {
+		return true
+	}
+	ifaddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, ia := range ifaddrs {
+		if p, err := netip.ParsePrefix(ia.String()); err == nil && p.Addr().Unmap() == a.Addr() {
+			return true
+		}
+	}
+	return false
+}
+
+// triedForeign reports whether one of addrs was refused as another job's.
+func (m *Member) triedForeign(addrs []netip.AddrPort) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range addrs {
+		if _, ok := m.foreignAddrs[a]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Name returns this member's name (unique to this incarnation).
+func (m *Member) Name() string { return m.name }
+
+// Local returns this member with its current metadata.
+func (m *Member) Local() Node {
+	m.mu.Lock()
+	addr := m.selfAddr
+	m.mu.Unlock()
+	m.metaMu.Lock()
+	defer m.metaMu.Unlock()
+	return Node{Name: m.name, Addr: addr, Meta: m.meta.Clone()}
+}
+
+// Members returns the alive members, this one included, oldest first (by
+// StartedAt, then by name), so every member that knows the same set lists it
+// in the same order. Members in State leaving are still listed until they go.
+func (m *Member) Members() []Node {
+	m.mu.Lock()
+	out := make([]Node, 0, len(m.nodes))
+	for _, e := range m.nodes {
+		out = append(out, e.node.clone())
+	}
+	m.mu.Unlock()
+	SortNodes(out)
+	return out
+}
+
+// SortNodes sorts nodes oldest first: by Meta.StartedAt, then by Name.
+func SortNodes(nodes []Node) {
+	slices.SortFunc(nodes, func(a, b Node) int {
+		return cmp.Or(cmp.Compare(a.Meta.StartedAt, b.Meta.StartedAt), cmp.Compare(a.Name, b.Name))
+	})
+}
+
+// NumMembers returns how many members are alive, this one included.
+func (m *Member) NumMembers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.nodes)
+}
+
+// Events returns the stream of membership changes seen here, this member's
+// own Joined and Updated included. It is closed by Leave or Shutdown. See
+// eventQueue for the overflow policy: a slow reader sees every member's latest
+// state, possibly without the intermediate ones.
+func (m *Member) Events() <-chan Event { return m.eventsCh }
+
+// Messages returns the stream of messages other members sent with Send. It
+// holds Config.MessageQueue messages; beyond that new ones are dropped and
+// counted in Stats. It is closed by Leave or Shutdown.
+func (m *Member) Messages() <-chan Message { return m.msgs }
+
+// Stats returns the counters of dropped and refused traffic.
+func (m *Member) Stats() Stats {
+	return Stats{
+		MessagesReceived:  m.messagesReceived.Load(),
+		MessagesDropped:   m.messagesDropped.Load(),
+		MessagesForeign:   m.messagesForeign.Load(),
+		MessagesMalformed: m.messagesMalformed.Load(),
+		NodesRejected:     m.nodesRejected.Load(),
+		EventsCoalesced:   m.events.coalesced.Load(),
+	}
+}
+
+// UpdateMeta changes this member's metadata with update and broadcasts it,
+// waiting until the broadcast went out (bounded by ctx and
+// Config.UpdateTimeout). An update that would not encode (too large, invalid,
+// or a changed JobID) is refused and nothing changes. When the wait is cut
+// short, the new metadata is already in force here and still reaches the
+// others through gossip and push/pull.
+func (m *Member) UpdateMeta(ctx context.Context, update func(*Meta)) error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	select {
+	case m.updateSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-m.updateSem }()
+
+	// updateSem makes this the only writer of meta, so update can run without
+	// metaMu held (and may call Local or Members).
+	m.metaMu.Lock()
+	cur := m.meta.Clone()
+	m.metaMu.Unlock()
+	next := cur.Clone()
+	update(&next)
+	if next.JobID != cur.JobID {
+		return fmt.Errorf("membership: UpdateMeta may not change JobID (%q to %q)", cur.JobID, next.JobID)
+	}
+	if next.Equal(cur) {
+		return nil
+	}
+	enc, err := next.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	next = next.Clone() // update may have kept a reference to next.Extra
+	m.metaMu.Lock()
+	m.meta = next
+	m.metaBytes.Store(&enc)
+	m.metaMu.Unlock()
+
+	timeout := boundedTimeout(ctx, m.cfg.UpdateTimeout)
+	errc := make(chan error, 1)
+	go func() { errc <- m.ml.UpdateNode(timeout) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("membership: metadata updated here, broadcast not confirmed: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("membership: metadata updated here, broadcast not confirmed: %w", ctx.Err())
+	case <-m.done:
+		return ErrClosed
+	}
+}
+
+// Send delivers payload to member to over an encrypted TCP stream. It returns
+// once the receiving process has the bytes (not once its reader took them).
+// The receiver drops messages beyond its queue, so protocols on top must
+// tolerate loss as they tolerate a peer's crash.
+func (m *Member) Send(ctx context.Context, to Node, payload []byte) error {
+	if len(payload) > m.cfg.MaxMessageSize {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(payload), m.cfg.MaxMessageSize)
+	}
+	return m.send(ctx, to, frameData, payload)
+}
+
+func (m *Member) send(ctx context.Context, to Node, kind uint8, payload []byte) error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !to.Addr.IsValid() {
+		return fmt.Errorf("membership: send to %q: no address", to.Name)
+	}
+	f := frame{kind: kind, jobID: m.jobID, from: m.name, payload: payload}
+	b := appendFrame(make([]byte, 0, frameSize(&f)), &f)
+	dst := &memberlist.Node{Name: to.Name, Addr: net.IP(to.Addr.Addr().AsSlice()), Port: to.Addr.Port()}
+	errc := make(chan error, 1)
+	// memberlist's SendReliable takes no context; it ends within TCPTimeout.
+	go func() { errc <- m.ml.SendReliable(dst, b) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("membership: send to %s: %w", to, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-m.done:
+		return ErrClosed
+	}
+}
+
+// Leave departs gracefully and shuts the member down: it publishes
+// State=leaving, says goodbye to each peer directly (so they report Left, not
+// Failed), broadcasts memberlist's leave and waits for it to go out, all
+// bounded by ctx and Config.LeaveTimeout. The member is shut down even when a
+// step fails; the error reports what could not be confirmed.
+func (m *Member) Leave(ctx context.Context) error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.LeaveTimeout)
+	defer cancel()
+	var errs []error
+	if err := m.UpdateMeta(ctx, func(meta *Meta) { meta.State = StateLeaving }); err != nil {
+		errs = append(errs, err)
+	}
+	// A peer that died without a RST can hold a goodbye for TCPTimeout; keep
+	// half of the budget for memberlist's own leave broadcast.
+	gctx, gcancel := context.WithTimeout(ctx, boundedTimeout(ctx, m.cfg.LeaveTimeout)/2)
+	m.sayGoodbye(gctx)
+	gcancel()
+
+	m.lifeMu.Lock()
+	if !m.closed.Load() {
+		if err := m.ml.Leave(boundedTimeout(ctx, m.cfg.LeaveTimeout)); err != nil {
+			errs = append(errs, fmt.Errorf("membership: leave: %w", err))
+		}
+	}
+	m.lifeMu.Unlock()
+	if err := m.Shutdown(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// goodbyeConcurrency bounds the goodbye streams open at once.
+const goodbyeConcurrency = 16
+
+// sayGoodbye tells every peer, in parallel, that this member is leaving.
+// Failures only cost a peer the distinction between Left and Failed.
+func (m *Member) sayGoodbye(ctx context.Context) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, goodbyeConcurrency)
+	for _, n := range m.Members() {
+		if n.Name == m.name {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := m.send(ctx, n, frameBye, nil); err != nil {
+				m.log.Debug("membership: goodbye not delivered", "to", n.Name, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Shutdown stops the member at once, without telling anyone: the others see
+// it as Failed, as they would a crash. It closes Events and Messages. Calling
+// it again, or after Leave, does nothing.
+func (m *Member) Shutdown() error {
+	m.lifeMu.Lock()
+	defer m.lifeMu.Unlock()
+	if m.closed.Swap(true) {
+		return nil
+	}
+	var err error
+	if m.ml != nil {
+		err = m.ml.Shutdown()
+	}
+	close(m.done)
+	<-m.pumpDone
+	m.msgMu.Lock()
+	m.msgClosed = true
+	close(m.msgs)
+	m.msgMu.Unlock()
+	return err
+}
+
+// boundedTimeout is the smaller of limit and ctx's remaining time, and always
+// positive: memberlist waits forever on a zero timeout.
+func boundedTimeout(ctx context.Context, limit time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		limit = min(limit, time.Until(dl))
+	}
+	return max(limit, time.Millisecond)
+}
