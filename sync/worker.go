@@ -48,6 +48,11 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	}, nil
 }
 
+// UnderLauncher reports whether this process was started as a worker of an
+// elastic job (its environment names a job), so a trainer can tell "not
+// launched by gorovod run" from a launch with a broken environment.
+func UnderLauncher() bool { return os.Getenv(envconfig.EnvJobID) != "" }
+
 // Worker is a trainer's membership in an elastic job: a Session plus the
 // gossip member and transport behind it.
 type Worker struct {

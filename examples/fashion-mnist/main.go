@@ -16,6 +16,8 @@ import (
 )
 
 func main() {
+	// SIGINT stops at once; SIGTERM (under gorovod run) leaves the job
+	// gracefully, see elastic.go.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -42,6 +44,7 @@ type options struct {
 	logEvery    int
 	trainLimit  int
 	evalBatch   int
+	verbose     bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -60,6 +63,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.logEvery, "log-every", 100, "print a progress line every N steps (0: only per epoch)")
 	fs.IntVar(&o.trainLimit, "train-limit", 0, "use only the first N training samples (0: all), for quick runs")
 	fs.IntVar(&o.evalBatch, "eval-batch", 1000, "batch size of the test-set evaluation")
+	fs.BoolVar(&o.verbose, "v", false, "log the elastic layer's decisions to stderr")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -79,9 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
-// stepRecord is the per-step JSON object. world_epoch, rank and size are fixed
-// until the elastic layer drives this trainer; they are in the schema already
-// so that tools reading the output need not change then.
+// stepRecord is the per-step JSON object.
 type stepRecord struct {
 	Kind         string  `json:"kind"` // "step"
 	Step         int     `json:"step"`
@@ -142,9 +144,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Everything a joining worker needs to continue exactly where the others are.
+	state := gsync.NewTrainState()
+	state.RegisterTensor("params", model.Params())
+	state.RegisterTensor("momentum", model.OptimizerState())
+	state.RegisterBlob("sampler", sampler.MarshalBinary, sampler.UnmarshalBinary)
+	w, err := joinWorld(ctx, state, o.verbose, stderr)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
 
-	// The world of one; the elastic layer will supply these.
-	const rank, size, worldEpoch = 0, 1, 0
 	var (
 		x          []float32
 		y          []uint8
@@ -160,11 +170,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if err := w.CheckLeave(ctx); err != nil {
+			return err
+		}
+		rank, size, worldEpoch := w.Rank(), w.Size(), w.WorldEpoch()
 		st, err := sampler.Batch(rank, size, o.batch)
 		if err != nil {
 			return err
 		}
 		if st.Global == 0 { // the epoch is over
+			if rank != 0 { // one report per job is enough
+				sampler.NextEpoch()
+				epochLoss, epochStart = mnist.Result{}, time.Now()
+				continue
+			}
 			r, err := model.Evaluate(test, o.evalBatch)
 			if err != nil {
 				return err
@@ -189,20 +208,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if x, y, err = train.Gather(st.Indices, x, y); err != nil {
 			return err
 		}
-		// Scale by the global batch, not the local one: once gradients are
-		// summed across ranks this is the exact mean over the global batch even
+		// Scale by size/Global rather than by the local batch: the allreduce
+		// averages, so this gives the exact mean over the global batch even
 		// when the ranks' shares differ in size.
-		r, err := model.ComputeGradients(x, y, 1/float32(st.Global))
+		r, err := model.ComputeGradients(x, y, float32(size)/float32(st.Global))
 		if err != nil {
 			return err
 		}
-		// (Distributed: allreduce model.Grads() with Sum here.)
+		err = w.Allreduce(ctx, [][]float32{model.Grads()})
+		if errors.Is(err, gsync.ErrWorldChanged) {
+			continue // the state was re-synchronized; redo the step from it
+		}
+		if err != nil {
+			return err
+		}
 		model.Update(opt)
 		// Only a committed step advances the sampler.
 		if err := sampler.Advance(st.Global); err != nil {
 			return err
 		}
-		step++
+		left := false
+		switch err := w.Commit(ctx); {
+		case errors.Is(err, gsync.ErrWorldChanged):
+			continue // carry on from the new rank 0's state
+		case errors.Is(err, gsync.ErrExcluded):
+			left = true // this step counted; then leave
+		case err != nil:
+			return err
+		}
+		step = int(w.Step())
 		samples += r.N
 		for _, acc := range []*mnist.Result{&epochLoss, &windowLoss} {
 			acc.LossSum += r.LossSum
@@ -217,6 +251,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 		}
+		if left {
+			fmt.Fprintf(progress, "left the job at step %d\n", step)
+			return nil
+		}
 		if o.logEvery > 0 && step%o.logEvery == 0 {
 			el := time.Since(trainStart).Seconds()
 			fmt.Fprintf(progress, "epoch %d step %d (%d/%d): loss %.4f, train accuracy %.2f%%, %.0f samples/s\n",
@@ -229,6 +267,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// The loop ends right after the last epoch's evaluation, so that is the
 	// final result; no need to evaluate the same parameters again.
 	trainSeconds := time.Since(trainStart).Seconds()
+	if w.Rank() != 0 {
+		return nil
+	}
 	sum := mnist.ParamsSHA256(model.Params())
 	fmt.Fprintf(progress, "final: test accuracy %.2f%% (loss %.4f) after %d epochs, %d steps; training %.1fs, total %.1fs; params_sha256 %s\n",
 		100*last.Accuracy(), last.Loss(), o.epochs, step, trainSeconds, time.Since(start).Seconds(), sum)
