@@ -11,6 +11,7 @@ type Option func(*reduceOptions)
 
 type reduceOptions struct {
 	prescale, postscale float64
+	maxTag              *uint64
 }
 
 // Prescale multiplies every rank's input by f before reducing (Horovod's
@@ -20,6 +21,14 @@ func Prescale(f float64) Option { return func(o *reduceOptions) { o.prescale = f
 // Postscale multiplies the reduced result by f (Horovod's postscale_factor).
 // With Average the division by the world size comes on top.
 func Postscale(f float64) Option { return func(o *reduceOptions) { o.postscale = f } }
+
+// MaxTag makes an allreduce also agree on a number at no extra cost: *v goes
+// in as this rank's value and comes out as the largest value of all ranks, the
+// same on every rank. It rides in the frame headers of the allreduce's own data
+// (every rank's frames reach every other rank, directly or relayed), so it
+// sends no message of its own. The elastic layer uses it to learn, with each
+// step's gradients, whether any worker knows of a newer world epoch.
+func MaxTag(v *uint64) Option { return func(o *reduceOptions) { o.maxTag = v } }
 
 func applyOptions(opts []Option) (reduceOptions, error) {
 	o := reduceOptions{prescale: 1, postscale: 1}
@@ -118,7 +127,7 @@ func (c *Communicator) Allreduce(ctx context.Context, send, recv Buffer, op Redu
 		algo = algoRecursiveDoubling
 	}
 	d := opDesc{coll: collAllreduce, dtype: send.DType, op: op, count: uint64(send.Count)}
-	return c.run(ctx, d, algo, func(ctx context.Context, o *opRun) error {
+	return c.runTagged(ctx, d, algo, ro.maxTag, func(ctx context.Context, o *opRun) error {
 		src, dst := memOf(send), memOf(recv)
 		factor, divisor := finalScale(send.DType, op, ro.postscale, p)
 		if p == 1 || ro.prescale != 1 || algo == algoRecursiveDoubling {

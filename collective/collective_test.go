@@ -368,3 +368,31 @@ func TestLocalArgumentErrors(t *testing.T) {
 }
 
 func nan() float64 { return math.NaN() }
+
+func TestMaxTagAgreesAcrossRanks(t *testing.T) {
+	for _, m := range testMeshes {
+		for _, tc := range testConfigs {
+			for _, p := range []int{1, 2, 3, 5, 8} {
+				comms := newWorld(t, m.mk, p, tc.cfg)
+				for _, n := range []int{0, 1, 1000} {
+					tags := make([]uint64, p)
+					errs := onAll(t, comms, 10*time.Second, func(ctx context.Context, c *Communicator) error {
+						tags[c.Rank()] = uint64(10 + (c.Rank()*7)%p) // the largest sits anywhere
+						buf := make([]float32, n)
+						return Allreduce(ctx, c, buf, buf, Sum, MaxTag(&tags[c.Rank()]))
+					})
+					noErrors(t, errs)
+					want := uint64(0)
+					for r := range p {
+						want = max(want, uint64(10+(r*7)%p))
+					}
+					for r, got := range tags {
+						if got != want {
+							t.Fatalf("%s/%s p=%d n=%d: rank %d tag %d, want %d", m.name, tc.name, p, n, r, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}

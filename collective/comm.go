@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
@@ -232,11 +233,31 @@ type opRun struct {
 	c    *Communicator
 	desc opDesc
 	algo uint8
+	// tag is the largest Header.Tag seen so far: this rank's own value to
+	// start with, then raised by every frame received. The sending and
+	// receiving goroutines of the op share it.
+	tag atomic.Uint64
+}
+
+// raiseTag records a received tag.
+func (o *opRun) raiseTag(v uint64) {
+	for {
+		cur := o.tag.Load()
+		if v <= cur || o.tag.CompareAndSwap(cur, v) {
+			return
+		}
+	}
 }
 
 // run executes one collective: it serializes it with the others, numbers it,
 // and turns a failure into the communicator's failure, telling the peers.
 func (c *Communicator) run(ctx context.Context, d opDesc, algo uint8, body func(ctx context.Context, o *opRun) error) error {
+	return c.runTagged(ctx, d, algo, nil, body)
+}
+
+// runTagged is run for a collective that spreads a tag: *tag goes in as this
+// rank's value and comes out as the largest of all ranks'.
+func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag *uint64, body func(ctx context.Context, o *opRun) error) error {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	if err := c.Err(); err != nil {
@@ -249,8 +270,14 @@ func (c *Communicator) run(ctx context.Context, d opDesc, algo uint8, body func(
 	c.seq++
 	d.seq = c.seq
 	o := &opRun{c: c, desc: d, algo: algo}
+	if tag != nil {
+		o.tag.Store(*tag)
+	}
 	err := body(ctx, o)
 	if err == nil {
+		if tag != nil {
+			*tag = o.tag.Load()
+		}
 		return nil
 	}
 	return c.fail(err)
@@ -307,6 +334,7 @@ func (o *opRun) header(step, n int, count uint64) transport.Header {
 		Op:     uint8(d.op),
 		Flags:  o.algo,
 		Aux:    d.aux,
+		Tag:    o.tag.Load(),
 	}
 }
 
@@ -348,6 +376,7 @@ func (o *opRun) recvCount(ctx context.Context, peer, step int, count uint64, int
 	if err := o.check(peer, &h, step, len(into), count); err != nil {
 		return err
 	}
+	o.raiseTag(h.Tag)
 	return l.RecvPayload(ctx, into)
 }
 

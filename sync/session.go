@@ -66,6 +66,12 @@ type Session struct {
 	mu    stdsync.Mutex
 	epoch Epoch
 	comm  *collective.Communicator
+
+	// newest is the highest epoch number any member knew of during this
+	// step's gradient allreduce (carried in its frames, see collective.MaxTag);
+	// tagged says whether a gradient allreduce has run since the last Commit.
+	newest uint64
+	tagged bool
 }
 
 // Join waits for the first epoch that includes cfg.Self, connects to its
@@ -108,10 +114,13 @@ func (s *Session) Communicator() *collective.Communicator { return s.comm }
 // If the world breaks meanwhile, the session rebuilds it, re-synchronizes the
 // state from the new rank 0 and returns ErrWorldChanged.
 func (s *Session) Allreduce(ctx context.Context, grads [][]float32) error {
-	err := s.fuser.Allreduce(ctx, s.comm, grads, collective.Average)
+	newest := s.src.Latest()
+	err := s.fuser.Allreduce(ctx, s.comm, grads, collective.Average, collective.MaxTag(&newest))
 	if err == nil {
+		s.newest, s.tagged = max(s.newest, newest), true
 		return nil
 	}
+	s.tagged = false
 	if ctx.Err() != nil {
 		return err
 	}
@@ -129,17 +138,23 @@ func (s *Session) Allreduce(ctx context.Context, grads [][]float32) error {
 // committed or not, and the trainer carries on from it.
 func (s *Session) Commit(ctx context.Context) error {
 	s.state.Step++
-	latest := []int64{int64(s.src.Latest())}
-	if err := collective.Allreduce(ctx, s.comm, latest, latest, collective.Max); err != nil {
-		if ctx.Err() != nil {
-			return err
+	newest := s.newest
+	if !s.tagged {
+		// No gradient allreduce carried the news this step: ask explicitly.
+		newest = s.src.Latest()
+		var none []float32
+		if err := collective.Allreduce(ctx, s.comm, none, none, collective.Max, collective.MaxTag(&newest)); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			if rerr := s.recover(ctx, err); rerr != nil {
+				return rerr
+			}
+			return ErrWorldChanged
 		}
-		if rerr := s.recover(ctx, err); rerr != nil {
-			return rerr
-		}
-		return ErrWorldChanged
 	}
-	if uint64(latest[0]) <= s.epoch.Number {
+	s.newest, s.tagged = 0, false
+	if newest <= s.epoch.Number {
 		return nil
 	}
 	s.comm.Close()

@@ -51,7 +51,7 @@ func hashParams(p []float32) [32]byte {
 	return sha256.Sum256(b)
 }
 
-func startToy(t *testing.T, name string, coord *Coordinator) *toyWorker {
+func startToy(t testing.TB, name string, coord *Coordinator, size ...int) *toyWorker {
 	t.Helper()
 	cfg := tcp.DefaultConfig()
 	cfg.Secret = []byte("sync-test-secret")
@@ -61,7 +61,11 @@ func startToy(t *testing.T, name string, coord *Coordinator) *toyWorker {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tr.Close() })
-	w := &toyWorker{name: name, params: make([]float32, 3000), state: NewTrainState(), tr: tr}
+	n := 3000
+	if len(size) > 0 {
+		n = size[0]
+	}
+	w := &toyWorker{name: name, params: make([]float32, n), state: NewTrainState(), tr: tr}
 	w.state.RegisterTensor("params", w.params)
 	coord.Add(Member{Name: name, Addr: tr.Addr()})
 	return w

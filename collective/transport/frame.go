@@ -22,14 +22,15 @@ import (
 //	49 dtype   uint8
 //	50 op      uint8   reduce op
 //	51 flags   uint8
-//	52 aux     uint32  collective-specific (root rank, algorithm)
-const HeaderSize = 56
+//	52 aux     uint32  collective-specific (root rank, layout hash)
+//	56 tag     uint64  a value the collective carries along (see Header.Tag)
+const HeaderSize = 64
 
 // Magic opens every frame.
 const Magic uint16 = 'G' | 'V'<<8
 
 // Version is the frame format version; frames of any other version are rejected.
-const Version uint8 = 1
+const Version uint8 = 2
 
 // MaxPayload bounds one frame's payload so a corrupt length can never make a
 // receiver allocate or wait for gigabytes.
@@ -74,6 +75,10 @@ type Header struct {
 	Op     uint8
 	Flags  uint8
 	Aux    uint32
+	// Tag is not checked by anyone: collectives use it to spread a small value
+	// (the highest membership epoch a rank knows of) along with their data, so
+	// that agreeing on it costs no message of its own.
+	Tag uint64
 }
 
 // JobHash maps a job id to the 64-bit value frames carry.
@@ -101,6 +106,7 @@ func (h *Header) Encode(b []byte) {
 	b[50] = h.Op
 	b[51] = h.Flags
 	binary.LittleEndian.PutUint32(b[52:], h.Aux)
+	binary.LittleEndian.PutUint64(b[56:], h.Tag)
 }
 
 // DecodeHeader parses a header and checks what is independent of any world:
@@ -129,6 +135,7 @@ func DecodeHeader(b []byte, h *Header) error {
 		Op:     b[50],
 		Flags:  b[51],
 		Aux:    binary.LittleEndian.Uint32(b[52:]),
+		Tag:    binary.LittleEndian.Uint64(b[56:]),
 	}
 	switch h.Kind {
 	case FrameData:

@@ -1,0 +1,156 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+)
+
+// startToyWorld joins p toy workers through an in-process coordinator and
+// returns their sessions once all are in one world.
+func startToyWorld(b *testing.B, p int, params int) ([]*Session, *Coordinator) {
+	b.Helper()
+	coord := NewCoordinator(CoordinatorConfig{MinWorkers: p, Coalesce: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	go coord.Run(ctx)
+	sessions := make([]*Session, p)
+	var wg stdsync.WaitGroup
+	for i := range p {
+		w := startToy(b, fmt.Sprintf("b%d", i), coord, params)
+		wg.Go(func() {
+			sc := DefaultConfig()
+			sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
+			s, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			sessions[i] = s
+			b.Cleanup(func() { s.Close() })
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	return sessions, coord
+}
+
+// BenchmarkStepOverhead compares a training step's communication through the
+// session (fused allreduce plus the step-boundary agreement of Commit) with a
+// bare allreduce of the same gradients on the same communicator.
+func BenchmarkStepOverhead(b *testing.B) {
+	for _, p := range []int{2, 4} {
+		for _, n := range []int{100_000, 1 << 20} {
+			for _, mode := range []string{"bare", "session"} {
+				b.Run(fmt.Sprintf("p=%d/floats=%d/%s", p, n, mode), func(b *testing.B) {
+					sessions, _ := startToyWorld(b, p, 16)
+					grads := make([][]float32, p)
+					for i := range grads {
+						grads[i] = make([]float32, n)
+					}
+					b.SetBytes(int64(4 * n))
+					b.ResetTimer()
+					var wg stdsync.WaitGroup
+					for i, s := range sessions {
+						wg.Go(func() {
+							ctx := context.Background()
+							for range b.N {
+								var err error
+								if mode == "bare" {
+									err = collective.Allreduce(ctx, s.Communicator(), grads[i], grads[i], collective.Average)
+								} else if err = s.Allreduce(ctx, [][]float32{grads[i]}); err == nil {
+									err = s.Commit(ctx)
+								}
+								if err != nil {
+									b.Error(err)
+									return
+								}
+							}
+						})
+					}
+					wg.Wait()
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkTransition measures a planned change: from the epoch that admits a
+// new worker being proposed to the first allreduce completed in the new world
+// (connecting, state broadcast to the joiner, one gradient allreduce).
+func BenchmarkTransition(b *testing.B) {
+	for _, p := range []int{4, 8} {
+		b.Run(fmt.Sprintf("p=%d", p), func(b *testing.B) {
+			var total time.Duration
+			for it := range b.N {
+				total += transitionOnce(b, p, it)
+			}
+			b.ReportMetric(float64(total.Microseconds())/float64(b.N)/1000, "ms/transition")
+		})
+	}
+}
+
+func transitionOnce(b *testing.B, p, it int) time.Duration {
+	b.StopTimer()
+	sessions, coord := startToyWorld(b, p-1, 100_000)
+	joiner := startToy(b, fmt.Sprintf("joiner-%d", it), coord, 100_000)
+	ctx := context.Background()
+	first := coord.Current().Number
+	var proposed time.Time
+	done := make([]time.Time, p)
+	var wg stdsync.WaitGroup
+	grads := func() [][]float32 { return [][]float32{make([]float32, 100_000)} }
+	for i, s := range sessions {
+		wg.Go(func() {
+			// Step until the new world is in place, then one allreduce there.
+			for s.Epoch().Number == first {
+				if err := s.Allreduce(ctx, grads()); err != nil {
+					b.Error(err)
+					return
+				}
+				if err := s.Commit(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			if err := s.Allreduce(ctx, grads()); err != nil {
+				b.Error(err)
+			}
+			done[i] = time.Now()
+		})
+	}
+	wg.Go(func() {
+		sc := DefaultConfig()
+		sc.JobID, sc.Self = "sync-test", Member{Name: joiner.name, Addr: joiner.tr.Addr()}
+		s, err := Join(ctx, sc, joiner.tr, coord.View(joiner.name), joiner.state)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer s.Close()
+		if err := s.Allreduce(ctx, grads()); err != nil {
+			b.Error(err)
+		}
+		done[p-1] = time.Now()
+	})
+	e, err := coord.View("bench").Await(ctx, first)
+	proposed = time.Now()
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = e
+	wg.Wait()
+	var last time.Time
+	for _, d := range done {
+		if d.After(last) {
+			last = d
+		}
+	}
+	return last.Sub(proposed)
+}
