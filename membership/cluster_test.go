@@ -195,6 +195,12 @@ func TestUpdateMetaPropagates(t *testing.T) {
 			}
 		})
 	}
+
+	// The update function may read the member (it runs without its locks).
+	err = target.UpdateMeta(t.Context(), func(m *Meta) { m.GPUs = target.Local().Meta.GPUs + len(target.Members()) })
+	if err != nil || target.Local().Meta.GPUs != 8+3 {
+		t.Fatalf("UpdateMeta reading the member: %v, GPUs %d", err, target.Local().Meta.GPUs)
+	}
 }
 
 // TestLeaveSeenAsLeft: a graceful Leave reaches the others quickly, as Left.
@@ -280,7 +286,7 @@ func TestCrashSeenAsFailed(t *testing.T) {
 func TestWrongSecretCannotJoin(t *testing.T) {
 	seed := join(t, testConfig("m0"), testMeta(0))
 	cfg := testConfig("intruder")
-	cfg.Secret = []byte("not the job secret")
+	cfg.Secret = []byte("not the job secret " + randHex(8))
 	cfg.Seeds = []string{seed.Local().Addr.String()}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()

@@ -23,8 +23,10 @@
 //     start time (oldest first, the order the epoch proposer rule uses), and a
 //     typed stream of Joined / Updated / Left / Failed events that never blocks
 //     memberlist and never loses a member's latest state.
-//   - Send and Messages: small reliable messages between members of the same
-//     job, on which the epoch agreement protocol rides.
+//   - Send and Messages: small messages between members of the same job, each
+//     over its own encrypted TCP stream (so not lost in transit, but not
+//     ordered, and lost if the receiver dies or does not keep up), on which
+//     the epoch agreement protocol rides.
 //
 // It does not decide world membership: epochs, ranks and the proposer protocol
 // live above it and only read Members, Events and Messages.

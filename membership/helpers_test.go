@@ -25,7 +25,11 @@ const (
 	detectBound = 3 * time.Second // crash seen as Failed; expect ~0.6-1.2 s
 )
 
-var testSecret = []byte("membership test secret, not for production")
+// testSecret is new in every test process: test binaries of this package run
+// concurrently (go test ./... from several checkouts, -count, other engineers)
+// and a member of one, dialling a port that a member of another has since
+// bound, would otherwise really join it.
+var testSecret = []byte("membership test secret " + randHex(16))
 
 const testJob = "job-test"
 

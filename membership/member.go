@@ -445,10 +445,16 @@ func (m *Member) UpdateMeta(ctx context.Context, update func(*Meta)) error {
 	}
 }
 
-// Send delivers payload to member to over an encrypted TCP stream. It returns
-// once the receiving process has the bytes (not once its reader took them).
-// The receiver drops messages beyond its queue, so protocols on top must
-// tolerate loss as they tolerate a peer's crash.
+// Send delivers payload to member to over its own encrypted TCP stream,
+// bounded by ctx and Config.TCPTimeout. It returns once the frame is written
+// to a connection the receiver accepted, not once the receiver read it.
+//
+// What it does not promise, so protocols on top must cope (number and
+// acknowledge what matters, as they must for a peer's crash anyway):
+//   - order: each Send is a separate stream handled by its own goroutine, so
+//     two Sends to one member may arrive in either order;
+//   - delivery: a receiver that crashes, or whose Messages queue is full,
+//     loses the message.
 func (m *Member) Send(ctx context.Context, to Node, payload []byte) error {
 	if len(payload) > m.cfg.MaxMessageSize {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(payload), m.cfg.MaxMessageSize)

@@ -96,12 +96,23 @@ func (d *Driver) Close() error {
 	return d.m.Shutdown()
 }
 
+// reannounce is how often the current epoch is sent again to every worker:
+// gossip messages may be lost or reordered, and a worker that missed its
+// epoch would wait for it forever.
+const reannounce = time.Second
+
 func (d *Driver) loop(ctx context.Context) {
 	defer close(d.done)
+	tick := time.NewTicker(reannounce)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-tick.C:
+			if cur := d.coord.Current(); cur.Number > 0 {
+				go d.announce(ctx, cur)
+			}
 		case ev := <-d.m.Events():
 			d.onEvent(ctx, ev)
 		case msg := <-d.m.Messages():
