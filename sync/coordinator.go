@@ -81,6 +81,18 @@ func (c *Coordinator) change(f func()) {
 	}
 }
 
+// seed makes a proposer that takes over continue from epoch e: numbering
+// goes on from it and its members stay in their order.
+func (c *Coordinator) seed(e Epoch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.Number <= c.current.Number {
+		return
+	}
+	c.current = Epoch{Number: e.Number, Members: slices.Clone(e.Members)}
+	c.members = slices.Clone(e.Members)
+}
+
 // Current returns the newest proposed epoch.
 func (c *Coordinator) Current() Epoch {
 	c.mu.Lock()

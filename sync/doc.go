@@ -1,11 +1,63 @@
 // Package sync is gorovod's trainer-facing elastic layer: what a training loop
 // calls every step to average its gradients with the other workers, and what
-// keeps that working while workers join, leave and fail.
+// keeps that working while workers join, leave and fail — the trainer sees
+// only its rank and the world size change.
 //
-// Today it holds the building blocks: Fuser packs many gradient tensors into few
-// allreduces (Horovod's fusion buffer), AsyncReducer overlaps their
-// communication with the backward pass, and Sampler shards a data epoch across
-// a changing number of workers without skipping or repeating a sample. The
-// session that agrees on world epochs and hot-swaps the communicator at a step
-// boundary builds on them (issue #3).
+// # World epochs
+//
+// The membership layer (package membership, gossip) is eventually consistent;
+// collectives need every participant to agree on one ordered member list. A
+// world epoch is such a list with a number. Epochs are made by one proposer at
+// a time:
+//
+//   - Who proposes: the job's driver (`gorovod run`, a gossip member with role
+//     driver) while one is alive; otherwise the oldest ready worker (members
+//     sorted by start time, then name). A worker takes over only after no
+//     driver has been in its view for takeoverGrace, so a briefly incomplete
+//     view does not start a second proposer; it continues the numbering from
+//     the newest epoch it knows, dropping members that are gone.
+//   - What it proposes: survivors keep their relative order and joiners are
+//     appended, so rank 0 of a new epoch is the oldest survivor. Changes closer
+//     together than CoordinatorConfig.Coalesce make one epoch; no epoch with
+//     fewer than MinWorkers members is proposed (the job waits for joiners).
+//   - Inputs: a worker becomes a candidate when it announces itself ready (after
+//     its own start-up, so joining never stalls the others); it is dropped when
+//     it announces leaving, when gossip reports it left or failed, or when a
+//     worker reports that a collective failed because of it and it does not
+//     answer a liveness ping within probeTimeout (blame alone is not proof: a
+//     survivor that aborted looks dead to its neighbours too).
+//   - Delivery: the proposer sends each epoch to every worker it knows, and
+//     again every second, because gossip messages may be lost or reordered;
+//     workers keep only the highest number.
+//
+// How agreement is reached: a worker never acts on an epoch alone. Every
+// gradient allreduce carries, in its frame headers, the highest epoch number
+// any member has heard of (collective.MaxTag), so at the end of a step every
+// member of the world holds the same number; if it is newer than the world
+// they are in, all of them switch at that same step boundary (Session.Commit).
+// No two workers finish a step in different worlds. Joining is connecting the
+// new epoch's ring (the transport handshake rejects any other job or epoch) and
+// receiving the registered TrainState from its rank 0 by broadcast.
+//
+// When the proposer dies: a dead driver is noticed by gossip; after
+// takeoverGrace the oldest ready worker proposes instead, as above. Under
+// `gorovod run` the driver is also the workers' launcher, so its death ends
+// the job anyway; the fallback serves jobs whose workers were started by hand
+// or by another launcher. Two proposers can coexist only while views
+// disagree; their epochs then fail to connect (the handshake checks ranks and
+// world size) and the world settles on the next epoch.
+//
+// # Failures
+//
+// A collective that fails (a peer died, froze past the I/O timeout, or was
+// declared dead by gossip, which aborts the stuck collective) makes the
+// session report the peer to the proposer, abort the world, wait for the next
+// epoch, rebuild and re-broadcast the state from the new rank 0, and return
+// ErrWorldChanged: the trainer redoes the interrupted step from that state.
+// No rollback to a checkpoint, no process restart.
+//
+// Also here: Fuser packs many gradient tensors into few allreduces (Horovod's
+// fusion buffer), AsyncReducer overlaps their communication with the backward
+// pass, and Sampler shards a data epoch across a changing number of workers
+// without skipping or repeating a sample.
 package sync

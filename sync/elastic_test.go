@@ -119,3 +119,61 @@ func waitFor(t *testing.T, d *Driver, ok func(Epoch) bool) {
 		after = e.Number
 	}
 }
+
+// TestWorkerTakesOverWhenDriverDies: after the driver is gone, the oldest
+// ready worker proposes; a worker that then crashes is replaced by an epoch
+// without it, and the survivors train on.
+func TestWorkerTakesOverWhenDriverDies(t *testing.T) {
+	d := startDriver(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	rec := &recorder{}
+	var wg stdsync.WaitGroup
+	errs := make(chan error, 8)
+	const until = 40
+	var driverGone, crashOnce stdsync.Once
+	gone := make(chan struct{})
+	run := func(name string, vanish func(int64) bool) {
+		wg.Go(func() {
+			toy, err := joinElastic(t, ctx, d)
+			if err != nil {
+				errs <- fmt.Errorf("%s: join: %w", name, err)
+				return
+			}
+			defer toy.w.Close()
+			err = toyLoop(ctx, toy.w.Session, toy.w.Name(), toy.params, until, rec, vanish, func() {
+				toy.w.Session.Communicator().Abort(fmt.Errorf("killed"))
+				toy.w.m.Shutdown()
+				toy.w.tr.Close()
+			})
+			if err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	run("w0", func(step int64) bool {
+		if step == 10 {
+			driverGone.Do(func() { d.Close(); close(gone) })
+		}
+		return false
+	})
+	run("w1", nil)
+	run("w2", func(step int64) bool {
+		crash := false
+		if step == 20 {
+			crashOnce.Do(func() {
+				<-gone
+				crash = true
+			})
+		}
+		return crash
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := agree(t, rec); n[until] != 2 {
+		t.Fatalf("step %d recorded by %d workers, want 2", until, n[until])
+	}
+}

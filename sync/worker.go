@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	stdsync "sync"
 	"time"
@@ -32,6 +33,9 @@ type WorkerConfig struct {
 	// Membership: gossip timings; Seeds, Secret and the bind address above
 	// override its fields.
 	Membership membership.Config
+	// MinWorkers is what a worker that takes over proposing (the job's driver
+	// is gone) requires of a world; default 1.
+	MinWorkers int
 	Logger     *slog.Logger
 }
 
@@ -60,6 +64,12 @@ type Worker struct {
 	m   *membership.Member
 	tr  *tcp.Transport
 	src *memberSource
+	log *slog.Logger
+	// prop is this worker's own proposer while the job has no driver and this
+	// is its oldest ready worker; only the dispatch goroutine touches it.
+	prop       *proposer
+	takeover   CoordinatorConfig
+	driverSeen time.Time // last time a driver was in view (start: join time)
 }
 
 // StartWorker joins the job: it starts the collective transport and the gossip
@@ -96,7 +106,8 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *TrainState) (*Wor
 		tr.Close()
 		return nil, err
 	}
-	w := &Worker{m: m, tr: tr, src: newMemberSource(m, log)}
+	w := &Worker{m: m, tr: tr, src: newMemberSource(m, log), log: log, takeover: CoordinatorConfig{MinWorkers: cfg.MinWorkers}, driverSeen: time.Now()}
+	go w.dispatch()
 	fail := func(err error) (*Worker, error) {
 		w.shutdown()
 		return nil, err
@@ -113,25 +124,104 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *TrainState) (*Wor
 	if err != nil {
 		return fail(err)
 	}
-	w.Session = sess
-	go w.watchFailures()
+	w.setSession(sess)
 	return w, nil
 }
 
-// watchFailures aborts a collective stuck on a member that gossip has declared
-// dead, so a frozen worker costs the gossip detection time (about a second)
-// rather than the full I/O timeout.
-func (w *Worker) watchFailures() {
+func (w *Worker) setSession(s *Session) {
+	w.src.mu.Lock()
+	w.Session = s
+	w.src.session = s
+	w.src.mu.Unlock()
+}
+
+// electionEvery is how often a worker checks whether it must take over
+// proposing epochs (the driver is gone and it is the oldest ready worker).
+const electionEvery = 250 * time.Millisecond
+
+// takeoverGrace is how long no driver must have been in view before a worker
+// proposes instead: a worker that has just joined, or whose view briefly lacks
+// the driver, must not start a second proposer.
+const takeoverGrace = 2 * time.Second
+
+// dispatch routes this member's gossip events and control messages: epoch
+// announcements to the epoch source, liveness pings answered, failure reports
+// to the local proposer if this worker runs one; a worker declared dead aborts a
+// collective stuck on it, so a frozen worker costs the gossip detection time
+// (about a second) rather than the full I/O timeout.
+func (w *Worker) dispatch() {
+	tick := time.NewTicker(electionEvery)
+	defer tick.Stop()
+	defer func() {
+		if w.prop != nil {
+			w.prop.stop()
+		}
+	}()
 	for {
 		select {
 		case <-w.src.done:
 			return
+		case <-tick.C:
+			w.elect()
 		case ev := <-w.m.Events():
 			if ev.Kind == membership.EventFailed {
-				w.Session.AbortIfMember(ev.Node.Name, fmt.Errorf("gossip declared %s dead", ev.Node.Name))
+				w.src.abortIfMember(ev.Node.Name, fmt.Errorf("gossip declared %s dead", ev.Node.Name))
+			}
+			if w.prop != nil {
+				w.prop.events <- ev
+			}
+			w.elect()
+		case msg := <-w.m.Messages():
+			cm, err := decodeControl(msg.Payload)
+			switch {
+			case err != nil:
+				w.log.Warn("dropped control message", "from", msg.From.Name, "err", err)
+			case cm.Type == msgPing:
+				go w.src.pong(msg.From, cm.Nonce)
+			case cm.Type == msgEpoch:
+				w.src.onEpoch(Epoch{Number: cm.Number, Members: cm.Members})
+			case w.prop != nil:
+				w.prop.messages <- msg
 			}
 		}
 	}
+}
+
+// elect starts or stops this worker's own proposer: a job proposes through its
+// driver while one is alive, else through its oldest ready worker.
+func (w *Worker) elect() {
+	nodes := w.m.Members()
+	lead := electProposer(nodes)
+	if slices.ContainsFunc(nodes, func(n membership.Node) bool { return n.Meta.Role == membership.RoleDriver }) {
+		w.driverSeen = time.Now()
+	} else if time.Since(w.driverSeen) < takeoverGrace {
+		lead = "" // give a driver time to appear (or to be declared gone)
+	}
+	switch {
+	case lead == w.m.Name() && w.prop == nil:
+		w.log.Warn("no driver: this worker, the oldest ready one, takes over proposing epochs")
+		w.prop = startProposer(w.m, w.takeover, w.src.current(), nodes, w.log)
+	case lead != w.m.Name() && w.prop != nil:
+		w.prop.stop()
+		w.prop = nil
+	}
+}
+
+// electProposer names the member that proposes epochs: the driver while one is
+// alive, else the oldest ready worker (Members is sorted oldest first). Every
+// member computes the same answer from the same membership view.
+func electProposer(nodes []membership.Node) string {
+	for _, n := range nodes {
+		if n.Meta.Role == membership.RoleDriver {
+			return n.Name
+		}
+	}
+	for _, n := range nodes {
+		if n.Meta.Role == membership.RoleWorker && n.Meta.State == membership.StateReady {
+			return n.Name
+		}
+	}
+	return ""
 }
 
 func bindGossip(mc *membership.Config, addr string) error {
@@ -183,62 +273,46 @@ type memberSource struct {
 	m   *membership.Member
 	log *slog.Logger
 
-	mu     stdsync.Mutex
-	latest Epoch
-	newer  chan struct{}
-	driver string // name of the member the announcements come from
-	done   chan struct{}
-	once   stdsync.Once
+	mu      stdsync.Mutex
+	latest  Epoch
+	newer   chan struct{}
+	session *Session // set once joined, for aborting a stuck collective
+	done    chan struct{}
+	once    stdsync.Once
 }
 
 func newMemberSource(m *membership.Member, log *slog.Logger) *memberSource {
-	s := &memberSource{m: m, log: log, newer: make(chan struct{}), done: make(chan struct{})}
-	go s.listen()
-	return s
+	return &memberSource{m: m, log: log, newer: make(chan struct{}), done: make(chan struct{})}
 }
 
 func (s *memberSource) stop() { s.once.Do(func() { close(s.done) }) }
 
-func (s *memberSource) listen() {
-	for {
-		select {
-		case <-s.done:
-			return
-		case msg := <-s.m.Messages():
-			cm, err := decodeControl(msg.Payload)
-			if err == nil && cm.Type == msgPing {
-				go s.pong(msg.From, cm.Nonce)
-				continue
-			}
-			if err != nil || cm.Type != msgEpoch {
-				s.log.Warn("dropped control message", "from", msg.From.Name, "err", err)
-				continue
-			}
-			if msg.From.Meta.Role != membership.RoleDriver && !s.isDriver(msg.From.Name) {
-				s.log.Warn("epoch announced by a member that is not the driver", "from", msg.From.Name)
-				continue
-			}
-			s.mu.Lock()
-			s.driver = msg.From.Name
-			if cm.Number > s.latest.Number {
-				s.latest = Epoch{Number: cm.Number, Members: cm.Members}
-				close(s.newer)
-				s.newer = make(chan struct{})
-			}
-			s.mu.Unlock()
-		}
+// onEpoch records an announced epoch; announcements may arrive late or
+// twice, so only a newer number counts.
+func (s *memberSource) onEpoch(e Epoch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.Number > s.latest.Number {
+		s.latest = e
+		close(s.newer)
+		s.newer = make(chan struct{})
 	}
 }
 
-// isDriver covers an announcement that arrives before the driver's own
-// metadata has reached this member.
-func (s *memberSource) isDriver(name string) bool {
-	for _, n := range s.m.Members() {
-		if n.Name == name {
-			return n.Meta.Role == membership.RoleDriver
-		}
+// current is the newest epoch announced here.
+func (s *memberSource) current() Epoch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.latest
+}
+
+func (s *memberSource) abortIfMember(name string, cause error) {
+	s.mu.Lock()
+	sess := s.session
+	s.mu.Unlock()
+	if sess != nil {
+		sess.AbortIfMember(name, cause)
 	}
-	return false
 }
 
 // pong answers the driver's liveness check: the answer comes from this
@@ -273,16 +347,17 @@ func (s *memberSource) Await(ctx context.Context, after uint64) (Epoch, error) {
 }
 
 func (s *memberSource) ReportFailure(epoch uint64, peer Member, cause error) {
+	nodes := s.m.Members()
+	lead := electProposer(nodes)
 	var driver membership.Node
 	found := false
-	for _, n := range s.m.Members() {
-		if n.Meta.Role == membership.RoleDriver {
+	for _, n := range nodes {
+		if n.Name == lead {
 			driver, found = n, true
-			break
 		}
 	}
 	if !found {
-		s.log.Warn("no driver to report a failure to", "blamed", peer.Name)
+		s.log.Warn("no proposer to report a failure to", "blamed", peer.Name)
 		return
 	}
 	payload := encodeFailure(epoch, peer.Name, cause)

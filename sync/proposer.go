@@ -1,0 +1,213 @@
+package sync
+
+import (
+	"context"
+	"log/slog"
+	stdsync "sync"
+	"time"
+
+	"github.com/gorovod/gorovod/membership"
+)
+
+// probeTimeout bounds the liveness check of a worker blamed for a failure.
+const probeTimeout = 500 * time.Millisecond
+
+// reannounce is how often the current epoch is sent again to every worker:
+// gossip messages may be lost or reordered, and a worker that missed its
+// epoch would wait for it forever.
+const reannounce = time.Second
+
+// proposer turns membership changes into epochs and announces them: the
+// driver runs one, and so does the oldest ready worker of a job whose driver is
+// gone (or that never had one). It reads membership events and control
+// messages from channels its owner feeds, because a worker's owner also needs
+// them.
+type proposer struct {
+	m     *membership.Member
+	log   *slog.Logger
+	coord *Coordinator
+
+	mu      stdsync.Mutex
+	workers map[string]membership.Node // alive workers, by name
+	probes  map[uint64]chan struct{}   // liveness checks waiting for a pong
+	nonce   uint64
+
+	events   chan membership.Event
+	messages chan membership.Message
+	epochs   chan Epoch
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// startProposer starts proposing from the given epoch on (the zero Epoch for a
+// new job), with the alive workers in nodes.
+func startProposer(m *membership.Member, cc CoordinatorConfig, from Epoch, nodes []membership.Node, log *slog.Logger) *proposer {
+	p := &proposer{
+		m: m, log: log, workers: map[string]membership.Node{}, probes: map[uint64]chan struct{}{},
+		events: make(chan membership.Event, 256), messages: make(chan membership.Message, 256),
+		epochs: make(chan Epoch, 64), done: make(chan struct{}),
+	}
+	cc.OnEpoch = func(e Epoch) { p.epochs <- e }
+	cc.Logger = log
+	p.coord = NewCoordinator(cc)
+	p.coord.seed(from)
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	alive := map[string]bool{}
+	for _, n := range nodes {
+		p.onEvent(ctx, membership.Event{Kind: membership.EventJoined, Node: n})
+		alive[n.Name] = n.Meta.Role == membership.RoleWorker && n.Meta.State == membership.StateReady
+	}
+	// Members of the epoch taken over that are gone by now leave at once.
+	for _, mem := range from.Members {
+		if !alive[mem.Name] {
+			p.coord.Remove(mem.Name)
+		}
+	}
+	go p.coord.Run(ctx)
+	go p.loop(ctx)
+	return p
+}
+
+func (p *proposer) stop() {
+	p.cancel()
+	<-p.done
+}
+
+func (p *proposer) loop(ctx context.Context) {
+	defer close(p.done)
+	tick := time.NewTicker(reannounce)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if cur := p.coord.Current(); cur.Number > 0 {
+				go p.announce(ctx, cur)
+			}
+		case ev := <-p.events:
+			p.onEvent(ctx, ev)
+		case msg := <-p.messages:
+			p.onMessage(ctx, msg)
+		case e := <-p.epochs:
+			p.announce(ctx, e)
+		}
+	}
+}
+
+func (p *proposer) onEvent(ctx context.Context, ev membership.Event) {
+	n := ev.Node
+	if n.Meta.Role != membership.RoleWorker {
+		return
+	}
+	switch ev.Kind {
+	case membership.EventJoined, membership.EventUpdated:
+		p.mu.Lock()
+		p.workers[n.Name] = n
+		p.mu.Unlock()
+		switch n.Meta.State {
+		case membership.StateReady:
+			if n.Meta.CollectiveAddr == "" {
+				p.log.Warn("ready worker without a collective address", "worker", n.Name)
+				return
+			}
+			p.coord.Add(Member{Name: n.Name, Addr: n.Meta.CollectiveAddr})
+			// Tell it where the job stands, so it knows which epoch to wait past.
+			if cur := p.coord.Current(); cur.Number > 0 {
+				go p.send(ctx, n, encodeEpoch(cur))
+			}
+		case membership.StateLeaving:
+			p.coord.Remove(n.Name)
+		}
+	case membership.EventLeft, membership.EventFailed:
+		p.log.Info("worker gone", "worker", n.Name, "how", ev.Kind)
+		p.mu.Lock()
+		delete(p.workers, n.Name)
+		p.mu.Unlock()
+		p.coord.Remove(n.Name)
+	}
+}
+
+func (p *proposer) onMessage(ctx context.Context, msg membership.Message) {
+	cm, err := decodeControl(msg.Payload)
+	switch {
+	case err != nil:
+		p.log.Warn("dropped control message", "from", msg.From.Name, "err", err)
+	case cm.Type == msgPong:
+		p.mu.Lock()
+		if ch, ok := p.probes[cm.Nonce]; ok {
+			close(ch)
+			delete(p.probes, cm.Nonce)
+		}
+		p.mu.Unlock()
+	case cm.Type == msgFailure:
+		if cm.Blamed == "" || cm.Number != p.coord.Current().Number {
+			return
+		}
+		p.log.Warn("collective failure reported", "by", msg.From.Name, "blamed", cm.Blamed, "epoch", cm.Number, "cause", cm.Cause)
+		go p.verify(ctx, cm.Blamed)
+	}
+}
+
+// verify removes a worker blamed for a collective failure unless it proves to
+// be alive. Blame is only a suspicion: when one worker dies, a neighbour of a
+// survivor that aborted sees that survivor's links close too, and blames it.
+func (p *proposer) verify(ctx context.Context, name string) {
+	p.mu.Lock()
+	n, ok := p.workers[name]
+	p.nonce++
+	nonce := p.nonce
+	pong := make(chan struct{})
+	p.probes[nonce] = pong
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.probes, nonce)
+		p.mu.Unlock()
+	}()
+	if !ok {
+		p.coord.Remove(name)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if n.Name == p.m.Name() {
+		return // a worker proposer that is running this code is alive
+	}
+	if err := p.m.Send(ctx, n, encodePing(msgPing, nonce)); err == nil {
+		select {
+		case <-pong:
+			p.log.Info("blamed worker is alive", "worker", name)
+			return
+		case <-ctx.Done():
+		}
+	}
+	p.log.Warn("blamed worker does not answer; removing it", "worker", name)
+	p.coord.Remove(name)
+}
+
+// announce sends epoch e to every alive worker: its members, and the workers it
+// leaves out, who learn that they are out.
+func (p *proposer) announce(ctx context.Context, e Epoch) {
+	payload := encodeEpoch(e)
+	p.mu.Lock()
+	targets := make([]membership.Node, 0, len(p.workers))
+	for _, n := range p.workers {
+		targets = append(targets, n)
+	}
+	p.mu.Unlock()
+	var wg stdsync.WaitGroup
+	for _, n := range targets {
+		wg.Go(func() { p.send(ctx, n, payload) })
+	}
+	wg.Wait()
+}
+
+func (p *proposer) send(ctx context.Context, n membership.Node, payload []byte) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := p.m.Send(ctx, n, payload); err != nil && ctx.Err() == nil {
+		p.log.Warn("could not send an epoch", "worker", n.Name, "err", err)
+	}
+}
