@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -238,6 +239,11 @@ func TestElasticRunSurvivesEvents(t *testing.T) {
 
 func checkElasticInvariants(t *testing.T, lines []trainerLine, samples int) {
 	t.Helper()
+	checkElasticInvariantsSteps(t, lines, samples, 500)
+}
+
+func checkElasticInvariantsSteps(t *testing.T, lines []trainerLine, samples int, steps int64) {
+	t.Helper()
 	// Parameters agree among the workers of one world at one step.
 	type key struct {
 		step  int64
@@ -261,7 +267,7 @@ func checkElasticInvariants(t *testing.T, lines []trainerLine, samples int) {
 		}
 		last[l.Worker] = l.Step
 	}
-	if maxStep(lines) != 500 {
+	if maxStep(lines) != steps {
 		t.Fatalf("training stopped at step %d", maxStep(lines))
 	}
 	// Samples: the committed record of each step is its newest world's. The
@@ -269,22 +275,22 @@ func checkElasticInvariants(t *testing.T, lines []trainerLine, samples int) {
 	// lost, none processed twice. (Each step's range covers every worker's
 	// share, also the share of a worker that died before it could print.)
 	type span struct{ start, global int }
-	steps := map[uint64]map[int64]span{}
+	byEpoch := map[uint64]map[int64]span{}
 	for _, l := range lines {
 		if l.WorldEpoch != newest[l.Step] {
 			continue
 		}
-		if steps[l.Epoch] == nil {
-			steps[l.Epoch] = map[int64]span{}
+		if byEpoch[l.Epoch] == nil {
+			byEpoch[l.Epoch] = map[int64]span{}
 		}
 		sp := span{l.Start, l.Global}
-		if prev, ok := steps[l.Epoch][l.Step]; ok && prev != sp {
+		if prev, ok := byEpoch[l.Epoch][l.Step]; ok && prev != sp {
 			t.Fatalf("step %d: workers disagree on the global batch: %v and %v", l.Step, prev, sp)
 		}
-		steps[l.Epoch][l.Step] = sp
+		byEpoch[l.Epoch][l.Step] = sp
 	}
 	finished := 0
-	for e, byStep := range steps {
+	for e, byStep := range byEpoch {
 		var spans []span
 		for _, sp := range byStep {
 			spans = append(spans, sp)
@@ -300,7 +306,7 @@ func checkElasticInvariants(t *testing.T, lines []trainerLine, samples int) {
 		}
 		if next == samples {
 			finished++
-		} else if _, later := steps[e+1]; later {
+		} else if _, later := byEpoch[e+1]; later {
 			t.Fatalf("data epoch %d ended after %d of %d samples", e, next, samples)
 		}
 	}
@@ -337,4 +343,68 @@ func TestRunFailingTrainerFailsJob(t *testing.T) {
 	}
 	var ee *exec.ExitError
 	_ = errors.As(nil, &ee)
+}
+
+// TestElasticRunFaultInjection kills a random worker with kill -9 at random
+// moments, again and again, adding a replacement each time, and then lets the
+// job finish: it must, with every invariant intact.
+func TestElasticRunFaultInjection(t *testing.T) {
+	const samples, steps = 1200, 400
+	h := startRunJob(t, "--np", "4", "--min-np", "2", "--", synthetic,
+		"--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "1ms")
+	h.waitFor(t, "step 10", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 10 })
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	t.Logf("fault injection seed %d", seed)
+	killed := map[int]bool{}
+	deadline := time.Now().Add(6 * time.Second)
+	kills := 0
+	for time.Now().Before(deadline) {
+		h.mu.Lock()
+		var alive []int
+		for i := range h.pids {
+			if !killed[i] {
+				alive = append(alive, i)
+			}
+		}
+		done := maxStep(h.lines) >= steps-50
+		h.mu.Unlock()
+		if done {
+			break
+		}
+		slices.Sort(alive)
+		if len(alive) > 2 {
+			victim := alive[rng.IntN(len(alive))]
+			syscall.Kill(h.pid(t, victim), syscall.SIGKILL)
+			killed[victim] = true
+			kills++
+			h.cmd.Process.Signal(syscall.SIGUSR1) // a replacement
+		}
+		// Wait a random while, but on the job's progress, not on the clock
+		// alone: the next kill comes once training has moved on.
+		h.mu.Lock()
+		s := maxStep(h.lines)
+		h.mu.Unlock()
+		pause := time.Duration(100+rng.IntN(400)) * time.Millisecond
+		h.waitFor(t, "progress after a kill", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) > s })
+		select {
+		case <-time.After(pause):
+		case err := <-h.exited:
+			t.Fatalf("job ended during fault injection: %v\n%s", err, h.log.String())
+		}
+	}
+	t.Logf("%d workers killed", kills)
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			h.mu.Lock()
+			t.Fatalf("gorovod run: %v\n%s", err, h.log.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("job did not finish")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
 }
