@@ -82,6 +82,11 @@ func (d *Driver) GossipAddr() string { return d.m.Local().Addr.String() }
 // Current is the newest proposed epoch.
 func (d *Driver) Current() Epoch { return d.p.coord.Current() }
 
+// Finished is closed once a worker of the current world reports that training
+// is over (Worker.Finish): workers still waiting to join have nothing left to
+// do, and the launcher stops them.
+func (d *Driver) Finished() <-chan struct{} { return d.p.finished }
+
 // Await waits for an epoch numbered above after (for launchers and tests).
 func (d *Driver) Await(ctx context.Context, after uint64) (Epoch, error) {
 	return d.p.coord.View("driver").Await(ctx, after)

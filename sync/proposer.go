@@ -32,6 +32,9 @@ type proposer struct {
 	probes  map[uint64]chan struct{}   // liveness checks waiting for a pong
 	nonce   uint64
 
+	finished     chan struct{} // closed when a worker of the current world finished training
+	finishedOnce stdsync.Once
+
 	events   chan membership.Event
 	messages chan membership.Message
 	epochs   chan Epoch
@@ -45,7 +48,7 @@ func startProposer(m *membership.Member, cc CoordinatorConfig, from Epoch, nodes
 	p := &proposer{
 		m: m, log: log, workers: map[string]membership.Node{}, probes: map[uint64]chan struct{}{},
 		events: make(chan membership.Event, 256), messages: make(chan membership.Message, 256),
-		epochs: make(chan Epoch, 64), done: make(chan struct{}),
+		epochs: make(chan Epoch, 64), done: make(chan struct{}), finished: make(chan struct{}),
 	}
 	cc.OnEpoch = func(e Epoch) { p.epochs <- e }
 	cc.Logger = log
@@ -141,6 +144,11 @@ func (p *proposer) onMessage(ctx context.Context, msg membership.Message) {
 			delete(p.probes, cm.Nonce)
 		}
 		p.mu.Unlock()
+	case cm.Type == msgDone:
+		if cur := p.coord.Current(); cur.Rank(msg.From.Name) >= 0 || cm.Number == cur.Number {
+			p.log.Info("training finished", "worker", msg.From.Name, "epoch", cm.Number)
+			p.finishedOnce.Do(func() { close(p.finished) })
+		}
 	case cm.Type == msgFailure:
 		if cm.Blamed == "" || cm.Number != p.coord.Current().Number {
 			return

@@ -201,6 +201,30 @@ func (s *Session) recover(ctx context.Context, cause error) error {
 	return nil
 }
 
+// enter connects epoch ep's world and receives the state from its rank 0. A
+// newer epoch abandons the attempt: a member of ep that died after ep was
+// proposed would otherwise keep the others dialling it until the recovery
+// timeout, while the proposer has already replaced ep.
+func (s *Session) enter(ctx context.Context, ep Epoch, rank int) (*collective.Communicator, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		if _, err := s.src.Await(ctx, ep.Number); err == nil {
+			cancel()
+		}
+	}()
+	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
+	comm, err := collective.New(ctx, s.t, w, s.cfg.Collective)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.state.broadcast(ctx, comm, 0); err != nil {
+		comm.Abort(err)
+		return nil, err
+	}
+	return comm, nil
+}
+
 // advance moves to the newest epoch after the given one: connect its members,
 // then copy the state from its rank 0. A failure on the way moves on to the
 // epoch after that.
@@ -220,13 +244,7 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 			return fmt.Errorf("%w (%v)", ErrExcluded, ep)
 		}
 		start := time.Now()
-		w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
-		comm, err := collective.New(ctx, s.t, w, s.cfg.Collective)
-		if err == nil {
-			if err = s.state.broadcast(ctx, comm, 0); err != nil {
-				comm.Abort(err)
-			}
-		}
+		comm, err := s.enter(ctx, ep, rank)
 		if err != nil {
 			if ctx.Err() != nil {
 				return err

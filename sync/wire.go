@@ -14,6 +14,7 @@ const (
 	msgFailure = "failure" // worker → driver: a collective failed, blaming a member
 	msgPing    = "ping"    // driver → worker: are you alive? (answered by the gossip goroutines)
 	msgPong    = "pong"    // worker → driver: yes
+	msgDone    = "done"    // worker → driver: training finished at this epoch
 )
 
 // maxCauseLen bounds the error text a failure report carries.
@@ -26,6 +27,11 @@ type controlMsg struct {
 	Blamed  string   `json:"b,omitempty"`
 	Cause   string   `json:"c,omitempty"`
 	Nonce   uint64   `json:"o,omitempty"`
+}
+
+func encodeDone(epoch uint64) []byte {
+	b, _ := json.Marshal(controlMsg{Type: msgDone, Number: epoch})
+	return b
 }
 
 func encodePing(kind string, nonce uint64) []byte {
@@ -71,6 +77,10 @@ func decodeControl(b []byte) (controlMsg, error) {
 	case msgFailure:
 		if m.Number == 0 {
 			return m, errors.New("sync: failure report without an epoch")
+		}
+	case msgDone:
+		if m.Number == 0 {
+			return m, errors.New("sync: done message without an epoch")
 		}
 	case msgPing, msgPong:
 		if m.Nonce == 0 {

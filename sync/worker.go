@@ -70,6 +70,7 @@ type Worker struct {
 	prop       *proposer
 	takeover   CoordinatorConfig
 	driverSeen time.Time // last time a driver was in view (start: join time)
+	closeOnce  stdsync.Once
 }
 
 // StartWorker joins the job: it starts the collective transport and the gossip
@@ -250,12 +251,33 @@ func (w *Worker) RequestLeave(ctx context.Context) error {
 	return w.m.UpdateMeta(ctx, func(meta *membership.Meta) { meta.State = membership.StateLeaving })
 }
 
+// Finish tells the proposer that training is over (call it on every worker
+// when the loop ends normally), then leaves like Close. Without it, the last
+// workers' departures would look like a scale-down, and a worker still
+// waiting to join would be given a world of its own.
+func (w *Worker) Finish(ctx context.Context) error {
+	if w.Session != nil {
+		nodes := w.m.Members()
+		lead := electProposer(nodes)
+		for _, n := range nodes {
+			if n.Name == lead {
+				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_ = w.m.Send(sctx, n, encodeDone(w.Epoch().Number))
+				cancel()
+			}
+		}
+	}
+	return w.Close()
+}
+
 // Close leaves the gossip cluster and releases the transport.
 func (w *Worker) Close() error {
-	if w.Session != nil {
-		w.Session.Close()
-	}
-	w.shutdown()
+	w.closeOnce.Do(func() {
+		if w.Session != nil {
+			w.Session.Close()
+		}
+		w.shutdown()
+	})
 	return nil
 }
 

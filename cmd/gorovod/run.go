@@ -101,7 +101,9 @@ func runJob(ctx context.Context, argv []string, np, minNP, maxNP int, log *slog.
 	}
 	// Workers stop on SIGINT: a SIGTERM sent to one worker means "leave the job
 	// gracefully", which the trainers implement.
-	job, err := launch.Start(ctx, launch.Spec{
+	jobCtx, stopJob := context.WithCancel(ctx)
+	defer stopJob()
+	job, err := launch.Start(jobCtx, launch.Spec{
 		Argv: argv, NP: np, Output: output, StopSignal: syscall.SIGINT,
 		Env: func(int) []string { return worker.Environ() },
 	})
@@ -119,8 +121,17 @@ func runJob(ctx context.Context, argv []string, np, minNP, maxNP int, log *slog.
 	signal.Notify(usr1, syscall.SIGUSR1)
 	defer signal.Stop(usr1)
 	started := np
+	finished := driver.Finished()
+	var stopLate <-chan time.Time
 	for {
 		select {
+		case <-finished:
+			// Training is over; the workers of the last world exit by
+			// themselves, and any still waiting to join are stopped.
+			finished = nil
+			stopLate = time.After(finishGrace)
+		case <-stopLate:
+			stopJob()
 		case <-usr1:
 			if maxNP > 0 && started >= maxNP {
 				fmt.Fprintf(stderr, "gorovod run: already %d workers started (--max-np %d)\n", started, maxNP)
@@ -138,6 +149,10 @@ func runJob(ctx context.Context, argv []string, np, minNP, maxNP int, log *slog.
 		}
 	}
 }
+
+// finishGrace is how long workers get to exit once training is reported
+// finished before the launcher stops the rest.
+const finishGrace = 3 * time.Second
 
 // jobOutcome: the job succeeded if some worker finished training and every
 // failure was a worker lost to a signal (killed, or stopped by us) — losing

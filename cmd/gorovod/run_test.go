@@ -352,7 +352,7 @@ func TestElasticRunFaultInjection(t *testing.T) {
 	const samples, steps = 1200, 400
 	h := startRunJob(t, "--np", "4", "--min-np", "2", "--", synthetic,
 		"--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "24",
-		"--model-size", "20000", "--compute", "1ms")
+		"--model-size", "20000", "--compute", "1ms", "-v")
 	h.waitFor(t, "step 10", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 10 })
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
@@ -402,7 +402,8 @@ func TestElasticRunFaultInjection(t *testing.T) {
 			t.Fatalf("gorovod run: %v\n%s", err, h.log.String())
 		}
 	case <-time.After(2 * time.Minute):
-		t.Fatal("job did not finish")
+		h.mu.Lock()
+		t.Fatalf("job did not finish (last step %d); launcher log:\n%s", maxStep(h.lines), h.log.String())
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -22,6 +22,8 @@ type world interface {
 	Step() int64
 	Allreduce(ctx context.Context, grads [][]float32) error
 	Commit(ctx context.Context) error
+	// Finish reports that training is over and leaves.
+	Finish(ctx context.Context) error
 	// CheckLeave starts a graceful leave once SIGTERM has arrived.
 	CheckLeave(ctx context.Context) error
 	Close() error
@@ -74,6 +76,11 @@ func (e *elastic) Close() error {
 	return e.Worker.Close()
 }
 
+func (e *elastic) Finish(ctx context.Context) error {
+	signal.Stop(e.term)
+	return e.Worker.Finish(ctx)
+}
+
 // single is the world of one process.
 type single struct{ state *gsync.TrainState }
 
@@ -89,3 +96,5 @@ func (s *single) Commit(context.Context) error {
 	s.state.Step++
 	return nil
 }
+
+func (s *single) Finish(context.Context) error { return nil }

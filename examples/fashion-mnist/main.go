@@ -267,6 +267,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// The loop ends right after the last epoch's evaluation, so that is the
 	// final result; no need to evaluate the same parameters again.
 	trainSeconds := time.Since(trainStart).Seconds()
+	_ = w.Finish(ctx)
 	if w.Rank() != 0 {
 		return nil
 	}

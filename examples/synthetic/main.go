@@ -123,7 +123,14 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	defer w.Close()
+	finished := false
+	defer func() {
+		if finished {
+			w.Finish(context.Background())
+		} else {
+			w.Close()
+		}
+	}()
 
 	grads := make([]float32, o.modelSize)
 	leaving := false
@@ -185,6 +192,7 @@ func run(o options) error {
 			return nil // left the job gracefully
 		}
 	}
+	finished = true
 	return nil
 }
 
