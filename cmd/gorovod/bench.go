@@ -83,7 +83,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	mode, err := multi.ParseMode(*transportName)
 	if err != nil {
-		return usageErr(stderr, "--transport: %v", err)
+		return usageErr(stderr, "transport %q is not available (%v are)", *transportName, multi.Modes())
 	}
 	if *np < 1 {
 		return usageErr(stderr, "--np %d must be at least 1", *np)

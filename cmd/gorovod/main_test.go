@@ -18,7 +18,7 @@ import (
 // binary is the gorovod command built once for the tests: bench re-executes
 // itself as its workers, so the tests need a real executable. synthetic is the
 // elastic example trainer the run tests launch.
-var binary, synthetic string
+var binary, synthetic, fashionMNIST string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gorovod-cmd-test")
@@ -43,6 +43,13 @@ func TestMain(m *testing.M) {
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the synthetic trainer:", err)
+		os.Exit(1)
+	}
+	fashionMNIST = filepath.Join(dir, "fashion-mnist")
+	build = exec.Command("go", "build", "-o", fashionMNIST, "../../examples/fashion-mnist")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the Fashion-MNIST trainer:", err)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -21,18 +22,30 @@ import (
 
 // trainerLine is what the synthetic trainer prints per committed step.
 type trainerLine struct {
-	Worker     int     `json:"-"` // the launcher's worker index, from the "[i]" prefix
-	Step       int64   `json:"step"`
-	Epoch      uint64  `json:"epoch"`
-	WorldEpoch uint64  `json:"world_epoch"`
-	Rank       int     `json:"rank"`
-	Size       int     `json:"size"`
-	Params     string  `json:"params_sha256"`
-	Samples    []int   `json:"samples"`
-	Start      int     `json:"start"`
-	Global     int     `json:"global"`
-	Loss       float64 `json:"loss"`
+	Worker     int        `json:"-"` // the launcher's worker index, from the "[i]" prefix
+	Step       int64      `json:"step"`
+	Epoch      uint64     `json:"epoch"`
+	WorldEpoch uint64     `json:"world_epoch"`
+	Rank       int        `json:"rank"`
+	Size       int        `json:"size"`
+	Params     string     `json:"params_sha256"`
+	Samples    sampleList `json:"samples"`
+	Start      int        `json:"start"`
+	Global     int        `json:"global"`
+	Loss       float64    `json:"loss"`
+	Accuracy   float64    `json:"test_accuracy"`
 	At         time.Time
+}
+
+// sampleList is the synthetic trainer's list of sample indices; the
+// Fashion-MNIST trainer prints a count there instead, which is ignored.
+type sampleList []int
+
+func (s *sampleList) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '[' {
+		return json.Unmarshal(b, (*[]int)(s))
+	}
+	return nil
 }
 
 type runJobHarness struct {
@@ -408,4 +421,47 @@ func TestElasticRunFaultInjection(t *testing.T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}
+
+// TestFashionMNISTUnderRun trains the real example elastically on part of the
+// data and checks that the workers agree at every step and learn.
+func TestFashionMNISTUnderRun(t *testing.T) {
+	if _, err := os.Stat("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"); err != nil {
+		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
+	}
+	h := startRunJob(t, "--np", "2", "--", fashionMNIST, "--epochs", "2", "--train-limit", "6000", "--json", "--log-every", "0")
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			h.mu.Lock()
+			t.Fatalf("gorovod run: %v\n%s", err, h.log.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("job did not finish")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byStep := map[int64]string{}
+	ranks := map[int]bool{}
+	for _, l := range h.lines {
+		if l.Params == "" || l.Size == 0 {
+			continue // epoch and final records
+		}
+		if prev, ok := byStep[l.Step]; ok && prev != l.Params {
+			t.Fatalf("step %d: the workers hold different parameters", l.Step)
+		}
+		byStep[l.Step] = l.Params
+		ranks[l.Rank] = true
+	}
+	if len(byStep) < 150 || len(ranks) != 2 {
+		t.Fatalf("%d steps from ranks %v", len(byStep), ranks)
+	}
+	var acc float64
+	for _, l := range h.lines {
+		acc = max(acc, l.Accuracy)
+	}
+	if acc < 0.7 {
+		t.Fatalf("test accuracy %.3f after 2 epochs on 6000 samples", acc)
+	}
+	t.Logf("%d steps, test accuracy %.1f%%", len(byStep), 100*acc)
 }
