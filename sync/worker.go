@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective/transport/tcp"
 	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/internal/gpu"
 	"github.com/gorovod/gorovod/membership"
 )
 
@@ -102,7 +103,9 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *TrainState) (*Wor
 		tr.Close()
 		return nil, err
 	}
-	m, err := membership.Join(ctx, mc, membership.Meta{JobID: cfg.JobID, Role: membership.RoleWorker, CollectiveAddr: tr.Addr()})
+	meta := membership.Meta{JobID: cfg.JobID, Role: membership.RoleWorker, CollectiveAddr: tr.Addr(), GPUs: membership.GPUsUnknown}
+	publishGPUs(ctx, &meta)
+	m, err := membership.Join(ctx, mc, meta)
 	if err != nil {
 		tr.Close()
 		return nil, err
@@ -223,6 +226,27 @@ func electProposer(nodes []membership.Node) string {
 		}
 	}
 	return ""
+}
+
+// publishGPUs puts what this worker may use of the host's GPUs in its
+// metadata: the count (CUDA_VISIBLE_DEVICES, as the launcher assigned it, or
+// all the host has) and NVML's summary of the host.
+func publishGPUs(ctx context.Context, meta *membership.Meta) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	inv, err := gpu.System(ctx)
+	switch {
+	case gpu.IsNoGPUs(err):
+		meta.GPUs = 0
+		return
+	case err != nil:
+		return // unknown
+	}
+	meta.GPUs = len(inv.GPUs)
+	if devs, set := envconfig.VisibleDevices(os.LookupEnv); set {
+		meta.GPUs = min(meta.GPUs, len(devs))
+	}
+	meta.Extra = map[string]string{"gpus": string(inv.Summary().Encode())}
 }
 
 func bindGossip(mc *membership.Config, addr string) error {

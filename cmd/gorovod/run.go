@@ -18,6 +18,7 @@ import (
 	gsync "github.com/gorovod/gorovod/sync"
 
 	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/internal/gpu"
 	"github.com/gorovod/gorovod/internal/launch"
 	"github.com/gorovod/gorovod/membership"
 )
@@ -89,6 +90,7 @@ func runJob(ctx context.Context, argv []string, np, minNP, maxNP int, log *slog.
 	}
 	defer os.Remove(jobFile)
 
+	devices := assignGPUs(ctx, np, stderr)
 	var outMu sync.Mutex
 	output := func(i int, stream string, line []byte) {
 		outMu.Lock()
@@ -105,7 +107,13 @@ func runJob(ctx context.Context, argv []string, np, minNP, maxNP int, log *slog.
 	defer stopJob()
 	job, err := launch.Start(jobCtx, launch.Spec{
 		Argv: argv, NP: np, Output: output, StopSignal: syscall.SIGINT,
-		Env: func(int) []string { return worker.Environ() },
+		Env: func(i int) []string {
+			env := worker.Environ()
+			if i < len(devices) {
+				env = append(env, envconfig.EnvVisibleDevices+"="+devices[i])
+			}
+			return env
+		},
 	})
 	if err != nil {
 		return err
@@ -148,6 +156,28 @@ func runJob(ctx context.Context, argv []string, np, minNP, maxNP int, log *slog.
 			return jobOutcome(job.Errors(), driver.Current(), stderr)
 		}
 	}
+}
+
+// assignGPUs gives each of the first np workers one GPU of this host, in ring
+// order, when the host has enough; with none (or no NVIDIA driver) the workers
+// run on the CPU.
+func assignGPUs(ctx context.Context, np int, stderr io.Writer) []string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	inv, err := gpu.System(ctx)
+	if err != nil {
+		if !gpu.IsNoGPUs(err) {
+			fmt.Fprintf(stderr, "gorovod run: GPU discovery: %v\n", err)
+		}
+		return nil
+	}
+	devices, err := gpu.AssignDevices(inv.GPUs, np)
+	if err != nil {
+		fmt.Fprintf(stderr, "gorovod run: %v; workers choose their GPUs themselves\n", err)
+		return nil
+	}
+	fmt.Fprintf(stderr, "gorovod run: one GPU per worker: %s\n", strings.Join(devices, ", "))
+	return devices
 }
 
 // finishGrace is how long workers get to exit once training is reported

@@ -140,3 +140,22 @@ func (w ElasticWorker) Environ() []string {
 	}
 	return env
 }
+
+// EnvVisibleDevices is CUDA's own variable: the GPUs a process may use.
+const EnvVisibleDevices = "CUDA_VISIBLE_DEVICES"
+
+// VisibleDevices returns the entries of CUDA_VISIBLE_DEVICES, and whether it
+// is set at all (set but empty means no GPU).
+func VisibleDevices(lookup func(string) (string, bool)) ([]string, bool) {
+	v, ok := lookup(EnvVisibleDevices)
+	if !ok {
+		return nil, false
+	}
+	var devs []string
+	for _, d := range strings.Split(v, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			devs = append(devs, d)
+		}
+	}
+	return devs, true
+}

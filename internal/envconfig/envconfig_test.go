@@ -71,3 +71,19 @@ func TestElasticRoundTrip(t *testing.T) {
 		t.Fatal("empty seed list accepted")
 	}
 }
+
+func TestVisibleDevices(t *testing.T) {
+	cases := []struct {
+		val  string
+		set  bool
+		want string
+	}{
+		{"", false, ""}, {"", true, ""}, {"0", true, "0"}, {"GPU-a, GPU-b,", true, "GPU-a|GPU-b"},
+	}
+	for _, c := range cases {
+		got, set := VisibleDevices(func(string) (string, bool) { return c.val, c.set })
+		if set != c.set || strings.Join(got, "|") != c.want {
+			t.Errorf("%q/%v: got %v %v", c.val, c.set, got, set)
+		}
+	}
+}
