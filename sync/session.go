@@ -72,6 +72,13 @@ type Session struct {
 	// tagged says whether a gradient allreduce has run since the last Commit.
 	newest uint64
 	tagged bool
+
+	// Asynchronous allreduces: their own fuser (they run beside the trainer's
+	// goroutine), the last one started (the next waits for it), and the
+	// epoch number they carried back.
+	asyncFuser  *Fuser
+	lastAsync   *Handle
+	asyncNewest uint64
 }
 
 // Join waits for the first epoch that includes cfg.Self, connects to its
@@ -87,7 +94,7 @@ func Join(ctx context.Context, cfg Config, t transport.Transport, src EpochSourc
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Session{cfg: cfg, t: t, src: src, state: state, fuser: NewFuser(cfg.FusionBytes), log: log.With("worker", cfg.Self.Name)}
+	s := &Session{cfg: cfg, t: t, src: src, state: state, fuser: NewFuser(cfg.FusionBytes), asyncFuser: NewFuser(cfg.FusionBytes), log: log.With("worker", cfg.Self.Name)}
 	if err := s.advance(ctx, 0); err != nil {
 		return nil, err
 	}
@@ -128,6 +135,86 @@ func (s *Session) Allreduce(ctx context.Context, grads [][]float32) error {
 		return rerr
 	}
 	return ErrWorldChanged
+}
+
+// Handle is a gradient allreduce started with AllreduceAsync.
+type Handle struct {
+	done chan struct{}
+	err  error
+}
+
+// AllreduceAsync starts averaging grads in place and returns at once, so a
+// trainer can hand over each layer's gradients as the backward pass produces
+// them and overlap their communication with the rest of the computation.
+// Allreduces run one at a time in the order they were started, on every rank
+// in the same order. WaitAll collects them before the step is applied.
+func (s *Session) AllreduceAsync(ctx context.Context, grads ...[]float32) *Handle {
+	p := &Handle{done: make(chan struct{})}
+	prev := s.lastAsync
+	s.lastAsync = p
+	comm := s.comm
+	go func() {
+		defer close(p.done)
+		if prev != nil {
+			<-prev.done
+			if prev.err != nil {
+				p.err = prev.err // a spent world: the later ones cannot run either
+				return
+			}
+		}
+		newest := s.src.Latest()
+		p.err = s.asyncFuser.Allreduce(ctx, comm, grads, collective.Average, collective.MaxTag(&newest))
+		if p.err == nil {
+			s.mu.Lock()
+			s.asyncNewest = max(s.asyncNewest, newest)
+			s.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+// WaitAll waits for allreduces started with AllreduceAsync. If any failed,
+// the session rebuilds the world as Allreduce does and returns
+// ErrWorldChanged: recompute the step.
+func (s *Session) WaitAll(ctx context.Context, pending ...*Handle) error {
+	var failed error
+	for _, p := range pending {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if p.err != nil && failed == nil {
+			failed = p.err
+		}
+	}
+	if s.lastAsync != nil && pendingIn(s.lastAsync, pending) {
+		s.lastAsync = nil
+	}
+	if failed == nil {
+		s.mu.Lock()
+		s.newest, s.tagged = max(s.newest, s.asyncNewest), true
+		s.asyncNewest = 0
+		s.mu.Unlock()
+		return nil
+	}
+	s.tagged = false
+	if ctx.Err() != nil {
+		return failed
+	}
+	if err := s.recover(ctx, failed); err != nil {
+		return err
+	}
+	return ErrWorldChanged
+}
+
+func pendingIn(p *Handle, list []*Handle) bool {
+	for _, q := range list {
+		if q == p {
+			return true
+		}
+	}
+	return false
 }
 
 // Commit ends a step on this worker: it counts the step and, if a newer epoch

@@ -303,3 +303,70 @@ func TestGracefulRemoval(t *testing.T) {
 		t.Fatalf("step 20 recorded by %d workers, want 2", n[20])
 	}
 }
+
+func TestAsyncAllreduceAndRecovery(t *testing.T) {
+	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go coord.Run(ctx)
+	ws := []*toyWorker{startToy(t, "a0", coord), startToy(t, "a1", coord), startToy(t, "a2", coord)}
+	errs := make([]error, len(ws))
+	var wg stdsync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() {
+			errs[i] = func() error {
+				sc := DefaultConfig()
+				sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
+				sess, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+				if err != nil {
+					return err
+				}
+				defer sess.Close()
+				changed := false
+				for sess.Step() < 15 {
+					if w.name == "a2" && sess.Step() == 6 {
+						sess.Communicator().Abort(errors.New("killed"))
+						w.tr.Close()
+						return nil
+					}
+					layers := [][]float32{make([]float32, 500), make([]float32, 7), make([]float32, 3000)}
+					var hs []*Handle
+					// Backward order: the last layer's gradient is ready first.
+					for l := len(layers) - 1; l >= 0; l-- {
+						for j := range layers[l] {
+							layers[l][j] = float32(sess.Rank() + l)
+						}
+						hs = append(hs, sess.AllreduceAsync(ctx, layers[l]))
+					}
+					err := sess.WaitAll(ctx, hs...)
+					if errors.Is(err, ErrWorldChanged) {
+						changed = true
+						continue
+					}
+					if err != nil {
+						return err
+					}
+					for l, layer := range layers {
+						want := float32(sess.Size()-1)/2 + float32(l)
+						if layer[0] != want {
+							return fmt.Errorf("layer %d averaged to %v, want %v", l, layer[0], want)
+						}
+					}
+					if err := sess.Commit(ctx); err != nil && !errors.Is(err, ErrWorldChanged) {
+						return err
+					}
+				}
+				if !changed {
+					return errors.New("the world never changed")
+				}
+				return nil
+			}()
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v", ws[i].name, err)
+		}
+	}
+}
