@@ -5,9 +5,9 @@ go 1.26.8
 require golang.org/x/sys v0.49.0
 
 require (
-	github.com/pion/logging v0.2.4 // indirect
+	github.com/pion/logging v0.2.4
 	github.com/pion/randutil v0.1.0 // indirect
-	github.com/pion/sctp v1.11.3 // indirect
+	github.com/pion/sctp v1.11.3
 	github.com/pion/transport/v5 v5.0.1 // indirect
 )
 

@@ -39,11 +39,12 @@ type Factory struct {
 	ZeroAllocs bool
 }
 
-// Secret is the secret the suite's transports share.
-var Secret = []byte("conformance secret, not for production")
-
 func defaultOptions() Options {
-	return Options{Secret: Secret, IOTimeout: 20 * time.Second, HandshakeTimeout: 2 * time.Second}
+	return Options{
+		Secret:           []byte("conformance secret, not for production"),
+		IOTimeout:        20 * time.Second,
+		HandshakeTimeout: 2 * time.Second,
+	}
 }
 
 // Run runs the whole suite as subtests of t.
@@ -349,4 +350,6 @@ func exchange(ctx context.Context, links [][]transport.Link, sizes []int) error 
 	return <-errs
 }
 
-var meshSizes = []int{0, 1, 4096, transport.InlinePayload, 300 << 10, 1<<20 + 3}
+// meshSizes are the frame sizes exchanged by the mesh tests: empty, tiny, a
+// page, the inline limit, a multi-piece frame and one over a mebibyte.
+func meshSizes() []int { return []int{0, 1, 4096, transport.InlinePayload, 300 << 10, 1<<20 + 3} }

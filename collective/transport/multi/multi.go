@@ -139,7 +139,11 @@ func listenTCP(cfg *Config) (transport.Transport, error) {
 	if cfg.Logger != nil {
 		c.Logger = cfg.Logger
 	}
-	return tcp.Listen(c)
+	t, err := tcp.Listen(c)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return t, nil
 }
 
 func listenSCTP(cfg *Config) (transport.Transport, error) {
@@ -158,7 +162,11 @@ func listenSCTP(cfg *Config) (transport.Transport, error) {
 	if cfg.Logger != nil {
 		c.Logger = cfg.Logger
 	}
-	return sctp.Listen(c)
+	t, err := sctp.Listen(c)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 func pick(a, b string) string {

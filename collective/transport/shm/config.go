@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
@@ -30,7 +28,10 @@ type Config struct {
 	Dir string
 	// RingBytes is the capacity of each direction's ring: a power of two, at
 	// least 128 KiB (a few InlinePayload frames must fit). A pair's region is
-	// twice this plus 12 KiB. Default 1 MiB.
+	// twice this plus 12 KiB. Zero (the default) sizes it by the world: 32 MiB
+	// shared among a rank's peers, within [256 KiB, 4 MiB] — 4 MiB up to 9
+	// ranks, where a sender that can run a whole 4 MiB collective ahead copes
+	// best with ranks taking turns on cores.
 	RingBytes int
 	// SpinTime is how long a call polls the ring before it parks. While it
 	// polls it yields the CPU to other goroutines and processes now and then,
@@ -42,9 +43,12 @@ type Config struct {
 	// memory (process_vm_readv), and Send waits until it has. This halves the
 	// copying of large frames. It is used only in the directions where a probe
 	// at connect time showed that the receiver may read the sender's memory
-	// (same user, ptrace not forbidden by a security module or seccomp);
+	// (same user, ptrace not forbidden by a security module or seccomp), and
+	// only while the world's ranks on this host are no more than its CPUs
+	// (waiting for a receiver that is not running costs more than a copy);
 	// elsewhere every frame goes through the ring. It must exceed
-	// transport.InlinePayload. Default 64 KiB; negative disables it.
+	// transport.InlinePayload. Default 128 KiB, so the latency-optimal
+	// collectives' frames (up to 64 KiB) never wait; negative disables it.
 	SingleCopyBytes int
 	// Fallback keeps the bootstrap link of a pair whose ranks are on different
 	// hosts (or cannot share memory) instead of failing Connect. Default false:
@@ -60,11 +64,13 @@ type Config struct {
 
 const (
 	defaultDir              = "/dev/shm"
-	defaultRingBytes        = 1 << 20
+	autoRingBudget          = 32 << 20
+	minAutoRingBytes        = 256 << 10
+	maxAutoRingBytes        = 4 << 20
 	minRingBytes            = 128 << 10
 	maxRingBytes            = 1 << 30
 	defaultSpinTime         = 100 * time.Microsecond
-	defaultSingleCopyBytes  = 64 << 10
+	defaultSingleCopyBytes  = 128 << 10
 	defaultIOTimeout        = 30 * time.Second
 	defaultHandshakeTimeout = 5 * time.Second
 )
@@ -76,7 +82,6 @@ func DefaultConfig() Config {
 		HandshakeTimeout: defaultHandshakeTimeout,
 		IOTimeout:        defaultIOTimeout,
 		Dir:              defaultDir,
-		RingBytes:        defaultRingBytes,
 		SpinTime:         defaultSpinTime,
 		SingleCopyBytes:  defaultSingleCopyBytes,
 		Logger:           slog.New(slog.DiscardHandler),
@@ -98,17 +103,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Dir == "" {
 		c.Dir = d.Dir
 	}
-	if c.RingBytes == 0 {
-		c.RingBytes = d.RingBytes
-	}
-	if c.RingBytes < minRingBytes || c.RingBytes > maxRingBytes || c.RingBytes&(c.RingBytes-1) != 0 {
+	if c.RingBytes != 0 && (c.RingBytes < minRingBytes || c.RingBytes > maxRingBytes || c.RingBytes&(c.RingBytes-1) != 0) {
 		return c, fmt.Errorf("shm: Config.RingBytes %d must be a power of two in [%d, %d]", c.RingBytes, minRingBytes, maxRingBytes)
-	}
-	if v := os.Getenv("TMP_SHM_SPIN"); v != "" { // TEMPORARY tuning hook
-		c.SpinTime, _ = time.ParseDuration(v)
-	}
-	if v := os.Getenv("TMP_SHM_RING"); v != "" { // TEMPORARY tuning hook
-		c.RingBytes, _ = strconv.Atoi(v)
 	}
 	switch {
 	case c.SpinTime == 0:
@@ -132,4 +128,16 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.Secret = append([]byte(nil), c.Secret...)
 	return c, nil
+}
+
+// ringBytes is the ring size for a world of size ranks.
+func (c *Config) ringBytes(size int) int {
+	if c.RingBytes != 0 {
+		return c.RingBytes
+	}
+	n := maxAutoRingBytes
+	for n > minAutoRingBytes && n*(size-1) > autoRingBudget {
+		n /= 2
+	}
+	return n
 }

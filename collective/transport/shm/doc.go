@@ -2,6 +2,12 @@
 // pair of ranks shares one memory-mapped region holding two single-producer /
 // single-consumer byte rings, one per direction, so a frame moves with one copy
 // into the ring on the sending side and one copy out of it on the receiving side.
+// Large frames (Config.SingleCopyBytes) move with a single copy: the ring
+// carries only the payload's address, the receiver copies the payload straight
+// out of the sender's memory (process_vm_readv) and Send waits for that. This
+// is used where a probe at connect time shows it is permitted, and while the
+// host's ranks of the world do not outnumber its CPUs (a Send waiting for a
+// receiver that is not running costs more than the copy saved).
 //
 // # Connecting
 //
@@ -25,12 +31,16 @@
 //
 // # Waiting
 //
-// A receiver that finds its ring empty (and a sender that finds it full) spins
-// for Config.SpinTime, yielding to the other goroutines of its process every
-// microsecond or so, since the peer usually answers within a few microseconds
-// from the other core. Then it parks in the Go netpoller on a FIFO of its own,
-// after raising a waiting flag in the region; the peer, seeing the flag after it
-// publishes, writes one byte to that FIFO. A FIFO read is used rather than a
+// A receiver that finds its ring empty (and a sender that finds it full, or
+// waiting for its single copy to be taken) spins for Config.SpinTime, since the
+// peer usually answers within microseconds from the other core; every 64 polls
+// it yields to the other goroutines of its process (runtime.Gosched: at
+// GOMAXPROCS=1 the sending goroutine runs only then) and to other processes
+// (sched_yield: when ranks outnumber cores, the peer may need this very core).
+// RecvHeader also yields once per frame, so a receiver that always finds data
+// cannot starve the process's sender. Then it parks in the Go netpoller on a
+// FIFO of its own, after raising a waiting flag in the region; the peer, seeing
+// the flag after it publishes, writes one byte to that FIFO. A FIFO read is used rather than a
 // futex because a futex wait is a blocking system call: it keeps the calling
 // thread's P until the runtime's monitor retakes it (tens of microseconds, more
 // when idle), which at GOMAXPROCS=1 — how `gorovod bench` starts its workers —

@@ -24,7 +24,7 @@ func CreateStaleFiles(dir string, job, epoch uint64) (string, error) {
 		return "", err
 	}
 	reg.unmap()
-	for k := 1; k < len(fileKinds); k++ {
+	for k := 1; k < numFileKinds; k++ {
 		if err := unix.Mkfifo(st.path(dir, k), 0o600); err != nil {
 			return "", err
 		}

@@ -19,6 +19,8 @@ func testConfig() shm.Config {
 	cfg.Secret = testSecret
 	cfg.HandshakeTimeout = 2 * time.Second
 	cfg.IOTimeout = 20 * time.Second
+	// Small rings keep the tests' /dev/shm use low (Docker's default is 64 MiB).
+	cfg.RingBytes = 1 << 20
 	// GOROVOD_SHM_DEBUG=1 go test -v shows the transports' own log.
 	if os.Getenv("GOROVOD_SHM_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -46,7 +46,7 @@ func record(h transport.Header, kind byte, payload []byte) []byte {
 	h.JobID, h.Epoch, h.Sender, h.Length = transport.JobHash("pair"), 1, 0, uint32(len(payload))
 	b := make([]byte, recordAlign)
 	h.Encode(b)
-	b[transport.HeaderSize] = kind
+	b[offKind] = kind
 	b = append(b, payload...)
 	return append(b, make([]byte, padding(len(payload)))...)
 }
@@ -92,17 +92,15 @@ func TestCorruptRing(t *testing.T) {
 		{"single copy out of sequence", func(p *testPair) {
 			r := record(transport.Header{}, recSingle, nil)
 			binary.LittleEndian.PutUint32(r[44:], 100)
-			d := make([]byte, recordAlign)
-			binary.LittleEndian.PutUint64(d[8:], 5)
-			p.writeRaw(append(r, d...))
+			binary.LittleEndian.PutUint64(r[offSeq:], 5)
+			p.writeRaw(r)
 		}, false},
 		{"single copy of unmapped memory", func(p *testPair) {
 			r := record(transport.Header{}, recSingle, nil)
 			binary.LittleEndian.PutUint32(r[44:], 100)
-			d := make([]byte, recordAlign)
-			binary.LittleEndian.PutUint64(d[0:], 8) // the zero page is never mapped
-			binary.LittleEndian.PutUint64(d[8:], 1)
-			p.writeRaw(append(r, d...))
+			binary.LittleEndian.PutUint64(r[offAddr:], 8) // the zero page is never mapped
+			binary.LittleEndian.PutUint64(r[offSeq:], 1)
+			p.writeRaw(r)
 		}, true},
 		{"payload cut short by the peer's close", func(p *testPair) {
 			r := record(transport.Header{}, recInline, make([]byte, 1000))
@@ -225,7 +223,7 @@ func TestSweepStale(t *testing.T) {
 	otherNS := procID{pid: cmd.Process.Pid, start: 1, ns: self.ns + 1}
 	mk := func(p procID) stem {
 		s := newStem(1, 2, 0, 1, p)
-		for k := range fileKinds {
+		for k := range numFileKinds {
 			if err := os.WriteFile(s.path(dir, k), nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -237,12 +235,12 @@ func TestSweepStale(t *testing.T) {
 	foreign := mk(otherNS)
 	unrelated := filepath.Join(dir, "gorovod-shm-notours.region")
 	os.WriteFile(unrelated, nil, 0o600)
-	if n := sweepStale(dir, self); n != len(fileKinds) {
-		t.Errorf("removed %d files, want %d", n, len(fileKinds))
+	if n := sweepStale(dir, self); n != numFileKinds {
+		t.Errorf("removed %d files, want %d", n, numFileKinds)
 	}
 	left, _ := os.ReadDir(dir)
 	want := map[string]bool{filepath.Base(unrelated): true}
-	for k := range fileKinds {
+	for k := range numFileKinds {
 		want[filepath.Base(live.path(dir, k))] = true
 		want[filepath.Base(foreign.path(dir, k))] = true
 	}
@@ -402,7 +400,8 @@ func FuzzRing(f *testing.F) {
 	f.Add(append(record(transport.Header{}, recInline, nil), record(transport.Header{Kind: transport.FrameAbort}, recInline, []byte("why"))...), uint16(0))
 	single := record(transport.Header{}, recSingle, nil)
 	binary.LittleEndian.PutUint32(single[44:], 10)
-	f.Add(append(single, make([]byte, 64)...), uint16(3))
+	binary.LittleEndian.PutUint64(single[offSeq:], 1)
+	f.Add(single, uint16(3))
 	f.Fuzz(func(t *testing.T, data []byte, extra uint16) {
 		p, err := newTestPair(minRingBytes, time.Second, 0, 0)
 		if err != nil {
@@ -446,3 +445,19 @@ func checkFuzzErr(t *testing.T, err error) {
 	}
 }
 
+func TestRingBytes(t *testing.T) {
+	for _, tc := range []struct{ size, cfg, want int }{
+		{2, 0, 4 << 20}, {9, 0, 4 << 20}, {10, 0, 2 << 20}, {17, 0, 2 << 20}, {18, 0, 1 << 20}, {64, 0, 512 << 10}, {129, 0, 256 << 10}, {4096, 0, 256 << 10},
+		{2, 128 << 10, 128 << 10}, {100, 8 << 20, 8 << 20},
+	} {
+		c := Config{RingBytes: tc.cfg}
+		if got := c.ringBytes(tc.size); got != tc.want {
+			t.Errorf("ringBytes(%d) with RingBytes %d = %d, want %d", tc.size, tc.cfg, got, tc.want)
+		}
+	}
+	for _, bad := range []int{1000, 64 << 10, 3 << 20, 2 << 30} {
+		if _, err := (Config{RingBytes: bad}).withDefaults(); err == nil {
+			t.Errorf("RingBytes %d accepted", bad)
+		}
+	}
+}

@@ -89,18 +89,18 @@ type link struct {
 // endpoint is what a setup hands to newLink: the mapped region and this side's
 // FIFO ends.
 type endpoint struct {
-	reg            *region
-	side           int      // 0: the lower rank of the pair, 1: the higher
-	dataR, spaceR  *os.File // this side's FIFOs, read ends
-	dataW, spaceW  int      // the peer's FIFOs, write ends
-	peer           int
-	addr           string
-	job, epoch     uint64
-	self           int
-	ioTimeout      time.Duration
-	spin           time.Duration
-	singleMin      int // 0: the peer cannot read this process's memory
-	peerPID        int
+	reg           *region
+	side          int      // 0: the lower rank of the pair, 1: the higher
+	dataR, spaceR *os.File // this side's FIFOs, read ends
+	dataW, spaceW int      // the peer's FIFOs, write ends
+	peer          int
+	addr          string
+	job, epoch    uint64
+	self          int
+	ioTimeout     time.Duration
+	spin          time.Duration
+	singleMin     int // 0: the peer cannot read this process's memory
+	peerPID       int
 }
 
 func newLink(e *endpoint) *link {
@@ -402,19 +402,19 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 		return l.perr("send", transport.ErrPeerClosed)
 	}
 	single := l.singleMin > 0 && len(payload) >= l.singleMin
-	var rec [2 * recordAlign]byte
+	var rec [recordAlign]byte
 	hh := *h
 	hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
 	hh.Encode(rec[:])
 	start := l.wtail
 	var err error
 	if single {
-		rec[transport.HeaderSize] = recSingle
-		binary.LittleEndian.PutUint64(rec[recordAlign:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(payload)))))
-		binary.LittleEndian.PutUint64(rec[recordAlign+8:], l.wseq+1)
+		rec[offKind] = recSingle
+		binary.LittleEndian.PutUint64(rec[offAddr:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(payload)))))
+		binary.LittleEndian.PutUint64(rec[offSeq:], l.wseq+1)
 		err = l.put(ctx, rec[:], len(rec))
 	} else {
-		err = l.put(ctx, rec[:recordAlign], recordAlign)
+		err = l.put(ctx, rec[:], len(rec))
 		if err == nil {
 			err = l.put(ctx, payload, len(payload))
 		}
@@ -535,6 +535,13 @@ func (l *link) waitAcked(ctx context.Context) error {
 
 // RecvHeader reads and checks the next frame header.
 func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
+	// A frame boundary is where this process's sending goroutine gets its
+	// turn: at GOMAXPROCS=1 a receiver that always finds its next frame
+	// waiting would otherwise keep the only P (Go preempts after 10ms) and
+	// starve the sender, whose frames the peer is waiting for; the two ranks
+	// would then take turns instead of overlapping. Without another runnable
+	// goroutine this costs a few hundred nanoseconds.
+	runtime.Gosched()
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
 	if err := l.recvReady(); err != nil {
@@ -561,13 +568,8 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	}
 	at := (l.rhead + l.rskip) & l.in.mask
 	rec := l.in.data[at : at+recordAlign]
-	kind := rec[transport.HeaderSize]
-	if kind == recSingle {
-		need += recordAlign
-		if err := l.waitData(ctx, need); err != nil {
-			return fail(err)
-		}
-	} else if kind != recInline {
+	kind := rec[offKind]
+	if kind != recInline && kind != recSingle {
 		l.rbroken = corrupt(l.peer, fmt.Sprintf("record kind %d", kind))
 		return l.perr("recv", l.rbroken)
 	}
@@ -585,10 +587,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	}
 	l.rsingle = kind == recSingle
 	if l.rsingle {
-		// The descriptor block follows the header block; it may wrap to the
-		// start of the ring.
-		d := l.in.data[(at+recordAlign)&l.in.mask:]
-		addr, seq := binary.LittleEndian.Uint64(d), binary.LittleEndian.Uint64(d[8:])
+		addr, seq := binary.LittleEndian.Uint64(rec[offAddr:]), binary.LittleEndian.Uint64(rec[offSeq:])
 		if seq != l.rseq+1 || h.Length == 0 {
 			l.rbroken = corrupt(l.peer, fmt.Sprintf("single-copy record %d of %d bytes after record %d", seq, h.Length, l.rseq))
 			return l.perr("recv", l.rbroken)

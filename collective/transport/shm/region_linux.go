@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gorovod/gorovod/collective/transport"
 )
 
 // Region layout, little-endian; every offset is from the start of the mapping
@@ -41,14 +43,16 @@ import (
 //	page 3  ring 0 data, ringBytes
 //	        ring 1 data, ringBytes
 //
-// A ring holds records back to back. A record starts with a 64-byte block: the
-// frame's HeaderSize header, then at byte 56 the record kind. An inline record
-// (recInline) continues with the payload, padded to a multiple of 64 bytes, so
-// every record is 64-byte aligned, a record's first block never wraps and every
-// payload starts cache-line aligned. A single-copy record (recSingle) continues
-// with one more block: the payload's address in the sender's memory (uint64)
-// and the record's sequence number (uint64); the payload itself stays where it
-// is until the receiver has copied it (see link_linux.go).
+// A ring holds records back to back, each a multiple of recordAlign bytes and
+// starting with a head of recordAlign bytes: the frame's HeaderSize header, at
+// offKind the record kind and, for a single-copy record, at offAddr the
+// payload's address in the sender's memory and at offSeq the record's sequence
+// number (uint64 each). An inline record (recInline) continues with the
+// payload, padded to a multiple of recordAlign; a single-copy record
+// (recSingle) is the head alone: the payload stays where it is until the
+// receiver has copied it (see link_linux.go). Since the ring's size is a
+// multiple of recordAlign, a head never wraps, and every payload starts
+// cache-line aligned.
 const (
 	regionMagic   = "GVSHMRG1"
 	regionVersion = 1
@@ -70,20 +74,31 @@ const (
 	offAcked        = 256
 	offWithdrawn    = 320
 
-	recordAlign = 64
+	recordAlign = 128
+	offKind     = transport.HeaderSize
+	offAddr     = transport.HeaderSize + 8
+	offSeq      = transport.HeaderSize + 16
 
 	recInline = 0
 	recSingle = 1
 )
+
+// The record head must hold the frame header and the record's own fields: a
+// negative array length stops the build if the frame header outgrows it.
+var _ [recordAlign - (transport.HeaderSize + 24)]struct{}
 
 func regionSize(ringBytes int) int { return headerPages*pageSize + 2*ringBytes }
 
 // File names: filePrefix + stem fields joined by '-' + '.' + kind.
 const filePrefix = "gorovod-shm-"
 
-// fileKinds are the files of one pair: the region and, per side, the FIFO its
-// receiver parks on (d) and the one its sender parks on (s).
-var fileKinds = [5]string{"region", "d0", "s0", "d1", "s1"}
+// The files of one pair: the region and, per side, the FIFO its receiver parks
+// on (d) and the one its sender parks on (s).
+const numFileKinds = 5
+
+func fileKind(k int) string {
+	return [numFileKinds]string{"region", "d0", "s0", "d1", "s1"}[k]
+}
 
 // procID identifies a process across pid reuse: its pid, its start time in
 // clock ticks since boot, and its pid namespace (pids of other namespaces mean
@@ -190,12 +205,12 @@ func newStem(job, epoch uint64, lo, hi int, p procID) stem {
 }
 
 func (s *stem) path(dir string, kind int) string {
-	return filepath.Join(dir, s.String()+"."+fileKinds[kind])
+	return filepath.Join(dir, s.String()+"."+fileKind(kind))
 }
 
 // unlinkAll removes the pair's files; missing ones are fine.
 func (s *stem) unlinkAll(dir string) {
-	for k := range fileKinds {
+	for k := range numFileKinds {
 		_ = unix.Unlink(s.path(dir, k))
 	}
 }

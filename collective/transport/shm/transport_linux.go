@@ -114,6 +114,23 @@ func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport
 		wg.Go(func() { links[r], errs[r] = t.setup(ctx, &w, bl) })
 	}
 	wg.Wait()
+	// A single-copy Send waits until the receiver has copied the payload. When
+	// this host's ranks outnumber its CPUs they take turns on the cores and
+	// the receiver is often not running, so buffered copies through the ring
+	// do better (4 ranks on 2 cores, 4 MiB allreduce: 2.9 against 1.7 GB/s).
+	local := 1
+	for _, l := range links {
+		if _, ok := l.(*link); ok {
+			local++
+		}
+	}
+	if local > runtime.NumCPU() {
+		for _, l := range links {
+			if sl, ok := l.(*link); ok {
+				sl.singleMin = 0
+			}
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		for _, l := range links {
 			if l != nil {
@@ -367,10 +384,10 @@ func (t *Transport) create(x *exchange, w *transport.World, peer int, canRead bo
 	}()
 	local := func() error {
 		var err error
-		if f.reg, err = createRegion(st.path(dir, 0), t.cfg.RingBytes, job, w.Epoch, w.Rank, peer); err != nil {
+		if f.reg, err = createRegion(st.path(dir, 0), t.cfg.ringBytes(w.Size()), job, w.Epoch, w.Rank, peer); err != nil {
 			return err
 		}
-		for k := 1; k < len(fileKinds); k++ {
+		for k := 1; k < numFileKinds; k++ {
 			p := st.path(dir, k)
 			if err := unix.Mkfifo(p, 0o600); err != nil {
 				return fmt.Errorf("shm: mkfifo %s: %w", p, err)
@@ -396,7 +413,7 @@ func (t *Transport) create(x *exchange, w *transport.World, peer int, canRead bo
 		return nil, &setupError{reason: lerr.Error()}
 	}
 	var ob [offerSize]byte
-	(&offer{ringBytes: uint64(t.cfg.RingBytes), name: st.String()}).encode(ob[:])
+	(&offer{ringBytes: uint64(f.reg.ringBytes), name: st.String()}).encode(ob[:])
 	if err := x.send(msgOffer, ob[:]); err != nil {
 		return nil, err
 	}

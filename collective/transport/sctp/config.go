@@ -1,0 +1,145 @@
+package sctp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Transport. Start from DefaultConfig; zero fields are
+// replaced by the defaults.
+type Config struct {
+	// ListenAddr is the UDP address to listen on, "host:port". Default "127.0.0.1:0".
+	ListenAddr string
+	// AdvertiseAddr is the address peers send to, when it differs from the
+	// listener's. Default: the listener's address.
+	AdvertiseAddr string
+	// Secret is the job secret both ends must share. Required.
+	Secret []byte
+	// HandshakeTimeout bounds connecting one association and each handshake
+	// message exchange. Default 5s.
+	HandshakeTimeout time.Duration
+	// IOTimeout is how long a peer may stay silent on a blocked Send or Recv
+	// before the call fails with transport.ErrPeerTimeout. Default 30s.
+	IOTimeout time.Duration
+	// DialRetry is the first retry interval while a peer is not listening yet or
+	// not yet connecting the world; it doubles up to maxDialRetry. Default 5ms.
+	DialRetry time.Duration
+	// MTU is the SCTP packet size, at most 8192 (what pion receives). Default 8192.
+	MTU int
+	// ReceiveBuffer is each association's receive window. It must hold several
+	// messages (4 × messageBytes at least). Default 16 MiB.
+	ReceiveBuffer int
+	// SendBuffer is how many bytes of a link may be queued, sent but not yet
+	// acknowledged, before Send waits. Default 8 MiB.
+	SendBuffer int
+	// SocketBuffer is SO_RCVBUF and SO_SNDBUF of each association's UDP socket.
+	// Bursts that overflow the kernel's receive buffer are dropped and cost a
+	// retransmission timeout, so it is set large; without privileges the
+	// kernel caps it at net.core.rmem_max / wmem_max. Default 8 MiB.
+	SocketBuffer int
+	// ProbeInterval is how often a waiting read sends a heartbeat to learn
+	// whether the peer still exists. Default 250ms.
+	ProbeInterval time.Duration
+	// Logger receives connection diagnostics. Default: discard.
+	Logger *slog.Logger
+}
+
+const (
+	defaultListenAddr       = "127.0.0.1:0"
+	defaultHandshakeTimeout = 5 * time.Second
+	defaultIOTimeout        = 30 * time.Second
+	defaultDialRetry        = 5 * time.Millisecond
+	maxDialRetry            = 200 * time.Millisecond
+	defaultMTU              = 8192
+	minMTU                  = 1200
+	maxMTU                  = 8192
+	defaultReceiveBuffer    = 16 << 20
+	defaultSendBuffer       = 8 << 20
+	defaultProbeInterval    = 250 * time.Millisecond
+	defaultSocketBuffer     = 8 << 20
+
+	// messageBytes bounds one SCTP message: part of the wire format (the
+	// receiver reads each message into a buffer of exactly its size), far
+	// below the receive buffer.
+	messageBytes = 1 << 20
+
+	// maxHandshakes bounds connect requests and handshakes in progress, so a
+	// flood of strangers costs bounded memory and sockets.
+	maxHandshakes = 256
+	// maxParked bounds authenticated associations waiting for their world's Connect.
+	maxParked = 256
+	// maxAuthFails bounds the remembered authentication failures.
+	maxAuthFails = 16
+	// maxJobs bounds the jobs whose latest epoch is remembered.
+	maxJobs = 16
+)
+
+// DefaultConfig returns the defaults; Secret must still be set.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:       defaultListenAddr,
+		HandshakeTimeout: defaultHandshakeTimeout,
+		IOTimeout:        defaultIOTimeout,
+		DialRetry:        defaultDialRetry,
+		MTU:              defaultMTU,
+		ReceiveBuffer:    defaultReceiveBuffer,
+		SendBuffer:       defaultSendBuffer,
+		ProbeInterval:    defaultProbeInterval,
+		SocketBuffer:     defaultSocketBuffer,
+		Logger:           slog.New(slog.DiscardHandler),
+	}
+}
+
+// withDefaults fills zero fields and validates the rest.
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
+	if len(c.Secret) == 0 {
+		return c, errors.New("sctp: Config.Secret is required")
+	}
+	c.Secret = append([]byte(nil), c.Secret...)
+	if c.ListenAddr == "" {
+		c.ListenAddr = d.ListenAddr
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = d.HandshakeTimeout
+	}
+	if c.IOTimeout <= 0 {
+		c.IOTimeout = d.IOTimeout
+	}
+	if c.DialRetry <= 0 {
+		c.DialRetry = d.DialRetry
+	}
+	if c.MTU == 0 {
+		c.MTU = d.MTU
+	}
+	if c.MTU < minMTU || c.MTU > maxMTU {
+		return c, fmt.Errorf("sctp: Config.MTU %d outside [%d, %d]", c.MTU, minMTU, maxMTU)
+	}
+	if c.ReceiveBuffer == 0 {
+		c.ReceiveBuffer = d.ReceiveBuffer
+	}
+	if c.ReceiveBuffer < 4*messageBytes || c.ReceiveBuffer > 1<<30 {
+		return c, fmt.Errorf("sctp: Config.ReceiveBuffer %d outside [%d, %d]", c.ReceiveBuffer, 4*messageBytes, 1<<30)
+	}
+	if c.SendBuffer == 0 {
+		c.SendBuffer = d.SendBuffer
+	}
+	if c.SendBuffer < 2*messageBytes {
+		return c, fmt.Errorf("sctp: Config.SendBuffer %d is below %d", c.SendBuffer, 2*messageBytes)
+	}
+	if c.SocketBuffer == 0 {
+		c.SocketBuffer = d.SocketBuffer
+	}
+	if c.SocketBuffer < 0 {
+		return c, errors.New("sctp: Config.SocketBuffer is negative")
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = d.ProbeInterval
+	}
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	return c, nil
+}

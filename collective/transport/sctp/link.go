@@ -1,0 +1,515 @@
+package sctp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/sctp"
+
+	"github.com/gorovod/gorovod/collective/transport"
+)
+
+// closeLinger bounds how long Close waits for what is still queued to be
+// acknowledged, so that frames sent before Close are delivered, as a socket's
+// close would deliver them, without a dead peer holding Close up.
+const closeLinger = 250 * time.Millisecond
+
+// link is one association of a world. It implements transport.Link.
+type link struct {
+	c          *sconn
+	peer       int
+	addr       string
+	job, epoch uint64
+	self       uint32
+	ioTimeout  time.Duration
+	probe      time.Duration
+	sendBuffer uint64
+
+	closed  atomic.Bool
+	closing chan struct{} // closed by Close: wakes a Send waiting for room
+
+	// Flow control. pion drops DATA that finds the peer's receive buffer full
+	// and recovers only when its retransmission timer fires (a second or
+	// more), and it announces no window opening when the application reads.
+	// So the receiver reports on stream 1 how many message bytes it has read,
+	// and the sender keeps at most window bytes unread at the peer: half its
+	// receive window, which therefore never fills.
+	window     uint64
+	peerRead   atomic.Uint64 // message bytes the peer reports having read
+	creditErr  atomic.Pointer[error]
+	credited   chan struct{} // peerRead moved, or the reports ended
+	creditDone chan struct{} // the report reader has returned
+
+	// Send side, guarded by wmu.
+	wmu      sync.Mutex
+	wbuf     []byte // one message: the header and the start of the payload
+	wbroken  error
+	wsent    uint64        // message bytes sent
+	released chan struct{} // the queue fell below its threshold
+
+	// Receive side, one goroutine at a time; rmu orders it with Close.
+	rmu        sync.Mutex
+	rbuf       []byte // the frame's first message
+	roff, rend int    // payload bytes of the frame still in rbuf
+	pending    int    // payload bytes of the last header not read yet
+	rbroken    error
+	rwake      waker
+	rread      uint64 // message bytes read
+	reported   uint64 // rread as last reported to the peer
+	cbuf       [8]byte
+}
+
+func newLink(c *sconn, peer int, addr string, job, epoch uint64, self int, cfg *Config) *link {
+	if addr == "" {
+		addr = c.remote
+	}
+	l := &link{
+		c:          c,
+		peer:       peer,
+		addr:       addr,
+		job:        job,
+		epoch:      epoch,
+		self:       uint32(self),
+		ioTimeout:  cfg.IOTimeout,
+		probe:      cfg.ProbeInterval,
+		sendBuffer: uint64(cfg.SendBuffer),
+		closing:    make(chan struct{}),
+		wbuf:       make([]byte, messageBytes),
+		released:   make(chan struct{}, 1),
+		rbuf:       make([]byte, messageBytes),
+		credited:   make(chan struct{}, 1),
+		creditDone: make(chan struct{}),
+	}
+	// The peer's receive window as it announced it when the association started.
+	l.window = uint64(max(c.assoc.RWND(), 4*messageBytes)) / 2
+	c.stream.SetBufferedAmountLowThreshold(l.sendBuffer / 2)
+	c.stream.OnBufferedAmountLow(func() {
+		select {
+		case l.released <- struct{}{}:
+		default:
+		}
+	})
+	l.rwake.init(c.stream)
+	go l.readCredits()
+	return l
+}
+
+// readCredits takes the peer's reports of what it has read, until the
+// association ends.
+func (l *link) readCredits() {
+	defer close(l.creditDone)
+	var b [16]byte
+	for {
+		n, err := l.c.credit.Read(b[:])
+		if err == nil && n != 8 {
+			err = &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("flow-control report of %d bytes", n)}
+		}
+		if err == nil {
+			v := binary.LittleEndian.Uint64(b[:])
+			if v < l.peerRead.Load() {
+				err = &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("flow-control report %d went backwards", v)}
+			} else {
+				l.peerRead.Store(v)
+			}
+		}
+		if err != nil {
+			l.creditErr.Store(&err)
+		}
+		select {
+		case l.credited <- struct{}{}:
+		default:
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// reportRead tells the peer how much this side has read, each time a
+// quarter window more has been: often enough that the sender never waits for
+// a report while this side waits for data (it waits only once a whole window
+// minus a message is unreported).
+func (l *link) reportRead(n int) {
+	l.rread += uint64(n)
+	if l.rread-l.reported < l.window/4 {
+		return
+	}
+	binary.LittleEndian.PutUint64(l.cbuf[:], l.rread)
+	// A failure shows on the data stream too.
+	_, _ = l.c.credit.Write(l.cbuf[:])
+	l.reported = l.rread
+}
+
+func (l *link) Peer() int          { return l.peer }
+func (l *link) RemoteAddr() string { return l.addr }
+
+func (l *link) perr(op string, err error) error {
+	return &transport.PeerError{Rank: l.peer, Addr: l.addr, Op: op, Err: err}
+}
+
+// Close tears the link down: blocked calls return with ErrLinkClosed at once;
+// frames already sent get closeLinger to be acknowledged; then the
+// association is aborted, which the peer sees, after reading what it
+// received, as ErrPeerClosed.
+func (l *link) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	close(l.closing)
+	_ = l.c.stream.SetReadDeadline(time.Unix(1, 0))
+	l.wmu.Lock()
+	l.c.stream.SetBufferedAmountLowThreshold(0)
+	timer := time.NewTimer(closeLinger)
+	for l.c.stream.BufferedAmount() > 0 {
+		select {
+		case <-l.released:
+			continue
+		case <-timer.C:
+		}
+		break
+	}
+	timer.Stop()
+	l.wmu.Unlock()
+	l.rmu.Lock()
+	l.rwake.release()
+	_ = l.c.stream.SetReadDeadline(time.Time{})
+	l.rmu.Unlock()
+	l.c.close()
+	<-l.creditDone
+	return nil
+}
+
+// waker turns a context's end into a read deadline in the past, which wakes a
+// blocked Read; see the TCP transport's waker.
+type waker struct {
+	s     *sctp.Stream
+	fired chan struct{}
+	fn    func()
+	done  <-chan struct{}
+	stop  func() bool
+}
+
+func (w *waker) init(s *sctp.Stream) {
+	w.s = s
+	w.fired = make(chan struct{}, 1)
+	w.fn = w.fire
+}
+
+func (w *waker) fire() {
+	_ = w.s.SetReadDeadline(time.Unix(1, 0))
+	w.fired <- struct{}{}
+}
+
+func (w *waker) watch(ctx context.Context) {
+	d := ctx.Done()
+	if d == w.done {
+		return
+	}
+	w.release()
+	if d != nil {
+		w.done, w.stop = d, context.AfterFunc(ctx, w.fn)
+	}
+}
+
+func (w *waker) release() {
+	if w.stop != nil && !w.stop() {
+		<-w.fired
+	}
+	w.done, w.stop = nil, nil
+}
+
+// deadline is the earlier of the silence bound and ctx's deadline, and
+// whether it is ctx's.
+func (l *link) deadline(ctx context.Context) (time.Time, bool) {
+	dl := time.Now().Add(l.ioTimeout)
+	if cd, ok := ctx.Deadline(); ok && !cd.After(dl) {
+		return cd, true
+	}
+	return dl, false
+}
+
+// brokenError is a failure of the association other than the expected ones:
+// it is ErrPeerClosed for callers that only ask whether the peer is gone.
+type brokenError struct{ err error }
+
+func (e *brokenError) Error() string   { return "association broke: " + e.err.Error() }
+func (e *brokenError) Unwrap() []error { return []error{transport.ErrPeerClosed, e.err} }
+
+func isWait(err error) bool {
+	return err == transport.ErrPeerTimeout || err == context.Canceled || err == context.DeadlineExceeded
+}
+
+// gone classifies a failed stream operation.
+func (l *link) gone(err error) error {
+	if l.closed.Load() {
+		return transport.ErrLinkClosed
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, sctp.ErrStreamClosed) {
+		return transport.ErrPeerClosed
+	}
+	return &brokenError{err}
+}
+
+// ---- sending ----
+
+// Send queues one frame as SCTP messages. It waits while the link's queue of
+// unacknowledged bytes is full; the header is encoded from a copy, so the
+// caller's h is left as it was.
+func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) error {
+	if int64(h.Length) != int64(len(payload)) {
+		return l.perr("send", fmt.Errorf("header length %d != payload length %d", h.Length, len(payload)))
+	}
+	switch h.Kind {
+	case transport.FrameData:
+		if len(payload) > transport.MaxPayload {
+			return l.perr("send", fmt.Errorf("payload of %d bytes over the limit %d", len(payload), transport.MaxPayload))
+		}
+	case transport.FrameAbort:
+		if len(payload) > transport.MaxAbortReason {
+			return l.perr("send", fmt.Errorf("abort reason of %d bytes over the limit %d", len(payload), transport.MaxAbortReason))
+		}
+	default:
+		return l.perr("send", fmt.Errorf("unknown frame kind %d", uint8(h.Kind)))
+	}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.closed.Load() {
+		return l.perr("send", transport.ErrLinkClosed)
+	}
+	if l.wbroken != nil {
+		return l.perr("send", l.wbroken)
+	}
+	if err := ctx.Err(); err != nil {
+		return l.perr("send", err)
+	}
+	hh := *h
+	hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
+	hh.Encode(l.wbuf)
+	first := min(len(payload), messageBytes-transport.HeaderSize)
+	copy(l.wbuf[transport.HeaderSize:], payload[:first])
+	err := l.write(ctx, l.wbuf[:transport.HeaderSize+first])
+	if err != nil {
+		// Nothing of the frame was queued: the stream is intact.
+		if isWait(err) {
+			return l.perr("send", err)
+		}
+	} else {
+		for off := first; off < len(payload) && err == nil; off += messageBytes {
+			err = l.write(ctx, payload[off:min(off+messageBytes, len(payload))])
+		}
+	}
+	if err != nil {
+		if err != transport.ErrLinkClosed {
+			l.wbroken = err
+		}
+		return l.perr("send", err)
+	}
+	return nil
+}
+
+// write queues one message once the queue has room. The wait is bounded by
+// IOTimeout of no acknowledgement at all.
+func (l *link) write(ctx context.Context, msg []byte) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if l.closed.Load() {
+			return transport.ErrLinkClosed
+		}
+		if errp := l.creditErr.Load(); errp != nil {
+			return l.gone(*errp)
+		}
+		unread := l.wsent - l.peerRead.Load()
+		queued := l.c.stream.BufferedAmount()
+		if (unread == 0 || unread+uint64(len(msg)) <= l.window) && (queued == 0 || queued+uint64(len(msg)) <= l.sendBuffer) {
+			break
+		}
+		dl, ctxBound := l.deadline(ctx)
+		if timer == nil {
+			timer = time.NewTimer(time.Until(dl))
+		} else {
+			timer.Reset(time.Until(dl))
+		}
+		select {
+		case <-l.released:
+			// Progress: the silence bound starts again.
+		case <-l.credited:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.closing:
+			return transport.ErrLinkClosed
+		case <-timer.C:
+			if l.c.stream.BufferedAmount() < queued || l.wsent-l.peerRead.Load() < unread {
+				continue
+			}
+			if ctxBound {
+				return context.DeadlineExceeded
+			}
+			return transport.ErrPeerTimeout
+		}
+	}
+	if _, err := l.c.stream.Write(msg); err != nil {
+		return l.gone(err)
+	}
+	l.wsent += uint64(len(msg))
+	return nil
+}
+
+// ---- receiving ----
+
+// RecvHeader reads and checks the next frame header (with the first message
+// of the frame).
+func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	if err := l.recvReady(); err != nil {
+		return err
+	}
+	if l.pending != 0 {
+		return l.perr("recv", fmt.Errorf("%d payload bytes of the previous frame not read", l.pending))
+	}
+	if err := ctx.Err(); err != nil {
+		return l.perr("recv", err)
+	}
+	n, err := l.read(ctx, l.rbuf)
+	if err != nil {
+		// A read cut short by the context or the I/O timeout consumed nothing
+		// and may be retried; anything else leaves the link unusable.
+		if !isWait(err) && err != transport.ErrLinkClosed {
+			l.rbroken = err
+		}
+		return l.perr("recv", err)
+	}
+	if err := l.parseHeader(l.rbuf[:n], h); err != nil {
+		l.rbroken = err
+		return l.perr("recv", err)
+	}
+	l.reportRead(n)
+	l.roff, l.rend, l.pending = transport.HeaderSize, n, int(h.Length)
+	return nil
+}
+
+// parseHeader checks a frame's first message.
+func (l *link) parseHeader(msg []byte, h *transport.Header) error {
+	if len(msg) < transport.HeaderSize {
+		return &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("message of %d bytes cannot hold a header", len(msg))}
+	}
+	if err := transport.DecodeHeader(msg, h); err != nil {
+		var fe *transport.FrameError
+		if errors.As(err, &fe) {
+			fe.Peer = l.peer
+		}
+		return err
+	}
+	if err := transport.CheckOrigin(h, l.job, l.epoch, l.peer); err != nil {
+		return err
+	}
+	if want := transport.HeaderSize + min(int(h.Length), messageBytes-transport.HeaderSize); len(msg) != want {
+		return &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("first message of a %d-byte frame holds %d bytes, want %d", h.Length, len(msg), want)}
+	}
+	return nil
+}
+
+func (l *link) recvReady() error {
+	if l.closed.Load() {
+		return l.perr("recv", transport.ErrLinkClosed)
+	}
+	if l.rbroken != nil {
+		return l.perr("recv", l.rbroken)
+	}
+	return nil
+}
+
+// RecvPayload reads the payload announced by the last header into p: what
+// came with the header, then each further message straight into p.
+func (l *link) RecvPayload(ctx context.Context, p []byte) error {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	if err := l.recvReady(); err != nil {
+		return err
+	}
+	if len(p) != l.pending {
+		return l.perr("recv", fmt.Errorf("payload buffer of %d bytes for a frame of %d", len(p), l.pending))
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		l.rbroken = err
+		return l.perr("recv", err)
+	}
+	off := copy(p, l.rbuf[l.roff:l.rend])
+	l.roff = l.rend
+	for off < len(p) {
+		want := min(messageBytes, len(p)-off)
+		n, err := l.read(ctx, p[off:off+want])
+		if err == nil && n != want {
+			err = &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("message of %d bytes where %d were due", n, want)}
+		}
+		if err != nil {
+			if err != transport.ErrLinkClosed {
+				l.rbroken = err
+			}
+			return l.perr("recv", err)
+		}
+		l.reportRead(n)
+		off += n
+	}
+	l.pending = 0
+	return nil
+}
+
+// read reads one message into b, bounded by the context's deadline and
+// IOTimeout of silence. While it waits it probes the peer with a heartbeat
+// every ProbeInterval: an association whose peer process is gone fails then
+// (its port answers with ICMP "port unreachable"), instead of at IOTimeout.
+func (l *link) read(ctx context.Context, b []byte) (int, error) {
+	l.rwake.watch(ctx)
+	dl, ctxBound := l.deadline(ctx)
+	for {
+		next := dl
+		if p := time.Now().Add(l.probe); p.Before(next) {
+			next = p
+		}
+		_ = l.c.stream.SetReadDeadline(next)
+		// As in the TCP transport: the context may have ended just before the
+		// new deadline replaced the one its watch set.
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if l.closed.Load() {
+			return 0, transport.ErrLinkClosed
+		}
+		n, err := l.c.stream.Read(b)
+		switch {
+		case err == nil:
+			return n, nil
+		case l.closed.Load():
+			return 0, transport.ErrLinkClosed
+		case errors.Is(err, io.ErrShortBuffer):
+			return 0, &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("message larger than the %d bytes due", len(b))}
+		case !errors.Is(err, sctp.ErrReadDeadlineExceeded):
+			return 0, l.gone(err)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return 0, cerr
+		}
+		if !time.Now().Before(dl) {
+			if ctxBound {
+				return 0, context.DeadlineExceeded
+			}
+			return 0, transport.ErrPeerTimeout
+		}
+		l.c.assoc.ActiveHeartbeat()
+	}
+}
