@@ -5,6 +5,7 @@ package shm_test
 import (
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,20 +39,29 @@ func listen(t testing.TB, cfg shm.Config) *shm.Transport {
 	return tr
 }
 
-// shmFiles lists what this package's transports left in dir.
+// shmFiles lists the files in dir that this process created (the creator's
+// pid is part of every name). Other processes on the machine, such as other
+// packages' tests running at the same time, may have setups in flight.
 func shmFiles(dir string) []string {
+	return filesOf(dir, os.Getpid())
+}
+
+// filesOf lists the files in dir created by process pid.
+func filesOf(dir string, pid int) []string {
 	entries, _ := os.ReadDir(dir)
 	var names []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "gorovod-shm-") {
+		// gorovod-shm-<job>-<epoch>-<lo>-<hi>-<pid>-...
+		f := strings.Split(e.Name(), "-")
+		if strings.HasPrefix(e.Name(), "gorovod-shm-") && len(f) > 6 && f[6] == strconv.Itoa(pid) {
 			names = append(names, e.Name())
 		}
 	}
 	return names
 }
 
-// checkShmEmpty fails the test if, once its cleanups have run, files of ours
-// are left in /dev/shm. Register it first so it runs last.
+// checkShmEmpty fails the test if, once its cleanups have run, files this
+// process created are left in /dev/shm. Register it first so it runs last.
 func checkShmEmpty(t testing.TB) {
 	t.Helper()
 	t.Cleanup(func() {

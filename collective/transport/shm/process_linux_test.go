@@ -258,12 +258,13 @@ func TestStaleFilesOfDeadProcess(t *testing.T) {
 	checkShmEmpty(t)
 	c := startChild(t, "stale")
 	name := strings.TrimPrefix(c.waitLine(t, "ready "), "ready ")
-	if got := shmFiles("/dev/shm"); len(got) != 5 || !strings.HasPrefix(got[0], name) {
+	pid := c.cmd.Process.Pid
+	if got := filesOf("/dev/shm", pid); len(got) != 5 || !strings.HasPrefix(got[0], name) {
 		t.Fatalf("the child made %v, want the 5 files of %s", got, name)
 	}
 	c.kill9(t)
 	listen(t, testConfig()) // sweeps
-	if left := shmFiles("/dev/shm"); len(left) > 0 {
+	if left := filesOf("/dev/shm", pid); len(left) > 0 {
 		t.Fatalf("left after a new transport started: %v", left)
 	}
 }
