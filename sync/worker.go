@@ -12,7 +12,8 @@ import (
 	stdsync "sync"
 	"time"
 
-	"github.com/gorovod/gorovod/collective/transport/tcp"
+	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/multi"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/gpu"
 	"github.com/gorovod/gorovod/membership"
@@ -31,6 +32,9 @@ type WorkerConfig struct {
 	// IOTimeout bounds a silent peer in a collective (a frozen worker is found
 	// by this or by gossip, whichever is first). Default 5 s.
 	IOTimeout time.Duration
+	// Transport: auto (the default: shared memory between workers on one
+	// host, TCP otherwise), tcp, shm or sctp.
+	Transport multi.Mode
 	// Membership: gossip timings; Seeds, Secret and the bind address above
 	// override its fields.
 	Membership membership.Config
@@ -63,7 +67,7 @@ func UnderLauncher() bool { return os.Getenv(envconfig.EnvJobID) != "" }
 type Worker struct {
 	*Session
 	m   *membership.Member
-	tr  *tcp.Transport
+	tr  transport.Transport
 	src *memberSource
 	log *slog.Logger
 	// prop is this worker's own proposer while the job has no driver and this
@@ -83,17 +87,12 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *TrainState) (*Wor
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tc := tcp.DefaultConfig()
-	tc.Secret, tc.Logger = cfg.Secret, log
-	if cfg.ListenAddr != "" {
-		tc.ListenAddr = cfg.ListenAddr
-	}
-	if cfg.IOTimeout > 0 {
-		tc.IOTimeout = cfg.IOTimeout
-	} else {
+	tc := multi.DefaultConfig()
+	tc.Mode, tc.Secret, tc.Logger, tc.ListenAddr, tc.IOTimeout = cfg.Transport, cfg.Secret, log, cfg.ListenAddr, cfg.IOTimeout
+	if tc.IOTimeout <= 0 {
 		tc.IOTimeout = 5 * time.Second
 	}
-	tr, err := tcp.Listen(tc)
+	tr, err := multi.Listen(tc)
 	if err != nil {
 		return nil, err
 	}
