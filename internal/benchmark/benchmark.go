@@ -16,7 +16,7 @@ import (
 	"github.com/gorovod/gorovod/collective"
 )
 
-// Ops lists the collectives the benchmark measures.
+// opNames are the collectives the benchmark measures.
 var opNames = []string{"allreduce", "broadcast", "allgather", "reducescatter", "alltoall"}
 
 // Ops returns the names of the collectives the benchmark measures.
