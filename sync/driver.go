@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorovod/gorovod/membership"
@@ -21,7 +24,12 @@ type DriverConfig struct {
 	// Membership: gossip settings (bind address, timings); JobID and Secret
 	// above override its fields.
 	Membership membership.Config
-	Logger     *slog.Logger
+	// OnEpoch and OnStats let an autoscaling engine watch the job: every
+	// proposed epoch, in order, and every worker's step statistics. They are
+	// called on the driver's proposing goroutine and must not block.
+	OnEpoch func(Epoch)
+	OnStats func(worker string, b StatsBatch)
+	Logger  *slog.Logger
 }
 
 // Driver is the single epoch proposer of an elastic job. It watches the
@@ -54,7 +62,8 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, log: log, m: m, done: make(chan struct{})}
-	d.p = startProposer(m, CoordinatorConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers}, Epoch{}, nil, log)
+	d.p = startProposer(m, CoordinatorConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers}, Epoch{}, nil,
+		proposerHooks{onEpoch: cfg.OnEpoch, onStats: cfg.OnStats}, log)
 	runCtx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	go d.feed(runCtx)
@@ -91,6 +100,35 @@ func (d *Driver) Finished() <-chan struct{} { return d.p.finished }
 func (d *Driver) Await(ctx context.Context, after uint64) (Epoch, error) {
 	return d.p.coord.View("driver").Await(ctx, after)
 }
+
+// Remove takes a worker out of the job for good (a scale-down): the next epoch
+// leaves it out, its Commit returns ErrExcluded at that step boundary, and it
+// is not admitted again.
+func (d *Driver) Remove(name string) { d.p.evict(name) }
+
+// WorkerInfo describes a worker the driver knows of.
+type WorkerInfo struct {
+	Name  string
+	Host  string
+	PID   int // 0 when the worker did not publish it
+	State membership.State
+}
+
+// Workers lists the workers alive in the driver's view, sorted by name.
+func (d *Driver) Workers() []WorkerInfo {
+	nodes := d.p.alive()
+	out := make([]WorkerInfo, 0, len(nodes))
+	for _, n := range nodes {
+		pid, _ := strconv.Atoi(n.Meta.Extra[metaPID])
+		out = append(out, WorkerInfo{Name: n.Name, Host: n.Meta.Host, PID: pid, State: n.Meta.State})
+	}
+	slices.SortFunc(out, func(a, b WorkerInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// metaPID is the membership metadata key under which a worker publishes its
+// process id, so a launcher can map members to the processes it started.
+const metaPID = "pid"
 
 // Close stops proposing and leaves the cluster.
 func (d *Driver) Close() error {

@@ -35,6 +35,9 @@ type proposer struct {
 	finished     chan struct{} // closed when a worker of the current world finished training
 	finishedOnce stdsync.Once
 
+	hooks   proposerHooks
+	evicted map[string]bool // removed by the driver's own decision: never re-admitted
+
 	events   chan membership.Event
 	messages chan membership.Message
 	epochs   chan Epoch
@@ -42,11 +45,19 @@ type proposer struct {
 	done     chan struct{}
 }
 
+// proposerHooks lets the driver watch what its proposer does. Both are called
+// on the proposer's goroutine and must not block.
+type proposerHooks struct {
+	onEpoch func(Epoch)                       // every proposed epoch, in order
+	onStats func(worker string, b StatsBatch) // every worker's step statistics
+}
+
 // startProposer starts proposing from the given epoch on (the zero Epoch for a
 // new job), with the alive workers in nodes.
-func startProposer(m *membership.Member, cc CoordinatorConfig, from Epoch, nodes []membership.Node, log *slog.Logger) *proposer {
+func startProposer(m *membership.Member, cc CoordinatorConfig, from Epoch, nodes []membership.Node, hooks proposerHooks, log *slog.Logger) *proposer {
 	p := &proposer{
 		m: m, log: log, workers: map[string]membership.Node{}, probes: map[uint64]chan struct{}{},
+		hooks: hooks, evicted: map[string]bool{},
 		events: make(chan membership.Event, 256), messages: make(chan membership.Message, 256),
 		epochs: make(chan Epoch, 64), done: make(chan struct{}), finished: make(chan struct{}),
 	}
@@ -94,6 +105,9 @@ func (p *proposer) loop(ctx context.Context) {
 		case msg := <-p.messages:
 			p.onMessage(ctx, msg)
 		case e := <-p.epochs:
+			if p.hooks.onEpoch != nil {
+				p.hooks.onEpoch(e)
+			}
 			p.announce(ctx, e)
 		}
 	}
@@ -104,6 +118,13 @@ func (p *proposer) onEvent(ctx context.Context, ev membership.Event) {
 	if n.Meta.Role != membership.RoleWorker {
 		return
 	}
+	select {
+	case <-p.finished:
+		// Training is over: workers leaving now are going home, not
+		// shrinking the job, and one still arriving has nothing to do.
+		return
+	default:
+	}
 	switch ev.Kind {
 	case membership.EventJoined, membership.EventUpdated:
 		p.mu.Lock()
@@ -111,6 +132,9 @@ func (p *proposer) onEvent(ctx context.Context, ev membership.Event) {
 		p.mu.Unlock()
 		switch n.Meta.State {
 		case membership.StateReady:
+			if p.isEvicted(n.Name) {
+				return
+			}
 			if n.Meta.CollectiveAddr == "" {
 				p.log.Warn("ready worker without a collective address", "worker", n.Name)
 				return
@@ -144,6 +168,10 @@ func (p *proposer) onMessage(ctx context.Context, msg membership.Message) {
 			delete(p.probes, cm.Nonce)
 		}
 		p.mu.Unlock()
+	case cm.Type == msgStats:
+		if p.hooks.onStats != nil {
+			p.hooks.onStats(msg.From.Name, cm.statsBatch())
+		}
 	case cm.Type == msgDone:
 		if cur := p.coord.Current(); cur.Rank(msg.From.Name) >= 0 || cm.Number == cur.Number {
 			p.log.Info("training finished", "worker", msg.From.Name, "epoch", cm.Number)
@@ -156,6 +184,32 @@ func (p *proposer) onMessage(ctx context.Context, msg membership.Message) {
 		p.log.Warn("collective failure reported", "by", msg.From.Name, "blamed", cm.Blamed, "epoch", cm.Number, "cause", cm.Cause)
 		go p.verify(ctx, cm.Blamed)
 	}
+}
+
+// evict removes a worker for good (the driver scaled it down): a later
+// metadata update of the worker must not re-admit it.
+func (p *proposer) evict(name string) {
+	p.mu.Lock()
+	p.evicted[name] = true
+	p.mu.Unlock()
+	p.coord.Remove(name)
+}
+
+func (p *proposer) isEvicted(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.evicted[name]
+}
+
+// alive lists the workers in the proposer's view.
+func (p *proposer) alive() []membership.Node {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]membership.Node, 0, len(p.workers))
+	for _, n := range p.workers {
+		out = append(out, n)
+	}
+	return out
 }
 
 // verify removes a worker blamed for a collective failure unless it proves to

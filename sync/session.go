@@ -22,7 +22,13 @@ type Config struct {
 	// RecoveryTimeout bounds the wait for the next world after a failure (for
 	// example while fewer than the minimum number of workers remain).
 	RecoveryTimeout time.Duration
-	Logger          *slog.Logger
+	// OnStats, if set, receives the worker's step statistics in batches of
+	// about StatsEvery steps (default DefaultStatsEvery), for the driver's
+	// autoscaling engine. It is called on the training goroutine inside
+	// Commit, so it must hand the batch off without blocking.
+	OnStats    func(StatsBatch)
+	StatsEvery int
+	Logger     *slog.Logger
 }
 
 // DefaultConfig returns the defaults; JobID and Self must still be set.
@@ -79,6 +85,8 @@ type Session struct {
 	asyncFuser  *Fuser
 	lastAsync   *Handle
 	asyncNewest uint64
+
+	clock stepClock
 }
 
 // Join waits for the first epoch that includes cfg.Self, connects to its
@@ -95,6 +103,10 @@ func Join(ctx context.Context, cfg Config, t transport.Transport, src EpochSourc
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Session{cfg: cfg, t: t, src: src, state: state, fuser: NewFuser(cfg.FusionBytes), asyncFuser: NewFuser(cfg.FusionBytes), log: log.With("worker", cfg.Self.Name)}
+	s.clock.onStats, s.clock.every = cfg.OnStats, cfg.StatsEvery
+	if s.clock.every <= 0 {
+		s.clock.every = DefaultStatsEvery
+	}
 	if err := s.advance(ctx, 0); err != nil {
 		return nil, err
 	}
@@ -117,10 +129,20 @@ func (s *Session) Step() int64 { return s.state.Step }
 // gradient averaging. It is replaced at epoch changes.
 func (s *Session) Communicator() *collective.Communicator { return s.comm }
 
+// RecordSamples adds n to the samples this worker processes in the current
+// step. The autoscaling engine measures throughput in samples per second when
+// trainers report them, in steps per second otherwise.
+func (s *Session) RecordSamples(n int) { s.clock.samples += n }
+
+// SetTotalSteps tells the autoscaling engine how many steps the job plans to
+// train in all (policies weighing the remaining work need it).
+func (s *Session) SetTotalSteps(n int64) { s.clock.total = n }
+
 // Allreduce averages the gradient tensors in place across the current world.
 // If the world breaks meanwhile, the session rebuilds it, re-synchronizes the
 // state from the new rank 0 and returns ErrWorldChanged.
 func (s *Session) Allreduce(ctx context.Context, grads [][]float32) error {
+	defer s.clock.wait(time.Now())
 	newest := s.src.Latest()
 	err := s.fuser.Allreduce(ctx, s.comm, grads, collective.Average, collective.MaxTag(&newest))
 	if err == nil {
@@ -177,6 +199,7 @@ func (s *Session) AllreduceAsync(ctx context.Context, grads ...[]float32) *Handl
 // the session rebuilds the world as Allreduce does and returns
 // ErrWorldChanged: recompute the step.
 func (s *Session) WaitAll(ctx context.Context, pending ...*Handle) error {
+	defer s.clock.wait(time.Now())
 	var failed error
 	for _, p := range pending {
 		select {
@@ -224,6 +247,7 @@ func pendingIn(p *Handle, list []*Handle) bool {
 // ErrWorldChanged: the state is then whatever the new rank 0 held, this step
 // committed or not, and the trainer carries on from it.
 func (s *Session) Commit(ctx context.Context) error {
+	began := time.Now()
 	s.state.Step++
 	newest := s.newest
 	if !s.tagged {
@@ -241,6 +265,8 @@ func (s *Session) Commit(ctx context.Context) error {
 		}
 	}
 	s.newest, s.tagged = 0, false
+	s.clock.wait(began)
+	s.clock.commit(s.epoch.Number, s.state.Step, newest > s.epoch.Number)
 	if newest <= s.epoch.Number {
 		return nil
 	}
@@ -349,6 +375,7 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 		s.mu.Lock()
 		s.epoch, s.comm = ep, comm
 		s.mu.Unlock()
+		s.clock.restart(time.Now())
 		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", time.Since(start))
 		return nil
 	}

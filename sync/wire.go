@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // The control messages between the driver and the workers ride on the
@@ -15,18 +16,50 @@ const (
 	msgPing    = "ping"    // driver → worker: are you alive? (answered by the gossip goroutines)
 	msgPong    = "pong"    // worker → driver: yes
 	msgDone    = "done"    // worker → driver: training finished at this epoch
+	msgStats   = "stats"   // worker → driver: step statistics for the autoscaling engine
 )
 
 // maxCauseLen bounds the error text a failure report carries.
 const maxCauseLen = 512
 
 type controlMsg struct {
-	Type    string   `json:"t"`
-	Number  uint64   `json:"n,omitempty"`
-	Members []Member `json:"m,omitempty"`
-	Blamed  string   `json:"b,omitempty"`
-	Cause   string   `json:"c,omitempty"`
-	Nonce   uint64   `json:"o,omitempty"`
+	Type    string     `json:"t"`
+	Number  uint64     `json:"n,omitempty"`
+	Members []Member   `json:"m,omitempty"`
+	Blamed  string     `json:"b,omitempty"`
+	Cause   string     `json:"c,omitempty"`
+	Nonce   uint64     `json:"o,omitempty"`
+	Stats   []wireStat `json:"s,omitempty"`
+	Total   int64      `json:"T,omitempty"`
+}
+
+// wireStat is a StepStat with times in microseconds and short keys: a batch
+// of 256 steps must fit one membership message.
+type wireStat struct {
+	Epoch   uint64 `json:"e"`
+	Step    int64  `json:"n"`
+	Samples int    `json:"b,omitempty"`
+	Compute int64  `json:"c"`
+	Time    int64  `json:"d"`
+}
+
+func encodeStats(b StatsBatch) []byte {
+	ws := make([]wireStat, len(b.Steps))
+	for i, s := range b.Steps {
+		ws[i] = wireStat{Epoch: s.Epoch, Step: s.Step, Samples: s.Samples, Compute: s.Compute.Microseconds(), Time: s.StepTime.Microseconds()}
+	}
+	out, _ := json.Marshal(controlMsg{Type: msgStats, Stats: ws, Total: b.TotalSteps})
+	return out
+}
+
+// statsBatch converts a decoded stats message.
+func (m controlMsg) statsBatch() StatsBatch {
+	b := StatsBatch{Steps: make([]StepStat, len(m.Stats)), TotalSteps: m.Total}
+	for i, w := range m.Stats {
+		b.Steps[i] = StepStat{Epoch: w.Epoch, Step: w.Step, Samples: w.Samples,
+			Compute: time.Duration(w.Compute) * time.Microsecond, StepTime: time.Duration(w.Time) * time.Microsecond}
+	}
+	return b
 }
 
 func encodeDone(epoch uint64) []byte {
@@ -81,6 +114,18 @@ func decodeControl(b []byte) (controlMsg, error) {
 	case msgDone:
 		if m.Number == 0 {
 			return m, errors.New("sync: done message without an epoch")
+		}
+	case msgStats:
+		if len(m.Stats) == 0 {
+			return m, errors.New("sync: stats message without steps")
+		}
+		for _, st := range m.Stats {
+			if st.Epoch == 0 || st.Step < 1 || st.Samples < 0 || st.Compute < 0 || st.Time < 0 || st.Compute > st.Time {
+				return m, fmt.Errorf("sync: stats message with an impossible step %+v", st)
+			}
+		}
+		if m.Total < 0 {
+			return m, errors.New("sync: stats message with a negative total")
 		}
 	case msgPing, msgPong:
 		if m.Nonce == 0 {

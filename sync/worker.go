@@ -38,6 +38,9 @@ type WorkerConfig struct {
 	// Membership: gossip timings; Seeds, Secret and the bind address above
 	// override its fields.
 	Membership membership.Config
+	// DisableStats stops sending step statistics to the driver (its
+	// autoscaling engine then sees nothing of this worker).
+	DisableStats bool
 	// MinWorkers is what a worker that takes over proposing (the job's driver
 	// is gone) requires of a world; default 1.
 	MinWorkers int
@@ -76,6 +79,7 @@ type Worker struct {
 	takeover   CoordinatorConfig
 	driverSeen time.Time // last time a driver was in view (start: join time)
 	closeOnce  stdsync.Once
+	stats      chan StatsBatch // to the driver, by sendStats
 }
 
 // StartWorker joins the job: it starts the collective transport and the gossip
@@ -104,13 +108,19 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *TrainState) (*Wor
 	}
 	meta := membership.Meta{JobID: cfg.JobID, Role: membership.RoleWorker, CollectiveAddr: tr.Addr(), GPUs: membership.GPUsUnknown}
 	publishGPUs(ctx, &meta)
+	if meta.Extra == nil {
+		meta.Extra = map[string]string{}
+	}
+	meta.Extra[metaPID] = strconv.Itoa(os.Getpid())
 	m, err := membership.Join(ctx, mc, meta)
 	if err != nil {
 		tr.Close()
 		return nil, err
 	}
-	w := &Worker{m: m, tr: tr, src: newMemberSource(m, log), log: log, takeover: CoordinatorConfig{MinWorkers: cfg.MinWorkers}, driverSeen: time.Now()}
+	w := &Worker{m: m, tr: tr, src: newMemberSource(m, log), log: log, takeover: CoordinatorConfig{MinWorkers: cfg.MinWorkers}, driverSeen: time.Now(),
+		stats: make(chan StatsBatch, 8)}
 	go w.dispatch()
+	go w.sendStats()
 	fail := func(err error) (*Worker, error) {
 		w.shutdown()
 		return nil, err
@@ -123,6 +133,9 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *TrainState) (*Wor
 		sc = DefaultConfig()
 	}
 	sc.JobID, sc.Self, sc.Logger = cfg.JobID, Member{Name: m.Name(), Addr: tr.Addr()}, log
+	if !cfg.DisableStats {
+		sc.OnStats = w.queueStats
+	}
 	sess, err := Join(ctx, sc, tr, w.src, state)
 	if err != nil {
 		return fail(err)
@@ -136,6 +149,39 @@ func (w *Worker) setSession(s *Session) {
 	w.Session = s
 	w.src.session = s
 	w.src.mu.Unlock()
+}
+
+// queueStats hands a batch of step statistics to sendStats without blocking
+// the training loop; if the driver is so slow to take them that the queue is
+// full, the batch is dropped (the engine then sees those steps incomplete).
+func (w *Worker) queueStats(b StatsBatch) {
+	select {
+	case w.stats <- b:
+	default:
+		w.log.Debug("step statistics dropped: the driver is not keeping up", "steps", len(b.Steps))
+	}
+}
+
+// sendStats delivers step statistics to the job's driver, the only member
+// that runs an autoscaling engine.
+func (w *Worker) sendStats() {
+	for {
+		select {
+		case <-w.src.done:
+			return
+		case b := <-w.stats:
+			for _, n := range w.m.Members() {
+				if n.Meta.Role != membership.RoleDriver {
+					continue
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				if err := w.m.Send(ctx, n, encodeStats(b)); err != nil {
+					w.log.Debug("step statistics not delivered", "err", err)
+				}
+				cancel()
+			}
+		}
+	}
 }
 
 // electionEvery is how often a worker checks whether it must take over
@@ -203,7 +249,7 @@ func (w *Worker) elect() {
 	switch {
 	case lead == w.m.Name() && w.prop == nil:
 		w.log.Warn("no driver: this worker, the oldest ready one, takes over proposing epochs")
-		w.prop = startProposer(w.m, w.takeover, w.src.current(), nodes, w.log)
+		w.prop = startProposer(w.m, w.takeover, w.src.current(), nodes, proposerHooks{}, w.log)
 	case lead != w.m.Name() && w.prop != nil:
 		w.prop.stop()
 		w.prop = nil
@@ -282,7 +328,14 @@ func (w *Worker) Finish(ctx context.Context) error {
 	if w.Session != nil {
 		nodes := w.m.Members()
 		lead := electProposer(nodes)
+		last, haveLast := w.Session.clock.take()
 		for _, n := range nodes {
+			if haveLast && n.Meta.Role == membership.RoleDriver {
+				// The last steps, so the driver's account of the job is complete.
+				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_ = w.m.Send(sctx, n, encodeStats(last))
+				cancel()
+			}
 			if n.Name == lead {
 				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				_ = w.m.Send(sctx, n, encodeDone(w.Epoch().Number))

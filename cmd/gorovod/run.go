@@ -11,27 +11,69 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	gsync "github.com/gorovod/gorovod/sync"
 
+	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/gpu"
 	"github.com/gorovod/gorovod/internal/launch"
 	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/straggler"
 )
 
-// runCommand is `gorovod run`: the driver of an elastic job plus the local
-// launcher of its workers.
+// runOptions is `gorovod run`'s command line.
+type runOptions struct {
+	argv               []string
+	np, minNP, maxNP   int
+	verbose            bool
+	heuristic          string
+	heuristicOpts      stringList
+	heuristicConfig    string
+	replaceStragglers  bool
+	stragglerThreshold float64
+	stragglerWindow    int
+	skipSteps          int
+	totalSteps         int64
+	asJSON             bool
+	progress           string
+}
+
+// autoscaling says whether the engine acts (a heuristic, or straggler
+// replacement, was asked for); otherwise it only measures.
+func (o *runOptions) autoscaling() bool {
+	return o.heuristic != "" || o.heuristicConfig != "" || o.replaceStragglers
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// runCommand is `gorovod run`: the driver of an elastic job, the local
+// launcher of its workers, and its autoscaling engine.
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gorovod run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	np := fs.Int("np", 2, "workers to start")
-	minNP := fs.Int("min-np", 1, "fewest workers the job trains with; with fewer it waits for more")
-	maxNP := fs.Int("max-np", 0, "most workers (0: no limit); SIGUSR1 adds one up to it")
-	verbose := fs.Bool("v", false, "log the driver's decisions")
+	var o runOptions
+	fs.IntVar(&o.np, "np", 2, "workers to start")
+	fs.IntVar(&o.minNP, "min-np", 1, "fewest workers the job trains with; with fewer it waits for more")
+	fs.IntVar(&o.maxNP, "max-np", 0, "most workers (0: no limit); SIGUSR1 adds one up to it")
+	fs.BoolVar(&o.verbose, "v", false, "log the driver's decisions")
+	fs.StringVar(&o.heuristic, "heuristic", "", "autoscaling policy by name (see --list-heuristics)")
+	fs.Var(&o.heuristicOpts, "heuristic-opt", "a `key=value` parameter of the heuristic (repeatable)")
+	fs.StringVar(&o.heuristicConfig, "heuristic-config", "", "a JSON `file` naming the heuristic and its parameters (compositions too)")
+	listHeuristics := fs.Bool("list-heuristics", false, "list the heuristics and exit")
+	fs.BoolVar(&o.replaceStragglers, "replace-stragglers", false, "replace workers that compute slower than the others (default on with a heuristic)")
+	fs.Float64Var(&o.stragglerThreshold, "straggler-threshold", straggler.DefaultConfig().Threshold, "a worker whose throughput stays under this fraction of the median is a straggler")
+	fs.IntVar(&o.stragglerWindow, "straggler-window", straggler.DefaultConfig().Sustain, "steps a straggler must stay under the threshold")
+	fs.IntVar(&o.skipSteps, "skip-steps", heuristics.DefaultEngineConfig().Skip, "steps after each world change that are not measured")
+	fs.Int64Var(&o.totalSteps, "total-steps", 0, "the job's length in steps, for policies weighing remaining work (default: as the trainer reports)")
+	fs.BoolVar(&o.asJSON, "json", false, "print the autoscaling decisions and the summary as JSON lines on stdout")
+	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gorovod run [flags] -- TRAINER [ARGS...]\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -42,29 +84,88 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return errUsage
 	}
-	argv := fs.Args()
-	if len(argv) > 0 && argv[0] == "--" {
-		argv = argv[1:]
+	if *listHeuristics {
+		r := heuristics.NewRegistry()
+		for _, name := range r.Names() {
+			fmt.Fprintf(stdout, "%-20s %s\n", name, r.Summary(name))
+		}
+		return nil
+	}
+	stragglersSet := false
+	fs.Visit(func(f *flag.Flag) { stragglersSet = stragglersSet || f.Name == "replace-stragglers" })
+	if !stragglersSet && (o.heuristic != "" || o.heuristicConfig != "") {
+		o.replaceStragglers = true
+	}
+	o.argv = fs.Args()
+	if len(o.argv) > 0 && o.argv[0] == "--" {
+		o.argv = o.argv[1:]
 	}
 	switch {
-	case len(argv) == 0:
+	case len(o.argv) == 0:
 		return runUsage(stderr, "no trainer command (gorovod run [flags] -- TRAINER ARGS...)")
-	case *np < 1:
-		return runUsage(stderr, "--np %d must be at least 1", *np)
-	case *minNP < 1 || *minNP > *np:
-		return runUsage(stderr, "--min-np %d must be between 1 and --np %d", *minNP, *np)
-	case *maxNP != 0 && *maxNP < *np:
-		return runUsage(stderr, "--max-np %d is below --np %d", *maxNP, *np)
+	case o.np < 1:
+		return runUsage(stderr, "--np %d must be at least 1", o.np)
+	case o.minNP < 1 || o.minNP > o.np:
+		return runUsage(stderr, "--min-np %d must be between 1 and --np %d", o.minNP, o.np)
+	case o.maxNP != 0 && o.maxNP < o.np:
+		return runUsage(stderr, "--max-np %d is below --np %d", o.maxNP, o.np)
+	case o.heuristic != "" && o.heuristicConfig != "":
+		return runUsage(stderr, "give --heuristic or --heuristic-config, not both")
+	case len(o.heuristicOpts) > 0 && o.heuristic == "":
+		return runUsage(stderr, "--heuristic-opt needs --heuristic")
+	case o.progress != "auto" && o.progress != "always" && o.progress != "never":
+		return runUsage(stderr, "--progress %q: want auto, always or never", o.progress)
+	case o.skipSteps < 0 || o.totalSteps < 0 || o.stragglerWindow < 1:
+		return runUsage(stderr, "--skip-steps and --total-steps must not be negative, --straggler-window must be positive")
 	}
-	if _, err := exec.LookPath(argv[0]); err != nil {
-		return runUsage(stderr, "trainer %q: %v", argv[0], err)
+	if _, err := exec.LookPath(o.argv[0]); err != nil {
+		return runUsage(stderr, "trainer %q: %v", o.argv[0], err)
+	}
+	engCfg, err := o.engineConfig()
+	if err != nil {
+		return runUsage(stderr, "%v", err)
 	}
 	level := slog.LevelWarn
-	if *verbose {
+	if o.verbose {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return runJob(ctx, argv, *np, *minNP, *maxNP, log, stdout, stderr)
+	return runJob(ctx, o, engCfg, log, stdout, stderr)
+}
+
+// engineConfig builds the autoscaling engine's configuration from the flags.
+func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
+	cfg := heuristics.DefaultEngineConfig()
+	cfg.MinWorkers, cfg.MaxWorkers, cfg.Skip, cfg.TotalSteps = o.minNP, o.maxNP, o.skipSteps, o.totalSteps
+	cfg.ReplaceStragglers = o.replaceStragglers
+	cfg.Straggler.Threshold, cfg.Straggler.Sustain = o.stragglerThreshold, o.stragglerWindow
+	if err := cfg.Straggler.Validate(); err != nil {
+		return cfg, err
+	}
+	var spec heuristics.Spec
+	switch {
+	case o.heuristicConfig != "":
+		b, err := os.ReadFile(o.heuristicConfig)
+		if err != nil {
+			return cfg, err
+		}
+		if spec, err = heuristics.ParseSpec(b); err != nil {
+			return cfg, fmt.Errorf("%s: %w", o.heuristicConfig, err)
+		}
+	case o.heuristic != "":
+		var err error
+		if spec, err = heuristics.SpecFromOptions(o.heuristic, o.heuristicOpts); err != nil {
+			return cfg, err
+		}
+	default:
+		return cfg, nil
+	}
+	h, err := heuristics.NewRegistry().New(spec)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Heuristic = h
+	return cfg, nil
 }
 
 func runUsage(stderr io.Writer, format string, args ...any) error {
@@ -72,17 +173,43 @@ func runUsage(stderr io.Writer, format string, args ...any) error {
 	return errUsage
 }
 
-func runJob(ctx context.Context, argv []string, np, minNP, maxNP int, log *slog.Logger, stdout, stderr io.Writer) error {
+func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, log *slog.Logger, stdout, stderr io.Writer) error {
+	out := newDisplay(stdout, stderr, o.progress)
+	defer out.close()
+	cluster := &driverCluster{}
+	prov := &localProvisioner{grace: 10 * time.Second, report: out.report}
+	engCfg.OnEvent = func(ev heuristics.Event) { out.event(ev, o.asJSON, o.autoscaling() || o.verbose) }
+	engine, err := heuristics.NewEngine(engCfg, cluster, prov)
+	if err != nil {
+		return err
+	}
+
 	jobID, secret := launch.NewJobID(), launch.NewSecret()
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	driver, err := gsync.StartDriver(startCtx, gsync.DriverConfig{
-		JobID: jobID, Secret: secret, MinWorkers: minNP, Membership: membership.DefaultConfig(), Logger: log,
+		JobID: jobID, Secret: secret, MinWorkers: o.minNP, Membership: membership.DefaultConfig(), Logger: log,
+		OnEpoch: func(e gsync.Epoch) {
+			names := make([]string, len(e.Members))
+			for i, m := range e.Members {
+				names[i] = m.Name
+			}
+			engine.OnWorld(heuristics.WorldChange{Epoch: e.Number, Members: names, At: time.Now()})
+		},
+		OnStats: func(worker string, b gsync.StatsBatch) {
+			reps := make([]heuristics.StepReport, len(b.Steps))
+			for i, s := range b.Steps {
+				reps[i] = heuristics.StepReport{Worker: worker, Epoch: s.Epoch, Step: s.Step, Samples: s.Samples,
+					Compute: s.Compute, StepTime: s.StepTime, TotalSteps: b.TotalSteps}
+			}
+			engine.OnReports(worker, reps)
+		},
 	})
 	if err != nil {
 		return err
 	}
 	defer driver.Close()
+	cluster.d = driver
 	worker := envconfig.ElasticWorker{JobID: jobID, Secret: secret, Seeds: []string{driver.GossipAddr()}}
 	jobFile, err := writeJobFile(worker)
 	if err != nil {
@@ -90,25 +217,15 @@ func runJob(ctx context.Context, argv []string, np, minNP, maxNP int, log *slog.
 	}
 	defer os.Remove(jobFile)
 
-	devices := assignGPUs(ctx, np, stderr)
-	var outMu sync.Mutex
-	output := func(i int, stream string, line []byte) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		w := stdout
-		if stream == "stderr" {
-			w = stderr
-		}
-		fmt.Fprintf(w, "[%d] %s\n", i, line)
-	}
+	devices := assignGPUs(ctx, o.np, stderr)
 	// Workers stop on SIGINT: a SIGTERM sent to one worker means "leave the job
 	// gracefully", which the trainers implement.
 	jobCtx, stopJob := context.WithCancel(ctx)
 	defer stopJob()
 	job, err := launch.Start(jobCtx, launch.Spec{
-		Argv: argv, NP: np, Output: output, StopSignal: syscall.SIGINT,
+		Argv: o.argv, NP: o.np, Output: out.workerLine, StopSignal: syscall.SIGINT,
 		Env: func(i int) []string {
-			env := worker.Environ()
+			env := append(worker.Environ(), fmt.Sprintf("%s=%d", envconfig.EnvLaunchIndex, i))
 			if i < len(devices) {
 				env = append(env, envconfig.EnvVisibleDevices+"="+devices[i])
 			}
@@ -118,17 +235,30 @@ func runJob(ctx context.Context, argv []string, np, minNP, maxNP int, log *slog.
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "gorovod run: job %s, %d workers, driver %s (pid %d)\n", jobID, np, driver.GossipAddr(), os.Getpid())
+	prov.job = job
+	out.report("job %s, %d workers, driver %s (pid %d)", jobID, o.np, driver.GossipAddr(), os.Getpid())
 	for i, pid := range job.PIDs() {
-		fmt.Fprintf(stderr, "gorovod run: worker %d pid %d\n", i, pid)
+		out.report("worker %d pid %d", i, pid)
 	}
-	fmt.Fprintf(stderr, "gorovod run: add a worker with `kill -USR1 %d`, or start one by hand: env $(cat %s) %s\n",
-		os.Getpid(), jobFile, strings.Join(argv, " "))
+	out.report("add a worker with `kill -USR1 %d`, or start one by hand: env $(cat %s) %s",
+		os.Getpid(), jobFile, strings.Join(o.argv, " "))
+
+	engineCtx, stopEngine := context.WithCancel(ctx)
+	engineDone := make(chan struct{})
+	go func() {
+		defer close(engineDone)
+		_ = engine.Run(engineCtx)
+	}()
+	go out.follow(engineCtx, engine)
+	finishEngine := func() {
+		stopEngine()
+		<-engineDone
+		out.summary(engine.Summary(), o.asJSON, o.autoscaling())
+	}
 
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	defer signal.Stop(usr1)
-	started := np
 	finished := driver.Finished()
 	var stopLate <-chan time.Time
 	for {
@@ -141,21 +271,32 @@ func runJob(ctx context.Context, argv []string, np, minNP, maxNP int, log *slog.
 		case <-stopLate:
 			stopJob()
 		case <-usr1:
-			if maxNP > 0 && started >= maxNP {
-				fmt.Fprintf(stderr, "gorovod run: already %d workers started (--max-np %d)\n", started, maxNP)
+			if running := len(driver.Workers()); o.maxNP > 0 && running >= o.maxNP {
+				out.report("already %d workers (--max-np %d)", running, o.maxNP)
 				continue
 			}
-			i, err := job.Add()
-			if err != nil {
-				fmt.Fprintf(stderr, "gorovod run: adding a worker: %v\n", err)
-				continue
+			if err := prov.Start(ctx, 1); err != nil {
+				out.report("adding a worker: %v", err)
 			}
-			started++
-			fmt.Fprintf(stderr, "gorovod run: worker %d pid %d\n", i, job.PIDs()[i])
 		case <-job.Done():
-			return jobOutcome(job.Errors(), driver.Current(), stderr)
+			finishEngine()
+			return jobOutcome(job.Errors(), driver.Current(), out)
 		}
 	}
+}
+
+// driverCluster is the engine's view of the job through its driver.
+type driverCluster struct{ d *gsync.Driver }
+
+func (c *driverCluster) Remove(name string) { c.d.Remove(name) }
+
+func (c *driverCluster) Workers() []heuristics.WorkerInfo {
+	ws := c.d.Workers()
+	out := make([]heuristics.WorkerInfo, len(ws))
+	for i, w := range ws {
+		out[i] = heuristics.WorkerInfo{Name: w.Name, Host: w.Host, PID: w.PID}
+	}
+	return out
 }
 
 // assignGPUs gives each of the first np workers one GPU of this host, in ring
@@ -188,7 +329,7 @@ const finishGrace = 3 * time.Second
 // failure was a worker lost to a signal (killed, or stopped by us) — losing
 // workers is what an elastic job survives. A worker that exited with an error
 // of its own fails the job.
-func jobOutcome(errs []error, final gsync.Epoch, stderr io.Writer) error {
+func jobOutcome(errs []error, final gsync.Epoch, out *display) error {
 	succeeded, lost := 0, 0
 	var failed []error
 	for _, err := range errs {
@@ -203,7 +344,7 @@ func jobOutcome(errs []error, final gsync.Epoch, stderr io.Writer) error {
 			failed = append(failed, err)
 		}
 	}
-	fmt.Fprintf(stderr, "gorovod run: %d workers finished, %d lost, %d failed; last world epoch %d had %d workers\n",
+	out.report("%d workers finished, %d lost, %d failed; last world epoch %d had %d workers",
 		succeeded, lost, len(failed), final.Number, len(final.Members))
 	if len(failed) > 0 {
 		return fmt.Errorf("job failed: %w", errors.Join(failed...))

@@ -22,6 +22,7 @@ import (
 // trainerLine is what the synthetic trainer prints per committed step.
 type trainerLine struct {
 	Worker     int        `json:"-"` // the launcher's worker index, from the "[i]" prefix
+	workerName string     // the member name, from the line's "worker"
 	Step       int64      `json:"step"`
 	Epoch      uint64     `json:"epoch"`
 	WorldEpoch uint64     `json:"world_epoch"`
@@ -51,6 +52,7 @@ type runJobHarness struct {
 	cmd    *exec.Cmd
 	mu     sync.Mutex
 	lines  []trainerLine
+	events []string // the engine's JSON lines (--json)
 	pids   map[int]int
 	log    strings.Builder
 	notify chan struct{}
@@ -59,7 +61,7 @@ type runJobHarness struct {
 
 var (
 	prefixRe = regexp.MustCompile(`^\[(\d+)\] (\{.*\})$`)
-	pidRe    = regexp.MustCompile(`^gorovod run: worker (\d+) pid (\d+)$`)
+	pidRe    = regexp.MustCompile(`^gorovod run: worker (\d+) pid (\d+)( started)?$`)
 )
 
 func startRunJob(t *testing.T, args ...string) *runJobHarness {
@@ -104,10 +106,17 @@ func (h *runJobHarness) read(r io.Reader) {
 		if m := prefixRe.FindStringSubmatch(line); m != nil {
 			var tl trainerLine
 			if json.Unmarshal([]byte(m[2]), &tl) == nil {
+				var named struct {
+					Worker string `json:"worker"`
+				}
+				_ = json.Unmarshal([]byte(m[2]), &named)
+				tl.workerName = named.Worker
 				tl.Worker, _ = strconv.Atoi(m[1])
 				tl.At = time.Now()
 				h.lines = append(h.lines, tl)
 			}
+		} else if strings.HasPrefix(line, `{"event":`) {
+			h.events = append(h.events, line)
 		} else if m := pidRe.FindStringSubmatch(line); m != nil {
 			i, _ := strconv.Atoi(m[1])
 			h.pids[i], _ = strconv.Atoi(m[2])
@@ -423,7 +432,7 @@ func TestElasticRunFaultInjection(t *testing.T) {
 // TestFashionMNISTUnderRun trains the real example elastically on part of the
 // data and checks that the workers agree at every step and learn.
 func TestFashionMNISTUnderRun(t *testing.T) {
-	if _, err := os.Stat("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"); err != nil {
+	if !haveFashionMNIST() {
 		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
 	}
 	h := startRunJob(t, "--np", "2", "--", fashionMNIST, "--epochs", "2", "--train-limit", "6000", "--json", "--log-every", "0")
@@ -438,9 +447,20 @@ func TestFashionMNISTUnderRun(t *testing.T) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	checkFashionMNIST(t, h.lines, 0.7)
+}
+
+func haveFashionMNIST() bool {
+	_, err := os.Stat("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
+	return err == nil
+}
+
+// checkFashionMNIST: the workers agree at every step, and the model learns.
+func checkFashionMNIST(t *testing.T, lines []trainerLine, minAccuracy float64) {
+	t.Helper()
 	byStep := map[int64]string{}
 	ranks := map[int]bool{}
-	for _, l := range h.lines {
+	for _, l := range lines {
 		if l.Params == "" || l.Size == 0 {
 			continue // epoch and final records
 		}
@@ -450,14 +470,14 @@ func TestFashionMNISTUnderRun(t *testing.T) {
 		byStep[l.Step] = l.Params
 		ranks[l.Rank] = true
 	}
-	if len(byStep) < 150 || len(ranks) != 2 {
+	if len(byStep) < 150 || len(ranks) < 2 {
 		t.Fatalf("%d steps from ranks %v", len(byStep), ranks)
 	}
 	var acc float64
-	for _, l := range h.lines {
+	for _, l := range lines {
 		acc = max(acc, l.Accuracy)
 	}
-	if acc < 0.7 {
+	if acc < minAccuracy {
 		t.Fatalf("test accuracy %.3f after 2 epochs on 6000 samples", acc)
 	}
 	t.Logf("%d steps, test accuracy %.1f%%", len(byStep), 100*acc)

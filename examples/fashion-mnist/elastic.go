@@ -22,6 +22,10 @@ type world interface {
 	Step() int64
 	Allreduce(ctx context.Context, grads [][]float32) error
 	Commit(ctx context.Context) error
+	// RecordSamples and SetTotalSteps tell the autoscaling engine the step's
+	// samples and the job's length.
+	RecordSamples(n int)
+	SetTotalSteps(n int64)
 	// Finish reports that training is over and leaves.
 	Finish(ctx context.Context) error
 	// CheckLeave starts a graceful leave once SIGTERM has arrived.
@@ -98,3 +102,5 @@ func (s *single) Commit(context.Context) error {
 }
 
 func (s *single) Finish(context.Context) error { return nil }
+func (s *single) RecordSamples(int)            {}
+func (s *single) SetTotalSteps(int64)          {}

@@ -154,6 +154,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer w.Close()
+	w.SetTotalSteps(int64(o.epochs) * int64((train.N+o.batch-1)/o.batch))
 
 	var (
 		x          []float32
@@ -215,6 +216,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		w.RecordSamples(len(st.Indices))
 		err = w.Allreduce(ctx, [][]float32{model.Grads()})
 		if errors.Is(err, gsync.ErrWorldChanged) {
 			continue // the state was re-synchronized; redo the step from it

@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorovod/gorovod/internal/envconfig"
 	gsync "github.com/gorovod/gorovod/sync"
 )
 
@@ -42,7 +43,10 @@ type options struct {
 	asJSON       bool
 	logSamples   bool
 	straggler    int
+	stragglerIdx int
 	stragglerMul float64
+	overhead     time.Duration
+	perWorker    time.Duration
 	verbose      bool
 }
 
@@ -57,12 +61,15 @@ func main() {
 	flag.Float64Var(&o.lr, "lr", 0.1, "learning rate")
 	flag.BoolVar(&o.asJSON, "json", false, "print one JSON object per step")
 	flag.BoolVar(&o.logSamples, "log-samples", false, "with --json, list the sample indices of each step")
+	flag.DurationVar(&o.overhead, "step-overhead", 0, "simulated per-step time that does not shrink with more workers (optimizer, input pipeline)")
+	flag.DurationVar(&o.perWorker, "overhead-per-worker", 0, "simulated per-step time for each worker beyond the first, as a network's latency term grows with the ring")
 	flag.IntVar(&o.straggler, "straggler-rank", -1, "rank whose compute is slowed down")
+	flag.IntVar(&o.stragglerIdx, "straggler-worker", -1, "launch index (the [i] of gorovod run) of the process whose compute is slowed down: a slow machine, which a replacement escapes")
 	flag.Float64Var(&o.stragglerMul, "straggler-factor", 2, "how much slower the straggler computes")
 	flag.BoolVar(&o.verbose, "v", false, "log the elastic layer's decisions to stderr")
 	flag.Parse()
-	if o.steps < 1 || o.samples < 1 || o.batch < 1 || o.modelSize < 1 {
-		fmt.Fprintln(os.Stderr, "synthetic: --steps, --samples, --batch and --model-size must be positive")
+	if o.steps < 1 || o.samples < 1 || o.batch < 1 || o.modelSize < 1 || o.overhead < 0 || o.perWorker < 0 || o.stragglerMul <= 0 {
+		fmt.Fprintln(os.Stderr, "synthetic: --steps, --samples, --batch, --model-size and --straggler-factor must be positive, the overheads not negative")
 		os.Exit(2)
 	}
 	if err := run(o); err != nil {
@@ -119,10 +126,16 @@ func run(o options) error {
 			}
 			return sampler.Restore(st)
 		})
+	index, launched, err := envconfig.LaunchIndex(os.Getenv)
+	if err != nil {
+		return err
+	}
+	slow := launched && index == o.stragglerIdx
 	w, err := gsync.StartWorker(ctx, cfg, state)
 	if err != nil {
 		return err
 	}
+	w.SetTotalSteps(o.steps)
 	finished := false
 	defer func() {
 		if finished {
@@ -154,7 +167,8 @@ func run(o options) error {
 			sampler.NextEpoch()
 			continue
 		}
-		loss := computeGrads(o, w.Rank(), w.Size(), params, grads, st)
+		loss := computeGrads(o, w.Rank(), w.Size(), slow, params, grads, st)
+		w.RecordSamples(len(st.Indices))
 		err = w.Allreduce(ctx, [][]float32{grads})
 		if errors.Is(err, gsync.ErrWorldChanged) {
 			continue
@@ -199,12 +213,16 @@ func run(o options) error {
 // computeGrads sleeps for the simulated compute and fills grads with this
 // rank's share of the global mean gradient of a quadratic loss pulling the
 // parameters toward targets that depend on the samples.
-func computeGrads(o options, rank, size int, params, grads []float32, st gsync.Step) float64 {
+//
+// The simulated step time of a world of k workers sharing a global batch B
+// is thus compute·B/k + step-overhead + overhead-per-worker·(k−1), plus the
+// real allreduce: a curve whose best worker count can be worked out by hand.
+func computeGrads(o options, rank, size int, slow bool, params, grads []float32, st gsync.Step) float64 {
 	d := o.compute * time.Duration(len(st.Indices))
-	if rank == o.straggler {
+	if rank == o.straggler || slow {
 		d = time.Duration(float64(d) * o.stragglerMul)
 	}
-	time.Sleep(d)
+	time.Sleep(d + o.overhead + o.perWorker*time.Duration(size-1))
 	var target float64
 	for _, idx := range st.Indices {
 		target += float64(idx%17) / 17

@@ -20,7 +20,23 @@ const (
 	EnvListenAddr = "GOROVOD_LISTEN_ADDR" // optional: the collective listen address
 	EnvSeeds      = "GOROVOD_SEEDS"       // elastic jobs: comma-separated gossip addresses to join through
 	EnvGossipAddr = "GOROVOD_GOSSIP_ADDR" // elastic jobs, optional: the gossip bind address (host or host:port)
+	// EnvLaunchIndex is the launcher's number for the process (0, 1, ... in
+	// start order, never reused), unlike a rank, which changes with the world.
+	EnvLaunchIndex = "GOROVOD_LAUNCH_INDEX"
 )
+
+// LaunchIndex reads EnvLaunchIndex; ok is false when it is unset.
+func LaunchIndex(getenv func(string) string) (index int, ok bool, err error) {
+	v := getenv(EnvLaunchIndex)
+	if v == "" {
+		return 0, false, nil
+	}
+	i, err := strconv.Atoi(v)
+	if err != nil || i < 0 {
+		return 0, false, fmt.Errorf("envconfig: %s=%q is not a launch index", EnvLaunchIndex, v)
+	}
+	return i, true, nil
+}
 
 // Worker is what a launched worker learns from its environment.
 type Worker struct {

@@ -54,6 +54,7 @@ type Job struct {
 
 	mu      sync.Mutex
 	procs   []*exec.Cmd
+	exited  []chan struct{} // closed when worker i has exited
 	errs    []error
 	running int  // workers not exited yet
 	ended   bool // every worker has exited; no more can be added
@@ -143,6 +144,8 @@ func (j *Job) Add() (int, error) {
 	}
 	j.procs = append(j.procs, cmd)
 	j.errs = append(j.errs, nil)
+	exited := make(chan struct{})
+	j.exited = append(j.exited, exited)
 	j.running++
 	go func() {
 		err := cmd.Wait()
@@ -153,6 +156,7 @@ func (j *Job) Add() (int, error) {
 		if err != nil {
 			j.errs[i] = &ExitError{Worker: i, Err: err}
 		}
+		close(exited)
 		if j.running--; j.running == 0 {
 			j.ended = true
 			close(j.done)
@@ -179,6 +183,26 @@ func (j *Job) Signal(sig os.Signal) {
 	for _, p := range j.procs {
 		_ = p.Process.Signal(sig)
 	}
+}
+
+// SignalWorker sends sig to worker i (an index Add returned).
+func (j *Job) SignalWorker(i int, sig os.Signal) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if i < 0 || i >= len(j.procs) {
+		return fmt.Errorf("launch: no worker %d", i)
+	}
+	return j.procs[i].Process.Signal(sig)
+}
+
+// Exited is closed once worker i has exited (nil for an unknown index).
+func (j *Job) Exited(i int) <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if i < 0 || i >= len(j.exited) {
+		return nil
+	}
+	return j.exited[i]
 }
 
 // Done is closed once every worker has exited and its output is drained.

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/heuristics"
+)
+
+// engineEvent is one of the engine's --json lines.
+type engineEvent struct {
+	heuristics.Event
+	Summary heuristics.Summary // of the last line, event "summary"
+}
+
+// The synthetic workload's known curve: a global batch of 64 samples at
+// 0.5 ms each, split over k workers, plus 2 ms per step that does not shrink
+// and 3 ms per worker beyond the first (a ring's latency term):
+//
+//	t(k) = 32/k + 2 + 3(k−1) ms   →   t = 34, 21, 18.67, 19, 20.4, 22.3 ms for k = 1..6
+//	R(k) = 64/t(k)                →   R = 1882, 3048, 3429, 3368, 3137, 2866 samples/s
+//
+// (plus the real allreduce of 16 KiB, well under a millisecond).
+var knownCurve = []string{"--compute", "500us", "--step-overhead", "2ms", "--overhead-per-worker", "3ms", "--model-size", "4096", "--batch", "64"}
+
+// runAutoscaled runs a synthetic job under `gorovod run --json` to the end and
+// returns the trainer lines and the engine's events, the summary last.
+func runAutoscaled(t *testing.T, runArgs []string, trainer string, trainerArgs ...string) (*runJobHarness, []engineEvent) {
+	t.Helper()
+	args := append(append([]string{"--json"}, runArgs...), "--", trainer)
+	h := startRunJob(t, append(args, trainerArgs...)...)
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			h.mu.Lock()
+			t.Fatalf("gorovod run: %v\n%s", err, h.log.String())
+		}
+	case <-time.After(3 * time.Minute):
+		h.mu.Lock()
+		t.Fatalf("job did not finish; launcher log:\n%s", h.log.String())
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var evs []engineEvent
+	for _, line := range h.events {
+		var ev engineEvent
+		err := json.Unmarshal([]byte(line), &ev.Event)
+		if err == nil && ev.Kind == "summary" {
+			err = json.Unmarshal([]byte(line), &ev.Summary)
+		}
+		if err != nil {
+			t.Fatalf("bad engine line %q: %v", line, err)
+		}
+		evs = append(evs, ev)
+	}
+	if len(evs) == 0 || evs[len(evs)-1].Kind != "summary" {
+		t.Fatalf("no summary line; launcher log:\n%s", h.log.String())
+	}
+	return h, evs
+}
+
+func logDecisions(t *testing.T, evs []engineEvent) {
+	t.Helper()
+	for _, ev := range evs {
+		if ev.Kind != "summary" && ev.Kind != heuristics.EventWorld {
+			t.Logf("%6.1f s step %4d %d workers %-9s %s", ev.Elapsed, ev.Step, ev.Workers, ev.Kind, ev.Message)
+		}
+	}
+	s := evs[len(evs)-1].Summary
+	for _, m := range s.Throughput {
+		t.Logf("measured: %d workers %.0f samples/s (step %.2f ms, %d steps)", m.Workers, m.Throughput, float64(m.StepTime)/1e6, m.Steps)
+	}
+}
+
+// scalingTarget is where the scaling-efficiency search must settle on a
+// measured curve: the largest k whose step from k−1 passes.
+func scalingTarget(ms []heuristics.Measurement, threshold float64) int {
+	r := map[int]float64{}
+	for _, m := range ms {
+		r[m.Workers] = m.Throughput
+	}
+	best := 1
+	for k := 2; r[k] > 0 && r[k-1] > 0; k++ {
+		if (r[k]-r[k-1])/(r[k-1]/float64(k-1)) > threshold {
+			best = k
+		} else {
+			break
+		}
+	}
+	return best
+}
+
+// From one worker, scaling efficiency must settle at 3: by the curve above,
+// adding the 2nd worker gains 0.62 of a worker's throughput, the 3rd
+// (3429−3048)/(3048/2) = 0.25, the 4th −0.07, against the threshold 0.1.
+func TestAutoscaleScalingEfficiencyFindsTarget(t *testing.T) {
+	const steps = 400
+	h, evs := runAutoscaled(t,
+		[]string{"--np", "1", "--max-np", "6", "--heuristic", "scaling-efficiency",
+			"--heuristic-opt", "min_steps=15", "--heuristic-opt", "eval_every=5"},
+		synthetic, append([]string{"--steps", fmt.Sprint(steps), "--json"}, knownCurve...)...)
+	logDecisions(t, evs)
+	s := evs[len(evs)-1].Summary
+	if s.SettledAfter < 0 || s.SettledWorkers != 3 {
+		t.Fatalf("settled at %d workers after %.1f s, want 3", s.SettledWorkers, s.SettledAfter)
+	}
+	if got := scalingTarget(s.Throughput, 0.1); got != 3 {
+		t.Errorf("the measured curve's target is %d workers, not the 3 worked out by hand: %+v", got, s.Throughput)
+	}
+	t.Logf("target found %.1f s (step %d) after the first world formed; run %.1f s", s.SettledAfter, s.SettledStep, s.Elapsed)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariantsSteps(t, h.lines, 4096, steps)
+}
+
+// Utility versus cost with a linear utility of 20 per hour sooner and a price
+// of 10 per worker-hour: net utility is a constant minus b·t(k)·(20 + 10k)/3600
+// for b remaining steps, so the best k minimizes t(k)·(20 + 10k):
+//
+//	k=1: 34·30 = 1020   k=2: 21·40 = 840   k=3: 18.67·50 = 933   k=4: 19·60 = 1140
+//
+// The search settles at 2: going 1→2 passes (ΔU > ΔC), 2→3 does not.
+func TestAutoscaleUtilityCostSettlesAtHandCalculation(t *testing.T) {
+	const steps = 400
+	h, evs := runAutoscaled(t,
+		[]string{"--np", "1", "--max-np", "4", "--heuristic", "utility-cost",
+			"--heuristic-opt", "price_per_worker_hour=10", "--heuristic-opt", "value_per_hour=20",
+			"--heuristic-opt", "grow_by=1", "--heuristic-opt", "min_steps=15", "--heuristic-opt", "eval_every=5"},
+		synthetic, append([]string{"--steps", fmt.Sprint(steps), "--json"}, knownCurve...)...)
+	logDecisions(t, evs)
+	s := evs[len(evs)-1].Summary
+	if s.SettledAfter < 0 || s.SettledWorkers != 2 {
+		t.Fatalf("settled at %d workers after %.1f s, want 2", s.SettledWorkers, s.SettledAfter)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariantsSteps(t, h.lines, 4096, steps)
+}
+
+// A worker computing twice as slowly as the others (its process is slow,
+// as a bad machine would be) is replaced: a new worker starts first, the
+// straggler goes once it is in, and the world never has fewer than 3.
+func TestAutoscaleReplacesStraggler(t *testing.T) {
+	const steps = 250
+	h, evs := runAutoscaled(t,
+		[]string{"--np", "3", "--max-np", "3", "--heuristic", "hold"},
+		synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "1ms", "--model-size", "4096",
+		"--straggler-worker", "1", "--straggler-factor", "2")
+	logDecisions(t, evs)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	straggler := ""
+	for _, l := range h.lines {
+		if l.Worker == 1 {
+			straggler = l.workerName
+		}
+		if l.Size < 3 {
+			t.Fatalf("step %d ran with %d workers: the world shrank", l.Step, l.Size)
+		}
+	}
+	var decided, replaced *engineEvent
+	for i, ev := range evs {
+		switch {
+		case ev.Kind == heuristics.EventDecision && ev.Decision != nil && ev.Decision.Action == heuristics.Replace && decided == nil:
+			decided = &evs[i]
+		case ev.Kind == heuristics.EventDone && decided != nil && replaced == nil:
+			replaced = &evs[i]
+		}
+	}
+	if decided == nil || replaced == nil {
+		t.Fatalf("no replacement carried out; launcher log:\n%s", h.log.String())
+	}
+	if decided.Decision.Worker != straggler {
+		t.Fatalf("replaced %s, but the straggler is %s", decided.Decision.Worker, straggler)
+	}
+	// Detection needs 3 warm-up and 10 sustained steps; reports arrive every
+	// 10 steps or so.
+	if decided.Step > 40 {
+		t.Errorf("straggler found at step %d, want by step 40", decided.Step)
+	}
+	if s := evs[len(evs)-1].Summary; s.Replacements != 1 {
+		t.Errorf("%d replacements, want 1 (the replacement is not slow)", s.Replacements)
+	}
+	for _, l := range h.lines {
+		if l.Worker == 1 && l.Step > replaced.Step+5 {
+			t.Fatalf("the straggler still trained at step %d, after its replacement at step %d", l.Step, replaced.Step)
+		}
+	}
+	t.Logf("straggler detected at step %d (%.1f s), replaced by step %d (%.1f s)", decided.Step, decided.Elapsed, replaced.Step, replaced.Elapsed)
+	checkElasticInvariantsSteps(t, h.lines, 4096, steps)
+}
+
+// The real example trainer runs under the scaling-efficiency heuristic: the
+// engine measures it, grows it, decides visibly, and training still agrees and
+// learns.
+func TestFashionMNISTUnderScalingEfficiency(t *testing.T) {
+	if !haveFashionMNIST() {
+		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
+	}
+	h, evs := runAutoscaled(t,
+		[]string{"--np", "1", "--max-np", "3", "--heuristic", "scaling-efficiency",
+			"--heuristic-opt", "min_steps=10", "--heuristic-opt", "eval_every=5"},
+		fashionMNIST, "--epochs", "2", "--train-limit", "6000", "--json", "--log-every", "0")
+	logDecisions(t, evs)
+	grew := false
+	for _, ev := range evs {
+		if ev.Kind == heuristics.EventDecision && strings.HasPrefix(ev.Message, "grow") {
+			grew = true
+		}
+	}
+	if !grew {
+		t.Fatal("the engine never grew the job from one worker")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkFashionMNIST(t, h.lines, 0.7)
+}

@@ -1,0 +1,161 @@
+package heuristics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// utilityConfig is utility-cost's parameters.
+type utilityConfig struct {
+	// PricePerWorkerHour is what a worker costs (P, per hour).
+	PricePerWorkerHour float64 `json:"price_per_worker_hour"`
+	// Utility is the shape of the value of finishing at time T: "linear"
+	// (value lost per hour of later completion) or "step" (a value earned
+	// only by a deadline).
+	Utility string `json:"utility"`
+	// ValuePerHour is, for linear, the utility lost per hour the job
+	// finishes later.
+	ValuePerHour float64 `json:"value_per_hour"`
+	// Value is, for step, earned if the job completes by Deadline.
+	Value float64 `json:"value"`
+	// Deadline is measured from History.Start.
+	Deadline Duration `json:"deadline"`
+	// TotalSteps overrides the job length the trainer reports.
+	TotalSteps int64 `json:"total_steps"`
+	searchConfig
+}
+
+func (c utilityConfig) validate() error {
+	errs := []error{c.searchConfig.validate()}
+	if !(c.PricePerWorkerHour > 0) || math.IsInf(c.PricePerWorkerHour, 0) {
+		errs = append(errs, fmt.Errorf("price_per_worker_hour must be > 0, got %v", c.PricePerWorkerHour))
+	}
+	if c.TotalSteps < 0 {
+		errs = append(errs, fmt.Errorf("total_steps must be ≥ 0, got %d", c.TotalSteps))
+	}
+	switch c.Utility {
+	case "linear":
+		if !(c.ValuePerHour > 0) || math.IsInf(c.ValuePerHour, 0) {
+			errs = append(errs, fmt.Errorf("the linear utility needs value_per_hour > 0, got %v", c.ValuePerHour))
+		}
+		if c.Value != 0 || c.Deadline != 0 {
+			errs = append(errs, errors.New(`value and deadline belong to the step utility (set "utility": "step")`))
+		}
+	case "step":
+		if !(c.Value > 0) || math.IsInf(c.Value, 0) {
+			errs = append(errs, fmt.Errorf("the step utility needs value > 0, got %v", c.Value))
+		}
+		if c.Deadline <= 0 {
+			errs = append(errs, fmt.Errorf("the step utility needs a deadline > 0 (e.g. \"2h\"), got %v", time.Duration(c.Deadline)))
+		}
+		if c.ValuePerHour != 0 {
+			errs = append(errs, errors.New(`value_per_hour belongs to the linear utility`))
+		}
+	default:
+		errs = append(errs, fmt.Errorf(`utility must be "linear" or "step", got %q`, c.Utility))
+	}
+	return errors.Join(errs...)
+}
+
+// utilityCost compares, for two world sizes, the utility of the expected
+// completion time with the cost of the workers until then (Or, Zhang and
+// Freedman): a larger world is worth it when it gains more utility than it
+// costs.
+type utilityCost struct {
+	cfg    utilityConfig
+	search *search
+}
+
+func newUtilityCost(_ *Registry, s Spec) (Heuristic, error) {
+	cfg := utilityConfig{Utility: "linear", searchConfig: defaultSearchConfig()}
+	if err := DecodeParams(s.Params, &cfg); err != nil {
+		return nil, err
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	u := &utilityCost{cfg: cfg}
+	u.search = newSearch(cfg.searchConfig, u.pass)
+	return u, nil
+}
+
+func (*utilityCost) Name() string { return "utility-cost" }
+
+func (u *utilityCost) Decide(_ context.Context, h *History) (Decision, error) {
+	total := u.totalSteps(h)
+	if total <= 0 {
+		return HoldBecause("utility-cost needs the job's length: set total_steps, or have the trainer report its planned steps"), nil
+	}
+	if h.Step >= total {
+		return HoldBecause("the job's %d steps are done", total), nil
+	}
+	return u.search.decide(h), nil
+}
+
+func (u *utilityCost) totalSteps(h *History) int64 {
+	if u.cfg.TotalSteps > 0 {
+		return u.cfg.TotalSteps
+	}
+	return h.TotalSteps
+}
+
+// outlook is what finishing the job at one world size looks like.
+type outlook struct {
+	stepTime   float64 // t_k, seconds
+	completion float64 // T_k, seconds since the job started
+	utility    float64 // U(T_k)
+	cost       float64 // C(k), the remaining cost
+}
+
+// outlook is T_k = elapsed + b·t_k, U(T_k) and C(k) = t_k·b·k·P.
+func (u *utilityCost) outlook(m Measurement, h *History, b float64) outlook {
+	t := m.StepTime.Seconds()
+	o := outlook{stepTime: t, completion: h.Now.Sub(h.Start).Seconds() + b*t}
+	o.cost = t * b * float64(m.Workers) * u.cfg.PricePerWorkerHour / 3600
+	switch u.cfg.Utility {
+	case "step":
+		if o.completion <= time.Duration(u.cfg.Deadline).Seconds() {
+			o.utility = u.cfg.Value
+		}
+	default:
+		o.utility = -u.cfg.ValuePerHour * o.completion / 3600
+	}
+	return o
+}
+
+func (u *utilityCost) pass(old, new Measurement, h *History) (bool, string, map[string]float64) {
+	b := float64(max(0, u.totalSteps(h)-h.Step))
+	o, n := u.outlook(old, h, b), u.outlook(new, h, b)
+	du, dc := n.utility-o.utility, n.cost-o.cost
+	nums := map[string]float64{
+		"remaining_steps": b,
+		"step_time_old":   o.stepTime,
+		"step_time_new":   n.stepTime,
+		"completion_old":  o.completion,
+		"completion_new":  n.completion,
+		"utility_old":     o.utility,
+		"utility_new":     n.utility,
+		"cost_old":        o.cost,
+		"cost_new":        n.cost,
+		"delta_utility":   du,
+		"delta_cost":      dc,
+	}
+	cmp, ok := "≤", du > dc
+	if ok {
+		cmp = ">"
+	}
+	why := fmt.Sprintf("step time %.4g→%.4g s, %d steps left, finishing %s→%s after the start, utility %.4g→%.4g, cost %.4g→%.4g: utility gain %.4g %s cost increase %.4g",
+		o.stepTime, n.stepTime, int64(b), roundedDuration(o.completion), roundedDuration(n.completion),
+		o.utility, n.utility, o.cost, n.cost, du, cmp, dc)
+	return ok, why, nums
+}
+
+func roundedDuration(seconds float64) time.Duration {
+	if seconds >= float64(math.MaxInt64/int64(time.Second)) {
+		return time.Duration(math.MaxInt64).Round(time.Second)
+	}
+	return time.Duration(seconds * float64(time.Second)).Round(time.Second)
+}
