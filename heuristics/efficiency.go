@@ -64,7 +64,7 @@ func (e *scalingEfficiency) pass(old, new Measurement, _ *History) (bool, string
 	}
 	s, ok := scalingEfficiencyOf(old, new)
 	if !ok {
-		return false, fmt.Sprintf("throughput %.4g→%.4g samples/s: no scaling efficiency (nothing measured at %d workers)",
+		return false, fmt.Sprintf("throughput %.1f→%.1f samples/s: no scaling efficiency (nothing measured at %d workers)",
 			old.Throughput, new.Throughput, old.Workers), nums
 	}
 	nums["efficiency"] = s
@@ -72,6 +72,6 @@ func (e *scalingEfficiency) pass(old, new Measurement, _ *History) (bool, string
 	if pass {
 		cmp = ">"
 	}
-	return pass, fmt.Sprintf("throughput %.4g→%.4g samples/s, scaling efficiency %.3f %s threshold %.3f",
+	return pass, fmt.Sprintf("throughput %.1f→%.1f samples/s, scaling efficiency %.3f %s threshold %.3f",
 		old.Throughput, new.Throughput, s, cmp, e.cfg.Threshold), nums
 }

@@ -120,11 +120,11 @@ func TestScalingEfficiencyReasons(t *testing.T) {
 	j.untilSettled(t, heur, nil)
 	t.Log(j.trace())
 	first, second := j.decisions[0], j.decisions[1]
-	if first.Action != Grow || first.Count != 4 || !strings.Contains(first.Reason, "1 worker: 64 samples/s; the first size measured; growing by 4 to compare") {
+	if first.Action != Grow || first.Count != 4 || !strings.Contains(first.Reason, "1 worker: 64.0 samples/s; the first size measured; growing by 4 to compare") {
 		t.Errorf("first decision: %v", first)
 	}
 	if second.Action != Grow || second.Count != 4 ||
-		!strings.Contains(second.Reason, "1→5 workers: throughput 64→228.6 samples/s, scaling efficiency 0.643 > threshold 0.100; growing by 4") {
+		!strings.Contains(second.Reason, "1→5 workers: throughput 64.0→228.6 samples/s, scaling efficiency 0.643 > threshold 0.100; growing by 4") {
 		t.Errorf("second decision: %v", second)
 	}
 	for _, key := range []string{"workers_old", "workers_new", "throughput_old", "throughput_new", "efficiency", "threshold"} {

@@ -18,7 +18,7 @@ import (
 // binary is the gorovod command built once for the tests: bench re-executes
 // itself as its workers, so the tests need a real executable. synthetic is the
 // elastic example trainer the run tests launch.
-var binary, synthetic, fashionMNIST string
+var binary, synthetic, fashionMNIST, heuristicPlugin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gorovod-cmd-test")
@@ -50,6 +50,13 @@ func TestMain(m *testing.M) {
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the Fashion-MNIST trainer:", err)
+		os.Exit(1)
+	}
+	heuristicPlugin = filepath.Join(dir, "heuristic-plugin")
+	build = exec.Command("go", "build", "-o", heuristicPlugin, "../../examples/heuristic-plugin")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the example heuristic plugin:", err)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -261,6 +261,7 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	defer signal.Stop(usr1)
 	finished := driver.Finished()
 	var stopLate <-chan time.Time
+	stopped := map[int]bool{}
 	for {
 		select {
 		case <-finished:
@@ -269,6 +270,15 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 			finished = nil
 			stopLate = time.After(finishGrace)
 		case <-stopLate:
+			// Workers still running now were waiting to join a job that
+			// is over: however they exit, they did not fail it.
+			for i := range job.PIDs() {
+				select {
+				case <-job.Exited(i):
+				default:
+					stopped[i] = true
+				}
+			}
 			stopJob()
 		case <-usr1:
 			if running := len(driver.Workers()); o.maxNP > 0 && running >= o.maxNP {
@@ -280,7 +290,7 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 			}
 		case <-job.Done():
 			finishEngine()
-			return jobOutcome(job.Errors(), driver.Current(), out)
+			return jobOutcome(job.Errors(), stopped, driver.Current(), out)
 		}
 	}
 }
@@ -328,16 +338,19 @@ const finishGrace = 3 * time.Second
 // jobOutcome: the job succeeded if some worker finished training and every
 // failure was a worker lost to a signal (killed, or stopped by us) — losing
 // workers is what an elastic job survives. A worker that exited with an error
-// of its own fails the job.
-func jobOutcome(errs []error, final gsync.Epoch, out *display) error {
+// of its own fails the job, unless it was one the launcher stopped because
+// training was over.
+func jobOutcome(errs []error, stopped map[int]bool, final gsync.Epoch, out *display) error {
 	succeeded, lost := 0, 0
 	var failed []error
-	for _, err := range errs {
+	for i, err := range errs {
 		var ee *launch.ExitError
 		var xe *exec.ExitError
 		switch {
 		case err == nil:
 			succeeded++
+		case stopped[i]:
+			lost++
 		case errors.As(err, &ee) && errors.As(err, &xe) && xe.ExitCode() == -1:
 			lost++ // ended by a signal
 		default:
