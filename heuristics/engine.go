@@ -439,7 +439,15 @@ func (e *Engine) act(ctx context.Context, d Decision) {
 			return
 		}
 	}
+	a.d = d // with the count clamped to the bounds
 	e.setPending(a)
+}
+
+// countReplacement counts a straggler replaced (under mu: Summary reads it).
+func (e *Engine) countReplacement() {
+	e.mu.Lock()
+	e.replaced++
+	e.mu.Unlock()
 }
 
 func (e *Engine) setPending(a *action) {
@@ -522,7 +530,7 @@ func (e *Engine) progress(ctx context.Context) {
 				if !slices.Contains(cur.Members, a.old) {
 					// The straggler left by itself meanwhile.
 					e.policy.Replaced(a.old, a.joined, e.history.Step)
-					e.replaced++
+					e.countReplacement()
 					done(fmt.Sprintf("%s joined; %s had already left", a.joined, a.old))
 					return
 				}
@@ -533,7 +541,7 @@ func (e *Engine) progress(ctx context.Context) {
 		}
 		if a.joined != "" && gone() {
 			e.policy.Replaced(a.old, a.joined, e.history.Step)
-			e.replaced++
+			e.countReplacement()
 			stop()
 			done(fmt.Sprintf("%s replaced by %s", a.old, a.joined))
 			return

@@ -12,7 +12,7 @@ import (
 
 // startToyWorld joins p toy workers through an in-process coordinator and
 // returns their sessions once all are in one world.
-func startToyWorld(b *testing.B, p int, params int) ([]*Session, *Coordinator) {
+func startToyWorld(b *testing.B, p int, params int, onStats ...func(StatsBatch)) ([]*Session, *Coordinator) {
 	b.Helper()
 	coord := NewCoordinator(CoordinatorConfig{MinWorkers: p, Coalesce: time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -25,6 +25,9 @@ func startToyWorld(b *testing.B, p int, params int) ([]*Session, *Coordinator) {
 		wg.Go(func() {
 			sc := DefaultConfig()
 			sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
+			if len(onStats) > 0 {
+				sc.OnStats = onStats[0]
+			}
 			s, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
 			if err != nil {
 				b.Error(err)
@@ -77,6 +80,66 @@ func BenchmarkStepOverhead(b *testing.B) {
 					wg.Wait()
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkStatsOverhead is the autoscaling engine's cost to the trainer in
+// steady state: steps with the step statistics off, and on with every batch
+// encoded for the wire as a worker does and handed to a sender goroutine. Tiny
+// gradients make the step short and the relative cost the largest.
+func BenchmarkStatsOverhead(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		for _, mode := range []string{"off", "timing", "on"} {
+			b.Run(fmt.Sprintf("p=2/floats=%d/stats=%s", n, mode), func(b *testing.B) {
+				var onStats []func(StatsBatch)
+				if mode == "timing" { // the clock reads and records, batches dropped
+					onStats = append(onStats, func(StatsBatch) {})
+				}
+				if mode == "on" {
+					queue := make(chan StatsBatch, 8)
+					done := make(chan struct{})
+					b.Cleanup(func() { close(done) })
+					go func() {
+						for {
+							select {
+							case batch := <-queue:
+								_ = encodeStats(batch)
+							case <-done:
+								return
+							}
+						}
+					}()
+					onStats = append(onStats, func(batch StatsBatch) {
+						select {
+						case queue <- batch:
+						default:
+						}
+					})
+				}
+				sessions, _ := startToyWorld(b, 2, 16, onStats...)
+				b.SetBytes(int64(4 * n))
+				b.ResetTimer()
+				var wg stdsync.WaitGroup
+				for _, s := range sessions {
+					wg.Go(func() {
+						grads := [][]float32{make([]float32, n)}
+						ctx := context.Background()
+						for range b.N {
+							s.RecordSamples(32)
+							err := s.Allreduce(ctx, grads)
+							if err == nil {
+								err = s.Commit(ctx)
+							}
+							if err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+			})
 		}
 	}
 }

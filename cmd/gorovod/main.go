@@ -17,9 +17,10 @@ import (
 const usage = `gorovod — elastic collective communication for distributed training
 
 Usage:
-  gorovod run [--np N] [--min-np N] [--max-np N] -- TRAINER [ARGS...]
+  gorovod run [--np N] [--min-np N] [--max-np N] [--heuristic NAME] -- TRAINER [ARGS...]
       run an elastic training job: a driver plus N local workers; workers can
-      be added (SIGUSR1 or by hand) and can leave or die while training goes on
+      be added (SIGUSR1 or by hand) and can leave or die while training goes on;
+      with a heuristic, the job grows, shrinks and replaces stragglers by itself
   gorovod bench [allreduce|broadcast|allgather|reducescatter|alltoall] [flags]
       measure a collective across --np local worker processes over TCP loopback
   gorovod help
