@@ -738,9 +738,8 @@ func TestEngineGrowSchedule(t *testing.T) {
 	if n := engRecv(t, f.startCh, "Start"); n != 2 {
 		t.Errorf("Start(%d), want Start(2)", n)
 	}
-	if st := e.Status(); st.Acting != "grow" {
-		t.Errorf("Status().Acting = %q while growing", st.Acting)
-	}
+	// Start and Remove are called before the action is recorded as pending.
+	engEventually(t, "Status().Acting = grow", func() bool { return e.Status().Acting == "grow" })
 
 	// Steps go on while the workers start: the heuristic, which would ask
 	// again, is not consulted.
@@ -900,9 +899,8 @@ func TestEngineShrink(t *testing.T) {
 			if !slices.Equal(removed, tc.victims) {
 				t.Errorf("removed %v, want %v", removed, tc.victims)
 			}
-			if st := e.Status(); st.Acting != "shrink" {
-				t.Errorf("Status().Acting = %q while shrinking", st.Acting)
-			}
+			// Start and Remove are called before the action is recorded as pending.
+			engEventually(t, "Status().Acting = shrink", func() bool { return e.Status().Acting == "shrink" })
 
 			// The victims leave one world at a time: only once all are out is
 			// the shrink done and are they stopped.
@@ -963,9 +961,8 @@ func TestEngineStragglerReplacement(t *testing.T) {
 	if n := engRecv(t, f.startCh, "Start"); n != 1 {
 		t.Errorf("Start(%d), want Start(1)", n)
 	}
-	if st := e.Status(); st.Acting != "replace" {
-		t.Errorf("Status().Acting = %q while replacing", st.Acting)
-	}
+	// Start and Remove are called before the action is recorded as pending.
+	engEventually(t, "Status().Acting = replace", func() bool { return e.Status().Acting == "replace" })
 
 	// Until its replacement is in, the straggler stays.
 	f.feed(flagAt+1, flagAt+3, engSlow("w2"))

@@ -13,9 +13,10 @@ import (
 // localProvisioner carries out the engine's decisions with worker processes
 // on this host.
 type localProvisioner struct {
-	job    *launch.Job
-	grace  time.Duration // a removed worker's time to exit by itself
-	report func(format string, args ...any)
+	job     *launch.Job
+	devices *devicePool   // nil without GPUs
+	grace   time.Duration // a removed worker's time to exit by itself
+	report  func(format string, args ...any)
 }
 
 func (p *localProvisioner) Start(ctx context.Context, n int) error {
@@ -27,6 +28,7 @@ func (p *localProvisioner) Start(ctx context.Context, n int) error {
 		if err != nil {
 			return err
 		}
+		p.devices.releaseWhenDone(i, p.job.Exited(i))
 		p.report("worker %d pid %d started", i, p.job.PIDs()[i])
 	}
 	return nil

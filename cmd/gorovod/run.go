@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -226,8 +227,10 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 		Argv: o.argv, NP: o.np, Output: out.workerLine, StopSignal: syscall.SIGINT,
 		Env: func(i int) []string {
 			env := append(worker.Environ(), fmt.Sprintf("%s=%d", envconfig.EnvLaunchIndex, i))
-			if i < len(devices) {
-				env = append(env, envconfig.EnvVisibleDevices+"="+devices[i])
+			if dev, ok := devices.take(i); ok {
+				env = append(env, envconfig.EnvVisibleDevices+"="+dev)
+			} else if devices != nil {
+				out.report("no free GPU for worker %d: it sees every GPU of the host", i)
 			}
 			return env
 		},
@@ -235,7 +238,10 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	if err != nil {
 		return err
 	}
-	prov.job = job
+	prov.job, prov.devices = job, devices
+	for i := range job.PIDs() {
+		devices.releaseWhenDone(i, job.Exited(i))
+	}
 	out.report("job %s, %d workers, driver %s (pid %d)", jobID, o.np, driver.GossipAddr(), os.Getpid())
 	for i, pid := range job.PIDs() {
 		out.report("worker %d pid %d", i, pid)
@@ -309,10 +315,11 @@ func (c *driverCluster) Workers() []heuristics.WorkerInfo {
 	return out
 }
 
-// assignGPUs gives each of the first np workers one GPU of this host, in ring
-// order, when the host has enough; with none (or no NVIDIA driver) the workers
-// run on the CPU.
-func assignGPUs(ctx context.Context, np int, stderr io.Writer) []string {
+// assignGPUs returns this host's GPUs as a pool that gives each worker
+// process one of its own while it runs, in ring order, when the host has
+// enough for the np workers started at once; with none (or no NVIDIA driver)
+// the workers run on the CPU and the pool is nil.
+func assignGPUs(ctx context.Context, np int, stderr io.Writer) *devicePool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	inv, err := gpu.System(ctx)
@@ -322,13 +329,59 @@ func assignGPUs(ctx context.Context, np int, stderr io.Writer) []string {
 		}
 		return nil
 	}
-	devices, err := gpu.AssignDevices(inv.GPUs, np)
-	if err != nil {
+	if _, err := gpu.AssignDevices(inv.GPUs, np); err != nil {
 		fmt.Fprintf(stderr, "gorovod run: %v; workers choose their GPUs themselves\n", err)
 		return nil
 	}
-	fmt.Fprintf(stderr, "gorovod run: one GPU per worker: %s\n", strings.Join(devices, ", "))
-	return devices
+	order, _ := gpu.AssignDevices(inv.GPUs, len(inv.GPUs))
+	fmt.Fprintf(stderr, "gorovod run: one GPU per worker, in this order: %s\n", strings.Join(order, ", "))
+	return newDevicePool(order)
+}
+
+// devicePool tracks which worker process holds which GPU, so that workers
+// added while the job runs get a free one and a departed worker's GPU is
+// handed out again.
+type devicePool struct {
+	mu    sync.Mutex
+	order []string
+	owner map[string]int // device → launch index
+}
+
+func newDevicePool(order []string) *devicePool {
+	return &devicePool{order: order, owner: map[string]int{}}
+}
+
+// take gives worker i the first free device in ring order (nil pool: none).
+func (p *devicePool) take(i int) (string, bool) {
+	if p == nil {
+		return "", false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, d := range p.order {
+		if _, used := p.owner[d]; !used {
+			p.owner[d] = i
+			return d, true
+		}
+	}
+	return "", false
+}
+
+// releaseWhenDone frees worker i's device once it has exited.
+func (p *devicePool) releaseWhenDone(i int, exited <-chan struct{}) {
+	if p == nil {
+		return
+	}
+	go func() {
+		<-exited
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for d, owner := range p.owner {
+			if owner == i {
+				delete(p.owner, d)
+			}
+		}
+	}()
 }
 
 // finishGrace is how long workers get to exit once training is reported
