@@ -112,6 +112,7 @@ type Engine struct {
 	in      stdsync.Mutex
 	worlds  []WorldChange
 	reports []workerReports
+	notes   []Event // from Stop goroutines, emitted by Run
 	wake    chan struct{}
 
 	// mu guards what Status and Summary read; only Run's goroutine writes.
@@ -128,6 +129,11 @@ type Engine struct {
 	lastStep  int64 // newest complete step the heuristic has seen
 	told      map[string]bool
 	lastError string
+	// lastFailure and quietUntil keep a heuristic that keeps asking for the
+	// impossible (grow at the maximum, a provisioner that cannot start
+	// workers) from flooding the log and the provisioner.
+	lastFailure string
+	quietUntil  time.Time
 }
 
 type workerReports struct {
@@ -218,9 +224,12 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.progress(ctx)
 		case <-e.wake:
 			e.in.Lock()
-			worlds, reports := e.worlds, e.reports
-			e.worlds, e.reports = nil, nil
+			worlds, reports, notes := e.worlds, e.reports, e.notes
+			e.worlds, e.reports, e.notes = nil, nil, nil
 			e.in.Unlock()
+			for _, ev := range notes {
+				e.emit(ev)
+			}
 			for _, w := range worlds {
 				e.onWorld(w)
 			}
@@ -253,11 +262,18 @@ func (e *Engine) onWorld(w WorldChange) {
 	e.partial[w.Epoch] = map[int64]*partialStep{}
 	// Reports of a world's last steps may still arrive just after the next
 	// world forms; older worlds' unfinished steps will never complete.
+	// (Epoch numbers can jump when a worker takes over proposing.)
+	prev := uint64(0)
+	if n := len(e.history.Periods); n >= 2 {
+		prev = e.history.Periods[n-2].Epoch
+	}
 	for ep := range e.partial {
-		if ep+1 < w.Epoch {
+		if ep != w.Epoch && ep != prev {
 			delete(e.partial, ep)
 		}
 	}
+	// Flags raised in the old world are stale: shares of the batch change.
+	e.flags = nil
 	e.mu.Unlock()
 	e.emit(Event{Kind: EventWorld, Message: fmt.Sprintf("world epoch %d: %d workers", w.Epoch, len(w.Members))})
 }
@@ -266,12 +282,12 @@ func (e *Engine) onReports(r workerReports) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, s := range r.steps {
-		if s.TotalSteps > 0 && e.cfg.TotalSteps == 0 {
-			e.history.TotalSteps = s.TotalSteps
-		}
 		p, steps := e.periods[s.Epoch], e.partial[s.Epoch]
 		if p == nil || steps == nil || !slices.Contains(p.Members, r.worker) {
 			continue // not a member of that world, or a world long gone
+		}
+		if s.TotalSteps > 0 && e.cfg.TotalSteps == 0 {
+			e.history.TotalSteps = s.TotalSteps
 		}
 		ps := steps[s.Step]
 		if ps == nil {
@@ -318,7 +334,7 @@ func cmpInt(a, b int64) int {
 // are complete and no decision is being carried out.
 func (e *Engine) evaluate(ctx context.Context) {
 	cur := e.history.Current()
-	if cur == nil || e.pending != nil || e.history.Step <= e.lastStep {
+	if cur == nil || e.pending != nil || e.history.Step <= e.lastStep || time.Now().Before(e.quietUntil) {
 		return
 	}
 	e.lastStep = e.history.Step
@@ -390,6 +406,21 @@ func (e *Engine) stragglerDecision(cur *Period) (Decision, bool) {
 }
 
 // act starts carrying out a decision.
+// failed reports a decision that could not be carried out, once per distinct
+// message, and holds further decisions for failureQuiet.
+func (e *Engine) failed(d *Decision, msg string) {
+	e.quietUntil = time.Now().Add(failureQuiet)
+	if msg == e.lastFailure {
+		return
+	}
+	e.lastFailure = msg
+	e.emit(Event{Kind: EventFailed, Decision: d, Message: msg})
+}
+
+// failureQuiet is how long the engine waits after a decision failed before it
+// acts on another.
+const failureQuiet = 5 * time.Second
+
 func (e *Engine) act(ctx context.Context, d Decision) {
 	cur := e.history.Current()
 	k := cur.Workers()
@@ -403,20 +434,20 @@ func (e *Engine) act(ctx context.Context, d Decision) {
 		a.target = e.history.Clamp(k + d.Count)
 		n := a.target - k
 		if n <= 0 {
-			e.emit(Event{Kind: EventFailed, Decision: &d, Message: fmt.Sprintf("cannot grow: %d workers is the maximum", k)})
+			e.failed(&d, fmt.Sprintf("cannot grow: %d workers is the maximum", k))
 			return
 		}
 		d.Count = n
 		e.emit(Event{Kind: EventDecision, Decision: &d, Message: fmt.Sprintf("grow %d → %d workers: %s", k, a.target, d.Reason)})
 		if err := e.prov.Start(ctx, n); err != nil {
-			e.emit(Event{Kind: EventFailed, Decision: &d, Message: fmt.Sprintf("starting %d workers: %v", n, err)})
+			e.failed(&d, fmt.Sprintf("starting %d workers: %v", n, err))
 			return
 		}
 	case Shrink:
 		target := e.history.Clamp(k - d.Count)
 		n := k - target
 		if n <= 0 {
-			e.emit(Event{Kind: EventFailed, Decision: &d, Message: fmt.Sprintf("cannot shrink: %d workers is the minimum", k)})
+			e.failed(&d, fmt.Sprintf("cannot shrink: %d workers is the minimum", k))
 			return
 		}
 		d.Count = n
@@ -429,17 +460,18 @@ func (e *Engine) act(ctx context.Context, d Decision) {
 		}
 	case Replace:
 		if !before[d.Worker] {
-			e.emit(Event{Kind: EventFailed, Decision: &d, Message: fmt.Sprintf("cannot replace %s: not in the world", d.Worker)})
+			e.failed(&d, fmt.Sprintf("cannot replace %s: not in the world", d.Worker))
 			return
 		}
 		a.old = d.Worker
 		e.emit(Event{Kind: EventDecision, Decision: &d, Message: fmt.Sprintf("replace %s: %s", d.Worker, d.Reason)})
 		if err := e.prov.Start(ctx, 1); err != nil {
-			e.emit(Event{Kind: EventFailed, Decision: &d, Message: fmt.Sprintf("starting a replacement: %v", err)})
+			e.failed(&d, fmt.Sprintf("starting a replacement: %v", err))
 			return
 		}
 	}
 	a.d = d // with the count clamped to the bounds
+	e.lastFailure = ""
 	e.setPending(a)
 }
 
@@ -501,8 +533,11 @@ func (e *Engine) progress(ctx context.Context) {
 			go func() {
 				sctx, cancel := context.WithTimeout(ctx, e.cfg.ActionTimeout)
 				defer cancel()
-				if err := e.prov.Stop(sctx, w); err != nil {
-					e.emit(Event{Kind: EventFailed, Message: fmt.Sprintf("stopping %s: %v", w.Name, err)})
+				if err := e.prov.Stop(sctx, w); err != nil && sctx.Err() == nil {
+					e.in.Lock()
+					e.notes = append(e.notes, Event{Kind: EventFailed, Message: fmt.Sprintf("stopping %s: %v", w.Name, err)})
+					e.in.Unlock()
+					e.poke()
 				}
 			}()
 		}
@@ -548,6 +583,9 @@ func (e *Engine) progress(ctx context.Context) {
 		}
 	}
 	if took > e.cfg.ActionTimeout {
+		if a.d.Action == Shrink || a.joined != "" {
+			stop() // removed from the job: their processes must still end
+		}
 		e.setPending(nil)
 		e.emit(Event{Kind: EventFailed, Decision: &a.d, Message: fmt.Sprintf("not carried out within %v; the world has %d workers", e.cfg.ActionTimeout, cur.Workers())})
 	}

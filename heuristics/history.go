@@ -66,7 +66,9 @@ type Measurement struct {
 	Epoch   uint64
 	Steps   int // steady steps it is based on
 	// Throughput is samples per second (steps per second when the trainer
-	// does not report samples): total work over total time.
+	// does not report samples): the median global batch over the median step
+	// time, so that the odd slow step (a garbage collection, a data-epoch
+	// boundary, a busy machine) does not decide where the job settles.
 	Throughput float64
 	// StepTime is the median step time.
 	StepTime time.Duration
@@ -81,27 +83,23 @@ func (p *Period) Measure() Measurement {
 	if len(steady) == 0 {
 		return m
 	}
-	var work float64
-	var total time.Duration
 	times := make([]time.Duration, len(steady))
 	batches := make([]int, len(steady))
 	for i, s := range steady {
-		if s.GlobalBatch > 0 {
-			work += float64(s.GlobalBatch)
-		} else {
-			work++
-		}
-		total += s.Time
 		times[i], batches[i] = s.Time, s.GlobalBatch
 	}
 	slices.Sort(times)
 	sort.Ints(batches)
 	m.Steps = len(steady)
-	if total > 0 {
-		m.Throughput = work / total.Seconds()
-	}
 	m.StepTime = times[len(times)/2]
 	m.GlobalBatch = batches[len(batches)/2]
+	work := float64(m.GlobalBatch)
+	if work == 0 {
+		work = 1 // steps per second
+	}
+	if m.StepTime > 0 {
+		m.Throughput = work / m.StepTime.Seconds()
+	}
 	return m
 }
 
@@ -110,7 +108,7 @@ func (p *Period) Measure() Measurement {
 type History struct {
 	Start time.Time // when the job's first world formed
 	Now   time.Time
-	// Step is the newest committed step any worker reported.
+	// Step is the newest step every member of its world has reported.
 	Step int64
 	// TotalSteps is the job's planned length in steps (from the trainer or
 	// the configuration); 0 when unknown.

@@ -76,6 +76,24 @@ func logDecisions(t *testing.T, evs []engineEvent) {
 	}
 }
 
+// settlesOnKnownCurve runs the synthetic job with the known curve under the
+// given autoscaling flags, checks that it settles at want workers and that
+// training stayed consistent, and returns the run's summary.
+func settlesOnKnownCurve(t *testing.T, runArgs []string, steps int64, want int) heuristics.Summary {
+	t.Helper()
+	h, evs := runAutoscaled(t, runArgs, synthetic, append([]string{"--steps", fmt.Sprint(steps), "--json"}, knownCurve...)...)
+	logDecisions(t, evs)
+	s := evs[len(evs)-1].Summary
+	if s.SettledAfter < 0 || s.SettledWorkers != want {
+		t.Fatalf("settled at %d workers after %.1f s, want %d", s.SettledWorkers, s.SettledAfter, want)
+	}
+	t.Logf("target found %.1f s (step %d) after the first world formed; run %.1f s", s.SettledAfter, s.SettledStep, s.Elapsed)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariantsSteps(t, h.lines, 4096, steps)
+	return s
+}
+
 // scalingTarget is where the scaling-efficiency search must settle on a
 // measured curve: the largest k whose step from k−1 passes.
 func scalingTarget(ms []heuristics.Measurement, threshold float64) int {
@@ -96,26 +114,22 @@ func scalingTarget(ms []heuristics.Measurement, threshold float64) int {
 
 // From one worker, scaling efficiency must settle at 3: by the curve above,
 // adding the 2nd worker gains (1600−970)/970 = 0.65 of a worker's
-// throughput, the 3rd (1811−1600)/(1600/2) = 0.26, the 4th −0.02, against
-// the threshold 0.1.
+// throughput, the 3rd (1811−1600)/(1600/2) = 0.26, the 4th −0.02. The
+// threshold 0.05 sits low in that gap because a loaded machine (CI runs
+// packages in parallel) slows bigger worlds more, which lowers both.
 func TestAutoscaleScalingEfficiencyFindsTarget(t *testing.T) {
-	const steps = 400
-	h, evs := runAutoscaled(t,
-		[]string{"--np", "1", "--max-np", "6", "--heuristic", "scaling-efficiency",
-			"--heuristic-opt", "min_steps=15", "--heuristic-opt", "eval_every=5"},
-		synthetic, append([]string{"--steps", fmt.Sprint(steps), "--json"}, knownCurve...)...)
-	logDecisions(t, evs)
-	s := evs[len(evs)-1].Summary
-	if s.SettledAfter < 0 || s.SettledWorkers != 3 {
-		t.Fatalf("settled at %d workers after %.1f s, want 3", s.SettledWorkers, s.SettledAfter)
-	}
-	if got := scalingTarget(s.Throughput, 0.1); got != 3 {
+	const threshold = 0.05
+	s := settlesOnKnownCurve(t, []string{"--np", "1", "--max-np", "6", "--heuristic", "scaling-efficiency",
+		"--heuristic-opt", fmt.Sprint("threshold=", threshold),
+		"--heuristic-opt", "min_steps=15", "--heuristic-opt", "eval_every=5"}, 400, 3)
+	if got := scalingTarget(s.Throughput, threshold); got != 3 {
 		t.Errorf("the measured curve's target is %d workers, not the 3 worked out by hand: %+v", got, s.Throughput)
 	}
-	t.Logf("target found %.1f s (step %d) after the first world formed; run %.1f s", s.SettledAfter, s.SettledStep, s.Elapsed)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkElasticInvariantsSteps(t, h.lines, 4096, steps)
+	// Each size costs 3 skipped + 15 measured steps and its transition; the
+	// search visits 1, 5, 6, 5, 4, 3, 2, 3.
+	if s.SettledStep > 300 {
+		t.Errorf("settled at step %d, want within 300 steps", s.SettledStep)
+	}
 }
 
 // Utility versus cost with a linear utility of 20 per hour sooner and a price
@@ -126,20 +140,9 @@ func TestAutoscaleScalingEfficiencyFindsTarget(t *testing.T) {
 //
 // The search settles at 2: going 1→2 passes (ΔU > ΔC), 2→3 does not.
 func TestAutoscaleUtilityCostSettlesAtHandCalculation(t *testing.T) {
-	const steps = 400
-	h, evs := runAutoscaled(t,
-		[]string{"--np", "1", "--max-np", "4", "--heuristic", "utility-cost",
-			"--heuristic-opt", "price_per_worker_hour=10", "--heuristic-opt", "value_per_hour=20",
-			"--heuristic-opt", "grow_by=1", "--heuristic-opt", "min_steps=15", "--heuristic-opt", "eval_every=5"},
-		synthetic, append([]string{"--steps", fmt.Sprint(steps), "--json"}, knownCurve...)...)
-	logDecisions(t, evs)
-	s := evs[len(evs)-1].Summary
-	if s.SettledAfter < 0 || s.SettledWorkers != 2 {
-		t.Fatalf("settled at %d workers after %.1f s, want 2", s.SettledWorkers, s.SettledAfter)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkElasticInvariantsSteps(t, h.lines, 4096, steps)
+	settlesOnKnownCurve(t, []string{"--np", "1", "--max-np", "4", "--heuristic", "utility-cost",
+		"--heuristic-opt", "price_per_worker_hour=10", "--heuristic-opt", "value_per_hour=20",
+		"--heuristic-opt", "grow_by=1", "--heuristic-opt", "min_steps=15", "--heuristic-opt", "eval_every=5"}, 400, 2)
 }
 
 // A worker computing twice as slowly as the others (its process is slow,
@@ -226,21 +229,11 @@ func TestFashionMNISTUnderScalingEfficiency(t *testing.T) {
 // adds at least half a worker's throughput: by the known curve the 2nd adds
 // 630 ≥ 0.5·970 samples/s, the 3rd 211 < 0.5·800, so it settles at 2.
 func TestAutoscaleExecPluginFromConfigFile(t *testing.T) {
-	const steps = 300
 	cfg := filepath.Join(t.TempDir(), "heuristic.json")
 	spec := fmt.Sprintf(`{"name": "any-of", "of": [
 		{"name": "exec", "params": {"command": [%q, "--min-steps", "15"], "eval_every": 5, "timeout": "20s"}}]}`, heuristicPlugin)
 	if err := os.WriteFile(cfg, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h, evs := runAutoscaled(t, []string{"--np", "1", "--max-np", "4", "--heuristic-config", cfg},
-		synthetic, append([]string{"--steps", fmt.Sprint(steps), "--json"}, knownCurve...)...)
-	logDecisions(t, evs)
-	s := evs[len(evs)-1].Summary
-	if s.SettledAfter < 0 || s.SettledWorkers != 2 {
-		t.Fatalf("settled at %d workers after %.1f s, want 2", s.SettledWorkers, s.SettledAfter)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkElasticInvariantsSteps(t, h.lines, 4096, steps)
+	settlesOnKnownCurve(t, []string{"--np", "1", "--max-np", "4", "--heuristic-config", cfg}, 300, 2)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,39 +27,20 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "gorovod")
-	build := exec.Command("go", "build", "-race", "-o", binary, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		// -race needs cgo; fall back to a plain build.
-		build = exec.Command("go", "build", "-o", binary, ".")
-		build.Stderr = os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building gorovod:", err)
+	build := func(out, pkg string, flags ...string) string {
+		path := filepath.Join(dir, out)
+		cmd := exec.Command("go", slices.Concat([]string{"build"}, flags, []string{"-o", path, pkg})...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n", pkg, err)
 			os.Exit(1)
 		}
+		return path
 	}
-	synthetic = filepath.Join(dir, "synthetic")
-	build = exec.Command("go", "build", "-o", synthetic, "../../examples/synthetic")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the synthetic trainer:", err)
-		os.Exit(1)
-	}
-	fashionMNIST = filepath.Join(dir, "fashion-mnist")
-	build = exec.Command("go", "build", "-o", fashionMNIST, "../../examples/fashion-mnist")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the Fashion-MNIST trainer:", err)
-		os.Exit(1)
-	}
-	heuristicPlugin = filepath.Join(dir, "heuristic-plugin")
-	build = exec.Command("go", "build", "-o", heuristicPlugin, "../../examples/heuristic-plugin")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the example heuristic plugin:", err)
-		os.Exit(1)
-	}
+	binary = build("gorovod", ".", "-race")
+	synthetic = build("synthetic", "../../examples/synthetic")
+	fashionMNIST = build("fashion-mnist", "../../examples/fashion-mnist")
+	heuristicPlugin = build("heuristic-plugin", "../../examples/heuristic-plugin")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
