@@ -64,14 +64,14 @@ func (e *scalingEfficiency) pass(old, new Measurement, _ *History) (bool, string
 	}
 	s, ok := scalingEfficiencyOf(old, new)
 	if !ok {
-		return false, fmt.Sprintf("throughput %.1f→%.1f samples/s: no scaling efficiency (nothing measured at %d workers)",
-			old.Throughput, new.Throughput, old.Workers), nums
+		return false, fmt.Sprintf("throughput %.1f→%.1f %s: no scaling efficiency (nothing measured at %d workers)",
+			old.Throughput, new.Throughput, new.Unit(), old.Workers), nums
 	}
 	nums["efficiency"] = s
 	cmp, pass := "≤", s > e.cfg.Threshold
 	if pass {
 		cmp = ">"
 	}
-	return pass, fmt.Sprintf("throughput %.1f→%.1f samples/s, scaling efficiency %.3f %s threshold %.3f",
-		old.Throughput, new.Throughput, s, cmp, e.cfg.Threshold), nums
+	return pass, fmt.Sprintf("throughput %.1f→%.1f %s, scaling efficiency %.3f %s threshold %.3f",
+		old.Throughput, new.Throughput, new.Unit(), s, cmp, e.cfg.Threshold), nums
 }

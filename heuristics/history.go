@@ -76,6 +76,15 @@ type Measurement struct {
 	GlobalBatch int
 }
 
+// Unit names what Throughput counts: samples per second, or steps per second
+// when the trainer reports no samples.
+func (m Measurement) Unit() string {
+	if m.GlobalBatch > 0 {
+		return "samples/s"
+	}
+	return "steps/s"
+}
+
 // Measure summarizes the period's steady steps; Steps is 0 when there are none.
 func (p *Period) Measure() Measurement {
 	m := Measurement{Workers: p.Workers(), Epoch: p.Epoch}

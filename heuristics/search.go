@@ -133,7 +133,7 @@ func (s *search) compare(old, new Measurement, h *History) *comparison {
 func decision(a Action, n int, cur Measurement, c *comparison, what string) Decision {
 	if c == nil {
 		return Decision{Action: a, Count: n,
-			Reason:  fmt.Sprintf("%s: %.1f samples/s; %s", plural(cur.Workers, "worker"), cur.Throughput, what),
+			Reason:  fmt.Sprintf("%s: %.1f %s; %s", plural(cur.Workers, "worker"), cur.Throughput, cur.Unit(), what),
 			Numbers: map[string]float64{"workers": float64(cur.Workers), "throughput": cur.Throughput}}
 	}
 	numbers := maps.Clone(c.nums)
