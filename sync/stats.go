@@ -27,12 +27,14 @@ type StatsBatch struct {
 
 // Defaults of the statistics batching: a batch goes out once it holds
 // statsEvery steps and statsMinInterval has passed since the last, so a job
-// with very short steps does not send a message per few milliseconds; a batch
-// also goes out when the world changes, and never holds more than statsMax.
+// with very short steps does not send a message per few milliseconds (each
+// costs the worker about half a millisecond); a batch also goes out when the
+// world changes, and never holds more than statsMax (which, at the widest
+// numbers, still fits one 64 KiB membership message).
 const (
 	DefaultStatsEvery = 10
-	statsMinInterval  = 250 * time.Millisecond
-	statsMax          = 256
+	statsMinInterval  = time.Second
+	statsMax          = 640
 )
 
 // stepClock times the steps of a session.

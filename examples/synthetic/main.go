@@ -48,6 +48,7 @@ type options struct {
 	overhead     time.Duration
 	perWorker    time.Duration
 	verbose      bool
+	noStats      bool
 }
 
 func main() {
@@ -67,6 +68,7 @@ func main() {
 	flag.IntVar(&o.stragglerIdx, "straggler-worker", -1, "launch index (the [i] of gorovod run) of the process whose compute is slowed down: a slow machine, which a replacement escapes")
 	flag.Float64Var(&o.stragglerMul, "straggler-factor", 2, "how much slower the straggler computes")
 	flag.BoolVar(&o.verbose, "v", false, "log the elastic layer's decisions to stderr")
+	flag.BoolVar(&o.noStats, "no-stats", false, "send no step statistics to the driver (to measure what they cost)")
 	flag.Parse()
 	if o.steps < 1 || o.samples < 1 || o.batch < 1 || o.modelSize < 1 || o.overhead < 0 || o.perWorker < 0 || o.stragglerMul <= 0 {
 		fmt.Fprintln(os.Stderr, "synthetic: --steps, --samples, --batch, --model-size and --straggler-factor must be positive, the overheads not negative")
@@ -101,6 +103,7 @@ func run(o options) error {
 	if o.verbose {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	cfg.DisableStats = o.noStats
 	// SIGINT stops at once (the job is ending); SIGTERM leaves gracefully: this
 	// worker keeps training until the others have moved to a world without it.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
