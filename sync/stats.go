@@ -33,7 +33,7 @@ type StatsBatch struct {
 // numbers, still fits one 64 KiB membership message).
 const (
 	DefaultStatsEvery = 10
-	statsMinInterval  = time.Second
+	statsMinInterval  = 250 * time.Millisecond
 	statsMax          = 640
 )
 
