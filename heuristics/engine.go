@@ -405,7 +405,6 @@ func (e *Engine) stragglerDecision(cur *Period) (Decision, bool) {
 	return Decision{}, false
 }
 
-// act starts carrying out a decision.
 // failed reports a decision that could not be carried out, once per distinct
 // message, and holds further decisions for failureQuiet.
 func (e *Engine) failed(d *Decision, msg string) {
@@ -421,6 +420,7 @@ func (e *Engine) failed(d *Decision, msg string) {
 // acts on another.
 const failureQuiet = 5 * time.Second
 
+// act starts carrying out a decision.
 func (e *Engine) act(ctx context.Context, d Decision) {
 	cur := e.history.Current()
 	k := cur.Workers()
