@@ -44,7 +44,7 @@ func factory(mode, remote multi.Mode, hosts ...string) conformance.Factory {
 			t.Cleanup(func() { tr.Close() })
 			return tr
 		},
-		Packages: []string{"collective/transport/shm.", "collective/transport/tcp.", "collective/transport/sctp.", "github.com/pion/"},
+		Packages: []string{"collective/transport/shm.", "collective/transport/tcp.", "collective/transport/sctp.", "collective/transport/internal/mesh.", "github.com/pion/"},
 	}
 }
 

@@ -24,7 +24,7 @@ type Config struct {
 	// before the call fails with transport.ErrPeerTimeout. Default 30s.
 	IOTimeout time.Duration
 	// DialRetry is the first retry interval while a peer is not listening yet or
-	// not yet connecting the world; it doubles up to maxDialRetry. Default 5ms.
+	// not yet connecting the world; it doubles up to 200ms. Default 5ms.
 	DialRetry time.Duration
 	// MTU is the SCTP packet size, at most 8192 (what pion receives). Default 8192.
 	MTU int
@@ -51,7 +51,6 @@ const (
 	defaultHandshakeTimeout = 5 * time.Second
 	defaultIOTimeout        = 30 * time.Second
 	defaultDialRetry        = 5 * time.Millisecond
-	maxDialRetry            = 200 * time.Millisecond
 	defaultMTU              = 8192
 	minMTU                  = 1200
 	maxMTU                  = 8192
@@ -64,16 +63,6 @@ const (
 	// receiver reads each message into a buffer of exactly its size), far
 	// below the receive buffer.
 	messageBytes = 1 << 20
-
-	// maxHandshakes bounds connect requests and handshakes in progress, so a
-	// flood of strangers costs bounded memory and sockets.
-	maxHandshakes = 256
-	// maxParked bounds authenticated associations waiting for their world's Connect.
-	maxParked = 256
-	// maxAuthFails bounds the remembered authentication failures.
-	maxAuthFails = 16
-	// maxJobs bounds the jobs whose latest epoch is remembered.
-	maxJobs = 16
 )
 
 // DefaultConfig returns the defaults; Secret must still be set.

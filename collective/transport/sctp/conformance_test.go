@@ -43,6 +43,6 @@ func TestConformance(t *testing.T) {
 			cfg.Secret, cfg.IOTimeout, cfg.HandshakeTimeout = o.Secret, o.IOTimeout, o.HandshakeTimeout
 			return listen(t, cfg)
 		},
-		Packages: []string{"collective/transport/sctp.", "github.com/pion/"},
+		Packages: []string{"collective/transport/sctp.", "collective/transport/internal/mesh.", "github.com/pion/"},
 	})
 }

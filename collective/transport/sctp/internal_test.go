@@ -7,11 +7,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/conformance"
 )
 
 func testCfg() Config {
@@ -23,37 +23,19 @@ func testCfg() Config {
 }
 
 // pairOf connects two transports and returns rank 0's and rank 1's links.
-func pairOf(t *testing.T, cfg Config) (*link, *link) {
-	t.Helper()
+func pairOf(tb testing.TB, cfg Config) (*link, *link) {
+	tb.Helper()
 	trs := make([]*Transport, 2)
 	for i := range trs {
 		tr, err := Listen(cfg)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
-		t.Cleanup(func() { tr.Close() })
+		tb.Cleanup(func() { tr.Close() })
 		trs[i] = tr
 	}
-	addrs := []string{trs[0].Addr(), trs[1].Addr()}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	links := make([][]transport.Link, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range trs {
-		wg.Go(func() {
-			links[r], errs[r] = trs[r].Connect(ctx, transport.World{JobID: "pair", Epoch: 1, Rank: r, Addrs: addrs})
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	a, b := links[0][1].(*link), links[1][0].(*link)
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
+	a, b := conformance.ConnectPair(tb, trs[0], trs[1])
+	return a.(*link), b.(*link)
 }
 
 // TestPeerVanishes: a peer whose socket disappears without a word (its
@@ -151,11 +133,7 @@ func TestStrangerDatagrams(t *testing.T) {
 		c.Write(junk[:i*7])
 	}
 	// Requests are answered, then their handshakes time out.
-	if err := waitFor(5*time.Second, func() bool {
-		tr.mu.Lock()
-		defer tr.mu.Unlock()
-		return tr.handshakes == 0 && len(tr.conns) == 0
-	}); err != nil {
+	if err := waitFor(5*time.Second, tr.mesh.Idle); err != nil {
 		t.Fatal("stranger handshakes still in progress")
 	}
 	a, b := pairOf(t, testCfg())

@@ -29,7 +29,7 @@ func TestConformance(t *testing.T) {
 					cfg.SingleCopyBytes = tc.singleCopy
 					return listen(t, cfg)
 				},
-				Packages:   []string{"collective/transport/shm.", "collective/transport/tcp."},
+				Packages:   []string{"collective/transport/shm.", "collective/transport/tcp.", "collective/transport/internal/mesh."},
 				ZeroAllocs: true,
 			})
 		})

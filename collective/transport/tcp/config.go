@@ -23,7 +23,7 @@ type Config struct {
 	// before the call fails with transport.ErrPeerTimeout. Default 30s.
 	IOTimeout time.Duration
 	// DialRetry is the first retry interval while a peer is not listening yet or
-	// not yet connecting the world; it doubles up to maxDialRetry. Default 5ms.
+	// not yet connecting the world; it doubles up to 200ms. Default 5ms.
 	DialRetry time.Duration
 	// ReadBufferSize is the receive buffer of each link (at least 4 KiB).
 	// Default 256 KiB.
@@ -41,19 +41,8 @@ const (
 	defaultHandshakeTimeout = 5 * time.Second
 	defaultIOTimeout        = 30 * time.Second
 	defaultDialRetry        = 5 * time.Millisecond
-	maxDialRetry            = 200 * time.Millisecond
 	defaultReadBufferSize   = 16384
 	minReadBufferSize       = 4 << 10
-
-	// maxHandshakes bounds handshakes in progress, so a flood of strangers costs
-	// bounded memory; connections over the limit are closed at once.
-	maxHandshakes = 256
-	// maxParked bounds authenticated connections waiting for their world's Connect.
-	maxParked = 256
-	// maxAuthFails bounds the remembered authentication failures.
-	maxAuthFails = 16
-	// maxJobs bounds the jobs whose latest epoch is remembered.
-	maxJobs = 16
 )
 
 // DefaultConfig returns the defaults; Secret must still be set.

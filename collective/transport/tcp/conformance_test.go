@@ -15,7 +15,7 @@ func TestConformance(t *testing.T) {
 			cfg.Secret, cfg.IOTimeout, cfg.HandshakeTimeout = o.Secret, o.IOTimeout, o.HandshakeTimeout
 			return listen(t, cfg)
 		},
-		Packages:   []string{"collective/transport/tcp."},
+		Packages:   []string{"collective/transport/tcp.", "collective/transport/internal/mesh."},
 		ZeroAllocs: true,
 	})
 }

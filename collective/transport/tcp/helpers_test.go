@@ -35,7 +35,8 @@ func testConfig() tcp.Config {
 }
 
 // checkNoLeaks makes the test fail if, once its cleanups have run, goroutines of
-// package tcp are still alive. Register it first so it runs last.
+// package tcp (or of the mesh code it runs on) are still alive. Register it
+// first so it runs last.
 func checkNoLeaks(t testing.TB) {
 	t.Helper()
 	t.Cleanup(func() {
@@ -55,7 +56,7 @@ func tcpGoroutines() string {
 	buf = buf[:runtime.Stack(buf, true)]
 	var leaked []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "collective/transport/tcp.") {
+		if strings.Contains(g, "collective/transport/tcp.") || strings.Contains(g, "collective/transport/internal/mesh.") {
 			leaked = append(leaked, g)
 		}
 	}

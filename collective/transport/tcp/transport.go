@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/mesh"
 )
 
 // ErrClosed is returned by Connect on a Transport that is closed or closing.
@@ -24,63 +24,11 @@ type Transport struct {
 	ln   *net.TCPListener
 	addr string
 	log  *slog.Logger
-
-	done chan struct{}  // closed by Close
+	mesh *mesh.Connector
 	wg   sync.WaitGroup // the accept loop and every connection goroutine
-
-	mu         sync.Mutex
-	closed     bool
-	conns      map[*net.TCPConn]struct{} // handshaking or parked: Close closes these
-	handshakes int                       // unauthenticated handshakes in progress
-	jobs       map[uint64]uint64         // job hash -> newest epoch Connect has started
-	worlds     map[worldKey]*pendingWorld
-	parked     map[worldKey][]*authConn
-	nParked    int
-	authFails  []authFailure // recent failures for worlds not being connected yet
-}
-
-// authFailure is a dialer that failed authentication before its world's
-// Connect started here.
-type authFailure struct {
-	hello  transport.Hello
-	remote string
-	at     time.Time
 }
 
 var _ transport.Transport = (*Transport)(nil)
-
-type worldKey struct{ job, epoch uint64 }
-
-// pendingWorld is a Connect in progress, as seen by the accepting side.
-type pendingWorld struct {
-	rank, size int
-	// Guarded by Transport.mu.
-	queue []*authConn // authenticated, waiting for Connect to answer them
-	// authFails holds, per rank, the last dialer claiming that rank that failed
-	// authentication. It does not fail the Connect: anyone who saw a Hello could
-	// replay it with a bad proof. It explains the rank if it never connects.
-	authFails map[int]error
-	notify    chan struct{}
-}
-
-func (pw *pendingWorld) signal() {
-	select {
-	case pw.notify <- struct{}{}:
-	default:
-	}
-}
-
-// authConn is an accepted connection whose dialer has proved it knows the secret
-// and is waiting for the final verdict.
-type authConn struct {
-	conn   *net.TCPConn
-	hello  transport.Hello
-	remote string
-	// Guarded by Transport.mu: set when a Connect takes the connection over from
-	// its parked goroutine, which claim then wakes.
-	claimed bool
-	claim   chan struct{}
-}
 
 // Listen starts a transport listening on cfg.ListenAddr.
 func Listen(cfg Config) (*Transport, error) {
@@ -96,16 +44,20 @@ func Listen(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("tcp: listen %s: %w", cfg.ListenAddr, err)
 	}
 	t := &Transport{
-		cfg:    cfg,
-		ln:     ln.(*net.TCPListener),
-		addr:   cfg.AdvertiseAddr,
-		log:    cfg.Logger,
-		done:   make(chan struct{}),
-		conns:  make(map[*net.TCPConn]struct{}),
-		jobs:   make(map[uint64]uint64),
-		worlds: make(map[worldKey]*pendingWorld),
-		parked: make(map[worldKey][]*authConn),
+		cfg:  cfg,
+		ln:   ln.(*net.TCPListener),
+		addr: cfg.AdvertiseAddr,
+		log:  cfg.Logger,
 	}
+	t.mesh = mesh.New(mesh.Config{
+		Name:             "tcp",
+		Secret:           cfg.Secret,
+		HandshakeTimeout: cfg.HandshakeTimeout,
+		DialRetry:        cfg.DialRetry,
+		Logger:           cfg.Logger,
+		ErrClosed:        ErrClosed,
+		Dial:             t.dial,
+	})
 	if t.addr == "" {
 		t.addr = ln.Addr().String()
 	}
@@ -121,22 +73,10 @@ func (t *Transport) Addr() string { return t.addr }
 // parked, makes pending Connect calls fail with ErrClosed and waits for the
 // transport's goroutines to end. Links already returned stay usable.
 func (t *Transport) Close() error {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
+	if !t.mesh.Close() {
 		return nil
 	}
-	t.closed = true
-	close(t.done)
-	conns := make([]*net.TCPConn, 0, len(t.conns))
-	for c := range t.conns {
-		conns = append(conns, c)
-	}
-	t.mu.Unlock()
 	err := t.ln.Close()
-	for _, c := range conns {
-		c.Close()
-	}
 	t.wg.Wait()
 	return err
 }
@@ -148,7 +88,7 @@ func (t *Transport) acceptLoop() {
 		c, err := t.ln.AcceptTCP()
 		if err != nil {
 			select {
-			case <-t.done:
+			case <-t.mesh.Done():
 				return
 			default:
 			}
@@ -161,361 +101,91 @@ func (t *Transport) acceptLoop() {
 			timer := time.NewTimer(delay)
 			select {
 			case <-timer.C:
-			case <-t.done:
+			case <-t.mesh.Done():
 				timer.Stop()
 				return
 			}
 			continue
 		}
 		delay = 0
-		t.mu.Lock()
-		if t.closed || t.handshakes >= maxHandshakes {
-			t.mu.Unlock()
+		if !t.mesh.Admit() {
 			t.log.Warn("gorovod tcp: dropping connection: too many handshakes in progress", "remote", c.RemoteAddr())
 			c.Close()
 			continue
 		}
-		t.handshakes++
-		t.conns[c] = struct{}{}
 		t.wg.Add(1)
-		t.mu.Unlock()
 		go t.serveConn(c)
 	}
 }
 
-// drop closes a connection this transport still tracks.
-func (t *Transport) drop(c *net.TCPConn) {
-	t.mu.Lock()
-	delete(t.conns, c)
-	t.mu.Unlock()
-	c.Close()
+func (t *Transport) serveConn(c *net.TCPConn) {
+	defer t.wg.Done()
+	remote := c.RemoteAddr().String()
+	setupConn(c)
+	// The whole handshake shares one timeout, so a stranger that trickles
+	// bytes costs no more than one that sends nothing.
+	hc := &handshakeConn{conn: c, cfg: &t.cfg, readBy: time.Now().Add(t.cfg.HandshakeTimeout)}
+	if a := t.mesh.Accept(hc, remote); a != nil {
+		t.mesh.Route(a)
+	}
 }
 
-func (t *Transport) setupConn(c *net.TCPConn) {
+// dial opens a connection for the dialer's side of the handshake.
+func (t *Transport) dial(ctx context.Context, addr string) (mesh.Conn, error) {
+	d := net.Dialer{Timeout: t.cfg.HandshakeTimeout, Control: t.cfg.socketControl}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c := nc.(*net.TCPConn)
+	setupConn(c)
+	// Each message gets its own timeout, but no later than ctx's deadline.
+	dl, _ := ctx.Deadline()
+	return &handshakeConn{conn: c, cfg: &t.cfg, readBy: dl, writeBy: dl}, nil
+}
+
+func setupConn(c *net.TCPConn) {
 	// Collectives send a frame and wait for an answer; Nagle would hold the frame.
 	_ = c.SetNoDelay(true)
 }
 
-func (t *Transport) serveConn(c *net.TCPConn) {
-	defer t.wg.Done()
-	ac := t.acceptHandshake(c)
-	t.mu.Lock()
-	t.handshakes--
-	t.mu.Unlock()
-	if ac == nil {
-		t.drop(c)
-		return
-	}
-	t.route(ac)
+// handshakeConn is a TCP connection while package mesh runs the handshake on
+// it. Every message gets a fresh HandshakeTimeout, capped by readBy or
+// writeBy when set. Writes are never capped on the accepting side: its
+// verdict may go out long after the handshake, once Connect claims the
+// connection.
+type handshakeConn struct {
+	conn            *net.TCPConn
+	cfg             *Config
+	readBy, writeBy time.Time
 }
 
-// acceptHandshake runs the acceptor's side up to authentication. It returns nil
-// when the connection is to be dropped.
-func (t *Transport) acceptHandshake(c *net.TCPConn) *authConn {
-	remote := c.RemoteAddr().String()
-	t.setupConn(c)
-	_ = c.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-
-	var hb [transport.HelloSize]byte
-	if _, err := io.ReadFull(c, hb[:]); err != nil {
-		t.log.Debug("gorovod tcp: no hello", "remote", remote, "err", err)
-		return nil
+func (c *handshakeConn) deadline(by time.Time) time.Time {
+	dl := time.Now().Add(c.cfg.HandshakeTimeout)
+	if !by.IsZero() && by.Before(dl) {
+		dl = by
 	}
-	var hello transport.Hello
-	if err := transport.DecodeHello(hb[:], &hello); err != nil {
-		t.log.Debug("gorovod tcp: bad hello", "remote", remote, "err", err)
-		t.writeChallenge(c, &transport.Challenge{Status: transport.RejectMalformed, Reason: reasonOf(err)})
-		return nil
-	}
-	key := worldKey{hello.JobHash, hello.Epoch}
-	t.mu.Lock()
-	status, reason := t.precheck(&hello)
-	t.mu.Unlock()
-	if status != transport.StatusOK {
-		t.log.Info("gorovod tcp: refusing peer", "remote", remote, "rank", hello.From, "epoch", hello.Epoch, "status", status, "reason", reason)
-		t.writeChallenge(c, &transport.Challenge{Status: status, Reason: reason})
-		return nil
-	}
-
-	ch := transport.Challenge{Status: transport.StatusOK}
-	_, _ = rand.Read(ch.Nonce[:])
-	ch.MAC = transport.AcceptorMAC(t.cfg.Secret, hb[:], &ch.Nonce)
-	if !t.writeChallenge(c, &ch) {
-		return nil
-	}
-	var rb [transport.ResponseSize]byte
-	if _, err := io.ReadFull(c, rb[:]); err != nil {
-		t.log.Debug("gorovod tcp: no response", "remote", remote, "err", err)
-		return nil
-	}
-	var resp transport.Response
-	if err := transport.DecodeResponse(rb[:], &resp); err != nil {
-		t.log.Debug("gorovod tcp: bad response", "remote", remote, "err", err)
-		t.writeVerdict(c, transport.RejectMalformed, reasonOf(err))
-		return nil
-	}
-	want := transport.DialerMAC(t.cfg.Secret, hb[:], &ch.Nonce, &hello.Nonce)
-	if !transport.MACEqual(&want, &resp.MAC) {
-		t.log.Warn("gorovod tcp: peer failed authentication (wrong secret?)", "remote", remote, "rank", hello.From, "epoch", hello.Epoch)
-		t.writeVerdict(c, transport.RejectWrongSecret, "your proof did not verify (secrets differ?)")
-		t.mu.Lock()
-		if pw := t.worlds[key]; pw != nil {
-			pw.authFailed(&hello, remote)
-		} else {
-			// Its Connect may start in a moment: remember the failure for it.
-			if len(t.authFails) == maxAuthFails {
-				t.authFails = append(t.authFails[:0], t.authFails[1:]...)
-			}
-			t.authFails = append(t.authFails, authFailure{hello: hello, remote: remote, at: time.Now()})
-		}
-		t.mu.Unlock()
-		return nil
-	}
-	return &authConn{conn: c, hello: hello, remote: remote, claim: make(chan struct{})}
+	return dl
 }
 
-func reasonOf(err error) string {
-	var he *transport.HandshakeError
-	if errors.As(err, &he) {
-		return he.Reason
-	}
-	return err.Error()
+func (c *handshakeConn) ReadMsg(b []byte) error {
+	_ = c.conn.SetReadDeadline(c.deadline(c.readBy))
+	_, err := io.ReadFull(c.conn, b)
+	return err
 }
 
-// precheck decides from the (unauthenticated) hello alone whether to go on.
-// Called with t.mu held.
-func (t *Transport) precheck(h *transport.Hello) (transport.HandshakeStatus, string) {
-	if t.closed {
-		return transport.RejectShutdown, "transport closing"
-	}
-	latest, known := t.jobs[h.JobHash]
-	switch {
-	case !known && len(t.jobs) > 0:
-		return transport.RejectWrongJob, fmt.Sprintf("job %#x is not served here", h.JobHash)
-	case known && h.Epoch < latest:
-		return transport.RejectStaleEpoch, fmt.Sprintf("epoch %d is older than epoch %d connected here", h.Epoch, latest)
-	}
-	if pw := t.worlds[worldKey{h.JobHash, h.Epoch}]; pw != nil {
-		return pw.check(h)
-	}
-	return transport.StatusOK, ""
+// WriteMsg ignores settle: closing a TCP connection still delivers what was
+// written.
+func (c *handshakeConn) WriteMsg(b []byte, settle bool) error {
+	_ = c.conn.SetWriteDeadline(c.deadline(c.writeBy))
+	_, err := c.conn.Write(b)
+	return err
 }
 
-// authFailed records that a dialer claiming a rank of this world failed
-// authentication. Called with Transport.mu held.
-func (pw *pendingWorld) authFailed(h *transport.Hello, remote string) {
-	if s, _ := pw.check(h); s != transport.StatusOK {
-		return
-	}
-	if pw.authFails == nil {
-		pw.authFails = make(map[int]error)
-	}
-	pw.authFails[int(h.From)] = &transport.HandshakeError{Rank: int(h.From), Addr: remote, Fatal: true,
-		Reason: "peer failed authentication (wrong secret?)"}
-}
+func (c *handshakeConn) Interrupt() { c.conn.Close() }
+func (c *handshakeConn) Close()     { c.conn.Close() }
 
-// check verifies that a hello fits this world.
-func (pw *pendingWorld) check(h *transport.Hello) (transport.HandshakeStatus, string) {
-	switch {
-	case int(h.Size) != pw.size:
-		return transport.RejectWrongWorld, fmt.Sprintf("world size %d, this side has %d", h.Size, pw.size)
-	case int(h.To) != pw.rank:
-		return transport.RejectWrongRank, fmt.Sprintf("this is rank %d, not %d", pw.rank, h.To)
-	case int(h.From) <= pw.rank:
-		return transport.RejectWrongRank, fmt.Sprintf("rank %d must be dialed by rank %d, not dial it", h.From, pw.rank)
-	}
-	return transport.StatusOK, ""
-}
-
-func (t *Transport) writeChallenge(c *net.TCPConn, ch *transport.Challenge) bool {
-	var b [transport.ChallengeSize]byte
-	ch.Encode(b[:])
-	_ = c.SetWriteDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	_, err := c.Write(b[:])
-	return err == nil
-}
-
-func (t *Transport) writeVerdict(c *net.TCPConn, s transport.HandshakeStatus, reason string) bool {
-	var b [transport.VerdictSize]byte
-	v := transport.Verdict{Status: s, Reason: reason}
-	v.Encode(b[:])
-	_ = c.SetWriteDeadline(time.Now().Add(t.cfg.HandshakeTimeout))
-	_, err := c.Write(b[:])
-	return err == nil
-}
-
-// route hands an authenticated connection to its world's Connect, or parks it
-// for a while in case that Connect is about to start.
-func (t *Transport) route(ac *authConn) {
-	key := worldKey{ac.hello.JobHash, ac.hello.Epoch}
-	t.mu.Lock()
-	// The world may have moved on while the handshake ran.
-	if s, reason := t.precheck(&ac.hello); s != transport.StatusOK {
-		t.mu.Unlock()
-		t.reject(ac, s, reason)
-		return
-	}
-	if pw := t.worlds[key]; pw != nil {
-		if len(pw.queue) >= pw.size {
-			t.mu.Unlock()
-			t.reject(ac, transport.RejectBusy, "too many connections for this world")
-			return
-		}
-		pw.queue = append(pw.queue, ac)
-		delete(t.conns, ac.conn)
-		pw.signal()
-		t.mu.Unlock()
-		return
-	}
-	if t.nParked >= maxParked {
-		t.mu.Unlock()
-		t.reject(ac, transport.RejectBusy, "too many connections waiting")
-		return
-	}
-	t.parked[key] = append(t.parked[key], ac)
-	t.nParked++
-	t.mu.Unlock()
-
-	// Half the handshake timeout, so that the dialer, which waits a whole one for
-	// the verdict, hears "not ready" and retries instead of timing out.
-	timer := time.NewTimer(t.cfg.HandshakeTimeout / 2)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-ac.claim:
-	case <-t.done:
-	}
-	t.mu.Lock()
-	if ac.claimed {
-		t.mu.Unlock()
-		return
-	}
-	t.unpark(key, ac)
-	s, reason := t.precheck(&ac.hello)
-	t.mu.Unlock()
-	if s == transport.StatusOK {
-		s, reason = transport.RejectNotReady, "this worker is not connecting that world (yet)"
-	}
-	t.reject(ac, s, reason)
-}
-
-// unpark removes ac from the parked set. Called with t.mu held.
-func (t *Transport) unpark(key worldKey, ac *authConn) {
-	list := t.parked[key]
-	for i, p := range list {
-		if p == ac {
-			list = append(list[:i], list[i+1:]...)
-			t.nParked--
-			break
-		}
-	}
-	if len(list) == 0 {
-		delete(t.parked, key)
-	} else {
-		t.parked[key] = list
-	}
-}
-
-func (t *Transport) reject(ac *authConn, s transport.HandshakeStatus, reason string) {
-	level := slog.LevelInfo
-	if !s.Fatal() {
-		// The dialer retries; this is routine while ranks reach a world at different times.
-		level = slog.LevelDebug
-	}
-	t.log.Log(context.Background(), level, "gorovod tcp: refusing peer", "remote", ac.remote, "rank", ac.hello.From, "epoch", ac.hello.Epoch, "status", s, "reason", reason)
-	t.writeVerdict(ac.conn, s, reason)
-	t.drop(ac.conn)
-}
-
-// register records a Connect for world w and takes over the connections parked
-// for it.
-func (t *Transport) register(key worldKey, w *transport.World) (*pendingWorld, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return nil, ErrClosed
-	}
-	if t.worlds[key] != nil {
-		return nil, fmt.Errorf("tcp: job %q epoch %d is already being connected on this transport", w.JobID, w.Epoch)
-	}
-	if latest, ok := t.jobs[key.job]; ok && key.epoch < latest {
-		return nil, fmt.Errorf("tcp: stale epoch: job %q epoch %d is older than epoch %d already connected on this transport", w.JobID, key.epoch, latest)
-	}
-	t.jobs[key.job] = key.epoch
-	if len(t.jobs) > maxJobs {
-		// Forget some other job that is not being connected right now.
-		for j := range t.jobs {
-			if j != key.job && !t.connecting(j) {
-				delete(t.jobs, j)
-				break
-			}
-		}
-	}
-	pw := &pendingWorld{rank: w.Rank, size: w.Size(), notify: make(chan struct{}, 1)}
-	t.worlds[key] = pw
-	for _, ac := range t.parked[key] {
-		ac.claimed = true
-		close(ac.claim)
-		delete(t.conns, ac.conn)
-		t.nParked--
-		pw.queue = append(pw.queue, ac)
-	}
-	delete(t.parked, key)
-	if len(pw.queue) > 0 {
-		pw.signal()
-	}
-	kept := t.authFails[:0]
-	for _, af := range t.authFails {
-		switch {
-		case time.Since(af.at) > t.cfg.HandshakeTimeout:
-		case (worldKey{af.hello.JobHash, af.hello.Epoch}) == key:
-			pw.authFailed(&af.hello, af.remote)
-		default:
-			kept = append(kept, af)
-		}
-	}
-	clear(t.authFails[len(kept):])
-	t.authFails = kept
-	return pw, nil
-}
-
-func (t *Transport) connecting(job uint64) bool {
-	for k := range t.worlds {
-		if k.job == job {
-			return true
-		}
-	}
-	return false
-}
-
-// unregister ends a Connect and refuses what is still queued for it.
-func (t *Transport) unregister(key worldKey, pw *pendingWorld) {
-	t.mu.Lock()
-	if t.worlds[key] == pw {
-		delete(t.worlds, key)
-	}
-	queue := pw.queue
-	pw.queue = nil
-	t.mu.Unlock()
-	for _, ac := range queue {
-		t.log.Info("gorovod tcp: refusing peer: world no longer connecting", "remote", ac.remote, "rank", ac.hello.From)
-		t.writeVerdict(ac.conn, transport.RejectNotReady, "world no longer connecting")
-		ac.conn.Close()
-	}
-}
-
-// take returns what arrived for pw since the last call.
-func (t *Transport) take(pw *pendingWorld) []*authConn {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	q := pw.queue
-	pw.queue = nil
-	return q
-}
-
-// authFailure returns why rank last failed authentication for pw, if it did.
-func (t *Transport) authFailure(pw *pendingWorld, rank int) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return pw.authFails[rank]
+func (c *handshakeConn) Link(peer int, addr string, job, epoch uint64, self int) transport.Link {
+	_ = c.conn.SetDeadline(time.Time{})
+	return newLink(c.conn, peer, addr, job, epoch, self, c.cfg)
 }

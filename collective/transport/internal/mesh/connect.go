@@ -1,0 +1,333 @@
+package mesh
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
+)
+
+// Connect connects this endpoint to every other rank of w: it dials each lower
+// rank and waits for each higher rank to dial in. It returns one link per rank
+// (links[w.Rank] is nil) or, having closed everything it opened, an error naming
+// the rank that failed: a *transport.HandshakeError when a peer it dialed
+// refused it or failed authentication, a *transport.PeerError otherwise.
+//
+// When ctx ends first, the *transport.PeerError lists every rank still missing
+// and unwraps to ctx's error and to each missing rank's last failure; a higher
+// rank that dialed in but failed authentication shows there as a
+// *transport.HandshakeError. Such a failure does not end Connect by itself:
+// anyone who saw a rank's hello could replay it with a bad proof, and the real
+// rank may still come.
+func (m *Connector) Connect(ctx context.Context, w transport.World) ([]transport.Link, error) {
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	size := w.Size()
+	if size == 1 {
+		return []transport.Link{nil}, nil
+	}
+	if size > transport.MaxWorldSize {
+		return nil, fmt.Errorf("%s: world of %d ranks over the limit %d", m.cfg.Name, size, transport.MaxWorldSize)
+	}
+	for r := 0; r < w.Rank; r++ {
+		if w.Addrs[r] == "" {
+			return nil, fmt.Errorf("%s: world has no address for rank %d", m.cfg.Name, r)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	key := worldKey{transport.JobHash(w.JobID), w.Epoch}
+	pw, err := m.register(key, &w)
+	if err != nil {
+		return nil, err
+	}
+	defer m.unregister(key, pw)
+
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type dialed struct {
+		rank int
+		l    transport.Link
+		err  error
+	}
+	results := make(chan dialed, w.Rank)
+	var wg sync.WaitGroup
+	for r := 0; r < w.Rank; r++ {
+		wg.Go(func() {
+			l, err := m.dialPeer(dctx, &w, r, key)
+			results <- dialed{r, l, err}
+		})
+	}
+
+	links := make([]transport.Link, size)
+	dialErrs := make([]error, w.Rank)
+	have, dialsLeft := 0, w.Rank
+	var failure error
+	for have < size-1 && failure == nil {
+		select {
+		case d := <-results:
+			dialsLeft--
+			if d.err != nil {
+				if errors.Is(d.err, errGaveUp) {
+					dialErrs[d.rank] = d.err
+					failure = ctx.Err()
+				} else {
+					failure = d.err
+				}
+				break
+			}
+			links[d.rank] = d.l
+			have++
+		case <-pw.notify:
+			for _, a := range m.take(pw) {
+				from := int(a.hello.From)
+				if s, reason := pw.check(&a.hello); s != transport.StatusOK {
+					m.log(slog.LevelInfo, "refusing peer", "remote", a.remote, "rank", from, "status", s, "reason", reason)
+					writeVerdict(a.conn, s, reason)
+					a.conn.Close()
+					continue
+				}
+				if !writeVerdict(a.conn, transport.StatusOK, "") {
+					a.conn.Close()
+					continue
+				}
+				l := a.conn.Link(from, w.Addrs[from], key.job, key.epoch, w.Rank)
+				if old := links[from]; old != nil {
+					// The dialer gave up on its previous connection (it never saw
+					// our verdict), so this one is the one it will use.
+					old.Close()
+				} else {
+					have++
+				}
+				links[from] = l
+			}
+		case <-ctx.Done():
+			failure = ctx.Err()
+		case <-m.done:
+			failure = m.cfg.ErrClosed
+		}
+	}
+	if failure == nil {
+		// Every dial succeeded, so every dialer goroutine has already sent its result.
+		wg.Wait()
+		return links, nil
+	}
+
+	cancel()
+	for ; dialsLeft > 0; dialsLeft-- {
+		d := <-results
+		if d.l != nil {
+			d.l.Close()
+		}
+		if d.err != nil {
+			dialErrs[d.rank] = d.err
+		}
+	}
+	wg.Wait()
+	for _, l := range links {
+		if l != nil {
+			l.Close()
+		}
+	}
+	if cerr := ctx.Err(); cerr != nil && errors.Is(failure, cerr) {
+		acceptErrs := make([]error, size)
+		for r := w.Rank + 1; r < size; r++ {
+			acceptErrs[r] = m.authFailure(pw, r)
+		}
+		return nil, missingError(&w, links, dialErrs, acceptErrs, cerr)
+	}
+	return nil, failure
+}
+
+// errGaveUp marks a dial that stopped because its context ended; the message
+// around it is the last attempt's failure.
+var errGaveUp = errors.New("gave up")
+
+// missingError names every rank not connected when ctx ended, with why when
+// known: the last dial attempt's failure, or a dialer that failed authentication.
+func missingError(w *transport.World, links []transport.Link, dialErrs, acceptErrs []error, cerr error) error {
+	e := &missingRanksError{ctxErr: cerr}
+	for r := range links {
+		if r == w.Rank || links[r] != nil {
+			continue
+		}
+		e.missing = append(e.missing, r)
+		var why error
+		switch {
+		case r < w.Rank && dialErrs[r] != nil:
+			why = dialErrs[r]
+		case r < w.Rank:
+			why = errors.New("not reached")
+		case acceptErrs[r] != nil:
+			why = acceptErrs[r]
+		default:
+			why = errors.New("never dialed in")
+		}
+		e.causes = append(e.causes, why)
+	}
+	if len(e.missing) == 0 {
+		return cerr
+	}
+	return &transport.PeerError{Rank: e.missing[0], Addr: w.Addrs[e.missing[0]], Op: "connect", Err: e}
+}
+
+// missingRanksError is the context's error plus, for each rank still missing,
+// the reason it is missing. It unwraps to all of them, so errors.Is finds the
+// context's error and errors.As finds a *transport.HandshakeError among them.
+type missingRanksError struct {
+	ctxErr  error
+	missing []int
+	causes  []error
+}
+
+func (e *missingRanksError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v: ranks %v not connected (", e.ctxErr, e.missing)
+	for i, r := range e.missing {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "rank %d: %v", r, e.causes[i])
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+func (e *missingRanksError) Unwrap() []error {
+	return append([]error{e.ctxErr}, e.causes...)
+}
+
+// dialPeer dials rank peer until it connects, refuses for good or ctx ends.
+func (m *Connector) dialPeer(ctx context.Context, w *transport.World, peer int, key worldKey) (transport.Link, error) {
+	addr := w.Addrs[peer]
+	backoff := m.cfg.DialRetry
+	var last error
+	for {
+		l, err := m.dialOnce(ctx, w, peer, key)
+		if err == nil {
+			return l, nil
+		}
+		var he *transport.HandshakeError
+		if errors.As(err, &he) && he.Fatal {
+			return nil, err
+		}
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
+		m.log(slog.LevelDebug, "dial failed, retrying", "rank", peer, "addr", addr, "err", err, "retry_in", backoff)
+		// Jitter keeps ranks that started together from retrying in lockstep.
+		timer := time.NewTimer(backoff/2 + mrand.N(backoff/2+1))
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("%w after: %v", errGaveUp, last)
+		}
+		backoff = min(2*backoff, max(maxDialRetry, m.cfg.DialRetry))
+	}
+}
+
+// dialOnce makes one connection attempt and runs the dialer's side of the handshake.
+func (m *Connector) dialOnce(ctx context.Context, w *transport.World, peer int, key worldKey) (transport.Link, error) {
+	addr := w.Addrs[peer]
+	c, err := m.cfg.Dial(ctx, addr)
+	if err != nil {
+		return nil, &transport.PeerError{Rank: peer, Addr: addr, Op: "connect", Err: err}
+	}
+	if err := m.dialHandshake(ctx, c, w, peer, key); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c.Link(peer, addr, key.job, key.epoch, w.Rank), nil
+}
+
+func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.World, peer int, key worldKey) error {
+	addr := w.Addrs[peer]
+	ioErr := func(err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			err = cerr
+		}
+		return &transport.PeerError{Rank: peer, Addr: addr, Op: "connect", Err: fmt.Errorf("handshake: %w", err)}
+	}
+	refused := func(s transport.HandshakeStatus, reason string) error {
+		msg := "refused: " + s.String()
+		if reason != "" {
+			msg += ": " + reason
+		}
+		return &transport.HandshakeError{Rank: peer, Addr: addr, Reason: msg, Fatal: s.Fatal()}
+	}
+	malformed := func(err error) error {
+		return &transport.HandshakeError{Rank: peer, Addr: addr, Reason: reasonOf(err), Fatal: true}
+	}
+	// ctx's end wakes whichever message is under way; the connection is not
+	// used after that.
+	stop := context.AfterFunc(ctx, c.Interrupt)
+	defer stop()
+
+	hello := transport.Hello{
+		JobHash: key.job,
+		Epoch:   key.epoch,
+		From:    uint32(w.Rank),
+		To:      uint32(peer),
+		Size:    uint32(w.Size()),
+	}
+	_, _ = rand.Read(hello.Nonce[:])
+	var hb [transport.HelloSize]byte
+	hello.Encode(hb[:])
+	if err := c.WriteMsg(hb[:], false); err != nil {
+		return ioErr(err)
+	}
+
+	var cb [transport.ChallengeSize]byte
+	if err := c.ReadMsg(cb[:]); err != nil {
+		return ioErr(err)
+	}
+	var ch transport.Challenge
+	if err := transport.DecodeChallenge(cb[:], &ch); err != nil {
+		return malformed(err)
+	}
+	if ch.Status != transport.StatusOK {
+		return refused(ch.Status, ch.Reason)
+	}
+	want := transport.AcceptorMAC(m.cfg.Secret, hb[:], &ch.Nonce)
+	if !transport.MACEqual(&want, &ch.MAC) {
+		// Answer with a proof that cannot verify (and reveals nothing), so the
+		// acceptor's Connect learns of the mismatch too instead of waiting for us.
+		var zero [transport.ResponseSize]byte
+		(&transport.Response{}).Encode(zero[:])
+		_ = c.WriteMsg(zero[:], true)
+		return &transport.HandshakeError{Rank: peer, Addr: addr, Fatal: true, Reason: "peer failed authentication (wrong secret?)"}
+	}
+	resp := transport.Response{MAC: transport.DialerMAC(m.cfg.Secret, hb[:], &ch.Nonce, &hello.Nonce)}
+	var rb [transport.ResponseSize]byte
+	resp.Encode(rb[:])
+	if err := c.WriteMsg(rb[:], false); err != nil {
+		return ioErr(err)
+	}
+
+	var vb [transport.VerdictSize]byte
+	if err := c.ReadMsg(vb[:]); err != nil {
+		return ioErr(err)
+	}
+	var v transport.Verdict
+	if err := transport.DecodeVerdict(vb[:], &v); err != nil {
+		return malformed(err)
+	}
+	if v.Status != transport.StatusOK {
+		return refused(v.Status, v.Reason)
+	}
+	// Interrupted after all: the connection may be half closed.
+	if !stop() {
+		return ioErr(ctx.Err())
+	}
+	return nil
+}
