@@ -84,5 +84,5 @@ func (o *opRun) ringAllgather(ctx context.Context, plan *segPlan, dst memory) er
 		return dst.commit(ctx, off, b)
 	}
 	items := (p - 1) * nc
-	return o.pipeline(ctx, items, items, nc, send, recv)
+	return o.pipeline(ctx, items, items, nc, 0, send, recv)
 }

@@ -233,8 +233,13 @@ func (o *opRun) ring(ctx context.Context, plan *segPlan, src, work, out memory, 
 		}
 		return out.scale(ctx, off+outShift, n, dt, factor, divisor)
 	}
+	// An allgather receive overwrites the segment that the send p-1 steps
+	// earlier read. The ring's own data dependency already orders them
+	// (that receive needs data that has been around the ring since that
+	// send), but only through the links, which the race detector cannot see
+	// through a socket; the guard says it in Go.
 	items := steps * nc
-	return o.pipeline(ctx, items, items, nc, send, recv)
+	return o.pipeline(ctx, items, items, nc, (p-1)*nc, send, recv)
 }
 
 // recursiveDoubling allreduces buf (holding this rank's contribution) in

@@ -105,5 +105,5 @@ func (o *opRun) chainBroadcast(ctx context.Context, m memory, nbytes, root int) 
 	if vr == 0 {
 		lag = -1 // the root has it all already
 	}
-	return o.pipeline(ctx, nSend, nRecv, lag, send, recv)
+	return o.pipeline(ctx, nSend, nRecv, lag, 0, send, recv)
 }

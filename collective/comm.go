@@ -414,8 +414,10 @@ func (o *opRun) check(peer int, h *transport.Header, step, n int, count uint64) 
 // pipeline runs the two halves of a ring or chain step schedule: send(k) for
 // k < nSend on a sender goroutine and recv(k) for k < nRecv on this one. Send k
 // may only start once recv k-lag has finished (it forwards what that receive
-// produced); with lag < 0 sends never wait. Either half failing stops the other.
-func (o *opRun) pipeline(ctx context.Context, nSend, nRecv, lag int, send, recv func(ctx context.Context, k int) error) error {
+// produced); with lag < 0 sends never wait. With guard > 0, recv k may only
+// start once send k-guard has finished, because it overwrites what that send
+// read. Either half failing stops the other.
+func (o *opRun) pipeline(ctx context.Context, nSend, nRecv, lag, guard int, send, recv func(ctx context.Context, k int) error) error {
 	if nSend == 0 {
 		for k := 0; k < nRecv; k++ {
 			if err := recv(ctx, k); err != nil {
@@ -427,6 +429,7 @@ func (o *opRun) pipeline(ctx context.Context, nSend, nRecv, lag int, send, recv 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ready := make(chan struct{}, nRecv)
+	sent := make(chan struct{}, nSend)
 	sendErr := make(chan error, 1)
 	go func() {
 		err := func() error {
@@ -443,6 +446,7 @@ func (o *opRun) pipeline(ctx context.Context, nSend, nRecv, lag int, send, recv 
 				if err := send(ctx, k); err != nil {
 					return err
 				}
+				sent <- struct{}{}
 			}
 			return nil
 		}()
@@ -452,7 +456,22 @@ func (o *opRun) pipeline(ctx context.Context, nSend, nRecv, lag int, send, recv 
 		sendErr <- err
 	}()
 	var recvErr error
+	done := 0 // sends finished
 	for k := 0; k < nRecv; k++ {
+		for guard > 0 && done <= k-guard && done < nSend {
+			select {
+			case <-sent:
+				done++
+			case <-ctx.Done():
+				recvErr = context.Cause(ctx)
+			}
+			if recvErr != nil {
+				break
+			}
+		}
+		if recvErr != nil {
+			break
+		}
 		if recvErr = recv(ctx, k); recvErr != nil {
 			break
 		}
