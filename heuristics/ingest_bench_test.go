@@ -13,7 +13,7 @@ func (benchCluster) Workers() []WorkerInfo { return nil }
 
 type benchProv struct{}
 
-func (benchProv) Start(context.Context, int) error        { return nil }
+func (benchProv) Start(context.Context, int) error       { return nil }
 func (benchProv) Stop(context.Context, WorkerInfo) error { return nil }
 
 // BenchmarkEngineIngest is the driver's cost per worker step report: two
