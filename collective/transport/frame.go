@@ -166,3 +166,25 @@ func CheckOrigin(h *Header, jobHash, epoch uint64, peer int) error {
 	}
 	return nil
 }
+
+// CheckOutgoing checks a frame a link is asked to send: its header's length
+// matches the payload, and the payload is within its kind's limit. Every
+// transport's Send runs it first, so a bad frame fails the same way on each.
+func CheckOutgoing(h *Header, payload []byte) error {
+	if int64(h.Length) != int64(len(payload)) {
+		return fmt.Errorf("header length %d != payload length %d", h.Length, len(payload))
+	}
+	switch h.Kind {
+	case FrameData:
+		if len(payload) > MaxPayload {
+			return fmt.Errorf("payload of %d bytes over the limit %d", len(payload), MaxPayload)
+		}
+	case FrameAbort:
+		if len(payload) > MaxAbortReason {
+			return fmt.Errorf("abort reason of %d bytes over the limit %d", len(payload), MaxAbortReason)
+		}
+	default:
+		return fmt.Errorf("unknown frame kind %d", uint8(h.Kind))
+	}
+	return nil
+}

@@ -234,20 +234,8 @@ func (e *brokenError) Unwrap() []error { return []error{transport.ErrPeerClosed,
 // Send writes one frame in one system call. The header is encoded from a copy,
 // so the caller's h is left as it was.
 func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) error {
-	if int64(h.Length) != int64(len(payload)) {
-		return l.perr("send", fmt.Errorf("header length %d != payload length %d", h.Length, len(payload)))
-	}
-	switch h.Kind {
-	case transport.FrameData:
-		if len(payload) > transport.MaxPayload {
-			return l.perr("send", fmt.Errorf("payload of %d bytes over the limit %d", len(payload), transport.MaxPayload))
-		}
-	case transport.FrameAbort:
-		if len(payload) > transport.MaxAbortReason {
-			return l.perr("send", fmt.Errorf("abort reason of %d bytes over the limit %d", len(payload), transport.MaxAbortReason))
-		}
-	default:
-		return l.perr("send", fmt.Errorf("unknown frame kind %d", uint8(h.Kind)))
+	if err := transport.CheckOutgoing(h, payload); err != nil {
+		return l.perr("send", err)
 	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
