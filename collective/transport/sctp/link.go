@@ -59,7 +59,7 @@ type link struct {
 	roff, rend int    // payload bytes of the frame still in rbuf
 	pending    int    // payload bytes of the last header not read yet
 	rbroken    error
-	rwake      waker
+	rwake      transport.Waker
 	rread      uint64 // message bytes read
 	reported   uint64 // rread as last reported to the peer
 	cbuf       [8]byte
@@ -95,7 +95,8 @@ func newLink(c *sconn, peer int, addr string, job, epoch uint64, self int, cfg *
 		default:
 		}
 	})
-	l.rwake.init(c.stream)
+	stream := c.stream
+	l.rwake.Init(func(t time.Time) { _ = stream.SetReadDeadline(t) })
 	go l.readCredits()
 	return l
 }
@@ -177,51 +178,12 @@ func (l *link) Close() error {
 	timer.Stop()
 	l.wmu.Unlock()
 	l.rmu.Lock()
-	l.rwake.release()
+	l.rwake.Release()
 	_ = l.c.stream.SetReadDeadline(time.Time{})
 	l.rmu.Unlock()
 	l.c.close()
 	<-l.creditDone
 	return nil
-}
-
-// waker turns a context's end into a read deadline in the past, which wakes a
-// blocked Read; see the TCP transport's waker.
-type waker struct {
-	s     *sctp.Stream
-	fired chan struct{}
-	fn    func()
-	done  <-chan struct{}
-	stop  func() bool
-}
-
-func (w *waker) init(s *sctp.Stream) {
-	w.s = s
-	w.fired = make(chan struct{}, 1)
-	w.fn = w.fire
-}
-
-func (w *waker) fire() {
-	_ = w.s.SetReadDeadline(time.Unix(1, 0))
-	w.fired <- struct{}{}
-}
-
-func (w *waker) watch(ctx context.Context) {
-	d := ctx.Done()
-	if d == w.done {
-		return
-	}
-	w.release()
-	if d != nil {
-		w.done, w.stop = d, context.AfterFunc(ctx, w.fn)
-	}
-}
-
-func (w *waker) release() {
-	if w.stop != nil && !w.stop() {
-		<-w.fired
-	}
-	w.done, w.stop = nil, nil
 }
 
 // deadline is the earlier of the silence bound and ctx's deadline, and
@@ -462,7 +424,7 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 // every ProbeInterval: an association whose peer process is gone fails then
 // (its port answers with ICMP "port unreachable"), instead of at IOTimeout.
 func (l *link) read(ctx context.Context, b []byte) (int, error) {
-	l.rwake.watch(ctx)
+	l.rwake.Watch(ctx)
 	dl, ctxBound := l.deadline(ctx)
 	for {
 		next := dl

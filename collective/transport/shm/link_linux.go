@@ -55,7 +55,7 @@ type link struct {
 	wbroken error  // first failure after part of a frame was published
 	spaceR  *os.File
 	dataW   int // the peer's receive FIFO
-	wwake   waker
+	wwake   transport.Waker
 	wdrain  [64]byte
 	one     [1]byte
 
@@ -69,7 +69,7 @@ type link struct {
 	rbroken error
 	dataR   *os.File
 	spaceW  int // the peer's send FIFO
-	rwake   waker
+	rwake   transport.Waker
 	rdrain  [64]byte
 	rone    [1]byte
 
@@ -124,8 +124,9 @@ func newLink(e *endpoint) *link {
 		singleMin:  e.singleMin,
 		peerPID:    e.peerPID,
 	}
-	l.wwake.init(e.spaceR)
-	l.rwake.init(e.dataR)
+	spaceR, dataR := e.spaceR, e.dataR
+	l.wwake.Init(func(t time.Time) { _ = spaceR.SetReadDeadline(t) })
+	l.rwake.Init(func(t time.Time) { _ = dataR.SetReadDeadline(t) })
 	return l
 }
 
@@ -152,12 +153,12 @@ func (l *link) Close() error {
 	// Closing the peer's write ends wakes the peer's parked calls with
 	// end-of-file.
 	l.wmu.Lock()
-	l.wwake.release()
+	l.wwake.Release()
 	_ = unix.Close(l.dataW)
 	_ = l.spaceR.Close()
 	l.wmu.Unlock()
 	l.rmu.Lock()
-	l.rwake.release()
+	l.rwake.Release()
 	_ = unix.Close(l.spaceW)
 	_ = l.dataR.Close()
 	l.reg.unmap()
@@ -168,49 +169,6 @@ func (l *link) Close() error {
 // gone reports whether the peer closed its side or died.
 func (l *link) gone() bool {
 	return l.peerGone.Load() || atomic.LoadUint32(l.peerClosed) != 0
-}
-
-// waker turns a context's end into a read deadline in the past on the FIFO a
-// call parks on. As in the TCP transport, its context.AfterFunc registration is
-// kept while successive calls share a Done channel, so the steady state
-// registers nothing; it is made only when a call actually parks.
-type waker struct {
-	f     *os.File
-	fired chan struct{}
-	fn    func()
-	done  <-chan struct{}
-	stop  func() bool
-}
-
-func (w *waker) init(f *os.File) {
-	w.f = f
-	w.fired = make(chan struct{}, 1)
-	w.fn = w.fire
-}
-
-func (w *waker) fire() {
-	_ = w.f.SetReadDeadline(time.Unix(1, 0))
-	w.fired <- struct{}{}
-}
-
-func (w *waker) watch(ctx context.Context) {
-	d := ctx.Done()
-	if d == w.done {
-		return
-	}
-	w.release()
-	if d != nil {
-		w.done, w.stop = d, context.AfterFunc(ctx, w.fn)
-	}
-}
-
-// release drops the registration; if it already fired, it waits for the
-// callback, so its past deadline cannot land on a later wait.
-func (w *waker) release() {
-	if w.stop != nil && !w.stop() {
-		<-w.fired
-	}
-	w.done, w.stop = nil, nil
 }
 
 // ended reports, without blocking or locking, whether ctx's Done channel is closed.
@@ -257,7 +215,7 @@ func isWait(err error) bool {
 type waitSide struct {
 	f     *os.File
 	flag  *uint32
-	wake  *waker
+	wake  *transport.Waker
 	drain []byte
 }
 
@@ -293,7 +251,7 @@ func (l *link) wait(ctx context.Context, ws *waitSide, cond func() (bool, error)
 		}
 	}
 	dl, ctxBound := l.deadline(ctx)
-	ws.wake.watch(ctx)
+	ws.wake.Watch(ctx)
 	for {
 		if l.closed.Load() {
 			return transport.ErrLinkClosed

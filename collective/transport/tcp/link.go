@@ -39,14 +39,14 @@ type link struct {
 	bufsArr [2][]byte
 	bufs    net.Buffers // writev of header + large payload; backed by bufsArr
 	wbroken error       // first send failure: the stream may hold half a frame
-	wwake   waker
+	wwake   transport.Waker
 
 	// Receive side, one goroutine at a time; rmu only orders it with Close.
 	rmu     sync.Mutex
 	br      *bufio.Reader
 	pending int   // payload bytes of the last header not read yet
 	rbroken error // first receive failure: the stream position is lost
-	rwake   waker
+	rwake   transport.Waker
 }
 
 func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int, cfg *Config) *link {
@@ -64,8 +64,8 @@ func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int,
 		wbuf:      make([]byte, transport.HeaderSize+smallFrame),
 		br:        bufio.NewReaderSize(c, cfg.ReadBufferSize),
 	}
-	l.wwake.init(c, false)
-	l.rwake.init(c, true)
+	l.wwake.Init(func(t time.Time) { _ = c.SetWriteDeadline(t) })
+	l.rwake.Init(func(t time.Time) { _ = c.SetReadDeadline(t) })
 	return l
 }
 
@@ -81,74 +81,16 @@ func (l *link) Close() error {
 	// The calls in flight return promptly now; then drop the context watches, so
 	// a long-lived context does not keep the link (and its buffers) alive.
 	l.wmu.Lock()
-	l.wwake.release()
+	l.wwake.Release()
 	l.wmu.Unlock()
 	l.rmu.Lock()
-	l.rwake.release()
+	l.rwake.Release()
 	l.rmu.Unlock()
 	return err
 }
 
 func (l *link) perr(op string, err error) error {
 	return &transport.PeerError{Rank: l.peer, Addr: l.addr, Op: op, Err: err}
-}
-
-// waker turns a context's end into an I/O deadline in the past, which is the only
-// way to interrupt a blocked read or write on a net.Conn. There is one per
-// direction. Its context.AfterFunc registration is kept from call to call while
-// the calls' contexts share a Done channel (the usual case: one context per
-// collective or per step), so the steady state registers nothing and allocates
-// nothing; it is released when the context changes and when the link closes.
-type waker struct {
-	conn  *net.TCPConn
-	read  bool
-	fired chan struct{}
-	fn    func()
-	// The registration: the Done channel watched and how to stop watching.
-	done <-chan struct{}
-	stop func() bool
-}
-
-func (w *waker) init(c *net.TCPConn, read bool) {
-	w.conn = c
-	w.read = read
-	w.fired = make(chan struct{}, 1)
-	w.fn = w.fire
-}
-
-func (w *waker) fire() {
-	// A deadline in the past wakes any blocked I/O at once.
-	w.setDeadline(time.Unix(1, 0))
-	w.fired <- struct{}{}
-}
-
-func (w *waker) setDeadline(t time.Time) {
-	if w.read {
-		_ = w.conn.SetReadDeadline(t)
-	} else {
-		_ = w.conn.SetWriteDeadline(t)
-	}
-}
-
-// watch makes sure the end of ctx wakes this direction's I/O.
-func (w *waker) watch(ctx context.Context) {
-	d := ctx.Done()
-	if d == w.done {
-		return
-	}
-	w.release()
-	if d != nil {
-		w.done, w.stop = d, context.AfterFunc(ctx, w.fn)
-	}
-}
-
-// release drops the registration. If it already fired, it waits for the
-// callback, so the past deadline it sets cannot land on a later call.
-func (w *waker) release() {
-	if w.stop != nil && !w.stop() {
-		<-w.fired
-	}
-	w.done, w.stop = nil, nil
 }
 
 // ioCall is the state of one blocking call: its context, and whether the
@@ -163,25 +105,25 @@ type ioCall struct {
 // any I/O, if the context has ended: checking after the deadline is set
 // catches a context whose watch fired just before and whose past deadline the
 // new one would otherwise have undone.
-func (l *link) arm(w *waker, ctx context.Context) (ioCall, error) {
+func (l *link) arm(w *transport.Waker, ctx context.Context) (ioCall, error) {
 	c := ioCall{ctx: ctx}
-	w.watch(ctx)
+	w.Watch(ctx)
 	l.setCallDeadline(w, &c)
 	return c, ctx.Err()
 }
 
-func (l *link) setCallDeadline(w *waker, c *ioCall) {
+func (l *link) setCallDeadline(w *transport.Waker, c *ioCall) {
 	dl := time.Now().Add(l.ioTimeout)
 	c.ctxBound = false
 	if cd, ok := c.ctx.Deadline(); ok && !cd.After(dl) {
 		dl, c.ctxBound = cd, true
 	}
-	w.setDeadline(dl)
+	w.SetDeadline(dl)
 }
 
 // extend restarts the silence timer after a timeout that followed progress, so
 // IOTimeout bounds silence rather than the duration of a long transfer.
-func (l *link) extend(w *waker, c *ioCall) bool {
+func (l *link) extend(w *transport.Waker, c *ioCall) bool {
 	if c.ctxBound || c.ctx.Err() != nil {
 		return false
 	}
