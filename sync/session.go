@@ -246,9 +246,16 @@ func pendingIn(p *Handle, list []*Handle) bool {
 // world). A failure found here is repaired before Commit returns
 // ErrWorldChanged: the state is then whatever the new rank 0 held, this step
 // committed or not, and the trainer carries on from it.
+//
+// Moving to the next world also returns ErrWorldChanged when its rank 0 had
+// not committed this step: an allreduce can complete on some ranks while it
+// fails on others (a peer dies after sending its last chunk to some but not
+// all), so the next world's rank 0 may be a step behind. The state is then
+// rolled back to rank 0's, and the step was not committed after all.
 func (s *Session) Commit(ctx context.Context) error {
 	began := time.Now()
 	s.state.Step++
+	committed := s.state.Step
 	newest := s.newest
 	if !s.tagged {
 		// No gradient allreduce carried the news this step: ask explicitly.
@@ -271,7 +278,14 @@ func (s *Session) Commit(ctx context.Context) error {
 		return nil
 	}
 	s.comm.Close()
-	return s.advance(ctx, s.epoch.Number)
+	if err := s.advance(ctx, s.epoch.Number); err != nil {
+		return err
+	}
+	if s.state.Step != committed {
+		s.log.Info("the next world's rank 0 had not committed this step: rolled back", "step", committed, "now", s.state.Step)
+		return ErrWorldChanged
+	}
+	return nil
 }
 
 // Close leaves the current world's communicator. Leaving the job for good is

@@ -370,3 +370,93 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 		}
 	}
 }
+
+// An allreduce can complete on one rank and fail on another, so the next
+// world's rank 0 may not have committed a step that another member has. That
+// member's Commit must then report the step undone (ErrWorldChanged, the state
+// rolled back to rank 0's), never success at a step it did not finish: a
+// trainer would log or count the step twice. Here rank 0 misses the step by
+// skipping its Commit, which leaves it in the state a failed allreduce would.
+func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
+	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	go coord.Run(ctx)
+	root, behind := startToy(t, "root", coord, 16), startToy(t, "ahead", coord, 16)
+	waitEpoch(t, coord, func(e Epoch) bool { return len(e.Members) == 2 })
+	join := func(w *toyWorker) (*Session, error) {
+		sc := DefaultConfig()
+		sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
+		return Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+	}
+	// both runs f on each session at once and returns their errors.
+	both := func(a, b *Session, f func(*Session) error) (error, error) {
+		var errA, errB error
+		var wg stdsync.WaitGroup
+		wg.Go(func() { errA = f(a) })
+		wg.Go(func() { errB = f(b) })
+		wg.Wait()
+		return errA, errB
+	}
+	var sessRoot, sessAhead *Session
+	var errRoot, errAhead error
+	var wg stdsync.WaitGroup
+	wg.Go(func() { sessRoot, errRoot = join(root) })
+	wg.Go(func() { sessAhead, errAhead = join(behind) })
+	wg.Wait()
+	if errRoot != nil || errAhead != nil {
+		t.Fatalf("join: %v, %v", errRoot, errAhead)
+	}
+	defer sessRoot.Close()
+	defer sessAhead.Close()
+	if sessRoot.Rank() != 0 {
+		t.Fatalf("root has rank %d", sessRoot.Rank())
+	}
+	grads := func() [][]float32 { return [][]float32{make([]float32, 16)} }
+	step := func(s *Session) error {
+		if err := s.Allreduce(ctx, grads()); err != nil {
+			return err
+		}
+		return s.Commit(ctx)
+	}
+	// Step 1 everywhere; then step 2's allreduce completes, but only the
+	// member ahead commits it.
+	if errRoot, errAhead = both(sessRoot, sessAhead, step); errRoot != nil || errAhead != nil {
+		t.Fatalf("step 1: %v, %v", errRoot, errAhead)
+	}
+	if errRoot, errAhead = both(sessRoot, sessAhead, func(s *Session) error { return s.Allreduce(ctx, grads()) }); errRoot != nil || errAhead != nil {
+		t.Fatalf("step 2's allreduce: %v, %v", errRoot, errAhead)
+	}
+	if err := sessAhead.Commit(ctx); err != nil {
+		t.Fatalf("step 2's commit: %v", err)
+	}
+	// A third worker asks in; both move to its world at the next boundary:
+	// rank 0 after its (second) step 2, the other after a step 3 that rank 0
+	// never ran.
+	late := startToy(t, "late", coord, 16)
+	lateDone := make(chan error, 1)
+	go func() {
+		s, err := join(late)
+		if err == nil {
+			defer s.Close()
+			if s.Step() != 2 {
+				err = fmt.Errorf("the joiner starts at step %d, want rank 0's 2", s.Step())
+			}
+		}
+		lateDone <- err
+	}()
+	waitEpoch(t, coord, func(e Epoch) bool { return e.Rank("late") >= 0 })
+	errRoot, errAhead = both(sessRoot, sessAhead, step)
+	if errRoot != nil {
+		t.Fatalf("rank 0's step 2: %v", errRoot)
+	}
+	if !errors.Is(errAhead, ErrWorldChanged) {
+		t.Fatalf("the member ahead committed step 3 into a world at step 2: Commit returned %v, step %d", errAhead, sessAhead.Step())
+	}
+	if sessAhead.Step() != 2 || sessRoot.Step() != 2 || sessAhead.Size() != 3 {
+		t.Fatalf("after the move: steps %d (rank 0) and %d, world of %d", sessRoot.Step(), sessAhead.Step(), sessAhead.Size())
+	}
+	if err := <-lateDone; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -303,6 +303,7 @@ func checkElasticInvariantsSteps(t *testing.T, lines []trainerLine, samples int,
 	// share, also the share of a worker that died before it could print.)
 	type span struct{ start, global int }
 	byEpoch := map[uint64]map[int64]span{}
+	firstLine := map[int64]trainerLine{}
 	for _, l := range lines {
 		if l.WorldEpoch != newest[l.Step] {
 			continue
@@ -312,9 +313,14 @@ func checkElasticInvariantsSteps(t *testing.T, lines []trainerLine, samples int,
 		}
 		sp := span{l.Start, l.Global}
 		if prev, ok := byEpoch[l.Epoch][l.Step]; ok && prev != sp {
-			t.Fatalf("step %d: workers disagree on the global batch: %v and %v", l.Step, prev, sp)
+			f := firstLine[l.Step]
+			t.Fatalf("step %d, world epoch %d: workers disagree on the global batch: %v (%s, rank %d of %d) and %v (%s, rank %d of %d)",
+				l.Step, l.WorldEpoch, prev, f.workerName, f.Rank, f.Size, sp, l.workerName, l.Rank, l.Size)
 		}
 		byEpoch[l.Epoch][l.Step] = sp
+		if _, ok := firstLine[l.Step]; !ok {
+			firstLine[l.Step] = l
+		}
 	}
 	finished := 0
 	for e, byStep := range byEpoch {
@@ -430,6 +436,11 @@ func TestElasticRunFaultInjection(t *testing.T) {
 		}
 	}
 	t.Logf("%d workers killed", kills)
+	defer func() {
+		if t.Failed() && os.Getenv("GOROVOD_TEST_DUMP") != "" {
+			os.WriteFile(os.Getenv("GOROVOD_TEST_DUMP"), []byte(h.logText()), 0o644)
+		}
+	}()
 	select {
 	case err := <-h.exited:
 		if err != nil {
