@@ -54,7 +54,11 @@
 // session report the peer to the proposer, abort the world, wait for the next
 // epoch, rebuild and re-broadcast the state from the new rank 0, and return
 // ErrWorldChanged: the trainer redoes the interrupted step from that state.
-// No rollback to a checkpoint, no process restart.
+// No rollback to a checkpoint, no process restart. A collective can complete on
+// some members while it fails on others, so members may reach the next world
+// a step apart; the new rank 0's state wins, and a member rolled back by it
+// gets ErrWorldChanged from the Commit that moved it, not success at a step
+// the world did not keep.
 //
 // Also here: Fuser packs many gradient tensors into few allreduces (Horovod's
 // fusion buffer), AsyncReducer overlaps their communication with the backward
