@@ -113,6 +113,7 @@ type Engine struct {
 	worlds  []WorldChange
 	reports []workerReports
 	notes   []Event // from Stop goroutines, emitted by Run
+	ready   bool    // a Background heuristic has an answer
 	wake    chan struct{}
 
 	// mu guards what Status and Summary read; only Run's goroutine writes.
@@ -186,6 +187,9 @@ func NewEngine(cfg EngineConfig, cluster Cluster, prov Provisioner) (*Engine, er
 		e.detector, e.policy = d, straggler.NewPolicy(cfg.Straggler)
 	}
 	e.history = History{MinWorkers: cfg.MinWorkers, MaxWorkers: cfg.MaxWorkers, TotalSteps: cfg.TotalSteps}
+	if b, ok := cfg.Heuristic.(Background); ok {
+		b.OnReady(e.heuristicReady)
+	}
 	return e, nil
 }
 
@@ -201,6 +205,15 @@ func (e *Engine) OnWorld(w WorldChange) {
 func (e *Engine) OnReports(worker string, steps []StepReport) {
 	e.in.Lock()
 	e.reports = append(e.reports, workerReports{worker, steps})
+	e.in.Unlock()
+	e.poke()
+}
+
+// heuristicReady is a Background heuristic's wake-up: it has an answer to
+// collect, new steps or not.
+func (e *Engine) heuristicReady() {
+	e.in.Lock()
+	e.ready = true
 	e.in.Unlock()
 	e.poke()
 }
@@ -224,8 +237,8 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.progress(ctx)
 		case <-e.wake:
 			e.in.Lock()
-			worlds, reports, notes := e.worlds, e.reports, e.notes
-			e.worlds, e.reports, e.notes = nil, nil, nil
+			worlds, reports, notes, ready := e.worlds, e.reports, e.notes, e.ready
+			e.worlds, e.reports, e.notes, e.ready = nil, nil, nil, false
 			e.in.Unlock()
 			for _, ev := range notes {
 				e.emit(ev)
@@ -239,7 +252,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			if len(worlds) > 0 {
 				e.progress(ctx)
 			}
-			e.evaluate(ctx)
+			e.evaluate(ctx, ready)
 		}
 	}
 }
@@ -331,10 +344,11 @@ func cmpInt(a, b int64) int {
 }
 
 // evaluate consults straggler detection, then the heuristic, when new steps
-// are complete and no decision is being carried out.
-func (e *Engine) evaluate(ctx context.Context) {
+// are complete (or a Background heuristic has an answer) and no decision is
+// being carried out.
+func (e *Engine) evaluate(ctx context.Context, ready bool) {
 	cur := e.history.Current()
-	if cur == nil || e.pending != nil || e.history.Step <= e.lastStep || time.Now().Before(e.quietUntil) {
+	if cur == nil || e.pending != nil || (e.history.Step <= e.lastStep && !ready) || time.Now().Before(e.quietUntil) {
 		return
 	}
 	e.lastStep = e.history.Step

@@ -1327,3 +1327,77 @@ func TestEngineConcurrentReads(t *testing.T) {
 		t.Errorf("summary timeline %+v, throughput %+v", s.Timeline, s.Throughput)
 	}
 }
+
+// engBackground answers in the background: its first Decide holds, and the
+// test later gives the answer and wakes the engine as the exec heuristic does.
+type engBackground struct {
+	*engFunc
+	mu     sync.Mutex
+	ready  func()
+	answer *Decision
+}
+
+func (h *engBackground) OnReady(ready func()) {
+	h.mu.Lock()
+	h.ready = ready
+	h.mu.Unlock()
+}
+
+// give makes d the answer of the work in progress and wakes the engine; it
+// reports false if the engine handed over no wake-up.
+func (h *engBackground) give(d Decision) bool {
+	h.mu.Lock()
+	h.answer = &d
+	ready := h.ready
+	h.mu.Unlock()
+	if ready == nil {
+		return false
+	}
+	ready()
+	return true
+}
+
+// An answer ready in the background is acted on at once, without waiting for
+// the next reported step, also from inside a composition.
+func TestEngineBackgroundHeuristic(t *testing.T) {
+	for _, compose := range []bool{false, true} {
+		t.Run(fmt.Sprintf("composed=%v", compose), func(t *testing.T) {
+			bg := &engBackground{}
+			bg.engFunc = engDecide(func(*History) (Decision, error) {
+				bg.mu.Lock()
+				defer bg.mu.Unlock()
+				if bg.answer == nil {
+					return HoldBecause("working"), nil
+				}
+				d := *bg.answer
+				bg.answer = nil
+				return d, nil
+			})
+			var h Heuristic = bg
+			if compose {
+				h = &composite{name: "any-of", members: []Heuristic{engAt(1000, HoldBecause("x")), bg}}
+			}
+			f := newEngFake(2)
+			_, log := engRun(t, engConfig(h), f)
+			f.start(time.Now())
+			f.feed(1, 5, engSteady(8, 10*time.Millisecond))
+			bg.waitCall(t, 5)
+			calls := len(bg.steps())
+			if !bg.give(Decision{Action: Grow, Count: 1, Reason: "the answer"}) {
+				t.Fatal("the engine gave the heuristic no wake-up")
+			}
+			select {
+			case n := <-f.startCh:
+				if n != 1 {
+					t.Fatalf("started %d workers, want 1", n)
+				}
+			case <-time.After(engWait):
+				t.Fatalf("the engine did not act on the answer; the heuristic was asked at steps %v", bg.steps())
+			}
+			if got := bg.steps()[calls:]; !slices.Equal(got, []int64{5}) {
+				t.Errorf("asked again at steps %v, want once more at step 5", got)
+			}
+			log.wait(t, EventDecision, "the answer", 1)
+		})
+	}
+}

@@ -109,6 +109,20 @@ type execHeuristic struct {
 	ran     bool
 	last    int64 // History.Step at the last run
 	settled bool  // the last run's decision was a settled hold
+	// pending is the run in flight or not yet collected: the program runs
+	// beside the engine, which keeps measuring, detecting stragglers and
+	// following world changes meanwhile.
+	pending *pluginRun
+	ready   func() // the engine's wake-up (OnReady), or nil
+}
+
+// pluginRun is one run of the program on the history of one step.
+type pluginRun struct {
+	done  chan struct{} // closed when d and err are set
+	epoch uint64        // the world the history ended in
+	step  int64
+	d     Decision
+	err   error
 }
 
 func newExec(_ *Registry, s Spec) (Heuristic, error) {
@@ -165,13 +179,30 @@ func newExec(_ *Registry, s Spec) (Heuristic, error) {
 
 func (e *execHeuristic) Name() string { return "exec(" + filepath.Base(e.argv[0]) + ")" }
 
-// Decide runs the program when eval_every steps have passed since its last
-// run and holds otherwise. A failed run counts as a run: a plugin that times
-// out must not stall the engine at every call.
+// Decide starts the program when eval_every steps have passed since its last
+// run and holds otherwise; the run's decision is returned by the first call
+// after the program has answered. A failed run counts as a run: a plugin that
+// times out must not be started again at every call. An answer about a world
+// that has since changed is dropped, and the program asked again at once.
 func (e *execHeuristic) Decide(ctx context.Context, h *History) (Decision, error) {
 	cur := h.Current()
 	if cur == nil {
 		return HoldBecause("no world yet"), nil
+	}
+	if r := e.pending; r != nil {
+		select {
+		case <-r.done:
+		default:
+			d := HoldBecause("plugin evaluating the history of step %d", r.step)
+			d.Settled = e.settled
+			return d, nil
+		}
+		e.pending = nil
+		if r.epoch == cur.Epoch {
+			e.settled = r.err == nil && r.d.Settled && r.d.Action == Hold
+			return r.d, r.err
+		}
+		e.ran = false
 	}
 	// A step count below the last run's means the count restarted: run.
 	if e.ran && h.Step >= e.last && h.Step < e.last+e.every {
@@ -179,20 +210,33 @@ func (e *execHeuristic) Decide(ctx context.Context, h *History) (Decision, error
 		d.Settled = e.settled
 		return d, nil
 	}
-	e.ran, e.last, e.settled = true, h.Step, false
-	d, err := e.run(ctx, h, cur.Members)
-	if err != nil {
-		return Decision{}, err
-	}
-	e.settled = d.Settled && d.Action == Hold
-	return d, nil
-}
-
-func (e *execHeuristic) run(ctx context.Context, h *History, members []string) (Decision, error) {
+	e.ran, e.last = true, h.Step
+	// The history is encoded here, on the caller's goroutine, because the
+	// engine goes on changing it while the program runs.
 	input, err := json.Marshal(newPluginHistory(h, e.includeSteps))
 	if err != nil {
 		return Decision{}, &PluginError{Program: e.argv[0], Err: fmt.Errorf("encoding the history: %w", err)}
 	}
+	r := &pluginRun{done: make(chan struct{}), epoch: cur.Epoch, step: h.Step}
+	members := slices.Clone(cur.Members)
+	go func() {
+		r.d, r.err = e.run(ctx, input, members)
+		close(r.done)
+		if e.ready != nil {
+			e.ready()
+		}
+	}()
+	e.pending = r
+	d := HoldBecause("plugin started on the history of step %d", h.Step)
+	d.Settled = e.settled
+	return d, nil
+}
+
+// OnReady makes the engine evaluate as soon as the program has answered.
+func (e *execHeuristic) OnReady(ready func()) { e.ready = ready }
+
+// run runs the program once on an encoded history.
+func (e *execHeuristic) run(ctx context.Context, input []byte, members []string) (Decision, error) {
 	// A line, so that line-oriented readers (a shell's read, tee into a
 	// JSON-lines file) work too.
 	input = append(input, '\n')

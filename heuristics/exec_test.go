@@ -136,7 +136,7 @@ func TestExecExamplePlugin(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(tc.h)
 			}
-			d, err := e.Decide(context.Background(), tc.h)
+			d, err := decideNow(context.Background(), e, tc.h)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +219,7 @@ func TestExecBadPlugins(t *testing.T) {
 			e := mustExec(t, params)
 			h := testHistory(3, [2]float64{2, 100})
 			start := time.Now()
-			d, err := e.Decide(context.Background(), h)
+			d, err := decideNow(context.Background(), e, h)
 			if took := time.Since(start); took > 5*time.Second {
 				t.Errorf("Decide took %v", took)
 			}
@@ -251,7 +251,7 @@ func TestExecCancelled(t *testing.T) {
 	e := mustExec(t, map[string]any{"command": writeScript(t, dir, "p.sh", `exec sleep 1000`)})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := e.Decide(ctx, testHistory(3, [2]float64{1, 100}))
+	_, err := decideNow(ctx, e, testHistory(3, [2]float64{1, 100}))
 	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrPluginTimeout) {
 		t.Fatalf("error %v, want context.Canceled", err)
 	}
@@ -318,7 +318,7 @@ echo "{\"action\":\"hold\",\"reason\":\"ran\",\"settled\":$1}"`)
 			h := testHistory(3, [2]float64{2, 100})
 			for _, c := range tc.calls {
 				h.Step = c.step
-				d, err := e.Decide(context.Background(), h)
+				d, err := decideNow(context.Background(), e, h)
 				if (err != nil) != c.err {
 					t.Fatalf("step %d: error %v, want error %v", c.step, err, c.err)
 				}
@@ -345,7 +345,7 @@ func TestExecHistoryJSON(t *testing.T) {
 			h := testHistory(4, [2]float64{1, 100}, [2]float64{2, 180}, [2]float64{1, 90}, [2]float64{2, 170})
 			h.Periods[2].Steps = h.Periods[2].Steps[:2]
 			h.MaxWorkers = 0
-			if _, err := e.Decide(context.Background(), h); err != nil {
+			if _, err := decideNow(context.Background(), e, h); err != nil {
 				t.Fatal(err)
 			}
 			raw, err := os.ReadFile(in)
@@ -450,7 +450,7 @@ echo "{\"action\":\"hold\",\"reason\":\"$(pwd) $GOROVOD_TEST_A $0 $#\"}"`)
 	e := mustExec(t, map[string]any{"command": script, "dir": work, "env": map[string]string{"GOROVOD_TEST_A": "a b"}})
 	var forwarded bytes.Buffer
 	e.stderr = &forwarded
-	d, err := e.Decide(context.Background(), testHistory(3, [2]float64{1, 100}))
+	d, err := decideNow(context.Background(), e, testHistory(3, [2]float64{1, 100}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,7 +552,7 @@ func TestExecRegistry(t *testing.T) {
 			if h.Name() != "exec(say.sh)" {
 				t.Errorf("Name() = %q", h.Name())
 			}
-			d, err := h.Decide(context.Background(), testHistory(3, [2]float64{1, 100}))
+			d, err := decideNow(context.Background(), h, testHistory(3, [2]float64{1, 100}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -635,7 +635,7 @@ func TestExecDocPythonExample(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := mustExec(t, map[string]any{"command": []string{python, script}})
-			d, err := e.Decide(context.Background(), tc.h)
+			d, err := decideNow(context.Background(), e, tc.h)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -644,4 +644,93 @@ func TestExecDocPythonExample(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decideNow calls Decide and, when that started the plugin, waits for the run
+// and collects its answer, as the engine's next evaluation would.
+func decideNow(ctx context.Context, h Heuristic, hist *History) (Decision, error) {
+	d, err := h.Decide(ctx, hist)
+	e, ok := h.(*execHeuristic)
+	if !ok || e.pending == nil {
+		return d, err
+	}
+	<-e.pending.done
+	return h.Decide(ctx, hist)
+}
+
+// The program runs beside the engine: Decide returns at once while it works
+// (the engine goes on measuring and following the world), hands over its
+// answer at the first call after it, and drops an answer about a world that
+// has changed meanwhile, asking again at once.
+func TestExecRunsBesideTheEngine(t *testing.T) {
+	dir := t.TempDir()
+	gate := filepath.Join(dir, "gate")
+	if err := syscall.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Each run reads the history, then waits until the test opens the gate.
+	script := writeScript(t, dir, "p.sh", `cat > /dev/null
+read x < "`+gate+`"
+echo '{"action":"grow","count":1,"reason":"answered"}'`)
+	e := mustExec(t, map[string]any{"command": script, "eval_every": 20})
+	ctx := context.Background()
+	release := func() {
+		t.Helper()
+		opened := make(chan error, 1)
+		go func() {
+			f, err := os.OpenFile(gate, os.O_WRONLY, 0) // blocks until the plugin reads
+			if err == nil {
+				_, err = f.WriteString("go\n")
+				f.Close()
+			}
+			opened <- err
+		}()
+		select {
+		case err := <-opened:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the plugin never waited at the gate")
+		}
+		select {
+		case <-e.pending.done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the plugin did not answer")
+		}
+	}
+	expect := func(what string, d Decision, err error, action Action, reason string) {
+		t.Helper()
+		if err != nil || d.Action != action || d.Reason != reason {
+			t.Fatalf("%s: decision %+v, error %v; want %v %q", what, d, err, action, reason)
+		}
+	}
+
+	h := testHistory(3, [2]float64{2, 100})
+	first := h.Step
+	d, err := e.Decide(ctx, h)
+	expect("the first call", d, err, Hold, fmt.Sprintf("plugin started on the history of step %d", first))
+	h.Step += 7
+	d, err = e.Decide(ctx, h)
+	expect("while it runs", d, err, Hold, fmt.Sprintf("plugin evaluating the history of step %d", first))
+	release()
+	d, err = e.Decide(ctx, h)
+	expect("after it answered", d, err, Grow, "answered")
+	d, err = e.Decide(ctx, h)
+	expect("the call after", d, err, Hold, fmt.Sprintf("next plugin evaluation at step %d", first+20))
+
+	// A new world while the program runs: its answer is about the old one.
+	h.Step = first + 20
+	d, err = e.Decide(ctx, h)
+	expect("the second run", d, err, Hold, fmt.Sprintf("plugin started on the history of step %d", first+20))
+	next := testPeriod(2, 3, 150, 2, 3, h.Step+1)
+	h.Periods[0].End = next.Start
+	h.Periods = append(h.Periods, next)
+	h.Step += int64(len(next.Steps))
+	release()
+	d, err = e.Decide(ctx, h)
+	expect("an answer about an old world", d, err, Hold, fmt.Sprintf("plugin started on the history of step %d", h.Step))
+	release()
+	d, err = e.Decide(ctx, h)
+	expect("the answer about the new world", d, err, Grow, "answered")
 }

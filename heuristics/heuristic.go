@@ -118,3 +118,15 @@ type Heuristic interface {
 	Name() string
 	Decide(ctx context.Context, h *History) (Decision, error)
 }
+
+// Background is implemented by a heuristic that works beside the engine, as
+// the exec heuristic runs its program: Decide starts the work and holds, and
+// a later call returns the answer. The engine hands it a function to call once
+// an answer is ready, and then evaluates at once instead of at the next
+// reported step. Compositions pass it on to their members.
+type Background interface {
+	Heuristic
+	// OnReady sets the function to call when an answer is ready; it may be
+	// called from any goroutine and never blocks.
+	OnReady(ready func())
+}

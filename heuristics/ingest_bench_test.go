@@ -44,7 +44,7 @@ func BenchmarkEngineIngest(b *testing.B) {
 				from := int64(i)*256 + 1
 				e.onReports(batch("a", from))
 				e.onReports(batch("b", from))
-				e.evaluate(context.Background())
+				e.evaluate(context.Background(), false)
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*512), "ns/report")
 		})

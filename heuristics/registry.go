@@ -212,6 +212,16 @@ func (c *composite) Name() string {
 	return c.name + "(" + strings.Join(names, ", ") + ")"
 }
 
+// OnReady passes the engine's wake-up on to the members that work in the
+// background.
+func (c *composite) OnReady(ready func()) {
+	for _, m := range c.members {
+		if b, ok := m.(Background); ok {
+			b.OnReady(ready)
+		}
+	}
+}
+
 // Decide asks every member (so each keeps observing), then combines: any-of
 // takes the first member that does not hold; all-of acts only when every
 // member asks for the same action, by the smallest count, and replaces only a
