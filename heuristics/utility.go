@@ -110,11 +110,14 @@ type outlook struct {
 	cost       float64 // C(k), the remaining cost
 }
 
-// outlook is T_k = elapsed + b·t_k, U(T_k) and C(k) = t_k·b·k·P.
-func (u *utilityCost) outlook(m Measurement, h *History, b float64) outlook {
+// outlook is T_k = elapsed + b_k·t_k, U(T_k) and C(k) = t_k·b_k·k·P, where
+// b_k is the b remaining steps of the current world's global batch counted in
+// steps of k workers' (see remainingSeconds).
+func (u *utilityCost) outlook(m Measurement, h *History, b float64, batch int) outlook {
 	t := m.StepTime.Seconds()
-	o := outlook{stepTime: t, completion: h.Now.Sub(h.Start).Seconds() + b*t}
-	o.cost = t * b * float64(m.Workers) * u.cfg.PricePerWorkerHour / 3600
+	rest := remainingSeconds(m, b, batch)
+	o := outlook{stepTime: t, completion: h.Now.Sub(h.Start).Seconds() + rest}
+	o.cost = rest * float64(m.Workers) * u.cfg.PricePerWorkerHour / 3600
 	switch u.cfg.Utility {
 	case "step":
 		if o.completion <= time.Duration(u.cfg.Deadline).Seconds() {
@@ -126,12 +129,43 @@ func (u *utilityCost) outlook(m Measurement, h *History, b float64) outlook {
 	return o
 }
 
+// remainingSeconds is how long b steps of batch samples each take at
+// measurement m. A trainer that keeps the per-worker batch fixed has a global
+// batch that grows with the world, so the same work takes fewer, larger steps
+// in a larger one (Or et al. rescale the step counter by the old over the new
+// global batch): the time is then the remaining samples over m's throughput.
+// With a fixed global batch, or no samples reported, it is b·t_k.
+func remainingSeconds(m Measurement, b float64, batch int) float64 {
+	if m.GlobalBatch > 0 && batch > 0 && m.Throughput > 0 {
+		return b * float64(batch) / m.Throughput
+	}
+	return b * m.StepTime.Seconds()
+}
+
+// currentBatch is the global batch of the current world's steps, the one the
+// remaining steps are counted in (0 when the trainer reports no samples).
+func currentBatch(h *History) int {
+	cur := h.Current()
+	if cur == nil {
+		return 0
+	}
+	if m := cur.Measure(); m.Steps > 0 {
+		return m.GlobalBatch
+	}
+	if n := len(cur.Steps); n > 0 {
+		return cur.Steps[n-1].GlobalBatch
+	}
+	return 0
+}
+
 func (u *utilityCost) pass(old, new Measurement, h *History) (bool, string, map[string]float64) {
 	b := float64(max(0, u.totalSteps(h)-h.Step))
-	o, n := u.outlook(old, h, b), u.outlook(new, h, b)
+	batch := currentBatch(h)
+	o, n := u.outlook(old, h, b, batch), u.outlook(new, h, b, batch)
 	du, dc := n.utility-o.utility, n.cost-o.cost
 	nums := map[string]float64{
 		"remaining_steps": b,
+		"global_batch":    float64(batch),
 		"step_time_old":   o.stepTime,
 		"step_time_new":   n.stepTime,
 		"completion_old":  o.completion,

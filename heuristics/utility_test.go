@@ -206,3 +206,35 @@ func TestUtilityCostRegistry(t *testing.T) {
 		t.Errorf("configuration %+v", cfg)
 	}
 }
+
+// A trainer that keeps the per-worker batch: the global batch grows with the
+// world, so the remaining steps, counted in the current world's batch, take
+// fewer, larger steps in a larger world. One worker runs 32 samples in
+// 0.1 s (320/s), two run 64 in 0.12 s (533.3/s); 1000 steps of 32 remain:
+//
+//	k=1: 32000/320   = 100 s, C = 100·1·2/3600 = 0.055556, U = −20·(3600+100)/3600
+//	k=2: 32000/533.3 =  60 s, C =  60·2·2/3600 = 0.066667, U = −20·(3600+60)/3600
+//	ΔU = 20·40/3600 = 0.22222 > ΔC = 0.011111: grow.
+//
+// Counting 1000 steps of 0.12 s at two workers (120 s, the fixed-global-batch
+// reading) would make growing look slower and fail.
+func TestUtilityCostPerWorkerBatch(t *testing.T) {
+	h := utilityHistory()
+	cur := &Period{Epoch: 1, Members: []string{"w0"}, Start: h.Start}
+	for i := range 10 {
+		cur.Steps = append(cur.Steps, StepStats{Step: int64(i + 1), GlobalBatch: 32, Time: 100 * time.Millisecond})
+	}
+	h.Periods, h.Step = []*Period{cur}, 10
+	h.TotalSteps = h.Step + 1000
+	heur, err := NewRegistry().New(Spec{Name: "utility-cost", Params: []byte(linearParams)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := Measurement{Workers: 1, Steps: 20, GlobalBatch: 32, StepTime: 100 * time.Millisecond, Throughput: 320}
+	new := Measurement{Workers: 2, Steps: 20, GlobalBatch: 64, StepTime: 120 * time.Millisecond, Throughput: 64 / 0.12}
+	ok, why, nums := heur.(*utilityCost).pass(old, new, h)
+	if !ok || math.Abs(nums["delta_utility"]-0.22222) > 1e-4 || math.Abs(nums["delta_cost"]-0.011111) > 1e-5 ||
+		nums["completion_old"] != 3700 || math.Abs(nums["completion_new"]-3660) > 1e-9 || nums["global_batch"] != 32 {
+		t.Fatalf("pass = %v, numbers %v (%s); want ΔU 0.22222 > ΔC 0.011111, finishing at 3700 and 3660 s", ok, nums, why)
+	}
+}
