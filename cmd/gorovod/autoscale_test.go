@@ -29,12 +29,12 @@ type engineEvent struct {
 // machine, measured at about a millisecond per step.
 var knownCurve = []string{"--compute", "1500us", "--step-overhead", "2ms", "--overhead-per-worker", "10ms", "--model-size", "4096", "--batch", "64"}
 
-// runAutoscaled runs a synthetic job under `gorovod run --json` to the end and
-// returns the trainer lines and the engine's events, the summary last.
-func runAutoscaled(t *testing.T, runArgs []string, trainer string, trainerArgs ...string) (*runJobHarness, []engineEvent) {
+// runAutoscaled runs a synthetic job under `launcher run --json` to the end
+// and returns the trainer lines and the engine's events, the summary last.
+func runAutoscaled(t *testing.T, launcher string, runArgs []string, trainer string, trainerArgs ...string) (*runJobHarness, []engineEvent) {
 	t.Helper()
 	args := append(append([]string{"--json"}, runArgs...), "--", trainer)
-	h := startRunJob(t, append(args, trainerArgs...)...)
+	h := startRunJobWith(t, launcher, append(args, trainerArgs...)...)
 	select {
 	case err := <-h.exited:
 		if err != nil {
@@ -79,9 +79,9 @@ func logDecisions(t *testing.T, evs []engineEvent) {
 // settlesOnKnownCurve runs the synthetic job with the known curve under the
 // given autoscaling flags, checks that it settles at want workers and that
 // training stayed consistent, and returns the run's summary.
-func settlesOnKnownCurve(t *testing.T, runArgs []string, steps int64, want int) heuristics.Summary {
+func settlesOnKnownCurve(t *testing.T, launcher string, runArgs []string, steps int64, want int) heuristics.Summary {
 	t.Helper()
-	h, evs := runAutoscaled(t, runArgs, synthetic, append([]string{"--steps", fmt.Sprint(steps), "--json"}, knownCurve...)...)
+	h, evs := runAutoscaled(t, launcher, runArgs, synthetic, append([]string{"--steps", fmt.Sprint(steps), "--json"}, knownCurve...)...)
 	logDecisions(t, evs)
 	s := evs[len(evs)-1].Summary
 	if s.SettledAfter < 0 || s.SettledWorkers != want {
@@ -120,7 +120,7 @@ func scalingTarget(ms []heuristics.Measurement, threshold float64) int {
 // more, which lowers both.
 func TestAutoscaleScalingEfficiencyFindsTarget(t *testing.T) {
 	const threshold = 0.05
-	s := settlesOnKnownCurve(t, []string{"--np", "1", "--max-np", "6", "--heuristic", "scaling-efficiency",
+	s := settlesOnKnownCurve(t, binary, []string{"--np", "1", "--max-np", "6", "--heuristic", "scaling-efficiency",
 		"--heuristic-opt", fmt.Sprint("threshold=", threshold),
 		"--heuristic-opt", "min_steps=15", "--heuristic-opt", "eval_every=5"}, 300, 3)
 	if got := scalingTarget(s.Throughput, threshold); got != 3 {
@@ -141,7 +141,7 @@ func TestAutoscaleScalingEfficiencyFindsTarget(t *testing.T) {
 //
 // The search settles at 2: going 1→2 passes (ΔU > ΔC), 2→3 does not.
 func TestAutoscaleUtilityCostSettlesAtHandCalculation(t *testing.T) {
-	settlesOnKnownCurve(t, []string{"--np", "1", "--max-np", "4", "--heuristic", "utility-cost",
+	settlesOnKnownCurve(t, binary, []string{"--np", "1", "--max-np", "4", "--heuristic", "utility-cost",
 		"--heuristic-opt", "price_per_worker_hour=10", "--heuristic-opt", "value_per_hour=20",
 		"--heuristic-opt", "grow_by=1", "--heuristic-opt", "min_steps=15", "--heuristic-opt", "eval_every=5"}, 300, 2)
 }
@@ -151,7 +151,7 @@ func TestAutoscaleUtilityCostSettlesAtHandCalculation(t *testing.T) {
 // straggler goes once it is in, and the world never has fewer than 3.
 func TestAutoscaleReplacesStraggler(t *testing.T) {
 	const steps = 250
-	h, evs := runAutoscaled(t,
+	h, evs := runAutoscaled(t, binary,
 		[]string{"--np", "3", "--min-np", "3", "--max-np", "3", "--heuristic", "hold"},
 		synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "1ms", "--model-size", "4096",
 		"--straggler-worker", "1", "--straggler-factor", "2")
@@ -206,7 +206,7 @@ func TestFashionMNISTUnderScalingEfficiency(t *testing.T) {
 	if !haveFashionMNIST() {
 		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
 	}
-	h, evs := runAutoscaled(t,
+	h, evs := runAutoscaled(t, binary,
 		[]string{"--np", "1", "--max-np", "3", "--heuristic", "scaling-efficiency",
 			"--heuristic-opt", "min_steps=20", "--heuristic-opt", "eval_every=10"},
 		// The whole training set: a run of a few seconds, so that the grown
@@ -239,5 +239,18 @@ func TestAutoscaleExecPluginFromConfigFile(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	settlesOnKnownCurve(t, []string{"--np", "1", "--max-np", "4", "--heuristic-config", cfg}, 300, 2)
+	settlesOnKnownCurve(t, binary, []string{"--np", "1", "--max-np", "4", "--heuristic-config", cfg}, 300, 2)
+}
+
+// A Go policy in a program of its own that runs gorovod's command line
+// (examples/custom-launcher): `--heuristic marginal-gain` selects it like a
+// built-in. It keeps a worker that adds at least half a worker's throughput,
+// so on the known curve, as the exec plugin above, it settles at 2.
+func TestAutoscaleGoHeuristicInCustomLauncher(t *testing.T) {
+	out, _, code := runWith(t, customLauncher, "run", "--list-heuristics")
+	if code != 0 || !strings.Contains(out, "marginal-gain") || !strings.Contains(out, "scaling-efficiency") {
+		t.Fatalf("exit %d, heuristics listed:\n%s", code, out)
+	}
+	settlesOnKnownCurve(t, customLauncher, []string{"--np", "1", "--max-np", "4", "--heuristic", "marginal-gain",
+		"--heuristic-opt", "min_gain=0.5"}, 300, 2)
 }

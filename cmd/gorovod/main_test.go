@@ -18,8 +18,9 @@ import (
 
 // binary is the gorovod command built once for the tests: bench re-executes
 // itself as its workers, so the tests need a real executable. synthetic is the
-// elastic example trainer the run tests launch.
-var binary, synthetic, fashionMNIST, heuristicPlugin string
+// elastic example trainer the run tests launch; customLauncher is gorovod's
+// command line with a Go heuristic added.
+var binary, synthetic, fashionMNIST, heuristicPlugin, customLauncher string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "gorovod-cmd-test")
@@ -41,6 +42,7 @@ func TestMain(m *testing.M) {
 	synthetic = build("synthetic", "../../examples/synthetic")
 	fashionMNIST = build("fashion-mnist", "../../examples/fashion-mnist")
 	heuristicPlugin = build("heuristic-plugin", "../../examples/heuristic-plugin")
+	customLauncher = build("custom-launcher", "../../examples/custom-launcher", "-race")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -48,9 +50,15 @@ func TestMain(m *testing.M) {
 
 func runGorovod(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runWith(t, binary, args...)
+}
+
+// runWith runs a program to its end and returns its output and exit status.
+func runWith(t *testing.T, program string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd := exec.CommandContext(ctx, program, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -60,7 +68,7 @@ func runGorovod(t *testing.T, args ...string) (stdout, stderr string, code int) 
 	case errors.As(err, &ee):
 		code = ee.ExitCode()
 	default:
-		t.Fatalf("running gorovod %v: %v", args, err)
+		t.Fatalf("running %s %v: %v", filepath.Base(program), args, err)
 	}
 	return out.String(), errb.String(), code
 }
@@ -147,7 +155,7 @@ func TestBadCommandLines(t *testing.T) {
 }
 
 func TestWorkerOutsideLauncher(t *testing.T) {
-	_, errs, code := runGorovod(t, benchWorkerCommand, `{"op":"allreduce","dtype":"float32","redop":"sum","sizes":[4096],"iters":1,"chunk_bytes":65536,"small_bytes":0}`)
+	_, errs, code := runGorovod(t, "_bench-worker", `{"op":"allreduce","dtype":"float32","redop":"sum","sizes":[4096],"iters":1,"chunk_bytes":65536,"small_bytes":0}`)
 	if code != 1 || !strings.Contains(errs, "not started by a gorovod launcher") {
 		t.Fatalf("exit %d, stderr %q", code, errs)
 	}

@@ -66,13 +66,20 @@ var (
 
 func startRunJob(t *testing.T, args ...string) *runJobHarness {
 	t.Helper()
+	return startRunJobWith(t, binary, args...)
+}
+
+// startRunJobWith runs `launcher run args...`: gorovod, or a program running
+// its command line with more heuristics (examples/custom-launcher).
+func startRunJobWith(t *testing.T, launcher string, args ...string) *runJobHarness {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts real worker processes; skipped with -short")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	h := &runJobHarness{pids: map[int]int{}, notify: make(chan struct{}, 1), exited: make(chan error, 1)}
-	h.cmd = exec.CommandContext(ctx, binary, append([]string{"run"}, args...)...)
+	h.cmd = exec.CommandContext(ctx, launcher, append([]string{"run"}, args...)...)
 	stdout, _ := h.cmd.StdoutPipe()
 	stderr, _ := h.cmd.StderrPipe()
 	if err := h.cmd.Start(); err != nil {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -72,7 +72,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return errUsage // flag has said what is wrong
+		return ErrUsage // flag has said what is wrong
 	}
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "unexpected arguments %q", fs.Args())
@@ -101,7 +101,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 func usageErr(stderr io.Writer, format string, args ...any) error {
 	fmt.Fprintf(stderr, "gorovod bench: "+format+"\n", args...)
-	return errUsage
+	return ErrUsage
 }
 
 func buildWorkerSpec(op, minB, maxB string, factor int, dtype, redop string, iters, warmup int, chunk, small string) (workerSpec, error) {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -27,6 +27,7 @@ import (
 
 // runOptions is `gorovod run`'s command line.
 type runOptions struct {
+	registry           *heuristics.Registry
 	argv               []string
 	np, minNP, maxNP   int
 	verbose            bool
@@ -56,10 +57,10 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // runCommand is `gorovod run`: the driver of an elastic job, the local
 // launcher of its workers, and its autoscaling engine.
-func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runCommand(ctx context.Context, args []string, registry *heuristics.Registry, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gorovod run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var o runOptions
+	o := runOptions{registry: registry}
 	fs.IntVar(&o.np, "np", 2, "workers to start")
 	fs.IntVar(&o.minNP, "min-np", 1, "fewest workers the job trains with; with fewer it waits for more")
 	fs.IntVar(&o.maxNP, "max-np", 0, "most workers (0: no limit); SIGUSR1 adds one up to it")
@@ -83,10 +84,10 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return errUsage
+		return ErrUsage
 	}
 	if *listHeuristics {
-		r := heuristics.NewRegistry()
+		r := o.registry
 		for _, name := range r.Names() {
 			fmt.Fprintf(stdout, "%-20s %s\n", name, r.Summary(name))
 		}
@@ -161,7 +162,7 @@ func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
 	default:
 		return cfg, nil
 	}
-	h, err := heuristics.NewRegistry().New(spec)
+	h, err := o.registry.New(spec)
 	if err != nil {
 		return cfg, err
 	}
@@ -171,7 +172,7 @@ func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
 
 func runUsage(stderr io.Writer, format string, args ...any) error {
 	fmt.Fprintf(stderr, "gorovod run: "+format+"\n", args...)
-	return errUsage
+	return ErrUsage
 }
 
 func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, log *slog.Logger, stdout, stderr io.Writer) error {

@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/gorovod/gorovod/heuristics"
+)
+
+const usage = `gorovod — elastic collective communication for distributed training
+
+Usage:
+  gorovod run [--np N] [--min-np N] [--max-np N] [--heuristic NAME] -- TRAINER [ARGS...]
+      run an elastic training job: a driver plus N local workers; workers can
+      be added (SIGUSR1 or by hand) and can leave or die while training goes on;
+      with a heuristic, the job grows, shrinks and replaces stragglers by itself
+  gorovod bench [allreduce|broadcast|allgather|reducescatter|alltoall] [flags]
+      measure a collective across --np local worker processes over TCP loopback
+  gorovod help
+
+Run 'gorovod run --help' or 'gorovod bench --help' for the flags.
+`
+
+// ErrUsage marks a bad command line; Main has already said what is wrong
+// (the gorovod command exits with status 2).
+var ErrUsage = errors.New("usage")
+
+// Config is what a program running the command line brings to it.
+type Config struct {
+	// Heuristics are the policies `gorovod run --heuristic NAME` and
+	// --heuristic-config choose from; nil means the built-in ones
+	// (heuristics.NewRegistry). A program adds its own Go heuristics to a
+	// registry and passes it here.
+	Heuristics *heuristics.Registry
+	// Stdout and Stderr default to the process's.
+	Stdout, Stderr io.Writer
+}
+
+// Main runs the gorovod command line: args are the arguments after the
+// program name ("run", "bench", "help"). It returns ErrUsage (or
+// flag.ErrHelp) for a bad command line, after printing what is wrong.
+//
+// The bench command runs its workers by starting the program again, so a
+// program calling Main must hand it every argument list it was started with.
+func Main(ctx context.Context, args []string, cfg Config) error {
+	if cfg.Heuristics == nil {
+		cfg.Heuristics = heuristics.NewRegistry()
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	stdout, stderr := cfg.Stdout, cfg.Stderr
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ErrUsage
+	}
+	switch args[0] {
+	case "run":
+		return runCommand(ctx, args[1:], cfg.Heuristics, stdout, stderr)
+	case "bench":
+		return benchCommand(ctx, args[1:], stdout, stderr)
+	case benchWorkerCommand:
+		return benchWorker(ctx, args[1:], stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "gorovod: unknown command %q\n\n%s", args[0], usage)
+	return ErrUsage
+}
