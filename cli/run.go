@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -268,6 +269,7 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	defer signal.Stop(usr1)
 	finished := driver.Finished()
 	var stopLate <-chan time.Time
+	var finishedAt time.Time
 	stopped := map[int]bool{}
 	for {
 		select {
@@ -275,8 +277,15 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 			// Training is over; the workers of the last world exit by
 			// themselves, and any still waiting to join are stopped.
 			finished = nil
+			finishedAt = time.Now()
 			stopLate = time.After(finishGrace)
 		case <-stopLate:
+			if time.Since(finishedAt) < finishRescueLimit && finishingLastStep(driver, job) {
+				// Members of the last world are still redoing its last
+				// step (it failed for them alone; sync's rescue): wait.
+				stopLate = time.After(finishGrace / 10)
+				continue
+			}
 			// Workers still running now were waiting to join a job that
 			// is over: however they exit, they did not fail it.
 			for i := range job.PIDs() {
@@ -388,6 +397,34 @@ func (p *devicePool) releaseWhenDone(i int, exited <-chan struct{}) {
 // finishGrace is how long workers get to exit once training is reported
 // finished before the launcher stops the rest.
 const finishGrace = 3 * time.Second
+
+// finishRescueLimit bounds the wait for members of the last world that are
+// still finishing its last step.
+const finishRescueLimit = time.Minute
+
+// finishingLastStep says whether a member of the current world that has not
+// yet reported the end of training is still running: it is finishing the
+// last step, which is not to be cut short.
+func finishingLastStep(driver *gsync.Driver, job *launch.Job) bool {
+	unfinished := driver.Unfinished()
+	if len(unfinished) == 0 {
+		return false
+	}
+	running := map[int]bool{}
+	for i, pid := range job.PIDs() {
+		select {
+		case <-job.Exited(i):
+		default:
+			running[pid] = true
+		}
+	}
+	for _, w := range driver.Workers() {
+		if w.PID != 0 && running[w.PID] && slices.Contains(unfinished, w.Name) {
+			return true
+		}
+	}
+	return false
+}
 
 // jobOutcome: the job succeeded if some worker finished training and every
 // failure was a worker lost to a signal (killed, or stopped by us) — losing

@@ -93,6 +93,11 @@ func (c *Coordinator) seed(e Epoch) {
 	c.members = slices.Clone(e.Members)
 }
 
+// setMinWorkers changes the smallest world the coordinator proposes.
+func (c *Coordinator) setMinWorkers(n int) {
+	c.change(func() { c.cfg.MinWorkers = max(1, n) })
+}
+
 // Current returns the newest proposed epoch.
 func (c *Coordinator) Current() Epoch {
 	c.mu.Lock()

@@ -58,7 +58,10 @@
 // some members while it fails on others, so members may reach the next world
 // a step apart; the new rank 0's state wins, and a member rolled back by it
 // gets ErrWorldChanged from the Commit that moved it, not success at a step
-// the world did not keep.
+// the world did not keep. At the last step, the members that completed it
+// finish (Worker.Finish) and leave; the proposer then gives the members that
+// report its failure a world without the finished ones, however small, to
+// redo it in, and Driver.Unfinished tells the launcher to let them finish.
 //
 // Also here: Fuser packs many gradient tensors into few allreduces (Horovod's
 // fusion buffer), AsyncReducer overlaps their communication with the backward

@@ -96,6 +96,12 @@ func (d *Driver) Current() Epoch { return d.p.coord.Current() }
 // do, and the launcher stops them.
 func (d *Driver) Finished() <-chan struct{} { return d.p.finished }
 
+// Unfinished lists the members of the current world that have not reported
+// that training is over: after Finished, these are workers still finishing
+// the last step (in a world of their own if a collective of it failed for
+// them alone), which a launcher should let finish.
+func (d *Driver) Unfinished() []string { return d.p.unfinished() }
+
 // Await waits for an epoch numbered above after (for launchers and tests).
 func (d *Driver) Await(ctx context.Context, after uint64) (Epoch, error) {
 	return d.p.coord.View("driver").Await(ctx, after)

@@ -30,13 +30,16 @@ type elasticToy struct {
 	params []float32
 }
 
-func joinElastic(t *testing.T, ctx context.Context, d *Driver) (*elasticToy, error) {
+func joinElastic(t *testing.T, ctx context.Context, d *Driver, edits ...func(*WorkerConfig)) (*elasticToy, error) {
 	params := make([]float32, 3000)
 	st := NewTrainState()
 	st.RegisterTensor("params", params)
 	cfg := WorkerConfig{JobID: "elastic-test", Secret: []byte("elastic-test-secret"), Seeds: []string{d.GossipAddr()},
 		Session: DefaultConfig(), Membership: membership.DefaultConfig(), IOTimeout: 2 * time.Second}
 	cfg.Session.FusionBytes = 4096
+	for _, edit := range edits {
+		edit(&cfg)
+	}
 	w, err := StartWorker(ctx, cfg, st)
 	if err != nil {
 		return nil, err
@@ -175,5 +178,63 @@ func TestWorkerTakesOverWhenDriverDies(t *testing.T) {
 	}
 	if n := agree(t, rec); n[until] != 2 {
 		t.Fatalf("step %d recorded by %d workers, want 2", until, n[until])
+	}
+}
+
+// A collective of the final step can complete on some workers and fail on
+// others: those that completed finish the job and leave, and the others must
+// still get a world to redo the step in (here, a world of one, below the
+// job's minimum of 3), not wait for one until their recovery timeout. w2 runs
+// one step more than w0 and w1, as a worker whose last step failed does once
+// the others are gone.
+func TestUnfinishedWorkerFinishesTheLastStep(t *testing.T) {
+	d := startDriver(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rec := &recorder{}
+	var wg stdsync.WaitGroup
+	errs := make(chan error, 3)
+	run := func(until int64) {
+		wg.Go(func() {
+			toy, err := joinElastic(t, ctx, d, func(c *WorkerConfig) { c.Session.RecoveryTimeout = 30 * time.Second })
+			if err != nil {
+				errs <- err
+				return
+			}
+			err = toyLoop(ctx, toy.w.Session, toy.w.Name(), toy.params, until, rec, nil, nil)
+			if err != nil {
+				toy.w.Close()
+				errs <- fmt.Errorf("%s (training to step %d): %w", toy.w.Name(), until, err)
+				return
+			}
+			if err := toy.w.Finish(ctx); err != nil {
+				errs <- err
+			}
+		})
+	}
+	run(20)
+	run(20)
+	run(21)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := agree(t, rec); n[20] != 3 || n[21] != 1 {
+		t.Fatalf("step 20 recorded by %d workers, step 21 by %d; want 3 and 1", n[20], n[21])
+	}
+	// The launcher lets the unfinished workers of the last world finish;
+	// none is left once w2 has said it finished.
+	if e := d.Current(); len(e.Members) != 1 {
+		t.Errorf("the last world is %v, want w2's alone", e)
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for u := d.Unfinished(); len(u) != 0; u = d.Unfinished() {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("still unfinished after every worker finished: %v", u)
+		}
 	}
 }

@@ -34,6 +34,10 @@ type proposer struct {
 
 	finished     chan struct{} // closed when a worker of the current world finished training
 	finishedOnce stdsync.Once
+	// Under mu: the workers that said they finished training, and the epoch
+	// of each worker's latest collective failure report (see rescue).
+	finishedWorkers map[string]bool
+	reported        map[string]uint64
 
 	hooks   proposerHooks
 	evicted map[string]bool // removed by the driver's own decision: never re-admitted
@@ -57,7 +61,7 @@ type proposerHooks struct {
 func startProposer(m *membership.Member, cc CoordinatorConfig, from Epoch, nodes []membership.Node, hooks proposerHooks, log *slog.Logger) *proposer {
 	p := &proposer{
 		m: m, log: log, workers: map[string]membership.Node{}, probes: map[uint64]chan struct{}{},
-		hooks: hooks, evicted: map[string]bool{},
+		hooks: hooks, evicted: map[string]bool{}, finishedWorkers: map[string]bool{}, reported: map[string]uint64{},
 		events: make(chan membership.Event, 256), messages: make(chan membership.Message, 256),
 		epochs: make(chan Epoch, 64), done: make(chan struct{}), finished: make(chan struct{}),
 	}
@@ -173,17 +177,81 @@ func (p *proposer) onMessage(ctx context.Context, msg membership.Message) {
 			p.hooks.onStats(msg.From.Name, cm.statsBatch())
 		}
 	case cm.Type == msgDone:
+		p.mu.Lock()
+		p.finishedWorkers[msg.From.Name] = true
+		p.mu.Unlock()
 		if cur := p.coord.Current(); cur.Rank(msg.From.Name) >= 0 || cm.Number == cur.Number {
 			p.log.Info("training finished", "worker", msg.From.Name, "epoch", cm.Number)
 			p.finishedOnce.Do(func() { close(p.finished) })
 		}
+		p.rescue()
 	case cm.Type == msgFailure:
-		if cm.Blamed == "" || cm.Number != p.coord.Current().Number {
+		if cm.Number != p.coord.Current().Number {
+			return
+		}
+		p.mu.Lock()
+		p.reported[msg.From.Name] = cm.Number
+		p.mu.Unlock()
+		p.rescue()
+		if cm.Blamed == "" {
 			return
 		}
 		p.log.Warn("collective failure reported", "by", msg.From.Name, "blamed", cm.Blamed, "epoch", cm.Number, "cause", cm.Cause)
 		go p.verify(ctx, cm.Blamed)
 	}
+}
+
+// rescue lets the workers of the last world that have not finished training
+// finish it. A collective of the final step can complete on some workers and
+// fail on others; those that completed finish and leave, and the others, which
+// report the failure, need a world to redo the step in: the current one
+// without the finished workers, however few remain (the minimum world size is
+// about training speed, and the job is ending). It acts once training has
+// finished and some unfinished member of the current world has reported a
+// failure in it, whichever comes first.
+func (p *proposer) rescue() {
+	select {
+	case <-p.finished:
+	default:
+		return
+	}
+	cur := p.coord.Current()
+	p.mu.Lock()
+	stuck := false
+	for name, epoch := range p.reported {
+		stuck = stuck || (epoch == cur.Number && cur.Rank(name) >= 0 && !p.finishedWorkers[name])
+	}
+	var finished []string
+	for _, m := range cur.Members {
+		if p.finishedWorkers[m.Name] {
+			finished = append(finished, m.Name)
+		}
+	}
+	p.mu.Unlock()
+	if !stuck || len(finished) == 0 {
+		return
+	}
+	p.log.Warn("training finished, but workers of the last world failed its last step: they redo it without the finished ones",
+		"epoch", cur.Number, "finished", finished)
+	p.coord.setMinWorkers(1)
+	for _, name := range finished {
+		p.coord.Remove(name)
+	}
+}
+
+// unfinished lists the members of the current world that have not said they
+// finished training.
+func (p *proposer) unfinished() []string {
+	cur := p.coord.Current()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, m := range cur.Members {
+		if !p.finishedWorkers[m.Name] {
+			out = append(out, m.Name)
+		}
+	}
+	return out
 }
 
 // evict removes a worker for good (the driver scaled it down): a later

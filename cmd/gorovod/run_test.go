@@ -516,3 +516,33 @@ func checkFashionMNIST(t *testing.T, lines []trainerLine, minAccuracy float64) {
 	}
 	t.Logf("%d steps, test accuracy %.1f%%", len(byStep), 100*acc)
 }
+
+// A collective of the final step can complete on some workers and fail on
+// others: those that completed finish, and the others redo the step in a world
+// of their own, below --min-np (sync's rescue). The launcher must let them
+// finish rather than stop them as late joiners. Worker 2 trains one step
+// more, as such a worker must; alone, its step takes 64 × 60 ms = 3.8 s,
+// longer than the 3 s the launcher gives workers once training is over.
+func TestRunLetsTheLastStepFinish(t *testing.T) {
+	h := startRunJob(t, "--np", "3", "--min-np", "3", "--", synthetic, "--steps", "3", "--json",
+		"--batch", "64", "--compute", "60ms", "--model-size", "1024", "--extra-step-worker", "2")
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			t.Fatalf("gorovod run: %v\n%s", err, h.logText())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("job did not finish; launcher log:\n%s", h.logText())
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range h.lines {
+		if l.Step == 4 {
+			if l.Worker != 2 || l.Size != 1 {
+				t.Fatalf("step 4 ran on worker %d in a world of %d, want worker 2 alone", l.Worker, l.Size)
+			}
+			return
+		}
+	}
+	t.Fatalf("worker 2 never finished its extra step; launcher log:\n%s", h.log.String())
+}

@@ -44,6 +44,7 @@ type options struct {
 	logSamples   bool
 	straggler    int
 	stragglerIdx int
+	extraStepIdx int
 	stragglerMul float64
 	overhead     time.Duration
 	perWorker    time.Duration
@@ -66,6 +67,7 @@ func main() {
 	flag.DurationVar(&o.perWorker, "overhead-per-worker", 0, "simulated per-step time for each worker beyond the first, as a network's latency term grows with the ring")
 	flag.IntVar(&o.straggler, "straggler-rank", -1, "rank whose compute is slowed down")
 	flag.IntVar(&o.stragglerIdx, "straggler-worker", -1, "launch index (the [i] of gorovod run) of the process whose compute is slowed down: a slow machine, which a replacement escapes")
+	flag.IntVar(&o.extraStepIdx, "extra-step-worker", -1, "launch index of a process that trains one step more than --steps, as a worker whose last step failed for it alone must once the others have finished (tests the end of a job)")
 	flag.Float64Var(&o.stragglerMul, "straggler-factor", 2, "how much slower the straggler computes")
 	flag.BoolVar(&o.verbose, "v", false, "log the elastic layer's decisions to stderr")
 	flag.BoolVar(&o.noStats, "no-stats", false, "send no step statistics to the driver (to measure what they cost)")
@@ -134,6 +136,10 @@ func run(o options) error {
 		return err
 	}
 	slow := launched && index == o.stragglerIdx
+	steps := o.steps
+	if launched && index == o.extraStepIdx {
+		steps++
+	}
 	w, err := gsync.StartWorker(ctx, cfg, state)
 	if err != nil {
 		return err
@@ -150,7 +156,7 @@ func run(o options) error {
 
 	grads := make([]float32, o.modelSize)
 	leaving := false
-	for w.Step() < o.steps {
+	for w.Step() < steps {
 		select {
 		case <-leave:
 			if !leaving {
