@@ -3,9 +3,13 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
 
 	"github.com/gorovod/gorovod/heuristics"
 )
@@ -73,4 +77,27 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 	}
 	fmt.Fprintf(stderr, "gorovod: unknown command %q\n\n%s", args[0], usage)
 	return ErrUsage
+}
+
+// Run is the whole body of a main function: it runs the command line on the
+// process's arguments until it ends or SIGINT or SIGTERM arrives, and returns
+// the exit status: 0, 1 after printing the error, 2 for a bad command line.
+//
+//	func main() { os.Exit(cli.Run(cli.Config{Heuristics: registry})) }
+func Run(cfg Config) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := Main(ctx, os.Args[1:], cfg)
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrUsage) || errors.Is(err, flag.ErrHelp):
+		return 2
+	}
+	stderr := cfg.Stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", filepath.Base(os.Args[0]), err)
+	return 1
 }

@@ -6,27 +6,9 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/gorovod/gorovod/cli"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := cli.Main(ctx, os.Args[1:], cli.Config{})
-	stop()
-	switch {
-	case err == nil:
-	case errors.Is(err, cli.ErrUsage) || errors.Is(err, flag.ErrHelp):
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "gorovod:", err)
-		os.Exit(1)
-	}
-}
+func main() { os.Exit(cli.Run(cli.Config{})) }

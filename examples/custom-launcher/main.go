@@ -20,12 +20,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/gorovod/gorovod/cli"
 	"github.com/gorovod/gorovod/heuristics"
@@ -37,17 +33,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "custom-launcher:", err)
 		os.Exit(1)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := cli.Main(ctx, os.Args[1:], cli.Config{Heuristics: r})
-	stop()
-	switch {
-	case err == nil:
-	case errors.Is(err, cli.ErrUsage) || errors.Is(err, flag.ErrHelp):
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "custom-launcher:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Run(cli.Config{Heuristics: r}))
 }
 
 // marginalGain is the policy; its parameters come from --heuristic-opt or a
