@@ -16,14 +16,15 @@ import (
 	"syscall"
 	"time"
 
-	gsync "github.com/gorovod/gorovod/sync"
-
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/gpu"
 	"github.com/gorovod/gorovod/internal/launch"
 	"github.com/gorovod/gorovod/membership"
 	"github.com/gorovod/gorovod/straggler"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/stats"
 )
 
 // runOptions is `gorovod run`'s command line.
@@ -190,16 +191,16 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	jobID, secret := launch.NewJobID(), launch.NewSecret()
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	driver, err := gsync.StartDriver(startCtx, gsync.DriverConfig{
+	driver, err := driver.Start(startCtx, driver.Config{
 		JobID: jobID, Secret: secret, MinWorkers: o.minNP, Membership: membership.DefaultConfig(), Logger: log,
-		OnEpoch: func(e gsync.Epoch) {
+		OnEpoch: func(e epoch.World) {
 			names := make([]string, len(e.Members))
 			for i, m := range e.Members {
 				names[i] = m.Name
 			}
 			engine.OnWorld(heuristics.WorldChange{Epoch: e.Number, Members: names, At: time.Now()})
 		},
-		OnStats: func(worker string, b gsync.StatsBatch) {
+		OnStats: func(worker string, b stats.Batch) {
 			reps := make([]heuristics.StepReport, len(b.Steps))
 			for i, s := range b.Steps {
 				reps[i] = heuristics.StepReport{Worker: worker, Epoch: s.Epoch, Step: s.Step, Samples: s.Samples,
@@ -312,7 +313,7 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 }
 
 // driverCluster is the engine's view of the job through its driver.
-type driverCluster struct{ d *gsync.Driver }
+type driverCluster struct{ d *driver.Driver }
 
 func (c *driverCluster) Remove(name string) { c.d.Remove(name) }
 
@@ -405,7 +406,7 @@ const finishRescueLimit = time.Minute
 // finishingLastStep says whether a member of the current world that has not
 // yet reported the end of training is still running: it is finishing the
 // last step, which is not to be cut short.
-func finishingLastStep(driver *gsync.Driver, job *launch.Job) bool {
+func finishingLastStep(driver *driver.Driver, job *launch.Job) bool {
 	unfinished := driver.Unfinished()
 	if len(unfinished) == 0 {
 		return false
@@ -431,7 +432,7 @@ func finishingLastStep(driver *gsync.Driver, job *launch.Job) bool {
 // workers is what an elastic job survives. A worker that exited with an error
 // of its own fails the job, unless it was one the launcher stopped because
 // training was over.
-func jobOutcome(errs []error, stopped map[int]bool, final gsync.Epoch, out *display) error {
+func jobOutcome(errs []error, stopped map[int]bool, final epoch.World, out *display) error {
 	succeeded, lost := 0, 0
 	var failed []error
 	for i, err := range errs {

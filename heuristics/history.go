@@ -7,7 +7,7 @@ import (
 )
 
 // StepReport is one worker's account of one committed step, as the sync layer
-// gathers it (sync.StepStat, relayed to the driver every few steps).
+// gathers it (sync/stats.Step, relayed to the driver every few steps).
 type StepReport struct {
 	Worker string // member name
 	Epoch  uint64 // the world epoch the step ran in

@@ -8,13 +8,17 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/sync/control"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/stats"
 )
 
 // startToyWorld joins p toy workers through an in-process coordinator and
 // returns their sessions once all are in one world.
-func startToyWorld(b *testing.B, p int, params int, onStats ...func(StatsBatch)) ([]*Session, *Coordinator) {
+func startToyWorld(b *testing.B, p int, params int, onStats ...func(stats.Batch)) ([]*Session, *driver.Coordinator) {
 	b.Helper()
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: p, Coalesce: time.Millisecond})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: p, Coalesce: time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	go coord.Run(ctx)
@@ -24,7 +28,7 @@ func startToyWorld(b *testing.B, p int, params int, onStats ...func(StatsBatch))
 		w := startToy(b, fmt.Sprintf("b%d", i), coord, params)
 		wg.Go(func() {
 			sc := DefaultConfig()
-			sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
+			sc.JobID, sc.Self = "sync-test", epoch.Member{Name: w.name, Addr: w.tr.Addr()}
 			if len(onStats) > 0 {
 				sc.OnStats = onStats[0]
 			}
@@ -92,25 +96,25 @@ func BenchmarkStatsOverhead(b *testing.B) {
 	for _, n := range []int{1_000, 100_000} {
 		for _, mode := range []string{"off", "timing", "on"} {
 			b.Run(fmt.Sprintf("p=2/floats=%d/stats=%s", n, mode), func(b *testing.B) {
-				var onStats []func(StatsBatch)
+				var onStats []func(stats.Batch)
 				if mode == "timing" { // the clock reads and records, batches dropped
-					onStats = append(onStats, func(StatsBatch) {})
+					onStats = append(onStats, func(stats.Batch) {})
 				}
 				if mode == "on" {
-					queue := make(chan StatsBatch, 8)
+					queue := make(chan stats.Batch, 8)
 					done := make(chan struct{})
 					b.Cleanup(func() { close(done) })
 					go func() {
 						for {
 							select {
 							case batch := <-queue:
-								_ = encodeStats(batch)
+								_ = control.EncodeStats(batch)
 							case <-done:
 								return
 							}
 						}
 					}()
-					onStats = append(onStats, func(batch StatsBatch) {
+					onStats = append(onStats, func(batch stats.Batch) {
 						select {
 						case queue <- batch:
 						default:
@@ -172,7 +176,7 @@ func transitionOnce(b *testing.B, p, it int) time.Duration {
 	for i, s := range sessions {
 		wg.Go(func() {
 			// Step until the new world is in place, then one allreduce there.
-			for s.Epoch().Number == first {
+			for s.World().Number == first {
 				if err := s.Allreduce(ctx, grads()); err != nil {
 					b.Error(err)
 					return
@@ -190,7 +194,7 @@ func transitionOnce(b *testing.B, p, it int) time.Duration {
 	}
 	wg.Go(func() {
 		sc := DefaultConfig()
-		sc.JobID, sc.Self = "sync-test", Member{Name: joiner.name, Addr: joiner.tr.Addr()}
+		sc.JobID, sc.Self = "sync-test", epoch.Member{Name: joiner.name, Addr: joiner.tr.Addr()}
 		s, err := Join(ctx, sc, joiner.tr, coord.View(joiner.name), joiner.state)
 		if err != nil {
 			b.Error(err)

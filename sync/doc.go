@@ -18,7 +18,7 @@
 //     the newest epoch it knows, dropping members that are gone.
 //   - What it proposes: survivors keep their relative order and joiners are
 //     appended, so rank 0 of a new epoch is the oldest survivor. Changes closer
-//     together than CoordinatorConfig.Coalesce make one epoch; no epoch with
+//     together than driver.CoordinatorConfig.Coalesce make one epoch; no epoch with
 //     fewer than MinWorkers members is proposed (the job waits for joiners).
 //   - Inputs: a worker becomes a candidate when it announces itself ready (after
 //     its own start-up, so joining never stalls the others); it is dropped when
@@ -37,7 +37,7 @@
 // they are in, all of them switch at that same step boundary (Session.Commit).
 // No two workers finish a step in different worlds. Joining is connecting the
 // new epoch's ring (the transport handshake rejects any other job or epoch) and
-// receiving the registered TrainState from its rank 0 by broadcast.
+// receiving the registered State from its rank 0 by broadcast.
 //
 // When the proposer dies: a dead driver is noticed by gossip; after
 // takeoverGrace the oldest ready worker proposes instead, as above. Under
@@ -63,8 +63,19 @@
 // report its failure a world without the finished ones, however small, to
 // redo it in, and Driver.Unfinished tells the launcher to let them finish.
 //
-// Also here: Fuser packs many gradient tensors into few allreduces (Horovod's
-// fusion buffer), AsyncReducer overlaps their communication with the backward
-// pass, and Sampler shards a data epoch across a changing number of workers
-// without skipping or repeating a sample.
+// # Packages
+//
+// This package is what a trainer calls: Worker (a process's membership in a
+// job), Session (a world's collectives and step boundaries) and State (what a
+// joining worker receives). Beneath it:
+//
+//   - sync/epoch: worlds (numbered member lists) and the source a session
+//     learns them from;
+//   - sync/driver: the proposer of epochs and the job's driver around it;
+//   - sync/control: the wire format of the control messages;
+//   - sync/fusion: packing many tensors into few allreduces (Horovod's fusion
+//     buffer) and overlapping them with the backward pass;
+//   - sync/sampler: sharding a data epoch across a changing number of workers
+//     without skipping or repeating a sample;
+//   - sync/stats: the step statistics workers send the driver.
 package sync

@@ -10,12 +10,15 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/fusion"
+	"github.com/gorovod/gorovod/sync/stats"
 )
 
 // Config configures a Session.
 type Config struct {
 	JobID      string
-	Self       Member // this worker: its unique name and collective address
+	Self       epoch.Member // this worker: its unique name and collective address
 	Collective collective.Config
 	// FusionBytes bounds one fused allreduce (Horovod's fusion threshold).
 	FusionBytes int
@@ -23,10 +26,10 @@ type Config struct {
 	// example while fewer than the minimum number of workers remain).
 	RecoveryTimeout time.Duration
 	// OnStats, if set, receives the worker's step statistics in batches of
-	// about StatsEvery steps (default DefaultStatsEvery), for the driver's
+	// about StatsEvery steps (default stats.DefaultEvery), for the driver's
 	// autoscaling engine. It is called on the training goroutine inside
 	// Commit, so it must hand the batch off without blocking.
-	OnStats    func(StatsBatch)
+	OnStats    func(stats.Batch)
 	StatsEvery int
 	Logger     *slog.Logger
 }
@@ -35,7 +38,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Collective:      collective.DefaultConfig(),
-		FusionBytes:     DefaultFusionBytes,
+		FusionBytes:     fusion.DefaultBytes,
 		RecoveryTimeout: 10 * time.Minute,
 	}
 }
@@ -62,15 +65,15 @@ func DefaultConfig() Config {
 type Session struct {
 	cfg   Config
 	t     transport.Transport
-	src   EpochSource
-	state *TrainState
-	fuser *Fuser
+	src   epoch.Source
+	state *State
+	fuser *fusion.Fuser
 	log   *slog.Logger
 
 	// mu guards epoch and comm against AbortIfMember, which runs on another
 	// goroutine; the training goroutine is the only writer.
 	mu    stdsync.Mutex
-	epoch Epoch
+	epoch epoch.World
 	comm  *collective.Communicator
 
 	// newest is the highest epoch number any member knew of during this
@@ -82,16 +85,16 @@ type Session struct {
 	// Asynchronous allreduces: their own fuser (they run beside the trainer's
 	// goroutine), the last one started (the next waits for it), and the
 	// epoch number they carried back.
-	asyncFuser  *Fuser
+	asyncFuser  *fusion.Fuser
 	lastAsync   *Handle
 	asyncNewest uint64
 
-	clock stepClock
+	clock stats.Clock
 }
 
 // Join waits for the first epoch that includes cfg.Self, connects to its
 // members and receives the current state from its rank 0 (the oldest member).
-func Join(ctx context.Context, cfg Config, t transport.Transport, src EpochSource, state *TrainState) (*Session, error) {
+func Join(ctx context.Context, cfg Config, t transport.Transport, src epoch.Source, state *State) (*Session, error) {
 	if cfg.JobID == "" || cfg.Self.Name == "" || cfg.Self.Addr == "" {
 		return nil, errors.New("sync: Config needs JobID and Self (name and address)")
 	}
@@ -102,11 +105,8 @@ func Join(ctx context.Context, cfg Config, t transport.Transport, src EpochSourc
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Session{cfg: cfg, t: t, src: src, state: state, fuser: NewFuser(cfg.FusionBytes), asyncFuser: NewFuser(cfg.FusionBytes), log: log.With("worker", cfg.Self.Name)}
-	s.clock.onStats, s.clock.every = cfg.OnStats, cfg.StatsEvery
-	if s.clock.every <= 0 {
-		s.clock.every = DefaultStatsEvery
-	}
+	s := &Session{cfg: cfg, t: t, src: src, state: state, fuser: fusion.NewFuser(cfg.FusionBytes), asyncFuser: fusion.NewFuser(cfg.FusionBytes), log: log.With("worker", cfg.Self.Name)}
+	s.clock = stats.NewClock(cfg.StatsEvery, cfg.OnStats)
 	if err := s.advance(ctx, 0); err != nil {
 		return nil, err
 	}
@@ -119,8 +119,8 @@ func (s *Session) Rank() int { return s.comm.Rank() }
 // Size is the number of workers in the current epoch.
 func (s *Session) Size() int { return s.comm.Size() }
 
-// Epoch is the current world epoch.
-func (s *Session) Epoch() Epoch { return s.epoch }
+// epoch.World is the current world epoch.
+func (s *Session) World() epoch.World { return s.epoch }
 
 // Step is the number of committed steps, identical on every worker.
 func (s *Session) Step() int64 { return s.state.Step }
@@ -132,17 +132,17 @@ func (s *Session) Communicator() *collective.Communicator { return s.comm }
 // RecordSamples adds n to the samples this worker processes in the current
 // step. The autoscaling engine measures throughput in samples per second when
 // trainers report them, in steps per second otherwise.
-func (s *Session) RecordSamples(n int) { s.clock.samples += n }
+func (s *Session) RecordSamples(n int) { s.clock.AddSamples(n) }
 
 // SetTotalSteps tells the autoscaling engine how many steps the job plans to
 // train in all (policies weighing the remaining work need it).
-func (s *Session) SetTotalSteps(n int64) { s.clock.total = n }
+func (s *Session) SetTotalSteps(n int64) { s.clock.SetTotal(n) }
 
 // Allreduce averages the gradient tensors in place across the current world.
 // If the world breaks meanwhile, the session rebuilds it, re-synchronizes the
 // state from the new rank 0 and returns ErrWorldChanged.
 func (s *Session) Allreduce(ctx context.Context, grads [][]float32) error {
-	defer s.clock.wait(time.Now())
+	defer s.clock.Wait(time.Now())
 	newest := s.src.Latest()
 	err := s.fuser.Allreduce(ctx, s.comm, grads, collective.Average, collective.MaxTag(&newest))
 	if err == nil {
@@ -199,7 +199,7 @@ func (s *Session) AllreduceAsync(ctx context.Context, grads ...[]float32) *Handl
 // the session rebuilds the world as Allreduce does and returns
 // ErrWorldChanged: recompute the step.
 func (s *Session) WaitAll(ctx context.Context, pending ...*Handle) error {
-	defer s.clock.wait(time.Now())
+	defer s.clock.Wait(time.Now())
 	var failed error
 	for _, p := range pending {
 		select {
@@ -272,8 +272,8 @@ func (s *Session) Commit(ctx context.Context) error {
 		}
 	}
 	s.newest, s.tagged = 0, false
-	s.clock.wait(began)
-	s.clock.commit(s.epoch.Number, s.state.Step, newest > s.epoch.Number)
+	s.clock.Wait(began)
+	s.clock.Commit(s.epoch.Number, s.state.Step, newest > s.epoch.Number)
 	if newest <= s.epoch.Number {
 		return nil
 	}
@@ -312,7 +312,7 @@ func (s *Session) AbortIfMember(name string, cause error) {
 // recover handles a collective failure: report it, drop the broken world and
 // join the next one.
 func (s *Session) recover(ctx context.Context, cause error) error {
-	blamed := Member{}
+	blamed := epoch.Member{}
 	var pe *collective.PeerError
 	if errors.As(cause, &pe) && pe.Rank >= 0 && pe.Rank < len(s.epoch.Members) {
 		blamed = s.epoch.Members[pe.Rank]
@@ -332,7 +332,7 @@ func (s *Session) recover(ctx context.Context, cause error) error {
 // newer epoch abandons the attempt: a member of ep that died after ep was
 // proposed would otherwise keep the others dialling it until the recovery
 // timeout, while the proposer has already replaced ep.
-func (s *Session) enter(ctx context.Context, ep Epoch, rank int) (*collective.Communicator, error) {
+func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collective.Communicator, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -378,7 +378,7 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 			}
 			s.log.Warn("entering the next world failed", "epoch", ep.Number, "err", err)
 			var pe *collective.PeerError
-			blamed := Member{}
+			blamed := epoch.Member{}
 			if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < len(ep.Members) {
 				blamed = ep.Members[pe.Rank]
 			}
@@ -389,7 +389,7 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 		s.mu.Lock()
 		s.epoch, s.comm = ep, comm
 		s.mu.Unlock()
-		s.clock.restart(time.Now())
+		s.clock.Restart(time.Now())
 		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", time.Since(start))
 		return nil
 	}

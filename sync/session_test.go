@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport/tcp"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
 )
 
 // toyWorker trains a small linear model whose gradient depends on the rank and
@@ -19,7 +21,7 @@ import (
 type toyWorker struct {
 	name   string
 	params []float32
-	state  *TrainState
+	state  *State
 	sess   *Session
 	tr     *tcp.Transport
 }
@@ -51,7 +53,7 @@ func hashParams(p []float32) [32]byte {
 	return sha256.Sum256(b)
 }
 
-func startToy(t testing.TB, name string, coord *Coordinator, size ...int) *toyWorker {
+func startToy(t testing.TB, name string, coord *driver.Coordinator, size ...int) *toyWorker {
 	t.Helper()
 	cfg := tcp.DefaultConfig()
 	cfg.Secret = []byte("sync-test-secret")
@@ -65,16 +67,16 @@ func startToy(t testing.TB, name string, coord *Coordinator, size ...int) *toyWo
 	if len(size) > 0 {
 		n = size[0]
 	}
-	w := &toyWorker{name: name, params: make([]float32, n), state: NewTrainState(), tr: tr}
+	w := &toyWorker{name: name, params: make([]float32, n), state: NewState(), tr: tr}
 	w.state.RegisterTensor("params", w.params)
-	coord.Add(Member{Name: name, Addr: tr.Addr()})
+	coord.Add(epoch.Member{Name: name, Addr: tr.Addr()})
 	return w
 }
 
 // train joins through coord and runs the toy loop.
-func (w *toyWorker) train(ctx context.Context, coord *Coordinator, until int64, rec *recorder, vanish func(step int64) bool) error {
+func (w *toyWorker) train(ctx context.Context, coord *driver.Coordinator, until int64, rec *recorder, vanish func(step int64) bool) error {
 	sc := DefaultConfig()
-	sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
+	sc.JobID, sc.Self = "sync-test", epoch.Member{Name: w.name, Addr: w.tr.Addr()}
 	sc.FusionBytes = 4096
 	sess, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
 	if err != nil {
@@ -132,14 +134,14 @@ func toyLoop(ctx context.Context, sess *Session, name string, params []float32, 
 			}
 			return err
 		}
-		rec.add(stepRecord{name, sess.Epoch().Number, sess.Size(), sess.Step(), hashParams(params)})
+		rec.add(stepRecord{name, sess.World().Number, sess.Size(), sess.Step(), hashParams(params)})
 	}
 	return nil
 }
 
 // waitEpoch blocks until the coordinator has proposed an epoch for which ok
 // holds, so a test can make a change take effect at a known step.
-func waitEpoch(t *testing.T, coord *Coordinator, ok func(Epoch) bool) {
+func waitEpoch(t *testing.T, coord *driver.Coordinator, ok func(epoch.World) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -180,7 +182,7 @@ func agree(t *testing.T, rec *recorder) map[int64]int {
 	return workers
 }
 
-func runToys(t *testing.T, workers []*toyWorker, coord *Coordinator, until int64, rec *recorder, vanish map[string]func(int64) bool) {
+func runToys(t *testing.T, workers []*toyWorker, coord *driver.Coordinator, until int64, rec *recorder, vanish map[string]func(int64) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -198,7 +200,7 @@ func runToys(t *testing.T, workers []*toyWorker, coord *Coordinator, until int64
 }
 
 func TestWorkersAgreeEveryStep(t *testing.T) {
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 3})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 3})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go coord.Run(ctx)
@@ -214,7 +216,7 @@ func TestWorkersAgreeEveryStep(t *testing.T) {
 }
 
 func TestJoinMidRunGetsState(t *testing.T) {
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go coord.Run(ctx)
@@ -229,7 +231,7 @@ func TestJoinMidRunGetsState(t *testing.T) {
 			once.Do(func() {
 				late = startToy(t, "w2", coord)
 				close(joined)
-				waitEpoch(t, coord, func(e Epoch) bool { return e.Rank("w2") >= 0 })
+				waitEpoch(t, coord, func(e epoch.World) bool { return e.Rank("w2") >= 0 })
 			})
 		}
 		return false
@@ -255,7 +257,7 @@ func TestJoinMidRunGetsState(t *testing.T) {
 }
 
 func TestWorkerVanishingMidRun(t *testing.T) {
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go coord.Run(ctx)
@@ -277,7 +279,7 @@ func TestWorkerVanishingMidRun(t *testing.T) {
 }
 
 func TestGracefulRemoval(t *testing.T) {
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go coord.Run(ctx)
@@ -292,7 +294,7 @@ func TestGracefulRemoval(t *testing.T) {
 			if step == 8 {
 				once.Do(func() {
 					coord.Remove("w1")
-					waitEpoch(t, coord, func(e Epoch) bool { return e.Rank("w1") < 0 })
+					waitEpoch(t, coord, func(e epoch.World) bool { return e.Rank("w1") < 0 })
 				})
 			}
 			return false
@@ -305,7 +307,7 @@ func TestGracefulRemoval(t *testing.T) {
 }
 
 func TestAsyncAllreduceAndRecovery(t *testing.T) {
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go coord.Run(ctx)
@@ -316,7 +318,7 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 		wg.Go(func() {
 			errs[i] = func() error {
 				sc := DefaultConfig()
-				sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
+				sc.JobID, sc.Self = "sync-test", epoch.Member{Name: w.name, Addr: w.tr.Addr()}
 				sess, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
 				if err != nil {
 					return err
@@ -378,15 +380,15 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 // trainer would log or count the step twice. Here rank 0 misses the step by
 // skipping its Commit, which leaves it in the state a failed allreduce would.
 func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	go coord.Run(ctx)
 	root, behind := startToy(t, "root", coord, 16), startToy(t, "ahead", coord, 16)
-	waitEpoch(t, coord, func(e Epoch) bool { return len(e.Members) == 2 })
+	waitEpoch(t, coord, func(e epoch.World) bool { return len(e.Members) == 2 })
 	join := func(w *toyWorker) (*Session, error) {
 		sc := DefaultConfig()
-		sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
+		sc.JobID, sc.Self = "sync-test", epoch.Member{Name: w.name, Addr: w.tr.Addr()}
 		return Join(ctx, sc, w.tr, coord.View(w.name), w.state)
 	}
 	// both runs f on each session at once and returns their errors.
@@ -445,7 +447,7 @@ func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
 		}
 		lateDone <- err
 	}()
-	waitEpoch(t, coord, func(e Epoch) bool { return e.Rank("late") >= 0 })
+	waitEpoch(t, coord, func(e epoch.World) bool { return e.Rank("late") >= 0 })
 	errRoot, errAhead = both(sessRoot, sessAhead, step)
 	if errRoot != nil {
 		t.Fatalf("rank 0's step 2: %v", errRoot)

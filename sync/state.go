@@ -7,13 +7,13 @@ import (
 	"github.com/gorovod/gorovod/collective"
 )
 
-// TrainState is what a new or recovering worker must receive to continue training
+// State is what a new or recovering worker must receive to continue training
 // as if nothing happened: the step counter plus everything the trainer
 // registers (parameters, optimizer state, the sampler's position, ...).
 //
 // Registered float32 slices are broadcast in place; blobs are read with get
 // before a broadcast and installed with set after one.
-type TrainState struct {
+type State struct {
 	Step    int64
 	tensors []namedTensor
 	blobs   []namedBlob
@@ -30,25 +30,25 @@ type namedBlob struct {
 	set  func([]byte) error
 }
 
-// NewTrainState returns an empty state at step 0.
-func NewTrainState() *TrainState { return &TrainState{} }
+// NewState returns an empty state at step 0.
+func NewState() *State { return &State{} }
 
 // RegisterTensor adds a float32 slice (parameters, momentum buffers) that is
 // synchronized in place. Every worker must register the same names, sizes and
 // order.
-func (s *TrainState) RegisterTensor(name string, data []float32) {
+func (s *State) RegisterTensor(name string, data []float32) {
 	s.tensors = append(s.tensors, namedTensor{name, data})
 }
 
 // RegisterBlob adds opaque state (a sampler position, a learning-rate
 // schedule) as bytes.
-func (s *TrainState) RegisterBlob(name string, get func() ([]byte, error), set func([]byte) error) {
+func (s *State) RegisterBlob(name string, get func() ([]byte, error), set func([]byte) error) {
 	s.blobs = append(s.blobs, namedBlob{name, get, set})
 }
 
 // broadcast makes every rank's state a copy of root's: the step and blob sizes
 // first, so that a mismatch shows as an error rather than misread bytes.
-func (s *TrainState) broadcast(ctx context.Context, c *collective.Communicator, root int) error {
+func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root int) error {
 	head := make([]int64, 2+len(s.tensors)+len(s.blobs))
 	head[0], head[1] = s.Step, int64(len(s.tensors))
 	blobs := make([][]byte, len(s.blobs))

@@ -17,6 +17,10 @@ import (
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/gpu"
 	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/sync/control"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/stats"
 )
 
 // WorkerConfig is how a worker process joins an elastic job.
@@ -75,18 +79,18 @@ type Worker struct {
 	log *slog.Logger
 	// prop is this worker's own proposer while the job has no driver and this
 	// is its oldest ready worker; only the dispatch goroutine touches it.
-	prop       *proposer
-	takeover   CoordinatorConfig
+	prop       *driver.Proposer
+	takeover   driver.CoordinatorConfig
 	driverSeen time.Time // last time a driver was in view (start: join time)
 	closeOnce  stdsync.Once
-	stats      chan StatsBatch // to the driver, by sendStats
+	stats      chan stats.Batch // to the driver, by sendStats
 }
 
 // StartWorker joins the job: it starts the collective transport and the gossip
 // member, announces itself ready (call it once the trainer's own start-up —
 // data, model — is done, so that joining never stalls the others), and waits
 // until an epoch admits it and the state has arrived.
-func StartWorker(ctx context.Context, cfg WorkerConfig, state *TrainState) (*Worker, error) {
+func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -111,14 +115,14 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *TrainState) (*Wor
 	if meta.Extra == nil {
 		meta.Extra = map[string]string{}
 	}
-	meta.Extra[metaPID] = strconv.Itoa(os.Getpid())
+	meta.Extra[driver.MetaPID] = strconv.Itoa(os.Getpid())
 	m, err := membership.Join(ctx, mc, meta)
 	if err != nil {
 		tr.Close()
 		return nil, err
 	}
-	w := &Worker{m: m, tr: tr, src: newMemberSource(m, log), log: log, takeover: CoordinatorConfig{MinWorkers: cfg.MinWorkers}, driverSeen: time.Now(),
-		stats: make(chan StatsBatch, 8)}
+	w := &Worker{m: m, tr: tr, src: newMemberSource(m, log), log: log, takeover: driver.CoordinatorConfig{MinWorkers: cfg.MinWorkers}, driverSeen: time.Now(),
+		stats: make(chan stats.Batch, 8)}
 	go w.dispatch()
 	go w.sendStats()
 	fail := func(err error) (*Worker, error) {
@@ -132,7 +136,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *TrainState) (*Wor
 	if sc.Collective.ChunkBytes == 0 {
 		sc = DefaultConfig()
 	}
-	sc.JobID, sc.Self, sc.Logger = cfg.JobID, Member{Name: m.Name(), Addr: tr.Addr()}, log
+	sc.JobID, sc.Self, sc.Logger = cfg.JobID, epoch.Member{Name: m.Name(), Addr: tr.Addr()}, log
 	if !cfg.DisableStats {
 		sc.OnStats = w.queueStats
 	}
@@ -154,7 +158,7 @@ func (w *Worker) setSession(s *Session) {
 // queueStats hands a batch of step statistics to sendStats without blocking
 // the training loop; if the driver is so slow to take them that the queue is
 // full, the batch is dropped (the engine then sees those steps incomplete).
-func (w *Worker) queueStats(b StatsBatch) {
+func (w *Worker) queueStats(b stats.Batch) {
 	select {
 	case w.stats <- b:
 	default:
@@ -175,7 +179,7 @@ func (w *Worker) sendStats() {
 					continue
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				if err := w.m.Send(ctx, n, encodeStats(b)); err != nil {
+				if err := w.m.Send(ctx, n, control.EncodeStats(b)); err != nil {
 					w.log.Debug("step statistics not delivered", "err", err)
 				}
 				cancel()
@@ -203,7 +207,7 @@ func (w *Worker) dispatch() {
 	defer tick.Stop()
 	defer func() {
 		if w.prop != nil {
-			w.prop.stop()
+			w.prop.Stop()
 		}
 	}()
 	for {
@@ -217,20 +221,20 @@ func (w *Worker) dispatch() {
 				w.src.abortIfMember(ev.Node.Name, fmt.Errorf("gossip declared %s dead", ev.Node.Name))
 			}
 			if w.prop != nil {
-				w.prop.events <- ev
+				w.prop.Event(ev)
 			}
 			w.elect()
 		case msg := <-w.m.Messages():
-			cm, err := decodeControl(msg.Payload)
+			cm, err := control.Decode(msg.Payload)
 			switch {
 			case err != nil:
 				w.log.Warn("dropped control message", "from", msg.From.Name, "err", err)
-			case cm.Type == msgPing:
+			case cm.Kind == control.KindPing:
 				go w.src.pong(msg.From, cm.Nonce)
-			case cm.Type == msgEpoch:
-				w.src.onEpoch(Epoch{Number: cm.Number, Members: cm.Members})
+			case cm.Kind == control.KindEpoch:
+				w.src.onEpoch(cm.World())
 			case w.prop != nil:
-				w.prop.messages <- msg
+				w.prop.Message(msg)
 			}
 		}
 	}
@@ -240,7 +244,7 @@ func (w *Worker) dispatch() {
 // driver while one is alive, else through its oldest ready worker.
 func (w *Worker) elect() {
 	nodes := w.m.Members()
-	lead := electProposer(nodes)
+	lead := driver.ElectProposer(nodes)
 	if slices.ContainsFunc(nodes, func(n membership.Node) bool { return n.Meta.Role == membership.RoleDriver }) {
 		w.driverSeen = time.Now()
 	} else if time.Since(w.driverSeen) < takeoverGrace {
@@ -249,28 +253,11 @@ func (w *Worker) elect() {
 	switch {
 	case lead == w.m.Name() && w.prop == nil:
 		w.log.Warn("no driver: this worker, the oldest ready one, takes over proposing epochs")
-		w.prop = startProposer(w.m, w.takeover, w.src.current(), nodes, proposerHooks{}, w.log)
+		w.prop = driver.StartProposer(w.m, w.takeover, w.src.current(), nodes, w.log)
 	case lead != w.m.Name() && w.prop != nil:
-		w.prop.stop()
+		w.prop.Stop()
 		w.prop = nil
 	}
-}
-
-// electProposer names the member that proposes epochs: the driver while one is
-// alive, else the oldest ready worker (Members is sorted oldest first). Every
-// member computes the same answer from the same membership view.
-func electProposer(nodes []membership.Node) string {
-	for _, n := range nodes {
-		if n.Meta.Role == membership.RoleDriver {
-			return n.Name
-		}
-	}
-	for _, n := range nodes {
-		if n.Meta.Role == membership.RoleWorker && n.Meta.State == membership.StateReady {
-			return n.Name
-		}
-	}
-	return ""
 }
 
 // publishGPUs puts what this worker may use of the host's GPUs in its
@@ -327,18 +314,18 @@ func (w *Worker) RequestLeave(ctx context.Context) error {
 func (w *Worker) Finish(ctx context.Context) error {
 	if w.Session != nil {
 		nodes := w.m.Members()
-		lead := electProposer(nodes)
-		last, haveLast := w.Session.clock.take()
+		lead := driver.ElectProposer(nodes)
+		last, haveLast := w.Session.clock.Take()
 		for _, n := range nodes {
 			if haveLast && n.Meta.Role == membership.RoleDriver {
 				// The last steps, so the driver's account of the job is complete.
 				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				_ = w.m.Send(sctx, n, encodeStats(last))
+				_ = w.m.Send(sctx, n, control.EncodeStats(last))
 				cancel()
 			}
 			if n.Name == lead {
 				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				_ = w.m.Send(sctx, n, encodeDone(w.Epoch().Number))
+				_ = w.m.Send(sctx, n, control.EncodeDone(w.World().Number))
 				cancel()
 			}
 		}
@@ -366,13 +353,13 @@ func (w *Worker) shutdown() {
 	_ = w.tr.Close()
 }
 
-// memberSource is a worker's EpochSource fed by the driver's announcements.
+// memberSource is a worker's epoch.Source fed by the driver's announcements.
 type memberSource struct {
 	m   *membership.Member
 	log *slog.Logger
 
 	mu      stdsync.Mutex
-	latest  Epoch
+	latest  epoch.World
 	newer   chan struct{}
 	session *Session // set once joined, for aborting a stuck collective
 	done    chan struct{}
@@ -387,7 +374,7 @@ func (s *memberSource) stop() { s.once.Do(func() { close(s.done) }) }
 
 // onEpoch records an announced epoch; announcements may arrive late or
 // twice, so only a newer number counts.
-func (s *memberSource) onEpoch(e Epoch) {
+func (s *memberSource) onEpoch(e epoch.World) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e.Number > s.latest.Number {
@@ -398,7 +385,7 @@ func (s *memberSource) onEpoch(e Epoch) {
 }
 
 // current is the newest epoch announced here.
-func (s *memberSource) current() Epoch {
+func (s *memberSource) current() epoch.World {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.latest
@@ -419,7 +406,7 @@ func (s *memberSource) abortIfMember(name string, cause error) {
 func (s *memberSource) pong(to membership.Node, nonce uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = s.m.Send(ctx, to, encodePing(msgPong, nonce))
+	_ = s.m.Send(ctx, to, control.EncodePong(nonce))
 }
 
 func (s *memberSource) Latest() uint64 {
@@ -428,7 +415,7 @@ func (s *memberSource) Latest() uint64 {
 	return s.latest.Number
 }
 
-func (s *memberSource) Await(ctx context.Context, after uint64) (Epoch, error) {
+func (s *memberSource) Await(ctx context.Context, after uint64) (epoch.World, error) {
 	for {
 		s.mu.Lock()
 		cur, newer := s.latest, s.newer
@@ -439,14 +426,14 @@ func (s *memberSource) Await(ctx context.Context, after uint64) (Epoch, error) {
 		select {
 		case <-newer:
 		case <-ctx.Done():
-			return Epoch{}, fmt.Errorf("sync: waiting for a world epoch after %d (too few workers, or no driver?): %w", after, ctx.Err())
+			return epoch.World{}, fmt.Errorf("sync: waiting for a world epoch after %d (too few workers, or no driver?): %w", after, ctx.Err())
 		}
 	}
 }
 
-func (s *memberSource) ReportFailure(epoch uint64, peer Member, cause error) {
+func (s *memberSource) ReportFailure(epoch uint64, peer epoch.Member, cause error) {
 	nodes := s.m.Members()
-	lead := electProposer(nodes)
+	lead := driver.ElectProposer(nodes)
 	var driver membership.Node
 	found := false
 	for _, n := range nodes {
@@ -458,7 +445,7 @@ func (s *memberSource) ReportFailure(epoch uint64, peer Member, cause error) {
 		s.log.Warn("no proposer to report a failure to", "blamed", peer.Name)
 		return
 	}
-	payload := encodeFailure(epoch, peer.Name, cause)
+	payload := control.EncodeFailure(epoch, peer.Name, cause)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

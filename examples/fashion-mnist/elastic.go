@@ -33,7 +33,7 @@ type world interface {
 	Close() error
 }
 
-func joinWorld(ctx context.Context, state *gsync.TrainState, verbose bool, stderr io.Writer) (world, error) {
+func joinWorld(ctx context.Context, state *gsync.State, verbose bool, stderr io.Writer) (world, error) {
 	cfg, err := gsync.WorkerConfigFromEnv()
 	if err != nil {
 		if gsync.UnderLauncher() {
@@ -59,7 +59,7 @@ type elastic struct {
 	leaving bool
 }
 
-func (e *elastic) WorldEpoch() uint64 { return e.Epoch().Number }
+func (e *elastic) WorldEpoch() uint64 { return e.World().Number }
 
 func (e *elastic) CheckLeave(ctx context.Context) error {
 	select {
@@ -86,7 +86,7 @@ func (e *elastic) Finish(ctx context.Context) error {
 }
 
 // single is the world of one process.
-type single struct{ state *gsync.TrainState }
+type single struct{ state *gsync.State }
 
 func (s *single) Rank() int                                    { return 0 }
 func (s *single) Size() int                                    { return 1 }

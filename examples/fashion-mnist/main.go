@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorovod/gorovod/examples/fashion-mnist/mnist"
 	gsync "github.com/gorovod/gorovod/sync"
+	"github.com/gorovod/gorovod/sync/sampler"
 )
 
 func main() {
@@ -140,15 +141,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	opt := mnist.SGD{LR: float32(o.lr), Momentum: float32(o.momentum), WeightDecay: float32(o.weightDecay)}
-	sampler, err := gsync.NewSampler(gsync.SamplerConfig{N: train.N, Seed: o.seed, Shuffle: true})
+	order, err := sampler.New(sampler.Config{N: train.N, Seed: o.seed, Shuffle: true})
 	if err != nil {
 		return err
 	}
 	// Everything a joining worker needs to continue exactly where the others are.
-	state := gsync.NewTrainState()
+	state := gsync.NewState()
 	state.RegisterTensor("params", model.Params())
 	state.RegisterTensor("momentum", model.OptimizerState())
-	state.RegisterBlob("sampler", sampler.MarshalBinary, sampler.UnmarshalBinary)
+	state.RegisterBlob("sampler", order.MarshalBinary, order.UnmarshalBinary)
 	w, err := joinWorld(ctx, state, o.verbose, stderr)
 	if err != nil {
 		return err
@@ -167,7 +168,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		trainStart = time.Now()
 		epochStart = trainStart
 	)
-	for sampler.Epoch() < uint64(o.epochs) {
+	for order.Epoch() < uint64(o.epochs) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -175,13 +176,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		rank, size, worldEpoch := w.Rank(), w.Size(), w.WorldEpoch()
-		st, err := sampler.Batch(rank, size, o.batch)
+		st, err := order.Batch(rank, size, o.batch)
 		if err != nil {
 			return err
 		}
 		if st.Global == 0 { // the epoch is over
 			if rank != 0 { // one report per job is enough
-				sampler.NextEpoch()
+				order.NextEpoch()
 				epochLoss, epochStart = mnist.Result{}, time.Now()
 				continue
 			}
@@ -191,7 +192,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			last = r
 			rec := evalRecord{
-				Kind: "epoch", Step: step, Epoch: sampler.Epoch(), TrainLoss: epochLoss.Loss(),
+				Kind: "epoch", Step: step, Epoch: order.Epoch(), TrainLoss: epochLoss.Loss(),
 				TestLoss: r.Loss(), TestAccuracy: r.Accuracy(), Seconds: time.Since(epochStart).Seconds(),
 			}
 			fmt.Fprintf(progress, "epoch %d/%d done: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.2fs\n",
@@ -202,7 +203,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 					return err
 				}
 			}
-			sampler.NextEpoch()
+			order.NextEpoch()
 			epochLoss, epochStart = mnist.Result{}, time.Now()
 			continue
 		}
@@ -225,8 +226,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		model.Update(opt)
-		// Only a committed step advances the sampler.
-		if err := sampler.Advance(st.Global); err != nil {
+		// Only a committed step advances the order.
+		if err := order.Advance(st.Global); err != nil {
 			return err
 		}
 		left := false
@@ -260,7 +261,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if o.logEvery > 0 && step%o.logEvery == 0 {
 			el := time.Since(trainStart).Seconds()
 			fmt.Fprintf(progress, "epoch %d step %d (%d/%d): loss %.4f, train accuracy %.2f%%, %.0f samples/s\n",
-				st.Epoch+1, step, sampler.Processed(), train.N, windowLoss.Loss(), 100*windowLoss.Accuracy(),
+				st.Epoch+1, step, order.Processed(), train.N, windowLoss.Loss(), 100*windowLoss.Accuracy(),
 				float64(samples)/el)
 			windowLoss = mnist.Result{}
 		}

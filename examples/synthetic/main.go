@@ -30,6 +30,7 @@ import (
 
 	"github.com/gorovod/gorovod/internal/envconfig"
 	gsync "github.com/gorovod/gorovod/sync"
+	"github.com/gorovod/gorovod/sync/sampler"
 )
 
 type options struct {
@@ -117,19 +118,19 @@ func run(o options) error {
 	for i := range params {
 		params[i] = float32(math.Sin(float64(uint64(i)+o.seed))) * 0.1
 	}
-	sampler, err := gsync.NewSampler(gsync.SamplerConfig{N: o.samples, Seed: o.seed, Shuffle: true})
+	order, err := sampler.New(sampler.Config{N: o.samples, Seed: o.seed, Shuffle: true})
 	if err != nil {
 		return err
 	}
-	state := gsync.NewTrainState()
+	state := gsync.NewState()
 	state.RegisterTensor("params", params)
-	state.RegisterBlob("sampler", func() ([]byte, error) { return sampler.State().MarshalBinary() },
+	state.RegisterBlob("sampler", func() ([]byte, error) { return order.Position().MarshalBinary() },
 		func(b []byte) error {
-			var st gsync.State
+			var st sampler.Position
 			if err := st.UnmarshalBinary(b); err != nil {
 				return err
 			}
-			return sampler.Restore(st)
+			return order.Restore(st)
 		})
 	index, launched, err := envconfig.LaunchIndex(os.Getenv)
 	if err != nil {
@@ -168,12 +169,12 @@ func run(o options) error {
 		default:
 		}
 		start := time.Now()
-		st, err := sampler.Batch(w.Rank(), w.Size(), o.batch)
+		st, err := order.Batch(w.Rank(), w.Size(), o.batch)
 		if err != nil {
 			return err
 		}
 		if st.Global == 0 {
-			sampler.NextEpoch()
+			order.NextEpoch()
 			continue
 		}
 		loss := computeGrads(o, w.Rank(), w.Size(), slow, params, grads, st)
@@ -188,10 +189,10 @@ func run(o options) error {
 		for i, g := range grads {
 			params[i] -= float32(o.lr) * g
 		}
-		if err := sampler.Advance(st.Global); err != nil {
+		if err := order.Advance(st.Global); err != nil {
 			return err
 		}
-		rank, size, epoch := w.Rank(), w.Size(), w.Epoch().Number
+		rank, size, epoch := w.Rank(), w.Size(), w.World().Number
 		err = w.Commit(ctx)
 		if errors.Is(err, gsync.ErrWorldChanged) {
 			continue // the state is the new rank 0's; carry on from it
@@ -226,7 +227,7 @@ func run(o options) error {
 // The simulated step time of a world of k workers sharing a global batch B
 // is thus compute·B/k + step-overhead + overhead-per-worker·(k−1), plus the
 // real allreduce: a curve whose best worker count can be worked out by hand.
-func computeGrads(o options, rank, size int, slow bool, params, grads []float32, st gsync.Step) float64 {
+func computeGrads(o options, rank, size int, slow bool, params, grads []float32, st sampler.Batch) float64 {
 	d := o.compute * time.Duration(len(st.Indices))
 	if rank == o.straggler || slow {
 		d = time.Duration(float64(d) * o.stragglerMul)

@@ -1,4 +1,4 @@
-package sync_test
+package sampler_test
 
 import (
 	"bytes"
@@ -8,14 +8,14 @@ import (
 	"slices"
 	"testing"
 
-	gsync "github.com/gorovod/gorovod/sync"
+	"github.com/gorovod/gorovod/sync/sampler"
 )
 
-func newSampler(t testing.TB, cfg gsync.SamplerConfig) *gsync.Sampler {
+func newSampler(t testing.TB, cfg sampler.Config) *sampler.Sampler {
 	t.Helper()
-	s, err := gsync.NewSampler(cfg)
+	s, err := sampler.New(cfg)
 	if err != nil {
-		t.Fatalf("NewSampler(%+v): %v", cfg, err)
+		t.Fatalf("New(%+v): %v", cfg, err)
 	}
 	return s
 }
@@ -38,11 +38,11 @@ func TestPermutation(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 10, 1000} {
 		for _, seed := range []uint64{0, 1, 42} {
 			for epoch := range uint64(3) {
-				p := gsync.Permutation(n, seed, epoch)
+				p := sampler.Permutation(n, seed, epoch)
 				if !isPermutation(p, n) {
 					t.Fatalf("Permutation(%d, %d, %d) = %v is not a permutation", n, seed, epoch, p)
 				}
-				if q := gsync.Permutation(n, seed, epoch); !slices.Equal(p, q) {
+				if q := sampler.Permutation(n, seed, epoch); !slices.Equal(p, q) {
 					t.Fatalf("Permutation(%d, %d, %d) not deterministic", n, seed, epoch)
 				}
 			}
@@ -61,8 +61,8 @@ func TestPermutation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			a := gsync.Permutation(1000, tc.seedA, tc.epA)
-			b := gsync.Permutation(1000, tc.seedB, tc.epB)
+			a := sampler.Permutation(1000, tc.seedA, tc.epA)
+			b := sampler.Permutation(1000, tc.seedB, tc.epB)
 			if slices.Equal(a, b) {
 				t.Fatalf("(seed %d, epoch %d) and (seed %d, epoch %d) give the same permutation",
 					tc.seedA, tc.epA, tc.seedB, tc.epB)
@@ -77,7 +77,7 @@ func TestPermutation(t *testing.T) {
 // The expected order was computed by an independent Python transcription of
 // the generator and Fisher–Yates loop.
 func TestPermutationGolden(t *testing.T) {
-	got := gsync.Permutation(16, 1234, 5)
+	got := sampler.Permutation(16, 1234, 5)
 	want := []int{12, 4, 13, 10, 5, 14, 9, 0, 11, 6, 7, 15, 3, 2, 1, 8}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Permutation(16, 1234, 5) = %#v, want %#v", got, want)
@@ -90,7 +90,7 @@ func TestPermutationUniform(t *testing.T) {
 	const epochs = 6000
 	counts := map[string]int{}
 	for e := range uint64(epochs) {
-		counts[fmt.Sprint(gsync.Permutation(3, 99, e))]++
+		counts[fmt.Sprint(sampler.Permutation(3, 99, e))]++
 	}
 	if len(counts) != 6 {
 		t.Fatalf("saw %d distinct orders of 3 items, want 6: %v", len(counts), counts)
@@ -104,7 +104,7 @@ func TestPermutationUniform(t *testing.T) {
 }
 
 func TestShuffleOff(t *testing.T) {
-	s := newSampler(t, gsync.SamplerConfig{N: 10, Seed: 3})
+	s := newSampler(t, sampler.Config{N: 10, Seed: 3})
 	st, err := s.Batch(0, 1, 10)
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestSplit(t *testing.T) {
 		t.Run(fmt.Sprintf("%d/%d", tc.count, tc.size), func(t *testing.T) {
 			next := 0
 			for r := range tc.size {
-				off, n := gsync.Split(tc.count, r, tc.size)
+				off, n := sampler.Split(tc.count, r, tc.size)
 				if off != next || n != tc.want[r] {
 					t.Fatalf("rank %d: Split = (%d, %d), want (%d, %d)", r, off, n, next, tc.want[r])
 				}
@@ -143,26 +143,26 @@ func TestSplit(t *testing.T) {
 		})
 	}
 	for _, bad := range [][3]int{{5, 0, 0}, {5, -1, 2}, {5, 2, 2}, {-1, 0, 2}} {
-		if off, n := gsync.Split(bad[0], bad[1], bad[2]); off != 0 || n != 0 {
+		if off, n := sampler.Split(bad[0], bad[1], bad[2]); off != 0 || n != 0 {
 			t.Errorf("Split%v = (%d, %d), want an empty share", bad, off, n)
 		}
 	}
 }
 
 func TestBatchErrors(t *testing.T) {
-	if _, err := gsync.NewSampler(gsync.SamplerConfig{N: 0}); !errors.Is(err, gsync.ErrSamplerConfig) {
-		t.Fatalf("NewSampler(N=0) = %v, want ErrSamplerConfig", err)
+	if _, err := sampler.New(sampler.Config{N: 0}); !errors.Is(err, sampler.ErrInvalidConfig) {
+		t.Fatalf("New(N=0) = %v, want ErrInvalidConfig", err)
 	}
-	s := newSampler(t, gsync.SamplerConfig{N: 10, Shuffle: true})
+	s := newSampler(t, sampler.Config{N: 10, Shuffle: true})
 	for _, tc := range []struct{ rank, size, batch int }{
 		{0, 0, 4}, {-1, 2, 4}, {2, 2, 4}, {0, 1, 0}, {0, 1, -3},
 	} {
-		if _, err := s.Batch(tc.rank, tc.size, tc.batch); !errors.Is(err, gsync.ErrWorld) {
-			t.Errorf("Batch(%d, %d, %d) = %v, want ErrWorld", tc.rank, tc.size, tc.batch, err)
+		if _, err := s.Batch(tc.rank, tc.size, tc.batch); !errors.Is(err, sampler.ErrInvalidBatch) {
+			t.Errorf("Batch(%d, %d, %d) = %v, want ErrInvalidBatch", tc.rank, tc.size, tc.batch, err)
 		}
 	}
 	for _, n := range []int{-1, 11} {
-		if err := s.Advance(n); !errors.Is(err, gsync.ErrAdvance) {
+		if err := s.Advance(n); !errors.Is(err, sampler.ErrAdvance) {
 			t.Errorf("Advance(%d) = %v, want ErrAdvance", n, err)
 		}
 	}
@@ -182,7 +182,7 @@ func TestLastBatch(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newSampler(t, gsync.SamplerConfig{N: 10, Seed: 1, Shuffle: true, DropLast: tc.dropLast})
+			s := newSampler(t, sampler.Config{N: 10, Seed: 1, Shuffle: true, DropLast: tc.dropLast})
 			var got []int
 			for {
 				st, err := s.Batch(0, 1, 4)
@@ -212,7 +212,7 @@ func TestLastBatch(t *testing.T) {
 }
 
 func TestSetEpochKeepsPosition(t *testing.T) {
-	s := newSampler(t, gsync.SamplerConfig{N: 100, Seed: 9, Shuffle: true})
+	s := newSampler(t, sampler.Config{N: 100, Seed: 9, Shuffle: true})
 	s.SetEpoch(3)
 	if err := s.Advance(40); err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestSetEpochKeepsPosition(t *testing.T) {
 // binary encoding into a fresh sampler (a joining worker), and checks that both
 // then hand out the same batches.
 func TestStateRoundTrip(t *testing.T) {
-	cfg := gsync.SamplerConfig{N: 1000, Seed: 77, Shuffle: true}
+	cfg := sampler.Config{N: 1000, Seed: 77, Shuffle: true}
 	a := newSampler(t, cfg)
 	a.SetEpoch(2)
 	for range 7 {
@@ -243,19 +243,19 @@ func TestStateRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, err := a.State().MarshalBinary()
+	b, err := a.Position().MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) != gsync.StateSize {
-		t.Fatalf("encoded state is %d bytes, want %d", len(b), gsync.StateSize)
+	if len(b) != sampler.PositionSize {
+		t.Fatalf("encoded state is %d bytes, want %d", len(b), sampler.PositionSize)
 	}
-	var decoded gsync.State
+	var decoded sampler.Position
 	if err := decoded.UnmarshalBinary(b); err != nil {
 		t.Fatal(err)
 	}
-	if decoded != a.State() {
-		t.Fatalf("decoded %+v, want %+v", decoded, a.State())
+	if decoded != a.Position() {
+		t.Fatalf("decoded %+v, want %+v", decoded, a.Position())
 	}
 	j := newSampler(t, cfg)
 	if err := j.Restore(decoded); err != nil {
@@ -282,7 +282,7 @@ func TestStateRoundTrip(t *testing.T) {
 }
 
 func TestSamplerBinary(t *testing.T) {
-	cfg := gsync.SamplerConfig{N: 50, Seed: 2, Shuffle: true}
+	cfg := sampler.Config{N: 50, Seed: 2, Shuffle: true}
 	a := newSampler(t, cfg)
 	a.SetEpoch(6)
 	if err := a.Advance(17); err != nil {
@@ -296,31 +296,31 @@ func TestSamplerBinary(t *testing.T) {
 	if err := j.UnmarshalBinary(b); err != nil {
 		t.Fatal(err)
 	}
-	if j.State() != a.State() {
-		t.Fatalf("restored %+v, want %+v", j.State(), a.State())
+	if j.Position() != a.Position() {
+		t.Fatalf("restored %+v, want %+v", j.Position(), a.Position())
 	}
-	other := newSampler(t, gsync.SamplerConfig{N: 51, Seed: 2, Shuffle: true})
-	if err := other.UnmarshalBinary(b); !errors.Is(err, gsync.ErrStateMismatch) {
-		t.Fatalf("restoring into another data set: %v, want ErrStateMismatch", err)
+	other := newSampler(t, sampler.Config{N: 51, Seed: 2, Shuffle: true})
+	if err := other.UnmarshalBinary(b); !errors.Is(err, sampler.ErrPositionMismatch) {
+		t.Fatalf("restoring into another data set: %v, want ErrPositionMismatch", err)
 	}
-	if err := j.UnmarshalBinary(b[:10]); !errors.Is(err, gsync.ErrStateEncoding) || j.State() != a.State() {
-		t.Fatalf("truncated state: %v, position %+v", err, j.State())
+	if err := j.UnmarshalBinary(b[:10]); !errors.Is(err, sampler.ErrPositionEncoding) || j.Position() != a.Position() {
+		t.Fatalf("truncated state: %v, position %+v", err, j.Position())
 	}
 }
 
 func TestRestoreMismatch(t *testing.T) {
-	base := gsync.SamplerConfig{N: 100, Seed: 5, Shuffle: true}
-	good := newSampler(t, base).State()
+	base := sampler.Config{N: 100, Seed: 5, Shuffle: true}
+	good := newSampler(t, base).Position()
 	tests := []struct {
 		name string
-		st   gsync.State
+		st   sampler.Position
 		want error
 	}{
-		{"other N", func() gsync.State { s := good; s.N = 99; return s }(), gsync.ErrStateMismatch},
-		{"other seed", func() gsync.State { s := good; s.Seed = 6; return s }(), gsync.ErrStateMismatch},
-		{"other shuffle", func() gsync.State { s := good; s.Shuffle = false; return s }(), gsync.ErrStateMismatch},
-		{"processed past N", func() gsync.State { s := good; s.Processed = 101; return s }(), gsync.ErrStateEncoding},
-		{"end of epoch", func() gsync.State { s := good; s.Processed = 100; s.Epoch = 9; return s }(), nil},
+		{"other N", func() sampler.Position { s := good; s.N = 99; return s }(), sampler.ErrPositionMismatch},
+		{"other seed", func() sampler.Position { s := good; s.Seed = 6; return s }(), sampler.ErrPositionMismatch},
+		{"other shuffle", func() sampler.Position { s := good; s.Shuffle = false; return s }(), sampler.ErrPositionMismatch},
+		{"processed past N", func() sampler.Position { s := good; s.Processed = 101; return s }(), sampler.ErrPositionEncoding},
+		{"end of epoch", func() sampler.Position { s := good; s.Processed = 100; s.Epoch = 9; return s }(), nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -333,7 +333,7 @@ func TestRestoreMismatch(t *testing.T) {
 }
 
 func TestStateDecodeErrors(t *testing.T) {
-	good, _ := gsync.State{N: 10, Seed: 1, Shuffle: true, Epoch: 2, Processed: 3}.MarshalBinary()
+	good, _ := sampler.Position{N: 10, Seed: 1, Shuffle: true, Epoch: 2, Processed: 3}.MarshalBinary()
 	mod := func(i int, v byte) []byte { b := bytes.Clone(good); b[i] = v; return b }
 	tests := []struct {
 		name string
@@ -350,11 +350,11 @@ func TestStateDecodeErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			st := gsync.State{Epoch: 42}
-			if err := st.UnmarshalBinary(tc.b); !errors.Is(err, gsync.ErrStateEncoding) {
-				t.Fatalf("UnmarshalBinary = %v, want ErrStateEncoding", err)
+			st := sampler.Position{Epoch: 42}
+			if err := st.UnmarshalBinary(tc.b); !errors.Is(err, sampler.ErrPositionEncoding) {
+				t.Fatalf("UnmarshalBinary = %v, want ErrPositionEncoding", err)
 			}
-			if st != (gsync.State{Epoch: 42}) {
+			if st != (sampler.Position{Epoch: 42}) {
 				t.Fatalf("failed decode changed the state to %+v", st)
 			}
 		})
@@ -375,7 +375,7 @@ func TestExactlyOnceAcrossResizes(t *testing.T) {
 	}
 	for round := range rounds {
 		rng := rand.New(rand.NewPCG(uint64(round), 0xe1a571c))
-		cfg := gsync.SamplerConfig{
+		cfg := sampler.Config{
 			N:        1 + rng.IntN(300),
 			Seed:     rng.Uint64(),
 			Shuffle:  rng.IntN(4) != 0,
@@ -387,23 +387,23 @@ func TestExactlyOnceAcrossResizes(t *testing.T) {
 	}
 }
 
-func simulate(rng *rand.Rand, cfg gsync.SamplerConfig, epochs int) error {
-	var committed []byte // the last committed State, as broadcast bytes
-	join := func() (*gsync.Sampler, error) {
-		s, err := gsync.NewSampler(cfg)
+func simulate(rng *rand.Rand, cfg sampler.Config, epochs int) error {
+	var committed []byte // the last committed Position, as broadcast bytes
+	join := func() (*sampler.Sampler, error) {
+		s, err := sampler.New(cfg)
 		if err != nil {
 			return nil, err
 		}
 		if committed == nil {
 			return s, nil
 		}
-		var st gsync.State
+		var st sampler.Position
 		if err := st.UnmarshalBinary(committed); err != nil {
 			return nil, err
 		}
 		return s, s.Restore(st)
 	}
-	world := []*gsync.Sampler{}
+	world := []*sampler.Sampler{}
 	resize := func(size int) error {
 		for len(world) < size {
 			s, err := join()
@@ -422,7 +422,7 @@ func simulate(rng *rand.Rand, cfg gsync.SamplerConfig, epochs int) error {
 
 	for epoch := range uint64(epochs) {
 		seen := make([]int, cfg.N)
-		perm := gsync.Permutation(cfg.N, cfg.Seed, epoch)
+		perm := sampler.Permutation(cfg.N, cfg.Seed, epoch)
 		if !cfg.Shuffle {
 			for i := range perm {
 				perm[i] = i
@@ -448,7 +448,7 @@ func simulate(rng *rand.Rand, cfg gsync.SamplerConfig, epochs int) error {
 				globalBatch = 1 + rng.IntN(40)
 			}
 			size := len(world)
-			shares := make([]gsync.Step, size)
+			shares := make([]sampler.Batch, size)
 			for r, s := range world {
 				st, err := s.Batch(r, size, globalBatch)
 				if err != nil {
@@ -476,7 +476,7 @@ func simulate(rng *rand.Rand, cfg gsync.SamplerConfig, epochs int) error {
 				for _, s := range world {
 					s.NextEpoch()
 				}
-				committed, _ = world[0].State().MarshalBinary()
+				committed, _ = world[0].Position().MarshalBinary()
 				break
 			}
 			// The union of the ranks' shares is exactly the next global slice of
@@ -494,7 +494,7 @@ func simulate(rng *rand.Rand, cfg gsync.SamplerConfig, epochs int) error {
 				// the step is redone, possibly by another world.
 				for _, s := range world {
 					if committed != nil {
-						var st gsync.State
+						var st sampler.Position
 						if err := st.UnmarshalBinary(committed); err != nil {
 							return err
 						}
@@ -513,10 +513,10 @@ func simulate(rng *rand.Rand, cfg gsync.SamplerConfig, epochs int) error {
 					return err
 				}
 			}
-			committed, _ = world[0].State().MarshalBinary()
+			committed, _ = world[0].Position().MarshalBinary()
 			for r, s := range world {
-				if b, _ := s.State().MarshalBinary(); !bytes.Equal(b, committed) {
-					return fmt.Errorf("rank %d state %+v differs from rank 0 %+v", r, s.State(), world[0].State())
+				if b, _ := s.Position().MarshalBinary(); !bytes.Equal(b, committed) {
+					return fmt.Errorf("rank %d state %+v differs from rank 0 %+v", r, s.Position(), world[0].Position())
 				}
 			}
 		}
@@ -524,8 +524,8 @@ func simulate(rng *rand.Rand, cfg gsync.SamplerConfig, epochs int) error {
 	return nil
 }
 
-func FuzzStateUnmarshal(f *testing.F) {
-	for _, st := range []gsync.State{
+func FuzzPositionUnmarshal(f *testing.F) {
+	for _, st := range []sampler.Position{
 		{},
 		{N: 60000, Seed: 42, Shuffle: true, Epoch: 3, Processed: 1234},
 		{N: 1, Processed: 1, Epoch: ^uint64(0)},
@@ -537,11 +537,11 @@ func FuzzStateUnmarshal(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte("GSMP"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var st gsync.State
+		var st sampler.Position
 		err := st.UnmarshalBinary(b)
 		if err != nil {
-			if !errors.Is(err, gsync.ErrStateEncoding) {
-				t.Fatalf("error %v does not wrap ErrStateEncoding", err)
+			if !errors.Is(err, sampler.ErrPositionEncoding) {
+				t.Fatalf("error %v does not wrap ErrPositionEncoding", err)
 			}
 			return
 		}
@@ -554,7 +554,7 @@ func FuzzStateUnmarshal(f *testing.F) {
 		if st.N == 0 || st.N > 1<<12 {
 			return
 		}
-		s, err := gsync.NewSampler(gsync.SamplerConfig{N: int(st.N), Seed: st.Seed, Shuffle: st.Shuffle})
+		s, err := sampler.New(sampler.Config{N: int(st.N), Seed: st.Seed, Shuffle: st.Shuffle})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package sync
+package driver
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/sync/control"
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/stats"
 )
 
 // probeTimeout bounds the liveness check of a worker blamed for a failure.
@@ -17,12 +20,12 @@ const probeTimeout = 500 * time.Millisecond
 // epoch would wait for it forever.
 const reannounce = time.Second
 
-// proposer turns membership changes into epochs and announces them: the
+// Proposer turns membership changes into epochs and announces them: the
 // driver runs one, and so does the oldest ready worker of a job whose driver is
 // gone (or that never had one). It reads membership events and control
 // messages from channels its owner feeds, because a worker's owner also needs
 // them.
-type proposer struct {
+type Proposer struct {
 	m     *membership.Member
 	log   *slog.Logger
 	coord *Coordinator
@@ -44,7 +47,7 @@ type proposer struct {
 
 	events   chan membership.Event
 	messages chan membership.Message
-	epochs   chan Epoch
+	epochs   chan epoch.World
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -52,20 +55,20 @@ type proposer struct {
 // proposerHooks lets the driver watch what its proposer does. Both are called
 // on the proposer's goroutine and must not block.
 type proposerHooks struct {
-	onEpoch func(Epoch)                       // every proposed epoch, in order
-	onStats func(worker string, b StatsBatch) // every worker's step statistics
+	onEpoch func(epoch.World)                  // every proposed epoch, in order
+	onStats func(worker string, b stats.Batch) // every worker's step statistics
 }
 
-// startProposer starts proposing from the given epoch on (the zero Epoch for a
+// startProposer starts proposing from the given epoch on (the zero epoch.World for a
 // new job), with the alive workers in nodes.
-func startProposer(m *membership.Member, cc CoordinatorConfig, from Epoch, nodes []membership.Node, hooks proposerHooks, log *slog.Logger) *proposer {
-	p := &proposer{
+func startProposer(m *membership.Member, cc CoordinatorConfig, from epoch.World, nodes []membership.Node, hooks proposerHooks, log *slog.Logger) *Proposer {
+	p := &Proposer{
 		m: m, log: log, workers: map[string]membership.Node{}, probes: map[uint64]chan struct{}{},
 		hooks: hooks, evicted: map[string]bool{}, finishedWorkers: map[string]bool{}, reported: map[string]uint64{},
 		events: make(chan membership.Event, 256), messages: make(chan membership.Message, 256),
-		epochs: make(chan Epoch, 64), done: make(chan struct{}), finished: make(chan struct{}),
+		epochs: make(chan epoch.World, 64), done: make(chan struct{}), finished: make(chan struct{}),
 	}
-	cc.OnEpoch = func(e Epoch) { p.epochs <- e }
+	cc.OnEpoch = func(e epoch.World) { p.epochs <- e }
 	cc.Logger = log
 	p.coord = NewCoordinator(cc)
 	p.coord.seed(from)
@@ -87,12 +90,44 @@ func startProposer(m *membership.Member, cc CoordinatorConfig, from Epoch, nodes
 	return p
 }
 
-func (p *proposer) stop() {
+// StartProposer starts proposing epochs from world from on (the zero World
+// for a new job), with the alive members in nodes: a worker runs one while the
+// job has no driver and it is the job's oldest ready worker (ElectProposer).
+// Feed it the member's events and messages with Event and Message.
+func StartProposer(m *membership.Member, cc CoordinatorConfig, from epoch.World, nodes []membership.Node, log *slog.Logger) *Proposer {
+	return startProposer(m, cc, from, nodes, proposerHooks{}, log)
+}
+
+// Event hands the proposer a membership event.
+func (p *Proposer) Event(ev membership.Event) { p.events <- ev }
+
+// Message hands the proposer a control message.
+func (p *Proposer) Message(msg membership.Message) { p.messages <- msg }
+
+// ElectProposer names the member that proposes epochs: the driver while one is
+// alive, else the oldest ready worker (Members is sorted oldest first). Every
+// member computes the same answer from the same membership view.
+func ElectProposer(nodes []membership.Node) string {
+	for _, n := range nodes {
+		if n.Meta.Role == membership.RoleDriver {
+			return n.Name
+		}
+	}
+	for _, n := range nodes {
+		if n.Meta.Role == membership.RoleWorker && n.Meta.State == membership.StateReady {
+			return n.Name
+		}
+	}
+	return ""
+}
+
+// Stop stops proposing.
+func (p *Proposer) Stop() {
 	p.cancel()
 	<-p.done
 }
 
-func (p *proposer) loop(ctx context.Context) {
+func (p *Proposer) loop(ctx context.Context) {
 	defer close(p.done)
 	tick := time.NewTicker(reannounce)
 	defer tick.Stop()
@@ -117,7 +152,7 @@ func (p *proposer) loop(ctx context.Context) {
 	}
 }
 
-func (p *proposer) onEvent(ctx context.Context, ev membership.Event) {
+func (p *Proposer) onEvent(ctx context.Context, ev membership.Event) {
 	n := ev.Node
 	if n.Meta.Role != membership.RoleWorker {
 		return
@@ -143,10 +178,10 @@ func (p *proposer) onEvent(ctx context.Context, ev membership.Event) {
 				p.log.Warn("ready worker without a collective address", "worker", n.Name)
 				return
 			}
-			p.coord.Add(Member{Name: n.Name, Addr: n.Meta.CollectiveAddr})
+			p.coord.Add(epoch.Member{Name: n.Name, Addr: n.Meta.CollectiveAddr})
 			// Tell it where the job stands, so it knows which epoch to wait past.
 			if cur := p.coord.Current(); cur.Number > 0 {
-				go p.send(ctx, n, encodeEpoch(cur))
+				go p.send(ctx, n, control.EncodeEpoch(cur))
 			}
 		case membership.StateLeaving:
 			p.coord.Remove(n.Name)
@@ -160,23 +195,23 @@ func (p *proposer) onEvent(ctx context.Context, ev membership.Event) {
 	}
 }
 
-func (p *proposer) onMessage(ctx context.Context, msg membership.Message) {
-	cm, err := decodeControl(msg.Payload)
+func (p *Proposer) onMessage(ctx context.Context, msg membership.Message) {
+	cm, err := control.Decode(msg.Payload)
 	switch {
 	case err != nil:
 		p.log.Warn("dropped control message", "from", msg.From.Name, "err", err)
-	case cm.Type == msgPong:
+	case cm.Kind == control.KindPong:
 		p.mu.Lock()
 		if ch, ok := p.probes[cm.Nonce]; ok {
 			close(ch)
 			delete(p.probes, cm.Nonce)
 		}
 		p.mu.Unlock()
-	case cm.Type == msgStats:
+	case cm.Kind == control.KindStats:
 		if p.hooks.onStats != nil {
-			p.hooks.onStats(msg.From.Name, cm.statsBatch())
+			p.hooks.onStats(msg.From.Name, cm.StatsBatch())
 		}
-	case cm.Type == msgDone:
+	case cm.Kind == control.KindDone:
 		p.mu.Lock()
 		p.finishedWorkers[msg.From.Name] = true
 		p.mu.Unlock()
@@ -185,7 +220,7 @@ func (p *proposer) onMessage(ctx context.Context, msg membership.Message) {
 			p.finishedOnce.Do(func() { close(p.finished) })
 		}
 		p.rescue()
-	case cm.Type == msgFailure:
+	case cm.Kind == control.KindFailure:
 		if cm.Number != p.coord.Current().Number {
 			return
 		}
@@ -209,7 +244,7 @@ func (p *proposer) onMessage(ctx context.Context, msg membership.Message) {
 // about training speed, and the job is ending). It acts once training has
 // finished and some unfinished member of the current world has reported a
 // failure in it, whichever comes first.
-func (p *proposer) rescue() {
+func (p *Proposer) rescue() {
 	select {
 	case <-p.finished:
 	default:
@@ -241,7 +276,7 @@ func (p *proposer) rescue() {
 
 // unfinished lists the members of the current world that have not said they
 // finished training.
-func (p *proposer) unfinished() []string {
+func (p *Proposer) unfinished() []string {
 	cur := p.coord.Current()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -256,21 +291,21 @@ func (p *proposer) unfinished() []string {
 
 // evict removes a worker for good (the driver scaled it down): a later
 // metadata update of the worker must not re-admit it.
-func (p *proposer) evict(name string) {
+func (p *Proposer) evict(name string) {
 	p.mu.Lock()
 	p.evicted[name] = true
 	p.mu.Unlock()
 	p.coord.Remove(name)
 }
 
-func (p *proposer) isEvicted(name string) bool {
+func (p *Proposer) isEvicted(name string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.evicted[name]
 }
 
 // alive lists the workers in the proposer's view.
-func (p *proposer) alive() []membership.Node {
+func (p *Proposer) alive() []membership.Node {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]membership.Node, 0, len(p.workers))
@@ -283,7 +318,7 @@ func (p *proposer) alive() []membership.Node {
 // verify removes a worker blamed for a collective failure unless it proves to
 // be alive. Blame is only a suspicion: when one worker dies, a neighbour of a
 // survivor that aborted sees that survivor's links close too, and blames it.
-func (p *proposer) verify(ctx context.Context, name string) {
+func (p *Proposer) verify(ctx context.Context, name string) {
 	p.mu.Lock()
 	n, ok := p.workers[name]
 	p.nonce++
@@ -305,7 +340,7 @@ func (p *proposer) verify(ctx context.Context, name string) {
 	if n.Name == p.m.Name() {
 		return // a worker proposer that is running this code is alive
 	}
-	if err := p.m.Send(ctx, n, encodePing(msgPing, nonce)); err == nil {
+	if err := p.m.Send(ctx, n, control.EncodePing(nonce)); err == nil {
 		select {
 		case <-pong:
 			p.log.Info("blamed worker is alive", "worker", name)
@@ -319,8 +354,8 @@ func (p *proposer) verify(ctx context.Context, name string) {
 
 // announce sends epoch e to every alive worker: its members, and the workers it
 // leaves out, who learn that they are out.
-func (p *proposer) announce(ctx context.Context, e Epoch) {
-	payload := encodeEpoch(e)
+func (p *Proposer) announce(ctx context.Context, e epoch.World) {
+	payload := control.EncodeEpoch(e)
 	p.mu.Lock()
 	targets := make([]membership.Node, 0, len(p.workers))
 	for _, n := range p.workers {
@@ -334,7 +369,7 @@ func (p *proposer) announce(ctx context.Context, e Epoch) {
 	wg.Wait()
 }
 
-func (p *proposer) send(ctx context.Context, n membership.Node, payload []byte) {
+func (p *Proposer) send(ctx context.Context, n membership.Node, payload []byte) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := p.m.Send(ctx, n, payload); err != nil && ctx.Err() == nil {

@@ -1,4 +1,4 @@
-package sync
+package driver
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	stdsync "sync"
 	"time"
+
+	"github.com/gorovod/gorovod/sync/epoch"
 )
 
 // CoordinatorConfig configures the epoch proposer.
@@ -17,7 +19,7 @@ type CoordinatorConfig struct {
 	MinWorkers int
 	// OnEpoch, if set, is called with every proposed epoch, in order, from the
 	// goroutine running Run.
-	OnEpoch func(Epoch)
+	OnEpoch func(epoch.World)
 	Logger  *slog.Logger
 }
 
@@ -34,8 +36,8 @@ type Coordinator struct {
 	cfg     CoordinatorConfig
 	log     *slog.Logger
 	mu      stdsync.Mutex
-	members []Member // desired membership, in rank order
-	current Epoch    // the newest proposed epoch
+	members []epoch.Member // desired membership, in rank order
+	current epoch.World    // the newest proposed epoch
 	dirty   bool
 	wake    chan struct{}
 	newer   chan struct{} // closed and replaced when an epoch is proposed
@@ -55,9 +57,9 @@ func NewCoordinator(cfg CoordinatorConfig) *Coordinator {
 }
 
 // Add admits a worker that has finished its start-up; it joins at the next epoch.
-func (c *Coordinator) Add(m Member) {
+func (c *Coordinator) Add(m epoch.Member) {
 	c.change(func() {
-		if !slices.ContainsFunc(c.members, func(x Member) bool { return x.Name == m.Name }) {
+		if !slices.ContainsFunc(c.members, func(x epoch.Member) bool { return x.Name == m.Name }) {
 			c.members = append(c.members, m)
 		}
 	})
@@ -66,7 +68,7 @@ func (c *Coordinator) Add(m Member) {
 // Remove drops a worker (graceful leave, scale-down or failure) at the next epoch.
 func (c *Coordinator) Remove(name string) {
 	c.change(func() {
-		c.members = slices.DeleteFunc(c.members, func(x Member) bool { return x.Name == name })
+		c.members = slices.DeleteFunc(c.members, func(x epoch.Member) bool { return x.Name == name })
 	})
 }
 
@@ -83,13 +85,13 @@ func (c *Coordinator) change(f func()) {
 
 // seed makes a proposer that takes over continue from epoch e: numbering
 // goes on from it and its members stay in their order.
-func (c *Coordinator) seed(e Epoch) {
+func (c *Coordinator) seed(e epoch.World) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e.Number <= c.current.Number {
 		return
 	}
-	c.current = Epoch{Number: e.Number, Members: slices.Clone(e.Members)}
+	c.current = epoch.World{Number: e.Number, Members: slices.Clone(e.Members)}
 	c.members = slices.Clone(e.Members)
 }
 
@@ -99,7 +101,7 @@ func (c *Coordinator) setMinWorkers(n int) {
 }
 
 // Current returns the newest proposed epoch.
-func (c *Coordinator) Current() Epoch {
+func (c *Coordinator) Current() epoch.World {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.current
@@ -123,30 +125,30 @@ func (c *Coordinator) Run(ctx context.Context) {
 	}
 }
 
-func (c *Coordinator) propose() (Epoch, bool) {
+func (c *Coordinator) propose() (epoch.World, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.dirty {
-		return Epoch{}, false
+		return epoch.World{}, false
 	}
 	if len(c.members) < c.cfg.MinWorkers {
 		c.log.Info("waiting for enough workers to form a world", "have", len(c.members), "min", c.cfg.MinWorkers)
-		return Epoch{}, false
+		return epoch.World{}, false
 	}
 	if slices.Equal(c.members, c.current.Members) {
 		c.dirty = false
-		return Epoch{}, false
+		return epoch.World{}, false
 	}
 	c.dirty = false
-	c.current = Epoch{Number: c.current.Number + 1, Members: slices.Clone(c.members)}
+	c.current = epoch.World{Number: c.current.Number + 1, Members: slices.Clone(c.members)}
 	c.log.Info("proposed", "epoch", c.current.Number, "size", len(c.current.Members))
 	close(c.newer)
 	c.newer = make(chan struct{})
 	return c.current, true
 }
 
-// View is the EpochSource of the worker named name.
-func (c *Coordinator) View(name string) EpochSource { return coordinatorView{c, name} }
+// View is the epoch.Source of the worker named name.
+func (c *Coordinator) View(name string) epoch.Source { return coordinatorView{c, name} }
 
 type coordinatorView struct {
 	c    *Coordinator
@@ -155,7 +157,7 @@ type coordinatorView struct {
 
 func (v coordinatorView) Latest() uint64 { return v.c.Current().Number }
 
-func (v coordinatorView) Await(ctx context.Context, after uint64) (Epoch, error) {
+func (v coordinatorView) Await(ctx context.Context, after uint64) (epoch.World, error) {
 	for {
 		v.c.mu.Lock()
 		cur, newer := v.c.current, v.c.newer
@@ -166,15 +168,15 @@ func (v coordinatorView) Await(ctx context.Context, after uint64) (Epoch, error)
 		select {
 		case <-newer:
 		case <-ctx.Done():
-			return Epoch{}, ctx.Err()
+			return epoch.World{}, ctx.Err()
 		}
 	}
 }
 
-func (v coordinatorView) ReportFailure(epoch uint64, peer Member, cause error) {
-	if peer.Name == "" || epoch != v.c.Current().Number {
+func (v coordinatorView) ReportFailure(number uint64, peer epoch.Member, cause error) {
+	if peer.Name == "" || number != v.c.Current().Number {
 		return
 	}
-	v.c.log.Warn("failure reported", "by", v.name, "blamed", peer.Name, "epoch", epoch, "err", cause)
+	v.c.log.Warn("failure reported", "by", v.name, "blamed", peer.Name, "epoch", number, "err", cause)
 	v.c.Remove(peer.Name)
 }

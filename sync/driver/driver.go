@@ -1,4 +1,4 @@
-package sync
+package driver
 
 import (
 	"context"
@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/stats"
 )
 
-// DriverConfig configures the job's driver: the process (`gorovod run`) that
+// Config configures the job's driver: the process (`gorovod run`) that
 // proposes world epochs.
-type DriverConfig struct {
+type Config struct {
 	JobID      string
 	Secret     []byte
 	MinWorkers int
@@ -27,8 +29,8 @@ type DriverConfig struct {
 	// OnEpoch and OnStats let an autoscaling engine watch the job: every
 	// proposed epoch, in order, and every worker's step statistics. They are
 	// called on the driver's proposing goroutine and must not block.
-	OnEpoch func(Epoch)
-	OnStats func(worker string, b StatsBatch)
+	OnEpoch func(epoch.World)
+	OnStats func(worker string, b stats.Batch)
 	Logger  *slog.Logger
 }
 
@@ -37,19 +39,19 @@ type DriverConfig struct {
 // reports of the workers' collectives, turns them into epochs with a
 // Coordinator, and sends every epoch to every worker it knows.
 type Driver struct {
-	cfg    DriverConfig
+	cfg    Config
 	log    *slog.Logger
 	m      *membership.Member
-	p      *proposer
+	p      *Proposer
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// StartDriver joins the gossip cluster as its first member (the workers use
+// Start joins the gossip cluster as its first member (the workers use
 // GossipAddr as their seed) and starts proposing.
-func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
+func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.JobID == "" || len(cfg.Secret) == 0 {
-		return nil, errors.New("sync: DriverConfig needs JobID and Secret")
+		return nil, errors.New("driver: Config needs JobID and Secret")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -62,7 +64,7 @@ func StartDriver(ctx context.Context, cfg DriverConfig) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, log: log, m: m, done: make(chan struct{})}
-	d.p = startProposer(m, CoordinatorConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers}, Epoch{}, nil,
+	d.p = startProposer(m, CoordinatorConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers}, epoch.World{}, nil,
 		proposerHooks{onEpoch: cfg.OnEpoch, onStats: cfg.OnStats}, log)
 	runCtx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
@@ -89,7 +91,7 @@ func (d *Driver) feed(ctx context.Context) {
 func (d *Driver) GossipAddr() string { return d.m.Local().Addr.String() }
 
 // Current is the newest proposed epoch.
-func (d *Driver) Current() Epoch { return d.p.coord.Current() }
+func (d *Driver) Current() epoch.World { return d.p.coord.Current() }
 
 // Finished is closed once a worker of the current world reports that training
 // is over (Worker.Finish): workers still waiting to join have nothing left to
@@ -103,7 +105,7 @@ func (d *Driver) Finished() <-chan struct{} { return d.p.finished }
 func (d *Driver) Unfinished() []string { return d.p.unfinished() }
 
 // Await waits for an epoch numbered above after (for launchers and tests).
-func (d *Driver) Await(ctx context.Context, after uint64) (Epoch, error) {
+func (d *Driver) Await(ctx context.Context, after uint64) (epoch.World, error) {
 	return d.p.coord.View("driver").Await(ctx, after)
 }
 
@@ -125,22 +127,22 @@ func (d *Driver) Workers() []WorkerInfo {
 	nodes := d.p.alive()
 	out := make([]WorkerInfo, 0, len(nodes))
 	for _, n := range nodes {
-		pid, _ := strconv.Atoi(n.Meta.Extra[metaPID])
+		pid, _ := strconv.Atoi(n.Meta.Extra[MetaPID])
 		out = append(out, WorkerInfo{Name: n.Name, Host: n.Meta.Host, PID: pid, State: n.Meta.State})
 	}
 	slices.SortFunc(out, func(a, b WorkerInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
-// metaPID is the membership metadata key under which a worker publishes its
+// MetaPID is the membership metadata key under which a worker publishes its
 // process id, so a launcher can map members to the processes it started.
-const metaPID = "pid"
+const MetaPID = "pid"
 
 // Close stops proposing and leaves the cluster.
 func (d *Driver) Close() error {
 	d.cancel()
 	<-d.done
-	d.p.stop()
+	d.p.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = d.m.Leave(ctx)

@@ -1,4 +1,4 @@
-package sync
+package fusion
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"github.com/gorovod/gorovod/collective"
 )
 
-// DefaultFusionBytes is Horovod's fusion buffer size: tensors are packed into
+// DefaultBytes is Horovod's fusion buffer size: tensors are packed into
 // buckets of up to this many bytes, one allreduce each.
-const DefaultFusionBytes = 128 << 20
+const DefaultBytes = 128 << 20
 
 // Fuser allreduces many float32 tensors as few collectives: it packs them, in
 // order, into buckets of at most ThresholdBytes (a tensor larger than that
@@ -26,10 +26,10 @@ type Fuser struct {
 }
 
 // NewFuser returns a fuser with buckets of at most thresholdBytes (<= 0 means
-// DefaultFusionBytes).
+// DefaultBytes).
 func NewFuser(thresholdBytes int) *Fuser {
 	if thresholdBytes <= 0 {
-		thresholdBytes = DefaultFusionBytes
+		thresholdBytes = DefaultBytes
 	}
 	return &Fuser{threshold: max(1, thresholdBytes/4)}
 }
@@ -81,7 +81,7 @@ func (f *Fuser) bucket(ctx context.Context, c *collective.Communicator, tensors 
 }
 
 // ErrQueueClosed is returned for work submitted to an AsyncReducer after Close.
-var ErrQueueClosed = errors.New("sync: async reducer closed")
+var ErrQueueClosed = errors.New("fusion: async reducer closed")
 
 // AsyncReducer lets a trainer hand gradients over as soon as each is computed
 // (during the backward pass) and wait for all of them at the end of the step:
@@ -158,7 +158,7 @@ func (a *AsyncReducer) loop() {
 			if failed != nil {
 				// The collectives after a failure cannot run on a spent
 				// communicator: fail the rest of the queue with the cause.
-				p.err = fmt.Errorf("sync: an earlier submission failed: %w", failed)
+				p.err = fmt.Errorf("fusion: an earlier submission failed: %w", failed)
 			} else if p.err = a.fuser.Allreduce(p.ctx, a.comm, p.tensors, a.op, a.opts...); p.err != nil {
 				failed = p.err
 			}

@@ -1,4 +1,4 @@
-package sync
+package sampler
 
 import (
 	"encoding/binary"
@@ -7,8 +7,8 @@ import (
 	"math/bits"
 )
 
-// SamplerConfig describes the data set a Sampler walks and how.
-type SamplerConfig struct {
+// Config describes the data set a Sampler walks and how.
+type Config struct {
 	// N is the number of samples in the data set (at least 1).
 	N int
 	// Seed selects the shuffle; every rank must use the same one.
@@ -17,7 +17,7 @@ type SamplerConfig struct {
 	Shuffle bool
 	// DropLast skips the final global batch of an epoch when it would be smaller
 	// than the requested global batch, as PyTorch's drop_last does. Off, the last
-	// step of an epoch is simply smaller. It is not part of State because it does
+	// step of an epoch is simply smaller. It is not part of Position because it does
 	// not change which samples come before the cut, only whether the tail runs.
 	DropLast bool
 }
@@ -30,7 +30,7 @@ type SamplerConfig struct {
 // of a rank: the epoch's permutation depends only on (Seed, epoch), each global
 // step takes the next Global indices of it, and the per-rank split is computed
 // afresh from (rank, size) at every step. So the only state is (epoch, number of
-// samples the world has committed), which fits in State, is identical on all
+// samples the world has committed), which fits in Position, is identical on all
 // ranks and is what the elastic layer broadcasts to a joining worker.
 //
 // The protocol per step, identical on every rank:
@@ -52,7 +52,7 @@ type SamplerConfig struct {
 //
 // A Sampler is not safe for concurrent use; the trainer loop owns it.
 type Sampler struct {
-	cfg       SamplerConfig
+	cfg       Config
 	epoch     uint64
 	processed int
 	// perm caches the permutation of permEpoch; permOK says whether it is valid
@@ -62,8 +62,8 @@ type Sampler struct {
 	permOK    bool
 }
 
-// Step is one rank's share of one global step.
-type Step struct {
+// Batch is one rank's share of one global step.
+type Batch struct {
 	// Epoch is the data epoch the indices belong to.
 	Epoch uint64
 	// Start is the position in the epoch's permutation where this global batch
@@ -79,23 +79,23 @@ type Step struct {
 
 // Errors returned by Sampler methods, wrapped with detail; test with errors.Is.
 var (
-	ErrSamplerConfig = errors.New("sync: invalid sampler config")
-	ErrWorld         = errors.New("sync: invalid rank, size or batch")
-	ErrAdvance       = errors.New("sync: advance past the end of the epoch")
-	ErrStateMismatch = errors.New("sync: sampler state is for a different data set or seed")
-	ErrStateEncoding = errors.New("sync: malformed sampler state")
+	ErrInvalidConfig    = errors.New("sampler: invalid sampler config")
+	ErrInvalidBatch     = errors.New("sampler: invalid rank, size or batch")
+	ErrAdvance          = errors.New("sampler: advance past the end of the epoch")
+	ErrPositionMismatch = errors.New("sampler: sampler state is for a different data set or seed")
+	ErrPositionEncoding = errors.New("sampler: malformed sampler state")
 )
 
-// NewSampler returns a Sampler positioned at the start of data epoch 0.
-func NewSampler(cfg SamplerConfig) (*Sampler, error) {
+// New returns a Sampler positioned at the start of data epoch 0.
+func New(cfg Config) (*Sampler, error) {
 	if cfg.N < 1 {
-		return nil, fmt.Errorf("%w: N = %d, need at least 1", ErrSamplerConfig, cfg.N)
+		return nil, fmt.Errorf("%w: N = %d, need at least 1", ErrInvalidConfig, cfg.N)
 	}
 	return &Sampler{cfg: cfg}, nil
 }
 
 // Config returns the sampler's configuration.
-func (s *Sampler) Config() SamplerConfig { return s.cfg }
+func (s *Sampler) Config() Config { return s.cfg }
 
 // Epoch returns the current data epoch.
 func (s *Sampler) Epoch() uint64 { return s.epoch }
@@ -124,11 +124,11 @@ func (s *Sampler) NextEpoch() { s.SetEpoch(s.epoch + 1) }
 // move the position: call Advance(st.Global) once the step has committed, so a
 // step that fails and is redone, perhaps with another world size, sees the same
 // samples. Every rank must call it with the same size and globalBatch.
-func (s *Sampler) Batch(rank, size, globalBatch int) (Step, error) {
+func (s *Sampler) Batch(rank, size, globalBatch int) (Batch, error) {
 	if size < 1 || rank < 0 || rank >= size || globalBatch < 1 {
-		return Step{}, fmt.Errorf("%w: rank %d, size %d, global batch %d", ErrWorld, rank, size, globalBatch)
+		return Batch{}, fmt.Errorf("%w: rank %d, size %d, global batch %d", ErrInvalidBatch, rank, size, globalBatch)
 	}
-	st := Step{Epoch: s.epoch, Start: s.processed}
+	st := Batch{Epoch: s.epoch, Start: s.processed}
 	global := min(globalBatch, s.Remaining())
 	if s.cfg.DropLast && global < globalBatch {
 		global = 0
@@ -145,7 +145,7 @@ func (s *Sampler) Batch(rank, size, globalBatch int) (Step, error) {
 }
 
 // Advance records that the world committed a step of global samples (the
-// Global of the Step it ran). Call it on every rank with the same value, only
+// Global of the Batch it ran). Call it on every rank with the same value, only
 // after the step's update is committed.
 func (s *Sampler) Advance(global int) error {
 	if global < 0 || global > s.Remaining() {
@@ -240,10 +240,10 @@ func mix64(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// State is a Sampler's resumable position: small, identical on every rank, and
+// Position is a Sampler's resumable position: small, identical on every rank, and
 // part of the state the elastic layer commits and broadcasts. N, Seed and
 // Shuffle are carried so that Restore can refuse a state from another data set.
-type State struct {
+type Position struct {
 	N         uint64
 	Seed      uint64
 	Shuffle   bool
@@ -251,20 +251,20 @@ type State struct {
 	Processed uint64
 }
 
-// StateSize is the length of an encoded State.
-const StateSize = 40
+// PositionSize is the length of an encoded Position.
+const PositionSize = 40
 
-// stateMagic and stateVersion open every encoded State so that a stray buffer
+// positionMagic and positionVersion open every encoded Position so that a stray buffer
 // is rejected rather than misread.
 const (
-	stateMagic   = "GSMP"
-	stateVersion = 1
-	flagShuffle  = 1 << 0
+	positionMagic   = "GSMP"
+	positionVersion = 1
+	flagShuffle     = 1 << 0
 )
 
-// State returns the sampler's current position.
-func (s *Sampler) State() State {
-	return State{
+// Position returns the sampler's current position.
+func (s *Sampler) Position() Position {
+	return Position{
 		N:         uint64(s.cfg.N),
 		Seed:      s.cfg.Seed,
 		Shuffle:   s.cfg.Shuffle,
@@ -275,41 +275,41 @@ func (s *Sampler) State() State {
 
 // Restore moves the sampler to st, which must come from a sampler with the same
 // N, Seed and Shuffle.
-func (s *Sampler) Restore(st State) error {
+func (s *Sampler) Restore(st Position) error {
 	if st.N != uint64(s.cfg.N) || st.Seed != s.cfg.Seed || st.Shuffle != s.cfg.Shuffle {
 		return fmt.Errorf("%w: state has N=%d seed=%d shuffle=%t, sampler has N=%d seed=%d shuffle=%t",
-			ErrStateMismatch, st.N, st.Seed, st.Shuffle, s.cfg.N, s.cfg.Seed, s.cfg.Shuffle)
+			ErrPositionMismatch, st.N, st.Seed, st.Shuffle, s.cfg.N, s.cfg.Seed, s.cfg.Shuffle)
 	}
 	if st.Processed > st.N {
-		return fmt.Errorf("%w: processed %d > N %d", ErrStateEncoding, st.Processed, st.N)
+		return fmt.Errorf("%w: processed %d > N %d", ErrPositionEncoding, st.Processed, st.N)
 	}
 	s.epoch, s.processed = st.Epoch, int(st.Processed)
 	return nil
 }
 
-// MarshalBinary encodes the sampler's position (its State), and
+// MarshalBinary encodes the sampler's position (its Position), and
 // UnmarshalBinary restores one, so that a trainer can hand the sampler to the
 // elastic state directly:
 //
 //	state.RegisterBlob("sampler", sampler.MarshalBinary, sampler.UnmarshalBinary)
-func (s *Sampler) MarshalBinary() ([]byte, error) { return s.State().MarshalBinary() }
+func (s *Sampler) MarshalBinary() ([]byte, error) { return s.Position().MarshalBinary() }
 
-// UnmarshalBinary decodes a State and restores it (see MarshalBinary); on error
+// UnmarshalBinary decodes a Position and restores it (see MarshalBinary); on error
 // the position is unchanged.
 func (s *Sampler) UnmarshalBinary(b []byte) error {
-	var st State
+	var st Position
 	if err := st.UnmarshalBinary(b); err != nil {
 		return err
 	}
 	return s.Restore(st)
 }
 
-// MarshalBinary encodes st in StateSize bytes: magic "GSMP", version, flags,
+// MarshalBinary encodes st in PositionSize bytes: magic "GSMP", version, flags,
 // two zero bytes, then N, Seed, Epoch, Processed as little-endian uint64.
-func (st State) MarshalBinary() ([]byte, error) {
-	b := make([]byte, StateSize)
-	copy(b, stateMagic)
-	b[4] = stateVersion
+func (st Position) MarshalBinary() ([]byte, error) {
+	b := make([]byte, PositionSize)
+	copy(b, positionMagic)
+	b[4] = positionVersion
 	if st.Shuffle {
 		b[5] = flagShuffle
 	}
@@ -324,20 +324,20 @@ func (st State) MarshalBinary() ([]byte, error) {
 // canonical encoding (exact length, known version and flags, zero padding,
 // Processed <= N), so a decoded state re-encodes to the same bytes, and it
 // leaves st untouched on error.
-func (st *State) UnmarshalBinary(b []byte) error {
-	if len(b) != StateSize {
-		return fmt.Errorf("%w: %d bytes, want %d", ErrStateEncoding, len(b), StateSize)
+func (st *Position) UnmarshalBinary(b []byte) error {
+	if len(b) != PositionSize {
+		return fmt.Errorf("%w: %d bytes, want %d", ErrPositionEncoding, len(b), PositionSize)
 	}
-	if string(b[:4]) != stateMagic {
-		return fmt.Errorf("%w: bad magic %q", ErrStateEncoding, b[:4])
+	if string(b[:4]) != positionMagic {
+		return fmt.Errorf("%w: bad magic %q", ErrPositionEncoding, b[:4])
 	}
-	if b[4] != stateVersion {
-		return fmt.Errorf("%w: version %d, want %d", ErrStateEncoding, b[4], stateVersion)
+	if b[4] != positionVersion {
+		return fmt.Errorf("%w: version %d, want %d", ErrPositionEncoding, b[4], positionVersion)
 	}
 	if b[5]&^flagShuffle != 0 || b[6] != 0 || b[7] != 0 {
-		return fmt.Errorf("%w: unknown flags %#x or nonzero padding", ErrStateEncoding, b[5:8])
+		return fmt.Errorf("%w: unknown flags %#x or nonzero padding", ErrPositionEncoding, b[5:8])
 	}
-	out := State{
+	out := Position{
 		N:         binary.LittleEndian.Uint64(b[8:]),
 		Seed:      binary.LittleEndian.Uint64(b[16:]),
 		Shuffle:   b[5]&flagShuffle != 0,
@@ -345,7 +345,7 @@ func (st *State) UnmarshalBinary(b []byte) error {
 		Processed: binary.LittleEndian.Uint64(b[32:]),
 	}
 	if out.Processed > out.N {
-		return fmt.Errorf("%w: processed %d > N %d", ErrStateEncoding, out.Processed, out.N)
+		return fmt.Errorf("%w: processed %d > N %d", ErrPositionEncoding, out.Processed, out.N)
 	}
 	*st = out
 	return nil

@@ -1,0 +1,181 @@
+package control
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/stats"
+)
+
+// The control messages between the driver and the workers ride on the
+// membership layer's reliable messages, as small JSON objects.
+
+// Kind is a control message's type.
+type Kind string
+
+// The kinds of control message.
+const (
+	KindEpoch   Kind = "epoch"   // proposer → worker: the newest agreed epoch
+	KindFailure Kind = "failure" // worker → proposer: a collective failed, blaming a member
+	KindPing    Kind = "ping"    // proposer → worker: are you alive? (answered by the gossip goroutines)
+	KindPong    Kind = "pong"    // worker → proposer: yes
+	KindDone    Kind = "done"    // worker → proposer: training finished at this epoch
+	KindStats   Kind = "stats"   // worker → driver: step statistics for the autoscaling engine
+)
+
+// maxCauseLen bounds the error text a failure report carries.
+const maxCauseLen = 512
+
+// Message is a decoded control message; which fields are set depends on
+// Kind.
+type Message struct {
+	Kind    Kind           `json:"t"`
+	Number  uint64         `json:"n,omitempty"` // the epoch (epoch, failure, done)
+	Members []epoch.Member `json:"m,omitempty"` // epoch
+	Blamed  string         `json:"b,omitempty"` // failure: the member blamed ("" when none)
+	Cause   string         `json:"c,omitempty"` // failure: the error, at most maxCauseLen bytes
+	Nonce   uint64         `json:"o,omitempty"` // ping, pong
+	Stats   []wireStat     `json:"s,omitempty"`
+	Total   int64          `json:"T,omitempty"`
+}
+
+// wireStat is a stats.Step with times in microseconds and short keys: a batch
+// of 256 steps must fit one membership message.
+type wireStat struct {
+	Epoch   uint64 `json:"e"`
+	Step    int64  `json:"n"`
+	Samples int    `json:"b,omitempty"`
+	Compute int64  `json:"c"`
+	Time    int64  `json:"d"`
+}
+
+// EncodeStats writes a stats message by hand: it runs beside the training
+// loop every few steps, and encoding/json's reflection made it cost more
+// than the clock reads it reports (measured by BenchmarkStatsOverhead).
+func EncodeStats(b stats.Batch) []byte {
+	out := make([]byte, 0, 32+48*len(b.Steps))
+	out = append(out, `{"t":"stats","s":[`...)
+	for i, s := range b.Steps {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `{"e":`...)
+		out = strconv.AppendUint(out, s.Epoch, 10)
+		out = append(out, `,"n":`...)
+		out = strconv.AppendInt(out, s.Step, 10)
+		if s.Samples != 0 {
+			out = append(out, `,"b":`...)
+			out = strconv.AppendInt(out, int64(s.Samples), 10)
+		}
+		out = append(out, `,"c":`...)
+		out = strconv.AppendInt(out, s.Compute.Microseconds(), 10)
+		out = append(out, `,"d":`...)
+		out = strconv.AppendInt(out, s.StepTime.Microseconds(), 10)
+		out = append(out, '}')
+	}
+	out = append(out, ']')
+	if b.TotalSteps != 0 {
+		out = append(out, `,"T":`...)
+		out = strconv.AppendInt(out, b.TotalSteps, 10)
+	}
+	return append(out, '}')
+}
+
+// StatsBatch converts a decoded stats message.
+func (m Message) StatsBatch() stats.Batch {
+	b := stats.Batch{Steps: make([]stats.Step, len(m.Stats)), TotalSteps: m.Total}
+	for i, w := range m.Stats {
+		b.Steps[i] = stats.Step{Epoch: w.Epoch, Step: w.Step, Samples: w.Samples,
+			Compute: time.Duration(w.Compute) * time.Microsecond, StepTime: time.Duration(w.Time) * time.Microsecond}
+	}
+	return b
+}
+
+// World is a decoded epoch message's world.
+func (m Message) World() epoch.World { return epoch.World{Number: m.Number, Members: m.Members} }
+
+// EncodeDone says that training finished at world epoch number.
+func EncodeDone(number uint64) []byte { return marshal(Message{Kind: KindDone, Number: number}) }
+
+// EncodePing asks a worker to prove it is alive; it answers EncodePong with
+// the same nonce.
+func EncodePing(nonce uint64) []byte { return marshal(Message{Kind: KindPing, Nonce: nonce}) }
+
+// EncodePong answers a ping.
+func EncodePong(nonce uint64) []byte { return marshal(Message{Kind: KindPong, Nonce: nonce}) }
+
+// EncodeEpoch announces world w.
+func EncodeEpoch(w epoch.World) []byte {
+	return marshal(Message{Kind: KindEpoch, Number: w.Number, Members: w.Members})
+}
+
+// marshal encodes a message of plain fields, which cannot fail.
+func marshal(m Message) []byte {
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// EncodeFailure reports that a collective of world epoch number failed,
+// blaming the member named blamed ("" when none).
+func EncodeFailure(number uint64, blamed string, cause error) []byte {
+	c := ""
+	if cause != nil {
+		c = cause.Error()
+		if len(c) > maxCauseLen {
+			c = c[:maxCauseLen]
+		}
+	}
+	return marshal(Message{Kind: KindFailure, Number: number, Blamed: blamed, Cause: c})
+}
+
+// Decode parses and checks a control message.
+func Decode(b []byte) (Message, error) {
+	var m Message
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("control: malformed control message: %w", err)
+	}
+	switch m.Kind {
+	case KindEpoch:
+		if m.Number == 0 || len(m.Members) == 0 {
+			return m, errors.New("control: epoch message without number or members")
+		}
+		seen := make(map[string]bool, len(m.Members))
+		for _, mem := range m.Members {
+			if mem.Name == "" || mem.Addr == "" || seen[mem.Name] {
+				return m, fmt.Errorf("control: epoch %d has an empty or repeated member", m.Number)
+			}
+			seen[mem.Name] = true
+		}
+	case KindFailure:
+		if m.Number == 0 {
+			return m, errors.New("control: failure report without an epoch")
+		}
+	case KindDone:
+		if m.Number == 0 {
+			return m, errors.New("control: done message without an epoch")
+		}
+	case KindStats:
+		if len(m.Stats) == 0 {
+			return m, errors.New("control: stats message without steps")
+		}
+		for _, st := range m.Stats {
+			if st.Epoch == 0 || st.Step < 1 || st.Samples < 0 || st.Compute < 0 || st.Time < 0 || st.Compute > st.Time {
+				return m, fmt.Errorf("control: stats message with an impossible step %+v", st)
+			}
+		}
+		if m.Total < 0 {
+			return m, errors.New("control: stats message with a negative total")
+		}
+	case KindPing, KindPong:
+		if m.Nonce == 0 {
+			return m, errors.New("control: ping without a nonce")
+		}
+	default:
+		return m, fmt.Errorf("control: unknown control message %q", m.Kind)
+	}
+	return m, nil
+}

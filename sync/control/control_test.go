@@ -1,0 +1,80 @@
+package control_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/sync/control"
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/stats"
+)
+
+func TestStatsWireRoundTrip(t *testing.T) {
+	in := stats.Batch{TotalSteps: 1000, Steps: []stats.Step{
+		{Epoch: 3, Step: 17, Samples: 32, Compute: 12345 * time.Microsecond, StepTime: 20001 * time.Microsecond},
+		{Epoch: 3, Step: 18, Compute: 0, StepTime: time.Millisecond},
+	}}
+	m, err := control.Decode(control.EncodeStats(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := m.StatsBatch(); !slices.Equal(out.Steps, in.Steps) || out.TotalSteps != in.TotalSteps {
+		t.Fatalf("round trip: %+v, want %+v", out, in)
+	}
+	// The largest batch a session sends fits one membership message.
+	big := stats.Batch{TotalSteps: 1 << 40}
+	for i := range stats.MaxBatch {
+		big.Steps = append(big.Steps, stats.Step{Epoch: 1 << 30, Step: 1<<40 + int64(i), Samples: 1 << 20, Compute: time.Hour, StepTime: time.Hour})
+	}
+	if n := len(control.EncodeStats(big)); n > 64<<10 {
+		t.Fatalf("a full batch encodes to %d bytes, over the 64 KiB message limit", n)
+	}
+}
+
+func TestDecodeControlRejects(t *testing.T) {
+	for _, tc := range []struct{ name, msg string }{
+		{"not json", `{"t":"stats"`},
+		{"unknown type", `{"t":"bogus"}`},
+		{"stats without steps", `{"t":"stats"}`},
+		{"stats step 0", `{"t":"stats","s":[{"e":1,"n":0,"c":1,"d":2}]}`},
+		{"stats epoch 0", `{"t":"stats","s":[{"e":0,"n":1,"c":1,"d":2}]}`},
+		{"compute over step time", `{"t":"stats","s":[{"e":1,"n":1,"c":3,"d":2}]}`},
+		{"negative samples", `{"t":"stats","s":[{"e":1,"n":1,"b":-1,"c":1,"d":2}]}`},
+		{"negative total", `{"t":"stats","T":-5,"s":[{"e":1,"n":1,"c":1,"d":2}]}`},
+		{"epoch without members", `{"t":"epoch","n":3}`},
+		{"repeated member", `{"t":"epoch","n":3,"m":[{"Name":"a","Addr":"x"},{"Name":"a","Addr":"y"}]}`},
+		{"failure without epoch", `{"t":"failure","b":"a"}`},
+		{"ping without nonce", `{"t":"ping"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := control.Decode([]byte(tc.msg)); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+}
+
+// FuzzDecodeControl: whatever arrives on the gossip channel, decoding returns
+// a checked message or an error, and an accepted message re-encodes.
+func FuzzDecodeControl(f *testing.F) {
+	f.Add(control.EncodeStats(stats.Batch{TotalSteps: 9, Steps: []stats.Step{{Epoch: 1, Step: 1, Samples: 2, Compute: 1, StepTime: 2}}}))
+	f.Add(control.EncodeEpoch(epoch.World{Number: 2, Members: []epoch.Member{{Name: "a", Addr: "127.0.0.1:1"}}}))
+	f.Add(control.EncodeFailure(3, "a", errors.New("boom")))
+	f.Add(control.EncodePing(7))
+	f.Add(control.EncodeDone(4))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := control.Decode(b)
+		if err != nil {
+			return
+		}
+		if m.Kind == control.KindStats {
+			for _, s := range m.StatsBatch().Steps {
+				if s.Compute > s.StepTime || s.Step < 1 || s.Epoch == 0 {
+					t.Fatalf("accepted an impossible step %+v", s)
+				}
+			}
+		}
+	})
+}
