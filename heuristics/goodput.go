@@ -141,8 +141,11 @@ func (g *goodputHeuristic) Decide(_ context.Context, h *History) (Decision, erro
 	g.judged, g.judgedEpoch, g.judgedStep = true, cur.Epoch, h.Step
 
 	model, prof, why, err := g.model(h)
-	if err != nil || why != "" {
-		return HoldBecause("%s", why), err
+	if err != nil {
+		return Decision{}, err
+	}
+	if why != "" {
+		return HoldBecause("%s", why), nil
 	}
 	lim := g.cfg.limits()
 	explore := 2 * prof.MaxReplicas() // Pollux: at most twice the largest measured
@@ -288,14 +291,15 @@ func (g *goodputHeuristic) byValue(h *History, m0 int, choices []goodput.Choice,
 
 // model builds the goodput model from the history: M0, the newest gradient
 // statistics, and the throughput model fitted to every steady step. why is
-// set when the history cannot give one yet; err when the configuration does
-// not fit the job.
+// set when the history cannot give one yet; err when the job cannot give one
+// (the trainer does not report what the model needs, which the engine then
+// logs once) or the configuration does not fit the job.
 func (g *goodputHeuristic) model(h *History) (m goodput.Model, prof *goodput.Profile, why string, err error) {
 	m.InitBatch = g.cfg.InitBatch
 	if m.InitBatch == 0 {
 		m.InitBatch = firstBatch(h)
 		if m.InitBatch == 0 {
-			return m, nil, "goodput needs the batch size: the trainer reports no samples (or set init_batch)", nil
+			return m, nil, "", errors.New("the trainer reports no samples: goodput needs the batch size")
 		}
 		if err := g.cfg.limits().Validate(m.InitBatch); err != nil {
 			return m, nil, "", fmt.Errorf("with the initial batch %d from the first step: %s", m.InitBatch, trimPkg(err))
@@ -303,7 +307,7 @@ func (g *goodputHeuristic) model(h *History) (m goodput.Model, prof *goodput.Pro
 	}
 	grad, ok := newestGradStats(h)
 	if !ok {
-		return m, nil, "no gradient statistics reported yet (the trainer must measure the gradient noise)", nil
+		return m, nil, "", errors.New("no gradient statistics reported: the trainer must measure the gradient noise (the adaptive training loop does)")
 	}
 	m.Grad = grad
 	prof = &goodput.Profile{}

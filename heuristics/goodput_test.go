@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/goodput"
 )
 
 // measured is a world of k workers, measured over steady steps of the given
@@ -138,12 +140,6 @@ func TestGoodputDecisions(t *testing.T) {
 		{"price with a deadline met by one worker",
 			`{"price_per_worker_hour": 2, "utility": "step", "value": 100, "deadline": "2h", "total_steps": 10000}`,
 			goodputHistory(oneWorker, twoWorkers), 1, 0, Shrink, 1, false, "best utility minus cost", nil},
-		{"no gradient statistics",
-			`{}`, goodputHistory(measured{k: 1, batch: 64, step: 100 * time.Millisecond, compute: 100 * time.Millisecond}), 1, 0,
-			Hold, 0, false, "no gradient statistics", nil},
-		{"no samples",
-			`{}`, goodputHistory(measured{k: 1, step: 100 * time.Millisecond, compute: 100 * time.Millisecond, v: 1}), 1, 0,
-			Hold, 0, false, "reports no samples", nil},
 		{"price without the job's length",
 			`{"price_per_worker_hour": 2, "value_per_hour": 20}`, goodputHistory(oneWorker, twoWorkers), 1, 0,
 			Hold, 0, false, "needs the job's length", nil},
@@ -255,13 +251,96 @@ func TestGoodputConfigErrors(t *testing.T) {
 			t.Errorf("%s: %v, want an error about %q", tc.params, err, tc.want)
 		}
 	}
-	// M0 from the first step, against limits that do not fit it: an error
-	// at decision time.
-	heur, err := NewRegistry().New(Spec{Name: "goodput", Params: []byte(`{"max_batch": 32}`)})
+	// At decision time, what the job does not report, and M0 from the
+	// first step against limits that do not fit it, are errors (the engine
+	// logs each once and holds).
+	for _, tc := range []struct {
+		params string
+		h      *History
+		want   string
+	}{
+		{`{}`, goodputHistory(measured{k: 1, batch: 64, step: 100 * time.Millisecond, compute: 100 * time.Millisecond}), "no gradient statistics reported"},
+		{`{}`, goodputHistory(measured{k: 1, step: 100 * time.Millisecond, compute: 100 * time.Millisecond, v: 1}), "reports no samples"},
+		{`{"max_batch": 32}`, goodputHistory(oneWorker), "initial batch 64 from the first step"},
+	} {
+		heur, err := NewRegistry().New(Spec{Name: "goodput", Params: []byte(tc.params)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := heur.Decide(context.Background(), tc.h); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: decision error %v, want one about %q", tc.params, err, tc.want)
+		}
+	}
+}
+
+// TestGoodputExploresToTheTarget runs a simulated job whose steps follow a
+// known model, with the batch size its adaptive loop would pick at each size
+// (the true model's optimum), and the goodput heuristic deciding: starting
+// from one worker and measuring only the sizes it goes to, it must settle
+// where the true model's goodput curve says (each added worker adding more
+// than 0.1 of a worker's goodput), without trying every size.
+func TestGoodputExploresToTheTarget(t *testing.T) {
+	truth := goodput.Model{
+		Perf:      goodput.PerfParams{AlphaC: 0.02, BetaC: 0.0005, AlphaN: 0.03, BetaN: 0.004, AlphaR: 0.01, BetaR: 0.001, Gamma: 1.5},
+		Grad:      goodput.GradParams{Sqr: 1, Var: 4}, // noise scale 4·M0 = 256
+		InitBatch: 64,
+	}
+	lim := goodput.Limits{MaxBatch: 1024, MaxMicroBatch: 128, Accumulation: true}
+	const maxW = 16
+	// The oracle: the rule applied to the true model.
+	want := 1
+	for k := 2; k <= maxW; k++ {
+		prev, _ := truth.Optimize(k-1, k-1, lim)
+		next, _ := truth.Optimize(k, k, lim)
+		if (next.Goodput-prev.Goodput)/(prev.Goodput/float64(k-1)) <= 0.1 {
+			break
+		}
+		want = k
+	}
+	heur, err := NewRegistry().New(Spec{Name: "goodput", Params: []byte(`{"init_batch": 64, "max_batch": 1024, "max_micro_batch": 128, "accumulation": true}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := heur.Decide(context.Background(), goodputHistory(oneWorker)); err == nil || !strings.Contains(err.Error(), "initial batch 64 from the first step") {
-		t.Errorf("decision error %v", err)
+	h := &History{Start: simStart, Now: simStart, MaxWorkers: maxW}
+	k, tried := 1, map[int]bool{}
+	for round := 0; ; round++ {
+		if round == 12 {
+			t.Fatalf("no settled decision after %d rounds; sizes tried %v", round, tried)
+		}
+		tried[k] = true
+		c, _ := truth.Optimize(k, k, lim)
+		acc := truth.Perf.AccumTime(c.MicroBatch)
+		step := truth.Perf.StepTime(k, k, c.MicroBatch, c.Accum)
+		w := measured{k: k, batch: c.Batch(k), accum: c.Accum, step: time.Duration(step * 1e9),
+			compute: time.Duration(acc * float64(c.Accum+1) * 1e9), sqr: truth.Grad.Sqr, v: truth.Grad.Var}
+		next := goodputHistory(w).Periods[0]
+		next.Epoch = uint64(round + 1)
+		for i := range next.Steps {
+			next.Steps[i].Step = h.Step + int64(i) + 1
+		}
+		h.Step += int64(len(next.Steps))
+		h.Periods = append(h.Periods, next)
+		d, err := heur.Decide(context.Background(), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%d workers (batch %d = %d×%d×%d): %v", k, c.Batch(k), k, c.MicroBatch, c.Accum+1, d)
+		switch d.Action {
+		case Grow:
+			k = h.Clamp(k + d.Count)
+		case Shrink:
+			k = h.Clamp(k - d.Count)
+		default:
+			if !d.Settled {
+				t.Fatalf("hold without settling: %v", d)
+			}
+			if k != want {
+				t.Fatalf("settled at %d workers, the true model's target is %d", k, want)
+			}
+			if len(tried) >= want {
+				t.Fatalf("tried %d sizes (%v) to settle at %d", len(tried), tried, want)
+			}
+			return
+		}
 	}
 }
