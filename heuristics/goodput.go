@@ -155,7 +155,7 @@ func (g *goodputHeuristic) Decide(_ context.Context, h *History) (Decision, erro
 	}
 	hi = max(hi, lo, k)
 	choices := make([]goodput.Choice, hi+1)
-	for n := lo; n <= hi; n++ {
+	for n := min(lo, k); n <= hi; n++ {
 		choices[n], _ = model.Optimize(g.nodes(n), n, lim)
 	}
 

@@ -109,6 +109,9 @@ func TestGoodputDecisions(t *testing.T) {
 		{"max workers 3: grow to 3, not exploring",
 			`{}`, goodputHistory(oneWorker, twoWorkers), 1, 3, Grow, 1, false, "every worker up to 3 adds",
 			map[string]float64{"goodput_target": 914.29}},
+		{"below min workers: grow to it, the current size still predicted",
+			`{}`, goodputHistory(oneWorker), 2, 0, Grow, 1, false, "every worker up to 2",
+			map[string]float64{"goodput": 640, "goodput_target": 853.33}},
 		{"min workers 2: held at 2 although 1 would be chosen",
 			`{"threshold": 0.3}`, goodputHistory(oneWorker, twoWorkers), 2, 0, Hold, 0, true, "settled", nil},
 		// Three workers measured as predicted (step 0.0721875 s): the
