@@ -146,6 +146,10 @@ type partialStep struct {
 	samples map[string]int
 	compute map[string]time.Duration
 	times   map[string]time.Duration
+	// accum and the gradient statistics: the same on every member, taken
+	// from any that reports them.
+	accum            int
+	gradSqr, gradVar float64
 }
 
 // action is a decision being carried out.
@@ -308,11 +312,15 @@ func (e *Engine) onReports(r workerReports) {
 			steps[s.Step] = ps
 		}
 		ps.samples[r.worker], ps.compute[r.worker], ps.times[r.worker] = s.Samples, s.Compute, s.StepTime
+		ps.accum = max(ps.accum, s.Accum)
+		if s.GradVar > 0 {
+			ps.gradSqr, ps.gradVar = s.GradSqr, s.GradVar
+		}
 		if len(ps.times) < len(p.Members) {
 			continue
 		}
 		delete(steps, s.Step)
-		st := StepStats{Step: s.Step, Compute: ps.compute, Samples: ps.samples}
+		st := StepStats{Step: s.Step, Compute: ps.compute, Samples: ps.samples, Accum: ps.accum, GradSqr: ps.gradSqr, GradVar: ps.gradVar}
 		var total time.Duration
 		for _, w := range p.Members {
 			st.GlobalBatch += ps.samples[w]

@@ -537,6 +537,44 @@ func TestEngineAggregation(t *testing.T) {
 	}
 }
 
+// TestEngineGradientStatistics: the accumulation and the gradient statistics
+// the workers report reach the complete step, from whichever member has them.
+func TestEngineGradientStatistics(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		reports map[string]StepReport
+		want    StepStats
+	}{
+		{"every member reports them",
+			map[string]StepReport{"a": {Accum: 2, GradSqr: 0.5, GradVar: 3}, "b": {Accum: 2, GradSqr: 0.5, GradVar: 3}},
+			StepStats{Accum: 2, GradSqr: 0.5, GradVar: 3}},
+		{"one member reports them",
+			map[string]StepReport{"a": {}, "b": {Accum: 1, GradSqr: 0, GradVar: 2}},
+			StepStats{Accum: 1, GradSqr: 0, GradVar: 2}},
+		{"none measured",
+			map[string]StepReport{"a": {}, "b": {}},
+			StepStats{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngDirect(t, engConfig(nil))
+			engApply(e, engW(1, "a", "b"))
+			for _, w := range []string{"a", "b"} {
+				r := tc.reports[w]
+				r.Worker, r.Epoch, r.Step, r.Samples, r.StepTime, r.Compute = w, 1, 1, 8, 10*ms, 5*ms
+				e.onReports(workerReports{w, []StepReport{r}})
+			}
+			steps := e.history.Current().Steps
+			if len(steps) != 1 {
+				t.Fatalf("%d complete steps", len(steps))
+			}
+			if s := steps[0]; s.Accum != tc.want.Accum || s.GradSqr != tc.want.GradSqr || s.GradVar != tc.want.GradVar {
+				t.Errorf("step: accum %d, grad %v/%v; want %d, %v/%v", s.Accum, s.GradSqr, s.GradVar, tc.want.Accum, tc.want.GradSqr, tc.want.GradVar)
+			}
+		})
+	}
+}
+
 func TestEngineTotalSteps(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
