@@ -46,7 +46,6 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		op, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("gorovod bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	np := fs.Int("np", 2, "number of local worker processes")
 	minBytes := fs.String("min-bytes", "4K", "smallest message size (K, M, G suffixes)")
 	maxBytes := fs.String("max-bytes", "64M", "largest message size")
@@ -64,15 +63,13 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
 	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0 keeps the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: gorovod bench [%s] [flags]\n\nFlags:\n", strings.Join(benchmark.Ops(), "|"))
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return ErrUsage // flag has said what is wrong
+	usage := fmt.Sprintf("Usage: gorovod bench [%s] [flags]\n\n"+
+		"Measures a collective across --np local worker processes and prints, per\n"+
+		"message size, the median time, algorithm bandwidth and bus bandwidth.\n"+
+		"The workers talk through --transport: auto (the default) puts processes\n"+
+		"of one host on shared memory and others on TCP.", strings.Join(benchmark.Ops(), "|"))
+	if err := parseFlags(fs, args, usage, stdout, stderr); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "unexpected arguments %q", fs.Args())
@@ -96,7 +93,10 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
 		return usageErr(stderr, "--socket-buffer: %v", err)
 	}
-	return runBench(ctx, *np, spec, *asJSON, *timeout, stdout, stderr)
+	if err := runBench(ctx, *np, spec, *asJSON, *timeout, stdout, stderr); err != nil {
+		return &commandError{command: "bench", err: err}
+	}
+	return nil
 }
 
 func usageErr(stderr io.Writer, format string, args ...any) error {
