@@ -80,7 +80,7 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 		fmt.Fprintln(stdout, Version())
 		return nil
 	case benchWorkerCommand:
-		return benchWorker(ctx, args[1:], stdout)
+		return benchWorker(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
