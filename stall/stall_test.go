@@ -207,9 +207,9 @@ func TestFind(t *testing.T) {
 		missing map[int]uint64
 		unrep   []int
 	}{
-		{"nobody waited long", []Snapshot{snap(0, 5, true, 10 * time.Second), snap(1, 4, false, 0)}, false, nil, nil, nil},
-		{"everyone is in it", []Snapshot{snap(0, 5, true, 2 * th), snap(1, 5, true, 2 * th), snap(2, 5, true, th), snap(3, 5, true, th)}, false, nil, nil, nil},
-		{"two behind", []Snapshot{snap(0, 5, true, 2 * th), snap(1, 4, false, 0), snap(2, 5, true, th), snap(3, 3, true, 0)}, true, []int{0, 2}, map[int]uint64{1: 4, 3: 3}, nil},
+		{"nobody waited long", []Snapshot{snap(0, 5, true, 10*time.Second), snap(1, 4, false, 0)}, false, nil, nil, nil},
+		{"everyone is in it", []Snapshot{snap(0, 5, true, 2*th), snap(1, 5, true, 2*th), snap(2, 5, true, th), snap(3, 5, true, th)}, false, nil, nil, nil},
+		{"two behind", []Snapshot{snap(0, 5, true, 2*th), snap(1, 4, false, 0), snap(2, 5, true, th), snap(3, 3, true, 0)}, true, []int{0, 2}, map[int]uint64{1: 4, 3: 3}, nil},
 		{"one unreported", []Snapshot{snap(0, 9, true, th), snap(1, 8, false, 0), snap(2, 9, true, th)}, true, []int{0, 2}, map[int]uint64{1: 8}, []int{3}},
 		{"another epoch ignored", []Snapshot{snap(0, 5, true, th), {Epoch: 2, Rank: 1, Size: 4, Started: 1}}, false, nil, nil, nil},
 	}
