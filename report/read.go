@@ -3,6 +3,7 @@ package report
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -92,7 +93,7 @@ func Read(r io.Reader) (*Run, error) {
 		}
 	}
 	run.Steps = finishSteps(steps)
-	slices.SortStableFunc(run.Progress, func(a, b Progress) int { return cmpFloat(a.Elapsed, b.Elapsed) })
+	slices.SortStableFunc(run.Progress, func(a, b Progress) int { return cmp.Compare(a.Elapsed, b.Elapsed) })
 	return run, nil
 }
 
@@ -162,35 +163,34 @@ func (run *Run) parseLine(line []byte, steps map[int64]*stepAcc) {
 	}
 	switch *env.Event {
 	case "summary":
-		var s heuristics.Summary
-		if err := json.Unmarshal(line, &s); err != nil {
-			run.bad(line, err)
-			return
+		if sum, ok := decodeLine(run, line, func(*heuristics.Summary) float64 { return 0 }); ok {
+			run.Summary = &sum
 		}
-		run.Summary = &s
 	case "progress":
-		var p Progress
-		if err := json.Unmarshal(line, &p); err != nil {
-			run.bad(line, err)
-			return
+		if p, ok := decodeLine(run, line, func(p *Progress) float64 { return p.Elapsed }); ok {
+			run.Progress = append(run.Progress, p)
 		}
-		if !finite(p.Elapsed) || p.Elapsed < 0 {
-			run.bad(line, fmt.Errorf("elapsed_s %v", p.Elapsed))
-			return
-		}
-		run.Progress = append(run.Progress, p)
 	default:
-		var ev heuristics.Event
-		if err := json.Unmarshal(line, &ev); err != nil {
-			run.bad(line, err)
-			return
+		if ev, ok := decodeLine(run, line, func(ev *heuristics.Event) float64 { return ev.Elapsed }); ok {
+			run.Events = append(run.Events, ev)
 		}
-		if !finite(ev.Elapsed) || ev.Elapsed < 0 {
-			run.bad(line, fmt.Errorf("elapsed_s %v", ev.Elapsed))
-			return
-		}
-		run.Events = append(run.Events, ev)
 	}
+}
+
+// decodeLine decodes one JSON line into a T whose elapsed_s, as elapsed
+// reads it, must be a time: finite and not negative. A line that fails is
+// counted as bad.
+func decodeLine[T any](run *Run, line []byte, elapsed func(*T) float64) (T, bool) {
+	var v T
+	if err := json.Unmarshal(line, &v); err != nil {
+		run.bad(line, err)
+		return v, false
+	}
+	if e := elapsed(&v); !finite(e) || e < 0 {
+		run.bad(line, fmt.Errorf("elapsed_s %v", e))
+		return v, false
+	}
+	return v, true
 }
 
 // trainerLine is the part of an example trainer's --json step line the
@@ -275,28 +275,8 @@ func finishSteps(steps map[int64]*stepAcc) []TrainerStep {
 		}
 		out = append(out, ts)
 	}
-	slices.SortFunc(out, func(a, b TrainerStep) int { return cmpInt(a.Step, b.Step) })
+	slices.SortFunc(out, func(a, b TrainerStep) int { return cmp.Compare(a.Step, b.Step) })
 	return out
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -29,8 +30,8 @@ type Series struct {
 	Workers []Point // a step function: the world size from each point on
 	Markers []Marker
 	// Throughput and StepMS come from progress records or trainer lines
-	// (smoothed); Measured are the engine's per-world measurements from the
-	// summary, one segment per world.
+	// (smoothed); Measured are the engine's measurements from the summary,
+	// one segment for each world whose measurement the summary kept.
 	Throughput, StepMS, Loss   []Point
 	LossRaw                    []Point // per step, before smoothing
 	MeasuredTP, MeasuredStepMS []Segment
@@ -147,17 +148,18 @@ func Analyze(run *Run) *Series {
 
 	if sum := run.Summary; sum != nil {
 		s.TotalSteps = sum.Steps
-		byWorkers := map[int]heuristics.Measurement{}
+		// The summary keeps the newest measurement of each world size: it
+		// belongs to the world of its epoch only (an earlier world of the
+		// same size may have run at another speed, with a straggler say).
+		byEpoch := map[uint64]heuristics.Measurement{}
 		for _, m := range sum.Throughput {
-			byWorkers[m.Workers] = m
-		}
-		for _, m := range sum.Throughput {
+			byEpoch[m.Epoch] = m
 			if m.GlobalBatch > 0 {
 				s.Unit = "samples/s"
 			}
 		}
 		for _, sp := range sum.Timeline {
-			m, ok := byWorkers[sp.Workers]
+			m, ok := byEpoch[sp.Epoch]
 			if !ok || sp.Steps == 0 {
 				continue
 			}
@@ -201,7 +203,7 @@ func (run *Run) anchors() []anchor {
 	if s := run.Summary; s != nil && finite(s.Elapsed) && s.Elapsed > 0 {
 		as = append(as, anchor{s.Elapsed, s.Steps})
 	}
-	slices.SortStableFunc(as, func(a, b anchor) int { return cmpFloat(a.t, b.t) })
+	slices.SortStableFunc(as, func(a, b anchor) int { return cmp.Compare(a.t, b.t) })
 	var top int64
 	for i := range as {
 		top = max(top, as[i].step)

@@ -167,55 +167,6 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
-// BenchmarkAllreduceTraced is collective's BenchmarkAllreduceTCP with the
-// tracer off and on, the two side by side for each size so that a run
-// interleaves them: the cost of leaving the timeline on.
-func BenchmarkAllreduceTraced(b *testing.B) {
-	for _, p := range []int{2, 4} {
-		for _, size := range []int{4 << 10, 256 << 10, 4 << 20, 64 << 20} {
-			for _, traced := range []bool{false, true} {
-				b.Run(fmt.Sprintf("p=%d/%dKiB/traced=%v", p, size>>10, traced), func(b *testing.B) {
-					var tl *Timeline
-					if traced {
-						tl = New(io.Discard, DefaultConfig())
-						defer tl.Close(context.Background())
-					}
-					comms := tcpWorld(b, p, tl)
-					bufs := make([][]float32, p)
-					for r := range bufs {
-						bufs[r] = make([]float32, size/4)
-					}
-					b.SetBytes(int64(size))
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-					defer cancel()
-					b.ResetTimer()
-					var wg sync.WaitGroup
-					errs := make([]error, p)
-					for r, c := range comms {
-						wg.Go(func() {
-							for range b.N {
-								if err := collective.Allreduce(ctx, c, bufs[r], bufs[r], collective.Sum); err != nil {
-									errs[r] = err
-									return
-								}
-							}
-						})
-					}
-					wg.Wait()
-					for r, err := range errs {
-						if err != nil {
-							b.Fatalf("rank %d: %v", r, err)
-						}
-					}
-					if tl != nil && tl.Dropped() > 0 {
-						b.Fatalf("the timeline dropped %d events", tl.Dropped())
-					}
-				})
-			}
-		}
-	}
-}
-
 // BenchmarkEncode is the writer goroutine's cost per event (off the traced
 // goroutine, but CPU all the same).
 func BenchmarkEncode(b *testing.B) {
