@@ -19,21 +19,22 @@ import (
 // Two of memberlist's habits would flood a log, and the adapter stops both:
 //   - it logs an ERROR for every packet it cannot decrypt or decode, so a
 //     stranger sending garbage to the gossip port writes a line per packet.
-//     The sender's "from=ADDR" becomes an attribute, and identical lines
-//     (level and message) go through a logging.RateLimiter: the first one,
-//     then one line per window saying how many more there were;
+//     The sender's "from=ADDR" becomes an attribute, and identical lines at
+//     WARN or above (level and message) go through a logging.RateLimiter:
+//     the first one, then one line per window saying how many more there
+//     were (DEBUG and INFO lines, which a user asks for, all go through);
 //   - once this member is leaving (quiet is set), it complains about its own
 //     sockets closing under it: those lines drop to DEBUG.
 //
 // The returned limiter's Flush writes the counts still held back.
 func newMemberlistLogger(l *slog.Logger, repeatWindow time.Duration, quiet *atomic.Bool) (*log.Logger, *logging.RateLimiter) {
 	rl := logging.NewRateLimiter(l.Handler(), logging.RateLimitConfig{Window: repeatWindow})
-	return log.New(logWriter{l: slog.New(rl), quiet: quiet}, "", 0), rl
+	return log.New(logWriter{l: l, limited: slog.New(rl), quiet: quiet}, "", 0), rl
 }
 
 type logWriter struct {
-	l     *slog.Logger
-	quiet *atomic.Bool
+	l, limited *slog.Logger // limited: through the rate limiter
+	quiet      *atomic.Bool
 }
 
 // parseLevel splits memberlist's "[LEVEL]" tag off a line; untagged lines are Info.
@@ -83,10 +84,14 @@ func (w logWriter) Write(p []byte) (int, error) {
 	}
 	line = bytes.TrimPrefix(line, []byte("memberlist: "))
 	msg, from := splitFrom(line)
+	l := w.l
+	if level >= slog.LevelWarn {
+		l = w.limited
+	}
 	if from != nil {
-		w.l.Log(ctx, level, string(msg), "component", "memberlist", "from", string(from))
+		l.Log(ctx, level, string(msg), "component", "memberlist", "from", string(from))
 	} else {
-		w.l.Log(ctx, level, string(msg), "component", "memberlist")
+		l.Log(ctx, level, string(msg), "component", "memberlist")
 	}
 	return len(p), nil
 }

@@ -193,9 +193,10 @@ func TestLogWriter(t *testing.T) {
 	l.Printf("untagged line")
 	l.Printf("[ERR] memberlist: Decrypt packet failed from=127.0.0.1:1")
 	l.Printf("[ERR] memberlist: Decrypt packet failed from=127.0.0.1:2") // the same error: held back
+	l.Printf("[INFO] memberlist: hello")                                 // INFO: never held back
 	quiet.Store(true)
 	l.Printf("[ERR] memberlist: Failed to send gossip: use of closed network connection")
-	want := []string{"INFO hello", "WARN careful", "ERROR broken", "INFO untagged line", "ERROR Decrypt packet failed"}
+	want := []string{"INFO hello", "WARN careful", "ERROR broken", "INFO untagged line", "ERROR Decrypt packet failed", "INFO hello"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
