@@ -26,6 +26,9 @@ type Config struct {
 	AbortTimeout time.Duration
 	// Logger receives failures; nil discards.
 	Logger *slog.Logger
+	// Tracer, when set, is told of every collective and its phases (a
+	// timeline); nil costs a pointer check.
+	Tracer Tracer
 }
 
 // DefaultConfig returns the settings measured best on loopback TCP.
@@ -80,6 +83,10 @@ type Communicator struct {
 
 	stateMu sync.Mutex
 	failure error // the first failure; every later collective returns it
+
+	tracer   Tracer
+	started  atomic.Uint64         // collectives begun (seq), for Progress
+	inflight atomic.Pointer[opRun] // the collective running, for Progress
 }
 
 // New connects the ranks of w through t and returns the communicator.
@@ -127,6 +134,7 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 		links:      links,
 		log:        log.With("rank", w.Rank, "epoch", w.Epoch),
 		sendBroken: make([]bool, len(links)),
+		tracer:     cfg.Tracer,
 	}, nil
 }
 
@@ -237,6 +245,11 @@ type opRun struct {
 	// start with, then raised by every frame received. The sending and
 	// receiving goroutines of the op share it.
 	tag atomic.Uint64
+	// waitingOn is the peer the receiving side waits for (-1: none), for
+	// Progress.
+	waitingOn atomic.Int32
+	// t0 is when the collective started, when a tracer watches.
+	t0 time.Time
 }
 
 // raiseTag records a received tag.
@@ -270,10 +283,21 @@ func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag 
 	c.seq++
 	d.seq = c.seq
 	o := &opRun{c: c, desc: d, algo: algo}
+	o.waitingOn.Store(-1)
 	if tag != nil {
 		o.tag.Store(*tag)
 	}
+	c.started.Store(c.seq)
+	c.inflight.Store(o)
+	if c.tracer != nil {
+		o.t0 = time.Now()
+		c.tracer.CollectiveStart(o.info(), o.t0)
+	}
 	err := body(ctx, o)
+	c.inflight.Store(nil)
+	if c.tracer != nil {
+		c.tracer.CollectiveEnd(o.info(), o.t0, o.t0.Add(o.mark()), err)
+	}
 	if err == nil {
 		if tag != nil {
 			*tag = o.tag.Load()
@@ -363,6 +387,8 @@ func (o *opRun) recv(ctx context.Context, peer, step int, into []byte) error {
 func (o *opRun) recvCount(ctx context.Context, peer, step int, count uint64, into []byte) error {
 	l := o.c.links[peer]
 	var h transport.Header
+	o.waitFor(peer)
+	defer o.waitFor(-1)
 	if err := l.RecvHeader(ctx, &h); err != nil {
 		return err
 	}

@@ -97,6 +97,10 @@ type Config struct {
 	// Logger receives this package's and memberlist's diagnostics (memberlist's
 	// "[LEVEL] memberlist: ..." lines mapped to slog levels). Default: discard.
 	Logger *slog.Logger
+	// LogRepeatWindow: identical memberlist lines within it (a stranger's
+	// garbage packets, one ERROR each) are written once, then counted in one
+	// line "... (repeated N times in the last 5 s)". Default 5 s.
+	LogRepeatWindow time.Duration
 }
 
 const maxMessageSizeLimit = 16 << 20
@@ -125,6 +129,7 @@ func DefaultConfig() Config {
 		MaxMessageSize:          64 << 10,
 		MessageQueue:            1024,
 		Logger:                  slog.New(slog.DiscardHandler),
+		LogRepeatWindow:         5 * time.Second,
 	}
 }
 
@@ -163,6 +168,7 @@ func (c Config) withDefaults() (Config, error) {
 		{&c.GossipToTheDeadTime, d.GossipToTheDeadTime}, {&c.TCPTimeout, d.TCPTimeout},
 		{&c.JoinRetry, d.JoinRetry}, {&c.JoinRetryMax, d.JoinRetryMax},
 		{&c.UpdateTimeout, d.UpdateTimeout}, {&c.LeaveTimeout, d.LeaveTimeout},
+		{&c.LogRepeatWindow, d.LogRepeatWindow},
 	}
 	for _, f := range durations {
 		if *f.v <= 0 {
