@@ -48,7 +48,11 @@ type WorkerConfig struct {
 	// MinWorkers is what a worker that takes over proposing (the job's driver
 	// is gone) requires of a world; default 1.
 	MinWorkers int
-	Logger     *slog.Logger
+	// Launch is the launcher's name for this process (GOROVOD_LAUNCH_INDEX),
+	// published in its membership metadata so that the launcher can tell its
+	// processes apart on every host; "" when not started by a launcher.
+	Launch string
+	Logger *slog.Logger
 }
 
 // WorkerConfigFromEnv returns the configuration `gorovod run` hands its workers
@@ -58,10 +62,18 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	if err != nil {
 		return WorkerConfig{}, err
 	}
-	return WorkerConfig{
+	cfg := WorkerConfig{
 		JobID: w.JobID, Secret: w.Secret, Seeds: w.Seeds, ListenAddr: w.ListenAddr, GossipAddr: w.GossipAddr,
 		Session: DefaultConfig(), Membership: membership.DefaultConfig(),
-	}, nil
+	}
+	index, launched, err := envconfig.LaunchIndex(os.Getenv)
+	if err != nil {
+		return WorkerConfig{}, err
+	}
+	if launched {
+		cfg.Launch = strconv.Itoa(index)
+	}
+	return cfg, nil
 }
 
 // UnderLauncher reports whether this process was started as a worker of an
@@ -116,6 +128,9 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 		meta.Extra = map[string]string{}
 	}
 	meta.Extra[driver.MetaPID] = strconv.Itoa(os.Getpid())
+	if cfg.Launch != "" {
+		meta.Extra[driver.MetaLaunch] = cfg.Launch
+	}
 	m, err := membership.Join(ctx, mc, meta)
 	if err != nil {
 		tr.Close()
