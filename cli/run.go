@@ -134,6 +134,9 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
 	cfg := heuristics.DefaultEngineConfig()
 	cfg.MinWorkers, cfg.MaxWorkers, cfg.Skip, cfg.TotalSteps = o.minNP, o.maxNP, o.skipSteps, o.totalSteps
+	if o.skipSteps == 0 {
+		cfg.Skip = -1 // --skip-steps 0: measure every step
+	}
 	cfg.ReplaceStragglers = o.replaceStragglers
 	cfg.Straggler.Threshold, cfg.Straggler.Sustain = o.stragglerThreshold, o.stragglerWindow
 	if err := cfg.Straggler.Validate(); err != nil {

@@ -23,24 +23,26 @@ import (
 	"github.com/gorovod/gorovod/sync/stats"
 )
 
-// WorkerConfig is how a worker process joins an elastic job.
+// WorkerConfig is how a worker process joins an elastic job. A zero field
+// means its default (DefaultWorkerConfig).
 type WorkerConfig struct {
-	JobID      string
-	Secret     []byte
-	Seeds      []string // gossip addresses to join through (the driver's, usually)
-	ListenAddr string   // collective transport listen address; default 127.0.0.1:0
-	GossipAddr string   // gossip bind address, "host" or "host:port"; default 127.0.0.1
+	// JobID, Secret and Seeds (the gossip addresses to join through: the
+	// driver's, usually) are the job's; they fill the fields of the same
+	// meaning in Session, Transport and Membership.
+	JobID  string
+	Secret []byte
+	Seeds  []string
 	// Session: fusion, recovery timeout, collective tuning. Its JobID and Self
 	// are filled in.
 	Session Config
-	// IOTimeout bounds a silent peer in a collective (a frozen worker is found
-	// by this or by gossip, whichever is first). Default 5 s.
-	IOTimeout time.Duration
-	// Transport: auto (the default: shared memory between workers on one
-	// host, TCP otherwise), tcp, shm or sctp.
-	Transport multi.Mode
-	// Membership: gossip timings; Seeds, Secret and the bind address above
-	// override its fields.
+	// Transport is the collective transport: its mode (auto, the default:
+	// shared memory between workers on one host, TCP otherwise; tcp, shm or
+	// sctp), listen address and I/O timeout, which bounds a silent peer in a
+	// collective (a frozen worker is found by this or by gossip, whichever is
+	// first): default WorkerIOTimeout.
+	Transport multi.Config
+	// Membership: the gossip bind address (default 127.0.0.1, any port) and
+	// timings.
 	Membership membership.Config
 	// DisableStats stops sending step statistics to the driver (its
 	// autoscaling engine then sees nothing of this worker).
@@ -55,6 +57,36 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 }
 
+// WorkerIOTimeout is a worker's default transport I/O timeout: shorter than a
+// transport's own default (transport.DefaultIOTimeout), because a frozen
+// worker stalls the whole world until it is found.
+const WorkerIOTimeout = 5 * time.Second
+
+// DefaultWorkerConfig returns the defaults; JobID, Secret and Seeds must
+// still be set.
+func DefaultWorkerConfig() WorkerConfig {
+	tc := multi.DefaultConfig()
+	tc.IOTimeout = WorkerIOTimeout
+	return WorkerConfig{Session: DefaultConfig(), Transport: tc, Membership: membership.DefaultConfig(), MinWorkers: 1}
+}
+
+// withDefaults fills the zero fields and checks the rest.
+func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
+	if c.JobID == "" || len(c.Secret) == 0 {
+		return c, fmt.Errorf("%w: WorkerConfig needs JobID and Secret", ErrInvalidConfig)
+	}
+	if c.Transport.IOTimeout == 0 {
+		c.Transport.IOTimeout = WorkerIOTimeout
+	}
+	if c.MinWorkers == 0 {
+		c.MinWorkers = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
 // WorkerConfigFromEnv returns the configuration `gorovod run` hands its workers
 // through the environment (GOROVOD_JOB_ID, GOROVOD_SECRET, GOROVOD_SEEDS, ...).
 func WorkerConfigFromEnv() (WorkerConfig, error) {
@@ -62,9 +94,10 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	if err != nil {
 		return WorkerConfig{}, err
 	}
-	cfg := WorkerConfig{
-		JobID: w.JobID, Secret: w.Secret, Seeds: w.Seeds, ListenAddr: w.ListenAddr, GossipAddr: w.GossipAddr,
-		Session: DefaultConfig(), Membership: membership.DefaultConfig(),
+	cfg := DefaultWorkerConfig()
+	cfg.JobID, cfg.Secret, cfg.Seeds, cfg.Transport.ListenAddr = w.JobID, w.Secret, w.Seeds, w.ListenAddr
+	if err := bindGossip(&cfg.Membership, w.GossipAddr); err != nil {
+		return WorkerConfig{}, err
 	}
 	index, launched, err := envconfig.LaunchIndex(os.Getenv)
 	if err != nil {
@@ -103,25 +136,19 @@ type Worker struct {
 // data, model — is done, so that joining never stalls the others), and waits
 // until an epoch admits it and the state has arrived.
 func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	tc := multi.DefaultConfig()
-	tc.Mode, tc.Secret, tc.Logger, tc.ListenAddr, tc.IOTimeout = cfg.Transport, cfg.Secret, log, cfg.ListenAddr, cfg.IOTimeout
-	if tc.IOTimeout <= 0 {
-		tc.IOTimeout = 5 * time.Second
-	}
+	tc := cfg.Transport
+	tc.Secret, tc.Logger = cfg.Secret, log
 	tr, err := multi.Listen(tc)
 	if err != nil {
 		return nil, err
 	}
 	mc := cfg.Membership
 	mc.Seeds, mc.Secret, mc.Logger = cfg.Seeds, cfg.Secret, log
-	if err := bindGossip(&mc, cfg.GossipAddr); err != nil {
-		tr.Close()
-		return nil, err
-	}
 	meta := membership.Meta{JobID: cfg.JobID, Role: membership.RoleWorker, CollectiveAddr: tr.Addr(), GPUs: membership.GPUsUnknown}
 	publishGPUs(ctx, &meta)
 	if meta.Extra == nil {
@@ -148,9 +175,6 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 		return fail(err)
 	}
 	sc := cfg.Session
-	if sc.Collective.ChunkBytes == 0 {
-		sc = DefaultConfig()
-	}
 	sc.JobID, sc.Self, sc.Logger = cfg.JobID, epoch.Member{Name: m.Name(), Addr: tr.Addr()}, log
 	if !cfg.DisableStats {
 		sc.OnStats = w.queueStats
@@ -307,7 +331,7 @@ func bindGossip(mc *membership.Config, addr string) error {
 	}
 	mc.BindAddr = host
 	if mc.BindPort, err = strconv.Atoi(port); err != nil {
-		return fmt.Errorf("sync: gossip address %q: %w", addr, err)
+		return fmt.Errorf("%w: gossip address %q: %v", ErrInvalidConfig, addr, err)
 	}
 	return nil
 }
