@@ -217,7 +217,7 @@ func (w *Worker) sendStats() {
 				if n.Meta.Role != membership.RoleDriver {
 					continue
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
 				if err := w.m.Send(ctx, n, control.EncodeStats(b)); err != nil {
 					w.log.Debug("step statistics not delivered", "err", err)
 				}
@@ -226,6 +226,10 @@ func (w *Worker) sendStats() {
 		}
 	}
 }
+
+// gpuDiscoveryTimeout bounds the look at the host's GPUs (NVML or
+// nvidia-smi) a worker publishes when it joins.
+const gpuDiscoveryTimeout = 2 * time.Second
 
 // electionEvery is how often a worker checks whether it must take over
 // proposing epochs (the driver is gone and it is the oldest ready worker).
@@ -303,7 +307,7 @@ func (w *Worker) elect() {
 // metadata: the count (CUDA_VISIBLE_DEVICES, as the launcher assigned it, or
 // all the host has) and NVML's summary of the host.
 func publishGPUs(ctx context.Context, meta *membership.Meta) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, gpuDiscoveryTimeout)
 	defer cancel()
 	inv, err := gpu.System(ctx)
 	switch {
@@ -358,12 +362,12 @@ func (w *Worker) Finish(ctx context.Context) error {
 		for _, n := range nodes {
 			if haveLast && n.Meta.Role == membership.RoleDriver {
 				// The last steps, so the driver's account of the job is complete.
-				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				sctx, cancel := context.WithTimeout(ctx, control.SendTimeout)
 				_ = w.m.Send(sctx, n, control.EncodeStats(last))
 				cancel()
 			}
 			if n.Name == lead {
-				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				sctx, cancel := context.WithTimeout(ctx, control.SendTimeout)
 				_ = w.m.Send(sctx, n, control.EncodeDone(w.World().Number))
 				cancel()
 			}
@@ -384,9 +388,7 @@ func (w *Worker) Close() error {
 }
 
 func (w *Worker) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = w.m.Leave(ctx)
+	_ = w.m.Leave(context.Background()) // bounded by Membership.LeaveTimeout
 	_ = w.m.Shutdown()
 	w.src.stop()
 	_ = w.tr.Close()
@@ -443,7 +445,7 @@ func (s *memberSource) abortIfMember(name string, cause error) {
 // process's gossip goroutines, so a busy trainer still answers and only a dead
 // or frozen process does not.
 func (s *memberSource) pong(to membership.Node, nonce uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
 	defer cancel()
 	_ = s.m.Send(ctx, to, control.EncodePong(nonce))
 }
@@ -486,7 +488,7 @@ func (s *memberSource) ReportFailure(epoch uint64, peer epoch.Member, cause erro
 	}
 	payload := control.EncodeFailure(epoch, peer.Name, cause)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
 		defer cancel()
 		if err := s.m.Send(ctx, driver, payload); err != nil && !errors.Is(err, context.Canceled) {
 			s.log.Warn("failure report not delivered", "err", err)

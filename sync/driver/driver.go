@@ -151,9 +151,7 @@ func (d *Driver) Close() error {
 	d.cancel()
 	<-d.done
 	d.p.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = d.m.Leave(ctx)
+	_ = d.m.Leave(context.Background()) // bounded by Membership.LeaveTimeout
 	return d.m.Shutdown()
 }
 
