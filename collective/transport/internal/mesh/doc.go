@@ -1,4 +1,4 @@
-// Package mesh is the half of the TCP and SCTP transports that does not
+// Package mesh is the half of the TCP, SCTP and in-process transports that does not
 // depend on how bytes move: turning one listening endpoint into world after
 // world of authenticated links.
 //
