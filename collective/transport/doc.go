@@ -12,9 +12,9 @@
 // count, step), so ranks that call mismatched collectives see an error instead of
 // reducing garbage.
 //
-// handshake.go holds the connection handshake every transport runs (through
-// internal/mesh): fixed size messages (Hello, Challenge, Response, Verdict)
-// with strict decoders, and the HMAC-SHA256 proofs by which both ends show
-// they hold the job secret. The conformance package is the suite every
-// transport passes.
+// The connection handshake every transport runs (fixed-size Hello,
+// Challenge, Response and Verdict messages, HMAC-SHA256 proofs of the job
+// secret) is internal/handshake, and the logic around it internal/mesh;
+// outside the transports a failed handshake is a *HandshakeError. The
+// conformance package is the suite every transport passes.
 package transport

@@ -34,6 +34,9 @@ func (w World) Validate() error {
 	return nil
 }
 
+// MaxWorldSize bounds the world size a Hello may name.
+const MaxWorldSize = 1 << 20
+
 // Transport connects the ranks of a world to each other.
 //
 // One Transport usually lives as long as the worker process and connects one world

@@ -4,7 +4,7 @@
 //
 // It owns, for one endpoint:
 //
-//   - both sides of the connection handshake (transport.Hello, Challenge,
+//   - both sides of the connection handshake (handshake.Hello, Challenge,
 //     Response, Verdict), with the refusals that decide from a Hello alone
 //     (wrong job, stale epoch, wrong rank or world) and the HMAC proofs;
 //   - the cap on handshakes in progress, so strangers cost bounded memory;
