@@ -1,6 +1,7 @@
 package job
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -94,29 +95,42 @@ type WorkerRecord struct {
 	WorkerRef
 	// Name is its member name, once it joined the job ("" before, or when it
 	// never did).
-	Name    string
-	State   WorkerState
-	Err     error // why it ended, when not Finished
-	Started time.Time
-	Exited  time.Time // zero while running
+	Name    string      `json:"name,omitempty"`
+	State   WorkerState `json:"state"`
+	Err     error       `json:"-"` // why it ended, when not Finished
+	Started time.Time   `json:"started"`
+	Exited  time.Time   `json:"exited"` // zero while running
+}
+
+// MarshalJSON encodes the record with its error as text ("error").
+func (w WorkerRecord) MarshalJSON() ([]byte, error) {
+	type plain WorkerRecord
+	var msg string
+	if w.Err != nil {
+		msg = w.Err.Error()
+	}
+	return json.Marshal(struct {
+		plain
+		Err string `json:"error,omitempty"`
+	}{plain(w), msg})
 }
 
 // Outcome is how a job ended.
 type Outcome struct {
-	JobID string
+	JobID string `json:"job_id"`
 	// TrainingFinished says a member of the last world reported that training
 	// is over (rule 1).
-	TrainingFinished bool
+	TrainingFinished bool `json:"training_finished"`
 	// World is the last world the driver proposed.
-	World epoch.World
+	World epoch.World `json:"world"`
 	// Workers holds every worker process the runner launched, by launch
 	// index (hand-started workers are not among them).
-	Workers []WorkerRecord
+	Workers []WorkerRecord `json:"workers"`
 	// LastStep is the newest step any worker reported in its step statistics
 	// (0 when none did: no step was trained, or the workers send none).
-	LastStep int64
+	LastStep int64 `json:"last_step"`
 	// Summary is the autoscaling engine's account of the run.
-	Summary heuristics.Summary
+	Summary heuristics.Summary `json:"summary"`
 }
 
 // Count is how many workers ended in state s.

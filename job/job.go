@@ -144,7 +144,9 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		}
 	}
 
-	// Place the first workers, then launch them all at once.
+	// Place the first workers, then launch them: the hosts in parallel, each
+	// host's workers one after another in launch order (so that a host's
+	// devices go to its workers in ring order).
 	j.mu.Lock()
 	type slot struct {
 		index int
@@ -166,8 +168,14 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	started := make([]WorkerRef, len(slots))
 	errs := make([]error, len(slots))
 	var wg sync.WaitGroup
-	for i, s := range slots {
-		wg.Go(func() { started[i], errs[i] = j.launch(s.index, s.host, share[s.host]) })
+	for host := range share {
+		wg.Go(func() {
+			for i, s := range slots {
+				if s.host == host {
+					started[i], errs[i] = j.launch(s.index, s.host, share[s.host])
+				}
+			}
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

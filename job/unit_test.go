@@ -1,6 +1,10 @@
 package job
 
-import "testing"
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+)
 
 // Workers added while the job runs get a GPU nobody holds, in ring order,
 // and a departed worker's GPU goes to the next one.
@@ -24,4 +28,18 @@ func TestDevicePool(t *testing.T) {
 		t.Fatal("a nil pool handed out a device")
 	}
 	none.release(0)
+}
+
+func TestWorkerRecordJSON(t *testing.T) {
+	b, err := json.Marshal(WorkerRecord{WorkerRef: WorkerRef{Index: 2, PID: 7}, Name: "w", State: Failed, Err: errors.New("exit status 3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["index"] != 2.0 || got["pid"] != 7.0 || got["name"] != "w" || got["state"] != "failed" || got["error"] != "exit status 3" {
+		t.Fatalf("JSON %s", b)
+	}
 }
