@@ -161,24 +161,23 @@ func (c *conn) ReadMsg(b []byte) error {
 	}
 	timer := time.NewTimer(time.Until(dl))
 	defer timer.Stop()
-	select {
-	case m := <-c.c.msgs[c.side]:
+	take := func(m []byte) error {
 		if len(m) != len(b) {
 			return fmt.Errorf("inproc: handshake message of %d bytes, want %d", len(m), len(b))
 		}
 		copy(b, m)
 		return nil
+	}
+	select {
+	case m := <-c.c.msgs[c.side]:
+		return take(m)
 	case <-c.c.closed[c.side].closed:
 		return errConnClosed
 	case <-c.c.closed[1-c.side].closed:
 		// The peer may have written its last message before closing.
 		select {
 		case m := <-c.c.msgs[c.side]:
-			if len(m) != len(b) {
-				return fmt.Errorf("inproc: handshake message of %d bytes, want %d", len(m), len(b))
-			}
-			copy(b, m)
-			return nil
+			return take(m)
 		default:
 			return errConnClosed
 		}
