@@ -49,7 +49,7 @@ func (c channelDiscovery) Discover(ctx context.Context, found func([]job.Host)) 
 // with the others.
 func TestHostsFromDiscovery(t *testing.T) {
 	r := newRecorder()
-	cfg := config(t, r, 2, envSteps+"=150", envStepTime+"=20ms")
+	cfg := config(t, r, 2, envSteps+"=300", envStepTime+"=20ms")
 	disc := make(channelDiscovery, 1)
 	disc <- []job.Host{{Name: "a", Slots: 1}, {Name: "b", Slots: 1}}
 	launcher := &hostsLauncher{hosts: map[int]string{}}
@@ -86,10 +86,11 @@ func TestHostsFromDiscovery(t *testing.T) {
 }
 
 // fakeDriver plays a driver whose job's training is over while one member of
-// the last world has not said so.
+// the last world, w0, has not said so; launch is what w0 published.
 type fakeDriver struct {
 	finished chan struct{}
 	world    epoch.World
+	launch   string
 }
 
 func (d *fakeDriver) GossipAddr() string        { return "127.0.0.1:1" }
@@ -99,46 +100,55 @@ func (d *fakeDriver) Unfinished() []string      { return []string{"w0"} }
 func (d *fakeDriver) Remove(string)             {}
 func (d *fakeDriver) Close() error              { return nil }
 func (d *fakeDriver) Workers() []driver.WorkerInfo {
-	return []driver.WorkerInfo{{Name: "w0", Launch: "0"}, {Name: "w1", Launch: "1"}}
+	return []driver.WorkerInfo{{Name: "w0", Launch: d.launch}, {Name: "w1", Launch: "1"}}
 }
 
-// End-of-job rules 2 and 3: once training is over, a worker that is not
-// finishing the last step is stopped after FinishGrace, and one that is gets
-// up to RescueLimit.
+// End-of-job rules 2 and 3: once training is over, the job waits up to
+// RescueLimit while a process of its own is finishing the last step, and
+// stops the processes left after FinishGrace when none is.
 func TestLastStepGetsTime(t *testing.T) {
-	r := newRecorder()
-	cfg := config(t, r, 2, envModes+"=wait")
-	d := &fakeDriver{finished: make(chan struct{}), world: epoch.World{Number: 3, Members: []epoch.Member{{Name: "w0"}, {Name: "w1"}}}}
-	cfg.StartDriver = func(context.Context, driver.Config) (job.Driver, error) { return d, nil }
-	cfg.FinishGrace, cfg.RescueLimit = 300*time.Millisecond, 2*time.Second
-	j, err := job.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.waitFor(t, "both workers waiting", func(evs []job.Event) bool {
-		n := 0
-		for _, e := range evs {
-			if o, ok := e.(job.WorkerOutput); ok && string(o.Line) == "waiting" {
-				n++
+	for _, tc := range []struct {
+		name    string
+		launch  string // what the unfinished member published
+		rescue  time.Duration
+		atLeast time.Duration // the workers are stopped no earlier
+		atMost  time.Duration // and no later than this after the end of training
+	}{
+		{"a process of the job finishes the last step", "0", 2 * time.Second, 2 * time.Second, time.Minute},
+		{"the unfinished member is not the job's", "", time.Minute, 0, time.Minute - time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRecorder()
+			cfg := config(t, r, 2, envModes+"=wait")
+			d := &fakeDriver{finished: make(chan struct{}), launch: tc.launch,
+				world: epoch.World{Number: 3, Members: []epoch.Member{{Name: "w0"}, {Name: "w1"}}}}
+			cfg.StartDriver = func(context.Context, driver.Config) (job.Driver, error) { return d, nil }
+			cfg.FinishGrace, cfg.RescueLimit = 300*time.Millisecond, tc.rescue
+			j, err := job.Start(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		return n == 2
-	})
-	finishedAt := time.Now()
-	close(d.finished)
-	o, err := j.Wait()
-	if !errors.Is(err, job.ErrFailed) || !o.TrainingFinished {
-		t.Fatalf("outcome %+v, error %v: no worker finished training here", o, err)
-	}
-	w0, w1 := o.Workers[0], o.Workers[1]
-	if w0.State != job.Stopped || w1.State != job.Stopped {
-		t.Fatalf("workers %+v, want both stopped", o.Workers)
-	}
-	if !w1.Exited.Before(w0.Exited) || w0.Exited.Sub(finishedAt) < cfg.RescueLimit {
-		t.Fatalf("worker 1 (not finishing a step) exited %v after the end of training, worker 0 (finishing one) %v; want worker 1 first and worker 0 after %v",
-			w1.Exited.Sub(finishedAt), w0.Exited.Sub(finishedAt), cfg.RescueLimit)
-	}
-	if o.World.Number != 3 {
-		t.Fatalf("last world %v", o.World)
+			r.waitFor(t, "both workers waiting", func(evs []job.Event) bool {
+				n := 0
+				for _, e := range evs {
+					if o, ok := e.(job.WorkerOutput); ok && string(o.Line) == "waiting" {
+						n++
+					}
+				}
+				return n == 2
+			})
+			finishedAt := time.Now()
+			close(d.finished)
+			o, err := j.Wait()
+			if !errors.Is(err, job.ErrFailed) || !o.TrainingFinished || o.World.Number != 3 {
+				t.Fatalf("outcome %+v, error %v: training finished, but no worker finished it here", o, err)
+			}
+			for _, w := range o.Workers {
+				after := w.Exited.Sub(finishedAt)
+				if w.State != job.Stopped || after < tc.atLeast || after > tc.atMost {
+					t.Errorf("worker %d: %v %v after the end of training, want stopped after [%v, %v]", w.Index, w.State, after, tc.atLeast, tc.atMost)
+				}
+			}
+		})
 	}
 }

@@ -100,7 +100,9 @@ func run(t *testing.T, cfg job.Config) (job.Outcome, error) {
 // in order, and the outcome accounts for everything.
 func TestRunTrainsToTheEnd(t *testing.T) {
 	r := newRecorder()
-	o, err := run(t, config(t, r, 2, envSteps+"=40", envStepTime+"=20ms"))
+	cfg := config(t, r, 2, envSteps+"=40", envStepTime+"=20ms")
+	cfg.MinWorkers = 2 // both train every step
+	o, err := run(t, cfg)
 	if err != nil {
 		t.Fatalf("job failed: %v\n%s", err, describe(r.all()))
 	}
@@ -263,5 +265,48 @@ func TestBadConfigs(t *testing.T) {
 	_, err := job.Run(context.Background(), job.Config{Argv: []string{"/nonexistent/trainer"}, Workers: 2})
 	if err == nil || !strings.Contains(err.Error(), "starting worker") {
 		t.Fatalf("a trainer that does not exist: %v", err)
+	}
+}
+
+// A worker started by hand with the job's environment joins the job: it shows
+// in the worlds' Joined lists but not among the job's processes.
+func TestHandStartedWorkerJoins(t *testing.T) {
+	r := newRecorder()
+	// Long enough for the hand-started worker to join before training ends.
+	cfg := config(t, r, 1, envSteps+"=400", envStepTime+"=20ms")
+	cfg.JobFile = true
+	j, err := job.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(j.JobFile()); err != nil {
+		t.Fatalf("job file: %v", err)
+	}
+	r.waitFor(t, "a world of 1", worldOf(1))
+	hand := exec.Command(os.Args[0])
+	hand.Env = append(append(os.Environ(), j.Environ()...), envSteps+"=400", envStepTime+"=20ms")
+	if err := hand.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hand.Process.Kill(); hand.Wait() })
+	r.waitFor(t, "a world of 2", worldOf(2))
+	o, err := j.Wait()
+	if err != nil {
+		t.Fatalf("job failed: %v\n%s", err, describe(r.all()))
+	}
+	if len(o.Workers) != 1 {
+		t.Fatalf("the job's processes: %+v", o.Workers)
+	}
+	var joined []string
+	for _, e := range r.all() {
+		if w, ok := e.(job.WorldChanged); ok {
+			joined = append(joined, w.Joined...)
+		}
+	}
+	if !slices.Contains(joined, o.Workers[0].Name) || len(joined) < 2 {
+		t.Fatalf("members joined %v; the launched one is %s", joined, o.Workers[0].Name)
+	}
+	if _, err := os.Stat(j.JobFile()); !os.IsNotExist(err) {
+		t.Fatalf("job file left behind: %v", err)
 	}
 }
