@@ -166,6 +166,9 @@ func (s workerSpec) benchmarkSpec() (benchmark.Spec, error) {
 func (s workerSpec) collectiveConfig() (collective.Config, error) {
 	cfg := collective.DefaultConfig()
 	cfg.ChunkBytes, cfg.SmallMessageBytes = s.ChunkBytes, s.SmallBytes
+	if s.SmallBytes == 0 {
+		cfg.SmallMessageBytes = -1 // --small-bytes 0: no message is small
+	}
 	return cfg, cfg.Validate()
 }
 

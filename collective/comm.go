@@ -12,13 +12,14 @@ import (
 	"github.com/gorovod/gorovod/collective/transport"
 )
 
-// Config tunes a Communicator. Every rank of a world must use the same
-// SmallMessageBytes and ChunkBytes: they decide the algorithm and the framing,
-// and a difference is reported as a mismatch.
+// Config tunes a Communicator. A zero field means its default
+// (DefaultConfig). Every rank of a world must use the same SmallMessageBytes
+// and ChunkBytes: they decide the algorithm and the framing, and a difference
+// is reported as a mismatch.
 type Config struct {
 	// SmallMessageBytes: an allreduce or broadcast of at most this many bytes uses
 	// the latency-optimal algorithm (recursive doubling, binomial tree); larger
-	// ones the bandwidth-optimal pipelined ring or chain.
+	// ones the bandwidth-optimal pipelined ring or chain. Negative: none does.
 	SmallMessageBytes int
 	// ChunkBytes is the pipelining unit of the ring and chain algorithms.
 	ChunkBytes int
@@ -31,6 +32,10 @@ type Config struct {
 	Tracer Tracer
 }
 
+// ErrInvalidConfig is wrapped by every error about a Config no communicator
+// can run with.
+var ErrInvalidConfig = errors.New("collective: invalid configuration")
+
 // DefaultConfig returns the settings measured best on loopback TCP.
 func DefaultConfig() Config {
 	return Config{
@@ -40,19 +45,36 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports settings no communicator can run with.
-func (c Config) Validate() error {
-	if c.SmallMessageBytes < 0 {
-		return fmt.Errorf("collective: SmallMessageBytes %d is negative", c.SmallMessageBytes)
+// WithDefaults returns c with its zero fields set to the defaults.
+func (c Config) WithDefaults() Config {
+	d := DefaultConfig()
+	if c.SmallMessageBytes == 0 {
+		c.SmallMessageBytes = d.SmallMessageBytes
 	}
+	if c.ChunkBytes == 0 {
+		c.ChunkBytes = d.ChunkBytes
+	}
+	if c.AbortTimeout == 0 {
+		c.AbortTimeout = d.AbortTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports settings no communicator can run with (zero fields take
+// the defaults, which are valid), as errors wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
 	if c.ChunkBytes < 64 {
-		return fmt.Errorf("collective: ChunkBytes %d is below 64", c.ChunkBytes)
+		return fmt.Errorf("%w: ChunkBytes %d is below 64", ErrInvalidConfig, c.ChunkBytes)
 	}
 	if c.ChunkBytes > transport.MaxPayload {
-		return fmt.Errorf("collective: ChunkBytes %d is over the frame limit %d", c.ChunkBytes, transport.MaxPayload)
+		return fmt.Errorf("%w: ChunkBytes %d is over the frame limit %d", ErrInvalidConfig, c.ChunkBytes, transport.MaxPayload)
 	}
-	if c.AbortTimeout <= 0 {
-		return fmt.Errorf("collective: AbortTimeout %v must be positive", c.AbortTimeout)
+	if c.AbortTimeout < 0 {
+		return fmt.Errorf("%w: AbortTimeout %v is negative", ErrInvalidConfig, c.AbortTimeout)
 	}
 	return nil
 }
@@ -91,6 +113,7 @@ type Communicator struct {
 
 // New connects the ranks of w through t and returns the communicator.
 func New(ctx context.Context, t transport.Transport, w transport.World, cfg Config) (*Communicator, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -107,6 +130,7 @@ func New(ctx context.Context, t transport.Transport, w transport.World, cfg Conf
 // NewFromLinks builds a communicator over links already connected for w (one per
 // rank, nil at w.Rank). The communicator owns the links from then on.
 func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Communicator, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -125,9 +149,6 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 		}
 	}
 	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	return &Communicator{
 		cfg:        cfg,
 		world:      w,

@@ -623,7 +623,8 @@ func TestEngineMeasureSkip(t *testing.T) {
 		wantSamples bool
 	}{
 		{"skip 3", 3, 32, 3200, 3, 20 * ms, true},
-		{"skip 0: the warm-up counts", 0, 32, -1, 6, 500 * ms, true},
+		{"skip none (-1): the warm-up counts", -1, 32, -1, 6, 500 * ms, true},
+		{"skip 0 is the default, 3", 0, 32, 3200, 3, 20 * ms, true},
 		{"no samples: steps per second", 3, 0, 50, 3, 20 * ms, false},
 		{"all skipped", 6, 32, 0, 0, 0, false},
 		{"more skipped than run", 10, 32, 0, 0, 0, false},
@@ -702,7 +703,8 @@ func TestNewEngineConfig(t *testing.T) {
 		{"no provisioner", EngineConfig{}, f, nil, "needs a cluster and a provisioner"},
 		{"max below min", EngineConfig{MinWorkers: 3, MaxWorkers: 2}, f, f, "max workers 2 below min workers 3"},
 		{"max below the minimum of 1", EngineConfig{MinWorkers: 0, MaxWorkers: -1}, f, f, "max workers -1 below min workers 1"},
-		{"negative skip", EngineConfig{Skip: -1}, f, f, "must not be negative"},
+		{"no skip", EngineConfig{Skip: -1}, f, f, ""},
+		{"negative action timeout", EngineConfig{ActionTimeout: -time.Second}, f, f, "must not be negative"},
 		{"negative total steps", EngineConfig{TotalSteps: -5}, f, f, "must not be negative"},
 		{"bad straggler config", EngineConfig{ReplaceStragglers: true, Straggler: straggler.Config{Alpha: 0.1, Threshold: 2, Sustain: 1}}, f, f, "threshold"},
 		{"bad straggler config, replacement off", EngineConfig{Straggler: straggler.Config{Threshold: 2}}, f, f, ""},
@@ -735,8 +737,14 @@ func TestNewEngineConfig(t *testing.T) {
 			}
 		})
 	}
-	if e, err := NewEngine(EngineConfig{}, f, f); err == nil && (e.cfg.MinWorkers != 1 || e.cfg.ActionTimeout != 2*time.Minute) {
-		t.Errorf("zero config: min %d, timeout %v; want 1, 2m", e.cfg.MinWorkers, e.cfg.ActionTimeout)
+	if e, err := NewEngine(EngineConfig{}, f, f); err == nil && (e.cfg.MinWorkers != 1 || e.cfg.ActionTimeout != 2*time.Minute || e.cfg.Skip != 3) {
+		t.Errorf("zero config: min %d, timeout %v, skip %d; want 1, 2m, 3", e.cfg.MinWorkers, e.cfg.ActionTimeout, e.cfg.Skip)
+	}
+	if e, err := NewEngine(EngineConfig{Skip: -1}, f, f); err != nil || e.cfg.Skip != 0 {
+		t.Errorf("Skip -1: %v, skip %d; want none", err, e.cfg.Skip)
+	}
+	if _, err := NewEngine(EngineConfig{MinWorkers: 3, MaxWorkers: 2}, f, f); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("max below min: %v, want ErrInvalidConfig", err)
 	}
 }
 
@@ -979,6 +987,7 @@ func TestEngineShrink(t *testing.T) {
 // replaced again within the back-off.
 func TestEngineStragglerReplacement(t *testing.T) {
 	cfg := DefaultEngineConfig()
+	cfg.ReplaceStragglers = true
 	cfg.ActionTimeout = time.Minute
 	f := newEngFake(3)
 	e, log := engRun(t, cfg, f)
@@ -1062,6 +1071,7 @@ func TestEngineStragglerReplacement(t *testing.T) {
 
 func TestEngineStragglerLeftByItself(t *testing.T) {
 	cfg := DefaultEngineConfig()
+	cfg.ReplaceStragglers = true
 	f := newEngFake(3)
 	e, log := engRun(t, cfg, f)
 	f.start(time.Now())

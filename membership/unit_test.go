@@ -3,6 +3,7 @@ package membership
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -13,8 +14,8 @@ import (
 )
 
 func TestConfigDefaults(t *testing.T) {
-	if _, err := (Config{}).withDefaults(); err == nil {
-		t.Fatal("a Config without Secret was accepted")
+	if _, err := (Config{}).withDefaults(); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("a Config without Secret: %v, want ErrInvalidConfig", err)
 	}
 	secret := []byte("s")
 	c, err := Config{Secret: secret}.withDefaults()
@@ -48,8 +49,8 @@ func TestConfigDefaults(t *testing.T) {
 			c := DefaultConfig()
 			c.Secret = []byte("s")
 			tc.change(&c)
-			if _, err := c.withDefaults(); err == nil {
-				t.Fatal("accepted")
+			if _, err := c.withDefaults(); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("error %v, want ErrInvalidConfig", err)
 			}
 		})
 	}
