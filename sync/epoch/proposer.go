@@ -231,6 +231,9 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 // and re-announcements whose time has come are carried out. Call it at
 // Deadline (earlier or more often does no harm).
 func (p *Proposer) Tick(now time.Time) []Output {
+	if p.sync != nil && !now.Before(p.sync.deadline) {
+		p.endSync(now)
+	}
 	for _, nonce := range slices.Sorted(maps.Keys(p.probes)) {
 		switch pr := p.probes[nonce]; {
 		case !now.Before(pr.deadline):
@@ -245,9 +248,6 @@ func (p *Proposer) Tick(now time.Time) []Output {
 		if !now.Before(p.suspects[name].Add(p.readmitAfter())) {
 			p.readmit(now, name)
 		}
-	}
-	if p.sync != nil && !now.Before(p.sync.deadline) {
-		p.endSync(now)
 	}
 	if p.sync == nil && !p.proposeAt.IsZero() && !now.Before(p.proposeAt) && !p.verifying() {
 		p.proposeAt = time.Time{}
@@ -338,9 +338,9 @@ func (p *Proposer) seen(now time.Time, peer Peer) {
 func (p *Proposer) gone(now time.Time, name string, failed bool) {
 	delete(p.workers, name)
 	blamed := false
-	if nonce, ok := p.probing(name); ok && !p.probes[nonce].sync {
+	if nonce, ok := p.probing(name); ok {
+		blamed = !p.probes[nonce].sync
 		delete(p.probes, nonce) // its departure settles the question
-		blamed = true
 	}
 	if p.sync != nil && p.sync.waiting[name] {
 		delete(p.sync.waiting, name)
@@ -416,6 +416,7 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 	case MsgPong:
 		pr, ok := p.probes[msg.Nonce]
 		if !ok || pr.name != from {
+			p.learn(now, msg.World)
 			return
 		}
 		delete(p.probes, msg.Nonce)
@@ -449,6 +450,11 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 // heardFrom: a message from a suspect proves it alive; it takes its place in
 // the current world again.
 func (p *Proposer) heardFrom(now time.Time, name string) {
+	if nonce, ok := p.probing(name); ok && !p.probes[nonce].sync {
+		delete(p.probes, nonce) // any message answers the probe
+		p.emit(Cleared{Name: name})
+		return
+	}
 	if _, ok := p.suspects[name]; !ok || p.current.Rank(name) < 0 {
 		return
 	}
@@ -601,7 +607,11 @@ func (p *Proposer) endSync(now time.Time) {
 		}
 	}
 	p.rebase(s.newest, true)
-	p.emit(TookOver{World: p.current, Unheard: slices.Sorted(maps.Keys(s.waiting))})
+	var unheard []string
+	if len(s.waiting) > 0 {
+		unheard = slices.Sorted(maps.Keys(s.waiting))
+	}
+	p.emit(TookOver{World: p.current, Unheard: unheard})
 	p.announceAt = now.Add(p.cfg.Reannounce)
 	p.change(now)
 	for _, r := range s.held {

@@ -79,6 +79,7 @@ func randomJob(t *testing.T, seed uint64) *sim {
 	cfg.work.falseBlame = []float64{0, 0.3}[pick.IntN(2)]
 	cfg.net.wire = pick.IntN(8) == 0
 	s := newSim(t, cfg)
+	s.randomized = true
 	s.logf("seed %d: loss %.2f, dup %.2f, delay ≤ %v, min %d, false blame %.1f, wire %v",
 		seed, cfg.net.loss, cfg.net.dup, cfg.net.delayMax, cfg.minWorkers, cfg.work.falseBlame, cfg.net.wire)
 

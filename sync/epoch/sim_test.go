@@ -160,6 +160,9 @@ type sim struct {
 	trace      []string
 	failed     bool
 	messages   int
+	randomized bool // a TestRandomized job: a failure says how to replay it
+	// onProposed, if set, is called with every proposal (a scenario's hook).
+	onProposed func(n *simNode, w epoch.World)
 }
 
 func newSim(t testing.TB, cfg simConfig) *sim {
@@ -191,8 +194,12 @@ func (s *sim) fail(format string, args ...any) {
 	s.t.Helper()
 	if !s.failed {
 		s.failed = true
-		s.t.Errorf("seed %d, at %v: %s\nreplay: go test ./sync/epoch -run 'TestRandomized' -epoch.seed=%d -v\ntrace (latest last):\n%s",
-			s.cfg.seed, s.elapsed(), fmt.Sprintf(format, args...), s.cfg.seed, strings.Join(s.trace, "\n"))
+		replay := ""
+		if s.randomized {
+			replay = fmt.Sprintf("\nreplay: go test ./sync/epoch -run 'TestRandomized' -epoch.seed=%d -v", s.cfg.seed)
+		}
+		s.t.Errorf("seed %d, at %v: %s%s\ntrace (latest last):\n%s",
+			s.cfg.seed, s.elapsed(), fmt.Sprintf(format, args...), replay, strings.Join(s.trace, "\n"))
 	}
 }
 
@@ -296,6 +303,9 @@ func (s *sim) handle(n *simNode, outs []epoch.Output) {
 			s.logf("%s proposes %s", n.name, describe(o.World))
 			s.propose(n, o.World)
 			s.checkProposed(n, o.World)
+			if s.onProposed != nil {
+				s.onProposed(n, o.World)
+			}
 		case epoch.Adopted:
 			s.adopted(n, o.World)
 		default:
