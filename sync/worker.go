@@ -239,7 +239,9 @@ func (w *Worker) RequestLeave(ctx context.Context) error {
 // Finish tells the proposer that training is over (call it on every worker
 // when the loop ends normally), then leaves like Close. Without it, the last
 // workers' departures would look like a scale-down, and a worker still
-// waiting to join would be given a world of its own.
+// waiting to join would be given a world of its own. A worker that proposes
+// epochs itself (the job has no driver) stays until the members still
+// finishing the last step are done, at most a minute or until ctx ends.
 func (w *Worker) Finish(ctx context.Context) error {
 	if w.Session != nil {
 		if last, ok := w.Session.clock.Take(); ok {
