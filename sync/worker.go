@@ -8,7 +8,6 @@ import (
 	"os"
 	"strconv"
 	stdsync "sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
@@ -285,32 +284,21 @@ type memberSource struct {
 	log   *slog.Logger
 	agent *driver.Agent
 
+	latest  epoch.Newest
 	mu      stdsync.Mutex
-	latest  epoch.World
-	newer   chan struct{}
-	number  atomic.Uint64 // latest.Number, read at every step boundary
-	session *Session      // set once joined, for aborting a stuck collective
+	session *Session // set once joined, for aborting a stuck collective
 	done    chan struct{}
 	once    stdsync.Once
 }
 
 func newMemberSource(log *slog.Logger) *memberSource {
-	return &memberSource{log: log, newer: make(chan struct{}), done: make(chan struct{})}
+	return &memberSource{log: log, done: make(chan struct{})}
 }
 
 func (s *memberSource) stop() { s.once.Do(func() { close(s.done) }) }
 
 // onEpoch records a newer epoch (the agent passes on only newer ones).
-func (s *memberSource) onEpoch(e epoch.World) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e.Number > s.latest.Number {
-		s.latest = e
-		s.number.Store(e.Number)
-		close(s.newer)
-		s.newer = make(chan struct{})
-	}
-}
+func (s *memberSource) onEpoch(e epoch.World) { s.latest.Put(e) }
 
 func (s *memberSource) abortIfMember(name string, cause error) {
 	s.mu.Lock()
@@ -321,22 +309,14 @@ func (s *memberSource) abortIfMember(name string, cause error) {
 	}
 }
 
-func (s *memberSource) Latest() uint64 { return s.number.Load() }
+func (s *memberSource) Latest() uint64 { return s.latest.Number() }
 
 func (s *memberSource) Await(ctx context.Context, after uint64) (epoch.World, error) {
-	for {
-		s.mu.Lock()
-		cur, newer := s.latest, s.newer
-		s.mu.Unlock()
-		if cur.Number > after {
-			return cur, nil
-		}
-		select {
-		case <-newer:
-		case <-ctx.Done():
-			return epoch.World{}, fmt.Errorf("sync: waiting for a world epoch after %d (too few workers, or no driver?): %w", after, ctx.Err())
-		}
+	w, err := s.latest.Await(ctx, after)
+	if err != nil {
+		return w, fmt.Errorf("sync: waiting for a world epoch after %d (too few workers, or no driver?): %w", after, err)
 	}
+	return w, nil
 }
 
 // ReportFailure hands the report to the agent, which sends it to the

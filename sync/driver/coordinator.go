@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	stdsync "sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gorovod/gorovod/sync/epoch"
@@ -39,11 +38,10 @@ type Coordinator struct {
 	log  *slog.Logger
 	wake chan struct{}
 
+	current epoch.Newest // the newest proposed epoch
+
 	mu      stdsync.Mutex
 	prop    *epoch.Proposer
-	current epoch.World   // the newest proposed epoch
-	newer   chan struct{} // closed and replaced when an epoch is proposed
-	latest  atomic.Uint64 // current.Number, read at every step boundary
 	pending []epoch.World // proposed, for OnEpoch
 }
 
@@ -54,7 +52,7 @@ func NewCoordinator(cfg CoordinatorConfig) *Coordinator {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Coordinator{
-		cfg: cfg, log: log, wake: make(chan struct{}, 1), newer: make(chan struct{}),
+		cfg: cfg, log: log, wake: make(chan struct{}, 1),
 		prop: epoch.NewProposer(epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers, Reannounce: inProcessReannounce}),
 	}
 }
@@ -89,10 +87,7 @@ func (c *Coordinator) carry(outs []epoch.Output) {
 				outs = append(outs, c.prop.Step(time.Now(), epoch.SendFailed(o))...)
 			}
 		case epoch.Proposed:
-			c.current = o.World
-			c.latest.Store(o.World.Number)
-			close(c.newer)
-			c.newer = make(chan struct{})
+			c.current.Put(o.World)
 			c.pending = append(c.pending, o.World)
 			logOutput(c.log, o)
 		default:
@@ -102,11 +97,7 @@ func (c *Coordinator) carry(outs []epoch.Output) {
 }
 
 // Current returns the newest proposed epoch.
-func (c *Coordinator) Current() epoch.World {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.current
-}
+func (c *Coordinator) Current() epoch.World { return c.current.World() }
 
 // Run proposes epochs until ctx ends.
 func (c *Coordinator) Run(ctx context.Context) {
@@ -148,22 +139,10 @@ type coordinatorView struct {
 	name string
 }
 
-func (v coordinatorView) Latest() uint64 { return v.c.latest.Load() }
+func (v coordinatorView) Latest() uint64 { return v.c.current.Number() }
 
 func (v coordinatorView) Await(ctx context.Context, after uint64) (epoch.World, error) {
-	for {
-		v.c.mu.Lock()
-		cur, newer := v.c.current, v.c.newer
-		v.c.mu.Unlock()
-		if cur.Number > after {
-			return cur, nil
-		}
-		select {
-		case <-newer:
-		case <-ctx.Done():
-			return epoch.World{}, ctx.Err()
-		}
-	}
+	return v.c.current.Await(ctx, after)
 }
 
 func (v coordinatorView) ReportFailure(number uint64, peer epoch.Member, cause error) {

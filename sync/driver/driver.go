@@ -52,9 +52,8 @@ type Driver struct {
 	loop *loop
 
 	// What other goroutines read, updated by the loop after each change.
+	current    epoch.Newest
 	mu         stdsync.Mutex
-	current    epoch.World
-	newer      chan struct{} // closed and replaced when an epoch is proposed
 	unfinished []string
 	workers    []WorkerInfo
 
@@ -79,7 +78,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{
-		cfg: cfg, log: log, m: m, newer: make(chan struct{}), finished: make(chan struct{}),
+		cfg: cfg, log: log, m: m, finished: make(chan struct{}),
 		prop: epoch.NewProposer(epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers}),
 	}
 	d.loop = newLoop(m, d.prop, log)
@@ -105,7 +104,7 @@ func (d *Driver) notify(o epoch.Output) {
 
 // publish makes the proposer's state readable from other goroutines.
 func (d *Driver) publish() {
-	cur := d.prop.Current()
+	d.current.Put(d.prop.Current())
 	unfinished := d.prop.Unfinished()
 	var workers []WorkerInfo
 	if d.loop.viewChanged {
@@ -114,14 +113,6 @@ func (d *Driver) publish() {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !cur.Equal(d.current) {
-		newer := cur.Number > d.current.Number
-		d.current = cur
-		if newer {
-			close(d.newer)
-			d.newer = make(chan struct{})
-		}
-	}
 	d.unfinished = unfinished
 	if workers != nil {
 		d.workers = workers
@@ -132,11 +123,7 @@ func (d *Driver) publish() {
 func (d *Driver) GossipAddr() string { return d.m.Local().Addr.String() }
 
 // Current is the newest proposed epoch.
-func (d *Driver) Current() epoch.World {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.current
-}
+func (d *Driver) Current() epoch.World { return d.current.World() }
 
 // Finished is closed once a worker of the current world reports that training
 // is over (Worker.Finish): workers still waiting to join have nothing left to
@@ -155,19 +142,7 @@ func (d *Driver) Unfinished() []string {
 
 // Await waits for an epoch numbered above after (for launchers and tests).
 func (d *Driver) Await(ctx context.Context, after uint64) (epoch.World, error) {
-	for {
-		d.mu.Lock()
-		cur, newer := d.current, d.newer
-		d.mu.Unlock()
-		if cur.Number > after {
-			return cur, nil
-		}
-		select {
-		case <-newer:
-		case <-ctx.Done():
-			return epoch.World{}, ctx.Err()
-		}
-	}
+	return d.current.Await(ctx, after)
 }
 
 // Remove takes a worker out of the job for good (a scale-down): the next epoch
