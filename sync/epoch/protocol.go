@@ -202,8 +202,8 @@ func (ReportDone) input()    {}
 
 // Output is what a state machine asks its caller to do, or tells it: Send,
 // Proposed, Adopted and Finished are the protocol's; the others (Waiting,
-// Removed, Suspected, Cleared, Rescued, TookOver, SteppedDown, Unroutable)
-// record decisions, for logs and observers.
+// Removed, Suspected, Cleared, Rescued, TookOver, SteppedDown, Unroutable,
+// Ignored) record decisions, for logs and observers.
 type Output interface{ output() }
 
 // Send: deliver Msg to member To.
@@ -244,7 +244,9 @@ type Suspected struct {
 	Cause    string
 }
 
-// Cleared: Name, blamed for a failure, answered its probe: it stays.
+// Cleared: Name, blamed for a failure, proved alive (it answered its probe or
+// sent anything) or, removed on suspicion, is still ready after the cool-down:
+// it stays, or is admitted again.
 type Cleared struct{ Name string }
 
 // Rescued: training finished, but members of epoch Number that did not
