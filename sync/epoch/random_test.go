@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	randomSeeds = flag.Int("epoch.seeds", 150, "how many seeds TestRandomized runs")
+	randomSeeds = flag.Int("epoch.seeds", 100, "how many seeds TestRandomized runs")
 	randomFirst = flag.Uint64("epoch.first", 1, "the first seed TestRandomized runs")
 	randomSeed  = flag.Uint64("epoch.seed", 0, "run TestRandomized for this seed only, printing its trace")
 )
