@@ -3,14 +3,18 @@ module github.com/gorovod/gorovod
 go 1.26.8
 
 require (
+	github.com/mdlayher/netlink v1.11.2
 	github.com/schollz/progressbar/v3 v3.19.1
 	golang.org/x/sys v0.49.0
 	golang.org/x/term v0.47.0
 )
 
 require (
+	github.com/google/go-cmp v0.7.0 // indirect
+	github.com/mdlayher/socket v0.6.0 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
+	golang.org/x/sync v0.22.0 // indirect
 )
 
 require (
