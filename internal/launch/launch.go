@@ -1,7 +1,8 @@
-// Package launch runs a job's worker processes on this host: it starts them with
-// the environment the caller gives each, routes every line they print through
-// one callback, adds workers while the job runs, and stops them all on
-// cancellation. `gorovod bench` and `gorovod run` launch through it.
+// Package launch runs a job's worker processes, on this host or on others over
+// ssh (see SSH): it starts them with the environment the caller gives each,
+// routes every line they print through one callback, adds workers while the
+// job runs, signals them, and stops them all on cancellation. `gorovod bench`
+// and `gorovod run` launch through it.
 package launch
 
 import (
@@ -44,6 +45,17 @@ type Spec struct {
 	// allreduces 30 % faster with GOMAXPROCS=1), as torchrun sets
 	// OMP_NUM_THREADS=1 for the same reason. Default runtime.NumCPU().
 	CPUs int
+
+	// Host places worker i (Start's first NP workers, and Add's): "" or a
+	// name IsLocal accepts runs it here as a child process, any other name
+	// starts it on that host over SSH. Default: every worker here.
+	Host func(i int) string
+	// HostSlots is how many workers share a remote host's CPUs: a remote
+	// worker gets GOMAXPROCS = max(1, the host's CPUs / slots) unless its
+	// environment sets GOMAXPROCS. Default 1.
+	HostSlots func(host string) int
+	// SSH is how workers on other hosts are started.
+	SSH SSH
 }
 
 // Job is a running set of workers.
@@ -53,12 +65,20 @@ type Job struct {
 	shareCPUs []string
 
 	mu      sync.Mutex
-	procs   []*exec.Cmd
-	exited  []chan struct{} // closed when worker i has exited
-	errs    []error
+	workers []*worker
 	running int  // workers not exited yet
 	ended   bool // every worker has exited; no more can be added
 	done    chan struct{}
+}
+
+// worker is one launched process: a child of this process, or an ssh client
+// whose remote end runs the worker (remote != nil).
+type worker struct {
+	cmd    *exec.Cmd
+	host   string // "" for this host
+	remote *remoteWorker
+	exited chan struct{} // closed when the worker has exited
+	err    error
 }
 
 // ExitError is a worker that failed.
@@ -104,6 +124,16 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if spec.CPUs <= 0 {
 		spec.CPUs = runtime.NumCPU()
 	}
+	if spec.Host == nil {
+		spec.Host = func(int) string { return "" }
+	}
+	if spec.HostSlots == nil {
+		spec.HostSlots = func(string) int { return 1 }
+	}
+	var err error
+	if spec.SSH, err = spec.SSH.withDefaults(); err != nil {
+		return nil, err
+	}
 	j := &Job{ctx: ctx, spec: spec, done: make(chan struct{})}
 	if !slices.ContainsFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
 		j.shareCPUs = []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, spec.CPUs/spec.NP))}
@@ -118,45 +148,68 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	return j, nil
 }
 
-// Add starts one more worker and returns its index.
+// Add starts one more worker where Spec.Host places it and returns its index.
 func (j *Job) Add() (int, error) {
+	j.mu.Lock()
+	host := j.spec.Host(len(j.workers))
+	j.mu.Unlock()
+	return j.AddOn(host)
+}
+
+// AddOn starts one more worker on host ("" or a local name: here, as a child
+// process; otherwise over SSH) with env added to Spec.Env's entries, and
+// returns its index. A remote worker's start is asynchronous: AddOn returns
+// once ssh runs, and a host that cannot be reached or refuses shows as the
+// worker's exit with a *HostError, within SSH.StartTimeout.
+func (j *Job) AddOn(host string, env ...string) (int, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.ended {
 		return 0, errors.New("launch: the job has ended")
 	}
-	i := len(j.procs)
-	cmd := exec.CommandContext(j.ctx, j.spec.Argv[0], j.spec.Argv[1:]...)
-	cmd.Env = slices.Concat(os.Environ(), j.shareCPUs, j.spec.Env(i))
-	cmd.Cancel = func() error { return cmd.Process.Signal(j.spec.StopSignal) }
-	cmd.WaitDelay = j.spec.StopGrace
+	i := len(j.workers)
+	w := &worker{exited: make(chan struct{})}
 	// exec copies the output and Wait waits for the copy to finish, so no
 	// line printed just before exit is lost.
 	stdout := &lineWriter{worker: i, stream: "stdout", out: j.spec.Output}
 	stderr := &lineWriter{worker: i, stream: "stderr", out: j.spec.Output}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Start(); err != nil {
+	var err error
+	if IsLocal(host) {
+		w.cmd = exec.CommandContext(j.ctx, j.spec.Argv[0], j.spec.Argv[1:]...)
+		w.cmd.Env = slices.Concat(os.Environ(), j.shareCPUs, j.spec.Env(i), env)
+		w.cmd.Cancel = func() error { return w.cmd.Process.Signal(j.spec.StopSignal) }
+		w.cmd.WaitDelay = j.spec.StopGrace
+		w.cmd.Stdout, w.cmd.Stderr = stdout, stderr
+		err = w.cmd.Start()
+	} else {
+		w.host = host
+		err = j.startRemote(w, slices.Concat(j.spec.Env(i), env), stdout, stderr)
+	}
+	if err != nil {
 		if j.running == 0 {
 			j.ended = true
 			close(j.done)
 		}
+		if w.host != "" {
+			return 0, fmt.Errorf("launch: starting worker %d on %s: %w", i, w.host, err)
+		}
 		return 0, fmt.Errorf("launch: starting worker %d: %w", i, err)
 	}
-	j.procs = append(j.procs, cmd)
-	j.errs = append(j.errs, nil)
-	exited := make(chan struct{})
-	j.exited = append(j.exited, exited)
+	j.workers = append(j.workers, w)
 	j.running++
 	go func() {
-		err := cmd.Wait()
+		err := w.cmd.Wait()
 		stdout.flush()
 		stderr.flush()
+		if w.remote != nil {
+			err = w.remote.outcome(err)
+		}
 		j.mu.Lock()
 		defer j.mu.Unlock()
 		if err != nil {
-			j.errs[i] = &ExitError{Worker: i, Err: err}
+			w.err = &ExitError{Worker: i, Err: err}
 		}
-		close(exited)
+		close(w.exited)
 		if j.running--; j.running == 0 {
 			j.ended = true
 			close(j.done)
@@ -165,44 +218,68 @@ func (j *Job) Add() (int, error) {
 	return i, nil
 }
 
-// PIDs returns the workers' process ids by index.
+// PIDs returns the workers' process ids by index, each on its own host (see
+// Host): a remote worker's is its pid there, 0 until it has started.
 func (j *Job) PIDs() []int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	pids := make([]int, len(j.procs))
-	for i, p := range j.procs {
-		pids[i] = p.Process.Pid
+	pids := make([]int, len(j.workers))
+	for i, w := range j.workers {
+		if w.remote != nil {
+			pids[i] = w.remote.pid()
+		} else {
+			pids[i] = w.cmd.Process.Pid
+		}
 	}
 	return pids
+}
+
+// Host returns where worker i runs ("" for this host).
+func (j *Job) Host(i int) string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if i < 0 || i >= len(j.workers) {
+		return ""
+	}
+	return j.workers[i].host
 }
 
 // Signal sends sig to every worker.
 func (j *Job) Signal(sig os.Signal) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for _, p := range j.procs {
-		_ = p.Process.Signal(sig)
+	for _, w := range j.workers {
+		_ = w.signal(sig)
 	}
 }
 
-// SignalWorker sends sig to worker i (an index Add returned).
+// SignalWorker sends sig to worker i (an index Add returned). A remote worker
+// gets it through its ssh connection; it is delivered once the worker has
+// started.
 func (j *Job) SignalWorker(i int, sig os.Signal) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if i < 0 || i >= len(j.procs) {
+	if i < 0 || i >= len(j.workers) {
 		return fmt.Errorf("launch: no worker %d", i)
 	}
-	return j.procs[i].Process.Signal(sig)
+	return j.workers[i].signal(sig)
+}
+
+func (w *worker) signal(sig os.Signal) error {
+	if w.remote != nil {
+		return w.remote.signal(sig)
+	}
+	return w.cmd.Process.Signal(sig)
 }
 
 // Exited is closed once worker i has exited (nil for an unknown index).
 func (j *Job) Exited(i int) <-chan struct{} {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if i < 0 || i >= len(j.exited) {
+	if i < 0 || i >= len(j.workers) {
 		return nil
 	}
-	return j.exited[i]
+	return j.workers[i].exited
 }
 
 // Done is closed once every worker has exited and its output is drained.
@@ -219,7 +296,11 @@ func (j *Job) Wait() error {
 func (j *Job) Errors() []error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return slices.Clone(j.errs)
+	errs := make([]error, len(j.workers))
+	for i, w := range j.workers {
+		errs[i] = w.err
+	}
+	return errs
 }
 
 // lineWriter hands complete lines to out; a line longer than maxLine is cut.
