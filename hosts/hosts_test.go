@@ -23,21 +23,21 @@ func TestParseList(t *testing.T) {
 		}
 	}
 	bad := map[string]string{
-		"":                "empty host list",
-		"h1:2,,h2:2":      "empty entry",
-		"h1:2,h1:3":       "listed twice",
-		"h1:0":            "from 1 to",
-		"h1:-1":           "from 1 to",
-		"h1:x":            "from 1 to",
-		"h1:99999":        "from 1 to",
-		"h1:":             "empty slot count",
+		"":                 "empty host list",
+		"h1:2,,h2:2":       "empty entry",
+		"h1:2,h1:3":        "listed twice",
+		"h1:0":             "from 1 to",
+		"h1:-1":            "from 1 to",
+		"h1:x":             "from 1 to",
+		"h1:99999":         "from 1 to",
+		"h1:":              "empty slot count",
 		"-oProxyCommand:1": "starts with",
-		"h 1:2":           "not allowed",
-		"h1;rm:2":         "not allowed",
-		"[::1":            "IPv6",
-		"[1.2.3.4]:2":     "IPv6",
-		"[::1]:":          "empty slot count",
-		"a:b:c":           "not allowed",
+		"h 1:2":            "not allowed",
+		"h1;rm:2":          "not allowed",
+		"[::1":             "IPv6",
+		"[1.2.3.4]:2":      "IPv6",
+		"[::1]:":           "empty slot count",
+		"a:b:c":            "not allowed",
 	}
 	for in, want := range bad {
 		if _, err := ParseList(in); err == nil || !strings.Contains(err.Error(), want) {

@@ -26,7 +26,7 @@ func TestSetFollowsDiscovery(t *testing.T) {
 	}
 	now := time.Unix(1000, 0)
 	steps := []struct {
-		found                           string
+		found                          string
 		hosts, added, removed, resized string
 	}{
 		{"h1:2,h2:2", "h1:2,h2:2", "h1:2,h2:2", "", ""},
