@@ -67,13 +67,9 @@ func runHostChild() int {
 // them bound to the wildcard address and advertising their host's address,
 // one bound to its address: each sees the others at the advertised addresses.
 func TestAcrossHosts(t *testing.T) {
-	n := testhosts.NewT(t, testhosts.Config{})
+	_, hs := testhosts.NewHosts(t, testhosts.Config{}, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	hs, err := n.AddHosts(ctx, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const port = 7946 // free: every host has a network stack of its own
 	seed := fmt.Sprintf("%s:%d", hs[0].Addr, port)
 	specs := []struct{ bind, advertise, seed string }{

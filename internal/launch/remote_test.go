@@ -31,13 +31,7 @@ const testSSHPort = 2222
 
 func remoteHosts(t *testing.T, k int) (*testhosts.Net, []*testhosts.Host, SSH) {
 	t.Helper()
-	n := testhosts.NewT(t, testhosts.Config{SSHPort: testSSHPort})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	hs, err := n.AddHosts(ctx, k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, hs := testhosts.NewHosts(t, testhosts.Config{SSHPort: testSSHPort}, k)
 	return n, hs, sshVia(t, n, hs[0])
 }
 

@@ -1,10 +1,8 @@
 package netaddr_test
 
 import (
-	"context"
 	"net"
 	"testing"
-	"time"
 
 	"github.com/gorovod/gorovod/internal/netaddr"
 	"github.com/gorovod/gorovod/internal/testhosts"
@@ -13,14 +11,8 @@ import (
 // TestOnSeparateHosts: inside a host, its interface's address, and the
 // route to another host, are the host's own address.
 func TestOnSeparateHosts(t *testing.T) {
-	n := testhosts.NewT(t, testhosts.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	hs, err := n.AddHosts(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = hs[0].Do(func() error {
+	_, hs := testhosts.NewHosts(t, testhosts.Config{}, 2)
+	err := hs[0].Do(func() error {
 		if a, err := netaddr.InterfaceAddr("eth0"); err != nil || a != hs[0].Addr {
 			t.Errorf("eth0 of %s: %v, %v", hs[0], a, err)
 		}

@@ -57,18 +57,7 @@ func TestImpairDelay(t *testing.T) {
 		t.Skip(err)
 	}
 	_, hs := newNet(t, 2)
-	ln, err := hs[1].Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			_, _ = io.Copy(c, c)
-			c.Close()
-		}
-	}()
+	ln := serve(t, hs[1], func(c net.Conn) { _, _ = io.Copy(c, c) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := hs[0].Dial(ctx, "tcp", ln.Addr().String())
@@ -197,11 +186,7 @@ func TestImpairLoss(t *testing.T) {
 	if err := hs[0].Impair(testhosts.Impairment{Loss: 1}); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := hs[1].Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := serve(t, hs[1], func(net.Conn) {})
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	if c, err := hs[0].Dial(ctx, "tcp", ln.Addr().String()); !isTimeout(err) {

@@ -129,6 +129,20 @@ func NewT(t testing.TB, cfg Config) *Net {
 	return n
 }
 
+// NewHosts returns a Net that t's cleanup closes, with k hosts up (named h1
+// to hk, in that order); it skips t as NewT does.
+func NewHosts(t testing.TB, cfg Config, k int) (*Net, []*Host) {
+	t.Helper()
+	n := NewT(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.StartTimeout+time.Duration(k)*time.Second)
+	defer cancel()
+	hs, err := n.AddHosts(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, hs
+}
+
 // New creates an empty Net: the switch namespace with its bridge, and the
 // client key. Close removes it.
 func New(cfg Config) (*Net, error) {

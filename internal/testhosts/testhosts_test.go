@@ -18,16 +18,33 @@ import (
 
 func newNet(t *testing.T, k int) (*testhosts.Net, []*testhosts.Host) {
 	t.Helper()
-	n := testhosts.NewT(t, testhosts.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	t0 := time.Now()
-	hs, err := n.AddHosts(ctx, k)
+	n, hs := testhosts.NewHosts(t, testhosts.Config{}, k)
+	t.Logf("%d hosts up in %v", k, time.Since(t0).Round(time.Millisecond))
+	return n, hs
+}
+
+// serve listens on h and runs handle for every connection until the test ends.
+func serve(t *testing.T, h *testhosts.Host, handle func(net.Conn)) net.Listener {
+	t.Helper()
+	ln, err := h.Listen("tcp", ":0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d hosts up in %v", k, time.Since(t0).Round(time.Millisecond))
-	return n, hs
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+	return ln
 }
 
 // TestHostsAreSeparateMachines: over ssh, each host has its own name, its own
@@ -74,18 +91,7 @@ func TestHostsAreSeparateMachines(t *testing.T) {
 // namespace cannot reach the hosts at all.
 func TestListenAndDial(t *testing.T) {
 	_, hs := newNet(t, 2)
-	ln, err := hs[1].Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			fmt.Fprintf(c, "from %s\n", c.LocalAddr())
-			c.Close()
-		}
-	}()
+	ln := serve(t, hs[1], func(c net.Conn) { fmt.Fprintf(c, "from %s\n", c.LocalAddr()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := hs[0].Dial(ctx, "tcp", ln.Addr().String())
@@ -179,20 +185,7 @@ func TestKillAllAndRestart(t *testing.T) {
 // nothing is refused) until plugged back in.
 func TestLinkDown(t *testing.T) {
 	_, hs := newNet(t, 2)
-	ln, err := hs[1].Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := serve(t, hs[1], func(net.Conn) {})
 	dial := func(timeout time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
@@ -291,4 +284,26 @@ func TestStaleNamespacesRemoved(t *testing.T) {
 	if _, err := os.Stat("/run/netns/" + alive); err != nil {
 		t.Errorf("namespace of a live harness removed: %v", err)
 	}
+}
+
+// BenchmarkHostLifecycle: what a host costs a test — namespaces, link,
+// address, keys, sshd accepting — and removing it again.
+func BenchmarkHostLifecycle(b *testing.B) {
+	n := testhosts.NewT(b, testhosts.Config{})
+	ctx := context.Background()
+	var up, down time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		h, err := n.AddHost(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := n.RemoveHost(h); err != nil {
+			b.Fatal(err)
+		}
+		up, down = up+t1.Sub(t0), down+time.Since(t1)
+	}
+	b.ReportMetric(float64(up.Milliseconds())/float64(b.N), "ms-up/op")
+	b.ReportMetric(float64(down.Milliseconds())/float64(b.N), "ms-down/op")
 }

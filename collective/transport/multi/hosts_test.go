@@ -107,13 +107,9 @@ func kind(l transport.Link) string {
 // hosts use the network transport (TCP, or SCTP when asked), and an
 // allreduce over that mixed world is right.
 func TestAutoAcrossHosts(t *testing.T) {
-	n := testhosts.NewT(t, testhosts.Config{})
+	n, hs := testhosts.NewHosts(t, testhosts.Config{}, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	hs, err := n.AddHosts(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
 	prefix, err := hs[0].Exec()
 	if err != nil {
 		t.Fatal(err)
