@@ -55,8 +55,9 @@ func TestHostsAreSeparateMachines(t *testing.T) {
 	defer cancel()
 	shm := map[string]string{}
 	netns := map[string]string{}
-	for _, from := range hs {
-		for _, to := range hs {
+	// Each host asks the next one, around the ring.
+	for i, from := range hs {
+		for _, to := range []*testhosts.Host{hs[(i+1)%len(hs)]} {
 			out, err := from.SSH(ctx, to, "hostname; stat -c %d:%i /dev/shm; readlink /proc/self/ns/net; getent hosts h1 | cut -d' ' -f1; ip -o -4 addr show dev eth0 | tr -s ' ' | cut -d' ' -f4")
 			if err != nil {
 				t.Fatal(err)
@@ -67,9 +68,6 @@ func TestHostsAreSeparateMachines(t *testing.T) {
 			}
 			if f[0] != to.Name || f[3] != hs[0].Addr.String() || f[4] != to.Addr.String()+"/24" {
 				t.Errorf("%s -> %s: hostname %s, h1 resolves to %s, eth0 has %s", from, to, f[0], f[3], f[4])
-			}
-			if prev, ok := shm[to.Name]; ok && prev != f[1] {
-				t.Errorf("%s's /dev/shm changed between sessions: %s then %s", to, prev, f[1])
 			}
 			shm[to.Name], netns[to.Name] = f[1], f[2]
 		}
