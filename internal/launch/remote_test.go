@@ -182,7 +182,7 @@ func TestRemoteExitStatus(t *testing.T) {
 	j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 2, Output: l.out, SSH: ssh,
 		Host: func(int) string { return hs[1].Name },
 		Env: func(i int) []string {
-			w := envconfig.Worker{JobID: "x", Rank: i, Size: 2, Secret: NewSecret(), Rendezvous: "unused:1"}
+			w := envconfig.Worker{JobID: "x", Rank: i, Size: 2, Secret: NewSecret(), Rendezvous: "127.0.0.1:1"}
 			return append(w.Environ(), envChild+"=fail-odd")
 		}})
 	if err != nil {
@@ -534,7 +534,7 @@ func TestSecretNeverOnACommandLine(t *testing.T) {
 	j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 2, Output: l.out, SSH: ssh, StopGrace: time.Second,
 		Host: func(int) string { return hs[1].Name },
 		Env: func(i int) []string {
-			w := envconfig.Worker{JobID: "x", Rank: i, Size: 2, Secret: secret, Rendezvous: "unused:1"}
+			w := envconfig.Worker{JobID: "x", Rank: i, Size: 2, Secret: secret, Rendezvous: "127.0.0.1:1"}
 			return append(w.Environ(), envChild+"=hang")
 		}})
 	if err != nil {
