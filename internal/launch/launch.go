@@ -149,12 +149,7 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 }
 
 // Add starts one more worker where Spec.Host places it and returns its index.
-func (j *Job) Add() (int, error) {
-	j.mu.Lock()
-	host := j.spec.Host(len(j.workers))
-	j.mu.Unlock()
-	return j.AddOn(host)
-}
+func (j *Job) Add() (int, error) { return j.add(j.spec.Host, nil) }
 
 // AddOn starts one more worker on host ("" or a local name: here, as a child
 // process; otherwise over SSH) with env added to Spec.Env's entries, and
@@ -162,12 +157,18 @@ func (j *Job) Add() (int, error) {
 // once ssh runs, and a host that cannot be reached or refuses shows as the
 // worker's exit with a *HostError, within SSH.StartTimeout.
 func (j *Job) AddOn(host string, env ...string) (int, error) {
+	return j.add(func(int) string { return host }, env)
+}
+
+// add starts worker i = the next index on place(i).
+func (j *Job) add(place func(i int) string, env []string) (int, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.ended {
 		return 0, errors.New("launch: the job has ended")
 	}
 	i := len(j.workers)
+	host := place(i)
 	w := &worker{exited: make(chan struct{})}
 	// exec copies the output and Wait waits for the copy to finish, so no
 	// line printed just before exit is lost.

@@ -110,6 +110,9 @@ func (h *Host) Start(ctx context.Context) error {
 		"sh", "-c", hostInit, "testhosts-init", strconv.FormatInt(h.net.cfg.ShmBytes, 10), h.net.hostsFile,
 		h.Name, filepath.Join(h.dir, "sshd_config"))
 	// If this process dies without cleaning up, the host's sshd dies with it.
+	// (The kernel sends it when the thread that started the child ends; Go
+	// ends a thread only when a goroutine locked to it exits, which Do does
+	// only if it cannot leave a namespace.)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdout = logf
 	stderr, err := cmd.StderrPipe()
@@ -428,8 +431,7 @@ func waitExited(ctx context.Context, fds []unix.PollFd) error {
 		}
 		rest := fds[:0]
 		for _, f := range fds {
-			if f.Revents == 0 {
-				f.Revents = 0
+			if f.Revents == 0 { // still running
 				rest = append(rest, f)
 			}
 		}
