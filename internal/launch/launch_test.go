@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,6 +58,28 @@ func child(mode string) int {
 		fmt.Println("ready")
 		// Stand in for a long computation until the launcher stops us.
 		time.Sleep(time.Hour)
+	case "whoami":
+		host, _ := os.Hostname()
+		dir, _ := os.Getwd()
+		fmt.Printf("host %s gomaxprocs %s dir %s pid %d\n", host, os.Getenv("GOMAXPROCS"), dir, os.Getpid())
+		return 0
+	case "signals":
+		// Reports the signals it gets; leaves on SIGTERM.
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM)
+		fmt.Println("ready")
+		for s := range sigs {
+			fmt.Println("got", s)
+			if s == syscall.SIGTERM {
+				return 0
+			}
+		}
+	case "ignore-term":
+		signal.Ignore(syscall.SIGTERM)
+		fmt.Println("ready")
+		time.Sleep(time.Hour)
+	case "launcher":
+		return remoteLauncherChild()
 	}
 	return 5
 }

@@ -15,7 +15,8 @@ type Config struct {
 	// ListenAddr is where to listen, "host:port". Default "127.0.0.1:0".
 	ListenAddr string
 	// AdvertiseAddr is the address peers dial, when it differs from the
-	// listener's (NAT, a wildcard listen address). Default: the listener's address.
+	// listener's (NAT, a wildcard listen address). A host without a port (or
+	// with port 0) takes the listener's port. Default: the listener's address.
 	AdvertiseAddr string
 	// Secret is the job secret both ends must share. Required.
 	Secret []byte

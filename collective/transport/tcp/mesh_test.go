@@ -171,6 +171,25 @@ func TestListenConfig(t *testing.T) {
 	}
 }
 
+// TestWildcardAdvertise: transports bound to the wildcard address on any
+// port advertise a host without a port, take their own port with it, and
+// connect a world through those addresses.
+func TestWildcardAdvertise(t *testing.T) {
+	checkNoLeaks(t)
+	cfg := testConfig()
+	cfg.ListenAddr, cfg.AdvertiseAddr = "0.0.0.0:0", "127.0.0.1"
+	trs := listenN(t, 3, cfg)
+	for _, tr := range trs {
+		if !strings.HasPrefix(tr.Addr(), "127.0.0.1:") || strings.HasSuffix(tr.Addr(), ":0") {
+			t.Fatalf("Addr() = %q, want 127.0.0.1 and the bound port", tr.Addr())
+		}
+	}
+	ctx := timeoutCtx(t, 30*time.Second)
+	if err := exchange(ctx, connectAll(t, ctx, trs, "wildcard", 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSocketBufferMesh runs a mesh with explicit socket buffers.
 func TestSocketBufferMesh(t *testing.T) {
 	checkNoLeaks(t)
