@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"sync"
 	"time"
@@ -38,6 +41,10 @@ type workerSpec struct {
 	Transport   string        `json:"transport"`
 	SocketBuf   int           `json:"socket_buffer"`
 	BatchTimeUS int           `json:"batch_time_us"`
+	// ProfileDir, when set, is where every worker writes a CPU profile
+	// (cpu-rank<r>.pprof) and an execution trace (trace-rank<r>.out) of its
+	// measurement: where the time of a collective goes, per rank.
+	ProfileDir string `json:"profile_dir,omitempty"`
 }
 
 func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -64,6 +71,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
 	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0 keeps the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
+	profileDir := fs.String("profile", "", "write each worker's CPU profile and execution trace into this directory (cpu-rank<r>.pprof, trace-rank<r>.out)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gorovod bench [%s] [flags]\n\nFlags:\n", strings.Join(benchmark.Ops(), "|"))
 		fs.PrintDefaults()
@@ -95,6 +103,14 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	spec.BatchTimeUS = int(batchTime.Microseconds())
 	if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
 		return usageErr(stderr, "--socket-buffer: %v", err)
+	}
+	if *profileDir != "" {
+		if err := os.MkdirAll(*profileDir, 0o755); err != nil {
+			return usageErr(stderr, "--profile: %v", err)
+		}
+		if spec.ProfileDir, err = filepath.Abs(*profileDir); err != nil {
+			return usageErr(stderr, "--profile: %v", err)
+		}
 	}
 	return runBench(ctx, *np, spec, *asJSON, *timeout, stdout, stderr)
 }
@@ -278,6 +294,13 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer comm.Close()
+	if spec.ProfileDir != "" {
+		stop, err := startProfiles(spec.ProfileDir, env.Rank)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return benchmark.Run(ctx, comm, bspec, func(r benchmark.Result) error {
 		if env.Rank != 0 {
 			return nil
@@ -286,4 +309,35 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 		_, err := fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	})
+}
+
+// startProfiles starts this worker's CPU profile and execution trace in dir;
+// stop ends both and closes the files.
+func startProfiles(dir string, rank int) (stop func(), err error) {
+	cpuFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("cpu-rank%d.pprof", rank)))
+	if err != nil {
+		return nil, err
+	}
+	traceFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("trace-rank%d.out", rank)))
+	if err != nil {
+		cpuFile.Close()
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpuFile); err != nil {
+		cpuFile.Close()
+		traceFile.Close()
+		return nil, err
+	}
+	if err := trace.Start(traceFile); err != nil {
+		pprof.StopCPUProfile()
+		cpuFile.Close()
+		traceFile.Close()
+		return nil, err
+	}
+	return func() {
+		trace.Stop()
+		pprof.StopCPUProfile()
+		_ = traceFile.Close()
+		_ = cpuFile.Close()
+	}, nil
 }

@@ -1,0 +1,107 @@
+package spin
+
+import (
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// minFraction is the floor of an adapted limit, as a fraction of the maximum:
+// a limit that fell to nothing could never learn that polling pays again.
+const minFraction = 16
+
+// Budget bounds the polling of one direction of a link and adapts the bound to
+// how long that direction's waits last. The zero Budget never polls. It is
+// used by one call at a time (under the direction's lock).
+type Budget struct {
+	max   time.Duration
+	limit time.Duration
+	every int
+}
+
+// NewBudget returns a budget of at most limit per wait (0 or less: never
+// poll), yielding and checking the clock and the caller's state every `every`
+// polls: about a microsecond of polling (64 reads of a shared counter, 2 or 3
+// non-blocking system calls).
+func NewBudget(limit time.Duration, every int) Budget {
+	limit = max(limit, 0)
+	return Budget{max: limit, limit: limit, every: max(every, 1)}
+}
+
+// Limit is the current bound of one wait.
+func (b *Budget) Limit() time.Duration { return b.limit }
+
+// Wait is one wait in progress: Begin it, call Again after every poll that
+// found nothing, and call End with the outcome.
+type Wait struct {
+	b      *Budget
+	polls  int
+	until  time.Time
+	done   <-chan struct{}
+	parked bool
+}
+
+// Begin starts a wait that ends early when done (a context's Done channel, may
+// be nil) is closed.
+func (b *Budget) Begin(done <-chan struct{}) Wait {
+	return Wait{b: b, done: done}
+}
+
+// Again reports whether the caller should poll once more. Every few polls it
+// yields (to this process's goroutines and to other processes) and checks
+// stop (the link closed, the peer gone), done and the clock; it returns false
+// when any of them says to stop, after which the caller parks or fails.
+func (w *Wait) Again(stop func() bool) bool {
+	if w.b == nil || w.b.limit <= 0 {
+		w.parked = true
+		return false
+	}
+	w.polls++
+	if w.polls%w.b.every != 0 {
+		return true
+	}
+	if stop() || closed(w.done) {
+		return false
+	}
+	now := time.Now()
+	if w.until.IsZero() {
+		w.until = now.Add(w.b.limit)
+	} else if now.After(w.until) {
+		w.parked = true
+		return false
+	}
+	runtime.Gosched()
+	_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	return true
+}
+
+// End records how the wait ended: ok when a poll found what the caller waited
+// for. A wait that ran out of budget (the caller then parked) halves the
+// budget; a successful poll doubles it back, up to the maximum.
+func (w *Wait) End(ok bool) {
+	b := w.b
+	if b == nil || b.max <= 0 {
+		return
+	}
+	switch {
+	case ok && !w.parked:
+		if w.polls > 0 {
+			b.limit = min(b.max, 2*b.limit)
+		}
+	case w.parked:
+		b.limit = max(b.max/minFraction, b.limit/2)
+	}
+}
+
+func closed(done <-chan struct{}) bool {
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
