@@ -71,6 +71,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
 	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0 keeps the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
+	placement := fs.String("placement", string(launch.PlaceBalanced), "pin workers to CPUs: balanced (each worker to its share of the CPUs) or none")
 	profileDir := fs.String("profile", "", "write each worker's CPU profile and execution trace into this directory (cpu-rank<r>.pprof, trace-rank<r>.out)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gorovod bench [%s] [flags]\n\nFlags:\n", strings.Join(benchmark.Ops(), "|"))
@@ -96,6 +97,10 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *np < 1 {
 		return usageErr(stderr, "--np %d must be at least 1", *np)
 	}
+	place, err := launch.ParsePlacement(*placement)
+	if err != nil {
+		return usageErr(stderr, "--placement: %v", err)
+	}
 	spec.Transport, spec.IOTimeout = string(mode), *ioTimeout
 	if *batchTime < 0 {
 		return usageErr(stderr, "--batch-time %v is negative", *batchTime)
@@ -112,7 +117,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return usageErr(stderr, "--profile: %v", err)
 		}
 	}
-	return runBench(ctx, *np, spec, *asJSON, *timeout, stdout, stderr)
+	return runBench(ctx, *np, place, spec, *asJSON, *timeout, stdout, stderr)
 }
 
 func usageErr(stderr io.Writer, format string, args ...any) error {
@@ -175,7 +180,7 @@ func (s workerSpec) collectiveConfig() (collective.Config, error) {
 }
 
 // runBench launches np workers and prints rank 0's results as they arrive.
-func runBench(ctx context.Context, np int, spec workerSpec, asJSON bool, timeout time.Duration, stdout, stderr io.Writer) error {
+func runBench(ctx context.Context, np int, place launch.Placement, spec workerSpec, asJSON bool, timeout time.Duration, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	self, err := os.Executable()
@@ -212,7 +217,7 @@ func runBench(ctx context.Context, np int, spec workerSpec, asJSON bool, timeout
 		return err
 	}
 	defer stop()
-	job, err := launch.Start(ctx, launch.Spec{Argv: []string{self, benchWorkerCommand, string(specJSON)}, NP: np, Env: env, Output: output})
+	job, err := launch.Start(ctx, launch.Spec{Argv: []string{self, benchWorkerCommand, string(specJSON)}, NP: np, Env: env, Output: output, Placement: place})
 	if err != nil {
 		return err
 	}

@@ -42,6 +42,7 @@ type runOptions struct {
 	totalSteps         int64
 	asJSON             bool
 	progress           string
+	placement          string
 }
 
 // autoscaling says whether the engine acts (a heuristic, or straggler
@@ -77,6 +78,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.Int64Var(&o.totalSteps, "total-steps", 0, "the job's length in steps, for policies weighing remaining work (default: as the trainer reports)")
 	fs.BoolVar(&o.asJSON, "json", false, "print the autoscaling decisions and the summary as JSON lines on stdout")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
+	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gorovod run [flags] -- TRAINER [ARGS...]\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -120,6 +122,9 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 		return runUsage(stderr, "--progress %q: want auto, always or never", o.progress)
 	case o.skipSteps < 0 || o.totalSteps < 0 || o.stragglerWindow < 1:
 		return runUsage(stderr, "--skip-steps and --total-steps must not be negative, --straggler-window must be positive")
+	}
+	if _, err := launch.ParsePlacement(o.placement); err != nil {
+		return runUsage(stderr, "--placement: %v", err)
 	}
 	if _, err := exec.LookPath(o.argv[0]); err != nil {
 		return runUsage(stderr, "trainer %q: %v", o.argv[0], err)
@@ -226,7 +231,7 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	jobCtx, stopJob := context.WithCancel(ctx)
 	defer stopJob()
 	job, err := launch.Start(jobCtx, launch.Spec{
-		Argv: o.argv, NP: o.np, Output: out.workerLine, StopSignal: syscall.SIGINT,
+		Argv: o.argv, NP: o.np, Output: out.workerLine, StopSignal: syscall.SIGINT, Placement: launch.Placement(o.placement),
 		Env: func(i int) []string {
 			env := append(worker.Environ(), fmt.Sprintf("%s=%d", envconfig.EnvLaunchIndex, i))
 			if dev, ok := devices.take(i); ok {

@@ -44,6 +44,9 @@ type Spec struct {
 	// allreduces 30 % faster with GOMAXPROCS=1), as torchrun sets
 	// OMP_NUM_THREADS=1 for the same reason. Default runtime.NumCPU().
 	CPUs int
+	// Placement pins workers to CPUs (PlaceBalanced: each to its share of
+	// the first CPUs of those this process may use). Default PlaceAnywhere.
+	Placement Placement
 }
 
 // Job is a running set of workers.
@@ -51,6 +54,7 @@ type Job struct {
 	ctx       context.Context
 	spec      Spec
 	shareCPUs []string
+	cpus      []int // the CPUs PlaceBalanced shares out; nil: no pinning
 
 	mu      sync.Mutex
 	procs   []*exec.Cmd
@@ -104,7 +108,18 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if spec.CPUs <= 0 {
 		spec.CPUs = runtime.NumCPU()
 	}
+	place, err := ParsePlacement(string(spec.Placement))
+	if err != nil {
+		return nil, err
+	}
 	j := &Job{ctx: ctx, spec: spec, done: make(chan struct{})}
+	if place == PlaceBalanced {
+		cpus, err := allowedCPUs()
+		if err != nil {
+			return nil, err
+		}
+		j.cpus = cpus[:min(len(cpus), spec.CPUs)]
+	}
 	if !slices.ContainsFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
 		j.shareCPUs = []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, spec.CPUs/spec.NP))}
 	}
@@ -135,7 +150,11 @@ func (j *Job) Add() (int, error) {
 	stdout := &lineWriter{worker: i, stream: "stdout", out: j.spec.Output}
 	stderr := &lineWriter{worker: i, stream: "stderr", out: j.spec.Output}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Start(); err != nil {
+	var cpus []int
+	if j.cpus != nil {
+		cpus = balancedCPUs(i, j.spec.NP, j.cpus)
+	}
+	if err := startOn(cmd, cpus); err != nil {
 		if j.running == 0 {
 			j.ended = true
 			close(j.done)

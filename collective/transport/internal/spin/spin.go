@@ -3,8 +3,6 @@ package spin
 import (
 	"runtime"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // minFraction is the floor of an adapted limit, as a fraction of the maximum:
@@ -72,7 +70,7 @@ func (w *Wait) Again(stop func() bool) bool {
 		return false
 	}
 	runtime.Gosched()
-	_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	yieldCPU()
 	return true
 }
 
