@@ -330,6 +330,18 @@ func (l *link) park(ws *waitSide, ctx context.Context, dl time.Time, ctxBound bo
 // when the peer can read this process's memory) waits until the peer has
 // copied it. The header is encoded from a copy; the caller's h is left as it was.
 func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) error {
+	return l.send(ctx, h, payload, true)
+}
+
+// SendInPlace sends the frame through the ring, whatever its size, so that
+// the receiver can consume it in place (transport.InPlaceLink). It returns as
+// soon as the frame is in the ring.
+func (l *link) SendInPlace(ctx context.Context, h *transport.Header, payload []byte) error {
+	return l.send(ctx, h, payload, false)
+}
+
+// send is Send; singleOK allows a single-copy frame.
+func (l *link) send(ctx context.Context, h *transport.Header, payload []byte, singleOK bool) error {
 	if err := transport.CheckOutgoing(h, payload); err != nil {
 		return l.perr("send", err)
 	}
@@ -347,7 +359,7 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	if l.gone() {
 		return l.perr("send", transport.ErrPeerClosed)
 	}
-	single := l.singleMin > 0 && len(payload) >= l.singleMin
+	single := singleOK && l.singleMin > 0 && len(payload) >= l.singleMin
 	var rec [recordAlign]byte
 	hh := *h
 	hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
@@ -615,6 +627,78 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	l.publishHead()
 	return nil
 }
+
+// RecvPayloadInPlace hands the payload announced by the last header to fn
+// where it lies (transport.InPlaceLink): piece by piece out of the ring,
+// releasing ring space as fn returns; a single-copy payload is first copied
+// out of the peer's memory into scratch.
+func (l *link) RecvPayloadInPlace(ctx context.Context, scratch []byte, fn func(off int, piece []byte) error) error {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	if err := l.recvReady(); err != nil {
+		return err
+	}
+	n := len(scratch)
+	if n != l.pending {
+		return l.perr("recv", fmt.Errorf("payload buffer of %d bytes for a frame of %d", n, l.pending))
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		l.rbroken = err
+		return l.perr("recv", err)
+	}
+	consumed := func(err error) error {
+		l.rbroken = fmt.Errorf("the frame's consumer failed: %w", err)
+		return err
+	}
+	if l.rsingle {
+		if err := l.readSingle(scratch); err != nil {
+			if err != transport.ErrLinkClosed {
+				l.rbroken = err
+			}
+			return l.perr("recv", err)
+		}
+		l.pending = 0
+		if err := fn(0, scratch); err != nil {
+			return consumed(err)
+		}
+		return nil
+	}
+	for off := 0; off < n; {
+		// Pieces but the last are multiples of 64 bytes: wait for that much.
+		want := uint64(min(inPlaceAlign, n-off))
+		if l.rtail-l.rhead < want {
+			if err := l.waitData(ctx, want); err != nil {
+				if err != transport.ErrLinkClosed {
+					l.rbroken = err
+				}
+				return l.perr("recv", err)
+			}
+		}
+		idx := l.rhead & l.in.mask
+		k := min(l.rtail-l.rhead, uint64(n-off), l.in.size-idx, pieceBytes)
+		if int(k) < n-off {
+			k &^= inPlaceAlign - 1
+		}
+		if err := fn(off, l.in.data[idx:idx+k:idx+k]); err != nil {
+			return consumed(err)
+		}
+		off += int(k)
+		l.rhead += k
+		if l.rhead-l.rpub >= pieceBytes {
+			l.publishHead()
+		}
+	}
+	l.pending = 0
+	l.publishHead()
+	return nil
+}
+
+// inPlaceAlign is what every piece of RecvPayloadInPlace but the last is a
+// multiple of.
+const inPlaceAlign = 64
 
 // singleChunk bounds one process_vm_readv, so Close is noticed between chunks.
 const singleChunk = 4 << 20
