@@ -83,6 +83,7 @@ func Run(t *testing.T, f Factory) {
 		{"CloseDuringConnect", s.testCloseDuringConnect},
 		{"LinksOutliveTransport", s.testLinksOutlive},
 		{"ZeroAllocs", s.testZeroAllocs},
+		{"InPlace", s.testInPlace},
 		{"Collectives", s.testCollectives},
 	} {
 		t.Run(tc.name, tc.fn)

@@ -860,3 +860,87 @@ func (s *suite) testCollectives(t *testing.T) {
 		return nil
 	})
 }
+
+// testInPlace: links that hand payloads over in place (transport.InPlaceLink)
+// deliver every byte, in order, in pieces that are multiples of 64 bytes but
+// the last, whichever of Send and SendInPlace sent the frame; a consumer that
+// fails ends the call with its error and breaks the link.
+func (s *suite) testInPlace(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ia, okA := a.(transport.InPlaceLink)
+	ib, okB := b.(transport.InPlaceLink)
+	if !okA || !okB {
+		t.Skip("links do not implement transport.InPlaceLink")
+	}
+	ctx := timeoutCtx(t, 60*time.Second)
+	sizes := []int{0, 1, 63, 64, 100, 4104, 200 << 10, 1<<20 + 12, 5<<20 + 64}
+	errc := make(chan error, 1)
+	go func() {
+		for i := range 2 * len(sizes) {
+			p := pattern(sizes[i/2], 0, 1, i)
+			h := transport.Header{Kind: transport.FrameData, Seq: uint64(i), Length: uint32(len(p))}
+			var err error
+			if i%2 == 0 {
+				err = ia.SendInPlace(ctx, &h, p)
+			} else {
+				err = a.Send(ctx, &h, p)
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for i := range 2 * len(sizes) {
+		want := pattern(sizes[i/2], 0, 1, i)
+		var h transport.Header
+		if err := b.RecvHeader(ctx, &h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Seq != uint64(i) || int(h.Length) != len(want) {
+			t.Fatalf("frame %d: header seq %d length %d", i, h.Seq, h.Length)
+		}
+		var got []byte
+		pieces := 0
+		err := ib.RecvPayloadInPlace(ctx, make([]byte, len(want)), func(off int, piece []byte) error {
+			if off != len(got) {
+				return fmt.Errorf("piece at offset %d after %d bytes", off, len(got))
+			}
+			if off+len(piece) < len(want) && len(piece)%64 != 0 {
+				return fmt.Errorf("piece of %d bytes at offset %d of %d is not a multiple of 64", len(piece), off, len(want))
+			}
+			got = append(got, piece...)
+			pieces++
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("frame %d (%d bytes): %v", i, len(want), err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("frame %d: %d bytes in %d pieces differ from the %d sent", i, len(got), pieces, len(want))
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+
+	// A consumer that fails.
+	boom := errors.New("consumer failed")
+	if err := ia.SendInPlace(ctx, &transport.Header{Kind: transport.FrameData, Length: 1000}, make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	var h transport.Header
+	if err := b.RecvHeader(ctx, &h); err != nil {
+		t.Fatal(err)
+	}
+	err := ib.RecvPayloadInPlace(ctx, make([]byte, 1000), func(int, []byte) error { return boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("failing consumer: %v, want %v", err, boom)
+	}
+	var pe *transport.PeerError
+	if err := b.RecvHeader(ctx, &h); !errors.As(err, &pe) {
+		t.Fatalf("RecvHeader after a failed consumer: %v, want a *transport.PeerError", err)
+	}
+}
