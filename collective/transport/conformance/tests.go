@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -943,4 +944,107 @@ func (s *suite) testInPlace(t *testing.T) {
 	if err := b.RecvHeader(ctx, &h); !errors.As(err, &pe) {
 		t.Fatalf("RecvHeader after a failed consumer: %v, want a *transport.PeerError", err)
 	}
+}
+
+// testWakesWhilePolling: a call that polls rather than sleeps (SpinTime longer
+// than the test) still ends at once when its context is cancelled or the link
+// closes, as Abort does.
+func (s *suite) testWakesWhilePolling(t *testing.T) {
+	o := defaultOptions()
+	o.SpinTime = time.Hour
+	recvHeader := func(ctx context.Context, l transport.Link) error {
+		var h transport.Header
+		return l.RecvHeader(ctx, &h)
+	}
+	fillUp := func(ctx context.Context, l transport.Link) error { return fill(ctx, l, 1<<20) }
+	for _, tc := range []struct {
+		name  string
+		op    func(ctx context.Context, l transport.Link) error
+		close bool // else cancel the context
+		want  error
+	}{
+		{"recv header cancelled", recvHeader, false, context.Canceled},
+		{"recv header closed", recvHeader, true, transport.ErrLinkClosed},
+		{"send cancelled", fillUp, false, context.Canceled},
+		{"send closed", fillUp, true, transport.ErrLinkClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s.start(t)
+			a, _ := s.pair(t, o)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			stop := cancel
+			if tc.close {
+				stop = func() { a.Close() }
+			}
+			timer := time.AfterFunc(100*time.Millisecond, stop)
+			defer timer.Stop()
+			err := within(t, 5*time.Second, "a polling call", func() error { return tc.op(ctx, a) })
+			asPeerError(t, err, 1, tc.want)
+		})
+	}
+}
+
+// testSilentPeerCostsNoCPU: waiting on a peer that sends nothing (or reads
+// nothing) sleeps: whatever polling a transport does before it parks is
+// bounded, so a blocked job leaves the CPUs to others.
+func (s *suite) testSilentPeerCostsNoCPU(t *testing.T) {
+	const wait = 400 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		op   func(ctx context.Context, l transport.Link) error
+		// from is when the wait starts: a sender first fills the
+		// transport's buffers, at whatever that costs.
+		from time.Duration
+	}{
+		{"recv header", func(ctx context.Context, l transport.Link) error {
+			var h transport.Header
+			return l.RecvHeader(ctx, &h)
+		}, 0},
+		{"send", func(ctx context.Context, l transport.Link) error { return fill(ctx, l, 64<<10) }, wait / 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s.start(t)
+			// Several waits, as a job's successive collectives would make (a
+			// send that failed breaks its link: a fresh one each time).
+			a, _ := s.pair(t, defaultOptions())
+			for i := range 3 {
+				if i > 0 && tc.from > 0 {
+					a, _ = s.pair(t, defaultOptions())
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				var cpu0 time.Duration
+				var t0 time.Time
+				mark := func() { cpu0, t0 = processCPU(t), time.Now() }
+				marked := make(chan struct{})
+				if tc.from == 0 {
+					mark()
+					close(marked)
+				} else {
+					timer := time.AfterFunc(tc.from, func() { mark(); close(marked) })
+					defer timer.Stop()
+				}
+				err := tc.op(ctx, a)
+				<-marked
+				cpu, elapsed := processCPU(t)-cpu0, time.Since(t0)
+				cancel()
+				asPeerError(t, err, 1, context.DeadlineExceeded)
+				if elapsed < wait/4 {
+					t.Fatalf("wait %d: the call returned %v after its wait began", i, elapsed)
+				}
+				if cpu > elapsed/10 {
+					t.Errorf("wait %d: %v of CPU in %v blocked on a silent peer", i, cpu, elapsed)
+				}
+			}
+		})
+	}
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
