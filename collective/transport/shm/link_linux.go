@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 )
 
 // pieceBytes is the most a Send copies into the ring (or a Recv out of it)
@@ -37,7 +38,6 @@ type link struct {
 	job, epoch uint64
 	self       uint32
 	ioTimeout  time.Duration
-	spin       time.Duration
 
 	reg        *region
 	out, in    ring    // out: this side produces; in: this side consumes
@@ -46,6 +46,10 @@ type link struct {
 
 	closed   atomic.Bool
 	peerGone atomic.Bool // a FIFO read saw end-of-file: the peer's write ends are closed
+	stopFn   func() bool // closed or peer gone: a polling wait ends
+
+	// How long a wait of each direction polls before it parks.
+	wspin, rspin spin.Budget
 
 	// Send side, guarded by wmu.
 	wmu     sync.Mutex
@@ -111,7 +115,8 @@ func newLink(e *endpoint) *link {
 		epoch:      e.epoch,
 		self:       uint32(e.self),
 		ioTimeout:  e.ioTimeout,
-		spin:       e.spin,
+		wspin:      spin.NewBudget(e.spin, spinCheck),
+		rspin:      spin.NewBudget(e.spin, spinCheck),
 		reg:        e.reg,
 		out:        e.reg.ring(e.side),
 		in:         e.reg.ring(1 - e.side),
@@ -124,6 +129,7 @@ func newLink(e *endpoint) *link {
 		singleMin:  e.singleMin,
 		peerPID:    e.peerPID,
 	}
+	l.stopFn = func() bool { return l.closed.Load() || l.gone() }
 	spaceR, dataR := e.spaceR, e.dataR
 	l.wwake.Init(func(t time.Time) { _ = spaceR.SetReadDeadline(t) })
 	l.rwake.Init(func(t time.Time) { _ = dataR.SetReadDeadline(t) })
@@ -216,40 +222,32 @@ type waitSide struct {
 	f     *os.File
 	flag  *uint32
 	wake  *transport.Waker
+	spin  *spin.Budget
 	drain []byte
 }
 
 // wait returns once cond holds, or with an error: the link closed, the peer
 // gone, ctx ended, or IOTimeout of silence. It polls first: for up to
-// Config.SpinTime it re-reads the counters, letting the process's other
-// goroutines run (Gosched) and, when other processes want this CPU (more ranks
-// than cores), letting them run too (sched_yield): the peer often needs exactly
-// this core to make the progress being waited for. Then it raises the flag and
+// Config.SpinTime (adapted per direction, see package spin) it re-reads the
+// counters, letting the process's other goroutines run (Gosched) and, when
+// other processes want this CPU (more ranks than cores), letting them run too
+// (sched_yield): the peer often needs exactly this core to make the progress
+// being waited for. Then it raises the flag and
 // parks on the FIFO until the peer, having seen the flag, writes a wake byte.
 // When the peer is gone, cond is still asked once more first, so what the peer
 // published before going is not lost.
 func (l *link) wait(ctx context.Context, ws *waitSide, cond func() (bool, error)) error {
-	done := ctx.Done()
-	if l.spin > 0 {
-		var t0 time.Time
-		for i := 1; ; i++ {
-			if ok, err := cond(); ok || err != nil {
-				return err
-			}
-			if i%spinCheck == 0 {
-				if l.closed.Load() || l.gone() || ended(done) {
-					break
-				}
-				if t0.IsZero() {
-					t0 = time.Now()
-				} else if time.Since(t0) > l.spin {
-					break
-				}
-				runtime.Gosched()
-				_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-			}
+	w := ws.spin.Begin(ctx.Done())
+	for {
+		if ok, err := cond(); ok || err != nil {
+			w.End(ok)
+			return err
+		}
+		if !w.Again(l.stopFn) {
+			break
 		}
 	}
+	w.End(false)
 	dl, ctxBound := l.deadline(ctx)
 	ws.wake.Watch(ctx)
 	for {
@@ -463,7 +461,7 @@ func (l *link) haveSpace() (bool, error) {
 }
 
 func (l *link) sendSide() *waitSide {
-	return &waitSide{f: l.spaceR, flag: l.out.spaceWaiting, wake: &l.wwake, drain: l.wdrain[:]}
+	return &waitSide{f: l.spaceR, flag: l.out.spaceWaiting, wake: &l.wwake, spin: &l.wspin, drain: l.wdrain[:]}
 }
 
 // waitSpace waits until the ring has room.
@@ -777,6 +775,6 @@ func (l *link) waitData(ctx context.Context, need uint64) error {
 	}
 	// The producer may be waiting for the room this side has freed.
 	l.publishHead()
-	ws := waitSide{f: l.dataR, flag: l.in.dataWaiting, wake: &l.rwake, drain: l.rdrain[:]}
+	ws := waitSide{f: l.dataR, flag: l.in.dataWaiting, wake: &l.rwake, spin: &l.rspin, drain: l.rdrain[:]}
 	return l.wait(ctx, &ws, func() (bool, error) { return l.haveData(need) })
 }
