@@ -25,8 +25,9 @@ type Config struct {
 	// DialRetry is the first retry interval while a peer is not listening yet or
 	// not yet connecting the world; it doubles up to 200ms. Default 5ms.
 	DialRetry time.Duration
-	// ReadBufferSize is the receive buffer of each link (at least 4 KiB).
-	// Default 256 KiB.
+	// ReadBufferSize is the receive buffer of each link (at least 4 KiB):
+	// headers and payloads shorter than it are read through it, longer
+	// payloads straight into the caller's buffer. Default 16 KiB.
 	ReadBufferSize int
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF when positive (before connecting,
 	// so the TCP window scale fits them); 0 leaves the
