@@ -15,7 +15,11 @@
 //   - every few polls it yields, to the process's other goroutines
 //     (runtime.Gosched: at GOMAXPROCS=1 the sending goroutine runs only when
 //     the receiving one yields) and to other processes (sched_yield: when
-//     ranks outnumber cores the peer often needs exactly this core);
+//     ranks outnumber cores the peer often needs exactly this core). A
+//     sched_yield that comes back only after a whole time slice found a
+//     process that does not wait for anything (other work on the machine):
+//     yielding to it on every wait would cost a slice per wait, so the
+//     budget then stops yielding to other processes for a while;
 //   - it checks the context, the link's state and the clock, so cancellation,
 //     Close and Abort end it within a few polls;
 //   - it is bounded per wait by a Budget, which adapts: it halves each time a

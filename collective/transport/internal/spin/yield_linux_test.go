@@ -1,0 +1,68 @@
+package spin
+
+import (
+	"os"
+	"os/exec"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const envHog = "SPIN_TEST_HOG_CPU"
+
+// TestMain turns the test binary into a CPU hog when a test starts it so.
+func TestMain(m *testing.M) {
+	if os.Getenv(envHog) != "" {
+		for {
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// TestYieldPausesBehindABusyProcess: a poll's sched_yield that hands the CPU
+// to a process that keeps it (a whole time slice) makes the budget stop
+// yielding to other processes for a while.
+func TestYieldPausesBehindABusyProcess(t *testing.T) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	cpu := 0
+	for !set.IsSet(cpu) {
+		cpu++
+	}
+	var one unix.CPUSet
+	one.Set(cpu)
+	// This goroutine's thread and the hog share one CPU. The thread stays
+	// locked: it ends with the test instead of serving others pinned.
+	runtime.LockOSThread()
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	hog := exec.Command(os.Args[0], "-test.run=^$")
+	hog.Env = append(os.Environ(), envHog+"=1")
+	if err := hog.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = hog.Process.Kill()
+		_ = hog.Wait()
+	})
+	if err := unix.SchedSetaffinity(hog.Process.Pid, &one); err != nil {
+		t.Fatal(err)
+	}
+	b := NewBudget(time.Hour, 1)
+	w := b.Begin(nil)
+	deadline := time.Now().Add(20 * time.Second)
+	for b.noYieldUntil.IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatal("yields to a busy process on the same CPU never took a time slice")
+		}
+		w.Again(never)
+	}
+	if until := time.Until(b.noYieldUntil); until <= 0 || until > yieldPause+time.Second {
+		t.Errorf("yielding paused for %v, want about %v", until, yieldPause)
+	}
+}
