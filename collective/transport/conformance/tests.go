@@ -730,21 +730,24 @@ func (s *suite) testZeroAllocs(t *testing.T) {
 }
 
 // testCollectives runs the collectives over the transport's links and checks
-// exact results, with small chunks so the ring pipelines several frames.
+// exact results: with small chunks, so the ring pipelines several frames per
+// segment, and with the default ones, whose frames a transport may move in
+// several pieces (TCP writes them with writev(2), which the race detector must
+// see as ordering too in a world mixing TCP and shared-memory links: the
+// ring's write-after-read ordering runs around the ring through both).
 func (s *suite) testCollectives(t *testing.T) {
+	small := collective.DefaultConfig()
+	small.ChunkBytes, small.SmallMessageBytes = 32<<10, 8<<10
+	t.Run("small chunks", func(t *testing.T) { s.collectives(t, small) })
+	t.Run("default", func(t *testing.T) { s.collectives(t, collective.DefaultConfig()) })
+}
+
+func (s *suite) collectives(t *testing.T, cfg collective.Config) {
 	s.start(t)
 	const p = 3
 	trs := s.listenN(t, p, defaultOptions())
 	ctx := timeoutCtx(t, 60*time.Second)
 	links := connectAll(t, ctx, trs, "collectives", 1)
-	cfg := collective.DefaultConfig()
-	// 32 KiB chunks: the ring pipelines several per segment, and every TCP frame
-	// goes out in one write(2). Larger TCP frames go out with writev(2), which the
-	// race detector does not see as synchronization (only read and write are
-	// annotated); in a world mixing TCP and shared-memory links it would then
-	// report the ring's write-after-read ordering, which runs around the ring
-	// through both, as a race.
-	cfg.ChunkBytes, cfg.SmallMessageBytes = 32<<10, 8<<10
 	comms := make([]*collective.Communicator, p)
 	for r := range p {
 		c, err := collective.NewFromLinks(transport.World{JobID: "collectives", Epoch: 1, Rank: r, Addrs: addrsOf(trs)}, links[r], cfg)
@@ -768,7 +771,7 @@ func (s *suite) testCollectives(t *testing.T) {
 	}
 	// Inputs are small integers, so every order of summation is exact.
 	in := func(r, i int) int { return (r+1)*(i%7) + 1 }
-	for _, n := range []int{1, 1000, 5000, 300000} {
+	for _, n := range []int{1, 1000, 5000, 300000, 1 << 20} {
 		run(fmt.Sprintf("allreduce float32 sum of %d", n), func(c *collective.Communicator) error {
 			src, dst := make([]float32, n), make([]float32, n)
 			for i := range src {
@@ -830,6 +833,26 @@ func (s *suite) testCollectives(t *testing.T) {
 		for i, v := range buf {
 			if v.Float32() != float32(p*(i%3)) {
 				return fmt.Errorf("rank %d: element %d is %v", c.Rank(), i, v)
+			}
+		}
+		return nil
+	})
+	run("reducescatter float32 average", func(c *collective.Communicator) error {
+		const n = 200000 // per rank
+		send, recv := make([]float32, p*n), make([]float32, n)
+		for i := range send {
+			send[i] = float32(p * in(c.Rank(), i))
+		}
+		if err := collective.ReduceScatter(ctx, c, send, recv, collective.Average); err != nil {
+			return err
+		}
+		for i, v := range recv {
+			want := 0
+			for r := range p {
+				want += in(r, c.Rank()*n+i)
+			}
+			if v != float32(want) {
+				return fmt.Errorf("rank %d: element %d is %v, want %d", c.Rank(), i, v, want)
 			}
 		}
 		return nil
