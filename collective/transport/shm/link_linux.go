@@ -177,19 +177,6 @@ func (l *link) gone() bool {
 	return l.peerGone.Load() || atomic.LoadUint32(l.peerClosed) != 0
 }
 
-// ended reports, without blocking or locking, whether ctx's Done channel is closed.
-func ended(done <-chan struct{}) bool {
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
-}
-
 // deadline is the earlier of the silence bound and ctx's deadline, and whether
 // it is ctx's.
 func (l *link) deadline(ctx context.Context) (time.Time, bool) {
@@ -529,15 +516,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 		l.rbroken = corrupt(l.peer, fmt.Sprintf("record kind %d", kind))
 		return l.perr("recv", l.rbroken)
 	}
-	if err := transport.DecodeHeader(rec, h); err != nil {
-		var fe *transport.FrameError
-		if errors.As(err, &fe) {
-			fe.Peer = l.peer
-		}
-		l.rbroken = err
-		return l.perr("recv", err)
-	}
-	if err := transport.CheckOrigin(h, l.job, l.epoch, l.peer); err != nil {
+	if err := transport.DecodeFrom(rec, h, l.job, l.epoch, l.peer); err != nil {
 		l.rbroken = err
 		return l.perr("recv", err)
 	}
@@ -578,37 +557,14 @@ func (l *link) recvReady() error {
 func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if err := l.recvReady(); err != nil {
+	if done, err := l.payloadStart(ctx, p); done || err != nil {
 		return err
-	}
-	if len(p) != l.pending {
-		return l.perr("recv", fmt.Errorf("payload buffer of %d bytes for a frame of %d", len(p), l.pending))
-	}
-	if len(p) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		l.rbroken = err
-		return l.perr("recv", err)
-	}
-	if l.rsingle {
-		if err := l.readSingle(p); err != nil {
-			if err != transport.ErrLinkClosed {
-				l.rbroken = err
-			}
-			return l.perr("recv", err)
-		}
-		l.pending = 0
-		return nil
 	}
 	for off := 0; off < len(p); {
 		avail := l.rtail - l.rhead
 		if avail == 0 {
 			if err := l.waitData(ctx, 1); err != nil {
-				if err != transport.ErrLinkClosed {
-					l.rbroken = err
-				}
-				return l.perr("recv", err)
+				return l.recvFailed(err)
 			}
 			avail = l.rtail - l.rhead
 		}
@@ -626,6 +582,43 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	return nil
 }
 
+// payloadStart begins receiving the payload announced by the last header into
+// p: it checks the link, p's length and ctx, and copies a single-copy payload
+// whole. done says that nothing is left to read (an empty or single-copy
+// payload).
+func (l *link) payloadStart(ctx context.Context, p []byte) (done bool, err error) {
+	if err := l.recvReady(); err != nil {
+		return false, err
+	}
+	if len(p) != l.pending {
+		return false, l.perr("recv", fmt.Errorf("payload buffer of %d bytes for a frame of %d", len(p), l.pending))
+	}
+	if len(p) == 0 {
+		return true, nil
+	}
+	if err := ctx.Err(); err != nil {
+		l.rbroken = err
+		return false, l.perr("recv", err)
+	}
+	if !l.rsingle {
+		return false, nil
+	}
+	if err := l.readSingle(p); err != nil {
+		return false, l.recvFailed(err)
+	}
+	l.pending = 0
+	return true, nil
+}
+
+// recvFailed records a receive failure (unless the link was closed: then
+// every call reports that) and returns it for the caller.
+func (l *link) recvFailed(err error) error {
+	if err != transport.ErrLinkClosed {
+		l.rbroken = err
+	}
+	return l.perr("recv", err)
+}
+
 // RecvPayloadInPlace hands the payload announced by the last header to fn
 // where it lies (transport.InPlaceLink): piece by piece out of the ring,
 // releasing ring space as fn returns; a single-copy payload is first copied
@@ -633,32 +626,16 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 func (l *link) RecvPayloadInPlace(ctx context.Context, scratch []byte, fn func(off int, piece []byte) error) error {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if err := l.recvReady(); err != nil {
+	single := l.rsingle
+	if done, err := l.payloadStart(ctx, scratch); err != nil || (done && !single) {
 		return err
-	}
-	n := len(scratch)
-	if n != l.pending {
-		return l.perr("recv", fmt.Errorf("payload buffer of %d bytes for a frame of %d", n, l.pending))
-	}
-	if n == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		l.rbroken = err
-		return l.perr("recv", err)
 	}
 	consumed := func(err error) error {
 		l.rbroken = fmt.Errorf("the frame's consumer failed: %w", err)
 		return err
 	}
-	if l.rsingle {
-		if err := l.readSingle(scratch); err != nil {
-			if err != transport.ErrLinkClosed {
-				l.rbroken = err
-			}
-			return l.perr("recv", err)
-		}
-		l.pending = 0
+	n := len(scratch)
+	if single {
 		if err := fn(0, scratch); err != nil {
 			return consumed(err)
 		}
@@ -669,10 +646,7 @@ func (l *link) RecvPayloadInPlace(ctx context.Context, scratch []byte, fn func(o
 		want := uint64(min(inPlaceAlign, n-off))
 		if l.rtail-l.rhead < want {
 			if err := l.waitData(ctx, want); err != nil {
-				if err != transport.ErrLinkClosed {
-					l.rbroken = err
-				}
-				return l.perr("recv", err)
+				return l.recvFailed(err)
 			}
 		}
 		idx := l.rhead & l.in.mask

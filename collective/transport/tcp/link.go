@@ -57,7 +57,6 @@ type link struct {
 	ioTimeout time.Duration
 
 	closed atomic.Bool
-	isDone func() bool // closed.Load, bound once
 
 	// Send side, guarded by wmu.
 	wmu     sync.Mutex
@@ -68,12 +67,7 @@ type link struct {
 	wiov    [][]byte  // the piece the next write moves
 	wbroken error     // first send failure: the stream may hold half a frame
 	wwake   transport.Waker
-	wspin   spin.Budget
-	wwait   spin.Wait
-	wn      int   // result of the last write attempt
-	werr    error // nil, errAgain or the system call's error
-	wtry    func(fd uintptr)
-	wpark   func(fd uintptr) bool
+	wio     rawIO
 
 	// Receive side, one goroutine at a time; rmu only orders it with Close.
 	rmu     sync.Mutex
@@ -83,13 +77,54 @@ type link struct {
 	pending int   // payload bytes of the last header not read yet
 	rbroken error // first receive failure: the stream position is lost
 	rwake   transport.Waker
-	rspin   spin.Budget
-	rwait   spin.Wait
+	rio     rawIO
 	rdst    []byte // where the next read lands
-	rn      int
-	rerr    error
-	rtry    func(fd uintptr)
-	rpark   func(fd uintptr) bool
+}
+
+// rawIO is one direction's system calls, made from RawConn callbacks: once is
+// one non-blocking attempt; try (a Control callback) repeats it while the
+// spin budget lasts, park (a Read or Write callback) asks the poller to wait.
+// n and err are the outcome of the last call (err: nil, errAgain, or the
+// system call's error).
+type rawIO struct {
+	spin   spin.Budget
+	wait   spin.Wait
+	once   func(fd uintptr) (int, error)
+	stop   func() bool
+	n      int
+	err    error
+	tryFn  func(fd uintptr)
+	parkFn func(fd uintptr) bool
+	parkBy func(func(fd uintptr) bool) error // RawConn.Read or RawConn.Write
+}
+
+func (d *rawIO) init(b spin.Budget, once func(uintptr) (int, error), stop func() bool, parkBy func(func(uintptr) bool) error) {
+	d.spin, d.once, d.stop, d.parkBy = b, once, stop, parkBy
+	d.tryFn, d.parkFn = d.try, d.park
+}
+
+func (d *rawIO) try(fd uintptr) {
+	for {
+		n, err := d.once(fd)
+		if err == syscall.EAGAIN {
+			if d.wait.Again(d.stop) {
+				continue
+			}
+			d.n, d.err = 0, errAgain
+			return
+		}
+		d.n, d.err = n, err
+		return
+	}
+}
+
+func (d *rawIO) park(fd uintptr) bool {
+	n, err := d.once(fd)
+	if err == syscall.EAGAIN {
+		return false
+	}
+	d.n, d.err = n, err
+	return true
 }
 
 func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int, cfg *Config) *link {
@@ -109,12 +144,9 @@ func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int,
 		ioTimeout: cfg.IOTimeout,
 		wbuf:      make([]byte, transport.HeaderSize+smallFrame),
 		rbuf:      make([]byte, cfg.ReadBufferSize),
-		wspin:     spin.NewBudget(cfg.SpinTime, pollEvery),
-		rspin:     spin.NewBudget(cfg.SpinTime, pollEvery),
 	}
-	l.isDone = l.closed.Load
-	l.wtry, l.wpark = l.tryWrite, l.parkWrite
-	l.rtry, l.rpark = l.tryRead, l.parkRead
+	l.wio.init(spin.NewBudget(cfg.SpinTime, pollEvery), l.writeOnce, l.closed.Load, rc.Write)
+	l.rio.init(spin.NewBudget(cfg.SpinTime, pollEvery), l.readOnce, l.closed.Load, rc.Read)
 	l.wwake.Init(func(t time.Time) { _ = c.SetWriteDeadline(t) })
 	l.rwake.Init(func(t time.Time) { _ = c.SetReadDeadline(t) })
 	return l
@@ -299,51 +331,27 @@ func (l *link) nextPiece(done int) {
 
 // write makes one write of l.wiov: polling while the socket has no room, then
 // parking. It returns the bytes written (at least one unless it fails).
-func (l *link) write(c *ioCall) (int, error) {
-	l.wwait = l.wspin.Begin(c.ctx.Done())
-	if err := l.rc.Control(l.wtry); err != nil {
-		return 0, err
-	}
-	if l.werr != errAgain {
-		l.wwait.End(true)
-		return l.wn, l.werr
-	}
-	l.wwait.End(false)
-	if err := l.park(&l.wwake, c); err != nil {
-		return 0, err
-	}
-	if err := l.rc.Write(l.wpark); err != nil {
-		return 0, err
-	}
-	return l.wn, l.werr
-}
+func (l *link) write(c *ioCall) (int, error) { return l.do(&l.wio, &l.wwake, c) }
 
-// tryWrite is the RawConn.Control callback of write: it writes, polling while
-// the socket has no room and the budget lasts.
-func (l *link) tryWrite(fd uintptr) {
-	for {
-		n, err := l.writeOnce(fd)
-		if err == syscall.EAGAIN {
-			if l.wwait.Again(l.isDone) {
-				continue
-			}
-			l.wn, l.werr = 0, errAgain
-			return
-		}
-		l.wn, l.werr = n, err
-		return
+// do makes one system call's worth of I/O in direction d: polling while the
+// socket is not ready, then parking with the call's deadline.
+func (l *link) do(d *rawIO, w *transport.Waker, c *ioCall) (int, error) {
+	d.wait = d.spin.Begin(c.ctx.Done())
+	if err := l.rc.Control(d.tryFn); err != nil {
+		return 0, err
 	}
-}
-
-// parkWrite is the RawConn.Write callback of write: false asks the poller to
-// wait until the socket has room.
-func (l *link) parkWrite(fd uintptr) bool {
-	n, err := l.writeOnce(fd)
-	if err == syscall.EAGAIN {
-		return false
+	if d.err != errAgain {
+		d.wait.End(true)
+		return d.n, d.err
 	}
-	l.wn, l.werr = n, err
-	return true
+	d.wait.End(false)
+	if err := l.park(w, c); err != nil {
+		return 0, err
+	}
+	if err := d.parkBy(d.parkFn); err != nil {
+		return 0, err
+	}
+	return d.n, d.err
 }
 
 func (l *link) writeOnce(fd uintptr) (int, error) {
@@ -415,15 +423,7 @@ func (l *link) readHeader(c *ioCall, h *transport.Header) error {
 	if err := l.fill(c, transport.HeaderSize); err != nil {
 		return err
 	}
-	b := l.rbuf[l.rlo : l.rlo+transport.HeaderSize]
-	if err := transport.DecodeHeader(b, h); err != nil {
-		var fe *transport.FrameError
-		if errors.As(err, &fe) {
-			fe.Peer = l.peer
-		}
-		return err
-	}
-	if err := transport.CheckOrigin(h, l.job, l.epoch, l.peer); err != nil {
+	if err := transport.DecodeFrom(l.rbuf[l.rlo:l.rlo+transport.HeaderSize], h, l.job, l.epoch, l.peer); err != nil {
 		return err
 	}
 	l.rlo += transport.HeaderSize
@@ -512,50 +512,7 @@ func (l *link) readPayload(c *ioCall, p []byte) error {
 func (l *link) read(c *ioCall, dst []byte) (int, error) {
 	l.rdst = dst
 	defer func() { l.rdst = nil }()
-	l.rwait = l.rspin.Begin(c.ctx.Done())
-	if err := l.rc.Control(l.rtry); err != nil {
-		return 0, err
-	}
-	if l.rerr != errAgain {
-		l.rwait.End(true)
-		return l.rn, l.rerr
-	}
-	l.rwait.End(false)
-	if err := l.park(&l.rwake, c); err != nil {
-		return 0, err
-	}
-	if err := l.rc.Read(l.rpark); err != nil {
-		return 0, err
-	}
-	return l.rn, l.rerr
-}
-
-// tryRead is the RawConn.Control callback of read: it reads, polling while
-// nothing has arrived and the budget lasts.
-func (l *link) tryRead(fd uintptr) {
-	for {
-		n, err := l.readOnce(fd)
-		if err == syscall.EAGAIN {
-			if l.rwait.Again(l.isDone) {
-				continue
-			}
-			l.rn, l.rerr = 0, errAgain
-			return
-		}
-		l.rn, l.rerr = n, err
-		return
-	}
-}
-
-// parkRead is the RawConn.Read callback of read: false asks the poller to wait
-// until the socket is readable.
-func (l *link) parkRead(fd uintptr) bool {
-	n, err := l.readOnce(fd)
-	if err == syscall.EAGAIN {
-		return false
-	}
-	l.rn, l.rerr = n, err
-	return true
+	return l.do(&l.rio, &l.rwake, c)
 }
 
 func (l *link) readOnce(fd uintptr) (int, error) {
