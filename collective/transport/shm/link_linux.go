@@ -560,26 +560,7 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	if done, err := l.payloadStart(ctx, p); done || err != nil {
 		return err
 	}
-	for off := 0; off < len(p); {
-		avail := l.rtail - l.rhead
-		if avail == 0 {
-			if err := l.waitData(ctx, 1); err != nil {
-				return l.recvFailed(err)
-			}
-			avail = l.rtail - l.rhead
-		}
-		idx := l.rhead & l.in.mask
-		k := min(avail, uint64(len(p)-off), l.in.size-idx, pieceBytes)
-		copy(p[off:off+int(k)], l.in.data[idx:idx+k])
-		off += int(k)
-		l.rhead += k
-		if l.rhead-l.rpub >= pieceBytes {
-			l.publishHead()
-		}
-	}
-	l.pending = 0
-	l.publishHead()
-	return nil
+	return l.fromRing(ctx, len(p), p, nil)
 }
 
 // payloadStart begins receiving the payload announced by the last header into
@@ -630,17 +611,20 @@ func (l *link) RecvPayloadInPlace(ctx context.Context, scratch []byte, fn func(o
 	if done, err := l.payloadStart(ctx, scratch); err != nil || (done && !single) {
 		return err
 	}
-	consumed := func(err error) error {
-		l.rbroken = fmt.Errorf("the frame's consumer failed: %w", err)
-		return err
-	}
-	n := len(scratch)
 	if single {
 		if err := fn(0, scratch); err != nil {
-			return consumed(err)
+			l.rbroken = fmt.Errorf("the frame's consumer failed: %w", err)
+			return err
 		}
 		return nil
 	}
+	return l.fromRing(ctx, len(scratch), nil, fn)
+}
+
+// fromRing takes the n payload bytes of the current frame out of the ring:
+// copied into dst, or, with dst nil, handed to fn piece by piece where they
+// lie. Ring space is released as the bytes are taken.
+func (l *link) fromRing(ctx context.Context, n int, dst []byte, fn func(off int, piece []byte) error) error {
 	for off := 0; off < n; {
 		// Pieces but the last are multiples of 64 bytes: wait for that much.
 		want := uint64(min(inPlaceAlign, n-off))
@@ -654,8 +638,12 @@ func (l *link) RecvPayloadInPlace(ctx context.Context, scratch []byte, fn func(o
 		if int(k) < n-off {
 			k &^= inPlaceAlign - 1
 		}
-		if err := fn(off, l.in.data[idx:idx+k:idx+k]); err != nil {
-			return consumed(err)
+		piece := l.in.data[idx : idx+k : idx+k]
+		if dst != nil {
+			copy(dst[off:], piece)
+		} else if err := fn(off, piece); err != nil {
+			l.rbroken = fmt.Errorf("the frame's consumer failed: %w", err)
+			return err
 		}
 		off += int(k)
 		l.rhead += k
