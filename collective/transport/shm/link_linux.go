@@ -49,6 +49,7 @@ type link struct {
 	stopFn   func() bool // closed or peer gone: a polling wait ends
 
 	// How long a wait of each direction polls before it parks.
+	spinTime     time.Duration
 	wspin, rspin spin.Budget
 
 	// Send side, guarded by wmu.
@@ -115,8 +116,9 @@ func newLink(e *endpoint) *link {
 		epoch:      e.epoch,
 		self:       uint32(e.self),
 		ioTimeout:  e.ioTimeout,
-		wspin:      spin.NewBudget(e.spin, spinCheck),
-		rspin:      spin.NewBudget(e.spin, spinCheck),
+		spinTime:   e.spin,
+		wspin:      spin.NewBudget(e.spin, spinCheck, false),
+		rspin:      spin.NewBudget(e.spin, spinCheck, false),
 		reg:        e.reg,
 		out:        e.reg.ring(e.side),
 		in:         e.reg.ring(1 - e.side),
@@ -134,6 +136,17 @@ func newLink(e *endpoint) *link {
 	l.wwake.Init(func(t time.Time) { _ = spaceR.SetReadDeadline(t) })
 	l.rwake.Init(func(t time.Time) { _ = dataR.SetReadDeadline(t) })
 	return l
+}
+
+// oversubscribed adapts the link, before its first use, to a host whose
+// ranks outnumber its CPUs, so that they take turns on the cores: frames go
+// through the ring (a single-copy Send would wait for a receiver that is
+// often not running) and polls yield to other processes (the peer may need
+// this very CPU).
+func (l *link) oversubscribed() {
+	l.singleMin = 0
+	l.wspin = spin.NewBudget(l.spinTime, spinCheck, true)
+	l.rspin = spin.NewBudget(l.spinTime, spinCheck, true)
 }
 
 func (l *link) Peer() int          { return l.peer }

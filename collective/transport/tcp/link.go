@@ -145,8 +145,8 @@ func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int,
 		wbuf:      make([]byte, transport.HeaderSize+smallFrame),
 		rbuf:      make([]byte, cfg.ReadBufferSize),
 	}
-	l.wio.init(spin.NewBudget(cfg.SpinTime, pollEvery), l.writeOnce, l.closed.Load, rc.Write)
-	l.rio.init(spin.NewBudget(cfg.SpinTime, pollEvery), l.readOnce, l.closed.Load, rc.Read)
+	l.wio.init(spin.NewBudget(cfg.SpinTime, pollEvery, false), l.writeOnce, l.closed.Load, rc.Write)
+	l.rio.init(spin.NewBudget(cfg.SpinTime, pollEvery, false), l.readOnce, l.closed.Load, rc.Read)
 	l.wwake.Init(func(t time.Time) { _ = c.SetWriteDeadline(t) })
 	l.rwake.Init(func(t time.Time) { _ = c.SetReadDeadline(t) })
 	return l

@@ -13,13 +13,15 @@ const minFraction = 16
 // handed the CPU to a process that is not waiting for anything: a rank of the
 // same job sharing the core gives it back within tens of microseconds (it
 // soon waits itself), a busy process keeps it for a whole time slice
-// (0.75–3 ms). yieldPause is how long a Budget then stops yielding to other
-// processes: one lost slice per pause, where yielding on every wait would
-// lose one per wait (measured with one core kept busy: a 4 KiB allreduce
-// took 1.7 ms instead of 40 µs).
+// (0.75–3 ms). The Budget then stops yielding to other processes for
+// yieldPause, doubled each time the next yield is slow again, up to
+// maxYieldPause: a few lost slices, where yielding on every wait would lose
+// one per wait (measured with one core kept busy: a 4 KiB allreduce took
+// 1.7–3.4 ms instead of 3–40 µs).
 const (
-	slowYield  = 200 * time.Microsecond
-	yieldPause = 100 * time.Millisecond
+	slowYield     = 200 * time.Microsecond
+	yieldPause    = 100 * time.Millisecond
+	maxYieldPause = 10 * time.Second
 )
 
 // Budget bounds the polling of one direction of a link and adapts the bound to
@@ -29,18 +31,23 @@ type Budget struct {
 	max   time.Duration
 	limit time.Duration
 	every int
-	// noYieldUntil: a yield found a process that keeps the CPU; until then
-	// polls yield only to this process's goroutines.
+	// yield: polls also yield to other processes (sched_yield). Until
+	// noYieldUntil they do not: a yield found a process that keeps the CPU;
+	// pause is how long the next such finding stops them.
+	yield        bool
 	noYieldUntil time.Time
+	pause        time.Duration
 }
 
 // NewBudget returns a budget of at most limit per wait (0 or less: never
-// poll), yielding and checking the clock and the caller's state every `every`
-// polls: about a microsecond of polling (64 reads of a shared counter, 2 or 3
-// non-blocking system calls).
-func NewBudget(limit time.Duration, every int) Budget {
+// poll), yielding to the process's goroutines and checking the clock and the
+// caller's state every `every` polls: about a microsecond of polling (64
+// reads of a shared counter, 2 or 3 non-blocking system calls). With
+// yieldToProcesses they also yield to other processes, for when this host's
+// ranks outnumber its CPUs: the peer a poll waits for may need this very CPU.
+func NewBudget(limit time.Duration, every int, yieldToProcesses bool) Budget {
 	limit = max(limit, 0)
-	return Budget{max: limit, limit: limit, every: max(every, 1)}
+	return Budget{max: limit, limit: limit, every: max(every, 1), yield: yieldToProcesses, pause: yieldPause}
 }
 
 // Limit is the current bound of one wait.
@@ -86,11 +93,14 @@ func (w *Wait) Again(stop func() bool) bool {
 		return false
 	}
 	runtime.Gosched()
-	if now.After(w.b.noYieldUntil) {
+	if b := w.b; b.yield && now.After(b.noYieldUntil) {
 		t := time.Now()
 		yieldCPU()
-		if d := time.Since(t); d > slowYield {
-			w.b.noYieldUntil = t.Add(d + yieldPause)
+		if d := time.Since(t); d <= slowYield {
+			b.pause = yieldPause
+		} else {
+			b.noYieldUntil = t.Add(d + b.pause)
+			b.pause = min(2*b.pause, maxYieldPause)
 		}
 	}
 	return true

@@ -19,7 +19,7 @@ func pollUntilStopped(w *Wait, stop func() bool) (time.Duration, int) {
 }
 
 func TestBudgetBoundsAWait(t *testing.T) {
-	b := NewBudget(2*time.Millisecond, 4)
+	b := NewBudget(2*time.Millisecond, 4, true)
 	w := b.Begin(nil)
 	d, n := pollUntilStopped(&w, never)
 	if d < 2*time.Millisecond {
@@ -37,7 +37,7 @@ func TestBudgetBoundsAWait(t *testing.T) {
 
 func TestBudgetAdapts(t *testing.T) {
 	const max = 4 * time.Millisecond
-	b := NewBudget(max, 1)
+	b := NewBudget(max, 1, true)
 	// Waits that outlast the budget halve it, down to max/16.
 	want := max
 	for range 6 {
@@ -74,7 +74,7 @@ func TestBudgetAdapts(t *testing.T) {
 func maxDur(a, b time.Duration) time.Duration { return max(a, b) }
 
 func TestStopAndDoneEndAWait(t *testing.T) {
-	b := NewBudget(time.Hour, 8)
+	b := NewBudget(time.Hour, 8, true)
 	stopAfter := 0
 	w := b.Begin(nil)
 	_, n := pollUntilStopped(&w, func() bool { stopAfter++; return stopAfter == 3 })
@@ -90,7 +90,7 @@ func TestStopAndDoneEndAWait(t *testing.T) {
 }
 
 func TestZeroBudgetNeverPolls(t *testing.T) {
-	for _, b := range []Budget{{}, NewBudget(0, 1), NewBudget(-time.Second, 1)} {
+	for _, b := range []Budget{{}, NewBudget(0, 1, true), NewBudget(-time.Second, 1, true)} {
 		w := b.Begin(nil)
 		if w.Again(never) {
 			t.Errorf("budget %+v polls", b)

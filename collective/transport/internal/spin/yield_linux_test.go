@@ -53,16 +53,33 @@ func TestYieldPausesBehindABusyProcess(t *testing.T) {
 	if err := unix.SchedSetaffinity(hog.Process.Pid, &one); err != nil {
 		t.Fatal(err)
 	}
-	b := NewBudget(time.Hour, 1)
-	w := b.Begin(nil)
-	deadline := time.Now().Add(20 * time.Second)
-	for b.noYieldUntil.IsZero() {
-		if time.Now().After(deadline) {
-			t.Fatal("yields to a busy process on the same CPU never took a time slice")
-		}
+	// Without yields to other processes, nothing is ever found.
+	quiet := NewBudget(time.Hour, 1, false)
+	w := quiet.Begin(nil)
+	for range 2000 {
 		w.Again(never)
 	}
-	if until := time.Until(b.noYieldUntil); until <= 0 || until > yieldPause+time.Second {
-		t.Errorf("yielding paused for %v, want about %v", until, yieldPause)
+	if !quiet.noYieldUntil.IsZero() {
+		t.Fatal("a budget that does not yield to processes paused its yields")
+	}
+	b := NewBudget(time.Hour, 1, true)
+	w = b.Begin(nil)
+	pauseFound := func() time.Duration {
+		t.Helper()
+		b.noYieldUntil = time.Time{}
+		deadline := time.Now().Add(20 * time.Second)
+		for b.noYieldUntil.IsZero() {
+			if time.Now().After(deadline) {
+				t.Fatal("yields to a busy process on the same CPU never took a time slice")
+			}
+			w.Again(never)
+		}
+		return time.Until(b.noYieldUntil)
+	}
+	// The pause doubles while slow yields recur (here: right after it).
+	for i, want := range []time.Duration{yieldPause, 2 * yieldPause, 4 * yieldPause} {
+		if got := pauseFound(); got < want-10*time.Millisecond || got > want+time.Second {
+			t.Errorf("slow yield %d: yielding paused for %v, want about %v", i, got, want)
+		}
 	}
 }
