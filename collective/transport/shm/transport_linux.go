@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
 )
 
@@ -125,7 +126,7 @@ func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport
 			local++
 		}
 	}
-	if local > hostCPUs() {
+	if local > spin.HostCPUs() {
 		for _, l := range links {
 			if sl, ok := l.(*link); ok {
 				sl.oversubscribed()

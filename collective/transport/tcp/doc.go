@@ -39,8 +39,9 @@
 //
 // The socket is read and written with non-blocking system calls through
 // syscall.RawConn. A call that finds nothing to read (or no room to write)
-// polls for up to Config.SpinTime — yielding to the process's goroutines and
-// to other processes every other attempt, and checking its context and Close —
+// polls for up to Config.SpinTime — yielding to the process's goroutines every
+// other attempt (and to other processes too when the world has more ranks on
+// this host than the host has CPUs), and checking its context and Close —
 // before it parks in Go's network poller. Parking and being woken costs tens
 // of microseconds, more when the waking CPU was idle (a virtual CPU in
 // particular), where a rank waiting for its peer's next chunk usually waits a

@@ -55,6 +55,7 @@ type link struct {
 	epoch     uint64
 	self      uint32
 	ioTimeout time.Duration
+	spinTime  time.Duration
 
 	closed atomic.Bool
 
@@ -142,6 +143,7 @@ func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int,
 		epoch:     epoch,
 		self:      uint32(self),
 		ioTimeout: cfg.IOTimeout,
+		spinTime:  cfg.SpinTime,
 		wbuf:      make([]byte, transport.HeaderSize+smallFrame),
 		rbuf:      make([]byte, cfg.ReadBufferSize),
 	}
@@ -150,6 +152,23 @@ func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int,
 	l.wwake.Init(func(t time.Time) { _ = c.SetWriteDeadline(t) })
 	l.rwake.Init(func(t time.Time) { _ = c.SetReadDeadline(t) })
 	return l
+}
+
+// sameHost reports whether the peer is on this host: a connection between
+// two processes of one host has the same address at both ends (loopback or
+// not).
+func (l *link) sameHost() bool {
+	la, lok := l.conn.LocalAddr().(*net.TCPAddr)
+	ra, rok := l.conn.RemoteAddr().(*net.TCPAddr)
+	return lok && rok && la.IP.Equal(ra.IP)
+}
+
+// oversubscribed makes the link's polls, before its first use, also yield to
+// other processes: this host's ranks outnumber its CPUs, and the peer may need
+// this very CPU.
+func (l *link) oversubscribed() {
+	l.wio.spin = spin.NewBudget(l.spinTime, pollEvery, true)
+	l.rio.spin = spin.NewBudget(l.spinTime, pollEvery, true)
 }
 
 func (l *link) Peer() int          { return l.peer }

@@ -50,6 +50,9 @@ func NewBudget(limit time.Duration, every int, yieldToProcesses bool) Budget {
 	return Budget{max: limit, limit: limit, every: max(every, 1), yield: yieldToProcesses, pause: yieldPause}
 }
 
+// YieldsToProcesses reports whether polls yield to other processes.
+func (b *Budget) YieldsToProcesses() bool { return b.yield }
+
 // Limit is the current bound of one wait.
 func (b *Budget) Limit() time.Duration { return b.limit }
 
