@@ -28,7 +28,7 @@
 //     Close and Abort end it within a few polls;
 //   - it is bounded per wait by a Budget, which adapts: it halves each time a
 //     wait outlasts it (the call parks anyway, so the polling was wasted)
-//     and doubles, up to its maximum, each time a poll succeeds. A job that
+//     and grows by a sixteenth of its maximum each time a poll succeeds. A job that
 //     waits on a silent peer spins once, briefly, then sleeps; a job whose
 //     waits are long (slow steps, a straggler) soon spins only a little per
 //     wait; a job streaming data spins at the maximum.

@@ -32,10 +32,11 @@ type Budget struct {
 	limit time.Duration
 	every int
 	// yield: polls also yield to other processes (sched_yield). Until
-	// noYieldUntil they do not: a yield found a process that keeps the CPU;
-	// pause is how long the next such finding stops them.
+	// noYieldUntil they do not: a yield found a process that keeps the CPU
+	// (the last at lastSlow, which stopped them for pause).
 	yield        bool
 	noYieldUntil time.Time
+	lastSlow     time.Time
 	pause        time.Duration
 }
 
@@ -99,11 +100,15 @@ func (w *Wait) Again(stop func() bool) bool {
 	if b := w.b; b.yield && now.After(b.noYieldUntil) {
 		t := time.Now()
 		yieldCPU()
-		if d := time.Since(t); d <= slowYield {
-			b.pause = yieldPause
-		} else {
+		if d := time.Since(t); d > slowYield {
+			// Recurring (within twice the last pause): pause longer.
+			if !b.lastSlow.IsZero() && t.Sub(b.lastSlow) < 2*b.pause {
+				b.pause = min(2*b.pause, maxYieldPause)
+			} else {
+				b.pause = yieldPause
+			}
+			b.lastSlow = t
 			b.noYieldUntil = t.Add(d + b.pause)
-			b.pause = min(2*b.pause, maxYieldPause)
 		}
 	}
 	return true
@@ -111,7 +116,9 @@ func (w *Wait) Again(stop func() bool) bool {
 
 // End records how the wait ended: ok when a poll found what the caller waited
 // for. A wait that ran out of budget (the caller then parked) halves the
-// budget; a successful poll doubles it back, up to the maximum.
+// budget; a successful poll adds a sixteenth of the maximum back: polling
+// grows slowly where it pays and shrinks fast where it is wasted (when waits
+// are long, as on a loaded machine where the peer is not running).
 func (w *Wait) End(ok bool) {
 	b := w.b
 	if b == nil || b.max <= 0 {
@@ -120,7 +127,7 @@ func (w *Wait) End(ok bool) {
 	switch {
 	case ok && !w.parked:
 		if w.polls > 0 {
-			b.limit = min(b.max, 2*b.limit)
+			b.limit = min(b.max, b.limit+b.max/minFraction)
 		}
 	case w.parked:
 		b.limit = max(b.max/minFraction, b.limit/2)

@@ -49,12 +49,12 @@ func TestBudgetAdapts(t *testing.T) {
 			t.Fatalf("after a wasted spin the limit is %v, want %v", b.Limit(), want)
 		}
 	}
-	// A poll that succeeds doubles it, up to max.
-	for range 6 {
+	// A poll that succeeds adds max/16, up to max.
+	for range 20 {
 		w := b.Begin(nil)
 		w.Again(never)
 		w.End(true)
-		want = min(2*want, max)
+		want = min(want+max/minFraction, max)
 		if b.Limit() != want {
 			t.Fatalf("after a successful spin the limit is %v, want %v", b.Limit(), want)
 		}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,9 +13,20 @@ import (
 
 const envHog = "SPIN_TEST_HOG_CPU"
 
-// TestMain turns the test binary into a CPU hog when a test starts it so.
+// TestMain turns the test binary into a CPU hog when a test starts it so:
+// the spinning goroutine's thread pinned to the CPU the variable names.
 func TestMain(m *testing.M) {
-	if os.Getenv(envHog) != "" {
+	if v := os.Getenv(envHog); v != "" {
+		cpu, err := strconv.Atoi(v)
+		if err != nil {
+			os.Exit(2)
+		}
+		runtime.LockOSThread()
+		var one unix.CPUSet
+		one.Set(cpu)
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			os.Exit(3)
+		}
 		for {
 		}
 	}
@@ -42,7 +54,7 @@ func TestYieldPausesBehindABusyProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	hog := exec.Command(os.Args[0], "-test.run=^$")
-	hog.Env = append(os.Environ(), envHog+"=1")
+	hog.Env = append(os.Environ(), envHog+"="+strconv.Itoa(cpu))
 	if err := hog.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -50,9 +62,6 @@ func TestYieldPausesBehindABusyProcess(t *testing.T) {
 		_ = hog.Process.Kill()
 		_ = hog.Wait()
 	})
-	if err := unix.SchedSetaffinity(hog.Process.Pid, &one); err != nil {
-		t.Fatal(err)
-	}
 	// Without yields to other processes, nothing is ever found.
 	quiet := NewBudget(time.Hour, 1, false)
 	w := quiet.Begin(nil)
