@@ -331,20 +331,20 @@ func (l *link) writeFrame(c *ioCall) error {
 	return nil
 }
 
-// nextPiece points l.wiov at up to pieceBytes of the frame from byte done on.
+// nextPiece points l.wiov at what is left of the frame from byte done on, up
+// to the next multiple of pieceBytes of the payload (the header rides along
+// with the first piece).
 func (l *link) nextPiece(done int) {
 	h, p := l.wfrm[0], l.wfrm[1]
-	budget := pieceBytes
 	l.wiov = l.wvec[:0]
 	if done < len(h) {
 		l.wiov = append(l.wiov, h[done:])
-		budget -= len(h) - done
 		done = 0
 	} else {
 		done -= len(h)
 	}
 	if len(p) > done {
-		l.wiov = append(l.wiov, p[done:min(len(p), done+max(budget, 0))])
+		l.wiov = append(l.wiov, p[done:min(len(p), (done/pieceBytes+1)*pieceBytes)])
 	}
 }
 
