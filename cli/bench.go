@@ -40,6 +40,7 @@ type workerSpec struct {
 	SmallBytes  int           `json:"small_bytes"`
 	Transport   string        `json:"transport"`
 	SocketBuf   int           `json:"socket_buffer"`
+	SpinTime    time.Duration `json:"spin_time,omitempty"`
 	BatchTimeUS int           `json:"batch_time_us"`
 	// ProfileDir, when set, is where every worker writes a CPU profile
 	// (cpu-rank<r>.pprof) and an execution trace (trace-rank<r>.out) of its
@@ -71,6 +72,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
 	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0 keeps the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
+	spinTime := fs.Duration("spin-time", 0, "how long a waiting call polls before it parks (0: the transport's default, 100µs; negative: never poll)")
 	placement := fs.String("placement", string(launch.PlaceBalanced), "pin workers to CPUs: balanced (each worker to its share of the CPUs) or none")
 	profileDir := fs.String("profile", "", "write each worker's CPU profile and execution trace into this directory (cpu-rank<r>.pprof, trace-rank<r>.out)")
 	fs.Usage = func() {
@@ -106,6 +108,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageErr(stderr, "--batch-time %v is negative", *batchTime)
 	}
 	spec.BatchTimeUS = int(batchTime.Microseconds())
+	spec.SpinTime = *spinTime
 	if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
 		return usageErr(stderr, "--socket-buffer: %v", err)
 	}
@@ -282,6 +285,7 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 	tcfg := multi.DefaultConfig()
 	tcfg.Mode, tcfg.ListenAddr, tcfg.Secret, tcfg.IOTimeout = mode, env.ListenAddr, env.Secret, spec.IOTimeout
 	tcfg.TCP.SocketBuffer = spec.SocketBuf
+	tcfg.TCP.SpinTime, tcfg.SHM.SpinTime = spec.SpinTime, spec.SpinTime
 	t, err := multi.Listen(tcfg)
 	if err != nil {
 		return err
