@@ -48,6 +48,9 @@ type Spec struct {
 	HostSlots func(host string) int
 	// SSH is how workers on other hosts are started.
 	SSH SSH
+	// Placement pins workers to CPUs (PlaceBalanced: each to its share of
+	// the first CPUs of those this process may use). Default PlaceAnywhere.
+	Placement Placement
 }
 
 // Job is a running set of workers.
@@ -55,6 +58,7 @@ type Job struct {
 	ctx       context.Context
 	spec      Spec
 	shareCPUs []string
+	cpus      []int // the CPUs PlaceBalanced shares out; nil: no pinning
 
 	mu      sync.Mutex
 	workers []*worker
@@ -126,7 +130,18 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if spec.SSH, err = spec.SSH.withDefaults(); err != nil {
 		return nil, err
 	}
+	place, err := ParsePlacement(string(spec.Placement))
+	if err != nil {
+		return nil, err
+	}
 	j := &Job{ctx: ctx, spec: spec, done: make(chan struct{}), shareCPUs: ShareCPUs(spec.CPUs, spec.NP)}
+	if place == PlaceBalanced {
+		cpus, err := allowedCPUs()
+		if err != nil {
+			return nil, err
+		}
+		j.cpus = cpus[:min(len(cpus), spec.CPUs)]
+	}
 	for range spec.NP {
 		if _, err := j.Add(); err != nil {
 			j.Signal(syscall.SIGKILL)
@@ -170,7 +185,11 @@ func (j *Job) add(place func(i int) string, env []string) (int, error) {
 		w.cmd.Cancel = func() error { return w.cmd.Process.Signal(j.spec.StopSignal) }
 		w.cmd.WaitDelay = j.spec.StopGrace
 		w.cmd.Stdout, w.cmd.Stderr = stdout, stderr
-		err = w.cmd.Start()
+		var cpus []int
+		if j.cpus != nil {
+			cpus = balancedCPUs(i, j.spec.NP, j.cpus)
+		}
+		err = startOn(w.cmd, cpus)
 	} else {
 		w.host = host
 		err = j.startRemote(w, slices.Concat(j.spec.Env(i), env), stdout, stderr)
@@ -221,6 +240,9 @@ type ProcessSpec struct {
 	// follows after StopGrace. Defaults SIGTERM and 5 s.
 	StopSignal syscall.Signal
 	StopGrace  time.Duration
+	// CPUs pins the process to these CPUs (see Placement and PlaceCPUs);
+	// nil lets it run anywhere.
+	CPUs []int
 }
 
 // DefaultStopGrace is how long a process stopped by its context has to exit
@@ -259,7 +281,7 @@ func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 	stdout := &lineWriter{stream: "stdout", out: out}
 	stderr := &lineWriter{stream: "stderr", out: out}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Start(); err != nil {
+	if err := startOn(cmd, spec.CPUs); err != nil {
 		return nil, err
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{})}
