@@ -102,6 +102,7 @@ const (
 // ErrInvalidConfig is wrapped (through each transport's own ErrInvalidConfig)
 // by every error about a transport configuration that cannot work.
 var ErrInvalidConfig = errors.New("invalid transport configuration")
+
 // InPlaceLink is an optional Link extension for frames whose receiver
 // consumes the payload where it lands — reduces it into its result — instead
 // of keeping a copy: a shared-memory transport then lets the receiver read the
