@@ -27,9 +27,12 @@ import (
 type Spec struct {
 	Argv []string // the worker command
 	NP   int      // workers started at once
-	// Env returns the extra NAME=value entries of worker i (added after this
-	// process's environment).
+	// Env returns the extra NAME=value entries of worker i (added after
+	// Environ).
 	Env func(i int) []string
+	// Environ is the environment every worker starts from. Default: this
+	// process's.
+	Environ []string
 	// Output receives every line a worker prints (stream is "stdout" or
 	// "stderr"). Default: "[i] line" to this process's stdout / stderr.
 	Output func(i int, stream string, line []byte)
@@ -104,8 +107,11 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if spec.CPUs <= 0 {
 		spec.CPUs = runtime.NumCPU()
 	}
+	if spec.Environ == nil {
+		spec.Environ = os.Environ()
+	}
 	j := &Job{ctx: ctx, spec: spec, done: make(chan struct{})}
-	if !slices.ContainsFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
+	if !slices.ContainsFunc(spec.Environ, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
 		j.shareCPUs = []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, spec.CPUs/spec.NP))}
 	}
 	for range spec.NP {
@@ -127,7 +133,7 @@ func (j *Job) Add() (int, error) {
 	}
 	i := len(j.procs)
 	cmd := exec.CommandContext(j.ctx, j.spec.Argv[0], j.spec.Argv[1:]...)
-	cmd.Env = slices.Concat(os.Environ(), j.shareCPUs, j.spec.Env(i))
+	cmd.Env = slices.Concat(j.spec.Environ, j.shareCPUs, j.spec.Env(i))
 	cmd.Cancel = func() error { return cmd.Process.Signal(j.spec.StopSignal) }
 	cmd.WaitDelay = j.spec.StopGrace
 	// exec copies the output and Wait waits for the copy to finish, so no
