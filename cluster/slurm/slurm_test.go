@@ -515,3 +515,59 @@ func TestJobsProvisioner(t *testing.T) {
 		t.Fatalf("jobs left: %v %v", jobs, err)
 	}
 }
+
+// TestJobsPreempted: a worker job in a preemptible partition is preempted by
+// a more urgent job; the worker gets SIGTERM from Slurm, leaves, and its job
+// ends, which the provisioner sees.
+func TestJobsPreempted(t *testing.T) {
+	cfg := testslurm.DefaultConfig()
+	cfg.Preemption, cfg.PreemptGrace = true, 5*time.Second
+	c := testslurm.New(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	p, err := New(Config{
+		Mode: Jobs, Argv: []string{exe}, Grace: 2 * time.Second, Environ: c.Environ(), OutputDir: dir, PollInterval: 100 * time.Millisecond,
+		CPUsPerWorker: cfg.CPUs / 2, ExtraArgs: []string{"--partition=spot"},
+		Env: func(i int) []string { return []string{envHelper + "=worker"} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if err := p.Start(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	ws := p.Workers()
+	outOf := func(i int) string { return readFile(filepath.Join(dir, "gorovod-worker-"+ws[i].ID+".out")) }
+	for i := range 2 {
+		waitCond(t, time.Minute, fmt.Sprintf("job %s to start", ws[i].ID), func() (bool, string) {
+			return strings.Contains(outOf(i), "ready "), outOf(i)
+		})
+	}
+	urgent, err := c.Run(ctx, "sbatch", "--parsable", "--partition=urgent", fmt.Sprintf("--cpus-per-task=%d", cfg.CPUs/2),
+		"--output=/dev/null", "--wrap=sleep 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	waitCond(t, time.Minute, "a worker to be preempted", func() (bool, string) {
+		ws := p.Workers()
+		return ws[0].Done || ws[1].Done, fmt.Sprintf("%+v", ws)
+	})
+	preempted, kept := 0, 1
+	if !p.Workers()[0].Done {
+		preempted, kept = 1, 0
+	}
+	if out := outOf(preempted); !strings.Contains(out, "\nterm ") || !strings.Contains(out, "\nleft") {
+		t.Fatalf("the preempted worker printed %q", out)
+	}
+	if out := outOf(kept); strings.Contains(out, "\nterm ") {
+		t.Fatalf("the other worker was signalled too: %q", out)
+	}
+	t.Logf("job %s preempted worker job %s; it left and its job ended %v after the urgent job's submission", urgent, ws[preempted].ID, time.Since(t0).Round(time.Millisecond))
+}

@@ -42,6 +42,12 @@ type Config struct {
 	KillWait time.Duration
 	// StartTimeout bounds the wait for the node to be idle. Default 60 s.
 	StartTimeout time.Duration
+	// Preemption adds two partitions without oversubscription on the node,
+	// "spot" and "urgent": a job in urgent that needs CPUs held by jobs in
+	// spot preempts them (PreemptMode=CANCEL: SIGTERM, then after
+	// PreemptGrace SIGTERM again and SIGKILL KillWait later).
+	Preemption   bool
+	PreemptGrace time.Duration // whole seconds
 }
 
 // DefaultConfig returns 8 CPUs, KillWait 3 s, 60 s to start.
@@ -264,13 +270,27 @@ MpiDefault=none
 ReturnToService=2
 KillWait=%d
 SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=2
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 CPUs=%d State=UNKNOWN
 PartitionName=gorovod Nodes=%s Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
-`, c.Name, host, ctldPort, slurmdPort, mungeSocket, d, d, d, d, d, d,
-		int((c.cfg.KillWait+time.Second-1)/time.Second), c.NodeName, host, c.cfg.CPUs, c.NodeName)
+%s`, c.Name, host, ctldPort, slurmdPort, mungeSocket, d, d, d, d, d, d,
+		seconds(c.cfg.KillWait), c.NodeName, host, c.cfg.CPUs, c.NodeName, c.preemption())
+}
+
+func seconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
+
+func (c *Cluster) preemption() string {
+	if !c.cfg.Preemption {
+		return ""
+	}
+	return fmt.Sprintf(`PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=spot Nodes=%s MaxTime=INFINITE State=UP OverSubscribe=NO PriorityTier=1 PreemptMode=CANCEL GraceTime=%d
+PartitionName=urgent Nodes=%s MaxTime=INFINITE State=UP OverSubscribe=NO PriorityTier=2 PreemptMode=OFF
+`, c.NodeName, seconds(c.cfg.PreemptGrace), c.NodeName)
 }
 
 // Env is what a Slurm client command (srun, sbatch, squeue, ...) needs in its
