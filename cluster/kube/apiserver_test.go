@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -272,6 +274,126 @@ func TestAgainstAPIServer(t *testing.T) {
 		if !d.Preempted || d.Reason != "deleted by someone else" {
 			t.Errorf("deleted with the driver: %+v", d)
 		}
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPodsOnKubelet runs worker pods for real: a kubelet with containerd and
+// runc, the images built here. The provisioner's pods start, get their
+// secret through the Secret and their name through the downward API; a
+// worker the engine removes gets SIGTERM from the kubelet and its pod goes;
+// a worker whose pod someone else deletes (a drain, a preemption) gets
+// SIGTERM, exits 143 and is reported preempted.
+func TestPodsOnKubelet(t *testing.T) {
+	cp := testkube.New(t, testkube.DefaultConfig())
+	helper := filepath.Join(t.TempDir(), "podhelper")
+	build := exec.Command("go", "build", "-o", helper, "./testdata/podhelper")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the pod helper: %v: %s", err, out)
+	}
+	node := cp.NewNode(t, testkube.NodeConfig{
+		PauseRef: "gorovod.local/pause:test",
+		Images: []testkube.Image{
+			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": helper}, Entrypoint: []string{"/bin/pause", "pause"}},
+			{Ref: "gorovod.local/worker:test", Files: map[string]string{"bin/worker": helper}, Entrypoint: []string{"/bin/worker"}},
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "gorovod-kubelet"
+	if err := cp.Namespace(ctx, admin, ns); err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	secret := bytes.Repeat([]byte{0x5e}, 32)
+	p, err := New(ctx, Config{
+		Client: admin, Namespace: ns, Job: "onnode", Image: "gorovod.local/worker:test", Command: []string{"/bin/worker", "worker"},
+		Env:       []corev1.EnvVar{{Name: envconfig.EnvSeeds, Value: "198.18.0.2:7946"}},
+		SecretEnv: SecretEnv(secret), Grace: 2 * time.Second, PendingTimeout: 2 * time.Minute, OnEvent: ev.add,
+		Customize: func(pod *corev1.Pod) {
+			// No scheduler and no CNI plugin here (package testkube).
+			pod.Spec.NodeName, pod.Spec.HostNetwork = node.Name, true
+			pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if err := p.Start(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	ev.wait(t, PodRunning, 2, 2*time.Minute)
+	logOf := func(pod string) string {
+		matches, _ := filepath.Glob(filepath.Join(node.LogDir, ns+"_"+pod+"_*", ContainerName, "*.log"))
+		var b strings.Builder
+		for _, m := range matches {
+			data, _ := os.ReadFile(m)
+			b.Write(data)
+		}
+		return b.String()
+	}
+	waitLog := func(pod, want string) {
+		t.Helper()
+		deadline := time.NewTimer(time.Minute)
+		defer deadline.Stop()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for !strings.Contains(logOf(pod), want) {
+			select {
+			case <-deadline.C:
+				t.Fatalf("%s never printed %q; its log: %q", pod, want, logOf(pod))
+			case <-tick.C:
+			}
+		}
+	}
+	for i, pod := range []string{"onnode-worker-0", "onnode-worker-1"} {
+		// (Its host name is the node's: host-network pods share the
+		// node's UTS namespace; the engine, which knows workers by host
+		// name, is given the pod name below as it would see it without
+		// hostNetwork.)
+		waitLog(pod, "ready ")
+		waitLog(pod, "env GOROVOD_POD_NAME="+pod+"\n")
+		waitLog(pod, "env GOROVOD_SECRET="+strings.Repeat("5e", 32)+"\n")
+		waitLog(pod, fmt.Sprintf("env GOROVOD_LAUNCH_INDEX=%d\n", i))
+	}
+
+	// The engine removes worker 0: after the grace period its pod is
+	// deleted, the kubelet sends SIGTERM, the pod goes.
+	if err := p.Stop(ctx, heuristics.WorkerInfo{Name: "w0", Host: "onnode-worker-0"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logOf("onnode-worker-0"), "term") && !p.Workers()[0].Deleted {
+		t.Fatalf("worker 0 after Stop: %+v", p.Workers()[0])
+	}
+	// Someone else deletes worker 1's pod.
+	if err := admin.CoreV1().Pods(ns).Delete(ctx, "onnode-worker-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ended *Event
+	for _, e := range ev.wait(t, PodDeleted, 2, 2*time.Minute) {
+		if e.Pod == "onnode-worker-1" {
+			ended = &e
+		}
+	}
+	if ended == nil || !ended.Preempted {
+		t.Fatalf("worker 1 deleted by someone else: %+v; all events %+v", ended, ev.all)
+	}
+	for _, e := range ev.of(PodEnded) {
+		// Both got SIGTERM and left with 143; only worker 1 was preempted.
+		if e.ExitCode != 143 || e.Preempted != (e.Pod == "onnode-worker-1") {
+			t.Fatalf("ended: %+v", e)
+		}
+	}
+	if len(ev.of(PodEnded)) != 2 {
+		t.Fatalf("ended events: %+v", ev.of(PodEnded))
 	}
 	if err := p.Close(ctx); err != nil {
 		t.Fatal(err)

@@ -431,7 +431,9 @@ func (p *Provisioner) observe(obj any, deleted bool) {
 	}
 	if code, reason, ended := ended(pod); ended && !st.Ended {
 		st.Ended, st.ExitCode = true, code
-		st.Preempted = preempted(pod, code)
+		// A worker the provisioner deleted exits 143 too: that is the
+		// engine's decision, not a preemption.
+		st.Preempted = preempted(pod, code) && !st.byUs
 		st.pending.Stop()
 		close(st.ended)
 		evs = append(evs, p.eventLocked(st, PodEnded, reason))

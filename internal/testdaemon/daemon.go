@@ -146,14 +146,21 @@ func FreePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
+// Marker is what only one harness's processes carry: an environment entry
+// ("NAME=value"), an open unix socket bound under a directory, or a string in
+// their command line. Harnesses use their own temporary directory in each.
+type Marker struct {
+	Env       string
+	SocketDir string
+	Cmdline   string
+}
+
 // Marked returns the pids of the processes, other than this one, that carry
-// marker: an environment entry (as "NAME=value") or the path of a unix
-// socket they hold open under a directory. Harnesses give their daemons and
-// jobs a marker no other test's processes have (a temporary directory).
-func Marked(env string, socketDir string) []int {
+// the marker.
+func Marked(m Marker) []int {
 	var sockInodes map[string]bool
-	if socketDir != "" {
-		sockInodes = unixSocketInodes(socketDir)
+	if m.SocketDir != "" {
+		sockInodes = unixSocketInodes(m.SocketDir)
 	}
 	self := os.Getpid()
 	entries, _ := os.ReadDir("/proc")
@@ -163,7 +170,8 @@ func Marked(env string, socketDir string) []int {
 		if err != nil || pid == self {
 			continue
 		}
-		if env != "" && hasEnv(pid, env) || len(sockInodes) > 0 && holdsSocket(pid, sockInodes) {
+		if m.Env != "" && hasEnv(pid, m.Env) || len(sockInodes) > 0 && holdsSocket(pid, sockInodes) ||
+			m.Cmdline != "" && strings.Contains(cmdline(pid), m.Cmdline) {
 			pids = append(pids, pid)
 		}
 	}
@@ -222,8 +230,8 @@ func holdsSocket(pid int, inodes map[string]bool) bool {
 // KillMarked SIGKILLs the processes Marked finds and returns an error naming
 // them (nil when there were none): a harness calls it last, and whatever it
 // finds is something its Stop failed to end properly.
-func KillMarked(env string, socketDir string) error {
-	pids := Marked(env, socketDir)
+func KillMarked(m Marker) error {
+	pids := Marked(m)
 	if len(pids) == 0 {
 		return nil
 	}

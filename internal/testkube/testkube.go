@@ -72,6 +72,7 @@ type ControlPlane struct {
 	URL        string // https://127.0.0.1:port
 	AdminToken string
 	CACert     string // the API server's self-signed serving certificate
+	cfg        Config
 	daemons    []*testdaemon.Proc
 }
 
@@ -156,7 +157,7 @@ func start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &ControlPlane{Dir: dir}
+	c := &ControlPlane{Dir: dir, cfg: cfg}
 	defer func() {
 		if err != nil {
 			if stopErr := c.Stop(); stopErr != nil {

@@ -363,12 +363,16 @@ func (c *Cluster) Leftovers() []int {
 		daemon[d.PID()] = true
 	}
 	var pids []int
-	for _, pid := range testdaemon.Marked(c.Env()[0], filepath.Join(c.Dir, "spool")) {
+	for _, pid := range testdaemon.Marked(c.marker()) {
 		if !daemon[pid] {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+func (c *Cluster) marker() testdaemon.Marker {
+	return testdaemon.Marker{Env: c.Env()[0], SocketDir: filepath.Join(c.Dir, "spool")}
 }
 
 // Logs returns the end of each daemon's log.
@@ -412,7 +416,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := testdaemon.KillMarked(c.Env()[0], filepath.Join(c.Dir, "spool")); err != nil {
+	if err := testdaemon.KillMarked(c.marker()); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
