@@ -204,7 +204,10 @@ func TestAgainstAPIServer(t *testing.T) {
 		what string
 		do   func() error
 	}{
-		{"get a pod", func() error { _, err := driverClient.CoreV1().Pods(ns).Get(ctx, "synthetic-worker-1", metav1.GetOptions{}); return err }},
+		{"get a pod", func() error {
+			_, err := driverClient.CoreV1().Pods(ns).Get(ctx, "synthetic-worker-1", metav1.GetOptions{})
+			return err
+		}},
 		{"update a pod", func() error {
 			_, err := driverClient.CoreV1().Pods(ns).Update(ctx, stored, metav1.UpdateOptions{})
 			return err
