@@ -168,6 +168,16 @@ func steps(t *testing.T, c *testslurm.Cluster, job string) []string {
 
 func secretHex() string { return strings.Repeat("5e", 32) }
 
+// testExe is this test binary, which srun and sbatch start as a worker.
+func testExe(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
 // TestStepsProvisioner drives the provisioner through real srun steps in a
 // real allocation: it fills the allocation, is refused one more, stops a
 // worker that leaves on SIGTERM and one that ignores it (killed after the
@@ -184,10 +194,7 @@ func TestStepsProvisioner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := testExe(t)
 	out := newLines()
 	onTerm := map[int]string{1: "ignore", 3: "ignore"}
 	var logs []string
@@ -337,10 +344,7 @@ func TestSignalsSlurmDelivers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := testExe(t)
 	out := newLines()
 	p, err := New(Config{
 		Argv: []string{exe}, JobID: job, Slots: 4, Grace: 2 * time.Second, Environ: c.Environ(), Output: out.add,
@@ -405,10 +409,7 @@ func TestCurrentAllocation(t *testing.T) {
 	c := testslurm.New(t, testslurm.DefaultConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := testExe(t)
 	check := func(how, out, jobID string) {
 		t.Helper()
 		var a Allocation
@@ -460,10 +461,7 @@ func TestJobsProvisioner(t *testing.T) {
 	c := testslurm.New(t, testslurm.DefaultConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := testExe(t)
 	dir := t.TempDir()
 	p, err := New(Config{
 		Mode: Jobs, Argv: []string{exe}, Grace: 2 * time.Second, Environ: c.Environ(), OutputDir: dir, PollInterval: 100 * time.Millisecond,
@@ -525,10 +523,7 @@ func TestJobsPreempted(t *testing.T) {
 	c := testslurm.New(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := testExe(t)
 	dir := t.TempDir()
 	p, err := New(Config{
 		Mode: Jobs, Argv: []string{exe}, Grace: 2 * time.Second, Environ: c.Environ(), OutputDir: dir, PollInterval: 100 * time.Millisecond,

@@ -125,6 +125,23 @@ func WaitFor(ctx context.Context, interval time.Duration, check func() error, da
 	}
 }
 
+// ErrPortTaken marks a start that failed because a port picked free was
+// bound by another process before the daemon bound it.
+var ErrPortTaken = errors.New("a daemon's port was taken")
+
+// RetryPortTaken calls start up to attempts times while it fails with
+// ErrPortTaken (and ctx lasts).
+func RetryPortTaken[T any](ctx context.Context, attempts int, start func() (T, error)) (T, error) {
+	var v T
+	var err error
+	for range attempts {
+		if v, err = start(); err == nil || !errors.Is(err, ErrPortTaken) || ctx.Err() != nil {
+			return v, err
+		}
+	}
+	return v, err
+}
+
 // FreePorts returns n TCP ports that were free on every address a moment
 // ago. A daemon that loses the race fails to bind; harnesses retry.
 func FreePorts(n int) ([]int, error) {

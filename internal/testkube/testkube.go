@@ -137,20 +137,8 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if why := Missing(cfg); why != "" {
 		return nil, errors.New(why)
 	}
-	var err error
-	for range 3 {
-		var c *ControlPlane
-		if c, err = start(ctx, cfg); err == nil {
-			return c, nil
-		}
-		if !errors.Is(err, errPortTaken) || ctx.Err() != nil {
-			return nil, err
-		}
-	}
-	return nil, err
+	return testdaemon.RetryPortTaken(ctx, 3, func() (*ControlPlane, error) { return start(ctx, cfg) })
 }
-
-var errPortTaken = errors.New("a port was taken")
 
 func start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 	dir, err := os.MkdirTemp("", "cluster-kube-")
@@ -256,7 +244,7 @@ func start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 // portError marks err as a lost port when the daemon's log says so.
 func (c *ControlPlane) portError(name string, err error, d *testdaemon.Proc) error {
 	if strings.Contains(d.Tail(8000), "address already in use") {
-		return fmt.Errorf("%w: %s: %w", errPortTaken, name, err)
+		return fmt.Errorf("%w: %s: %w", testdaemon.ErrPortTaken, name, err)
 	}
 	return fmt.Errorf("%s: %w\n%s", name, err, c.Logs(3000))
 }

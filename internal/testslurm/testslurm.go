@@ -124,21 +124,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = def.StartTimeout
 	}
-	var err error
-	for range 3 {
-		var c *Cluster
-		c, err = start(ctx, cfg)
-		if err == nil {
-			return c, nil
-		}
-		if !errors.Is(err, errPortTaken) || ctx.Err() != nil {
-			return nil, err
-		}
-	}
-	return nil, err
+	return testdaemon.RetryPortTaken(ctx, 3, func() (*Cluster, error) { return start(ctx, cfg) })
 }
-
-var errPortTaken = errors.New("a daemon's port was taken")
 
 func start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if why := Missing(); why != "" {
@@ -229,7 +216,7 @@ func start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err != nil {
 		for _, log := range []string{"slurmctld.log", "slurmd.log"} {
 			if strings.Contains(testdaemon.TailFile(filepath.Join(dir, "log", log), 4000), "Address already in use") {
-				return c, fmt.Errorf("%w: %w", errPortTaken, err)
+				return c, fmt.Errorf("%w: %w", testdaemon.ErrPortTaken, err)
 			}
 		}
 		return c, fmt.Errorf("waiting for Slurm node %s: %w\n%s", c.NodeName, err, c.Logs(2000))
