@@ -20,10 +20,11 @@
 // What Slurm delivers (checked against slurm-wlm 22.05 by this package's
 // tests): `scancel --signal=TERM JOB.STEP` delivers SIGTERM to the step's
 // processes and nothing more; `scancel JOB.STEP` SIGKILLs the step at once,
-// with no SIGTERM first; `scancel JOB`, a time limit and preemption send
-// SIGCONT and SIGTERM to every process of the job, then SIGKILL after the
-// cluster's KillWait (30 s by default). SIGTERM or SIGINT to the srun
-// process itself makes srun kill the step (SIGKILL, no SIGTERM). So Stop
+// with no SIGTERM first; `scancel JOB` and preemption send SIGCONT and
+// SIGTERM to every process of the job, then SIGKILL after the cluster's
+// KillWait (30 s by default; Slurm ends a job at its time limit the same way,
+// which is not timed here). SIGTERM to the srun process itself makes srun
+// kill the step (SIGKILL, no SIGTERM). So Stop
 // signals a step with `scancel --signal=TERM` first — the trainer leaves the
 // job gracefully — and kills it only after the grace period; a worker that
 // Slurm cancels gets its SIGTERM from Slurm and leaves within KillWait.
