@@ -232,3 +232,37 @@ func VisibleDevices(lookup func(string) (string, bool)) ([]string, bool) {
 	}
 	return devs, true
 }
+
+// The variables a Kubernetes pod of a gorovod job gets from the downward API
+// (the manifests in deploy/kubernetes and the worker pods the Kubernetes
+// provisioner creates set them).
+const (
+	EnvPodName      = "GOROVOD_POD_NAME"
+	EnvPodNamespace = "GOROVOD_POD_NAMESPACE"
+	EnvPodUID       = "GOROVOD_POD_UID"
+	EnvPodIP        = "GOROVOD_POD_IP"
+)
+
+// KubernetesPod is the pod this process runs in.
+type KubernetesPod struct {
+	Name, Namespace, UID, IP string
+}
+
+// LoadKubernetesPod reads the pod this process runs in; ok is false when
+// GOROVOD_POD_NAME is unset (not in a pod, or a pod without those variables).
+func LoadKubernetesPod(getenv func(string) string) (p KubernetesPod, ok bool, err error) {
+	p = KubernetesPod{Name: getenv(EnvPodName), Namespace: getenv(EnvPodNamespace), UID: getenv(EnvPodUID), IP: getenv(EnvPodIP)}
+	if p.Name == "" {
+		return p, false, nil
+	}
+	var missing []string
+	for _, v := range []string{EnvPodNamespace, EnvPodUID} {
+		if getenv(v) == "" {
+			missing = append(missing, v)
+		}
+	}
+	if len(missing) > 0 {
+		return p, true, fmt.Errorf("envconfig: %s is set but %v are not (the downward API gives all three)", EnvPodName, missing)
+	}
+	return p, true, nil
+}

@@ -136,3 +136,35 @@ func TestAddressDefaults(t *testing.T) {
 		t.Errorf("fixed world: %+v, %v", got, err)
 	}
 }
+
+func TestLoadKubernetesPod(t *testing.T) {
+	full := map[string]string{EnvPodName: "job-driver", EnvPodNamespace: "ml", EnvPodUID: "8d1c", EnvPodIP: "198.18.0.7"}
+	cases := []struct {
+		name   string
+		change map[string]string
+		ok     bool
+		err    bool
+	}{
+		{"full", nil, true, false},
+		{"no IP yet", map[string]string{EnvPodIP: ""}, true, false},
+		{"outside a pod", map[string]string{EnvPodName: ""}, false, false},
+		{"no UID", map[string]string{EnvPodUID: ""}, true, true},
+		{"no namespace", map[string]string{EnvPodNamespace: ""}, true, true},
+	}
+	for _, c := range cases {
+		env := map[string]string{}
+		for k, v := range full {
+			env[k] = v
+		}
+		for k, v := range c.change {
+			env[k] = v
+		}
+		p, ok, err := LoadKubernetesPod(func(k string) string { return env[k] })
+		if ok != c.ok || (err != nil) != c.err {
+			t.Errorf("%s: ok %v err %v", c.name, ok, err)
+		}
+		if c.name == "full" && p != (KubernetesPod{"job-driver", "ml", "8d1c", "198.18.0.7"}) {
+			t.Errorf("full: %+v", p)
+		}
+	}
+}

@@ -23,9 +23,12 @@ import (
 type Spec struct {
 	Argv []string // the worker command
 	NP   int      // workers started at once
-	// Env returns the extra NAME=value entries of worker i (added after this
-	// process's environment).
+	// Env returns the extra NAME=value entries of worker i (added after
+	// Environ).
 	Env func(i int) []string
+	// Environ is the environment every worker starts from. Default: this
+	// process's.
+	Environ []string
 	// Output receives every line a worker prints (stream is "stdout" or
 	// "stderr"). Default: "[i] line" to this process's stdout / stderr.
 	Output func(i int, stream string, line []byte)
@@ -134,7 +137,10 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	j := &Job{ctx: ctx, spec: spec, done: make(chan struct{}), shareCPUs: ShareCPUs(spec.CPUs, spec.NP)}
+	if spec.Environ == nil {
+		spec.Environ = os.Environ()
+	}
+	j := &Job{ctx: ctx, spec: spec, done: make(chan struct{}), shareCPUs: shareCPUsIn(spec.Environ, spec.CPUs, spec.NP)}
 	if place == PlaceBalanced {
 		cpus, err := allowedCPUs()
 		if err != nil {
@@ -181,7 +187,7 @@ func (j *Job) add(place func(i int) string, env []string) (int, error) {
 	var err error
 	if IsLocal(host) {
 		w.cmd = exec.CommandContext(j.ctx, j.spec.Argv[0], j.spec.Argv[1:]...)
-		w.cmd.Env = slices.Concat(os.Environ(), j.shareCPUs, j.spec.Env(i), env)
+		w.cmd.Env = slices.Concat(j.spec.Environ, j.shareCPUs, j.spec.Env(i), env)
 		w.cmd.Cancel = func() error { return w.cmd.Process.Signal(j.spec.StopSignal) }
 		w.cmd.WaitDelay = j.spec.StopGrace
 		w.cmd.Stdout, w.cmd.Stderr = stdout, stderr
@@ -323,8 +329,11 @@ func (p *Process) Err() error {
 // threads for nothing (measured: 2 workers on 2 cores move 16 MiB allreduces
 // 30 % faster with GOMAXPROCS=1), as torchrun sets OMP_NUM_THREADS=1 for the
 // same reason.
-func ShareCPUs(cpus, n int) []string {
-	if slices.ContainsFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
+func ShareCPUs(cpus, n int) []string { return shareCPUsIn(os.Environ(), cpus, n) }
+
+// shareCPUsIn is ShareCPUs for workers whose environment starts as environ.
+func shareCPUsIn(environ []string, cpus, n int) []string {
+	if slices.ContainsFunc(environ, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
 		return nil
 	}
 	return []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, cpus/max(1, n)))}

@@ -61,6 +61,9 @@ func child(mode string) int {
 			return 3
 		}
 		fmt.Println(cpus)
+	case "env":
+		_, inherited := os.LookupEnv("LAUNCH_TEST_INHERITED")
+		fmt.Printf("given=%s inherited=%v\n", os.Getenv("LAUNCH_TEST_GIVEN"), inherited)
 		return 0
 	case "hang":
 		fmt.Println("ready")
@@ -291,5 +294,35 @@ func TestBalancedPlacement(t *testing.T) {
 	}
 	if _, err := Start(context.Background(), Spec{Argv: []string{"true"}, NP: 1, Placement: "everywhere"}); err == nil {
 		t.Error("unknown placement accepted")
+	}
+}
+
+// TestEnviron: a Spec.Environ replaces this process's environment as the
+// workers' base.
+func TestEnviron(t *testing.T) {
+	t.Setenv("LAUNCH_TEST_INHERITED", "1")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var lines []string
+	job, err := Start(context.Background(), Spec{
+		Argv: []string{exe}, NP: 1,
+		Environ: []string{envChild + "=env", "LAUNCH_TEST_GIVEN=yes"},
+		Output: func(_ int, _ string, line []byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			lines = append(lines, string(line))
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(lines, "|"); got != "given=yes inherited=false" {
+		t.Fatalf("worker printed %q", got)
 	}
 }
