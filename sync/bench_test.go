@@ -71,7 +71,7 @@ func BenchmarkStepOverhead(b *testing.B) {
 								var err error
 								if mode == "bare" {
 									err = collective.Allreduce(ctx, s.Communicator(), grads[i], grads[i], collective.Average)
-								} else if err = s.Allreduce(ctx, [][]float32{grads[i]}); err == nil {
+								} else if err = s.Allreduce(ctx, Reduction{}, collective.SliceBuffer(grads[i])); err == nil {
 									err = s.Commit(ctx)
 								}
 								if err != nil {
@@ -127,11 +127,11 @@ func BenchmarkStatsOverhead(b *testing.B) {
 				var wg stdsync.WaitGroup
 				for _, s := range sessions {
 					wg.Go(func() {
-						grads := [][]float32{make([]float32, n)}
+						grads := collective.SliceBuffer(make([]float32, n))
 						ctx := context.Background()
 						for range b.N {
 							s.RecordSamples(32)
-							err := s.Allreduce(ctx, grads)
+							err := s.Allreduce(ctx, Reduction{}, grads)
 							if err == nil {
 								err = s.Commit(ctx)
 							}
@@ -172,12 +172,12 @@ func transitionOnce(b *testing.B, p, it int) time.Duration {
 	var proposed time.Time
 	done := make([]time.Time, p)
 	var wg stdsync.WaitGroup
-	grads := func() [][]float32 { return [][]float32{make([]float32, 100_000)} }
+	grads := func() collective.Buffer { return collective.SliceBuffer(make([]float32, 100_000)) }
 	for i, s := range sessions {
 		wg.Go(func() {
 			// Step until the new world is in place, then one allreduce there.
 			for s.World().Number == first {
-				if err := s.Allreduce(ctx, grads()); err != nil {
+				if err := s.Allreduce(ctx, Reduction{}, grads()); err != nil {
 					b.Error(err)
 					return
 				}
@@ -186,7 +186,7 @@ func transitionOnce(b *testing.B, p, it int) time.Duration {
 					return
 				}
 			}
-			if err := s.Allreduce(ctx, grads()); err != nil {
+			if err := s.Allreduce(ctx, Reduction{}, grads()); err != nil {
 				b.Error(err)
 			}
 			done[i] = time.Now()
@@ -201,7 +201,7 @@ func transitionOnce(b *testing.B, p, it int) time.Duration {
 			return
 		}
 		defer s.Close()
-		if err := s.Allreduce(ctx, grads()); err != nil {
+		if err := s.Allreduce(ctx, Reduction{}, grads()); err != nil {
 			b.Error(err)
 		}
 		done[p-1] = time.Now()

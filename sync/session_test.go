@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
@@ -94,6 +95,7 @@ func (w *toyWorker) train(ctx context.Context, coord *driver.Coordinator, until 
 // there through kill (its links close abruptly, as if the process died).
 func toyLoop(ctx context.Context, sess *Session, name string, params []float32, until int64, rec *recorder, vanish func(step int64) bool, kill func()) error {
 	grads := [][]float32{make([]float32, 1000), make([]float32, 2000)}
+	bufs := []collective.Buffer{collective.SliceBuffer(grads[0]), collective.SliceBuffer(grads[1])}
 	lastStep := sess.Step()
 	for sess.Step() < until {
 		if vanish != nil && vanish(sess.Step()) {
@@ -111,7 +113,7 @@ func toyLoop(ctx context.Context, sess *Session, name string, params []float32, 
 		for i := range grads[1] {
 			grads[1][i] = float32(sess.Rank()) * 0.5
 		}
-		err := sess.Allreduce(ctx, grads)
+		err := sess.Allreduce(ctx, Reduction{}, bufs...)
 		if errors.Is(err, ErrWorldChanged) {
 			continue
 		}
@@ -338,7 +340,7 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 						for j := range layers[l] {
 							layers[l][j] = float32(sess.Rank() + l)
 						}
-						hs = append(hs, sess.AllreduceAsync(ctx, layers[l]))
+						hs = append(hs, sess.AllreduceAsync(ctx, Reduction{}, collective.SliceBuffer(layers[l])))
 					}
 					err := sess.WaitAll(ctx, hs...)
 					if errors.Is(err, ErrWorldChanged) {
@@ -414,9 +416,9 @@ func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
 	if sessRoot.Rank() != 0 {
 		t.Fatalf("root has rank %d", sessRoot.Rank())
 	}
-	grads := func() [][]float32 { return [][]float32{make([]float32, 16)} }
+	grads := func() collective.Buffer { return collective.SliceBuffer(make([]float32, 16)) }
 	step := func(s *Session) error {
-		if err := s.Allreduce(ctx, grads()); err != nil {
+		if err := s.Allreduce(ctx, Reduction{}, grads()); err != nil {
 			return err
 		}
 		return s.Commit(ctx)
@@ -426,7 +428,7 @@ func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
 	if errRoot, errAhead = both(sessRoot, sessAhead, step); errRoot != nil || errAhead != nil {
 		t.Fatalf("step 1: %v, %v", errRoot, errAhead)
 	}
-	if errRoot, errAhead = both(sessRoot, sessAhead, func(s *Session) error { return s.Allreduce(ctx, grads()) }); errRoot != nil || errAhead != nil {
+	if errRoot, errAhead = both(sessRoot, sessAhead, func(s *Session) error { return s.Allreduce(ctx, Reduction{}, grads()) }); errRoot != nil || errAhead != nil {
 		t.Fatalf("step 2's allreduce: %v, %v", errRoot, errAhead)
 	}
 	if err := sessAhead.Commit(ctx); err != nil {

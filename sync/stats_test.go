@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
@@ -55,14 +56,14 @@ func TestSessionStepStatistics(t *testing.T) {
 		}
 		defer sess.Close()
 		sess.SetTotalSteps(steps)
-		grads := [][]float32{make([]float32, 256)}
+		grads := collective.SliceBuffer(make([]float32, 256))
 		for sess.Step() < steps {
 			if name == "slow" {
 				time.Sleep(slowCompute) // simulated compute: the others wait for it
 			}
 			sess.RecordSamples(4)
 			sess.RecordSamples(4)
-			if err := sess.Allreduce(ctx, grads); err != nil {
+			if err := sess.Allreduce(ctx, Reduction{}, grads); err != nil {
 				return err
 			}
 			if name == "fast" && sess.Step() == growAt-1 {

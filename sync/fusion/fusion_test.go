@@ -2,8 +2,12 @@ package fusion
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
+	"strings"
 	stdsync "sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,74 +48,276 @@ func onEach(t *testing.T, comms []*collective.Communicator, fn func(ctx context.
 	}
 }
 
-// layers returns tensors of the given sizes filled with rank-dependent values.
-func layers(rank int, sizes []int) [][]float32 {
-	ts := make([][]float32, len(sizes))
-	for i, n := range sizes {
-		ts[i] = make([]float32, n)
-		for j := range ts[i] {
-			ts[i][j] = float32(rank + i + j%5)
+var allDTypes = []collective.DType{collective.Float32, collective.Float64, collective.Float16, collective.BFloat16, collective.Int32, collective.Int64, collective.Uint8}
+
+// encode writes vals as little-endian elements of dt. The tests use small
+// integers, which every dtype holds exactly, so sums and maxima are exact
+// whatever the order of reduction.
+func encode(dt collective.DType, vals []float64) []byte {
+	b := make([]byte, len(vals)*dt.Size())
+	for j, v := range vals {
+		switch dt {
+		case collective.Float32:
+			binary.LittleEndian.PutUint32(b[4*j:], math.Float32bits(float32(v)))
+		case collective.Float64:
+			binary.LittleEndian.PutUint64(b[8*j:], math.Float64bits(v))
+		case collective.Float16:
+			binary.LittleEndian.PutUint16(b[2*j:], uint16(collective.NewF16(float32(v))))
+		case collective.BFloat16:
+			binary.LittleEndian.PutUint16(b[2*j:], uint16(collective.NewBF16(float32(v))))
+		case collective.Int32:
+			binary.LittleEndian.PutUint32(b[4*j:], uint32(int32(v)))
+		case collective.Int64:
+			binary.LittleEndian.PutUint64(b[8*j:], uint64(int64(v)))
+		case collective.Uint8:
+			b[j] = uint8(v)
+		}
+	}
+	return b
+}
+
+func decode(dt collective.DType, b []byte) []float64 {
+	vals := make([]float64, len(b)/dt.Size())
+	for j := range vals {
+		switch dt {
+		case collective.Float32:
+			vals[j] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:])))
+		case collective.Float64:
+			vals[j] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*j:]))
+		case collective.Float16:
+			vals[j] = float64(collective.F16(binary.LittleEndian.Uint16(b[2*j:])).Float32())
+		case collective.BFloat16:
+			vals[j] = float64(collective.BF16(binary.LittleEndian.Uint16(b[2*j:])).Float32())
+		case collective.Int32:
+			vals[j] = float64(int32(binary.LittleEndian.Uint32(b[4*j:])))
+		case collective.Int64:
+			vals[j] = float64(int64(binary.LittleEndian.Uint64(b[8*j:])))
+		case collective.Uint8:
+			vals[j] = float64(b[j])
+		}
+	}
+	return vals
+}
+
+// contribution is rank's value of element j of tensor i.
+func contribution(rank, i, j int) float64 { return float64((rank + i + j%5) % 7) }
+
+// tensorSpec is one tensor of a test's list.
+type tensorSpec struct {
+	dt     collective.DType
+	n      int
+	device bool
+}
+
+// mixed is a list that exercises the buckets: dtypes interleaved, host and
+// device tensors of one dtype, empty and single-element tensors, and a run of
+// equal small ones.
+var mixed = []tensorSpec{
+	{collective.Float32, 1, false}, {collective.Float16, 3, false}, {collective.Float32, 100, false},
+	{collective.Int64, 7, false}, {collective.Float32, 0, false}, {collective.BFloat16, 40, false},
+	{collective.Float32, 2, true}, {collective.Uint8, 500, false}, {collective.Float64, 16, false},
+	{collective.Float32, 16, true}, {collective.Int32, 16, false}, {collective.Float16, 1, true},
+	{collective.Float16, 33, false}, {collective.Float32, 9, true}, {collective.Int32, 300, false},
+}
+
+// makeTensors builds rank's tensors for specs: host buffers, or fake device
+// memory counting its calls in calls.
+func makeTensors(rank int, specs []tensorSpec, calls *deviceCalls) []collective.Buffer {
+	ts := make([]collective.Buffer, len(specs))
+	for i, s := range specs {
+		vals := make([]float64, s.n)
+		for j := range vals {
+			vals[j] = contribution(rank, i, j)
+		}
+		b := encode(s.dt, vals)
+		if s.device {
+			ts[i] = collective.Buffer{DType: s.dt, Count: s.n, Device: &fakeDevice{mem: b, calls: calls}}
+		} else {
+			ts[i] = collective.HostBuffer(s.dt, b)
 		}
 	}
 	return ts
 }
 
-func TestFuserMatchesPerTensorAllreduce(t *testing.T) {
-	sizes := []int{1, 3, 100, 7, 0, 40, 2, 500, 16, 16, 16, 1}
-	for _, threshold := range []int{4, 64, 256, 1 << 20} {
-		for _, p := range []int{1, 2, 3} {
-			t.Run(fmt.Sprintf("threshold=%d/p=%d", threshold, p), func(t *testing.T) {
-				comms := world(t, p)
-				onEach(t, comms, func(ctx context.Context, c *collective.Communicator) error {
-					got := layers(c.Rank(), sizes)
-					if err := NewFuser(threshold).Allreduce(ctx, c, got, collective.Average); err != nil {
-						return err
-					}
-					for i, n := range sizes {
-						for j := range n {
-							var want float32
-							for r := range p {
-								want += float32(r + i + j%5)
-							}
-							want *= float32(1.0 / float64(p))
-							if got[i][j] != want {
-								return fmt.Errorf("tensor %d[%d] = %v, want %v", i, j, got[i][j], want)
-							}
-						}
-					}
-					return nil
-				})
-			})
+func bytesOf(t collective.Buffer) []byte {
+	if t.Device != nil {
+		return t.Device.(*fakeDevice).mem[:t.Bytes()]
+	}
+	return t.Host
+}
+
+// checkReduced compares every element with the reduction of the ranks'
+// contributions.
+func checkReduced(ts []collective.Buffer, p int, op collective.ReduceOp, scale float64) error {
+	for i, t := range ts {
+		for j, got := range decode(t.DType, bytesOf(t)) {
+			want := 0.0
+			for r := range p {
+				c := contribution(r, i, j)
+				switch op {
+				case collective.Max:
+					want = max(want, c)
+				default:
+					want += c
+				}
+			}
+			if op == collective.Average {
+				want /= float64(p)
+				if !t.DType.IsFloat() {
+					want = math.Trunc(want)
+				}
+			}
+			want *= scale
+			if got != want {
+				return fmt.Errorf("tensor %d (%v) element %d = %v, want %v", i, t.DType, j, got, want)
+			}
 		}
+	}
+	return nil
+}
+
+func TestFuserMatchesPerTensorReduction(t *testing.T) {
+	var sizes []tensorSpec
+	for _, n := range []int{1, 3, 100, 7, 0, 40, 2, 500, 16, 16, 16, 1} {
+		sizes = append(sizes, tensorSpec{collective.Float32, n, false})
+	}
+	lists := map[string][]tensorSpec{"float32": sizes, "mixed": mixed}
+	for _, dt := range allDTypes {
+		var l []tensorSpec
+		for _, s := range mixed {
+			l = append(l, tensorSpec{dt, s.n, s.device})
+		}
+		lists[dt.String()+"-host-and-device"] = l
+	}
+	for name, specs := range lists {
+		for _, threshold := range []int{4, 64, 256, 1 << 20} {
+			for _, p := range []int{1, 2, 3} {
+				ops := []collective.ReduceOp{collective.Sum, collective.Max}
+				if p != 3 { // Average exactly: 1/p is exact for p = 1, 2
+					ops = append(ops, collective.Average)
+				}
+				for _, op := range ops {
+					t.Run(fmt.Sprintf("%s/threshold=%d/p=%d/%v", name, threshold, p, op), func(t *testing.T) {
+						comms := world(t, p)
+						var calls deviceCalls
+						onEach(t, comms, func(ctx context.Context, c *collective.Communicator) error {
+							ts := makeTensors(c.Rank(), specs, &calls)
+							f := NewFuser(threshold)
+							defer f.Close()
+							if err := f.Allreduce(ctx, c, ts, op); err != nil {
+								return err
+							}
+							return checkReduced(ts, p, op, 1)
+						})
+					})
+				}
+			}
+		}
+	}
+}
+
+// Prescale and postscale pass through to the collectives, for every bucket.
+func TestFuserScales(t *testing.T) {
+	comms := world(t, 2)
+	var calls deviceCalls
+	onEach(t, comms, func(ctx context.Context, c *collective.Communicator) error {
+		ts := makeTensors(c.Rank(), mixed, &calls)
+		f := NewFuser(256)
+		defer f.Close()
+		// Integers round the scaled values: 2 and 0.5 keep them exact.
+		if err := f.Allreduce(ctx, c, ts, collective.Sum, collective.Prescale(2), collective.Postscale(0.5)); err != nil {
+			return err
+		}
+		return checkReduced(ts, 2, collective.Sum, 1)
+	})
+	onEach(t, comms, func(ctx context.Context, c *collective.Communicator) error {
+		ts := makeTensors(c.Rank(), mixed, &calls)
+		if err := NewFuser(64).Allreduce(ctx, c, ts, collective.Sum, collective.Postscale(2)); err != nil {
+			return err
+		}
+		return checkReduced(ts, 2, collective.Sum, 2)
+	})
+}
+
+// Device tensors are fused in device memory: one buffer per dtype, allocated
+// from the tensors' own device and kept for the next call, and the
+// collectives never read device bytes except through the device.
+func TestFuserDeviceBuckets(t *testing.T) {
+	specs := []tensorSpec{{collective.Float32, 10, true}, {collective.Float16, 4, true}, {collective.Float32, 6, true}, {collective.Float16, 8, true}}
+	comms := world(t, 2)
+	var calls deviceCalls
+	onEach(t, comms, func(ctx context.Context, c *collective.Communicator) error {
+		f := NewFuser(1 << 20)
+		defer f.Close()
+		for range 3 {
+			ts := makeTensors(c.Rank(), specs, &calls)
+			if err := f.Allreduce(ctx, c, ts, collective.Sum); err != nil {
+				return err
+			}
+			if err := checkReduced(ts, 2, collective.Sum, 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// Two ranks, two dtypes: four buffers, reused by the later calls.
+	if got := calls.allocs.Load(); got != 4 {
+		t.Errorf("%d device fusion buffers allocated for 2 ranks × 2 dtypes × 3 calls, want 4", got)
+	}
+	if calls.frees.Load() != calls.allocs.Load() {
+		t.Errorf("%d of %d fusion buffers freed by Close", calls.frees.Load(), calls.allocs.Load())
+	}
+	if calls.copies.Load() == 0 {
+		t.Error("no device copy packed the buckets")
+	}
+}
+
+func TestFuserRefusesMalformedTensors(t *testing.T) {
+	comms := world(t, 1)
+	good := collective.SliceBuffer(make([]float32, 4))
+	var calls deviceCalls
+	tests := []struct {
+		name string
+		bad  collective.Buffer
+		want string
+	}{
+		{"invalid dtype", collective.Buffer{Count: 1, Host: make([]byte, 4)}, "invalid dtype"},
+		{"negative count", collective.Buffer{DType: collective.Int32, Count: -1}, "negative count"},
+		{"short host bytes", collective.Buffer{DType: collective.Float64, Count: 3, Host: make([]byte, 16)}, "16 host bytes for 3 float64"},
+		{"small device memory", collective.Buffer{DType: collective.Float32, Count: 4, Device: &fakeDevice{mem: make([]byte, 8), calls: &calls}}, "cannot hold 4 float32"},
+		{"both memories", collective.Buffer{DType: collective.Uint8, Count: 1, Host: []byte{1}, Device: &fakeDevice{mem: []byte{1}, calls: &calls}}, "both host and device"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := NewFuser(0).Allreduce(context.Background(), comms[0], []collective.Buffer{good, tc.bad}, collective.Sum)
+			if err == nil || !strings.Contains(err.Error(), "tensor 1") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one naming tensor 1 and %q", err, tc.want)
+			}
+			if comms[0].Err() != nil {
+				t.Fatalf("a refused call broke the communicator: %v", comms[0].Err())
+			}
+		})
 	}
 }
 
 func TestAsyncReducerOverlapsSubmissions(t *testing.T) {
 	comms := world(t, 3)
+	var calls deviceCalls
 	onEach(t, comms, func(ctx context.Context, c *collective.Communicator) error {
 		a := NewAsyncReducer(c, 256, collective.Sum)
 		defer a.Close()
-		sizes := []int{10, 300, 5, 64}
-		ts := layers(c.Rank(), sizes)
+		ts := makeTensors(c.Rank(), mixed, &calls)
 		var pend []*Pending
 		// Backward order: the last layer's gradient is ready first.
-		for i := len(ts) - 1; i >= 0; i-- {
-			pend = append(pend, a.Submit(ctx, ts[i]))
+		for i := len(ts) - 1; i >= 0; i -= 2 {
+			pend = append(pend, a.Submit(ctx, ts[max(0, i-1):i+1]...))
 		}
 		for _, p := range pend {
 			if err := p.Wait(ctx); err != nil {
 				return err
 			}
 		}
-		for i, n := range sizes {
-			for j := range n {
-				want := float32(0+1+2) + 3*float32(i+j%5)
-				if ts[i][j] != want {
-					return fmt.Errorf("tensor %d[%d] = %v, want %v", i, j, ts[i][j], want)
-				}
-			}
-		}
-		return nil
+		return checkReduced(ts, 3, collective.Sum, 1)
 	})
 }
 
@@ -121,8 +327,8 @@ func TestAsyncReducerFailsQueueAfterError(t *testing.T) {
 	c.Abort(fmt.Errorf("test"))
 	a := NewAsyncReducer(c, 0, collective.Sum)
 	ctx := context.Background()
-	first := a.Submit(ctx, []float32{1})
-	second := a.Submit(ctx, []float32{2})
+	first := a.Submit(ctx, collective.SliceBuffer([]float32{1}))
+	second := a.Submit(ctx, collective.SliceBuffer([]float32{2}))
 	if err := first.Wait(ctx); err == nil {
 		t.Fatal("submission on an aborted communicator succeeded")
 	}
@@ -130,7 +336,78 @@ func TestAsyncReducerFailsQueueAfterError(t *testing.T) {
 		t.Fatal("submission after a failure succeeded")
 	}
 	a.Close()
-	if err := a.Submit(ctx, []float32{3}).Wait(ctx); err != ErrQueueClosed {
+	if err := a.Submit(ctx, collective.SliceBuffer([]float32{3})).Wait(ctx); err != ErrQueueClosed {
 		t.Fatalf("after Close: %v", err)
 	}
+}
+
+// deviceCalls counts what the fake device was asked to do.
+type deviceCalls struct {
+	allocs, frees, copies atomic.Int64
+}
+
+// fakeDevice is memory reachable only through collective.DeviceMemory, as
+// with CUDA, so a test that passes with it shows that neither the fuser nor
+// the collectives touch device bytes directly. It reduces small integers held
+// in any dtype exactly, through float64.
+type fakeDevice struct {
+	mem   []byte
+	calls *deviceCalls
+}
+
+func (d *fakeDevice) Size() int { return len(d.mem) }
+
+func (d *fakeDevice) CopyToHost(ctx context.Context, dst []byte, off int) error {
+	copy(dst, d.mem[off:off+len(dst)])
+	return nil
+}
+
+func (d *fakeDevice) CopyFromHost(ctx context.Context, off int, src []byte) error {
+	copy(d.mem[off:], src)
+	return nil
+}
+
+func (d *fakeDevice) CopyFrom(ctx context.Context, off int, src collective.DeviceMemory, srcOff, n int) error {
+	d.calls.copies.Add(1)
+	copy(d.mem[off:off+n], src.(*fakeDevice).mem[srcOff:srcOff+n])
+	return nil
+}
+
+func (d *fakeDevice) ReduceFromHost(ctx context.Context, off int, a collective.DeviceMemory, aOff int, src []byte, dt collective.DType, op collective.ReduceOp) error {
+	n := len(src)
+	x, y := decode(dt, a.(*fakeDevice).mem[aOff:aOff+n]), decode(dt, src)
+	for j := range x {
+		switch op {
+		case collective.Max:
+			x[j] = max(x[j], y[j])
+		case collective.Sum:
+			x[j] += y[j]
+		default:
+			return fmt.Errorf("fake device: op %v", op)
+		}
+	}
+	copy(d.mem[off:off+n], encode(dt, x))
+	return nil
+}
+
+func (d *fakeDevice) Scale(ctx context.Context, off, n int, dt collective.DType, factor float64, divisor int) error {
+	x := decode(dt, d.mem[off:off+n])
+	for j := range x {
+		if divisor > 1 {
+			x[j] = math.Trunc(x[j] / float64(divisor))
+		}
+		x[j] *= factor
+	}
+	copy(d.mem[off:off+n], encode(dt, x))
+	return nil
+}
+
+func (d *fakeDevice) Alloc(ctx context.Context, size int) (collective.DeviceMemory, error) {
+	d.calls.allocs.Add(1)
+	return &fakeDevice{mem: make([]byte, size), calls: d.calls}, nil
+}
+
+func (d *fakeDevice) Free() error {
+	d.calls.frees.Add(1)
+	return nil
 }
