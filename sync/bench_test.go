@@ -10,7 +10,6 @@ import (
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/sync/control"
 	"github.com/gorovod/gorovod/sync/driver"
-	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
 )
 
@@ -27,12 +26,11 @@ func startToyWorld(b *testing.B, p int, params int, onStats ...func(stats.Batch)
 	for i := range p {
 		w := startToy(b, fmt.Sprintf("b%d", i), coord, params)
 		wg.Go(func() {
-			sc := DefaultConfig()
-			sc.JobID, sc.Self = "sync-test", epoch.Member{Name: w.name, Addr: w.tr.Addr()}
-			if len(onStats) > 0 {
-				sc.OnStats = onStats[0]
-			}
-			s, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+			s, err := joinCoord(ctx, coord, w.name, w.tr, w.state, func(sc *Config) {
+				if len(onStats) > 0 {
+					sc.OnStats = onStats[0]
+				}
+			})
 			if err != nil {
 				b.Error(err)
 				return
@@ -193,9 +191,7 @@ func transitionOnce(b *testing.B, p, it int) time.Duration {
 		})
 	}
 	wg.Go(func() {
-		sc := DefaultConfig()
-		sc.JobID, sc.Self = "sync-test", epoch.Member{Name: joiner.name, Addr: joiner.tr.Addr()}
-		s, err := Join(ctx, sc, joiner.tr, coord.View(joiner.name), joiner.state)
+		s, err := joinCoord(ctx, coord, joiner.name, joiner.tr, joiner.state)
 		if err != nil {
 			b.Error(err)
 			return

@@ -54,7 +54,8 @@ func hashParams(p []float32) [32]byte {
 	return sha256.Sum256(b)
 }
 
-func startToy(t testing.TB, name string, coord *driver.Coordinator, size ...int) *toyWorker {
+// listenTCP starts a worker's collective transport, closed when the test ends.
+func listenTCP(t testing.TB) *tcp.Transport {
 	t.Helper()
 	cfg := tcp.DefaultConfig()
 	cfg.Secret = []byte("sync-test-secret")
@@ -64,6 +65,23 @@ func startToy(t testing.TB, name string, coord *driver.Coordinator, size ...int)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// joinCoord joins the worker name, listening on tr, to the job coord
+// proposes the worlds of.
+func joinCoord(ctx context.Context, coord *driver.Coordinator, name string, tr *tcp.Transport, state *State, edits ...func(*Config)) (*Session, error) {
+	sc := DefaultConfig()
+	sc.JobID, sc.Self = "sync-test", epoch.Member{Name: name, Addr: tr.Addr()}
+	for _, edit := range edits {
+		edit(&sc)
+	}
+	return Join(ctx, sc, tr, coord.View(name), state)
+}
+
+func startToy(t testing.TB, name string, coord *driver.Coordinator, size ...int) *toyWorker {
+	t.Helper()
+	tr := listenTCP(t)
 	n := 3000
 	if len(size) > 0 {
 		n = size[0]
@@ -76,10 +94,7 @@ func startToy(t testing.TB, name string, coord *driver.Coordinator, size ...int)
 
 // train joins through coord and runs the toy loop.
 func (w *toyWorker) train(ctx context.Context, coord *driver.Coordinator, until int64, rec *recorder, vanish func(step int64) bool) error {
-	sc := DefaultConfig()
-	sc.JobID, sc.Self = "sync-test", epoch.Member{Name: w.name, Addr: w.tr.Addr()}
-	sc.FusionBytes = 4096
-	sess, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+	sess, err := joinCoord(ctx, coord, w.name, w.tr, w.state, func(c *Config) { c.FusionBytes = 4096 })
 	if err != nil {
 		return err
 	}
@@ -319,9 +334,7 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 	for i, w := range ws {
 		wg.Go(func() {
 			errs[i] = func() error {
-				sc := DefaultConfig()
-				sc.JobID, sc.Self = "sync-test", epoch.Member{Name: w.name, Addr: w.tr.Addr()}
-				sess, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+				sess, err := joinCoord(ctx, coord, w.name, w.tr, w.state)
 				if err != nil {
 					return err
 				}
@@ -389,9 +402,7 @@ func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
 	root, behind := startToy(t, "root", coord, 16), startToy(t, "ahead", coord, 16)
 	waitEpoch(t, coord, func(e epoch.World) bool { return len(e.Members) == 2 })
 	join := func(w *toyWorker) (*Session, error) {
-		sc := DefaultConfig()
-		sc.JobID, sc.Self = "sync-test", epoch.Member{Name: w.name, Addr: w.tr.Addr()}
-		return Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+		return joinCoord(ctx, coord, w.name, w.tr, w.state)
 	}
 	// both runs f on each session at once and returns their errors.
 	both := func(a, b *Session, f func(*Session) error) (error, error) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/sync/driver"
-	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
 )
 
@@ -47,10 +46,7 @@ func TestSessionStepStatistics(t *testing.T) {
 	var run func(name string) error
 	run = func(name string) error {
 		w := workers[name]
-		sc := DefaultConfig()
-		sc.JobID, sc.Self = "sync-test", epoch.Member{Name: name, Addr: w.tr.Addr()}
-		sc.OnStats, sc.StatsEvery = sinks[name].add, 5
-		sess, err := Join(ctx, sc, w.tr, coord.View(name), w.state)
+		sess, err := joinCoord(ctx, coord, name, w.tr, w.state, func(sc *Config) { sc.OnStats, sc.StatsEvery = sinks[name].add, 5 })
 		if err != nil {
 			return err
 		}

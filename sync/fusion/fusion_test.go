@@ -2,18 +2,17 @@ package fusion
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"strings"
 	stdsync "sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/collective/transport/inproc"
+	"github.com/gorovod/gorovod/internal/fakedevice"
 )
 
 func world(t *testing.T, p int) []*collective.Communicator {
@@ -50,54 +49,9 @@ func onEach(t *testing.T, comms []*collective.Communicator, fn func(ctx context.
 
 var allDTypes = []collective.DType{collective.Float32, collective.Float64, collective.Float16, collective.BFloat16, collective.Int32, collective.Int64, collective.Uint8}
 
-// encode writes vals as little-endian elements of dt. The tests use small
-// integers, which every dtype holds exactly, so sums and maxima are exact
-// whatever the order of reduction.
-func encode(dt collective.DType, vals []float64) []byte {
-	b := make([]byte, len(vals)*dt.Size())
-	for j, v := range vals {
-		switch dt {
-		case collective.Float32:
-			binary.LittleEndian.PutUint32(b[4*j:], math.Float32bits(float32(v)))
-		case collective.Float64:
-			binary.LittleEndian.PutUint64(b[8*j:], math.Float64bits(v))
-		case collective.Float16:
-			binary.LittleEndian.PutUint16(b[2*j:], uint16(collective.NewF16(float32(v))))
-		case collective.BFloat16:
-			binary.LittleEndian.PutUint16(b[2*j:], uint16(collective.NewBF16(float32(v))))
-		case collective.Int32:
-			binary.LittleEndian.PutUint32(b[4*j:], uint32(int32(v)))
-		case collective.Int64:
-			binary.LittleEndian.PutUint64(b[8*j:], uint64(int64(v)))
-		case collective.Uint8:
-			b[j] = uint8(v)
-		}
-	}
-	return b
-}
-
-func decode(dt collective.DType, b []byte) []float64 {
-	vals := make([]float64, len(b)/dt.Size())
-	for j := range vals {
-		switch dt {
-		case collective.Float32:
-			vals[j] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:])))
-		case collective.Float64:
-			vals[j] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*j:]))
-		case collective.Float16:
-			vals[j] = float64(collective.F16(binary.LittleEndian.Uint16(b[2*j:])).Float32())
-		case collective.BFloat16:
-			vals[j] = float64(collective.BF16(binary.LittleEndian.Uint16(b[2*j:])).Float32())
-		case collective.Int32:
-			vals[j] = float64(int32(binary.LittleEndian.Uint32(b[4*j:])))
-		case collective.Int64:
-			vals[j] = float64(int64(binary.LittleEndian.Uint64(b[8*j:])))
-		case collective.Uint8:
-			vals[j] = float64(b[j])
-		}
-	}
-	return vals
-}
+// The tests use small integers, which every dtype holds exactly, so sums
+// and maxima are exact whatever the order of reduction.
+var encode, decode = fakedevice.Encode, fakedevice.Decode
 
 // contribution is rank's value of element j of tensor i.
 func contribution(rank, i, j int) float64 { return float64((rank + i + j%5) % 7) }
@@ -122,7 +76,7 @@ var mixed = []tensorSpec{
 
 // makeTensors builds rank's tensors for specs: host buffers, or fake device
 // memory counting its calls in calls.
-func makeTensors(rank int, specs []tensorSpec, calls *deviceCalls) []collective.Buffer {
+func makeTensors(rank int, specs []tensorSpec, calls *fakedevice.Counters) []collective.Buffer {
 	ts := make([]collective.Buffer, len(specs))
 	for i, s := range specs {
 		vals := make([]float64, s.n)
@@ -131,7 +85,7 @@ func makeTensors(rank int, specs []tensorSpec, calls *deviceCalls) []collective.
 		}
 		b := encode(s.dt, vals)
 		if s.device {
-			ts[i] = collective.Buffer{DType: s.dt, Count: s.n, Device: &fakeDevice{mem: b, calls: calls}}
+			ts[i] = fakedevice.New(b, calls).Buffer(s.dt)
 		} else {
 			ts[i] = collective.HostBuffer(s.dt, b)
 		}
@@ -141,7 +95,7 @@ func makeTensors(rank int, specs []tensorSpec, calls *deviceCalls) []collective.
 
 func bytesOf(t collective.Buffer) []byte {
 	if t.Device != nil {
-		return t.Device.(*fakeDevice).mem[:t.Bytes()]
+		return t.Device.(*fakedevice.Memory).Bytes()[:t.Bytes()]
 	}
 	return t.Host
 }
@@ -199,7 +153,7 @@ func TestFuserMatchesPerTensorReduction(t *testing.T) {
 				for _, op := range ops {
 					t.Run(fmt.Sprintf("%s/threshold=%d/p=%d/%v", name, threshold, p, op), func(t *testing.T) {
 						comms := world(t, p)
-						var calls deviceCalls
+						var calls fakedevice.Counters
 						onEach(t, comms, func(ctx context.Context, c *collective.Communicator) error {
 							ts := makeTensors(c.Rank(), specs, &calls)
 							f := NewFuser(threshold)
@@ -219,7 +173,7 @@ func TestFuserMatchesPerTensorReduction(t *testing.T) {
 // Prescale and postscale pass through to the collectives, for every bucket.
 func TestFuserScales(t *testing.T) {
 	comms := world(t, 2)
-	var calls deviceCalls
+	var calls fakedevice.Counters
 	onEach(t, comms, func(ctx context.Context, c *collective.Communicator) error {
 		ts := makeTensors(c.Rank(), mixed, &calls)
 		f := NewFuser(256)
@@ -245,29 +199,34 @@ func TestFuserScales(t *testing.T) {
 func TestFuserDeviceBuckets(t *testing.T) {
 	specs := []tensorSpec{{collective.Float32, 10, true}, {collective.Float16, 4, true}, {collective.Float32, 6, true}, {collective.Float16, 8, true}}
 	comms := world(t, 2)
-	var calls deviceCalls
-	onEach(t, comms, func(ctx context.Context, c *collective.Communicator) error {
-		f := NewFuser(1 << 20)
-		defer f.Close()
-		for range 3 {
+	var calls fakedevice.Counters
+	fusers := []*Fuser{NewFuser(1 << 20), NewFuser(1 << 20)}
+	var allocs []int64 // after each call
+	for range 3 {
+		onEach(t, comms, func(ctx context.Context, c *collective.Communicator) error {
 			ts := makeTensors(c.Rank(), specs, &calls)
-			if err := f.Allreduce(ctx, c, ts, collective.Sum); err != nil {
+			if err := fusers[c.Rank()].Allreduce(ctx, c, ts, collective.Sum); err != nil {
 				return err
 			}
-			if err := checkReduced(ts, 2, collective.Sum, 1); err != nil {
-				return err
-			}
+			return checkReduced(ts, 2, collective.Sum, 1)
+		})
+		allocs = append(allocs, calls.Allocs.Load())
+	}
+	// Two ranks, two dtypes: four fusion buffers in the first call, reused by
+	// the later ones (whatever scratch the collectives allocate per call).
+	first, second, third := allocs[0], allocs[1]-allocs[0], allocs[2]-allocs[1]
+	if first-second != 4 || second != third {
+		t.Errorf("device allocations per call %d, %d, %d: want 4 fusion buffers in the first call only", first, second, third)
+	}
+	for _, f := range fusers {
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	// Two ranks, two dtypes: four buffers, reused by the later calls.
-	if got := calls.allocs.Load(); got != 4 {
-		t.Errorf("%d device fusion buffers allocated for 2 ranks × 2 dtypes × 3 calls, want 4", got)
 	}
-	if calls.frees.Load() != calls.allocs.Load() {
-		t.Errorf("%d of %d fusion buffers freed by Close", calls.frees.Load(), calls.allocs.Load())
+	if calls.Frees.Load() != calls.Allocs.Load() {
+		t.Errorf("%d of %d device allocations freed", calls.Frees.Load(), calls.Allocs.Load())
 	}
-	if calls.copies.Load() == 0 {
+	if calls.Copies.Load() == 0 {
 		t.Error("no device copy packed the buckets")
 	}
 }
@@ -275,7 +234,7 @@ func TestFuserDeviceBuckets(t *testing.T) {
 func TestFuserRefusesMalformedTensors(t *testing.T) {
 	comms := world(t, 1)
 	good := collective.SliceBuffer(make([]float32, 4))
-	var calls deviceCalls
+	var calls fakedevice.Counters
 	tests := []struct {
 		name string
 		bad  collective.Buffer
@@ -284,8 +243,8 @@ func TestFuserRefusesMalformedTensors(t *testing.T) {
 		{"invalid dtype", collective.Buffer{Count: 1, Host: make([]byte, 4)}, "invalid dtype"},
 		{"negative count", collective.Buffer{DType: collective.Int32, Count: -1}, "negative count"},
 		{"short host bytes", collective.Buffer{DType: collective.Float64, Count: 3, Host: make([]byte, 16)}, "16 host bytes for 3 float64"},
-		{"small device memory", collective.Buffer{DType: collective.Float32, Count: 4, Device: &fakeDevice{mem: make([]byte, 8), calls: &calls}}, "cannot hold 4 float32"},
-		{"both memories", collective.Buffer{DType: collective.Uint8, Count: 1, Host: []byte{1}, Device: &fakeDevice{mem: []byte{1}, calls: &calls}}, "both host and device"},
+		{"small device memory", collective.Buffer{DType: collective.Float32, Count: 4, Device: fakedevice.New(make([]byte, 8), &calls)}, "cannot hold 4 float32"},
+		{"both memories", collective.Buffer{DType: collective.Uint8, Count: 1, Host: []byte{1}, Device: fakedevice.New([]byte{1}, &calls)}, "both host and device"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -302,7 +261,7 @@ func TestFuserRefusesMalformedTensors(t *testing.T) {
 
 func TestAsyncReducerOverlapsSubmissions(t *testing.T) {
 	comms := world(t, 3)
-	var calls deviceCalls
+	var calls fakedevice.Counters
 	onEach(t, comms, func(ctx context.Context, c *collective.Communicator) error {
 		a := NewAsyncReducer(c, 256, collective.Sum)
 		defer a.Close()
@@ -339,75 +298,4 @@ func TestAsyncReducerFailsQueueAfterError(t *testing.T) {
 	if err := a.Submit(ctx, collective.SliceBuffer([]float32{3})).Wait(ctx); err != ErrQueueClosed {
 		t.Fatalf("after Close: %v", err)
 	}
-}
-
-// deviceCalls counts what the fake device was asked to do.
-type deviceCalls struct {
-	allocs, frees, copies atomic.Int64
-}
-
-// fakeDevice is memory reachable only through collective.DeviceMemory, as
-// with CUDA, so a test that passes with it shows that neither the fuser nor
-// the collectives touch device bytes directly. It reduces small integers held
-// in any dtype exactly, through float64.
-type fakeDevice struct {
-	mem   []byte
-	calls *deviceCalls
-}
-
-func (d *fakeDevice) Size() int { return len(d.mem) }
-
-func (d *fakeDevice) CopyToHost(ctx context.Context, dst []byte, off int) error {
-	copy(dst, d.mem[off:off+len(dst)])
-	return nil
-}
-
-func (d *fakeDevice) CopyFromHost(ctx context.Context, off int, src []byte) error {
-	copy(d.mem[off:], src)
-	return nil
-}
-
-func (d *fakeDevice) CopyFrom(ctx context.Context, off int, src collective.DeviceMemory, srcOff, n int) error {
-	d.calls.copies.Add(1)
-	copy(d.mem[off:off+n], src.(*fakeDevice).mem[srcOff:srcOff+n])
-	return nil
-}
-
-func (d *fakeDevice) ReduceFromHost(ctx context.Context, off int, a collective.DeviceMemory, aOff int, src []byte, dt collective.DType, op collective.ReduceOp) error {
-	n := len(src)
-	x, y := decode(dt, a.(*fakeDevice).mem[aOff:aOff+n]), decode(dt, src)
-	for j := range x {
-		switch op {
-		case collective.Max:
-			x[j] = max(x[j], y[j])
-		case collective.Sum:
-			x[j] += y[j]
-		default:
-			return fmt.Errorf("fake device: op %v", op)
-		}
-	}
-	copy(d.mem[off:off+n], encode(dt, x))
-	return nil
-}
-
-func (d *fakeDevice) Scale(ctx context.Context, off, n int, dt collective.DType, factor float64, divisor int) error {
-	x := decode(dt, d.mem[off:off+n])
-	for j := range x {
-		if divisor > 1 {
-			x[j] = math.Trunc(x[j] / float64(divisor))
-		}
-		x[j] *= factor
-	}
-	copy(d.mem[off:off+n], encode(dt, x))
-	return nil
-}
-
-func (d *fakeDevice) Alloc(ctx context.Context, size int) (collective.DeviceMemory, error) {
-	d.calls.allocs.Add(1)
-	return &fakeDevice{mem: make([]byte, size), calls: d.calls}, nil
-}
-
-func (d *fakeDevice) Free() error {
-	d.calls.frees.Add(1)
-	return nil
 }
