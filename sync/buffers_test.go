@@ -352,3 +352,30 @@ func TestAllreduceRefusesBadInput(t *testing.T) {
 		t.Fatalf("the refusals changed the world: epoch %d, then %d", epochBefore, n)
 	}
 }
+
+// A description of rank 0's state comes off the wire: whatever its bytes, a
+// worker refuses a malformed or different one with ErrStateMismatch, and
+// accepts its own.
+func FuzzStateDescription(f *testing.F) {
+	mine := NewState()
+	mine.RegisterBuffer("w", collective.SliceBuffer(make([]collective.BF16, 3)))
+	mine.RegisterTensor("v", make([]float32, 2))
+	mine.RegisterBlob("pos", func() ([]byte, error) { return []byte("abc"), nil }, func([]byte) error { return nil })
+	own := mine.describe([][]byte{[]byte("abc")})
+	f.Add(own)
+	f.Add([]byte{})
+	f.Add(own[:len(own)-1])
+	f.Add(append(own, 0))
+	f.Fuzz(func(t *testing.T, desc []byte) {
+		sizes, err := mine.compare(desc, 0)
+		if err != nil {
+			if !errors.Is(err, ErrStateMismatch) {
+				t.Fatalf("error %v does not wrap ErrStateMismatch", err)
+			}
+			return
+		}
+		if len(sizes) != 1 || sizes[0] > maxDescription {
+			t.Fatalf("accepted blob sizes %v", sizes)
+		}
+	})
+}
