@@ -217,3 +217,32 @@ func transitionOnce(b *testing.B, p, it int) time.Duration {
 	}
 	return last.Sub(proposed)
 }
+
+// BenchmarkSessionCPU is the session's own cost per step with no network to
+// hide it: in a world of one the allreduce moves nothing, so what is measured
+// is the fusion (packing many small tensors into one buffer and back), the
+// checks, the step-boundary agreement and the step clock.
+func BenchmarkSessionCPU(b *testing.B) {
+	for _, shape := range []struct{ tensors, floats int }{{1, 100_000}, {64, 1024}} {
+		b.Run(fmt.Sprintf("tensors=%d/floats=%d", shape.tensors, shape.floats), func(b *testing.B) {
+			sessions, _ := startToyWorld(b, 1, 16)
+			s := sessions[0]
+			bufs := make([]collective.Buffer, shape.tensors)
+			for i := range bufs {
+				bufs[i] = collective.SliceBuffer(make([]float32, shape.floats))
+			}
+			ctx := context.Background()
+			b.SetBytes(int64(4 * shape.tensors * shape.floats))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := s.Allreduce(ctx, Reduction{}, bufs...); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Commit(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -162,29 +162,24 @@ type Reduction struct {
 // Sum returns the Reduction that adds the workers' tensors.
 func Sum() Reduction { return Reduction{Op: collective.Sum} }
 
-// options turns r into the collective's arguments, refusing what is invalid.
-func (r Reduction) options() (collective.ReduceOp, []collective.Option, error) {
-	op := r.Op
-	if op == 0 {
-		op = collective.Average
+// check refuses an invalid reduction and returns it with the defaults filled
+// in.
+func (r Reduction) check() (Reduction, error) {
+	if r.Op == 0 {
+		r.Op = collective.Average
 	}
-	if !op.Valid() {
-		return 0, nil, fmt.Errorf("sync: invalid reduce op %v", r.Op)
+	if !r.Op.Valid() {
+		return r, fmt.Errorf("sync: invalid reduce op %v", r.Op)
 	}
-	var opts []collective.Option
-	for _, f := range []struct {
-		v   float64
-		opt func(float64) collective.Option
-	}{{r.Prescale, collective.Prescale}, {r.Postscale, collective.Postscale}} {
+	for _, f := range []*float64{&r.Prescale, &r.Postscale} {
 		switch {
-		case f.v == 0 || f.v == 1:
-		case math.IsNaN(f.v) || math.IsInf(f.v, 0):
-			return 0, nil, fmt.Errorf("sync: scale factor %v is not finite", f.v)
-		default:
-			opts = append(opts, f.opt(f.v))
+		case *f == 0:
+			*f = 1
+		case math.IsNaN(*f) || math.IsInf(*f, 0):
+			return r, fmt.Errorf("sync: scale factor %v is not finite", *f)
 		}
 	}
-	return op, opts, nil
+	return r, nil
 }
 
 // Allreduce reduces the gradient tensors in place across the current world:
@@ -192,19 +187,16 @@ func (r Reduction) options() (collective.ReduceOp, []collective.Option, error) {
 // fusion.Fuser). Every worker must pass the same dtypes and sizes in the same
 // order. If the world breaks meanwhile, the session rebuilds it,
 // re-synchronizes the state from the new rank 0 and returns ErrWorldChanged.
-// Malformed tensors or an invalid reduction are refused with an error before
-// anything is sent; the world is untouched.
+// Malformed tensors (see fusion.Check) or an invalid reduction are refused
+// with an error before anything is sent; the world is untouched.
 func (s *Session) Allreduce(ctx context.Context, how Reduction, tensors ...collective.Buffer) error {
-	op, opts, err := how.options()
+	how, err := how.check()
 	if err != nil {
 		return err
 	}
-	if err := fusion.Check(tensors); err != nil {
-		return fmt.Errorf("sync: %w", err)
-	}
 	defer s.clock.Wait(time.Now())
 	newest := s.src.Latest()
-	err = reduceGradients(ctx, s.fuser, s.comm, tensors, op, opts, &newest)
+	err = reduceGradients(ctx, s.fuser, s.comm, tensors, how, &newest)
 	if err == nil {
 		if len(tensors) > 0 {
 			s.newest, s.tagged = max(s.newest, newest), true
@@ -222,8 +214,16 @@ func (s *Session) Allreduce(ctx context.Context, how Reduction, tensors ...colle
 // collective: each replica's squared norm of tensors before the reduction,
 // and of the reduced result after it, travelling with newest on this same
 // allreduce.
-func reduceGradients(ctx context.Context, f *fusion.Fuser, comm *collective.Communicator, tensors []collective.Buffer, op collective.ReduceOp, opts []collective.Option, newest *uint64) error {
-	return f.Allreduce(ctx, comm, tensors, op, append(opts, collective.MaxTag(newest))...)
+func reduceGradients(ctx context.Context, f *fusion.Fuser, comm *collective.Communicator, tensors []collective.Buffer, how Reduction, newest *uint64) error {
+	opts := [3]collective.Option{collective.MaxTag(newest)} // on the stack: this runs every step
+	n := 1
+	if how.Prescale != 1 {
+		opts[n], n = collective.Prescale(how.Prescale), n+1
+	}
+	if how.Postscale != 1 {
+		opts[n], n = collective.Postscale(how.Postscale), n+1
+	}
+	return f.Allreduce(ctx, comm, tensors, how.Op, opts[:n]...)
 }
 
 // failed handles an error of a gradient allreduce on comm. An error that left
@@ -263,15 +263,10 @@ type Handle struct {
 // Allreduces run one at a time in the order they were started, on every rank
 // in the same order. WaitAll collects them before the step is applied; until
 // then the tensors' memory must not be touched. Malformed tensors and invalid
-// reductions fail the handle before anything is sent.
+// reductions fail the handle before anything is sent; later handles still run.
 func (s *Session) AllreduceAsync(ctx context.Context, how Reduction, tensors ...collective.Buffer) *Handle {
 	p := &Handle{done: make(chan struct{})}
-	op, opts, err := how.options()
-	if err == nil {
-		if err = fusion.Check(tensors); err != nil {
-			err = fmt.Errorf("sync: %w", err)
-		}
-	}
+	how, err := how.check()
 	if err != nil {
 		p.err = err
 		close(p.done)
@@ -290,7 +285,7 @@ func (s *Session) AllreduceAsync(ctx context.Context, how Reduction, tensors ...
 			}
 		}
 		newest := s.src.Latest()
-		p.err = reduceGradients(ctx, s.asyncFuser, comm, tensors, op, opts, &newest)
+		p.err = reduceGradients(ctx, s.asyncFuser, comm, tensors, how, &newest)
 		if p.err == nil && len(tensors) > 0 {
 			s.mu.Lock()
 			s.asyncNewest = max(s.asyncNewest, newest)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
+	"github.com/gorovod/gorovod/internal/fakedevice"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 )
@@ -346,14 +347,22 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 						w.tr.Close()
 						return nil
 					}
-					layers := [][]float32{make([]float32, 500), make([]float32, 7), make([]float32, 3000)}
+					// Layers of several dtypes, one of them on a device: the
+					// averages (ranks 0..size-1, plus the layer's index) are
+					// halves, exact in each.
+					layers := []collective.Buffer{
+						collective.SliceBuffer(make([]float32, 500)), collective.SliceBuffer(make([]collective.BF16, 7)),
+						collective.SliceBuffer(make([]float64, 3000)), fakedevice.New(make([]byte, 2*40), nil).Buffer(collective.Float16),
+					}
 					var hs []*Handle
 					// Backward order: the last layer's gradient is ready first.
 					for l := len(layers) - 1; l >= 0; l-- {
-						for j := range layers[l] {
-							layers[l][j] = float32(sess.Rank() + l)
+						vals := make([]float64, layers[l].Count)
+						for j := range vals {
+							vals[j] = float64(sess.Rank() + l)
 						}
-						hs = append(hs, sess.AllreduceAsync(ctx, Reduction{}, collective.SliceBuffer(layers[l])))
+						setBuffer(layers[l], vals)
+						hs = append(hs, sess.AllreduceAsync(ctx, Reduction{}, layers[l]))
 					}
 					err := sess.WaitAll(ctx, hs...)
 					if errors.Is(err, ErrWorldChanged) {
@@ -364,9 +373,11 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 						return err
 					}
 					for l, layer := range layers {
-						want := float32(sess.Size()-1)/2 + float32(l)
-						if layer[0] != want {
-							return fmt.Errorf("layer %d averaged to %v, want %v", l, layer[0], want)
+						want := float64(sess.Size()-1)/2 + float64(l)
+						for j, got := range fakedevice.Decode(layer.DType, bufferBytes(layer)) {
+							if got != want {
+								return fmt.Errorf("%v layer %d[%d] averaged to %v, want %v", layer.DType, l, j, got, want)
+							}
 						}
 					}
 					if err := sess.Commit(ctx); err != nil && !errors.Is(err, ErrWorldChanged) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	stdsync "sync"
 	"unsafe"
 
@@ -33,9 +34,16 @@ const DefaultBytes = 128 << 20
 type Fuser struct {
 	threshold int // bytes
 
-	// The open buckets of the call in progress and the packing buffers kept
-	// between calls, one per dtype and memory kind (index bucketIndex).
-	open [2 * numDTypes]bucket
+	// The plan of the call in progress: groups of tensors, each reduced by
+	// one collective, in order (members lists their tensors' indices); the
+	// buckets still open while planning, one per dtype and memory kind
+	// (index bucketIndex), in the order the call first used them.
+	groups  []group
+	members []int
+	open    [2 * numDTypes]bucket
+	used    []int
+
+	// The packing buffers, kept between calls.
 	host [numDTypes][]uint64 // uint64 words keep every element aligned
 	dev  [numDTypes]collective.DeviceMemory
 }
@@ -43,6 +51,10 @@ type Fuser struct {
 // numDTypes bounds the DType values (1 to 7) so buckets live in arrays, not
 // maps: the fuser runs on every training step.
 const numDTypes = 8
+
+// group is the tensors members[lo:hi], of one dtype and memory kind, bytes
+// in all.
+type group struct{ lo, hi, bytes int }
 
 type bucket struct {
 	members []int // indices into the call's tensors
@@ -64,27 +76,37 @@ func NewFuser(thresholdBytes int) *Fuser {
 // that bad input is refused before any collective starts.
 func Check(tensors []collective.Buffer) error {
 	for i, t := range tensors {
-		if err := checkBuffer(t); err != nil {
+		if _, err := checkedBytes(t); err != nil {
 			return fmt.Errorf("fusion: tensor %d: %w", i, err)
 		}
 	}
 	return nil
 }
 
-func checkBuffer(t collective.Buffer) error {
-	switch {
-	case !t.DType.Valid():
-		return fmt.Errorf("invalid dtype %v", t.DType)
-	case t.Count < 0:
-		return fmt.Errorf("negative count %d", t.Count)
-	case t.Device != nil && t.Host != nil:
-		return errors.New("both host and device memory are set")
-	case t.Device != nil && t.Device.Size() < t.Bytes():
-		return fmt.Errorf("%d bytes of device memory cannot hold %d %v elements", t.Device.Size(), t.Count, t.DType)
-	case t.Device == nil && len(t.Host) != t.Bytes():
-		return fmt.Errorf("%d host bytes for %d %v elements (want %d)", len(t.Host), t.Count, t.DType, t.Bytes())
+// checkedBytes returns t's size in bytes, or why t is malformed.
+func checkedBytes(t collective.Buffer) (int, error) {
+	if t.Device == nil && len(t.Host) > 0 && t.DType.Valid() && len(t.Host) == t.Count*t.DType.Size() {
+		return len(t.Host), nil // the usual case, inlined
 	}
-	return nil
+	return slowCheckedBytes(t)
+}
+
+func slowCheckedBytes(t collective.Buffer) (int, error) {
+	size := t.DType.Size()
+	n := t.Count * size
+	switch {
+	case size == 0:
+		return 0, fmt.Errorf("invalid dtype %v", t.DType)
+	case t.Count < 0:
+		return 0, fmt.Errorf("negative count %d", t.Count)
+	case t.Device != nil && t.Host != nil:
+		return 0, errors.New("both host and device memory are set")
+	case t.Device != nil && t.Device.Size() < n:
+		return 0, fmt.Errorf("%d bytes of device memory cannot hold %d %v elements", t.Device.Size(), t.Count, t.DType)
+	case t.Device == nil && len(t.Host) != n:
+		return 0, fmt.Errorf("%d host bytes for %d %v elements (want %d)", len(t.Host), t.Count, t.DType, n)
+	}
+	return n, nil
 }
 
 // bucketIndex keys a tensor's bucket by dtype and memory kind.
@@ -101,62 +123,84 @@ func bucketIndex(t collective.Buffer) int {
 // kinds in the same order. The tensors are checked (see Check) before any
 // collective runs. Device tensors of one call must belong to one device.
 func (f *Fuser) Allreduce(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, op collective.ReduceOp, opts ...collective.Option) error {
-	if err := Check(tensors); err != nil {
+	if len(tensors) == 1 {
+		if err := Check(tensors); err != nil {
+			return err
+		}
+		return c.Allreduce(ctx, tensors[0], tensors[0], op, opts...)
+	}
+	if err := f.plan(tensors); err != nil {
 		return err
 	}
-	for i := range f.open {
-		f.open[i].members, f.open[i].bytes = f.open[i].members[:0], 0
-	}
-	for i, t := range tensors {
-		n := t.Bytes()
-		if n >= f.threshold {
-			if err := c.Allreduce(ctx, t, t, op, opts...); err != nil {
-				return err
-			}
-			continue
+	for _, g := range f.groups {
+		members := f.members[g.lo:g.hi]
+		var err error
+		switch {
+		case len(members) == 1:
+			t := tensors[members[0]]
+			err = c.Allreduce(ctx, t, t, op, opts...)
+		case tensors[members[0]].Device != nil:
+			err = f.deviceBucket(ctx, c, tensors, members, g.bytes, op, opts)
+		default:
+			err = f.hostBucket(ctx, c, tensors, members, g.bytes, op, opts)
 		}
-		b := &f.open[bucketIndex(t)]
-		if b.bytes+n > f.threshold {
-			if err := f.flush(ctx, c, tensors, b, op, opts); err != nil {
-				return err
-			}
-		}
-		b.members = append(b.members, i)
-		b.bytes += n
-	}
-	// The buckets still open go in a fixed order, the same on every rank.
-	for i := range f.open {
-		if err := f.flush(ctx, c, tensors, &f.open[i], op, opts); err != nil {
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// flush reduces bucket b and empties it.
-func (f *Fuser) flush(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, b *bucket, op collective.ReduceOp, opts []collective.Option) error {
-	members := b.members
-	b.members, b.bytes = b.members[:0], 0
-	switch len(members) {
-	case 0:
-		return nil
-	case 1:
-		t := tensors[members[0]]
-		return c.Allreduce(ctx, t, t, op, opts...)
+// plan checks the tensors and groups them into collectives, in the order
+// they will run: a tensor as large as the threshold alone, as it comes; a
+// bucket when the next tensor of its dtype and memory kind would overflow it;
+// the buckets left at the end in the order of their first tensors.
+func (f *Fuser) plan(tensors []collective.Buffer) error {
+	f.groups, f.members = f.groups[:0], f.members[:0]
+	for _, k := range f.used {
+		f.open[k].members, f.open[k].bytes = f.open[k].members[:0], 0
 	}
-	first := tensors[members[0]]
-	if first.Device != nil {
-		return f.deviceBucket(ctx, c, tensors, members, op, opts)
+	f.used = f.used[:0]
+	for i, t := range tensors {
+		n, err := checkedBytes(t)
+		if err != nil {
+			return fmt.Errorf("fusion: tensor %d: %w", i, err)
+		}
+		if n >= f.threshold {
+			f.members = append(f.members, i)
+			f.groups = append(f.groups, group{len(f.members) - 1, len(f.members), n})
+			continue
+		}
+		k := bucketIndex(t)
+		b := &f.open[k]
+		if len(b.members) == 0 && !slices.Contains(f.used, k) {
+			f.used = append(f.used, k)
+		}
+		if b.bytes+n > f.threshold {
+			f.close(b)
+		}
+		b.members = append(b.members, i)
+		b.bytes += n
 	}
-	return f.hostBucket(ctx, c, tensors, members, op, opts)
+	for _, k := range f.used {
+		f.close(&f.open[k])
+	}
+	return nil
 }
 
-func (f *Fuser) hostBucket(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, members []int, op collective.ReduceOp, opts []collective.Option) error {
-	dt := tensors[members[0]].DType
-	total := 0
-	for _, i := range members {
-		total += tensors[i].Bytes()
+// close adds bucket b to the plan, if it holds tensors, and empties it.
+func (f *Fuser) close(b *bucket) {
+	if len(b.members) == 0 {
+		return
 	}
+	lo := len(f.members)
+	f.members = append(f.members, b.members...)
+	f.groups = append(f.groups, group{lo, len(f.members), b.bytes})
+	b.members, b.bytes = b.members[:0], 0
+}
+
+func (f *Fuser) hostBucket(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, members []int, total int, op collective.ReduceOp, opts []collective.Option) error {
+	dt := tensors[members[0]].DType
 	words := (total + 7) / 8
 	if cap(f.host[dt]) < words {
 		f.host[dt] = make([]uint64, words)
@@ -166,7 +210,7 @@ func (f *Fuser) hostBucket(ctx context.Context, c *collective.Communicator, tens
 	for _, i := range members {
 		off += copy(buf[off:], tensors[i].Host)
 	}
-	fused := collective.HostBuffer(dt, buf)
+	fused := collective.Buffer{DType: dt, Count: total / dt.Size(), Host: buf}
 	if err := c.Allreduce(ctx, fused, fused, op, opts...); err != nil {
 		return err
 	}
@@ -177,13 +221,9 @@ func (f *Fuser) hostBucket(ctx context.Context, c *collective.Communicator, tens
 	return nil
 }
 
-func (f *Fuser) deviceBucket(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, members []int, op collective.ReduceOp, opts []collective.Option) error {
+func (f *Fuser) deviceBucket(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, members []int, total int, op collective.ReduceOp, opts []collective.Option) error {
 	first := tensors[members[0]]
 	dt := first.DType
-	total := 0
-	for _, i := range members {
-		total += tensors[i].Bytes()
-	}
 	if f.dev[dt] == nil || f.dev[dt].Size() < total {
 		size := total
 		if f.dev[dt] != nil {
