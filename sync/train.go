@@ -145,6 +145,7 @@ func DefaultTrainConfig() TrainConfig {
 
 // TrainResult is how training ended for this worker.
 type TrainResult struct {
+	// Outcome is zero when Train returns an error.
 	Outcome Outcome
 	// Steps is the number of committed steps at the end (the state's Step).
 	Steps int64
