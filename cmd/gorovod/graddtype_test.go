@@ -22,7 +22,7 @@ func TestFashionMNISTGradDTypesUnderRun(t *testing.T) {
 			// The whole training set, so that the third worker joins well
 			// before the end even on a loaded machine.
 			h := startRunJob(t, "--np", "3", "--min-np", "2", "--", fashionMNIST, "--epochs", "1",
-				"--json", "--log-every", "0", "--grad-dtype", dtype)
+				"--json", "--log-every", "0", "--grad-dtype", dtype, "-v")
 			h.waitFor(t, "a 3-worker world", 90*time.Second, func(l []trainerLine) bool { return lastSize(l) == 3 })
 			h.mu.Lock()
 			s := maxStep(h.lines)
@@ -35,7 +35,9 @@ func TestFashionMNISTGradDTypesUnderRun(t *testing.T) {
 					t.Fatalf("gorovod run: %v\n%s", err, h.logText())
 				}
 			case <-time.After(2 * time.Minute):
-				t.Fatal("job did not finish")
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				t.Fatalf("job did not finish (last step %d); launcher log:\n%s", maxStep(h.lines), h.log.String())
 			}
 			h.mu.Lock()
 			defer h.mu.Unlock()
