@@ -18,6 +18,7 @@ import (
 	"github.com/gorovod/gorovod/internal/benchmark"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/launch"
+	"github.com/gorovod/gorovod/internal/logging"
 	"github.com/gorovod/gorovod/internal/rendezvous"
 )
 
@@ -38,6 +39,10 @@ type workerSpec struct {
 	Transport   string        `json:"transport"`
 	SocketBuf   int           `json:"socket_buffer"`
 	BatchTimeUS int           `json:"batch_time_us"`
+	// The workers log (to their stderr, which the launcher relays) with
+	// the command's --log-level and --log-format.
+	LogLevel  string `json:"log_level,omitempty"`
+	LogFormat string `json:"log_format,omitempty"`
 }
 
 func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -46,7 +51,6 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		op, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("gorovod bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	np := fs.Int("np", 2, "number of local worker processes")
 	minBytes := fs.String("min-bytes", "4K", "smallest message size (K, M, G suffixes)")
 	maxBytes := fs.String("max-bytes", "64M", "largest message size")
@@ -64,18 +68,21 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
 	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0 keeps the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: gorovod bench [%s] [flags]\n\nFlags:\n", strings.Join(benchmark.Ops(), "|"))
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return ErrUsage // flag has said what is wrong
+	logOpts := logging.DefaultOptions()
+	logOpts.Register(fs)
+	usage := fmt.Sprintf("Usage: gorovod bench [%s] [flags]\n\n"+
+		"Measures a collective across --np local worker processes and prints, per\n"+
+		"message size, the median time, algorithm bandwidth and bus bandwidth.\n"+
+		"The workers talk through --transport: auto (the default) puts processes\n"+
+		"of one host on shared memory and others on TCP.", strings.Join(benchmark.Ops(), "|"))
+	if err := parseFlags(fs, args, usage, stdout, stderr); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "unexpected arguments %q", fs.Args())
+	}
+	if err := logOpts.Validate(); err != nil {
+		return usageErr(stderr, "%v", err)
 	}
 	spec, err := buildWorkerSpec(op, *minBytes, *maxBytes, *factor, *dtype, *redop, *iters, *warmup, *chunk, *small)
 	if err != nil {
@@ -89,6 +96,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageErr(stderr, "--np %d must be at least 1", *np)
 	}
 	spec.Transport, spec.IOTimeout = string(mode), *ioTimeout
+	spec.LogLevel, spec.LogFormat = logOpts.Level, logOpts.Format
 	if *batchTime < 0 {
 		return usageErr(stderr, "--batch-time %v is negative", *batchTime)
 	}
@@ -96,7 +104,10 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
 		return usageErr(stderr, "--socket-buffer: %v", err)
 	}
-	return runBench(ctx, *np, spec, *asJSON, *timeout, stdout, stderr)
+	if err := runBench(ctx, *np, spec, *asJSON, *timeout, stdout, stderr); err != nil {
+		return &commandError{command: "bench", err: err}
+	}
+	return nil
 }
 
 func usageErr(stderr io.Writer, format string, args ...any) error {
@@ -155,6 +166,9 @@ func (s workerSpec) benchmarkSpec() (benchmark.Spec, error) {
 func (s workerSpec) collectiveConfig() (collective.Config, error) {
 	cfg := collective.DefaultConfig()
 	cfg.ChunkBytes, cfg.SmallMessageBytes = s.ChunkBytes, s.SmallBytes
+	if s.SmallBytes == 0 {
+		cfg.SmallMessageBytes = -1 // --small-bytes 0: no message is small
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -234,7 +248,7 @@ func printResult(w io.Writer, r benchmark.Result, asJSON bool) {
 // benchWorker is one benchmark process: it joins the others through the
 // launcher's rendezvous, builds the communicator and runs the measurement; rank 0
 // prints the results as JSON lines.
-func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
+func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) != 1 {
 		return errors.New("bench worker: want one JSON spec argument")
 	}
@@ -250,6 +264,11 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	log, err := logging.Options{Level: spec.LogLevel, Format: spec.LogFormat}.Logger(stderr)
+	if err != nil {
+		return fmt.Errorf("bench worker: %w", err)
+	}
+	cfg.Logger = log
 	env, err := envconfig.Load(os.Getenv)
 	if err != nil {
 		return err
@@ -261,6 +280,7 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 	tcfg := multi.DefaultConfig()
 	tcfg.Mode, tcfg.ListenAddr, tcfg.Secret, tcfg.IOTimeout = mode, env.ListenAddr, env.Secret, spec.IOTimeout
 	tcfg.TCP.SocketBuffer = spec.SocketBuf
+	tcfg.Logger = log
 	t, err := multi.Listen(tcfg)
 	if err != nil {
 		return err

@@ -22,10 +22,14 @@ Usage:
       be added (SIGUSR1 or by hand) and can leave or die while training goes on;
       with a heuristic, the job grows, shrinks and replaces stragglers by itself
   gorovod bench [allreduce|broadcast|allgather|reducescatter|alltoall] [flags]
-      measure a collective across --np local worker processes over TCP loopback
-  gorovod help
+      measure a collective across --np local worker processes (shared memory
+      between processes of one host by default; --transport picks another)
+  gorovod report [--out DIR] RUN.jsonl
+      plots (SVG, PNG) and an HTML summary of a run from its 'run --json' lines
+  gorovod help | --version
 
-Run 'gorovod run --help' or 'gorovod bench --help' for the flags.
+Run 'gorovod run --help', 'gorovod bench --help' or 'gorovod report --help'
+for the flags.
 `
 
 // ErrUsage marks a bad command line; Main has already said what is wrong
@@ -44,8 +48,9 @@ type Config struct {
 }
 
 // Main runs the gorovod command line: args are the arguments after the
-// program name ("run", "bench", "help"). It returns ErrUsage (or
-// flag.ErrHelp) for a bad command line, after printing what is wrong.
+// program name ("run", "bench", "report", "help", "--version"). It returns
+// ErrUsage for a bad command line, after printing what is wrong, and
+// flag.ErrHelp after printing the help a command was asked for.
 //
 // The bench command runs its workers by starting the program again, so a
 // program calling Main must hand it every argument list it was started with.
@@ -69,8 +74,13 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 		return runCommand(ctx, args[1:], cfg.Heuristics, stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
+	case "report":
+		return reportCommand(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, Version())
+		return nil
 	case benchWorkerCommand:
-		return benchWorker(ctx, args[1:], stdout)
+		return benchWorker(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -81,7 +91,8 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 
 // Run is the whole body of a main function: it runs the command line on the
 // process's arguments until it ends or SIGINT or SIGTERM arrives, and returns
-// the exit status: 0, 1 after printing the error, 2 for a bad command line.
+// the exit status: 0 (also after --help), 1 after printing the error, 2 for a
+// bad command line.
 //
 //	func main() { os.Exit(cli.Run(cli.Config{Heuristics: registry})) }
 func Run(cfg Config) int {
@@ -89,15 +100,20 @@ func Run(cfg Config) int {
 	defer stop()
 	err := Main(ctx, os.Args[1:], cfg)
 	switch {
-	case err == nil:
+	case err == nil || errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, ErrUsage) || errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, ErrUsage):
 		return 2
 	}
 	stderr := cfg.Stderr
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", filepath.Base(os.Args[0]), err)
+	prefix := filepath.Base(os.Args[0])
+	var ce *commandError
+	if errors.As(err, &ce) {
+		prefix, err = prefix+" "+ce.command, ce.err
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
 	return 1
 }

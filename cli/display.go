@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/job"
 )
 
 // display is everything `gorovod run` prints: the workers' lines, its own
@@ -57,6 +58,40 @@ func (d *display) printLine(w io.Writer, line string) {
 	fmt.Fprintln(w, line)
 }
 
+// runSink prints a job's events as `gorovod run` shows them: the workers'
+// lines prefixed by their launch index, the runner's reports on stderr, the
+// autoscaling engine's events (as JSON lines on stdout with --json) and, at
+// the end, the engine's summary and the workers' count.
+type runSink struct {
+	d                            *display
+	asJSON, autoscaling, verbose bool
+}
+
+func (s runSink) Event(e job.Event) {
+	d := s.d
+	switch e := e.(type) {
+	case job.WorkerOutput:
+		d.workerLine(e.Worker, e.Stream, e.Line)
+	case job.JobStarted:
+		d.report("job %s, %d workers, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
+	case job.WorkerStarted:
+		if e.Initial {
+			d.report("worker %d pid %d", e.Worker.Index, e.Worker.PID)
+		} else {
+			d.report("worker %d pid %d started", e.Worker.Index, e.Worker.PID)
+		}
+	case job.Notice:
+		d.report("%s", e.Message)
+	case job.Autoscaling:
+		d.event(e.Event, s.asJSON, s.autoscaling || s.verbose)
+	case job.JobEnded:
+		o := e.Outcome
+		d.summary(o.Summary, s.asJSON, s.autoscaling)
+		d.report("%d workers finished, %d lost, %d failed; last world epoch %d had %d workers",
+			o.Count(job.Finished), o.Count(job.Lost)+o.Count(job.Stopped), o.Count(job.Failed), o.World.Number, len(o.World.Members))
+	}
+}
+
 func (d *display) workerLine(i int, stream string, line []byte) {
 	w := d.stdout
 	if stream == "stderr" {
@@ -84,7 +119,7 @@ func (d *display) event(ev heuristics.Event, asJSON, human bool) {
 }
 
 // follow keeps the progress bar up to date until ctx ends.
-func (d *display) follow(ctx context.Context, e *heuristics.Engine) {
+func (d *display) follow(ctx context.Context, e interface{ Status() heuristics.Status }) {
 	if d.bar == nil {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 )
 
 // Option adjusts one reducing collective.
@@ -195,6 +196,9 @@ func (o *opRun) ring(ctx context.Context, plan *segPlan, src, work, out memory, 
 	dt, op := o.desc.dtype, kernelReduceOp(o.desc.op)
 	scratch := c.scratchBuf(plan.maxChunk)
 	staging := c.stagingFor(src, plan.maxChunk)
+	// Traced: time in reduce kernels, and when the reduce-scatter half ended
+	// on the receiving side (which does the reducing).
+	var reduce, rsEnd time.Duration
 	send := func(ctx context.Context, k int) error {
 		s, j := k/nc, k%nc
 		off, n := plan.chunk(sendSeg(s), j)
@@ -225,13 +229,21 @@ func (o *opRun) ring(ctx context.Context, plan *segPlan, src, work, out memory, 
 		if err := o.recv(ctx, left, k, b); err != nil {
 			return err
 		}
+		t := o.mark()
+		var err error
 		if s < rsSteps-1 {
-			return work.reduceFrom(ctx, off, src, off, b, dt, op)
+			err = work.reduceFrom(ctx, off, src, off, b, dt, op)
+		} else if err = out.reduceFrom(ctx, off+outShift, src, off, b, dt, op); err == nil {
+			err = out.scale(ctx, off+outShift, n, dt, factor, divisor)
 		}
-		if err := out.reduceFrom(ctx, off+outShift, src, off, b, dt, op); err != nil {
-			return err
+		if o.traced() {
+			end := o.mark()
+			reduce += end - t
+			if k == rsSteps*nc-1 {
+				rsEnd = end
+			}
 		}
-		return out.scale(ctx, off+outShift, n, dt, factor, divisor)
+		return err
 	}
 	// An allgather receive overwrites the segment that the send p-1 steps
 	// earlier read. The ring's own data dependency already orders them
@@ -239,7 +251,15 @@ func (o *opRun) ring(ctx context.Context, plan *segPlan, src, work, out memory, 
 	// send), but only through the links, which the race detector cannot see
 	// through a socket; the guard says it in Go.
 	items := steps * nc
-	return o.pipeline(ctx, items, items, nc, (p-1)*nc, send, recv)
+	start := o.mark()
+	err := o.pipeline(ctx, items, items, nc, (p-1)*nc, send, recv)
+	if rsEnd > 0 {
+		o.phase(PhaseReduceScatter, start, rsEnd, reduce)
+		if allgather {
+			o.phase(PhaseAllgather, rsEnd, o.mark(), 0)
+		}
+	}
+	return err
 }
 
 // recursiveDoubling allreduces buf (holding this rank's contribution) in

@@ -12,13 +12,14 @@ import (
 	"github.com/gorovod/gorovod/collective/transport"
 )
 
-// Config tunes a Communicator. Every rank of a world must use the same
-// SmallMessageBytes and ChunkBytes: they decide the algorithm and the framing,
-// and a difference is reported as a mismatch.
+// Config tunes a Communicator. A zero field means its default
+// (DefaultConfig). Every rank of a world must use the same SmallMessageBytes
+// and ChunkBytes: they decide the algorithm and the framing, and a difference
+// is reported as a mismatch.
 type Config struct {
 	// SmallMessageBytes: an allreduce or broadcast of at most this many bytes uses
 	// the latency-optimal algorithm (recursive doubling, binomial tree); larger
-	// ones the bandwidth-optimal pipelined ring or chain.
+	// ones the bandwidth-optimal pipelined ring or chain. Negative: none does.
 	SmallMessageBytes int
 	// ChunkBytes is the pipelining unit of the ring and chain algorithms.
 	ChunkBytes int
@@ -26,7 +27,14 @@ type Config struct {
 	AbortTimeout time.Duration
 	// Logger receives failures; nil discards.
 	Logger *slog.Logger
+	// Tracer, when set, is told of every collective and its phases (a
+	// timeline); nil costs a pointer check.
+	Tracer Tracer
 }
+
+// ErrInvalidConfig is wrapped by every error about a Config no communicator
+// can run with.
+var ErrInvalidConfig = errors.New("collective: invalid configuration")
 
 // DefaultConfig returns the settings measured best on loopback TCP.
 func DefaultConfig() Config {
@@ -37,19 +45,36 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports settings no communicator can run with.
-func (c Config) Validate() error {
-	if c.SmallMessageBytes < 0 {
-		return fmt.Errorf("collective: SmallMessageBytes %d is negative", c.SmallMessageBytes)
+// WithDefaults returns c with its zero fields set to the defaults.
+func (c Config) WithDefaults() Config {
+	d := DefaultConfig()
+	if c.SmallMessageBytes == 0 {
+		c.SmallMessageBytes = d.SmallMessageBytes
 	}
+	if c.ChunkBytes == 0 {
+		c.ChunkBytes = d.ChunkBytes
+	}
+	if c.AbortTimeout == 0 {
+		c.AbortTimeout = d.AbortTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports settings no communicator can run with (zero fields take
+// the defaults, which are valid), as errors wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
 	if c.ChunkBytes < 64 {
-		return fmt.Errorf("collective: ChunkBytes %d is below 64", c.ChunkBytes)
+		return fmt.Errorf("%w: ChunkBytes %d is below 64", ErrInvalidConfig, c.ChunkBytes)
 	}
 	if c.ChunkBytes > transport.MaxPayload {
-		return fmt.Errorf("collective: ChunkBytes %d is over the frame limit %d", c.ChunkBytes, transport.MaxPayload)
+		return fmt.Errorf("%w: ChunkBytes %d is over the frame limit %d", ErrInvalidConfig, c.ChunkBytes, transport.MaxPayload)
 	}
-	if c.AbortTimeout <= 0 {
-		return fmt.Errorf("collective: AbortTimeout %v must be positive", c.AbortTimeout)
+	if c.AbortTimeout < 0 {
+		return fmt.Errorf("%w: AbortTimeout %v is negative", ErrInvalidConfig, c.AbortTimeout)
 	}
 	return nil
 }
@@ -80,10 +105,15 @@ type Communicator struct {
 
 	stateMu sync.Mutex
 	failure error // the first failure; every later collective returns it
+
+	tracer   Tracer
+	started  atomic.Uint64         // collectives begun (seq), for Progress
+	inflight atomic.Pointer[opRun] // the collective running, for Progress
 }
 
 // New connects the ranks of w through t and returns the communicator.
 func New(ctx context.Context, t transport.Transport, w transport.World, cfg Config) (*Communicator, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -100,6 +130,7 @@ func New(ctx context.Context, t transport.Transport, w transport.World, cfg Conf
 // NewFromLinks builds a communicator over links already connected for w (one per
 // rank, nil at w.Rank). The communicator owns the links from then on.
 func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Communicator, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -118,15 +149,13 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 		}
 	}
 	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	return &Communicator{
 		cfg:        cfg,
 		world:      w,
 		links:      links,
 		log:        log.With("rank", w.Rank, "epoch", w.Epoch),
 		sendBroken: make([]bool, len(links)),
+		tracer:     cfg.Tracer,
 	}, nil
 }
 
@@ -237,6 +266,11 @@ type opRun struct {
 	// start with, then raised by every frame received. The sending and
 	// receiving goroutines of the op share it.
 	tag atomic.Uint64
+	// waitingOn is the peer the receiving side waits for (-1: none), for
+	// Progress.
+	waitingOn atomic.Int32
+	// t0 is when the collective started, when a tracer watches.
+	t0 time.Time
 }
 
 // raiseTag records a received tag.
@@ -270,10 +304,21 @@ func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag 
 	c.seq++
 	d.seq = c.seq
 	o := &opRun{c: c, desc: d, algo: algo}
+	o.waitingOn.Store(-1)
 	if tag != nil {
 		o.tag.Store(*tag)
 	}
+	c.started.Store(c.seq)
+	c.inflight.Store(o)
+	if c.tracer != nil {
+		o.t0 = time.Now()
+		c.tracer.CollectiveStart(o.info(), o.t0)
+	}
 	err := body(ctx, o)
+	c.inflight.Store(nil)
+	if c.tracer != nil {
+		c.tracer.CollectiveEnd(o.info(), o.t0, o.t0.Add(o.mark()), err)
+	}
 	if err == nil {
 		if tag != nil {
 			*tag = o.tag.Load()
@@ -363,6 +408,8 @@ func (o *opRun) recv(ctx context.Context, peer, step int, into []byte) error {
 func (o *opRun) recvCount(ctx context.Context, peer, step int, count uint64, into []byte) error {
 	l := o.c.links[peer]
 	var h transport.Header
+	o.waitFor(peer)
+	defer o.waitFor(-1)
 	if err := l.RecvHeader(ctx, &h); err != nil {
 		return err
 	}

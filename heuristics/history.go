@@ -22,6 +22,13 @@ type StepReport struct {
 	StepTime time.Duration
 	// TotalSteps is the trainer's planned step count, 0 when unknown.
 	TotalSteps int64
+	// Accum is how many micro-batches beyond the first the worker
+	// accumulated into the step's gradient (0 without accumulation).
+	Accum int
+	// GradSqr and GradVar are the job's smoothed gradient statistics after
+	// the step (goodput.GradParams, the same on every worker); GradVar is 0
+	// when the trainer does not measure them.
+	GradSqr, GradVar float64
 }
 
 // StepStats is one step of a world, once every member has reported it.
@@ -34,6 +41,10 @@ type StepStats struct {
 	// Compute and Samples are per member.
 	Compute map[string]time.Duration
 	Samples map[string]int
+	// Accum, GradSqr and GradVar as the members reported them (StepReport);
+	// GradVar is 0 when not measured.
+	Accum            int
+	GradSqr, GradVar float64
 }
 
 // Period is the stretch of a job spent in one world epoch.

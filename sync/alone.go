@@ -21,10 +21,7 @@ type alone struct {
 
 // startAlone joins the world of one with cfg's session settings.
 func startAlone(ctx context.Context, cfg WorkerConfig, state *State) (*alone, error) {
-	sc := cfg.Session
-	if sc.Collective.ChunkBytes == 0 {
-		sc = DefaultConfig()
-	}
+	sc := cfg.Session // Join fills in its zero fields
 	self := epoch.Member{Name: fmt.Sprintf("alone-%d", os.Getpid()), Addr: aloneAddr}
 	sc.JobID, sc.Self, sc.Logger = "alone", self, cfg.Logger
 	src := &aloneSource{world: epoch.World{Number: 1, Members: []epoch.Member{self}}, newer: make(chan struct{})}

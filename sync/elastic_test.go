@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/collective/transport/multi"
 	"github.com/gorovod/gorovod/membership"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
@@ -37,7 +38,7 @@ func joinElastic(t *testing.T, ctx context.Context, d *driver.Driver, edits ...f
 	st := NewState()
 	st.RegisterTensor("params", params)
 	cfg := WorkerConfig{JobID: "elastic-test", Secret: []byte("elastic-test-secret"), Seeds: []string{d.GossipAddr()},
-		Session: DefaultConfig(), Membership: membership.DefaultConfig(), IOTimeout: 2 * time.Second}
+		Session: DefaultConfig(), Membership: membership.DefaultConfig(), Transport: multi.Config{IOTimeout: 2 * time.Second}}
 	cfg.Session.FusionBytes = 4096
 	for _, edit := range edits {
 		edit(&cfg)

@@ -16,7 +16,8 @@ import (
 	"github.com/gorovod/gorovod/sync/stats"
 )
 
-// Config configures a Session.
+// Config configures a Session. A zero field means its default
+// (DefaultConfig); JobID and Self are required.
 type Config struct {
 	JobID      string
 	Self       epoch.Member // this worker: its unique name and collective address
@@ -35,13 +36,46 @@ type Config struct {
 	Logger     *slog.Logger
 }
 
+// ErrInvalidConfig is wrapped by every error about a Config or WorkerConfig
+// that cannot work.
+var ErrInvalidConfig = errors.New("sync: invalid configuration")
+
 // DefaultConfig returns the defaults; JobID and Self must still be set.
 func DefaultConfig() Config {
 	return Config{
 		Collective:      collective.DefaultConfig(),
 		FusionBytes:     fusion.DefaultBytes,
 		RecoveryTimeout: 10 * time.Minute,
+		StatsEvery:      stats.DefaultEvery,
 	}
+}
+
+// withDefaults fills the zero fields and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
+	if c.JobID == "" || c.Self.Name == "" || c.Self.Addr == "" {
+		return c, fmt.Errorf("%w: Config needs JobID and Self (name and address)", ErrInvalidConfig)
+	}
+	if err := c.Collective.Validate(); err != nil {
+		return c, err
+	}
+	c.Collective = c.Collective.WithDefaults()
+	if c.FusionBytes == 0 {
+		c.FusionBytes = d.FusionBytes
+	}
+	if c.RecoveryTimeout == 0 {
+		c.RecoveryTimeout = d.RecoveryTimeout
+	}
+	if c.StatsEvery == 0 {
+		c.StatsEvery = d.StatsEvery
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.FusionBytes < 0 || c.RecoveryTimeout < 0 || c.StatsEvery < 0 {
+		return c, fmt.Errorf("%w: FusionBytes, RecoveryTimeout and StatsEvery must not be negative", ErrInvalidConfig)
+	}
+	return c, nil
 }
 
 // Session is the trainer's handle on the elastic world: it reduces gradients
@@ -98,19 +132,14 @@ type Session struct {
 // Join waits for the first epoch that includes cfg.Self, connects to its
 // members and receives the current state from its rank 0 (the oldest member).
 func Join(ctx context.Context, cfg Config, t transport.Transport, src epoch.Source, state *State) (*Session, error) {
-	if cfg.JobID == "" || cfg.Self.Name == "" || cfg.Self.Addr == "" {
-		return nil, errors.New("sync: Config needs JobID and Self (name and address)")
-	}
-	if err := cfg.Collective.Validate(); err != nil {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
 		return nil, err
 	}
 	if err := state.check(); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	s := &Session{cfg: cfg, t: t, src: src, state: state, fuser: fusion.NewFuser(cfg.FusionBytes), asyncFuser: fusion.NewFuser(cfg.FusionBytes), log: log.With("worker", cfg.Self.Name)}
 	s.clock = stats.NewClock(cfg.StatsEvery, cfg.OnStats)
 	if err := s.advance(ctx, 0); err != nil {

@@ -132,9 +132,11 @@ type TrainConfig struct {
 	NoLeaveSignal bool
 	// Worker is how this process joins the job. With Worker.JobID set it
 	// joins that job; otherwise, when the launcher started it (UnderLauncher),
-	// the job, secret, seeds and addresses come from the environment
+	// the job, secret, seeds, launch name and addresses (the transport's
+	// listen address, the gossip bind address) come from the environment
 	// (WorkerConfigFromEnv) and the rest of Worker applies; otherwise it
-	// trains alone, in a world of one, through the same session.
+	// trains alone, in a world of one, through the same session (Worker.Session
+	// applies).
 	Worker WorkerConfig
 }
 
@@ -242,21 +244,21 @@ func Train(ctx context.Context, cfg TrainConfig, state *State, step StepFunc) (T
 func (c TrainConfig) prepare(state *State, step StepFunc) (TrainConfig, error) {
 	switch {
 	case state == nil || step == nil:
-		return c, errors.New("sync: Train needs a state and a step function")
+		return c, fmt.Errorf("%w: Train needs a state and a step function", ErrInvalidConfig)
 	case c.Steps < 0:
-		return c, fmt.Errorf("sync: TrainConfig.Steps %d < 0", c.Steps)
+		return c, fmt.Errorf("%w: TrainConfig.Steps %d < 0", ErrInvalidConfig, c.Steps)
 	case c.Epochs > 0 && c.Data == nil:
-		return c, errors.New("sync: TrainConfig.Epochs counts the data epochs of Data, which is not set")
+		return c, fmt.Errorf("%w: TrainConfig.Epochs counts the data epochs of Data, which is not set", ErrInvalidConfig)
 	case c.Steps == 0 && c.Epochs == 0:
-		return c, errors.New("sync: TrainConfig needs Steps, or Data and Epochs, to know when training ends")
+		return c, fmt.Errorf("%w: TrainConfig needs Steps, or Data and Epochs, to know when training ends", ErrInvalidConfig)
 	case c.GlobalBatch < 0:
-		return c, fmt.Errorf("sync: TrainConfig.GlobalBatch %d < 0", c.GlobalBatch)
+		return c, fmt.Errorf("%w: TrainConfig.GlobalBatch %d < 0", ErrInvalidConfig, c.GlobalBatch)
 	case c.GlobalBatch > 0 && c.BatchPolicy != nil:
-		return c, errors.New("sync: TrainConfig sets both GlobalBatch and BatchPolicy")
+		return c, fmt.Errorf("%w: TrainConfig sets both GlobalBatch and BatchPolicy", ErrInvalidConfig)
 	case c.Data != nil && c.GlobalBatch == 0 && c.BatchPolicy == nil:
-		return c, errors.New("sync: TrainConfig.Data needs GlobalBatch or BatchPolicy")
+		return c, fmt.Errorf("%w: TrainConfig.Data needs GlobalBatch or BatchPolicy", ErrInvalidConfig)
 	case c.NoLeaveSignal && c.LeaveSignal != nil:
-		return c, errors.New("sync: TrainConfig sets both LeaveSignal and NoLeaveSignal")
+		return c, fmt.Errorf("%w: TrainConfig sets both LeaveSignal and NoLeaveSignal", ErrInvalidConfig)
 	}
 	if c.BatchPolicy == nil {
 		c.BatchPolicy = FixedBatch(c.GlobalBatch)
@@ -295,7 +297,9 @@ func join(ctx context.Context, cfg WorkerConfig, state *State) (member, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg.JobID, cfg.Secret, cfg.Seeds, cfg.ListenAddr, cfg.GossipAddr = env.JobID, env.Secret, env.Seeds, env.ListenAddr, env.GossipAddr
+		cfg.JobID, cfg.Secret, cfg.Seeds, cfg.Launch = env.JobID, env.Secret, env.Seeds, env.Launch
+		cfg.Transport.ListenAddr = env.Transport.ListenAddr
+		cfg.Membership.BindAddr, cfg.Membership.BindPort = env.Membership.BindAddr, env.Membership.BindPort
 	}
 	if cfg.JobID == "" {
 		return startAlone(ctx, cfg, state)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/collective/transport/multi"
 	"github.com/gorovod/gorovod/membership"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
@@ -463,7 +464,7 @@ func TestTrainInAJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	workerCfg := WorkerConfig{JobID: "train-test", Secret: []byte("train-test-secret"), Seeds: []string{d.GossipAddr()}, IOTimeout: 2 * time.Second}
+	workerCfg := WorkerConfig{JobID: "train-test", Secret: []byte("train-test-secret"), Seeds: []string{d.GossipAddr()}, Transport: multi.Config{IOTimeout: 2 * time.Second}}
 
 	// Alone below MinWorkers, a worker waits to be admitted: its leave
 	// signal ends the wait.
@@ -535,8 +536,8 @@ func TestTrainConfigErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := Train(context.Background(), tc.cfg, NewState(), step); err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %v, want one saying %q", err, tc.want)
+			if _, err := Train(context.Background(), tc.cfg, NewState(), step); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want ErrInvalidConfig saying %q", err, tc.want)
 			}
 		})
 	}

@@ -23,24 +23,26 @@ import (
 	"github.com/gorovod/gorovod/sync/stats"
 )
 
-// WorkerConfig is how a worker process joins an elastic job.
+// WorkerConfig is how a worker process joins an elastic job. A zero field
+// means its default (DefaultWorkerConfig).
 type WorkerConfig struct {
-	JobID      string
-	Secret     []byte
-	Seeds      []string // gossip addresses to join through (the driver's, usually)
-	ListenAddr string   // collective transport listen address; default 127.0.0.1:0
-	GossipAddr string   // gossip bind address, "host" or "host:port"; default 127.0.0.1
+	// JobID, Secret and Seeds (the gossip addresses to join through: the
+	// driver's, usually) are the job's; they fill the fields of the same
+	// meaning in Session, Transport and Membership.
+	JobID  string
+	Secret []byte
+	Seeds  []string
 	// Session: fusion, recovery timeout, collective tuning. Its JobID and Self
 	// are filled in.
 	Session Config
-	// IOTimeout bounds a silent peer in a collective (a frozen worker is found
-	// by this or by gossip, whichever is first). Default 5 s.
-	IOTimeout time.Duration
-	// Transport: auto (the default: shared memory between workers on one
-	// host, TCP otherwise), tcp, shm or sctp.
-	Transport multi.Mode
-	// Membership: gossip timings; Seeds, Secret and the bind address above
-	// override its fields.
+	// Transport is the collective transport: its mode (auto, the default:
+	// shared memory between workers on one host, TCP otherwise; tcp, shm or
+	// sctp), listen address and I/O timeout, which bounds a silent peer in a
+	// collective (a frozen worker is found by this or by gossip, whichever is
+	// first): default WorkerIOTimeout.
+	Transport multi.Config
+	// Membership: the gossip bind address (default 127.0.0.1, any port) and
+	// timings.
 	Membership membership.Config
 	// DisableStats stops sending step statistics to the driver (its
 	// autoscaling engine then sees nothing of this worker).
@@ -48,7 +50,41 @@ type WorkerConfig struct {
 	// MinWorkers is what a worker that takes over proposing (the job's driver
 	// is gone) requires of a world; default 1.
 	MinWorkers int
-	Logger     *slog.Logger
+	// Launch is the launcher's name for this process (GOROVOD_LAUNCH_INDEX),
+	// published in its membership metadata so that the launcher can tell its
+	// processes apart on every host; "" when not started by a launcher.
+	Launch string
+	Logger *slog.Logger
+}
+
+// WorkerIOTimeout is a worker's default transport I/O timeout: shorter than a
+// transport's own default (transport.DefaultIOTimeout), because a frozen
+// worker stalls the whole world until it is found.
+const WorkerIOTimeout = 5 * time.Second
+
+// DefaultWorkerConfig returns the defaults; JobID, Secret and Seeds must
+// still be set.
+func DefaultWorkerConfig() WorkerConfig {
+	tc := multi.DefaultConfig()
+	tc.IOTimeout = WorkerIOTimeout
+	return WorkerConfig{Session: DefaultConfig(), Transport: tc, Membership: membership.DefaultConfig(), MinWorkers: 1}
+}
+
+// withDefaults fills the zero fields and checks the rest.
+func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
+	if c.JobID == "" || len(c.Secret) == 0 {
+		return c, fmt.Errorf("%w: WorkerConfig needs JobID and Secret", ErrInvalidConfig)
+	}
+	if c.Transport.IOTimeout == 0 {
+		c.Transport.IOTimeout = WorkerIOTimeout
+	}
+	if c.MinWorkers == 0 {
+		c.MinWorkers = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
 }
 
 // WorkerConfigFromEnv returns the configuration `gorovod run` hands its workers
@@ -58,10 +94,19 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	if err != nil {
 		return WorkerConfig{}, err
 	}
-	return WorkerConfig{
-		JobID: w.JobID, Secret: w.Secret, Seeds: w.Seeds, ListenAddr: w.ListenAddr, GossipAddr: w.GossipAddr,
-		Session: DefaultConfig(), Membership: membership.DefaultConfig(),
-	}, nil
+	cfg := DefaultWorkerConfig()
+	cfg.JobID, cfg.Secret, cfg.Seeds, cfg.Transport.ListenAddr = w.JobID, w.Secret, w.Seeds, w.ListenAddr
+	if err := bindGossip(&cfg.Membership, w.GossipAddr); err != nil {
+		return WorkerConfig{}, err
+	}
+	index, launched, err := envconfig.LaunchIndex(os.Getenv)
+	if err != nil {
+		return WorkerConfig{}, err
+	}
+	if launched {
+		cfg.Launch = strconv.Itoa(index)
+	}
+	return cfg, nil
 }
 
 // UnderLauncher reports whether this process was started as a worker of an
@@ -91,31 +136,28 @@ type Worker struct {
 // data, model — is done, so that joining never stalls the others), and waits
 // until an epoch admits it and the state has arrived.
 func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	tc := multi.DefaultConfig()
-	tc.Mode, tc.Secret, tc.Logger, tc.ListenAddr, tc.IOTimeout = cfg.Transport, cfg.Secret, log, cfg.ListenAddr, cfg.IOTimeout
-	if tc.IOTimeout <= 0 {
-		tc.IOTimeout = 5 * time.Second
-	}
+	tc := cfg.Transport
+	tc.Secret, tc.Logger = cfg.Secret, log
 	tr, err := multi.Listen(tc)
 	if err != nil {
 		return nil, err
 	}
 	mc := cfg.Membership
 	mc.Seeds, mc.Secret, mc.Logger = cfg.Seeds, cfg.Secret, log
-	if err := bindGossip(&mc, cfg.GossipAddr); err != nil {
-		tr.Close()
-		return nil, err
-	}
 	meta := membership.Meta{JobID: cfg.JobID, Role: membership.RoleWorker, CollectiveAddr: tr.Addr(), GPUs: membership.GPUsUnknown}
 	publishGPUs(ctx, &meta)
 	if meta.Extra == nil {
 		meta.Extra = map[string]string{}
 	}
 	meta.Extra[driver.MetaPID] = strconv.Itoa(os.Getpid())
+	if cfg.Launch != "" {
+		meta.Extra[driver.MetaLaunch] = cfg.Launch
+	}
 	m, err := membership.Join(ctx, mc, meta)
 	if err != nil {
 		tr.Close()
@@ -133,9 +175,6 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 		return fail(err)
 	}
 	sc := cfg.Session
-	if sc.Collective.ChunkBytes == 0 {
-		sc = DefaultConfig()
-	}
 	sc.JobID, sc.Self, sc.Logger = cfg.JobID, epoch.Member{Name: m.Name(), Addr: tr.Addr()}, log
 	if !cfg.DisableStats {
 		sc.OnStats = w.queueStats
@@ -178,7 +217,7 @@ func (w *Worker) sendStats() {
 				if n.Meta.Role != membership.RoleDriver {
 					continue
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
 				if err := w.m.Send(ctx, n, control.EncodeStats(b)); err != nil {
 					w.log.Debug("step statistics not delivered", "err", err)
 				}
@@ -187,6 +226,10 @@ func (w *Worker) sendStats() {
 		}
 	}
 }
+
+// gpuDiscoveryTimeout bounds the look at the host's GPUs (NVML or
+// nvidia-smi) a worker publishes when it joins.
+const gpuDiscoveryTimeout = 2 * time.Second
 
 // electionEvery is how often a worker checks whether it must take over
 // proposing epochs (the driver is gone and it is the oldest ready worker).
@@ -264,7 +307,7 @@ func (w *Worker) elect() {
 // metadata: the count (CUDA_VISIBLE_DEVICES, as the launcher assigned it, or
 // all the host has) and NVML's summary of the host.
 func publishGPUs(ctx context.Context, meta *membership.Meta) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, gpuDiscoveryTimeout)
 	defer cancel()
 	inv, err := gpu.System(ctx)
 	switch {
@@ -292,7 +335,7 @@ func bindGossip(mc *membership.Config, addr string) error {
 	}
 	mc.BindAddr = host
 	if mc.BindPort, err = strconv.Atoi(port); err != nil {
-		return fmt.Errorf("sync: gossip address %q: %w", addr, err)
+		return fmt.Errorf("%w: gossip address %q: %v", ErrInvalidConfig, addr, err)
 	}
 	return nil
 }
@@ -319,12 +362,12 @@ func (w *Worker) Finish(ctx context.Context) error {
 		for _, n := range nodes {
 			if haveLast && n.Meta.Role == membership.RoleDriver {
 				// The last steps, so the driver's account of the job is complete.
-				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				sctx, cancel := context.WithTimeout(ctx, control.SendTimeout)
 				_ = w.m.Send(sctx, n, control.EncodeStats(last))
 				cancel()
 			}
 			if n.Name == lead {
-				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				sctx, cancel := context.WithTimeout(ctx, control.SendTimeout)
 				_ = w.m.Send(sctx, n, control.EncodeDone(w.World().Number))
 				cancel()
 			}
@@ -345,9 +388,7 @@ func (w *Worker) Close() error {
 }
 
 func (w *Worker) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = w.m.Leave(ctx)
+	_ = w.m.Leave(context.Background()) // bounded by Membership.LeaveTimeout
 	_ = w.m.Shutdown()
 	w.src.stop()
 	_ = w.tr.Close()
@@ -404,7 +445,7 @@ func (s *memberSource) abortIfMember(name string, cause error) {
 // process's gossip goroutines, so a busy trainer still answers and only a dead
 // or frozen process does not.
 func (s *memberSource) pong(to membership.Node, nonce uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
 	defer cancel()
 	_ = s.m.Send(ctx, to, control.EncodePong(nonce))
 }
@@ -447,7 +488,7 @@ func (s *memberSource) ReportFailure(epoch uint64, peer epoch.Member, cause erro
 	}
 	payload := control.EncodeFailure(epoch, peer.Name, cause)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
 		defer cancel()
 		if err := s.m.Send(ctx, driver, payload); err != nil && !errors.Is(err, context.Canceled) {
 			s.log.Warn("failure report not delivered", "err", err)

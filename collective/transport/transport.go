@@ -2,7 +2,9 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 )
 
 // World names one ordered group of workers at one membership epoch: the unit a
@@ -31,6 +33,9 @@ func (w World) Validate() error {
 	}
 	return nil
 }
+
+// MaxWorldSize bounds the world size a Hello may name.
+const MaxWorldSize = 1 << 20
 
 // Transport connects the ranks of a world to each other.
 //
@@ -83,3 +88,17 @@ type Link interface {
 	// error wrapping ErrLinkClosed.
 	Close() error
 }
+
+// The defaults every transport's Config shares.
+const (
+	// DefaultIOTimeout is how long a peer may stay silent on a blocked Send
+	// or Recv before the call fails with ErrPeerTimeout.
+	DefaultIOTimeout = 30 * time.Second
+	// DefaultHandshakeTimeout bounds each exchange of the connection
+	// handshake.
+	DefaultHandshakeTimeout = 5 * time.Second
+)
+
+// ErrInvalidConfig is wrapped (through each transport's own ErrInvalidConfig)
+// by every error about a transport configuration that cannot work.
+var ErrInvalidConfig = errors.New("invalid transport configuration")

@@ -1,7 +1,3 @@
-// Package launch runs a job's worker processes on this host: it starts them with
-// the environment the caller gives each, routes every line they print through
-// one callback, adds workers while the job runs, and stops them all on
-// cancellation. `gorovod bench` and `gorovod run` launch through it.
 package launch
 
 import (
@@ -38,11 +34,8 @@ type Spec struct {
 	StopSignal syscall.Signal
 	StopGrace  time.Duration
 	// CPUs is how many CPUs the workers share; each gets GOMAXPROCS =
-	// max(1, CPUs/NP) unless the environment already sets GOMAXPROCS. Several
-	// Go runtimes each sized for the whole machine spin and hand goroutines
-	// between threads for nothing (measured: 2 workers on 2 cores move 16 MiB
-	// allreduces 30 % faster with GOMAXPROCS=1), as torchrun sets
-	// OMP_NUM_THREADS=1 for the same reason. Default runtime.NumCPU().
+	// max(1, CPUs/NP) unless the environment already sets GOMAXPROCS (see
+	// ShareCPUs). Default runtime.NumCPU().
 	CPUs int
 }
 
@@ -53,8 +46,7 @@ type Job struct {
 	shareCPUs []string
 
 	mu      sync.Mutex
-	procs   []*exec.Cmd
-	exited  []chan struct{} // closed when worker i has exited
+	procs   []*Process
 	errs    []error
 	running int  // workers not exited yet
 	ended   bool // every worker has exited; no more can be added
@@ -90,7 +82,7 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 		return nil, fmt.Errorf("launch: --np %d must be at least 1", spec.NP)
 	}
 	if spec.StopGrace <= 0 {
-		spec.StopGrace = 5 * time.Second
+		spec.StopGrace = DefaultStopGrace
 	}
 	if spec.StopSignal == 0 {
 		spec.StopSignal = syscall.SIGTERM
@@ -104,10 +96,7 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if spec.CPUs <= 0 {
 		spec.CPUs = runtime.NumCPU()
 	}
-	j := &Job{ctx: ctx, spec: spec, done: make(chan struct{})}
-	if !slices.ContainsFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
-		j.shareCPUs = []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, spec.CPUs/spec.NP))}
-	}
+	j := &Job{ctx: ctx, spec: spec, done: make(chan struct{}), shareCPUs: ShareCPUs(spec.CPUs, spec.NP)}
 	for range spec.NP {
 		if _, err := j.Add(); err != nil {
 			j.Signal(syscall.SIGKILL)
@@ -126,37 +115,30 @@ func (j *Job) Add() (int, error) {
 		return 0, errors.New("launch: the job has ended")
 	}
 	i := len(j.procs)
-	cmd := exec.CommandContext(j.ctx, j.spec.Argv[0], j.spec.Argv[1:]...)
-	cmd.Env = slices.Concat(os.Environ(), j.shareCPUs, j.spec.Env(i))
-	cmd.Cancel = func() error { return cmd.Process.Signal(j.spec.StopSignal) }
-	cmd.WaitDelay = j.spec.StopGrace
-	// exec copies the output and Wait waits for the copy to finish, so no
-	// line printed just before exit is lost.
-	stdout := &lineWriter{worker: i, stream: "stdout", out: j.spec.Output}
-	stderr := &lineWriter{worker: i, stream: "stderr", out: j.spec.Output}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Start(); err != nil {
+	p, err := StartProcess(j.ctx, ProcessSpec{
+		Argv:       j.spec.Argv,
+		Env:        slices.Concat(j.shareCPUs, j.spec.Env(i)),
+		Output:     func(stream string, line []byte) { j.spec.Output(i, stream, line) },
+		StopSignal: j.spec.StopSignal,
+		StopGrace:  j.spec.StopGrace,
+	})
+	if err != nil {
 		if j.running == 0 {
 			j.ended = true
 			close(j.done)
 		}
 		return 0, fmt.Errorf("launch: starting worker %d: %w", i, err)
 	}
-	j.procs = append(j.procs, cmd)
+	j.procs = append(j.procs, p)
 	j.errs = append(j.errs, nil)
-	exited := make(chan struct{})
-	j.exited = append(j.exited, exited)
 	j.running++
 	go func() {
-		err := cmd.Wait()
-		stdout.flush()
-		stderr.flush()
+		<-p.Done()
 		j.mu.Lock()
 		defer j.mu.Unlock()
-		if err != nil {
+		if err := p.Err(); err != nil {
 			j.errs[i] = &ExitError{Worker: i, Err: err}
 		}
-		close(exited)
 		if j.running--; j.running == 0 {
 			j.ended = true
 			close(j.done)
@@ -165,13 +147,112 @@ func (j *Job) Add() (int, error) {
 	return i, nil
 }
 
+// ProcessSpec describes one worker process.
+type ProcessSpec struct {
+	Argv []string
+	// Env holds NAME=value entries added after this process's environment.
+	Env []string
+	// Output receives every line the process prints (stream is "stdout" or
+	// "stderr"), also a last line without a newline; the line is valid only
+	// during the call. Default: discarded.
+	Output func(stream string, line []byte)
+	// StopSignal is sent when the context given to StartProcess ends; SIGKILL
+	// follows after StopGrace. Defaults SIGTERM and 5 s.
+	StopSignal syscall.Signal
+	StopGrace  time.Duration
+}
+
+// DefaultStopGrace is how long a process stopped by its context has to exit
+// before it is killed.
+const DefaultStopGrace = 5 * time.Second
+
+// Process is one running worker process.
+type Process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// StartProcess starts one process. When ctx ends it is sent spec.StopSignal,
+// then SIGKILL after spec.StopGrace.
+func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
+	if len(spec.Argv) == 0 {
+		return nil, errors.New("launch: no worker command")
+	}
+	if spec.StopGrace <= 0 {
+		spec.StopGrace = DefaultStopGrace
+	}
+	if spec.StopSignal == 0 {
+		spec.StopSignal = syscall.SIGTERM
+	}
+	if spec.Output == nil {
+		spec.Output = func(string, []byte) {}
+	}
+	cmd := exec.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
+	cmd.Env = slices.Concat(os.Environ(), spec.Env)
+	cmd.Cancel = func() error { return cmd.Process.Signal(spec.StopSignal) }
+	cmd.WaitDelay = spec.StopGrace
+	// exec copies the output and Wait waits for the copy to finish, so no
+	// line printed just before exit is lost.
+	stdout := &lineWriter{stream: "stdout", out: spec.Output}
+	stderr := &lineWriter{stream: "stderr", out: spec.Output}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		stdout.flush()
+		stderr.flush()
+		p.err = err
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// PID is the process id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Signal sends sig to the process.
+func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Done is closed once the process has exited and its output is drained.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is, once Done is closed, nil if the process exited with status 0, and
+// otherwise why it did not (an *exec.ExitError for an exit status or a
+// signal). Before that it is nil.
+func (p *Process) Err() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+		return nil
+	}
+}
+
+// ShareCPUs returns the GOMAXPROCS entry that gives each of n Go processes
+// sharing cpus CPUs its share, max(1, cpus/n), or nothing when this process's
+// environment already sets GOMAXPROCS (the workers inherit it). Several Go
+// runtimes each sized for the whole machine spin and hand goroutines between
+// threads for nothing (measured: 2 workers on 2 cores move 16 MiB allreduces
+// 30 % faster with GOMAXPROCS=1), as torchrun sets OMP_NUM_THREADS=1 for the
+// same reason.
+func ShareCPUs(cpus, n int) []string {
+	if slices.ContainsFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
+		return nil
+	}
+	return []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, cpus/max(1, n)))}
+}
+
 // PIDs returns the workers' process ids by index.
 func (j *Job) PIDs() []int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	pids := make([]int, len(j.procs))
 	for i, p := range j.procs {
-		pids[i] = p.Process.Pid
+		pids[i] = p.PID()
 	}
 	return pids
 }
@@ -181,7 +262,7 @@ func (j *Job) Signal(sig os.Signal) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for _, p := range j.procs {
-		_ = p.Process.Signal(sig)
+		_ = p.Signal(sig)
 	}
 }
 
@@ -192,17 +273,17 @@ func (j *Job) SignalWorker(i int, sig os.Signal) error {
 	if i < 0 || i >= len(j.procs) {
 		return fmt.Errorf("launch: no worker %d", i)
 	}
-	return j.procs[i].Process.Signal(sig)
+	return j.procs[i].Signal(sig)
 }
 
 // Exited is closed once worker i has exited (nil for an unknown index).
 func (j *Job) Exited(i int) <-chan struct{} {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if i < 0 || i >= len(j.exited) {
+	if i < 0 || i >= len(j.procs) {
 		return nil
 	}
-	return j.exited[i]
+	return j.procs[i].Done()
 }
 
 // Done is closed once every worker has exited and its output is drained.
@@ -224,9 +305,8 @@ func (j *Job) Errors() []error {
 
 // lineWriter hands complete lines to out; a line longer than maxLine is cut.
 type lineWriter struct {
-	worker int
 	stream string
-	out    func(i int, stream string, line []byte)
+	out    func(stream string, line []byte)
 	buf    []byte
 }
 
@@ -239,7 +319,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		w.out(w.worker, w.stream, w.buf[:i])
+		w.out(w.stream, w.buf[:i])
 		w.buf = w.buf[i+1:]
 	}
 	if len(w.buf) > maxLine {
@@ -251,7 +331,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 // flush emits a last line that had no newline.
 func (w *lineWriter) flush() {
 	if len(w.buf) > 0 {
-		w.out(w.worker, w.stream, w.buf)
+		w.out(w.stream, w.buf)
 		w.buf = nil
 	}
 }

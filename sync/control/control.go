@@ -14,6 +14,11 @@ import (
 // The control messages between the driver and the workers ride on the
 // membership layer's reliable messages, as small JSON objects.
 
+// SendTimeout bounds the delivery of one control message (over the
+// membership layer's TCP connection to one member): a member that does not
+// take it in time is dead or frozen, which gossip reports on its own.
+const SendTimeout = 2 * time.Second
+
 // Kind is a control message's type.
 type Kind string
 

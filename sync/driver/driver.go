@@ -120,6 +120,10 @@ type WorkerInfo struct {
 	Host  string
 	PID   int // 0 when the worker did not publish it
 	State membership.State
+	// Launch is the launcher's name for the worker's process (MetaLaunch;
+	// "" for a worker started by hand), how a launcher that starts processes
+	// on other hosts, where PIDs repeat, tells its own apart.
+	Launch string
 }
 
 // Workers lists the workers alive in the driver's view, sorted by name.
@@ -128,7 +132,7 @@ func (d *Driver) Workers() []WorkerInfo {
 	out := make([]WorkerInfo, 0, len(nodes))
 	for _, n := range nodes {
 		pid, _ := strconv.Atoi(n.Meta.Extra[MetaPID])
-		out = append(out, WorkerInfo{Name: n.Name, Host: n.Meta.Host, PID: pid, State: n.Meta.State})
+		out = append(out, WorkerInfo{Name: n.Name, Host: n.Meta.Host, PID: pid, State: n.Meta.State, Launch: n.Meta.Extra[MetaLaunch]})
 	}
 	slices.SortFunc(out, func(a, b WorkerInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -138,14 +142,16 @@ func (d *Driver) Workers() []WorkerInfo {
 // process id, so a launcher can map members to the processes it started.
 const MetaPID = "pid"
 
+// MetaLaunch is the membership metadata key under which a worker publishes
+// its launcher's name for it (sync.WorkerConfig.Launch).
+const MetaLaunch = "launch"
+
 // Close stops proposing and leaves the cluster.
 func (d *Driver) Close() error {
 	d.cancel()
 	<-d.done
 	d.p.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = d.m.Leave(ctx)
+	_ = d.m.Leave(context.Background()) // bounded by Membership.LeaveTimeout
 	return d.m.Shutdown()
 }
 

@@ -370,7 +370,7 @@ func (p *Proposer) announce(ctx context.Context, e epoch.World) {
 }
 
 func (p *Proposer) send(ctx context.Context, n membership.Node, payload []byte) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, control.SendTimeout)
 	defer cancel()
 	if err := p.m.Send(ctx, n, payload); err != nil && ctx.Err() == nil {
 		p.log.Warn("could not send an epoch", "worker", n.Name, "err", err)

@@ -1,10 +1,12 @@
 package tcp
 
 import (
-	"errors"
+	"fmt"
 	"log/slog"
 	"syscall"
 	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
 )
 
 // Config configures a Transport. Start from DefaultConfig; zero fields are
@@ -38,12 +40,16 @@ type Config struct {
 
 const (
 	defaultListenAddr       = "127.0.0.1:0"
-	defaultHandshakeTimeout = 5 * time.Second
-	defaultIOTimeout        = 30 * time.Second
+	defaultHandshakeTimeout = transport.DefaultHandshakeTimeout
+	defaultIOTimeout        = transport.DefaultIOTimeout
 	defaultDialRetry        = 5 * time.Millisecond
 	defaultReadBufferSize   = 16384
 	minReadBufferSize       = 4 << 10
 )
+
+// ErrInvalidConfig is wrapped by every error about a Config that cannot work;
+// it wraps transport.ErrInvalidConfig.
+var ErrInvalidConfig = fmt.Errorf("tcp: %w", transport.ErrInvalidConfig)
 
 // DefaultConfig returns the defaults; Secret must still be set.
 func DefaultConfig() Config {
@@ -61,7 +67,7 @@ func DefaultConfig() Config {
 func (c Config) withDefaults() (Config, error) {
 	d := DefaultConfig()
 	if len(c.Secret) == 0 {
-		return c, errors.New("tcp: Config.Secret is required")
+		return c, fmt.Errorf("%w: Secret is required", ErrInvalidConfig)
 	}
 	// Copy the secret so a caller reusing its slice cannot change it under us.
 	c.Secret = append([]byte(nil), c.Secret...)
@@ -84,7 +90,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.ReadBufferSize = minReadBufferSize
 	}
 	if c.SocketBuffer < 0 {
-		return c, errors.New("tcp: Config.SocketBuffer is negative")
+		return c, fmt.Errorf("%w: SocketBuffer is negative", ErrInvalidConfig)
 	}
 	if c.Logger == nil {
 		c.Logger = d.Logger

@@ -12,7 +12,7 @@
 // short while so that a Connect starting a moment later can claim it.
 //
 // Both sides prove knowledge of the job secret with an HMAC-SHA256
-// challenge-response (see transport.Hello); a wrong job, a wrong secret or an
+// challenge-response (see handshake.Hello); a wrong job, a wrong secret or an
 // epoch older than one this transport already connects is refused for good, so
 // a stale worker cannot slip into a new world.
 //

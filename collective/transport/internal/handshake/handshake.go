@@ -1,10 +1,12 @@
-package transport
+package handshake
 
 import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+
+	"github.com/gorovod/gorovod/collective/transport"
 )
 
 // The connection handshake, shared by every stream transport.
@@ -31,11 +33,11 @@ import (
 // Decoders are strict: reserved bytes and unused fields must be zero, so a
 // message that decodes re-encodes to exactly the same bytes.
 
-// HandshakeMagic opens every handshake message.
-const HandshakeMagic uint32 = 'G' | 'V'<<8 | 'H'<<16 | 'S'<<24
+// Magic opens every handshake message.
+const Magic uint32 = 'G' | 'V'<<8 | 'H'<<16 | 'S'<<24
 
-// HandshakeVersion is the handshake format version.
-const HandshakeVersion uint8 = 1
+// Version is the handshake format version.
+const Version uint8 = 1
 
 // NonceSize is the size of each side's random nonce.
 const NonceSize = 32
@@ -45,9 +47,6 @@ const MACSize = sha256.Size
 
 // MaxRejectReason bounds the reason text of a reject.
 const MaxRejectReason = 96
-
-// MaxWorldSize bounds the world size a Hello may name.
-const MaxWorldSize = 1 << 20
 
 // Handshake message sizes.
 const (
@@ -76,37 +75,37 @@ const (
 	dialerLabel   = "gorovod-dialer"
 )
 
-// HandshakeStatus is an acceptor's answer in a Challenge or Verdict.
-type HandshakeStatus uint8
+// Status is an acceptor's answer in a Challenge or Verdict.
+type Status uint8
 
 const (
 	// StatusOK: go on (challenge) or connected (verdict).
-	StatusOK HandshakeStatus = 0
+	StatusOK Status = 0
 	// RejectMalformed: the message made no sense.
-	RejectMalformed HandshakeStatus = 1
+	RejectMalformed Status = 1
 	// RejectWrongJob: the acceptor serves another job.
-	RejectWrongJob HandshakeStatus = 2
+	RejectWrongJob Status = 2
 	// RejectStaleEpoch: the acceptor has moved on to a newer epoch of the job.
-	RejectStaleEpoch HandshakeStatus = 3
+	RejectStaleEpoch Status = 3
 	// RejectWrongRank: the acceptor is not the rank the dialer asked for, or the
 	// dialer's rank does not fit the acceptor's world.
-	RejectWrongRank HandshakeStatus = 4
+	RejectWrongRank Status = 4
 	// RejectWrongWorld: same job and epoch, but a different world size.
-	RejectWrongWorld HandshakeStatus = 5
+	RejectWrongWorld Status = 5
 	// RejectWrongSecret: the dialer's MAC did not verify.
-	RejectWrongSecret HandshakeStatus = 6
+	RejectWrongSecret Status = 6
 	// RejectNotReady: the acceptor is not connecting that world (yet); retry.
-	RejectNotReady HandshakeStatus = 7
+	RejectNotReady Status = 7
 	// RejectBusy: the acceptor has too many connections waiting; retry.
-	RejectBusy HandshakeStatus = 8
+	RejectBusy Status = 8
 	// RejectShutdown: the acceptor is shutting down.
-	RejectShutdown HandshakeStatus = 9
+	RejectShutdown Status = 9
 
 	maxStatus = RejectShutdown
 )
 
 // Fatal reports whether retrying after this answer cannot help.
-func (s HandshakeStatus) Fatal() bool {
+func (s Status) Fatal() bool {
 	switch s {
 	case StatusOK, RejectNotReady, RejectBusy:
 		return false
@@ -114,7 +113,7 @@ func (s HandshakeStatus) Fatal() bool {
 	return true
 }
 
-func (s HandshakeStatus) String() string {
+func (s Status) String() string {
 	switch s {
 	case StatusOK:
 		return "ok"
@@ -153,7 +152,7 @@ type Hello struct {
 // Challenge is the acceptor's first answer. When Status is not StatusOK, Nonce
 // and MAC are zero and Reason may explain; otherwise Reason is empty.
 type Challenge struct {
-	Status HandshakeStatus
+	Status Status
 	Reason string
 	Nonce  [NonceSize]byte
 	MAC    [MACSize]byte // AcceptorMAC
@@ -166,39 +165,39 @@ type Response struct {
 
 // Verdict is the acceptor's final answer.
 type Verdict struct {
-	Status HandshakeStatus
+	Status Status
 	Reason string
 }
 
-func putPrefix(b []byte, typ uint8, status HandshakeStatus, rlen int) {
-	binary.LittleEndian.PutUint32(b[0:], HandshakeMagic)
-	b[4] = HandshakeVersion
+func putPrefix(b []byte, typ uint8, status Status, rlen int) {
+	binary.LittleEndian.PutUint32(b[0:], Magic)
+	b[4] = Version
 	b[5] = typ
 	b[6] = uint8(status)
 	b[7] = uint8(rlen)
 }
 
 func malformed(format string, args ...any) error {
-	return &HandshakeError{Rank: -1, Fatal: true, Reason: "malformed handshake: " + fmt.Sprintf(format, args...)}
+	return &transport.HandshakeError{Rank: -1, Fatal: true, Reason: "malformed handshake: " + fmt.Sprintf(format, args...)}
 }
 
 // checkPrefix validates the common prefix of a message of the given type and size
 // and returns its status and reason length.
-func checkPrefix(b []byte, typ uint8, size int, name string) (HandshakeStatus, int, error) {
+func checkPrefix(b []byte, typ uint8, size int, name string) (Status, int, error) {
 	if len(b) != size {
 		return 0, 0, malformed("%s of %d bytes, want %d", name, len(b), size)
 	}
-	if m := binary.LittleEndian.Uint32(b[0:]); m != HandshakeMagic {
+	if m := binary.LittleEndian.Uint32(b[0:]); m != Magic {
 		return 0, 0, malformed("bad magic %#08x (not a gorovod peer?)", m)
 	}
-	if v := b[4]; v != HandshakeVersion {
-		return 0, 0, &HandshakeError{Rank: -1, Fatal: true,
-			Reason: fmt.Sprintf("handshake version %d, this side speaks %d", v, HandshakeVersion)}
+	if v := b[4]; v != Version {
+		return 0, 0, &transport.HandshakeError{Rank: -1, Fatal: true,
+			Reason: fmt.Sprintf("handshake version %d, this side speaks %d", v, Version)}
 	}
 	if t := b[5]; t != typ {
 		return 0, 0, malformed("message type %d, want %s (%d)", t, name, typ)
 	}
-	return HandshakeStatus(b[6]), int(b[7]), nil
+	return Status(b[6]), int(b[7]), nil
 }
 
 func allZero(b []byte) bool {
@@ -242,7 +241,7 @@ func getReason(field []byte, n int) (string, error) {
 	return string(field[:n]), nil
 }
 
-func checkStatus(s HandshakeStatus) error {
+func checkStatus(s Status) error {
 	if s > maxStatus {
 		return malformed("unknown status %d", uint8(s))
 	}
@@ -280,8 +279,8 @@ func DecodeHello(b []byte, m *Hello) error {
 	h.Size = binary.LittleEndian.Uint32(b[32:])
 	copy(h.Nonce[:], b[40:])
 	switch {
-	case h.Size < 2 || h.Size > MaxWorldSize:
-		return malformed("world size %d outside [2, %d]", h.Size, MaxWorldSize)
+	case h.Size < 2 || h.Size > transport.MaxWorldSize:
+		return malformed("world size %d outside [2, %d]", h.Size, transport.MaxWorldSize)
 	case h.From >= h.Size || h.To >= h.Size:
 		return malformed("ranks %d -> %d outside world of size %d", h.From, h.To, h.Size)
 	case h.From == h.To:
