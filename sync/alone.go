@@ -2,34 +2,48 @@ package sync
 
 import (
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	stdsync "sync"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/inproc"
 	"github.com/gorovod/gorovod/sync/epoch"
 )
 
 // alone is a world of one: what Train trains in when no launcher started the
-// process. It is a real Session — one member, over a transport that needs no
-// links, fed by a source that announces that one world — so the trainer runs
-// exactly the code it runs in a job, collectives included.
+// process. It is a real Session — one member, over the in-process transport,
+// fed by a source that announces that one world — so the trainer runs exactly
+// the code it runs in a job, collectives included.
 type alone struct {
 	sess *Session
 	src  *aloneSource
+	tr   transport.Transport
 }
 
 // startAlone joins the world of one with cfg's session settings.
 func startAlone(ctx context.Context, cfg WorkerConfig, state *State) (*alone, error) {
-	sc := cfg.Session // Join fills in its zero fields
-	self := epoch.Member{Name: fmt.Sprintf("alone-%d", os.Getpid()), Addr: aloneAddr}
-	sc.JobID, sc.Self, sc.Logger = "alone", self, cfg.Logger
-	src := &aloneSource{world: epoch.World{Number: 1, Members: []epoch.Member{self}}, newer: make(chan struct{})}
-	sess, err := Join(ctx, sc, aloneTransport{}, src, state)
+	// No peer will ever connect: the secret only has to be one.
+	secret := make([]byte, 16)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	tr, err := inproc.NewNetwork().Listen(inproc.Config{Secret: secret, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
-	return &alone{sess: sess, src: src}, nil
+	self := epoch.Member{Name: fmt.Sprintf("alone-%d", os.Getpid()), Addr: tr.Addr()}
+	sc := cfg.Session // Join fills in its zero fields
+	sc.JobID, sc.Self, sc.Logger = "alone", self, cfg.Logger
+	src := &aloneSource{world: epoch.World{Number: 1, Members: []epoch.Member{self}}, newer: make(chan struct{})}
+	sess, err := Join(ctx, sc, tr, src, state)
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	return &alone{sess: sess, src: src, tr: tr}, nil
 }
 
 func (a *alone) session() *Session { return a.sess }
@@ -41,8 +55,8 @@ func (a *alone) requestLeave(context.Context) error {
 	return nil
 }
 
-func (a *alone) finish(context.Context) error { return a.sess.Close() }
-func (a *alone) close() error                 { return a.sess.Close() }
+func (a *alone) finish(context.Context) error { return a.close() }
+func (a *alone) close() error                 { return errors.Join(a.sess.Close(), a.tr.Close()) }
 
 // aloneSource is the epoch source of a world of one.
 type aloneSource struct {
@@ -83,20 +97,3 @@ func (s *aloneSource) Await(ctx context.Context, after uint64) (epoch.World, err
 
 // ReportFailure has no one to tell: a world of one has no peers to fail.
 func (s *aloneSource) ReportFailure(uint64, epoch.Member, error) {}
-
-// aloneAddr is the address of the member of a world of one.
-const aloneAddr = "alone"
-
-// aloneTransport connects worlds of one, whose only member needs no links.
-type aloneTransport struct{}
-
-func (aloneTransport) Addr() string { return aloneAddr }
-
-func (aloneTransport) Connect(ctx context.Context, w transport.World) ([]transport.Link, error) {
-	if w.Size() != 1 {
-		return nil, fmt.Errorf("sync: a world of one cannot connect %d ranks", w.Size())
-	}
-	return []transport.Link{nil}, nil
-}
-
-func (aloneTransport) Close() error { return nil }
