@@ -299,7 +299,8 @@ func join(ctx context.Context, cfg WorkerConfig, state *State) (member, error) {
 		}
 		cfg.JobID, cfg.Secret, cfg.Seeds, cfg.Launch = env.JobID, env.Secret, env.Seeds, env.Launch
 		cfg.Transport.ListenAddr = env.Transport.ListenAddr
-		cfg.Membership.BindAddr, cfg.Membership.BindPort = env.Membership.BindAddr, env.Membership.BindPort
+		m := &cfg.Membership
+		m.BindAddr, m.BindPort, m.AdvertiseAddr, m.AdvertisePort = env.Membership.BindAddr, env.Membership.BindPort, env.Membership.AdvertiseAddr, env.Membership.AdvertisePort
 	}
 	if cfg.JobID == "" {
 		return startAlone(ctx, cfg, state)
