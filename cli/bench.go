@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"sync"
 	"time"
@@ -38,11 +41,16 @@ type workerSpec struct {
 	SmallBytes  int           `json:"small_bytes"`
 	Transport   string        `json:"transport"`
 	SocketBuf   int           `json:"socket_buffer"`
+	SpinTime    time.Duration `json:"spin_time,omitempty"`
 	BatchTimeUS int           `json:"batch_time_us"`
 	// The workers log (to their stderr, which the launcher relays) with
 	// the command's --log-level and --log-format.
 	LogLevel  string `json:"log_level,omitempty"`
 	LogFormat string `json:"log_format,omitempty"`
+	// ProfileDir, when set, is where every worker writes a CPU profile
+	// (cpu-rank<r>.pprof) and an execution trace (trace-rank<r>.out) of its
+	// measurement: where the time of a collective goes, per rank.
+	ProfileDir string `json:"profile_dir,omitempty"`
 }
 
 func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -68,6 +76,9 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
 	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0 keeps the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
+	spinTime := fs.Duration("spin-time", 0, "how long a waiting call polls before it parks (0: the transport's default, 100µs; negative: never poll)")
+	placement := fs.String("placement", string(launch.PlaceBalanced), "pin workers to CPUs: balanced (each worker to its share of the CPUs) or none")
+	profileDir := fs.String("profile", "", "write each worker's CPU profile and execution trace into this directory (cpu-rank<r>.pprof, trace-rank<r>.out)")
 	logOpts := logging.DefaultOptions()
 	logOpts.Register(fs)
 	usage := fmt.Sprintf("Usage: gorovod bench [%s] [flags]\n\n"+
@@ -95,16 +106,29 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *np < 1 {
 		return usageErr(stderr, "--np %d must be at least 1", *np)
 	}
+	place, err := launch.ParsePlacement(*placement)
+	if err != nil {
+		return usageErr(stderr, "--placement: %v", err)
+	}
 	spec.Transport, spec.IOTimeout = string(mode), *ioTimeout
 	spec.LogLevel, spec.LogFormat = logOpts.Level, logOpts.Format
 	if *batchTime < 0 {
 		return usageErr(stderr, "--batch-time %v is negative", *batchTime)
 	}
 	spec.BatchTimeUS = int(batchTime.Microseconds())
+	spec.SpinTime = *spinTime
 	if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
 		return usageErr(stderr, "--socket-buffer: %v", err)
 	}
-	if err := runBench(ctx, *np, spec, *asJSON, *timeout, stdout, stderr); err != nil {
+	if *profileDir != "" {
+		if err := os.MkdirAll(*profileDir, 0o755); err != nil {
+			return usageErr(stderr, "--profile: %v", err)
+		}
+		if spec.ProfileDir, err = filepath.Abs(*profileDir); err != nil {
+			return usageErr(stderr, "--profile: %v", err)
+		}
+	}
+	if err := runBench(ctx, *np, place, spec, *asJSON, *timeout, stdout, stderr); err != nil {
 		return &commandError{command: "bench", err: err}
 	}
 	return nil
@@ -173,7 +197,7 @@ func (s workerSpec) collectiveConfig() (collective.Config, error) {
 }
 
 // runBench launches np workers and prints rank 0's results as they arrive.
-func runBench(ctx context.Context, np int, spec workerSpec, asJSON bool, timeout time.Duration, stdout, stderr io.Writer) error {
+func runBench(ctx context.Context, np int, place launch.Placement, spec workerSpec, asJSON bool, timeout time.Duration, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	self, err := os.Executable()
@@ -210,7 +234,7 @@ func runBench(ctx context.Context, np int, spec workerSpec, asJSON bool, timeout
 		return err
 	}
 	defer stop()
-	job, err := launch.Start(ctx, launch.Spec{Argv: []string{self, benchWorkerCommand, string(specJSON)}, NP: np, Env: env, Output: output})
+	job, err := launch.Start(ctx, launch.Spec{Argv: []string{self, benchWorkerCommand, string(specJSON)}, NP: np, Env: env, Output: output, Placement: place})
 	if err != nil {
 		return err
 	}
@@ -281,6 +305,7 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	tcfg.Mode, tcfg.ListenAddr, tcfg.Secret, tcfg.IOTimeout = mode, env.ListenAddr, env.Secret, spec.IOTimeout
 	tcfg.TCP.SocketBuffer = spec.SocketBuf
 	tcfg.Logger = log
+	tcfg.TCP.SpinTime, tcfg.SHM.SpinTime = spec.SpinTime, spec.SpinTime
 	t, err := multi.Listen(tcfg)
 	if err != nil {
 		return err
@@ -298,6 +323,13 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer comm.Close()
+	if spec.ProfileDir != "" {
+		stop, err := startProfiles(spec.ProfileDir, env.Rank)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return benchmark.Run(ctx, comm, bspec, func(r benchmark.Result) error {
 		if env.Rank != 0 {
 			return nil
@@ -306,4 +338,35 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		_, err := fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	})
+}
+
+// startProfiles starts this worker's CPU profile and execution trace in dir;
+// stop ends both and closes the files.
+func startProfiles(dir string, rank int) (stop func(), err error) {
+	cpuFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("cpu-rank%d.pprof", rank)))
+	if err != nil {
+		return nil, err
+	}
+	traceFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("trace-rank%d.out", rank)))
+	if err != nil {
+		cpuFile.Close()
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpuFile); err != nil {
+		cpuFile.Close()
+		traceFile.Close()
+		return nil, err
+	}
+	if err := trace.Start(traceFile); err != nil {
+		pprof.StopCPUProfile()
+		cpuFile.Close()
+		traceFile.Close()
+		return nil, err
+	}
+	return func() {
+		trace.Stop()
+		pprof.StopCPUProfile()
+		_ = traceFile.Close()
+		_ = cpuFile.Close()
+	}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/internal/launch"
 	"github.com/gorovod/gorovod/job"
 	"github.com/gorovod/gorovod/straggler"
 )
@@ -34,6 +35,7 @@ type runOptions struct {
 	totalSteps         int64
 	asJSON             bool
 	progress           string
+	placement          string
 }
 
 // autoscaling says whether the engine acts (a heuristic, or straggler
@@ -71,6 +73,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.Int64Var(&o.totalSteps, "total-steps", 0, "the job's length in steps, for policies weighing remaining work (default: as the trainer reports)")
 	fs.BoolVar(&o.asJSON, "json", false, "print the autoscaling decisions and the summary as JSON lines on stdout")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
+	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gorovod run [flags] -- TRAINER [ARGS...]\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -114,6 +117,9 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 		return runUsage(stderr, "--progress %q: want auto, always or never", o.progress)
 	case o.skipSteps < 0 || o.totalSteps < 0 || o.stragglerWindow < 1:
 		return runUsage(stderr, "--skip-steps and --total-steps must not be negative, --straggler-window must be positive")
+	}
+	if _, err := launch.ParsePlacement(o.placement); err != nil {
+		return runUsage(stderr, "--placement: %v", err)
 	}
 	if _, err := exec.LookPath(o.argv[0]); err != nil {
 		return runUsage(stderr, "trainer %q: %v", o.argv[0], err)
@@ -178,7 +184,7 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	defer out.close()
 	j, err := job.Start(ctx, job.Config{
 		Argv: o.argv, Workers: o.np, MinWorkers: o.minNP, MaxWorkers: o.maxNP, Autoscaling: engCfg,
-		Logger: log, JobFile: true,
+		Logger: log, JobFile: true, Launcher: &job.LocalLauncher{Placement: launch.Placement(o.placement)},
 		Sinks: []job.Sink{runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.verbose}},
 	})
 	if err != nil {

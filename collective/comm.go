@@ -92,7 +92,9 @@ type Communicator struct {
 	cfg   Config
 	world transport.World
 	links []transport.Link
-	log   *slog.Logger
+	// inPlace[i] is links[i] when it can hand payloads over in place, else nil.
+	inPlace []transport.InPlaceLink
+	log     *slog.Logger
 
 	opMu    sync.Mutex // held for the duration of one collective
 	seq     uint64
@@ -149,10 +151,15 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 		}
 	}
 	log := cfg.Logger
+	inPlace := make([]transport.InPlaceLink, len(links))
+	for i, l := range links {
+		inPlace[i], _ = l.(transport.InPlaceLink)
+	}
 	return &Communicator{
 		cfg:        cfg,
 		world:      w,
 		links:      links,
+		inPlace:    inPlace,
 		log:        log.With("rank", w.Rank, "epoch", w.Epoch),
 		sendBroken: make([]bool, len(links)),
 		tracer:     cfg.Tracer,
@@ -406,6 +413,15 @@ func (o *opRun) recv(ctx context.Context, peer, step int, into []byte) error {
 
 // recvCount is recv for collectives whose element count differs per peer pair.
 func (o *opRun) recvCount(ctx context.Context, peer, step int, count uint64, into []byte) error {
+	if err := o.recvHeader(ctx, peer, step, len(into), count); err != nil {
+		return err
+	}
+	return o.c.links[peer].RecvPayload(ctx, into)
+}
+
+// recvHeader receives the header of the next frame from peer and checks that
+// it is step of this collective, with n payload bytes.
+func (o *opRun) recvHeader(ctx context.Context, peer, step, n int, count uint64) error {
 	l := o.c.links[peer]
 	var h transport.Header
 	o.waitFor(peer)
@@ -420,11 +436,44 @@ func (o *opRun) recvCount(ctx context.Context, peer, step int, count uint64, int
 		}
 		return &RemoteAbortError{Rank: peer, Reason: string(reason)}
 	}
-	if err := o.check(peer, &h, step, len(into), count); err != nil {
+	if err := o.check(peer, &h, step, n, count); err != nil {
 		return err
 	}
 	o.raiseTag(h.Tag)
-	return l.RecvPayload(ctx, into)
+	return nil
+}
+
+// sendInPlace is send for a frame the peer consumes with recvInPlace: links
+// that can (transport.InPlaceLink) put it where the peer reads it in place.
+func (o *opRun) sendInPlace(ctx context.Context, peer, step int, payload []byte) error {
+	ipl := o.c.inPlace[peer]
+	if ipl == nil {
+		return o.send(ctx, peer, step, payload)
+	}
+	h := o.header(step, len(payload), o.desc.count)
+	if err := ipl.SendInPlace(ctx, &h, payload); err != nil {
+		o.c.sendBroken[peer] = true
+		return err
+	}
+	return nil
+}
+
+// recvInPlace receives step's frame from peer and hands its payload to
+// consume piece by piece where it lands (transport.InPlaceLink), or, on other
+// links, whole after receiving it into scratch (as long as the payload).
+// Pieces are multiples of the element size.
+func (o *opRun) recvInPlace(ctx context.Context, peer, step int, scratch []byte, consume func(off int, piece []byte) error) error {
+	if err := o.recvHeader(ctx, peer, step, len(scratch), o.desc.count); err != nil {
+		return err
+	}
+	ipl := o.c.inPlace[peer]
+	if ipl == nil {
+		if err := o.c.links[peer].RecvPayload(ctx, scratch); err != nil {
+			return err
+		}
+		return consume(0, scratch)
+	}
+	return ipl.RecvPayloadInPlace(ctx, scratch, consume)
 }
 
 // check compares a received header with what this rank expects.

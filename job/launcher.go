@@ -119,6 +119,9 @@ type LocalLauncher struct {
 	CPUs int
 	// StopGrace is how long a stopped worker has before SIGKILL. Default 5 s.
 	StopGrace time.Duration
+	// Placement pins each worker to its share of the CPUs (launch.PlaceBalanced)
+	// or leaves them to the kernel (the default).
+	Placement launch.Placement
 
 	once    sync.Once
 	devices *devicePool // nil without GPUs to hand out
@@ -145,8 +148,12 @@ func (l *LocalLauncher) Launch(ctx context.Context, r LaunchRequest) (Process, e
 	} else if l.devices != nil {
 		notice(fmt.Sprintf("no free GPU for worker %d: it sees every GPU of the host", r.Index))
 	}
+	pin, err := launch.PlaceCPUs(l.Placement, r.Index, r.Share, cpus)
+	if err != nil {
+		return nil, err
+	}
 	p, err := launch.StartProcess(ctx, launch.ProcessSpec{
-		Argv: r.Argv, Env: env, Output: r.Output, StopSignal: StopSignal, StopGrace: l.StopGrace,
+		Argv: r.Argv, Env: env, Output: r.Output, StopSignal: StopSignal, StopGrace: l.StopGrace, CPUs: pin,
 	})
 	if err != nil {
 		l.devices.release(r.Index)

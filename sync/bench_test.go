@@ -164,9 +164,10 @@ func BenchmarkTransition(b *testing.B) {
 func transitionOnce(b *testing.B, p, it int) time.Duration {
 	b.StopTimer()
 	sessions, coord := startToyWorld(b, p-1, 100_000)
+	// Before the joiner is added: the epoch with it may be proposed at once.
+	first := coord.Current().Number
 	joiner := startToy(b, fmt.Sprintf("joiner-%d", it), coord, 100_000)
 	ctx := context.Background()
-	first := coord.Current().Number
 	var proposed time.Time
 	done := make([]time.Time, p)
 	var wg stdsync.WaitGroup

@@ -2,12 +2,10 @@ package sync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	stdsync "sync"
 	"time"
@@ -118,17 +116,16 @@ func UnderLauncher() bool { return os.Getenv(envconfig.EnvJobID) != "" }
 // gossip member and transport behind it.
 type Worker struct {
 	*Session
-	m   *membership.Member
-	tr  transport.Transport
-	src *memberSource
-	log *slog.Logger
-	// prop is this worker's own proposer while the job has no driver and this
-	// is its oldest ready worker; only the dispatch goroutine touches it.
-	prop       *driver.Proposer
-	takeover   driver.CoordinatorConfig
-	driverSeen time.Time // last time a driver was in view (start: join time)
-	closeOnce  stdsync.Once
-	stats      chan stats.Batch // to the driver, by sendStats
+	m  *membership.Member
+	tr transport.Transport
+	// agent runs this worker's side of the epoch protocol: it feeds src the
+	// epochs announced here, answers the proposer's probes, sends reports,
+	// and proposes itself when the job has no driver.
+	agent     *driver.Agent
+	src       *memberSource
+	log       *slog.Logger
+	closeOnce stdsync.Once
+	stats     chan stats.Batch // to the driver, by sendStats
 }
 
 // StartWorker joins the job: it starts the collective transport and the gossip
@@ -163,9 +160,12 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 		tr.Close()
 		return nil, err
 	}
-	w := &Worker{m: m, tr: tr, src: newMemberSource(m, log), log: log, takeover: driver.CoordinatorConfig{MinWorkers: cfg.MinWorkers}, driverSeen: time.Now(),
-		stats: make(chan stats.Batch, 8)}
-	go w.dispatch()
+	w := &Worker{m: m, tr: tr, src: newMemberSource(log), log: log, stats: make(chan stats.Batch, 8)}
+	w.agent = driver.StartAgent(m, driver.AgentConfig{
+		MinWorkers: cfg.MinWorkers, Logger: log, OnAdopt: w.src.onEpoch,
+		OnPeerFailed: func(name string) { w.src.abortIfMember(name, fmt.Errorf("gossip declared %s dead", name)) },
+	})
+	w.src.agent = w.agent
 	go w.sendStats()
 	fail := func(err error) (*Worker, error) {
 		w.shutdown()
@@ -231,78 +231,6 @@ func (w *Worker) sendStats() {
 // nvidia-smi) a worker publishes when it joins.
 const gpuDiscoveryTimeout = 2 * time.Second
 
-// electionEvery is how often a worker checks whether it must take over
-// proposing epochs (the driver is gone and it is the oldest ready worker).
-const electionEvery = 250 * time.Millisecond
-
-// takeoverGrace is how long no driver must have been in view before a worker
-// proposes instead: a worker that has just joined, or whose view briefly lacks
-// the driver, must not start a second proposer.
-const takeoverGrace = 2 * time.Second
-
-// dispatch routes this member's gossip events and control messages: epoch
-// announcements to the epoch source, liveness pings answered, failure reports
-// to the local proposer if this worker runs one; a worker declared dead aborts a
-// collective stuck on it, so a frozen worker costs the gossip detection time
-// (about a second) rather than the full I/O timeout.
-func (w *Worker) dispatch() {
-	tick := time.NewTicker(electionEvery)
-	defer tick.Stop()
-	defer func() {
-		if w.prop != nil {
-			w.prop.Stop()
-		}
-	}()
-	for {
-		select {
-		case <-w.src.done:
-			return
-		case <-tick.C:
-			w.elect()
-		case ev := <-w.m.Events():
-			if ev.Kind == membership.EventFailed {
-				w.src.abortIfMember(ev.Node.Name, fmt.Errorf("gossip declared %s dead", ev.Node.Name))
-			}
-			if w.prop != nil {
-				w.prop.Event(ev)
-			}
-			w.elect()
-		case msg := <-w.m.Messages():
-			cm, err := control.Decode(msg.Payload)
-			switch {
-			case err != nil:
-				w.log.Warn("dropped control message", "from", msg.From.Name, "err", err)
-			case cm.Kind == control.KindPing:
-				go w.src.pong(msg.From, cm.Nonce)
-			case cm.Kind == control.KindEpoch:
-				w.src.onEpoch(cm.World())
-			case w.prop != nil:
-				w.prop.Message(msg)
-			}
-		}
-	}
-}
-
-// elect starts or stops this worker's own proposer: a job proposes through its
-// driver while one is alive, else through its oldest ready worker.
-func (w *Worker) elect() {
-	nodes := w.m.Members()
-	lead := driver.ElectProposer(nodes)
-	if slices.ContainsFunc(nodes, func(n membership.Node) bool { return n.Meta.Role == membership.RoleDriver }) {
-		w.driverSeen = time.Now()
-	} else if time.Since(w.driverSeen) < takeoverGrace {
-		lead = "" // give a driver time to appear (or to be declared gone)
-	}
-	switch {
-	case lead == w.m.Name() && w.prop == nil:
-		w.log.Warn("no driver: this worker, the oldest ready one, takes over proposing epochs")
-		w.prop = driver.StartProposer(w.m, w.takeover, w.src.current(), nodes, w.log)
-	case lead != w.m.Name() && w.prop != nil:
-		w.prop.Stop()
-		w.prop = nil
-	}
-}
-
 // publishGPUs puts what this worker may use of the host's GPUs in its
 // metadata: the count (CUDA_VISIBLE_DEVICES, as the launcher assigned it, or
 // all the host has) and NVML's summary of the host.
@@ -353,25 +281,22 @@ func (w *Worker) RequestLeave(ctx context.Context) error {
 // Finish tells the proposer that training is over (call it on every worker
 // when the loop ends normally), then leaves like Close. Without it, the last
 // workers' departures would look like a scale-down, and a worker still
-// waiting to join would be given a world of its own.
+// waiting to join would be given a world of its own. A worker that proposes
+// epochs itself (the job has no driver) stays until the members still
+// finishing the last step are done, at most a minute or until ctx ends.
 func (w *Worker) Finish(ctx context.Context) error {
 	if w.Session != nil {
-		nodes := w.m.Members()
-		lead := driver.ElectProposer(nodes)
-		last, haveLast := w.Session.clock.Take()
-		for _, n := range nodes {
-			if haveLast && n.Meta.Role == membership.RoleDriver {
-				// The last steps, so the driver's account of the job is complete.
-				sctx, cancel := context.WithTimeout(ctx, control.SendTimeout)
-				_ = w.m.Send(sctx, n, control.EncodeStats(last))
-				cancel()
-			}
-			if n.Name == lead {
-				sctx, cancel := context.WithTimeout(ctx, control.SendTimeout)
-				_ = w.m.Send(sctx, n, control.EncodeDone(w.World().Number))
-				cancel()
+		if last, ok := w.Session.clock.Take(); ok {
+			for _, n := range w.m.Members() {
+				if n.Meta.Role == membership.RoleDriver {
+					// The last steps, so the driver's account of the job is complete.
+					sctx, cancel := context.WithTimeout(ctx, control.SendTimeout)
+					_ = w.m.Send(sctx, n, control.EncodeStats(last))
+					cancel()
+				}
 			}
 		}
+		_ = w.agent.Finish(ctx, w.World().Number)
 	}
 	return w.Close()
 }
@@ -390,47 +315,31 @@ func (w *Worker) Close() error {
 func (w *Worker) shutdown() {
 	_ = w.m.Leave(context.Background()) // bounded by Membership.LeaveTimeout
 	_ = w.m.Shutdown()
+	w.agent.Stop()
 	w.src.stop()
 	_ = w.tr.Close()
 }
 
-// memberSource is a worker's epoch.Source fed by the driver's announcements.
+// memberSource is a worker's epoch.Source fed by its protocol agent.
 type memberSource struct {
-	m   *membership.Member
-	log *slog.Logger
+	log   *slog.Logger
+	agent *driver.Agent
 
+	latest  epoch.Newest
 	mu      stdsync.Mutex
-	latest  epoch.World
-	newer   chan struct{}
 	session *Session // set once joined, for aborting a stuck collective
 	done    chan struct{}
 	once    stdsync.Once
 }
 
-func newMemberSource(m *membership.Member, log *slog.Logger) *memberSource {
-	return &memberSource{m: m, log: log, newer: make(chan struct{}), done: make(chan struct{})}
+func newMemberSource(log *slog.Logger) *memberSource {
+	return &memberSource{log: log, done: make(chan struct{})}
 }
 
 func (s *memberSource) stop() { s.once.Do(func() { close(s.done) }) }
 
-// onEpoch records an announced epoch; announcements may arrive late or
-// twice, so only a newer number counts.
-func (s *memberSource) onEpoch(e epoch.World) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e.Number > s.latest.Number {
-		s.latest = e
-		close(s.newer)
-		s.newer = make(chan struct{})
-	}
-}
-
-// current is the newest epoch announced here.
-func (s *memberSource) current() epoch.World {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.latest
-}
+// onEpoch records a newer epoch (the agent passes on only newer ones).
+func (s *memberSource) onEpoch(e epoch.World) { s.latest.Put(e) }
 
 func (s *memberSource) abortIfMember(name string, cause error) {
 	s.mu.Lock()
@@ -441,57 +350,18 @@ func (s *memberSource) abortIfMember(name string, cause error) {
 	}
 }
 
-// pong answers the driver's liveness check: the answer comes from this
-// process's gossip goroutines, so a busy trainer still answers and only a dead
-// or frozen process does not.
-func (s *memberSource) pong(to membership.Node, nonce uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
-	defer cancel()
-	_ = s.m.Send(ctx, to, control.EncodePong(nonce))
-}
-
-func (s *memberSource) Latest() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.latest.Number
-}
+func (s *memberSource) Latest() uint64 { return s.latest.Number() }
 
 func (s *memberSource) Await(ctx context.Context, after uint64) (epoch.World, error) {
-	for {
-		s.mu.Lock()
-		cur, newer := s.latest, s.newer
-		s.mu.Unlock()
-		if cur.Number > after {
-			return cur, nil
-		}
-		select {
-		case <-newer:
-		case <-ctx.Done():
-			return epoch.World{}, fmt.Errorf("sync: waiting for a world epoch after %d (too few workers, or no driver?): %w", after, ctx.Err())
-		}
+	w, err := s.latest.Await(ctx, after)
+	if err != nil {
+		return w, fmt.Errorf("sync: waiting for a world epoch after %d (too few workers, or no driver?): %w", after, err)
 	}
+	return w, nil
 }
 
-func (s *memberSource) ReportFailure(epoch uint64, peer epoch.Member, cause error) {
-	nodes := s.m.Members()
-	lead := driver.ElectProposer(nodes)
-	var driver membership.Node
-	found := false
-	for _, n := range nodes {
-		if n.Name == lead {
-			driver, found = n, true
-		}
-	}
-	if !found {
-		s.log.Warn("no proposer to report a failure to", "blamed", peer.Name)
-		return
-	}
-	payload := control.EncodeFailure(epoch, peer.Name, cause)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
-		defer cancel()
-		if err := s.m.Send(ctx, driver, payload); err != nil && !errors.Is(err, context.Canceled) {
-			s.log.Warn("failure report not delivered", "err", err)
-		}
-	}()
+// ReportFailure hands the report to the agent, which sends it to the
+// proposer (again until a newer epoch arrives).
+func (s *memberSource) ReportFailure(number uint64, peer epoch.Member, cause error) {
+	s.agent.ReportFailure(number, peer.Name, cause)
 }

@@ -365,6 +365,7 @@ func TestRunBadCommandLines(t *testing.T) {
 		{[]string{"run", "--np", "2", "--min-np", "3", "--", "true"}, "--min-np"},
 		{[]string{"run", "--np", "3", "--max-np", "2", "--", "true"}, "--max-np"},
 		{[]string{"run", "--", "/nonexistent/trainer"}, "trainer"},
+		{[]string{"run", "--placement", "everywhere", "--", "true"}, "unknown placement"},
 		{[]string{"run", "--heuristic", "nope", "--", "true"}, `unknown heuristic "nope"`},
 		{[]string{"run", "--heuristic-opt", "threshold=0.2", "--", "true"}, "--heuristic-opt needs --heuristic"},
 		{[]string{"run", "--heuristic", "scaling-efficiency", "--heuristic-opt", "treshold=0.2", "--", "true"}, `unknown field "treshold"`},

@@ -37,6 +37,20 @@ type Spec struct {
 	// max(1, CPUs/NP) unless the environment already sets GOMAXPROCS (see
 	// ShareCPUs). Default runtime.NumCPU().
 	CPUs int
+
+	// Host places worker i (Start's first NP workers, and Add's): "" or a
+	// name IsLocal accepts runs it here as a child process, any other name
+	// starts it on that host over SSH. Default: every worker here.
+	Host func(i int) string
+	// HostSlots is how many workers share a remote host's CPUs: a remote
+	// worker gets GOMAXPROCS = max(1, the host's CPUs / slots) unless its
+	// environment sets GOMAXPROCS. Default 1.
+	HostSlots func(host string) int
+	// SSH is how workers on other hosts are started.
+	SSH SSH
+	// Placement pins workers to CPUs (PlaceBalanced: each to its share of
+	// the first CPUs of those this process may use). Default PlaceAnywhere.
+	Placement Placement
 }
 
 // Job is a running set of workers.
@@ -44,13 +58,23 @@ type Job struct {
 	ctx       context.Context
 	spec      Spec
 	shareCPUs []string
+	cpus      []int // the CPUs PlaceBalanced shares out; nil: no pinning
 
 	mu      sync.Mutex
-	procs   []*Process
-	errs    []error
+	workers []*worker
 	running int  // workers not exited yet
 	ended   bool // every worker has exited; no more can be added
 	done    chan struct{}
+}
+
+// worker is one launched process: a child of this process, or an ssh client
+// whose remote end runs the worker (remote != nil).
+type worker struct {
+	cmd    *exec.Cmd
+	host   string // "" for this host
+	remote *remoteWorker
+	exited chan struct{} // closed when the worker has exited
+	err    error
 }
 
 // ExitError is a worker that failed.
@@ -96,7 +120,28 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	if spec.CPUs <= 0 {
 		spec.CPUs = runtime.NumCPU()
 	}
+	if spec.Host == nil {
+		spec.Host = func(int) string { return "" }
+	}
+	if spec.HostSlots == nil {
+		spec.HostSlots = func(string) int { return 1 }
+	}
+	var err error
+	if spec.SSH, err = spec.SSH.withDefaults(); err != nil {
+		return nil, err
+	}
+	place, err := ParsePlacement(string(spec.Placement))
+	if err != nil {
+		return nil, err
+	}
 	j := &Job{ctx: ctx, spec: spec, done: make(chan struct{}), shareCPUs: ShareCPUs(spec.CPUs, spec.NP)}
+	if place == PlaceBalanced {
+		cpus, err := allowedCPUs()
+		if err != nil {
+			return nil, err
+		}
+		j.cpus = cpus[:min(len(cpus), spec.CPUs)]
+	}
 	for range spec.NP {
 		if _, err := j.Add(); err != nil {
 			j.Signal(syscall.SIGKILL)
@@ -107,38 +152,73 @@ func Start(ctx context.Context, spec Spec) (*Job, error) {
 	return j, nil
 }
 
-// Add starts one more worker and returns its index.
-func (j *Job) Add() (int, error) {
+// Add starts one more worker where Spec.Host places it and returns its index.
+func (j *Job) Add() (int, error) { return j.add(j.spec.Host, nil) }
+
+// AddOn starts one more worker on host ("" or a local name: here, as a child
+// process; otherwise over SSH) with env added to Spec.Env's entries, and
+// returns its index. A remote worker's start is asynchronous: AddOn returns
+// once ssh runs, and a host that cannot be reached or refuses shows as the
+// worker's exit with a *HostError, within SSH.StartTimeout.
+func (j *Job) AddOn(host string, env ...string) (int, error) {
+	return j.add(func(int) string { return host }, env)
+}
+
+// add starts worker i = the next index on place(i).
+func (j *Job) add(place func(i int) string, env []string) (int, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.ended {
 		return 0, errors.New("launch: the job has ended")
 	}
-	i := len(j.procs)
-	p, err := StartProcess(j.ctx, ProcessSpec{
-		Argv:       j.spec.Argv,
-		Env:        slices.Concat(j.shareCPUs, j.spec.Env(i)),
-		Output:     func(stream string, line []byte) { j.spec.Output(i, stream, line) },
-		StopSignal: j.spec.StopSignal,
-		StopGrace:  j.spec.StopGrace,
-	})
+	i := len(j.workers)
+	host := place(i)
+	w := &worker{exited: make(chan struct{})}
+	// exec copies the output and Wait waits for the copy to finish, so no
+	// line printed just before exit is lost.
+	stdout := &lineWriter{worker: i, stream: "stdout", out: j.spec.Output}
+	stderr := &lineWriter{worker: i, stream: "stderr", out: j.spec.Output}
+	var err error
+	if IsLocal(host) {
+		w.cmd = exec.CommandContext(j.ctx, j.spec.Argv[0], j.spec.Argv[1:]...)
+		w.cmd.Env = slices.Concat(os.Environ(), j.shareCPUs, j.spec.Env(i), env)
+		w.cmd.Cancel = func() error { return w.cmd.Process.Signal(j.spec.StopSignal) }
+		w.cmd.WaitDelay = j.spec.StopGrace
+		w.cmd.Stdout, w.cmd.Stderr = stdout, stderr
+		var cpus []int
+		if j.cpus != nil {
+			cpus = balancedCPUs(i, j.spec.NP, j.cpus)
+		}
+		err = startOn(w.cmd, cpus)
+	} else {
+		w.host = host
+		err = j.startRemote(w, slices.Concat(j.spec.Env(i), env), stdout, stderr)
+	}
 	if err != nil {
 		if j.running == 0 {
 			j.ended = true
 			close(j.done)
 		}
+		if w.host != "" {
+			return 0, fmt.Errorf("launch: starting worker %d on %s: %w", i, w.host, err)
+		}
 		return 0, fmt.Errorf("launch: starting worker %d: %w", i, err)
 	}
-	j.procs = append(j.procs, p)
-	j.errs = append(j.errs, nil)
+	j.workers = append(j.workers, w)
 	j.running++
 	go func() {
-		<-p.Done()
+		err := w.cmd.Wait()
+		stdout.flush()
+		stderr.flush()
+		if w.remote != nil {
+			err = w.remote.outcome(err)
+		}
 		j.mu.Lock()
 		defer j.mu.Unlock()
-		if err := p.Err(); err != nil {
-			j.errs[i] = &ExitError{Worker: i, Err: err}
+		if err != nil {
+			w.err = &ExitError{Worker: i, Err: err}
 		}
+		close(w.exited)
 		if j.running--; j.running == 0 {
 			j.ended = true
 			close(j.done)
@@ -160,6 +240,9 @@ type ProcessSpec struct {
 	// follows after StopGrace. Defaults SIGTERM and 5 s.
 	StopSignal syscall.Signal
 	StopGrace  time.Duration
+	// CPUs pins the process to these CPUs (see Placement and PlaceCPUs);
+	// nil lets it run anywhere.
+	CPUs []int
 }
 
 // DefaultStopGrace is how long a process stopped by its context has to exit
@@ -194,10 +277,11 @@ func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 	cmd.WaitDelay = spec.StopGrace
 	// exec copies the output and Wait waits for the copy to finish, so no
 	// line printed just before exit is lost.
-	stdout := &lineWriter{stream: "stdout", out: spec.Output}
-	stderr := &lineWriter{stream: "stderr", out: spec.Output}
+	out := func(_ int, stream string, line []byte) { spec.Output(stream, line) }
+	stdout := &lineWriter{stream: "stdout", out: out}
+	stderr := &lineWriter{stream: "stderr", out: out}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Start(); err != nil {
+	if err := startOn(cmd, spec.CPUs); err != nil {
 		return nil, err
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{})}
@@ -246,44 +330,68 @@ func ShareCPUs(cpus, n int) []string {
 	return []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, cpus/max(1, n)))}
 }
 
-// PIDs returns the workers' process ids by index.
+// PIDs returns the workers' process ids by index, each on its own host (see
+// Host): a remote worker's is its pid there, 0 until it has started.
 func (j *Job) PIDs() []int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	pids := make([]int, len(j.procs))
-	for i, p := range j.procs {
-		pids[i] = p.PID()
+	pids := make([]int, len(j.workers))
+	for i, w := range j.workers {
+		if w.remote != nil {
+			pids[i] = w.remote.pid()
+		} else {
+			pids[i] = w.cmd.Process.Pid
+		}
 	}
 	return pids
+}
+
+// Host returns where worker i runs ("" for this host).
+func (j *Job) Host(i int) string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if i < 0 || i >= len(j.workers) {
+		return ""
+	}
+	return j.workers[i].host
 }
 
 // Signal sends sig to every worker.
 func (j *Job) Signal(sig os.Signal) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for _, p := range j.procs {
-		_ = p.Signal(sig)
+	for _, w := range j.workers {
+		_ = w.signal(sig)
 	}
 }
 
-// SignalWorker sends sig to worker i (an index Add returned).
+// SignalWorker sends sig to worker i (an index Add returned). A remote worker
+// gets it through its ssh connection; it is delivered once the worker has
+// started.
 func (j *Job) SignalWorker(i int, sig os.Signal) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if i < 0 || i >= len(j.procs) {
+	if i < 0 || i >= len(j.workers) {
 		return fmt.Errorf("launch: no worker %d", i)
 	}
-	return j.procs[i].Signal(sig)
+	return j.workers[i].signal(sig)
+}
+
+func (w *worker) signal(sig os.Signal) error {
+	if w.remote != nil {
+		return w.remote.signal(sig)
+	}
+	return w.cmd.Process.Signal(sig)
 }
 
 // Exited is closed once worker i has exited (nil for an unknown index).
 func (j *Job) Exited(i int) <-chan struct{} {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if i < 0 || i >= len(j.procs) {
+	if i < 0 || i >= len(j.workers) {
 		return nil
 	}
-	return j.procs[i].Done()
+	return j.workers[i].exited
 }
 
 // Done is closed once every worker has exited and its output is drained.
@@ -300,13 +408,18 @@ func (j *Job) Wait() error {
 func (j *Job) Errors() []error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return slices.Clone(j.errs)
+	errs := make([]error, len(j.workers))
+	for i, w := range j.workers {
+		errs[i] = w.err
+	}
+	return errs
 }
 
 // lineWriter hands complete lines to out; a line longer than maxLine is cut.
 type lineWriter struct {
+	worker int
 	stream string
-	out    func(stream string, line []byte)
+	out    func(i int, stream string, line []byte)
 	buf    []byte
 }
 
@@ -319,7 +432,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		w.out(w.stream, w.buf[:i])
+		w.out(w.worker, w.stream, w.buf[:i])
 		w.buf = w.buf[i+1:]
 	}
 	if len(w.buf) > maxLine {
@@ -331,7 +444,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 // flush emits a last line that had no newline.
 func (w *lineWriter) flush() {
 	if len(w.buf) > 0 {
-		w.out(w.stream, w.buf)
+		w.out(w.worker, w.stream, w.buf)
 		w.buf = nil
 	}
 }

@@ -46,6 +46,17 @@ func Listen(addr string, size int) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: %w", err)
 	}
+	return Serve(ln, size)
+}
+
+// Serve starts a server for size ranks on a listener the caller made (one
+// bound to a routable address, or made inside another network namespace);
+// Close closes it.
+func Serve(ln net.Listener, size int) (*Server, error) {
+	if size < 1 {
+		ln.Close()
+		return nil, fmt.Errorf("rendezvous: size %d must be at least 1", size)
+	}
 	s := &Server{ln: ln, size: size, addrs: make([]string, size), full: make(chan struct{}), done: make(chan struct{})}
 	s.wg.Go(s.accept)
 	return s, nil

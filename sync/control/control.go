@@ -27,7 +27,7 @@ const (
 	KindEpoch   Kind = "epoch"   // proposer → worker: the newest agreed epoch
 	KindFailure Kind = "failure" // worker → proposer: a collective failed, blaming a member
 	KindPing    Kind = "ping"    // proposer → worker: are you alive? (answered by the gossip goroutines)
-	KindPong    Kind = "pong"    // worker → proposer: yes
+	KindPong    Kind = "pong"    // worker → proposer: yes, and the newest epoch I know
 	KindDone    Kind = "done"    // worker → proposer: training finished at this epoch
 	KindStats   Kind = "stats"   // worker → driver: step statistics for the autoscaling engine
 )
@@ -39,8 +39,8 @@ const maxCauseLen = 512
 // Kind.
 type Message struct {
 	Kind    Kind           `json:"t"`
-	Number  uint64         `json:"n,omitempty"` // the epoch (epoch, failure, done)
-	Members []epoch.Member `json:"m,omitempty"` // epoch
+	Number  uint64         `json:"n,omitempty"` // the epoch (epoch, failure, done, pong)
+	Members []epoch.Member `json:"m,omitempty"` // epoch, pong
 	Blamed  string         `json:"b,omitempty"` // failure: the member blamed ("" when none)
 	Cause   string         `json:"c,omitempty"` // failure: the error, at most maxCauseLen bytes
 	Nonce   uint64         `json:"o,omitempty"` // ping, pong
@@ -100,8 +100,43 @@ func (m Message) StatsBatch() stats.Batch {
 	return b
 }
 
-// World is a decoded epoch message's world.
+// World is a decoded epoch message's world, or the world a pong reports.
 func (m Message) World() epoch.World { return epoch.World{Number: m.Number, Members: m.Members} }
+
+// Protocol returns the epoch-protocol message m carries; false for step
+// statistics, which are not the protocol's.
+func (m Message) Protocol() (epoch.Message, bool) {
+	switch m.Kind {
+	case KindEpoch:
+		return epoch.Message{Kind: epoch.MsgEpoch, World: m.World()}, true
+	case KindFailure:
+		return epoch.Message{Kind: epoch.MsgFailure, Number: m.Number, Blamed: m.Blamed, Cause: m.Cause}, true
+	case KindPing:
+		return epoch.Message{Kind: epoch.MsgPing, Nonce: m.Nonce}, true
+	case KindPong:
+		return epoch.Message{Kind: epoch.MsgPong, Nonce: m.Nonce, World: m.World()}, true
+	case KindDone:
+		return epoch.Message{Kind: epoch.MsgDone, Number: m.Number}, true
+	}
+	return epoch.Message{}, false
+}
+
+// Encode writes an epoch-protocol message.
+func Encode(m epoch.Message) []byte {
+	switch m.Kind {
+	case epoch.MsgEpoch:
+		return EncodeEpoch(m.World)
+	case epoch.MsgFailure:
+		return encodeFailure(m.Number, m.Blamed, m.Cause)
+	case epoch.MsgPing:
+		return EncodePing(m.Nonce)
+	case epoch.MsgPong:
+		return EncodePong(m.Nonce, m.World)
+	case epoch.MsgDone:
+		return EncodeDone(m.Number)
+	}
+	return marshal(Message{Kind: Kind(m.Kind.String())})
+}
 
 // EncodeDone says that training finished at world epoch number.
 func EncodeDone(number uint64) []byte { return marshal(Message{Kind: KindDone, Number: number}) }
@@ -110,8 +145,11 @@ func EncodeDone(number uint64) []byte { return marshal(Message{Kind: KindDone, N
 // the same nonce.
 func EncodePing(nonce uint64) []byte { return marshal(Message{Kind: KindPing, Nonce: nonce}) }
 
-// EncodePong answers a ping.
-func EncodePong(nonce uint64) []byte { return marshal(Message{Kind: KindPong, Nonce: nonce}) }
+// EncodePong answers a ping, saying which epoch is the newest the worker
+// knows (the zero World when none).
+func EncodePong(nonce uint64, latest epoch.World) []byte {
+	return marshal(Message{Kind: KindPong, Nonce: nonce, Number: latest.Number, Members: latest.Members})
+}
 
 // EncodeEpoch announces world w.
 func EncodeEpoch(w epoch.World) []byte {
@@ -130,11 +168,28 @@ func EncodeFailure(number uint64, blamed string, cause error) []byte {
 	c := ""
 	if cause != nil {
 		c = cause.Error()
-		if len(c) > maxCauseLen {
-			c = c[:maxCauseLen]
-		}
 	}
-	return marshal(Message{Kind: KindFailure, Number: number, Blamed: blamed, Cause: c})
+	return encodeFailure(number, blamed, c)
+}
+
+func encodeFailure(number uint64, blamed, cause string) []byte {
+	if len(cause) > maxCauseLen {
+		cause = cause[:maxCauseLen]
+	}
+	return marshal(Message{Kind: KindFailure, Number: number, Blamed: blamed, Cause: cause})
+}
+
+// checkMembers checks a world's member list: names and addresses set, no
+// name twice.
+func checkMembers(m Message) error {
+	seen := make(map[string]bool, len(m.Members))
+	for _, mem := range m.Members {
+		if mem.Name == "" || mem.Addr == "" || seen[mem.Name] {
+			return fmt.Errorf("control: epoch %d has an empty or repeated member", m.Number)
+		}
+		seen[mem.Name] = true
+	}
+	return nil
 }
 
 // Decode parses and checks a control message.
@@ -148,12 +203,8 @@ func Decode(b []byte) (Message, error) {
 		if m.Number == 0 || len(m.Members) == 0 {
 			return m, errors.New("control: epoch message without number or members")
 		}
-		seen := make(map[string]bool, len(m.Members))
-		for _, mem := range m.Members {
-			if mem.Name == "" || mem.Addr == "" || seen[mem.Name] {
-				return m, fmt.Errorf("control: epoch %d has an empty or repeated member", m.Number)
-			}
-			seen[mem.Name] = true
+		if err := checkMembers(m); err != nil {
+			return m, err
 		}
 	case KindFailure:
 		if m.Number == 0 {
@@ -177,7 +228,16 @@ func Decode(b []byte) (Message, error) {
 		}
 	case KindPing, KindPong:
 		if m.Nonce == 0 {
-			return m, errors.New("control: ping without a nonce")
+			return m, fmt.Errorf("control: %s without a nonce", m.Kind)
+		}
+		if m.Kind == KindPing && (m.Number != 0 || len(m.Members) != 0) {
+			return m, errors.New("control: ping with a world")
+		}
+		if m.Kind == KindPong && (m.Number == 0) != (len(m.Members) == 0) {
+			return m, errors.New("control: pong with a world without number or members")
+		}
+		if err := checkMembers(m); err != nil {
+			return m, err
 		}
 	default:
 		return m, fmt.Errorf("control: unknown control message %q", m.Kind)

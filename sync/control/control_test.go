@@ -2,7 +2,9 @@ package control_test
 
 import (
 	"errors"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +49,11 @@ func TestDecodeControlRejects(t *testing.T) {
 		{"repeated member", `{"t":"epoch","n":3,"m":[{"Name":"a","Addr":"x"},{"Name":"a","Addr":"y"}]}`},
 		{"failure without epoch", `{"t":"failure","b":"a"}`},
 		{"ping without nonce", `{"t":"ping"}`},
+		{"pong without nonce", `{"t":"pong","n":2,"m":[{"Name":"a","Addr":"x"}]}`},
+		{"pong with a number only", `{"t":"pong","o":1,"n":2}`},
+		{"pong with members only", `{"t":"pong","o":1,"m":[{"Name":"a","Addr":"x"}]}`},
+		{"pong with a repeated member", `{"t":"pong","o":1,"n":2,"m":[{"Name":"a","Addr":"x"},{"Name":"a","Addr":"x"}]}`},
+		{"ping with a world", `{"t":"ping","o":1,"n":2,"m":[{"Name":"a","Addr":"x"}]}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := control.Decode([]byte(tc.msg)); err == nil {
@@ -63,11 +70,21 @@ func FuzzDecodeControl(f *testing.F) {
 	f.Add(control.EncodeEpoch(epoch.World{Number: 2, Members: []epoch.Member{{Name: "a", Addr: "127.0.0.1:1"}}}))
 	f.Add(control.EncodeFailure(3, "a", errors.New("boom")))
 	f.Add(control.EncodePing(7))
+	f.Add(control.EncodePong(7, epoch.World{Number: 2, Members: []epoch.Member{{Name: "a", Addr: "127.0.0.1:1"}}}))
 	f.Add(control.EncodeDone(4))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := control.Decode(b)
 		if err != nil {
 			return
+		}
+		if pm, ok := m.Protocol(); ok {
+			again, err := control.Decode(control.Encode(pm))
+			if err != nil {
+				t.Fatalf("%+v re-encodes to something Decode rejects: %v", pm, err)
+			}
+			if pm2, _ := again.Protocol(); !reflect.DeepEqual(pm2, pm) {
+				t.Fatalf("re-encoding changed %+v into %+v", pm, pm2)
+			}
 		}
 		if m.Kind == control.KindStats {
 			for _, s := range m.StatsBatch().Steps {
@@ -77,4 +94,42 @@ func FuzzDecodeControl(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Every protocol message survives the wire: Encode, Decode, Protocol give it
+// back unchanged (a failure's cause cut to its limit).
+func TestProtocolWireRoundTrip(t *testing.T) {
+	w := epoch.World{Number: 7, Members: []epoch.Member{{Name: "a", Addr: "127.0.0.1:1"}, {Name: "b", Addr: "127.0.0.1:2"}}}
+	long := strings.Repeat("x", 2000)
+	for _, tc := range []struct {
+		in, want epoch.Message
+	}{
+		{in: epoch.Message{Kind: epoch.MsgEpoch, World: w}},
+		{in: epoch.Message{Kind: epoch.MsgFailure, Number: 7, Blamed: "b", Cause: "peer closed"}},
+		{in: epoch.Message{Kind: epoch.MsgFailure, Number: 7}},
+		{in: epoch.Message{Kind: epoch.MsgFailure, Number: 7, Cause: long},
+			want: epoch.Message{Kind: epoch.MsgFailure, Number: 7, Cause: long[:512]}},
+		{in: epoch.Message{Kind: epoch.MsgPing, Nonce: 3}},
+		{in: epoch.Message{Kind: epoch.MsgPong, Nonce: 3, World: w}},
+		{in: epoch.Message{Kind: epoch.MsgPong, Nonce: 3}},
+		{in: epoch.Message{Kind: epoch.MsgDone, Number: 7}},
+	} {
+		t.Run(tc.in.String(), func(t *testing.T) {
+			want := tc.want
+			if want.Kind == 0 {
+				want = tc.in
+			}
+			m, err := control.Decode(control.Encode(tc.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := m.Protocol()
+			if !ok || !reflect.DeepEqual(got, want) {
+				t.Fatalf("got %+v (%v), want %+v", got, ok, want)
+			}
+		})
+	}
+	if _, ok := (control.Message{Kind: control.KindStats}).Protocol(); ok {
+		t.Fatal("step statistics taken for a protocol message")
+	}
 }

@@ -3,17 +3,17 @@ package driver
 import (
 	"context"
 	"log/slog"
-	"slices"
 	stdsync "sync"
 	"time"
 
 	"github.com/gorovod/gorovod/sync/epoch"
 )
 
-// CoordinatorConfig configures the epoch proposer.
+// CoordinatorConfig configures the in-process epoch proposer.
 type CoordinatorConfig struct {
 	// Coalesce is how long the proposer waits after a change for more changes,
-	// so that workers arriving or failing together cost one transition.
+	// so that workers arriving or failing together cost one transition
+	// (default 10 ms).
 	Coalesce time.Duration
 	// MinWorkers: no epoch with fewer members is proposed; the job waits.
 	MinWorkers int
@@ -23,59 +23,51 @@ type CoordinatorConfig struct {
 	Logger  *slog.Logger
 }
 
-// Coordinator is the single proposer of world epochs: it turns membership
-// changes (joins of ready workers, graceful leaves, failures reported by
-// membership or by the collectives) into numbered epochs, each an ordered
-// member list. Survivors keep their relative order and joiners are appended,
-// so rank 0 of a new epoch is the oldest survivor, which the session copies
-// state from.
-//
-// This in-process form serves workers in the same process through View; the
-// launcher's driver runs one and relays its epochs over the membership layer.
+// inProcessReannounce: workers in the same process read the coordinator's
+// epochs directly; nothing is lost, so nothing needs announcing again.
+const inProcessReannounce = 24 * time.Hour
+
+// Coordinator is an in-process epoch proposer for workers in the same
+// process (tests, benchmarks): a thin loop around an epoch.Proposer whose
+// workers read its epochs through View. Add and Remove stand for the
+// membership layer; a failure a View reports removes the blamed worker at
+// once (there is no network to probe it over: a worker in this process that
+// is blamed has vanished).
 type Coordinator struct {
-	cfg     CoordinatorConfig
-	log     *slog.Logger
+	cfg  CoordinatorConfig
+	log  *slog.Logger
+	wake chan struct{}
+
+	current epoch.Newest // the newest proposed epoch
+
 	mu      stdsync.Mutex
-	members []epoch.Member // desired membership, in rank order
-	current epoch.World    // the newest proposed epoch
-	dirty   bool
-	wake    chan struct{}
-	newer   chan struct{} // closed and replaced when an epoch is proposed
+	prop    *epoch.Proposer
+	pending []epoch.World // proposed, for OnEpoch
 }
 
 // NewCoordinator returns a proposer with no members; call Run.
 func NewCoordinator(cfg CoordinatorConfig) *Coordinator {
-	if cfg.Coalesce <= 0 {
-		cfg.Coalesce = 10 * time.Millisecond
-	}
-	cfg.MinWorkers = max(1, cfg.MinWorkers)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Coordinator{cfg: cfg, log: log, wake: make(chan struct{}, 1), newer: make(chan struct{})}
+	return &Coordinator{
+		cfg: cfg, log: log, wake: make(chan struct{}, 1),
+		prop: epoch.NewProposer(epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers, Reannounce: inProcessReannounce}),
+	}
 }
 
 // Add admits a worker that has finished its start-up; it joins at the next epoch.
 func (c *Coordinator) Add(m epoch.Member) {
-	c.change(func() {
-		if !slices.ContainsFunc(c.members, func(x epoch.Member) bool { return x.Name == m.Name }) {
-			c.members = append(c.members, m)
-		}
-	})
+	c.step(epoch.PeerSeen{Peer: epoch.Peer{Name: m.Name, Addr: m.Addr, State: epoch.Ready}})
 }
 
 // Remove drops a worker (graceful leave, scale-down or failure) at the next epoch.
-func (c *Coordinator) Remove(name string) {
-	c.change(func() {
-		c.members = slices.DeleteFunc(c.members, func(x epoch.Member) bool { return x.Name == name })
-	})
-}
+func (c *Coordinator) Remove(name string) { c.step(epoch.PeerGone{Name: name}) }
 
-func (c *Coordinator) change(f func()) {
+func (c *Coordinator) step(in epoch.Input) {
 	c.mu.Lock()
-	f()
-	c.dirty = true
+	c.carry(c.prop.Step(time.Now(), in))
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -83,68 +75,60 @@ func (c *Coordinator) change(f func()) {
 	}
 }
 
-// seed makes a proposer that takes over continue from epoch e: numbering
-// goes on from it and its members stay in their order.
-func (c *Coordinator) seed(e epoch.World) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e.Number <= c.current.Number {
-		return
-	}
-	c.current = epoch.World{Number: e.Number, Members: slices.Clone(e.Members)}
-	c.members = slices.Clone(e.Members)
-}
-
-// setMinWorkers changes the smallest world the coordinator proposes.
-func (c *Coordinator) setMinWorkers(n int) {
-	c.change(func() { c.cfg.MinWorkers = max(1, n) })
-}
-
-// Current returns the newest proposed epoch.
-func (c *Coordinator) Current() epoch.World {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.current
-}
-
-// Run proposes epochs until ctx ends.
-func (c *Coordinator) Run(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.wake:
-			timer.Reset(c.cfg.Coalesce)
-		case <-timer.C:
-			if e, ok := c.propose(); ok && c.cfg.OnEpoch != nil {
-				c.cfg.OnEpoch(e)
+// carry carries out the proposer's outputs, with c.mu held: epochs are
+// published to the views, and a liveness probe fails at once.
+func (c *Coordinator) carry(outs []epoch.Output) {
+	for len(outs) > 0 {
+		o := outs[0]
+		outs = outs[1:]
+		switch o := o.(type) {
+		case epoch.Send:
+			if o.Msg.Kind == epoch.MsgPing {
+				outs = append(outs, c.prop.Step(time.Now(), epoch.SendFailed(o))...)
 			}
+		case epoch.Proposed:
+			c.current.Put(o.World)
+			c.pending = append(c.pending, o.World)
+			logOutput(c.log, o)
+		default:
+			logOutput(c.log, o)
 		}
 	}
 }
 
-func (c *Coordinator) propose() (epoch.World, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.dirty {
-		return epoch.World{}, false
+// Current returns the newest proposed epoch.
+func (c *Coordinator) Current() epoch.World { return c.current.World() }
+
+// Run proposes epochs until ctx ends.
+func (c *Coordinator) Run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		d := c.prop.Deadline()
+		c.mu.Unlock()
+		var fire <-chan time.Time
+		if !d.IsZero() {
+			timer.Reset(time.Until(d))
+			fire = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+		case <-fire:
+			c.mu.Lock()
+			c.carry(c.prop.Tick(time.Now()))
+			proposed := c.pending
+			c.pending = nil
+			c.mu.Unlock()
+			if c.cfg.OnEpoch != nil {
+				for _, w := range proposed {
+					c.cfg.OnEpoch(w)
+				}
+			}
+		}
 	}
-	if len(c.members) < c.cfg.MinWorkers {
-		c.log.Info("waiting for enough workers to form a world", "have", len(c.members), "min", c.cfg.MinWorkers)
-		return epoch.World{}, false
-	}
-	if slices.Equal(c.members, c.current.Members) {
-		c.dirty = false
-		return epoch.World{}, false
-	}
-	c.dirty = false
-	c.current = epoch.World{Number: c.current.Number + 1, Members: slices.Clone(c.members)}
-	c.log.Info("proposed", "epoch", c.current.Number, "size", len(c.current.Members))
-	close(c.newer)
-	c.newer = make(chan struct{})
-	return c.current, true
 }
 
 // View is the epoch.Source of the worker named name.
@@ -155,28 +139,16 @@ type coordinatorView struct {
 	name string
 }
 
-func (v coordinatorView) Latest() uint64 { return v.c.Current().Number }
+func (v coordinatorView) Latest() uint64 { return v.c.current.Number() }
 
 func (v coordinatorView) Await(ctx context.Context, after uint64) (epoch.World, error) {
-	for {
-		v.c.mu.Lock()
-		cur, newer := v.c.current, v.c.newer
-		v.c.mu.Unlock()
-		if cur.Number > after {
-			return cur, nil
-		}
-		select {
-		case <-newer:
-		case <-ctx.Done():
-			return epoch.World{}, ctx.Err()
-		}
-	}
+	return v.c.current.Await(ctx, after)
 }
 
 func (v coordinatorView) ReportFailure(number uint64, peer epoch.Member, cause error) {
-	if peer.Name == "" || number != v.c.Current().Number {
-		return
+	c := ""
+	if cause != nil {
+		c = cause.Error()
 	}
-	v.c.log.Warn("failure reported", "by", v.name, "blamed", peer.Name, "epoch", number, "err", cause)
-	v.c.Remove(peer.Name)
+	v.c.step(epoch.Received{From: v.name, Msg: epoch.Message{Kind: epoch.MsgFailure, Number: number, Blamed: peer.Name, Cause: c}})
 }

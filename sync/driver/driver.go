@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
+	stdsync "sync"
 	"time"
 
 	"github.com/gorovod/gorovod/membership"
@@ -21,7 +21,8 @@ type Config struct {
 	JobID      string
 	Secret     []byte
 	MinWorkers int
-	// Coalesce: changes closer together than this make one epoch.
+	// Coalesce: changes closer together than this make one epoch (default
+	// 10 ms).
 	Coalesce time.Duration
 	// Membership: gossip settings (bind address, timings); JobID and Secret
 	// above override its fields.
@@ -34,17 +35,27 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
-// Driver is the single epoch proposer of an elastic job. It watches the
-// membership (workers that become ready, leave or fail) and the failure
-// reports of the workers' collectives, turns them into epochs with a
-// Coordinator, and sends every epoch to every worker it knows.
+// Driver is the single epoch proposer of an elastic job: a thin loop around
+// an epoch.Proposer. It feeds it the membership (workers that become ready,
+// leave or fail) and the workers' control messages (failure reports, the end
+// of training, answers to liveness probes), and carries out what it decides:
+// it sends every epoch to every worker it knows, probes blamed workers, and
+// tells the launcher when training is over.
 type Driver struct {
-	cfg    Config
-	log    *slog.Logger
-	m      *membership.Member
-	p      *Proposer
-	cancel context.CancelFunc
-	done   chan struct{}
+	cfg  Config
+	log  *slog.Logger
+	m    *membership.Member
+	prop *epoch.Proposer // touched only on the loop's goroutine
+	loop *loop
+
+	// What other goroutines read, updated by the loop after each change.
+	current    epoch.Newest
+	mu         stdsync.Mutex
+	unfinished []string
+	workers    []WorkerInfo
+
+	finished     chan struct{}
+	finishedOnce stdsync.Once
 }
 
 // Start joins the gossip cluster as its first member (the workers use
@@ -63,27 +74,45 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{cfg: cfg, log: log, m: m, done: make(chan struct{})}
-	d.p = startProposer(m, CoordinatorConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers}, epoch.World{}, nil,
-		proposerHooks{onEpoch: cfg.OnEpoch, onStats: cfg.OnStats}, log)
-	runCtx, cancel := context.WithCancel(context.Background())
-	d.cancel = cancel
-	go d.feed(runCtx)
+	d := &Driver{
+		cfg: cfg, log: log, m: m, finished: make(chan struct{}),
+		prop: epoch.NewProposer(epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers}),
+	}
+	d.loop = newLoop(m, d.prop, log)
+	d.loop.notify = d.notify
+	d.loop.settled = d.publish
+	if cfg.OnStats != nil {
+		d.loop.onStats = cfg.OnStats
+	}
+	d.loop.start()
 	return d, nil
 }
 
-// feed hands the driver's membership events and messages to its proposer.
-func (d *Driver) feed(ctx context.Context) {
-	defer close(d.done)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev := <-d.m.Events():
-			d.p.events <- ev
-		case msg := <-d.m.Messages():
-			d.p.messages <- msg
+func (d *Driver) notify(o epoch.Output) {
+	switch o := o.(type) {
+	case epoch.Proposed:
+		if d.cfg.OnEpoch != nil {
+			d.cfg.OnEpoch(o.World)
 		}
+	case epoch.Finished:
+		d.finishedOnce.Do(func() { close(d.finished) })
+	}
+}
+
+// publish makes the proposer's state readable from other goroutines.
+func (d *Driver) publish() {
+	d.current.Put(d.prop.Current())
+	unfinished := d.prop.Unfinished()
+	var workers []WorkerInfo
+	if d.loop.viewChanged {
+		d.loop.viewChanged = false
+		workers = workerInfos(d.loop.nodes)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.unfinished = unfinished
+	if workers != nil {
+		d.workers = workers
 	}
 }
 
@@ -91,28 +120,35 @@ func (d *Driver) feed(ctx context.Context) {
 func (d *Driver) GossipAddr() string { return d.m.Local().Addr.String() }
 
 // Current is the newest proposed epoch.
-func (d *Driver) Current() epoch.World { return d.p.coord.Current() }
+func (d *Driver) Current() epoch.World { return d.current.World() }
 
 // Finished is closed once a worker of the current world reports that training
 // is over (Worker.Finish): workers still waiting to join have nothing left to
 // do, and the launcher stops them.
-func (d *Driver) Finished() <-chan struct{} { return d.p.finished }
+func (d *Driver) Finished() <-chan struct{} { return d.finished }
 
 // Unfinished lists the members of the current world that have not reported
 // that training is over: after Finished, these are workers still finishing
 // the last step (in a world of their own if a collective of it failed for
 // them alone), which a launcher should let finish.
-func (d *Driver) Unfinished() []string { return d.p.unfinished() }
+func (d *Driver) Unfinished() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.unfinished)
+}
 
 // Await waits for an epoch numbered above after (for launchers and tests).
 func (d *Driver) Await(ctx context.Context, after uint64) (epoch.World, error) {
-	return d.p.coord.View("driver").Await(ctx, after)
+	return d.current.Await(ctx, after)
 }
 
 // Remove takes a worker out of the job for good (a scale-down): the next epoch
 // leaves it out, its Commit returns ErrExcluded at that step boundary, and it
-// is not admitted again.
-func (d *Driver) Remove(name string) { d.p.evict(name) }
+// is not admitted again. It returns at once; the decision is taken on the
+// driver's goroutine.
+func (d *Driver) Remove(name string) {
+	d.loop.do(func(now time.Time) []epoch.Output { return d.prop.Step(now, epoch.Evict{Name: name}) })
+}
 
 // WorkerInfo describes a worker the driver knows of.
 type WorkerInfo struct {
@@ -126,16 +162,16 @@ type WorkerInfo struct {
 	Launch string
 }
 
+func workerInfo(n membership.Node) WorkerInfo {
+	pid, _ := strconv.Atoi(n.Meta.Extra[MetaPID])
+	return WorkerInfo{Name: n.Name, Host: n.Meta.Host, PID: pid, State: n.Meta.State, Launch: n.Meta.Extra[MetaLaunch]}
+}
+
 // Workers lists the workers alive in the driver's view, sorted by name.
 func (d *Driver) Workers() []WorkerInfo {
-	nodes := d.p.alive()
-	out := make([]WorkerInfo, 0, len(nodes))
-	for _, n := range nodes {
-		pid, _ := strconv.Atoi(n.Meta.Extra[MetaPID])
-		out = append(out, WorkerInfo{Name: n.Name, Host: n.Meta.Host, PID: pid, State: n.Meta.State, Launch: n.Meta.Extra[MetaLaunch]})
-	}
-	slices.SortFunc(out, func(a, b WorkerInfo) int { return strings.Compare(a.Name, b.Name) })
-	return out
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.workers)
 }
 
 // MetaPID is the membership metadata key under which a worker publishes its
@@ -148,9 +184,7 @@ const MetaLaunch = "launch"
 
 // Close stops proposing and leaves the cluster.
 func (d *Driver) Close() error {
-	d.cancel()
-	<-d.done
-	d.p.Stop()
+	d.loop.stop()
 	_ = d.m.Leave(context.Background()) // bounded by Membership.LeaveTimeout
 	return d.m.Shutdown()
 }

@@ -14,7 +14,8 @@ type Config struct {
 	// ListenAddr is the UDP address to listen on, "host:port". Default "127.0.0.1:0".
 	ListenAddr string
 	// AdvertiseAddr is the address peers send to, when it differs from the
-	// listener's. Default: the listener's address.
+	// listener's. A host without a port (or with port 0) takes the
+	// listener's port. Default: the listener's address.
 	AdvertiseAddr string
 	// Secret is the job secret both ends must share. Required.
 	Secret []byte

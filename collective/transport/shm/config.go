@@ -32,7 +32,9 @@ type Config struct {
 	// ranks, where a sender that can run a whole 4 MiB collective ahead copes
 	// best with ranks taking turns on cores.
 	RingBytes int
-	// SpinTime is how long a call polls the ring before it parks. While it
+	// SpinTime is how long a call polls the ring before it parks, at most:
+	// the bound adapts per link direction, halving while waits outlast it
+	// (package spin), so long or silent waits cost almost no CPU. While it
 	// polls it yields the CPU to other goroutines and processes now and then,
 	// so ranks that outnumber the cores still make progress. Default 100µs; a
 	// negative value disables spinning.

@@ -15,7 +15,8 @@ type Config struct {
 	// ListenAddr is where to listen, "host:port". Default "127.0.0.1:0".
 	ListenAddr string
 	// AdvertiseAddr is the address peers dial, when it differs from the
-	// listener's (NAT, a wildcard listen address). Default: the listener's address.
+	// listener's (NAT, a wildcard listen address). A host without a port (or
+	// with port 0) takes the listener's port. Default: the listener's address.
 	AdvertiseAddr string
 	// Secret is the job secret both ends must share. Required.
 	Secret []byte
@@ -27,13 +28,22 @@ type Config struct {
 	// DialRetry is the first retry interval while a peer is not listening yet or
 	// not yet connecting the world; it doubles up to 200ms. Default 5ms.
 	DialRetry time.Duration
-	// ReadBufferSize is the receive buffer of each link (at least 4 KiB).
-	// Default 256 KiB.
+	// ReadBufferSize is the receive buffer of each link (at least 4 KiB):
+	// headers and payloads shorter than it are read through it, longer
+	// payloads straight into the caller's buffer. Default 16 KiB.
 	ReadBufferSize int
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF when positive (before connecting,
 	// so the TCP window scale fits them); 0 leaves the
 	// kernel's autotuning alone.
 	SocketBuffer int
+	// SpinTime is how long a call that finds nothing to read (or no room to
+	// write) polls the socket before it parks in the network poller; the bound
+	// adapts per link direction (package spin: it halves while waits outlast
+	// it, so long or silent waits cost almost no CPU). Polling keeps a rank
+	// that waits a few microseconds for its peer on its core: waking a
+	// parked thread, and on a VM an idle virtual CPU, costs tens of
+	// microseconds. Default 100µs; a negative value disables polling.
+	SpinTime time.Duration
 	// Logger receives connection diagnostics. Default: discard.
 	Logger *slog.Logger
 }
@@ -44,6 +54,7 @@ const (
 	defaultIOTimeout        = transport.DefaultIOTimeout
 	defaultDialRetry        = 5 * time.Millisecond
 	defaultReadBufferSize   = 16384
+	defaultSpinTime         = 100 * time.Microsecond
 	minReadBufferSize       = 4 << 10
 )
 
@@ -59,6 +70,7 @@ func DefaultConfig() Config {
 		IOTimeout:        defaultIOTimeout,
 		DialRetry:        defaultDialRetry,
 		ReadBufferSize:   defaultReadBufferSize,
+		SpinTime:         defaultSpinTime,
 		Logger:           slog.New(slog.DiscardHandler),
 	}
 }
@@ -88,6 +100,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ReadBufferSize < minReadBufferSize {
 		c.ReadBufferSize = minReadBufferSize
+	}
+	switch {
+	case c.SpinTime == 0:
+		c.SpinTime = d.SpinTime
+	case c.SpinTime < 0:
+		c.SpinTime = 0
 	}
 	if c.SocketBuffer < 0 {
 		return c, fmt.Errorf("%w: SocketBuffer is negative", ErrInvalidConfig)
