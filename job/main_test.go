@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	gsync "github.com/gorovod/gorovod/sync"
 )
@@ -96,7 +97,7 @@ func train(steps int64, stepTime time.Duration) error {
 			grads[i] = float32(i)
 		}
 		w.RecordSamples(1)
-		err := w.Allreduce(ctx, [][]float32{grads})
+		err := w.Allreduce(ctx, gsync.Reduction{}, collective.SliceBuffer(grads))
 		if errors.Is(err, gsync.ErrWorldChanged) {
 			continue
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/sync/control"
 	"github.com/gorovod/gorovod/sync/driver"
-	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
 )
 
@@ -27,12 +26,11 @@ func startToyWorld(b *testing.B, p int, params int, onStats ...func(stats.Batch)
 	for i := range p {
 		w := startToy(b, fmt.Sprintf("b%d", i), coord, params)
 		wg.Go(func() {
-			sc := DefaultConfig()
-			sc.JobID, sc.Self = "sync-test", epoch.Member{Name: w.name, Addr: w.tr.Addr()}
-			if len(onStats) > 0 {
-				sc.OnStats = onStats[0]
-			}
-			s, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+			s, err := joinCoord(ctx, coord, w.name, w.tr, w.state, func(sc *Config) {
+				if len(onStats) > 0 {
+					sc.OnStats = onStats[0]
+				}
+			})
 			if err != nil {
 				b.Error(err)
 				return
@@ -71,7 +69,7 @@ func BenchmarkStepOverhead(b *testing.B) {
 								var err error
 								if mode == "bare" {
 									err = collective.Allreduce(ctx, s.Communicator(), grads[i], grads[i], collective.Average)
-								} else if err = s.Allreduce(ctx, [][]float32{grads[i]}); err == nil {
+								} else if err = s.Allreduce(ctx, Reduction{}, collective.SliceBuffer(grads[i])); err == nil {
 									err = s.Commit(ctx)
 								}
 								if err != nil {
@@ -127,11 +125,11 @@ func BenchmarkStatsOverhead(b *testing.B) {
 				var wg stdsync.WaitGroup
 				for _, s := range sessions {
 					wg.Go(func() {
-						grads := [][]float32{make([]float32, n)}
+						grads := collective.SliceBuffer(make([]float32, n))
 						ctx := context.Background()
 						for range b.N {
 							s.RecordSamples(32)
-							err := s.Allreduce(ctx, grads)
+							err := s.Allreduce(ctx, Reduction{}, grads)
 							if err == nil {
 								err = s.Commit(ctx)
 							}
@@ -173,12 +171,12 @@ func transitionOnce(b *testing.B, p, it int) time.Duration {
 	var proposed time.Time
 	done := make([]time.Time, p)
 	var wg stdsync.WaitGroup
-	grads := func() [][]float32 { return [][]float32{make([]float32, 100_000)} }
+	grads := func() collective.Buffer { return collective.SliceBuffer(make([]float32, 100_000)) }
 	for i, s := range sessions {
 		wg.Go(func() {
 			// Step until the new world is in place, then one allreduce there.
 			for s.World().Number == first {
-				if err := s.Allreduce(ctx, grads()); err != nil {
+				if err := s.Allreduce(ctx, Reduction{}, grads()); err != nil {
 					b.Error(err)
 					return
 				}
@@ -187,22 +185,20 @@ func transitionOnce(b *testing.B, p, it int) time.Duration {
 					return
 				}
 			}
-			if err := s.Allreduce(ctx, grads()); err != nil {
+			if err := s.Allreduce(ctx, Reduction{}, grads()); err != nil {
 				b.Error(err)
 			}
 			done[i] = time.Now()
 		})
 	}
 	wg.Go(func() {
-		sc := DefaultConfig()
-		sc.JobID, sc.Self = "sync-test", epoch.Member{Name: joiner.name, Addr: joiner.tr.Addr()}
-		s, err := Join(ctx, sc, joiner.tr, coord.View(joiner.name), joiner.state)
+		s, err := joinCoord(ctx, coord, joiner.name, joiner.tr, joiner.state)
 		if err != nil {
 			b.Error(err)
 			return
 		}
 		defer s.Close()
-		if err := s.Allreduce(ctx, grads()); err != nil {
+		if err := s.Allreduce(ctx, Reduction{}, grads()); err != nil {
 			b.Error(err)
 		}
 		done[p-1] = time.Now()
@@ -221,4 +217,33 @@ func transitionOnce(b *testing.B, p, it int) time.Duration {
 		}
 	}
 	return last.Sub(proposed)
+}
+
+// BenchmarkSessionCPU is the session's own cost per step with no network to
+// hide it: in a world of one the allreduce moves nothing, so what is measured
+// is the fusion (packing many small tensors into one buffer and back), the
+// checks, the step-boundary agreement and the step clock.
+func BenchmarkSessionCPU(b *testing.B) {
+	for _, shape := range []struct{ tensors, floats int }{{1, 100_000}, {64, 1024}} {
+		b.Run(fmt.Sprintf("tensors=%d/floats=%d", shape.tensors, shape.floats), func(b *testing.B) {
+			sessions, _ := startToyWorld(b, 1, 16)
+			s := sessions[0]
+			bufs := make([]collective.Buffer, shape.tensors)
+			for i := range bufs {
+				bufs[i] = collective.SliceBuffer(make([]float32, shape.floats))
+			}
+			ctx := context.Background()
+			b.SetBytes(int64(4 * shape.tensors * shape.floats))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := s.Allreduce(ctx, Reduction{}, bufs...); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Commit(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

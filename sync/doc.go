@@ -3,6 +3,24 @@
 // keeps that working while workers join, leave and fail — the trainer sees
 // only its rank and the world size change.
 //
+// # The training loop
+//
+// Train owns the loop: the trainer writes one step (compute the gradients,
+// Session.Allreduce them, apply the update) and Train redoes a step the world
+// changed under, counts a step only once it committed, leaves the job
+// gracefully on SIGTERM, ends cleanly when the job goes on without the worker,
+// reports the end of training, trains alone in a world of one when no
+// launcher started the process, and, given a sampler, owns the data epochs.
+// The batch size of each step comes from a BatchPolicy (fixed by default).
+//
+// Below Train, a binding or a trainer with its own loop drives a Worker (or a
+// Session) step by step: Allreduce or AllreduceAsync and WaitAll, then
+// Commit, whose ErrWorldChanged and ErrExcluded say what happened. Gradients
+// and the registered State are collective.Buffers: any of the seven dtypes,
+// in host memory or in device memory (collective.DeviceMemory, such as
+// collective/cuda's); fusion packs them into one buffer per dtype and memory
+// kind, as Horovod does, and every worker ends with bit-identical results.
+//
 // # World epochs
 //
 // The membership layer (package membership, gossip) is eventually consistent;
@@ -76,9 +94,9 @@
 //
 // # Packages
 //
-// This package is what a trainer calls: Worker (a process's membership in a
-// job), Session (a world's collectives and step boundaries) and State (what a
-// joining worker receives). Beneath it:
+// This package is what a trainer calls: Train (the loop), Worker (a process's
+// membership in a job), Session (a world's collectives and step boundaries)
+// and State (what a joining worker receives). Beneath it:
 //
 //   - sync/epoch: worlds (numbered member lists), the source a session
 //     learns them from, and the epoch protocol as pure state machines
@@ -87,7 +105,8 @@
 //     Driver, a worker's Agent, and an in-process Coordinator;
 //   - sync/control: the wire format of the control messages;
 //   - sync/fusion: packing many tensors into few allreduces (Horovod's fusion
-//     buffer) and overlapping them with the backward pass;
+//     buffer, one per dtype and memory kind) and overlapping them with the
+//     backward pass;
 //   - sync/sampler: sharding a data epoch across a changing number of workers
 //     without skipping or repeating a sample;
 //   - sync/stats: the step statistics workers send the driver.

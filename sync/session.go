@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	stdsync "sync"
 	"time"
 
@@ -77,16 +78,17 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Session is the trainer's handle on the elastic world: it averages gradients
+// Session is the trainer's handle on the elastic world: it reduces gradients
 // among the current members, and at step boundaries moves every member to the
 // next agreed epoch together, bringing joiners up to date and repairing the
-// world after a failure.
+// world after a failure. Train runs the loop below for a trainer; a binding
+// that drives training step by step calls these methods itself.
 //
 // The training loop:
 //
 //	for sess.Step() < steps {
-//		grads := compute(params, batch)
-//		if err := sess.Allreduce(ctx, grads); errors.Is(err, sync.ErrWorldChanged) {
+//		compute(params, batch, grads)
+//		if err := sess.Allreduce(ctx, sync.Reduction{}, collective.SliceBuffer(grads)); errors.Is(err, sync.ErrWorldChanged) {
 //			continue // state was re-synchronized: recompute this step
 //		} else if err != nil {
 //			return err
@@ -122,6 +124,7 @@ type Session struct {
 	asyncFuser  *fusion.Fuser
 	lastAsync   *Handle
 	asyncNewest uint64
+	asyncTagged bool
 
 	clock stats.Clock
 }
@@ -131,6 +134,9 @@ type Session struct {
 func Join(ctx context.Context, cfg Config, t transport.Transport, src epoch.Source, state *State) (*Session, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if err := state.check(); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger
@@ -148,8 +154,12 @@ func (s *Session) Rank() int { return s.comm.Rank() }
 // Size is the number of workers in the current epoch.
 func (s *Session) Size() int { return s.comm.Size() }
 
-// epoch.World is the current world epoch.
+// World is the current world epoch.
 func (s *Session) World() epoch.World { return s.epoch }
+
+// Self is this worker as the worlds list it: its member name and collective
+// address.
+func (s *Session) Self() epoch.Member { return s.cfg.Self }
 
 // Step is the number of committed steps, identical on every worker.
 func (s *Session) Step() int64 { return s.state.Step }
@@ -167,18 +177,100 @@ func (s *Session) RecordSamples(n int) { s.clock.AddSamples(n) }
 // train in all (policies weighing the remaining work need it).
 func (s *Session) SetTotalSteps(n int64) { s.clock.SetTotal(n) }
 
-// Allreduce averages the gradient tensors in place across the current world.
-// If the world breaks meanwhile, the session rebuilds it, re-synchronizes the
-// state from the new rank 0 and returns ErrWorldChanged.
-func (s *Session) Allreduce(ctx context.Context, grads [][]float32) error {
+// Reduction says how a gradient allreduce combines the workers' tensors. The
+// zero value averages (Horovod's default).
+type Reduction struct {
+	// Op combines the workers' elements; zero means collective.Average.
+	Op collective.ReduceOp
+	// Prescale multiplies each worker's tensors before they are combined, and
+	// Postscale the result (Horovod's prescale_factor and postscale_factor;
+	// with Average the division by the world size comes on top). Zero means 1.
+	Prescale, Postscale float64
+}
+
+// Sum returns the Reduction that adds the workers' tensors.
+func Sum() Reduction { return Reduction{Op: collective.Sum} }
+
+// check refuses an invalid reduction and returns it with the defaults filled
+// in.
+func (r Reduction) check() (Reduction, error) {
+	if r.Op == 0 {
+		r.Op = collective.Average
+	}
+	if !r.Op.Valid() {
+		return r, fmt.Errorf("sync: invalid reduce op %v", r.Op)
+	}
+	for _, f := range []*float64{&r.Prescale, &r.Postscale} {
+		switch {
+		case *f == 0:
+			*f = 1
+		case math.IsNaN(*f) || math.IsInf(*f, 0):
+			return r, fmt.Errorf("sync: scale factor %v is not finite", *f)
+		}
+	}
+	return r, nil
+}
+
+// Allreduce reduces the gradient tensors in place across the current world:
+// any dtype, host or device memory, fused into few collectives (see
+// fusion.Fuser). Every worker must pass the same dtypes and sizes in the same
+// order. If the world breaks meanwhile, the session rebuilds it,
+// re-synchronizes the state from the new rank 0 and returns ErrWorldChanged.
+// Malformed tensors (see fusion.Check) or an invalid reduction are refused
+// with an error before anything is sent; the world is untouched.
+func (s *Session) Allreduce(ctx context.Context, how Reduction, tensors ...collective.Buffer) error {
+	how, err := how.check()
+	if err != nil {
+		return err
+	}
 	defer s.clock.Wait(time.Now())
 	newest := s.src.Latest()
-	err := s.fuser.Allreduce(ctx, s.comm, grads, collective.Average, collective.MaxTag(&newest))
+	err = reduceGradients(ctx, s.fuser, s.comm, tensors, how, &newest)
 	if err == nil {
-		s.newest, s.tagged = max(s.newest, newest), true
+		if len(tensors) > 0 {
+			s.newest, s.tagged = max(s.newest, newest), true
+		}
 		return nil
 	}
+	return s.failed(ctx, s.comm, err)
+}
+
+// reduceGradients is the one place every gradient allreduce goes through, the
+// synchronous one and AllreduceAsync's. Besides the gradients it carries the
+// highest world epoch any member knows of (newest, in the frames' tags).
+//
+// Goodput (issue 14) will measure the gradient noise here, at no extra
+// collective: each replica's squared norm of tensors before the reduction,
+// and of the reduced result after it, travelling with newest on this same
+// allreduce.
+func reduceGradients(ctx context.Context, f *fusion.Fuser, comm *collective.Communicator, tensors []collective.Buffer, how Reduction, newest *uint64) error {
+	opts := [3]collective.Option{collective.MaxTag(newest)} // on the stack: this runs every step
+	n := 1
+	if how.Prescale != 1 {
+		opts[n], n = collective.Prescale(how.Prescale), n+1
+	}
+	if how.Postscale != 1 {
+		opts[n], n = collective.Postscale(how.Postscale), n+1
+	}
+	return f.Allreduce(ctx, comm, tensors, how.Op, opts[:n]...)
+}
+
+// failed handles an error of a gradient allreduce on comm. An error that left
+// the communicator working (the context ended before anything was sent, a
+// device refused a copy before the collective) is returned as it is: the
+// world is intact. Workers that called different collectives (a
+// MismatchError) get that error: rebuilding the world cannot repair it, and
+// the others see this worker leave. Any other failure broke the world: it is
+// rebuilt and ErrWorldChanged returned.
+func (s *Session) failed(ctx context.Context, comm *collective.Communicator, err error) error {
+	if comm.Err() == nil {
+		return err
+	}
 	s.tagged = false
+	var mismatch *collective.MismatchError
+	if errors.As(err, &mismatch) {
+		return fmt.Errorf("sync: the workers' gradient tensors differ: %w", err)
+	}
 	if ctx.Err() != nil {
 		return err
 	}
@@ -194,13 +286,21 @@ type Handle struct {
 	err  error
 }
 
-// AllreduceAsync starts averaging grads in place and returns at once, so a
+// AllreduceAsync starts reducing tensors in place and returns at once, so a
 // trainer can hand over each layer's gradients as the backward pass produces
 // them and overlap their communication with the rest of the computation.
 // Allreduces run one at a time in the order they were started, on every rank
-// in the same order. WaitAll collects them before the step is applied.
-func (s *Session) AllreduceAsync(ctx context.Context, grads ...[]float32) *Handle {
+// in the same order. WaitAll collects them before the step is applied; until
+// then the tensors' memory must not be touched. Malformed tensors and invalid
+// reductions fail the handle before anything is sent; later handles still run.
+func (s *Session) AllreduceAsync(ctx context.Context, how Reduction, tensors ...collective.Buffer) *Handle {
 	p := &Handle{done: make(chan struct{})}
+	how, err := how.check()
+	if err != nil {
+		p.err = err
+		close(p.done)
+		return p
+	}
 	prev := s.lastAsync
 	s.lastAsync = p
 	comm := s.comm
@@ -208,25 +308,27 @@ func (s *Session) AllreduceAsync(ctx context.Context, grads ...[]float32) *Handl
 		defer close(p.done)
 		if prev != nil {
 			<-prev.done
-			if prev.err != nil {
+			if prev.err != nil && comm.Err() != nil {
 				p.err = prev.err // a spent world: the later ones cannot run either
 				return
 			}
 		}
 		newest := s.src.Latest()
-		p.err = s.asyncFuser.Allreduce(ctx, comm, grads, collective.Average, collective.MaxTag(&newest))
-		if p.err == nil {
+		p.err = reduceGradients(ctx, s.asyncFuser, comm, tensors, how, &newest)
+		if p.err == nil && len(tensors) > 0 {
 			s.mu.Lock()
 			s.asyncNewest = max(s.asyncNewest, newest)
+			s.asyncTagged = true
 			s.mu.Unlock()
 		}
 	}()
 	return p
 }
 
-// WaitAll waits for allreduces started with AllreduceAsync. If any failed,
-// the session rebuilds the world as Allreduce does and returns
-// ErrWorldChanged: recompute the step.
+// WaitAll waits for allreduces started with AllreduceAsync. If any failed
+// because the world broke, the session rebuilds the world as Allreduce does
+// and returns ErrWorldChanged: recompute the step. A handle refused for bad
+// input returns that error, the world untouched.
 func (s *Session) WaitAll(ctx context.Context, pending ...*Handle) error {
 	defer s.clock.Wait(time.Now())
 	var failed error
@@ -245,19 +347,14 @@ func (s *Session) WaitAll(ctx context.Context, pending ...*Handle) error {
 	}
 	if failed == nil {
 		s.mu.Lock()
-		s.newest, s.tagged = max(s.newest, s.asyncNewest), true
-		s.asyncNewest = 0
+		if s.asyncTagged {
+			s.newest, s.tagged = max(s.newest, s.asyncNewest), true
+		}
+		s.asyncNewest, s.asyncTagged = 0, false
 		s.mu.Unlock()
 		return nil
 	}
-	s.tagged = false
-	if ctx.Err() != nil {
-		return failed
-	}
-	if err := s.recover(ctx, failed); err != nil {
-		return err
-	}
-	return ErrWorldChanged
+	return s.failed(ctx, s.comm, failed)
 }
 
 func pendingIn(p *Handle, list []*Handle) bool {
@@ -317,13 +414,18 @@ func (s *Session) Commit(ctx context.Context) error {
 	return nil
 }
 
-// Close leaves the current world's communicator. Leaving the job for good is
-// the membership layer's business (a graceful leave starts the next epoch).
+// Close leaves the current world's communicator and frees the device fusion
+// buffers. Leaving the job for good is the membership layer's business (a
+// graceful leave starts the next epoch).
 func (s *Session) Close() error {
+	var err error
 	if s.comm != nil {
-		return s.comm.Close()
+		err = s.comm.Close()
 	}
-	return nil
+	if s.lastAsync != nil {
+		<-s.lastAsync.done // the async fuser is in use until then
+	}
+	return errors.Join(err, s.fuser.Close(), s.asyncFuser.Close())
 }
 
 // AbortIfMember stops the collective in progress if name is a member of the
@@ -402,7 +504,8 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 		start := time.Now()
 		comm, err := s.enter(ctx, ep, rank)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrStateMismatch) {
+				// This worker's state cannot join rank 0's: a retry would fail alike.
 				return err
 			}
 			s.log.Warn("entering the next world failed", "epoch", ep.Number, "err", err)

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
+	"github.com/gorovod/gorovod/internal/fakedevice"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 )
@@ -53,7 +55,8 @@ func hashParams(p []float32) [32]byte {
 	return sha256.Sum256(b)
 }
 
-func startToy(t testing.TB, name string, coord *driver.Coordinator, size ...int) *toyWorker {
+// listenTCP starts a worker's collective transport, closed when the test ends.
+func listenTCP(t testing.TB) *tcp.Transport {
 	t.Helper()
 	cfg := tcp.DefaultConfig()
 	cfg.Secret = []byte("sync-test-secret")
@@ -63,6 +66,23 @@ func startToy(t testing.TB, name string, coord *driver.Coordinator, size ...int)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// joinCoord joins the worker name, listening on tr, to the job coord
+// proposes the worlds of.
+func joinCoord(ctx context.Context, coord *driver.Coordinator, name string, tr *tcp.Transport, state *State, edits ...func(*Config)) (*Session, error) {
+	sc := DefaultConfig()
+	sc.JobID, sc.Self = "sync-test", epoch.Member{Name: name, Addr: tr.Addr()}
+	for _, edit := range edits {
+		edit(&sc)
+	}
+	return Join(ctx, sc, tr, coord.View(name), state)
+}
+
+func startToy(t testing.TB, name string, coord *driver.Coordinator, size ...int) *toyWorker {
+	t.Helper()
+	tr := listenTCP(t)
 	n := 3000
 	if len(size) > 0 {
 		n = size[0]
@@ -75,10 +95,7 @@ func startToy(t testing.TB, name string, coord *driver.Coordinator, size ...int)
 
 // train joins through coord and runs the toy loop.
 func (w *toyWorker) train(ctx context.Context, coord *driver.Coordinator, until int64, rec *recorder, vanish func(step int64) bool) error {
-	sc := DefaultConfig()
-	sc.JobID, sc.Self = "sync-test", epoch.Member{Name: w.name, Addr: w.tr.Addr()}
-	sc.FusionBytes = 4096
-	sess, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+	sess, err := joinCoord(ctx, coord, w.name, w.tr, w.state, func(c *Config) { c.FusionBytes = 4096 })
 	if err != nil {
 		return err
 	}
@@ -94,6 +111,7 @@ func (w *toyWorker) train(ctx context.Context, coord *driver.Coordinator, until 
 // there through kill (its links close abruptly, as if the process died).
 func toyLoop(ctx context.Context, sess *Session, name string, params []float32, until int64, rec *recorder, vanish func(step int64) bool, kill func()) error {
 	grads := [][]float32{make([]float32, 1000), make([]float32, 2000)}
+	bufs := []collective.Buffer{collective.SliceBuffer(grads[0]), collective.SliceBuffer(grads[1])}
 	lastStep := sess.Step()
 	for sess.Step() < until {
 		if vanish != nil && vanish(sess.Step()) {
@@ -111,7 +129,7 @@ func toyLoop(ctx context.Context, sess *Session, name string, params []float32, 
 		for i := range grads[1] {
 			grads[1][i] = float32(sess.Rank()) * 0.5
 		}
-		err := sess.Allreduce(ctx, grads)
+		err := sess.Allreduce(ctx, Reduction{}, bufs...)
 		if errors.Is(err, ErrWorldChanged) {
 			continue
 		}
@@ -317,9 +335,7 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 	for i, w := range ws {
 		wg.Go(func() {
 			errs[i] = func() error {
-				sc := DefaultConfig()
-				sc.JobID, sc.Self = "sync-test", epoch.Member{Name: w.name, Addr: w.tr.Addr()}
-				sess, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+				sess, err := joinCoord(ctx, coord, w.name, w.tr, w.state)
 				if err != nil {
 					return err
 				}
@@ -331,14 +347,22 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 						w.tr.Close()
 						return nil
 					}
-					layers := [][]float32{make([]float32, 500), make([]float32, 7), make([]float32, 3000)}
+					// Layers of several dtypes, one of them on a device: the
+					// averages (ranks 0..size-1, plus the layer's index) are
+					// halves, exact in each.
+					layers := []collective.Buffer{
+						collective.SliceBuffer(make([]float32, 500)), collective.SliceBuffer(make([]collective.BF16, 7)),
+						collective.SliceBuffer(make([]float64, 3000)), fakedevice.New(make([]byte, 2*40), nil).Buffer(collective.Float16),
+					}
 					var hs []*Handle
 					// Backward order: the last layer's gradient is ready first.
 					for l := len(layers) - 1; l >= 0; l-- {
-						for j := range layers[l] {
-							layers[l][j] = float32(sess.Rank() + l)
+						vals := make([]float64, layers[l].Count)
+						for j := range vals {
+							vals[j] = float64(sess.Rank() + l)
 						}
-						hs = append(hs, sess.AllreduceAsync(ctx, layers[l]))
+						setBuffer(layers[l], vals)
+						hs = append(hs, sess.AllreduceAsync(ctx, Reduction{}, layers[l]))
 					}
 					err := sess.WaitAll(ctx, hs...)
 					if errors.Is(err, ErrWorldChanged) {
@@ -349,9 +373,11 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 						return err
 					}
 					for l, layer := range layers {
-						want := float32(sess.Size()-1)/2 + float32(l)
-						if layer[0] != want {
-							return fmt.Errorf("layer %d averaged to %v, want %v", l, layer[0], want)
+						want := float64(sess.Size()-1)/2 + float64(l)
+						for j, got := range fakedevice.Decode(layer.DType, bufferBytes(layer)) {
+							if got != want {
+								return fmt.Errorf("%v layer %d[%d] averaged to %v, want %v", layer.DType, l, j, got, want)
+							}
 						}
 					}
 					if err := sess.Commit(ctx); err != nil && !errors.Is(err, ErrWorldChanged) {
@@ -387,9 +413,7 @@ func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
 	root, behind := startToy(t, "root", coord, 16), startToy(t, "ahead", coord, 16)
 	waitEpoch(t, coord, func(e epoch.World) bool { return len(e.Members) == 2 })
 	join := func(w *toyWorker) (*Session, error) {
-		sc := DefaultConfig()
-		sc.JobID, sc.Self = "sync-test", epoch.Member{Name: w.name, Addr: w.tr.Addr()}
-		return Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+		return joinCoord(ctx, coord, w.name, w.tr, w.state)
 	}
 	// both runs f on each session at once and returns their errors.
 	both := func(a, b *Session, f func(*Session) error) (error, error) {
@@ -414,9 +438,9 @@ func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
 	if sessRoot.Rank() != 0 {
 		t.Fatalf("root has rank %d", sessRoot.Rank())
 	}
-	grads := func() [][]float32 { return [][]float32{make([]float32, 16)} }
+	grads := func() collective.Buffer { return collective.SliceBuffer(make([]float32, 16)) }
 	step := func(s *Session) error {
-		if err := s.Allreduce(ctx, grads()); err != nil {
+		if err := s.Allreduce(ctx, Reduction{}, grads()); err != nil {
 			return err
 		}
 		return s.Commit(ctx)
@@ -426,7 +450,7 @@ func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
 	if errRoot, errAhead = both(sessRoot, sessAhead, step); errRoot != nil || errAhead != nil {
 		t.Fatalf("step 1: %v, %v", errRoot, errAhead)
 	}
-	if errRoot, errAhead = both(sessRoot, sessAhead, func(s *Session) error { return s.Allreduce(ctx, grads()) }); errRoot != nil || errAhead != nil {
+	if errRoot, errAhead = both(sessRoot, sessAhead, func(s *Session) error { return s.Allreduce(ctx, Reduction{}, grads()) }); errRoot != nil || errAhead != nil {
 		t.Fatalf("step 2's allreduce: %v, %v", errRoot, errAhead)
 	}
 	if err := sessAhead.Commit(ctx); err != nil {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/sync/driver"
-	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
 )
 
@@ -46,23 +46,20 @@ func TestSessionStepStatistics(t *testing.T) {
 	var run func(name string) error
 	run = func(name string) error {
 		w := workers[name]
-		sc := DefaultConfig()
-		sc.JobID, sc.Self = "sync-test", epoch.Member{Name: name, Addr: w.tr.Addr()}
-		sc.OnStats, sc.StatsEvery = sinks[name].add, 5
-		sess, err := Join(ctx, sc, w.tr, coord.View(name), w.state)
+		sess, err := joinCoord(ctx, coord, name, w.tr, w.state, func(sc *Config) { sc.OnStats, sc.StatsEvery = sinks[name].add, 5 })
 		if err != nil {
 			return err
 		}
 		defer sess.Close()
 		sess.SetTotalSteps(steps)
-		grads := [][]float32{make([]float32, 256)}
+		grads := collective.SliceBuffer(make([]float32, 256))
 		for sess.Step() < steps {
 			if name == "slow" {
 				time.Sleep(slowCompute) // simulated compute: the others wait for it
 			}
 			sess.RecordSamples(4)
 			sess.RecordSamples(4)
-			if err := sess.Allreduce(ctx, grads); err != nil {
+			if err := sess.Allreduce(ctx, Reduction{}, grads); err != nil {
 				return err
 			}
 			if name == "fast" && sess.Step() == growAt-1 {

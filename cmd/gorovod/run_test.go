@@ -471,7 +471,9 @@ func TestFashionMNISTUnderRun(t *testing.T) {
 	if !haveFashionMNIST() {
 		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
 	}
-	h := startRunJob(t, "--np", "2", "--", fashionMNIST, "--epochs", "2", "--train-limit", "6000", "--json", "--log-every", "0")
+	// --min-np 2: a first worker alone would finish the 188 steps in a second,
+	// before a second worker that loads its data more slowly could join.
+	h := startRunJob(t, "--np", "2", "--min-np", "2", "--", fashionMNIST, "--epochs", "2", "--train-limit", "6000", "--json", "--log-every", "0")
 	select {
 	case err := <-h.exited:
 		if err != nil {

@@ -2,7 +2,8 @@
 // compute is simulated (a sleep per sample, so many workers fit on a few cores
 // as if each had its own accelerator) while its gradients are real buffers that
 // go through the real allreduce, and its data order comes from the elastic
-// Sampler. Run it under `gorovod run`:
+// Sampler. Its loop is sync.Train's; the trainer writes only the step. Run it
+// under `gorovod run` (alone, it trains in a world of one):
 //
 //	gorovod run --np 3 -- synthetic --steps 200 --json
 //

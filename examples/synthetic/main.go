@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	gsync "github.com/gorovod/gorovod/sync"
 	"github.com/gorovod/gorovod/sync/sampler"
@@ -87,20 +87,11 @@ type stepLine struct {
 }
 
 func run(o options) error {
-	cfg, err := gsync.WorkerConfigFromEnv()
-	if err != nil {
-		return err
-	}
-	if o.verbose {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	cfg.DisableStats = o.noStats
-	// SIGINT stops at once (the job is ending); SIGTERM leaves gracefully: this
-	// worker keeps training until the others have moved to a world without it.
+	// SIGINT stops at once (the job is ending); SIGTERM leaves gracefully
+	// (sync.Train sees to it): this worker keeps training until the others
+	// have moved to a world without it.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
 	defer stop()
-	leave := make(chan os.Signal, 1)
-	signal.Notify(leave, syscall.SIGTERM)
 
 	params := make([]float32, o.modelSize)
 	for i := range params {
@@ -112,100 +103,53 @@ func run(o options) error {
 	}
 	state := gsync.NewState()
 	state.RegisterTensor("params", params)
-	state.RegisterBlob("sampler", func() ([]byte, error) { return order.Position().MarshalBinary() },
-		func(b []byte) error {
-			var st sampler.Position
-			if err := st.UnmarshalBinary(b); err != nil {
-				return err
-			}
-			return order.Restore(st)
-		})
 	index, launched, err := envconfig.LaunchIndex(os.Getenv)
 	if err != nil {
 		return err
 	}
 	slow := launched && index == o.stragglerIdx
-	steps := o.steps
+	cfg := gsync.TrainConfig{Steps: o.steps, Data: order, GlobalBatch: o.batch}
 	if launched && index == o.extraStepIdx {
-		steps++
+		cfg.Steps++
 	}
-	w, err := gsync.StartWorker(ctx, cfg, state)
-	if err != nil {
-		return err
+	cfg.Worker.DisableStats = o.noStats
+	if o.verbose {
+		cfg.Worker.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	w.SetTotalSteps(o.steps)
-	finished := false
-	defer func() {
-		if finished {
-			w.Finish(context.Background())
-		} else {
-			w.Close()
-		}
-	}()
 
 	grads := make([]float32, o.modelSize)
-	leaving := false
-	for w.Step() < steps {
-		select {
-		case <-leave:
-			if !leaving {
-				leaving = true
-				if err := w.RequestLeave(ctx); err != nil {
-					return err
-				}
-			}
-		default:
+	gradBuf := collective.SliceBuffer(grads)
+	var (
+		began time.Time
+		loss  float64
+	)
+	// A committed step (also the one at whose end this worker leaves the job).
+	cfg.Committed = func(ctx context.Context, s *gsync.TrainStep) error {
+		if !o.asJSON {
+			return nil
 		}
-		start := time.Now()
-		st, err := order.Batch(w.Rank(), w.Size(), o.batch)
-		if err != nil {
-			return err
+		line := stepLine{Step: s.Number, Epoch: s.Batch.Epoch, WorldEpoch: s.World, Rank: s.Rank, Size: s.Size, Loss: loss,
+			ParamsSHA256: paramsSHA256(params), Worker: s.Session.Self().Name, Start: s.Batch.Start, Global: s.Batch.Global,
+			StepMS: float64(time.Since(began).Microseconds()) / 1000}
+		if o.logSamples {
+			line.Samples = s.Batch.Indices
 		}
-		if st.Global == 0 {
-			order.NextEpoch()
-			continue
-		}
-		loss := computeGrads(o, w.Rank(), w.Size(), slow, params, grads, st)
-		w.RecordSamples(len(st.Indices))
-		err = w.Allreduce(ctx, [][]float32{grads})
-		if errors.Is(err, gsync.ErrWorldChanged) {
-			continue
-		}
-		if err != nil {
+		b, _ := json.Marshal(line)
+		fmt.Printf("%s\n", b)
+		return nil
+	}
+	_, err = gsync.Train(ctx, cfg, state, func(ctx context.Context, s *gsync.TrainStep) error {
+		began = time.Now()
+		loss = computeGrads(o, s.Rank, s.Size, slow, params, grads, s.Batch)
+		if err := s.Session.Allreduce(ctx, gsync.Reduction{}, gradBuf); err != nil {
 			return err
 		}
 		for i, g := range grads {
 			params[i] -= float32(o.lr) * g
 		}
-		if err := order.Advance(st.Global); err != nil {
-			return err
-		}
-		rank, size, epoch := w.Rank(), w.Size(), w.World().Number
-		err = w.Commit(ctx)
-		if errors.Is(err, gsync.ErrWorldChanged) {
-			continue // the state is the new rank 0's; carry on from it
-		}
-		if err != nil && !errors.Is(err, gsync.ErrExcluded) {
-			return err
-		}
-		// The step committed (also when this worker is left out of the next
-		// world: exclusion starts after the boundary).
-		if o.asJSON {
-			line := stepLine{Step: w.Step(), Epoch: st.Epoch, WorldEpoch: epoch, Rank: rank, Size: size, Loss: loss,
-				ParamsSHA256: paramsSHA256(params), Worker: w.Name(), Start: st.Start, Global: st.Global,
-				StepMS: float64(time.Since(start).Microseconds()) / 1000}
-			if o.logSamples {
-				line.Samples = st.Indices
-			}
-			b, _ := json.Marshal(line)
-			fmt.Printf("%s\n", b)
-		}
-		if err != nil {
-			return nil // left the job gracefully
-		}
-	}
-	finished = true
-	return nil
+		return nil
+	})
+	return err
 }
 
 // computeGrads sleeps for the simulated compute and fills grads with this
