@@ -75,6 +75,10 @@ func (s runSink) Event(e job.Event) {
 	case job.JobStarted:
 		d.report("job %s, %d workers, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
 	case job.WorkerStarted:
+		if e.Worker.PID == 0 { // a launcher that does not know it (a Slurm step, a pod)
+			d.report("worker %d started on %q", e.Worker.Index, e.Worker.Host)
+			break
+		}
 		if e.Initial {
 			d.report("worker %d pid %d", e.Worker.Index, e.Worker.PID)
 		} else {

@@ -36,6 +36,7 @@ type runOptions struct {
 	asJSON             bool
 	progress           string
 	placement          string
+	cluster            clusterOptions // cluster.go
 }
 
 // autoscaling says whether the engine acts (a heuristic, or straggler
@@ -74,6 +75,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.BoolVar(&o.asJSON, "json", false, "print the autoscaling decisions and the summary as JSON lines on stdout")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
 	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
+	o.cluster.addFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gorovod run [flags] -- TRAINER [ARGS...]\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -121,7 +123,10 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	if _, err := launch.ParsePlacement(o.placement); err != nil {
 		return runUsage(stderr, "--placement: %v", err)
 	}
-	if _, err := exec.LookPath(o.argv[0]); err != nil {
+	if err := o.cluster.check(o.np, o.maxNP); err != nil {
+		return runUsage(stderr, "%v", err)
+	}
+	if _, err := exec.LookPath(o.argv[0]); err != nil && !o.cluster.kubernetes { // a pod's command is in its image
 		return runUsage(stderr, "trainer %q: %v", o.argv[0], err)
 	}
 	engCfg, err := o.engineConfig()
@@ -182,11 +187,17 @@ func runUsage(stderr io.Writer, format string, args ...any) error {
 func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, log *slog.Logger, stdout, stderr io.Writer) error {
 	out := newDisplay(stdout, stderr, o.progress)
 	defer out.close()
-	j, err := job.Start(ctx, job.Config{
+	cfg := job.Config{
 		Argv: o.argv, Workers: o.np, MinWorkers: o.minNP, MaxWorkers: o.maxNP, Autoscaling: engCfg,
 		Logger: log, JobFile: true, Launcher: &job.LocalLauncher{Placement: launch.Placement(o.placement)},
 		Sinks: []job.Sink{runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.verbose}},
-	})
+	}
+	closeCluster, err := o.cluster.apply(ctx, &cfg, out.report)
+	if err != nil {
+		return err
+	}
+	defer closeCluster()
+	j, err := job.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}

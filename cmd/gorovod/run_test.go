@@ -78,8 +78,14 @@ func startRunJobWith(t *testing.T, launcher string, args ...string) *runJobHarne
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	h := &runJobHarness{pids: map[int]int{}, notify: make(chan struct{}, 1), exited: make(chan error, 1)}
-	h.cmd = exec.CommandContext(ctx, launcher, append([]string{"run"}, args...)...)
+	return startHarness(t, exec.CommandContext(ctx, launcher, append([]string{"run"}, args...)...))
+}
+
+// startHarness starts cmd, a `gorovod run` (or a command running one), and
+// follows what it prints.
+func startHarness(t *testing.T, cmd *exec.Cmd) *runJobHarness {
+	t.Helper()
+	h := &runJobHarness{cmd: cmd, pids: map[int]int{}, notify: make(chan struct{}, 1), exited: make(chan error, 1)}
 	stdout, _ := h.cmd.StdoutPipe()
 	stderr, _ := h.cmd.StderrPipe()
 	if err := h.cmd.Start(); err != nil {
@@ -97,7 +103,9 @@ func startRunJobWith(t *testing.T, launcher string, args ...string) *runJobHarne
 		pids := h.pids
 		h.mu.Unlock()
 		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			if pid > 0 { // kill(0) would be this process group
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
 		}
 		_ = h.cmd.Process.Kill()
 	})
@@ -376,6 +384,10 @@ func TestRunBadCommandLines(t *testing.T) {
 		{[]string{"run", "--progress", "sometimes", "--", "true"}, "--progress"},
 		{[]string{"run", "--straggler-threshold", "1.5", "--", "true"}, "threshold"},
 		{[]string{"run", "--skip-steps", "-1", "--", "true"}, "--skip-steps"},
+		{[]string{"run", "--slurm", "--kubernetes", "--", "true"}, "not both"},
+		{[]string{"run", "--slurm-arg", "--gres=gpu:1", "--", "true"}, "need --slurm"},
+		{[]string{"run", "--kubernetes-image", "img", "--", "true"}, "need --kubernetes"},
+		{[]string{"run", "--leave-notice", "-1s", "--", "true"}, "--leave-notice"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -26,3 +26,8 @@ func LeaveNotice(getenv func(string) string) (d time.Duration, ok bool, err erro
 	}
 	return d, true, nil
 }
+
+// DriverInterfaces reads EnvNetworkInterface for a driver (gorovod run):
+// the interfaces whose address it binds its gossip to when its workers run
+// on other hosts ("" when unset).
+func DriverInterfaces(getenv func(string) string) string { return getenv(EnvNetworkInterface) }
