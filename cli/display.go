@@ -167,14 +167,7 @@ func (d *display) follow(ctx context.Context, e interface{ Status() heuristics.S
 	if d.bar == nil {
 		return
 	}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, 500*time.Millisecond, func() {
 		st := e.Status()
 		unit := "steps/s"
 		if st.Samples {
@@ -196,16 +189,13 @@ func (d *display) follow(ctx context.Context, e interface{ Status() heuristics.S
 		d.bar.Describe(desc)
 		_ = d.bar.Set64(st.Step)
 		d.mu.Unlock()
-	}
+	})
 }
 
 func (d *display) summary(s heuristics.Summary, asJSON, human bool) {
 	d.close()
 	if asJSON {
-		b, err := json.Marshal(struct {
-			Event string `json:"event"`
-			heuristics.Summary
-		}{"summary", s})
+		b, err := json.Marshal(summaryLine(s))
 		if err == nil {
 			d.printLine(d.stdout, string(b))
 		}

@@ -218,14 +218,19 @@ func summaryLine(s heuristics.Summary) any {
 // metrics' view of the engine current, until ctx ends (the job's end
 // writes the last record).
 func (w *watchers) follow(ctx context.Context, j *job.Job) {
-	tick := time.NewTicker(progressEvery)
+	every(ctx, progressEvery, func() { w.progress(j.Status()) })
+}
+
+// every calls f every period until ctx ends.
+func every(ctx context.Context, period time.Duration, f func()) {
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			w.progress(j.Status())
+			f()
 		}
 	}
 }
