@@ -26,6 +26,12 @@ const minimumCheck = 500 * time.Millisecond
 // the driver learns that training is over). It does nothing once every
 // process has exited (the job is over: rule 4) or once a worker failed (the
 // job has failed: rule 5).
+//
+// Replacements copy the training state from a member of the current world
+// that stays. When every member is leaving or gone (a whole job preempted,
+// every worker told to go at once), none is left to copy it from: new
+// workers would start training over. The runner then starts none; the
+// leavers leave at a committed step and the job ends with them.
 func (j *Job) keepMinimum(ctx context.Context) {
 	tick := time.NewTicker(minimumCheck)
 	defer tick.Stop()
@@ -39,10 +45,19 @@ func (j *Job) keepMinimum(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		staying, failed := j.staying()
+		staying, holders, failed := j.staying()
 		missing := j.cfg.MinWorkers - staying
 		if failed || missing <= 0 {
 			short = false
+			continue
+		}
+		if holders == 0 {
+			short = false
+			msg := "every worker of the job's world is leaving or gone: no replacements (they would start training over); the job ends with the last committed step"
+			if msg != told {
+				told = msg
+				j.notice(msg)
+			}
 			continue
 		}
 		if !short {
@@ -70,13 +85,19 @@ func (j *Job) keepMinimum(ctx context.Context) {
 	}
 }
 
-// staying counts the workers that stay in the job (keepMinimum) and says
-// whether one of its processes failed.
-func (j *Job) staying() (n int, failed bool) {
+// staying counts the workers that stay in the job (keepMinimum), and of
+// them the members of the current world, which hold the training state (all
+// of them, before the first world: nobody has trained yet); and it says
+// whether one of the job's processes failed.
+func (j *Job) staying() (n, holders int, failed bool) {
+	world := j.driver.Current()
 	ws := j.driver.Workers()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	n = j.running
+	if len(world.Members) == 0 {
+		holders = n
+	}
 	for _, w := range ws {
 		p := j.matchLocked(w)
 		switch {
@@ -85,11 +106,15 @@ func (j *Job) staying() (n int, failed bool) {
 		case p != nil && p.rec.State == Running && w.State == membership.StateLeaving:
 			n--
 		}
+		staysAlive := w.State != membership.StateLeaving && (p == nil || p.rec.State == Running)
+		if len(world.Members) > 0 && staysAlive && world.Rank(w.Name) >= 0 {
+			holders++
+		}
 	}
 	for _, p := range j.procs {
 		if p != nil && p.rec.State == Failed {
 			failed = true
 		}
 	}
-	return n, failed
+	return n, holders, failed
 }

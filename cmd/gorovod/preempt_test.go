@@ -113,6 +113,77 @@ func TestSIGTERMStorms(t *testing.T) {
 	defer h.mu.Unlock()
 	log := h.log.String()
 	t.Logf("leavers that used up their notice: %d; replacements the runner started to restore the minimum: %d",
-		strings.Count(log, "leave notice run"), strings.Count(log, "fewer than its minimum 3: started"))
+		strings.Count(log, "leave notice r"), strings.Count(log, "fewer than its minimum 3: started"))
 	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}
+
+// TestEveryWorkerPreempted tells every worker of a job to go at once, as
+// when the whole job is preempted: no world can form without them, so each
+// leaves when its notice runs out, at a step boundary. The runner must not
+// start replacements for them (they would train over from scratch: nobody
+// is left to copy the state from); the job ends with every worker's last
+// step the same committed step, with the same parameters.
+func TestEveryWorkerPreempted(t *testing.T) {
+	const samples = 1200
+	const notice = 3 * time.Second
+	h := startRunJob(t, "--np", "3", "--min-np", "2", "--leave-notice", notice.String(), "--", synthetic,
+		"--steps", "100000", "--json", "--samples", fmt.Sprint(samples), "--batch", "24", "--model-size", "20000", "--compute", "1ms", "-v")
+	defer func() {
+		if t.Failed() {
+			log := h.logText()
+			t.Logf("gorovod run's log (last 12 KiB):\n%s", log[max(0, len(log)-12<<10):])
+		}
+	}()
+	h.waitFor(t, "step 60 in a world of 3", time.Minute, func(l []trainerLine) bool { return maxStep(l) >= 60 && lastSize(l) == 3 })
+	t0 := time.Now()
+	for i := range 3 {
+		if err := syscall.Kill(h.pid(t, i), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-h.exited:
+		t.Logf("gorovod run exited %v after the SIGTERMs (%v)", time.Since(t0).Round(time.Millisecond), err)
+	case <-time.After(notice + 10*time.Second):
+		t.Fatalf("the job still runs %v after every worker was told to go (notice %v)", time.Since(t0), notice)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	log := h.log.String()
+	if strings.Contains(log, " started\n") {
+		t.Errorf("the runner started workers after every worker was told to go")
+	}
+	if !strings.Contains(log, "every worker of the job's world is leaving or gone: no replacements") {
+		t.Errorf("gorovod run did not say why it starts no replacements")
+	}
+	// The driver lets leavers go while the world stays at its minimum; the
+	// members of the last world could not go that way: each left as its
+	// notice ran out, and they agree on their last committed step.
+	lastOf := map[int]trainerLine{}
+	var final uint64
+	for _, l := range h.lines {
+		lastOf[l.Worker] = l
+		final = max(final, l.WorldEpoch)
+	}
+	var stayed []int
+	for i, l := range lastOf {
+		if l.WorldEpoch == final {
+			stayed = append(stayed, i)
+		}
+	}
+	slices.Sort(stayed)
+	if len(stayed) < 2 {
+		t.Fatalf("the last world (epoch %d) had workers %v, want at least the minimum 2", final, stayed)
+	}
+	first := lastOf[stayed[0]]
+	for _, i := range stayed {
+		if l := lastOf[i]; l.Step != first.Step || l.Params != first.Params {
+			t.Errorf("worker %d ended at step %d (%.12s), worker %d at step %d (%.12s)", i, l.Step, l.Params, stayed[0], first.Step, first.Params)
+		}
+	}
+	if n := strings.Count(log, "leave notice r"); n != len(stayed) { // "running out", "ran out during the step"
+		t.Errorf("%d leave notices ran out, want %d (the last world's members)", n, len(stayed))
+	}
+	t.Logf("workers %v of the last world ended at step %d as their notices ran out", stayed, first.Step)
+	checkElasticInvariantsSteps(t, h.lines, samples, maxStep(h.lines))
 }
