@@ -35,7 +35,7 @@ func TestLauncher(t *testing.T) {
 	notices := make(chan string, 16)
 	launch := func(index int, secret string) (job.Process, error) {
 		return l.Launch(ctx, job.LaunchRequest{Index: index, Argv: []string{"/bin/trainer", "--steps", "9"},
-			Env: []string{envconfig.EnvJobID + "=job-7", envconfig.EnvSecret + "=" + secret, envconfig.EnvLaunchIndex + "=99", "EXTRA=x=y"},
+			Env:    []string{envconfig.EnvJobID + "=job-7", envconfig.EnvSecret + "=" + secret, envconfig.EnvLaunchIndex + "=99", "EXTRA=x=y"},
 			Notice: func(msg string) { notices <- msg }})
 	}
 
