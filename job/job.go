@@ -452,7 +452,8 @@ func (j *Job) onStats(worker string, b stats.Batch) {
 	reps := make([]heuristics.StepReport, len(b.Steps))
 	for i, s := range b.Steps {
 		reps[i] = heuristics.StepReport{Worker: worker, Epoch: s.Epoch, Step: s.Step, Samples: s.Samples,
-			Compute: s.Compute, StepTime: s.StepTime, TotalSteps: b.TotalSteps}
+			Compute: s.Compute, StepTime: s.StepTime, TotalSteps: b.TotalSteps,
+			Accum: s.Accum, GradSqr: s.GradSqr, GradVar: s.GradVar}
 		for last := j.lastStep.Load(); s.Step > last && !j.lastStep.CompareAndSwap(last, s.Step); last = j.lastStep.Load() {
 		}
 	}
