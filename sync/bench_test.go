@@ -247,3 +247,74 @@ func BenchmarkSessionCPU(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGradientNoiseOverhead is the gradient noise measurement's cost
+// to a step: the same steps (one gradient tensor, averaged, committed) with
+// the measurement off and on, in worlds of one and two. There is no compute
+// in these steps, so the relative cost is the largest a trainer can see;
+// the absolute difference per step is what a real step pays.
+func BenchmarkGradientNoiseOverhead(b *testing.B) {
+	for _, p := range []int{1, 2} {
+		for _, n := range []int{100_000, 1 << 20} {
+			for _, mode := range []string{"off", "on"} {
+				b.Run(fmt.Sprintf("p=%d/floats=%d/gns=%s", p, n, mode), func(b *testing.B) {
+					sessions := startNoiseWorld(b, p, mode == "on")
+					b.SetBytes(int64(4 * n))
+					b.ResetTimer()
+					var wg stdsync.WaitGroup
+					for i, s := range sessions {
+						wg.Go(func() {
+							grads := make([]float32, n)
+							for j := range grads {
+								grads[j] = float32((i+j)%7) - 3
+							}
+							buf := collective.SliceBuffer(grads)
+							ctx := context.Background()
+							for range b.N {
+								s.SetGlobalBatch(64)
+								err := s.Allreduce(ctx, Reduction{}, buf)
+								if err == nil {
+									err = s.Commit(ctx)
+								}
+								if err != nil {
+									b.Error(err)
+									return
+								}
+							}
+						})
+					}
+					wg.Wait()
+				})
+			}
+		}
+	}
+}
+
+// startNoiseWorld is startToyWorld with the gradient noise measurement on
+// or off.
+func startNoiseWorld(b *testing.B, p int, measure bool) []*Session {
+	b.Helper()
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: p, Coalesce: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	go coord.Run(ctx)
+	sessions := make([]*Session, p)
+	var wg stdsync.WaitGroup
+	for i := range p {
+		w := startToy(b, fmt.Sprintf("g%d", i), coord, 16)
+		wg.Go(func() {
+			s, err := joinCoord(ctx, coord, w.name, w.tr, w.state, func(sc *Config) { sc.GradientNoise.Measure = measure })
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			sessions[i] = s
+			b.Cleanup(func() { s.Close() })
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	return sessions
+}
