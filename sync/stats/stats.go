@@ -1,6 +1,9 @@
 package stats
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Step is one worker's timing of one committed step: what the driver's
 // autoscaling engine measures the job by. Sessions record it at every Commit
@@ -15,6 +18,16 @@ type Step struct {
 	// StepTime runs from the end of the previous step (or of joining a world)
 	// to the end of this one; the time to move to a new world is in neither.
 	StepTime time.Duration
+	// Loss is the trainer's mean loss per sample over this worker's share of
+	// the step (Session.RecordLoss), when HasLoss says it reported one.
+	Loss    float64
+	HasLoss bool
+	// Bytes is the size of the gradients this worker allreduced in the step.
+	Bytes int64
+	// Switch is, for the first step in a world, how long this worker took
+	// to move to that world (connect its ring, receive the state); 0 for the
+	// others.
+	Switch time.Duration
 	// Accum is how many micro-batches beyond the first the worker
 	// accumulated into the step's gradient.
 	Accum int
@@ -36,11 +49,12 @@ type Batch struct {
 // with very short steps does not send a message per few milliseconds (each
 // costs the worker about half a millisecond); a batch also goes out when the
 // world changes, and never holds more than MaxBatch (which, at the widest
-// numbers, still fits one 64 KiB membership message).
+// numbers, loss, bytes and world switch included, still fits one 64 KiB
+// membership message).
 const (
 	DefaultEvery = 10
 	minInterval  = 250 * time.Millisecond
-	MaxBatch     = 640
+	MaxBatch     = 448
 )
 
 // Clock times the steps of a session and hands them out in batches.
@@ -51,7 +65,11 @@ type Clock struct {
 	start     time.Time     // the current step began
 	waited    time.Duration // time blocked on the others in the current step
 	samples   int
-	grad      Step // Accum, GradSqr and GradVar of the current step
+	lossSum   float64
+	lossN     int
+	bytes     int64
+	switched  time.Duration // the move to the current world, for its first step
+	grad      Step          // Accum, GradSqr and GradVar of the current step
 	pending   []Step
 	lastFlush time.Time
 }
@@ -71,13 +89,34 @@ func (c *Clock) enabled() bool { return c.onStats != nil }
 // AddSamples adds n to the samples of the current step.
 func (c *Clock) AddSamples(n int) { c.samples += n }
 
+// AddLoss records the trainer's mean loss per sample over its share of the
+// current step; several calls in one step are averaged. A loss that is not
+// finite is not recorded (the wire carries only numbers).
+func (c *Clock) AddLoss(mean float64) {
+	if math.IsNaN(mean) || math.IsInf(mean, 0) {
+		return
+	}
+	c.lossSum += mean
+	c.lossN++
+}
+
+// AddBytes adds n to the gradient bytes allreduced in the current step.
+func (c *Clock) AddBytes(n int64) { c.bytes += n }
+
 // SetTotal records the job's planned length in steps (0: unknown).
 func (c *Clock) SetTotal(steps int64) { c.total = steps }
 
 // Restart begins a fresh step (after joining or recovering a world): time
 // spent moving between worlds is not a step's.
 func (c *Clock) Restart(now time.Time) {
-	c.start, c.waited, c.samples, c.grad = now, 0, 0, Step{}
+	c.start, c.waited, c.samples, c.lossSum, c.lossN, c.bytes, c.grad = now, 0, 0, 0, 0, 0, Step{}
+}
+
+// Entered begins the first step of a new world, which took this worker
+// took to move to; the step's record carries it (Step.Switch).
+func (c *Clock) Entered(now time.Time, took time.Duration) {
+	c.Restart(now)
+	c.switched = took
 }
 
 // Wait records time spent blocked on the other workers. It counts whether
@@ -106,9 +145,14 @@ func (c *Clock) Commit(epoch uint64, step int64, worldChanging bool) {
 		return
 	}
 	elapsed := now.Sub(c.start)
-	c.pending = append(c.pending, Step{Epoch: epoch, Step: step, Samples: c.samples, Compute: max(0, elapsed-c.waited), StepTime: elapsed,
-		Accum: c.grad.Accum, GradSqr: c.grad.GradSqr, GradVar: c.grad.GradVar})
+	st := Step{Epoch: epoch, Step: step, Samples: c.samples, Compute: max(0, elapsed-c.waited), StepTime: elapsed,
+		Bytes: c.bytes, Switch: c.switched, Accum: c.grad.Accum, GradSqr: c.grad.GradSqr, GradVar: c.grad.GradVar}
+	if c.lossN > 0 {
+		st.Loss, st.HasLoss = c.lossSum/float64(c.lossN), true
+	}
+	c.pending = append(c.pending, st)
 	c.Restart(now)
+	c.switched = 0
 	if worldChanging || len(c.pending) >= MaxBatch || (len(c.pending) >= c.every && now.Sub(c.lastFlush) >= minInterval) {
 		c.flush(now)
 	}
