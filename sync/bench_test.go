@@ -14,8 +14,9 @@ import (
 )
 
 // startToyWorld joins p toy workers through an in-process coordinator and
-// returns their sessions once all are in one world.
-func startToyWorld(b *testing.B, p int, params int, onStats ...func(stats.Batch)) ([]*Session, *driver.Coordinator) {
+// returns their sessions once all are in one world; edits change each
+// session's configuration.
+func startToyWorld(b *testing.B, p int, params int, edits ...func(*Config)) ([]*Session, *driver.Coordinator) {
 	b.Helper()
 	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: p, Coalesce: time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -26,11 +27,7 @@ func startToyWorld(b *testing.B, p int, params int, onStats ...func(stats.Batch)
 	for i := range p {
 		w := startToy(b, fmt.Sprintf("b%d", i), coord, params)
 		wg.Go(func() {
-			s, err := joinCoord(ctx, coord, w.name, w.tr, w.state, func(sc *Config) {
-				if len(onStats) > 0 {
-					sc.OnStats = onStats[0]
-				}
-			})
+			s, err := joinCoord(ctx, coord, w.name, w.tr, w.state, edits...)
 			if err != nil {
 				b.Error(err)
 				return
@@ -94,9 +91,9 @@ func BenchmarkStatsOverhead(b *testing.B) {
 	for _, n := range []int{1_000, 100_000} {
 		for _, mode := range []string{"off", "timing", "on"} {
 			b.Run(fmt.Sprintf("p=2/floats=%d/stats=%s", n, mode), func(b *testing.B) {
-				var onStats []func(stats.Batch)
+				var edits []func(*Config)
 				if mode == "timing" { // the clock reads and records, batches dropped
-					onStats = append(onStats, func(stats.Batch) {})
+					edits = append(edits, func(sc *Config) { sc.OnStats = func(stats.Batch) {} })
 				}
 				if mode == "on" {
 					queue := make(chan stats.Batch, 8)
@@ -112,14 +109,16 @@ func BenchmarkStatsOverhead(b *testing.B) {
 							}
 						}
 					}()
-					onStats = append(onStats, func(batch stats.Batch) {
-						select {
-						case queue <- batch:
-						default:
+					edits = append(edits, func(sc *Config) {
+						sc.OnStats = func(batch stats.Batch) {
+							select {
+							case queue <- batch:
+							default:
+							}
 						}
 					})
 				}
-				sessions, _ := startToyWorld(b, 2, 16, onStats...)
+				sessions, _ := startToyWorld(b, 2, 16, edits...)
 				b.SetBytes(int64(4 * n))
 				b.ResetTimer()
 				var wg stdsync.WaitGroup
@@ -258,7 +257,7 @@ func BenchmarkGradientNoiseOverhead(b *testing.B) {
 		for _, n := range []int{100_000, 1 << 20} {
 			for _, mode := range []string{"off", "on"} {
 				b.Run(fmt.Sprintf("p=%d/floats=%d/gns=%s", p, n, mode), func(b *testing.B) {
-					sessions := startNoiseWorld(b, p, mode == "on")
+					sessions, _ := startToyWorld(b, p, 16, func(sc *Config) { sc.GradientNoise.Measure = mode == "on" })
 					b.SetBytes(int64(4 * n))
 					b.ResetTimer()
 					var wg stdsync.WaitGroup
@@ -288,33 +287,4 @@ func BenchmarkGradientNoiseOverhead(b *testing.B) {
 			}
 		}
 	}
-}
-
-// startNoiseWorld is startToyWorld with the gradient noise measurement on
-// or off.
-func startNoiseWorld(b *testing.B, p int, measure bool) []*Session {
-	b.Helper()
-	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: p, Coalesce: time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	go coord.Run(ctx)
-	sessions := make([]*Session, p)
-	var wg stdsync.WaitGroup
-	for i := range p {
-		w := startToy(b, fmt.Sprintf("g%d", i), coord, 16)
-		wg.Go(func() {
-			s, err := joinCoord(ctx, coord, w.name, w.tr, w.state, func(sc *Config) { sc.GradientNoise.Measure = measure })
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			sessions[i] = s
-			b.Cleanup(func() { s.Close() })
-		})
-	}
-	wg.Wait()
-	if b.Failed() {
-		b.FailNow()
-	}
-	return sessions
 }
