@@ -1,13 +1,3 @@
-// Command goodputplot draws the fixed-versus-adaptive batch comparison of
-// docs/goodput.md from the Fashion-MNIST trainer's --json records: test
-// accuracy against training time and against samples, and the global batch
-// size and measured statistical efficiency over training. Each input file is
-// one run (gorovod run's output or the trainer's; only rank 0's records
-// count);
-// its label is the file name without extension. It also prints, per run, the
-// training time and samples to reach --target accuracy, as a Markdown table.
-//
-//	goodputplot -o docs/goodput-fashion-mnist.png --target 0.85 runs/*.jsonl
 package main
 
 import (
