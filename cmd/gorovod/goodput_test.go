@@ -21,7 +21,9 @@ func TestFashionMNISTUnderGoodput(t *testing.T) {
 	h, evs := runAutoscaled(t, binary,
 		[]string{"--np", "1", "--max-np", "3", "--heuristic", "goodput",
 			"--heuristic-opt", "min_steps=20", "--heuristic-opt", "eval_every=10",
-			"--heuristic-opt", "init_batch=64", "--heuristic-opt", "max_batch=1024"},
+			// The trainer's limits: M0, the largest batch, and accumulation
+			// (the adaptive trainer accumulates; alone, beyond M0, always).
+			"--heuristic-opt", "init_batch=64", "--heuristic-opt", "max_batch=1024", "--heuristic-opt", "accumulation=true"},
 		fashionMNIST, "--epochs", "2", "--json", "--log-every", "0",
 		"--adaptive", "--max-batch-size", "1024", "--refit-every", "1s")
 	logDecisions(t, evs)
