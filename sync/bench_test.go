@@ -119,27 +119,7 @@ func BenchmarkStatsOverhead(b *testing.B) {
 					})
 				}
 				sessions, _ := startToyWorld(b, 2, 16, edits...)
-				b.SetBytes(int64(4 * n))
-				b.ResetTimer()
-				var wg stdsync.WaitGroup
-				for _, s := range sessions {
-					wg.Go(func() {
-						grads := collective.SliceBuffer(make([]float32, n))
-						ctx := context.Background()
-						for range b.N {
-							s.RecordSamples(32)
-							err := s.Allreduce(ctx, Reduction{}, grads)
-							if err == nil {
-								err = s.Commit(ctx)
-							}
-							if err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
+				stepAll(b, sessions, func(int) []float32 { return make([]float32, n) }, func(s *Session) { s.RecordSamples(32) })
 			})
 		}
 	}
@@ -258,33 +238,47 @@ func BenchmarkGradientNoiseOverhead(b *testing.B) {
 			for _, mode := range []string{"off", "on"} {
 				b.Run(fmt.Sprintf("p=%d/floats=%d/gns=%s", p, n, mode), func(b *testing.B) {
 					sessions, _ := startToyWorld(b, p, 16, func(sc *Config) { sc.GradientNoise.Measure = mode == "on" })
-					b.SetBytes(int64(4 * n))
-					b.ResetTimer()
-					var wg stdsync.WaitGroup
-					for i, s := range sessions {
-						wg.Go(func() {
-							grads := make([]float32, n)
-							for j := range grads {
-								grads[j] = float32((i+j)%7) - 3
-							}
-							buf := collective.SliceBuffer(grads)
-							ctx := context.Background()
-							for range b.N {
-								s.SetGlobalBatch(64)
-								err := s.Allreduce(ctx, Reduction{}, buf)
-								if err == nil {
-									err = s.Commit(ctx)
-								}
-								if err != nil {
-									b.Error(err)
-									return
-								}
-							}
-						})
+					grads := func(rank int) []float32 {
+						g := make([]float32, n)
+						for j := range g {
+							g[j] = float32((rank+j)%7) - 3
+						}
+						return g
 					}
-					wg.Wait()
+					stepAll(b, sessions, grads, func(s *Session) { s.SetGlobalBatch(64) })
 				})
 			}
 		}
 	}
+}
+
+// stepAll runs b.N steps on every session at once: before each, each step
+// calls before; then it averages the session's gradient tensor (grads of
+// its index) and commits.
+func stepAll(b *testing.B, sessions []*Session, grads func(int) []float32, before func(*Session)) {
+	b.Helper()
+	b.SetBytes(int64(4 * len(grads(0))))
+	bufs := make([]collective.Buffer, len(sessions))
+	for i := range sessions {
+		bufs[i] = collective.SliceBuffer(grads(i))
+	}
+	b.ResetTimer()
+	var wg stdsync.WaitGroup
+	for i, s := range sessions {
+		wg.Go(func() {
+			ctx := context.Background()
+			for range b.N {
+				before(s)
+				err := s.Allreduce(ctx, Reduction{}, bufs[i])
+				if err == nil {
+					err = s.Commit(ctx)
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
