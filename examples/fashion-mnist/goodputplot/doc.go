@@ -1,7 +1,8 @@
 // Command goodputplot draws the fixed-versus-adaptive batch comparison of
 // docs/goodput.md from the Fashion-MNIST trainer's --json records: test
 // accuracy against training time and against samples, and the global batch
-// size and measured statistical efficiency over training. Each input file is
+// size, measured statistical efficiency and measured goodput (samples per
+// second × efficiency, per 50 steps) over training. Each input file is
 // one run (gorovod run's output or the trainer's; only rank 0's records
 // count), labelled by its file name without extension. It also prints, per
 // run, the training time and samples to reach --target accuracy, as a

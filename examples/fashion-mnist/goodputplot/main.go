@@ -47,6 +47,7 @@ type series struct {
 	label                string
 	evalT, evalS, evalAc []float64
 	stepS, batch, eff    []float64 // eff NaN before the first estimate
+	stepT                []float64 // training time at each step
 }
 
 func load(path string) (series, error) {
@@ -79,6 +80,7 @@ func load(path string) (series, error) {
 				e = *r.Efficiency
 			}
 			s.stepS, s.batch, s.eff = append(s.stepS, float64(r.TrainedSamples)), append(s.batch, float64(r.Global)), append(s.eff, e)
+			s.stepT = append(s.stepT, r.Seconds)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -88,6 +90,31 @@ func load(path string) (series, error) {
 		return s, fmt.Errorf("%s: no eval records (run the trainer with --json --eval-every-samples N)", path)
 	}
 	return s, nil
+}
+
+// goodputWindow is how many steps one goodput point averages over.
+const goodputWindow = 50
+
+// goodput is the measured goodput over training: the samples per second of
+// each window of steps times their mean statistical efficiency (samples
+// counted by their progress at M0), at the window's last sample count.
+func (s series) goodput() (x, y []float64) {
+	for i := goodputWindow; i < len(s.stepT); i += goodputWindow {
+		dt := s.stepT[i] - s.stepT[i-goodputWindow]
+		eff, n := 0.0, 0
+		for _, e := range s.eff[i-goodputWindow+1 : i+1] {
+			if !math.IsNaN(e) {
+				eff += e
+				n++
+			}
+		}
+		if dt <= 0 || n == 0 {
+			continue
+		}
+		x = append(x, s.stepS[i])
+		y = append(y, (s.stepS[i]-s.stepS[i-goodputWindow])/dt*eff/float64(n))
+	}
+	return x, y
 }
 
 // reach is the first evaluation at or above target: time and samples.
@@ -165,9 +192,11 @@ func run(args []string, stdout io.Writer) error {
 			func(s series) ([]float64, []float64, int) { return s.stepS, s.batch, 1 }},
 		{"statistical efficiency of the batch (vs M0), measured", "samples", "efficiency",
 			func(s series) ([]float64, []float64, int) { return s.stepS, s.eff, 1 }},
+		{"goodput: samples/s × efficiency, per 50 steps", "samples", "goodput (samples/s at M0's efficiency)",
+			func(s series) ([]float64, []float64, int) { x, y := s.goodput(); return x, y, 1 }},
 	}
-	const rows, cols = 2, 2
-	img := vgimg.New(14*vg.Inch, 9*vg.Inch)
+	const rows, cols = 3, 2
+	img := vgimg.New(14*vg.Inch, 13*vg.Inch)
 	dc := draw.New(img)
 	// The title first: a plot paints its background over the whole canvas.
 	tc := plot.New()
