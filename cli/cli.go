@@ -23,6 +23,7 @@ Usage:
       with a heuristic, the job grows, shrinks and replaces stragglers by itself
   gorovod bench [allreduce|broadcast|allgather|reducescatter|alltoall] [flags]
       measure a collective across --np local worker processes over TCP loopback
+  gorovod simulate [--policy pollux|optimus|tiresias|all] WORKLOAD.csv...   replay a cluster workload (Pollux's traces)
   gorovod help
 
 Run 'gorovod run --help' or 'gorovod bench --help' for the flags.
@@ -69,6 +70,8 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 		return runCommand(ctx, args[1:], cfg.Heuristics, stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
+	case "simulate":
+		return simulateCommand(ctx, args[1:], stdout, stderr)
 	case benchWorkerCommand:
 		return benchWorker(ctx, args[1:], stdout)
 	case "help", "-h", "--help":
