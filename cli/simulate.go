@@ -7,8 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -44,6 +46,7 @@ func simulateCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	threshold := fs.Duration("tiresias-threshold", def.Tiresias.QueueThreshold, "Tiresias: GPU time after which a job drops to the low-priority queue")
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	asJSON := fs.Bool("json", false, "print one JSON object per simulation, with every job's result")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (pprof) of the simulations to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: gorovod simulate [flags] WORKLOAD.csv...
 
@@ -124,6 +127,18 @@ Flags:
 			}
 			loaded[dir] = t
 		}
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	var runs []*simulateRun

@@ -2,10 +2,7 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"math"
-	"math/bits"
-	"slices"
 	"sort"
 	"time"
 )
@@ -78,11 +75,12 @@ type Pollux struct {
 	cfg PolluxConfig
 	rng rng
 	// The previous round's final population, for warm starts.
-	prevJobs  []string
-	prevNodes int
-	prevPop   [][]uint8
-	// Reused buffers.
-	ga gaState
+	prevJobs   []string
+	prevNodes  int
+	prevStride int
+	prevPop    [][]uint8
+	// Reused state buffers.
+	pool [][]uint8
 }
 
 // NewPollux returns a Pollux policy for one cluster.
@@ -117,7 +115,7 @@ func (p *Pollux) Allocate(ctx context.Context, now time.Duration, jobs []Job, cl
 	for j, job := range pr.jobs {
 		var nodes []int
 		for n := 0; n < pr.nodes; n++ {
-			for c := 0; c < int(best[j*pr.nodes+n]); c++ {
+			for c := 0; c < int(best[j*pr.stride+n]); c++ {
 				nodes = append(nodes, n)
 			}
 		}
@@ -128,12 +126,16 @@ func (p *Pollux) Allocate(ctx context.Context, now time.Duration, jobs []Job, cl
 	return alloc, nil
 }
 
-// problem is one round's optimization problem.
+// problem is one round's optimization problem. States are jobs × nodes
+// matrices of replica counts, stored row by row with rows padded to a whole
+// number of 64-bit words (stride) so the genetic operators can skip empty
+// words; the padding stays zero.
 type problem struct {
 	jobs    []*Job // in priority order: least attained service first
 	nodes   int
+	stride  int
 	cap     []uint8 // GPUs per node
-	base    []uint8 // the allocation in force, jobs × nodes
+	base    []uint8 // the allocation in force
 	maxRep  []int
 	minRep  []int
 	factor  []float64 // re-allocation factor per job
@@ -143,7 +145,11 @@ type problem struct {
 	fairR   int
 	baseGP  []float64 // goodput on the fair share; 0: unmeasured job
 	speedup [][]float64
-	dist    []bool // repair's scratch
+	// Scratch for the operators, per node.
+	seen1, seen2 []bool
+	left, free   []int
+	perm         []int
+	freeNodes    []int
 }
 
 func (p *Pollux) newProblem(now time.Duration, jobs []Job, cluster Cluster, current Allocation) *problem {
@@ -160,18 +166,22 @@ func (p *Pollux) newProblem(now time.Duration, jobs []Job, cluster Cluster, curr
 		return x.Submitted < y.Submitted
 	})
 	J, N := len(pr.jobs), pr.nodes
+	W := (N + 7) / 8 * 8
+	pr.stride = W
 	total := cluster.TotalGPUs()
 	pr.cap = make([]uint8, N)
 	for n, g := range cluster.GPUs {
 		pr.cap[n] = uint8(g)
 	}
-	pr.base = make([]uint8, J*N)
+	pr.seen1, pr.seen2 = make([]bool, N), make([]bool, N)
+	pr.left, pr.free, pr.perm = make([]int, N), make([]int, N), make([]int, N)
+	pr.freeNodes = make([]int, 0, N)
+	pr.base = make([]uint8, J*W)
 	pr.maxRep = make([]int, J)
 	pr.minRep = make([]int, J)
 	pr.factor = make([]float64, J)
 	pr.baseGP = make([]float64, J)
 	pr.speedup = make([][]float64, J)
-	pr.dist = make([]bool, J)
 	// A replica's dominant share is one GPU of the cluster; a fair share is
 	// 1/J of the cluster, on as few nodes as that share of the nodes.
 	pr.fairR = max(1, ceilDiv(total, J))
@@ -180,8 +190,8 @@ func (p *Pollux) newProblem(now time.Duration, jobs []Job, cluster Cluster, curr
 	delta := p.cfg.RestartPenalty.Seconds()
 	for j, job := range pr.jobs {
 		for _, n := range current[job.ID] {
-			if n >= 0 && n < N && pr.base[j*N+n] < 255 {
-				pr.base[j*N+n]++
+			if n >= 0 && n < N && pr.base[j*W+n] < 255 {
+				pr.base[j*W+n]++
 			}
 		}
 		limit := total
@@ -231,401 +241,4 @@ func (pr *problem) speedupOf(j, n, r int) float64 {
 	}
 	t[i] = s
 	return s
-}
-
-// fitness is the power mean of the jobs' scaled speed-ups in state s.
-func (pr *problem) fitness(s []uint8) float64 {
-	N := pr.nodes
-	sum := 0.0
-	for j := range pr.jobs {
-		row, base := s[j*N:(j+1)*N], pr.base[j*N:(j+1)*N]
-		nodes, reps := 0, 0
-		moved := false
-		for n, v := range row {
-			if v > 0 {
-				nodes++
-				reps += int(v)
-			}
-			if v != base[n] {
-				moved = true
-			}
-		}
-		sp := 0.0
-		if reps > 0 {
-			sp = pr.speedupOf(j, nodes, reps) * pr.scale
-		}
-		if moved {
-			sp *= pr.factor[j]
-		}
-		// 1e-3 keeps a job with nothing from zeroing the mean (p < 0).
-		if pr.power == -1 {
-			sum += 1 / (sp + 1e-3)
-		} else {
-			sum += math.Pow(sp+1e-3, pr.power)
-		}
-	}
-	mean := sum / float64(len(pr.jobs))
-	if pr.power == -1 {
-		return 1 / mean
-	}
-	return math.Pow(mean, 1/pr.power)
-}
-
-// repair makes s a valid allocation, in this order (Pollux's): a node keeps
-// at most one distributed job (the first in priority order; the node's
-// replicas of every job after a second distributed one are dropped, as
-// Pollux's repair does), a job over its maximum keeps replicas on randomly
-// chosen nodes up to it, a node over capacity serves jobs in priority order,
-// and a job under its minimum gets nothing.
-func (pr *problem) repair(s []uint8, r *rng, perm []int) {
-	N := pr.nodes
-	J := len(pr.jobs)
-	// (1) One distributed job per node (distributed as the state was).
-	dist := pr.dist[:J]
-	for j := range dist {
-		dist[j] = pr.distributed(s[j*N : (j+1)*N])
-	}
-	for n := 0; n < N; n++ {
-		seen := 0
-		for j := 0; j < J; j++ {
-			v := s[j*N+n]
-			if seen >= 2 {
-				s[j*N+n] = 0
-				continue
-			}
-			if v > 0 && dist[j] {
-				seen++
-				if seen >= 2 {
-					s[j*N+n] = 0
-				}
-			}
-		}
-	}
-	// (2) Maximum replicas.
-	for j := 0; j < J; j++ {
-		row := s[j*N : (j+1)*N]
-		sum := 0
-		for _, v := range row {
-			sum += int(v)
-		}
-		if sum <= pr.maxRep[j] {
-			continue
-		}
-		for i := range perm {
-			perm[i] = i
-		}
-		for i := N - 1; i > 0; i-- {
-			k := r.intn(i + 1)
-			perm[i], perm[k] = perm[k], perm[i]
-		}
-		left := pr.maxRep[j]
-		for _, n := range perm {
-			v := min(int(row[n]), left)
-			row[n] = uint8(v)
-			left -= v
-		}
-	}
-	// (3) Node capacity, in priority order.
-	for n := 0; n < N; n++ {
-		left := int(pr.cap[n])
-		for j := 0; j < J; j++ {
-			v := min(int(s[j*N+n]), left)
-			s[j*N+n] = uint8(v)
-			left -= v
-		}
-	}
-	// (4) Minimum replicas.
-	for j := 0; j < J; j++ {
-		row := s[j*N : (j+1)*N]
-		sum := 0
-		for _, v := range row {
-			sum += int(v)
-		}
-		if sum < pr.minRep[j] {
-			clear(row)
-		}
-	}
-}
-
-func (pr *problem) distributed(row []uint8) bool {
-	used := 0
-	for _, v := range row {
-		if v > 0 {
-			used++
-			if used > 1 {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// mutate applies Pollux's three mutations to s: reset a job to its current
-// allocation (probability 0.1 per job); drop replicas (for 10 % of the jobs,
-// each node's count is zeroed with probability 0.1); and grow: on every node
-// with a free GPU, a job's count is raised to a uniform value between it and
-// the node's size, with probability 1/(nodes with a free GPU), combined with
-// 1/(such nodes the job already uses) where it is already there.
-func (pr *problem) mutate(s []uint8, r *rng, free []int) {
-	N := pr.nodes
-	J := len(pr.jobs)
-	for j := 0; j < J; j++ {
-		if r.chance(0.1) {
-			copy(s[j*N:(j+1)*N], pr.base[j*N:(j+1)*N])
-		}
-	}
-	for j := 0; j < J; j++ {
-		if r.chance(0.1) {
-			row := s[j*N : (j+1)*N]
-			for n := range row {
-				if r.chance(0.1) {
-					row[n] = 0
-				}
-			}
-		}
-	}
-	for n := 0; n < N; n++ {
-		free[n] = int(pr.cap[n])
-	}
-	freeNodes := 0
-	for n := 0; n < N; n++ {
-		for j := 0; j < J; j++ {
-			free[n] -= int(s[j*N+n])
-		}
-		if free[n] >= 1 {
-			freeNodes++
-		}
-	}
-	if freeNodes == 0 {
-		return
-	}
-	p1 := 1 / float64(freeNodes)
-	for j := 0; j < J; j++ {
-		row := s[j*N : (j+1)*N]
-		present := 0
-		for n, v := range row {
-			if v > 0 && free[n] >= 1 {
-				present++
-			}
-		}
-		p12 := p1
-		if present > 0 {
-			p2 := 1 / float64(present)
-			p12 = p1 + p2 - p1*p2
-		}
-		for n, v := range row {
-			if free[n] < 1 {
-				continue
-			}
-			p := p1
-			if v > 0 {
-				p = p12
-			}
-			if r.chance(p) && v < pr.cap[n] {
-				row[n] = v + uint8(r.intn(int(pr.cap[n]-v)+1))
-			}
-		}
-	}
-}
-
-// individual is one allocation in the population.
-type individual struct {
-	s    []uint8
-	fit  float64
-	hash uint64
-}
-
-type gaState struct {
-	free []int
-	perm []int
-	pool [][]uint8
-}
-
-func (g *gaState) get(size int) []uint8 {
-	if n := len(g.pool); n > 0 {
-		s := g.pool[n-1]
-		g.pool = g.pool[:n-1]
-		if cap(s) >= size {
-			return s[:size]
-		}
-	}
-	return make([]uint8, size)
-}
-
-func (g *gaState) put(s []uint8) { g.pool = append(g.pool, s) }
-
-// crossoverRate is the probability a mating recombines its parents (pymoo's
-// default, which Pollux uses); otherwise the offspring are copies.
-const crossoverRate = 0.9
-
-// matingRounds bounds the retries for offspring unlike any individual seen in
-// the generation. pymoo retries up to 100 times; when a few jobs leave few
-// distinct allocations, more retries only repeat the same ones.
-const matingRounds = 5
-
-// search runs the genetic algorithm and returns the best state found.
-func (p *Pollux) search(ctx context.Context, pr *problem) ([]uint8, error) {
-	J, N := len(pr.jobs), pr.nodes
-	size := J * N
-	g := &p.ga
-	if len(g.free) < N {
-		g.free, g.perm = make([]int, N), make([]int, N)
-	}
-	free, perm := g.free[:N], g.perm[:N]
-	P := p.cfg.Population
-	seen := make(map[uint64]struct{}, 4*P)
-	var pop []individual
-	add := func(dst *[]individual, s []uint8) bool {
-		h := hashState(s)
-		if _, dup := seen[h]; dup {
-			g.put(s)
-			return false
-		}
-		seen[h] = struct{}{}
-		*dst = append(*dst, individual{s: s, fit: pr.fitness(s), hash: h})
-		return true
-	}
-	// Initial population: the allocation in force, then the previous
-	// round's population mapped onto this round's jobs and nodes.
-	s := g.get(size)
-	copy(s, pr.base)
-	pr.repair(s, &p.rng, perm)
-	add(&pop, s)
-	prevRow := make(map[string]int, len(p.prevJobs))
-	for i, id := range p.prevJobs {
-		prevRow[id] = i
-	}
-	cols := min(N, p.prevNodes)
-	for _, old := range p.prevPop {
-		s := g.get(size)
-		clear(s)
-		for j, job := range pr.jobs {
-			if i, ok := prevRow[job.ID]; ok {
-				copy(s[j*N:j*N+cols], old[i*p.prevNodes:i*p.prevNodes+cols])
-			}
-		}
-		pr.repair(s, &p.rng, perm)
-		add(&pop, s)
-	}
-	sortPopulation(pop)
-	if len(pop) > P {
-		for _, ind := range pop[P:] {
-			g.put(ind.s)
-		}
-		pop = pop[:P]
-	}
-
-	var off []individual
-	for gen := 0; gen < p.cfg.Generations; gen++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		clear(seen)
-		for _, ind := range pop {
-			seen[ind.hash] = struct{}{}
-		}
-		off = off[:0]
-		for round := 0; round < matingRounds && len(off) < P; round++ {
-			for want := P - len(off); want > 0; want -= 2 {
-				a, b := p.tournament(pop), p.tournament(pop)
-				c1, c2 := g.get(size), g.get(size)
-				copy(c1, a.s)
-				copy(c2, b.s)
-				if p.rng.chance(crossoverRate) {
-					// Single-point crossover over jobs: the first
-					// `point` jobs come from the other parent.
-					point := p.rng.intn(J)
-					copy(c1[:point*N], b.s[:point*N])
-					copy(c2[:point*N], a.s[:point*N])
-				}
-				for _, c := range [2][]uint8{c1, c2} {
-					pr.mutate(c, &p.rng, free)
-					pr.repair(c, &p.rng, perm)
-					add(&off, c)
-				}
-			}
-		}
-		pop = append(pop, off...)
-		sortPopulation(pop)
-		if len(pop) > P {
-			for _, ind := range pop[P:] {
-				g.put(ind.s)
-			}
-			pop = pop[:P]
-		}
-	}
-	// Keep the population for the next round's warm start.
-	for _, old := range p.prevPop {
-		g.put(old)
-	}
-	p.prevPop = p.prevPop[:0]
-	for _, ind := range pop {
-		p.prevPop = append(p.prevPop, ind.s)
-	}
-	p.prevJobs = p.prevJobs[:0]
-	for _, job := range pr.jobs {
-		p.prevJobs = append(p.prevJobs, job.ID)
-	}
-	p.prevNodes = N
-	if len(pop) == 0 {
-		return nil, errors.New("scheduler: pollux: empty population")
-	}
-	return slices.Clone(pop[0].s), nil
-}
-
-// tournament picks the fitter of two random individuals (binary tournament).
-func (p *Pollux) tournament(pop []individual) *individual {
-	a, b := &pop[p.rng.intn(len(pop))], &pop[p.rng.intn(len(pop))]
-	if b.fit > a.fit {
-		return b
-	}
-	return a
-}
-
-// sortPopulation orders by decreasing fitness; ties keep their order, so the
-// search is deterministic.
-func sortPopulation(pop []individual) {
-	slices.SortStableFunc(pop, func(a, b individual) int {
-		switch {
-		case a.fit > b.fit:
-			return -1
-		case a.fit < b.fit:
-			return 1
-		}
-		return 0
-	})
-}
-
-// hashState is FNV-1a over the state's bytes.
-func hashState(s []uint8) uint64 {
-	h := uint64(14695981039346656037)
-	for _, b := range s {
-		h ^= uint64(b)
-		h *= 1099511628211
-	}
-	return h
-}
-
-// rng is SplitMix64: small, fast, and deterministic under a seed.
-type rng struct{ s uint64 }
-
-func newRNG(seed uint64) rng { return rng{s: seed} }
-
-func (r *rng) next() uint64 {
-	r.s += 0x9e3779b97f4a7c15
-	z := r.s
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
-}
-
-func (r *rng) float64() float64 { return float64(r.next()>>11) / (1 << 53) }
-
-func (r *rng) chance(p float64) bool { return r.float64() < p }
-
-// intn returns a value in [0, n) (Lemire's multiply-shift; the bias is below
-// n/2^64).
-func (r *rng) intn(n int) int {
-	hi, _ := bits.Mul64(r.next(), uint64(n))
-	return int(hi)
 }

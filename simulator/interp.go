@@ -178,6 +178,12 @@ func (tr *triangulation) locate(qx, qy float64) (verts [3]int, w [3]float64, ok 
 	return verts, w, false
 }
 
+// interpolator gives the step time of a (nodes, replicas, local batch)
+// configuration from measurements of others.
+type interpolator interface {
+	eval(nodes, replicas int, bsz float64) (timing, error)
+}
+
 // scatter interpolates step times measured at scattered (nodes, replicas)
 // groups, each at several local batch sizes: linearly in the batch size within
 // a group and linearly across groups on their Delaunay triangulation. Because

@@ -72,7 +72,7 @@ type Trace struct {
 
 	runs       []validationRun  // by increasing batch size
 	placements map[string]curve // keyed by normalized placement
-	scatter    *scatter         // everything else
+	scatter    interpolator     // everything else
 	progress   []float64        // progress[e]: needed to finish epoch e
 }
 

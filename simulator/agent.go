@@ -1,0 +1,72 @@
+package simulator
+
+import (
+	"fmt"
+
+	"github.com/gorovod/gorovod/goodput"
+)
+
+// goodputAgent is a Pollux job's view of itself (AdaptDL's agent): the
+// throughput model refitted whenever a new configuration is measured, the
+// gradient statistics of the latest step, and the batch-size search over
+// them, all from package goodput.
+type goodputAgent struct {
+	profile goodput.Profile
+	model   goodput.Model
+	limits  goodput.Limits
+	fitted  bool
+}
+
+func newAgent(t *Trace) agent {
+	return &goodputAgent{
+		model: goodput.Model{InitBatch: t.InitBatchSize},
+		limits: goodput.Limits{MaxBatch: t.MaxBatchSize, MinMicroBatch: t.MinLocalBatch,
+			MaxMicroBatch: t.MaxLocalBatch, Accumulation: true},
+	}
+}
+
+func (a *goodputAgent) observe(nodes, replicas, atomic int, stepTime, syncTime float64) error {
+	seen := a.profile.Len()
+	// The traces time one micro-batch per step: the accumulation steps
+	// cost the step minus its sync each.
+	if err := a.profile.Add(goodput.Observation{Nodes: nodes, Replicas: replicas, MicroBatch: atomic,
+		StepTime: stepTime, SyncTime: syncTime}); err != nil {
+		return err
+	}
+	if a.profile.Len() == seen {
+		return nil // a known configuration: the trace gives the same times
+	}
+	perf, err := a.profile.Fit()
+	if err != nil {
+		return fmt.Errorf("fitting the throughput model: %w", err)
+	}
+	a.model.Perf = perf
+	a.fitted = true
+	return nil
+}
+
+func (a *goodputAgent) setGradStats(sqr, variance float64) {
+	a.model.Grad = goodput.GradParams{Sqr: sqr, Var: variance}
+}
+
+func (a *goodputAgent) ready() bool { return a.fitted }
+
+func (a *goodputAgent) goodput(nodes, replicas int) float64 {
+	c, ok := a.model.Optimize(nodes, replicas, a.limits)
+	if !ok {
+		return 0
+	}
+	return c.Goodput
+}
+
+func (a *goodputAgent) optimize(nodes, replicas int) (atomic, accum int) {
+	c, ok := a.model.Optimize(nodes, replicas, a.limits)
+	if !ok {
+		// No feasible batch size (more replicas than the largest batch
+		// can feed): the smallest per-GPU batch, as the job's limits allow.
+		return a.limits.MinMicroBatch, 0
+	}
+	return c.MicroBatch, c.Accum
+}
+
+func (a *goodputAgent) maxProfiledReplicas() int { return a.profile.MaxReplicas() }
