@@ -37,7 +37,9 @@ func simulateCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	nodes := fs.Int("nodes", def.Nodes, "nodes in the cluster")
 	gpus := fs.Int("gpus-per-node", def.GPUsPerNode, "GPUs per node")
 	interval := fs.Duration("interval", def.Interval, "scheduling interval")
-	rescale := fs.Duration("rescale-cost", def.RescaleCost, "time a job trains nothing after each (re)allocation (0: free)")
+	rescale := fs.Duration("rescale-cost", def.RescaleCost, "time a running job trains nothing when its allocation changes (0: free)")
+	start := fs.Duration("start-cost", 0, "time a job that had no GPUs trains nothing once it gets some (default: the rescale cost)")
+	joiner := fs.Duration("joiner-startup", 0, "model live resizing: a job that grows trains on the GPUs it keeps for this long while new workers start, then pauses for the rescale cost (0: every change is one pause)")
 	penalty := fs.Duration("restart-penalty", -1, "Pollux's re-allocation penalty δ (default: the rescale cost)")
 	population := fs.Int("population", def.Pollux.Population, "Pollux: genetic algorithm population")
 	generations := fs.Int("generations", def.Pollux.Generations, "Pollux: generations per scheduling round")
@@ -85,8 +87,8 @@ Flags:
 		return usageErr(stderr, "--nodes must be ≥ 1 and --gpus-per-node in [1, 9]")
 	case *interval <= 0:
 		return usageErr(stderr, "--interval must be positive")
-	case *rescale < 0:
-		return usageErr(stderr, "--rescale-cost must not be negative")
+	case *rescale < 0 || *start < 0 || *joiner < 0:
+		return usageErr(stderr, "--rescale-cost, --start-cost and --joiner-startup must not be negative")
 	case *population < 2 || *generations < 1:
 		return usageErr(stderr, "--population must be ≥ 2 and --generations ≥ 1")
 	case *fairness == 0:
@@ -97,6 +99,7 @@ Flags:
 	cfg := def
 	cfg.Nodes, cfg.GPUsPerNode, cfg.Interval = *nodes, *gpus, *interval
 	cfg.RescaleCost, cfg.NoRescaleCost = *rescale, *rescale == 0
+	cfg.StartCost, cfg.JoinerStartup = *start, *joiner
 	cfg.Pollux.Population, cfg.Pollux.Generations = *population, *generations
 	cfg.Pollux.Fairness, cfg.Pollux.Seed = *fairness, *seed
 	cfg.Pollux.RestartPenalty, cfg.Pollux.NoRestartPenalty = 0, false

@@ -29,6 +29,29 @@ type agent interface {
 	maxProfiledReplicas() int
 }
 
+// rescaleModel is what a change of allocation costs a job, in seconds.
+type rescaleModel struct {
+	// start: a job that had no GPUs trains nothing for this long (process
+	// start-up, restoring a checkpoint).
+	start float64
+	// rescale: a running job whose allocation changes trains nothing for
+	// this long.
+	rescale float64
+	// joinerStartup, when positive, models a runtime that admits new
+	// workers once they have started: a running job that gains GPUs first
+	// trains on the GPUs it keeps for this long while its new workers start,
+	// then pauses for rescale. Zero charges the whole change as one pause
+	// (checkpoint-restart).
+	joinerStartup float64
+}
+
+// phase is a stretch of a job's time after a reallocation: training on some
+// of its GPUs, or (placement nil) a pause.
+type phase struct {
+	left      float64
+	placement []int
+}
+
 // job is one simulated training job: a port of the original simulator's Job,
 // which moves a job through its traces in simulated time.
 type job struct {
@@ -41,24 +64,26 @@ type job struct {
 
 	model agent // adaptive jobs only
 
-	placement    []int // GPUs per node, in allocation order
-	nodes        []int // the allocation: node of each replica
-	atomic       int   // per-GPU batch
-	accum        int   // extra accumulation steps
-	rescaleLeft  float64
+	placement []int   // GPUs per node, in allocation order
+	nodes     []int   // the allocation: node of each replica
+	phases    []phase // what the last reallocation still costs
+	active    []int   // the placement trained on now
+	atomic    int     // per-GPU batch of the active placement
+	accum     int     // its extra accumulation steps
+
 	progress     float64
 	epoch        int
 	attained     float64 // GPU-seconds held
 	restarts     int     // -1 until first allocated
 	done         bool
 	completed    float64 // seconds
-	rescaleSpent float64 // seconds spent rescaling
+	rescaleSpent float64 // seconds paused by reallocations
 }
 
-func (j *job) replicas() int {
+func sumInts(xs []int) int {
 	n := 0
-	for _, g := range j.placement {
-		n += g
+	for _, x := range xs {
+		n += x
 	}
 	return n
 }
@@ -67,13 +92,13 @@ func (j *job) replicas() int {
 // floating-point noise.
 func ceilEps(x float64) int { return int(math.Ceil(x - 1e-8)) }
 
-// updateBatch sets the per-GPU batch and accumulation steps for the current
+// updateBatch sets the per-GPU batch and accumulation steps for training on
 // placement: the job's fixed batch size split over its replicas, or, for an
 // adaptive job, the goodput-optimal one (the smallest batch that gives every
 // replica its minimum until something is measured).
-func (j *job) updateBatch() {
+func (j *job) updateBatch(placement []int) {
 	t := j.trace
-	reps := j.replicas()
+	reps := sumInts(placement)
 	if reps == 0 {
 		return
 	}
@@ -82,7 +107,7 @@ func (j *job) updateBatch() {
 		batch = max(t.InitBatchSize, t.MinLocalBatch*reps)
 	}
 	if batch == 0 {
-		j.atomic, j.accum = j.model.optimize(len(j.placement), reps)
+		j.atomic, j.accum = j.model.optimize(len(placement), reps)
 	} else {
 		local := ceilEps(float64(batch) / float64(reps))
 		j.accum = ceilEps(float64(local)/float64(t.MaxLocalBatch)) - 1
@@ -97,23 +122,71 @@ func (j *job) updateBatch() {
 	j.atomic = min(j.atomic, int(float64(t.MaxBatchSize)/float64(count)))
 }
 
-// reallocate moves the job to a new allocation (nil: none), which costs it
-// rescale seconds before it trains again.
-func (j *job) reallocate(nodes []int, rescale float64) {
+// kept is what of the old allocation the new one keeps, GPUs per node in the
+// new allocation's order, and whether the new one adds GPUs anywhere.
+func kept(oldNodes, newNodes []int) (placement []int, grows bool) {
+	old := map[int]int{}
+	for _, n := range oldNodes {
+		old[n]++
+	}
+	next := map[int]int{}
+	var order []int
+	for _, n := range newNodes {
+		if next[n] == 0 {
+			order = append(order, n)
+		}
+		next[n]++
+	}
+	for _, n := range order {
+		if k := min(old[n], next[n]); k > 0 {
+			placement = append(placement, k)
+		}
+		grows = grows || next[n] > old[n]
+	}
+	return placement, grows
+}
+
+// reallocate moves the job to a new allocation (nil: none) and queues what
+// the move costs it.
+func (j *job) reallocate(nodes []int, m rescaleModel) {
+	wasRunning := len(j.nodes) > 0
+	oldNodes := j.nodes
 	j.nodes = nodes
+	j.phases = j.phases[:0]
 	if len(nodes) == 0 {
-		j.placement = nil
+		j.placement, j.active = nil, nil
 		j.atomic = 0
 		return
 	}
 	j.placement = scheduler.Placement(nodes)
-	j.updateBatch()
-	j.rescaleLeft = rescale
 	if j.restarts < 0 {
 		j.restarts = 0
 	} else {
 		j.restarts++
 	}
+	switch keep, grows := kept(oldNodes, nodes); {
+	case !wasRunning:
+		j.phases = append(j.phases, phase{left: m.start})
+	case m.joinerStartup > 0 && grows:
+		j.phases = append(j.phases, phase{left: m.joinerStartup, placement: keep}, phase{left: m.rescale})
+	default:
+		j.phases = append(j.phases, phase{left: m.rescale})
+	}
+	j.activate()
+}
+
+// activate drops finished phases and sets the placement trained on now and
+// its batch size.
+func (j *job) activate() {
+	for len(j.phases) > 0 && j.phases[0].left <= 0 {
+		j.phases = j.phases[1:]
+	}
+	next := j.placement
+	if len(j.phases) > 0 {
+		next = j.phases[0].placement // nil: paused
+	}
+	j.active = next
+	j.updateBatch(next)
 }
 
 // roundHalfEven is Python's round().
@@ -124,26 +197,50 @@ func (j *job) step(now, seconds float64) error {
 	if len(j.placement) == 0 || j.done {
 		return nil
 	}
-	reps := float64(j.replicas())
-	delay := min(j.rescaleLeft, seconds)
-	now += delay
-	j.attained += delay * reps
-	j.rescaleSpent += delay
-	j.rescaleLeft -= delay
-	seconds -= delay
-	t := j.trace
+	held := float64(sumInts(j.placement))
 	for seconds > 0 && !j.done {
-		nodes := len(j.placement)
-		batch := float64(j.replicas() * j.atomic * (j.accum + 1))
+		budget := seconds
+		if len(j.phases) > 0 {
+			budget = min(budget, j.phases[0].left)
+		}
+		used := budget
+		if len(j.active) == 0 {
+			j.rescaleSpent += budget // paused
+		} else {
+			var err error
+			if used, err = j.train(now, budget); err != nil {
+				return err
+			}
+		}
+		j.attained += used * held
+		now += used
+		seconds -= used
+		if len(j.phases) > 0 {
+			if j.phases[0].left -= used; j.phases[0].left <= 0 {
+				j.activate()
+			}
+		}
+	}
+	return nil
+}
+
+// train runs the job on its active placement for up to seconds from now and
+// returns the time used (less when the job completes).
+func (j *job) train(now, seconds float64) (float64, error) {
+	t := j.trace
+	start := now
+	for seconds > 0 && !j.done {
+		nodes, reps := len(j.active), sumInts(j.active)
+		batch := float64(reps * j.atomic * (j.accum + 1))
 		scale := batch / float64(t.InitBatchSize)
-		stepTime, syncTime, err := t.StepTime(j.placement, float64(j.atomic))
+		stepTime, syncTime, err := t.StepTime(j.active, float64(j.atomic))
 		if err != nil {
-			return fmt.Errorf("job %s: %w", j.spec.Name, err)
+			return 0, fmt.Errorf("job %s: %w", j.spec.Name, err)
 		}
 		accumTime := stepTime - syncTime
 		sqr, variance, err := t.GradStats(batch, j.epoch)
 		if err != nil {
-			return fmt.Errorf("job %s: %w", j.spec.Name, err)
+			return 0, fmt.Errorf("job %s: %w", j.spec.Name, err)
 		}
 		gain := 1.0
 		if d := variance/scale + sqr; d > 0 {
@@ -151,15 +248,15 @@ func (j *job) step(now, seconds float64) error {
 		}
 		if j.model != nil {
 			j.model.setGradStats(sqr, variance)
-			if err := j.model.observe(nodes, j.replicas(), j.atomic, stepTime, syncTime); err != nil {
-				return fmt.Errorf("job %s: %w", j.spec.Name, err)
+			if err := j.model.observe(nodes, reps, j.atomic, stepTime, syncTime); err != nil {
+				return 0, fmt.Errorf("job %s: %w", j.spec.Name, err)
 			}
 		}
 		goodput := gain / (stepTime + accumTime*float64(j.accum))
 		next := t.Progress(j.epoch + 1)
 		if j.progress+goodput*seconds < next {
 			j.progress += goodput * seconds
-			j.attained += seconds * reps
+			now += seconds
 			seconds = 0
 		} else {
 			// The epoch ends within this interval (to the second, as
@@ -172,12 +269,11 @@ func (j *job) step(now, seconds float64) error {
 			}
 			j.progress = next
 			now += delta
-			j.attained += delta * reps
 			seconds -= delta
 		}
-		j.updateBatch()
+		j.updateBatch(j.active)
 	}
-	return nil
+	return now - start, nil
 }
 
 // schedulerJob is what the policy sees of the job.

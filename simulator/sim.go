@@ -27,11 +27,20 @@ type Config struct {
 	Nodes, GPUsPerNode int
 	// Interval is the scheduling round (60 s).
 	Interval time.Duration
-	// RescaleCost is the time a job trains nothing after each
-	// (re)allocation, its first included (30 s: AdaptDL's
-	// checkpoint-restart). NoRescaleCost makes it 0.
+	// RescaleCost is the time a running job trains nothing when its
+	// allocation changes (30 s: AdaptDL's checkpoint-restart).
+	// NoRescaleCost makes it 0.
 	RescaleCost   time.Duration
 	NoRescaleCost bool
+	// StartCost is the time a job that had no GPUs trains nothing once it
+	// gets some (its first start, or a resume after preemption); 0 means
+	// the rescale cost, as in the paper.
+	StartCost time.Duration
+	// JoinerStartup, when positive, models a runtime that adds workers to a
+	// running job without stopping it (gorovod): a job that gains GPUs
+	// trains on the GPUs it keeps for this long while its new workers start,
+	// then pauses for RescaleCost. 0 charges every change as one pause.
+	JoinerStartup time.Duration
 	// Pollux configures the Pollux policy. Its RestartPenalty defaults to
 	// the rescale cost (and is 0 with NoRescaleCost).
 	Pollux scheduler.PolluxConfig
@@ -71,6 +80,9 @@ func (c Config) withDefaults() Config {
 	if c.NoRescaleCost {
 		c.RescaleCost = 0
 	}
+	if c.StartCost <= 0 {
+		c.StartCost = c.RescaleCost
+	}
 	if c.Pollux.RestartPenalty == 0 && !c.Pollux.NoRestartPenalty {
 		c.Pollux.RestartPenalty = c.RescaleCost
 		c.Pollux.NoRestartPenalty = c.RescaleCost == 0
@@ -94,8 +106,8 @@ type JobResult struct {
 	JCT       float64 `json:"jct_s"`
 	// Restarts counts the reallocations after the first allocation.
 	Restarts int `json:"restarts"`
-	// GPUSeconds is the GPU time the job held; RescaleSeconds the part of
-	// its run spent rescaling.
+	// GPUSeconds is the GPU time the job held; RescaleSeconds the time it
+	// spent paused by (re)allocations.
 	GPUSeconds     float64 `json:"gpu_seconds"`
 	RescaleSeconds float64 `json:"rescale_seconds"`
 }
@@ -173,7 +185,8 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 	}
 
 	interval := cfg.Interval.Seconds()
-	rescale := cfg.RescaleCost.Seconds()
+	costs := rescaleModel{start: cfg.StartCost.Seconds(), rescale: cfg.RescaleCost.Seconds(),
+		joinerStartup: max(cfg.JoinerStartup.Seconds(), 0)}
 	alloc := scheduler.Allocation{}
 	now := 0.0
 	rounds := 0
@@ -224,12 +237,12 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 		for _, j := range jobs {
 			if j.done {
 				if len(j.nodes) > 0 {
-					j.reallocate(nil, 0)
+					j.reallocate(nil, costs)
 				}
 				continue
 			}
 			if nodes := next[j.spec.Name]; !slices.Equal(nodes, j.nodes) {
-				j.reallocate(slices.Clone(nodes), rescale)
+				j.reallocate(slices.Clone(nodes), costs)
 			}
 		}
 		alloc = next
