@@ -206,11 +206,11 @@ func TestParseTrace(t *testing.T) {
 		t.Fatalf("GradStats(24, 1) = %v, %v, %v", sqr, v, err)
 	}
 	for _, tc := range []struct {
-		name                   string
-		placements, scal       string
-		validation             map[int]string
-		cfg                    ModelConfig
-		want                   string
+		name             string
+		placements, scal string
+		validation       map[int]string
+		cfg              ModelConfig
+		want             string
 	}{
 		{"missing column", "placement,local_bsz,step_time\n1,8,1\n", goodScal, good, ModelConfig{}, "no column"},
 		{"not a number", strings.Replace(goodPlacements, "1.8", "fast", 1), goodScal, good, ModelConfig{}, "not a finite number"},
