@@ -69,7 +69,7 @@ Flags:
 		return ErrUsage
 	}
 	if fs.NArg() == 0 {
-		return usageErr(stderr, "no workload given")
+		return simulateUsageErr(stderr, "no workload given")
 	}
 	var names []string
 	for _, p := range strings.Split(*policies, ",") {
@@ -79,22 +79,22 @@ Flags:
 		case simulator.Pollux, simulator.Optimus, simulator.Tiresias:
 			names = append(names, p)
 		default:
-			return usageErr(stderr, "unknown policy %q (want pollux, optimus, tiresias or all)", p)
+			return simulateUsageErr(stderr, "unknown policy %q (want pollux, optimus, tiresias or all)", p)
 		}
 	}
 	switch {
 	case *nodes < 1 || *gpus < 1 || *gpus > 9:
-		return usageErr(stderr, "--nodes must be ≥ 1 and --gpus-per-node in [1, 9]")
+		return simulateUsageErr(stderr, "--nodes must be ≥ 1 and --gpus-per-node in [1, 9]")
 	case *interval <= 0:
-		return usageErr(stderr, "--interval must be positive")
+		return simulateUsageErr(stderr, "--interval must be positive")
 	case *rescale < 0 || *start < 0 || *joiner < 0:
-		return usageErr(stderr, "--rescale-cost, --start-cost and --joiner-startup must not be negative")
+		return simulateUsageErr(stderr, "--rescale-cost, --start-cost and --joiner-startup must not be negative")
 	case *population < 2 || *generations < 1:
-		return usageErr(stderr, "--population must be ≥ 2 and --generations ≥ 1")
+		return simulateUsageErr(stderr, "--population must be ≥ 2 and --generations ≥ 1")
 	case *fairness == 0:
-		return usageErr(stderr, "--fairness must not be 0")
+		return simulateUsageErr(stderr, "--fairness must not be 0")
 	case *parallel < 1:
-		return usageErr(stderr, "--parallel must be ≥ 1")
+		return simulateUsageErr(stderr, "--parallel must be ≥ 1")
 	}
 	cfg := def
 	cfg.Nodes, cfg.GPUsPerNode, cfg.Interval = *nodes, *gpus, *interval
@@ -231,4 +231,9 @@ func printSimulation(w io.Writer, runs []*simulateRun, policies []string, worklo
 				mean[policies[0]]/mean[p], 100*(mean[policies[0]]/mean[p]-1))
 		}
 	}
+}
+
+func simulateUsageErr(stderr io.Writer, format string, args ...any) error {
+	fmt.Fprintf(stderr, "gorovod simulate: "+format+"\n", args...)
+	return ErrUsage
 }

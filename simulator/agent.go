@@ -4,28 +4,31 @@ import (
 	"fmt"
 
 	"github.com/gorovod/gorovod/goodput"
+	"github.com/gorovod/gorovod/scheduler"
 )
 
-// goodputAgent is a Pollux job's view of itself (AdaptDL's agent): the
+// agent is an adaptive (Pollux) job's view of itself, AdaptDL's agent: the
 // throughput model refitted whenever a new configuration is measured, the
 // gradient statistics of the latest step, and the batch-size search over
 // them, all from package goodput.
-type goodputAgent struct {
+type agent struct {
 	profile goodput.Profile
 	model   goodput.Model
 	limits  goodput.Limits
 	fitted  bool
 }
 
-func newAgent(t *Trace) agent {
-	return &goodputAgent{
+func newAgent(t *Trace) *agent {
+	return &agent{
 		model: goodput.Model{InitBatch: t.InitBatchSize},
 		limits: goodput.Limits{MaxBatch: t.MaxBatchSize, MinMicroBatch: t.MinLocalBatch,
 			MaxMicroBatch: t.MaxLocalBatch, Accumulation: true},
 	}
 }
 
-func (a *goodputAgent) observe(nodes, replicas, atomic int, stepTime, syncTime float64) error {
+// observe records a step measured at a configuration and refits the
+// throughput model when the configuration is new.
+func (a *agent) observe(nodes, replicas, atomic int, stepTime, syncTime float64) error {
 	seen := a.profile.Len()
 	// The traces time one micro-batch per step: the accumulation steps
 	// cost the step minus its sync each.
@@ -45,21 +48,21 @@ func (a *goodputAgent) observe(nodes, replicas, atomic int, stepTime, syncTime f
 	return nil
 }
 
-func (a *goodputAgent) setGradStats(sqr, variance float64) {
+// setGradStats records the gradient statistics of the last step.
+func (a *agent) setGradStats(sqr, variance float64) {
 	a.model.Grad = goodput.GradParams{Sqr: sqr, Var: variance}
 }
 
-func (a *goodputAgent) ready() bool { return a.fitted }
+// ready reports whether anything has been measured.
+func (a *agent) ready() bool { return a.fitted }
 
-func (a *goodputAgent) goodput(nodes, replicas int) float64 {
-	c, ok := a.model.Optimize(nodes, replicas, a.limits)
-	if !ok {
-		return 0
-	}
-	return c.Goodput
+// goodput is what the scheduler predicts the job's goodput with.
+func (a *agent) goodput() func(nodes, replicas int) float64 {
+	return scheduler.ModelGoodput(a.model, a.limits)
 }
 
-func (a *goodputAgent) optimize(nodes, replicas int) (atomic, accum int) {
+// optimize picks the per-GPU batch and accumulation steps for an allocation.
+func (a *agent) optimize(nodes, replicas int) (atomic, accum int) {
 	c, ok := a.model.Optimize(nodes, replicas, a.limits)
 	if !ok {
 		// No feasible batch size (more replicas than the largest batch
@@ -69,4 +72,5 @@ func (a *goodputAgent) optimize(nodes, replicas int) (atomic, accum int) {
 	return c.MicroBatch, c.Accum
 }
 
-func (a *goodputAgent) maxProfiledReplicas() int { return a.profile.MaxReplicas() }
+// maxProfiledReplicas is the largest replica count measured.
+func (a *agent) maxProfiledReplicas() int { return a.profile.MaxReplicas() }

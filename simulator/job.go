@@ -7,28 +7,6 @@ import (
 	"github.com/gorovod/gorovod/scheduler"
 )
 
-// agent is what an adaptive (Pollux) job learns about itself while it runs:
-// a throughput model fitted to the step times it has seen and the gradient
-// statistics of its last step, from which it predicts its goodput and picks
-// its batch size.
-type agent interface {
-	// observe records a step measured at a configuration; the model refits
-	// when the configuration is new.
-	observe(nodes, replicas, atomicBatch int, stepTime, syncTime float64) error
-	// setGradStats records the gradient statistics of the last step.
-	setGradStats(sqr, variance float64)
-	// ready reports whether anything has been measured.
-	ready() bool
-	// goodput predicts the goodput (progress per second) with the best batch
-	// size for the allocation.
-	goodput(nodes, replicas int) float64
-	// optimize picks the batch size for the allocation: per-GPU batch and
-	// extra accumulation steps.
-	optimize(nodes, replicas int) (atomicBatch, accumSteps int)
-	// maxProfiledReplicas is the largest replica count measured.
-	maxProfiledReplicas() int
-}
-
 // rescaleModel is what a change of allocation costs a job, in seconds.
 type rescaleModel struct {
 	// start: a job that had no GPUs trains nothing for this long (process
@@ -62,7 +40,7 @@ type job struct {
 	targetBatch    int
 	maxReplicas    int
 
-	model agent // adaptive jobs only
+	model *agent // adaptive jobs only
 
 	placement []int   // GPUs per node, in allocation order
 	nodes     []int   // the allocation: node of each replica
@@ -289,7 +267,7 @@ func (j *job) schedulerJob(now float64, gpusPerNode int) scheduler.Job {
 	if j.model != nil {
 		sj.MaxProfiledReplicas = j.model.maxProfiledReplicas()
 		if j.model.ready() {
-			sj.Goodput = j.model.goodput
+			sj.Goodput = j.model.goodput()
 		}
 	}
 	if j.targetBatch > 0 {
