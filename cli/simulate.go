@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gorovod/gorovod/scheduler"
 	"github.com/gorovod/gorovod/simulator"
 )
 
@@ -45,6 +46,7 @@ func simulateCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	generations := fs.Int("generations", def.Pollux.Generations, "Pollux: generations per scheduling round")
 	fairness := fs.Float64("fairness", def.Pollux.Fairness, "Pollux: exponent p of the power mean of speed-ups (negative: fairer)")
 	seed := fs.Uint64("seed", def.Pollux.Seed, "Pollux: random seed")
+	selection := fs.String("selection", "elitist", "Pollux: the genetic algorithm's selection, elitist (on the power mean) or nsga2 (Pollux's NSGA-II on power mean and cluster utility)")
 	threshold := fs.Duration("tiresias-threshold", def.Tiresias.QueueThreshold, "Tiresias: GPU time after which a job drops to the low-priority queue")
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	asJSON := fs.Bool("json", false, "print one JSON object per simulation, with every job's result")
@@ -93,6 +95,8 @@ Flags:
 		return simulateUsageErr(stderr, "--population must be ≥ 2 and --generations ≥ 1")
 	case *fairness == 0:
 		return simulateUsageErr(stderr, "--fairness must not be 0")
+	case *selection != "elitist" && *selection != "nsga2":
+		return simulateUsageErr(stderr, "--selection must be elitist or nsga2")
 	case *parallel < 1:
 		return simulateUsageErr(stderr, "--parallel must be ≥ 1")
 	}
@@ -102,6 +106,9 @@ Flags:
 	cfg.StartCost, cfg.JoinerStartup = *start, *joiner
 	cfg.Pollux.Population, cfg.Pollux.Generations = *population, *generations
 	cfg.Pollux.Fairness, cfg.Pollux.Seed = *fairness, *seed
+	if *selection == "nsga2" {
+		cfg.Pollux.Selection = scheduler.NSGA2
+	}
 	cfg.Pollux.RestartPenalty, cfg.Pollux.NoRestartPenalty = 0, false
 	if *penalty >= 0 {
 		cfg.Pollux.RestartPenalty, cfg.Pollux.NoRestartPenalty = *penalty, *penalty == 0

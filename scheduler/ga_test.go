@@ -299,30 +299,57 @@ func TestPolluxFindsOptimum(t *testing.T) {
 			current: Allocation{"b": {0, 1}, "c": {2}},
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			now := time.Hour
-			cluster := NewCluster(tc.nodes, tc.gpus)
-			p, pr := testProblem(t, slices.Clone(tc.jobs), cluster, tc.current, now)
-			want := bruteForceBest(pr)
-			alloc, err := p.Allocate(context.Background(), now, slices.Clone(tc.jobs), cluster, tc.current)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := make([]uint8, len(pr.jobs)*pr.stride)
-			for j, job := range pr.jobs {
-				for _, n := range alloc[job.ID] {
-					s[j*pr.stride+n]++
+		for _, sel := range []Selection{Elitist, NSGA2} {
+			t.Run(fmt.Sprintf("%s/selection %d", tc.name, sel), func(t *testing.T) {
+				now := time.Hour
+				cluster := NewCluster(tc.nodes, tc.gpus)
+				_, pr := testProblem(t, slices.Clone(tc.jobs), cluster, tc.current, now)
+				want := bruteForceBest(pr)
+				p := NewPollux(PolluxConfig{Seed: 7, Selection: sel})
+				alloc, err := p.Allocate(context.Background(), now, slices.Clone(tc.jobs), cluster, tc.current)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			if got := pr.fitness(s); math.Abs(got-want) > 1e-12 {
-				t.Fatalf("allocation %v has fitness %v; the best valid allocation has %v", alloc, got, want)
-			}
-			for id, n := range tc.want {
-				if len(alloc[id]) != n {
-					t.Errorf("job %s got %d replicas, want %d (allocation %v)", id, len(alloc[id]), n, alloc)
+				s := make([]uint8, len(pr.jobs)*pr.stride)
+				for j, job := range pr.jobs {
+					for _, n := range alloc[job.ID] {
+						s[j*pr.stride+n]++
+					}
 				}
-			}
-		})
+				if got := pr.fitness(s); math.Abs(got-want) > 1e-12 {
+					t.Fatalf("allocation %v has fitness %v; the best valid allocation has %v", alloc, got, want)
+				}
+				for id, n := range tc.want {
+					if len(alloc[id]) != n {
+						t.Errorf("job %s got %d replicas, want %d (allocation %v)", id, len(alloc[id]), n, alloc)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestRankAndCrowd(t *testing.T) {
+	// (fitness, utility) points: a, b, c trade off (front 0); d is
+	// dominated by b only (front 1); e by d (front 2); f equals b.
+	pop := []individual{
+		{fit: 3, util: 1}, // a
+		{fit: 2, util: 2}, // b
+		{fit: 1, util: 3}, // c
+		{fit: 1.5, util: 1.5},
+		{fit: 1, util: 1},
+		{fit: 2, util: 2},
+	}
+	rankAndCrowd(pop)
+	for i, want := range []int{0, 0, 0, 1, 2, 0} {
+		if pop[i].rank != want {
+			t.Errorf("point %d (%v, %v): front %d, want %d", i, pop[i].fit, pop[i].util, pop[i].rank, want)
+		}
+	}
+	// The ends of front 0 are infinitely far from crowding; b and its
+	// twin are not.
+	if !math.IsInf(pop[0].crowd, 1) || !math.IsInf(pop[2].crowd, 1) || math.IsInf(pop[1].crowd, 1) {
+		t.Errorf("crowding distances %v, %v, %v", pop[0].crowd, pop[1].crowd, pop[2].crowd)
 	}
 }
 

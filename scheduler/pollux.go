@@ -30,7 +30,23 @@ type PolluxConfig struct {
 	// Seed seeds the genetic algorithm: the same seed and the same inputs
 	// give the same allocations.
 	Seed uint64
+	// Selection is how the genetic algorithm picks parents and survivors:
+	// Elitist (the default) or NSGA2.
+	Selection Selection
 }
+
+// Selection is a genetic algorithm's selection scheme.
+type Selection int
+
+const (
+	// Elitist selects on the power mean alone: binary tournaments between
+	// random individuals, and the best of parents and offspring survive.
+	Elitist Selection = iota
+	// NSGA2 is Pollux's own scheme (pymoo's NSGA-II): on the power mean and
+	// the cluster utility together, by non-dominated rank then crowding
+	// distance; the allocation chosen is the one of best power mean.
+	NSGA2
+)
 
 // DefaultPolluxConfig returns the configuration of Pollux's simulator study.
 func DefaultPolluxConfig() PolluxConfig {

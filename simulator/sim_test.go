@@ -147,3 +147,21 @@ func TestPercentile(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSimulatePollux is the whole of workload 1 (160 jobs, 16 × 4 GPUs)
+// under Pollux with the paper's genetic algorithm: the "under 2 minutes"
+// target. Run it with -benchtime 1x.
+func BenchmarkSimulatePollux(b *testing.B) {
+	traces := loadTestTraces(b)
+	w, err := ReadWorkloadFile(filepath.Join(polluxDir(b), "workloads", "workload-1.csv"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		res, err := Simulate(context.Background(), DefaultConfig(), w, traces)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(res.AvgJCT, "avg-JCT-s")
+	}
+}
