@@ -176,6 +176,9 @@ func (j *job) step(now, seconds float64) error {
 		return nil
 	}
 	held := float64(sumInts(j.placement))
+	// Every piece of time is subtracted as the same float it was taken as,
+	// so a phase or an interval ends at exactly zero (a residue would be
+	// lost in `now` and never consumed).
 	for seconds > 0 && !j.done {
 		budget := seconds
 		if len(j.phases) > 0 {
@@ -185,10 +188,11 @@ func (j *job) step(now, seconds float64) error {
 		if len(j.active) == 0 {
 			j.rescaleSpent += budget // paused
 		} else {
-			var err error
-			if used, err = j.train(now, budget); err != nil {
+			left, err := j.train(now, budget)
+			if err != nil {
 				return err
 			}
+			used = budget - left
 		}
 		j.attained += used * held
 		now += used
@@ -202,11 +206,10 @@ func (j *job) step(now, seconds float64) error {
 	return nil
 }
 
-// train runs the job on its active placement for up to seconds from now and
-// returns the time used (less when the job completes).
+// train runs the job on its active placement for seconds from now and
+// returns the seconds left unused (0 unless the job completes).
 func (j *job) train(now, seconds float64) (float64, error) {
 	t := j.trace
-	start := now
 	for seconds > 0 && !j.done {
 		nodes, reps := len(j.active), sumInts(j.active)
 		batch := float64(reps * j.atomic * (j.accum + 1))
@@ -251,7 +254,7 @@ func (j *job) train(now, seconds float64) (float64, error) {
 		}
 		j.updateBatch(j.active)
 	}
-	return now - start, nil
+	return seconds, nil
 }
 
 // schedulerJob is what the policy sees of the job.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 )
 
 // tinyTrace is a model small enough to follow by hand: on one GPU a step at
@@ -134,5 +135,47 @@ func TestUpdateBatch(t *testing.T) {
 		if j.atomic != tc.atomic || j.accum != tc.accum {
 			t.Errorf("batch %d on %v: micro-batch %d + %d accumulated, want %d + %d", tc.batch, tc.placement, j.atomic, j.accum, tc.atomic, tc.accum)
 		}
+	}
+}
+
+// TestJobFractionalCosts: sub-second costs at a late hour of simulated time,
+// where a float residue of a phase would be lost in the clock and never
+// consumed (the simulation spun forever before the time was accounted
+// exactly).
+func TestJobFractionalCosts(t *testing.T) {
+	j := &job{spec: WorkloadJob{Name: "j"}, trace: tinyTrace(t), targetBatch: 8, restarts: -1}
+	costs := rescaleModel{start: 0.1, rescale: 0.1, joinerStartup: 0.3}
+	done := make(chan error, 1)
+	go func() {
+		now := 12345.6
+		j.reallocate([]int{0}, costs)
+		for round := 0; !j.done && round < 100; round++ {
+			if round == 1 {
+				j.reallocate([]int{0, 0}, costs)
+			}
+			if err := j.step(now, 7.7); err != nil {
+				done <- err
+				return
+			}
+			now += 7.7
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("stepping the job did not return")
+	}
+	// 7.6 s of round 0 at 1 per second, then 0.3 s more on the kept GPU,
+	// 0.1 s paused, and the rest on two GPUs at 1/0.6 per second.
+	if !j.done || math.Abs(j.rescaleSpent-0.2) > 1e-9 {
+		t.Fatalf("done %v, paused %v s; want done, 0.2 s", j.done, j.rescaleSpent)
+	}
+	want := 12345.6 + 7.6 + 0.3 + 0.1 + (80-7.9)*0.6
+	if math.Abs(j.completed-want) > 1 {
+		t.Fatalf("completed at %v, want about %v", j.completed, want)
 	}
 }
