@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +21,7 @@ import (
 	"github.com/gorovod/gorovod/internal/benchmark"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/launch"
+	"github.com/gorovod/gorovod/internal/logging"
 	"github.com/gorovod/gorovod/internal/rendezvous"
 )
 
@@ -37,7 +41,16 @@ type workerSpec struct {
 	SmallBytes  int           `json:"small_bytes"`
 	Transport   string        `json:"transport"`
 	SocketBuf   int           `json:"socket_buffer"`
+	SpinTime    time.Duration `json:"spin_time,omitempty"`
 	BatchTimeUS int           `json:"batch_time_us"`
+	// The workers log (to their stderr, which the launcher relays) with
+	// the command's --log-level and --log-format.
+	LogLevel  string `json:"log_level,omitempty"`
+	LogFormat string `json:"log_format,omitempty"`
+	// ProfileDir, when set, is where every worker writes a CPU profile
+	// (cpu-rank<r>.pprof) and an execution trace (trace-rank<r>.out) of its
+	// measurement: where the time of a collective goes, per rank.
+	ProfileDir string `json:"profile_dir,omitempty"`
 }
 
 func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -46,7 +59,6 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		op, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("gorovod bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	np := fs.Int("np", 2, "number of local worker processes")
 	minBytes := fs.String("min-bytes", "4K", "smallest message size (K, M, G suffixes)")
 	maxBytes := fs.String("max-bytes", "64M", "largest message size")
@@ -64,18 +76,24 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
 	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0 keeps the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: gorovod bench [%s] [flags]\n\nFlags:\n", strings.Join(benchmark.Ops(), "|"))
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return ErrUsage // flag has said what is wrong
+	spinTime := fs.Duration("spin-time", 0, "how long a waiting call polls before it parks (0: the transport's default, 100µs; negative: never poll)")
+	placement := fs.String("placement", string(launch.PlaceBalanced), "pin workers to CPUs: balanced (each worker to its share of the CPUs) or none")
+	profileDir := fs.String("profile", "", "write each worker's CPU profile and execution trace into this directory (cpu-rank<r>.pprof, trace-rank<r>.out)")
+	logOpts := logging.DefaultOptions()
+	logOpts.Register(fs)
+	usage := fmt.Sprintf("Usage: gorovod bench [%s] [flags]\n\n"+
+		"Measures a collective across --np local worker processes and prints, per\n"+
+		"message size, the median time, algorithm bandwidth and bus bandwidth.\n"+
+		"The workers talk through --transport: auto (the default) puts processes\n"+
+		"of one host on shared memory and others on TCP.", strings.Join(benchmark.Ops(), "|"))
+	if err := parseFlags(fs, args, usage, stdout, stderr); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr(stderr, "unexpected arguments %q", fs.Args())
+	}
+	if err := logOpts.Validate(); err != nil {
+		return usageErr(stderr, "%v", err)
 	}
 	spec, err := buildWorkerSpec(op, *minBytes, *maxBytes, *factor, *dtype, *redop, *iters, *warmup, *chunk, *small)
 	if err != nil {
@@ -88,15 +106,32 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *np < 1 {
 		return usageErr(stderr, "--np %d must be at least 1", *np)
 	}
+	place, err := launch.ParsePlacement(*placement)
+	if err != nil {
+		return usageErr(stderr, "--placement: %v", err)
+	}
 	spec.Transport, spec.IOTimeout = string(mode), *ioTimeout
+	spec.LogLevel, spec.LogFormat = logOpts.Level, logOpts.Format
 	if *batchTime < 0 {
 		return usageErr(stderr, "--batch-time %v is negative", *batchTime)
 	}
 	spec.BatchTimeUS = int(batchTime.Microseconds())
+	spec.SpinTime = *spinTime
 	if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
 		return usageErr(stderr, "--socket-buffer: %v", err)
 	}
-	return runBench(ctx, *np, spec, *asJSON, *timeout, stdout, stderr)
+	if *profileDir != "" {
+		if err := os.MkdirAll(*profileDir, 0o755); err != nil {
+			return usageErr(stderr, "--profile: %v", err)
+		}
+		if spec.ProfileDir, err = filepath.Abs(*profileDir); err != nil {
+			return usageErr(stderr, "--profile: %v", err)
+		}
+	}
+	if err := runBench(ctx, *np, place, spec, *asJSON, *timeout, stdout, stderr); err != nil {
+		return &commandError{command: "bench", err: err}
+	}
+	return nil
 }
 
 func usageErr(stderr io.Writer, format string, args ...any) error {
@@ -155,11 +190,14 @@ func (s workerSpec) benchmarkSpec() (benchmark.Spec, error) {
 func (s workerSpec) collectiveConfig() (collective.Config, error) {
 	cfg := collective.DefaultConfig()
 	cfg.ChunkBytes, cfg.SmallMessageBytes = s.ChunkBytes, s.SmallBytes
+	if s.SmallBytes == 0 {
+		cfg.SmallMessageBytes = -1 // --small-bytes 0: no message is small
+	}
 	return cfg, cfg.Validate()
 }
 
 // runBench launches np workers and prints rank 0's results as they arrive.
-func runBench(ctx context.Context, np int, spec workerSpec, asJSON bool, timeout time.Duration, stdout, stderr io.Writer) error {
+func runBench(ctx context.Context, np int, place launch.Placement, spec workerSpec, asJSON bool, timeout time.Duration, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	self, err := os.Executable()
@@ -196,7 +234,7 @@ func runBench(ctx context.Context, np int, spec workerSpec, asJSON bool, timeout
 		return err
 	}
 	defer stop()
-	job, err := launch.Start(ctx, launch.Spec{Argv: []string{self, benchWorkerCommand, string(specJSON)}, NP: np, Env: env, Output: output})
+	job, err := launch.Start(ctx, launch.Spec{Argv: []string{self, benchWorkerCommand, string(specJSON)}, NP: np, Env: env, Output: output, Placement: place})
 	if err != nil {
 		return err
 	}
@@ -234,7 +272,7 @@ func printResult(w io.Writer, r benchmark.Result, asJSON bool) {
 // benchWorker is one benchmark process: it joins the others through the
 // launcher's rendezvous, builds the communicator and runs the measurement; rank 0
 // prints the results as JSON lines.
-func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
+func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) != 1 {
 		return errors.New("bench worker: want one JSON spec argument")
 	}
@@ -250,6 +288,11 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	log, err := logging.Options{Level: spec.LogLevel, Format: spec.LogFormat}.Logger(stderr)
+	if err != nil {
+		return fmt.Errorf("bench worker: %w", err)
+	}
+	cfg.Logger = log
 	env, err := envconfig.Load(os.Getenv)
 	if err != nil {
 		return err
@@ -261,6 +304,8 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 	tcfg := multi.DefaultConfig()
 	tcfg.Mode, tcfg.ListenAddr, tcfg.Secret, tcfg.IOTimeout = mode, env.ListenAddr, env.Secret, spec.IOTimeout
 	tcfg.TCP.SocketBuffer = spec.SocketBuf
+	tcfg.Logger = log
+	tcfg.TCP.SpinTime, tcfg.SHM.SpinTime = spec.SpinTime, spec.SpinTime
 	t, err := multi.Listen(tcfg)
 	if err != nil {
 		return err
@@ -278,6 +323,13 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer comm.Close()
+	if spec.ProfileDir != "" {
+		stop, err := startProfiles(spec.ProfileDir, env.Rank)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return benchmark.Run(ctx, comm, bspec, func(r benchmark.Result) error {
 		if env.Rank != 0 {
 			return nil
@@ -286,4 +338,35 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 		_, err := fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	})
+}
+
+// startProfiles starts this worker's CPU profile and execution trace in dir;
+// stop ends both and closes the files.
+func startProfiles(dir string, rank int) (stop func(), err error) {
+	cpuFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("cpu-rank%d.pprof", rank)))
+	if err != nil {
+		return nil, err
+	}
+	traceFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("trace-rank%d.out", rank)))
+	if err != nil {
+		cpuFile.Close()
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpuFile); err != nil {
+		cpuFile.Close()
+		traceFile.Close()
+		return nil, err
+	}
+	if err := trace.Start(traceFile); err != nil {
+		pprof.StopCPUProfile()
+		cpuFile.Close()
+		traceFile.Close()
+		return nil, err
+	}
+	return func() {
+		trace.Stop()
+		pprof.StopCPUProfile()
+		_ = traceFile.Close()
+		_ = cpuFile.Close()
+	}, nil
 }

@@ -20,13 +20,19 @@ Usage:
   gorovod run [--np N] [--min-np N] [--max-np N] [--heuristic NAME] -- TRAINER [ARGS...]
       run an elastic training job: a driver plus N local workers; workers can
       be added (SIGUSR1 or by hand) and can leave or die while training goes on;
-      with a heuristic, the job grows, shrinks and replaces stragglers by itself
+      with a heuristic, the job grows, shrinks and replaces stragglers by itself;
+      --timeline-filename, --metrics-addr and --report DIR let you watch it
   gorovod bench [allreduce|broadcast|allgather|reducescatter|alltoall] [flags]
-      measure a collective across --np local worker processes over TCP loopback
-  gorovod simulate [--policy pollux|optimus|tiresias|all] WORKLOAD.csv...   replay a cluster workload (Pollux's traces)
-  gorovod help
+      measure a collective across --np local worker processes (shared memory
+      between processes of one host by default; --transport picks another)
+  gorovod report [--out DIR] RUN.jsonl
+      plots (SVG, PNG) and an HTML summary of a run from its 'run --json' lines
+  gorovod simulate [--policy pollux|optimus|tiresias|all] WORKLOAD.csv...
+      replay a cluster workload against Pollux's traces under a scheduling policy
+  gorovod help | --version
 
-Run 'gorovod run --help' or 'gorovod bench --help' for the flags.
+Run 'gorovod run --help', 'gorovod bench --help' or 'gorovod report --help'
+for the flags; every command takes --log-level and --log-format.
 `
 
 // ErrUsage marks a bad command line; Main has already said what is wrong
@@ -45,8 +51,9 @@ type Config struct {
 }
 
 // Main runs the gorovod command line: args are the arguments after the
-// program name ("run", "bench", "help"). It returns ErrUsage (or
-// flag.ErrHelp) for a bad command line, after printing what is wrong.
+// program name ("run", "bench", "report", "help", "--version"). It returns
+// ErrUsage for a bad command line, after printing what is wrong, and
+// flag.ErrHelp after printing the help a command was asked for.
 //
 // The bench command runs its workers by starting the program again, so a
 // program calling Main must hand it every argument list it was started with.
@@ -72,8 +79,13 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 		return benchCommand(ctx, args[1:], stdout, stderr)
 	case "simulate":
 		return simulateCommand(ctx, args[1:], stdout, stderr)
+	case "report":
+		return reportCommand(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, Version())
+		return nil
 	case benchWorkerCommand:
-		return benchWorker(ctx, args[1:], stdout)
+		return benchWorker(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -84,7 +96,8 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 
 // Run is the whole body of a main function: it runs the command line on the
 // process's arguments until it ends or SIGINT or SIGTERM arrives, and returns
-// the exit status: 0, 1 after printing the error, 2 for a bad command line.
+// the exit status: 0 (also after --help), 1 after printing the error, 2 for a
+// bad command line.
 //
 //	func main() { os.Exit(cli.Run(cli.Config{Heuristics: registry})) }
 func Run(cfg Config) int {
@@ -92,15 +105,20 @@ func Run(cfg Config) int {
 	defer stop()
 	err := Main(ctx, os.Args[1:], cfg)
 	switch {
-	case err == nil:
+	case err == nil || errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, ErrUsage) || errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, ErrUsage):
 		return 2
 	}
 	stderr := cfg.Stderr
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", filepath.Base(os.Args[0]), err)
+	prefix := filepath.Base(os.Args[0])
+	var ce *commandError
+	if errors.As(err, &ce) {
+		prefix, err = prefix+" "+ce.command, ce.err
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
 	return 1
 }

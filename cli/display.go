@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/job"
 )
 
 // display is everything `gorovod run` prints: the workers' lines, its own
@@ -57,6 +58,84 @@ func (d *display) printLine(w io.Writer, line string) {
 	fmt.Fprintln(w, line)
 }
 
+// runSink prints a job's events as `gorovod run` shows them: the workers'
+// lines prefixed by their launch index, the runner's reports on stderr, the
+// autoscaling engine's events (as JSON lines on stdout with --json) and, at
+// the end, the engine's summary and the workers' count.
+type runSink struct {
+	d                            *display
+	asJSON, autoscaling, verbose bool
+}
+
+func (s runSink) Event(e job.Event) {
+	d := s.d
+	switch e := e.(type) {
+	case job.WorkerOutput:
+		d.workerLine(e.Worker, e.Stream, e.Line)
+	case job.JobStarted:
+		d.report("job %s, %d workers, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
+	case job.WorkerStarted:
+		if e.Initial {
+			d.report("worker %d pid %d", e.Worker.Index, e.Worker.PID)
+		} else {
+			d.report("worker %d pid %d started", e.Worker.Index, e.Worker.PID)
+		}
+	case job.Notice:
+		d.report("%s", e.Message)
+	case job.WorkerExited:
+		// A lost or failed worker is news at once, not only in the final count.
+		switch e.State {
+		case job.Lost:
+			d.report("worker %d (pid %d) lost: %v; the job goes on without it", e.Worker.Index, e.Worker.PID, e.Err)
+		case job.Failed:
+			d.report("worker %d (pid %d) failed: %v", e.Worker.Index, e.Worker.PID, e.Err)
+		case job.Stopped:
+			if s.verbose {
+				d.report("worker %d (pid %d) stopped: the job no longer needed it", e.Worker.Index, e.Worker.PID)
+			}
+		}
+	case job.WorldChanged:
+		for _, name := range e.ByHand {
+			d.report("worker %s joined (started by hand): world %d has %d workers", name, e.World.Number, len(e.World.Members))
+		}
+	case job.Autoscaling:
+		d.event(e.Event, s.asJSON, s.autoscaling || s.verbose)
+	case job.JobEnded:
+		o := e.Outcome
+		d.summary(o.Summary, s.asJSON, s.autoscaling)
+		d.report("%s", countLine(o))
+	}
+}
+
+// countLine is the job's last line: how its workers ended, those started by
+// hand included (a hand-started worker in the last world of a job that
+// finished training finished; one that was not had left before).
+func countLine(o job.Outcome) string {
+	if !o.TrainingFinished && o.LastStep == 0 && len(o.HandStarted) == 0 && o.Count(job.Finished) == len(o.Workers) {
+		return fmt.Sprintf("%d workers exited with status 0 but none trained a step", len(o.Workers))
+	}
+	finished, byHand, left := o.Count(job.Finished), 0, 0
+	for _, h := range o.HandStarted {
+		if h.InLastWorld && o.TrainingFinished {
+			byHand++
+		} else {
+			left++
+		}
+	}
+	line := fmt.Sprintf("%d workers finished", finished+byHand)
+	if byHand > 0 {
+		line += fmt.Sprintf(" (%d started by hand)", byHand)
+	}
+	line += fmt.Sprintf(", %d lost, %d failed", o.Count(job.Lost), o.Count(job.Failed))
+	if n := o.Count(job.Stopped); n > 0 {
+		line += fmt.Sprintf(", %d stopped (not needed any more)", n)
+	}
+	if left > 0 {
+		line += fmt.Sprintf(", %d started by hand left before the end", left)
+	}
+	return line + fmt.Sprintf("; last world epoch %d had %d workers", o.World.Number, len(o.World.Members))
+}
+
 func (d *display) workerLine(i int, stream string, line []byte) {
 	w := d.stdout
 	if stream == "stderr" {
@@ -84,24 +163,17 @@ func (d *display) event(ev heuristics.Event, asJSON, human bool) {
 }
 
 // follow keeps the progress bar up to date until ctx ends.
-func (d *display) follow(ctx context.Context, e *heuristics.Engine) {
+func (d *display) follow(ctx context.Context, e interface{ Status() heuristics.Status }) {
 	if d.bar == nil {
 		return
 	}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, 500*time.Millisecond, func() {
 		st := e.Status()
 		unit := "steps/s"
 		if st.Samples {
 			unit = "samples/s"
 		}
-		desc := fmt.Sprintf("%d workers, %.0f %s", st.Workers, st.Throughput, unit)
+		desc := fmt.Sprintf("%d workers, job %.0f %s", st.Workers, st.Throughput, unit)
 		if st.Acting != "" {
 			desc += " (" + st.Acting + ")"
 		}
@@ -117,16 +189,13 @@ func (d *display) follow(ctx context.Context, e *heuristics.Engine) {
 		d.bar.Describe(desc)
 		_ = d.bar.Set64(st.Step)
 		d.mu.Unlock()
-	}
+	})
 }
 
 func (d *display) summary(s heuristics.Summary, asJSON, human bool) {
 	d.close()
 	if asJSON {
-		b, err := json.Marshal(struct {
-			Event string `json:"event"`
-			heuristics.Summary
-		}{"summary", s})
+		b, err := json.Marshal(summaryLine(s))
 		if err == nil {
 			d.printLine(d.stdout, string(b))
 		}

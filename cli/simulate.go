@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gorovod/gorovod/internal/logging"
 	"github.com/gorovod/gorovod/scheduler"
 	"github.com/gorovod/gorovod/simulator"
 )
@@ -31,7 +31,6 @@ type simulateRun struct {
 
 func simulateCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gorovod simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	def := simulator.DefaultConfig()
 	policies := fs.String("policy", simulator.Pollux, "policies to run, comma-separated: pollux, optimus, tiresias, or all")
 	traces := fs.String("traces", "", "directory of the model traces (default: traces/ beside the workload's directory)")
@@ -51,24 +50,20 @@ func simulateCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	asJSON := fs.Bool("json", false, "print one JSON object per simulation, with every job's result")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (pprof) of the simulations to this file")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: gorovod simulate [flags] WORKLOAD.csv...
+	logOpts := logging.DefaultOptions()
+	logOpts.Register(fs)
+	usage := `Usage: gorovod simulate [flags] WORKLOAD.csv...
 
 Replays workloads (Pollux's format: name,time,application,num_replicas,batch_size)
 against per-model throughput and gradient-statistics traces under a scheduling
 policy, and prints job completion times (JCT), makespan and GPU utilization.
 With several workloads or policies, they run in parallel and a mean per policy
-is added.
-
-Flags:
-`)
-		fs.PrintDefaults()
+is added.`
+	if err := parseFlags(fs, args, usage, stdout, stderr); err != nil {
+		return err
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return ErrUsage
+	if err := logOpts.Validate(); err != nil {
+		return simulateUsageErr(stderr, "%v", err)
 	}
 	if fs.NArg() == 0 {
 		return simulateUsageErr(stderr, "no workload given")

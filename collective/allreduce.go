@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 )
 
 // Option adjusts one reducing collective.
@@ -195,6 +196,30 @@ func (o *opRun) ring(ctx context.Context, plan *segPlan, src, work, out memory, 
 	dt, op := o.desc.dtype, kernelReduceOp(o.desc.op)
 	scratch := c.scratchBuf(plan.maxChunk)
 	staging := c.stagingFor(src, plan.maxChunk)
+	// Traced: time in reduce kernels, and when the reduce-scatter half ended
+	// on the receiving side (which does the reducing).
+	var reduce, rsEnd time.Duration
+	// Reduce-scatter chunks are reduced where they land (a shared-memory ring,
+	// see transport.InPlaceLink): piece by piece, src's bytes op the piece into
+	// rs.into. One consumer serves every chunk; rs says where the current one goes.
+	var rs struct {
+		ctx  context.Context
+		into memory
+		off  int // into's offset of the chunk
+		sOff int // src's offset of the chunk
+	}
+	esz := dt.Size()
+	consume := func(po int, piece []byte) error {
+		if len(piece)%esz != 0 {
+			return fmt.Errorf("collective: transport handed over %d bytes, not whole %v elements", len(piece), dt)
+		}
+		t := o.mark()
+		err := rs.into.reduceFrom(rs.ctx, rs.off+po, src, rs.sOff+po, piece, dt, op)
+		if o.traced() {
+			reduce += o.mark() - t
+		}
+		return err
+	}
 	send := func(ctx context.Context, k int) error {
 		s, j := k/nc, k%nc
 		off, n := plan.chunk(sendSeg(s), j)
@@ -209,6 +234,9 @@ func (o *opRun) ring(ctx context.Context, plan *segPlan, src, work, out memory, 
 		if err != nil {
 			return err
 		}
+		if s < rsSteps {
+			return o.sendInPlace(ctx, right, k, b)
+		}
 		return o.send(ctx, right, k, b)
 	}
 	recv := func(ctx context.Context, k int) error {
@@ -221,17 +249,25 @@ func (o *opRun) ring(ctx context.Context, plan *segPlan, src, work, out memory, 
 			}
 			return work.commit(ctx, off, b)
 		}
-		b := scratch[:n]
-		if err := o.recv(ctx, left, k, b); err != nil {
+		rs.ctx, rs.into, rs.off, rs.sOff = ctx, work, off, off
+		if s == rsSteps-1 {
+			rs.into, rs.off = out, off+outShift
+		}
+		if err := o.recvInPlace(ctx, left, k, scratch[:n], consume); err != nil {
 			return err
 		}
-		if s < rsSteps-1 {
-			return work.reduceFrom(ctx, off, src, off, b, dt, op)
+		var err error
+		if s == rsSteps-1 {
+			t := o.mark()
+			err = out.scale(ctx, off+outShift, n, dt, factor, divisor)
+			if o.traced() {
+				reduce += o.mark() - t
+			}
 		}
-		if err := out.reduceFrom(ctx, off+outShift, src, off, b, dt, op); err != nil {
-			return err
+		if o.traced() && k == rsSteps*nc-1 {
+			rsEnd = o.mark()
 		}
-		return out.scale(ctx, off+outShift, n, dt, factor, divisor)
+		return err
 	}
 	// An allgather receive overwrites the segment that the send p-1 steps
 	// earlier read. The ring's own data dependency already orders them
@@ -239,7 +275,15 @@ func (o *opRun) ring(ctx context.Context, plan *segPlan, src, work, out memory, 
 	// send), but only through the links, which the race detector cannot see
 	// through a socket; the guard says it in Go.
 	items := steps * nc
-	return o.pipeline(ctx, items, items, nc, (p-1)*nc, send, recv)
+	start := o.mark()
+	err := o.pipeline(ctx, items, items, nc, (p-1)*nc, send, recv)
+	if rsEnd > 0 {
+		o.phase(PhaseReduceScatter, start, rsEnd, reduce)
+		if allgather {
+			o.phase(PhaseAllgather, rsEnd, o.mark(), 0)
+		}
+	}
+	return err
 }
 
 // recursiveDoubling allreduces buf (holding this rank's contribution) in

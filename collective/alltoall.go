@@ -39,7 +39,7 @@ func (c *Communicator) AlltoallV(ctx context.Context, send Buffer, sendCounts []
 	if err != nil {
 		return err
 	}
-	d := opDesc{coll: collAlltoall, dtype: send.DType}
+	d := opDesc{coll: collAlltoall, dtype: send.DType, bytes: int64(send.Bytes())}
 	return c.run(ctx, d, algoPairwise, func(ctx context.Context, o *opRun) error {
 		src, dst := memOf(send), memOf(recv)
 		off, n := sendPlan.segment(r)

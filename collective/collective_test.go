@@ -17,7 +17,7 @@ var testConfigs = []struct {
 	cfg  Config
 }{
 	{"small", Config{SmallMessageBytes: 1 << 30, ChunkBytes: 64, AbortTimeout: time.Second}},
-	{"ring", Config{SmallMessageBytes: 0, ChunkBytes: 64, AbortTimeout: time.Second}},
+	{"ring", Config{SmallMessageBytes: -1, ChunkBytes: 64, AbortTimeout: time.Second}},
 }
 
 var testSizes = []int{0, 1, 2, 3, 7, 8, 33, 100, 1001}
@@ -245,7 +245,7 @@ func TestAllgather(t *testing.T) {
 func TestAlltoall(t *testing.T) {
 	for _, m := range testMeshes {
 		for p := 1; p <= 8; p++ {
-			comms := newWorld(t, m.mk, p, Config{SmallMessageBytes: 0, ChunkBytes: 64, AbortTimeout: time.Second})
+			comms := newWorld(t, m.mk, p, Config{SmallMessageBytes: -1, ChunkBytes: 64, AbortTimeout: time.Second})
 			t.Run(fmt.Sprintf("%s/p=%d", m.name, p), func(t *testing.T) {
 				for _, dt := range allDTypes {
 					for _, n := range []int{0, 1, 5, 100} {

@@ -12,13 +12,14 @@ import (
 	"github.com/gorovod/gorovod/collective/transport"
 )
 
-// Config tunes a Communicator. Every rank of a world must use the same
-// SmallMessageBytes and ChunkBytes: they decide the algorithm and the framing,
-// and a difference is reported as a mismatch.
+// Config tunes a Communicator. A zero field means its default
+// (DefaultConfig). Every rank of a world must use the same SmallMessageBytes
+// and ChunkBytes: they decide the algorithm and the framing, and a difference
+// is reported as a mismatch.
 type Config struct {
 	// SmallMessageBytes: an allreduce or broadcast of at most this many bytes uses
 	// the latency-optimal algorithm (recursive doubling, binomial tree); larger
-	// ones the bandwidth-optimal pipelined ring or chain.
+	// ones the bandwidth-optimal pipelined ring or chain. Negative: none does.
 	SmallMessageBytes int
 	// ChunkBytes is the pipelining unit of the ring and chain algorithms.
 	ChunkBytes int
@@ -26,7 +27,14 @@ type Config struct {
 	AbortTimeout time.Duration
 	// Logger receives failures; nil discards.
 	Logger *slog.Logger
+	// Tracer, when set, is told of every collective and its phases (a
+	// timeline); nil costs a pointer check.
+	Tracer Tracer
 }
+
+// ErrInvalidConfig is wrapped by every error about a Config no communicator
+// can run with.
+var ErrInvalidConfig = errors.New("collective: invalid configuration")
 
 // DefaultConfig returns the settings measured best on loopback TCP.
 func DefaultConfig() Config {
@@ -37,19 +45,36 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports settings no communicator can run with.
-func (c Config) Validate() error {
-	if c.SmallMessageBytes < 0 {
-		return fmt.Errorf("collective: SmallMessageBytes %d is negative", c.SmallMessageBytes)
+// WithDefaults returns c with its zero fields set to the defaults.
+func (c Config) WithDefaults() Config {
+	d := DefaultConfig()
+	if c.SmallMessageBytes == 0 {
+		c.SmallMessageBytes = d.SmallMessageBytes
 	}
+	if c.ChunkBytes == 0 {
+		c.ChunkBytes = d.ChunkBytes
+	}
+	if c.AbortTimeout == 0 {
+		c.AbortTimeout = d.AbortTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports settings no communicator can run with (zero fields take
+// the defaults, which are valid), as errors wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
 	if c.ChunkBytes < 64 {
-		return fmt.Errorf("collective: ChunkBytes %d is below 64", c.ChunkBytes)
+		return fmt.Errorf("%w: ChunkBytes %d is below 64", ErrInvalidConfig, c.ChunkBytes)
 	}
 	if c.ChunkBytes > transport.MaxPayload {
-		return fmt.Errorf("collective: ChunkBytes %d is over the frame limit %d", c.ChunkBytes, transport.MaxPayload)
+		return fmt.Errorf("%w: ChunkBytes %d is over the frame limit %d", ErrInvalidConfig, c.ChunkBytes, transport.MaxPayload)
 	}
-	if c.AbortTimeout <= 0 {
-		return fmt.Errorf("collective: AbortTimeout %v must be positive", c.AbortTimeout)
+	if c.AbortTimeout < 0 {
+		return fmt.Errorf("%w: AbortTimeout %v is negative", ErrInvalidConfig, c.AbortTimeout)
 	}
 	return nil
 }
@@ -67,7 +92,9 @@ type Communicator struct {
 	cfg   Config
 	world transport.World
 	links []transport.Link
-	log   *slog.Logger
+	// inPlace[i] is links[i] when it can hand payloads over in place, else nil.
+	inPlace []transport.InPlaceLink
+	log     *slog.Logger
 
 	opMu    sync.Mutex // held for the duration of one collective
 	seq     uint64
@@ -80,10 +107,15 @@ type Communicator struct {
 
 	stateMu sync.Mutex
 	failure error // the first failure; every later collective returns it
+
+	tracer   Tracer
+	started  atomic.Uint64         // collectives begun (seq), for Progress
+	inflight atomic.Pointer[opRun] // the collective running, for Progress
 }
 
 // New connects the ranks of w through t and returns the communicator.
 func New(ctx context.Context, t transport.Transport, w transport.World, cfg Config) (*Communicator, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -100,6 +132,7 @@ func New(ctx context.Context, t transport.Transport, w transport.World, cfg Conf
 // NewFromLinks builds a communicator over links already connected for w (one per
 // rank, nil at w.Rank). The communicator owns the links from then on.
 func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Communicator, error) {
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -118,15 +151,18 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 		}
 	}
 	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	inPlace := make([]transport.InPlaceLink, len(links))
+	for i, l := range links {
+		inPlace[i], _ = l.(transport.InPlaceLink)
 	}
 	return &Communicator{
 		cfg:        cfg,
 		world:      w,
 		links:      links,
+		inPlace:    inPlace,
 		log:        log.With("rank", w.Rank, "epoch", w.Epoch),
 		sendBroken: make([]bool, len(links)),
+		tracer:     cfg.Tracer,
 	}, nil
 }
 
@@ -237,6 +273,11 @@ type opRun struct {
 	// start with, then raised by every frame received. The sending and
 	// receiving goroutines of the op share it.
 	tag atomic.Uint64
+	// waitingOn is the peer the receiving side waits for (-1: none), for
+	// Progress.
+	waitingOn atomic.Int32
+	// t0 is when the collective started, when a tracer watches.
+	t0 time.Time
 }
 
 // raiseTag records a received tag.
@@ -270,10 +311,21 @@ func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag 
 	c.seq++
 	d.seq = c.seq
 	o := &opRun{c: c, desc: d, algo: algo}
+	o.waitingOn.Store(-1)
 	if tag != nil {
 		o.tag.Store(*tag)
 	}
+	c.started.Store(c.seq)
+	c.inflight.Store(o)
+	if c.tracer != nil {
+		o.t0 = time.Now()
+		c.tracer.CollectiveStart(o.info(), o.t0)
+	}
 	err := body(ctx, o)
+	c.inflight.Store(nil)
+	if c.tracer != nil {
+		c.tracer.CollectiveEnd(o.info(), o.t0, o.t0.Add(o.mark()), err)
+	}
 	if err == nil {
 		if tag != nil {
 			*tag = o.tag.Load()
@@ -361,8 +413,19 @@ func (o *opRun) recv(ctx context.Context, peer, step int, into []byte) error {
 
 // recvCount is recv for collectives whose element count differs per peer pair.
 func (o *opRun) recvCount(ctx context.Context, peer, step int, count uint64, into []byte) error {
+	if err := o.recvHeader(ctx, peer, step, len(into), count); err != nil {
+		return err
+	}
+	return o.c.links[peer].RecvPayload(ctx, into)
+}
+
+// recvHeader receives the header of the next frame from peer and checks that
+// it is step of this collective, with n payload bytes.
+func (o *opRun) recvHeader(ctx context.Context, peer, step, n int, count uint64) error {
 	l := o.c.links[peer]
 	var h transport.Header
+	o.waitFor(peer)
+	defer o.waitFor(-1)
 	if err := l.RecvHeader(ctx, &h); err != nil {
 		return err
 	}
@@ -373,11 +436,44 @@ func (o *opRun) recvCount(ctx context.Context, peer, step int, count uint64, int
 		}
 		return &RemoteAbortError{Rank: peer, Reason: string(reason)}
 	}
-	if err := o.check(peer, &h, step, len(into), count); err != nil {
+	if err := o.check(peer, &h, step, n, count); err != nil {
 		return err
 	}
 	o.raiseTag(h.Tag)
-	return l.RecvPayload(ctx, into)
+	return nil
+}
+
+// sendInPlace is send for a frame the peer consumes with recvInPlace: links
+// that can (transport.InPlaceLink) put it where the peer reads it in place.
+func (o *opRun) sendInPlace(ctx context.Context, peer, step int, payload []byte) error {
+	ipl := o.c.inPlace[peer]
+	if ipl == nil {
+		return o.send(ctx, peer, step, payload)
+	}
+	h := o.header(step, len(payload), o.desc.count)
+	if err := ipl.SendInPlace(ctx, &h, payload); err != nil {
+		o.c.sendBroken[peer] = true
+		return err
+	}
+	return nil
+}
+
+// recvInPlace receives step's frame from peer and hands its payload to
+// consume piece by piece where it lands (transport.InPlaceLink), or, on other
+// links, whole after receiving it into scratch (as long as the payload).
+// Pieces are multiples of the element size.
+func (o *opRun) recvInPlace(ctx context.Context, peer, step int, scratch []byte, consume func(off int, piece []byte) error) error {
+	if err := o.recvHeader(ctx, peer, step, len(scratch), o.desc.count); err != nil {
+		return err
+	}
+	ipl := o.c.inPlace[peer]
+	if ipl == nil {
+		if err := o.c.links[peer].RecvPayload(ctx, scratch); err != nil {
+			return err
+		}
+		return consume(0, scratch)
+	}
+	return ipl.RecvPayloadInPlace(ctx, scratch, consume)
 }
 
 // check compares a received header with what this rank expects.

@@ -36,6 +36,9 @@ type opDesc struct {
 	op    ReduceOp
 	count uint64
 	aux   uint32
+	// bytes is the buffer size for a tracer when it is not count × dtype
+	// size (alltoall); it never travels in frames.
+	bytes int64
 }
 
 func (d opDesc) String() string {

@@ -170,7 +170,7 @@ func TestPeerClosingMidCollective(t *testing.T) {
 	for _, m := range testMeshes {
 		for _, p := range []int{2, 3, 4} {
 			t.Run(fmt.Sprintf("%s/p=%d", m.name, p), func(t *testing.T) {
-				comms := newWorld(t, m.mk, p, Config{SmallMessageBytes: 0, ChunkBytes: 4096, AbortTimeout: time.Second})
+				comms := newWorld(t, m.mk, p, Config{SmallMessageBytes: -1, ChunkBytes: 4096, AbortTimeout: time.Second})
 				victim := p - 1
 				errs := onAll(t, comms, 10*time.Second, func(ctx context.Context, c *Communicator) error {
 					b := HostBuffer(Float32, make([]byte, 4<<20))

@@ -46,7 +46,8 @@ type Provisioner interface {
 	Stop(ctx context.Context, w WorkerInfo) error
 }
 
-// EngineConfig configures the autoscaling engine.
+// EngineConfig configures the autoscaling engine. A zero field means its
+// default (DefaultEngineConfig).
 type EngineConfig struct {
 	// Heuristic decides; nil holds (measure and replace stragglers only).
 	Heuristic Heuristic
@@ -57,7 +58,8 @@ type EngineConfig struct {
 	// A straggler's replacement may exceed MaxWorkers by one while it joins:
 	// the world must not shrink before the replacement is in.
 	MinWorkers, MaxWorkers int
-	// Skip is how many steps after each world change are not measured.
+	// Skip is how many steps after each world change are not measured
+	// (negative: none).
 	Skip int
 	// TotalSteps overrides the length trainers report (0: theirs).
 	TotalSteps int64
@@ -69,11 +71,15 @@ type EngineConfig struct {
 	OnEvent func(Event)
 }
 
-// DefaultEngineConfig returns the defaults: straggler replacement on with Or
-// et al.'s settings, the first 3 steps of a world skipped, 2 minutes for a
-// decision to take effect.
+// ErrInvalidConfig is wrapped by every error about an EngineConfig that
+// cannot work.
+var ErrInvalidConfig = errors.New("heuristics: invalid configuration")
+
+// DefaultEngineConfig returns the defaults: no heuristic, straggler
+// replacement off (on, it uses Or et al.'s settings), the first 3 steps of a
+// world skipped, 2 minutes for a decision to take effect.
 func DefaultEngineConfig() EngineConfig {
-	return EngineConfig{ReplaceStragglers: true, Straggler: straggler.DefaultConfig(), MinWorkers: 1, Skip: 3, ActionTimeout: 2 * time.Minute}
+	return EngineConfig{Straggler: straggler.DefaultConfig(), MinWorkers: 1, Skip: 3, ActionTimeout: 2 * time.Minute}
 }
 
 // Event kinds.
@@ -146,6 +152,10 @@ type partialStep struct {
 	samples map[string]int
 	compute map[string]time.Duration
 	times   map[string]time.Duration
+	// accum and the gradient statistics: the same on every member, taken
+	// from any that reports them.
+	accum            int
+	gradSqr, gradVar float64
 }
 
 // action is a decision being carried out.
@@ -164,15 +174,22 @@ func NewEngine(cfg EngineConfig, cluster Cluster, prov Provisioner) (*Engine, er
 	if cluster == nil || prov == nil {
 		return nil, errors.New("heuristics: NewEngine needs a cluster and a provisioner")
 	}
+	d := DefaultEngineConfig()
 	cfg.MinWorkers = max(cfg.MinWorkers, 1)
 	if cfg.MaxWorkers != 0 && cfg.MaxWorkers < cfg.MinWorkers {
-		return nil, fmt.Errorf("heuristics: max workers %d below min workers %d", cfg.MaxWorkers, cfg.MinWorkers)
+		return nil, fmt.Errorf("%w: max workers %d below min workers %d", ErrInvalidConfig, cfg.MaxWorkers, cfg.MinWorkers)
 	}
-	if cfg.Skip < 0 || cfg.TotalSteps < 0 {
-		return nil, errors.New("heuristics: skip and total steps must not be negative")
+	switch {
+	case cfg.Skip == 0:
+		cfg.Skip = d.Skip
+	case cfg.Skip < 0:
+		cfg.Skip = 0
 	}
-	if cfg.ActionTimeout <= 0 {
-		cfg.ActionTimeout = DefaultEngineConfig().ActionTimeout
+	if cfg.TotalSteps < 0 || cfg.ActionTimeout < 0 {
+		return nil, fmt.Errorf("%w: total steps and the action timeout must not be negative", ErrInvalidConfig)
+	}
+	if cfg.ActionTimeout == 0 {
+		cfg.ActionTimeout = d.ActionTimeout
 	}
 	if cfg.Heuristic == nil {
 		cfg.Heuristic = holdHeuristic{}
@@ -308,11 +325,15 @@ func (e *Engine) onReports(r workerReports) {
 			steps[s.Step] = ps
 		}
 		ps.samples[r.worker], ps.compute[r.worker], ps.times[r.worker] = s.Samples, s.Compute, s.StepTime
+		ps.accum = max(ps.accum, s.Accum)
+		if s.GradVar > 0 {
+			ps.gradSqr, ps.gradVar = s.GradSqr, s.GradVar
+		}
 		if len(ps.times) < len(p.Members) {
 			continue
 		}
 		delete(steps, s.Step)
-		st := StepStats{Step: s.Step, Compute: ps.compute, Samples: ps.samples}
+		st := StepStats{Step: s.Step, Compute: ps.compute, Samples: ps.samples, Accum: ps.accum, GradSqr: ps.gradSqr, GradVar: ps.gradVar}
 		var total time.Duration
 		for _, w := range p.Members {
 			st.GlobalBatch += ps.samples[w]

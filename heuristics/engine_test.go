@@ -537,6 +537,44 @@ func TestEngineAggregation(t *testing.T) {
 	}
 }
 
+// TestEngineGradientStatistics: the accumulation and the gradient statistics
+// the workers report reach the complete step, from whichever member has them.
+func TestEngineGradientStatistics(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		reports map[string]StepReport
+		want    StepStats
+	}{
+		{"every member reports them",
+			map[string]StepReport{"a": {Accum: 2, GradSqr: 0.5, GradVar: 3}, "b": {Accum: 2, GradSqr: 0.5, GradVar: 3}},
+			StepStats{Accum: 2, GradSqr: 0.5, GradVar: 3}},
+		{"one member reports them",
+			map[string]StepReport{"a": {}, "b": {Accum: 1, GradSqr: 0, GradVar: 2}},
+			StepStats{Accum: 1, GradSqr: 0, GradVar: 2}},
+		{"none measured",
+			map[string]StepReport{"a": {}, "b": {}},
+			StepStats{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngDirect(t, engConfig(nil))
+			engApply(e, engW(1, "a", "b"))
+			for _, w := range []string{"a", "b"} {
+				r := tc.reports[w]
+				r.Worker, r.Epoch, r.Step, r.Samples, r.StepTime, r.Compute = w, 1, 1, 8, 10*ms, 5*ms
+				e.onReports(workerReports{w, []StepReport{r}})
+			}
+			steps := e.history.Current().Steps
+			if len(steps) != 1 {
+				t.Fatalf("%d complete steps", len(steps))
+			}
+			if s := steps[0]; s.Accum != tc.want.Accum || s.GradSqr != tc.want.GradSqr || s.GradVar != tc.want.GradVar {
+				t.Errorf("step: accum %d, grad %v/%v; want %d, %v/%v", s.Accum, s.GradSqr, s.GradVar, tc.want.Accum, tc.want.GradSqr, tc.want.GradVar)
+			}
+		})
+	}
+}
+
 func TestEngineTotalSteps(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -585,7 +623,8 @@ func TestEngineMeasureSkip(t *testing.T) {
 		wantSamples bool
 	}{
 		{"skip 3", 3, 32, 3200, 3, 20 * ms, true},
-		{"skip 0: the warm-up counts", 0, 32, -1, 6, 500 * ms, true},
+		{"skip none (-1): the warm-up counts", -1, 32, -1, 6, 500 * ms, true},
+		{"skip 0 is the default, 3", 0, 32, 3200, 3, 20 * ms, true},
 		{"no samples: steps per second", 3, 0, 50, 3, 20 * ms, false},
 		{"all skipped", 6, 32, 0, 0, 0, false},
 		{"more skipped than run", 10, 32, 0, 0, 0, false},
@@ -664,7 +703,8 @@ func TestNewEngineConfig(t *testing.T) {
 		{"no provisioner", EngineConfig{}, f, nil, "needs a cluster and a provisioner"},
 		{"max below min", EngineConfig{MinWorkers: 3, MaxWorkers: 2}, f, f, "max workers 2 below min workers 3"},
 		{"max below the minimum of 1", EngineConfig{MinWorkers: 0, MaxWorkers: -1}, f, f, "max workers -1 below min workers 1"},
-		{"negative skip", EngineConfig{Skip: -1}, f, f, "must not be negative"},
+		{"no skip", EngineConfig{Skip: -1}, f, f, ""},
+		{"negative action timeout", EngineConfig{ActionTimeout: -time.Second}, f, f, "must not be negative"},
 		{"negative total steps", EngineConfig{TotalSteps: -5}, f, f, "must not be negative"},
 		{"bad straggler config", EngineConfig{ReplaceStragglers: true, Straggler: straggler.Config{Alpha: 0.1, Threshold: 2, Sustain: 1}}, f, f, "threshold"},
 		{"bad straggler config, replacement off", EngineConfig{Straggler: straggler.Config{Threshold: 2}}, f, f, ""},
@@ -697,8 +737,14 @@ func TestNewEngineConfig(t *testing.T) {
 			}
 		})
 	}
-	if e, err := NewEngine(EngineConfig{}, f, f); err == nil && (e.cfg.MinWorkers != 1 || e.cfg.ActionTimeout != 2*time.Minute) {
-		t.Errorf("zero config: min %d, timeout %v; want 1, 2m", e.cfg.MinWorkers, e.cfg.ActionTimeout)
+	if e, err := NewEngine(EngineConfig{}, f, f); err == nil && (e.cfg.MinWorkers != 1 || e.cfg.ActionTimeout != 2*time.Minute || e.cfg.Skip != 3) {
+		t.Errorf("zero config: min %d, timeout %v, skip %d; want 1, 2m, 3", e.cfg.MinWorkers, e.cfg.ActionTimeout, e.cfg.Skip)
+	}
+	if e, err := NewEngine(EngineConfig{Skip: -1}, f, f); err != nil || e.cfg.Skip != 0 {
+		t.Errorf("Skip -1: %v, skip %d; want none", err, e.cfg.Skip)
+	}
+	if _, err := NewEngine(EngineConfig{MinWorkers: 3, MaxWorkers: 2}, f, f); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("max below min: %v, want ErrInvalidConfig", err)
 	}
 }
 
@@ -941,6 +987,7 @@ func TestEngineShrink(t *testing.T) {
 // replaced again within the back-off.
 func TestEngineStragglerReplacement(t *testing.T) {
 	cfg := DefaultEngineConfig()
+	cfg.ReplaceStragglers = true
 	cfg.ActionTimeout = time.Minute
 	f := newEngFake(3)
 	e, log := engRun(t, cfg, f)
@@ -1024,6 +1071,7 @@ func TestEngineStragglerReplacement(t *testing.T) {
 
 func TestEngineStragglerLeftByItself(t *testing.T) {
 	cfg := DefaultEngineConfig()
+	cfg.ReplaceStragglers = true
 	f := newEngFake(3)
 	e, log := engRun(t, cfg, f)
 	f.start(time.Now())

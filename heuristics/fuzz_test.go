@@ -45,6 +45,7 @@ func FuzzParseSpec(f *testing.F) {
 	f.Add([]byte(`{"name":"all-of","of":[{"name":"scaling-efficiency","params":{"threshold":0.2}}]}`))
 	f.Add([]byte(`{"name":"fixed-schedule","params":{"schedule":"0:2,50:4"}}`))
 	f.Add([]byte(`{"nam":"x"}`))
+	f.Add([]byte(`{"name":"goodput","params":{"init_batch":64,"max_batch":512,"max_micro_batch":128,"accumulation":true,"price_per_worker_hour":2,"value_per_hour":20}}`))
 	r := NewRegistry()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := ParseSpec(b)

@@ -7,7 +7,7 @@ import (
 )
 
 // StepReport is one worker's account of one committed step, as the sync layer
-// gathers it (sync.StepStat, relayed to the driver every few steps).
+// gathers it (sync/stats.Step, relayed to the driver every few steps).
 type StepReport struct {
 	Worker string // member name
 	Epoch  uint64 // the world epoch the step ran in
@@ -22,6 +22,22 @@ type StepReport struct {
 	StepTime time.Duration
 	// TotalSteps is the trainer's planned step count, 0 when unknown.
 	TotalSteps int64
+	// Accum is how many micro-batches beyond the first the worker
+	// accumulated into the step's gradient (0 without accumulation).
+	Accum int
+	// GradSqr and GradVar are the job's smoothed gradient statistics after
+	// the step (goodput.GradParams, the same on every worker); GradVar is 0
+	// when the trainer does not measure them.
+	GradSqr, GradVar float64
+	// Loss is the trainer's mean training loss per sample over the worker's
+	// share of the step, when HasLoss (Session.RecordLoss); Bytes the
+	// gradients it allreduced; Switch, for its first step in a world, how
+	// long it took to move to that world. The engine does not use them:
+	// they are for the run's progress records, metrics and report.
+	Loss    float64
+	HasLoss bool
+	Bytes   int64
+	Switch  time.Duration
 }
 
 // StepStats is one step of a world, once every member has reported it.
@@ -34,6 +50,10 @@ type StepStats struct {
 	// Compute and Samples are per member.
 	Compute map[string]time.Duration
 	Samples map[string]int
+	// Accum, GradSqr and GradVar as the members reported them (StepReport);
+	// GradVar is 0 when not measured.
+	Accum            int
+	GradSqr, GradVar float64
 }
 
 // Period is the stretch of a job spent in one world epoch.

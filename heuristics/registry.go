@@ -57,6 +57,7 @@ func builtins() []builtin {
 		{"any-of", "acts on the first member heuristic that does not hold", newAnyOf},
 		{"scaling-efficiency", "grows while each added worker adds at least a threshold of a worker's throughput (Or et al.)", newScalingEfficiency},
 		{"utility-cost", "grows or shrinks when the utility of finishing sooner exceeds the cost of the workers (Or et al.)", newUtilityCost},
+		{"goodput", "picks the world size by predicted goodput (AdaptDL / Pollux: fitted throughput × statistical efficiency), per worker or against a price", newGoodput},
 		{"fixed-schedule", "scales to given worker counts at given steps (tests and demos)", newFixedSchedule},
 		{"exec", "runs an external program that reads the history as JSON and prints a decision", newExec},
 	}

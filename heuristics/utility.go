@@ -8,8 +8,10 @@ import (
 	"time"
 )
 
-// utilityConfig is utility-cost's parameters.
-type utilityConfig struct {
+// costConfig is the price of workers and the value of finishing the job,
+// shared by utility-cost and goodput: embedded in their configurations, so
+// its keys sit beside the policy's own.
+type costConfig struct {
 	// PricePerWorkerHour is what a worker costs (P, per hour).
 	PricePerWorkerHour float64 `json:"price_per_worker_hour"`
 	// Utility is the shape of the value of finishing at time T: "linear"
@@ -25,11 +27,10 @@ type utilityConfig struct {
 	Deadline Duration `json:"deadline"`
 	// TotalSteps overrides the job length the trainer reports.
 	TotalSteps int64 `json:"total_steps"`
-	searchConfig
 }
 
-func (c utilityConfig) validate() error {
-	errs := []error{c.searchConfig.validate()}
+func (c costConfig) validate() error {
+	var errs []error
 	if !(c.PricePerWorkerHour > 0) || math.IsInf(c.PricePerWorkerHour, 0) {
 		errs = append(errs, fmt.Errorf("price_per_worker_hour must be > 0, got %v", c.PricePerWorkerHour))
 	}
@@ -60,6 +61,41 @@ func (c utilityConfig) validate() error {
 	return errors.Join(errs...)
 }
 
+// utilityOf is U(T), the value of completing completion seconds after the
+// job started.
+func (c costConfig) utilityOf(completion float64) float64 {
+	if c.Utility == "step" {
+		if completion <= time.Duration(c.Deadline).Seconds() {
+			return c.Value
+		}
+		return 0
+	}
+	return -c.ValuePerHour * completion / 3600
+}
+
+// costOf is what workers workers cost for seconds.
+func (c costConfig) costOf(seconds float64, workers int) float64 {
+	return seconds * float64(workers) * c.PricePerWorkerHour / 3600
+}
+
+// totalSteps is the job's length: the configured one, else the trainer's.
+func (c costConfig) totalSteps(h *History) int64 {
+	if c.TotalSteps > 0 {
+		return c.TotalSteps
+	}
+	return h.TotalSteps
+}
+
+// utilityConfig is utility-cost's parameters.
+type utilityConfig struct {
+	costConfig
+	searchConfig
+}
+
+func (c utilityConfig) validate() error {
+	return errors.Join(c.searchConfig.validate(), c.costConfig.validate())
+}
+
 // utilityCost compares, for two world sizes, the utility of the expected
 // completion time with the cost of the workers until then (Or, Zhang and
 // Freedman): a larger world is worth it when it gains more utility than it
@@ -70,7 +106,7 @@ type utilityCost struct {
 }
 
 func newUtilityCost(_ *Registry, s Spec) (Heuristic, error) {
-	cfg := utilityConfig{Utility: "linear", searchConfig: defaultSearchConfig()}
+	cfg := utilityConfig{costConfig: costConfig{Utility: "linear"}, searchConfig: defaultSearchConfig()}
 	if err := DecodeParams(s.Params, &cfg); err != nil {
 		return nil, err
 	}
@@ -85,7 +121,7 @@ func newUtilityCost(_ *Registry, s Spec) (Heuristic, error) {
 func (*utilityCost) Name() string { return "utility-cost" }
 
 func (u *utilityCost) Decide(_ context.Context, h *History) (Decision, error) {
-	total := u.totalSteps(h)
+	total := u.cfg.totalSteps(h)
 	if total <= 0 {
 		return HoldBecause("utility-cost needs the job's length: set total_steps, or have the trainer report its planned steps"), nil
 	}
@@ -93,13 +129,6 @@ func (u *utilityCost) Decide(_ context.Context, h *History) (Decision, error) {
 		return HoldBecause("the job's %d steps are done", total), nil
 	}
 	return u.search.decide(h), nil
-}
-
-func (u *utilityCost) totalSteps(h *History) int64 {
-	if u.cfg.TotalSteps > 0 {
-		return u.cfg.TotalSteps
-	}
-	return h.TotalSteps
 }
 
 // outlook is what finishing the job at one world size looks like.
@@ -117,15 +146,8 @@ func (u *utilityCost) outlook(m Measurement, h *History, b float64, batch int) o
 	t := m.StepTime.Seconds()
 	rest := remainingSeconds(m, b, batch)
 	o := outlook{stepTime: t, completion: h.Now.Sub(h.Start).Seconds() + rest}
-	o.cost = rest * float64(m.Workers) * u.cfg.PricePerWorkerHour / 3600
-	switch u.cfg.Utility {
-	case "step":
-		if o.completion <= time.Duration(u.cfg.Deadline).Seconds() {
-			o.utility = u.cfg.Value
-		}
-	default:
-		o.utility = -u.cfg.ValuePerHour * o.completion / 3600
-	}
+	o.cost = u.cfg.costOf(rest, m.Workers)
+	o.utility = u.cfg.utilityOf(o.completion)
 	return o
 }
 
@@ -159,7 +181,7 @@ func currentBatch(h *History) int {
 }
 
 func (u *utilityCost) pass(old, new Measurement, h *History) (bool, string, map[string]float64) {
-	b := float64(max(0, u.totalSteps(h)-h.Step))
+	b := float64(max(0, u.cfg.totalSteps(h)-h.Step))
 	batch := currentBatch(h)
 	o, n := u.outlook(old, h, b, batch), u.outlook(new, h, b, batch)
 	du, dc := n.utility-o.utility, n.cost-o.cost

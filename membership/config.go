@@ -97,9 +97,16 @@ type Config struct {
 	// Logger receives this package's and memberlist's diagnostics (memberlist's
 	// "[LEVEL] memberlist: ..." lines mapped to slog levels). Default: discard.
 	Logger *slog.Logger
+	// LogRepeatWindow: identical memberlist lines within it (a stranger's
+	// garbage packets, one ERROR each) are written once, then counted in one
+	// line "... (repeated N times in the last 5 s)". Default 5 s.
+	LogRepeatWindow time.Duration
 }
 
 const maxMessageSizeLimit = 16 << 20
+
+// ErrInvalidConfig is wrapped by every error about a Config that cannot work.
+var ErrInvalidConfig = errors.New("membership: invalid configuration")
 
 // DefaultConfig returns settings tuned for a training cluster on a LAN (or one
 // machine); Secret must still be set.
@@ -125,6 +132,7 @@ func DefaultConfig() Config {
 		MaxMessageSize:          64 << 10,
 		MessageQueue:            1024,
 		Logger:                  slog.New(slog.DiscardHandler),
+		LogRepeatWindow:         5 * time.Second,
 	}
 }
 
@@ -133,7 +141,7 @@ func DefaultConfig() Config {
 func (c Config) withDefaults() (Config, error) {
 	d := DefaultConfig()
 	if len(c.Secret) == 0 {
-		return c, errors.New("membership: Config.Secret is required")
+		return c, fmt.Errorf("%w: Secret is required", ErrInvalidConfig)
 	}
 	c.Secret = append([]byte(nil), c.Secret...)
 	c.Seeds = append([]string(nil), c.Seeds...)
@@ -146,13 +154,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	// Message frames carry the sender's name behind a one-byte length.
 	if len(c.Name) > maxFrameString {
-		return c, fmt.Errorf("membership: Config.Name is %d bytes, more than %d", len(c.Name), maxFrameString)
+		return c, fmt.Errorf("%w: Name is %d bytes, more than %d", ErrInvalidConfig, len(c.Name), maxFrameString)
 	}
 	if c.BindAddr == "" {
 		c.BindAddr = d.BindAddr
 	}
 	if c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
-		return c, errors.New("membership: Config.BindPort or AdvertisePort is outside [0, 65535]")
+		return c, fmt.Errorf("%w: BindPort or AdvertisePort is outside [0, 65535]", ErrInvalidConfig)
 	}
 	durations := []struct {
 		v   *time.Duration
@@ -163,6 +171,7 @@ func (c Config) withDefaults() (Config, error) {
 		{&c.GossipToTheDeadTime, d.GossipToTheDeadTime}, {&c.TCPTimeout, d.TCPTimeout},
 		{&c.JoinRetry, d.JoinRetry}, {&c.JoinRetryMax, d.JoinRetryMax},
 		{&c.UpdateTimeout, d.UpdateTimeout}, {&c.LeaveTimeout, d.LeaveTimeout},
+		{&c.LogRepeatWindow, d.LogRepeatWindow},
 	}
 	for _, f := range durations {
 		if *f.v <= 0 {
@@ -184,13 +193,13 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	if c.ProbeTimeout >= c.ProbeInterval {
-		return c, fmt.Errorf("membership: ProbeTimeout %v must be shorter than ProbeInterval %v", c.ProbeTimeout, c.ProbeInterval)
+		return c, fmt.Errorf("%w: ProbeTimeout %v must be shorter than ProbeInterval %v", ErrInvalidConfig, c.ProbeTimeout, c.ProbeInterval)
 	}
 	if c.JoinRetryMax < c.JoinRetry {
 		c.JoinRetryMax = c.JoinRetry
 	}
 	if c.MaxMessageSize > maxMessageSizeLimit {
-		return c, fmt.Errorf("membership: MaxMessageSize %d is over %d", c.MaxMessageSize, maxMessageSizeLimit)
+		return c, fmt.Errorf("%w: MaxMessageSize %d is over %d", ErrInvalidConfig, c.MaxMessageSize, maxMessageSizeLimit)
 	}
 	if c.Logger == nil {
 		c.Logger = d.Logger

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/gorovod/gorovod/internal/logging"
 )
 
 var (
@@ -86,6 +88,10 @@ type Member struct {
 	// a Leave after Shutdown.
 	lifeMu sync.Mutex
 	closed atomic.Bool
+	// quiet is set once this member leaves or shuts down: memberlist's
+	// complaints about its own sockets closing are then not news.
+	quiet      atomic.Bool
+	logLimiter *logging.RateLimiter
 
 	messagesReceived, messagesDropped, messagesForeign, messagesMalformed, nodesRejected atomic.Uint64
 }
@@ -153,7 +159,9 @@ func Join(ctx context.Context, cfg Config, meta Meta) (*Member, error) {
 	}()
 
 	d := &delegate{m}
-	mc := cfg.memberlistConfig(key, newMemberlistLogger(m.log))
+	mlLog, limiter := newMemberlistLogger(m.log, cfg.LogRepeatWindow, &m.quiet)
+	m.logLimiter = limiter
+	mc := cfg.memberlistConfig(key, mlLog)
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge = d, d, d, d
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -500,6 +508,7 @@ func (m *Member) Leave(ctx context.Context) error {
 	if m.closed.Load() {
 		return ErrClosed
 	}
+	m.quiet.Store(true)
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.LeaveTimeout)
 	defer cancel()
 	var errs []error
@@ -562,9 +571,13 @@ func (m *Member) Shutdown() error {
 	if m.closed.Swap(true) {
 		return nil
 	}
+	m.quiet.Store(true)
 	var err error
 	if m.ml != nil {
 		err = m.ml.Shutdown()
+	}
+	if m.logLimiter != nil {
+		m.logLimiter.Flush()
 	}
 	close(m.done)
 	<-m.pumpDone

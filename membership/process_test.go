@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
+	if os.Getenv(hostChildEnv) != "" {
+		os.Exit(runHostChild())
+	}
 	os.Exit(m.Run())
 }
 

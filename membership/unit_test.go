@@ -3,17 +3,19 @@ package membership
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 func TestConfigDefaults(t *testing.T) {
-	if _, err := (Config{}).withDefaults(); err == nil {
-		t.Fatal("a Config without Secret was accepted")
+	if _, err := (Config{}).withDefaults(); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("a Config without Secret: %v, want ErrInvalidConfig", err)
 	}
 	secret := []byte("s")
 	c, err := Config{Secret: secret}.withDefaults()
@@ -47,8 +49,8 @@ func TestConfigDefaults(t *testing.T) {
 			c := DefaultConfig()
 			c.Secret = []byte("s")
 			tc.change(&c)
-			if _, err := c.withDefaults(); err == nil {
-				t.Fatal("accepted")
+			if _, err := c.withDefaults(); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("error %v, want ErrInvalidConfig", err)
 			}
 		})
 	}
@@ -183,15 +185,35 @@ func TestLogWriter(t *testing.T) {
 		got = append(got, r.Level.String()+" "+r.Message)
 		mu.Unlock()
 	}, min: slog.LevelInfo}
-	l := newMemberlistLogger(slog.New(h))
+	var quiet atomic.Bool
+	l, _ := newMemberlistLogger(slog.New(h), time.Minute, &quiet)
 	l.Printf("[DEBUG] memberlist: noisy")
 	l.Printf("[INFO] memberlist: hello")
 	l.Printf("[WARN] memberlist: careful")
 	l.Printf("[ERR] memberlist: broken")
 	l.Printf("untagged line")
-	want := []string{"INFO hello", "WARN careful", "ERROR broken", "INFO untagged line"}
+	l.Printf("[ERR] memberlist: Decrypt packet failed from=127.0.0.1:1")
+	l.Printf("[ERR] memberlist: Decrypt packet failed from=127.0.0.1:2") // the same error: held back
+	l.Printf("[INFO] memberlist: hello")                                 // INFO: never held back
+	quiet.Store(true)
+	l.Printf("[ERR] memberlist: Failed to send gossip: use of closed network connection")
+	want := []string{"INFO hello", "WARN careful", "ERROR broken", "INFO untagged line", "ERROR Decrypt packet failed", "INFO hello"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func TestSplitFrom(t *testing.T) {
+	for _, tc := range []struct{ in, msg, from string }{
+		{"Decrypt packet failed: bad from=127.0.0.1:45345", "Decrypt packet failed: bad", "127.0.0.1:45345"},
+		{"failed to receive: x from=[::1]:7946", "failed to receive: x", "[::1]:7946"},
+		{"no address here", "no address here", ""},
+		{"from=odd placement here", "from=odd placement here", ""},
+	} {
+		msg, from := splitFrom([]byte(tc.in))
+		if string(msg) != tc.msg || string(from) != tc.from {
+			t.Errorf("splitFrom(%q) = %q, %q; want %q, %q", tc.in, msg, from, tc.msg, tc.from)
+		}
 	}
 }
 

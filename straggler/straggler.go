@@ -7,7 +7,9 @@ import (
 	"time"
 )
 
-// Config tunes detection and replacement.
+// Config tunes detection and replacement. A zero field means its default
+// (DefaultConfig); where zero is a setting of its own (no warm-up, no
+// back-off, no limit), a negative value says so.
 type Config struct {
 	// Alpha weighs the newest step in the moving average of a worker's
 	// relative throughput.
@@ -18,15 +20,19 @@ type Config struct {
 	// Sustain is how many consecutive steps the average must stay below
 	// Threshold.
 	Sustain int
-	// Warmup steps after a world change are not counted.
+	// Warmup steps after a world change are not counted (negative: none).
 	Warmup int
 	// Backoff is how many steps must pass before a slot whose replacement
 	// was itself flagged is replaced again; it doubles with each further
-	// replacement of the slot.
+	// replacement of the slot (negative: no back-off).
 	Backoff int64
-	// MaxReplacements bounds the replacements of one slot (0: unlimited).
+	// MaxReplacements bounds the replacements of one slot (negative: no
+	// limit).
 	MaxReplacements int
 }
+
+// ErrInvalidConfig is wrapped by every error about a Config out of range.
+var ErrInvalidConfig = errors.New("straggler: invalid configuration")
 
 // DefaultConfig returns Or et al.'s detection settings and a back-off that
 // retries a slot at most three times.
@@ -34,17 +40,50 @@ func DefaultConfig() Config {
 	return Config{Alpha: 0.1, Threshold: 0.8, Sustain: 10, Warmup: 3, Backoff: 100, MaxReplacements: 3}
 }
 
-// Validate reports a setting out of range.
+// withDefaults fills the zero fields and resolves the negative ones.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Alpha == 0 {
+		c.Alpha = d.Alpha
+	}
+	if c.Threshold == 0 {
+		c.Threshold = d.Threshold
+	}
+	if c.Sustain == 0 {
+		c.Sustain = d.Sustain
+	}
+	switch {
+	case c.Warmup == 0:
+		c.Warmup = d.Warmup
+	case c.Warmup < 0:
+		c.Warmup = 0
+	}
+	switch {
+	case c.Backoff == 0:
+		c.Backoff = d.Backoff
+	case c.Backoff < 0:
+		c.Backoff = 0
+	}
+	switch {
+	case c.MaxReplacements == 0:
+		c.MaxReplacements = d.MaxReplacements
+	case c.MaxReplacements < 0:
+		c.MaxReplacements = 0 // below: 0 is no limit
+	}
+	return c
+}
+
+// Validate reports a setting out of range, as an error wrapping
+// ErrInvalidConfig.
 func (c Config) Validate() error {
+	c = c.withDefaults()
 	switch {
 	case c.Alpha <= 0 || c.Alpha > 1:
-		return fmt.Errorf("straggler: alpha %v must be in (0, 1]", c.Alpha)
+		return fmt.Errorf("%w: alpha %v must be in (0, 1]", ErrInvalidConfig, c.Alpha)
 	case c.Threshold <= 0 || c.Threshold >= 1:
-		return fmt.Errorf("straggler: threshold %v must be in (0, 1)", c.Threshold)
+		return fmt.Errorf("%w: threshold %v must be in (0, 1)", ErrInvalidConfig, c.Threshold)
 	case c.Sustain < 1:
-		return fmt.Errorf("straggler: sustain %d must be at least 1 step", c.Sustain)
-	case c.Warmup < 0 || c.Backoff < 0 || c.MaxReplacements < 0:
-		return errors.New("straggler: warmup, backoff and max replacements must not be negative")
+		return fmt.Errorf("%w: sustain %d must be at least 1 step", ErrInvalidConfig, c.Sustain)
 	}
 	return nil
 }
@@ -81,7 +120,7 @@ func NewDetector(cfg Config) (*Detector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Detector{cfg: cfg, scores: map[string]*score{}}, nil
+	return &Detector{cfg: cfg.withDefaults(), scores: map[string]*score{}}, nil
 }
 
 // Observe feeds one complete step of world epoch: each member's samples and
@@ -182,7 +221,7 @@ type slotState struct {
 }
 
 // NewPolicy returns a policy with no history.
-func NewPolicy(cfg Config) *Policy { return &Policy{cfg: cfg, slot: map[string]int{}} }
+func NewPolicy(cfg Config) *Policy { return &Policy{cfg: cfg.withDefaults(), slot: map[string]int{}} }
 
 // Allow says whether worker may be replaced at step, and why not.
 func (p *Policy) Allow(worker string, step int64) (bool, string) {

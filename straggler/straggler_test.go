@@ -1,6 +1,7 @@
 package straggler
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -131,23 +132,36 @@ func TestConfigValidate(t *testing.T) {
 		name string
 		mod  func(*Config)
 	}{
-		{"alpha 0", func(c *Config) { c.Alpha = 0 }},
+		{"negative alpha", func(c *Config) { c.Alpha = -0.1 }},
 		{"alpha above 1", func(c *Config) { c.Alpha = 1.5 }},
 		{"threshold 1", func(c *Config) { c.Threshold = 1 }},
-		{"sustain 0", func(c *Config) { c.Sustain = 0 }},
-		{"negative warmup", func(c *Config) { c.Warmup = -1 }},
-		{"negative backoff", func(c *Config) { c.Backoff = -1 }},
+		{"negative threshold", func(c *Config) { c.Threshold = -0.5 }},
+		{"negative sustain", func(c *Config) { c.Sustain = -1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()
 			tc.mod(&c)
-			if _, err := NewDetector(c); err == nil {
-				t.Fatal("accepted")
+			if _, err := NewDetector(c); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("NewDetector: %v, want ErrInvalidConfig", err)
 			}
 		})
 	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)
+	}
+	// Zero fields are the defaults; negative ones mean none.
+	if got := (Config{}).withDefaults(); got != DefaultConfig() {
+		t.Fatalf("Config{} means %+v, want %+v", got, DefaultConfig())
+	}
+	if got := (Config{Warmup: -1, Backoff: -1, MaxReplacements: -1}).withDefaults(); got.Warmup != 0 || got.Backoff != 0 || got.MaxReplacements != 0 {
+		t.Fatalf("negative warm-up, back-off and limit mean %+v, want none", got)
+	}
+	p := NewPolicy(Config{Backoff: -1, MaxReplacements: -1})
+	for i := range 10 {
+		if ok, why := p.Allow(fmt.Sprint("w", i), int64(i)); !ok {
+			t.Fatalf("replacement %d refused without back-off or limit: %s", i, why)
+		}
+		p.Replaced(fmt.Sprint("w", i), fmt.Sprint("w", i+1), int64(i))
 	}
 }
 

@@ -8,13 +8,16 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/sync/control"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/stats"
 )
 
 // startToyWorld joins p toy workers through an in-process coordinator and
 // returns their sessions once all are in one world.
-func startToyWorld(b *testing.B, p int, params int, onStats ...func(StatsBatch)) ([]*Session, *Coordinator) {
+func startToyWorld(b *testing.B, p int, params int, onStats ...func(stats.Batch)) ([]*Session, *driver.Coordinator) {
 	b.Helper()
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: p, Coalesce: time.Millisecond})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: p, Coalesce: time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	go coord.Run(ctx)
@@ -23,12 +26,11 @@ func startToyWorld(b *testing.B, p int, params int, onStats ...func(StatsBatch))
 	for i := range p {
 		w := startToy(b, fmt.Sprintf("b%d", i), coord, params)
 		wg.Go(func() {
-			sc := DefaultConfig()
-			sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
-			if len(onStats) > 0 {
-				sc.OnStats = onStats[0]
-			}
-			s, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+			s, err := joinCoord(ctx, coord, w.name, w.tr, w.state, func(sc *Config) {
+				if len(onStats) > 0 {
+					sc.OnStats = onStats[0]
+				}
+			})
 			if err != nil {
 				b.Error(err)
 				return
@@ -67,7 +69,7 @@ func BenchmarkStepOverhead(b *testing.B) {
 								var err error
 								if mode == "bare" {
 									err = collective.Allreduce(ctx, s.Communicator(), grads[i], grads[i], collective.Average)
-								} else if err = s.Allreduce(ctx, [][]float32{grads[i]}); err == nil {
+								} else if err = s.Allreduce(ctx, Reduction{}, collective.SliceBuffer(grads[i])); err == nil {
 									err = s.Commit(ctx)
 								}
 								if err != nil {
@@ -92,25 +94,25 @@ func BenchmarkStatsOverhead(b *testing.B) {
 	for _, n := range []int{1_000, 100_000} {
 		for _, mode := range []string{"off", "timing", "on"} {
 			b.Run(fmt.Sprintf("p=2/floats=%d/stats=%s", n, mode), func(b *testing.B) {
-				var onStats []func(StatsBatch)
+				var onStats []func(stats.Batch)
 				if mode == "timing" { // the clock reads and records, batches dropped
-					onStats = append(onStats, func(StatsBatch) {})
+					onStats = append(onStats, func(stats.Batch) {})
 				}
 				if mode == "on" {
-					queue := make(chan StatsBatch, 8)
+					queue := make(chan stats.Batch, 8)
 					done := make(chan struct{})
 					b.Cleanup(func() { close(done) })
 					go func() {
 						for {
 							select {
 							case batch := <-queue:
-								_ = encodeStats(batch)
+								_ = control.EncodeStats(batch)
 							case <-done:
 								return
 							}
 						}
 					}()
-					onStats = append(onStats, func(batch StatsBatch) {
+					onStats = append(onStats, func(batch stats.Batch) {
 						select {
 						case queue <- batch:
 						default:
@@ -123,11 +125,11 @@ func BenchmarkStatsOverhead(b *testing.B) {
 				var wg stdsync.WaitGroup
 				for _, s := range sessions {
 					wg.Go(func() {
-						grads := [][]float32{make([]float32, n)}
+						grads := collective.SliceBuffer(make([]float32, n))
 						ctx := context.Background()
 						for range b.N {
 							s.RecordSamples(32)
-							err := s.Allreduce(ctx, grads)
+							err := s.Allreduce(ctx, Reduction{}, grads)
 							if err == nil {
 								err = s.Commit(ctx)
 							}
@@ -162,18 +164,19 @@ func BenchmarkTransition(b *testing.B) {
 func transitionOnce(b *testing.B, p, it int) time.Duration {
 	b.StopTimer()
 	sessions, coord := startToyWorld(b, p-1, 100_000)
+	// Before the joiner is added: the epoch with it may be proposed at once.
+	first := coord.Current().Number
 	joiner := startToy(b, fmt.Sprintf("joiner-%d", it), coord, 100_000)
 	ctx := context.Background()
-	first := coord.Current().Number
 	var proposed time.Time
 	done := make([]time.Time, p)
 	var wg stdsync.WaitGroup
-	grads := func() [][]float32 { return [][]float32{make([]float32, 100_000)} }
+	grads := func() collective.Buffer { return collective.SliceBuffer(make([]float32, 100_000)) }
 	for i, s := range sessions {
 		wg.Go(func() {
 			// Step until the new world is in place, then one allreduce there.
-			for s.Epoch().Number == first {
-				if err := s.Allreduce(ctx, grads()); err != nil {
+			for s.World().Number == first {
+				if err := s.Allreduce(ctx, Reduction{}, grads()); err != nil {
 					b.Error(err)
 					return
 				}
@@ -182,22 +185,20 @@ func transitionOnce(b *testing.B, p, it int) time.Duration {
 					return
 				}
 			}
-			if err := s.Allreduce(ctx, grads()); err != nil {
+			if err := s.Allreduce(ctx, Reduction{}, grads()); err != nil {
 				b.Error(err)
 			}
 			done[i] = time.Now()
 		})
 	}
 	wg.Go(func() {
-		sc := DefaultConfig()
-		sc.JobID, sc.Self = "sync-test", Member{Name: joiner.name, Addr: joiner.tr.Addr()}
-		s, err := Join(ctx, sc, joiner.tr, coord.View(joiner.name), joiner.state)
+		s, err := joinCoord(ctx, coord, joiner.name, joiner.tr, joiner.state)
 		if err != nil {
 			b.Error(err)
 			return
 		}
 		defer s.Close()
-		if err := s.Allreduce(ctx, grads()); err != nil {
+		if err := s.Allreduce(ctx, Reduction{}, grads()); err != nil {
 			b.Error(err)
 		}
 		done[p-1] = time.Now()
@@ -216,4 +217,33 @@ func transitionOnce(b *testing.B, p, it int) time.Duration {
 		}
 	}
 	return last.Sub(proposed)
+}
+
+// BenchmarkSessionCPU is the session's own cost per step with no network to
+// hide it: in a world of one the allreduce moves nothing, so what is measured
+// is the fusion (packing many small tensors into one buffer and back), the
+// checks, the step-boundary agreement and the step clock.
+func BenchmarkSessionCPU(b *testing.B) {
+	for _, shape := range []struct{ tensors, floats int }{{1, 100_000}, {64, 1024}} {
+		b.Run(fmt.Sprintf("tensors=%d/floats=%d", shape.tensors, shape.floats), func(b *testing.B) {
+			sessions, _ := startToyWorld(b, 1, 16)
+			s := sessions[0]
+			bufs := make([]collective.Buffer, shape.tensors)
+			for i := range bufs {
+				bufs[i] = collective.SliceBuffer(make([]float32, shape.floats))
+			}
+			ctx := context.Background()
+			b.SetBytes(int64(4 * shape.tensors * shape.floats))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := s.Allreduce(ctx, Reduction{}, bufs...); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Commit(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

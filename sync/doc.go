@@ -3,32 +3,57 @@
 // keeps that working while workers join, leave and fail — the trainer sees
 // only its rank and the world size change.
 //
+// # The training loop
+//
+// Train owns the loop: the trainer writes one step (compute the gradients,
+// Session.Allreduce them, apply the update) and Train redoes a step the world
+// changed under, counts a step only once it committed, leaves the job
+// gracefully on SIGTERM, ends cleanly when the job goes on without the worker,
+// reports the end of training, trains alone in a world of one when no
+// launcher started the process, and, given a sampler, owns the data epochs.
+// The batch size of each step comes from a BatchPolicy (fixed by default).
+//
+// Below Train, a binding or a trainer with its own loop drives a Worker (or a
+// Session) step by step: Allreduce or AllreduceAsync and WaitAll, then
+// Commit, whose ErrWorldChanged and ErrExcluded say what happened. Gradients
+// and the registered State are collective.Buffers: any of the seven dtypes,
+// in host memory or in device memory (collective.DeviceMemory, such as
+// collective/cuda's); fusion packs them into one buffer per dtype and memory
+// kind, as Horovod does, and every worker ends with bit-identical results.
+//
 // # World epochs
 //
 // The membership layer (package membership, gossip) is eventually consistent;
 // collectives need every participant to agree on one ordered member list. A
 // world epoch is such a list with a number. Epochs are made by one proposer at
-// a time:
+// a time (the protocol is sync/epoch's; sync/driver runs it over gossip):
 //
 //   - Who proposes: the job's driver (`gorovod run`, a gossip member with role
 //     driver) while one is alive; otherwise the oldest ready worker (members
 //     sorted by start time, then name). A worker takes over only after no
-//     driver has been in its view for takeoverGrace, so a briefly incomplete
-//     view does not start a second proposer; it continues the numbering from
-//     the newest epoch it knows, dropping members that are gone.
+//     driver has been in its view for a grace of 2 s, so a briefly incomplete
+//     view does not start a second proposer. It first asks every worker in
+//     view which epoch it knows and continues the numbering after the newest
+//     (the driver's last epoch may have reached only some workers), dropping
+//     members that are gone and appending ready workers.
 //   - What it proposes: survivors keep their relative order and joiners are
 //     appended, so rank 0 of a new epoch is the oldest survivor. Changes closer
-//     together than CoordinatorConfig.Coalesce make one epoch; no epoch with
-//     fewer than MinWorkers members is proposed (the job waits for joiners).
+//     together than driver.Config.Coalesce (10 ms) make one epoch; no epoch
+//     with fewer than MinWorkers members is proposed (the job waits for
+//     joiners). A worker the driver removed (Driver.Remove, a scale-down) is
+//     never admitted again.
 //   - Inputs: a worker becomes a candidate when it announces itself ready (after
 //     its own start-up, so joining never stalls the others); it is dropped when
 //     it announces leaving, when gossip reports it left or failed, or when a
 //     worker reports that a collective failed because of it and it does not
-//     answer a liveness ping within probeTimeout (blame alone is not proof: a
-//     survivor that aborted looks dead to its neighbours too).
+//     answer a liveness probe (three pings within 500 ms): blame alone is not
+//     proof, as a survivor that aborted looks dead to its neighbours too. The
+//     world whose collective failed is formed again even when the blamed worker
+//     proves alive, as its members wait for a newer epoch.
 //   - Delivery: the proposer sends each epoch to every worker it knows, and
 //     again every second, because gossip messages may be lost or reordered;
-//     workers keep only the highest number.
+//     workers keep only the highest number. A worker re-sends its failure
+//     report every second until a newer epoch arrives.
 //
 // How agreement is reached: a worker never acts on an epoch alone. Every
 // gradient allreduce carries, in its frame headers, the highest epoch number
@@ -37,15 +62,16 @@
 // they are in, all of them switch at that same step boundary (Session.Commit).
 // No two workers finish a step in different worlds. Joining is connecting the
 // new epoch's ring (the transport handshake rejects any other job or epoch) and
-// receiving the registered TrainState from its rank 0 by broadcast.
+// receiving the registered State from its rank 0 by broadcast.
 //
-// When the proposer dies: a dead driver is noticed by gossip; after
-// takeoverGrace the oldest ready worker proposes instead, as above. Under
-// `gorovod run` the driver is also the workers' launcher, so its death ends
-// the job anyway; the fallback serves jobs whose workers were started by hand
-// or by another launcher. Two proposers can coexist only while views
-// disagree; their epochs then fail to connect (the handshake checks ranks and
-// world size) and the world settles on the next epoch.
+// When the proposer dies: a dead driver is noticed by gossip; after the grace
+// the oldest ready worker proposes instead, as above. Under `gorovod run` the
+// driver is also the workers' launcher, so its death ends the job anyway; the
+// fallback serves jobs whose workers were started by hand or by another
+// launcher. Two proposers can coexist only while views disagree; a proposer
+// that hears of an epoch newer than its own (in a report, a pong or another's
+// announcement) numbers its next one above it, and a worker stuck in a world
+// that cannot connect reports it, so the world settles on the next epoch.
 //
 // # Failures
 //
@@ -59,12 +85,29 @@
 // a step apart; the new rank 0's state wins, and a member rolled back by it
 // gets ErrWorldChanged from the Commit that moved it, not success at a step
 // the world did not keep. At the last step, the members that completed it
-// finish (Worker.Finish) and leave; the proposer then gives the members that
-// report its failure a world without the finished ones, however small, to
-// redo it in, and Driver.Unfinished tells the launcher to let them finish.
+// finish (Worker.Finish: the first one's done message ends admissions, and
+// departures no longer shrink the world) and leave; the proposer then gives
+// the members that report its failure a world without the finished ones,
+// however small, to redo it in, and Driver.Unfinished tells the launcher to
+// let them finish. A worker that proposes (no driver) leaves last, once
+// those are done.
 //
-// Also here: Fuser packs many gradient tensors into few allreduces (Horovod's
-// fusion buffer), AsyncReducer overlaps their communication with the backward
-// pass, and Sampler shards a data epoch across a changing number of workers
-// without skipping or repeating a sample.
+// # Packages
+//
+// This package is what a trainer calls: Train (the loop), Worker (a process's
+// membership in a job), Session (a world's collectives and step boundaries)
+// and State (what a joining worker receives). Beneath it:
+//
+//   - sync/epoch: worlds (numbered member lists), the source a session
+//     learns them from, and the epoch protocol as pure state machines
+//     (Proposer, Follower);
+//   - sync/driver: the loops that run the protocol over gossip: the job's
+//     Driver, a worker's Agent, and an in-process Coordinator;
+//   - sync/control: the wire format of the control messages;
+//   - sync/fusion: packing many tensors into few allreduces (Horovod's fusion
+//     buffer, one per dtype and memory kind) and overlapping them with the
+//     backward pass;
+//   - sync/sampler: sharding a data epoch across a changing number of workers
+//     without skipping or repeating a sample;
+//   - sync/stats: the step statistics workers send the driver.
 package sync

@@ -7,17 +7,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/collective/transport/multi"
 	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
 )
 
 // These tests run the real control plane in one process: a Driver and
 // workers that find it through gossip and connect over TCP.
 
-func startDriver(t *testing.T, min int) *Driver {
+func startDriver(t *testing.T, min int) *driver.Driver {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := StartDriver(ctx, DriverConfig{JobID: "elastic-test", Secret: []byte("elastic-test-secret"), MinWorkers: min, Membership: membership.DefaultConfig()})
+	d, err := driver.Start(ctx, driver.Config{JobID: "elastic-test", Secret: []byte("elastic-test-secret"), MinWorkers: min, Membership: membership.DefaultConfig()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,12 +33,12 @@ type elasticToy struct {
 	params []float32
 }
 
-func joinElastic(t *testing.T, ctx context.Context, d *Driver, edits ...func(*WorkerConfig)) (*elasticToy, error) {
+func joinElastic(t *testing.T, ctx context.Context, d *driver.Driver, edits ...func(*WorkerConfig)) (*elasticToy, error) {
 	params := make([]float32, 3000)
-	st := NewTrainState()
+	st := NewState()
 	st.RegisterTensor("params", params)
 	cfg := WorkerConfig{JobID: "elastic-test", Secret: []byte("elastic-test-secret"), Seeds: []string{d.GossipAddr()},
-		Session: DefaultConfig(), Membership: membership.DefaultConfig(), IOTimeout: 2 * time.Second}
+		Session: DefaultConfig(), Membership: membership.DefaultConfig(), Transport: multi.Config{IOTimeout: 2 * time.Second}}
 	cfg.Session.FusionBytes = 4096
 	for _, edit := range edits {
 		edit(&cfg)
@@ -81,7 +84,7 @@ func TestElasticJobOverGossip(t *testing.T) {
 		if step == 10 {
 			addOnce.Do(func() {
 				run("w3", nil)
-				waitFor(t, d, func(e Epoch) bool { return len(e.Members) == 4 })
+				waitFor(t, d, func(e epoch.World) bool { return len(e.Members) == 4 })
 			})
 		}
 		return false
@@ -105,7 +108,7 @@ func TestElasticJobOverGossip(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, d *Driver, ok func(Epoch) bool) {
+func waitFor(t *testing.T, d *driver.Driver, ok func(epoch.World) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -5,17 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	stdsync "sync"
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/stall"
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/fusion"
+	"github.com/gorovod/gorovod/sync/stats"
+	"github.com/gorovod/gorovod/timeline"
 )
 
-// Config configures a Session.
+// Config configures a Session. A zero field means its default
+// (DefaultConfig); JobID and Self are required.
 type Config struct {
 	JobID      string
-	Self       Member // this worker: its unique name and collective address
+	Self       epoch.Member // this worker: its unique name and collective address
 	Collective collective.Config
 	// FusionBytes bounds one fused allreduce (Horovod's fusion threshold).
 	FusionBytes int
@@ -23,33 +30,87 @@ type Config struct {
 	// example while fewer than the minimum number of workers remain).
 	RecoveryTimeout time.Duration
 	// OnStats, if set, receives the worker's step statistics in batches of
-	// about StatsEvery steps (default DefaultStatsEvery), for the driver's
+	// about StatsEvery steps (default stats.DefaultEvery), for the driver's
 	// autoscaling engine. It is called on the training goroutine inside
 	// Commit, so it must hand the batch off without blocking.
-	OnStats    func(StatsBatch)
+	OnStats    func(stats.Batch)
 	StatsEvery int
 	Logger     *slog.Logger
+	// Timeline, if set, records the session's steps, gradient allreduces
+	// (and the queueing of asynchronous ones), world switches, state
+	// broadcasts and recoveries, and, through Collective.Tracer, every
+	// collective with its phases. Its owner closes it after the session.
+	Timeline *timeline.Timeline
+	// StallCheck is how long a collective may wait for ranks that have not
+	// entered it before the stall inspector warns (Logger, Timeline and
+	// OnStallSnapshot): default DefaultStallCheck; negative turns it off.
+	StallCheck time.Duration
+	// OnStallSnapshot, if set, receives the stall inspector's snapshot at
+	// every warning and every StallCheck/2 (the driver finds the missing
+	// ranks from every rank's snapshot). It is called on the inspector's
+	// goroutine and must not block.
+	OnStallSnapshot func(stall.Snapshot)
 }
+
+// ErrInvalidConfig is wrapped by every error about a Config or WorkerConfig
+// that cannot work.
+var ErrInvalidConfig = errors.New("sync: invalid configuration")
 
 // DefaultConfig returns the defaults; JobID and Self must still be set.
 func DefaultConfig() Config {
 	return Config{
 		Collective:      collective.DefaultConfig(),
-		FusionBytes:     DefaultFusionBytes,
+		FusionBytes:     fusion.DefaultBytes,
 		RecoveryTimeout: 10 * time.Minute,
+		StatsEvery:      stats.DefaultEvery,
 	}
 }
 
-// Session is the trainer's handle on the elastic world: it averages gradients
+// withDefaults fills the zero fields and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
+	if c.JobID == "" || c.Self.Name == "" || c.Self.Addr == "" {
+		return c, fmt.Errorf("%w: Config needs JobID and Self (name and address)", ErrInvalidConfig)
+	}
+	if err := c.Collective.Validate(); err != nil {
+		return c, err
+	}
+	c.Collective = c.Collective.WithDefaults()
+	if c.FusionBytes == 0 {
+		c.FusionBytes = d.FusionBytes
+	}
+	if c.RecoveryTimeout == 0 {
+		c.RecoveryTimeout = d.RecoveryTimeout
+	}
+	if c.StatsEvery == 0 {
+		c.StatsEvery = d.StatsEvery
+	}
+	if c.StallCheck == 0 {
+		c.StallCheck = DefaultStallCheck
+	}
+	if c.Timeline != nil {
+		c.Collective.Tracer = collective.Tracers(c.Collective.Tracer, c.Timeline.CollectiveTracer())
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.FusionBytes < 0 || c.RecoveryTimeout < 0 || c.StatsEvery < 0 {
+		return c, fmt.Errorf("%w: FusionBytes, RecoveryTimeout and StatsEvery must not be negative", ErrInvalidConfig)
+	}
+	return c, nil
+}
+
+// Session is the trainer's handle on the elastic world: it reduces gradients
 // among the current members, and at step boundaries moves every member to the
 // next agreed epoch together, bringing joiners up to date and repairing the
-// world after a failure.
+// world after a failure. Train runs the loop below for a trainer; a binding
+// that drives training step by step calls these methods itself.
 //
 // The training loop:
 //
 //	for sess.Step() < steps {
-//		grads := compute(params, batch)
-//		if err := sess.Allreduce(ctx, grads); errors.Is(err, sync.ErrWorldChanged) {
+//		compute(params, batch, grads)
+//		if err := sess.Allreduce(ctx, sync.Reduction{}, collective.SliceBuffer(grads)); errors.Is(err, sync.ErrWorldChanged) {
 //			continue // state was re-synchronized: recompute this step
 //		} else if err != nil {
 //			return err
@@ -62,15 +123,15 @@ func DefaultConfig() Config {
 type Session struct {
 	cfg   Config
 	t     transport.Transport
-	src   EpochSource
-	state *TrainState
-	fuser *Fuser
+	src   epoch.Source
+	state *State
+	fuser *fusion.Fuser
 	log   *slog.Logger
 
 	// mu guards epoch and comm against AbortIfMember, which runs on another
 	// goroutine; the training goroutine is the only writer.
 	mu    stdsync.Mutex
-	epoch Epoch
+	epoch epoch.World
 	comm  *collective.Communicator
 
 	// newest is the highest epoch number any member knew of during this
@@ -82,32 +143,31 @@ type Session struct {
 	// Asynchronous allreduces: their own fuser (they run beside the trainer's
 	// goroutine), the last one started (the next waits for it), and the
 	// epoch number they carried back.
-	asyncFuser  *Fuser
+	asyncFuser  *fusion.Fuser
 	lastAsync   *Handle
 	asyncNewest uint64
+	asyncTagged bool
 
-	clock stepClock
+	clock stats.Clock
+	obs   *observer
 }
 
 // Join waits for the first epoch that includes cfg.Self, connects to its
 // members and receives the current state from its rank 0 (the oldest member).
-func Join(ctx context.Context, cfg Config, t transport.Transport, src EpochSource, state *TrainState) (*Session, error) {
-	if cfg.JobID == "" || cfg.Self.Name == "" || cfg.Self.Addr == "" {
-		return nil, errors.New("sync: Config needs JobID and Self (name and address)")
+func Join(ctx context.Context, cfg Config, t transport.Transport, src epoch.Source, state *State) (*Session, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if err := cfg.Collective.Validate(); err != nil {
+	if err := state.check(); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Session{cfg: cfg, t: t, src: src, state: state, fuser: NewFuser(cfg.FusionBytes), asyncFuser: NewFuser(cfg.FusionBytes), log: log.With("worker", cfg.Self.Name)}
-	s.clock.onStats, s.clock.every = cfg.OnStats, cfg.StatsEvery
-	if s.clock.every <= 0 {
-		s.clock.every = DefaultStatsEvery
-	}
+	s := &Session{cfg: cfg, t: t, src: src, state: state, fuser: fusion.NewFuser(cfg.FusionBytes), asyncFuser: fusion.NewFuser(cfg.FusionBytes), log: log.With("worker", cfg.Self.Name)}
+	s.clock = stats.NewClock(cfg.StatsEvery, cfg.OnStats)
+	s.obs = startObserver(cfg, cfg.Self.Name)
 	if err := s.advance(ctx, 0); err != nil {
+		s.obs.close()
 		return nil, err
 	}
 	return s, nil
@@ -119,8 +179,12 @@ func (s *Session) Rank() int { return s.comm.Rank() }
 // Size is the number of workers in the current epoch.
 func (s *Session) Size() int { return s.comm.Size() }
 
-// Epoch is the current world epoch.
-func (s *Session) Epoch() Epoch { return s.epoch }
+// World is the current world epoch.
+func (s *Session) World() epoch.World { return s.epoch }
+
+// Self is this worker as the worlds list it: its member name and collective
+// address.
+func (s *Session) Self() epoch.Member { return s.cfg.Self }
 
 // Step is the number of committed steps, identical on every worker.
 func (s *Session) Step() int64 { return s.state.Step }
@@ -132,24 +196,120 @@ func (s *Session) Communicator() *collective.Communicator { return s.comm }
 // RecordSamples adds n to the samples this worker processes in the current
 // step. The autoscaling engine measures throughput in samples per second when
 // trainers report them, in steps per second otherwise.
-func (s *Session) RecordSamples(n int) { s.clock.samples += n }
+func (s *Session) RecordSamples(n int) { s.clock.AddSamples(n) }
+
+// RecordLoss reports the trainer's training loss of the current step: the
+// mean loss per sample over this worker's share of the step's batch, so that
+// it compares across world sizes. It travels with the step statistics to the
+// driver (`gorovod run` shows it in its progress records, metrics and run
+// report); several calls in one step are averaged, and a loss that is not
+// finite is left out.
+func (s *Session) RecordLoss(mean float64) { s.clock.AddLoss(mean) }
 
 // SetTotalSteps tells the autoscaling engine how many steps the job plans to
 // train in all (policies weighing the remaining work need it).
-func (s *Session) SetTotalSteps(n int64) { s.clock.total = n }
+func (s *Session) SetTotalSteps(n int64) { s.clock.SetTotal(n) }
 
-// Allreduce averages the gradient tensors in place across the current world.
-// If the world breaks meanwhile, the session rebuilds it, re-synchronizes the
-// state from the new rank 0 and returns ErrWorldChanged.
-func (s *Session) Allreduce(ctx context.Context, grads [][]float32) error {
-	defer s.clock.wait(time.Now())
+// Reduction says how a gradient allreduce combines the workers' tensors. The
+// zero value averages (Horovod's default).
+type Reduction struct {
+	// Op combines the workers' elements; zero means collective.Average.
+	Op collective.ReduceOp
+	// Prescale multiplies each worker's tensors before they are combined, and
+	// Postscale the result (Horovod's prescale_factor and postscale_factor;
+	// with Average the division by the world size comes on top). Zero means 1.
+	Prescale, Postscale float64
+}
+
+// Sum returns the Reduction that adds the workers' tensors.
+func Sum() Reduction { return Reduction{Op: collective.Sum} }
+
+// check refuses an invalid reduction and returns it with the defaults filled
+// in.
+func (r Reduction) check() (Reduction, error) {
+	if r.Op == 0 {
+		r.Op = collective.Average
+	}
+	if !r.Op.Valid() {
+		return r, fmt.Errorf("sync: invalid reduce op %v", r.Op)
+	}
+	for _, f := range []*float64{&r.Prescale, &r.Postscale} {
+		switch {
+		case *f == 0:
+			*f = 1
+		case math.IsNaN(*f) || math.IsInf(*f, 0):
+			return r, fmt.Errorf("sync: scale factor %v is not finite", *f)
+		}
+	}
+	return r, nil
+}
+
+// Allreduce reduces the gradient tensors in place across the current world:
+// any dtype, host or device memory, fused into few collectives (see
+// fusion.Fuser). Every worker must pass the same dtypes and sizes in the same
+// order. If the world breaks meanwhile, the session rebuilds it,
+// re-synchronizes the state from the new rank 0 and returns ErrWorldChanged.
+// Malformed tensors (see fusion.Check) or an invalid reduction are refused
+// with an error before anything is sent; the world is untouched.
+func (s *Session) Allreduce(ctx context.Context, how Reduction, tensors ...collective.Buffer) error {
+	how, err := how.check()
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	defer s.clock.Wait(began)
+	bytes := s.obs.gradients(tensors)
 	newest := s.src.Latest()
-	err := s.fuser.Allreduce(ctx, s.comm, grads, collective.Average, collective.MaxTag(&newest))
+	err = reduceGradients(ctx, s.fuser, s.comm, tensors, how, &newest)
+	if s.obs.tl != nil {
+		s.obs.reduced("allreduce gradients", began, time.Now(), len(tensors), bytes, err)
+	}
 	if err == nil {
-		s.newest, s.tagged = max(s.newest, newest), true
+		s.clock.AddBytes(bytes)
+		if len(tensors) > 0 {
+			s.newest, s.tagged = max(s.newest, newest), true
+		}
 		return nil
 	}
+	return s.failed(ctx, s.comm, err)
+}
+
+// reduceGradients is the one place every gradient allreduce goes through, the
+// synchronous one and AllreduceAsync's. Besides the gradients it carries the
+// highest world epoch any member knows of (newest, in the frames' tags).
+//
+// Goodput (issue 14) will measure the gradient noise here, at no extra
+// collective: each replica's squared norm of tensors before the reduction,
+// and of the reduced result after it, travelling with newest on this same
+// allreduce.
+func reduceGradients(ctx context.Context, f *fusion.Fuser, comm *collective.Communicator, tensors []collective.Buffer, how Reduction, newest *uint64) error {
+	opts := [3]collective.Option{collective.MaxTag(newest)} // on the stack: this runs every step
+	n := 1
+	if how.Prescale != 1 {
+		opts[n], n = collective.Prescale(how.Prescale), n+1
+	}
+	if how.Postscale != 1 {
+		opts[n], n = collective.Postscale(how.Postscale), n+1
+	}
+	return f.Allreduce(ctx, comm, tensors, how.Op, opts[:n]...)
+}
+
+// failed handles an error of a gradient allreduce on comm. An error that left
+// the communicator working (the context ended before anything was sent, a
+// device refused a copy before the collective) is returned as it is: the
+// world is intact. Workers that called different collectives (a
+// MismatchError) get that error: rebuilding the world cannot repair it, and
+// the others see this worker leave. Any other failure broke the world: it is
+// rebuilt and ErrWorldChanged returned.
+func (s *Session) failed(ctx context.Context, comm *collective.Communicator, err error) error {
+	if comm.Err() == nil {
+		return err
+	}
 	s.tagged = false
+	var mismatch *collective.MismatchError
+	if errors.As(err, &mismatch) {
+		return fmt.Errorf("sync: the workers' gradient tensors differ: %w", err)
+	}
 	if ctx.Err() != nil {
 		return err
 	}
@@ -165,41 +325,65 @@ type Handle struct {
 	err  error
 }
 
-// AllreduceAsync starts averaging grads in place and returns at once, so a
+// AllreduceAsync starts reducing tensors in place and returns at once, so a
 // trainer can hand over each layer's gradients as the backward pass produces
 // them and overlap their communication with the rest of the computation.
 // Allreduces run one at a time in the order they were started, on every rank
-// in the same order. WaitAll collects them before the step is applied.
-func (s *Session) AllreduceAsync(ctx context.Context, grads ...[]float32) *Handle {
+// in the same order. WaitAll collects them before the step is applied; until
+// then the tensors' memory must not be touched. Malformed tensors and invalid
+// reductions fail the handle before anything is sent; later handles still run.
+func (s *Session) AllreduceAsync(ctx context.Context, how Reduction, tensors ...collective.Buffer) *Handle {
 	p := &Handle{done: make(chan struct{})}
+	how, err := how.check()
+	if err != nil {
+		p.err = err
+		close(p.done)
+		return p
+	}
 	prev := s.lastAsync
 	s.lastAsync = p
 	comm := s.comm
+	bytes := s.obs.gradients(tensors)
+	s.clock.AddBytes(bytes) // a failure restarts the step's account
+	tl, queued := s.obs.tl, time.Time{}
+	if tl != nil {
+		queued = time.Now()
+	}
 	go func() {
 		defer close(p.done)
 		if prev != nil {
 			<-prev.done
-			if prev.err != nil {
+			if prev.err != nil && comm.Err() != nil {
 				p.err = prev.err // a spent world: the later ones cannot run either
 				return
 			}
 		}
 		newest := s.src.Latest()
-		p.err = s.asyncFuser.Allreduce(ctx, comm, grads, collective.Average, collective.MaxTag(&newest))
-		if p.err == nil {
+		var began time.Time
+		if tl != nil {
+			began = time.Now()
+			tl.Complete(timeline.TrackTraining, "queued", "gradients", queued, began, timeline.Int("tensors", int64(len(tensors))))
+		}
+		p.err = reduceGradients(ctx, s.asyncFuser, comm, tensors, how, &newest)
+		if tl != nil {
+			s.obs.reduced("allreduce gradients (async)", began, time.Now(), len(tensors), bytes, p.err)
+		}
+		if p.err == nil && len(tensors) > 0 {
 			s.mu.Lock()
 			s.asyncNewest = max(s.asyncNewest, newest)
+			s.asyncTagged = true
 			s.mu.Unlock()
 		}
 	}()
 	return p
 }
 
-// WaitAll waits for allreduces started with AllreduceAsync. If any failed,
-// the session rebuilds the world as Allreduce does and returns
-// ErrWorldChanged: recompute the step.
+// WaitAll waits for allreduces started with AllreduceAsync. If any failed
+// because the world broke, the session rebuilds the world as Allreduce does
+// and returns ErrWorldChanged: recompute the step. A handle refused for bad
+// input returns that error, the world untouched.
 func (s *Session) WaitAll(ctx context.Context, pending ...*Handle) error {
-	defer s.clock.wait(time.Now())
+	defer s.clock.Wait(time.Now())
 	var failed error
 	for _, p := range pending {
 		select {
@@ -216,19 +400,14 @@ func (s *Session) WaitAll(ctx context.Context, pending ...*Handle) error {
 	}
 	if failed == nil {
 		s.mu.Lock()
-		s.newest, s.tagged = max(s.newest, s.asyncNewest), true
-		s.asyncNewest = 0
+		if s.asyncTagged {
+			s.newest, s.tagged = max(s.newest, s.asyncNewest), true
+		}
+		s.asyncNewest, s.asyncTagged = 0, false
 		s.mu.Unlock()
 		return nil
 	}
-	s.tagged = false
-	if ctx.Err() != nil {
-		return failed
-	}
-	if err := s.recover(ctx, failed); err != nil {
-		return err
-	}
-	return ErrWorldChanged
+	return s.failed(ctx, s.comm, failed)
 }
 
 func pendingIn(p *Handle, list []*Handle) bool {
@@ -272,8 +451,11 @@ func (s *Session) Commit(ctx context.Context) error {
 		}
 	}
 	s.newest, s.tagged = 0, false
-	s.clock.wait(began)
-	s.clock.commit(s.epoch.Number, s.state.Step, newest > s.epoch.Number)
+	s.clock.Wait(began)
+	s.clock.Commit(s.epoch.Number, s.state.Step, newest > s.epoch.Number)
+	if s.obs.tl != nil {
+		s.obs.committed(s.state.Step, s.epoch.Number, time.Now())
+	}
 	if newest <= s.epoch.Number {
 		return nil
 	}
@@ -288,13 +470,19 @@ func (s *Session) Commit(ctx context.Context) error {
 	return nil
 }
 
-// Close leaves the current world's communicator. Leaving the job for good is
-// the membership layer's business (a graceful leave starts the next epoch).
+// Close leaves the current world's communicator and frees the device fusion
+// buffers. Leaving the job for good is the membership layer's business (a
+// graceful leave starts the next epoch).
 func (s *Session) Close() error {
+	s.obs.close()
+	var err error
 	if s.comm != nil {
-		return s.comm.Close()
+		err = s.comm.Close()
 	}
-	return nil
+	if s.lastAsync != nil {
+		<-s.lastAsync.done // the async fuser is in use until then
+	}
+	return errors.Join(err, s.fuser.Close(), s.asyncFuser.Close())
 }
 
 // AbortIfMember stops the collective in progress if name is a member of the
@@ -312,7 +500,7 @@ func (s *Session) AbortIfMember(name string, cause error) {
 // recover handles a collective failure: report it, drop the broken world and
 // join the next one.
 func (s *Session) recover(ctx context.Context, cause error) error {
-	blamed := Member{}
+	blamed := epoch.Member{}
 	var pe *collective.PeerError
 	if errors.As(cause, &pe) && pe.Rank >= 0 && pe.Rank < len(s.epoch.Members) {
 		blamed = s.epoch.Members[pe.Rank]
@@ -322,9 +510,11 @@ func (s *Session) recover(ctx context.Context, cause error) error {
 	s.comm.Abort(cause)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RecoveryTimeout)
 	defer cancel()
+	start, failed := time.Now(), s.epoch.Number
 	if err := s.advance(ctx, s.epoch.Number); err != nil {
 		return fmt.Errorf("sync: recovering from %v: %w", cause, err)
 	}
+	s.obs.recovered(failed, blamed.Name, cause, start, time.Now())
 	return nil
 }
 
@@ -332,25 +522,39 @@ func (s *Session) recover(ctx context.Context, cause error) error {
 // newer epoch abandons the attempt: a member of ep that died after ep was
 // proposed would otherwise keep the others dialling it until the recovery
 // timeout, while the proposer has already replaced ep.
-func (s *Session) enter(ctx context.Context, ep Epoch, rank int) (*collective.Communicator, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collective.Communicator, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	go func() {
 		if _, err := s.src.Await(ctx, ep.Number); err == nil {
-			cancel()
+			cancel(errSuperseded)
 		}
 	}()
+	superseded := func(err error) error {
+		if context.Cause(ctx) == errSuperseded {
+			return fmt.Errorf("%w: %w", errSuperseded, err)
+		}
+		return err
+	}
 	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
 	comm, err := collective.New(ctx, s.t, w, s.cfg.Collective)
 	if err != nil {
-		return nil, err
+		return nil, superseded(err)
 	}
-	if err := s.state.broadcast(ctx, comm, 0); err != nil {
+	start := time.Now()
+	err = s.state.broadcast(ctx, comm, 0)
+	s.obs.broadcast(ep.Number, start, time.Now(), err)
+	if err != nil {
 		comm.Abort(err)
-		return nil, err
+		return nil, superseded(err)
 	}
 	return comm, nil
 }
+
+// errSuperseded marks an attempt to enter a world abandoned because a newer
+// one was proposed meanwhile (workers that join together make a few worlds
+// in quick succession): no failure.
+var errSuperseded = errors.New("a newer world was proposed")
 
 // advance moves to the newest epoch after the given one: connect its members,
 // then copy the state from its rank 0. A failure on the way moves on to the
@@ -373,12 +577,17 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 		start := time.Now()
 		comm, err := s.enter(ctx, ep, rank)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrStateMismatch) {
+				// This worker's state cannot join rank 0's: a retry would fail alike.
 				return err
 			}
-			s.log.Warn("entering the next world failed", "epoch", ep.Number, "err", err)
+			level := slog.LevelWarn
+			if errors.Is(err, errSuperseded) {
+				level = slog.LevelInfo // not a failure: a newer world came (workers joining together)
+			}
+			s.log.Log(ctx, level, "entering the next world failed", "epoch", ep.Number, "err", err)
 			var pe *collective.PeerError
-			blamed := Member{}
+			blamed := epoch.Member{}
 			if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < len(ep.Members) {
 				blamed = ep.Members[pe.Rank]
 			}
@@ -389,8 +598,10 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 		s.mu.Lock()
 		s.epoch, s.comm = ep, comm
 		s.mu.Unlock()
-		s.clock.restart(time.Now())
-		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", time.Since(start))
+		now := time.Now()
+		s.clock.Entered(now, now.Sub(start))
+		s.obs.entered(ep, rank, comm, start, now)
+		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", now.Sub(start))
 		return nil
 	}
 }

@@ -11,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
+	"github.com/gorovod/gorovod/internal/fakedevice"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
 )
 
 // toyWorker trains a small linear model whose gradient depends on the rank and
@@ -19,7 +23,7 @@ import (
 type toyWorker struct {
 	name   string
 	params []float32
-	state  *TrainState
+	state  *State
 	sess   *Session
 	tr     *tcp.Transport
 }
@@ -51,7 +55,8 @@ func hashParams(p []float32) [32]byte {
 	return sha256.Sum256(b)
 }
 
-func startToy(t testing.TB, name string, coord *Coordinator, size ...int) *toyWorker {
+// listenTCP starts a worker's collective transport, closed when the test ends.
+func listenTCP(t testing.TB) *tcp.Transport {
 	t.Helper()
 	cfg := tcp.DefaultConfig()
 	cfg.Secret = []byte("sync-test-secret")
@@ -61,22 +66,36 @@ func startToy(t testing.TB, name string, coord *Coordinator, size ...int) *toyWo
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// joinCoord joins the worker name, listening on tr, to the job coord
+// proposes the worlds of.
+func joinCoord(ctx context.Context, coord *driver.Coordinator, name string, tr *tcp.Transport, state *State, edits ...func(*Config)) (*Session, error) {
+	sc := DefaultConfig()
+	sc.JobID, sc.Self = "sync-test", epoch.Member{Name: name, Addr: tr.Addr()}
+	for _, edit := range edits {
+		edit(&sc)
+	}
+	return Join(ctx, sc, tr, coord.View(name), state)
+}
+
+func startToy(t testing.TB, name string, coord *driver.Coordinator, size ...int) *toyWorker {
+	t.Helper()
+	tr := listenTCP(t)
 	n := 3000
 	if len(size) > 0 {
 		n = size[0]
 	}
-	w := &toyWorker{name: name, params: make([]float32, n), state: NewTrainState(), tr: tr}
+	w := &toyWorker{name: name, params: make([]float32, n), state: NewState(), tr: tr}
 	w.state.RegisterTensor("params", w.params)
-	coord.Add(Member{Name: name, Addr: tr.Addr()})
+	coord.Add(epoch.Member{Name: name, Addr: tr.Addr()})
 	return w
 }
 
 // train joins through coord and runs the toy loop.
-func (w *toyWorker) train(ctx context.Context, coord *Coordinator, until int64, rec *recorder, vanish func(step int64) bool) error {
-	sc := DefaultConfig()
-	sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
-	sc.FusionBytes = 4096
-	sess, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+func (w *toyWorker) train(ctx context.Context, coord *driver.Coordinator, until int64, rec *recorder, vanish func(step int64) bool) error {
+	sess, err := joinCoord(ctx, coord, w.name, w.tr, w.state, func(c *Config) { c.FusionBytes = 4096 })
 	if err != nil {
 		return err
 	}
@@ -92,6 +111,7 @@ func (w *toyWorker) train(ctx context.Context, coord *Coordinator, until int64, 
 // there through kill (its links close abruptly, as if the process died).
 func toyLoop(ctx context.Context, sess *Session, name string, params []float32, until int64, rec *recorder, vanish func(step int64) bool, kill func()) error {
 	grads := [][]float32{make([]float32, 1000), make([]float32, 2000)}
+	bufs := []collective.Buffer{collective.SliceBuffer(grads[0]), collective.SliceBuffer(grads[1])}
 	lastStep := sess.Step()
 	for sess.Step() < until {
 		if vanish != nil && vanish(sess.Step()) {
@@ -109,7 +129,7 @@ func toyLoop(ctx context.Context, sess *Session, name string, params []float32, 
 		for i := range grads[1] {
 			grads[1][i] = float32(sess.Rank()) * 0.5
 		}
-		err := sess.Allreduce(ctx, grads)
+		err := sess.Allreduce(ctx, Reduction{}, bufs...)
 		if errors.Is(err, ErrWorldChanged) {
 			continue
 		}
@@ -132,14 +152,14 @@ func toyLoop(ctx context.Context, sess *Session, name string, params []float32, 
 			}
 			return err
 		}
-		rec.add(stepRecord{name, sess.Epoch().Number, sess.Size(), sess.Step(), hashParams(params)})
+		rec.add(stepRecord{name, sess.World().Number, sess.Size(), sess.Step(), hashParams(params)})
 	}
 	return nil
 }
 
 // waitEpoch blocks until the coordinator has proposed an epoch for which ok
 // holds, so a test can make a change take effect at a known step.
-func waitEpoch(t *testing.T, coord *Coordinator, ok func(Epoch) bool) {
+func waitEpoch(t *testing.T, coord *driver.Coordinator, ok func(epoch.World) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -180,7 +200,7 @@ func agree(t *testing.T, rec *recorder) map[int64]int {
 	return workers
 }
 
-func runToys(t *testing.T, workers []*toyWorker, coord *Coordinator, until int64, rec *recorder, vanish map[string]func(int64) bool) {
+func runToys(t *testing.T, workers []*toyWorker, coord *driver.Coordinator, until int64, rec *recorder, vanish map[string]func(int64) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -198,7 +218,7 @@ func runToys(t *testing.T, workers []*toyWorker, coord *Coordinator, until int64
 }
 
 func TestWorkersAgreeEveryStep(t *testing.T) {
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 3})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 3})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go coord.Run(ctx)
@@ -214,7 +234,7 @@ func TestWorkersAgreeEveryStep(t *testing.T) {
 }
 
 func TestJoinMidRunGetsState(t *testing.T) {
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go coord.Run(ctx)
@@ -229,7 +249,7 @@ func TestJoinMidRunGetsState(t *testing.T) {
 			once.Do(func() {
 				late = startToy(t, "w2", coord)
 				close(joined)
-				waitEpoch(t, coord, func(e Epoch) bool { return e.Rank("w2") >= 0 })
+				waitEpoch(t, coord, func(e epoch.World) bool { return e.Rank("w2") >= 0 })
 			})
 		}
 		return false
@@ -255,7 +275,7 @@ func TestJoinMidRunGetsState(t *testing.T) {
 }
 
 func TestWorkerVanishingMidRun(t *testing.T) {
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go coord.Run(ctx)
@@ -277,7 +297,7 @@ func TestWorkerVanishingMidRun(t *testing.T) {
 }
 
 func TestGracefulRemoval(t *testing.T) {
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go coord.Run(ctx)
@@ -292,7 +312,7 @@ func TestGracefulRemoval(t *testing.T) {
 			if step == 8 {
 				once.Do(func() {
 					coord.Remove("w1")
-					waitEpoch(t, coord, func(e Epoch) bool { return e.Rank("w1") < 0 })
+					waitEpoch(t, coord, func(e epoch.World) bool { return e.Rank("w1") < 0 })
 				})
 			}
 			return false
@@ -305,7 +325,7 @@ func TestGracefulRemoval(t *testing.T) {
 }
 
 func TestAsyncAllreduceAndRecovery(t *testing.T) {
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go coord.Run(ctx)
@@ -315,9 +335,7 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 	for i, w := range ws {
 		wg.Go(func() {
 			errs[i] = func() error {
-				sc := DefaultConfig()
-				sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
-				sess, err := Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+				sess, err := joinCoord(ctx, coord, w.name, w.tr, w.state)
 				if err != nil {
 					return err
 				}
@@ -329,14 +347,22 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 						w.tr.Close()
 						return nil
 					}
-					layers := [][]float32{make([]float32, 500), make([]float32, 7), make([]float32, 3000)}
+					// Layers of several dtypes, one of them on a device: the
+					// averages (ranks 0..size-1, plus the layer's index) are
+					// halves, exact in each.
+					layers := []collective.Buffer{
+						collective.SliceBuffer(make([]float32, 500)), collective.SliceBuffer(make([]collective.BF16, 7)),
+						collective.SliceBuffer(make([]float64, 3000)), fakedevice.New(make([]byte, 2*40), nil).Buffer(collective.Float16),
+					}
 					var hs []*Handle
 					// Backward order: the last layer's gradient is ready first.
 					for l := len(layers) - 1; l >= 0; l-- {
-						for j := range layers[l] {
-							layers[l][j] = float32(sess.Rank() + l)
+						vals := make([]float64, layers[l].Count)
+						for j := range vals {
+							vals[j] = float64(sess.Rank() + l)
 						}
-						hs = append(hs, sess.AllreduceAsync(ctx, layers[l]))
+						setBuffer(layers[l], vals)
+						hs = append(hs, sess.AllreduceAsync(ctx, Reduction{}, layers[l]))
 					}
 					err := sess.WaitAll(ctx, hs...)
 					if errors.Is(err, ErrWorldChanged) {
@@ -347,9 +373,11 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 						return err
 					}
 					for l, layer := range layers {
-						want := float32(sess.Size()-1)/2 + float32(l)
-						if layer[0] != want {
-							return fmt.Errorf("layer %d averaged to %v, want %v", l, layer[0], want)
+						want := float64(sess.Size()-1)/2 + float64(l)
+						for j, got := range fakedevice.Decode(layer.DType, bufferBytes(layer)) {
+							if got != want {
+								return fmt.Errorf("%v layer %d[%d] averaged to %v, want %v", layer.DType, l, j, got, want)
+							}
 						}
 					}
 					if err := sess.Commit(ctx); err != nil && !errors.Is(err, ErrWorldChanged) {
@@ -378,16 +406,14 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 // trainer would log or count the step twice. Here rank 0 misses the step by
 // skipping its Commit, which leaves it in the state a failed allreduce would.
 func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	go coord.Run(ctx)
 	root, behind := startToy(t, "root", coord, 16), startToy(t, "ahead", coord, 16)
-	waitEpoch(t, coord, func(e Epoch) bool { return len(e.Members) == 2 })
+	waitEpoch(t, coord, func(e epoch.World) bool { return len(e.Members) == 2 })
 	join := func(w *toyWorker) (*Session, error) {
-		sc := DefaultConfig()
-		sc.JobID, sc.Self = "sync-test", Member{Name: w.name, Addr: w.tr.Addr()}
-		return Join(ctx, sc, w.tr, coord.View(w.name), w.state)
+		return joinCoord(ctx, coord, w.name, w.tr, w.state)
 	}
 	// both runs f on each session at once and returns their errors.
 	both := func(a, b *Session, f func(*Session) error) (error, error) {
@@ -412,9 +438,9 @@ func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
 	if sessRoot.Rank() != 0 {
 		t.Fatalf("root has rank %d", sessRoot.Rank())
 	}
-	grads := func() [][]float32 { return [][]float32{make([]float32, 16)} }
+	grads := func() collective.Buffer { return collective.SliceBuffer(make([]float32, 16)) }
 	step := func(s *Session) error {
-		if err := s.Allreduce(ctx, grads()); err != nil {
+		if err := s.Allreduce(ctx, Reduction{}, grads()); err != nil {
 			return err
 		}
 		return s.Commit(ctx)
@@ -424,7 +450,7 @@ func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
 	if errRoot, errAhead = both(sessRoot, sessAhead, step); errRoot != nil || errAhead != nil {
 		t.Fatalf("step 1: %v, %v", errRoot, errAhead)
 	}
-	if errRoot, errAhead = both(sessRoot, sessAhead, func(s *Session) error { return s.Allreduce(ctx, grads()) }); errRoot != nil || errAhead != nil {
+	if errRoot, errAhead = both(sessRoot, sessAhead, func(s *Session) error { return s.Allreduce(ctx, Reduction{}, grads()) }); errRoot != nil || errAhead != nil {
 		t.Fatalf("step 2's allreduce: %v, %v", errRoot, errAhead)
 	}
 	if err := sessAhead.Commit(ctx); err != nil {
@@ -445,7 +471,7 @@ func TestCommitIntoWorldWhoseRootMissedTheStep(t *testing.T) {
 		}
 		lateDone <- err
 	}()
-	waitEpoch(t, coord, func(e Epoch) bool { return e.Rank("late") >= 0 })
+	waitEpoch(t, coord, func(e epoch.World) bool { return e.Rank("late") >= 0 })
 	errRoot, errAhead = both(sessRoot, sessAhead, step)
 	if errRoot != nil {
 		t.Fatalf("rank 0's step 2: %v", errRoot)

@@ -2,18 +2,28 @@ package sync
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/sync/fusion"
 )
 
-// TrainState is what a new or recovering worker must receive to continue training
+// State is what a new or recovering worker must receive to continue training
 // as if nothing happened: the step counter plus everything the trainer
-// registers (parameters, optimizer state, the sampler's position, ...).
+// registers (parameters, optimizer state, counters, the sampler's position,
+// ...).
 //
-// Registered float32 slices are broadcast in place; blobs are read with get
-// before a broadcast and installed with set after one.
-type TrainState struct {
+// Registered tensors — any dtype, in host or device memory — are broadcast in
+// place from the world's rank 0 whenever a world is entered; blobs are read
+// with get on rank 0 before the broadcast and installed with set on the others
+// after it. Every worker must register the same names, dtypes and sizes in the
+// same order: a worker whose registrations differ from rank 0's gets an error
+// wrapping ErrStateMismatch that names the first difference, and leaves the
+// job (rank 0's state is the job's).
+type State struct {
 	Step    int64
 	tensors []namedTensor
 	blobs   []namedBlob
@@ -21,7 +31,7 @@ type TrainState struct {
 
 type namedTensor struct {
 	name string
-	data []float32
+	buf  collective.Buffer
 }
 
 type namedBlob struct {
@@ -30,56 +40,104 @@ type namedBlob struct {
 	set  func([]byte) error
 }
 
-// NewTrainState returns an empty state at step 0.
-func NewTrainState() *TrainState { return &TrainState{} }
+// ErrStateMismatch is wrapped by the error a worker gets when its registered
+// state differs from the world's rank 0's (names, dtypes, element counts, or
+// the number of tensors or blobs), or is malformed itself. It ends the
+// worker's membership: redoing the step could not repair it.
+var ErrStateMismatch = errors.New("sync: registered state differs from rank 0's")
 
-// RegisterTensor adds a float32 slice (parameters, momentum buffers) that is
-// synchronized in place. Every worker must register the same names, sizes and
-// order.
-func (s *TrainState) RegisterTensor(name string, data []float32) {
-	s.tensors = append(s.tensors, namedTensor{name, data})
+// NewState returns an empty state at step 0.
+func NewState() *State { return &State{} }
+
+// RegisterBuffer adds a tensor of any dtype, in host or device memory
+// (parameters, optimizer moments, integer counters), synchronized in place.
+// Its memory must stay valid while the state is in use.
+func (s *State) RegisterBuffer(name string, b collective.Buffer) {
+	s.tensors = append(s.tensors, namedTensor{name, b})
+}
+
+// RegisterTensor adds a float32 slice; it is RegisterBuffer of
+// collective.SliceBuffer(data).
+func (s *State) RegisterTensor(name string, data []float32) {
+	s.RegisterBuffer(name, collective.SliceBuffer(data))
 }
 
 // RegisterBlob adds opaque state (a sampler position, a learning-rate
 // schedule) as bytes.
-func (s *TrainState) RegisterBlob(name string, get func() ([]byte, error), set func([]byte) error) {
+func (s *State) RegisterBlob(name string, get func() ([]byte, error), set func([]byte) error) {
 	s.blobs = append(s.blobs, namedBlob{name, get, set})
 }
 
-// broadcast makes every rank's state a copy of root's: the step and blob sizes
-// first, so that a mismatch shows as an error rather than misread bytes.
-func (s *TrainState) broadcast(ctx context.Context, c *collective.Communicator, root int) error {
-	head := make([]int64, 2+len(s.tensors)+len(s.blobs))
-	head[0], head[1] = s.Step, int64(len(s.tensors))
-	blobs := make([][]byte, len(s.blobs))
-	for i, t := range s.tensors {
-		head[2+i] = int64(len(t.data))
+// check reports a malformed registration: a tensor whose buffer is invalid,
+// or a name used twice.
+func (s *State) check() error {
+	seen := make(map[string]bool, len(s.tensors)+len(s.blobs))
+	for _, t := range s.tensors {
+		if err := fusion.Check([]collective.Buffer{t.buf}); err != nil {
+			return fmt.Errorf("%w: state tensor %q: %v", ErrStateMismatch, t.name, err)
+		}
+		if seen[t.name] {
+			return fmt.Errorf("%w: state name %q registered twice", ErrStateMismatch, t.name)
+		}
+		seen[t.name] = true
 	}
-	for i, b := range s.blobs {
-		if c.Rank() == root {
+	for _, b := range s.blobs {
+		if seen[b.name] {
+			return fmt.Errorf("%w: state name %q registered twice", ErrStateMismatch, b.name)
+		}
+		seen[b.name] = true
+	}
+	return nil
+}
+
+// broadcast makes every rank's state a copy of root's. Root first sends its
+// step and a description of its registrations (names, dtypes, counts, blob
+// sizes); a rank whose own differ stops there with an error wrapping
+// ErrStateMismatch that names the difference, rather than misread bytes.
+func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root int) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	var desc []byte
+	blobs := make([][]byte, len(s.blobs))
+	if c.Rank() == root {
+		for i, b := range s.blobs {
 			data, err := b.get()
 			if err != nil {
 				return fmt.Errorf("sync: reading state %q: %w", b.name, err)
 			}
 			blobs[i] = data
-			head[2+len(s.tensors)+i] = int64(len(data))
 		}
+		desc = s.describe(blobs)
 	}
+	head := []int64{s.Step, int64(len(desc))}
 	if err := collective.Broadcast(ctx, c, head, root); err != nil {
 		return err
 	}
-	for i, t := range s.tensors {
-		if head[2+i] != int64(len(t.data)) {
-			return fmt.Errorf("sync: state tensor %q has %d elements here but %d on rank %d", t.name, len(t.data), head[2+i], root)
+	if c.Rank() != root {
+		if head[1] < 0 || head[1] > maxDescription {
+			return fmt.Errorf("%w: rank %d describes its state in %d bytes", ErrStateMismatch, root, head[1])
 		}
-		if err := collective.Broadcast(ctx, c, t.data, root); err != nil {
+		desc = make([]byte, head[1])
+	}
+	if err := collective.Broadcast(ctx, c, desc, root); err != nil {
+		return err
+	}
+	if c.Rank() != root {
+		sizes, err := s.compare(desc, root)
+		if err != nil {
+			return err
+		}
+		for i, n := range sizes {
+			blobs[i] = make([]byte, n)
+		}
+	}
+	for _, t := range s.tensors {
+		if err := c.Broadcast(ctx, t.buf, root); err != nil {
 			return err
 		}
 	}
 	for i, b := range s.blobs {
-		if c.Rank() != root {
-			blobs[i] = make([]byte, head[2+len(s.tensors)+i])
-		}
 		if err := collective.Broadcast(ctx, c, blobs[i], root); err != nil {
 			return err
 		}
@@ -91,4 +149,131 @@ func (s *TrainState) broadcast(ctx context.Context, c *collective.Communicator, 
 	}
 	s.Step = head[0]
 	return nil
+}
+
+// maxDescription bounds the description a rank accepts: names are short, and
+// a corrupted length must not allocate gigabytes.
+const maxDescription = 64 << 20
+
+// describe encodes the registrations: the tensor and blob counts, then each
+// tensor's name, dtype and element count and each blob's name and size.
+func (s *State) describe(blobs [][]byte) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(s.tensors)))
+	b = binary.AppendUvarint(b, uint64(len(s.blobs)))
+	for _, t := range s.tensors {
+		b = binary.AppendUvarint(b, uint64(len(t.name)))
+		b = append(b, t.name...)
+		b = append(b, byte(t.buf.DType))
+		b = binary.AppendUvarint(b, uint64(t.buf.Count))
+	}
+	for i, bl := range s.blobs {
+		b = binary.AppendUvarint(b, uint64(len(bl.name)))
+		b = append(b, bl.name...)
+		b = binary.AppendUvarint(b, uint64(len(blobs[i])))
+	}
+	return b
+}
+
+// compare checks root's description against this rank's registrations and
+// returns root's blob sizes.
+func (s *State) compare(desc []byte, root int) ([]int, error) {
+	r := descReader{b: desc}
+	nt, nb := r.uvarint(), r.uvarint()
+	if r.err == nil && (nt != uint64(len(s.tensors)) || nb != uint64(len(s.blobs))) {
+		return nil, fmt.Errorf("%w: rank %d registers %d tensors and %d blobs, this worker %d and %d (%s)",
+			ErrStateMismatch, root, nt, nb, len(s.tensors), len(s.blobs), s.names())
+	}
+	for _, t := range s.tensors {
+		name, dt, count := r.string(), collective.DType(r.byte()), r.uvarint()
+		switch {
+		case r.err != nil:
+		case name != t.name:
+			return nil, fmt.Errorf("%w: state tensor %q here is %q on rank %d (registered in another order?)", ErrStateMismatch, t.name, name, root)
+		case dt != t.buf.DType:
+			return nil, fmt.Errorf("%w: state tensor %q is %v here but %v on rank %d", ErrStateMismatch, t.name, t.buf.DType, dt, root)
+		case count != uint64(t.buf.Count):
+			return nil, fmt.Errorf("%w: state tensor %q has %d elements here but %d on rank %d", ErrStateMismatch, t.name, t.buf.Count, count, root)
+		}
+	}
+	sizes := make([]int, len(s.blobs))
+	for i, b := range s.blobs {
+		name, size := r.string(), r.uvarint()
+		switch {
+		case r.err != nil:
+		case name != b.name:
+			return nil, fmt.Errorf("%w: state blob %q here is %q on rank %d (registered in another order?)", ErrStateMismatch, b.name, name, root)
+		case size > maxDescription:
+			return nil, fmt.Errorf("%w: state blob %q of %d bytes on rank %d", ErrStateMismatch, b.name, size, root)
+		}
+		sizes[i] = int(size)
+	}
+	if r.err == nil && len(r.b) > 0 {
+		r.err = errors.New("trailing bytes")
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("%w: malformed description from rank %d: %v", ErrStateMismatch, root, r.err)
+	}
+	return sizes, nil
+}
+
+// names lists the registrations, for an error message.
+func (s *State) names() string {
+	var parts []string
+	for _, t := range s.tensors {
+		parts = append(parts, fmt.Sprintf("%s %v[%d]", t.name, t.buf.DType, t.buf.Count))
+	}
+	for _, b := range s.blobs {
+		parts = append(parts, b.name+" blob")
+	}
+	if len(parts) == 0 {
+		return "nothing here"
+	}
+	return "here: " + strings.Join(parts, ", ")
+}
+
+// descReader decodes a description; the first error sticks and later reads
+// return zero values.
+type descReader struct {
+	b   []byte
+	err error
+}
+
+func (r *descReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errors.New("bad varint")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *descReader) byte() byte {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) == 0 {
+		r.err = errors.New("truncated")
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *descReader) string() string {
+	n := r.uvarint()
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errors.New("truncated name")
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
 }

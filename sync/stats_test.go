@@ -2,20 +2,24 @@ package sync
 
 import (
 	"context"
-	"errors"
+	"math"
 	"slices"
 	stdsync "sync"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/stats"
 )
 
 // statsSink collects one worker's step statistics.
 type statsSink struct {
 	mu      stdsync.Mutex
-	batches []StatsBatch
+	batches []stats.Batch
 }
 
-func (s *statsSink) add(b StatsBatch) {
+func (s *statsSink) add(b stats.Batch) {
 	s.mu.Lock()
 	s.batches = append(s.batches, b)
 	s.mu.Unlock()
@@ -28,7 +32,7 @@ func (s *statsSink) add(b StatsBatch) {
 func TestSessionStepStatistics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	coord := NewCoordinator(CoordinatorConfig{MinWorkers: 2})
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
 	go coord.Run(ctx)
 	const steps, growAt = 40, 20
 	const slowCompute = 8 * time.Millisecond
@@ -43,23 +47,23 @@ func TestSessionStepStatistics(t *testing.T) {
 	var run func(name string) error
 	run = func(name string) error {
 		w := workers[name]
-		sc := DefaultConfig()
-		sc.JobID, sc.Self = "sync-test", Member{Name: name, Addr: w.tr.Addr()}
-		sc.OnStats, sc.StatsEvery = sinks[name].add, 5
-		sess, err := Join(ctx, sc, w.tr, coord.View(name), w.state)
+		sess, err := joinCoord(ctx, coord, name, w.tr, w.state, func(sc *Config) { sc.OnStats, sc.StatsEvery = sinks[name].add, 5 })
 		if err != nil {
 			return err
 		}
 		defer sess.Close()
 		sess.SetTotalSteps(steps)
-		grads := [][]float32{make([]float32, 256)}
+		grads := collective.SliceBuffer(make([]float32, 256))
 		for sess.Step() < steps {
 			if name == "slow" {
 				time.Sleep(slowCompute) // simulated compute: the others wait for it
 			}
 			sess.RecordSamples(4)
 			sess.RecordSamples(4)
-			if err := sess.Allreduce(ctx, grads); err != nil {
+			sess.RecordLoss(1) // averaged within the step: 1.5
+			sess.RecordLoss(math.NaN())
+			sess.RecordLoss(2)
+			if err := sess.Allreduce(ctx, Reduction{}, grads); err != nil {
 				return err
 			}
 			if name == "fast" && sess.Step() == growAt-1 {
@@ -71,7 +75,7 @@ func TestSessionStepStatistics(t *testing.T) {
 				return err
 			}
 		}
-		if b, ok := sess.clock.take(); ok {
+		if b, ok := sess.clock.Take(); ok {
 			sinks[name].add(b)
 		}
 		return nil
@@ -99,7 +103,7 @@ func TestSessionStepStatistics(t *testing.T) {
 	}
 	medianCompute := map[string]time.Duration{}
 	for _, name := range names {
-		var got []StepStat
+		var got []stats.Step
 		for _, b := range sinks[name].batches {
 			if b.TotalSteps != steps {
 				t.Errorf("%s: batch with total %d, want %d", name, b.TotalSteps, steps)
@@ -128,6 +132,12 @@ func TestSessionStepStatistics(t *testing.T) {
 			if st.Step != first+int64(i) || st.Epoch != wantEpoch || st.Samples != 8 || st.Compute < 0 || st.Compute > st.StepTime {
 				t.Fatalf("%s: report %d is %+v (want step %d, epoch %d, 8 samples)", name, i, st, first+int64(i), wantEpoch)
 			}
+			// The loss the trainer recorded (NaN left out), the gradients'
+			// bytes, and the move to a new world on the world's first step.
+			firstInWorld := st.Step == first || st.Step == lastOfFirst+1
+			if !st.HasLoss || st.Loss != 1.5 || st.Bytes != 256*4 || (st.Switch > 0) != firstInWorld {
+				t.Fatalf("%s: report %d is %+v (want loss 1.5, 1024 bytes, a world switch: %v)", name, i, st, firstInWorld)
+			}
 			computes = append(computes, st.Compute)
 		}
 		slices.Sort(computes)
@@ -136,72 +146,4 @@ func TestSessionStepStatistics(t *testing.T) {
 	if medianCompute["slow"] < slowCompute || medianCompute["fast"] > slowCompute/2 {
 		t.Errorf("median compute: slow %v, fast %v; want the slow worker's sleep in its compute only", medianCompute["slow"], medianCompute["fast"])
 	}
-}
-
-func TestStatsWireRoundTrip(t *testing.T) {
-	in := StatsBatch{TotalSteps: 1000, Steps: []StepStat{
-		{Epoch: 3, Step: 17, Samples: 32, Compute: 12345 * time.Microsecond, StepTime: 20001 * time.Microsecond},
-		{Epoch: 3, Step: 18, Compute: 0, StepTime: time.Millisecond},
-	}}
-	m, err := decodeControl(encodeStats(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out := m.statsBatch(); !slices.Equal(out.Steps, in.Steps) || out.TotalSteps != in.TotalSteps {
-		t.Fatalf("round trip: %+v, want %+v", out, in)
-	}
-	// The largest batch a session sends fits one membership message.
-	big := StatsBatch{TotalSteps: 1 << 40}
-	for i := range statsMax {
-		big.Steps = append(big.Steps, StepStat{Epoch: 1 << 30, Step: 1<<40 + int64(i), Samples: 1 << 20, Compute: time.Hour, StepTime: time.Hour})
-	}
-	if n := len(encodeStats(big)); n > 64<<10 {
-		t.Fatalf("a full batch encodes to %d bytes, over the 64 KiB message limit", n)
-	}
-}
-
-func TestDecodeControlRejects(t *testing.T) {
-	for _, tc := range []struct{ name, msg string }{
-		{"not json", `{"t":"stats"`},
-		{"unknown type", `{"t":"bogus"}`},
-		{"stats without steps", `{"t":"stats"}`},
-		{"stats step 0", `{"t":"stats","s":[{"e":1,"n":0,"c":1,"d":2}]}`},
-		{"stats epoch 0", `{"t":"stats","s":[{"e":0,"n":1,"c":1,"d":2}]}`},
-		{"compute over step time", `{"t":"stats","s":[{"e":1,"n":1,"c":3,"d":2}]}`},
-		{"negative samples", `{"t":"stats","s":[{"e":1,"n":1,"b":-1,"c":1,"d":2}]}`},
-		{"negative total", `{"t":"stats","T":-5,"s":[{"e":1,"n":1,"c":1,"d":2}]}`},
-		{"epoch without members", `{"t":"epoch","n":3}`},
-		{"repeated member", `{"t":"epoch","n":3,"m":[{"Name":"a","Addr":"x"},{"Name":"a","Addr":"y"}]}`},
-		{"failure without epoch", `{"t":"failure","b":"a"}`},
-		{"ping without nonce", `{"t":"ping"}`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if _, err := decodeControl([]byte(tc.msg)); err == nil {
-				t.Fatal("accepted")
-			}
-		})
-	}
-}
-
-// FuzzDecodeControl: whatever arrives on the gossip channel, decoding returns
-// a checked message or an error, and an accepted message re-encodes.
-func FuzzDecodeControl(f *testing.F) {
-	f.Add(encodeStats(StatsBatch{TotalSteps: 9, Steps: []StepStat{{Epoch: 1, Step: 1, Samples: 2, Compute: 1, StepTime: 2}}}))
-	f.Add(encodeEpoch(Epoch{Number: 2, Members: []Member{{Name: "a", Addr: "127.0.0.1:1"}}}))
-	f.Add(encodeFailure(3, "a", errors.New("boom")))
-	f.Add(encodePing(msgPing, 7))
-	f.Add(encodeDone(4))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := decodeControl(b)
-		if err != nil {
-			return
-		}
-		if m.Type == msgStats {
-			for _, s := range m.statsBatch().Steps {
-				if s.Compute > s.StepTime || s.Step < 1 || s.Epoch == 0 {
-					t.Fatalf("accepted an impossible step %+v", s)
-				}
-			}
-		}
-	})
 }

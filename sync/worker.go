@@ -2,12 +2,10 @@ package sync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	stdsync "sync"
 	"time"
@@ -17,26 +15,34 @@ import (
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/gpu"
 	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/stall"
+	"github.com/gorovod/gorovod/sync/control"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/stats"
+	"github.com/gorovod/gorovod/timeline"
 )
 
-// WorkerConfig is how a worker process joins an elastic job.
+// WorkerConfig is how a worker process joins an elastic job. A zero field
+// means its default (DefaultWorkerConfig).
 type WorkerConfig struct {
-	JobID      string
-	Secret     []byte
-	Seeds      []string // gossip addresses to join through (the driver's, usually)
-	ListenAddr string   // collective transport listen address; default 127.0.0.1:0
-	GossipAddr string   // gossip bind address, "host" or "host:port"; default 127.0.0.1
+	// JobID, Secret and Seeds (the gossip addresses to join through: the
+	// driver's, usually) are the job's; they fill the fields of the same
+	// meaning in Session, Transport and Membership.
+	JobID  string
+	Secret []byte
+	Seeds  []string
 	// Session: fusion, recovery timeout, collective tuning. Its JobID and Self
 	// are filled in.
 	Session Config
-	// IOTimeout bounds a silent peer in a collective (a frozen worker is found
-	// by this or by gossip, whichever is first). Default 5 s.
-	IOTimeout time.Duration
-	// Transport: auto (the default: shared memory between workers on one
-	// host, TCP otherwise), tcp, shm or sctp.
-	Transport multi.Mode
-	// Membership: gossip timings; Seeds, Secret and the bind address above
-	// override its fields.
+	// Transport is the collective transport: its mode (auto, the default:
+	// shared memory between workers on one host, TCP otherwise; tcp, shm or
+	// sctp), listen address and I/O timeout, which bounds a silent peer in a
+	// collective (a frozen worker is found by this or by gossip, whichever is
+	// first): default WorkerIOTimeout.
+	Transport multi.Config
+	// Membership: the gossip bind address (default 127.0.0.1, any port) and
+	// timings.
 	Membership membership.Config
 	// DisableStats stops sending step statistics to the driver (its
 	// autoscaling engine then sees nothing of this worker).
@@ -44,7 +50,46 @@ type WorkerConfig struct {
 	// MinWorkers is what a worker that takes over proposing (the job's driver
 	// is gone) requires of a world; default 1.
 	MinWorkers int
-	Logger     *slog.Logger
+	// Launch is the launcher's name for this process (GOROVOD_LAUNCH_INDEX),
+	// published in its membership metadata so that the launcher can tell its
+	// processes apart on every host; "" when not started by a launcher.
+	Launch string
+	Logger *slog.Logger
+	// Timeline, if set, is the file this worker writes its Chrome trace to
+	// (Session.Timeline, opened when the worker joins and closed when it
+	// leaves). Under `gorovod run --timeline-filename` (GOROVOD_TIMELINE) it
+	// is the worker's part of the job's timeline, which the driver merges.
+	Timeline string
+}
+
+// WorkerIOTimeout is a worker's default transport I/O timeout: shorter than a
+// transport's own default (transport.DefaultIOTimeout), because a frozen
+// worker stalls the whole world until it is found.
+const WorkerIOTimeout = 5 * time.Second
+
+// DefaultWorkerConfig returns the defaults; JobID, Secret and Seeds must
+// still be set.
+func DefaultWorkerConfig() WorkerConfig {
+	tc := multi.DefaultConfig()
+	tc.IOTimeout = WorkerIOTimeout
+	return WorkerConfig{Session: DefaultConfig(), Transport: tc, Membership: membership.DefaultConfig(), MinWorkers: 1}
+}
+
+// withDefaults fills the zero fields and checks the rest.
+func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
+	if c.JobID == "" || len(c.Secret) == 0 {
+		return c, fmt.Errorf("%w: WorkerConfig needs JobID and Secret", ErrInvalidConfig)
+	}
+	if c.Transport.IOTimeout == 0 {
+		c.Transport.IOTimeout = WorkerIOTimeout
+	}
+	if c.MinWorkers == 0 {
+		c.MinWorkers = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
 }
 
 // WorkerConfigFromEnv returns the configuration `gorovod run` hands its workers
@@ -54,10 +99,22 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	if err != nil {
 		return WorkerConfig{}, err
 	}
-	return WorkerConfig{
-		JobID: w.JobID, Secret: w.Secret, Seeds: w.Seeds, ListenAddr: w.ListenAddr, GossipAddr: w.GossipAddr,
-		Session: DefaultConfig(), Membership: membership.DefaultConfig(),
-	}, nil
+	cfg := DefaultWorkerConfig()
+	cfg.JobID, cfg.Secret, cfg.Seeds, cfg.Transport.ListenAddr = w.JobID, w.Secret, w.Seeds, w.ListenAddr
+	if err := bindGossip(&cfg.Membership, w.GossipAddr); err != nil {
+		return WorkerConfig{}, err
+	}
+	index, launched, err := envconfig.LaunchIndex(os.Getenv)
+	if err != nil {
+		return WorkerConfig{}, err
+	}
+	if launched {
+		cfg.Launch = strconv.Itoa(index)
+	}
+	if err := observeFromEnv(&cfg, os.Getenv); err != nil {
+		return WorkerConfig{}, err
+	}
+	return cfg, nil
 }
 
 // UnderLauncher reports whether this process was started as a worker of an
@@ -69,57 +126,58 @@ func UnderLauncher() bool { return os.Getenv(envconfig.EnvJobID) != "" }
 // gossip member and transport behind it.
 type Worker struct {
 	*Session
-	m   *membership.Member
-	tr  transport.Transport
-	src *memberSource
-	log *slog.Logger
-	// prop is this worker's own proposer while the job has no driver and this
-	// is its oldest ready worker; only the dispatch goroutine touches it.
-	prop       *proposer
-	takeover   CoordinatorConfig
-	driverSeen time.Time // last time a driver was in view (start: join time)
-	closeOnce  stdsync.Once
-	stats      chan StatsBatch // to the driver, by sendStats
+	m  *membership.Member
+	tr transport.Transport
+	// agent runs this worker's side of the epoch protocol: it feeds src the
+	// epochs announced here, answers the proposer's probes, sends reports,
+	// and proposes itself when the job has no driver.
+	agent     *driver.Agent
+	src       *memberSource
+	log       *slog.Logger
+	closeOnce stdsync.Once
+	stats     chan stats.Batch    // to the driver, by sendStats
+	stalls    chan stall.Snapshot // to the driver, by sendStats
+	tl        *timeline.Timeline  // Config.Timeline's, closed at the end
 }
 
 // StartWorker joins the job: it starts the collective transport and the gossip
 // member, announces itself ready (call it once the trainer's own start-up —
 // data, model — is done, so that joining never stalls the others), and waits
 // until an epoch admits it and the state has arrived.
-func StartWorker(ctx context.Context, cfg WorkerConfig, state *TrainState) (*Worker, error) {
+func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	tc := multi.DefaultConfig()
-	tc.Mode, tc.Secret, tc.Logger, tc.ListenAddr, tc.IOTimeout = cfg.Transport, cfg.Secret, log, cfg.ListenAddr, cfg.IOTimeout
-	if tc.IOTimeout <= 0 {
-		tc.IOTimeout = 5 * time.Second
-	}
+	tc := cfg.Transport
+	tc.Secret, tc.Logger = cfg.Secret, log
 	tr, err := multi.Listen(tc)
 	if err != nil {
 		return nil, err
 	}
 	mc := cfg.Membership
 	mc.Seeds, mc.Secret, mc.Logger = cfg.Seeds, cfg.Secret, log
-	if err := bindGossip(&mc, cfg.GossipAddr); err != nil {
-		tr.Close()
-		return nil, err
-	}
 	meta := membership.Meta{JobID: cfg.JobID, Role: membership.RoleWorker, CollectiveAddr: tr.Addr(), GPUs: membership.GPUsUnknown}
 	publishGPUs(ctx, &meta)
 	if meta.Extra == nil {
 		meta.Extra = map[string]string{}
 	}
-	meta.Extra[metaPID] = strconv.Itoa(os.Getpid())
+	meta.Extra[driver.MetaPID] = strconv.Itoa(os.Getpid())
+	if cfg.Launch != "" {
+		meta.Extra[driver.MetaLaunch] = cfg.Launch
+	}
 	m, err := membership.Join(ctx, mc, meta)
 	if err != nil {
 		tr.Close()
 		return nil, err
 	}
-	w := &Worker{m: m, tr: tr, src: newMemberSource(m, log), log: log, takeover: CoordinatorConfig{MinWorkers: cfg.MinWorkers}, driverSeen: time.Now(),
-		stats: make(chan StatsBatch, 8)}
-	go w.dispatch()
+	w := &Worker{m: m, tr: tr, src: newMemberSource(log), log: log, stats: make(chan stats.Batch, 8), stalls: make(chan stall.Snapshot, 4)}
+	w.agent = driver.StartAgent(m, driver.AgentConfig{
+		MinWorkers: cfg.MinWorkers, Logger: log, OnAdopt: w.src.onEpoch,
+		OnPeerFailed: func(name string) { w.src.abortIfMember(name, fmt.Errorf("gossip declared %s dead", name)) },
+	})
+	w.src.agent = w.agent
 	go w.sendStats()
 	fail := func(err error) (*Worker, error) {
 		w.shutdown()
@@ -129,12 +187,18 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *TrainState) (*Wor
 		return fail(err)
 	}
 	sc := cfg.Session
-	if sc.Collective.ChunkBytes == 0 {
-		sc = DefaultConfig()
-	}
-	sc.JobID, sc.Self, sc.Logger = cfg.JobID, Member{Name: m.Name(), Addr: tr.Addr()}, log
+	sc.JobID, sc.Self, sc.Logger = cfg.JobID, epoch.Member{Name: m.Name(), Addr: tr.Addr()}, log
 	if !cfg.DisableStats {
 		sc.OnStats = w.queueStats
+	}
+	if sc.OnStallSnapshot == nil {
+		sc.OnStallSnapshot = w.queueStall
+	}
+	if cfg.Timeline != "" && sc.Timeline == nil {
+		if w.tl, err = openTimeline(cfg.Timeline, workerProcessName(m.Name(), cfg.Launch), cfg.Launch); err != nil {
+			return fail(err)
+		}
+		sc.Timeline = w.tl
 	}
 	sess, err := Join(ctx, sc, tr, w.src, state)
 	if err != nil {
@@ -154,7 +218,7 @@ func (w *Worker) setSession(s *Session) {
 // queueStats hands a batch of step statistics to sendStats without blocking
 // the training loop; if the driver is so slow to take them that the queue is
 // full, the batch is dropped (the engine then sees those steps incomplete).
-func (w *Worker) queueStats(b StatsBatch) {
+func (w *Worker) queueStats(b stats.Batch) {
 	select {
 	case w.stats <- b:
 	default:
@@ -162,122 +226,50 @@ func (w *Worker) queueStats(b StatsBatch) {
 	}
 }
 
-// sendStats delivers step statistics to the job's driver, the only member
-// that runs an autoscaling engine.
+// queueStall hands a stall inspector's snapshot to sendStats without
+// blocking the inspector; a full queue drops it (the next heartbeat comes).
+func (w *Worker) queueStall(s stall.Snapshot) {
+	select {
+	case w.stalls <- s:
+	default:
+	}
+}
+
+// sendStats delivers step statistics and stall snapshots to the job's
+// driver, the only member that runs an autoscaling engine.
 func (w *Worker) sendStats() {
 	for {
+		var msg []byte
 		select {
 		case <-w.src.done:
 			return
 		case b := <-w.stats:
-			for _, n := range w.m.Members() {
-				if n.Meta.Role != membership.RoleDriver {
-					continue
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				if err := w.m.Send(ctx, n, encodeStats(b)); err != nil {
-					w.log.Debug("step statistics not delivered", "err", err)
-				}
-				cancel()
+			msg = control.EncodeStats(b)
+		case s := <-w.stalls:
+			msg = control.EncodeStall(s)
+		}
+		for _, n := range w.m.Members() {
+			if n.Meta.Role != membership.RoleDriver {
+				continue
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
+			if err := w.m.Send(ctx, n, msg); err != nil {
+				w.log.Debug("statistics not delivered to the driver", "err", err)
+			}
+			cancel()
 		}
 	}
 }
 
-// electionEvery is how often a worker checks whether it must take over
-// proposing epochs (the driver is gone and it is the oldest ready worker).
-const electionEvery = 250 * time.Millisecond
-
-// takeoverGrace is how long no driver must have been in view before a worker
-// proposes instead: a worker that has just joined, or whose view briefly lacks
-// the driver, must not start a second proposer.
-const takeoverGrace = 2 * time.Second
-
-// dispatch routes this member's gossip events and control messages: epoch
-// announcements to the epoch source, liveness pings answered, failure reports
-// to the local proposer if this worker runs one; a worker declared dead aborts a
-// collective stuck on it, so a frozen worker costs the gossip detection time
-// (about a second) rather than the full I/O timeout.
-func (w *Worker) dispatch() {
-	tick := time.NewTicker(electionEvery)
-	defer tick.Stop()
-	defer func() {
-		if w.prop != nil {
-			w.prop.stop()
-		}
-	}()
-	for {
-		select {
-		case <-w.src.done:
-			return
-		case <-tick.C:
-			w.elect()
-		case ev := <-w.m.Events():
-			if ev.Kind == membership.EventFailed {
-				w.src.abortIfMember(ev.Node.Name, fmt.Errorf("gossip declared %s dead", ev.Node.Name))
-			}
-			if w.prop != nil {
-				w.prop.events <- ev
-			}
-			w.elect()
-		case msg := <-w.m.Messages():
-			cm, err := decodeControl(msg.Payload)
-			switch {
-			case err != nil:
-				w.log.Warn("dropped control message", "from", msg.From.Name, "err", err)
-			case cm.Type == msgPing:
-				go w.src.pong(msg.From, cm.Nonce)
-			case cm.Type == msgEpoch:
-				w.src.onEpoch(Epoch{Number: cm.Number, Members: cm.Members})
-			case w.prop != nil:
-				w.prop.messages <- msg
-			}
-		}
-	}
-}
-
-// elect starts or stops this worker's own proposer: a job proposes through its
-// driver while one is alive, else through its oldest ready worker.
-func (w *Worker) elect() {
-	nodes := w.m.Members()
-	lead := electProposer(nodes)
-	if slices.ContainsFunc(nodes, func(n membership.Node) bool { return n.Meta.Role == membership.RoleDriver }) {
-		w.driverSeen = time.Now()
-	} else if time.Since(w.driverSeen) < takeoverGrace {
-		lead = "" // give a driver time to appear (or to be declared gone)
-	}
-	switch {
-	case lead == w.m.Name() && w.prop == nil:
-		w.log.Warn("no driver: this worker, the oldest ready one, takes over proposing epochs")
-		w.prop = startProposer(w.m, w.takeover, w.src.current(), nodes, proposerHooks{}, w.log)
-	case lead != w.m.Name() && w.prop != nil:
-		w.prop.stop()
-		w.prop = nil
-	}
-}
-
-// electProposer names the member that proposes epochs: the driver while one is
-// alive, else the oldest ready worker (Members is sorted oldest first). Every
-// member computes the same answer from the same membership view.
-func electProposer(nodes []membership.Node) string {
-	for _, n := range nodes {
-		if n.Meta.Role == membership.RoleDriver {
-			return n.Name
-		}
-	}
-	for _, n := range nodes {
-		if n.Meta.Role == membership.RoleWorker && n.Meta.State == membership.StateReady {
-			return n.Name
-		}
-	}
-	return ""
-}
+// gpuDiscoveryTimeout bounds the look at the host's GPUs (NVML or
+// nvidia-smi) a worker publishes when it joins.
+const gpuDiscoveryTimeout = 2 * time.Second
 
 // publishGPUs puts what this worker may use of the host's GPUs in its
 // metadata: the count (CUDA_VISIBLE_DEVICES, as the launcher assigned it, or
 // all the host has) and NVML's summary of the host.
 func publishGPUs(ctx context.Context, meta *membership.Meta) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, gpuDiscoveryTimeout)
 	defer cancel()
 	inv, err := gpu.System(ctx)
 	switch {
@@ -305,7 +297,7 @@ func bindGossip(mc *membership.Config, addr string) error {
 	}
 	mc.BindAddr = host
 	if mc.BindPort, err = strconv.Atoi(port); err != nil {
-		return fmt.Errorf("sync: gossip address %q: %w", addr, err)
+		return fmt.Errorf("%w: gossip address %q: %v", ErrInvalidConfig, addr, err)
 	}
 	return nil
 }
@@ -323,25 +315,22 @@ func (w *Worker) RequestLeave(ctx context.Context) error {
 // Finish tells the proposer that training is over (call it on every worker
 // when the loop ends normally), then leaves like Close. Without it, the last
 // workers' departures would look like a scale-down, and a worker still
-// waiting to join would be given a world of its own.
+// waiting to join would be given a world of its own. A worker that proposes
+// epochs itself (the job has no driver) stays until the members still
+// finishing the last step are done, at most a minute or until ctx ends.
 func (w *Worker) Finish(ctx context.Context) error {
 	if w.Session != nil {
-		nodes := w.m.Members()
-		lead := electProposer(nodes)
-		last, haveLast := w.Session.clock.take()
-		for _, n := range nodes {
-			if haveLast && n.Meta.Role == membership.RoleDriver {
-				// The last steps, so the driver's account of the job is complete.
-				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				_ = w.m.Send(sctx, n, encodeStats(last))
-				cancel()
-			}
-			if n.Name == lead {
-				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				_ = w.m.Send(sctx, n, encodeDone(w.Epoch().Number))
-				cancel()
+		if last, ok := w.Session.clock.Take(); ok {
+			for _, n := range w.m.Members() {
+				if n.Meta.Role == membership.RoleDriver {
+					// The last steps, so the driver's account of the job is complete.
+					sctx, cancel := context.WithTimeout(ctx, control.SendTimeout)
+					_ = w.m.Send(sctx, n, control.EncodeStats(last))
+					cancel()
+				}
 			}
 		}
+		_ = w.agent.Finish(ctx, w.World().Number)
 	}
 	return w.Close()
 }
@@ -358,51 +347,34 @@ func (w *Worker) Close() error {
 }
 
 func (w *Worker) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = w.m.Leave(ctx)
+	_ = w.m.Leave(context.Background()) // bounded by Membership.LeaveTimeout
 	_ = w.m.Shutdown()
+	w.agent.Stop()
 	w.src.stop()
 	_ = w.tr.Close()
+	closeTimeline(w.tl, w.log)
 }
 
-// memberSource is a worker's EpochSource fed by the driver's announcements.
+// memberSource is a worker's epoch.Source fed by its protocol agent.
 type memberSource struct {
-	m   *membership.Member
-	log *slog.Logger
+	log   *slog.Logger
+	agent *driver.Agent
 
+	latest  epoch.Newest
 	mu      stdsync.Mutex
-	latest  Epoch
-	newer   chan struct{}
 	session *Session // set once joined, for aborting a stuck collective
 	done    chan struct{}
 	once    stdsync.Once
 }
 
-func newMemberSource(m *membership.Member, log *slog.Logger) *memberSource {
-	return &memberSource{m: m, log: log, newer: make(chan struct{}), done: make(chan struct{})}
+func newMemberSource(log *slog.Logger) *memberSource {
+	return &memberSource{log: log, done: make(chan struct{})}
 }
 
 func (s *memberSource) stop() { s.once.Do(func() { close(s.done) }) }
 
-// onEpoch records an announced epoch; announcements may arrive late or
-// twice, so only a newer number counts.
-func (s *memberSource) onEpoch(e Epoch) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e.Number > s.latest.Number {
-		s.latest = e
-		close(s.newer)
-		s.newer = make(chan struct{})
-	}
-}
-
-// current is the newest epoch announced here.
-func (s *memberSource) current() Epoch {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.latest
-}
+// onEpoch records a newer epoch (the agent passes on only newer ones).
+func (s *memberSource) onEpoch(e epoch.World) { s.latest.Put(e) }
 
 func (s *memberSource) abortIfMember(name string, cause error) {
 	s.mu.Lock()
@@ -413,57 +385,18 @@ func (s *memberSource) abortIfMember(name string, cause error) {
 	}
 }
 
-// pong answers the driver's liveness check: the answer comes from this
-// process's gossip goroutines, so a busy trainer still answers and only a dead
-// or frozen process does not.
-func (s *memberSource) pong(to membership.Node, nonce uint64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = s.m.Send(ctx, to, encodePing(msgPong, nonce))
+func (s *memberSource) Latest() uint64 { return s.latest.Number() }
+
+func (s *memberSource) Await(ctx context.Context, after uint64) (epoch.World, error) {
+	w, err := s.latest.Await(ctx, after)
+	if err != nil {
+		return w, fmt.Errorf("sync: waiting for a world epoch after %d (too few workers, or no driver?): %w", after, err)
+	}
+	return w, nil
 }
 
-func (s *memberSource) Latest() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.latest.Number
-}
-
-func (s *memberSource) Await(ctx context.Context, after uint64) (Epoch, error) {
-	for {
-		s.mu.Lock()
-		cur, newer := s.latest, s.newer
-		s.mu.Unlock()
-		if cur.Number > after {
-			return cur, nil
-		}
-		select {
-		case <-newer:
-		case <-ctx.Done():
-			return Epoch{}, fmt.Errorf("sync: waiting for a world epoch after %d (too few workers, or no driver?): %w", after, ctx.Err())
-		}
-	}
-}
-
-func (s *memberSource) ReportFailure(epoch uint64, peer Member, cause error) {
-	nodes := s.m.Members()
-	lead := electProposer(nodes)
-	var driver membership.Node
-	found := false
-	for _, n := range nodes {
-		if n.Name == lead {
-			driver, found = n, true
-		}
-	}
-	if !found {
-		s.log.Warn("no proposer to report a failure to", "blamed", peer.Name)
-		return
-	}
-	payload := encodeFailure(epoch, peer.Name, cause)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := s.m.Send(ctx, driver, payload); err != nil && !errors.Is(err, context.Canceled) {
-			s.log.Warn("failure report not delivered", "err", err)
-		}
-	}()
+// ReportFailure hands the report to the agent, which sends it to the
+// proposer (again until a newer epoch arrives).
+func (s *memberSource) ReportFailure(number uint64, peer epoch.Member, cause error) {
+	s.agent.ReportFailure(number, peer.Name, cause)
 }

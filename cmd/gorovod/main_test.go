@@ -122,6 +122,31 @@ func TestBenchTable(t *testing.T) {
 	}
 }
 
+// TestBenchProfile: --profile leaves a CPU profile and an execution trace of
+// every worker, which the Go tools read.
+func TestBenchProfile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "prof")
+	_, errs, code := runGorovod(t, "bench", "allreduce", "--np", "2", "--min-bytes", "64K", "--max-bytes", "64K", "--iters", "3", "--profile", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for r := range 2 {
+		for _, name := range []string{fmt.Sprintf("cpu-rank%d.pprof", r), fmt.Sprintf("trace-rank%d.out", r)} {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) == 0 {
+				t.Fatalf("%s is empty", name)
+			}
+		}
+		out, err := exec.Command("go", "tool", "pprof", "-top", filepath.Join(dir, fmt.Sprintf("cpu-rank%d.pprof", r))).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Type: cpu") {
+			t.Fatalf("go tool pprof: %v\n%s", err, out)
+		}
+	}
+}
+
 func TestBadCommandLines(t *testing.T) {
 	cases := []struct {
 		args []string
@@ -140,6 +165,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"bench", "--transport", "carrier-pigeon"}, "not available"},
 		{[]string{"bench", "--bogus"}, "flag provided but not defined"},
 		{[]string{"bench", "allreduce", "extra"}, "unexpected arguments"},
+		{[]string{"bench", "--placement", "everywhere"}, "unknown placement"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -365,6 +365,7 @@ func TestRunBadCommandLines(t *testing.T) {
 		{[]string{"run", "--np", "2", "--min-np", "3", "--", "true"}, "--min-np"},
 		{[]string{"run", "--np", "3", "--max-np", "2", "--", "true"}, "--max-np"},
 		{[]string{"run", "--", "/nonexistent/trainer"}, "trainer"},
+		{[]string{"run", "--placement", "everywhere", "--", "true"}, "unknown placement"},
 		{[]string{"run", "--heuristic", "nope", "--", "true"}, `unknown heuristic "nope"`},
 		{[]string{"run", "--heuristic-opt", "threshold=0.2", "--", "true"}, "--heuristic-opt needs --heuristic"},
 		{[]string{"run", "--heuristic", "scaling-efficiency", "--heuristic-opt", "treshold=0.2", "--", "true"}, `unknown field "treshold"`},
@@ -470,7 +471,9 @@ func TestFashionMNISTUnderRun(t *testing.T) {
 	if !haveFashionMNIST() {
 		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
 	}
-	h := startRunJob(t, "--np", "2", "--", fashionMNIST, "--epochs", "2", "--train-limit", "6000", "--json", "--log-every", "0")
+	// --min-np 2: a first worker alone would finish the 188 steps in a second,
+	// before a second worker that loads its data more slowly could join.
+	h := startRunJob(t, "--np", "2", "--min-np", "2", "--", fashionMNIST, "--epochs", "2", "--train-limit", "6000", "--json", "--log-every", "0")
 	select {
 	case err := <-h.exited:
 		if err != nil {

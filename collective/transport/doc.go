@@ -1,7 +1,9 @@
 // Package transport owns how gorovod's collectives reach other workers: the
-// Transport and Link interfaces every transport implements (TCP today; shared
-// memory, SCTP and in-process later), the frame header all of them carry, and the
-// typed errors that name the peer behind a failure.
+// Transport and Link interfaces every transport implements (tcp, shm, sctp,
+// inproc, and multi, which picks shared memory or the network per pair), the
+// frame header all of them carry, the typed errors that name the peer behind
+// a failure, and the defaults their configurations share (DefaultIOTimeout,
+// DefaultHandshakeTimeout, ErrInvalidConfig).
 //
 // A frame is a fixed HeaderSize header followed by Length payload bytes. The
 // header names the job, the membership epoch and the sender, so a frame from
@@ -10,7 +12,9 @@
 // count, step), so ranks that call mismatched collectives see an error instead of
 // reducing garbage.
 //
-// handshake.go holds the connection handshake every stream transport runs: fixed
-// size messages (Hello, Challenge, Response, Verdict) with strict decoders, and
-// the HMAC-SHA256 proofs by which both ends show they hold the job secret.
+// The connection handshake every transport runs (fixed-size Hello,
+// Challenge, Response and Verdict messages, HMAC-SHA256 proofs of the job
+// secret) is internal/handshake, and the logic around it internal/mesh;
+// outside the transports a failed handshake is a *HandshakeError. The
+// conformance package is the suite every transport passes.
 package transport

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 )
@@ -150,6 +151,19 @@ func DecodeHeader(b []byte, h *Header) error {
 		return &FrameError{Peer: -1, Reason: fmt.Sprintf("unknown frame kind %d", uint8(h.Kind))}
 	}
 	return nil
+}
+
+// DecodeFrom is what a link does with every header it receives: DecodeHeader,
+// with a FrameError naming peer, then CheckOrigin.
+func DecodeFrom(b []byte, h *Header, jobHash, epoch uint64, peer int) error {
+	if err := DecodeHeader(b, h); err != nil {
+		var fe *FrameError
+		if errors.As(err, &fe) {
+			fe.Peer = peer
+		}
+		return err
+	}
+	return CheckOrigin(h, jobHash, epoch, peer)
 }
 
 // CheckOrigin verifies that a decoded header belongs to world w and comes from

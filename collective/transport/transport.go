@@ -2,7 +2,9 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 )
 
 // World names one ordered group of workers at one membership epoch: the unit a
@@ -31,6 +33,9 @@ func (w World) Validate() error {
 	}
 	return nil
 }
+
+// MaxWorldSize bounds the world size a Hello may name.
+const MaxWorldSize = 1 << 20
 
 // Transport connects the ranks of a world to each other.
 //
@@ -82,4 +87,43 @@ type Link interface {
 	// Close tears the link down at once; blocked calls return promptly with an
 	// error wrapping ErrLinkClosed.
 	Close() error
+}
+
+// The defaults every transport's Config shares.
+const (
+	// DefaultIOTimeout is how long a peer may stay silent on a blocked Send
+	// or Recv before the call fails with ErrPeerTimeout.
+	DefaultIOTimeout = 30 * time.Second
+	// DefaultHandshakeTimeout bounds each exchange of the connection
+	// handshake.
+	DefaultHandshakeTimeout = 5 * time.Second
+)
+
+// ErrInvalidConfig is wrapped (through each transport's own ErrInvalidConfig)
+// by every error about a transport configuration that cannot work.
+var ErrInvalidConfig = errors.New("invalid transport configuration")
+
+// InPlaceLink is an optional Link extension for frames whose receiver
+// consumes the payload where it lands — reduces it into its result — instead
+// of keeping a copy: a shared-memory transport then lets the receiver read the
+// payload straight out of its ring, saving the copy into a staging buffer and
+// the second pass over it. The two halves interoperate with the plain ones:
+// a frame sent with Send may be taken with RecvPayloadInPlace and one sent
+// with SendInPlace with RecvPayload; only the cost differs.
+type InPlaceLink interface {
+	Link
+	// SendInPlace is Send for a frame the receiver is expected to take with
+	// RecvPayloadInPlace: the payload goes where the receiver can read it in
+	// place, and, as for frames up to InlinePayload, the call does not wait
+	// for the receiver to have read it when the transport has room for it.
+	SendInPlace(ctx context.Context, h *Header, payload []byte) error
+	// RecvPayloadInPlace consumes the payload of the frame whose header was
+	// just received by calling fn on consecutive pieces of it, in order; off is
+	// a piece's offset in the payload. A piece is valid only until fn returns
+	// and must not be written. Every piece but the last is a multiple of 64
+	// bytes long. scratch, as long as the payload, is where the transport may
+	// put the bytes on their way; its contents are undefined afterwards. An
+	// error from fn ends the call with that error and leaves the link broken
+	// (the rest of the payload is unread).
+	RecvPayloadInPlace(ctx context.Context, scratch []byte, fn func(off int, piece []byte) error) error
 }

@@ -7,17 +7,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"time"
 
+	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/examples/fashion-mnist/mnist"
 	gsync "github.com/gorovod/gorovod/sync"
+	"github.com/gorovod/gorovod/sync/sampler"
 )
 
 func main() {
 	// SIGINT stops at once; SIGTERM (under gorovod run) leaves the job
-	// gracefully, see elastic.go.
+	// gracefully (sync.Train sees to it).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -45,13 +48,14 @@ type options struct {
 	trainLimit  int
 	evalBatch   int
 	verbose     bool
+	gradDType   string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("fashion-mnist", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.dataDir, "data-dir", mnist.DefaultDir, "directory with the Fashion-MNIST IDX .gz files (Debian package "+mnist.DebianPackage+")")
+	fs.StringVar(&o.dataDir, "data-dir", mnist.DefaultDir, "directory with the Fashion-MNIST IDX .gz files (Debian package "+mnist.DebianPackage+"; without it in the default directory, a generated stand-in, said loudly)")
 	fs.IntVar(&o.epochs, "epochs", 5, "data epochs to train")
 	fs.IntVar(&o.batch, "batch-size", 64, "global batch size (split across ranks once training is distributed)")
 	fs.Float64Var(&o.lr, "lr", 0.02, "learning rate")
@@ -64,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.trainLimit, "train-limit", 0, "use only the first N training samples (0: all), for quick runs")
 	fs.IntVar(&o.evalBatch, "eval-batch", 1000, "batch size of the test-set evaluation")
 	fs.BoolVar(&o.verbose, "v", false, "log the elastic layer's decisions to stderr")
+	fs.StringVar(&o.gradDType, "grad-dtype", "float32", "dtype the gradients are averaged in across workers: float32, or float16 or bfloat16 for half the bytes (the parameters stay float32)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -79,6 +84,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("--hidden %d < 1", o.hidden)
 	case o.logEvery < 0 || o.trainLimit < 0 || o.evalBatch < 1:
 		return o, errors.New("--log-every and --train-limit must be ≥ 0, --eval-batch ≥ 1")
+	case o.gradDType != "float32" && o.gradDType != "float16" && o.gradDType != "bfloat16":
+		return o, fmt.Errorf("--grad-dtype %q: want float32, float16 or bfloat16", o.gradDType)
 	}
 	return o, nil
 }
@@ -123,15 +130,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
 
 	start := time.Now()
-	train, test, err := mnist.Load(o.dataDir)
+	// Without Debian's package in the default directory, a generated stand-in
+	// (said loudly: its accuracy is not Fashion-MNIST's); a --data-dir that
+	// lacks the files is an error.
+	train, test, src, err := mnist.LoadOrGenerate(o.dataDir, mnist.DefaultGenerateConfig())
 	if err != nil {
 		return err
+	}
+	if w := src.Warning(); w != "" {
+		fmt.Fprintln(stderr, w)
 	}
 	if o.trainLimit > 0 {
 		train = train.Slice(0, o.trainLimit)
 	}
 	fmt.Fprintf(progress, "loaded %d training and %d test images of %d×%d from %s in %.2fs\n",
-		train.N, test.N, train.Rows, train.Cols, o.dataDir, time.Since(start).Seconds())
+		train.N, test.N, train.Rows, train.Cols, src, time.Since(start).Seconds())
 
 	cfg := mnist.DefaultConfig()
 	cfg.Inputs, cfg.Hidden, cfg.Seed = train.Features(), o.hidden, o.seed
@@ -140,26 +153,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	opt := mnist.SGD{LR: float32(o.lr), Momentum: float32(o.momentum), WeightDecay: float32(o.weightDecay)}
-	sampler, err := gsync.NewSampler(gsync.SamplerConfig{N: train.N, Seed: o.seed, Shuffle: true})
+	order, err := sampler.New(sampler.Config{N: train.N, Seed: o.seed, Shuffle: true})
 	if err != nil {
 		return err
 	}
-	// Everything a joining worker needs to continue exactly where the others are.
-	state := gsync.NewTrainState()
+	// Everything a joining worker needs to continue exactly where the others
+	// are (the loop adds the sampler's position).
+	state := gsync.NewState()
 	state.RegisterTensor("params", model.Params())
 	state.RegisterTensor("momentum", model.OptimizerState())
-	state.RegisterBlob("sampler", sampler.MarshalBinary, sampler.UnmarshalBinary)
-	w, err := joinWorld(ctx, state, o.verbose, stderr)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	w.SetTotalSteps(int64(o.epochs) * int64((train.N+o.batch-1)/o.batch))
+	reduce := newGradReducer(o.gradDType, model.Grads())
 
 	var (
 		x          []float32
 		y          []uint8
-		step       int
+		current    mnist.Result // the step being trained
 		samples    int          // processed by this rank, for the throughput figure
 		epochLoss  mnist.Result // this epoch's training loss so far
 		windowLoss mnist.Result // since the last progress line
@@ -167,78 +175,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		trainStart = time.Now()
 		epochStart = trainStart
 	)
-	for sampler.Epoch() < uint64(o.epochs) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := w.CheckLeave(ctx); err != nil {
-			return err
-		}
-		rank, size, worldEpoch := w.Rank(), w.Size(), w.WorldEpoch()
-		st, err := sampler.Batch(rank, size, o.batch)
-		if err != nil {
-			return err
-		}
-		if st.Global == 0 { // the epoch is over
-			if rank != 0 { // one report per job is enough
-				sampler.NextEpoch()
-				epochLoss, epochStart = mnist.Result{}, time.Now()
-				continue
-			}
-			r, err := model.Evaluate(test, o.evalBatch)
-			if err != nil {
-				return err
-			}
-			last = r
-			rec := evalRecord{
-				Kind: "epoch", Step: step, Epoch: sampler.Epoch(), TrainLoss: epochLoss.Loss(),
-				TestLoss: r.Loss(), TestAccuracy: r.Accuracy(), Seconds: time.Since(epochStart).Seconds(),
-			}
-			fmt.Fprintf(progress, "epoch %d/%d done: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.2fs\n",
-				rec.Epoch+1, o.epochs, rec.TrainLoss, rec.TestLoss, 100*rec.TestAccuracy, rec.Seconds)
-			if o.json {
-				rec.ParamsSHA256 = mnist.ParamsSHA256(model.Params())
-				if err := enc.Encode(rec); err != nil {
-					return err
-				}
-			}
-			sampler.NextEpoch()
-			epochLoss, epochStart = mnist.Result{}, time.Now()
-			continue
-		}
-		if x, y, err = train.Gather(st.Indices, x, y); err != nil {
-			return err
-		}
-		// Scale by size/Global rather than by the local batch: the allreduce
-		// averages, so this gives the exact mean over the global batch even
-		// when the ranks' shares differ in size.
-		r, err := model.ComputeGradients(x, y, float32(size)/float32(st.Global))
-		if err != nil {
-			return err
-		}
-		w.RecordSamples(len(st.Indices))
-		err = w.Allreduce(ctx, [][]float32{model.Grads()})
-		if errors.Is(err, gsync.ErrWorldChanged) {
-			continue // the state was re-synchronized; redo the step from it
-		}
-		if err != nil {
-			return err
-		}
-		model.Update(opt)
-		// Only a committed step advances the sampler.
-		if err := sampler.Advance(st.Global); err != nil {
-			return err
-		}
-		left := false
-		switch err := w.Commit(ctx); {
-		case errors.Is(err, gsync.ErrWorldChanged):
-			continue // carry on from the new rank 0's state
-		case errors.Is(err, gsync.ErrExcluded):
-			left = true // this step counted; then leave
-		case err != nil:
-			return err
-		}
-		step = int(w.Step())
+	loop := gsync.TrainConfig{Data: order, Epochs: uint64(o.epochs), GlobalBatch: o.batch}
+	if o.verbose {
+		loop.Worker.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	loop.Committed = func(ctx context.Context, s *gsync.TrainStep) error {
+		r := current
 		samples += r.N
 		for _, acc := range []*mnist.Result{&epochLoss, &windowLoss} {
 			acc.LossSum += r.LossSum
@@ -247,40 +189,118 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		if o.json {
 			if err := enc.Encode(stepRecord{
-				Kind: "step", Step: step, Epoch: st.Epoch, WorldEpoch: worldEpoch, Rank: rank, Size: size,
+				Kind: "step", Step: int(s.Number), Epoch: s.Batch.Epoch, WorldEpoch: s.World, Rank: s.Rank, Size: s.Size,
 				Samples: r.N, Loss: r.Loss(), ParamsSHA256: mnist.ParamsSHA256(model.Params()),
 			}); err != nil {
 				return err
 			}
 		}
-		if left {
-			fmt.Fprintf(progress, "left the job at step %d\n", step)
-			return nil
-		}
-		if o.logEvery > 0 && step%o.logEvery == 0 {
-			el := time.Since(trainStart).Seconds()
-			fmt.Fprintf(progress, "epoch %d step %d (%d/%d): loss %.4f, train accuracy %.2f%%, %.0f samples/s\n",
-				st.Epoch+1, step, sampler.Processed(), train.N, windowLoss.Loss(), 100*windowLoss.Accuracy(),
-				float64(samples)/el)
+		if o.logEvery > 0 && s.Number%int64(o.logEvery) == 0 {
+			fmt.Fprintf(progress, "epoch %d step %d (%d/%d): loss %.4f, train accuracy %.2f%%, %.0f samples/s on this worker\n",
+				s.Batch.Epoch+1, s.Number, order.Processed(), train.N, windowLoss.Loss(), 100*windowLoss.Accuracy(),
+				float64(samples)/time.Since(trainStart).Seconds())
 			windowLoss = mnist.Result{}
 		}
+		return nil
 	}
-
+	// Rank 0 evaluates each data epoch, once for the job.
+	loop.EpochEnd = func(ctx context.Context, e gsync.EpochEnd) error {
+		r, err := model.Evaluate(test, o.evalBatch)
+		if err != nil {
+			return err
+		}
+		last = r
+		rec := evalRecord{
+			Kind: "epoch", Step: int(e.Step), Epoch: e.Epoch, TrainLoss: epochLoss.Loss(),
+			TestLoss: r.Loss(), TestAccuracy: r.Accuracy(), Seconds: time.Since(epochStart).Seconds(),
+		}
+		fmt.Fprintf(progress, "epoch %d/%d done: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.2fs\n",
+			rec.Epoch+1, o.epochs, rec.TrainLoss, rec.TestLoss, 100*rec.TestAccuracy, rec.Seconds)
+		epochLoss, epochStart = mnist.Result{}, time.Now()
+		if !o.json {
+			return nil
+		}
+		rec.ParamsSHA256 = mnist.ParamsSHA256(model.Params())
+		return enc.Encode(rec)
+	}
+	res, err := gsync.Train(ctx, loop, state, func(ctx context.Context, s *gsync.TrainStep) error {
+		if x, y, err = train.Gather(s.Batch.Indices, x, y); err != nil {
+			return err
+		}
+		// Scale by size/Global rather than by the local batch: the allreduce
+		// averages, so this gives the exact mean over the global batch even
+		// when the ranks' shares differ in size.
+		r, err := model.ComputeGradients(x, y, float32(s.Size)/float32(s.Batch.Global))
+		if err != nil {
+			return err
+		}
+		s.Session.RecordLoss(r.Loss()) // the mean per sample of this worker's share, for gorovod run's report
+		if err := reduce(ctx, s.Session); err != nil {
+			return err // a changed world: the loop redoes the step
+		}
+		model.Update(opt)
+		current = r
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if res.Outcome != gsync.Completed {
+		fmt.Fprintf(progress, "left the job at step %d\n", res.Steps)
+		return nil
+	}
 	// The loop ends right after the last epoch's evaluation, so that is the
 	// final result; no need to evaluate the same parameters again.
 	trainSeconds := time.Since(trainStart).Seconds()
-	_ = w.Finish(ctx)
-	if w.Rank() != 0 {
+	if res.Rank != 0 {
 		return nil
 	}
 	sum := mnist.ParamsSHA256(model.Params())
 	fmt.Fprintf(progress, "final: test accuracy %.2f%% (loss %.4f) after %d epochs, %d steps; training %.1fs, total %.1fs; params_sha256 %s\n",
-		100*last.Accuracy(), last.Loss(), o.epochs, step, trainSeconds, time.Since(start).Seconds(), sum)
+		100*last.Accuracy(), last.Loss(), o.epochs, res.Steps, trainSeconds, time.Since(start).Seconds(), sum)
 	if o.json {
 		return enc.Encode(evalRecord{
-			Kind: "final", Step: step, Epoch: uint64(o.epochs - 1), TestLoss: last.Loss(), TestAccuracy: last.Accuracy(),
+			Kind: "final", Step: int(res.Steps), Epoch: uint64(o.epochs - 1), TestLoss: last.Loss(), TestAccuracy: last.Accuracy(),
 			Seconds: trainSeconds, ParamsSHA256: sum,
 		})
 	}
 	return nil
+}
+
+// gradReducer averages the model's float32 gradients across the world.
+type gradReducer func(ctx context.Context, sess *gsync.Session) error
+
+// newGradReducer returns the reducer for --grad-dtype: float32 reduces the
+// gradients as they are; float16 and bfloat16 send them at half the bytes
+// (Horovod's fp16 compression): converted before the allreduce, which sums
+// in that dtype, and back after it. The parameters stay float32, and every
+// rank converts the same reduced bits back, so they stay identical.
+func newGradReducer(dtype string, grads []float32) gradReducer {
+	switch dtype {
+	case "float16":
+		return halfReducer(grads, collective.NewF16, collective.F16.Float32)
+	case "bfloat16":
+		return halfReducer(grads, collective.NewBF16, collective.BF16.Float32)
+	}
+	buf := collective.SliceBuffer(grads)
+	return func(ctx context.Context, sess *gsync.Session) error {
+		return sess.Allreduce(ctx, gsync.Reduction{}, buf)
+	}
+}
+
+func halfReducer[T collective.F16 | collective.BF16](grads []float32, narrow func(float32) T, widen func(T) float32) gradReducer {
+	wire := make([]T, len(grads))
+	buf := collective.SliceBuffer(wire)
+	return func(ctx context.Context, sess *gsync.Session) error {
+		for i, g := range grads {
+			wire[i] = narrow(g)
+		}
+		if err := sess.Allreduce(ctx, gsync.Reduction{}, buf); err != nil {
+			return err
+		}
+		for i, h := range wire {
+			grads[i] = widen(h)
+		}
+		return nil
+	}
 }

@@ -128,6 +128,32 @@ func withoutTimes(t *testing.T, b []byte) []string {
 	return out
 }
 
+// Gradients averaged in float16 or bfloat16 train as well on the separable
+// set, and do travel in that dtype: the parameters differ from float32's.
+func TestRunGradDTypes(t *testing.T) {
+	dir := writeDataDir(t, 100, 30)
+	final := map[string]map[string]any{}
+	for _, dt := range []string{"float32", "float16", "bfloat16"} {
+		var out bytes.Buffer
+		args := []string{"--data-dir", dir, "--epochs", "3", "--batch-size", "16", "--hidden", "16", "--lr", "0.3", "--json", "--grad-dtype", dt}
+		if err := run(context.Background(), args, &out, io.Discard); err != nil {
+			t.Fatalf("%s: %v", dt, err)
+		}
+		lines := bytes.Split(bytes.TrimSpace(out.Bytes()), []byte("\n"))
+		var rec map[string]any
+		if err := json.Unmarshal(lines[len(lines)-1], &rec); err != nil || rec["kind"] != "final" {
+			t.Fatalf("%s: last line %s (%v)", dt, lines[len(lines)-1], err)
+		}
+		final[dt] = rec
+		if acc := rec["test_accuracy"].(float64); acc < 0.9 {
+			t.Errorf("%s gradients: test accuracy %.2f on a trivially separable set, want ≥ 0.9", dt, acc)
+		}
+	}
+	if final["float16"]["params_sha256"] == final["float32"]["params_sha256"] || final["bfloat16"]["params_sha256"] == final["float16"]["params_sha256"] {
+		t.Error("the gradient dtype made no difference to the parameters: the gradients did not travel in it")
+	}
+}
+
 func TestRunHumanOutput(t *testing.T) {
 	dir := writeDataDir(t, 40, 10)
 	var out bytes.Buffer
@@ -153,6 +179,7 @@ func TestRunErrors(t *testing.T) {
 		{"negative hidden", []string{"--hidden", "-1"}, "--hidden"},
 		{"stray argument", []string{"extra"}, "unexpected"},
 		{"unknown flag", []string{"--nope"}, "not defined"},
+		{"bad gradient dtype", []string{"--grad-dtype", "int8"}, `--grad-dtype "int8"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

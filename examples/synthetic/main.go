@@ -1,15 +1,3 @@
-// Command synthetic is an elastic trainer with a known answer: its per-step
-// compute is simulated (a sleep per sample, so many workers fit on a few cores
-// as if each had its own accelerator) while its gradients are real buffers that
-// go through the real allreduce, and its data order comes from the elastic
-// Sampler. Run it under `gorovod run`:
-//
-//	gorovod run --np 3 -- synthetic --steps 200 --json
-//
-// Each step prints (with --json) one object with step, epoch, world_epoch,
-// rank, size, loss, params_sha256 and, with --log-samples, the sample indices
-// this worker processed, so tests can check that workers agree and that no
-// sample is lost or processed twice across resizes.
 package main
 
 import (
@@ -18,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -28,8 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	gsync "github.com/gorovod/gorovod/sync"
+	"github.com/gorovod/gorovod/sync/sampler"
 )
 
 type options struct {
@@ -50,6 +39,9 @@ type options struct {
 	perWorker    time.Duration
 	verbose      bool
 	noStats      bool
+	freezeIdx    int
+	freezeStep   int64
+	freezeFor    time.Duration
 }
 
 func main() {
@@ -71,8 +63,11 @@ func main() {
 	flag.Float64Var(&o.stragglerMul, "straggler-factor", 2, "how much slower the straggler computes")
 	flag.BoolVar(&o.verbose, "v", false, "log the elastic layer's decisions to stderr")
 	flag.BoolVar(&o.noStats, "no-stats", false, "send no step statistics to the driver (to measure what they cost)")
+	flag.IntVar(&o.freezeIdx, "freeze-worker", -1, "launch index of a process whose training loop blocks (its process and the library's goroutines live on) before the gradient allreduce of --freeze-step, for --freeze-for: a stuck data loader, for the stall inspector")
+	flag.Int64Var(&o.freezeStep, "freeze-step", 10, "the step --freeze-worker blocks at")
+	flag.DurationVar(&o.freezeFor, "freeze-for", time.Minute, "how long --freeze-worker blocks")
 	flag.Parse()
-	if o.steps < 1 || o.samples < 1 || o.batch < 1 || o.modelSize < 1 || o.overhead < 0 || o.perWorker < 0 || o.stragglerMul <= 0 {
+	if o.steps < 1 || o.samples < 1 || o.batch < 1 || o.modelSize < 1 || o.overhead < 0 || o.perWorker < 0 || o.stragglerMul <= 0 || o.freezeFor < 0 {
 		fmt.Fprintln(os.Stderr, "synthetic: --steps, --samples, --batch, --model-size and --straggler-factor must be positive, the overheads not negative")
 		os.Exit(2)
 	}
@@ -98,125 +93,81 @@ type stepLine struct {
 }
 
 func run(o options) error {
-	cfg, err := gsync.WorkerConfigFromEnv()
-	if err != nil {
-		return err
-	}
-	if o.verbose {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	cfg.DisableStats = o.noStats
-	// SIGINT stops at once (the job is ending); SIGTERM leaves gracefully: this
-	// worker keeps training until the others have moved to a world without it.
+	// SIGINT stops at once (the job is ending); SIGTERM leaves gracefully
+	// (sync.Train sees to it): this worker keeps training until the others
+	// have moved to a world without it.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
 	defer stop()
-	leave := make(chan os.Signal, 1)
-	signal.Notify(leave, syscall.SIGTERM)
 
 	params := make([]float32, o.modelSize)
 	for i := range params {
 		params[i] = float32(math.Sin(float64(uint64(i)+o.seed))) * 0.1
 	}
-	sampler, err := gsync.NewSampler(gsync.SamplerConfig{N: o.samples, Seed: o.seed, Shuffle: true})
+	order, err := sampler.New(sampler.Config{N: o.samples, Seed: o.seed, Shuffle: true})
 	if err != nil {
 		return err
 	}
-	state := gsync.NewTrainState()
+	state := gsync.NewState()
 	state.RegisterTensor("params", params)
-	state.RegisterBlob("sampler", func() ([]byte, error) { return sampler.State().MarshalBinary() },
-		func(b []byte) error {
-			var st gsync.State
-			if err := st.UnmarshalBinary(b); err != nil {
-				return err
-			}
-			return sampler.Restore(st)
-		})
 	index, launched, err := envconfig.LaunchIndex(os.Getenv)
 	if err != nil {
 		return err
 	}
 	slow := launched && index == o.stragglerIdx
-	steps := o.steps
+	freeze := launched && index == o.freezeIdx
+	cfg := gsync.TrainConfig{Steps: o.steps, Data: order, GlobalBatch: o.batch}
 	if launched && index == o.extraStepIdx {
-		steps++
+		cfg.Steps++
 	}
-	w, err := gsync.StartWorker(ctx, cfg, state)
-	if err != nil {
-		return err
+	cfg.Worker.DisableStats = o.noStats
+	if o.verbose {
+		cfg.Worker.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	w.SetTotalSteps(o.steps)
-	finished := false
-	defer func() {
-		if finished {
-			w.Finish(context.Background())
-		} else {
-			w.Close()
-		}
-	}()
 
 	grads := make([]float32, o.modelSize)
-	leaving := false
-	for w.Step() < steps {
-		select {
-		case <-leave:
-			if !leaving {
-				leaving = true
-				if err := w.RequestLeave(ctx); err != nil {
-					return err
-				}
+	gradBuf := collective.SliceBuffer(grads)
+	var (
+		began time.Time
+		loss  float64
+	)
+	// A committed step (also the one at whose end this worker leaves the job).
+	cfg.Committed = func(ctx context.Context, s *gsync.TrainStep) error {
+		if !o.asJSON {
+			return nil
+		}
+		line := stepLine{Step: s.Number, Epoch: s.Batch.Epoch, WorldEpoch: s.World, Rank: s.Rank, Size: s.Size, Loss: loss,
+			ParamsSHA256: paramsSHA256(params), Worker: s.Session.Self().Name, Start: s.Batch.Start, Global: s.Batch.Global,
+			StepMS: float64(time.Since(began).Microseconds()) / 1000}
+		if o.logSamples {
+			line.Samples = s.Batch.Indices
+		}
+		b, _ := json.Marshal(line)
+		fmt.Printf("%s\n", b)
+		return nil
+	}
+	_, err = gsync.Train(ctx, cfg, state, func(ctx context.Context, s *gsync.TrainStep) error {
+		began = time.Now()
+		loss = computeGrads(o, s.Rank, s.Size, slow, params, grads, s.Batch)
+		if len(s.Batch.Indices) > 0 {
+			s.Session.RecordLoss(sampleLoss(params, s.Batch.Indices))
+		}
+		if freeze && s.Number == o.freezeStep && s.Attempt == 0 {
+			fmt.Fprintf(os.Stderr, "synthetic: freezing the training loop at step %d for %v\n", s.Number, o.freezeFor)
+			select {
+			case <-time.After(o.freezeFor):
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-		default:
 		}
-		start := time.Now()
-		st, err := sampler.Batch(w.Rank(), w.Size(), o.batch)
-		if err != nil {
-			return err
-		}
-		if st.Global == 0 {
-			sampler.NextEpoch()
-			continue
-		}
-		loss := computeGrads(o, w.Rank(), w.Size(), slow, params, grads, st)
-		w.RecordSamples(len(st.Indices))
-		err = w.Allreduce(ctx, [][]float32{grads})
-		if errors.Is(err, gsync.ErrWorldChanged) {
-			continue
-		}
-		if err != nil {
+		if err := s.Session.Allreduce(ctx, gsync.Reduction{}, gradBuf); err != nil {
 			return err
 		}
 		for i, g := range grads {
 			params[i] -= float32(o.lr) * g
 		}
-		if err := sampler.Advance(st.Global); err != nil {
-			return err
-		}
-		rank, size, epoch := w.Rank(), w.Size(), w.Epoch().Number
-		err = w.Commit(ctx)
-		if errors.Is(err, gsync.ErrWorldChanged) {
-			continue // the state is the new rank 0's; carry on from it
-		}
-		if err != nil && !errors.Is(err, gsync.ErrExcluded) {
-			return err
-		}
-		// The step committed (also when this worker is left out of the next
-		// world: exclusion starts after the boundary).
-		if o.asJSON {
-			line := stepLine{Step: w.Step(), Epoch: st.Epoch, WorldEpoch: epoch, Rank: rank, Size: size, Loss: loss,
-				ParamsSHA256: paramsSHA256(params), Worker: w.Name(), Start: st.Start, Global: st.Global,
-				StepMS: float64(time.Since(start).Microseconds()) / 1000}
-			if o.logSamples {
-				line.Samples = st.Indices
-			}
-			b, _ := json.Marshal(line)
-			fmt.Printf("%s\n", b)
-		}
-		if err != nil {
-			return nil // left the job gracefully
-		}
-	}
-	finished = true
-	return nil
+		return nil
+	})
+	return err
 }
 
 // computeGrads sleeps for the simulated compute and fills grads with this
@@ -226,7 +177,7 @@ func run(o options) error {
 // The simulated step time of a world of k workers sharing a global batch B
 // is thus compute·B/k + step-overhead + overhead-per-worker·(k−1), plus the
 // real allreduce: a curve whose best worker count can be worked out by hand.
-func computeGrads(o options, rank, size int, slow bool, params, grads []float32, st gsync.Step) float64 {
+func computeGrads(o options, rank, size int, slow bool, params, grads []float32, st sampler.Batch) float64 {
 	d := o.compute * time.Duration(len(st.Indices))
 	if rank == o.straggler || slow {
 		d = time.Duration(float64(d) * o.stragglerMul)
@@ -249,6 +200,22 @@ func computeGrads(o options, rank, size int, slow bool, params, grads []float32,
 		}
 	}
 	return loss
+}
+
+// sampleLoss is the mean per sample of the loss whose gradient computeGrads
+// computes, ½·Σᵢ(pᵢ − 0.01·tₛ)² for sample s (over the first 64 parameters,
+// as the step lines' loss): the figure the driver's progress records, metrics
+// and run report show (Session.RecordLoss), comparable across world sizes.
+func sampleLoss(params []float32, indices []int) float64 {
+	var sum float64
+	for _, idx := range indices {
+		t := 0.01 * float64(idx%17) / 17
+		for _, p := range params[:min(64, len(params))] {
+			d := float64(p) - t
+			sum += d * d / 2
+		}
+	}
+	return sum / float64(len(indices))
 }
 
 func paramsSHA256(p []float32) string {

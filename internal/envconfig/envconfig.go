@@ -1,13 +1,13 @@
-// Package envconfig is the one place gorovod reads its environment: the
-// variables a launcher (gorovod run, gorovod bench) sets for each worker process
-// so that it can find the others. Everything else takes configuration structs.
 package envconfig
 
 import (
 	"encoding/hex"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
+
+	"github.com/gorovod/gorovod/internal/netaddr"
 )
 
 // The variables a launcher sets for its workers.
@@ -20,6 +20,18 @@ const (
 	EnvListenAddr = "GOROVOD_LISTEN_ADDR" // optional: the collective listen address
 	EnvSeeds      = "GOROVOD_SEEDS"       // elastic jobs: comma-separated gossip addresses to join through
 	EnvGossipAddr = "GOROVOD_GOSSIP_ADDR" // elastic jobs, optional: the gossip bind address (host or host:port)
+	// EnvNetworkInterface names the interface whose address a worker binds to
+	// and advertises (gossip and collectives), a comma-separated list of
+	// names (the first this host has is used), as Horovod's
+	// --network-interface. Without it, and without GOROVOD_LISTEN_ADDR and
+	// GOROVOD_GOSSIP_ADDR, a worker whose driver or rendezvous is on another
+	// host uses the address its route there leaves from; one whose driver is
+	// on this host uses loopback.
+	EnvNetworkInterface = "GOROVOD_NETWORK_INTERFACE"
+	// EnvAdvertiseAddr is the host other processes reach this worker at, when
+	// it differs from the bind address (a wildcard bind address, NAT). The
+	// ports stay the bound ones.
+	EnvAdvertiseAddr = "GOROVOD_ADVERTISE_ADDR"
 	// EnvLaunchIndex is the launcher's number for the process (0, 1, ... in
 	// start order, never reused), unlike a rank, which changes with the world.
 	EnvLaunchIndex = "GOROVOD_LAUNCH_INDEX"
@@ -45,18 +57,21 @@ type Worker struct {
 	Size       int
 	Secret     []byte
 	Rendezvous string
-	ListenAddr string
+	// ListenAddr is the collective transport's listen address. Default: see
+	// EnvNetworkInterface (the rendezvous is the peer whose route counts).
+	ListenAddr       string
+	NetworkInterface string // EnvNetworkInterface
+	AdvertiseAddr    string // EnvAdvertiseAddr
 }
 
 // Load reads a Worker through getenv (os.Getenv in a program, a map in tests).
 func Load(getenv func(string) string) (Worker, error) {
 	w := Worker{
-		JobID:      getenv(EnvJobID),
-		Rendezvous: getenv(EnvRendezvous),
-		ListenAddr: getenv(EnvListenAddr),
-	}
-	if w.ListenAddr == "" {
-		w.ListenAddr = "127.0.0.1:0"
+		JobID:            getenv(EnvJobID),
+		Rendezvous:       getenv(EnvRendezvous),
+		ListenAddr:       getenv(EnvListenAddr),
+		NetworkInterface: getenv(EnvNetworkInterface),
+		AdvertiseAddr:    getenv(EnvAdvertiseAddr),
 	}
 	var missing []string
 	for _, v := range []string{EnvJobID, EnvRank, EnvSize, EnvSecret, EnvRendezvous} {
@@ -80,7 +95,26 @@ func Load(getenv func(string) string) (Worker, error) {
 	if w.Secret, err = hex.DecodeString(getenv(EnvSecret)); err != nil || len(w.Secret) < 16 {
 		return w, fmt.Errorf("%s must be at least 16 hex-encoded bytes", EnvSecret)
 	}
+	if w.ListenAddr == "" {
+		a, err := bindAddr(w.NetworkInterface, w.Rendezvous)
+		if err != nil {
+			return w, err
+		}
+		w.ListenAddr = net.JoinHostPort(a, "0")
+	}
 	return w, nil
+}
+
+// bindAddr is the default bind address (see EnvNetworkInterface).
+func bindAddr(iface, peer string) (string, error) {
+	a, err := netaddr.Pick(iface, peer)
+	if err != nil {
+		if iface != "" {
+			return "", fmt.Errorf("%s=%s: %w", EnvNetworkInterface, iface, err)
+		}
+		return "", fmt.Errorf("choosing the address to reach %s from: %w (set %s)", peer, err, EnvNetworkInterface)
+	}
+	return a.String(), nil
 }
 
 // Environ renders w as NAME=value entries for a child process.
@@ -95,22 +129,39 @@ func (w Worker) Environ() []string {
 	if w.ListenAddr != "" {
 		env = append(env, EnvListenAddr+"="+w.ListenAddr)
 	}
+	return appendAddressing(env, w.NetworkInterface, w.AdvertiseAddr)
+}
+
+func appendAddressing(env []string, iface, advertise string) []string {
+	if iface != "" {
+		env = append(env, EnvNetworkInterface+"="+iface)
+	}
+	if advertise != "" {
+		env = append(env, EnvAdvertiseAddr+"="+advertise)
+	}
 	return env
 }
 
 // ElasticWorker is what a worker of an elastic job learns from its environment:
 // no rank or size (those change with every epoch), but where to join.
 type ElasticWorker struct {
-	JobID      string
-	Secret     []byte
-	Seeds      []string
-	ListenAddr string // collective transport; default 127.0.0.1:0
-	GossipAddr string // membership bind address; default 127.0.0.1 (any port)
+	JobID  string
+	Secret []byte
+	Seeds  []string
+	// ListenAddr (collective transport, "host:port") and GossipAddr
+	// (membership, "host" or "host:port") default to the address
+	// EnvNetworkInterface says, with any port: the named interface's, else
+	// the one the route to the first seed leaves from, else loopback.
+	ListenAddr       string
+	GossipAddr       string
+	NetworkInterface string // EnvNetworkInterface
+	AdvertiseAddr    string // EnvAdvertiseAddr
 }
 
 // LoadElastic reads an ElasticWorker through getenv.
 func LoadElastic(getenv func(string) string) (ElasticWorker, error) {
-	w := ElasticWorker{JobID: getenv(EnvJobID), ListenAddr: getenv(EnvListenAddr), GossipAddr: getenv(EnvGossipAddr)}
+	w := ElasticWorker{JobID: getenv(EnvJobID), ListenAddr: getenv(EnvListenAddr), GossipAddr: getenv(EnvGossipAddr),
+		NetworkInterface: getenv(EnvNetworkInterface), AdvertiseAddr: getenv(EnvAdvertiseAddr)}
 	var missing []string
 	for _, v := range []string{EnvJobID, EnvSecret, EnvSeeds} {
 		if getenv(v) == "" {
@@ -132,11 +183,17 @@ func LoadElastic(getenv func(string) string) (ElasticWorker, error) {
 	if len(w.Seeds) == 0 {
 		return w, fmt.Errorf("%s lists no address", EnvSeeds)
 	}
-	if w.ListenAddr == "" {
-		w.ListenAddr = "127.0.0.1:0"
-	}
-	if w.GossipAddr == "" {
-		w.GossipAddr = "127.0.0.1"
+	if w.ListenAddr == "" || w.GossipAddr == "" {
+		a, err := bindAddr(w.NetworkInterface, w.Seeds[0])
+		if err != nil {
+			return w, err
+		}
+		if w.ListenAddr == "" {
+			w.ListenAddr = net.JoinHostPort(a, "0")
+		}
+		if w.GossipAddr == "" {
+			w.GossipAddr = a
+		}
 	}
 	return w, nil
 }
@@ -154,7 +211,7 @@ func (w ElasticWorker) Environ() []string {
 	if w.GossipAddr != "" {
 		env = append(env, EnvGossipAddr+"="+w.GossipAddr)
 	}
-	return env
+	return appendAddressing(env, w.NetworkInterface, w.AdvertiseAddr)
 }
 
 // EnvVisibleDevices is CUDA's own variable: the GPUs a process may use.
@@ -174,4 +231,38 @@ func VisibleDevices(lookup func(string) (string, bool)) ([]string, bool) {
 		}
 	}
 	return devs, true
+}
+
+// The variables a Kubernetes pod of a gorovod job gets from the downward API
+// (the manifests in deploy/kubernetes and the worker pods the Kubernetes
+// provisioner creates set them).
+const (
+	EnvPodName      = "GOROVOD_POD_NAME"
+	EnvPodNamespace = "GOROVOD_POD_NAMESPACE"
+	EnvPodUID       = "GOROVOD_POD_UID"
+	EnvPodIP        = "GOROVOD_POD_IP"
+)
+
+// KubernetesPod is the pod this process runs in.
+type KubernetesPod struct {
+	Name, Namespace, UID, IP string
+}
+
+// LoadKubernetesPod reads the pod this process runs in; ok is false when
+// GOROVOD_POD_NAME is unset (not in a pod, or a pod without those variables).
+func LoadKubernetesPod(getenv func(string) string) (p KubernetesPod, ok bool, err error) {
+	p = KubernetesPod{Name: getenv(EnvPodName), Namespace: getenv(EnvPodNamespace), UID: getenv(EnvPodUID), IP: getenv(EnvPodIP)}
+	if p.Name == "" {
+		return p, false, nil
+	}
+	var missing []string
+	for _, v := range []string{EnvPodNamespace, EnvPodUID} {
+		if getenv(v) == "" {
+			missing = append(missing, v)
+		}
+	}
+	if len(missing) > 0 {
+		return p, true, fmt.Errorf("envconfig: %s is set but %v are not (the downward API gives all three)", EnvPodName, missing)
+	}
+	return p, true, nil
 }

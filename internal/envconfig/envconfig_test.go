@@ -87,3 +87,84 @@ func TestVisibleDevices(t *testing.T) {
 		}
 	}
 }
+
+func TestAddressDefaults(t *testing.T) {
+	base := map[string]string{EnvJobID: "j", EnvSecret: strings.Repeat("ab", 16), EnvSeeds: "127.0.0.1:7946"}
+	load := func(change map[string]string) (ElasticWorker, error) {
+		env := map[string]string{}
+		for k, v := range base {
+			env[k] = v
+		}
+		for k, v := range change {
+			env[k] = v
+		}
+		return LoadElastic(func(k string) string { return env[k] })
+	}
+	w, err := load(nil)
+	if err != nil || w.ListenAddr != "127.0.0.1:0" || w.GossipAddr != "127.0.0.1" {
+		t.Errorf("a local driver: %+v, %v", w, err)
+	}
+	w, err = load(map[string]string{EnvNetworkInterface: "nosuch0,lo", EnvAdvertiseAddr: "198.18.0.7"})
+	if err != nil || w.ListenAddr != "127.0.0.1:0" || w.GossipAddr != "127.0.0.1" || w.AdvertiseAddr != "198.18.0.7" {
+		t.Errorf("interface lo: %+v, %v", w, err)
+	}
+	w, err = load(map[string]string{EnvListenAddr: "127.0.0.2:5000", EnvGossipAddr: "127.0.0.3", EnvNetworkInterface: "nosuch0"})
+	if err != nil || w.ListenAddr != "127.0.0.2:5000" || w.GossipAddr != "127.0.0.3" {
+		t.Errorf("explicit addresses win over the interface: %+v, %v", w, err)
+	}
+	if _, err := load(map[string]string{EnvNetworkInterface: "nosuch0"}); err == nil || !strings.Contains(err.Error(), EnvNetworkInterface) {
+		t.Errorf("a missing interface: %v", err)
+	}
+	// The new fields survive Environ.
+	w = ElasticWorker{JobID: "j", Secret: bytes.Repeat([]byte{1}, 16), Seeds: []string{"127.0.0.1:1"}, NetworkInterface: "lo", AdvertiseAddr: "198.18.0.9"}
+	env := map[string]string{}
+	for _, kv := range w.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	if env[EnvNetworkInterface] != "lo" || env[EnvAdvertiseAddr] != "198.18.0.9" {
+		t.Errorf("Environ: %v", env)
+	}
+	fixed := Worker{JobID: "j", Size: 1, Secret: bytes.Repeat([]byte{1}, 16), Rendezvous: "127.0.0.1:1", NetworkInterface: "lo"}
+	env = map[string]string{}
+	for _, kv := range fixed.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	got, err := Load(func(k string) string { return env[k] })
+	if err != nil || got.ListenAddr != "127.0.0.1:0" || got.NetworkInterface != "lo" {
+		t.Errorf("fixed world: %+v, %v", got, err)
+	}
+}
+
+func TestLoadKubernetesPod(t *testing.T) {
+	full := map[string]string{EnvPodName: "job-driver", EnvPodNamespace: "ml", EnvPodUID: "8d1c", EnvPodIP: "198.18.0.7"}
+	cases := []struct {
+		name   string
+		change map[string]string
+		ok     bool
+		err    bool
+	}{
+		{"full", nil, true, false},
+		{"no IP yet", map[string]string{EnvPodIP: ""}, true, false},
+		{"outside a pod", map[string]string{EnvPodName: ""}, false, false},
+		{"no UID", map[string]string{EnvPodUID: ""}, true, true},
+		{"no namespace", map[string]string{EnvPodNamespace: ""}, true, true},
+	}
+	for _, c := range cases {
+		env := map[string]string{}
+		for k, v := range full {
+			env[k] = v
+		}
+		for k, v := range c.change {
+			env[k] = v
+		}
+		p, ok, err := LoadKubernetesPod(func(k string) string { return env[k] })
+		if ok != c.ok || (err != nil) != c.err {
+			t.Errorf("%s: ok %v err %v", c.name, ok, err)
+		}
+		if c.name == "full" && p != (KubernetesPod{"job-driver", "ml", "8d1c", "198.18.0.7"}) {
+			t.Errorf("full: %+v", p)
+		}
+	}
+}

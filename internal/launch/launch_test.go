@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,10 +54,44 @@ func child(mode string) int {
 			return 7
 		}
 		return 0
+	case "affinity":
+		cpus, err := allowedCPUs()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 3
+		}
+		fmt.Println(cpus)
+		return 0
+	case "env":
+		_, inherited := os.LookupEnv("LAUNCH_TEST_INHERITED")
+		fmt.Printf("given=%s inherited=%v\n", os.Getenv("LAUNCH_TEST_GIVEN"), inherited)
+		return 0
 	case "hang":
 		fmt.Println("ready")
 		// Stand in for a long computation until the launcher stops us.
 		time.Sleep(time.Hour)
+	case "whoami":
+		host, _ := os.Hostname()
+		dir, _ := os.Getwd()
+		fmt.Printf("host %s gomaxprocs %s dir %s pid %d\n", host, os.Getenv("GOMAXPROCS"), dir, os.Getpid())
+		return 0
+	case "signals":
+		// Reports the signals it gets; leaves on SIGTERM.
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGINT, syscall.SIGTERM)
+		fmt.Println("ready")
+		for s := range sigs {
+			fmt.Println("got", s)
+			if s == syscall.SIGTERM {
+				return 0
+			}
+		}
+	case "ignore-term":
+		signal.Ignore(syscall.SIGTERM)
+		fmt.Println("ready")
+		time.Sleep(time.Hour)
+	case "launcher":
+		return remoteLauncherChild()
 	}
 	return 5
 }
@@ -194,5 +229,101 @@ func TestBadSpecs(t *testing.T) {
 	}
 	if _, err := Start(context.Background(), Spec{Argv: []string{"/nonexistent/binary"}, NP: 1}); err == nil {
 		t.Error("missing binary accepted")
+	}
+}
+
+func TestBalancedCPUs(t *testing.T) {
+	for _, tc := range []struct {
+		np   int
+		cpus []int
+		want string // worker 0 … np, the last one added after the start
+	}{
+		{1, []int{0, 1}, "[[0 1] [0 1]]"},
+		{2, []int{0, 1}, "[[0] [1] [0]]"},
+		{4, []int{0, 1}, "[[0] [0] [1] [1] [0]]"},
+		{3, []int{0, 1}, "[[0] [0] [1] [0]]"},
+		{2, []int{2, 3, 5, 7, 8}, "[[2 3] [5 7 8] [2 3]]"},
+		{3, []int{4}, "[[4] [4] [4] [4]]"},
+	} {
+		var got [][]int
+		for i := range tc.np + 1 {
+			got = append(got, balancedCPUs(i, tc.np, tc.cpus))
+		}
+		if fmt.Sprint(got) != tc.want {
+			t.Errorf("np %d on %v: %v, want %s", tc.np, tc.cpus, got, tc.want)
+		}
+	}
+}
+
+// TestBalancedPlacement: each worker process runs pinned to its share.
+func TestBalancedPlacement(t *testing.T) {
+	allowed, err := allowedCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, np := range []int{1, 2, 4} {
+		l := &lines{by: map[string][]string{}}
+		j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: np, Output: l.out, Placement: PlaceBalanced,
+			Env: func(int) []string { return []string{envChild + "=affinity"} }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range np {
+			want := fmt.Sprint(balancedCPUs(i, np, allowed))
+			if got := l.by[fmt.Sprintf("%d/stdout", i)]; len(got) != 1 || got[0] != want {
+				t.Errorf("np %d worker %d runs on %q, want %s", np, i, got, want)
+			}
+		}
+	}
+	// Without a placement the workers may use every CPU the launcher may.
+	l := &lines{by: map[string][]string{}}
+	j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 2, Output: l.out,
+		Env: func(int) []string { return []string{envChild + "=affinity"} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if got := l.by[fmt.Sprintf("%d/stdout", i)]; len(got) != 1 || got[0] != fmt.Sprint(allowed) {
+			t.Errorf("unplaced worker %d runs on %q, want %v", i, got, allowed)
+		}
+	}
+	if _, err := Start(context.Background(), Spec{Argv: []string{"true"}, NP: 1, Placement: "everywhere"}); err == nil {
+		t.Error("unknown placement accepted")
+	}
+}
+
+// TestEnviron: a Spec.Environ replaces this process's environment as the
+// workers' base.
+func TestEnviron(t *testing.T) {
+	t.Setenv("LAUNCH_TEST_INHERITED", "1")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var lines []string
+	job, err := Start(context.Background(), Spec{
+		Argv: []string{exe}, NP: 1,
+		Environ: []string{envChild + "=env", "LAUNCH_TEST_GIVEN=yes"},
+		Output: func(_ int, _ string, line []byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			lines = append(lines, string(line))
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(lines, "|"); got != "given=yes inherited=false" {
+		t.Fatalf("worker printed %q", got)
 	}
 }

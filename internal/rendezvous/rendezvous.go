@@ -1,8 +1,3 @@
-// Package rendezvous lets locally launched workers learn each other's transport
-// addresses before their first communicator exists: the launcher runs a Server,
-// each worker Joins with its rank and address and receives the full list once
-// every rank has checked in. Messages are single JSON lines over TCP. It carries
-// addresses only; the transport handshake authenticates the peers themselves.
 package rendezvous
 
 import (
@@ -50,6 +45,17 @@ func Listen(addr string, size int) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: %w", err)
+	}
+	return Serve(ln, size)
+}
+
+// Serve starts a server for size ranks on a listener the caller made (one
+// bound to a routable address, or made inside another network namespace);
+// Close closes it.
+func Serve(ln net.Listener, size int) (*Server, error) {
+	if size < 1 {
+		ln.Close()
+		return nil, fmt.Errorf("rendezvous: size %d must be at least 1", size)
 	}
 	s := &Server{ln: ln, size: size, addrs: make([]string, size), full: make(chan struct{}), done: make(chan struct{})}
 	s.wg.Go(s.accept)

@@ -23,6 +23,9 @@ type Options struct {
 	IOTimeout time.Duration
 	// HandshakeTimeout bounds each handshake exchange.
 	HandshakeTimeout time.Duration
+	// SpinTime is how long a waiting call polls before it parks, for
+	// transports that poll (zero: the transport's default).
+	SpinTime time.Duration
 }
 
 // Factory makes the transports under test.
@@ -68,6 +71,8 @@ func Run(t *testing.T, f Factory) {
 		{"PeerCloseWakesRecv", s.testPeerCloseWakesRecv},
 		{"SendToClosedPeer", s.testSendToClosedPeer},
 		{"CloseWakes", s.testCloseWakes},
+		{"WakesWhilePolling", s.testWakesWhilePolling},
+		{"SilentPeerCostsNoCPU", s.testSilentPeerCostsNoCPU},
 		{"ContextCancel", s.testContextCancel},
 		{"ContextDeadline", s.testContextDeadline},
 		{"CancelledContext", s.testCancelledContext},
@@ -83,6 +88,7 @@ func Run(t *testing.T, f Factory) {
 		{"CloseDuringConnect", s.testCloseDuringConnect},
 		{"LinksOutliveTransport", s.testLinksOutlive},
 		{"ZeroAllocs", s.testZeroAllocs},
+		{"InPlace", s.testInPlace},
 		{"Collectives", s.testCollectives},
 	} {
 		t.Run(tc.name, tc.fn)

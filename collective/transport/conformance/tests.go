@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -466,10 +468,17 @@ func (s *suite) testSlowReceiver(t *testing.T) {
 	a, b := s.pair(t, o)
 	ctx := timeoutCtx(t, 30*time.Second)
 	const frames, size = 8, 2 << 20
+	// The payloads are made up front: under the race detector making 2 MiB
+	// of pattern takes a good part of IOTimeout, which would count as the
+	// receiver's silence (a single-copy sender waits for the receiver's copy).
+	payloads := make([][]byte, frames)
+	for i := range payloads {
+		payloads[i] = pattern(size, 0, 1, i)
+	}
 	errc := make(chan error, 1)
 	go func() {
 		for i := range frames {
-			if err := send(ctx, a, uint64(i), pattern(size, 0, 1, i)); err != nil {
+			if err := send(ctx, a, uint64(i), payloads[i]); err != nil {
 				errc <- err
 				return
 			}
@@ -480,7 +489,7 @@ func (s *suite) testSlowReceiver(t *testing.T) {
 	defer tick.Stop()
 	for i := range frames {
 		<-tick.C
-		if err := recv(ctx, b, uint64(i), pattern(size, 0, 1, i)); err != nil {
+		if err := recv(ctx, b, uint64(i), payloads[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -729,21 +738,24 @@ func (s *suite) testZeroAllocs(t *testing.T) {
 }
 
 // testCollectives runs the collectives over the transport's links and checks
-// exact results, with small chunks so the ring pipelines several frames.
+// exact results: with small chunks, so the ring pipelines several frames per
+// segment, and with the default ones, whose frames a transport may move in
+// several pieces (TCP writes them with writev(2), which the race detector must
+// see as ordering too in a world mixing TCP and shared-memory links: the
+// ring's write-after-read ordering runs around the ring through both).
 func (s *suite) testCollectives(t *testing.T) {
+	small := collective.DefaultConfig()
+	small.ChunkBytes, small.SmallMessageBytes = 32<<10, 8<<10
+	t.Run("small chunks", func(t *testing.T) { s.collectives(t, small) })
+	t.Run("default", func(t *testing.T) { s.collectives(t, collective.DefaultConfig()) })
+}
+
+func (s *suite) collectives(t *testing.T, cfg collective.Config) {
 	s.start(t)
 	const p = 3
 	trs := s.listenN(t, p, defaultOptions())
 	ctx := timeoutCtx(t, 60*time.Second)
 	links := connectAll(t, ctx, trs, "collectives", 1)
-	cfg := collective.DefaultConfig()
-	// 32 KiB chunks: the ring pipelines several per segment, and every TCP frame
-	// goes out in one write(2). Larger TCP frames go out with writev(2), which the
-	// race detector does not see as synchronization (only read and write are
-	// annotated); in a world mixing TCP and shared-memory links it would then
-	// report the ring's write-after-read ordering, which runs around the ring
-	// through both, as a race.
-	cfg.ChunkBytes, cfg.SmallMessageBytes = 32<<10, 8<<10
 	comms := make([]*collective.Communicator, p)
 	for r := range p {
 		c, err := collective.NewFromLinks(transport.World{JobID: "collectives", Epoch: 1, Rank: r, Addrs: addrsOf(trs)}, links[r], cfg)
@@ -767,7 +779,7 @@ func (s *suite) testCollectives(t *testing.T) {
 	}
 	// Inputs are small integers, so every order of summation is exact.
 	in := func(r, i int) int { return (r+1)*(i%7) + 1 }
-	for _, n := range []int{1, 1000, 5000, 300000} {
+	for _, n := range []int{1, 1000, 5000, 300000, 1 << 20} {
 		run(fmt.Sprintf("allreduce float32 sum of %d", n), func(c *collective.Communicator) error {
 			src, dst := make([]float32, n), make([]float32, n)
 			for i := range src {
@@ -833,6 +845,26 @@ func (s *suite) testCollectives(t *testing.T) {
 		}
 		return nil
 	})
+	run("reducescatter float32 average", func(c *collective.Communicator) error {
+		const n = 200000 // per rank
+		send, recv := make([]float32, p*n), make([]float32, n)
+		for i := range send {
+			send[i] = float32(p * in(c.Rank(), i))
+		}
+		if err := collective.ReduceScatter(ctx, c, send, recv, collective.Average); err != nil {
+			return err
+		}
+		for i, v := range recv {
+			want := 0
+			for r := range p {
+				want += in(r, c.Rank()*n+i)
+			}
+			if v != float32(want) {
+				return fmt.Errorf("rank %d: element %d is %v, want %d", c.Rank(), i, v, want)
+			}
+		}
+		return nil
+	})
 	run("broadcast", func(c *collective.Communicator) error {
 		buf := make([]byte, 200000)
 		if c.Rank() == 1 {
@@ -859,4 +891,202 @@ func (s *suite) testCollectives(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// testInPlace: links that hand payloads over in place (transport.InPlaceLink)
+// deliver every byte, in order, in pieces that are multiples of 64 bytes but
+// the last, whichever of Send and SendInPlace sent the frame; a consumer that
+// fails ends the call with its error and breaks the link.
+func (s *suite) testInPlace(t *testing.T) {
+	s.start(t)
+	a, b := s.pair(t, defaultOptions())
+	ia, okA := a.(transport.InPlaceLink)
+	ib, okB := b.(transport.InPlaceLink)
+	if !okA || !okB {
+		t.Skip("links do not implement transport.InPlaceLink")
+	}
+	ctx := timeoutCtx(t, 60*time.Second)
+	sizes := []int{0, 1, 63, 64, 100, 4104, 200 << 10, 1<<20 + 12, 5<<20 + 64}
+	errc := make(chan error, 1)
+	go func() {
+		for i := range 2 * len(sizes) {
+			p := pattern(sizes[i/2], 0, 1, i)
+			h := transport.Header{Kind: transport.FrameData, Seq: uint64(i), Length: uint32(len(p))}
+			var err error
+			if i%2 == 0 {
+				err = ia.SendInPlace(ctx, &h, p)
+			} else {
+				err = a.Send(ctx, &h, p)
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for i := range 2 * len(sizes) {
+		want := pattern(sizes[i/2], 0, 1, i)
+		var h transport.Header
+		if err := b.RecvHeader(ctx, &h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Seq != uint64(i) || int(h.Length) != len(want) {
+			t.Fatalf("frame %d: header seq %d length %d", i, h.Seq, h.Length)
+		}
+		var got []byte
+		pieces := 0
+		err := ib.RecvPayloadInPlace(ctx, make([]byte, len(want)), func(off int, piece []byte) error {
+			if off != len(got) {
+				return fmt.Errorf("piece at offset %d after %d bytes", off, len(got))
+			}
+			if off+len(piece) < len(want) && len(piece)%64 != 0 {
+				return fmt.Errorf("piece of %d bytes at offset %d of %d is not a multiple of 64", len(piece), off, len(want))
+			}
+			got = append(got, piece...)
+			pieces++
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("frame %d (%d bytes): %v", i, len(want), err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("frame %d: %d bytes in %d pieces differ from the %d sent", i, len(got), pieces, len(want))
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+
+	// A consumer that fails.
+	boom := errors.New("consumer failed")
+	if err := ia.SendInPlace(ctx, &transport.Header{Kind: transport.FrameData, Length: 1000}, make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	var h transport.Header
+	if err := b.RecvHeader(ctx, &h); err != nil {
+		t.Fatal(err)
+	}
+	err := ib.RecvPayloadInPlace(ctx, make([]byte, 1000), func(int, []byte) error { return boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("failing consumer: %v, want %v", err, boom)
+	}
+	var pe *transport.PeerError
+	if err := b.RecvHeader(ctx, &h); !errors.As(err, &pe) {
+		t.Fatalf("RecvHeader after a failed consumer: %v, want a *transport.PeerError", err)
+	}
+}
+
+// testWakesWhilePolling: a call that polls rather than sleeps (SpinTime longer
+// than the test) still ends at once when its context is cancelled or the link
+// closes, as Abort does.
+func (s *suite) testWakesWhilePolling(t *testing.T) {
+	o := defaultOptions()
+	o.SpinTime = time.Hour
+	recvHeader := func(ctx context.Context, l transport.Link) error {
+		var h transport.Header
+		return l.RecvHeader(ctx, &h)
+	}
+	fillUp := func(ctx context.Context, l transport.Link) error { return fill(ctx, l, 1<<20) }
+	for _, tc := range []struct {
+		name  string
+		op    func(ctx context.Context, l transport.Link) error
+		close bool // else cancel the context
+		want  error
+	}{
+		{"recv header cancelled", recvHeader, false, context.Canceled},
+		{"recv header closed", recvHeader, true, transport.ErrLinkClosed},
+		{"send cancelled", fillUp, false, context.Canceled},
+		{"send closed", fillUp, true, transport.ErrLinkClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s.start(t)
+			a, _ := s.pair(t, o)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			stop := cancel
+			if tc.close {
+				stop = func() { a.Close() }
+			}
+			timer := time.AfterFunc(100*time.Millisecond, stop)
+			defer timer.Stop()
+			err := within(t, 5*time.Second, "a polling call", func() error { return tc.op(ctx, a) })
+			asPeerError(t, err, 1, tc.want)
+		})
+	}
+}
+
+// testSilentPeerCostsNoCPU: waiting on a peer that sends nothing (or reads
+// nothing) sleeps: whatever polling a transport does before it parks is
+// bounded, so a blocked job leaves the CPUs to others. The CPU time is the
+// whole process's, so the garbage collector or a straggling goroutine of an
+// earlier test may add to one wait; of three waits, the quietest must stay
+// under a tenth of a core (one that polled throughout would use all of it).
+func (s *suite) testSilentPeerCostsNoCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   func(ctx context.Context, l transport.Link) error
+		wait time.Duration
+		// from is when the measured wait starts: a sender first fills the
+		// transport's buffers, at whatever that costs.
+		from time.Duration
+	}{
+		{"recv header", func(ctx context.Context, l transport.Link) error {
+			var h transport.Header
+			return l.RecvHeader(ctx, &h)
+		}, 400 * time.Millisecond, 0},
+		{"send", func(ctx context.Context, l transport.Link) error { return fill(ctx, l, 64<<10) },
+			time.Second, 500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s.start(t)
+			// Several waits, as a job's successive collectives would make (a
+			// send that failed breaks its link: a fresh one each time).
+			a, _ := s.pair(t, defaultOptions())
+			quietest := 1.0
+			var waits []string
+			for i := range 3 {
+				if i > 0 && tc.from > 0 {
+					a, _ = s.pair(t, defaultOptions())
+				}
+				runtime.GC()
+				ctx, cancel := context.WithTimeout(context.Background(), tc.wait)
+				var cpu0 time.Duration
+				var t0 time.Time
+				mark := func() { cpu0, t0 = processCPU(t), time.Now() }
+				marked := make(chan struct{})
+				if tc.from == 0 {
+					mark()
+					close(marked)
+				} else {
+					timer := time.AfterFunc(tc.from, func() { mark(); close(marked) })
+					defer timer.Stop()
+				}
+				err := tc.op(ctx, a)
+				<-marked
+				cpu, elapsed := processCPU(t)-cpu0, time.Since(t0)
+				cancel()
+				asPeerError(t, err, 1, context.DeadlineExceeded)
+				if elapsed < tc.wait/4 {
+					t.Fatalf("wait %d: the call returned %v after its measured wait began", i, elapsed)
+				}
+				quietest = min(quietest, cpu.Seconds()/elapsed.Seconds())
+				waits = append(waits, fmt.Sprintf("%v of CPU in %v", cpu, elapsed.Round(time.Millisecond)))
+			}
+			t.Logf("quietest %.3f: %s", quietest, strings.Join(waits, ", "))
+			if quietest > 0.1 {
+				t.Errorf("blocked on a silent peer, the quietest of three waits used %.0f%% of a core: %s",
+					100*quietest, strings.Join(waits, ", "))
+			}
+		})
+	}
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

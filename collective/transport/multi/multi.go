@@ -43,20 +43,22 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("unknown transport %q (want one of %v)", s, Modes())
 }
 
-// Config configures the transport Listen builds. Start from DefaultConfig; the
-// common fields (address, secret, timeouts, logger) override those of the
-// per-transport configurations, whose other fields tune each transport.
+// Config configures the transport Listen builds. A zero field means its
+// default (DefaultConfig). The common fields (addresses, secret, timeouts,
+// logger) are the only ones that set these for the transports built: the
+// per-transport configurations tune the rest, and their own copies of the
+// common fields are ignored.
 type Config struct {
 	Mode Mode
 	// Remote is the network transport of Auto mode: TCP (default) or SCTP.
 	Remote Mode
 
-	ListenAddr       string
-	AdvertiseAddr    string
-	Secret           []byte
-	HandshakeTimeout time.Duration
-	IOTimeout        time.Duration
-	Logger           *slog.Logger
+	ListenAddr       string        // default 127.0.0.1:0
+	AdvertiseAddr    string        // default: the listener's address
+	Secret           []byte        // required
+	HandshakeTimeout time.Duration // default transport.DefaultHandshakeTimeout
+	IOTimeout        time.Duration // default transport.DefaultIOTimeout
+	Logger           *slog.Logger  // default: discard
 
 	TCP  tcp.Config
 	SHM  shm.Config
@@ -67,13 +69,19 @@ type Config struct {
 // Secret must still be set.
 func DefaultConfig() Config {
 	return Config{
-		Mode:   Auto,
-		Remote: TCP,
-		TCP:    tcp.DefaultConfig(),
-		SHM:    shm.DefaultConfig(),
-		SCTP:   sctp.DefaultConfig(),
+		Mode:             Auto,
+		Remote:           TCP,
+		HandshakeTimeout: transport.DefaultHandshakeTimeout,
+		IOTimeout:        transport.DefaultIOTimeout,
+		TCP:              tcp.DefaultConfig(),
+		SHM:              shm.DefaultConfig(),
+		SCTP:             sctp.DefaultConfig(),
 	}
 }
+
+// ErrInvalidConfig is wrapped by every error about a Config that cannot work;
+// it wraps transport.ErrInvalidConfig.
+var ErrInvalidConfig = fmt.Errorf("multi: %w", transport.ErrInvalidConfig)
 
 // Listen builds and starts the transport cfg describes.
 func Listen(cfg Config) (transport.Transport, error) {
@@ -97,22 +105,15 @@ func Listen(cfg Config) (transport.Transport, error) {
 		case cfg.Remote == SCTP:
 			boot, err = listenSCTP(&cfg)
 		default:
-			return nil, fmt.Errorf("multi: Remote %q must be tcp or sctp", cfg.Remote)
+			return nil, fmt.Errorf("%w: Remote %q must be tcp or sctp", ErrInvalidConfig, cfg.Remote)
 		}
 		if err != nil {
 			return nil, err
 		}
 		sc := cfg.SHM
 		sc.Fallback = cfg.Mode == Auto
-		if cfg.HandshakeTimeout > 0 {
-			sc.HandshakeTimeout = cfg.HandshakeTimeout
-		}
-		if cfg.IOTimeout > 0 {
-			sc.IOTimeout = cfg.IOTimeout
-		}
-		if cfg.Logger != nil {
-			sc.Logger = cfg.Logger
-		}
+		sc.ListenAddr, sc.AdvertiseAddr, sc.Secret = "", "", nil // New takes them from boot
+		sc.HandshakeTimeout, sc.IOTimeout, sc.Logger = cfg.HandshakeTimeout, cfg.IOTimeout, cfg.Logger
 		t, err := shm.New(boot, sc)
 		if err != nil {
 			boot.Close()
@@ -120,25 +121,13 @@ func Listen(cfg Config) (transport.Transport, error) {
 		}
 		return t, nil
 	}
-	return nil, fmt.Errorf("multi: unknown mode %q", cfg.Mode)
+	return nil, fmt.Errorf("%w: unknown mode %q", ErrInvalidConfig, cfg.Mode)
 }
 
 func listenTCP(cfg *Config) (transport.Transport, error) {
 	c := cfg.TCP
-	c.ListenAddr = pick(cfg.ListenAddr, c.ListenAddr)
-	c.AdvertiseAddr = pick(cfg.AdvertiseAddr, c.AdvertiseAddr)
-	if len(cfg.Secret) > 0 {
-		c.Secret = cfg.Secret
-	}
-	if cfg.HandshakeTimeout > 0 {
-		c.HandshakeTimeout = cfg.HandshakeTimeout
-	}
-	if cfg.IOTimeout > 0 {
-		c.IOTimeout = cfg.IOTimeout
-	}
-	if cfg.Logger != nil {
-		c.Logger = cfg.Logger
-	}
+	c.ListenAddr, c.AdvertiseAddr, c.Secret = cfg.ListenAddr, cfg.AdvertiseAddr, cfg.Secret
+	c.HandshakeTimeout, c.IOTimeout, c.Logger = cfg.HandshakeTimeout, cfg.IOTimeout, cfg.Logger
 	t, err := tcp.Listen(c)
 	if err != nil {
 		return nil, err // not a typed nil in the interface
@@ -148,30 +137,11 @@ func listenTCP(cfg *Config) (transport.Transport, error) {
 
 func listenSCTP(cfg *Config) (transport.Transport, error) {
 	c := cfg.SCTP
-	c.ListenAddr = pick(cfg.ListenAddr, c.ListenAddr)
-	c.AdvertiseAddr = pick(cfg.AdvertiseAddr, c.AdvertiseAddr)
-	if len(cfg.Secret) > 0 {
-		c.Secret = cfg.Secret
-	}
-	if cfg.HandshakeTimeout > 0 {
-		c.HandshakeTimeout = cfg.HandshakeTimeout
-	}
-	if cfg.IOTimeout > 0 {
-		c.IOTimeout = cfg.IOTimeout
-	}
-	if cfg.Logger != nil {
-		c.Logger = cfg.Logger
-	}
+	c.ListenAddr, c.AdvertiseAddr, c.Secret = cfg.ListenAddr, cfg.AdvertiseAddr, cfg.Secret
+	c.HandshakeTimeout, c.IOTimeout, c.Logger = cfg.HandshakeTimeout, cfg.IOTimeout, cfg.Logger
 	t, err := sctp.Listen(c)
 	if err != nil {
 		return nil, err
 	}
 	return t, nil
-}
-
-func pick(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

@@ -33,6 +33,7 @@ func factory(mode, remote multi.Mode, hosts ...string) conformance.Factory {
 			cfg := multi.DefaultConfig()
 			cfg.Mode, cfg.Remote = mode, remote
 			cfg.Secret, cfg.IOTimeout, cfg.HandshakeTimeout = o.Secret, o.IOTimeout, o.HandshakeTimeout
+			cfg.TCP.SpinTime, cfg.SHM.SpinTime = o.SpinTime, o.SpinTime
 			cfg.SHM.RingBytes = 1 << 20 // keep /dev/shm use low
 			if len(hosts) > 0 {
 				cfg.SHM.HostID = hosts[int(n.Add(1))%len(hosts)]

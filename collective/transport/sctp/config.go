@@ -1,10 +1,11 @@
 package sctp
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
 )
 
 // Config configures a Transport. Start from DefaultConfig; zero fields are
@@ -13,7 +14,8 @@ type Config struct {
 	// ListenAddr is the UDP address to listen on, "host:port". Default "127.0.0.1:0".
 	ListenAddr string
 	// AdvertiseAddr is the address peers send to, when it differs from the
-	// listener's. Default: the listener's address.
+	// listener's. A host without a port (or with port 0) takes the
+	// listener's port. Default: the listener's address.
 	AdvertiseAddr string
 	// Secret is the job secret both ends must share. Required.
 	Secret []byte
@@ -48,8 +50,8 @@ type Config struct {
 
 const (
 	defaultListenAddr       = "127.0.0.1:0"
-	defaultHandshakeTimeout = 5 * time.Second
-	defaultIOTimeout        = 30 * time.Second
+	defaultHandshakeTimeout = transport.DefaultHandshakeTimeout
+	defaultIOTimeout        = transport.DefaultIOTimeout
 	defaultDialRetry        = 5 * time.Millisecond
 	defaultMTU              = 8192
 	minMTU                  = 1200
@@ -64,6 +66,10 @@ const (
 	// below the receive buffer.
 	messageBytes = 1 << 20
 )
+
+// ErrInvalidConfig is wrapped by every error about a Config that cannot work;
+// it wraps transport.ErrInvalidConfig.
+var ErrInvalidConfig = fmt.Errorf("sctp: %w", transport.ErrInvalidConfig)
 
 // DefaultConfig returns the defaults; Secret must still be set.
 func DefaultConfig() Config {
@@ -85,7 +91,7 @@ func DefaultConfig() Config {
 func (c Config) withDefaults() (Config, error) {
 	d := DefaultConfig()
 	if len(c.Secret) == 0 {
-		return c, errors.New("sctp: Config.Secret is required")
+		return c, fmt.Errorf("%w: Secret is required", ErrInvalidConfig)
 	}
 	c.Secret = append([]byte(nil), c.Secret...)
 	if c.ListenAddr == "" {
@@ -104,25 +110,25 @@ func (c Config) withDefaults() (Config, error) {
 		c.MTU = d.MTU
 	}
 	if c.MTU < minMTU || c.MTU > maxMTU {
-		return c, fmt.Errorf("sctp: Config.MTU %d outside [%d, %d]", c.MTU, minMTU, maxMTU)
+		return c, fmt.Errorf("%w: MTU %d outside [%d, %d]", ErrInvalidConfig, c.MTU, minMTU, maxMTU)
 	}
 	if c.ReceiveBuffer == 0 {
 		c.ReceiveBuffer = d.ReceiveBuffer
 	}
 	if c.ReceiveBuffer < 4*messageBytes || c.ReceiveBuffer > 1<<30 {
-		return c, fmt.Errorf("sctp: Config.ReceiveBuffer %d outside [%d, %d]", c.ReceiveBuffer, 4*messageBytes, 1<<30)
+		return c, fmt.Errorf("%w: ReceiveBuffer %d outside [%d, %d]", ErrInvalidConfig, c.ReceiveBuffer, 4*messageBytes, 1<<30)
 	}
 	if c.SendBuffer == 0 {
 		c.SendBuffer = d.SendBuffer
 	}
 	if c.SendBuffer < 2*messageBytes {
-		return c, fmt.Errorf("sctp: Config.SendBuffer %d is below %d", c.SendBuffer, 2*messageBytes)
+		return c, fmt.Errorf("%w: SendBuffer %d is below %d", ErrInvalidConfig, c.SendBuffer, 2*messageBytes)
 	}
 	if c.SocketBuffer == 0 {
 		c.SocketBuffer = d.SocketBuffer
 	}
 	if c.SocketBuffer < 0 {
-		return c, errors.New("sctp: Config.SocketBuffer is negative")
+		return c, fmt.Errorf("%w: SocketBuffer is negative", ErrInvalidConfig)
 	}
 	if c.ProbeInterval <= 0 {
 		c.ProbeInterval = d.ProbeInterval

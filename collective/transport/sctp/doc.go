@@ -13,7 +13,7 @@
 // connects its socket to that one in turn. Each association thus has a pair of
 // connected sockets and the kernel, not this package, sorts packets by peer.
 // The dialer then starts the SCTP association and, on stream 0, runs the same
-// handshake as the TCP transport (transport.Hello, Challenge, Response,
+// handshake as the TCP transport (handshake.Hello, Challenge, Response,
 // Verdict, HMAC-SHA256 proofs of the job secret): the higher rank of each pair
 // dials, wrong secrets, jobs and stale epochs are refused for good, a peer that
 // is not connecting the world yet is parked for a while or told to retry, and

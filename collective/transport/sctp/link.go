@@ -354,14 +354,7 @@ func (l *link) parseHeader(msg []byte, h *transport.Header) error {
 	if len(msg) < transport.HeaderSize {
 		return &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("message of %d bytes cannot hold a header", len(msg))}
 	}
-	if err := transport.DecodeHeader(msg, h); err != nil {
-		var fe *transport.FrameError
-		if errors.As(err, &fe) {
-			fe.Peer = l.peer
-		}
-		return err
-	}
-	if err := transport.CheckOrigin(h, l.job, l.epoch, l.peer); err != nil {
+	if err := transport.DecodeFrom(msg, h, l.job, l.epoch, l.peer); err != nil {
 		return err
 	}
 	if want := transport.HeaderSize + min(int(h.Length), messageBytes-transport.HeaderSize); len(msg) != want {

@@ -70,9 +70,7 @@ func Listen(cfg Config) (*Transport, error) {
 		ErrClosed:        ErrClosed,
 		Dial:             t.dial,
 	})
-	if t.addr == "" {
-		t.addr = ln.LocalAddr().String()
-	}
+	t.addr = mesh.AdvertiseAddr(cfg.AdvertiseAddr, ln.LocalAddr())
 	t.base, t.cancel = context.WithCancel(context.Background())
 	t.wg.Add(1)
 	go t.requestLoop()

@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -33,7 +32,9 @@ type Config struct {
 	// ranks, where a sender that can run a whole 4 MiB collective ahead copes
 	// best with ranks taking turns on cores.
 	RingBytes int
-	// SpinTime is how long a call polls the ring before it parks. While it
+	// SpinTime is how long a call polls the ring before it parks, at most:
+	// the bound adapts per link direction, halving while waits outlast it
+	// (package spin), so long or silent waits cost almost no CPU. While it
 	// polls it yields the CPU to other goroutines and processes now and then,
 	// so ranks that outnumber the cores still make progress. Default 100µs; a
 	// negative value disables spinning.
@@ -71,9 +72,13 @@ const (
 	maxRingBytes            = 1 << 30
 	defaultSpinTime         = 100 * time.Microsecond
 	defaultSingleCopyBytes  = 128 << 10
-	defaultIOTimeout        = 30 * time.Second
-	defaultHandshakeTimeout = 5 * time.Second
+	defaultIOTimeout        = transport.DefaultIOTimeout
+	defaultHandshakeTimeout = transport.DefaultHandshakeTimeout
 )
+
+// ErrInvalidConfig is wrapped by every error about a Config that cannot work;
+// it wraps transport.ErrInvalidConfig.
+var ErrInvalidConfig = fmt.Errorf("shm: %w", transport.ErrInvalidConfig)
 
 // DefaultConfig returns the defaults; Secret must still be set for Listen.
 func DefaultConfig() Config {
@@ -104,7 +109,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Dir = d.Dir
 	}
 	if c.RingBytes != 0 && (c.RingBytes < minRingBytes || c.RingBytes > maxRingBytes || c.RingBytes&(c.RingBytes-1) != 0) {
-		return c, fmt.Errorf("shm: Config.RingBytes %d must be a power of two in [%d, %d]", c.RingBytes, minRingBytes, maxRingBytes)
+		return c, fmt.Errorf("%w: RingBytes %d must be a power of two in [%d, %d]", ErrInvalidConfig, c.RingBytes, minRingBytes, maxRingBytes)
 	}
 	switch {
 	case c.SpinTime == 0:
@@ -118,10 +123,10 @@ func (c Config) withDefaults() (Config, error) {
 	case c.SingleCopyBytes < 0:
 		c.SingleCopyBytes = 0
 	case c.SingleCopyBytes <= transport.InlinePayload:
-		return c, fmt.Errorf("shm: Config.SingleCopyBytes %d must exceed transport.InlinePayload (%d)", c.SingleCopyBytes, transport.InlinePayload)
+		return c, fmt.Errorf("%w: SingleCopyBytes %d must exceed transport.InlinePayload (%d)", ErrInvalidConfig, c.SingleCopyBytes, transport.InlinePayload)
 	}
 	if len(c.HostID) > 256 {
-		return c, errors.New("shm: Config.HostID is longer than 256 bytes")
+		return c, fmt.Errorf("%w: HostID is longer than 256 bytes", ErrInvalidConfig)
 	}
 	if c.Logger == nil {
 		c.Logger = d.Logger

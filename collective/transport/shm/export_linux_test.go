@@ -94,3 +94,11 @@ func (p *testPair) close() {
 	p.b.Close()
 	p.reg.unmap()
 }
+
+// Oversubscription reports how a shared-memory link was set up for its
+// host's load: whether its polls yield to other processes and whether large
+// frames may go by single copy.
+func Oversubscription(l transport.Link) (yields, singleCopy bool) {
+	sl := l.(*link)
+	return sl.rspin.YieldsToProcesses() && sl.wspin.YieldsToProcesses(), sl.singleMin > 0
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 	"github.com/gorovod/gorovod/collective/transport/shm"
 )
 
@@ -159,5 +161,34 @@ func TestMixedWorld(t *testing.T) {
 	wg.Wait()
 	if err := errors.Join(res...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOversubscribedHost: when a host's ranks outnumber its CPUs, its
+// shared-memory links send every frame through the ring and their polls also
+// yield to other processes; with a CPU per rank they do neither.
+func TestOversubscribedHost(t *testing.T) {
+	checkShmEmpty(t)
+	cpus := spin.HostCPUs()
+	sizes := []int{2, cpus + 1}
+	if cpus+1 > 16 {
+		sizes = sizes[:1] // a world larger than the host's CPUs would be too big a test here
+	}
+	for _, n := range sizes {
+		links, errs, _ := connectHosts(t, slices.Repeat([]string{"host-a"}, n), false)
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		for r := range links {
+			for p, l := range links[r] {
+				if l == nil {
+					continue
+				}
+				yields, single := shm.Oversubscription(l)
+				if over := n > cpus; yields != over || (over && single) {
+					t.Errorf("world of %d on %d CPUs: link %d→%d yields to processes %v, single copy %v", n, cpus, r, p, yields, single)
+				}
+			}
+		}
 	}
 }

@@ -461,3 +461,51 @@ func TestRingBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestInPlacePiecesAligned: a producer may publish its counter at any byte
+// (after the consumer released an odd amount); RecvPayloadInPlace still hands
+// over pieces that are multiples of 64 bytes but the last.
+func TestInPlacePiecesAligned(t *testing.T) {
+	p, err := newTestPair(minRingBytes, 5*time.Second, time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	payload := make([]byte, 1000)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	rec := record(transport.Header{}, recInline, payload)
+	// The head and 100 bytes of the payload now, the rest once the consumer
+	// has taken what it may.
+	p.writeRaw(rec[:recordAlign+100])
+	ctx := context.Background()
+	var h transport.Header
+	if err := p.b.RecvHeader(ctx, &h); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	var sizes []int
+	err = p.b.RecvPayloadInPlace(ctx, make([]byte, len(payload)), func(off int, piece []byte) error {
+		if len(got) == 0 {
+			p.writeRaw(rec[recordAlign+100:])
+		}
+		got = append(got, piece...)
+		sizes = append(sizes, len(piece))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, payload) {
+		t.Fatalf("payload differs")
+	}
+	for i, n := range sizes[:len(sizes)-1] {
+		if n%inPlaceAlign != 0 {
+			t.Fatalf("piece %d of %v is %d bytes, not a multiple of %d", i, sizes, n, inPlaceAlign)
+		}
+	}
+	if sizes[0] != 64 {
+		t.Errorf("pieces %v: the first should be the 64 bytes of the 100 published", sizes)
+	}
+}

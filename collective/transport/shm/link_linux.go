@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 )
 
 // pieceBytes is the most a Send copies into the ring (or a Recv out of it)
@@ -37,7 +38,6 @@ type link struct {
 	job, epoch uint64
 	self       uint32
 	ioTimeout  time.Duration
-	spin       time.Duration
 
 	reg        *region
 	out, in    ring    // out: this side produces; in: this side consumes
@@ -46,6 +46,11 @@ type link struct {
 
 	closed   atomic.Bool
 	peerGone atomic.Bool // a FIFO read saw end-of-file: the peer's write ends are closed
+	stopFn   func() bool // closed or peer gone: a polling wait ends
+
+	// How long a wait of each direction polls before it parks.
+	spinTime     time.Duration
+	wspin, rspin spin.Budget
 
 	// Send side, guarded by wmu.
 	wmu     sync.Mutex
@@ -111,7 +116,9 @@ func newLink(e *endpoint) *link {
 		epoch:      e.epoch,
 		self:       uint32(e.self),
 		ioTimeout:  e.ioTimeout,
-		spin:       e.spin,
+		spinTime:   e.spin,
+		wspin:      spin.NewBudget(e.spin, spinCheck, false),
+		rspin:      spin.NewBudget(e.spin, spinCheck, false),
 		reg:        e.reg,
 		out:        e.reg.ring(e.side),
 		in:         e.reg.ring(1 - e.side),
@@ -124,10 +131,22 @@ func newLink(e *endpoint) *link {
 		singleMin:  e.singleMin,
 		peerPID:    e.peerPID,
 	}
+	l.stopFn = func() bool { return l.closed.Load() || l.gone() }
 	spaceR, dataR := e.spaceR, e.dataR
 	l.wwake.Init(func(t time.Time) { _ = spaceR.SetReadDeadline(t) })
 	l.rwake.Init(func(t time.Time) { _ = dataR.SetReadDeadline(t) })
 	return l
+}
+
+// oversubscribed adapts the link, before its first use, to a host whose
+// ranks outnumber its CPUs, so that they take turns on the cores: frames go
+// through the ring (a single-copy Send would wait for a receiver that is
+// often not running) and polls yield to other processes (the peer may need
+// this very CPU).
+func (l *link) oversubscribed() {
+	l.singleMin = 0
+	l.wspin = spin.NewBudget(l.spinTime, spinCheck, true)
+	l.rspin = spin.NewBudget(l.spinTime, spinCheck, true)
 }
 
 func (l *link) Peer() int          { return l.peer }
@@ -171,19 +190,6 @@ func (l *link) gone() bool {
 	return l.peerGone.Load() || atomic.LoadUint32(l.peerClosed) != 0
 }
 
-// ended reports, without blocking or locking, whether ctx's Done channel is closed.
-func ended(done <-chan struct{}) bool {
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
-}
-
 // deadline is the earlier of the silence bound and ctx's deadline, and whether
 // it is ctx's.
 func (l *link) deadline(ctx context.Context) (time.Time, bool) {
@@ -216,40 +222,32 @@ type waitSide struct {
 	f     *os.File
 	flag  *uint32
 	wake  *transport.Waker
+	spin  *spin.Budget
 	drain []byte
 }
 
 // wait returns once cond holds, or with an error: the link closed, the peer
 // gone, ctx ended, or IOTimeout of silence. It polls first: for up to
-// Config.SpinTime it re-reads the counters, letting the process's other
-// goroutines run (Gosched) and, when other processes want this CPU (more ranks
-// than cores), letting them run too (sched_yield): the peer often needs exactly
-// this core to make the progress being waited for. Then it raises the flag and
+// Config.SpinTime (adapted per direction, see package spin) it re-reads the
+// counters, letting the process's other goroutines run (Gosched) and, when
+// other processes want this CPU (more ranks than cores), letting them run too
+// (sched_yield): the peer often needs exactly this core to make the progress
+// being waited for. Then it raises the flag and
 // parks on the FIFO until the peer, having seen the flag, writes a wake byte.
 // When the peer is gone, cond is still asked once more first, so what the peer
 // published before going is not lost.
 func (l *link) wait(ctx context.Context, ws *waitSide, cond func() (bool, error)) error {
-	done := ctx.Done()
-	if l.spin > 0 {
-		var t0 time.Time
-		for i := 1; ; i++ {
-			if ok, err := cond(); ok || err != nil {
-				return err
-			}
-			if i%spinCheck == 0 {
-				if l.closed.Load() || l.gone() || ended(done) {
-					break
-				}
-				if t0.IsZero() {
-					t0 = time.Now()
-				} else if time.Since(t0) > l.spin {
-					break
-				}
-				runtime.Gosched()
-				_, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-			}
+	w := ws.spin.Begin(ctx.Done())
+	for {
+		if ok, err := cond(); ok || err != nil {
+			w.End(ok)
+			return err
+		}
+		if !w.Again(l.stopFn) {
+			break
 		}
 	}
+	w.End(false)
 	dl, ctxBound := l.deadline(ctx)
 	ws.wake.Watch(ctx)
 	for {
@@ -330,6 +328,18 @@ func (l *link) park(ws *waitSide, ctx context.Context, dl time.Time, ctxBound bo
 // when the peer can read this process's memory) waits until the peer has
 // copied it. The header is encoded from a copy; the caller's h is left as it was.
 func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) error {
+	return l.send(ctx, h, payload, true)
+}
+
+// SendInPlace sends the frame through the ring, whatever its size, so that
+// the receiver can consume it in place (transport.InPlaceLink). It returns as
+// soon as the frame is in the ring.
+func (l *link) SendInPlace(ctx context.Context, h *transport.Header, payload []byte) error {
+	return l.send(ctx, h, payload, false)
+}
+
+// send is Send; singleOK allows a single-copy frame.
+func (l *link) send(ctx context.Context, h *transport.Header, payload []byte, singleOK bool) error {
 	if err := transport.CheckOutgoing(h, payload); err != nil {
 		return l.perr("send", err)
 	}
@@ -347,7 +357,7 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	if l.gone() {
 		return l.perr("send", transport.ErrPeerClosed)
 	}
-	single := l.singleMin > 0 && len(payload) >= l.singleMin
+	single := singleOK && l.singleMin > 0 && len(payload) >= l.singleMin
 	var rec [recordAlign]byte
 	hh := *h
 	hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
@@ -451,7 +461,7 @@ func (l *link) haveSpace() (bool, error) {
 }
 
 func (l *link) sendSide() *waitSide {
-	return &waitSide{f: l.spaceR, flag: l.out.spaceWaiting, wake: &l.wwake, drain: l.wdrain[:]}
+	return &waitSide{f: l.spaceR, flag: l.out.spaceWaiting, wake: &l.wwake, spin: &l.wspin, drain: l.wdrain[:]}
 }
 
 // waitSpace waits until the ring has room.
@@ -519,15 +529,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 		l.rbroken = corrupt(l.peer, fmt.Sprintf("record kind %d", kind))
 		return l.perr("recv", l.rbroken)
 	}
-	if err := transport.DecodeHeader(rec, h); err != nil {
-		var fe *transport.FrameError
-		if errors.As(err, &fe) {
-			fe.Peer = l.peer
-		}
-		l.rbroken = err
-		return l.perr("recv", err)
-	}
-	if err := transport.CheckOrigin(h, l.job, l.epoch, l.peer); err != nil {
+	if err := transport.DecodeFrom(rec, h, l.job, l.epoch, l.peer); err != nil {
 		l.rbroken = err
 		return l.perr("recv", err)
 	}
@@ -568,43 +570,94 @@ func (l *link) recvReady() error {
 func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if err := l.recvReady(); err != nil {
+	if done, err := l.payloadStart(ctx, p); done || err != nil {
 		return err
 	}
+	return l.fromRing(ctx, len(p), p, nil)
+}
+
+// payloadStart begins receiving the payload announced by the last header into
+// p: it checks the link, p's length and ctx, and copies a single-copy payload
+// whole. done says that nothing is left to read (an empty or single-copy
+// payload).
+func (l *link) payloadStart(ctx context.Context, p []byte) (done bool, err error) {
+	if err := l.recvReady(); err != nil {
+		return false, err
+	}
 	if len(p) != l.pending {
-		return l.perr("recv", fmt.Errorf("payload buffer of %d bytes for a frame of %d", len(p), l.pending))
+		return false, l.perr("recv", fmt.Errorf("payload buffer of %d bytes for a frame of %d", len(p), l.pending))
 	}
 	if len(p) == 0 {
-		return nil
+		return true, nil
 	}
 	if err := ctx.Err(); err != nil {
 		l.rbroken = err
-		return l.perr("recv", err)
+		return false, l.perr("recv", err)
 	}
-	if l.rsingle {
-		if err := l.readSingle(p); err != nil {
-			if err != transport.ErrLinkClosed {
-				l.rbroken = err
-			}
-			return l.perr("recv", err)
+	if !l.rsingle {
+		return false, nil
+	}
+	if err := l.readSingle(p); err != nil {
+		return false, l.recvFailed(err)
+	}
+	l.pending = 0
+	return true, nil
+}
+
+// recvFailed records a receive failure (unless the link was closed: then
+// every call reports that) and returns it for the caller.
+func (l *link) recvFailed(err error) error {
+	if err != transport.ErrLinkClosed {
+		l.rbroken = err
+	}
+	return l.perr("recv", err)
+}
+
+// RecvPayloadInPlace hands the payload announced by the last header to fn
+// where it lies (transport.InPlaceLink): piece by piece out of the ring,
+// releasing ring space as fn returns; a single-copy payload is first copied
+// out of the peer's memory into scratch.
+func (l *link) RecvPayloadInPlace(ctx context.Context, scratch []byte, fn func(off int, piece []byte) error) error {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	single := l.rsingle
+	if done, err := l.payloadStart(ctx, scratch); err != nil || (done && !single) {
+		return err
+	}
+	if single {
+		if err := fn(0, scratch); err != nil {
+			l.rbroken = fmt.Errorf("the frame's consumer failed: %w", err)
+			return err
 		}
-		l.pending = 0
 		return nil
 	}
-	for off := 0; off < len(p); {
-		avail := l.rtail - l.rhead
-		if avail == 0 {
-			if err := l.waitData(ctx, 1); err != nil {
-				if err != transport.ErrLinkClosed {
-					l.rbroken = err
-				}
-				return l.perr("recv", err)
+	return l.fromRing(ctx, len(scratch), nil, fn)
+}
+
+// fromRing takes the n payload bytes of the current frame out of the ring:
+// copied into dst, or, with dst nil, handed to fn piece by piece where they
+// lie. Ring space is released as the bytes are taken.
+func (l *link) fromRing(ctx context.Context, n int, dst []byte, fn func(off int, piece []byte) error) error {
+	for off := 0; off < n; {
+		// Pieces but the last are multiples of 64 bytes: wait for that much.
+		want := uint64(min(inPlaceAlign, n-off))
+		if l.rtail-l.rhead < want {
+			if err := l.waitData(ctx, want); err != nil {
+				return l.recvFailed(err)
 			}
-			avail = l.rtail - l.rhead
 		}
 		idx := l.rhead & l.in.mask
-		k := min(avail, uint64(len(p)-off), l.in.size-idx, pieceBytes)
-		copy(p[off:off+int(k)], l.in.data[idx:idx+k])
+		k := min(l.rtail-l.rhead, uint64(n-off), l.in.size-idx, pieceBytes)
+		if int(k) < n-off {
+			k &^= inPlaceAlign - 1
+		}
+		piece := l.in.data[idx : idx+k : idx+k]
+		if dst != nil {
+			copy(dst[off:], piece)
+		} else if err := fn(off, piece); err != nil {
+			l.rbroken = fmt.Errorf("the frame's consumer failed: %w", err)
+			return err
+		}
 		off += int(k)
 		l.rhead += k
 		if l.rhead-l.rpub >= pieceBytes {
@@ -615,6 +668,10 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	l.publishHead()
 	return nil
 }
+
+// inPlaceAlign is what every piece of RecvPayloadInPlace but the last is a
+// multiple of.
+const inPlaceAlign = 64
 
 // singleChunk bounds one process_vm_readv, so Close is noticed between chunks.
 const singleChunk = 4 << 20
@@ -693,6 +750,6 @@ func (l *link) waitData(ctx context.Context, need uint64) error {
 	}
 	// The producer may be waiting for the room this side has freed.
 	l.publishHead()
-	ws := waitSide{f: l.dataR, flag: l.in.dataWaiting, wake: &l.rwake, drain: l.rdrain[:]}
+	ws := waitSide{f: l.dataR, flag: l.in.dataWaiting, wake: &l.rwake, spin: &l.rspin, drain: l.rdrain[:]}
 	return l.wait(ctx, &ws, func() (bool, error) { return l.haveData(need) })
 }

@@ -1,10 +1,12 @@
 package tcp
 
 import (
-	"errors"
+	"fmt"
 	"log/slog"
 	"syscall"
 	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
 )
 
 // Config configures a Transport. Start from DefaultConfig; zero fields are
@@ -13,7 +15,8 @@ type Config struct {
 	// ListenAddr is where to listen, "host:port". Default "127.0.0.1:0".
 	ListenAddr string
 	// AdvertiseAddr is the address peers dial, when it differs from the
-	// listener's (NAT, a wildcard listen address). Default: the listener's address.
+	// listener's (NAT, a wildcard listen address). A host without a port (or
+	// with port 0) takes the listener's port. Default: the listener's address.
 	AdvertiseAddr string
 	// Secret is the job secret both ends must share. Required.
 	Secret []byte
@@ -25,25 +28,39 @@ type Config struct {
 	// DialRetry is the first retry interval while a peer is not listening yet or
 	// not yet connecting the world; it doubles up to 200ms. Default 5ms.
 	DialRetry time.Duration
-	// ReadBufferSize is the receive buffer of each link (at least 4 KiB).
-	// Default 256 KiB.
+	// ReadBufferSize is the receive buffer of each link (at least 4 KiB):
+	// headers and payloads shorter than it are read through it, longer
+	// payloads straight into the caller's buffer. Default 16 KiB.
 	ReadBufferSize int
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF when positive (before connecting,
 	// so the TCP window scale fits them); 0 leaves the
 	// kernel's autotuning alone.
 	SocketBuffer int
+	// SpinTime is how long a call that finds nothing to read (or no room to
+	// write) polls the socket before it parks in the network poller; the bound
+	// adapts per link direction (package spin: it halves while waits outlast
+	// it, so long or silent waits cost almost no CPU). Polling keeps a rank
+	// that waits a few microseconds for its peer on its core: waking a
+	// parked thread, and on a VM an idle virtual CPU, costs tens of
+	// microseconds. Default 100µs; a negative value disables polling.
+	SpinTime time.Duration
 	// Logger receives connection diagnostics. Default: discard.
 	Logger *slog.Logger
 }
 
 const (
 	defaultListenAddr       = "127.0.0.1:0"
-	defaultHandshakeTimeout = 5 * time.Second
-	defaultIOTimeout        = 30 * time.Second
+	defaultHandshakeTimeout = transport.DefaultHandshakeTimeout
+	defaultIOTimeout        = transport.DefaultIOTimeout
 	defaultDialRetry        = 5 * time.Millisecond
 	defaultReadBufferSize   = 16384
+	defaultSpinTime         = 100 * time.Microsecond
 	minReadBufferSize       = 4 << 10
 )
+
+// ErrInvalidConfig is wrapped by every error about a Config that cannot work;
+// it wraps transport.ErrInvalidConfig.
+var ErrInvalidConfig = fmt.Errorf("tcp: %w", transport.ErrInvalidConfig)
 
 // DefaultConfig returns the defaults; Secret must still be set.
 func DefaultConfig() Config {
@@ -53,6 +70,7 @@ func DefaultConfig() Config {
 		IOTimeout:        defaultIOTimeout,
 		DialRetry:        defaultDialRetry,
 		ReadBufferSize:   defaultReadBufferSize,
+		SpinTime:         defaultSpinTime,
 		Logger:           slog.New(slog.DiscardHandler),
 	}
 }
@@ -61,7 +79,7 @@ func DefaultConfig() Config {
 func (c Config) withDefaults() (Config, error) {
 	d := DefaultConfig()
 	if len(c.Secret) == 0 {
-		return c, errors.New("tcp: Config.Secret is required")
+		return c, fmt.Errorf("%w: Secret is required", ErrInvalidConfig)
 	}
 	// Copy the secret so a caller reusing its slice cannot change it under us.
 	c.Secret = append([]byte(nil), c.Secret...)
@@ -83,8 +101,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ReadBufferSize < minReadBufferSize {
 		c.ReadBufferSize = minReadBufferSize
 	}
+	switch {
+	case c.SpinTime == 0:
+		c.SpinTime = d.SpinTime
+	case c.SpinTime < 0:
+		c.SpinTime = 0
+	}
 	if c.SocketBuffer < 0 {
-		return c, errors.New("tcp: Config.SocketBuffer is negative")
+		return c, fmt.Errorf("%w: SocketBuffer is negative", ErrInvalidConfig)
 	}
 	if c.Logger == nil {
 		c.Logger = d.Logger

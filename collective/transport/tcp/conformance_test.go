@@ -13,6 +13,7 @@ func TestConformance(t *testing.T) {
 		New: func(t testing.TB, o conformance.Options) transport.Transport {
 			cfg := testConfig()
 			cfg.Secret, cfg.IOTimeout, cfg.HandshakeTimeout = o.Secret, o.IOTimeout, o.HandshakeTimeout
+			cfg.SpinTime = o.SpinTime
 			return listen(t, cfg)
 		},
 		Packages:   []string{"collective/transport/tcp.", "collective/transport/internal/mesh."},

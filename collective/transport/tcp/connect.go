@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 )
 
 // Connect connects this worker to every other rank of w: it dials each lower
@@ -19,5 +20,24 @@ import (
 // anyone who saw a rank's hello could replay it with a bad proof, and the real
 // rank may still come.
 func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport.Link, error) {
-	return t.mesh.Connect(ctx, w)
+	links, err := t.mesh.Connect(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	// Ranks on this host that outnumber its CPUs take turns on the cores: a
+	// waiting rank's polls then also yield to other processes (package spin).
+	local := 1
+	for _, l := range links {
+		if tl, ok := l.(*link); ok && tl.sameHost() {
+			local++
+		}
+	}
+	if local > spin.HostCPUs() {
+		for _, l := range links {
+			if tl, ok := l.(*link); ok {
+				tl.oversubscribed()
+			}
+		}
+	}
+	return links, nil
 }

@@ -12,7 +12,7 @@
 // short while so that a Connect starting a moment later can claim it.
 //
 // Both sides prove knowledge of the job secret with an HMAC-SHA256
-// challenge-response (see transport.Hello); a wrong job, a wrong secret or an
+// challenge-response (see handshake.Hello); a wrong job, a wrong secret or an
 // epoch older than one this transport already connects is refused for good, so
 // a stale worker cannot slip into a new world.
 //
@@ -25,10 +25,27 @@
 //
 // Every blocking Link call is bounded by the earlier of the context's deadline
 // and Config.IOTimeout of silence; cancelling the context wakes it at once. A
-// frame goes out in one write (small frames are copied behind the header,
-// large ones are sent with writev) and large payloads are read straight into the
-// caller's buffer. Errors name the peer's rank and address. A RecvHeader cut
-// short by its context or the I/O timeout may be retried, since no byte of the
-// stream was consumed; after any other error the link is broken for good, and
-// the caller closes it and gives up on the world.
+// small frame goes out in one write (copied behind the header), a large one
+// with writev in pieces of at most 128 KiB, and large payloads are read
+// straight into the caller's buffer, also in pieces: between pieces the
+// process's other goroutines get the CPU, so at GOMAXPROCS=1 a rank keeps
+// sending while it receives, as Open MPI's progress loop does. Errors name the
+// peer's rank and address. A RecvHeader cut short by its context or the I/O
+// timeout may be retried, since no byte of the stream was consumed; after any
+// other error the link is broken for good, and the caller closes it and gives
+// up on the world.
+//
+// # Waiting
+//
+// The socket is read and written with non-blocking system calls through
+// syscall.RawConn. A call that finds nothing to read (or no room to write)
+// polls for up to Config.SpinTime — yielding to the process's goroutines every
+// other attempt (and to other processes too when the world has more ranks on
+// this host than the host has CPUs), and checking its context and Close —
+// before it parks in Go's network poller. Parking and being woken costs tens
+// of microseconds, more when the waking CPU was idle (a virtual CPU in
+// particular), where a rank waiting for its peer's next chunk usually waits a
+// few. The polling bound adapts per direction (package spin): it halves while
+// waits outlast it, so a job blocked on a silent peer, or whose waits are long,
+// spends almost no CPU polling.
 package tcp

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/handshake"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
 )
 
@@ -229,43 +230,43 @@ func dialRawOnce(addr string, checkSecret, proveSecret []byte, job string, epoch
 		c.Close()
 		return nil, err
 	}
-	hello := transport.Hello{JobHash: transport.JobHash(job), Epoch: epoch, From: uint32(from), To: uint32(to), Size: uint32(size)}
+	hello := handshake.Hello{JobHash: transport.JobHash(job), Epoch: epoch, From: uint32(from), To: uint32(to), Size: uint32(size)}
 	rand.Read(hello.Nonce[:])
-	var hb [transport.HelloSize]byte
+	var hb [handshake.HelloSize]byte
 	hello.Encode(hb[:])
 	if _, err := c.Write(hb[:]); err != nil {
 		return fail(err)
 	}
-	var cb [transport.ChallengeSize]byte
+	var cb [handshake.ChallengeSize]byte
 	if _, err := io.ReadFull(c, cb[:]); err != nil {
 		return fail(err)
 	}
-	var ch transport.Challenge
-	if err := transport.DecodeChallenge(cb[:], &ch); err != nil {
+	var ch handshake.Challenge
+	if err := handshake.DecodeChallenge(cb[:], &ch); err != nil {
 		return fail(err)
 	}
-	if ch.Status != transport.StatusOK {
+	if ch.Status != handshake.StatusOK {
 		return fail(&transport.HandshakeError{Rank: to, Reason: ch.Status.String() + ": " + ch.Reason, Fatal: ch.Status.Fatal()})
 	}
-	want := transport.AcceptorMAC(checkSecret, hb[:], &ch.Nonce)
-	if !transport.MACEqual(&want, &ch.MAC) {
+	want := handshake.AcceptorMAC(checkSecret, hb[:], &ch.Nonce)
+	if !handshake.MACEqual(&want, &ch.MAC) {
 		return fail(&transport.HandshakeError{Rank: to, Reason: "bad acceptor MAC", Fatal: true})
 	}
-	resp := transport.Response{MAC: transport.DialerMAC(proveSecret, hb[:], &ch.Nonce, &hello.Nonce)}
-	var rb [transport.ResponseSize]byte
+	resp := handshake.Response{MAC: handshake.DialerMAC(proveSecret, hb[:], &ch.Nonce, &hello.Nonce)}
+	var rb [handshake.ResponseSize]byte
 	resp.Encode(rb[:])
 	if _, err := c.Write(rb[:]); err != nil {
 		return fail(err)
 	}
-	var vb [transport.VerdictSize]byte
+	var vb [handshake.VerdictSize]byte
 	if _, err := io.ReadFull(c, vb[:]); err != nil {
 		return fail(err)
 	}
-	var v transport.Verdict
-	if err := transport.DecodeVerdict(vb[:], &v); err != nil {
+	var v handshake.Verdict
+	if err := handshake.DecodeVerdict(vb[:], &v); err != nil {
 		return fail(err)
 	}
-	if v.Status != transport.StatusOK {
+	if v.Status != handshake.StatusOK {
 		return fail(&transport.HandshakeError{Rank: to, Reason: v.Status.String() + ": " + v.Reason, Fatal: v.Status.Fatal()})
 	}
 	c.SetDeadline(time.Time{})

@@ -1,34 +1,61 @@
 package tcp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 )
 
 // smallFrame is the largest payload copied behind the header into one write;
 // past it the copy costs more than a writev of two buffers.
 const smallFrame = 32 << 10
 
+// pieceBytes is the most one system call moves. Between pieces of a large
+// frame the process's other goroutines get the CPU: at GOMAXPROCS=1 (how
+// gorovod starts its workers) a goroutine sending 256 KiB in one writev keeps
+// its receiving twin off the CPU for as long, and the two ranks of a ring then
+// take turns (one sends while the other waits) instead of both moving data
+// all the time, as Open MPI's progress loop does with its 128 KiB fragments.
+const pieceBytes = 128 << 10
+
+// pollEvery is how many non-blocking system calls a waiting call makes
+// between yielding the CPU and checking the clock, the context and Close.
+const pollEvery = 2
+
+// errAgain is a raw attempt that found the socket not ready.
+var errAgain = errors.New("tcp: would block")
+
 // link is one authenticated connection of a world. It implements transport.Link.
+//
+// Its I/O goes straight to the socket through syscall.RawConn: an attempt that
+// finds nothing to read (or no room to write) polls for a while, yielding the
+// CPU in between (see package spin), and only then parks in the network poller
+// with the call's deadline. The raw calls run inside RawConn callbacks, which
+// hold a reference on the descriptor, so Close cannot release it under them;
+// Close sets closed first, which ends the polling within a few attempts.
 type link struct {
 	conn      *net.TCPConn
+	rc        syscall.RawConn
 	peer      int
 	addr      string
 	job       uint64
 	epoch     uint64
 	self      uint32
 	ioTimeout time.Duration
+	spinTime  time.Duration
 
 	closed atomic.Bool
 
@@ -36,37 +63,112 @@ type link struct {
 	wmu     sync.Mutex
 	wbuf    []byte // header + small payload, one write
 	whdr    [transport.HeaderSize]byte
-	bufsArr [2][]byte
-	bufs    net.Buffers // writev of header + large payload; backed by bufsArr
-	wbroken error       // first send failure: the stream may hold half a frame
+	wfrm    [2][]byte // the frame being written: header (+ small payload), large payload
+	wvec    [2][]byte // backs wiov
+	wiov    [][]byte  // the piece the next write moves
+	wbroken error     // first send failure: the stream may hold half a frame
 	wwake   transport.Waker
+	wio     rawIO
 
 	// Receive side, one goroutine at a time; rmu only orders it with Close.
 	rmu     sync.Mutex
-	br      *bufio.Reader
+	rbuf    []byte // read buffer: rbuf[rlo:rhi] is received, not yet consumed
+	rlo     int
+	rhi     int
 	pending int   // payload bytes of the last header not read yet
 	rbroken error // first receive failure: the stream position is lost
 	rwake   transport.Waker
+	rio     rawIO
+	rdst    []byte // where the next read lands
+}
+
+// rawIO is one direction's system calls, made from RawConn callbacks: once is
+// one non-blocking attempt; try (a Control callback) repeats it while the
+// spin budget lasts, park (a Read or Write callback) asks the poller to wait.
+// n and err are the outcome of the last call (err: nil, errAgain, or the
+// system call's error).
+type rawIO struct {
+	spin   spin.Budget
+	wait   spin.Wait
+	once   func(fd uintptr) (int, error)
+	stop   func() bool
+	n      int
+	err    error
+	tryFn  func(fd uintptr)
+	parkFn func(fd uintptr) bool
+	parkBy func(func(fd uintptr) bool) error // RawConn.Read or RawConn.Write
+}
+
+func (d *rawIO) init(b spin.Budget, once func(uintptr) (int, error), stop func() bool, parkBy func(func(uintptr) bool) error) {
+	d.spin, d.once, d.stop, d.parkBy = b, once, stop, parkBy
+	d.tryFn, d.parkFn = d.try, d.park
+}
+
+func (d *rawIO) try(fd uintptr) {
+	for {
+		n, err := d.once(fd)
+		if err == syscall.EAGAIN {
+			if d.wait.Again(d.stop) {
+				continue
+			}
+			d.n, d.err = 0, errAgain
+			return
+		}
+		d.n, d.err = n, err
+		return
+	}
+}
+
+func (d *rawIO) park(fd uintptr) bool {
+	n, err := d.once(fd)
+	if err == syscall.EAGAIN {
+		return false
+	}
+	d.n, d.err = n, err
+	return true
 }
 
 func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int, cfg *Config) *link {
 	if addr == "" {
 		addr = c.RemoteAddr().String()
 	}
+	// SyscallConn fails only for a nil connection.
+	rc, _ := c.SyscallConn()
 	l := &link{
 		conn:      c,
+		rc:        rc,
 		peer:      peer,
 		addr:      addr,
 		job:       job,
 		epoch:     epoch,
 		self:      uint32(self),
 		ioTimeout: cfg.IOTimeout,
+		spinTime:  cfg.SpinTime,
 		wbuf:      make([]byte, transport.HeaderSize+smallFrame),
-		br:        bufio.NewReaderSize(c, cfg.ReadBufferSize),
+		rbuf:      make([]byte, cfg.ReadBufferSize),
 	}
+	l.wio.init(spin.NewBudget(cfg.SpinTime, pollEvery, false), l.writeOnce, l.closed.Load, rc.Write)
+	l.rio.init(spin.NewBudget(cfg.SpinTime, pollEvery, false), l.readOnce, l.closed.Load, rc.Read)
 	l.wwake.Init(func(t time.Time) { _ = c.SetWriteDeadline(t) })
 	l.rwake.Init(func(t time.Time) { _ = c.SetReadDeadline(t) })
 	return l
+}
+
+// sameHost reports whether the peer is on this host: a connection between
+// two processes of one host has the same address at both ends (loopback or
+// not).
+func (l *link) sameHost() bool {
+	la, lok := l.conn.LocalAddr().(*net.TCPAddr)
+	ra, rok := l.conn.RemoteAddr().(*net.TCPAddr)
+	return lok && rok && la.IP.Equal(ra.IP)
+}
+
+// oversubscribed makes the link's polls, before its first use, also yield to
+// other processes: this host's ranks outnumber its CPUs, and the peer may need
+// this very CPU.
+func (l *link) oversubscribed() {
+	l.wio.spin = spin.NewBudget(l.spinTime, pollEvery, true)
+	l.rio.spin = spin.NewBudget(l.spinTime, pollEvery, true)
 }
 
 func (l *link) Peer() int          { return l.peer }
@@ -95,41 +197,33 @@ func (l *link) perr(op string, err error) error {
 
 // ioCall is the state of one blocking call: its context, and whether the
 // context's deadline (rather than the I/O timeout) is the one set on the
-// connection.
+// connection for the current park.
 type ioCall struct {
 	ctx      context.Context
 	ctxBound bool
 }
 
-// arm sets the deadline for a call and watches its context. It fails, before
-// any I/O, if the context has ended: checking after the deadline is set
-// catches a context whose watch fired just before and whose past deadline the
-// new one would otherwise have undone.
-func (l *link) arm(w *transport.Waker, ctx context.Context) (ioCall, error) {
-	c := ioCall{ctx: ctx}
-	w.Watch(ctx)
-	l.setCallDeadline(w, &c)
-	return c, ctx.Err()
-}
-
-func (l *link) setCallDeadline(w *transport.Waker, c *ioCall) {
+// park prepares a call to sleep in the network poller: it watches the call's
+// context and sets the direction's deadline to the earlier of IOTimeout of
+// silence from now and the context's deadline. It fails, before sleeping, if
+// the context has ended: checking after the deadline is set catches a context
+// whose watch fired just before and whose past deadline the new one would
+// otherwise have undone.
+func (l *link) park(w *transport.Waker, c *ioCall) error {
+	w.Watch(c.ctx)
 	dl := time.Now().Add(l.ioTimeout)
 	c.ctxBound = false
 	if cd, ok := c.ctx.Deadline(); ok && !cd.After(dl) {
 		dl, c.ctxBound = cd, true
 	}
 	w.SetDeadline(dl)
-}
-
-// extend restarts the silence timer after a timeout that followed progress, so
-// IOTimeout bounds silence rather than the duration of a long transfer.
-func (l *link) extend(w *transport.Waker, c *ioCall) bool {
-	if c.ctxBound || c.ctx.Err() != nil {
-		return false
+	if err := c.ctx.Err(); err != nil {
+		return err
 	}
-	l.setCallDeadline(w, c)
-	// As in arm: the context may have ended just before the new deadline.
-	return c.ctx.Err() == nil
+	if l.closed.Load() {
+		return transport.ErrLinkClosed
+	}
+	return nil
 }
 
 // classify maps an I/O error to the transport's sentinel errors.
@@ -139,6 +233,9 @@ func (l *link) classify(c *ioCall, err error) error {
 	}
 	var fe *transport.FrameError
 	if errors.As(err, &fe) {
+		return err
+	}
+	if err == context.Canceled || err == context.DeadlineExceeded {
 		return err
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -173,8 +270,11 @@ type brokenError struct{ err error }
 func (e *brokenError) Error() string   { return "connection broke: " + e.err.Error() }
 func (e *brokenError) Unwrap() []error { return []error{transport.ErrPeerClosed, e.err} }
 
-// Send writes one frame in one system call. The header is encoded from a copy,
-// so the caller's h is left as it was.
+// ---- sending ----
+
+// Send writes one frame: a small one in one system call, a large one with
+// writev in pieces of at most pieceBytes. The header is encoded from a copy, so
+// the caller's h is left as it was.
 func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) error {
 	if err := transport.CheckOutgoing(h, payload); err != nil {
 		return l.perr("send", err)
@@ -187,26 +287,24 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	if l.wbroken != nil {
 		return l.perr("send", l.wbroken)
 	}
-	c, err := l.arm(&l.wwake, ctx)
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return l.perr("send", err)
 	}
+	c := ioCall{ctx: ctx}
 	hh := *h
 	hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
-
 	if len(payload) <= smallFrame {
 		buf := l.wbuf[:transport.HeaderSize+len(payload)]
 		hh.Encode(buf)
 		copy(buf[transport.HeaderSize:], payload)
-		err = l.writeAll(&c, buf)
+		l.wfrm[0], l.wfrm[1] = buf, nil
 	} else {
 		hh.Encode(l.whdr[:])
-		l.bufsArr[0], l.bufsArr[1] = l.whdr[:], payload
-		l.bufs = l.bufsArr[:]
-		err = l.writeBuffers(&c)
-		// Drop the reference so the link does not pin the caller's buffer.
-		l.bufsArr[1], l.bufs = nil, nil
+		l.wfrm[0], l.wfrm[1] = l.whdr[:], payload
 	}
+	err := l.writeFrame(&c)
+	// Drop the references so the link does not pin the caller's buffer.
+	l.wfrm[1], l.wvec[1] = nil, nil
 	if err != nil {
 		l.wbroken = l.classify(&c, err)
 		return l.perr("send", l.wbroken)
@@ -214,33 +312,96 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	return nil
 }
 
-func (l *link) writeAll(c *ioCall, b []byte) error {
-	for {
-		n, err := l.conn.Write(b)
-		if err == nil {
-			return nil
-		}
-		b = b[n:]
-		if n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) || !l.extend(&l.wwake, c) {
+// writeFrame writes l.wfrm: piece after piece, letting the process's other
+// goroutines run in between.
+func (l *link) writeFrame(c *ioCall) error {
+	done := 0 // bytes of the frame written
+	total := len(l.wfrm[0]) + len(l.wfrm[1])
+	for done < total {
+		l.nextPiece(done)
+		n, err := l.write(c)
+		done += n
+		if err != nil {
 			return err
 		}
+		if done < total {
+			runtime.Gosched()
+		}
+	}
+	return nil
+}
+
+// nextPiece points l.wiov at what is left of the frame from byte done on, up
+// to the next multiple of pieceBytes of the payload (the header rides along
+// with the first piece).
+func (l *link) nextPiece(done int) {
+	h, p := l.wfrm[0], l.wfrm[1]
+	l.wiov = l.wvec[:0]
+	if done < len(h) {
+		l.wiov = append(l.wiov, h[done:])
+		done = 0
+	} else {
+		done -= len(h)
+	}
+	if len(p) > done {
+		l.wiov = append(l.wiov, p[done:min(len(p), (done/pieceBytes+1)*pieceBytes)])
 	}
 }
 
-func (l *link) writeBuffers(c *ioCall) error {
+// write makes one write of l.wiov: polling while the socket has no room, then
+// parking. It returns the bytes written (at least one unless it fails).
+func (l *link) write(c *ioCall) (int, error) { return l.do(&l.wio, &l.wwake, c) }
+
+// do makes one system call's worth of I/O in direction d: polling while the
+// socket is not ready, then parking with the call's deadline.
+func (l *link) do(d *rawIO, w *transport.Waker, c *ioCall) (int, error) {
+	d.wait = d.spin.Begin(c.ctx.Done())
+	if err := l.rc.Control(d.tryFn); err != nil {
+		return 0, err
+	}
+	if d.err != errAgain {
+		d.wait.End(true)
+		return d.n, d.err
+	}
+	d.wait.End(false)
+	if err := l.park(w, c); err != nil {
+		return 0, err
+	}
+	if err := d.parkBy(d.parkFn); err != nil {
+		return 0, err
+	}
+	return d.n, d.err
+}
+
+func (l *link) writeOnce(fd uintptr) (int, error) {
 	for {
-		n, err := l.bufs.WriteTo(l.conn)
-		if err == nil {
-			return nil
+		var n int
+		var err error
+		if len(l.wiov) == 1 {
+			n, err = unix.Write(int(fd), l.wiov[0])
+		} else {
+			n, err = unix.Writev(int(fd), l.wiov)
 		}
-		if n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) || !l.extend(&l.wwake, c) {
-			return err
+		if err == syscall.EINTR {
+			continue
 		}
+		if err != nil {
+			return 0, err
+		}
+		return n, nil
 	}
 }
+
+// ---- receiving ----
 
 // RecvHeader reads and checks the next frame header.
 func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
+	// A frame boundary is where this process's sending goroutine gets its
+	// turn: at GOMAXPROCS=1 a receiver that always finds its next frame
+	// waiting would otherwise keep the only P and starve the sender, whose
+	// frames the peer is waiting for. Without another runnable goroutine this
+	// costs a few hundred nanoseconds.
+	runtime.Gosched()
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
 	if err := l.recvReady(); err != nil {
@@ -249,15 +410,15 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	if l.pending != 0 {
 		return l.perr("recv", fmt.Errorf("%d payload bytes of the previous frame not read", l.pending))
 	}
-	c, err := l.arm(&l.rwake, ctx)
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return l.perr("recv", err)
 	}
-	if err = l.readHeader(&c, h); err != nil {
+	c := ioCall{ctx: ctx}
+	if err := l.readHeader(&c, h); err != nil {
 		err = l.classify(&c, err)
-		// Peek consumes nothing, so a header wait cut short by the context or the
-		// I/O timeout leaves the stream where it was and may be retried; anything
-		// else leaves it unusable.
+		// Nothing is consumed until the whole header is buffered, so a header
+		// wait cut short by the context or the I/O timeout leaves the stream
+		// where it was and may be retried; anything else leaves it unusable.
 		if !isWait(err) {
 			l.rbroken = err
 		}
@@ -278,33 +439,38 @@ func (l *link) recvReady() error {
 }
 
 func (l *link) readHeader(c *ioCall, h *transport.Header) error {
-	have := 0
-	for {
-		b, err := l.br.Peek(transport.HeaderSize)
-		if err == nil {
-			if err := transport.DecodeHeader(b, h); err != nil {
-				var fe *transport.FrameError
-				if errors.As(err, &fe) {
-					fe.Peer = l.peer
-				}
-				return err
-			}
-			if err := transport.CheckOrigin(h, l.job, l.epoch, l.peer); err != nil {
-				return err
-			}
-			_, _ = l.br.Discard(transport.HeaderSize)
-			return nil
-		}
-		if len(b) <= have || !errors.Is(err, os.ErrDeadlineExceeded) || !l.extend(&l.rwake, c) {
-			return err
-		}
-		have = len(b)
+	if err := l.fill(c, transport.HeaderSize); err != nil {
+		return err
 	}
+	if err := transport.DecodeFrom(l.rbuf[l.rlo:l.rlo+transport.HeaderSize], h, l.job, l.epoch, l.peer); err != nil {
+		return err
+	}
+	l.rlo += transport.HeaderSize
+	return nil
 }
 
-// RecvPayload reads the payload announced by the last header into p. Once the
-// read buffer is drained, bufio hands large reads straight to the socket, so big
-// payloads land in p without an intermediate copy.
+// fill reads until at least n bytes (n ≤ len(rbuf)) are buffered.
+func (l *link) fill(c *ioCall, n int) error {
+	if l.rhi-l.rlo >= n {
+		return nil
+	}
+	if len(l.rbuf)-l.rlo < n {
+		l.rhi = copy(l.rbuf, l.rbuf[l.rlo:l.rhi])
+		l.rlo = 0
+	}
+	for l.rhi-l.rlo < n {
+		m, err := l.read(c, l.rbuf[l.rhi:])
+		l.rhi += m
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RecvPayload reads the payload announced by the last header into p. What is
+// buffered already is copied; the rest of a large payload is read straight into
+// p, so it lands there with one copy.
 func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
@@ -317,11 +483,15 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	if len(p) == 0 {
 		return nil
 	}
-	c, err := l.arm(&l.rwake, ctx)
-	if err != nil {
+	if err := ctx.Err(); err != nil {
+		l.rbroken = err
 		return l.perr("recv", err)
 	}
-	if err = l.readFull(&c, p); err != nil {
+	c := ioCall{ctx: ctx}
+	if err := l.readPayload(&c, p); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
 		l.rbroken = l.classify(&c, err)
 		return l.perr("recv", l.rbroken)
 	}
@@ -329,25 +499,53 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	return nil
 }
 
-func (l *link) readFull(c *ioCall, p []byte) error {
-	n, progress := 0, 0
+func (l *link) readPayload(c *ioCall, p []byte) error {
+	n := copy(p, l.rbuf[l.rlo:l.rhi])
+	l.rlo += n
 	for n < len(p) {
-		m, err := l.br.Read(p[n:])
-		n += m
-		progress += m
-		if err != nil {
-			if n == len(p) {
-				// The payload is complete; whatever follows it shows on the next call.
-				return nil
-			}
-			if progress == 0 || !errors.Is(err, os.ErrDeadlineExceeded) || !l.extend(&l.rwake, c) {
-				if errors.Is(err, io.EOF) {
-					return io.ErrUnexpectedEOF
-				}
+		rest := len(p) - n
+		if rest < len(l.rbuf) {
+			// The tail: read it through the buffer, which then also catches
+			// what follows (the next header, often), saving a system call.
+			if err := l.fill(c, rest); err != nil {
 				return err
 			}
-			progress = 0
+			l.rlo += copy(p[n:], l.rbuf[l.rlo:l.rlo+rest])
+			return nil
+		}
+		m, err := l.read(c, p[n:n+min(rest, pieceBytes)])
+		n += m
+		if err != nil {
+			return err
+		}
+		if n < len(p) {
+			runtime.Gosched()
 		}
 	}
 	return nil
+}
+
+// read makes one read into dst: polling while nothing has arrived, then
+// parking. It returns the bytes read (at least one unless it fails; io.EOF
+// when the peer has closed).
+func (l *link) read(c *ioCall, dst []byte) (int, error) {
+	l.rdst = dst
+	defer func() { l.rdst = nil }()
+	return l.do(&l.rio, &l.rwake, c)
+}
+
+func (l *link) readOnce(fd uintptr) (int, error) {
+	for {
+		n, err := unix.Read(int(fd), l.rdst)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			return 0, io.EOF
+		}
+		return n, nil
+	}
 }

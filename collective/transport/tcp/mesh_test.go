@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
 )
 
@@ -171,6 +172,25 @@ func TestListenConfig(t *testing.T) {
 	}
 }
 
+// TestWildcardAdvertise: transports bound to the wildcard address on any
+// port advertise a host without a port, take their own port with it, and
+// connect a world through those addresses.
+func TestWildcardAdvertise(t *testing.T) {
+	checkNoLeaks(t)
+	cfg := testConfig()
+	cfg.ListenAddr, cfg.AdvertiseAddr = "0.0.0.0:0", "127.0.0.1"
+	trs := listenN(t, 3, cfg)
+	for _, tr := range trs {
+		if !strings.HasPrefix(tr.Addr(), "127.0.0.1:") || strings.HasSuffix(tr.Addr(), ":0") {
+			t.Fatalf("Addr() = %q, want 127.0.0.1 and the bound port", tr.Addr())
+		}
+	}
+	ctx := timeoutCtx(t, 30*time.Second)
+	if err := exchange(ctx, connectAll(t, ctx, trs, "wildcard", 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSocketBufferMesh runs a mesh with explicit socket buffers.
 func TestSocketBufferMesh(t *testing.T) {
 	checkNoLeaks(t)
@@ -252,5 +272,32 @@ func TestConnectMissingRanks(t *testing.T) {
 	pe = asPeerError(t, res[1], 0, context.DeadlineExceeded)
 	if !strings.Contains(pe.Error(), "[0 3]") {
 		t.Errorf("rank 2's error %q does not name ranks 0 and 3", pe)
+	}
+}
+
+// TestOversubscribedWorld: when a world has more ranks on this host than the
+// host has CPUs, its links' polls also yield to other processes; otherwise
+// they do not.
+func TestOversubscribedWorld(t *testing.T) {
+	checkNoLeaks(t)
+	cpus := spin.HostCPUs()
+	sizes := []int{2, cpus + 1}
+	if cpus+1 > 16 {
+		sizes = sizes[:1] // a world larger than the host's CPUs would be too big a test here
+	}
+	for _, n := range sizes {
+		trs := listenN(t, n, testConfig())
+		links := connectAll(t, timeoutCtx(t, 20*time.Second), trs, fmt.Sprintf("oversubscribed-%d", n), 1)
+		for r := range links {
+			for p, l := range links[r] {
+				if l == nil {
+					continue
+				}
+				if got, want := tcp.YieldsToProcesses(l), n > cpus; got != want {
+					t.Errorf("world of %d on %d CPUs: link %d→%d yields to processes: %v, want %v", n, cpus, r, p, got, want)
+				}
+			}
+		}
+		closeAll(links)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/handshake"
 )
 
 // strangers is what a port scanner, a misconfigured client or an attacker
@@ -27,22 +28,22 @@ var strangers = []struct {
 		return b
 	}},
 	{"half hello", func() []byte {
-		h := transport.Hello{JobHash: transport.JobHash("stranger"), Epoch: 1, From: 1, To: 0, Size: 2}
-		b := make([]byte, transport.HelloSize)
+		h := handshake.Hello{JobHash: transport.JobHash("stranger"), Epoch: 1, From: 1, To: 0, Size: 2}
+		b := make([]byte, handshake.HelloSize)
 		h.Encode(b)
-		return b[:transport.HelloSize/2]
+		return b[:handshake.HelloSize/2]
 	}},
 	{"hello then nothing", func() []byte {
-		h := transport.Hello{JobHash: transport.JobHash("stranger"), Epoch: 1, From: 1, To: 0, Size: 2}
-		b := make([]byte, transport.HelloSize)
+		h := handshake.Hello{JobHash: transport.JobHash("stranger"), Epoch: 1, From: 1, To: 0, Size: 2}
+		b := make([]byte, handshake.HelloSize)
 		h.Encode(b)
 		return b
 	}},
 	{"hello of the mesh's world, bad response", func() []byte {
-		h := transport.Hello{JobHash: transport.JobHash("mesh"), Epoch: 1, From: 3, To: 0, Size: 4}
-		b := make([]byte, transport.HelloSize+transport.ResponseSize)
+		h := handshake.Hello{JobHash: transport.JobHash("mesh"), Epoch: 1, From: 3, To: 0, Size: 4}
+		b := make([]byte, handshake.HelloSize+handshake.ResponseSize)
 		h.Encode(b)
-		rand.Read(b[transport.HelloSize:])
+		rand.Read(b[handshake.HelloSize:])
 		return b
 	}},
 	{"frame instead of hello", func() []byte {

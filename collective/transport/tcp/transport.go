@@ -58,9 +58,7 @@ func Listen(cfg Config) (*Transport, error) {
 		ErrClosed:        ErrClosed,
 		Dial:             t.dial,
 	})
-	if t.addr == "" {
-		t.addr = ln.Addr().String()
-	}
+	t.addr = mesh.AdvertiseAddr(cfg.AdvertiseAddr, ln.Addr())
 	t.wg.Add(1)
 	go t.acceptLoop()
 	return t, nil

@@ -1,7 +1,9 @@
 // Package mnist holds the model and data of gorovod's Fashion-MNIST example
 // trainer: a reader for the IDX files the Debian package dataset-fashion-mnist
-// ships, and a one-hidden-layer perceptron (784 → hidden relu → 10, softmax
-// cross-entropy) trained by SGD with momentum.
+// ships, a generated stand-in for machines without it (Generate;
+// LoadOrGenerate uses it, and says so, only when the package's own directory
+// is missing), and a one-hidden-layer perceptron (784 → hidden relu → 10,
+// softmax cross-entropy) trained by SGD with momentum.
 //
 // The model keeps its parameters, its gradients and its optimizer state each
 // in one contiguous []float32 (per-layer weights are views into it), because

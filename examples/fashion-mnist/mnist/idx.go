@@ -126,8 +126,8 @@ func LoadSet(imagesPath, labelsPath string) (*Set, error) {
 func readGzipFile(path string, decode func(io.Reader) error) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("mnist: %s is missing (install the Debian package %s, which puts the data in %s, or point the data directory elsewhere): %w",
-			path, DebianPackage, DefaultDir, err)
+		return fmt.Errorf("mnist: %s is missing: install the data set with `%s` (Debian's package puts it in %s), or point the data directory elsewhere: %w",
+			path, InstallCommand, DefaultDir, err)
 	}
 	if err != nil {
 		return fmt.Errorf("mnist: %w", err)

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/gorovod/gorovod/examples/fashion-mnist/mnist"
-	gsync "github.com/gorovod/gorovod/sync"
+	"github.com/gorovod/gorovod/sync/sampler"
 )
 
 func newMLP(t testing.TB, cfg mnist.Config) *mnist.MLP {
@@ -186,7 +186,7 @@ func TestUpdate(t *testing.T) {
 // and returns the mean loss of the first and last tenth of the steps.
 func train(t testing.TB, m *mnist.MLP, set *mnist.Set, steps, batch int, o mnist.SGD) (first, last float64) {
 	t.Helper()
-	s, err := gsync.NewSampler(gsync.SamplerConfig{N: set.N, Seed: 11, Shuffle: true})
+	s, err := sampler.New(sampler.Config{N: set.N, Seed: 11, Shuffle: true})
 	if err != nil {
 		t.Fatal(err)
 	}

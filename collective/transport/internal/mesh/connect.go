@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/handshake"
 )
 
 // Connect connects this endpoint to every other rank of w: it dials each lower
@@ -90,13 +91,13 @@ func (m *Connector) Connect(ctx context.Context, w transport.World) ([]transport
 		case <-pw.notify:
 			for _, a := range m.take(pw) {
 				from := int(a.hello.From)
-				if s, reason := pw.check(&a.hello); s != transport.StatusOK {
+				if s, reason := pw.check(&a.hello); s != handshake.StatusOK {
 					m.log(slog.LevelInfo, "refusing peer", "remote", a.remote, "rank", from, "status", s, "reason", reason)
 					writeVerdict(a.conn, s, reason)
 					a.conn.Close()
 					continue
 				}
-				if !writeVerdict(a.conn, transport.StatusOK, "") {
+				if !writeVerdict(a.conn, handshake.StatusOK, "") {
 					a.conn.Close()
 					continue
 				}
@@ -258,7 +259,7 @@ func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.Worl
 		}
 		return &transport.PeerError{Rank: peer, Addr: addr, Op: "connect", Err: fmt.Errorf("handshake: %w", err)}
 	}
-	refused := func(s transport.HandshakeStatus, reason string) error {
+	refused := func(s handshake.Status, reason string) error {
 		msg := "refused: " + s.String()
 		if reason != "" {
 			msg += ": " + reason
@@ -273,7 +274,7 @@ func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.Worl
 	stop := context.AfterFunc(ctx, c.Interrupt)
 	defer stop()
 
-	hello := transport.Hello{
+	hello := handshake.Hello{
 		JobHash: key.job,
 		Epoch:   key.epoch,
 		From:    uint32(w.Rank),
@@ -281,48 +282,48 @@ func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.Worl
 		Size:    uint32(w.Size()),
 	}
 	_, _ = rand.Read(hello.Nonce[:])
-	var hb [transport.HelloSize]byte
+	var hb [handshake.HelloSize]byte
 	hello.Encode(hb[:])
 	if err := c.WriteMsg(hb[:], false); err != nil {
 		return ioErr(err)
 	}
 
-	var cb [transport.ChallengeSize]byte
+	var cb [handshake.ChallengeSize]byte
 	if err := c.ReadMsg(cb[:]); err != nil {
 		return ioErr(err)
 	}
-	var ch transport.Challenge
-	if err := transport.DecodeChallenge(cb[:], &ch); err != nil {
+	var ch handshake.Challenge
+	if err := handshake.DecodeChallenge(cb[:], &ch); err != nil {
 		return malformed(err)
 	}
-	if ch.Status != transport.StatusOK {
+	if ch.Status != handshake.StatusOK {
 		return refused(ch.Status, ch.Reason)
 	}
-	want := transport.AcceptorMAC(m.cfg.Secret, hb[:], &ch.Nonce)
-	if !transport.MACEqual(&want, &ch.MAC) {
+	want := handshake.AcceptorMAC(m.cfg.Secret, hb[:], &ch.Nonce)
+	if !handshake.MACEqual(&want, &ch.MAC) {
 		// Answer with a proof that cannot verify (and reveals nothing), so the
 		// acceptor's Connect learns of the mismatch too instead of waiting for us.
-		var zero [transport.ResponseSize]byte
-		(&transport.Response{}).Encode(zero[:])
+		var zero [handshake.ResponseSize]byte
+		(&handshake.Response{}).Encode(zero[:])
 		_ = c.WriteMsg(zero[:], true)
 		return &transport.HandshakeError{Rank: peer, Addr: addr, Fatal: true, Reason: "peer failed authentication (wrong secret?)"}
 	}
-	resp := transport.Response{MAC: transport.DialerMAC(m.cfg.Secret, hb[:], &ch.Nonce, &hello.Nonce)}
-	var rb [transport.ResponseSize]byte
+	resp := handshake.Response{MAC: handshake.DialerMAC(m.cfg.Secret, hb[:], &ch.Nonce, &hello.Nonce)}
+	var rb [handshake.ResponseSize]byte
 	resp.Encode(rb[:])
 	if err := c.WriteMsg(rb[:], false); err != nil {
 		return ioErr(err)
 	}
 
-	var vb [transport.VerdictSize]byte
+	var vb [handshake.VerdictSize]byte
 	if err := c.ReadMsg(vb[:]); err != nil {
 		return ioErr(err)
 	}
-	var v transport.Verdict
-	if err := transport.DecodeVerdict(vb[:], &v); err != nil {
+	var v handshake.Verdict
+	if err := handshake.DecodeVerdict(vb[:], &v); err != nil {
 		return malformed(err)
 	}
-	if v.Status != transport.StatusOK {
+	if v.Status != handshake.StatusOK {
 		return refused(v.Status, v.Reason)
 	}
 	// Interrupted after all: the connection may be half closed.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/handshake"
 )
 
 const (
@@ -115,7 +116,7 @@ type worldKey struct{ job, epoch uint64 }
 // authFailure is a dialer that failed authentication before its world's
 // Connect started here.
 type authFailure struct {
-	hello  transport.Hello
+	hello  handshake.Hello
 	remote string
 	at     time.Time
 }
@@ -143,7 +144,7 @@ func (pw *pendingWorld) signal() {
 // secret and is waiting for the final verdict.
 type Arrival struct {
 	conn   Conn
-	hello  transport.Hello
+	hello  handshake.Hello
 	remote string
 	// Guarded by Connector.mu: set when a Connect takes the connection over
 	// from its parked goroutine, which claim then wakes.
@@ -251,46 +252,46 @@ func (m *Connector) drop(c Conn) {
 // acceptHandshake runs the acceptor's side up to authentication. It returns
 // nil when the connection is to be dropped.
 func (m *Connector) acceptHandshake(c Conn, remote string) *Arrival {
-	var hb [transport.HelloSize]byte
+	var hb [handshake.HelloSize]byte
 	if err := c.ReadMsg(hb[:]); err != nil {
 		m.log(slog.LevelDebug, "no hello", "remote", remote, "err", err)
 		return nil
 	}
-	var hello transport.Hello
-	if err := transport.DecodeHello(hb[:], &hello); err != nil {
+	var hello handshake.Hello
+	if err := handshake.DecodeHello(hb[:], &hello); err != nil {
 		m.log(slog.LevelDebug, "bad hello", "remote", remote, "err", err)
-		writeChallenge(c, &transport.Challenge{Status: transport.RejectMalformed, Reason: reasonOf(err)})
+		writeChallenge(c, &handshake.Challenge{Status: handshake.RejectMalformed, Reason: reasonOf(err)})
 		return nil
 	}
 	key := worldKey{hello.JobHash, hello.Epoch}
 	m.mu.Lock()
 	status, reason := m.precheck(&hello)
 	m.mu.Unlock()
-	if status != transport.StatusOK {
+	if status != handshake.StatusOK {
 		m.log(slog.LevelInfo, "refusing peer", "remote", remote, "rank", hello.From, "epoch", hello.Epoch, "status", status, "reason", reason)
-		writeChallenge(c, &transport.Challenge{Status: status, Reason: reason})
+		writeChallenge(c, &handshake.Challenge{Status: status, Reason: reason})
 		return nil
 	}
 
-	ch := transport.Challenge{Status: transport.StatusOK}
+	ch := handshake.Challenge{Status: handshake.StatusOK}
 	_, _ = rand.Read(ch.Nonce[:])
-	ch.MAC = transport.AcceptorMAC(m.cfg.Secret, hb[:], &ch.Nonce)
+	ch.MAC = handshake.AcceptorMAC(m.cfg.Secret, hb[:], &ch.Nonce)
 	if !writeChallenge(c, &ch) {
 		return nil
 	}
-	var rb [transport.ResponseSize]byte
+	var rb [handshake.ResponseSize]byte
 	if err := c.ReadMsg(rb[:]); err != nil {
 		m.log(slog.LevelDebug, "no response", "remote", remote, "err", err)
 		return nil
 	}
-	var resp transport.Response
-	if err := transport.DecodeResponse(rb[:], &resp); err != nil {
+	var resp handshake.Response
+	if err := handshake.DecodeResponse(rb[:], &resp); err != nil {
 		m.log(slog.LevelDebug, "bad response", "remote", remote, "err", err)
-		writeVerdict(c, transport.RejectMalformed, reasonOf(err))
+		writeVerdict(c, handshake.RejectMalformed, reasonOf(err))
 		return nil
 	}
-	want := transport.DialerMAC(m.cfg.Secret, hb[:], &ch.Nonce, &hello.Nonce)
-	if !transport.MACEqual(&want, &resp.MAC) {
+	want := handshake.DialerMAC(m.cfg.Secret, hb[:], &ch.Nonce, &hello.Nonce)
+	if !handshake.MACEqual(&want, &resp.MAC) {
 		m.log(slog.LevelWarn, "peer failed authentication (wrong secret?)", "remote", remote, "rank", hello.From, "epoch", hello.Epoch)
 		// Recorded before the verdict goes out, which may take a while to be
 		// delivered, so the dialer cannot hear it before its world here knows.
@@ -305,7 +306,7 @@ func (m *Connector) acceptHandshake(c Conn, remote string) *Arrival {
 			m.authFails = append(m.authFails, authFailure{hello: hello, remote: remote, at: time.Now()})
 		}
 		m.mu.Unlock()
-		writeVerdict(c, transport.RejectWrongSecret, "your proof did not verify (secrets differ?)")
+		writeVerdict(c, handshake.RejectWrongSecret, "your proof did not verify (secrets differ?)")
 		return nil
 	}
 	return &Arrival{conn: c, hello: hello, remote: remote, claim: make(chan struct{})}
@@ -321,27 +322,27 @@ func reasonOf(err error) string {
 
 // precheck decides from the (unauthenticated) hello alone whether to go on.
 // Called with m.mu held.
-func (m *Connector) precheck(h *transport.Hello) (transport.HandshakeStatus, string) {
+func (m *Connector) precheck(h *handshake.Hello) (handshake.Status, string) {
 	if m.closed {
-		return transport.RejectShutdown, "transport closing"
+		return handshake.RejectShutdown, "transport closing"
 	}
 	latest, known := m.jobs[h.JobHash]
 	switch {
 	case !known && len(m.jobs) > 0:
-		return transport.RejectWrongJob, fmt.Sprintf("job %#x is not served here", h.JobHash)
+		return handshake.RejectWrongJob, fmt.Sprintf("job %#x is not served here", h.JobHash)
 	case known && h.Epoch < latest:
-		return transport.RejectStaleEpoch, fmt.Sprintf("epoch %d is older than epoch %d connected here", h.Epoch, latest)
+		return handshake.RejectStaleEpoch, fmt.Sprintf("epoch %d is older than epoch %d connected here", h.Epoch, latest)
 	}
 	if pw := m.worlds[worldKey{h.JobHash, h.Epoch}]; pw != nil {
 		return pw.check(h)
 	}
-	return transport.StatusOK, ""
+	return handshake.StatusOK, ""
 }
 
 // authFailed records that a dialer claiming a rank of this world failed
 // authentication. Called with Connector.mu held.
-func (pw *pendingWorld) authFailed(h *transport.Hello, remote string) {
-	if s, _ := pw.check(h); s != transport.StatusOK {
+func (pw *pendingWorld) authFailed(h *handshake.Hello, remote string) {
+	if s, _ := pw.check(h); s != handshake.StatusOK {
 		return
 	}
 	if pw.authFails == nil {
@@ -352,30 +353,30 @@ func (pw *pendingWorld) authFailed(h *transport.Hello, remote string) {
 }
 
 // check verifies that a hello fits this world.
-func (pw *pendingWorld) check(h *transport.Hello) (transport.HandshakeStatus, string) {
+func (pw *pendingWorld) check(h *handshake.Hello) (handshake.Status, string) {
 	switch {
 	case int(h.Size) != pw.size:
-		return transport.RejectWrongWorld, fmt.Sprintf("world size %d, this side has %d", h.Size, pw.size)
+		return handshake.RejectWrongWorld, fmt.Sprintf("world size %d, this side has %d", h.Size, pw.size)
 	case int(h.To) != pw.rank:
-		return transport.RejectWrongRank, fmt.Sprintf("this is rank %d, not %d", pw.rank, h.To)
+		return handshake.RejectWrongRank, fmt.Sprintf("this is rank %d, not %d", pw.rank, h.To)
 	case int(h.From) <= pw.rank:
-		return transport.RejectWrongRank, fmt.Sprintf("rank %d must be dialed by rank %d, not dial it", h.From, pw.rank)
+		return handshake.RejectWrongRank, fmt.Sprintf("rank %d must be dialed by rank %d, not dial it", h.From, pw.rank)
 	}
-	return transport.StatusOK, ""
+	return handshake.StatusOK, ""
 }
 
 // writeChallenge sends a challenge; a refusal is the connection's last message.
-func writeChallenge(c Conn, ch *transport.Challenge) bool {
-	var b [transport.ChallengeSize]byte
+func writeChallenge(c Conn, ch *handshake.Challenge) bool {
+	var b [handshake.ChallengeSize]byte
 	ch.Encode(b[:])
-	return c.WriteMsg(b[:], ch.Status != transport.StatusOK) == nil
+	return c.WriteMsg(b[:], ch.Status != handshake.StatusOK) == nil
 }
 
 // writeVerdict sends a verdict, after which the connection is closed or
 // becomes a link.
-func writeVerdict(c Conn, s transport.HandshakeStatus, reason string) bool {
-	var b [transport.VerdictSize]byte
-	v := transport.Verdict{Status: s, Reason: reason}
+func writeVerdict(c Conn, s handshake.Status, reason string) bool {
+	var b [handshake.VerdictSize]byte
+	v := handshake.Verdict{Status: s, Reason: reason}
 	v.Encode(b[:])
 	return c.WriteMsg(b[:], true) == nil
 }
@@ -387,7 +388,7 @@ func (m *Connector) Route(a *Arrival) {
 	key := worldKey{a.hello.JobHash, a.hello.Epoch}
 	m.mu.Lock()
 	// The world may have moved on while the handshake ran.
-	if s, reason := m.precheck(&a.hello); s != transport.StatusOK {
+	if s, reason := m.precheck(&a.hello); s != handshake.StatusOK {
 		m.mu.Unlock()
 		m.reject(a, s, reason)
 		return
@@ -395,7 +396,7 @@ func (m *Connector) Route(a *Arrival) {
 	if pw := m.worlds[key]; pw != nil {
 		if len(pw.queue) >= pw.size {
 			m.mu.Unlock()
-			m.reject(a, transport.RejectBusy, "too many connections for this world")
+			m.reject(a, handshake.RejectBusy, "too many connections for this world")
 			return
 		}
 		pw.queue = append(pw.queue, a)
@@ -406,7 +407,7 @@ func (m *Connector) Route(a *Arrival) {
 	}
 	if m.nParked >= maxParked {
 		m.mu.Unlock()
-		m.reject(a, transport.RejectBusy, "too many connections waiting")
+		m.reject(a, handshake.RejectBusy, "too many connections waiting")
 		return
 	}
 	m.parked[key] = append(m.parked[key], a)
@@ -430,8 +431,8 @@ func (m *Connector) Route(a *Arrival) {
 	m.unpark(key, a)
 	s, reason := m.precheck(&a.hello)
 	m.mu.Unlock()
-	if s == transport.StatusOK {
-		s, reason = transport.RejectNotReady, "this worker is not connecting that world (yet)"
+	if s == handshake.StatusOK {
+		s, reason = handshake.RejectNotReady, "this worker is not connecting that world (yet)"
 	}
 	m.reject(a, s, reason)
 }
@@ -453,7 +454,7 @@ func (m *Connector) unpark(key worldKey, a *Arrival) {
 	}
 }
 
-func (m *Connector) reject(a *Arrival, s transport.HandshakeStatus, reason string) {
+func (m *Connector) reject(a *Arrival, s handshake.Status, reason string) {
 	level := slog.LevelInfo
 	if !s.Fatal() {
 		// The dialer retries; this is routine while ranks reach a world at different times.
@@ -536,7 +537,7 @@ func (m *Connector) unregister(key worldKey, pw *pendingWorld) {
 	m.mu.Unlock()
 	for _, a := range queue {
 		m.log(slog.LevelInfo, "refusing peer: world no longer connecting", "remote", a.remote, "rank", a.hello.From)
-		writeVerdict(a.conn, transport.RejectNotReady, "world no longer connecting")
+		writeVerdict(a.conn, handshake.RejectNotReady, "world no longer connecting")
 		a.conn.Close()
 	}
 }

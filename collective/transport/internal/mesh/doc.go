@@ -1,10 +1,10 @@
-// Package mesh is the half of the TCP and SCTP transports that does not
+// Package mesh is the half of the TCP, SCTP and in-process transports that does not
 // depend on how bytes move: turning one listening endpoint into world after
 // world of authenticated links.
 //
 // It owns, for one endpoint:
 //
-//   - both sides of the connection handshake (transport.Hello, Challenge,
+//   - both sides of the connection handshake (handshake.Hello, Challenge,
 //     Response, Verdict), with the refusals that decide from a Hello alone
 //     (wrong job, stale epoch, wrong rank or world) and the HMAC proofs;
 //   - the cap on handshakes in progress, so strangers cost bounded memory;

@@ -1,0 +1,404 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/internal/testkube"
+)
+
+// manifest decodes the objects of a file in deploy/kubernetes.
+func manifest(t *testing.T, name string) []runtime.Object {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/kubernetes/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []runtime.Object
+	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		objs = append(objs, obj)
+	}
+	return objs
+}
+
+// apply creates the objects in namespace (dry: validated, not stored).
+func apply(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string, dry bool, objs ...runtime.Object) {
+	t.Helper()
+	opts := metav1.CreateOptions{}
+	if dry {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	for _, obj := range objs {
+		var err error
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			_, err = client.CoreV1().ServiceAccounts(ns).Create(ctx, o, opts)
+		case *rbacv1.Role:
+			_, err = client.RbacV1().Roles(ns).Create(ctx, o, opts)
+		case *rbacv1.RoleBinding:
+			_, err = client.RbacV1().RoleBindings(ns).Create(ctx, o, opts)
+		case *batchv1.Job:
+			_, err = client.BatchV1().Jobs(ns).Create(ctx, o, opts)
+		default:
+			t.Fatalf("no way to apply a %T", obj)
+		}
+		if err != nil {
+			t.Fatalf("applying %T: %v", obj, err)
+		}
+	}
+}
+
+// TestAgainstAPIServer runs the provisioner against a real kube-apiserver
+// (RBAC, admission, validation) and kube-controller-manager (service
+// accounts, garbage collection), as the service account of
+// deploy/kubernetes/rbac.yaml: the Role lets it do its work and nothing
+// else; its pods and Service validate; the watch reports growth, shrinking,
+// preemption and deletion; deleting the driver's pod deletes the workers,
+// their Secret and their Service.
+func TestAgainstAPIServer(t *testing.T) {
+	cp := testkube.New(t, testkube.DefaultConfig())
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "gorovod-e2e"
+	if err := cp.Namespace(ctx, admin, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Namespace(ctx, admin, "elsewhere"); err != nil {
+		t.Fatal(err)
+	}
+	apply(ctx, t, admin, ns, false, manifest(t, "rbac.yaml")...)
+	// The driver manifest validates (dry run: nothing would run it here).
+	apply(ctx, t, admin, ns, true, manifest(t, "driver.yaml")...)
+
+	// Act as the driver's service account.
+	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "gorovod-driver",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	driverClient, err := kubernetes.NewForConfig(cp.ConfigFor(tok.Status.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The driver's pod (no kubelet runs it; it owns the workers).
+	driverPod, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "synthetic-driver", Labels: map[string]string{LabelJob: "synthetic", LabelRole: "driver"}},
+		Spec: corev1.PodSpec{ServiceAccountName: "gorovod-driver", RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "driver", Image: "gorovod-examples:latest"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	cfg := Config{
+		Client: driverClient, Namespace: ns, Job: "synthetic", Image: "gorovod-examples:latest",
+		Command:   []string{"/usr/local/bin/synthetic", "--steps", "2000"},
+		Env:       []corev1.EnvVar{{Name: envconfig.EnvJobID, Value: "job-e2e"}, {Name: envconfig.EnvSeeds, Value: "198.18.0.2:7946"}},
+		SecretEnv: SecretEnv(bytes.Repeat([]byte{0x5e}, 32)),
+		Owner:     &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: driverPod.Name, UID: driverPod.UID},
+		Grace:     time.Second, OnEvent: ev.add,
+	}
+	p, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+
+	// Grow: the pods, the Secret and the Service pass validation and
+	// admission, as the driver's service account.
+	if err := p.Start(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	ev.wait(t, PodCreated, 3, time.Minute)
+	stored, err := admin.CoreV1().Pods(ns).Get(ctx, "synthetic-worker-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Spec.ServiceAccountName != "default" || stored.Spec.Hostname != "synthetic-worker-0" || stored.OwnerReferences[0].UID != driverPod.UID {
+		t.Fatalf("stored pod: %+v", stored.Spec)
+	}
+	if b, _ := stored.Marshal(); bytes.Contains(b, []byte(strings.Repeat("5e", 32))) {
+		t.Fatal("the job secret is in the stored pod")
+	}
+	secret, err := admin.CoreV1().Secrets(ns).Get(ctx, "synthetic-secret", metav1.GetOptions{})
+	if err != nil || string(secret.Data[envconfig.EnvSecret]) != strings.Repeat("5e", 32) {
+		t.Fatalf("secret: %v %v", secret, err)
+	}
+	svc, err := admin.CoreV1().Services(ns).Get(ctx, "synthetic", metav1.GetOptions{})
+	if err != nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Fatalf("service: %+v %v", svc, err)
+	}
+
+	// Play the kubelet for worker 0: it runs, then is preempted (exit 143).
+	setStatusIn := func(name string, edit func(*corev1.PodStatus)) {
+		t.Helper()
+		pod, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		edit(&pod.Status)
+		if _, err := admin.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStatusIn("synthetic-worker-0", running)
+	ev.wait(t, PodRunning, 1, time.Minute)
+	setStatusIn("synthetic-worker-0", exited(143))
+	if e := ev.wait(t, PodEnded, 1, time.Minute)[0]; e.Pod != "synthetic-worker-0" || !e.Preempted || e.ExitCode != 143 {
+		t.Fatalf("ended: %+v", e)
+	}
+
+	// Shrink: worker 2 never exits by itself (no kubelet): Stop deletes it
+	// after the grace period. Worker 0 has ended: Stop deletes it at once.
+	for _, name := range []string{"synthetic-worker-2", "synthetic-worker-0"} {
+		if err := p.Stop(ctx, heuristics.WorkerInfo{Name: name, Host: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted := ev.wait(t, PodDeleted, 2, time.Minute)
+	for _, d := range deleted {
+		// Worker 0 stays preempted (it ended with 143); worker 2 was
+		// removed by the engine, not preempted.
+		if d.Reason != "deleted by the provisioner" || d.Preempted != (d.Pod == "synthetic-worker-0") {
+			t.Errorf("deleted: %+v", d)
+		}
+	}
+	if pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelRole + "=" + RoleWorker}); err != nil || len(pods.Items) != 1 {
+		t.Fatalf("workers after shrinking: %v %v", pods, err)
+	}
+	// Grow again.
+	if err := p.Start(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	ev.wait(t, PodCreated, 5, time.Minute)
+
+	// The Role allows what the provisioner did and refuses the rest.
+	refused := []struct {
+		what string
+		do   func() error
+	}{
+		{"get a pod", func() error {
+			_, err := driverClient.CoreV1().Pods(ns).Get(ctx, "synthetic-worker-1", metav1.GetOptions{})
+			return err
+		}},
+		{"update a pod", func() error {
+			_, err := driverClient.CoreV1().Pods(ns).Update(ctx, stored, metav1.UpdateOptions{})
+			return err
+		}},
+		{"read the secret", func() error {
+			_, err := driverClient.CoreV1().Secrets(ns).Get(ctx, "synthetic-secret", metav1.GetOptions{})
+			return err
+		}},
+		{"list secrets", func() error { _, err := driverClient.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); return err }},
+		{"create a configmap", func() error {
+			_, err := driverClient.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+			return err
+		}},
+		{"create a pod in another namespace", func() error {
+			pod := p.WorkerPod(99)
+			pod.Namespace = "elsewhere"
+			_, err := driverClient.CoreV1().Pods("elsewhere").Create(ctx, pod, metav1.CreateOptions{})
+			return err
+		}},
+		{"list pods in another namespace", func() error {
+			_, err := driverClient.CoreV1().Pods("elsewhere").List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"create a job", func() error {
+			_, err := driverClient.BatchV1().Jobs(ns).Create(ctx, manifest(t, "driver.yaml")[0].(*batchv1.Job), metav1.CreateOptions{})
+			return err
+		}},
+		{"grant itself more", func() error {
+			_, err := driverClient.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "more"}}, metav1.CreateOptions{})
+			return err
+		}},
+		{"delete the namespace", func() error { return driverClient.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) }},
+	}
+	for _, r := range refused {
+		if err := r.do(); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: want forbidden, got %v", r.what, err)
+		}
+	}
+
+	// Deleting the driver's pod deletes its workers, Secret and Service
+	// (the controller manager's garbage collector follows the owner
+	// references).
+	if err := admin.CoreV1().Pods(ns).Delete(ctx, driverPod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	gone := func() bool {
+		pods, err1 := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		_, err2 := admin.CoreV1().Secrets(ns).Get(ctx, "synthetic-secret", metav1.GetOptions{})
+		_, err3 := admin.CoreV1().Services(ns).Get(ctx, "synthetic", metav1.GetOptions{})
+		state = fmt.Sprintf("pods %v (%v), secret %v, service %v", pods, err1, err2, err3)
+		return err1 == nil && len(pods.Items) == 0 && apierrors.IsNotFound(err2) && apierrors.IsNotFound(err3)
+	}
+	deadline := time.NewTimer(2 * time.Minute)
+	defer deadline.Stop()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for !gone() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("2 minutes after deleting the driver: %s", state)
+		case <-tick.C:
+		}
+	}
+	// The watch saw the workers go, deleted by someone else: preempted.
+	for _, d := range ev.wait(t, PodDeleted, 5, time.Minute)[2:] {
+		if !d.Preempted || d.Reason != "deleted by someone else" {
+			t.Errorf("deleted with the driver: %+v", d)
+		}
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPodsOnKubelet runs worker pods for real: a kubelet with containerd and
+// runc, the images built here. The provisioner's pods start, get their
+// secret through the Secret and their name through the downward API; a
+// worker the engine removes gets SIGTERM from the kubelet and its pod goes;
+// a worker whose pod someone else deletes (a drain, a preemption) gets
+// SIGTERM, exits 143 and is reported preempted.
+func TestPodsOnKubelet(t *testing.T) {
+	cp := testkube.New(t, testkube.DefaultConfig())
+	helper := filepath.Join(t.TempDir(), "podhelper")
+	build := exec.Command("go", "build", "-o", helper, "./testdata/podhelper")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the pod helper: %v: %s", err, out)
+	}
+	node := cp.NewNode(t, testkube.NodeConfig{
+		PauseRef: "gorovod.local/pause:test",
+		Images: []testkube.Image{
+			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": helper}, Entrypoint: []string{"/bin/pause", "pause"}},
+			{Ref: "gorovod.local/worker:test", Files: map[string]string{"bin/worker": helper}, Entrypoint: []string{"/bin/worker"}},
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "gorovod-kubelet"
+	if err := cp.Namespace(ctx, admin, ns); err != nil {
+		t.Fatal(err)
+	}
+	ev := newEvents()
+	secret := bytes.Repeat([]byte{0x5e}, 32)
+	p, err := New(ctx, Config{
+		Client: admin, Namespace: ns, Job: "onnode", Image: "gorovod.local/worker:test", Command: []string{"/bin/worker", "worker"},
+		Env:       []corev1.EnvVar{{Name: envconfig.EnvSeeds, Value: "198.18.0.2:7946"}},
+		SecretEnv: SecretEnv(secret), Grace: 2 * time.Second, PendingTimeout: 2 * time.Minute, OnEvent: ev.add,
+		Customize: func(pod *corev1.Pod) {
+			// No scheduler and no CNI plugin here (package testkube).
+			pod.Spec.NodeName, pod.Spec.HostNetwork = node.Name, true
+			pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if err := p.Start(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	ev.wait(t, PodRunning, 2, 2*time.Minute)
+	logOf := func(pod string) string {
+		matches, _ := filepath.Glob(filepath.Join(node.LogDir, ns+"_"+pod+"_*", ContainerName, "*.log"))
+		var b strings.Builder
+		for _, m := range matches {
+			data, _ := os.ReadFile(m)
+			b.Write(data)
+		}
+		return b.String()
+	}
+	waitLog := func(pod, want string) {
+		t.Helper()
+		deadline := time.NewTimer(time.Minute)
+		defer deadline.Stop()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for !strings.Contains(logOf(pod), want) {
+			select {
+			case <-deadline.C:
+				t.Fatalf("%s never printed %q; its log: %q", pod, want, logOf(pod))
+			case <-tick.C:
+			}
+		}
+	}
+	for i, pod := range []string{"onnode-worker-0", "onnode-worker-1"} {
+		// (Its host name is the node's: host-network pods share the
+		// node's UTS namespace; the engine, which knows workers by host
+		// name, is given the pod name below as it would see it without
+		// hostNetwork.)
+		waitLog(pod, "ready ")
+		waitLog(pod, "env GOROVOD_POD_NAME="+pod+"\n")
+		waitLog(pod, "env GOROVOD_SECRET="+strings.Repeat("5e", 32)+"\n")
+		waitLog(pod, fmt.Sprintf("env GOROVOD_LAUNCH_INDEX=%d\n", i))
+	}
+
+	// The engine removes worker 0: after the grace period its pod is
+	// deleted, the kubelet sends SIGTERM, the pod goes.
+	if err := p.Stop(ctx, heuristics.WorkerInfo{Name: "w0", Host: "onnode-worker-0"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logOf("onnode-worker-0"), "term") && !p.Workers()[0].Deleted {
+		t.Fatalf("worker 0 after Stop: %+v", p.Workers()[0])
+	}
+	// Someone else deletes worker 1's pod.
+	if err := admin.CoreV1().Pods(ns).Delete(ctx, "onnode-worker-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ended *Event
+	for _, e := range ev.wait(t, PodDeleted, 2, 2*time.Minute) {
+		if e.Pod == "onnode-worker-1" {
+			ended = &e
+		}
+	}
+	if ended == nil || !ended.Preempted {
+		t.Fatalf("worker 1 deleted by someone else: %+v; all events %+v", ended, ev.all)
+	}
+	for _, e := range ev.of(PodEnded) {
+		// Both got SIGTERM and left with 143; only worker 1 was preempted.
+		if e.ExitCode != 143 || e.Preempted != (e.Pod == "onnode-worker-1") {
+			t.Fatalf("ended: %+v", e)
+		}
+	}
+	if len(ev.of(PodEnded)) != 2 {
+		t.Fatalf("ended events: %+v", ev.of(PodEnded))
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

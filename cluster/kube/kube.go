@@ -1,0 +1,602 @@
+package kube
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/internal/envconfig"
+)
+
+// Labels on everything a job creates.
+const (
+	LabelJob   = "gorovod.io/job"   // the job's name
+	LabelRole  = "gorovod.io/role"  // "worker" on worker pods
+	LabelIndex = "gorovod.io/index" // a worker's number, in creation order
+	RoleWorker = "worker"
+	// ContainerName is the worker pod's one container.
+	ContainerName = "trainer"
+)
+
+// Config configures a Provisioner. A zero field means its default.
+type Config struct {
+	// Client talks to the API server (in a pod: kubernetes.NewForConfig of
+	// rest.InClusterConfig()).
+	Client kubernetes.Interface
+	// Namespace holds the job. Default: the driver's pod's namespace
+	// (GOROVOD_POD_NAMESPACE), else "default".
+	Namespace string
+	// Job names the job: a DNS label (lower case, digits, '-'; at most 40
+	// characters, so that pod names stay under 63).
+	Job string
+	// Image and Command are the worker container's.
+	Image   string
+	Command []string
+	// Env is added to every worker's environment: the job id and the gossip
+	// seeds (envconfig.ElasticWorker.Environ without the secret), and
+	// whatever the trainer needs.
+	Env []corev1.EnvVar
+	// SecretEnv are variables whose values go into the job's Secret, not into
+	// the pod spec: GOROVOD_SECRET (the hex job secret) at least.
+	SecretEnv map[string]string
+	// Owner is what the job's objects belong to (the driver's pod): deleting
+	// it deletes them. Nil: no owner (Close must clean up).
+	Owner *metav1.OwnerReference
+	// Resources, ServiceAccountName (default: the namespace's default; its
+	// token is not mounted: workers do not call the API) and Customize (a
+	// last edit of each worker pod: node selectors, tolerations, volumes).
+	Resources          corev1.ResourceRequirements
+	ServiceAccountName string
+	Customize          func(*corev1.Pod)
+	// Grace is the workers' notice: a removed worker's time to exit by
+	// itself before its pod is deleted, and the pods'
+	// terminationGracePeriodSeconds (SIGTERM to SIGKILL). Default 25 s.
+	Grace time.Duration
+	// PendingTimeout: a pod not running this long after its creation is
+	// deleted and reported as given up. Default 5 minutes.
+	PendingTimeout time.Duration
+	// OnEvent receives what happens to the job's pods, on the watch's
+	// goroutine (it must not block).
+	OnEvent func(Event)
+	// Logf receives what the provisioner does (nil: nothing).
+	Logf func(format string, args ...any)
+}
+
+// DefaultConfig returns the defaults: a 25 s notice, 5 minutes to start.
+func DefaultConfig() Config {
+	return Config{Grace: 25 * time.Second, PendingTimeout: 5 * time.Minute}
+}
+
+// EventKind says what happened to a worker pod.
+type EventKind string
+
+// Event kinds, each reported at most once per pod.
+const (
+	PodCreated EventKind = "created" // scale-up: the pod exists
+	PodRunning EventKind = "running" // its container started
+	PodEnded   EventKind = "ended"   // its container exited (Preempted: by SIGTERM or a disruption)
+	PodDeleted EventKind = "deleted" // scale-down: the pod is gone from the API
+	PodGaveUp  EventKind = "gave-up" // not running after PendingTimeout; deleted
+)
+
+// Event is a change of a worker pod.
+type Event struct {
+	Kind      EventKind
+	Pod       string
+	Index     int
+	Phase     corev1.PodPhase
+	ExitCode  int32 // PodEnded
+	Preempted bool  // PodEnded, PodDeleted: ended by SIGTERM (exit 143), a disruption, or deleted by someone else
+	Reason    string
+	Time      time.Time
+}
+
+// Worker is what the provisioner knows of a worker pod.
+type Worker struct {
+	Pod       string
+	Index     int
+	Phase     corev1.PodPhase
+	Running   bool // its container has started (now or before)
+	Ended     bool
+	Deleted   bool // gone from the API
+	Preempted bool
+	ExitCode  int32
+}
+
+type podState struct {
+	Worker
+	reported map[EventKind]bool
+	byUs     bool // we asked for its deletion
+	pending  *time.Timer
+	ended    chan struct{} // closed once it ended or was deleted
+	gone     chan struct{} // closed once it is deleted
+}
+
+// Provisioner starts and stops worker pods; it implements
+// heuristics.Provisioner.
+type Provisioner struct {
+	cfg     Config
+	pods    corev1Pods
+	stopInf chan struct{}
+	logf    func(format string, args ...any)
+
+	mu      sync.Mutex
+	byName  map[string]*podState
+	next    int
+	shared  bool // the Secret and Service exist
+	closed  bool
+	stopped bool
+}
+
+// corev1Pods is the pod API of the namespace.
+type corev1Pods = interface {
+	Create(ctx context.Context, pod *corev1.Pod, opts metav1.CreateOptions) (*corev1.Pod, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
+var _ heuristics.Provisioner = (*Provisioner)(nil)
+
+// New checks cfg, starts watching the job's pods (workers of an earlier
+// driver of the same job are adopted) and returns once the watch has synced.
+func New(ctx context.Context, cfg Config) (*Provisioner, error) {
+	def := DefaultConfig()
+	if cfg.Client == nil {
+		return nil, errors.New("kube: no client")
+	}
+	if errs := validation.IsDNS1123Label(cfg.Job); len(errs) > 0 || len(cfg.Job) > 40 {
+		return nil, fmt.Errorf("kube: job name %q: want a DNS label of at most 40 characters %v", cfg.Job, errs)
+	}
+	if cfg.Image == "" {
+		return nil, errors.New("kube: no worker image")
+	}
+	if cfg.Namespace == "" {
+		if pod, ok, err := envconfig.LoadKubernetesPod(os.Getenv); err == nil && ok {
+			cfg.Namespace = pod.Namespace
+		} else {
+			cfg.Namespace = "default"
+		}
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = def.Grace
+	}
+	if cfg.PendingTimeout <= 0 {
+		cfg.PendingTimeout = def.PendingTimeout
+	}
+	p := &Provisioner{cfg: cfg, pods: cfg.Client.CoreV1().Pods(cfg.Namespace), stopInf: make(chan struct{}), logf: cfg.Logf, byName: map[string]*podState{}}
+	if p.logf == nil {
+		p.logf = func(string, ...any) {}
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = LabelJob + "=" + cfg.Job + "," + LabelRole + "=" + RoleWorker
+		}))
+	inf := factory.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.observe(obj, false) },
+		UpdateFunc: func(_, obj any) { p.observe(obj, false) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			p.observe(obj, true)
+		},
+	}); err != nil {
+		return nil, err
+	}
+	factory.Start(p.stopInf)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		close(p.stopInf)
+		factory.Shutdown()
+		return nil, fmt.Errorf("kube: watching the pods of job %s in namespace %s: %w", cfg.Job, cfg.Namespace, errors.Join(ctx.Err(), errors.New("cache not synced")))
+	}
+	go func() {
+		<-p.stopInf
+		factory.Shutdown()
+	}()
+	return p, nil
+}
+
+// Names of the job's objects.
+func (p *Provisioner) podName(i int) string { return fmt.Sprintf("%s-worker-%d", p.cfg.Job, i) }
+func (p *Provisioner) secretName() string   { return p.cfg.Job + "-secret" }
+func (p *Provisioner) serviceName() string  { return p.cfg.Job }
+
+func (p *Provisioner) labels() map[string]string {
+	return map[string]string{LabelJob: p.cfg.Job}
+}
+
+func (p *Provisioner) owners() []metav1.OwnerReference {
+	if p.cfg.Owner == nil {
+		return nil
+	}
+	return []metav1.OwnerReference{*p.cfg.Owner}
+}
+
+// ensureShared creates the job's Secret and headless Service once.
+func (p *Provisioner) ensureShared(ctx context.Context) error {
+	p.mu.Lock()
+	done := p.shared
+	p.mu.Unlock()
+	if done {
+		return nil
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: p.secretName(), Labels: p.labels(), OwnerReferences: p.owners()},
+		Type:       corev1.SecretTypeOpaque,
+		StringData: p.cfg.SecretEnv,
+	}
+	if _, err := p.cfg.Client.CoreV1().Secrets(p.cfg.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("kube: creating secret %s: %w", secret.Name, err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: p.serviceName(), Labels: p.labels(), OwnerReferences: p.owners()},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone,
+			Selector:  map[string]string{LabelJob: p.cfg.Job, LabelRole: RoleWorker},
+			// Workers look each other up before they are ready.
+			PublishNotReadyAddresses: true,
+		},
+	}
+	if _, err := p.cfg.Client.CoreV1().Services(p.cfg.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("kube: creating service %s: %w", svc.Name, err)
+	}
+	p.mu.Lock()
+	p.shared = true
+	p.mu.Unlock()
+	return nil
+}
+
+// WorkerPod returns the pod the provisioner creates for worker i.
+func (p *Provisioner) WorkerPod(i int) *corev1.Pod {
+	name := p.podName(i)
+	labels := p.labels()
+	labels[LabelRole] = RoleWorker
+	labels[LabelIndex] = strconv.Itoa(i)
+	grace := int64((p.cfg.Grace + time.Second - 1) / time.Second)
+	no := false
+	field := func(path string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+	}
+	env := []corev1.EnvVar{
+		{Name: envconfig.EnvPodName, ValueFrom: field("metadata.name")},
+		{Name: envconfig.EnvPodNamespace, ValueFrom: field("metadata.namespace")},
+		{Name: envconfig.EnvPodUID, ValueFrom: field("metadata.uid")},
+		{Name: envconfig.EnvPodIP, ValueFrom: field("status.podIP")},
+		{Name: envconfig.EnvLaunchIndex, Value: strconv.Itoa(i)},
+	}
+	set := map[string]bool{}
+	for _, e := range p.cfg.Env {
+		set[e.Name] = true
+	}
+	// Other pods reach this worker at its pod IP ($(VAR) is expanded by the
+	// kubelet from the variables above).
+	if !set[envconfig.EnvListenAddr] {
+		env = append(env, corev1.EnvVar{Name: envconfig.EnvListenAddr, Value: "$(" + envconfig.EnvPodIP + "):0"})
+	}
+	if !set[envconfig.EnvGossipAddr] {
+		env = append(env, corev1.EnvVar{Name: envconfig.EnvGossipAddr, Value: "$(" + envconfig.EnvPodIP + ")"})
+	}
+	env = append(env, p.cfg.Env...)
+	for _, k := range slices.Sorted(maps.Keys(p.cfg.SecretEnv)) {
+		env = append(env, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: p.secretName()}, Key: k}}})
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: labels, OwnerReferences: p.owners()},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			Hostname:                      name,
+			Subdomain:                     p.serviceName(),
+			TerminationGracePeriodSeconds: &grace,
+			ServiceAccountName:            p.cfg.ServiceAccountName,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			Containers: []corev1.Container{{
+				Name: ContainerName, Image: p.cfg.Image, Command: p.cfg.Command, Env: env,
+				Resources: p.cfg.Resources, ImagePullPolicy: corev1.PullIfNotPresent,
+			}},
+		},
+	}
+	if p.cfg.Customize != nil {
+		p.cfg.Customize(pod)
+	}
+	return pod
+}
+
+// Start creates n more worker pods (heuristics.Provisioner); the first call
+// also creates the job's Secret and Service.
+func (p *Provisioner) Start(ctx context.Context, n int) error {
+	if err := p.ensureShared(ctx); err != nil {
+		return err
+	}
+	for range n {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return errors.New("kube: provisioner closed")
+		}
+		i := p.next
+		p.next++
+		st := p.track(p.podName(i), i)
+		p.mu.Unlock()
+		if _, err := p.pods.Create(ctx, p.WorkerPod(i), metav1.CreateOptions{}); err != nil {
+			p.mu.Lock()
+			p.forget(st)
+			p.mu.Unlock()
+			return fmt.Errorf("kube: creating pod %s: %w", st.Pod, err)
+		}
+		p.logf("pod %s created", st.Pod)
+	}
+	return nil
+}
+
+// track registers a pod (under mu); the pending timer starts with it.
+func (p *Provisioner) track(name string, index int) *podState {
+	if st, ok := p.byName[name]; ok {
+		return st
+	}
+	st := &podState{Worker: Worker{Pod: name, Index: index}, reported: map[EventKind]bool{},
+		ended: make(chan struct{}), gone: make(chan struct{})}
+	st.pending = time.AfterFunc(p.cfg.PendingTimeout, func() { p.giveUp(st) })
+	p.byName[name] = st
+	return st
+}
+
+// forget drops a pod whose creation failed (under mu).
+func (p *Provisioner) forget(st *podState) {
+	st.pending.Stop()
+	delete(p.byName, st.Pod)
+}
+
+// giveUp deletes a pod that did not start in time.
+func (p *Provisioner) giveUp(st *podState) {
+	p.mu.Lock()
+	if st.Running || st.Ended || st.Deleted || p.stopped {
+		p.mu.Unlock()
+		return
+	}
+	st.byUs = true
+	ev := p.eventLocked(st, PodGaveUp, fmt.Sprintf("not running %v after its creation", p.cfg.PendingTimeout))
+	p.mu.Unlock()
+	p.emit(ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	zero := int64(0)
+	if err := p.pods.Delete(ctx, st.Pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+		p.logf("deleting pod %s, which did not start: %v", st.Pod, err)
+	}
+}
+
+// eventLocked marks kind reported for st and returns the event, or nil if it
+// was reported before (under mu).
+func (p *Provisioner) eventLocked(st *podState, kind EventKind, reason string) *Event {
+	if st.reported[kind] {
+		return nil
+	}
+	st.reported[kind] = true
+	return &Event{Kind: kind, Pod: st.Pod, Index: st.Index, Phase: st.Phase, ExitCode: st.ExitCode,
+		Preempted: st.Preempted, Reason: reason, Time: time.Now()}
+}
+
+func (p *Provisioner) emit(evs ...*Event) {
+	for _, ev := range evs {
+		if ev == nil {
+			continue
+		}
+		p.logf("pod %s %s %s", ev.Pod, ev.Kind, ev.Reason)
+		if p.cfg.OnEvent != nil {
+			p.cfg.OnEvent(*ev)
+		}
+	}
+}
+
+// observe updates a pod's state from the watch.
+func (p *Provisioner) observe(obj any, deleted bool) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Labels[LabelJob] != p.cfg.Job || pod.Labels[LabelRole] != RoleWorker {
+		return
+	}
+	index, err := strconv.Atoi(pod.Labels[LabelIndex])
+	if err != nil {
+		index = -1
+	}
+	p.mu.Lock()
+	st := p.track(pod.Name, index)
+	if index >= p.next {
+		p.next = index + 1 // adopted from an earlier driver
+	}
+	var evs []*Event
+	evs = append(evs, p.eventLocked(st, PodCreated, ""))
+	st.Phase = pod.Status.Phase
+	if started(pod) && !st.Running {
+		st.Running = true
+		st.pending.Stop()
+		evs = append(evs, p.eventLocked(st, PodRunning, ""))
+	}
+	if code, reason, ended := ended(pod); ended && !st.Ended {
+		st.Ended, st.ExitCode = true, code
+		// A worker the provisioner deleted exits 143 too: that is the
+		// engine's decision, not a preemption.
+		st.Preempted = preempted(pod, code) && !st.byUs
+		st.pending.Stop()
+		close(st.ended)
+		evs = append(evs, p.eventLocked(st, PodEnded, reason))
+	}
+	if deleted && !st.Deleted {
+		st.Deleted = true
+		st.pending.Stop()
+		if !st.Ended {
+			// Gone before its container ended: deleted by someone else
+			// (a drain, kubectl) counts as preemption.
+			st.Ended, st.Preempted = true, !st.byUs
+			close(st.ended)
+		}
+		close(st.gone)
+		reason := "deleted by the provisioner"
+		if !st.byUs {
+			reason = "deleted by someone else"
+		}
+		evs = append(evs, p.eventLocked(st, PodDeleted, reason))
+	}
+	p.mu.Unlock()
+	p.emit(evs...)
+}
+
+func started(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running != nil || cs.State.Terminated != nil {
+			return true
+		}
+	}
+	return pod.Status.Phase == corev1.PodRunning
+}
+
+// ended says whether the worker's container has exited, and how.
+func ended(pod *corev1.Pod) (code int32, reason string, done bool) {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == ContainerName && cs.State.Terminated != nil {
+			t := cs.State.Terminated
+			return t.ExitCode, t.Reason, true
+		}
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return 0, pod.Status.Reason, true
+	}
+	return 0, "", false
+}
+
+// preempted: the trainer was told to go (SIGTERM: exit 143) or the cluster
+// took the pod away (preemption, eviction, node shutdown).
+func preempted(pod *corev1.Pod, code int32) bool {
+	if code == 128+15 || pod.Status.Reason == "Evicted" {
+		return true
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// Workers lists the job's worker pods, by index.
+func (p *Provisioner) Workers() []Worker {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Worker, 0, len(p.byName))
+	for _, st := range p.byName {
+		out = append(out, st.Worker)
+	}
+	slices.SortFunc(out, func(a, b Worker) int { return a.Index - b.Index })
+	return out
+}
+
+// Stop makes sure a worker the engine removed ends (heuristics.Provisioner):
+// it waits Grace for the worker's container to exit, then deletes the pod
+// (SIGTERM, SIGKILL after Grace) and waits for it to be gone. A pod of
+// another job, or no pod at all, is left alone.
+func (p *Provisioner) Stop(ctx context.Context, w heuristics.WorkerInfo) error {
+	p.mu.Lock()
+	st := p.byName[w.Host] // a worker's host name is its pod name
+	p.mu.Unlock()
+	if st == nil {
+		p.logf("worker %s (host %s) is not a pod of job %s; not stopping it", w.Name, w.Host, p.cfg.Job)
+		return nil
+	}
+	t := time.NewTimer(p.cfg.Grace)
+	select {
+	case <-st.ended:
+		t.Stop()
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	case <-t.C:
+		p.logf("pod %s still running %v after its removal; deleting it", st.Pod, p.cfg.Grace)
+	}
+	return p.deleteAndWait(ctx, st)
+}
+
+func (p *Provisioner) deleteAndWait(ctx context.Context, st *podState) error {
+	p.mu.Lock()
+	st.byUs = true
+	p.mu.Unlock()
+	if err := p.pods.Delete(ctx, st.Pod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kube: deleting pod %s: %w", st.Pod, err)
+	}
+	// The kubelet has the pod's grace period to end it, then reports.
+	t := time.NewTimer(2*p.cfg.Grace + 30*time.Second)
+	defer t.Stop()
+	select {
+	case <-st.gone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("kube: pod %s still there %v after its deletion", st.Pod, 2*p.cfg.Grace+30*time.Second)
+	}
+}
+
+// Close ends the job's pods, as at the end of the job: it deletes every
+// worker pod (SIGTERM, SIGKILL after Grace), then the Service and the
+// Secret, waits for the pods to be gone and stops watching.
+func (p *Provisioner) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	var live []*podState
+	for _, st := range p.byName {
+		if !st.Deleted {
+			live = append(live, st)
+		}
+	}
+	p.mu.Unlock()
+	errs := make([]error, len(live))
+	var wg sync.WaitGroup
+	for i, st := range live {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.deleteAndWait(ctx, st)
+		}()
+	}
+	wg.Wait()
+	if err := p.cfg.Client.CoreV1().Services(p.cfg.Namespace).Delete(ctx, p.serviceName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("kube: deleting service: %w", err))
+	}
+	if err := p.cfg.Client.CoreV1().Secrets(p.cfg.Namespace).Delete(ctx, p.secretName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("kube: deleting secret: %w", err))
+	}
+	p.mu.Lock()
+	p.stopped = true
+	for _, st := range p.byName {
+		st.pending.Stop()
+	}
+	p.mu.Unlock()
+	close(p.stopInf)
+	return errors.Join(errs...)
+}
+
+// SecretEnv returns the Secret entries for an elastic job's workers: the job
+// secret, hex-encoded as envconfig reads it.
+func SecretEnv(secret []byte) map[string]string {
+	return map[string]string{envconfig.EnvSecret: hex.EncodeToString(secret)}
+}

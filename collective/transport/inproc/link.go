@@ -1,0 +1,260 @@
+package inproc
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
+)
+
+type frame struct {
+	h       transport.Header
+	payload []byte
+}
+
+// queue is one direction of a link: frames in order, bounded by the bytes of
+// their payloads. One goroutine sends at a time (the link serializes them)
+// and one receives.
+type queue struct {
+	limit int
+
+	mu     sync.Mutex
+	frames []frame
+	head   int
+	bytes  int
+	// readable and writable wake the waiting receiver and sender; a waiter
+	// re-checks the queue, so a stale signal costs one more look.
+	readable chan struct{}
+	writable chan struct{}
+}
+
+func newQueue(limit int) *queue {
+	return &queue{limit: limit, readable: make(chan struct{}, 1), writable: make(chan struct{}, 1)}
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// tryPush queues f if it fits (or the queue is empty).
+func (q *queue) tryPush(f frame) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.head < len(q.frames) && q.bytes+len(f.payload) > q.limit {
+		return false
+	}
+	q.frames = append(q.frames, f)
+	q.bytes += len(f.payload)
+	signal(q.readable)
+	return true
+}
+
+// tryPop takes the oldest frame, if any.
+func (q *queue) tryPop() (frame, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.head == len(q.frames) {
+		return frame{}, false
+	}
+	f := q.frames[q.head]
+	q.frames[q.head] = frame{}
+	q.head++
+	if q.head == len(q.frames) {
+		q.frames, q.head = q.frames[:0], 0
+	}
+	q.bytes -= len(f.payload)
+	signal(q.writable)
+	return f, true
+}
+
+// end is one rank's side of a pair: closing it tells the other side.
+type end struct {
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newEnd() *end    { return &end{closed: make(chan struct{})} }
+func (e *end) close() { e.once.Do(func() { close(e.closed) }) }
+func (e *end) isClosed() bool {
+	select {
+	case <-e.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// pair is what both links of a connection share.
+type pair struct {
+	ab, ba *queue // a's frames to b, b's to a
+	a, b   *end
+}
+
+func newPair(bufferBytes int) *pair {
+	return &pair{ab: newQueue(bufferBytes), ba: newQueue(bufferBytes), a: newEnd(), b: newEnd()}
+}
+
+type link struct {
+	rank, peer int
+	addr       string
+	jobHash    uint64
+	epoch      uint64
+	ioTimeout  time.Duration
+	out, in    *queue
+	self, far  *end
+
+	sendMu sync.Mutex
+	// The receiving goroutine's state: the frame whose header was returned
+	// and whose payload is not read yet.
+	cur     frame
+	pending bool
+}
+
+// links returns the two links of p: a's (rank ra, to rank rb) and b's.
+func (p *pair) links(ra, rb int, addrA, addrB string, jobHash, epoch uint64, ioTimeout time.Duration) (*link, *link) {
+	la := &link{rank: ra, peer: rb, addr: addrB, jobHash: jobHash, epoch: epoch, ioTimeout: ioTimeout, out: p.ab, in: p.ba, self: p.a, far: p.b}
+	lb := &link{rank: rb, peer: ra, addr: addrA, jobHash: jobHash, epoch: epoch, ioTimeout: ioTimeout, out: p.ba, in: p.ab, self: p.b, far: p.a}
+	return la, lb
+}
+
+func (l *link) Peer() int { return l.peer }
+
+func (l *link) RemoteAddr() string {
+	if l.addr == "" {
+		return fmt.Sprintf("inproc rank %d", l.peer)
+	}
+	return l.addr
+}
+
+func (l *link) fail(op string, err error) error {
+	return &transport.PeerError{Rank: l.peer, Addr: l.RemoteAddr(), Op: op, Err: err}
+}
+
+func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) error {
+	if err := transport.CheckOutgoing(h, payload); err != nil {
+		return l.fail("send", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return l.fail("send", err)
+	}
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
+	f := frame{h: *h, payload: append([]byte(nil), payload...)}
+	f.h.JobID, f.h.Epoch, f.h.Sender = l.jobHash, l.epoch, uint32(l.rank)
+	var timer *time.Timer
+	for {
+		switch {
+		case l.self.isClosed():
+			return l.fail("send", transport.ErrLinkClosed)
+		case l.far.isClosed():
+			return l.fail("send", transport.ErrPeerClosed)
+		case l.out.tryPush(f):
+			if timer != nil {
+				timer.Stop()
+			}
+			return nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(l.ioTimeout)
+			defer timer.Stop()
+		}
+		select {
+		case <-l.out.writable:
+		case <-l.self.closed:
+		case <-l.far.closed:
+		case <-ctx.Done():
+			return l.fail("send", ctx.Err())
+		case <-timer.C:
+			return l.fail("send", transport.ErrPeerTimeout)
+		}
+	}
+}
+
+func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
+	if l.pending {
+		return l.fail("recv", fmt.Errorf("the payload of the previous frame (%d bytes) was not read", len(l.cur.payload)))
+	}
+	if err := ctx.Err(); err != nil {
+		return l.fail("recv", err)
+	}
+	var timer *time.Timer
+	for {
+		if l.self.isClosed() {
+			return l.fail("recv", transport.ErrLinkClosed)
+		}
+		// Frames sent before the peer closed are still delivered.
+		farClosed := l.far.isClosed()
+		if f, ok := l.in.tryPop(); ok {
+			if timer != nil {
+				timer.Stop()
+			}
+			return l.accept(f, h)
+		}
+		if farClosed {
+			return l.fail("recv", transport.ErrPeerClosed)
+		}
+		if timer == nil {
+			timer = time.NewTimer(l.ioTimeout)
+			defer timer.Stop()
+		}
+		select {
+		case <-l.in.readable:
+		case <-l.self.closed:
+		case <-l.far.closed:
+		case <-ctx.Done():
+			return l.fail("recv", ctx.Err())
+		case <-timer.C:
+			return l.fail("recv", transport.ErrPeerTimeout)
+		}
+	}
+}
+
+func (l *link) accept(f frame, h *transport.Header) error {
+	if err := transport.CheckOrigin(&f.h, l.jobHash, l.epoch, l.peer); err != nil {
+		return l.fail("recv", err)
+	}
+	l.cur, l.pending = f, true
+	*h = f.h
+	return nil
+}
+
+func (l *link) RecvPayload(ctx context.Context, p []byte) error {
+	if !l.pending {
+		return l.fail("recv", fmt.Errorf("no frame header was received"))
+	}
+	if len(p) != len(l.cur.payload) {
+		return l.fail("recv", fmt.Errorf("payload of %d bytes read into %d", len(l.cur.payload), len(p)))
+	}
+	copy(p, l.cur.payload)
+	l.cur, l.pending = frame{}, false
+	return nil
+}
+
+func (l *link) Close() error {
+	l.self.close()
+	return nil
+}
+
+// Mesh returns, for each of p ranks of the world (cfg.JobID, cfg.Epoch), its
+// links to every other rank (mesh[i][j] leads from rank i to rank j;
+// mesh[i][i] is nil), connected at once without handshakes.
+func Mesh(cfg Config, p int) [][]transport.Link {
+	cfg, _ = cfg.withDefaults() // a negative field just keeps its value
+	jh := transport.JobHash(cfg.JobID)
+	mesh := make([][]transport.Link, p)
+	for i := range mesh {
+		mesh[i] = make([]transport.Link, p)
+	}
+	for i := 0; i < p; i++ {
+		for j := i + 1; j < p; j++ {
+			li, lj := newPair(cfg.BufferBytes).links(i, j, "", "", jh, cfg.Epoch, cfg.IOTimeout)
+			mesh[i][j], mesh[j][i] = li, lj
+		}
+	}
+	return mesh
+}

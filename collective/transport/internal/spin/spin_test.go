@@ -1,0 +1,103 @@
+package spin
+
+import (
+	"testing"
+	"time"
+)
+
+func never() bool { return false }
+
+// pollUntilStopped polls a wait that never succeeds and returns how long it
+// polled and how many polls it made.
+func pollUntilStopped(w *Wait, stop func() bool) (time.Duration, int) {
+	t0 := time.Now()
+	n := 0
+	for w.Again(stop) {
+		n++
+	}
+	return time.Since(t0), n
+}
+
+func TestBudgetBoundsAWait(t *testing.T) {
+	b := NewBudget(2*time.Millisecond, 4, true)
+	w := b.Begin(nil)
+	d, n := pollUntilStopped(&w, never)
+	if d < 2*time.Millisecond {
+		t.Errorf("polled %v, want at least the 2ms budget", d)
+	}
+	// The bound is checked every 4 polls; each poll yields, so on a busy
+	// machine a poll may take long, but not seconds.
+	if d > time.Second {
+		t.Errorf("polled %v for a 2ms budget", d)
+	}
+	if n < 4 {
+		t.Errorf("%d polls", n)
+	}
+}
+
+func TestBudgetAdapts(t *testing.T) {
+	const max = 4 * time.Millisecond
+	b := NewBudget(max, 1, true)
+	// Waits that outlast the budget halve it, down to max/16.
+	want := max
+	for range 6 {
+		w := b.Begin(nil)
+		pollUntilStopped(&w, never)
+		w.End(false)
+		want = maxDur(want/2, max/minFraction)
+		if b.Limit() != want {
+			t.Fatalf("after a wasted spin the limit is %v, want %v", b.Limit(), want)
+		}
+	}
+	// A poll that succeeds adds max/16, up to max.
+	for range 20 {
+		w := b.Begin(nil)
+		w.Again(never)
+		w.End(true)
+		want = min(want+max/minFraction, max)
+		if b.Limit() != want {
+			t.Fatalf("after a successful spin the limit is %v, want %v", b.Limit(), want)
+		}
+	}
+	// A wait that succeeded at once (no poll) or was stopped leaves it.
+	b.limit = max / 4
+	w := b.Begin(nil)
+	w.End(true)
+	stopped := b.Begin(nil)
+	stopped.Again(func() bool { return true })
+	stopped.End(false)
+	if b.Limit() != max/4 {
+		t.Errorf("limit %v after waits that did not spin for nothing, want %v", b.Limit(), max/4)
+	}
+}
+
+func maxDur(a, b time.Duration) time.Duration { return max(a, b) }
+
+func TestStopAndDoneEndAWait(t *testing.T) {
+	b := NewBudget(time.Hour, 8, true)
+	stopAfter := 0
+	w := b.Begin(nil)
+	_, n := pollUntilStopped(&w, func() bool { stopAfter++; return stopAfter == 3 })
+	if n > 3*8 {
+		t.Errorf("stop was seen after %d polls, want at most %d", n, 3*8)
+	}
+	done := make(chan struct{})
+	close(done)
+	w = b.Begin(done)
+	if _, n := pollUntilStopped(&w, never); n > 8 {
+		t.Errorf("a closed done channel was seen after %d polls", n)
+	}
+}
+
+func TestZeroBudgetNeverPolls(t *testing.T) {
+	for _, b := range []Budget{{}, NewBudget(0, 1, true), NewBudget(-time.Second, 1, true)} {
+		w := b.Begin(nil)
+		if w.Again(never) {
+			t.Errorf("budget %+v polls", b)
+		}
+		w.End(false)
+		if b.Limit() != 0 {
+			t.Errorf("budget %+v adapted to %v", b, b.Limit())
+		}
+	}
+}

@@ -1,0 +1,468 @@
+package launch
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// SSH is how workers are started on other hosts: with the OpenSSH client, as
+// Horovod and mpirun do. The remote host needs nothing of gorovod's: ssh runs
+// a small POSIX sh program there (shimScript) that reads the worker's
+// environment from the connection's stdin — so the job secret is never on a
+// command line, here or there — starts the worker in a process group of its
+// own, forwards signals, and kills that group when stdin closes: when the
+// launcher stops the worker, when the launcher dies, or when the connection
+// drops. Nothing outlives the connection.
+//
+// Every field is optional; the user's own ssh configuration (~/.ssh/config,
+// agent, known_hosts) applies to what is left unset.
+type SSH struct {
+	// Command is the ssh client and any arguments it takes first. Default
+	// ["ssh"].
+	Command []string
+	// Port (-p), IdentityFile (-i) and User (-l); zero values leave them to
+	// the ssh configuration.
+	Port         int
+	IdentityFile string
+	User         string
+	// KnownHostsFile (UserKnownHostsFile) and StrictHostKeyChecking ("yes",
+	// "accept-new", "no") set the host key policy; empty leaves it to the
+	// ssh configuration. BatchMode is always on: a host whose key is unknown
+	// under a strict policy, or that wants a password, fails the worker
+	// instead of waiting for an answer nobody will type.
+	KnownHostsFile        string
+	StrictHostKeyChecking string
+	// Options are more `-o` options ("ServerAliveInterval=5"). They come
+	// before gorovod's own, so they win (ssh takes the first value given).
+	Options []string
+	// ConnectTimeout bounds the TCP connection to a host. Default 10 s.
+	ConnectTimeout time.Duration
+	// StartTimeout bounds the time from running ssh to the worker running on
+	// the host; past it, the attempt is given up and the worker fails with a
+	// *HostError. Default 30 s (Horovod's --start-timeout).
+	StartTimeout time.Duration
+	// Dir is the working directory of remote workers. Default: the ssh
+	// user's home directory.
+	Dir string
+}
+
+// Defaults.
+const (
+	defaultConnectTimeout = 10 * time.Second
+	defaultStartTimeout   = 30 * time.Second
+)
+
+func (s SSH) withDefaults() (SSH, error) {
+	if len(s.Command) == 0 {
+		s.Command = []string{"ssh"}
+	}
+	if s.Port < 0 || s.Port > 65535 {
+		return s, fmt.Errorf("launch: ssh port %d outside [1, 65535]", s.Port)
+	}
+	switch s.StrictHostKeyChecking {
+	case "", "yes", "no", "accept-new", "ask", "off":
+	default:
+		return s, fmt.Errorf("launch: StrictHostKeyChecking %q (want yes, accept-new or no)", s.StrictHostKeyChecking)
+	}
+	for _, o := range s.Options {
+		if !strings.Contains(o, "=") || strings.HasPrefix(o, "-") {
+			return s, fmt.Errorf("launch: ssh option %q is not Name=value", o)
+		}
+	}
+	if s.ConnectTimeout <= 0 {
+		s.ConnectTimeout = defaultConnectTimeout
+	}
+	if s.StartTimeout <= 0 {
+		s.StartTimeout = defaultStartTimeout
+	}
+	return s, nil
+}
+
+// argv is the ssh command line that runs command on host.
+func (s SSH) argv(host, command string) []string {
+	a := append([]string(nil), s.Command...)
+	for _, o := range s.Options {
+		a = append(a, "-o", o)
+	}
+	if s.Port != 0 {
+		a = append(a, "-p", strconv.Itoa(s.Port))
+	}
+	if s.IdentityFile != "" {
+		a = append(a, "-i", s.IdentityFile)
+	}
+	if s.User != "" {
+		a = append(a, "-l", s.User)
+	}
+	if s.KnownHostsFile != "" {
+		a = append(a, "-o", "UserKnownHostsFile="+s.KnownHostsFile)
+	}
+	if s.StrictHostKeyChecking != "" {
+		a = append(a, "-o", "StrictHostKeyChecking="+s.StrictHostKeyChecking)
+	}
+	secs := int((s.ConnectTimeout + time.Second - 1) / time.Second)
+	a = append(a, "-o", "BatchMode=yes", "-o", "ConnectTimeout="+strconv.Itoa(secs),
+		// No terminal (the worker's stdout and stderr stay apart), no X11 or
+		// agent forwarding, and no "Permanently added" chatter in the output.
+		"-T", "-x", "-a", "-o", "LogLevel=ERROR", "--", host, command)
+	return a
+}
+
+// IsLocal reports whether host names this machine without ssh: "",
+// "localhost" and the loopback addresses, as Horovod treats them.
+func IsLocal(host string) bool {
+	switch host {
+	case "", "localhost":
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// HostError is a remote worker that never ran, or that the launcher lost
+// touch with: ssh could not connect or log in, the host did not start it in
+// time, or the connection broke while it ran. A job runner blacklists the
+// host on it.
+type HostError struct {
+	Host string
+	Err  error
+	// Stderr holds the connection's last lines on stderr: ssh's own
+	// diagnostics ("Connection refused", "Host key verification failed"), or
+	// the worker's last words before the connection broke.
+	Stderr string
+}
+
+func (e *HostError) Error() string {
+	msg := fmt.Sprintf("host %s: %v", e.Host, e.Err)
+	if e.Stderr != "" {
+		msg += ": " + e.Stderr
+	}
+	return msg
+}
+
+func (e *HostError) Unwrap() error { return e.Err }
+
+// RemoteExit is how a remote worker ended: its exit status as the remote
+// shell reports it (128 + n for a worker killed by signal n).
+type RemoteExit struct {
+	Host string
+	Code int
+}
+
+func (e *RemoteExit) Error() string {
+	if sig, ok := e.Signal(); ok {
+		return fmt.Sprintf("signal: %v (exit status %d on %s)", sig, e.Code, e.Host)
+	}
+	return fmt.Sprintf("exit status %d on %s", e.Code, e.Host)
+}
+
+// Signal reports the signal that ended the worker, by the shells' rule.
+func (e *RemoteExit) Signal() (syscall.Signal, bool) {
+	if e.Code > 128 && e.Code < 128+65 {
+		return syscall.Signal(e.Code - 128), true
+	}
+	return 0, false
+}
+
+// Signal reports the signal that ended the worker: the one that killed a
+// local worker, or for a remote one an exit status above 128 (see
+// RemoteExit). A worker lost to a signal is what an elastic job survives.
+func (e *ExitError) Signal() (syscall.Signal, bool) {
+	var xe *exec.ExitError
+	if errors.As(e.Err, &xe) {
+		if ws, ok := xe.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return ws.Signal(), true
+		}
+		return 0, false
+	}
+	var re *RemoteExit
+	if errors.As(e.Err, &re) {
+		return re.Signal()
+	}
+	return 0, false
+}
+
+// The remote side: ssh runs `exec sh -c SHIM gorovod-shim ARGV...`, and the
+// launcher writes on the connection's stdin a header (one item per line: the
+// protocol version, a nonce, the host's slots, the stop signal, the grace in
+// tenths of a second, the working directory), the worker's environment
+// (NAME=value lines), an empty line, then control lines ("signal NAME") for
+// as long as the worker runs. The shim prints "gorovod-shim NONCE started
+// PID" before the worker runs and "gorovod-shim NONCE exit STATUS" after, on
+// stdout; the launcher takes both out of the worker's output.
+//
+// Why a shell program rather than a gorovod subcommand on the remote side:
+// it needs no gorovod binary there (a Python trainer's hosts have none), and
+// everything it does is what POSIX sh, setsid and kill do anyway. The worker
+// starts as an asynchronous command, whose SIGINT and SIGQUIT POSIX sh
+// ignores; `env --default-signal` (coreutils 8.31 and later) gives them back
+// where it exists.
+const shimProtocol = "gorovod-shim 1"
+
+const shimScript = `set -u
+fail() { echo "gorovod: $*" >&2; exit 126; }
+IFS= read -r v || fail "no launch header on stdin"
+[ "$v" = "` + shimProtocol + `" ] || fail "unknown launch protocol: $v"
+IFS= read -r nonce && IFS= read -r slots && IFS= read -r stopsig && IFS= read -r grace && IFS= read -r dir || fail "truncated launch header"
+ok=
+while IFS= read -r kv; do
+  if [ -z "$kv" ]; then ok=1; break; fi
+  export "$kv" || fail "bad environment entry"
+done
+[ -n "$ok" ] || fail "truncated environment"
+if [ -z "${GOMAXPROCS:-}" ]; then
+  n=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+  g=$((n / slots)); [ "$g" -ge 1 ] || g=1
+  export GOMAXPROCS=$g
+fi
+if [ -n "$dir" ]; then cd "$dir" || fail "cannot enter $dir"; fi
+dflt=
+if env --default-signal=INT,QUIT true 2>/dev/null; then dflt="env --default-signal=INT,QUIT"; fi
+exec 3<&0
+setsid sh -c 'echo "gorovod-shim $1 started $$"; shift; exec "$@"' sh "$nonce" $dflt "$@" </dev/null 3<&- &
+pid=$!
+(
+  while read -r cmd arg <&3; do
+    case $cmd in signal) kill -s "$arg" "$pid" ;; esac
+  done
+  trap '' TERM
+  kill -s "$stopsig" -- "-$pid" && kill -s CONT -- "-$pid"
+  i=0
+  while kill -s 0 -- "-$pid"; do
+    if [ "$i" -ge "$grace" ]; then kill -s KILL -- "-$pid"; break; fi
+    sleep 0.1; i=$((i + 1))
+  done
+) >/dev/null 2>&1 &
+w=$!
+wait "$pid"; st=$?
+kill -s KILL -- "-$pid" 2>/dev/null
+kill "$w" 2>/dev/null
+echo "gorovod-shim $nonce exit $st"
+exit "$st"`
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// shimCommand is the remote command line that runs argv under the shim.
+func shimCommand(argv []string) string {
+	parts := []string{"exec", "sh", "-c", shellQuote(shimScript), "gorovod-shim"}
+	for _, a := range argv {
+		parts = append(parts, shellQuote(a))
+	}
+	return strings.Join(parts, " ")
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// shimInput is what the launcher writes first on the remote worker's stdin.
+func shimInput(nonce string, slots int, stop syscall.Signal, grace time.Duration, dir string, env []string) ([]byte, error) {
+	if strings.ContainsAny(dir, "\n\r\x00") {
+		return nil, fmt.Errorf("working directory %q cannot be sent to a remote worker", dir)
+	}
+	sig := strings.TrimPrefix(unix.SignalName(stop), "SIG")
+	if sig == "" {
+		return nil, fmt.Errorf("stop signal %d has no name", stop)
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s\n%s\n%d\n%s\n%d\n%s\n", shimProtocol, nonce, max(slots, 1), sig, max(int(grace/(100*time.Millisecond)), 1), dir)
+	for _, kv := range env {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || !envName.MatchString(name) {
+			return nil, fmt.Errorf("environment entry %q is not NAME=value", kv)
+		}
+		if strings.ContainsAny(kv, "\n\r\x00") {
+			return nil, fmt.Errorf("environment entry %s holds a line break or NUL, which cannot be sent to a remote worker", name)
+		}
+		b.WriteString(kv)
+		b.WriteByte('\n')
+	}
+	b.WriteByte('\n')
+	return b.Bytes(), nil
+}
+
+// remoteWorker is the launcher's end of one remote worker.
+type remoteWorker struct {
+	host    string
+	nonce   string
+	timeout time.Duration
+
+	wmu   sync.Mutex // orders writes on stdin
+	stdin io.WriteCloser
+
+	mu         sync.Mutex
+	startedPID int // 0 until "started"
+	started    chan struct{}
+	exitCode   int // valid when exitSeen
+	exitSeen   bool
+	timedOut   bool
+	stderr     []string // ssh's last lines
+}
+
+// startRemote starts w (worker i) on w.host over ssh. Called with j.mu held.
+func (j *Job) startRemote(w *worker, env []string, stdout, stderr *lineWriter) error {
+	if strings.HasPrefix(w.host, "-") || strings.ContainsAny(w.host, " \t\r\n'\"\\") {
+		return fmt.Errorf("%q is not a host name", w.host)
+	}
+	nonce := make([]byte, 8)
+	_, _ = rand.Read(nonce)
+	r := &remoteWorker{host: w.host, nonce: hex.EncodeToString(nonce), timeout: j.spec.SSH.StartTimeout, started: make(chan struct{})}
+	input, err := shimInput(r.nonce, j.spec.HostSlots(w.host), j.spec.StopSignal, j.spec.StopGrace, j.spec.SSH.Dir, env)
+	if err != nil {
+		return err
+	}
+	argv := j.spec.SSH.argv(w.host, shimCommand(j.spec.Argv))
+	cmd := exec.CommandContext(j.ctx, argv[0], argv[1:]...)
+	if r.stdin, err = cmd.StdinPipe(); err != nil {
+		return err
+	}
+	// Stopping the worker is closing its stdin: the shim then sends the stop
+	// signal to the worker's process group, and SIGKILL after the grace.
+	// ssh itself is killed only if the connection does not close by then.
+	cmd.Cancel = func() error { return r.stdin.Close() }
+	cmd.WaitDelay = j.spec.StopGrace + j.spec.SSH.ConnectTimeout
+	stdout.out = r.filterStdout(stdout.out)
+	stderr.out = r.keepStderr(stderr.out)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("running %s: %w", argv[0], err)
+	}
+	w.cmd, w.remote = cmd, r
+	// The pipe's buffer holds the header long before ssh reads it; should it
+	// not (a huge environment), this must not hold up the caller.
+	r.wmu.Lock()
+	go func() {
+		defer r.wmu.Unlock()
+		_, _ = r.stdin.Write(input)
+	}()
+	go r.watchStart(cmd)
+	return nil
+}
+
+// watchStart gives up on a worker that has not started within the timeout:
+// killing ssh drops the connection, which stops anything the host started.
+func (r *remoteWorker) watchStart(cmd *exec.Cmd) {
+	t := time.NewTimer(r.timeout)
+	defer t.Stop()
+	select {
+	case <-r.started:
+	case <-t.C:
+		r.mu.Lock()
+		r.timedOut = r.startedPID == 0
+		r.mu.Unlock()
+		if r.timedOut {
+			_ = cmd.Process.Kill()
+		}
+	}
+}
+
+// filterStdout takes the shim's lines out of the worker's stdout.
+func (r *remoteWorker) filterStdout(out func(int, string, []byte)) func(int, string, []byte) {
+	prefix := []byte("gorovod-shim " + r.nonce + " ")
+	return func(i int, stream string, line []byte) {
+		rest, ok := bytes.CutPrefix(line, prefix)
+		if !ok {
+			out(i, stream, line)
+			return
+		}
+		word, arg, _ := bytes.Cut(rest, []byte(" "))
+		n, err := strconv.Atoi(string(arg))
+		if err != nil {
+			out(i, stream, line)
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		switch string(word) {
+		case "started":
+			if r.startedPID == 0 && n > 0 {
+				r.startedPID = n
+				close(r.started)
+			}
+		case "exit":
+			r.exitCode, r.exitSeen = n, true
+		default:
+			out(i, stream, line)
+		}
+	}
+}
+
+// keepStderr passes ssh's stderr on and keeps its last lines for errors.
+func (r *remoteWorker) keepStderr(out func(int, string, []byte)) func(int, string, []byte) {
+	return func(i int, stream string, line []byte) {
+		r.mu.Lock()
+		r.stderr = append(r.stderr, string(line))
+		if len(r.stderr) > 4 {
+			r.stderr = r.stderr[1:]
+		}
+		r.mu.Unlock()
+		out(i, stream, line)
+	}
+}
+
+func (r *remoteWorker) pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.startedPID
+}
+
+// signal asks the shim to send sig to the worker.
+func (r *remoteWorker) signal(sig os.Signal) error {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return fmt.Errorf("launch: cannot send %v to a remote worker", sig)
+	}
+	if s == 0 {
+		return nil
+	}
+	name := strings.TrimPrefix(unix.SignalName(s), "SIG")
+	if name == "" {
+		return fmt.Errorf("launch: signal %d has no name", s)
+	}
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	if _, err := io.WriteString(r.stdin, "signal "+name+"\n"); err != nil {
+		return fmt.Errorf("launch: signalling the worker on %s: %w", r.host, err)
+	}
+	return nil
+}
+
+// outcome turns ssh's exit into the worker's: the status the shim reported,
+// or a *HostError when the worker never ran or the connection broke.
+func (r *remoteWorker) outcome(sshErr error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	stderr := strings.Join(r.stderr, " | ")
+	switch {
+	case r.exitSeen && r.exitCode == 0:
+		return nil
+	case r.exitSeen:
+		return &RemoteExit{Host: r.host, Code: r.exitCode}
+	case r.timedOut:
+		return &HostError{Host: r.host, Err: fmt.Errorf("the worker did not start within %v", r.timeout), Stderr: stderr}
+	case r.startedPID == 0:
+		return &HostError{Host: r.host, Err: fmt.Errorf("could not start the worker (ssh: %v)", sshErr), Stderr: stderr}
+	default:
+		return &HostError{Host: r.host, Err: fmt.Errorf("lost the connection to the worker (ssh: %v)", sshErr), Stderr: stderr}
+	}
+}

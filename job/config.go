@@ -1,0 +1,162 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/sync/driver"
+)
+
+// ErrInvalidConfig is wrapped by every error about a Config that cannot run.
+var ErrInvalidConfig = errors.New("job: invalid configuration")
+
+// Config describes a job and how to run it. A zero field means its default
+// (DefaultConfig); only Argv is required.
+type Config struct {
+	// Argv is the worker command: every worker process runs it.
+	Argv []string
+	// Env holds NAME=value entries every worker gets besides the job's own
+	// (GOROVOD_JOB_ID, GOROVOD_SECRET, GOROVOD_SEEDS, GOROVOD_LAUNCH_INDEX).
+	Env []string
+	// Workers is how many workers start with the job. Default 1.
+	Workers int
+	// MinWorkers is the fewest workers the job trains with (with fewer it
+	// waits for more). Default 1.
+	MinWorkers int
+	// MaxWorkers is the most workers, for AddWorkers and the autoscaling
+	// engine; 0 means no limit.
+	MaxWorkers int
+
+	// Autoscaling configures the engine that measures the job and carries out
+	// its heuristic's decisions (no heuristic: it measures and holds). Its
+	// MinWorkers and MaxWorkers are the ones above.
+	Autoscaling heuristics.EngineConfig
+
+	// JobID and Secret name the job and authenticate its members. Default:
+	// fresh ones.
+	JobID  string
+	Secret []byte
+	// Gossip is the driver's membership configuration: where it binds and
+	// what it advertises (the address workers join through, GOROVOD_SEEDS),
+	// and the failure detector's timings. JobID and Secret above override its
+	// fields. Default membership.DefaultConfig(): loopback, any port.
+	Gossip membership.Config
+
+	// Launcher starts the worker processes. Default: &LocalLauncher{}.
+	Launcher Launcher
+	// Discovery tells the runner the hosts workers may run on and how many
+	// each takes. Default: this host, without limit.
+	Discovery Discovery
+	// StartDriver starts the job's driver, the proposer of its world epochs.
+	// Default: driver.Start, adapted to the Driver interface.
+	StartDriver func(ctx context.Context, cfg driver.Config) (Driver, error)
+
+	// Sinks receive the job's events (worker lines among them), in order,
+	// one call at a time.
+	Sinks []Sink
+	// Logger receives the driver's diagnostics. Default: discarded.
+	Logger *slog.Logger
+	// JobFile asks for a file holding what a worker started by hand needs to
+	// join (readable by this user only: it holds the secret); its path is in
+	// the JobStarted event and Job.JobFile. It is removed when the job ends.
+	JobFile bool
+
+	// StartTimeout bounds the driver's start and the wait for the first host
+	// list. Default 30 s.
+	StartTimeout time.Duration
+	// FinishGrace is how long workers get to exit by themselves once a worker
+	// reported the end of training; those still running then are stopped,
+	// unless they are finishing the last step. Default 3 s.
+	FinishGrace time.Duration
+	// RescueLimit bounds the wait for members of the last world still
+	// finishing its last step after training was reported finished. Default
+	// 1 minute.
+	RescueLimit time.Duration
+	// RemoveGrace is how long a worker the engine removed from the job has
+	// to exit by itself, then after SIGTERM, then after SIGKILL. Default 10 s.
+	RemoveGrace time.Duration
+
+	// Timeline, if set, is the file the job's Chrome trace goes to: every
+	// worker writes its part beside it (GOROVOD_TIMELINE), the runner adds
+	// its own (worlds, workers, decisions, stalls), and the parts are merged
+	// into it when the job ends (Outcome.Timeline).
+	Timeline string
+	// StallCheck is how long a collective may wait for ranks that have not
+	// entered it before the workers warn and the runner names the missing
+	// ranks (a Stalled event and a WARN log line). Default 60 s, as Horovod;
+	// negative turns the inspector off. Workers get it through their
+	// environment (GOROVOD_STALL_CHECK_TIME).
+	StallCheck time.Duration
+}
+
+// DefaultConfig returns the defaults; Argv must still be set.
+func DefaultConfig() Config {
+	return Config{
+		Workers:      1,
+		MinWorkers:   1,
+		Autoscaling:  heuristics.DefaultEngineConfig(),
+		Gossip:       membership.DefaultConfig(),
+		StartTimeout: 30 * time.Second,
+		FinishGrace:  3 * time.Second,
+		RescueLimit:  time.Minute,
+		RemoveGrace:  10 * time.Second,
+	}
+}
+
+// withDefaults fills the zero fields and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultConfig()
+	if len(c.Argv) == 0 || c.Argv[0] == "" {
+		return c, fmt.Errorf("%w: no worker command (Argv)", ErrInvalidConfig)
+	}
+	if c.Workers == 0 {
+		c.Workers = d.Workers
+	}
+	if c.MinWorkers == 0 {
+		c.MinWorkers = d.MinWorkers
+	}
+	switch {
+	case c.Workers < 1:
+		return c, fmt.Errorf("%w: %d workers: at least 1", ErrInvalidConfig, c.Workers)
+	case c.MinWorkers < 1 || c.MinWorkers > c.Workers:
+		return c, fmt.Errorf("%w: MinWorkers %d must be between 1 and Workers %d", ErrInvalidConfig, c.MinWorkers, c.Workers)
+	case c.MaxWorkers < 0 || (c.MaxWorkers != 0 && c.MaxWorkers < c.Workers):
+		return c, fmt.Errorf("%w: MaxWorkers %d is below Workers %d", ErrInvalidConfig, c.MaxWorkers, c.Workers)
+	}
+	c.Autoscaling.MinWorkers, c.Autoscaling.MaxWorkers = c.MinWorkers, c.MaxWorkers
+	if c.JobID == "" {
+		c.JobID = NewJobID()
+	}
+	if len(c.Secret) == 0 {
+		c.Secret = NewSecret()
+	}
+	if c.Launcher == nil {
+		c.Launcher = &LocalLauncher{}
+	}
+	if c.Discovery == nil {
+		c.Discovery = StaticHosts(Host{})
+	}
+	if c.StartDriver == nil {
+		c.StartDriver = startDriver
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	for _, f := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{
+		{&c.StartTimeout, d.StartTimeout}, {&c.FinishGrace, d.FinishGrace},
+		{&c.RescueLimit, d.RescueLimit}, {&c.RemoveGrace, d.RemoveGrace},
+	} {
+		if *f.v <= 0 {
+			*f.v = f.def
+		}
+	}
+	return c, nil
+}

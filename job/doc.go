@@ -1,0 +1,28 @@
+// Package job runs an elastic training job: it starts the job's driver (the
+// proposer of its world epochs, sync/driver), launches the worker processes,
+// runs the autoscaling engine (package heuristics) that grows, shrinks and
+// repairs the job, follows the job to its end and says how it ended. `gorovod
+// run` is its command line; a Go program runs a job with Run, or with Start
+// and the returned Job's methods (AddWorkers, Status, Wait).
+//
+// What varies between environments is injected through Config:
+//
+//   - a Launcher starts worker processes on a host (LocalLauncher: this one;
+//     over ssh, as Slurm job steps or Kubernetes pods in launchers of their
+//     own). Each worker is told its launch index, which it publishes, so the
+//     runner knows its processes on every host.
+//   - a Discovery lists the hosts and their slots (StaticHosts, or hosts that
+//     come and go); workers fill the hosts in order, and the workers of a host
+//     that leaves the list are taken out of the job.
+//   - Config.Gossip sets the driver's bind and advertise addresses;
+//     Config.StartDriver replaces the driver (tests).
+//   - Config.Autoscaling is the engine's configuration, its heuristic
+//     included; the runner is the engine's cluster and provisioner.
+//   - Sinks receive every event: the job's start, each worker started and
+//     exited (and how), its output lines, each world (with the members that
+//     joined and left, workers started by hand among them), the engine's
+//     decisions, the end of training and the Outcome.
+//
+// The rules that end a job are in one place, end.go; Outcome.Err is the
+// job's verdict.
+package job

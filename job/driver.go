@@ -1,0 +1,36 @@
+package job
+
+import (
+	"context"
+
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
+)
+
+// Driver is what the runner needs of the job's driver, the proposer of its
+// world epochs: *driver.Driver implements it (Config.StartDriver starts one).
+type Driver interface {
+	// GossipAddr is the address workers join the job through.
+	GossipAddr() string
+	// Current is the newest proposed world.
+	Current() epoch.World
+	// Finished is closed once a member of the current world reported that
+	// training is over.
+	Finished() <-chan struct{}
+	// Unfinished lists the members of the current world that have not
+	// reported the end of training.
+	Unfinished() []string
+	// Remove takes a worker out of the job for good.
+	Remove(name string)
+	// Workers lists the workers alive in the driver's view.
+	Workers() []driver.WorkerInfo
+	Close() error
+}
+
+func startDriver(ctx context.Context, cfg driver.Config) (Driver, error) {
+	d, err := driver.Start(ctx, cfg)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return d, nil
+}

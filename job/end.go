@@ -1,0 +1,228 @@
+package job
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/sync/epoch"
+)
+
+// The end of a job, all in this file:
+//
+//  1. Training is over once a member of the current world reports it (the
+//     driver's Finished; sync's Worker.Finish sends the report).
+//  2. The workers of the last world then exit by themselves. After
+//     Config.FinishGrace, a process of the job that is a member of the
+//     current world and has not reported the end is still finishing the last
+//     step: a collective of that step completed for some workers and failed
+//     for others, and the driver (sync/driver's rescue) gave the others a
+//     world of their own to redo it in. The runner waits for such workers,
+//     checking every FinishGrace/10, up to Config.RescueLimit after training
+//     was reported over.
+//  3. Any other process still running was waiting to join a job that is over:
+//     the runner stops it (StopSignal, then SIGKILL), and however it exits, it
+//     counts as Stopped, not as a failure. Workers on a host the Discovery
+//     dropped are stopped the same way.
+//  4. The job ends when every process it launched has exited; cancelling the
+//     job's context stops them all first.
+//  5. Each process's end is classified (classify): exit status 0 is Finished;
+//     ended by a signal (kill -9, the OOM killer, stopped by the runner) is
+//     Lost, which an elastic job survives; stopped under rule 3 is Stopped;
+//     any other end is Failed. The job failed (Outcome.Err) if a worker
+//     failed, if none finished, or if no step was trained: the workers
+//     exited without any of them reporting a step or the end of training
+//     (a command that is not a gorovod trainer, such as `true`).
+
+// ErrFailed is wrapped by the error of a job that failed (Outcome.Err).
+var ErrFailed = errors.New("job failed")
+
+// WorkerState is where a worker process stands.
+type WorkerState int
+
+const (
+	Running  WorkerState = iota // not exited yet
+	Finished                    // exited with status 0
+	Lost                        // ended by a signal: killed, frozen and killed, stopped
+	Stopped                     // stopped by the runner because the job no longer needed it
+	Failed                      // exited with an error of its own
+)
+
+func (s WorkerState) String() string {
+	switch s {
+	case Running:
+		return "running"
+	case Finished:
+		return "finished"
+	case Lost:
+		return "lost"
+	case Stopped:
+		return "stopped"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("WorkerState(%d)", int(s))
+}
+
+// MarshalText names the state (JSON sinks).
+func (s WorkerState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// classify is rule 5: how a process that has exited with err ended.
+func classify(err error, stopped bool) WorkerState {
+	switch {
+	case err == nil:
+		return Finished
+	case stopped:
+		return Stopped
+	case KilledBySignal(err):
+		return Lost
+	}
+	return Failed
+}
+
+// WorkerError is a worker process that failed.
+type WorkerError struct {
+	Index int // its launch index
+	Err   error
+}
+
+func (e *WorkerError) Error() string { return fmt.Sprintf("worker %d: %v", e.Index, e.Err) }
+func (e *WorkerError) Unwrap() error { return e.Err }
+
+// WorkerRecord is what the runner knows of a worker process it launched.
+type WorkerRecord struct {
+	WorkerRef
+	// Name is its member name, once it joined the job ("" before, or when it
+	// never did).
+	Name    string      `json:"name,omitempty"`
+	State   WorkerState `json:"state"`
+	Err     error       `json:"-"` // why it ended, when not Finished
+	Started time.Time   `json:"started"`
+	Exited  time.Time   `json:"exited"` // zero while running
+}
+
+// MarshalJSON encodes the record with its error as text ("error").
+func (w WorkerRecord) MarshalJSON() ([]byte, error) {
+	type plain WorkerRecord
+	var msg string
+	if w.Err != nil {
+		msg = w.Err.Error()
+	}
+	return json.Marshal(struct {
+		plain
+		Err string `json:"error,omitempty"`
+	}{plain(w), msg})
+}
+
+// Outcome is how a job ended.
+type Outcome struct {
+	JobID string `json:"job_id"`
+	// TrainingFinished says a member of the last world reported that training
+	// is over (rule 1).
+	TrainingFinished bool `json:"training_finished"`
+	// World is the last world the driver proposed.
+	World epoch.World `json:"world"`
+	// Workers holds every worker process the runner launched, by launch
+	// index (hand-started workers are not among them).
+	Workers []WorkerRecord `json:"workers"`
+	// LastStep is the newest step any worker reported in its step statistics
+	// (0 when none did: no step was trained, or the workers send none).
+	LastStep int64 `json:"last_step"`
+	// Summary is the autoscaling engine's account of the run.
+	Summary heuristics.Summary `json:"summary"`
+	// HandStarted are the workers that joined without being launched by the
+	// runner (started by hand with the job file), in the order they joined.
+	HandStarted []HandStartedWorker `json:"hand_started,omitempty"`
+	// Timeline is the job's merged timeline file (Config.Timeline); "" when
+	// none was asked for or it could not be written (a Notice says why).
+	Timeline string `json:"timeline,omitempty"`
+}
+
+// Count is how many workers ended in state s.
+func (o *Outcome) Count(s WorkerState) int {
+	n := 0
+	for _, w := range o.Workers {
+		if w.State == s {
+			n++
+		}
+	}
+	return n
+}
+
+// Err is the job's verdict (rule 5): nil when some worker finished and none
+// failed; otherwise an error wrapping ErrFailed and every failed worker's
+// *WorkerError.
+func (o *Outcome) Err() error {
+	var failed []error
+	for _, w := range o.Workers {
+		if w.State == Failed {
+			failed = append(failed, &WorkerError{Index: w.Index, Err: w.Err})
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%w: %w", ErrFailed, errors.Join(failed...))
+	}
+	if o.Count(Finished) == 0 {
+		return fmt.Errorf("%w: no worker finished", ErrFailed)
+	}
+	if !o.TrainingFinished && o.LastStep == 0 {
+		return fmt.Errorf("%w: %d workers exited without training a step (none joined a world and reported a step or the end of training): is the command a gorovod trainer?",
+			ErrFailed, o.Count(Finished))
+	}
+	return nil
+}
+
+// finishingLastStep is rule 2: whether a member of the current world that has
+// not reported the end of training is a running process of this job.
+func (j *Job) finishingLastStep() bool {
+	unfinished := j.driver.Unfinished()
+	if len(unfinished) == 0 {
+		return false
+	}
+	j.learnNames()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, name := range unfinished {
+		if p := j.byName[name]; p != nil && p.rec.State == Running {
+			return true
+		}
+	}
+	return false
+}
+
+// stopLateJoiners is rule 3 at the end of training: every process still
+// running is stopped and will count as Stopped.
+func (j *Job) stopLateJoiners() {
+	j.mu.Lock()
+	for _, p := range j.procs {
+		if p.rec.State == Running {
+			p.stopped = true
+		}
+	}
+	j.mu.Unlock()
+	j.stopWorkers()
+}
+
+// writeJobFile records what a hand-started worker needs to join, readable by
+// this user only (it holds the job secret).
+func writeJobFile(env []string) (string, error) {
+	f, err := os.CreateTemp("", "gorovod-job-*.env")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if err := f.Chmod(0o600); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	for _, kv := range env {
+		if _, err := f.WriteString(kv + "\n"); err != nil {
+			os.Remove(f.Name())
+			return "", err
+		}
+	}
+	return f.Name(), nil
+}

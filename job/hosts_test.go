@@ -1,0 +1,154 @@
+package job_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/job"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
+)
+
+// hostsLauncher pretends that this machine is several hosts: it records where
+// each worker was asked to run and starts it here.
+type hostsLauncher struct {
+	local job.LocalLauncher
+	mu    sync.Mutex
+	hosts map[int]string // launch index → host
+}
+
+func (l *hostsLauncher) Launch(ctx context.Context, r job.LaunchRequest) (job.Process, error) {
+	l.mu.Lock()
+	l.hosts[r.Index] = r.Host
+	l.mu.Unlock()
+	r.Host = ""
+	return l.local.Launch(ctx, r)
+}
+
+// channelDiscovery reports the host lists a test sends.
+type channelDiscovery chan []job.Host
+
+func (c channelDiscovery) Discover(ctx context.Context, found func([]job.Host)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case hosts := <-c:
+			found(hosts)
+		}
+	}
+}
+
+// Workers go to the hosts the discovery lists, as many as their slots take;
+// a host that leaves the list takes its workers out of the job, which goes on
+// with the others.
+func TestHostsFromDiscovery(t *testing.T) {
+	r := newRecorder()
+	cfg := config(t, r, 2, envSteps+"=300", envStepTime+"=20ms")
+	disc := make(channelDiscovery, 1)
+	disc <- []job.Host{{Name: "a", Slots: 1}, {Name: "b", Slots: 1}}
+	launcher := &hostsLauncher{hosts: map[int]string{}}
+	cfg.Launcher, cfg.Discovery = launcher, disc
+	j, err := job.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := launcher.hosts; got[0] != "a" || got[1] != "b" {
+		t.Fatalf("workers placed on %v, want a and b", got)
+	}
+	r.waitFor(t, "a world of 2", worldOf(2))
+	if err := j.AddWorkers(context.Background(), 1); !errors.Is(err, job.ErrNoSlot) {
+		t.Fatalf("a third worker on two hosts of one slot: %v", err)
+	}
+	disc <- []job.Host{{Name: "a", Slots: 1}}
+	r.waitFor(t, "a world of 1 after host b left", func(evs []job.Event) bool {
+		i := slices.IndexFunc(evs, func(e job.Event) bool {
+			n, ok := e.(job.Notice)
+			return ok && strings.Contains(n.Message, `host "b" left`)
+		})
+		return i >= 0 && slices.ContainsFunc(evs[i:], func(e job.Event) bool {
+			w, ok := e.(job.WorldChanged)
+			return ok && len(w.World.Members) == 1
+		})
+	})
+	o, err := j.Wait()
+	if err != nil {
+		t.Fatalf("job failed: %v\n%s", err, describe(r.all()))
+	}
+	if o.Workers[0].State != job.Finished || o.Workers[1].State != job.Stopped || o.Workers[1].Host != "b" {
+		t.Fatalf("workers %+v", o.Workers)
+	}
+}
+
+// fakeDriver plays a driver whose job's training is over while one member of
+// the last world, w0, has not said so; launch is what w0 published.
+type fakeDriver struct {
+	finished chan struct{}
+	world    epoch.World
+	launch   string
+}
+
+func (d *fakeDriver) GossipAddr() string        { return "127.0.0.1:1" }
+func (d *fakeDriver) Current() epoch.World      { return d.world }
+func (d *fakeDriver) Finished() <-chan struct{} { return d.finished }
+func (d *fakeDriver) Unfinished() []string      { return []string{"w0"} }
+func (d *fakeDriver) Remove(string)             {}
+func (d *fakeDriver) Close() error              { return nil }
+func (d *fakeDriver) Workers() []driver.WorkerInfo {
+	return []driver.WorkerInfo{{Name: "w0", Launch: d.launch}, {Name: "w1", Launch: "1"}}
+}
+
+// End-of-job rules 2 and 3: once training is over, the job waits up to
+// RescueLimit while a process of its own is finishing the last step, and
+// stops the processes left after FinishGrace when none is.
+func TestLastStepGetsTime(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		launch  string // what the unfinished member published
+		rescue  time.Duration
+		atLeast time.Duration // the workers are stopped no earlier
+		atMost  time.Duration // and no later than this after the end of training
+	}{
+		{"a process of the job finishes the last step", "0", 2 * time.Second, 2 * time.Second, time.Minute},
+		{"the unfinished member is not the job's", "", time.Minute, 0, time.Minute - time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRecorder()
+			cfg := config(t, r, 2, envModes+"=wait")
+			d := &fakeDriver{finished: make(chan struct{}), launch: tc.launch,
+				world: epoch.World{Number: 3, Members: []epoch.Member{{Name: "w0"}, {Name: "w1"}}}}
+			cfg.StartDriver = func(context.Context, driver.Config) (job.Driver, error) { return d, nil }
+			cfg.FinishGrace, cfg.RescueLimit = 300*time.Millisecond, tc.rescue
+			j, err := job.Start(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.waitFor(t, "both workers waiting", func(evs []job.Event) bool {
+				n := 0
+				for _, e := range evs {
+					if o, ok := e.(job.WorkerOutput); ok && string(o.Line) == "waiting" {
+						n++
+					}
+				}
+				return n == 2
+			})
+			finishedAt := time.Now()
+			close(d.finished)
+			o, err := j.Wait()
+			if !errors.Is(err, job.ErrFailed) || !o.TrainingFinished || o.World.Number != 3 {
+				t.Fatalf("outcome %+v, error %v: training finished, but no worker finished it here", o, err)
+			}
+			for _, w := range o.Workers {
+				after := w.Exited.Sub(finishedAt)
+				if w.State != job.Stopped || after < tc.atLeast || after > tc.atMost {
+					t.Errorf("worker %d: %v %v after the end of training, want stopped after [%v, %v]", w.Index, w.State, after, tc.atLeast, tc.atMost)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,624 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/stats"
+	"github.com/gorovod/gorovod/timeline"
+)
+
+// ErrNoSlot is returned when a worker is to be added but every host's slots
+// are taken.
+var ErrNoSlot = errors.New("job: no free slot on any host")
+
+// ErrEnded is returned when a worker is to be added to a job whose processes
+// have all exited.
+var ErrEnded = errors.New("job: the job has ended")
+
+// LimitError refuses to add workers beyond Config.MaxWorkers.
+type LimitError struct {
+	Workers int // the workers the driver knows of now
+	Max     int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("job: already %d workers (at most %d)", e.Workers, e.Max)
+}
+
+// Job is a running elastic job: its driver, its worker processes and its
+// autoscaling engine.
+type Job struct {
+	cfg         Config
+	driver      Driver
+	engine      *heuristics.Engine
+	workCtx     context.Context // the processes' context: ending it stops them
+	stopWorkers context.CancelFunc
+	stopEngine  context.CancelFunc
+	stopHosts   context.CancelFunc
+	engineDone  chan struct{}
+	jobFile     string
+	env         []string // every worker's job entries
+	localHost   string
+
+	emitMu sync.Mutex // one Sink call at a time
+
+	mu        sync.Mutex
+	procs     []*proc          // by launch index; nil for a launch that failed
+	byName    map[string]*proc // member name → process, as the driver reports them
+	place     placement
+	hostsSeen chan struct{}  // closed at the first host list
+	running   int            // processes launched or being launched, not exited
+	ended     bool           // every process has exited: no more can be added
+	worlds    []epoch.World  // proposed, not yet handled by supervise
+	dropped   []string       // hosts the Discovery dropped, not yet handled
+	share     map[string]int // workers started on each host with the job
+
+	poke      chan struct{}
+	allExited chan struct{}
+	lastStep  atomic.Int64
+
+	queue    *laterQueue        // events raised on the driver's goroutine
+	stalls   *stallWatch        // the driver's half of the stall inspector
+	timeline *timeline.Timeline // the driver's part of Config.Timeline
+	byHand   []string           // members that joined without being launched (under mu)
+
+	done    chan struct{}
+	outcome Outcome
+	err     error
+}
+
+// proc is a worker process of the job.
+type proc struct {
+	rec     WorkerRecord
+	p       Process
+	stopped bool // stopped by the runner (end-of-job rule 3)
+}
+
+// Run runs a job to its end: Start, then Wait.
+func Run(ctx context.Context, cfg Config) (Outcome, error) {
+	j, err := Start(ctx, cfg)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return j.Wait()
+}
+
+// Start starts the job's driver and its first workers and returns while they
+// run. ctx bounds the whole job: when it ends, the workers are stopped and
+// the job ends.
+func Start(ctx context.Context, cfg Config) (*Job, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	localHost, _ := os.Hostname()
+	j := &Job{cfg: cfg, localHost: localHost, byName: map[string]*proc{},
+		place:     placement{running: map[string]int{}},
+		hostsSeen: make(chan struct{}), poke: make(chan struct{}, 1),
+		allExited: make(chan struct{}), engineDone: make(chan struct{}), done: make(chan struct{}),
+		queue: newLaterQueue(), stalls: newStallWatch(cfg.StallCheck)}
+	ecfg := cfg.Autoscaling
+	ecfg.OnEvent = func(ev heuristics.Event) { j.emit(Autoscaling{ev}) }
+	if j.engine, err = heuristics.NewEngine(ecfg, cluster{j}, provisioner{j}); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.Timeline != "" {
+		if j.timeline, err = openDriverTimeline(cfg.Timeline, cfg.JobID); err != nil {
+			return nil, err
+		}
+		j.cfg.Sinks = append(slices.Clone(cfg.Sinks), driverTimeline{j.timeline})
+	}
+	go j.deliverLater()
+
+	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	j.driver, err = cfg.StartDriver(startCtx, driver.Config{
+		JobID: cfg.JobID, Secret: cfg.Secret, MinWorkers: cfg.MinWorkers, Membership: cfg.Gossip,
+		Logger: cfg.Logger, OnEpoch: j.onEpoch, OnStats: j.onStats, OnStall: j.onStall,
+	})
+	if err != nil {
+		j.flushLater()
+		j.mergeTimeline()
+		return nil, err
+	}
+	fail := func(err error) (*Job, error) {
+		j.stopWorkers()
+		j.waitLaunched()
+		j.stopHosts()
+		_ = j.driver.Close()
+		j.flushLater()
+		j.mergeTimeline()
+		if j.jobFile != "" {
+			os.Remove(j.jobFile)
+		}
+		return nil, err
+	}
+	j.workCtx, j.stopWorkers = context.WithCancel(ctx)
+	var hostsCtx context.Context
+	hostsCtx, j.stopHosts = context.WithCancel(context.Background())
+	go j.discover(hostsCtx)
+	select {
+	case <-j.hostsSeen:
+	case <-startCtx.Done():
+		return fail(fmt.Errorf("job: no host list from the discovery: %w", startCtx.Err()))
+	}
+
+	j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()}}.Environ()
+	j.env = append(j.env, cfg.observabilityEnv()...)
+	if cfg.JobFile {
+		if j.jobFile, err = writeJobFile(j.env); err != nil {
+			return fail(err)
+		}
+	}
+
+	// Place the first workers, then launch them: the hosts in parallel, each
+	// host's workers one after another in launch order (so that a host's
+	// devices go to its workers in ring order).
+	j.mu.Lock()
+	type slot struct {
+		index int
+		host  string
+	}
+	slots := make([]slot, cfg.Workers)
+	share := map[string]int{}
+	for i := range slots {
+		h, ok := j.place.pick()
+		if !ok {
+			j.mu.Unlock()
+			return fail(fmt.Errorf("%w: %d workers, but the hosts have slots for %d", ErrNoSlot, cfg.Workers, i))
+		}
+		slots[i] = slot{j.reserveLocked(h), h}
+		share[h]++
+	}
+	j.share = share
+	j.mu.Unlock()
+	started := make([]WorkerRef, len(slots))
+	errs := make([]error, len(slots))
+	var wg sync.WaitGroup
+	for host := range share {
+		wg.Go(func() {
+			for i, s := range slots {
+				if s.host == host {
+					started[i], errs[i] = j.launch(s.index, s.host, share[s.host])
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fail(err)
+	}
+
+	j.emit(JobStarted{At: now(), JobID: cfg.JobID, DriverAddr: j.driver.GossipAddr(), JobFile: j.jobFile, Workers: cfg.Workers})
+	for _, w := range started {
+		j.emit(WorkerStarted{At: now(), Worker: w, Initial: true})
+	}
+	var engineCtx context.Context
+	engineCtx, j.stopEngine = context.WithCancel(ctx)
+	go func() {
+		defer close(j.engineDone)
+		_ = j.engine.Run(engineCtx)
+	}()
+	go j.supervise()
+	return j, nil
+}
+
+// ID is the job's id.
+func (j *Job) ID() string { return j.cfg.JobID }
+
+// DriverAddr is the gossip address workers join the job through.
+func (j *Job) DriverAddr() string { return j.driver.GossipAddr() }
+
+// JobFile is the path of the job file (Config.JobFile), or "".
+func (j *Job) JobFile() string { return j.jobFile }
+
+// Environ is what a worker started by hand needs in its environment to join
+// (the job file's contents). It holds the job secret.
+func (j *Job) Environ() []string { return slices.Clone(j.env) }
+
+// World is the newest world the driver proposed.
+func (j *Job) World() epoch.World { return j.driver.Current() }
+
+// Status is the autoscaling engine's view of the job now (for a progress
+// display).
+func (j *Job) Status() heuristics.Status { return j.engine.Status() }
+
+// Workers describes every worker process the runner launched, by launch
+// index.
+func (j *Job) Workers() []WorkerRecord {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]WorkerRecord, 0, len(j.procs))
+	for _, p := range j.procs {
+		if p != nil {
+			out = append(out, p.rec)
+		}
+	}
+	return out
+}
+
+// AddWorkers launches n more workers, which join the job by themselves. It
+// refuses with a *LimitError beyond Config.MaxWorkers (counting the running
+// processes of the job, joined or not, and the workers started by hand that
+// the driver knows of), ErrNoSlot when the hosts are full and ErrEnded once
+// the job has ended.
+func (j *Job) AddWorkers(ctx context.Context, n int) error {
+	if max := j.cfg.MaxWorkers; max > 0 {
+		if count := j.count(); count+n > max {
+			return &LimitError{Workers: count, Max: max}
+		}
+	}
+	return j.add(ctx, n)
+}
+
+// count is how many workers the job has: its processes still running (or
+// starting) and the hand-started workers in the driver's view.
+func (j *Job) count() int {
+	ws := j.driver.Workers()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	n := j.running
+	for _, w := range ws {
+		if j.matchLocked(w) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Done is closed when the job has ended.
+func (j *Job) Done() <-chan struct{} { return j.done }
+
+// Wait waits for the job to end and returns its outcome, and the outcome's
+// error (Outcome.Err) when the job failed.
+func (j *Job) Wait() (Outcome, error) {
+	<-j.done
+	return j.outcome, j.err
+}
+
+// add launches n workers, each on the first host with a free slot.
+func (j *Job) add(ctx context.Context, n int) error {
+	for range n {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		j.mu.Lock()
+		if j.ended {
+			j.mu.Unlock()
+			return ErrEnded
+		}
+		host, ok := j.place.pick()
+		if !ok {
+			j.mu.Unlock()
+			return ErrNoSlot
+		}
+		share := max(1, j.share[host]) // as many as started there (GOMAXPROCS)
+		index := j.reserveLocked(host)
+		j.mu.Unlock()
+		w, err := j.launch(index, host, share)
+		if err != nil {
+			return err
+		}
+		j.emit(WorkerStarted{At: now(), Worker: w})
+	}
+	return nil
+}
+
+// reserveLocked takes the next launch index and counts the process as running
+// on host, so that neither the job's end nor another placement overlooks it
+// while it starts.
+func (j *Job) reserveLocked(host string) int {
+	i := len(j.procs)
+	j.procs = append(j.procs, nil)
+	j.running++
+	j.place.running[host]++
+	return i
+}
+
+// launch starts the reserved process index on host.
+func (j *Job) launch(index int, host string, share int) (WorkerRef, error) {
+	env := slices.Concat(j.env, []string{envconfig.EnvLaunchIndex + "=" + strconv.Itoa(index)}, j.cfg.Env)
+	p, err := j.cfg.Launcher.Launch(j.workCtx, LaunchRequest{
+		Index: index, Host: host, Argv: j.cfg.Argv, Env: env, Share: share,
+		Output: func(stream string, line []byte) { j.emit(WorkerOutput{Worker: index, Stream: stream, Line: line}) },
+		Notice: j.notice,
+	})
+	if err != nil {
+		j.unreserve(host)
+		return WorkerRef{}, fmt.Errorf("job: starting worker %d: %w", index, err)
+	}
+	ref := WorkerRef{Index: index, Host: host, PID: p.PID()}
+	j.mu.Lock()
+	j.procs[index] = &proc{rec: WorkerRecord{WorkerRef: ref, State: Running, Started: time.Now()}, p: p}
+	j.mu.Unlock()
+	go j.await(index, p)
+	return ref, nil
+}
+
+// unreserve gives back a reservation whose launch failed.
+func (j *Job) unreserve(host string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.place.running[host]--
+	j.leftLocked()
+}
+
+// leftLocked counts one process less; the job's processes have all exited
+// when none is left.
+func (j *Job) leftLocked() {
+	if j.running--; j.running == 0 && !j.ended {
+		j.ended = true
+		close(j.allExited)
+	}
+}
+
+// await records the end of process index.
+func (j *Job) await(index int, p Process) {
+	<-p.Done()
+	j.mu.Lock()
+	w := j.procs[index]
+	w.rec.Exited, w.rec.Err = time.Now(), p.Err()
+	w.rec.State = classify(w.rec.Err, w.stopped)
+	j.place.running[w.rec.Host]--
+	ev := WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}
+	j.mu.Unlock()
+	j.emit(ev)
+	j.mu.Lock()
+	j.leftLocked()
+	j.mu.Unlock()
+}
+
+// waitLaunched waits for every process launched so far to exit (after
+// stopWorkers), when Start fails.
+func (j *Job) waitLaunched() {
+	j.mu.Lock()
+	var ps []Process
+	for _, p := range j.procs {
+		if p != nil {
+			ps = append(ps, p.p)
+		}
+	}
+	j.mu.Unlock()
+	for _, p := range ps {
+		<-p.Done()
+	}
+}
+
+// supervise follows the job to its end (end.go has the rules).
+func (j *Job) supervise() {
+	finished := j.driver.Finished()
+	var stopLate <-chan time.Time
+	var finishedAt time.Time
+	var prev epoch.World
+	for {
+		select {
+		case <-finished:
+			finished = nil
+			finishedAt = time.Now()
+			j.emit(TrainingFinished{At: now()})
+			stopLate = time.After(j.cfg.FinishGrace)
+		case <-stopLate:
+			if time.Since(finishedAt) < j.cfg.RescueLimit && j.finishingLastStep() {
+				stopLate = time.After(j.cfg.FinishGrace / 10)
+				continue
+			}
+			stopLate = nil
+			j.stopLateJoiners()
+		case <-j.poke:
+			prev = j.handle(prev)
+		case <-j.allExited:
+			j.handle(prev)
+			j.end(finishedAt)
+			return
+		}
+	}
+}
+
+// end closes the job once every process has exited.
+func (j *Job) end(finishedAt time.Time) {
+	j.stopEngine()
+	<-j.engineDone
+	j.stopHosts()
+	j.learnNames()
+	j.flushLater()
+	j.mu.Lock()
+	o := Outcome{JobID: j.cfg.JobID, TrainingFinished: !finishedAt.IsZero(), World: j.driver.Current(),
+		LastStep: j.lastStep.Load(), Summary: j.engine.Summary()}
+	for _, p := range j.procs {
+		if p != nil {
+			o.Workers = append(o.Workers, p.rec)
+		}
+	}
+	o.HandStarted = j.handStartedLocked(o.World)
+	j.mu.Unlock()
+	o.Timeline = j.mergeTimeline()
+	j.outcome, j.err = o, o.Err()
+	j.emit(JobEnded{At: now(), Outcome: o})
+	j.stopWorkers()
+	_ = j.driver.Close()
+	if j.jobFile != "" {
+		os.Remove(j.jobFile)
+	}
+	close(j.done)
+}
+
+// onEpoch is the driver's hook for every proposed world, called on its
+// proposing goroutine: it must not block.
+func (j *Job) onEpoch(e epoch.World) {
+	names := make([]string, len(e.Members))
+	for i, m := range e.Members {
+		names[i] = m.Name
+	}
+	j.engine.OnWorld(heuristics.WorldChange{Epoch: e.Number, Members: names, At: time.Now()})
+	j.stalls.world(e)
+	j.mu.Lock()
+	j.worlds = append(j.worlds, e)
+	j.mu.Unlock()
+	j.wake()
+}
+
+// onStats is the driver's hook for the workers' step statistics (on its
+// proposing goroutine).
+func (j *Job) onStats(worker string, b stats.Batch) {
+	reps := stepReports(worker, b.Steps, b.TotalSteps)
+	for _, s := range b.Steps {
+		for last := j.lastStep.Load(); s.Step > last && !j.lastStep.CompareAndSwap(last, s.Step); last = j.lastStep.Load() {
+		}
+	}
+	j.engine.OnReports(worker, reps)
+	j.later(StepsReported{At: now(), Worker: worker, Steps: reps})
+}
+
+func (j *Job) wake() {
+	select {
+	case j.poke <- struct{}{}:
+	default:
+	}
+}
+
+// handle reports the worlds proposed since the last call and acts on hosts
+// the Discovery dropped; prev is the last world reported.
+func (j *Job) handle(prev epoch.World) epoch.World {
+	j.mu.Lock()
+	worlds, dropped := j.worlds, j.dropped
+	j.worlds, j.dropped = nil, nil
+	j.mu.Unlock()
+	if len(worlds) > 0 {
+		j.learnNames()
+	}
+	for _, w := range worlds {
+		ev := WorldChanged{At: now(), World: w}
+		for _, m := range w.Members {
+			if prev.Rank(m.Name) < 0 {
+				ev.Joined = append(ev.Joined, m.Name)
+				if hand := j.noteHandStarted(m.Name); hand {
+					ev.ByHand = append(ev.ByHand, m.Name)
+				}
+			}
+		}
+		for _, m := range prev.Members {
+			if w.Rank(m.Name) < 0 {
+				ev.Left = append(ev.Left, m.Name)
+			}
+		}
+		j.emit(ev)
+		prev = w
+	}
+	for _, host := range dropped {
+		j.dropHost(host)
+	}
+	return prev
+}
+
+// learnNames maps the driver's workers to the processes of the job: by the
+// launch index a worker publishes, or else by its process id on this host.
+func (j *Job) learnNames() {
+	ws := j.driver.Workers()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, w := range ws {
+		if p := j.matchLocked(w); p != nil {
+			p.rec.Name = w.Name
+			j.byName[w.Name] = p
+		}
+	}
+}
+
+func (j *Job) matchLocked(w driver.WorkerInfo) *proc {
+	if w.Launch != "" {
+		i, err := strconv.Atoi(w.Launch)
+		if err != nil || i < 0 || i >= len(j.procs) {
+			return nil
+		}
+		return j.procs[i]
+	}
+	if w.PID == 0 || w.Host != j.localHost {
+		return nil
+	}
+	for _, p := range j.procs {
+		if p != nil && p.rec.Host == "" && p.rec.PID == w.PID && p.rec.State == Running {
+			return p
+		}
+	}
+	return nil
+}
+
+// discover follows the Discovery's host lists until ctx ends.
+func (j *Job) discover(ctx context.Context) {
+	var once sync.Once
+	err := j.cfg.Discovery.Discover(ctx, func(hosts []Host) {
+		hosts = slices.Clone(hosts)
+		j.mu.Lock()
+		for _, h := range j.place.hosts {
+			if !slices.ContainsFunc(hosts, func(n Host) bool { return n.Name == h.Name }) {
+				j.dropped = append(j.dropped, h.Name)
+			}
+		}
+		j.place.hosts = hosts
+		j.mu.Unlock()
+		once.Do(func() { close(j.hostsSeen) })
+		j.emit(HostsChanged{At: now(), Hosts: hosts})
+		j.wake()
+	})
+	if err != nil && ctx.Err() == nil {
+		j.notice(fmt.Sprintf("host discovery failed (keeping the last host list): %v", err))
+	}
+}
+
+// dropHost stops the job's workers on a host the Discovery no longer lists
+// (end-of-job rule 3): the driver moves on without them at once.
+func (j *Job) dropHost(host string) {
+	j.mu.Lock()
+	if j.place.has(host) {
+		j.mu.Unlock()
+		return // it came back
+	}
+	var victims []Process
+	var names []string
+	for _, p := range j.procs {
+		if p != nil && p.rec.Host == host && p.rec.State == Running {
+			p.stopped = true
+			victims = append(victims, p.p)
+			if p.rec.Name != "" {
+				names = append(names, p.rec.Name)
+			}
+		}
+	}
+	j.mu.Unlock()
+	if len(victims) == 0 {
+		return
+	}
+	j.notice(fmt.Sprintf("host %q left the job: stopping its %d workers", host, len(victims)))
+	for _, name := range names {
+		j.driver.Remove(name)
+	}
+	for _, p := range victims {
+		_ = p.Signal(StopSignal)
+	}
+}
+
+func (j *Job) notice(msg string) { j.emit(Notice{At: now(), Message: msg}) }
+
+// emit hands an event to every sink, one event at a time.
+func (j *Job) emit(e Event) {
+	if len(j.cfg.Sinks) == 0 {
+		return
+	}
+	j.emitMu.Lock()
+	defer j.emitMu.Unlock()
+	for _, s := range j.cfg.Sinks {
+		s.Event(e)
+	}
+}

@@ -1,0 +1,128 @@
+package job_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/internal/envconfig"
+	gsync "github.com/gorovod/gorovod/sync"
+)
+
+// The test binary is also the trainer the tests' jobs run: started with a
+// job's environment, it runs trainer instead of the tests.
+const (
+	envModes    = "JOBTEST_MODES"     // the mode of each launch index, comma-separated; the last one repeats
+	envSteps    = "JOBTEST_STEPS"     // steps to train; default 20
+	envStepTime = "JOBTEST_STEP_TIME" // simulated compute per step; default 10ms
+)
+
+func TestMain(m *testing.M) {
+	if gsync.UnderLauncher() {
+		os.Exit(trainer())
+	}
+	os.Exit(m.Run())
+}
+
+// trainer is a worker of a test job. Modes:
+//
+//	train  train the steps elastically, print {"step":..,"size":..} per
+//	       committed step, and report the end of training (the default)
+//	fail   exit with status 3 at once
+//	kill   die from SIGKILL at once
+//	wait   never join: wait for the stop signal (a worker that arrives too
+//	       late), then exit with status 1
+//	exit   exit with status 0 at once, as a command that is not a trainer
+func trainer() int {
+	mode := "train"
+	if modes := strings.Split(os.Getenv(envModes), ","); modes[0] != "" {
+		i, _, _ := envconfig.LaunchIndex(os.Getenv)
+		mode = modes[min(i, len(modes)-1)]
+	}
+	switch mode {
+	case "fail":
+		fmt.Fprintln(os.Stderr, "failing on purpose")
+		return 3
+	case "kill":
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	case "exit":
+		return 0
+	case "wait":
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGINT)
+		fmt.Println("waiting")
+		<-stop
+		return 1
+	}
+	steps := int64(20)
+	if s := os.Getenv(envSteps); s != "" {
+		steps, _ = strconv.ParseInt(s, 10, 64)
+	}
+	stepTime := 10 * time.Millisecond
+	if s := os.Getenv(envStepTime); s != "" {
+		stepTime, _ = time.ParseDuration(s)
+	}
+	if err := train(steps, stepTime); err != nil {
+		fmt.Fprintln(os.Stderr, "trainer:", err)
+		return 1
+	}
+	return 0
+}
+
+func train(steps int64, stepTime time.Duration) error {
+	cfg, err := gsync.WorkerConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
+	defer stop()
+	params := make([]float32, 64)
+	state := gsync.NewState()
+	state.RegisterTensor("params", params)
+	w, err := gsync.StartWorker(ctx, cfg, state)
+	if err != nil {
+		return err
+	}
+	w.SetTotalSteps(steps)
+	grads := make([]float32, len(params))
+	for w.Step() < steps {
+		time.Sleep(stepTime)
+		for i := range grads {
+			grads[i] = float32(i)
+		}
+		w.RecordSamples(1)
+		w.RecordLoss(1 / float64(w.Step()+1))
+		err := w.Allreduce(ctx, gsync.Reduction{}, collective.SliceBuffer(grads))
+		if errors.Is(err, gsync.ErrWorldChanged) {
+			continue
+		}
+		if err != nil {
+			w.Close()
+			return err
+		}
+		for i := range params {
+			params[i] += grads[i]
+		}
+		size := w.Size()
+		switch err := w.Commit(ctx); {
+		case errors.Is(err, gsync.ErrWorldChanged):
+			continue
+		case errors.Is(err, gsync.ErrExcluded):
+			return w.Close()
+		case err != nil:
+			w.Close()
+			return err
+		}
+		fmt.Printf("{\"step\":%d,\"size\":%d}\n", w.Step(), size)
+	}
+	return w.Finish(ctx)
+}

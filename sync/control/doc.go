@@ -1,0 +1,7 @@
+// Package control is the wire format of the elastic layer's control
+// messages — epoch announcements, failure reports, liveness pings, the end of
+// training and step statistics — which ride on the membership layer's
+// reliable messages between the proposer (usually the job's driver) and the
+// workers. Decode checks everything it accepts: these bytes come from the
+// network.
+package control

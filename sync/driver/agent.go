@@ -1,0 +1,121 @@
+package driver
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/sync/epoch"
+)
+
+// finishHold bounds how long a worker that proposes stays after it finished
+// training, for the members of its world that are still finishing.
+const finishHold = time.Minute
+
+// holdPoll is how often Finish looks whether those members are done.
+const holdPoll = 50 * time.Millisecond
+
+// AgentConfig configures a worker's side of the epoch protocol.
+type AgentConfig struct {
+	// MinWorkers is what the worker requires of a world if it takes over
+	// proposing (the job's driver is gone); default 1.
+	MinWorkers int
+	// TakeoverGrace: how long no driver must have been in view before the
+	// worker may take over (default epoch.DefaultTakeoverGrace).
+	TakeoverGrace time.Duration
+	// OnAdopt receives every epoch newer than the ones before, in order.
+	// OnPeerFailed is told when gossip declares a member dead (a collective
+	// stuck on it can stop at once). Both are called on the agent's goroutine
+	// and must not block.
+	OnAdopt      func(epoch.World)
+	OnPeerFailed func(name string)
+	Logger       *slog.Logger
+}
+
+// Agent is a worker's side of the epoch protocol: a thin loop around an
+// epoch.Follower over the worker's gossip member. It delivers the epochs
+// announced to the worker (OnAdopt), answers liveness probes, sends the
+// worker's reports to the proposer, and, when the job has no driver and this
+// is its oldest ready worker, proposes epochs itself.
+type Agent struct {
+	fol  *epoch.Follower // touched only on the loop's goroutine
+	loop *loop
+}
+
+// StartAgent starts the protocol on member m.
+func StartAgent(m *membership.Member, cfg AgentConfig) *Agent {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	fol := epoch.NewFollower(epoch.FollowerConfig{
+		Self: m.Name(), TakeoverGrace: cfg.TakeoverGrace,
+		Proposer: epoch.ProposerConfig{MinWorkers: cfg.MinWorkers},
+	}, time.Now())
+	a := &Agent{fol: fol, loop: newLoop(m, fol, log)}
+	a.loop.notify = func(o epoch.Output) {
+		if ad, ok := o.(epoch.Adopted); ok && cfg.OnAdopt != nil {
+			cfg.OnAdopt(ad.World)
+		}
+	}
+	a.loop.onEvent = func(ev membership.Event) {
+		if ev.Kind == membership.EventFailed && cfg.OnPeerFailed != nil {
+			cfg.OnPeerFailed(ev.Node.Name)
+		}
+	}
+	a.loop.start()
+	return a
+}
+
+// ReportFailure tells the proposer that a collective of epoch number failed,
+// blaming member blamed ("" when none). It returns at once; the report is
+// sent again until a newer epoch arrives.
+func (a *Agent) ReportFailure(number uint64, blamed string, cause error) {
+	c := ""
+	if cause != nil {
+		c = cause.Error()
+	}
+	a.loop.do(func(now time.Time) []epoch.Output {
+		return a.fol.Step(now, epoch.ReportFailure{Number: number, Blamed: blamed, Cause: c})
+	})
+}
+
+// Finish tells the proposer that training finished on this worker, at epoch
+// number, and returns once the message is sent. A worker that proposes
+// epochs itself stays until the members of its world that are still
+// training have finished or gone (at most a minute): its successor would not
+// know that training is over.
+func (a *Agent) Finish(ctx context.Context, number uint64) error {
+	sent := a.loop.do(func(now time.Time) []epoch.Output {
+		return a.fol.Step(now, epoch.ReportDone{Number: number})
+	})
+	select {
+	case <-sent:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	ctx, cancel := context.WithTimeout(ctx, finishHold)
+	defer cancel()
+	tick := time.NewTicker(holdPoll)
+	defer tick.Stop()
+	for {
+		training, err := query(ctx, a.loop, func() []string {
+			if p := a.fol.Proposer(); p != nil {
+				return p.StillTraining()
+			}
+			return nil
+		})
+		if err != nil || len(training) == 0 {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return nil // the hold is a courtesy: its end is no failure
+		}
+	}
+}
+
+// Stop stops the protocol (call it once the member has left).
+func (a *Agent) Stop() { a.loop.stop() }

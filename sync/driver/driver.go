@@ -1,0 +1,202 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	stdsync "sync"
+	"time"
+
+	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/stall"
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/stats"
+)
+
+// Config configures the job's driver: the process (`gorovod run`) that
+// proposes world epochs.
+type Config struct {
+	JobID      string
+	Secret     []byte
+	MinWorkers int
+	// Coalesce: changes closer together than this make one epoch (default
+	// 10 ms).
+	Coalesce time.Duration
+	// Membership: gossip settings (bind address, timings); JobID and Secret
+	// above override its fields.
+	Membership membership.Config
+	// OnEpoch and OnStats let an autoscaling engine watch the job: every
+	// proposed epoch, in order, and every worker's step statistics. They are
+	// called on the driver's proposing goroutine and must not block.
+	OnEpoch func(epoch.World)
+	OnStats func(worker string, b stats.Batch)
+	// OnStall receives the workers' stall inspector snapshots (sent at every
+	// stall warning and as a slow heartbeat), on the same goroutine.
+	OnStall func(worker string, s stall.Snapshot)
+	Logger  *slog.Logger
+}
+
+// Driver is the single epoch proposer of an elastic job: a thin loop around
+// an epoch.Proposer. It feeds it the membership (workers that become ready,
+// leave or fail) and the workers' control messages (failure reports, the end
+// of training, answers to liveness probes), and carries out what it decides:
+// it sends every epoch to every worker it knows, probes blamed workers, and
+// tells the launcher when training is over.
+type Driver struct {
+	cfg  Config
+	log  *slog.Logger
+	m    *membership.Member
+	prop *epoch.Proposer // touched only on the loop's goroutine
+	loop *loop
+
+	// What other goroutines read, updated by the loop after each change.
+	current    epoch.Newest
+	mu         stdsync.Mutex
+	unfinished []string
+	workers    []WorkerInfo
+
+	finished     chan struct{}
+	finishedOnce stdsync.Once
+}
+
+// Start joins the gossip cluster as its first member (the workers use
+// GossipAddr as their seed) and starts proposing.
+func Start(ctx context.Context, cfg Config) (*Driver, error) {
+	if cfg.JobID == "" || len(cfg.Secret) == 0 {
+		return nil, errors.New("driver: Config needs JobID and Secret")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	mc := cfg.Membership
+	mc.Secret, mc.Logger = cfg.Secret, log
+	m, err := membership.Join(ctx, mc, membership.Meta{JobID: cfg.JobID, Role: membership.RoleDriver, State: membership.StateReady})
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{
+		cfg: cfg, log: log, m: m, finished: make(chan struct{}),
+		prop: epoch.NewProposer(epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers}),
+	}
+	d.loop = newLoop(m, d.prop, log)
+	d.loop.notify = d.notify
+	d.loop.settled = d.publish
+	if cfg.OnStats != nil {
+		d.loop.onStats = cfg.OnStats
+	}
+	if cfg.OnStall != nil {
+		d.loop.onStall = cfg.OnStall
+	}
+	d.loop.start()
+	return d, nil
+}
+
+func (d *Driver) notify(o epoch.Output) {
+	switch o := o.(type) {
+	case epoch.Proposed:
+		if d.cfg.OnEpoch != nil {
+			d.cfg.OnEpoch(o.World)
+		}
+	case epoch.Finished:
+		d.finishedOnce.Do(func() { close(d.finished) })
+	}
+}
+
+// publish makes the proposer's state readable from other goroutines.
+func (d *Driver) publish() {
+	d.current.Put(d.prop.Current())
+	unfinished := d.prop.Unfinished()
+	var workers []WorkerInfo
+	if d.loop.viewChanged {
+		d.loop.viewChanged = false
+		workers = workerInfos(d.loop.nodes)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.unfinished = unfinished
+	if workers != nil {
+		d.workers = workers
+	}
+}
+
+// GossipAddr is the driver's membership address: the seed workers join through.
+func (d *Driver) GossipAddr() string { return d.m.Local().Addr.String() }
+
+// Current is the newest proposed epoch.
+func (d *Driver) Current() epoch.World { return d.current.World() }
+
+// Finished is closed once a worker of the current world reports that training
+// is over (Worker.Finish): workers still waiting to join have nothing left to
+// do, and the launcher stops them.
+func (d *Driver) Finished() <-chan struct{} { return d.finished }
+
+// Unfinished lists the members of the current world that have not reported
+// that training is over: after Finished, these are workers still finishing
+// the last step (in a world of their own if a collective of it failed for
+// them alone), which a launcher should let finish.
+func (d *Driver) Unfinished() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.unfinished)
+}
+
+// Await waits for an epoch numbered above after (for launchers and tests).
+func (d *Driver) Await(ctx context.Context, after uint64) (epoch.World, error) {
+	return d.current.Await(ctx, after)
+}
+
+// Remove takes a worker out of the job for good (a scale-down): the next epoch
+// leaves it out, its Commit returns ErrExcluded at that step boundary, and it
+// is not admitted again. It returns at once; the decision is taken on the
+// driver's goroutine.
+func (d *Driver) Remove(name string) {
+	d.loop.do(func(now time.Time) []epoch.Output { return d.prop.Step(now, epoch.Evict{Name: name}) })
+}
+
+// WorkerInfo describes a worker the driver knows of.
+type WorkerInfo struct {
+	Name  string
+	Host  string
+	PID   int // 0 when the worker did not publish it
+	State membership.State
+	// Launch is the launcher's name for the worker's process (MetaLaunch;
+	// "" for a worker started by hand), how a launcher that starts processes
+	// on other hosts, where PIDs repeat, tells its own apart.
+	Launch string
+}
+
+func workerInfo(n membership.Node) WorkerInfo {
+	pid, _ := strconv.Atoi(n.Meta.Extra[MetaPID])
+	return WorkerInfo{Name: n.Name, Host: n.Meta.Host, PID: pid, State: n.Meta.State, Launch: n.Meta.Extra[MetaLaunch]}
+}
+
+// Workers lists the workers alive in the driver's view, sorted by name.
+func (d *Driver) Workers() []WorkerInfo {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.workers)
+}
+
+// MetaPID is the membership metadata key under which a worker publishes its
+// process id, so a launcher can map members to the processes it started.
+const MetaPID = "pid"
+
+// MetaLaunch is the membership metadata key under which a worker publishes
+// its launcher's name for it (sync.WorkerConfig.Launch).
+const MetaLaunch = "launch"
+
+// Close stops proposing and leaves the cluster.
+func (d *Driver) Close() error {
+	d.loop.stop()
+	_ = d.m.Leave(context.Background()) // bounded by Membership.LeaveTimeout
+	return d.m.Shutdown()
+}
+
+// String describes the driver for logs.
+func (d *Driver) String() string {
+	return fmt.Sprintf("driver of %s at %s", d.cfg.JobID, d.GossipAddr())
+}

@@ -1,0 +1,299 @@
+package driver_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
+)
+
+// These tests run the protocol's loops over real gossip (membership on
+// loopback): a Driver and workers that are only their Agent, no collectives.
+
+const jobID, secret = "driver-test", "driver-test-secret"
+
+// records keeps the log records at Warn and above that are the protocol
+// loop's own (not memberlist's, not the membership layer's).
+type records struct {
+	mu   stdsync.Mutex
+	warn []string
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *records) WithGroup(string) slog.Handler            { return r }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Level < slog.LevelWarn || strings.HasPrefix(rec.Message, "membership:") {
+		return nil
+	}
+	memberlist := false
+	var attrs []string
+	rec.Attrs(func(a slog.Attr) bool {
+		memberlist = memberlist || a.Key == "component"
+		attrs = append(attrs, a.String())
+		return true
+	})
+	if !memberlist {
+		r.mu.Lock()
+		r.warn = append(r.warn, rec.Message+" "+strings.Join(attrs, " "))
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+func (r *records) reset() {
+	r.mu.Lock()
+	r.warn = nil
+	r.mu.Unlock()
+}
+
+func (r *records) warnings() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.warn)
+}
+
+// agent is a worker reduced to its protocol side: it records the epochs it
+// adopts.
+type agent struct {
+	name string
+	m    *membership.Member
+	a    *driver.Agent
+	mu   stdsync.Mutex
+	seen []epoch.World
+	news chan struct{}
+}
+
+func startAgent(t *testing.T, ctx context.Context, seed string, min int) *agent {
+	t.Helper()
+	mc := membership.DefaultConfig()
+	mc.Secret, mc.Seeds = []byte(secret), []string{seed}
+	m, err := membership.Join(ctx, mc, membership.Meta{JobID: jobID, Role: membership.RoleWorker, CollectiveAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag := &agent{name: m.Name(), m: m, news: make(chan struct{}, 1)}
+	ag.a = driver.StartAgent(m, driver.AgentConfig{MinWorkers: min, OnAdopt: func(w epoch.World) {
+		ag.mu.Lock()
+		ag.seen = append(ag.seen, w)
+		ag.mu.Unlock()
+		select {
+		case ag.news <- struct{}{}:
+		default:
+		}
+	}})
+	t.Cleanup(func() {
+		_ = m.Shutdown()
+		ag.a.Stop()
+	})
+	if err := m.UpdateMeta(ctx, func(meta *membership.Meta) { meta.State = membership.StateReady }); err != nil {
+		t.Fatal(err)
+	}
+	return ag
+}
+
+func (ag *agent) latest() epoch.World {
+	ag.mu.Lock()
+	defer ag.mu.Unlock()
+	if len(ag.seen) == 0 {
+		return epoch.World{}
+	}
+	return ag.seen[len(ag.seen)-1]
+}
+
+// await waits until the newest epoch the agent adopted satisfies ok.
+func (ag *agent) await(t *testing.T, what string, ok func(epoch.World) bool) epoch.World {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		if w := ag.latest(); ok(w) {
+			return w
+		}
+		select {
+		case <-ag.news:
+		case <-deadline:
+			t.Fatalf("%s: no epoch where %s; newest %v", ag.name, what, ag.latest())
+		}
+	}
+}
+
+func (ag *agent) checkIncreasing(t *testing.T) {
+	t.Helper()
+	ag.mu.Lock()
+	defer ag.mu.Unlock()
+	for i := 1; i < len(ag.seen); i++ {
+		if ag.seen[i].Number <= ag.seen[i-1].Number {
+			t.Errorf("%s adopted epoch %d after %d", ag.name, ag.seen[i].Number, ag.seen[i-1].Number)
+		}
+	}
+}
+
+func names(w epoch.World) []string {
+	out := make([]string, len(w.Members))
+	for i, m := range w.Members {
+		out[i] = m.Name
+	}
+	return out
+}
+
+func startDriver(t *testing.T, ctx context.Context, min int, log *slog.Logger) *driver.Driver {
+	t.Helper()
+	d, err := driver.Start(ctx, driver.Config{JobID: jobID, Secret: []byte(secret), MinWorkers: min,
+		Membership: membership.DefaultConfig(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// The driver's epochs reach every worker; a worker blamed for a failure that
+// is alive stays (the world is formed again), one whose process is gone is
+// removed; training ends with every member done, and a normal departure logs
+// no warning.
+func TestDriverOverGossip(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	log := &records{}
+	d := startDriver(t, ctx, 2, slog.New(log))
+	var ags []*agent
+	for range 3 {
+		ags = append(ags, startAgent(t, ctx, d.GossipAddr(), 2))
+	}
+	all := func(w epoch.World) bool { return len(w.Members) == 3 }
+	var w epoch.World
+	for _, ag := range ags {
+		w = ag.await(t, "all three are members", all)
+	}
+	if got := d.Current(); !got.Equal(w) {
+		t.Fatalf("the driver's epoch is %v, the workers' %v", got, w)
+	}
+	if ws := d.Workers(); len(ws) != 3 {
+		t.Fatalf("the driver knows %d workers: %+v", len(ws), ws)
+	}
+
+	// Blame a live worker: it answers the probe and stays.
+	ags[0].a.ReportFailure(w.Number, ags[1].name, fmt.Errorf("link reset"))
+	renewed := ags[0].await(t, "a newer world", func(x epoch.World) bool { return x.Number > w.Number })
+	if !slices.Equal(names(renewed), names(w)) {
+		t.Fatalf("after blaming a live worker the world is %v, want %v again", names(renewed), names(w))
+	}
+
+	// A worker whose process is gone (no goodbye): removed.
+	ags[2].m.Shutdown()
+	ags[2].a.Stop()
+	ags[0].a.ReportFailure(renewed.Number, ags[2].name, fmt.Errorf("link reset"))
+	two := ags[0].await(t, "the dead worker gone", func(x epoch.World) bool { return len(x.Members) == 2 })
+	ags[1].await(t, "the dead worker gone", func(x epoch.World) bool { return x.Number == two.Number })
+	if two.Rank(ags[2].name) >= 0 {
+		t.Fatalf("the world %v still has the dead worker", names(two))
+	}
+
+	// The end of training: every member reports it, then leaves. From here
+	// on, nothing is worth a warning.
+	waitUntil(t, "the dead worker gone from the driver's view", func() bool { return len(d.Workers()) == 2 })
+	log.reset()
+	for _, ag := range ags[:2] {
+		if err := ag.a.Finish(ctx, two.Number); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-d.Finished():
+	case <-ctx.Done():
+		t.Fatal("the driver never learned that training finished")
+	}
+	waitUntil(t, "no member unfinished", func() bool { return len(d.Unfinished()) == 0 })
+	for _, ag := range ags[:2] {
+		lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = ag.m.Leave(lctx)
+		lcancel()
+		ag.a.Stop()
+	}
+	waitUntil(t, "the workers gone from the driver's view", func() bool { return len(d.Workers()) == 0 })
+	// Two re-announcement periods: nothing is sent to the departed workers,
+	// so nothing fails.
+	time.Sleep(2500 * time.Millisecond)
+	if warn := log.warnings(); len(warn) > 0 {
+		t.Fatalf("the driver warned during a normal run:\n%s", strings.Join(warn, "\n"))
+	}
+	for _, ag := range ags {
+		ag.checkIncreasing(t)
+	}
+}
+
+// Without a driver, the oldest ready worker takes over after the grace and
+// continues the numbering; a worker arriving later is admitted by it.
+func TestAgentTakesOverFromDeadDriver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d, err := driver.Start(ctx, driver.Config{JobID: jobID, Secret: []byte(secret), Membership: membership.DefaultConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ags []*agent
+	for range 2 {
+		ags = append(ags, startAgent(t, ctx, d.GossipAddr(), 1))
+	}
+	w := ags[1].await(t, "both are members", func(w epoch.World) bool { return len(w.Members) == 2 })
+	seed := ags[0].m.Local().Addr.String()
+	d.Close()
+	late := startAgent(t, ctx, seed, 1)
+	three := late.await(t, "the newcomer admitted by the worker that took over", func(x epoch.World) bool {
+		return len(x.Members) == 3
+	})
+	if three.Number <= w.Number {
+		t.Fatalf("the worker that took over numbered %d after %d", three.Number, w.Number)
+	}
+	for _, ag := range ags {
+		ag.await(t, "the newcomer admitted", func(x epoch.World) bool { return x.Number >= three.Number })
+		ag.checkIncreasing(t)
+	}
+}
+
+func waitUntil(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func TestElectProposer(t *testing.T) {
+	node := func(name string, role membership.Role, state membership.State, started int64) membership.Node {
+		return membership.Node{Name: name, Meta: membership.Meta{Role: role, State: state, StartedAt: started}}
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []membership.Node
+		want  string
+	}{
+		{"the driver while one is alive", []membership.Node{
+			node("w1", membership.RoleWorker, membership.StateReady, 1), node("d", membership.RoleDriver, membership.StateReady, 5)}, "d"},
+		{"else the oldest ready worker", []membership.Node{
+			node("w2", membership.RoleWorker, membership.StateReady, 3), node("w0", membership.RoleWorker, membership.StateJoining, 1),
+			node("w1", membership.RoleWorker, membership.StateReady, 2), node("w3", membership.RoleWorker, membership.StateLeaving, 0)}, "w1"},
+		{"ties broken by name", []membership.Node{
+			node("b", membership.RoleWorker, membership.StateReady, 1), node("a", membership.RoleWorker, membership.StateReady, 1)}, "a"},
+		{"nobody", []membership.Node{node("w0", membership.RoleWorker, membership.StateJoining, 1)}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := driver.ElectProposer(tc.nodes); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

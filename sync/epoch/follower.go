@@ -1,0 +1,232 @@
+package epoch
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"time"
+)
+
+// FollowerConfig configures a Follower. A zero field means its default.
+type FollowerConfig struct {
+	// Self is the worker's member name. Required.
+	Self string
+	// TakeoverGrace is how long no driver must have been in view before the
+	// worker, if it is the oldest ready one, proposes instead (default 2 s):
+	// a worker that has just joined, or whose view briefly lacks the driver,
+	// must not start a second proposer.
+	TakeoverGrace time.Duration
+	// ReportEvery: a failure report is sent again this often until an epoch
+	// newer than the failed one arrives (default 1 s).
+	ReportEvery time.Duration
+	// Proposer configures the proposer the worker runs when it takes over;
+	// its Self is set to the worker's.
+	Proposer ProposerConfig
+}
+
+// DefaultTakeoverGrace is FollowerConfig.TakeoverGrace's default.
+const DefaultTakeoverGrace = 2 * time.Second
+
+// Follower is a worker's side of the epoch protocol as a pure state machine,
+// like Proposer (no I/O, no goroutines, no clock; not safe for concurrent
+// use). It keeps the newest epoch announced to the worker (a number lower
+// than or equal to the one it holds is old news: announcements may arrive
+// late, twice, or out of order), answers liveness probes with that epoch,
+// sends the worker's reports (a failed collective, the end of training) to
+// the member that proposes, and elects: when no driver has been in its view
+// for TakeoverGrace and the worker is the oldest ready one, it runs a
+// Proposer itself (see Resume), continuing the numbering, until a driver or
+// an older worker is back in view.
+type Follower struct {
+	cfg        FollowerConfig
+	view       map[string]Peer // the gossip cluster as this worker sees it, itself included
+	latest     World
+	driverSeen time.Time // last time a driver was in view (start: creation)
+	electAt    time.Time // end of the takeover grace, when an election is due
+	prop       *Proposer // non-nil while this worker proposes
+	// pending is a failure report not yet answered by a newer epoch: it is
+	// sent again every ReportEvery, as the network may lose it.
+	pending  *Message
+	resendAt time.Time
+	out      []Output
+}
+
+// NewFollower returns the protocol state of worker cfg.Self, which knows no
+// epoch yet, created at now (the takeover grace runs from then).
+func NewFollower(cfg FollowerConfig, now time.Time) *Follower {
+	cfg.TakeoverGrace = cmp.Or(cfg.TakeoverGrace, DefaultTakeoverGrace)
+	cfg.ReportEvery = cmp.Or(cfg.ReportEvery, time.Second)
+	cfg.Proposer.Self = cfg.Self
+	return &Follower{cfg: cfg, view: map[string]Peer{}, driverSeen: now}
+}
+
+// Latest is the newest epoch this worker has heard of.
+func (f *Follower) Latest() World { return f.latest }
+
+// Proposer is this worker's own proposer while it proposes, else nil. It is
+// for reading (Current, Unfinished); feed inputs through the Follower.
+func (f *Follower) Proposer() *Proposer { return f.prop }
+
+// Lead is the member this worker sends its reports to: the driver while one
+// is in view, else the oldest ready worker.
+func (f *Follower) Lead() string { return Elect(f.peers()) }
+
+// Step feeds the follower one input at time now and returns what to do.
+func (f *Follower) Step(now time.Time, in Input) []Output {
+	switch in := in.(type) {
+	case PeerSeen:
+		if in.Peer.Driver {
+			f.driverSeen = now
+		}
+		f.view[in.Peer.Name] = in.Peer
+		f.toProposer(now, in)
+		f.elect(now)
+	case PeerGone:
+		if f.view[in.Name].Driver {
+			f.driverSeen = now
+		}
+		delete(f.view, in.Name)
+		f.toProposer(now, in)
+		f.elect(now)
+	case Received:
+		switch in.Msg.Kind {
+		case MsgEpoch:
+			f.adopt(in.Msg.World)
+			f.toProposer(now, in)
+		case MsgPing:
+			f.emit(Send{To: in.From, Msg: Message{Kind: MsgPong, Nonce: in.Msg.Nonce, World: f.latest}})
+		default:
+			f.toProposer(now, in)
+		}
+	case SetMinWorkers:
+		f.cfg.Proposer.MinWorkers = in.N
+		f.toProposer(now, in)
+	case SendFailed, Evict:
+		f.toProposer(now, in)
+	case ReportFailure:
+		msg := Message{Kind: MsgFailure, Number: in.Number, Blamed: in.Blamed, Cause: in.Cause}
+		if in.Number >= f.latest.Number {
+			f.pending, f.resendAt = &msg, now.Add(f.cfg.ReportEvery)
+		}
+		f.route(now, msg)
+	case ReportDone:
+		f.route(now, Message{Kind: MsgDone, Number: in.Number})
+	}
+	return f.flush()
+}
+
+// Tick tells the follower that the time is now. Call it at Deadline.
+func (f *Follower) Tick(now time.Time) []Output {
+	if !f.electAt.IsZero() && !now.Before(f.electAt) {
+		f.elect(now)
+	}
+	if f.pending != nil && !now.Before(f.resendAt) {
+		f.resendAt = now.Add(f.cfg.ReportEvery)
+		f.route(now, *f.pending)
+	}
+	if f.prop != nil {
+		f.forward(f.prop.Tick(now))
+	}
+	return f.flush()
+}
+
+// Deadline is when Tick must next be called; the zero time when nothing is
+// pending.
+func (f *Follower) Deadline() time.Time {
+	d := f.electAt
+	if f.pending != nil && (d.IsZero() || f.resendAt.Before(d)) {
+		d = f.resendAt
+	}
+	if f.prop != nil {
+		if pd := f.prop.Deadline(); !pd.IsZero() && (d.IsZero() || pd.Before(d)) {
+			d = pd
+		}
+	}
+	return d
+}
+
+func (f *Follower) emit(o Output) { f.out = append(f.out, o) }
+
+func (f *Follower) flush() []Output {
+	out := f.out
+	f.out = nil
+	return out
+}
+
+// adopt keeps w if it is newer than the newest epoch known here.
+func (f *Follower) adopt(w World) {
+	if w.Number > f.latest.Number {
+		if f.pending != nil && w.Number > f.pending.Number {
+			f.pending = nil
+		}
+		f.latest = cloneWorld(w)
+		f.emit(Adopted{World: f.latest})
+	}
+}
+
+func (f *Follower) toProposer(now time.Time, in Input) {
+	if f.prop != nil {
+		f.forward(f.prop.Step(now, in))
+	}
+}
+
+// forward passes the own proposer's outputs on; what it sends to this worker
+// is delivered here.
+func (f *Follower) forward(outs []Output) {
+	for _, o := range outs {
+		if s, ok := o.(Send); ok && s.To == f.cfg.Self {
+			if s.Msg.Kind == MsgEpoch {
+				f.adopt(s.Msg.World)
+			}
+			continue
+		}
+		f.emit(o)
+	}
+}
+
+// route sends a report to the member that proposes.
+func (f *Follower) route(now time.Time, msg Message) {
+	switch lead := f.Lead(); {
+	case lead == f.cfg.Self && f.prop != nil:
+		f.forward(f.prop.Step(now, Received{From: f.cfg.Self, Msg: msg}))
+	case lead == "" || lead == f.cfg.Self:
+		f.emit(Unroutable{Msg: msg})
+	default:
+		f.emit(Send{To: lead, Msg: msg})
+	}
+}
+
+// elect starts or stops this worker's own proposer: a job proposes through
+// its driver while one is alive, else through its oldest ready worker, but
+// only once no driver has been in view for the takeover grace.
+func (f *Follower) elect(now time.Time) {
+	view := f.peers()
+	lead := Elect(view)
+	f.electAt = time.Time{}
+	if slices.ContainsFunc(view, func(p Peer) bool { return p.Driver }) {
+		f.driverSeen = now
+	} else if graceEnd := f.driverSeen.Add(f.cfg.TakeoverGrace); now.Before(graceEnd) {
+		if lead == f.cfg.Self {
+			f.electAt = graceEnd
+		}
+		lead = "" // give a driver time to appear (or to be declared gone)
+	}
+	switch {
+	case lead == f.cfg.Self && f.prop == nil:
+		var outs []Output
+		f.prop, outs = Resume(f.cfg.Proposer, now, f.latest, view)
+		f.forward(outs)
+	case lead != f.cfg.Self && f.prop != nil:
+		f.prop = nil
+		f.emit(SteppedDown{})
+	}
+}
+
+// peers lists the view, sorted by name (a deterministic order).
+func (f *Follower) peers() []Peer {
+	out := make([]Peer, 0, len(f.view))
+	for _, name := range slices.Sorted(maps.Keys(f.view)) {
+		out = append(out, f.view[name])
+	}
+	return out
+}

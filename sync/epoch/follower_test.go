@@ -1,0 +1,122 @@
+package epoch_test
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/gorovod/gorovod/sync/epoch"
+)
+
+func driverSeen(name string) epoch.Input {
+	return epoch.PeerSeen{Peer: epoch.Peer{Name: name, Driver: true, State: epoch.Ready}}
+}
+
+func epochMsg(w epoch.World) epoch.Message { return epoch.Message{Kind: epoch.MsgEpoch, World: w} }
+
+func adopted(w epoch.World) epoch.Output { return epoch.Adopted{World: w} }
+
+func send(to string, m epoch.Message) epoch.Output { return epoch.Send{To: to, Msg: m} }
+
+func TestFollower(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		self   string
+		script []step
+	}{
+		{name: "adopts only newer epochs: late, repeated and reordered announcements are old news", self: "a", script: []step{
+			{0, from("x", epochMsg(world(2, "a"))), outs(adopted(world(2, "a")))},
+			{1 * ms, from("x", epochMsg(world(1, "a"))), nil},
+			{2 * ms, from("x", epochMsg(world(2, "a"))), nil},
+			{3 * ms, from("x", epochMsg(world(4, "a", "b"))), outs(adopted(world(4, "a", "b")))},
+			{4 * ms, from("x", epochMsg(world(3, "a"))), nil},
+		}},
+		{name: "answers a probe with the newest epoch it knows", self: "a", script: []step{
+			{0, from("x", epoch.Message{Kind: epoch.MsgPing, Nonce: 7}), outs(send("x", pong(7, epoch.World{})))},
+			{1 * ms, from("x", epochMsg(world(3, "a"))), outs(adopted(world(3, "a")))},
+			{2 * ms, from("x", epoch.Message{Kind: epoch.MsgPing, Nonce: 8}), outs(send("x", pong(8, world(3, "a"))))},
+		}},
+		{name: "reports go to the driver while one is in view", self: "b", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("a"), nil},
+			{0, ready("b"), nil},
+			{1 * ms, epoch.ReportDone{Number: 3}, outs(send("x", done(3)))},
+		}},
+		{name: "with no driver, reports go to the oldest ready worker", self: "b", script: []step{
+			{0, joining("a"), nil}, // not ready: no candidate
+			{0, ready("b"), nil},
+			{0, ready("c"), nil},
+			{1 * ms, epoch.ReportDone{Number: 3}, outs(epoch.Unroutable{Msg: done(3)})}, // b itself, not proposing yet
+			{2 * ms, ready("a"), nil},
+			{3 * ms, epoch.ReportDone{Number: 3}, outs(send("a", done(3)))},
+		}},
+		{name: "a failure report is sent again every second until a newer epoch comes", self: "b", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, from("x", epochMsg(world(2, "a", "b"))), outs(adopted(world(2, "a", "b")))},
+			{10 * ms, epoch.ReportFailure{Number: 2, Blamed: "a", Cause: "boom"}, outs(send("x", failure(2, "a")))},
+			{1009 * ms, nil, nil},
+			{1010 * ms, nil, outs(send("x", failure(2, "a")))},
+			{1500 * ms, from("x", epochMsg(world(3, "b"))), outs(adopted(world(3, "b")))},
+			{2010 * ms, nil, nil},
+		}},
+		{name: "the oldest ready worker takes over proposing once no driver has been seen for the grace", self: "a", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("a"), nil},
+			{0, ready("b"), nil},
+			{10 * ms, from("x", epochMsg(world(1, "a", "b"))), outs(adopted(world(1, "a", "b")))},
+			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
+			{2499 * ms, nil, nil},
+			// The takeover first asks b which epoch it knows.
+			{2500 * ms, nil, outs(send("b", epoch.Message{Kind: epoch.MsgPing, Nonce: 1}))},
+			{2510 * ms, from("b", pong(1, world(2, "b"))), outs(epoch.TookOver{World: world(2, "b")})},
+			// b knew a newer epoch (without a): the next one brings a back,
+			// and a's own proposal is delivered to a at once.
+			{2520 * ms, nil, outs(epoch.Proposed{World: world(3, "b", "a")}, adopted(world(3, "b", "a")),
+				send("b", epochMsg(world(3, "b", "a"))))},
+			// A report of its own goes to its own proposer.
+			{2530 * ms, epoch.ReportDone{Number: 3}, outs(epoch.Finished{By: "a", Number: 3})},
+			// The driver is back: a steps down.
+			{3000 * ms, driverSeen("x"), outs(epoch.SteppedDown{})},
+		}},
+		{name: "a worker that is not the oldest does not take over", self: "b", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("a"), nil},
+			{0, ready("b"), nil},
+			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
+			{5000 * ms, nil, nil},
+			// a is gone too: b is the oldest now, long after the driver.
+			{6000 * ms, epoch.PeerGone{Name: "a", Failed: true}, outs(epoch.TookOver{})},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := epoch.NewFollower(epoch.FollowerConfig{Self: tc.self}, t0)
+			runScript(t, f, tc.script)
+		})
+	}
+}
+
+// A worker that just joined waits out the grace before it may take over: its
+// view may not show the driver yet.
+func TestFollowerGraceFromStart(t *testing.T) {
+	f := epoch.NewFollower(epoch.FollowerConfig{Self: "a"}, t0)
+	if got := f.Step(t0.Add(10*ms), ready("a")); len(got) != 0 {
+		t.Fatalf("got %s", show(got))
+	}
+	if d := f.Deadline(); !d.Equal(t0.Add(epoch.DefaultTakeoverGrace)) {
+		t.Fatalf("deadline %v, want the end of the grace", d)
+	}
+	if f.Proposer() != nil {
+		t.Fatal("proposing during the grace")
+	}
+	got := f.Tick(t0.Add(epoch.DefaultTakeoverGrace))
+	// Alone: nobody to ask; it takes over at once, from nothing.
+	if want := outs(epoch.TookOver{}); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %s, want %s", show(got), show(want))
+	}
+	got = f.Tick(t0.Add(epoch.DefaultTakeoverGrace + 10*ms))
+	if want := outs(epoch.Proposed{World: world(1, "a")}, adopted(world(1, "a"))); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %s, want %s", show(got), show(want))
+	}
+	if f.Proposer() == nil || f.Latest().Number != 1 {
+		t.Fatalf("proposer %v, latest %v", f.Proposer(), f.Latest())
+	}
+}

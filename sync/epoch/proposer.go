@@ -1,0 +1,723 @@
+package epoch
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ProposerConfig configures a Proposer. A zero field means its default.
+type ProposerConfig struct {
+	// Self is the member running the proposer when it is a worker that took
+	// over (it is alive by definition and is never probed); "" for a driver.
+	Self string
+	// Coalesce: changes closer together than this make one epoch (default
+	// 10 ms), so workers arriving or failing together cost one transition.
+	Coalesce time.Duration
+	// MinWorkers: no epoch with fewer members is proposed; the job waits
+	// (default 1).
+	MinWorkers int
+	// ProbeTimeout bounds the wait for a blamed worker's answer to its
+	// liveness probe (default 500 ms).
+	ProbeTimeout time.Duration
+	// Reannounce: the current epoch is sent to every worker again this often
+	// (default 1 s), as the network may lose or reorder messages.
+	Reannounce time.Duration
+	// SyncTimeout bounds how long a proposer taking over waits for the
+	// workers to say which epoch they know before it proposes (default 2 s).
+	SyncTimeout time.Duration
+}
+
+// DefaultProposerConfig returns the defaults.
+func DefaultProposerConfig() ProposerConfig {
+	return ProposerConfig{
+		Coalesce:     10 * time.Millisecond,
+		MinWorkers:   1,
+		ProbeTimeout: 500 * time.Millisecond,
+		Reannounce:   time.Second,
+		SyncTimeout:  2 * time.Second,
+	}
+}
+
+func (c ProposerConfig) withDefaults() ProposerConfig {
+	d := DefaultProposerConfig()
+	c.Coalesce = cmp.Or(c.Coalesce, d.Coalesce)
+	c.MinWorkers = max(c.MinWorkers, d.MinWorkers)
+	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, d.ProbeTimeout)
+	c.Reannounce = cmp.Or(c.Reannounce, d.Reannounce)
+	c.SyncTimeout = cmp.Or(c.SyncTimeout, d.SyncTimeout)
+	return c
+}
+
+// Proposer is the proposing side of the epoch protocol as a pure state
+// machine: it turns membership changes and the workers' reports into
+// numbered epochs. It does no I/O, starts no goroutines and reads no clock:
+// its caller feeds it inputs with Step and the passing of time with Tick,
+// and carries out the outputs both return (sends, and the new epochs'
+// notices). Given the same inputs at the same times it returns the same
+// outputs. It is not safe for concurrent use.
+//
+// What it proposes: survivors keep their relative order and joiners are
+// appended, so rank 0 of a new epoch is the oldest survivor. Changes closer
+// together than Coalesce make one epoch, and none with fewer than MinWorkers
+// members is proposed. Each epoch is sent to every worker in view (members,
+// joiners waiting for an epoch with them, and leaving workers, which learn
+// that they are out) and again every Reannounce.
+type Proposer struct {
+	cfg ProposerConfig
+
+	workers map[string]Peer // alive workers in view, any state
+	members []Member        // the desired membership, in rank order
+	current World           // the newest epoch proposed (or taken over)
+	// floor is the highest epoch number known to exist: another proposer's
+	// epoch that this one has only heard the number of. The next proposal is
+	// numbered above it.
+	floor uint64
+
+	dirty bool // a change since the last proposal
+	// renew: a member reported that the current world failed; it waits for
+	// a newer one, which is proposed even if no member is removed (the
+	// blamed one proved alive: the world is re-formed as it is).
+	renew      bool
+	proposeAt  time.Time // end of the coalescing wait; zero: none pending
+	announceAt time.Time // next re-announcement
+
+	nonce  uint64
+	probes map[uint64]probe // liveness pings awaiting an answer, by nonce
+
+	// suspects were removed for not answering a probe, at the time noted.
+	// Evidence of life puts one back: a message from it while the current
+	// world still includes it (its pong was late or lost) restores its
+	// place; and one still ready in view after readmitAfter is admitted
+	// again, as a worker that was only waiting to join does not leave when
+	// an epoch leaves it out (a member does).
+	suspects map[string]time.Time
+
+	finished bool            // a member of the current world finished training
+	done     map[string]bool // workers that reported the end of training
+	reported map[string]uint64
+	evicted  map[string]bool
+
+	sync *takeover // non-nil while taking over (see Resume)
+
+	out []Output
+}
+
+type probe struct {
+	name     string
+	deadline time.Time
+	resendAt time.Time // the ping goes out again (a lost one must not condemn a live worker)
+	sync     bool      // asks for the worker's newest epoch (takeover), not blame
+}
+
+// takeover is the state of a proposer that continues another's numbering:
+// before proposing it asks every worker in view which epoch it knows, so
+// that it does not number a world like one the previous proposer announced.
+type takeover struct {
+	newest   World
+	waiting  map[string]bool // workers not heard from yet
+	deadline time.Time
+	held     []Received // reports that arrived meanwhile, handled once it ends
+}
+
+// NewProposer returns a proposer of a new job: no workers, no epoch yet.
+func NewProposer(cfg ProposerConfig) *Proposer {
+	return &Proposer{
+		cfg:     cfg.withDefaults(),
+		workers: map[string]Peer{}, probes: map[uint64]probe{},
+		done: map[string]bool{}, reported: map[string]uint64{}, evicted: map[string]bool{}, suspects: map[string]time.Time{},
+	}
+}
+
+// Resume returns a proposer that takes over from another (the job's driver
+// is gone): it continues the numbering from from, the newest epoch its
+// member knows, with the workers in view. It first asks each of them for
+// the newest epoch it knows (a ping, whose pong says) and proposes nothing
+// until all have answered, left, or SyncTimeout has passed; then it
+// continues from the newest epoch it heard of, dropping members that are no
+// longer ready and appending ready workers that are not members.
+func Resume(cfg ProposerConfig, now time.Time, from World, view []Peer) (*Proposer, []Output) {
+	p := NewProposer(cfg)
+	p.current = cloneWorld(from)
+	p.members = slices.Clone(from.Members)
+	p.sync = &takeover{newest: p.current, waiting: map[string]bool{}, deadline: now.Add(p.cfg.SyncTimeout)}
+	for _, peer := range view {
+		if !peer.Driver {
+			p.workers[peer.Name] = peer
+		}
+	}
+	for _, name := range p.workerNames() {
+		if name != p.cfg.Self {
+			p.sync.waiting[name] = true
+			p.ping(now, name, true)
+		}
+	}
+	p.settleSync(now)
+	return p, p.flush()
+}
+
+// Current is the newest epoch proposed (or taken over).
+func (p *Proposer) Current() World { return p.current }
+
+// Finished reports whether a member of the current world has said that
+// training is over.
+func (p *Proposer) Finished() bool { return p.finished }
+
+// Unfinished lists the members of the current world that have not said that
+// training is over.
+func (p *Proposer) Unfinished() []string {
+	var out []string
+	for _, m := range p.current.Members {
+		if !p.done[m.Name] {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
+
+// StillTraining lists the members of the current world that have not said
+// that training is over and are still in view: a worker that proposes stays
+// until there are none after it finished itself, as its successor would not
+// know that training is over.
+func (p *Proposer) StillTraining() []string {
+	var out []string
+	for _, m := range p.current.Members {
+		if _, alive := p.workers[m.Name]; alive && !p.done[m.Name] && m.Name != p.cfg.Self {
+			out = append(out, m.Name)
+		}
+	}
+	// A member removed on suspicion may be admitted again to finish.
+	for _, name := range slices.Sorted(maps.Keys(p.suspects)) {
+		if _, alive := p.workers[name]; alive && !p.done[name] && p.current.Rank(name) < 0 {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Syncing reports whether the proposer is still taking over (see Resume).
+func (p *Proposer) Syncing() bool { return p.sync != nil }
+
+// Step feeds the proposer one input at time now and returns what to do.
+// Inputs for a Follower only (ReportFailure, ReportDone) are ignored.
+func (p *Proposer) Step(now time.Time, in Input) []Output {
+	switch in := in.(type) {
+	case PeerSeen:
+		p.seen(now, in.Peer)
+	case PeerGone:
+		p.gone(now, in.Name, in.Failed)
+	case Received:
+		p.receive(now, in.From, in.Msg)
+	case SendFailed:
+		// A blamed worker that cannot be reached is as good as dead. A
+		// worker asked for its newest epoch is asked again at the probe's
+		// deadline, not at once: the loop would spin on a refused connection.
+		if pr, ok := p.probes[in.Msg.Nonce]; ok && in.Msg.Kind == MsgPing && !pr.sync {
+			p.unanswered(now, in.Msg.Nonce)
+		}
+	case Evict:
+		p.evicted[in.Name] = true
+		p.remove(now, in.Name, ReasonEvicted)
+	case SetMinWorkers:
+		p.cfg.MinWorkers = max(1, in.N)
+		p.change(now)
+	}
+	return p.flush()
+}
+
+// Tick tells the proposer that the time is now: pending proposals, probes
+// and re-announcements whose time has come are carried out. Call it at
+// Deadline (earlier or more often does no harm).
+func (p *Proposer) Tick(now time.Time) []Output {
+	if p.sync != nil && !now.Before(p.sync.deadline) {
+		p.endSync(now)
+	}
+	for _, nonce := range slices.Sorted(maps.Keys(p.probes)) {
+		switch pr := p.probes[nonce]; {
+		case !now.Before(pr.deadline):
+			p.unanswered(now, nonce)
+		case !now.Before(pr.resendAt):
+			pr.resendAt = now.Add(p.cfg.ProbeTimeout / probeTries)
+			p.probes[nonce] = pr
+			p.emit(Send{To: pr.name, Msg: Message{Kind: MsgPing, Nonce: nonce}})
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.suspects)) {
+		if !now.Before(p.suspects[name].Add(p.readmitAfter())) {
+			p.readmit(now, name)
+		}
+	}
+	if p.sync == nil && !p.proposeAt.IsZero() && !now.Before(p.proposeAt) && !p.verifying() {
+		p.proposeAt = time.Time{}
+		p.propose(now)
+	}
+	if p.sync == nil && p.current.Number > 0 && !now.Before(p.announceAt) {
+		p.announce(now)
+	}
+	return p.flush()
+}
+
+// Deadline is when Tick must next be called; the zero time when nothing is
+// pending.
+func (p *Proposer) Deadline() time.Time {
+	var d time.Time
+	earliest := func(t time.Time) {
+		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
+			d = t
+		}
+	}
+	for _, pr := range p.probes {
+		earliest(pr.deadline)
+		earliest(pr.resendAt)
+	}
+	for _, at := range p.suspects {
+		earliest(at.Add(p.readmitAfter()))
+	}
+	if p.sync != nil {
+		earliest(p.sync.deadline)
+		return d
+	}
+	if !p.verifying() {
+		earliest(p.proposeAt)
+	}
+	if p.current.Number > 0 {
+		earliest(p.announceAt)
+	}
+	return d
+}
+
+func (p *Proposer) emit(o Output) { p.out = append(p.out, o) }
+
+func (p *Proposer) flush() []Output {
+	out := p.out
+	p.out = nil
+	return out
+}
+
+func (p *Proposer) seen(now time.Time, peer Peer) {
+	if peer.Driver {
+		return
+	}
+	_, known := p.workers[peer.Name]
+	p.workers[peer.Name] = peer
+	if p.sync != nil && peer.Name != p.cfg.Self && !p.sync.waiting[peer.Name] && !known {
+		// A worker new to the view may hold the previous proposer's newest
+		// epoch too (a joiner is told the current one when it is ready).
+		p.sync.waiting[peer.Name] = true
+		p.ping(now, peer.Name, true)
+	}
+	if p.finished || p.sync != nil {
+		// Training is over: a worker still arriving has nothing to do. (While
+		// taking over, membership is settled once the sync ends.)
+		return
+	}
+	switch peer.State {
+	case Ready:
+		if p.evicted[peer.Name] {
+			return
+		}
+		if peer.Addr == "" {
+			p.emit(Ignored{Name: peer.Name, Why: "ready without a collective address"})
+			return
+		}
+		if !slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == peer.Name }) {
+			p.members = append(p.members, Member{Name: peer.Name, Addr: peer.Addr})
+		}
+		p.change(now)
+		// Tell it where the job stands, so it knows which epoch to wait past.
+		if p.current.Number > 0 {
+			p.emit(Send{To: peer.Name, Msg: Message{Kind: MsgEpoch, World: p.current}})
+		}
+	case Leaving:
+		p.remove(now, peer.Name, ReasonLeaving)
+	}
+}
+
+func (p *Proposer) gone(now time.Time, name string, failed bool) {
+	delete(p.workers, name)
+	blamed := false
+	if nonce, ok := p.probing(name); ok {
+		blamed = !p.probes[nonce].sync
+		delete(p.probes, nonce) // its departure settles the question
+	}
+	if p.sync != nil && p.sync.waiting[name] {
+		delete(p.sync.waiting, name)
+		p.settleSync(now)
+	}
+	if (p.finished && !blamed) || p.sync != nil {
+		// Workers leaving once training is over are going home, not
+		// shrinking the job (unless a collective failed on one).
+		return
+	}
+	why := ReasonLeft
+	if failed {
+		why = ReasonFailed
+	}
+	p.remove(now, name, why)
+}
+
+// remove drops name from the desired membership: the next epoch is without it.
+func (p *Proposer) remove(now time.Time, name string, why Reason) {
+	if i := slices.IndexFunc(p.members, func(m Member) bool { return m.Name == name }); i >= 0 {
+		p.members = slices.Delete(p.members, i, i+1)
+		p.emit(Removed{Name: name, Why: why})
+	}
+	p.change(now)
+}
+
+// change starts (or restarts) the coalescing wait before a proposal.
+func (p *Proposer) change(now time.Time) {
+	p.dirty = true
+	p.proposeAt = now.Add(p.cfg.Coalesce)
+}
+
+func (p *Proposer) propose(now time.Time) {
+	if !p.dirty {
+		return
+	}
+	if len(p.members) < p.cfg.MinWorkers {
+		p.emit(Waiting{Have: len(p.members), Min: p.cfg.MinWorkers})
+		return
+	}
+	p.dirty = false
+	if !p.renew && p.floor <= p.current.Number && slices.Equal(p.members, p.current.Members) {
+		return
+	}
+	p.renew = false
+	p.current = World{Number: max(p.current.Number, p.floor) + 1, Members: slices.Clone(p.members)}
+	p.emit(Proposed{World: p.current})
+	p.announce(now)
+}
+
+// announce sends the current epoch to every worker in view: its members,
+// joiners waiting for an epoch with them, and the workers it leaves out,
+// who learn that they are out. Once training is over, workers that are
+// going home (leaving, or said they are done) are not told any more.
+func (p *Proposer) announce(now time.Time) {
+	p.announceAt = now.Add(p.cfg.Reannounce)
+	for _, name := range p.workerNames() {
+		if p.done[name] || (p.finished && p.workers[name].State == Leaving) {
+			continue
+		}
+		p.emit(Send{To: name, Msg: Message{Kind: MsgEpoch, World: p.current}})
+	}
+}
+
+// workerNames lists the workers in view by name, for a deterministic order.
+func (p *Proposer) workerNames() []string {
+	return slices.Sorted(maps.Keys(p.workers))
+}
+
+func (p *Proposer) receive(now time.Time, from string, msg Message) {
+	p.heardFrom(now, from)
+	switch msg.Kind {
+	case MsgPong:
+		pr, ok := p.probes[msg.Nonce]
+		if !ok || pr.name != from {
+			p.learn(now, msg.World)
+			return
+		}
+		delete(p.probes, msg.Nonce)
+		if pr.sync {
+			if p.sync != nil && p.sync.waiting[from] {
+				delete(p.sync.waiting, from)
+				if msg.World.Number > p.sync.newest.Number {
+					p.sync.newest = cloneWorld(msg.World)
+				}
+				p.settleSync(now)
+			}
+			return
+		}
+		p.emit(Cleared{Name: pr.name})
+		p.learn(now, msg.World)
+	case MsgEpoch:
+		// Another proposer's epoch (two proposers while views disagree).
+		if p.sync != nil && msg.World.Number > p.sync.newest.Number {
+			p.sync.newest = cloneWorld(msg.World)
+		}
+		p.learn(now, msg.World)
+	case MsgDone, MsgFailure:
+		if p.sync != nil {
+			p.sync.held = append(p.sync.held, Received{From: from, Msg: msg})
+			return
+		}
+		p.report(now, from, msg)
+	}
+}
+
+// heardFrom: a message from a suspect proves it alive; it takes its place in
+// the current world again.
+func (p *Proposer) heardFrom(now time.Time, name string) {
+	if nonce, ok := p.probing(name); ok && !p.probes[nonce].sync {
+		delete(p.probes, nonce) // any message answers the probe
+		p.emit(Cleared{Name: name})
+		return
+	}
+	if _, ok := p.suspects[name]; !ok || p.current.Rank(name) < 0 {
+		return
+	}
+	delete(p.suspects, name)
+	if peer, ok := p.workers[name]; !ok || peer.State != Ready || p.evicted[name] || p.finished {
+		return
+	}
+	desired := map[string]bool{name: true}
+	for _, m := range p.members {
+		desired[m.Name] = true
+	}
+	members := make([]Member, 0, len(p.members)+1)
+	for _, m := range p.current.Members {
+		if desired[m.Name] {
+			members = append(members, m)
+			delete(desired, m.Name)
+		}
+	}
+	for _, m := range p.members {
+		if desired[m.Name] {
+			members = append(members, m)
+		}
+	}
+	p.members = members
+	p.emit(Cleared{Name: name})
+	p.change(now)
+}
+
+// readmitAfter is how long a worker removed on suspicion stays out before it
+// is admitted again if it is still ready: time for a member that was left out
+// to learn it (re-announcements) and leave.
+func (p *Proposer) readmitAfter() time.Duration { return 2 * p.cfg.Reannounce }
+
+// readmit admits a suspect again if it is still a ready worker in view: it was
+// waiting to join (a member left out of a world leaves), or, once training
+// is over, it has still to finish (it was a member, not a newcomer).
+func (p *Proposer) readmit(now time.Time, name string) {
+	delete(p.suspects, name)
+	peer, ok := p.workers[name]
+	if !ok || peer.State != Ready || p.evicted[name] || p.done[name] || p.sync != nil ||
+		slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == name }) {
+		return
+	}
+	p.members = append(p.members, Member{Name: name, Addr: peer.Addr})
+	p.emit(Cleared{Name: name})
+	p.change(now)
+}
+
+// report handles a worker's report: training done, or a collective failed.
+func (p *Proposer) report(now time.Time, from string, msg Message) {
+	switch msg.Kind {
+	case MsgDone:
+		p.done[from] = true
+		if p.current.Rank(from) >= 0 || msg.Number == p.current.Number {
+			p.finished = true
+			p.emit(Finished{By: from, Number: msg.Number})
+		}
+		p.rescue(now)
+	case MsgFailure:
+		p.raise(now, msg.Number)
+		if msg.Number != p.current.Number {
+			return // about a world already replaced
+		}
+		p.reported[from] = msg.Number
+		p.renew = true
+		p.change(now)
+		p.rescue(now)
+		if msg.Blamed == "" {
+			return
+		}
+		p.emit(Suspected{Name: msg.Blamed, By: from, Number: msg.Number, Cause: msg.Cause})
+		p.verify(now, msg.Blamed)
+	}
+}
+
+// raise notes that epoch number n exists. A number above the current one
+// was proposed by another proposer (one this proposer took over from, or one
+// that ran beside it while their views disagreed): the next epoch is
+// numbered above it, and proposed even if the membership is unchanged, as
+// this proposer does not know that world.
+func (p *Proposer) raise(now time.Time, n uint64) {
+	if n > max(p.current.Number, p.floor) {
+		p.floor = n
+		if p.sync == nil {
+			p.change(now)
+		}
+	}
+}
+
+// learn takes a newer world that another proposer announced as the current
+// one: its surviving members keep their order, and this proposer's other
+// desired members are appended.
+func (p *Proposer) learn(now time.Time, w World) {
+	if w.Number <= p.current.Number || p.sync != nil {
+		return
+	}
+	p.rebase(w, false)
+	p.change(now)
+}
+
+// rebase continues from world w: its members that are still ready (and not
+// evicted) keep their order, then come the desired members it lacks, and
+// with joiners, the ready workers in view that are in neither, oldest first.
+func (p *Proposer) rebase(w World, joiners bool) {
+	keep := func(name string) bool {
+		peer, ok := p.workers[name]
+		return ok && peer.State == Ready && peer.Addr != "" && !p.evicted[name]
+	}
+	members := make([]Member, 0, len(w.Members)+len(p.members))
+	has := map[string]bool{}
+	add := func(m Member) {
+		if !has[m.Name] && keep(m.Name) {
+			has[m.Name] = true
+			members = append(members, m)
+		}
+	}
+	for _, m := range w.Members {
+		add(m)
+	}
+	for _, m := range p.members {
+		add(m)
+	}
+	if joiners {
+		peers := slices.Collect(maps.Values(p.workers))
+		slices.SortFunc(peers, func(a, b Peer) int {
+			return cmp.Or(cmp.Compare(a.StartedAt, b.StartedAt), strings.Compare(a.Name, b.Name))
+		})
+		for _, peer := range peers {
+			add(Member{Name: peer.Name, Addr: peer.Addr})
+		}
+	}
+	p.current = cloneWorld(w)
+	p.floor = max(p.floor, w.Number)
+	p.members = members
+}
+
+// settleSync ends the takeover once every worker asked has answered or gone.
+func (p *Proposer) settleSync(now time.Time) {
+	if p.sync != nil && len(p.sync.waiting) == 0 {
+		p.endSync(now)
+	}
+}
+
+func (p *Proposer) endSync(now time.Time) {
+	s := p.sync
+	p.sync = nil
+	for nonce, pr := range p.probes {
+		if pr.sync {
+			delete(p.probes, nonce)
+		}
+	}
+	p.rebase(s.newest, true)
+	var unheard []string
+	if len(s.waiting) > 0 {
+		unheard = slices.Sorted(maps.Keys(s.waiting))
+	}
+	p.emit(TookOver{World: p.current, Unheard: unheard})
+	p.announceAt = now.Add(p.cfg.Reannounce)
+	p.change(now)
+	for _, r := range s.held {
+		p.report(now, r.From, r.Msg)
+	}
+}
+
+// rescue lets the workers of the last world that have not finished training
+// finish it. A collective of the final step can complete on some workers and
+// fail on others; those that completed finish and leave, and the others,
+// which report the failure, need a world to redo the step in: the current one
+// without the finished workers, however few remain (the minimum world size is
+// about training speed, and the job is ending). It acts once training has
+// finished and some unfinished member of the current world has reported a
+// failure in it, whichever comes first.
+func (p *Proposer) rescue(now time.Time) {
+	if !p.finished {
+		return
+	}
+	stuck := false
+	for name, n := range p.reported {
+		stuck = stuck || (n == p.current.Number && p.current.Rank(name) >= 0 && !p.done[name])
+	}
+	var finished []string
+	for _, m := range p.current.Members {
+		if p.done[m.Name] {
+			finished = append(finished, m.Name)
+		}
+	}
+	if !stuck || len(finished) == 0 {
+		return
+	}
+	p.emit(Rescued{Number: p.current.Number, Finished: finished})
+	p.cfg.MinWorkers = 1
+	for _, name := range finished {
+		p.remove(now, name, ReasonFinished)
+	}
+}
+
+// verify removes a worker blamed for a collective failure unless it proves to
+// be alive. Blame is only a suspicion: when one worker dies, a neighbour of a
+// survivor that aborted sees that survivor's links close too, and blames it.
+func (p *Proposer) verify(now time.Time, name string) {
+	if _, ok := p.workers[name]; !ok {
+		p.remove(now, name, ReasonUnanswered)
+		return
+	}
+	if name == p.cfg.Self {
+		return // the worker running this proposer is alive
+	}
+	if _, ok := p.probing(name); ok {
+		return // already asked
+	}
+	p.ping(now, name, false)
+}
+
+// verifying reports whether a blamed worker's probe is outstanding: a
+// proposal waits for its outcome, so that one failure costs one epoch.
+func (p *Proposer) verifying() bool {
+	for _, pr := range p.probes {
+		if !pr.sync {
+			return true
+		}
+	}
+	return false
+}
+
+// probing returns the nonce of an outstanding probe of name.
+func (p *Proposer) probing(name string) (uint64, bool) {
+	for nonce, pr := range p.probes {
+		if pr.name == name {
+			return nonce, true
+		}
+	}
+	return 0, false
+}
+
+// probeTries is how many pings a probe sends within ProbeTimeout.
+const probeTries = 3
+
+func (p *Proposer) ping(now time.Time, name string, sync bool) {
+	p.nonce++
+	p.probes[p.nonce] = probe{name: name, deadline: now.Add(p.cfg.ProbeTimeout),
+		resendAt: now.Add(p.cfg.ProbeTimeout / probeTries), sync: sync}
+	p.emit(Send{To: name, Msg: Message{Kind: MsgPing, Nonce: p.nonce}})
+}
+
+// unanswered handles a probe that got no answer in time (or could not be
+// sent): a blamed worker is removed; a worker asked for its newest epoch is
+// asked again until the takeover's deadline.
+func (p *Proposer) unanswered(now time.Time, nonce uint64) {
+	pr, ok := p.probes[nonce]
+	if !ok {
+		return
+	}
+	delete(p.probes, nonce)
+	if pr.sync {
+		if p.sync != nil && p.sync.waiting[pr.name] {
+			p.ping(now, pr.name, true)
+		}
+		return
+	}
+	if slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == pr.name }) {
+		p.suspects[pr.name] = now
+	}
+	p.remove(now, pr.name, ReasonUnanswered)
+}
+
+func cloneWorld(w World) World { return World{Number: w.Number, Members: slices.Clone(w.Members)} }

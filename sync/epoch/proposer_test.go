@@ -1,0 +1,366 @@
+package epoch_test
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/sync/epoch"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// step is one line of a machine's script: at a time, an input (or, with nil,
+// a Tick) and exactly the outputs it must return, in order.
+type step struct {
+	at   time.Duration
+	in   epoch.Input
+	want []epoch.Output
+}
+
+func runScript(t *testing.T, m interface {
+	Step(time.Time, epoch.Input) []epoch.Output
+	Tick(time.Time) []epoch.Output
+}, script []step) {
+	t.Helper()
+	for i, s := range script {
+		now := t0.Add(s.at)
+		var got []epoch.Output
+		what := "tick"
+		if s.in == nil {
+			got = m.Tick(now)
+		} else {
+			got = m.Step(now, s.in)
+			what = fmt.Sprintf("%T%+v", s.in, s.in)
+		}
+		if !reflect.DeepEqual(got, s.want) {
+			t.Fatalf("step %d (%v, %s):\n got %s\nwant %s", i, s.at, what, show(got), show(s.want))
+		}
+	}
+}
+
+func show(outs []epoch.Output) string {
+	if len(outs) == 0 {
+		return "nothing"
+	}
+	var b strings.Builder
+	for _, o := range outs {
+		switch o := o.(type) {
+		case epoch.Send:
+			fmt.Fprintf(&b, "\n\tSend to %s: %s", o.To, o.Msg)
+		default:
+			fmt.Fprintf(&b, "\n\t%T%+v", o, o)
+		}
+	}
+	return b.String()
+}
+
+// Helpers that make scripts read like the protocol.
+func member(name string) epoch.Member { return epoch.Member{Name: name, Addr: name + ":1"} }
+
+func world(n uint64, names ...string) epoch.World {
+	w := epoch.World{Number: n}
+	for _, name := range names {
+		w.Members = append(w.Members, member(name))
+	}
+	return w
+}
+
+func ready(name string) epoch.Input {
+	return epoch.PeerSeen{Peer: epoch.Peer{Name: name, State: epoch.Ready, Addr: name + ":1", StartedAt: int64(name[len(name)-1])}}
+}
+
+func joining(name string) epoch.Input {
+	return epoch.PeerSeen{Peer: epoch.Peer{Name: name, State: epoch.Joining, Addr: name + ":1", StartedAt: int64(name[len(name)-1])}}
+}
+
+func leaving(name string) epoch.Input {
+	return epoch.PeerSeen{Peer: epoch.Peer{Name: name, State: epoch.Leaving, Addr: name + ":1", StartedAt: int64(name[len(name)-1])}}
+}
+
+func from(name string, m epoch.Message) epoch.Input { return epoch.Received{From: name, Msg: m} }
+
+func failure(n uint64, blamed string) epoch.Message {
+	return epoch.Message{Kind: epoch.MsgFailure, Number: n, Blamed: blamed, Cause: "boom"}
+}
+
+func done(n uint64) epoch.Message { return epoch.Message{Kind: epoch.MsgDone, Number: n} }
+
+func pong(nonce uint64, w epoch.World) epoch.Message {
+	return epoch.Message{Kind: epoch.MsgPong, Nonce: nonce, World: w}
+}
+
+func sendEpoch(w epoch.World, to ...string) []epoch.Output {
+	var out []epoch.Output
+	for _, name := range to {
+		out = append(out, epoch.Send{To: name, Msg: epoch.Message{Kind: epoch.MsgEpoch, World: w}})
+	}
+	return out
+}
+
+func ping(to string, nonce uint64) epoch.Output {
+	return epoch.Send{To: to, Msg: epoch.Message{Kind: epoch.MsgPing, Nonce: nonce}}
+}
+
+func propose(w epoch.World, to ...string) []epoch.Output {
+	return append([]epoch.Output{epoch.Proposed{World: w}}, sendEpoch(w, to...)...)
+}
+
+func outs(groups ...any) []epoch.Output {
+	var out []epoch.Output
+	for _, g := range groups {
+		switch g := g.(type) {
+		case epoch.Output:
+			out = append(out, g)
+		case []epoch.Output:
+			out = append(out, g...)
+		}
+	}
+	return out
+}
+
+const ms = time.Millisecond
+
+// twoWorkers is the start of many scripts: a and b ready, epoch 1 proposed
+// after the coalescing wait (10 ms by default).
+var twoWorkers = []step{
+	{0, ready("a"), nil},
+	{1 * ms, ready("b"), nil},
+	{11 * ms, nil, propose(world(1, "a", "b"), "a", "b")},
+}
+
+func script(parts ...[]step) []step {
+	var out []step
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func TestProposer(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cfg    epoch.ProposerConfig
+		script []step
+	}{
+		{name: "changes closer together than Coalesce make one epoch", script: []step{
+			{0, ready("a"), nil},
+			{5 * ms, ready("b"), nil},
+			{10 * ms, nil, nil}, // the wait restarted at the second change
+			{14 * ms, ready("c"), nil},
+			{20 * ms, nil, nil},
+			{24 * ms, nil, propose(world(1, "a", "b", "c"), "a", "b", "c")},
+			{30 * ms, nil, nil},
+		}},
+		{name: "no world below MinWorkers: the job waits", cfg: epoch.ProposerConfig{MinWorkers: 2}, script: []step{
+			{0, ready("a"), nil},
+			{10 * ms, nil, outs(epoch.Waiting{Have: 1, Min: 2})},
+			{20 * ms, nil, nil}, // nothing until the next change
+			{500 * ms, joining("b"), nil},
+			{600 * ms, ready("b"), nil},
+			{610 * ms, nil, propose(world(1, "a", "b"), "a", "b")},
+		}},
+		{name: "a joiner is told where the job stands, then appended", script: script(twoWorkers, []step{
+			{20 * ms, joining("c"), nil},
+			{30 * ms, ready("c"), sendEpoch(world(1, "a", "b"), "c")},
+			{40 * ms, nil, propose(world(2, "a", "b", "c"), "a", "b", "c")},
+		})},
+		{name: "survivors keep their order: rank 0 is the oldest survivor", script: script(twoWorkers, []step{
+			{20 * ms, ready("c"), sendEpoch(world(1, "a", "b"), "c")},
+			{30 * ms, nil, propose(world(2, "a", "b", "c"), "a", "b", "c")},
+			{40 * ms, epoch.PeerGone{Name: "a", Failed: true}, outs(epoch.Removed{Name: "a", Why: epoch.ReasonFailed})},
+			{50 * ms, nil, propose(world(3, "b", "c"), "b", "c")},
+		})},
+		{name: "a leaving worker is told the epoch without it; a gone one is not", script: script(twoWorkers, []step{
+			{20 * ms, leaving("b"), outs(epoch.Removed{Name: "b", Why: epoch.ReasonLeaving})},
+			{30 * ms, nil, propose(world(2, "a"), "a", "b")},
+			{40 * ms, epoch.PeerGone{Name: "b"}, nil},
+			{1030 * ms, nil, sendEpoch(world(2, "a"), "a")}, // the re-announcement
+		})},
+		{name: "the current epoch goes to every worker in view every Reannounce", script: script(twoWorkers, []step{
+			{500 * ms, joining("c"), nil},
+			{1010 * ms, nil, nil},
+			{1011 * ms, nil, sendEpoch(world(1, "a", "b"), "a", "b", "c")},
+			{2011 * ms, nil, sendEpoch(world(1, "a", "b"), "a", "b", "c")},
+		})},
+		{name: "a blamed worker that answers its probe stays; the failed world is formed again", script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
+			{30 * ms, nil, nil}, // the proposal waits for the probe
+			{40 * ms, from("b", pong(1, world(1, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{40 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
+		})},
+		{name: "a blamed worker that does not answer is removed", script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
+			{187 * ms, nil, outs(ping("b", 1))}, // pings go out three times in ProbeTimeout
+			{354 * ms, nil, outs(ping("b", 1))},
+			{520 * ms, nil, outs(epoch.Removed{Name: "b", Why: epoch.ReasonUnanswered})},
+			{530 * ms, nil, propose(world(2, "a"), "a", "b")},
+		})},
+		{name: "a blamed worker that cannot be reached is removed at once", script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
+			{21 * ms, epoch.SendFailed{To: "b", Msg: epoch.Message{Kind: epoch.MsgPing, Nonce: 1}},
+				outs(epoch.Removed{Name: "b", Why: epoch.ReasonUnanswered})},
+			{31 * ms, nil, propose(world(2, "a"), "a", "b")},
+		})},
+		{name: "a late answer puts a removed suspect back before the next epoch", script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
+			{21 * ms, epoch.SendFailed{To: "b", Msg: epoch.Message{Kind: epoch.MsgPing, Nonce: 1}},
+				outs(epoch.Removed{Name: "b", Why: epoch.ReasonUnanswered})},
+			{25 * ms, from("b", failure(1, "a")), outs(epoch.Cleared{Name: "b"},
+				epoch.Suspected{Name: "a", By: "b", Number: 1, Cause: "boom"}, ping("a", 2))},
+			{30 * ms, from("a", pong(2, world(1, "a", "b"))), outs(epoch.Cleared{Name: "a"})},
+			{40 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
+		})},
+		{name: "a suspect still ready after the cool-down was waiting to join: it is admitted again", script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
+			{21 * ms, epoch.SendFailed{To: "b", Msg: epoch.Message{Kind: epoch.MsgPing, Nonce: 1}},
+				outs(epoch.Removed{Name: "b", Why: epoch.ReasonUnanswered})},
+			{31 * ms, nil, propose(world(2, "a"), "a", "b")},
+			{1031 * ms, nil, sendEpoch(world(2, "a"), "a", "b")},
+			{2021 * ms, nil, outs(epoch.Cleared{Name: "b"})},
+			{2031 * ms, nil, propose(world(3, "a", "b"), "a", "b")},
+		})},
+		{name: "a report about a replaced world changes nothing", script: script(twoWorkers, []step{
+			{20 * ms, leaving("b"), outs(epoch.Removed{Name: "b", Why: epoch.ReasonLeaving})},
+			{30 * ms, nil, propose(world(2, "a"), "a", "b")},
+			{40 * ms, from("a", failure(1, "b")), nil},
+			{50 * ms, nil, nil},
+		})},
+		{name: "an evicted worker is never admitted again", script: script(twoWorkers, []step{
+			{20 * ms, epoch.Evict{Name: "b"}, outs(epoch.Removed{Name: "b", Why: epoch.ReasonEvicted})},
+			{30 * ms, nil, propose(world(2, "a"), "a", "b")},
+			{40 * ms, ready("b"), nil},
+			{50 * ms, nil, nil},
+		})},
+		{name: "a ready worker without a collective address is ignored", script: []step{
+			{0, epoch.PeerSeen{Peer: epoch.Peer{Name: "a", State: epoch.Ready}}, outs(epoch.Ignored{Name: "a", Why: "ready without a collective address"})},
+			{10 * ms, nil, nil},
+		}},
+		{name: "the driver and joining workers are no candidates", script: []step{
+			{0, epoch.PeerSeen{Peer: epoch.Peer{Name: "driver", Driver: true, State: epoch.Ready}}, nil},
+			{0, joining("a"), nil},
+			{10 * ms, nil, nil},
+		}},
+		{name: "once training is over, departures and arrivals change nothing, and departing workers are not told",
+			cfg: epoch.ProposerConfig{MinWorkers: 2}, script: script(twoWorkers, []step{
+				{20 * ms, ready("c"), sendEpoch(world(1, "a", "b"), "c")},
+				{30 * ms, nil, propose(world(2, "a", "b", "c"), "a", "b", "c")},
+				{40 * ms, from("a", done(2)), outs(epoch.Finished{By: "a", Number: 2})},
+				{41 * ms, leaving("a"), nil},
+				{42 * ms, epoch.PeerGone{Name: "a"}, nil},
+				{43 * ms, ready("d"), nil},
+				{44 * ms, leaving("b"), nil},
+				{60 * ms, nil, nil},
+				{1030 * ms, nil, sendEpoch(world(2, "a", "b", "c"), "c", "d")},
+			})},
+		{name: "rescue: members whose last step failed get a world without the finished ones, however small",
+			cfg: epoch.ProposerConfig{MinWorkers: 3}, script: []step{
+				{0, ready("a"), nil}, {0, ready("b"), nil}, {0, ready("c"), nil},
+				{10 * ms, nil, propose(world(1, "a", "b", "c"), "a", "b", "c")},
+				{20 * ms, from("c", failure(1, "a")), outs(epoch.Suspected{Name: "a", By: "c", Number: 1, Cause: "boom"}, ping("a", 1))},
+				{21 * ms, from("a", done(1)), outs(epoch.Cleared{Name: "a"}, epoch.Finished{By: "a", Number: 1},
+					epoch.Rescued{Number: 1, Finished: []string{"a"}}, epoch.Removed{Name: "a", Why: epoch.ReasonFinished})},
+				{22 * ms, from("b", done(1)), outs(epoch.Finished{By: "b", Number: 1},
+					epoch.Rescued{Number: 1, Finished: []string{"a", "b"}}, epoch.Removed{Name: "b", Why: epoch.ReasonFinished})},
+				{30 * ms, from("a", pong(1, world(1, "a", "b", "c"))), nil},
+				{40 * ms, nil, propose(world(2, "c"), "c")},
+				{50 * ms, from("c", done(2)), outs(epoch.Finished{By: "c", Number: 2})},
+			}},
+		{name: "a report of a newer epoch than its own (another proposer's) numbers the next one above it", script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(5, "")), nil},
+			{30 * ms, nil, propose(world(6, "a", "b"), "a", "b")},
+		})},
+		{name: "a newer world another proposer announced is taken over", script: script(twoWorkers, []step{
+			{20 * ms, ready("c"), sendEpoch(world(1, "a", "b"), "c")},
+			{21 * ms, from("x", epoch.Message{Kind: epoch.MsgEpoch, World: world(4, "b", "a")}), nil},
+			{31 * ms, nil, propose(world(5, "b", "a", "c"), "a", "b", "c")},
+		})},
+		{name: "SetMinWorkers holds proposals back", script: script(twoWorkers, []step{
+			{20 * ms, epoch.SetMinWorkers{N: 3}, nil},
+			{30 * ms, nil, outs(epoch.Waiting{Have: 2, Min: 3})},
+			{40 * ms, leaving("b"), outs(epoch.Removed{Name: "b", Why: epoch.ReasonLeaving})},
+			{50 * ms, nil, outs(epoch.Waiting{Have: 1, Min: 3})},
+			{60 * ms, ready("c"), sendEpoch(world(1, "a", "b"), "c")},
+			{70 * ms, nil, outs(epoch.Waiting{Have: 2, Min: 3})},
+			{80 * ms, ready("d"), sendEpoch(world(1, "a", "b"), "d")},
+			{90 * ms, nil, propose(world(2, "a", "c", "d"), "a", "b", "c", "d")},
+		})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runScript(t, epoch.NewProposer(tc.cfg), tc.script)
+		})
+	}
+}
+
+// A proposer taking over asks the workers which epoch they know and continues
+// from the newest: the previous proposer's last epoch may have reached only
+// some of them.
+func TestResume(t *testing.T) {
+	view := []epoch.Peer{
+		{Name: "a", State: epoch.Ready, Addr: "a:1", StartedAt: 1},
+		{Name: "b", State: epoch.Ready, Addr: "b:1", StartedAt: 2},
+		{Name: "c", State: epoch.Ready, Addr: "c:1", StartedAt: 3},
+		{Name: "d", State: epoch.Ready, Addr: "d:1", StartedAt: 4},
+		{Name: "x", Driver: true, State: epoch.Ready},
+	}
+	cfg := epoch.ProposerConfig{Self: "a"}
+	t.Run("continues from the newest epoch a worker knows", func(t *testing.T) {
+		p, first := epoch.Resume(cfg, t0, world(3, "a", "b", "c"), view)
+		if want := outs(ping("b", 1), ping("c", 2), ping("d", 3)); !reflect.DeepEqual(first, want) {
+			t.Fatalf("start: got %s, want %s", show(first), show(want))
+		}
+		runScript(t, p, []step{
+			{5 * ms, from("c", pong(2, world(3, "a", "b", "c"))), nil},
+			{6 * ms, from("b", pong(1, world(4, "a", "b"))), nil}, // only b got the last epoch
+			{20 * ms, nil, nil}, // nothing is proposed while d has not answered
+			{30 * ms, from("d", pong(3, epoch.World{})), outs(epoch.TookOver{World: world(4, "a", "b"), Unheard: nil})},
+			{40 * ms, nil, propose(world(5, "a", "b", "c", "d"), "a", "b", "c", "d")},
+		})
+	})
+	t.Run("workers that do not answer are asked again, until the deadline", func(t *testing.T) {
+		p, _ := epoch.Resume(cfg, t0, world(3, "a", "b", "c", "d"), view)
+		runScript(t, p, []step{
+			{1 * ms, from("b", pong(1, world(3, "a", "b", "c", "d"))), nil},
+			{2 * ms, epoch.PeerGone{Name: "c", Failed: true}, nil}, // gone: not waited for
+			{167 * ms, nil, outs(ping("d", 3))},
+			{334 * ms, nil, outs(ping("d", 3))},
+			{500 * ms, nil, outs(ping("d", 4))}, // a new probe
+			{2000 * ms, nil, outs(epoch.TookOver{World: world(3, "a", "b", "c", "d"), Unheard: []string{"d"}})},
+			{2010 * ms, nil, propose(world(4, "a", "b", "d"), "a", "b", "d")},
+		})
+	})
+	t.Run("reports that arrive meanwhile are handled after it", func(t *testing.T) {
+		p, _ := epoch.Resume(cfg, t0, world(3, "a", "b", "c", "d"), view[:3])
+		runScript(t, p, []step{
+			{1 * ms, from("c", failure(4, "b")), nil},
+			{2 * ms, from("b", pong(1, world(4, "a", "b", "c"))), nil},
+			{3 * ms, from("c", pong(2, world(4, "a", "b", "c"))), outs(
+				epoch.TookOver{World: world(4, "a", "b", "c"), Unheard: nil},
+				epoch.Suspected{Name: "b", By: "c", Number: 4, Cause: "boom"}, ping("b", 3))},
+			{4 * ms, from("b", pong(3, world(4, "a", "b", "c"))), outs(epoch.Cleared{Name: "b"})},
+			{13 * ms, nil, propose(world(5, "a", "b", "c"), "a", "b", "c")},
+		})
+	})
+}
+
+// The proposer's deadline is when it next has something to do, and nothing
+// when it has nothing to do: a caller arms one timer and sleeps.
+func TestProposerDeadline(t *testing.T) {
+	p := epoch.NewProposer(epoch.ProposerConfig{})
+	if d := p.Deadline(); !d.IsZero() {
+		t.Fatalf("an idle proposer asks for a tick at %v", d)
+	}
+	p.Step(t0, ready("a"))
+	if d := p.Deadline(); !d.Equal(t0.Add(10 * ms)) {
+		t.Fatalf("deadline %v, want the end of the coalescing wait", d)
+	}
+	p.Tick(t0.Add(10 * ms))
+	if d := p.Deadline(); !d.Equal(t0.Add(1010 * ms)) {
+		t.Fatalf("deadline %v, want the re-announcement", d)
+	}
+	if got := p.Unfinished(); !reflect.DeepEqual(got, []string{"a"}) {
+		t.Fatalf("unfinished %v", got)
+	}
+}

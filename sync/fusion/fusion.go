@@ -1,0 +1,382 @@
+package fusion
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	stdsync "sync"
+	"unsafe"
+
+	"github.com/gorovod/gorovod/collective"
+)
+
+// DefaultBytes is Horovod's fusion buffer size: tensors are packed into
+// buckets of up to this many bytes, one allreduce each.
+const DefaultBytes = 128 << 20
+
+// Fuser allreduces many tensors as few collectives: it packs them, in order,
+// into buckets of at most the threshold's bytes and unpacks the results. A
+// model with hundreds of small layers then costs a handful of allreduces
+// instead of hundreds of round trips.
+//
+// A bucket holds one dtype in one kind of memory, as Horovod's fusion buffer
+// does: tensors of different dtypes, or in host and device memory, go to
+// different buckets (device tensors are packed in device memory, with the
+// device's own copies). A tensor as large as the threshold travels alone, in
+// place, and so does a bucket that ends up with one tensor. Every rank that
+// passes the same list of tensors (dtypes, counts, memory kinds, order) runs
+// the same collectives in the same order, so the results are bit-identical on
+// every rank.
+//
+// A Fuser is used by one goroutine at a time; its buffers are reused between
+// calls. Close frees the device buffers it allocated.
+type Fuser struct {
+	threshold int // bytes
+
+	// The plan of the call in progress: groups of tensors, each reduced by
+	// one collective, in order (members lists their tensors' indices); the
+	// buckets still open while planning, one per dtype and memory kind
+	// (index bucketIndex), in the order the call first used them.
+	groups  []group
+	members []int
+	open    [2 * numDTypes]bucket
+	used    []int
+
+	// The packing buffers, kept between calls.
+	host [numDTypes][]uint64 // uint64 words keep every element aligned
+	dev  [numDTypes]collective.DeviceMemory
+}
+
+// numDTypes bounds the DType values (1 to 7) so buckets live in arrays, not
+// maps: the fuser runs on every training step.
+const numDTypes = 8
+
+// group is the tensors members[lo:hi], of one dtype and memory kind, bytes
+// in all.
+type group struct{ lo, hi, bytes int }
+
+type bucket struct {
+	members []int // indices into the call's tensors
+	bytes   int
+}
+
+// NewFuser returns a fuser with buckets of at most thresholdBytes (<= 0 means
+// DefaultBytes).
+func NewFuser(thresholdBytes int) *Fuser {
+	if thresholdBytes <= 0 {
+		thresholdBytes = DefaultBytes
+	}
+	return &Fuser{threshold: thresholdBytes}
+}
+
+// Check reports the first malformed tensor of a list a Fuser would be given
+// (an invalid dtype, a negative count, host bytes that do not match the
+// count, too little device memory, both or neither kind of memory set), so
+// that bad input is refused before any collective starts.
+func Check(tensors []collective.Buffer) error {
+	for i, t := range tensors {
+		if _, err := checkedBytes(t); err != nil {
+			return fmt.Errorf("fusion: tensor %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// checkedBytes returns t's size in bytes, or why t is malformed.
+func checkedBytes(t collective.Buffer) (int, error) {
+	if t.Device == nil && len(t.Host) > 0 && t.DType.Valid() && len(t.Host) == t.Count*t.DType.Size() {
+		return len(t.Host), nil // the usual case, inlined
+	}
+	return slowCheckedBytes(t)
+}
+
+func slowCheckedBytes(t collective.Buffer) (int, error) {
+	size := t.DType.Size()
+	n := t.Count * size
+	switch {
+	case size == 0:
+		return 0, fmt.Errorf("invalid dtype %v", t.DType)
+	case t.Count < 0:
+		return 0, fmt.Errorf("negative count %d", t.Count)
+	case t.Device != nil && t.Host != nil:
+		return 0, errors.New("both host and device memory are set")
+	case t.Device != nil && t.Device.Size() < n:
+		return 0, fmt.Errorf("%d bytes of device memory cannot hold %d %v elements", t.Device.Size(), t.Count, t.DType)
+	case t.Device == nil && len(t.Host) != n:
+		return 0, fmt.Errorf("%d host bytes for %d %v elements (want %d)", len(t.Host), t.Count, t.DType, n)
+	}
+	return n, nil
+}
+
+// bucketIndex keys a tensor's bucket by dtype and memory kind.
+func bucketIndex(t collective.Buffer) int {
+	i := int(t.DType)
+	if t.Device != nil {
+		i += numDTypes
+	}
+	return i
+}
+
+// Allreduce reduces every tensor across the ranks of c with op (and opts), in
+// place. Every rank must pass tensors of the same dtypes, sizes and memory
+// kinds in the same order. The tensors are checked (see Check) before any
+// collective runs. Device tensors of one call must belong to one device.
+func (f *Fuser) Allreduce(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, op collective.ReduceOp, opts ...collective.Option) error {
+	if len(tensors) == 1 {
+		if err := Check(tensors); err != nil {
+			return err
+		}
+		return c.Allreduce(ctx, tensors[0], tensors[0], op, opts...)
+	}
+	if err := f.plan(tensors); err != nil {
+		return err
+	}
+	for _, g := range f.groups {
+		members := f.members[g.lo:g.hi]
+		var err error
+		switch {
+		case len(members) == 1:
+			t := tensors[members[0]]
+			err = c.Allreduce(ctx, t, t, op, opts...)
+		case tensors[members[0]].Device != nil:
+			err = f.deviceBucket(ctx, c, tensors, members, g.bytes, op, opts)
+		default:
+			err = f.hostBucket(ctx, c, tensors, members, g.bytes, op, opts)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// plan checks the tensors and groups them into collectives, in the order
+// they will run: a tensor as large as the threshold alone, as it comes; a
+// bucket when the next tensor of its dtype and memory kind would overflow it;
+// the buckets left at the end in the order of their first tensors.
+func (f *Fuser) plan(tensors []collective.Buffer) error {
+	f.groups, f.members = f.groups[:0], f.members[:0]
+	for _, k := range f.used {
+		f.open[k].members, f.open[k].bytes = f.open[k].members[:0], 0
+	}
+	f.used = f.used[:0]
+	for i, t := range tensors {
+		n, err := checkedBytes(t)
+		if err != nil {
+			return fmt.Errorf("fusion: tensor %d: %w", i, err)
+		}
+		if n >= f.threshold {
+			f.members = append(f.members, i)
+			f.groups = append(f.groups, group{len(f.members) - 1, len(f.members), n})
+			continue
+		}
+		k := bucketIndex(t)
+		b := &f.open[k]
+		if len(b.members) == 0 && !slices.Contains(f.used, k) {
+			f.used = append(f.used, k)
+		}
+		if b.bytes+n > f.threshold {
+			f.close(b)
+		}
+		b.members = append(b.members, i)
+		b.bytes += n
+	}
+	for _, k := range f.used {
+		f.close(&f.open[k])
+	}
+	return nil
+}
+
+// close adds bucket b to the plan, if it holds tensors, and empties it.
+func (f *Fuser) close(b *bucket) {
+	if len(b.members) == 0 {
+		return
+	}
+	lo := len(f.members)
+	f.members = append(f.members, b.members...)
+	f.groups = append(f.groups, group{lo, len(f.members), b.bytes})
+	b.members, b.bytes = b.members[:0], 0
+}
+
+func (f *Fuser) hostBucket(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, members []int, total int, op collective.ReduceOp, opts []collective.Option) error {
+	dt := tensors[members[0]].DType
+	words := (total + 7) / 8
+	if cap(f.host[dt]) < words {
+		f.host[dt] = make([]uint64, words)
+	}
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f.host[dt][:words]))), total)
+	off := 0
+	for _, i := range members {
+		off += copy(buf[off:], tensors[i].Host)
+	}
+	fused := collective.Buffer{DType: dt, Count: total / dt.Size(), Host: buf}
+	if err := c.Allreduce(ctx, fused, fused, op, opts...); err != nil {
+		return err
+	}
+	off = 0
+	for _, i := range members {
+		off += copy(tensors[i].Host, buf[off:])
+	}
+	return nil
+}
+
+func (f *Fuser) deviceBucket(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, members []int, total int, op collective.ReduceOp, opts []collective.Option) error {
+	first := tensors[members[0]]
+	dt := first.DType
+	if f.dev[dt] == nil || f.dev[dt].Size() < total {
+		size := total
+		if f.dev[dt] != nil {
+			// Grow geometrically (up to the threshold, the largest bucket)
+			// so that a few calls settle on one allocation.
+			size = max(total, min(2*f.dev[dt].Size(), f.threshold))
+			_ = f.dev[dt].Free()
+			f.dev[dt] = nil
+		}
+		m, err := first.Device.Alloc(ctx, size)
+		if err != nil {
+			return fmt.Errorf("fusion: allocating a %v fusion buffer on the device: %w", dt, err)
+		}
+		f.dev[dt] = m
+	}
+	scratch := f.dev[dt]
+	off := 0
+	for _, i := range members {
+		t := tensors[i]
+		if err := scratch.CopyFrom(ctx, off, t.Device, 0, t.Bytes()); err != nil {
+			return fmt.Errorf("fusion: packing tensor %d: %w", i, err)
+		}
+		off += t.Bytes()
+	}
+	fused := collective.Buffer{DType: dt, Count: total / dt.Size(), Device: scratch}
+	if err := c.Allreduce(ctx, fused, fused, op, opts...); err != nil {
+		return err
+	}
+	off = 0
+	for _, i := range members {
+		t := tensors[i]
+		if err := t.Device.CopyFrom(ctx, 0, scratch, off, t.Bytes()); err != nil {
+			return fmt.Errorf("fusion: unpacking tensor %d: %w", i, err)
+		}
+		off += t.Bytes()
+	}
+	return nil
+}
+
+// Close frees the device fusion buffers. The Fuser may be used again
+// afterwards (it allocates anew).
+func (f *Fuser) Close() error {
+	var errs []error
+	for i, m := range f.dev {
+		if m != nil {
+			errs = append(errs, m.Free())
+			f.dev[i] = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ErrQueueClosed is returned for work submitted to an AsyncReducer after Close.
+var ErrQueueClosed = errors.New("fusion: async reducer closed")
+
+// AsyncReducer lets a trainer hand gradients over as soon as each is computed
+// (during the backward pass) and wait for all of them at the end of the step:
+// submissions run in order on one background goroutine, so the communication
+// of early layers overlaps the computation of later ones.
+type AsyncReducer struct {
+	comm  *collective.Communicator
+	fuser *Fuser
+	op    collective.ReduceOp
+	opts  []collective.Option
+	work  chan *Pending
+	done  chan struct{}
+	once  stdsync.Once
+}
+
+// Pending is one submitted group of tensors.
+type Pending struct {
+	ctx     context.Context
+	tensors []collective.Buffer
+	err     error
+	ready   chan struct{}
+}
+
+// Wait returns once the tensors are reduced (or the context ends) and reports
+// the group's error.
+func (p *Pending) Wait(ctx context.Context) error {
+	select {
+	case <-p.ready:
+		return p.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// NewAsyncReducer starts the background goroutine for c. Close stops it.
+func NewAsyncReducer(c *collective.Communicator, fusionBytes int, op collective.ReduceOp, opts ...collective.Option) *AsyncReducer {
+	a := &AsyncReducer{
+		comm: c, fuser: NewFuser(fusionBytes), op: op, opts: opts,
+		work: make(chan *Pending, 1024), done: make(chan struct{}),
+	}
+	go a.loop()
+	return a
+}
+
+// Submit queues tensors for an in-place allreduce; their memory must not be
+// touched until the returned Pending is done. Every rank must submit the same
+// dtypes and sizes in the same order.
+func (a *AsyncReducer) Submit(ctx context.Context, tensors ...collective.Buffer) *Pending {
+	p := &Pending{ctx: ctx, tensors: tensors, ready: make(chan struct{})}
+	select {
+	case <-a.done:
+		p.err = ErrQueueClosed
+		close(p.ready)
+		return p
+	default:
+	}
+	select {
+	case a.work <- p:
+	case <-a.done:
+		p.err = ErrQueueClosed
+		close(p.ready)
+	case <-ctx.Done():
+		p.err = ctx.Err()
+		close(p.ready)
+	}
+	return p
+}
+
+func (a *AsyncReducer) loop() {
+	var failed error
+	for {
+		select {
+		case p := <-a.work:
+			if failed != nil {
+				// The collectives after a failure cannot run on a spent
+				// communicator: fail the rest of the queue with the cause.
+				p.err = fmt.Errorf("fusion: an earlier submission failed: %w", failed)
+			} else if p.err = a.fuser.Allreduce(p.ctx, a.comm, p.tensors, a.op, a.opts...); p.err != nil && a.comm.Err() != nil {
+				failed = p.err // not a malformed submission: the communicator is spent
+			}
+			close(p.ready)
+		case <-a.done:
+			_ = a.fuser.Close()
+			return
+		}
+	}
+}
+
+// Close stops the background goroutine. Submissions still queued fail with
+// ErrQueueClosed; one already running finishes first.
+func (a *AsyncReducer) Close() {
+	a.once.Do(func() { close(a.done) })
+	for {
+		select {
+		case p := <-a.work:
+			p.err = ErrQueueClosed
+			close(p.ready)
+		default:
+			return
+		}
+	}
+}
