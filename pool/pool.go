@@ -211,6 +211,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if p.over() {
 			return p.result(), nil
 		}
+		tick.Reset(cfg.Interval) // the next round is an interval after this one
 		arrival := time.NewTimer(p.nextArrival())
 		select {
 		case <-ctx.Done():

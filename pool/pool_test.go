@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -114,5 +115,65 @@ func TestPoolSharesSlots(t *testing.T) {
 			}
 			t.Logf("avg JCT %.1fs makespan %.1fs utilization %.2f, %d rounds", res.AvgJCT, res.Makespan, res.SlotUtilization, res.Rounds)
 		})
+	}
+}
+
+// running lists the processes running the test's synthetic binary (its path is
+// unique to this test binary's temporary directory).
+func running(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == synthetic {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestPoolCancel ends a pool while its job trains: Run stops the job's
+// workers, waits for them and returns the context's error; a job whose
+// command fails is reported failed without stopping the others.
+func TestPoolCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := pool.DefaultConfig()
+	cfg.Slots, cfg.Interval = 2, 500*time.Millisecond
+	cfg.Jobs = []pool.JobSpec{syntheticJob("long", 1_000_000, 0), {Name: "broken", Argv: []string{"/bin/false"}}}
+	cfg.OnRound = func(r pool.Round) {
+		if r.Jobs[0].Workers > 0 && r.Jobs[1].State == pool.Failed {
+			cancel()
+		}
+	}
+	done := make(chan struct{})
+	var res pool.Result
+	var err error
+	go func() {
+		defer close(done)
+		res, err = pool.Run(ctx, cfg)
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return within 60 s of its start")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	if s := res.Jobs[0].State; s != pool.Failed {
+		t.Errorf("the cancelled job ended %s", s)
+	}
+	if s := res.Jobs[1]; s.State != pool.Failed || s.Err == "" {
+		t.Errorf("the broken job: %+v", s)
+	}
+	if ps := running(t); len(ps) > 0 {
+		t.Errorf("synthetic workers still running after Run returned: pids %v", ps)
 	}
 }
