@@ -31,7 +31,7 @@ func clusterCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	population := fs.Int("population", 0, "Pollux: genetic algorithm population (default 100)")
 	generations := fs.Int("generations", 0, "Pollux: generations per round (default 100)")
 	seed := fs.Uint64("seed", 1, "Pollux: random seed")
-	threshold := fs.Duration("tiresias-threshold", 0, "Tiresias: slot time after which a job drops to the low-priority queue (default 1h)")
+	threshold := fs.Duration("tiresias-threshold", 0, "Tiresias: slot time after which a job drops to the low-priority queue (default 16h, as in Pollux's study)")
 	asJSON := fs.Bool("json", false, "print one JSON object per round, and the result, instead of the table")
 	logOpts := logging.DefaultOptions()
 	logOpts.Register(fs)
