@@ -15,6 +15,7 @@
 //     time, with the true step times ("oracle").
 //
 // The policies only decide; the caller applies the allocation and measures
-// the jobs: package simulator replays Pollux's trace-driven study, and a live
-// cluster feeds real jobs' goodput models through the same Job type.
+// the jobs: package simulator replays Pollux's trace-driven study, and package
+// pool shares a pool of slots among real elastic jobs live, feeding their
+// fitted goodput models through the same Job type.
 package scheduler
