@@ -1,223 +1,185 @@
 package cli
 
 import (
+	"bytes"
 	"context"
-	"errors"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
-	"strconv"
 	"strings"
-	"time"
+	"text/tabwriter"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	"golang.org/x/term"
 
-	"github.com/gorovod/gorovod/cluster/kube"
-	"github.com/gorovod/gorovod/cluster/slurm"
-	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/internal/netaddr"
-	"github.com/gorovod/gorovod/job"
+	"github.com/gorovod/gorovod/internal/logging"
+	"github.com/gorovod/gorovod/pool"
+	"github.com/gorovod/gorovod/scheduler"
 )
 
-// clusterOptions are `gorovod run`'s flags for cluster engines and for the
-// workers' leave notice.
-type clusterOptions struct {
-	slurm          bool
-	slurmArgs      stringList
-	slurmCPUs      int
-	kubernetes     bool
-	kubeImage      string
-	kubeNamespace  string
-	kubeJob        string
-	kubeconfig     string
-	kubeTemplate   string
-	kubeGossipPort int
-	leaveNotice    time.Duration
-}
+// clusterCommand is `gorovod cluster JOBS.json`: several elastic jobs on a
+// pool of local slots, shared by a scheduling policy, with a live table.
+func clusterCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gorovod cluster", flag.ContinueOnError)
+	def := pool.DefaultConfig()
+	slots := fs.Int("slots", 0, "worker slots in the pool (required): how many workers run at once")
+	perNode := fs.Int("slots-per-node", 0, "slots that make one machine, for placement and the goodput models (default: all, one machine)")
+	policy := fs.String("policy", "pollux", "scheduling policy: pollux, optimus or tiresias")
+	interval := fs.Duration("interval", def.Interval, "time between scheduling rounds (a round also runs when a job arrives or ends)")
+	penalty := fs.Duration("restart-penalty", def.RestartPenalty, "Pollux: what a resize costs a job (δ)")
+	population := fs.Int("population", 0, "Pollux: genetic algorithm population (default 100)")
+	generations := fs.Int("generations", 0, "Pollux: generations per round (default 100)")
+	seed := fs.Uint64("seed", 1, "Pollux: random seed")
+	threshold := fs.Duration("tiresias-threshold", 0, "Tiresias: slot time after which a job drops to the low-priority queue (default 16h, as in Pollux's study)")
+	asJSON := fs.Bool("json", false, "print one JSON object per round, and the result, instead of the table")
+	logOpts := logging.DefaultOptions()
+	logOpts.Register(fs)
+	usage := `Usage: gorovod cluster --slots N [flags] JOBS.json
 
-// kubeGossipPort is the driver's gossip port in a pod: the containerPort of
-// deploy/kubernetes/driver.yaml.
-const kubeGossipPort = 7946
+Runs several elastic training jobs on a pool of N local worker slots and
+shares the slots among them with a scheduling policy: every interval it fits
+each job's goodput model to what the job measured (throughput at each size it
+ran, gradient statistics when the trainer reports them), asks the policy for
+an allocation and grows or shrinks the jobs through their drivers. It prints
+a table of the jobs, their allocations, throughput and predicted goodput after
+every round, and the completion times at the end.
 
-func (c *clusterOptions) addFlags(fs *flag.FlagSet) {
-	fs.BoolVar(&c.slurm, "slurm", false, "inside a Slurm allocation (salloc, sbatch): workers are srun steps on its nodes, at most its task count")
-	fs.Var(&c.slurmArgs, "slurm-arg", "an `argument` for every worker's srun, such as --gres=gpu:1 (repeatable)")
-	fs.IntVar(&c.slurmCPUs, "slurm-cpus-per-worker", 0, "CPUs of each worker step (default: the allocation's --cpus-per-task, else 1)")
-	fs.BoolVar(&c.kubernetes, "kubernetes", false, "workers are pods of this namespace, created through the Kubernetes API (the driver runs in a pod, or uses --kubeconfig)")
-	fs.StringVar(&c.kubeImage, "kubernetes-image", "", "the worker pods' container `image` (required with --kubernetes unless the pod template has one)")
-	fs.StringVar(&c.kubeNamespace, "kubernetes-namespace", "", "the workers' namespace (default: the driver's pod's, else \"default\")")
-	fs.StringVar(&c.kubeJob, "kubernetes-job", "", "the job's `name`, a DNS label: pods <name>-worker-<n>, label gorovod.io/job (default: the job id)")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "a kubeconfig `file` to reach the API server from outside the cluster (default: the pod's service account)")
-	fs.StringVar(&c.kubeTemplate, "kubernetes-pod-template", "", "a Pod manifest `file` (YAML or JSON) the worker pods start from: node selectors, tolerations, resources, volumes")
-	fs.IntVar(&c.kubeGossipPort, "kubernetes-gossip-port", kubeGossipPort, "the driver's gossip port in its pod")
-	fs.DurationVar(&c.leaveNotice, "leave-notice", 0, "how long a worker has from SIGTERM until it must be gone, given to the workers (default: theirs, 25 s; keep it below Slurm's KillWait, and it is the pods' termination grace period)")
-}
-
-// check validates the flags against the rest of the command line.
-func (c *clusterOptions) check(np, maxNP int) error {
-	switch {
-	case c.slurm && c.kubernetes:
-		return errors.New("give --slurm or --kubernetes, not both")
-	case !c.slurm && (len(c.slurmArgs) > 0 || c.slurmCPUs != 0):
-		return errors.New("--slurm-arg and --slurm-cpus-per-worker need --slurm")
-	case c.slurmCPUs < 0:
-		return fmt.Errorf("--slurm-cpus-per-worker %d must be positive", c.slurmCPUs)
-	case !c.kubernetes && (c.kubeImage != "" || c.kubeNamespace != "" || c.kubeJob != "" || c.kubeconfig != "" || c.kubeTemplate != ""):
-		return errors.New("the --kubernetes-* and --kubeconfig flags need --kubernetes")
-	case c.kubeGossipPort < 1 || c.kubeGossipPort > 65535:
-		return fmt.Errorf("--kubernetes-gossip-port %d is not a port", c.kubeGossipPort)
-	case c.leaveNotice < 0 || c.leaveNotice > envconfig.MaxLeaveNotice:
-		return fmt.Errorf("--leave-notice %v: want a duration between 0 and %v", c.leaveNotice, envconfig.MaxLeaveNotice)
+JOBS.json is a JSON array of jobs:
+  [{"name": "a", "argv": ["./synthetic", "--steps", "500"], "max_workers": 4},
+   {"name": "b", "argv": ["./fashion-mnist", "--epochs", "1"], "submit": "30s"}]
+with optional fields env, workers (the size asked for: Tiresias runs it),
+min_workers, max_workers, submit (arrival after the start), init_batch and
+limits (max_batch, min_micro_batch, max_micro_batch, accumulation).`
+	if err := parseFlags(fs, args, usage, stdout, stderr); err != nil {
+		return err
 	}
-	return nil
-}
-
-// apply sets the job configuration's launcher, hosts, bounds, driver address
-// and worker environment for the engine the flags ask for (none: the local
-// launcher stays); it returns what to do once the job has ended.
-func (c *clusterOptions) apply(ctx context.Context, cfg *job.Config, report func(format string, args ...any)) (closeFn func(), err error) {
-	if c.leaveNotice > 0 {
-		cfg.Env = append(cfg.Env, envconfig.EnvLeaveNotice+"="+c.leaveNotice.String())
+	usageErr := func(format string, args ...any) error {
+		fmt.Fprintf(stderr, "gorovod cluster: "+format+"\nRun 'gorovod cluster --help' for the flags.\n", args...)
+		return ErrUsage
 	}
-	switch {
-	case c.slurm:
-		return func() {}, c.applySlurm(ctx, cfg, report)
-	case c.kubernetes:
-		return c.applyKubernetes(ctx, cfg, report)
+	if err := logOpts.Validate(); err != nil {
+		return usageErr("%v", err)
 	}
-	if id, ok := slurmJobID(); ok {
-		report("inside Slurm job %s without --slurm: the workers run on this host as plain processes, not as steps of the allocation", id)
+	log, _ := logOpts.Logger(stderr)
+	if fs.NArg() != 1 {
+		return usageErr("want one JOBS.json file, got %d arguments", fs.NArg())
 	}
-	return func() {}, nil
-}
-
-func slurmJobID() (string, bool) {
-	a, ok, _ := slurm.CurrentAllocation()
-	return a.JobID, ok
-}
-
-func (c *clusterOptions) applySlurm(ctx context.Context, cfg *job.Config, report func(format string, args ...any)) error {
-	a, ok, err := slurm.CurrentAllocation()
-	switch {
-	case err != nil:
-		return fmt.Errorf("--slurm: %w", err)
-	case !ok:
-		return errors.New("--slurm: not inside a Slurm allocation (no SLURM_JOB_ID): run gorovod under salloc or in an sbatch script")
-	case cfg.Workers > a.NTasks:
-		return fmt.Errorf("--slurm: --np %d is more than the %d tasks of allocation %s", cfg.Workers, a.NTasks, a.JobID)
-	case cfg.MaxWorkers > a.NTasks:
-		return fmt.Errorf("--slurm: --max-np %d is more than the %d tasks of allocation %s", cfg.MaxWorkers, a.NTasks, a.JobID)
+	if *slots < 1 {
+		return usageErr("--slots must be at least 1")
 	}
-	if cfg.MaxWorkers == 0 {
-		cfg.MaxWorkers = a.NTasks
+	cfg := def
+	cfg.Slots, cfg.SlotsPerNode, cfg.Interval, cfg.RestartPenalty, cfg.Logger = *slots, *perNode, *interval, *penalty, log
+	if *interval <= 0 || *penalty < 0 || *perNode < 0 {
+		return usageErr("--interval must be positive, --restart-penalty and --slots-per-node not negative")
 	}
-	l, err := slurm.NewLauncher(slurm.LauncherConfig{JobID: a.JobID, CPUsPerWorker: c.slurmCPUs, ExtraArgs: c.slurmArgs})
+	switch *policy {
+	case "pollux":
+		cfg.Policy = scheduler.NewPollux(scheduler.PolluxConfig{Population: *population, Generations: *generations,
+			Seed: *seed, RestartPenalty: *penalty, NoRestartPenalty: *penalty == 0})
+	case "optimus":
+		cfg.Policy = scheduler.NewOptimus()
+	case "tiresias":
+		cfg.Policy = scheduler.NewTiresias(scheduler.TiresiasConfig{QueueThreshold: *threshold})
+	default:
+		return usageErr("unknown policy %q (want pollux, optimus or tiresias)", *policy)
+	}
+	f, err := os.Open(fs.Arg(0))
 	if err != nil {
-		return fmt.Errorf("--slurm: %w", err)
+		return &commandError{command: "cluster", err: err}
 	}
-	cfg.Launcher, cfg.Discovery = l, a.Discovery()
-	// Workers on other nodes must reach the driver: off loopback as soon as
-	// one node of the allocation is not this host.
-	if cfg.Gossip.BindAddr == "" || netaddr.IsLoopback(cfg.Gossip.BindAddr) {
-		other, err := a.RemoteNode(ctx)
-		if err != nil {
-			return fmt.Errorf("--slurm: %w", err)
-		}
-		if other != "" {
-			addr, err := netaddr.Pick(envconfig.DriverInterfaces(os.Getenv), other)
-			if err != nil {
-				return fmt.Errorf("--slurm: the driver's address for workers on %s: %w (set %s)", other, err, envconfig.EnvNetworkInterface)
-			}
-			cfg.Gossip.BindAddr = addr.String()
-		}
-	}
-	nodes := make([]string, len(a.Hosts))
-	for i, h := range a.Hosts {
-		nodes[i] = h.Name + ":" + strconv.Itoa(h.Slots)
-	}
-	report("Slurm job %s: %d tasks on %s; at most %d workers", a.JobID, a.NTasks, strings.Join(nodes, ","), cfg.MaxWorkers)
-	return nil
-}
-
-func (c *clusterOptions) applyKubernetes(ctx context.Context, cfg *job.Config, report func(format string, args ...any)) (func(), error) {
-	pod, inPod, err := envconfig.LoadKubernetesPod(os.Getenv)
+	cfg.Jobs, err = pool.ReadJobs(f)
+	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("--kubernetes: %w", err)
+		return &commandError{command: "cluster", err: fmt.Errorf("%s: %w", fs.Arg(0), err)}
 	}
-	var restCfg *rest.Config
-	if c.kubeconfig != "" {
-		restCfg, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+
+	table := &poolTable{w: stdout}
+	if out, ok := stdout.(*os.File); ok && !*asJSON {
+		table.redraw = term.IsTerminal(int(out.Fd()))
+	}
+	enc := json.NewEncoder(stdout)
+	cfg.OnRound = func(r pool.Round) {
+		if *asJSON {
+			_ = enc.Encode(struct {
+				Kind string `json:"kind"`
+				pool.Round
+			}{"round", r})
+			return
+		}
+		table.show(r)
+	}
+	res, err := pool.Run(ctx, cfg)
+	if *asJSON {
+		_ = enc.Encode(struct {
+			Kind string `json:"kind"`
+			pool.Result
+		}{"result", res})
 	} else {
-		restCfg, err = rest.InClusterConfig()
+		printPoolResult(stdout, res)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("--kubernetes: the API server: %w (outside a pod, give --kubeconfig)", err)
+		return &commandError{command: "cluster", err: err}
 	}
-	client, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return nil, fmt.Errorf("--kubernetes: %w", err)
-	}
-	kc := kube.Config{Client: client, Namespace: c.kubeNamespace, Job: c.kubeJob, Image: c.kubeImage, Grace: c.leaveNotice,
-		Logf: func(format string, args ...any) {}}
-	if kc.Job == "" {
-		if cfg.JobID == "" {
-			cfg.JobID = job.NewJobID()
-		}
-		kc.Job = cfg.JobID
-	}
-	if c.kubeTemplate != "" {
-		if kc.Template, err = readPodTemplate(c.kubeTemplate); err != nil {
-			return nil, fmt.Errorf("--kubernetes-pod-template: %w", err)
+	for _, j := range res.Jobs {
+		if j.State != pool.Done {
+			return &commandError{command: "cluster", err: fmt.Errorf("job %s %s: %s", j.Name, j.State, j.Err)}
 		}
 	}
-	if inPod {
-		if kc.Namespace == "" {
-			kc.Namespace = pod.Namespace
-		}
-		// Deleting the driver's pod (its Job) deletes the workers.
-		kc.Owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: types.UID(pod.UID)}
-		if pod.IP != "" && cfg.Gossip.BindAddr == "" {
-			cfg.Gossip.BindAddr, cfg.Gossip.BindPort = pod.IP, c.kubeGossipPort
-		}
-	}
-	l, err := kube.NewLauncher(ctx, kc)
-	if err != nil {
-		return nil, fmt.Errorf("--kubernetes: %w", err)
-	}
-	cfg.Launcher = l
-	ns := kc.Namespace
-	if ns == "" {
-		ns = "default"
-	}
-	report("Kubernetes: job %s in namespace %s (pods labelled %s=%s)", kc.Job, ns, kube.LabelJob, kc.Job)
-	return func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute+2*max(c.leaveNotice, kube.DefaultConfig().Grace))
-		defer cancel()
-		if err := l.Close(cctx); err != nil {
-			report("cleaning up the job's pods: %v", err)
-		}
-	}, nil
+	return nil
 }
 
-// readPodTemplate reads a Pod manifest.
-func readPodTemplate(path string) (*corev1.Pod, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
+// poolTable prints the pool's table after each round; on a terminal it
+// redraws the previous one in place.
+type poolTable struct {
+	w      io.Writer
+	redraw bool
+	lines  int // lines of the previous table, to redraw over
+}
+
+func (t *poolTable) show(r pool.Round) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "[%7.1fs] round %d, %s, %d of %d slots allocated\n", r.Elapsed, r.Round, r.Policy, r.Used, r.Slots)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "job\tstate\tslots\tworkers\tstep\tthroughput\tgoodput\tprofiled\tresizes\t")
+	for _, j := range r.Jobs {
+		step := fmt.Sprint(j.Step)
+		if j.TotalSteps > 0 {
+			step = fmt.Sprintf("%d/%d", j.Step, j.TotalSteps)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t\n", j.Name, j.State, j.Allocated, j.Workers, step,
+			orDash(j.Throughput), orDash(j.Goodput), j.Profiled, j.Resizes)
 	}
-	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(b, nil, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	tw.Flush()
+	if t.redraw && t.lines > 0 {
+		fmt.Fprintf(t.w, "\x1b[%dA\x1b[J", t.lines)
+	} else if t.lines > 0 {
+		fmt.Fprintln(t.w)
 	}
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return nil, fmt.Errorf("%s: a %T, not a Pod", path, obj)
+	t.lines = strings.Count(b.String(), "\n")
+	_, _ = t.w.Write(b.Bytes())
+}
+
+func orDash(v float64) string {
+	if v <= 0 {
+		return "-"
 	}
-	return pod, nil
+	return fmt.Sprintf("%.1f", v)
+}
+
+func printPoolResult(w io.Writer, res pool.Result) {
+	fmt.Fprintf(w, "\n%s on %d slots: %d rounds\n", res.Policy, res.Slots, res.Rounds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "job\tstate\tsubmitted (s)\tstarted (s)\tfinished (s)\tJCT (s)\tresizes\t")
+	for _, j := range res.Jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%d\t\n", j.Name, j.State, j.Submitted, j.Started, j.Finished, j.JCT, j.Resizes)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "average JCT %.1f s, makespan %.1f s, slot utilization %.1f%%\n",
+		res.AvgJCT, res.Makespan, 100*res.SlotUtilization)
+	for _, j := range res.Jobs {
+		if j.Err != "" {
+			fmt.Fprintf(w, "%s: %s\n", j.Name, j.Err)
+		}
+	}
 }

@@ -38,7 +38,7 @@ type runOptions struct {
 	asJSON             bool
 	progress           string
 	placement          string
-	cluster            clusterOptions // cluster.go
+	cluster            clusterOptions // runcluster.go
 }
 
 // autoscaling says whether the engine acts (a heuristic, or straggler

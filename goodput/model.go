@@ -87,6 +87,10 @@ func (l Limits) resolve(initBatch int) Limits {
 	return l
 }
 
+// Resolved returns the limits with the defaults applied for a job starting
+// at initBatch.
+func (l Limits) Resolved(initBatch int) Limits { return l.resolve(initBatch) }
+
 // Validate checks the limits against the initial batch size.
 func (l Limits) Validate(initBatch int) error {
 	if l.MaxBatch < 0 || l.MinMicroBatch < 0 || l.MaxMicroBatch < 0 {

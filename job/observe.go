@@ -118,7 +118,8 @@ func stepReports(worker string, steps []stats.Step, total int64) []heuristics.St
 	for i, s := range steps {
 		reps[i] = heuristics.StepReport{Worker: worker, Epoch: s.Epoch, Step: s.Step, Samples: s.Samples,
 			Compute: s.Compute, StepTime: s.StepTime, TotalSteps: total,
-			Loss: s.Loss, HasLoss: s.HasLoss, Bytes: s.Bytes, Switch: s.Switch}
+			Loss: s.Loss, HasLoss: s.HasLoss, Bytes: s.Bytes, Switch: s.Switch,
+			Accum: s.Accum, GradSqr: s.GradSqr, GradVar: s.GradVar}
 	}
 	return reps
 }

@@ -14,8 +14,9 @@ import (
 )
 
 // startToyWorld joins p toy workers through an in-process coordinator and
-// returns their sessions once all are in one world.
-func startToyWorld(b *testing.B, p int, params int, onStats ...func(stats.Batch)) ([]*Session, *driver.Coordinator) {
+// returns their sessions once all are in one world; edits change each
+// session's configuration.
+func startToyWorld(b *testing.B, p int, params int, edits ...func(*Config)) ([]*Session, *driver.Coordinator) {
 	b.Helper()
 	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: p, Coalesce: time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -26,11 +27,7 @@ func startToyWorld(b *testing.B, p int, params int, onStats ...func(stats.Batch)
 	for i := range p {
 		w := startToy(b, fmt.Sprintf("b%d", i), coord, params)
 		wg.Go(func() {
-			s, err := joinCoord(ctx, coord, w.name, w.tr, w.state, func(sc *Config) {
-				if len(onStats) > 0 {
-					sc.OnStats = onStats[0]
-				}
-			})
+			s, err := joinCoord(ctx, coord, w.name, w.tr, w.state, edits...)
 			if err != nil {
 				b.Error(err)
 				return
@@ -94,9 +91,9 @@ func BenchmarkStatsOverhead(b *testing.B) {
 	for _, n := range []int{1_000, 100_000} {
 		for _, mode := range []string{"off", "timing", "on"} {
 			b.Run(fmt.Sprintf("p=2/floats=%d/stats=%s", n, mode), func(b *testing.B) {
-				var onStats []func(stats.Batch)
+				var edits []func(*Config)
 				if mode == "timing" { // the clock reads and records, batches dropped
-					onStats = append(onStats, func(stats.Batch) {})
+					edits = append(edits, func(sc *Config) { sc.OnStats = func(stats.Batch) {} })
 				}
 				if mode == "on" {
 					queue := make(chan stats.Batch, 8)
@@ -112,35 +109,17 @@ func BenchmarkStatsOverhead(b *testing.B) {
 							}
 						}
 					}()
-					onStats = append(onStats, func(batch stats.Batch) {
-						select {
-						case queue <- batch:
-						default:
-						}
-					})
-				}
-				sessions, _ := startToyWorld(b, 2, 16, onStats...)
-				b.SetBytes(int64(4 * n))
-				b.ResetTimer()
-				var wg stdsync.WaitGroup
-				for _, s := range sessions {
-					wg.Go(func() {
-						grads := collective.SliceBuffer(make([]float32, n))
-						ctx := context.Background()
-						for range b.N {
-							s.RecordSamples(32)
-							err := s.Allreduce(ctx, Reduction{}, grads)
-							if err == nil {
-								err = s.Commit(ctx)
-							}
-							if err != nil {
-								b.Error(err)
-								return
+					edits = append(edits, func(sc *Config) {
+						sc.OnStats = func(batch stats.Batch) {
+							select {
+							case queue <- batch:
+							default:
 							}
 						}
 					})
 				}
-				wg.Wait()
+				sessions, _ := startToyWorld(b, 2, 16, edits...)
+				stepAll(b, sessions, func(int) []float32 { return make([]float32, n) }, func(s *Session) { s.RecordSamples(32) })
 			})
 		}
 	}
@@ -246,4 +225,60 @@ func BenchmarkSessionCPU(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkGradientNoiseOverhead is the gradient noise measurement's cost
+// to a step: the same steps (one gradient tensor, averaged, committed) with
+// the measurement off and on, in worlds of one and two. There is no compute
+// in these steps, so the relative cost is the largest a trainer can see;
+// the absolute difference per step is what a real step pays.
+func BenchmarkGradientNoiseOverhead(b *testing.B) {
+	for _, p := range []int{1, 2} {
+		for _, n := range []int{100_000, 1 << 20} {
+			for _, mode := range []string{"off", "on"} {
+				b.Run(fmt.Sprintf("p=%d/floats=%d/gns=%s", p, n, mode), func(b *testing.B) {
+					sessions, _ := startToyWorld(b, p, 16, func(sc *Config) { sc.GradientNoise.Measure = mode == "on" })
+					grads := func(rank int) []float32 {
+						g := make([]float32, n)
+						for j := range g {
+							g[j] = float32((rank+j)%7) - 3
+						}
+						return g
+					}
+					stepAll(b, sessions, grads, func(s *Session) { s.SetGlobalBatch(64) })
+				})
+			}
+		}
+	}
+}
+
+// stepAll runs b.N steps on every session at once: before each, each step
+// calls before; then it averages the session's gradient tensor (grads of
+// its index) and commits.
+func stepAll(b *testing.B, sessions []*Session, grads func(int) []float32, before func(*Session)) {
+	b.Helper()
+	b.SetBytes(int64(4 * len(grads(0))))
+	bufs := make([]collective.Buffer, len(sessions))
+	for i := range sessions {
+		bufs[i] = collective.SliceBuffer(grads(i))
+	}
+	b.ResetTimer()
+	var wg stdsync.WaitGroup
+	for i, s := range sessions {
+		wg.Go(func() {
+			ctx := context.Background()
+			for range b.N {
+				before(s)
+				err := s.Allreduce(ctx, Reduction{}, bufs[i])
+				if err == nil {
+					err = s.Commit(ctx)
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

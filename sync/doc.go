@@ -92,6 +92,21 @@
 // let them finish. A worker that proposes (no driver) leaves last, once
 // those are done.
 //
+// # Gradient noise and the adaptive batch size
+//
+// Train measures the gradient noise scale where the gradients pass
+// (Config.GradientNoise; TrainConfig.NoGradientNoise turns it off): every
+// gradient allreduce carries, beside the gradients and without an extra
+// collective, each worker's squared norm of its local gradient (per
+// micro-batch with RecordMicroBatch), and the averaged gradient's norm after
+// it feeds AdaptDL's estimator (goodput.Estimator). The smoothed statistics go
+// to the driver with the step statistics (the goodput heuristic) and to the
+// batch policy. AdaptiveBatch learns the global batch, micro-batch and
+// gradient accumulation that maximize goodput, with the learning-rate factor
+// of its rule (TrainStep.Plan); rank 0 decides off the training path and its
+// decision travels in the same allreduce, so every worker switches at the
+// same step. docs/goodput.md has the models and the measurements.
+//
 // # Packages
 //
 // This package is what a trainer calls: Train (the loop), Worker (a process's

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/goodput"
 	"github.com/gorovod/gorovod/stall"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/fusion"
@@ -35,7 +36,10 @@ type Config struct {
 	// Commit, so it must hand the batch off without blocking.
 	OnStats    func(stats.Batch)
 	StatsEvery int
-	Logger     *slog.Logger
+	// GradientNoise measures the gradient noise scale in the gradient
+	// allreduce (goodput; see NoiseConfig). Train turns it on.
+	GradientNoise NoiseConfig
+	Logger        *slog.Logger
 	// Timeline, if set, records the session's steps, gradient allreduces
 	// (and the queueing of asynchronous ones), world switches, state
 	// broadcasts and recoveries, and, through Collective.Tracer, every
@@ -149,6 +153,8 @@ type Session struct {
 	asyncTagged bool
 
 	clock stats.Clock
+	// noise measures the gradient noise (nil when off).
+	noise *gradNoise
 	obs   *observer
 }
 
@@ -165,6 +171,12 @@ func Join(ctx context.Context, cfg Config, t transport.Transport, src epoch.Sour
 	log := cfg.Logger
 	s := &Session{cfg: cfg, t: t, src: src, state: state, fuser: fusion.NewFuser(cfg.FusionBytes), asyncFuser: fusion.NewFuser(cfg.FusionBytes), log: log.With("worker", cfg.Self.Name)}
 	s.clock = stats.NewClock(cfg.StatsEvery, cfg.OnStats)
+	if cfg.GradientNoise.Measure {
+		if s.noise, err = newGradNoise(cfg.GradientNoise); err != nil {
+			return nil, err
+		}
+		state.replaceBlob(noiseBlob, s.noise.marshal, s.noise.unmarshal)
+	}
 	s.obs = startObserver(cfg, cfg.Self.Name)
 	if err := s.advance(ctx, 0); err != nil {
 		s.obs.close()
@@ -197,6 +209,47 @@ func (s *Session) Communicator() *collective.Communicator { return s.comm }
 // step. The autoscaling engine measures throughput in samples per second when
 // trainers report them, in steps per second otherwise.
 func (s *Session) RecordSamples(n int) { s.clock.AddSamples(n) }
+
+// SetGlobalBatch tells the gradient noise measurement the current step's
+// global batch, the samples of all workers together (Train does, each step).
+// A step it is not told is not measured.
+func (s *Session) SetGlobalBatch(n int) {
+	if s.noise != nil {
+		s.noise.setGlobalBatch(n)
+	}
+}
+
+// RecordMicroBatch records one micro-batch's gradients for the gradient
+// noise measurement when a step accumulates several: call it for each
+// micro-batch, with that micro-batch's mean gradient (the loss averaged over
+// its samples), before adding it into the accumulated gradient; then reduce
+// the micro-batches' mean with Allreduce as usual. Without accumulation do
+// not call it: the allreduce measures its own input. Tensors in device
+// memory leave the step unmeasured. Without the measurement it does
+// nothing.
+func (s *Session) RecordMicroBatch(tensors ...collective.Buffer) error {
+	if s.noise == nil {
+		return nil
+	}
+	if err := fusion.Check(tensors); err != nil {
+		return err
+	}
+	s.noise.recordMicroBatch(tensors)
+	return nil
+}
+
+// GradientNoise returns the job's smoothed gradient statistics (the
+// gradient's square and variance; see goodput.GradParams) after the last
+// committed step; ok is false before the first estimate or without the
+// measurement (Config.GradientNoise).
+func (s *Session) GradientNoise() (grad goodput.GradParams, ok bool) {
+	if s.noise == nil {
+		return grad, false
+	}
+	s.noise.mu.Lock()
+	defer s.noise.mu.Unlock()
+	return s.noise.params()
+}
 
 // RecordLoss reports the trainer's training loss of the current step: the
 // mean loss per sample over this worker's share of the step's batch, so that
@@ -260,7 +313,7 @@ func (s *Session) Allreduce(ctx context.Context, how Reduction, tensors ...colle
 	defer s.clock.Wait(began)
 	bytes := s.obs.gradients(tensors)
 	newest := s.src.Latest()
-	err = reduceGradients(ctx, s.fuser, s.comm, tensors, how, &newest)
+	err = reduceGradients(ctx, s.fuser, s.comm, tensors, how, &newest, s.noise)
 	if s.obs.tl != nil {
 		s.obs.reduced("allreduce gradients", began, time.Now(), len(tensors), bytes, err)
 	}
@@ -276,13 +329,11 @@ func (s *Session) Allreduce(ctx context.Context, how Reduction, tensors ...colle
 
 // reduceGradients is the one place every gradient allreduce goes through, the
 // synchronous one and AllreduceAsync's. Besides the gradients it carries the
-// highest world epoch any member knows of (newest, in the frames' tags).
-//
-// Goodput (issue 14) will measure the gradient noise here, at no extra
-// collective: each replica's squared norm of tensors before the reduction,
-// and of the reduced result after it, travelling with newest on this same
-// allreduce.
-func reduceGradients(ctx context.Context, f *fusion.Fuser, comm *collective.Communicator, tensors []collective.Buffer, how Reduction, newest *uint64) error {
+// highest world epoch any member knows of (newest, in the frames' tags) and,
+// when noise is measured, the gradient noise side-car (gns.go): each
+// worker's squared norm before the reduction and rank 0's batch decision,
+// in one of the gradients' own buckets — no extra collective.
+func reduceGradients(ctx context.Context, f *fusion.Fuser, comm *collective.Communicator, tensors []collective.Buffer, how Reduction, newest *uint64, noise *gradNoise) error {
 	opts := [3]collective.Option{collective.MaxTag(newest)} // on the stack: this runs every step
 	n := 1
 	if how.Prescale != 1 {
@@ -291,7 +342,24 @@ func reduceGradients(ctx context.Context, f *fusion.Fuser, comm *collective.Comm
 	if how.Postscale != 1 {
 		opts[n], n = collective.Postscale(how.Postscale), n+1
 	}
-	return f.Allreduce(ctx, comm, tensors, how.Op, opts[:n]...)
+	if noise == nil {
+		return f.Allreduce(ctx, comm, tensors, how.Op, opts[:n]...)
+	}
+	var x [numExtras]float64
+	if !noise.before(tensors, how, comm.Rank(), comm.Size(), &x) {
+		noise.uncarried(tensors)
+		return f.Allreduce(ctx, comm, tensors, how.Op, opts[:n]...)
+	}
+	carried, err := f.AllreduceExtra(ctx, comm, tensors, x[:], how.Op, opts[:n]...)
+	switch {
+	case err != nil:
+		return err
+	case carried:
+		noise.after(tensors, how, comm.Size(), &x)
+	default:
+		noise.uncarried(tensors)
+	}
+	return nil
 }
 
 // failed handles an error of a gradient allreduce on comm. An error that left
@@ -364,7 +432,7 @@ func (s *Session) AllreduceAsync(ctx context.Context, how Reduction, tensors ...
 			began = time.Now()
 			tl.Complete(timeline.TrackTraining, "queued", "gradients", queued, began, timeline.Int("tensors", int64(len(tensors))))
 		}
-		p.err = reduceGradients(ctx, s.asyncFuser, comm, tensors, how, &newest)
+		p.err = reduceGradients(ctx, s.asyncFuser, comm, tensors, how, &newest, s.noise)
 		if tl != nil {
 			s.obs.reduced("allreduce gradients (async)", began, time.Now(), len(tensors), bytes, p.err)
 		}
@@ -435,6 +503,11 @@ func (s *Session) Commit(ctx context.Context) error {
 	began := time.Now()
 	s.state.Step++
 	committed := s.state.Step
+	if s.noise != nil {
+		elapsed, waited := s.clock.Lap(began)
+		accum, grad := s.noise.commit(s.Rank(), s.Size(), elapsed, waited)
+		s.clock.SetGrad(accum, grad.Sqr, grad.Var)
+	}
 	newest := s.newest
 	if !s.tagged {
 		// No gradient allreduce carried the news this step: ask explicitly.
@@ -600,6 +673,9 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 		s.mu.Unlock()
 		now := time.Now()
 		s.clock.Entered(now, now.Sub(start))
+		if s.noise != nil {
+			s.noise.reset()
+		}
 		s.obs.entered(ep, rank, comm, start, now)
 		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", now.Sub(start))
 		return nil

@@ -69,6 +69,25 @@ type EpochEnd struct {
 type BatchPlan struct {
 	// Global is the step's batch size summed over all workers.
 	Global int
+	// MicroBatch and Accum say how a worker trains its share when it
+	// accumulates gradients: Accum+1 micro-batches of about MicroBatch
+	// samples each (TrainStep.MicroBatches splits them), recorded with
+	// Session.RecordMicroBatch. Accum 0: one micro-batch, the whole share
+	// (MicroBatch is then informative, or 0).
+	MicroBatch, Accum int
+	// LRFactor multiplies the learning rate tuned for the initial batch
+	// size (the adaptive policy's learning-rate rule); 0 means 1. Use
+	// LRScale.
+	LRFactor float64
+}
+
+// LRScale is the factor to multiply the learning rate by: LRFactor, or 1
+// when the policy does not scale it.
+func (p BatchPlan) LRScale() float64 {
+	if p.LRFactor == 0 {
+		return 1
+	}
+	return p.LRFactor
 }
 
 // Progress is where training stands when the loop asks its BatchPolicy for
@@ -95,6 +114,22 @@ type FixedBatch int
 // PlanBatch returns the fixed size.
 func (b FixedBatch) PlanBatch(Progress) BatchPlan { return BatchPlan{Global: int(b)} }
 
+// MicroBatches splits this worker's Batch.Indices into the plan's Accum+1
+// micro-batches, in order, as evenly as sampler.Split divides (the last step
+// of a data epoch may leave some empty). Without a sampler it returns nil.
+func (s *TrainStep) MicroBatches() [][]int {
+	if s.Batch.Indices == nil {
+		return nil
+	}
+	n := s.Plan.Accum + 1
+	out := make([][]int, n)
+	for i := range n {
+		off, l := sampler.Split(len(s.Batch.Indices), i, n)
+		out[i] = s.Batch.Indices[off : off+l : off+l]
+	}
+	return out
+}
+
 // TrainConfig configures Train. A zero field means its default; Steps or
 // Epochs must be set.
 type TrainConfig struct {
@@ -115,6 +150,11 @@ type TrainConfig struct {
 	// if set, decides it instead, step by step. Data needs one of them.
 	GlobalBatch int
 	BatchPolicy BatchPolicy
+	// NoGradientNoise turns off the gradient noise measurement the loop
+	// otherwise runs in the gradient allreduce (Config.GradientNoise, for the
+	// goodput heuristic and the adaptive batch size, which needs it; about a
+	// percent of a step). Every worker of a job must set it alike.
+	NoGradientNoise bool
 	// Committed, if set, is called after every step that committed, with
 	// the step as it ran (its rank, size and world), for logging and
 	// checkpoints. It is also called for the step at whose end this worker
@@ -294,6 +334,9 @@ func (c TrainConfig) prepare(state *State, step StepFunc) (TrainConfig, error) {
 	if c.Data != nil {
 		state.replaceBlob(samplerBlob, c.Data.MarshalBinary, c.Data.UnmarshalBinary)
 	}
+	if err := c.prepareNoise(state); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -366,6 +409,11 @@ func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Sig
 	setTotalSteps(cfg, sess)
 	notice, stepCtx := watchLeave(ctx, cfg.LeaveNotice, leave)
 	defer notice.stop()
+	stop, err := startPolicy(ctx, cfg, sess)
+	if err != nil {
+		return res, err
+	}
+	defer stop()
 	leaving := false
 	var last TrainStep
 	for {
@@ -403,10 +451,11 @@ func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Sig
 			dataEpoch = cfg.Data.Epoch()
 		}
 		s.Plan = cfg.BatchPolicy.PlanBatch(Progress{Step: sess.Step(), Size: s.Size, DataEpoch: dataEpoch})
+		sess.SetGlobalBatch(s.Plan.Global)
 		if cfg.Data != nil {
 			b, err := cfg.Data.Batch(s.Rank, s.Size, s.Plan.Global)
 			if err != nil {
-				return res, fmt.Errorf("sync: the batch of step %d (plan %+v): %w", s.Number, s.Plan, err)
+				return res, fmt.Errorf("sync: the batch of step %d (global batch %d): %w", s.Number, s.Plan.Global, err)
 			}
 			if b.Global == 0 {
 				if err := endEpoch(ctx, cfg, sess); err != nil {
@@ -416,6 +465,7 @@ func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Sig
 			}
 			s.Batch = b
 			sess.RecordSamples(len(b.Indices))
+			sess.SetGlobalBatch(b.Global)
 		}
 		switch err := step(stepCtx, &s); {
 		case err != nil && notice.ranOut():

@@ -134,7 +134,7 @@ func (w *loopWorker) train(ctx context.Context, t testing.TB, coord *driver.Coor
 		return TrainResult{}, err
 	}
 	coord.Add(epoch.Member{Name: w.name, Addr: tr.Addr()})
-	sess, err := joinCoord(ctx, coord, w.name, tr, w.state)
+	sess, err := joinCoord(ctx, coord, w.name, tr, w.state, func(sc *Config) { sc.GradientNoise = cfg.Worker.Session.GradientNoise })
 	if err != nil {
 		return TrainResult{}, err
 	}
@@ -546,7 +546,7 @@ func TestTrainConfigErrors(t *testing.T) {
 	}
 	// A policy that gives the sampler no batch is reported with the plan.
 	_, err = Train(context.Background(), TrainConfig{Data: data, Epochs: 1, BatchPolicy: FixedBatch(0)}, NewState(), step)
-	if err == nil || !strings.Contains(err.Error(), "plan {Global:0}") {
+	if err == nil || !strings.Contains(err.Error(), "global batch 0") {
 		t.Fatalf("a zero global batch: %v", err)
 	}
 }

@@ -32,9 +32,11 @@ type trainerLine struct {
 	Samples    sampleList `json:"samples"`
 	Start      int        `json:"start"`
 	Global     int        `json:"global"`
-	Loss       float64    `json:"loss"`
-	Accuracy   float64    `json:"test_accuracy"`
-	At         time.Time
+	// GlobalBatch is the fashion-mnist example's step's global batch.
+	GlobalBatch int     `json:"global_batch"`
+	Loss        float64 `json:"loss"`
+	Accuracy    float64 `json:"test_accuracy"`
+	At          time.Time
 }
 
 // sampleList is the synthetic trainer's list of sample indices; the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"time"
@@ -49,6 +50,7 @@ type options struct {
 	evalBatch   int
 	verbose     bool
 	gradDType   string
+	batchOptions
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -69,6 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.evalBatch, "eval-batch", 1000, "batch size of the test-set evaluation")
 	fs.BoolVar(&o.verbose, "v", false, "log the elastic layer's decisions to stderr")
 	fs.StringVar(&o.gradDType, "grad-dtype", "float32", "dtype the gradients are averaged in across workers: float32, or float16 or bfloat16 for half the bytes (the parameters stay float32)")
+	o.batchOptions.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -87,7 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	case o.gradDType != "float32" && o.gradDType != "float16" && o.gradDType != "bfloat16":
 		return o, fmt.Errorf("--grad-dtype %q: want float32, float16 or bfloat16", o.gradDType)
 	}
-	return o, nil
+	return o, o.batchOptions.check(o.batch)
 }
 
 // stepRecord is the per-step JSON object.
@@ -101,6 +104,22 @@ type stepRecord struct {
 	Samples      int     `json:"samples"` // this rank's samples in the step
 	Loss         float64 `json:"loss"`
 	ParamsSHA256 string  `json:"params_sha256"`
+	// The batch plan and the gradient statistics (goodput): the global
+	// batch, the micro-batches accumulated beyond the first, the
+	// learning-rate factor, and the statistical efficiency of the batch
+	// relative to M0 with the smoothed gradient square and variance it
+	// comes from (absent before the first estimate).
+	Global     int      `json:"global_batch"`
+	Accum      int      `json:"accum,omitempty"`
+	LRFactor   float64  `json:"lr_factor"`
+	Efficiency *float64 `json:"efficiency,omitempty"`
+	GradSqr    *float64 `json:"grad_sqr,omitempty"`
+	GradVar    *float64 `json:"grad_var,omitempty"`
+	// TrainedSamples counts the job's samples so far (data epochs ×
+	// training set + this epoch's), Seconds this worker's training time
+	// without the test-set evaluations.
+	TrainedSamples int     `json:"trained_samples"`
+	Seconds        float64 `json:"seconds"`
 }
 
 // evalRecord reports a test-set evaluation after each data epoch ("epoch") and
@@ -115,6 +134,10 @@ type evalRecord struct {
 	TestAccuracy float64 `json:"test_accuracy"`
 	Seconds      float64 `json:"seconds"`
 	ParamsSHA256 string  `json:"params_sha256"`
+	// For "eval" records (--eval-every-samples): the job's samples so far
+	// and the training time without evaluations.
+	TrainedSamples int     `json:"trained_samples,omitempty"`
+	TrainSeconds   float64 `json:"train_seconds,omitempty"`
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -175,10 +198,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		trainStart = time.Now()
 		epochStart = trainStart
 	)
-	loop := gsync.TrainConfig{Data: order, Epochs: uint64(o.epochs), GlobalBatch: o.batch}
+	loop := gsync.TrainConfig{Data: order, Epochs: uint64(o.epochs)}
+	var verbose *slog.Logger
 	if o.verbose {
-		loop.Worker.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+		verbose = slog.New(slog.NewTextHandler(stderr, nil))
+		loop.Worker.Logger = verbose
 	}
+	if err := o.batchOptions.configure(&loop, o.batch, verbose); err != nil {
+		return err
+	}
+	micro := &microBatchTrainer{model: model, train: train}
+	evals := &evaluator{every: o.evalEvery}
 	loop.Committed = func(ctx context.Context, s *gsync.TrainStep) error {
 		r := current
 		samples += r.N
@@ -187,12 +217,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			acc.Correct += r.Correct
 			acc.N += r.N
 		}
+		trained := int(order.Epoch())*train.N + order.Processed()
+		seconds := time.Since(trainStart).Seconds() - evals.evalDur
 		if o.json {
-			if err := enc.Encode(stepRecord{
+			rec := stepRecord{
 				Kind: "step", Step: int(s.Number), Epoch: s.Batch.Epoch, WorldEpoch: s.World, Rank: s.Rank, Size: s.Size,
 				Samples: r.N, Loss: r.Loss(), ParamsSHA256: mnist.ParamsSHA256(model.Params()),
-			}); err != nil {
+				Global: s.Batch.Global, Accum: s.Plan.Accum, LRFactor: o.lrFactor(s), TrainedSamples: trained, Seconds: seconds,
+			}
+			if eff, sqr, v := o.efficiency(s); !math.IsNaN(eff) {
+				rec.Efficiency, rec.GradSqr, rec.GradVar = &eff, &sqr, &v
+			}
+			if err := enc.Encode(rec); err != nil {
 				return err
+			}
+		}
+		if s.Rank == 0 && evals.due(trained) {
+			began := time.Now()
+			r, err := model.Evaluate(test, o.evalBatch)
+			if err != nil {
+				return err
+			}
+			evals.evalDur += time.Since(began).Seconds()
+			fmt.Fprintf(progress, "%d samples, %.1fs: test accuracy %.2f%%\n", trained, seconds, 100*r.Accuracy())
+			if o.json {
+				if err := enc.Encode(evalRecord{Kind: "eval", Step: int(s.Number), Epoch: s.Batch.Epoch, TestLoss: r.Loss(),
+					TestAccuracy: r.Accuracy(), TrainedSamples: trained, TrainSeconds: seconds}); err != nil {
+					return err
+				}
 			}
 		}
 		if o.logEvery > 0 && s.Number%int64(o.logEvery) == 0 {
@@ -224,20 +276,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return enc.Encode(rec)
 	}
 	res, err := gsync.Train(ctx, loop, state, func(ctx context.Context, s *gsync.TrainStep) error {
-		if x, y, err = train.Gather(s.Batch.Indices, x, y); err != nil {
-			return err
-		}
-		// Scale by size/Global rather than by the local batch: the allreduce
-		// averages, so this gives the exact mean over the global batch even
-		// when the ranks' shares differ in size.
-		r, err := model.ComputeGradients(x, y, float32(s.Size)/float32(s.Batch.Global))
-		if err != nil {
-			return err
+		var r mnist.Result
+		if s.Plan.Accum > 0 {
+			// Several micro-batches (the adaptive batch outgrew
+			// --max-micro-batch, or a lone worker measures the noise).
+			if r, err = micro.step(s); err != nil {
+				return err
+			}
+		} else {
+			if x, y, err = train.Gather(s.Batch.Indices, x, y); err != nil {
+				return err
+			}
+			// Scale by size/Global rather than by the local batch: the
+			// allreduce averages, so this gives the exact mean over the
+			// global batch even when the ranks' shares differ in size.
+			if r, err = model.ComputeGradients(x, y, float32(s.Size)/float32(s.Batch.Global)); err != nil {
+				return err
+			}
 		}
 		s.Session.RecordLoss(r.Loss()) // the mean per sample of this worker's share, for gorovod run's report
 		if err := reduce(ctx, s.Session); err != nil {
 			return err // a changed world: the loop redoes the step
 		}
+		opt.LR = float32(o.lr * o.lrFactor(s))
 		model.Update(opt)
 		current = r
 		return nil
@@ -256,6 +317,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	sum := mnist.ParamsSHA256(model.Params())
+	if d := describeAdaptive(loop.BatchPolicy); d != "" {
+		fmt.Fprintln(progress, d)
+	}
 	fmt.Fprintf(progress, "final: test accuracy %.2f%% (loss %.4f) after %d epochs, %d steps; training %.1fs, total %.1fs; params_sha256 %s\n",
 		100*last.Accuracy(), last.Loss(), o.epochs, res.Steps, trainSeconds, time.Since(start).Seconds(), sum)
 	if o.json {

@@ -180,6 +180,12 @@ func TestRunErrors(t *testing.T) {
 		{"stray argument", []string{"extra"}, "unexpected"},
 		{"unknown flag", []string{"--nope"}, "not defined"},
 		{"bad gradient dtype", []string{"--grad-dtype", "int8"}, `--grad-dtype "int8"`},
+		{"unknown learning-rate rule", []string{"--lr-rule", "cosine"}, `unknown learning-rate rule "cosine"`},
+		{"adaptive without the measurement", []string{"--adaptive", "--no-gradient-noise"}, "--adaptive needs the gradient noise measurement"},
+		{"maximum batch without adaptive", []string{"--max-batch-size", "512"}, "need --adaptive"},
+		{"maximum below the initial batch", []string{"--adaptive", "--batch-size", "64", "--max-batch-size", "32"}, "--max-batch-size 32 < --batch-size 64"},
+		{"adaptive with another M0", []string{"--adaptive", "--lr-batch-size", "32"}, "--lr-batch-size with --adaptive"},
+		{"negative evaluation interval", []string{"--eval-every-samples", "-1"}, "must be ≥ 0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

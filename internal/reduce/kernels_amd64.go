@@ -91,3 +91,27 @@ func minU8AVX2(dst, a, b []uint8, stream bool)
 
 //go:noescape
 func maxU8AVX2(dst, a, b []uint8, stream bool)
+
+//go:noescape
+func sumsqF32AVX2(acc *[16]float64, x []float32)
+
+//go:noescape
+func dotF32AVX2(acc *[16]float64, x, y []float32)
+
+//go:noescape
+func sumsqF64AVX2(acc *[16]float64, x []float64)
+
+//go:noescape
+func dotF64AVX2(acc *[16]float64, x, y []float64)
+
+//go:noescape
+func sumsqF16AVX2(acc *[16]float64, x []uint16)
+
+//go:noescape
+func dotF16AVX2(acc *[16]float64, x, y []uint16)
+
+//go:noescape
+func sumsqBF16AVX2(acc *[16]float64, x []uint16)
+
+//go:noescape
+func dotBF16AVX2(acc *[16]float64, x, y []uint16)

@@ -17,3 +17,12 @@ func scaleFloat32Vec([]float32, []float32, float32) int { return 0 }
 func scaleFloat64Vec([]float64, []float64, float64) int { return 0 }
 func scaleFloat16Vec([]uint16, []uint16, float32) int   { return 0 }
 func scaleBFloat16Vec([]uint16, []uint16, float32) int  { return 0 }
+
+func sumsqFloat32Vec(acc *lanes, x []float32) int  { return sumsqGo(acc, x, widen32) }
+func sumsqFloat64Vec(acc *lanes, x []float64) int  { return sumsqGo(acc, x, widen64) }
+func sumsqFloat16Vec(acc *lanes, x []uint16) int   { return sumsqGo(acc, x, widenF16) }
+func sumsqBFloat16Vec(acc *lanes, x []uint16) int  { return sumsqGo(acc, x, widenBF16) }
+func dotFloat32Vec(acc *lanes, x, y []float32) int { return dotGo(acc, x, y, widen32) }
+func dotFloat64Vec(acc *lanes, x, y []float64) int { return dotGo(acc, x, y, widen64) }
+func dotFloat16Vec(acc *lanes, x, y []uint16) int  { return dotGo(acc, x, y, widenF16) }
+func dotBFloat16Vec(acc *lanes, x, y []uint16) int { return dotGo(acc, x, y, widenBF16) }

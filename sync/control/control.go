@@ -51,6 +51,10 @@ type Message struct {
 	Stats   []wireStat      `json:"s,omitempty"`
 	Total   int64           `json:"T,omitempty"`
 	Stall   *stall.Snapshot `json:"x,omitempty"`
+	// GradSqr and GradVar are the gradient statistics after a stats
+	// message's last step (stats.Step).
+	GradSqr float64 `json:"q,omitempty"`
+	GradVar float64 `json:"v,omitempty"`
 }
 
 // Bounds of the tensor names a stall snapshot carries, so that one fits a
@@ -91,6 +95,7 @@ type wireStat struct {
 	Time    int64  `json:"d"`
 	// Loss is set only when the trainer reported one (a pointer: 0 is a loss).
 	Loss   *float64 `json:"l,omitempty"`
+	Accum  int      `json:"a,omitempty"`
 	Bytes  int64    `json:"y,omitempty"`
 	Switch int64    `json:"w,omitempty"` // microseconds
 }
@@ -117,6 +122,10 @@ func EncodeStats(b stats.Batch) []byte {
 		out = strconv.AppendInt(out, s.Compute.Microseconds(), 10)
 		out = append(out, `,"d":`...)
 		out = strconv.AppendInt(out, s.StepTime.Microseconds(), 10)
+		if s.Accum != 0 {
+			out = append(out, `,"a":`...)
+			out = strconv.AppendInt(out, int64(s.Accum), 10)
+		}
 		if s.HasLoss && !math.IsNaN(s.Loss) && !math.IsInf(s.Loss, 0) {
 			// A float32's precision is plenty for a loss, and half the bytes.
 			out = append(out, `,"l":`...)
@@ -133,6 +142,18 @@ func EncodeStats(b stats.Batch) []byte {
 		out = append(out, '}')
 	}
 	out = append(out, ']')
+	// The gradient statistics are smoothed over many steps: the batch's
+	// newest go once, for its last step, which keeps a full batch within one
+	// membership message. JSON has no infinities: statistics that are not
+	// finite are not sent.
+	if n := len(b.Steps); n > 0 {
+		if last := b.Steps[n-1]; last.GradVar > 0 && last.GradSqr >= 0 && finite(last.GradSqr) && finite(last.GradVar) {
+			out = append(out, `,"q":`...)
+			out = strconv.AppendFloat(out, last.GradSqr, 'g', -1, 64)
+			out = append(out, `,"v":`...)
+			out = strconv.AppendFloat(out, last.GradVar, 'g', -1, 64)
+		}
+	}
 	if b.TotalSteps != 0 {
 		out = append(out, `,"T":`...)
 		out = strconv.AppendInt(out, b.TotalSteps, 10)
@@ -146,13 +167,18 @@ func (m Message) StatsBatch() stats.Batch {
 	for i, w := range m.Stats {
 		b.Steps[i] = stats.Step{Epoch: w.Epoch, Step: w.Step, Samples: w.Samples,
 			Compute: time.Duration(w.Compute) * time.Microsecond, StepTime: time.Duration(w.Time) * time.Microsecond,
-			Bytes: w.Bytes, Switch: time.Duration(w.Switch) * time.Microsecond}
+			Accum: w.Accum, Bytes: w.Bytes, Switch: time.Duration(w.Switch) * time.Microsecond}
 		if w.Loss != nil {
 			b.Steps[i].Loss, b.Steps[i].HasLoss = *w.Loss, true
 		}
 	}
+	if n := len(b.Steps); n > 0 {
+		b.Steps[n-1].GradSqr, b.Steps[n-1].GradVar = m.GradSqr, m.GradVar
+	}
 	return b
 }
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // World is a decoded epoch message's world, or the world a pong reports.
 func (m Message) World() epoch.World { return epoch.World{Number: m.Number, Members: m.Members} }
@@ -273,12 +299,16 @@ func Decode(b []byte) (Message, error) {
 			return m, errors.New("control: stats message without steps")
 		}
 		for _, st := range m.Stats {
-			if st.Epoch == 0 || st.Step < 1 || st.Samples < 0 || st.Compute < 0 || st.Time < 0 || st.Compute > st.Time || st.Bytes < 0 || st.Switch < 0 {
+			if st.Epoch == 0 || st.Step < 1 || st.Samples < 0 || st.Compute < 0 || st.Time < 0 || st.Compute > st.Time || st.Bytes < 0 || st.Switch < 0 ||
+				st.Accum < 0 {
 				return m, fmt.Errorf("control: stats message with an impossible step %+v", st)
 			}
 		}
 		if m.Total < 0 {
 			return m, errors.New("control: stats message with a negative total")
+		}
+		if m.GradSqr < 0 || m.GradVar < 0 {
+			return m, errors.New("control: stats message with negative gradient statistics")
 		}
 	case KindStall:
 		st := m.Stall

@@ -30,11 +30,32 @@ func TestStatsWireRoundTrip(t *testing.T) {
 	if out := m.StatsBatch(); !slices.Equal(out.Steps, in.Steps) || out.TotalSteps != in.TotalSteps {
 		t.Fatalf("round trip: %+v, want %+v", out, in)
 	}
+	// Accumulation goes with every step, the gradient statistics with the
+	// last: they are smoothed over many steps.
+	grad := stats.Batch{Steps: []stats.Step{
+		{Epoch: 2, Step: 5, Samples: 64, Compute: 3 * time.Microsecond, StepTime: 4 * time.Microsecond, Accum: 3, GradSqr: 1, GradVar: 2},
+		{Epoch: 2, Step: 6, Samples: 64, Compute: 3 * time.Microsecond, StepTime: 4 * time.Microsecond, Accum: 1, GradSqr: 0.1234567890123e-7, GradVar: 3.5e300},
+	}}
+	m, err = control.Decode(control.EncodeStats(grad))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Clone(grad.Steps)
+	want[0].GradSqr, want[0].GradVar = 0, 0
+	if out := m.StatsBatch(); !slices.Equal(out.Steps, want) {
+		t.Fatalf("with gradient statistics: %+v, want %+v", out.Steps, want)
+	}
+	// Statistics that are not finite (JSON has no infinity) are left out.
+	grad.Steps[1].GradVar = math.Inf(1)
+	if m, err = control.Decode(control.EncodeStats(grad)); err != nil || m.StatsBatch().Steps[1].GradVar != 0 {
+		t.Fatalf("infinite variance: %+v, %v", m, err)
+	}
 	// The largest batch a session sends fits one membership message.
 	big := stats.Batch{TotalSteps: 1 << 40}
 	for i := range stats.MaxBatch {
 		big.Steps = append(big.Steps, stats.Step{Epoch: 1 << 30, Step: 1<<40 + int64(i), Samples: 1 << 20, Compute: time.Hour, StepTime: time.Hour,
-			Loss: -1.2345678e-38, HasLoss: true, Bytes: 1 << 40, Switch: time.Hour})
+			Loss: -1.2345678e-38, HasLoss: true, Bytes: 1 << 40, Switch: time.Hour,
+			Accum: 1 << 20, GradSqr: math.Pi * 1e-300, GradVar: -math.Pi * -1e300})
 	}
 	if n := len(control.EncodeStats(big)); n > 64<<10 {
 		t.Fatalf("a full batch encodes to %d bytes, over the 64 KiB message limit", n)
@@ -101,6 +122,8 @@ func TestDecodeControlRejects(t *testing.T) {
 		{"compute over step time", `{"t":"stats","s":[{"e":1,"n":1,"c":3,"d":2}]}`},
 		{"negative samples", `{"t":"stats","s":[{"e":1,"n":1,"b":-1,"c":1,"d":2}]}`},
 		{"negative total", `{"t":"stats","T":-5,"s":[{"e":1,"n":1,"c":1,"d":2}]}`},
+		{"negative accumulation", `{"t":"stats","s":[{"e":1,"n":1,"c":1,"d":2,"a":-1}]}`},
+		{"negative gradient variance", `{"t":"stats","s":[{"e":1,"n":1,"c":1,"d":2}],"q":1,"v":-2}`},
 		{"negative bytes", `{"t":"stats","s":[{"e":1,"n":1,"c":1,"d":2,"y":-1}]}`},
 		{"negative switch", `{"t":"stats","s":[{"e":1,"n":1,"c":1,"d":2,"w":-1}]}`},
 		{"loss not a number", `{"t":"stats","s":[{"e":1,"n":1,"c":1,"d":2,"l":"x"}]}`},
@@ -132,6 +155,7 @@ func TestDecodeControlRejects(t *testing.T) {
 // a checked message or an error, and an accepted message re-encodes.
 func FuzzDecodeControl(f *testing.F) {
 	f.Add(control.EncodeStats(stats.Batch{TotalSteps: 9, Steps: []stats.Step{{Epoch: 1, Step: 1, Samples: 2, Compute: 1, StepTime: 2}}}))
+	f.Add(control.EncodeStats(stats.Batch{Steps: []stats.Step{{Epoch: 1, Step: 1, Samples: 2, Compute: 1, StepTime: 2, Accum: 3, GradSqr: 0.5, GradVar: 1e-3}}}))
 	f.Add(control.EncodeEpoch(epoch.World{Number: 2, Members: []epoch.Member{{Name: "a", Addr: "127.0.0.1:1"}}}))
 	f.Add(control.EncodeFailure(3, "a", errors.New("boom")))
 	f.Add(control.EncodePing(7))
@@ -157,7 +181,8 @@ func FuzzDecodeControl(f *testing.F) {
 		case control.KindStats:
 			b := m.StatsBatch()
 			for _, s := range b.Steps {
-				if s.Compute > s.StepTime || s.Step < 1 || s.Epoch == 0 || s.Bytes < 0 || s.Switch < 0 {
+				if s.Compute > s.StepTime || s.Step < 1 || s.Epoch == 0 || s.Bytes < 0 || s.Switch < 0 ||
+					s.Accum < 0 || s.GradSqr < 0 || s.GradVar < 0 {
 					t.Fatalf("accepted an impossible step %+v", s)
 				}
 			}

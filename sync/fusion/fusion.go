@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/internal/half"
 )
 
 // DefaultBytes is Horovod's fusion buffer size: tensors are packed into
@@ -123,32 +124,89 @@ func bucketIndex(t collective.Buffer) int {
 // kinds in the same order. The tensors are checked (see Check) before any
 // collective runs. Device tensors of one call must belong to one device.
 func (f *Fuser) Allreduce(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, op collective.ReduceOp, opts ...collective.Option) error {
-	if len(tensors) == 1 {
+	_, err := f.AllreduceExtra(ctx, c, tensors, nil, op, opts...)
+	return err
+}
+
+// AllreduceExtra is Allreduce with a few scalars riding along at no extra
+// collective: the extras are appended, converted to the bucket's dtype, to
+// one host bucket of floating-point tensors, reduced with it (op and opts
+// apply to them too), and on success overwritten with the reduced values.
+// The carrier is the same on every rank that passes the same tensors: a
+// float64 or float32 bucket that is packed anyway if there is one, else the
+// smallest such tensor (then packed rather than reduced in place), else the
+// same among float16 and bfloat16 tensors, whose precision the extras then
+// have. carried is false, and the extras untouched, when no host tensor has
+// a floating-point dtype.
+func (f *Fuser) AllreduceExtra(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, extras []float64, op collective.ReduceOp, opts ...collective.Option) (carried bool, err error) {
+	if len(tensors) == 1 && len(extras) == 0 {
 		if err := Check(tensors); err != nil {
-			return err
+			return false, err
 		}
-		return c.Allreduce(ctx, tensors[0], tensors[0], op, opts...)
+		return false, c.Allreduce(ctx, tensors[0], tensors[0], op, opts...)
 	}
 	if err := f.plan(tensors); err != nil {
-		return err
+		return false, err
 	}
-	for _, g := range f.groups {
+	carrier := -1
+	if len(extras) > 0 {
+		carrier = f.carrier(tensors)
+	}
+	for i, g := range f.groups {
 		members := f.members[g.lo:g.hi]
 		var err error
 		switch {
+		case i == carrier:
+			err = f.hostBucket(ctx, c, tensors, members, g.bytes, extras, op, opts)
 		case len(members) == 1:
 			t := tensors[members[0]]
 			err = c.Allreduce(ctx, t, t, op, opts...)
 		case tensors[members[0]].Device != nil:
 			err = f.deviceBucket(ctx, c, tensors, members, g.bytes, op, opts)
 		default:
-			err = f.hostBucket(ctx, c, tensors, members, g.bytes, op, opts)
+			err = f.hostBucket(ctx, c, tensors, members, g.bytes, nil, op, opts)
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return carrier >= 0, nil
+}
+
+// carrier picks the planned group that carries the extras (-1: none): host
+// memory of a floating-point dtype; float64 and float32 before the 16-bit
+// types, a bucket that is packed anyway before a tensor travelling alone,
+// the smallest of those, the first of equals. It depends only on the
+// tensors' dtypes, sizes and memory kinds, so every rank picks the same.
+func (f *Fuser) carrier(tensors []collective.Buffer) int {
+	best, bestKey := -1, [3]int{}
+	for i, g := range f.groups {
+		t := tensors[f.members[g.lo]]
+		if t.Device != nil || !t.DType.IsFloat() {
+			continue
+		}
+		low, alone, size := 0, 0, 0
+		if t.DType == collective.Float16 || t.DType == collective.BFloat16 {
+			low = 1
+		}
+		if g.hi-g.lo == 1 {
+			alone, size = 1, g.bytes
+		}
+		key := [3]int{low, alone, size}
+		if best < 0 || lessKey(key, bestKey) {
+			best, bestKey = i, key
+		}
+	}
+	return best
+}
+
+func lessKey(a, b [3]int) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
 }
 
 // plan checks the tensors and groups them into collectives, in the order
@@ -199,21 +257,26 @@ func (f *Fuser) close(b *bucket) {
 	b.members, b.bytes = b.members[:0], 0
 }
 
-func (f *Fuser) hostBucket(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, members []int, total int, op collective.ReduceOp, opts []collective.Option) error {
+// hostBucket packs the members' bytes, and the extras after them, into one
+// host buffer, reduces it, and unpacks the results.
+func (f *Fuser) hostBucket(ctx context.Context, c *collective.Communicator, tensors []collective.Buffer, members []int, total int, extras []float64, op collective.ReduceOp, opts []collective.Option) error {
 	dt := tensors[members[0]].DType
-	words := (total + 7) / 8
+	all := total + len(extras)*dt.Size()
+	words := (all + 7) / 8
 	if cap(f.host[dt]) < words {
 		f.host[dt] = make([]uint64, words)
 	}
-	buf := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f.host[dt][:words]))), total)
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f.host[dt][:words]))), all)
 	off := 0
 	for _, i := range members {
 		off += copy(buf[off:], tensors[i].Host)
 	}
-	fused := collective.Buffer{DType: dt, Count: total / dt.Size(), Host: buf}
+	encodeExtras(dt, buf[total:], extras)
+	fused := collective.Buffer{DType: dt, Count: all / dt.Size(), Host: buf}
 	if err := c.Allreduce(ctx, fused, fused, op, opts...); err != nil {
 		return err
 	}
+	decodeExtras(dt, buf[total:], extras)
 	off = 0
 	for _, i := range members {
 		off += copy(tensors[i].Host, buf[off:])
@@ -377,6 +440,58 @@ func (a *AsyncReducer) Close() {
 			close(p.ready)
 		default:
 			return
+		}
+	}
+}
+
+// encodeExtras writes the extras as elements of the floating-point dtype dt
+// into b (native byte order, as the collective reads them), rounding to
+// nearest.
+func encodeExtras(dt collective.DType, b []byte, extras []float64) {
+	if len(extras) == 0 {
+		return
+	}
+	p := unsafe.Pointer(unsafe.SliceData(b))
+	switch dt {
+	case collective.Float64:
+		copy(unsafe.Slice((*float64)(p), len(extras)), extras)
+	case collective.Float32:
+		out := unsafe.Slice((*float32)(p), len(extras))
+		for i, v := range extras {
+			out[i] = float32(v)
+		}
+	case collective.Float16, collective.BFloat16:
+		narrow := half.F32ToF16
+		if dt == collective.BFloat16 {
+			narrow = half.F32ToBF16
+		}
+		out := unsafe.Slice((*uint16)(p), len(extras))
+		for i, v := range extras {
+			out[i] = narrow(float32(v))
+		}
+	}
+}
+
+// decodeExtras reads the reduced extras back from b.
+func decodeExtras(dt collective.DType, b []byte, extras []float64) {
+	if len(extras) == 0 {
+		return
+	}
+	p := unsafe.Pointer(unsafe.SliceData(b))
+	switch dt {
+	case collective.Float64:
+		copy(extras, unsafe.Slice((*float64)(p), len(extras)))
+	case collective.Float32:
+		for i, v := range unsafe.Slice((*float32)(p), len(extras)) {
+			extras[i] = float64(v)
+		}
+	case collective.Float16, collective.BFloat16:
+		widen := half.F16ToF32
+		if dt == collective.BFloat16 {
+			widen = half.BF16ToF32
+		}
+		for i, v := range unsafe.Slice((*uint16)(p), len(extras)) {
+			extras[i] = float64(widen(v))
 		}
 	}
 }

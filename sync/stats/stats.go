@@ -28,6 +28,12 @@ type Step struct {
 	// to move to that world (connect its ring, receive the state); 0 for the
 	// others.
 	Switch time.Duration
+	// Accum is how many micro-batches beyond the first the worker
+	// accumulated into the step's gradient.
+	Accum int
+	// GradSqr and GradVar are the job's smoothed gradient statistics after
+	// the step (goodput.GradParams); both 0 when not measured.
+	GradSqr, GradVar float64
 }
 
 // Batch is a batch of a worker's step statistics.
@@ -63,6 +69,7 @@ type Clock struct {
 	lossN     int
 	bytes     int64
 	switched  time.Duration // the move to the current world, for its first step
+	grad      Step          // Accum, GradSqr and GradVar of the current step
 	pending   []Step
 	lastFlush time.Time
 }
@@ -102,7 +109,7 @@ func (c *Clock) SetTotal(steps int64) { c.total = steps }
 // Restart begins a fresh step (after joining or recovering a world): time
 // spent moving between worlds is not a step's.
 func (c *Clock) Restart(now time.Time) {
-	c.start, c.waited, c.samples, c.lossSum, c.lossN, c.bytes = now, 0, 0, 0, 0, 0
+	c.start, c.waited, c.samples, c.lossSum, c.lossN, c.bytes, c.grad = now, 0, 0, 0, 0, 0, Step{}
 }
 
 // Entered begins the first step of a new world, which took this worker
@@ -112,23 +119,34 @@ func (c *Clock) Entered(now time.Time, took time.Duration) {
 	c.switched = took
 }
 
-// Wait records time spent blocked on the other workers.
-func (c *Clock) Wait(since time.Time) {
-	if c.enabled() {
-		c.waited += time.Since(since)
-	}
+// Wait records time spent blocked on the other workers. It counts whether
+// or not batches are handed out: Lap reports it to the gradient noise
+// measurement's throughput profile.
+func (c *Clock) Wait(since time.Time) { c.waited += time.Since(since) }
+
+// Lap returns the current step's time so far and the part of it spent
+// blocked on the other workers.
+func (c *Clock) Lap(now time.Time) (elapsed, waited time.Duration) {
+	return now.Sub(c.start), c.waited
+}
+
+// SetGrad records the current step's accumulation and gradient statistics
+// (see Step).
+func (c *Clock) SetGrad(accum int, sqr, variance float64) {
+	c.grad.Accum, c.grad.GradSqr, c.grad.GradVar = accum, sqr, variance
 }
 
 // Commit records a committed step; worldChanging flushes the batch, so the
 // engine hears a world's last steps without waiting for the next batch.
 func (c *Clock) Commit(epoch uint64, step int64, worldChanging bool) {
+	now := time.Now()
 	if !c.enabled() {
+		c.Restart(now)
 		return
 	}
-	now := time.Now()
 	elapsed := now.Sub(c.start)
 	st := Step{Epoch: epoch, Step: step, Samples: c.samples, Compute: max(0, elapsed-c.waited), StepTime: elapsed,
-		Bytes: c.bytes, Switch: c.switched}
+		Bytes: c.bytes, Switch: c.switched, Accum: c.grad.Accum, GradSqr: c.grad.GradSqr, GradVar: c.grad.GradVar}
 	if c.lossN > 0 {
 		st.Loss, st.HasLoss = c.lossSum/float64(c.lossN), true
 	}

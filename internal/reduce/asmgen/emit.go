@@ -105,6 +105,10 @@ func generate(asm, decl io.Writer) {
 		fmt.Fprintf(decl, "\n//go:noescape\nfunc %s(%s)\n", k.name, k.params)
 		fmt.Fprint(asm, "\n"+strings.Join(k.text(), "\n")+"\n")
 	}
+	for _, k := range normKernels() {
+		fmt.Fprintf(decl, "\n//go:noescape\nfunc %s(%s)\n", k.name, k.params)
+		fmt.Fprint(asm, "\n"+strings.Join(k.text(), "\n")+"\n")
+	}
 }
 
 // text is the whole function. It handles len(dst) rounded down to whole

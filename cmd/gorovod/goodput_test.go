@@ -1,0 +1,66 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gorovod/gorovod/heuristics"
+)
+
+// The real example trainer, learning its batch size (--adaptive), runs under
+// the goodput heuristic: the engine's decisions come from the throughput
+// model fitted to the measured steps and the gradient statistics the
+// workers measured in their allreduces. From one worker the fitted model
+// (one size measured, no sync time seen) predicts a gain at two, so the
+// engine explores two; its next decisions are fitted on both sizes. Training
+// still agrees across workers and learns.
+func TestFashionMNISTUnderGoodput(t *testing.T) {
+	if !haveFashionMNIST() {
+		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
+	}
+	h, evs := runAutoscaled(t, binary,
+		[]string{"--np", "1", "--max-np", "3", "--heuristic", "goodput",
+			"--heuristic-opt", "min_steps=20", "--heuristic-opt", "eval_every=10",
+			// The trainer's limits: M0, the largest batch, and accumulation
+			// (the adaptive trainer accumulates; alone, beyond M0, always).
+			"--heuristic-opt", "init_batch=64", "--heuristic-opt", "max_batch=1024", "--heuristic-opt", "accumulation=true"},
+		fashionMNIST, "--epochs", "2", "--json", "--log-every", "0",
+		"--adaptive", "--max-batch-size", "1024", "--refit-every", "1s")
+	logDecisions(t, evs)
+	var grew bool
+	fitted := map[int]bool{} // configurations a decision was fitted on
+	for _, ev := range evs {
+		d := ev.Decision
+		// The decisions as made (a "done" event repeats one in the new world).
+		if d == nil || (ev.Kind != heuristics.EventDecision && ev.Kind != heuristics.EventSettled) || !strings.HasPrefix(d.Reason, "fitted on") {
+			continue
+		}
+		n := d.Numbers
+		if !(n["grad_sqr"] > 0 && n["grad_var"] > 0 && n["noise_scale"] > 0 && n["alpha_c"] > 0 && n["beta_c"] > 0) {
+			t.Fatalf("decision at step %d without measured gradient statistics or a fitted model: %v", ev.Step, n)
+		}
+		if n["init_batch"] != 64 || n["workers"] != float64(ev.Workers) {
+			t.Fatalf("decision at step %d: %v", ev.Step, n)
+		}
+		fitted[int(n["configurations"])] = true
+		if d.Action == heuristics.Grow {
+			grew = true
+		}
+	}
+	if !grew {
+		t.Fatal("the fitted model never grew the job from one worker")
+	}
+	if !fitted[2] && !fitted[3] {
+		t.Fatalf("no decision was fitted on the sizes explored (configurations seen: %v)", fitted)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkFashionMNIST(t, h.lines, 0.7)
+	// The adaptive trainer reports its plan; every global batch is within
+	// the limits.
+	for _, l := range h.lines {
+		if l.Size > 0 && l.Params != "" && (l.GlobalBatch < 1 || l.GlobalBatch > 1024) {
+			t.Fatalf("step %d ran with a global batch of %d", l.Step, l.GlobalBatch)
+		}
+	}
+}
