@@ -17,9 +17,9 @@ import (
 const LibraryTags = "gorovod_nonvml"
 
 var built struct {
-	once   stdsync.Once
-	dir    string
-	err    error
+	once stdsync.Once
+	dir  string
+	err  error
 }
 
 var cmd struct {
