@@ -122,3 +122,99 @@ func TestForkAndMismatch(t *testing.T) {
 		})
 	}
 }
+
+// TestOptimizer: DistributedOptimizer (backward_passes_per_step 1 and 2,
+// Compression.none and fp16, SGD and Adam) against an update computed in
+// one process, broadcast_parameters, broadcast_optimizer_state.
+func TestOptimizer(t *testing.T) {
+	needTorch(t)
+	for _, np := range []int{0, 2, 3} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			out := runPython(t, np, 5*time.Minute, pyEnv(t), "tests/optimizer_test.py")
+			wantPasses(t, out, max(np, 1))
+		})
+	}
+}
+
+const fashionMNIST = "/usr/share/datasets/fashion-mnist"
+
+// TestExampleIsHorovodScript: examples/pytorch/pytorch_mnist.py differs
+// from its Horovod original only in the import line.
+func TestExampleIsHorovodScript(t *testing.T) {
+	for _, name := range []string{"pytorch_mnist.py", "pytorch_mnist_elastic.py"} {
+		ours, err := os.ReadFile(filepath.Join("..", "..", "examples", "pytorch", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		theirs, err := os.ReadFile(filepath.Join("..", "..", "examples", "pytorch", "horovod", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := strings.Split(string(ours), "\n"), strings.Split(string(theirs), "\n")
+		if len(a) != len(b) {
+			t.Fatalf("%s: %d lines, the Horovod original %d", name, len(a), len(b))
+		}
+		var differ []int
+		for i := range a {
+			if a[i] != b[i] {
+				differ = append(differ, i)
+			}
+		}
+		if len(differ) != 1 || a[differ[0]] != "import gorovod.torch as hvd" || b[differ[0]] != "import horovod.torch as hvd" {
+			t.Fatalf("%s: lines %v differ from the Horovod original; want only the import line", name, differ)
+		}
+	}
+}
+
+var trainLine = regexp.MustCompile(`(?m)^\[(\d+)\] Train Epoch: (\d+) \[(\d+)/\d+ .*Params: (\S+)`)
+
+// wantSameParameters checks that every worker logged the same parameters
+// at every logged step, and that each logged at least minSteps steps.
+func wantSameParameters(t *testing.T, out string, workers, minSteps int) {
+	t.Helper()
+	digests := map[string]string{} // epoch/position -> digest
+	logged := map[string]int{}     // worker -> lines
+	for _, m := range trainLine.FindAllStringSubmatch(out, -1) {
+		key := m[2] + "/" + m[3]
+		if d, ok := digests[key]; ok && d != m[4] {
+			t.Fatalf("epoch %s position %s: parameters %s on worker %s, %s on another:\n%s", m[2], m[3], m[4], m[1], d, out)
+		}
+		digests[key] = m[4]
+		logged[m[1]]++
+	}
+	if len(logged) != workers {
+		t.Fatalf("%d workers logged training steps, want %d:\n%s", len(logged), workers, out)
+	}
+	for w, n := range logged {
+		if n < minSteps {
+			t.Fatalf("worker %s logged %d steps, want at least %d:\n%s", w, n, minSteps, out)
+		}
+	}
+}
+
+// TestExample runs the Horovod-style Fashion-MNIST trainer under gorovod run
+// with 2 workers, plain and with fp16 compression: identical parameters on
+// every worker at every logged step, and a test accuracy printed.
+func TestExample(t *testing.T) {
+	needTorch(t)
+	if _, err := os.Stat(fashionMNIST); err != nil {
+		t.Skipf("Fashion-MNIST is missing (apt-get install dataset-fashion-mnist): %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"plain", nil},
+		{"fp16", []string{"--fp16-allreduce"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"../../examples/pytorch/pytorch_mnist.py", "--epochs", "2", "--train-samples", "3000",
+				"--log-interval", "2"}, tc.args...)
+			out := runPython(t, 2, 5*time.Minute, pyEnv(t), args...)
+			wantSameParameters(t, out, 2, 10)
+			if !regexp.MustCompile(`Test set: Average loss: [0-9.]+, Accuracy: [0-9.]+%`).MatchString(out) {
+				t.Fatalf("no test accuracy printed:\n%s", out)
+			}
+		})
+	}
+}
