@@ -187,6 +187,15 @@ func TestElastic(t *testing.T) {
 			j.waitFor(t, regexp.MustCompile(`gorovod run: worker 3 pid`), time.Minute)
 			j.waitFor(t, regexp.MustCompile(`step \d+ epoch \d+ world 3 rank 2`), 2*time.Minute)
 		}, 3},
+		{"SIGTERM", func(t *testing.T, j *liveJob) {
+			// A graceful leave: the worker trains on until the others
+			// have moved to a world without it, then exits with status 0.
+			if err := syscall.Kill(pidOf(t, j, 2), syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			j.waitFor(t, regexp.MustCompile(`this worker left the job`), 2*time.Minute)
+			j.waitFor(t, regexp.MustCompile(`step \d+ epoch \d+ world 2 `), 2*time.Minute)
+		}, 2},
 		{"SIGSTOP", func(t *testing.T, j *liveJob) {
 			pid := pidOf(t, j, 1)
 			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
