@@ -27,7 +27,7 @@ class BuildWithLibrary(build_py):
         if not os.path.isfile(os.path.join(ROOT, "go.mod")):
             raise RuntimeError("gorovod: setup.py must run inside the gorovod repository (bindings/python), "
                                "whose Go sources it builds")
-        out = os.path.join(self.build_lib, "gorovod", "libgorovod.so")
+        out = os.path.abspath(os.path.join(self.build_lib, "gorovod", "libgorovod.so"))
         os.makedirs(os.path.dirname(out), exist_ok=True)
         core = _load_core()
         self.announce("building %s (go build -buildmode=c-shared)" % out, level=2)

@@ -19,7 +19,19 @@ BENCH = os.path.join(HERE, "train_bench.py")
 PY = "/usr/bin/python3"
 
 
-def run(backend, model, np, steps, warmup):
+def run(backend, model, np, steps, warmup, tries=3):
+    """steps/s of one run; a run that fails is tried again (on an overloaded
+    machine gossip can declare a starved worker dead, which fails a
+    non-elastic script), and the retries are reported."""
+    for attempt in range(tries):
+        rate, out = run_once(backend, model, np, steps, warmup)
+        if rate is not None:
+            return rate
+        print("run failed (attempt %d of %d): %s" % (attempt + 1, tries, out.strip().splitlines()[-1:]), flush=True)
+    sys.exit("%s %s np=%d failed %d times" % (backend, model, np, tries))
+
+
+def run_once(backend, model, np, steps, warmup):
     common = ["--backend", backend, "--model", model, "--steps", str(steps), "--warmup", str(warmup)]
     if backend == "gorovod":
         argv = [os.environ.get("GOROVOD", "gorovod"), "run", "--np", str(np), "--min-np", str(np), "--", PY, BENCH] + common
@@ -28,8 +40,8 @@ def run(backend, model, np, steps, warmup):
     out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600).stdout.decode()
     m = re.search(r"RESULT \S+ \S+ (\d+) ([0-9.]+)", out)
     if not m:
-        sys.exit("no result from %s:\n%s" % (" ".join(argv), out))
-    return float(m.group(2))
+        return None, out
+    return float(m.group(2)), out
 
 
 def main():

@@ -130,6 +130,7 @@ BUILD_COMMAND = ["go", "build", "-buildmode=c-shared", "-tags", "gorovod_nonvml"
 def build_library(root, out):
     """Builds libgorovod.so from the Go sources at root into out (what
     setup.py and a checkout do)."""
+    out = os.path.abspath(out)  # the build runs in root
     tmp = "%s.%d.tmp" % (out, os.getpid())
     try:
         subprocess.run(BUILD_COMMAND + ["-o", tmp, "./bindings/c"], cwd=root, check=True,
