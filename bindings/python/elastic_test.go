@@ -84,7 +84,7 @@ func (j *liveJob) wait(t *testing.T, limit time.Duration) string {
 	t.Helper()
 	select {
 	case err := <-j.done:
-		if err != nil {
+		if err != nil && !stoppedWhileExiting(t, j.output()) {
 			t.Fatalf("gorovod run: %v\n%s", err, j.output())
 		}
 	case <-time.After(limit):

