@@ -15,10 +15,12 @@ import (
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/gpu"
 	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/stall"
 	"github.com/gorovod/gorovod/sync/control"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
+	"github.com/gorovod/gorovod/timeline"
 )
 
 // WorkerConfig is how a worker process joins an elastic job. A zero field
@@ -53,6 +55,11 @@ type WorkerConfig struct {
 	// processes apart on every host; "" when not started by a launcher.
 	Launch string
 	Logger *slog.Logger
+	// Timeline, if set, is the file this worker writes its Chrome trace to
+	// (Session.Timeline, opened when the worker joins and closed when it
+	// leaves). Under `gorovod run --timeline-filename` (GOROVOD_TIMELINE) it
+	// is the worker's part of the job's timeline, which the driver merges.
+	Timeline string
 }
 
 // WorkerIOTimeout is a worker's default transport I/O timeout: shorter than a
@@ -104,6 +111,9 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	if launched {
 		cfg.Launch = strconv.Itoa(index)
 	}
+	if err := observeFromEnv(&cfg, os.Getenv); err != nil {
+		return WorkerConfig{}, err
+	}
 	return cfg, nil
 }
 
@@ -125,7 +135,9 @@ type Worker struct {
 	src       *memberSource
 	log       *slog.Logger
 	closeOnce stdsync.Once
-	stats     chan stats.Batch // to the driver, by sendStats
+	stats     chan stats.Batch    // to the driver, by sendStats
+	stalls    chan stall.Snapshot // to the driver, by sendStats
+	tl        *timeline.Timeline  // Config.Timeline's, closed at the end
 }
 
 // StartWorker joins the job: it starts the collective transport and the gossip
@@ -160,7 +172,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 		tr.Close()
 		return nil, err
 	}
-	w := &Worker{m: m, tr: tr, src: newMemberSource(log), log: log, stats: make(chan stats.Batch, 8)}
+	w := &Worker{m: m, tr: tr, src: newMemberSource(log), log: log, stats: make(chan stats.Batch, 8), stalls: make(chan stall.Snapshot, 4)}
 	w.agent = driver.StartAgent(m, driver.AgentConfig{
 		MinWorkers: cfg.MinWorkers, Logger: log, OnAdopt: w.src.onEpoch,
 		OnPeerFailed: func(name string) { w.src.abortIfMember(name, fmt.Errorf("gossip declared %s dead", name)) },
@@ -178,6 +190,15 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 	sc.JobID, sc.Self, sc.Logger = cfg.JobID, epoch.Member{Name: m.Name(), Addr: tr.Addr()}, log
 	if !cfg.DisableStats {
 		sc.OnStats = w.queueStats
+	}
+	if sc.OnStallSnapshot == nil {
+		sc.OnStallSnapshot = w.queueStall
+	}
+	if cfg.Timeline != "" && sc.Timeline == nil {
+		if w.tl, err = openTimeline(cfg.Timeline, workerProcessName(m.Name(), cfg.Launch), cfg.Launch); err != nil {
+			return fail(err)
+		}
+		sc.Timeline = w.tl
 	}
 	sess, err := Join(ctx, sc, tr, w.src, state)
 	if err != nil {
@@ -205,24 +226,37 @@ func (w *Worker) queueStats(b stats.Batch) {
 	}
 }
 
-// sendStats delivers step statistics to the job's driver, the only member
-// that runs an autoscaling engine.
+// queueStall hands a stall inspector's snapshot to sendStats without
+// blocking the inspector; a full queue drops it (the next heartbeat comes).
+func (w *Worker) queueStall(s stall.Snapshot) {
+	select {
+	case w.stalls <- s:
+	default:
+	}
+}
+
+// sendStats delivers step statistics and stall snapshots to the job's
+// driver, the only member that runs an autoscaling engine.
 func (w *Worker) sendStats() {
 	for {
+		var msg []byte
 		select {
 		case <-w.src.done:
 			return
 		case b := <-w.stats:
-			for _, n := range w.m.Members() {
-				if n.Meta.Role != membership.RoleDriver {
-					continue
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
-				if err := w.m.Send(ctx, n, control.EncodeStats(b)); err != nil {
-					w.log.Debug("step statistics not delivered", "err", err)
-				}
-				cancel()
+			msg = control.EncodeStats(b)
+		case s := <-w.stalls:
+			msg = control.EncodeStall(s)
+		}
+		for _, n := range w.m.Members() {
+			if n.Meta.Role != membership.RoleDriver {
+				continue
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
+			if err := w.m.Send(ctx, n, msg); err != nil {
+				w.log.Debug("statistics not delivered to the driver", "err", err)
+			}
+			cancel()
 		}
 	}
 }
@@ -318,6 +352,7 @@ func (w *Worker) shutdown() {
 	w.agent.Stop()
 	w.src.stop()
 	_ = w.tr.Close()
+	closeTimeline(w.tl, w.log)
 }
 
 // memberSource is a worker's epoch.Source fed by its protocol agent.
