@@ -302,8 +302,8 @@ def init(job_id=None, secret_hex=None, seeds=None, listen_addr=None, gossip_addr
          fusion_bytes=None, log_level=None):
     """Joins the job (see gorovod_init_config): the launcher's when job_id is
     None, else the one named. io_timeout is in seconds; the environment's
-    GOROVOD_IO_TIMEOUT (seconds) and GOROVOD_LOG_LEVEL (-1 to 2) apply when
-    the arguments are None."""
+    GOROVOD_IO_TIMEOUT (seconds) and GOROVOD_LOG_LEVEL (debug, info, warn,
+    error, none, or -1 to 2) apply when the arguments are None."""
     _check_process()
     with _lock:
         lib = _load()
@@ -322,10 +322,27 @@ def init(job_id=None, secret_hex=None, seeds=None, listen_addr=None, gossip_addr
             cfg.io_timeout_ms = max(1, int(io_timeout * 1000))
         cfg.fusion_bytes = int(fusion_bytes or 0)
         if log_level is None:
-            log_level = int(os.environ.get("GOROVOD_LOG_LEVEL", "0"))
-        cfg.log_level = int(log_level)
+            log_level = os.environ.get("GOROVOD_LOG_LEVEL", "")
+        cfg.log_level = _log_level(log_level)
         _raise(lib.gorovod_init_config(ctypes.byref(cfg)), lib)
         _install_exit_hooks()
+
+
+# GOROVOD_LOG_LEVEL as `gorovod run --log-level` sets it (a name), or the
+# gorovod_config number; the C ABI has no errors-only level.
+_LOG_LEVELS = {"": 0, "error": 0, "warn": 0, "warning": 0, "info": 1, "debug": 2, "none": -1, "off": -1}
+
+
+def _log_level(level):
+    if isinstance(level, int):
+        return level
+    name = str(level).strip().lower()
+    if name in _LOG_LEVELS:
+        return _LOG_LEVELS[name]
+    try:
+        return int(name)
+    except ValueError:
+        raise ValueError("GOROVOD_LOG_LEVEL %r: want debug, info, warn, error or none (or -1 to 2)" % level)
 
 
 def shutdown(finished=True):
