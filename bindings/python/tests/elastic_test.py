@@ -1,8 +1,8 @@
 """Elastic training through gorovod.torch.elastic: run, TorchState,
 ElasticSampler, while the Go test kills, adds or removes workers.
 
-Every worker appends, after each step's gradient allreduce completed, the
-data epoch and the sample indices it trained on to its own log file in
+Every worker appends, before each step's gradient allreduce, the data
+epoch and the sample indices of its batch to its own log file in
 $ELASTIC_LOG_DIR; the test checks that every sample of every epoch was
 trained on (none lost across world changes). Each step sleeps a little
 (--step-seconds) so that the test can change the world mid-epoch. At the end
@@ -49,11 +49,15 @@ def train(state):
     for state.epoch in range(state.epoch, args.epochs):
         state.train_sampler.set_epoch(state.epoch)
         for idx, x, y in loader:
+            # Logged before the step's allreduce: a worker frozen or killed
+            # after its gradient went into the allreduce has trained on the
+            # batch even though it never returns from step(). A step that
+            # fails is rolled back and its samples trained again (repeats).
+            log.write("%d %s\n" % (state.epoch, " ".join(str(i) for i in idx.tolist())))
+            log.flush()
             state.optimizer.zero_grad()
             F.mse_loss(state.model(x), y).backward()
             state.optimizer.step()
-            log.write("%d %s\n" % (state.epoch, " ".join(str(i) for i in idx.tolist())))
-            log.flush()
             state.train_sampler.record_batch(0, args.batch_size)
             state.steps += 1
             if state.steps % 10 == 0:
