@@ -268,3 +268,29 @@ func TestElasticExample(t *testing.T) {
 	}
 	wantSameParameters(t, strings.Join(epoch2, "\n"), 2, 3)
 }
+
+// TestInterrupt: Ctrl-C (SIGINT) reaches a script blocked in a collective
+// as KeyboardInterrupt, within a second or so, not when the collective ends.
+func TestInterrupt(t *testing.T) {
+	needTorch(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	j := startJob(t, ctx, pyEnv(t), buildtest.Gorovod(t), "run", "--np", "2", "--min-np", "2", "--",
+		Python, "tests/interrupt_test.py")
+	waiting, _ := strconv.Atoi(j.waitFor(t, regexp.MustCompile(`rank 1 pid (\d+) waiting`), 2*time.Minute)[1])
+	blocked, _ := strconv.Atoi(j.waitFor(t, regexp.MustCompile(`rank 0 pid (\d+) blocked`), 2*time.Minute)[1])
+	defer syscall.Kill(waiting, syscall.SIGKILL) // a process of this test's job
+	time.Sleep(500 * time.Millisecond)           // let rank 0 enter the wait (nothing to observe from outside)
+	if err := syscall.Kill(blocked, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	j.waitFor(t, regexp.MustCompile(`INTERRUPTED after`), 10*time.Second)
+	if err := syscall.Kill(waiting, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-j.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("the job did not end after rank 1 was killed:\n%s", j.output())
+	}
+}

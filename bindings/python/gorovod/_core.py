@@ -63,6 +63,7 @@ _owner_pid = None
 # the library has let go of their memory.
 _inflight = {}
 _failed = False  # an uncaught exception is on its way: shutdown as not finished
+_interrupted = False  # a wait was interrupted (Ctrl-C): its call may never complete
 
 
 class _Config(ctypes.Structure):
@@ -348,12 +349,18 @@ def _log_level(level):
 def shutdown(finished=True):
     """Leaves the job; finished=False after an error or interruption (the job
     is then not told that training is over)."""
+    global _interrupted
     if _lib is None or (_owner_pid is not None and os.getpid() != _owner_pid):
         return
     with _lock:
         if not _lib.gorovod_is_initialized():
             return
+        if _interrupted:
+            # A collective was interrupted: finishing would wait for it (and
+            # for ranks that may never call it); abort it instead.
+            finished = False
         rc = _lib.gorovod_shutdown(1 if finished else 0)
+        _interrupted = False
         _inflight.clear()  # the library has let go of every buffer
         _raise(rc)
 
@@ -414,9 +421,16 @@ def poll(handle):
 def wait(handle):
     """Waits for the call and raises its error; its memory is released from
     the in-flight registry once the library has let go of it."""
+    global _interrupted
     l = lib()
     while True:
-        rc = l.gorovod_wait(handle, _WAIT_SLICE_US)
+        try:
+            rc = l.gorovod_wait(handle, _WAIT_SLICE_US)
+        except BaseException:
+            # Ctrl-C (KeyboardInterrupt) between two slices: the call stays
+            # queued, so shutdown must abort rather than wait for it.
+            _interrupted = True
+            raise
         if rc != ERR_TIMEOUT:
             break
     _inflight.pop(handle, None)
