@@ -376,7 +376,7 @@ func (s *Session) failed(ctx context.Context, comm *collective.Communicator, err
 	s.tagged = false
 	var mismatch *collective.MismatchError
 	if errors.As(err, &mismatch) {
-		return fmt.Errorf("sync: the workers' gradient tensors differ: %w", err)
+		return fmt.Errorf("sync: the workers' tensors differ: %w", err)
 	}
 	if ctx.Err() != nil {
 		return err
@@ -384,7 +384,7 @@ func (s *Session) failed(ctx context.Context, comm *collective.Communicator, err
 	if rerr := s.recover(ctx, err); rerr != nil {
 		return rerr
 	}
-	return ErrWorldChanged
+	return worldChanged(err)
 }
 
 // Handle is a gradient allreduce started with AllreduceAsync.
@@ -520,7 +520,7 @@ func (s *Session) Commit(ctx context.Context) error {
 			if rerr := s.recover(ctx, err); rerr != nil {
 				return rerr
 			}
-			return ErrWorldChanged
+			return worldChanged(err)
 		}
 	}
 	s.newest, s.tagged = 0, false
