@@ -127,6 +127,9 @@ type Session struct {
 	asyncTagged bool
 
 	clock stats.Clock
+	// synced: this session holds the job's state (it entered a world, and
+	// received the state or gave it); a joiner's is its own initial one.
+	synced bool
 }
 
 // Join waits for the first epoch that includes cfg.Self, connects to its
@@ -476,11 +479,39 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	if err != nil {
 		return nil, err
 	}
-	if err := s.state.broadcast(ctx, comm, 0); err != nil {
+	root, err := s.stateRoot(ctx, comm)
+	if err == nil {
+		err = s.state.broadcast(ctx, comm, root)
+	}
+	if err != nil {
 		comm.Abort(err)
 		return nil, err
 	}
+	s.synced = true
 	return comm, nil
+}
+
+// stateRoot agrees on the member whose state the world takes: rank 0 (the
+// oldest survivor), unless it never received the job's state — a joiner
+// whose admission failed, left ahead of the members that trained when they
+// were all declared dead and came back after it — while another member did.
+// Then the lowest rank that holds the state is the root: a world must never
+// take a fresh worker's initial state over the job's.
+func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) (int, error) {
+	mine := []int64{int64(comm.Size())}
+	if s.synced {
+		mine[0] = int64(comm.Rank())
+	}
+	if err := collective.Allreduce(ctx, comm, mine, mine, collective.Min); err != nil {
+		return 0, err
+	}
+	if root := int(mine[0]); root < comm.Size() {
+		if root != 0 {
+			s.log.Warn("rank 0 of the new world never received the job's state: taking it from another member", "rank", root)
+		}
+		return root, nil
+	}
+	return 0, nil // a new job: nobody holds a state yet
 }
 
 // advance moves to the newest epoch after the given one: connect its members,

@@ -48,7 +48,9 @@ type Follower struct {
 	// sent again every ReportEvery, as the network may lose it.
 	pending  *Message
 	resendAt time.Time
-	out      []Output
+	// outForGood: the proposer said this worker will not be admitted again.
+	outForGood bool
+	out        []Output
 }
 
 // NewFollower returns the protocol state of worker cfg.Self, which knows no
@@ -91,6 +93,10 @@ func (f *Follower) Step(now time.Time, in Input) []Output {
 	case Received:
 		switch in.Msg.Kind {
 		case MsgEpoch:
+			if in.Msg.Final && !f.outForGood && in.Msg.World.Rank(f.cfg.Self) < 0 {
+				f.outForGood = true
+				f.emit(OutForGood{Number: in.Msg.World.Number})
+			}
 			f.adopt(in.Msg.World)
 			f.toProposer(now, in)
 		case MsgPing:

@@ -401,7 +401,10 @@ func (p *Proposer) announce(now time.Time) {
 		if p.done[name] || (p.finished && p.workers[name].State == Leaving) {
 			continue
 		}
-		p.emit(Send{To: name, Msg: Message{Kind: MsgEpoch, World: p.current}})
+		// A worker left out that will not be admitted again is told so: it
+		// must not come back as a new member.
+		final := p.current.Rank(name) < 0 && (p.evicted[name] || p.finished)
+		p.emit(Send{To: name, Msg: Message{Kind: MsgEpoch, World: p.current, Final: final}})
 	}
 }
 

@@ -100,6 +100,11 @@ func sendEpoch(w epoch.World, to ...string) []epoch.Output {
 	return out
 }
 
+// outForGood is the epoch sent to a worker it leaves out for good.
+func outForGood(w epoch.World, to string) epoch.Output {
+	return epoch.Send{To: to, Msg: epoch.Message{Kind: epoch.MsgEpoch, World: w, Final: true}}
+}
+
 func ping(to string, nonce uint64) epoch.Output {
 	return epoch.Send{To: to, Msg: epoch.Message{Kind: epoch.MsgPing, Nonce: nonce}}
 }
@@ -230,7 +235,7 @@ func TestProposer(t *testing.T) {
 		})},
 		{name: "an evicted worker is never admitted again", script: script(twoWorkers, []step{
 			{20 * ms, epoch.Evict{Name: "b"}, outs(epoch.Removed{Name: "b", Why: epoch.ReasonEvicted})},
-			{30 * ms, nil, propose(world(2, "a"), "a", "b")},
+			{30 * ms, nil, outs(propose(world(2, "a"), "a"), outForGood(world(2, "a"), "b"))},
 			{40 * ms, ready("b"), nil},
 			{50 * ms, nil, nil},
 		})},
@@ -253,7 +258,7 @@ func TestProposer(t *testing.T) {
 				{43 * ms, ready("d"), nil},
 				{44 * ms, leaving("b"), nil},
 				{60 * ms, nil, nil},
-				{1030 * ms, nil, sendEpoch(world(2, "a", "b", "c"), "c", "d")},
+				{1030 * ms, nil, outs(sendEpoch(world(2, "a", "b", "c"), "c"), outForGood(world(2, "a", "b", "c"), "d"))},
 			})},
 		{name: "rescue: members whose last step failed get a world without the finished ones, however small",
 			cfg: epoch.ProposerConfig{MinWorkers: 3}, script: []step{

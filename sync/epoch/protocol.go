@@ -75,7 +75,10 @@ type MessageKind uint8
 // The protocol's messages. They travel over an unreliable network: any may
 // be lost, duplicated, delayed or reordered.
 const (
-	// MsgEpoch, proposer → worker: World is the newest epoch.
+	// MsgEpoch, proposer → worker: World is the newest epoch. Final, on one
+	// to a worker World leaves out, says it will not be admitted again (the
+	// driver evicted it, or training is over): it should not come back as a
+	// new member.
 	MsgEpoch MessageKind = iota + 1
 	// MsgFailure, worker → proposer: a collective of epoch Number failed,
 	// blaming member Blamed ("" when none) with Cause.
@@ -115,11 +118,15 @@ type Message struct {
 	Blamed string // failure
 	Cause  string // failure
 	Nonce  uint64 // ping, pong
+	Final  bool   // epoch, to a worker left out for good
 }
 
 func (m Message) String() string {
 	switch m.Kind {
 	case MsgEpoch:
+		if m.Final {
+			return "epoch " + m.World.describe() + " (out for good)"
+		}
 		return "epoch " + m.World.describe()
 	case MsgFailure:
 		return fmt.Sprintf("failure in %d blaming %q", m.Number, m.Blamed)
@@ -201,7 +208,7 @@ func (ReportFailure) input() {}
 func (ReportDone) input()    {}
 
 // Output is what a state machine asks its caller to do, or tells it: Send,
-// Proposed, Adopted and Finished are the protocol's; the others (Waiting,
+// Proposed, Adopted, OutForGood and Finished are the protocol's; the others (Waiting,
 // Removed, Suspected, Cleared, Rescued, TookOver, SteppedDown, Unroutable,
 // Ignored) record decisions, for logs and observers.
 type Output interface{ output() }
@@ -218,6 +225,12 @@ type Proposed struct{ World World }
 // Adopted (Follower): World is the newest epoch this worker has heard of;
 // its session moves to it.
 type Adopted struct{ World World }
+
+// OutForGood (Follower): the proposer said that this worker, left out of
+// epoch Number, will not be admitted again (the driver evicted it, or training
+// is over); it must not come back as a new member. It comes before the
+// Adopted of that epoch.
+type OutForGood struct{ Number uint64 }
 
 // Finished: member By reported that training is over, at epoch Number. The
 // first one ends admissions: the job is finishing.
@@ -285,6 +298,7 @@ func (Send) output()        {}
 func (Proposed) output()    {}
 func (Adopted) output()     {}
 func (Finished) output()    {}
+func (OutForGood) output()  {}
 func (Waiting) output()     {}
 func (Removed) output()     {}
 func (Suspected) output()   {}
