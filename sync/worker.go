@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	stdsync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
@@ -94,6 +96,9 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	}
 	cfg := DefaultWorkerConfig()
 	cfg.JobID, cfg.Secret, cfg.Seeds, cfg.Transport.ListenAddr = w.JobID, w.Secret, w.Seeds, w.ListenAddr
+	if w.ElasticTimeout > 0 {
+		cfg.Session.RecoveryTimeout = w.ElasticTimeout
+	}
 	if err := bindGossip(&cfg.Membership, w.GossipAddr); err != nil {
 		return WorkerConfig{}, err
 	}
@@ -126,6 +131,11 @@ type Worker struct {
 	log       *slog.Logger
 	closeOnce stdsync.Once
 	stats     chan stats.Batch // to the driver, by sendStats
+	// cfg and state are what Rejoin starts again from.
+	cfg        WorkerConfig
+	state      *State
+	outForGood atomic.Bool // the proposer will not admit this member again
+	rejoins    int
 }
 
 // StartWorker joins the job: it starts the collective transport and the gossip
@@ -137,12 +147,22 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 	if err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
+	w := &Worker{cfg: cfg, state: state, log: cfg.Logger}
+	if err := w.start(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// start joins the job as a new gossip member (a new name) with a new
+// transport, and waits to be admitted.
+func (w *Worker) start(ctx context.Context) error {
+	cfg, log := w.cfg, w.log
 	tc := cfg.Transport
 	tc.Secret, tc.Logger = cfg.Secret, log
 	tr, err := multi.Listen(tc)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	mc := cfg.Membership
 	mc.Seeds, mc.Secret, mc.Logger = cfg.Seeds, cfg.Secret, log
@@ -158,18 +178,30 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 	m, err := membership.Join(ctx, mc, meta)
 	if err != nil {
 		tr.Close()
-		return nil, err
+		return err
 	}
-	w := &Worker{m: m, tr: tr, src: newMemberSource(log), log: log, stats: make(chan stats.Batch, 8)}
+	w.m, w.tr, w.src, w.stats = m, tr, newMemberSource(log), make(chan stats.Batch, 8)
+	w.outForGood.Store(false)
+	w.closeOnce = stdsync.Once{}
+	w.setSession(nil)
+	src := w.src
+	// A worker waiting to be admitted stops waiting when the job says it
+	// never will be (training is over).
+	joinCtx, stopJoin := context.WithCancel(ctx)
+	defer stopJoin()
 	w.agent = driver.StartAgent(m, driver.AgentConfig{
-		MinWorkers: cfg.MinWorkers, Logger: log, OnAdopt: w.src.onEpoch,
-		OnPeerFailed: func(name string) { w.src.abortIfMember(name, fmt.Errorf("gossip declared %s dead", name)) },
+		MinWorkers: cfg.MinWorkers, Logger: log, OnAdopt: src.onEpoch,
+		OnPeerFailed: func(name string) { src.abortIfMember(name, fmt.Errorf("gossip declared %s dead", name)) },
+		OnOutForGood: func() {
+			w.outForGood.Store(true)
+			stopJoin()
+		},
 	})
 	w.src.agent = w.agent
-	go w.sendStats()
-	fail := func(err error) (*Worker, error) {
+	go w.sendStats(w.m, w.src.done, w.stats)
+	fail := func(err error) error {
 		w.shutdown()
-		return nil, err
+		return err
 	}
 	if err := m.UpdateMeta(ctx, func(meta *membership.Meta) { meta.State = membership.StateReady }); err != nil {
 		return fail(err)
@@ -179,12 +211,53 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 	if !cfg.DisableStats {
 		sc.OnStats = w.queueStats
 	}
-	sess, err := Join(ctx, sc, tr, w.src, state)
+	sess, err := Join(joinCtx, sc, tr, w.src, w.state)
 	if err != nil {
+		if w.OutForGood() && ctx.Err() == nil {
+			err = ErrOutForGood
+		}
 		return fail(err)
 	}
 	w.setSession(sess)
-	return w, nil
+	return nil
+}
+
+// OutForGood reports whether the job said it will not admit this worker
+// again: the driver removed it (a scale-down), or training is over. A worker
+// left out of a world otherwise (declared failed while it was paused or cut
+// off) may Rejoin.
+func (w *Worker) OutForGood() bool { return w.outForGood.Load() }
+
+// Rejoins is how often this worker came back with Rejoin.
+func (w *Worker) Rejoins() int { return w.rejoins }
+
+// Rejoin comes back to the job after this worker was left out of a world
+// (ErrExcluded) while it was unreachable: frozen (SIGSTOP, a long pause), or
+// cut off by the network. A member name is one incarnation and its exclusion
+// stands, so the worker leaves the gossip cluster and its transport under
+// the old name and joins again as a new member, which the proposer admits at
+// the next epoch like any joiner; the state (the step, the sampler's
+// position, the registered tensors) then arrives from the world's rank 0.
+// It returns ErrOutForGood when the job will not admit the worker again (see
+// OutForGood), and otherwise once admitted (w.Session is then the new
+// world's), or with ctx's error.
+func (w *Worker) Rejoin(ctx context.Context) error {
+	if w.OutForGood() {
+		return ErrOutForGood
+	}
+	old := w.Name()
+	if w.Session != nil {
+		w.Session.Close()
+	}
+	w.shutdown()
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(w.cfg.Session.RecoveryTimeout, DefaultConfig().RecoveryTimeout))
+	defer cancel()
+	if err := w.start(ctx); err != nil {
+		return fmt.Errorf("sync: rejoining the job (was %s): %w", old, err)
+	}
+	w.rejoins++
+	w.log.Info("rejoined the job as a new member", "was", old, "now", w.Name(), "epoch", w.World().Number, "step", w.Step())
+	return nil
 }
 
 func (w *Worker) setSession(s *Session) {
@@ -206,19 +279,19 @@ func (w *Worker) queueStats(b stats.Batch) {
 }
 
 // sendStats delivers step statistics to the job's driver, the only member
-// that runs an autoscaling engine.
-func (w *Worker) sendStats() {
+// that runs an autoscaling engine, through member m until done closes.
+func (w *Worker) sendStats(m *membership.Member, done <-chan struct{}, queue <-chan stats.Batch) {
 	for {
 		select {
-		case <-w.src.done:
+		case <-done:
 			return
-		case b := <-w.stats:
-			for _, n := range w.m.Members() {
+		case b := <-queue:
+			for _, n := range m.Members() {
 				if n.Meta.Role != membership.RoleDriver {
 					continue
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
-				if err := w.m.Send(ctx, n, control.EncodeStats(b)); err != nil {
+				if err := m.Send(ctx, n, control.EncodeStats(b)); err != nil {
 					w.log.Debug("step statistics not delivered", "err", err)
 				}
 				cancel()
