@@ -16,6 +16,7 @@ import (
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/launch"
 	"github.com/gorovod/gorovod/job"
+	"github.com/gorovod/gorovod/membership"
 	"github.com/gorovod/gorovod/straggler"
 )
 
@@ -36,6 +37,7 @@ type runOptions struct {
 	asJSON             bool
 	progress           string
 	placement          string
+	hosts              hostOptions
 }
 
 // autoscaling says whether the engine acts (a heuristic, or straggler
@@ -59,7 +61,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.SetOutput(stderr)
 	o := runOptions{registry: registry}
 	fs.IntVar(&o.np, "np", 2, "workers to start")
-	fs.IntVar(&o.minNP, "min-np", 1, "fewest workers the job trains with; with fewer it waits for more")
+	fs.IntVar(&o.minNP, "min-np", 0, "fewest workers the job trains with; with fewer it waits for more, and replaces lost ones where a slot is free (default --np, as Horovod)")
 	fs.IntVar(&o.maxNP, "max-np", 0, "most workers (0: no limit); SIGUSR1 adds one up to it")
 	fs.BoolVar(&o.verbose, "v", false, "log the driver's decisions")
 	fs.StringVar(&o.heuristic, "heuristic", "", "autoscaling policy by name (see --list-heuristics)")
@@ -74,6 +76,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.BoolVar(&o.asJSON, "json", false, "print the autoscaling decisions and the summary as JSON lines on stdout")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
 	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
+	o.hosts.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: gorovod run [flags] -- TRAINER [ARGS...]\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -95,6 +98,9 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.Visit(func(f *flag.Flag) { stragglersSet = stragglersSet || f.Name == "replace-stragglers" })
 	if !stragglersSet && (o.heuristic != "" || o.heuristicConfig != "") {
 		o.replaceStragglers = true
+	}
+	if o.minNP == 0 {
+		o.minNP = o.np
 	}
 	o.argv = fs.Args()
 	if len(o.argv) > 0 && o.argv[0] == "--" {
@@ -120,6 +126,9 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	}
 	if _, err := launch.ParsePlacement(o.placement); err != nil {
 		return runUsage(stderr, "--placement: %v", err)
+	}
+	if err := o.hosts.prepare(); err != nil {
+		return runUsage(stderr, "%v", err)
 	}
 	if _, err := exec.LookPath(o.argv[0]); err != nil {
 		return runUsage(stderr, "trainer %q: %v", o.argv[0], err)
@@ -182,11 +191,15 @@ func runUsage(stderr io.Writer, format string, args ...any) error {
 func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, log *slog.Logger, stdout, stderr io.Writer) error {
 	out := newDisplay(stdout, stderr, o.progress)
 	defer out.close()
-	j, err := job.Start(ctx, job.Config{
+	cfg := job.Config{
 		Argv: o.argv, Workers: o.np, MinWorkers: o.minNP, MaxWorkers: o.maxNP, Autoscaling: engCfg,
-		Logger: log, JobFile: true, Launcher: &job.LocalLauncher{Placement: launch.Placement(o.placement)},
+		Logger: log, JobFile: true, Gossip: membership.DefaultConfig(), ReplaceLost: true,
 		Sinks: []job.Sink{runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.verbose}},
-	})
+	}
+	if err := o.hosts.configure(ctx, &cfg, launch.Placement(o.placement), func(msg string) { out.report("%s", msg) }); err != nil {
+		return err
+	}
+	j, err := job.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
