@@ -20,7 +20,8 @@ Usage:
   gorovod run [--np N] [--min-np N] [--max-np N] [--heuristic NAME] -- TRAINER [ARGS...]
       run an elastic training job: a driver plus N local workers; workers can
       be added (SIGUSR1 or by hand) and can leave or die while training goes on;
-      with a heuristic, the job grows, shrinks and replaces stragglers by itself
+      with a heuristic, the job grows, shrinks and replaces stragglers by itself;
+      --timeline-filename, --metrics-addr and --report DIR let you watch it
   gorovod bench [allreduce|broadcast|allgather|reducescatter|alltoall] [flags]
       measure a collective across --np local worker processes (shared memory
       between processes of one host by default; --transport picks another)
@@ -29,7 +30,7 @@ Usage:
   gorovod help | --version
 
 Run 'gorovod run --help', 'gorovod bench --help' or 'gorovod report --help'
-for the flags.
+for the flags; every command takes --log-level and --log-format.
 `
 
 // ErrUsage marks a bad command line; Main has already said what is wrong

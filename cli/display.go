@@ -86,15 +86,59 @@ func (s runSink) Event(e job.Event) {
 		}
 	case job.Notice:
 		d.report("%s", e.Message)
+	case job.WorkerExited:
+		// A lost or failed worker is news at once, not only in the final count.
+		switch e.State {
+		case job.Lost:
+			d.report("worker %d (pid %d) lost: %v; the job goes on without it", e.Worker.Index, e.Worker.PID, e.Err)
+		case job.Failed:
+			d.report("worker %d (pid %d) failed: %v", e.Worker.Index, e.Worker.PID, e.Err)
+		case job.Stopped:
+			if s.verbose {
+				d.report("worker %d (pid %d) stopped: the job no longer needed it", e.Worker.Index, e.Worker.PID)
+			}
+		}
+	case job.WorldChanged:
+		for _, name := range e.ByHand {
+			d.report("worker %s joined (started by hand): world %d has %d workers", name, e.World.Number, len(e.World.Members))
+		}
 	case job.Autoscaling:
 		d.event(e.Event, s.asJSON, s.autoscaling || s.verbose)
 	case job.JobEnded:
 		o := e.Outcome
 		d.summary(o.Summary, s.asJSON, s.autoscaling)
-		d.report("%d workers finished, %d lost, %d failed; last world epoch %d had %d workers",
-			o.Count(job.Finished), o.Count(job.Lost)+o.Count(job.Stopped), o.Count(job.Failed), o.World.Number, len(o.World.Members))
+		d.report("%s", countLine(o))
 		d.reportExclusions(o)
 	}
+}
+
+// countLine is the job's last line: how its workers ended, those started by
+// hand included (a hand-started worker in the last world of a job that
+// finished training finished; one that was not had left before).
+func countLine(o job.Outcome) string {
+	if !o.TrainingFinished && o.LastStep == 0 && len(o.HandStarted) == 0 && o.Count(job.Finished) == len(o.Workers) {
+		return fmt.Sprintf("%d workers exited with status 0 but none trained a step", len(o.Workers))
+	}
+	finished, byHand, left := o.Count(job.Finished), 0, 0
+	for _, h := range o.HandStarted {
+		if h.InLastWorld && o.TrainingFinished {
+			byHand++
+		} else {
+			left++
+		}
+	}
+	line := fmt.Sprintf("%d workers finished", finished+byHand)
+	if byHand > 0 {
+		line += fmt.Sprintf(" (%d started by hand)", byHand)
+	}
+	line += fmt.Sprintf(", %d lost, %d failed", o.Count(job.Lost), o.Count(job.Failed))
+	if n := o.Count(job.Stopped); n > 0 {
+		line += fmt.Sprintf(", %d stopped (not needed any more)", n)
+	}
+	if left > 0 {
+		line += fmt.Sprintf(", %d started by hand left before the end", left)
+	}
+	return line + fmt.Sprintf("; last world epoch %d had %d workers", o.World.Number, len(o.World.Members))
 }
 
 func (d *display) workerLine(i int, stream string, line []byte) {
@@ -128,20 +172,13 @@ func (d *display) follow(ctx context.Context, e interface{ Status() heuristics.S
 	if d.bar == nil {
 		return
 	}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, 500*time.Millisecond, func() {
 		st := e.Status()
 		unit := "steps/s"
 		if st.Samples {
 			unit = "samples/s"
 		}
-		desc := fmt.Sprintf("%d workers, %.0f %s", st.Workers, st.Throughput, unit)
+		desc := fmt.Sprintf("%d workers, job %.0f %s", st.Workers, st.Throughput, unit)
 		if st.Acting != "" {
 			desc += " (" + st.Acting + ")"
 		}
@@ -157,16 +194,13 @@ func (d *display) follow(ctx context.Context, e interface{ Status() heuristics.S
 		d.bar.Describe(desc)
 		_ = d.bar.Set64(st.Step)
 		d.mu.Unlock()
-	}
+	})
 }
 
 func (d *display) summary(s heuristics.Summary, asJSON, human bool) {
 	d.close()
 	if asJSON {
-		b, err := json.Marshal(struct {
-			Event string `json:"event"`
-			heuristics.Summary
-		}{"summary", s})
+		b, err := json.Marshal(summaryLine(s))
 		if err == nil {
 			d.printLine(d.stdout, string(b))
 		}

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/launch"
@@ -25,7 +26,8 @@ type runOptions struct {
 	registry           *heuristics.Registry
 	argv               []string
 	np, minNP, maxNP   int
-	verbose            bool
+	obs                obsOptions
+	stallCheck         time.Duration
 	heuristic          string
 	heuristicOpts      stringList
 	heuristicConfig    string
@@ -58,12 +60,11 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // SIGUSR1.
 func runCommand(ctx context.Context, args []string, registry *heuristics.Registry, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gorovod run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	o := runOptions{registry: registry}
 	fs.IntVar(&o.np, "np", 2, "workers to start")
 	fs.IntVar(&o.minNP, "min-np", 0, "fewest workers the job trains with; with fewer it waits for more, and replaces lost ones where a slot is free (default --np, as Horovod)")
 	fs.IntVar(&o.maxNP, "max-np", 0, "most workers (0: no limit); SIGUSR1 adds one up to it")
-	fs.BoolVar(&o.verbose, "v", false, "log the driver's decisions")
+	o.obs.register(fs)
 	fs.StringVar(&o.heuristic, "heuristic", "", "autoscaling policy by name (see --list-heuristics)")
 	fs.Var(&o.heuristicOpts, "heuristic-opt", "a `key=value` parameter of the heuristic (repeatable)")
 	fs.StringVar(&o.heuristicConfig, "heuristic-config", "", "a JSON `file` naming the heuristic and its parameters (compositions too)")
@@ -77,15 +78,8 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
 	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
 	o.hosts.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: gorovod run [flags] -- TRAINER [ARGS...]\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return ErrUsage
+	if err := parseFlags(fs, args, runUsageText, stdout, stderr); err != nil {
+		return err
 	}
 	if *listHeuristics {
 		r := o.registry
@@ -137,13 +131,31 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	if err != nil {
 		return runUsage(stderr, "%v", err)
 	}
-	level := slog.LevelWarn
-	if o.verbose {
-		level = slog.LevelInfo
+	if o.stallCheck, err = o.obs.check(); err != nil {
+		return runUsage(stderr, "%v", err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	return runJob(ctx, o, engCfg, log, stdout, stderr)
+	log, err := o.obs.log.Logger(stderr)
+	if err != nil {
+		return runUsage(stderr, "%v", err)
+	}
+	if err := runJob(ctx, o, engCfg, log, stdout, stderr); err != nil {
+		return &commandError{command: "run", err: err}
+	}
+	return nil
 }
+
+const runUsageText = `Usage: gorovod run [flags] -- TRAINER [ARGS...]
+
+Runs an elastic training job on this host: a driver plus --np worker processes
+running TRAINER (a program built on package sync, such as examples/synthetic
+or examples/fashion-mnist). Workers can be added (kill -USR1 <pid of gorovod
+run>, or by hand with the job file it prints), leave (kill -TERM <worker>) or
+die while training goes on; with --heuristic the job grows, shrinks and
+replaces stragglers by itself. Each worker's lines are printed prefixed by its
+launch index, [i].
+
+With -H host1:2,host2:2, --hostfile FILE or --host-discovery-script CMD the
+workers run on those hosts, started over ssh (see README, "Several machines").`
 
 // engineConfig builds the autoscaling engine's configuration from the flags.
 func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
@@ -184,17 +196,27 @@ func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
 }
 
 func runUsage(stderr io.Writer, format string, args ...any) error {
-	fmt.Fprintf(stderr, "gorovod run: "+format+"\n", args...)
+	fmt.Fprintf(stderr, "gorovod run: "+format+"\nRun 'gorovod run --help' for the flags.\n", args...)
 	return ErrUsage
 }
 
 func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, log *slog.Logger, stdout, stderr io.Writer) error {
 	out := newDisplay(stdout, stderr, o.progress)
 	defer out.close()
+	watch, err := startWatchers(ctx, &o.obs, out, o.asJSON, log)
+	if err != nil {
+		return err
+	}
+	defer watch.stop()
+	var sinks []job.Sink
+	if watch.needed() {
+		sinks = append(sinks, watch) // first: the last progress record comes before the summary
+	}
+	sinks = append(sinks, runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.obs.verbose})
 	cfg := job.Config{
 		Argv: o.argv, Workers: o.np, MinWorkers: o.minNP, MaxWorkers: o.maxNP, Autoscaling: engCfg,
 		Logger: log, JobFile: true, Gossip: membership.DefaultConfig(), ReplaceLost: true,
-		Sinks: []job.Sink{runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.verbose}},
+		Sinks: sinks, Env: o.obs.workerEnv(), Timeline: o.obs.timeline, StallCheck: o.stallCheck,
 	}
 	if err := o.hosts.configure(ctx, &cfg, launch.Placement(o.placement), func(msg string) { out.report("%s", msg) }); err != nil {
 		return err
@@ -203,11 +225,16 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	if err != nil {
 		return err
 	}
+	watch.attach(j)
+	watch.announce()
 	out.report("add a worker with `kill -USR1 %d`, or start one by hand: env $(cat %s) %s",
 		os.Getpid(), j.JobFile(), strings.Join(o.argv, " "))
 	followCtx, stopFollowing := context.WithCancel(ctx)
 	defer stopFollowing()
 	go out.follow(followCtx, j)
+	if watch.needed() {
+		go watch.follow(followCtx, j)
+	}
 
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
@@ -223,7 +250,10 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 				out.report("adding a worker: %v", err)
 			}
 		case <-j.Done():
-			_, err := j.Wait()
+			outcome, err := j.Wait()
+			if rerr := watch.finish(outcome); err == nil {
+				err = rerr
+			}
 			return err
 		}
 	}

@@ -29,6 +29,15 @@ type StepReport struct {
 	// the step (goodput.GradParams, the same on every worker); GradVar is 0
 	// when the trainer does not measure them.
 	GradSqr, GradVar float64
+	// Loss is the trainer's mean training loss per sample over the worker's
+	// share of the step, when HasLoss (Session.RecordLoss); Bytes the
+	// gradients it allreduced; Switch, for its first step in a world, how
+	// long it took to move to that world. The engine does not use them:
+	// they are for the run's progress records, metrics and report.
+	Loss    float64
+	HasLoss bool
+	Bytes   int64
+	Switch  time.Duration
 }
 
 // StepStats is one step of a world, once every member has reported it.

@@ -86,6 +86,18 @@ type Config struct {
 	// RemoveGrace is how long a worker the engine removed from the job has
 	// to exit by itself, then after SIGTERM, then after SIGKILL. Default 10 s.
 	RemoveGrace time.Duration
+
+	// Timeline, if set, is the file the job's Chrome trace goes to: every
+	// worker writes its part beside it (GOROVOD_TIMELINE), the runner adds
+	// its own (worlds, workers, decisions, stalls), and the parts are merged
+	// into it when the job ends (Outcome.Timeline).
+	Timeline string
+	// StallCheck is how long a collective may wait for ranks that have not
+	// entered it before the workers warn and the runner names the missing
+	// ranks (a Stalled event and a WARN log line). Default 60 s, as Horovod;
+	// negative turns the inspector off. Workers get it through their
+	// environment (GOROVOD_STALL_CHECK_TIME).
+	StallCheck time.Duration
 }
 
 // DefaultConfig returns the defaults; Argv must still be set.

@@ -43,8 +43,10 @@ import (
 //     training was over (it was told it would never be admitted), is
 //     Stopped.
 //  7. The verdict (Outcome.Err): the job failed if a worker failed, if none
-//     finished, or if training did not finish — never because a worker was
-//     lost, stopped or excluded on the way.
+//     finished, if no step was trained (the workers exited without any of
+//     them reporting a step or the end of training: a command that is not a
+//     gorovod trainer, such as `true`), or if training did not finish —
+//     never because a worker was lost, stopped or excluded on the way.
 
 // ErrFailed is wrapped by the error of a job that failed (Outcome.Err).
 var ErrFailed = errors.New("job failed")
@@ -154,6 +156,12 @@ type Outcome struct {
 	LastStep int64 `json:"last_step"`
 	// Summary is the autoscaling engine's account of the run.
 	Summary heuristics.Summary `json:"summary"`
+	// HandStarted are the workers that joined without being launched by the
+	// runner (started by hand with the job file), in the order they joined.
+	HandStarted []HandStartedWorker `json:"hand_started,omitempty"`
+	// Timeline is the job's merged timeline file (Config.Timeline); "" when
+	// none was asked for or it could not be written (a Notice says why).
+	Timeline string `json:"timeline,omitempty"`
 }
 
 // Count is how many workers ended in state s.
@@ -182,6 +190,10 @@ func (o *Outcome) Err() error {
 	}
 	if o.Count(Finished) == 0 {
 		return fmt.Errorf("%w: no worker finished", ErrFailed)
+	}
+	if !o.TrainingFinished && o.LastStep == 0 {
+		return fmt.Errorf("%w: %d workers exited without training a step (none joined a world and reported a step or the end of training): is the command a gorovod trainer?",
+			ErrFailed, o.Count(Finished))
 	}
 	if !o.TrainingFinished {
 		return fmt.Errorf("%w: training did not finish (no member of the last world reported its end)", ErrFailed)

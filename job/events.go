@@ -94,6 +94,9 @@ type WorldChanged struct {
 	World  epoch.World `json:"world"`
 	Joined []string    `json:"joined,omitempty"`
 	Left   []string    `json:"left,omitempty"`
+	// ByHand are the members of Joined the runner did not launch: started by
+	// hand with the job file (or by another launcher).
+	ByHand []string `json:"by_hand,omitempty"`
 }
 
 // Autoscaling is an event of the autoscaling engine: a decision, its outcome,

@@ -17,6 +17,7 @@ import (
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
+	"github.com/gorovod/gorovod/timeline"
 )
 
 // ErrNoSlot is returned when a worker is to be added but every host's slots
@@ -76,6 +77,11 @@ type Job struct {
 	allExited chan struct{}
 	lastStep  atomic.Int64
 
+	queue    *laterQueue        // events raised on the driver's goroutine
+	stalls   *stallWatch        // the driver's half of the stall inspector
+	timeline *timeline.Timeline // the driver's part of Config.Timeline
+	byHand   []string           // members that joined without being launched (under mu)
+
 	done    chan struct{}
 	outcome Outcome
 	err     error
@@ -116,20 +122,30 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	j := &Job{cfg: cfg, localHost: localHost, byName: map[string]*proc{},
 		place:     placement{running: map[string]int{}},
 		hostsSeen: make(chan struct{}), poke: make(chan struct{}, 1),
-		allExited: make(chan struct{}), engineDone: make(chan struct{}), done: make(chan struct{})}
+		allExited: make(chan struct{}), engineDone: make(chan struct{}), done: make(chan struct{}),
+		queue: newLaterQueue(), stalls: newStallWatch(cfg.StallCheck)}
 	ecfg := cfg.Autoscaling
 	ecfg.OnEvent = func(ev heuristics.Event) { j.emit(Autoscaling{ev}) }
 	if j.engine, err = heuristics.NewEngine(ecfg, cluster{j}, provisioner{j}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if cfg.Timeline != "" {
+		if j.timeline, err = openDriverTimeline(cfg.Timeline, cfg.JobID); err != nil {
+			return nil, err
+		}
+		j.cfg.Sinks = append(slices.Clone(cfg.Sinks), driverTimeline{j.timeline})
+	}
+	go j.deliverLater()
 
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
 	j.driver, err = cfg.StartDriver(startCtx, driver.Config{
 		JobID: cfg.JobID, Secret: cfg.Secret, MinWorkers: cfg.MinWorkers, Membership: cfg.Gossip,
-		Logger: cfg.Logger, OnEpoch: j.onEpoch, OnStats: j.onStats,
+		Logger: cfg.Logger, OnEpoch: j.onEpoch, OnStats: j.onStats, OnStall: j.onStall,
 	})
 	if err != nil {
+		j.flushLater()
+		j.mergeTimeline()
 		return nil, err
 	}
 	fail := func(err error) (*Job, error) {
@@ -137,6 +153,8 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		j.waitLaunched()
 		j.stopHosts()
 		_ = j.driver.Close()
+		j.flushLater()
+		j.mergeTimeline()
 		if j.jobFile != "" {
 			os.Remove(j.jobFile)
 		}
@@ -153,6 +171,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	}
 
 	j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()}}.Environ()
+	j.env = append(j.env, cfg.observabilityEnv()...)
 	if cfg.JobFile {
 		if j.jobFile, err = writeJobFile(j.env); err != nil {
 			return fail(err)
@@ -443,6 +462,7 @@ func (j *Job) end(finishedAt time.Time) {
 	<-j.engineDone
 	j.stopHosts()
 	j.learnNames()
+	j.flushLater()
 	j.mu.Lock()
 	o := Outcome{JobID: j.cfg.JobID, TrainingFinished: !finishedAt.IsZero(), World: j.driver.Current(),
 		LastStep: j.lastStep.Load(), Summary: j.engine.Summary()}
@@ -452,7 +472,9 @@ func (j *Job) end(finishedAt time.Time) {
 			o.Workers = append(o.Workers, p.rec)
 		}
 	}
+	o.HandStarted = j.handStartedLocked(o.World)
 	j.mu.Unlock()
+	o.Timeline = j.mergeTimeline()
 	j.outcome, j.err = o, o.Err()
 	j.emit(JobEnded{At: now(), Outcome: o})
 	j.stopWorkers()
@@ -471,6 +493,7 @@ func (j *Job) onEpoch(e epoch.World) {
 		names[i] = m.Name
 	}
 	j.engine.OnWorld(heuristics.WorldChange{Epoch: e.Number, Members: names, At: time.Now()})
+	j.stalls.world(e)
 	j.mu.Lock()
 	j.worlds = append(j.worlds, e)
 	j.mu.Unlock()
@@ -480,14 +503,13 @@ func (j *Job) onEpoch(e epoch.World) {
 // onStats is the driver's hook for the workers' step statistics (on its
 // proposing goroutine).
 func (j *Job) onStats(worker string, b stats.Batch) {
-	reps := make([]heuristics.StepReport, len(b.Steps))
-	for i, s := range b.Steps {
-		reps[i] = heuristics.StepReport{Worker: worker, Epoch: s.Epoch, Step: s.Step, Samples: s.Samples,
-			Compute: s.Compute, StepTime: s.StepTime, TotalSteps: b.TotalSteps}
+	reps := stepReports(worker, b.Steps, b.TotalSteps)
+	for _, s := range b.Steps {
 		for last := j.lastStep.Load(); s.Step > last && !j.lastStep.CompareAndSwap(last, s.Step); last = j.lastStep.Load() {
 		}
 	}
 	j.engine.OnReports(worker, reps)
+	j.later(StepsReported{At: now(), Worker: worker, Steps: reps})
 }
 
 func (j *Job) wake() {
@@ -512,6 +534,9 @@ func (j *Job) handle(prev epoch.World) epoch.World {
 		for _, m := range w.Members {
 			if prev.Rank(m.Name) < 0 {
 				ev.Joined = append(ev.Joined, m.Name)
+				if hand := j.noteHandStarted(m.Name); hand {
+					ev.ByHand = append(ev.ByHand, m.Name)
+				}
 			}
 		}
 		for _, m := range prev.Members {

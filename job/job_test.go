@@ -2,10 +2,12 @@ package job_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/job"
+	"github.com/gorovod/gorovod/timeline"
 )
 
 // recorder is a Sink that keeps every event (output lines copied) and lets a
@@ -159,6 +162,8 @@ func TestRunVerdicts(t *testing.T) {
 		{"failing worker", "train,fail", map[job.WorkerState]int{job.Finished: 1, job.Failed: 1}, "job failed: worker 1: exit status 3"},
 		{"killed worker", "train,kill", map[job.WorkerState]int{job.Finished: 1, job.Lost: 1}, ""},
 		{"all killed", "kill", map[job.WorkerState]int{job.Lost: 2}, "job failed: no worker finished"},
+		{"not a trainer", "exit", map[job.WorkerState]int{job.Finished: 2},
+			"job failed: 2 workers exited without training a step (none joined a world and reported a step or the end of training): is the command a gorovod trainer?"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRecorder()
@@ -297,16 +302,96 @@ func TestHandStartedWorkerJoins(t *testing.T) {
 	if len(o.Workers) != 1 {
 		t.Fatalf("the job's processes: %+v", o.Workers)
 	}
-	var joined []string
+	var joined, byHand []string
 	for _, e := range r.all() {
 		if w, ok := e.(job.WorldChanged); ok {
 			joined = append(joined, w.Joined...)
+			byHand = append(byHand, w.ByHand...)
 		}
 	}
 	if !slices.Contains(joined, o.Workers[0].Name) || len(joined) < 2 {
 		t.Fatalf("members joined %v; the launched one is %s", joined, o.Workers[0].Name)
 	}
+	// The hand-started worker is named as such, and counted in the outcome.
+	if len(byHand) != 1 || slices.Contains(byHand, o.Workers[0].Name) {
+		t.Fatalf("started by hand: %v (joined %v)", byHand, joined)
+	}
+	if len(o.HandStarted) != 1 || o.HandStarted[0].Name != byHand[0] || !o.HandStarted[0].InLastWorld {
+		t.Fatalf("outcome's hand-started workers %+v, want %s in the last world %v", o.HandStarted, byHand[0], o.World)
+	}
 	if _, err := os.Stat(j.JobFile()); !os.IsNotExist(err) {
 		t.Fatalf("job file left behind: %v", err)
+	}
+}
+
+// With Config.Timeline, every worker writes its part beside the file, the
+// runner adds its own, and the parts are merged into the file at the end;
+// the workers' statistics reach the sinks with their loss.
+func TestTimelineMergedAtTheEnd(t *testing.T) {
+	r := newRecorder()
+	cfg := config(t, r, 2, envSteps+"=30", envStepTime+"=5ms")
+	cfg.MinWorkers = 2
+	cfg.Timeline = filepath.Join(t.TempDir(), "job.json")
+	o, err := run(t, cfg)
+	if err != nil {
+		t.Fatalf("job failed: %v\n%s", err, describe(r.all()))
+	}
+	if o.Timeline != cfg.Timeline {
+		t.Fatalf("outcome's timeline %q, want %q\n%s", o.Timeline, cfg.Timeline, describe(r.all()))
+	}
+	parts, _ := filepath.Glob(cfg.Timeline + ".*")
+	if len(parts) != 0 {
+		t.Fatalf("parts left behind: %v", parts)
+	}
+	f, err := os.Open(cfg.Timeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	raw, err := timeline.ReadEvents(f)
+	if err != nil {
+		t.Fatalf("the merged timeline does not parse: %v", err)
+	}
+	names := map[int]string{} // pid → process name
+	count := map[string]int{} // "pid name" → events
+	for _, b := range raw {
+		var e struct {
+			Name string         `json:"name"`
+			Pid  int            `json:"pid"`
+			Args map[string]any `json:"args"`
+		}
+		if err := json.Unmarshal(b, &e); err != nil {
+			t.Fatal(err)
+		}
+		if e.Name == "process_name" {
+			names[e.Pid], _ = e.Args["name"].(string)
+		}
+		count[fmt.Sprint(e.Pid, " ", e.Name)]++
+	}
+	if len(names) != 3 {
+		t.Fatalf("processes in the timeline: %v", names)
+	}
+	for _, w := range o.Workers {
+		if !strings.HasPrefix(names[w.PID], fmt.Sprintf("worker %d (", w.Index)) || count[fmt.Sprint(w.PID, " step")] != 30 ||
+			count[fmt.Sprint(w.PID, " allreduce")] < 30 || count[fmt.Sprint(w.PID, " state broadcast")] == 0 {
+			t.Errorf("worker %d (pid %d, %q): events %v", w.Index, w.PID, names[w.PID], count)
+		}
+	}
+	if !strings.HasPrefix(names[os.Getpid()], "driver (") || count[fmt.Sprint(os.Getpid(), " worker 0 started")] != 1 ||
+		count[fmt.Sprint(os.Getpid(), " training finished")] != 1 {
+		t.Errorf("the driver's events: %v", count)
+	}
+	var losses int
+	for _, e := range r.all() {
+		if s, ok := e.(job.StepsReported); ok {
+			for _, st := range s.Steps {
+				if st.HasLoss && float32(st.Loss) == float32(1/float64(st.Step)) && st.Bytes == 64*4 { // the wire carries a float32
+					losses++
+				}
+			}
+		}
+	}
+	if losses != 60 {
+		t.Errorf("%d steps reported with their loss and bytes, want 60", losses)
 	}
 }

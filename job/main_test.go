@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 //	kill   die from SIGKILL at once
 //	wait   never join: wait for the stop signal (a worker that arrives too
 //	       late), then exit with status 1
+//	exit   exit with status 0 at once, as a command that is not a trainer
 func trainer() int {
 	mode := "train"
 	if modes := strings.Split(os.Getenv(envModes), ","); modes[0] != "" {
@@ -53,6 +54,8 @@ func trainer() int {
 	case "kill":
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
+	case "exit":
+		return 0
 	case "wait":
 		stop := make(chan os.Signal, 1)
 		signal.Notify(stop, syscall.SIGINT)
@@ -97,6 +100,7 @@ func train(steps int64, stepTime time.Duration) error {
 			grads[i] = float32(i)
 		}
 		w.RecordSamples(1)
+		w.RecordLoss(1 / float64(w.Step()+1))
 		err := w.Allreduce(ctx, gsync.Reduction{}, collective.SliceBuffer(grads))
 		if errors.Is(err, gsync.ErrWorldChanged) {
 			continue

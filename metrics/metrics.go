@@ -36,6 +36,7 @@ type Job struct {
 	mu       sync.Mutex // orders the monotone updates of step and epoch
 	lastStep int64
 	epoch    uint64
+	lossOnce sync.Once
 
 	step          prometheus.Gauge
 	totalSteps    prometheus.Gauge
@@ -54,6 +55,8 @@ type Job struct {
 	stragglers    prometheus.Counter
 	bytesReduced  *prometheus.CounterVec
 	collectiveOps *prometheus.CounterVec
+	loss          prometheus.Gauge
+	stalls        prometheus.Counter
 }
 
 // Bucket layouts: steps from a millisecond to a minute, world changes from
@@ -92,7 +95,7 @@ func NewJob() *Job {
 		worldChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "gorovod_world_changes_total",
 			Help: "World epochs formed after the first (joins, leaves, failures)."}),
 		worldChangeS: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gorovod_world_change_seconds",
-			Help: "How long moving to a new world took: from its proposal until its workers trained again.", Buckets: worldChangeBuckets}),
+			Help: "How long moving to a new world took, once per worker and world: connecting its ring and receiving the state.", Buckets: worldChangeBuckets}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gorovod_failures_total",
 			Help: "Failures by kind: worker_lost, worker_exited, worker_failed, collective, decision, heuristic."}, []string{"kind"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gorovod_autoscaling_decisions_total",
@@ -105,10 +108,14 @@ func NewJob() *Job {
 			Help: "Bytes in the buffers of the workers' collectives, by collective."}, []string{"collective"}),
 		collectiveOps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gorovod_collectives_total",
 			Help: "Collectives the workers ran, by collective."}, []string{"collective"}),
+		loss: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gorovod_loss",
+			Help: "The training loss the workers reported last (mean per sample over a report's steps; absent until one does)."}),
+		stalls: prometheus.NewCounter(prometheus.CounterOpts{Name: "gorovod_stalls_total",
+			Help: "Stalls found: ranks that waited in a collective past the stall check time for ranks that had not entered it."}),
 	}
 	reg.MustRegister(j.step, j.totalSteps, j.workerSteps, j.samples, j.stepTime, j.computeTime, j.throughput,
 		j.worldSize, j.worldEpoch, j.worldChanges, j.worldChangeS, j.failures, j.decisions, j.decisionEnds,
-		j.stragglers, j.bytesReduced, j.collectiveOps)
+		j.stragglers, j.bytesReduced, j.collectiveOps, j.stalls)
 	for _, k := range []string{FailureWorkerLost, FailureWorkerExited, FailureWorkerFailed, FailureCollective, FailureDecision, FailureHeuristic} {
 		j.failures.WithLabelValues(k) // every kind shows, at 0
 	}
@@ -120,7 +127,15 @@ func (j *Job) Registry() *prometheus.Registry { return j.reg }
 
 // ObserveSteps records workers' step reports (the driver's OnStats batches,
 // converted as for the engine).
+//
+// Besides the steps it counts the gradient bytes the workers allreduced
+// (gorovod_collective_bytes_total{collective="allreduce"}), the time each
+// took to move to a new world (gorovod_world_change_seconds, from a world's
+// first step) and sets gorovod_loss to the reports' mean loss when they
+// carry one.
 func (j *Job) ObserveSteps(reps []heuristics.StepReport) {
+	var bytes int64
+	var lossSum, lossN float64
 	for _, r := range reps {
 		j.workerSteps.Inc()
 		j.samples.Add(float64(r.Samples))
@@ -130,8 +145,25 @@ func (j *Job) ObserveSteps(reps []heuristics.StepReport) {
 		if r.TotalSteps > 0 {
 			j.totalSteps.Set(float64(r.TotalSteps))
 		}
+		if r.Switch > 0 {
+			j.worldChangeS.Observe(r.Switch.Seconds())
+		}
+		bytes += r.Bytes
+		if r.HasLoss {
+			lossSum, lossN = lossSum+r.Loss, lossN+1
+		}
+	}
+	if bytes > 0 {
+		j.bytesReduced.WithLabelValues("allreduce").Add(float64(bytes))
+	}
+	if lossN > 0 {
+		j.lossOnce.Do(func() { j.reg.MustRegister(j.loss) }) // absent until a trainer reports a loss
+		j.loss.Set(lossSum / lossN)
 	}
 }
+
+// Stall counts a stall the driver found (job.Stalled).
+func (j *Job) Stall() { j.stalls.Inc() }
 
 // raiseStep moves gorovod_step forward (reports of workers arrive out of order).
 func (j *Job) raiseStep(step int64) {
@@ -144,8 +176,8 @@ func (j *Job) raiseStep(step int64) {
 }
 
 // World records a new world: its epoch and size. took, when known (> 0), is
-// how long the move to it took; every world after the first counts as a
-// change.
+// how long the move to it took (ObserveSteps records the workers' own
+// account of it); every world after the first counts as a change.
 func (j *Job) World(epoch uint64, size int, took time.Duration) {
 	j.mu.Lock()
 	defer j.mu.Unlock()

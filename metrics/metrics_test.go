@@ -96,6 +96,9 @@ func TestJobMetricsScraped(t *testing.T) {
 	}
 
 	j.World(1, 2, 0)
+	if fams := scrape(t, s.Addr()); fams["gorovod_loss"] != nil {
+		t.Error("gorovod_loss is served before any trainer reported a loss")
+	}
 	var reps []heuristics.StepReport
 	for step := int64(1); step <= 10; step++ {
 		for _, w := range []string{"a", "b"} {
@@ -105,6 +108,14 @@ func TestJobMetricsScraped(t *testing.T) {
 	}
 	j.ObserveSteps(reps)
 	j.ObserveSteps([]heuristics.StepReport{{Worker: "a", Epoch: 1, Step: 3, StepTime: time.Second}}) // late, old step
+	// The first steps of a world carry the move to it; the gradients' bytes
+	// and the loss come with every step that has them.
+	j.ObserveSteps([]heuristics.StepReport{
+		{Worker: "a", Epoch: 3, Step: 11, Bytes: 4096, Switch: 500 * time.Millisecond, Loss: 0.25, HasLoss: true},
+		{Worker: "b", Epoch: 3, Step: 11, Bytes: 4096, Switch: 700 * time.Millisecond, Loss: 0.75, HasLoss: true},
+		{Worker: "c", Epoch: 3, Step: 11, Bytes: 4096},
+	})
+	j.Stall()
 	j.World(3, 3, 1500*time.Millisecond)
 	j.World(2, 5, 0) // an older world reported late: ignored
 	j.Event(heuristics.Event{Kind: heuristics.EventDecision, Decision: &heuristics.Decision{Action: heuristics.Grow, Count: 1}})
@@ -126,7 +137,7 @@ func TestJobMetricsScraped(t *testing.T) {
 	}{
 		{"gorovod_step", nil, 12},
 		{"gorovod_total_steps", nil, 400},
-		{"gorovod_worker_steps_total", nil, 21},
+		{"gorovod_worker_steps_total", nil, 24},
 		{"gorovod_samples_total", nil, 640},
 		{"gorovod_world_size", nil, 3},
 		{"gorovod_world_epoch", nil, 3},
@@ -141,7 +152,9 @@ func TestJobMetricsScraped(t *testing.T) {
 		{"gorovod_autoscaling_outcomes_total", []string{"outcome", "failed"}, 1},
 		{"gorovod_stragglers_total", nil, 1},
 		{"gorovod_collectives_total", []string{"collective", "allreduce"}, 20},
-		{"gorovod_collective_bytes_total", []string{"collective", "allreduce"}, 20 * 4096},
+		{"gorovod_collective_bytes_total", []string{"collective", "allreduce"}, 20*4096 + 3*4096},
+		{"gorovod_loss", nil, 0.5},
+		{"gorovod_stalls_total", nil, 1},
 	}
 	for _, c := range checks {
 		m := value(t, fams, c.name, c.labels...)
@@ -157,15 +170,15 @@ func TestJobMetricsScraped(t *testing.T) {
 		}
 	}
 	st := value(t, fams, "gorovod_step_seconds").Histogram
-	if st.GetSampleCount() != 21 || fmt.Sprintf("%.3f", st.GetSampleSum()) != "2.000" {
+	if st.GetSampleCount() != 24 || fmt.Sprintf("%.3f", st.GetSampleSum()) != "2.000" {
 		t.Errorf("step histogram: %d samples, sum %v", st.GetSampleCount(), st.GetSampleSum())
 	}
 	ct := value(t, fams, "gorovod_compute_seconds").Histogram
-	if ct.GetSampleCount() != 21 {
+	if ct.GetSampleCount() != 24 {
 		t.Errorf("compute histogram: %d samples", ct.GetSampleCount())
 	}
 	wc := value(t, fams, "gorovod_world_change_seconds").Histogram
-	if wc.GetSampleCount() != 1 || wc.GetSampleSum() != 1.5 {
+	if wc.GetSampleCount() != 3 || fmt.Sprintf("%.3f", wc.GetSampleSum()) != "2.700" {
 		t.Errorf("world change histogram: %d samples, sum %v", wc.GetSampleCount(), wc.GetSampleSum())
 	}
 	if fams["go_goroutines"] == nil || fams["process_cpu_seconds_total"] == nil {

@@ -5,12 +5,14 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	stdsync "sync"
 
 	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/collective/transport/inproc"
 	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/timeline"
 )
 
 // alone is a world of one: what Train trains in when no launcher started the
@@ -21,6 +23,8 @@ type alone struct {
 	sess *Session
 	src  *aloneSource
 	tr   transport.Transport
+	tl   *timeline.Timeline // cfg.Timeline's
+	log  *slog.Logger
 }
 
 // startAlone joins the world of one with cfg's session settings.
@@ -37,13 +41,22 @@ func startAlone(ctx context.Context, cfg WorkerConfig, state *State) (*alone, er
 	self := epoch.Member{Name: fmt.Sprintf("alone-%d", os.Getpid()), Addr: tr.Addr()}
 	sc := cfg.Session // Join fills in its zero fields
 	sc.JobID, sc.Self, sc.Logger = "alone", self, cfg.Logger
+	var tl *timeline.Timeline
+	if cfg.Timeline != "" && sc.Timeline == nil {
+		if tl, err = openTimeline(cfg.Timeline, workerProcessName(self.Name, ""), "0"); err != nil {
+			tr.Close()
+			return nil, err
+		}
+		sc.Timeline = tl
+	}
 	src := &aloneSource{world: epoch.World{Number: 1, Members: []epoch.Member{self}}, newer: make(chan struct{})}
 	sess, err := Join(ctx, sc, tr, src, state)
 	if err != nil {
 		tr.Close()
+		closeTimeline(tl, cfg.Logger)
 		return nil, err
 	}
-	return &alone{sess: sess, src: src, tr: tr}, nil
+	return &alone{sess: sess, src: src, tr: tr, tl: tl, log: cfg.Logger}, nil
 }
 
 func (a *alone) session() *Session { return a.sess }
@@ -59,7 +72,11 @@ func (a *alone) requestLeave(context.Context) error {
 func (a *alone) rejoin(context.Context) error { return ErrOutForGood }
 
 func (a *alone) finish(context.Context) error { return a.close() }
-func (a *alone) close() error                 { return errors.Join(a.sess.Close(), a.tr.Close()) }
+func (a *alone) close() error {
+	err := errors.Join(a.sess.Close(), a.tr.Close())
+	closeTimeline(a.tl, a.log)
+	return err
+}
 
 // aloneSource is the epoch source of a world of one.
 type aloneSource struct {

@@ -11,9 +11,11 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/stall"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/fusion"
 	"github.com/gorovod/gorovod/sync/stats"
+	"github.com/gorovod/gorovod/timeline"
 )
 
 // Config configures a Session. A zero field means its default
@@ -34,6 +36,20 @@ type Config struct {
 	OnStats    func(stats.Batch)
 	StatsEvery int
 	Logger     *slog.Logger
+	// Timeline, if set, records the session's steps, gradient allreduces
+	// (and the queueing of asynchronous ones), world switches, state
+	// broadcasts and recoveries, and, through Collective.Tracer, every
+	// collective with its phases. Its owner closes it after the session.
+	Timeline *timeline.Timeline
+	// StallCheck is how long a collective may wait for ranks that have not
+	// entered it before the stall inspector warns (Logger, Timeline and
+	// OnStallSnapshot): default DefaultStallCheck; negative turns it off.
+	StallCheck time.Duration
+	// OnStallSnapshot, if set, receives the stall inspector's snapshot at
+	// every warning and every StallCheck/2 (the driver finds the missing
+	// ranks from every rank's snapshot). It is called on the inspector's
+	// goroutine and must not block.
+	OnStallSnapshot func(stall.Snapshot)
 }
 
 // ErrInvalidConfig is wrapped by every error about a Config or WorkerConfig
@@ -68,6 +84,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StatsEvery == 0 {
 		c.StatsEvery = d.StatsEvery
+	}
+	if c.StallCheck == 0 {
+		c.StallCheck = DefaultStallCheck
+	}
+	if c.Timeline != nil {
+		c.Collective.Tracer = collective.Tracers(c.Collective.Tracer, c.Timeline.CollectiveTracer())
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -130,6 +152,7 @@ type Session struct {
 	// synced: this session holds the job's state (it entered a world, and
 	// received the state or gave it); a joiner's is its own initial one.
 	synced bool
+	obs    *observer
 }
 
 // Join waits for the first epoch that includes cfg.Self, connects to its
@@ -145,7 +168,9 @@ func Join(ctx context.Context, cfg Config, t transport.Transport, src epoch.Sour
 	log := cfg.Logger
 	s := &Session{cfg: cfg, t: t, src: src, state: state, fuser: fusion.NewFuser(cfg.FusionBytes), asyncFuser: fusion.NewFuser(cfg.FusionBytes), log: log.With("worker", cfg.Self.Name)}
 	s.clock = stats.NewClock(cfg.StatsEvery, cfg.OnStats)
+	s.obs = startObserver(cfg, cfg.Self.Name)
 	if err := s.advance(ctx, 0); err != nil {
+		s.obs.close()
 		return nil, err
 	}
 	return s, nil
@@ -175,6 +200,14 @@ func (s *Session) Communicator() *collective.Communicator { return s.comm }
 // step. The autoscaling engine measures throughput in samples per second when
 // trainers report them, in steps per second otherwise.
 func (s *Session) RecordSamples(n int) { s.clock.AddSamples(n) }
+
+// RecordLoss reports the trainer's training loss of the current step: the
+// mean loss per sample over this worker's share of the step's batch, so that
+// it compares across world sizes. It travels with the step statistics to the
+// driver (`gorovod run` shows it in its progress records, metrics and run
+// report); several calls in one step are averaged, and a loss that is not
+// finite is left out.
+func (s *Session) RecordLoss(mean float64) { s.clock.AddLoss(mean) }
 
 // SetTotalSteps tells the autoscaling engine how many steps the job plans to
 // train in all (policies weighing the remaining work need it).
@@ -226,10 +259,16 @@ func (s *Session) Allreduce(ctx context.Context, how Reduction, tensors ...colle
 	if err != nil {
 		return err
 	}
-	defer s.clock.Wait(time.Now())
+	began := time.Now()
+	defer s.clock.Wait(began)
+	bytes := s.obs.gradients(tensors)
 	newest := s.src.Latest()
 	err = reduceGradients(ctx, s.fuser, s.comm, tensors, how, &newest)
+	if s.obs.tl != nil {
+		s.obs.reduced("allreduce gradients", began, time.Now(), len(tensors), bytes, err)
+	}
 	if err == nil {
+		s.clock.AddBytes(bytes)
 		if len(tensors) > 0 {
 			s.newest, s.tagged = max(s.newest, newest), true
 		}
@@ -307,6 +346,12 @@ func (s *Session) AllreduceAsync(ctx context.Context, how Reduction, tensors ...
 	prev := s.lastAsync
 	s.lastAsync = p
 	comm := s.comm
+	bytes := s.obs.gradients(tensors)
+	s.clock.AddBytes(bytes) // a failure restarts the step's account
+	tl, queued := s.obs.tl, time.Time{}
+	if tl != nil {
+		queued = time.Now()
+	}
 	go func() {
 		defer close(p.done)
 		if prev != nil {
@@ -317,7 +362,15 @@ func (s *Session) AllreduceAsync(ctx context.Context, how Reduction, tensors ...
 			}
 		}
 		newest := s.src.Latest()
+		var began time.Time
+		if tl != nil {
+			began = time.Now()
+			tl.Complete(timeline.TrackTraining, "queued", "gradients", queued, began, timeline.Int("tensors", int64(len(tensors))))
+		}
 		p.err = reduceGradients(ctx, s.asyncFuser, comm, tensors, how, &newest)
+		if tl != nil {
+			s.obs.reduced("allreduce gradients (async)", began, time.Now(), len(tensors), bytes, p.err)
+		}
 		if p.err == nil && len(tensors) > 0 {
 			s.mu.Lock()
 			s.asyncNewest = max(s.asyncNewest, newest)
@@ -403,6 +456,9 @@ func (s *Session) Commit(ctx context.Context) error {
 	s.newest, s.tagged = 0, false
 	s.clock.Wait(began)
 	s.clock.Commit(s.epoch.Number, s.state.Step, newest > s.epoch.Number)
+	if s.obs.tl != nil {
+		s.obs.committed(s.state.Step, s.epoch.Number, time.Now())
+	}
 	if newest <= s.epoch.Number {
 		return nil
 	}
@@ -421,6 +477,7 @@ func (s *Session) Commit(ctx context.Context) error {
 // buffers. Leaving the job for good is the membership layer's business (a
 // graceful leave starts the next epoch).
 func (s *Session) Close() error {
+	s.obs.close()
 	var err error
 	if s.comm != nil {
 		err = s.comm.Close()
@@ -456,9 +513,11 @@ func (s *Session) recover(ctx context.Context, cause error) error {
 	s.comm.Abort(cause)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RecoveryTimeout)
 	defer cancel()
+	start, failed := time.Now(), s.epoch.Number
 	if err := s.advance(ctx, s.epoch.Number); err != nil {
 		return fmt.Errorf("sync: recovering from %v: %w", cause, err)
 	}
+	s.obs.recovered(failed, blamed.Name, cause, start, time.Now())
 	return nil
 }
 
@@ -467,25 +526,33 @@ func (s *Session) recover(ctx context.Context, cause error) error {
 // proposed would otherwise keep the others dialling it until the recovery
 // timeout, while the proposer has already replaced ep.
 func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collective.Communicator, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	go func() {
 		if _, err := s.src.Await(ctx, ep.Number); err == nil {
-			cancel()
+			cancel(errSuperseded)
 		}
 	}()
+	superseded := func(err error) error {
+		if context.Cause(ctx) == errSuperseded {
+			return fmt.Errorf("%w: %w", errSuperseded, err)
+		}
+		return err
+	}
 	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
 	comm, err := collective.New(ctx, s.t, w, s.cfg.Collective)
 	if err != nil {
-		return nil, err
+		return nil, superseded(err)
 	}
+	start := time.Now()
 	root, err := s.stateRoot(ctx, comm)
 	if err == nil {
 		err = s.state.broadcast(ctx, comm, root)
 	}
+	s.obs.broadcast(ep.Number, start, time.Now(), err)
 	if err != nil {
 		comm.Abort(err)
-		return nil, err
+		return nil, superseded(err)
 	}
 	s.synced = true
 	return comm, nil
@@ -514,6 +581,11 @@ func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) 
 	return 0, nil // a new job: nobody holds a state yet
 }
 
+// errSuperseded marks an attempt to enter a world abandoned because a newer
+// one was proposed meanwhile (workers that join together make a few worlds
+// in quick succession): no failure.
+var errSuperseded = errors.New("a newer world was proposed")
+
 // advance moves to the newest epoch after the given one: connect its members,
 // then copy the state from its rank 0. A failure on the way moves on to the
 // epoch after that.
@@ -539,7 +611,11 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 				// This worker's state cannot join rank 0's: a retry would fail alike.
 				return err
 			}
-			s.log.Warn("entering the next world failed", "epoch", ep.Number, "err", err)
+			level := slog.LevelWarn
+			if errors.Is(err, errSuperseded) {
+				level = slog.LevelInfo // not a failure: a newer world came (workers joining together)
+			}
+			s.log.Log(ctx, level, "entering the next world failed", "epoch", ep.Number, "err", err)
 			var pe *collective.PeerError
 			blamed := epoch.Member{}
 			if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < len(ep.Members) {
@@ -552,8 +628,10 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 		s.mu.Lock()
 		s.epoch, s.comm = ep, comm
 		s.mu.Unlock()
-		s.clock.Restart(time.Now())
-		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", time.Since(start))
+		now := time.Now()
+		s.clock.Entered(now, now.Sub(start))
+		s.obs.entered(ep, rank, comm, start, now)
+		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", now.Sub(start))
 		return nil
 	}
 }

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"math"
 	"slices"
 	stdsync "sync"
 	"testing"
@@ -59,6 +60,9 @@ func TestSessionStepStatistics(t *testing.T) {
 			}
 			sess.RecordSamples(4)
 			sess.RecordSamples(4)
+			sess.RecordLoss(1) // averaged within the step: 1.5
+			sess.RecordLoss(math.NaN())
+			sess.RecordLoss(2)
 			if err := sess.Allreduce(ctx, Reduction{}, grads); err != nil {
 				return err
 			}
@@ -127,6 +131,12 @@ func TestSessionStepStatistics(t *testing.T) {
 			}
 			if st.Step != first+int64(i) || st.Epoch != wantEpoch || st.Samples != 8 || st.Compute < 0 || st.Compute > st.StepTime {
 				t.Fatalf("%s: report %d is %+v (want step %d, epoch %d, 8 samples)", name, i, st, first+int64(i), wantEpoch)
+			}
+			// The loss the trainer recorded (NaN left out), the gradients'
+			// bytes, and the move to a new world on the world's first step.
+			firstInWorld := st.Step == first || st.Step == lastOfFirst+1
+			if !st.HasLoss || st.Loss != 1.5 || st.Bytes != 256*4 || (st.Switch > 0) != firstInWorld {
+				t.Fatalf("%s: report %d is %+v (want loss 1.5, 1024 bytes, a world switch: %v)", name, i, st, firstInWorld)
 			}
 			computes = append(computes, st.Compute)
 		}

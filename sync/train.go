@@ -10,6 +10,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/sync/sampler"
 )
 
@@ -277,6 +278,15 @@ func (c TrainConfig) prepare(state *State, step StepFunc) (TrainConfig, error) {
 		c.LeaveSignal = DefaultTrainConfig().LeaveSignal
 	}
 	if c.Worker.Logger == nil {
+		o, err := envconfig.LoadObservability(os.Getenv)
+		if err != nil {
+			return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		if c.Worker.Logger, err = envLogger(o); err != nil {
+			return c, err
+		}
+	}
+	if c.Worker.Logger == nil {
 		c.Worker.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Data != nil {
@@ -316,8 +326,12 @@ func join(ctx context.Context, cfg WorkerConfig, state *State) (member, error) {
 		}
 		m := &cfg.Membership
 		m.BindAddr, m.BindPort, m.AdvertiseAddr, m.AdvertisePort = env.Membership.BindAddr, env.Membership.BindPort, env.Membership.AdvertiseAddr, env.Membership.AdvertisePort
+		observeLikeEnv(&cfg, env)
 	}
 	if cfg.JobID == "" {
+		if err := aloneFromEnv(&cfg, os.Getenv); err != nil {
+			return nil, err
+		}
 		return startAlone(ctx, cfg, state)
 	}
 	w, err := StartWorker(ctx, cfg, state)

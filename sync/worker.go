@@ -17,10 +17,12 @@ import (
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/gpu"
 	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/stall"
 	"github.com/gorovod/gorovod/sync/control"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
+	"github.com/gorovod/gorovod/timeline"
 )
 
 // WorkerConfig is how a worker process joins an elastic job. A zero field
@@ -55,6 +57,11 @@ type WorkerConfig struct {
 	// processes apart on every host; "" when not started by a launcher.
 	Launch string
 	Logger *slog.Logger
+	// Timeline, if set, is the file this worker writes its Chrome trace to
+	// (Session.Timeline, opened when the worker joins and closed when it
+	// leaves). Under `gorovod run --timeline-filename` (GOROVOD_TIMELINE) it
+	// is the worker's part of the job's timeline, which the driver merges.
+	Timeline string
 }
 
 // WorkerIOTimeout is a worker's default transport I/O timeout: shorter than a
@@ -109,6 +116,9 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	if launched {
 		cfg.Launch = strconv.Itoa(index)
 	}
+	if err := observeFromEnv(&cfg, os.Getenv); err != nil {
+		return WorkerConfig{}, err
+	}
 	return cfg, nil
 }
 
@@ -130,7 +140,9 @@ type Worker struct {
 	src       *memberSource
 	log       *slog.Logger
 	closeOnce stdsync.Once
-	stats     chan stats.Batch // to the driver, by sendStats
+	stats     chan stats.Batch    // to the driver, by sendStats
+	stalls    chan stall.Snapshot // to the driver, by sendStats
+	tl        *timeline.Timeline  // Config.Timeline's, closed at the end
 	// cfg and state are what Rejoin starts again from.
 	cfg        WorkerConfig
 	state      *State
@@ -147,7 +159,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, state: state, log: cfg.Logger}
+	w := &Worker{cfg: cfg, state: state, log: cfg.Logger, stats: make(chan stats.Batch, 8), stalls: make(chan stall.Snapshot, 4)}
 	if err := w.start(ctx); err != nil {
 		return nil, err
 	}
@@ -180,7 +192,7 @@ func (w *Worker) start(ctx context.Context) error {
 		tr.Close()
 		return err
 	}
-	w.m, w.tr, w.src, w.stats = m, tr, newMemberSource(log), make(chan stats.Batch, 8)
+	w.m, w.tr, w.src = m, tr, newMemberSource(log)
 	w.outForGood.Store(false)
 	w.closeOnce = stdsync.Once{}
 	w.setSession(nil)
@@ -198,7 +210,7 @@ func (w *Worker) start(ctx context.Context) error {
 		},
 	})
 	w.src.agent = w.agent
-	go w.sendStats(w.m, w.src.done, w.stats)
+	go w.sendStats(w.m, w.src.done)
 	fail := func(err error) error {
 		w.shutdown()
 		return err
@@ -210,6 +222,18 @@ func (w *Worker) start(ctx context.Context) error {
 	sc.JobID, sc.Self, sc.Logger = cfg.JobID, epoch.Member{Name: m.Name(), Addr: tr.Addr()}, log
 	if !cfg.DisableStats {
 		sc.OnStats = w.queueStats
+	}
+	if sc.OnStallSnapshot == nil {
+		sc.OnStallSnapshot = w.queueStall
+	}
+	if cfg.Timeline != "" && sc.Timeline == nil {
+		// One timeline for the process, named after its first member name.
+		if w.tl == nil {
+			if w.tl, err = openTimeline(cfg.Timeline, workerProcessName(m.Name(), cfg.Launch), cfg.Launch); err != nil {
+				return fail(err)
+			}
+		}
+		sc.Timeline = w.tl
 	}
 	sess, err := Join(joinCtx, sc, tr, w.src, w.state)
 	if err != nil {
@@ -249,7 +273,7 @@ func (w *Worker) Rejoin(ctx context.Context) error {
 	if w.Session != nil {
 		w.Session.Close()
 	}
-	w.shutdown()
+	w.leaveJob()
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(w.cfg.Session.RecoveryTimeout, DefaultConfig().RecoveryTimeout))
 	defer cancel()
 	if err := w.start(ctx); err != nil {
@@ -278,24 +302,38 @@ func (w *Worker) queueStats(b stats.Batch) {
 	}
 }
 
-// sendStats delivers step statistics to the job's driver, the only member
-// that runs an autoscaling engine, through member m until done closes.
-func (w *Worker) sendStats(m *membership.Member, done <-chan struct{}, queue <-chan stats.Batch) {
+// queueStall hands a stall inspector's snapshot to sendStats without
+// blocking the inspector; a full queue drops it (the next heartbeat comes).
+func (w *Worker) queueStall(s stall.Snapshot) {
+	select {
+	case w.stalls <- s:
+	default:
+	}
+}
+
+// sendStats delivers step statistics and stall snapshots to the job's
+// driver, the only member that runs an autoscaling engine, through member m
+// until done closes.
+func (w *Worker) sendStats(m *membership.Member, done <-chan struct{}) {
 	for {
+		var msg []byte
 		select {
 		case <-done:
 			return
-		case b := <-queue:
-			for _, n := range m.Members() {
-				if n.Meta.Role != membership.RoleDriver {
-					continue
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
-				if err := m.Send(ctx, n, control.EncodeStats(b)); err != nil {
-					w.log.Debug("step statistics not delivered", "err", err)
-				}
-				cancel()
+		case b := <-w.stats:
+			msg = control.EncodeStats(b)
+		case s := <-w.stalls:
+			msg = control.EncodeStall(s)
+		}
+		for _, n := range m.Members() {
+			if n.Meta.Role != membership.RoleDriver {
+				continue
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
+			if err := m.Send(ctx, n, msg); err != nil {
+				w.log.Debug("statistics not delivered to the driver", "err", err)
+			}
+			cancel()
 		}
 	}
 }
@@ -386,6 +424,14 @@ func (w *Worker) Close() error {
 }
 
 func (w *Worker) shutdown() {
+	w.leaveJob()
+	closeTimeline(w.tl, w.log)
+	w.tl = nil
+}
+
+// leaveJob leaves the gossip cluster and releases the transport of this
+// incarnation (Rejoin starts another; the timeline stays).
+func (w *Worker) leaveJob() {
 	_ = w.m.Leave(context.Background()) // bounded by Membership.LeaveTimeout
 	_ = w.m.Shutdown()
 	w.agent.Stop()

@@ -73,13 +73,20 @@ func startRunJob(t *testing.T, args ...string) *runJobHarness {
 // its command line with more heuristics (examples/custom-launcher).
 func startRunJobWith(t *testing.T, launcher string, args ...string) *runJobHarness {
 	t.Helper()
+	return startRunJobArgv(t, append([]string{launcher, "run"}, args...))
+}
+
+// startRunJobArgv runs argv, a `gorovod run` command line (behind a prefix
+// such as nsenter's), and follows its output.
+func startRunJobArgv(t *testing.T, argv []string) *runJobHarness {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts real worker processes; skipped with -short")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	h := &runJobHarness{pids: map[int]int{}, notify: make(chan struct{}, 1), exited: make(chan error, 1)}
-	h.cmd = exec.CommandContext(ctx, launcher, append([]string{"run"}, args...)...)
+	h.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
 	stdout, _ := h.cmd.StdoutPipe()
 	stderr, _ := h.cmd.StderrPipe()
 	if err := h.cmd.Start(); err != nil {

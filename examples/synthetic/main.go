@@ -39,6 +39,9 @@ type options struct {
 	perWorker    time.Duration
 	verbose      bool
 	noStats      bool
+	freezeIdx    int
+	freezeStep   int64
+	freezeFor    time.Duration
 }
 
 func main() {
@@ -60,8 +63,11 @@ func main() {
 	flag.Float64Var(&o.stragglerMul, "straggler-factor", 2, "how much slower the straggler computes")
 	flag.BoolVar(&o.verbose, "v", false, "log the elastic layer's decisions to stderr")
 	flag.BoolVar(&o.noStats, "no-stats", false, "send no step statistics to the driver (to measure what they cost)")
+	flag.IntVar(&o.freezeIdx, "freeze-worker", -1, "launch index of a process whose training loop blocks (its process and the library's goroutines live on) before the gradient allreduce of --freeze-step, for --freeze-for: a stuck data loader, for the stall inspector")
+	flag.Int64Var(&o.freezeStep, "freeze-step", 10, "the step --freeze-worker blocks at")
+	flag.DurationVar(&o.freezeFor, "freeze-for", time.Minute, "how long --freeze-worker blocks")
 	flag.Parse()
-	if o.steps < 1 || o.samples < 1 || o.batch < 1 || o.modelSize < 1 || o.overhead < 0 || o.perWorker < 0 || o.stragglerMul <= 0 {
+	if o.steps < 1 || o.samples < 1 || o.batch < 1 || o.modelSize < 1 || o.overhead < 0 || o.perWorker < 0 || o.stragglerMul <= 0 || o.freezeFor < 0 {
 		fmt.Fprintln(os.Stderr, "synthetic: --steps, --samples, --batch, --model-size and --straggler-factor must be positive, the overheads not negative")
 		os.Exit(2)
 	}
@@ -108,6 +114,7 @@ func run(o options) error {
 		return err
 	}
 	slow := launched && index == o.stragglerIdx
+	freeze := launched && index == o.freezeIdx
 	cfg := gsync.TrainConfig{Steps: o.steps, Data: order, GlobalBatch: o.batch}
 	if launched && index == o.extraStepIdx {
 		cfg.Steps++
@@ -141,6 +148,17 @@ func run(o options) error {
 	_, err = gsync.Train(ctx, cfg, state, func(ctx context.Context, s *gsync.TrainStep) error {
 		began = time.Now()
 		loss = computeGrads(o, s.Rank, s.Size, slow, params, grads, s.Batch)
+		if len(s.Batch.Indices) > 0 {
+			s.Session.RecordLoss(sampleLoss(params, s.Batch.Indices))
+		}
+		if freeze && s.Number == o.freezeStep && s.Attempt == 0 {
+			fmt.Fprintf(os.Stderr, "synthetic: freezing the training loop at step %d for %v\n", s.Number, o.freezeFor)
+			select {
+			case <-time.After(o.freezeFor):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		if err := s.Session.Allreduce(ctx, gsync.Reduction{}, gradBuf); err != nil {
 			return err
 		}
@@ -182,6 +200,22 @@ func computeGrads(o options, rank, size int, slow bool, params, grads []float32,
 		}
 	}
 	return loss
+}
+
+// sampleLoss is the mean per sample of the loss whose gradient computeGrads
+// computes, ½·Σᵢ(pᵢ − 0.01·tₛ)² for sample s (over the first 64 parameters,
+// as the step lines' loss): the figure the driver's progress records, metrics
+// and run report show (Session.RecordLoss), comparable across world sizes.
+func sampleLoss(params []float32, indices []int) float64 {
+	var sum float64
+	for _, idx := range indices {
+		t := 0.01 * float64(idx%17) / 17
+		for _, p := range params[:min(64, len(params))] {
+			d := float64(p) - t
+			sum += d * d / 2
+		}
+	}
+	return sum / float64(len(indices))
 }
 
 func paramsSHA256(p []float32) string {

@@ -61,6 +61,7 @@ func child(mode string) int {
 			return 3
 		}
 		fmt.Println(cpus)
+		return 0
 	case "env":
 		_, inherited := os.LookupEnv("LAUNCH_TEST_INHERITED")
 		fmt.Printf("given=%s inherited=%v\n", os.Getenv("LAUNCH_TEST_GIVEN"), inherited)

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/gorovod/gorovod/stall"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
 )
@@ -30,6 +33,7 @@ const (
 	KindPong    Kind = "pong"    // worker → proposer: yes, and the newest epoch I know
 	KindDone    Kind = "done"    // worker → proposer: training finished at this epoch
 	KindStats   Kind = "stats"   // worker → driver: step statistics for the autoscaling engine
+	KindStall   Kind = "stall"   // worker → driver: its stall inspector's snapshot
 )
 
 // maxCauseLen bounds the error text a failure report carries.
@@ -38,15 +42,44 @@ const maxCauseLen = 512
 // Message is a decoded control message; which fields are set depends on
 // Kind.
 type Message struct {
-	Kind    Kind           `json:"t"`
-	Number  uint64         `json:"n,omitempty"` // the epoch (epoch, failure, done, pong)
-	Members []epoch.Member `json:"m,omitempty"` // epoch, pong
-	Blamed  string         `json:"b,omitempty"` // failure: the member blamed ("" when none)
-	Cause   string         `json:"c,omitempty"` // failure: the error, at most maxCauseLen bytes
-	Nonce   uint64         `json:"o,omitempty"` // ping, pong
-	Final   bool           `json:"f,omitempty"` // epoch: the recipient is left out for good
-	Stats   []wireStat     `json:"s,omitempty"`
-	Total   int64          `json:"T,omitempty"`
+	Kind    Kind            `json:"t"`
+	Number  uint64          `json:"n,omitempty"` // the epoch (epoch, failure, done, pong)
+	Members []epoch.Member  `json:"m,omitempty"` // epoch, pong
+	Blamed  string          `json:"b,omitempty"` // failure: the member blamed ("" when none)
+	Cause   string          `json:"c,omitempty"` // failure: the error, at most maxCauseLen bytes
+	Nonce   uint64          `json:"o,omitempty"` // ping, pong
+	Final   bool            `json:"f,omitempty"` // epoch: the recipient is left out for good
+	Stats   []wireStat      `json:"s,omitempty"`
+	Total   int64           `json:"T,omitempty"`
+	Stall   *stall.Snapshot `json:"x,omitempty"`
+}
+
+// Bounds of the tensor names a stall snapshot carries, so that one fits a
+// membership message whatever the trainer names its tensors.
+const (
+	maxStallTensors    = 64
+	maxStallTensorName = 128
+)
+
+// EncodeStall carries a stall inspector's snapshot to the driver; a long
+// list of tensor names is cut (its last entry says how many were left out).
+func EncodeStall(s stall.Snapshot) []byte {
+	if len(s.Tensors) > maxStallTensors || slices.ContainsFunc(s.Tensors, func(n string) bool { return len(n) > maxStallTensorName }) {
+		names := make([]string, 0, min(len(s.Tensors), maxStallTensors))
+		for i, n := range s.Tensors {
+			if i == maxStallTensors-1 && len(s.Tensors) > maxStallTensors {
+				names = append(names, fmt.Sprintf("… %d more", len(s.Tensors)-i))
+				break
+			}
+			if len(n) > maxStallTensorName {
+				n = n[:maxStallTensorName]
+			}
+			names = append(names, n)
+		}
+		s.Tensors = names
+	}
+	s.Worker = "" // the sender's name comes with the message
+	return marshal(Message{Kind: KindStall, Stall: &s})
 }
 
 // wireStat is a stats.Step with times in microseconds and short keys: a batch
@@ -57,6 +90,10 @@ type wireStat struct {
 	Samples int    `json:"b,omitempty"`
 	Compute int64  `json:"c"`
 	Time    int64  `json:"d"`
+	// Loss is set only when the trainer reported one (a pointer: 0 is a loss).
+	Loss   *float64 `json:"l,omitempty"`
+	Bytes  int64    `json:"y,omitempty"`
+	Switch int64    `json:"w,omitempty"` // microseconds
 }
 
 // EncodeStats writes a stats message by hand: it runs beside the training
@@ -81,6 +118,19 @@ func EncodeStats(b stats.Batch) []byte {
 		out = strconv.AppendInt(out, s.Compute.Microseconds(), 10)
 		out = append(out, `,"d":`...)
 		out = strconv.AppendInt(out, s.StepTime.Microseconds(), 10)
+		if s.HasLoss && !math.IsNaN(s.Loss) && !math.IsInf(s.Loss, 0) {
+			// A float32's precision is plenty for a loss, and half the bytes.
+			out = append(out, `,"l":`...)
+			out = strconv.AppendFloat(out, float64(float32(s.Loss)), 'g', -1, 32)
+		}
+		if s.Bytes != 0 {
+			out = append(out, `,"y":`...)
+			out = strconv.AppendInt(out, s.Bytes, 10)
+		}
+		if us := s.Switch.Microseconds(); us != 0 {
+			out = append(out, `,"w":`...)
+			out = strconv.AppendInt(out, us, 10)
+		}
 		out = append(out, '}')
 	}
 	out = append(out, ']')
@@ -96,7 +146,11 @@ func (m Message) StatsBatch() stats.Batch {
 	b := stats.Batch{Steps: make([]stats.Step, len(m.Stats)), TotalSteps: m.Total}
 	for i, w := range m.Stats {
 		b.Steps[i] = stats.Step{Epoch: w.Epoch, Step: w.Step, Samples: w.Samples,
-			Compute: time.Duration(w.Compute) * time.Microsecond, StepTime: time.Duration(w.Time) * time.Microsecond}
+			Compute: time.Duration(w.Compute) * time.Microsecond, StepTime: time.Duration(w.Time) * time.Microsecond,
+			Bytes: w.Bytes, Switch: time.Duration(w.Switch) * time.Microsecond}
+		if w.Loss != nil {
+			b.Steps[i].Loss, b.Steps[i].HasLoss = *w.Loss, true
+		}
 	}
 	return b
 }
@@ -226,12 +280,28 @@ func Decode(b []byte) (Message, error) {
 			return m, errors.New("control: stats message without steps")
 		}
 		for _, st := range m.Stats {
-			if st.Epoch == 0 || st.Step < 1 || st.Samples < 0 || st.Compute < 0 || st.Time < 0 || st.Compute > st.Time {
+			if st.Epoch == 0 || st.Step < 1 || st.Samples < 0 || st.Compute < 0 || st.Time < 0 || st.Compute > st.Time || st.Bytes < 0 || st.Switch < 0 {
 				return m, fmt.Errorf("control: stats message with an impossible step %+v", st)
 			}
 		}
 		if m.Total < 0 {
 			return m, errors.New("control: stats message with a negative total")
+		}
+	case KindStall:
+		st := m.Stall
+		switch {
+		case st == nil:
+			return m, errors.New("control: stall message without a snapshot")
+		case st.Epoch == 0 || st.Size < 1 || st.Rank < 0 || st.Rank >= st.Size || st.For < 0 || st.Bytes < 0 ||
+			st.WaitingOn < -1 || st.WaitingOn >= st.Size || (st.InFlight && st.Started == 0):
+			return m, fmt.Errorf("control: stall message with an impossible snapshot %+v", *st)
+		case len(st.Tensors) > maxStallTensors:
+			return m, fmt.Errorf("control: stall message with %d tensor names (at most %d)", len(st.Tensors), maxStallTensors)
+		}
+		for _, n := range st.Tensors {
+			if len(n) > maxStallTensorName+8 { // the cut, plus "… N more"
+				return m, errors.New("control: stall message with an overlong tensor name")
+			}
 		}
 	case KindPing, KindPong:
 		if m.Nonce == 0 {

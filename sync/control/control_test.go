@@ -2,12 +2,15 @@ package control_test
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/stall"
 	"github.com/gorovod/gorovod/sync/control"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
@@ -17,6 +20,8 @@ func TestStatsWireRoundTrip(t *testing.T) {
 	in := stats.Batch{TotalSteps: 1000, Steps: []stats.Step{
 		{Epoch: 3, Step: 17, Samples: 32, Compute: 12345 * time.Microsecond, StepTime: 20001 * time.Microsecond},
 		{Epoch: 3, Step: 18, Compute: 0, StepTime: time.Millisecond},
+		{Epoch: 4, Step: 19, Compute: time.Millisecond, StepTime: time.Millisecond, Loss: 0.5, HasLoss: true, Bytes: 4 << 20, Switch: 250 * time.Millisecond},
+		{Epoch: 4, Step: 20, Compute: time.Millisecond, StepTime: time.Millisecond, Loss: 0, HasLoss: true},
 	}}
 	m, err := control.Decode(control.EncodeStats(in))
 	if err != nil {
@@ -28,10 +33,61 @@ func TestStatsWireRoundTrip(t *testing.T) {
 	// The largest batch a session sends fits one membership message.
 	big := stats.Batch{TotalSteps: 1 << 40}
 	for i := range stats.MaxBatch {
-		big.Steps = append(big.Steps, stats.Step{Epoch: 1 << 30, Step: 1<<40 + int64(i), Samples: 1 << 20, Compute: time.Hour, StepTime: time.Hour})
+		big.Steps = append(big.Steps, stats.Step{Epoch: 1 << 30, Step: 1<<40 + int64(i), Samples: 1 << 20, Compute: time.Hour, StepTime: time.Hour,
+			Loss: -1.2345678e-38, HasLoss: true, Bytes: 1 << 40, Switch: time.Hour})
 	}
 	if n := len(control.EncodeStats(big)); n > 64<<10 {
 		t.Fatalf("a full batch encodes to %d bytes, over the 64 KiB message limit", n)
+	}
+	// A loss travels with a float32's precision; one that is not a number
+	// does not travel at all (JSON has no NaN).
+	m, err = control.Decode(control.EncodeStats(stats.Batch{Steps: []stats.Step{
+		{Epoch: 1, Step: 1, StepTime: time.Millisecond, Loss: 0.1, HasLoss: true},
+		{Epoch: 1, Step: 2, StepTime: time.Millisecond, Loss: math.NaN(), HasLoss: true},
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := m.StatsBatch().Steps
+	if !out[0].HasLoss || float32(out[0].Loss) != float32(0.1) || out[1].HasLoss {
+		t.Fatalf("losses: %+v", out)
+	}
+}
+
+// TestStallWire: a stall snapshot survives the wire, and a long list of
+// tensor names is cut to fit a message, saying how many were left out.
+func TestStallWire(t *testing.T) {
+	in := stall.Snapshot{Worker: "w1", Epoch: 5, Rank: 2, Size: 4, Started: 9, InFlight: true, Collective: "allreduce",
+		Algorithm: "ring", Bytes: 4096, For: 3 * time.Second, WaitingOn: 1, Tensors: []string{"grad[0] float32×1024"},
+		Taken: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	m, err := control.Decode(control.EncodeStall(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := in
+	want.Worker = "" // the message's sender names it
+	if m.Kind != control.KindStall || !reflect.DeepEqual(*m.Stall, want) {
+		t.Fatalf("round trip: %+v, want %+v", *m.Stall, want)
+	}
+	if _, ok := m.Protocol(); ok {
+		t.Fatal("a stall snapshot is not a protocol message")
+	}
+	many := in
+	many.Tensors = nil
+	for i := range 1000 {
+		many.Tensors = append(many.Tensors, fmt.Sprintf("layer%d/%s", i, strings.Repeat("w", 300)))
+	}
+	b := control.EncodeStall(many)
+	if len(b) > 16<<10 {
+		t.Fatalf("1000 long tensor names encode to %d bytes", len(b))
+	}
+	m, err = control.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := m.Stall.Tensors
+	if len(names) != 64 || names[63] != "… 937 more" || !strings.HasPrefix(names[0], "layer0/") || len(names[0]) != 128 {
+		t.Fatalf("cut names: %d, last %q, first %d bytes", len(names), names[len(names)-1], len(names[0]))
 	}
 }
 
@@ -45,6 +101,9 @@ func TestDecodeControlRejects(t *testing.T) {
 		{"compute over step time", `{"t":"stats","s":[{"e":1,"n":1,"c":3,"d":2}]}`},
 		{"negative samples", `{"t":"stats","s":[{"e":1,"n":1,"b":-1,"c":1,"d":2}]}`},
 		{"negative total", `{"t":"stats","T":-5,"s":[{"e":1,"n":1,"c":1,"d":2}]}`},
+		{"negative bytes", `{"t":"stats","s":[{"e":1,"n":1,"c":1,"d":2,"y":-1}]}`},
+		{"negative switch", `{"t":"stats","s":[{"e":1,"n":1,"c":1,"d":2,"w":-1}]}`},
+		{"loss not a number", `{"t":"stats","s":[{"e":1,"n":1,"c":1,"d":2,"l":"x"}]}`},
 		{"epoch without members", `{"t":"epoch","n":3}`},
 		{"repeated member", `{"t":"epoch","n":3,"m":[{"Name":"a","Addr":"x"},{"Name":"a","Addr":"y"}]}`},
 		{"failure without epoch", `{"t":"failure","b":"a"}`},
@@ -56,6 +115,12 @@ func TestDecodeControlRejects(t *testing.T) {
 		{"ping with a world", `{"t":"ping","o":1,"n":2,"m":[{"Name":"a","Addr":"x"}]}`},
 		{"final failure", `{"t":"failure","n":3,"f":true}`},
 		{"final pong", `{"t":"pong","o":1,"f":true}`},
+		{"stall without snapshot", `{"t":"stall"}`},
+		{"stall epoch 0", `{"t":"stall","x":{"epoch":0,"rank":0,"size":2,"waiting_on":-1}}`},
+		{"stall rank outside world", `{"t":"stall","x":{"epoch":1,"rank":2,"size":2,"waiting_on":-1}}`},
+		{"stall waiting on a stranger", `{"t":"stall","x":{"epoch":1,"rank":0,"size":2,"waiting_on":5}}`},
+		{"stall negative wait", `{"t":"stall","x":{"epoch":1,"rank":0,"size":2,"waiting_on":1,"in_flight":true,"started":1,"for_ns":-1}}`},
+		{"stall in flight before any", `{"t":"stall","x":{"epoch":1,"rank":0,"size":2,"waiting_on":1,"in_flight":true,"started":0}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := control.Decode([]byte(tc.msg)); err == nil {
@@ -75,6 +140,8 @@ func FuzzDecodeControl(f *testing.F) {
 	f.Add(control.EncodePong(7, epoch.World{Number: 2, Members: []epoch.Member{{Name: "a", Addr: "127.0.0.1:1"}}}))
 	f.Add(control.EncodeDone(4))
 	f.Add(control.Encode(epoch.Message{Kind: epoch.MsgEpoch, World: epoch.World{Number: 2, Members: []epoch.Member{{Name: "a", Addr: "127.0.0.1:1"}}}, Final: true}))
+	f.Add(control.EncodeStall(stall.Snapshot{Epoch: 2, Rank: 1, Size: 3, Started: 4, InFlight: true, Collective: "allreduce",
+		For: time.Second, WaitingOn: 2, Tensors: []string{"grad[0] float32×10"}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := control.Decode(b)
 		if err != nil {
@@ -89,11 +156,24 @@ func FuzzDecodeControl(f *testing.F) {
 				t.Fatalf("re-encoding changed %+v into %+v", pm, pm2)
 			}
 		}
-		if m.Kind == control.KindStats {
-			for _, s := range m.StatsBatch().Steps {
-				if s.Compute > s.StepTime || s.Step < 1 || s.Epoch == 0 {
+		switch m.Kind {
+		case control.KindStats:
+			b := m.StatsBatch()
+			for _, s := range b.Steps {
+				if s.Compute > s.StepTime || s.Step < 1 || s.Epoch == 0 || s.Bytes < 0 || s.Switch < 0 {
 					t.Fatalf("accepted an impossible step %+v", s)
 				}
+			}
+			again, err := control.Decode(control.EncodeStats(b))
+			if err != nil {
+				t.Fatalf("%+v re-encodes to something Decode rejects: %v", b, err)
+			}
+			if len(again.StatsBatch().Steps) != len(b.Steps) {
+				t.Fatalf("re-encoding lost steps")
+			}
+		case control.KindStall:
+			if _, err := control.Decode(control.EncodeStall(*m.Stall)); err != nil {
+				t.Fatalf("%+v re-encodes to something Decode rejects: %v", *m.Stall, err)
 			}
 		}
 	})

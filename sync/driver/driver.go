@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/stall"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
 )
@@ -32,6 +33,9 @@ type Config struct {
 	// called on the driver's proposing goroutine and must not block.
 	OnEpoch func(epoch.World)
 	OnStats func(worker string, b stats.Batch)
+	// OnStall receives the workers' stall inspector snapshots (sent at every
+	// stall warning and as a slow heartbeat), on the same goroutine.
+	OnStall func(worker string, s stall.Snapshot)
 	Logger  *slog.Logger
 }
 
@@ -83,6 +87,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	d.loop.settled = d.publish
 	if cfg.OnStats != nil {
 		d.loop.onStats = cfg.OnStats
+	}
+	if cfg.OnStall != nil {
+		d.loop.onStall = cfg.OnStall
 	}
 	d.loop.start()
 	return d, nil

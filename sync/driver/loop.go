@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/stall"
 	"github.com/gorovod/gorovod/sync/control"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
@@ -35,10 +36,11 @@ type loop struct {
 	mach machine
 	log  *slog.Logger
 	// Hooks, called on the loop's goroutine.
-	notify  func(epoch.Output)                 // every output but Send
-	onEvent func(membership.Event)             // every membership event, before the machine sees it
-	onStats func(worker string, b stats.Batch) // step statistics (not the protocol's)
-	settled func()                             // after each input and tick, for snapshots
+	notify  func(epoch.Output)                    // every output but Send
+	onEvent func(membership.Event)                // every membership event, before the machine sees it
+	onStats func(worker string, b stats.Batch)    // step statistics (not the protocol's)
+	onStall func(worker string, s stall.Snapshot) // stall inspector snapshots (not the protocol's)
+	settled func()                                // after each input and tick, for snapshots
 	// viewChanged: a membership event since the last settled call.
 	viewChanged bool
 
@@ -67,7 +69,7 @@ func newLoop(m *membership.Member, mach machine, log *slog.Logger) *loop {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &loop{
 		m: m, mach: mach, log: log,
-		notify: func(epoch.Output) {}, onEvent: func(membership.Event) {}, onStats: func(string, stats.Batch) {}, settled: func() {},
+		notify: func(epoch.Output) {}, onEvent: func(membership.Event) {}, onStats: func(string, stats.Batch) {}, onStall: func(string, stall.Snapshot) {}, settled: func() {},
 		calls: make(chan call, 64), failed: make(chan sendFailure, 64), nodes: map[string]membership.Node{},
 		ctx: ctx, cancel: cancel, done: make(chan struct{}),
 	}
@@ -185,8 +187,14 @@ func (l *loop) message(msg membership.Message) {
 		l.log.Warn("dropped control message", "from", msg.From.Name, "err", err)
 		return
 	}
-	if cm.Kind == control.KindStats {
-		l.onStats(msg.From.Name, cm.StatsBatch()) // not the protocol's: the machine does not see it
+	switch cm.Kind { // not the protocol's: the machine does not see them
+	case control.KindStats:
+		l.onStats(msg.From.Name, cm.StatsBatch())
+		return
+	case control.KindStall:
+		s := *cm.Stall
+		s.Worker = msg.From.Name
+		l.onStall(msg.From.Name, s)
 		return
 	}
 	pm, _ := cm.Protocol()

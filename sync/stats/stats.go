@@ -1,6 +1,9 @@
 package stats
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Step is one worker's timing of one committed step: what the driver's
 // autoscaling engine measures the job by. Sessions record it at every Commit
@@ -15,6 +18,16 @@ type Step struct {
 	// StepTime runs from the end of the previous step (or of joining a world)
 	// to the end of this one; the time to move to a new world is in neither.
 	StepTime time.Duration
+	// Loss is the trainer's mean loss per sample over this worker's share of
+	// the step (Session.RecordLoss), when HasLoss says it reported one.
+	Loss    float64
+	HasLoss bool
+	// Bytes is the size of the gradients this worker allreduced in the step.
+	Bytes int64
+	// Switch is, for the first step in a world, how long this worker took
+	// to move to that world (connect its ring, receive the state); 0 for the
+	// others.
+	Switch time.Duration
 }
 
 // Batch is a batch of a worker's step statistics.
@@ -30,11 +43,12 @@ type Batch struct {
 // with very short steps does not send a message per few milliseconds (each
 // costs the worker about half a millisecond); a batch also goes out when the
 // world changes, and never holds more than MaxBatch (which, at the widest
-// numbers, still fits one 64 KiB membership message).
+// numbers, loss, bytes and world switch included, still fits one 64 KiB
+// membership message).
 const (
 	DefaultEvery = 10
 	minInterval  = 250 * time.Millisecond
-	MaxBatch     = 640
+	MaxBatch     = 448
 )
 
 // Clock times the steps of a session and hands them out in batches.
@@ -45,6 +59,10 @@ type Clock struct {
 	start     time.Time     // the current step began
 	waited    time.Duration // time blocked on the others in the current step
 	samples   int
+	lossSum   float64
+	lossN     int
+	bytes     int64
+	switched  time.Duration // the move to the current world, for its first step
 	pending   []Step
 	lastFlush time.Time
 }
@@ -64,13 +82,34 @@ func (c *Clock) enabled() bool { return c.onStats != nil }
 // AddSamples adds n to the samples of the current step.
 func (c *Clock) AddSamples(n int) { c.samples += n }
 
+// AddLoss records the trainer's mean loss per sample over its share of the
+// current step; several calls in one step are averaged. A loss that is not
+// finite is not recorded (the wire carries only numbers).
+func (c *Clock) AddLoss(mean float64) {
+	if math.IsNaN(mean) || math.IsInf(mean, 0) {
+		return
+	}
+	c.lossSum += mean
+	c.lossN++
+}
+
+// AddBytes adds n to the gradient bytes allreduced in the current step.
+func (c *Clock) AddBytes(n int64) { c.bytes += n }
+
 // SetTotal records the job's planned length in steps (0: unknown).
 func (c *Clock) SetTotal(steps int64) { c.total = steps }
 
 // Restart begins a fresh step (after joining or recovering a world): time
 // spent moving between worlds is not a step's.
 func (c *Clock) Restart(now time.Time) {
-	c.start, c.waited, c.samples = now, 0, 0
+	c.start, c.waited, c.samples, c.lossSum, c.lossN, c.bytes = now, 0, 0, 0, 0, 0
+}
+
+// Entered begins the first step of a new world, which took this worker
+// took to move to; the step's record carries it (Step.Switch).
+func (c *Clock) Entered(now time.Time, took time.Duration) {
+	c.Restart(now)
+	c.switched = took
 }
 
 // Wait records time spent blocked on the other workers.
@@ -88,8 +127,14 @@ func (c *Clock) Commit(epoch uint64, step int64, worldChanging bool) {
 	}
 	now := time.Now()
 	elapsed := now.Sub(c.start)
-	c.pending = append(c.pending, Step{Epoch: epoch, Step: step, Samples: c.samples, Compute: max(0, elapsed-c.waited), StepTime: elapsed})
+	st := Step{Epoch: epoch, Step: step, Samples: c.samples, Compute: max(0, elapsed-c.waited), StepTime: elapsed,
+		Bytes: c.bytes, Switch: c.switched}
+	if c.lossN > 0 {
+		st.Loss, st.HasLoss = c.lossSum/float64(c.lossN), true
+	}
+	c.pending = append(c.pending, st)
 	c.Restart(now)
+	c.switched = 0
 	if worldChanging || len(c.pending) >= MaxBatch || (len(c.pending) >= c.every && now.Sub(c.lastFlush) >= minInterval) {
 		c.flush(now)
 	}

@@ -1,0 +1,337 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/stall"
+	"github.com/gorovod/gorovod/sync/epoch"
+	"github.com/gorovod/gorovod/sync/stats"
+	"github.com/gorovod/gorovod/timeline"
+)
+
+// What the runner shows of a running job besides its lifecycle: the
+// workers' step statistics (StepsReported), the stall inspector's findings
+// (Stalled) and the job's timeline (Config.Timeline).
+
+// StepsReported: a worker sent its statistics of the steps it committed
+// since its last report (every few steps, and at each world change), as the
+// autoscaling engine receives them: for metrics, progress records, reports.
+type StepsReported struct {
+	At
+	Worker string                  `json:"worker"` // its member name
+	Steps  []heuristics.StepReport `json:"steps"`
+}
+
+// Stalled: some ranks of a world have waited in a collective past the stall
+// check time (Config.StallCheck) for ranks that have not entered it. The
+// runner also logs Message at WARN level.
+type Stalled struct {
+	At
+	Stall stall.Stall `json:"stall"`
+	// Missing names the member behind each missing rank (and its launch
+	// index, when the runner launched it).
+	Missing map[int]string `json:"missing"`
+	Message string         `json:"message"`
+}
+
+// HandStartedWorker is a worker that joined the job without being launched
+// by the runner (started by hand with the job file, or by another launcher).
+type HandStartedWorker struct {
+	Name string `json:"name"`
+	// InLastWorld says it was a member of the job's last world: with
+	// Outcome.TrainingFinished, it finished training.
+	InLastWorld bool `json:"in_last_world"`
+}
+
+// laterQueue carries events raised on the driver's goroutine, which must
+// not wait for sinks, to the sinks, in order, on a goroutine of its own.
+type laterQueue struct {
+	mu     sync.Mutex
+	events []Event
+	wake   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func newLaterQueue() *laterQueue {
+	return &laterQueue{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// later queues e for the sinks.
+func (j *Job) later(e Event) {
+	q := j.queue
+	q.mu.Lock()
+	q.events = append(q.events, e)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deliverLater hands the queued events to the sinks until flushLater.
+func (j *Job) deliverLater() {
+	q := j.queue
+	defer close(q.done)
+	for {
+		select {
+		case <-q.wake:
+			j.emitQueued()
+		case <-q.stop:
+			return
+		}
+	}
+}
+
+func (j *Job) emitQueued() {
+	q := j.queue
+	q.mu.Lock()
+	evs := q.events
+	q.events = nil
+	q.mu.Unlock()
+	for _, e := range evs {
+		j.emit(e)
+	}
+}
+
+// flushLater stops the queue's goroutine and delivers what is left (the
+// last statistics come just before the workers exit).
+func (j *Job) flushLater() {
+	close(j.queue.stop)
+	<-j.queue.done
+	j.emitQueued()
+}
+
+// stepReports converts a worker's statistics for the engine and the sinks.
+func stepReports(worker string, steps []stats.Step, total int64) []heuristics.StepReport {
+	reps := make([]heuristics.StepReport, len(steps))
+	for i, s := range steps {
+		reps[i] = heuristics.StepReport{Worker: worker, Epoch: s.Epoch, Step: s.Step, Samples: s.Samples,
+			Compute: s.Compute, StepTime: s.StepTime, TotalSteps: total,
+			Loss: s.Loss, HasLoss: s.HasLoss, Bytes: s.Bytes, Switch: s.Switch}
+	}
+	return reps
+}
+
+// stallWatch is the driver's half of the stall inspector: the newest
+// snapshot of every worker, and the stalls already reported.
+type stallWatch struct {
+	threshold time.Duration
+
+	mu       sync.Mutex
+	snaps    map[string]stall.Snapshot
+	worlds   []epoch.World           // the latest few, to name ranks
+	reported map[[2]uint64]time.Time // (epoch, collective) → last report
+}
+
+// keptWorlds bounds the worlds (and snapshots) the watch keeps.
+const keptWorlds = 8
+
+func newStallWatch(threshold time.Duration) *stallWatch {
+	if threshold == 0 {
+		threshold = 60 * time.Second
+	}
+	return &stallWatch{threshold: threshold, snaps: map[string]stall.Snapshot{}, reported: map[[2]uint64]time.Time{}}
+}
+
+// world records a proposed world.
+func (w *stallWatch) world(e epoch.World) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.worlds = append(w.worlds, e)
+	if len(w.worlds) > keptWorlds {
+		w.worlds = w.worlds[1:]
+	}
+	oldest := w.worlds[0].Number
+	for name, s := range w.snaps {
+		if s.Epoch < oldest {
+			delete(w.snaps, name)
+		}
+	}
+	for k := range w.reported {
+		if k[0] < oldest {
+			delete(w.reported, k)
+		}
+	}
+}
+
+// onStall is the driver's hook for a worker's snapshot (on its goroutine):
+// when it is stuck past the threshold, every rank's snapshot says which
+// ranks hold the world up, once per threshold for each stuck collective.
+func (j *Job) onStall(worker string, s stall.Snapshot) {
+	w := j.stalls
+	if w.threshold < 0 {
+		return
+	}
+	w.mu.Lock()
+	w.snaps[worker] = s
+	if !s.InFlight || s.For < w.threshold {
+		w.mu.Unlock()
+		return
+	}
+	var snaps []stall.Snapshot
+	for _, o := range w.snaps {
+		if o.Epoch == s.Epoch {
+			snaps = append(snaps, o)
+		}
+	}
+	st, ok := stall.Find(s.Epoch, snaps, w.threshold)
+	key := [2]uint64{st.Epoch, st.Seq}
+	if !ok || time.Since(w.reported[key]) < w.threshold {
+		w.mu.Unlock()
+		return
+	}
+	w.reported[key] = time.Now()
+	var world epoch.World
+	for _, e := range w.worlds {
+		if e.Number == s.Epoch {
+			world = e
+		}
+	}
+	w.mu.Unlock()
+
+	ev := Stalled{At: now(), Stall: st, Missing: map[int]string{}}
+	var who []string
+	for _, r := range slices.Sorted(maps.Keys(st.Missing)) {
+		if r >= len(world.Members) {
+			continue
+		}
+		name := world.Members[r].Name
+		desc := name
+		j.mu.Lock()
+		if p := j.byName[name]; p != nil {
+			desc = fmt.Sprintf("worker %d (pid %d, %s)", p.rec.Index, p.rec.PID, name)
+		}
+		j.mu.Unlock()
+		ev.Missing[r] = desc
+		who = append(who, fmt.Sprintf("rank %d is %s", r, desc))
+	}
+	ev.Message = st.String()
+	if len(who) > 0 {
+		ev.Message += "; " + strings.Join(who, ", ")
+	}
+	j.cfg.Logger.Warn(ev.Message)
+	j.later(ev)
+}
+
+// observabilityEnv is what the job's configuration asks of every worker's
+// timeline and stall inspector, for its environment.
+func (c Config) observabilityEnv() []string {
+	return envconfig.Observability{Timeline: c.Timeline, StallCheck: c.StallCheck}.Environ()
+}
+
+// driverTimeline records the runner's own events in the driver's part of
+// the job's timeline: worlds, workers started and ended, the engine's
+// decisions, stalls, the end of training.
+type driverTimeline struct{ tl *timeline.Timeline }
+
+func (d driverTimeline) Event(e Event) {
+	tl := d.tl
+	switch e := e.(type) {
+	case WorldChanged:
+		tl.Instant(timeline.TrackElastic, fmt.Sprintf("world %d", e.World.Number), "elastic", e.Time,
+			timeline.Int("size", int64(len(e.World.Members))), timeline.Str("joined", strings.Join(e.Joined, " ")),
+			timeline.Str("left", strings.Join(e.Left, " ")))
+		tl.Counter("world size", e.Time, float64(len(e.World.Members)))
+		tl.SetProcessLabel(fmt.Sprintf("world %d, %d workers", e.World.Number, len(e.World.Members)))
+	case WorkerStarted:
+		tl.Instant(timeline.TrackElastic, fmt.Sprintf("worker %d started", e.Worker.Index), "workers", e.Time,
+			timeline.Int("pid", int64(e.Worker.PID)), timeline.Str("host", e.Worker.Host))
+	case WorkerExited:
+		tl.Instant(timeline.TrackElastic, fmt.Sprintf("worker %d %s", e.Worker.Index, e.State), "workers", e.Time,
+			timeline.Int("pid", int64(e.Worker.PID)), timeline.Str("name", e.Name), timeline.Str("error", errText(e.Err)))
+	case Autoscaling:
+		if e.Kind != heuristics.EventWorld {
+			tl.Instant(timeline.TrackTraining, "autoscaling: "+e.Kind, "autoscaling", e.Time,
+				timeline.Int("step", e.Step), timeline.Int("workers", int64(e.Workers)), timeline.Str("message", e.Message))
+		}
+	case Stalled:
+		tl.Instant(timeline.TrackStalls, "stall", "stall", e.Time, timeline.Int("epoch", int64(e.Stall.Epoch)),
+			timeline.Int("seq", int64(e.Stall.Seq)), timeline.Str("message", e.Message))
+	case TrainingFinished:
+		tl.Instant(timeline.TrackTraining, "training finished", "training", e.Time)
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// openDriverTimeline creates the driver's part of the job's timeline.
+func openDriverTimeline(base, jobID string) (*timeline.Timeline, error) {
+	host, _ := os.Hostname()
+	tl, err := timeline.Create(envconfig.TimelinePart(base, jobID, "driver"),
+		timeline.Config{ProcessName: fmt.Sprintf("driver (%s, pid %d)", host, os.Getpid()), SortIndex: 0})
+	if err != nil {
+		return nil, fmt.Errorf("job: the timeline: %w", err)
+	}
+	return tl, nil
+}
+
+// mergeTimeline closes the driver's part and merges every part of the job
+// (the workers' included, cut off or not) into Config.Timeline, removing
+// the parts once merged. It says what it did as a Notice.
+func (j *Job) mergeTimeline() string {
+	base := j.cfg.Timeline
+	if base == "" {
+		return ""
+	}
+	if j.timeline != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = j.timeline.Close(ctx)
+		cancel()
+	}
+	parts, err := filepath.Glob(envconfig.TimelineParts(base, j.cfg.JobID))
+	if err == nil && len(parts) == 0 {
+		err = fmt.Errorf("no part of it was written (%s)", envconfig.TimelineParts(base, j.cfg.JobID))
+	}
+	var n int
+	if err == nil {
+		n, err = timeline.MergeFiles(base, parts...)
+	}
+	if err != nil {
+		j.notice(fmt.Sprintf("the timeline could not be written to %s: %v", base, err))
+		return ""
+	}
+	for _, p := range parts {
+		os.Remove(p)
+	}
+	j.notice(fmt.Sprintf("timeline: %s (%d events from %d processes; chrome://tracing or ui.perfetto.dev)", base, n, len(parts)))
+	return base
+}
+
+// handStarted lists the workers that joined a world of the job without being
+// launched by the runner.
+func (j *Job) handStartedLocked(last epoch.World) []HandStartedWorker {
+	var out []HandStartedWorker
+	for _, name := range j.byHand {
+		out = append(out, HandStartedWorker{Name: name, InLastWorld: last.Rank(name) >= 0})
+	}
+	return out
+}
+
+// noteHandStarted records name, a member that just joined a world, as
+// started by hand when no process of the job is behind it; it reports
+// whether it is.
+func (j *Job) noteHandStarted(name string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.byName[name] != nil || slices.Contains(j.byHand, name) {
+		return false
+	}
+	j.byHand = append(j.byHand, name)
+	return true
+}
