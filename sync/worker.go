@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	stdsync "sync"
 	"sync/atomic"
@@ -211,6 +212,7 @@ func (w *Worker) start(ctx context.Context) error {
 	})
 	w.src.agent = w.agent
 	go w.sendStats(w.m, w.src.done)
+	go w.reconnect(w.m, w.src.done)
 	fail := func(err error) error {
 		w.shutdown()
 		return err
@@ -335,6 +337,41 @@ func (w *Worker) sendStats(m *membership.Member, done <-chan struct{}) {
 			}
 			cancel()
 		}
+	}
+}
+
+// reconnectEvery is how often a worker that lost the job's driver from its
+// view goes back to the seeds (see reconnect).
+const reconnectEvery = time.Second
+
+// reconnect goes back to the job's seeds (the driver) every reconnectEvery
+// while no driver is in member m's view, once one was, until done closes: a
+// partition that heals does not bring the two sides of the gossip cluster
+// together by itself (membership.Member.Reconnect). Then this worker learns
+// the world the driver went on with and, left out of it, comes back as a new
+// member.
+func (w *Worker) reconnect(m *membership.Member, done <-chan struct{}) {
+	tick := time.NewTicker(reconnectEvery)
+	defer tick.Stop()
+	seen := false
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		driver := slices.ContainsFunc(m.Members(), func(n membership.Node) bool { return n.Meta.Role == membership.RoleDriver })
+		if driver || !seen {
+			seen = seen || driver
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), reconnectEvery)
+		if err := m.Reconnect(ctx); err != nil {
+			w.log.Debug("the driver is out of view, and its address does not answer", "err", err)
+		} else {
+			w.log.Info("the driver was out of view: reconnected through the job's seeds")
+		}
+		cancel()
 	}
 }
 

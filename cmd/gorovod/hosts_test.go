@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -133,6 +135,115 @@ func TestRunAcrossHosts(t *testing.T) {
 	}
 	if !strings.Contains(log, "host "+hs[2].Name+" lost a worker: blacklisted") {
 		t.Errorf("the launcher did not blacklist %s:\n%s", hs[2].Name, log[max(0, len(log)-4<<10):])
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}
+
+// TestRunAcrossHostsPartition cuts one host's link for 5 s and plugs it
+// back (issue 12 case b): the others train on without its workers, which
+// come back as new members once the network heals; the job ends with exit
+// status 0 and every invariant.
+func TestRunAcrossHostsPartition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts hosts and real worker processes; skipped with -short")
+	}
+	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhpart", SSHPort: 2222}, 3)
+	const samples, steps = 1200, 500
+	h := hostJob(t, n, hs[0], []string{"--np", "4", "--min-np", "2", "-H", hs[1].Name + ":2," + hs[2].Name + ":2"},
+		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "2ms")
+	h.waitFor(t, "a 4-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 4 })
+	s := h.step()
+	cut := time.Now()
+	if err := hs[2].SetLink(false); err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	heal := func() {
+		if !healed {
+			healed = true
+			if err := hs[2].SetLink(true); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer heal()
+	h.waitFor(t, "a 2-worker world while a host is cut off", 60*time.Second, sizeAfter(s, 2))
+	t.Logf("partition: 2-worker steps after %v", time.Since(cut))
+	select {
+	case <-time.After(time.Until(cut.Add(5 * time.Second))):
+	case err := <-h.exited:
+		t.Fatalf("job ended during the partition: %v\n%s", err, h.logText())
+	}
+	s = h.step()
+	heal()
+	back := time.Now()
+	h.waitFor(t, "a 4-worker world after the partition healed", 90*time.Second, sizeAfter(s, 4))
+	t.Logf("healed: 4-worker steps after %v", time.Since(back))
+	h.waitExit(t, 2*time.Minute)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}
+
+// TestRunHostDiscoveryScript runs a job whose hosts come from a discovery
+// script (issue 12 case e): a host appears, then one with a worker
+// disappears; its worker is stopped and a replacement starts on the new
+// host, keeping --min-np; the job ends with exit status 0 and every
+// invariant. A script that fails meanwhile changes nothing.
+func TestRunHostDiscoveryScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts hosts and real worker processes; skipped with -short")
+	}
+	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhdisc", SSHPort: 2222}, 4)
+	list := filepath.Join(t.TempDir(), "hosts")
+	write := func(lines ...string) {
+		t.Helper()
+		tmp := list + ".new"
+		if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, list); err != nil { // atomic: the script never reads half a list
+			t.Fatal(err)
+		}
+	}
+	write(hs[1].Name+":1", hs[2].Name+":1")
+	const samples, steps = 1200, 500
+	h := hostJob(t, n, hs[0], []string{"--np", "2", "--host-discovery-script", "cat " + list},
+		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "2ms")
+	h.waitFor(t, "a 2-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 2 })
+	// A failing script: the hosts stay as they were.
+	if err := os.Remove(list); err != nil {
+		t.Fatal(err)
+	}
+	s := h.step()
+	h.waitFor(t, "training going on while discovery fails", 30*time.Second, func(l []trainerLine) bool {
+		return maxStep(l) >= s+20 && lastSize(l) == 2
+	})
+	// A host appears, and the first one (with a worker) goes.
+	write(hs[1].Name+":1", hs[2].Name+":1", hs[3].Name+":1")
+	h.waitFor(t, "training going on with the new host listed", 30*time.Second, func(l []trainerLine) bool { return maxStep(l) >= s+40 })
+	s = h.step()
+	dropped := time.Now()
+	write(hs[2].Name+":1", hs[3].Name+":1")
+	h.waitFor(t, "a worker on the new host", 60*time.Second, func(l []trainerLine) bool {
+		for _, x := range l {
+			if x.Worker >= 2 && x.Step > s && x.Size == 2 {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("host dropped: its replacement trains after %v", time.Since(dropped))
+	h.waitExit(t, 2*time.Minute)
+	log := h.logText()
+	for _, want := range []string{"host discovery failed", "on " + hs[3].Name} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the launcher log does not say %q:\n%s", want, log[max(0, len(log)-4<<10):])
+		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
