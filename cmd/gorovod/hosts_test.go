@@ -249,3 +249,35 @@ func TestRunHostDiscoveryScript(t *testing.T) {
 	defer h.mu.Unlock()
 	checkElasticInvariantsSteps(t, h.lines, samples, steps)
 }
+
+// TestRunHostWithoutSSHD lists a host whose sshd is gone: its workers never
+// start, the host is blacklisted, and the job trains on the other host's
+// slots and ends with exit status 0.
+func TestRunHostWithoutSSHD(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts hosts and real worker processes; skipped with -short")
+	}
+	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhnossh", SSHPort: 2222}, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := hs[1].KillAll(ctx); err != nil { // sshd and all: a host that does not answer on port 2222
+		t.Fatal(err)
+	}
+	const samples, steps = 1200, 200
+	h := hostJob(t, n, hs[0], []string{"--np", "4", "--min-np", "2", "-H", hs[1].Name + ":2," + hs[2].Name + ":2"},
+		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "2ms")
+	h.waitExit(t, 2*time.Minute)
+	log := h.logText()
+	if !strings.Contains(log, "host "+hs[1].Name+" lost a worker: blacklisted") {
+		t.Errorf("the launcher did not blacklist %s:\n%s", hs[1].Name, log[max(0, len(log)-4<<10):])
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range h.lines {
+		if l.Worker < 2 {
+			t.Fatalf("worker %d, placed on %s (no sshd), trained", l.Worker, hs[1].Name)
+		}
+	}
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}
