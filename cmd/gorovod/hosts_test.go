@@ -281,3 +281,59 @@ func TestRunHostWithoutSSHD(t *testing.T) {
 	}
 	checkElasticInvariantsSteps(t, h.lines, samples, steps)
 }
+
+// TestMeasureHostTransitions measures planned transitions over namespaced
+// hosts at 4, 8 and 16 workers (4 hosts): a graceful leave (SIGTERM to a
+// worker on its host) to the first step of the smaller world, and a join
+// (SIGUSR1 to the launcher: a worker started over ssh) to the first step of
+// the larger one. Set GOROVOD_MEASURE_TRANSITIONS=1 to run it; the numbers
+// are logged (docs/multihost.md records them).
+func TestMeasureHostTransitions(t *testing.T) {
+	if os.Getenv("GOROVOD_MEASURE_TRANSITIONS") == "" {
+		t.Skip("a measurement: set GOROVOD_MEASURE_TRANSITIONS=1")
+	}
+	for _, np := range []int{4, 8, 16} {
+		t.Run(fmt.Sprint(np), func(t *testing.T) {
+			n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhmeas", SSHPort: 2222}, 5)
+			var list []string
+			for _, x := range hs[1:] {
+				list = append(list, fmt.Sprintf("%s:%d", x.Name, np/4+1))
+			}
+			h := hostJob(t, n, hs[0], []string{"--np", fmt.Sprint(np), "--min-np", "2", "-H", strings.Join(list, ",")},
+				"--steps", "1000000", "--json", "--samples", "100000", "--batch", fmt.Sprint(4*np),
+				"--model-size", "20000", "--compute", "1ms")
+			h.waitFor(t, fmt.Sprintf("a %d-worker world", np), 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == np })
+			size := np
+			for round := range 3 {
+				// Leave: SIGTERM one trainer process on the last host that has one.
+				victim := 0
+				for i := len(hs) - 1; i > 0 && victim == 0; i-- {
+					pids, err := hs[i].Processes()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, pid := range pids {
+						if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), synthetic+"\x00") {
+							victim = pid
+						}
+					}
+				}
+				if victim == 0 {
+					t.Fatal("no trainer on any host")
+				}
+				s := h.step()
+				start := time.Now()
+				syscall.Kill(victim, syscall.SIGTERM)
+				h.waitFor(t, "the smaller world", time.Minute, sizeAfter(s, size-1))
+				t.Logf("np %d round %d: graceful leave → first step of the %d-worker world: %v", np, round, size-1, time.Since(start))
+				size--
+				s = h.step()
+				start = time.Now()
+				h.cmd.Process.Signal(syscall.SIGUSR1)
+				h.waitFor(t, "the larger world", time.Minute, sizeAfter(s, size+1))
+				t.Logf("np %d round %d: join (SIGUSR1, ssh, process start) → first step of the %d-worker world: %v", np, round, size+1, time.Since(start))
+				size++
+			}
+		})
+	}
+}
