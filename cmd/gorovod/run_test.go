@@ -383,6 +383,14 @@ func TestRunBadCommandLines(t *testing.T) {
 		{[]string{"run", "--progress", "sometimes", "--", "true"}, "--progress"},
 		{[]string{"run", "--straggler-threshold", "1.5", "--", "true"}, "threshold"},
 		{[]string{"run", "--skip-steps", "-1", "--", "true"}, "--skip-steps"},
+		{[]string{"run", "-H", "h1:x", "--", "true"}, `slots "x"`},
+		{[]string{"run", "--hostfile", "/nonexistent/hosts", "--", "true"}, "--hostfile"},
+		{[]string{"run", "-H", "a:1", "--host-discovery-script", "x", "--", "true"}, "give one of"},
+		{[]string{"run", "-H", "a:1", "-p", "70000", "--", "true"}, "--ssh-port"},
+		{[]string{"run", "--network-interface", "nosuch0", "--", "true"}, "--network-interface"},
+		{[]string{"run", "-H", "a:1", "--ssh-option", "-oProxyCommand=x", "--", "true"}, "want Name=value"},
+		{[]string{"run", "--start-timeout", "0", "--", "true"}, "positive"},
+		{[]string{"run", "--blacklist-cooldown-range", "10", "--", "true"}, "MIN,MAX"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
