@@ -29,6 +29,12 @@ type Config struct {
 	// RecoveryTimeout bounds the wait for the next world after a failure (for
 	// example while fewer than the minimum number of workers remain).
 	RecoveryTimeout time.Duration
+	// ConnectTimeout bounds connecting a new world's members (default
+	// 30 s, the transports' I/O timeout): a member that never connects — its
+	// gossip answers, its training is stuck — is then blamed, and the next
+	// world goes on without it (epoch.ProposerConfig.BlameLimit) instead of
+	// the others waiting for it until RecoveryTimeout.
+	ConnectTimeout time.Duration
 	// OnStats, if set, receives the worker's step statistics in batches of
 	// about StatsEvery steps (default stats.DefaultEvery), for the driver's
 	// autoscaling engine. It is called on the training goroutine inside
@@ -62,6 +68,7 @@ func DefaultConfig() Config {
 		Collective:      collective.DefaultConfig(),
 		FusionBytes:     fusion.DefaultBytes,
 		RecoveryTimeout: 10 * time.Minute,
+		ConnectTimeout:  transport.DefaultIOTimeout,
 		StatsEvery:      stats.DefaultEvery,
 	}
 }
@@ -79,6 +86,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.FusionBytes == 0 {
 		c.FusionBytes = d.FusionBytes
 	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = d.ConnectTimeout
+	}
 	if c.RecoveryTimeout == 0 {
 		c.RecoveryTimeout = d.RecoveryTimeout
 	}
@@ -94,8 +104,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.FusionBytes < 0 || c.RecoveryTimeout < 0 || c.StatsEvery < 0 {
-		return c, fmt.Errorf("%w: FusionBytes, RecoveryTimeout and StatsEvery must not be negative", ErrInvalidConfig)
+	if c.FusionBytes < 0 || c.RecoveryTimeout < 0 || c.ConnectTimeout < 0 || c.StatsEvery < 0 {
+		return c, fmt.Errorf("%w: FusionBytes, RecoveryTimeout, ConnectTimeout and StatsEvery must not be negative", ErrInvalidConfig)
 	}
 	return c, nil
 }
@@ -540,7 +550,9 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 		return err
 	}
 	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
-	comm, err := collective.New(ctx, s.t, w, s.cfg.Collective)
+	connectCtx, stopConnect := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	comm, err := collective.New(connectCtx, s.t, w, s.cfg.Collective)
+	stopConnect()
 	if err != nil {
 		return nil, superseded(err)
 	}

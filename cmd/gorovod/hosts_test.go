@@ -337,3 +337,25 @@ func TestMeasureHostTransitions(t *testing.T) {
 		})
 	}
 }
+
+// TestStuckWorkerIsLeftOut: a worker whose training loop blocks while its
+// gossip and transport live on (--freeze-worker: a stuck data loader)
+// answers every liveness probe. Before, the others re-formed the same world
+// and waited for it until the recovery timeout (10 minutes). Now they blame
+// it for the failed world, then for worlds it never connects to
+// (sync.Config.ConnectTimeout), and the third blame takes it out: training
+// goes on without it and the job ends with exit status 0.
+func TestStuckWorkerIsLeftOut(t *testing.T) {
+	const samples, steps = 1200, 300
+	h := startRunJob(t, "--np", "3", "--min-np", "2", "--", synthetic,
+		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "1ms", "--freeze-worker", "1", "--freeze-step", "10", "--freeze-for", "10m")
+	h.waitFor(t, "step 9", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 9 })
+	frozen := time.Now()
+	h.waitFor(t, "a 2-worker world without the stuck worker", 4*time.Minute, sizeAfter(9, 2))
+	t.Logf("stuck worker left out: 2-worker steps after %v", time.Since(frozen))
+	h.waitExit(t, 3*time.Minute)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}

@@ -196,6 +196,37 @@ func TestProposer(t *testing.T) {
 			{40 * ms, from("b", pong(1, world(1, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
 			{40 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
 		})},
+		{name: "a worker blamed for three worlds in a row that answers every probe is stuck: removed, and not admitted again under its name", script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
+			{40 * ms, from("b", pong(1, world(1, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{40 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
+			{50 * ms, from("a", failure(2, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 2, Cause: "boom"}, ping("b", 2))},
+			{60 * ms, from("b", pong(2, world(2, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{60 * ms, nil, propose(world(3, "a", "b"), "a", "b")},
+			// The third: no probe, b is out (its gossip answers, its training does not).
+			{70 * ms, from("a", failure(3, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 3, Cause: "boom"}, epoch.Removed{Name: "b", Why: epoch.ReasonStuck})},
+			{80 * ms, nil, propose(world(4, "a"), "a", "b")},
+			{90 * ms, ready("b"), nil},
+			{200 * ms, nil, nil},
+		})},
+		{name: "blames far apart do not add up", cfg: epoch.ProposerConfig{BlameWindow: time.Second}, script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
+			{40 * ms, from("b", pong(1, world(1, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{40 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
+			{50 * ms, from("a", failure(2, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 2, Cause: "boom"}, ping("b", 2))},
+			{60 * ms, from("b", pong(2, world(2, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{60 * ms, nil, propose(world(3, "a", "b"), "a", "b")},
+			{1070 * ms, from("a", failure(3, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 3, Cause: "boom"}, ping("b", 3))},
+		})},
+		{name: "a stuck worker is not removed below the minimum", cfg: epoch.ProposerConfig{MinWorkers: 2}, script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
+			{40 * ms, from("b", pong(1, world(1, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{40 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
+			{50 * ms, from("a", failure(2, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 2, Cause: "boom"}, ping("b", 2))},
+			{60 * ms, from("b", pong(2, world(2, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{60 * ms, nil, propose(world(3, "a", "b"), "a", "b")},
+			{70 * ms, from("a", failure(3, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 3, Cause: "boom"}, ping("b", 3))},
+		})},
 		{name: "a blamed worker that does not answer is removed", script: script(twoWorkers, []step{
 			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
 			{187 * ms, nil, outs(ping("b", 1))}, // pings go out three times in ProbeTimeout

@@ -320,6 +320,10 @@ const (
 	ReasonUnanswered                   // blamed for a failure, it did not answer its probe (or is not in view)
 	ReasonEvicted                      // the driver took it out for good
 	ReasonFinished                     // it finished training; the others redo the last step without it
+	// ReasonStuck: blamed for the failures of BlameLimit worlds in a row
+	// while it answered its probes: its gossip runs, its training does not
+	// (a stuck data loader, a deadlock). It may come back as a new member.
+	ReasonStuck
 )
 
 func (r Reason) String() string {
@@ -336,6 +340,8 @@ func (r Reason) String() string {
 		return "evicted"
 	case ReasonFinished:
 		return "finished"
+	case ReasonStuck:
+		return "blamed again and again though alive (stuck)"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
