@@ -72,6 +72,7 @@ type Job struct {
 	replacing      bool // replacements are being started
 	waitingForSlot bool // the last replacement found no free slot
 	strikes        int  // replacements lost before they entered a world, in a row
+	toReplace      int  // workers lost and not replaced yet
 
 	poke      chan struct{}
 	allExited chan struct{}
@@ -395,6 +396,7 @@ func (j *Job) await(index int, p Process) {
 	j.reclassifyLocked(w)
 	j.anyFailed = j.anyFailed || w.rec.State == Failed
 	j.countStrikeLocked(w)
+	j.noteLossLocked(w)
 	j.place.running[w.rec.Host]--
 	ev := WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}
 	j.mu.Unlock()

@@ -60,13 +60,15 @@ func (j *Job) reclassifyLocked(p *proc) {
 const maxReplacementStrikes = 3
 
 // replaceLost is Config.ReplaceLost: while training is not over and no
-// worker failed, the job keeps at least MinWorkers processes, starting a
-// replacement on a free slot for each one lost (killed, lost with its host,
-// or stopped with a host the discovery dropped), as Horovod's elastic driver
-// refills its slots.
+// worker failed, a worker lost (killed, lost with its host, or stopped with
+// a host the discovery dropped) is replaced on a free slot, as Horovod's
+// elastic driver refills its slots, as long as the job has fewer than
+// MinWorkers workers (hand-started ones count). A worker that exited by
+// itself is not replaced.
 func (j *Job) replaceLost() {
+	have := j.count()
 	j.mu.Lock()
-	need := j.cfg.MinWorkers - j.running
+	need := min(j.cfg.MinWorkers-have, j.toReplace)
 	if !j.cfg.ReplaceLost || need <= 0 || j.ended || j.trainingOver || j.replacing || j.anyFailed ||
 		j.strikes >= maxReplacementStrikes || j.workCtx.Err() != nil {
 		j.mu.Unlock()
@@ -75,7 +77,15 @@ func (j *Job) replaceLost() {
 	j.replacing = true
 	j.mu.Unlock()
 	go func() {
-		err := j.add(j.workCtx, need, true)
+		var err error
+		for range need {
+			if err = j.add(j.workCtx, 1, true); err != nil {
+				break
+			}
+			j.mu.Lock()
+			j.toReplace--
+			j.mu.Unlock()
+		}
 		j.mu.Lock()
 		j.replacing = false
 		noSlot := errors.Is(err, ErrNoSlot) && !j.waitingForSlot
@@ -88,6 +98,18 @@ func (j *Job) replaceLost() {
 			j.notice(fmt.Sprintf("starting a replacement: %v", err))
 		}
 	}()
+}
+
+// noteLossLocked counts a worker to replace (Config.ReplaceLost): one lost,
+// or stopped with its host while training went on, that the engine did not
+// take out. Called with j.mu held.
+func (j *Job) noteLossLocked(p *proc) {
+	if p.removed || j.trainingOver {
+		return
+	}
+	if p.rec.State == Lost || p.rec.State == Stopped {
+		j.toReplace++
+	}
 }
 
 // countStrike notes a replacement lost before it entered any world (called
