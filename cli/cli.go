@@ -27,10 +27,15 @@ Usage:
       between processes of one host by default; --transport picks another)
   gorovod report [--out DIR] RUN.jsonl
       plots (SVG, PNG) and an HTML summary of a run from its 'run --json' lines
+  gorovod simulate [--policy pollux|optimus|tiresias|all] WORKLOAD.csv...
+      replay a cluster workload against Pollux's traces under a scheduling policy
+  gorovod cluster --slots N [--policy pollux|optimus|tiresias] JOBS.json
+      run several elastic jobs on a pool of N local worker slots, shared by a
+      scheduling policy that grows and shrinks them by their goodput
   gorovod help | --version
 
-Run 'gorovod run --help', 'gorovod bench --help' or 'gorovod report --help'
-for the flags; every command takes --log-level and --log-format.
+Run 'gorovod COMMAND --help' (run, bench, simulate, cluster, report) for a
+command's flags; every command takes --log-level and --log-format.
 `
 
 // ErrUsage marks a bad command line; Main has already said what is wrong
@@ -75,6 +80,10 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 		return runCommand(ctx, args[1:], cfg.Heuristics, stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
+	case "simulate":
+		return simulateCommand(ctx, args[1:], stdout, stderr)
+	case "cluster":
+		return clusterCommand(ctx, args[1:], stdout, stderr)
 	case "report":
 		return reportCommand(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":

@@ -1,0 +1,155 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestPlacement(t *testing.T) {
+	for _, tc := range []struct {
+		nodes []int
+		want  []int
+	}{
+		{nil, nil},
+		{[]int{3}, []int{1}},
+		{[]int{0, 0, 0, 0}, []int{4}},
+		{[]int{5, 5, 2, 2, 2}, []int{2, 3}},
+		{[]int{1, 2, 1}, []int{1, 1, 1}},
+	} {
+		if got := Placement(tc.nodes); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("Placement(%v) = %v, want %v", tc.nodes, got, tc.want)
+		}
+	}
+}
+
+// round is one call of a policy in a scripted scenario.
+type round struct {
+	now  time.Duration
+	jobs []Job
+	want Allocation
+}
+
+func runRounds(t *testing.T, p Policy, cluster Cluster, rounds []round) {
+	t.Helper()
+	var current Allocation
+	for i, r := range rounds {
+		got, err := p.Allocate(context.Background(), r.now, r.jobs, cluster, current)
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(r.want) {
+			t.Fatalf("round %d: got %v, want %v", i, got, r.want)
+		}
+		current = got
+	}
+}
+
+func TestTiresias(t *testing.T) {
+	a := Job{ID: "a", Replicas: 3}
+	b := Job{ID: "b", Replicas: 4}
+	c := Job{ID: "c", Replicas: 2}
+	d := Job{ID: "d", Replicas: 6}
+	for _, tc := range []struct {
+		name      string
+		threshold time.Duration
+		cluster   Cluster
+		rounds    []round
+	}{
+		{
+			// 8 GPUs: a (3) and b (4) fit, c (2) waits; the two-queue
+			// scheme admits in arrival order and skips what does not fit.
+			name: "first come first served, packed", cluster: NewCluster(2, 4),
+			rounds: []round{
+				{60 * time.Second, []Job{a, b, c}, Allocation{"a": {0, 0, 0}, "b": {1, 1, 1, 1}}},
+				// a finishes: c gets the most free node, b keeps its place.
+				{120 * time.Second, []Job{b, c}, Allocation{"b": {1, 1, 1, 1}, "c": {0, 0}}},
+			},
+		},
+		{
+			// a has run 100 s × 3 GPUs = 300 GPU·s ≥ 250: it drops to the
+			// second queue, and d (6), still in the first, takes its place.
+			name: "demotion preempts", threshold: 250 * time.Second, cluster: NewCluster(2, 4),
+			rounds: []round{
+				{0, []Job{a}, Allocation{"a": {0, 0, 0}}},
+				{50 * time.Second, []Job{a, d}, Allocation{"a": {0, 0, 0}}},
+				{100 * time.Second, []Job{a, d}, Allocation{"d": {0, 0, 0, 0, 1, 1}}},
+			},
+		},
+		{
+			name: "skip ahead to what fits", cluster: NewCluster(1, 8),
+			rounds: []round{
+				{0, []Job{b, d, c}, Allocation{"b": {0, 0, 0, 0}, "c": {0, 0}}},
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runRounds(t, NewTiresias(TiresiasConfig{QueueThreshold: tc.threshold}), tc.cluster, tc.rounds)
+		})
+	}
+}
+
+func TestTiresiasErrors(t *testing.T) {
+	_, err := NewTiresias(TiresiasConfig{}).Allocate(context.Background(), 0, []Job{{ID: "a"}}, NewCluster(1, 4), nil)
+	if !errors.Is(err, ErrInvalidJob) {
+		t.Fatalf("a job without Replicas: got %v, want ErrInvalidJob", err)
+	}
+}
+
+func TestOptimus(t *testing.T) {
+	perfect := func(t0 float64) func(int) float64 { return func(r int) float64 { return t0 / float64(r) } }
+	flat := func(r int) float64 { return 5 }
+	for _, tc := range []struct {
+		name    string
+		cluster Cluster
+		rounds  []round
+	}{
+		{
+			// Both start at 1; gains (10−5)·100 = 500 for a, 0 for b;
+			// then a at 2: (5−3.33)·100 = 167 > 0: a gets all the rest.
+			name: "marginal gain", cluster: NewCluster(1, 4),
+			rounds: []round{{0, []Job{
+				{ID: "a", StepTime: perfect(10), RemainingSteps: 100},
+				{ID: "b", StepTime: flat, RemainingSteps: 100},
+			}, Allocation{"a": {0, 0, 0}, "b": {0}}}},
+		},
+		{
+			// Remaining work weighs the gain: b, with 10× the steps
+			// left, wins the GPUs a and b compete for.
+			name: "remaining steps", cluster: NewCluster(1, 4),
+			rounds: []round{{0, []Job{
+				{ID: "a", StepTime: perfect(10), RemainingSteps: 10},
+				{ID: "b", StepTime: perfect(10), RemainingSteps: 100},
+			}, Allocation{"a": {0}, "b": {0, 0, 0}}}},
+		},
+		{
+			name: "max replicas and a job that gets nothing", cluster: NewCluster(1, 2),
+			rounds: []round{{0, []Job{
+				{ID: "a", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 1},
+				{ID: "b", StepTime: perfect(10), RemainingSteps: 100},
+				{ID: "c", StepTime: perfect(10), RemainingSteps: 100},
+			}, Allocation{"a": {0}, "b": {0}}}},
+		},
+		{
+			// Sizes unchanged keep their nodes; a grows and is packed
+			// onto the node with most room, smallest jobs first.
+			name: "placement", cluster: NewCluster(3, 4),
+			rounds: []round{
+				{0, []Job{
+					{ID: "a", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 2},
+					{ID: "b", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 5},
+				}, Allocation{"a": {0, 0}, "b": {1, 1, 1, 1, 2}}},
+				{60 * time.Second, []Job{
+					{ID: "a", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 3},
+					{ID: "b", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 5},
+				}, Allocation{"a": {0, 0, 0}, "b": {1, 1, 1, 1, 2}}},
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runRounds(t, NewOptimus(), tc.cluster, tc.rounds)
+		})
+	}
+}

@@ -1,0 +1,123 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Optimus is the greedy scheduler of Peng et al. (EuroSys'18) as Pollux's
+// study runs it ("Optimus+Oracle"): every job gets one GPU while GPUs last
+// (in arrival order), then GPUs go one at a time to the job whose remaining
+// time falls most from one more replica — (StepTime(r) − StepTime(r+1)) ×
+// RemainingSteps, with the true step times — until none is left or no job
+// gains. Jobs keep their placement while their size is unchanged; the others
+// are packed onto the nodes with the most free GPUs, smallest jobs first.
+// It keeps no state between rounds.
+type Optimus struct{}
+
+// NewOptimus returns the Optimus policy.
+func NewOptimus() *Optimus { return &Optimus{} }
+
+// Name implements Policy.
+func (*Optimus) Name() string { return "optimus" }
+
+// Allocate implements Policy; jobs should come in arrival order (ties in
+// marginal gain go to the earlier job).
+func (*Optimus) Allocate(ctx context.Context, now time.Duration, jobs []Job, cluster Cluster, current Allocation) (Allocation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := cluster.validate(); err != nil {
+		return nil, err
+	}
+	if err := validateJobs(jobs); err != nil {
+		return nil, err
+	}
+	if len(jobs) == 0 {
+		return Allocation{}, nil
+	}
+	for _, j := range jobs {
+		if j.StepTime == nil {
+			return nil, fmt.Errorf("%w: %q has no StepTime (Optimus needs it)", ErrInvalidJob, j.ID)
+		}
+	}
+	gpus := cluster.TotalGPUs()
+	replicas := make([]int, len(jobs))
+	gain := make([]float64, len(jobs))
+	marginal := func(i int) (float64, error) {
+		j := &jobs[i]
+		if (j.MaxReplicas > 0 && replicas[i]+1 > j.MaxReplicas) || gpus < 1 {
+			return 0, nil
+		}
+		a, b := j.StepTime(replicas[i]), j.StepTime(replicas[i]+1)
+		if math.IsNaN(a) || math.IsNaN(b) {
+			return 0, fmt.Errorf("scheduler: optimus: %q has no step time at %d or %d replicas", j.ID, replicas[i], replicas[i]+1)
+		}
+		return (a - b) * j.RemainingSteps, nil
+	}
+	// Every job starts at its minimum (at least one replica), smallest
+	// minimum first, then in arrival order.
+	first := make([]int, len(jobs))
+	for i := range first {
+		first[i] = i
+	}
+	sort.SliceStable(first, func(a, b int) bool {
+		return max(jobs[first[a]].MinReplicas, 1) < max(jobs[first[b]].MinReplicas, 1)
+	})
+	var err error
+	for _, i := range first {
+		start := max(jobs[i].MinReplicas, 1)
+		if start > gpus {
+			continue
+		}
+		replicas[i] = start
+		gpus -= start
+		if gain[i], err = marginal(i); err != nil {
+			return nil, err
+		}
+	}
+	for gpus > 0 {
+		best := first[0]
+		for _, i := range first {
+			if gain[i] > gain[best] {
+				best = i
+			}
+		}
+		if !(gain[best] > 0) {
+			break
+		}
+		replicas[best]++
+		if gain[best], err = marginal(best); err != nil {
+			return nil, err
+		}
+		gpus--
+	}
+	// Placement: keep unchanged sizes where they are, pack the rest.
+	alloc := make(Allocation, len(jobs))
+	for i, j := range jobs {
+		if nodes := current[j.ID]; replicas[i] > 0 && len(nodes) == replicas[i] {
+			alloc[j.ID] = slices.Clone(nodes)
+		}
+	}
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return replicas[order[a]] < replicas[order[b]] })
+	free := freeGPUs(cluster, alloc)
+	for _, i := range order {
+		id := jobs[i].ID
+		if replicas[i] > 0 && len(alloc[id]) == 0 {
+			nodes := packReplicas(free, replicas[i])
+			if nodes == nil {
+				return nil, fmt.Errorf("scheduler: optimus: %d replicas of %q do not fit", replicas[i], id)
+			}
+			alloc[id] = nodes
+		}
+	}
+	return alloc, nil
+}

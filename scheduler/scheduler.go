@@ -1,0 +1,194 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Cluster is the pool a policy allocates: the GPU count of each node. A job
+// replica uses one GPU.
+type Cluster struct {
+	GPUs []int
+}
+
+// NewCluster returns a cluster of nodes identical nodes.
+func NewCluster(nodes, gpusPerNode int) Cluster {
+	c := Cluster{GPUs: make([]int, nodes)}
+	for i := range c.GPUs {
+		c.GPUs[i] = gpusPerNode
+	}
+	return c
+}
+
+// TotalGPUs is the number of GPUs in the cluster.
+func (c Cluster) TotalGPUs() int {
+	n := 0
+	for _, g := range c.GPUs {
+		n += g
+	}
+	return n
+}
+
+func (c Cluster) validate() error {
+	if len(c.GPUs) == 0 {
+		return errors.New("scheduler: the cluster has no nodes")
+	}
+	for i, g := range c.GPUs {
+		if g < 0 || g > 255 {
+			return fmt.Errorf("scheduler: node %d has %d GPUs (want 0 to 255)", i, g)
+		}
+	}
+	return nil
+}
+
+// Allocation gives each job the node index of each of its replicas (a job
+// with no replicas is absent). The order of the list is the order the job's
+// replicas are placed in, which the baselines keep stable while a job runs.
+type Allocation map[string][]int
+
+// Clone returns a deep copy.
+func (a Allocation) Clone() Allocation {
+	out := make(Allocation, len(a))
+	for k, v := range a {
+		out[k] = slices.Clone(v)
+	}
+	return out
+}
+
+// Placement returns the GPU count of each node a replica list uses, node by
+// node in the order the list visits them (consecutive replicas on one node
+// form one entry).
+func Placement(replicas []int) []int {
+	var out []int
+	for i, n := range replicas {
+		if i == 0 || n != replicas[i-1] {
+			out = append(out, 1)
+		} else {
+			out[len(out)-1]++
+		}
+	}
+	return out
+}
+
+// Job is what a policy knows of one active (submitted, unfinished) job.
+// Which fields matter depends on the policy: Pollux reads Goodput, Tiresias
+// Replicas, Optimus StepTime and RemainingSteps; all read the rest.
+type Job struct {
+	ID string
+	// Submitted is when the job arrived, on the clock Allocate's now is on.
+	Submitted time.Duration
+	// Attained is the GPU time the job has held so far (replicas × time).
+	Attained time.Duration
+	// Restarts counts the job's reallocations after its first allocation.
+	Restarts int
+	// MinReplicas and MaxReplicas bound the job's size; a job is either
+	// given at least MinReplicas or nothing. MaxReplicas 0 means no bound
+	// beyond the cluster.
+	MinReplicas, MaxReplicas int
+
+	// Goodput is the job's predicted goodput (useful training progress per
+	// second, in any unit consistent across calls) on replicas GPUs spread
+	// over nodes nodes, at the batch size best for that allocation; nil
+	// while nothing has been measured, in which case Pollux assumes perfect
+	// scaling. Pollux only compares a job's goodputs with each other.
+	Goodput func(nodes, replicas int) float64
+	// MaxProfiledReplicas is the largest replica count the job has been
+	// measured at: Pollux lets a job grow to at most twice that, since its
+	// goodput model is an extrapolation beyond it.
+	MaxProfiledReplicas int
+
+	// Replicas is the replica count the job's user asked for (Tiresias
+	// runs every job at exactly this size).
+	Replicas int
+
+	// StepTime is the job's time per step at a replica count (Optimus
+	// assumes it knows it: "oracle" throughput), and RemainingSteps how
+	// many steps it still has to run.
+	StepTime       func(replicas int) float64
+	RemainingSteps float64
+}
+
+// Policy chooses an allocation of the cluster to the active jobs.
+type Policy interface {
+	// Name names the policy ("pollux", "tiresias", "optimus").
+	Name() string
+	// Allocate is called once per scheduling round with the time now,
+	// every active job, the cluster and the allocation in force. A policy
+	// may keep state between rounds (Tiresias its queues, Pollux its
+	// population), so one value schedules one cluster. The returned
+	// allocation fits the cluster; current is not modified.
+	Allocate(ctx context.Context, now time.Duration, jobs []Job, cluster Cluster, current Allocation) (Allocation, error)
+}
+
+// ErrInvalidJob reports a job a policy cannot schedule.
+var ErrInvalidJob = errors.New("scheduler: invalid job")
+
+func validateJobs(jobs []Job) error {
+	seen := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		switch {
+		case j.ID == "":
+			return fmt.Errorf("%w: empty ID", ErrInvalidJob)
+		case seen[j.ID]:
+			return fmt.Errorf("%w: %q appears twice", ErrInvalidJob, j.ID)
+		case j.MinReplicas < 0 || j.MaxReplicas < 0 || (j.MaxReplicas > 0 && j.MinReplicas > j.MaxReplicas):
+			return fmt.Errorf("%w: %q has replica bounds [%d, %d]", ErrInvalidJob, j.ID, j.MinReplicas, j.MaxReplicas)
+		case j.Attained < 0 || j.Restarts < 0 || j.MaxProfiledReplicas < 0 || j.Replicas < 0 || j.RemainingSteps < 0:
+			return fmt.Errorf("%w: %q has a negative count", ErrInvalidJob, j.ID)
+		}
+		seen[j.ID] = true
+	}
+	return nil
+}
+
+// mostFreeNode returns the node with the most free GPUs, the lowest index
+// among ties, or -1 when none is free.
+func mostFreeNode(free []int) int {
+	best := -1
+	for n, f := range free {
+		if f > 0 && (best < 0 || f > free[best]) {
+			best = n
+		}
+	}
+	return best
+}
+
+// packReplicas places count replicas on the nodes with the most free GPUs,
+// filling one node before moving to the next (how both baselines place a
+// job), and takes them from free. It returns nil if they do not fit.
+func packReplicas(free []int, count int) []int {
+	total := 0
+	for _, f := range free {
+		total += f
+	}
+	if count > total {
+		return nil
+	}
+	out := make([]int, 0, count)
+	for len(out) < count {
+		n := mostFreeNode(free)
+		take := min(free[n], count-len(out))
+		for i := 0; i < take; i++ {
+			out = append(out, n)
+		}
+		free[n] -= take
+	}
+	return out
+}
+
+// freeGPUs returns each node's GPUs not used by the jobs of alloc; replicas
+// on nodes outside the cluster are ignored.
+func freeGPUs(cluster Cluster, alloc Allocation) []int {
+	free := slices.Clone(cluster.GPUs)
+	for _, nodes := range alloc {
+		for _, n := range nodes {
+			if n >= 0 && n < len(free) {
+				free[n]--
+			}
+		}
+	}
+	return free
+}

@@ -1,0 +1,134 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// TiresiasConfig configures the Tiresias baseline.
+type TiresiasConfig struct {
+	// QueueThreshold is the GPU time (executed time × requested replicas)
+	// after which a job drops from the high- to the low-priority queue;
+	// 0 means 16 hours, as in Pollux's study.
+	QueueThreshold time.Duration
+}
+
+// DefaultTiresiasConfig returns the configuration of Pollux's study.
+func DefaultTiresiasConfig() TiresiasConfig {
+	return TiresiasConfig{QueueThreshold: 16 * time.Hour}
+}
+
+// Tiresias is the two-queue discretized least-attained-service scheduler of
+// Gu et al. (NSDI'19) as Pollux's study runs it: every job runs at the replica
+// count its user asked for; jobs start in the first queue and drop to the
+// second once they have used QueueThreshold of GPU time; each round, jobs are
+// admitted queue by queue, first come first served within a queue, skipping
+// those that do not fit; a job no longer admitted is preempted. A running job
+// keeps its placement; a newly admitted one is packed onto the nodes with the
+// most free GPUs. Executed time is counted from the policy's own view of
+// which jobs run, as Tiresias does.
+type Tiresias struct {
+	cfg       TiresiasConfig
+	queues    [2][]string
+	running   map[string]bool
+	lastCheck map[string]int64 // seconds
+	executed  map[string]int64 // seconds run since admission
+}
+
+// NewTiresias returns a Tiresias policy for one cluster.
+func NewTiresias(cfg TiresiasConfig) *Tiresias {
+	if cfg.QueueThreshold <= 0 {
+		cfg.QueueThreshold = DefaultTiresiasConfig().QueueThreshold
+	}
+	return &Tiresias{cfg: cfg, running: map[string]bool{},
+		lastCheck: map[string]int64{}, executed: map[string]int64{}}
+}
+
+// Name implements Policy.
+func (t *Tiresias) Name() string { return "tiresias" }
+
+// Allocate implements Policy; jobs must come in arrival order (new jobs join
+// the first queue in that order).
+func (t *Tiresias) Allocate(ctx context.Context, now time.Duration, jobs []Job, cluster Cluster, current Allocation) (Allocation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := cluster.validate(); err != nil {
+		return nil, err
+	}
+	if err := validateJobs(jobs); err != nil {
+		return nil, err
+	}
+	byID := make(map[string]*Job, len(jobs))
+	for i := range jobs {
+		if jobs[i].Replicas < 1 {
+			return nil, fmt.Errorf("%w: %q asks for no replicas (Tiresias needs Replicas)", ErrInvalidJob, jobs[i].ID)
+		}
+		byID[jobs[i].ID] = &jobs[i]
+	}
+	// Forget finished jobs.
+	for q := range t.queues {
+		t.queues[q] = slices.DeleteFunc(t.queues[q], func(id string) bool { return byID[id] == nil })
+	}
+	for id := range t.running {
+		if byID[id] == nil {
+			delete(t.running, id)
+			delete(t.lastCheck, id)
+			delete(t.executed, id)
+		}
+	}
+	alloc := make(Allocation, len(jobs))
+	for id, nodes := range current {
+		if byID[id] != nil {
+			alloc[id] = slices.Clone(nodes)
+		}
+	}
+	for _, j := range jobs {
+		if _, known := t.running[j.ID]; !known {
+			t.running[j.ID] = false
+			t.queues[0] = append(t.queues[0], j.ID)
+		}
+	}
+	// Account the time since the last round and demote.
+	event := int64(now / time.Second)
+	threshold := int64(t.cfg.QueueThreshold / time.Second)
+	for _, j := range jobs {
+		if t.running[j.ID] {
+			t.executed[j.ID] += event - t.lastCheck[j.ID]
+			if i := slices.Index(t.queues[0], j.ID); i >= 0 && t.executed[j.ID]*int64(j.Replicas) >= threshold {
+				t.queues[0] = slices.Delete(t.queues[0], i, i+1)
+				t.queues[1] = append(t.queues[1], j.ID)
+			}
+		}
+		t.lastCheck[j.ID] = event
+	}
+	// Admit queue by queue.
+	gpus := cluster.TotalGPUs()
+	for _, q := range t.queues {
+		for _, id := range q {
+			if r := byID[id].Replicas; r <= gpus {
+				t.running[id] = true
+				gpus -= r
+			} else {
+				t.running[id] = false
+				delete(alloc, id)
+			}
+		}
+	}
+	// Place the newly admitted.
+	free := freeGPUs(cluster, alloc)
+	for _, q := range t.queues {
+		for _, id := range q {
+			if t.running[id] && len(alloc[id]) == 0 {
+				nodes := packReplicas(free, byID[id].Replicas)
+				if nodes == nil {
+					return nil, fmt.Errorf("scheduler: tiresias: %q admitted but its %d replicas do not fit", id, byID[id].Replicas)
+				}
+				alloc[id] = nodes
+			}
+		}
+	}
+	return alloc, nil
+}

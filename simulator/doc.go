@@ -1,0 +1,16 @@
+// Package simulator replays cluster workloads against measured traces, as
+// Pollux's simulator study does (Qiao et al., OSDI'21; the traces and
+// workloads are its published artifact). A Trace holds one model's
+// measurements: step and synchronization times by placement and local batch
+// size (interpolated for placements not measured) and, per batch size, the
+// training progress and gradient statistics of each epoch. Simulate moves
+// every job of a workload through its trace in scheduling rounds under a
+// policy of package scheduler: jobs make progress at their goodput (the
+// statistical efficiency comes from the traced gradient statistics), Pollux's
+// jobs fit their throughput models online and pick their batch sizes with
+// package goodput, and every reallocation costs a configurable pause (30 s of
+// checkpoint-restart in the paper; a running job's live resize, as gorovod
+// does it, can be modelled as a short pause after the new workers started).
+// The result is each job's completion time, with averages, tails, makespan
+// and GPU utilization. `gorovod simulate` is its command line.
+package simulator

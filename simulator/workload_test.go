@@ -1,0 +1,84 @@
+package simulator
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseWorkload(t *testing.T) {
+	jobs, err := ParseWorkload(strings.NewReader("name,time,application,num_replicas,batch_size\n" +
+		"cifar10-0,107,cifar10,6,2048\nncf-1,135.5,ncf,1,32768\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []WorkloadJob{
+		{Name: "cifar10-0", Submitted: 107 * time.Second, Model: "cifar10", Replicas: 6, BatchSize: 2048},
+		{Name: "ncf-1", Submitted: 135500 * time.Millisecond, Model: "ncf", Replicas: 1, BatchSize: 32768},
+	}
+	if len(jobs) != len(want) {
+		t.Fatalf("got %d jobs", len(jobs))
+	}
+	for i := range want {
+		if jobs[i] != want[i] {
+			t.Errorf("job %d: %+v, want %+v", i, jobs[i], want[i])
+		}
+	}
+	const header = "name,time,application,num_replicas,batch_size\n"
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"no header", "", "header"},
+		{"missing column", "name,time,application,num_replicas\na,1,ncf,1\n", `no column "batch_size"`},
+		{"no jobs", header, "no jobs"},
+		{"negative time", header + "a,-1,ncf,1,8\n", "time"},
+		{"time not a number", header + "a,soon,ncf,1,8\n", "time"},
+		{"zero replicas", header + "a,1,ncf,0,8\n", "num_replicas"},
+		{"fractional batch", header + "a,1,ncf,1,8.5\n", "batch_size"},
+		{"duplicate", header + "a,1,ncf,1,8\na,2,ncf,1,8\n", "twice"},
+		{"empty name", header + ",1,ncf,1,8\n", "empty"},
+		{"ragged", header + "a,1,ncf,1\n", "wrong number of fields"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseWorkload(strings.NewReader(tc.in))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzParseWorkload(f *testing.F) {
+	f.Add("name,time,application,num_replicas,batch_size\ncifar10-0,107,cifar10,6,2048\n")
+	f.Add("batch_size,name,application,time,num_replicas\n8,a,ncf,1e3,1\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		jobs, err := ParseWorkload(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, j := range jobs {
+			if j.Name == "" || j.Model == "" || j.Submitted < 0 || j.Replicas < 1 || j.BatchSize < 1 || seen[j.Name] {
+				t.Fatalf("accepted an invalid job %+v", j)
+			}
+			seen[j.Name] = true
+		}
+	})
+}
+
+func TestReadWorkloads(t *testing.T) {
+	dir := polluxDir(t)
+	// Relative load scales the number of jobs arriving in the same hours.
+	for load, n := range map[string]int{"workloads": 160, "workloads-0.5": 80, "workloads-1.5": 240, "workloads-2.0": 320} {
+		for _, w := range []string{"workload-1.csv", "workload-2.csv", "workload-3.csv", "workload-4.csv"} {
+			jobs, err := ReadWorkloadFile(filepath.Join(dir, load, w))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(jobs) != n {
+				t.Errorf("%s/%s: %d jobs, want %d", load, w, len(jobs), n)
+			}
+		}
+	}
+}
