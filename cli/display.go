@@ -75,6 +75,10 @@ func (s runSink) Event(e job.Event) {
 	case job.JobStarted:
 		d.report("job %s, %d workers, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
 	case job.WorkerStarted:
+		if e.Worker.Host != "" && e.Worker.PID == 0 {
+			d.report("worker %d on %s", e.Worker.Index, e.Worker.Host) // its pid is on that host, once it runs
+			return
+		}
 		if e.Initial {
 			d.report("worker %d pid %d", e.Worker.Index, e.Worker.PID)
 		} else {
@@ -104,6 +108,7 @@ func (s runSink) Event(e job.Event) {
 		o := e.Outcome
 		d.summary(o.Summary, s.asJSON, s.autoscaling)
 		d.report("%s", countLine(o))
+		d.reportExclusions(o)
 	}
 }
 

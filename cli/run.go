@@ -17,6 +17,7 @@ import (
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/launch"
 	"github.com/gorovod/gorovod/job"
+	"github.com/gorovod/gorovod/membership"
 	"github.com/gorovod/gorovod/straggler"
 )
 
@@ -38,6 +39,7 @@ type runOptions struct {
 	asJSON             bool
 	progress           string
 	placement          string
+	hosts              hostOptions
 }
 
 // autoscaling says whether the engine acts (a heuristic, or straggler
@@ -60,7 +62,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs := flag.NewFlagSet("gorovod run", flag.ContinueOnError)
 	o := runOptions{registry: registry}
 	fs.IntVar(&o.np, "np", 2, "workers to start")
-	fs.IntVar(&o.minNP, "min-np", 1, "fewest workers the job trains with; with fewer it waits for more")
+	fs.IntVar(&o.minNP, "min-np", 0, "fewest workers the job trains with; with fewer it waits for more, and replaces lost ones where a slot is free (default --np, as Horovod)")
 	fs.IntVar(&o.maxNP, "max-np", 0, "most workers (0: no limit); SIGUSR1 adds one up to it")
 	o.obs.register(fs)
 	fs.StringVar(&o.heuristic, "heuristic", "", "autoscaling policy by name (see --list-heuristics)")
@@ -75,6 +77,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.BoolVar(&o.asJSON, "json", false, "print the autoscaling decisions and the summary as JSON lines on stdout")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
 	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
+	o.hosts.register(fs)
 	if err := parseFlags(fs, args, runUsageText, stdout, stderr); err != nil {
 		return err
 	}
@@ -89,6 +92,9 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.Visit(func(f *flag.Flag) { stragglersSet = stragglersSet || f.Name == "replace-stragglers" })
 	if !stragglersSet && (o.heuristic != "" || o.heuristicConfig != "") {
 		o.replaceStragglers = true
+	}
+	if o.minNP == 0 {
+		o.minNP = o.np
 	}
 	o.argv = fs.Args()
 	if len(o.argv) > 0 && o.argv[0] == "--" {
@@ -114,6 +120,9 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	}
 	if _, err := launch.ParsePlacement(o.placement); err != nil {
 		return runUsage(stderr, "--placement: %v", err)
+	}
+	if err := o.hosts.prepare(); err != nil {
+		return runUsage(stderr, "%v", err)
 	}
 	if _, err := exec.LookPath(o.argv[0]); err != nil {
 		return runUsage(stderr, "trainer %q: %v", o.argv[0], err)
@@ -143,7 +152,10 @@ or examples/fashion-mnist). Workers can be added (kill -USR1 <pid of gorovod
 run>, or by hand with the job file it prints), leave (kill -TERM <worker>) or
 die while training goes on; with --heuristic the job grows, shrinks and
 replaces stragglers by itself. Each worker's lines are printed prefixed by its
-launch index, [i].`
+launch index, [i].
+
+With -H host1:2,host2:2, --hostfile FILE or --host-discovery-script CMD the
+workers run on those hosts, started over ssh (see README, "Several machines").`
 
 // engineConfig builds the autoscaling engine's configuration from the flags.
 func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
@@ -201,11 +213,15 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 		sinks = append(sinks, watch) // first: the last progress record comes before the summary
 	}
 	sinks = append(sinks, runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.obs.verbose})
-	j, err := job.Start(ctx, job.Config{
+	cfg := job.Config{
 		Argv: o.argv, Workers: o.np, MinWorkers: o.minNP, MaxWorkers: o.maxNP, Autoscaling: engCfg,
-		Logger: log, JobFile: true, Launcher: &job.LocalLauncher{Placement: launch.Placement(o.placement)},
+		Logger: log, JobFile: true, Gossip: membership.DefaultConfig(), ReplaceLost: true,
 		Sinks: sinks, Env: o.obs.workerEnv(), Timeline: o.obs.timeline, StallCheck: o.stallCheck,
-	})
+	}
+	if err := o.hosts.configure(ctx, &cfg, launch.Placement(o.placement), func(msg string) { out.report("%s", msg) }); err != nil {
+		return err
+	}
+	j, err := job.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}

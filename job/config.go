@@ -31,6 +31,12 @@ type Config struct {
 	// MaxWorkers is the most workers, for AddWorkers and the autoscaling
 	// engine; 0 means no limit.
 	MaxWorkers int
+	// ReplaceLost keeps at least MinWorkers processes while training is not
+	// over: a worker lost (killed, lost with its host, stopped with a host
+	// the Discovery dropped) is replaced on a free slot, as Horovod's elastic
+	// driver refills its slots. Three replacements in a row lost before they
+	// joined stop it.
+	ReplaceLost bool
 
 	// Autoscaling configures the engine that measures the job and carries out
 	// its heuristic's decisions (no heuristic: it measures and holds). Its

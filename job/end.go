@@ -30,12 +30,23 @@ import (
 //  4. The job ends when every process it launched has exited; cancelling the
 //     job's context stops them all first.
 //  5. Each process's end is classified (classify): exit status 0 is Finished;
-//     ended by a signal (kill -9, the OOM killer, stopped by the runner) is
-//     Lost, which an elastic job survives; stopped under rule 3 is Stopped;
-//     any other end is Failed. The job failed (Outcome.Err) if a worker
-//     failed, if none finished, or if no step was trained: the workers
-//     exited without any of them reporting a step or the end of training
-//     (a command that is not a gorovod trainer, such as `true`).
+//     ended by a signal (kill -9, the OOM killer, stopped by the runner) or
+//     lost with its host (a *HostError: unreachable, or the connection to it
+//     broke; the host is blacklisted) is Lost, which an elastic job survives;
+//     stopped under rule 3 is Stopped; any other end is Failed.
+//  6. A worker left out of a world while it was paused or cut off comes
+//     back as a new member (sync's Worker.Rejoin: a new name, the same
+//     launch index); the runner counts each exclusion and each return
+//     (WorkerRecord.Excluded, Rejoined). One that exited with status 0
+//     while left out, before training was over, is Excluded, not Finished;
+//     one that exited by itself without ever being in a world, after
+//     training was over (it was told it would never be admitted), is
+//     Stopped.
+//  7. The verdict (Outcome.Err): the job failed if a worker failed, if none
+//     finished, if no step was trained (the workers exited without any of
+//     them reporting a step or the end of training: a command that is not a
+//     gorovod trainer, such as `true`), or if training did not finish —
+//     never because a worker was lost, stopped or excluded on the way.
 
 // ErrFailed is wrapped by the error of a job that failed (Outcome.Err).
 var ErrFailed = errors.New("job failed")
@@ -49,6 +60,10 @@ const (
 	Lost                        // ended by a signal: killed, frozen and killed, stopped
 	Stopped                     // stopped by the runner because the job no longer needed it
 	Failed                      // exited with an error of its own
+	// Excluded: exited with status 0 after the job went on without it (left
+	// out of a world while it was paused or cut off) and before training was
+	// over, without coming back as a new member (rule 6).
+	Excluded
 )
 
 func (s WorkerState) String() string {
@@ -63,6 +78,8 @@ func (s WorkerState) String() string {
 		return "stopped"
 	case Failed:
 		return "failed"
+	case Excluded:
+		return "excluded"
 	}
 	return fmt.Sprintf("WorkerState(%d)", int(s))
 }
@@ -77,7 +94,7 @@ func classify(err error, stopped bool) WorkerState {
 		return Finished
 	case stopped:
 		return Stopped
-	case KilledBySignal(err):
+	case KilledBySignal(err) || errors.As(err, new(*HostError)):
 		return Lost
 	}
 	return Failed
@@ -102,6 +119,12 @@ type WorkerRecord struct {
 	Err     error       `json:"-"` // why it ended, when not Finished
 	Started time.Time   `json:"started"`
 	Exited  time.Time   `json:"exited"` // zero while running
+
+	// Excluded counts the times a world left it out while it ran (declared
+	// failed while paused or cut off), and Rejoined the times it came back
+	// as a new member (rule 6).
+	Excluded int `json:"excluded,omitempty"`
+	Rejoined int `json:"rejoined,omitempty"`
 }
 
 // MarshalJSON encodes the record with its error as text ("error").
@@ -152,9 +175,9 @@ func (o *Outcome) Count(s WorkerState) int {
 	return n
 }
 
-// Err is the job's verdict (rule 5): nil when some worker finished and none
-// failed; otherwise an error wrapping ErrFailed and every failed worker's
-// *WorkerError.
+// Err is the job's verdict (rule 7): nil when training finished, some worker
+// finished and none failed; otherwise an error wrapping ErrFailed (and every
+// failed worker's *WorkerError).
 func (o *Outcome) Err() error {
 	var failed []error
 	for _, w := range o.Workers {
@@ -171,6 +194,9 @@ func (o *Outcome) Err() error {
 	if !o.TrainingFinished && o.LastStep == 0 {
 		return fmt.Errorf("%w: %d workers exited without training a step (none joined a world and reported a step or the end of training): is the command a gorovod trainer?",
 			ErrFailed, o.Count(Finished))
+	}
+	if !o.TrainingFinished {
+		return fmt.Errorf("%w: training did not finish (no member of the last world reported its end)", ErrFailed)
 	}
 	return nil
 }
