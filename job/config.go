@@ -83,6 +83,11 @@ type Config struct {
 	// finishing its last step after training was reported finished. Default
 	// 1 minute.
 	RescueLimit time.Duration
+	// ExitLimit bounds the wait for members of the last world that reported
+	// the end of training and are still exiting (a Python trainer's
+	// interpreter can take seconds to tear down torch): they are stopped only
+	// this long after training was reported over. Default 30 s.
+	ExitLimit time.Duration
 	// RemoveGrace is how long a worker the engine removed from the job has
 	// to exit by itself, then after SIGTERM, then after SIGKILL. Default 10 s.
 	RemoveGrace time.Duration
@@ -110,6 +115,7 @@ func DefaultConfig() Config {
 		StartTimeout: 30 * time.Second,
 		FinishGrace:  3 * time.Second,
 		RescueLimit:  time.Minute,
+		ExitLimit:    30 * time.Second,
 		RemoveGrace:  10 * time.Second,
 	}
 }
@@ -159,6 +165,7 @@ func (c Config) withDefaults() (Config, error) {
 	}{
 		{&c.StartTimeout, d.StartTimeout}, {&c.FinishGrace, d.FinishGrace},
 		{&c.RescueLimit, d.RescueLimit}, {&c.RemoveGrace, d.RemoveGrace},
+		{&c.ExitLimit, d.ExitLimit},
 	} {
 		if *f.v <= 0 {
 			*f.v = f.def

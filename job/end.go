@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/gorovod/gorovod/heuristics"
@@ -26,7 +27,10 @@ import (
 //  3. Any other process still running was waiting to join a job that is over:
 //     the runner stops it (StopSignal, then SIGKILL), and however it exits, it
 //     counts as Stopped, not as a failure. Workers on a host the Discovery
-//     dropped are stopped the same way.
+//     dropped are stopped the same way. Members of the last world that
+//     reported the end of training are exiting, not waiting: they are
+//     stopped the same way only once Config.ExitLimit after training was
+//     reported over has passed.
 //  4. The job ends when every process it launched has exited; cancelling the
 //     job's context stops them all first.
 //  5. Each process's end is classified (classify): exit status 0 is Finished;
@@ -220,16 +224,41 @@ func (j *Job) finishingLastStep() bool {
 }
 
 // stopLateJoiners is rule 3 at the end of training: every process still
-// running is stopped and will count as Stopped.
-func (j *Job) stopLateJoiners() {
+// running is stopped and will count as Stopped — except, when spareExiting,
+// the members of the current world that reported the end of training, which
+// are left to exit by themselves; the others then get StopSignal one by one
+// (a later call without spareExiting ends them all). It reports whether it
+// spared any.
+func (j *Job) stopLateJoiners(spareExiting bool) (spared bool) {
+	exiting := map[*proc]bool{}
+	if spareExiting {
+		unfinished := j.driver.Unfinished()
+		j.learnNames()
+		j.mu.Lock()
+		for _, m := range j.driver.Current().Members {
+			if p := j.byName[m.Name]; p != nil && p.rec.State == Running && !slices.Contains(unfinished, m.Name) {
+				exiting[p] = true
+			}
+		}
+		j.mu.Unlock()
+	}
+	var stop []Process
 	j.mu.Lock()
 	for _, p := range j.procs {
-		if p.rec.State == Running {
+		if p != nil && p.rec.State == Running && !exiting[p] {
 			p.stopped = true
+			stop = append(stop, p.p)
 		}
 	}
 	j.mu.Unlock()
-	j.stopWorkers()
+	if len(exiting) == 0 {
+		j.stopWorkers()
+		return false
+	}
+	for _, p := range stop {
+		_ = p.Signal(StopSignal)
+	}
+	return true
 }
 
 // writeJobFile records what a hand-started worker needs to join, readable by

@@ -427,7 +427,7 @@ func (j *Job) waitLaunched() {
 // supervise follows the job to its end (end.go has the rules).
 func (j *Job) supervise() {
 	finished := j.driver.Finished()
-	var stopLate <-chan time.Time
+	var stopLate, stopExiting <-chan time.Time
 	var finishedAt time.Time
 	var prev epoch.World
 	for {
@@ -446,7 +446,12 @@ func (j *Job) supervise() {
 				continue
 			}
 			stopLate = nil
-			j.stopLateJoiners()
+			if j.stopLateJoiners(true) {
+				stopExiting = time.After(time.Until(finishedAt.Add(j.cfg.ExitLimit)))
+			}
+		case <-stopExiting:
+			stopExiting = nil
+			j.stopLateJoiners(false)
 		case <-j.poke:
 			prev = j.handle(prev)
 			j.replaceLost()
