@@ -75,9 +75,13 @@ func (s runSink) Event(e job.Event) {
 	case job.JobStarted:
 		d.report("job %s, %d workers, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
 	case job.WorkerStarted:
-		if e.Worker.PID == 0 { // a launcher that does not know it (a Slurm step, a pod)
-			d.report("worker %d started on %q", e.Worker.Index, e.Worker.Host)
-			break
+		if e.Worker.PID == 0 { // a launcher that does not know it (a Slurm step, a pod, a remote host)
+			if e.Worker.Host != "" {
+				d.report("worker %d on %s", e.Worker.Index, e.Worker.Host) // its pid is on that host, once it runs
+			} else {
+				d.report("worker %d started", e.Worker.Index)
+			}
+			return
 		}
 		if e.Initial {
 			d.report("worker %d pid %d", e.Worker.Index, e.Worker.PID)
@@ -108,6 +112,7 @@ func (s runSink) Event(e job.Event) {
 		o := e.Outcome
 		d.summary(o.Summary, s.asJSON, s.autoscaling)
 		d.report("%s", countLine(o))
+		d.reportExclusions(o)
 	}
 }
 

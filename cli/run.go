@@ -17,6 +17,7 @@ import (
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/launch"
 	"github.com/gorovod/gorovod/job"
+	"github.com/gorovod/gorovod/membership"
 	"github.com/gorovod/gorovod/straggler"
 )
 
@@ -39,6 +40,7 @@ type runOptions struct {
 	progress           string
 	placement          string
 	cluster            clusterOptions // runcluster.go
+	hosts              hostOptions
 }
 
 // autoscaling says whether the engine acts (a heuristic, or straggler
@@ -61,7 +63,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs := flag.NewFlagSet("gorovod run", flag.ContinueOnError)
 	o := runOptions{registry: registry}
 	fs.IntVar(&o.np, "np", 2, "workers to start")
-	fs.IntVar(&o.minNP, "min-np", 1, "fewest workers the job trains with; with fewer it waits for more")
+	fs.IntVar(&o.minNP, "min-np", 0, "fewest workers the job trains with; with fewer it waits for more, and replaces lost ones where a slot is free (default --np, as Horovod)")
 	fs.IntVar(&o.maxNP, "max-np", 0, "most workers (0: no limit); SIGUSR1 adds one up to it")
 	o.obs.register(fs)
 	fs.StringVar(&o.heuristic, "heuristic", "", "autoscaling policy by name (see --list-heuristics)")
@@ -76,6 +78,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.BoolVar(&o.asJSON, "json", false, "print the autoscaling decisions and the summary as JSON lines on stdout")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
 	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
+	o.hosts.register(fs)
 	o.cluster.addFlags(fs)
 	if err := parseFlags(fs, args, runUsageText, stdout, stderr); err != nil {
 		return err
@@ -91,6 +94,9 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.Visit(func(f *flag.Flag) { stragglersSet = stragglersSet || f.Name == "replace-stragglers" })
 	if !stragglersSet && (o.heuristic != "" || o.heuristicConfig != "") {
 		o.replaceStragglers = true
+	}
+	if o.minNP == 0 {
+		o.minNP = o.np
 	}
 	o.argv = fs.Args()
 	if len(o.argv) > 0 && o.argv[0] == "--" {
@@ -118,6 +124,9 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 		return runUsage(stderr, "--placement: %v", err)
 	}
 	if err := o.cluster.check(o.np, o.maxNP); err != nil {
+		return runUsage(stderr, "%v", err)
+	}
+	if err := o.hosts.prepare(); err != nil {
 		return runUsage(stderr, "%v", err)
 	}
 	if _, err := exec.LookPath(o.argv[0]); err != nil && !o.cluster.kubernetes { // a pod's command is in its image
@@ -148,8 +157,12 @@ or examples/fashion-mnist). Workers can be added (kill -USR1 <pid of gorovod
 run>, or by hand with the job file it prints), leave (kill -TERM <worker>) or
 die while training goes on; with --heuristic the job grows, shrinks and
 replaces stragglers by itself. Each worker's lines are printed prefixed by its
-launch index, [i]. With --slurm the workers are job steps of the Slurm
-allocation gorovod runs in, with --kubernetes pods (docs/clusters.md).`
+launch index, [i].
+
+With -H host1:2,host2:2, --hostfile FILE or --host-discovery-script CMD the
+workers run on those hosts, started over ssh (see README, "Several machines").
+With --slurm they are job steps of the Slurm allocation gorovod runs in, with
+--kubernetes pods (docs/clusters.md).`
 
 // engineConfig builds the autoscaling engine's configuration from the flags.
 func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
@@ -209,9 +222,13 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	sinks = append(sinks, runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.obs.verbose})
 	cfg := job.Config{
 		Argv: o.argv, Workers: o.np, MinWorkers: o.minNP, MaxWorkers: o.maxNP, Autoscaling: engCfg,
-		Logger: log, JobFile: true, Launcher: &job.LocalLauncher{Placement: launch.Placement(o.placement)},
+		Logger: log, JobFile: true, Gossip: membership.DefaultConfig(), ReplaceLost: true,
 		Sinks: sinks, Env: o.obs.workerEnv(), Timeline: o.obs.timeline, StallCheck: o.stallCheck,
 	}
+	if err := o.hosts.configure(ctx, &cfg, launch.Placement(o.placement), func(msg string) { out.report("%s", msg) }); err != nil {
+		return err
+	}
+	// --slurm and --kubernetes replace the launcher (and the hosts).
 	closeCluster, err := o.cluster.apply(ctx, &cfg, out.report)
 	if err != nil {
 		return err

@@ -31,6 +31,12 @@ type Config struct {
 	// MaxWorkers is the most workers, for AddWorkers and the autoscaling
 	// engine; 0 means no limit.
 	MaxWorkers int
+	// ReplaceLost keeps at least MinWorkers processes while training is not
+	// over: a worker lost (killed, lost with its host, stopped with a host
+	// the Discovery dropped) is replaced on a free slot, as Horovod's elastic
+	// driver refills its slots. Three replacements in a row lost before they
+	// joined stop it.
+	ReplaceLost bool
 
 	// Autoscaling configures the engine that measures the job and carries out
 	// its heuristic's decisions (no heuristic: it measures and holds). Its
@@ -77,6 +83,11 @@ type Config struct {
 	// finishing its last step after training was reported finished. Default
 	// 1 minute.
 	RescueLimit time.Duration
+	// ExitLimit bounds the wait for members of the last world that reported
+	// the end of training and are still exiting (a Python trainer's
+	// interpreter can take seconds to tear down torch): they are stopped only
+	// this long after training was reported over. Default 30 s.
+	ExitLimit time.Duration
 	// RemoveGrace is how long a worker the engine removed from the job has
 	// to exit by itself, then after SIGTERM, then after SIGKILL. Default 10 s.
 	RemoveGrace time.Duration
@@ -104,6 +115,7 @@ func DefaultConfig() Config {
 		StartTimeout: 30 * time.Second,
 		FinishGrace:  3 * time.Second,
 		RescueLimit:  time.Minute,
+		ExitLimit:    30 * time.Second,
 		RemoveGrace:  10 * time.Second,
 	}
 }
@@ -153,6 +165,7 @@ func (c Config) withDefaults() (Config, error) {
 	}{
 		{&c.StartTimeout, d.StartTimeout}, {&c.FinishGrace, d.FinishGrace},
 		{&c.RescueLimit, d.RescueLimit}, {&c.RemoveGrace, d.RemoveGrace},
+		{&c.ExitLimit, d.ExitLimit},
 	} {
 		if *f.v <= 0 {
 			*f.v = f.def

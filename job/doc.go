@@ -8,12 +8,15 @@
 // What varies between environments is injected through Config:
 //
 //   - a Launcher starts worker processes on a host (LocalLauncher: this one;
-//     over ssh, as Slurm job steps or Kubernetes pods in launchers of their
-//     own). Each worker is told its launch index, which it publishes, so the
-//     runner knows its processes on every host.
-//   - a Discovery lists the hosts and their slots (StaticHosts, or hosts that
-//     come and go); workers fill the hosts in order, and the workers of a host
-//     that leaves the list are taken out of the job.
+//     SSHLauncher: other hosts over ssh; Slurm job steps or Kubernetes pods in
+//     launchers of their own). Each worker is told its launch index, which it
+//     publishes, so the runner knows its processes on every host.
+//   - a Discovery lists the hosts and their slots (StaticHosts; HostWatch: a
+//     host list or a discovery script, minus blacklisted hosts); workers fill
+//     the hosts in order, the workers of a host that leaves the list are
+//     taken out of the job, and a host that loses a worker (a *HostError) is
+//     blacklisted. With Config.ReplaceLost, lost workers are replaced on
+//     free slots down to MinWorkers.
 //   - Config.Gossip sets the driver's bind and advertise addresses;
 //     Config.StartDriver replaces the driver (tests).
 //   - Config.Autoscaling is the engine's configuration, its heuristic

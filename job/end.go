@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/gorovod/gorovod/heuristics"
@@ -26,16 +27,30 @@ import (
 //  3. Any other process still running was waiting to join a job that is over:
 //     the runner stops it (StopSignal, then SIGKILL), and however it exits, it
 //     counts as Stopped, not as a failure. Workers on a host the Discovery
-//     dropped are stopped the same way.
+//     dropped are stopped the same way. Members of the last world that
+//     reported the end of training are exiting, not waiting: they are
+//     stopped the same way only once Config.ExitLimit after training was
+//     reported over has passed.
 //  4. The job ends when every process it launched has exited; cancelling the
 //     job's context stops them all first.
 //  5. Each process's end is classified (classify): exit status 0 is Finished;
-//     ended by a signal (kill -9, the OOM killer, stopped by the runner) is
-//     Lost, which an elastic job survives; stopped under rule 3 is Stopped;
-//     any other end is Failed. The job failed (Outcome.Err) if a worker
-//     failed, if none finished, or if no step was trained: the workers
-//     exited without any of them reporting a step or the end of training
-//     (a command that is not a gorovod trainer, such as `true`).
+//     ended by a signal (kill -9, the OOM killer, stopped by the runner) or
+//     lost with its host (a *HostError: unreachable, or the connection to it
+//     broke; the host is blacklisted) is Lost, which an elastic job survives;
+//     stopped under rule 3 is Stopped; any other end is Failed.
+//  6. A worker left out of a world while it was paused or cut off comes
+//     back as a new member (sync's Worker.Rejoin: a new name, the same
+//     launch index); the runner counts each exclusion and each return
+//     (WorkerRecord.Excluded, Rejoined). One that exited with status 0
+//     while left out, before training was over, is Excluded, not Finished;
+//     one that exited by itself without ever being in a world, after
+//     training was over (it was told it would never be admitted), is
+//     Stopped.
+//  7. The verdict (Outcome.Err): the job failed if a worker failed, if none
+//     finished, if no step was trained (the workers exited without any of
+//     them reporting a step or the end of training: a command that is not a
+//     gorovod trainer, such as `true`), or if training did not finish —
+//     never because a worker was lost, stopped or excluded on the way.
 
 // ErrFailed is wrapped by the error of a job that failed (Outcome.Err).
 var ErrFailed = errors.New("job failed")
@@ -49,6 +64,10 @@ const (
 	Lost                        // ended by a signal: killed, frozen and killed, stopped
 	Stopped                     // stopped by the runner because the job no longer needed it
 	Failed                      // exited with an error of its own
+	// Excluded: exited with status 0 after the job went on without it (left
+	// out of a world while it was paused or cut off) and before training was
+	// over, without coming back as a new member (rule 6).
+	Excluded
 )
 
 func (s WorkerState) String() string {
@@ -63,6 +82,8 @@ func (s WorkerState) String() string {
 		return "stopped"
 	case Failed:
 		return "failed"
+	case Excluded:
+		return "excluded"
 	}
 	return fmt.Sprintf("WorkerState(%d)", int(s))
 }
@@ -77,7 +98,7 @@ func classify(err error, stopped bool) WorkerState {
 		return Finished
 	case stopped:
 		return Stopped
-	case KilledBySignal(err):
+	case KilledBySignal(err) || errors.As(err, new(*HostError)):
 		return Lost
 	}
 	return Failed
@@ -102,6 +123,12 @@ type WorkerRecord struct {
 	Err     error       `json:"-"` // why it ended, when not Finished
 	Started time.Time   `json:"started"`
 	Exited  time.Time   `json:"exited"` // zero while running
+
+	// Excluded counts the times a world left it out while it ran (declared
+	// failed while paused or cut off), and Rejoined the times it came back
+	// as a new member (rule 6).
+	Excluded int `json:"excluded,omitempty"`
+	Rejoined int `json:"rejoined,omitempty"`
 }
 
 // MarshalJSON encodes the record with its error as text ("error").
@@ -152,9 +179,9 @@ func (o *Outcome) Count(s WorkerState) int {
 	return n
 }
 
-// Err is the job's verdict (rule 5): nil when some worker finished and none
-// failed; otherwise an error wrapping ErrFailed and every failed worker's
-// *WorkerError.
+// Err is the job's verdict (rule 7): nil when training finished, some worker
+// finished and none failed; otherwise an error wrapping ErrFailed (and every
+// failed worker's *WorkerError).
 func (o *Outcome) Err() error {
 	var failed []error
 	for _, w := range o.Workers {
@@ -171,6 +198,9 @@ func (o *Outcome) Err() error {
 	if !o.TrainingFinished && o.LastStep == 0 {
 		return fmt.Errorf("%w: %d workers exited without training a step (none joined a world and reported a step or the end of training): is the command a gorovod trainer?",
 			ErrFailed, o.Count(Finished))
+	}
+	if !o.TrainingFinished {
+		return fmt.Errorf("%w: training did not finish (no member of the last world reported its end)", ErrFailed)
 	}
 	return nil
 }
@@ -194,16 +224,41 @@ func (j *Job) finishingLastStep() bool {
 }
 
 // stopLateJoiners is rule 3 at the end of training: every process still
-// running is stopped and will count as Stopped.
-func (j *Job) stopLateJoiners() {
+// running is stopped and will count as Stopped — except, when spareExiting,
+// the members of the current world that reported the end of training, which
+// are left to exit by themselves; the others then get StopSignal one by one
+// (a later call without spareExiting ends them all). It reports whether it
+// spared any.
+func (j *Job) stopLateJoiners(spareExiting bool) (spared bool) {
+	exiting := map[*proc]bool{}
+	if spareExiting {
+		unfinished := j.driver.Unfinished()
+		j.learnNames()
+		j.mu.Lock()
+		for _, m := range j.driver.Current().Members {
+			if p := j.byName[m.Name]; p != nil && p.rec.State == Running && !slices.Contains(unfinished, m.Name) {
+				exiting[p] = true
+			}
+		}
+		j.mu.Unlock()
+	}
+	var stop []Process
 	j.mu.Lock()
 	for _, p := range j.procs {
-		if p.rec.State == Running {
+		if p != nil && p.rec.State == Running && !exiting[p] {
 			p.stopped = true
+			stop = append(stop, p.p)
 		}
 	}
 	j.mu.Unlock()
-	j.stopWorkers()
+	if len(exiting) == 0 {
+		j.stopWorkers()
+		return false
+	}
+	for _, p := range stop {
+		_ = p.Signal(StopSignal)
+	}
+	return true
 }
 
 // writeJobFile records what a hand-started worker needs to join, readable by

@@ -85,18 +85,20 @@ func TestHostsFromDiscovery(t *testing.T) {
 	}
 }
 
-// fakeDriver plays a driver whose job's training is over while one member of
-// the last world, w0, has not said so; launch is what w0 published.
+// fakeDriver plays a driver whose job's training is over while the members
+// of the last world in unfinished have not said so; launch is what w0
+// published.
 type fakeDriver struct {
-	finished chan struct{}
-	world    epoch.World
-	launch   string
+	finished   chan struct{}
+	world      epoch.World
+	launch     string
+	unfinished []string
 }
 
 func (d *fakeDriver) GossipAddr() string        { return "127.0.0.1:1" }
 func (d *fakeDriver) Current() epoch.World      { return d.world }
 func (d *fakeDriver) Finished() <-chan struct{} { return d.finished }
-func (d *fakeDriver) Unfinished() []string      { return []string{"w0"} }
+func (d *fakeDriver) Unfinished() []string      { return d.unfinished }
 func (d *fakeDriver) Remove(string)             {}
 func (d *fakeDriver) Close() error              { return nil }
 func (d *fakeDriver) Workers() []driver.WorkerInfo {
@@ -104,26 +106,29 @@ func (d *fakeDriver) Workers() []driver.WorkerInfo {
 }
 
 // End-of-job rules 2 and 3: once training is over, the job waits up to
-// RescueLimit while a process of its own is finishing the last step, and
-// stops the processes left after FinishGrace when none is.
+// RescueLimit while a process of its own is finishing the last step, stops
+// the processes left after FinishGrace when none is, and leaves members that
+// reported the end until ExitLimit to exit.
 func TestLastStepGetsTime(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		launch  string // what the unfinished member published
-		rescue  time.Duration
-		atLeast time.Duration // the workers are stopped no earlier
-		atMost  time.Duration // and no later than this after the end of training
+		name       string
+		launch     string   // what w0 published
+		unfinished []string // the members that did not report the end
+		rescue     time.Duration
+		atLeast    time.Duration // the workers are stopped no earlier
+		atMost     time.Duration // and no later than this after the end of training
 	}{
-		{"a process of the job finishes the last step", "0", 2 * time.Second, 2 * time.Second, time.Minute},
-		{"the unfinished member is not the job's", "", time.Minute, 0, time.Minute - time.Second},
+		{"a process of the job finishes the last step", "0", []string{"w0"}, 2 * time.Second, 2 * time.Second, time.Minute},
+		{"the unfinished member is not the job's", "", []string{"w0"}, time.Minute, 0, time.Minute - time.Second},
+		{"the members reported the end and are exiting", "0", nil, time.Minute, 2 * time.Second, time.Minute - time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRecorder()
 			cfg := config(t, r, 2, envModes+"=wait")
-			d := &fakeDriver{finished: make(chan struct{}), launch: tc.launch,
+			d := &fakeDriver{finished: make(chan struct{}), launch: tc.launch, unfinished: tc.unfinished,
 				world: epoch.World{Number: 3, Members: []epoch.Member{{Name: "w0"}, {Name: "w1"}}}}
 			cfg.StartDriver = func(context.Context, driver.Config) (job.Driver, error) { return d, nil }
-			cfg.FinishGrace, cfg.RescueLimit = 300*time.Millisecond, tc.rescue
+			cfg.FinishGrace, cfg.RescueLimit, cfg.ExitLimit = 300*time.Millisecond, tc.rescue, 2*time.Second
 			j, err := job.Start(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/membership"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
@@ -65,6 +66,14 @@ type Job struct {
 	dropped   []string       // hosts the Discovery dropped, not yet handled
 	share     map[string]int // workers started on each host with the job
 
+	// Rule 6 and Config.ReplaceLost (rejoin.go).
+	trainingOver   bool // a member reported the end of training
+	anyFailed      bool // a worker failed: the job fails, nothing is replaced
+	replacing      bool // replacements are being started
+	waitingForSlot bool // the last replacement found no free slot
+	strikes        int  // replacements lost before they entered a world, in a row
+	toReplace      int  // workers lost and not replaced yet
+
 	poke      chan struct{}
 	allExited chan struct{}
 	lastStep  atomic.Int64
@@ -84,6 +93,13 @@ type proc struct {
 	rec     WorkerRecord
 	p       Process
 	stopped bool // stopped by the runner (end-of-job rule 3)
+
+	// Rule 6 (rejoin.go).
+	removed     bool            // taken out by the autoscaling engine
+	leaving     map[string]bool // member names it published as leaving
+	out         bool            // left out of a world, not back yet
+	everIn      bool            // one of its names was a member of a world
+	replacement bool            // started by Config.ReplaceLost
 }
 
 // Run runs a job to its end: Start, then Wait.
@@ -261,7 +277,7 @@ func (j *Job) AddWorkers(ctx context.Context, n int) error {
 			return &LimitError{Workers: count, Max: max}
 		}
 	}
-	return j.add(ctx, n)
+	return j.add(ctx, n, false)
 }
 
 // count is how many workers the job has: its processes still running (or
@@ -289,8 +305,9 @@ func (j *Job) Wait() (Outcome, error) {
 	return j.outcome, j.err
 }
 
-// add launches n workers, each on the first host with a free slot.
-func (j *Job) add(ctx context.Context, n int) error {
+// add launches n workers, each on the first host with a free slot;
+// replacement marks them as started by Config.ReplaceLost.
+func (j *Job) add(ctx context.Context, n int, replacement bool) error {
 	for range n {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -311,6 +328,11 @@ func (j *Job) add(ctx context.Context, n int) error {
 		w, err := j.launch(index, host, share)
 		if err != nil {
 			return err
+		}
+		if replacement {
+			j.mu.Lock()
+			j.procs[index].replacement = true
+			j.mu.Unlock()
 		}
 		j.emit(WorkerStarted{At: now(), Worker: w})
 	}
@@ -372,13 +394,19 @@ func (j *Job) await(index int, p Process) {
 	w := j.procs[index]
 	w.rec.Exited, w.rec.Err = time.Now(), p.Err()
 	w.rec.State = classify(w.rec.Err, w.stopped)
+	j.reclassifyLocked(w)
+	j.anyFailed = j.anyFailed || w.rec.State == Failed
+	j.countStrikeLocked(w)
+	j.noteLossLocked(w)
 	j.place.running[w.rec.Host]--
 	ev := WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}
 	j.mu.Unlock()
 	j.emit(ev)
+	j.blacklistOnHostError(ev.Err)
 	j.mu.Lock()
 	j.leftLocked()
 	j.mu.Unlock()
+	j.replaceLost()
 }
 
 // waitLaunched waits for every process launched so far to exit (after
@@ -400,7 +428,7 @@ func (j *Job) waitLaunched() {
 // supervise follows the job to its end (end.go has the rules).
 func (j *Job) supervise() {
 	finished := j.driver.Finished()
-	var stopLate <-chan time.Time
+	var stopLate, stopExiting <-chan time.Time
 	var finishedAt time.Time
 	var prev epoch.World
 	for {
@@ -408,6 +436,9 @@ func (j *Job) supervise() {
 		case <-finished:
 			finished = nil
 			finishedAt = time.Now()
+			j.mu.Lock()
+			j.trainingOver = true
+			j.mu.Unlock()
 			j.emit(TrainingFinished{At: now()})
 			stopLate = time.After(j.cfg.FinishGrace)
 		case <-stopLate:
@@ -416,9 +447,15 @@ func (j *Job) supervise() {
 				continue
 			}
 			stopLate = nil
-			j.stopLateJoiners()
+			if j.stopLateJoiners(true) {
+				stopExiting = time.After(time.Until(finishedAt.Add(j.cfg.ExitLimit)))
+			}
+		case <-stopExiting:
+			stopExiting = nil
+			j.stopLateJoiners(false)
 		case <-j.poke:
 			prev = j.handle(prev)
+			j.replaceLost()
 		case <-j.allExited:
 			j.handle(prev)
 			j.end(finishedAt)
@@ -439,6 +476,7 @@ func (j *Job) end(finishedAt time.Time) {
 		LastStep: j.lastStep.Load(), Summary: j.engine.Summary()}
 	for _, p := range j.procs {
 		if p != nil {
+			j.reclassifyLocked(p)
 			o.Workers = append(o.Workers, p.rec)
 		}
 	}
@@ -515,6 +553,7 @@ func (j *Job) handle(prev epoch.World) epoch.World {
 			}
 		}
 		j.emit(ev)
+		j.followMembers(prev, w)
 		prev = w
 	}
 	for _, host := range dropped {
@@ -533,6 +572,12 @@ func (j *Job) learnNames() {
 		if p := j.matchLocked(w); p != nil {
 			p.rec.Name = w.Name
 			j.byName[w.Name] = p
+			if w.State == membership.StateLeaving {
+				if p.leaving == nil {
+					p.leaving = map[string]bool{}
+				}
+				p.leaving[w.Name] = true
+			}
 		}
 	}
 }

@@ -28,7 +28,7 @@ func (c cluster) Workers() []heuristics.WorkerInfo {
 type provisioner struct{ j *Job }
 
 // Start launches n more workers (the engine bounds n by MaxWorkers itself).
-func (p provisioner) Start(ctx context.Context, n int) error { return p.j.add(ctx, n) }
+func (p provisioner) Start(ctx context.Context, n int) error { return p.j.add(ctx, n, false) }
 
 // Stop waits for a removed worker to exit (it does once the world moved on
 // without it), then asks it to leave with LeaveSignal and finally kills it,
@@ -41,6 +41,7 @@ func (p provisioner) Stop(ctx context.Context, w heuristics.WorkerInfo) error {
 	var ref WorkerRef
 	if victim != nil {
 		ref = victim.rec.WorkerRef
+		victim.removed = true
 	}
 	j.mu.Unlock()
 	if victim == nil {

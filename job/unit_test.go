@@ -3,6 +3,7 @@ package job
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -41,5 +42,44 @@ func TestWorkerRecordJSON(t *testing.T) {
 	}
 	if got["index"] != 2.0 || got["pid"] != 7.0 || got["name"] != "w" || got["state"] != "failed" || got["error"] != "exit status 3" {
 		t.Fatalf("JSON %s", b)
+	}
+}
+
+// TestVerdict is the end of a job's rules 5–7 on outcomes: a worker lost
+// with its host is Lost (an elastic job survives it), one left out that
+// exited 0 before the end is Excluded, and the job's verdict is whether
+// training finished, not whether some worker was lost or excluded on the way.
+func TestVerdict(t *testing.T) {
+	if got := classify(fmt.Errorf("on h3: %w", &HostError{Host: "h3", Err: errors.New("lost the connection")}), false); got != Lost {
+		t.Fatalf("a worker lost with its host is %v, want lost", got)
+	}
+	rec := func(s WorkerState) WorkerRecord { return WorkerRecord{State: s} }
+	for _, tc := range []struct {
+		name     string
+		workers  []WorkerRecord
+		finished bool
+		ok       bool
+	}{
+		{"finished with workers lost and excluded on the way", []WorkerRecord{rec(Finished), rec(Lost), rec(Excluded), rec(Stopped)}, true, true},
+		{"a failed worker fails the job", []WorkerRecord{rec(Finished), rec(Failed)}, true, false},
+		{"every worker exited 0 but training did not finish", []WorkerRecord{rec(Finished), rec(Excluded)}, false, false},
+		{"only excluded workers", []WorkerRecord{rec(Excluded), rec(Excluded)}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Outcome{Workers: tc.workers, TrainingFinished: tc.finished, LastStep: 10}
+			if err := o.Err(); (err == nil) != tc.ok || err != nil && !errors.Is(err, ErrFailed) {
+				t.Fatalf("verdict %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+	p := &proc{rec: WorkerRecord{State: Finished}, out: true}
+	(&Job{}).reclassifyLocked(p)
+	if p.rec.State != Excluded {
+		t.Fatalf("a worker left out that exited 0 is %v, want excluded", p.rec.State)
+	}
+	p = &proc{rec: WorkerRecord{State: Finished}}
+	(&Job{trainingOver: true}).reclassifyLocked(p)
+	if p.rec.State != Stopped {
+		t.Fatalf("a worker never admitted that exited 0 after the end is %v, want stopped", p.rec.State)
 	}
 }

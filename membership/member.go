@@ -221,6 +221,24 @@ func (m *Member) joinSeeds(ctx context.Context) error {
 	}
 }
 
+// Reconnect contacts the seeds once more, as Join did: a member cut off
+// from them by a partition sees them as failed, and they see it so, and
+// gossip alone never brings the two sides together again (each probes only
+// the members it believes alive). A round through the seeds exchanges the
+// full state: both sides learn that the other is alive (each refutes its
+// own death) and the cluster is whole again. It returns nil once a seed
+// answered, or the reason none did within ctx.
+func (m *Member) Reconnect(ctx context.Context) error {
+	addrs, onlySelf, err := m.resolveSeeds(ctx)
+	switch {
+	case onlySelf:
+		return nil
+	case len(addrs) == 0:
+		return fmt.Errorf("membership: no seed to reconnect through: %w", err)
+	}
+	return m.joinOnce(ctx, addrs)
+}
+
 // joinOnce runs one memberlist join round, abandoning the wait when ctx ends
 // (the round itself ends within TCPTimeout per address).
 func (m *Member) joinOnce(ctx context.Context, addrs []netip.AddrPort) error {

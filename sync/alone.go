@@ -68,6 +68,9 @@ func (a *alone) requestLeave(context.Context) error {
 	return nil
 }
 
+// rejoin: nothing leaves a world of one out but its own leave request.
+func (a *alone) rejoin(context.Context) error { return ErrOutForGood }
+
 func (a *alone) finish(context.Context) error { return a.close() }
 func (a *alone) close() error {
 	err := errors.Join(a.sess.Close(), a.tr.Close())

@@ -49,7 +49,13 @@
 //     answer a liveness probe (three pings within 500 ms): blame alone is not
 //     proof, as a survivor that aborted looks dead to its neighbours too. The
 //     world whose collective failed is formed again even when the blamed worker
-//     proves alive, as its members wait for a newer epoch.
+//     proves alive, as its members wait for a newer epoch. A worker blamed for
+//     three worlds in a row that answered every probe is stuck (its gossip
+//     runs, its training does not) and is removed all the same; connecting a
+//     world is bounded by Config.ConnectTimeout, so a member that never
+//     connects is blamed too. A worker left out of a world while it was alive
+//     (paused, cut off, stuck) rejoins as a new member (Worker.Rejoin; Train
+//     does it), unless the job said it is out for good (ErrOutForGood).
 //   - Delivery: the proposer sends each epoch to every worker it knows, and
 //     again every second, because gossip messages may be lost or reordered;
 //     workers keep only the highest number. A worker re-sends its failure

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	stdsync "sync"
 	"testing"
@@ -66,14 +67,29 @@ func TestElasticJobOverGossip(t *testing.T) {
 				return
 			}
 			defer toy.w.Close()
-			err = toyLoop(ctx, toy.w.Session, toy.w.Name(), toy.params, until, rec, vanish, func() {
-				// A crash: no graceful leave, links and gossip just stop.
-				toy.w.Session.Communicator().Abort(fmt.Errorf("killed"))
-				toy.w.m.Shutdown()
-				toy.w.tr.Close()
-			})
-			if err != nil {
-				errs <- fmt.Errorf("%s: %w", name, err)
+			crashed := false
+			for {
+				err = toyLoop(ctx, toy.w.Session, name, toy.params, until, rec, vanish, func() {
+					// A crash: no graceful leave, links and gossip just stop.
+					crashed = true
+					toy.w.Session.Communicator().Abort(fmt.Errorf("killed"))
+					toy.w.m.Shutdown()
+					toy.w.tr.Close()
+				})
+				if crashed || err == nil && toy.w.Step() >= until {
+					return
+				}
+				if err != nil && !errors.Is(err, ErrExcluded) {
+					errs <- fmt.Errorf("%s: %w", name, err)
+					return
+				}
+				// Left out of a world while unreachable: on a loaded machine
+				// gossip may declare a live worker dead. It comes back as a new
+				// member, as Train does.
+				if err := toy.w.Rejoin(ctx); err != nil {
+					errs <- fmt.Errorf("%s: rejoining: %w", name, err)
+					return
+				}
 			}
 		})
 	}

@@ -13,4 +13,8 @@ var (
 	// ErrExcluded is returned when a newer epoch no longer includes this worker
 	// (it was scaled down, or declared failed while it was unreachable).
 	ErrExcluded = errors.New("sync: this worker is not a member of the current world")
+	// ErrOutForGood is returned by Worker.Rejoin when the job will not admit
+	// the worker again: the driver removed it (a scale-down), or training is
+	// over.
+	ErrOutForGood = errors.New("sync: the job will not admit this worker again (removed by the driver, or training is over)")
 )

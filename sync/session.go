@@ -30,6 +30,12 @@ type Config struct {
 	// RecoveryTimeout bounds the wait for the next world after a failure (for
 	// example while fewer than the minimum number of workers remain).
 	RecoveryTimeout time.Duration
+	// ConnectTimeout bounds connecting a new world's members (default
+	// 30 s, the transports' I/O timeout): a member that never connects — its
+	// gossip answers, its training is stuck — is then blamed, and the next
+	// world goes on without it (epoch.ProposerConfig.BlameLimit) instead of
+	// the others waiting for it until RecoveryTimeout.
+	ConnectTimeout time.Duration
 	// OnStats, if set, receives the worker's step statistics in batches of
 	// about StatsEvery steps (default stats.DefaultEvery), for the driver's
 	// autoscaling engine. It is called on the training goroutine inside
@@ -66,6 +72,7 @@ func DefaultConfig() Config {
 		Collective:      collective.DefaultConfig(),
 		FusionBytes:     fusion.DefaultBytes,
 		RecoveryTimeout: 10 * time.Minute,
+		ConnectTimeout:  transport.DefaultIOTimeout,
 		StatsEvery:      stats.DefaultEvery,
 	}
 }
@@ -83,6 +90,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.FusionBytes == 0 {
 		c.FusionBytes = d.FusionBytes
 	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = d.ConnectTimeout
+	}
 	if c.RecoveryTimeout == 0 {
 		c.RecoveryTimeout = d.RecoveryTimeout
 	}
@@ -98,8 +108,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.FusionBytes < 0 || c.RecoveryTimeout < 0 || c.StatsEvery < 0 {
-		return c, fmt.Errorf("%w: FusionBytes, RecoveryTimeout and StatsEvery must not be negative", ErrInvalidConfig)
+	if c.FusionBytes < 0 || c.RecoveryTimeout < 0 || c.ConnectTimeout < 0 || c.StatsEvery < 0 {
+		return c, fmt.Errorf("%w: FusionBytes, RecoveryTimeout, ConnectTimeout and StatsEvery must not be negative", ErrInvalidConfig)
 	}
 	return c, nil
 }
@@ -155,7 +165,10 @@ type Session struct {
 	clock stats.Clock
 	// noise measures the gradient noise (nil when off).
 	noise *gradNoise
-	obs   *observer
+	// synced: this session holds the job's state (it entered a world, and
+	// received the state or gave it); a joiner's is its own initial one.
+	synced bool
+	obs    *observer
 }
 
 // Join waits for the first epoch that includes cfg.Self, connects to its
@@ -376,7 +389,7 @@ func (s *Session) failed(ctx context.Context, comm *collective.Communicator, err
 	s.tagged = false
 	var mismatch *collective.MismatchError
 	if errors.As(err, &mismatch) {
-		return fmt.Errorf("sync: the workers' gradient tensors differ: %w", err)
+		return fmt.Errorf("sync: the workers' tensors differ: %w", err)
 	}
 	if ctx.Err() != nil {
 		return err
@@ -384,7 +397,7 @@ func (s *Session) failed(ctx context.Context, comm *collective.Communicator, err
 	if rerr := s.recover(ctx, err); rerr != nil {
 		return rerr
 	}
-	return ErrWorldChanged
+	return worldChanged(err)
 }
 
 // Handle is a gradient allreduce started with AllreduceAsync.
@@ -520,7 +533,7 @@ func (s *Session) Commit(ctx context.Context) error {
 			if rerr := s.recover(ctx, err); rerr != nil {
 				return rerr
 			}
-			return ErrWorldChanged
+			return worldChanged(err)
 		}
 	}
 	s.newest, s.tagged = 0, false
@@ -610,18 +623,47 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 		return err
 	}
 	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
-	comm, err := collective.New(ctx, s.t, w, s.cfg.Collective)
+	connectCtx, stopConnect := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	comm, err := collective.New(connectCtx, s.t, w, s.cfg.Collective)
+	stopConnect()
 	if err != nil {
 		return nil, superseded(err)
 	}
 	start := time.Now()
-	err = s.state.broadcast(ctx, comm, 0)
+	root, err := s.stateRoot(ctx, comm)
+	if err == nil {
+		err = s.state.broadcast(ctx, comm, root)
+	}
 	s.obs.broadcast(ep.Number, start, time.Now(), err)
 	if err != nil {
 		comm.Abort(err)
 		return nil, superseded(err)
 	}
+	s.synced = true
 	return comm, nil
+}
+
+// stateRoot agrees on the member whose state the world takes: rank 0 (the
+// oldest survivor), unless it never received the job's state — a joiner
+// whose admission failed, left ahead of the members that trained when they
+// were all declared dead and came back after it — while another member did.
+// Then the lowest rank that holds the state is the root: a world must never
+// take a fresh worker's initial state over the job's.
+func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) (int, error) {
+	mine := []int64{int64(comm.Size())}
+	if s.synced {
+		mine[0] = int64(comm.Rank())
+	}
+	if err := collective.Allreduce(ctx, comm, mine, mine, collective.Min); err != nil {
+		return 0, err
+	}
+	if root := int(mine[0]); root < comm.Size() {
+		if root != 0 {
+			s.log.Warn("rank 0 of the new world never received the job's state: taking it from another member", "rank", root)
+		}
+		return root, nil
+	}
+	return 0, nil // a new job: nobody holds a state yet
 }
 
 // errSuperseded marks an attempt to enter a world abandoned because a newer

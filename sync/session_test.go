@@ -177,27 +177,42 @@ func waitEpoch(t *testing.T, coord *driver.Coordinator, ok func(epoch.World) boo
 	}
 }
 
-// agree checks that every worker that recorded a step holds the same
-// parameters there.
+// agree checks that the workers that recorded a step in one world hold the
+// same parameters there, and returns, per step, how many recorded it in the
+// newest world that did. (A step committed by a member that then left or was
+// left out can be redone by the others in a later world: its last collective
+// completed on some members and failed on others, and the world kept the
+// state of the others, a step behind. The newest world's record is the one
+// the job kept.)
 func agree(t *testing.T, rec *recorder) map[int64]int {
 	t.Helper()
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	first := map[int64]stepRecord{}
-	workers := map[int64]int{}
+	type key struct {
+		step  int64
+		epoch uint64
+	}
+	first := map[key]stepRecord{}
+	workers := map[key]int{}
+	newest := map[int64]uint64{}
 	for _, r := range rec.recs {
-		f, ok := first[r.step]
+		k := key{r.step, r.epoch}
+		newest[r.step] = max(newest[r.step], r.epoch)
+		workers[k]++
+		f, ok := first[k]
 		if !ok {
-			first[r.step] = r
-			workers[r.step] = 1
+			first[k] = r
 			continue
 		}
-		workers[r.step]++
 		if f.hash != r.hash {
-			t.Fatalf("step %d: %s (epoch %d) and %s (epoch %d) hold different parameters", r.step, f.worker, f.epoch, r.worker, r.epoch)
+			t.Fatalf("step %d, epoch %d: %s and %s hold different parameters", r.step, r.epoch, f.worker, r.worker)
 		}
 	}
-	return workers
+	out := map[int64]int{}
+	for step, e := range newest {
+		out[step] = workers[key{step, e}]
+	}
+	return out
 }
 
 func runToys(t *testing.T, workers []*toyWorker, coord *driver.Coordinator, until int64, rec *recorder, vanish map[string]func(int64) bool) {

@@ -204,6 +204,9 @@ type TrainResult struct {
 	// member of: for example, report the final result on rank 0 only.
 	Rank, Size int
 	World      uint64
+	// Rejoined counts the times this worker was left out of a world while it
+	// was unreachable (paused, cut off) and came back as a new member.
+	Rejoined int
 }
 
 // Outcome says why Train returned without an error.
@@ -215,8 +218,10 @@ const (
 	Completed Outcome = iota + 1
 	// Left: this worker left gracefully on its leave signal.
 	Left
-	// Excluded: the job went on without this worker (scaled down, or
-	// declared failed while it was unreachable).
+	// Excluded: the job went on without this worker for good: the driver
+	// removed it (a scale-down), or training was over when it came back. (A
+	// worker left out because it was unreachable rejoins as a new member and
+	// trains on.)
 	Excluded
 )
 
@@ -281,6 +286,11 @@ func Train(ctx context.Context, cfg TrainConfig, state *State, step StepFunc) (T
 			_ = m.close()
 		}
 		return TrainResult{Outcome: Left, Steps: state.Step}, nil
+	}
+	if errors.Is(err, ErrOutForGood) {
+		// Training was over before this worker was admitted.
+		cfg.Worker.Logger.Info("the job will not admit this worker: training is over")
+		return TrainResult{Outcome: Excluded, Steps: state.Step}, nil
 	}
 	if err != nil {
 		return TrainResult{}, err
@@ -351,6 +361,8 @@ func (s *State) replaceBlob(name string, get func() ([]byte, error), set func([]
 type member interface {
 	session() *Session
 	requestLeave(ctx context.Context) error
+	// rejoin comes back as a new member after an exclusion (Worker.Rejoin).
+	rejoin(ctx context.Context) error
 	finish(ctx context.Context) error
 	close() error
 }
@@ -364,6 +376,9 @@ func join(ctx context.Context, cfg WorkerConfig, state *State) (member, error) {
 		}
 		cfg.JobID, cfg.Secret, cfg.Seeds, cfg.Launch = env.JobID, env.Secret, env.Seeds, env.Launch
 		cfg.Transport.ListenAddr = env.Transport.ListenAddr
+		if cfg.Session.RecoveryTimeout == 0 {
+			cfg.Session.RecoveryTimeout = env.Session.RecoveryTimeout
+		}
 		m := &cfg.Membership
 		m.BindAddr, m.BindPort, m.AdvertiseAddr, m.AdvertisePort = env.Membership.BindAddr, env.Membership.BindPort, env.Membership.AdvertiseAddr, env.Membership.AdvertisePort
 		observeLikeEnv(&cfg, env)
@@ -386,6 +401,7 @@ type jobMember struct{ w *Worker }
 
 func (j jobMember) session() *Session                      { return j.w.Session }
 func (j jobMember) requestLeave(ctx context.Context) error { return j.w.RequestLeave(ctx) }
+func (j jobMember) rejoin(ctx context.Context) error       { return j.w.Rejoin(ctx) }
 func (j jobMember) finish(ctx context.Context) error       { return j.w.Finish(ctx) }
 func (j jobMember) close() error                           { return j.w.Close() }
 
@@ -394,8 +410,33 @@ func (j jobMember) close() error                           { return j.w.Close() 
 func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Signal, step StepFunc) (res TrainResult, err error) {
 	sess := m.session()
 	log := cfg.Worker.Logger
+	leaving := false
+	rejoined := 0
 	end := func(o Outcome) {
-		res = TrainResult{Outcome: o, Steps: sess.Step(), Rank: sess.Rank(), Size: sess.Size(), World: sess.World().Number}
+		res = TrainResult{Outcome: o, Steps: sess.Step(), Rank: sess.Rank(), Size: sess.Size(), World: sess.World().Number, Rejoined: rejoined}
+	}
+	// comeBack is the loop's answer to an exclusion that was not asked for:
+	// rejoin as a new member, unless the job will not admit this worker
+	// again.
+	comeBack := func(step int64) (bool, error) {
+		if leaving {
+			return false, nil
+		}
+		log.Warn("left out of the world (declared failed while unreachable?): rejoining as a new member", "step", step, "epoch", sess.World().Number)
+		switch err := m.rejoin(ctx); {
+		case errors.Is(err, ErrOutForGood):
+			log.Info("the job will not admit this worker again: training ends here", "step", step)
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("sync: left out of the world at step %d, and could not come back: %w", step, err)
+		}
+		rejoined++
+		sess = m.session()
+		setTotalSteps(cfg, sess)
+		if err := attachPolicy(cfg, sess); err != nil {
+			return false, err
+		}
+		return true, nil
 	}
 	defer func() {
 		end(res.Outcome)
@@ -409,12 +450,12 @@ func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Sig
 	setTotalSteps(cfg, sess)
 	notice, stepCtx := watchLeave(ctx, cfg.LeaveNotice, leave)
 	defer notice.stop()
-	stop, err := startPolicy(ctx, cfg, sess)
-	if err != nil {
+	if err := attachPolicy(cfg, sess); err != nil {
 		return res, err
 	}
-	defer stop()
-	leaving := false
+	// sess, not its value now: a rejoin replaces the session.
+	defer func() { detachPolicy(cfg, sess) }()
+	defer startPolicy(ctx, cfg)()
 	var last TrainStep
 	for {
 		if cfg.Steps > 0 && sess.Step() >= cfg.Steps || cfg.Epochs > 0 && cfg.Data.Epoch() >= cfg.Epochs {
@@ -476,6 +517,12 @@ func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Sig
 			log.Info("the world changed during the step: redoing it", "step", s.Number, "attempt", s.Attempt)
 			continue
 		case errors.Is(err, ErrExcluded):
+			if back, err := comeBack(sess.Step()); back || err != nil {
+				if err != nil {
+					return res, err
+				}
+				continue
+			}
 			res.Outcome = excluded(leaving)
 			return res, nil
 		case err != nil:
@@ -506,6 +553,12 @@ func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Sig
 			}
 		}
 		if out {
+			if back, err := comeBack(s.Number); back || err != nil {
+				if err != nil {
+					return res, err
+				}
+				continue
+			}
 			res.Outcome = excluded(leaving)
 			log.Info("left out of the next world: training ends here", "step", s.Number, "outcome", res.Outcome)
 			return res, nil

@@ -119,6 +119,7 @@ func (c *coordMember) requestLeave(context.Context) error {
 	c.coord.Remove(c.name)
 	return nil
 }
+func (c *coordMember) rejoin(context.Context) error { return ErrOutForGood }
 func (c *coordMember) finish(context.Context) error { return c.sess.Close() }
 func (c *coordMember) close() error                 { return c.sess.Close() }
 

@@ -44,20 +44,32 @@ func (c *TrainConfig) prepareNoise(state *State) error {
 	return nil
 }
 
-// startPolicy connects a deciding policy to the session's measurement and
-// starts its background work; stop ends it.
-func startPolicy(ctx context.Context, cfg TrainConfig, sess *Session) (stop func(), err error) {
+// attachPolicy connects a deciding policy to a session's measurement: the
+// loop's first session, and each one a rejoin gives it.
+func attachPolicy(cfg TrainConfig, sess *Session) error {
 	d, ok := cfg.BatchPolicy.(decider)
 	if !ok {
-		return func() {}, nil
+		return nil
 	}
 	if sess.noise == nil {
-		return nil, fmt.Errorf("%w: the adaptive batch size needs the session's gradient noise measurement (Config.GradientNoise)", ErrInvalidConfig)
+		return fmt.Errorf("%w: the adaptive batch size needs the session's gradient noise measurement (Config.GradientNoise)", ErrInvalidConfig)
 	}
 	sess.noise.setDecider(d)
-	b, ok := d.(backgrounder)
+	return nil
+}
+
+// detachPolicy undoes attachPolicy.
+func detachPolicy(cfg TrainConfig, sess *Session) {
+	if _, ok := cfg.BatchPolicy.(decider); ok && sess.noise != nil {
+		sess.noise.setDecider(nil)
+	}
+}
+
+// startPolicy starts a deciding policy's background work; stop ends it.
+func startPolicy(ctx context.Context, cfg TrainConfig) (stop func()) {
+	b, ok := cfg.BatchPolicy.(backgrounder)
 	if !ok {
-		return func() {}, nil
+		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -68,6 +80,5 @@ func startPolicy(ctx context.Context, cfg TrainConfig, sess *Session) (stop func
 	return func() {
 		cancel()
 		<-done
-		sess.noise.setDecider(nil)
-	}, nil
+	}
 }

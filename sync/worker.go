@@ -1,13 +1,16 @@
 package sync
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	stdsync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
@@ -101,6 +104,9 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	}
 	cfg := DefaultWorkerConfig()
 	cfg.JobID, cfg.Secret, cfg.Seeds, cfg.Transport.ListenAddr = w.JobID, w.Secret, w.Seeds, w.ListenAddr
+	if w.ElasticTimeout > 0 {
+		cfg.Session.RecoveryTimeout = w.ElasticTimeout
+	}
 	if err := bindGossip(&cfg.Membership, w.GossipAddr); err != nil {
 		return WorkerConfig{}, err
 	}
@@ -138,6 +144,11 @@ type Worker struct {
 	stats     chan stats.Batch    // to the driver, by sendStats
 	stalls    chan stall.Snapshot // to the driver, by sendStats
 	tl        *timeline.Timeline  // Config.Timeline's, closed at the end
+	// cfg and state are what Rejoin starts again from.
+	cfg        WorkerConfig
+	state      *State
+	outForGood atomic.Bool // the proposer will not admit this member again
+	rejoins    int
 }
 
 // StartWorker joins the job: it starts the collective transport and the gossip
@@ -149,12 +160,22 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 	if err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
+	w := &Worker{cfg: cfg, state: state, log: cfg.Logger, stats: make(chan stats.Batch, 8), stalls: make(chan stall.Snapshot, 4)}
+	if err := w.start(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// start joins the job as a new gossip member (a new name) with a new
+// transport, and waits to be admitted.
+func (w *Worker) start(ctx context.Context) error {
+	cfg, log := w.cfg, w.log
 	tc := cfg.Transport
 	tc.Secret, tc.Logger = cfg.Secret, log
 	tr, err := multi.Listen(tc)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	mc := cfg.Membership
 	mc.Seeds, mc.Secret, mc.Logger = cfg.Seeds, cfg.Secret, log
@@ -170,18 +191,31 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 	m, err := membership.Join(ctx, mc, meta)
 	if err != nil {
 		tr.Close()
-		return nil, err
+		return err
 	}
-	w := &Worker{m: m, tr: tr, src: newMemberSource(log), log: log, stats: make(chan stats.Batch, 8), stalls: make(chan stall.Snapshot, 4)}
+	w.m, w.tr, w.src = m, tr, newMemberSource(log)
+	w.outForGood.Store(false)
+	w.closeOnce = stdsync.Once{}
+	w.setSession(nil)
+	src := w.src
+	// A worker waiting to be admitted stops waiting when the job says it
+	// never will be (training is over).
+	joinCtx, stopJoin := context.WithCancel(ctx)
+	defer stopJoin()
 	w.agent = driver.StartAgent(m, driver.AgentConfig{
-		MinWorkers: cfg.MinWorkers, Logger: log, OnAdopt: w.src.onEpoch,
-		OnPeerFailed: func(name string) { w.src.abortIfMember(name, fmt.Errorf("gossip declared %s dead", name)) },
+		MinWorkers: cfg.MinWorkers, Logger: log, OnAdopt: src.onEpoch,
+		OnPeerFailed: func(name string) { src.abortIfMember(name, fmt.Errorf("gossip declared %s dead", name)) },
+		OnOutForGood: func() {
+			w.outForGood.Store(true)
+			stopJoin()
+		},
 	})
 	w.src.agent = w.agent
-	go w.sendStats()
-	fail := func(err error) (*Worker, error) {
+	go w.sendStats(w.m, w.src.done)
+	go w.reconnect(w.m, w.src.done)
+	fail := func(err error) error {
 		w.shutdown()
-		return nil, err
+		return err
 	}
 	if err := m.UpdateMeta(ctx, func(meta *membership.Meta) { meta.State = membership.StateReady }); err != nil {
 		return fail(err)
@@ -195,17 +229,61 @@ func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, 
 		sc.OnStallSnapshot = w.queueStall
 	}
 	if cfg.Timeline != "" && sc.Timeline == nil {
-		if w.tl, err = openTimeline(cfg.Timeline, workerProcessName(m.Name(), cfg.Launch), cfg.Launch); err != nil {
-			return fail(err)
+		// One timeline for the process, named after its first member name.
+		if w.tl == nil {
+			if w.tl, err = openTimeline(cfg.Timeline, workerProcessName(m.Name(), cfg.Launch), cfg.Launch); err != nil {
+				return fail(err)
+			}
 		}
 		sc.Timeline = w.tl
 	}
-	sess, err := Join(ctx, sc, tr, w.src, state)
+	sess, err := Join(joinCtx, sc, tr, w.src, w.state)
 	if err != nil {
+		if w.OutForGood() && ctx.Err() == nil {
+			err = ErrOutForGood
+		}
 		return fail(err)
 	}
 	w.setSession(sess)
-	return w, nil
+	return nil
+}
+
+// OutForGood reports whether the job said it will not admit this worker
+// again: the driver removed it (a scale-down), or training is over. A worker
+// left out of a world otherwise (declared failed while it was paused or cut
+// off) may Rejoin.
+func (w *Worker) OutForGood() bool { return w.outForGood.Load() }
+
+// Rejoins is how often this worker came back with Rejoin.
+func (w *Worker) Rejoins() int { return w.rejoins }
+
+// Rejoin comes back to the job after this worker was left out of a world
+// (ErrExcluded) while it was unreachable: frozen (SIGSTOP, a long pause), or
+// cut off by the network. A member name is one incarnation and its exclusion
+// stands, so the worker leaves the gossip cluster and its transport under
+// the old name and joins again as a new member, which the proposer admits at
+// the next epoch like any joiner; the state (the step, the sampler's
+// position, the registered tensors) then arrives from the world's rank 0.
+// It returns ErrOutForGood when the job will not admit the worker again (see
+// OutForGood), and otherwise once admitted (w.Session is then the new
+// world's), or with ctx's error.
+func (w *Worker) Rejoin(ctx context.Context) error {
+	if w.OutForGood() {
+		return ErrOutForGood
+	}
+	old := w.Name()
+	if w.Session != nil {
+		w.Session.Close()
+	}
+	w.leaveJob()
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(w.cfg.Session.RecoveryTimeout, DefaultConfig().RecoveryTimeout))
+	defer cancel()
+	if err := w.start(ctx); err != nil {
+		return fmt.Errorf("sync: rejoining the job (was %s): %w", old, err)
+	}
+	w.rejoins++
+	w.log.Info("rejoined the job as a new member", "was", old, "now", w.Name(), "epoch", w.World().Number, "step", w.Step())
+	return nil
 }
 
 func (w *Worker) setSession(s *Session) {
@@ -236,28 +314,64 @@ func (w *Worker) queueStall(s stall.Snapshot) {
 }
 
 // sendStats delivers step statistics and stall snapshots to the job's
-// driver, the only member that runs an autoscaling engine.
-func (w *Worker) sendStats() {
+// driver, the only member that runs an autoscaling engine, through member m
+// until done closes.
+func (w *Worker) sendStats(m *membership.Member, done <-chan struct{}) {
 	for {
 		var msg []byte
 		select {
-		case <-w.src.done:
+		case <-done:
 			return
 		case b := <-w.stats:
 			msg = control.EncodeStats(b)
 		case s := <-w.stalls:
 			msg = control.EncodeStall(s)
 		}
-		for _, n := range w.m.Members() {
+		for _, n := range m.Members() {
 			if n.Meta.Role != membership.RoleDriver {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), control.SendTimeout)
-			if err := w.m.Send(ctx, n, msg); err != nil {
+			if err := m.Send(ctx, n, msg); err != nil {
 				w.log.Debug("statistics not delivered to the driver", "err", err)
 			}
 			cancel()
 		}
+	}
+}
+
+// reconnectEvery is how often a worker that lost the job's driver from its
+// view goes back to the seeds (see reconnect).
+const reconnectEvery = time.Second
+
+// reconnect goes back to the job's seeds (the driver) every reconnectEvery
+// while no driver is in member m's view, once one was, until done closes: a
+// partition that heals does not bring the two sides of the gossip cluster
+// together by itself (membership.Member.Reconnect). Then this worker learns
+// the world the driver went on with and, left out of it, comes back as a new
+// member.
+func (w *Worker) reconnect(m *membership.Member, done <-chan struct{}) {
+	tick := time.NewTicker(reconnectEvery)
+	defer tick.Stop()
+	seen := false
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		driver := slices.ContainsFunc(m.Members(), func(n membership.Node) bool { return n.Meta.Role == membership.RoleDriver })
+		if driver || !seen {
+			seen = seen || driver
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), reconnectEvery)
+		if err := m.Reconnect(ctx); err != nil {
+			w.log.Debug("the driver is out of view, and its address does not answer", "err", err)
+		} else {
+			w.log.Info("the driver was out of view: reconnected through the job's seeds")
+		}
+		cancel()
 	}
 }
 
@@ -347,12 +461,19 @@ func (w *Worker) Close() error {
 }
 
 func (w *Worker) shutdown() {
+	w.leaveJob()
+	closeTimeline(w.tl, w.log)
+	w.tl = nil
+}
+
+// leaveJob leaves the gossip cluster and releases the transport of this
+// incarnation (Rejoin starts another; the timeline stays).
+func (w *Worker) leaveJob() {
 	_ = w.m.Leave(context.Background()) // bounded by Membership.LeaveTimeout
 	_ = w.m.Shutdown()
 	w.agent.Stop()
 	w.src.stop()
 	_ = w.tr.Close()
-	closeTimeline(w.tl, w.log)
 }
 
 // memberSource is a worker's epoch.Source fed by its protocol agent.

@@ -75,12 +75,19 @@ func startRunJob(t *testing.T, args ...string) *runJobHarness {
 // its command line with more heuristics (examples/custom-launcher).
 func startRunJobWith(t *testing.T, launcher string, args ...string) *runJobHarness {
 	t.Helper()
+	return startRunJobArgv(t, append([]string{launcher, "run"}, args...))
+}
+
+// startRunJobArgv runs argv, a `gorovod run` command line (behind a prefix
+// such as nsenter's), and follows its output.
+func startRunJobArgv(t *testing.T, argv []string) *runJobHarness {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts real worker processes; skipped with -short")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	return startHarness(t, exec.CommandContext(ctx, launcher, append([]string{"run"}, args...)...))
+	return startHarness(t, exec.CommandContext(ctx, argv[0], argv[1:]...))
 }
 
 // startHarness starts cmd, a `gorovod run` (or a command running one), and
@@ -390,6 +397,14 @@ func TestRunBadCommandLines(t *testing.T) {
 		{[]string{"run", "--slurm-arg", "--gres=gpu:1", "--", "true"}, "need --slurm"},
 		{[]string{"run", "--kubernetes-image", "img", "--", "true"}, "need --kubernetes"},
 		{[]string{"run", "--leave-notice", "-1s", "--", "true"}, "--leave-notice"},
+		{[]string{"run", "-H", "h1:x", "--", "true"}, `slots "x"`},
+		{[]string{"run", "--hostfile", "/nonexistent/hosts", "--", "true"}, "--hostfile"},
+		{[]string{"run", "-H", "a:1", "--host-discovery-script", "x", "--", "true"}, "give one of"},
+		{[]string{"run", "-H", "a:1", "-p", "70000", "--", "true"}, "--ssh-port"},
+		{[]string{"run", "--network-interface", "nosuch0", "--", "true"}, "--network-interface"},
+		{[]string{"run", "-H", "a:1", "--ssh-option", "-oProxyCommand=x", "--", "true"}, "want Name=value"},
+		{[]string{"run", "--start-timeout", "0", "--", "true"}, "positive"},
+		{[]string{"run", "--blacklist-cooldown-range", "10", "--", "true"}, "MIN,MAX"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gorovod/gorovod/internal/netaddr"
 )
@@ -32,6 +33,11 @@ const (
 	// it differs from the bind address (a wildcard bind address, NAT). The
 	// ports stay the bound ones.
 	EnvAdvertiseAddr = "GOROVOD_ADVERTISE_ADDR"
+	// EnvElasticTimeout bounds how long an elastic worker waits for a world
+	// after a change (a Go duration, "10m"), as Horovod's --elastic-timeout:
+	// past it, the worker gives up with an error. Default: the session's
+	// (sync.Config.RecoveryTimeout, 10 minutes).
+	EnvElasticTimeout = "GOROVOD_ELASTIC_TIMEOUT"
 	// EnvLaunchIndex is the launcher's number for the process (0, 1, ... in
 	// start order, never reused), unlike a rank, which changes with the world.
 	EnvLaunchIndex = "GOROVOD_LAUNCH_INDEX"
@@ -156,6 +162,8 @@ type ElasticWorker struct {
 	GossipAddr       string
 	NetworkInterface string // EnvNetworkInterface
 	AdvertiseAddr    string // EnvAdvertiseAddr
+	// ElasticTimeout is EnvElasticTimeout (0: not set).
+	ElasticTimeout time.Duration
 }
 
 // LoadElastic reads an ElasticWorker through getenv.
@@ -182,6 +190,11 @@ func LoadElastic(getenv func(string) string) (ElasticWorker, error) {
 	}
 	if len(w.Seeds) == 0 {
 		return w, fmt.Errorf("%s lists no address", EnvSeeds)
+	}
+	if v := getenv(EnvElasticTimeout); v != "" {
+		if w.ElasticTimeout, err = time.ParseDuration(v); err != nil || w.ElasticTimeout <= 0 {
+			return w, fmt.Errorf("%s=%q is not a positive duration", EnvElasticTimeout, v)
+		}
 	}
 	if w.ListenAddr == "" || w.GossipAddr == "" {
 		a, err := bindAddr(w.NetworkInterface, w.Seeds[0])
@@ -210,6 +223,9 @@ func (w ElasticWorker) Environ() []string {
 	}
 	if w.GossipAddr != "" {
 		env = append(env, EnvGossipAddr+"="+w.GossipAddr)
+	}
+	if w.ElasticTimeout > 0 {
+		env = append(env, EnvElasticTimeout+"="+w.ElasticTimeout.String())
 	}
 	return appendAddressing(env, w.NetworkInterface, w.AdvertiseAddr)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -49,7 +50,8 @@ func TestBadEnvironment(t *testing.T) {
 }
 
 func TestElasticRoundTrip(t *testing.T) {
-	w := ElasticWorker{JobID: "j", Secret: bytes.Repeat([]byte{9}, 32), Seeds: []string{"127.0.0.1:7946", "127.0.0.1:7947"}, ListenAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1"}
+	w := ElasticWorker{JobID: "j", Secret: bytes.Repeat([]byte{9}, 32), Seeds: []string{"127.0.0.1:7946", "127.0.0.1:7947"}, ListenAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1",
+		ElasticTimeout: 90 * time.Second}
 	env := map[string]string{}
 	for _, kv := range w.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
@@ -59,9 +61,17 @@ func TestElasticRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.JobID != "j" || !bytes.Equal(got.Secret, w.Secret) || strings.Join(got.Seeds, ",") != strings.Join(w.Seeds, ",") {
+	if got.JobID != "j" || !bytes.Equal(got.Secret, w.Secret) || strings.Join(got.Seeds, ",") != strings.Join(w.Seeds, ",") ||
+		got.ElasticTimeout != 90*time.Second {
 		t.Fatalf("got %+v", got)
 	}
+	for _, bad := range []string{"10", "-1s", "soon"} {
+		env[EnvElasticTimeout] = bad
+		if _, err := LoadElastic(func(k string) string { return env[k] }); err == nil {
+			t.Fatalf("%s=%q accepted", EnvElasticTimeout, bad)
+		}
+	}
+	delete(env, EnvElasticTimeout)
 	delete(env, EnvSeeds)
 	if _, err := LoadElastic(func(k string) string { return env[k] }); err == nil {
 		t.Fatal("missing seeds accepted")

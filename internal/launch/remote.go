@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -321,33 +322,45 @@ type remoteWorker struct {
 
 // startRemote starts w (worker i) on w.host over ssh. Called with j.mu held.
 func (j *Job) startRemote(w *worker, env []string, stdout, stderr *lineWriter) error {
-	if strings.HasPrefix(w.host, "-") || strings.ContainsAny(w.host, " \t\r\n'\"\\") {
-		return fmt.Errorf("%q is not a host name", w.host)
-	}
-	nonce := make([]byte, 8)
-	_, _ = rand.Read(nonce)
-	r := &remoteWorker{host: w.host, nonce: hex.EncodeToString(nonce), timeout: j.spec.SSH.StartTimeout, started: make(chan struct{})}
-	input, err := shimInput(r.nonce, j.spec.HostSlots(w.host), j.spec.StopSignal, j.spec.StopGrace, j.spec.SSH.Dir, env)
+	cmd, r, err := startSSH(j.ctx, j.spec.SSH, w.host, j.spec.Argv, env, j.spec.HostSlots(w.host), j.spec.StopSignal, j.spec.StopGrace, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	argv := j.spec.SSH.argv(w.host, shimCommand(j.spec.Argv))
-	cmd := exec.CommandContext(j.ctx, argv[0], argv[1:]...)
+	w.cmd, w.remote = cmd, r
+	return nil
+}
+
+// startSSH starts argv on host over ssh, under the shim, with env sent on
+// the connection's stdin. Ending ctx stops the worker (closing stdin: the
+// shim sends stop, then SIGKILL after grace). s must have its defaults.
+func startSSH(ctx context.Context, s SSH, host string, argv, env []string, slots int, stop syscall.Signal, grace time.Duration,
+	stdout, stderr *lineWriter) (*exec.Cmd, *remoteWorker, error) {
+	if strings.HasPrefix(host, "-") || strings.ContainsAny(host, " \t\r\n'\"\\") {
+		return nil, nil, fmt.Errorf("%q is not a host name", host)
+	}
+	nonce := make([]byte, 8)
+	_, _ = rand.Read(nonce)
+	r := &remoteWorker{host: host, nonce: hex.EncodeToString(nonce), timeout: s.StartTimeout, started: make(chan struct{})}
+	input, err := shimInput(r.nonce, slots, stop, grace, s.Dir, env)
+	if err != nil {
+		return nil, nil, err
+	}
+	sshArgv := s.argv(host, shimCommand(argv))
+	cmd := exec.CommandContext(ctx, sshArgv[0], sshArgv[1:]...)
 	if r.stdin, err = cmd.StdinPipe(); err != nil {
-		return err
+		return nil, nil, err
 	}
 	// Stopping the worker is closing its stdin: the shim then sends the stop
 	// signal to the worker's process group, and SIGKILL after the grace.
 	// ssh itself is killed only if the connection does not close by then.
 	cmd.Cancel = func() error { return r.stdin.Close() }
-	cmd.WaitDelay = j.spec.StopGrace + j.spec.SSH.ConnectTimeout
+	cmd.WaitDelay = grace + s.ConnectTimeout
 	stdout.out = r.filterStdout(stdout.out)
 	stderr.out = r.keepStderr(stderr.out)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("running %s: %w", argv[0], err)
+		return nil, nil, fmt.Errorf("running %s: %w", sshArgv[0], err)
 	}
-	w.cmd, w.remote = cmd, r
 	// The pipe's buffer holds the header long before ssh reads it; should it
 	// not (a huge environment), this must not hold up the caller.
 	r.wmu.Lock()
@@ -356,7 +369,7 @@ func (j *Job) startRemote(w *worker, env []string, stdout, stderr *lineWriter) e
 		_, _ = r.stdin.Write(input)
 	}()
 	go r.watchStart(cmd)
-	return nil
+	return cmd, r, nil
 }
 
 // watchStart gives up on a worker that has not started within the timeout:
@@ -464,5 +477,124 @@ func (r *remoteWorker) outcome(sshErr error) error {
 		return &HostError{Host: r.host, Err: fmt.Errorf("could not start the worker (ssh: %v)", sshErr), Stderr: stderr}
 	default:
 		return &HostError{Host: r.host, Err: fmt.Errorf("lost the connection to the worker (ssh: %v)", sshErr), Stderr: stderr}
+	}
+}
+
+// RemoteSpec describes one worker process to start on another host over
+// ssh: what StartRemote takes, as ProcessSpec is what StartProcess takes.
+type RemoteSpec struct {
+	// Host is where it runs: a name or address ssh reaches (not one IsLocal
+	// accepts: start those with StartProcess).
+	Host string
+	Argv []string
+	// Env holds the worker's NAME=value entries. They travel on the ssh
+	// connection's stdin, never on a command line, and are added to the
+	// environment the remote login gives it.
+	Env []string
+	// Slots is how many workers share the host's CPUs: the worker gets
+	// GOMAXPROCS = max(1, the host's CPUs / Slots) unless Env sets
+	// GOMAXPROCS. Default 1.
+	Slots int
+	// Output receives every line the worker prints (stream "stdout" or
+	// "stderr"), ssh's own diagnostics among stderr's; the line is valid only
+	// during the call. Default: discarded.
+	Output func(stream string, line []byte)
+	// StopSignal is sent to the worker's process group when the context
+	// given to StartRemote ends (or the connection drops); SIGKILL follows
+	// after StopGrace. Defaults SIGTERM and DefaultStopGrace.
+	StopSignal syscall.Signal
+	StopGrace  time.Duration
+	// SSH is how the host is reached.
+	SSH SSH
+}
+
+// RemoteProcess is one worker started on another host by StartRemote.
+type RemoteProcess struct {
+	host string
+	cmd  *exec.Cmd
+	r    *remoteWorker
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// StartRemote starts one worker on spec.Host over ssh and returns once ssh
+// runs; the worker itself starts asynchronously (Started), and a host that
+// cannot be reached, refuses the login or does not start the worker within
+// SSH.StartTimeout shows as the process's end with a *HostError. Ending ctx
+// stops the worker: spec.StopSignal to its process group on the host, then
+// SIGKILL after spec.StopGrace; nothing it started outlives the connection.
+func StartRemote(ctx context.Context, spec RemoteSpec) (*RemoteProcess, error) {
+	if len(spec.Argv) == 0 {
+		return nil, errors.New("launch: no worker command")
+	}
+	if IsLocal(spec.Host) {
+		return nil, fmt.Errorf("launch: %q is this host: start its workers as local processes", spec.Host)
+	}
+	if spec.StopGrace <= 0 {
+		spec.StopGrace = DefaultStopGrace
+	}
+	if spec.StopSignal == 0 {
+		spec.StopSignal = syscall.SIGTERM
+	}
+	if spec.Output == nil {
+		spec.Output = func(string, []byte) {}
+	}
+	s, err := spec.SSH.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	out := func(_ int, stream string, line []byte) { spec.Output(stream, line) }
+	stdout := &lineWriter{stream: "stdout", out: out}
+	stderr := &lineWriter{stream: "stderr", out: out}
+	cmd, r, err := startSSH(ctx, s, spec.Host, spec.Argv, spec.Env, max(spec.Slots, 1), spec.StopSignal, spec.StopGrace, stdout, stderr)
+	if err != nil {
+		return nil, fmt.Errorf("launch: starting a worker on %s: %w", spec.Host, err)
+	}
+	p := &RemoteProcess{host: spec.Host, cmd: cmd, r: r, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		stdout.flush()
+		stderr.flush()
+		p.err = r.outcome(err)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Host is where the worker runs.
+func (p *RemoteProcess) Host() string { return p.host }
+
+// PID is the worker's process id on its host; 0 until it has started.
+func (p *RemoteProcess) PID() int { return p.r.pid() }
+
+// Started is closed once the worker runs on its host (never, if it does not:
+// then Done is closed).
+func (p *RemoteProcess) Started() <-chan struct{} { return p.r.started }
+
+// Signal sends sig to the worker through its connection; before the worker
+// has started, the shim delivers it as soon as it has.
+func (p *RemoteProcess) Signal(sig os.Signal) error {
+	select {
+	case <-p.done:
+		return os.ErrProcessDone
+	default:
+	}
+	return p.r.signal(sig)
+}
+
+// Done is closed once the worker has exited (or was never started) and its
+// output is drained.
+func (p *RemoteProcess) Done() <-chan struct{} { return p.done }
+
+// Err is, once Done is closed, nil if the worker exited with status 0, a
+// *RemoteExit for another status (a signal shows as status 128+n), or a
+// *HostError when it never ran or the connection broke. Before that it is
+// nil.
+func (p *RemoteProcess) Err() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+		return nil
 	}
 }

@@ -48,6 +48,7 @@ type Message struct {
 	Blamed  string          `json:"b,omitempty"` // failure: the member blamed ("" when none)
 	Cause   string          `json:"c,omitempty"` // failure: the error, at most maxCauseLen bytes
 	Nonce   uint64          `json:"o,omitempty"` // ping, pong
+	Final   bool            `json:"f,omitempty"` // epoch: the recipient is left out for good
 	Stats   []wireStat      `json:"s,omitempty"`
 	Total   int64           `json:"T,omitempty"`
 	Stall   *stall.Snapshot `json:"x,omitempty"`
@@ -188,7 +189,7 @@ func (m Message) World() epoch.World { return epoch.World{Number: m.Number, Memb
 func (m Message) Protocol() (epoch.Message, bool) {
 	switch m.Kind {
 	case KindEpoch:
-		return epoch.Message{Kind: epoch.MsgEpoch, World: m.World()}, true
+		return epoch.Message{Kind: epoch.MsgEpoch, World: m.World(), Final: m.Final}, true
 	case KindFailure:
 		return epoch.Message{Kind: epoch.MsgFailure, Number: m.Number, Blamed: m.Blamed, Cause: m.Cause}, true
 	case KindPing:
@@ -205,6 +206,9 @@ func (m Message) Protocol() (epoch.Message, bool) {
 func Encode(m epoch.Message) []byte {
 	switch m.Kind {
 	case epoch.MsgEpoch:
+		if m.Final {
+			return marshal(Message{Kind: KindEpoch, Number: m.World.Number, Members: m.World.Members, Final: true})
+		}
 		return EncodeEpoch(m.World)
 	case epoch.MsgFailure:
 		return encodeFailure(m.Number, m.Blamed, m.Cause)
@@ -277,6 +281,9 @@ func Decode(b []byte) (Message, error) {
 	var m Message
 	if err := json.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("control: malformed control message: %w", err)
+	}
+	if m.Final && m.Kind != KindEpoch {
+		return m, fmt.Errorf("control: a %s message cannot be final (only an epoch)", m.Kind)
 	}
 	switch m.Kind {
 	case KindEpoch:

@@ -136,6 +136,8 @@ func TestDecodeControlRejects(t *testing.T) {
 		{"pong with members only", `{"t":"pong","o":1,"m":[{"Name":"a","Addr":"x"}]}`},
 		{"pong with a repeated member", `{"t":"pong","o":1,"n":2,"m":[{"Name":"a","Addr":"x"},{"Name":"a","Addr":"x"}]}`},
 		{"ping with a world", `{"t":"ping","o":1,"n":2,"m":[{"Name":"a","Addr":"x"}]}`},
+		{"final failure", `{"t":"failure","n":3,"f":true}`},
+		{"final pong", `{"t":"pong","o":1,"f":true}`},
 		{"stall without snapshot", `{"t":"stall"}`},
 		{"stall epoch 0", `{"t":"stall","x":{"epoch":0,"rank":0,"size":2,"waiting_on":-1}}`},
 		{"stall rank outside world", `{"t":"stall","x":{"epoch":1,"rank":2,"size":2,"waiting_on":-1}}`},
@@ -161,6 +163,7 @@ func FuzzDecodeControl(f *testing.F) {
 	f.Add(control.EncodePing(7))
 	f.Add(control.EncodePong(7, epoch.World{Number: 2, Members: []epoch.Member{{Name: "a", Addr: "127.0.0.1:1"}}}))
 	f.Add(control.EncodeDone(4))
+	f.Add(control.Encode(epoch.Message{Kind: epoch.MsgEpoch, World: epoch.World{Number: 2, Members: []epoch.Member{{Name: "a", Addr: "127.0.0.1:1"}}}, Final: true}))
 	f.Add(control.EncodeStall(stall.Snapshot{Epoch: 2, Rank: 1, Size: 3, Started: 4, InFlight: true, Collective: "allreduce",
 		For: time.Second, WaitingOn: 2, Tensors: []string{"grad[0] float32×10"}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -210,6 +213,7 @@ func TestProtocolWireRoundTrip(t *testing.T) {
 		in, want epoch.Message
 	}{
 		{in: epoch.Message{Kind: epoch.MsgEpoch, World: w}},
+		{in: epoch.Message{Kind: epoch.MsgEpoch, World: w, Final: true}},
 		{in: epoch.Message{Kind: epoch.MsgFailure, Number: 7, Blamed: "b", Cause: "peer closed"}},
 		{in: epoch.Message{Kind: epoch.MsgFailure, Number: 7}},
 		{in: epoch.Message{Kind: epoch.MsgFailure, Number: 7, Cause: long},

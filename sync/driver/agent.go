@@ -30,6 +30,10 @@ type AgentConfig struct {
 	// and must not block.
 	OnAdopt      func(epoch.World)
 	OnPeerFailed func(name string)
+	// OnOutForGood is told that the proposer will not admit this worker
+	// again (it was evicted, or training is over), before the epoch that
+	// leaves it out reaches OnAdopt. Called on the agent's goroutine.
+	OnOutForGood func()
 	Logger       *slog.Logger
 }
 
@@ -55,8 +59,15 @@ func StartAgent(m *membership.Member, cfg AgentConfig) *Agent {
 	}, time.Now())
 	a := &Agent{fol: fol, loop: newLoop(m, fol, log)}
 	a.loop.notify = func(o epoch.Output) {
-		if ad, ok := o.(epoch.Adopted); ok && cfg.OnAdopt != nil {
-			cfg.OnAdopt(ad.World)
+		switch o := o.(type) {
+		case epoch.Adopted:
+			if cfg.OnAdopt != nil {
+				cfg.OnAdopt(o.World)
+			}
+		case epoch.OutForGood:
+			if cfg.OnOutForGood != nil {
+				cfg.OnOutForGood()
+			}
 		}
 	}
 	a.loop.onEvent = func(ev membership.Event) {

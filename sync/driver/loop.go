@@ -312,6 +312,8 @@ func logOutput(log *slog.Logger, o epoch.Output) {
 		log.Warn("worker ignored", "worker", o.Name, "why", o.Why)
 	case epoch.Adopted:
 		log.Debug("newer epoch", "epoch", o.World.Number, "size", len(o.World.Members))
+	case epoch.OutForGood:
+		log.Info("left out for good: the job will not admit this worker again", "epoch", o.Number)
 	}
 }
 

@@ -16,6 +16,12 @@ type FollowerConfig struct {
 	// a worker that has just joined, or whose view briefly lacks the driver,
 	// must not start a second proposer.
 	TakeoverGrace time.Duration
+	// MinorityGrace is how much longer than TakeoverGrace a worker that sees
+	// only a minority of its newest world waits before it takes over
+	// (default 10 s; see quorum): long enough for a short partition to heal,
+	// short enough that a job whose driver died with most of its workers
+	// goes on.
+	MinorityGrace time.Duration
 	// ReportEvery: a failure report is sent again this often until an epoch
 	// newer than the failed one arrives (default 1 s).
 	ReportEvery time.Duration
@@ -23,6 +29,9 @@ type FollowerConfig struct {
 	// its Self is set to the worker's.
 	Proposer ProposerConfig
 }
+
+// DefaultMinorityGrace is FollowerConfig.MinorityGrace's default.
+const DefaultMinorityGrace = 10 * time.Second
 
 // DefaultTakeoverGrace is FollowerConfig.TakeoverGrace's default.
 const DefaultTakeoverGrace = 2 * time.Second
@@ -42,13 +51,18 @@ type Follower struct {
 	view       map[string]Peer // the gossip cluster as this worker sees it, itself included
 	latest     World
 	driverSeen time.Time // last time a driver was in view (start: creation)
+	// driverEver: a driver was in view once. Then only a worker that sees a
+	// majority of its newest world may take over (see quorum).
+	driverEver bool
 	electAt    time.Time // end of the takeover grace, when an election is due
 	prop       *Proposer // non-nil while this worker proposes
 	// pending is a failure report not yet answered by a newer epoch: it is
 	// sent again every ReportEvery, as the network may lose it.
 	pending  *Message
 	resendAt time.Time
-	out      []Output
+	// outForGood: the proposer said this worker will not be admitted again.
+	outForGood bool
+	out        []Output
 }
 
 // NewFollower returns the protocol state of worker cfg.Self, which knows no
@@ -56,6 +70,7 @@ type Follower struct {
 func NewFollower(cfg FollowerConfig, now time.Time) *Follower {
 	cfg.TakeoverGrace = cmp.Or(cfg.TakeoverGrace, DefaultTakeoverGrace)
 	cfg.ReportEvery = cmp.Or(cfg.ReportEvery, time.Second)
+	cfg.MinorityGrace = cmp.Or(cfg.MinorityGrace, DefaultMinorityGrace)
 	cfg.Proposer.Self = cfg.Self
 	return &Follower{cfg: cfg, view: map[string]Peer{}, driverSeen: now}
 }
@@ -76,7 +91,7 @@ func (f *Follower) Step(now time.Time, in Input) []Output {
 	switch in := in.(type) {
 	case PeerSeen:
 		if in.Peer.Driver {
-			f.driverSeen = now
+			f.driverSeen, f.driverEver = now, true
 		}
 		f.view[in.Peer.Name] = in.Peer
 		f.toProposer(now, in)
@@ -91,6 +106,10 @@ func (f *Follower) Step(now time.Time, in Input) []Output {
 	case Received:
 		switch in.Msg.Kind {
 		case MsgEpoch:
+			if in.Msg.Final && !f.outForGood && in.Msg.World.Rank(f.cfg.Self) < 0 {
+				f.outForGood = true
+				f.emit(OutForGood{Number: in.Msg.World.Number})
+			}
 			f.adopt(in.Msg.World)
 			f.toProposer(now, in)
 		case MsgPing:
@@ -210,6 +229,9 @@ func (f *Follower) elect(now time.Time) {
 			f.electAt = graceEnd
 		}
 		lead = "" // give a driver time to appear (or to be declared gone)
+	} else if minorityEnd := graceEnd.Add(f.cfg.MinorityGrace); lead == f.cfg.Self && f.driverEver && now.Before(minorityEnd) && !f.quorum() {
+		f.electAt = minorityEnd
+		lead = "" // cut off from the driver with a minority: give the network time to heal
 	}
 	switch {
 	case lead == f.cfg.Self && f.prop == nil:
@@ -220,6 +242,28 @@ func (f *Follower) elect(now time.Time) {
 		f.prop = nil
 		f.emit(SteppedDown{})
 	}
+}
+
+// quorum reports whether this worker sees a strict majority of the members
+// of its newest world, itself included. A worker cut off from the driver by
+// a partition together with a minority of the world must not propose: the
+// driver, on the other side, goes on with the majority, and two worlds
+// would train apart (split brain). It waits MinorityGrace instead; if the
+// network heals meanwhile it learns the majority's epoch and comes back as
+// a new member. (A job whose driver died keeps most of its workers in view,
+// and one of them takes over at once; one whose driver died with most of
+// its workers goes on after MinorityGrace.)
+func (f *Follower) quorum() bool {
+	if len(f.latest.Members) == 0 {
+		return true
+	}
+	seen := 0
+	for _, m := range f.latest.Members {
+		if _, ok := f.view[m.Name]; ok || m.Name == f.cfg.Self {
+			seen++
+		}
+	}
+	return 2*seen > len(f.latest.Members)
 }
 
 // peers lists the view, sorted by name (a deterministic order).

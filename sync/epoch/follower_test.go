@@ -77,6 +77,44 @@ func TestFollower(t *testing.T) {
 			// The driver is back: a steps down.
 			{3000 * ms, driverSeen("x"), outs(epoch.SteppedDown{})},
 		}},
+		{name: "cut off from the driver with a minority of its world, a worker waits for the network before it takes over", self: "a", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("a"), nil},
+			{0, ready("b"), nil},
+			{0, ready("c"), nil},
+			{10 * ms, from("x", epochMsg(world(1, "a", "b", "c"))), outs(adopted(world(1, "a", "b", "c")))},
+			// A partition: a is alone on its side (1 of 3).
+			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
+			{600 * ms, epoch.PeerGone{Name: "b", Failed: true}, nil},
+			{700 * ms, epoch.PeerGone{Name: "c", Failed: true}, nil},
+			{2500 * ms, nil, nil}, // the takeover grace is over: a majority would take over now
+			{12499 * ms, nil, nil},
+			// The others never came back: they are dead, and a goes on.
+			{12500 * ms, nil, outs(epoch.TookOver{World: world(1, "a", "b", "c")})},
+		}},
+		{name: "a partition that heals within the minority grace leaves the driver proposing", self: "a", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("a"), nil},
+			{0, ready("b"), nil},
+			{0, ready("c"), nil},
+			{10 * ms, from("x", epochMsg(world(1, "a", "b", "c"))), outs(adopted(world(1, "a", "b", "c")))},
+			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
+			{600 * ms, epoch.PeerGone{Name: "b", Failed: true}, nil},
+			{5000 * ms, driverSeen("x"), nil},
+			{5000 * ms, ready("b"), nil},
+			{20000 * ms, epoch.ReportDone{Number: 1}, outs(send("x", done(1)))},
+		}},
+		{name: "with a majority of its world in view, the oldest takes over after the grace alone", self: "a", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("a"), nil},
+			{0, ready("b"), nil},
+			{0, ready("c"), nil},
+			{10 * ms, from("x", epochMsg(world(1, "a", "b", "c"))), outs(adopted(world(1, "a", "b", "c")))},
+			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
+			{600 * ms, epoch.PeerGone{Name: "c", Failed: true}, nil},
+			{2499 * ms, nil, nil},
+			{2500 * ms, nil, outs(send("b", epoch.Message{Kind: epoch.MsgPing, Nonce: 1}))},
+		}},
 		{name: "a worker that is not the oldest does not take over", self: "b", script: []step{
 			{0, driverSeen("x"), nil},
 			{0, ready("a"), nil},

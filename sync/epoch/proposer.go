@@ -28,6 +28,16 @@ type ProposerConfig struct {
 	// SyncTimeout bounds how long a proposer taking over waits for the
 	// workers to say which epoch they know before it proposes (default 2 s).
 	SyncTimeout time.Duration
+	// BlameLimit: a worker blamed for the failures of this many different
+	// worlds, each blame within BlameWindow of the previous one, is removed
+	// even though it answers its probes (ReasonStuck; default 3). Without
+	// it, a worker whose gossip answers while its training is stuck would
+	// make the others re-form the same world, and wait for it, again and
+	// again.
+	BlameLimit int
+	// BlameWindow: a blame longer than this after the previous one starts
+	// the count again (default 2 min).
+	BlameWindow time.Duration
 }
 
 // DefaultProposerConfig returns the defaults.
@@ -38,6 +48,8 @@ func DefaultProposerConfig() ProposerConfig {
 		ProbeTimeout: 500 * time.Millisecond,
 		Reannounce:   time.Second,
 		SyncTimeout:  2 * time.Second,
+		BlameLimit:   3,
+		BlameWindow:  2 * time.Minute,
 	}
 }
 
@@ -48,6 +60,8 @@ func (c ProposerConfig) withDefaults() ProposerConfig {
 	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, d.ProbeTimeout)
 	c.Reannounce = cmp.Or(c.Reannounce, d.Reannounce)
 	c.SyncTimeout = cmp.Or(c.SyncTimeout, d.SyncTimeout)
+	c.BlameLimit = cmp.Or(c.BlameLimit, d.BlameLimit)
+	c.BlameWindow = cmp.Or(c.BlameWindow, d.BlameWindow)
 	return c
 }
 
@@ -99,10 +113,22 @@ type Proposer struct {
 	done     map[string]bool // workers that reported the end of training
 	reported map[string]uint64
 	evicted  map[string]bool
+	// blames counts, per worker, the worlds whose failure blamed it
+	// (BlameLimit); stuck are those it removed for that: never admitted
+	// again under that name.
+	blames   map[string]blameCount
+	blamedIn map[string]uint64 // the world a blamed worker's outstanding probe is about
+	stuck    map[string]bool
 
 	sync *takeover // non-nil while taking over (see Resume)
 
 	out []Output
+}
+
+type blameCount struct {
+	worlds int       // different worlds it was blamed for and then answered its probe
+	last   uint64    // the last one's number
+	at     time.Time // when
 }
 
 type probe struct {
@@ -128,6 +154,7 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 		cfg:     cfg.withDefaults(),
 		workers: map[string]Peer{}, probes: map[uint64]probe{},
 		done: map[string]bool{}, reported: map[string]uint64{}, evicted: map[string]bool{}, suspects: map[string]time.Time{},
+		blames: map[string]blameCount{}, blamedIn: map[string]uint64{}, stuck: map[string]bool{},
 	}
 }
 
@@ -315,7 +342,7 @@ func (p *Proposer) seen(now time.Time, peer Peer) {
 	}
 	switch peer.State {
 	case Ready:
-		if p.evicted[peer.Name] {
+		if p.evicted[peer.Name] || p.stuck[peer.Name] {
 			return
 		}
 		if peer.Addr == "" {
@@ -401,7 +428,10 @@ func (p *Proposer) announce(now time.Time) {
 		if p.done[name] || (p.finished && p.workers[name].State == Leaving) {
 			continue
 		}
-		p.emit(Send{To: name, Msg: Message{Kind: MsgEpoch, World: p.current}})
+		// A worker left out that will not be admitted again is told so: it
+		// must not come back as a new member.
+		final := p.current.Rank(name) < 0 && (p.evicted[name] || p.finished)
+		p.emit(Send{To: name, Msg: Message{Kind: MsgEpoch, World: p.current, Final: final}})
 	}
 }
 
@@ -431,6 +461,7 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 			return
 		}
 		p.emit(Cleared{Name: pr.name})
+		p.answeredBlame(now, pr.name)
 		p.learn(now, msg.World)
 	case MsgEpoch:
 		// Another proposer's epoch (two proposers while views disagree).
@@ -453,13 +484,14 @@ func (p *Proposer) heardFrom(now time.Time, name string) {
 	if nonce, ok := p.probing(name); ok && !p.probes[nonce].sync {
 		delete(p.probes, nonce) // any message answers the probe
 		p.emit(Cleared{Name: name})
+		p.answeredBlame(now, name)
 		return
 	}
 	if _, ok := p.suspects[name]; !ok || p.current.Rank(name) < 0 {
 		return
 	}
 	delete(p.suspects, name)
-	if peer, ok := p.workers[name]; !ok || peer.State != Ready || p.evicted[name] || p.finished {
+	if peer, ok := p.workers[name]; !ok || peer.State != Ready || p.evicted[name] || p.stuck[name] || p.finished {
 		return
 	}
 	desired := map[string]bool{name: true}
@@ -494,7 +526,7 @@ func (p *Proposer) readmitAfter() time.Duration { return 2 * p.cfg.Reannounce }
 func (p *Proposer) readmit(now time.Time, name string) {
 	delete(p.suspects, name)
 	peer, ok := p.workers[name]
-	if !ok || peer.State != Ready || p.evicted[name] || p.done[name] || p.sync != nil ||
+	if !ok || peer.State != Ready || p.evicted[name] || p.stuck[name] || p.done[name] || p.sync != nil ||
 		slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == name }) {
 		return
 	}
@@ -526,6 +558,12 @@ func (p *Proposer) report(now time.Time, from string, msg Message) {
 			return
 		}
 		p.emit(Suspected{Name: msg.Blamed, By: from, Number: msg.Number, Cause: msg.Cause})
+		if p.stuckIn(now, msg.Blamed, msg.Number) {
+			p.stuck[msg.Blamed] = true
+			p.remove(now, msg.Blamed, ReasonStuck)
+			return
+		}
+		p.blamedIn[msg.Blamed] = msg.Number
 		p.verify(now, msg.Blamed)
 	}
 }
@@ -561,7 +599,7 @@ func (p *Proposer) learn(now time.Time, w World) {
 func (p *Proposer) rebase(w World, joiners bool) {
 	keep := func(name string) bool {
 		peer, ok := p.workers[name]
-		return ok && peer.State == Ready && peer.Addr != "" && !p.evicted[name]
+		return ok && peer.State == Ready && peer.Addr != "" && !p.evicted[name] && !p.stuck[name]
 	}
 	members := make([]Member, 0, len(w.Members)+len(p.members))
 	has := map[string]bool{}
@@ -649,6 +687,36 @@ func (p *Proposer) rescue(now time.Time) {
 	for _, name := range finished {
 		p.remove(now, name, ReasonFinished)
 	}
+}
+
+// answeredBlame counts a blamed worker's answer to its probe: the world
+// it was blamed for (blamedIn) failed although it is alive.
+func (p *Proposer) answeredBlame(now time.Time, name string) {
+	number, ok := p.blamedIn[name]
+	if !ok {
+		return
+	}
+	delete(p.blamedIn, name)
+	b := p.blames[name]
+	if b.worlds > 0 && b.last == number {
+		return // blamed for that world by another member too
+	}
+	if b.worlds > 0 && now.Sub(b.at) > p.cfg.BlameWindow {
+		b.worlds = 0
+	}
+	b.worlds++
+	b.last, b.at = number, now
+	p.blames[name] = b
+}
+
+// stuckIn reports whether a worker blamed for the failure of world number
+// is stuck: it answered the probes of BlameLimit-1 earlier blames, each
+// within BlameWindow of the one before, and the world can do without it
+// (MinWorkers).
+func (p *Proposer) stuckIn(now time.Time, name string, number uint64) bool {
+	b := p.blames[name]
+	return name != p.cfg.Self && b.worlds >= p.cfg.BlameLimit-1 && b.last < number && now.Sub(b.at) <= p.cfg.BlameWindow &&
+		slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == name }) && len(p.members)-1 >= p.cfg.MinWorkers
 }
 
 // verify removes a worker blamed for a collective failure unless it proves to

@@ -100,6 +100,11 @@ func sendEpoch(w epoch.World, to ...string) []epoch.Output {
 	return out
 }
 
+// outForGood is the epoch sent to a worker it leaves out for good.
+func outForGood(w epoch.World, to string) epoch.Output {
+	return epoch.Send{To: to, Msg: epoch.Message{Kind: epoch.MsgEpoch, World: w, Final: true}}
+}
+
 func ping(to string, nonce uint64) epoch.Output {
 	return epoch.Send{To: to, Msg: epoch.Message{Kind: epoch.MsgPing, Nonce: nonce}}
 }
@@ -191,6 +196,37 @@ func TestProposer(t *testing.T) {
 			{40 * ms, from("b", pong(1, world(1, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
 			{40 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
 		})},
+		{name: "a worker blamed for three worlds in a row that answers every probe is stuck: removed, and not admitted again under its name", script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
+			{40 * ms, from("b", pong(1, world(1, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{40 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
+			{50 * ms, from("a", failure(2, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 2, Cause: "boom"}, ping("b", 2))},
+			{60 * ms, from("b", pong(2, world(2, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{60 * ms, nil, propose(world(3, "a", "b"), "a", "b")},
+			// The third: no probe, b is out (its gossip answers, its training does not).
+			{70 * ms, from("a", failure(3, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 3, Cause: "boom"}, epoch.Removed{Name: "b", Why: epoch.ReasonStuck})},
+			{80 * ms, nil, propose(world(4, "a"), "a", "b")},
+			{90 * ms, ready("b"), nil},
+			{200 * ms, nil, nil},
+		})},
+		{name: "blames far apart do not add up", cfg: epoch.ProposerConfig{BlameWindow: time.Second}, script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
+			{40 * ms, from("b", pong(1, world(1, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{40 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
+			{50 * ms, from("a", failure(2, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 2, Cause: "boom"}, ping("b", 2))},
+			{60 * ms, from("b", pong(2, world(2, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{60 * ms, nil, propose(world(3, "a", "b"), "a", "b")},
+			{1070 * ms, from("a", failure(3, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 3, Cause: "boom"}, ping("b", 3))},
+		})},
+		{name: "a stuck worker is not removed below the minimum", cfg: epoch.ProposerConfig{MinWorkers: 2}, script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
+			{40 * ms, from("b", pong(1, world(1, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{40 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
+			{50 * ms, from("a", failure(2, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 2, Cause: "boom"}, ping("b", 2))},
+			{60 * ms, from("b", pong(2, world(2, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{60 * ms, nil, propose(world(3, "a", "b"), "a", "b")},
+			{70 * ms, from("a", failure(3, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 3, Cause: "boom"}, ping("b", 3))},
+		})},
 		{name: "a blamed worker that does not answer is removed", script: script(twoWorkers, []step{
 			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
 			{187 * ms, nil, outs(ping("b", 1))}, // pings go out three times in ProbeTimeout
@@ -230,7 +266,7 @@ func TestProposer(t *testing.T) {
 		})},
 		{name: "an evicted worker is never admitted again", script: script(twoWorkers, []step{
 			{20 * ms, epoch.Evict{Name: "b"}, outs(epoch.Removed{Name: "b", Why: epoch.ReasonEvicted})},
-			{30 * ms, nil, propose(world(2, "a"), "a", "b")},
+			{30 * ms, nil, outs(propose(world(2, "a"), "a"), outForGood(world(2, "a"), "b"))},
 			{40 * ms, ready("b"), nil},
 			{50 * ms, nil, nil},
 		})},
@@ -253,7 +289,7 @@ func TestProposer(t *testing.T) {
 				{43 * ms, ready("d"), nil},
 				{44 * ms, leaving("b"), nil},
 				{60 * ms, nil, nil},
-				{1030 * ms, nil, sendEpoch(world(2, "a", "b", "c"), "c", "d")},
+				{1030 * ms, nil, outs(sendEpoch(world(2, "a", "b", "c"), "c"), outForGood(world(2, "a", "b", "c"), "d"))},
 			})},
 		{name: "rescue: members whose last step failed get a world without the finished ones, however small",
 			cfg: epoch.ProposerConfig{MinWorkers: 3}, script: []step{

@@ -75,7 +75,10 @@ type MessageKind uint8
 // The protocol's messages. They travel over an unreliable network: any may
 // be lost, duplicated, delayed or reordered.
 const (
-	// MsgEpoch, proposer → worker: World is the newest epoch.
+	// MsgEpoch, proposer → worker: World is the newest epoch. Final, on one
+	// to a worker World leaves out, says it will not be admitted again (the
+	// driver evicted it, or training is over): it should not come back as a
+	// new member.
 	MsgEpoch MessageKind = iota + 1
 	// MsgFailure, worker → proposer: a collective of epoch Number failed,
 	// blaming member Blamed ("" when none) with Cause.
@@ -115,11 +118,15 @@ type Message struct {
 	Blamed string // failure
 	Cause  string // failure
 	Nonce  uint64 // ping, pong
+	Final  bool   // epoch, to a worker left out for good
 }
 
 func (m Message) String() string {
 	switch m.Kind {
 	case MsgEpoch:
+		if m.Final {
+			return "epoch " + m.World.describe() + " (out for good)"
+		}
 		return "epoch " + m.World.describe()
 	case MsgFailure:
 		return fmt.Sprintf("failure in %d blaming %q", m.Number, m.Blamed)
@@ -201,7 +208,7 @@ func (ReportFailure) input() {}
 func (ReportDone) input()    {}
 
 // Output is what a state machine asks its caller to do, or tells it: Send,
-// Proposed, Adopted and Finished are the protocol's; the others (Waiting,
+// Proposed, Adopted, OutForGood and Finished are the protocol's; the others (Waiting,
 // Removed, Suspected, Cleared, Rescued, TookOver, SteppedDown, Unroutable,
 // Ignored) record decisions, for logs and observers.
 type Output interface{ output() }
@@ -218,6 +225,12 @@ type Proposed struct{ World World }
 // Adopted (Follower): World is the newest epoch this worker has heard of;
 // its session moves to it.
 type Adopted struct{ World World }
+
+// OutForGood (Follower): the proposer said that this worker, left out of
+// epoch Number, will not be admitted again (the driver evicted it, or training
+// is over); it must not come back as a new member. It comes before the
+// Adopted of that epoch.
+type OutForGood struct{ Number uint64 }
 
 // Finished: member By reported that training is over, at epoch Number. The
 // first one ends admissions: the job is finishing.
@@ -285,6 +298,7 @@ func (Send) output()        {}
 func (Proposed) output()    {}
 func (Adopted) output()     {}
 func (Finished) output()    {}
+func (OutForGood) output()  {}
 func (Waiting) output()     {}
 func (Removed) output()     {}
 func (Suspected) output()   {}
@@ -306,6 +320,10 @@ const (
 	ReasonUnanswered                   // blamed for a failure, it did not answer its probe (or is not in view)
 	ReasonEvicted                      // the driver took it out for good
 	ReasonFinished                     // it finished training; the others redo the last step without it
+	// ReasonStuck: blamed for the failures of BlameLimit worlds in a row
+	// while it answered its probes: its gossip runs, its training does not
+	// (a stuck data loader, a deadlock). It may come back as a new member.
+	ReasonStuck
 )
 
 func (r Reason) String() string {
@@ -322,6 +340,8 @@ func (r Reason) String() string {
 		return "evicted"
 	case ReasonFinished:
 		return "finished"
+	case ReasonStuck:
+		return "blamed again and again though alive (stuck)"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }

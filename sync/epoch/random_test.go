@@ -13,12 +13,17 @@ var (
 	randomSeeds = flag.Int("epoch.seeds", 100, "how many seeds TestRandomized runs")
 	randomFirst = flag.Uint64("epoch.first", 1, "the first seed TestRandomized runs")
 	randomSeed  = flag.Uint64("epoch.seed", 0, "run TestRandomized for this seed only, printing its trace")
+	// The sessions as they were before issue 12, to show what they broke:
+	rankZeroRoot = flag.Bool("epoch.rank0root", false, "model sessions that always take a new world's state from its rank 0")
+	noRejoin     = flag.Bool("epoch.norejoin", false, "model workers that leave for good when a world leaves them out")
 )
 
 // TestRandomized runs the protocol through random jobs, each from a seed:
 // workers join, crash (kill -9), leave gracefully, freeze and thaw
 // (SIGSTOP/SIGCONT, long enough for gossip to declare them dead or not), are
-// evicted by the driver, blame live neighbours for failed collectives; the
+// falsely declared dead by gossip at some members (a heavy load) and refute
+// it, rejoin as new members when a world left them out, are evicted by the
+// driver, blame live neighbours for failed collectives; the
 // driver may crash, and a worker then takes over proposing; the network
 // loses, duplicates, delays and reorders messages. Then the job runs quietly
 // for a while, and training ends with some members' last step failing.
@@ -32,7 +37,11 @@ var (
 //   - a worker adopts only higher numbers, enters only worlds it adopted that
 //     include it, in increasing order — never two epochs at once;
 //   - no world below the minimum size until training is over, none with a
-//     member the proposer evicted;
+//     member the proposer evicted, and an evicted worker is told it is out
+//     for good (it must not come back as a new member);
+//   - no world takes its state from a member that never held the job's
+//     state while another member holds it (training never goes back to the
+//     start);
 //   - after the quiet time one proposer is left, every live worker knows its
 //     epoch, every member trains in it and every ready worker is a member;
 //   - after the end, every worker that trained finished (the rescue gave the
@@ -80,6 +89,7 @@ func randomJob(t *testing.T, seed uint64) *sim {
 	cfg.net.wire = pick.IntN(8) == 0
 	s := newSim(t, cfg)
 	s.randomized = true
+	s.rankZeroRoot, s.noRejoin = *rankZeroRoot, *noRejoin
 	s.logf("seed %d: loss %.2f, dup %.2f, delay ≤ %v, min %d, false blame %.1f, wire %v",
 		seed, cfg.net.loss, cfg.net.dup, cfg.net.delayMax, cfg.minWorkers, cfg.work.falseBlame, cfg.net.wire)
 
@@ -125,6 +135,10 @@ func randomJob(t *testing.T, seed uint64) *sim {
 				}
 				return nil
 			}
+		}
+		if pick.IntN(3) == 0 && len(alive) > 0 && driver.alive() {
+			// A loaded machine: gossip declares a live worker dead.
+			s.falseDeath(alive[pick.IntN(len(alive))])
 		}
 		switch k := pick.IntN(10); {
 		case k < 3 || len(alive) < 2:

@@ -111,6 +111,12 @@ type simNode struct {
 	failedLast  bool // its last step failed (the rescue's case)
 	evicted     bool
 	everEntered bool
+	// synced: it holds the job's state (a world it entered completed: the
+	// state went from the world's root to every member). A joiner's state is
+	// its own initial one until then.
+	synced bool
+	// outForGood: the proposer said it will not be admitted again.
+	outForGood bool
 }
 
 func (n *simNode) alive() bool { return !n.crashed && !n.gone }
@@ -163,6 +169,19 @@ type sim struct {
 	randomized bool // a TestRandomized job: a failure says how to replay it
 	// onProposed, if set, is called with every proposal (a scenario's hook).
 	onProposed func(n *simNode, w epoch.World)
+	// completed: the worlds every member entered (their state broadcast
+	// ran), by number.
+	completed map[uint64]bool
+	// rankZeroRoot models a session that always takes a world's state from
+	// rank 0 (as sessions did before the state root was agreed), to show
+	// what that breaks.
+	rankZeroRoot bool
+	// noRejoin models workers that leave for good when left out of a world
+	// (as before they came back as new members).
+	noRejoin bool
+	// evictedAt: the driver's newest epoch number when it evicted a worker.
+	evictedAt map[string]uint64
+	rejoins   int
 }
 
 func newSim(t testing.TB, cfg simConfig) *sim {
@@ -173,6 +192,8 @@ func newSim(t testing.TB, cfg simConfig) *sim {
 		holders:   map[uint64]map[string]bool{},
 		evictedBy: map[string]string{},
 		failLast:  map[string]bool{},
+		completed: map[uint64]bool{},
+		evictedAt: map[string]uint64{},
 	}
 }
 
@@ -306,6 +327,9 @@ func (s *sim) handle(n *simNode, outs []epoch.Output) {
 			if s.onProposed != nil {
 				s.onProposed(n, o.World)
 			}
+		case epoch.OutForGood:
+			s.logf("%s is out for good (epoch %d)", n.name, o.Number)
+			n.outForGood = true
 		case epoch.Adopted:
 			s.adopted(n, o.World)
 		default:
@@ -517,11 +541,66 @@ func (s *sim) declareDead(n *simNode) {
 			d := s.between(s.cfg.gossip.detectMin, s.cfg.gossip.detectMax)
 			s.at(s.now.Add(d), func() {
 				if !n.gone && (n.crashed || n.frozen) {
-					s.deliver(o, "gossip: "+n.name+" failed", epoch.PeerGone{Name: n.name, Failed: true})
+					s.gossipFailed(o, n.name, "gossip: "+n.name+" failed")
 				}
 			})
 		}
 	}
+}
+
+// gossipFailed tells observer o that gossip declared member name dead; a
+// worker whose world includes it aborts its collective at once and reports
+// the failure (sync.Worker's OnPeerFailed), as a stuck collective would only
+// after its I/O timeout.
+func (s *sim) gossipFailed(o *simNode, name, what string) {
+	if o.frozen {
+		o.held = append(o.held, func() { s.gossipFailed(o, name, what) })
+		return
+	}
+	s.deliver(o, what, epoch.PeerGone{Name: name, Failed: true})
+	if o.fol == nil || !o.alive() || o.stalled || o.excluded || o.finished || o.using.Rank(name) < 0 {
+		return
+	}
+	o.stalled = true
+	w := o.using
+	s.after(time.Millisecond, func() {
+		if o.alive() && o.using.Number == w.Number && o.stalled {
+			s.deliver(o, fmt.Sprintf("its collective in %d aborted (%s declared dead)", w.Number, name),
+				epoch.ReportFailure{Number: w.Number, Cause: "gossip declared " + name + " dead"})
+		}
+	})
+}
+
+// falseDeath: gossip declares n, alive and running, dead at some of the
+// others (a heavy load delayed its answers to probes past the suspicion
+// timeout); n learns of it and refutes, and is seen again, joining under
+// its name.
+func (s *sim) falseDeath(n *simNode) {
+	if !n.alive() || n.frozen {
+		return
+	}
+	s.logf("gossip falsely declares %s dead", n.name)
+	for _, o := range s.nodes {
+		if o == n || !o.alive() || s.rng.IntN(3) == 0 {
+			continue
+		}
+		t := s.now.Add(s.between(s.cfg.gossip.delayMin, s.cfg.gossip.delayMax))
+		if last := o.heard[n.name]; !t.After(last) {
+			t = last.Add(time.Microsecond)
+		}
+		o.heard[n.name] = t
+		s.at(t, func() {
+			if n.alive() {
+				s.gossipFailed(o, n.name, "gossip: "+n.name+" failed (falsely)")
+			}
+		})
+	}
+	s.after(s.cfg.gossip.delayMax+s.between(10*time.Millisecond, 300*time.Millisecond), func() {
+		if n.alive() && !n.frozen {
+			s.logf("%s refutes its death", n.name)
+			s.gossip(n)
+		}
+	})
 }
 
 // leave makes n leave gracefully: it publishes leaving, and is gone shortly
@@ -580,6 +659,7 @@ func (s *sim) evict(driver, w *simNode) {
 	s.logf("%s evicts %s", driver.name, w.name)
 	w.evicted = true
 	s.evictedBy[w.name] = driver.name
+	s.evictedAt[w.name] = driver.prop.Current().Number
 	s.deliver(driver, "", epoch.Evict{Name: w.name})
 }
 
@@ -619,7 +699,18 @@ func (s *sim) boundary(n *simNode) {
 		}
 		s.logf("%s is excluded by %s", n.name, describe(latest))
 		n.excluded = true
+		if at, ok := s.evictedAt[n.name]; ok && latest.Number > at && s.proposedBy[latest.Number] == "driver" && !n.outForGood {
+			s.fail("%s, evicted at epoch %d, was left out by %s without being told it is out for good", n.name, at, describe(latest))
+		}
 		s.leave(n)
+		if !n.outForGood && !n.evicted && !s.ending && !s.noRejoin {
+			// It was declared failed while unreachable: it comes back as a
+			// new member (sync.Worker.Rejoin).
+			s.rejoins++
+			name := fmt.Sprintf("%s+%d", n.name, s.rejoins)
+			s.logf("%s rejoins as %s", n.name, name)
+			s.after(s.between(time.Millisecond, 20*time.Millisecond), func() { s.addWorker(name) })
+		}
 		return
 	}
 	s.logf("%s enters %s", n.name, describe(latest))
@@ -627,7 +718,42 @@ func (s *sim) boundary(n *simNode) {
 	n.entered = append(n.entered, latest)
 	n.everEntered = true
 	n.stalled = false
+	s.complete(latest)
 	s.scheduleStep(n)
+}
+
+// complete: once every member has entered world w, its state went from its
+// root to every member (sync.Session.enter). The root is rank 0, unless
+// rank 0 never held the job's state and another member does: a world must
+// never take a fresh worker's initial state over the job's.
+func (s *sim) complete(w epoch.World) {
+	if s.completed[w.Number] {
+		return
+	}
+	anySynced := false
+	for _, m := range w.Members {
+		o := s.byN[m.Name]
+		if !o.alive() || o.using.Number != w.Number {
+			return
+		}
+		anySynced = anySynced || o.synced
+	}
+	s.completed[w.Number] = true
+	root := w.Members[0].Name
+	if !s.rankZeroRoot {
+		for _, m := range w.Members {
+			if s.byN[m.Name].synced {
+				root = m.Name
+				break
+			}
+		}
+	}
+	if anySynced && !s.byN[root].synced {
+		s.fail("%s took its state from %s, which never held the job's state: training went back to the start", describe(w), root)
+	}
+	for _, m := range w.Members {
+		s.byN[m.Name].synced = true
+	}
 }
 
 func (s *sim) scheduleStep(n *simNode) {
@@ -663,7 +789,11 @@ func (s *sim) step(n *simNode) {
 		// (A member that finished in this world did the last step with n; one
 		// that finished in another never comes.)
 		if !o.alive() && !(o.finished && o.using.Number == w.Number) || o.frozen || o.excluded ||
-			o.using.Number > w.Number || (o.finished && o.using.Number != w.Number) {
+			o.using.Number > w.Number || (o.finished && o.using.Number != w.Number) ||
+			(o.stalled && !o.failedLast && o.using.Number == w.Number) {
+			// (A member whose collective failed aborted its links, so the
+			// others' fails too; one whose last step failed alone did so
+			// after the others had completed it.)
 			s.collectiveFails(n, o.name)
 			return
 		}

@@ -1,0 +1,18 @@
+// Command c is gorovod's C ABI: built with
+//
+//	go build -buildmode=c-shared -o libgorovod.so ./bindings/c
+//
+// it is libgorovod.so, whose interface is gorovod.h (in this directory; cgo's
+// generated libgorovod.h is not the interface). The Python package
+// (bindings/python) loads it with ctypes; a C or C++ program links it.
+//
+// The work is done by bindings/internal/engine; this package only crosses
+// the boundary: shim.c implements gorovod.h (refusing calls from a forked
+// child before they enter the Go runtime, keeping each thread's last error,
+// building the synchronous calls from the asynchronous ones), and
+// exports.go converts the C arguments, calls the engine, and turns errors
+// into status codes. Every export recovers panics (GOROVOD_ERR_INTERNAL),
+// and C never holds a Go pointer: handles are numbers and messages are
+// copied into C memory. A C ABI serves a process, so the engine it drives is
+// the one piece of process-wide state (lib, in exports.go).
+package main

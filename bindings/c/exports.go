@@ -1,0 +1,628 @@
+package main
+
+/*
+#include <stdlib.h>
+#include "gorovod.h"
+
+void gorovod_set_error_(const char *msg, size_t n);
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	stdsync "sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/gorovod/gorovod/bindings/internal/engine"
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/internal/logging"
+	gsync "github.com/gorovod/gorovod/sync"
+)
+
+// The process's engine. A C ABI serves one process, so this is the one
+// place the library keeps state of its own (see doc.go).
+var lib struct {
+	initMu stdsync.Mutex // one init or shutdown at a time
+	eng    atomic.Pointer[engine.Engine]
+}
+
+// The status codes of gorovod.h.
+const (
+	statusOK            = C.GOROVOD_OK
+	statusInvalid       = C.GOROVOD_ERR_INVALID_ARGUMENT
+	statusNotInit       = C.GOROVOD_ERR_NOT_INITIALIZED
+	statusMismatch      = C.GOROVOD_ERR_MISMATCH
+	statusWorldChanged  = C.GOROVOD_ERR_WORLD_CHANGED
+	statusHostsUpdated  = C.GOROVOD_ERR_HOSTS_UPDATED
+	statusExcluded      = C.GOROVOD_ERR_EXCLUDED
+	statusTimeout       = C.GOROVOD_ERR_TIMEOUT
+	statusShutDown      = C.GOROVOD_ERR_SHUT_DOWN
+	statusUnknownHandle = C.GOROVOD_ERR_UNKNOWN_HANDLE
+	statusInternal      = C.GOROVOD_ERR_INTERNAL
+	statusFailed        = C.GOROVOD_ERR_FAILED
+)
+
+var errNotInitialized = errors.New("gorovod: not initialized (call init first)")
+
+// status maps an error onto its status code and, when it is a failure,
+// records its message as the calling thread's last error.
+func status(err error) C.int {
+	if err == nil {
+		return statusOK
+	}
+	var mismatch *collective.MismatchError
+	code := C.int(statusFailed)
+	switch {
+	case errors.Is(err, engine.ErrNotDone):
+		code = statusTimeout
+	case errors.Is(err, engine.ErrInvalid):
+		code = statusInvalid
+	case errors.Is(err, errNotInitialized):
+		code = statusNotInit
+	case errors.As(err, &mismatch):
+		code = statusMismatch
+	case errors.Is(err, engine.ErrHostsUpdated):
+		code = statusHostsUpdated
+	case errors.Is(err, gsync.ErrWorldChanged):
+		code = statusWorldChanged
+	case errors.Is(err, gsync.ErrExcluded):
+		code = statusExcluded
+	case errors.Is(err, engine.ErrClosed):
+		code = statusShutDown
+	case errors.Is(err, engine.ErrUnknownHandle):
+		code = statusUnknownHandle
+	case errors.Is(err, engine.ErrInternal):
+		code = statusInternal
+	}
+	setError(err.Error())
+	return code
+}
+
+func setError(msg string) {
+	if msg == "" {
+		msg = "gorovod: unknown error"
+	}
+	b := []byte(msg)
+	C.gorovod_set_error_((*C.char)(unsafe.Pointer(&b[0])), C.size_t(len(b)))
+}
+
+// guard turns a panic in an export into GOROVOD_ERR_INTERNAL: no panic may
+// cross into C. Every export defers it.
+func guard(rc *C.int) {
+	if p := recover(); p != nil {
+		*rc = status(fmt.Errorf("%w: panic: %v\n%s", engine.ErrInternal, p, debug.Stack()))
+	}
+}
+
+func current() (*engine.Engine, error) {
+	if e := lib.eng.Load(); e != nil {
+		return e, nil
+	}
+	return nil, errNotInitialized
+}
+
+//export gorovodGoInit
+func gorovodGoInit(cfg *C.gorovod_config) (rc C.int) {
+	defer guard(&rc)
+	lib.initMu.Lock()
+	defer lib.initMu.Unlock()
+	if lib.eng.Load() != nil {
+		return statusOK
+	}
+	ec, err := engineConfig(cfg)
+	if err != nil {
+		return status(err)
+	}
+	e, err := engine.Start(context.Background(), ec)
+	if err != nil {
+		return status(fmt.Errorf("gorovod: joining the job: %w", err))
+	}
+	lib.eng.Store(e)
+	return statusOK
+}
+
+// field reads a gorovod_config field that an older program's smaller struct
+// may not have (its struct_size says).
+func has(cfg *C.gorovod_config, offset, size uintptr) bool {
+	return uintptr(cfg.struct_size) >= offset+size
+}
+
+// engineConfig turns a gorovod_config (nil: all defaults) into the engine's.
+func engineConfig(cfg *C.gorovod_config) (engine.Config, error) {
+	ec := engine.DefaultConfig()
+	level := 0
+	if cfg != nil {
+		if cfg.struct_size < C.uint32_t(unsafe.Offsetof(cfg.job_id)) {
+			return ec, fmt.Errorf("%w: gorovod_config.struct_size %d (use gorovod_config_init)", engine.ErrInvalid, cfg.struct_size)
+		}
+		str := func(p *C.char, offset uintptr) string {
+			if p == nil || !has(cfg, offset, unsafe.Sizeof(p)) {
+				return ""
+			}
+			return C.GoString(p)
+		}
+		w := &ec.Worker
+		w.JobID = str(cfg.job_id, unsafe.Offsetof(cfg.job_id))
+		if w.JobID != "" {
+			secret, err := hex.DecodeString(str(cfg.secret_hex, unsafe.Offsetof(cfg.secret_hex)))
+			if err != nil || len(secret) < 16 {
+				return ec, fmt.Errorf("%w: gorovod_config.secret_hex must be at least 16 hex-encoded bytes", engine.ErrInvalid)
+			}
+			w.Secret = secret
+			for _, s := range strings.Split(str(cfg.seeds, unsafe.Offsetof(cfg.seeds)), ",") {
+				if s = strings.TrimSpace(s); s != "" {
+					w.Seeds = append(w.Seeds, s)
+				}
+			}
+			if len(w.Seeds) == 0 {
+				return ec, fmt.Errorf("%w: gorovod_config.seeds names no gossip address to join through", engine.ErrInvalid)
+			}
+			w.Transport.ListenAddr = str(cfg.listen_addr, unsafe.Offsetof(cfg.listen_addr))
+			if g := str(cfg.gossip_addr, unsafe.Offsetof(cfg.gossip_addr)); g != "" {
+				host, port, err := net.SplitHostPort(g)
+				if err != nil {
+					host, port = g, "0"
+				}
+				p, err := strconv.Atoi(port)
+				if err != nil || p < 0 || p > 65535 {
+					return ec, fmt.Errorf("%w: gorovod_config.gossip_addr %q", engine.ErrInvalid, g)
+				}
+				w.Membership.BindAddr, w.Membership.BindPort = host, p
+			}
+		}
+		if has(cfg, unsafe.Offsetof(cfg.io_timeout_ms), 8) {
+			switch ms := int64(cfg.io_timeout_ms); {
+			case ms < 0:
+				return ec, fmt.Errorf("%w: gorovod_config.io_timeout_ms %d", engine.ErrInvalid, ms)
+			case ms > 0:
+				w.Transport.IOTimeout = time.Duration(ms) * time.Millisecond
+			}
+		}
+		if has(cfg, unsafe.Offsetof(cfg.fusion_bytes), 8) {
+			switch n := int64(cfg.fusion_bytes); {
+			case n < 0 || n > math.MaxInt32:
+				return ec, fmt.Errorf("%w: gorovod_config.fusion_bytes %d", engine.ErrInvalid, n)
+			case n > 0:
+				w.Session.FusionBytes = int(n)
+			}
+		}
+		if has(cfg, unsafe.Offsetof(cfg.log_level), 4) {
+			level = int(cfg.log_level)
+		}
+	}
+	switch level {
+	case -1:
+		ec.Logger = slog.New(slog.DiscardHandler)
+	case 0, 1, 2:
+		lv := []slog.Level{slog.LevelWarn, slog.LevelInfo, slog.LevelDebug}[level]
+		ec.Logger = slog.New(logging.NewHandler(os.Stderr, lv, logging.FormatText))
+	default:
+		return ec, fmt.Errorf("%w: gorovod_config.log_level %d (want -1, 0, 1 or 2)", engine.ErrInvalid, level)
+	}
+	return ec, nil
+}
+
+//export gorovodGoShutdown
+func gorovodGoShutdown(finished C.int) (rc C.int) {
+	defer guard(&rc)
+	lib.initMu.Lock()
+	defer lib.initMu.Unlock()
+	e := lib.eng.Swap(nil)
+	if e == nil {
+		return statusOK
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.Close(ctx, finished != 0); err != nil {
+		return status(fmt.Errorf("gorovod: leaving the job: %w", err))
+	}
+	return statusOK
+}
+
+//export gorovodGoIsInitialized
+func gorovodGoIsInitialized() (rc C.int) {
+	defer guard(&rc)
+	if lib.eng.Load() != nil {
+		return 1
+	}
+	return 0
+}
+
+//export gorovodGoTopology
+func gorovodGoTopology(out *C.gorovod_topology) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if out == nil {
+		return status(fmt.Errorf("%w: topology: NULL output", engine.ErrInvalid))
+	}
+	t := e.Topology()
+	*out = C.gorovod_topology{
+		rank: C.int32_t(t.Rank), size: C.int32_t(t.Size),
+		local_rank: C.int32_t(t.LocalRank), local_size: C.int32_t(t.LocalSize),
+		cross_rank: C.int32_t(t.CrossRank), cross_size: C.int32_t(t.CrossSize),
+		world: C.uint64_t(t.World),
+	}
+	return statusOK
+}
+
+// hostBuffer wraps count elements of dtype at p, C memory, without copying.
+func hostBuffer(what string, p unsafe.Pointer, count int64, dtype C.int32_t) (collective.Buffer, error) {
+	dt := collective.DType(dtype)
+	size := int64(dt.Size())
+	switch {
+	case dtype < 1 || dtype > 7:
+		return collective.Buffer{}, fmt.Errorf("%w: %s: dtype %d (want 1 to 7: float32, float64, float16, bfloat16, int32, int64, uint8)", engine.ErrInvalid, what, dtype)
+	case count < 0 || count > math.MaxInt/size:
+		return collective.Buffer{}, fmt.Errorf("%w: %s: %d elements", engine.ErrInvalid, what, count)
+	case count == 0:
+		return collective.Buffer{DType: dt, Host: []byte{}}, nil
+	case p == nil:
+		return collective.Buffer{}, fmt.Errorf("%w: %s: NULL pointer for %d elements", engine.ErrInvalid, what, count)
+	}
+	return collective.Buffer{DType: dt, Count: int(count), Host: unsafe.Slice((*byte)(p), int(count*size))}, nil
+}
+
+// pointers reads n pointers from a C array.
+func pointers(p unsafe.Pointer, n int) []unsafe.Pointer {
+	if p == nil || n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*unsafe.Pointer)(p), n)
+}
+
+func int64s(p *C.int64_t, n int) []int64 {
+	if p == nil || n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*int64)(unsafe.Pointer(p)), n)
+}
+
+func int32s(p *C.int32_t, n int) []int32 {
+	if p == nil || n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(p)), n)
+}
+
+// counts reads a per-rank counts array of the world's size (nil stays nil).
+func counts(what string, p *C.int64_t, size int) ([]int, error) {
+	if p == nil {
+		return nil, nil
+	}
+	out := make([]int, size)
+	for r, n := range int64s(p, size) {
+		if n < 0 || n > math.MaxInt32*int64(64) {
+			return nil, fmt.Errorf("%w: %s: count %d for rank %d", engine.ErrInvalid, what, n, r)
+		}
+		out[r] = int(n)
+	}
+	return out, nil
+}
+
+// issue stores h for the caller, or reports why there is none.
+func issue(out *C.gorovod_handle, h engine.Handle, err error) C.int {
+	if err != nil {
+		return status(err)
+	}
+	*out = C.gorovod_handle(h)
+	return statusOK
+}
+
+func reduction(op C.int, pre, post C.double) gsync.Reduction {
+	return gsync.Reduction{Op: collective.ReduceOp(op), Prescale: float64(pre), Postscale: float64(post)}
+}
+
+//export gorovodGoAllreduceAsync
+func gorovodGoAllreduceAsync(n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, op C.int, pre, post C.double, h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if h == nil || recv == nil || cnts == nil || dtypes == nil || n < 0 {
+		return status(fmt.Errorf("%w: allreduce: NULL handle, receive buffers, counts or dtypes, or %d tensors", engine.ErrInvalid, n))
+	}
+	if op < 1 || op > 5 {
+		return status(fmt.Errorf("%w: allreduce: reduce op %d (want sum 1, average 2, min 3, max 4 or product 5)", engine.ErrInvalid, op))
+	}
+	num := int(n)
+	cs, ds := int64s(cnts, num), int32s(dtypes, num)
+	recvs := make([]collective.Buffer, num)
+	var sends []collective.Buffer
+	rp, sp := pointers(recv, num), pointers(send, num)
+	if sp != nil {
+		sends = make([]collective.Buffer, num)
+	}
+	for i := range num {
+		if recvs[i], err = hostBuffer(fmt.Sprintf("allreduce tensor %d", i), rp[i], cs[i], C.int32_t(ds[i])); err != nil {
+			return status(err)
+		}
+		if sp != nil {
+			if sends[i], err = hostBuffer(fmt.Sprintf("allreduce tensor %d", i), sp[i], cs[i], C.int32_t(ds[i])); err != nil {
+				return status(err)
+			}
+		}
+	}
+	hd, err := e.Allreduce(sends, recvs, reduction(op, pre, post))
+	return issue(h, hd, err)
+}
+
+//export gorovodGoBroadcastAsync
+func gorovodGoBroadcastAsync(n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, root C.int32_t, h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if h == nil || bufs == nil || cnts == nil || dtypes == nil || n < 0 {
+		return status(fmt.Errorf("%w: broadcast: NULL handle, buffers, counts or dtypes, or %d tensors", engine.ErrInvalid, n))
+	}
+	num := int(n)
+	cs, ds, ps := int64s(cnts, num), int32s(dtypes, num), pointers(bufs, num)
+	bs := make([]collective.Buffer, num)
+	for i := range num {
+		if bs[i], err = hostBuffer(fmt.Sprintf("broadcast tensor %d", i), ps[i], cs[i], C.int32_t(ds[i])); err != nil {
+			return status(err)
+		}
+	}
+	hd, err := e.Broadcast(bs, int(root))
+	return issue(h, hd, err)
+}
+
+//export gorovodGoAllgatherAsync
+func gorovodGoAllgatherAsync(send unsafe.Pointer, count C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype C.int, h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if h == nil {
+		return status(fmt.Errorf("%w: allgather: NULL handle", engine.ErrInvalid))
+	}
+	size := e.Topology().Size
+	cs, err := counts("allgather", recvCounts, size)
+	if err != nil {
+		return status(err)
+	}
+	if cs == nil {
+		cs = make([]int, size)
+		for r := range cs {
+			cs[r] = int(count)
+		}
+	}
+	total := int64(0)
+	for _, c := range cs {
+		total += int64(c)
+	}
+	s, err := hostBuffer("allgather send", send, int64(count), C.int32_t(dtype))
+	if err != nil {
+		return status(err)
+	}
+	r, err := hostBuffer("allgather receive", recv, total, C.int32_t(dtype))
+	if err != nil {
+		return status(err)
+	}
+	hd, err := e.Allgather(s, r, cs)
+	return issue(h, hd, err)
+}
+
+//export gorovodGoAlltoallAsync
+func gorovodGoAlltoallAsync(send unsafe.Pointer, sendCounts *C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype C.int, h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if h == nil || sendCounts == nil || recvCounts == nil {
+		return status(fmt.Errorf("%w: alltoall: NULL handle or counts", engine.ErrInvalid))
+	}
+	size := e.Topology().Size
+	sc, err := counts("alltoall send", sendCounts, size)
+	if err != nil {
+		return status(err)
+	}
+	rcs, err := counts("alltoall receive", recvCounts, size)
+	if err != nil {
+		return status(err)
+	}
+	s, err := hostBuffer("alltoall send", send, sum(sc), C.int32_t(dtype))
+	if err != nil {
+		return status(err)
+	}
+	r, err := hostBuffer("alltoall receive", recv, sum(rcs), C.int32_t(dtype))
+	if err != nil {
+		return status(err)
+	}
+	hd, err := e.Alltoall(s, sc, r, rcs)
+	return issue(h, hd, err)
+}
+
+func sum(cs []int) int64 {
+	t := int64(0)
+	for _, c := range cs {
+		t += int64(c)
+	}
+	return t
+}
+
+//export gorovodGoReducescatterAsync
+func gorovodGoReducescatterAsync(send unsafe.Pointer, count C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype, op C.int, pre, post C.double, h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if h == nil {
+		return status(fmt.Errorf("%w: reducescatter: NULL handle", engine.ErrInvalid))
+	}
+	if op < 1 || op > 5 {
+		return status(fmt.Errorf("%w: reducescatter: reduce op %d (want sum 1, average 2, min 3, max 4 or product 5)", engine.ErrInvalid, op))
+	}
+	top := e.Topology()
+	cs, err := counts("reducescatter", recvCounts, top.Size)
+	if err != nil {
+		return status(err)
+	}
+	if cs == nil {
+		cs = make([]int, top.Size)
+		for r := range cs {
+			cs[r] = int(int64(count) / int64(top.Size))
+			if int64(r) < int64(count)%int64(top.Size) {
+				cs[r]++
+			}
+		}
+	}
+	s, err := hostBuffer("reducescatter send", send, int64(count), C.int32_t(dtype))
+	if err != nil {
+		return status(err)
+	}
+	r, err := hostBuffer("reducescatter receive", recv, int64(cs[top.Rank]), C.int32_t(dtype))
+	if err != nil {
+		return status(err)
+	}
+	hd, err := e.ReduceScatter(s, r, cs, reduction(op, pre, post))
+	return issue(h, hd, err)
+}
+
+//export gorovodGoBarrierAsync
+func gorovodGoBarrierAsync(h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if h == nil {
+		return status(fmt.Errorf("%w: barrier: NULL handle", engine.ErrInvalid))
+	}
+	hd, err := e.Barrier()
+	return issue(h, hd, err)
+}
+
+//export gorovodGoJoinAsync
+func gorovodGoJoinAsync(last *C.int32_t, h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if h == nil {
+		return status(fmt.Errorf("%w: join: NULL handle", engine.ErrInvalid))
+	}
+	hd, err := e.Join((*int32)(unsafe.Pointer(last)))
+	return issue(h, hd, err)
+}
+
+//export gorovodGoPoll
+func gorovodGoPoll(h C.gorovod_handle, done *C.int) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if done == nil {
+		return status(fmt.Errorf("%w: poll: NULL output", engine.ErrInvalid))
+	}
+	ok, err := e.Poll(engine.Handle(h))
+	if err != nil {
+		return status(err)
+	}
+	*done = 0
+	if ok {
+		*done = 1
+	}
+	return statusOK
+}
+
+//export gorovodGoWait
+func gorovodGoWait(h C.gorovod_handle, timeoutUs C.int64_t) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	timeout := time.Duration(-1)
+	if timeoutUs >= 0 {
+		timeout = time.Duration(min(int64(timeoutUs), math.MaxInt64/1000)) * time.Microsecond
+	}
+	return status(e.Wait(engine.Handle(h), timeout))
+}
+
+//export gorovodGoCommit
+func gorovodGoCommit() (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	h, err := e.Commit()
+	if err != nil {
+		return status(err)
+	}
+	return status(e.Wait(h, -1))
+}
+
+//export gorovodGoReset
+func gorovodGoReset() (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	e.Reset()
+	return statusOK
+}
+
+//export gorovodGoRequestLeave
+func gorovodGoRequestLeave() (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return status(e.RequestLeave(ctx))
+}
+
+//export gorovodGoRecordSamples
+func gorovodGoRecordSamples(n C.int64_t) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if n < 0 {
+		return status(fmt.Errorf("%w: record_samples(%d)", engine.ErrInvalid, n))
+	}
+	e.RecordSamples(int64(n))
+	return statusOK
+}
+
+//export gorovodGoSetTotalSteps
+func gorovodGoSetTotalSteps(n C.int64_t) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if n < 0 {
+		return status(fmt.Errorf("%w: set_total_steps(%d)", engine.ErrInvalid, n))
+	}
+	e.SetTotalSteps(int64(n))
+	return statusOK
+}

@@ -1,0 +1,326 @@
+/*
+ * gorovod.h — the C ABI of gorovod (libgorovod.so).
+ *
+ * gorovod is an elastic, Horovod-style collective communication library for
+ * data-parallel training. This header is all a C or C++ program (or a
+ * language binding: the Python package loads the library with ctypes) needs:
+ *
+ *     cc prog.c -I bindings/c -L <dir> -lgorovod -Wl,-rpath,<dir>
+ *
+ * Build the library with
+ *
+ *     go build -buildmode=c-shared -o libgorovod.so ./bindings/c
+ *
+ * (the build also writes a libgorovod.h of cgo's own: ignore it, this file
+ * is the interface).
+ *
+ * THE MODEL
+ *
+ *   One process is one worker. gorovod_init() joins the job that
+ *   `gorovod run` started the process in (from its environment), or the job
+ *   a gorovod_config names, or else trains alone in a world of one. The
+ *   world (its members, this process's rank and size) can change while the
+ *   job runs: workers join, leave and fail.
+ *
+ *   Collectives pair up by their position in each rank's sequence: every
+ *   rank must call the same collectives, with the same dtypes and element
+ *   counts, in the same order (there is no matching by tensor name as in
+ *   Horovod). They run one at a time, in the order they were called, on a
+ *   thread of the library's own. Ranks that call different collectives get
+ *   GOROVOD_ERR_MISMATCH (or GOROVOD_ERR_WORLD_CHANGED, naming the other
+ *   rank's complaint), never a hang.
+ *
+ *   Every collective has an asynchronous form (..._async), which queues it
+ *   and returns a handle at once, and a synchronous form, which waits for it.
+ *   The memory a call is given must stay valid and untouched until its
+ *   handle completes (gorovod_wait returned something other than
+ *   GOROVOD_ERR_TIMEOUT, or gorovod_poll said done); the library keeps no
+ *   pointer after that. Buffers are host memory. Send and receive buffers
+ *   of one call may be the same memory only where a function says so.
+ *
+ * ERRORS
+ *
+ *   Every function returns a gorovod_status (0 is GOROVOD_OK), except the
+ *   getters, which return their value or -1. After a failure,
+ *   gorovod_last_error() describes it, for the calling thread (as errno),
+ *   until that thread's next failing call. No function ever aborts the
+ *   process or lets a Go panic cross into C (a panic becomes
+ *   GOROVOD_ERR_INTERNAL), and all of them may be called from any thread.
+ *
+ * ELASTICITY (what a framework's elastic loop does, as the Python
+ * binding's gorovod.torch.elastic.run)
+ *
+ *   - A collective that fails because the world broke (a peer died, froze,
+ *     or left) returns GOROVOD_ERR_WORLD_CHANGED once the library has
+ *     rebuilt the world without it. gorovod_commit() at the end of a step
+ *     returns GOROVOD_ERR_HOSTS_UPDATED when every member moved to a newer
+ *     world there (workers joined or left), and GOROVOD_ERR_EXCLUDED when
+ *     the job goes on without this process (it asked to leave, or was
+ *     removed): stop training and call gorovod_shutdown(0).
+ *   - After a world change, the collectives already queued for the old
+ *     world fail with GOROVOD_ERR_WORLD_CHANGED without running, and so does
+ *     every new one until gorovod_reset(). The loop then restores its last
+ *     committed state, calls gorovod_reset(), and broadcasts its state from
+ *     the new rank 0 (gorovod_grouped_broadcast) before training on: every
+ *     member does the same, at the same point, so their sequences pair up
+ *     again. A worker that joins gets its state from the same broadcasts.
+ *
+ * FORK
+ *
+ *   The library runs threads of its own, so a child made by fork() must not
+ *   call into it: every function returns GOROVOD_ERR_FORKED there, without
+ *   entering the library's runtime. Load the library once per process: two
+ *   copies would be two Go runtimes.
+ */
+#ifndef GOROVOD_H
+#define GOROVOD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The version of this interface; gorovod_abi_version() returns the
+ * library's. */
+#define GOROVOD_ABI_VERSION 1
+
+typedef enum gorovod_status {
+  GOROVOD_OK = 0,
+  /* An argument was refused before anything was sent: a null pointer, an
+   * unknown dtype or reduce op, a negative count, counts that do not add
+   * up, a root outside the world, a scale factor that is not finite. The
+   * world is untouched. */
+  GOROVOD_ERR_INVALID_ARGUMENT = 1,
+  /* gorovod_init has not been called (or gorovod_shutdown was). */
+  GOROVOD_ERR_NOT_INITIALIZED = 2,
+  /* The ranks called different collectives (kind, dtype, count, reduce op,
+   * root): what each called is in gorovod_last_error(). */
+  GOROVOD_ERR_MISMATCH = 3,
+  /* The world changed under the collective (or before it ran): the library
+   * rebuilt it; restore, gorovod_reset, re-synchronize (see ELASTICITY). */
+  GOROVOD_ERR_WORLD_CHANGED = 4,
+  /* gorovod_commit: every member moved to a newer world at this commit. */
+  GOROVOD_ERR_HOSTS_UPDATED = 5,
+  /* The job goes on without this process. */
+  GOROVOD_ERR_EXCLUDED = 6,
+  /* gorovod_wait: the timeout came first; the handle is still valid. */
+  GOROVOD_ERR_TIMEOUT = 7,
+  /* Called in a child process made by fork() after the library started. */
+  GOROVOD_ERR_FORKED = 8,
+  /* gorovod_shutdown was called while this call was queued or running. */
+  GOROVOD_ERR_SHUT_DOWN = 9,
+  /* Not a handle the library issued, or one already collected. */
+  GOROVOD_ERR_UNKNOWN_HANDLE = 10,
+  /* A bug in gorovod (a recovered panic): please report the message. */
+  GOROVOD_ERR_INTERNAL = 11,
+  /* Anything else: the job could not be joined, a collective failed in a way
+   * that left the world intact, ... (see gorovod_last_error()). */
+  GOROVOD_ERR_FAILED = 12
+} gorovod_status;
+
+/* Element types (the numbering is the ABI's). */
+typedef enum gorovod_dtype {
+  GOROVOD_FLOAT32 = 1,
+  GOROVOD_FLOAT64 = 2,
+  GOROVOD_FLOAT16 = 3,  /* IEEE 754 binary16 */
+  GOROVOD_BFLOAT16 = 4,
+  GOROVOD_INT32 = 5,
+  GOROVOD_INT64 = 6,
+  GOROVOD_UINT8 = 7
+} gorovod_dtype;
+
+/* Reduce operations. AVERAGE is SUM divided by the world size (an integer
+ * division, truncating toward zero, for integer dtypes). Every reducing
+ * collective also takes a prescale factor (multiplies each rank's input) and
+ * a postscale factor (multiplies the result; with AVERAGE the division
+ * comes on top), as Horovod's; 0 means 1. Integer results of a scale are
+ * rounded to nearest and saturated. */
+typedef enum gorovod_op {
+  GOROVOD_SUM = 1,
+  GOROVOD_AVERAGE = 2,
+  GOROVOD_MIN = 3,
+  GOROVOD_MAX = 4,
+  GOROVOD_PRODUCT = 5
+} gorovod_op;
+
+/* An asynchronous call until gorovod_wait collects it; never 0, never
+ * reused. */
+typedef uint64_t gorovod_handle;
+
+/* How gorovod_init_config joins. Zero fields are defaults: start from
+ * gorovod_config_init(). */
+typedef struct gorovod_config {
+  /* sizeof(gorovod_config), set by gorovod_config_init: lets a newer
+   * library read an older program's struct. */
+  uint32_t struct_size;
+  /* The job to join. NULL or "": the job of the launcher that started this
+   * process (`gorovod run`, from the environment), or else a world of one. */
+  const char *job_id;
+  /* With job_id: the job secret, hex (at least 16 bytes), and its gossip
+   * seeds, comma-separated host:port (the driver's, usually). */
+  const char *secret_hex;
+  const char *seeds;
+  /* Optional: where the collective transport listens (host:port) and where
+   * gossip binds (host or host:port). */
+  const char *listen_addr;
+  const char *gossip_addr;
+  /* How long a peer may stay silent inside a collective before it is given
+   * up on; 0: 10 minutes. (A worker that died or froze is found by gossip in
+   * about a second; this bounds one that is alive but stuck.) */
+  int64_t io_timeout_ms;
+  /* Allreduces of several tensors are packed into buffers of at most this
+   * many bytes; 0: 128 MiB (Horovod's fusion threshold). */
+  int64_t fusion_bytes;
+  /* Diagnostics on stderr: 0 warnings and errors (default), 1 also info,
+   * 2 also debug, -1 none. */
+  int32_t log_level;
+} gorovod_config;
+
+/* The process's place in the current world, as Horovod's rank, size,
+ * local_rank, local_size, cross_rank, cross_size: local ranks are the members
+ * on this host in rank order; the cross ranks are the members with this
+ * process's local rank (one per host). world is the world's number: it
+ * changes whenever the world does. */
+typedef struct gorovod_topology {
+  int32_t rank, size;
+  int32_t local_rank, local_size;
+  int32_t cross_rank, cross_size;
+  uint64_t world;
+} gorovod_topology;
+
+int gorovod_abi_version(void);
+
+/* The last failure of the calling thread, as text; never NULL. Valid until
+ * the thread's next failing call. */
+const char *gorovod_last_error(void);
+
+/* ---- Life cycle ---- */
+
+void gorovod_config_init(gorovod_config *cfg);
+
+/* Joins the launcher's job, or trains alone (gorovod_init_config(NULL)). */
+int gorovod_init(void);
+/* Joins as cfg says; blocks until a world admits this process. Calling it
+ * again while initialized does nothing and returns GOROVOD_OK. */
+int gorovod_init_config(const gorovod_config *cfg);
+/* Leaves the job. finished != 0: training completed (queued collectives run
+ * first and the job is told that training is over); 0: an error or an
+ * interruption (the collective in progress is aborted, queued ones fail with
+ * GOROVOD_ERR_SHUT_DOWN). gorovod_init may be called again afterwards (a new
+ * worker joins). */
+int gorovod_shutdown(int finished);
+/* 1 when initialized, 0 when not. */
+int gorovod_is_initialized(void);
+
+/* ---- Where this process stands (as of the last completed collective) ---- */
+
+int gorovod_topology_get(gorovod_topology *out);
+/* Each returns its value, or -1 when not initialized. */
+int gorovod_rank(void);
+int gorovod_size(void);
+int gorovod_local_rank(void);
+int gorovod_local_size(void);
+int gorovod_cross_rank(void);
+int gorovod_cross_size(void);
+
+/* ---- Collectives ----
+ * count and counts are numbers of elements; per-rank counts arrays have
+ * gorovod_size() entries. */
+
+/* Reduces count elements of send across the world into recv (send == recv:
+ * in place). */
+int gorovod_allreduce_async(const void *send, void *recv, int64_t count, int dtype, int op,
+                            double prescale, double postscale, gorovod_handle *handle);
+int gorovod_allreduce(const void *send, void *recv, int64_t count, int dtype, int op,
+                      double prescale, double postscale);
+/* n tensors in one call, fused into few collectives (one per dtype): tensor
+ * i is counts[i] elements of dtypes[i]; send may be NULL (in place: the
+ * results land in recv[i]). */
+int gorovod_grouped_allreduce_async(int32_t n, const void *const *send, void *const *recv,
+                                    const int64_t *counts, const int32_t *dtypes, int op,
+                                    double prescale, double postscale, gorovod_handle *handle);
+int gorovod_grouped_allreduce(int32_t n, const void *const *send, void *const *recv,
+                              const int64_t *counts, const int32_t *dtypes, int op,
+                              double prescale, double postscale);
+
+/* Copies root's buf into every other rank's, in place. */
+int gorovod_broadcast_async(void *buf, int64_t count, int dtype, int32_t root, gorovod_handle *handle);
+int gorovod_broadcast(void *buf, int64_t count, int dtype, int32_t root);
+/* n buffers from one root in one call (a state broadcast). */
+int gorovod_grouped_broadcast_async(int32_t n, void *const *bufs, const int64_t *counts,
+                                    const int32_t *dtypes, int32_t root, gorovod_handle *handle);
+int gorovod_grouped_broadcast(int32_t n, void *const *bufs, const int64_t *counts,
+                              const int32_t *dtypes, int32_t root);
+
+/* Concatenates every rank's send, in rank order, into recv: recv_counts[r]
+ * elements from rank r (recv_counts NULL: count from every rank), and
+ * recv_counts[rank] == count. Every rank passes the same recv_counts. */
+int gorovod_allgather_async(const void *send, int64_t count, void *recv, const int64_t *recv_counts,
+                            int dtype, gorovod_handle *handle);
+int gorovod_allgather(const void *send, int64_t count, void *recv, const int64_t *recv_counts, int dtype);
+
+/* Sends send_counts[r] elements of send (in rank order) to each rank r and
+ * receives recv_counts[r] elements from each into recv (not in place). */
+int gorovod_alltoall_async(const void *send, const int64_t *send_counts, void *recv,
+                           const int64_t *recv_counts, int dtype, gorovod_handle *handle);
+int gorovod_alltoall(const void *send, const int64_t *send_counts, void *recv,
+                     const int64_t *recv_counts, int dtype);
+
+/* Reduces count elements of send across the world and leaves recv_counts[r]
+ * of the result, in rank order, in rank r's recv (recv_counts NULL: count /
+ * size each, the first count % size ranks one more). */
+int gorovod_reducescatter_async(const void *send, int64_t count, void *recv, const int64_t *recv_counts,
+                                int dtype, int op, double prescale, double postscale,
+                                gorovod_handle *handle);
+int gorovod_reducescatter(const void *send, int64_t count, void *recv, const int64_t *recv_counts,
+                          int dtype, int op, double prescale, double postscale);
+
+/* Returns once every rank has entered it. */
+int gorovod_barrier_async(gorovod_handle *handle);
+int gorovod_barrier(void);
+
+/* Waits for every rank to join and writes the rank that joined last into
+ * *last_rank. Unlike Horovod's join, ranks that joined do not serve the
+ * others' collectives: every rank must have called the same collectives
+ * before it joins. */
+int gorovod_join_async(int32_t *last_rank, gorovod_handle *handle);
+int gorovod_join(int32_t *last_rank);
+
+/* ---- Handles ---- */
+
+/* *done = 1 when the call has completed (gorovod_wait then returns at once),
+ * 0 when not. The handle stays valid. */
+int gorovod_poll(gorovod_handle handle, int *done);
+/* Waits up to timeout_us microseconds (negative: without limit) and returns
+ * the call's status, collecting the handle; GOROVOD_ERR_TIMEOUT when the
+ * timeout came first (the handle stays valid: wait again). Waiting in
+ * slices lets a caller handle its signals meanwhile. */
+int gorovod_wait(gorovod_handle handle, int64_t timeout_us);
+
+/* ---- Elastic training ---- */
+
+/* Ends a step (after every queued collective): moves every member to a newer
+ * world when one was agreed. GOROVOD_OK, GOROVOD_ERR_HOSTS_UPDATED,
+ * GOROVOD_ERR_WORLD_CHANGED (a failure was found and repaired here, or the
+ * new world's rank 0 had not finished this step), or GOROVOD_ERR_EXCLUDED. */
+int gorovod_commit(void);
+/* Acknowledges a world change: this process's next collectives are for the
+ * new world (see ELASTICITY). */
+int gorovod_reset(void);
+/* Asks to leave the job gracefully (what `gorovod run` asks with SIGTERM):
+ * a later gorovod_commit returns GOROVOD_ERR_EXCLUDED at the step where the
+ * others move on without this process; keep training until then. */
+int gorovod_request_leave(void);
+/* Reports the samples this process trained on since the last commit, and
+ * the steps (commits) the job plans in all, to the job's autoscaling
+ * engine. */
+int gorovod_record_samples(int64_t n);
+int gorovod_set_total_steps(int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GOROVOD_H */

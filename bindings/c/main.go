@@ -1,0 +1,4 @@
+package main
+
+// main is required by -buildmode=c-shared and never runs.
+func main() {}

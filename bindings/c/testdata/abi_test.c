@@ -1,0 +1,246 @@
+// A C program against gorovod.h, run by abi_test.go: alone (a world of one)
+// and under `gorovod run` with several workers. It checks every collective's
+// result, the asynchronous handles, the errors (before init, bad arguments,
+// unknown handles, a forked child, the last error per thread), then commits
+// and shuts down. It prints "abi test ok: rank R of N" when all passed and
+// exits 1 at the first failure, saying which.
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gorovod.h"
+
+static int rank = -1, size = -1;
+
+#define CHECK(cond, ...)                                        \
+  do {                                                          \
+    if (!(cond)) {                                              \
+      fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                             \
+      fprintf(stderr, " (last error: %s)\n", gorovod_last_error()); \
+      exit(1);                                                  \
+    }                                                           \
+  } while (0)
+
+#define OK(call)                                                        \
+  do {                                                                  \
+    int rc_ = (call);                                                   \
+    CHECK(rc_ == GOROVOD_OK, "%s returned %d", #call, rc_);             \
+  } while (0)
+
+// Each thread's last error is its own.
+static void *thread_errors(void *arg) {
+  int which = *(int *)arg;
+  for (int i = 0; i < 200; i++) {
+    if (which == 0) {
+      int rc = gorovod_allreduce(NULL, NULL, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1);
+      CHECK(rc == GOROVOD_ERR_INVALID_ARGUMENT, "NULL buffers: %d", rc);
+      CHECK(strstr(gorovod_last_error(), "NULL") != NULL, "thread 0 sees another error: %s", gorovod_last_error());
+    } else {
+      int rc = gorovod_wait(999999999, 0);
+      CHECK(rc == GOROVOD_ERR_UNKNOWN_HANDLE, "unknown handle: %d", rc);
+      CHECK(strstr(gorovod_last_error(), "unknown handle") != NULL, "thread 1 sees another error: %s", gorovod_last_error());
+    }
+  }
+  return NULL;
+}
+
+int main(void) {
+  CHECK(gorovod_abi_version() == GOROVOD_ABI_VERSION, "ABI version %d", gorovod_abi_version());
+
+  // Before init.
+  CHECK(gorovod_is_initialized() == 0, "initialized before init");
+  CHECK(gorovod_rank() == -1, "rank before init");
+  float x = 1;
+  int rc = gorovod_allreduce(&x, &x, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1);
+  CHECK(rc == GOROVOD_ERR_NOT_INITIALIZED, "allreduce before init: %d", rc);
+  CHECK(strstr(gorovod_last_error(), "not initialized") != NULL, "message: %s", gorovod_last_error());
+
+  // A configuration the library refuses.
+  gorovod_config cfg;
+  gorovod_config_init(&cfg);
+  cfg.job_id = "some-job";
+  cfg.secret_hex = "abc";
+  rc = gorovod_init_config(&cfg);
+  CHECK(rc == GOROVOD_ERR_INVALID_ARGUMENT, "bad secret: %d", rc);
+
+  OK(gorovod_init());
+  OK(gorovod_init());  // again: nothing happens
+  CHECK(gorovod_is_initialized() == 1, "not initialized after init");
+  gorovod_topology top;
+  OK(gorovod_topology_get(&top));
+  rank = top.rank;
+  size = top.size;
+  CHECK(size >= 1 && rank >= 0 && rank < size, "topology %d of %d", rank, size);
+  CHECK(gorovod_rank() == rank && gorovod_size() == size, "getters disagree");
+  CHECK(top.local_size == size && top.local_rank == rank && top.cross_size == 1 && top.cross_rank == 0,
+        "one host: local %d/%d cross %d/%d", top.local_rank, top.local_size, top.cross_rank, top.cross_size);
+  const char *expect = getenv("ABI_TEST_SIZE");
+  if (expect != NULL) {
+    CHECK(size == atoi(expect), "size %d, want %s", size, expect);
+  }
+
+  // Allreduce: sum, average, min, max, product; in and out of place.
+  float f[4], g[4];
+  for (int i = 0; i < 4; i++) f[i] = (float)(rank + i);
+  OK(gorovod_allreduce(f, g, 4, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1));
+  for (int i = 0; i < 4; i++) {
+    float want = (float)(size * (size - 1) / 2 + size * i);
+    CHECK(g[i] == want, "sum[%d] = %g, want %g", i, g[i], want);
+    CHECK(f[i] == (float)(rank + i), "the send buffer changed");
+  }
+  double d = rank;
+  OK(gorovod_allreduce(&d, &d, 1, GOROVOD_FLOAT64, GOROVOD_AVERAGE, 1, 1));
+  CHECK(d == (size - 1) / 2.0, "average %g", d);
+  int32_t mn = rank + 5, mx = rank + 5;
+  OK(gorovod_allreduce(&mn, &mn, 1, GOROVOD_INT32, GOROVOD_MIN, 1, 1));
+  OK(gorovod_allreduce(&mx, &mx, 1, GOROVOD_INT32, GOROVOD_MAX, 1, 1));
+  CHECK(mn == 5 && mx == 5 + size - 1, "min %d max %d", mn, mx);
+  int64_t prod = rank + 1;
+  OK(gorovod_allreduce(&prod, &prod, 1, GOROVOD_INT64, GOROVOD_PRODUCT, 1, 1));
+  int64_t fact = 1;
+  for (int i = 2; i <= size; i++) fact *= i;
+  CHECK(prod == fact, "product %lld, want %lld", (long long)prod, (long long)fact);
+  float s = 1;
+  OK(gorovod_allreduce(&s, &s, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 3, 0.5));
+  CHECK(s == 1.5f * size, "sum with prescale 3, postscale 0.5: %g", s);
+  uint8_t u = 2;
+  OK(gorovod_allreduce(&u, &u, 1, GOROVOD_UINT8, GOROVOD_SUM, 1, 1));
+  CHECK(u == 2 * size, "uint8 sum %d", u);
+
+  // Grouped: several dtypes, in place, one call.
+  float ga[3] = {1, 2, 3};
+  int64_t gb[2] = {rank, 10};
+  uint16_t gh[2] = {0x3c00, 0x4000};  // float16 1 and 2
+  void *bufs[3] = {ga, gb, gh};
+  int64_t cnts[3] = {3, 2, 2};
+  int32_t dts[3] = {GOROVOD_FLOAT32, GOROVOD_INT64, GOROVOD_FLOAT16};
+  OK(gorovod_grouped_allreduce(3, NULL, bufs, cnts, dts, GOROVOD_SUM, 1, 1));
+  CHECK(ga[2] == 3.0f * size && gb[0] == size * (size - 1) / 2 && gb[1] == 10 * size, "grouped sums");
+  if (size == 2) {
+    CHECK(gh[0] == 0x4000 && gh[1] == 0x4400, "float16 sums %04x %04x", gh[0], gh[1]);
+  }
+
+  // Broadcast from the last rank; grouped broadcast from rank 0.
+  int32_t b = rank * 7;
+  OK(gorovod_broadcast(&b, 1, GOROVOD_INT32, size - 1));
+  CHECK(b == (size - 1) * 7, "broadcast %d", b);
+  double st[2] = {rank, -rank};
+  uint8_t flag = (uint8_t)rank;
+  void *sbufs[2] = {st, &flag};
+  int64_t scnts[2] = {2, 1};
+  int32_t sdts[2] = {GOROVOD_FLOAT64, GOROVOD_UINT8};
+  OK(gorovod_grouped_broadcast(2, sbufs, scnts, sdts, 0));
+  CHECK(st[0] == 0 && st[1] == 0 && flag == 0, "grouped broadcast");
+
+  // Allgather: rank r sends r+1 elements.
+  int64_t *agc = calloc(size, sizeof *agc);
+  int64_t total = 0;
+  for (int r = 0; r < size; r++) {
+    agc[r] = r + 1;
+    total += r + 1;
+  }
+  int32_t *agsend = calloc(rank + 1, sizeof *agsend), *agrecv = calloc(total, sizeof *agrecv);
+  for (int i = 0; i <= rank; i++) agsend[i] = rank;
+  OK(gorovod_allgather(agsend, rank + 1, agrecv, agc, GOROVOD_INT32));
+  for (int r = 0, k = 0; r < size; r++) {
+    for (int i = 0; i <= r; i++, k++) CHECK(agrecv[k] == r, "allgather[%d] = %d", k, agrecv[k]);
+  }
+  // Equal counts (NULL).
+  int64_t one = rank, *all = calloc(size, sizeof *all);
+  OK(gorovod_allgather(&one, 1, all, NULL, GOROVOD_INT64));
+  for (int r = 0; r < size; r++) CHECK(all[r] == r, "allgather of equal counts");
+
+  // Alltoall: rank r sends one value r*100+j to each rank j.
+  int64_t *ones = calloc(size, sizeof *ones);
+  float *a2s = calloc(size, sizeof *a2s), *a2r = calloc(size, sizeof *a2r);
+  for (int j = 0; j < size; j++) {
+    ones[j] = 1;
+    a2s[j] = (float)(rank * 100 + j);
+  }
+  OK(gorovod_alltoall(a2s, ones, a2r, ones, GOROVOD_FLOAT32));
+  for (int j = 0; j < size; j++) CHECK(a2r[j] == (float)(j * 100 + rank), "alltoall[%d] = %g", j, a2r[j]);
+
+  // Reducescatter: 2*size+1 elements, the default split.
+  int64_t n = 2 * size + 1, mine = n / size + (rank < n % size ? 1 : 0);
+  float *rss = calloc(n, sizeof *rss), *rsr = calloc(mine, sizeof *rsr);
+  for (int i = 0; i < n; i++) rss[i] = (float)i;
+  OK(gorovod_reducescatter(rss, n, rsr, NULL, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1));
+  int64_t off = 0;
+  for (int r = 0; r < rank; r++) off += n / size + (r < n % size ? 1 : 0);
+  for (int i = 0; i < mine; i++) CHECK(rsr[i] == (float)(size * (off + i)), "reducescatter[%d] = %g", i, rsr[i]);
+
+  OK(gorovod_barrier());
+  int32_t last = -1;
+  OK(gorovod_join(&last));
+  CHECK(last >= 0 && last < size, "join: last rank %d", last);
+
+  // Asynchronous: three in flight, collected out of order.
+  float big[3][1000];
+  gorovod_handle h[3];
+  for (int k = 0; k < 3; k++) {
+    for (int i = 0; i < 1000; i++) big[k][i] = (float)k;
+    OK(gorovod_allreduce_async(big[k], big[k], 1000, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1, &h[k]));
+    CHECK(h[k] != 0, "handle 0");
+  }
+  int done = 0;
+  OK(gorovod_poll(h[2], &done));
+  rc = gorovod_wait(h[2], 0);
+  CHECK(rc == GOROVOD_OK || rc == GOROVOD_ERR_TIMEOUT, "wait(0): %d", rc);
+  if (rc == GOROVOD_ERR_TIMEOUT) OK(gorovod_wait(h[2], -1));
+  OK(gorovod_wait(h[0], 10 * 1000 * 1000));
+  OK(gorovod_wait(h[1], -1));
+  for (int k = 0; k < 3; k++) CHECK(big[k][999] == (float)(k * size), "async %d", k);
+  rc = gorovod_wait(h[1], -1);
+  CHECK(rc == GOROVOD_ERR_UNKNOWN_HANDLE, "a collected handle again: %d", rc);
+
+  // Bad arguments: refused before anything is sent, the world untouched.
+  gorovod_handle hh;
+  CHECK(gorovod_allreduce(f, g, 4, 99, GOROVOD_SUM, 1, 1) == GOROVOD_ERR_INVALID_ARGUMENT, "dtype 99");
+  CHECK(strstr(gorovod_last_error(), "dtype 99") != NULL, "message: %s", gorovod_last_error());
+  CHECK(gorovod_allreduce(f, g, 4, GOROVOD_FLOAT32, 42, 1, 1) == GOROVOD_ERR_INVALID_ARGUMENT, "op 42");
+  CHECK(gorovod_allreduce(f, g, -1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1) == GOROVOD_ERR_INVALID_ARGUMENT, "count -1");
+  CHECK(gorovod_allreduce_async(f, g, 4, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1, NULL) == GOROVOD_ERR_INVALID_ARGUMENT, "NULL handle");
+  CHECK(gorovod_broadcast(&b, 1, GOROVOD_INT32, size) == GOROVOD_ERR_INVALID_ARGUMENT, "root %d", size);
+  CHECK(gorovod_broadcast_async(&b, 1, GOROVOD_INT32, -1, &hh) == GOROVOD_ERR_INVALID_ARGUMENT, "root -1");
+  CHECK(gorovod_join(NULL) == GOROVOD_ERR_INVALID_ARGUMENT, "join(NULL)");
+  CHECK(gorovod_poll(424242, &done) == GOROVOD_ERR_UNKNOWN_HANDLE, "poll of an unknown handle");
+  float check = 1;
+  OK(gorovod_allreduce(&check, &check, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1));
+  CHECK(check == (float)size, "allreduce after the refusals: %g", check);
+
+  // Each thread keeps its own last error.
+  pthread_t th[2];
+  int which[2] = {0, 1};
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, thread_errors, &which[i]);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+
+  // A forked child is refused without entering the Go runtime.
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    int crc = gorovod_barrier();
+    if (crc != GOROVOD_ERR_FORKED || strstr(gorovod_last_error(), "fork") == NULL) _exit(2);
+    if (gorovod_is_initialized() != 0 || gorovod_rank() != -1) _exit(3);
+    _exit(0);
+  }
+  int wstatus = 0;
+  CHECK(waitpid(pid, &wstatus, 0) == pid, "waitpid");
+  CHECK(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0, "the forked child: status %d", wstatus);
+
+  OK(gorovod_record_samples(32));
+  OK(gorovod_set_total_steps(1));
+  OK(gorovod_commit());
+  OK(gorovod_reset());
+  OK(gorovod_shutdown(1));
+  CHECK(gorovod_is_initialized() == 0, "initialized after shutdown");
+  rc = gorovod_barrier();
+  CHECK(rc == GOROVOD_ERR_NOT_INITIALIZED, "barrier after shutdown: %d", rc);
+  printf("abi test ok: rank %d of %d\n", rank, size);
+  return 0;
+}

@@ -1,0 +1,106 @@
+package buildtest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	stdsync "sync"
+	"testing"
+)
+
+// LibraryTags are the build tags of libgorovod.so (see internal/gpu's
+// gorovod_nonvml).
+const LibraryTags = "gorovod_nonvml"
+
+var built struct {
+	once stdsync.Once
+	dir  string
+	err  error
+}
+
+var cmd struct {
+	once stdsync.Once
+	err  error
+}
+
+// Root is the module's root directory.
+func Root() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func outDir() (string, error) {
+	if built.dir == "" {
+		d, err := os.MkdirTemp("", "bindings-buildtest-")
+		if err != nil {
+			return "", err
+		}
+		built.dir = d
+	}
+	return built.dir, nil
+}
+
+// Library builds libgorovod.so (once) and returns the directory holding it.
+func Library(t testing.TB) string {
+	t.Helper()
+	built.once.Do(func() {
+		root, err := Root()
+		if err == nil {
+			var dir string
+			if dir, err = outDir(); err == nil {
+				c := exec.Command("go", "build", "-buildmode=c-shared", "-tags", LibraryTags, "-o", filepath.Join(dir, "libgorovod.so"), "./bindings/c")
+				c.Dir = root
+				if out, berr := c.CombinedOutput(); berr != nil {
+					err = fmt.Errorf("building libgorovod.so: %v\n%s", berr, out)
+				}
+			}
+		}
+		built.err = err
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.dir
+}
+
+// Gorovod builds the gorovod command (once) and returns its path.
+func Gorovod(t testing.TB) string {
+	t.Helper()
+	Library(t) // the same directory
+	path := filepath.Join(built.dir, "gorovod")
+	cmd.once.Do(func() {
+		root, err := Root()
+		if err == nil {
+			c := exec.Command("go", "build", "-o", path, "./cmd/gorovod")
+			c.Dir = root
+			if out, berr := c.CombinedOutput(); berr != nil {
+				err = fmt.Errorf("building gorovod: %v\n%s", berr, out)
+			}
+		}
+		cmd.err = err
+	})
+	if cmd.err != nil {
+		t.Fatal(cmd.err)
+	}
+	return path
+}
+
+// Cleanup removes what was built.
+func Cleanup() {
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+}

@@ -1,0 +1,36 @@
+// Package engine is what stands behind gorovod's C ABI (bindings/c) and the
+// language bindings over it: one process's membership in a job, and every
+// collective the framework asks for, run on the current world's session in
+// the order they were submitted.
+//
+// # Ordering
+//
+// gorovod's collectives pair up by their position in each rank's sequence
+// (there is no negotiation by tensor name, as in Horovod), so the engine runs
+// what it is given strictly in submission order, on one goroutine (the
+// executor), which is also the only goroutine that touches the session. An
+// asynchronous call returns a Handle at once; Wait or Poll collect it. Every
+// rank must submit the same collectives, with the same dtypes and sizes, in
+// the same order — what a framework's deterministic backward pass does.
+//
+// # World changes
+//
+// A collective that fails because the world broke (a peer died, froze, or
+// left) comes back ErrWorldChanged after the session has rebuilt the world;
+// Commit moves every member to a newer world at a step boundary and says so
+// with ErrHostsUpdated. Either way the trainer's state must be
+// re-synchronized from the new rank 0 before it goes on, and the
+// collectives it had already submitted belong to the old world: those still
+// queued fail with ErrWorldChanged without running, and so does every new
+// submission until the trainer calls Reset, which says "my next collectives
+// are for the new world" (the Python binding's elastic.run does it before
+// state.sync()). So no rank ever runs an old world's collective in a new
+// world, where it would pair with another rank's different call.
+//
+// # Memory
+//
+// Buffers are host memory the caller owns (C memory, a tensor's storage):
+// the engine reads and writes it only while the handle that carries it is
+// running, and keeps no reference once it completes. The caller keeps it
+// valid and untouched until then.
+package engine

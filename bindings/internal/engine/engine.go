@@ -1,0 +1,477 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"runtime/debug"
+	stdsync "sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	gsync "github.com/gorovod/gorovod/sync"
+)
+
+// DefaultIOTimeout is how long a peer may stay silent inside a collective
+// before the engine gives up on it. It is far longer than a Go trainer's
+// (sync.WorkerIOTimeout): a framework process spends unbounded time between
+// collectives (loading data, evaluating, checkpointing on rank 0), during
+// which its peers wait in their next collective, and a process that died or
+// froze is found by gossip within about a second anyway. What is left for
+// the timeout is a process alive but hung in the framework's own code.
+const DefaultIOTimeout = 10 * time.Minute
+
+// Config configures an Engine. A zero field means its default
+// (DefaultConfig).
+type Config struct {
+	// Worker is how the process joins (see sync.JoinJob): the job it names
+	// when Worker.JobID is set, else the launcher's job when a launcher
+	// started the process, else a world of one. Its Transport.IOTimeout
+	// defaults to DefaultIOTimeout.
+	Worker gsync.WorkerConfig
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	w := gsync.DefaultWorkerConfig()
+	w.Transport.IOTimeout = DefaultIOTimeout
+	return Config{Worker: w}
+}
+
+// The errors an engine call returns besides a collective's own, tested with
+// errors.Is. A world change is sync.ErrWorldChanged, a worker the job went on
+// without sync.ErrExcluded, and ranks that called different collectives a
+// *collective.MismatchError.
+var (
+	// ErrInvalid is wrapped by the error of a call refused for its
+	// arguments before anything was sent: the world is untouched.
+	ErrInvalid = errors.New("gorovod: invalid argument")
+	// ErrHostsUpdated is Commit's report that every member moved to a newer
+	// world at this step boundary (workers joined or left): the trainer
+	// re-synchronizes its state from the new rank 0, then calls Reset.
+	ErrHostsUpdated = errors.New("gorovod: the job moved to a new world at this commit")
+	// ErrNotDone is Wait's answer when the timeout passed first: the handle
+	// stays valid.
+	ErrNotDone = errors.New("gorovod: not done yet")
+	// ErrUnknownHandle is a handle this engine never issued, or one already
+	// collected.
+	ErrUnknownHandle = errors.New("gorovod: unknown handle")
+	// ErrClosed is every call after Close.
+	ErrClosed = errors.New("gorovod: shut down")
+	// ErrInternal is wrapped by a panic recovered inside the engine.
+	ErrInternal = errors.New("gorovod: internal error")
+)
+
+// Handle names a submitted call until Wait collects it. Handles are never
+// reused; 0 is none.
+type Handle uint64
+
+// Topology places the process in the current world, as Horovod's rank,
+// size, local_rank, local_size, cross_rank and cross_size do: local ranks
+// are the members on this host (members whose collective address has this
+// one's host), in rank order; the cross world of a process is the members
+// with its local rank, one per host.
+type Topology struct {
+	Rank, Size           int
+	LocalRank, LocalSize int
+	CrossRank, CrossSize int
+	// World is the world's epoch number: it changes whenever the world does.
+	World uint64
+}
+
+// Engine is one process's gorovod. Its methods may be called from any
+// goroutine (any thread, through the C ABI).
+type Engine struct {
+	log     *slog.Logger
+	mem     *gsync.Membership
+	sess    *gsync.Session // the executor's alone once Start returns
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wake    chan struct{} // a submission or Close for the executor
+	stopped chan struct{} // closed when the executor has exited
+
+	samples atomic.Int64 // recorded since the last commit, for the autoscaler
+	total   atomic.Int64 // the planned steps, -1 when not set since the last commit
+
+	mu      stdsync.Mutex
+	queue   []*call
+	handles map[Handle]*call
+	next    Handle
+	gen     uint64 // counts world changes: a call belongs to the world of its gen
+	stale   error  // a world change the trainer has not acknowledged (Reset)
+	gone    error  // nothing more can run: closed, or excluded from the job
+	closing bool
+	topo    Topology
+}
+
+// call is one submitted collective (or commit).
+type call struct {
+	what   string
+	gen    uint64
+	commit bool
+	run    func(ctx context.Context, s *gsync.Session) error
+	done   chan struct{}
+	err    error
+}
+
+// Start joins the job (see Config.Worker) and returns once a world admits
+// this process.
+func Start(ctx context.Context, cfg Config) (*Engine, error) {
+	if cfg.Worker.Transport.IOTimeout == 0 {
+		cfg.Worker.Transport.IOTimeout = DefaultIOTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg.Worker.Logger = log
+	mem, err := gsync.JoinJob(ctx, cfg.Worker, gsync.NewState())
+	if err != nil {
+		return nil, err
+	}
+	ectx, cancel := context.WithCancel(context.Background())
+	e := &Engine{
+		log: log, mem: mem, sess: mem.Session(), ctx: ectx, cancel: cancel,
+		wake: make(chan struct{}, 1), stopped: make(chan struct{}), handles: make(map[Handle]*call),
+	}
+	e.total.Store(-1)
+	e.topo = topology(e.sess)
+	go e.loop()
+	return e, nil
+}
+
+// Topology is where the process stands in the current world (as of the last
+// collective that completed).
+func (e *Engine) Topology() Topology {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.topo
+}
+
+// topology computes the Topology of the session's current world.
+func topology(s *gsync.Session) Topology {
+	w, self := s.World(), s.Self()
+	host := func(addr string) string {
+		if h, _, err := net.SplitHostPort(addr); err == nil {
+			return h
+		}
+		return addr
+	}
+	t := Topology{Rank: w.Rank(self.Name), Size: len(w.Members), World: w.Number}
+	mine := host(self.Addr)
+	local := make([]int, len(w.Members)) // each member's local rank
+	perHost := map[string]int{}
+	for i, m := range w.Members {
+		h := host(m.Addr)
+		local[i] = perHost[h]
+		perHost[h]++
+		if h == mine {
+			t.LocalSize++
+		}
+	}
+	t.LocalRank = local[t.Rank]
+	for i := range w.Members {
+		if local[i] == t.LocalRank {
+			if i < t.Rank {
+				t.CrossRank++
+			}
+			t.CrossSize++
+		}
+	}
+	return t
+}
+
+// submit queues c and returns its handle; it refuses at once what cannot
+// run.
+func (e *Engine) submit(c *call) (Handle, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.gone != nil:
+		return 0, e.gone
+	case e.closing:
+		return 0, ErrClosed
+	case e.stale != nil:
+		return 0, e.stale
+	}
+	c.gen = e.gen
+	c.done = make(chan struct{})
+	e.next++
+	e.handles[e.next] = c
+	e.queue = append(e.queue, c)
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+	return e.next, nil
+}
+
+// loop is the executor: it runs the queued calls one at a time, in order.
+func (e *Engine) loop() {
+	defer close(e.stopped)
+	for {
+		e.mu.Lock()
+		if len(e.queue) == 0 {
+			closing := e.closing
+			e.mu.Unlock()
+			if closing {
+				return
+			}
+			<-e.wake
+			continue
+		}
+		c := e.queue[0]
+		e.queue[0] = nil
+		e.queue = e.queue[1:]
+		gen, gone := e.gen, e.gone
+		e.mu.Unlock()
+		switch {
+		case gone != nil:
+			c.finish(gone)
+		case e.ctx.Err() != nil:
+			c.finish(ErrClosed)
+		case c.gen != gen:
+			c.finish(fmt.Errorf("%w: this %s was submitted before the world changed, and was not run", gsync.ErrWorldChanged, c.what))
+		default:
+			c.finish(e.execute(c))
+		}
+	}
+}
+
+// execute runs c on the session and records what happened to the world.
+func (e *Engine) execute(c *call) (err error) {
+	before := e.sess.World().Number
+	if c.commit {
+		if n := e.samples.Swap(0); n > 0 {
+			e.sess.RecordSamples(int(n))
+		}
+		if n := e.total.Swap(-1); n >= 0 {
+			e.sess.SetTotalSteps(n)
+		}
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("%w: panic in %s: %v\n%s", ErrInternal, c.what, p, debug.Stack())
+			}
+		}()
+		err = c.run(e.ctx, e.sess)
+	}()
+	after := e.sess.World().Number
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if errors.Is(err, gsync.ErrExcluded) {
+		e.gone = err
+		return err
+	}
+	if e.ctx.Err() != nil && err != nil {
+		return ErrClosed
+	}
+	if after == before {
+		return err
+	}
+	e.gen++
+	e.topo = topology(e.sess)
+	if err == nil && c.commit {
+		err = ErrHostsUpdated
+	}
+	e.stale = fmt.Errorf("%w: the world changed (now %d workers, world %d) and the trainer has not re-synchronized its state yet (Reset)", gsync.ErrWorldChanged, e.topo.Size, e.topo.World)
+	e.log.Info("the world changed", "call", c.what, "world", after, "rank", e.topo.Rank, "size", e.topo.Size, "err", err)
+	return err
+}
+
+func (c *call) finish(err error) {
+	c.err = err
+	c.run = nil // nothing of the caller's memory is kept past completion
+	close(c.done)
+}
+
+// Wait waits up to timeout (negative: until done) for h to complete and
+// returns its result; a completed handle is forgotten. ErrNotDone means the
+// timeout came first and h is still valid.
+func (e *Engine) Wait(h Handle, timeout time.Duration) error {
+	e.mu.Lock()
+	c, ok := e.handles[h]
+	e.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w %d", ErrUnknownHandle, h)
+	}
+	switch {
+	case timeout < 0:
+		<-c.done
+	case timeout == 0:
+		select {
+		case <-c.done:
+		default:
+			return ErrNotDone
+		}
+	default:
+		t := time.NewTimer(timeout)
+		select {
+		case <-c.done:
+			t.Stop()
+		case <-t.C:
+			return ErrNotDone
+		}
+	}
+	e.mu.Lock()
+	delete(e.handles, h)
+	e.mu.Unlock()
+	return c.err
+}
+
+// Poll reports whether h has completed, without collecting it.
+func (e *Engine) Poll(h Handle) (bool, error) {
+	e.mu.Lock()
+	c, ok := e.handles[h]
+	e.mu.Unlock()
+	if !ok {
+		return false, fmt.Errorf("%w %d", ErrUnknownHandle, h)
+	}
+	select {
+	case <-c.done:
+		return true, nil
+	default:
+		return false, nil
+	}
+}
+
+// Pending is how many handles have not been collected.
+func (e *Engine) Pending() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.handles)
+}
+
+// Commit ends a step (see sync.Session.Commit): it returns nil when the
+// world stayed as it was, ErrHostsUpdated when every member moved to a newer
+// world here, sync.ErrWorldChanged when a failure was found and repaired (or
+// the new world's rank 0 had not committed the step), and sync.ErrExcluded
+// when the job goes on without this process. It runs after every call
+// submitted before it.
+func (e *Engine) Commit() (Handle, error) {
+	return e.submit(&call{what: "commit", commit: true, run: func(ctx context.Context, s *gsync.Session) error {
+		return s.Commit(ctx)
+	}})
+}
+
+// Reset acknowledges a world change: the caller's next collectives are for
+// the new world (its state re-synchronization first). Calls submitted
+// before the change that are still queued fail anyway.
+func (e *Engine) Reset() {
+	e.mu.Lock()
+	e.stale = nil
+	e.mu.Unlock()
+}
+
+// RequestLeave asks to leave the job gracefully: a later Commit returns
+// sync.ErrExcluded at the step boundary where the others move on without
+// this process.
+func (e *Engine) RequestLeave(ctx context.Context) error {
+	return e.mem.RequestLeave(ctx)
+}
+
+// RecordSamples adds n to the samples this process trained on in the
+// current step (the autoscaling engine measures throughput in samples).
+func (e *Engine) RecordSamples(n int64) { e.samples.Add(n) }
+
+// SetTotalSteps tells the autoscaling engine how many steps (commits) the
+// job plans in all.
+func (e *Engine) SetTotalSteps(n int64) { e.total.Store(max(n, 0)) }
+
+// Close leaves the job. With finished (the trainer completed normally) the
+// calls still queued run first and the job is told that training is over;
+// otherwise the call in progress is aborted and the queued ones fail with
+// ErrClosed. ctx bounds the wait for the queue in the finished case.
+func (e *Engine) Close(ctx context.Context, finished bool) error {
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		<-e.stopped
+		return nil
+	}
+	e.closing = true
+	excluded := e.gone != nil
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+	if !finished {
+		e.cancel()
+	}
+	select {
+	case <-e.stopped:
+	case <-ctx.Done():
+		e.cancel()
+		<-e.stopped
+		finished = false
+	}
+	e.cancel()
+	e.mu.Lock()
+	if e.gone == nil {
+		e.gone = ErrClosed
+	}
+	e.mu.Unlock()
+	if finished && !excluded {
+		return e.mem.Finish(context.WithoutCancel(ctx))
+	}
+	return e.mem.Close()
+}
+
+// checkReduce validates a reduction before it is queued and fills in its
+// defaults as sync.Reduction does: op 0 averages, scale factors 0 are 1.
+func checkReduce(how gsync.Reduction) (gsync.Reduction, error) {
+	if how.Op == 0 {
+		how.Op = collective.Average
+	}
+	if !how.Op.Valid() {
+		return how, fmt.Errorf("%w: reduce op %d (want sum 1, average 2, min 3, max 4 or product 5)", ErrInvalid, how.Op)
+	}
+	for _, f := range []*float64{&how.Prescale, &how.Postscale} {
+		if *f == 0 {
+			*f = 1
+		}
+		if math.IsNaN(*f) || math.IsInf(*f, 0) {
+			return how, fmt.Errorf("%w: scale factor %v is not finite", ErrInvalid, *f)
+		}
+	}
+	return how, nil
+}
+
+// checkBuffers validates host buffers before they are queued.
+func checkBuffers(what string, bufs ...collective.Buffer) error {
+	for i, b := range bufs {
+		switch {
+		case !b.DType.Valid():
+			return fmt.Errorf("%w: %s tensor %d has dtype %d (want 1 to 7: float32, float64, float16, bfloat16, int32, int64, uint8)", ErrInvalid, what, i, b.DType)
+		case b.Count < 0:
+			return fmt.Errorf("%w: %s tensor %d has %d elements", ErrInvalid, what, i, b.Count)
+		case b.Device == nil && len(b.Host) != b.Bytes():
+			return fmt.Errorf("%w: %s tensor %d: %d bytes for %d %v elements", ErrInvalid, what, i, len(b.Host), b.Count, b.DType)
+		}
+	}
+	return nil
+}
+
+// checkCounts validates per-rank element counts against the world and
+// returns their sum.
+func (e *Engine) checkCounts(what string, counts []int) (int, error) {
+	size := e.Topology().Size
+	if len(counts) != size {
+		return 0, fmt.Errorf("%w: %s: %d counts for a world of %d", ErrInvalid, what, len(counts), size)
+	}
+	total := 0
+	for r, n := range counts {
+		if n < 0 {
+			return 0, fmt.Errorf("%w: %s: negative count %d for rank %d", ErrInvalid, what, n, r)
+		}
+		total += n
+	}
+	return total, nil
+}

@@ -1,0 +1,451 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/membership"
+	gsync "github.com/gorovod/gorovod/sync"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
+)
+
+// These tests run a real job in one process: a driver, and engines that find
+// it through gossip and connect over loopback TCP, each its own worker.
+
+const (
+	testJob    = "engine-test"
+	testSecret = "engine-test-secret"
+)
+
+func startDriver(t *testing.T, min int) *driver.Driver {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := driver.Start(ctx, driver.Config{JobID: testJob, Secret: []byte(testSecret), MinWorkers: min, Membership: membership.DefaultConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func startEngine(ctx context.Context, d *driver.Driver) (*Engine, error) {
+	cfg := DefaultConfig()
+	cfg.Worker.JobID, cfg.Worker.Secret, cfg.Worker.Seeds = testJob, []byte(testSecret), []string{d.GossipAddr()}
+	cfg.Worker.Transport.IOTimeout = 5 * time.Second
+	return Start(ctx, cfg)
+}
+
+// startEngines starts n engines together and waits until all share one world.
+func startEngines(t *testing.T, d *driver.Driver, n int) []*Engine {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	es := make([]*Engine, n)
+	errs := make([]error, n)
+	var wg stdsync.WaitGroup
+	for i := range es {
+		wg.Go(func() { es[i], errs[i] = startEngine(ctx, d) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("engine %d: %v", i, err)
+		}
+		e := es[i]
+		t.Cleanup(func() { e.Close(context.Background(), false) })
+	}
+	// Members admitted in different worlds meet at a commit.
+	each(t, es, func(e *Engine) error {
+		for e.Topology().Size < n {
+			err := waitOn(e)(e.Commit())
+			if err != nil && !errors.Is(err, ErrHostsUpdated) && !errors.Is(err, gsync.ErrWorldChanged) {
+				return err
+			}
+			e.Reset()
+		}
+		return nil
+	})
+	return sortByRank(es)
+}
+
+func sortByRank(es []*Engine) []*Engine {
+	out := make([]*Engine, len(es))
+	for _, e := range es {
+		out[e.Topology().Rank] = e
+	}
+	return out
+}
+
+// each runs f on every engine at once, as the ranks of one job would.
+func each(t *testing.T, es []*Engine, f func(e *Engine) error) {
+	t.Helper()
+	errs := make([]error, len(es))
+	var wg stdsync.WaitGroup
+	for i, e := range es {
+		wg.Go(func() { errs[i] = f(e) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("engine %d: %v", i, err)
+		}
+	}
+}
+
+// wait collects a handle (or the submission's error) with a deadline.
+func waitOn(e *Engine) func(Handle, error) error {
+	return func(h Handle, err error) error {
+		if err != nil {
+			return err
+		}
+		return e.Wait(h, 30*time.Second)
+	}
+}
+
+func f32(v []float32) collective.Buffer { return collective.SliceBuffer(v) }
+
+func TestCollectives(t *testing.T) {
+	d := startDriver(t, 3)
+	es := startEngines(t, d, 3)
+	each(t, es, func(e *Engine) error {
+		w := waitOn(e)
+		top := e.Topology()
+		r := float32(top.Rank)
+		if top.Size != 3 || top.LocalSize != 3 || top.LocalRank != top.Rank || top.CrossSize != 1 || top.CrossRank != 0 {
+			return fmt.Errorf("topology %+v on one host", top)
+		}
+		// A grouped allreduce of several dtypes, started asynchronously and
+		// collected in reverse order, then sum with pre- and postscale.
+		a, b := []float32{r, 1, 2}, []float64{float64(r) * 2}
+		c := []int32{int32(r) + 1}
+		ha, err := e.Allreduce(nil, []collective.Buffer{f32(a), collective.SliceBuffer(b)}, gsync.Reduction{})
+		if err != nil {
+			return err
+		}
+		hc, err := e.Allreduce(nil, []collective.Buffer{collective.SliceBuffer(c)}, gsync.Reduction{Op: collective.Product})
+		if err != nil {
+			return err
+		}
+		if err := e.Wait(hc, 30*time.Second); err != nil {
+			return err
+		}
+		if err := e.Wait(ha, 30*time.Second); err != nil {
+			return err
+		}
+		if a[0] != 1 || a[2] != 2 || b[0] != 2 || c[0] != 6 {
+			return fmt.Errorf("averages %v %v, product %v", a, b, c)
+		}
+		out := make([]float32, 3)
+		if err := w(e.Allreduce([]collective.Buffer{f32([]float32{r, 1, 0})}, []collective.Buffer{f32(out)},
+			gsync.Reduction{Op: collective.Sum, Prescale: 2, Postscale: 0.5})); err != nil {
+			return err
+		}
+		if out[0] != 3 || out[1] != 3 {
+			return fmt.Errorf("sum with scales: %v", out)
+		}
+		// Broadcast from rank 2, two tensors.
+		x, y := []float32{r}, []int64{int64(r) * 10}
+		if err := w(e.Broadcast([]collective.Buffer{f32(x), collective.SliceBuffer(y)}, 2)); err != nil {
+			return err
+		}
+		if x[0] != 2 || y[0] != 20 {
+			return fmt.Errorf("broadcast: %v %v", x, y)
+		}
+		// Allgather with a different count per rank (rank r sends r+1).
+		send := make([]float32, top.Rank+1)
+		for i := range send {
+			send[i] = r
+		}
+		all := make([]float32, 6)
+		if err := w(e.Allgather(f32(send), f32(all), []int{1, 2, 3})); err != nil {
+			return err
+		}
+		if fmt.Sprint(all) != "[0 1 1 2 2 2]" {
+			return fmt.Errorf("allgather: %v", all)
+		}
+		// Alltoall: rank r sends j+1 copies of r*10+j to rank j.
+		var sendA []float32
+		sendCounts := []int{1, 2, 3}
+		for j, n := range sendCounts {
+			for range n {
+				sendA = append(sendA, r*10+float32(j))
+			}
+		}
+		n := top.Rank + 1
+		recvA := make([]float32, 3*n)
+		if err := w(e.Alltoall(f32(sendA), sendCounts, f32(recvA), []int{n, n, n})); err != nil {
+			return err
+		}
+		for j := range 3 {
+			for k := range n {
+				if recvA[j*n+k] != float32(j*10+top.Rank) {
+					return fmt.Errorf("alltoall received %v", recvA)
+				}
+			}
+		}
+		// Reduce-scatter of 6 elements, 1, 2 and 3 per rank, averaged.
+		rs := []float32{r, r, r, r, r, r}
+		mine := make([]float32, top.Rank+1)
+		if err := w(e.ReduceScatter(f32(rs), f32(mine), []int{1, 2, 3}, gsync.Reduction{Op: collective.Average})); err != nil {
+			return err
+		}
+		for _, v := range mine {
+			if v != 1 {
+				return fmt.Errorf("reducescatter: %v", mine)
+			}
+		}
+		if err := w(e.Barrier()); err != nil {
+			return err
+		}
+		// Join: rank 1 arrives last.
+		if top.Rank == 1 {
+			time.Sleep(50 * time.Millisecond) // the order of arrival is the point
+		}
+		var last int32 = -1
+		if err := w(e.Join(&last)); err != nil {
+			return err
+		}
+		if last != 1 {
+			return fmt.Errorf("join: last rank %d, want 1", last)
+		}
+		if p := e.Pending(); p != 0 {
+			return fmt.Errorf("%d handles left", p)
+		}
+		return nil
+	})
+}
+
+func TestInvalidArgumentsAreRefusedBeforeAnythingRuns(t *testing.T) {
+	d := startDriver(t, 2)
+	es := startEngines(t, d, 2)
+	each(t, es, func(e *Engine) error {
+		bad := []struct {
+			name string
+			call func() (Handle, error)
+		}{
+			{"op", func() (Handle, error) {
+				return e.Allreduce(nil, []collective.Buffer{f32(make([]float32, 2))}, gsync.Reduction{Op: 9})
+			}},
+			{"dtype", func() (Handle, error) {
+				return e.Allreduce(nil, []collective.Buffer{{DType: 42, Count: 1, Host: make([]byte, 4)}}, gsync.Reduction{Op: collective.Sum})
+			}},
+			{"bytes", func() (Handle, error) {
+				return e.Broadcast([]collective.Buffer{{DType: collective.Float32, Count: 3, Host: make([]byte, 4)}}, 0)
+			}},
+			{"root", func() (Handle, error) { return e.Broadcast([]collective.Buffer{f32(make([]float32, 2))}, 2) }},
+			{"counts", func() (Handle, error) { return e.Allgather(f32(make([]float32, 1)), f32(make([]float32, 2)), []int{1}) }},
+			{"scale", func() (Handle, error) {
+				return e.Allreduce(nil, []collective.Buffer{f32(make([]float32, 2))}, gsync.Reduction{Op: collective.Sum, Prescale: math.Inf(1)})
+			}},
+			{"join", func() (Handle, error) { return e.Join(nil) }},
+		}
+		for _, b := range bad {
+			if h, err := b.call(); !errors.Is(err, ErrInvalid) || h != 0 {
+				return fmt.Errorf("%s: handle %d, %v; want ErrInvalid", b.name, h, err)
+			}
+		}
+		if err := e.Wait(12345, 0); !errors.Is(err, ErrUnknownHandle) {
+			return fmt.Errorf("wait on an unknown handle: %v", err)
+		}
+		// The world is untouched.
+		v := []float32{1}
+		if err := waitOn(e)(e.Allreduce(nil, []collective.Buffer{f32(v)}, gsync.Reduction{Op: collective.Sum})); err != nil || v[0] != 2 {
+			return fmt.Errorf("allreduce after the refusals: %v %v", v, err)
+		}
+		return nil
+	})
+}
+
+// Ranks that submit different tensors get an error naming the difference,
+// never a hang.
+func TestMismatchedTensors(t *testing.T) {
+	d := startDriver(t, 2)
+	es := startEngines(t, d, 2)
+	each(t, es, func(e *Engine) error {
+		n := 10 + 10*e.Topology().Rank
+		err := waitOn(e)(e.Allreduce(nil, []collective.Buffer{f32(make([]float32, n))}, gsync.Reduction{Op: collective.Sum}))
+		var mismatch *collective.MismatchError
+		if !errors.As(err, &mismatch) && !errors.Is(err, gsync.ErrWorldChanged) {
+			return fmt.Errorf("mismatched allreduce: %v", err)
+		}
+		if !strings.Contains(err.Error(), "element count") {
+			return fmt.Errorf("the error does not say what differs: %v", err)
+		}
+		return nil
+	})
+}
+
+// A member that dies inside a collective: the survivors' call fails with
+// ErrWorldChanged after the world was rebuilt, the calls they had queued
+// behind it fail without running, new submissions are refused until Reset,
+// and after Reset they run in the new world.
+func TestWorldChangeFailsTheOldWorldsCalls(t *testing.T) {
+	d := startDriver(t, 2)
+	es := startEngines(t, d, 3)
+	victim := es[2]
+	survivors := es[:2]
+	big := func() collective.Buffer { return f32(make([]float32, 1<<20)) }
+	var wg stdsync.WaitGroup
+	wg.Go(func() {
+		// The victim dies once the others are inside the collective.
+		time.Sleep(200 * time.Millisecond)
+		victim.Close(context.Background(), false)
+	})
+	each(t, survivors, func(e *Engine) error {
+		h1, err := e.Allreduce(nil, []collective.Buffer{big()}, gsync.Reduction{})
+		if err != nil {
+			return err
+		}
+		h2, err := e.Allreduce(nil, []collective.Buffer{big()}, gsync.Reduction{})
+		if err != nil {
+			return err
+		}
+		err1 := e.Wait(h1, 30*time.Second)
+		if !errors.Is(err1, gsync.ErrWorldChanged) {
+			return fmt.Errorf("the interrupted allreduce: %v", err1)
+		}
+		if err := e.Wait(h2, 30*time.Second); !errors.Is(err, gsync.ErrWorldChanged) || !strings.Contains(err.Error(), "not run") {
+			return fmt.Errorf("the allreduce queued behind it: %v", err)
+		}
+		if _, err := e.Barrier(); !errors.Is(err, gsync.ErrWorldChanged) {
+			return fmt.Errorf("a submission before Reset: %v", err)
+		}
+		if top := e.Topology(); top.Size != 2 {
+			return fmt.Errorf("topology after the failure: %+v", top)
+		}
+		e.Reset()
+		v := []float32{1}
+		if err := waitOn(e)(e.Allreduce(nil, []collective.Buffer{f32(v)}, gsync.Reduction{Op: collective.Sum})); err != nil || v[0] != 2 {
+			return fmt.Errorf("after Reset: %v %v", v, err)
+		}
+		return nil
+	})
+	wg.Wait()
+}
+
+// A joiner is admitted at a commit, which tells the members the job moved
+// (ErrHostsUpdated); a member that asks to leave is excluded at a commit.
+func TestCommitJoinAndLeave(t *testing.T) {
+	d := startDriver(t, 1)
+	es := startEngines(t, d, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	joined := make(chan *Engine, 1)
+	go func() {
+		e, err := startEngine(ctx, d)
+		if err != nil {
+			t.Error(err)
+		}
+		joined <- e
+	}()
+	waitWorld(t, d, func(w epoch.World) bool { return len(w.Members) == 3 })
+	each(t, es, func(e *Engine) error {
+		// The epoch reaches the members by gossip: a later commit (every
+		// member commits the same number of times) moves them.
+		for {
+			err := waitOn(e)(e.Commit())
+			if errors.Is(err, ErrHostsUpdated) {
+				e.Reset()
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("commit with a joiner waiting: %v, want ErrHostsUpdated", err)
+			}
+			if ctx.Err() != nil {
+				return errors.New("the joiner was never admitted")
+			}
+		}
+	})
+	j := <-joined
+	if j == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() { j.Close(context.Background(), false) })
+	all := sortByRank(append(es, j))
+	if j.Topology().Rank != 2 || j.Topology().Size != 3 {
+		t.Fatalf("joiner: %+v", j.Topology())
+	}
+	leaver := all[1]
+	if err := leaver.RequestLeave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitWorld(t, d, func(w epoch.World) bool { return len(w.Members) == 2 })
+	each(t, all, func(e *Engine) error {
+		err := waitOn(e)(e.Commit())
+		for err == nil && ctx.Err() == nil {
+			err = waitOn(e)(e.Commit())
+		}
+		if e == leaver {
+			if !errors.Is(err, gsync.ErrExcluded) {
+				return fmt.Errorf("the leaver's commit: %v", err)
+			}
+			if _, err := e.Barrier(); !errors.Is(err, gsync.ErrExcluded) {
+				return fmt.Errorf("a call after leaving: %v", err)
+			}
+			return e.Close(ctx, true)
+		}
+		if !errors.Is(err, ErrHostsUpdated) {
+			return fmt.Errorf("commit as a member leaves: %v", err)
+		}
+		return nil
+	})
+}
+
+func waitWorld(t *testing.T, d *driver.Driver, ok func(epoch.World) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var after uint64
+	for {
+		w, err := d.Await(ctx, after)
+		if err != nil {
+			t.Fatalf("waiting for a world: %v", err)
+		}
+		if ok(w) {
+			return
+		}
+		after = w.Number
+	}
+}
+
+// Without a job, the engine trains in a world of one; Close fails what is
+// queued and refuses what comes after.
+func TestAloneAndClose(t *testing.T) {
+	if gsync.UnderLauncher() {
+		t.Skip("started by a launcher")
+	}
+	e, err := Start(context.Background(), DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if top := e.Topology(); top.Size != 1 || top.Rank != 0 || top.LocalSize != 1 {
+		t.Fatalf("alone: %+v", top)
+	}
+	h := []float64{3}
+	if err := waitOn(e)(e.Allreduce(nil, []collective.Buffer{collective.SliceBuffer(h)}, gsync.Reduction{})); err != nil || h[0] != 3 {
+		t.Fatalf("allreduce alone: %v %v", h, err)
+	}
+	if err := waitOn(e)(e.Commit()); err != nil {
+		t.Fatal(err)
+	}
+	e.RecordSamples(5)
+	e.SetTotalSteps(10)
+	if err := waitOn(e)(e.Commit()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Barrier(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}

@@ -1,0 +1,120 @@
+"""Training steps per second of one model, data-parallel, under gorovod.torch
+(run it under `gorovod run`) or under torch's DistributedDataParallel with
+the Gloo backend (it spawns the processes itself). CPU only, synthetic data,
+torch.set_num_threads(1) in every process; the same model, batch and
+optimizer either way. Prints one line: "RESULT backend model np steps/s".
+
+    gorovod run --np 2 --min-np 2 -- /usr/bin/python3 bench/train_bench.py --backend gorovod --model mlp
+    /usr/bin/python3 bench/train_bench.py --backend ddp --np 2 --model mlp
+
+compare.py interleaves the two and reports medians.
+"""
+
+import argparse
+import os
+import socket
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class CNN(nn.Module):
+    """examples/pytorch/pytorch_mnist.py's network (about 21 K parameters)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 10, kernel_size=5)
+        self.conv2 = nn.Conv2d(10, 20, kernel_size=5)
+        self.fc1 = nn.Linear(320, 50)
+        self.fc2 = nn.Linear(50, 10)
+
+    def forward(self, x):
+        x = F.relu(F.max_pool2d(self.conv1(x), 2))
+        x = F.relu(F.max_pool2d(self.conv2(x), 2))
+        x = F.relu(self.fc1(x.view(-1, 320)))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+def mlp():
+    """A communication-heavy MLP: about 10 M parameters, little compute."""
+    return nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+                         nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10), nn.LogSoftmax(dim=1))
+
+
+def build(name, batch):
+    torch.manual_seed(0)
+    if name == "cnn":
+        return CNN(), torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+    return mlp(), torch.randn(batch, 784), torch.randint(0, 10, (batch,))
+
+
+def timed_steps(model, opt, x, y, warmup, steps, barrier):
+    def step():
+        opt.zero_grad()
+        F.nll_loss(model(x), y).backward()
+        opt.step()
+    for _ in range(warmup):
+        step()
+    barrier()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    barrier()
+    return steps / (time.perf_counter() - start)
+
+
+def run_gorovod(args):
+    import gorovod.torch as hvd
+    hvd.init()
+    torch.set_num_threads(1)
+    model, x, y = build(args.model, args.batch_size)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    rate = timed_steps(model, opt, x, y, args.warmup, args.steps, hvd.barrier)
+    if hvd.rank() == 0:
+        print("RESULT gorovod %s %d %.3f" % (args.model, hvd.size(), rate), flush=True)
+    hvd.shutdown()
+
+
+def ddp_worker(rank, args, port):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=args.np)
+    model, x, y = build(args.model, args.batch_size)
+    model = DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rate = timed_steps(model, opt, x, y, args.warmup, args.steps, dist.barrier)
+    if rank == 0:
+        print("RESULT ddp %s %d %.3f" % (args.model, args.np, rate), flush=True)
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--backend", choices=["gorovod", "ddp"], required=True)
+    p.add_argument("--model", choices=["cnn", "mlp"], default="mlp")
+    p.add_argument("--np", type=int, default=2, help="processes (ddp; gorovod takes gorovod run's)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--steps", type=int, default=30)
+    args = p.parse_args()
+    if args.backend == "gorovod":
+        run_gorovod(args)
+    else:
+        import torch.multiprocessing as mp
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        mp.spawn(ddp_worker, args=(args, free_port()), nprocs=args.np, join=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+// Package python holds gorovod's Python package (gorovod, with the PyTorch
+// binding gorovod.torch) and, as Go tests, the tests that drive it: `go test
+// ./bindings/python/` builds libgorovod.so (-buildmode=c-shared) and the
+// gorovod command into a temporary directory, and runs the Python scripts
+// under tests/ and examples/pytorch with Debian's /usr/bin/python3 and
+// torch, alone and as several workers under real `gorovod run` processes.
+// The tests skip, saying why, when /usr/bin/python3 or torch is missing (CI
+// installs python3-torch).
+//
+// There is no Go API here: the Python package loads libgorovod.so through
+// ctypes (gorovod/_core.py), the library built from bindings/c.
+package python

@@ -1,0 +1,14 @@
+"""gorovod for Python: an elastic, Horovod-style collective communication
+library. ``import gorovod.torch as hvd`` is the PyTorch binding, written to
+run Horovod PyTorch scripts after changing that import line.
+
+The library (libgorovod.so) is found beside this package when installed
+(``pip install ./bindings/python``), built from the Go sources on first use
+when the package is used straight from a checkout, or named by the
+environment variable GOROVOD_LIBRARY.
+"""
+
+from gorovod.exceptions import (GorovodError, HorovodInternalError, HostsUpdatedInterrupt, MismatchError,
+                                ForkedProcessError, NotInitializedError, WorkerExcluded)
+
+__version__ = "0.1.0"

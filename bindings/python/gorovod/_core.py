@@ -1,0 +1,534 @@
+"""libgorovod through ctypes: loading the library, the calls on raw memory,
+handles, errors. Framework-independent; gorovod.torch builds on it.
+
+What this module guards against (the known pitfalls of a Go library inside
+Python):
+
+- fork: a child made by fork() (a DataLoader worker) has the Go runtime's
+  memory but none of its threads, so a call into Go could deadlock there.
+  Every call checks the process id first and raises ForkedProcessError (the
+  C library checks again before it enters Go).
+- one Go runtime per process: loading a second copy of libgorovod (another
+  path) would start a second Go runtime; it is refused.
+- GOMAXPROCS: the Go runtime reads it once, when the library loads. If the
+  environment does not set it (``gorovod run`` does: the host's CPUs divided
+  among its workers), the library is loaded with GOMAXPROCS=2, so that Go's
+  threads do not compete with the framework's intra-op threads; the
+  process's environment is left as it was.
+- signals: the library installs no handler for SIGINT or SIGTERM (Go does
+  not in a shared library unless asked), so Ctrl-C stays Python's. Waits are
+  done in slices of 100 ms, so a KeyboardInterrupt is raised promptly even
+  while a collective is blocked; the memory of an interrupted call stays
+  referenced until the library has let go of it.
+"""
+
+import atexit
+import ctypes
+import fcntl
+import os
+import subprocess
+import sys
+import threading
+
+from gorovod.exceptions import (ForkedProcessError, GorovodError, HorovodInternalError, HostsUpdatedInterrupt,
+                                MismatchError, NotInitializedError, WorkerExcluded)
+
+# gorovod_status codes (gorovod.h).
+OK = 0
+ERR_INVALID_ARGUMENT = 1
+ERR_NOT_INITIALIZED = 2
+ERR_MISMATCH = 3
+ERR_WORLD_CHANGED = 4
+ERR_HOSTS_UPDATED = 5
+ERR_EXCLUDED = 6
+ERR_TIMEOUT = 7
+ERR_FORKED = 8
+ERR_SHUT_DOWN = 9
+ERR_UNKNOWN_HANDLE = 10
+
+# gorovod_dtype codes.
+FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
+# gorovod_op codes.
+SUM, AVERAGE, MIN, MAX, PRODUCT = 1, 2, 3, 4, 5
+
+ABI_VERSION = 1
+_WAIT_SLICE_US = 100_000
+_DEFAULT_GOMAXPROCS = 2
+
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+_owner_pid = None
+# Handles still running (or not yet collected) -> what must stay alive until
+# the library has let go of their memory.
+_inflight = {}
+_failed = False  # an uncaught exception is on its way: shutdown as not finished
+_interrupted = False  # a wait was interrupted (Ctrl-C): its call may never complete
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("job_id", ctypes.c_char_p),
+        ("secret_hex", ctypes.c_char_p),
+        ("seeds", ctypes.c_char_p),
+        ("listen_addr", ctypes.c_char_p),
+        ("gossip_addr", ctypes.c_char_p),
+        ("io_timeout_ms", ctypes.c_int64),
+        ("fusion_bytes", ctypes.c_int64),
+        ("log_level", ctypes.c_int32),
+    ]
+
+
+class Topology(ctypes.Structure):
+    _fields_ = [
+        ("rank", ctypes.c_int32),
+        ("size", ctypes.c_int32),
+        ("local_rank", ctypes.c_int32),
+        ("local_size", ctypes.c_int32),
+        ("cross_rank", ctypes.c_int32),
+        ("cross_size", ctypes.c_int32),
+        ("world", ctypes.c_uint64),
+    ]
+
+
+# ---- Finding and loading the library ----
+
+def _package_dir():
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def _checkout_root():
+    """The repository root when this package is used straight from a
+    checkout (bindings/python/gorovod), else None."""
+    root = os.path.abspath(os.path.join(_package_dir(), "..", "..", ".."))
+    if os.path.isfile(os.path.join(root, "go.mod")) and os.path.isfile(os.path.join(root, "bindings", "c", "gorovod.h")):
+        return root
+    return None
+
+
+def _newest_source(root):
+    newest = 0.0
+    for top in os.listdir(root):
+        if top.startswith("."):
+            continue
+        path = os.path.join(root, top)
+        if os.path.isfile(path):
+            if top in ("go.mod", "go.sum"):
+                newest = max(newest, os.path.getmtime(path))
+            continue
+        for dirpath, dirnames, filenames in os.walk(path):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in ("testdata", "__pycache__")]
+            for f in filenames:
+                if f.endswith((".go", ".c", ".h", ".s")):
+                    newest = max(newest, os.path.getmtime(os.path.join(dirpath, f)))
+    return newest
+
+
+BUILD_COMMAND = ["go", "build", "-buildmode=c-shared", "-tags", "gorovod_nonvml"]
+
+
+def build_library(root, out):
+    """Builds libgorovod.so from the Go sources at root into out (what
+    setup.py and a checkout do)."""
+    out = os.path.abspath(out)  # the build runs in root
+    tmp = "%s.%d.tmp" % (out, os.getpid())
+    try:
+        subprocess.run(BUILD_COMMAND + ["-o", tmp, "./bindings/c"], cwd=root, check=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except FileNotFoundError:
+        raise ImportError("gorovod: building libgorovod.so from the checkout needs Go (the `go` command) on the PATH")
+    except subprocess.CalledProcessError as e:
+        raise ImportError("gorovod: building libgorovod.so failed:\n" + e.stdout.decode(errors="replace"))
+    os.replace(tmp, out)
+    # cgo writes a header of its own beside the library: not the interface.
+    for name in os.listdir(os.path.dirname(out)):
+        if name.startswith("libgorovod") and name.endswith(".h"):
+            try:
+                os.remove(os.path.join(os.path.dirname(out), name))
+            except OSError:
+                pass
+
+
+def library_path():
+    """Where libgorovod.so is: $GOROVOD_LIBRARY; in a checkout, built (or
+    rebuilt when a Go source is newer) beside this package; else the copy
+    installed with the package."""
+    env = os.environ.get("GOROVOD_LIBRARY")
+    if env:
+        return env
+    here = os.path.join(_package_dir(), "libgorovod.so")
+    root = _checkout_root()
+    if root is None:
+        if not os.path.exists(here):
+            raise ImportError("gorovod: libgorovod.so is missing from the installed package (%s): reinstall "
+                              "with `pip install ./bindings/python`, or set GOROVOD_LIBRARY" % here)
+        return here
+    lockpath = os.path.join(_package_dir(), ".libgorovod.lock")
+    with open(lockpath, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # several workers may import at once
+        if not os.path.exists(here) or os.path.getmtime(here) < _newest_source(root):
+            print("gorovod: building %s from the Go sources" % here, file=sys.stderr)
+            build_library(root, here)
+    return here
+
+
+def _loaded_copies():
+    """The libgorovod files mapped into this process."""
+    found = set()
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and os.path.basename(parts[5].strip()).startswith("libgorovod"):
+                    found.add(os.path.realpath(parts[5].strip()))
+    except OSError:
+        pass
+    return found
+
+
+def _load():
+    global _lib, _lib_path, _owner_pid
+    if _lib is not None:
+        return _lib
+    path = os.path.realpath(library_path())
+    others = _loaded_copies() - {path}
+    if others:
+        raise ImportError("gorovod: another copy of libgorovod is already loaded in this process (%s): a second "
+                          "would be a second Go runtime, which a process cannot hold" % ", ".join(sorted(others)))
+    set_procs = "GOMAXPROCS" not in os.environ
+    if set_procs:
+        os.environ["GOMAXPROCS"] = str(min(_DEFAULT_GOMAXPROCS, os.cpu_count() or 1))
+    try:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            hint = ""
+            if "undefined symbol: nvml" in str(e):
+                hint = " (it was built without -tags gorovod_nonvml)"
+            raise ImportError("gorovod: cannot load %s%s: %s" % (path, hint, e))
+        _prototypes(lib)
+        if lib.gorovod_abi_version() != ABI_VERSION:
+            raise ImportError("gorovod: %s has ABI version %d, this package wants %d" %
+                              (path, lib.gorovod_abi_version(), ABI_VERSION))
+        # The first call into Go waits for the runtime to have started (and
+        # read GOMAXPROCS).
+        lib.gorovod_is_initialized()
+    finally:
+        if set_procs:
+            del os.environ["GOMAXPROCS"]
+    _lib, _lib_path, _owner_pid = lib, path, os.getpid()
+    return lib
+
+
+def _prototypes(lib):
+    c_int, c_i32, c_i64, c_u64, c_void_p, c_double = (ctypes.c_int, ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64,
+                                                      ctypes.c_void_p, ctypes.c_double)
+    p_u64 = ctypes.POINTER(c_u64)
+    sigs = {
+        "gorovod_abi_version": [],
+        "gorovod_init_config": [ctypes.POINTER(_Config)],
+        "gorovod_shutdown": [c_int],
+        "gorovod_is_initialized": [],
+        "gorovod_topology_get": [ctypes.POINTER(Topology)],
+        "gorovod_allreduce_async": [c_void_p, c_void_p, c_i64, c_int, c_int, c_double, c_double, p_u64],
+        "gorovod_grouped_allreduce_async": [c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_double, c_double,
+                                            p_u64],
+        "gorovod_broadcast_async": [c_void_p, c_i64, c_int, c_i32, p_u64],
+        "gorovod_grouped_broadcast_async": [c_i32, c_void_p, c_void_p, c_void_p, c_i32, p_u64],
+        "gorovod_allgather_async": [c_void_p, c_i64, c_void_p, c_void_p, c_int, p_u64],
+        "gorovod_alltoall_async": [c_void_p, c_void_p, c_void_p, c_void_p, c_int, p_u64],
+        "gorovod_reducescatter_async": [c_void_p, c_i64, c_void_p, c_void_p, c_int, c_int, c_double, c_double, p_u64],
+        "gorovod_barrier_async": [p_u64],
+        "gorovod_join_async": [ctypes.POINTER(c_i32), p_u64],
+        "gorovod_poll": [c_u64, ctypes.POINTER(c_int)],
+        "gorovod_wait": [c_u64, c_i64],
+        "gorovod_commit": [],
+        "gorovod_reset": [],
+        "gorovod_request_leave": [],
+        "gorovod_record_samples": [c_i64],
+        "gorovod_set_total_steps": [c_i64],
+    }
+    for name, args in sigs.items():
+        f = getattr(lib, name)
+        f.argtypes = args
+        f.restype = c_int
+    lib.gorovod_last_error.argtypes = []
+    lib.gorovod_last_error.restype = ctypes.c_char_p
+
+
+# ---- Errors ----
+
+def _raise(rc, lib=None):
+    if rc == OK:
+        return
+    msg = (lib or _lib).gorovod_last_error().decode(errors="replace")
+    if rc == ERR_WORLD_CHANGED:
+        raise HorovodInternalError(msg, rc)
+    if rc == ERR_HOSTS_UPDATED:
+        raise HostsUpdatedInterrupt(msg, rc)
+    if rc == ERR_EXCLUDED:
+        raise WorkerExcluded(msg, rc)
+    if rc == ERR_MISMATCH:
+        raise MismatchError(msg, rc)
+    if rc == ERR_NOT_INITIALIZED:
+        raise NotInitializedError("gorovod has not been initialized; use init().", rc)
+    if rc == ERR_FORKED:
+        raise ForkedProcessError(msg, rc)
+    if rc in (ERR_INVALID_ARGUMENT, ERR_UNKNOWN_HANDLE):
+        raise ValueError(msg)
+    raise GorovodError(msg, rc)
+
+
+def _check_process():
+    if _owner_pid is not None and os.getpid() != _owner_pid:
+        raise ForkedProcessError(
+            "gorovod: called in a child process made by fork() (a DataLoader worker with num_workers > 0?): "
+            "gorovod's runtime lives in the process that initialized it, and a forked child must not call it. "
+            "Call gorovod from the main process only (collectives in a Dataset or collate_fn cannot work), or give "
+            "the DataLoader multiprocessing_context='spawn' or 'forkserver'.", ERR_FORKED)
+
+
+def lib():
+    """The loaded library, for a process that has initialized gorovod."""
+    _check_process()
+    if _lib is None or not _lib.gorovod_is_initialized():
+        raise NotInitializedError("gorovod has not been initialized; use init().", ERR_NOT_INITIALIZED)
+    return _lib
+
+
+# ---- Life cycle ----
+
+def init(job_id=None, secret_hex=None, seeds=None, listen_addr=None, gossip_addr=None, io_timeout=None,
+         fusion_bytes=None, log_level=None):
+    """Joins the job (see gorovod_init_config): the launcher's when job_id is
+    None, else the one named. io_timeout is in seconds; the environment's
+    GOROVOD_IO_TIMEOUT (seconds) and GOROVOD_LOG_LEVEL (debug, info, warn,
+    error, none, or -1 to 2) apply when the arguments are None."""
+    _check_process()
+    with _lock:
+        lib = _load()
+        if lib.gorovod_is_initialized():
+            return
+        cfg = _Config()
+        cfg.struct_size = ctypes.sizeof(_Config)
+        enc = lambda s: s.encode() if s else None
+        cfg.job_id, cfg.secret_hex, cfg.seeds = enc(job_id), enc(secret_hex), enc(seeds)
+        cfg.listen_addr, cfg.gossip_addr = enc(listen_addr), enc(gossip_addr)
+        if io_timeout is None and os.environ.get("GOROVOD_IO_TIMEOUT"):
+            io_timeout = float(os.environ["GOROVOD_IO_TIMEOUT"])
+        if io_timeout is not None:
+            if io_timeout <= 0:
+                raise ValueError("io_timeout must be positive seconds, not %r" % io_timeout)
+            cfg.io_timeout_ms = max(1, int(io_timeout * 1000))
+        cfg.fusion_bytes = int(fusion_bytes or 0)
+        if log_level is None:
+            log_level = os.environ.get("GOROVOD_LOG_LEVEL", "")
+        cfg.log_level = _log_level(log_level)
+        _raise(lib.gorovod_init_config(ctypes.byref(cfg)), lib)
+        _install_exit_hooks()
+
+
+# GOROVOD_LOG_LEVEL as `gorovod run --log-level` sets it (a name), or the
+# gorovod_config number; the C ABI has no errors-only level.
+_LOG_LEVELS = {"": 0, "error": 0, "warn": 0, "warning": 0, "info": 1, "debug": 2, "none": -1, "off": -1}
+
+
+def _log_level(level):
+    if isinstance(level, int):
+        return level
+    name = str(level).strip().lower()
+    if name in _LOG_LEVELS:
+        return _LOG_LEVELS[name]
+    try:
+        return int(name)
+    except ValueError:
+        raise ValueError("GOROVOD_LOG_LEVEL %r: want debug, info, warn, error or none (or -1 to 2)" % level)
+
+
+def shutdown(finished=True):
+    """Leaves the job; finished=False after an error or interruption (the job
+    is then not told that training is over)."""
+    global _interrupted
+    if _lib is None or (_owner_pid is not None and os.getpid() != _owner_pid):
+        return
+    with _lock:
+        if not _lib.gorovod_is_initialized():
+            return
+        if _interrupted:
+            # A collective was interrupted: finishing would wait for it (and
+            # for ranks that may never call it); abort it instead.
+            finished = False
+        rc = _lib.gorovod_shutdown(1 if finished else 0)
+        _interrupted = False
+        _inflight.clear()  # the library has let go of every buffer
+        _raise(rc)
+
+
+def is_initialized():
+    if _lib is None or (_owner_pid is not None and os.getpid() != _owner_pid):
+        return False
+    return bool(_lib.gorovod_is_initialized())
+
+
+_hooks_installed = False
+
+
+def _install_exit_hooks():
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    previous = sys.excepthook
+
+    def excepthook(*args):
+        global _failed
+        _failed = True
+        previous(*args)
+
+    sys.excepthook = excepthook
+    atexit.register(_at_exit)
+
+
+def _at_exit():
+    try:
+        shutdown(finished=not _failed)
+    except GorovodError:
+        pass
+
+
+def topology():
+    t = Topology()
+    _raise(lib().gorovod_topology_get(ctypes.byref(t)))
+    return t
+
+
+# ---- Handles ----
+
+def _issue(rc, handle, keep):
+    _raise(rc)
+    _inflight[handle.value] = keep
+    return handle.value
+
+
+def poll(handle):
+    """True once the call has completed (wait then returns at once)."""
+    done = ctypes.c_int()
+    _raise(lib().gorovod_poll(handle, ctypes.byref(done)))
+    return bool(done.value)
+
+
+def wait(handle):
+    """Waits for the call and raises its error; its memory is released from
+    the in-flight registry once the library has let go of it."""
+    global _interrupted
+    l = lib()
+    while True:
+        try:
+            rc = l.gorovod_wait(handle, _WAIT_SLICE_US)
+        except BaseException:
+            # Ctrl-C (KeyboardInterrupt) between two slices: the call stays
+            # queued, so shutdown must abort rather than wait for it.
+            _interrupted = True
+            raise
+        if rc != ERR_TIMEOUT:
+            break
+    _inflight.pop(handle, None)
+    _raise(rc)
+
+
+def drain():
+    """Waits for every call still in flight, ignoring their errors (after a
+    world change, before the state is re-synchronized)."""
+    for h in list(_inflight):
+        try:
+            wait(h)
+        except GorovodError:
+            pass
+        except ValueError:  # already collected
+            _inflight.pop(h, None)
+
+
+# ---- Collectives on raw memory (addresses as ints) ----
+
+def _u64():
+    return ctypes.c_uint64()
+
+
+def allreduce_async(send, recv, count, dtype, op, prescale, postscale, keep):
+    h = _u64()
+    return _issue(lib().gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale, ctypes.byref(h)),
+                  h, keep)
+
+
+def _array(ctype, values):
+    return (ctype * len(values))(*values)
+
+
+def grouped_allreduce_async(sends, recvs, counts, dtypes, op, prescale, postscale, keep):
+    n = len(recvs)
+    s = _array(ctypes.c_void_p, sends) if sends is not None else None
+    r, c, d = _array(ctypes.c_void_p, recvs), _array(ctypes.c_int64, counts), _array(ctypes.c_int32, dtypes)
+    h = _u64()
+    return _issue(lib().gorovod_grouped_allreduce_async(n, s, r, c, d, op, prescale, postscale, ctypes.byref(h)), h,
+                  (keep, s, r, c, d))
+
+
+def broadcast_async(bufs, counts, dtypes, root, keep):
+    n = len(bufs)
+    b, c, d = _array(ctypes.c_void_p, bufs), _array(ctypes.c_int64, counts), _array(ctypes.c_int32, dtypes)
+    h = _u64()
+    return _issue(lib().gorovod_grouped_broadcast_async(n, b, c, d, root, ctypes.byref(h)), h, (keep, b, c, d))
+
+
+def allgather_async(send, count, recv, recv_counts, dtype, keep):
+    rc = _array(ctypes.c_int64, recv_counts) if recv_counts is not None else None
+    h = _u64()
+    return _issue(lib().gorovod_allgather_async(send, count, recv, rc, dtype, ctypes.byref(h)), h, (keep, rc))
+
+
+def alltoall_async(send, send_counts, recv, recv_counts, dtype, keep):
+    sc, rc = _array(ctypes.c_int64, send_counts), _array(ctypes.c_int64, recv_counts)
+    h = _u64()
+    return _issue(lib().gorovod_alltoall_async(send, sc, recv, rc, dtype, ctypes.byref(h)), h, (keep, sc, rc))
+
+
+def reducescatter_async(send, count, recv, recv_counts, dtype, op, prescale, postscale, keep):
+    rc = _array(ctypes.c_int64, recv_counts)
+    h = _u64()
+    return _issue(lib().gorovod_reducescatter_async(send, count, recv, rc, dtype, op, prescale, postscale,
+                                                    ctypes.byref(h)), h, (keep, rc))
+
+
+def barrier():
+    h = _u64()
+    wait(_issue(lib().gorovod_barrier_async(ctypes.byref(h)), h, None))
+
+
+def join():
+    last = ctypes.c_int32(-1)
+    h = _u64()
+    wait(_issue(lib().gorovod_join_async(ctypes.byref(last), ctypes.byref(h)), h, last))
+    return last.value
+
+
+# ---- Elastic ----
+
+def commit():
+    _raise(lib().gorovod_commit())
+
+
+def reset():
+    _raise(lib().gorovod_reset())
+
+
+def request_leave():
+    _raise(lib().gorovod_request_leave())
+
+
+def record_samples(n):
+    _raise(lib().gorovod_record_samples(int(n)))
+
+
+def set_total_steps(n):
+    _raise(lib().gorovod_set_total_steps(int(n)))

@@ -1,0 +1,632 @@
+"""The collectives on torch tensors, with Horovod's signatures.
+
+Differences from Horovod, all of them because gorovod pairs collectives by
+their position in each rank's sequence rather than by name:
+
+- every rank must call the same collectives in the same order (``name`` is
+  accepted and ignored);
+- ranks that call different collectives (another kind, dtype, element count,
+  op or root) get MismatchError or, on the ranks that did not see the
+  difference themselves, HorovodInternalError naming it; shapes that differ
+  but hold the same number of elements are not detected by allreduce and
+  broadcast (allgather, alltoall and reducescatter exchange shapes first and
+  check them);
+- ``join()`` is a barrier that returns the last rank to arrive: ranks that
+  joined do not serve the others' allreduces, so every rank must run the
+  same collectives before it joins.
+
+Tensors are CPU tensors of float32, float64, float16, bfloat16, int32, int64
+or uint8 (broadcast, allgather and alltoall move any dtype, as bytes), and
+contiguous. CUDA tensors are refused: gorovod's CUDA path (collective/cuda)
+is not wired into the C ABI, and it has never run on a GPU.
+"""
+
+import warnings
+import zlib
+
+import torch
+
+from gorovod import _core
+from gorovod.exceptions import HorovodInternalError, NotInitializedError  # noqa: F401 (re-exported)
+from gorovod.torch.compression import Compression
+
+# Reduce ops, with Horovod's values.
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+_OPS = {Average: _core.AVERAGE, Sum: _core.SUM, Min: _core.MIN, Max: _core.MAX, Product: _core.PRODUCT}
+
+_DTYPES = {
+    torch.float32: _core.FLOAT32,
+    torch.float64: _core.FLOAT64,
+    torch.float16: _core.FLOAT16,
+    torch.bfloat16: _core.BFLOAT16,
+    torch.int32: _core.INT32,
+    torch.int64: _core.INT64,
+    torch.uint8: _core.UINT8,
+}
+
+
+class ProcessSet(object):
+    """Horovod's process sets are not offered: only the global set, which
+    every collective uses by default."""
+
+    def __init__(self, ranks=None):
+        if ranks is not None:
+            raise NotImplementedError("gorovod offers no process sets other than the global one")
+        self.process_set_id = 0
+
+    def size(self):
+        return size()
+
+    def rank(self):
+        return rank()
+
+    def included(self):
+        return True
+
+
+global_process_set = ProcessSet()
+
+
+def add_process_set(process_set):
+    raise NotImplementedError("gorovod offers no process sets other than the global one")
+
+
+def remove_process_set(process_set):
+    raise NotImplementedError("gorovod offers no process sets other than the global one")
+
+
+def _check_process_set(process_set):
+    if process_set is not global_process_set and getattr(process_set, "process_set_id", 0) != 0:
+        raise NotImplementedError("gorovod offers no process sets other than the global one")
+
+
+# ---- Life cycle and topology ----
+
+def init(comm=None, process_sets=None, **kwargs):
+    """Joins the job `gorovod run` started this process in, or trains alone
+    in a world of one. Keyword arguments (job_id, secret_hex, seeds, io_timeout,
+    fusion_bytes, log_level) name a job explicitly; see gorovod._core.init."""
+    if comm is not None:
+        raise ValueError("gorovod has no MPI communicator: call init() without comm")
+    if process_sets:
+        raise NotImplementedError("gorovod offers no process sets other than the global one")
+    _core.init(**kwargs)
+
+
+def shutdown():
+    """Leaves the job, telling it that training is over."""
+    _core.shutdown(finished=True)
+
+
+def is_initialized():
+    return _core.is_initialized()
+
+
+def _topology():
+    try:
+        return _core.topology()
+    except NotInitializedError:
+        raise ValueError("gorovod has not been initialized; use hvd.init().")
+
+
+def size():
+    """The number of workers in the current world (it changes in elastic
+    jobs)."""
+    return _topology().size
+
+
+def rank():
+    return _topology().rank
+
+
+def local_size():
+    return _topology().local_size
+
+
+def local_rank():
+    return _topology().local_rank
+
+
+def cross_size():
+    return _topology().cross_size
+
+
+def cross_rank():
+    return _topology().cross_rank
+
+
+def is_homogeneous():
+    return True
+
+
+# What Horovod scripts ask about their build.
+def mpi_threads_supported():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def nccl_built():
+    return 0
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    raise NotImplementedError("gorovod's timeline is not offered through the Python binding yet")
+
+
+def stop_timeline():
+    raise NotImplementedError("gorovod's timeline is not offered through the Python binding yet")
+
+
+# ---- Tensors ----
+
+def _check_tensor(tensor, what, reducing=True):
+    """Returns (address, count, dtype code) of a tensor the library can take.
+    Reducing collectives need one of the seven dtypes; the others move any
+    dtype as bytes."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("gorovod %s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
+    if tensor.device.type != "cpu":
+        raise ValueError("gorovod %s: the tensor is on %s: only CPU tensors go through gorovod's C ABI (its CUDA path "
+                         "is not wired into it); copy the tensor to the CPU" % (what, tensor.device))
+    if tensor.is_sparse:
+        raise ValueError("gorovod %s: sparse tensors are not supported (use sparse_as_dense, or to_dense())" % what)
+    if not tensor.is_contiguous():
+        raise ValueError("gorovod %s: Tensor is required to be contiguous (call .contiguous() first)." % what)
+    dt = _DTYPES.get(tensor.dtype)
+    if dt is not None:
+        return tensor.data_ptr(), tensor.numel(), dt
+    if reducing:
+        raise ValueError("gorovod %s: dtype %s is not supported (float32, float64, float16, bfloat16, int32, int64, "
+                         "uint8)" % (what, tensor.dtype))
+    return tensor.data_ptr(), tensor.numel() * tensor.element_size(), _core.UINT8
+
+
+def _op(op, average=None):
+    if average is not None:
+        warnings.warn("the 'average' argument is deprecated: use op=Average or op=Sum", DeprecationWarning)
+        if op is not None:
+            raise ValueError("give op or average, not both")
+        return _core.AVERAGE if average else _core.SUM
+    if op is None:
+        op = Average
+    if op == Adasum:
+        raise NotImplementedError("gorovod does not offer Adasum (Average, Sum, Min, Max and Product are there)")
+    if op not in _OPS:
+        raise ValueError("unknown reduce op %r (Average, Sum, Min, Max, Product)" % (op,))
+    return _OPS[op]
+
+
+# What synchronize returns for each handle: a tensor, a tuple, or a callable
+# that produces it once the call completed.
+_outputs = {}
+
+
+def _handle(h, output):
+    _outputs[h] = output
+    return h
+
+
+def poll(handle):
+    """True once the asynchronous call has completed."""
+    return _core.poll(handle)
+
+
+def synchronize(handle):
+    """Waits for an asynchronous call and returns its output. Raises
+    HorovodInternalError when the world changed under it."""
+    if handle not in _outputs:
+        return None
+    try:
+        _core.wait(handle)
+    finally:
+        output = _outputs.pop(handle, None)
+    return output() if callable(output) else output
+
+
+# ---- Allreduce ----
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    _check_process_set(process_set)
+    src, n, dt = _check_tensor(tensor, "allreduce")
+    dst = src if output is tensor else _check_tensor(output, "allreduce")[0]
+    h = _core.allreduce_async(src, dst, n, dt, op, float(prescale_factor), float(postscale_factor), (tensor, output))
+    return _handle(h, output)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    """Starts reducing tensor across the workers into a new tensor; returns a
+    handle for poll() and synchronize()."""
+    op = _op(op, average)
+    return _allreduce_async(tensor, torch.empty_like(tensor), name, op, prescale_factor, postscale_factor, process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    """Starts reducing tensor across the workers in place."""
+    op = _op(op, average)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    """Reduces tensor across the workers in place and returns it."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    """Allreduce as an autograd function: the gradient is allreduced too."""
+
+    @staticmethod
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.average, ctx.op = average, op
+        ctx.prescale_factor, ctx.postscale_factor, ctx.process_set = prescale_factor, postscale_factor, process_set
+        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return (allreduce(grad_output.contiguous(), average=ctx.average, op=ctx.op,
+                          prescale_factor=ctx.prescale_factor, postscale_factor=ctx.postscale_factor,
+                          process_set=ctx.process_set), None, None, None, None, None, None)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """Returns tensor reduced across the workers (Average by default); the
+    input is not modified. Differentiable."""
+    compressed, ctx = compression.compress(tensor)
+    reduced = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor, process_set)
+    return compression.decompress(reduced, ctx)
+
+
+def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_factor, process_set):
+    _check_process_set(process_set)
+    if not tensors:
+        raise ValueError("grouped allreduce of no tensors")
+    recv, counts, dtypes = [], [], []
+    for t in outputs:
+        p, n, dt = _check_tensor(t, "grouped allreduce")
+        recv.append(p)
+        counts.append(n)
+        dtypes.append(dt)
+    send = None
+    if outputs is not tensors:
+        send = [_check_tensor(t, "grouped allreduce")[0] for t in tensors]
+    h = _core.grouped_allreduce_async(send, recv, counts, dtypes, op, float(prescale_factor), float(postscale_factor),
+                                      (list(tensors), list(outputs)))
+    return _handle(h, list(outputs))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
+    """Starts reducing a list of tensors (any mix of dtypes) in one call,
+    fused into few collectives; synchronize returns new tensors."""
+    op = _op(op, average)
+    return _grouped_allreduce_async(list(tensors), [torch.empty_like(t) for t in tensors], op, prescale_factor,
+                                    postscale_factor, process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=global_process_set):
+    op = _op(op, average)
+    tensors = list(tensors)
+    return _grouped_allreduce_async(tensors, tensors, op, prescale_factor, postscale_factor, process_set)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.average, ctx.op = average, op
+        ctx.prescale_factor, ctx.postscale_factor, ctx.process_set = prescale_factor, postscale_factor, process_set
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), average, name, op, prescale_factor,
+                                                         postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        grads = grouped_allreduce([g.contiguous() for g in grad_output], average=ctx.average, op=ctx.op,
+                                  prescale_factor=ctx.prescale_factor, postscale_factor=ctx.postscale_factor,
+                                  process_set=ctx.process_set)
+        return (None, None, None, None, None, None) + tuple(grads)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set):
+    """Returns each tensor of the list reduced across the workers."""
+    pairs = [compression.compress(t) for t in tensors]
+    reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
+                                            *[c for c, _ in pairs])
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, pairs)]
+
+
+# ---- Broadcast ----
+
+def _broadcast_async(tensor, root_rank, process_set):
+    _check_process_set(process_set)
+    p, n, dt = _check_tensor(tensor, "broadcast", reducing=False)
+    return _core.broadcast_async([p], [n], [dt], int(root_rank), tensor)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts copying root_rank's tensor into every other worker's, in place."""
+    return _handle(_broadcast_async(tensor, root_rank, process_set), tensor)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts a broadcast into a new tensor (the input is not modified)."""
+    output = tensor.clone()
+    return _handle(_broadcast_async(output, root_rank, process_set), output)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        reduced = allreduce(grad_output.contiguous(), op=Average, process_set=ctx.process_set)
+        if rank() != ctx.root_rank:
+            reduced = reduced * 0
+        return reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns root_rank's tensor on every worker (the input is not
+    modified). Differentiable."""
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+
+
+def grouped_broadcast_(tensors, root_rank):
+    """Copies root_rank's tensors into every other worker's, in place, in one
+    call (what broadcast_parameters uses)."""
+    tensors = list(tensors)
+    if not tensors:
+        return tensors
+    ptrs, counts, dtypes = [], [], []
+    for t in tensors:
+        p, n, dt = _check_tensor(t, "broadcast", reducing=False)
+        ptrs.append(p)
+        counts.append(n)
+        dtypes.append(dt)
+    _core.wait(_core.broadcast_async(ptrs, counts, dtypes, int(root_rank), tensors))
+    return tensors
+
+
+# ---- Shapes, exchanged before the collectives whose outputs depend on them ----
+
+def _shapes(tensor, what):
+    """Every rank's (first dimension, the rest of the shape) of tensor; the
+    ranks' dtypes and trailing shapes must agree."""
+    shape = tuple(tensor.shape) if tensor.dim() > 0 else (1,)
+    rest = shape[1:]
+    key = zlib.crc32(repr((rest, str(tensor.dtype))).encode())  # the same in every process
+    mine = torch.tensor([shape[0], len(rest), key], dtype=torch.int64)
+    n = size()
+    every = torch.empty(3 * n, dtype=torch.int64)
+    _core.wait(_core.allgather_async(mine.data_ptr(), 3, every.data_ptr(), None, _core.INT64, (mine, every)))
+    every = every.view(n, 3)
+    for r in range(n):
+        if int(every[r, 1]) != len(rest) or int(every[r, 2]) != key:
+            raise ValueError("gorovod %s: rank %d's tensor differs from this rank's (shape %s, dtype %s) in dtype or in a "
+                             "dimension other than the first" % (what, r, list(shape), tensor.dtype))
+    return [int(d) for d in every[:, 0]], rest
+
+
+def _numel(rest):
+    n = 1
+    for d in rest:
+        n *= d
+    return n
+
+
+# ---- Allgather ----
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts concatenating every worker's tensor along the first dimension
+    (which may differ between workers). The ranks' first dimensions are
+    exchanged at once; the data travels asynchronously."""
+    _check_process_set(process_set)
+    p, _, dt = _check_tensor(tensor, "allgather", reducing=False)
+    firsts, rest = _shapes(tensor, "allgather")
+    per = _numel(rest) * (1 if tensor.dtype in _DTYPES else tensor.element_size())
+    output = tensor.new_empty((sum(firsts),) + tuple(rest))
+    counts = [f * per for f in firsts]
+    h = _core.allgather_async(p, counts[rank()], output.data_ptr(), counts, dt, (tensor, output))
+    return _handle(h, output)
+
+
+class HorovodAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim, ctx.process_set = (tensor.shape[0] if tensor.dim() > 0 else 1), process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        reduced = allreduce(grad_output.contiguous(), op=Average, process_set=ctx.process_set)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.process_set)
+        offset = int(dims[:rank()].sum())
+        return reduced.narrow(0, offset, ctx.dim), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Returns every worker's tensor concatenated along the first dimension.
+    Differentiable."""
+    return HorovodAllgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return [allgather(t, name, process_set) for t in tensors]
+
+
+# ---- Alltoall ----
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts sending splits[r] slices (first dimension) of tensor to each
+    worker r and gathering what each sends here; synchronize returns the
+    output and the received splits."""
+    _check_process_set(process_set)
+    p, _, dt = _check_tensor(tensor, "alltoall", reducing=False)
+    n = size()
+    first = tensor.shape[0] if tensor.dim() > 0 else 1
+    if splits is None:
+        if first % n:
+            raise ValueError("gorovod alltoall: the first dimension (%d) does not split evenly among %d workers: give "
+                             "splits" % (first, n))
+        sends = [first // n] * n
+    else:
+        sends = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+        if len(sends) != n or any(s < 0 for s in sends) or sum(sends) != first:
+            raise ValueError("gorovod alltoall: splits %s must be %d non-negative counts adding up to the first "
+                             "dimension %d" % (sends, n, first))
+    firsts, rest = _shapes(tensor, "alltoall")
+    del firsts
+    send_splits = torch.tensor(sends, dtype=torch.int64)
+    recv_splits = torch.empty(n, dtype=torch.int64)
+    ones = [1] * n
+    _core.wait(_core.alltoall_async(send_splits.data_ptr(), ones, recv_splits.data_ptr(), ones, _core.INT64,
+                                    (send_splits, recv_splits)))
+    per = _numel(rest) * (1 if tensor.dtype in _DTYPES else tensor.element_size())
+    received = [int(x) for x in recv_splits]
+    output = tensor.new_empty((sum(received),) + tuple(rest))
+    h = _core.alltoall_async(p, [s * per for s in sends], output.data_ptr(), [s * per for s in received], dt,
+                             (tensor, output))
+    return _handle(h, (output, recv_splits.to(torch.int32)))
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.process_set, ctx.received = process_set, received
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, *dead):
+        grad, _ = alltoall(grad_output.contiguous(), splits=ctx.received, process_set=ctx.process_set)
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Returns the slices every worker sent here, concatenated in rank order,
+    and, when splits was given, how many came from each worker.
+    Differentiable."""
+    output, received = HorovodAlltoall.apply(tensor, splits, name, process_set)
+    if splits is None:
+        return output
+    return output, received
+
+
+# ---- Reducescatter ----
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Starts reducing tensor across the workers and scattering the result:
+    worker r gets its share of the first dimension (first // size, the
+    first first % size workers one more)."""
+    _check_process_set(process_set)
+    op = _op(op)
+    p, _, dt = _check_tensor(tensor, "reducescatter")
+    n, me = size(), rank()
+    firsts, rest = _shapes(tensor, "reducescatter")
+    first = firsts[me]
+    if any(f != first for f in firsts):
+        raise ValueError("gorovod reducescatter: the workers' tensors have first dimensions %s: they must be equal" %
+                         firsts)
+    share = [first // n + (1 if r < first % n else 0) for r in range(n)]
+    per = _numel(rest)
+    output = tensor.new_empty((share[me],) + tuple(rest))
+    h = _core.reducescatter_async(p, tensor.numel(), output.data_ptr(), [s * per for s in share], dt, op,
+                                  float(prescale_factor), float(postscale_factor), (tensor, output))
+    return _handle(h, output)
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.op, ctx.process_set = op, process_set
+        ctx.scale = prescale_factor * postscale_factor
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        g = grad_output.contiguous()
+        if ctx.op == Sum:
+            g = g * size()
+        if ctx.scale != 1.0:
+            g = g * ctx.scale
+        return allgather(g, process_set=ctx.process_set), None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Returns this worker's share of tensor reduced across the workers.
+    Differentiable."""
+    compressed, ctx = compression.compress(tensor)
+    reduced = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
+    return compression.decompress(reduced, ctx)
+
+
+# ---- Barrier and join ----
+
+def barrier(process_set=global_process_set):
+    """Returns once every worker has called it."""
+    _check_process_set(process_set)
+    _core.barrier()
+
+
+def join(device=-1):
+    """Waits for every worker and returns the rank that arrived last. Unlike
+    Horovod's, workers that joined do not serve the others' allreduces: every
+    worker must run the same collectives before it joins."""
+    return _core.join()
+

@@ -1,0 +1,270 @@
+"""DistributedOptimizer: the user's optimizer, with its gradients averaged
+across the workers before every step, as Horovod's.
+
+A hook on each parameter's gradient accumulator starts that gradient's
+allreduce as soon as the backward pass has produced it (after
+backward_passes_per_step passes), so communication overlaps the rest of the
+backward pass; step() (or synchronize()) waits for them all and writes the
+results into the gradients.
+
+Every worker must start the same allreduces in the same order (gorovod pairs
+collectives by position, not by name): the hooks fire in the backward pass's
+order, which is the same on every worker running the same model, and the
+gradients a pass did not produce are reduced in synchronize() in the order of
+the optimizer's parameters. With ``groups``, a group's gradients travel in one
+call once all of them are ready.
+"""
+
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from gorovod.torch import mpi_ops
+from gorovod.torch.compression import Compression
+from gorovod.torch.mpi_ops import Adasum, Average, global_process_set
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
+                 gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False, process_set=global_process_set):
+        super(self.__class__, self).__init__(params)
+        mpi_ops._check_process_set(process_set)
+        self._compression = compression
+        ordered = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [("allreduce.noname.%d.%d" % (i, j), p)
+                                for i, group in enumerate(self.param_groups) for j, p in enumerate(group["params"])]
+        if any(not isinstance(p, tuple) for p in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually produced by "
+                             "model.named_parameters().")
+        names = [k for k, _ in named_parameters]
+        dups = sorted({k for k in names if names.count(k) > 1})
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s" %
+                             ", ".join(dups))
+        named_ids = {id(p) for _, p in named_parameters}
+        unnamed = [p for p in ordered if id(p) not in named_ids]
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
+                             "Python object ids: %s" % ", ".join(str(id(p)) for p in unnamed))
+        self._parameter_names = {p: k for k, p in named_parameters}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {p: backward_passes_per_step for p in ordered}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        # In submission order: parameter (or group tuple) -> (handle, contexts).
+        self._handles = {}
+        self._grad_accs = []
+        self._requires_update = [p for p in ordered if p.requires_grad]
+        self._synchronized = False
+        self._should_synchronize = True
+        self._p_to_group = {}
+        self._group_counts = {}
+        if groups is not None:
+            self._make_groups(groups)
+        self._register_hooks()
+
+    def _make_groups(self, groups):
+        params = self._requires_update
+        if isinstance(groups, int):
+            if groups <= 0:
+                raise ValueError("groups should be a positive integer or a list of lists of torch.Tensor")
+            per = (len(params) + groups - 1) // groups
+            split = [params[i:i + per] for i in range(0, len(params), per)]
+        elif isinstance(groups, list):
+            seen = set()
+            split = []
+            for g in groups:
+                for p in g:
+                    if not isinstance(p, torch.Tensor):
+                        raise ValueError("groups must consist of torch.Tensor.")
+                    if id(p) in seen:
+                        raise ValueError("A parameter can only appear once in groups.")
+                    seen.add(id(p))
+                split.append([p for p in params if any(p is q for q in g)])
+            split += [[p] for p in params if id(p) not in seen]
+        else:
+            raise ValueError("groups should be a positive integer or a list of lists of torch.Tensor")
+        for g in split:
+            if g:
+                key = tuple(g)
+                for p in g:
+                    self._p_to_group[p] = key
+                self._group_counts[key] = 0
+
+    def _register_hooks(self):
+        for p in self._requires_update:
+            grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            grad_acc.register_hook(self._make_hook(p))
+            self._grad_accs.append(grad_acc)  # the hooks live as long as their accumulators
+
+    def _scales(self):
+        if self.op == Average:
+            # The division by the world size comes on top of the postscale.
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _grad(self, p):
+        if p.grad is None:
+            # Another worker may have produced this gradient: reduce zeros.
+            p.grad = p.data.new(p.size()).zero_()
+        if p.grad.is_sparse:
+            if not self.sparse_as_dense:
+                raise ValueError("gorovod does not reduce sparse gradients: use sparse_as_dense=True")
+            p.grad = p.grad.to_dense()
+        return p.grad
+
+    def _allreduce_grad_async(self, p):
+        compressed, ctx = self._compression.compress(self._grad(p))
+        pre, post = self._scales()
+        handle = mpi_ops.allreduce_async_(compressed, op=self.op, prescale_factor=pre, postscale_factor=post)
+        return handle, ctx
+
+    def _grouped_allreduce_grad_async(self, group):
+        pairs = [self._compression.compress(self._grad(p)) for p in group]
+        pre, post = self._scales()
+        handle = mpi_ops.grouped_allreduce_async_([c for c, _ in pairs], op=self.op, prescale_factor=pre,
+                                                  postscale_factor=post)
+        return handle, [ctx for _, ctx in pairs]
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if p in self._handles and self._handles[p][0] is not None and self._allreduce_delay[p] <= 0:
+                raise AssertionError("Gradients were computed more than backward_passes_per_step times before call "
+                                     "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            handle, ctx = None, None
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                group = self._p_to_group.get(p)
+                if group is not None:
+                    self._group_counts[group] += 1
+                    if self._group_counts[group] == len(group):
+                        for q in group:
+                            self._handles.pop(q, None)
+                        self._handles[group] = self._grouped_allreduce_grad_async(group)
+                        self._group_counts[group] = 0
+                    return
+                handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (starting those the backward
+        pass did not), and writes the results into the gradients."""
+        done = set()
+        for key in self._handles:
+            done.update(key if isinstance(key, tuple) else (key,))
+        for p in self._requires_update:  # in the optimizer's order: the same on every worker
+            if p in done and self._handles.get(p, (True,))[0] is not None:
+                continue
+            group = self._p_to_group.get(p)
+            if group is not None:
+                if group in self._handles:
+                    continue
+                for q in group:
+                    self._handles.pop(q, None)
+                self._handles[group] = self._grouped_allreduce_grad_async(group)
+                self._group_counts[group] = 0
+                continue
+            self._handles.pop(p, None)
+            self._handles[p] = self._allreduce_grad_async(p)
+        handles, self._handles = self._handles, {}
+        try:
+            for key, (handle, ctx) in handles.items():
+                outputs = mpi_ops.synchronize(handle)
+                if isinstance(key, tuple):
+                    for q, out, c in zip(key, outputs, ctx):
+                        self._set_grad(q, out, c)
+                else:
+                    self._set_grad(key, outputs, ctx)
+        finally:
+            for p in self._allreduce_delay:
+                self._allreduce_delay[p] = self.backward_passes_per_step
+            for g in self._group_counts:
+                self._group_counts[g] = 0
+        self._synchronized = True
+
+    def _set_grad(self, p, output, ctx):
+        reduced = self._compression.decompress(output, ctx)
+        if reduced is not p.grad:
+            p.grad.copy_(reduced)
+
+    @contextmanager
+    def skip_synchronize(self):
+        """step() inside this context does not synchronize: for scripts that
+        call synchronize() themselves first (gradient clipping, AMP)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+                              "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in your "
+                              "code.")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() "
+                                 "or optimizer.synchronize(). This is prohibited as it can cause a race condition.")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        self._forget()
+        return super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def _forget(self):
+        """Drops the allreduces in flight (after a world change, which failed
+        them) and the accumulation counts."""
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        for g in self._group_counts:
+            self._group_counts[g] = 0
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
+                         op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Wraps optimizer so that each step averages (op) the gradients across the
+    workers first. Arguments as Horovod's: compression (Compression.none or
+    .fp16), backward_passes_per_step (accumulate that many backward passes
+    locally before reducing), op (Average, Sum, Min, Max, Product; not
+    Adasum), gradient_predivide_factor (with Average: scale by 1/f before the
+    sum and f/size after), groups (an int, or lists of parameters reduced
+    together). Returns an optimizer of a new class deriving from optimizer's
+    own class, sharing its parameter groups."""
+    if op == Adasum:
+        raise NotImplementedError("gorovod does not offer Adasum")
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if num_groups != 0:
+        warnings.warn("num_groups is deprecated: use groups", DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor, groups, sparse_as_dense, process_set)

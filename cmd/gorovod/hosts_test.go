@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/internal/testhosts"
+)
+
+// waitExit waits for the launcher to end and fails the test unless it
+// exited with status 0.
+func (h *runJobHarness) waitExit(t *testing.T, within time.Duration) {
+	t.Helper()
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			log := h.logText()
+			t.Fatalf("gorovod run: %v; the launcher log's last 8 KiB:\n%s", err, log[max(0, len(log)-8<<10):])
+		}
+	case <-time.After(within):
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		t.Fatalf("job did not finish (last step %d); launcher log:\n%s", maxStep(h.lines), h.log.String())
+	}
+}
+
+func (h *runJobHarness) step() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maxStep(h.lines)
+}
+
+// TestPausedWorkerRejoins is issue 12's first report: a worker paused
+// (SIGSTOP) long enough for the others to go on without it, then resumed
+// (SIGCONT), must not fail the job. It comes back as a new member, the
+// world grows back to 3, training ends with exit status 0 and every
+// invariant holds.
+func TestPausedWorkerRejoins(t *testing.T) {
+	const samples, steps = 1200, 500
+	h := startRunJob(t, "--np", "3", "--min-np", "2", "--", synthetic,
+		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "2ms")
+	h.waitFor(t, "step 20", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 })
+	s := h.step()
+	pid := h.pid(t, 1)
+	paused := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "a 2-worker world while worker 1 is paused", 60*time.Second, sizeAfter(s, 2))
+	t.Logf("paused worker left out: 2-worker steps after %v", time.Since(paused))
+	// Paused at least 5 s in all, as the issue's case (d).
+	select {
+	case <-time.After(time.Until(paused.Add(5 * time.Second))):
+	case err := <-h.exited:
+		t.Fatalf("job ended while worker 1 was paused: %v\n%s", err, h.logText())
+	}
+	s = h.step()
+	resumed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "worker 1 back in a 3-worker world", 60*time.Second, func(l []trainerLine) bool {
+		for _, x := range l {
+			if x.Worker == 1 && x.Step > s && x.Size == 3 {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("resumed worker trains again after %v", time.Since(resumed))
+	h.waitExit(t, 2*time.Minute)
+	log := h.logText()
+	if !strings.Contains(log, "came back as a new member") {
+		t.Errorf("the summary does not say that worker 1 came back:\n%s", log[max(0, len(log)-4<<10):])
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}
+
+// hostJob starts `gorovod run` on the first of the hosts (the head) with
+// workers on the others over ssh, as a user of those machines would.
+func hostJob(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainerArgs ...string) *runJobHarness {
+	t.Helper()
+	prefix, err := head.Exec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append(prefix, binary, "run")
+	argv = append(argv, hostArgs...)
+	argv = append(argv, "-p", fmt.Sprint(n.SSHPort()), "-i", n.ClientKey(),
+		"--ssh-option", "User=root", "--ssh-option", "UserKnownHostsFile="+n.KnownHostsFile(),
+		"--ssh-option", "StrictHostKeyChecking=yes", "--ssh-option", "GlobalKnownHostsFile=/dev/null",
+		"--start-timeout", "30", "--", synthetic)
+	return startRunJobArgv(t, append(argv, trainerArgs...))
+}
+
+// TestRunAcrossHosts runs a job over namespaced hosts with sshd (-H, -p, -i,
+// --ssh-option): 2 hosts × 2 slots, workers started over ssh, gossip and
+// collectives over the hosts' own addresses. Then every process of one host
+// is killed with kill -9 (its sshd too): the survivors train on, the host is
+// blacklisted, and the job ends with exit status 0 and every invariant.
+func TestRunAcrossHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts hosts and real worker processes; skipped with -short")
+	}
+	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhrun", SSHPort: 2222}, 3)
+	const samples, steps = 1200, 400
+	h := hostJob(t, n, hs[0], []string{"--np", "4", "--min-np", "2", "-H", hs[1].Name + ":2," + hs[2].Name + ":2"},
+		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "2ms")
+	h.waitFor(t, "a 4-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 4 })
+	s := h.step()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	killed := time.Now()
+	if err := hs[2].KillAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "a 2-worker world after the host was killed", 60*time.Second, sizeAfter(s, 2))
+	t.Logf("host killed: 2-worker steps after %v", time.Since(killed))
+	h.waitExit(t, 2*time.Minute)
+	log := h.logText()
+	for _, host := range hs[1:] {
+		if !strings.Contains(log, "on "+host.Name) {
+			t.Errorf("no worker started on %s:\n%s", host.Name, log[:min(len(log), 4<<10)])
+		}
+	}
+	if !strings.Contains(log, "host "+hs[2].Name+" lost a worker: blacklisted") {
+		t.Errorf("the launcher did not blacklist %s:\n%s", hs[2].Name, log[max(0, len(log)-4<<10):])
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}
+
+// TestRunAcrossHostsPartition cuts one host's link for 5 s and plugs it
+// back (issue 12 case b): the others train on without its workers, which
+// come back as new members once the network heals; the job ends with exit
+// status 0 and every invariant.
+func TestRunAcrossHostsPartition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts hosts and real worker processes; skipped with -short")
+	}
+	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhpart", SSHPort: 2222}, 3)
+	const samples, steps = 1200, 500
+	h := hostJob(t, n, hs[0], []string{"--np", "4", "--min-np", "2", "-H", hs[1].Name + ":2," + hs[2].Name + ":2"},
+		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "2ms")
+	h.waitFor(t, "a 4-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 4 })
+	s := h.step()
+	cut := time.Now()
+	if err := hs[2].SetLink(false); err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	heal := func() {
+		if !healed {
+			healed = true
+			if err := hs[2].SetLink(true); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer heal()
+	h.waitFor(t, "a 2-worker world while a host is cut off", 60*time.Second, sizeAfter(s, 2))
+	t.Logf("partition: 2-worker steps after %v", time.Since(cut))
+	select {
+	case <-time.After(time.Until(cut.Add(5 * time.Second))):
+	case err := <-h.exited:
+		t.Fatalf("job ended during the partition: %v\n%s", err, h.logText())
+	}
+	s = h.step()
+	heal()
+	back := time.Now()
+	h.waitFor(t, "a 4-worker world after the partition healed", 90*time.Second, sizeAfter(s, 4))
+	t.Logf("healed: 4-worker steps after %v", time.Since(back))
+	h.waitExit(t, 2*time.Minute)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}
+
+// TestRunHostDiscoveryScript runs a job whose hosts come from a discovery
+// script (issue 12 case e): a host appears, then one with a worker
+// disappears; its worker is stopped and a replacement starts on the new
+// host, keeping --min-np; the job ends with exit status 0 and every
+// invariant. A script that fails meanwhile changes nothing.
+func TestRunHostDiscoveryScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts hosts and real worker processes; skipped with -short")
+	}
+	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhdisc", SSHPort: 2222}, 4)
+	list := filepath.Join(t.TempDir(), "hosts")
+	write := func(lines ...string) {
+		t.Helper()
+		tmp := list + ".new"
+		if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, list); err != nil { // atomic: the script never reads half a list
+			t.Fatal(err)
+		}
+	}
+	write(hs[1].Name+":1", hs[2].Name+":1")
+	const samples, steps = 1200, 500
+	h := hostJob(t, n, hs[0], []string{"--np", "2", "--host-discovery-script", "cat " + list},
+		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "2ms")
+	h.waitFor(t, "a 2-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 2 })
+	// A failing script: the hosts stay as they were.
+	if err := os.Remove(list); err != nil {
+		t.Fatal(err)
+	}
+	h.waitLog(t, "the discovery failure reported", 30*time.Second, regexp.MustCompile(`host discovery failed \(keeping the hosts`))
+	s := h.step()
+	h.waitFor(t, "training going on while discovery fails", 30*time.Second, func(l []trainerLine) bool {
+		return maxStep(l) >= s+20 && lastSize(l) == 2
+	})
+	// A host appears, and the first one (with a worker) goes.
+	write(hs[1].Name+":1", hs[2].Name+":1", hs[3].Name+":1")
+	h.waitFor(t, "training going on with the new host listed", 30*time.Second, func(l []trainerLine) bool { return maxStep(l) >= s+40 })
+	s = h.step()
+	dropped := time.Now()
+	write(hs[2].Name+":1", hs[3].Name+":1")
+	h.waitFor(t, "a worker on the new host", 60*time.Second, func(l []trainerLine) bool {
+		for _, x := range l {
+			if x.Worker >= 2 && x.Step > s && x.Size == 2 {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("host dropped: its replacement trains after %v", time.Since(dropped))
+	h.waitExit(t, 2*time.Minute)
+	log := h.logText()
+	for _, want := range []string{"on " + hs[3].Name} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the launcher log does not say %q:\n%s", want, log[max(0, len(log)-4<<10):])
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}
+
+// TestRunHostWithoutSSHD lists a host whose sshd is gone: its workers never
+// start, the host is blacklisted, and the job trains on the other host's
+// slots and ends with exit status 0.
+func TestRunHostWithoutSSHD(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts hosts and real worker processes; skipped with -short")
+	}
+	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhnossh", SSHPort: 2222}, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := hs[1].KillAll(ctx); err != nil { // sshd and all: a host that does not answer on port 2222
+		t.Fatal(err)
+	}
+	const samples, steps = 1200, 200
+	h := hostJob(t, n, hs[0], []string{"--np", "4", "--min-np", "2", "-H", hs[1].Name + ":2," + hs[2].Name + ":2"},
+		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "2ms")
+	h.waitExit(t, 2*time.Minute)
+	log := h.logText()
+	if !strings.Contains(log, "host "+hs[1].Name+" lost a worker: blacklisted") {
+		t.Errorf("the launcher did not blacklist %s:\n%s", hs[1].Name, log[max(0, len(log)-4<<10):])
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range h.lines {
+		if l.Worker < 2 {
+			t.Fatalf("worker %d, placed on %s (no sshd), trained", l.Worker, hs[1].Name)
+		}
+	}
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}
+
+// TestMeasureHostTransitions measures planned transitions over namespaced
+// hosts at 4, 8 and 16 workers (4 hosts): a graceful leave (SIGTERM to a
+// worker on its host) to the first step of the smaller world, and a join
+// (SIGUSR1 to the launcher: a worker started over ssh) to the first step of
+// the larger one. Set GOROVOD_MEASURE_TRANSITIONS=1 to run it; the numbers
+// are logged (docs/multihost.md records them).
+func TestMeasureHostTransitions(t *testing.T) {
+	if os.Getenv("GOROVOD_MEASURE_TRANSITIONS") == "" {
+		t.Skip("a measurement: set GOROVOD_MEASURE_TRANSITIONS=1")
+	}
+	for _, np := range []int{4, 8, 16} {
+		t.Run(fmt.Sprint(np), func(t *testing.T) {
+			n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhmeas", SSHPort: 2222}, 5)
+			var list []string
+			for _, x := range hs[1:] {
+				list = append(list, fmt.Sprintf("%s:%d", x.Name, np/4+1))
+			}
+			h := hostJob(t, n, hs[0], []string{"--np", fmt.Sprint(np), "--min-np", "2", "-H", strings.Join(list, ",")},
+				"--steps", "1000000", "--json", "--samples", "100000", "--batch", fmt.Sprint(4*np),
+				"--model-size", "20000", "--compute", "1ms")
+			h.waitFor(t, fmt.Sprintf("a %d-worker world", np), 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == np })
+			size := np
+			for round := range 3 {
+				// Leave: SIGTERM one trainer process on the last host that has one.
+				victim := 0
+				for i := len(hs) - 1; i > 0 && victim == 0; i-- {
+					pids, err := hs[i].Processes()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, pid := range pids {
+						if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), synthetic+"\x00") {
+							victim = pid
+						}
+					}
+				}
+				if victim == 0 {
+					t.Fatal("no trainer on any host")
+				}
+				s := h.step()
+				start := time.Now()
+				syscall.Kill(victim, syscall.SIGTERM)
+				h.waitFor(t, "the smaller world", time.Minute, sizeAfter(s, size-1))
+				t.Logf("np %d round %d: graceful leave → first step of the %d-worker world: %v", np, round, size-1, time.Since(start))
+				size--
+				s = h.step()
+				start = time.Now()
+				h.cmd.Process.Signal(syscall.SIGUSR1)
+				h.waitFor(t, "the larger world", time.Minute, sizeAfter(s, size+1))
+				t.Logf("np %d round %d: join (SIGUSR1, ssh, process start) → first step of the %d-worker world: %v", np, round, size+1, time.Since(start))
+				size++
+			}
+		})
+	}
+}
+
+// TestStuckWorkerIsLeftOut: a worker whose training loop blocks while its
+// gossip and transport live on (--freeze-worker: a stuck data loader)
+// answers every liveness probe. Before, the others re-formed the same world
+// and waited for it until the recovery timeout (10 minutes). Now they blame
+// it for the failed world, then for worlds it never connects to
+// (sync.Config.ConnectTimeout), and the third blame takes it out: training
+// goes on without it and the job ends with exit status 0.
+func TestStuckWorkerIsLeftOut(t *testing.T) {
+	const samples, steps = 1200, 300
+	h := startRunJob(t, "--np", "3", "--min-np", "2", "--", synthetic,
+		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "1ms", "--freeze-worker", "1", "--freeze-step", "10", "--freeze-for", "10m")
+	h.waitFor(t, "step 9", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 9 })
+	frozen := time.Now()
+	h.waitFor(t, "a 2-worker world without the stuck worker", 4*time.Minute, sizeAfter(9, 2))
+	t.Logf("stuck worker left out: 2-worker steps after %v", time.Since(frozen))
+	h.waitExit(t, 3*time.Minute)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}

@@ -1,0 +1,79 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gorovod/gorovod/collective"
+)
+
+// What a language binding (bindings/c, and the Python package over it)
+// needs beyond what a Go trainer uses: the binding drives its own loop, so it
+// joins the job as Train does but holds the membership itself, and it runs
+// every collective of the framework it serves (broadcasts, allgathers,
+// alltoalls, barriers), not only gradient allreduces, through the session's
+// failure handling.
+
+// Membership is a process's place in a job, as a binding that drives its own
+// training loop holds it: the Worker of an elastic job, or a world of one when
+// no launcher started the process.
+type Membership struct{ m member }
+
+// JoinJob joins a job as Train does: the job cfg names (cfg.JobID set), else
+// the launcher's job when a launcher started the process (UnderLauncher: the
+// job, secret, seeds, launch name and addresses come from the environment and
+// the rest of cfg applies), else a world of one. It returns once a world
+// admits this process and the state has arrived from its rank 0.
+func JoinJob(ctx context.Context, cfg WorkerConfig, state *State) (*Membership, error) {
+	m, err := join(ctx, cfg, state)
+	if err != nil {
+		return nil, err
+	}
+	return &Membership{m}, nil
+}
+
+// Session is the membership's session. Its methods are for one goroutine at
+// a time (AbortIfMember aside).
+func (m *Membership) Session() *Session { return m.m.session() }
+
+// RequestLeave asks to leave the job gracefully: a world without this process
+// is proposed, and Commit returns ErrExcluded at the step boundary where the
+// others move to it. Keep training until then.
+func (m *Membership) RequestLeave(ctx context.Context) error { return m.m.requestLeave(ctx) }
+
+// Finish tells the job that training is over (see Worker.Finish), then leaves.
+func (m *Membership) Finish(ctx context.Context) error { return m.m.finish(ctx) }
+
+// Close leaves the job without reporting the end of training (an error, an
+// interruption, or a worker the job went on without).
+func (m *Membership) Close() error { return m.m.close() }
+
+// Collective runs collectives beyond gradient averaging (broadcasts,
+// allgathers, alltoalls, barriers) on the current world's communicator, and
+// handles their failures as Allreduce does: an error that left the world
+// intact (bad arguments refused before anything was sent) is returned as it
+// is; a MismatchError (the workers called different collectives) is returned
+// wrapped; any other failure broke the world, which is rebuilt and the state
+// re-synchronized from the new rank 0 before ErrWorldChanged is returned.
+//
+// fn must run all its collectives on the communicator it is given and keep
+// nothing of it: the next world has another.
+func (s *Session) Collective(ctx context.Context, fn func(ctx context.Context, c *collective.Communicator) error) error {
+	comm := s.comm
+	if err := fn(ctx, comm); err != nil {
+		return s.failed(ctx, comm, err)
+	}
+	return nil
+}
+
+// worldChanged is ErrWorldChanged with the failure that changed the world,
+// so that a worker whose collective failed because of another worker's
+// mistake (a peer that aborted on mismatched tensors says why) can tell its
+// user.
+func worldChanged(cause error) error {
+	if cause == nil || errors.Is(cause, ErrWorldChanged) {
+		return ErrWorldChanged
+	}
+	return fmt.Errorf("%w (%v)", ErrWorldChanged, cause)
+}

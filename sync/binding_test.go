@@ -1,0 +1,139 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/sync/driver"
+)
+
+// Session.Collective: broadcasts and allgathers through the session; a peer
+// that dies inside one makes the survivors rebuild the world and get
+// ErrWorldChanged, and they carry on in the next world; a call refused for
+// bad arguments leaves the world intact; ranks that call different
+// collectives get a clear error.
+func TestSessionCollective(t *testing.T) {
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go coord.Run(ctx)
+	ws := []*toyWorker{startToy(t, "c0", coord), startToy(t, "c1", coord), startToy(t, "c2", coord)}
+	errs := make([]error, len(ws))
+	var wg stdsync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() {
+			errs[i] = func() error {
+				sess, err := joinCoord(ctx, coord, w.name, w.tr, w.state)
+				if err != nil {
+					return err
+				}
+				defer sess.Close()
+				for sess.Size() != 3 {
+					if err := sess.Commit(ctx); err != nil && !errors.Is(err, ErrWorldChanged) {
+						return err
+					}
+				}
+				// A root outside the world is refused before anything is sent.
+				bad := sess.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
+					return collective.Broadcast(ctx, c, make([]float32, 4), 7)
+				})
+				if bad == nil || errors.Is(bad, ErrWorldChanged) {
+					return fmt.Errorf("broadcast from root 7 of 3: %v, want a plain error", bad)
+				}
+				// A broadcast and an allgather that work.
+				v := []float32{float32(sess.Rank()), 1, 2}
+				got := make([]float32, 3*sess.Size())
+				if err := sess.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
+					if err := collective.Broadcast(ctx, c, v, 1); err != nil {
+						return err
+					}
+					return collective.Allgather(ctx, c, v, got)
+				}); err != nil {
+					return err
+				}
+				if v[0] != 1 || got[6] != 1 {
+					return fmt.Errorf("broadcast gave %v, allgather %v", v, got)
+				}
+				// c2 dies inside the next allgather (every rank receives from
+				// it, directly or relayed); the others rebuild.
+				if w.name == "c2" {
+					sess.Communicator().Abort(errors.New("killed"))
+					w.tr.Close()
+					return nil
+				}
+				err = sess.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
+					return collective.Allgather(ctx, c, make([]float64, 1<<14), make([]float64, 3<<14))
+				})
+				if !errors.Is(err, ErrWorldChanged) {
+					return fmt.Errorf("allgather with a dead peer: %v, want ErrWorldChanged", err)
+				}
+				if !strings.Contains(err.Error(), "(") {
+					return fmt.Errorf("ErrWorldChanged without its cause: %v", err)
+				}
+				if sess.Size() != 2 {
+					return fmt.Errorf("world of %d after the failure, want 2", sess.Size())
+				}
+				// Mismatched collectives: a clear error on the rank that sees it.
+				n := 10 + 5*sess.Rank()
+				err = sess.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
+					return collective.Allgather(ctx, c, make([]float32, n), make([]float32, 2*n))
+				})
+				var mismatch *collective.MismatchError
+				if !errors.As(err, &mismatch) && !errors.Is(err, ErrWorldChanged) {
+					return fmt.Errorf("mismatched allgathers: %v", err)
+				}
+				if errors.As(err, &mismatch) && !strings.Contains(err.Error(), "tensors differ") {
+					return fmt.Errorf("mismatch error %q does not say what differs", err)
+				}
+				return nil
+			}()
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("%s: %v", ws[i].name, err)
+		}
+	}
+}
+
+// JoinJob without a job in its configuration or environment trains in a
+// world of one, whose session runs collectives and commits like a job's.
+func TestJoinJobAlone(t *testing.T) {
+	if UnderLauncher() {
+		t.Skip("started by a launcher")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st := NewState()
+	m, err := JoinJob(ctx, WorkerConfig{}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := m.Session()
+	if sess.Size() != 1 || sess.Rank() != 0 {
+		t.Fatalf("rank %d of %d", sess.Rank(), sess.Size())
+	}
+	v := []float32{3}
+	if err := sess.Allreduce(ctx, Sum(), collective.SliceBuffer(v)); err != nil || v[0] != 3 {
+		t.Fatalf("allreduce: %v %v", v, err)
+	}
+	if err := sess.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RequestLeave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.Commit(ctx); !errors.Is(err, ErrExcluded) {
+		t.Fatalf("commit after RequestLeave: %v, want ErrExcluded", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
