@@ -1,8 +1,8 @@
 """Ctrl-C while a collective is blocked: rank 1 never calls the allreduce,
 rank 0 blocks in it; SIGINT to rank 0 must raise KeyboardInterrupt promptly
 (the wait is done in slices, so Python handles its signals meanwhile).
-Driven by bindings/python/python_test.go (TestInterrupt), which sends the
-signal and kills rank 1 afterwards."""
+Driven by bindings/python/elastic_test.go (TestInterrupt), which sends the
+signal, then interrupts gorovod run, which ends the job."""
 
 import os
 import sys
