@@ -75,8 +75,12 @@ func (s runSink) Event(e job.Event) {
 	case job.JobStarted:
 		d.report("job %s, %d workers, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
 	case job.WorkerStarted:
-		if e.Worker.Host != "" && e.Worker.PID == 0 {
-			d.report("worker %d on %s", e.Worker.Index, e.Worker.Host) // its pid is on that host, once it runs
+		if e.Worker.PID == 0 { // a launcher that does not know it (a Slurm step, a pod, a remote host)
+			if e.Worker.Host != "" {
+				d.report("worker %d on %s", e.Worker.Index, e.Worker.Host) // its pid is on that host, once it runs
+			} else {
+				d.report("worker %d started", e.Worker.Index)
+			}
 			return
 		}
 		if e.Initial {

@@ -39,6 +39,7 @@ type runOptions struct {
 	asJSON             bool
 	progress           string
 	placement          string
+	cluster            clusterOptions // runcluster.go
 	hosts              hostOptions
 }
 
@@ -78,6 +79,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
 	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
 	o.hosts.register(fs)
+	o.cluster.addFlags(fs)
 	if err := parseFlags(fs, args, runUsageText, stdout, stderr); err != nil {
 		return err
 	}
@@ -121,10 +123,13 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	if _, err := launch.ParsePlacement(o.placement); err != nil {
 		return runUsage(stderr, "--placement: %v", err)
 	}
+	if err := o.cluster.check(o.np, o.maxNP); err != nil {
+		return runUsage(stderr, "%v", err)
+	}
 	if err := o.hosts.prepare(); err != nil {
 		return runUsage(stderr, "%v", err)
 	}
-	if _, err := exec.LookPath(o.argv[0]); err != nil {
+	if _, err := exec.LookPath(o.argv[0]); err != nil && !o.cluster.kubernetes { // a pod's command is in its image
 		return runUsage(stderr, "trainer %q: %v", o.argv[0], err)
 	}
 	engCfg, err := o.engineConfig()
@@ -155,7 +160,9 @@ replaces stragglers by itself. Each worker's lines are printed prefixed by its
 launch index, [i].
 
 With -H host1:2,host2:2, --hostfile FILE or --host-discovery-script CMD the
-workers run on those hosts, started over ssh (see README, "Several machines").`
+workers run on those hosts, started over ssh (see README, "Several machines").
+With --slurm they are job steps of the Slurm allocation gorovod runs in, with
+--kubernetes pods (docs/clusters.md).`
 
 // engineConfig builds the autoscaling engine's configuration from the flags.
 func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
@@ -221,6 +228,12 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	if err := o.hosts.configure(ctx, &cfg, launch.Placement(o.placement), func(msg string) { out.report("%s", msg) }); err != nil {
 		return err
 	}
+	// --slurm and --kubernetes replace the launcher (and the hosts).
+	closeCluster, err := o.cluster.apply(ctx, &cfg, out.report)
+	if err != nil {
+		return err
+	}
+	defer closeCluster()
 	j, err := job.Start(ctx, cfg)
 	if err != nil {
 		return err

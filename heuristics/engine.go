@@ -583,6 +583,25 @@ func (e *Engine) progress(ctx context.Context) {
 			done(fmt.Sprintf("world grew to %d workers", cur.Workers()))
 			return
 		}
+		// Workers that left meanwhile (preempted, lost) keep the world
+		// below the target however many join: once as many have joined
+		// as were started, the decision is carried out, and the policy
+		// judges the world as it now is.
+		joined, left := 0, 0
+		for _, m := range cur.Members {
+			if !a.before[m] {
+				joined++
+			}
+		}
+		for m := range a.before {
+			if !slices.Contains(cur.Members, m) {
+				left++
+			}
+		}
+		if left > 0 && joined >= a.d.Count {
+			done(fmt.Sprintf("%d workers joined, %d left meanwhile: the world has %d", joined, left, cur.Workers()))
+			return
+		}
 	case Shrink:
 		if gone() {
 			stop()

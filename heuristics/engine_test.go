@@ -1139,6 +1139,33 @@ func TestEngineActionTimeout(t *testing.T) {
 	}
 }
 
+// A grow whose workers joined while others left (preempted) is carried
+// out: the engine does not wait for a size the world cannot reach until the
+// action timeout, it asks the heuristic again, which grows again.
+func TestEngineGrowWhileOthersLeave(t *testing.T) {
+	h := engCounted(engSchedule(t, "0:3"))
+	f := newEngFake(2)
+	_, log := engRun(t, engConfig(h), f)
+	f.start(time.Now())
+	f.feed(1, 4, engSteady(8, 10*time.Millisecond))
+	log.wait(t, EventDecision, "grow 2 → 3", 1)
+	engRecv(t, f.startCh, "Start")
+	f.drop("w1") // preempted while w2 starts
+	f.join(time.Now())
+	done := log.wait(t, EventDone, "1 workers joined, 1 left meanwhile: the world has 2", 1)
+	if done.Decision == nil || done.Decision.Action != Grow {
+		t.Errorf("done event %+v", done)
+	}
+	f.feed(5, 8, engSteady(8, 10*time.Millisecond))
+	log.wait(t, EventDecision, "grow 2 → 3", 2)
+	if n := engRecv(t, f.startCh, "the second Start"); n != 1 {
+		t.Errorf("Start(%d), want Start(1)", n)
+	}
+	if n := log.count(EventFailed, ""); n != 0 {
+		t.Errorf("%d failed events", n)
+	}
+}
+
 func TestEngineHeuristicErrors(t *testing.T) {
 	script := map[int64]Decision{
 		4:  HoldBecause("fine"),

@@ -228,6 +228,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		_ = j.engine.Run(engineCtx)
 	}()
 	go j.supervise()
+	go j.keepMinimum(engineCtx) // minimum.go
 	return j, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/sync/sampler"
@@ -171,6 +172,13 @@ type TrainConfig struct {
 	// cluster schedulers send); NoLeaveSignal turns it off.
 	LeaveSignal   os.Signal
 	NoLeaveSignal bool
+	// LeaveNotice is how long this worker has from its leave signal until
+	// it must be gone (the SIGKILL a cluster sends after its SIGTERM). If
+	// the others have not moved on without it by then (all were told to
+	// leave at once, or the world is at its minimum), it leaves anyway at a
+	// step boundary, its last step committed (notice.go). Default: the
+	// launcher's (GOROVOD_LEAVE_NOTICE), else DefaultLeaveNotice (25 s).
+	LeaveNotice time.Duration
 	// Worker is how this process joins the job. With Worker.JobID set it
 	// joins that job; otherwise, when the launcher started it (UnderLauncher),
 	// the job, secret, seeds, launch name and addresses (the transport's
@@ -317,6 +325,10 @@ func (c TrainConfig) prepare(state *State, step StepFunc) (TrainConfig, error) {
 	if c.LeaveSignal == nil {
 		c.LeaveSignal = DefaultTrainConfig().LeaveSignal
 	}
+	var err error
+	if c.LeaveNotice, err = leaveNoticeFrom(c); err != nil {
+		return c, err
+	}
 	if c.Worker.Logger == nil {
 		o, err := envconfig.LoadObservability(os.Getenv)
 		if err != nil {
@@ -436,6 +448,8 @@ func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Sig
 		}
 	}()
 	setTotalSteps(cfg, sess)
+	notice, stepCtx := watchLeave(ctx, cfg.LeaveNotice, leave)
+	defer notice.stop()
 	if err := attachPolicy(cfg, sess); err != nil {
 		return res, err
 	}
@@ -452,16 +466,22 @@ func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Sig
 			return res, err
 		}
 		select {
-		case <-leave:
+		case <-notice.leaveSignalled():
 			if !leaving {
 				leaving = true
-				log.Info("leave signal: leaving the job once the others have moved on", "step", sess.Step())
+				log.Info("leave signal: leaving the job once the others have moved on", "step", sess.Step(), "notice", cfg.LeaveNotice)
 				if err := m.requestLeave(ctx); err != nil {
 					return res, fmt.Errorf("sync: asking to leave: %w", err)
 				}
 			}
+			if notice.over() {
+				log.Info("leave notice running out: leaving without the others' world", "step", sess.Step())
+				res.Outcome = Left
+				return res, nil
+			}
 		default:
 		}
+		began := time.Now()
 		s := TrainStep{Number: sess.Step() + 1, Rank: sess.Rank(), Size: sess.Size(), World: sess.World().Number, Session: sess}
 		if s.Number == last.Number {
 			s.Attempt = last.Attempt + 1
@@ -488,7 +508,11 @@ func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Sig
 			sess.RecordSamples(len(b.Indices))
 			sess.SetGlobalBatch(b.Global)
 		}
-		switch err := step(ctx, &s); {
+		switch err := step(stepCtx, &s); {
+		case err != nil && notice.ranOut():
+			log.Info("leave notice ran out during the step: leaving with the last committed step", "step", sess.Step())
+			res.Outcome = Left
+			return res, nil
 		case errors.Is(err, ErrWorldChanged):
 			log.Info("the world changed during the step: redoing it", "step", s.Number, "attempt", s.Attempt)
 			continue
@@ -509,14 +533,19 @@ func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Sig
 				return res, err
 			}
 		}
-		err := sess.Commit(ctx)
+		err := sess.Commit(stepCtx)
 		out := errors.Is(err, ErrExcluded) // the step counted; the world goes on without us
 		switch {
+		case err != nil && !out && notice.ranOut():
+			log.Info("leave notice ran out during the commit: leaving", "step", sess.Step())
+			res.Outcome = Left
+			return res, nil
 		case errors.Is(err, ErrWorldChanged):
 			continue // carry on from the state of the new world's rank 0
 		case err != nil && !out:
 			return res, err
 		}
+		notice.stepTook(time.Since(began))
 		s.Number = sess.Step()
 		if cfg.Committed != nil {
 			if err := cfg.Committed(ctx, &s); err != nil {

@@ -64,6 +64,16 @@ type Config struct {
 	Resources          corev1.ResourceRequirements
 	ServiceAccountName string
 	Customize          func(*corev1.Pod)
+	// Template, if set, is what every worker pod starts from (node
+	// selectors, tolerations, volumes, resources, host networking, extra
+	// environment): the provisioner sets its own fields on a copy (name,
+	// labels added to the template's, owner, restart policy, host name,
+	// grace period, the trainer container's command and the job's
+	// environment). The trainer container is the template's container named
+	// ContainerName, else its first; an environment variable the template's
+	// trainer container sets wins over the provisioner's defaults
+	// (GOROVOD_LISTEN_ADDR, say), never over the job's secret.
+	Template *corev1.Pod
 	// Grace is the workers' notice: a removed worker's time to exit by
 	// itself before its pod is deleted, and the pods'
 	// terminationGracePeriodSeconds (SIGTERM to SIGKILL). Default 25 s.
@@ -116,7 +126,11 @@ type Worker struct {
 	Ended     bool
 	Deleted   bool // gone from the API
 	Preempted bool
-	ExitCode  int32
+	// Exited says the trainer container ended with ExitCode (rather than
+	// the pod going without it: deleted, evicted, given up).
+	Exited   bool
+	ExitCode int32
+	GaveUp   bool // not running PendingTimeout after its creation
 }
 
 type podState struct {
@@ -162,7 +176,7 @@ func New(ctx context.Context, cfg Config) (*Provisioner, error) {
 	if errs := validation.IsDNS1123Label(cfg.Job); len(errs) > 0 || len(cfg.Job) > 40 {
 		return nil, fmt.Errorf("kube: job name %q: want a DNS label of at most 40 characters %v", cfg.Job, errs)
 	}
-	if cfg.Image == "" {
+	if cfg.Image == "" && (cfg.Template == nil || trainerContainer(cfg.Template) == nil || trainerContainer(cfg.Template).Image == "") {
 		return nil, errors.New("kube: no worker image")
 	}
 	if cfg.Namespace == "" {
@@ -231,7 +245,7 @@ func (p *Provisioner) owners() []metav1.OwnerReference {
 // ensureShared creates the job's Secret and headless Service once.
 func (p *Provisioner) ensureShared(ctx context.Context) error {
 	p.mu.Lock()
-	done := p.shared
+	done, secretEnv := p.shared, p.cfg.SecretEnv
 	p.mu.Unlock()
 	if done {
 		return nil
@@ -239,7 +253,7 @@ func (p *Provisioner) ensureShared(ctx context.Context) error {
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: p.secretName(), Labels: p.labels(), OwnerReferences: p.owners()},
 		Type:       corev1.SecretTypeOpaque,
-		StringData: p.cfg.SecretEnv,
+		StringData: secretEnv,
 	}
 	if _, err := p.cfg.Client.CoreV1().Secrets(p.cfg.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("kube: creating secret %s: %w", secret.Name, err)
@@ -263,11 +277,49 @@ func (p *Provisioner) ensureShared(ctx context.Context) error {
 }
 
 // WorkerPod returns the pod the provisioner creates for worker i.
-func (p *Provisioner) WorkerPod(i int) *corev1.Pod {
+func (p *Provisioner) WorkerPod(i int) *corev1.Pod { return p.workerPod(i, nil, nil) }
+
+// trainerContainer is the template's trainer container: the one named
+// ContainerName, else the first; nil when it has none.
+func trainerContainer(pod *corev1.Pod) *corev1.Container {
+	cs := pod.Spec.Containers
+	for i := range cs {
+		if cs[i].Name == ContainerName {
+			return &cs[i]
+		}
+	}
+	if len(cs) > 0 {
+		return &cs[0]
+	}
+	return nil
+}
+
+// workerPod is worker i's pod, with extra variables (a launch's own) after
+// the configuration's, running command (nil: Config.Command).
+func (p *Provisioner) workerPod(i int, command []string, extra []corev1.EnvVar) *corev1.Pod {
 	name := p.podName(i)
 	labels := p.labels()
 	labels[LabelRole] = RoleWorker
 	labels[LabelIndex] = strconv.Itoa(i)
+	pod := &corev1.Pod{}
+	if p.cfg.Template != nil {
+		pod = p.cfg.Template.DeepCopy()
+		pod.ObjectMeta = metav1.ObjectMeta{Labels: pod.Labels, Annotations: pod.Annotations}
+		pod.Status = corev1.PodStatus{}
+	}
+	tc := trainerContainer(pod)
+	if tc == nil {
+		pod.Spec.Containers = []corev1.Container{{}}
+		tc = &pod.Spec.Containers[0]
+	}
+	var tplEnv []corev1.EnvVar
+	tplEnv, tc.Env = tc.Env, nil
+	for k, v := range labels {
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		pod.Labels[k] = v
+	}
 	grace := int64((p.cfg.Grace + time.Second - 1) / time.Second)
 	no := false
 	field := func(path string) *corev1.EnvVarSource {
@@ -281,7 +333,7 @@ func (p *Provisioner) WorkerPod(i int) *corev1.Pod {
 		{Name: envconfig.EnvLaunchIndex, Value: strconv.Itoa(i)},
 	}
 	set := map[string]bool{}
-	for _, e := range p.cfg.Env {
+	for _, e := range slices.Concat(p.cfg.Env, extra, tplEnv) {
 		set[e.Name] = true
 	}
 	// Other pods reach this worker at its pod IP ($(VAR) is expanded by the
@@ -292,26 +344,43 @@ func (p *Provisioner) WorkerPod(i int) *corev1.Pod {
 	if !set[envconfig.EnvGossipAddr] {
 		env = append(env, corev1.EnvVar{Name: envconfig.EnvGossipAddr, Value: "$(" + envconfig.EnvPodIP + ")"})
 	}
-	env = append(env, p.cfg.Env...)
+	// Later entries of a name win: the template's over the job's, the
+	// secret's over everything.
+	env = appendEnv(env, p.cfg.Env...)
+	env = appendEnv(env, extra...)
+	env = appendEnv(env, tplEnv...)
 	for _, k := range slices.Sorted(maps.Keys(p.cfg.SecretEnv)) {
-		env = append(env, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		env = appendEnv(env, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: p.secretName()}, Key: k}}})
 	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: labels, OwnerReferences: p.owners()},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			Hostname:                      name,
-			Subdomain:                     p.serviceName(),
-			TerminationGracePeriodSeconds: &grace,
-			ServiceAccountName:            p.cfg.ServiceAccountName,
-			AutomountServiceAccountToken:  &no,
-			EnableServiceLinks:            &no,
-			Containers: []corev1.Container{{
-				Name: ContainerName, Image: p.cfg.Image, Command: p.cfg.Command, Env: env,
-				Resources: p.cfg.Resources, ImagePullPolicy: corev1.PullIfNotPresent,
-			}},
-		},
+	pod.Name, pod.Namespace, pod.OwnerReferences = name, p.cfg.Namespace, p.owners()
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	pod.Spec.Hostname, pod.Spec.Subdomain = name, p.serviceName()
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	if p.cfg.ServiceAccountName != "" || p.cfg.Template == nil {
+		pod.Spec.ServiceAccountName = p.cfg.ServiceAccountName
+	}
+	if p.cfg.Template == nil || pod.Spec.AutomountServiceAccountToken == nil {
+		pod.Spec.AutomountServiceAccountToken = &no
+	}
+	if p.cfg.Template == nil || pod.Spec.EnableServiceLinks == nil {
+		pod.Spec.EnableServiceLinks = &no
+	}
+	tc.Name, tc.Env = ContainerName, env
+	if p.cfg.Image != "" {
+		tc.Image = p.cfg.Image
+	}
+	if command == nil {
+		command = p.cfg.Command
+	}
+	if len(command) > 0 {
+		tc.Command = slices.Clone(command)
+	}
+	if len(p.cfg.Resources.Limits) > 0 || len(p.cfg.Resources.Requests) > 0 {
+		tc.Resources = p.cfg.Resources
+	}
+	if tc.ImagePullPolicy == "" {
+		tc.ImagePullPolicy = corev1.PullIfNotPresent
 	}
 	if p.cfg.Customize != nil {
 		p.cfg.Customize(pod)
@@ -319,31 +388,56 @@ func (p *Provisioner) WorkerPod(i int) *corev1.Pod {
 	return pod
 }
 
+// appendEnv appends vars to env, each replacing an entry of its name.
+func appendEnv(env []corev1.EnvVar, vars ...corev1.EnvVar) []corev1.EnvVar {
+	for _, v := range vars {
+		env = slices.DeleteFunc(env, func(e corev1.EnvVar) bool { return e.Name == v.Name })
+		env = append(env, v)
+	}
+	return env
+}
+
 // Start creates n more worker pods (heuristics.Provisioner); the first call
 // also creates the job's Secret and Service.
 func (p *Provisioner) Start(ctx context.Context, n int) error {
-	if err := p.ensureShared(ctx); err != nil {
-		return err
-	}
 	for range n {
 		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			return errors.New("kube: provisioner closed")
-		}
 		i := p.next
-		p.next++
-		st := p.track(p.podName(i), i)
 		p.mu.Unlock()
-		if _, err := p.pods.Create(ctx, p.WorkerPod(i), metav1.CreateOptions{}); err != nil {
-			p.mu.Lock()
-			p.forget(st)
-			p.mu.Unlock()
-			return fmt.Errorf("kube: creating pod %s: %w", st.Pod, err)
+		if _, err := p.create(ctx, i, nil, nil); err != nil {
+			return err
 		}
-		p.logf("pod %s created", st.Pod)
 	}
 	return nil
+}
+
+// create creates worker i's pod (index i must not have been used) as
+// workerPod makes it; the first call also creates the job's Secret and
+// Service.
+func (p *Provisioner) create(ctx context.Context, i int, command []string, extra []corev1.EnvVar) (*podState, error) {
+	if err := p.ensureShared(ctx); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errors.New("kube: provisioner closed")
+	}
+	if _, taken := p.byName[p.podName(i)]; taken || i < 0 {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("kube: worker index %d is taken", i)
+	}
+	p.next = max(p.next, i+1)
+	st := p.track(p.podName(i), i)
+	p.mu.Unlock()
+	if _, err := p.pods.Create(ctx, p.workerPod(i, command, extra), metav1.CreateOptions{}); err != nil {
+		p.mu.Lock()
+		p.forget(st)
+		p.mu.Unlock()
+		return nil, fmt.Errorf("kube: creating pod %s: %w", st.Pod, err)
+	}
+	p.logf("pod %s created", st.Pod)
+	return st, nil
 }
 
 // track registers a pod (under mu); the pending timer starts with it.
@@ -371,7 +465,7 @@ func (p *Provisioner) giveUp(st *podState) {
 		p.mu.Unlock()
 		return
 	}
-	st.byUs = true
+	st.byUs, st.GaveUp = true, true
 	ev := p.eventLocked(st, PodGaveUp, fmt.Sprintf("not running %v after its creation", p.cfg.PendingTimeout))
 	p.mu.Unlock()
 	p.emit(ev)
@@ -429,11 +523,11 @@ func (p *Provisioner) observe(obj any, deleted bool) {
 		st.pending.Stop()
 		evs = append(evs, p.eventLocked(st, PodRunning, ""))
 	}
-	if code, reason, ended := ended(pod); ended && !st.Ended {
-		st.Ended, st.ExitCode = true, code
+	if code, reason, exited, ended := ended(pod); ended && !st.Ended {
+		st.Ended, st.ExitCode, st.Exited = true, code, exited
 		// A worker the provisioner deleted exits 143 too: that is the
 		// engine's decision, not a preemption.
-		st.Preempted = preempted(pod, code) && !st.byUs
+		st.Preempted = (preempted(pod, code) || pod.DeletionTimestamp != nil) && !st.byUs
 		st.pending.Stop()
 		close(st.ended)
 		evs = append(evs, p.eventLocked(st, PodEnded, reason))
@@ -467,18 +561,23 @@ func started(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodRunning
 }
 
-// ended says whether the worker's container has exited, and how.
-func ended(pod *corev1.Pod) (code int32, reason string, done bool) {
+// ended says whether the worker's pod is over, and how: exited when its
+// container ended with code (or the pod succeeded), not when the pod failed
+// without it (evicted, say).
+func ended(pod *corev1.Pod) (code int32, reason string, exited, done bool) {
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name == ContainerName && cs.State.Terminated != nil {
 			t := cs.State.Terminated
-			return t.ExitCode, t.Reason, true
+			return t.ExitCode, t.Reason, true, true
 		}
 	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return 0, pod.Status.Reason, true
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded:
+		return 0, pod.Status.Reason, true, true
+	case corev1.PodFailed:
+		return 0, pod.Status.Reason, false, true
 	}
-	return 0, "", false
+	return 0, "", false, false
 }
 
 // preempted: the trainer was told to go (SIGTERM: exit 143) or the cluster
@@ -533,11 +632,8 @@ func (p *Provisioner) Stop(ctx context.Context, w heuristics.WorkerInfo) error {
 }
 
 func (p *Provisioner) deleteAndWait(ctx context.Context, st *podState) error {
-	p.mu.Lock()
-	st.byUs = true
-	p.mu.Unlock()
-	if err := p.pods.Delete(ctx, st.Pod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("kube: deleting pod %s: %w", st.Pod, err)
+	if err := p.deletePod(ctx, st, nil); err != nil {
+		return err
 	}
 	// The kubelet has the pod's grace period to end it, then reports.
 	t := time.NewTimer(2*p.cfg.Grace + 30*time.Second)

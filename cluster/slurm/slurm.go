@@ -31,6 +31,8 @@ type Allocation struct {
 	JobID  string
 	Hosts  []Host // in SLURM_JOB_NODELIST's order
 	NTasks int    // SLURM_NTASKS, or the sum of the hosts' slots
+	// CPUsPerTask is SLURM_CPUS_PER_TASK (0 when not asked for).
+	CPUsPerTask int
 }
 
 // CurrentAllocation reads the allocation this process runs in from Slurm's
@@ -41,7 +43,7 @@ func CurrentAllocation() (a Allocation, ok bool, err error) {
 	if !ok || err != nil {
 		return a, ok, err
 	}
-	a = Allocation{JobID: e.JobID, NTasks: e.NTasks}
+	a = Allocation{JobID: e.JobID, NTasks: e.NTasks, CPUsPerTask: e.CPUsPerTask}
 	for _, h := range e.Hosts {
 		a.Hosts = append(a.Hosts, Host{Name: h.Name, Slots: h.Slots})
 	}
@@ -290,24 +292,10 @@ func (p *Provisioner) startStep() error {
 	if err != nil {
 		return err
 	}
-	argv := []string{"srun", "--jobid=" + p.cfg.JobID, "--job-name=gorovod-worker-" + strconv.Itoa(w.Index),
-		"--nodes=1", "--ntasks=1", "--cpus-per-task=" + strconv.Itoa(p.cfg.CPUsPerWorker),
-		// --exact: the step gets the CPUs it asks for, not every CPU of
-		// the node, so that the next worker's step can start beside it.
-		// --export=ALL: the worker's environment (job, secret, seeds)
-		// goes to the task, whatever SLURM_EXPORT_ENV the job set.
-		// --kill-on-bad-exit=0: one worker failing is the elastic
-		// layer's business, not a reason to end the step.
-		"--exact", "--export=ALL", "--kill-on-bad-exit=0"}
-	argv = append(argv, p.cfg.ExtraArgs...)
-	argv = append(argv, "/bin/sh", "-c", wrapper, "gorovod-worker")
-	argv = append(argv, p.cfg.Argv...)
-	// The allocation's own shape (SLURM_NTASKS=8, ...) is srun's input too;
-	// the flags above override it, but a step that reads it would see the
-	// allocation's, not its own.
+	argv := stepArgv(p.cfg.JobID, w.Index, "", p.cfg.CPUsPerWorker, p.cfg.ExtraArgs, p.cfg.Argv)
 	base := slices.DeleteFunc(slices.Clone(p.cfg.Environ), func(kv string) bool {
-		return strings.HasPrefix(kv, "SLURM_NTASKS=") || strings.HasPrefix(kv, "SLURM_NPROCS=") ||
-			strings.HasPrefix(kv, "SLURM_TASKS_PER_NODE=") || strings.HasPrefix(kv, "SLURM_NNODES=")
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(allocationShape, name)
 	})
 	own := p.workerEnv(w.Index)
 	job, err := launch.Start(p.ctx, launch.Spec{
@@ -342,6 +330,51 @@ func (p *Provisioner) startStep() error {
 	return nil
 }
 
+// stepArgv is the srun command that runs worker index as a one-task step of
+// allocation jobID (on host, when not ""), through the wrapper that reports
+// its step, host and pid.
+func stepArgv(jobID string, index int, host string, cpus int, extra, trainer []string) []string {
+	argv := []string{"srun", "--jobid=" + jobID, "--job-name=gorovod-worker-" + strconv.Itoa(index),
+		"--nodes=1", "--ntasks=1", "--cpus-per-task=" + strconv.Itoa(cpus),
+		// --exact: the step gets the CPUs it asks for, not every CPU of
+		// the node, so that the next worker's step can start beside it.
+		// --export=ALL: the worker's environment (job, secret, seeds)
+		// goes to the task, whatever SLURM_EXPORT_ENV the job set.
+		// --kill-on-bad-exit=0: one worker failing is the elastic
+		// layer's business, not a reason to end the step.
+		"--exact", "--export=ALL", "--kill-on-bad-exit=0"}
+	if host != "" {
+		argv = append(argv, "--nodelist="+host)
+	}
+	argv = append(argv, extra...)
+	argv = append(argv, "/bin/sh", "-c", wrapper, "gorovod-worker")
+	return append(argv, trainer...)
+}
+
+// allocationShape are the variables of the allocation's own shape
+// (SLURM_NTASKS=8, ...): srun reads them as input, and a step's task would
+// see the allocation's rather than its own. The steps' flags override them;
+// the provisioner also removes them from srun's environment.
+var allocationShape = []string{"SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE", "SLURM_NNODES"}
+
+// parseMarker reads a wrapper's "gorovod-slurm-worker <id> <host> <pid>"
+// line.
+func parseMarker(stream string, line []byte) (id, host string, pid int, ok bool) {
+	rest, ok := strings.CutPrefix(string(line), markerPrefix)
+	if !ok || stream != "stderr" {
+		return "", "", 0, false
+	}
+	f := strings.Fields(rest)
+	if len(f) != 3 {
+		return "", "", 0, false
+	}
+	pid, err := strconv.Atoi(f[2])
+	if err != nil || pid <= 0 {
+		return "", "", 0, false
+	}
+	return f[0], f[1], pid, true
+}
+
 func (p *Provisioner) output(i int, stream string, line []byte) {
 	if p.cfg.Output != nil {
 		p.cfg.Output(i, stream, line)
@@ -357,16 +390,8 @@ func (p *Provisioner) output(i int, stream string, line []byte) {
 // noteMarker records a worker's step or job, host and pid from its marker
 // line; it says whether line was one.
 func (p *Provisioner) noteMarker(w *worker, stream string, line []byte) bool {
-	rest, ok := strings.CutPrefix(string(line), markerPrefix)
-	if !ok || stream != "stderr" {
-		return false
-	}
-	f := strings.Fields(rest)
-	if len(f) != 3 {
-		return false
-	}
-	pid, err := strconv.Atoi(f[2])
-	if err != nil || pid <= 0 {
+	id, host, pid, ok := parseMarker(stream, line)
+	if !ok {
 		return false
 	}
 	p.mu.Lock()
@@ -374,7 +399,7 @@ func (p *Provisioner) noteMarker(w *worker, stream string, line []byte) bool {
 	if w.Host != "" {
 		return false // a line the trainer printed that looks like a marker
 	}
-	w.ID, w.Host, w.PID = f[0], f[1], pid
+	w.ID, w.Host, w.PID = id, host, pid
 	return true
 }
 
@@ -503,10 +528,8 @@ func (p *Provisioner) locate(info heuristics.WorkerInfo) *worker {
 	for _, w := range p.workers {
 		if w.Host == "" && w.outFile != "" {
 			if line, err := firstLine(w.outFile); err == nil {
-				if f := strings.Fields(strings.TrimPrefix(line, markerPrefix)); strings.HasPrefix(line, markerPrefix) && len(f) == 3 {
-					if pid, err := strconv.Atoi(f[2]); err == nil {
-						w.Host, w.PID = f[1], pid
-					}
+				if _, host, pid, ok := parseMarker("stderr", []byte(line)); ok {
+					w.Host, w.PID = host, pid
 				}
 			}
 		}

@@ -22,7 +22,7 @@ import (
 // The test binary is also the workers' program: srun and sbatch start it
 // with envHelper set.
 const (
-	envHelper = "SLURM_TEST_HELPER" // "worker" or "allocation"
+	envHelper = "SLURM_TEST_HELPER" // "worker", "allocation" or "exit3"
 	envOnTerm = "SLURM_TEST_ON_TERM"
 )
 
@@ -32,6 +32,8 @@ func TestMain(m *testing.M) {
 		os.Exit(helperWorker())
 	case "allocation":
 		os.Exit(helperAllocation())
+	case "exit3":
+		os.Exit(3)
 	}
 	os.Exit(m.Run())
 }

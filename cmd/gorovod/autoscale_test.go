@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,18 +44,7 @@ func runAutoscaled(t *testing.T, launcher string, runArgs []string, trainer stri
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var evs []engineEvent
-	for _, line := range h.events {
-		var ev engineEvent
-		err := json.Unmarshal([]byte(line), &ev.Event)
-		if err == nil && ev.Kind == "summary" {
-			err = json.Unmarshal([]byte(line), &ev.Summary)
-		}
-		if err != nil {
-			t.Fatalf("bad engine line %q: %v", line, err)
-		}
-		evs = append(evs, ev)
-	}
+	evs := h.engineEventsLocked(t)
 	if len(evs) == 0 || evs[len(evs)-1].Kind != "summary" {
 		t.Fatalf("no summary line; launcher log:\n%s", h.log.String())
 	}

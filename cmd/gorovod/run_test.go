@@ -87,8 +87,14 @@ func startRunJobArgv(t *testing.T, argv []string) *runJobHarness {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	h := &runJobHarness{pids: map[int]int{}, notify: make(chan struct{}, 1), exited: make(chan error, 1)}
-	h.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
+	return startHarness(t, exec.CommandContext(ctx, argv[0], argv[1:]...))
+}
+
+// startHarness starts cmd, a `gorovod run` (or a command running one), and
+// follows what it prints.
+func startHarness(t *testing.T, cmd *exec.Cmd) *runJobHarness {
+	t.Helper()
+	h := &runJobHarness{cmd: cmd, pids: map[int]int{}, notify: make(chan struct{}, 1), exited: make(chan error, 1)}
 	stdout, _ := h.cmd.StdoutPipe()
 	stderr, _ := h.cmd.StderrPipe()
 	if err := h.cmd.Start(); err != nil {
@@ -106,7 +112,9 @@ func startRunJobArgv(t *testing.T, argv []string) *runJobHarness {
 		pids := h.pids
 		h.mu.Unlock()
 		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			if pid > 0 { // kill(0) would be this process group
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
 		}
 		_ = h.cmd.Process.Kill()
 	})
@@ -385,6 +393,10 @@ func TestRunBadCommandLines(t *testing.T) {
 		{[]string{"run", "--progress", "sometimes", "--", "true"}, "--progress"},
 		{[]string{"run", "--straggler-threshold", "1.5", "--", "true"}, "threshold"},
 		{[]string{"run", "--skip-steps", "-1", "--", "true"}, "--skip-steps"},
+		{[]string{"run", "--slurm", "--kubernetes", "--", "true"}, "not both"},
+		{[]string{"run", "--slurm-arg", "--gres=gpu:1", "--", "true"}, "need --slurm"},
+		{[]string{"run", "--kubernetes-image", "img", "--", "true"}, "need --kubernetes"},
+		{[]string{"run", "--leave-notice", "-1s", "--", "true"}, "--leave-notice"},
 		{[]string{"run", "-H", "h1:x", "--", "true"}, `slots "x"`},
 		{[]string{"run", "--hostfile", "/nonexistent/hosts", "--", "true"}, "--hostfile"},
 		{[]string{"run", "-H", "a:1", "--host-discovery-script", "x", "--", "true"}, "give one of"},

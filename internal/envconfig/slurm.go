@@ -14,6 +14,7 @@ const (
 	EnvSlurmNodeList     = "SLURM_JOB_NODELIST"   // a hostlist expression: node[01-03,07],gpu1
 	EnvSlurmTasksPerNode = "SLURM_TASKS_PER_NODE" // per node of the list, compressed: 2(x3),1
 	EnvSlurmNTasks       = "SLURM_NTASKS"         // set when the allocation was asked for -n
+	EnvSlurmCPUsPerTask  = "SLURM_CPUS_PER_TASK"  // set when the allocation was asked for -c
 	// Older names, still set by Slurm 22.05 next to the new ones.
 	envSlurmJobIDOld    = "SLURM_JOBID"
 	envSlurmNodeListOld = "SLURM_NODELIST"
@@ -37,6 +38,9 @@ type SlurmAllocation struct {
 	// NTasks is the allocation's task count: SLURM_NTASKS, or the sum of the
 	// slots when the allocation was not asked for a task count.
 	NTasks int
+	// CPUsPerTask is SLURM_CPUS_PER_TASK (0 when the allocation was not
+	// asked for a count).
+	CPUsPerTask int
 }
 
 // LoadSlurm reads the allocation this process runs in through getenv; ok is
@@ -82,6 +86,13 @@ func LoadSlurm(getenv func(string) string) (a SlurmAllocation, ok bool, err erro
 			return a, true, fmt.Errorf("envconfig: %s=%q: want a task count from 1 to the %d tasks of %s", EnvSlurmNTasks, v, total, EnvSlurmTasksPerNode)
 		}
 		a.NTasks = n
+	}
+	if v := getenv(EnvSlurmCPUsPerTask); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return a, true, fmt.Errorf("envconfig: %s=%q is not a CPU count", EnvSlurmCPUsPerTask, v)
+		}
+		a.CPUsPerTask = n
 	}
 	return a, true, nil
 }

@@ -104,11 +104,13 @@ func TestLoadSlurm(t *testing.T) {
 		ok     bool
 		want   string // "" for an error
 	}{
-		{"outside Slurm", map[string]string{EnvSlurmJobID: ""}, false, "{ [] 0}"},
-		{"full", nil, true, "{42 [{node01 2} {node02 2} {node03 2} {gpu1 1}] 7}"},
-		{"no task count", map[string]string{EnvSlurmNTasks: ""}, true, "{42 [{node01 2} {node02 2} {node03 2} {gpu1 1}] 7}"},
-		{"fewer tasks than slots", map[string]string{EnvSlurmNTasks: "5"}, true, "{42 [{node01 2} {node02 2} {node03 2} {gpu1 1}] 5}"},
-		{"old names", map[string]string{EnvSlurmJobID: "", "SLURM_JOBID": "43", EnvSlurmNodeList: "", "SLURM_NODELIST": "a", EnvSlurmTasksPerNode: "3", EnvSlurmNTasks: ""}, true, "{43 [{a 3}] 3}"},
+		{"outside Slurm", map[string]string{EnvSlurmJobID: ""}, false, "{ [] 0 0}"},
+		{"full", nil, true, "{42 [{node01 2} {node02 2} {node03 2} {gpu1 1}] 7 0}"},
+		{"no task count", map[string]string{EnvSlurmNTasks: ""}, true, "{42 [{node01 2} {node02 2} {node03 2} {gpu1 1}] 7 0}"},
+		{"fewer tasks than slots", map[string]string{EnvSlurmNTasks: "5"}, true, "{42 [{node01 2} {node02 2} {node03 2} {gpu1 1}] 5 0}"},
+		{"old names", map[string]string{EnvSlurmJobID: "", "SLURM_JOBID": "43", EnvSlurmNodeList: "", "SLURM_NODELIST": "a", EnvSlurmTasksPerNode: "3", EnvSlurmNTasks: ""}, true, "{43 [{a 3}] 3 0}"},
+		{"CPUs per task", map[string]string{EnvSlurmCPUsPerTask: "4"}, true, "{42 [{node01 2} {node02 2} {node03 2} {gpu1 1}] 7 4}"},
+		{"CPUs per task not a count", map[string]string{EnvSlurmCPUsPerTask: "0"}, true, ""},
 		{"more tasks than slots", map[string]string{EnvSlurmNTasks: "8"}, true, ""},
 		{"task count not a number", map[string]string{EnvSlurmNTasks: "x"}, true, ""},
 		{"count mismatch", map[string]string{EnvSlurmTasksPerNode: "2(x3)"}, true, ""},

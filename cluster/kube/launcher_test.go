@@ -1,0 +1,138 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/job"
+)
+
+// The Launcher as the job runner uses it (fake clientset; the kubelet's part
+// is played by writing pod statuses): each launch is a pod named by its
+// launch index running the job's command; the job secret goes to the Secret
+// only; a pod's end maps to the exit a job.Process reports; Signal deletes
+// the pod; a launch with another secret is refused.
+func TestLauncher(t *testing.T) {
+	client := fake.NewClientset()
+	ev := newEvents()
+	cfg := testConfig(client, ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := NewLauncher(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	notices := make(chan string, 16)
+	launch := func(index int, secret string) (job.Process, error) {
+		return l.Launch(ctx, job.LaunchRequest{Index: index, Argv: []string{"/bin/trainer", "--steps", "9"},
+			Env:    []string{envconfig.EnvJobID + "=job-7", envconfig.EnvSecret + "=" + secret, envconfig.EnvLaunchIndex + "=99", "EXTRA=x=y"},
+			Notice: func(msg string) { notices <- msg }})
+	}
+
+	procs := map[int]job.Process{}
+	for _, i := range []int{0, 1, 2, 3} {
+		if procs[i], err = launch(i, testSecret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev.wait(t, PodCreated, 4, 10*time.Second)
+	pod, err := client.CoreV1().Pods("ml").Get(ctx, "mnist-worker-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(pod)
+	if strings.Contains(string(b), testSecret) {
+		t.Fatal("the job secret is in the pod")
+	}
+	env := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+		if e.Name == envconfig.EnvSecret && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+			t.Errorf("the secret is not a secretKeyRef: %+v", e)
+		}
+	}
+	if env[envconfig.EnvJobID] != "job-7" || env["EXTRA"] != "x=y" || env[envconfig.EnvLaunchIndex] != "2" {
+		t.Errorf("pod env %v", env)
+	}
+	if got := strings.Join(pod.Spec.Containers[0].Command, " "); got != "/bin/trainer --steps 9" {
+		t.Errorf("command %q", got)
+	}
+	secret, err := client.CoreV1().Secrets("ml").Get(ctx, "mnist-secret", metav1.GetOptions{})
+	if err != nil || secret.StringData[envconfig.EnvSecret]+string(secret.Data[envconfig.EnvSecret]) != testSecret {
+		t.Fatalf("the Secret: %+v %v", secret, err)
+	}
+
+	// How each pod ends, as its job.Process reports it.
+	for _, tc := range []struct {
+		index  int
+		code   int32
+		want   error
+		killed bool
+	}{
+		{0, 0, nil, false},
+		{1, 143, &job.ExitError{Code: -1, Signal: syscall.SIGTERM}, true},
+		{2, 3, &job.ExitError{Code: 3}, false},
+	} {
+		name := l.Provisioner().podName(tc.index)
+		setStatus(t, client, name, running)
+		setStatus(t, client, name, exited(tc.code))
+		p := procs[tc.index]
+		select {
+		case <-p.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: Done not closed after exit %d", name, tc.code)
+		}
+		err := p.Err()
+		if (err == nil) != (tc.want == nil) || (err != nil && err.Error() != tc.want.Error()) || job.KilledBySignal(err) != tc.killed {
+			t.Errorf("%s exited %d: Err %v (killed %v), want %v (killed %v)", name, tc.code, err, job.KilledBySignal(err), tc.want, tc.killed)
+		}
+	}
+	// Exit 143 without the provisioner's deletion: preempted, and the job
+	// is told.
+	select {
+	case n := <-notices:
+		if !strings.Contains(n, "pod mnist-worker-1 was preempted (exit code 143") {
+			t.Errorf("notice %q", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notice of the preempted pod")
+	}
+
+	// Signal deletes the pod; a pod gone without its container ending
+	// counts as killed.
+	if err := procs[3].Signal(job.LeaveSignal); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-procs[3].Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed after the pod's deletion")
+	}
+	if _, err := client.CoreV1().Pods("ml").Get(ctx, "mnist-worker-3", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod 3 after Signal: %v", err)
+	}
+	if err := procs[3].Err(); !job.KilledBySignal(err) {
+		t.Errorf("a deleted pod's Err %v, want killed", err)
+	}
+	ev.wait(t, PodDeleted, 1, 10*time.Second) // the events of pod 3's deletion are out
+	select {
+	case n := <-notices:
+		t.Errorf("a pod the job deleted was reported: %q", n)
+	default:
+	}
+
+	// Every launch of a job carries its one secret.
+	if _, err := launch(4, strings.Repeat("aa", 32)); err == nil || !strings.Contains(err.Error(), "another job secret") {
+		t.Errorf("a launch with another secret: %v", err)
+	}
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/internal/testkube"
+)
+
+// podLogRe names a worker pod's container log under the node's LogDir:
+// <namespace>_<pod>_<uid>/trainer/<restart>.log.
+var podLogRe = regexp.MustCompile(`_[a-z0-9-]+-worker-(\d+)_[^/]+/` + kube.ContainerName + `/\d+\.log$`)
+
+// podLogs feeds the trainer lines of the worker pods' logs (the CRI log
+// format: "time stream tag line") to a harness, as if gorovod run had
+// printed them with their launch index: the workers' output stays with
+// their pods.
+type podLogs struct {
+	dir     string
+	read    map[string]int64  // bytes of each file taken
+	partial map[string]string // a line begun, not ended
+}
+
+// follow reads the logs every 100 ms (files have no change notification to
+// wait on) until ctx ends.
+func (p *podLogs) follow(ctx context.Context, h *runJobHarness) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		p.poll(h)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// poll takes what the logs gained since the last call.
+func (p *podLogs) poll(h *runJobHarness) {
+	files, _ := filepath.Glob(filepath.Join(p.dir, "*", kube.ContainerName, "*.log"))
+	for _, f := range files {
+		m := podLogRe.FindStringSubmatch(f)
+		if m == nil {
+			continue
+		}
+		fh, err := os.Open(f)
+		if err != nil {
+			continue
+		}
+		if _, err := fh.Seek(p.read[f], 0); err == nil {
+			sc := bufio.NewScanner(fh)
+			sc.Buffer(make([]byte, 1<<20), 1<<22)
+			for sc.Scan() {
+				line := sc.Text()
+				p.read[f] += int64(len(line)) + 1
+				// 2026-11-24T02:00:00.000000000Z stdout F {...}
+				parts := strings.SplitN(line, " ", 4)
+				if len(parts) < 4 {
+					continue
+				}
+				text := p.partial[f] + parts[3]
+				if parts[2] == "P" { // continued in the next entry
+					p.partial[f] = text
+					continue
+				}
+				delete(p.partial, f)
+				h.read(strings.NewReader(fmt.Sprintf("[%s] %s\n", m[1], text)))
+			}
+		}
+		fh.Close()
+	}
+}
+
+// TestKubernetesElasticJob runs an elastic job with `gorovod run
+// --kubernetes` from outside the cluster (--kubeconfig): its workers are
+// pods that a real kubelet runs (containerd, runc, the synthetic trainer in
+// an image built here), created through a real API server. The fixed
+// schedule grows the job from 2 to 3 pods; mid-run one worker's pod is
+// deleted by someone else, as a preemption or a drain does: the kubelet
+// sends SIGTERM, the worker leaves within its notice, and the engine starts a
+// replacement pod. The job finishes with the workers agreeing on the
+// parameters at every step and every sample of each data epoch trained on
+// once, and leaves no pod, Secret or Service behind.
+func TestKubernetesElasticJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job on a real kubelet; skipped with -short")
+	}
+	if why := testkube.MissingNode(testkube.DefaultConfig()); why != "" {
+		t.Skipf("no Kubernetes node here: %s", why)
+	}
+	const steps, samples = 600, 1200
+	const notice = 4 * time.Second
+	cp := testkube.New(t, testkube.DefaultConfig())
+	dir := t.TempDir()
+	static := func(out, pkg string) string {
+		path := filepath.Join(dir, out)
+		build := exec.Command("go", "build", "-o", path, pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0") // the image has no C library
+		if b, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v: %s", pkg, err, b)
+		}
+		return path
+	}
+	pause := static("pause", "../../cluster/kube/testdata/podhelper")
+	trainer := static("synthetic", "../../examples/synthetic")
+	node := cp.NewNode(t, testkube.NodeConfig{
+		PauseRef: "gorovod.local/pause:test",
+		Images: []testkube.Image{
+			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": pause}, Entrypoint: []string{"/bin/pause", "pause"}},
+			{Ref: "gorovod.local/synthetic:test", Files: map[string]string{"bin/synthetic": trainer}, Entrypoint: []string{"/bin/synthetic"}},
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "gorovod-run"
+	if err := cp.Namespace(ctx, admin, ns); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	// No scheduler and no CNI plugin here (package testkube): the pods name
+	// the node and use its network, where the driver listens on loopback.
+	template := filepath.Join(dir, "pod.yaml")
+	for path, text := range map[string]string{
+		kubeconfig: cp.Kubeconfig(cp.AdminToken),
+		template: fmt.Sprintf(`apiVersion: v1
+kind: Pod
+spec:
+  nodeName: %s
+  hostNetwork: true
+  containers:
+  - name: trainer
+    imagePullPolicy: Never
+    env: # no pod IP without a node IP: the workers meet on loopback
+    - name: GOROVOD_LISTEN_ADDR
+      value: 127.0.0.1:0
+    - name: GOROVOD_GOSSIP_ADDR
+      value: 127.0.0.1
+`, node.Name),
+	} {
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	h := startRunJob(t, "--kubernetes", "--kubeconfig", kubeconfig, "--kubernetes-namespace", ns,
+		"--kubernetes-job", "e2e", "--kubernetes-image", "gorovod.local/synthetic:test", "--kubernetes-pod-template", template,
+		"--np", "2", "--json", "--heuristic", "fixed-schedule", "--heuristic-opt", "schedule=0:2,40:3",
+		"--leave-notice", notice.String(),
+		"--", "/bin/synthetic", "--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "5ms")
+	logs := &podLogs{dir: node.LogDir, read: map[string]int64{}, partial: map[string]string{}}
+	logsCtx, stopLogs := context.WithCancel(ctx)
+	logsDone := make(chan struct{})
+	go func() {
+		defer close(logsDone)
+		logs.follow(logsCtx, h)
+	}()
+	defer func() {
+		stopLogs()
+		<-logsDone
+	}()
+	defer func() {
+		if t.Failed() {
+			log := h.logText()
+			t.Logf("gorovod run's log (last 12 KiB):\n%s", log[max(0, len(log)-12<<10):])
+		}
+	}()
+
+	h.waitFor(t, "a world of 3 pods", 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == 3 })
+	pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=e2e," + kube.LabelRole + "=" + kube.RoleWorker})
+	if err != nil || len(pods.Items) != 3 {
+		t.Fatalf("worker pods: %v %v", pods, err)
+	}
+
+	// Someone else deletes a worker's pod: the kubelet sends SIGTERM, the
+	// worker leaves within its notice, and the engine brings the job back
+	// to 3 with a new pod.
+	h.mu.Lock()
+	at := maxStep(h.lines)
+	h.mu.Unlock()
+	victim := "e2e-worker-1"
+	t0 := time.Now()
+	if err := admin.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := admin.CoreV1().Pods(ns).Get(ctx, victim, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Since(t0) > notice+10*time.Second {
+			t.Fatalf("pod %s still there %v after its deletion (notice %v): %v", victim, time.Since(t0), notice, err)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the API server, as kubectl wait does
+	}
+	t.Logf("pod %s deleted at step %d, gone %v later (notice %v)", victim, at, time.Since(t0).Round(time.Millisecond), notice)
+	h.waitFor(t, "a world of 3 again without the preempted worker", 3*time.Minute, func(l []trainerLine) bool {
+		for _, x := range l {
+			if x.Step > at && x.Size == 3 && x.Worker > 2 {
+				return true
+			}
+		}
+		return false
+	})
+
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			t.Fatalf("gorovod run --kubernetes: %v", err)
+		}
+	case <-time.After(4 * time.Minute):
+		t.Fatal("the job did not finish")
+	}
+	stopLogs()
+	<-logsDone
+	logs.poll(h) // the lines written last
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	evs := h.engineEventsLocked(t)
+	logDecisions(t, evs)
+	if !carriedOut(evs, heuristics.Grow) {
+		t.Errorf("the engine did not grow the job through Kubernetes")
+	}
+	if !strings.Contains(h.log.String(), "pod "+victim+" was ") {
+		t.Errorf("gorovod run did not report the preempted pod")
+	}
+	// The preempted worker left the job and exited by itself within its
+	// notice (the kubelet's SIGKILL at the end of the grace period would
+	// make it lost).
+	if !regexp.MustCompile(`\d+ workers finished, 0 lost, 0 failed`).MatchString(h.log.String()) {
+		t.Errorf("not every worker finished by itself")
+	}
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+	left, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(left.Items) != 0 {
+		t.Errorf("pods left after the job: %v %v", left, err)
+	}
+	if _, err := admin.CoreV1().Secrets(ns).Get(ctx, "e2e-secret", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the job's Secret after the job: %v", err)
+	}
+	if _, err := admin.CoreV1().Services(ns).Get(ctx, "e2e", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the job's Service after the job: %v", err)
+	}
+}
