@@ -47,7 +47,10 @@ func (j *Job) keepMinimum(ctx context.Context) {
 		}
 		staying, holders, failed := j.staying()
 		missing := j.cfg.MinWorkers - staying
-		if failed || missing <= 0 {
+		j.mu.Lock()
+		replacing := j.replacing // replaceLost is starting some (rejoin.go)
+		j.mu.Unlock()
+		if failed || missing <= 0 || replacing {
 			short = false
 			continue
 		}

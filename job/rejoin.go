@@ -67,6 +67,11 @@ const maxReplacementStrikes = 3
 // itself is not replaced.
 func (j *Job) replaceLost() {
 	have := j.count()
+	if _, holders, _ := j.staying(); holders == 0 && len(j.driver.Current().Members) > 0 {
+		// Nobody left holds the training state: replacements would train
+		// over from the start (keepMinimum says so once).
+		return
+	}
 	j.mu.Lock()
 	need := min(j.cfg.MinWorkers-have, j.toReplace)
 	if !j.cfg.ReplaceLost || need <= 0 || j.ended || j.trainingOver || j.replacing || j.anyFailed ||
