@@ -51,6 +51,12 @@ type Config struct {
 	Heuristics *heuristics.Registry
 	// Stdout and Stderr default to the process's.
 	Stdout, Stderr io.Writer
+	// Terminate delivers the SIGTERMs the program receives (Run sets it).
+	// `run` answers the first by asking every worker to leave gracefully
+	// (a job preempted as a whole: a Slurm time limit, an evicted driver
+	// pod) and the next by stopping them at once; every other command
+	// stops at the first. Nil: only ctx ends a command.
+	Terminate <-chan os.Signal
 }
 
 // Main runs the gorovod command line: args are the arguments after the
@@ -75,9 +81,20 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 		fmt.Fprint(stderr, usage)
 		return ErrUsage
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if args[0] != "run" && cfg.Terminate != nil {
+		go func() {
+			select {
+			case <-cfg.Terminate:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	switch args[0] {
 	case "run":
-		return runCommand(ctx, args[1:], cfg.Heuristics, stdout, stderr)
+		return runCommand(ctx, args[1:], cfg.Heuristics, cfg.Terminate, stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
 	case "simulate":
@@ -100,14 +117,18 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 }
 
 // Run is the whole body of a main function: it runs the command line on the
-// process's arguments until it ends or SIGINT or SIGTERM arrives, and returns
+// process's arguments until it ends or SIGINT arrives (SIGTERM: Config.Terminate), and returns
 // the exit status: 0 (also after --help), 1 after printing the error, 2 for a
 // bad command line.
 //
 //	func main() { os.Exit(cli.Run(cli.Config{Heuristics: registry})) }
 func Run(cfg Config) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
 	defer stop()
+	terminate := make(chan os.Signal, 1)
+	signal.Notify(terminate, syscall.SIGTERM)
+	defer signal.Stop(terminate)
+	cfg.Terminate = terminate
 	err := Main(ctx, os.Args[1:], cfg)
 	switch {
 	case err == nil || errors.Is(err, flag.ErrHelp):

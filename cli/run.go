@@ -59,7 +59,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // driver of an elastic job, the local launcher of its workers and its
 // autoscaling engine), which prints what the job does and adds a worker on
 // SIGUSR1.
-func runCommand(ctx context.Context, args []string, registry *heuristics.Registry, stdout, stderr io.Writer) error {
+func runCommand(ctx context.Context, args []string, registry *heuristics.Registry, terminate <-chan os.Signal, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gorovod run", flag.ContinueOnError)
 	o := runOptions{registry: registry}
 	fs.IntVar(&o.np, "np", 2, "workers to start")
@@ -143,7 +143,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	if err != nil {
 		return runUsage(stderr, "%v", err)
 	}
-	if err := runJob(ctx, o, engCfg, log, stdout, stderr); err != nil {
+	if err := runJob(ctx, o, engCfg, log, terminate, stdout, stderr); err != nil {
 		return &commandError{command: "run", err: err}
 	}
 	return nil
@@ -207,7 +207,9 @@ func runUsage(stderr io.Writer, format string, args ...any) error {
 	return ErrUsage
 }
 
-func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, log *slog.Logger, stdout, stderr io.Writer) error {
+func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, log *slog.Logger, terminate <-chan os.Signal, stdout, stderr io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	out := newDisplay(stdout, stderr, o.progress)
 	defer out.close()
 	watch, err := startWatchers(ctx, &o.obs, out, o.asJSON, log)
@@ -252,8 +254,18 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	defer signal.Stop(usr1)
+	leaving := false
 	for {
 		select {
+		case <-terminate:
+			if leaving {
+				out.report("SIGTERM again: stopping every worker now")
+				cancel()
+				continue
+			}
+			leaving = true
+			out.report("SIGTERM: asking every worker to leave at a committed step (SIGTERM again or SIGINT stops them at once)")
+			j.LeaveAll()
 		case <-usr1:
 			var limit *job.LimitError
 			switch err := j.AddWorkers(ctx, 1); {

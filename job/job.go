@@ -68,6 +68,7 @@ type Job struct {
 
 	// Rule 6 and Config.ReplaceLost (rejoin.go).
 	trainingOver   bool // a member reported the end of training
+	draining       bool // LeaveAll: every worker was asked to leave
 	anyFailed      bool // a worker failed: the job fails, nothing is replaced
 	replacing      bool // replacements are being started
 	waitingForSlot bool // the last replacement found no free slot
@@ -280,6 +281,28 @@ func (j *Job) AddWorkers(ctx context.Context, n int) error {
 	return j.add(ctx, n, false)
 }
 
+// LeaveAll asks every running worker to leave the job gracefully
+// (LeaveSignal: each trains on until its leave notice runs out or the others
+// have moved on, and leaves at a committed step), and starts no worker after
+// it: the job ends when they have gone. It is what a job preempted as a
+// whole does (`gorovod run` under SIGTERM: a Slurm time limit or
+// preemption, a Kubernetes eviction of the driver). Cancelling the job's
+// context still stops them at once.
+func (j *Job) LeaveAll() {
+	var procs []Process
+	j.mu.Lock()
+	j.draining = true
+	for _, p := range j.procs {
+		if p != nil && p.rec.State == Running {
+			procs = append(procs, p.p)
+		}
+	}
+	j.mu.Unlock()
+	for _, p := range procs {
+		_ = p.Signal(LeaveSignal)
+	}
+}
+
 // count is how many workers the job has: its processes still running (or
 // starting) and the hand-started workers in the driver's view.
 func (j *Job) count() int {
@@ -316,6 +339,10 @@ func (j *Job) add(ctx context.Context, n int, replacement bool) error {
 		if j.ended {
 			j.mu.Unlock()
 			return ErrEnded
+		}
+		if j.draining {
+			j.mu.Unlock()
+			return fmt.Errorf("%w: every worker was asked to leave", ErrEnded)
 		}
 		host, ok := j.place.pick()
 		if !ok {

@@ -49,8 +49,9 @@ func (j *Job) keepMinimum(ctx context.Context) {
 		missing := j.cfg.MinWorkers - staying
 		j.mu.Lock()
 		replacing := j.replacing // replaceLost is starting some (rejoin.go)
+		draining := j.draining   // LeaveAll
 		j.mu.Unlock()
-		if failed || missing <= 0 || replacing {
+		if failed || missing <= 0 || replacing || draining {
 			short = false
 			continue
 		}

@@ -74,7 +74,7 @@ func (j *Job) replaceLost() {
 	}
 	j.mu.Lock()
 	need := min(j.cfg.MinWorkers-have, j.toReplace)
-	if !j.cfg.ReplaceLost || need <= 0 || j.ended || j.trainingOver || j.replacing || j.anyFailed ||
+	if !j.cfg.ReplaceLost || need <= 0 || j.ended || j.trainingOver || j.draining || j.replacing || j.anyFailed ||
 		j.strikes >= maxReplacementStrikes || j.workCtx.Err() != nil {
 		j.mu.Unlock()
 		return

@@ -118,12 +118,38 @@ func TestSIGTERMStorms(t *testing.T) {
 }
 
 // TestEveryWorkerPreempted tells every worker of a job to go at once, as
-// when the whole job is preempted: no world can form without them, so each
-// leaves when its notice runs out, at a step boundary. The runner must not
-// start replacements for them (they would train over from scratch: nobody
-// is left to copy the state from); the job ends with every worker's last
-// step the same committed step, with the same parameters.
+// when the whole job is preempted — each worker SIGTERMed, or gorovod run
+// itself (a Slurm time limit signals the batch script too): no world can form
+// without them, so each leaves when its notice runs out, at a step boundary.
+// The runner must not start replacements for them (they would train over
+// from scratch: nobody is left to copy the state from); the job ends with
+// every worker's last step the same committed step, with the same
+// parameters.
 func TestEveryWorkerPreempted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		preempt func(t *testing.T, h *runJobHarness)
+		// the runner's notice when the shortage shows before it knows why
+		noReplacementsNotice bool
+	}{
+		{"every worker SIGTERMed", func(t *testing.T, h *runJobHarness) {
+			for i := range 3 {
+				if err := syscall.Kill(h.pid(t, i), syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, true},
+		{"gorovod run SIGTERMed", func(t *testing.T, h *runJobHarness) {
+			if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { everyWorkerPreempted(t, tc.preempt, tc.noReplacementsNotice) })
+	}
+}
+
+func everyWorkerPreempted(t *testing.T, preempt func(*testing.T, *runJobHarness), noReplacementsNotice bool) {
 	const samples = 1200
 	const notice = 3 * time.Second
 	h := startRunJob(t, "--np", "3", "--min-np", "2", "--leave-notice", notice.String(), "--", synthetic,
@@ -136,11 +162,7 @@ func TestEveryWorkerPreempted(t *testing.T) {
 	}()
 	h.waitFor(t, "step 60 in a world of 3", time.Minute, func(l []trainerLine) bool { return maxStep(l) >= 60 && lastSize(l) == 3 })
 	t0 := time.Now()
-	for i := range 3 {
-		if err := syscall.Kill(h.pid(t, i), syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-	}
+	preempt(t, h)
 	select {
 	case err := <-h.exited:
 		t.Logf("gorovod run exited %v after the SIGTERMs (%v)", time.Since(t0).Round(time.Millisecond), err)
@@ -153,7 +175,7 @@ func TestEveryWorkerPreempted(t *testing.T) {
 	if strings.Contains(log, " started\n") {
 		t.Errorf("the runner started workers after every worker was told to go")
 	}
-	if !strings.Contains(log, "every worker of the job's world is leaving or gone: no replacements") {
+	if noReplacementsNotice && !strings.Contains(log, "every worker of the job's world is leaving or gone: no replacements") {
 		t.Errorf("gorovod run did not say why it starts no replacements")
 	}
 	// The driver lets leavers go while the world stays at its minimum; the
