@@ -12,3 +12,12 @@ from gorovod.exceptions import (GorovodError, HorovodInternalError, HostsUpdated
                                 ForkedProcessError, NotInitializedError, WorkerExcluded)
 
 __version__ = "0.1.0"
+
+
+def run(func, *args, **kwargs):
+    """Horovod's programmatic launcher (``horovod.run(func, args, np=...)``),
+    which pickles ``func`` and runs it in ``np`` new processes, is not
+    offered: start the script itself under ``gorovod run`` instead."""
+    raise NotImplementedError(
+        "gorovod.run (horovod.run) is not implemented: start the script with "
+        "`gorovod run --np N --min-np N -- python3 script.py ...` instead")

@@ -1,0 +1,209 @@
+package python
+
+import (
+	"compress/gzip"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// upstreamDir holds Horovod's own example scripts, verbatim (see its
+// README.md for their origin and license).
+var upstreamDir = filepath.Join("..", "..", "examples", "pytorch", "upstream")
+
+// TestUpstreamScriptsVerbatim: the copies are Horovod's files byte for
+// byte — their git blob ids are those at the upstream commit README.md names.
+func TestUpstreamScriptsVerbatim(t *testing.T) {
+	for name, blob := range map[string]string{
+		"pytorch_mnist.py":         "7c3e04ee6cd517f91a222c861eba67e4d07dac51",
+		"pytorch_mnist_elastic.py": "5af7e2f661212feaa4fb0f5ff5e0087ed9e3e3f6",
+	} {
+		b, err := os.ReadFile(filepath.Join(upstreamDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha1.New()
+		fmt.Fprintf(h, "blob %d\x00", len(b))
+		h.Write(b)
+		if got := hex.EncodeToString(h.Sum(nil)); got != blob {
+			t.Errorf("%s: git blob %s, Horovod's is %s: the copy was edited", name, got, blob)
+		}
+	}
+}
+
+// needTorchvision skips the test when the modules Horovod's examples import
+// beside torch are missing (CI installs them: see .ci/run).
+func needTorchvision(t *testing.T) {
+	t.Helper()
+	needTorch(t)
+	if out, err := exec.Command(Python, "-c", "import torchvision, filelock, packaging").CombinedOutput(); err != nil {
+		t.Skipf("torchvision, filelock or packaging cannot be imported by %s (apt-get install python3-torchvision python3-filelock python3-packaging): %v\n%s",
+			Python, err, out)
+	}
+	if _, err := os.Stat(fashionMNIST); err != nil {
+		t.Skipf("Fashion-MNIST is missing (apt-get install dataset-fashion-mnist): %v", err)
+	}
+}
+
+// mnistDataDir lays Debian's Fashion-MNIST out as torchvision's MNIST data
+// set expects it under a --data-dir: <dir>/MNIST/raw/<name> uncompressed.
+// Fashion-MNIST has MNIST's idx format, sizes and file names, and
+// torchvision's MNIST skips its download when those four files exist, so
+// the scripts run unchanged with no network.
+func mnistDataDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "MNIST", "raw")
+	if err := os.MkdirAll(raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"} {
+		if err := gunzipFile(filepath.Join(fashionMNIST, name+".gz"), filepath.Join(raw, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func gunzipFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	z, err := gzip.NewReader(in)
+	if err != nil {
+		return err
+	}
+	out, err := os.Create(to)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, z); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// portScript copies Horovod's script name to dir with the given lines
+// replaced, and checks that exactly those lines differ from the original.
+func portScript(t *testing.T, name, dir string, replace map[string]string) string {
+	t.Helper()
+	orig, err := os.ReadFile(filepath.Join(upstreamDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(orig), "\n")
+	changed := 0
+	for i, l := range lines {
+		if r, ok := replace[l]; ok {
+			lines[i] = r
+			changed++
+		}
+	}
+	if changed != len(replace) {
+		t.Fatalf("%s: %d of the %d lines to replace were found once each; has the upstream script changed?", name, changed, len(replace))
+	}
+	ported := strings.Join(lines, "\n")
+	a, b := strings.Split(string(orig), "\n"), strings.Split(ported, "\n")
+	var differ []string
+	for i := range a {
+		if a[i] != b[i] {
+			differ = append(differ, a[i]+" -> "+b[i])
+		}
+	}
+	if len(a) != len(b) || len(differ) != len(replace) {
+		t.Fatalf("%s: the port differs from Horovod's script in %v, want only %v", name, differ, replace)
+	}
+	t.Logf("%s: changed %q", name, differ)
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(ported), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// testSetLine is the line only hvd.rank() 0 prints. The [N] prefix `gorovod
+// run` adds is the worker's index, which need not be its rank.
+var testSetLine = regexp.MustCompile(`\[\d+\] Test set: Average loss: ([0-9.]+), Accuracy: ([0-9.]+)%`)
+
+// TestUpstreamHorovodScripts runs Horovod's own PyTorch MNIST examples
+// (examples/pytorch/upstream, verbatim from github.com/horovod/horovod)
+// under `gorovod run --np 2 --min-np 2` for one full epoch on Fashion-MNIST,
+// after changing only their Horovod import lines. pytorch_mnist.py has two:
+// `import horovod` (used only by its --num-proc path, horovod.run) and
+// `import horovod.torch as hvd`.
+func TestUpstreamHorovodScripts(t *testing.T) {
+	needTorchvision(t)
+	data := mnistDataDir(t)
+	for _, tc := range []struct {
+		script  string
+		replace map[string]string
+	}{
+		{"pytorch_mnist.py", map[string]string{
+			"import horovod":              "import gorovod as horovod",
+			"import horovod.torch as hvd": "import gorovod.torch as hvd",
+		}},
+		{"pytorch_mnist_elastic.py", map[string]string{
+			"import horovod.torch as hvd": "import gorovod.torch as hvd",
+		}},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			dir := t.TempDir()
+			script := portScript(t, tc.script, dir, tc.replace)
+			// The scripts take a FileLock in ~/.horovod_lock: keep it in the
+			// test's directory.
+			env := pyEnv(t, "HOME="+dir)
+			out := runPython(t, 2, 8*time.Minute, env, script, "--epochs", "1", "--data-dir", data, "--log-interval", "100")
+			// Each worker trains on its half of the 60000 samples
+			// (DistributedSampler with hvd.size() 2) to the end of the epoch.
+			for _, w := range []string{"0", "1"} {
+				if !strings.Contains(out, "["+w+"] Train Epoch: 1 [25600/30000 (85%)]") {
+					t.Fatalf("worker %s did not log its last step of epoch 1 over 30000 samples:\n%s", w, out)
+				}
+			}
+			all := testSetLine.FindAllStringSubmatch(out, -1)
+			if len(all) != 1 {
+				t.Fatalf("%d test-set loss and accuracy lines, want one (from rank 0):\n%s", len(all), out)
+			}
+			m := all[0]
+			// Chance is 10%; one epoch of this net on Fashion-MNIST reaches
+			// about 73% (measured).
+			if acc, err := strconv.ParseFloat(m[2], 64); err != nil || acc < 50 {
+				t.Fatalf("test accuracy %s%% after one epoch, want at least 50%%:\n%s", m[2], out)
+			}
+			t.Logf("%s", m[0])
+		})
+	}
+}
+
+// TestUpstreamNumProc: pytorch_mnist.py's own launcher path (--num-proc,
+// horovod.run) is not offered; gorovod.run says so and names the command to
+// use instead.
+func TestUpstreamNumProc(t *testing.T) {
+	needTorchvision(t)
+	dir := t.TempDir()
+	script := portScript(t, "pytorch_mnist.py", dir, map[string]string{
+		"import horovod":              "import gorovod as horovod",
+		"import horovod.torch as hvd": "import gorovod.torch as hvd",
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, Python, script, "--num-proc", "2")
+	c.Env = pyEnv(t, "HOME="+dir)
+	out, err := c.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "NotImplementedError: gorovod.run") || !strings.Contains(string(out), "gorovod run --np") {
+		t.Fatalf("want NotImplementedError from gorovod.run naming `gorovod run --np`, got %v:\n%s", err, out)
+	}
+}
