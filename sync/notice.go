@@ -44,20 +44,25 @@ func leaveNoticeFrom(c TrainConfig) (time.Duration, error) {
 // it, at most maxCloseReserve) — every worker was told to leave at once, or
 // the world cannot shrink below its minimum — the worker leaves anyway, at a
 // step boundary: it starts no step it cannot finish in time (judged by the
-// last step's duration), and a step still running when time is up is
-// abandoned, uncommitted. Its last step is then a committed one; the others
-// redo the step they were in without it.
+// last step's duration). A step still running when time is up gets half the
+// reserve to finish: its collectives may already have completed for the
+// others, which then count it committed, and when every worker leaves at
+// once (a job preempted as a whole) nobody redoes it, so abandoning it would
+// leave the workers disagreeing on their last step by one. Only a step still
+// running after that is abandoned, uncommitted; the others redo the step
+// they were in without this worker.
 type leaveNotice struct {
 	notice    time.Duration
 	cancel    context.CancelFunc // cancels the loop's step context
 	signalled chan struct{}      // closed when the leave signal arrives
 	done      chan struct{}      // closed when the loop ends
 
-	mu       stdsync.Mutex
-	stopAt   time.Time // zero until the signal
-	expired  bool      // the step context was cancelled for the notice
-	lastStep time.Duration
-	timer    *time.Timer
+	mu        stdsync.Mutex
+	stopAt    time.Time // zero until the signal
+	expired   bool      // time is up: no new step
+	cancelled bool      // the step context was cancelled for the notice
+	lastStep  time.Duration
+	timers    []*time.Timer
 }
 
 // watchLeave starts watching leave (nil: never) for the loop; steps run in
@@ -79,12 +84,18 @@ func (n *leaveNotice) start(at time.Time) {
 	reserve := min(n.notice/5, maxCloseReserve)
 	n.mu.Lock()
 	n.stopAt = at.Add(n.notice - reserve)
-	n.timer = time.AfterFunc(n.notice-reserve, func() {
-		n.mu.Lock()
-		n.expired = true
-		n.mu.Unlock()
-		n.cancel()
-	})
+	n.timers = append(n.timers,
+		time.AfterFunc(n.notice-reserve, func() {
+			n.mu.Lock()
+			n.expired = true
+			n.mu.Unlock()
+		}),
+		time.AfterFunc(n.notice-reserve/2, func() {
+			n.mu.Lock()
+			n.expired, n.cancelled = true, true
+			n.mu.Unlock()
+			n.cancel()
+		}))
 	n.mu.Unlock()
 	close(n.signalled)
 }
@@ -112,15 +123,15 @@ func (n *leaveNotice) over() bool {
 func (n *leaveNotice) ranOut() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.expired
+	return n.cancelled
 }
 
 // stop ends the watch when the loop ends.
 func (n *leaveNotice) stop() {
 	close(n.done)
 	n.mu.Lock()
-	if n.timer != nil {
-		n.timer.Stop()
+	for _, t := range n.timers {
+		t.Stop()
 	}
 	n.mu.Unlock()
 	n.cancel()
