@@ -295,9 +295,19 @@ func TestWorldChangeFailsTheOldWorldsCalls(t *testing.T) {
 	survivors := es[:2]
 	big := func() collective.Buffer { return f32(make([]float32, 1<<20)) }
 	var wg stdsync.WaitGroup
+	// The survivors' communicators, read before any world change: the
+	// executors replace them only when the world changes.
+	comms := []*collective.Communicator{survivors[0].sess.Communicator(), survivors[1].sess.Communicator()}
 	wg.Go(func() {
 		// The victim dies once the others are inside the collective.
-		time.Sleep(200 * time.Millisecond)
+		deadline := time.Now().Add(time.Minute)
+		for !comms[0].Progress().InFlight || !comms[1].Progress().InFlight {
+			if time.Now().After(deadline) {
+				t.Error("the survivors did not enter the collective within a minute")
+				break
+			}
+			time.Sleep(5 * time.Millisecond) // polling the communicators' progress
+		}
 		victim.Close(context.Background(), false)
 	})
 	each(t, survivors, func(e *Engine) error {
