@@ -54,6 +54,10 @@ func (d *delegate) NotifyMsg(b []byte) {
 		m.log.Debug("membership: dropped an oversized message", "bytes", len(f.payload), "from", f.from)
 		return
 	}
+	if f.kind == frameMeta {
+		m.told(f.from, f.payload)
+		return
+	}
 	m.mu.Lock()
 	e, known := m.nodes[f.from]
 	from := Node{Name: f.from}
@@ -161,6 +165,15 @@ func (m *Member) nodeChanged(kind EventKind, n *memberlist.Node) {
 		e = &nodeEntry{}
 		m.nodes[n.Name] = e
 		kind = EventJoined
+	} else if meta.State < e.node.Meta.State {
+		// The member told us its newer metadata directly (Tell) before this
+		// gossip of an older one arrived: a member's state never goes back.
+		node.Meta = e.node.Meta
+	}
+	if kind == EventUpdated && e.node.Name != "" && e.node.Addr == node.Addr && e.node.Meta.Equal(node.Meta) {
+		// Gossip catching up with what the member told us: no news.
+		m.mu.Unlock()
+		return
 	}
 	e.node = node
 	if n.Name == m.name {
@@ -169,6 +182,31 @@ func (m *Member) nodeChanged(kind EventKind, n *memberlist.Node) {
 	m.mu.Unlock()
 	m.log.Debug("membership: member "+kind.String(), "node", node.Name, "addr", node.Addr, "state", meta.State)
 	m.events.push(Event{Kind: kind, Node: node.clone(), At: now})
+}
+
+// told applies metadata a member sent us directly (Tell). It is news only
+// when it moves the member's State forward (joining, ready, leaving): a copy
+// that arrives after gossip brought a newer state changes nothing, and a
+// member not in the view yet is left to gossip, which brings its address.
+func (m *Member) told(name string, raw []byte) {
+	now := time.Now()
+	meta, err := m.admit(name, raw)
+	if err != nil {
+		m.messagesMalformed.Add(1)
+		m.log.Debug("membership: dropped metadata told directly", "from", name, "err", err)
+		return
+	}
+	m.mu.Lock()
+	e := m.nodes[name]
+	if e == nil || name == m.name || meta.State <= e.node.Meta.State {
+		m.mu.Unlock()
+		return
+	}
+	e.node.Meta = meta
+	node := e.node.clone()
+	m.mu.Unlock()
+	m.log.Debug("membership: member updated (told directly)", "node", node.Name, "addr", node.Addr, "state", meta.State)
+	m.events.push(Event{Kind: EventUpdated, Node: node, At: now})
 }
 
 // nodeGone removes a dead or departed member and queues Left or Failed.

@@ -422,6 +422,29 @@ func (m *Member) Stats() Stats {
 // short, the new metadata is already in force here and still reaches the
 // others through gossip and push/pull.
 func (m *Member) UpdateMeta(ctx context.Context, update func(*Meta)) error {
+	return m.updateMeta(ctx, update, nil)
+}
+
+// Announce changes this member's metadata with update, as UpdateMeta does,
+// and tells the members to about it directly, over their encrypted TCP
+// streams (as Send), instead of leaving them to gossip: a change of State
+// (ready, leaving) reaches the member that acts on it at once rather than
+// after a few gossip rounds (tens to hundreds of milliseconds, more in a
+// large cluster). Gossip spreads the change to everyone else in the
+// background: Announce does not wait for its broadcast. A receiver applies
+// what it is told only when it moves the member's State forward, so a late
+// copy never undoes newer gossip. It returns once each of to received the
+// metadata or could not (logged at debug level: gossip still brings it to
+// them, so that is no error), or with ctx's error.
+func (m *Member) Announce(ctx context.Context, update func(*Meta), to []Node) error {
+	if to == nil {
+		to = []Node{} // nobody to tell, and still no wait for the broadcast
+	}
+	return m.updateMeta(ctx, update, to)
+}
+
+// updateMeta is UpdateMeta, or with tell set Announce.
+func (m *Member) updateMeta(ctx context.Context, update func(*Meta), tell []Node) error {
 	if m.closed.Load() {
 		return ErrClosed
 	}
@@ -458,6 +481,10 @@ func (m *Member) UpdateMeta(ctx context.Context, update func(*Meta)) error {
 	timeout := boundedTimeout(ctx, m.cfg.UpdateTimeout)
 	errc := make(chan error, 1)
 	go func() { errc <- m.ml.UpdateNode(timeout) }()
+	if tell != nil {
+		m.tell(ctx, tell, enc)
+		return ctx.Err()
+	}
 	select {
 	case err := <-errc:
 		if err != nil {
@@ -550,6 +577,24 @@ func (m *Member) Leave(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// tell sends the encoded metadata enc to each of to, in parallel.
+func (m *Member) tell(ctx context.Context, to []Node, enc []byte) {
+	var wg sync.WaitGroup
+	for _, n := range to {
+		if n.Name == m.name {
+			continue
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, m.cfg.TCPTimeout)
+			defer cancel()
+			if err := m.send(ctx, n, frameMeta, enc); err != nil {
+				m.log.Debug("membership: could not tell a member of this one's metadata; gossip will", "to", n.Name, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // goodbyeConcurrency bounds the goodbye streams open at once.

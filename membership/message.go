@@ -22,10 +22,11 @@ type Message struct {
 //
 //	0 magic   "gm"
 //	2 version uint8 = 1
-//	3 kind    uint8 (frameData, frameBye)
+//	3 kind    uint8 (frameData, frameBye, frameMeta)
 //	4 job     uint8 length + JobID
 //	  from    uint8 length + sender name
-//	  payload the rest (empty for frameBye)
+//	  payload the rest (empty for frameBye; the sender's encoded Meta for
+//	          frameMeta)
 //
 // The job id rides in every frame because memberlist's NotifyMsg does not say
 // who sent a message: without it a member of another job that shares the
@@ -37,6 +38,9 @@ const (
 	// frameBye tells a peer that the sender is leaving gracefully, so its
 	// coming death is reported as Left rather than Failed.
 	frameBye = 2
+	// frameMeta carries the sender's metadata straight to a peer (Tell): a
+	// change of State there at once instead of after some gossip rounds.
+	frameMeta = 3
 
 	maxFrameString = 255
 )
@@ -67,7 +71,7 @@ func decodeFrame(b []byte, f *frame) error {
 		return fmt.Errorf("membership: message frame version %d, want %d", b[2], frameVersion)
 	}
 	kind := b[3]
-	if kind != frameData && kind != frameBye {
+	if kind != frameData && kind != frameBye && kind != frameMeta {
 		return fmt.Errorf("membership: unknown message kind %d", kind)
 	}
 	r := reader{b: b[4:]}

@@ -169,6 +169,10 @@ type Session struct {
 	// received the state or gave it); a joiner's is its own initial one.
 	synced bool
 	obs    *observer
+	// entering is how the last entry into a world spent its time
+	// (connecting its members, agreeing on the state and receiving it),
+	// for the log line that reports it.
+	entering struct{ connect, state time.Duration }
 }
 
 // Join waits for the first epoch that includes cfg.Self, connects to its
@@ -624,17 +628,20 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	}
 	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
 	connectCtx, stopConnect := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	began := time.Now()
 	comm, err := collective.New(connectCtx, s.t, w, s.cfg.Collective)
 	stopConnect()
 	if err != nil {
 		return nil, superseded(err)
 	}
 	start := time.Now()
+	s.entering.connect = start.Sub(began)
 	root, err := s.stateRoot(ctx, comm)
 	if err == nil {
 		err = s.state.broadcast(ctx, comm, root)
 	}
 	s.obs.broadcast(ep.Number, start, time.Now(), err)
+	s.entering.state = time.Since(start)
 	if err != nil {
 		comm.Abort(err)
 		return nil, superseded(err)
@@ -719,7 +726,8 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 			s.noise.reset()
 		}
 		s.obs.entered(ep, rank, comm, start, now)
-		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", now.Sub(start))
+		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", now.Sub(start),
+			"connect", s.entering.connect, "state", s.entering.state)
 		return nil
 	}
 }

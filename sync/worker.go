@@ -217,7 +217,7 @@ func (w *Worker) start(ctx context.Context) error {
 		w.shutdown()
 		return err
 	}
-	if err := m.UpdateMeta(ctx, func(meta *membership.Meta) { meta.State = membership.StateReady }); err != nil {
+	if err := announce(ctx, m, membership.StateReady); err != nil {
 		return fail(err)
 	}
 	sc := cfg.Session
@@ -423,7 +423,25 @@ func (w *Worker) Name() string { return w.m.Name() }
 // without this worker, and Commit returns ErrExcluded at the boundary where the
 // others move on. Keep training until then.
 func (w *Worker) RequestLeave(ctx context.Context) error {
-	return w.m.UpdateMeta(ctx, func(meta *membership.Meta) { meta.State = membership.StateLeaving })
+	return announce(ctx, w.m, membership.StateLeaving)
+}
+
+// announce publishes this worker's new state (ready, leaving) and tells the
+// members that propose epochs (the driver, and the worker the view elects
+// when there is none) directly, so that the next epoch does not wait for
+// gossip to carry it to them, nor this worker's training loop for the
+// gossip broadcast. A proposer that could not be told learns it through
+// gossip, as before.
+func announce(ctx context.Context, m *membership.Member, state membership.State) error {
+	nodes := m.Members()
+	elected := driver.ElectProposer(nodes)
+	var to []membership.Node
+	for _, n := range nodes {
+		if n.Meta.Role == membership.RoleDriver || n.Name == elected {
+			to = append(to, n)
+		}
+	}
+	return m.Announce(ctx, func(meta *membership.Meta) { meta.State = state }, to)
 }
 
 // Finish tells the proposer that training is over (call it on every worker

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/internal/testhosts"
+)
+
+// TestTransitionBreakdown runs the planned transitions of
+// TestMeasureHostTransitions (a graceful leave, then a join) with the
+// library's debug logs on, and splits each one into its phases from the
+// timestamps of the driver's and the workers' log lines (all processes share
+// the machine's clock):
+//
+//	leave: SIGTERM → the leaver's loop sees the signal → the driver sees it
+//	       leaving → the driver proposes → the last worker adopts the epoch →
+//	       the last worker reaches the step boundary → the last worker has
+//	       connected the new world and taken its state → first step printed
+//	join:  SIGUSR1 → the joiner's process runs (its first log line) → the
+//	       driver sees it ready → proposes → ... as above
+//
+// Set GOROVOD_MEASURE_TRANSITIONS=1 to run it; GOROVOD_MEASURE_NP (default
+// 16) and GOROVOD_MEASURE_ROUNDS (default 3) choose the size and repetitions,
+// GOROVOD_MEASURE_DIR keeps the launcher's log of each run there. The debug
+// logs cost time themselves (every line crosses ssh and the launcher): the
+// totals are for the breakdown, TestMeasureHostTransitions' for the record.
+func TestTransitionBreakdown(t *testing.T) {
+	if os.Getenv("GOROVOD_MEASURE_TRANSITIONS") == "" {
+		t.Skip("a measurement: set GOROVOD_MEASURE_TRANSITIONS=1")
+	}
+	np, rounds := 16, 3
+	if v := os.Getenv("GOROVOD_MEASURE_NP"); v != "" {
+		np, _ = strconv.Atoi(v)
+	}
+	if v := os.Getenv("GOROVOD_MEASURE_ROUNDS"); v != "" {
+		rounds, _ = strconv.Atoi(v)
+	}
+	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhbrk", SSHPort: 2222}, 5)
+	var list []string
+	for _, x := range hs[1:] {
+		list = append(list, fmt.Sprintf("%s:%d", x.Name, np/4+1))
+	}
+	h := hostJob(t, n, hs[0], []string{"--np", fmt.Sprint(np), "--min-np", "2", "--log-level", "debug", "-H", strings.Join(list, ",")},
+		"--steps", "1000000", "--json", "--samples", "100000", "--batch", fmt.Sprint(4*np),
+		"--model-size", "20000", "--compute", "1ms")
+	h.waitFor(t, fmt.Sprintf("a %d-worker world", np), 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == np })
+	if dir := os.Getenv("GOROVOD_MEASURE_DIR"); dir != "" {
+		t.Cleanup(func() {
+			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("breakdown-%d.log", np)), []byte(h.logText()), 0o644)
+		})
+	}
+	size := np
+	for round := range rounds {
+		victim := trainerOnLastHost(t, hs)
+		s := h.step()
+		start := time.Now()
+		_ = syscall.Kill(victim, syscall.SIGTERM)
+		h.waitFor(t, "the smaller world", time.Minute, sizeAfter(s, size-1))
+		size--
+		t.Logf("np %d round %d leave: %s", np, round, breakdown(t, h, start, size, "leave"))
+		s = h.step()
+		start = time.Now()
+		_ = h.cmd.Process.Signal(syscall.SIGUSR1)
+		h.waitFor(t, "the larger world", time.Minute, sizeAfter(s, size+1))
+		size++
+		t.Logf("np %d round %d join: %s", np, round, breakdown(t, h, start, size, "join"))
+	}
+}
+
+// trainerOnLastHost is a trainer process on the last host that has one.
+func trainerOnLastHost(t *testing.T, hs []*testhosts.Host) int {
+	t.Helper()
+	for i := len(hs) - 1; i > 0; i-- {
+		pids, err := hs[i].Processes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pid := range pids {
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), synthetic+"\x00") {
+				return pid
+			}
+		}
+	}
+	t.Fatal("no trainer on any host")
+	return 0
+}
+
+// logLine is one slog text line of the launcher's log: "[i] " for a
+// worker's, none for the driver's.
+type logLine struct {
+	worker int // -1: the driver
+	at     time.Time
+	msg    string
+	attrs  map[string]string
+}
+
+var (
+	slogTimeRe = regexp.MustCompile(`time=(\S+)`)
+	slogMsgRe  = regexp.MustCompile(`msg="((?:[^"\\]|\\.)*)"|msg=(\S+)`)
+	slogAttrRe = regexp.MustCompile(`(\w[\w.]*)=("(?:[^"\\]|\\.)*"|\S+)`)
+	workerRe   = regexp.MustCompile(`^\[(\d+)\] `)
+)
+
+func parseLogLines(text string, after time.Time) []logLine {
+	var out []logLine
+	for _, raw := range strings.Split(text, "\n") {
+		w := -1
+		if m := workerRe.FindStringSubmatch(raw); m != nil {
+			w, _ = strconv.Atoi(m[1])
+			raw = raw[len(m[0]):]
+		}
+		tm := slogTimeRe.FindStringSubmatch(raw)
+		if tm == nil {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, tm[1])
+		if err != nil || at.Before(after.Add(-time.Millisecond)) {
+			continue
+		}
+		l := logLine{worker: w, at: at, attrs: map[string]string{}}
+		if m := slogMsgRe.FindStringSubmatch(raw); m != nil {
+			l.msg = cmp.Or(m[1], m[2])
+		}
+		for _, m := range slogAttrRe.FindAllStringSubmatch(raw, -1) {
+			l.attrs[m[1]] = strings.Trim(m[2], `"`)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// breakdown splits the transition that began at start and ended in a world
+// of size workers into phases, from the log.
+func breakdown(t *testing.T, h *runJobHarness, start time.Time, size int, kind string) string {
+	t.Helper()
+	lines := parseLogLines(h.logText(), start)
+	// The new world: the first epoch the driver proposed after start with this size.
+	var proposed *logLine
+	for i, l := range lines {
+		if l.worker < 0 && l.msg == "proposed" && l.attrs["size"] == strconv.Itoa(size) {
+			proposed = &lines[i]
+			break
+		}
+	}
+	if proposed == nil {
+		return "no proposal found in the log"
+	}
+	ep := proposed.attrs["epoch"]
+	ms := func(at time.Time) string {
+		if at.IsZero() {
+			return "?"
+		}
+		return fmt.Sprintf("%.1f", float64(at.Sub(start).Microseconds())/1000)
+	}
+	first := func(pred func(logLine) bool) (at time.Time) {
+		for _, l := range lines {
+			if pred(l) {
+				return l.at
+			}
+		}
+		return
+	}
+	last := func(pred func(logLine) bool) (at time.Time, n int) {
+		for _, l := range lines {
+			if pred(l) {
+				at = l.at
+				n++
+			}
+		}
+		return
+	}
+	var parts []string
+	if kind == "leave" {
+		parts = append(parts, "signal seen "+ms(first(func(l logLine) bool { return strings.HasPrefix(l.msg, "leave signal") })))
+		parts = append(parts, "driver sees leaving "+ms(first(func(l logLine) bool {
+			return l.worker < 0 && strings.HasPrefix(l.msg, "membership: member") && l.attrs["state"] == "leaving"
+		})))
+	} else {
+		parts = append(parts, "joiner's first line "+ms(first(func(l logLine) bool { return l.worker >= 0 && l.msg == "membership: joined" })))
+		parts = append(parts, "driver sees ready "+ms(first(func(l logLine) bool {
+			return l.worker < 0 && strings.HasPrefix(l.msg, "membership: member") && l.attrs["state"] == "ready" && !l.at.Before(start)
+		})))
+	}
+	parts = append(parts, "proposed "+ms(proposed.at))
+	adoptFirst := first(func(l logLine) bool { return l.msg == "newer epoch" && l.attrs["epoch"] == ep })
+	adoptLast, adopted := last(func(l logLine) bool { return l.msg == "newer epoch" && l.attrs["epoch"] == ep })
+	parts = append(parts, fmt.Sprintf("adopted %s–%s (%d)", ms(adoptFirst), ms(adoptLast), adopted))
+	var bounds, entered []time.Time
+	var connects, states []float64
+	for _, l := range lines {
+		if l.msg != "entered world" || l.attrs["epoch"] != ep {
+			continue
+		}
+		took, _ := time.ParseDuration(l.attrs["took"])
+		bounds = append(bounds, l.at.Add(-took))
+		entered = append(entered, l.at)
+		if d, err := time.ParseDuration(l.attrs["connect"]); err == nil {
+			connects = append(connects, float64(d.Microseconds())/1000)
+		}
+		if d, err := time.ParseDuration(l.attrs["state"]); err == nil {
+			states = append(states, float64(d.Microseconds())/1000)
+		}
+	}
+	if len(bounds) > 0 {
+		parts = append(parts, fmt.Sprintf("boundary %s–%s", ms(slices.MinFunc(bounds, time.Time.Compare)), ms(slices.MaxFunc(bounds, time.Time.Compare))))
+		parts = append(parts, fmt.Sprintf("entered %s–%s (%d)", ms(slices.MinFunc(entered, time.Time.Compare)), ms(slices.MaxFunc(entered, time.Time.Compare)), len(entered)))
+	}
+	if len(connects) > 0 {
+		parts = append(parts, fmt.Sprintf("connect max %.1f ms, state max %.1f ms", slices.Max(connects), slices.Max(states)))
+	}
+	h.mu.Lock()
+	var firstStep time.Time
+	for _, l := range h.lines {
+		if l.At.After(start) && l.Size == size && strconv.FormatUint(l.WorldEpoch, 10) == ep && (firstStep.IsZero() || l.At.Before(firstStep)) {
+			firstStep = l.At
+		}
+	}
+	h.mu.Unlock()
+	parts = append(parts, "first step "+ms(firstStep))
+	return "ms after the signal: " + strings.Join(parts, ", ")
+}
