@@ -168,11 +168,86 @@ type Session struct {
 	// synced: this session holds the job's state (it entered a world, and
 	// received the state or gave it); a joiner's is its own initial one.
 	synced bool
+	closed bool // Close was called (guarded by mu)
 	obs    *observer
 	// entering is how the last entry into a world spent its time
 	// (connecting its members, agreeing on the state and receiving it),
 	// for the log line that reports it.
 	entering struct{ connect, state time.Duration }
+	// next is the next world's communicator being connected ahead of the
+	// step boundary (Prepare); guarded by mu.
+	next *preconnect
+}
+
+// preconnect is a world connected in the background while the current one
+// trains: done closes once comm or err is set.
+type preconnect struct {
+	number uint64
+	cancel context.CancelFunc
+	done   chan struct{}
+	comm   *collective.Communicator
+	err    error
+}
+
+// discard abandons p: its connect is stopped and its communicator, if it
+// got one, closed.
+func (p *preconnect) discard() {
+	p.cancel()
+	go func() {
+		<-p.done
+		if p.comm != nil {
+			p.comm.Close()
+		}
+	}()
+}
+
+// Prepare starts connecting world ep, newer than the current one, in the
+// background while this worker trains on: at the step boundary where the
+// members move to it (Commit) its links are then ready, and only the state
+// still has to agree. The membership layer calls it when an epoch is
+// adopted; it returns at once. It does nothing for a world without this
+// worker, before the session has entered its first world, or after Close;
+// a newer ep replaces an older one being prepared.
+func (s *Session) Prepare(ep epoch.World) {
+	rank := ep.Rank(s.cfg.Self.Name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.comm == nil || s.closed || ep.Number <= s.epoch.Number || rank < 0 {
+		return
+	}
+	if s.next != nil {
+		if s.next.number >= ep.Number {
+			return
+		}
+		s.next.discard()
+		s.next = nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ConnectTimeout)
+	p := &preconnect{number: ep.Number, cancel: cancel, done: make(chan struct{})}
+	s.next = p
+	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
+	log := s.log
+	go func() {
+		defer close(p.done)
+		defer cancel()
+		began := time.Now()
+		p.comm, p.err = collective.New(ctx, s.t, w, s.cfg.Collective)
+		log.Debug("connected the next world ahead of the step boundary", "epoch", w.Epoch, "took", time.Since(began), "err", p.err)
+	}()
+}
+
+// takeNext hands over the world being prepared if it is ep (nil otherwise;
+// one for another epoch is discarded).
+func (s *Session) takeNext(number uint64) *preconnect {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.next
+	s.next = nil
+	if p != nil && p.number != number {
+		p.discard()
+		return nil
+	}
+	return p
 }
 
 // Join waits for the first epoch that includes cfg.Self, connects to its
@@ -564,6 +639,13 @@ func (s *Session) Commit(ctx context.Context) error {
 // buffers. Leaving the job for good is the membership layer's business (a
 // graceful leave starts the next epoch).
 func (s *Session) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	if s.next != nil {
+		s.next.discard()
+		s.next = nil
+	}
+	s.mu.Unlock()
 	s.obs.close()
 	var err error
 	if s.comm != nil {
@@ -626,11 +708,24 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 		}
 		return err
 	}
-	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
-	connectCtx, stopConnect := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 	began := time.Now()
-	comm, err := collective.New(connectCtx, s.t, w, s.cfg.Collective)
-	stopConnect()
+	var comm *collective.Communicator
+	var err error
+	if p := s.takeNext(ep.Number); p != nil {
+		// Connected (or being connected) since the epoch was adopted.
+		select {
+		case <-p.done:
+			comm, err = p.comm, p.err
+		case <-ctx.Done():
+			p.discard()
+			err = context.Cause(ctx)
+		}
+	} else {
+		w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
+		connectCtx, stopConnect := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+		comm, err = collective.New(connectCtx, s.t, w, s.cfg.Collective)
+		stopConnect()
+	}
 	if err != nil {
 		return nil, superseded(err)
 	}

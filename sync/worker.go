@@ -512,8 +512,17 @@ func newMemberSource(log *slog.Logger) *memberSource {
 
 func (s *memberSource) stop() { s.once.Do(func() { close(s.done) }) }
 
-// onEpoch records a newer epoch (the agent passes on only newer ones).
-func (s *memberSource) onEpoch(e epoch.World) { s.latest.Put(e) }
+// onEpoch records a newer epoch (the agent passes on only newer ones) and
+// has the session connect its world while it trains on (Session.Prepare).
+func (s *memberSource) onEpoch(e epoch.World) {
+	s.latest.Put(e)
+	s.mu.Lock()
+	sess := s.session
+	s.mu.Unlock()
+	if sess != nil {
+		sess.Prepare(e)
+	}
+}
 
 func (s *memberSource) abortIfMember(name string, cause error) {
 	s.mu.Lock()

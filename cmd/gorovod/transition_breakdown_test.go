@@ -227,5 +227,32 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, size int, kind s
 	}
 	h.mu.Unlock()
 	parts = append(parts, "first step "+ms(firstStep))
+	// The step time before the transition: median interval between the
+	// steps the lowest worker index printed in the second before it.
+	h.mu.Lock()
+	var at []time.Time
+	for _, l := range h.lines {
+		if l.Worker == 0 && l.At.Before(start) && l.At.After(start.Add(-time.Second)) {
+			at = append(at, l.At)
+		}
+	}
+	h.mu.Unlock()
+	if os.Getenv("GOROVOD_MEASURE_DIR") != "" {
+		h.mu.Lock()
+		for _, l := range h.lines {
+			if l.Worker == 0 && l.At.After(start.Add(-100*time.Millisecond)) && l.At.Before(firstStep.Add(50*time.Millisecond)) {
+				t.Logf("  worker 0 step %d world %d size %d at %s", l.Step, l.WorldEpoch, l.Size, ms(l.At))
+			}
+		}
+		h.mu.Unlock()
+	}
+	if len(at) > 2 {
+		gaps := make([]float64, len(at)-1)
+		for i := range gaps {
+			gaps[i] = float64(at[i+1].Sub(at[i]).Microseconds()) / 1000
+		}
+		slices.Sort(gaps)
+		parts = append(parts, fmt.Sprintf("(step time before: median %.1f ms)", gaps[len(gaps)/2]))
+	}
 	return "ms after the signal: " + strings.Join(parts, ", ")
 }

@@ -1,0 +1,169 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
+)
+
+// TestPrepareConnectsAhead: workers that Prepare the next world while they
+// train enter it at the step boundary with the communicator connected ahead
+// (not one connected there), a joiner that connects the usual way meets
+// them, and the new world reduces correctly. Prepare ignores worlds that are
+// not newer or leave the worker out, and Close discards a prepared world.
+func TestPrepareConnectsAhead(t *testing.T) {
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2, Coalesce: time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go coord.Run(ctx)
+	ws := []*toyWorker{startToy(t, "p0", coord), startToy(t, "p1", coord)}
+	sessions := make([]*Session, 2)
+	errs := make([]error, 2)
+	var wg stdsync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() { sessions[i], errs[i] = joinCoord(ctx, coord, w.name, w.tr, w.state) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("worker %d: %v", i, err)
+		}
+	}
+	for _, s := range sessions {
+		defer s.Close()
+	}
+	for sessions[0].Size() != 2 || sessions[1].Size() != 2 {
+		for i, s := range sessions {
+			wg.Go(func() {
+				if err := s.Commit(ctx); err != nil && !errors.Is(err, ErrWorldChanged) {
+					errs[i] = err
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cur := sessions[0].World()
+
+	// Worlds that are not newer, or leave the worker out, are not prepared.
+	for _, ep := range []epoch.World{cur, {Number: cur.Number + 1, Members: []epoch.Member{{Name: "someone", Addr: "127.0.0.1:1"}}}} {
+		sessions[0].Prepare(ep)
+		sessions[0].mu.Lock()
+		next := sessions[0].next
+		sessions[0].mu.Unlock()
+		if next != nil {
+			t.Fatalf("Prepare(%v) prepared a world", ep)
+		}
+	}
+
+	// A third worker joins: the two members prepare the world with it while
+	// the joiner connects to it the usual way, in Join.
+	j := startToy(t, "p2", coord)
+	joined := make(chan error, 1)
+	var joiner *Session
+	go func() {
+		var err error
+		joiner, err = joinCoord(ctx, coord, j.name, j.tr, j.state)
+		joined <- err
+	}()
+	next, err := coord.View("p0").Await(ctx, cur.Number)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for next.Rank("p2") < 0 {
+		if next, err = coord.View("p0").Await(ctx, next.Number); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prepared := make([]*preconnect, 2)
+	for i, s := range sessions {
+		s.Prepare(next)
+		s.mu.Lock()
+		prepared[i] = s.next
+		s.mu.Unlock()
+		if prepared[i] == nil || prepared[i].number != next.Number {
+			t.Fatalf("worker %d did not prepare epoch %d", i, next.Number)
+		}
+	}
+	for i, p := range prepared {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			t.Fatalf("worker %d: the prepared world never connected", i)
+		}
+		if p.err != nil {
+			t.Fatalf("worker %d: preparing: %v", i, p.err)
+		}
+	}
+	// The boundary: both move to the world with the joiner, on the
+	// communicators connected ahead.
+	for i, s := range sessions {
+		wg.Go(func() {
+			if err := s.Commit(ctx); err != nil && !errors.Is(err, ErrWorldChanged) {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-joined; err != nil {
+		t.Fatalf("joiner: %v", err)
+	}
+	defer joiner.Close()
+	for i, s := range sessions {
+		if s.World().Number != next.Number || s.Communicator() != prepared[i].comm {
+			t.Fatalf("worker %d is in epoch %d on %p, want epoch %d on the prepared %p", i, s.World().Number, s.Communicator(), next.Number, prepared[i].comm)
+		}
+	}
+	// The new world works: an allreduce over all three.
+	all := append(sessions, joiner)
+	for i, s := range all {
+		wg.Go(func() {
+			v := []float32{float32(i + 1)}
+			err := s.Allreduce(ctx, Sum(), collective.SliceBuffer(v))
+			if err == nil && v[0] != 6 {
+				err = fmt.Errorf("sum %v, want 6", v[0])
+			}
+			if i < len(errs) {
+				errs[i] = err
+			} else if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+
+	// Close discards a world being prepared.
+	later := epoch.World{Number: next.Number + 1, Members: next.Members}
+	sessions[1].Prepare(later)
+	if err := sessions[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	sessions[1].mu.Lock()
+	left := sessions[1].next
+	sessions[1].mu.Unlock()
+	if left != nil {
+		t.Fatal("Close left a world being prepared")
+	}
+	sessions[1].Prepare(later)
+	sessions[1].mu.Lock()
+	left = sessions[1].next
+	sessions[1].mu.Unlock()
+	if left != nil {
+		t.Fatal("Prepare after Close prepared a world")
+	}
+}
