@@ -54,8 +54,11 @@ func (d *delegate) NotifyMsg(b []byte) {
 		m.log.Debug("membership: dropped an oversized message", "bytes", len(f.payload), "from", f.from)
 		return
 	}
-	if f.kind == frameMeta {
+	switch f.kind {
+	case frameMeta:
 		m.told(f.from, f.payload)
+		return
+	case frameReach:
 		return
 	}
 	m.mu.Lock()

@@ -579,6 +579,18 @@ func (m *Member) Leave(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Reach checks that member to's process still listens: it delivers an empty
+// frame to its gossip port over a new stream, and returns nil once one was
+// accepted, or the dial's error. A refused connection
+// (errors.Is(err, syscall.ECONNREFUSED)) means that nothing listens there any
+// more: the member's process is gone, while memberlist's own failure
+// detection would take its probe and suspicion timeouts (most of a second)
+// to say so. A silent peer (a dead machine, a cut cable) makes it wait for
+// ctx or Config.TCPTimeout instead.
+func (m *Member) Reach(ctx context.Context, to Node) error {
+	return m.send(ctx, to, frameReach, nil)
+}
+
 // tell sends the encoded metadata enc to each of to, in parallel.
 func (m *Member) tell(ctx context.Context, to []Node, enc []byte) {
 	var wg sync.WaitGroup

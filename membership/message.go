@@ -22,11 +22,11 @@ type Message struct {
 //
 //	0 magic   "gm"
 //	2 version uint8 = 1
-//	3 kind    uint8 (frameData, frameBye, frameMeta)
+//	3 kind    uint8 (frameData, frameBye, frameMeta, frameReach)
 //	4 job     uint8 length + JobID
 //	  from    uint8 length + sender name
-//	  payload the rest (empty for frameBye; the sender's encoded Meta for
-//	          frameMeta)
+//	  payload the rest (empty for frameBye and frameReach; the sender's
+//	          encoded Meta for frameMeta)
 //
 // The job id rides in every frame because memberlist's NotifyMsg does not say
 // who sent a message: without it a member of another job that shares the
@@ -41,6 +41,9 @@ const (
 	// frameMeta carries the sender's metadata straight to a peer (Tell): a
 	// change of State there at once instead of after some gossip rounds.
 	frameMeta = 3
+	// frameReach asks nothing of its receiver (Reach): its delivery, or
+	// the dial's refusal, is the answer.
+	frameReach = 4
 
 	maxFrameString = 255
 )
@@ -71,7 +74,7 @@ func decodeFrame(b []byte, f *frame) error {
 		return fmt.Errorf("membership: message frame version %d, want %d", b[2], frameVersion)
 	}
 	kind := b[3]
-	if kind != frameData && kind != frameBye && kind != frameMeta {
+	if kind < frameData || kind > frameReach {
 		return fmt.Errorf("membership: unknown message kind %d", kind)
 	}
 	r := reader{b: b[4:]}
@@ -82,8 +85,8 @@ func decodeFrame(b []byte, f *frame) error {
 	if job == "" || from == "" {
 		return errors.New("membership: message without a job or a sender")
 	}
-	if kind == frameBye && len(r.b) != 0 {
-		return errors.New("membership: goodbye message with a payload")
+	if (kind == frameBye || kind == frameReach) && len(r.b) != 0 {
+		return errors.New("membership: goodbye or reach message with a payload")
 	}
 	*f = frame{kind: kind, jobID: job, from: from, payload: r.b}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	stdsync "sync"
+	"syscall"
 	"time"
 
 	"github.com/gorovod/gorovod/membership"
@@ -46,6 +47,10 @@ type loop struct {
 
 	calls  chan call
 	failed chan sendFailure
+	// gone receives workers whose gossip port refused a connection (sweep);
+	// swept is the newest failed world swept for them.
+	gone   chan string
+	swept  uint64
 	nodes  map[string]membership.Node // the gossip view, by name: where sends go
 	sends  stdsync.WaitGroup
 	ctx    context.Context
@@ -70,7 +75,7 @@ func newLoop(m *membership.Member, mach machine, log *slog.Logger) *loop {
 	return &loop{
 		m: m, mach: mach, log: log,
 		notify: func(epoch.Output) {}, onEvent: func(membership.Event) {}, onStats: func(string, stats.Batch) {}, onStall: func(string, stall.Snapshot) {}, settled: func() {},
-		calls: make(chan call, 64), failed: make(chan sendFailure, 64), nodes: map[string]membership.Node{},
+		calls: make(chan call, 64), failed: make(chan sendFailure, 64), gone: make(chan string, 64), nodes: map[string]membership.Node{},
 		ctx: ctx, cancel: cancel, done: make(chan struct{}),
 	}
 }
@@ -147,6 +152,8 @@ func (l *loop) run() {
 			l.message(msg)
 		case f := <-l.failed:
 			l.sendFailed(f)
+		case name := <-l.gone:
+			l.refused(name)
 		case c := <-l.calls:
 			var wg stdsync.WaitGroup
 			l.carry(c.f(time.Now()), &wg)
@@ -208,6 +215,9 @@ func (l *loop) carry(outs []epoch.Output, wg *stdsync.WaitGroup) {
 			l.send(s, wg)
 			continue
 		}
+		if s, ok := o.(epoch.Suspected); ok {
+			l.sweep(s.Number)
+		}
 		logOutput(l.log, o)
 		l.notify(o)
 	}
@@ -240,6 +250,56 @@ func (l *loop) send(s epoch.Send, wg *stdsync.WaitGroup) {
 		case <-l.ctx.Done():
 		}
 	})
+}
+
+// sweepTimeout bounds one Reach of a sweep: a refusal comes back within a
+// round trip; a silent peer is left to memberlist's failure detection.
+const sweepTimeout = 500 * time.Millisecond
+
+// sweep looks, once per failed world, whether every other worker in view
+// still listens (membership.Member.Reach). A collective that fails blames
+// one peer, and the machine probes only that one; but a host that goes
+// down takes all its workers with it, and the next world would include the
+// others until gossip declared them dead (its probe and suspicion timeouts:
+// most of a second), while the survivors dial them in vain. A worker whose
+// gossip port refuses connections is gone now: it goes to the machine as a
+// failed peer, as gossip would report it later.
+func (l *loop) sweep(number uint64) {
+	if number <= l.swept {
+		return
+	}
+	l.swept = number
+	for name, n := range l.nodes {
+		if name == l.m.Name() || n.Meta.Role != membership.RoleWorker {
+			continue
+		}
+		l.sends.Go(func() {
+			ctx, cancel := context.WithTimeout(l.ctx, sweepTimeout)
+			defer cancel()
+			if err := l.m.Reach(ctx, n); !errors.Is(err, syscall.ECONNREFUSED) {
+				return
+			}
+			select {
+			case l.gone <- name:
+			case <-l.ctx.Done():
+			}
+		})
+	}
+}
+
+// refused takes a worker whose gossip port refused a connection out of the
+// view, as a failed peer (gossip's own Failed event, when it comes, finds
+// it gone already).
+func (l *loop) refused(name string) {
+	n, ok := l.nodes[name]
+	if !ok {
+		return
+	}
+	delete(l.nodes, name)
+	l.log.Info("worker gone", "worker", name, "how", "its gossip port refuses connections")
+	l.viewChanged = true
+	l.onEvent(membership.Event{Kind: membership.EventFailed, Node: n, At: time.Now()})
+	l.carry(l.mach.Step(time.Now(), epoch.PeerGone{Name: name, Failed: true}), nil)
 }
 
 // sendFailed logs a failed send and tells the machine. A message to a member
