@@ -709,6 +709,12 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 		return err
 	}
 	began := time.Now()
+	if r, ok := s.src.(memberReacher); ok {
+		// A member that died after the world was proposed keeps the others
+		// dialling it; when connecting takes a while, look for one.
+		watch := time.AfterFunc(reachAfter, func() { r.reachMembers(ctx, ep) })
+		defer watch.Stop()
+	}
 	var comm *collective.Communicator
 	var err error
 	if p := s.takeNext(ep.Number); p != nil {
@@ -743,6 +749,19 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	}
 	s.synced = true
 	return comm, nil
+}
+
+// reachAfter is how long entering a world may take before the session
+// looks for members that are gone (memberReacher).
+const reachAfter = 50 * time.Millisecond
+
+// memberReacher is a Source that can look whether the members of a world
+// still listen and report, as a failure of that world, one whose process
+// is gone: a host that dies takes all its workers with it while a failed
+// collective blames only one, and the next world's connect would otherwise
+// dial the others until gossip declares them dead (most of a second).
+type memberReacher interface {
+	reachMembers(ctx context.Context, ep epoch.World)
 }
 
 // stateRoot agrees on the member whose state the world takes: rank 0 (the

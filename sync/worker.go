@@ -3,6 +3,7 @@ package sync
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	stdsync "sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
@@ -210,7 +212,7 @@ func (w *Worker) start(ctx context.Context) error {
 			stopJoin()
 		},
 	})
-	w.src.agent = w.agent
+	w.src.agent, w.src.member = w.agent, m
 	go w.sendStats(w.m, w.src.done)
 	go w.reconnect(w.m, w.src.done)
 	fail := func(err error) error {
@@ -496,8 +498,9 @@ func (w *Worker) leaveJob() {
 
 // memberSource is a worker's epoch.Source fed by its protocol agent.
 type memberSource struct {
-	log   *slog.Logger
-	agent *driver.Agent
+	log    *slog.Logger
+	agent  *driver.Agent
+	member *membership.Member // for reachMembers
 
 	latest  epoch.Newest
 	mu      stdsync.Mutex
@@ -542,6 +545,44 @@ func (s *memberSource) Await(ctx context.Context, after uint64) (epoch.World, er
 	}
 	return w, nil
 }
+
+// reachMembers looks whether every other member of ep still listens
+// (membership.Member.Reach) and reports ep as failed, blaming one whose
+// gossip port refuses connections: its process is gone. The proposer's
+// probe of it is refused too, and the next world goes on without it.
+func (s *memberSource) reachMembers(ctx context.Context, ep epoch.World) {
+	m := s.member
+	if m == nil {
+		return
+	}
+	view := map[string]membership.Node{}
+	for _, n := range m.Members() {
+		view[n.Name] = n
+	}
+	var wg stdsync.WaitGroup
+	var once stdsync.Once
+	for _, mem := range ep.Members {
+		n, ok := view[mem.Name]
+		if !ok || n.Name == m.Name() {
+			continue
+		}
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(ctx, reachTimeout)
+			defer cancel()
+			if err := m.Reach(rctx, n); errors.Is(err, syscall.ECONNREFUSED) {
+				once.Do(func() {
+					s.log.Info("a member of the world being entered is gone: its gossip port refuses connections", "epoch", ep.Number, "member", n.Name)
+					s.agent.ReportFailure(ep.Number, n.Name, err)
+				})
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// reachTimeout bounds one look of reachMembers: a refusal comes within a
+// round trip; a silent member is left to the connect and to gossip.
+const reachTimeout = 500 * time.Millisecond
 
 // ReportFailure hands the report to the agent, which sends it to the
 // proposer (again until a newer epoch arrives).
