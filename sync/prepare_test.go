@@ -40,17 +40,7 @@ func TestPrepareConnectsAhead(t *testing.T) {
 		defer s.Close()
 	}
 	for sessions[0].Size() != 2 || sessions[1].Size() != 2 {
-		for i, s := range sessions {
-			wg.Go(func() {
-				if err := s.Commit(ctx); err != nil && !errors.Is(err, ErrWorldChanged) {
-					errs[i] = err
-				}
-			})
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
-		}
+		commitAll(ctx, t, sessions)
 	}
 	cur := sessions[0].World()
 
@@ -106,17 +96,7 @@ func TestPrepareConnectsAhead(t *testing.T) {
 	}
 	// The boundary: both move to the world with the joiner, on the
 	// communicators connected ahead.
-	for i, s := range sessions {
-		wg.Go(func() {
-			if err := s.Commit(ctx); err != nil && !errors.Is(err, ErrWorldChanged) {
-				errs[i] = err
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	commitAll(ctx, t, sessions)
 	if err := <-joined; err != nil {
 		t.Fatalf("joiner: %v", err)
 	}
@@ -165,5 +145,24 @@ func TestPrepareConnectsAhead(t *testing.T) {
 	sessions[1].mu.Unlock()
 	if left != nil {
 		t.Fatal("Prepare after Close prepared a world")
+	}
+}
+
+// commitAll commits a step on every session at once (a world change is no
+// error) and fails the test on any other error.
+func commitAll(ctx context.Context, t *testing.T, sessions []*Session) {
+	t.Helper()
+	errs := make([]error, len(sessions))
+	var wg stdsync.WaitGroup
+	for i, s := range sessions {
+		wg.Go(func() {
+			if err := s.Commit(ctx); err != nil && !errors.Is(err, ErrWorldChanged) {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 }
