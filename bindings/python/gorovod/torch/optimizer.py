@@ -167,7 +167,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
-            if p in self._handles and self._handles[p][0] is not None and self._allreduce_delay[p] <= 0:
+            if self._allreduce_delay[p] <= 0:
+                # This step's allreduce of p was started (or, in a group,
+                # counted) already.
                 raise AssertionError("Gradients were computed more than backward_passes_per_step times before call "
                                      "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
             assert not p.grad.requires_grad
