@@ -63,30 +63,28 @@ def main():
                     cpus.setdefault((model, np, backend), []).append(cpu)
                     print("repeat %d %s np=%d %s: %.3f steps/s, rank 0 %.2f ms CPU per step" % (
                         rep, model, np, backend, rate, cpu), flush=True)
+    models, nps = args.models.split(","), [int(n) for n in args.np.split(",")]
     print()
-    print("| model | np | gorovod steps/s (median, min-max) | DDP-Gloo steps/s (median, min-max) | ratio (median, min-max) |")
-    print("|---|---|---|---|---|")
-    for model in args.models.split(","):
-        for np in [int(n) for n in args.np.split(",")]:
-            g, d = results[(model, np, "gorovod")], results[(model, np, "ddp")]
-            ratios = [a / b for a, b in zip(g, d)]
-            print("| %s | %d | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) |" % (
-                model, np, statistics.median(g), min(g), max(g), statistics.median(d), min(d), max(d),
-                statistics.median(ratios), min(ratios), max(ratios)))
+    table(results, models, nps, "gorovod steps/s", "DDP-Gloo steps/s", "ratio", "%.2f", lambda g, d: g / d)
     print()
     print("CPU time per step of rank 0's process (every thread), ms: on a machine whose cores the workers fill, "
           "steps/s goes as its inverse")
     print()
-    print("| model | np | gorovod (median, min-max) | DDP-Gloo (median, min-max) | DDP / gorovod (median, min-max) |")
-    print("|---|---|---|---|---|")
-    for model in args.models.split(","):
-        for np in [int(n) for n in args.np.split(",")]:
-            g, d = cpus[(model, np, "gorovod")], cpus[(model, np, "ddp")]
-            ratios = [b / a for a, b in zip(g, d)]
-            print("| %s | %d | %.1f (%.1f-%.1f) | %.1f (%.1f-%.1f) | %.2f (%.2f-%.2f) |" % (
-                model, np, statistics.median(g), min(g), max(g), statistics.median(d), min(d), max(d),
-                statistics.median(ratios), min(ratios), max(ratios)))
+    table(cpus, models, nps, "gorovod", "DDP-Gloo", "DDP / gorovod", "%.1f", lambda g, d: d / g)
 
+
+def table(values, models, nps, gorovod, ddp, ratio, fmt, ratio_of):
+    """A markdown table: per model and np, each backend's median (min-max)
+    and the median (min-max) of ratio_of(gorovod, ddp) per repeat."""
+    def spread(v, f):
+        return ("%s (%s-%s)" % (f, f, f)) % (statistics.median(v), min(v), max(v))
+    print("| model | np | %s (median, min-max) | %s (median, min-max) | %s (median, min-max) |" % (gorovod, ddp, ratio))
+    print("|---|---|---|---|---|")
+    for model in models:
+        for np in nps:
+            g, d = values[(model, np, "gorovod")], values[(model, np, "ddp")]
+            ratios = [ratio_of(a, b) for a, b in zip(g, d)]
+            print("| %s | %d | %s | %s | %s |" % (model, np, spread(g, fmt), spread(d, fmt), spread(ratios, "%.2f")))
 
 if __name__ == "__main__":
     main()
