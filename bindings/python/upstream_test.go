@@ -261,8 +261,8 @@ func TestUpstreamElasticWorldChange(t *testing.T) {
 	if !regexp.MustCompile(`\[[01]\] Train Epoch: \d `).MatchString(out[killedAt:]) {
 		t.Fatalf("the survivors did not train after worker 2 was killed:\n%s", out)
 	}
-	if !strings.Contains(out, "gorovod run: 2 workers finished, 1 lost, 0 failed") {
-		t.Fatalf("want the 2 survivors finished and the killed worker lost:\n%s", out)
+	if !strings.Contains(out, fmt.Sprintf("gorovod run: worker 2 (pid %d) lost", added)) || !strings.Contains(out, " lost, 0 failed;") {
+		t.Fatalf("want the killed worker lost and no worker failed:\n%s", out)
 	}
 	// The script tests once, after training.
 	all := testSetLine.FindAllStringSubmatch(out, -1)
