@@ -153,6 +153,9 @@ func TestGradientNoiseUnbiasedThroughSessions(t *testing.T) {
 		{"two workers bfloat16", 2, 2, collective.BFloat16, func(int) Reduction { return avg }},
 		{"alone accumulating 2", 1, 2, collective.Float32, func(int) Reduction { return avg }},
 		{"alone, consecutive steps", 1, 1, collective.Float32, func(int) Reduction { return avg }},
+		{"alone, consecutive steps float64", 1, 1, collective.Float64, func(int) Reduction { return avg }},
+		{"alone, consecutive steps float16 with scales", 1, 1, collective.Float16, func(int) Reduction { return Reduction{Prescale: 2, Postscale: 0.5} }},
+		{"alone, consecutive steps bfloat16 summed", 1, 1, collective.BFloat16, func(int) Reduction { return sum }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
