@@ -96,9 +96,10 @@ type Engine struct {
 	stopped chan struct{} // closed when the executor has exited
 
 	samples atomic.Int64 // recorded since the last commit, for the autoscaler
+	total   atomic.Int64 // the planned steps, -1 when not set since the last commit
+
 	// adaptive is the adaptive batch size, once started (adaptive.go).
 	adaptive atomic.Pointer[gsync.AdaptiveBatch]
-	total   atomic.Int64 // the planned steps, -1 when not set since the last commit
 
 	mu      stdsync.Mutex
 	queue   []*call
