@@ -1,9 +1,6 @@
 package sync
 
-import (
-	"context"
-	"fmt"
-)
+import "context"
 
 // UseAdaptiveBatch makes a decide the batch size through this session's
 // gradient allreduces — what Train does for a TrainConfig with an
@@ -11,9 +8,10 @@ import (
 // bindings' engine): the gradient noise measurement is turned on (M0 =
 // a's InitBatch) if it is off, and rank 0's decisions travel beside the
 // gradients and are adopted at Commit. Run a's background work with
-// a.Run. The trainer calls SetGlobalBatch each step with the plan's global
-// batch (PlanBatch), and must not accumulate gradients over micro-batches
-// (a's config sets NoAccumulation; Train is the loop that accumulates).
+// a.Run. Each step the trainer runs the plan of a.PlanBatch, calls
+// SetGlobalBatch with its global batch, and, when the plan accumulates
+// (Accum > 0), records each micro-batch's gradient (RecordMicroBatch or
+// RecordMicroBatchNorm) before reducing their mean.
 //
 // Every worker must call it at the same point of its sequence of
 // collectives, between steps, from the goroutine that drives the session,
@@ -22,9 +20,6 @@ import (
 // estimate is the same (it comes from the same reduced norms), but a worker
 // joining later starts from M0 until rank 0's next decision reaches it.
 func (s *Session) UseAdaptiveBatch(a *AdaptiveBatch) error {
-	if !a.cfg.NoAccumulation {
-		return fmt.Errorf("%w: a Session driven by its trainer does not accumulate gradients: set AdaptiveConfig.NoAccumulation", ErrInvalidConfig)
-	}
 	if s.noise == nil {
 		n, err := newGradNoise(NoiseConfig{Measure: true, InitBatch: a.cfg.InitBatch})
 		if err != nil {
@@ -34,6 +29,16 @@ func (s *Session) UseAdaptiveBatch(a *AdaptiveBatch) error {
 	}
 	s.noise.setDecider(a)
 	return nil
+}
+
+// RecordMicroBatchNorm is RecordMicroBatch for a trainer that takes the
+// squared norm itself: sq is Σ‖g‖² of one micro-batch's mean gradient over
+// all its tensors. One that is not a finite number ≥ 0 leaves the step
+// unmeasured. Without the measurement it does nothing.
+func (s *Session) RecordMicroBatchNorm(sq float64) {
+	if s.noise != nil {
+		s.noise.recordMicroBatchNorm(sq)
+	}
 }
 
 // Run does the policy's background work (refitting the throughput model,

@@ -348,6 +348,18 @@ func (g *gradNoise) recordMicroBatch(tensors []collective.Buffer) {
 	g.st.microSqr += sq
 }
 
+// recordMicroBatchNorm adds one micro-batch's squared norm, taken by the
+// trainer; one that is not a finite number ≥ 0 leaves the step unmeasured.
+func (g *gradNoise) recordMicroBatchNorm(sq float64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !(sq >= 0) || math.IsInf(sq, 0) {
+		g.st.broken = true
+	}
+	g.st.micro++
+	g.st.microSqr += sq
+}
+
 func (g *gradNoise) setGlobalBatch(n int) {
 	g.mu.Lock()
 	g.st.global = n

@@ -25,9 +25,10 @@ static int adaptive_forked(void) {
   return 0;
 }
 
-int gorovod_adaptive_start(int64_t init_batch, int64_t max_batch, int64_t min_local, int64_t max_local, int lr_rule) {
+int gorovod_adaptive_start(int64_t init_batch, int64_t max_batch, int64_t min_local, int64_t max_local,
+                           int accumulation, int lr_rule) {
   if (adaptive_forked()) return GOROVOD_ERR_FORKED;
-  return gorovodGoAdaptiveStart(init_batch, max_batch, min_local, max_local, lr_rule);
+  return gorovodGoAdaptiveStart(init_batch, max_batch, min_local, max_local, accumulation, lr_rule);
 }
 
 int gorovod_adaptive_plan(gorovod_adaptive_plan_t *out) {
@@ -38,4 +39,9 @@ int gorovod_adaptive_plan(gorovod_adaptive_plan_t *out) {
 int gorovod_adaptive_set_global_batch(int64_t n) {
   if (adaptive_forked()) return GOROVOD_ERR_FORKED;
   return gorovodGoAdaptiveSetGlobalBatch(n);
+}
+
+int gorovod_adaptive_record_micro_batch(double squared_norm) {
+  if (adaptive_forked()) return GOROVOD_ERR_FORKED;
+  return gorovodGoAdaptiveRecordMicroBatch(squared_norm);
 }

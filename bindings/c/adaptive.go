@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/gorovod/gorovod/bindings/internal/engine"
 	"github.com/gorovod/gorovod/goodput"
@@ -16,7 +17,7 @@ import (
 // The exports behind gorovod_adaptive.h.
 
 //export gorovodGoAdaptiveStart
-func gorovodGoAdaptiveStart(initBatch, maxBatch, minLocal, maxLocal C.int64_t, rule C.int) (rc C.int) {
+func gorovodGoAdaptiveStart(initBatch, maxBatch, minLocal, maxLocal C.int64_t, accumulation, rule C.int) (rc C.int) {
 	defer guard(&rc)
 	e, err := current()
 	if err != nil {
@@ -35,7 +36,7 @@ func gorovodGoAdaptiveStart(initBatch, maxBatch, minLocal, maxLocal C.int64_t, r
 	}
 	cfg := gsync.DefaultAdaptiveConfig()
 	cfg.InitBatch, cfg.MaxBatch, cfg.MinMicroBatch, cfg.MaxMicroBatch = int(initBatch), int(maxBatch), int(minLocal), int(maxLocal)
-	cfg.LRRule = r
+	cfg.LRRule, cfg.NoAccumulation = r, accumulation == 0
 	return status(e.StartAdaptive(cfg))
 }
 
@@ -53,7 +54,8 @@ func gorovodGoAdaptivePlan(out *C.gorovod_adaptive_plan_t) (rc C.int) {
 	if err != nil {
 		return status(err)
 	}
-	out.global_batch, out.local_batch, out.lr_factor = C.int64_t(p.Global), C.int64_t(p.MicroBatch), C.double(p.LRFactor)
+	out.global_batch, out.micro_batch, out.accum_steps = C.int64_t(p.Global), C.int64_t(p.MicroBatch), C.int64_t(p.Accum)
+	out.lr_factor = C.double(p.LRFactor)
 	return statusOK
 }
 
@@ -68,4 +70,17 @@ func gorovodGoAdaptiveSetGlobalBatch(n C.int64_t) (rc C.int) {
 		return status(fmt.Errorf("%w: gorovod_adaptive_set_global_batch(%d)", engine.ErrInvalid, n))
 	}
 	return status(e.SetGlobalBatch(int(n)))
+}
+
+//export gorovodGoAdaptiveRecordMicroBatch
+func gorovodGoAdaptiveRecordMicroBatch(sq C.double) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if !(sq >= 0) || math.IsInf(float64(sq), 0) {
+		return status(fmt.Errorf("%w: gorovod_adaptive_record_micro_batch(%v): not a finite squared norm", engine.ErrInvalid, float64(sq)))
+	}
+	return status(e.RecordMicroBatchNorm(float64(sq)))
 }

@@ -7,12 +7,12 @@
  *
  *   gorovod_adaptive_plan(&plan);              // the step's batch sizes
  *   gorovod_adaptive_set_global_batch(plan.global_batch);
- *   ... load plan.local_batch samples, forward, backward, allreduce the
- *       gradients (average), scale the learning rate by plan.lr_factor,
- *       step the optimizer ...
- *   gorovod_commit();
- *
- * Gradients are not accumulated over micro-batches here. */
+ *   for each of the plan.accum_steps + 1 micro-batches of plan.micro_batch
+ *   samples: forward, backward, and when accumulating (accum_steps > 0)
+ *       gorovod_adaptive_record_micro_batch(squared norm of its gradient);
+ *   allreduce the mean of the micro-batches' gradients (average), scale the
+ *   learning rate by plan.lr_factor, step the optimizer;
+ *   gorovod_commit(); */
 #ifndef GOROVOD_ADAPTIVE_H
 #define GOROVOD_ADAPTIVE_H
 
@@ -34,15 +34,18 @@ enum {
 
 /* Turns the adaptive batch size on, starting at init_batch (M0, the global
  * batch the learning rate is tuned for), never above max_batch (0:
- * init_batch), each rank's batch within [min_local, max_local] (0: 1 and
- * max_batch). Every rank calls it at the same point of its collectives,
- * before the first step that uses it; once per process. */
-int gorovod_adaptive_start(int64_t init_batch, int64_t max_batch, int64_t min_local, int64_t max_local, int lr_rule);
+ * init_batch), each rank's micro-batch within [min_local, max_local] (0: 1
+ * and max_batch), accumulating gradients over micro-batches when
+ * accumulation is non-zero. Every rank calls it at the same point of its
+ * collectives, before the first step that uses it; once per process. */
+int gorovod_adaptive_start(int64_t init_batch, int64_t max_batch, int64_t min_local, int64_t max_local,
+                           int accumulation, int lr_rule);
 
 /* The plan of the next step on the current world. */
 typedef struct gorovod_adaptive_plan_t {
   int64_t global_batch; /* all ranks' samples together */
-  int64_t local_batch;  /* this rank's */
+  int64_t micro_batch;  /* this rank's samples per micro-batch */
+  int64_t accum_steps;  /* micro-batches per step, less one */
   double lr_factor;     /* multiply the learning rate by it */
 } gorovod_adaptive_plan_t;
 int gorovod_adaptive_plan(gorovod_adaptive_plan_t *out);
@@ -50,6 +53,11 @@ int gorovod_adaptive_plan(gorovod_adaptive_plan_t *out);
 /* Tells the gradient noise measurement the step's global batch: after the
  * previous gorovod_commit, before the step's gradient allreduces. */
 int gorovod_adaptive_set_global_batch(int64_t n);
+
+/* Records the squared norm (sum over all gradient tensors) of one
+ * micro-batch's mean gradient, when the step accumulates: after its
+ * backward pass, before the step's allreduce. */
+int gorovod_adaptive_record_micro_batch(double squared_norm);
 
 #ifdef __cplusplus
 }

@@ -13,13 +13,11 @@ import (
 // plan and says which global batch the step ran.
 
 // StartAdaptive turns the adaptive batch size on (see
-// sync.Session.UseAdaptiveBatch): cfg is the policy's configuration
-// (NoAccumulation is forced: the framework does not accumulate through the
-// engine). Every rank must call it at the same point of its sequence of
-// collectives, before the first step that uses it. It waits for the
-// collectives submitted before it. A second call is refused.
+// sync.Session.UseAdaptiveBatch): cfg is the policy's configuration. Every
+// rank must call it at the same point of its sequence of collectives,
+// before the first step that uses it. It waits for the collectives
+// submitted before it. A second call is refused.
 func (e *Engine) StartAdaptive(cfg gsync.AdaptiveConfig) error {
-	cfg.NoAccumulation = true
 	cfg.Logger = e.log
 	a, err := gsync.NewAdaptiveBatch(cfg)
 	if err != nil {
@@ -43,8 +41,8 @@ func (e *Engine) StartAdaptive(cfg gsync.AdaptiveConfig) error {
 }
 
 // AdaptivePlan is the plan in force for the next step on the current world:
-// the global batch, this rank's (micro-)batch and the learning-rate factor
-// (see sync.BatchPlan). Every rank gets the same plan between the same two
+// the global batch, this rank's micro-batch, the accumulation steps and the
+// learning-rate factor (see sync.BatchPlan). Every rank gets the same plan between the same two
 // commits.
 func (e *Engine) AdaptivePlan() (gsync.BatchPlan, error) {
 	a := e.adaptive.Load()
@@ -64,6 +62,21 @@ func (e *Engine) SetGlobalBatch(n int) error {
 	}
 	h, err := e.submit(&call{what: "global batch", run: func(_ context.Context, s *gsync.Session) error {
 		s.SetGlobalBatch(n)
+		return nil
+	}})
+	if err != nil {
+		return err
+	}
+	return e.Wait(h, -1)
+}
+
+// RecordMicroBatchNorm records the squared norm of one micro-batch's mean
+// gradient when the step accumulates (sync.Session.RecordMicroBatchNorm),
+// in order with the step's collectives: before the step's gradients are
+// reduced. It waits for the collectives before it.
+func (e *Engine) RecordMicroBatchNorm(sq float64) error {
+	h, err := e.submit(&call{what: "micro-batch norm", run: func(_ context.Context, s *gsync.Session) error {
+		s.RecordMicroBatchNorm(sq)
 		return nil
 	}})
 	if err != nil {

@@ -26,13 +26,19 @@ every sample is used exactly once per epoch whatever the batch sizes, and
 every step has the planned batch. Samples are loaded in the calling process
 (no DataLoader worker processes: the batch size is decided step by step).
 
-Not offered here: gradient accumulation (``gradient_accumulation=True``
-raises), and elastic world changes (a worker joining later starts from the
+With ``gradient_accumulation=True`` a step may be several micro-batches:
+the loader yields them one by one, and the AdaptiveOptimizer skips step()
+and zero_grad() until the step's last (``loader.accumulating`` says which).
+
+Not covered: elastic world changes (a worker joining later starts from the
 initial batch until rank 0's next decision reaches it; the loader's
 ``state_dict`` holds the position for ``elastic.TorchState``, but this path
-is untested).
+is untested). Every sum or average allreduce between two steps counts as
+the step's gradients for the noise measurement: average metrics with
+allgather, or after the loop.
 """
 
+import collections
 import ctypes
 import math
 
@@ -45,16 +51,25 @@ _RULES = {"adascale": 0, "sqrt": 1, "linear": 2}
 
 
 class _Plan(ctypes.Structure):
-    _fields_ = [("global_batch", ctypes.c_int64), ("local_batch", ctypes.c_int64), ("lr_factor", ctypes.c_double)]
+    _fields_ = [("global_batch", ctypes.c_int64), ("micro_batch", ctypes.c_int64), ("accum_steps", ctypes.c_int64),
+                ("lr_factor", ctypes.c_double)]
+
+
+class Plan(collections.namedtuple("Plan", "global_batch local_batch accum_steps lr_factor")):
+    """A step's plan: the global batch (all workers' samples), this
+    worker's samples, the micro-batches beyond the first it accumulates
+    them in, and the learning-rate factor."""
 
 
 def _lib():
     lib = _core.lib()
     if not getattr(lib, "_gorovod_adaptive_prototypes", False):
-        lib.gorovod_adaptive_start.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_int]
+        lib.gorovod_adaptive_start.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_int, ctypes.c_int]
         lib.gorovod_adaptive_plan.argtypes = [ctypes.POINTER(_Plan)]
         lib.gorovod_adaptive_set_global_batch.argtypes = [ctypes.c_int64]
-        for f in (lib.gorovod_adaptive_start, lib.gorovod_adaptive_plan, lib.gorovod_adaptive_set_global_batch):
+        lib.gorovod_adaptive_record_micro_batch.argtypes = [ctypes.c_double]
+        for f in (lib.gorovod_adaptive_start, lib.gorovod_adaptive_plan, lib.gorovod_adaptive_set_global_batch,
+                  lib.gorovod_adaptive_record_micro_batch):
             f.restype = ctypes.c_int
         lib._gorovod_adaptive_prototypes = True
     return lib
@@ -84,18 +99,21 @@ class AdaptiveDataLoader:
         self.position = 0  # samples of the epoch's permutation used, all workers together
         self.max_batch_size = batch_size
         self.local_bsz_bounds = (0, 0)
+        self.gradient_accumulation = False
         self.lr_rule = "adascale"
         self._started = False
         self._in_step = False
-        self.plan = None  # the current step's (global batch, local batch, lr factor)
+        self._optimizer = None  # the AdaptiveOptimizer, told where each step begins
+        self.plan = None  # the current step's Plan
+        self.micro_index = 0  # the current micro-batch of the step
 
     def autoscale_batch_size(self, max_batch_size, local_bsz_bounds=None, gradient_accumulation=False):
         """Lets the job grow the global batch up to max_batch_size, each
-        worker's batch within local_bsz_bounds = (lo, hi) (None: 1 and
-        max_batch_size). Call it before iterating."""
-        if gradient_accumulation:
-            raise NotImplementedError("gorovod's AdaptiveDataLoader does not accumulate gradients yet "
-                                      "(gradient_accumulation=True); the Go loop (sync.Train) does")
+        worker's micro-batch within local_bsz_bounds = (lo, hi) (None: 1 and
+        max_batch_size), accumulating gradients over several micro-batches
+        per step when gradient_accumulation is set (a worker's share beyond
+        hi, or, alone, a batch beyond the initial one: the gradient noise is
+        then measured from the micro-batches). Call it before iterating."""
         if self._started:
             raise RuntimeError("autoscale_batch_size() after the loader started")
         if max_batch_size < self.batch_size:
@@ -105,12 +123,17 @@ class AdaptiveDataLoader:
             raise ValueError("local_bsz_bounds %r: want 0 <= lo <= hi" % (local_bsz_bounds,))
         self.max_batch_size = max_batch_size
         self.local_bsz_bounds = (lo or 0, hi or 0)
+        self.gradient_accumulation = bool(gradient_accumulation)
 
     def _start(self):
         if self.lr_rule not in _RULES:
             raise ValueError("lr_rule %r: want one of %s" % (self.lr_rule, ", ".join(sorted(_RULES))))
+        if self.gradient_accumulation and self._optimizer is None:
+            raise RuntimeError("gradient_accumulation needs an AdaptiveOptimizer over the loader (it skips the "
+                               "optimizer's step and zero_grad between a step's micro-batches)")
         lo, hi = self.local_bsz_bounds
-        _core._raise(_lib().gorovod_adaptive_start(self.batch_size, self.max_batch_size, lo, hi, _RULES[self.lr_rule]))
+        _core._raise(_lib().gorovod_adaptive_start(self.batch_size, self.max_batch_size, lo, hi,
+                                                   1 if self.gradient_accumulation else 0, _RULES[self.lr_rule]))
         self._started = True
 
     def _permutation(self, epoch):
@@ -147,20 +170,32 @@ class AdaptiveDataLoader:
                 following = self._permutation(self.epoch + 1)
             indices = [order[i] if i < n else following[i - n] for i in range(start, end)]
             _core._raise(_lib().gorovod_adaptive_set_global_batch(step))
-            self.plan = (step, mine[rank], p.lr_factor)
+            self.plan = Plan(step, mine[rank], p.accum_steps, p.lr_factor)
             self.position += step
             self._in_step = True
             _core.record_samples(len(indices))
-            try:
-                yield self.collate_fn([self.dataset[i] for i in indices])
-            except GeneratorExit:
-                # The loop was left after this step's batch (break): the
-                # step ends here, on every worker alike.
-                self._end_step()
-                raise
+            if self._optimizer is not None:
+                self._optimizer._begin_step(p.accum_steps + 1)
+            at = 0
+            for i, count in enumerate(shares(len(indices), p.accum_steps + 1)):
+                self.micro_index = i
+                try:
+                    yield self.collate_fn([self.dataset[j] for j in indices[at:at + count]])
+                except GeneratorExit:
+                    # The loop was left inside this step (break): the step
+                    # ends here, on every worker alike.
+                    self._end_step()
+                    raise
+                at += count
         self._end_step()
         self.epoch += 1
         self.position -= n
+
+    @property
+    def accumulating(self):
+        """Whether the current micro-batch is not the step's last: its
+        gradient is accumulated, the optimizer does not step yet."""
+        return self.plan is not None and self.micro_index < self.plan.accum_steps
 
     def __len__(self):
         """Steps left in this epoch at the current global batch (an estimate:
@@ -180,30 +215,72 @@ class AdaptiveDataLoader:
 
 
 class AdaptiveOptimizer:
-    """Wraps an optimizer (usually a DistributedOptimizer) so that each
-    step runs with the learning rate scaled by the factor the job decided
-    for the step's batch size: lr_rule "adascale" (AdaScale's gain, the
-    default), "sqrt" (square root of the batch's ratio to the initial one,
-    for Adam and its relatives) or "linear". The rule is the loader's (set
-    here, before the loader starts)."""
+    """Wraps a DistributedOptimizer so that each step runs with the learning
+    rate scaled by the factor the job decided for the step's batch size:
+    lr_rule "adascale" (AdaScale's gain, the default), "sqrt" (square root
+    of the batch's ratio to the initial one, for Adam and its relatives) or
+    "linear". Make it before the loader starts (the rule is the loader's).
+
+    With the loader's gradient_accumulation, step() and zero_grad() do
+    nothing between a step's micro-batches but note each micro-batch's
+    gradient norm (the gradient noise comes from them); at the step's last
+    micro-batch the gradients are averaged over the micro-batches, reduced
+    across the workers and applied. Their allreduces then start at step(),
+    not during the backward pass."""
 
     def __init__(self, optimizer, loader, lr_rule="adascale"):
         if lr_rule not in _RULES:
             raise ValueError("lr_rule %r: want one of %s" % (lr_rule, ", ".join(sorted(_RULES))))
         if loader._started:
             raise RuntimeError("AdaptiveOptimizer must be made before its loader starts")
+        if not hasattr(optimizer, "set_backward_passes_per_step"):
+            raise ValueError("AdaptiveOptimizer wraps a gorovod DistributedOptimizer")
         loader.lr_rule = lr_rule
+        loader._optimizer = self
         self.optimizer = optimizer
         self.loader = loader
+        self._micro = 1
+        self._seen = None  # the gradients accumulated before the current micro-batch
 
     def __getattr__(self, name):
         return getattr(self.optimizer, name)
 
     @property
     def lr_factor(self):
-        return self.loader.plan[2] if self.loader.plan else 1.0
+        return self.loader.plan.lr_factor if self.loader.plan else 1.0
+
+    def _params(self):
+        return [p for g in self.optimizer.param_groups for p in g["params"] if p.requires_grad]
+
+    def _begin_step(self, micro):
+        """Called by the loader before a step's first micro-batch."""
+        self._micro, self._seen = micro, None
+        # Accumulating, the backward passes must not start the allreduces:
+        # the mean over the micro-batches is reduced in step().
+        self.optimizer.set_backward_passes_per_step(micro + 1 if micro > 1 else 1)
+
+    def _record_micro_batch(self):
+        """Notes the squared norm of the micro-batch just back-propagated:
+        the gradients now less those accumulated before it."""
+        sq = 0.0
+        now = []
+        for i, p in enumerate(self._params()):
+            g = p.grad.detach() if p.grad is not None else torch.zeros_like(p)
+            d = g if self._seen is None else g - self._seen[i]
+            sq += float(d.double().pow(2).sum())
+            now.append(g.clone())
+        self._seen = now
+        _core._raise(_lib().gorovod_adaptive_record_micro_batch(sq))
 
     def step(self, closure=None):
+        if self._micro > 1:
+            self._record_micro_batch()
+            if self.loader.accumulating:
+                return None
+            self._seen = None
+            for p in self._params():
+                if p.grad is not None:
+                    p.grad.div_(self._micro)
         f = self.lr_factor
         base = [g["lr"] for g in self.optimizer.param_groups]
         for g in self.optimizer.param_groups:
@@ -215,4 +292,6 @@ class AdaptiveOptimizer:
                 g["lr"] = lr
 
     def zero_grad(self, *args, **kwargs):
+        if self._micro > 1 and self.loader.micro_index > 0:
+            return None  # inside a step: the micro-batches accumulate
         return self.optimizer.zero_grad(*args, **kwargs)
