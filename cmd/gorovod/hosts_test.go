@@ -90,6 +90,12 @@ func TestPausedWorkerRejoins(t *testing.T) {
 // workers on the others over ssh, as a user of those machines would.
 func hostJob(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainerArgs ...string) *runJobHarness {
 	t.Helper()
+	return hostJobWith(t, n, head, hostArgs, synthetic, trainerArgs...)
+}
+
+// hostJobWith is hostJob with the trainer program named.
+func hostJobWith(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainer string, trainerArgs ...string) *runJobHarness {
+	t.Helper()
 	prefix, err := head.Exec()
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +105,7 @@ func hostJob(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []st
 	argv = append(argv, "-p", fmt.Sprint(n.SSHPort()), "-i", n.ClientKey(),
 		"--ssh-option", "User=root", "--ssh-option", "UserKnownHostsFile="+n.KnownHostsFile(),
 		"--ssh-option", "StrictHostKeyChecking=yes", "--ssh-option", "GlobalKnownHostsFile=/dev/null",
-		"--start-timeout", "30", "--", synthetic)
+		"--start-timeout", "30", "--", trainer)
 	return startRunJobArgv(t, append(argv, trainerArgs...))
 }
 
