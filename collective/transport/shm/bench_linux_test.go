@@ -29,7 +29,7 @@ func BenchmarkStream(b *testing.B) {
 	for _, tc := range []struct {
 		name       string
 		singleCopy int
-	}{{"ring", -1}, {"single-copy", 0}} {
+	}{{"ring", -1}, {"single-copy", singleCopyOn}} {
 		for _, n := range []int{256 << 10, 4 << 20} {
 			b.Run(fmt.Sprintf("%s/%dKiB", tc.name, n>>10), func(b *testing.B) {
 				a, z := benchLinks(b, tc.singleCopy)

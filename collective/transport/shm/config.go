@@ -48,8 +48,14 @@ type Config struct {
 	// only while the world's ranks on this host are no more than its CPUs
 	// (waiting for a receiver that is not running costs more than a copy);
 	// elsewhere every frame goes through the ring. It must exceed
-	// transport.InlinePayload. Default 128 KiB, so the latency-optimal
-	// collectives' frames (up to 64 KiB) never wait; negative disables it.
+	// transport.InlinePayload. Default 2 MiB: a single-copy Send waits until
+	// its receiver has copied the frame, one frame at a time, where a ring
+	// frame is done once it is in the ring, and for the chunks of a pipelined
+	// collective (collective.Config.ChunkBytes, 256 KiB by default) that wait
+	// costs more than the copy it saves. Measured between two processes at
+	// GOMAXPROCS=1, allreduce p = 2: frames of 128 KiB to 1 MiB moved 1.3-2.7x
+	// faster through the ring, frames of 2 MiB and 4 MiB 1.1-1.5x faster by
+	// single copy. Negative disables it.
 	SingleCopyBytes int
 	// Fallback keeps the bootstrap link of a pair whose ranks are on different
 	// hosts (or cannot share memory) instead of failing Connect. Default false:
@@ -71,7 +77,7 @@ const (
 	minRingBytes            = 128 << 10
 	maxRingBytes            = 1 << 30
 	defaultSpinTime         = 100 * time.Microsecond
-	defaultSingleCopyBytes  = 128 << 10
+	defaultSingleCopyBytes  = 2 << 20
 	defaultIOTimeout        = transport.DefaultIOTimeout
 	defaultHandshakeTimeout = transport.DefaultHandshakeTimeout
 )

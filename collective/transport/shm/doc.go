@@ -2,7 +2,8 @@
 // pair of ranks shares one memory-mapped region holding two single-producer /
 // single-consumer byte rings, one per direction, so a frame moves with one copy
 // into the ring on the sending side and one copy out of it on the receiving side.
-// Large frames (Config.SingleCopyBytes) move with a single copy: the ring
+// Large frames (Config.SingleCopyBytes, 2 MiB by default: a collective's
+// pipelined chunks are faster through the ring) move with a single copy: the ring
 // carries only the payload's address, the receiver copies the payload straight
 // out of the sender's memory (process_vm_readv) and Send waits for that. This
 // is used where a probe at connect time shows it is permitted, and while the

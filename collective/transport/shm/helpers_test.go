@@ -15,6 +15,10 @@ import (
 
 var testSecret = []byte("test secret, not for production")
 
+// singleCopyOn is the SingleCopyBytes of tests about the single-copy path: low
+// enough that their 1 MiB frames take it (the default, 2 MiB, is not).
+const singleCopyOn = 128 << 10
+
 func testConfig() shm.Config {
 	cfg := shm.DefaultConfig()
 	cfg.Secret = testSecret

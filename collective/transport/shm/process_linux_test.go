@@ -199,7 +199,7 @@ func TestKillPeer(t *testing.T) {
 				}
 			}
 		}},
-		{"while its single copy is awaited", "idle", 0, nil, func(ctx context.Context, l transport.Link) error {
+		{"while its single copy is awaited", "idle", singleCopyOn, nil, func(ctx context.Context, l transport.Link) error {
 			payload := make([]byte, 1<<20)
 			h := transport.Header{Kind: transport.FrameData, Length: uint32(len(payload))}
 			return l.Send(ctx, &h, payload)

@@ -26,10 +26,10 @@
 // Every blocking Link call is bounded by the earlier of the context's deadline
 // and Config.IOTimeout of silence; cancelling the context wakes it at once. A
 // small frame goes out in one write (copied behind the header), a large one
-// with writev in pieces of at most 128 KiB, and large payloads are read
-// straight into the caller's buffer, also in pieces: between pieces the
-// process's other goroutines get the CPU, so at GOMAXPROCS=1 a rank keeps
-// sending while it receives, as Open MPI's progress loop does. Errors name the
+// with writev of header and payload, and large payloads are read straight
+// into the caller's buffer; each system call moves all that is left (see
+// link.go for why not in pieces). At frame boundaries the receiving goroutine
+// yields, so at GOMAXPROCS=1 a rank's sending goroutine gets its turn. Errors name the
 // peer's rank and address. A RecvHeader cut short by its context or the I/O
 // timeout may be retried, since no byte of the stream was consumed; after any
 // other error the link is broken for good, and the caller closes it and gives

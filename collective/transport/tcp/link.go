@@ -23,13 +23,17 @@ import (
 // past it the copy costs more than a writev of two buffers.
 const smallFrame = 32 << 10
 
-// pieceBytes is the most one system call moves. Between pieces of a large
-// frame the process's other goroutines get the CPU: at GOMAXPROCS=1 (how
-// gorovod starts its workers) a goroutine sending 256 KiB in one writev keeps
-// its receiving twin off the CPU for as long, and the two ranks of a ring then
-// take turns (one sends while the other waits) instead of both moving data
-// all the time, as Open MPI's progress loop does with its 128 KiB fragments.
-const pieceBytes = 128 << 10
+// A large frame is written, and a large payload read, with as few system calls
+// as the socket allows: each one moves everything that is left (as much as the
+// kernel takes). An earlier version moved at most 128 KiB a call, with a yield
+// between pieces so that at GOMAXPROCS=1 a rank's receiving goroutine would
+// run while its sending twin worked through a frame. Across processes at 64
+// MiB that took 1.5-2x as long, and as long again without the yield: the
+// loss is the capped calls, while the yield reached only a goroutine already
+// runnable, never one parked in the network poller (Go's scheduler polls the
+// network only when nothing else is runnable). At these sizes a rank's writes
+// complete without blocking (strace: one writev per 256 KiB chunk), so its two
+// halves take turns on its core while the peer's core does the peer's copies.
 
 // pollEvery is how many non-blocking system calls a waiting call makes
 // between yielding the CPU and checking the clock, the context and Close.
@@ -65,7 +69,7 @@ type link struct {
 	whdr    [transport.HeaderSize]byte
 	wfrm    [2][]byte // the frame being written: header (+ small payload), large payload
 	wvec    [2][]byte // backs wiov
-	wiov    [][]byte  // the piece the next write moves
+	wiov    [][]byte  // what the next write moves: the rest of the frame
 	wbroken error     // first send failure: the stream may hold half a frame
 	wwake   transport.Waker
 	wio     rawIO
@@ -273,7 +277,7 @@ func (e *brokenError) Unwrap() []error { return []error{transport.ErrPeerClosed,
 // ---- sending ----
 
 // Send writes one frame: a small one in one system call, a large one with
-// writev in pieces of at most pieceBytes. The header is encoded from a copy, so
+// writev of the header and the payload. The header is encoded from a copy, so
 // the caller's h is left as it was.
 func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) error {
 	if err := transport.CheckOutgoing(h, payload); err != nil {
@@ -312,29 +316,23 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	return nil
 }
 
-// writeFrame writes l.wfrm: piece after piece, letting the process's other
-// goroutines run in between.
+// writeFrame writes l.wfrm, each system call all that is left of it.
 func (l *link) writeFrame(c *ioCall) error {
 	done := 0 // bytes of the frame written
 	total := len(l.wfrm[0]) + len(l.wfrm[1])
 	for done < total {
-		l.nextPiece(done)
+		l.frameRest(done)
 		n, err := l.write(c)
 		done += n
 		if err != nil {
 			return err
 		}
-		if done < total {
-			runtime.Gosched()
-		}
 	}
 	return nil
 }
 
-// nextPiece points l.wiov at what is left of the frame from byte done on, up
-// to the next multiple of pieceBytes of the payload (the header rides along
-// with the first piece).
-func (l *link) nextPiece(done int) {
+// frameRest points l.wiov at what is left of the frame from byte done on.
+func (l *link) frameRest(done int) {
 	h, p := l.wfrm[0], l.wfrm[1]
 	l.wiov = l.wvec[:0]
 	if done < len(h) {
@@ -344,7 +342,7 @@ func (l *link) nextPiece(done int) {
 		done -= len(h)
 	}
 	if len(p) > done {
-		l.wiov = append(l.wiov, p[done:min(len(p), (done/pieceBytes+1)*pieceBytes)])
+		l.wiov = append(l.wiov, p[done:])
 	}
 }
 
@@ -513,13 +511,10 @@ func (l *link) readPayload(c *ioCall, p []byte) error {
 			l.rlo += copy(p[n:], l.rbuf[l.rlo:l.rlo+rest])
 			return nil
 		}
-		m, err := l.read(c, p[n:n+min(rest, pieceBytes)])
+		m, err := l.read(c, p[n:])
 		n += m
 		if err != nil {
 			return err
-		}
-		if n < len(p) {
-			runtime.Gosched()
 		}
 	}
 	return nil

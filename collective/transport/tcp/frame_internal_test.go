@@ -1,0 +1,39 @@
+package tcp
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestFrameRest: each write of a large frame moves all that is left of it,
+// header (or its rest) and payload together, however much the last write took.
+func TestFrameRest(t *testing.T) {
+	hdr := make([]byte, 64)
+	payload := make([]byte, 1<<20+1000)
+	var l link
+	l.wfrm[0], l.wfrm[1] = hdr, payload
+	for _, tc := range []struct {
+		done int    // bytes of the frame written so far
+		want string // lengths of the write's buffers
+	}{
+		{0, fmt.Sprint([]int{64, len(payload)})},
+		{10, fmt.Sprint([]int{54, len(payload)})},
+		{64, fmt.Sprint([]int{len(payload)})},
+		{64 + 1000, fmt.Sprint([]int{len(payload) - 1000})},
+		{64 + len(payload) - 1, fmt.Sprint([]int{1})},
+	} {
+		l.frameRest(tc.done)
+		var lens []int
+		for _, b := range l.wiov {
+			lens = append(lens, len(b))
+		}
+		if fmt.Sprint(lens) != tc.want {
+			t.Errorf("after %d bytes: write %v, want %s", tc.done, lens, tc.want)
+		}
+	}
+	// A small frame (header and payload in one buffer) is one buffer.
+	l.wfrm[0], l.wfrm[1] = make([]byte, 64+smallFrame), nil
+	if l.frameRest(0); len(l.wiov) != 1 || len(l.wiov[0]) != 64+smallFrame {
+		t.Errorf("small frame: %d buffers", len(l.wiov))
+	}
+}
