@@ -32,6 +32,18 @@ type goodputConfig struct {
 	// must add, as a fraction of the goodput per worker before it (the
 	// scaling efficiency of Or et al., in goodput).
 	Threshold float64 `json:"threshold"`
+	// Hysteresis keeps the size when successive fits disagree by little:
+	// without a price, a worker is added only if it adds more than
+	// Threshold + Hysteresis, and removed only if it adds at most
+	// Threshold − Hysteresis; with one, another size must beat the
+	// current one's utility minus cost by more than Hysteresis of what the
+	// remaining work contributes to it (the value less the utility of
+	// finishing now).
+	// Each refit moves the predictions a little (new steps, new gradient
+	// statistics), and a size whose worker sits at the threshold would
+	// otherwise be left and taken again at every refit, each time paying
+	// a transition.
+	Hysteresis float64 `json:"hysteresis"`
 	// MinSteps is how many steady steps the current world needs before it
 	// is judged; EvalEvery bounds how often an unchanged world is judged
 	// again, in committed steps.
@@ -62,6 +74,9 @@ func (c *goodputConfig) validate() error {
 	}
 	if c.Threshold < 0 || math.IsNaN(c.Threshold) || math.IsInf(c.Threshold, 0) {
 		errs = append(errs, fmt.Errorf("threshold must be a number ≥ 0, got %v", c.Threshold))
+	}
+	if c.Hysteresis < 0 || math.IsNaN(c.Hysteresis) || math.IsInf(c.Hysteresis, 0) {
+		errs = append(errs, fmt.Errorf("hysteresis must be a number ≥ 0, got %v", c.Hysteresis))
 	}
 	if c.MinSteps < 1 {
 		errs = append(errs, fmt.Errorf("min_steps must be at least 1, got %d", c.MinSteps))
@@ -114,7 +129,7 @@ type goodputHeuristic struct {
 }
 
 func newGoodput(_ *Registry, s Spec) (Heuristic, error) {
-	cfg := goodputConfig{WorkersPerNode: 1, Threshold: 0.1, MinSteps: 20, EvalEvery: 10}
+	cfg := goodputConfig{WorkersPerNode: 1, Threshold: 0.1, Hysteresis: 0.05, MinSteps: 20, EvalEvery: 10}
 	if err := DecodeParams(s.Params, &cfg); err != nil {
 		return nil, err
 	}
@@ -170,11 +185,11 @@ func (g *goodputHeuristic) Decide(_ context.Context, h *History) (Decision, erro
 	}
 	if g.cfg.priced() {
 		var ok bool
-		if target, how, ok = g.byValue(h, model.InitBatch, choices, lo, nums); !ok {
+		if target, how, ok = g.byValue(h, model.InitBatch, choices, lo, k, nums); !ok {
 			return HoldBecause("%s", how), nil
 		}
 	} else {
-		target, how = g.byEfficiency(choices, lo, nums)
+		target, how = g.withHysteresis(choices, lo, k, nums)
 	}
 	noiseText := "unbounded (no gradient signal measured)"
 	if !math.IsInf(noise, 0) { // Numbers are logged as JSON, which has no infinity
@@ -231,10 +246,30 @@ func (g *goodputHeuristic) describe(choices []goodput.Choice, n, k int) string {
 	return s
 }
 
+// withHysteresis is byEfficiency with the hysteresis band: the size grows
+// to where every added worker adds more than Threshold + Hysteresis, shrinks
+// to where every worker kept adds more than Threshold − Hysteresis, and
+// stays where it is in between. (A lower threshold never gives a smaller
+// size: byEfficiency stops at the first worker that does not pass.)
+func (g *goodputHeuristic) withHysteresis(choices []goodput.Choice, lo, k int, nums map[string]float64) (int, string) {
+	up, upWhy := g.byEfficiency(choices, lo, g.cfg.Threshold+g.cfg.Hysteresis, nums)
+	keep, keepWhy := g.byEfficiency(choices, lo, g.cfg.Threshold-g.cfg.Hysteresis, nil)
+	switch {
+	case up > k:
+		return up, upWhy
+	case keep < k:
+		return keep, keepWhy
+	case g.cfg.Hysteresis == 0:
+		return k, upWhy
+	}
+	return k, fmt.Sprintf("%s, within the hysteresis band: a worker is added when it adds more than %.3g (that gives %d) and removed when it adds at most %.3g (that gives %d)",
+		plural(k, "worker"), g.cfg.Threshold+g.cfg.Hysteresis, up, g.cfg.Threshold-g.cfg.Hysteresis, keep)
+}
+
 // byEfficiency is, from the smallest feasible size, the largest up to which
-// every added worker adds more than Threshold of the goodput per worker
-// before it.
-func (g *goodputHeuristic) byEfficiency(choices []goodput.Choice, lo int, nums map[string]float64) (int, string) {
+// every added worker adds more than threshold of the goodput per worker
+// before it. It records the efficiencies in nums unless nums is nil.
+func (g *goodputHeuristic) byEfficiency(choices []goodput.Choice, lo int, threshold float64, nums map[string]float64) (int, string) {
 	target := lo
 	for target < len(choices)-1 && choices[target].Goodput <= 0 {
 		target++ // too few workers to hold the batch within the limits
@@ -245,20 +280,22 @@ func (g *goodputHeuristic) byEfficiency(choices []goodput.Choice, lo int, nums m
 			return target, fmt.Sprintf("%s cannot hold a batch within the limits", plural(n, "worker"))
 		}
 		eff := (next - prev) / (prev / float64(n-1))
-		nums[fmt.Sprintf("efficiency_%d", n)] = eff
-		if eff <= g.cfg.Threshold {
-			return target, fmt.Sprintf("worker %d would add %.3g of a worker's goodput, ≤ threshold %.3g", n, eff, g.cfg.Threshold)
+		if nums != nil {
+			nums[fmt.Sprintf("efficiency_%d", n)] = eff
+		}
+		if eff <= threshold {
+			return target, fmt.Sprintf("worker %d would add %.3g of a worker's goodput, ≤ threshold %.3g", n, eff, threshold)
 		}
 		target = n
 	}
-	return target, fmt.Sprintf("every worker up to %d adds more than %.3g of a worker's goodput", target, g.cfg.Threshold)
+	return target, fmt.Sprintf("every worker up to %d adds more than %.3g of a worker's goodput", target, threshold)
 }
 
 // byValue is the size of highest utility minus cost: the remaining work is
 // the remaining steps at M0 samples each, and goodput (samples per second at
 // M0's efficiency) says how long it takes. ok is false when the job's length
 // is unknown or done.
-func (g *goodputHeuristic) byValue(h *History, m0 int, choices []goodput.Choice, lo int, nums map[string]float64) (target int, how string, ok bool) {
+func (g *goodputHeuristic) byValue(h *History, m0 int, choices []goodput.Choice, lo, k int, nums map[string]float64) (target int, how string, ok bool) {
 	total := g.cfg.totalSteps(h)
 	if total <= 0 {
 		return 0, "goodput with a price needs the job's length: set total_steps, or have the trainer report its planned steps", false
@@ -283,6 +320,14 @@ func (g *goodputHeuristic) byValue(h *History, m0 int, choices []goodput.Choice,
 	}
 	if target == 0 {
 		return lo, "no size has a feasible batch size", true
+	}
+	// The hysteresis compares what the remaining work changes: the value
+	// less the utility of finishing now.
+	if cur, ok := nums[fmt.Sprintf("value_%d", k)]; ok && target != k {
+		if rest := cur - g.cfg.utilityOf(elapsed); best-cur <= g.cfg.Hysteresis*math.Abs(rest) {
+			return k, fmt.Sprintf("%s's utility minus cost %.4g is within the hysteresis (%.3g of the remaining work's %.4g) of the best, %s's %.4g",
+				plural(k, "worker"), cur, g.cfg.Hysteresis, rest, plural(target, "worker"), best), true
+		}
 	}
 	rest := work / choices[target].Goodput
 	return target, fmt.Sprintf("%s finish %s after the start at utility %.4g for cost %.4g, the best utility minus cost",

@@ -98,13 +98,23 @@ func TestGoodputDecisions(t *testing.T) {
 			1, 0, Grow, 1, false, "twice the largest size measured",
 			map[string]float64{"goodput": 640, "goodput_target": 878.4, "micro_batch_target": 45, "noise_scale": 64}},
 		{"every added worker worth > 0.1: grow to 4 (exploring)",
-			`{}`, goodputHistory(oneWorker, twoWorkers), 1, 0, Grow, 2, false, "every worker up to 4",
+			`{"hysteresis": 0}`, goodputHistory(oneWorker, twoWorkers), 1, 0, Grow, 2, false, "every worker up to 4",
 			map[string]float64{"goodput": 800, "goodput_target": 948.15, "efficiency_3": 0.2857, "efficiency_4": 0.1111, "alpha_n": 0.005}},
+		// With the default hysteresis 0.05 a worker must add more than
+		// 0.15 to be added: the fourth's 0.111 is not enough, the third's
+		// 0.286 is.
+		{"hysteresis: grow to 3 only",
+			`{}`, goodputHistory(oneWorker, twoWorkers), 1, 0, Grow, 1, false, "worker 4 would add 0.111 of a worker's goodput, ≤ threshold 0.15",
+			map[string]float64{"goodput_target": 914.29}},
+		// And at most 0.25 to be removed: the second's 0.25 (threshold
+		// 0.3) is within the band: the job stays at 2.
+		{"hysteresis: threshold 0.3 keeps 2",
+			`{"threshold": 0.3, "hysteresis": 0.1}`, goodputHistory(oneWorker, twoWorkers), 1, 0, Hold, 0, true, "within the hysteresis band", nil},
 		{"threshold 0.2: grow to 3",
 			`{"threshold": 0.2}`, goodputHistory(oneWorker, twoWorkers), 1, 0, Grow, 1, false, "worker 4 would add 0.111",
 			map[string]float64{"goodput_target": 914.29}},
 		{"threshold 0.3: back to 1",
-			`{"threshold": 0.3}`, goodputHistory(oneWorker, twoWorkers), 1, 0, Shrink, 1, false, "worker 2 would add 0.25",
+			`{"threshold": 0.3, "hysteresis": 0}`, goodputHistory(oneWorker, twoWorkers), 1, 0, Shrink, 1, false, "worker 2 would add 0.25",
 			map[string]float64{"goodput": 800, "goodput_target": 640}},
 		{"max workers 3: grow to 3, not exploring",
 			`{}`, goodputHistory(oneWorker, twoWorkers), 1, 3, Grow, 1, false, "every worker up to 3 adds",
@@ -237,6 +247,7 @@ func TestGoodputConfigErrors(t *testing.T) {
 		params, want string
 	}{
 		{`{"threshold": -1}`, "threshold"},
+		{`{"hysteresis": -0.1}`, "hysteresis"},
 		{`{"workers_per_node": 0}`, "workers_per_node"},
 		{`{"min_steps": 0}`, "min_steps"},
 		{`{"eval_every": 0}`, "eval_every"},
@@ -300,7 +311,8 @@ func TestGoodputExploresToTheTarget(t *testing.T) {
 		}
 		want = k
 	}
-	heur, err := NewRegistry().New(Spec{Name: "goodput", Params: []byte(`{"init_batch": 64, "max_batch": 1024, "max_micro_batch": 128, "accumulation": true}`)})
+	// Without hysteresis, for the oracle's exact rule.
+	heur, err := NewRegistry().New(Spec{Name: "goodput", Params: []byte(`{"init_batch": 64, "max_batch": 1024, "max_micro_batch": 128, "accumulation": true, "hysteresis": 0}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,5 +357,62 @@ func TestGoodputExploresToTheTarget(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// TestGoodputHysteresis: two fits that disagree by little about the second
+// worker — it adds 0.12 of a worker's goodput by one, 0.08 by the other,
+// around the threshold 0.1 — as successive refits of a job of at most two
+// workers measuring with some noise. Without hysteresis the job flips between one and two workers
+// at every refit, paying a transition each time; with the default band
+// (0.05) it stays where it is.
+func TestGoodputHysteresis(t *testing.T) {
+	// Two workers' step for the second to add eff: 64/(640·(1+eff)).
+	twoAt := func(eff float64) measured {
+		w := twoWorkers
+		w.step = time.Duration(64 / (640 * (1 + eff)) * 1e9)
+		return w
+	}
+	fits := []measured{twoAt(0.12), twoAt(0.08)}
+	for _, tc := range []struct {
+		params string
+		flips  int
+	}{
+		{`{"hysteresis": 0}`, 6},
+		{`{}`, 0},
+	} {
+		t.Run(tc.params, func(t *testing.T) {
+			k, flips := 1, 0
+			for round := range 6 {
+				two := fits[round%2]
+				cur := oneWorker
+				if k == 2 {
+					cur = two
+				}
+				heur, err := NewRegistry().New(Spec{Name: "goodput", Params: []byte(tc.params)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := goodputHistory(oneWorker, two, cur)
+				h.MaxWorkers = 2
+				d, err := heur.Decide(context.Background(), h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := []float64{0.12, 0.08}[round%2]; math.Abs(d.Numbers["efficiency_2"]-want) > 0.005 {
+					t.Fatalf("round %d: the fit says the second worker adds %v, want %v", round, d.Numbers["efficiency_2"], want)
+				}
+				t.Logf("round %d at %d workers: %v", round, k, d)
+				switch d.Action {
+				case Grow:
+					k, flips = k+d.Count, flips+1
+				case Shrink:
+					k, flips = k-d.Count, flips+1
+				}
+			}
+			if flips != tc.flips {
+				t.Fatalf("%d changes of size in 6 refits, want %d", flips, tc.flips)
+			}
+		})
 	}
 }

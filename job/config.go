@@ -31,11 +31,13 @@ type Config struct {
 	// MaxWorkers is the most workers, for AddWorkers and the autoscaling
 	// engine; 0 means no limit.
 	MaxWorkers int
-	// ReplaceLost keeps at least MinWorkers processes while training is not
-	// over: a worker lost (killed, lost with its host, stopped with a host
-	// the Discovery dropped) is replaced on a free slot, as Horovod's elastic
-	// driver refills its slots. Three replacements in a row lost before they
-	// joined stop it.
+	// ReplaceLost has the runner's floor under MinWorkers (keepMinimum in
+	// minimum.go, which restores the minimum whatever the cause) replace a
+	// worker lost (killed, lost with its host, stopped with a host the
+	// Discovery dropped) at once, on a free slot, as Horovod's elastic driver
+	// refills its slots, rather than once the shortage has been seen twice,
+	// minimumCheck apart. Three replacements in a row lost before they joined
+	// stop the floor.
 	ReplaceLost bool
 
 	// Autoscaling configures the engine that measures the job and carries out

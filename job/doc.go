@@ -15,8 +15,11 @@
 //     host list or a discovery script, minus blacklisted hosts); workers fill
 //     the hosts in order, the workers of a host that leaves the list are
 //     taken out of the job, and a host that loses a worker (a *HostError) is
-//     blacklisted. With Config.ReplaceLost, lost workers are replaced on
-//     free slots down to MinWorkers.
+//     blacklisted.
+//   - the floor (minimum.go) keeps the job at MinWorkers whatever took it
+//     below: lost workers (at once, with Config.ReplaceLost), leavers and
+//     excluded workers gone (once the shortage is seen twice) are replaced
+//     on free slots.
 //   - Config.Gossip sets the driver's bind and advertise addresses;
 //     Config.StartDriver replaces the driver (tests).
 //   - Config.Autoscaling is the engine's configuration, its heuristic

@@ -66,14 +66,13 @@ type Job struct {
 	dropped   []string       // hosts the Discovery dropped, not yet handled
 	share     map[string]int // workers started on each host with the job
 
-	// Rule 6 and Config.ReplaceLost (rejoin.go).
-	trainingOver   bool // a member reported the end of training
-	draining       bool // LeaveAll: every worker was asked to leave
-	anyFailed      bool // a worker failed: the job fails, nothing is replaced
-	replacing      bool // replacements are being started
-	waitingForSlot bool // the last replacement found no free slot
-	strikes        int  // replacements lost before they entered a world, in a row
-	toReplace      int  // workers lost and not replaced yet
+	// Rule 6 (rejoin.go) and the floor at MinWorkers (minimum.go).
+	trainingOver bool          // a member reported the end of training
+	draining     bool          // LeaveAll: every worker was asked to leave
+	anyFailed    bool          // a worker failed: the job fails, nothing is replaced
+	strikes      int           // replacements lost before they entered a world, in a row
+	toReplace    int           // workers lost and not replaced yet (Config.ReplaceLost)
+	floorPoke    chan struct{} // keepMinimum looks at once
 
 	poke      chan struct{}
 	allExited chan struct{}
@@ -100,7 +99,7 @@ type proc struct {
 	leaving     map[string]bool // member names it published as leaving
 	out         bool            // left out of a world, not back yet
 	everIn      bool            // one of its names was a member of a world
-	replacement bool            // started by Config.ReplaceLost
+	replacement bool            // started by the floor (keepMinimum)
 }
 
 // Run runs a job to its end: Start, then Wait.
@@ -123,7 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	localHost, _ := os.Hostname()
 	j := &Job{cfg: cfg, localHost: localHost, byName: map[string]*proc{},
 		place:     placement{running: map[string]int{}},
-		hostsSeen: make(chan struct{}), poke: make(chan struct{}, 1),
+		hostsSeen: make(chan struct{}), poke: make(chan struct{}, 1), floorPoke: make(chan struct{}, 1),
 		allExited: make(chan struct{}), engineDone: make(chan struct{}), done: make(chan struct{}),
 		queue: newLaterQueue(), stalls: newStallWatch(cfg.StallCheck)}
 	ecfg := cfg.Autoscaling
@@ -329,7 +328,7 @@ func (j *Job) Wait() (Outcome, error) {
 }
 
 // add launches n workers, each on the first host with a free slot;
-// replacement marks them as started by Config.ReplaceLost.
+// replacement marks them as started by the floor (keepMinimum).
 func (j *Job) add(ctx context.Context, n int, replacement bool) error {
 	for range n {
 		if err := ctx.Err(); err != nil {
@@ -433,7 +432,7 @@ func (j *Job) await(index int, p Process) {
 	j.mu.Lock()
 	j.leftLocked()
 	j.mu.Unlock()
-	j.replaceLost()
+	j.pokeFloor()
 }
 
 // waitLaunched waits for every process launched so far to exit (after
@@ -482,7 +481,7 @@ func (j *Job) supervise() {
 			j.stopLateJoiners(false)
 		case <-j.poke:
 			prev = j.handle(prev)
-			j.replaceLost()
+			j.pokeFloor()
 		case <-j.allExited:
 			j.handle(prev)
 			j.end(finishedAt)

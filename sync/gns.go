@@ -105,8 +105,9 @@ type gradNoise struct {
 	st noiseStep
 
 	// The consecutive-steps estimate (one replica, one micro-batch per
-	// step): the previous step's averaged gradient, copied tensor by tensor
-	// into arena, its layout, and its squared norm.
+	// step): the previous step's averaged gradient, kept tensor by tensor
+	// in arena by the one pass that also takes its norm and inner product
+	// (reduce.SumSquaresDotKeep*), its layout, and its squared norm.
 	arena     []byte
 	segs      []arenaSeg
 	prevSegs  int // segments the previous step wrote
@@ -131,6 +132,7 @@ type noiseStep struct {
 	calls       int     // allreduces that carried the side-car
 	globalLocal float64 // Σ over workers of the local squared norms
 	total       float64 // Σ over calls of the averaged gradient's squared norm
+	localAlone  bool    // a world of one took no local norm: it is the total
 	broken      bool    // some gradient could not be measured (device memory)
 	decision    batchDecision
 	decided     bool
@@ -207,12 +209,18 @@ func (g *gradNoise) before(tensors []collective.Buffer, how Reduction, rank, siz
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var local float64
-	if g.st.micro > 0 {
+	switch {
+	case g.st.micro > 0:
 		// Accumulated: the recorded micro-batches, once per step.
 		if !g.st.microSent {
 			local, g.st.microSent = g.st.microSqr, true
 		}
-	} else {
+	case size == 1:
+		// Alone, the allreduce returns the local gradient (times the
+		// scales, which localFactor would apply): its norm, taken after,
+		// is the local one too, and a pass over the gradient is saved.
+		g.st.localAlone = true
+	default:
 		sq, ok := squaredNorm(tensors)
 		if !ok {
 			g.st.broken = true
@@ -251,34 +259,59 @@ func (g *gradNoise) uncarried(tensors []collective.Buffer) {
 // after takes the reduced side-car and the averaged gradient of one
 // allreduce that carried it.
 func (g *gradNoise) after(tensors []collective.Buffer, how Reduction, size int, x *[numExtras]float64) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	// The collective scaled the side-car like the gradients: undo it.
 	inv := 1 / (how.Prescale * how.Postscale)
 	if how.Op == collective.Average {
 		inv *= float64(size)
 	}
+	g.took(tensors, size, x, inv)
+}
+
+// afterAlone takes the averaged gradient of a world of one's allreduce,
+// which did not carry the side-car: reduced alone, it would have come back
+// as it went, scaled by what after undoes.
+func (g *gradNoise) afterAlone(tensors []collective.Buffer, x *[numExtras]float64) {
+	g.took(tensors, 1, x, 1)
+}
+
+// took is after's work once inv, what undoes the collective's scaling of the
+// side-car, is known.
+func (g *gradNoise) took(tensors []collective.Buffer, size int, x *[numExtras]float64, inv float64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.st.calls++
 	g.st.globalLocal += math.Ldexp(x[xLocal]*inv, g.scaleExp)
-	sq, ok := squaredNorm(tensors)
+	var sq float64
+	ok := true
+	if size == 1 && g.st.micro <= 1 {
+		sq, ok = g.keepForPair(tensors)
+	} else {
+		sq, ok = squaredNorm(tensors)
+	}
 	g.st.total += sq
+	if g.st.localAlone {
+		g.st.globalLocal += sq
+	}
 	if !ok {
 		g.st.broken = true
 	}
 	if !g.st.decided {
 		g.st.decision, g.st.decided = decodeDecision(x, inv)
 	}
-	if size == 1 && g.st.micro <= 1 {
-		g.keepForPair(tensors)
-	}
 }
 
-// keepForPair computes ⟨g_prev, g⟩ for the consecutive-steps estimate,
-// tensor by tensor against the previous step's copy, and keeps this step's
-// tensors in its place.
-func (g *gradNoise) keepForPair(tensors []collective.Buffer) {
+// keepForPair is the consecutive-steps estimate's pass over an averaged
+// gradient: in one pass per tensor it returns the squared norm (as
+// squaredNorm does), adds ⟨g_prev, g⟩ against the previous step's tensor,
+// and keeps this step's tensor in its place.
+func (g *gradNoise) keepForPair(tensors []collective.Buffer) (sq float64, ok bool) {
+	ok = true
 	for _, t := range tensors {
-		if !t.DType.IsFloat() || t.Device != nil {
+		if !t.DType.IsFloat() {
+			continue
+		}
+		if t.Device != nil {
+			ok = false
 			continue
 		}
 		i := g.st.pairPos
@@ -288,20 +321,19 @@ func (g *gradNoise) keepForPair(tensors []collective.Buffer) {
 			off = g.segs[i-1].off + g.segs[i-1].len
 		}
 		seg := arenaSeg{t.DType, off, len(t.Host)}
-		if i < len(g.segs) && g.segs[i] == seg && g.prevOK {
-			g.st.prevDot += dotOf(t.DType, g.arena[off:off+seg.len], t.Host)
-		} else {
+		if i >= len(g.segs) || g.segs[i] != seg || !g.prevOK {
+			// A new layout: this step is kept, not paired.
 			g.st.pairBroken = true
-			if i < len(g.segs) {
-				g.segs = g.segs[:i]
-			}
-			g.segs = append(g.segs, seg)
+			g.segs = append(g.segs[:min(i, len(g.segs))], seg)
 			if len(g.arena) < off+seg.len {
 				g.arena = append(g.arena, make([]byte, off+seg.len-len(g.arena))...)
 			}
 		}
-		copy(g.arena[off:off+seg.len], t.Host)
+		s, dot := sumSquaresDotKeepOf(t.DType, t.Host, g.arena[off:off+seg.len])
+		sq += s
+		g.st.prevDot += dot
 	}
+	return sq, ok
 }
 
 // recordMicroBatch adds one micro-batch's squared norm.
@@ -310,6 +342,18 @@ func (g *gradNoise) recordMicroBatch(tensors []collective.Buffer) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !ok {
+		g.st.broken = true
+	}
+	g.st.micro++
+	g.st.microSqr += sq
+}
+
+// recordMicroBatchNorm adds one micro-batch's squared norm, taken by the
+// trainer; one that is not a finite number ≥ 0 leaves the step unmeasured.
+func (g *gradNoise) recordMicroBatchNorm(sq float64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !(sq >= 0) || math.IsInf(sq, 0) {
 		g.st.broken = true
 	}
 	g.st.micro++
@@ -329,7 +373,10 @@ func (g *gradNoise) commit(rank, size int, elapsed, waited time.Duration) (accum
 	st := g.st
 	g.st = noiseStep{}
 	c := size * max(1, st.micro)
-	if st.calls > 0 && !st.broken && st.global >= c {
+	// A world of one whose local norm is its total cannot have recorded
+	// micro-batches after its allreduce.
+	measured := !st.broken && !(st.localAlone && c > 1)
+	if st.calls > 0 && measured && st.global >= c {
 		if g.est == nil {
 			_ = g.newEstimator(st.global) // st.global ≥ 1: cannot fail
 		}
@@ -341,10 +388,10 @@ func (g *gradNoise) commit(rank, size int, elapsed, waited time.Duration) (accum
 		// A non-finite or impossible step is skipped by the estimator.
 		_, _ = g.est.Observe(n)
 	}
-	if v := st.globalLocal / float64(size*max(1, st.calls)); v > 0 && !math.IsInf(v, 0) && !st.broken {
+	if v := st.globalLocal / float64(size*max(1, st.calls)); v > 0 && !math.IsInf(v, 0) && measured {
 		_, g.scaleExp = math.Frexp(v)
 	}
-	g.prevOK = c == 1 && st.calls > 0 && st.pairPos > 0 && !st.broken
+	g.prevOK = c == 1 && st.calls > 0 && st.pairPos > 0 && measured
 	g.prevSegs, g.prevTotal = st.pairPos, st.total
 	grad, ready := g.params()
 	dec := g.dec
@@ -494,21 +541,22 @@ func sumSquaresOf(dt collective.DType, b []byte) float64 {
 	return 0
 }
 
-// dotOf is Σx·y of two host byte buffers of dtype dt and equal length.
-func dotOf(dt collective.DType, a, b []byte) float64 {
-	if len(a) == 0 {
-		return 0
+// sumSquaresDotKeepOf is Σx² and Σx·y of the host bytes b and prev, of
+// dtype dt and equal length, and then copies b over prev.
+func sumSquaresDotKeepOf(dt collective.DType, b, prev []byte) (sq, dot float64) {
+	if len(b) == 0 {
+		return 0, 0
 	}
-	pa, pb := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(b))
+	p, q := unsafe.Pointer(unsafe.SliceData(b)), unsafe.Pointer(unsafe.SliceData(prev))
 	switch dt {
 	case collective.Float32:
-		return reduce.DotFloat32(unsafe.Slice((*float32)(pa), len(a)/4), unsafe.Slice((*float32)(pb), len(b)/4))
+		return reduce.SumSquaresDotKeepFloat32(unsafe.Slice((*float32)(p), len(b)/4), unsafe.Slice((*float32)(q), len(prev)/4))
 	case collective.Float64:
-		return reduce.DotFloat64(unsafe.Slice((*float64)(pa), len(a)/8), unsafe.Slice((*float64)(pb), len(b)/8))
+		return reduce.SumSquaresDotKeepFloat64(unsafe.Slice((*float64)(p), len(b)/8), unsafe.Slice((*float64)(q), len(prev)/8))
 	case collective.Float16:
-		return reduce.DotFloat16(unsafe.Slice((*uint16)(pa), len(a)/2), unsafe.Slice((*uint16)(pb), len(b)/2))
+		return reduce.SumSquaresDotKeepFloat16(unsafe.Slice((*uint16)(p), len(b)/2), unsafe.Slice((*uint16)(q), len(prev)/2))
 	case collective.BFloat16:
-		return reduce.DotBFloat16(unsafe.Slice((*uint16)(pa), len(a)/2), unsafe.Slice((*uint16)(pb), len(b)/2))
+		return reduce.SumSquaresDotKeepBFloat16(unsafe.Slice((*uint16)(p), len(b)/2), unsafe.Slice((*uint16)(q), len(prev)/2))
 	}
-	return 0
+	return 0, 0
 }

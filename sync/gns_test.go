@@ -109,6 +109,24 @@ func (g *gradBuffer) set(i int, v float64) {
 	}
 }
 
+// squaredNorm is Σ g[i]² of the stored (rounded) elements.
+func (g *gradBuffer) squaredNorm() float64 {
+	var sq float64
+	switch g.dt {
+	case collective.Float32:
+		for _, v := range g.f32 {
+			sq += float64(v) * float64(v)
+		}
+	case collective.Float64:
+		for _, v := range g.f64 {
+			sq += v * v
+		}
+	default:
+		panic("squaredNorm: float32 and float64 only")
+	}
+	return sq
+}
+
 func (g *gradBuffer) buffer() collective.Buffer {
 	switch g.dt {
 	case collective.Float32:
@@ -145,14 +163,22 @@ func TestGradientNoiseUnbiasedThroughSessions(t *testing.T) {
 		micro int // micro-batches per worker and step
 		dt    collective.DType
 		how   func(p int) Reduction
+		// byNorm: the trainer takes the micro-batches' norms itself
+		// (RecordMicroBatchNorm), as the language bindings do.
+		byNorm bool
 	}{
-		{"two workers average float32", 2, 1, collective.Float32, func(int) Reduction { return avg }},
-		{"three workers sum scaled by 1/p", 3, 1, collective.Float32, func(p int) Reduction { s := sum; s.Prescale = 1 / float64(p); return s }},
-		{"two workers accumulating 3 float64", 2, 3, collective.Float64, func(int) Reduction { return avg }},
-		{"two workers float16 with scales", 2, 1, collective.Float16, func(int) Reduction { return Reduction{Prescale: 2, Postscale: 0.5} }},
-		{"two workers bfloat16", 2, 2, collective.BFloat16, func(int) Reduction { return avg }},
-		{"alone accumulating 2", 1, 2, collective.Float32, func(int) Reduction { return avg }},
-		{"alone, consecutive steps", 1, 1, collective.Float32, func(int) Reduction { return avg }},
+		{"two workers average float32", 2, 1, collective.Float32, func(int) Reduction { return avg }, false},
+		{"three workers sum scaled by 1/p", 3, 1, collective.Float32, func(p int) Reduction { s := sum; s.Prescale = 1 / float64(p); return s }, false},
+		{"two workers accumulating 3 float64", 2, 3, collective.Float64, func(int) Reduction { return avg }, false},
+		{"two workers float16 with scales", 2, 1, collective.Float16, func(int) Reduction { return Reduction{Prescale: 2, Postscale: 0.5} }, false},
+		{"two workers bfloat16", 2, 2, collective.BFloat16, func(int) Reduction { return avg }, false},
+		{"two workers accumulating 2, norms from the trainer", 2, 2, collective.Float32, func(int) Reduction { return avg }, true},
+		{"alone accumulating 3, norms from the trainer", 1, 3, collective.Float64, func(int) Reduction { return avg }, true},
+		{"alone accumulating 2", 1, 2, collective.Float32, func(int) Reduction { return avg }, false},
+		{"alone, consecutive steps", 1, 1, collective.Float32, func(int) Reduction { return avg }, false},
+		{"alone, consecutive steps float64", 1, 1, collective.Float64, func(int) Reduction { return avg }, false},
+		{"alone, consecutive steps float16 with scales", 1, 1, collective.Float16, func(int) Reduction { return Reduction{Prescale: 2, Postscale: 0.5} }, false},
+		{"alone, consecutive steps bfloat16 summed", 1, 1, collective.BFloat16, func(int) Reduction { return sum }, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -175,7 +201,10 @@ func TestGradientNoiseUnbiasedThroughSessions(t *testing.T) {
 							grad.set(j, v)
 							mean[j] += v / float64(tc.micro)
 						}
-						if tc.micro > 1 {
+						switch {
+						case tc.micro > 1 && tc.byNorm:
+							s.RecordMicroBatchNorm(grad.squaredNorm())
+						case tc.micro > 1:
 							if err := s.RecordMicroBatch(grad.buffer()); err != nil {
 								return err
 							}

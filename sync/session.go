@@ -442,6 +442,16 @@ func reduceGradients(ctx context.Context, f *fusion.Fuser, comm *collective.Comm
 		noise.uncarried(tensors)
 		return f.Allreduce(ctx, comm, tensors, how.Op, opts[:n]...)
 	}
+	if comm.Size() == 1 {
+		// Alone, the side-car would come back as it went (only scaled,
+		// which after undoes): it stays here, and the gradients are reduced
+		// in place instead of being packed into a bucket with it.
+		if err := f.Allreduce(ctx, comm, tensors, how.Op, opts[:n]...); err != nil {
+			return err
+		}
+		noise.afterAlone(tensors, &x)
+		return nil
+	}
 	carried, err := f.AllreduceExtra(ctx, comm, tensors, x[:], how.Op, opts[:n]...)
 	switch {
 	case err != nil:

@@ -70,6 +70,7 @@ func run() error {
 	transportName := flag.String("transport", "tcp", "gorovod's transport between ranks: tcp, auto, sctp")
 	impls := flag.String("impls", "gorovod,mpi-tcp,mpi-tcp-yield", "what to run: gorovod, mpi-tcp (Open MPI's default: its ranks poll while they wait), mpi-tcp-yield (mpi_yield_when_idle=1, what Open MPI picks when oversubscribed)")
 	delay := flag.Duration("delay", 0, "extra delay on every packet a host sends (netem-like, ± a half)")
+	keepOrder := flag.Bool("keep-order", false, "with --delay, keep each flow's packets in order (netem's default with jitter reorders them)")
 	jsonOut := flag.String("json", "", "also write every result as a JSON line to this file")
 	flag.Parse()
 
@@ -109,7 +110,7 @@ func run() error {
 	head, workers := all[0], all[1:]
 	if *delay > 0 {
 		for _, h := range all {
-			if err := h.Impair(testhosts.Impairment{Delay: *delay, Jitter: *delay / 2}); err != nil {
+			if err := h.Impair(testhosts.Impairment{Delay: *delay, Jitter: *delay / 2, KeepOrder: *keepOrder}); err != nil {
 				return err
 			}
 		}
@@ -174,7 +175,7 @@ func run() error {
 			}
 		}
 	}
-	report(os.Stdout, results, counts, sizes, *slots, *reps, *transportName, *delay)
+	report(os.Stdout, results, counts, sizes, *slots, *reps, *transportName, *delay, *keepOrder)
 	return nil
 }
 
@@ -296,10 +297,13 @@ func findPeerSource() (string, error) {
 
 // report prints, per host count and size, the median bus bandwidth over the
 // repetitions with its range, and gorovod's ratio to Open MPI.
-func report(w io.Writer, rs []result, counts, sizes []int, slots, reps int, tr string, delay time.Duration) {
+func report(w io.Writer, rs []result, counts, sizes []int, slots, reps int, tr string, delay time.Duration, keepOrder bool) {
 	fmt.Fprintf(w, "allreduce float32 sum across namespaced hosts (%d rank(s) per host, gorovod transport %s, %d reps interleaved", slots, tr, reps)
 	if delay > 0 {
 		fmt.Fprintf(w, ", %v ± %v on every packet", delay, delay/2)
+		if keepOrder {
+			fmt.Fprint(w, ", each flow in order")
+		}
 	}
 	fmt.Fprintln(w, "): busbw GB/s, median [min–max]")
 	fmt.Fprintln(w)

@@ -8,5 +8,8 @@
 // installs python3-torch).
 //
 // There is no Go API here: the Python package loads libgorovod.so through
-// ctypes (gorovod/_core.py), the library built from bindings/c.
+// ctypes (gorovod/_core.py), the library built from bindings/c. bench/ holds
+// the benchmarks against DDP-Gloo (compare.py) and of the binding's own cost
+// (overhead.py, with its Go counterpart bench/overhead, a command run under
+// `gorovod run`).
 package python

@@ -144,6 +144,17 @@ func TestForkAndMismatch(t *testing.T) {
 	}
 }
 
+// TestRun: gorovod.run (horovod.run) runs a function of the calling script
+// in 3 workers and returns their results in rank order; a worker's exception
+// reaches the caller.
+func TestRun(t *testing.T) {
+	needCloudpickle(t)
+	out := runPython(t, 0, 5*time.Minute, pyEnv(t, "GOROVOD="+buildtest.Gorovod(t)), "tests/run_test.py")
+	if !strings.Contains(out, "PASS run") {
+		t.Fatalf("no PASS line:\n%s", out)
+	}
+}
+
 // TestOptimizer: DistributedOptimizer (backward_passes_per_step 1 and 2,
 // Compression.none and fp16, SGD and Adam) against an update computed in
 // one process, broadcast_parameters, broadcast_optimizer_state.

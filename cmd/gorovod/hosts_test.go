@@ -90,6 +90,12 @@ func TestPausedWorkerRejoins(t *testing.T) {
 // workers on the others over ssh, as a user of those machines would.
 func hostJob(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainerArgs ...string) *runJobHarness {
 	t.Helper()
+	return hostJobWith(t, n, head, hostArgs, synthetic, trainerArgs...)
+}
+
+// hostJobWith is hostJob with the trainer program named.
+func hostJobWith(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainer string, trainerArgs ...string) *runJobHarness {
+	t.Helper()
 	prefix, err := head.Exec()
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +105,7 @@ func hostJob(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []st
 	argv = append(argv, "-p", fmt.Sprint(n.SSHPort()), "-i", n.ClientKey(),
 		"--ssh-option", "User=root", "--ssh-option", "UserKnownHostsFile="+n.KnownHostsFile(),
 		"--ssh-option", "StrictHostKeyChecking=yes", "--ssh-option", "GlobalKnownHostsFile=/dev/null",
-		"--start-timeout", "30", "--", synthetic)
+		"--start-timeout", "30", "--", trainer)
 	return startRunJobArgv(t, append(argv, trainerArgs...))
 }
 
@@ -156,33 +162,7 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
 		"--model-size", "20000", "--compute", "2ms")
 	h.waitFor(t, "a 4-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 4 })
-	s := h.step()
-	cut := time.Now()
-	if err := hs[2].SetLink(false); err != nil {
-		t.Fatal(err)
-	}
-	healed := false
-	heal := func() {
-		if !healed {
-			healed = true
-			if err := hs[2].SetLink(true); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	defer heal()
-	h.waitFor(t, "a 2-worker world while a host is cut off", 60*time.Second, sizeAfter(s, 2))
-	t.Logf("partition: 2-worker steps after %v", time.Since(cut))
-	select {
-	case <-time.After(time.Until(cut.Add(5 * time.Second))):
-	case err := <-h.exited:
-		t.Fatalf("job ended during the partition: %v\n%s", err, h.logText())
-	}
-	s = h.step()
-	heal()
-	back := time.Now()
-	h.waitFor(t, "a 4-worker world after the partition healed", 90*time.Second, sizeAfter(s, 4))
-	t.Logf("healed: 4-worker steps after %v", time.Since(back))
+	cutAndHeal(t, h, hs[2], 2, 4)
 	h.waitExit(t, 2*time.Minute)
 	h.mu.Lock()
 	defer h.mu.Unlock()

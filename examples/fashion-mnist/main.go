@@ -109,7 +109,10 @@ type stepRecord struct {
 	// learning-rate factor, and the statistical efficiency of the batch
 	// relative to M0 with the smoothed gradient square and variance it
 	// comes from (absent before the first estimate).
-	Global     int      `json:"global_batch"`
+	Global int `json:"global_batch"`
+	// Start is where the global batch begins in the data epoch's order:
+	// the steps of an epoch tile it, each sample once.
+	Start      int      `json:"start"`
 	Accum      int      `json:"accum,omitempty"`
 	LRFactor   float64  `json:"lr_factor"`
 	Efficiency *float64 `json:"efficiency,omitempty"`
@@ -223,7 +226,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			rec := stepRecord{
 				Kind: "step", Step: int(s.Number), Epoch: s.Batch.Epoch, WorldEpoch: s.World, Rank: s.Rank, Size: s.Size,
 				Samples: r.N, Loss: r.Loss(), ParamsSHA256: mnist.ParamsSHA256(model.Params()),
-				Global: s.Batch.Global, Accum: s.Plan.Accum, LRFactor: o.lrFactor(s), TrainedSamples: trained, Seconds: seconds,
+				Global: s.Batch.Global, Start: s.Batch.Start, Accum: s.Plan.Accum, LRFactor: o.lrFactor(s), TrainedSamples: trained, Seconds: seconds,
 			}
 			if eff, sqr, v := o.efficiency(s); !math.IsNaN(eff) {
 				rec.Efficiency, rec.GradSqr, rec.GradVar = &eff, &sqr, &v

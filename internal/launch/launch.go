@@ -36,9 +36,9 @@ type Spec struct {
 	// follows after StopGrace. Default SIGTERM.
 	StopSignal syscall.Signal
 	StopGrace  time.Duration
-	// CPUs is how many CPUs the workers share; each gets GOMAXPROCS =
-	// max(1, CPUs/NP) unless the environment already sets GOMAXPROCS (see
-	// ShareCPUs). Default runtime.NumCPU().
+	// CPUs is how many CPUs the workers share; each gets GOMAXPROCS and
+	// OMP_NUM_THREADS = max(1, CPUs/NP), each unless the environment
+	// already sets it (see ShareCPUs). Default runtime.NumCPU().
 	CPUs int
 
 	// Host places worker i (Start's first NP workers, and Add's): "" or a
@@ -46,8 +46,8 @@ type Spec struct {
 	// starts it on that host over SSH. Default: every worker here.
 	Host func(i int) string
 	// HostSlots is how many workers share a remote host's CPUs: a remote
-	// worker gets GOMAXPROCS = max(1, the host's CPUs / slots) unless its
-	// environment sets GOMAXPROCS. Default 1.
+	// worker gets GOMAXPROCS and OMP_NUM_THREADS = max(1, the host's CPUs /
+	// slots), each unless its environment sets it. Default 1.
 	HostSlots func(host string) int
 	// SSH is how workers on other hosts are started.
 	SSH SSH
@@ -322,21 +322,30 @@ func (p *Process) Err() error {
 	}
 }
 
-// ShareCPUs returns the GOMAXPROCS entry that gives each of n Go processes
-// sharing cpus CPUs its share, max(1, cpus/n), or nothing when this process's
-// environment already sets GOMAXPROCS (the workers inherit it). Several Go
-// runtimes each sized for the whole machine spin and hand goroutines between
-// threads for nothing (measured: 2 workers on 2 cores move 16 MiB allreduces
-// 30 % faster with GOMAXPROCS=1), as torchrun sets OMP_NUM_THREADS=1 for the
-// same reason.
+// ShareCPUs returns the environment entries that give each of n processes
+// sharing cpus CPUs its share, max(1, cpus/n): GOMAXPROCS for the Go runtime
+// and OMP_NUM_THREADS for a framework's compute threads (OpenMP, and
+// OpenBLAS, whose own thread pool torch.set_num_threads does not bound), each
+// left out when this process's environment already sets it (the workers
+// inherit it). Several Go runtimes each sized for the whole machine spin and
+// hand goroutines between threads for nothing (measured: 2 workers on 2 cores
+// move 16 MiB allreduces 30 % faster with GOMAXPROCS=1); torchrun sets
+// OMP_NUM_THREADS=1 for the same reason (measured: 2 PyTorch workers on 2
+// cores spend 30-50 % less CPU per training step with one OpenBLAS thread
+// each than with OpenBLAS's default of one per core, whose idle threads spin
+// in sched_yield).
 func ShareCPUs(cpus, n int) []string { return shareCPUsIn(os.Environ(), cpus, n) }
 
 // shareCPUsIn is ShareCPUs for workers whose environment starts as environ.
 func shareCPUsIn(environ []string, cpus, n int) []string {
-	if slices.ContainsFunc(environ, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
-		return nil
+	share := max(1, cpus/max(1, n))
+	var env []string
+	for _, name := range []string{"GOMAXPROCS", "OMP_NUM_THREADS"} {
+		if !slices.ContainsFunc(environ, func(kv string) bool { return strings.HasPrefix(kv, name+"=") }) {
+			env = append(env, fmt.Sprintf("%s=%d", name, share))
+		}
 	}
-	return []string{fmt.Sprintf("GOMAXPROCS=%d", max(1, cpus/max(1, n)))}
+	return env
 }
 
 // PIDs returns the workers' process ids by index, each on its own host (see

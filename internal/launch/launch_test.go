@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,7 +42,7 @@ func child(mode string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 4
 		}
-		fmt.Printf("rank %d of %d sees %s GOMAXPROCS=%s\n", w.Rank, w.Size, strings.Join(addrs, ","), os.Getenv("GOMAXPROCS"))
+		fmt.Printf("rank %d of %d sees %s GOMAXPROCS=%s OMP_NUM_THREADS=%s\n", w.Rank, w.Size, strings.Join(addrs, ","), os.Getenv("GOMAXPROCS"), os.Getenv("OMP_NUM_THREADS"))
 		fmt.Fprintf(os.Stderr, "no newline at the end")
 		return 0
 	case "fail-odd":
@@ -135,7 +136,7 @@ func TestWorkersFindEachOtherAndOutputIsRouted(t *testing.T) {
 	}
 	for r := range 3 {
 		out := l.by[fmt.Sprintf("%d/stdout", r)]
-		want := fmt.Sprintf("rank %d of 3 sees addr-0,addr-1,addr-2 GOMAXPROCS=2", r)
+		want := fmt.Sprintf("rank %d of 3 sees addr-0,addr-1,addr-2 GOMAXPROCS=2 OMP_NUM_THREADS=2", r)
 		if len(out) != 1 || out[0] != want {
 			t.Errorf("rank %d stdout %q, want %q", r, out, want)
 		}
@@ -325,5 +326,30 @@ func TestEnviron(t *testing.T) {
 	}
 	if got := strings.Join(lines, "|"); got != "given=yes inherited=false" {
 		t.Fatalf("worker printed %q", got)
+	}
+}
+
+// TestShareCPUs: each of n workers gets GOMAXPROCS and OMP_NUM_THREADS of
+// max(1, cpus/n), except where the launcher's own environment sets them.
+func TestShareCPUs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		environ []string
+		cpus, n int
+		want    []string
+	}{
+		{"both set here", nil, 8, 3, []string{"GOMAXPROCS=2", "OMP_NUM_THREADS=2"}},
+		{"more workers than cpus", nil, 2, 4, []string{"GOMAXPROCS=1", "OMP_NUM_THREADS=1"}},
+		{"no workers counted as one", nil, 4, 0, []string{"GOMAXPROCS=4", "OMP_NUM_THREADS=4"}},
+		{"user's GOMAXPROCS kept", []string{"HOME=/", "GOMAXPROCS=3"}, 8, 2, []string{"OMP_NUM_THREADS=4"}},
+		{"user's OMP_NUM_THREADS kept", []string{"OMP_NUM_THREADS=6"}, 8, 2, []string{"GOMAXPROCS=4"}},
+		{"both kept", []string{"OMP_NUM_THREADS=6", "GOMAXPROCS=1"}, 8, 2, nil},
+		{"a prefix is not the variable", []string{"GOMAXPROCSX=1", "MY_OMP_NUM_THREADS=2"}, 2, 2, []string{"GOMAXPROCS=1", "OMP_NUM_THREADS=1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := shareCPUsIn(tc.environ, tc.cpus, tc.n); !slices.Equal(got, tc.want) {
+				t.Errorf("shareCPUsIn(%q, %d, %d) = %q, want %q", tc.environ, tc.cpus, tc.n, got, tc.want)
+			}
+		})
 	}
 }

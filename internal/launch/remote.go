@@ -225,11 +225,10 @@ while IFS= read -r kv; do
   export "$kv" || fail "bad environment entry"
 done
 [ -n "$ok" ] || fail "truncated environment"
-if [ -z "${GOMAXPROCS:-}" ]; then
-  n=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
-  g=$((n / slots)); [ "$g" -ge 1 ] || g=1
-  export GOMAXPROCS=$g
-fi
+n=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
+g=$((n / slots)); [ "$g" -ge 1 ] || g=1
+[ -n "${GOMAXPROCS:-}" ] || export GOMAXPROCS=$g
+[ -n "${OMP_NUM_THREADS:-}" ] || export OMP_NUM_THREADS=$g
 if [ -n "$dir" ]; then cd "$dir" || fail "cannot enter $dir"; fi
 dflt=
 if env --default-signal=INT,QUIT true 2>/dev/null; then dflt="env --default-signal=INT,QUIT"; fi
@@ -492,8 +491,8 @@ type RemoteSpec struct {
 	// environment the remote login gives it.
 	Env []string
 	// Slots is how many workers share the host's CPUs: the worker gets
-	// GOMAXPROCS = max(1, the host's CPUs / Slots) unless Env sets
-	// GOMAXPROCS. Default 1.
+	// GOMAXPROCS and OMP_NUM_THREADS = max(1, the host's CPUs / Slots),
+	// each unless Env sets it. Default 1.
 	Slots int
 	// Output receives every line the worker prints (stream "stdout" or
 	// "stderr"), ssh's own diagnostics among stderr's; the line is valid only

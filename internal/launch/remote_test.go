@@ -142,7 +142,7 @@ func TestRemoteWorkers(t *testing.T) {
 	}
 	for r := range 3 {
 		gmp := max(1, runtime.NumCPU()/map[int]int{0: 2, 1: 2, 2: 1}[r])
-		want := fmt.Sprintf("rank %d of 3 sees addr-0,addr-1,addr-2 GOMAXPROCS=%d", r, gmp)
+		want := fmt.Sprintf("rank %d of 3 sees addr-0,addr-1,addr-2 GOMAXPROCS=%d OMP_NUM_THREADS=%d", r, gmp, gmp)
 		if out := l.by[fmt.Sprintf("%d/stdout", r)]; len(out) != 1 || out[0] != want {
 			t.Errorf("worker %d stdout %q, want %q", r, out, want)
 		}

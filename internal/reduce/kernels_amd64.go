@@ -115,3 +115,15 @@ func sumsqBF16AVX2(acc *[16]float64, x []uint16)
 
 //go:noescape
 func dotBF16AVX2(acc *[16]float64, x, y []uint16)
+
+//go:noescape
+func keepF32AVX2(acc *[32]float64, x, prev []float32)
+
+//go:noescape
+func keepF64AVX2(acc *[32]float64, x, prev []float64)
+
+//go:noescape
+func keepF16AVX2(acc *[32]float64, x, prev []uint16)
+
+//go:noescape
+func keepBF16AVX2(acc *[32]float64, x, prev []uint16)

@@ -75,3 +75,39 @@ func dotBFloat16Vec(acc *lanes, x, y []uint16) int {
 	dotBF16AVX2(acc, x[:n], y[:n])
 	return n
 }
+
+func keepFloat32Vec(acc *pairLanes, x, prev []float32) int {
+	if !hasAVX2 {
+		return keepGo(acc, x, prev, widen32)
+	}
+	n := len(x) &^ (normLanes - 1)
+	keepF32AVX2(acc, x[:n], prev[:n])
+	return n
+}
+
+func keepFloat64Vec(acc *pairLanes, x, prev []float64) int {
+	if !hasAVX2 {
+		return keepGo(acc, x, prev, widen64)
+	}
+	n := len(x) &^ (normLanes - 1)
+	keepF64AVX2(acc, x[:n], prev[:n])
+	return n
+}
+
+func keepFloat16Vec(acc *pairLanes, x, prev []uint16) int {
+	if !hasF16C {
+		return keepGo(acc, x, prev, widenF16)
+	}
+	n := len(x) &^ (normLanes - 1)
+	keepF16AVX2(acc, x[:n], prev[:n])
+	return n
+}
+
+func keepBFloat16Vec(acc *pairLanes, x, prev []uint16) int {
+	if !hasAVX2 {
+		return keepGo(acc, x, prev, widenBF16)
+	}
+	n := len(x) &^ (normLanes - 1)
+	keepBF16AVX2(acc, x[:n], prev[:n])
+	return n
+}

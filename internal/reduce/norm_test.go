@@ -15,24 +15,25 @@ type normCase[T any] struct {
 	kind      kind[T]
 	sumsq     func([]T) float64
 	dot       func(x, y []T) float64
+	keep      func(x, prev []T) (sq, dot float64)
 	widen     func(T) float64
 	finiteGen func(r *rand.Rand) T
 }
 
 func f32Norms() normCase[float32] {
-	return normCase[float32]{f32Kind, SumSquaresFloat32, DotFloat32, widen32, func(r *rand.Rand) float32 { return float32(finiteVal(r)) }}
+	return normCase[float32]{f32Kind, SumSquaresFloat32, DotFloat32, SumSquaresDotKeepFloat32, widen32, func(r *rand.Rand) float32 { return float32(finiteVal(r)) }}
 }
 
 func f64Norms() normCase[float64] {
-	return normCase[float64]{f64Kind, SumSquaresFloat64, DotFloat64, widen64, finiteVal}
+	return normCase[float64]{f64Kind, SumSquaresFloat64, DotFloat64, SumSquaresDotKeepFloat64, widen64, finiteVal}
 }
 
 func f16Norms() normCase[uint16] {
-	return normCase[uint16]{f16Kind, SumSquaresFloat16, DotFloat16, widenF16, func(r *rand.Rand) uint16 { return half.F32ToF16(float32(finiteVal(r) / 64)) }}
+	return normCase[uint16]{f16Kind, SumSquaresFloat16, DotFloat16, SumSquaresDotKeepFloat16, widenF16, func(r *rand.Rand) uint16 { return half.F32ToF16(float32(finiteVal(r) / 64)) }}
 }
 
 func bf16Norms() normCase[uint16] {
-	return normCase[uint16]{bf16Kind, SumSquaresBFloat16, DotBFloat16, widenBF16, func(r *rand.Rand) uint16 { return half.F32ToBF16(float32(finiteVal(r))) }}
+	return normCase[uint16]{bf16Kind, SumSquaresBFloat16, DotBFloat16, SumSquaresDotKeepBFloat16, widenBF16, func(r *rand.Rand) uint16 { return half.F32ToBF16(float32(finiteVal(r))) }}
 }
 
 // finiteVal is a gradient-like value: mostly small, of both signs, with an
@@ -180,6 +181,7 @@ func FuzzNorms(f *testing.F) {
 			if got := c.dot(a, b); !sameFloat(got, want) {
 				t.Fatalf("%s dot: %v, pure Go %v", c.kind.name, got, want)
 			}
+			fuzzKeep(t, c, a, b)
 		}
 		f32 := make([]float32, len(a)/2)
 		for i := range f32 {
@@ -190,6 +192,7 @@ func FuzzNorms(f *testing.F) {
 		if got := SumSquaresFloat32(f32); !sameFloat(got, want) {
 			t.Fatalf("float32 sumsq: %v, pure Go %v", got, want)
 		}
+		fuzzKeep(t, f32Norms(), f32, f32[len(f32)/2:])
 	})
 }
 
@@ -247,5 +250,26 @@ func BenchmarkSumSquares(b *testing.B) {
 				DotFloat32(x, y)
 			}
 		})
+	}
+}
+
+// fuzzKeep checks the fused kernel against the separate ones and the
+// pure-Go lanes on arbitrary bits: x, and y as the previous step (as long
+// as x or shorter: then x is cut to it).
+func fuzzKeep[T any](t *testing.T, c normCase[T], x, y []T) {
+	t.Helper()
+	x = x[:min(len(x), len(y))]
+	y = y[:len(x)]
+	prev, goPrev := append([]T(nil), y...), append([]T(nil), y...)
+	sq, dot := c.keep(x, prev)
+	var acc pairLanes
+	goSq, goDot := keepTail(&acc, x, goPrev, keepGo(&acc, x, goPrev, c.widen), c.widen)
+	if !sameFloat(sq, goSq) || !sameFloat(dot, goDot) || !sameFloat(sq, c.sumsq(x)) || !sameFloat(dot, c.dot(x, y)) {
+		t.Fatalf("%s keep: (%v, %v), pure Go (%v, %v), apart (%v, %v)", c.kind.name, sq, dot, goSq, goDot, c.sumsq(x), c.dot(x, y))
+	}
+	for i := range x {
+		if c.kind.bits(prev[i]) != c.kind.bits(x[i]) || c.kind.bits(goPrev[i]) != c.kind.bits(x[i]) {
+			t.Fatalf("%s keep: prev[%d] = %v, pure Go %v, want %v", c.kind.name, i, prev[i], goPrev[i], x[i])
+		}
 	}
 }

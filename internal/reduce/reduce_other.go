@@ -26,3 +26,16 @@ func dotFloat32Vec(acc *lanes, x, y []float32) int { return dotGo(acc, x, y, wid
 func dotFloat64Vec(acc *lanes, x, y []float64) int { return dotGo(acc, x, y, widen64) }
 func dotFloat16Vec(acc *lanes, x, y []uint16) int  { return dotGo(acc, x, y, widenF16) }
 func dotBFloat16Vec(acc *lanes, x, y []uint16) int { return dotGo(acc, x, y, widenBF16) }
+
+func keepFloat32Vec(acc *pairLanes, x, prev []float32) int {
+	return keepGo(acc, x, prev, widen32)
+}
+func keepFloat64Vec(acc *pairLanes, x, prev []float64) int {
+	return keepGo(acc, x, prev, widen64)
+}
+func keepFloat16Vec(acc *pairLanes, x, prev []uint16) int {
+	return keepGo(acc, x, prev, widenF16)
+}
+func keepBFloat16Vec(acc *pairLanes, x, prev []uint16) int {
+	return keepGo(acc, x, prev, widenBF16)
+}

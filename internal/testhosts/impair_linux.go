@@ -15,12 +15,22 @@ import (
 // an iptables rule sends every packet leaving eth0 to an NFQUEUE, and this
 // process gives each its verdict: drop with probability Loss, else accept
 // Delay ± Jitter (uniform, as netem's default) after it was queued. Like
-// netem with jitter, packets can overtake each other. Like netem, and unlike
-// an iptables DROP (whose EPERM reaches the sender), a loss is silent.
+// netem with jitter (its time-sorted queue), packets can overtake each
+// other, unless KeepOrder holds each flow's packets in the order they were
+// sent. Like netem, and unlike an iptables DROP (whose EPERM reaches the
+// sender), a loss is silent.
 type Impairment struct {
 	Loss   float64       // in [0, 1]; 1 drops everything the host sends
 	Delay  time.Duration // added to every packet the host sends
 	Jitter time.Duration // the delay is uniform in [Delay-Jitter, Delay+Jitter]
+	// KeepOrder releases the packets of one flow (protocol, addresses and
+	// ports) in the order they were sent, as a path whose queues vary but
+	// do not reorder: a packet whose drawn delay would let it overtake the
+	// flow's previous one leaves right after it instead. Every packet is
+	// still held within [Delay-Jitter, Delay+Jitter] (the previous one left
+	// no later than that after it was sent, which was before this one);
+	// back-to-back packets of a flow lean towards the longer delays.
+	KeepOrder bool
 }
 
 // CanImpair reports why impairments cannot be applied here (nil if they can).

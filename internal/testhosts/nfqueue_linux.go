@@ -15,8 +15,9 @@ import (
 )
 
 // nfnetlink_queue (linux/netfilter/nfnetlink_queue.h), the part a delayer
-// needs: bind a queue, ask for packet metadata only (the id is all a verdict
-// needs), receive packets, give verdicts.
+// needs: bind a queue, ask for each packet's id (all a verdict needs) and the
+// first bytes of the packet (its flow, for Impairment.KeepOrder), receive
+// packets, give verdicts.
 const (
 	nfnlSubsysQueue = 3
 	nfqnlMsgPacket  = 0
@@ -25,6 +26,7 @@ const (
 
 	nfqaPacketHdr  = 1
 	nfqaVerdictHdr = 2
+	nfqaPayload    = 10
 
 	nfqaCfgCmd      = 1
 	nfqaCfgParams   = 2
@@ -33,8 +35,9 @@ const (
 	nfqaCfgFlags    = 5
 
 	nfqnlCfgCmdBind = 1
-	nfqnlCopyMeta   = 1
-	nfqaCfgFGSO     = 4 // hand over GSO packets whole instead of segmenting them
+	nfqnlCopyPacket = 2
+	copyRange       = 64 // an IPv4 header with options, and the ports after it
+	nfqaCfgFGSO     = 4  // hand over GSO packets whole instead of segmenting them
 	nfDrop          = 0
 	nfAccept        = 1
 )
@@ -56,19 +59,27 @@ type delayer struct {
 
 	mu   sync.Mutex
 	held heldHeap
+	seq  uint64 // orders packets of equal release times as they came
+
+	// lastRelease is, per flow, the release time of its newest held packet
+	// (KeepOrder; only the receive loop uses it).
+	lastRelease map[flowKey]int64
 }
 
 type heldPacket struct {
 	release int64 // CLOCK_MONOTONIC ns
+	seq     uint64
 	id      uint32
 }
 
 type heldHeap []heldPacket
 
-func (h heldHeap) Len() int           { return len(h) }
-func (h heldHeap) Less(i, j int) bool { return h[i].release < h[j].release }
-func (h heldHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *heldHeap) Push(x any)        { *h = append(*h, x.(heldPacket)) }
+func (h heldHeap) Len() int { return len(h) }
+func (h heldHeap) Less(i, j int) bool {
+	return h[i].release < h[j].release || h[i].release == h[j].release && h[i].seq < h[j].seq
+}
+func (h heldHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *heldHeap) Push(x any)   { *h = append(*h, x.(heldPacket)) }
 func (h *heldHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
@@ -100,8 +111,8 @@ func startDelayer(nsPath string, queue uint16) (*delayer, error) {
 
 	ae := netlink.NewAttributeEncoder()
 	ae.Bytes(nfqaCfgCmd, []byte{nfqnlCfgCmdBind, 0, 0, 0})
-	params := make([]byte, 5) // copy_range (be32) = 0, copy_mode
-	params[4] = nfqnlCopyMeta
+	params := binary.BigEndian.AppendUint32(nil, copyRange) // copy_range (be32), copy_mode
+	params = append(params, nfqnlCopyPacket)
 	ae.Bytes(nfqaCfgParams, params)
 	ae.Bytes(nfqaCfgQueueMax, be32(1<<16))
 	ae.Bytes(nfqaCfgMask, be32(nfqaCfgFGSO))
@@ -118,7 +129,8 @@ func startDelayer(nsPath string, queue uint16) (*delayer, error) {
 		timer.Close()
 		return nil, fmt.Errorf("binding NFQUEUE %d: %w", queue, err)
 	}
-	d := &delayer{conn: conn, queue: queue, timer: timer, tfd: tfd, done: make(chan struct{}), freed: make(chan struct{})}
+	d := &delayer{conn: conn, queue: queue, timer: timer, tfd: tfd, done: make(chan struct{}), freed: make(chan struct{}),
+		lastRelease: map[flowKey]int64{}}
 	d.set(Impairment{})
 	go d.receive()
 	go d.release()
@@ -166,7 +178,7 @@ func (d *delayer) receive() {
 		}
 		failures = 0
 		for _, m := range msgs {
-			id, ok := packetID(m)
+			id, payload, ok := queuedPacket(m)
 			if !ok {
 				continue
 			}
@@ -179,19 +191,64 @@ func (d *delayer) receive() {
 			if j := int64(im.Jitter); j > 0 {
 				wait += rand.Int64N(2*j+1) - j
 			}
-			if wait <= 0 {
+			now := monotonic()
+			release := now + wait
+			if im.KeepOrder {
+				flow := flowOf(payload)
+				release = max(release, d.lastRelease[flow])
+				d.lastRelease[flow] = release
+				if len(d.lastRelease) > 4096 {
+					d.forgetFlows(now)
+				}
+			}
+			if release <= now {
 				d.verdict(id, nfAccept)
 				continue
 			}
-			d.hold(heldPacket{release: monotonic() + wait, id: id})
+			d.hold(heldPacket{release: release, id: id})
 		}
 	}
+}
+
+// forgetFlows drops the flows with no packet held: a later packet of theirs
+// can overtake nothing.
+func (d *delayer) forgetFlows(now int64) {
+	for f, r := range d.lastRelease {
+		if r <= now {
+			delete(d.lastRelease, f)
+		}
+	}
+}
+
+// flowKey names a flow: the IPv4 protocol, addresses and, for TCP, UDP and
+// SCTP, ports. Anything else (IPv6, fragments) is one flow per protocol
+// and address pair, or a flow of its own.
+type flowKey [13]byte
+
+func flowOf(pkt []byte) flowKey {
+	var k flowKey
+	if len(pkt) < 20 || pkt[0]>>4 != 4 {
+		return k
+	}
+	k[0] = pkt[9]            // protocol
+	copy(k[1:9], pkt[12:20]) // source, destination
+	ihl := int(pkt[0]&0xf) * 4
+	fragment := binary.BigEndian.Uint16(pkt[6:8])&0x3fff != 0 // offset or more fragments
+	switch pkt[9] {
+	case unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_SCTP:
+		if !fragment && len(pkt) >= ihl+4 {
+			copy(k[9:13], pkt[ihl:ihl+4]) // source and destination ports
+		}
+	}
+	return k
 }
 
 // hold queues a packet, re-arming the timer when it is the earliest.
 func (d *delayer) hold(p heldPacket) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.seq++
+	p.seq = d.seq
 	heap.Push(&d.held, p)
 	if d.held[0] == p {
 		d.arm(p.release)
@@ -247,25 +304,29 @@ func (d *delayer) verdict(id, verdict uint32) {
 	})
 }
 
-// packetID returns the id of a queued packet message.
-func packetID(m netlink.Message) (uint32, bool) {
+// queuedPacket returns the id of a queued packet message and the packet's
+// first bytes (up to copyRange).
+func queuedPacket(m netlink.Message) (id uint32, payload []byte, ok bool) {
 	if m.Header.Type != msgType(nfqnlMsgPacket) || len(m.Data) < 4 {
-		return 0, false
+		return 0, nil, false
 	}
 	ad, err := netlink.NewAttributeDecoder(m.Data[4:])
 	if err != nil {
-		return 0, false
+		return 0, nil, false
 	}
 	for ad.Next() {
-		if ad.Type() == nfqaPacketHdr {
+		switch ad.Type() {
+		case nfqaPacketHdr:
 			b := ad.Bytes()
 			if len(b) < 4 {
-				return 0, false
+				return 0, nil, false
 			}
-			return binary.BigEndian.Uint32(b[:4]), true
+			id, ok = binary.BigEndian.Uint32(b[:4]), true
+		case nfqaPayload:
+			payload = ad.Bytes()
 		}
 	}
-	return 0, false
+	return id, payload, ok
 }
 
 func msgType(msg int) netlink.HeaderType { return netlink.HeaderType(nfnlSubsysQueue<<8 | msg) }

@@ -98,6 +98,9 @@ type Engine struct {
 	samples atomic.Int64 // recorded since the last commit, for the autoscaler
 	total   atomic.Int64 // the planned steps, -1 when not set since the last commit
 
+	// adaptive is the adaptive batch size, once started (adaptive.go).
+	adaptive atomic.Pointer[gsync.AdaptiveBatch]
+
 	mu      stdsync.Mutex
 	queue   []*call
 	handles map[Handle]*call

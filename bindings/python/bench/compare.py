@@ -1,7 +1,8 @@
 """Interleaved comparison of gorovod.torch and DDP-Gloo (train_bench.py):
 for each repeat, each process count and model, both backends run back to
 back (their order alternating between repeats); prints every run and the
-medians, min and max of steps/s and of the ratio gorovod / DDP per repeat.
+medians, min and max of steps/s and of the ratio gorovod / DDP per repeat,
+and the same of rank 0's CPU time per step.
 
     GOROVOD=<path to the gorovod command> GOROVOD_LIBRARY=<libgorovod.so> \
       PYTHONPATH=bindings/python /usr/bin/python3 bindings/python/bench/compare.py --repeats 5
@@ -24,9 +25,9 @@ def run(backend, model, np, steps, warmup, tries=3):
     machine gossip can declare a starved worker dead, which fails a
     non-elastic script), and the retries are reported."""
     for attempt in range(tries):
-        rate, out = run_once(backend, model, np, steps, warmup)
+        rate, cpu, out = run_once(backend, model, np, steps, warmup)
         if rate is not None:
-            return rate
+            return rate, cpu
         print("run failed (attempt %d of %d): %s" % (attempt + 1, tries, out.strip().splitlines()[-1:]), flush=True)
     sys.exit("%s %s np=%d failed %d times" % (backend, model, np, tries))
 
@@ -38,10 +39,10 @@ def run_once(backend, model, np, steps, warmup):
     else:
         argv = [PY, BENCH, "--np", str(np)] + common
     out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600).stdout.decode()
-    m = re.search(r"RESULT \S+ \S+ (\d+) ([0-9.]+)", out)
+    m = re.search(r"RESULT \S+ \S+ (\d+) ([0-9.]+) cpu_ms_per_step ([0-9.]+)", out)
     if not m:
-        return None, out
-    return float(m.group(2)), out
+        return None, None, out
+    return float(m.group(2)), float(m.group(3)), out
 
 
 def main():
@@ -51,26 +52,39 @@ def main():
     p.add_argument("--models", default="mlp,cnn")
     args = p.parse_args()
     steps = {"mlp": (20, 3), "cnn": (60, 5)}
-    results = {}
+    results, cpus = {}, {}
     for rep in range(args.repeats):
         for np in [int(n) for n in args.np.split(",")]:
             for model in args.models.split(","):
                 order = ["gorovod", "ddp"] if rep % 2 == 0 else ["ddp", "gorovod"]
                 for backend in order:
-                    rate = run(backend, model, np, *steps[model])
+                    rate, cpu = run(backend, model, np, *steps[model])
                     results.setdefault((model, np, backend), []).append(rate)
-                    print("repeat %d %s np=%d %s: %.3f steps/s" % (rep, model, np, backend, rate), flush=True)
+                    cpus.setdefault((model, np, backend), []).append(cpu)
+                    print("repeat %d %s np=%d %s: %.3f steps/s, rank 0 %.2f ms CPU per step" % (
+                        rep, model, np, backend, rate, cpu), flush=True)
+    models, nps = args.models.split(","), [int(n) for n in args.np.split(",")]
     print()
-    print("| model | np | gorovod steps/s (median, min-max) | DDP-Gloo steps/s (median, min-max) | ratio (median, min-max) |")
-    print("|---|---|---|---|---|")
-    for model in args.models.split(","):
-        for np in [int(n) for n in args.np.split(",")]:
-            g, d = results[(model, np, "gorovod")], results[(model, np, "ddp")]
-            ratios = [a / b for a, b in zip(g, d)]
-            print("| %s | %d | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) |" % (
-                model, np, statistics.median(g), min(g), max(g), statistics.median(d), min(d), max(d),
-                statistics.median(ratios), min(ratios), max(ratios)))
+    table(results, models, nps, "gorovod steps/s", "DDP-Gloo steps/s", "ratio", "%.2f", lambda g, d: g / d)
+    print()
+    print("CPU time per step of rank 0's process (every thread), ms: on a machine whose cores the workers fill, "
+          "steps/s goes as its inverse")
+    print()
+    table(cpus, models, nps, "gorovod", "DDP-Gloo", "DDP / gorovod", "%.1f", lambda g, d: d / g)
 
+
+def table(values, models, nps, gorovod, ddp, ratio, fmt, ratio_of):
+    """A markdown table: per model and np, each backend's median (min-max)
+    and the median (min-max) of ratio_of(gorovod, ddp) per repeat."""
+    def spread(v, f):
+        return ("%s (%s-%s)" % (f, f, f)) % (statistics.median(v), min(v), max(v))
+    print("| model | np | %s (median, min-max) | %s (median, min-max) | %s (median, min-max) |" % (gorovod, ddp, ratio))
+    print("|---|---|---|---|---|")
+    for model in models:
+        for np in nps:
+            g, d = values[(model, np, "gorovod")], values[(model, np, "ddp")]
+            ratios = [ratio_of(a, b) for a, b in zip(g, d)]
+            print("| %s | %d | %s | %s | %s |" % (model, np, spread(g, fmt), spread(d, fmt), spread(ratios, "%.2f")))
 
 if __name__ == "__main__":
     main()

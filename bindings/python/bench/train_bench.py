@@ -1,8 +1,10 @@
 """Training steps per second of one model, data-parallel, under gorovod.torch
 (run it under `gorovod run`) or under torch's DistributedDataParallel with
 the Gloo backend (it spawns the processes itself). CPU only, synthetic data,
-torch.set_num_threads(1) in every process; the same model, batch and
-optimizer either way. Prints one line: "RESULT backend model np steps/s".
+torch.set_num_threads(1) in every process and OMP_NUM_THREADS (which also
+sizes OpenBLAS's own thread pool) set as the launchers set it (torchrun: 1;
+`gorovod run`: the host's CPUs divided among the workers); the same model,
+batch and optimizer either way. Prints one line: "RESULT backend model np steps/s".
 
     gorovod run --np 2 --min-np 2 -- /usr/bin/python3 bench/train_bench.py --backend gorovod --model mlp
     /usr/bin/python3 bench/train_bench.py --backend ddp --np 2 --model mlp
@@ -58,11 +60,14 @@ def timed_steps(model, opt, x, y, warmup, steps, barrier):
     for _ in range(warmup):
         step()
     barrier()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()
     barrier()
-    return steps / (time.perf_counter() - start)
+    # The process's CPU time per step (every thread's: the framework's and
+    # the communication library's) is less sensitive to other load on the
+    # machine than the wall clock.
+    return steps / (time.perf_counter() - start), (time.process_time() - cpu) / steps
 
 
 def run_gorovod(args):
@@ -73,9 +78,9 @@ def run_gorovod(args):
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-    rate = timed_steps(model, opt, x, y, args.warmup, args.steps, hvd.barrier)
+    rate, cpu = timed_steps(model, opt, x, y, args.warmup, args.steps, hvd.barrier)
     if hvd.rank() == 0:
-        print("RESULT gorovod %s %d %.3f" % (args.model, hvd.size(), rate), flush=True)
+        print("RESULT gorovod %s %d %.3f cpu_ms_per_step %.2f" % (args.model, hvd.size(), rate, cpu * 1e3), flush=True)
     hvd.shutdown()
 
 
@@ -87,9 +92,9 @@ def ddp_worker(rank, args, port):
     model, x, y = build(args.model, args.batch_size)
     model = DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    rate = timed_steps(model, opt, x, y, args.warmup, args.steps, dist.barrier)
+    rate, cpu = timed_steps(model, opt, x, y, args.warmup, args.steps, dist.barrier)
     if rank == 0:
-        print("RESULT ddp %s %d %.3f" % (args.model, args.np, rate), flush=True)
+        print("RESULT ddp %s %d %.3f cpu_ms_per_step %.2f" % (args.model, args.np, rate, cpu * 1e3), flush=True)
     dist.destroy_process_group()
 
 
@@ -113,6 +118,11 @@ def main():
     else:
         import torch.multiprocessing as mp
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        # As torchrun does for several processes per host (and `gorovod run`
+        # does, with the host's CPUs divided among its workers): one OpenMP /
+        # OpenBLAS thread per process. The spawned processes read it when
+        # they load torch.
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.np)))
         mp.spawn(ddp_worker, args=(args, free_port()), nprocs=args.np, join=True)
 
 

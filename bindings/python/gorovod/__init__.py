@@ -15,9 +15,8 @@ __version__ = "0.1.0"
 
 
 def run(func, *args, **kwargs):
-    """Horovod's programmatic launcher (``horovod.run(func, args, np=...)``),
-    which pickles ``func`` and runs it in ``np`` new processes, is not
-    offered: start the script itself under ``gorovod run`` instead."""
-    raise NotImplementedError(
-        "gorovod.run (horovod.run) is not implemented: start the script with "
-        "`gorovod run --np N --min-np N -- python3 script.py ...` instead")
+    """Horovod's programmatic launcher (``horovod.run(func, args=(...),
+    np=N)``): runs func in N worker processes under ``gorovod run`` on this
+    host and returns their results in rank order; see gorovod.runner.run."""
+    from gorovod import runner
+    return runner.run(func, *args, **kwargs)

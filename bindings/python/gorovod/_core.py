@@ -290,10 +290,13 @@ def _check_process():
 
 
 def lib():
-    """The loaded library, for a process that has initialized gorovod."""
-    _check_process()
-    if _lib is None or not _lib.gorovod_is_initialized():
+    """The loaded library, for a process that has initialized gorovod. (A
+    loaded library not initialized, or shut down, answers each call with
+    ERR_NOT_INITIALIZED, which _raise turns into NotInitializedError: asking
+    first would cost a call into the library per collective.)"""
+    if _lib is None:
         raise NotInitializedError("gorovod has not been initialized; use init().", ERR_NOT_INITIALIZED)
+    _check_process()
     return _lib
 
 

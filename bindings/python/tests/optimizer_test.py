@@ -106,8 +106,44 @@ def check_broadcast_optimizer_state(opt_name):
     same_everywhere(torch.cat(tensors), "%s: optimizer state" % opt_name)
 
 
+def check_buckets():
+    """Without groups, a gradient of at least 1 MiB is reduced alone and the
+    small ones together: one library call per bucket and step, and each
+    gradient the average of the ranks' own."""
+    from gorovod import _core
+    from gorovod.torch import optimizer
+    torch.manual_seed(7)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 16384), nn.ReLU(), nn.Linear(16384, 3))
+    params = list(model.parameters())
+    buckets = optimizer._buckets(params)
+    big = model[2].weight  # 16384 x 16 float32: 1 MiB
+    assert [len(b) for b in buckets] == [1, 5] and buckets[0][0] is big, [[tuple(p.shape) for p in b] for b in buckets]
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    reference = copy.deepcopy(model)  # its gradients are this rank's own
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=0.1), named_parameters=model.named_parameters())
+    x, y = batch(hvd.rank(), 0, 0)
+    F.cross_entropy(reference(x), y).backward()
+    local = [p.grad for p in reference.parameters()]
+    calls = []
+    issue = _core.grouped_allreduce_async
+    _core.grouped_allreduce_async = lambda *a, **k: calls.append(len(a[1])) or issue(*a, **k)
+    try:
+        F.cross_entropy(model(x), y).backward()
+        opt.synchronize()
+    finally:
+        _core.grouped_allreduce_async = issue
+    assert sorted(calls) == [1, 5], "library calls per step (tensors in each): %s" % calls
+    for p, g in zip(params, local):
+        want = hvd.allreduce(g, op=hvd.Average)
+        if not torch.allclose(p.grad, want, rtol=1e-6, atol=1e-7):
+            raise AssertionError("bucketed gradient of shape %s is not the ranks' average" % (tuple(p.shape),))
+    with opt.skip_synchronize():
+        opt.step()
+
+
 def main():
     hvd.init()
+    check_buckets()
     for opt_name in ("sgd", "adam"):
         for passes in (1, 2):
             for compression in (hvd.Compression.none, hvd.Compression.fp16):

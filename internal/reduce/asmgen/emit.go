@@ -109,6 +109,10 @@ func generate(asm, decl io.Writer) {
 		fmt.Fprintf(decl, "\n//go:noescape\nfunc %s(%s)\n", k.name, k.params)
 		fmt.Fprint(asm, "\n"+strings.Join(k.text(), "\n")+"\n")
 	}
+	for _, k := range keepKernels() {
+		fmt.Fprintf(decl, "\n//go:noescape\nfunc %s(%s)\n", k.name(), k.params())
+		fmt.Fprint(asm, "\n"+strings.Join(k.text(), "\n")+"\n")
+	}
 }
 
 // text is the whole function. It handles len(dst) rounded down to whole

@@ -25,6 +25,38 @@ from gorovod.torch.compression import Compression
 from gorovod.torch.mpi_ops import Adasum, Average, global_process_set
 
 
+# Without ``groups``, the gradients are reduced in buckets, as Horovod's tensor
+# fusion and DDP's gradient buckets do: one call per bucket instead of one per
+# parameter, each with its round trips, its wake-ups of the communication
+# thread and its Python-side cost. A gradient of at least _ALONE_BYTES is
+# reduced alone, in place (no copy); the smaller ones, taken in reverse
+# registration order (roughly the order the backward pass produces them), are
+# packed into one library call per _BUCKET_BYTES, which the library reduces
+# through its fusion buffer. A bucket starts as soon as its last gradient is
+# ready.
+_ALONE_BYTES = 1 << 20
+_BUCKET_BYTES = 4 << 20
+
+
+def _buckets(params):
+    """The default groups: each large parameter alone, the small ones
+    packed (see _ALONE_BYTES), as lists of parameters."""
+    buckets, small, size = [], [], 0
+    for p in reversed(params):
+        n = p.numel() * p.element_size()
+        if n >= _ALONE_BYTES:
+            buckets.append([p])
+            continue
+        if small and size + n > _BUCKET_BYTES:
+            buckets.append(small)
+            small, size = [], 0
+        small.append(p)
+        size += n
+    if small:
+        buckets.append(small)
+    return buckets
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False, process_set=global_process_set):
@@ -65,8 +97,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._p_to_group = {}
         self._group_counts = {}
-        if groups is not None:
-            self._make_groups(groups)
+        if groups is None:
+            groups = _buckets(self._requires_update)
+        self._make_groups(groups)
         self._register_hooks()
 
     def _make_groups(self, groups):
@@ -134,7 +167,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
-            if p in self._handles and self._handles[p][0] is not None and self._allreduce_delay[p] <= 0:
+            if self._allreduce_delay[p] <= 0:
+                # This step's allreduce of p was started (or, in a group,
+                # counted) already.
                 raise AssertionError("Gradients were computed more than backward_passes_per_step times before call "
                                      "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
             assert not p.grad.requires_grad
