@@ -14,24 +14,7 @@
 #include <unistd.h>
 
 #include "gorovod.h"
-
-static int rank = -1, size = -1;
-
-#define CHECK(cond, ...)                                        \
-  do {                                                          \
-    if (!(cond)) {                                              \
-      fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                             \
-      fprintf(stderr, " (last error: %s)\n", gorovod_last_error()); \
-      exit(1);                                                  \
-    }                                                           \
-  } while (0)
-
-#define OK(call)                                                        \
-  do {                                                                  \
-    int rc_ = (call);                                                   \
-    CHECK(rc_ == GOROVOD_OK, "%s returned %d", #call, rc_);             \
-  } while (0)
+#include "check.h"
 
 // Each thread's last error is its own.
 static void *thread_errors(void *arg) {

@@ -13,24 +13,7 @@
 #include <time.h>
 
 #include "gorovod_adaptive.h"
-
-static int rank = -1, size = -1;
-
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                                       \
-      fprintf(stderr, " (last error: %s)\n", gorovod_last_error());       \
-      exit(1);                                                            \
-    }                                                                     \
-  } while (0)
-
-#define OK(call)                                            \
-  do {                                                      \
-    int rc_ = (call);                                       \
-    CHECK(rc_ == GOROVOD_OK, "%s returned %d", #call, rc_); \
-  } while (0)
+#include "check.h"
 
 // A normal deviate (Box-Muller) from a xorshift generator.
 static uint64_t rng = 88172645463325252ull;

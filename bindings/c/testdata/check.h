@@ -1,0 +1,30 @@
+// check.h: the failure macros the C test programs share. A failed check
+// prints the rank, the place and the library's last error, and exits 1 (a
+// test program, not library code).
+#ifndef GOROVOD_TEST_CHECK_H
+#define GOROVOD_TEST_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gorovod.h"
+
+static int rank = -1, size = -1;
+
+#define CHECK(cond, ...)                                                  \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                                       \
+      fprintf(stderr, " (last error: %s)\n", gorovod_last_error());       \
+      exit(1);                                                            \
+    }                                                                     \
+  } while (0)
+
+#define OK(call)                                            \
+  do {                                                      \
+    int rc_ = (call);                                       \
+    CHECK(rc_ == GOROVOD_OK, "%s returned %d", #call, rc_); \
+  } while (0)
+
+#endif
