@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -589,6 +590,32 @@ func (m *Member) Leave(ctx context.Context) error {
 // ctx or Config.TCPTimeout instead.
 func (m *Member) Reach(ctx context.Context, to Node) error {
 	return m.send(ctx, to, frameReach, nil)
+}
+
+// reachTimeout bounds one look of WhenGone: a refusal comes back within a
+// round trip; a silent peer is left to memberlist's failure detection.
+const reachTimeout = 500 * time.Millisecond
+
+// WhenGone looks, in parallel, whether each of nodes other than this member
+// still listens (Reach), and calls gone (from several goroutines at once) for
+// each whose gossip port refuses connections, with the dial's error, as the
+// refusal comes: its process is gone. It returns when every look has ended, within reachTimeout
+// or ctx; a silent node is not reported.
+func (m *Member) WhenGone(ctx context.Context, nodes []Node, gone func(Node, error)) {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		if n.Name == m.name {
+			continue
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+			defer cancel()
+			if err := m.Reach(ctx, n); errors.Is(err, syscall.ECONNREFUSED) {
+				gone(n, err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // tell sends the encoded metadata enc to each of to, in parallel.

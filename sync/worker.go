@@ -3,7 +3,6 @@ package sync
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,7 +11,6 @@ import (
 	"strconv"
 	stdsync "sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
@@ -547,7 +545,7 @@ func (s *memberSource) Await(ctx context.Context, after uint64) (epoch.World, er
 }
 
 // reachMembers looks whether every other member of ep still listens
-// (membership.Member.Reach) and reports ep as failed, blaming one whose
+// (membership.Member.WhenGone) and reports ep as failed, blaming one whose
 // gossip port refuses connections: its process is gone. The proposer's
 // probe of it is refused too, and the next world goes on without it.
 func (s *memberSource) reachMembers(ctx context.Context, ep epoch.World) {
@@ -559,30 +557,20 @@ func (s *memberSource) reachMembers(ctx context.Context, ep epoch.World) {
 	for _, n := range m.Members() {
 		view[n.Name] = n
 	}
-	var wg stdsync.WaitGroup
-	var once stdsync.Once
+	var members []membership.Node
 	for _, mem := range ep.Members {
-		n, ok := view[mem.Name]
-		if !ok || n.Name == m.Name() {
-			continue
+		if n, ok := view[mem.Name]; ok {
+			members = append(members, n)
 		}
-		wg.Go(func() {
-			rctx, cancel := context.WithTimeout(ctx, reachTimeout)
-			defer cancel()
-			if err := m.Reach(rctx, n); errors.Is(err, syscall.ECONNREFUSED) {
-				once.Do(func() {
-					s.log.Info("a member of the world being entered is gone: its gossip port refuses connections", "epoch", ep.Number, "member", n.Name)
-					s.agent.ReportFailure(ep.Number, n.Name, err)
-				})
-			}
-		})
 	}
-	wg.Wait()
+	var once stdsync.Once
+	m.WhenGone(ctx, members, func(n membership.Node, err error) {
+		once.Do(func() {
+			s.log.Info("a member of the world being entered is gone: its gossip port refuses connections", "epoch", ep.Number, "member", n.Name)
+			s.agent.ReportFailure(ep.Number, n.Name, err)
+		})
+	})
 }
-
-// reachTimeout bounds one look of reachMembers: a refusal comes within a
-// round trip; a silent member is left to the connect and to gossip.
-const reachTimeout = 500 * time.Millisecond
 
 // ReportFailure hands the report to the agent, which sends it to the
 // proposer (again until a newer epoch arrives).

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	stdsync "sync"
-	"syscall"
 	"time"
 
 	"github.com/gorovod/gorovod/membership"
@@ -252,10 +251,6 @@ func (l *loop) send(s epoch.Send, wg *stdsync.WaitGroup) {
 	})
 }
 
-// sweepTimeout bounds one Reach of a sweep: a refusal comes back within a
-// round trip; a silent peer is left to memberlist's failure detection.
-const sweepTimeout = 500 * time.Millisecond
-
 // sweep looks, once per failed world, whether every other worker in view
 // still listens (membership.Member.Reach). A collective that fails blames
 // one peer, and the machine probes only that one; but a host that goes
@@ -269,22 +264,20 @@ func (l *loop) sweep(number uint64) {
 		return
 	}
 	l.swept = number
-	for name, n := range l.nodes {
-		if name == l.m.Name() || n.Meta.Role != membership.RoleWorker {
-			continue
+	var workers []membership.Node
+	for _, n := range l.nodes {
+		if n.Meta.Role == membership.RoleWorker {
+			workers = append(workers, n)
 		}
-		l.sends.Go(func() {
-			ctx, cancel := context.WithTimeout(l.ctx, sweepTimeout)
-			defer cancel()
-			if err := l.m.Reach(ctx, n); !errors.Is(err, syscall.ECONNREFUSED) {
-				return
-			}
+	}
+	l.sends.Go(func() {
+		l.m.WhenGone(l.ctx, workers, func(n membership.Node, _ error) {
 			select {
-			case l.gone <- name:
+			case l.gone <- n.Name:
 			case <-l.ctx.Done():
 			}
 		})
-	}
+	})
 }
 
 // refused takes a worker whose gossip port refused a connection out of the
