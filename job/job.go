@@ -272,12 +272,21 @@ func (j *Job) Workers() []WorkerRecord {
 // the driver knows of), ErrNoSlot when the hosts are full and ErrEnded once
 // the job has ended.
 func (j *Job) AddWorkers(ctx context.Context, n int) error {
+	if err := j.roomFor(n); err != nil {
+		return err
+	}
+	return j.add(ctx, n, false)
+}
+
+// roomFor says whether n more workers fit under Config.MaxWorkers (a
+// *LimitError when not).
+func (j *Job) roomFor(n int) error {
 	if max := j.cfg.MaxWorkers; max > 0 {
 		if count := j.count(); count+n > max {
 			return &LimitError{Workers: count, Max: max}
 		}
 	}
-	return j.add(ctx, n, false)
+	return nil
 }
 
 // LeaveAll asks every running worker to leave the job gracefully

@@ -149,10 +149,8 @@ func (f *floorState) say(j *Job, msg string) {
 // how many it started.
 func (j *Job) replace(ctx context.Context, n int) (started int, err error) {
 	for range n {
-		if max := j.cfg.MaxWorkers; max > 0 {
-			if count := j.count(); count+1 > max {
-				return started, &LimitError{Workers: count, Max: max}
-			}
+		if err := j.roomFor(1); err != nil {
+			return started, err
 		}
 		if err := j.add(ctx, 1, true); err != nil {
 			return started, err
