@@ -523,6 +523,13 @@ def barrier():
     _run(lambda l, flags, h: l.gorovod_barrier_start(flags, h), lambda l, h: l.gorovod_barrier_async(h), None)
 
 
+def join():
+    last = ctypes.c_int32(-1)
+    h = _u64()
+    wait(_issue(lib().gorovod_join_async(ctypes.byref(last), ctypes.byref(h)), h, last))
+    return last.value
+
+
 # ---- Synchronous calls (the _start forms) ----
 
 def _start_flags():
