@@ -393,6 +393,12 @@ const (
 	submitNowInterruptible
 )
 
+// caller is how a _start call runs on its caller's goroutine: a cgo
+// callback's, locked to the C thread.
+func (m submitMode) caller() engine.Caller {
+	return engine.Caller{Interruptible: m == submitNowInterruptible, LockedThread: true}
+}
+
 func startMode(flags C.int) submitMode {
 	if flags&C.GOROVOD_START_INTERRUPTIBLE != 0 {
 		return submitNowInterruptible
@@ -444,7 +450,7 @@ func allreduce(n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *
 	if mode == submitAsync {
 		hd, err = e.Allreduce(sends, recvs, how)
 	} else {
-		hd, err = e.AllreduceNow(sends, recvs, how, mode == submitNowInterruptible)
+		hd, err = e.AllreduceNow(sends, recvs, how, mode.caller())
 	}
 	return started(mode, h, hd, err)
 }
@@ -481,7 +487,7 @@ func broadcast(n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int3
 	if mode == submitAsync {
 		hd, err = e.Broadcast(bs, int(root))
 	} else {
-		hd, err = e.BroadcastNow(bs, int(root), mode == submitNowInterruptible)
+		hd, err = e.BroadcastNow(bs, int(root), mode.caller())
 	}
 	return started(mode, h, hd, err)
 }
@@ -625,7 +631,7 @@ func barrier(mode submitMode, h *C.gorovod_handle) C.int {
 	if mode == submitAsync {
 		hd, err = e.Barrier()
 	} else {
-		hd, err = e.BarrierNow(mode == submitNowInterruptible)
+		hd, err = e.BarrierNow(mode.caller())
 	}
 	return started(mode, h, hd, err)
 }

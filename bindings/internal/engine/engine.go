@@ -274,8 +274,20 @@ func (e *Engine) wakeExecutor() {
 // Order is kept: c runs here only when every call submitted before it has
 // completed, and the executor starts nothing while it runs.
 //
-// With interruptible, Interrupt aborts c while it runs here.
-func (e *Engine) now(c *call, bytes int, interruptible bool) (Handle, error) {
+// Caller says how a call made through a Now form may run on its caller's
+// goroutine.
+type Caller struct {
+	// Interruptible: Interrupt aborts the call while it runs there.
+	Interruptible bool
+	// LockedThread: the goroutine is locked to its OS thread, as a cgo
+	// callback's is. The transports' waits then poll without yielding to
+	// other goroutines (transport.OnLockedThread): from a locked goroutine a
+	// yield costs two thread wake-ups.
+	LockedThread bool
+}
+
+// now runs c as caller says.
+func (e *Engine) now(c *call, bytes int, caller Caller) (Handle, error) {
 	e.mu.Lock()
 	if err := e.refused(); err != nil {
 		e.mu.Unlock()
@@ -289,7 +301,7 @@ func (e *Engine) now(c *call, bytes int, interruptible bool) (Handle, error) {
 	e.running = true
 	c.gen = e.gen
 	ctx := e.ctx
-	if interruptible {
+	if caller.Interruptible {
 		// The context is made once and kept until an Interrupt uses it up.
 		if e.abort == nil {
 			e.inline, e.abort = context.WithCancel(e.ctx)
@@ -297,10 +309,14 @@ func (e *Engine) now(c *call, bytes int, interruptible bool) (Handle, error) {
 		ctx = e.inline
 	}
 	e.mu.Unlock()
-	err := e.execute(ctx, c)
+	run := ctx
+	if caller.LockedThread {
+		run = transport.OnLockedThread(ctx)
+	}
+	err := e.execute(run, c)
 	e.mu.Lock()
 	e.running = false
-	if interruptible && ctx.Err() != nil && e.ctx.Err() == nil && err != nil {
+	if caller.Interruptible && ctx.Err() != nil && e.ctx.Err() == nil && err != nil {
 		err = fmt.Errorf("%w: %s (%v)", ErrInterrupted, c.what, err)
 	}
 	if len(e.queue) > 0 || e.closing {

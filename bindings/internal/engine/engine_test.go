@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	stdsync "sync"
 	"testing"
@@ -482,19 +483,23 @@ func TestNowRunsSmallCallsOnTheCaller(t *testing.T) {
 		now := nowOn(e)
 		r := float32(e.Topology().Rank)
 		v := []float32{r + 1, 10}
-		if inline, err := now(e.AllreduceNow(nil, []collective.Buffer{f32(v)}, sum, false)); err != nil || !inline || v[0] != 3 || v[1] != 20 {
+		// As a cgo callback calls: on a goroutine locked to its thread.
+		runtime.LockOSThread()
+		inline, err := now(e.AllreduceNow(nil, []collective.Buffer{f32(v)}, sum, Caller{LockedThread: true}))
+		runtime.UnlockOSThread()
+		if err != nil || !inline || v[0] != 3 || v[1] != 20 {
 			return fmt.Errorf("small allreduce: inline %v, %v, %v", inline, v, err)
 		}
 		big := make([]float32, DefaultInlineBytes/4+1)
 		big[0] = r
-		if inline, err := now(e.AllreduceNow(nil, []collective.Buffer{f32(big)}, sum, false)); err != nil || inline || big[0] != 1 {
+		if inline, err := now(e.AllreduceNow(nil, []collective.Buffer{f32(big)}, sum, Caller{})); err != nil || inline || big[0] != 1 {
 			return fmt.Errorf("large allreduce: inline %v, %v, %v", inline, big[0], err)
 		}
 		b := []float32{r + 5}
-		if inline, err := now(e.BroadcastNow([]collective.Buffer{f32(b)}, 1, false)); err != nil || !inline || b[0] != 6 {
+		if inline, err := now(e.BroadcastNow([]collective.Buffer{f32(b)}, 1, Caller{})); err != nil || !inline || b[0] != 6 {
 			return fmt.Errorf("broadcast: inline %v, %v, %v", inline, b, err)
 		}
-		if inline, err := now(e.BarrierNow(true)); err != nil || !inline {
+		if inline, err := now(e.BarrierNow(Caller{Interruptible: true})); err != nil || !inline {
 			return fmt.Errorf("barrier: inline %v, %v", inline, err)
 		}
 		return nil
@@ -507,14 +512,14 @@ func TestNowRunsSmallCallsOnTheCaller(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h2, err := es[0].AllreduceNow(nil, []collective.Buffer{f32(second)}, sum, false)
+	h2, err := es[0].AllreduceNow(nil, []collective.Buffer{f32(second)}, sum, Caller{})
 	if err != nil || h2 == 0 {
 		t.Fatalf("a Now call behind a running one: handle %d, %v", h2, err)
 	}
 	each(t, es[1:], func(e *Engine) error {
 		a, b := []float32{2}, []float32{200}
 		for _, v := range [][]float32{a, b} {
-			if _, err := nowOn(e)(e.AllreduceNow(nil, []collective.Buffer{f32(v)}, sum, false)); err != nil {
+			if _, err := nowOn(e)(e.AllreduceNow(nil, []collective.Buffer{f32(v)}, sum, Caller{})); err != nil {
 				return err
 			}
 		}
@@ -545,7 +550,7 @@ func TestInterruptAbortsACallOnTheCaller(t *testing.T) {
 	comm := e.sess.Communicator()
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.AllreduceNow(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{}, true)
+		_, err := e.AllreduceNow(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{}, Caller{Interruptible: true})
 		done <- err
 	}()
 	deadline := time.Now().Add(time.Minute)
@@ -575,7 +580,7 @@ func TestInterruptAbortsACallOnTheCaller(t *testing.T) {
 	each(t, es, func(e *Engine) error {
 		for {
 			v := []float32{1}
-			_, err := nowOn(e)(e.AllreduceNow(nil, []collective.Buffer{f32(v)}, gsync.Reduction{Op: collective.Sum}, false))
+			_, err := nowOn(e)(e.AllreduceNow(nil, []collective.Buffer{f32(v)}, gsync.Reduction{Op: collective.Sum}, Caller{}))
 			switch {
 			case errors.Is(err, gsync.ErrWorldChanged):
 				e.Reset()
@@ -610,16 +615,16 @@ func TestWorldChangeDuringACallOnTheCaller(t *testing.T) {
 		victim.Close(context.Background(), false)
 	})
 	each(t, survivors, func(e *Engine) error {
-		h, err := e.AllreduceNow(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{}, true)
+		h, err := e.AllreduceNow(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{}, Caller{Interruptible: true})
 		if h != 0 || !errors.Is(err, gsync.ErrWorldChanged) {
 			return fmt.Errorf("the broken allreduce: handle %d, %v", h, err)
 		}
-		if _, err := e.BarrierNow(false); !errors.Is(err, gsync.ErrWorldChanged) {
+		if _, err := e.BarrierNow(Caller{}); !errors.Is(err, gsync.ErrWorldChanged) {
 			return fmt.Errorf("a call before Reset: %v", err)
 		}
 		e.Reset()
 		v := []float32{1}
-		if _, err := nowOn(e)(e.AllreduceNow(nil, []collective.Buffer{f32(v)}, gsync.Reduction{Op: collective.Sum}, false)); err != nil || v[0] != 2 {
+		if _, err := nowOn(e)(e.AllreduceNow(nil, []collective.Buffer{f32(v)}, gsync.Reduction{Op: collective.Sum}, Caller{})); err != nil || v[0] != 2 {
 			return fmt.Errorf("after Reset: %v %v", v, err)
 		}
 		return nil

@@ -31,13 +31,13 @@ func (e *Engine) Allreduce(send, recv []collective.Buffer, how gsync.Reduction) 
 // allreduce submitted while nothing else is queued or running runs on the
 // caller's goroutine before AllreduceNow returns, which then returns handle
 // 0 and the allreduce's result; otherwise it returns as Allreduce does (see
-// Engine.now). With interruptible, Interrupt aborts it while it runs here.
-func (e *Engine) AllreduceNow(send, recv []collective.Buffer, how gsync.Reduction, interruptible bool) (Handle, error) {
+// Engine.now); caller says how it may run there.
+func (e *Engine) AllreduceNow(send, recv []collective.Buffer, how gsync.Reduction, caller Caller) (Handle, error) {
 	c, bytes, err := allreduceCall(send, recv, how)
 	if err != nil {
 		return 0, err
 	}
-	return e.now(c, bytes, interruptible)
+	return e.now(c, bytes, caller)
 }
 
 // allreduceCall checks an allreduce and returns the call and its bytes.
@@ -91,12 +91,12 @@ func (e *Engine) Broadcast(bufs []collective.Buffer, root int) (Handle, error) {
 
 // BroadcastNow is Broadcast for a caller that waits for it at once, as
 // AllreduceNow is Allreduce's.
-func (e *Engine) BroadcastNow(bufs []collective.Buffer, root int, interruptible bool) (Handle, error) {
+func (e *Engine) BroadcastNow(bufs []collective.Buffer, root int, caller Caller) (Handle, error) {
 	c, bytes, err := e.broadcastCall(bufs, root)
 	if err != nil {
 		return 0, err
 	}
-	return e.now(c, bytes, interruptible)
+	return e.now(c, bytes, caller)
 }
 
 func (e *Engine) broadcastCall(bufs []collective.Buffer, root int) (*call, int, error) {
@@ -215,8 +215,8 @@ func (e *Engine) Barrier() (Handle, error) { return e.submit(barrierCall()) }
 
 // BarrierNow is Barrier for a caller that waits for it at once, as
 // AllreduceNow is Allreduce's.
-func (e *Engine) BarrierNow(interruptible bool) (Handle, error) {
-	return e.now(barrierCall(), 0, interruptible)
+func (e *Engine) BarrierNow(caller Caller) (Handle, error) {
+	return e.now(barrierCall(), 0, caller)
 }
 
 func barrierCall() *call {

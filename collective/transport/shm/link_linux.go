@@ -237,7 +237,7 @@ type waitSide struct {
 // When the peer is gone, cond is still asked once more first, so what the peer
 // published before going is not lost.
 func (l *link) wait(ctx context.Context, ws *waitSide, cond func() (bool, error)) error {
-	w := ws.spin.Begin(ctx.Done())
+	w := ws.spin.BeginContext(ctx)
 	for {
 		if ok, err := cond(); ok || err != nil {
 			w.End(ok)

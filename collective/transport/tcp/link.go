@@ -353,7 +353,7 @@ func (l *link) write(c *ioCall) (int, error) { return l.do(&l.wio, &l.wwake, c) 
 // do makes one system call's worth of I/O in direction d: polling while the
 // socket is not ready, then parking with the call's deadline.
 func (l *link) do(d *rawIO, w *transport.Waker, c *ioCall) (int, error) {
-	d.wait = d.spin.Begin(c.ctx.Done())
+	d.wait = d.spin.BeginContext(c.ctx)
 	if err := l.rc.Control(d.tryFn); err != nil {
 		return 0, err
 	}
