@@ -497,7 +497,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	// starve the sender, whose frames the peer is waiting for; the two ranks
 	// would then take turns instead of overlapping. Without another runnable
 	// goroutine this costs a few hundred nanoseconds.
-	runtime.Gosched()
+	spin.YieldGoroutines(ctx) // not on a locked thread (spin.OnLockedThread)
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
 	if err := l.recvReady(); err != nil {

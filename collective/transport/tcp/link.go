@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -399,7 +398,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	// waiting would otherwise keep the only P and starve the sender, whose
 	// frames the peer is waiting for. Without another runnable goroutine this
 	// costs a few hundred nanoseconds.
-	runtime.Gosched()
+	spin.YieldGoroutines(ctx) // not on a locked thread (spin.OnLockedThread)
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
 	if err := l.recvReady(); err != nil {

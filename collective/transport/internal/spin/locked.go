@@ -1,6 +1,9 @@
 package spin
 
-import "context"
+import (
+	"context"
+	"runtime"
+)
 
 // lockedKey marks a context as that of a call made on a goroutine locked to
 // its OS thread (OnLockedThread).
@@ -25,4 +28,15 @@ func (b *Budget) BeginContext(ctx context.Context) Wait {
 	w := b.Begin(ctx.Done())
 	w.ctx = ctx
 	return w
+}
+
+// YieldGoroutines lets the process's other goroutines run (runtime.Gosched),
+// unless ctx is OnLockedThread's: what a transport does at a frame boundary
+// so that at GOMAXPROCS=1 its sending goroutine gets a turn. A call on a
+// locked thread runs without one (the binding's small calls on the
+// caller's thread), and a yield there would cost two thread wake-ups.
+func YieldGoroutines(ctx context.Context) {
+	if ctx.Value(lockedKey{}) == nil {
+		runtime.Gosched()
+	}
 }
