@@ -6,6 +6,7 @@ package main
 
 void gorovod_set_error_(const char *msg, size_t n);
 void gorovod_set_interrupt_fd_(int fd);
+uint64_t gorovod_sigint_count_(void);
 */
 import "C"
 
@@ -67,7 +68,7 @@ func watchInterrupts() {
 				return
 			}
 			if e := lib.eng.Load(); e != nil {
-				e.Interrupt()
+				e.Interrupt(uint64(C.gorovod_sigint_count_()))
 			}
 		}
 	}()
@@ -396,7 +397,11 @@ const (
 // caller is how a _start call runs on its caller's goroutine: a cgo
 // callback's, locked to the C thread.
 func (m submitMode) caller() engine.Caller {
-	return engine.Caller{Interruptible: m == submitNowInterruptible, LockedThread: true}
+	c := engine.Caller{LockedThread: true}
+	if m == submitNowInterruptible {
+		c.Interruptible, c.Interrupts = true, uint64(C.gorovod_sigint_count_())
+	}
+	return c
 }
 
 func startMode(flags C.int) submitMode {

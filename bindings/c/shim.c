@@ -73,14 +73,21 @@ static const char forked_msg[] =
 
 static volatile int interrupt_fd = -1;
 static struct sigaction chained;  // the handler installed before ours
+static uint64_t sigint_count;     // SIGINTs seen by on_sigint (atomic)
 
 // gorovod_set_interrupt_fd_ is called by Go once, with the eventfd it reads.
 void gorovod_set_interrupt_fd_(int fd) { interrupt_fd = fd; }
+
+// gorovod_sigint_count_ is how many SIGINTs on_sigint has seen: a call
+// records it as it starts, so that a SIGINT from before (handled between
+// two calls, its eventfd read late) does not abort it.
+uint64_t gorovod_sigint_count_(void) { return __atomic_load_n(&sigint_count, __ATOMIC_SEQ_CST); }
 
 static void on_sigint(int sig, siginfo_t *info, void *uc) {
   int saved = errno;
   int fd = interrupt_fd;
   if (fd >= 0 && getpid() == owner_pid) {  // not in a forked child: the fd is the parent's
+    __atomic_add_fetch(&sigint_count, 1, __ATOMIC_SEQ_CST);
     uint64_t one = 1;
     ssize_t n = write(fd, &one, sizeof one);
     (void)n;

@@ -130,14 +130,18 @@ type Engine struct {
 	// none is.
 	running bool
 	// inline is the context of a call running on its caller's goroutine
-	// that Interrupt may abort (nil when none is), and abort ends it.
-	inline  context.Context
-	abort   context.CancelFunc
-	gen     uint64 // counts world changes: a call belongs to the world of its gen
-	stale   error  // a world change the trainer has not acknowledged (Reset)
-	gone    error  // nothing more can run: closed, or excluded from the job
-	closing bool
-	topo    Topology
+	// that Interrupt may abort (nil when none is), and abort ends it;
+	// interrupts is that call's Caller.Interrupts (-1: none runs);
+	// reported the largest count Interrupt was given.
+	inline     context.Context
+	abort      context.CancelFunc
+	interrupts int64
+	reported   uint64
+	gen        uint64 // counts world changes: a call belongs to the world of its gen
+	stale      error  // a world change the trainer has not acknowledged (Reset)
+	gone       error  // nothing more can run: closed, or excluded from the job
+	closing    bool
+	topo       Topology
 }
 
 // call is one submitted collective (or commit).
@@ -170,7 +174,7 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		cfg.InlineBytes = DefaultInlineBytes
 	}
 	e := &Engine{
-		log: log, mem: mem, sess: mem.Session(), ctx: ectx, cancel: cancel, inlineBytes: cfg.InlineBytes,
+		log: log, mem: mem, sess: mem.Session(), ctx: ectx, cancel: cancel, inlineBytes: cfg.InlineBytes, interrupts: -1,
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), handles: make(map[Handle]*call),
 	}
 	e.total.Store(-1)
@@ -277,8 +281,12 @@ func (e *Engine) wakeExecutor() {
 // Caller says how a call made through a Now form may run on its caller's
 // goroutine.
 type Caller struct {
-	// Interruptible: Interrupt aborts the call while it runs there.
+	// Interruptible: Interrupt aborts the call while it runs there, when
+	// its count is above Interrupts, the count the caller had seen when it
+	// made the call: an interrupt from before the call (handled by the
+	// caller between two calls, and reported late) leaves it alone.
 	Interruptible bool
+	Interrupts    uint64
 	// LockedThread: the goroutine is locked to its OS thread, as a cgo
 	// callback's is. The transports' waits then poll without yielding to
 	// other goroutines (transport.OnLockedThread): from a locked goroutine a
@@ -298,6 +306,11 @@ func (e *Engine) now(c *call, bytes int, caller Caller) (Handle, error) {
 		e.mu.Unlock()
 		return h, nil
 	}
+	if caller.Interruptible && e.reported > caller.Interrupts {
+		// Interrupted between the caller's count and now.
+		e.mu.Unlock()
+		return 0, fmt.Errorf("%w: %s (before it started)", ErrInterrupted, c.what)
+	}
 	e.running = true
 	c.gen = e.gen
 	ctx := e.ctx
@@ -307,6 +320,7 @@ func (e *Engine) now(c *call, bytes int, caller Caller) (Handle, error) {
 			e.inline, e.abort = context.WithCancel(e.ctx)
 		}
 		ctx = e.inline
+		e.interrupts = int64(min(caller.Interrupts, math.MaxInt64))
 	}
 	e.mu.Unlock()
 	run := ctx
@@ -316,6 +330,7 @@ func (e *Engine) now(c *call, bytes int, caller Caller) (Handle, error) {
 	err := e.execute(run, c)
 	e.mu.Lock()
 	e.running = false
+	e.interrupts = -1
 	if caller.Interruptible && ctx.Err() != nil && e.ctx.Err() == nil && err != nil {
 		err = fmt.Errorf("%w: %s (%v)", ErrInterrupted, c.what, err)
 	}
@@ -327,15 +342,18 @@ func (e *Engine) now(c *call, bytes int, caller Caller) (Handle, error) {
 	return 0, err
 }
 
-// Interrupt aborts the call running on its caller's goroutine, if one is and
-// it was made interruptible (the C ABI's SIGINT watch: a Python script's
-// Ctrl-C): it fails with ErrInterrupted, and the world it ran in breaks (the
-// peers see this worker abort). Calls the executor runs are not touched:
-// their callers wait in slices and can give up on their own.
-func (e *Engine) Interrupt() {
+// Interrupt reports interrupts in all (a count that only grows: the C
+// ABI's SIGINT watch counts a Python script's Ctrl-Cs). It aborts the call
+// running on its caller's goroutine, if one is, it was made interruptible,
+// and interrupts is above the count its caller had seen (Caller): it fails
+// with ErrInterrupted, and the world it ran in breaks (the peers see this
+// worker abort). Calls the executor runs are not touched: their callers
+// wait in slices and can give up on their own.
+func (e *Engine) Interrupt(interrupts uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.running && e.abort != nil {
+	e.reported = max(e.reported, interrupts)
+	if e.running && e.abort != nil && e.interrupts >= 0 && interrupts > uint64(e.interrupts) {
 		e.abort()
 		e.inline, e.abort = nil, nil
 	}

@@ -546,11 +546,12 @@ func TestInterruptAbortsACallOnTheCaller(t *testing.T) {
 	d := startDriver(t, 2)
 	es := startEngines(t, d, 2)
 	e := es[0]
-	e.Interrupt() // nothing running: nothing happens
+	e.Interrupt(1) // nothing running: nothing happens
 	comm := e.sess.Communicator()
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.AllreduceNow(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{}, Caller{Interruptible: true})
+		// The caller has seen 2 interrupts: reports of those leave it alone.
+		_, err := e.AllreduceNow(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{}, Caller{Interruptible: true, Interrupts: 2})
 		done <- err
 	}()
 	deadline := time.Now().Add(time.Minute)
@@ -560,13 +561,14 @@ func TestInterruptAbortsACallOnTheCaller(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling the communicator's progress
 	}
+	e.Interrupt(2) // an interrupt from before the call
 	select {
 	case err := <-done:
 		t.Fatalf("the allreduce returned without its peer: %v", err)
 	case <-time.After(200 * time.Millisecond):
 	}
 	start := time.Now()
-	e.Interrupt()
+	e.Interrupt(3)
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrInterrupted) {
@@ -575,6 +577,11 @@ func TestInterruptAbortsACallOnTheCaller(t *testing.T) {
 		t.Logf("interrupted after %v", time.Since(start))
 	case <-time.After(10 * time.Second):
 		t.Fatal("Interrupt did not end the allreduce within 10 s")
+	}
+	// An interrupt reported before the call was marked running, but after
+	// its caller's count, stops it before it starts.
+	if _, err := e.AllreduceNow(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{}, Caller{Interruptible: true, Interrupts: 2}); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("a call whose interrupt came first: %v", err)
 	}
 	// Both ranks go on in a rebuilt world once they acknowledge it.
 	each(t, es, func(e *Engine) error {
