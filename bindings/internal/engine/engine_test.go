@@ -285,6 +285,38 @@ func TestMismatchedTensors(t *testing.T) {
 	})
 }
 
+// closeWhenInside closes victim (not finished: its peers see it leave) once
+// every survivor is inside a collective; wait on the group returned.
+func closeWhenInside(t *testing.T, victim *Engine, survivors []*Engine) *stdsync.WaitGroup {
+	// The survivors' communicators, read before any world change: they are
+	// replaced only when the world changes.
+	var comms []*collective.Communicator
+	for _, e := range survivors {
+		comms = append(comms, e.sess.Communicator())
+	}
+	inside := func() bool {
+		for _, c := range comms {
+			if !c.Progress().InFlight {
+				return false
+			}
+		}
+		return true
+	}
+	var wg stdsync.WaitGroup
+	wg.Go(func() {
+		deadline := time.Now().Add(time.Minute)
+		for !inside() {
+			if time.Now().After(deadline) {
+				t.Error("the survivors did not enter the collective within a minute")
+				break
+			}
+			time.Sleep(5 * time.Millisecond) // polling the communicators' progress
+		}
+		victim.Close(context.Background(), false)
+	})
+	return &wg
+}
+
 // A member that dies inside a collective: the survivors' call fails with
 // ErrWorldChanged after the world was rebuilt, the calls they had queued
 // behind it fail without running, new submissions are refused until Reset,
@@ -295,22 +327,7 @@ func TestWorldChangeFailsTheOldWorldsCalls(t *testing.T) {
 	victim := es[2]
 	survivors := es[:2]
 	big := func() collective.Buffer { return f32(make([]float32, 1<<20)) }
-	var wg stdsync.WaitGroup
-	// The survivors' communicators, read before any world change: the
-	// executors replace them only when the world changes.
-	comms := []*collective.Communicator{survivors[0].sess.Communicator(), survivors[1].sess.Communicator()}
-	wg.Go(func() {
-		// The victim dies once the others are inside the collective.
-		deadline := time.Now().Add(time.Minute)
-		for !comms[0].Progress().InFlight || !comms[1].Progress().InFlight {
-			if time.Now().After(deadline) {
-				t.Error("the survivors did not enter the collective within a minute")
-				break
-			}
-			time.Sleep(5 * time.Millisecond) // polling the communicators' progress
-		}
-		victim.Close(context.Background(), false)
-	})
+	wg := closeWhenInside(t, victim, survivors)
 	each(t, survivors, func(e *Engine) error {
 		h1, err := e.Allreduce(nil, []collective.Buffer{big()}, gsync.Reduction{})
 		if err != nil {
@@ -608,19 +625,7 @@ func TestWorldChangeDuringACallOnTheCaller(t *testing.T) {
 	d := startDriver(t, 2)
 	es := startEngines(t, d, 3)
 	victim, survivors := es[2], es[:2]
-	comms := []*collective.Communicator{survivors[0].sess.Communicator(), survivors[1].sess.Communicator()}
-	var wg stdsync.WaitGroup
-	wg.Go(func() {
-		deadline := time.Now().Add(time.Minute)
-		for !comms[0].Progress().InFlight || !comms[1].Progress().InFlight {
-			if time.Now().After(deadline) {
-				t.Error("the survivors did not enter the collective within a minute")
-				break
-			}
-			time.Sleep(5 * time.Millisecond) // polling the communicators' progress
-		}
-		victim.Close(context.Background(), false)
-	})
+	wg := closeWhenInside(t, victim, survivors)
 	each(t, survivors, func(e *Engine) error {
 		h, err := e.AllreduceNow(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{}, Caller{Interruptible: true})
 		if h != 0 || !errors.Is(err, gsync.ErrWorldChanged) {
