@@ -83,8 +83,8 @@ extern "C" {
 #endif
 
 /* The version of this interface; gorovod_abi_version() returns the
- * library's. */
-#define GOROVOD_ABI_VERSION 1
+ * library's. 2 added the _start calls. */
+#define GOROVOD_ABI_VERSION 2
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,

@@ -62,7 +62,7 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
 SUM, AVERAGE, MIN, MAX, PRODUCT = 1, 2, 3, 4, 5
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -218,10 +218,13 @@ def _load():
             if "undefined symbol: nvml" in str(e):
                 hint = " (it was built without -tags gorovod_nonvml)"
             raise ImportError("gorovod: cannot load %s%s: %s" % (path, hint, e))
-        _prototypes(lib)
+        # The version first: an older library lacks functions _prototypes
+        # looks up.
+        lib.gorovod_abi_version.argtypes, lib.gorovod_abi_version.restype = [], ctypes.c_int
         if lib.gorovod_abi_version() != ABI_VERSION:
-            raise ImportError("gorovod: %s has ABI version %d, this package wants %d" %
+            raise ImportError("gorovod: %s has ABI version %d, this package wants %d (rebuild it)" %
                               (path, lib.gorovod_abi_version(), ABI_VERSION))
+        _prototypes(lib)
         # The first call into Go waits for the runtime to have started (and
         # read GOMAXPROCS).
         lib.gorovod_is_initialized()
