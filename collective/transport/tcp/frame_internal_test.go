@@ -37,3 +37,29 @@ func TestFrameRest(t *testing.T) {
 		t.Errorf("small frame: %d buffers", len(l.wiov))
 	}
 }
+
+// TestDefaultSocketBuffer: the default buffer applies only where the kernel
+// grants all of it; a kernel that caps it (net.core.rmem_max below it) keeps
+// its autotuning. kernelGrants itself is asked for more than any kernel
+// grants by default (1 GiB) and for a size every kernel grants (4 KiB).
+func TestDefaultSocketBuffer(t *testing.T) {
+	for _, tc := range []struct {
+		grants bool
+		want   int
+	}{
+		{true, defaultSocketBuffer},
+		{false, -1},
+	} {
+		asked := 0
+		got := defaultSocketBufferFor(func(n int) bool { asked = n; return tc.grants })
+		if got != tc.want || asked != defaultSocketBuffer {
+			t.Errorf("grants %v: default %d after asking for %d, want %d after asking for %d", tc.grants, got, asked, tc.want, defaultSocketBuffer)
+		}
+	}
+	if kernelGrants(1 << 30) {
+		t.Error("kernelGrants(1 GiB) = true; net.core.rmem_max should cap it")
+	}
+	if !kernelGrants(4 << 10) {
+		t.Error("kernelGrants(4 KiB) = false")
+	}
+}

@@ -149,7 +149,7 @@ func TestListenConfig(t *testing.T) {
 		{"defaults", func(*tcp.Config) {}, true},
 		{"no secret", func(c *tcp.Config) { c.Secret = nil }, false},
 		{"bad address", func(c *tcp.Config) { c.ListenAddr = "256.0.0.1:x" }, false},
-		{"negative socket buffer", func(c *tcp.Config) { c.SocketBuffer = -1 }, false},
+		{"socket buffer autotuned", func(c *tcp.Config) { c.SocketBuffer = -1 }, true},
 		{"advertise", func(c *tcp.Config) { c.AdvertiseAddr = "worker-3:7000" }, true},
 		{"socket buffer", func(c *tcp.Config) { c.SocketBuffer = 1 << 20 }, true},
 	} {
@@ -191,16 +191,66 @@ func TestWildcardAdvertise(t *testing.T) {
 	}
 }
 
-// TestSocketBufferMesh runs a mesh with explicit socket buffers.
+// TestSocketBufferMesh runs a mesh per socket buffer setting and checks the
+// buffers every link's socket ended up with, on both the dialing and the
+// accepting side: the default (4 MiB where the kernel grants it, else the
+// kernel's autotuning), an explicit size, and autotuning asked for.
 func TestSocketBufferMesh(t *testing.T) {
-	checkNoLeaks(t)
-	cfg := testConfig()
-	cfg.SocketBuffer = 64 << 10
-	cfg.ReadBufferSize = 16 << 10
-	trs := listenN(t, 3, cfg)
-	ctx := timeoutCtx(t, 30*time.Second)
-	if err := exchange(ctx, connectAll(t, ctx, trs, "sockbuf", 1)); err != nil {
-		t.Fatal(err)
+	grants := tcp.KernelGrants(tcp.DefaultSocketBuffer)
+	t.Logf("kernel grants %d-byte socket buffers: %v", tcp.DefaultSocketBuffer, grants)
+	// Linux reports twice the size it grants.
+	defAtLeast, defBelow := 2*tcp.DefaultSocketBuffer, 0
+	if !grants {
+		defAtLeast, defBelow = 0, 2*tcp.DefaultSocketBuffer
+	}
+	for _, tc := range []struct {
+		name string
+		size int
+		// at least / below: what every link's SO_RCVBUF and SO_SNDBUF must
+		// report; 0: no bound.
+		atLeast, below int
+		// rcvOnly: bound SO_RCVBUF only (autotuning may already have grown
+		// the send buffer to net.ipv4.tcp_wmem's maximum at connect).
+		rcvOnly bool
+	}{
+		{"explicit 64 KiB", 64 << 10, 2 * 64 << 10, 2*64<<10 + 1, false},
+		{"default", 0, defAtLeast, defBelow, !grants},
+		// Autotuning starts the receive buffer at net.ipv4.tcp_rmem's middle
+		// value, 128 KiB unless raised.
+		{"autotuning", -1, 0, 2 * tcp.DefaultSocketBuffer, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			cfg := testConfig()
+			cfg.SocketBuffer = tc.size
+			cfg.ReadBufferSize = 16 << 10
+			trs := listenN(t, 3, cfg)
+			ctx := timeoutCtx(t, 30*time.Second)
+			links := connectAll(t, ctx, trs, "sockbuf", 1)
+			for r, ls := range links {
+				for _, l := range ls {
+					if l == nil {
+						continue
+					}
+					rcv, snd, err := tcp.SocketBuffers(l)
+					if err != nil {
+						t.Fatal(err)
+					}
+					checked := []int{rcv, snd}
+					if tc.rcvOnly {
+						checked = checked[:1]
+					}
+					for _, got := range checked {
+						if got < tc.atLeast || (tc.below > 0 && got >= tc.below) {
+							t.Errorf("rank %d, link to %d: SO_RCVBUF %d, SO_SNDBUF %d; want each in [%d, %d)", r, l.Peer(), rcv, snd, tc.atLeast, tc.below)
+						}
+					}
+				}
+			}
+			if err := exchange(ctx, links); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
