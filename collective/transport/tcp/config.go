@@ -34,11 +34,11 @@ type Config struct {
 	// headers and payloads shorter than it are read through it, longer
 	// payloads straight into the caller's buffer. Default 16 KiB.
 	ReadBufferSize int
-	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of every connection (before
-	// connecting, so the TCP window scale fits them). Default 4 MiB where the
-	// kernel grants that much (net.core.rmem_max and wmem_max; otherwise the
-	// kernel's autotuning, since a buffer capped below what autotuning reaches
-	// would be worse); negative: the kernel's autotuning.
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of every connection, before
+	// connecting (so the TCP window scale fits them); negative: the kernel's
+	// autotuning. Default (0): 4 MiB, set once a world is connected, when
+	// this host's ranks do not outnumber its CPUs and the kernel grants that
+	// much (net.core.rmem_max and wmem_max); otherwise autotuning.
 	//
 	// Why a fixed size: autotuning starts the receive buffer at
 	// net.ipv4.tcp_rmem's default (128 KiB) and grows it only as the
@@ -47,10 +47,15 @@ type Config struct {
 	// not fit the receive window: the sender's data waits in its socket and
 	// goes out as the receiver's acknowledgements arrive, transmitted by the
 	// receiver's core, so segments of one stream leave from two cores, arrive
-	// out of order and are retransmitted spuriously (ss -ti on loopback: 50
-	// retransmissions and 26 % of the time window-limited in 1500 4 MiB
-	// allreduces; a 4 MiB buffer cut the median time by about a third).
-	// Memory is taken only as data is queued; the size is a limit.
+	// out of order and are retransmitted spuriously (nstat on loopback, 35
+	// 4 MiB allreduces of two ranks: 2-14 fast retransmissions and ~1400
+	// segments queued behind a busy socket per run with autotuning, 0-3 and
+	// ~200 with 4 MiB). Why not when ranks share CPUs: a rank's peer on the
+	// same core is not running while it sends, so a large window lets it
+	// queue megabytes that leave the cache before they are read (4 ranks on
+	// 2 cores, 64 MiB: 7-9 % slower than autotuning). A capped buffer would
+	// be worse than autotuning, hence the check. Memory is taken only as data
+	// is queued; the size is a limit.
 	SocketBuffer int
 	// SpinTime is how long a call that finds nothing to read (or no room to
 	// write) polls the socket before it parks in the network poller; the bound
@@ -124,22 +129,22 @@ func (c Config) withDefaults() (Config, error) {
 	case c.SpinTime < 0:
 		c.SpinTime = 0
 	}
-	if c.SocketBuffer == 0 {
-		c.SocketBuffer = defaultSocketBufferFor(kernelGrants)
-	}
 	if c.Logger == nil {
 		c.Logger = d.Logger
 	}
 	return c, nil
 }
 
-// defaultSocketBufferFor is SocketBuffer's default: defaultSocketBuffer when
-// grants says the kernel gives sockets that much, else -1 (autotuning).
-func defaultSocketBufferFor(grants func(n int) bool) int {
-	if grants(defaultSocketBuffer) {
-		return defaultSocketBuffer
+// worldSocketBuffer is the buffer size Connect sets on a world's links, 0
+// for none: with SocketBuffer left at its default (configured 0),
+// defaultSocketBuffer unless this host's ranks outnumber its CPUs or the
+// kernel would cap it (granted false). An explicit size was set before
+// connecting; a negative one asks for autotuning.
+func worldSocketBuffer(configured int, oversubscribed, granted bool) int {
+	if configured != 0 || oversubscribed || !granted {
+		return 0
 	}
-	return -1
+	return defaultSocketBuffer
 }
 
 // kernelGrants reports whether the kernel gives a socket SO_RCVBUF and
@@ -168,22 +173,23 @@ func kernelGrants(n int) bool {
 	return true
 }
 
-// socketControl sizes a socket's buffers before it connects or listens (see
-// Config.SocketBuffer).
+// socketControl sizes a socket's buffers before it connects or listens, when
+// SocketBuffer is set.
 func (c Config) socketControl(network, address string, rc syscall.RawConn) error {
-	n := c.SocketBuffer
-	if n <= 0 {
+	if c.SocketBuffer <= 0 {
 		return nil
 	}
 	var serr error
-	err := rc.Control(func(fd uintptr) {
-		if serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, n); serr != nil {
-			return
-		}
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, n)
-	})
-	if err != nil {
+	if err := rc.Control(func(fd uintptr) { serr = setSocketBuffers(int(fd), c.SocketBuffer) }); err != nil {
 		return err
 	}
 	return serr
+}
+
+// setSocketBuffers sets a socket's SO_RCVBUF and SO_SNDBUF to n bytes.
+func setSocketBuffers(fd, n int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, n); err != nil {
+		return err
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
 }

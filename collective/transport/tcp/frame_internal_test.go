@@ -38,22 +38,25 @@ func TestFrameRest(t *testing.T) {
 	}
 }
 
-// TestDefaultSocketBuffer: the default buffer applies only where the kernel
-// grants all of it; a kernel that caps it (net.core.rmem_max below it) keeps
-// its autotuning. kernelGrants itself is asked for more than any kernel
-// grants by default (1 GiB) and for a size every kernel grants (4 KiB).
-func TestDefaultSocketBuffer(t *testing.T) {
+// TestWorldSocketBuffer: the default buffer is set on a world's links only
+// where the host's ranks do not outnumber its CPUs and the kernel grants all
+// of it; an explicit size (set before connecting) or autotuning asked for
+// leaves them alone. kernelGrants itself is asked for more than a kernel
+// grants unless told to (1 GiB) and for a size every kernel grants (4 KiB).
+func TestWorldSocketBuffer(t *testing.T) {
 	for _, tc := range []struct {
-		grants bool
-		want   int
+		configured              int
+		oversubscribed, granted bool
+		want                    int
 	}{
-		{true, defaultSocketBuffer},
-		{false, -1},
+		{0, false, true, defaultSocketBuffer},
+		{0, true, true, 0},
+		{0, false, false, 0},
+		{-1, false, true, 0},
+		{64 << 10, false, true, 0},
 	} {
-		asked := 0
-		got := defaultSocketBufferFor(func(n int) bool { asked = n; return tc.grants })
-		if got != tc.want || asked != defaultSocketBuffer {
-			t.Errorf("grants %v: default %d after asking for %d, want %d after asking for %d", tc.grants, got, asked, tc.want, defaultSocketBuffer)
+		if got := worldSocketBuffer(tc.configured, tc.oversubscribed, tc.granted); got != tc.want {
+			t.Errorf("worldSocketBuffer(%d, oversubscribed %v, granted %v) = %d, want %d", tc.configured, tc.oversubscribed, tc.granted, got, tc.want)
 		}
 	}
 	if kernelGrants(1 << 30) {

@@ -193,38 +193,43 @@ func TestWildcardAdvertise(t *testing.T) {
 
 // TestSocketBufferMesh runs a mesh per socket buffer setting and checks the
 // buffers every link's socket ended up with, on both the dialing and the
-// accepting side: the default (4 MiB where the kernel grants it, else the
-// kernel's autotuning), an explicit size, and autotuning asked for.
+// accepting side: an explicit size; the default, which is 4 MiB where the
+// kernel grants it and the host's ranks do not outnumber its CPUs, and the
+// kernel's autotuning otherwise; and autotuning asked for.
 func TestSocketBufferMesh(t *testing.T) {
+	cpus := spin.HostCPUs()
 	grants := tcp.KernelGrants(tcp.DefaultSocketBuffer)
-	t.Logf("kernel grants %d-byte socket buffers: %v", tcp.DefaultSocketBuffer, grants)
-	// Linux reports twice the size it grants.
-	defAtLeast, defBelow := 2*tcp.DefaultSocketBuffer, 0
-	if !grants {
-		defAtLeast, defBelow = 0, 2*tcp.DefaultSocketBuffer
+	t.Logf("%d CPUs; kernel grants %d-byte socket buffers: %v", cpus, tcp.DefaultSocketBuffer, grants)
+	// Linux reports twice the size it grants. Autotuning starts the receive
+	// buffer at net.ipv4.tcp_rmem's middle value (128 KiB unless raised)
+	// and may already have grown the send buffer to tcp_wmem's maximum.
+	fixed := tcpBufs{atLeast: 2 * tcp.DefaultSocketBuffer}
+	autotuned := tcpBufs{below: 2 * tcp.DefaultSocketBuffer, rcvOnly: true}
+	def := autotuned
+	if grants && cpus >= 2 {
+		def = fixed
 	}
-	for _, tc := range []struct {
-		name string
-		size int
-		// at least / below: what every link's SO_RCVBUF and SO_SNDBUF must
-		// report; 0: no bound.
-		atLeast, below int
-		// rcvOnly: bound SO_RCVBUF only (autotuning may already have grown
-		// the send buffer to net.ipv4.tcp_wmem's maximum at connect).
-		rcvOnly bool
-	}{
-		{"explicit 64 KiB", 64 << 10, 2 * 64 << 10, 2*64<<10 + 1, false},
-		{"default", 0, defAtLeast, defBelow, !grants},
-		// Autotuning starts the receive buffer at net.ipv4.tcp_rmem's middle
-		// value, 128 KiB unless raised.
-		{"autotuning", -1, 0, 2 * tcp.DefaultSocketBuffer, true},
-	} {
+	type bufCase struct {
+		name  string
+		size  int // Config.SocketBuffer
+		ranks int
+		want  tcpBufs
+	}
+	cases := []bufCase{
+		{"explicit 64 KiB", 64 << 10, 3, tcpBufs{atLeast: 2 * 64 << 10, below: 2*64<<10 + 1}},
+		{"default, a CPU per rank", 0, 2, def},
+		{"autotuning", -1, 2, autotuned},
+	}
+	if cpus <= 8 {
+		cases = append(cases, bufCase{"default, more ranks than CPUs", 0, cpus + 1, autotuned})
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			checkNoLeaks(t)
 			cfg := testConfig()
 			cfg.SocketBuffer = tc.size
 			cfg.ReadBufferSize = 16 << 10
-			trs := listenN(t, 3, cfg)
+			trs := listenN(t, tc.ranks, cfg)
 			ctx := timeoutCtx(t, 30*time.Second)
 			links := connectAll(t, ctx, trs, "sockbuf", 1)
 			for r, ls := range links {
@@ -236,14 +241,8 @@ func TestSocketBufferMesh(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					checked := []int{rcv, snd}
-					if tc.rcvOnly {
-						checked = checked[:1]
-					}
-					for _, got := range checked {
-						if got < tc.atLeast || (tc.below > 0 && got >= tc.below) {
-							t.Errorf("rank %d, link to %d: SO_RCVBUF %d, SO_SNDBUF %d; want each in [%d, %d)", r, l.Peer(), rcv, snd, tc.atLeast, tc.below)
-						}
+					if !tc.want.ok(rcv, snd) {
+						t.Errorf("rank %d, link to %d: SO_RCVBUF %d, SO_SNDBUF %d; want %+v", r, l.Peer(), rcv, snd, tc.want)
 					}
 				}
 			}
@@ -252,6 +251,26 @@ func TestSocketBufferMesh(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tcpBufs bounds what a socket's SO_RCVBUF and SO_SNDBUF report: at least
+// atLeast, below below (0: no bound); rcvOnly bounds SO_RCVBUF alone.
+type tcpBufs struct {
+	atLeast, below int
+	rcvOnly        bool
+}
+
+func (b tcpBufs) ok(rcv, snd int) bool {
+	checked := []int{rcv, snd}
+	if b.rcvOnly {
+		checked = checked[:1]
+	}
+	for _, n := range checked {
+		if n < b.atLeast || (b.below > 0 && n >= b.below) {
+			return false
+		}
+	}
+	return true
 }
 
 // TestConnectStaggered starts the ranks' Connect calls at different times, so
