@@ -48,9 +48,9 @@ type Config struct {
 	// goes out as the receiver's acknowledgements arrive, transmitted by the
 	// receiver's core, so segments of one stream leave from two cores, arrive
 	// out of order and are retransmitted spuriously (nstat on loopback, 35
-	// 4 MiB allreduces of two ranks: 2-14 fast retransmissions and ~1400
+	// 4 MiB allreduces of two ranks: 2-14 fast retransmissions and 1177-1675
 	// segments queued behind a busy socket per run with autotuning, 0-3 and
-	// ~200 with 4 MiB). Why not when ranks share CPUs: a rank's peer on the
+	// 124-678 with 4 MiB; see docs/performance.md). Why not when ranks share CPUs: a rank's peer on the
 	// same core is not running while it sends, so a large window lets it
 	// queue megabytes that leave the cache before they are read (4 ranks on
 	// 2 cores, 64 MiB: 7-9 % slower than autotuning). A capped buffer would
