@@ -36,26 +36,31 @@ type Config struct {
 	ReadBufferSize int
 	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of every connection, before
 	// connecting (so the TCP window scale fits them); negative: the kernel's
-	// autotuning. Default (0): 4 MiB, set once a world is connected, when
-	// this host's ranks do not outnumber its CPUs and the kernel grants that
-	// much (net.core.rmem_max and wmem_max); otherwise autotuning.
+	// autotuning. Default (0): 4 MiB on the links between ranks of this host,
+	// set once a world is connected, when this host's ranks do not outnumber
+	// its CPUs and the kernel grants that much (net.core.rmem_max and
+	// wmem_max); autotuning on every other link.
 	//
-	// Why a fixed size: autotuning starts the receive buffer at
+	// Why a fixed size on one host: autotuning starts the receive buffer at
 	// net.ipv4.tcp_rmem's default (128 KiB) and grows it only as the
 	// application reads, over hundreds of large transfers. Until then a ring
 	// step's chunks (2 MiB in flight for a 4 MiB allreduce of two ranks) do
 	// not fit the receive window: the sender's data waits in its socket and
-	// goes out as the receiver's acknowledgements arrive, transmitted by the
-	// receiver's core, so segments of one stream leave from two cores, arrive
-	// out of order and are retransmitted spuriously (nstat on loopback, 35
-	// 4 MiB allreduces of two ranks: 2-14 fast retransmissions and 1177-1675
-	// segments queued behind a busy socket per run with autotuning, 0-3 and
-	// 124-678 with 4 MiB; see docs/performance.md). Why not when ranks share CPUs: a rank's peer on the
-	// same core is not running while it sends, so a large window lets it
-	// queue megabytes that leave the cache before they are read (4 ranks on
-	// 2 cores, 64 MiB: 7-9 % slower than autotuning). A capped buffer would
-	// be worse than autotuning, hence the check. Memory is taken only as data
-	// is queued; the size is a limit.
+	// goes out as the receiver's acknowledgements arrive, which on loopback
+	// the receiver's core transmits, so segments of one stream leave from
+	// two cores, arrive out of order and are retransmitted spuriously (nstat,
+	// 35 4 MiB allreduces of two ranks: 2-14 fast retransmissions and
+	// 1177-1675 segments queued behind a busy socket per run with
+	// autotuning, 0-3 and 124-678 with 4 MiB; see docs/performance.md).
+	// Why not when ranks share CPUs: a rank's peer on the same core is not
+	// running while it sends, so a large window lets it queue megabytes that
+	// leave the cache before they are read (4 ranks on 2 cores, 64 MiB: 7-9 %
+	// slower than autotuning). Why not between hosts: measured between
+	// network-namespace hosts on this machine it did not help (4 MiB) and
+	// cost up to a third at 256 KiB, and a fixed window would cap a link
+	// whose bandwidth-delay product autotuning would outgrow. A capped buffer
+	// would be worse than autotuning, hence the check. Memory is taken only
+	// as data is queued; the size is a limit.
 	SocketBuffer int
 	// SpinTime is how long a call that finds nothing to read (or no room to
 	// write) polls the socket before it parks in the network poller; the bound
@@ -135,8 +140,9 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// worldSocketBuffer is the buffer size Connect sets on a world's links, 0
-// for none: with SocketBuffer left at its default (configured 0),
+// worldSocketBuffer is the buffer size Connect sets on a world's links to
+// ranks of this host, 0 for none: with SocketBuffer left at its default
+// (configured 0),
 // defaultSocketBuffer unless this host's ranks outnumber its CPUs or the
 // kernel would cap it (granted false). An explicit size was set before
 // connecting; a negative one asks for autotuning.

@@ -26,7 +26,8 @@ func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport
 	}
 	// Ranks on this host that outnumber its CPUs take turns on the cores: a
 	// waiting rank's polls then also yield to other processes (package spin),
-	// and its sockets keep the kernel's buffer autotuning (Config.SocketBuffer).
+	// and its sockets keep the kernel's buffer autotuning. Otherwise links
+	// between ranks of this host get fixed buffers (Config.SocketBuffer).
 	local := 1
 	for _, l := range links {
 		if tl, ok := l.(*link); ok && tl.sameHost() {
@@ -43,7 +44,7 @@ func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport
 		if over {
 			tl.oversubscribed()
 		}
-		if buf > 0 {
+		if buf > 0 && tl.sameHost() {
 			if err := tl.setBuffers(buf); err != nil {
 				// Autotuning stays: slower to ramp up, but it works.
 				t.log.Debug("gorovod tcp: socket buffers not set", "peer", tl.peer, "bytes", buf, "err", err)
