@@ -55,10 +55,10 @@ type Config struct {
 	// Why not when ranks share CPUs: a rank's peer on the same core is not
 	// running while it sends, so a large window lets it queue megabytes that
 	// leave the cache before they are read (4 ranks on 2 cores, 64 MiB: 7-9 %
-	// slower than autotuning). Why not between hosts: measured between
-	// network-namespace hosts on this machine it did not help (4 MiB) and
-	// cost up to a third at 256 KiB, and a fixed window would cap a link
-	// whose bandwidth-delay product autotuning would outgrow. A capped buffer
+	// slower than autotuning). Why not between hosts: between this
+	// machine's network-namespace hosts no gain showed through the noise,
+	// and a fixed window would cap a link whose bandwidth-delay product
+	// autotuning would outgrow. A capped buffer
 	// would be worse than autotuning, hence the check. Memory is taken only
 	// as data is queued; the size is a limit.
 	SocketBuffer int
