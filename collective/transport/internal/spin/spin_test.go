@@ -36,8 +36,23 @@ func TestBudgetBoundsAWait(t *testing.T) {
 }
 
 func TestBudgetAdapts(t *testing.T) {
-	const max = 4 * time.Millisecond
-	b := NewBudget(max, 1, true)
+	for _, tc := range []struct {
+		name  string
+		limit time.Duration
+		yield bool
+		max   time.Duration
+	}{
+		{"own process", 4 * time.Millisecond, false, 4 * time.Millisecond},
+		{"yielding to processes", 400 * time.Microsecond, true, 400 * time.Microsecond * YieldingFactor},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testBudgetAdapts(t, NewBudget(tc.limit, 1, tc.yield), tc.max) })
+	}
+}
+
+func testBudgetAdapts(t *testing.T, b Budget, max time.Duration) {
+	if b.Limit() != max {
+		t.Fatalf("a new budget's limit is %v, want %v", b.Limit(), max)
+	}
 	// Waits that outlast the budget halve it, down to max/16.
 	want := max
 	for range 6 {
@@ -99,5 +114,60 @@ func TestZeroBudgetNeverPolls(t *testing.T) {
 		if b.Limit() != 0 {
 			t.Errorf("budget %+v adapted to %v", b, b.Limit())
 		}
+	}
+}
+
+// TestPauseNeedsSlowYieldsInARow: a slow yield now and then (a rank of the
+// job that ran long, the VM descheduled) does not pause the yields; a streak
+// of slowStreak does, and the waits of a paused budget poll no longer than a
+// non-yielding budget's limit.
+func TestPauseNeedsSlowYieldsInARow(t *testing.T) {
+	const limit = time.Millisecond
+	b := NewBudget(limit, 1, true)
+	slow := false
+	// A slow yield is one that returns after slowYield; this one does.
+	b.sysYield = func() {
+		if slow {
+			time.Sleep(slowYield + 50*time.Microsecond)
+		}
+	}
+	yieldOnce := func() { // a wait's first poll yields
+		w := b.Begin(nil)
+		w.Again(never)
+	}
+	for range 5 {
+		for i := range slowStreak {
+			slow = i < slowStreak-1
+			yieldOnce()
+		}
+	}
+	if !b.noYieldUntil.IsZero() {
+		t.Fatalf("%d slow yields at a time paused the yields", slowStreak-1)
+	}
+	slow = true
+	for range slowStreak {
+		yieldOnce()
+	}
+	if pause := time.Until(b.noYieldUntil); pause < yieldPause/2 {
+		t.Fatalf("%d slow yields in a row paused the yields for %v, want about %v", slowStreak, pause, yieldPause)
+	}
+	if b.Limit() != limit*YieldingFactor {
+		t.Fatalf("limit %v, want %v", b.Limit(), limit*YieldingFactor)
+	}
+	// Paused: a wait's bound is the non-yielding limit, not the yielding one
+	// (the bound starts at the wait's first clock check, before now).
+	w := b.Begin(nil)
+	w.Again(never)
+	if bound := time.Until(w.until); bound > limit {
+		t.Errorf("a wait of a paused budget may poll %v, want at most %v", bound, limit)
+	}
+	// Not paused: the yielding limit.
+	b.noYieldUntil = time.Time{}
+	slow = false
+	before := time.Now()
+	w = b.Begin(nil)
+	w.Again(never)
+	if bound := w.until.Sub(before); bound < limit*YieldingFactor {
+		t.Errorf("a wait of a yielding budget may poll %v, want %v", bound, limit*YieldingFactor)
 	}
 }
