@@ -21,19 +21,22 @@
 //     and one that does not wait for anything (other work on the machine)
 //     keeps it for a whole time slice, which at every wait made one busy
 //     core cost a 4 KiB allreduce milliseconds and, under heavier load, a
-//     4 MiB TCP allreduce half its speed. Even among oversubscribed ranks
-//     three yields in a row that each come back only after a whole slice
-//     stop the yields for a while (100 ms, doubling while it recurs, up to
-//     10 s), and the waits meanwhile poll no longer than non-yielding ones;
+//     4 MiB TCP allreduce half its speed. Even among oversubscribed ranks a
+//     yield that comes back only after a whole slice stops the yields for a
+//     while (100 ms, doubling while it recurs, up to 10 s; for polls of
+//     shared memory two such yields within 10 ms, and 10 ms at first: a
+//     lone slow yield on an idle machine is a blip, and these ranks lose
+//     most while paused), and the waits meanwhile poll no longer than
+//     non-yielding ones;
 //   - it checks the context, the link's state and the clock, so cancellation,
 //     Close and Abort end it within a few polls;
 //   - it is bounded per wait by a Budget, which adapts: it halves each time a
 //     wait outlasts it (the call parks anyway, so the polling was wasted)
 //     and grows by a sixteenth of its maximum each time a poll succeeds. The
-//     maximum is YieldingFactor times longer when the polls yield to other
-//     processes: with ranks two to a core a wait is mostly the neighbour's
-//     turn on the CPU, which a yield gives at once and a parked wait pays a
-//     kernel wake-up on top of. A job that waits on a silent peer spins
+//     maximum is YieldingFactor times longer for polls that read memory and
+//     yield to other processes (NewYieldingBudget): with ranks two to a core
+//     a wait is mostly the neighbour's turn on the CPU, which a yield gives
+//     at once and a parked wait pays a kernel wake-up on top of. A job that waits on a silent peer spins
 //     once, briefly, then sleeps; a job whose waits are long (slow steps, a
 //     straggler) soon spins only a little per wait; a job streaming data
 //     spins at the maximum.

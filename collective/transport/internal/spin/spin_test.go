@@ -43,9 +43,16 @@ func TestBudgetAdapts(t *testing.T) {
 		max   time.Duration
 	}{
 		{"own process", 4 * time.Millisecond, false, 4 * time.Millisecond},
-		{"yielding to processes", 400 * time.Microsecond, true, 400 * time.Microsecond * YieldingFactor},
+		{"yielding to processes", 4 * time.Millisecond, true, 4 * time.Millisecond},
+		{"yielding, memory reads", 400 * time.Microsecond, true, 400 * time.Microsecond * YieldingFactor},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testBudgetAdapts(t, NewBudget(tc.limit, 1, tc.yield), tc.max) })
+		t.Run(tc.name, func(t *testing.T) {
+			b := NewBudget(tc.limit, 1, tc.yield)
+			if tc.max != tc.limit {
+				b = NewYieldingBudget(tc.limit, 1)
+			}
+			testBudgetAdapts(t, b, tc.max)
+		})
 	}
 }
 
@@ -117,13 +124,13 @@ func TestZeroBudgetNeverPolls(t *testing.T) {
 	}
 }
 
-// TestPauseNeedsSlowYieldsInARow: a slow yield now and then (a rank of the
-// job that ran long, the VM descheduled) does not pause the yields; a streak
-// of slowStreak does, and the waits of a paused budget poll no longer than a
-// non-yielding budget's limit.
-func TestPauseNeedsSlowYieldsInARow(t *testing.T) {
+// TestPauseNeedsTwoSlowYields: a slow yield now and then (something held the
+// CPU for a moment) does not pause the yields; two within slowWindow do, for
+// blipPause, doubling while it recurs; and the waits of a paused budget poll
+// no longer than a non-yielding budget's limit.
+func TestPauseNeedsTwoSlowYields(t *testing.T) {
 	const limit = time.Millisecond
-	b := NewBudget(limit, 1, true)
+	b := NewYieldingBudget(limit, 1)
 	slow := false
 	// A slow yield is one that returns after slowYield; this one does.
 	b.sysYield = func() {
@@ -136,20 +143,21 @@ func TestPauseNeedsSlowYieldsInARow(t *testing.T) {
 		w.Again(never)
 	}
 	for range 5 {
-		for i := range slowStreak {
-			slow = i < slowStreak-1
-			yieldOnce()
+		slow = true
+		yieldOnce()
+		slow = false
+		yieldOnce()
+		if !b.noYieldUntil.IsZero() {
+			t.Fatal("lone slow yields paused the yields")
 		}
-	}
-	if !b.noYieldUntil.IsZero() {
-		t.Fatalf("%d slow yields at a time paused the yields", slowStreak-1)
+		// The next slow yield comes long after this one.
+		b.lastSlow = b.lastSlow.Add(-2 * slowWindow)
 	}
 	slow = true
-	for range slowStreak {
-		yieldOnce()
-	}
-	if pause := time.Until(b.noYieldUntil); pause < yieldPause/2 {
-		t.Fatalf("%d slow yields in a row paused the yields for %v, want about %v", slowStreak, pause, yieldPause)
+	yieldOnce()
+	yieldOnce()
+	if pause := time.Until(b.noYieldUntil); pause < blipPause/2 || pause > blipPause+time.Second {
+		t.Fatalf("two slow yields in a row paused the yields for %v, want about %v", pause, blipPause)
 	}
 	if b.Limit() != limit*YieldingFactor {
 		t.Fatalf("limit %v, want %v", b.Limit(), limit*YieldingFactor)
@@ -160,6 +168,13 @@ func TestPauseNeedsSlowYieldsInARow(t *testing.T) {
 	w.Again(never)
 	if bound := time.Until(w.until); bound > limit {
 		t.Errorf("a wait of a paused budget may poll %v, want at most %v", bound, limit)
+	}
+	// Slow yields again right after the pause: twice as long.
+	b.noYieldUntil = time.Time{}
+	yieldOnce()
+	yieldOnce()
+	if pause := time.Until(b.noYieldUntil); pause < blipPause*3/2 {
+		t.Fatalf("a recurring pause lasts %v, want about %v", pause, 2*blipPause)
 	}
 	// Not paused: the yielding limit.
 	b.noYieldUntil = time.Time{}
