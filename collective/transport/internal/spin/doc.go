@@ -24,10 +24,10 @@
 //     4 MiB TCP allreduce half its speed. Even among oversubscribed ranks a
 //     yield that comes back only after a whole slice stops the yields for a
 //     while (100 ms, doubling while it recurs, up to 10 s; for polls of
-//     shared memory two such yields within 10 ms, and 10 ms at first: a
-//     lone slow yield on an idle machine is a blip, and these ranks lose
-//     most while paused), and the waits meanwhile poll no longer than
-//     non-yielding ones;
+//     shared memory two yields of over 1 ms within 10 ms, and 10 ms at
+//     first: a lone slow yield on an idle machine is a blip, and these
+//     ranks lose most while paused), and the waits meanwhile poll no longer
+//     than non-yielding ones;
 //   - it checks the context, the link's state and the clock, so cancellation,
 //     Close and Abort end it within a few polls;
 //   - it is bounded per wait by a Budget, which adapts: it halves each time a

@@ -27,22 +27,28 @@ const (
 	maxYieldPause = 10 * time.Second
 )
 
-// A NewYieldingBudget pauses its yields only after two slow yields within
-// slowWindow, and first for blipPause, doubled each time the next two come
-// within a pause's length of the last pause's end. On an idle machine,
-// yields among 4 ranks on 2 cores took over 200 µs (0.5–4 ms) a few times
-// per 100 ms anyway: something else held the CPU for a moment (the launcher,
-// a kernel thread, the VM's vCPU descheduled). A pause after such a blip
-// costs ranks that poll a shared-memory ring dearly — while paused, polls
-// keep the CPU from the very rank they wait for: 4 ranks on 2 cores, 256 KiB
-// over shared memory, took 480–730 µs an allreduce when a slow yield
-// started a 100 ms pause, 120–240 µs without pauses. TCP's polls keep the
+// A NewYieldingBudget pauses its yields only after two yields of more than
+// blipSlowYield within slowWindow, and first for blipPause, doubled each
+// time the next two come within a pause's length of the last pause's end.
+// On an idle machine, yields among 4 ranks on 2 cores took over 200 µs
+// (0.5–4 ms) a few times per 100 ms anyway: the rank sharing the core ran
+// that long before it waited, or something else held the CPU for a moment
+// (the launcher, a kernel thread, the VM's vCPU descheduled). A pause after
+// such a blip costs ranks that poll a shared-memory ring dearly — while
+// paused, polls keep the CPU from the very rank they wait for: 4 ranks on 2
+// cores, 256 KiB over shared memory, took 480–730 µs an allreduce when a
+// slow yield started a 100 ms pause, 120–240 µs without pauses; with pauses
+// after two yields over 200 µs, 90–110 µs in runs without a pause and
+// 140–260 µs in runs with one (14 runs); counting only yields over 1 ms,
+// 105–169 µs in 7 runs of 7 (105–290 with 200 µs). A busy process's turn
+// is a whole time slice, ≥ 1 ms (about 4 ms here). TCP's polls keep the
 // first rule: with it the same runs were as fast (0.86–1.33x), and with one
 // core kept busy the blip rule cost them 0.2–0.96x (it pauses later and
 // shorter, so a short job keeps handing slices to the busy process).
 const (
-	slowWindow = 10 * time.Millisecond
-	blipPause  = 10 * time.Millisecond
+	slowWindow    = 10 * time.Millisecond
+	blipSlowYield = time.Millisecond
+	blipPause     = 10 * time.Millisecond
 )
 
 // YieldingFactor is how much longer than its limit a wait of a
@@ -178,7 +184,7 @@ func (b *Budget) yieldToProcesses() {
 	t := time.Now()
 	b.sysYield()
 	d := time.Since(t)
-	if d <= slowYield {
+	if d <= slowYield || (b.blips && d <= blipSlowYield) {
 		return
 	}
 	prev := b.lastSlow

@@ -132,10 +132,16 @@ func TestPauseNeedsTwoSlowYields(t *testing.T) {
 	const limit = time.Millisecond
 	b := NewYieldingBudget(limit, 1)
 	slow := false
-	// A slow yield is one that returns after slowYield; this one does.
+	// A slow yield is one that returns after blipSlowYield; this one does.
+	// One that returns after slowYield does not count for this budget.
+	medium := false
 	b.sysYield = func() {
-		if slow {
-			time.Sleep(slowYield + 50*time.Microsecond)
+		switch {
+		case slow:
+			time.Sleep(blipSlowYield + 50*time.Microsecond)
+		case medium: // a sleep this short may oversleep past blipSlowYield
+			for t0 := time.Now(); time.Since(t0) < slowYield+50*time.Microsecond; {
+			}
 		}
 	}
 	yieldOnce := func() { // a wait's first poll yields
@@ -153,7 +159,14 @@ func TestPauseNeedsTwoSlowYields(t *testing.T) {
 		// The next slow yield comes long after this one.
 		b.lastSlow = b.lastSlow.Add(-2 * slowWindow)
 	}
-	slow = true
+	medium = true
+	for range 3 {
+		yieldOnce()
+	}
+	if !b.noYieldUntil.IsZero() {
+		t.Fatalf("yields of %v paused the yields", slowYield+50*time.Microsecond)
+	}
+	medium, slow = false, true
 	yieldOnce()
 	yieldOnce()
 	if pause := time.Until(b.noYieldUntil); pause < blipPause/2 || pause > blipPause+time.Second {
