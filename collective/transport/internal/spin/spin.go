@@ -37,10 +37,11 @@ const (
 // such a blip costs ranks that poll a shared-memory ring dearly — while
 // paused, polls keep the CPU from the very rank they wait for: 4 ranks on 2
 // cores, 256 KiB over shared memory, took 480–730 µs an allreduce when a
-// slow yield started a 100 ms pause, 120–240 µs without pauses; with pauses
-// after two yields over 200 µs, 90–110 µs in runs without a pause and
-// 140–260 µs in runs with one (14 runs); counting only yields over 1 ms,
-// 105–169 µs in 7 runs of 7 (105–290 with 200 µs). A busy process's turn
+// slow yield started a 100 ms pause, 120–240 µs without pauses. Pausing
+// after two yields over 200 µs, 8 of the 9 runs of 14 that took 136–257 µs
+// had a rank that paused and then parked 18–66 times, 1 of the 5 that took
+// 91–112 µs; counting only yields over 1 ms, 105–169 µs in 7 runs of 7
+// (105–290 with 200 µs). A busy process's turn
 // is a whole time slice, ≥ 1 ms (about 4 ms here). TCP's polls keep the
 // first rule: with it the same runs were as fast (0.86–1.33x), and with one
 // core kept busy the blip rule cost them 0.2–0.96x (it pauses later and
