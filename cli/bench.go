@@ -74,7 +74,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	def := collective.DefaultConfig()
 	chunk := fs.String("chunk-bytes", fmt.Sprint(def.ChunkBytes), "ring pipelining chunk")
 	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
-	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0 keeps the kernel's autotuning)")
+	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0: the transport's default, 4M between ranks of one host when each has a CPU and the kernel grants it; auto: the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
 	spinTime := fs.Duration("spin-time", 0, "how long a waiting call polls before it parks (0: the transport's default, 100µs; negative: never poll)")
 	placement := fs.String("placement", string(launch.PlaceBalanced), "pin workers to CPUs: balanced (each worker to its share of the CPUs) or none")
@@ -117,7 +117,9 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	spec.BatchTimeUS = int(batchTime.Microseconds())
 	spec.SpinTime = *spinTime
-	if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
+	if *sockBuf == "auto" {
+		spec.SocketBuf = -1 // tcp.Config: negative is the kernel's autotuning
+	} else if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
 		return usageErr(stderr, "--socket-buffer: %v", err)
 	}
 	if *profileDir != "" {

@@ -162,6 +162,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"bench", "--op", "median"}, "unknown reduce op"},
 		{[]string{"bench", "--factor", "1"}, "at least 2"},
 		{[]string{"bench", "--chunk-bytes", "1"}, "ChunkBytes"},
+		{[]string{"bench", "--socket-buffer", "lots"}, "bad size"},
 		{[]string{"bench", "--transport", "carrier-pigeon"}, "not available"},
 		{[]string{"bench", "--bogus"}, "flag provided but not defined"},
 		{[]string{"bench", "allreduce", "extra"}, "unexpected arguments"},

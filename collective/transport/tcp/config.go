@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gorovod/gorovod/collective/transport"
 )
 
@@ -32,9 +34,33 @@ type Config struct {
 	// headers and payloads shorter than it are read through it, longer
 	// payloads straight into the caller's buffer. Default 16 KiB.
 	ReadBufferSize int
-	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF when positive (before connecting,
-	// so the TCP window scale fits them); 0 leaves the
-	// kernel's autotuning alone.
+	// SocketBuffer sets SO_SNDBUF and SO_RCVBUF of every connection, before
+	// connecting (so the TCP window scale fits them); negative: the kernel's
+	// autotuning. Default (0): 4 MiB on the links between ranks of this host,
+	// set once a world is connected, when this host's ranks do not outnumber
+	// its CPUs and the kernel grants that much (net.core.rmem_max and
+	// wmem_max); autotuning on every other link.
+	//
+	// Why a fixed size on one host: autotuning starts the receive buffer at
+	// net.ipv4.tcp_rmem's default (128 KiB) and grows it only as the
+	// application reads, over hundreds of large transfers. Until then a ring
+	// step's chunks (2 MiB in flight for a 4 MiB allreduce of two ranks) do
+	// not fit the receive window: the sender's data waits in its socket and
+	// goes out as the receiver's acknowledgements arrive, which on loopback
+	// the receiver's core transmits, so segments of one stream leave from
+	// two cores, arrive out of order and are retransmitted spuriously (nstat,
+	// 35 4 MiB allreduces of two ranks: 2-14 fast retransmissions and
+	// 1177-1675 segments queued behind a busy socket per run with
+	// autotuning, 0-3 and 124-678 with 4 MiB; see docs/performance.md).
+	// Why not when ranks share CPUs: a rank's peer on the same core is not
+	// running while it sends, so a large window lets it queue megabytes that
+	// leave the cache before they are read (4 ranks on 2 cores, 64 MiB: 7-9 %
+	// slower than autotuning). Why not between hosts: between this
+	// machine's network-namespace hosts no gain showed through the noise,
+	// and a fixed window would cap a link whose bandwidth-delay product
+	// autotuning would outgrow. A capped buffer
+	// would be worse than autotuning, hence the check. Memory is taken only
+	// as data is queued; the size is a limit.
 	SocketBuffer int
 	// SpinTime is how long a call that finds nothing to read (or no room to
 	// write) polls the socket before it parks in the network poller; the bound
@@ -55,6 +81,7 @@ const (
 	defaultDialRetry        = 5 * time.Millisecond
 	defaultReadBufferSize   = 16384
 	defaultSpinTime         = 100 * time.Microsecond
+	defaultSocketBuffer     = 4 << 20
 	minReadBufferSize       = 4 << 10
 )
 
@@ -107,32 +134,68 @@ func (c Config) withDefaults() (Config, error) {
 	case c.SpinTime < 0:
 		c.SpinTime = 0
 	}
-	if c.SocketBuffer < 0 {
-		return c, fmt.Errorf("%w: SocketBuffer is negative", ErrInvalidConfig)
-	}
 	if c.Logger == nil {
 		c.Logger = d.Logger
 	}
 	return c, nil
 }
 
-// socketControl sizes a socket's buffers before it connects or listens. A fixed
-// size skips the kernel's autotuning ramp, which on loopback takes hundreds of
-// large transfers to reach full speed.
+// worldSocketBuffer is the buffer size Connect sets on a world's links to
+// ranks of this host, 0 for none: with SocketBuffer left at its default
+// (configured 0),
+// defaultSocketBuffer unless this host's ranks outnumber its CPUs or the
+// kernel would cap it (granted false). An explicit size was set before
+// connecting; a negative one asks for autotuning.
+func worldSocketBuffer(configured int, oversubscribed, granted bool) int {
+	if configured != 0 || oversubscribed || !granted {
+		return 0
+	}
+	return defaultSocketBuffer
+}
+
+// kernelGrants reports whether the kernel gives a socket SO_RCVBUF and
+// SO_SNDBUF of n bytes: it caps both silently at net.core.rmem_max and
+// wmem_max (212992 bytes unless raised), and Linux reports twice what it
+// grants, for its bookkeeping. It asks on a socket of its own, which it
+// closes: the buffer lock a setsockopt leaves cannot be undone.
+func kernelGrants(n int) bool {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return false
+		}
+	}
+	defer unix.Close(fd)
+	for _, opt := range []int{unix.SO_RCVBUF, unix.SO_SNDBUF} {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, n) != nil {
+			return false
+		}
+		got, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, opt)
+		if err != nil || got < n {
+			return false
+		}
+	}
+	return true
+}
+
+// socketControl sizes a socket's buffers before it connects or listens, when
+// SocketBuffer is set.
 func (c Config) socketControl(network, address string, rc syscall.RawConn) error {
-	n := c.SocketBuffer
-	if n <= 0 {
+	if c.SocketBuffer <= 0 {
 		return nil
 	}
 	var serr error
-	err := rc.Control(func(fd uintptr) {
-		if serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, n); serr != nil {
-			return
-		}
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, n)
-	})
-	if err != nil {
+	if err := rc.Control(func(fd uintptr) { serr = setSocketBuffers(int(fd), c.SocketBuffer) }); err != nil {
 		return err
 	}
 	return serr
+}
+
+// setSocketBuffers sets a socket's SO_RCVBUF and SO_SNDBUF to n bytes.
+func setSocketBuffers(fd, n int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, n); err != nil {
+		return err
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n)
 }

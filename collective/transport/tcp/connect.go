@@ -25,17 +25,29 @@ func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport
 		return nil, err
 	}
 	// Ranks on this host that outnumber its CPUs take turns on the cores: a
-	// waiting rank's polls then also yield to other processes (package spin).
+	// waiting rank's polls then also yield to other processes (package spin),
+	// and its sockets keep the kernel's buffer autotuning. Otherwise links
+	// between ranks of this host get fixed buffers (Config.SocketBuffer).
 	local := 1
 	for _, l := range links {
 		if tl, ok := l.(*link); ok && tl.sameHost() {
 			local++
 		}
 	}
-	if local > spin.HostCPUs() {
-		for _, l := range links {
-			if tl, ok := l.(*link); ok {
-				tl.oversubscribed()
+	over := local > spin.HostCPUs()
+	buf := worldSocketBuffer(t.cfg.SocketBuffer, over, t.bufGranted)
+	for _, l := range links {
+		tl, ok := l.(*link)
+		if !ok {
+			continue
+		}
+		if over {
+			tl.oversubscribed()
+		}
+		if buf > 0 && tl.sameHost() {
+			if err := tl.setBuffers(buf); err != nil {
+				// Autotuning stays: slower to ramp up, but it works.
+				t.log.Debug("gorovod tcp: socket buffers not set", "peer", tl.peer, "bytes", buf, "err", err)
 			}
 		}
 	}

@@ -48,4 +48,14 @@
 // few. The polling bound adapts per direction (package spin): it halves while
 // waits outlast it, so a job blocked on a silent peer, or whose waits are long,
 // spends almost no CPU polling.
+//
+// # Socket buffers
+//
+// Once a world is connected, its links between ranks of this host get 4 MiB
+// send and receive buffers when the host's ranks do not outnumber its CPUs
+// and the kernel grants that much (Config.SocketBuffer): the kernel's
+// autotuning grows a receive buffer too slowly for a ring step's burst of
+// chunks, and on loopback a window that is too small makes the receiver's
+// core transmit the sender's data, out of order. Ranks sharing CPUs, and
+// links to other hosts, keep autotuning.
 package tcp

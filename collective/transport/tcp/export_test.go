@@ -1,6 +1,33 @@
 package tcp
 
-import "github.com/gorovod/gorovod/collective/transport"
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/gorovod/gorovod/collective/transport"
+)
+
+// DefaultSocketBuffer is Config.SocketBuffer's default where the kernel grants it.
+const DefaultSocketBuffer = defaultSocketBuffer
+
+// KernelGrants reports whether this kernel gives sockets buffers of n bytes.
+func KernelGrants(n int) bool { return kernelGrants(n) }
+
+// SocketBuffers returns the link's SO_RCVBUF and SO_SNDBUF as the kernel
+// reports them (Linux: twice what it grants).
+func SocketBuffers(l transport.Link) (rcv, snd int, err error) {
+	var rerr, serr error
+	err = l.(*link).rc.Control(func(fd uintptr) {
+		rcv, rerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+		snd, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err == nil {
+		err = serr
+	}
+	return rcv, snd, err
+}
 
 // YieldsToProcesses reports whether a link's polls, both ways, yield to other
 // processes (this host's ranks outnumber its CPUs).

@@ -37,3 +37,32 @@ func TestFrameRest(t *testing.T) {
 		t.Errorf("small frame: %d buffers", len(l.wiov))
 	}
 }
+
+// TestWorldSocketBuffer: the default buffer is set on a world's links only
+// where the host's ranks do not outnumber its CPUs and the kernel grants all
+// of it; an explicit size (set before connecting) or autotuning asked for
+// leaves them alone. kernelGrants itself is asked for more than a kernel
+// grants unless told to (1 GiB) and for a size every kernel grants (4 KiB).
+func TestWorldSocketBuffer(t *testing.T) {
+	for _, tc := range []struct {
+		configured              int
+		oversubscribed, granted bool
+		want                    int
+	}{
+		{0, false, true, defaultSocketBuffer},
+		{0, true, true, 0},
+		{0, false, false, 0},
+		{-1, false, true, 0},
+		{64 << 10, false, true, 0},
+	} {
+		if got := worldSocketBuffer(tc.configured, tc.oversubscribed, tc.granted); got != tc.want {
+			t.Errorf("worldSocketBuffer(%d, oversubscribed %v, granted %v) = %d, want %d", tc.configured, tc.oversubscribed, tc.granted, got, tc.want)
+		}
+	}
+	if kernelGrants(1 << 30) {
+		t.Error("kernelGrants(1 GiB) = true; net.core.rmem_max should cap it")
+	}
+	if !kernelGrants(4 << 10) {
+		t.Error("kernelGrants(4 KiB) = false")
+	}
+}

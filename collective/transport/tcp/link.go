@@ -175,6 +175,17 @@ func (l *link) oversubscribed() {
 	l.rio.spin = spin.NewBudget(l.spinTime, pollEvery, true)
 }
 
+// setBuffers sets the connected socket's SO_RCVBUF and SO_SNDBUF to n bytes,
+// before the link's first use. The window scale, agreed at connect time from
+// the autotuning maximum, covers them.
+func (l *link) setBuffers(n int) error {
+	var serr error
+	if err := l.rc.Control(func(fd uintptr) { serr = setSocketBuffers(int(fd), n) }); err != nil {
+		return err
+	}
+	return serr
+}
+
 func (l *link) Peer() int          { return l.peer }
 func (l *link) RemoteAddr() string { return l.addr }
 

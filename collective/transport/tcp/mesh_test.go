@@ -149,7 +149,7 @@ func TestListenConfig(t *testing.T) {
 		{"defaults", func(*tcp.Config) {}, true},
 		{"no secret", func(c *tcp.Config) { c.Secret = nil }, false},
 		{"bad address", func(c *tcp.Config) { c.ListenAddr = "256.0.0.1:x" }, false},
-		{"negative socket buffer", func(c *tcp.Config) { c.SocketBuffer = -1 }, false},
+		{"socket buffer autotuned", func(c *tcp.Config) { c.SocketBuffer = -1 }, true},
 		{"advertise", func(c *tcp.Config) { c.AdvertiseAddr = "worker-3:7000" }, true},
 		{"socket buffer", func(c *tcp.Config) { c.SocketBuffer = 1 << 20 }, true},
 	} {
@@ -191,17 +191,86 @@ func TestWildcardAdvertise(t *testing.T) {
 	}
 }
 
-// TestSocketBufferMesh runs a mesh with explicit socket buffers.
+// TestSocketBufferMesh runs a mesh per socket buffer setting and checks the
+// buffers every link's socket ended up with, on both the dialing and the
+// accepting side: an explicit size; the default, which is 4 MiB where the
+// kernel grants it and the host's ranks do not outnumber its CPUs, and the
+// kernel's autotuning otherwise; and autotuning asked for.
 func TestSocketBufferMesh(t *testing.T) {
-	checkNoLeaks(t)
-	cfg := testConfig()
-	cfg.SocketBuffer = 64 << 10
-	cfg.ReadBufferSize = 16 << 10
-	trs := listenN(t, 3, cfg)
-	ctx := timeoutCtx(t, 30*time.Second)
-	if err := exchange(ctx, connectAll(t, ctx, trs, "sockbuf", 1)); err != nil {
-		t.Fatal(err)
+	cpus := spin.HostCPUs()
+	grants := tcp.KernelGrants(tcp.DefaultSocketBuffer)
+	t.Logf("%d CPUs; kernel grants %d-byte socket buffers: %v", cpus, tcp.DefaultSocketBuffer, grants)
+	// Linux reports twice the size it grants. Autotuning starts the receive
+	// buffer at net.ipv4.tcp_rmem's middle value (128 KiB unless raised)
+	// and may already have grown the send buffer to tcp_wmem's maximum.
+	fixed := tcpBufs{atLeast: 2 * tcp.DefaultSocketBuffer}
+	autotuned := tcpBufs{below: 2 * tcp.DefaultSocketBuffer, rcvOnly: true}
+	def := autotuned
+	if grants && cpus >= 2 {
+		def = fixed
 	}
+	type bufCase struct {
+		name  string
+		size  int // Config.SocketBuffer
+		ranks int
+		want  tcpBufs
+	}
+	cases := []bufCase{
+		{"explicit 64 KiB", 64 << 10, 3, tcpBufs{atLeast: 2 * 64 << 10, below: 2*64<<10 + 1}},
+		{"default, a CPU per rank", 0, 2, def},
+		{"autotuning", -1, 2, autotuned},
+	}
+	if cpus <= 8 {
+		cases = append(cases, bufCase{"default, more ranks than CPUs", 0, cpus + 1, autotuned})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			cfg := testConfig()
+			cfg.SocketBuffer = tc.size
+			cfg.ReadBufferSize = 16 << 10
+			trs := listenN(t, tc.ranks, cfg)
+			ctx := timeoutCtx(t, 30*time.Second)
+			links := connectAll(t, ctx, trs, "sockbuf", 1)
+			for r, ls := range links {
+				for _, l := range ls {
+					if l == nil {
+						continue
+					}
+					rcv, snd, err := tcp.SocketBuffers(l)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !tc.want.ok(rcv, snd) {
+						t.Errorf("rank %d, link to %d: SO_RCVBUF %d, SO_SNDBUF %d; want %+v", r, l.Peer(), rcv, snd, tc.want)
+					}
+				}
+			}
+			if err := exchange(ctx, links); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// tcpBufs bounds what a socket's SO_RCVBUF and SO_SNDBUF report: at least
+// atLeast, below below (0: no bound); rcvOnly bounds SO_RCVBUF alone.
+type tcpBufs struct {
+	atLeast, below int
+	rcvOnly        bool
+}
+
+func (b tcpBufs) ok(rcv, snd int) bool {
+	checked := []int{rcv, snd}
+	if b.rcvOnly {
+		checked = checked[:1]
+	}
+	for _, n := range checked {
+		if n < b.atLeast || (b.below > 0 && n >= b.below) {
+			return false
+		}
+	}
+	return true
 }
 
 // TestConnectStaggered starts the ranks' Connect calls at different times, so

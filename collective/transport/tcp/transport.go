@@ -26,6 +26,9 @@ type Transport struct {
 	log  *slog.Logger
 	mesh *mesh.Connector
 	wg   sync.WaitGroup // the accept loop and every connection goroutine
+	// bufGranted: the kernel gives sockets buffers of defaultSocketBuffer
+	// bytes (asked once, when SocketBuffer is left at its default).
+	bufGranted bool
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -44,10 +47,11 @@ func Listen(cfg Config) (*Transport, error) {
 		return nil, fmt.Errorf("tcp: listen %s: %w", cfg.ListenAddr, err)
 	}
 	t := &Transport{
-		cfg:  cfg,
-		ln:   ln.(*net.TCPListener),
-		addr: cfg.AdvertiseAddr,
-		log:  cfg.Logger,
+		cfg:        cfg,
+		ln:         ln.(*net.TCPListener),
+		addr:       cfg.AdvertiseAddr,
+		log:        cfg.Logger,
+		bufGranted: cfg.SocketBuffer == 0 && kernelGrants(defaultSocketBuffer),
 	}
 	t.mesh = mesh.New(mesh.Config{
 		Name:             "tcp",
