@@ -9,12 +9,16 @@ const (
 	// PlaceAnywhere leaves the workers to the kernel's scheduler (the default).
 	PlaceAnywhere Placement = "none"
 	// PlaceBalanced pins each worker to its share of the launcher's CPUs:
-	// worker i of NP on the CPUs [i·n/NP, (i+1)·n/NP) of the n CPUs the
-	// workers share (at least one). With NP ≤ n every worker gets a block of
-	// its own; with more workers than CPUs consecutive workers share a CPU,
-	// NP/n each (ring neighbours together, so half the ring's traffic stays
-	// in one core's cache). Workers added later take the place of worker
-	// i mod NP.
+	// with NP ≤ n, worker i of NP on the CPUs [i·n/NP, (i+1)·n/NP) of the n
+	// CPUs the workers share, a block of its own; with more workers than
+	// CPUs, worker i on CPU i mod n, so that ring neighbours (ranks i and
+	// i+1) run on different CPUs and each step of a ring moves data between
+	// cores that both work, instead of handing over from one rank to the
+	// next on one core. Measured, 4 ranks on 2 cores, idle, interleaved
+	// (5 runs each, twice): 256 KiB allreduce 1.06–1.12x faster over TCP
+	// and 1.23–1.34x over shared memory than with ranks 0,1 and 2,3
+	// together; 4 KiB, 4 MiB and 64 MiB within ±10 % (0.90–1.14x). Workers
+	// added later take the place of worker i mod NP.
 	//
 	// The kernel balances busy processes over CPUs only from time to time,
 	// and with more ranks than cores it often leaves two busy ranks on one
@@ -58,6 +62,9 @@ func PlaceCPUs(p Placement, i, np, cpus int) ([]int, error) {
 func balancedCPUs(i, np int, cpus []int) []int {
 	n := len(cpus)
 	slot := i % np
+	if np > n {
+		return cpus[slot%n : slot%n+1]
+	}
 	lo := slot * n / np
 	hi := max(lo+1, (slot+1)*n/np)
 	return cpus[lo:hi]

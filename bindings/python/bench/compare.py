@@ -6,6 +6,11 @@ and the same of rank 0's CPU time per step.
 
     GOROVOD=<path to the gorovod command> GOROVOD_LIBRARY=<libgorovod.so> \
       PYTHONPATH=bindings/python /usr/bin/python3 bindings/python/bench/compare.py --repeats 5
+
+--ceiling also runs train_bench.py's "alone" backend in each repeat (the same
+processes with no gradient exchange) and prints what it bounds: alone / DDP
+is the most any backend could be ahead of DDP-Gloo on this machine, and
+gorovod / alone how much of that gorovod reaches.
 """
 
 import argparse
@@ -34,7 +39,7 @@ def run(backend, model, np, steps, warmup, tries=3):
 
 def run_once(backend, model, np, steps, warmup):
     common = ["--backend", backend, "--model", model, "--steps", str(steps), "--warmup", str(warmup)]
-    if backend == "gorovod":
+    if backend in ("gorovod", "alone"):
         argv = [os.environ.get("GOROVOD", "gorovod"), "run", "--np", str(np), "--min-np", str(np), "--", PY, BENCH] + common
     else:
         argv = [PY, BENCH, "--np", str(np)] + common
@@ -50,13 +55,16 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--np", default="2,4")
     p.add_argument("--models", default="mlp,cnn")
+    p.add_argument("--ceiling", action="store_true", help="also run each model without gradient exchange")
     args = p.parse_args()
     steps = {"mlp": (20, 3), "cnn": (60, 5)}
     results, cpus = {}, {}
     for rep in range(args.repeats):
         for np in [int(n) for n in args.np.split(",")]:
             for model in args.models.split(","):
-                order = ["gorovod", "ddp"] if rep % 2 == 0 else ["ddp", "gorovod"]
+                order = ["gorovod", "ddp"] + (["alone"] if args.ceiling else [])
+                if rep % 2:
+                    order.reverse()
                 for backend in order:
                     rate, cpu = run(backend, model, np, *steps[model])
                     results.setdefault((model, np, backend), []).append(rate)
@@ -71,18 +79,28 @@ def main():
           "steps/s goes as its inverse")
     print()
     table(cpus, models, nps, "gorovod", "DDP-Gloo", "DDP / gorovod", "%.1f", lambda g, d: d / g)
+    if args.ceiling:
+        print()
+        print("Without gradient exchange (the same processes, each training its own replica): the ceiling")
+        print()
+        table(results, models, nps, "alone steps/s", "DDP-Gloo steps/s", "ceiling alone / DDP", "%.2f",
+              lambda a, d: a / d, first="alone")
+        print()
+        table(results, models, nps, "gorovod steps/s", "alone steps/s", "gorovod / alone", "%.2f",
+              lambda g, a: g / a, second="alone")
 
 
-def table(values, models, nps, gorovod, ddp, ratio, fmt, ratio_of):
-    """A markdown table: per model and np, each backend's median (min-max)
-    and the median (min-max) of ratio_of(gorovod, ddp) per repeat."""
+def table(values, models, nps, gorovod, ddp, ratio, fmt, ratio_of, first="gorovod", second="ddp"):
+    """A markdown table: per model and np, two backends' medians (min-max)
+    (first and second, by default gorovod and DDP) and the median (min-max)
+    of ratio_of(first, second) per repeat."""
     def spread(v, f):
         return ("%s (%s-%s)" % (f, f, f)) % (statistics.median(v), min(v), max(v))
     print("| model | np | %s (median, min-max) | %s (median, min-max) | %s (median, min-max) |" % (gorovod, ddp, ratio))
     print("|---|---|---|---|---|")
     for model in models:
         for np in nps:
-            g, d = values[(model, np, "gorovod")], values[(model, np, "ddp")]
+            g, d = values[(model, np, first)], values[(model, np, second)]
             ratios = [ratio_of(a, b) for a, b in zip(g, d)]
             print("| %s | %d | %s | %s | %s |" % (model, np, spread(g, fmt), spread(d, fmt), spread(ratios, "%.2f")))
 

@@ -9,6 +9,12 @@ batch and optimizer either way. Prints one line: "RESULT backend model np steps/
     gorovod run --np 2 --min-np 2 -- /usr/bin/python3 bench/train_bench.py --backend gorovod --model mlp
     /usr/bin/python3 bench/train_bench.py --backend ddp --np 2 --model mlp
 
+--backend alone runs the same processes as --backend gorovod (under `gorovod
+run`, so with the same placement and thread counts) but without
+DistributedOptimizer: each trains its own replica and no gradient is
+exchanged. Its steps/s is what the same processes reach on the same cores
+with communication for free: the ceiling of any data-parallel backend here.
+
 compare.py interleaves the two and reports medians.
 """
 
@@ -77,10 +83,12 @@ def run_gorovod(args):
     model, x, y = build(args.model, args.batch_size)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    if args.backend == "gorovod":
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     rate, cpu = timed_steps(model, opt, x, y, args.warmup, args.steps, hvd.barrier)
     if hvd.rank() == 0:
-        print("RESULT gorovod %s %d %.3f cpu_ms_per_step %.2f" % (args.model, hvd.size(), rate, cpu * 1e3), flush=True)
+        print("RESULT %s %s %d %.3f cpu_ms_per_step %.2f" % (args.backend, args.model, hvd.size(), rate, cpu * 1e3),
+              flush=True)
     hvd.shutdown()
 
 
@@ -106,14 +114,14 @@ def free_port():
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--backend", choices=["gorovod", "ddp"], required=True)
+    p.add_argument("--backend", choices=["gorovod", "alone", "ddp"], required=True)
     p.add_argument("--model", choices=["cnn", "mlp"], default="mlp")
     p.add_argument("--np", type=int, default=2, help="processes (ddp; gorovod takes gorovod run's)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=30)
     args = p.parse_args()
-    if args.backend == "gorovod":
+    if args.backend in ("gorovod", "alone"):
         run_gorovod(args)
     else:
         import torch.multiprocessing as mp

@@ -36,8 +36,11 @@ type Config struct {
 	// the bound adapts per link direction, halving while waits outlast it
 	// (package spin), so long or silent waits cost almost no CPU. While it
 	// polls it yields the CPU to other goroutines and processes now and then,
-	// so ranks that outnumber the cores still make progress. Default 100µs; a
-	// negative value disables spinning.
+	// so ranks that outnumber the cores still make progress; such ranks, whose
+	// polls yield to other processes at every check, poll up to ten times
+	// this (a neighbour's turn on the shared core is a yield away, a parked
+	// wait pays a kernel wake-up on top of it). Default 100µs; a negative
+	// value disables spinning.
 	SpinTime time.Duration
 	// SingleCopyBytes: payloads of at least this many bytes are not copied
 	// through the ring; the receiver copies them straight from the sender's

@@ -38,6 +38,9 @@
 // it yields to the other goroutines of its process (runtime.Gosched: at
 // GOMAXPROCS=1 the sending goroutine runs only then) and to other processes
 // (sched_yield: when ranks outnumber cores, the peer may need this very core).
+// Ranks that outnumber the cores spin up to ten times longer
+// (spin.NewYieldingBudget): the rank a wait is for often shares the core and
+// runs as soon as this one yields, where a parked wait would add a wake-up.
 // RecvHeader also yields once per frame, so a receiver that always finds data
 // cannot starve the process's sender. Then it parks in the Go netpoller on a
 // FIFO of its own, after raising a waiting flag in the region; the peer, seeing

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,7 +167,9 @@ func TestMixedWorld(t *testing.T) {
 
 // TestOversubscribedHost: when a host's ranks outnumber its CPUs, its
 // shared-memory links send every frame through the ring and their polls also
-// yield to other processes; with a CPU per rank they do neither.
+// yield to other processes; with a CPU per rank they do neither. Though such
+// polls may last longer (spin.YieldingFactor), a call blocked on a silent
+// peer still sleeps.
 func TestOversubscribedHost(t *testing.T) {
 	checkShmEmpty(t)
 	cpus := spin.HostCPUs()
@@ -190,5 +193,46 @@ func TestOversubscribedHost(t *testing.T) {
 				}
 			}
 		}
+		if n > cpus {
+			silentPeerSleeps(t, links[0][1])
+		}
 	}
+}
+
+// silentPeerSleeps: three receives from a peer that sends nothing, 300 ms
+// each; the quietest must use under a tenth of a core (one that polled
+// throughout would use all of it; the process's garbage collector or another
+// test's goroutine may add to one wait).
+func silentPeerSleeps(t *testing.T, l transport.Link) {
+	t.Helper()
+	quietest := 1.0
+	var waits []string
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		cpu0, t0 := processCPU(t), time.Now()
+		var h transport.Header
+		err := l.RecvHeader(ctx, &h)
+		cpu, elapsed := processCPU(t)-cpu0, time.Since(t0)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("receive from a silent peer: %v, want the context's deadline", err)
+		}
+		quietest = min(quietest, cpu.Seconds()/elapsed.Seconds())
+		waits = append(waits, fmt.Sprintf("%v of CPU in %v", cpu, elapsed.Round(time.Millisecond)))
+	}
+	t.Logf("oversubscribed, blocked on a silent peer: %s", strings.Join(waits, ", "))
+	if quietest > 0.1 {
+		t.Errorf("oversubscribed, blocked on a silent peer, the quietest of three waits used %.0f%% of a core: %s",
+			100*quietest, strings.Join(waits, ", "))
+	}
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -142,11 +142,13 @@ func newLink(e *endpoint) *link {
 // ranks outnumber its CPUs, so that they take turns on the cores: frames go
 // through the ring (a single-copy Send would wait for a receiver that is
 // often not running) and polls yield to other processes (the peer may need
-// this very CPU).
+// this very CPU), which lets a wait poll longer (spin.NewYieldingBudget):
+// the rank it waits for often shares this core and runs as soon as it
+// yields, where a parked wait would add a wake-up through the FIFO.
 func (l *link) oversubscribed() {
 	l.singleMin = 0
-	l.wspin = spin.NewBudget(l.spinTime, spinCheck, true)
-	l.rspin = spin.NewBudget(l.spinTime, spinCheck, true)
+	l.wspin = spin.NewYieldingBudget(l.spinTime, spinCheck)
+	l.rspin = spin.NewYieldingBudget(l.spinTime, spinCheck)
 }
 
 func (l *link) Peer() int          { return l.peer }

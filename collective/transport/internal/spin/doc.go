@@ -23,13 +23,21 @@
 //     core cost a 4 KiB allreduce milliseconds and, under heavier load, a
 //     4 MiB TCP allreduce half its speed. Even among oversubscribed ranks a
 //     yield that comes back only after a whole slice stops the yields for a
-//     while (100 ms, doubling while it recurs, up to 10 s);
+//     while (100 ms, doubling while it recurs, up to 10 s; for polls of
+//     shared memory two yields of over 1 ms within 10 ms, and 10 ms at
+//     first: a lone slow yield on an idle machine is a blip, and these
+//     ranks lose most while paused), and the waits meanwhile poll no longer
+//     than non-yielding ones;
 //   - it checks the context, the link's state and the clock, so cancellation,
 //     Close and Abort end it within a few polls;
 //   - it is bounded per wait by a Budget, which adapts: it halves each time a
 //     wait outlasts it (the call parks anyway, so the polling was wasted)
-//     and grows by a sixteenth of its maximum each time a poll succeeds. A job that
-//     waits on a silent peer spins once, briefly, then sleeps; a job whose
-//     waits are long (slow steps, a straggler) soon spins only a little per
-//     wait; a job streaming data spins at the maximum.
+//     and grows by a sixteenth of its maximum each time a poll succeeds. The
+//     maximum is YieldingFactor times longer for polls that read memory and
+//     yield to other processes (NewYieldingBudget): with ranks two to a core
+//     a wait is mostly the neighbour's turn on the CPU, which a yield gives
+//     at once and a parked wait pays a kernel wake-up on top of. A job that waits on a silent peer spins
+//     once, briefly, then sleeps; a job whose waits are long (slow steps, a
+//     straggler) soon spins only a little per wait; a job streaming data
+//     spins at the maximum.
 package spin

@@ -40,8 +40,30 @@ func TestBudgetBoundsAWait(t *testing.T) {
 }
 
 func TestBudgetAdapts(t *testing.T) {
-	const max = 4 * time.Millisecond
-	b := NewBudget(max, 1, true)
+	for _, tc := range []struct {
+		name  string
+		limit time.Duration
+		yield bool
+		max   time.Duration
+	}{
+		{"own process", 4 * time.Millisecond, false, 4 * time.Millisecond},
+		{"yielding to processes", 4 * time.Millisecond, true, 4 * time.Millisecond},
+		{"yielding, memory reads", 400 * time.Microsecond, true, 400 * time.Microsecond * YieldingFactor},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := NewBudget(tc.limit, 1, tc.yield)
+			if tc.max != tc.limit {
+				b = NewYieldingBudget(tc.limit, 1)
+			}
+			testBudgetAdapts(t, b, tc.max)
+		})
+	}
+}
+
+func testBudgetAdapts(t *testing.T, b Budget, max time.Duration) {
+	if b.Limit() != max {
+		t.Fatalf("a new budget's limit is %v, want %v", b.Limit(), max)
+	}
 	// Waits that outlast the budget halve it, down to max/16.
 	want := max
 	for range 6 {
@@ -129,5 +151,81 @@ func TestLockedWaitDoesNotYieldToGoroutines(t *testing.T) {
 			t.Errorf("locked %v: the other goroutine ran during the wait: %v", locked, got)
 		}
 		wg.Wait()
+	}
+}
+
+// TestPauseNeedsTwoSlowYields: a slow yield now and then (something held the
+// CPU for a moment) does not pause the yields; two within slowWindow do, for
+// blipPause, doubling while it recurs; and the waits of a paused budget poll
+// no longer than a non-yielding budget's limit.
+func TestPauseNeedsTwoSlowYields(t *testing.T) {
+	const limit = time.Millisecond
+	b := NewYieldingBudget(limit, 1)
+	slow := false
+	// A slow yield is one that returns after blipSlowYield; this one does.
+	// One that returns after slowYield does not count for this budget.
+	medium := false
+	b.sysYield = func() {
+		switch {
+		case slow:
+			time.Sleep(blipSlowYield + 50*time.Microsecond)
+		case medium: // a sleep this short may oversleep past blipSlowYield
+			for t0 := time.Now(); time.Since(t0) < slowYield+50*time.Microsecond; {
+			}
+		}
+	}
+	yieldOnce := func() { // a wait's first poll yields
+		w := b.Begin(nil)
+		w.Again(never)
+	}
+	for range 5 {
+		slow = true
+		yieldOnce()
+		slow = false
+		yieldOnce()
+		if !b.noYieldUntil.IsZero() {
+			t.Fatal("lone slow yields paused the yields")
+		}
+		// The next slow yield comes long after this one.
+		b.lastSlow = b.lastSlow.Add(-2 * slowWindow)
+	}
+	medium = true
+	for range 3 {
+		yieldOnce()
+	}
+	if !b.noYieldUntil.IsZero() {
+		t.Fatalf("yields of %v paused the yields", slowYield+50*time.Microsecond)
+	}
+	medium, slow = false, true
+	yieldOnce()
+	yieldOnce()
+	if pause := time.Until(b.noYieldUntil); pause < blipPause/2 || pause > blipPause+time.Second {
+		t.Fatalf("two slow yields in a row paused the yields for %v, want about %v", pause, blipPause)
+	}
+	if b.Limit() != limit*YieldingFactor {
+		t.Fatalf("limit %v, want %v", b.Limit(), limit*YieldingFactor)
+	}
+	// Paused: a wait's bound is the non-yielding limit, not the yielding one
+	// (the bound starts at the wait's first clock check, before now).
+	w := b.Begin(nil)
+	w.Again(never)
+	if bound := time.Until(w.until); bound > limit {
+		t.Errorf("a wait of a paused budget may poll %v, want at most %v", bound, limit)
+	}
+	// Slow yields again right after the pause: twice as long.
+	b.noYieldUntil = time.Time{}
+	yieldOnce()
+	yieldOnce()
+	if pause := time.Until(b.noYieldUntil); pause < blipPause*3/2 {
+		t.Fatalf("a recurring pause lasts %v, want about %v", pause, 2*blipPause)
+	}
+	// Not paused: the yielding limit.
+	b.noYieldUntil = time.Time{}
+	slow = false
+	before := time.Now()
+	w = b.Begin(nil)
+	w.Again(never)
+	if bound := w.until.Sub(before); bound < limit*YieldingFactor {
+		t.Errorf("a wait of a yielding budget may poll %v, want %v", bound, limit*YieldingFactor)
 	}
 }

@@ -35,7 +35,8 @@ func TestMain(m *testing.M) {
 
 // TestYieldPausesBehindABusyProcess: a poll's sched_yield that hands the CPU
 // to a process that keeps it (a whole time slice) makes the budget stop
-// yielding to other processes for a while.
+// yielding to other processes for a while; a NewYieldingBudget's after the
+// second such yield.
 func TestYieldPausesBehindABusyProcess(t *testing.T) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
@@ -71,24 +72,33 @@ func TestYieldPausesBehindABusyProcess(t *testing.T) {
 	if !quiet.noYieldUntil.IsZero() {
 		t.Fatal("a budget that does not yield to processes paused its yields")
 	}
-	b := NewBudget(time.Hour, 1, true)
-	w = b.Begin(nil)
-	pauseFound := func() time.Duration {
-		t.Helper()
-		b.noYieldUntil = time.Time{}
-		deadline := time.Now().Add(20 * time.Second)
-		for b.noYieldUntil.IsZero() {
-			if time.Now().After(deadline) {
-				t.Fatal("yields to a busy process on the same CPU never took a time slice")
+	for _, tc := range []struct {
+		name  string
+		b     Budget
+		first time.Duration
+	}{
+		{"NewBudget", NewBudget(time.Hour, 1, true), yieldPause},
+		{"NewYieldingBudget", NewYieldingBudget(time.Hour/YieldingFactor, 1), blipPause},
+	} {
+		b := tc.b
+		w := b.Begin(nil)
+		pauseFound := func() time.Duration {
+			t.Helper()
+			b.noYieldUntil = time.Time{}
+			deadline := time.Now().Add(20 * time.Second)
+			for b.noYieldUntil.IsZero() {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: yields to a busy process on the same CPU never took a time slice", tc.name)
+				}
+				w.Again(never)
 			}
-			w.Again(never)
+			return time.Until(b.noYieldUntil)
 		}
-		return time.Until(b.noYieldUntil)
-	}
-	// The pause doubles while slow yields recur (here: right after it).
-	for i, want := range []time.Duration{yieldPause, 2 * yieldPause, 4 * yieldPause} {
-		if got := pauseFound(); got < want-10*time.Millisecond || got > want+time.Second {
-			t.Errorf("slow yield %d: yielding paused for %v, want about %v", i, got, want)
+		// The pause doubles while slow yields recur (here: right after it).
+		for i, want := range []time.Duration{tc.first, 2 * tc.first, 4 * tc.first} {
+			if got := pauseFound(); got < want-tc.first/10 || got > want+time.Second {
+				t.Errorf("%s, slow yield %d: yielding paused for %v, want about %v", tc.name, i, got, want)
+			}
 		}
 	}
 }
