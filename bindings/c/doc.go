@@ -9,7 +9,8 @@
 // The work is done by bindings/internal/engine; this package only crosses
 // the boundary: shim.c implements gorovod.h (refusing calls from a forked
 // child before they enter the Go runtime, keeping each thread's last error,
-// building the synchronous calls from the asynchronous ones), and
+// building the synchronous calls from the _start ones, watching SIGINT for
+// the interruptible _start calls), and
 // exports.go converts the C arguments, calls the engine, and turns errors
 // into status codes. Every export recovers panics (GOROVOD_ERR_INTERNAL),
 // and C never holds a Go pointer: handles are numbers and messages are

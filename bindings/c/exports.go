@@ -5,6 +5,8 @@ package main
 #include "gorovod.h"
 
 void gorovod_set_error_(const char *msg, size_t n);
+void gorovod_set_interrupt_fd_(int fd);
+uint64_t gorovod_sigint_count_(void);
 */
 import "C"
 
@@ -29,6 +31,7 @@ import (
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/internal/logging"
 	gsync "github.com/gorovod/gorovod/sync"
+	"golang.org/x/sys/unix"
 )
 
 // The process's engine. A C ABI serves one process, so this is the one
@@ -36,6 +39,39 @@ import (
 var lib struct {
 	initMu stdsync.Mutex // one init or shutdown at a time
 	eng    atomic.Pointer[engine.Engine]
+	// watching: the SIGINT watch's eventfd is read (watchInterrupts), once
+	// per process.
+	watching bool
+}
+
+// watchInterrupts makes the eventfd that shim.c's SIGINT handler writes to
+// and a goroutine that interrupts the engine's call running on a caller's
+// thread each time it does (the interruptible _start calls). It runs once,
+// at the first init, and lasts as long as the process: the handler may run
+// at any time. Without an eventfd the _start calls are simply never
+// interrupted, as the blocking C calls are not.
+func watchInterrupts() {
+	if lib.watching {
+		return
+	}
+	lib.watching = true
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "gorovod-sigint") // non-blocking: read through the poller
+	C.gorovod_set_interrupt_fd_(C.int(fd))
+	go func() {
+		var b [8]byte
+		for {
+			if _, err := f.Read(b[:]); err != nil {
+				return
+			}
+			if e := lib.eng.Load(); e != nil {
+				e.Interrupt(uint64(C.gorovod_sigint_count_()))
+			}
+		}
+	}()
 }
 
 // The status codes of gorovod.h.
@@ -130,6 +166,7 @@ func gorovodGoInit(cfg *C.gorovod_config) (rc C.int) {
 		return status(fmt.Errorf("gorovod: joining the job: %w", err))
 	}
 	lib.eng.Store(e)
+	watchInterrupts()
 	return statusOK
 }
 
@@ -260,19 +297,26 @@ func gorovodGoTopology(out *C.gorovod_topology) (rc C.int) {
 	return statusOK
 }
 
-// hostBuffer wraps count elements of dtype at p, C memory, without copying.
-func hostBuffer(what string, p unsafe.Pointer, count int64, dtype C.int32_t) (collective.Buffer, error) {
+// hostBuffer wraps count elements of dtype at p, C memory, without copying;
+// what and index (-1: none) name it in an error.
+func hostBuffer(what string, index int, p unsafe.Pointer, count int64, dtype C.int32_t) (collective.Buffer, error) {
 	dt := collective.DType(dtype)
 	size := int64(dt.Size())
+	name := func() string {
+		if index < 0 {
+			return what
+		}
+		return fmt.Sprintf("%s tensor %d", what, index)
+	}
 	switch {
 	case dtype < 1 || dtype > 7:
-		return collective.Buffer{}, fmt.Errorf("%w: %s: dtype %d (want 1 to 7: float32, float64, float16, bfloat16, int32, int64, uint8)", engine.ErrInvalid, what, dtype)
+		return collective.Buffer{}, fmt.Errorf("%w: %s: dtype %d (want 1 to 7: float32, float64, float16, bfloat16, int32, int64, uint8)", engine.ErrInvalid, name(), dtype)
 	case count < 0 || count > math.MaxInt/size:
-		return collective.Buffer{}, fmt.Errorf("%w: %s: %d elements", engine.ErrInvalid, what, count)
+		return collective.Buffer{}, fmt.Errorf("%w: %s: %d elements", engine.ErrInvalid, name(), count)
 	case count == 0:
 		return collective.Buffer{DType: dt, Host: []byte{}}, nil
 	case p == nil:
-		return collective.Buffer{}, fmt.Errorf("%w: %s: NULL pointer for %d elements", engine.ErrInvalid, what, count)
+		return collective.Buffer{}, fmt.Errorf("%w: %s: NULL pointer for %d elements", engine.ErrInvalid, name(), count)
 	}
 	return collective.Buffer{DType: dt, Count: int(count), Host: unsafe.Slice((*byte)(p), int(count*size))}, nil
 }
@@ -330,6 +374,54 @@ func reduction(op C.int, pre, post C.double) gsync.Reduction {
 //export gorovodGoAllreduceAsync
 func gorovodGoAllreduceAsync(n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, op C.int, pre, post C.double, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
+	return allreduce(n, send, recv, cnts, dtypes, op, pre, post, submitAsync, h)
+}
+
+//export gorovodGoAllreduceStart
+func gorovodGoAllreduceStart(n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, op C.int, pre, post C.double, flags C.int, h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	return allreduce(n, send, recv, cnts, dtypes, op, pre, post, startMode(flags), h)
+}
+
+// How a call is submitted: queued for the engine's executor (the _async
+// calls), or for a caller about to wait (the _start calls: it may run on the
+// caller's thread; see engine.Engine.AllreduceNow), interruptibly or not.
+type submitMode int
+
+const (
+	submitAsync submitMode = iota
+	submitNow
+	submitNowInterruptible
+)
+
+// caller is how a _start call runs on its caller's goroutine: a cgo
+// callback's, locked to the C thread.
+func (m submitMode) caller() engine.Caller {
+	c := engine.Caller{LockedThread: true}
+	if m == submitNowInterruptible {
+		c.Interruptible, c.Interrupts = true, uint64(C.gorovod_sigint_count_())
+	}
+	return c
+}
+
+func startMode(flags C.int) submitMode {
+	if flags&C.GOROVOD_START_INTERRUPTIBLE != 0 {
+		return submitNowInterruptible
+	}
+	return submitNow
+}
+
+// started stores what a submission gave the caller: the handle of a queued
+// call, or 0 and the result of one that ran on the caller's thread.
+func started(mode submitMode, out *C.gorovod_handle, h engine.Handle, err error) C.int {
+	if mode == submitAsync {
+		return issue(out, h, err)
+	}
+	*out = C.gorovod_handle(h)
+	return status(err)
+}
+
+func allreduce(n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, op C.int, pre, post C.double, mode submitMode, h *C.gorovod_handle) C.int {
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -349,22 +441,38 @@ func gorovodGoAllreduceAsync(n C.int32_t, send, recv unsafe.Pointer, cnts *C.int
 		sends = make([]collective.Buffer, num)
 	}
 	for i := range num {
-		if recvs[i], err = hostBuffer(fmt.Sprintf("allreduce tensor %d", i), rp[i], cs[i], C.int32_t(ds[i])); err != nil {
+		if recvs[i], err = hostBuffer("allreduce", i, rp[i], cs[i], C.int32_t(ds[i])); err != nil {
 			return status(err)
 		}
 		if sp != nil {
-			if sends[i], err = hostBuffer(fmt.Sprintf("allreduce tensor %d", i), sp[i], cs[i], C.int32_t(ds[i])); err != nil {
+			if sends[i], err = hostBuffer("allreduce", i, sp[i], cs[i], C.int32_t(ds[i])); err != nil {
 				return status(err)
 			}
 		}
 	}
-	hd, err := e.Allreduce(sends, recvs, reduction(op, pre, post))
-	return issue(h, hd, err)
+	how := reduction(op, pre, post)
+	var hd engine.Handle
+	if mode == submitAsync {
+		hd, err = e.Allreduce(sends, recvs, how)
+	} else {
+		hd, err = e.AllreduceNow(sends, recvs, how, mode.caller())
+	}
+	return started(mode, h, hd, err)
 }
 
 //export gorovodGoBroadcastAsync
 func gorovodGoBroadcastAsync(n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, root C.int32_t, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
+	return broadcast(n, bufs, cnts, dtypes, root, submitAsync, h)
+}
+
+//export gorovodGoBroadcastStart
+func gorovodGoBroadcastStart(n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, root C.int32_t, flags C.int, h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	return broadcast(n, bufs, cnts, dtypes, root, startMode(flags), h)
+}
+
+func broadcast(n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, root C.int32_t, mode submitMode, h *C.gorovod_handle) C.int {
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -376,12 +484,17 @@ func gorovodGoBroadcastAsync(n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, 
 	cs, ds, ps := int64s(cnts, num), int32s(dtypes, num), pointers(bufs, num)
 	bs := make([]collective.Buffer, num)
 	for i := range num {
-		if bs[i], err = hostBuffer(fmt.Sprintf("broadcast tensor %d", i), ps[i], cs[i], C.int32_t(ds[i])); err != nil {
+		if bs[i], err = hostBuffer("broadcast", i, ps[i], cs[i], C.int32_t(ds[i])); err != nil {
 			return status(err)
 		}
 	}
-	hd, err := e.Broadcast(bs, int(root))
-	return issue(h, hd, err)
+	var hd engine.Handle
+	if mode == submitAsync {
+		hd, err = e.Broadcast(bs, int(root))
+	} else {
+		hd, err = e.BroadcastNow(bs, int(root), mode.caller())
+	}
+	return started(mode, h, hd, err)
 }
 
 //export gorovodGoAllgatherAsync
@@ -409,11 +522,11 @@ func gorovodGoAllgatherAsync(send unsafe.Pointer, count C.int64_t, recv unsafe.P
 	for _, c := range cs {
 		total += int64(c)
 	}
-	s, err := hostBuffer("allgather send", send, int64(count), C.int32_t(dtype))
+	s, err := hostBuffer("allgather send", -1, send, int64(count), C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
-	r, err := hostBuffer("allgather receive", recv, total, C.int32_t(dtype))
+	r, err := hostBuffer("allgather receive", -1, recv, total, C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
@@ -440,11 +553,11 @@ func gorovodGoAlltoallAsync(send unsafe.Pointer, sendCounts *C.int64_t, recv uns
 	if err != nil {
 		return status(err)
 	}
-	s, err := hostBuffer("alltoall send", send, sum(sc), C.int32_t(dtype))
+	s, err := hostBuffer("alltoall send", -1, send, sum(sc), C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
-	r, err := hostBuffer("alltoall receive", recv, sum(rcs), C.int32_t(dtype))
+	r, err := hostBuffer("alltoall receive", -1, recv, sum(rcs), C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
@@ -487,11 +600,11 @@ func gorovodGoReducescatterAsync(send unsafe.Pointer, count C.int64_t, recv unsa
 			}
 		}
 	}
-	s, err := hostBuffer("reducescatter send", send, int64(count), C.int32_t(dtype))
+	s, err := hostBuffer("reducescatter send", -1, send, int64(count), C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
-	r, err := hostBuffer("reducescatter receive", recv, int64(cs[top.Rank]), C.int32_t(dtype))
+	r, err := hostBuffer("reducescatter receive", -1, recv, int64(cs[top.Rank]), C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
@@ -502,6 +615,16 @@ func gorovodGoReducescatterAsync(send unsafe.Pointer, count C.int64_t, recv unsa
 //export gorovodGoBarrierAsync
 func gorovodGoBarrierAsync(h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
+	return barrier(submitAsync, h)
+}
+
+//export gorovodGoBarrierStart
+func gorovodGoBarrierStart(flags C.int, h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	return barrier(startMode(flags), h)
+}
+
+func barrier(mode submitMode, h *C.gorovod_handle) C.int {
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -509,8 +632,13 @@ func gorovodGoBarrierAsync(h *C.gorovod_handle) (rc C.int) {
 	if h == nil {
 		return status(fmt.Errorf("%w: barrier: NULL handle", engine.ErrInvalid))
 	}
-	hd, err := e.Barrier()
-	return issue(h, hd, err)
+	var hd engine.Handle
+	if mode == submitAsync {
+		hd, err = e.Barrier()
+	} else {
+		hd, err = e.BarrierNow(mode.caller())
+	}
+	return started(mode, h, hd, err)
 }
 
 //export gorovodGoJoinAsync

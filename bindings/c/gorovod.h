@@ -83,8 +83,8 @@ extern "C" {
 #endif
 
 /* The version of this interface; gorovod_abi_version() returns the
- * library's. */
-#define GOROVOD_ABI_VERSION 1
+ * library's. 2 added the _start calls. */
+#define GOROVOD_ABI_VERSION 2
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
@@ -280,6 +280,34 @@ int gorovod_reducescatter(const void *send, int64_t count, void *recv, const int
 /* Returns once every rank has entered it. */
 int gorovod_barrier_async(gorovod_handle *handle);
 int gorovod_barrier(void);
+
+/* The _start forms, for a caller that waits for the call at once: when
+ * nothing is queued or running and the buffers are small (16 KiB by
+ * default), the call runs on the calling thread before _start returns,
+ * without handing it to the library's own thread and back (which costs
+ * wake-ups of sleeping threads): *handle is then 0 and the return value is
+ * the call's result. Otherwise the call is queued as the _async forms queue
+ * it: the return value is the submission's and *handle names the call
+ * (wait for it with gorovod_wait). The blocking forms above use these.
+ *
+ * GOROVOD_START_INTERRUPTIBLE: SIGINT aborts a call running on the calling
+ * thread (status GOROVOD_ERR_FAILED; its world breaks, and the next
+ * collective finds a rebuilt one, GOROVOD_ERR_WORLD_CHANGED). The library
+ * then runs its own SIGINT handler in front of the one installed (unless
+ * that one is SIG_IGN), calling the installed one afterwards; it checks at
+ * each such call that it is still there. For a caller whose SIGINT stops the
+ * program (Python's KeyboardInterrupt) and that must be able to stop while
+ * a peer is frozen; without the flag a call on the calling thread blocks
+ * until it completes or fails. */
+#define GOROVOD_START_INTERRUPTIBLE 1
+int gorovod_allreduce_start(const void *send, void *recv, int64_t count, int dtype, int op,
+                            double prescale, double postscale, int flags, gorovod_handle *handle);
+int gorovod_grouped_allreduce_start(int32_t n, const void *const *send, void *const *recv,
+                                    const int64_t *counts, const int32_t *dtypes, int op,
+                                    double prescale, double postscale, int flags, gorovod_handle *handle);
+int gorovod_grouped_broadcast_start(int32_t n, void *const *bufs, const int64_t *counts,
+                                    const int32_t *dtypes, int32_t root, int flags, gorovod_handle *handle);
+int gorovod_barrier_start(int flags, gorovod_handle *handle);
 
 /* Waits for every rank to join and writes the rank that joined last into
  * *last_rank. Unlike Horovod's join, ranks that joined do not serve the

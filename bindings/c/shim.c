@@ -5,7 +5,9 @@
 // The last error is kept per thread, here in C, so that it works in a
 // forked child too.
 
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -57,6 +59,81 @@ static const char forked_msg[] =
       return (rc);                                   \
     }                                                \
   } while (0)
+
+// ---- The SIGINT watch of the interruptible _start calls ----
+//
+// A call that runs on the calling thread cannot return to its caller
+// until the collective ends, so a caller that must stop on Ctrl-C (Python)
+// asks for it to be interruptible: a handler of ours runs in front of the
+// installed one and tells Go through an eventfd (write(2) is
+// async-signal-safe), which aborts the call running on a caller's thread
+// (engine.Interrupt); then the installed handler runs as it would have.
+// Python's handler only notes the signal, and raises KeyboardInterrupt once
+// the call has returned.
+
+static volatile int interrupt_fd = -1;
+static struct sigaction chained;  // the handler installed before ours
+static uint64_t sigint_count;     // SIGINTs seen by on_sigint (atomic)
+
+// gorovod_set_interrupt_fd_ is called by Go once, with the eventfd it reads.
+void gorovod_set_interrupt_fd_(int fd) { interrupt_fd = fd; }
+
+// gorovod_sigint_count_ is how many SIGINTs on_sigint has seen: a call
+// records it as it starts, so that a SIGINT from before (handled between
+// two calls, its eventfd read late) does not abort it.
+uint64_t gorovod_sigint_count_(void) { return __atomic_load_n(&sigint_count, __ATOMIC_SEQ_CST); }
+
+static void on_sigint(int sig, siginfo_t *info, void *uc) {
+  int saved = errno;
+  int fd = interrupt_fd;
+  if (fd >= 0 && getpid() == owner_pid) {  // not in a forked child: the fd is the parent's
+    __atomic_add_fetch(&sigint_count, 1, __ATOMIC_SEQ_CST);
+    uint64_t one = 1;
+    ssize_t n = write(fd, &one, sizeof one);
+    (void)n;
+  }
+  errno = saved;
+  if (chained.sa_flags & SA_SIGINFO) {
+    if (chained.sa_sigaction != NULL) {
+      chained.sa_sigaction(sig, info, uc);
+    }
+  } else if (chained.sa_handler == SIG_DFL) {
+    // What SIGINT would have done: the default action, once this returns.
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, NULL);
+    raise(sig);
+  } else if (chained.sa_handler != SIG_IGN) {
+    chained.sa_handler(sig);
+  }
+}
+
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+
+// watch_sigint puts on_sigint in front of the installed SIGINT handler unless
+// it is there already or the installed one ignores SIGINT; it costs one
+// system call when nothing changed (Python's signal.signal replaces ours).
+static void watch_sigint(void) {
+  struct sigaction cur;
+  if (interrupt_fd < 0 || sigaction(SIGINT, NULL, &cur) != 0) {
+    return;
+  }
+  if (((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigint) ||
+      (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN)) {
+    return;
+  }
+  pthread_mutex_lock(&watch_mu);
+  if (sigaction(SIGINT, NULL, &cur) == 0 && !((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigint)) {
+    chained = cur;
+    struct sigaction mine = cur;
+    mine.sa_sigaction = on_sigint;
+    // SA_ONSTACK: the signal may land on a Go thread, whose stack is small.
+    mine.sa_flags = cur.sa_flags | SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGINT, &mine, NULL);
+  }
+  pthread_mutex_unlock(&watch_mu);
+}
 
 // ---- Life cycle ----
 
@@ -112,9 +189,10 @@ GETTER(cross_size, cross_size)
 // ---- Collectives ----
 
 // wait_for collects *h once the call that issued it succeeded (a pointer:
-// the order C evaluates arguments in is unspecified).
+// the order C evaluates arguments in is unspecified); a _start call that
+// ran on this thread left no handle (0), and rc is its result.
 static int wait_for(int rc, const gorovod_handle *h) {
-  if (rc != GOROVOD_OK) {
+  if (rc != GOROVOD_OK || *h == 0) {
     return rc;
   }
   return gorovod_wait(*h, -1);
@@ -128,11 +206,28 @@ int gorovod_grouped_allreduce_async(int32_t n, const void *const *send, void *co
                                  prescale, postscale, handle);
 }
 
+int gorovod_grouped_allreduce_start(int32_t n, const void *const *send, void *const *recv,
+                                    const int64_t *counts, const int32_t *dtypes, int op,
+                                    double prescale, double postscale, int flags, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  if (flags & GOROVOD_START_INTERRUPTIBLE) {
+    watch_sigint();
+  }
+  return gorovodGoAllreduceStart(n, (void *)send, (void *)recv, (int64_t *)counts, (int32_t *)dtypes, op,
+                                 prescale, postscale, flags, handle);
+}
+
+int gorovod_allreduce_start(const void *send, void *recv, int64_t count, int dtype, int op,
+                            double prescale, double postscale, int flags, gorovod_handle *handle) {
+  int32_t dt = dtype;
+  return gorovod_grouped_allreduce_start(1, &send, &recv, &count, &dt, op, prescale, postscale, flags, handle);
+}
+
 int gorovod_grouped_allreduce(int32_t n, const void *const *send, void *const *recv,
                               const int64_t *counts, const int32_t *dtypes, int op,
                               double prescale, double postscale) {
   gorovod_handle h;
-  return wait_for(gorovod_grouped_allreduce_async(n, send, recv, counts, dtypes, op, prescale, postscale, &h), &h);
+  return wait_for(gorovod_grouped_allreduce_start(n, send, recv, counts, dtypes, op, prescale, postscale, 0, &h), &h);
 }
 
 int gorovod_allreduce_async(const void *send, void *recv, int64_t count, int dtype, int op,
@@ -144,7 +239,7 @@ int gorovod_allreduce_async(const void *send, void *recv, int64_t count, int dty
 int gorovod_allreduce(const void *send, void *recv, int64_t count, int dtype, int op,
                       double prescale, double postscale) {
   gorovod_handle h;
-  return wait_for(gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale, &h), &h);
+  return wait_for(gorovod_allreduce_start(send, recv, count, dtype, op, prescale, postscale, 0, &h), &h);
 }
 
 int gorovod_grouped_broadcast_async(int32_t n, void *const *bufs, const int64_t *counts,
@@ -153,10 +248,19 @@ int gorovod_grouped_broadcast_async(int32_t n, void *const *bufs, const int64_t 
   return gorovodGoBroadcastAsync(n, (void *)bufs, (int64_t *)counts, (int32_t *)dtypes, root, handle);
 }
 
+int gorovod_grouped_broadcast_start(int32_t n, void *const *bufs, const int64_t *counts,
+                                    const int32_t *dtypes, int32_t root, int flags, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  if (flags & GOROVOD_START_INTERRUPTIBLE) {
+    watch_sigint();
+  }
+  return gorovodGoBroadcastStart(n, (void *)bufs, (int64_t *)counts, (int32_t *)dtypes, root, flags, handle);
+}
+
 int gorovod_grouped_broadcast(int32_t n, void *const *bufs, const int64_t *counts,
                               const int32_t *dtypes, int32_t root) {
   gorovod_handle h;
-  return wait_for(gorovod_grouped_broadcast_async(n, bufs, counts, dtypes, root, &h), &h);
+  return wait_for(gorovod_grouped_broadcast_start(n, bufs, counts, dtypes, root, 0, &h), &h);
 }
 
 int gorovod_broadcast_async(void *buf, int64_t count, int dtype, int32_t root, gorovod_handle *handle) {
@@ -165,8 +269,9 @@ int gorovod_broadcast_async(void *buf, int64_t count, int dtype, int32_t root, g
 }
 
 int gorovod_broadcast(void *buf, int64_t count, int dtype, int32_t root) {
+  int32_t dt = dtype;
   gorovod_handle h;
-  return wait_for(gorovod_broadcast_async(buf, count, dtype, root, &h), &h);
+  return wait_for(gorovod_grouped_broadcast_start(1, &buf, &count, &dt, root, 0, &h), &h);
 }
 
 int gorovod_allgather_async(const void *send, int64_t count, void *recv, const int64_t *recv_counts,
@@ -211,9 +316,17 @@ int gorovod_barrier_async(gorovod_handle *handle) {
   return gorovodGoBarrierAsync(handle);
 }
 
+int gorovod_barrier_start(int flags, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  if (flags & GOROVOD_START_INTERRUPTIBLE) {
+    watch_sigint();
+  }
+  return gorovodGoBarrierStart(flags, handle);
+}
+
 int gorovod_barrier(void) {
   gorovod_handle h;
-  return wait_for(gorovod_barrier_async(&h), &h);
+  return wait_for(gorovod_barrier_start(0, &h), &h);
 }
 
 int gorovod_join_async(int32_t *last_rank, gorovod_handle *handle) {

@@ -144,6 +144,17 @@ func TestForkAndMismatch(t *testing.T) {
 	}
 }
 
+// TestSigintHandlers: a script's own SIGINT handler runs while a collective
+// waits for a late peer, which then completes; with the default handler a
+// SIGINT between collectives is a KeyboardInterrupt and collectives go on;
+// a collective from another thread. (Ctrl-C while blocked on a frozen peer:
+// TestInterrupt.)
+func TestSigintHandlers(t *testing.T) {
+	needTorch(t)
+	out := runPython(t, 2, 5*time.Minute, pyEnv(t), "tests/sigint_test.py")
+	wantPasses(t, out, 2)
+}
+
 // TestRun: gorovod.run (horovod.run) runs a function of the calling script
 // in 3 workers and returns their results in rank order; a worker's exception
 // reaches the caller.

@@ -5,7 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 )
+
+// OnLockedThread returns ctx for a collective run on a goroutine locked to
+// its OS thread, such as a cgo callback's (a C thread calling into Go, as a
+// language binding's does): the transports' waits then poll without
+// yielding to the process's other goroutines, which from a locked goroutine
+// costs two thread wake-ups per yield (see the spin package).
+func OnLockedThread(ctx context.Context) context.Context { return spin.OnLockedThread(ctx) }
 
 // World names one ordered group of workers at one membership epoch: the unit a
 // Transport connects. Every rank of a world must be given the same JobID, Epoch and

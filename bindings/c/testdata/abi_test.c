@@ -182,6 +182,23 @@ int main(void) {
   rc = gorovod_wait(h[1], -1);
   CHECK(rc == GOROVOD_ERR_UNKNOWN_HANDLE, "a collected handle again: %d", rc);
 
+  // _start: a small call with nothing queued runs on this thread (no
+  // handle); a large one is queued and gets a handle. (The engine's tests
+  // check that a call behind a queued one is queued too.)
+  float small[4] = {1, 2, 3, 4};
+  gorovod_handle hs = 99;
+  OK(gorovod_allreduce_start(small, small, 4, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1, GOROVOD_START_INTERRUPTIBLE, &hs));
+  CHECK(hs == 0 && small[3] == 4.0f * size, "small _start: handle %llu, %f", (unsigned long long)hs, small[3]);
+  static float large[1 << 16];
+  for (int i = 0; i < (1 << 16); i++) large[i] = 1;
+  OK(gorovod_allreduce_start(large, large, 1 << 16, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1, 0, &hs));
+  CHECK(hs != 0, "large _start: no handle");
+  // Queued behind the large one unless that one is done already.
+  OK(gorovod_barrier_start(0, &h[0]));
+  OK(gorovod_wait(hs, -1));
+  if (h[0] != 0) OK(gorovod_wait(h[0], -1));
+  CHECK(large[65535] == (float)size, "large _start: %f", large[65535]);
+
   // Bad arguments: refused before anything is sent, the world untouched.
   gorovod_handle hh;
   CHECK(gorovod_allreduce(f, g, 4, 99, GOROVOD_SUM, 1, 1) == GOROVOD_ERR_INVALID_ARGUMENT, "dtype 99");

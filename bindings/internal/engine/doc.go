@@ -7,11 +7,22 @@
 //
 // gorovod's collectives pair up by their position in each rank's sequence
 // (there is no negotiation by tensor name, as in Horovod), so the engine runs
-// what it is given strictly in submission order, on one goroutine (the
-// executor), which is also the only goroutine that touches the session. An
-// asynchronous call returns a Handle at once; Wait or Poll collect it. Every
-// rank must submit the same collectives, with the same dtypes and sizes, in
-// the same order — what a framework's deterministic backward pass does.
+// what it is given strictly in submission order, one call at a time: only
+// the running call touches the session. An asynchronous call returns a
+// Handle at once; Wait or Poll collect it. Every rank must submit the same
+// collectives, with the same dtypes and sizes, in the same order — what a
+// framework's deterministic backward pass does.
+//
+// Queued calls run on one goroutine, the executor. A caller that would wait
+// at once uses a Now form (AllreduceNow, BroadcastNow, BarrierNow): when
+// nothing is queued or running and the call is small (Config.InlineBytes),
+// it runs on the caller's own goroutine instead, and the executor starts
+// nothing meanwhile. That saves the hand-over to the executor and back, which
+// for a thread calling in from C (a cgo callback, locked to its thread)
+// parks that thread and wakes another twice per call: on an idle virtual
+// machine more than the whole small collective costs. Such a call may be made
+// interruptible: Interrupt (the C ABI's SIGINT watch) aborts it, breaking
+// its world, since it cannot be handed back to a waiter that gives up.
 //
 // # World changes
 //

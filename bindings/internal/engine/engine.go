@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/collective/transport"
 	gsync "github.com/gorovod/gorovod/sync"
 )
 
@@ -34,13 +35,26 @@ type Config struct {
 	// defaults to DefaultIOTimeout.
 	Worker gsync.WorkerConfig
 	Logger *slog.Logger
+	// InlineBytes: a call made through one of the Now forms (a caller that
+	// would wait for it at once) runs on the caller's own goroutine when its
+	// buffers hold at most this many bytes and nothing is queued or running
+	// (see Engine.now). Zero means DefaultInlineBytes; negative: never.
+	InlineBytes int
 }
+
+// DefaultInlineBytes is Config.InlineBytes' default: transport.InlinePayload.
+// A collective of up to that many bytes per exchange sends and receives on
+// the goroutine that calls it; above it, it sends from a goroutine of its own,
+// and a caller locked to its thread (a cgo callback) would pay a hand-over
+// to it and back at every chunk, more than the one hand-over to the executor
+// it saves.
+const DefaultInlineBytes = transport.InlinePayload
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	w := gsync.DefaultWorkerConfig()
 	w.Transport.IOTimeout = DefaultIOTimeout
-	return Config{Worker: w}
+	return Config{Worker: w, InlineBytes: DefaultInlineBytes}
 }
 
 // The errors an engine call returns besides a collective's own, tested with
@@ -65,6 +79,10 @@ var (
 	ErrClosed = errors.New("gorovod: shut down")
 	// ErrInternal is wrapped by a panic recovered inside the engine.
 	ErrInternal = errors.New("gorovod: internal error")
+	// ErrInterrupted is the error of a call running on its caller's
+	// goroutine that Interrupt aborted: the world it ran in is broken, and
+	// the next collective finds it rebuilt (sync.ErrWorldChanged).
+	ErrInterrupted = errors.New("gorovod: interrupted while the collective ran")
 )
 
 // Handle names a submitted call until Wait collects it. Handles are never
@@ -101,15 +119,29 @@ type Engine struct {
 	// adaptive is the adaptive batch size, once started (adaptive.go).
 	adaptive atomic.Pointer[gsync.AdaptiveBatch]
 
+	inlineBytes int
+
 	mu      stdsync.Mutex
 	queue   []*call
 	handles map[Handle]*call
 	next    Handle
-	gen     uint64 // counts world changes: a call belongs to the world of its gen
-	stale   error  // a world change the trainer has not acknowledged (Reset)
-	gone    error  // nothing more can run: closed, or excluded from the job
-	closing bool
-	topo    Topology
+	// running: a call is running, the executor's or one on its caller's
+	// goroutine (now); the executor starts the next queued call only when
+	// none is.
+	running bool
+	// inline is the context of a call running on its caller's goroutine
+	// that Interrupt may abort (nil when none is), and abort ends it;
+	// interrupts is that call's Caller.Interrupts (-1: none runs);
+	// reported the largest count Interrupt was given.
+	inline     context.Context
+	abort      context.CancelFunc
+	interrupts int64
+	reported   uint64
+	gen        uint64 // counts world changes: a call belongs to the world of its gen
+	stale      error  // a world change the trainer has not acknowledged (Reset)
+	gone       error  // nothing more can run: closed, or excluded from the job
+	closing    bool
+	topo       Topology
 }
 
 // call is one submitted collective (or commit).
@@ -138,8 +170,11 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	ectx, cancel := context.WithCancel(context.Background())
+	if cfg.InlineBytes == 0 {
+		cfg.InlineBytes = DefaultInlineBytes
+	}
 	e := &Engine{
-		log: log, mem: mem, sess: mem.Session(), ctx: ectx, cancel: cancel,
+		log: log, mem: mem, sess: mem.Session(), ctx: ectx, cancel: cancel, inlineBytes: cfg.InlineBytes, interrupts: -1,
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), handles: make(map[Handle]*call),
 	}
 	e.total.Store(-1)
@@ -194,35 +229,146 @@ func topology(s *gsync.Session) Topology {
 func (e *Engine) submit(c *call) (Handle, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if err := e.refused(); err != nil {
+		return 0, err
+	}
+	return e.queueLocked(c), nil
+}
+
+// refused says why nothing can be submitted now, if so (under mu).
+func (e *Engine) refused() error {
 	switch {
 	case e.gone != nil:
-		return 0, e.gone
+		return e.gone
 	case e.closing:
-		return 0, ErrClosed
+		return ErrClosed
 	case e.stale != nil:
-		return 0, e.stale
+		return e.stale
 	}
+	return nil
+}
+
+// queueLocked queues c for the executor (under mu) and returns its handle.
+func (e *Engine) queueLocked(c *call) Handle {
 	c.gen = e.gen
 	c.done = make(chan struct{})
 	e.next++
 	e.handles[e.next] = c
 	e.queue = append(e.queue, c)
+	e.wakeExecutor()
+	return e.next
+}
+
+func (e *Engine) wakeExecutor() {
 	select {
 	case e.wake <- struct{}{}:
 	default:
 	}
-	return e.next, nil
 }
 
-// loop is the executor: it runs the queued calls one at a time, in order.
+// now runs c, which holds bytes bytes of buffers, for a caller about to wait
+// for it. When nothing is queued or running and bytes is at most
+// Config.InlineBytes, c runs right here, on the caller's goroutine, and now
+// returns handle 0 and c's result: no hand-over to the executor and back.
+// (For a caller that is a thread calling in from C, a cgo callback locked to
+// that thread, each hand-over parks the thread and wakes another: two
+// thread wake-ups per call, tens of microseconds each on an idle virtual
+// machine, against a few microseconds for a small collective.) Otherwise c
+// is queued as the asynchronous forms queue it and its handle returned.
+// Order is kept: c runs here only when every call submitted before it has
+// completed, and the executor starts nothing while it runs.
+//
+// Caller says how a call made through a Now form may run on its caller's
+// goroutine.
+type Caller struct {
+	// Interruptible: Interrupt aborts the call while it runs there, when
+	// its count is above Interrupts, the count the caller had seen when it
+	// made the call: an interrupt from before the call (handled by the
+	// caller between two calls, and reported late) leaves it alone.
+	Interruptible bool
+	Interrupts    uint64
+	// LockedThread: the goroutine is locked to its OS thread, as a cgo
+	// callback's is. The transports' waits then poll without yielding to
+	// other goroutines (transport.OnLockedThread): from a locked goroutine a
+	// yield costs two thread wake-ups.
+	LockedThread bool
+}
+
+// now runs c as caller says.
+func (e *Engine) now(c *call, bytes int, caller Caller) (Handle, error) {
+	e.mu.Lock()
+	if err := e.refused(); err != nil {
+		e.mu.Unlock()
+		return 0, err
+	}
+	if bytes > e.inlineBytes || e.running || len(e.queue) > 0 {
+		h := e.queueLocked(c)
+		e.mu.Unlock()
+		return h, nil
+	}
+	if caller.Interruptible && e.reported > caller.Interrupts {
+		// Interrupted between the caller's count and now.
+		e.mu.Unlock()
+		return 0, fmt.Errorf("%w: %s (before it started)", ErrInterrupted, c.what)
+	}
+	e.running = true
+	c.gen = e.gen
+	ctx := e.ctx
+	if caller.Interruptible {
+		// The context is made once and kept until an Interrupt uses it up.
+		if e.abort == nil {
+			e.inline, e.abort = context.WithCancel(e.ctx)
+		}
+		ctx = e.inline
+		e.interrupts = int64(min(caller.Interrupts, math.MaxInt64))
+	}
+	e.mu.Unlock()
+	run := ctx
+	if caller.LockedThread {
+		run = transport.OnLockedThread(ctx)
+	}
+	err := e.execute(run, c)
+	e.mu.Lock()
+	e.running = false
+	e.interrupts = -1
+	if caller.Interruptible && ctx.Err() != nil && e.ctx.Err() == nil && err != nil {
+		err = fmt.Errorf("%w: %s (%v)", ErrInterrupted, c.what, err)
+	}
+	if len(e.queue) > 0 || e.closing {
+		e.wakeExecutor() // what came meanwhile, or Close waiting for the loop
+	}
+	e.mu.Unlock()
+	c.run = nil
+	return 0, err
+}
+
+// Interrupt reports interrupts in all (a count that only grows: the C
+// ABI's SIGINT watch counts a Python script's Ctrl-Cs). It aborts the call
+// running on its caller's goroutine, if one is, it was made interruptible,
+// and interrupts is above the count its caller had seen (Caller): it fails
+// with ErrInterrupted, and the world it ran in breaks (the peers see this
+// worker abort). Calls the executor runs are not touched: their callers
+// wait in slices and can give up on their own.
+func (e *Engine) Interrupt(interrupts uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.reported = max(e.reported, interrupts)
+	if e.running && e.abort != nil && e.interrupts >= 0 && interrupts > uint64(e.interrupts) {
+		e.abort()
+		e.inline, e.abort = nil, nil
+	}
+}
+
+// loop is the executor: it runs the queued calls one at a time, in order,
+// never while a call runs on its caller's goroutine (now).
 func (e *Engine) loop() {
 	defer close(e.stopped)
 	for {
 		e.mu.Lock()
-		if len(e.queue) == 0 {
-			closing := e.closing
+		if len(e.queue) == 0 || e.running {
+			done := e.closing && len(e.queue) == 0 && !e.running
 			e.mu.Unlock()
-			if closing {
+			if done {
 				return
 			}
 			<-e.wake
@@ -232,6 +378,7 @@ func (e *Engine) loop() {
 		e.queue[0] = nil
 		e.queue = e.queue[1:]
 		gen, gone := e.gen, e.gone
+		e.running = true
 		e.mu.Unlock()
 		switch {
 		case gone != nil:
@@ -241,13 +388,17 @@ func (e *Engine) loop() {
 		case c.gen != gen:
 			c.finish(fmt.Errorf("%w: this %s was submitted before the world changed, and was not run", gsync.ErrWorldChanged, c.what))
 		default:
-			c.finish(e.execute(c))
+			c.finish(e.execute(e.ctx, c))
 		}
+		e.mu.Lock()
+		e.running = false
+		e.mu.Unlock()
 	}
 }
 
-// execute runs c on the session and records what happened to the world.
-func (e *Engine) execute(c *call) (err error) {
+// execute runs c on the session with ctx and records what happened to the
+// world.
+func (e *Engine) execute(ctx context.Context, c *call) (err error) {
 	before := e.sess.World().Number
 	if c.commit {
 		if n := e.samples.Swap(0); n > 0 {
@@ -263,7 +414,7 @@ func (e *Engine) execute(c *call) (err error) {
 				err = fmt.Errorf("%w: panic in %s: %v\n%s", ErrInternal, c.what, p, debug.Stack())
 			}
 		}()
-		err = c.run(e.ctx, e.sess)
+		err = c.run(ctx, e.sess)
 	}()
 	after := e.sess.World().Number
 	e.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	stdsync "sync"
 	"testing"
@@ -284,6 +285,38 @@ func TestMismatchedTensors(t *testing.T) {
 	})
 }
 
+// closeWhenInside closes victim (not finished: its peers see it leave) once
+// every survivor is inside a collective; wait on the group returned.
+func closeWhenInside(t *testing.T, victim *Engine, survivors []*Engine) *stdsync.WaitGroup {
+	// The survivors' communicators, read before any world change: they are
+	// replaced only when the world changes.
+	var comms []*collective.Communicator
+	for _, e := range survivors {
+		comms = append(comms, e.sess.Communicator())
+	}
+	inside := func() bool {
+		for _, c := range comms {
+			if !c.Progress().InFlight {
+				return false
+			}
+		}
+		return true
+	}
+	var wg stdsync.WaitGroup
+	wg.Go(func() {
+		deadline := time.Now().Add(time.Minute)
+		for !inside() {
+			if time.Now().After(deadline) {
+				t.Error("the survivors did not enter the collective within a minute")
+				break
+			}
+			time.Sleep(5 * time.Millisecond) // polling the communicators' progress
+		}
+		victim.Close(context.Background(), false)
+	})
+	return &wg
+}
+
 // A member that dies inside a collective: the survivors' call fails with
 // ErrWorldChanged after the world was rebuilt, the calls they had queued
 // behind it fail without running, new submissions are refused until Reset,
@@ -294,22 +327,7 @@ func TestWorldChangeFailsTheOldWorldsCalls(t *testing.T) {
 	victim := es[2]
 	survivors := es[:2]
 	big := func() collective.Buffer { return f32(make([]float32, 1<<20)) }
-	var wg stdsync.WaitGroup
-	// The survivors' communicators, read before any world change: the
-	// executors replace them only when the world changes.
-	comms := []*collective.Communicator{survivors[0].sess.Communicator(), survivors[1].sess.Communicator()}
-	wg.Go(func() {
-		// The victim dies once the others are inside the collective.
-		deadline := time.Now().Add(time.Minute)
-		for !comms[0].Progress().InFlight || !comms[1].Progress().InFlight {
-			if time.Now().After(deadline) {
-				t.Error("the survivors did not enter the collective within a minute")
-				break
-			}
-			time.Sleep(5 * time.Millisecond) // polling the communicators' progress
-		}
-		victim.Close(context.Background(), false)
-	})
+	wg := closeWhenInside(t, victim, survivors)
 	each(t, survivors, func(e *Engine) error {
 		h1, err := e.Allreduce(nil, []collective.Buffer{big()}, gsync.Reduction{})
 		if err != nil {
@@ -458,4 +476,170 @@ func TestAloneAndClose(t *testing.T) {
 	if _, err := e.Barrier(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v", err)
 	}
+}
+
+// nowOn runs a Now call to the end: the result of one that ran on the
+// caller's goroutine (handle 0), or its handle's.
+func nowOn(e *Engine) func(Handle, error) (inline bool, err error) {
+	return func(h Handle, err error) (bool, error) {
+		if err != nil || h == 0 {
+			return h == 0, err
+		}
+		return false, e.Wait(h, 30*time.Second)
+	}
+}
+
+// The Now forms run a small call on the caller's goroutine when nothing is
+// queued or running, queue it otherwise (behind what came first, so that
+// the ranks' calls still pair up in order), and queue a large one always.
+func TestNowRunsSmallCallsOnTheCaller(t *testing.T) {
+	d := startDriver(t, 2)
+	es := startEngines(t, d, 2)
+	sum := gsync.Reduction{Op: collective.Sum}
+	each(t, es, func(e *Engine) error {
+		now := nowOn(e)
+		r := float32(e.Topology().Rank)
+		v := []float32{r + 1, 10}
+		// As a cgo callback calls: on a goroutine locked to its thread.
+		runtime.LockOSThread()
+		inline, err := now(e.AllreduceNow(nil, []collective.Buffer{f32(v)}, sum, Caller{LockedThread: true}))
+		runtime.UnlockOSThread()
+		if err != nil || !inline || v[0] != 3 || v[1] != 20 {
+			return fmt.Errorf("small allreduce: inline %v, %v, %v", inline, v, err)
+		}
+		big := make([]float32, DefaultInlineBytes/4+1)
+		big[0] = r
+		if inline, err := now(e.AllreduceNow(nil, []collective.Buffer{f32(big)}, sum, Caller{})); err != nil || inline || big[0] != 1 {
+			return fmt.Errorf("large allreduce: inline %v, %v, %v", inline, big[0], err)
+		}
+		b := []float32{r + 5}
+		if inline, err := now(e.BroadcastNow([]collective.Buffer{f32(b)}, 1, Caller{})); err != nil || !inline || b[0] != 6 {
+			return fmt.Errorf("broadcast: inline %v, %v, %v", inline, b, err)
+		}
+		if inline, err := now(e.BarrierNow(Caller{Interruptible: true})); err != nil || !inline {
+			return fmt.Errorf("barrier: inline %v, %v", inline, err)
+		}
+		return nil
+	})
+	// Rank 0 queues an allreduce whose partner rank 1 has not called yet,
+	// so it is still running when rank 0's next, small, call comes: that one
+	// must queue behind it rather than run first.
+	first, second := []float32{1}, []float32{100}
+	h, err := es[0].Allreduce(nil, []collective.Buffer{f32(first)}, sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, err := es[0].AllreduceNow(nil, []collective.Buffer{f32(second)}, sum, Caller{})
+	if err != nil || h2 == 0 {
+		t.Fatalf("a Now call behind a running one: handle %d, %v", h2, err)
+	}
+	each(t, es[1:], func(e *Engine) error {
+		a, b := []float32{2}, []float32{200}
+		for _, v := range [][]float32{a, b} {
+			if _, err := nowOn(e)(e.AllreduceNow(nil, []collective.Buffer{f32(v)}, sum, Caller{})); err != nil {
+				return err
+			}
+		}
+		if a[0] != 3 || b[0] != 300 {
+			return fmt.Errorf("rank 1 got %v and %v, want 3 and 300", a, b)
+		}
+		return nil
+	})
+	if err := es[0].Wait(h, 30*time.Second); err != nil || first[0] != 3 {
+		t.Fatalf("rank 0's queued allreduce: %v, %v", first, err)
+	}
+	if err := es[0].Wait(h2, 30*time.Second); err != nil || second[0] != 300 {
+		t.Fatalf("rank 0's Now allreduce behind it: %v, %v", second, err)
+	}
+	if n := es[0].Pending(); n != 0 {
+		t.Fatalf("%d handles left", n)
+	}
+}
+
+// Interrupt aborts an interruptible call running on its caller's goroutine
+// (a peer that never calls), within a bounded time; the next collective
+// finds the world rebuilt.
+func TestInterruptAbortsACallOnTheCaller(t *testing.T) {
+	d := startDriver(t, 2)
+	es := startEngines(t, d, 2)
+	e := es[0]
+	e.Interrupt(1) // nothing running: nothing happens
+	comm := e.sess.Communicator()
+	done := make(chan error, 1)
+	go func() {
+		// The caller has seen 2 interrupts: reports of those leave it alone.
+		_, err := e.AllreduceNow(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{}, Caller{Interruptible: true, Interrupts: 2})
+		done <- err
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for !comm.Progress().InFlight {
+		if time.Now().After(deadline) {
+			t.Fatal("the allreduce did not start within a minute")
+		}
+		time.Sleep(5 * time.Millisecond) // polling the communicator's progress
+	}
+	e.Interrupt(2) // an interrupt from before the call
+	select {
+	case err := <-done:
+		t.Fatalf("the allreduce returned without its peer: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	start := time.Now()
+	e.Interrupt(3)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrInterrupted) {
+			t.Fatalf("interrupted allreduce: %v", err)
+		}
+		t.Logf("interrupted after %v", time.Since(start))
+	case <-time.After(10 * time.Second):
+		t.Fatal("Interrupt did not end the allreduce within 10 s")
+	}
+	// An interrupt reported before the call was marked running, but after
+	// its caller's count, stops it before it starts.
+	if _, err := e.AllreduceNow(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{}, Caller{Interruptible: true, Interrupts: 2}); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("a call whose interrupt came first: %v", err)
+	}
+	// Both ranks go on in a rebuilt world once they acknowledge it.
+	each(t, es, func(e *Engine) error {
+		for {
+			v := []float32{1}
+			_, err := nowOn(e)(e.AllreduceNow(nil, []collective.Buffer{f32(v)}, gsync.Reduction{Op: collective.Sum}, Caller{}))
+			switch {
+			case errors.Is(err, gsync.ErrWorldChanged):
+				e.Reset()
+				continue
+			case err != nil:
+				return err
+			case v[0] != float32(e.Topology().Size):
+				return fmt.Errorf("sum %v in a world of %d", v, e.Topology().Size)
+			}
+			return nil
+		}
+	})
+}
+
+// A peer that dies while a call runs on its caller's goroutine: the call
+// fails with ErrWorldChanged, and so does every submission until Reset.
+func TestWorldChangeDuringACallOnTheCaller(t *testing.T) {
+	d := startDriver(t, 2)
+	es := startEngines(t, d, 3)
+	victim, survivors := es[2], es[:2]
+	wg := closeWhenInside(t, victim, survivors)
+	each(t, survivors, func(e *Engine) error {
+		h, err := e.AllreduceNow(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{}, Caller{Interruptible: true})
+		if h != 0 || !errors.Is(err, gsync.ErrWorldChanged) {
+			return fmt.Errorf("the broken allreduce: handle %d, %v", h, err)
+		}
+		if _, err := e.BarrierNow(Caller{}); !errors.Is(err, gsync.ErrWorldChanged) {
+			return fmt.Errorf("a call before Reset: %v", err)
+		}
+		e.Reset()
+		v := []float32{1}
+		if _, err := nowOn(e)(e.AllreduceNow(nil, []collective.Buffer{f32(v)}, gsync.Reduction{Op: collective.Sum}, Caller{})); err != nil || v[0] != 2 {
+			return fmt.Errorf("after Reset: %v %v", v, err)
+		}
+		return nil
+	})
+	wg.Wait()
 }

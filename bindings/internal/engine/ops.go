@@ -20,45 +20,93 @@ import (
 // place). Several tensors are fused into few collectives (one per dtype) and
 // carry the world's newest epoch, as a gradient allreduce does.
 func (e *Engine) Allreduce(send, recv []collective.Buffer, how gsync.Reduction) (Handle, error) {
-	how, err := checkReduce(how)
+	c, _, err := allreduceCall(send, recv, how)
 	if err != nil {
 		return 0, err
 	}
-	if err := checkBuffers("allreduce", recv...); err != nil {
+	return e.submit(c)
+}
+
+// AllreduceNow is Allreduce for a caller that waits for it at once: a small
+// allreduce submitted while nothing else is queued or running runs on the
+// caller's goroutine before AllreduceNow returns, which then returns handle
+// 0 and the allreduce's result; otherwise it returns as Allreduce does (see
+// Engine.now); caller says how it may run there.
+func (e *Engine) AllreduceNow(send, recv []collective.Buffer, how gsync.Reduction, caller Caller) (Handle, error) {
+	c, bytes, err := allreduceCall(send, recv, how)
+	if err != nil {
 		return 0, err
+	}
+	return e.now(c, bytes, caller)
+}
+
+// allreduceCall checks an allreduce and returns the call and its bytes.
+func allreduceCall(send, recv []collective.Buffer, how gsync.Reduction) (*call, int, error) {
+	how, err := checkReduce(how)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := checkBuffers("allreduce", recv...); err != nil {
+		return nil, 0, err
 	}
 	if send != nil {
 		if len(send) != len(recv) {
-			return 0, fmt.Errorf("%w: allreduce of %d tensors into %d", ErrInvalid, len(send), len(recv))
+			return nil, 0, fmt.Errorf("%w: allreduce of %d tensors into %d", ErrInvalid, len(send), len(recv))
 		}
 		if err := checkBuffers("allreduce", send...); err != nil {
-			return 0, err
+			return nil, 0, err
 		}
 		for i := range send {
 			if send[i].DType != recv[i].DType || send[i].Count != recv[i].Count {
-				return 0, fmt.Errorf("%w: allreduce tensor %d: %d %v elements into %d %v", ErrInvalid, i, send[i].Count, send[i].DType, recv[i].Count, recv[i].DType)
+				return nil, 0, fmt.Errorf("%w: allreduce tensor %d: %d %v elements into %d %v", ErrInvalid, i, send[i].Count, send[i].DType, recv[i].Count, recv[i].DType)
 			}
 		}
 	}
-	return e.submit(&call{what: "allreduce", run: func(ctx context.Context, s *gsync.Session) error {
+	return &call{what: "allreduce", run: func(ctx context.Context, s *gsync.Session) error {
 		for i := range send {
 			if len(send[i].Host) > 0 && &send[i].Host[0] != &recv[i].Host[0] {
 				copy(recv[i].Host, send[i].Host)
 			}
 		}
 		return s.Allreduce(ctx, how, recv...)
-	}})
+	}}, bufferBytes(recv), nil
+}
+
+func bufferBytes(bufs []collective.Buffer) int {
+	n := 0
+	for _, b := range bufs {
+		n += b.Bytes()
+	}
+	return n
 }
 
 // Broadcast copies root's bufs into every other rank's, in place.
 func (e *Engine) Broadcast(bufs []collective.Buffer, root int) (Handle, error) {
-	if err := checkBuffers("broadcast", bufs...); err != nil {
+	c, _, err := e.broadcastCall(bufs, root)
+	if err != nil {
 		return 0, err
+	}
+	return e.submit(c)
+}
+
+// BroadcastNow is Broadcast for a caller that waits for it at once, as
+// AllreduceNow is Allreduce's.
+func (e *Engine) BroadcastNow(bufs []collective.Buffer, root int, caller Caller) (Handle, error) {
+	c, bytes, err := e.broadcastCall(bufs, root)
+	if err != nil {
+		return 0, err
+	}
+	return e.now(c, bytes, caller)
+}
+
+func (e *Engine) broadcastCall(bufs []collective.Buffer, root int) (*call, int, error) {
+	if err := checkBuffers("broadcast", bufs...); err != nil {
+		return nil, 0, err
 	}
 	if err := e.checkRoot(root); err != nil {
-		return 0, err
+		return nil, 0, err
 	}
-	return e.submit(&call{what: "broadcast", run: func(ctx context.Context, s *gsync.Session) error {
+	return &call{what: "broadcast", run: func(ctx context.Context, s *gsync.Session) error {
 		return s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
 			for _, b := range bufs {
 				if err := c.Broadcast(ctx, b, root); err != nil {
@@ -67,7 +115,7 @@ func (e *Engine) Broadcast(bufs []collective.Buffer, root int) (Handle, error) {
 			}
 			return nil
 		})
-	}})
+	}}, bufferBytes(bufs), nil
 }
 
 func (e *Engine) checkRoot(root int) error {
@@ -163,12 +211,20 @@ func (e *Engine) ReduceScatter(send, recv collective.Buffer, counts []int, how g
 }
 
 // Barrier returns on every rank once every rank has entered it.
-func (e *Engine) Barrier() (Handle, error) {
-	return e.submit(&call{what: "barrier", run: func(ctx context.Context, s *gsync.Session) error {
+func (e *Engine) Barrier() (Handle, error) { return e.submit(barrierCall()) }
+
+// BarrierNow is Barrier for a caller that waits for it at once, as
+// AllreduceNow is Allreduce's.
+func (e *Engine) BarrierNow(caller Caller) (Handle, error) {
+	return e.now(barrierCall(), 0, caller)
+}
+
+func barrierCall() *call {
+	return &call{what: "barrier", run: func(ctx context.Context, s *gsync.Session) error {
 		return s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
 			return c.Barrier(ctx)
 		})
-	}})
+	}}
 }
 
 // Join waits for every rank to join and writes the rank that joined last

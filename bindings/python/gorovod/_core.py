@@ -19,13 +19,21 @@ Python):
   not in a shared library unless asked), so Ctrl-C stays Python's. Waits are
   done in slices of 100 ms, so a KeyboardInterrupt is raised promptly even
   while a collective is blocked; the memory of an interrupted call stays
-  referenced until the library has let go of it.
+  referenced until the library has let go of it. A small synchronous call
+  may instead run on Python's own thread inside the library (the _start
+  calls: no hand-over to the library's thread and back, which costs tens of
+  microseconds); from the main thread, while SIGINT raises
+  KeyboardInterrupt, it is made interruptible: the library then notes SIGINT
+  before Python's handler does and aborts the call. Under a SIGINT handler of
+  the script's own, calls wait in slices as before, so that the handler runs
+  while they wait.
 """
 
 import atexit
 import ctypes
 import fcntl
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -46,12 +54,15 @@ ERR_FORKED = 8
 ERR_SHUT_DOWN = 9
 ERR_UNKNOWN_HANDLE = 10
 
+# gorovod_*_start flags.
+START_INTERRUPTIBLE = 1
+
 # gorovod_dtype codes.
 FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
 SUM, AVERAGE, MIN, MAX, PRODUCT = 1, 2, 3, 4, 5
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -207,10 +218,13 @@ def _load():
             if "undefined symbol: nvml" in str(e):
                 hint = " (it was built without -tags gorovod_nonvml)"
             raise ImportError("gorovod: cannot load %s%s: %s" % (path, hint, e))
-        _prototypes(lib)
+        # The version first: an older library lacks functions _prototypes
+        # looks up.
+        lib.gorovod_abi_version.argtypes, lib.gorovod_abi_version.restype = [], ctypes.c_int
         if lib.gorovod_abi_version() != ABI_VERSION:
-            raise ImportError("gorovod: %s has ABI version %d, this package wants %d" %
+            raise ImportError("gorovod: %s has ABI version %d, this package wants %d (rebuild it)" %
                               (path, lib.gorovod_abi_version(), ABI_VERSION))
+        _prototypes(lib)
         # The first call into Go waits for the runtime to have started (and
         # read GOMAXPROCS).
         lib.gorovod_is_initialized()
@@ -240,6 +254,11 @@ def _prototypes(lib):
         "gorovod_alltoall_async": [c_void_p, c_void_p, c_void_p, c_void_p, c_int, p_u64],
         "gorovod_reducescatter_async": [c_void_p, c_i64, c_void_p, c_void_p, c_int, c_int, c_double, c_double, p_u64],
         "gorovod_barrier_async": [p_u64],
+        "gorovod_allreduce_start": [c_void_p, c_void_p, c_i64, c_int, c_int, c_double, c_double, c_int, p_u64],
+        "gorovod_grouped_allreduce_start": [c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_double, c_double,
+                                            c_int, p_u64],
+        "gorovod_grouped_broadcast_start": [c_i32, c_void_p, c_void_p, c_void_p, c_i32, c_int, p_u64],
+        "gorovod_barrier_start": [c_int, p_u64],
         "gorovod_join_async": [ctypes.POINTER(c_i32), p_u64],
         "gorovod_poll": [c_u64, ctypes.POINTER(c_int)],
         "gorovod_wait": [c_u64, c_i64],
@@ -504,8 +523,7 @@ def reducescatter_async(send, count, recv, recv_counts, dtype, op, prescale, pos
 
 
 def barrier():
-    h = _u64()
-    wait(_issue(lib().gorovod_barrier_async(ctypes.byref(h)), h, None))
+    _run(lambda l, flags, h: l.gorovod_barrier_start(flags, h), lambda l, h: l.gorovod_barrier_async(h), None)
 
 
 def join():
@@ -513,6 +531,67 @@ def join():
     h = _u64()
     wait(_issue(lib().gorovod_join_async(ctypes.byref(last), ctypes.byref(h)), h, last))
     return last.value
+
+
+# ---- Synchronous calls (the _start forms) ----
+
+def _start_flags():
+    """How a synchronous call may run: None: queued, waited for in slices (a
+    SIGINT handler of the script's own runs between them); else the flags of
+    a _start call, which may run on this thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return 0  # Ctrl-C interrupts the main thread, not this one
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is signal.default_int_handler:
+        return START_INTERRUPTIBLE
+    if handler in (signal.SIG_IGN, signal.SIG_DFL, None):
+        return 0  # nothing to raise: ignored, or the process ends
+    return None
+
+
+def _run(start, queue, keep):
+    """Runs a synchronous call: start(lib, flags, handle) calls its _start
+    function, queue(lib, handle) its _async one. A call that ran on this
+    thread has no handle (0) and returned its result; a queued one is waited
+    for."""
+    global _interrupted
+    flags = _start_flags()
+    l = lib()
+    h = _u64()
+    try:
+        rc = queue(l, ctypes.byref(h)) if flags is None else start(l, flags, ctypes.byref(h))
+    except BaseException:
+        # Ctrl-C as the call returned: it was aborted (the world it ran in is
+        # broken), so shutdown must not wait for the job to finish.
+        _interrupted = True
+        raise
+    _raise(rc)
+    if h.value != 0:
+        _inflight[h.value] = keep
+        wait(h.value)
+
+
+def allreduce(send, recv, count, dtype, op, prescale, postscale, keep):
+    """The synchronous allreduce_async."""
+    _run(lambda l, flags, h: l.gorovod_allreduce_start(send, recv, count, dtype, op, prescale, postscale, flags, h),
+         lambda l, h: l.gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale, h), keep)
+
+
+def grouped_allreduce(sends, recvs, counts, dtypes, op, prescale, postscale, keep):
+    """The synchronous grouped_allreduce_async."""
+    n = len(recvs)
+    s = _array(ctypes.c_void_p, sends) if sends is not None else None
+    r, c, d = _array(ctypes.c_void_p, recvs), _array(ctypes.c_int64, counts), _array(ctypes.c_int32, dtypes)
+    _run(lambda l, flags, h: l.gorovod_grouped_allreduce_start(n, s, r, c, d, op, prescale, postscale, flags, h),
+         lambda l, h: l.gorovod_grouped_allreduce_async(n, s, r, c, d, op, prescale, postscale, h), (keep, s, r, c, d))
+
+
+def broadcast(bufs, counts, dtypes, root, keep):
+    """The synchronous broadcast_async."""
+    n = len(bufs)
+    b, c, d = _array(ctypes.c_void_p, bufs), _array(ctypes.c_int64, counts), _array(ctypes.c_int32, dtypes)
+    _run(lambda l, flags, h: l.gorovod_grouped_broadcast_start(n, b, c, d, root, flags, h),
+         lambda l, h: l.gorovod_grouped_broadcast_async(n, b, c, d, root, h), (keep, b, c, d))
 
 
 # ---- Elastic ----

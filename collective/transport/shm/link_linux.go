@@ -239,7 +239,7 @@ type waitSide struct {
 // When the peer is gone, cond is still asked once more first, so what the peer
 // published before going is not lost.
 func (l *link) wait(ctx context.Context, ws *waitSide, cond func() (bool, error)) error {
-	w := ws.spin.Begin(ctx.Done())
+	w := ws.spin.BeginContext(ctx)
 	for {
 		if ok, err := cond(); ok || err != nil {
 			w.End(ok)
@@ -499,7 +499,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	// starve the sender, whose frames the peer is waiting for; the two ranks
 	// would then take turns instead of overlapping. Without another runnable
 	// goroutine this costs a few hundred nanoseconds.
-	runtime.Gosched()
+	spin.YieldGoroutines(ctx) // not on a locked thread (spin.OnLockedThread)
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
 	if err := l.recvReady(); err != nil {

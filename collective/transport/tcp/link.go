@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -364,7 +363,7 @@ func (l *link) write(c *ioCall) (int, error) { return l.do(&l.wio, &l.wwake, c) 
 // do makes one system call's worth of I/O in direction d: polling while the
 // socket is not ready, then parking with the call's deadline.
 func (l *link) do(d *rawIO, w *transport.Waker, c *ioCall) (int, error) {
-	d.wait = d.spin.Begin(c.ctx.Done())
+	d.wait = d.spin.BeginContext(c.ctx)
 	if err := l.rc.Control(d.tryFn); err != nil {
 		return 0, err
 	}
@@ -410,7 +409,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	// waiting would otherwise keep the only P and starve the sender, whose
 	// frames the peer is waiting for. Without another runnable goroutine this
 	// costs a few hundred nanoseconds.
-	runtime.Gosched()
+	spin.YieldGoroutines(ctx) // not on a locked thread (spin.OnLockedThread)
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
 	if err := l.recvReady(); err != nil {

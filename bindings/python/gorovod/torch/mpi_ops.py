@@ -285,10 +285,19 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
+def _allreduce(tensor, output, op, prescale_factor, postscale_factor, process_set):
+    """The synchronous _allreduce_async: a small one runs on this thread."""
+    _check_process_set(process_set)
+    src, n, dt = _check_tensor(tensor, "allreduce")
+    dst = src if output is tensor else _check_tensor(output, "allreduce")[0]
+    _core.allreduce(src, dst, n, dt, op, float(prescale_factor), float(postscale_factor), (tensor, output))
+    return output
+
+
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """Reduces tensor across the workers in place and returns it."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+    return _allreduce(tensor, tensor, _op(op, average), prescale_factor, postscale_factor, process_set)
 
 
 class HorovodAllreduce(torch.autograd.Function):
@@ -298,7 +307,8 @@ class HorovodAllreduce(torch.autograd.Function):
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
         ctx.average, ctx.op = average, op
         ctx.prescale_factor, ctx.postscale_factor, ctx.process_set = prescale_factor, postscale_factor, process_set
-        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+        return _allreduce(tensor, torch.empty_like(tensor), _op(op, average), prescale_factor, postscale_factor,
+                          process_set)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -316,7 +326,9 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     return compression.decompress(reduced, ctx)
 
 
-def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_factor, process_set):
+def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_factor, process_set, now=False):
+    """Starts a grouped allreduce and returns its handle; with now, runs it
+    (a small one on this thread) and returns the outputs."""
     _check_process_set(process_set)
     if not tensors:
         raise ValueError("grouped allreduce of no tensors")
@@ -329,9 +341,12 @@ def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_fa
     send = None
     if outputs is not tensors:
         send = [_check_tensor(t, "grouped allreduce")[0] for t in tensors]
-    h = _core.grouped_allreduce_async(send, recv, counts, dtypes, op, float(prescale_factor), float(postscale_factor),
-                                      (list(tensors), list(outputs)))
-    return _handle(h, list(outputs))
+    args = (send, recv, counts, dtypes, op, float(prescale_factor), float(postscale_factor),
+            (list(tensors), list(outputs)))
+    if now:
+        _core.grouped_allreduce(*args)
+        return list(outputs)
+    return _handle(_core.grouped_allreduce_async(*args), list(outputs))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -352,8 +367,9 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
-                                                process_set))
+    tensors = list(tensors)
+    return _grouped_allreduce_async(tensors, tensors, _op(op, average), prescale_factor, postscale_factor, process_set,
+                                    now=True)
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
@@ -361,8 +377,8 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
     def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
         ctx.average, ctx.op = average, op
         ctx.prescale_factor, ctx.postscale_factor, ctx.process_set = prescale_factor, postscale_factor, process_set
-        return tuple(synchronize(grouped_allreduce_async(list(tensors), average, name, op, prescale_factor,
-                                                         postscale_factor, process_set)))
+        return tuple(_grouped_allreduce_async(list(tensors), [torch.empty_like(t) for t in tensors], _op(op, average),
+                                              prescale_factor, postscale_factor, process_set, now=True))
 
     @staticmethod
     def backward(ctx, *grad_output):
@@ -400,15 +416,23 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     return _handle(_broadcast_async(output, root_rank, process_set), output)
 
 
+def _broadcast(tensor, root_rank, process_set):
+    """The synchronous _broadcast_async: a small one runs on this thread."""
+    _check_process_set(process_set)
+    p, n, dt = _check_tensor(tensor, "broadcast", reducing=False)
+    _core.broadcast([p], [n], [dt], int(root_rank), tensor)
+    return tensor
+
+
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return _broadcast(tensor, root_rank, process_set)
 
 
 class HorovodBroadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank, ctx.process_set = root_rank, process_set
-        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+        return _broadcast(tensor.clone(), root_rank, process_set)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -436,7 +460,7 @@ def grouped_broadcast_(tensors, root_rank):
         ptrs.append(p)
         counts.append(n)
         dtypes.append(dt)
-    _core.wait(_core.broadcast_async(ptrs, counts, dtypes, int(root_rank), tensors))
+    _core.broadcast(ptrs, counts, dtypes, int(root_rank), tensors)
     return tensors
 
 

@@ -1,6 +1,7 @@
 package spin
 
 import (
+	"context"
 	"runtime"
 	"time"
 )
@@ -131,6 +132,8 @@ func (b *Budget) Limit() time.Duration { return b.limit }
 // found nothing, and call End with the outcome.
 type Wait struct {
 	b      *Budget
+	ctx    context.Context // BeginContext's; read at the first yield
+	locked int8            // 0 not known yet, 1 OnLockedThread's, -1 not
 	polls  int
 	until  time.Time
 	done   <-chan struct{}
@@ -172,7 +175,15 @@ func (w *Wait) Again(stop func() bool) bool {
 		w.parked = true
 		return false
 	}
-	runtime.Gosched()
+	if w.locked == 0 {
+		w.locked = -1
+		if w.ctx != nil && w.ctx.Value(lockedKey{}) != nil {
+			w.locked = 1
+		}
+	}
+	if w.locked < 0 {
+		runtime.Gosched()
+	}
 	if yieldNow {
 		b.yieldToProcesses()
 	}

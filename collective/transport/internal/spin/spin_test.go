@@ -1,6 +1,10 @@
 package spin
 
 import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -121,6 +125,32 @@ func TestZeroBudgetNeverPolls(t *testing.T) {
 		if b.Limit() != 0 {
 			t.Errorf("budget %+v adapted to %v", b, b.Limit())
 		}
+	}
+}
+
+// A wait begun with OnLockedThread's context polls without yielding to the
+// process's other goroutines; any other wait lets them run. At GOMAXPROCS=1
+// a goroutine started before the wait runs during it only if the wait
+// yields (the runtime's own preemption comes after 10 ms, the budget is
+// 2 ms).
+func TestLockedWaitDoesNotYieldToGoroutines(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for _, locked := range []bool{false, true} {
+		ctx := context.Background()
+		if locked {
+			ctx = OnLockedThread(ctx)
+		}
+		var ran atomic.Bool
+		var wg sync.WaitGroup
+		wg.Go(func() { ran.Store(true) })
+		b := NewBudget(2*time.Millisecond, 4, false)
+		w := b.BeginContext(ctx)
+		for !ran.Load() && w.Again(never) {
+		}
+		if got := ran.Load(); got == locked {
+			t.Errorf("locked %v: the other goroutine ran during the wait: %v", locked, got)
+		}
+		wg.Wait()
 	}
 }
 

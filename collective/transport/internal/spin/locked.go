@@ -1,0 +1,42 @@
+package spin
+
+import (
+	"context"
+	"runtime"
+)
+
+// lockedKey marks a context as that of a call made on a goroutine locked to
+// its OS thread (OnLockedThread).
+type lockedKey struct{}
+
+// OnLockedThread returns ctx marked for a call made on a goroutine locked to
+// its OS thread, such as a cgo callback's (a C thread calling into Go): its
+// waits poll without yielding to the process's other goroutines. From a
+// locked goroutine runtime.Gosched does not switch goroutines on the thread:
+// the scheduler hands the thread's P to another thread, waking it, and puts
+// this thread to sleep until a third hand-over gives the P back, two thread
+// wake-ups that cost more than the whole wait they interrupt. Yielding to
+// other processes (sched_yield) is unaffected.
+func OnLockedThread(ctx context.Context) context.Context {
+	return context.WithValue(ctx, lockedKey{}, true)
+}
+
+// BeginContext is Begin(ctx.Done()) for a call with ctx: it ends early when
+// ctx does, and does not yield to other goroutines when ctx is
+// OnLockedThread's.
+func (b *Budget) BeginContext(ctx context.Context) Wait {
+	w := b.Begin(ctx.Done())
+	w.ctx = ctx
+	return w
+}
+
+// YieldGoroutines lets the process's other goroutines run (runtime.Gosched),
+// unless ctx is OnLockedThread's: what a transport does at a frame boundary
+// so that at GOMAXPROCS=1 its sending goroutine gets a turn. A call on a
+// locked thread runs without one (the binding's small calls on the
+// caller's thread), and a yield there would cost two thread wake-ups.
+func YieldGoroutines(ctx context.Context) {
+	if ctx.Value(lockedKey{}) == nil {
+		runtime.Gosched()
+	}
+}
