@@ -54,28 +54,42 @@ func startEngines(t *testing.T, d *driver.Driver, n int) []*Engine {
 	errs := make([]error, n)
 	var wg stdsync.WaitGroup
 	for i := range es {
-		wg.Go(func() { es[i], errs[i] = startEngine(ctx, d) })
+		wg.Go(func() {
+			if es[i], errs[i] = startEngine(ctx, d); errs[i] == nil {
+				errs[i] = commitUntilSize(ctx, es[i], n)
+			}
+		})
 	}
 	wg.Wait()
+	for _, e := range es {
+		if e != nil {
+			t.Cleanup(func() { e.Close(context.Background(), false) })
+		}
+	}
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("engine %d: %v", i, err)
 		}
-		e := es[i]
-		t.Cleanup(func() { e.Close(context.Background(), false) })
 	}
-	// Members admitted in different worlds meet at a commit.
-	each(t, es, func(e *Engine) error {
-		for e.Topology().Size < n {
-			err := waitOn(e)(e.Commit())
-			if err != nil && !errors.Is(err, ErrHostsUpdated) && !errors.Is(err, gsync.ErrWorldChanged) {
-				return err
-			}
-			e.Reset()
-		}
-		return nil
-	})
 	return sortByRank(es)
+}
+
+// commitUntilSize commits on e until its world has n members. Members
+// admitted in different worlds meet at a commit, and a joiner is admitted
+// only at a commit of the world's members: so each engine commits as soon as
+// it has started, while the others may still be waiting to be admitted.
+func commitUntilSize(ctx context.Context, e *Engine, n int) error {
+	for e.Topology().Size < n {
+		if ctx.Err() != nil {
+			return fmt.Errorf("still %d of %d workers: %w", e.Topology().Size, n, ctx.Err())
+		}
+		err := waitOn(e)(e.Commit())
+		if err != nil && !errors.Is(err, ErrHostsUpdated) && !errors.Is(err, gsync.ErrWorldChanged) {
+			return err
+		}
+		e.Reset()
+	}
+	return nil
 }
 
 func sortByRank(es []*Engine) []*Engine {
