@@ -222,18 +222,26 @@ func (s *Session) Prepare(ep epoch.World) {
 		s.next.discard()
 		s.next = nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ConnectTimeout)
+	ctx, cancel := context.WithCancel(context.Background())
 	p := &preconnect{number: ep.Number, cancel: cancel, done: make(chan struct{})}
 	s.next = p
-	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
 	log := s.log
 	go func() {
 		defer close(p.done)
 		defer cancel()
 		began := time.Now()
-		p.comm, p.err = collective.New(ctx, s.t, w, s.cfg.Collective)
-		log.Debug("connected the next world ahead of the step boundary", "epoch", w.Epoch, "took", time.Since(began), "err", p.err)
+		p.comm, p.err = s.connect(ctx, ep, rank)
+		log.Debug("connected the next world ahead of the step boundary", "epoch", ep.Number, "took", time.Since(began), "err", p.err)
 	}()
+}
+
+// connect connects this worker, rank, to the members of world ep, within
+// Config.ConnectTimeout.
+func (s *Session) connect(ctx context.Context, ep epoch.World, rank int) (*collective.Communicator, error) {
+	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	defer cancel()
+	return collective.New(ctx, s.t, w, s.cfg.Collective)
 }
 
 // takeNext hands over the world being prepared if it is ep (nil otherwise;
@@ -737,10 +745,7 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 			err = context.Cause(ctx)
 		}
 	} else {
-		w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
-		connectCtx, stopConnect := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
-		comm, err = collective.New(connectCtx, s.t, w, s.cfg.Collective)
-		stopConnect()
+		comm, err = s.connect(ctx, ep, rank)
 	}
 	if err != nil {
 		return nil, superseded(err)

@@ -411,12 +411,16 @@ func startMode(flags C.int) submitMode {
 	return submitNow
 }
 
-// started stores what a submission gave the caller: the handle of a queued
-// call, or 0 and the result of one that ran on the caller's thread.
-func started(mode submitMode, out *C.gorovod_handle, h engine.Handle, err error) C.int {
-	if mode == submitAsync {
+// submit submits a call as mode says, through queue (the engine's
+// asynchronous form) or now (its Now form, for a caller about to wait), and
+// stores what that gave the caller: the handle of a queued call, or 0 and
+// the result of one that ran on the caller's thread.
+func (m submitMode) submit(out *C.gorovod_handle, queue func() (engine.Handle, error), now func(engine.Caller) (engine.Handle, error)) C.int {
+	if m == submitAsync {
+		h, err := queue()
 		return issue(out, h, err)
 	}
+	h, err := now(m.caller())
 	*out = C.gorovod_handle(h)
 	return status(err)
 }
@@ -451,13 +455,8 @@ func allreduce(n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *
 		}
 	}
 	how := reduction(op, pre, post)
-	var hd engine.Handle
-	if mode == submitAsync {
-		hd, err = e.Allreduce(sends, recvs, how)
-	} else {
-		hd, err = e.AllreduceNow(sends, recvs, how, mode.caller())
-	}
-	return started(mode, h, hd, err)
+	return mode.submit(h, func() (engine.Handle, error) { return e.Allreduce(sends, recvs, how) },
+		func(c engine.Caller) (engine.Handle, error) { return e.AllreduceNow(sends, recvs, how, c) })
 }
 
 //export gorovodGoBroadcastAsync
@@ -488,13 +487,8 @@ func broadcast(n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int3
 			return status(err)
 		}
 	}
-	var hd engine.Handle
-	if mode == submitAsync {
-		hd, err = e.Broadcast(bs, int(root))
-	} else {
-		hd, err = e.BroadcastNow(bs, int(root), mode.caller())
-	}
-	return started(mode, h, hd, err)
+	return mode.submit(h, func() (engine.Handle, error) { return e.Broadcast(bs, int(root)) },
+		func(c engine.Caller) (engine.Handle, error) { return e.BroadcastNow(bs, int(root), c) })
 }
 
 //export gorovodGoAllgatherAsync
@@ -632,13 +626,7 @@ func barrier(mode submitMode, h *C.gorovod_handle) C.int {
 	if h == nil {
 		return status(fmt.Errorf("%w: barrier: NULL handle", engine.ErrInvalid))
 	}
-	var hd engine.Handle
-	if mode == submitAsync {
-		hd, err = e.Barrier()
-	} else {
-		hd, err = e.BarrierNow(mode.caller())
-	}
-	return started(mode, h, hd, err)
+	return mode.submit(h, e.Barrier, e.BarrierNow)
 }
 
 //export gorovodGoJoinAsync

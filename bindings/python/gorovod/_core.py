@@ -487,18 +487,22 @@ def _array(ctype, values):
     return (ctype * len(values))(*values)
 
 
-def grouped_allreduce_async(sends, recvs, counts, dtypes, op, prescale, postscale, keep):
-    n = len(recvs)
+def _grouped_arrays(sends, recvs, counts, dtypes):
+    """The C arrays of a grouped call: n, sends (None: in place), recvs,
+    counts, dtypes."""
     s = _array(ctypes.c_void_p, sends) if sends is not None else None
-    r, c, d = _array(ctypes.c_void_p, recvs), _array(ctypes.c_int64, counts), _array(ctypes.c_int32, dtypes)
+    return len(recvs), s, _array(ctypes.c_void_p, recvs), _array(ctypes.c_int64, counts), _array(ctypes.c_int32, dtypes)
+
+
+def grouped_allreduce_async(sends, recvs, counts, dtypes, op, prescale, postscale, keep):
+    n, s, r, c, d = _grouped_arrays(sends, recvs, counts, dtypes)
     h = _u64()
     return _issue(lib().gorovod_grouped_allreduce_async(n, s, r, c, d, op, prescale, postscale, ctypes.byref(h)), h,
                   (keep, s, r, c, d))
 
 
 def broadcast_async(bufs, counts, dtypes, root, keep):
-    n = len(bufs)
-    b, c, d = _array(ctypes.c_void_p, bufs), _array(ctypes.c_int64, counts), _array(ctypes.c_int32, dtypes)
+    n, _, b, c, d = _grouped_arrays(None, bufs, counts, dtypes)
     h = _u64()
     return _issue(lib().gorovod_grouped_broadcast_async(n, b, c, d, root, ctypes.byref(h)), h, (keep, b, c, d))
 
@@ -579,17 +583,14 @@ def allreduce(send, recv, count, dtype, op, prescale, postscale, keep):
 
 def grouped_allreduce(sends, recvs, counts, dtypes, op, prescale, postscale, keep):
     """The synchronous grouped_allreduce_async."""
-    n = len(recvs)
-    s = _array(ctypes.c_void_p, sends) if sends is not None else None
-    r, c, d = _array(ctypes.c_void_p, recvs), _array(ctypes.c_int64, counts), _array(ctypes.c_int32, dtypes)
+    n, s, r, c, d = _grouped_arrays(sends, recvs, counts, dtypes)
     _run(lambda l, flags, h: l.gorovod_grouped_allreduce_start(n, s, r, c, d, op, prescale, postscale, flags, h),
          lambda l, h: l.gorovod_grouped_allreduce_async(n, s, r, c, d, op, prescale, postscale, h), (keep, s, r, c, d))
 
 
 def broadcast(bufs, counts, dtypes, root, keep):
     """The synchronous broadcast_async."""
-    n = len(bufs)
-    b, c, d = _array(ctypes.c_void_p, bufs), _array(ctypes.c_int64, counts), _array(ctypes.c_int32, dtypes)
+    n, _, b, c, d = _grouped_arrays(None, bufs, counts, dtypes)
     _run(lambda l, flags, h: l.gorovod_grouped_broadcast_start(n, b, c, d, root, flags, h),
          lambda l, h: l.gorovod_grouped_broadcast_async(n, b, c, d, root, h), (keep, b, c, d))
 

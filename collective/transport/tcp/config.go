@@ -167,12 +167,11 @@ func kernelGrants(n int) bool {
 		}
 	}
 	defer unix.Close(fd)
+	if setSocketBuffers(fd, n) != nil {
+		return false
+	}
 	for _, opt := range []int{unix.SO_RCVBUF, unix.SO_SNDBUF} {
-		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, n) != nil {
-			return false
-		}
-		got, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, opt)
-		if err != nil || got < n {
+		if got, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, opt); err != nil || got < n {
 			return false
 		}
 	}

@@ -262,12 +262,17 @@ def synchronize(handle):
 
 # ---- Allreduce ----
 
-def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set, now=False):
+    """Starts an allreduce of tensor into output and returns its handle; with
+    now, runs it (a small one on this thread) and returns output."""
     _check_process_set(process_set)
     src, n, dt = _check_tensor(tensor, "allreduce")
     dst = src if output is tensor else _check_tensor(output, "allreduce")[0]
-    h = _core.allreduce_async(src, dst, n, dt, op, float(prescale_factor), float(postscale_factor), (tensor, output))
-    return _handle(h, output)
+    args = (src, dst, n, dt, op, float(prescale_factor), float(postscale_factor), (tensor, output))
+    if now:
+        _core.allreduce(*args)
+        return output
+    return _handle(_core.allreduce_async(*args), output)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -285,19 +290,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
-def _allreduce(tensor, output, op, prescale_factor, postscale_factor, process_set):
-    """The synchronous _allreduce_async: a small one runs on this thread."""
-    _check_process_set(process_set)
-    src, n, dt = _check_tensor(tensor, "allreduce")
-    dst = src if output is tensor else _check_tensor(output, "allreduce")[0]
-    _core.allreduce(src, dst, n, dt, op, float(prescale_factor), float(postscale_factor), (tensor, output))
-    return output
-
-
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """Reduces tensor across the workers in place and returns it."""
-    return _allreduce(tensor, tensor, _op(op, average), prescale_factor, postscale_factor, process_set)
+    return _allreduce_async(tensor, tensor, name, _op(op, average), prescale_factor, postscale_factor, process_set,
+                            now=True)
 
 
 class HorovodAllreduce(torch.autograd.Function):
@@ -307,8 +304,8 @@ class HorovodAllreduce(torch.autograd.Function):
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
         ctx.average, ctx.op = average, op
         ctx.prescale_factor, ctx.postscale_factor, ctx.process_set = prescale_factor, postscale_factor, process_set
-        return _allreduce(tensor, torch.empty_like(tensor), _op(op, average), prescale_factor, postscale_factor,
-                          process_set)
+        return _allreduce_async(tensor, torch.empty_like(tensor), name, _op(op, average), prescale_factor,
+                                postscale_factor, process_set, now=True)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -399,9 +396,15 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 
 # ---- Broadcast ----
 
-def _broadcast_async(tensor, root_rank, process_set):
+def _broadcast_async(tensor, root_rank, process_set, now=False):
+    """Starts copying root_rank's tensor into every other worker's and
+    returns the library's handle; with now, runs it (a small one on this
+    thread) and returns tensor."""
     _check_process_set(process_set)
     p, n, dt = _check_tensor(tensor, "broadcast", reducing=False)
+    if now:
+        _core.broadcast([p], [n], [dt], int(root_rank), tensor)
+        return tensor
     return _core.broadcast_async([p], [n], [dt], int(root_rank), tensor)
 
 
@@ -416,23 +419,15 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     return _handle(_broadcast_async(output, root_rank, process_set), output)
 
 
-def _broadcast(tensor, root_rank, process_set):
-    """The synchronous _broadcast_async: a small one runs on this thread."""
-    _check_process_set(process_set)
-    p, n, dt = _check_tensor(tensor, "broadcast", reducing=False)
-    _core.broadcast([p], [n], [dt], int(root_rank), tensor)
-    return tensor
-
-
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    return _broadcast(tensor, root_rank, process_set)
+    return _broadcast_async(tensor, root_rank, process_set, now=True)
 
 
 class HorovodBroadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank, ctx.process_set = root_rank, process_set
-        return _broadcast(tensor.clone(), root_rank, process_set)
+        return _broadcast_async(tensor.clone(), root_rank, process_set, now=True)
 
     @staticmethod
     def backward(ctx, grad_output):

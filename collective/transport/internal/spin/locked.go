@@ -36,7 +36,12 @@ func (b *Budget) BeginContext(ctx context.Context) Wait {
 // locked thread runs without one (the binding's small calls on the
 // caller's thread), and a yield there would cost two thread wake-ups.
 func YieldGoroutines(ctx context.Context) {
-	if ctx.Value(lockedKey{}) == nil {
+	if !onLockedThread(ctx) {
 		runtime.Gosched()
 	}
+}
+
+// onLockedThread reports whether ctx (may be nil) is OnLockedThread's.
+func onLockedThread(ctx context.Context) bool {
+	return ctx != nil && ctx.Value(lockedKey{}) != nil
 }

@@ -175,9 +175,9 @@ func (w *Wait) Again(stop func() bool) bool {
 		w.parked = true
 		return false
 	}
-	if w.locked == 0 {
+	if w.locked == 0 { // asked once per wait: a context lookup is not free
 		w.locked = -1
-		if w.ctx != nil && w.ctx.Value(lockedKey{}) != nil {
+		if onLockedThread(w.ctx) {
 			w.locked = 1
 		}
 	}
