@@ -87,7 +87,9 @@ func startRunJobArgv(t *testing.T, argv []string) *runJobHarness {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	return startHarness(t, exec.CommandContext(ctx, argv[0], argv[1:]...))
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	dumpOnCancel(cmd)
+	return startHarness(t, cmd)
 }
 
 // startHarness starts cmd, a `gorovod run` (or a command running one), and
