@@ -49,6 +49,26 @@ func TestFollower(t *testing.T) {
 			{2 * ms, ready("a"), nil},
 			{3 * ms, epoch.ReportDone{Number: 3}, outs(send("a", done(3)))},
 		}},
+		{name: "an end-of-training report while no proposer is in view is kept, and sent once the driver is back", self: "b", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("b"), nil},
+			// Gossip declares the driver dead (it was starved or frozen for a moment).
+			{10 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
+			{20 * ms, epoch.ReportDone{Number: 3}, outs(epoch.Unroutable{Msg: done(3)})},
+			{1019 * ms, nil, nil},
+			{1020 * ms, nil, nil}, // tried again: still nobody to take it (said once)
+			{1500 * ms, driverSeen("x"), outs(send("x", done(3)))},
+			{2600 * ms, nil, nil}, // handed over: not sent again
+		}},
+		{name: "an end-of-training report whose send failed is sent again a second later", self: "b", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("b"), nil},
+			{10 * ms, epoch.ReportDone{Number: 3}, outs(send("x", done(3)))},
+			{20 * ms, epoch.SendFailed{To: "x", Msg: done(3)}, nil},
+			{1019 * ms, nil, nil},
+			{1020 * ms, nil, outs(send("x", done(3)))},
+			{2100 * ms, nil, nil},
+		}},
 		{name: "a failure report is sent again every second until a newer epoch comes", self: "b", script: []step{
 			{0, driverSeen("x"), nil},
 			{0, from("x", epochMsg(world(2, "a", "b"))), outs(adopted(world(2, "a", "b")))},
@@ -156,5 +176,30 @@ func TestFollowerGraceFromStart(t *testing.T) {
 	}
 	if f.Proposer() == nil || f.Latest().Number != 1 {
 		t.Fatalf("proposer %v, latest %v", f.Proposer(), f.Latest())
+	}
+}
+
+// TestFollowerDonePending: the end-of-training report counts as pending until
+// it is handed to a proposer (the worker must not leave before, see
+// driver.Agent.Finish).
+func TestFollowerDonePending(t *testing.T) {
+	f := epoch.NewFollower(epoch.FollowerConfig{Self: "b"}, t0)
+	f.Step(t0, driverSeen("x"))
+	f.Step(t0, ready("b"))
+	f.Step(t0.Add(10*ms), epoch.PeerGone{Name: "x", Failed: true})
+	if f.DonePending() {
+		t.Fatal("pending before any report")
+	}
+	f.Step(t0.Add(20*ms), epoch.ReportDone{Number: 3})
+	if !f.DonePending() {
+		t.Fatal("not pending although no proposer was in view")
+	}
+	f.Step(t0.Add(30*ms), driverSeen("x"))
+	if f.DonePending() {
+		t.Fatal("still pending after it was sent to the driver")
+	}
+	f.Step(t0.Add(40*ms), epoch.SendFailed{To: "x", Msg: done(3)})
+	if !f.DonePending() {
+		t.Fatal("not pending again after its send failed")
 	}
 }
