@@ -171,7 +171,9 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return fail(fmt.Errorf("job: no host list from the discovery: %w", startCtx.Err()))
 	}
 
-	j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()}}.Environ()
+	// The job's minimum goes to every worker: one that takes over proposing
+	// (the driver out of its view for a while) must not form a smaller world.
+	j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()}, MinWorkers: cfg.MinWorkers}.Environ()
 	j.env = append(j.env, cfg.observabilityEnv()...)
 	if cfg.JobFile {
 		if j.jobFile, err = writeJobFile(j.env); err != nil {

@@ -203,3 +203,42 @@ func TestFollowerDonePending(t *testing.T) {
 		t.Fatal("not pending again after its send failed")
 	}
 }
+
+// TestFollowerTakeoverMinWorkers: during world formation no world exists, so
+// the quorum check passes and a lone worker whose view lacks the driver for
+// the takeover grace (a starved or frozen driver) proposes itself. With the
+// job's minimum (gorovod run hands it to every worker as GOROVOD_MIN_WORKERS)
+// it waits for that many ready workers instead of forming a world of one
+// beside the driver's.
+func TestFollowerTakeoverMinWorkers(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		min    int
+		script []step
+	}{
+		{name: "without the job's minimum a lone worker forms a world of one", min: 1, script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("a"), nil},
+			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
+			{2500 * ms, nil, outs(epoch.TookOver{})},
+			{2510 * ms, nil, outs(epoch.Proposed{World: world(1, "a")}, adopted(world(1, "a")))},
+		}},
+		{name: "with the job's minimum of 3 it proposes nothing until 3 are ready", min: 3, script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("a"), nil},
+			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
+			{2500 * ms, nil, outs(epoch.TookOver{})},
+			{2510 * ms, nil, outs(epoch.Waiting{Have: 1, Min: 3})},
+			{3000 * ms, ready("b"), nil},
+			{3010 * ms, nil, outs(epoch.Waiting{Have: 2, Min: 3})},
+			{3500 * ms, ready("c"), nil},
+			{3510 * ms, nil, outs(epoch.Proposed{World: world(1, "a", "b", "c")}, adopted(world(1, "a", "b", "c")),
+				sendEpoch(world(1, "a", "b", "c"), "b", "c"))},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := epoch.NewFollower(epoch.FollowerConfig{Self: "a", Proposer: epoch.ProposerConfig{MinWorkers: tc.min}}, t0)
+			runScript(t, f, tc.script)
+		})
+	}
+}
