@@ -40,7 +40,7 @@ func (c *Communicator) AlltoallV(ctx context.Context, send Buffer, sendCounts []
 		return err
 	}
 	d := opDesc{coll: collAlltoall, dtype: send.DType, bytes: int64(send.Bytes())}
-	return c.run(ctx, d, algoPairwise, func(ctx context.Context, o *opRun) error {
+	return c.run(ctx, d, algoPairwise, func(ctx *opContext, o *opRun) error {
 		src, dst := memOf(send), memOf(recv)
 		off, n := sendPlan.segment(r)
 		roff, _ := recvPlan.segment(r)
@@ -49,17 +49,38 @@ func (c *Communicator) AlltoallV(ctx context.Context, send Buffer, sendCounts []
 		}
 		// Step k pairs every rank with the ranks k ahead and k behind, so each
 		// step keeps every link busy in one direction.
+		x := &c.steps.alltoall
+		defer x.clear()
+		x.src, x.dst, x.sendPlan, x.recvPlan = src, dst, &sendPlan, &recvPlan
+		x.sendCounts, x.recvCounts = sendCounts, recvCounts
 		for k := 1; k < p; k++ {
-			to, from := (r+k)%p, (r-k+p)%p
-			err := o.exchange(ctx, max(sendPlan.bytes(to), recvPlan.bytes(from)),
-				func(ctx context.Context) error { return o.sendBlock(ctx, to, k, src, sendPlan, sendCounts[to]) },
-				func(ctx context.Context) error { return o.recvBlock(ctx, from, k, dst, recvPlan, recvCounts[from]) })
-			if err != nil {
+			x.to, x.from, x.step = (r+k)%p, (r-k+p)%p, k
+			if err := o.exchange(ctx, max(sendPlan.bytes(x.to), recvPlan.bytes(x.from)), x); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// alltoallRun is one step of an alltoall (stepper): the block for rank to
+// out, the one from rank from in.
+type alltoallRun struct {
+	o                      *opRun
+	src, dst               memory
+	sendPlan, recvPlan     *segPlan
+	sendCounts, recvCounts []int
+	to, from, step         int
+}
+
+func (x *alltoallRun) clear() { *x = alltoallRun{o: x.o} }
+
+func (x *alltoallRun) sendStep(ctx *opContext, _ int) error {
+	return x.o.sendBlock(ctx, x.to, x.step, x.src, x.sendPlan, x.sendCounts[x.to])
+}
+
+func (x *alltoallRun) recvStep(ctx *opContext, _ int) error {
+	return x.o.recvBlock(ctx, x.from, x.step, x.dst, x.recvPlan, x.recvCounts[x.from])
 }
 
 // countsPlan checks per-rank counts against a buffer and lays the blocks out.
@@ -78,7 +99,7 @@ func countsPlan(what string, counts []int, p, total, esz, chunkBytes int) (segPl
 // blockChunks is how many frames a block of n bytes travels in.
 func blockChunks(n, chunkBytes int) int { return max(1, (n+chunkBytes-1)/chunkBytes) }
 
-func (o *opRun) sendBlock(ctx context.Context, to, step int, src memory, plan segPlan, count int) error {
+func (o *opRun) sendBlock(ctx context.Context, to, step int, src memory, plan *segPlan, count int) error {
 	off, n := plan.segment(to)
 	chunk := o.c.cfg.ChunkBytes
 	staging := o.c.stagingFor(src, min(n, chunk))
@@ -95,7 +116,7 @@ func (o *opRun) sendBlock(ctx context.Context, to, step int, src memory, plan se
 	return nil
 }
 
-func (o *opRun) recvBlock(ctx context.Context, from, step int, dst memory, plan segPlan, count int) error {
+func (o *opRun) recvBlock(ctx context.Context, from, step int, dst memory, plan *segPlan, count int) error {
 	off, n := plan.segment(from)
 	chunk := o.c.cfg.ChunkBytes
 	scratch := o.c.scratchBuf(min(n, chunk))
