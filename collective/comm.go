@@ -122,6 +122,7 @@ type Communicator struct {
 	sendHdr []transport.Header // per peer: the frame header being sent
 	recvHdr []transport.Header // per peer: the frame header being received
 	plan    segPlan            // the running collective's layout
+	plan2   segPlan            // and a second one (alltoall's receive side)
 	counts  []int              // the running collective's per-rank counts, when it makes them
 	steps   algoSteps
 }

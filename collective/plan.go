@@ -12,13 +12,8 @@ type segPlan struct {
 	maxChunk int // bytes of the largest chunk
 }
 
-func newSegPlan(counts []int, esz, chunkBytes int) segPlan {
-	var pl segPlan
-	pl.set(counts, esz, chunkBytes)
-	return pl
-}
-
-// set lays out counts as newSegPlan does, reusing pl's memory.
+// set lays out counts (per-segment element counts) of esz-byte elements,
+// chunkBytes to a chunk at most, reusing pl's memory.
 func (pl *segPlan) set(counts []int, esz, chunkBytes int) {
 	pl.esz = esz
 	pl.off = resize(pl.off, len(counts)+1)
