@@ -66,18 +66,25 @@ func (q *queue) payloadCopy(p []byte) []byte {
 		return nil
 	}
 	q.mu.Lock()
-	var b []byte
-	for i := len(q.spare) - 1; i >= 0; i-- {
-		if cap(q.spare[i]) >= len(p) {
-			b = q.spare[i]
-			last := len(q.spare) - 1
-			q.spare[i], q.spare[last] = q.spare[last], nil
-			q.spare = q.spare[:last]
+	// The last spare buffer if none is large enough: dropping a small one
+	// leaves room for the large one this send makes, so that a mix of
+	// frame sizes settles too.
+	i := len(q.spare) - 1
+	for j := i; j >= 0; j-- {
+		if cap(q.spare[j]) >= len(p) {
+			i = j
 			break
 		}
 	}
+	var b []byte
+	if i >= 0 {
+		b = q.spare[i]
+		last := len(q.spare) - 1
+		q.spare[i], q.spare[last] = q.spare[last], nil
+		q.spare = q.spare[:last]
+	}
 	q.mu.Unlock()
-	if b == nil {
+	if cap(b) < len(p) {
 		b = make([]byte, len(p))
 	}
 	b = b[:len(p)]
