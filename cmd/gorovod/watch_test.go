@@ -415,9 +415,10 @@ func TestQuickStartWithoutDataset(t *testing.T) {
 		all := append(append(prefix[:len(prefix):len(prefix)], binary), args...)
 		return runWith(t, all[0], all[1:]...)
 	}
-	out, errs, code := run("run", "--np", "3", "--", fashionMNIST, "--epochs", "1", "--json", "--log-every", "0")
+	// -v: should the job not end, its world changes say where it stood.
+	out, errs, code := run("run", "-v", "--np", "3", "--", fashionMNIST, "--epochs", "1", "--json", "--log-every", "0")
 	if code != 0 {
-		t.Fatalf("exit %d\n%s", code, errs)
+		t.Fatalf("exit %d\nstderr:\n%s\nstdout, the last lines:\n%s", code, errs, lastLines(out, 12))
 	}
 	for i := range 3 {
 		if !strings.Contains(errs, fmt.Sprintf("[%d] WARNING: Fashion-MNIST is not installed", i)) {
@@ -445,4 +446,10 @@ func TestQuickStartWithoutDataset(t *testing.T) {
 	if code == 0 || !strings.Contains(errs, "apt-get install dataset-fashion-mnist") || strings.Contains(errs, "GENERATED") {
 		t.Errorf("a --data-dir without the data: exit %d\n%s", code, errs)
 	}
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
