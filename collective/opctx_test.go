@@ -3,8 +3,11 @@ package collective
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
 )
 
 type ctxKey struct{}
@@ -171,5 +174,50 @@ func TestCollectivesAcrossContexts(t *testing.T) {
 				t.Errorf("a collective whose context ended returned %v, want context.DeadlineExceeded", err)
 			}
 		})
+	}
+}
+
+// TestDroppedCommunicatorStopsItsHelper: a communicator that is dropped
+// without Close does not leak its helper goroutine: the goroutine exits once
+// the communicator is garbage.
+func TestDroppedCommunicatorStopsItsHelper(t *testing.T) {
+	const p = 2
+	w := transport.World{JobID: "test-job", Epoch: 1, Addrs: make([]string, p)}
+	mesh := inprocMesh(t, w)
+	helpers := make([]*helper, p)
+	func() {
+		comms := make([]*Communicator, p)
+		for r := range comms {
+			w.Rank = r
+			c, err := NewFromLinks(w, mesh[r], DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			comms[r], helpers[r] = c, c.helper
+		}
+		errs := onAll(t, comms, time.Minute, func(ctx context.Context, c *Communicator) error {
+			buf := make([]float32, 256<<10) // the pipelined ring: the helper starts
+			return Allreduce(ctx, c, buf, buf, Sum)
+		})
+		noErrors(t, errs)
+		for _, h := range helpers {
+			if !h.started {
+				t.Fatal("the ring ran without the helper goroutine")
+			}
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, h := range helpers {
+		for stopped := false; !stopped; {
+			runtime.GC()
+			select {
+			case <-h.quit:
+				stopped = true
+			case <-time.After(10 * time.Millisecond):
+				if time.Now().After(deadline) {
+					t.Fatal("a dropped communicator's helper goroutine was not stopped")
+				}
+			}
+		}
 	}
 }
