@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -32,6 +33,15 @@ type opContext struct {
 	// stop watching it.
 	watched <-chan struct{}
 	stop    func() bool
+	// after holds the functions context.AfterFunc registered on x (a
+	// transport's waker), run when Done closes; see AfterFunc.
+	after   []afterFunc
+	afterID uint64
+}
+
+type afterFunc struct {
+	id uint64
+	f  func()
 }
 
 func newOpContext() *opContext {
@@ -93,6 +103,37 @@ func (x *opContext) cancel(cause error) {
 	}
 	x.closed, x.cause = true, cause
 	close(x.done)
+	for _, a := range x.after {
+		go a.f()
+	}
+	x.after = nil
+}
+
+// AfterFunc is what context.AfterFunc(x, f) uses (it looks for this
+// method): f runs on its own goroutine once Done closes, unless stop, called
+// first, returns true. Without it, every registration — each transport link
+// registers its waker on the context of its calls — would park a goroutine
+// that waits for Done.
+func (x *opContext) AfterFunc(f func()) (stop func() bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		go f()
+		return func() bool { return false }
+	}
+	x.afterID++
+	id := x.afterID
+	x.after = append(x.after, afterFunc{id: id, f: f})
+	return func() bool {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		i := slices.IndexFunc(x.after, func(a afterFunc) bool { return a.id == id })
+		if i < 0 {
+			return false
+		}
+		x.after = slices.Delete(x.after, i, i+1)
+		return true
+	}
 }
 
 // Cause is the error a half canceled with or, when the caller's context

@@ -99,6 +99,36 @@ func TestOpContextBind(t *testing.T) {
 				t.Errorf("fresh opContext: Err = %v", z.Err())
 			}
 		}},
+		{"context.AfterFunc on it: runs once it ends, unless stopped", func(t *testing.T, x *opContext) {
+			parent, cancel := context.WithCancel(context.Background())
+			x = x.bind(parent)
+			ran := make(chan string, 3)
+			context.AfterFunc(x, func() { ran <- "kept" })
+			stop := context.AfterFunc(x, func() { ran <- "stopped" })
+			x.mu.Lock()
+			registered := len(x.after)
+			x.mu.Unlock()
+			if registered != 2 {
+				t.Fatalf("%d functions registered with the opContext, want 2 (context.AfterFunc did not use its AfterFunc method)", registered)
+			}
+			if !stop() {
+				t.Fatal("stop before the end returned false")
+			}
+			cancel()
+			waitDone(t, x)
+			if got := <-ran; got != "kept" {
+				t.Errorf("ran %q, want kept", got)
+			}
+			context.AfterFunc(x, func() { ran <- "late" })
+			if got := <-ran; got != "late" {
+				t.Errorf("ran %q, want late (registered after the end)", got)
+			}
+			select {
+			case got := <-ran:
+				t.Errorf("%q ran too", got)
+			default:
+			}
+		}},
 		{"canceled by a half: never reused", func(t *testing.T, x *opContext) {
 			y := x.bind(context.Background())
 			y.cancel(errHalf)
