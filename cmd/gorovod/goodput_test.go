@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,7 +29,11 @@ func TestFashionMNISTUnderGoodput(t *testing.T) {
 		"--adaptive", "--max-batch-size", "1024", "--refit-every", "1s")
 	logDecisions(t, evs)
 	var grew bool
-	fitted := map[int]bool{} // configurations a decision was fitted on
+	// The configurations (worker count and batch) each decision after the
+	// first growth was fitted on: on a loaded machine a straggler
+	// replacement or a shrink may come first and add configurations, so
+	// any number above one shows the sizes explored in the fit.
+	var fitted []int
 	for _, ev := range evs {
 		d := ev.Decision
 		// The decisions as made (a "done" event repeats one in the new world).
@@ -42,7 +47,9 @@ func TestFashionMNISTUnderGoodput(t *testing.T) {
 		if n["init_batch"] != 64 || n["workers"] != float64(ev.Workers) {
 			t.Fatalf("decision at step %d: %v", ev.Step, n)
 		}
-		fitted[int(n["configurations"])] = true
+		if grew {
+			fitted = append(fitted, int(n["configurations"]))
+		}
 		if d.Action == heuristics.Grow {
 			grew = true
 		}
@@ -50,8 +57,8 @@ func TestFashionMNISTUnderGoodput(t *testing.T) {
 	if !grew {
 		t.Fatal("the fitted model never grew the job from one worker")
 	}
-	if !fitted[2] && !fitted[3] {
-		t.Fatalf("no decision was fitted on the sizes explored (configurations seen: %v)", fitted)
+	if slices.Max(append(fitted, 0)) < 2 {
+		t.Fatalf("no decision after the job grew was fitted on the sizes explored (configurations seen: %v)", fitted)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

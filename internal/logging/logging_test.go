@@ -7,6 +7,7 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -198,4 +199,38 @@ func TestNewHandlerFormats(t *testing.T) {
 		t.Fatalf("json: %q %v", js.String(), err)
 	}
 	slog.New(NewHandler(io.Discard, slog.LevelInfo, FormatText)).Info("discarded")
+}
+
+// TestRateLimiterLateTimer: when a window's timer has not fired by the time
+// the next identical record comes after the window (a loaded machine), the
+// held-back summary is written first and that record opens a new window:
+// every window writes at most its first record and one summary, and no
+// count is lost or merged into the next window's.
+func TestRateLimiterLateTimer(t *testing.T) {
+	rec := newRecorder()
+	window := 20 * time.Millisecond
+	h := NewRateLimiter(rec, RateLimitConfig{Window: window})
+	log := slog.New(h)
+	start := time.Now()
+	log.Error("garbage")
+	log.Error("garbage")
+	log.Error("garbage")
+	h.st.mu.Lock()
+	e := h.st.entries[slog.LevelError.String()+"\x00garbage"]
+	late := e.timer.Stop() // as if it were late: it has not fired
+	h.st.mu.Unlock()
+	if !late {
+		t.Skipf("the window's timer fired before the test could hold it back (%v after the first record)", time.Since(start))
+	}
+	// The window has to pass: time itself is the condition.
+	time.Sleep(time.Until(start.Add(2 * window)))
+	log.Error("garbage")
+	want := []string{"garbage", "garbage (repeated 2 times in the last 20ms)", "garbage"}
+	if msgs := rec.messages(); !slices.Equal(msgs, want) {
+		t.Fatalf("records %q, want %q", msgs, want)
+	}
+	h.Flush()
+	if msgs := rec.messages(); len(msgs) != 3 {
+		t.Fatalf("the new window held something back: %q", msgs)
+	}
 }

@@ -116,6 +116,16 @@ func (h *RateLimiter) Handle(ctx context.Context, r slog.Record) error {
 		st.mu.Unlock()
 		return nil
 	}
+	// e's window has ended. If it held records back, its timer has not
+	// written their summary yet (it fires late on a loaded machine): the
+	// summary is written here, before this record opens the next window, so
+	// that no window writes more than two lines and each count is its own.
+	var ended *limitEntry
+	if e != nil && e.held > 0 {
+		e.timer.Stop()
+		delete(st.entries, key) // the timer's flush, if already running, sees this and writes nothing
+		ended, e = e, nil
+	}
 	if e == nil {
 		st.entries[key] = &limitEntry{start: now, overflow: key == overflowKey}
 	} else {
@@ -123,6 +133,9 @@ func (h *RateLimiter) Handle(ctx context.Context, r slog.Record) error {
 		e.start = now
 	}
 	st.mu.Unlock()
+	if ended != nil {
+		st.write(ended)
+	}
 	return h.next.Handle(ctx, r)
 }
 
