@@ -8,11 +8,7 @@ import (
 // Allgather concatenates every rank's send buffer, in rank order, into recv on
 // every rank: recv.Count must be Size()·send.Count.
 func (c *Communicator) Allgather(ctx context.Context, send, recv Buffer) error {
-	counts := make([]int, c.Size())
-	for i := range counts {
-		counts[i] = send.Count
-	}
-	return c.allgather(ctx, send, recv, counts, false)
+	return c.allgather(ctx, send, recv, nil, false)
 }
 
 // AllgatherV is Allgather with a different element count per rank: counts[i]
@@ -21,28 +17,43 @@ func (c *Communicator) AllgatherV(ctx context.Context, send, recv Buffer, counts
 	return c.allgather(ctx, send, recv, counts, true)
 }
 
+// allgather runs Allgather (variable false, counts nil: send.Count from every
+// rank) and AllgatherV.
 func (c *Communicator) allgather(ctx context.Context, send, recv Buffer, counts []int, variable bool) error {
 	p, r := c.Size(), c.Rank()
 	// send may be recv's own block (in place), so no overlap check.
 	if err := checkPair(send, recv); err != nil {
 		return err
 	}
-	total, err := sumCounts("allgather", counts, p)
-	if err != nil {
-		return err
-	}
-	if counts[r] != send.Count {
-		return fmt.Errorf("collective: counts[%d] is %d but the send buffer holds %d elements", r, counts[r], send.Count)
+	total := p * send.Count
+	if variable {
+		var err error
+		if total, err = sumCounts("allgather", counts, p); err != nil {
+			return err
+		}
+		if counts[r] != send.Count {
+			return fmt.Errorf("collective: counts[%d] is %d but the send buffer holds %d elements", r, counts[r], send.Count)
+		}
 	}
 	if recv.Count != total {
 		return fmt.Errorf("collective: allgather of %d elements in all into a receive buffer of %d", total, recv.Count)
 	}
-	plan := newSegPlan(counts, send.DType.Size(), c.cfg.ChunkBytes)
 	d := opDesc{coll: collAllgather, dtype: send.DType, count: uint64(total)}
 	if variable {
 		d.aux = layoutHash(counts)
 	}
-	return c.run(ctx, d, algoRing, func(ctx context.Context, o *opRun) error {
+	return c.run(ctx, d, algoRing, func(ctx *opContext, o *opRun) error {
+		if !variable {
+			// The communicator's own memory, which only the collective
+			// holding opMu uses: no per-call allocation.
+			counts = resize(c.counts, p)
+			for i := range counts {
+				counts[i] = send.Count
+			}
+			c.counts = counts
+		}
+		plan := &c.plan
+		plan.set(counts, send.DType.Size(), c.cfg.ChunkBytes)
 		dst := memOf(recv)
 		off, n := plan.segment(r)
 		if !(recv.Host != nil && n > 0 && &recv.Host[off] == &send.Host[0]) {
@@ -53,36 +64,56 @@ func (c *Communicator) allgather(ctx context.Context, send, recv Buffer, counts 
 		if p == 1 {
 			return nil
 		}
-		return o.ringAllgather(ctx, &plan, dst)
+		return o.ringAllgather(ctx, plan, dst)
 	})
 }
 
 // ringAllgather circulates every rank's segment of dst around the ring, chunk by
 // chunk: step s forwards the segment received at step s-1, straight from dst.
-func (o *opRun) ringAllgather(ctx context.Context, plan *segPlan, dst memory) error {
+func (o *opRun) ringAllgather(ctx *opContext, plan *segPlan, dst memory) error {
 	c := o.c
 	p, r := c.Size(), c.Rank()
-	right, left := (r+1)%p, (r-1+p)%p
-	nc := plan.nchunks
-	mod := func(x int) int { return ((x % p) + p) % p }
-	scratch := c.scratchBuf(plan.maxChunk)
-	staging := c.stagingFor(dst, plan.maxChunk)
-	send := func(ctx context.Context, k int) error {
-		off, n := plan.chunk(mod(r-k/nc), k%nc)
-		b, err := dst.readable(ctx, off, n, staging)
-		if err != nil {
-			return err
-		}
-		return o.send(ctx, right, k, b)
+	x := &c.steps.gather
+	defer x.clear()
+	x.dst, x.plan = dst, plan
+	x.p, x.r, x.right, x.left = p, r, (r+1)%p, (r-1+p)%p
+	x.scratch = c.scratchBuf(plan.maxChunk)
+	x.staging = c.stagingFor(dst, plan.maxChunk)
+	items := (p - 1) * plan.nchunks
+	return o.pipeline(ctx, items, items, plan.nchunks, 0, x)
+}
+
+// gatherRun is the state of one ring allgather, kept by the communicator:
+// item k is chunk k%nc of the segment step k/nc forwards.
+type gatherRun struct {
+	o                *opRun
+	dst              memory
+	plan             *segPlan
+	p, r             int
+	right, left      int
+	scratch, staging []byte
+}
+
+func (x *gatherRun) clear() { *x = gatherRun{o: x.o} }
+
+func (x *gatherRun) mod(v int) int { return ((v % x.p) + x.p) % x.p }
+
+func (x *gatherRun) sendStep(ctx *opContext, k int) error {
+	nc := x.plan.nchunks
+	off, n := x.plan.chunk(x.mod(x.r-k/nc), k%nc)
+	b, err := x.dst.readable(ctx, off, n, x.staging)
+	if err != nil {
+		return err
 	}
-	recv := func(ctx context.Context, k int) error {
-		off, n := plan.chunk(mod(r-k/nc-1), k%nc)
-		b := dst.writable(off, n, scratch)
-		if err := o.recv(ctx, left, k, b); err != nil {
-			return err
-		}
-		return dst.commit(ctx, off, b)
+	return x.o.send(ctx, x.right, k, b)
+}
+
+func (x *gatherRun) recvStep(ctx *opContext, k int) error {
+	nc := x.plan.nchunks
+	off, n := x.plan.chunk(x.mod(x.r-k/nc-1), k%nc)
+	b := x.dst.writable(off, n, x.scratch)
+	if err := x.o.recv(ctx, x.left, k, b); err != nil {
+		return err
 	}
-	items := (p - 1) * nc
-	return o.pipeline(ctx, items, items, nc, 0, send, recv)
+	return x.dst.commit(ctx, off, b)
 }

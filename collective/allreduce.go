@@ -7,8 +7,22 @@ import (
 	"time"
 )
 
-// Option adjusts one reducing collective.
-type Option func(*reduceOptions)
+// Option adjusts one reducing collective: Prescale, Postscale or MaxTag. The
+// zero Option changes nothing. An Option is a plain value, so passing options
+// allocates nothing.
+type Option struct {
+	kind   optionKind
+	factor float64
+	tag    *uint64
+}
+
+type optionKind uint8
+
+const (
+	optPrescale optionKind = iota + 1
+	optPostscale
+	optMaxTag
+)
 
 type reduceOptions struct {
 	prescale, postscale float64
@@ -17,11 +31,11 @@ type reduceOptions struct {
 
 // Prescale multiplies every rank's input by f before reducing (Horovod's
 // prescale_factor).
-func Prescale(f float64) Option { return func(o *reduceOptions) { o.prescale = f } }
+func Prescale(f float64) Option { return Option{kind: optPrescale, factor: f} }
 
 // Postscale multiplies the reduced result by f (Horovod's postscale_factor).
 // With Average the division by the world size comes on top.
-func Postscale(f float64) Option { return func(o *reduceOptions) { o.postscale = f } }
+func Postscale(f float64) Option { return Option{kind: optPostscale, factor: f} }
 
 // MaxTag makes an allreduce also agree on a number at no extra cost: *v goes
 // in as this rank's value and comes out as the largest value of all ranks, the
@@ -29,12 +43,19 @@ func Postscale(f float64) Option { return func(o *reduceOptions) { o.postscale =
 // (every rank's frames reach every other rank, directly or relayed), so it
 // sends no message of its own. The elastic layer uses it to learn, with each
 // step's gradients, whether any worker knows of a newer world epoch.
-func MaxTag(v *uint64) Option { return func(o *reduceOptions) { o.maxTag = v } }
+func MaxTag(v *uint64) Option { return Option{kind: optMaxTag, tag: v} }
 
 func applyOptions(opts []Option) (reduceOptions, error) {
 	o := reduceOptions{prescale: 1, postscale: 1}
-	for _, f := range opts {
-		f(&o)
+	for _, opt := range opts {
+		switch opt.kind {
+		case optPrescale:
+			o.prescale = opt.factor
+		case optPostscale:
+			o.postscale = opt.factor
+		case optMaxTag:
+			o.maxTag = opt.tag
+		}
 	}
 	for _, v := range []float64{o.prescale, o.postscale} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -128,7 +149,7 @@ func (c *Communicator) Allreduce(ctx context.Context, send, recv Buffer, op Redu
 		algo = algoRecursiveDoubling
 	}
 	d := opDesc{coll: collAllreduce, dtype: send.DType, op: op, count: uint64(send.Count)}
-	return c.runTagged(ctx, d, algo, ro.maxTag, func(ctx context.Context, o *opRun) error {
+	return c.runTagged(ctx, d, algo, ro.maxTag, func(ctx *opContext, o *opRun) error {
 		src, dst := memOf(send), memOf(recv)
 		factor, divisor := finalScale(send.DType, op, ro.postscale, p)
 		if p == 1 || ro.prescale != 1 || algo == algoRecursiveDoubling {
@@ -153,8 +174,9 @@ func (c *Communicator) Allreduce(ctx context.Context, send, recv Buffer, op Redu
 			}
 			return dst.scale(ctx, 0, nbytes, send.DType, factor, divisor)
 		}
-		plan := newSegPlan(evenCounts(send.Count, p), send.DType.Size(), c.cfg.ChunkBytes)
-		return o.ring(ctx, &plan, src, dst, dst, 0, true, factor, divisor)
+		c.counts = evenCountsInto(c.counts, send.Count, p)
+		c.plan.set(c.counts, send.DType.Size(), c.cfg.ChunkBytes)
+		return o.ring(ctx, &c.plan, src, dst, dst, 0, true, factor, divisor)
 	})
 }
 
@@ -166,122 +188,158 @@ func (c *Communicator) Allreduce(ctx context.Context, send, recv Buffer, op Redu
 // segment this rank finishes (segment Rank) lands in out at byte offset
 // plan offset + outShift, scaled by factor/divisor. For allreduce work and out
 // are the destination; for reduce-scatter out is the receive buffer.
-func (o *opRun) ring(ctx context.Context, plan *segPlan, src, work, out memory, outShift int, allgather bool, factor float64, divisor int) error {
+func (o *opRun) ring(ctx *opContext, plan *segPlan, src, work, out memory, outShift int, allgather bool, factor float64, divisor int) error {
 	c := o.c
 	p, r := c.Size(), c.Rank()
-	right, left := (r+1)%p, (r-1+p)%p
-	nc := plan.nchunks
-	rsSteps := p - 1
-	steps := rsSteps
+	rr := &c.steps.ring
+	defer rr.clear()
+	rr.plan, rr.src, rr.work, rr.out, rr.outShift = plan, src, work, out, outShift
+	rr.p, rr.r, rr.right, rr.left = p, r, (r+1)%p, (r-1+p)%p
+	rr.nc, rr.rsSteps = plan.nchunks, p-1
+	rr.dt, rr.op = o.desc.dtype, kernelReduceOp(o.desc.op)
+	rr.factor, rr.divisor = factor, divisor
+	rr.scratch = c.scratchBuf(plan.maxChunk)
+	rr.staging = c.stagingFor(src, plan.maxChunk)
+	rr.reduce, rr.rsEnd = 0, 0
+	steps := rr.rsSteps
 	if allgather {
 		steps += p - 1
 	}
-	mod := func(x int) int { return ((x % p) + p) % p }
-	// Reduce-scatter step s sends the segment reduced at step s-1 and receives the
-	// next; allgather step t forwards the segment received at step t-1, starting
-	// with the one this rank finished. So chunk j of step s always waits for
-	// chunk j of step s-1: a lag of nc items.
-	sendSeg := func(s int) int {
-		if s < rsSteps {
-			return mod(r - s - 1)
-		}
-		return mod(r - (s - rsSteps))
-	}
-	recvSeg := func(s int) int {
-		if s < rsSteps {
-			return mod(r - s - 2)
-		}
-		return mod(r - (s - rsSteps) - 1)
-	}
-	dt, op := o.desc.dtype, kernelReduceOp(o.desc.op)
-	scratch := c.scratchBuf(plan.maxChunk)
-	staging := c.stagingFor(src, plan.maxChunk)
-	// Traced: time in reduce kernels, and when the reduce-scatter half ended
-	// on the receiving side (which does the reducing).
-	var reduce, rsEnd time.Duration
-	// Reduce-scatter chunks are reduced where they land (a shared-memory ring,
-	// see transport.InPlaceLink): piece by piece, src's bytes op the piece into
-	// rs.into. One consumer serves every chunk; rs says where the current one goes.
-	var rs struct {
-		ctx  context.Context
-		into memory
-		off  int // into's offset of the chunk
-		sOff int // src's offset of the chunk
-	}
-	esz := dt.Size()
-	consume := func(po int, piece []byte) error {
-		if len(piece)%esz != 0 {
-			return fmt.Errorf("collective: transport handed over %d bytes, not whole %v elements", len(piece), dt)
-		}
-		t := o.mark()
-		err := rs.into.reduceFrom(rs.ctx, rs.off+po, src, rs.sOff+po, piece, dt, op)
-		if o.traced() {
-			reduce += o.mark() - t
-		}
-		return err
-	}
-	send := func(ctx context.Context, k int) error {
-		s, j := k/nc, k%nc
-		off, n := plan.chunk(sendSeg(s), j)
-		from, fromOff := work, off
-		switch {
-		case s == 0:
-			from = src
-		case s == rsSteps:
-			from, fromOff = out, off+outShift
-		}
-		b, err := from.readable(ctx, fromOff, n, staging)
-		if err != nil {
-			return err
-		}
-		if s < rsSteps {
-			return o.sendInPlace(ctx, right, k, b)
-		}
-		return o.send(ctx, right, k, b)
-	}
-	recv := func(ctx context.Context, k int) error {
-		s, j := k/nc, k%nc
-		off, n := plan.chunk(recvSeg(s), j)
-		if s >= rsSteps {
-			b := work.writable(off, n, scratch)
-			if err := o.recv(ctx, left, k, b); err != nil {
-				return err
-			}
-			return work.commit(ctx, off, b)
-		}
-		rs.ctx, rs.into, rs.off, rs.sOff = ctx, work, off, off
-		if s == rsSteps-1 {
-			rs.into, rs.off = out, off+outShift
-		}
-		if err := o.recvInPlace(ctx, left, k, scratch[:n], consume); err != nil {
-			return err
-		}
-		var err error
-		if s == rsSteps-1 {
-			t := o.mark()
-			err = out.scale(ctx, off+outShift, n, dt, factor, divisor)
-			if o.traced() {
-				reduce += o.mark() - t
-			}
-		}
-		if o.traced() && k == rsSteps*nc-1 {
-			rsEnd = o.mark()
-		}
-		return err
-	}
+	// Reduce-scatter step s sends the segment reduced at step s-1 and receives
+	// the next; allgather step t forwards the segment received at step t-1,
+	// starting with the one this rank finished. So chunk j of step s always
+	// waits for chunk j of step s-1: a lag of nc items.
+	//
 	// An allgather receive overwrites the segment that the send p-1 steps
 	// earlier read. The ring's own data dependency already orders them
 	// (that receive needs data that has been around the ring since that
 	// send), but only through the links, which the race detector cannot see
 	// through a socket; the guard says it in Go.
-	items := steps * nc
+	items := steps * rr.nc
 	start := o.mark()
-	err := o.pipeline(ctx, items, items, nc, (p-1)*nc, send, recv)
-	if rsEnd > 0 {
-		o.phase(PhaseReduceScatter, start, rsEnd, reduce)
+	err := o.pipeline(ctx, items, items, rr.nc, (p-1)*rr.nc, rr)
+	if rr.rsEnd > 0 {
+		o.phase(PhaseReduceScatter, start, rr.rsEnd, rr.reduce)
 		if allgather {
-			o.phase(PhaseAllgather, rsEnd, o.mark(), 0)
+			o.phase(PhaseAllgather, rr.rsEnd, o.mark(), 0)
 		}
+	}
+	return err
+}
+
+// ringRun is the state of one ring (opRun.ring), kept by the communicator.
+type ringRun struct {
+	o                *opRun
+	plan             *segPlan
+	src, work, out   memory
+	outShift         int
+	p, r             int
+	right, left      int
+	nc, rsSteps      int
+	dt               DType
+	op               ReduceOp
+	factor           float64
+	divisor          int
+	scratch, staging []byte
+	// Traced: time in reduce kernels, and when the reduce-scatter half ended
+	// on the receiving side (which does the reducing).
+	reduce, rsEnd time.Duration
+	// Reduce-scatter chunks are reduced where they land (a shared-memory
+	// ring, see transport.InPlaceLink): piece by piece, src's bytes op the
+	// piece into rs.into. One consumer (consumeFn, rr.consume made once)
+	// serves every chunk; rs says where the current one goes.
+	rs struct {
+		ctx  *opContext
+		into memory
+		off  int // into's offset of the chunk
+		sOff int // src's offset of the chunk
+	}
+	consumeFn func(off int, piece []byte) error
+}
+
+// clear drops the references to the collective's memory, so that the
+// communicator does not keep the caller's buffers alive.
+func (rr *ringRun) clear() {
+	*rr = ringRun{o: rr.o, consumeFn: rr.consumeFn}
+}
+
+func (rr *ringRun) mod(x int) int { return ((x % rr.p) + rr.p) % rr.p }
+
+func (rr *ringRun) sendSeg(s int) int {
+	if s < rr.rsSteps {
+		return rr.mod(rr.r - s - 1)
+	}
+	return rr.mod(rr.r - (s - rr.rsSteps))
+}
+
+func (rr *ringRun) recvSeg(s int) int {
+	if s < rr.rsSteps {
+		return rr.mod(rr.r - s - 2)
+	}
+	return rr.mod(rr.r - (s - rr.rsSteps) - 1)
+}
+
+func (rr *ringRun) consume(po int, piece []byte) error {
+	if len(piece)%rr.dt.Size() != 0 {
+		return fmt.Errorf("collective: transport handed over %d bytes, not whole %v elements", len(piece), rr.dt)
+	}
+	o := rr.o
+	t := o.mark()
+	err := rr.rs.into.reduceFrom(rr.rs.ctx, rr.rs.off+po, rr.src, rr.rs.sOff+po, piece, rr.dt, rr.op)
+	if o.traced() {
+		rr.reduce += o.mark() - t
+	}
+	return err
+}
+
+func (rr *ringRun) sendStep(ctx *opContext, k int) error {
+	s, j := k/rr.nc, k%rr.nc
+	off, n := rr.plan.chunk(rr.sendSeg(s), j)
+	from, fromOff := rr.work, off
+	switch {
+	case s == 0:
+		from = rr.src
+	case s == rr.rsSteps:
+		from, fromOff = rr.out, off+rr.outShift
+	}
+	b, err := from.readable(ctx, fromOff, n, rr.staging)
+	if err != nil {
+		return err
+	}
+	if s < rr.rsSteps {
+		return rr.o.sendInPlace(ctx, rr.right, k, b)
+	}
+	return rr.o.send(ctx, rr.right, k, b)
+}
+
+func (rr *ringRun) recvStep(ctx *opContext, k int) error {
+	o := rr.o
+	s, j := k/rr.nc, k%rr.nc
+	off, n := rr.plan.chunk(rr.recvSeg(s), j)
+	if s >= rr.rsSteps {
+		b := rr.work.writable(off, n, rr.scratch)
+		if err := o.recv(ctx, rr.left, k, b); err != nil {
+			return err
+		}
+		return rr.work.commit(ctx, off, b)
+	}
+	rr.rs.ctx, rr.rs.into, rr.rs.off, rr.rs.sOff = ctx, rr.work, off, off
+	if s == rr.rsSteps-1 {
+		rr.rs.into, rr.rs.off = rr.out, off+rr.outShift
+	}
+	if err := o.recvInPlace(ctx, rr.left, k, rr.scratch[:n], rr.consumeFn); err != nil {
+		return err
+	}
+	var err error
+	if s == rr.rsSteps-1 {
+		t := o.mark()
+		err = rr.out.scale(ctx, off+rr.outShift, n, rr.dt, rr.factor, rr.divisor)
+		if o.traced() {
+			rr.reduce += o.mark() - t
+		}
+	}
+	if o.traced() && k == rr.rsSteps*rr.nc-1 {
+		rr.rsEnd = o.mark()
 	}
 	return err
 }
@@ -291,7 +349,7 @@ func (o *opRun) ring(ctx context.Context, plan *segPlan, src, work, out memory, 
 // messages. With p not a power of two, the first 2·rem ranks pair up first so that
 // a power of two takes part, and the odd ones hand the result back at the end.
 // Partners combine the same two values, so all ranks end bit-identical.
-func (o *opRun) recursiveDoubling(ctx context.Context, buf memory, nbytes int) error {
+func (o *opRun) recursiveDoubling(ctx *opContext, buf memory, nbytes int) error {
 	c := o.c
 	p, r := c.Size(), c.Rank()
 	dt, op := o.desc.dtype, kernelReduceOp(o.desc.op)
@@ -300,17 +358,13 @@ func (o *opRun) recursiveDoubling(ctx context.Context, buf memory, nbytes int) e
 		pof2 *= 2
 	}
 	rem := p - pof2
-	scratch := c.scratchBuf(nbytes)[:nbytes]
-	staging := c.stagingFor(buf, nbytes)
-	sendAll := func(ctx context.Context, to, step int) error {
-		b, err := buf.readable(ctx, 0, nbytes, staging)
-		if err != nil {
-			return err
-		}
-		return o.send(ctx, to, step, b)
-	}
+	x := &c.steps.doubling
+	defer x.clear()
+	x.buf, x.nbytes = buf, nbytes
+	x.scratch = c.scratchBuf(nbytes)[:nbytes]
+	x.staging = c.stagingFor(buf, nbytes)
 	combine := func(ctx context.Context) error {
-		return buf.reduceFrom(ctx, 0, buf, 0, scratch, dt, op)
+		return buf.reduceFrom(ctx, 0, buf, 0, x.scratch, dt, op)
 	}
 	rounds := 0
 	for m := 1; m < pof2; m <<= 1 {
@@ -319,12 +373,12 @@ func (o *opRun) recursiveDoubling(ctx context.Context, buf memory, nbytes int) e
 	newRank := r - rem
 	if r < 2*rem {
 		if r%2 == 0 {
-			if err := sendAll(ctx, r+1, 0); err != nil {
+			if err := x.sendAll(ctx, r+1, 0); err != nil {
 				return err
 			}
 			newRank = -1
 		} else {
-			if err := o.recv(ctx, r-1, 0, scratch); err != nil {
+			if err := o.recv(ctx, r-1, 0, x.scratch); err != nil {
 				return err
 			}
 			if err := combine(ctx); err != nil {
@@ -334,37 +388,61 @@ func (o *opRun) recursiveDoubling(ctx context.Context, buf memory, nbytes int) e
 		}
 	}
 	if newRank >= 0 {
-		step := 1
+		x.step = 1
 		for mask := 1; mask < pof2; mask <<= 1 {
 			pn := newRank ^ mask
-			peer := pn + rem
+			x.peer = pn + rem
 			if pn < rem {
-				peer = pn*2 + 1
+				x.peer = pn*2 + 1
 			}
-			err := o.exchange(ctx, nbytes,
-				func(ctx context.Context) error { return sendAll(ctx, peer, step) },
-				func(ctx context.Context) error { return o.recv(ctx, peer, step, scratch) })
-			if err != nil {
+			if err := o.exchange(ctx, nbytes, x); err != nil {
 				return err
 			}
 			if err := combine(ctx); err != nil {
 				return err
 			}
-			step++
+			x.step++
 		}
 	}
 	if r < 2*rem {
 		last := rounds + 1
 		if r%2 == 1 {
-			return sendAll(ctx, r-1, last)
+			return x.sendAll(ctx, r-1, last)
 		}
-		b := buf.writable(0, nbytes, scratch)
+		b := buf.writable(0, nbytes, x.scratch)
 		if err := o.recv(ctx, r+1, last, b); err != nil {
 			return err
 		}
 		return buf.commit(ctx, 0, b)
 	}
 	return nil
+}
+
+// doublingRun is the state of one recursive doubling, kept by the
+// communicator: its exchanges (stepper) swap the whole buffer with peer at
+// step.
+type doublingRun struct {
+	o                *opRun
+	buf              memory
+	nbytes           int
+	scratch, staging []byte
+	peer, step       int
+}
+
+func (x *doublingRun) clear() { *x = doublingRun{o: x.o} }
+
+func (x *doublingRun) sendAll(ctx context.Context, to, step int) error {
+	b, err := x.buf.readable(ctx, 0, x.nbytes, x.staging)
+	if err != nil {
+		return err
+	}
+	return x.o.send(ctx, to, step, b)
+}
+
+func (x *doublingRun) sendStep(ctx *opContext, _ int) error { return x.sendAll(ctx, x.peer, x.step) }
+
+func (x *doublingRun) recvStep(ctx *opContext, _ int) error {
+	return x.o.recv(ctx, x.peer, x.step, x.scratch)
 }
 
 // kernelReduceOp maps Average to the Sum its kernels run.

@@ -12,14 +12,26 @@ func (c *Communicator) Alltoall(ctx context.Context, send, recv Buffer) error {
 	if send.Count%p != 0 || recv.Count != send.Count {
 		return fmt.Errorf("collective: alltoall needs equal send and receive counts divisible by %d ranks, got %d and %d", p, send.Count, recv.Count)
 	}
-	counts := evenCounts(send.Count, p)
-	return c.AlltoallV(ctx, send, counts, recv, counts)
+	return c.alltoall(ctx, send, nil, recv, nil)
 }
 
 // AlltoallV sends sendCounts[j] elements to rank j, in rank order from send, and
 // receives recvCounts[i] elements from rank i, in rank order into recv. Rank i's
 // sendCounts[j] must equal rank j's recvCounts[i].
 func (c *Communicator) AlltoallV(ctx context.Context, send Buffer, sendCounts []int, recv Buffer, recvCounts []int) error {
+	p := c.Size()
+	if err := checkCounts("send", sendCounts, p, send.Count); err != nil {
+		return err
+	}
+	if err := checkCounts("receive", recvCounts, p, recv.Count); err != nil {
+		return err
+	}
+	return c.alltoall(ctx, send, sendCounts, recv, recvCounts)
+}
+
+// alltoall runs Alltoall (nil counts: equal blocks) and AlltoallV (counts
+// checked).
+func (c *Communicator) alltoall(ctx context.Context, send Buffer, sendCounts []int, recv Buffer, recvCounts []int) error {
 	p, r := c.Size(), c.Rank()
 	if err := checkPair(send, recv); err != nil {
 		return err
@@ -30,17 +42,18 @@ func (c *Communicator) AlltoallV(ctx context.Context, send Buffer, sendCounts []
 	if sameMemory(send, recv) && send.Count > 0 {
 		return fmt.Errorf("collective: alltoall cannot run in place")
 	}
-	esz := send.DType.Size()
-	sendPlan, err := countsPlan("send", sendCounts, p, send.Count, esz, c.cfg.ChunkBytes)
-	if err != nil {
-		return err
-	}
-	recvPlan, err := countsPlan("receive", recvCounts, p, recv.Count, esz, c.cfg.ChunkBytes)
-	if err != nil {
-		return err
-	}
 	d := opDesc{coll: collAlltoall, dtype: send.DType, bytes: int64(send.Bytes())}
-	return c.run(ctx, d, algoPairwise, func(ctx context.Context, o *opRun) error {
+	return c.run(ctx, d, algoPairwise, func(ctx *opContext, o *opRun) error {
+		if sendCounts == nil {
+			// The communicator's own memory, which only the collective
+			// holding opMu uses: no per-call allocation.
+			c.counts = evenCountsInto(c.counts, send.Count, p)
+			sendCounts, recvCounts = c.counts, c.counts
+		}
+		esz := send.DType.Size()
+		sendPlan, recvPlan := &c.plan, &c.plan2
+		sendPlan.set(sendCounts, esz, c.cfg.ChunkBytes)
+		recvPlan.set(recvCounts, esz, c.cfg.ChunkBytes)
 		src, dst := memOf(send), memOf(recv)
 		off, n := sendPlan.segment(r)
 		roff, _ := recvPlan.segment(r)
@@ -49,12 +62,13 @@ func (c *Communicator) AlltoallV(ctx context.Context, send Buffer, sendCounts []
 		}
 		// Step k pairs every rank with the ranks k ahead and k behind, so each
 		// step keeps every link busy in one direction.
+		x := &c.steps.alltoall
+		defer x.clear()
+		x.src, x.dst, x.sendPlan, x.recvPlan = src, dst, sendPlan, recvPlan
+		x.sendCounts, x.recvCounts = sendCounts, recvCounts
 		for k := 1; k < p; k++ {
-			to, from := (r+k)%p, (r-k+p)%p
-			err := o.exchange(ctx, max(sendPlan.bytes(to), recvPlan.bytes(from)),
-				func(ctx context.Context) error { return o.sendBlock(ctx, to, k, src, sendPlan, sendCounts[to]) },
-				func(ctx context.Context) error { return o.recvBlock(ctx, from, k, dst, recvPlan, recvCounts[from]) })
-			if err != nil {
+			x.to, x.from, x.step = (r+k)%p, (r-k+p)%p, k
+			if err := o.exchange(ctx, max(sendPlan.bytes(x.to), recvPlan.bytes(x.from)), x); err != nil {
 				return err
 			}
 		}
@@ -62,23 +76,44 @@ func (c *Communicator) AlltoallV(ctx context.Context, send Buffer, sendCounts []
 	})
 }
 
-// countsPlan checks per-rank counts against a buffer and lays the blocks out.
-// Blocks travel in chunks of ChunkBytes independently of the other blocks.
-func countsPlan(what string, counts []int, p, total, esz, chunkBytes int) (segPlan, error) {
+// alltoallRun is one step of an alltoall (stepper): the block for rank to
+// out, the one from rank from in.
+type alltoallRun struct {
+	o                      *opRun
+	src, dst               memory
+	sendPlan, recvPlan     *segPlan
+	sendCounts, recvCounts []int
+	to, from, step         int
+}
+
+func (x *alltoallRun) clear() { *x = alltoallRun{o: x.o} }
+
+func (x *alltoallRun) sendStep(ctx *opContext, _ int) error {
+	return x.o.sendBlock(ctx, x.to, x.step, x.src, x.sendPlan, x.sendCounts[x.to])
+}
+
+func (x *alltoallRun) recvStep(ctx *opContext, _ int) error {
+	return x.o.recvBlock(ctx, x.from, x.step, x.dst, x.recvPlan, x.recvCounts[x.from])
+}
+
+// checkCounts checks per-rank counts against a buffer of total elements.
+// (The blocks they lay out travel in chunks of ChunkBytes independently of
+// the other blocks.)
+func checkCounts(what string, counts []int, p, total int) error {
 	sum, err := sumCounts(what, counts, p)
 	if err != nil {
-		return segPlan{}, err
+		return err
 	}
 	if sum != total {
-		return segPlan{}, fmt.Errorf("collective: %s counts add up to %d but the buffer holds %d elements", what, sum, total)
+		return fmt.Errorf("collective: %s counts add up to %d but the buffer holds %d elements", what, sum, total)
 	}
-	return newSegPlan(counts, esz, chunkBytes), nil
+	return nil
 }
 
 // blockChunks is how many frames a block of n bytes travels in.
 func blockChunks(n, chunkBytes int) int { return max(1, (n+chunkBytes-1)/chunkBytes) }
 
-func (o *opRun) sendBlock(ctx context.Context, to, step int, src memory, plan segPlan, count int) error {
+func (o *opRun) sendBlock(ctx context.Context, to, step int, src memory, plan *segPlan, count int) error {
 	off, n := plan.segment(to)
 	chunk := o.c.cfg.ChunkBytes
 	staging := o.c.stagingFor(src, min(n, chunk))
@@ -95,7 +130,7 @@ func (o *opRun) sendBlock(ctx context.Context, to, step int, src memory, plan se
 	return nil
 }
 
-func (o *opRun) recvBlock(ctx context.Context, from, step int, dst memory, plan segPlan, count int) error {
+func (o *opRun) recvBlock(ctx context.Context, from, step int, dst memory, plan *segPlan, count int) error {
 	off, n := plan.segment(from)
 	chunk := o.c.cfg.ChunkBytes
 	scratch := o.c.scratchBuf(min(n, chunk))

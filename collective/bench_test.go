@@ -14,19 +14,32 @@ import (
 // tcpMesh connects a world over real loopback sockets, one transport per rank.
 func tcpMesh(t testing.TB, w transport.World) [][]transport.Link {
 	t.Helper()
-	p := w.Size()
-	ts := make([]*tcp.Transport, p)
-	addrs := make([]string, p)
-	for r := range ts {
+	return connectMesh(t, w, func() (transport.Transport, string, error) {
 		cfg := tcp.DefaultConfig()
 		cfg.Secret = []byte("collective-test-secret")
 		cfg.IOTimeout = 10 * time.Second
 		tr, err := tcp.Listen(cfg)
 		if err != nil {
+			return nil, "", err
+		}
+		return tr, tr.Addr(), nil
+	})
+}
+
+// connectMesh connects a world of transports that listen returns, one per
+// rank, all in this process.
+func connectMesh(t testing.TB, w transport.World, listen func() (transport.Transport, string, error)) [][]transport.Link {
+	t.Helper()
+	p := w.Size()
+	ts := make([]transport.Transport, p)
+	addrs := make([]string, p)
+	for r := range ts {
+		tr, addr, err := listen()
+		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { tr.Close() })
-		ts[r], addrs[r] = tr, tr.Addr()
+		ts[r], addrs[r] = tr, addr
 	}
 	mesh := make([][]transport.Link, p)
 	errs := make([]error, p)

@@ -22,7 +22,7 @@ func (c *Communicator) Broadcast(ctx context.Context, buf Buffer, root int) erro
 		algo = algoTree
 	}
 	d := opDesc{coll: collBroadcast, dtype: buf.DType, count: uint64(buf.Count), aux: uint32(root)}
-	return c.run(ctx, d, algo, func(ctx context.Context, o *opRun) error {
+	return c.run(ctx, d, algo, func(ctx *opContext, o *opRun) error {
 		if p == 1 {
 			return nil
 		}
@@ -69,12 +69,14 @@ func (o *opRun) binomialBroadcast(ctx context.Context, m memory, nbytes, root in
 	return nil
 }
 
-func (o *opRun) chainBroadcast(ctx context.Context, m memory, nbytes, root int) error {
+func (o *opRun) chainBroadcast(ctx *opContext, m memory, nbytes, root int) error {
 	c := o.c
 	p, r := c.Size(), c.Rank()
 	vr := (r - root + p) % p
-	plan := newSegPlan([]int{nbytes}, 1, c.cfg.ChunkBytes)
-	nc := plan.nchunks
+	c.counts = resize(c.counts, 1)
+	c.counts[0] = nbytes
+	c.plan.set(c.counts, 1, c.cfg.ChunkBytes)
+	nc := c.plan.nchunks
 	nSend, nRecv := nc, nc
 	if vr == 0 {
 		nRecv = 0
@@ -82,28 +84,45 @@ func (o *opRun) chainBroadcast(ctx context.Context, m memory, nbytes, root int) 
 	if vr == p-1 {
 		nSend = 0
 	}
-	next, prev := (r+1)%p, (r-1+p)%p
-	scratch := c.scratchBuf(plan.maxChunk)
-	staging := c.stagingFor(m, plan.maxChunk)
-	send := func(ctx context.Context, k int) error {
-		off, n := plan.chunk(0, k)
-		b, err := m.readable(ctx, off, n, staging)
-		if err != nil {
-			return err
-		}
-		return o.send(ctx, next, k, b)
-	}
-	recv := func(ctx context.Context, k int) error {
-		off, n := plan.chunk(0, k)
-		b := m.writable(off, n, scratch)
-		if err := o.recv(ctx, prev, k, b); err != nil {
-			return err
-		}
-		return m.commit(ctx, off, b)
-	}
+	x := &c.steps.chain
+	defer x.clear()
+	x.m, x.plan = m, &c.plan
+	x.next, x.prev = (r+1)%p, (r-1+p)%p
+	x.scratch = c.scratchBuf(c.plan.maxChunk)
+	x.staging = c.stagingFor(m, c.plan.maxChunk)
 	lag := 0 // forward chunk k once it has arrived
 	if vr == 0 {
 		lag = -1 // the root has it all already
 	}
-	return o.pipeline(ctx, nSend, nRecv, lag, 0, send, recv)
+	return o.pipeline(ctx, nSend, nRecv, lag, 0, x)
+}
+
+// chainRun is the state of one chain broadcast, kept by the communicator:
+// item k is chunk k of m, received from prev and forwarded to next.
+type chainRun struct {
+	o                *opRun
+	m                memory
+	plan             *segPlan
+	next, prev       int
+	scratch, staging []byte
+}
+
+func (x *chainRun) clear() { *x = chainRun{o: x.o} }
+
+func (x *chainRun) sendStep(ctx *opContext, k int) error {
+	off, n := x.plan.chunk(0, k)
+	b, err := x.m.readable(ctx, off, n, x.staging)
+	if err != nil {
+		return err
+	}
+	return x.o.send(ctx, x.next, k, b)
+}
+
+func (x *chainRun) recvStep(ctx *opContext, k int) error {
+	off, n := x.plan.chunk(0, k)
+	b := x.m.writable(off, n, x.scratch)
+	if err := x.o.recv(ctx, x.prev, k, b); err != nil {
+		return err
+	}
+	return x.m.commit(ctx, off, b)
 }

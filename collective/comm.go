@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,6 +112,19 @@ type Communicator struct {
 	tracer   Tracer
 	started  atomic.Uint64         // collectives begun (seq), for Progress
 	inflight atomic.Pointer[opRun] // the collective running, for Progress
+
+	// State kept from collective to collective (opMu), so that one of a
+	// shape already run allocates nothing.
+	op      opRun
+	octx    *opContext
+	helper  *helper
+	pipe    *pipeRun
+	sendHdr []transport.Header // per peer: the frame header being sent
+	recvHdr []transport.Header // per peer: the frame header being received
+	plan    segPlan            // the running collective's layout
+	plan2   segPlan            // and a second one (alltoall's receive side)
+	counts  []int              // the running collective's per-rank counts, when it makes them
+	steps   algoSteps
 }
 
 // New connects the ranks of w through t and returns the communicator.
@@ -155,7 +169,7 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 	for i, l := range links {
 		inPlace[i], _ = l.(transport.InPlaceLink)
 	}
-	return &Communicator{
+	c := &Communicator{
 		cfg:        cfg,
 		world:      w,
 		links:      links,
@@ -163,7 +177,18 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 		log:        log.With("rank", w.Rank, "epoch", w.Epoch),
 		sendBroken: make([]bool, len(links)),
 		tracer:     cfg.Tracer,
-	}, nil
+		octx:       newOpContext(),
+		helper:     newHelper(),
+		pipe:       newPipeRun(),
+		sendHdr:    make([]transport.Header, len(links)),
+		recvHdr:    make([]transport.Header, len(links)),
+	}
+	c.op.c = c
+	c.steps.init(c)
+	// The helper goroutine references none of c, so a communicator dropped
+	// without Close still becomes garbage, and this stops its helper.
+	runtime.AddCleanup(c, (*helper).stop, c.helper)
+	return c, nil
 }
 
 // Rank is this worker's position in the world.
@@ -193,20 +218,23 @@ func (c *Communicator) Abort(cause error) {
 	c.closeLinks()
 }
 
-// Close releases the links. A running collective fails; later ones return
-// ErrClosed. Close is idempotent.
+// Close releases the links and the communicator's helper goroutine. A
+// running collective fails; later ones return ErrClosed. Close is idempotent.
 func (c *Communicator) Close() error {
 	c.setFailure(ErrClosed)
 	c.closeLinks()
 	return nil
 }
 
+// closeLinks ends the communicator: its links close, which fails any
+// blocked call at once, and its helper goroutine exits once idle.
 func (c *Communicator) closeLinks() {
 	for _, l := range c.links {
 		if l != nil {
 			_ = l.Close()
 		}
 	}
+	c.helper.stop()
 }
 
 // setFailure records err as the failure unless there is one; it returns the
@@ -264,11 +292,16 @@ const (
 	algoDissemination
 )
 
-// opRun is one collective in progress.
+// opRun is one collective in progress. The communicator keeps one and
+// reuses it for each collective.
 type opRun struct {
-	c    *Communicator
-	desc opDesc
-	algo uint8
+	c *Communicator
+	// infoMu guards desc and algo against Progress, which may read them
+	// from another goroutine while the next collective sets them; the
+	// collective's own goroutines read them without it.
+	infoMu sync.Mutex
+	desc   opDesc
+	algo   uint8
 	// tag is the largest Header.Tag seen so far: this rank's own value to
 	// start with, then raised by every frame received. The sending and
 	// receiving goroutines of the op share it.
@@ -292,13 +325,15 @@ func (o *opRun) raiseTag(v uint64) {
 
 // run executes one collective: it serializes it with the others, numbers it,
 // and turns a failure into the communicator's failure, telling the peers.
-func (c *Communicator) run(ctx context.Context, d opDesc, algo uint8, body func(ctx context.Context, o *opRun) error) error {
+func (c *Communicator) run(ctx context.Context, d opDesc, algo uint8, body func(ctx *opContext, o *opRun) error) error {
 	return c.runTagged(ctx, d, algo, nil, body)
 }
 
 // runTagged is run for a collective that spreads a tag: *tag goes in as this
 // rank's value and comes out as the largest of all ranks'.
-func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag *uint64, body func(ctx context.Context, o *opRun) error) error {
+//
+// body runs under an opContext bound to ctx (see opContext).
+func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag *uint64, body func(ctx *opContext, o *opRun) error) error {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	if err := c.Err(); err != nil {
@@ -310,18 +345,25 @@ func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag 
 	}
 	c.seq++
 	d.seq = c.seq
-	o := &opRun{c: c, desc: d, algo: algo}
+	o := &c.op
+	o.infoMu.Lock()
+	o.desc, o.algo = d, algo
+	o.infoMu.Unlock()
 	o.waitingOn.Store(-1)
+	var t uint64
 	if tag != nil {
-		o.tag.Store(*tag)
+		t = *tag
 	}
+	o.tag.Store(t)
+	octx := c.octx.bind(ctx)
+	c.octx = octx
 	c.started.Store(c.seq)
 	c.inflight.Store(o)
 	if c.tracer != nil {
 		o.t0 = time.Now()
 		c.tracer.CollectiveStart(o.info(), o.t0)
 	}
-	err := body(ctx, o)
+	err := body(octx, o)
 	c.inflight.Store(nil)
 	if c.tracer != nil {
 		c.tracer.CollectiveEnd(o.info(), o.t0, o.t0.Add(o.mark()), err)
@@ -397,8 +439,9 @@ func (o *opRun) send(ctx context.Context, peer, step int, payload []byte) error 
 
 // sendCount is send for collectives whose element count differs per peer pair.
 func (o *opRun) sendCount(ctx context.Context, peer, step int, count uint64, payload []byte) error {
-	h := o.header(step, len(payload), count)
-	if err := o.c.links[peer].Send(ctx, &h, payload); err != nil {
+	h := &o.c.sendHdr[peer]
+	*h = o.header(step, len(payload), count)
+	if err := o.c.links[peer].Send(ctx, h, payload); err != nil {
 		o.c.sendBroken[peer] = true
 		return err
 	}
@@ -423,10 +466,10 @@ func (o *opRun) recvCount(ctx context.Context, peer, step int, count uint64, int
 // it is step of this collective, with n payload bytes.
 func (o *opRun) recvHeader(ctx context.Context, peer, step, n int, count uint64) error {
 	l := o.c.links[peer]
-	var h transport.Header
+	h := &o.c.recvHdr[peer]
 	o.waitFor(peer)
 	defer o.waitFor(-1)
-	if err := l.RecvHeader(ctx, &h); err != nil {
+	if err := l.RecvHeader(ctx, h); err != nil {
 		return err
 	}
 	if h.Kind == transport.FrameAbort {
@@ -436,7 +479,7 @@ func (o *opRun) recvHeader(ctx context.Context, peer, step, n int, count uint64)
 		}
 		return &RemoteAbortError{Rank: peer, Reason: string(reason)}
 	}
-	if err := o.check(peer, &h, step, n, count); err != nil {
+	if err := o.check(peer, h, step, n, count); err != nil {
 		return err
 	}
 	o.raiseTag(h.Tag)
@@ -450,8 +493,9 @@ func (o *opRun) sendInPlace(ctx context.Context, peer, step int, payload []byte)
 	if ipl == nil {
 		return o.send(ctx, peer, step, payload)
 	}
-	h := o.header(step, len(payload), o.desc.count)
-	if err := ipl.SendInPlace(ctx, &h, payload); err != nil {
+	h := &o.c.sendHdr[peer]
+	*h = o.header(step, len(payload), o.desc.count)
+	if err := ipl.SendInPlace(ctx, h, payload); err != nil {
 		o.c.sendBroken[peer] = true
 		return err
 	}
@@ -505,116 +549,4 @@ func (o *opRun) check(peer int, h *transport.Header, step, n int, count uint64) 
 		return nil
 	}
 	return &MismatchError{Peer: peer, Field: field, Local: d.String(), Remote: remote.String()}
-}
-
-// pipeline runs the two halves of a ring or chain step schedule: send(k) for
-// k < nSend on a sender goroutine and recv(k) for k < nRecv on this one. Send k
-// may only start once recv k-lag has finished (it forwards what that receive
-// produced); with lag < 0 sends never wait. With guard > 0, recv k may only
-// start once send k-guard has finished, because it overwrites what that send
-// read. Either half failing stops the other.
-func (o *opRun) pipeline(ctx context.Context, nSend, nRecv, lag, guard int, send, recv func(ctx context.Context, k int) error) error {
-	if nSend == 0 {
-		for k := 0; k < nRecv; k++ {
-			if err := recv(ctx, k); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	ready := make(chan struct{}, nRecv)
-	sent := make(chan struct{}, nSend)
-	sendErr := make(chan error, 1)
-	go func() {
-		err := func() error {
-			have := 0
-			for k := 0; k < nSend; k++ {
-				for lag >= 0 && have <= k-lag {
-					select {
-					case <-ready:
-						have++
-					case <-ctx.Done():
-						return context.Cause(ctx)
-					}
-				}
-				if err := send(ctx, k); err != nil {
-					return err
-				}
-				sent <- struct{}{}
-			}
-			return nil
-		}()
-		if err != nil {
-			cancel(err)
-		}
-		sendErr <- err
-	}()
-	var recvErr error
-	done := 0 // sends finished
-	for k := 0; k < nRecv; k++ {
-		for guard > 0 && done <= k-guard && done < nSend {
-			select {
-			case <-sent:
-				done++
-			case <-ctx.Done():
-				recvErr = context.Cause(ctx)
-			}
-			if recvErr != nil {
-				break
-			}
-		}
-		if recvErr != nil {
-			break
-		}
-		if recvErr = recv(ctx, k); recvErr != nil {
-			break
-		}
-		ready <- struct{}{}
-	}
-	if recvErr != nil {
-		cancel(recvErr)
-		return firstCause(ctx, recvErr, <-sendErr)
-	}
-	if err := <-sendErr; err != nil {
-		return err
-	}
-	return nil
-}
-
-// exchange sends n bytes to one peer while receiving from another (possibly the
-// same) and returns when both are done. Small sends complete without the peer
-// reading (transport.InlinePayload), so they go first from this goroutine.
-func (o *opRun) exchange(ctx context.Context, n int, send, recv func(ctx context.Context) error) error {
-	if n <= transport.InlinePayload {
-		if err := send(ctx); err != nil {
-			return err
-		}
-		return recv(ctx)
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	sendErr := make(chan error, 1)
-	go func() {
-		err := send(ctx)
-		if err != nil {
-			cancel(err)
-		}
-		sendErr <- err
-	}()
-	if err := recv(ctx); err != nil {
-		cancel(err)
-		return firstCause(ctx, err, <-sendErr)
-	}
-	return <-sendErr
-}
-
-// firstCause picks, of the receiving and sending halves' errors, the one that
-// stopped the collective: the other half only saw the cancellation it caused.
-func firstCause(ctx context.Context, recvErr, sendErr error) error {
-	if sendErr != nil && context.Cause(ctx) == sendErr {
-		return sendErr
-	}
-	return recvErr
 }

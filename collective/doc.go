@@ -19,6 +19,14 @@
 // host and staged copies plus device kernels elsewhere, so accelerator memory
 // runs through the same ring.
 //
+// Allocation. Once a communicator has run a collective of a shape (size,
+// dtype, world), more of them allocate nothing: the communicator keeps what a
+// collective needs from call to call — staging buffers, segment plans, frame
+// headers, each algorithm's state (stepper), one context it binds to each
+// call's (opContext) — and runs the sending half of a pipelined collective on
+// one helper goroutine that lives until Close, Abort or a failure. Options
+// are plain values. TestSteadyStateAllocations checks it on every transport.
+//
 // Failure. Every collective takes a context. A peer that closes, dies or goes
 // silent yields a *PeerError naming its rank within the context deadline or the
 // transport's I/O timeout; ranks that call mismatched collectives get a

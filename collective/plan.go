@@ -12,8 +12,12 @@ type segPlan struct {
 	maxChunk int // bytes of the largest chunk
 }
 
-func newSegPlan(counts []int, esz, chunkBytes int) segPlan {
-	pl := segPlan{esz: esz, off: make([]int, len(counts)+1)}
+// set lays out counts (per-segment element counts) of esz-byte elements,
+// chunkBytes to a chunk at most, reusing pl's memory.
+func (pl *segPlan) set(counts []int, esz, chunkBytes int) {
+	pl.esz = esz
+	pl.off = resize(pl.off, len(counts)+1)
+	pl.off[0] = 0
 	longest := 0
 	for i, n := range counts {
 		pl.off[i+1] = pl.off[i] + n
@@ -22,7 +26,14 @@ func newSegPlan(counts []int, esz, chunkBytes int) segPlan {
 	perChunk := max(1, chunkBytes/esz)
 	pl.nchunks = max(1, (longest+perChunk-1)/perChunk)
 	pl.maxChunk = (longest + pl.nchunks - 1) / pl.nchunks * esz
-	return pl
+}
+
+// resize returns s with length n, reusing its memory when it can.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // chunk returns the byte offset and length of chunk j of segment seg.
@@ -44,8 +55,11 @@ func (pl *segPlan) bytes(seg int) int { return (pl.off[seg+1] - pl.off[seg]) * p
 
 // evenCounts splits n elements over p ranks as Horovod does: the first n%p ranks
 // get one more.
-func evenCounts(n, p int) []int {
-	counts := make([]int, p)
+func evenCounts(n, p int) []int { return evenCountsInto(nil, n, p) }
+
+// evenCountsInto is evenCounts writing into counts' memory when it can.
+func evenCountsInto(counts []int, n, p int) []int {
+	counts = resize(counts, p)
 	for i := range counts {
 		counts[i] = n / p
 		if i < n%p {

@@ -9,7 +9,7 @@ import (
 // of the result in recv. The segments split send.Count as Horovod does: the first
 // send.Count % Size() ranks get one element more.
 func (c *Communicator) ReduceScatter(ctx context.Context, send, recv Buffer, op ReduceOp, opts ...Option) error {
-	return c.reduceScatter(ctx, send, recv, evenCounts(send.Count, c.Size()), false, op, opts)
+	return c.reduceScatter(ctx, send, recv, nil, false, op, opts)
 }
 
 // ReduceScatterV is ReduceScatter with explicit segment sizes: rank i receives
@@ -18,31 +18,47 @@ func (c *Communicator) ReduceScatterV(ctx context.Context, send, recv Buffer, co
 	return c.reduceScatter(ctx, send, recv, counts, true, op, opts)
 }
 
+// reduceScatter runs ReduceScatter (variable false, counts nil: the even
+// split) and ReduceScatterV.
 func (c *Communicator) reduceScatter(ctx context.Context, send, recv Buffer, counts []int, variable bool, op ReduceOp, opts []Option) error {
 	p, r := c.Size(), c.Rank()
 	if err := checkReduce(op, send, recv); err != nil {
 		return err
 	}
-	total, err := sumCounts("reducescatter", counts, p)
-	if err != nil {
-		return err
+	mine := send.Count / p
+	if r < send.Count%p {
+		mine++
 	}
-	if total != send.Count {
-		return fmt.Errorf("collective: counts add up to %d but the send buffer holds %d elements", total, send.Count)
+	if variable {
+		total, err := sumCounts("reducescatter", counts, p)
+		if err != nil {
+			return err
+		}
+		if total != send.Count {
+			return fmt.Errorf("collective: counts add up to %d but the send buffer holds %d elements", total, send.Count)
+		}
+		mine = counts[r]
 	}
-	if recv.Count != counts[r] {
-		return fmt.Errorf("collective: rank %d receives %d elements but its receive buffer holds %d", r, counts[r], recv.Count)
+	if recv.Count != mine {
+		return fmt.Errorf("collective: rank %d receives %d elements but its receive buffer holds %d", r, mine, recv.Count)
 	}
 	ro, err := applyOptions(opts)
 	if err != nil {
 		return err
 	}
-	plan := newSegPlan(counts, send.DType.Size(), c.cfg.ChunkBytes)
-	d := opDesc{coll: collReduceScatter, dtype: send.DType, op: op, count: uint64(total)}
+	d := opDesc{coll: collReduceScatter, dtype: send.DType, op: op, count: uint64(send.Count)}
 	if variable {
 		d.aux = layoutHash(counts)
 	}
-	return c.run(ctx, d, algoRing, func(ctx context.Context, o *opRun) error {
+	return c.run(ctx, d, algoRing, func(ctx *opContext, o *opRun) error {
+		if !variable {
+			// The communicator's own memory, which only the collective
+			// holding opMu uses: no per-call allocation.
+			c.counts = evenCountsInto(c.counts, send.Count, p)
+			counts = c.counts
+		}
+		plan := &c.plan
+		plan.set(counts, send.DType.Size(), c.cfg.ChunkBytes)
 		src, out := memOf(send), memOf(recv)
 		factor, divisor := finalScale(send.DType, op, ro.postscale, p)
 		myOff, myLen := plan.segment(r)
@@ -67,6 +83,6 @@ func (c *Communicator) reduceScatter(ctx context.Context, send, recv Buffer, cou
 			}
 			src = work
 		}
-		return o.ring(ctx, &plan, src, work, out, -myOff, false, factor, divisor)
+		return o.ring(ctx, plan, src, work, out, -myOff, false, factor, divisor)
 	})
 }

@@ -95,13 +95,16 @@ func algoName(a uint8) string {
 
 // info describes the collective for a tracer or Progress.
 func (o *opRun) info() OpInfo {
-	c, d := o.c, &o.desc
+	o.infoMu.Lock()
+	d, algo := o.desc, o.algo
+	o.infoMu.Unlock()
+	c := o.c
 	bytes := d.bytes
 	if bytes == 0 {
 		bytes = int64(d.count) * int64(d.dtype.Size())
 	}
 	inf := OpInfo{Epoch: c.world.Epoch, Rank: c.world.Rank, Size: c.world.Size(), Seq: d.seq,
-		Collective: d.coll.String(), Algorithm: algoName(o.algo), DType: d.dtype, Count: d.count, Bytes: bytes}
+		Collective: d.coll.String(), Algorithm: algoName(algo), DType: d.dtype, Count: d.count, Bytes: bytes}
 	if d.coll.reduces() {
 		inf.Op = d.op
 	}

@@ -19,6 +19,7 @@ func TestConformance(t *testing.T) {
 			}
 			return tr
 		},
-		Packages: []string{"collective/transport/inproc.", "collective/transport/internal/mesh."},
+		Packages:   []string{"collective/transport/inproc.", "collective/transport/internal/mesh."},
+		ZeroAllocs: true,
 	})
 }

@@ -9,7 +9,9 @@
 // handshakes, for tests that only need links.
 //
 // Frames are copied on send, so senders may reuse their buffers at once, as
-// with a network transport. A link queues up to Config.BufferBytes of payload
+// with a network transport; the copies go into buffers the receiver is done
+// with, and each link reuses its timers, so a steady stream of frames
+// allocates nothing. A link queues up to Config.BufferBytes of payload
 // before Send waits (a larger frame is queued alone), and IOTimeout bounds a
 // wait on a silent peer.
 package inproc

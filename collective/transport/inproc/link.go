@@ -24,6 +24,9 @@ type queue struct {
 	frames []frame
 	head   int
 	bytes  int
+	// spare holds payload buffers the receiver is done with, for the
+	// sender to reuse: a steady stream of frames allocates nothing.
+	spare [][]byte
 	// readable and writable wake the waiting receiver and sender; a waiter
 	// re-checks the queue, so a stale signal costs one more look.
 	readable chan struct{}
@@ -52,6 +55,53 @@ func (q *queue) tryPush(f frame) bool {
 	q.bytes += len(f.payload)
 	signal(q.readable)
 	return true
+}
+
+// maxSpare bounds the payload buffers a queue keeps for reuse.
+const maxSpare = 16
+
+// payloadCopy returns a copy of p in a spare buffer, or a new one.
+func (q *queue) payloadCopy(p []byte) []byte {
+	if len(p) == 0 {
+		return nil
+	}
+	q.mu.Lock()
+	// The last spare buffer if none is large enough: dropping a small one
+	// leaves room for the large one this send makes, so that a mix of
+	// frame sizes settles too.
+	i := len(q.spare) - 1
+	for j := i; j >= 0; j-- {
+		if cap(q.spare[j]) >= len(p) {
+			i = j
+			break
+		}
+	}
+	var b []byte
+	if i >= 0 {
+		b = q.spare[i]
+		last := len(q.spare) - 1
+		q.spare[i], q.spare[last] = q.spare[last], nil
+		q.spare = q.spare[:last]
+	}
+	q.mu.Unlock()
+	if cap(b) < len(p) {
+		b = make([]byte, len(p))
+	}
+	b = b[:len(p)]
+	copy(b, p)
+	return b
+}
+
+// recycle keeps a payload buffer the receiver is done with.
+func (q *queue) recycle(b []byte) {
+	if cap(b) == 0 {
+		return
+	}
+	q.mu.Lock()
+	if len(q.spare) < maxSpare {
+		q.spare = append(q.spare, b[:0])
+	}
+	q.mu.Unlock()
 }
 
 // tryPop takes the oldest frame, if any.
@@ -109,10 +159,26 @@ type link struct {
 	self, far  *end
 
 	sendMu sync.Mutex
+	// sendTimer bounds a blocked send (sendMu); made on the first one and
+	// reset from then on.
+	sendTimer *time.Timer
 	// The receiving goroutine's state: the frame whose header was returned
-	// and whose payload is not read yet.
-	cur     frame
-	pending bool
+	// and whose payload is not read yet, and the timer of a blocked receive.
+	cur       frame
+	pending   bool
+	recvTimer *time.Timer
+}
+
+// armTimer starts *t (making it the first time) to fire after d. Timers'
+// channels are synchronous (Go 1.23), so a stopped or reset timer never
+// delivers a stale value.
+func armTimer(t **time.Timer, d time.Duration) <-chan time.Time {
+	if *t == nil {
+		*t = time.NewTimer(d)
+	} else {
+		(*t).Reset(d)
+	}
+	return (*t).C
 }
 
 // links returns the two links of p: a's (rank ra, to rank rb) and b's.
@@ -144,9 +210,15 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	}
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
-	f := frame{h: *h, payload: append([]byte(nil), payload...)}
+	f := frame{h: *h, payload: l.out.payloadCopy(payload)}
 	f.h.JobID, f.h.Epoch, f.h.Sender = l.jobHash, l.epoch, uint32(l.rank)
-	var timer *time.Timer
+	var expired <-chan time.Time // armed once this call blocks
+	// One defer outside the loop: a deferred call in a loop is allocated.
+	defer func() {
+		if expired != nil {
+			l.sendTimer.Stop()
+		}
+	}()
 	for {
 		switch {
 		case l.self.isClosed():
@@ -154,14 +226,10 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 		case l.far.isClosed():
 			return l.fail("send", transport.ErrPeerClosed)
 		case l.out.tryPush(f):
-			if timer != nil {
-				timer.Stop()
-			}
 			return nil
 		}
-		if timer == nil {
-			timer = time.NewTimer(l.ioTimeout)
-			defer timer.Stop()
+		if expired == nil {
+			expired = armTimer(&l.sendTimer, l.ioTimeout)
 		}
 		select {
 		case <-l.out.writable:
@@ -169,7 +237,7 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 		case <-l.far.closed:
 		case <-ctx.Done():
 			return l.fail("send", ctx.Err())
-		case <-timer.C:
+		case <-expired:
 			return l.fail("send", transport.ErrPeerTimeout)
 		}
 	}
@@ -182,7 +250,13 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	if err := ctx.Err(); err != nil {
 		return l.fail("recv", err)
 	}
-	var timer *time.Timer
+	var expired <-chan time.Time // armed once this call blocks
+	// One defer outside the loop: a deferred call in a loop is allocated.
+	defer func() {
+		if expired != nil {
+			l.recvTimer.Stop()
+		}
+	}()
 	for {
 		if l.self.isClosed() {
 			return l.fail("recv", transport.ErrLinkClosed)
@@ -190,17 +264,13 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 		// Frames sent before the peer closed are still delivered.
 		farClosed := l.far.isClosed()
 		if f, ok := l.in.tryPop(); ok {
-			if timer != nil {
-				timer.Stop()
-			}
 			return l.accept(f, h)
 		}
 		if farClosed {
 			return l.fail("recv", transport.ErrPeerClosed)
 		}
-		if timer == nil {
-			timer = time.NewTimer(l.ioTimeout)
-			defer timer.Stop()
+		if expired == nil {
+			expired = armTimer(&l.recvTimer, l.ioTimeout)
 		}
 		select {
 		case <-l.in.readable:
@@ -208,7 +278,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 		case <-l.far.closed:
 		case <-ctx.Done():
 			return l.fail("recv", ctx.Err())
-		case <-timer.C:
+		case <-expired:
 			return l.fail("recv", transport.ErrPeerTimeout)
 		}
 	}
@@ -231,6 +301,7 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 		return l.fail("recv", fmt.Errorf("payload of %d bytes read into %d", len(l.cur.payload), len(p)))
 	}
 	copy(p, l.cur.payload)
+	l.in.recycle(l.cur.payload)
 	l.cur, l.pending = frame{}, false
 	return nil
 }
