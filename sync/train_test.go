@@ -422,11 +422,21 @@ func TestTrainAlone(t *testing.T) {
 	}
 
 	// The leave signal mid-run: training ends at the next step boundary.
+	// Step 5 waits until the signal has been delivered (to this test's
+	// channel too): steps alone take microseconds, and on a loaded machine
+	// the delivery could otherwise come hundreds of steps later.
+	delivered := make(chan os.Signal, 1)
+	signal.Notify(delivered, syscall.SIGUSR2)
 	res, committed, err = run(TrainConfig{Steps: 1000, LeaveSignal: syscall.SIGUSR2}, func(step int64) {
 		if step == 5 {
 			syscall.Kill(os.Getpid(), syscall.SIGUSR2)
+			select {
+			case <-delivered:
+			case <-time.After(10 * time.Second):
+			}
 		}
 	})
+	signal.Stop(delivered)
 	if err != nil || res.Outcome != Left || res.Steps < 5 || res.Steps > 900 || int64(len(committed)) != res.Steps {
 		t.Fatalf("after the leave signal: %+v, %v, %d steps committed", res, err, len(committed))
 	}
