@@ -50,11 +50,8 @@ type WorkerConfig struct {
 	// DisableStats stops sending step statistics to the driver (its
 	// autoscaling engine then sees nothing of this worker).
 	DisableStats bool
-	// MinWorkers is what a worker that takes over proposing (no driver in
-	// its view for the takeover grace) requires of a world: it proposes none
-	// smaller, and waits for that many ready workers instead. Default 1;
-	// under a launcher it is at least the job's minimum (GOROVOD_MIN_WORKERS,
-	// see WorkerConfigFromEnv and TrainConfig.Worker).
+	// MinWorkers is what a worker that takes over proposing (the job's driver
+	// is gone) requires of a world; default 1.
 	MinWorkers int
 	// Launch is the launcher's name for this process (GOROVOD_LAUNCH_INDEX),
 	// published in its membership metadata so that the launcher can tell its
@@ -89,9 +86,6 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 	if c.Transport.IOTimeout == 0 {
 		c.Transport.IOTimeout = WorkerIOTimeout
 	}
-	if c.MinWorkers < 0 {
-		return c, fmt.Errorf("%w: WorkerConfig.MinWorkers %d is negative", ErrInvalidConfig, c.MinWorkers)
-	}
 	if c.MinWorkers == 0 {
 		c.MinWorkers = 1
 	}
@@ -102,8 +96,7 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 }
 
 // WorkerConfigFromEnv returns the configuration `gorovod run` hands its workers
-// through the environment (GOROVOD_JOB_ID, GOROVOD_SECRET, GOROVOD_SEEDS,
-// GOROVOD_MIN_WORKERS, ...).
+// through the environment (GOROVOD_JOB_ID, GOROVOD_SECRET, GOROVOD_SEEDS, ...).
 func WorkerConfigFromEnv() (WorkerConfig, error) {
 	w, err := envconfig.LoadElastic(os.Getenv)
 	if err != nil {
@@ -113,9 +106,6 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	cfg.JobID, cfg.Secret, cfg.Seeds, cfg.Transport.ListenAddr = w.JobID, w.Secret, w.Seeds, w.ListenAddr
 	if w.ElasticTimeout > 0 {
 		cfg.Session.RecoveryTimeout = w.ElasticTimeout
-	}
-	if w.MinWorkers > 0 {
-		cfg.MinWorkers = w.MinWorkers
 	}
 	if err := bindGossip(&cfg.Membership, w.GossipAddr); err != nil {
 		return WorkerConfig{}, err
