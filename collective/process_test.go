@@ -16,8 +16,8 @@ import (
 	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
 	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/internal/launch"
-	"github.com/gorovod/gorovod/internal/rendezvous"
+	"github.com/gorovod/gorovod/job/launch"
+	"github.com/gorovod/gorovod/job/rendezvous"
 )
 
 // The process tests re-run this test binary as worker processes: with

@@ -7,7 +7,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/gorovod/gorovod/goodput"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 )
 
 // goodputConfig is goodput's parameters.

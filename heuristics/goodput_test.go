@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/goodput"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 )
 
 // measured is a world of k workers, measured over steady steps of the given

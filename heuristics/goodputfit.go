@@ -3,7 +3,7 @@ package heuristics
 import (
 	"errors"
 
-	"github.com/gorovod/gorovod/goodput"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 )
 
 // ErrNotMeasured is returned by FitGoodput while the history holds no steady

@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/gorovod/gorovod/goodput"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 )
 
 // FitGoodput fits the same model the goodput heuristic decides with (the

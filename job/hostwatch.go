@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorovod/gorovod/hosts"
+	"github.com/gorovod/gorovod/job/hosts"
 )
 
 // HostWatch is a Discovery over package hosts: a fixed host list (-H,

@@ -14,10 +14,10 @@ import (
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
-	"github.com/gorovod/gorovod/timeline"
 )
 
 // ErrNoSlot is returned when a worker is to be added but every host's slots

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/job"
-	"github.com/gorovod/gorovod/timeline"
+	"github.com/gorovod/gorovod/observe/timeline"
 )
 
 // recorder is a Sink that keeps every event (output lines copied) and lets a

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/internal/launch"
+	"github.com/gorovod/gorovod/job/launch"
 )
 
 // The signals a worker understands (examples/synthetic and the trainers built

@@ -13,10 +13,10 @@ import (
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/stall"
+	"github.com/gorovod/gorovod/observe/stall"
+	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
-	"github.com/gorovod/gorovod/timeline"
 )
 
 // What the runner shows of a running job besides its lifecycle: the

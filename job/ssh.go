@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/gorovod/gorovod/internal/launch"
+	"github.com/gorovod/gorovod/job/launch"
 )
 
 // SSHLauncher starts workers on other hosts over ssh (the OpenSSH client, as

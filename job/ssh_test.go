@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/hosts"
-	"github.com/gorovod/gorovod/internal/launch"
 	"github.com/gorovod/gorovod/job"
+	"github.com/gorovod/gorovod/job/hosts"
+	"github.com/gorovod/gorovod/job/launch"
 )
 
 // fakeSSH writes an ssh client for tests: it logs its command line, then

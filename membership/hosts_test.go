@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/internal/testhosts"
+	"github.com/gorovod/gorovod/internal/testing/testhosts"
 )
 
 // Addressing children: a member on a host of a testhosts.Net, bound and

@@ -9,7 +9,7 @@ import (
 	stdsync "sync"
 	"time"
 
-	"github.com/gorovod/gorovod/goodput"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 )
 
 // AdaptiveConfig configures AdaptiveBatch. InitBatch is required; a zero

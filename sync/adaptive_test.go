@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
-	"github.com/gorovod/gorovod/goodput"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 )

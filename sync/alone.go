@@ -11,8 +11,8 @@ import (
 
 	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/collective/transport/inproc"
+	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/epoch"
-	"github.com/gorovod/gorovod/timeline"
 )
 
 // alone is a world of one: what Train trains in when no launcher started the

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
-	"github.com/gorovod/gorovod/internal/fakedevice"
+	"github.com/gorovod/gorovod/internal/testing/fakedevice"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 )

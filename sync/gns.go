@@ -9,7 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/gorovod/gorovod/collective"
-	"github.com/gorovod/gorovod/goodput"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 	"github.com/gorovod/gorovod/internal/reduce"
 )
 

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
-	"github.com/gorovod/gorovod/goodput"
-	"github.com/gorovod/gorovod/internal/fakedevice"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 	"github.com/gorovod/gorovod/internal/half"
+	"github.com/gorovod/gorovod/internal/testing/fakedevice"
 	"github.com/gorovod/gorovod/sync/driver"
 )
 

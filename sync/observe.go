@@ -11,9 +11,9 @@ import (
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/logging"
-	"github.com/gorovod/gorovod/stall"
+	"github.com/gorovod/gorovod/observe/stall"
+	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/epoch"
-	"github.com/gorovod/gorovod/timeline"
 )
 
 // What a session shows of itself: its timeline (Config.Timeline) and its

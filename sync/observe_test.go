@@ -13,9 +13,9 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/stall"
+	"github.com/gorovod/gorovod/observe/stall"
+	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/driver"
-	"github.com/gorovod/gorovod/timeline"
 )
 
 // traceEvent is what the tests read of a timeline's events.

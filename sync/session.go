@@ -11,12 +11,12 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
-	"github.com/gorovod/gorovod/goodput"
-	"github.com/gorovod/gorovod/stall"
+	"github.com/gorovod/gorovod/heuristics/goodput"
+	"github.com/gorovod/gorovod/observe/stall"
+	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/fusion"
 	"github.com/gorovod/gorovod/sync/stats"
-	"github.com/gorovod/gorovod/timeline"
 )
 
 // Config configures a Session. A zero field means its default

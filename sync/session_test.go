@@ -13,7 +13,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
-	"github.com/gorovod/gorovod/internal/fakedevice"
+	"github.com/gorovod/gorovod/internal/testing/fakedevice"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 )

@@ -18,12 +18,12 @@ import (
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/gpu"
 	"github.com/gorovod/gorovod/membership"
-	"github.com/gorovod/gorovod/stall"
+	"github.com/gorovod/gorovod/observe/stall"
+	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/control"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
-	"github.com/gorovod/gorovod/timeline"
 )
 
 // WorkerConfig is how a worker process joins an elastic job. A zero field

@@ -3,7 +3,7 @@
 
 Spawns --np processes with torch.multiprocessing, joins them in a Gloo process
 group over 127.0.0.1 and, for every message size, times float32 SUM
-dist.all_reduce the way gorovod's internal/benchmark does:
+dist.all_reduce the way gorovod's collective/benchmark does:
 
   * --warmup untimed runs, then --iters timed samples;
   * every sample starts with dist.barrier() and is timed on every rank;

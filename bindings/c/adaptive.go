@@ -10,7 +10,7 @@ import (
 	"math"
 
 	"github.com/gorovod/gorovod/bindings/internal/engine"
-	"github.com/gorovod/gorovod/goodput"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 	gsync "github.com/gorovod/gorovod/sync"
 )
 

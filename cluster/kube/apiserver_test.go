@@ -23,7 +23,7 @@ import (
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/internal/testkube"
+	"github.com/gorovod/gorovod/internal/testing/testkube"
 )
 
 // manifest decodes the objects of a file in deploy/kubernetes.

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorovod/gorovod/internal/launch"
 	"github.com/gorovod/gorovod/job"
+	"github.com/gorovod/gorovod/job/launch"
 )
 
 // LauncherConfig configures a Launcher. A zero field means its default.

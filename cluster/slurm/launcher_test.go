@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/internal/testslurm"
+	"github.com/gorovod/gorovod/internal/testing/testslurm"
 	"github.com/gorovod/gorovod/job"
 )
 

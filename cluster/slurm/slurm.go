@@ -17,7 +17,7 @@ import (
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/internal/launch"
+	"github.com/gorovod/gorovod/job/launch"
 )
 
 // Host is a node of an allocation and the tasks Slurm placed on it.

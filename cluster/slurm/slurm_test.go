@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/heuristics"
-	"github.com/gorovod/gorovod/internal/testslurm"
+	"github.com/gorovod/gorovod/internal/testing/testslurm"
 )
 
 // The test binary is also the workers' program: srun and sbatch start it

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/internal/testhosts"
+	"github.com/gorovod/gorovod/internal/testing/testhosts"
 )
 
 // hostTrainer is a trainer the fault tests over hosts run: its command line,

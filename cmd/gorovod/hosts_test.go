@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/internal/testhosts"
+	"github.com/gorovod/gorovod/internal/testing/testhosts"
 )
 
 // waitExit waits for the launcher to end and fails the test unless it

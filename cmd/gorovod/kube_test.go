@@ -18,7 +18,7 @@ import (
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/heuristics"
-	"github.com/gorovod/gorovod/internal/testkube"
+	"github.com/gorovod/gorovod/internal/testing/testkube"
 )
 
 // podLogRe names a worker pod's container log under the node's LogDir:

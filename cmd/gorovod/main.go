@@ -3,7 +3,7 @@ package main
 import (
 	"os"
 
-	"github.com/gorovod/gorovod/cli"
+	"github.com/gorovod/gorovod/cmd/gorovod/cli"
 )
 
 func main() { os.Exit(cli.Run(cli.Config{})) }

@@ -69,7 +69,7 @@ func TestBenchErrorsArePrefixed(t *testing.T) {
 	}
 }
 
-// TestReportCommand renders the recorded run of report/testdata and checks
+// TestReportCommand renders the recorded run of observe/report/testdata and checks
 // the command's mistakes.
 func TestReportCommand(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/heuristics"
-	"github.com/gorovod/gorovod/internal/testslurm"
+	"github.com/gorovod/gorovod/internal/testing/testslurm"
 )
 
 // salloc runs `gorovod run --slurm args...` under salloc in an allocation of

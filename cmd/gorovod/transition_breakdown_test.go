@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/internal/testhosts"
+	"github.com/gorovod/gorovod/internal/testing/testhosts"
 )
 
 // TestTransitionBreakdown runs the planned transitions of

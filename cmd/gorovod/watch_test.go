@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/gorovod/gorovod/timeline"
+	"github.com/gorovod/gorovod/observe/timeline"
 )
 
 // waitLog waits until the launcher's log (its own lines and the workers'

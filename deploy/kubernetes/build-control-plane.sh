@@ -2,7 +2,7 @@
 # Builds kube-apiserver, kube-controller-manager and kubelet from the Go module
 # proxy (no registry, no Docker, no release tarball needed) into a cache
 # directory outside the clone, for the tests of the Kubernetes provisioner
-# (internal/testkube). A cache that is already complete is reused at once.
+# (internal/testing/testkube). A cache that is already complete is reused at once.
 #
 #   deploy/kubernetes/build-control-plane.sh [DIR]
 #

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gorovod/gorovod/cli"
+	"github.com/gorovod/gorovod/cmd/gorovod/cli"
 	"github.com/gorovod/gorovod/heuristics"
 )
 

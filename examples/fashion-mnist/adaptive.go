@@ -10,7 +10,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/examples/fashion-mnist/mnist"
-	"github.com/gorovod/gorovod/goodput"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 	gsync "github.com/gorovod/gorovod/sync"
 )
 

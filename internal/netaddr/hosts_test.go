@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/gorovod/gorovod/internal/netaddr"
-	"github.com/gorovod/gorovod/internal/testhosts"
+	"github.com/gorovod/gorovod/internal/testing/testhosts"
 )
 
 // TestOnSeparateHosts: inside a host, its interface's address, and the

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gorovod/gorovod/stall"
+	"github.com/gorovod/gorovod/observe/stall"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/stall"
+	"github.com/gorovod/gorovod/observe/stall"
 	"github.com/gorovod/gorovod/sync/control"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"

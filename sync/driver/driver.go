@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/membership"
-	"github.com/gorovod/gorovod/stall"
+	"github.com/gorovod/gorovod/observe/stall"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
 )

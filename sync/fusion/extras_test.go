@@ -10,7 +10,7 @@ import (
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/collective/transport/inproc"
-	"github.com/gorovod/gorovod/internal/fakedevice"
+	"github.com/gorovod/gorovod/internal/testing/fakedevice"
 )
 
 // countingTracer counts a communicator's collectives and remembers the last

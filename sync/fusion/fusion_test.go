@@ -12,7 +12,7 @@ import (
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/collective/transport/inproc"
-	"github.com/gorovod/gorovod/internal/fakedevice"
+	"github.com/gorovod/gorovod/internal/testing/fakedevice"
 )
 
 func world(t *testing.T, p int) []*collective.Communicator {

@@ -14,9 +14,9 @@ import (
 	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/collective/transport/multi"
 	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/internal/launch"
-	"github.com/gorovod/gorovod/internal/rendezvous"
-	"github.com/gorovod/gorovod/internal/testhosts"
+	"github.com/gorovod/gorovod/internal/testing/testhosts"
+	"github.com/gorovod/gorovod/job/launch"
+	"github.com/gorovod/gorovod/job/rendezvous"
 )
 
 // envWorker makes this test binary a worker of TestAutoAcrossHosts; its value

@@ -1,0 +1,374 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/collective/benchmark"
+	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/multi"
+	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/internal/logging"
+	"github.com/gorovod/gorovod/job/launch"
+	"github.com/gorovod/gorovod/job/rendezvous"
+)
+
+// benchWorkerCommand is the hidden subcommand each benchmark worker runs.
+const benchWorkerCommand = "_bench-worker"
+
+// workerSpec is what the launcher hands every benchmark worker.
+type workerSpec struct {
+	Op          string        `json:"op"`
+	DType       string        `json:"dtype"`
+	Reduce      string        `json:"redop"`
+	Sizes       []int         `json:"sizes"`
+	Warmup      int           `json:"warmup"`
+	Iters       int           `json:"iters"`
+	IOTimeout   time.Duration `json:"io_timeout"`
+	ChunkBytes  int           `json:"chunk_bytes"`
+	SmallBytes  int           `json:"small_bytes"`
+	Transport   string        `json:"transport"`
+	SocketBuf   int           `json:"socket_buffer"`
+	SpinTime    time.Duration `json:"spin_time,omitempty"`
+	BatchTimeUS int           `json:"batch_time_us"`
+	// The workers log (to their stderr, which the launcher relays) with
+	// the command's --log-level and --log-format.
+	LogLevel  string `json:"log_level,omitempty"`
+	LogFormat string `json:"log_format,omitempty"`
+	// ProfileDir, when set, is where every worker writes a CPU profile
+	// (cpu-rank<r>.pprof) and an execution trace (trace-rank<r>.out) of its
+	// measurement: where the time of a collective goes, per rank.
+	ProfileDir string `json:"profile_dir,omitempty"`
+}
+
+func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	op := "allreduce"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		op, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("gorovod bench", flag.ContinueOnError)
+	np := fs.Int("np", 2, "number of local worker processes")
+	minBytes := fs.String("min-bytes", "4K", "smallest message size (K, M, G suffixes)")
+	maxBytes := fs.String("max-bytes", "64M", "largest message size")
+	factor := fs.Int("factor", 2, "multiply the size by this much between measurements")
+	dtype := fs.String("dtype", "float32", "element type: float32, float64, float16, bfloat16, int32, int64, uint8")
+	redop := fs.String("op", "sum", "reduce op for allreduce / reducescatter: sum, average, min, max, product")
+	iters := fs.Int("iters", 20, "timed samples per size (the median is reported)")
+	warmup := fs.Int("warmup", 5, "untimed runs per size")
+	asJSON := fs.Bool("json", false, "print one JSON object per size instead of a table")
+	transportName := fs.String("transport", "auto", "transport between the workers: auto (shared memory on one host, TCP between hosts), tcp, shm, sctp")
+	ioTimeout := fs.Duration("io-timeout", 30*time.Second, "fail when a peer is silent this long")
+	timeout := fs.Duration("timeout", 30*time.Minute, "give up on the whole run after this long")
+	def := collective.DefaultConfig()
+	chunk := fs.String("chunk-bytes", fmt.Sprint(def.ChunkBytes), "ring pipelining chunk")
+	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
+	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0: the transport's default, 4M between ranks of one host when each has a CPU and the kernel grants it; auto: the kernel's autotuning)")
+	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
+	spinTime := fs.Duration("spin-time", 0, "how long a waiting call polls before it parks (0: the transport's default, 100µs; negative: never poll)")
+	placement := fs.String("placement", string(launch.PlaceBalanced), "pin workers to CPUs: balanced (each worker to its share of the CPUs) or none")
+	profileDir := fs.String("profile", "", "write each worker's CPU profile and execution trace into this directory (cpu-rank<r>.pprof, trace-rank<r>.out)")
+	logOpts := logging.DefaultOptions()
+	logOpts.Register(fs)
+	usage := fmt.Sprintf("Usage: gorovod bench [%s] [flags]\n\n"+
+		"Measures a collective across --np local worker processes and prints, per\n"+
+		"message size, the median time, algorithm bandwidth and bus bandwidth.\n"+
+		"The workers talk through --transport: auto (the default) puts processes\n"+
+		"of one host on shared memory and others on TCP.", strings.Join(benchmark.Ops(), "|"))
+	if err := parseFlags(fs, args, usage, stdout, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErr(stderr, "unexpected arguments %q", fs.Args())
+	}
+	if err := logOpts.Validate(); err != nil {
+		return usageErr(stderr, "%v", err)
+	}
+	spec, err := buildWorkerSpec(op, *minBytes, *maxBytes, *factor, *dtype, *redop, *iters, *warmup, *chunk, *small)
+	if err != nil {
+		return usageErr(stderr, "%v", err)
+	}
+	mode, err := multi.ParseMode(*transportName)
+	if err != nil {
+		return usageErr(stderr, "transport %q is not available (%v are)", *transportName, multi.Modes())
+	}
+	if *np < 1 {
+		return usageErr(stderr, "--np %d must be at least 1", *np)
+	}
+	place, err := launch.ParsePlacement(*placement)
+	if err != nil {
+		return usageErr(stderr, "--placement: %v", err)
+	}
+	spec.Transport, spec.IOTimeout = string(mode), *ioTimeout
+	spec.LogLevel, spec.LogFormat = logOpts.Level, logOpts.Format
+	if *batchTime < 0 {
+		return usageErr(stderr, "--batch-time %v is negative", *batchTime)
+	}
+	spec.BatchTimeUS = int(batchTime.Microseconds())
+	spec.SpinTime = *spinTime
+	if *sockBuf == "auto" {
+		spec.SocketBuf = -1 // tcp.Config: negative is the kernel's autotuning
+	} else if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
+		return usageErr(stderr, "--socket-buffer: %v", err)
+	}
+	if *profileDir != "" {
+		if err := os.MkdirAll(*profileDir, 0o755); err != nil {
+			return usageErr(stderr, "--profile: %v", err)
+		}
+		if spec.ProfileDir, err = filepath.Abs(*profileDir); err != nil {
+			return usageErr(stderr, "--profile: %v", err)
+		}
+	}
+	if err := runBench(ctx, *np, place, spec, *asJSON, *timeout, stdout, stderr); err != nil {
+		return &commandError{command: "bench", err: err}
+	}
+	return nil
+}
+
+func usageErr(stderr io.Writer, format string, args ...any) error {
+	fmt.Fprintf(stderr, "gorovod bench: "+format+"\n", args...)
+	return ErrUsage
+}
+
+func buildWorkerSpec(op, minB, maxB string, factor int, dtype, redop string, iters, warmup int, chunk, small string) (workerSpec, error) {
+	lo, err := benchmark.ParseSize(minB)
+	if err != nil {
+		return workerSpec{}, fmt.Errorf("--min-bytes: %w", err)
+	}
+	hi, err := benchmark.ParseSize(maxB)
+	if err != nil {
+		return workerSpec{}, fmt.Errorf("--max-bytes: %w", err)
+	}
+	if hi < lo {
+		return workerSpec{}, fmt.Errorf("--max-bytes %d is below --min-bytes %d", hi, lo)
+	}
+	if factor < 2 {
+		return workerSpec{}, fmt.Errorf("--factor %d must be at least 2", factor)
+	}
+	chunkBytes, err := benchmark.ParseSize(chunk)
+	if err != nil {
+		return workerSpec{}, fmt.Errorf("--chunk-bytes: %w", err)
+	}
+	smallBytes, err := benchmark.ParseSize(small)
+	if err != nil {
+		return workerSpec{}, fmt.Errorf("--small-bytes: %w", err)
+	}
+	spec := workerSpec{Op: op, DType: dtype, Reduce: redop, Sizes: benchmark.Sizes(lo, hi, factor),
+		Warmup: warmup, Iters: iters, ChunkBytes: chunkBytes, SmallBytes: smallBytes, BatchTimeUS: 1000}
+	if _, err := spec.benchmarkSpec(); err != nil {
+		return workerSpec{}, err
+	}
+	if _, err := spec.collectiveConfig(); err != nil {
+		return workerSpec{}, err
+	}
+	return spec, nil
+}
+
+func (s workerSpec) benchmarkSpec() (benchmark.Spec, error) {
+	dt, err := collective.ParseDType(s.DType)
+	if err != nil {
+		return benchmark.Spec{}, err
+	}
+	op, err := collective.ParseReduceOp(s.Reduce)
+	if err != nil {
+		return benchmark.Spec{}, err
+	}
+	b := benchmark.Spec{Op: s.Op, DType: dt, Reduce: op, Sizes: s.Sizes, Warmup: s.Warmup, Iters: s.Iters,
+		BatchTime: time.Duration(s.BatchTimeUS) * time.Microsecond}
+	return b, b.Validate()
+}
+
+func (s workerSpec) collectiveConfig() (collective.Config, error) {
+	cfg := collective.DefaultConfig()
+	cfg.ChunkBytes, cfg.SmallMessageBytes = s.ChunkBytes, s.SmallBytes
+	if s.SmallBytes == 0 {
+		cfg.SmallMessageBytes = -1 // --small-bytes 0: no message is small
+	}
+	return cfg, cfg.Validate()
+}
+
+// runBench launches np workers and prints rank 0's results as they arrive.
+func runBench(ctx context.Context, np int, place launch.Placement, spec workerSpec, asJSON bool, timeout time.Duration, stdout, stderr io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	specJSON, _ := json.Marshal(spec)
+	var mu sync.Mutex
+	var results []benchmark.Result
+	var badLines []string
+	if !asJSON {
+		fmt.Fprintf(stdout, "# gorovod bench %s: %d processes, %s transport, %s, %d warm-up + %d timed samples (median)\n",
+			spec.Op, np, spec.Transport, spec.DType, spec.Warmup, spec.Iters)
+		fmt.Fprintf(stdout, "%12s %12s %9s %8s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "correct")
+	}
+	output := func(rank int, stream string, line []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		if rank == 0 && stream == "stdout" {
+			var r benchmark.Result
+			if err := json.Unmarshal(line, &r); err == nil && r.Op != "" {
+				results = append(results, r)
+				printResult(stdout, r, asJSON)
+				return
+			}
+			badLines = append(badLines, string(line))
+		}
+		if stream == "stderr" || rank != 0 {
+			fmt.Fprintf(stderr, "[%d] %s\n", rank, line)
+		}
+	}
+	env, stop, err := launch.FixedWorld(launch.NewJobID(), np)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	job, err := launch.Start(ctx, launch.Spec{Argv: []string{self, benchWorkerCommand, string(specJSON)}, NP: np, Env: env, Output: output, Placement: place})
+	if err != nil {
+		return err
+	}
+	if err := job.Wait(); err != nil {
+		return fmt.Errorf("benchmark failed: %w", err)
+	}
+	if len(results) != len(spec.Sizes) {
+		return fmt.Errorf("benchmark reported %d of %d sizes (unparsed output: %q)", len(results), len(spec.Sizes), badLines)
+	}
+	for _, r := range results {
+		if !r.Correct {
+			return fmt.Errorf("wrong result at %d bytes", r.Bytes)
+		}
+	}
+	return nil
+}
+
+func printResult(w io.Writer, r benchmark.Result, asJSON bool) {
+	if asJSON {
+		b, _ := json.Marshal(r)
+		fmt.Fprintf(w, "%s\n", b)
+		return
+	}
+	correct := "yes"
+	if !r.Correct {
+		correct = "NO"
+	}
+	redop := r.Reduce
+	if redop == "" {
+		redop = "-"
+	}
+	fmt.Fprintf(w, "%12d %12d %9s %8s %12.1f %12.3f %12.3f %8s\n", r.Bytes, r.Count, r.DType, redop, r.TimeUS, r.AlgBW, r.BusBW, correct)
+}
+
+// benchWorker is one benchmark process: it joins the others through the
+// launcher's rendezvous, builds the communicator and runs the measurement; rank 0
+// prints the results as JSON lines.
+func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) != 1 {
+		return errors.New("bench worker: want one JSON spec argument")
+	}
+	var spec workerSpec
+	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil {
+		return fmt.Errorf("bench worker: spec: %w", err)
+	}
+	bspec, err := spec.benchmarkSpec()
+	if err != nil {
+		return err
+	}
+	cfg, err := spec.collectiveConfig()
+	if err != nil {
+		return err
+	}
+	log, err := logging.Options{Level: spec.LogLevel, Format: spec.LogFormat}.Logger(stderr)
+	if err != nil {
+		return fmt.Errorf("bench worker: %w", err)
+	}
+	cfg.Logger = log
+	env, err := envconfig.Load(os.Getenv)
+	if err != nil {
+		return err
+	}
+	mode, err := multi.ParseMode(spec.Transport)
+	if err != nil {
+		return err
+	}
+	tcfg := multi.DefaultConfig()
+	tcfg.Mode, tcfg.ListenAddr, tcfg.Secret, tcfg.IOTimeout = mode, env.ListenAddr, env.Secret, spec.IOTimeout
+	tcfg.TCP.SocketBuffer = spec.SocketBuf
+	tcfg.Logger = log
+	tcfg.TCP.SpinTime, tcfg.SHM.SpinTime = spec.SpinTime, spec.SpinTime
+	t, err := multi.Listen(tcfg)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	joinCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	addrs, err := rendezvous.Join(joinCtx, env.Rendezvous, env.Rank, t.Addr())
+	if err != nil {
+		return err
+	}
+	world := transport.World{JobID: env.JobID, Epoch: 1, Rank: env.Rank, Addrs: addrs}
+	comm, err := collective.New(joinCtx, t, world, cfg)
+	if err != nil {
+		return err
+	}
+	defer comm.Close()
+	if spec.ProfileDir != "" {
+		stop, err := startProfiles(spec.ProfileDir, env.Rank)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	return benchmark.Run(ctx, comm, bspec, func(r benchmark.Result) error {
+		if env.Rank != 0 {
+			return nil
+		}
+		b, _ := json.Marshal(r)
+		_, err := fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	})
+}
+
+// startProfiles starts this worker's CPU profile and execution trace in dir;
+// stop ends both and closes the files.
+func startProfiles(dir string, rank int) (stop func(), err error) {
+	cpuFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("cpu-rank%d.pprof", rank)))
+	if err != nil {
+		return nil, err
+	}
+	traceFile, err := os.Create(filepath.Join(dir, fmt.Sprintf("trace-rank%d.out", rank)))
+	if err != nil {
+		cpuFile.Close()
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpuFile); err != nil {
+		cpuFile.Close()
+		traceFile.Close()
+		return nil, err
+	}
+	if err := trace.Start(traceFile); err != nil {
+		pprof.StopCPUProfile()
+		cpuFile.Close()
+		traceFile.Close()
+		return nil, err
+	}
+	return func() {
+		trace.Stop()
+		pprof.StopCPUProfile()
+		_ = traceFile.Close()
+		_ = cpuFile.Close()
+	}, nil
+}

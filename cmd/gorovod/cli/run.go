@@ -1,0 +1,285 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/job"
+	"github.com/gorovod/gorovod/job/launch"
+	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/straggler"
+)
+
+// runOptions is `gorovod run`'s command line.
+type runOptions struct {
+	registry           *heuristics.Registry
+	argv               []string
+	np, minNP, maxNP   int
+	obs                obsOptions
+	stallCheck         time.Duration
+	heuristic          string
+	heuristicOpts      stringList
+	heuristicConfig    string
+	replaceStragglers  bool
+	stragglerThreshold float64
+	stragglerWindow    int
+	skipSteps          int
+	totalSteps         int64
+	asJSON             bool
+	progress           string
+	placement          string
+	cluster            clusterOptions // runcluster.go
+	hosts              hostOptions
+}
+
+// autoscaling says whether the engine acts (a heuristic, or straggler
+// replacement, was asked for); otherwise it only measures.
+func (o *runOptions) autoscaling() bool {
+	return o.heuristic != "" || o.heuristicConfig != "" || o.replaceStragglers
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// runCommand is `gorovod run`: the command line of package job's runner (the
+// driver of an elastic job, the local launcher of its workers and its
+// autoscaling engine), which prints what the job does and adds a worker on
+// SIGUSR1.
+func runCommand(ctx context.Context, args []string, registry *heuristics.Registry, terminate <-chan os.Signal, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gorovod run", flag.ContinueOnError)
+	o := runOptions{registry: registry}
+	fs.IntVar(&o.np, "np", 2, "workers to start")
+	fs.IntVar(&o.minNP, "min-np", 0, "fewest workers the job trains with; with fewer it waits for more, and replaces lost ones where a slot is free (default --np, as Horovod)")
+	fs.IntVar(&o.maxNP, "max-np", 0, "most workers (0: no limit); SIGUSR1 adds one up to it")
+	o.obs.register(fs)
+	fs.StringVar(&o.heuristic, "heuristic", "", "autoscaling policy by name (see --list-heuristics)")
+	fs.Var(&o.heuristicOpts, "heuristic-opt", "a `key=value` parameter of the heuristic (repeatable)")
+	fs.StringVar(&o.heuristicConfig, "heuristic-config", "", "a JSON `file` naming the heuristic and its parameters (compositions too)")
+	listHeuristics := fs.Bool("list-heuristics", false, "list the heuristics and exit")
+	fs.BoolVar(&o.replaceStragglers, "replace-stragglers", false, "replace workers that compute slower than the others (default on with a heuristic)")
+	fs.Float64Var(&o.stragglerThreshold, "straggler-threshold", straggler.DefaultConfig().Threshold, "a worker whose throughput stays under this fraction of the median is a straggler")
+	fs.IntVar(&o.stragglerWindow, "straggler-window", straggler.DefaultConfig().Sustain, "steps a straggler must stay under the threshold")
+	fs.IntVar(&o.skipSteps, "skip-steps", heuristics.DefaultEngineConfig().Skip, "steps after each world change that are not measured")
+	fs.Int64Var(&o.totalSteps, "total-steps", 0, "the job's length in steps, for policies weighing remaining work (default: as the trainer reports)")
+	fs.BoolVar(&o.asJSON, "json", false, "print the autoscaling decisions and the summary as JSON lines on stdout")
+	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
+	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
+	o.hosts.register(fs)
+	o.cluster.addFlags(fs)
+	if err := parseFlags(fs, args, runUsageText, stdout, stderr); err != nil {
+		return err
+	}
+	if *listHeuristics {
+		r := o.registry
+		for _, name := range r.Names() {
+			fmt.Fprintf(stdout, "%-20s %s\n", name, r.Summary(name))
+		}
+		return nil
+	}
+	stragglersSet := false
+	fs.Visit(func(f *flag.Flag) { stragglersSet = stragglersSet || f.Name == "replace-stragglers" })
+	if !stragglersSet && (o.heuristic != "" || o.heuristicConfig != "") {
+		o.replaceStragglers = true
+	}
+	if o.minNP == 0 {
+		o.minNP = o.np
+	}
+	o.argv = fs.Args()
+	if len(o.argv) > 0 && o.argv[0] == "--" {
+		o.argv = o.argv[1:]
+	}
+	switch {
+	case len(o.argv) == 0:
+		return runUsage(stderr, "no trainer command (gorovod run [flags] -- TRAINER ARGS...)")
+	case o.np < 1:
+		return runUsage(stderr, "--np %d must be at least 1", o.np)
+	case o.minNP < 1 || o.minNP > o.np:
+		return runUsage(stderr, "--min-np %d must be between 1 and --np %d", o.minNP, o.np)
+	case o.maxNP != 0 && o.maxNP < o.np:
+		return runUsage(stderr, "--max-np %d is below --np %d", o.maxNP, o.np)
+	case o.heuristic != "" && o.heuristicConfig != "":
+		return runUsage(stderr, "give --heuristic or --heuristic-config, not both")
+	case len(o.heuristicOpts) > 0 && o.heuristic == "":
+		return runUsage(stderr, "--heuristic-opt needs --heuristic")
+	case o.progress != "auto" && o.progress != "always" && o.progress != "never":
+		return runUsage(stderr, "--progress %q: want auto, always or never", o.progress)
+	case o.skipSteps < 0 || o.totalSteps < 0 || o.stragglerWindow < 1:
+		return runUsage(stderr, "--skip-steps and --total-steps must not be negative, --straggler-window must be positive")
+	}
+	if _, err := launch.ParsePlacement(o.placement); err != nil {
+		return runUsage(stderr, "--placement: %v", err)
+	}
+	if err := o.cluster.check(o.np, o.maxNP); err != nil {
+		return runUsage(stderr, "%v", err)
+	}
+	if err := o.hosts.prepare(); err != nil {
+		return runUsage(stderr, "%v", err)
+	}
+	if _, err := exec.LookPath(o.argv[0]); err != nil && !o.cluster.kubernetes { // a pod's command is in its image
+		return runUsage(stderr, "trainer %q: %v", o.argv[0], err)
+	}
+	engCfg, err := o.engineConfig()
+	if err != nil {
+		return runUsage(stderr, "%v", err)
+	}
+	if o.stallCheck, err = o.obs.check(); err != nil {
+		return runUsage(stderr, "%v", err)
+	}
+	log, err := o.obs.log.Logger(stderr)
+	if err != nil {
+		return runUsage(stderr, "%v", err)
+	}
+	if err := runJob(ctx, o, engCfg, log, terminate, stdout, stderr); err != nil {
+		return &commandError{command: "run", err: err}
+	}
+	return nil
+}
+
+const runUsageText = `Usage: gorovod run [flags] -- TRAINER [ARGS...]
+
+Runs an elastic training job on this host: a driver plus --np worker processes
+running TRAINER (a program built on package sync, such as examples/synthetic
+or examples/fashion-mnist). Workers can be added (kill -USR1 <pid of gorovod
+run>, or by hand with the job file it prints), leave (kill -TERM <worker>) or
+die while training goes on; with --heuristic the job grows, shrinks and
+replaces stragglers by itself. Each worker's lines are printed prefixed by its
+launch index, [i].
+
+With -H host1:2,host2:2, --hostfile FILE or --host-discovery-script CMD the
+workers run on those hosts, started over ssh (see README, "Several machines").
+With --slurm they are job steps of the Slurm allocation gorovod runs in, with
+--kubernetes pods (docs/clusters.md).`
+
+// engineConfig builds the autoscaling engine's configuration from the flags.
+func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
+	cfg := heuristics.DefaultEngineConfig()
+	cfg.MinWorkers, cfg.MaxWorkers, cfg.Skip, cfg.TotalSteps = o.minNP, o.maxNP, o.skipSteps, o.totalSteps
+	if o.skipSteps == 0 {
+		cfg.Skip = -1 // --skip-steps 0: measure every step
+	}
+	cfg.ReplaceStragglers = o.replaceStragglers
+	cfg.Straggler.Threshold, cfg.Straggler.Sustain = o.stragglerThreshold, o.stragglerWindow
+	if err := cfg.Straggler.Validate(); err != nil {
+		return cfg, err
+	}
+	var spec heuristics.Spec
+	switch {
+	case o.heuristicConfig != "":
+		b, err := os.ReadFile(o.heuristicConfig)
+		if err != nil {
+			return cfg, err
+		}
+		if spec, err = heuristics.ParseSpec(b); err != nil {
+			return cfg, fmt.Errorf("%s: %w", o.heuristicConfig, err)
+		}
+	case o.heuristic != "":
+		var err error
+		if spec, err = heuristics.SpecFromOptions(o.heuristic, o.heuristicOpts); err != nil {
+			return cfg, err
+		}
+	default:
+		return cfg, nil
+	}
+	h, err := o.registry.New(spec)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Heuristic = h
+	return cfg, nil
+}
+
+func runUsage(stderr io.Writer, format string, args ...any) error {
+	fmt.Fprintf(stderr, "gorovod run: "+format+"\nRun 'gorovod run --help' for the flags.\n", args...)
+	return ErrUsage
+}
+
+func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, log *slog.Logger, terminate <-chan os.Signal, stdout, stderr io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := newDisplay(stdout, stderr, o.progress)
+	defer out.close()
+	watch, err := startWatchers(ctx, &o.obs, out, o.asJSON, log)
+	if err != nil {
+		return err
+	}
+	defer watch.stop()
+	var sinks []job.Sink
+	if watch.needed() {
+		sinks = append(sinks, watch) // first: the last progress record comes before the summary
+	}
+	sinks = append(sinks, runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.obs.verbose})
+	cfg := job.Config{
+		Argv: o.argv, Workers: o.np, MinWorkers: o.minNP, MaxWorkers: o.maxNP, Autoscaling: engCfg,
+		Logger: log, JobFile: true, Gossip: membership.DefaultConfig(), ReplaceLost: true,
+		Sinks: sinks, Env: o.obs.workerEnv(), Timeline: o.obs.timeline, StallCheck: o.stallCheck,
+	}
+	if err := o.hosts.configure(ctx, &cfg, launch.Placement(o.placement), func(msg string) { out.report("%s", msg) }); err != nil {
+		return err
+	}
+	// --slurm and --kubernetes replace the launcher (and the hosts).
+	closeCluster, err := o.cluster.apply(ctx, &cfg, out.report)
+	if err != nil {
+		return err
+	}
+	defer closeCluster()
+	j, err := job.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	watch.attach(j)
+	watch.announce()
+	out.report("add a worker with `kill -USR1 %d`, or start one by hand: env $(cat %s) %s",
+		os.Getpid(), j.JobFile(), strings.Join(o.argv, " "))
+	followCtx, stopFollowing := context.WithCancel(ctx)
+	defer stopFollowing()
+	go out.follow(followCtx, j)
+	if watch.needed() {
+		go watch.follow(followCtx, j)
+	}
+
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	leaving := false
+	for {
+		select {
+		case <-terminate:
+			if leaving {
+				out.report("SIGTERM again: stopping every worker now")
+				cancel()
+				continue
+			}
+			leaving = true
+			out.report("SIGTERM: asking every worker to leave at a committed step (SIGTERM again or SIGINT stops them at once)")
+			j.LeaveAll()
+		case <-usr1:
+			var limit *job.LimitError
+			switch err := j.AddWorkers(ctx, 1); {
+			case errors.As(err, &limit):
+				out.report("already %d workers (--max-np %d)", limit.Workers, limit.Max)
+			case err != nil:
+				out.report("adding a worker: %v", err)
+			}
+		case <-j.Done():
+			outcome, err := j.Wait()
+			if rerr := watch.finish(outcome); err == nil {
+				err = rerr
+			}
+			return err
+		}
+	}
+}

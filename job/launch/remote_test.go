@@ -1,0 +1,567 @@
+package launch
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/internal/testing/testhosts"
+	"github.com/gorovod/gorovod/job/rendezvous"
+	"golang.org/x/sys/unix"
+)
+
+// The remote tests run workers on hosts of a testhosts.Net over its sshd, on
+// a port other than 22 (so -p is exercised). The launcher runs in this test
+// process, its ssh client on the first host (the "head").
+
+const testSSHPort = 2222
+
+func remoteHosts(t *testing.T, k int) (*testhosts.Net, []*testhosts.Host, SSH) {
+	t.Helper()
+	n, hs := testhosts.NewHosts(t, testhosts.Config{SSHPort: testSSHPort}, k)
+	return n, hs, sshVia(t, n, hs[0])
+}
+
+// sshVia is the SSH configuration a user of the hosts would give, with the
+// client run on host from.
+func sshVia(t *testing.T, n *testhosts.Net, from *testhosts.Host) SSH {
+	t.Helper()
+	prefix, err := from.Exec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return SSH{
+		Command: append(prefix, "ssh", "-F", "none"), Port: n.SSHPort(), IdentityFile: n.ClientKey(), User: "root",
+		KnownHostsFile: n.KnownHostsFile(), StrictHostKeyChecking: "yes", Options: []string{"GlobalKnownHostsFile=/dev/null"},
+		ConnectTimeout: 5 * time.Second, StartTimeout: 20 * time.Second,
+	}
+}
+
+func childEnv(mode string) func(int) []string {
+	return func(int) []string { return []string{envChild + "=" + mode} }
+}
+
+// waitLines waits until every worker in idx printed want on stdout.
+func waitLines(t *testing.T, j *Job, l *lines, want string, idx ...int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l.mu.Lock()
+		ok := true
+		for _, i := range idx {
+			ok = ok && slices.Contains(l.by[fmt.Sprintf("%d/stdout", i)], want)
+		}
+		l.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			t.Fatalf("workers %v never printed %q; output %v; errors %v", idx, want, l.by, j.Errors())
+		}
+		select {
+		case <-j.Done():
+			t.Fatalf("workers ended before printing %q: %v; output %v", want, j.Wait(), l.by)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// waitGone waits until the process pid (of this kernel: the hosts share it)
+// has exited.
+func waitGone(t *testing.T, pid int, within time.Duration) {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return // gone already
+	}
+	defer unix.Close(fd)
+	deadline := time.Now().Add(within)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			t.Fatalf("process %d (%q) still runs after %v", pid, cmd, within)
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left/time.Millisecond)+1)
+		if err != nil && !errors.Is(err, unix.EINTR) { // the runtime's signals interrupt poll
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+	}
+}
+
+// TestRemoteWorkers: workers on two other hosts find each other through a
+// rendezvous on the head, get their environment (the job secret included)
+// through ssh's stdin, run on the host they were placed on with GOMAXPROCS
+// sized for its slots, and their output comes back per worker and stream.
+func TestRemoteWorkers(t *testing.T) {
+	_, hs, ssh := remoteHosts(t, 3)
+	ln, err := hs[0].Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdv, err := rendezvous.Serve(ln, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdv.Close()
+	secret := NewSecret()
+	place := []string{hs[1].Name, hs[1].Name, hs[2].Name}
+	l := &lines{by: map[string][]string{}}
+	j, err := Start(context.Background(), Spec{
+		Argv: []string{os.Args[0]}, NP: 3, Output: l.out, StopGrace: time.Second, SSH: ssh,
+		Host:      func(i int) string { return place[i] },
+		HostSlots: func(h string) int { return map[string]int{hs[1].Name: 2, hs[2].Name: 1}[h] },
+		Env: func(i int) []string {
+			w := envconfig.Worker{JobID: "remote-test", Rank: i, Size: 3, Secret: secret, Rendezvous: rdv.Addr()}
+			return append(w.Environ(), envChild+"=hello")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Wait(); err != nil {
+		t.Fatalf("%v; output %v", err, l.by)
+	}
+	for r := range 3 {
+		gmp := max(1, runtime.NumCPU()/map[int]int{0: 2, 1: 2, 2: 1}[r])
+		want := fmt.Sprintf("rank %d of 3 sees addr-0,addr-1,addr-2 GOMAXPROCS=%d OMP_NUM_THREADS=%d", r, gmp, gmp)
+		if out := l.by[fmt.Sprintf("%d/stdout", r)]; len(out) != 1 || out[0] != want {
+			t.Errorf("worker %d stdout %q, want %q", r, out, want)
+		}
+		if out := l.by[fmt.Sprintf("%d/stderr", r)]; len(out) != 1 || out[0] != "no newline at the end" {
+			t.Errorf("worker %d stderr %q", r, out)
+		}
+		if j.Host(r) != place[r] {
+			t.Errorf("worker %d on %q, want %q", r, j.Host(r), place[r])
+		}
+	}
+
+	// Where they ran, and in which directory.
+	l = &lines{by: map[string][]string{}}
+	ssh.Dir = "/tmp"
+	j, err = Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 2, Output: l.out, SSH: ssh,
+		Host: func(i int) string { return place[i+1] }, Env: childEnv("whoami")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for i, pid := range j.PIDs() {
+		out := l.by[fmt.Sprintf("%d/stdout", i)]
+		want := fmt.Sprintf("host %s gomaxprocs %d dir /tmp pid %d", place[i+1], runtime.NumCPU(), pid)
+		if len(out) != 1 || out[0] != want {
+			t.Errorf("worker %d printed %q, want %q", i, out, want)
+		}
+	}
+}
+
+// TestRemoteExitStatus: a remote worker's exit status, and the signal that
+// killed one, come back as they would for a local worker.
+func TestRemoteExitStatus(t *testing.T) {
+	_, hs, ssh := remoteHosts(t, 2)
+	l := &lines{by: map[string][]string{}}
+	j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 2, Output: l.out, SSH: ssh,
+		Host: func(int) string { return hs[1].Name },
+		Env: func(i int) []string {
+			w := envconfig.Worker{JobID: "x", Rank: i, Size: 2, Secret: NewSecret(), Rendezvous: "127.0.0.1:1"}
+			return append(w.Environ(), envChild+"=fail-odd")
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = j.Wait()
+	errs := j.Errors()
+	var re *RemoteExit
+	if errs[0] != nil || !errors.As(errs[1], &re) || re.Code != 7 || re.Host != hs[1].Name {
+		t.Fatalf("errors %v, want worker 1 to exit 7 on %s", errs, hs[1])
+	}
+	if !strings.Contains(errs[1].Error(), "exit status 7 on "+hs[1].Name) {
+		t.Errorf("error reads %q", errs[1])
+	}
+	if got := l.by["1/stderr"]; !slices.Contains(got, "odd rank failing") {
+		t.Errorf("worker 1 stderr %q", got)
+	}
+
+	j, err = Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 1, Output: l.out, SSH: ssh,
+		Host: func(int) string { return hs[1].Name }, Env: childEnv("hang")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, j, l, "ready", 0)
+	if err := j.SignalWorker(0, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = j.Wait()
+	var ee *ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("killed worker: %v", err)
+	}
+	if sig, ok := ee.Signal(); !ok || sig != syscall.SIGKILL {
+		t.Errorf("killed worker: %v, Signal() = %v, %v", err, sig, ok)
+	}
+}
+
+// TestRemoteSignals: signals reach the remote worker itself, including
+// SIGSTOP and SIGCONT, and SIGINT is not ignored there.
+func TestRemoteSignals(t *testing.T) {
+	_, hs, ssh := remoteHosts(t, 2)
+	l := &lines{by: map[string][]string{}}
+	j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 1, Output: l.out, SSH: ssh,
+		Host: func(int) string { return hs[1].Name }, Env: childEnv("signals")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, j, l, "ready", 0)
+	pid := j.PIDs()[0]
+	state := func() string {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		return f[0]
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGINT} {
+		if err := j.SignalWorker(0, sig); err != nil {
+			t.Fatal(err)
+		}
+		waitLines(t, j, l, "got "+sig.String(), 0)
+	}
+	if err := j.SignalWorker(0, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); state() != "T"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker state %s after SIGSTOP", state())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := j.SignalWorker(0, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.SignalWorker(0, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Wait(); err != nil {
+		t.Fatalf("worker left with %v; output %v", err, l.by)
+	}
+}
+
+// TestRemoteStop: cancelling the launch stops remote workers with the stop
+// signal, and SIGKILL after the grace for one that ignores it; nothing is left
+// on the host.
+func TestRemoteStop(t *testing.T) {
+	_, hs, ssh := remoteHosts(t, 2)
+	before, _ := hs[1].Processes()
+	l := &lines{by: map[string][]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	modes := []string{"hang", "ignore-term"}
+	j, err := Start(ctx, Spec{Argv: []string{os.Args[0]}, NP: 2, Output: l.out, SSH: ssh, StopGrace: time.Second,
+		Host: func(int) string { return hs[1].Name }, Env: func(i int) []string { return []string{envChild + "=" + modes[i]} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, j, l, "ready", 0, 1)
+	pids := j.PIDs()
+	t0 := time.Now()
+	cancel()
+	select {
+	case <-j.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("cancel did not stop the remote workers")
+	}
+	t.Logf("stopped in %v", time.Since(t0).Round(time.Millisecond))
+	for i, want := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		var ee *ExitError
+		err := j.Errors()[i]
+		if !errors.As(err, &ee) {
+			t.Errorf("worker %d: %v", i, err)
+			continue
+		}
+		if sig, ok := ee.Signal(); !ok || sig != want {
+			t.Errorf("worker %d (%s) ended with %v, want %v", i, modes[i], err, want)
+		}
+	}
+	for _, pid := range pids {
+		waitGone(t, pid, 5*time.Second)
+	}
+	// The shim's helpers end too (the watcher, once the worker's group is
+	// empty or killed).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		after, _ := hs[1].Processes()
+		if len(after) == len(before) {
+			break
+		}
+		if time.Now().After(deadline) {
+			var left []string
+			for _, p := range after {
+				cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+				left = append(left, fmt.Sprintf("%d %.80q", p, cmd))
+			}
+			t.Fatalf("processes on %s: %v before the job, %v after", hs[1], before, left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRemoteLauncherKilled: kill -9 of the launcher stops its remote
+// workers (ssh's stdin closes, the shim kills the worker's group).
+func TestRemoteLauncherKilled(t *testing.T) {
+	_, hs, ssh := remoteHosts(t, 2)
+	cfg, _ := json.Marshal(struct {
+		SSH  SSH
+		Host string
+	}{ssh, hs[1].Name})
+	launcher := exec.Command(os.Args[0])
+	launcher.Env = append(os.Environ(), envChild+"=launcher", "LAUNCH_TEST_REMOTE="+string(cfg))
+	launcher.Stderr = os.Stderr
+	out, err := launcher.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := launcher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = launcher.Process.Kill(); _ = launcher.Wait() }()
+	sc := bufio.NewScanner(out)
+	var pid int
+	for sc.Scan() {
+		if p, ok := strings.CutPrefix(sc.Text(), "remote pid "); ok {
+			pid, _ = strconv.Atoi(p)
+			break
+		}
+	}
+	if pid == 0 {
+		t.Fatal("the launcher did not report its worker")
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("remote worker %d not running: %v", pid, err)
+	}
+	t0 := time.Now()
+	if err := launcher.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid, 10*time.Second)
+	t.Logf("remote worker gone %v after the launcher was killed", time.Since(t0).Round(time.Millisecond))
+}
+
+// remoteLauncherChild launches one remote "hang" worker, prints its pid on
+// its host, and waits to be killed.
+func remoteLauncherChild() int {
+	var cfg struct {
+		SSH  SSH
+		Host string
+	}
+	if err := json.Unmarshal([]byte(os.Getenv("LAUNCH_TEST_REMOTE")), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	started := make(chan struct{}, 1)
+	j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 1, SSH: cfg.SSH,
+		Host: func(int) string { return cfg.Host }, Env: childEnv("hang"),
+		Output: func(i int, stream string, line []byte) {
+			if string(line) == "ready" {
+				started <- struct{}{}
+			}
+		}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 4
+	}
+	select {
+	case <-started:
+	case <-j.Done():
+		fmt.Fprintln(os.Stderr, j.Wait())
+		return 5
+	}
+	fmt.Printf("remote pid %d\n", j.PIDs()[0])
+	<-j.Done()
+	return 0
+}
+
+// TestRemoteLauncherHostDies: when every process of the launcher's host is
+// killed (its ssh clients too), the connections drop and the remote workers
+// stop; the launcher reports the lost connection as a HostError.
+func TestRemoteLauncherHostDies(t *testing.T) {
+	_, hs, ssh := remoteHosts(t, 2)
+	l := &lines{by: map[string][]string{}}
+	j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 1, Output: l.out, SSH: ssh,
+		Host: func(int) string { return hs[1].Name }, Env: childEnv("hang")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, j, l, "ready", 0)
+	pid := j.PIDs()[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs[0].KillAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid, 10*time.Second)
+	var he *HostError
+	if err := j.Wait(); !errors.As(err, &he) || he.Host != hs[1].Name || !strings.Contains(err.Error(), "lost the connection") {
+		t.Errorf("worker whose connection dropped: %v", err)
+	}
+}
+
+// TestRemoteHostFailures: a host that cannot be reached, refuses, or is not
+// who it claims gives a HostError naming it, within a bounded time.
+func TestRemoteHostFailures(t *testing.T) {
+	n, hs, ssh := remoteHosts(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := hs[1].KillAll(ctx); err != nil { // no sshd: connection refused
+		t.Fatal(err)
+	}
+	if err := hs[2].SetLink(false); err != nil { // unplugged: silence
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, host string
+		ssh        func(SSH) SSH
+		want       string
+	}{
+		{"refused", hs[1].Name, func(s SSH) SSH { return s }, "Connection refused"},
+		{"unreachable", hs[2].Name, func(s SSH) SSH { s.ConnectTimeout = time.Second; return s }, "timed out"},
+		{"unknown host key", hs[3].Name, func(s SSH) SSH { s.KnownHostsFile = empty; return s }, "Host key verification failed"},
+		{"no such host", "nosuchhost", func(s SSH) SSH { return s }, "nosuchhost"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l := &lines{by: map[string][]string{}}
+			s := c.ssh(ssh)
+			t0 := time.Now()
+			j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 1, Output: l.out, SSH: s,
+				Host: func(int) string { return c.host }, Env: childEnv("hang")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = j.Wait()
+			took := time.Since(t0)
+			var he *HostError
+			if !errors.As(err, &he) || he.Host != c.host || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v, want a HostError for %s mentioning %q", err, c.host, c.want)
+			}
+			if limit := s.ConnectTimeout + 5*time.Second; took > limit {
+				t.Errorf("took %v, more than %v", took, limit)
+			}
+			t.Logf("%v after %v", err, took.Round(time.Millisecond))
+		})
+	}
+	_ = n
+}
+
+// TestRemoteStartTimeout: a host too slow to start the worker (every packet
+// it sends takes 3 s) is given up after StartTimeout, and the connection with
+// it, so nothing starts there later.
+func TestRemoteStartTimeout(t *testing.T) {
+	if err := testhosts.CanImpair(); err != nil {
+		t.Skip(err)
+	}
+	_, hs, ssh := remoteHosts(t, 2)
+	if err := hs[1].Impair(testhosts.Impairment{Delay: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	ssh.StartTimeout = time.Second
+	l := &lines{by: map[string][]string{}}
+	t0 := time.Now()
+	j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 1, Output: l.out, SSH: ssh,
+		Host: func(int) string { return hs[1].Name }, Env: childEnv("hang")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = j.Wait()
+	took := time.Since(t0)
+	var he *HostError
+	if !errors.As(err, &he) || he.Host != hs[1].Name || !strings.Contains(err.Error(), "did not start within 1s") {
+		t.Errorf("got %v, want a HostError: did not start within 1s", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("gave up after %v", took)
+	}
+	if err := hs[1].Impair(testhosts.Impairment{}); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing of the job runs on the host: what it started, if anything, went
+	// with the dropped connection.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids, _ := hs[1].Processes()
+		var stray []string
+		for _, p := range pids {
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+			if strings.Contains(string(cmd), "gorovod-shim") || strings.Contains(string(cmd), filepath.Base(os.Args[0])) {
+				stray = append(stray, fmt.Sprintf("%d %q", p, cmd))
+			}
+		}
+		if len(stray) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left on %s: %v", hs[1], stray)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSecretNeverOnACommandLine: while remote workers run, no process on any
+// host, nor here, has the job secret in its command line.
+func TestSecretNeverOnACommandLine(t *testing.T) {
+	_, hs, ssh := remoteHosts(t, 2)
+	secret := NewSecret()
+	l := &lines{by: map[string][]string{}}
+	j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 2, Output: l.out, SSH: ssh, StopGrace: time.Second,
+		Host: func(int) string { return hs[1].Name },
+		Env: func(i int) []string {
+			w := envconfig.Worker{JobID: "x", Rank: i, Size: 2, Secret: secret, Rendezvous: "127.0.0.1:1"}
+			return append(w.Environ(), envChild+"=hang")
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLines(t, j, l, "ready", 0, 1)
+	hexSecret := fmt.Sprintf("%x", secret)
+	entries, _ := os.ReadDir("/proc")
+	checked := 0
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		checked++
+		if strings.Contains(string(cmdline), hexSecret) {
+			t.Errorf("process %s has the secret on its command line: %q", e.Name(), cmdline)
+		}
+	}
+	// The workers did get it.
+	for _, pid := range j.PIDs() {
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if !strings.Contains(string(env), envconfig.EnvSecret+"="+hexSecret) {
+			t.Errorf("worker %d has no secret in its environment", pid)
+		}
+	}
+	t.Logf("checked %d command lines", checked)
+	j.Signal(syscall.SIGKILL)
+	_ = j.Wait()
+}
