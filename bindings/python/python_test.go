@@ -179,6 +179,21 @@ func TestOptimizer(t *testing.T) {
 	}
 }
 
+// TestOptimizerUnevenGradients (issue 24): DistributedOptimizer where
+// gradients exist on some ranks only, or come in another order on another
+// rank, with two parameters of the same size; the reduced gradients must be
+// the average of the ranks' own (zero where a rank produced none), computed
+// in one process.
+func TestOptimizerUnevenGradients(t *testing.T) {
+	needTorch(t)
+	for _, np := range []int{2, 3} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			out := runPython(t, np, 5*time.Minute, pyEnv(t), "tests/optimizer_uneven_test.py")
+			wantPasses(t, out, np)
+		})
+	}
+}
+
 const fashionMNIST = "/usr/share/datasets/fashion-mnist"
 
 // TestExampleIsHorovodScript: examples/pytorch/pytorch_mnist.py differs

@@ -1,18 +1,31 @@
 """DistributedOptimizer: the user's optimizer, with its gradients averaged
 across the workers before every step, as Horovod's.
 
-A hook on each parameter's gradient accumulator starts that gradient's
-allreduce as soon as the backward pass has produced it (after
-backward_passes_per_step passes), so communication overlaps the rest of the
-backward pass; step() (or synchronize()) waits for them all and writes the
+A hook on each parameter's gradient accumulator notes when the backward pass
+has produced that gradient (after backward_passes_per_step passes), so that
+its bucket's allreduce can start and overlap the rest of the backward pass;
+step() (or synchronize()) starts the rest, waits for them all and writes the
 results into the gradients.
 
-Every worker must start the same allreduces in the same order (gorovod pairs
-collectives by position, not by name): the hooks fire in the backward pass's
-order, which is the same on every worker running the same model, and the
-gradients a pass did not produce are reduced in synchronize() in the order of
-the optimizer's parameters. With ``groups``, a group's gradients travel in one
-call once all of them are ready.
+gorovod pairs collectives by their position in each rank's sequence, not by
+name (the engine runs calls in submission order and ``name`` is not passed
+to it), so every rank must start the same allreduces in the same order. The
+ranks need not produce the same gradients in the same order, though: a
+branch taken on some ranks only, a parameter one rank does not use, or hooks
+that fire in another order on another rank all change which bucket becomes
+ready first. So the buckets are started in one fixed order, the same on
+every rank because it follows from the optimizer's parameters alone (by the
+position of each bucket's first registered parameter, last first: the order
+in which a backward pass usually completes them): a bucket whose gradients
+are ready is started once every bucket before it in that order has been, and
+synchronize() starts the buckets not started yet in the same order, reducing
+zeros for the gradients this rank did not produce (as Horovod does). Each
+bucket then pairs with the same bucket on every other rank, and the result
+is the ranks' average whatever order they produced their gradients in. When
+the backward pass completes the buckets in the fixed order, as it does for a
+model whose forward pass applies its layers in registration order, every
+bucket starts as soon as it is ready, as before; a bucket completed early
+waits for the ones before it.
 """
 
 import warnings
@@ -32,8 +45,9 @@ from gorovod.torch.mpi_ops import Adasum, Average, global_process_set
 # reduced alone, in place (no copy); the smaller ones, taken in reverse
 # registration order (roughly the order the backward pass produces them), are
 # packed into one library call per _BUCKET_BYTES, which the library reduces
-# through its fusion buffer. A bucket starts as soon as its last gradient is
-# ready.
+# through its fusion buffer. A bucket starts once its last gradient is ready
+# and the buckets before it in the fixed order (see the module's docstring)
+# have started.
 _ALONE_BYTES = 1 << 20
 _BUCKET_BYTES = 4 << 20
 
@@ -89,7 +103,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
-        # In submission order: parameter (or group tuple) -> (handle, contexts).
+        # In submission order: group (a tuple of parameters) -> (handle,
+        # contexts).
         self._handles = {}
         self._grad_accs = []
         self._requires_update = [p for p in ordered if p.requires_grad]
@@ -100,6 +115,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if groups is None:
             groups = _buckets(self._requires_update)
         self._make_groups(groups)
+        # The order every rank starts the groups in: by the position of each
+        # group's first registered parameter, last first. It follows from the
+        # optimizer's parameters alone, so it is the same on every rank
+        # whatever gradients each produces, and in what order.
+        position = {p: i for i, p in enumerate(self._requires_update)}
+        self._order = sorted(self._group_counts, key=lambda g: -min(position[p] for p in g))
+        self._order_index = {g: i for i, g in enumerate(self._order)}
+        self._ready = [False] * len(self._order)  # this step's, by position in _order
+        self._next = 0  # the position in _order of the next group to start
         self._register_hooks()
 
     def _make_groups(self, groups):
@@ -152,12 +176,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             p.grad = p.grad.to_dense()
         return p.grad
 
-    def _allreduce_grad_async(self, p):
-        compressed, ctx = self._compression.compress(self._grad(p))
-        pre, post = self._scales()
-        handle = mpi_ops.allreduce_async_(compressed, op=self.op, prescale_factor=pre, postscale_factor=post)
-        return handle, ctx
-
     def _grouped_allreduce_grad_async(self, group):
         pairs = [self._compression.compress(self._grad(p)) for p in group]
         pre, post = self._scales()
@@ -168,63 +186,58 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _make_hook(self, p):
         def hook(*ignore):
             if self._allreduce_delay[p] <= 0:
-                # This step's allreduce of p was started (or, in a group,
-                # counted) already.
+                # This step's gradient of p was counted already.
                 raise AssertionError("Gradients were computed more than backward_passes_per_step times before call "
                                      "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
             assert not p.grad.requires_grad
-            assert self._allreduce_delay[p] > 0
-            handle, ctx = None, None
             self._allreduce_delay[p] -= 1
             if self._allreduce_delay[p] == 0:
-                group = self._p_to_group.get(p)
-                if group is not None:
-                    self._group_counts[group] += 1
-                    if self._group_counts[group] == len(group):
-                        for q in group:
-                            self._handles.pop(q, None)
-                        self._handles[group] = self._grouped_allreduce_grad_async(group)
-                        self._group_counts[group] = 0
-                    return
-                handle, ctx = self._allreduce_grad_async(p)
-            self._handles[p] = (handle, ctx)
+                group = self._p_to_group[p]
+                self._group_counts[group] += 1
+                if self._group_counts[group] == len(group):
+                    self._ready[self._order_index[group]] = True
+                    self._start_ready()
         return hook
 
+    def _start_ready(self):
+        """Starts the groups that are ready and that no group before them in
+        the fixed order is still waiting for."""
+        order, ready = self._order, self._ready
+        while self._next < len(order) and ready[self._next]:
+            group = order[self._next]
+            self._handles[group] = self._grouped_allreduce_grad_async(group)
+            self._next += 1
+
     def synchronize(self):
-        """Waits for every gradient's allreduce (starting those the backward
-        pass did not), and writes the results into the gradients."""
-        done = set()
-        for key in self._handles:
-            done.update(key if isinstance(key, tuple) else (key,))
-        for p in self._requires_update:  # in the optimizer's order: the same on every worker
-            if p in done and self._handles.get(p, (True,))[0] is not None:
-                continue
-            group = self._p_to_group.get(p)
-            if group is not None:
-                if group in self._handles:
-                    continue
-                for q in group:
-                    self._handles.pop(q, None)
-                self._handles[group] = self._grouped_allreduce_grad_async(group)
-                self._group_counts[group] = 0
-                continue
-            self._handles.pop(p, None)
-            self._handles[p] = self._allreduce_grad_async(p)
-        handles, self._handles = self._handles, {}
+        """Starts the groups not started yet, in the fixed order (with zeros
+        for the gradients this rank did not produce), waits for every group's
+        allreduce, and writes the results into the gradients."""
         try:
-            for key, (handle, ctx) in handles.items():
+            order = self._order
+            while self._next < len(order):
+                group = order[self._next]
+                self._handles[group] = self._grouped_allreduce_grad_async(group)
+                self._next += 1
+            handles, self._handles = self._handles, {}
+            for group, (handle, ctxs) in handles.items():
                 outputs = mpi_ops.synchronize(handle)
-                if isinstance(key, tuple):
-                    for q, out, c in zip(key, outputs, ctx):
-                        self._set_grad(q, out, c)
-                else:
-                    self._set_grad(key, outputs, ctx)
+                for q, out, c in zip(group, outputs, ctxs):
+                    self._set_grad(q, out, c)
         finally:
-            for p in self._allreduce_delay:
-                self._allreduce_delay[p] = self.backward_passes_per_step
-            for g in self._group_counts:
-                self._group_counts[g] = 0
+            # A failed step's allreduces in flight are dropped (the library
+            # keeps their memory until they end), as _forget does.
+            self._handles = {}
+            self._reset_step()
         self._synchronized = True
+
+    def _reset_step(self):
+        self._next = 0
+        for i in range(len(self._ready)):
+            self._ready[i] = False
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        for g in self._group_counts:
+            self._group_counts[g] = 0
 
     def _set_grad(self, p, output, ctx):
         reduced = self._compression.decompress(output, ctx)
@@ -253,7 +266,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
-        if self._handles:
+        if self._handles or any(self._ready):
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() "
                                  "or optimizer.synchronize(). This is prohibited as it can cause a race condition.")
         return super(self.__class__, self).zero_grad(*args, **kwargs)
@@ -273,10 +286,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._handles = {}
         self._synchronized = False
         self._should_synchronize = True
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = self.backward_passes_per_step
-        for g in self._group_counts:
-            self._group_counts[g] = 0
+        self._reset_step()
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
