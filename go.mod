@@ -81,7 +81,6 @@ require (
 )
 
 require (
-	github.com/NVIDIA/go-nvml v0.13.0-1
 	github.com/google/btree v1.1.3 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect

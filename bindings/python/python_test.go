@@ -194,6 +194,20 @@ func TestOptimizerUnevenGradients(t *testing.T) {
 	}
 }
 
+// TestSyncBatchNorm: hvd.SyncBatchNorm against torch's BatchNorm1d/2d on
+// the concatenated batch (output, input/weight/bias gradients, running
+// statistics), with unequal local batches (an empty one at 3 workers), and
+// alone.
+func TestSyncBatchNorm(t *testing.T) {
+	needTorch(t)
+	for _, np := range []int{0, 2, 3} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			out := runPython(t, np, 5*time.Minute, pyEnv(t), "tests/sync_batch_norm_test.py")
+			wantPasses(t, out, max(np, 1))
+		})
+	}
+}
+
 const fashionMNIST = "/usr/share/datasets/fashion-mnist"
 
 // TestExampleIsHorovodScript: examples/pytorch/pytorch_mnist.py differs

@@ -4,7 +4,7 @@ package gpu
 
 import "context"
 
-// System reports no GPUs: discovery needs go-nvml, which needs cgo, and this
+// System reports no GPUs: discovery loads NVML with dlopen, which needs cgo, and this
 // binary was built without it (CGO_ENABLED=0).
 func System(ctx context.Context) (Inventory, error) {
 	if err := ctx.Err(); err != nil {

@@ -1,59 +1,102 @@
-//go:build cgo && !gorovod_nonvml
-
 package gpu
 
 import (
 	"context"
 	"strings"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// System discovers the GPUs of this host through the NVML library of the
-// installed driver (Discover with nvml.New()). On a host without a driver it
-// returns a *NoGPUsError.
-func System(ctx context.Context) (Inventory, error) {
-	return Discover(ctx, nvml.New())
+// nvmlReturn is NVML's nvmlReturn_t: 0 is success.
+type nvmlReturn int
+
+// The NVML return codes discovery tells apart (nvml.h's values).
+const (
+	nvmlSuccess          nvmlReturn = 0
+	nvmlInvalidArgument  nvmlReturn = 2
+	nvmlNotSupported     nvmlReturn = 3
+	nvmlNoPermission     nvmlReturn = 4
+	nvmlDriverNotLoaded  nvmlReturn = 9
+	nvmlLibraryNotFound  nvmlReturn = 12
+	nvmlFunctionNotFound nvmlReturn = 13 // also: this driver's library lacks a function we looked up
+	nvmlGPUIsLost        nvmlReturn = 15
+	nvmlUnknown          nvmlReturn = 999
+)
+
+// NVML's nvmlGpuTopologyLevel_t values.
+const (
+	nvmlTopologyInternal   = 0
+	nvmlTopologySingle     = 10
+	nvmlTopologyMultiple   = 20
+	nvmlTopologyHostBridge = 30
+	nvmlTopologyNode       = 40
+	nvmlTopologySystem     = 50
+)
+
+// nvmlMaxLinks is NVML_NVLINK_MAX_LINKS (18 in current drivers; a GPU with
+// fewer answers INVALID_ARGUMENT past its last link).
+const nvmlMaxLinks = 18
+
+// nvmlLib is the part of NVML discovery uses: the driver's library loaded at
+// run time (nvml_cgo.go), or a fake in tests.
+type nvmlLib interface {
+	Init() nvmlReturn
+	Shutdown() nvmlReturn
+	ErrorString(r nvmlReturn) string
+	DeviceCount() (int, nvmlReturn)
+	DeviceByIndex(i int) (nvmlDevice, nvmlReturn)
+	DriverVersion() (string, nvmlReturn)
+	CUDADriverVersion() (int, nvmlReturn)
 }
 
-// Discover reads the GPUs and their topology from lib, which it initializes
+// nvmlDevice is one GPU's handle.
+type nvmlDevice interface {
+	UUID() (string, nvmlReturn)
+	Name() (string, nvmlReturn)
+	MemoryTotal() (uint64, nvmlReturn)
+	// PCIBusID is NVML's busId field, e.g. "00000000:3B:00.0".
+	PCIBusID() (string, nvmlReturn)
+	ComputeCapability() (major, minor int, r nvmlReturn)
+	NVLinkActive(link int) (bool, nvmlReturn)
+	NVLinkRemotePCIBusID(link int) (string, nvmlReturn)
+	// CommonAncestor is an nvmlGpuTopologyLevel_t.
+	CommonAncestor(other nvmlDevice) (int, nvmlReturn)
+}
+
+// discover reads the GPUs and their topology from lib, which it initializes
 // and shuts down. Optional facts NVML does not support on a GPU (compute
 // capability, NVLink, topology on some virtual machines) are left zero or
 // LevelUnknown; failures of the essential ones (count, UUID, memory, PCI bus
 // id) are *NVMLError. ctx is checked between GPUs: NVML calls themselves
-// cannot be interrupted. It is meant to run once at start-up: go-nvml keeps
-// process-wide state while loading the library, so concurrent calls with the
-// real library are not safe.
-func Discover(ctx context.Context, lib nvml.Interface) (Inventory, error) {
+// cannot be interrupted.
+func discover(ctx context.Context, lib nvmlLib) (Inventory, error) {
 	if err := ctx.Err(); err != nil {
 		return Inventory{}, err
 	}
 	switch r := lib.Init(); r {
-	case nvml.SUCCESS:
-	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		return Inventory{}, &NoGPUsError{Reason: "the NVIDIA driver library libnvidia-ml.so.1 is not installed"}
-	case nvml.ERROR_DRIVER_NOT_LOADED:
-		return Inventory{}, &NoGPUsError{Reason: "the NVIDIA kernel driver is not loaded"}
+	case nvmlSuccess:
+	case nvmlLibraryNotFound:
+		return Inventory{}, &NoGPUsError{Reason: "no NVML: the NVIDIA driver library libnvidia-ml.so.1 is not installed"}
+	case nvmlDriverNotLoaded:
+		return Inventory{}, &NoGPUsError{Reason: "no NVML: libnvidia-ml.so.1 is installed but the NVIDIA kernel driver is not loaded"}
 	default:
-		return Inventory{}, nvmlError("nvmlInit", -1, r)
+		return Inventory{}, nvmlError(lib, "nvmlInit", -1, r)
 	}
 	defer lib.Shutdown()
 
-	n, r := lib.DeviceGetCount()
-	if r != nvml.SUCCESS {
-		return Inventory{}, nvmlError("nvmlDeviceGetCount", -1, r)
+	n, r := lib.DeviceCount()
+	if r != nvmlSuccess {
+		return Inventory{}, nvmlError(lib, "nvmlDeviceGetCount", -1, r)
 	}
 	if n == 0 {
 		return Inventory{}, &NoGPUsError{Reason: "the NVIDIA driver reports no devices"}
 	}
 	inv := Inventory{GPUs: make([]GPU, n)}
-	if v, r := lib.SystemGetDriverVersion(); r == nvml.SUCCESS {
+	if v, r := lib.DriverVersion(); r == nvmlSuccess {
 		inv.DriverVersion = v
 	}
-	if v, r := lib.SystemGetCudaDriverVersion(); r == nvml.SUCCESS {
+	if v, r := lib.CUDADriverVersion(); r == nvmlSuccess {
 		inv.CUDADriverVersion = v
 	}
-	devs := make([]nvml.Device, n)
+	devs := make([]nvmlDevice, n)
 	remotes := make([][]string, n) // PCI bus ids at the far end of each active NVLink
 	for i := range n {
 		if err := ctx.Err(); err != nil {
@@ -69,44 +112,42 @@ func Discover(ctx context.Context, lib nvml.Interface) (Inventory, error) {
 }
 
 // describe reads GPU i.
-func describe(lib nvml.Interface, i int) (nvml.Device, GPU, []string, error) {
+func describe(lib nvmlLib, i int) (nvmlDevice, GPU, []string, error) {
 	g := GPU{Index: i, Links: map[string]Link{}}
-	d, r := lib.DeviceGetHandleByIndex(i)
-	if r != nvml.SUCCESS {
-		return nil, g, nil, nvmlError("nvmlDeviceGetHandleByIndex", i, r)
+	d, r := lib.DeviceByIndex(i)
+	if r != nvmlSuccess {
+		return nil, g, nil, nvmlError(lib, "nvmlDeviceGetHandleByIndex", i, r)
 	}
-	if g.UUID, r = d.GetUUID(); r != nvml.SUCCESS {
-		return nil, g, nil, nvmlError("nvmlDeviceGetUUID", i, r)
+	if g.UUID, r = d.UUID(); r != nvmlSuccess {
+		return nil, g, nil, nvmlError(lib, "nvmlDeviceGetUUID", i, r)
 	}
-	mem, r := d.GetMemoryInfo()
-	if r != nvml.SUCCESS {
-		return nil, g, nil, nvmlError("nvmlDeviceGetMemoryInfo", i, r)
+	if g.MemoryBytes, r = d.MemoryTotal(); r != nvmlSuccess {
+		return nil, g, nil, nvmlError(lib, "nvmlDeviceGetMemoryInfo", i, r)
 	}
-	g.MemoryBytes = mem.Total
-	pci, r := d.GetPciInfo()
-	if r != nvml.SUCCESS {
-		return nil, g, nil, nvmlError("nvmlDeviceGetPciInfo", i, r)
+	bus, r := d.PCIBusID()
+	if r != nvmlSuccess {
+		return nil, g, nil, nvmlError(lib, "nvmlDeviceGetPciInfo", i, r)
 	}
-	g.PCIBusID = busID(pci)
-	if name, r := d.GetName(); r == nvml.SUCCESS {
+	g.PCIBusID = busID(bus)
+	if name, r := d.Name(); r == nvmlSuccess {
 		g.Name = name
 	}
-	if major, minor, r := d.GetCudaComputeCapability(); r == nvml.SUCCESS {
+	if major, minor, r := d.ComputeCapability(); r == nvmlSuccess {
 		g.CCMajor, g.CCMinor = major, minor
 	}
 	var remotes []string
-	for l := range nvml.NVLINK_MAX_LINKS {
-		state, r := d.GetNvLinkState(l)
-		if r != nvml.SUCCESS {
+	for l := range nvmlMaxLinks {
+		active, r := d.NVLinkActive(l)
+		if r != nvmlSuccess {
 			// NOT_SUPPORTED: no NVLink at all; INVALID_ARGUMENT: past the
 			// GPU's last link. Either way there are no more.
 			break
 		}
-		if state != nvml.FEATURE_ENABLED {
+		if !active {
 			continue
 		}
 		g.NVLinks++
-		if remote, r := d.GetNvLinkRemotePciInfo(l); r == nvml.SUCCESS {
+		if remote, r := d.NVLinkRemotePCIBusID(l); r == nvmlSuccess {
 			remotes = append(remotes, busID(remote))
 		}
 	}
@@ -114,7 +155,7 @@ func describe(lib nvml.Interface, i int) (nvml.Device, GPU, []string, error) {
 }
 
 // linkGPUs fills every GPU's Links.
-func linkGPUs(gpus []GPU, devs []nvml.Device, remotes [][]string) {
+func linkGPUs(gpus []GPU, devs []nvmlDevice, remotes [][]string) {
 	index := make(map[string]int, len(gpus)) // PCI bus id -> GPU
 	for i, g := range gpus {
 		index[g.PCIBusID] = i
@@ -143,7 +184,7 @@ func linkGPUs(gpus []GPU, devs []nvml.Device, remotes [][]string) {
 			case switched[i] && switched[j]:
 				l.Level = LevelNVLink
 			default:
-				if level, r := devs[i].GetTopologyCommonAncestor(devs[j]); r == nvml.SUCCESS {
+				if level, r := devs[i].CommonAncestor(devs[j]); r == nvmlSuccess {
 					l.Level = pcieLevel(level)
 				}
 			}
@@ -152,19 +193,19 @@ func linkGPUs(gpus []GPU, devs []nvml.Device, remotes [][]string) {
 	}
 }
 
-func pcieLevel(l nvml.GpuTopologyLevel) Level {
+func pcieLevel(l int) Level {
 	switch l {
-	case nvml.TOPOLOGY_INTERNAL:
+	case nvmlTopologyInternal:
 		return LevelBoard
-	case nvml.TOPOLOGY_SINGLE:
+	case nvmlTopologySingle:
 		return LevelPCIeSwitch
-	case nvml.TOPOLOGY_MULTIPLE:
+	case nvmlTopologyMultiple:
 		return LevelPCIeMulti
-	case nvml.TOPOLOGY_HOSTBRIDGE:
+	case nvmlTopologyHostBridge:
 		return LevelHostBridge
-	case nvml.TOPOLOGY_NODE:
+	case nvmlTopologyNode:
 		return LevelNUMANode
-	case nvml.TOPOLOGY_SYSTEM:
+	case nvmlTopologySystem:
 		return LevelSystem
 	}
 	return LevelUnknown
@@ -172,18 +213,17 @@ func pcieLevel(l nvml.GpuTopologyLevel) Level {
 
 // busID formats NVML's bus id ("00000000:3B:00.0") as sysfs does
 // ("0000:3b:00.0"), so ids from NVML calls and elsewhere compare equal.
-func busID(p nvml.PciInfo) string {
-	b := p.BusId[:]
-	if i := strings.IndexByte(string(b), 0); i >= 0 {
-		b = b[:i]
+func busID(nvmlID string) string {
+	if i := strings.IndexByte(nvmlID, 0); i >= 0 {
+		nvmlID = nvmlID[:i]
 	}
-	id := strings.ToLower(string(b))
+	id := strings.ToLower(nvmlID)
 	if dom, rest, ok := strings.Cut(id, ":"); ok && len(dom) > 4 && strings.TrimLeft(dom[:len(dom)-4], "0") == "" {
 		id = dom[len(dom)-4:] + ":" + rest
 	}
 	return id
 }
 
-func nvmlError(op string, index int, r nvml.Return) error {
-	return &NVMLError{Op: op, Index: index, Code: int(r), Message: r.Error()}
+func nvmlError(lib nvmlLib, op string, index int, r nvmlReturn) error {
+	return &NVMLError{Op: op, Index: index, Code: int(r), Message: lib.ErrorString(r)}
 }

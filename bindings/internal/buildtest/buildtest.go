@@ -9,10 +9,6 @@ import (
 	"testing"
 )
 
-// LibraryTags are the build tags of libgorovod.so (see internal/gpu's
-// gorovod_nonvml).
-const LibraryTags = "gorovod_nonvml"
-
 var built struct {
 	once stdsync.Once
 	dir  string
@@ -53,7 +49,8 @@ func outDir() (string, error) {
 	return built.dir, nil
 }
 
-// Library builds libgorovod.so (once) and returns the directory holding it.
+// Library builds libgorovod.so (once), as users build it (no build tags), and
+// returns the directory holding it.
 func Library(t testing.TB) string {
 	t.Helper()
 	built.once.Do(func() {
@@ -61,7 +58,7 @@ func Library(t testing.TB) string {
 		if err == nil {
 			var dir string
 			if dir, err = outDir(); err == nil {
-				c := exec.Command("go", "build", "-buildmode=c-shared", "-tags", LibraryTags, "-o", filepath.Join(dir, "libgorovod.so"), "./bindings/c")
+				c := exec.Command("go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "libgorovod.so"), "./bindings/c")
 				c.Dir = root
 				if out, berr := c.CombinedOutput(); berr != nil {
 					err = fmt.Errorf("building libgorovod.so: %v\n%s", berr, out)

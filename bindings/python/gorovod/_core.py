@@ -136,7 +136,7 @@ def _newest_source(root):
     return newest
 
 
-BUILD_COMMAND = ["go", "build", "-buildmode=c-shared", "-tags", "gorovod_nonvml"]
+BUILD_COMMAND = ["go", "build", "-buildmode=c-shared"]
 
 
 def build_library(root, out):
@@ -216,7 +216,7 @@ def _load():
         except OSError as e:
             hint = ""
             if "undefined symbol: nvml" in str(e):
-                hint = " (it was built without -tags gorovod_nonvml)"
+                hint = " (a library built before GPU discovery loaded NVML at run time: rebuild it)"
             raise ImportError("gorovod: cannot load %s%s: %s" % (path, hint, e))
         # The version first: an older library lacks functions _prototypes
         # looks up.

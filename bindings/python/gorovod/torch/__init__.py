@@ -27,4 +27,5 @@ from gorovod.torch.mpi_ops import nccl_built, ddl_built, ccl_built, cuda_built, 
 from gorovod.torch.mpi_ops import ProcessSet, global_process_set, add_process_set, remove_process_set
 from gorovod.torch.mpi_ops import Average, Sum, Adasum, Min, Max, Product
 from gorovod.torch.optimizer import DistributedOptimizer
+from gorovod.torch.sync_batch_norm import SyncBatchNorm
 from gorovod.torch.adaptive import AdaptiveDataLoader, AdaptiveOptimizer
