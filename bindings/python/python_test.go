@@ -179,7 +179,7 @@ func TestOptimizer(t *testing.T) {
 	}
 }
 
-// TestOptimizerUnevenGradients (issue 24): DistributedOptimizer where
+// TestOptimizerUnevenGradients: DistributedOptimizer where
 // gradients exist on some ranks only, or come in another order on another
 // rank, with two parameters of the same size; the reduced gradients must be
 // the average of the ranks' own (zero where a rank produced none), computed
