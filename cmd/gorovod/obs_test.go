@@ -73,7 +73,7 @@ func TestBenchErrorsArePrefixed(t *testing.T) {
 // the command's mistakes.
 func TestReportCommand(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
-	out, errs, code := runGorovod(t, "report", "--out", dir, "../../report/testdata/scaling-efficiency.jsonl")
+	out, errs, code := runGorovod(t, "report", "--out", dir, "../../observe/report/testdata/scaling-efficiency.jsonl")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
