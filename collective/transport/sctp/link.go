@@ -177,13 +177,7 @@ func (l *link) Close() error {
 
 // gone classifies a failed stream operation.
 func (l *link) gone(err error) error {
-	if l.Closed.Load() {
-		return transport.ErrLinkClosed
-	}
-	if errors.Is(err, io.EOF) || errors.Is(err, sctp.ErrStreamClosed) {
-		return transport.ErrPeerClosed
-	}
-	return &linkutil.BrokenError{What: "association", Err: err}
+	return l.Failure(err, errors.Is(err, io.EOF) || errors.Is(err, sctp.ErrStreamClosed), "association")
 }
 
 // ---- sending ----

@@ -236,13 +236,11 @@ func (l *link) classify(c *ioCall, err error) error {
 	if cerr := c.ctx.Err(); cerr != nil && errors.Is(err, net.ErrClosed) {
 		return cerr
 	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+	// Anything but a clean close is a host unreachable, a keepalive timeout.
+	peerClosed := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, net.ErrClosed) {
-		return transport.ErrPeerClosed
-	}
-	// Not a clean close (a host unreachable, a keepalive timeout).
-	return &linkutil.BrokenError{What: "connection", Err: err}
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, net.ErrClosed)
+	return l.Failure(err, peerClosed, "connection")
 }
 
 // ---- sending ----

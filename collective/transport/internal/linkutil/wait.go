@@ -51,6 +51,20 @@ func IsWait(err error) bool {
 	return err == transport.ErrPeerTimeout || err == context.Canceled || err == context.DeadlineExceeded
 }
 
+// Failure classifies a failure of the link's connection once the transport's
+// own expected cases are ruled out: ErrLinkClosed after Close (the failure
+// is Close's doing), ErrPeerClosed when the transport recognized the peer's
+// close (peerClosed), else a *BrokenError naming what broke.
+func (b *Base) Failure(err error, peerClosed bool, what string) error {
+	if b.Closed.Load() {
+		return transport.ErrLinkClosed
+	}
+	if peerClosed {
+		return transport.ErrPeerClosed
+	}
+	return &BrokenError{What: what, Err: err}
+}
+
 // BrokenError is a link failure other than the expected ones (a host
 // unreachable, a keepalive timeout, a pipe error): it is ErrPeerClosed for
 // callers that only ask whether the peer is gone, and keeps the system error
