@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -145,6 +147,29 @@ func Goroutines(packages ...string) string {
 		}
 	}
 	return strings.Join(leaked, "\n\n")
+}
+
+// DebugLogger is the Logger of a transport's tests: a debug-level text log
+// on stderr when the environment variable env is set (GOROVOD_TCP_DEBUG=1 go
+// test -v shows the transports' own log), nil (the transport's default,
+// discard) otherwise.
+func DebugLogger(env string) *slog.Logger {
+	if os.Getenv(env) == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// Listen starts a transport with listen(cfg), failing the test if it cannot,
+// and closes it when the test ends.
+func Listen[C any, T transport.Transport](t testing.TB, listen func(C) (T, error), cfg C) T {
+	t.Helper()
+	tr, err := listen(cfg)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
 }
 
 // WaitFor polls cond until it returns nil or the timeout passes.

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -26,9 +24,7 @@ func testConfig() tcp.Config {
 	cfg.HandshakeTimeout = 2 * time.Second
 	cfg.IOTimeout = 20 * time.Second
 	// GOROVOD_TCP_DEBUG=1 go test -v shows the transports' own log.
-	if os.Getenv("GOROVOD_TCP_DEBUG") != "" {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
+	cfg.Logger = conformance.DebugLogger("GOROVOD_TCP_DEBUG")
 	return cfg
 }
 
@@ -46,12 +42,7 @@ var tcpPackages = []string{"collective/transport/tcp.", "collective/transport/in
 
 func listen(t testing.TB, cfg tcp.Config) *tcp.Transport {
 	t.Helper()
-	tr, err := tcp.Listen(cfg)
-	if err != nil {
-		t.Fatalf("Listen: %v", err)
-	}
-	t.Cleanup(func() { tr.Close() })
-	return tr
+	return conformance.Listen(t, tcp.Listen, cfg)
 }
 
 func listenN(t testing.TB, n int, cfg tcp.Config) []*tcp.Transport {
