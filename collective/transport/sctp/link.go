@@ -24,7 +24,7 @@ const closeLinger = 250 * time.Millisecond
 // link is one association of a world. It implements transport.Link.
 type link struct {
 	// The peer, the I/O timeout, Closed, each direction's first failure
-	// (WBroken under wmu, RBroken under rmu) and Pending.
+	// (WBroken under wmu, RBroken under rmu).
 	linkutil.Base
 
 	c          *sconn
@@ -57,6 +57,7 @@ type link struct {
 	rmu        sync.Mutex
 	rbuf       []byte // the frame's first message
 	roff, rend int    // payload bytes of the frame still in rbuf
+	pending    int    // payload bytes of the last header not read yet
 	rwake      transport.Waker
 	rread      uint64 // message bytes read
 	reported   uint64 // rread as last reported to the peer
@@ -272,7 +273,7 @@ func (l *link) write(ctx context.Context, msg []byte) error {
 func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if err := l.HeaderReady(ctx); err != nil {
+	if err := l.HeaderReady(ctx, l.pending); err != nil {
 		return err
 	}
 	// A read cut short by the context or the I/O timeout consumed nothing
@@ -286,7 +287,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 		return l.PeerErr("recv", err)
 	}
 	l.reportRead(n)
-	l.roff, l.rend, l.Pending = transport.HeaderSize, n, int(h.Length)
+	l.roff, l.rend, l.pending = transport.HeaderSize, n, int(h.Length)
 	return nil
 }
 
@@ -309,7 +310,7 @@ func (l *link) parseHeader(msg []byte, h *transport.Header) error {
 func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if done, err := l.PayloadReady(ctx, len(p)); done || err != nil {
+	if done, err := l.PayloadReady(ctx, len(p), l.pending); done || err != nil {
 		return err
 	}
 	off := copy(p, l.rbuf[l.roff:l.rend])
@@ -326,7 +327,7 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 		l.reportRead(n)
 		off += n
 	}
-	l.Pending = 0
+	l.pending = 0
 	return nil
 }
 

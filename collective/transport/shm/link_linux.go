@@ -36,7 +36,7 @@ const spinCheck = 64
 type link struct {
 	// The peer, the I/O timeout, Closed, each direction's first failure
 	// (WBroken under wmu: a failure after part of a frame was published;
-	// RBroken under rmu) and Pending.
+	// RBroken under rmu).
 	linkutil.Base
 
 	job, epoch uint64
@@ -66,16 +66,17 @@ type link struct {
 	one    [1]byte
 
 	// Receive side, one goroutine at a time; rmu orders it with Close.
-	rmu    sync.Mutex
-	rhead  uint64 // bytes consumed from in
-	rpub   uint64 // bytes released to the producer (in.head)
-	rtail  uint64 // in.tail as last read
-	rskip  uint64 // padding after the last frame's payload, skipped before the next header
-	dataR  *os.File
-	spaceW int // the peer's send FIFO
-	rwake  transport.Waker
-	rdrain [64]byte
-	rone   [1]byte
+	rmu     sync.Mutex
+	rhead   uint64 // bytes consumed from in
+	rpub    uint64 // bytes released to the producer (in.head)
+	rtail   uint64 // in.tail as last read
+	rskip   uint64 // padding after the last frame's payload, skipped before the next header
+	pending int    // payload bytes of the last header not read yet
+	dataR   *os.File
+	spaceW  int // the peer's send FIFO
+	rwake   transport.Waker
+	rdrain  [64]byte
+	rone    [1]byte
 
 	// Single copy: payloads of at least singleMin bytes (0: never) are not
 	// copied into the ring; the receiver reads them straight out of this
@@ -456,7 +457,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	spin.YieldGoroutines(ctx) // not on a locked thread (spin.OnLockedThread)
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if err := l.HeaderReady(ctx); err != nil {
+	if err := l.HeaderReady(ctx, l.pending); err != nil {
 		return err
 	}
 	// Nothing is consumed until the whole record head is there
@@ -490,8 +491,8 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	if !l.rsingle {
 		l.rskip = uint64(padding(int(h.Length)))
 	}
-	l.Pending = int(h.Length)
-	if l.Pending == 0 || l.rsingle {
+	l.pending = int(h.Length)
+	if l.pending == 0 || l.rsingle {
 		l.publishHead()
 	}
 	return nil
@@ -514,7 +515,7 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 // whole. done says that nothing is left to read (an empty or single-copy
 // payload).
 func (l *link) payloadStart(ctx context.Context, p []byte) (done bool, err error) {
-	if done, err := l.PayloadReady(ctx, len(p)); done || err != nil {
+	if done, err := l.PayloadReady(ctx, len(p), l.pending); done || err != nil {
 		return done, err
 	}
 	if !l.rsingle {
@@ -523,7 +524,7 @@ func (l *link) payloadStart(ctx context.Context, p []byte) (done bool, err error
 	if err := l.readSingle(p); err != nil {
 		return false, l.RecvFailed(err)
 	}
-	l.Pending = 0
+	l.pending = 0
 	return true, nil
 }
 
@@ -578,7 +579,7 @@ func (l *link) fromRing(ctx context.Context, n int, dst []byte, fn func(off int,
 			l.publishHead()
 		}
 	}
-	l.Pending = 0
+	l.pending = 0
 	l.publishHead()
 	return nil
 }

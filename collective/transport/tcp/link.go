@@ -51,7 +51,7 @@ var errAgain = errors.New("tcp: would block")
 type link struct {
 	// The peer, the I/O timeout, Closed, each direction's first failure
 	// (WBroken under wmu: the stream may hold half a frame; RBroken under
-	// rmu: the stream position is lost) and Pending.
+	// rmu: the stream position is lost).
 	linkutil.Base
 
 	conn     *net.TCPConn
@@ -72,13 +72,14 @@ type link struct {
 	wio   rawIO
 
 	// Receive side, one goroutine at a time; rmu only orders it with Close.
-	rmu   sync.Mutex
-	rbuf  []byte // read buffer: rbuf[rlo:rhi] is received, not yet consumed
-	rlo   int
-	rhi   int
-	rwake transport.Waker
-	rio   rawIO
-	rdst  []byte // where the next read lands
+	rmu     sync.Mutex
+	rbuf    []byte // read buffer: rbuf[rlo:rhi] is received, not yet consumed
+	rlo     int
+	rhi     int
+	pending int // payload bytes of the last header not read yet
+	rwake   transport.Waker
+	rio     rawIO
+	rdst    []byte // where the next read lands
 }
 
 // rawIO is one direction's system calls, made from RawConn callbacks: once is
@@ -361,7 +362,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	spin.YieldGoroutines(ctx) // not on a locked thread (spin.OnLockedThread)
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if err := l.HeaderReady(ctx); err != nil {
+	if err := l.HeaderReady(ctx, l.pending); err != nil {
 		return err
 	}
 	c := ioCall{ctx: ctx}
@@ -369,7 +370,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	if err := l.readHeader(&c, h); err != nil {
 		return l.HeaderFailed(l.classify(&c, err))
 	}
-	l.Pending = int(h.Length)
+	l.pending = int(h.Length)
 	return nil
 }
 
@@ -409,7 +410,7 @@ func (l *link) fill(c *ioCall, n int) error {
 func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if done, err := l.PayloadReady(ctx, len(p)); done || err != nil {
+	if done, err := l.PayloadReady(ctx, len(p), l.pending); done || err != nil {
 		return err
 	}
 	c := ioCall{ctx: ctx}
@@ -419,7 +420,7 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 		}
 		return l.RecvFailed(l.classify(&c, err))
 	}
-	l.Pending = 0
+	l.pending = 0
 	return nil
 }
 

@@ -24,9 +24,11 @@ type Base struct {
 	// RBroken is the first receive failure that lost the stream's position;
 	// guarded by the link's receive lock.
 	RBroken error
-	// Pending is the payload bytes of the last header not read yet; receive
-	// side only.
-	Pending int
+	// What changes on every frame (the payload still pending, the buffers'
+	// positions) stays in the link's own send and receive sections: here,
+	// beside Closed, which both directions read on every call, a write per
+	// frame would move this cache line between the sending and the
+	// receiving core.
 }
 
 // Peer is the rank at the other end (transport.Link).
@@ -86,13 +88,14 @@ func (b *Base) RecvReady() error {
 }
 
 // HeaderReady is the check that opens a RecvHeader: RecvReady, the previous
-// frame's payload read in full, and ctx not ended.
-func (b *Base) HeaderReady(ctx context.Context) error {
+// frame's payload read in full (pending, the payload bytes of the last
+// header not read yet, is 0), and ctx not ended.
+func (b *Base) HeaderReady(ctx context.Context, pending int) error {
 	if err := b.RecvReady(); err != nil {
 		return err
 	}
-	if b.Pending != 0 {
-		return b.PeerErr("recv", fmt.Errorf("%d payload bytes of the previous frame not read", b.Pending))
+	if pending != 0 {
+		return b.PeerErr("recv", fmt.Errorf("%d payload bytes of the previous frame not read", pending))
 	}
 	if err := ctx.Err(); err != nil {
 		return b.PeerErr("recv", err)
@@ -112,15 +115,16 @@ func (b *Base) HeaderFailed(err error) error {
 }
 
 // PayloadReady is the check that opens a RecvPayload of n bytes: RecvReady,
-// n equal to the pending payload, and ctx not ended. done is true when
+// n equal to pending (the payload bytes of the last header), and ctx not
+// ended. done is true when
 // nothing is left to read (an empty payload). An ended context breaks the
 // link: the caller abandons a frame whose payload the stream still holds.
-func (b *Base) PayloadReady(ctx context.Context, n int) (done bool, err error) {
+func (b *Base) PayloadReady(ctx context.Context, n, pending int) (done bool, err error) {
 	if err := b.RecvReady(); err != nil {
 		return false, err
 	}
-	if n != b.Pending {
-		return false, b.PeerErr("recv", fmt.Errorf("payload buffer of %d bytes for a frame of %d", n, b.Pending))
+	if n != pending {
+		return false, b.PeerErr("recv", fmt.Errorf("payload buffer of %d bytes for a frame of %d", n, pending))
 	}
 	if n == 0 {
 		return true, nil

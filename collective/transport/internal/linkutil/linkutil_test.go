@@ -84,14 +84,13 @@ func TestBrokenStates(t *testing.T) {
 	if err := b.SendReady(ctx, &h, nil); !errors.Is(err, transport.ErrPeerClosed) {
 		t.Errorf("SendReady after a failed send: %v", err)
 	}
-	b.Pending = 4
-	if err := b.HeaderReady(ctx); err == nil {
+	if err := b.HeaderReady(ctx, 4); err == nil {
 		t.Error("HeaderReady with a payload unread")
 	}
-	if _, err := b.PayloadReady(ctx, 5); err == nil {
+	if _, err := b.PayloadReady(ctx, 5, 4); err == nil {
 		t.Error("PayloadReady with the wrong length")
 	}
-	if done, err := b.PayloadReady(ctx, 4); done || err != nil {
+	if done, err := b.PayloadReady(ctx, 4, 4); done || err != nil {
 		t.Errorf("PayloadReady = %v, %v", done, err)
 	}
 }
