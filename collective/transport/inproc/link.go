@@ -151,8 +151,8 @@ func newPair(bufferBytes int) *pair {
 }
 
 type link struct {
-	// The peer and the I/O timeout; Closed, the broken states and Pending
-	// are not used: the queues and ends keep this link's state.
+	// The peer and the I/O timeout; Closed and the broken states are not
+	// used: the queues and ends keep this link's state.
 	linkutil.Base
 
 	rank      int
