@@ -14,7 +14,7 @@
 //   - a Discovery lists the hosts and their slots (StaticHosts; HostWatch: a
 //     host list or a discovery script, minus blacklisted hosts); workers fill
 //     the hosts in order, the workers of a host that leaves the list are
-//     taken out of the job, and a host that loses a worker (a *HostError) is
+//     taken out of the job, and a host that loses a worker (a *launch.HostError) is
 //     blacklisted.
 //   - the floor (minimum.go) keeps the job at MinWorkers whatever took it
 //     below: lost workers (at once, with Config.ReplaceLost), leavers and

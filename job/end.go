@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/job/launch"
 	"github.com/gorovod/gorovod/sync/epoch"
 )
 
@@ -35,7 +36,7 @@ import (
 //     job's context stops them all first.
 //  5. Each process's end is classified (classify): exit status 0 is Finished;
 //     ended by a signal (kill -9, the OOM killer, stopped by the runner) or
-//     lost with its host (a *HostError: unreachable, or the connection to it
+//     lost with its host (a *launch.HostError: unreachable, or the connection to it
 //     broke; the host is blacklisted) is Lost, which an elastic job survives;
 //     stopped under rule 3 is Stopped; any other end is Failed.
 //  6. A worker left out of a world while it was paused or cut off comes
@@ -98,7 +99,7 @@ func classify(err error, stopped bool) WorkerState {
 		return Finished
 	case stopped:
 		return Stopped
-	case KilledBySignal(err) || errors.As(err, new(*HostError)):
+	case KilledBySignal(err) || errors.As(err, new(*launch.HostError)):
 		return Lost
 	}
 	return Failed

@@ -22,8 +22,9 @@ import (
 // A remote worker's start is asynchronous: Launch returns once ssh runs, and
 // a host that cannot be reached, refuses the login or does not start the
 // worker within SSH.StartTimeout shows as the process's end with a
-// *HostError, as does a connection that breaks while the worker runs; the
-// runner then counts the worker as lost and blacklists the host (Blacklister).
+// *launch.HostError, as does a connection that breaks while the worker runs;
+// the runner then counts the worker as lost and blacklists the host
+// (Blacklister).
 type SSHLauncher struct {
 	// SSH is how other hosts are reached: the client, -p, -i, -l, the host
 	// key policy, more -o options, the connect and start timeouts.
@@ -36,22 +37,10 @@ type SSHLauncher struct {
 	Local LocalLauncher
 }
 
-// HostError is a worker the launcher lost with its host: ssh could not
-// connect or log in, the host did not start the worker in time, or the
-// connection broke while it ran. An elastic job survives it (the worker
-// counts as Lost) and blacklists the host.
-type HostError struct {
-	Host string
-	Err  error
-}
-
-func (e *HostError) Error() string { return e.Err.Error() }
-func (e *HostError) Unwrap() error { return e.Err }
-
 // Blacklister is a Discovery that takes a failing host out of its list, for
 // a cooldown or for good, and reports the shorter list; HostWatch is one.
 // The runner calls Blacklist for every worker it loses with its host (a
-// *HostError).
+// *launch.HostError).
 type Blacklister interface {
 	Blacklist(host string)
 }
@@ -84,21 +73,19 @@ func (p remoteProcess) Signal(sig os.Signal) error { return p.RemoteProcess.Sign
 
 // Err maps the remote end: a signal (exit status 128+n as the remote shell
 // reports it) to an *ExitError that KilledBySignal recognizes, another
-// status to an *ExitError, a lost host to a *HostError.
+// status to an *ExitError. A lost host stays the *launch.HostError the
+// launcher reports: a worker lost with its host (ssh could not connect or
+// log in, the host did not start the worker in time, or the connection
+// broke while it ran), which an elastic job survives (the worker counts as
+// Lost) and on which it blacklists the host.
 func (p remoteProcess) Err() error {
 	err := p.RemoteProcess.Err()
 	var re *launch.RemoteExit
-	var he *launch.HostError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &re):
+	if errors.As(err, &re) {
 		if sig, ok := re.Signal(); ok {
 			return fmt.Errorf("on %s: %w", re.Host, &ExitError{Code: -1, Signal: sig})
 		}
 		return fmt.Errorf("on %s: %w", re.Host, &ExitError{Code: re.Code})
-	case errors.As(err, &he):
-		return &HostError{Host: he.Host, Err: err}
 	}
 	return err
 }
@@ -106,7 +93,7 @@ func (p remoteProcess) Err() error {
 // blacklistOnHostError tells a Blacklister Discovery of a worker lost with
 // its host.
 func (j *Job) blacklistOnHostError(err error) {
-	var he *HostError
+	var he *launch.HostError
 	if b, ok := j.cfg.Discovery.(Blacklister); ok && errors.As(err, &he) {
 		b.Blacklist(he.Host)
 	}

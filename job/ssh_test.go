@@ -68,7 +68,7 @@ func (l *lines) has(s string) bool {
 
 // SSHLauncher over a fake ssh client: what a remote worker's end becomes in
 // the job's terms (nil, an *ExitError with its host, a signal that
-// KilledBySignal sees, a *HostError), its output per stream, signals
+// KilledBySignal sees, a *launch.HostError), its output per stream, signals
 // forwarded, the job secret on no command line, and this host's workers
 // started without ssh.
 func TestSSHLauncher(t *testing.T) {
@@ -111,16 +111,16 @@ func TestSSHLauncher(t *testing.T) {
 			}},
 		{name: "refused", host: "refused", viaSSH: true, script: "exit 0",
 			check: func(t *testing.T, err error, _ *lines) {
-				var he *job.HostError
+				var he *launch.HostError
 				if !errors.As(err, &he) || he.Host != "refused" || !strings.Contains(err.Error(), "Connection refused") {
-					t.Fatalf("err %v, want a *HostError for host refused with ssh's message", err)
+					t.Fatalf("err %v, want a *launch.HostError for host refused with ssh's message", err)
 				}
 			}},
 		{name: "not started in time", host: "silent", viaSSH: true, script: "exit 0",
 			check: func(t *testing.T, err error, _ *lines) {
-				var he *job.HostError
+				var he *launch.HostError
 				if !errors.As(err, &he) || he.Host != "silent" || !strings.Contains(err.Error(), "did not start within") {
-					t.Fatalf("err %v, want a *HostError: not started within the start timeout", err)
+					t.Fatalf("err %v, want a *launch.HostError: not started within the start timeout", err)
 				}
 			}},
 		{name: "localhost runs here", host: "localhost", script: `echo "secret $GOROVOD_SECRET"`,

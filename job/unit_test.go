@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/gorovod/gorovod/job/launch"
 )
 
 // Workers added while the job runs get a GPU nobody holds, in ring order,
@@ -50,7 +52,7 @@ func TestWorkerRecordJSON(t *testing.T) {
 // exited 0 before the end is Excluded, and the job's verdict is whether
 // training finished, not whether some worker was lost or excluded on the way.
 func TestVerdict(t *testing.T) {
-	if got := classify(fmt.Errorf("on h3: %w", &HostError{Host: "h3", Err: errors.New("lost the connection")}), false); got != Lost {
+	if got := classify(fmt.Errorf("on h3: %w", &launch.HostError{Host: "h3", Err: errors.New("lost the connection")}), false); got != Lost {
 		t.Fatalf("a worker lost with its host is %v, want lost", got)
 	}
 	rec := func(s WorkerState) WorkerRecord { return WorkerRecord{State: s} }

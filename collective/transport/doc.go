@@ -15,6 +15,9 @@
 // The connection handshake every transport runs (fixed-size Hello,
 // Challenge, Response and Verdict messages, HMAC-SHA256 proofs of the job
 // secret) is internal/handshake, and the logic around it internal/mesh;
-// outside the transports a failed handshake is a *HandshakeError. The
-// conformance package is the suite every transport passes.
+// the state and checks every transport's links share (the peer named in
+// errors, closed and broken directions, wait deadlines) are
+// internal/linkutil. Outside the transports a failed handshake is a
+// *HandshakeError. The conformance package is the suite every transport
+// passes.
 package transport

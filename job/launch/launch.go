@@ -80,14 +80,17 @@ type worker struct {
 	err    error
 }
 
-// ExitError is a worker that failed.
-type ExitError struct {
+// WorkerError is a worker that failed: which one (its index in the job)
+// and why, an *exec.ExitError, a *RemoteExit or a *HostError. It is not an
+// exit status of its own (package job's ExitError is that, for launchers
+// that do not use os/exec), hence the different name.
+type WorkerError struct {
 	Worker int
 	Err    error
 }
 
-func (e *ExitError) Error() string { return fmt.Sprintf("worker %d: %v", e.Worker, e.Err) }
-func (e *ExitError) Unwrap() error { return e.Err }
+func (e *WorkerError) Error() string { return fmt.Sprintf("worker %d: %v", e.Worker, e.Err) }
+func (e *WorkerError) Unwrap() error { return e.Err }
 
 // NewSecret returns a fresh random job secret.
 func NewSecret() []byte {
@@ -222,7 +225,7 @@ func (j *Job) add(place func(i int) string, env []string) (int, error) {
 		j.mu.Lock()
 		defer j.mu.Unlock()
 		if err != nil {
-			w.err = &ExitError{Worker: i, Err: err}
+			w.err = &WorkerError{Worker: i, Err: err}
 		}
 		close(w.exited)
 		if j.running--; j.running == 0 {
@@ -415,7 +418,7 @@ func (j *Job) Exited(i int) <-chan struct{} {
 // Done is closed once every worker has exited and its output is drained.
 func (j *Job) Done() <-chan struct{} { return j.done }
 
-// Wait waits for every worker and returns the failures, one *ExitError per
+// Wait waits for every worker and returns the failures, one *WorkerError per
 // failed worker, joined.
 func (j *Job) Wait() error {
 	<-j.done

@@ -151,7 +151,7 @@ func TestFailedWorkersAreNamed(t *testing.T) {
 	err := start(t, context.Background(), 4, "fail-odd", l).Wait()
 	var failed []int
 	for _, e := range unwrapAll(err) {
-		var ee *ExitError
+		var ee *WorkerError
 		if errors.As(e, &ee) {
 			failed = append(failed, ee.Worker)
 		}

@@ -182,7 +182,7 @@ func (e *RemoteExit) Signal() (syscall.Signal, bool) {
 // Signal reports the signal that ended the worker: the one that killed a
 // local worker, or for a remote one an exit status above 128 (see
 // RemoteExit). A worker lost to a signal is what an elastic job survives.
-func (e *ExitError) Signal() (syscall.Signal, bool) {
+func (e *WorkerError) Signal() (syscall.Signal, bool) {
 	var xe *exec.ExitError
 	if errors.As(e.Err, &xe) {
 		if ws, ok := xe.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

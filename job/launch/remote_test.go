@@ -211,7 +211,7 @@ func TestRemoteExitStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = j.Wait()
-	var ee *ExitError
+	var ee *WorkerError
 	if !errors.As(err, &ee) {
 		t.Fatalf("killed worker: %v", err)
 	}
@@ -289,7 +289,7 @@ func TestRemoteStop(t *testing.T) {
 	}
 	t.Logf("stopped in %v", time.Since(t0).Round(time.Millisecond))
 	for i, want := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		var ee *ExitError
+		var ee *WorkerError
 		err := j.Errors()[i]
 		if !errors.As(err, &ee) {
 			t.Errorf("worker %d: %v", i, err)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -103,9 +105,21 @@ type suite struct{ f Factory }
 // it first so its cleanup runs last.
 func (s *suite) start(t *testing.T) {
 	t.Helper()
+	CheckNoLeaks(t, s.f.Packages...)
+}
+
+// The helpers below are exported for the transports' own tests, which need
+// the same worlds, frames and checks as the suite.
+
+// CheckNoLeaks makes the test fail if, once its cleanups have run (and up to
+// 5 s more), goroutines whose stacks mention one of packages (as in
+// Factory.Packages) are still alive. Call it first, so that its cleanup runs
+// last.
+func CheckNoLeaks(t testing.TB, packages ...string) {
+	t.Helper()
 	t.Cleanup(func() {
-		if err := waitFor(5*time.Second, func() error {
-			if g := s.goroutines(); g != "" {
+		if err := WaitFor(5*time.Second, func() error {
+			if g := Goroutines(packages...); g != "" {
 				return fmt.Errorf("goroutines of the transport still running:\n%s", g)
 			}
 			return nil
@@ -115,15 +129,17 @@ func (s *suite) start(t *testing.T) {
 	})
 }
 
-func (s *suite) goroutines() string {
-	if len(s.f.Packages) == 0 {
+// Goroutines returns the stacks of the goroutines that mention one of
+// packages, "" when there are none.
+func Goroutines(packages ...string) string {
+	if len(packages) == 0 {
 		return ""
 	}
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	var leaked []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		for _, p := range s.f.Packages {
+		for _, p := range packages {
 			if strings.Contains(g, p) {
 				leaked = append(leaked, g)
 				break
@@ -133,8 +149,31 @@ func (s *suite) goroutines() string {
 	return strings.Join(leaked, "\n\n")
 }
 
-// waitFor polls cond until it returns nil or the timeout passes.
-func waitFor(timeout time.Duration, cond func() error) error {
+// DebugLogger is the Logger of a transport's tests: a debug-level text log
+// on stderr when the environment variable env is set (GOROVOD_TCP_DEBUG=1 go
+// test -v shows the transports' own log), nil (the transport's default,
+// discard) otherwise.
+func DebugLogger(env string) *slog.Logger {
+	if os.Getenv(env) == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// Listen starts a transport with listen(cfg), failing the test if it cannot,
+// and closes it when the test ends.
+func Listen[C any, T transport.Transport](t testing.TB, listen func(C) (T, error), cfg C) T {
+	t.Helper()
+	tr, err := listen(cfg)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// WaitFor polls cond until it returns nil or the timeout passes.
+func WaitFor(timeout time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
@@ -163,7 +202,8 @@ func (s *suite) listenN(t *testing.T, n int, o Options) []transport.Transport {
 	return trs
 }
 
-func addrsOf(trs []transport.Transport) []string {
+// AddrsOf is the addresses of trs, a world's Addrs.
+func AddrsOf[T transport.Transport](trs []T) []string {
 	a := make([]string, len(trs))
 	for i, tr := range trs {
 		a[i] = tr.Addr()
@@ -171,8 +211,10 @@ func addrsOf(trs []transport.Transport) []string {
 	return a
 }
 
-func connectAllErr(ctx context.Context, trs []transport.Transport, job string, epoch uint64) ([][]transport.Link, []error) {
-	addrs := addrsOf(trs)
+// ConnectAllErr connects trs as one world (rank i is trs[i]), all at once,
+// and returns each rank's links and error.
+func ConnectAllErr[T transport.Transport](ctx context.Context, trs []T, job string, epoch uint64) ([][]transport.Link, []error) {
+	addrs := AddrsOf(trs)
 	links := make([][]transport.Link, len(trs))
 	errs := make([]error, len(trs))
 	var wg sync.WaitGroup
@@ -185,11 +227,11 @@ func connectAllErr(ctx context.Context, trs []transport.Transport, job string, e
 	return links, errs
 }
 
-// connectAll connects trs as one world; the links are closed when the test ends.
-func connectAll(t *testing.T, ctx context.Context, trs []transport.Transport, job string, epoch uint64) [][]transport.Link {
+// ConnectAll connects trs as one world; the links are closed when the test ends.
+func ConnectAll[T transport.Transport](t testing.TB, ctx context.Context, trs []T, job string, epoch uint64) [][]transport.Link {
 	t.Helper()
-	links, errs := connectAllErr(ctx, trs, job, epoch)
-	t.Cleanup(func() { closeAll(links) })
+	links, errs := ConnectAllErr(ctx, trs, job, epoch)
+	t.Cleanup(func() { CloseAll(links) })
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: Connect: %v", r, err)
@@ -198,7 +240,8 @@ func connectAll(t *testing.T, ctx context.Context, trs []transport.Transport, jo
 	return links
 }
 
-func closeAll(links [][]transport.Link) {
+// CloseAll closes every link of links.
+func CloseAll(links [][]transport.Link) {
 	for _, ls := range links {
 		for _, l := range ls {
 			if l != nil {
@@ -213,19 +256,20 @@ func closeAll(links [][]transport.Link) {
 func (s *suite) pair(t *testing.T, o Options) (transport.Link, transport.Link) {
 	t.Helper()
 	trs := s.listenN(t, 2, o)
-	links := connectAll(t, timeoutCtx(t, 20*time.Second), trs, "pair", 1)
+	links := ConnectAll(t, TimeoutCtx(t, 20*time.Second), trs, "pair", 1)
 	return links[0][1], links[1][0]
 }
 
-func timeoutCtx(t *testing.T, d time.Duration) context.Context {
+// TimeoutCtx is a context that ends after d or with the test.
+func TimeoutCtx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-// pattern fills a payload that depends on who sent it to whom and which frame
+// Pattern fills a payload that depends on who sent it to whom and which frame
 // it is, so a frame delivered to the wrong place or out of order shows.
-func pattern(n, from, to, idx int) []byte {
+func Pattern(n, from, to, idx int) []byte {
 	p := make([]byte, n)
 	x := uint32(from*7919 + to*104729 + idx*1299709 + 1)
 	for i := range p {
@@ -237,12 +281,15 @@ func pattern(n, from, to, idx int) []byte {
 	return p
 }
 
-func send(ctx context.Context, l transport.Link, seq uint64, payload []byte) error {
+// Send sends payload as data frame seq (Seq seq, Step seq) on l.
+func Send(ctx context.Context, l transport.Link, seq uint64, payload []byte) error {
 	h := transport.Header{Kind: transport.FrameData, Seq: seq, Step: uint32(seq), Length: uint32(len(payload))}
 	return l.Send(ctx, &h, payload)
 }
 
-func recv(ctx context.Context, l transport.Link, seq uint64, want []byte) error {
+// Recv receives the next frame on l and checks that it is data frame seq
+// (as Send sends it) carrying want.
+func Recv(ctx context.Context, l transport.Link, seq uint64, want []byte) error {
 	var h transport.Header
 	if err := l.RecvHeader(ctx, &h); err != nil {
 		return err
@@ -260,8 +307,9 @@ func recv(ctx context.Context, l transport.Link, seq uint64, want []byte) error 
 	return nil
 }
 
-// asPeerError checks that err is a *transport.PeerError about rank and wraps target.
-func asPeerError(t *testing.T, err error, rank int, target error) *transport.PeerError {
+// AsPeerError checks that err is a *transport.PeerError about rank and, when
+// target is not nil, wraps target.
+func AsPeerError(t testing.TB, err error, rank int, target error) *transport.PeerError {
 	t.Helper()
 	var pe *transport.PeerError
 	if !errors.As(err, &pe) {
@@ -276,7 +324,9 @@ func asPeerError(t *testing.T, err error, rank int, target error) *transport.Pee
 	return pe
 }
 
-func asHandshakeError(t *testing.T, err error, rank int, reason string) {
+// AsHandshakeError checks that err is a fatal *transport.HandshakeError
+// about rank that mentions reason.
+func AsHandshakeError(t testing.TB, err error, rank int, reason string) *transport.HandshakeError {
 	t.Helper()
 	var he *transport.HandshakeError
 	if !errors.As(err, &he) {
@@ -291,6 +341,7 @@ func asHandshakeError(t *testing.T, err error, rank int, reason string) {
 	if !strings.Contains(he.Error(), reason) {
 		t.Errorf("HandshakeError %q does not mention %q", he, reason)
 	}
+	return he
 }
 
 // within runs fn and fails the test unless it returns within d.
@@ -312,15 +363,15 @@ func within(t *testing.T, d time.Duration, what string, fn func() error) error {
 func fill(ctx context.Context, l transport.Link, n int) error {
 	payload := make([]byte, n)
 	for i := 0; ; i++ {
-		if err := send(ctx, l, uint64(i), payload); err != nil {
+		if err := Send(ctx, l, uint64(i), payload); err != nil {
 			return err
 		}
 	}
 }
 
-// exchange has every ordered pair of ranks send sizes, all at once, and checks
+// Exchange has every ordered pair of ranks send sizes, all at once, and checks
 // that each frame arrives in order and intact.
-func exchange(ctx context.Context, links [][]transport.Link, sizes []int) error {
+func Exchange(ctx context.Context, links [][]transport.Link, sizes []int) error {
 	p := len(links)
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*p*p)
@@ -335,7 +386,7 @@ func exchange(ctx context.Context, links [][]transport.Link, sizes []int) error 
 			}
 			wg.Go(func() {
 				for i, n := range sizes {
-					if err := send(ctx, l, uint64(i), pattern(n, me, peer, i)); err != nil {
+					if err := Send(ctx, l, uint64(i), Pattern(n, me, peer, i)); err != nil {
 						errs <- fmt.Errorf("rank %d -> %d frame %d: %w", me, peer, i, err)
 						return
 					}
@@ -343,7 +394,7 @@ func exchange(ctx context.Context, links [][]transport.Link, sizes []int) error 
 			})
 			wg.Go(func() {
 				for i, n := range sizes {
-					if err := recv(ctx, l, uint64(i), pattern(n, peer, me, i)); err != nil {
+					if err := Recv(ctx, l, uint64(i), Pattern(n, peer, me, i)); err != nil {
 						errs <- fmt.Errorf("rank %d <- %d: %w", me, peer, err)
 						return
 					}

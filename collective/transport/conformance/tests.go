@@ -21,8 +21,8 @@ func (s *suite) testMesh(t *testing.T) {
 		t.Run(fmt.Sprintf("p=%d", p), func(t *testing.T) {
 			s.start(t)
 			trs := s.listenN(t, p, defaultOptions())
-			ctx := timeoutCtx(t, 30*time.Second)
-			links := connectAll(t, ctx, trs, "mesh", 1)
+			ctx := TimeoutCtx(t, 30*time.Second)
+			links := ConnectAll(t, ctx, trs, "mesh", 1)
 			for r, ls := range links {
 				if len(ls) != p {
 					t.Fatalf("rank %d: %d links, want %d", r, len(ls), p)
@@ -36,7 +36,7 @@ func (s *suite) testMesh(t *testing.T) {
 					}
 				}
 			}
-			if err := exchange(ctx, links, meshSizes()); err != nil {
+			if err := Exchange(ctx, links, meshSizes()); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -48,7 +48,7 @@ func (s *suite) testMesh(t *testing.T) {
 func (s *suite) testHeaderFields(t *testing.T) {
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
-	ctx := timeoutCtx(t, 10*time.Second)
+	ctx := TimeoutCtx(t, 10*time.Second)
 	payload := []byte("fields")
 	h := transport.Header{Kind: transport.FrameData, Sender: 77, JobID: 1, Epoch: 99,
 		Seq: 0x0102030405060708, Count: 0x1112131415161718, Step: 0x21222324, Length: uint32(len(payload)),
@@ -78,7 +78,7 @@ func (s *suite) testHeaderFields(t *testing.T) {
 func (s *suite) testOrdering(t *testing.T) {
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
-	ctx := timeoutCtx(t, 30*time.Second)
+	ctx := TimeoutCtx(t, 30*time.Second)
 	sizes := make([]int, 300)
 	x := uint32(12345)
 	for i := range sizes {
@@ -96,7 +96,7 @@ func (s *suite) testOrdering(t *testing.T) {
 			sizes[i] = int(x % (200 << 10))
 		}
 	}
-	if err := exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, sizes); err != nil {
+	if err := Exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, sizes); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -104,8 +104,8 @@ func (s *suite) testOrdering(t *testing.T) {
 func (s *suite) testLarge(t *testing.T) {
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
-	ctx := timeoutCtx(t, 60*time.Second)
-	if err := exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, []int{17 << 20, 33<<20 + 5}); err != nil {
+	ctx := TimeoutCtx(t, 60*time.Second)
+	if err := Exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, []int{17 << 20, 33<<20 + 5}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -113,10 +113,10 @@ func (s *suite) testLarge(t *testing.T) {
 func (s *suite) testZeroByte(t *testing.T) {
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
-	ctx := timeoutCtx(t, 10*time.Second)
+	ctx := TimeoutCtx(t, 10*time.Second)
 	sizes := make([]int, 201)
 	sizes[100] = 10
-	if err := exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, sizes); err != nil {
+	if err := Exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, sizes); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -125,11 +125,11 @@ func (s *suite) testZeroByte(t *testing.T) {
 func (s *suite) testInline(t *testing.T) {
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
-	ctx := timeoutCtx(t, 20*time.Second)
+	ctx := TimeoutCtx(t, 20*time.Second)
 	const frames = 4
 	err := within(t, 5*time.Second, "sending InlinePayload frames to a peer that does not read", func() error {
 		for i := range frames {
-			if err := send(ctx, a, uint64(i), pattern(transport.InlinePayload, 0, 1, i)); err != nil {
+			if err := Send(ctx, a, uint64(i), Pattern(transport.InlinePayload, 0, 1, i)); err != nil {
 				return err
 			}
 		}
@@ -139,7 +139,7 @@ func (s *suite) testInline(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range frames {
-		if err := recv(ctx, b, uint64(i), pattern(transport.InlinePayload, 0, 1, i)); err != nil {
+		if err := Recv(ctx, b, uint64(i), Pattern(transport.InlinePayload, 0, 1, i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -148,12 +148,12 @@ func (s *suite) testInline(t *testing.T) {
 func (s *suite) testBidirectional(t *testing.T) {
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
-	ctx := timeoutCtx(t, 30*time.Second)
+	ctx := TimeoutCtx(t, 30*time.Second)
 	sizes := make([]int, 48)
 	for i := range sizes {
 		sizes[i] = 256<<10 + i
 	}
-	if err := exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, sizes); err != nil {
+	if err := Exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, sizes); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -162,7 +162,7 @@ func (s *suite) testBidirectional(t *testing.T) {
 func (s *suite) testConcurrentSenders(t *testing.T) {
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
-	ctx := timeoutCtx(t, 30*time.Second)
+	ctx := TimeoutCtx(t, 30*time.Second)
 	const senders, frames = 4, 20
 	sizes := []int{10, 40 << 10, 300 << 10}
 	errc := make(chan error, senders)
@@ -171,7 +171,7 @@ func (s *suite) testConcurrentSenders(t *testing.T) {
 			for i := range frames {
 				n := sizes[(sn+i)%len(sizes)]
 				h := transport.Header{Kind: transport.FrameData, Seq: uint64(sn), Step: uint32(i), Length: uint32(n)}
-				if err := a.Send(ctx, &h, pattern(n, sn, i, 0)); err != nil {
+				if err := a.Send(ctx, &h, Pattern(n, sn, i, 0)); err != nil {
 					errc <- err
 					return
 				}
@@ -194,7 +194,7 @@ func (s *suite) testConcurrentSenders(t *testing.T) {
 		if err := b.RecvPayload(ctx, buf); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(buf, pattern(len(buf), sn, i, 0)) {
+		if !bytes.Equal(buf, Pattern(len(buf), sn, i, 0)) {
 			t.Fatalf("frame %d of sender %d corrupted", i, sn)
 		}
 	}
@@ -208,7 +208,7 @@ func (s *suite) testConcurrentSenders(t *testing.T) {
 func (s *suite) testAbortFrame(t *testing.T) {
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
-	ctx := timeoutCtx(t, 10*time.Second)
+	ctx := TimeoutCtx(t, 10*time.Second)
 	reason := []byte("rank 0 gives up")
 	h := transport.Header{Kind: transport.FrameAbort, Length: uint32(len(reason))}
 	if err := a.Send(ctx, &h, reason); err != nil {
@@ -231,7 +231,7 @@ func (s *suite) testAbortFrame(t *testing.T) {
 func (s *suite) testMisuse(t *testing.T) {
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
-	ctx := timeoutCtx(t, 10*time.Second)
+	ctx := TimeoutCtx(t, 10*time.Second)
 	for _, tc := range []struct {
 		name    string
 		h       transport.Header
@@ -243,25 +243,25 @@ func (s *suite) testMisuse(t *testing.T) {
 		{"abort too long", transport.Header{Kind: transport.FrameAbort, Length: transport.MaxAbortReason + 1}, make([]byte, transport.MaxAbortReason+1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			asPeerError(t, a.Send(ctx, &tc.h, tc.payload), 1, nil)
+			AsPeerError(t, a.Send(ctx, &tc.h, tc.payload), 1, nil)
 		})
 	}
-	if err := send(ctx, a, 1, []byte("ok")); err != nil {
+	if err := Send(ctx, a, 1, []byte("ok")); err != nil {
 		t.Fatal(err)
 	}
 	var h transport.Header
 	if err := b.RecvHeader(ctx, &h); err != nil {
 		t.Fatal(err)
 	}
-	asPeerError(t, b.RecvPayload(ctx, make([]byte, 5)), 0, nil)
-	asPeerError(t, b.RecvHeader(ctx, &h), 0, nil) // payload not read yet
+	AsPeerError(t, b.RecvPayload(ctx, make([]byte, 5)), 0, nil)
+	AsPeerError(t, b.RecvHeader(ctx, &h), 0, nil) // payload not read yet
 	if err := b.RecvPayload(ctx, make([]byte, 2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := send(ctx, a, 2, []byte("x")); err != nil {
+	if err := Send(ctx, a, 2, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if err := recv(ctx, b, 2, []byte("x")); err != nil {
+	if err := Recv(ctx, b, 2, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -271,12 +271,12 @@ func (s *suite) testMisuse(t *testing.T) {
 func (s *suite) testPeerClose(t *testing.T) {
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
-	ctx := timeoutCtx(t, 20*time.Second)
+	ctx := TimeoutCtx(t, 20*time.Second)
 	sizes := []int{10, 1 << 20, 0}
 	errc := make(chan error, 1)
 	go func() {
 		for i, n := range sizes {
-			if err := send(ctx, a, uint64(i), pattern(n, 0, 1, i)); err != nil {
+			if err := Send(ctx, a, uint64(i), Pattern(n, 0, 1, i)); err != nil {
 				errc <- err
 				return
 			}
@@ -284,7 +284,7 @@ func (s *suite) testPeerClose(t *testing.T) {
 		errc <- a.Close()
 	}()
 	for i, n := range sizes {
-		if err := recv(ctx, b, uint64(i), pattern(n, 0, 1, i)); err != nil {
+		if err := Recv(ctx, b, uint64(i), Pattern(n, 0, 1, i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -292,8 +292,8 @@ func (s *suite) testPeerClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	var h transport.Header
-	asPeerError(t, b.RecvHeader(ctx, &h), 0, transport.ErrPeerClosed)
-	asPeerError(t, b.RecvHeader(ctx, &h), 0, transport.ErrPeerClosed)
+	AsPeerError(t, b.RecvHeader(ctx, &h), 0, transport.ErrPeerClosed)
+	AsPeerError(t, b.RecvHeader(ctx, &h), 0, transport.ErrPeerClosed)
 }
 
 func (s *suite) testPeerCloseWakesRecv(t *testing.T) {
@@ -305,21 +305,21 @@ func (s *suite) testPeerCloseWakesRecv(t *testing.T) {
 		var h transport.Header
 		return b.RecvHeader(context.Background(), &h)
 	})
-	asPeerError(t, err, 0, transport.ErrPeerClosed)
+	AsPeerError(t, err, 0, transport.ErrPeerClosed)
 }
 
 func (s *suite) testSendToClosedPeer(t *testing.T) {
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
 	b.Close()
-	ctx := timeoutCtx(t, 20*time.Second)
+	ctx := TimeoutCtx(t, 20*time.Second)
 	payload := make([]byte, 1<<20)
 	var err error
 	// The first frames may still be buffered; the close shows within a few.
 	for i := 0; i < 100 && err == nil; i++ {
-		err = send(ctx, a, uint64(i), payload)
+		err = Send(ctx, a, uint64(i), payload)
 	}
-	asPeerError(t, err, 1, transport.ErrPeerClosed)
+	AsPeerError(t, err, 1, transport.ErrPeerClosed)
 }
 
 // testCloseWakes: Close wakes calls blocked on the link, which then refuses
@@ -341,10 +341,10 @@ func (s *suite) testCloseWakes(t *testing.T) {
 			timer := time.AfterFunc(100*time.Millisecond, func() { a.Close() })
 			defer timer.Stop()
 			err := within(t, 5*time.Second, "a call blocked while the link closed", func() error { return tc.op(a) })
-			asPeerError(t, err, 1, transport.ErrLinkClosed)
-			asPeerError(t, send(context.Background(), a, 0, nil), 1, transport.ErrLinkClosed)
+			AsPeerError(t, err, 1, transport.ErrLinkClosed)
+			AsPeerError(t, Send(context.Background(), a, 0, nil), 1, transport.ErrLinkClosed)
 			var h transport.Header
-			asPeerError(t, a.RecvHeader(context.Background(), &h), 1, transport.ErrLinkClosed)
+			AsPeerError(t, a.RecvHeader(context.Background(), &h), 1, transport.ErrLinkClosed)
 			if err := a.Close(); err != nil {
 				t.Errorf("second Close: %v", err)
 			}
@@ -366,12 +366,12 @@ func (s *suite) testContextCancel(t *testing.T) {
 			var h transport.Header
 			return b.RecvHeader(ctx, &h)
 		})
-		asPeerError(t, err, 0, context.Canceled)
-		fresh := timeoutCtx(t, 10*time.Second)
-		if err := send(fresh, a, 3, []byte("after the cancel")); err != nil {
+		AsPeerError(t, err, 0, context.Canceled)
+		fresh := TimeoutCtx(t, 10*time.Second)
+		if err := Send(fresh, a, 3, []byte("after the cancel")); err != nil {
 			t.Fatal(err)
 		}
-		if err := recv(fresh, b, 3, []byte("after the cancel")); err != nil {
+		if err := Recv(fresh, b, 3, []byte("after the cancel")); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -383,7 +383,7 @@ func (s *suite) testContextCancel(t *testing.T) {
 		timer := time.AfterFunc(100*time.Millisecond, cancel)
 		defer timer.Stop()
 		err := within(t, 5*time.Second, "Send after its context was cancelled", func() error { return fill(ctx, a, 1<<20) })
-		asPeerError(t, err, 1, context.Canceled)
+		AsPeerError(t, err, 1, context.Canceled)
 	})
 }
 
@@ -392,10 +392,10 @@ func (s *suite) testContextCancel(t *testing.T) {
 func (s *suite) testContextDeadline(t *testing.T) {
 	s.start(t)
 	_, b := s.pair(t, defaultOptions())
-	ctx := timeoutCtx(t, 100*time.Millisecond)
+	ctx := TimeoutCtx(t, 100*time.Millisecond)
 	start := time.Now()
 	var h transport.Header
-	asPeerError(t, b.RecvHeader(ctx, &h), 0, context.DeadlineExceeded)
+	AsPeerError(t, b.RecvHeader(ctx, &h), 0, context.DeadlineExceeded)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("deadline of 100ms noticed after %v", d)
 	}
@@ -406,22 +406,22 @@ func (s *suite) testContextDeadline(t *testing.T) {
 func (s *suite) testCancelledContext(t *testing.T) {
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
-	ctx := timeoutCtx(t, 10*time.Second)
+	ctx := TimeoutCtx(t, 10*time.Second)
 	cctx, cancel := context.WithCancel(ctx)
-	if err := send(cctx, a, 1, []byte("one")); err != nil {
+	if err := Send(cctx, a, 1, []byte("one")); err != nil {
 		t.Fatal(err)
 	}
-	if err := recv(cctx, b, 1, []byte("one")); err != nil {
+	if err := Recv(cctx, b, 1, []byte("one")); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	asPeerError(t, send(cctx, a, 2, []byte("two")), 1, context.Canceled)
+	AsPeerError(t, Send(cctx, a, 2, []byte("two")), 1, context.Canceled)
 	var h transport.Header
-	asPeerError(t, b.RecvHeader(cctx, &h), 0, context.Canceled)
-	if err := send(ctx, a, 2, []byte("two")); err != nil {
+	AsPeerError(t, b.RecvHeader(cctx, &h), 0, context.Canceled)
+	if err := Send(ctx, a, 2, []byte("two")); err != nil {
 		t.Fatal(err)
 	}
-	if err := recv(ctx, b, 2, []byte("two")); err != nil {
+	if err := Recv(ctx, b, 2, []byte("two")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -435,25 +435,25 @@ func (s *suite) testIOTimeout(t *testing.T) {
 	t.Run("recv header", func(t *testing.T) {
 		s.start(t)
 		a, b := s.pair(t, o)
-		ctx := timeoutCtx(t, 20*time.Second)
+		ctx := TimeoutCtx(t, 20*time.Second)
 		start := time.Now()
 		var h transport.Header
-		asPeerError(t, b.RecvHeader(ctx, &h), 0, transport.ErrPeerTimeout)
+		AsPeerError(t, b.RecvHeader(ctx, &h), 0, transport.ErrPeerTimeout)
 		if d := time.Since(start); d < ioTimeout*3/4 || d > 15*ioTimeout {
 			t.Errorf("timed out after %v, IOTimeout is %v", d, ioTimeout)
 		}
-		if err := send(ctx, a, 5, []byte("late")); err != nil {
+		if err := Send(ctx, a, 5, []byte("late")); err != nil {
 			t.Fatal(err)
 		}
-		if err := recv(ctx, b, 5, []byte("late")); err != nil {
+		if err := Recv(ctx, b, 5, []byte("late")); err != nil {
 			t.Fatalf("RecvHeader after a timeout: %v", err)
 		}
 	})
 	t.Run("send", func(t *testing.T) {
 		s.start(t)
 		a, _ := s.pair(t, o)
-		ctx := timeoutCtx(t, 20*time.Second)
-		asPeerError(t, fill(ctx, a, 4<<20), 1, transport.ErrPeerTimeout)
+		ctx := TimeoutCtx(t, 20*time.Second)
+		AsPeerError(t, fill(ctx, a, 4<<20), 1, transport.ErrPeerTimeout)
 	})
 }
 
@@ -466,19 +466,19 @@ func (s *suite) testSlowReceiver(t *testing.T) {
 	o := defaultOptions()
 	o.IOTimeout = ioTimeout
 	a, b := s.pair(t, o)
-	ctx := timeoutCtx(t, 30*time.Second)
+	ctx := TimeoutCtx(t, 30*time.Second)
 	const frames, size = 8, 2 << 20
 	// The payloads are made up front: under the race detector making 2 MiB
 	// of pattern takes a good part of IOTimeout, which would count as the
 	// receiver's silence (a single-copy sender waits for the receiver's copy).
 	payloads := make([][]byte, frames)
 	for i := range payloads {
-		payloads[i] = pattern(size, 0, 1, i)
+		payloads[i] = Pattern(size, 0, 1, i)
 	}
 	errc := make(chan error, 1)
 	go func() {
 		for i := range frames {
-			if err := send(ctx, a, uint64(i), payloads[i]); err != nil {
+			if err := Send(ctx, a, uint64(i), payloads[i]); err != nil {
 				errc <- err
 				return
 			}
@@ -489,7 +489,7 @@ func (s *suite) testSlowReceiver(t *testing.T) {
 	defer tick.Stop()
 	for i := range frames {
 		<-tick.C
-		if err := recv(ctx, b, uint64(i), payloads[i]); err != nil {
+		if err := Recv(ctx, b, uint64(i), payloads[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -510,18 +510,18 @@ func (s *suite) testWrongSecret(t *testing.T) {
 	addrs := []string{a.Addr(), b.Addr()}
 	acceptErr := make(chan error, 1)
 	go func() {
-		_, err := a.Connect(timeoutCtx(t, time.Second), transport.World{JobID: "job", Epoch: 1, Rank: 0, Addrs: addrs})
+		_, err := a.Connect(TimeoutCtx(t, time.Second), transport.World{JobID: "job", Epoch: 1, Rank: 0, Addrs: addrs})
 		acceptErr <- err
 	}()
 	start := time.Now()
-	_, err := b.Connect(timeoutCtx(t, 20*time.Second), transport.World{JobID: "job", Epoch: 1, Rank: 1, Addrs: addrs})
+	_, err := b.Connect(TimeoutCtx(t, 20*time.Second), transport.World{JobID: "job", Epoch: 1, Rank: 1, Addrs: addrs})
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("wrong secret took %v to detect", d)
 	}
-	asHandshakeError(t, err, 0, "wrong secret")
+	AsHandshakeError(t, err, 0, "wrong secret")
 	err = <-acceptErr
-	asPeerError(t, err, 1, context.DeadlineExceeded)
-	asHandshakeError(t, err, 1, "wrong secret")
+	AsPeerError(t, err, 1, context.DeadlineExceeded)
+	AsHandshakeError(t, err, 1, "wrong secret")
 }
 
 func (s *suite) testWrongJob(t *testing.T) {
@@ -530,12 +530,12 @@ func (s *suite) testWrongJob(t *testing.T) {
 	addrs := []string{a.Addr(), b.Addr()}
 	connErr := make(chan error, 1)
 	go func() {
-		_, err := a.Connect(timeoutCtx(t, time.Second), transport.World{JobID: "job-a", Epoch: 1, Rank: 0, Addrs: addrs})
+		_, err := a.Connect(TimeoutCtx(t, time.Second), transport.World{JobID: "job-a", Epoch: 1, Rank: 0, Addrs: addrs})
 		connErr <- err
 	}()
-	_, err := b.Connect(timeoutCtx(t, 20*time.Second), transport.World{JobID: "job-b", Epoch: 1, Rank: 1, Addrs: addrs})
-	asHandshakeError(t, err, 0, "wrong job")
-	asPeerError(t, <-connErr, 1, context.DeadlineExceeded)
+	_, err := b.Connect(TimeoutCtx(t, 20*time.Second), transport.World{JobID: "job-b", Epoch: 1, Rank: 1, Addrs: addrs})
+	AsHandshakeError(t, err, 0, "wrong job")
+	AsPeerError(t, <-connErr, 1, context.DeadlineExceeded)
 }
 
 // testStaleEpoch: a transport that has connected epoch 5 refuses epoch 4, and
@@ -543,12 +543,12 @@ func (s *suite) testWrongJob(t *testing.T) {
 func (s *suite) testStaleEpoch(t *testing.T) {
 	s.start(t)
 	trs := s.listenN(t, 2, defaultOptions())
-	ctx := timeoutCtx(t, 20*time.Second)
-	closeAll(connectAll(t, ctx, trs, "job", 5))
+	ctx := TimeoutCtx(t, 20*time.Second)
+	CloseAll(ConnectAll(t, ctx, trs, "job", 5))
 	late := s.listen(t, defaultOptions())
 	_, err := late.Connect(ctx, transport.World{JobID: "job", Epoch: 4, Rank: 1, Addrs: []string{trs[0].Addr(), late.Addr()}})
-	asHandshakeError(t, err, 0, "stale epoch")
-	if err := exchange(ctx, connectAll(t, ctx, trs, "job", 6), meshSizes()); err != nil {
+	AsHandshakeError(t, err, 0, "stale epoch")
+	if err := Exchange(ctx, ConnectAll(t, ctx, trs, "job", 6), meshSizes()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -556,19 +556,19 @@ func (s *suite) testStaleEpoch(t *testing.T) {
 func (s *suite) testEpochs(t *testing.T) {
 	s.start(t)
 	trs := s.listenN(t, 3, defaultOptions())
-	ctx := timeoutCtx(t, 30*time.Second)
+	ctx := TimeoutCtx(t, 30*time.Second)
 	for _, epoch := range []uint64{5, 6} {
-		links := connectAll(t, ctx, trs, "job", epoch)
-		if err := exchange(ctx, links, meshSizes()); err != nil {
+		links := ConnectAll(t, ctx, trs, "job", epoch)
+		if err := Exchange(ctx, links, meshSizes()); err != nil {
 			t.Fatalf("epoch %d: %v", epoch, err)
 		}
-		closeAll(links)
+		CloseAll(links)
 	}
-	if _, err := trs[0].Connect(ctx, transport.World{JobID: "job", Epoch: 5, Rank: 0, Addrs: addrsOf(trs)}); err == nil {
+	if _, err := trs[0].Connect(ctx, transport.World{JobID: "job", Epoch: 5, Rank: 0, Addrs: AddrsOf(trs)}); err == nil {
 		t.Fatal("Connect of an older epoch succeeded")
 	}
 	// Shrink: rank 0 leaves, the others renumber.
-	if err := exchange(ctx, connectAll(t, ctx, trs[1:], "job", 7), meshSizes()); err != nil {
+	if err := Exchange(ctx, ConnectAll(t, ctx, trs[1:], "job", 7), meshSizes()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -576,7 +576,7 @@ func (s *suite) testEpochs(t *testing.T) {
 func (s *suite) testSizeOne(t *testing.T) {
 	s.start(t)
 	tr := s.listen(t, defaultOptions())
-	links, err := tr.Connect(timeoutCtx(t, 10*time.Second), transport.World{JobID: "solo", Epoch: 1, Addrs: []string{tr.Addr()}})
+	links, err := tr.Connect(TimeoutCtx(t, 10*time.Second), transport.World{JobID: "solo", Epoch: 1, Addrs: []string{tr.Addr()}})
 	if err != nil || len(links) != 1 || links[0] != nil {
 		t.Fatalf("Connect of a 1-rank world = %v, %v; want [nil], nil", links, err)
 	}
@@ -585,7 +585,7 @@ func (s *suite) testSizeOne(t *testing.T) {
 func (s *suite) testValidate(t *testing.T) {
 	s.start(t)
 	tr := s.listen(t, defaultOptions())
-	ctx := timeoutCtx(t, 5*time.Second)
+	ctx := TimeoutCtx(t, 5*time.Second)
 	for _, tc := range []struct {
 		name string
 		w    transport.World
@@ -611,7 +611,7 @@ func (s *suite) testMissingRank(t *testing.T) {
 	goneAddr := gone.Addr()
 	gone.Close()
 	addrs := []string{goneAddr, trs[0].Addr(), trs[1].Addr(), goneAddr}
-	ctx := timeoutCtx(t, 500*time.Millisecond)
+	ctx := TimeoutCtx(t, 500*time.Millisecond)
 	start := time.Now()
 	res := make([]error, 2)
 	var wg sync.WaitGroup
@@ -625,7 +625,7 @@ func (s *suite) testMissingRank(t *testing.T) {
 		t.Errorf("Connect took %v to give up", d)
 	}
 	for i, err := range res {
-		pe := asPeerError(t, err, 0, context.DeadlineExceeded)
+		pe := AsPeerError(t, err, 0, context.DeadlineExceeded)
 		if !strings.Contains(pe.Error(), "3") {
 			t.Errorf("rank %d's error %q does not mention rank 3", i+1, pe)
 		}
@@ -635,7 +635,7 @@ func (s *suite) testMissingRank(t *testing.T) {
 func (s *suite) testCloseDuringConnect(t *testing.T) {
 	s.start(t)
 	a := s.listen(t, defaultOptions())
-	ctx := timeoutCtx(t, 20*time.Second)
+	ctx := TimeoutCtx(t, 20*time.Second)
 	connErr := make(chan error, 1)
 	go func() {
 		_, err := a.Connect(ctx, transport.World{JobID: "job", Epoch: 1, Rank: 0, Addrs: []string{a.Addr(), ""}})
@@ -658,12 +658,12 @@ func (s *suite) testCloseDuringConnect(t *testing.T) {
 func (s *suite) testLinksOutlive(t *testing.T) {
 	s.start(t)
 	trs := s.listenN(t, 2, defaultOptions())
-	ctx := timeoutCtx(t, 20*time.Second)
-	links := connectAll(t, ctx, trs, "job", 1)
+	ctx := TimeoutCtx(t, 20*time.Second)
+	links := ConnectAll(t, ctx, trs, "job", 1)
 	for _, tr := range trs {
 		tr.Close()
 	}
-	if err := exchange(ctx, links, meshSizes()); err != nil {
+	if err := Exchange(ctx, links, meshSizes()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -675,7 +675,7 @@ func (s *suite) testZeroAllocs(t *testing.T) {
 	}
 	s.start(t)
 	a, b := s.pair(t, defaultOptions())
-	deadline := timeoutCtx(t, 60*time.Second)
+	deadline := TimeoutCtx(t, 60*time.Second)
 	cctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, tc := range []struct {
@@ -754,11 +754,11 @@ func (s *suite) collectives(t *testing.T, cfg collective.Config) {
 	s.start(t)
 	const p = 3
 	trs := s.listenN(t, p, defaultOptions())
-	ctx := timeoutCtx(t, 60*time.Second)
-	links := connectAll(t, ctx, trs, "collectives", 1)
+	ctx := TimeoutCtx(t, 60*time.Second)
+	links := ConnectAll(t, ctx, trs, "collectives", 1)
 	comms := make([]*collective.Communicator, p)
 	for r := range p {
-		c, err := collective.NewFromLinks(transport.World{JobID: "collectives", Epoch: 1, Rank: r, Addrs: addrsOf(trs)}, links[r], cfg)
+		c, err := collective.NewFromLinks(transport.World{JobID: "collectives", Epoch: 1, Rank: r, Addrs: AddrsOf(trs)}, links[r], cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -868,24 +868,24 @@ func (s *suite) collectives(t *testing.T, cfg collective.Config) {
 	run("broadcast", func(c *collective.Communicator) error {
 		buf := make([]byte, 200000)
 		if c.Rank() == 1 {
-			copy(buf, pattern(len(buf), 1, 1, 1))
+			copy(buf, Pattern(len(buf), 1, 1, 1))
 		}
 		if err := collective.Broadcast(ctx, c, buf, 1); err != nil {
 			return err
 		}
-		if !bytes.Equal(buf, pattern(len(buf), 1, 1, 1)) {
+		if !bytes.Equal(buf, Pattern(len(buf), 1, 1, 1)) {
 			return fmt.Errorf("rank %d: broadcast differs", c.Rank())
 		}
 		return nil
 	})
 	run("allgather", func(c *collective.Communicator) error {
 		const n = 50000
-		send, recv := pattern(n, c.Rank(), 0, 0), make([]byte, p*n)
+		send, recv := Pattern(n, c.Rank(), 0, 0), make([]byte, p*n)
 		if err := collective.Allgather(ctx, c, send, recv); err != nil {
 			return err
 		}
 		for r := range p {
-			if !bytes.Equal(recv[r*n:(r+1)*n], pattern(n, r, 0, 0)) {
+			if !bytes.Equal(recv[r*n:(r+1)*n], Pattern(n, r, 0, 0)) {
 				return fmt.Errorf("rank %d: block %d differs", c.Rank(), r)
 			}
 		}
@@ -905,12 +905,12 @@ func (s *suite) testInPlace(t *testing.T) {
 	if !okA || !okB {
 		t.Skip("links do not implement transport.InPlaceLink")
 	}
-	ctx := timeoutCtx(t, 60*time.Second)
+	ctx := TimeoutCtx(t, 60*time.Second)
 	sizes := []int{0, 1, 63, 64, 100, 4104, 200 << 10, 1<<20 + 12, 5<<20 + 64}
 	errc := make(chan error, 1)
 	go func() {
 		for i := range 2 * len(sizes) {
-			p := pattern(sizes[i/2], 0, 1, i)
+			p := Pattern(sizes[i/2], 0, 1, i)
 			h := transport.Header{Kind: transport.FrameData, Seq: uint64(i), Length: uint32(len(p))}
 			var err error
 			if i%2 == 0 {
@@ -926,7 +926,7 @@ func (s *suite) testInPlace(t *testing.T) {
 		errc <- nil
 	}()
 	for i := range 2 * len(sizes) {
-		want := pattern(sizes[i/2], 0, 1, i)
+		want := Pattern(sizes[i/2], 0, 1, i)
 		var h transport.Header
 		if err := b.RecvHeader(ctx, &h); err != nil {
 			t.Fatal(err)
@@ -1011,7 +1011,7 @@ func (s *suite) testWakesWhilePolling(t *testing.T) {
 			timer := time.AfterFunc(100*time.Millisecond, stop)
 			defer timer.Stop()
 			err := within(t, 5*time.Second, "a polling call", func() error { return tc.op(ctx, a) })
-			asPeerError(t, err, 1, tc.want)
+			AsPeerError(t, err, 1, tc.want)
 		})
 	}
 }
@@ -1069,7 +1069,7 @@ func (s *suite) testSilentPeerCostsNoCPU(t *testing.T) {
 				<-marked
 				cpu, elapsed := processCPU(t)-cpu0, time.Since(t0)
 				cancel()
-				asPeerError(t, err, 1, context.DeadlineExceeded)
+				AsPeerError(t, err, 1, context.DeadlineExceeded)
 				if elapsed < tc.wait/4 {
 					t.Logf("wait %d: the call returned %v after its measured wait began: not counted", i, elapsed)
 					continue

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/linkutil"
 )
 
 // Config configures a Transport (Network.Listen) or a Mesh. A zero field
@@ -53,22 +54,12 @@ func DefaultConfig() Config {
 // withDefaults fills the zero fields and checks the rest.
 func (c Config) withDefaults() (Config, error) {
 	d := DefaultConfig()
-	c.Secret = append([]byte(nil), c.Secret...)
-	if c.HandshakeTimeout == 0 {
-		c.HandshakeTimeout = d.HandshakeTimeout
-	}
-	if c.IOTimeout == 0 {
-		c.IOTimeout = d.IOTimeout
-	}
-	if c.DialRetry == 0 {
-		c.DialRetry = d.DialRetry
-	}
-	if c.BufferBytes == 0 {
-		c.BufferBytes = d.BufferBytes
-	}
-	if c.Logger == nil {
-		c.Logger = d.Logger
-	}
+	c.Secret = linkutil.CopySecret(c.Secret)
+	c.HandshakeTimeout = linkutil.OrDefault(c.HandshakeTimeout, d.HandshakeTimeout)
+	c.IOTimeout = linkutil.OrDefault(c.IOTimeout, d.IOTimeout)
+	c.DialRetry = linkutil.OrDefault(c.DialRetry, d.DialRetry)
+	c.BufferBytes = linkutil.OrDefault(c.BufferBytes, d.BufferBytes)
+	c.Logger = linkutil.OrDefault(c.Logger, d.Logger)
 	if c.HandshakeTimeout < 0 || c.IOTimeout < 0 || c.DialRetry < 0 || c.BufferBytes < 0 {
 		return c, fmt.Errorf("%w: negative timeout or buffer size", ErrInvalidConfig)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/linkutil"
 )
 
 type frame struct {
@@ -150,13 +151,15 @@ func newPair(bufferBytes int) *pair {
 }
 
 type link struct {
-	rank, peer int
-	addr       string
-	jobHash    uint64
-	epoch      uint64
-	ioTimeout  time.Duration
-	out, in    *queue
-	self, far  *end
+	// The peer and the I/O timeout; Closed and the broken states are not
+	// used: the queues and ends keep this link's state.
+	linkutil.Base
+
+	rank      int
+	jobHash   uint64
+	epoch     uint64
+	out, in   *queue
+	self, far *end
 
 	sendMu sync.Mutex
 	// sendTimer bounds a blocked send (sendMu); made on the first one and
@@ -183,30 +186,26 @@ func armTimer(t **time.Timer, d time.Duration) <-chan time.Time {
 
 // links returns the two links of p: a's (rank ra, to rank rb) and b's.
 func (p *pair) links(ra, rb int, addrA, addrB string, jobHash, epoch uint64, ioTimeout time.Duration) (*link, *link) {
-	la := &link{rank: ra, peer: rb, addr: addrB, jobHash: jobHash, epoch: epoch, ioTimeout: ioTimeout, out: p.ab, in: p.ba, self: p.a, far: p.b}
-	lb := &link{rank: rb, peer: ra, addr: addrA, jobHash: jobHash, epoch: epoch, ioTimeout: ioTimeout, out: p.ba, in: p.ab, self: p.b, far: p.a}
+	la := &link{Base: linkutil.Base{PeerRank: rb, Addr: peerAddr(rb, addrB), IOTimeout: ioTimeout}, rank: ra, jobHash: jobHash, epoch: epoch, out: p.ab, in: p.ba, self: p.a, far: p.b}
+	lb := &link{Base: linkutil.Base{PeerRank: ra, Addr: peerAddr(ra, addrA), IOTimeout: ioTimeout}, rank: rb, jobHash: jobHash, epoch: epoch, out: p.ba, in: p.ab, self: p.b, far: p.a}
 	return la, lb
 }
 
-func (l *link) Peer() int { return l.peer }
-
-func (l *link) RemoteAddr() string {
-	if l.addr == "" {
-		return fmt.Sprintf("inproc rank %d", l.peer)
+// peerAddr is how a link names its peer in RemoteAddr and in errors: by its
+// address, or by its rank when it has none (a Mesh's links).
+func peerAddr(peer int, addr string) string {
+	if addr == "" {
+		return fmt.Sprintf("inproc rank %d", peer)
 	}
-	return l.addr
-}
-
-func (l *link) fail(op string, err error) error {
-	return &transport.PeerError{Rank: l.peer, Addr: l.RemoteAddr(), Op: op, Err: err}
+	return addr
 }
 
 func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) error {
 	if err := transport.CheckOutgoing(h, payload); err != nil {
-		return l.fail("send", err)
+		return l.PeerErr("send", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return l.fail("send", err)
+		return l.PeerErr("send", err)
 	}
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
@@ -222,33 +221,33 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	for {
 		switch {
 		case l.self.isClosed():
-			return l.fail("send", transport.ErrLinkClosed)
+			return l.PeerErr("send", transport.ErrLinkClosed)
 		case l.far.isClosed():
-			return l.fail("send", transport.ErrPeerClosed)
+			return l.PeerErr("send", transport.ErrPeerClosed)
 		case l.out.tryPush(f):
 			return nil
 		}
 		if expired == nil {
-			expired = armTimer(&l.sendTimer, l.ioTimeout)
+			expired = armTimer(&l.sendTimer, l.IOTimeout)
 		}
 		select {
 		case <-l.out.writable:
 		case <-l.self.closed:
 		case <-l.far.closed:
 		case <-ctx.Done():
-			return l.fail("send", ctx.Err())
+			return l.PeerErr("send", ctx.Err())
 		case <-expired:
-			return l.fail("send", transport.ErrPeerTimeout)
+			return l.PeerErr("send", transport.ErrPeerTimeout)
 		}
 	}
 }
 
 func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	if l.pending {
-		return l.fail("recv", fmt.Errorf("the payload of the previous frame (%d bytes) was not read", len(l.cur.payload)))
+		return l.PeerErr("recv", fmt.Errorf("the payload of the previous frame (%d bytes) was not read", len(l.cur.payload)))
 	}
 	if err := ctx.Err(); err != nil {
-		return l.fail("recv", err)
+		return l.PeerErr("recv", err)
 	}
 	var expired <-chan time.Time // armed once this call blocks
 	// One defer outside the loop: a deferred call in a loop is allocated.
@@ -259,7 +258,7 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	}()
 	for {
 		if l.self.isClosed() {
-			return l.fail("recv", transport.ErrLinkClosed)
+			return l.PeerErr("recv", transport.ErrLinkClosed)
 		}
 		// Frames sent before the peer closed are still delivered.
 		farClosed := l.far.isClosed()
@@ -267,26 +266,26 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 			return l.accept(f, h)
 		}
 		if farClosed {
-			return l.fail("recv", transport.ErrPeerClosed)
+			return l.PeerErr("recv", transport.ErrPeerClosed)
 		}
 		if expired == nil {
-			expired = armTimer(&l.recvTimer, l.ioTimeout)
+			expired = armTimer(&l.recvTimer, l.IOTimeout)
 		}
 		select {
 		case <-l.in.readable:
 		case <-l.self.closed:
 		case <-l.far.closed:
 		case <-ctx.Done():
-			return l.fail("recv", ctx.Err())
+			return l.PeerErr("recv", ctx.Err())
 		case <-expired:
-			return l.fail("recv", transport.ErrPeerTimeout)
+			return l.PeerErr("recv", transport.ErrPeerTimeout)
 		}
 	}
 }
 
 func (l *link) accept(f frame, h *transport.Header) error {
-	if err := transport.CheckOrigin(&f.h, l.jobHash, l.epoch, l.peer); err != nil {
-		return l.fail("recv", err)
+	if err := transport.CheckOrigin(&f.h, l.jobHash, l.epoch, l.PeerRank); err != nil {
+		return l.PeerErr("recv", err)
 	}
 	l.cur, l.pending = f, true
 	*h = f.h
@@ -295,10 +294,10 @@ func (l *link) accept(f frame, h *transport.Header) error {
 
 func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	if !l.pending {
-		return l.fail("recv", fmt.Errorf("no frame header was received"))
+		return l.PeerErr("recv", fmt.Errorf("no frame header was received"))
 	}
 	if len(p) != len(l.cur.payload) {
-		return l.fail("recv", fmt.Errorf("payload of %d bytes read into %d", len(l.cur.payload), len(p)))
+		return l.PeerErr("recv", fmt.Errorf("payload of %d bytes read into %d", len(l.cur.payload), len(p)))
 	}
 	copy(p, l.cur.payload)
 	l.in.recycle(l.cur.payload)

@@ -214,6 +214,6 @@ func (c *conn) Link(peer int, addr string, job, epoch uint64, self int) transpor
 	if c.side == 1 {
 		l = lb
 	}
-	l.rank, l.peer, l.addr = self, peer, addr
+	l.rank, l.PeerRank, l.Addr = self, peer, peerAddr(peer, addr)
 	return l
 }

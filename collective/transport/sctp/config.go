@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/linkutil"
 )
 
 // Config configures a Transport. Start from DefaultConfig; zero fields are
@@ -90,51 +91,32 @@ func DefaultConfig() Config {
 // withDefaults fills zero fields and validates the rest.
 func (c Config) withDefaults() (Config, error) {
 	d := DefaultConfig()
-	if len(c.Secret) == 0 {
-		return c, fmt.Errorf("%w: Secret is required", ErrInvalidConfig)
+	secret, err := linkutil.RequireSecret(c.Secret, ErrInvalidConfig)
+	if err != nil {
+		return c, err
 	}
-	c.Secret = append([]byte(nil), c.Secret...)
-	if c.ListenAddr == "" {
-		c.ListenAddr = d.ListenAddr
-	}
-	if c.HandshakeTimeout <= 0 {
-		c.HandshakeTimeout = d.HandshakeTimeout
-	}
-	if c.IOTimeout <= 0 {
-		c.IOTimeout = d.IOTimeout
-	}
-	if c.DialRetry <= 0 {
-		c.DialRetry = d.DialRetry
-	}
-	if c.MTU == 0 {
-		c.MTU = d.MTU
-	}
+	c.Secret = secret
+	c.ListenAddr = linkutil.OrDefault(c.ListenAddr, d.ListenAddr)
+	c.HandshakeTimeout = linkutil.Positive(c.HandshakeTimeout, d.HandshakeTimeout)
+	c.IOTimeout = linkutil.Positive(c.IOTimeout, d.IOTimeout)
+	c.DialRetry = linkutil.Positive(c.DialRetry, d.DialRetry)
+	c.MTU = linkutil.OrDefault(c.MTU, d.MTU)
 	if c.MTU < minMTU || c.MTU > maxMTU {
 		return c, fmt.Errorf("%w: MTU %d outside [%d, %d]", ErrInvalidConfig, c.MTU, minMTU, maxMTU)
 	}
-	if c.ReceiveBuffer == 0 {
-		c.ReceiveBuffer = d.ReceiveBuffer
-	}
+	c.ReceiveBuffer = linkutil.OrDefault(c.ReceiveBuffer, d.ReceiveBuffer)
 	if c.ReceiveBuffer < 4*messageBytes || c.ReceiveBuffer > 1<<30 {
 		return c, fmt.Errorf("%w: ReceiveBuffer %d outside [%d, %d]", ErrInvalidConfig, c.ReceiveBuffer, 4*messageBytes, 1<<30)
 	}
-	if c.SendBuffer == 0 {
-		c.SendBuffer = d.SendBuffer
-	}
+	c.SendBuffer = linkutil.OrDefault(c.SendBuffer, d.SendBuffer)
 	if c.SendBuffer < 2*messageBytes {
 		return c, fmt.Errorf("%w: SendBuffer %d is below %d", ErrInvalidConfig, c.SendBuffer, 2*messageBytes)
 	}
-	if c.SocketBuffer == 0 {
-		c.SocketBuffer = d.SocketBuffer
-	}
+	c.SocketBuffer = linkutil.OrDefault(c.SocketBuffer, d.SocketBuffer)
 	if c.SocketBuffer < 0 {
 		return c, fmt.Errorf("%w: SocketBuffer is negative", ErrInvalidConfig)
 	}
-	if c.ProbeInterval <= 0 {
-		c.ProbeInterval = d.ProbeInterval
-	}
-	if c.Logger == nil {
-		c.Logger = d.Logger
-	}
+	c.ProbeInterval = linkutil.Positive(c.ProbeInterval, d.ProbeInterval)
+	c.Logger = linkutil.OrDefault(c.Logger, d.Logger)
 	return c, nil
 }

@@ -1,8 +1,6 @@
 package sctp_test
 
 import (
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -19,20 +17,13 @@ func testConfig() sctp.Config {
 	cfg.HandshakeTimeout = 2 * time.Second
 	cfg.IOTimeout = 20 * time.Second
 	// GOROVOD_SCTP_DEBUG=1 go test -v shows the transports' own log.
-	if os.Getenv("GOROVOD_SCTP_DEBUG") != "" {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
+	cfg.Logger = conformance.DebugLogger("GOROVOD_SCTP_DEBUG")
 	return cfg
 }
 
 func listen(t testing.TB, cfg sctp.Config) *sctp.Transport {
 	t.Helper()
-	tr, err := sctp.Listen(cfg)
-	if err != nil {
-		t.Fatalf("Listen: %v", err)
-	}
-	t.Cleanup(func() { tr.Close() })
-	return tr
+	return conformance.Listen(t, sctp.Listen, cfg)
 }
 
 // TestConformance runs the suite every transport passes.

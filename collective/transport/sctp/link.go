@@ -13,6 +13,7 @@ import (
 	"github.com/pion/sctp"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/linkutil"
 )
 
 // closeLinger bounds how long Close waits for what is still queued to be
@@ -22,16 +23,16 @@ const closeLinger = 250 * time.Millisecond
 
 // link is one association of a world. It implements transport.Link.
 type link struct {
+	// The peer, the I/O timeout, Closed, each direction's first failure
+	// (WBroken under wmu, RBroken under rmu).
+	linkutil.Base
+
 	c          *sconn
-	peer       int
-	addr       string
 	job, epoch uint64
 	self       uint32
-	ioTimeout  time.Duration
 	probe      time.Duration
 	sendBuffer uint64
 
-	closed  atomic.Bool
 	closing chan struct{} // closed by Close: wakes a Send waiting for room
 
 	// Flow control. pion drops DATA that finds the peer's receive buffer full
@@ -48,8 +49,7 @@ type link struct {
 
 	// Send side, guarded by wmu.
 	wmu      sync.Mutex
-	wbuf     []byte // one message: the header and the start of the payload
-	wbroken  error
+	wbuf     []byte        // one message: the header and the start of the payload
 	wsent    uint64        // message bytes sent
 	released chan struct{} // the queue fell below its threshold
 
@@ -58,7 +58,6 @@ type link struct {
 	rbuf       []byte // the frame's first message
 	roff, rend int    // payload bytes of the frame still in rbuf
 	pending    int    // payload bytes of the last header not read yet
-	rbroken    error
 	rwake      transport.Waker
 	rread      uint64 // message bytes read
 	reported   uint64 // rread as last reported to the peer
@@ -70,13 +69,11 @@ func newLink(c *sconn, peer int, addr string, job, epoch uint64, self int, cfg *
 		addr = c.remote
 	}
 	l := &link{
+		Base:       linkutil.Base{PeerRank: peer, Addr: addr, IOTimeout: cfg.IOTimeout},
 		c:          c,
-		peer:       peer,
-		addr:       addr,
 		job:        job,
 		epoch:      epoch,
 		self:       uint32(self),
-		ioTimeout:  cfg.IOTimeout,
 		probe:      cfg.ProbeInterval,
 		sendBuffer: uint64(cfg.SendBuffer),
 		closing:    make(chan struct{}),
@@ -109,12 +106,12 @@ func (l *link) readCredits() {
 	for {
 		n, err := l.c.credit.Read(b[:])
 		if err == nil && n != 8 {
-			err = &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("flow-control report of %d bytes", n)}
+			err = &transport.FrameError{Peer: l.PeerRank, Reason: fmt.Sprintf("flow-control report of %d bytes", n)}
 		}
 		if err == nil {
 			v := binary.LittleEndian.Uint64(b[:])
 			if v < l.peerRead.Load() {
-				err = &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("flow-control report %d went backwards", v)}
+				err = &transport.FrameError{Peer: l.PeerRank, Reason: fmt.Sprintf("flow-control report %d went backwards", v)}
 			} else {
 				l.peerRead.Store(v)
 			}
@@ -147,19 +144,12 @@ func (l *link) reportRead(n int) {
 	l.reported = l.rread
 }
 
-func (l *link) Peer() int          { return l.peer }
-func (l *link) RemoteAddr() string { return l.addr }
-
-func (l *link) perr(op string, err error) error {
-	return &transport.PeerError{Rank: l.peer, Addr: l.addr, Op: op, Err: err}
-}
-
 // Close tears the link down: blocked calls return with ErrLinkClosed at once;
 // frames already sent get closeLinger to be acknowledged; then the
 // association is aborted, which the peer sees, after reading what it
 // received, as ErrPeerClosed.
 func (l *link) Close() error {
-	if l.closed.Swap(true) {
+	if l.Closed.Swap(true) {
 		return nil
 	}
 	close(l.closing)
@@ -186,36 +176,9 @@ func (l *link) Close() error {
 	return nil
 }
 
-// deadline is the earlier of the silence bound and ctx's deadline, and
-// whether it is ctx's.
-func (l *link) deadline(ctx context.Context) (time.Time, bool) {
-	dl := time.Now().Add(l.ioTimeout)
-	if cd, ok := ctx.Deadline(); ok && !cd.After(dl) {
-		return cd, true
-	}
-	return dl, false
-}
-
-// brokenError is a failure of the association other than the expected ones:
-// it is ErrPeerClosed for callers that only ask whether the peer is gone.
-type brokenError struct{ err error }
-
-func (e *brokenError) Error() string   { return "association broke: " + e.err.Error() }
-func (e *brokenError) Unwrap() []error { return []error{transport.ErrPeerClosed, e.err} }
-
-func isWait(err error) bool {
-	return err == transport.ErrPeerTimeout || err == context.Canceled || err == context.DeadlineExceeded
-}
-
 // gone classifies a failed stream operation.
 func (l *link) gone(err error) error {
-	if l.closed.Load() {
-		return transport.ErrLinkClosed
-	}
-	if errors.Is(err, io.EOF) || errors.Is(err, sctp.ErrStreamClosed) {
-		return transport.ErrPeerClosed
-	}
-	return &brokenError{err}
+	return l.Failure(err, errors.Is(err, io.EOF) || errors.Is(err, sctp.ErrStreamClosed), "association")
 }
 
 // ---- sending ----
@@ -224,19 +187,10 @@ func (l *link) gone(err error) error {
 // unacknowledged bytes is full; the header is encoded from a copy, so the
 // caller's h is left as it was.
 func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) error {
-	if err := transport.CheckOutgoing(h, payload); err != nil {
-		return l.perr("send", err)
-	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	if l.closed.Load() {
-		return l.perr("send", transport.ErrLinkClosed)
-	}
-	if l.wbroken != nil {
-		return l.perr("send", l.wbroken)
-	}
-	if err := ctx.Err(); err != nil {
-		return l.perr("send", err)
+	if err := l.SendReady(ctx, h, payload); err != nil {
+		return err
 	}
 	hh := *h
 	hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
@@ -246,8 +200,8 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	err := l.write(ctx, l.wbuf[:transport.HeaderSize+first])
 	if err != nil {
 		// Nothing of the frame was queued: the stream is intact.
-		if isWait(err) {
-			return l.perr("send", err)
+		if linkutil.IsWait(err) {
+			return l.PeerErr("send", err)
 		}
 	} else {
 		for off := first; off < len(payload) && err == nil; off += messageBytes {
@@ -255,10 +209,7 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 		}
 	}
 	if err != nil {
-		if err != transport.ErrLinkClosed {
-			l.wbroken = err
-		}
-		return l.perr("send", err)
+		return l.SendFailed(err)
 	}
 	return nil
 }
@@ -273,7 +224,7 @@ func (l *link) write(ctx context.Context, msg []byte) error {
 		}
 	}()
 	for {
-		if l.closed.Load() {
+		if l.Closed.Load() {
 			return transport.ErrLinkClosed
 		}
 		if errp := l.creditErr.Load(); errp != nil {
@@ -284,7 +235,7 @@ func (l *link) write(ctx context.Context, msg []byte) error {
 		if (unread == 0 || unread+uint64(len(msg)) <= l.window) && (queued == 0 || queued+uint64(len(msg)) <= l.sendBuffer) {
 			break
 		}
-		dl, ctxBound := l.deadline(ctx)
+		dl, ctxBound := l.Deadline(ctx)
 		if timer == nil {
 			timer = time.NewTimer(time.Until(dl))
 		} else {
@@ -322,27 +273,18 @@ func (l *link) write(ctx context.Context, msg []byte) error {
 func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if err := l.recvReady(); err != nil {
+	if err := l.HeaderReady(ctx, l.pending); err != nil {
 		return err
 	}
-	if l.pending != 0 {
-		return l.perr("recv", fmt.Errorf("%d payload bytes of the previous frame not read", l.pending))
-	}
-	if err := ctx.Err(); err != nil {
-		return l.perr("recv", err)
-	}
+	// A read cut short by the context or the I/O timeout consumed nothing
+	// (HeaderFailed).
 	n, err := l.read(ctx, l.rbuf)
 	if err != nil {
-		// A read cut short by the context or the I/O timeout consumed nothing
-		// and may be retried; anything else leaves the link unusable.
-		if !isWait(err) && err != transport.ErrLinkClosed {
-			l.rbroken = err
-		}
-		return l.perr("recv", err)
+		return l.HeaderFailed(err)
 	}
 	if err := l.parseHeader(l.rbuf[:n], h); err != nil {
-		l.rbroken = err
-		return l.perr("recv", err)
+		l.RBroken = err
+		return l.PeerErr("recv", err)
 	}
 	l.reportRead(n)
 	l.roff, l.rend, l.pending = transport.HeaderSize, n, int(h.Length)
@@ -352,23 +294,13 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 // parseHeader checks a frame's first message.
 func (l *link) parseHeader(msg []byte, h *transport.Header) error {
 	if len(msg) < transport.HeaderSize {
-		return &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("message of %d bytes cannot hold a header", len(msg))}
+		return &transport.FrameError{Peer: l.PeerRank, Reason: fmt.Sprintf("message of %d bytes cannot hold a header", len(msg))}
 	}
-	if err := transport.DecodeFrom(msg, h, l.job, l.epoch, l.peer); err != nil {
+	if err := transport.DecodeFrom(msg, h, l.job, l.epoch, l.PeerRank); err != nil {
 		return err
 	}
 	if want := transport.HeaderSize + min(int(h.Length), messageBytes-transport.HeaderSize); len(msg) != want {
-		return &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("first message of a %d-byte frame holds %d bytes, want %d", h.Length, len(msg), want)}
-	}
-	return nil
-}
-
-func (l *link) recvReady() error {
-	if l.closed.Load() {
-		return l.perr("recv", transport.ErrLinkClosed)
-	}
-	if l.rbroken != nil {
-		return l.perr("recv", l.rbroken)
+		return &transport.FrameError{Peer: l.PeerRank, Reason: fmt.Sprintf("first message of a %d-byte frame holds %d bytes, want %d", h.Length, len(msg), want)}
 	}
 	return nil
 }
@@ -378,18 +310,8 @@ func (l *link) recvReady() error {
 func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if err := l.recvReady(); err != nil {
+	if done, err := l.PayloadReady(ctx, len(p), l.pending); done || err != nil {
 		return err
-	}
-	if len(p) != l.pending {
-		return l.perr("recv", fmt.Errorf("payload buffer of %d bytes for a frame of %d", len(p), l.pending))
-	}
-	if len(p) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		l.rbroken = err
-		return l.perr("recv", err)
 	}
 	off := copy(p, l.rbuf[l.roff:l.rend])
 	l.roff = l.rend
@@ -397,13 +319,10 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 		want := min(messageBytes, len(p)-off)
 		n, err := l.read(ctx, p[off:off+want])
 		if err == nil && n != want {
-			err = &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("message of %d bytes where %d were due", n, want)}
+			err = &transport.FrameError{Peer: l.PeerRank, Reason: fmt.Sprintf("message of %d bytes where %d were due", n, want)}
 		}
 		if err != nil {
-			if err != transport.ErrLinkClosed {
-				l.rbroken = err
-			}
-			return l.perr("recv", err)
+			return l.RecvFailed(err)
 		}
 		l.reportRead(n)
 		off += n
@@ -418,29 +337,24 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 // (its port answers with ICMP "port unreachable"), instead of at IOTimeout.
 func (l *link) read(ctx context.Context, b []byte) (int, error) {
 	l.rwake.Watch(ctx)
-	dl, ctxBound := l.deadline(ctx)
+	dl, ctxBound := l.Deadline(ctx)
 	for {
 		next := dl
 		if p := time.Now().Add(l.probe); p.Before(next) {
 			next = p
 		}
 		_ = l.c.stream.SetReadDeadline(next)
-		// As in the TCP transport: the context may have ended just before the
-		// new deadline replaced the one its watch set.
-		if err := ctx.Err(); err != nil {
+		if err := l.Interrupted(ctx); err != nil {
 			return 0, err
-		}
-		if l.closed.Load() {
-			return 0, transport.ErrLinkClosed
 		}
 		n, err := l.c.stream.Read(b)
 		switch {
 		case err == nil:
 			return n, nil
-		case l.closed.Load():
+		case l.Closed.Load():
 			return 0, transport.ErrLinkClosed
 		case errors.Is(err, io.ErrShortBuffer):
-			return 0, &transport.FrameError{Peer: l.peer, Reason: fmt.Sprintf("message larger than the %d bytes due", len(b))}
+			return 0, &transport.FrameError{Peer: l.PeerRank, Reason: fmt.Sprintf("message larger than the %d bytes due", len(b))}
 		case !errors.Is(err, sctp.ErrReadDeadlineExceeded):
 			return 0, l.gone(err)
 		}
@@ -448,10 +362,7 @@ func (l *link) read(ctx context.Context, b []byte) (int, error) {
 			return 0, cerr
 		}
 		if !time.Now().Before(dl) {
-			if ctxBound {
-				return 0, context.DeadlineExceeded
-			}
-			return 0, transport.ErrPeerTimeout
+			return 0, linkutil.Expired(ctx, ctxBound)
 		}
 		l.c.assoc.ActiveHeartbeat()
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/linkutil"
 )
 
 // Config configures a Transport. Start from DefaultConfig; zero fields are
@@ -105,27 +106,14 @@ func DefaultConfig() Config {
 // withDefaults fills zero fields and validates the rest.
 func (c Config) withDefaults() (Config, error) {
 	d := DefaultConfig()
-	if c.ListenAddr == "" {
-		c.ListenAddr = d.ListenAddr
-	}
-	if c.HandshakeTimeout <= 0 {
-		c.HandshakeTimeout = d.HandshakeTimeout
-	}
-	if c.IOTimeout <= 0 {
-		c.IOTimeout = d.IOTimeout
-	}
-	if c.Dir == "" {
-		c.Dir = d.Dir
-	}
+	c.ListenAddr = linkutil.OrDefault(c.ListenAddr, d.ListenAddr)
+	c.HandshakeTimeout = linkutil.Positive(c.HandshakeTimeout, d.HandshakeTimeout)
+	c.IOTimeout = linkutil.Positive(c.IOTimeout, d.IOTimeout)
+	c.Dir = linkutil.OrDefault(c.Dir, d.Dir)
 	if c.RingBytes != 0 && (c.RingBytes < minRingBytes || c.RingBytes > maxRingBytes || c.RingBytes&(c.RingBytes-1) != 0) {
 		return c, fmt.Errorf("%w: RingBytes %d must be a power of two in [%d, %d]", ErrInvalidConfig, c.RingBytes, minRingBytes, maxRingBytes)
 	}
-	switch {
-	case c.SpinTime == 0:
-		c.SpinTime = d.SpinTime
-	case c.SpinTime < 0:
-		c.SpinTime = 0
-	}
+	c.SpinTime = linkutil.SpinTime(c.SpinTime, d.SpinTime)
 	switch {
 	case c.SingleCopyBytes == 0:
 		c.SingleCopyBytes = d.SingleCopyBytes
@@ -137,10 +125,8 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.HostID) > 256 {
 		return c, fmt.Errorf("%w: HostID is longer than 256 bytes", ErrInvalidConfig)
 	}
-	if c.Logger == nil {
-		c.Logger = d.Logger
-	}
-	c.Secret = append([]byte(nil), c.Secret...)
+	c.Logger = linkutil.OrDefault(c.Logger, d.Logger)
+	c.Secret = linkutil.CopySecret(c.Secret)
 	return c, nil
 }
 

@@ -3,13 +3,13 @@
 package shm_test
 
 import (
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/collective/transport/conformance"
 	"github.com/gorovod/gorovod/collective/transport/shm"
 )
 
@@ -27,20 +27,13 @@ func testConfig() shm.Config {
 	// Small rings keep the tests' /dev/shm use low (Docker's default is 64 MiB).
 	cfg.RingBytes = 1 << 20
 	// GOROVOD_SHM_DEBUG=1 go test -v shows the transports' own log.
-	if os.Getenv("GOROVOD_SHM_DEBUG") != "" {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
+	cfg.Logger = conformance.DebugLogger("GOROVOD_SHM_DEBUG")
 	return cfg
 }
 
 func listen(t testing.TB, cfg shm.Config) *shm.Transport {
 	t.Helper()
-	tr, err := shm.Listen(cfg)
-	if err != nil {
-		t.Fatalf("Listen: %v", err)
-	}
-	t.Cleanup(func() { tr.Close() })
-	return tr
+	return conformance.Listen(t, shm.Listen, cfg)
 }
 
 // shmFiles lists the files in dir that this process created (the creator's

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/linkutil"
 	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 )
 
@@ -33,18 +34,19 @@ const spinCheck = 64
 
 // link is one rank pair's shared-memory connection. It implements transport.Link.
 type link struct {
-	peer       int
-	addr       string
+	// The peer, the I/O timeout, Closed, each direction's first failure
+	// (WBroken under wmu: a failure after part of a frame was published;
+	// RBroken under rmu).
+	linkutil.Base
+
 	job, epoch uint64
 	self       uint32
-	ioTimeout  time.Duration
 
 	reg        *region
 	out, in    ring    // out: this side produces; in: this side consumes
 	selfClosed *uint32 // this side's closed flag in the region
 	peerClosed *uint32 // the peer's
 
-	closed   atomic.Bool
 	peerGone atomic.Bool // a FIFO read saw end-of-file: the peer's write ends are closed
 	stopFn   func() bool // closed or peer gone: a polling wait ends
 
@@ -53,16 +55,15 @@ type link struct {
 	wspin, rspin spin.Budget
 
 	// Send side, guarded by wmu.
-	wmu     sync.Mutex
-	wtail   uint64 // bytes written into out, published or not
-	wpub    uint64 // bytes published (out.tail)
-	whead   uint64 // out.head as last read
-	wbroken error  // first failure after part of a frame was published
-	spaceR  *os.File
-	dataW   int // the peer's receive FIFO
-	wwake   transport.Waker
-	wdrain  [64]byte
-	one     [1]byte
+	wmu    sync.Mutex
+	wtail  uint64 // bytes written into out, published or not
+	wpub   uint64 // bytes published (out.tail)
+	whead  uint64 // out.head as last read
+	spaceR *os.File
+	dataW  int // the peer's receive FIFO
+	wwake  transport.Waker
+	wdrain [64]byte
+	one    [1]byte
 
 	// Receive side, one goroutine at a time; rmu orders it with Close.
 	rmu     sync.Mutex
@@ -71,7 +72,6 @@ type link struct {
 	rtail   uint64 // in.tail as last read
 	rskip   uint64 // padding after the last frame's payload, skipped before the next header
 	pending int    // payload bytes of the last header not read yet
-	rbroken error
 	dataR   *os.File
 	spaceW  int // the peer's send FIFO
 	rwake   transport.Waker
@@ -110,12 +110,10 @@ type endpoint struct {
 
 func newLink(e *endpoint) *link {
 	l := &link{
-		peer:       e.peer,
-		addr:       e.addr,
+		Base:       linkutil.Base{PeerRank: e.peer, Addr: e.addr, IOTimeout: e.ioTimeout},
 		job:        e.job,
 		epoch:      e.epoch,
 		self:       uint32(e.self),
-		ioTimeout:  e.ioTimeout,
 		spinTime:   e.spin,
 		wspin:      spin.NewBudget(e.spin, spinCheck, false),
 		rspin:      spin.NewBudget(e.spin, spinCheck, false),
@@ -131,7 +129,7 @@ func newLink(e *endpoint) *link {
 		singleMin:  e.singleMin,
 		peerPID:    e.peerPID,
 	}
-	l.stopFn = func() bool { return l.closed.Load() || l.gone() }
+	l.stopFn = func() bool { return l.Closed.Load() || l.gone() }
 	spaceR, dataR := e.spaceR, e.dataR
 	l.wwake.Init(func(t time.Time) { _ = spaceR.SetReadDeadline(t) })
 	l.rwake.Init(func(t time.Time) { _ = dataR.SetReadDeadline(t) })
@@ -151,18 +149,11 @@ func (l *link) oversubscribed() {
 	l.rspin = spin.NewYieldingBudget(l.spinTime, spinCheck)
 }
 
-func (l *link) Peer() int          { return l.peer }
-func (l *link) RemoteAddr() string { return l.addr }
-
-func (l *link) perr(op string, err error) error {
-	return &transport.PeerError{Rank: l.peer, Addr: l.addr, Op: op, Err: err}
-}
-
 // Close tears the link down. Blocked calls wake with ErrLinkClosed; the peer's
 // wake with ErrPeerClosed once they have taken every complete frame still in
 // the ring.
 func (l *link) Close() error {
-	if l.closed.Swap(true) {
+	if l.Closed.Swap(true) {
 		return nil
 	}
 	atomic.StoreUint32(l.selfClosed, 1)
@@ -192,29 +183,13 @@ func (l *link) gone() bool {
 	return l.peerGone.Load() || atomic.LoadUint32(l.peerClosed) != 0
 }
 
-// deadline is the earlier of the silence bound and ctx's deadline, and whether
-// it is ctx's.
-func (l *link) deadline(ctx context.Context) (time.Time, bool) {
-	dl := time.Now().Add(l.ioTimeout)
-	if cd, ok := ctx.Deadline(); ok && !cd.After(dl) {
-		return cd, true
-	}
-	return dl, false
-}
-
 func corrupt(peer int, what string) error {
 	return &transport.FrameError{Peer: peer, Reason: "shared-memory ring corrupted: " + what}
 }
 
-// brokenError is a FIFO failure other than the expected ones: it is
-// ErrPeerClosed for callers that only ask whether the peer is gone.
-type brokenError struct{ err error }
-
-func (e *brokenError) Error() string   { return "shared-memory link broke: " + e.err.Error() }
-func (e *brokenError) Unwrap() []error { return []error{transport.ErrPeerClosed, e.err} }
-
-func isWait(err error) bool {
-	return err == transport.ErrPeerTimeout || err == context.Canceled || err == context.DeadlineExceeded
+// broken is a FIFO or process_vm_readv failure other than the expected ones.
+func broken(err error) error {
+	return &linkutil.BrokenError{What: "shared-memory link", Err: err}
 }
 
 // waitSide is what a wait needs of one direction: the FIFO this side parks
@@ -250,10 +225,10 @@ func (l *link) wait(ctx context.Context, ws *waitSide, cond func() (bool, error)
 		}
 	}
 	w.End(false)
-	dl, ctxBound := l.deadline(ctx)
+	dl, ctxBound := l.Deadline(ctx)
 	ws.wake.Watch(ctx)
 	for {
-		if l.closed.Load() {
+		if l.Closed.Load() {
 			return transport.ErrLinkClosed
 		}
 		atomic.StoreUint32(ws.flag, 1)
@@ -271,7 +246,7 @@ func (l *link) wait(ctx context.Context, ws *waitSide, cond func() (bool, error)
 		}
 		if err := l.park(ws, ctx, dl, ctxBound); err != nil {
 			atomic.StoreUint32(ws.flag, 0)
-			if isWait(err) {
+			if linkutil.IsWait(err) {
 				// Progress that came just as the wait ended is taken after all.
 				if ok, _ := cond(); ok {
 					return nil
@@ -287,20 +262,15 @@ func (l *link) wait(ctx context.Context, ws *waitSide, cond func() (bool, error)
 // nil when the caller should look at the ring again.
 func (l *link) park(ws *waitSide, ctx context.Context, dl time.Time, ctxBound bool) error {
 	_ = ws.f.SetReadDeadline(dl)
-	// As in the TCP transport: the context may have ended just before the new
-	// deadline replaced the one its watch set.
-	if err := ctx.Err(); err != nil {
+	if err := l.Interrupted(ctx); err != nil {
 		return err
-	}
-	if l.closed.Load() {
-		return transport.ErrLinkClosed
 	}
 	_, err := ws.f.Read(ws.drain)
 	if err == nil {
 		return nil
 	}
 	switch {
-	case l.closed.Load():
+	case l.Closed.Load():
 		return transport.ErrLinkClosed
 	case errors.Is(err, io.EOF):
 		l.peerGone.Store(true)
@@ -310,16 +280,13 @@ func (l *link) park(ws *waitSide, ctx context.Context, dl time.Time, ctxBound bo
 			return cerr
 		}
 		if !time.Now().Before(dl) {
-			if ctxBound {
-				return context.DeadlineExceeded
-			}
-			return transport.ErrPeerTimeout
+			return linkutil.Expired(ctx, ctxBound)
 		}
 		return nil
 	case errors.Is(err, os.ErrClosed):
 		return transport.ErrLinkClosed
 	}
-	return &brokenError{err}
+	return broken(err)
 }
 
 // ---- sending ----
@@ -342,22 +309,13 @@ func (l *link) SendInPlace(ctx context.Context, h *transport.Header, payload []b
 
 // send is Send; singleOK allows a single-copy frame.
 func (l *link) send(ctx context.Context, h *transport.Header, payload []byte, singleOK bool) error {
-	if err := transport.CheckOutgoing(h, payload); err != nil {
-		return l.perr("send", err)
-	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	if l.closed.Load() {
-		return l.perr("send", transport.ErrLinkClosed)
-	}
-	if l.wbroken != nil {
-		return l.perr("send", l.wbroken)
-	}
-	if err := ctx.Err(); err != nil {
-		return l.perr("send", err)
+	if err := l.SendReady(ctx, h, payload); err != nil {
+		return err
 	}
 	if l.gone() {
-		return l.perr("send", transport.ErrPeerClosed)
+		return l.PeerErr("send", transport.ErrPeerClosed)
 	}
 	single := singleOK && l.singleMin > 0 && len(payload) >= l.singleMin
 	var rec [recordAlign]byte
@@ -399,12 +357,9 @@ func (l *link) send(ctx context.Context, h *transport.Header, payload []byte, si
 	} else if l.wpub == start && err != transport.ErrLinkClosed {
 		// Nothing of the frame was published: forget it, the stream is intact.
 		l.wtail = start
-		return l.perr("send", err)
+		return l.PeerErr("send", err)
 	}
-	if err != transport.ErrLinkClosed {
-		l.wbroken = err
-	}
-	return l.perr("send", err)
+	return l.SendFailed(err)
 }
 
 // padding is the filler after a payload of n bytes, up to the next record boundary.
@@ -429,7 +384,7 @@ func (l *link) put(ctx context.Context, src []byte, n int) error {
 		n -= int(k)
 		l.wtail += k
 		if l.wtail-l.wpub >= pieceBytes {
-			if l.closed.Load() {
+			if l.Closed.Load() {
 				return transport.ErrLinkClosed
 			}
 			l.publishTail()
@@ -456,7 +411,7 @@ func (l *link) haveSpace() (bool, error) {
 	h := atomic.LoadUint64(l.out.head)
 	raceAcquire()
 	if l.wtail-h > l.out.size || h-l.whead > l.out.size {
-		return false, corrupt(l.peer, fmt.Sprintf("consumer counter %d outside [%d, %d]", h, l.whead, l.wtail))
+		return false, corrupt(l.PeerRank, fmt.Sprintf("consumer counter %d outside [%d, %d]", h, l.whead, l.wtail))
 	}
 	l.whead = h
 	return l.wtail-h < l.out.size, nil
@@ -482,7 +437,7 @@ func (l *link) waitAcked(ctx context.Context) error {
 		a := atomic.LoadUint64(l.out.acked)
 		raceAcquire()
 		if a > l.wseq || a+1 < l.wseq {
-			return false, corrupt(l.peer, fmt.Sprintf("single-copy ack %d, last sent %d", a, l.wseq))
+			return false, corrupt(l.PeerRank, fmt.Sprintf("single-copy ack %d, last sent %d", a, l.wseq))
 		}
 		return a == l.wseq, nil
 	}
@@ -502,45 +457,32 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	spin.YieldGoroutines(ctx) // not on a locked thread (spin.OnLockedThread)
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if err := l.recvReady(); err != nil {
+	if err := l.HeaderReady(ctx, l.pending); err != nil {
 		return err
 	}
-	if l.pending != 0 {
-		return l.perr("recv", fmt.Errorf("%d payload bytes of the previous frame not read", l.pending))
-	}
-	if err := ctx.Err(); err != nil {
-		return l.perr("recv", err)
-	}
-	// Nothing is consumed until the whole record head is there, so a wait cut
-	// short by the context or the I/O timeout may be retried; anything else
-	// leaves the link unusable.
-	fail := func(err error) error {
-		if !isWait(err) && err != transport.ErrLinkClosed {
-			l.rbroken = err
-		}
-		return l.perr("recv", err)
-	}
+	// Nothing is consumed until the whole record head is there
+	// (HeaderFailed).
 	need := l.rskip + recordAlign
 	if err := l.waitData(ctx, need); err != nil {
-		return fail(err)
+		return l.HeaderFailed(err)
 	}
 	at := (l.rhead + l.rskip) & l.in.mask
 	rec := l.in.data[at : at+recordAlign]
 	kind := rec[offKind]
 	if kind != recInline && kind != recSingle {
-		l.rbroken = corrupt(l.peer, fmt.Sprintf("record kind %d", kind))
-		return l.perr("recv", l.rbroken)
+		l.RBroken = corrupt(l.PeerRank, fmt.Sprintf("record kind %d", kind))
+		return l.PeerErr("recv", l.RBroken)
 	}
-	if err := transport.DecodeFrom(rec, h, l.job, l.epoch, l.peer); err != nil {
-		l.rbroken = err
-		return l.perr("recv", err)
+	if err := transport.DecodeFrom(rec, h, l.job, l.epoch, l.PeerRank); err != nil {
+		l.RBroken = err
+		return l.PeerErr("recv", err)
 	}
 	l.rsingle = kind == recSingle
 	if l.rsingle {
 		addr, seq := binary.LittleEndian.Uint64(rec[offAddr:]), binary.LittleEndian.Uint64(rec[offSeq:])
 		if seq != l.rseq+1 || h.Length == 0 {
-			l.rbroken = corrupt(l.peer, fmt.Sprintf("single-copy record %d of %d bytes after record %d", seq, h.Length, l.rseq))
-			return l.perr("recv", l.rbroken)
+			l.RBroken = corrupt(l.PeerRank, fmt.Sprintf("single-copy record %d of %d bytes after record %d", seq, h.Length, l.rseq))
+			return l.PeerErr("recv", l.RBroken)
 		}
 		l.raddr = addr
 	}
@@ -552,16 +494,6 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	l.pending = int(h.Length)
 	if l.pending == 0 || l.rsingle {
 		l.publishHead()
-	}
-	return nil
-}
-
-func (l *link) recvReady() error {
-	if l.closed.Load() {
-		return l.perr("recv", transport.ErrLinkClosed)
-	}
-	if l.rbroken != nil {
-		return l.perr("recv", l.rbroken)
 	}
 	return nil
 }
@@ -583,36 +515,17 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 // whole. done says that nothing is left to read (an empty or single-copy
 // payload).
 func (l *link) payloadStart(ctx context.Context, p []byte) (done bool, err error) {
-	if err := l.recvReady(); err != nil {
-		return false, err
-	}
-	if len(p) != l.pending {
-		return false, l.perr("recv", fmt.Errorf("payload buffer of %d bytes for a frame of %d", len(p), l.pending))
-	}
-	if len(p) == 0 {
-		return true, nil
-	}
-	if err := ctx.Err(); err != nil {
-		l.rbroken = err
-		return false, l.perr("recv", err)
+	if done, err := l.PayloadReady(ctx, len(p), l.pending); done || err != nil {
+		return done, err
 	}
 	if !l.rsingle {
 		return false, nil
 	}
 	if err := l.readSingle(p); err != nil {
-		return false, l.recvFailed(err)
+		return false, l.RecvFailed(err)
 	}
 	l.pending = 0
 	return true, nil
-}
-
-// recvFailed records a receive failure (unless the link was closed: then
-// every call reports that) and returns it for the caller.
-func (l *link) recvFailed(err error) error {
-	if err != transport.ErrLinkClosed {
-		l.rbroken = err
-	}
-	return l.perr("recv", err)
 }
 
 // RecvPayloadInPlace hands the payload announced by the last header to fn
@@ -628,7 +541,7 @@ func (l *link) RecvPayloadInPlace(ctx context.Context, scratch []byte, fn func(o
 	}
 	if single {
 		if err := fn(0, scratch); err != nil {
-			l.rbroken = fmt.Errorf("the frame's consumer failed: %w", err)
+			l.RBroken = fmt.Errorf("the frame's consumer failed: %w", err)
 			return err
 		}
 		return nil
@@ -645,7 +558,7 @@ func (l *link) fromRing(ctx context.Context, n int, dst []byte, fn func(off int,
 		want := uint64(min(inPlaceAlign, n-off))
 		if l.rtail-l.rhead < want {
 			if err := l.waitData(ctx, want); err != nil {
-				return l.recvFailed(err)
+				return l.RecvFailed(err)
 			}
 		}
 		idx := l.rhead & l.in.mask
@@ -657,7 +570,7 @@ func (l *link) fromRing(ctx context.Context, n int, dst []byte, fn func(off int,
 		if dst != nil {
 			copy(dst[off:], piece)
 		} else if err := fn(off, piece); err != nil {
-			l.rbroken = fmt.Errorf("the frame's consumer failed: %w", err)
+			l.RBroken = fmt.Errorf("the frame's consumer failed: %w", err)
 			return err
 		}
 		off += int(k)
@@ -685,7 +598,7 @@ func (l *link) readSingle(p []byte) error {
 	seq := l.rseq + 1
 	defer func() { l.liov[0].Base = nil }() // do not pin the caller's buffer
 	for off := 0; off < len(p); {
-		if l.closed.Load() {
+		if l.Closed.Load() {
 			return transport.ErrLinkClosed
 		}
 		k := min(len(p)-off, singleChunk)
@@ -697,14 +610,14 @@ func (l *link) readSingle(p []byte) error {
 		case errors.Is(err, unix.ESRCH):
 			return transport.ErrPeerClosed
 		case err != nil:
-			return &brokenError{fmt.Errorf("reading the peer's payload: %w", err)}
+			return broken(fmt.Errorf("reading the peer's payload: %w", err))
 		case n <= 0:
-			return &brokenError{errors.New("reading the peer's payload: no progress")}
+			return broken(errors.New("reading the peer's payload: no progress"))
 		}
 		off += n
 	}
 	if atomic.LoadUint64(l.in.withdrawn) >= seq {
-		return &brokenError{errors.New("the peer withdrew the frame it was sending")}
+		return broken(errors.New("the peer withdrew the frame it was sending"))
 	}
 	l.rseq = seq
 	raceRelease()
@@ -736,7 +649,7 @@ func (l *link) haveData(need uint64) (bool, error) {
 	t := atomic.LoadUint64(l.in.tail)
 	raceAcquire()
 	if t-l.rhead > l.in.size {
-		return false, corrupt(l.peer, fmt.Sprintf("producer counter %d outside [%d, %d]", t, l.rhead, l.rhead+l.in.size))
+		return false, corrupt(l.PeerRank, fmt.Sprintf("producer counter %d outside [%d, %d]", t, l.rhead, l.rhead+l.in.size))
 	}
 	l.rtail = t
 	return t-l.rhead >= need, nil

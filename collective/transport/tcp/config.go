@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/linkutil"
 )
 
 // Config configures a Transport. Start from DefaultConfig; zero fields are
@@ -105,38 +106,18 @@ func DefaultConfig() Config {
 // withDefaults fills zero fields and validates the rest.
 func (c Config) withDefaults() (Config, error) {
 	d := DefaultConfig()
-	if len(c.Secret) == 0 {
-		return c, fmt.Errorf("%w: Secret is required", ErrInvalidConfig)
+	secret, err := linkutil.RequireSecret(c.Secret, ErrInvalidConfig)
+	if err != nil {
+		return c, err
 	}
-	// Copy the secret so a caller reusing its slice cannot change it under us.
-	c.Secret = append([]byte(nil), c.Secret...)
-	if c.ListenAddr == "" {
-		c.ListenAddr = d.ListenAddr
-	}
-	if c.HandshakeTimeout <= 0 {
-		c.HandshakeTimeout = d.HandshakeTimeout
-	}
-	if c.IOTimeout <= 0 {
-		c.IOTimeout = d.IOTimeout
-	}
-	if c.DialRetry <= 0 {
-		c.DialRetry = d.DialRetry
-	}
-	if c.ReadBufferSize <= 0 {
-		c.ReadBufferSize = d.ReadBufferSize
-	}
-	if c.ReadBufferSize < minReadBufferSize {
-		c.ReadBufferSize = minReadBufferSize
-	}
-	switch {
-	case c.SpinTime == 0:
-		c.SpinTime = d.SpinTime
-	case c.SpinTime < 0:
-		c.SpinTime = 0
-	}
-	if c.Logger == nil {
-		c.Logger = d.Logger
-	}
+	c.Secret = secret
+	c.ListenAddr = linkutil.OrDefault(c.ListenAddr, d.ListenAddr)
+	c.HandshakeTimeout = linkutil.Positive(c.HandshakeTimeout, d.HandshakeTimeout)
+	c.IOTimeout = linkutil.Positive(c.IOTimeout, d.IOTimeout)
+	c.DialRetry = linkutil.Positive(c.DialRetry, d.DialRetry)
+	c.ReadBufferSize = max(linkutil.Positive(c.ReadBufferSize, d.ReadBufferSize), minReadBufferSize)
+	c.SpinTime = linkutil.SpinTime(c.SpinTime, d.SpinTime)
+	c.Logger = linkutil.OrDefault(c.Logger, d.Logger)
 	return c, nil
 }
 

@@ -16,7 +16,7 @@ func TestConformance(t *testing.T) {
 			cfg.SpinTime = o.SpinTime
 			return listen(t, cfg)
 		},
-		Packages:   []string{"collective/transport/tcp.", "collective/transport/internal/mesh."},
+		Packages:   tcpPackages,
 		ZeroAllocs: true,
 	})
 }

@@ -47,7 +47,7 @@ func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport
 		if buf > 0 && tl.sameHost() {
 			if err := tl.setBuffers(buf); err != nil {
 				// Autotuning stays: slower to ramp up, but it works.
-				t.log.Debug("gorovod tcp: socket buffers not set", "peer", tl.peer, "bytes", buf, "err", err)
+				t.log.Debug("gorovod tcp: socket buffers not set", "peer", tl.PeerRank, "bytes", buf, "err", err)
 			}
 		}
 	}

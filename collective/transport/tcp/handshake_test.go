@@ -4,30 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/conformance"
 )
-
-func asHandshakeError(t testing.TB, err error, rank int, reason string) *transport.HandshakeError {
-	t.Helper()
-	var he *transport.HandshakeError
-	if !errors.As(err, &he) {
-		t.Fatalf("error %v (%T) is not a *transport.HandshakeError", err, err)
-	}
-	if he.Rank != rank {
-		t.Errorf("HandshakeError names rank %d, want %d: %v", he.Rank, rank, err)
-	}
-	if !he.Fatal {
-		t.Errorf("HandshakeError is not fatal: %v", err)
-	}
-	if !strings.Contains(he.Error(), reason) {
-		t.Errorf("HandshakeError %q does not mention %q", he, reason)
-	}
-	return he
-}
 
 // TestWrongSecret: in a pair with different secrets, the dialer fails at once
 // with a fatal HandshakeError; the acceptor, which cannot tell a misconfigured
@@ -41,18 +23,18 @@ func TestWrongSecret(t *testing.T) {
 	addrs := []string{a.Addr(), b.Addr()}
 	acceptErr := make(chan error, 1)
 	go func() {
-		_, err := a.Connect(timeoutCtx(t, time.Second), transport.World{JobID: "job", Epoch: 1, Rank: 0, Addrs: addrs})
+		_, err := a.Connect(conformance.TimeoutCtx(t, time.Second), transport.World{JobID: "job", Epoch: 1, Rank: 0, Addrs: addrs})
 		acceptErr <- err
 	}()
 	start := time.Now()
-	_, err := b.Connect(timeoutCtx(t, 20*time.Second), transport.World{JobID: "job", Epoch: 1, Rank: 1, Addrs: addrs})
+	_, err := b.Connect(conformance.TimeoutCtx(t, 20*time.Second), transport.World{JobID: "job", Epoch: 1, Rank: 1, Addrs: addrs})
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("wrong secret took %v to detect", d)
 	}
-	asHandshakeError(t, err, 0, "wrong secret")
+	conformance.AsHandshakeError(t, err, 0, "wrong secret")
 	err = <-acceptErr
-	asPeerError(t, err, 1, context.DeadlineExceeded)
-	asHandshakeError(t, err, 1, "wrong secret")
+	conformance.AsPeerError(t, err, 1, context.DeadlineExceeded)
+	conformance.AsHandshakeError(t, err, 1, "wrong secret")
 }
 
 // TestRawWrongSecret: a dialer whose proof does not verify hears "wrong
@@ -61,7 +43,7 @@ func TestRawWrongSecret(t *testing.T) {
 	checkNoLeaks(t)
 	cfg := testConfig()
 	a := listen(t, cfg)
-	ctx := timeoutCtx(t, 20*time.Second)
+	ctx := conformance.TimeoutCtx(t, 20*time.Second)
 	connErr := make(chan error, 1)
 	go func() {
 		links, err := a.Connect(ctx, transport.World{JobID: "job", Epoch: 1, Rank: 0, Addrs: []string{a.Addr(), ""}})
@@ -73,7 +55,7 @@ func TestRawWrongSecret(t *testing.T) {
 	// The raw dialer checks the acceptor's proof with the right secret but proves
 	// itself with a wrong one.
 	_, err := dialRawWith(ctx, a.Addr(), testSecret, []byte("wrong"), "job", 1, 1, 0, 2)
-	asHandshakeError(t, err, 0, "wrong secret")
+	conformance.AsHandshakeError(t, err, 0, "wrong secret")
 	// A right one may still come and does connect.
 	p, err := dialRaw(ctx, a.Addr(), testSecret, "job", 1, 1, 0, 2)
 	if err != nil {
@@ -88,17 +70,17 @@ func TestRawWrongSecret(t *testing.T) {
 func TestWrongJob(t *testing.T) {
 	checkNoLeaks(t)
 	a, b := listen(t, testConfig()), listen(t, testConfig())
-	ctx := timeoutCtx(t, 20*time.Second)
+	ctx := conformance.TimeoutCtx(t, 20*time.Second)
 	addrs := []string{a.Addr(), b.Addr()}
 	connErr := make(chan error, 1)
 	go func() {
-		_, err := a.Connect(timeoutCtx(t, time.Second), transport.World{JobID: "job-a", Epoch: 1, Rank: 0, Addrs: addrs})
+		_, err := a.Connect(conformance.TimeoutCtx(t, time.Second), transport.World{JobID: "job-a", Epoch: 1, Rank: 0, Addrs: addrs})
 		connErr <- err
 	}()
 	_, err := b.Connect(ctx, transport.World{JobID: "job-b", Epoch: 1, Rank: 1, Addrs: addrs})
-	asHandshakeError(t, err, 0, "wrong job")
+	conformance.AsHandshakeError(t, err, 0, "wrong job")
 	// Rank 0 never sees its rank 1 and says so when its context ends.
-	asPeerError(t, <-connErr, 1, context.DeadlineExceeded)
+	conformance.AsPeerError(t, <-connErr, 1, context.DeadlineExceeded)
 }
 
 // TestStaleEpoch: a transport that has connected epoch 5 refuses a dial for
@@ -106,17 +88,17 @@ func TestWrongJob(t *testing.T) {
 func TestStaleEpoch(t *testing.T) {
 	checkNoLeaks(t)
 	trs := listenN(t, 2, testConfig())
-	ctx := timeoutCtx(t, 20*time.Second)
-	closeAll(connectAll(t, ctx, trs, "job", 5))
+	ctx := conformance.TimeoutCtx(t, 20*time.Second)
+	conformance.CloseAll(conformance.ConnectAll(t, ctx, trs, "job", 5))
 
 	late := listen(t, testConfig())
 	_, err := late.Connect(ctx, transport.World{JobID: "job", Epoch: 4, Rank: 1, Addrs: []string{trs[0].Addr(), late.Addr()}})
-	asHandshakeError(t, err, 0, "stale epoch")
+	conformance.AsHandshakeError(t, err, 0, "stale epoch")
 
 	_, err = dialRaw(ctx, trs[1].Addr(), testSecret, "job", 4, 2, 1, 3)
-	asHandshakeError(t, err, 1, "stale epoch")
+	conformance.AsHandshakeError(t, err, 1, "stale epoch")
 
-	if err := exchange(ctx, connectAll(t, ctx, trs, "job", 6)); err != nil {
+	if err := conformance.Exchange(ctx, conformance.ConnectAll(t, ctx, trs, "job", 6), meshSizes); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -136,7 +118,7 @@ func TestWrongRank(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			checkNoLeaks(t)
 			a := listen(t, testConfig())
-			ctx := timeoutCtx(t, 20*time.Second)
+			ctx := conformance.TimeoutCtx(t, 20*time.Second)
 			connCtx, cancel := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() {
@@ -147,7 +129,7 @@ func TestWrongRank(t *testing.T) {
 			_, err := dialRaw(ctx, a.Addr(), testSecret, "job", 1, tc.from, tc.to, tc.size)
 			cancel()
 			<-done
-			asHandshakeError(t, err, tc.to, tc.reason)
+			conformance.AsHandshakeError(t, err, tc.to, tc.reason)
 		})
 	}
 }
@@ -157,7 +139,7 @@ func TestWrongRank(t *testing.T) {
 func TestDuplicateReplaces(t *testing.T) {
 	checkNoLeaks(t)
 	a := listen(t, testConfig())
-	ctx := timeoutCtx(t, 20*time.Second)
+	ctx := conformance.TimeoutCtx(t, 20*time.Second)
 	var links []transport.Link
 	connErr := make(chan error, 1)
 	go func() {
@@ -183,7 +165,7 @@ func TestDuplicateReplaces(t *testing.T) {
 	if err := <-connErr; err != nil {
 		t.Fatal(err)
 	}
-	defer closeAll([][]transport.Link{links})
+	defer conformance.CloseAll([][]transport.Link{links})
 
 	// The first connection was closed by the acceptor...
 	first.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -195,7 +177,7 @@ func TestDuplicateReplaces(t *testing.T) {
 	if _, err := second.conn.Write(second.frame(transport.Header{Seq: 7, Step: 7, Length: uint32(len(payload))}, payload)); err != nil {
 		t.Fatal(err)
 	}
-	if err := recv(ctx, links[1], 7, payload); err != nil {
+	if err := conformance.Recv(ctx, links[1], 7, payload); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -204,7 +186,7 @@ func TestDuplicateReplaces(t *testing.T) {
 func TestCloseDuringConnect(t *testing.T) {
 	checkNoLeaks(t)
 	a := listen(t, testConfig())
-	ctx := timeoutCtx(t, 20*time.Second)
+	ctx := conformance.TimeoutCtx(t, 20*time.Second)
 	connErr := make(chan error, 1)
 	go func() {
 		_, err := a.Connect(ctx, transport.World{JobID: "job", Epoch: 1, Rank: 0, Addrs: []string{a.Addr(), ""}})
@@ -228,12 +210,12 @@ func TestCloseDuringConnect(t *testing.T) {
 func TestLinksOutliveTransport(t *testing.T) {
 	checkNoLeaks(t)
 	trs := listenN(t, 2, testConfig())
-	ctx := timeoutCtx(t, 20*time.Second)
-	links := connectAll(t, ctx, trs, "job", 1)
+	ctx := conformance.TimeoutCtx(t, 20*time.Second)
+	links := conformance.ConnectAll(t, ctx, trs, "job", 1)
 	for _, tr := range trs {
 		tr.Close()
 	}
-	if err := exchange(ctx, links); err != nil {
+	if err := conformance.Exchange(ctx, links, meshSizes); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,22 +1,17 @@
 package tcp_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"os"
-	"runtime"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/conformance"
 	"github.com/gorovod/gorovod/collective/transport/internal/handshake"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
 )
@@ -29,9 +24,7 @@ func testConfig() tcp.Config {
 	cfg.HandshakeTimeout = 2 * time.Second
 	cfg.IOTimeout = 20 * time.Second
 	// GOROVOD_TCP_DEBUG=1 go test -v shows the transports' own log.
-	if os.Getenv("GOROVOD_TCP_DEBUG") != "" {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
+	cfg.Logger = conformance.DebugLogger("GOROVOD_TCP_DEBUG")
 	return cfg
 }
 
@@ -40,52 +33,16 @@ func testConfig() tcp.Config {
 // first so it runs last.
 func checkNoLeaks(t testing.TB) {
 	t.Helper()
-	t.Cleanup(func() {
-		if err := waitFor(5*time.Second, func() error {
-			if g := tcpGoroutines(); g != "" {
-				return fmt.Errorf("goroutines of package tcp still running:\n%s", g)
-			}
-			return nil
-		}); err != nil {
-			t.Error(err)
-		}
-	})
+	conformance.CheckNoLeaks(t, tcpPackages...)
 }
 
-func tcpGoroutines() string {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	var leaked []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "collective/transport/tcp.") || strings.Contains(g, "collective/transport/internal/mesh.") {
-			leaked = append(leaked, g)
-		}
-	}
-	return strings.Join(leaked, "\n\n")
-}
-
-// waitFor polls cond until it returns nil or the timeout passes.
-func waitFor(timeout time.Duration, cond func() error) error {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		<-tick.C
-	}
-}
+// tcpPackages are the packages whose goroutines a test of package tcp must
+// not leave running (conformance.Factory.Packages).
+var tcpPackages = []string{"collective/transport/tcp.", "collective/transport/internal/mesh."}
 
 func listen(t testing.TB, cfg tcp.Config) *tcp.Transport {
 	t.Helper()
-	tr, err := tcp.Listen(cfg)
-	if err != nil {
-		t.Fatalf("Listen: %v", err)
-	}
-	t.Cleanup(func() { tr.Close() })
-	return tr
+	return conformance.Listen(t, tcp.Listen, cfg)
 }
 
 func listenN(t testing.TB, n int, cfg tcp.Config) []*tcp.Transport {
@@ -95,96 +52,6 @@ func listenN(t testing.TB, n int, cfg tcp.Config) []*tcp.Transport {
 		trs[i] = listen(t, cfg)
 	}
 	return trs
-}
-
-func addrsOf(trs []*tcp.Transport) []string {
-	addrs := make([]string, len(trs))
-	for i, tr := range trs {
-		addrs[i] = tr.Addr()
-	}
-	return addrs
-}
-
-// connectAll connects trs as one world and returns each rank's links; they are
-// closed when the test ends.
-func connectAll(t testing.TB, ctx context.Context, trs []*tcp.Transport, job string, epoch uint64) [][]transport.Link {
-	t.Helper()
-	links, errs := connectAllErr(ctx, trs, job, epoch, addrsOf(trs))
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: Connect: %v", r, err)
-		}
-	}
-	t.Cleanup(func() { closeAll(links) })
-	return links
-}
-
-func connectAllErr(ctx context.Context, trs []*tcp.Transport, job string, epoch uint64, addrs []string) ([][]transport.Link, []error) {
-	links := make([][]transport.Link, len(trs))
-	errs := make([]error, len(trs))
-	var wg sync.WaitGroup
-	for r, tr := range trs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			links[r], errs[r] = tr.Connect(ctx, transport.World{JobID: job, Epoch: epoch, Rank: r, Addrs: addrs})
-		}()
-	}
-	wg.Wait()
-	return links, errs
-}
-
-func closeAll(links [][]transport.Link) {
-	for _, ls := range links {
-		for _, l := range ls {
-			if l != nil {
-				l.Close()
-			}
-		}
-	}
-}
-
-func timeoutCtx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// pattern fills a payload that depends on who sent it to whom and which frame
-// it is, so a frame delivered to the wrong place or out of order shows.
-func pattern(n, from, to, idx int) []byte {
-	p := make([]byte, n)
-	x := uint32(from*7919 + to*104729 + idx*1299709 + 1)
-	for i := range p {
-		x ^= x << 13
-		x ^= x >> 17
-		x ^= x << 5
-		p[i] = byte(x)
-	}
-	return p
-}
-
-func send(ctx context.Context, l transport.Link, seq uint64, payload []byte) error {
-	h := transport.Header{Kind: transport.FrameData, Seq: seq, Step: uint32(seq), Length: uint32(len(payload))}
-	return l.Send(ctx, &h, payload)
-}
-
-func recv(ctx context.Context, l transport.Link, seq uint64, want []byte) error {
-	var h transport.Header
-	if err := l.RecvHeader(ctx, &h); err != nil {
-		return err
-	}
-	if h.Seq != seq || h.Step != uint32(seq) || int(h.Length) != len(want) || h.Kind != transport.FrameData {
-		return fmt.Errorf("frame %d from rank %d: got seq %d step %d length %d kind %v", seq, l.Peer(), h.Seq, h.Step, h.Length, h.Kind)
-	}
-	got := make([]byte, h.Length)
-	if err := l.RecvPayload(ctx, got); err != nil {
-		return err
-	}
-	if !bytes.Equal(got, want) {
-		return fmt.Errorf("frame %d from rank %d: payload of %d bytes differs", seq, l.Peer(), len(got))
-	}
-	return nil
 }
 
 // rawPeer plays one rank of a world by hand over a plain TCP connection, so a
@@ -289,7 +156,7 @@ func (p *rawPeer) frame(h transport.Header, payload []byte) []byte {
 // raw peer, and returns tr's link to it and the raw peer.
 func rawWorld(t testing.TB, tr *tcp.Transport, job string, epoch uint64) (transport.Link, *rawPeer) {
 	t.Helper()
-	ctx := timeoutCtx(t, 10*time.Second)
+	ctx := conformance.TimeoutCtx(t, 10*time.Second)
 	var (
 		links   []transport.Link
 		connErr error
@@ -312,20 +179,4 @@ func rawWorld(t testing.TB, tr *tcp.Transport, job string, epoch uint64) (transp
 		p.conn.Close()
 	})
 	return links[1], p
-}
-
-// asPeerError checks that err is a *transport.PeerError about rank and wraps target.
-func asPeerError(t testing.TB, err error, rank int, target error) *transport.PeerError {
-	t.Helper()
-	var pe *transport.PeerError
-	if !errors.As(err, &pe) {
-		t.Fatalf("error %v (%T) is not a *transport.PeerError", err, err)
-	}
-	if pe.Rank != rank {
-		t.Errorf("PeerError names rank %d, want %d: %v", pe.Rank, rank, err)
-	}
-	if target != nil && !errors.Is(err, target) {
-		t.Errorf("error %v does not wrap %v", err, target)
-	}
-	return pe
 }

@@ -3,18 +3,17 @@ package tcp
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/linkutil"
 	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 )
 
@@ -50,36 +49,34 @@ var errAgain = errors.New("tcp: would block")
 // hold a reference on the descriptor, so Close cannot release it under them;
 // Close sets closed first, which ends the polling within a few attempts.
 type link struct {
-	conn      *net.TCPConn
-	rc        syscall.RawConn
-	peer      int
-	addr      string
-	job       uint64
-	epoch     uint64
-	self      uint32
-	ioTimeout time.Duration
-	spinTime  time.Duration
+	// The peer, the I/O timeout, Closed, each direction's first failure
+	// (WBroken under wmu: the stream may hold half a frame; RBroken under
+	// rmu: the stream position is lost).
+	linkutil.Base
 
-	closed atomic.Bool
+	conn     *net.TCPConn
+	rc       syscall.RawConn
+	job      uint64
+	epoch    uint64
+	self     uint32
+	spinTime time.Duration
 
 	// Send side, guarded by wmu.
-	wmu     sync.Mutex
-	wbuf    []byte // header + small payload, one write
-	whdr    [transport.HeaderSize]byte
-	wfrm    [2][]byte // the frame being written: header (+ small payload), large payload
-	wvec    [2][]byte // backs wiov
-	wiov    [][]byte  // what the next write moves: the rest of the frame
-	wbroken error     // first send failure: the stream may hold half a frame
-	wwake   transport.Waker
-	wio     rawIO
+	wmu   sync.Mutex
+	wbuf  []byte // header + small payload, one write
+	whdr  [transport.HeaderSize]byte
+	wfrm  [2][]byte // the frame being written: header (+ small payload), large payload
+	wvec  [2][]byte // backs wiov
+	wiov  [][]byte  // what the next write moves: the rest of the frame
+	wwake transport.Waker
+	wio   rawIO
 
 	// Receive side, one goroutine at a time; rmu only orders it with Close.
 	rmu     sync.Mutex
 	rbuf    []byte // read buffer: rbuf[rlo:rhi] is received, not yet consumed
 	rlo     int
 	rhi     int
-	pending int   // payload bytes of the last header not read yet
-	rbroken error // first receive failure: the stream position is lost
+	pending int // payload bytes of the last header not read yet
 	rwake   transport.Waker
 	rio     rawIO
 	rdst    []byte // where the next read lands
@@ -138,20 +135,18 @@ func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int,
 	// SyscallConn fails only for a nil connection.
 	rc, _ := c.SyscallConn()
 	l := &link{
-		conn:      c,
-		rc:        rc,
-		peer:      peer,
-		addr:      addr,
-		job:       job,
-		epoch:     epoch,
-		self:      uint32(self),
-		ioTimeout: cfg.IOTimeout,
-		spinTime:  cfg.SpinTime,
-		wbuf:      make([]byte, transport.HeaderSize+smallFrame),
-		rbuf:      make([]byte, cfg.ReadBufferSize),
+		Base:     linkutil.Base{PeerRank: peer, Addr: addr, IOTimeout: cfg.IOTimeout},
+		conn:     c,
+		rc:       rc,
+		job:      job,
+		epoch:    epoch,
+		self:     uint32(self),
+		spinTime: cfg.SpinTime,
+		wbuf:     make([]byte, transport.HeaderSize+smallFrame),
+		rbuf:     make([]byte, cfg.ReadBufferSize),
 	}
-	l.wio.init(spin.NewBudget(cfg.SpinTime, pollEvery, false), l.writeOnce, l.closed.Load, rc.Write)
-	l.rio.init(spin.NewBudget(cfg.SpinTime, pollEvery, false), l.readOnce, l.closed.Load, rc.Read)
+	l.wio.init(spin.NewBudget(cfg.SpinTime, pollEvery, false), l.writeOnce, l.Closed.Load, rc.Write)
+	l.rio.init(spin.NewBudget(cfg.SpinTime, pollEvery, false), l.readOnce, l.Closed.Load, rc.Read)
 	l.wwake.Init(func(t time.Time) { _ = c.SetWriteDeadline(t) })
 	l.rwake.Init(func(t time.Time) { _ = c.SetReadDeadline(t) })
 	return l
@@ -185,12 +180,9 @@ func (l *link) setBuffers(n int) error {
 	return serr
 }
 
-func (l *link) Peer() int          { return l.peer }
-func (l *link) RemoteAddr() string { return l.addr }
-
 // Close tears the connection down; blocked calls wake with ErrLinkClosed.
 func (l *link) Close() error {
-	if l.closed.Swap(true) {
+	if l.Closed.Swap(true) {
 		return nil
 	}
 	err := l.conn.Close()
@@ -203,10 +195,6 @@ func (l *link) Close() error {
 	l.rwake.Release()
 	l.rmu.Unlock()
 	return err
-}
-
-func (l *link) perr(op string, err error) error {
-	return &transport.PeerError{Rank: l.peer, Addr: l.addr, Op: op, Err: err}
 }
 
 // ioCall is the state of one blocking call: its context, and whether the
@@ -225,24 +213,15 @@ type ioCall struct {
 // otherwise have undone.
 func (l *link) park(w *transport.Waker, c *ioCall) error {
 	w.Watch(c.ctx)
-	dl := time.Now().Add(l.ioTimeout)
-	c.ctxBound = false
-	if cd, ok := c.ctx.Deadline(); ok && !cd.After(dl) {
-		dl, c.ctxBound = cd, true
-	}
+	var dl time.Time
+	dl, c.ctxBound = l.Deadline(c.ctx)
 	w.SetDeadline(dl)
-	if err := c.ctx.Err(); err != nil {
-		return err
-	}
-	if l.closed.Load() {
-		return transport.ErrLinkClosed
-	}
-	return nil
+	return l.Interrupted(c.ctx)
 }
 
 // classify maps an I/O error to the transport's sentinel errors.
 func (l *link) classify(c *ioCall, err error) error {
-	if l.closed.Load() {
+	if l.Closed.Load() {
 		return transport.ErrLinkClosed
 	}
 	var fe *transport.FrameError
@@ -253,36 +232,17 @@ func (l *link) classify(c *ioCall, err error) error {
 		return err
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		if cerr := c.ctx.Err(); cerr != nil {
-			return cerr
-		}
-		if c.ctxBound {
-			return context.DeadlineExceeded
-		}
-		return transport.ErrPeerTimeout
+		return linkutil.Expired(c.ctx, c.ctxBound)
 	}
 	if cerr := c.ctx.Err(); cerr != nil && errors.Is(err, net.ErrClosed) {
 		return cerr
 	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+	// Anything but a clean close is a host unreachable, a keepalive timeout.
+	peerClosed := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, net.ErrClosed) {
-		return transport.ErrPeerClosed
-	}
-	return &brokenError{err}
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, net.ErrClosed)
+	return l.Failure(err, peerClosed, "connection")
 }
-
-func isWait(err error) bool {
-	return err == transport.ErrPeerTimeout || err == context.Canceled || err == context.DeadlineExceeded
-}
-
-// brokenError is a connection failure other than a clean close (a host
-// unreachable, a keepalive timeout): it is ErrPeerClosed for callers that only
-// ask whether the peer is gone, and keeps the system error for the message.
-type brokenError struct{ err error }
-
-func (e *brokenError) Error() string   { return "connection broke: " + e.err.Error() }
-func (e *brokenError) Unwrap() []error { return []error{transport.ErrPeerClosed, e.err} }
 
 // ---- sending ----
 
@@ -290,19 +250,10 @@ func (e *brokenError) Unwrap() []error { return []error{transport.ErrPeerClosed,
 // writev of the header and the payload. The header is encoded from a copy, so
 // the caller's h is left as it was.
 func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) error {
-	if err := transport.CheckOutgoing(h, payload); err != nil {
-		return l.perr("send", err)
-	}
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	if l.closed.Load() {
-		return l.perr("send", transport.ErrLinkClosed)
-	}
-	if l.wbroken != nil {
-		return l.perr("send", l.wbroken)
-	}
-	if err := ctx.Err(); err != nil {
-		return l.perr("send", err)
+	if err := l.SendReady(ctx, h, payload); err != nil {
+		return err
 	}
 	c := ioCall{ctx: ctx}
 	hh := *h
@@ -320,8 +271,7 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	// Drop the references so the link does not pin the caller's buffer.
 	l.wfrm[1], l.wvec[1] = nil, nil
 	if err != nil {
-		l.wbroken = l.classify(&c, err)
-		return l.perr("send", l.wbroken)
+		return l.SendFailed(l.classify(&c, err))
 	}
 	return nil
 }
@@ -412,37 +362,15 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	spin.YieldGoroutines(ctx) // not on a locked thread (spin.OnLockedThread)
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if err := l.recvReady(); err != nil {
+	if err := l.HeaderReady(ctx, l.pending); err != nil {
 		return err
 	}
-	if l.pending != 0 {
-		return l.perr("recv", fmt.Errorf("%d payload bytes of the previous frame not read", l.pending))
-	}
-	if err := ctx.Err(); err != nil {
-		return l.perr("recv", err)
-	}
 	c := ioCall{ctx: ctx}
+	// Nothing is consumed until the whole header is buffered (HeaderFailed).
 	if err := l.readHeader(&c, h); err != nil {
-		err = l.classify(&c, err)
-		// Nothing is consumed until the whole header is buffered, so a header
-		// wait cut short by the context or the I/O timeout leaves the stream
-		// where it was and may be retried; anything else leaves it unusable.
-		if !isWait(err) {
-			l.rbroken = err
-		}
-		return l.perr("recv", err)
+		return l.HeaderFailed(l.classify(&c, err))
 	}
 	l.pending = int(h.Length)
-	return nil
-}
-
-func (l *link) recvReady() error {
-	if l.closed.Load() {
-		return l.perr("recv", transport.ErrLinkClosed)
-	}
-	if l.rbroken != nil {
-		return l.perr("recv", l.rbroken)
-	}
 	return nil
 }
 
@@ -450,7 +378,7 @@ func (l *link) readHeader(c *ioCall, h *transport.Header) error {
 	if err := l.fill(c, transport.HeaderSize); err != nil {
 		return err
 	}
-	if err := transport.DecodeFrom(l.rbuf[l.rlo:l.rlo+transport.HeaderSize], h, l.job, l.epoch, l.peer); err != nil {
+	if err := transport.DecodeFrom(l.rbuf[l.rlo:l.rlo+transport.HeaderSize], h, l.job, l.epoch, l.PeerRank); err != nil {
 		return err
 	}
 	l.rlo += transport.HeaderSize
@@ -482,26 +410,15 @@ func (l *link) fill(c *ioCall, n int) error {
 func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
-	if err := l.recvReady(); err != nil {
+	if done, err := l.PayloadReady(ctx, len(p), l.pending); done || err != nil {
 		return err
-	}
-	if len(p) != l.pending {
-		return l.perr("recv", fmt.Errorf("payload buffer of %d bytes for a frame of %d", len(p), l.pending))
-	}
-	if len(p) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		l.rbroken = err
-		return l.perr("recv", err)
 	}
 	c := ioCall{ctx: ctx}
 	if err := l.readPayload(&c, p); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		l.rbroken = l.classify(&c, err)
-		return l.perr("recv", l.rbroken)
+		return l.RecvFailed(l.classify(&c, err))
 	}
 	l.pending = 0
 	return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/conformance"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
 )
 
@@ -31,7 +32,7 @@ func TestPeerClosesMidFrame(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			checkNoLeaks(t)
 			l, p := rawWorld(t, listen(t, testConfig()), "job", 1)
-			ctx := timeoutCtx(t, 10*time.Second)
+			ctx := conformance.TimeoutCtx(t, 10*time.Second)
 			go func() {
 				p.conn.Write(tc.bytes(p))
 				p.conn.Close()
@@ -41,9 +42,9 @@ func TestPeerClosesMidFrame(t *testing.T) {
 			if err == nil {
 				err = l.RecvPayload(ctx, make([]byte, h.Length))
 			}
-			asPeerError(t, err, 1, transport.ErrPeerClosed)
+			conformance.AsPeerError(t, err, 1, transport.ErrPeerClosed)
 			// The link stays broken.
-			asPeerError(t, l.RecvHeader(ctx, &h), 1, transport.ErrPeerClosed)
+			conformance.AsPeerError(t, l.RecvHeader(ctx, &h), 1, transport.ErrPeerClosed)
 		})
 	}
 }
@@ -52,15 +53,15 @@ func TestSendToClosedPeer(t *testing.T) {
 	checkNoLeaks(t)
 	l, p := rawWorld(t, listen(t, testConfig()), "job", 1)
 	p.conn.Close()
-	ctx := timeoutCtx(t, 10*time.Second)
+	ctx := conformance.TimeoutCtx(t, 10*time.Second)
 	payload := make([]byte, 1<<20)
 	var err error
 	// The first writes may still land in the socket buffer; the peer's reset
 	// surfaces within a few.
 	for i := 0; i < 100 && err == nil; i++ {
-		err = send(ctx, l, uint64(i), payload)
+		err = conformance.Send(ctx, l, uint64(i), payload)
 	}
-	asPeerError(t, err, 1, transport.ErrPeerClosed)
+	conformance.AsPeerError(t, err, 1, transport.ErrPeerClosed)
 }
 
 func TestPeerSilent(t *testing.T) {
@@ -87,7 +88,7 @@ func TestPeerSilent(t *testing.T) {
 			// The peer reads nothing, so the socket buffers fill up.
 			payload := make([]byte, 4<<20)
 			for i := 0; ; i++ {
-				if err := send(ctx, l, uint64(i), payload); err != nil {
+				if err := conformance.Send(ctx, l, uint64(i), payload); err != nil {
 					return err
 				}
 			}
@@ -96,11 +97,11 @@ func TestPeerSilent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			checkNoLeaks(t)
 			l, p := rawWorld(t, listen(t, cfg), "job", 1)
-			ctx := timeoutCtx(t, 20*time.Second)
+			ctx := conformance.TimeoutCtx(t, 20*time.Second)
 			start := time.Now()
 			err := tc.op(ctx, l, p)
 			elapsed := time.Since(start)
-			asPeerError(t, err, 1, transport.ErrPeerTimeout)
+			conformance.AsPeerError(t, err, 1, transport.ErrPeerTimeout)
 			if tc.name != "send" && (elapsed < ioTimeout*3/4 || elapsed > 10*ioTimeout) {
 				t.Errorf("timed out after %v, IOTimeout is %v", elapsed, ioTimeout)
 			}
@@ -117,8 +118,8 @@ func TestSlowPeerIsNotSilent(t *testing.T) {
 	cfg.IOTimeout = ioTimeout
 	cfg.ReadBufferSize = 4 << 10
 	l, p := rawWorld(t, listen(t, cfg), "job", 1)
-	ctx := timeoutCtx(t, 20*time.Second)
-	payload := pattern(64<<10, 1, 0, 0)
+	ctx := conformance.TimeoutCtx(t, 20*time.Second)
+	payload := conformance.Pattern(64<<10, 1, 0, 0)
 	frame := p.frame(transport.Header{Seq: 0, Length: uint32(len(payload))}, payload)
 	go func() {
 		// 8 chunks, one every ioTimeout/3: the whole frame takes ~3 timeouts.
@@ -132,7 +133,7 @@ func TestSlowPeerIsNotSilent(t *testing.T) {
 			frame = frame[n:]
 		}
 	}()
-	if err := recv(ctx, l, 0, payload); err != nil {
+	if err := conformance.Recv(ctx, l, 0, payload); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -150,12 +151,12 @@ func TestRecvCancel(t *testing.T) {
 	if elapsed := time.Since(start); elapsed > 2*time.Second {
 		t.Errorf("cancel woke RecvHeader after %v", elapsed)
 	}
-	asPeerError(t, err, 1, context.Canceled)
+	conformance.AsPeerError(t, err, 1, context.Canceled)
 
 	// Nothing was consumed, so the link still works.
 	payload := []byte("after the cancel")
 	p.conn.Write(p.frame(transport.Header{Seq: 3, Step: 3, Length: uint32(len(payload))}, payload))
-	if err := recv(timeoutCtx(t, 10*time.Second), l, 3, payload); err != nil {
+	if err := conformance.Recv(conformance.TimeoutCtx(t, 10*time.Second), l, 3, payload); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -172,7 +173,7 @@ func TestRecvPayloadCancel(t *testing.T) {
 	}
 	timer := time.AfterFunc(50*time.Millisecond, cancel)
 	defer timer.Stop()
-	asPeerError(t, l.RecvPayload(ctx, make([]byte, h.Length)), 1, context.Canceled)
+	conformance.AsPeerError(t, l.RecvPayload(ctx, make([]byte, h.Length)), 1, context.Canceled)
 	// Half a payload was consumed: the link is broken for good.
 	if err := l.RecvHeader(context.Background(), &h); err == nil {
 		t.Fatal("RecvHeader after a cut payload succeeded")
@@ -182,9 +183,9 @@ func TestRecvPayloadCancel(t *testing.T) {
 func TestRecvContextDeadline(t *testing.T) {
 	checkNoLeaks(t)
 	l, _ := rawWorld(t, listen(t, testConfig()), "job", 1)
-	ctx := timeoutCtx(t, 100*time.Millisecond)
+	ctx := conformance.TimeoutCtx(t, 100*time.Millisecond)
 	var h transport.Header
-	asPeerError(t, l.RecvHeader(ctx, &h), 1, context.DeadlineExceeded)
+	conformance.AsPeerError(t, l.RecvHeader(ctx, &h), 1, context.DeadlineExceeded)
 }
 
 // TestCancelWhileIdle: a context that ends between calls fails the next call
@@ -192,24 +193,24 @@ func TestRecvContextDeadline(t *testing.T) {
 func TestCancelWhileIdle(t *testing.T) {
 	checkNoLeaks(t)
 	trs := listenN(t, 2, testConfig())
-	ctx := timeoutCtx(t, 10*time.Second)
-	links := connectAll(t, ctx, trs, "job", 1)
+	ctx := conformance.TimeoutCtx(t, 10*time.Second)
+	links := conformance.ConnectAll(t, ctx, trs, "job", 1)
 	a, b := links[0][1], links[1][0]
 	cctx, cancel := context.WithCancel(ctx)
-	if err := send(cctx, a, 1, []byte("one")); err != nil {
+	if err := conformance.Send(cctx, a, 1, []byte("one")); err != nil {
 		t.Fatal(err)
 	}
-	if err := recv(cctx, b, 1, []byte("one")); err != nil {
+	if err := conformance.Recv(cctx, b, 1, []byte("one")); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	asPeerError(t, send(cctx, a, 2, []byte("two")), 1, context.Canceled)
+	conformance.AsPeerError(t, conformance.Send(cctx, a, 2, []byte("two")), 1, context.Canceled)
 	var h transport.Header
-	asPeerError(t, b.RecvHeader(cctx, &h), 0, context.Canceled)
-	if err := send(ctx, a, 2, []byte("two")); err != nil {
+	conformance.AsPeerError(t, b.RecvHeader(cctx, &h), 0, context.Canceled)
+	if err := conformance.Send(ctx, a, 2, []byte("two")); err != nil {
 		t.Fatal(err)
 	}
-	if err := recv(ctx, b, 2, []byte("two")); err != nil {
+	if err := conformance.Recv(ctx, b, 2, []byte("two")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -226,11 +227,11 @@ func TestCloseWakesRecv(t *testing.T) {
 	defer timer.Stop()
 	select {
 	case err := <-errc:
-		asPeerError(t, err, 1, transport.ErrLinkClosed)
+		conformance.AsPeerError(t, err, 1, transport.ErrLinkClosed)
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not wake RecvHeader")
 	}
-	asPeerError(t, send(context.Background(), l, 0, nil), 1, transport.ErrLinkClosed)
+	conformance.AsPeerError(t, conformance.Send(context.Background(), l, 0, nil), 1, transport.ErrLinkClosed)
 }
 
 // TestBadFrames: a frame that does not belong to the link's world is a
@@ -258,10 +259,10 @@ func TestBadFrames(t *testing.T) {
 			b := p.frame(transport.Header{Length: 4}, []byte("data"))
 			tc.mutate(b)
 			p.conn.Write(b)
-			ctx := timeoutCtx(t, 10*time.Second)
+			ctx := conformance.TimeoutCtx(t, 10*time.Second)
 			var h transport.Header
 			err := l.RecvHeader(ctx, &h)
-			asPeerError(t, err, 1, nil)
+			conformance.AsPeerError(t, err, 1, nil)
 			var fe *transport.FrameError
 			if !errors.As(err, &fe) || fe.Peer != 1 {
 				t.Fatalf("error %v is not a FrameError from rank 1", err)
@@ -276,8 +277,8 @@ func TestBadFrames(t *testing.T) {
 func TestAbortFrame(t *testing.T) {
 	checkNoLeaks(t)
 	trs := listenN(t, 2, testConfig())
-	ctx := timeoutCtx(t, 10*time.Second)
-	links := connectAll(t, ctx, trs, "job", 1)
+	ctx := conformance.TimeoutCtx(t, 10*time.Second)
+	links := conformance.ConnectAll(t, ctx, trs, "job", 1)
 	reason := []byte("rank 0 gives up")
 	h := transport.Header{Kind: transport.FrameAbort, Length: uint32(len(reason))}
 	if err := links[0][1].Send(ctx, &h, reason); err != nil {
@@ -300,8 +301,8 @@ func TestAbortFrame(t *testing.T) {
 func TestMisuse(t *testing.T) {
 	checkNoLeaks(t)
 	trs := listenN(t, 2, testConfig())
-	ctx := timeoutCtx(t, 10*time.Second)
-	links := connectAll(t, ctx, trs, "job", 1)
+	ctx := conformance.TimeoutCtx(t, 10*time.Second)
+	links := conformance.ConnectAll(t, ctx, trs, "job", 1)
 	a, b := links[0][1], links[1][0]
 	for _, tc := range []struct {
 		name    string
@@ -314,30 +315,30 @@ func TestMisuse(t *testing.T) {
 		{"abort too long", transport.Header{Kind: transport.FrameAbort, Length: transport.MaxAbortReason + 1}, make([]byte, transport.MaxAbortReason+1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			asPeerError(t, a.Send(ctx, &tc.h, tc.payload), 1, nil)
+			conformance.AsPeerError(t, a.Send(ctx, &tc.h, tc.payload), 1, nil)
 		})
 	}
-	if err := send(ctx, a, 1, []byte("ok")); err != nil {
+	if err := conformance.Send(ctx, a, 1, []byte("ok")); err != nil {
 		t.Fatal(err)
 	}
 	var h transport.Header
 	if err := b.RecvHeader(ctx, &h); err != nil {
 		t.Fatal(err)
 	}
-	asPeerError(t, b.RecvPayload(ctx, make([]byte, 5)), 0, nil)
-	asPeerError(t, b.RecvHeader(ctx, &h), 0, nil) // payload not read yet
+	conformance.AsPeerError(t, b.RecvPayload(ctx, make([]byte, 5)), 0, nil)
+	conformance.AsPeerError(t, b.RecvHeader(ctx, &h), 0, nil) // payload not read yet
 	if err := b.RecvPayload(ctx, make([]byte, 2)); err != nil {
 		t.Fatal(err)
 	}
 	// A cancelled context fails before any I/O.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	asPeerError(t, send(cctx, a, 2, []byte("x")), 1, context.Canceled)
-	asPeerError(t, b.RecvHeader(cctx, &h), 0, context.Canceled)
-	if err := send(ctx, a, 2, []byte("x")); err != nil {
+	conformance.AsPeerError(t, conformance.Send(cctx, a, 2, []byte("x")), 1, context.Canceled)
+	conformance.AsPeerError(t, b.RecvHeader(cctx, &h), 0, context.Canceled)
+	if err := conformance.Send(ctx, a, 2, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if err := recv(ctx, b, 2, []byte("x")); err != nil {
+	if err := conformance.Recv(ctx, b, 2, []byte("x")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -346,8 +347,8 @@ func TestMisuse(t *testing.T) {
 func TestConcurrentSends(t *testing.T) {
 	checkNoLeaks(t)
 	trs := listenN(t, 2, testConfig())
-	ctx := timeoutCtx(t, 30*time.Second)
-	links := connectAll(t, ctx, trs, "job", 1)
+	ctx := conformance.TimeoutCtx(t, 30*time.Second)
+	links := conformance.ConnectAll(t, ctx, trs, "job", 1)
 	const senders, frames = 4, 20
 	sizes := []int{10, 40 << 10, 300 << 10}
 	errc := make(chan error, senders)
@@ -356,7 +357,7 @@ func TestConcurrentSends(t *testing.T) {
 			for i := range frames {
 				n := sizes[(s+i)%len(sizes)]
 				h := transport.Header{Kind: transport.FrameData, Seq: uint64(s), Step: uint32(i), Length: uint32(n)}
-				if err := links[0][1].Send(ctx, &h, pattern(n, s, i, 0)); err != nil {
+				if err := links[0][1].Send(ctx, &h, conformance.Pattern(n, s, i, 0)); err != nil {
 					errc <- err
 					return
 				}
@@ -380,7 +381,7 @@ func TestConcurrentSends(t *testing.T) {
 		if err := r.RecvPayload(ctx, buf); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(buf, pattern(len(buf), s, i, 0)) {
+		if !bytes.Equal(buf, conformance.Pattern(len(buf), s, i, 0)) {
 			t.Fatalf("frame %d of sender %d corrupted", i, s)
 		}
 	}
@@ -395,8 +396,8 @@ func TestConcurrentSends(t *testing.T) {
 func TestZeroAllocs(t *testing.T) {
 	checkNoLeaks(t)
 	trs := listenN(t, 2, testConfig())
-	ctx := timeoutCtx(t, 30*time.Second)
-	links := connectAll(t, ctx, trs, "job", 1)
+	ctx := conformance.TimeoutCtx(t, 30*time.Second)
+	links := conformance.ConnectAll(t, ctx, trs, "job", 1)
 	cctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, tc := range []struct {

@@ -9,60 +9,20 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/conformance"
 	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
 )
 
 var meshSizes = []int{0, 1, 4096, 1<<20 + 3}
 
-// exchange has every ordered pair of ranks send meshSizes frames, all at once,
-// and checks that each arrives in order and intact.
-func exchange(ctx context.Context, links [][]transport.Link) error {
-	p := len(links)
-	var wg sync.WaitGroup
-	errs := make(chan error, 2*p*p)
-	for me := range p {
-		for peer := range p {
-			if peer == me {
-				continue
-			}
-			l := links[me][peer]
-			if l == nil || l.Peer() != peer {
-				return fmt.Errorf("rank %d: link to rank %d missing or misnamed", me, peer)
-			}
-			wg.Add(2)
-			go func() {
-				defer wg.Done()
-				for i, n := range meshSizes {
-					if err := send(ctx, l, uint64(i), pattern(n, me, peer, i)); err != nil {
-						errs <- fmt.Errorf("rank %d -> %d frame %d: %w", me, peer, i, err)
-						return
-					}
-				}
-			}()
-			go func() {
-				defer wg.Done()
-				for i, n := range meshSizes {
-					if err := recv(ctx, l, uint64(i), pattern(n, peer, me, i)); err != nil {
-						errs <- fmt.Errorf("rank %d <- %d: %w", me, peer, err)
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
-}
-
 func TestMesh(t *testing.T) {
 	for p := 1; p <= 8; p++ {
 		t.Run(fmt.Sprintf("p=%d", p), func(t *testing.T) {
 			checkNoLeaks(t)
 			trs := listenN(t, p, testConfig())
-			ctx := timeoutCtx(t, 30*time.Second)
-			links := connectAll(t, ctx, trs, "mesh", 1)
+			ctx := conformance.TimeoutCtx(t, 30*time.Second)
+			links := conformance.ConnectAll(t, ctx, trs, "mesh", 1)
 			for r, ls := range links {
 				if len(ls) != p {
 					t.Fatalf("rank %d: %d links, want %d", r, len(ls), p)
@@ -71,7 +31,7 @@ func TestMesh(t *testing.T) {
 					t.Fatalf("rank %d: link to itself is not nil", r)
 				}
 			}
-			if err := exchange(ctx, links); err != nil {
+			if err := conformance.Exchange(ctx, links, meshSizes); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -83,16 +43,16 @@ func TestMesh(t *testing.T) {
 func TestEpochs(t *testing.T) {
 	checkNoLeaks(t)
 	trs := listenN(t, 3, testConfig())
-	ctx := timeoutCtx(t, 30*time.Second)
+	ctx := conformance.TimeoutCtx(t, 30*time.Second)
 	for _, epoch := range []uint64{5, 6} {
-		links := connectAll(t, ctx, trs, "job", epoch)
-		if err := exchange(ctx, links); err != nil {
+		links := conformance.ConnectAll(t, ctx, trs, "job", epoch)
+		if err := conformance.Exchange(ctx, links, meshSizes); err != nil {
 			t.Fatalf("epoch %d: %v", epoch, err)
 		}
-		closeAll(links)
+		conformance.CloseAll(links)
 	}
 	// Local refusal: this transport has moved on to epoch 6.
-	if _, err := trs[0].Connect(ctx, transport.World{JobID: "job", Epoch: 5, Rank: 0, Addrs: addrsOf(trs)}); err == nil {
+	if _, err := trs[0].Connect(ctx, transport.World{JobID: "job", Epoch: 5, Rank: 0, Addrs: conformance.AddrsOf(trs)}); err == nil {
 		t.Fatal("Connect of an older epoch succeeded")
 	}
 }
@@ -101,11 +61,11 @@ func TestEpochs(t *testing.T) {
 func TestEpochsShrink(t *testing.T) {
 	checkNoLeaks(t)
 	trs := listenN(t, 3, testConfig())
-	ctx := timeoutCtx(t, 30*time.Second)
-	closeAll(connectAll(t, ctx, trs, "job", 1))
+	ctx := conformance.TimeoutCtx(t, 30*time.Second)
+	conformance.CloseAll(conformance.ConnectAll(t, ctx, trs, "job", 1))
 	// Rank 0 leaves; the others renumber.
-	links := connectAll(t, ctx, trs[1:], "job", 2)
-	if err := exchange(ctx, links); err != nil {
+	links := conformance.ConnectAll(t, ctx, trs[1:], "job", 2)
+	if err := conformance.Exchange(ctx, links, meshSizes); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -122,7 +82,7 @@ func TestSizeOneWorld(t *testing.T) {
 func TestConnectValidates(t *testing.T) {
 	checkNoLeaks(t)
 	tr := listen(t, testConfig())
-	ctx := timeoutCtx(t, 5*time.Second)
+	ctx := conformance.TimeoutCtx(t, 5*time.Second)
 	for _, tc := range []struct {
 		name string
 		w    transport.World
@@ -185,8 +145,8 @@ func TestWildcardAdvertise(t *testing.T) {
 			t.Fatalf("Addr() = %q, want 127.0.0.1 and the bound port", tr.Addr())
 		}
 	}
-	ctx := timeoutCtx(t, 30*time.Second)
-	if err := exchange(ctx, connectAll(t, ctx, trs, "wildcard", 1)); err != nil {
+	ctx := conformance.TimeoutCtx(t, 30*time.Second)
+	if err := conformance.Exchange(ctx, conformance.ConnectAll(t, ctx, trs, "wildcard", 1), meshSizes); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -230,8 +190,8 @@ func TestSocketBufferMesh(t *testing.T) {
 			cfg.SocketBuffer = tc.size
 			cfg.ReadBufferSize = 16 << 10
 			trs := listenN(t, tc.ranks, cfg)
-			ctx := timeoutCtx(t, 30*time.Second)
-			links := connectAll(t, ctx, trs, "sockbuf", 1)
+			ctx := conformance.TimeoutCtx(t, 30*time.Second)
+			links := conformance.ConnectAll(t, ctx, trs, "sockbuf", 1)
 			for r, ls := range links {
 				for _, l := range ls {
 					if l == nil {
@@ -246,7 +206,7 @@ func TestSocketBufferMesh(t *testing.T) {
 					}
 				}
 			}
-			if err := exchange(ctx, links); err != nil {
+			if err := conformance.Exchange(ctx, links, meshSizes); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -280,8 +240,8 @@ func TestConnectStaggered(t *testing.T) {
 	cfg := testConfig()
 	cfg.HandshakeTimeout = 200 * time.Millisecond // parked dialers hear "not ready" quickly
 	trs := listenN(t, 4, cfg)
-	ctx := timeoutCtx(t, 30*time.Second)
-	addrs := addrsOf(trs)
+	ctx := conformance.TimeoutCtx(t, 30*time.Second)
+	addrs := conformance.AddrsOf(trs)
 	links := make([][]transport.Link, len(trs))
 	errs := make([]error, len(trs))
 	var wg sync.WaitGroup
@@ -296,13 +256,13 @@ func TestConnectStaggered(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	t.Cleanup(func() { closeAll(links) })
+	t.Cleanup(func() { conformance.CloseAll(links) })
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	if err := exchange(ctx, links); err != nil {
+	if err := conformance.Exchange(ctx, links, meshSizes); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -316,7 +276,7 @@ func TestConnectMissingRanks(t *testing.T) {
 	goneAddr := gone.Addr()
 	gone.Close()
 	addrs := []string{goneAddr, trs[0].Addr(), trs[1].Addr(), goneAddr}
-	ctx := timeoutCtx(t, 500*time.Millisecond)
+	ctx := conformance.TimeoutCtx(t, 500*time.Millisecond)
 	start := time.Now()
 	var wg sync.WaitGroup
 	res := make([]error, 2)
@@ -332,13 +292,13 @@ func TestConnectMissingRanks(t *testing.T) {
 		t.Errorf("Connect took %v to give up", time.Since(start))
 	}
 	// Rank 1 misses rank 0 (dial refused) and rank 3 (never dials in).
-	pe := asPeerError(t, res[0], 0, context.DeadlineExceeded)
+	pe := conformance.AsPeerError(t, res[0], 0, context.DeadlineExceeded)
 	for _, want := range []string{"[0 3]", "rank 3: never dialed in", "refused"} {
 		if !strings.Contains(pe.Error(), want) {
 			t.Errorf("rank 1's error %q does not mention %q", pe, want)
 		}
 	}
-	pe = asPeerError(t, res[1], 0, context.DeadlineExceeded)
+	pe = conformance.AsPeerError(t, res[1], 0, context.DeadlineExceeded)
 	if !strings.Contains(pe.Error(), "[0 3]") {
 		t.Errorf("rank 2's error %q does not name ranks 0 and 3", pe)
 	}
@@ -356,7 +316,7 @@ func TestOversubscribedWorld(t *testing.T) {
 	}
 	for _, n := range sizes {
 		trs := listenN(t, n, testConfig())
-		links := connectAll(t, timeoutCtx(t, 20*time.Second), trs, fmt.Sprintf("oversubscribed-%d", n), 1)
+		links := conformance.ConnectAll(t, conformance.TimeoutCtx(t, 20*time.Second), trs, fmt.Sprintf("oversubscribed-%d", n), 1)
 		for r := range links {
 			for p, l := range links[r] {
 				if l == nil {
@@ -367,6 +327,6 @@ func TestOversubscribedWorld(t *testing.T) {
 				}
 			}
 		}
-		closeAll(links)
+		conformance.CloseAll(links)
 	}
 }

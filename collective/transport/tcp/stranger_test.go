@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/conformance"
 	"github.com/gorovod/gorovod/collective/transport/internal/handshake"
 )
 
@@ -62,7 +63,7 @@ func TestStrangers(t *testing.T) {
 	cfg := testConfig()
 	cfg.HandshakeTimeout = 500 * time.Millisecond
 	trs := listenN(t, 4, cfg)
-	ctx := timeoutCtx(t, 30*time.Second)
+	ctx := conformance.TimeoutCtx(t, 30*time.Second)
 
 	// Strangers first, so that they hold connections while the mesh handshakes.
 	var conns []net.Conn
@@ -88,8 +89,8 @@ func TestStrangers(t *testing.T) {
 	}
 	wg.Wait()
 
-	links := connectAll(t, ctx, trs, "mesh", 1)
-	if err := exchange(ctx, links); err != nil {
+	links := conformance.ConnectAll(t, ctx, trs, "mesh", 1)
+	if err := conformance.Exchange(ctx, links, meshSizes); err != nil {
 		t.Fatal(err)
 	}
 
@@ -114,7 +115,7 @@ func TestStrangers(t *testing.T) {
 		c.Write(s.bytes())
 		defer c.Close()
 	}
-	if err := exchange(ctx, links); err != nil {
+	if err := conformance.Exchange(ctx, links, meshSizes); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -139,8 +140,8 @@ func TestStrangerFlood(t *testing.T) {
 			c.Close()
 		}
 	}()
-	ctx := timeoutCtx(t, 30*time.Second)
-	if err := exchange(ctx, connectAll(t, ctx, trs, "flood", 1)); err != nil {
+	ctx := conformance.TimeoutCtx(t, 30*time.Second)
+	if err := conformance.Exchange(ctx, conformance.ConnectAll(t, ctx, trs, "flood", 1), meshSizes); err != nil {
 		t.Fatal(err)
 	}
 }
