@@ -208,6 +208,22 @@ func TestSyncBatchNorm(t *testing.T) {
 	}
 }
 
+// TestTorchDistributed: a torch.distributed script on backend "gorovod"
+// under `gorovod run`, with init_process_group given nothing but the
+// backend's name: every collective the process group offers against
+// values each rank computes alone, the calls it lacks raising a clear
+// error, and DistributedDataParallel (several buckets, no_sync, a comm
+// hook) training to the parameters of one process on the whole batch.
+func TestTorchDistributed(t *testing.T) {
+	needTorch(t)
+	for _, np := range []int{2, 3} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			out := runPython(t, np, 5*time.Minute, pyEnv(t), "tests/distributed_test.py")
+			wantPasses(t, out, np)
+		})
+	}
+}
+
 const fashionMNIST = "/usr/share/datasets/fashion-mnist"
 
 // TestExampleIsHorovodScript: examples/pytorch/pytorch_mnist.py differs

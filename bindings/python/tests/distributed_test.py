@@ -1,0 +1,162 @@
+"""torch.distributed on the "gorovod" backend, as a DDP script uses it.
+
+dist.init_process_group("gorovod") with nothing else (no address, port,
+rank or world size); then every collective the backend offers, against
+values each rank can compute alone; the calls it does not offer raise; and
+DistributedDataParallel trains a small model (with no_sync accumulation
+and a comm hook) to the same parameters as one process training on the
+concatenated batches.
+
+Prints "PASS rank R of N". Driven by bindings/python/python_test.go.
+"""
+
+import torch
+import torch.distributed as dist
+
+import gorovod.torch.distributed  # noqa: F401 (registers the backend)
+
+dist.init_process_group("gorovod")
+r, n = dist.get_rank(), dist.get_world_size()
+assert dist.get_backend() == "gorovod", dist.get_backend()
+
+
+def same(what, got, want):
+    if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-5, atol=1e-6):
+        raise AssertionError("rank %d: %s:\ngot  %s\nwant %s" % (r, what, got.tolist(), want.tolist()))
+
+
+# all_reduce: each op, sync and async.
+base = torch.arange(6, dtype=torch.float32) + 1
+for op, want in ((dist.ReduceOp.SUM, sum(base * (k + 1) for k in range(n))),
+                 (dist.ReduceOp.MAX, base * n),
+                 (dist.ReduceOp.MIN, base),
+                 (dist.ReduceOp.PRODUCT, base ** n * torch.prod(torch.arange(1, n + 1, dtype=torch.float32)))):
+    t = base * (r + 1)
+    dist.all_reduce(t, op=op)
+    same("all_reduce %s" % op, t, want)
+t = torch.full((4,), float(r))
+work = dist.all_reduce(t, async_op=True)
+work.wait()
+same("async all_reduce", t, torch.full((4,), float(sum(range(n)))))
+t = torch.full((3,), float(r), dtype=torch.float64)
+fut = dist.all_reduce(t, async_op=True).get_future()
+same("all_reduce future", fut.wait()[0], torch.full((3,), float(sum(range(n))), dtype=torch.float64))
+ints = torch.tensor([r, 10 * r], dtype=torch.int64)
+dist.all_reduce(ints)
+same("int64 all_reduce", ints, torch.tensor([sum(range(n)), 10 * sum(range(n))], dtype=torch.int64))
+
+# broadcast from each root.
+for root in range(n):
+    t = torch.full((2, 3), float(r))
+    dist.broadcast(t, src=root)
+    same("broadcast from %d" % root, t, torch.full((2, 3), float(root)))
+
+# all_gather and its tensor form.
+outs = [torch.empty(2, 2) for _ in range(n)]
+dist.all_gather(outs, torch.full((2, 2), float(r)))
+for k in range(n):
+    same("all_gather[%d]" % k, outs[k], torch.full((2, 2), float(k)))
+out = torch.empty(n * 3)
+getattr(dist, "all_gather_into_tensor", dist._all_gather_base)(out, torch.full((3,), float(r)))
+same("all_gather_into_tensor", out, torch.arange(n, dtype=torch.float32).repeat_interleave(3))
+
+# reduce_scatter: rank k keeps the sum of every rank's k-th part.
+parts = [torch.full((2,), float(r * 10 + k)) for k in range(n)]
+out = torch.empty(2)
+dist.reduce_scatter(out, parts)
+same("reduce_scatter", out, torch.full((2,), float(sum(q * 10 + r for q in range(n)))))
+
+inp = torch.cat([torch.full((2,), float(r * 10 + k)) for k in range(n)])
+out = torch.empty(2)
+getattr(dist, "reduce_scatter_tensor", dist._reduce_scatter_base)(out, inp)
+same("reduce_scatter_tensor", out, torch.full((2,), float(sum(q * 10 + r for q in range(n)))))
+
+# all_to_all_single, even and with split sizes; all_to_all on lists.
+inp = torch.arange(n, dtype=torch.float32) + 100 * r
+out = torch.empty(n)
+dist.all_to_all_single(out, inp)
+same("all_to_all_single", out, torch.tensor([100.0 * q + r for q in range(n)]))
+# rank q sends q+1 copies of its rank to every rank: rank r gets q+1 from each q.
+inp = torch.cat([torch.full((r + 1,), float(r)) for _ in range(n)])
+recv = [q + 1 for q in range(n)]
+out = torch.empty(sum(recv))
+dist.all_to_all_single(out, inp, output_split_sizes=recv, input_split_sizes=[r + 1] * n)
+same("all_to_all_single with splits", out, torch.cat([torch.full((q + 1,), float(q)) for q in range(n)]))
+outs = [torch.empty(2) for _ in range(n)]
+dist.all_to_all(outs, [torch.full((2,), float(r * 10 + k)) for k in range(n)])
+for q in range(n):
+    same("all_to_all[%d]" % q, outs[q], torch.full((2,), float(q * 10 + r)))
+
+dist.barrier()
+
+# What gorovod has no path for says so.
+for name, call in (("send", lambda: dist.send(torch.zeros(1), dst=(r + 1) % n)),
+                   ("recv", lambda: dist.recv(torch.zeros(1), src=(r + 1) % n)),
+                   ("reduce", lambda: dist.reduce(torch.zeros(1), dst=0))):
+    try:
+        call()
+    except RuntimeError as e:
+        if "gorovod backend" not in str(e) or name not in str(e):
+            raise AssertionError("rank %d: %s raised %r, want gorovod's message naming it" % (r, name, e))
+    else:
+        raise AssertionError("rank %d: %s did not raise" % (r, name))
+
+# DistributedDataParallel: the same steps as one process on the whole batch.
+torch.manual_seed(1)
+
+# Over 1 MiB of parameters: DDP's first bucket holds at most 1 MiB, so the
+# gradients travel in several buckets.
+def net():
+    return torch.nn.Sequential(torch.nn.Linear(8, 512), torch.nn.ReLU(), torch.nn.Linear(512, 600), torch.nn.ReLU(),
+                               torch.nn.Linear(600, 3))
+
+
+model, reference = net(), net()
+reference.load_state_dict(model.state_dict())
+if r != 0:  # DDP broadcasts rank 0's parameters at construction
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.5)
+hook_calls = []
+
+
+def counting_allreduce(state, bucket):
+    hook_calls.append(bucket.index())
+    t = bucket.buffer()
+    return dist.all_reduce(t.div_(n), async_op=True).get_future().then(lambda f: f.value()[0])
+
+
+if n > 1:
+    ddp.register_comm_hook(None, counting_allreduce)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+per_rank, steps, micro = 4, 3, 2
+for step in range(steps):
+    g = torch.Generator().manual_seed(100 + step)
+    xs = torch.randn(micro, n * per_rank, 8, generator=g)
+    ys = torch.randint(0, 3, (micro, n * per_rank), generator=g)
+    opt.zero_grad()
+    for m in range(micro):
+        x, y = xs[m, r * per_rank:(r + 1) * per_rank], ys[m, r * per_rank:(r + 1) * per_rank]
+        if m < micro - 1:
+            with ddp.no_sync():  # accumulate locally, reduce on the last micro-batch
+                torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        else:
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+    opt.step()
+    ref_opt.zero_grad()
+    for m in range(micro):
+        torch.nn.functional.cross_entropy(reference(xs[m]), ys[m]).backward()
+    ref_opt.step()
+for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+    same("DDP parameter %s after %d steps" % (name, steps), p.detach(), q.detach())
+    everyone = [torch.empty_like(p) for _ in range(n)]
+    dist.all_gather(everyone, p.detach().contiguous())
+    for k in range(n):
+        same("rank %d's %s" % (k, name), everyone[k], p.detach())
+if n > 1 and len(set(hook_calls)) < 2:
+    raise AssertionError("rank %d: the comm hook saw buckets %s, want several" % (r, sorted(set(hook_calls))))
+
+dist.destroy_process_group()
+print("PASS rank %d of %d" % (r, n), flush=True)
