@@ -39,7 +39,7 @@ def run(backend, model, np, steps, warmup, tries=3):
 
 def run_once(backend, model, np, steps, warmup):
     common = ["--backend", backend, "--model", model, "--steps", str(steps), "--warmup", str(warmup)]
-    if backend in ("gorovod", "alone"):
+    if backend in ("gorovod", "alone", "ddp-gorovod"):
         argv = [os.environ.get("GOROVOD", "gorovod"), "run", "--np", str(np), "--min-np", str(np), "--", PY, BENCH] + common
     else:
         argv = [PY, BENCH, "--np", str(np)] + common
@@ -56,13 +56,16 @@ def main():
     p.add_argument("--np", default="2,4")
     p.add_argument("--models", default="mlp,cnn")
     p.add_argument("--ceiling", action="store_true", help="also run each model without gradient exchange")
+    p.add_argument("--ddp-gorovod", action="store_true",
+                   help="also run DistributedDataParallel on torch.distributed's backend \"gorovod\"")
     args = p.parse_args()
     steps = {"mlp": (20, 3), "cnn": (60, 5)}
     results, cpus = {}, {}
     for rep in range(args.repeats):
         for np in [int(n) for n in args.np.split(",")]:
             for model in args.models.split(","):
-                order = ["gorovod", "ddp"] + (["alone"] if args.ceiling else [])
+                order = ["gorovod", "ddp"] + (["alone"] if args.ceiling else []) + \
+                    (["ddp-gorovod"] if args.ddp_gorovod else [])
                 if rep % 2:
                     order.reverse()
                 for backend in order:
@@ -79,6 +82,12 @@ def main():
           "steps/s goes as its inverse")
     print()
     table(cpus, models, nps, "gorovod", "DDP-Gloo", "DDP / gorovod", "%.1f", lambda g, d: d / g)
+    if args.ddp_gorovod:
+        print()
+        print("DistributedDataParallel, the same script on backend \"gorovod\" against \"gloo\"")
+        print()
+        table(results, models, nps, "DDP-gorovod steps/s", "DDP-Gloo steps/s", "ratio", "%.2f", lambda g, d: g / d,
+              first="ddp-gorovod")
     if args.ceiling:
         print()
         print("Without gradient exchange (the same processes, each training its own replica): the ceiling")

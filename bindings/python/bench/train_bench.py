@@ -8,6 +8,7 @@ batch and optimizer either way. Prints one line: "RESULT backend model np steps/
 
     gorovod run --np 2 --min-np 2 -- /usr/bin/python3 bench/train_bench.py --backend gorovod --model mlp
     /usr/bin/python3 bench/train_bench.py --backend ddp --np 2 --model mlp
+    gorovod run --np 2 --min-np 2 -- /usr/bin/python3 bench/train_bench.py --backend ddp-gorovod --model mlp
 
 --backend alone runs the same processes as --backend gorovod (under `gorovod
 run`, so with the same placement and thread counts) but without
@@ -92,6 +93,24 @@ def run_gorovod(args):
     hvd.shutdown()
 
 
+def run_ddp_gorovod(args):
+    """DistributedDataParallel on torch.distributed's backend "gorovod",
+    under `gorovod run`: the script a DDP user runs, backend name changed."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    import gorovod.torch.distributed  # noqa: F401 (registers the backend)
+    torch.set_num_threads(1)
+    dist.init_process_group("gorovod")
+    model, x, y = build(args.model, args.batch_size)
+    model = DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rate, cpu = timed_steps(model, opt, x, y, args.warmup, args.steps, dist.barrier)
+    if dist.get_rank() == 0:
+        print("RESULT ddp-gorovod %s %d %.3f cpu_ms_per_step %.2f" % (args.model, dist.get_world_size(), rate,
+                                                                      cpu * 1e3), flush=True)
+    dist.destroy_process_group()
+
+
 def ddp_worker(rank, args, port):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -114,7 +133,7 @@ def free_port():
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--backend", choices=["gorovod", "alone", "ddp"], required=True)
+    p.add_argument("--backend", choices=["gorovod", "alone", "ddp", "ddp-gorovod"], required=True)
     p.add_argument("--model", choices=["cnn", "mlp"], default="mlp")
     p.add_argument("--np", type=int, default=2, help="processes (ddp; gorovod takes gorovod run's)")
     p.add_argument("--batch-size", type=int, default=64)
@@ -123,6 +142,8 @@ def main():
     args = p.parse_args()
     if args.backend in ("gorovod", "alone"):
         run_gorovod(args)
+    elif args.backend == "ddp-gorovod":
+        run_ddp_gorovod(args)
     else:
         import torch.multiprocessing as mp
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
