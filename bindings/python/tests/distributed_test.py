@@ -10,14 +10,24 @@ concatenated batches.
 Prints "PASS rank R of N". Driven by bindings/python/python_test.go.
 """
 
+import os
+
 import torch
 import torch.distributed as dist
 
-import gorovod.torch.distributed  # noqa: F401 (registers the backend)
+import gorovod.torch as hvd
+import gorovod.torch.distributed  # noqa: F401 (registers the backend, sets torchrun's variables)
 
+# torchrun's variables, there before init_process_group as under torchrun.
+local_rank = int(os.environ["LOCAL_RANK"])
 dist.init_process_group("gorovod")
 r, n = dist.get_rank(), dist.get_world_size()
 assert dist.get_backend() == "gorovod", dist.get_backend()
+want_env = {"RANK": r, "WORLD_SIZE": n, "LOCAL_RANK": hvd.local_rank(), "LOCAL_WORLD_SIZE": hvd.local_size(),
+            "GROUP_RANK": hvd.cross_rank()}
+got_env = {k: int(os.environ[k]) for k in want_env}
+if got_env != want_env or local_rank != hvd.local_rank():
+    raise AssertionError("rank %d: torchrun's variables %s, want %s" % (r, got_env, want_env))
 
 
 def same(what, got, want):

@@ -1,7 +1,9 @@
 """gorovod as a ``torch.distributed`` backend: ``dist.init_process_group("gorovod")``.
 
-Importing this module registers the backend. Under ``gorovod run`` a script
-then needs no address, port, rank or world size: they come from the job::
+Importing this module registers the backend and, inside a gorovod job,
+joins it and sets torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+and GROUP_RANK (where unset). Under ``gorovod run`` a script then needs no
+address, port, rank or world size: they come from the job::
 
     import torch.distributed as dist
     import gorovod.torch.distributed  # registers the "gorovod" backend
@@ -386,4 +388,22 @@ def register():
         handlers["env"] = _gorovod_env_rendezvous(handlers["env"])
 
 
+def _torchrun_environment():
+    """Inside a gorovod job, joins it and gives the process torchrun's
+    variables for the world it joined (RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE, GROUP_RANK), so a script that reads them before
+    init_process_group (LOCAL_RANK for torch.cuda.set_device, say) runs
+    unchanged. Variables already set are left as they are. They describe
+    the first world: an elastic job's later worlds renumber the ranks."""
+    if "GOROVOD_JOB_ID" not in os.environ:
+        return
+    if not mpi_ops.is_initialized():
+        mpi_ops.init()
+    for name, value in (("RANK", mpi_ops.rank()), ("WORLD_SIZE", mpi_ops.size()),
+                        ("LOCAL_RANK", mpi_ops.local_rank()), ("LOCAL_WORLD_SIZE", mpi_ops.local_size()),
+                        ("GROUP_RANK", mpi_ops.cross_rank())):
+        os.environ.setdefault(name, str(value))
+
+
 register()
+_torchrun_environment()
