@@ -118,15 +118,7 @@ func wantPasses(t *testing.T, out string, n int) {
 
 // TestCollectives runs every collective × dtype × reduce op against torch's
 // own result, plus bad input, alone and at 2, 3 and 4 workers.
-func TestCollectives(t *testing.T) {
-	needTorch(t)
-	for _, np := range []int{0, 2, 3, 4} {
-		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
-			out := runPython(t, np, 5*time.Minute, pyEnv(t), "tests/ops_test.py")
-			wantPasses(t, out, max(np, 1))
-		})
-	}
-}
+func TestCollectives(t *testing.T) { runEachWorld(t, "tests/ops_test.py", 0, 2, 3, 4) }
 
 // TestForkAndMismatch: a DataLoader with forked workers beside collectives,
 // a forked child calling gorovod, and ranks that call mismatched
@@ -166,18 +158,24 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// TestOptimizer: DistributedOptimizer (backward_passes_per_step 1 and 2,
-// Compression.none and fp16, SGD and Adam) against an update computed in
-// one process, broadcast_parameters, broadcast_optimizer_state.
-func TestOptimizer(t *testing.T) {
+// runEachWorld runs a test script that prints "PASS rank R of N" on each
+// rank: alone for np 0 (a world of one, no `gorovod run`), else in a job of
+// np workers.
+func runEachWorld(t *testing.T, script string, nps ...int) {
+	t.Helper()
 	needTorch(t)
-	for _, np := range []int{0, 2, 3} {
+	for _, np := range nps {
 		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
-			out := runPython(t, np, 5*time.Minute, pyEnv(t), "tests/optimizer_test.py")
+			out := runPython(t, np, 5*time.Minute, pyEnv(t), script)
 			wantPasses(t, out, max(np, 1))
 		})
 	}
 }
+
+// TestOptimizer: DistributedOptimizer (backward_passes_per_step 1 and 2,
+// Compression.none and fp16, SGD and Adam) against an update computed in
+// one process, broadcast_parameters, broadcast_optimizer_state.
+func TestOptimizer(t *testing.T) { runEachWorld(t, "tests/optimizer_test.py", 0, 2, 3) }
 
 // TestOptimizerUnevenGradients: DistributedOptimizer where
 // gradients exist on some ranks only, or come in another order on another
@@ -185,28 +183,14 @@ func TestOptimizer(t *testing.T) {
 // the average of the ranks' own (zero where a rank produced none), computed
 // in one process.
 func TestOptimizerUnevenGradients(t *testing.T) {
-	needTorch(t)
-	for _, np := range []int{2, 3} {
-		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
-			out := runPython(t, np, 5*time.Minute, pyEnv(t), "tests/optimizer_uneven_test.py")
-			wantPasses(t, out, np)
-		})
-	}
+	runEachWorld(t, "tests/optimizer_uneven_test.py", 2, 3)
 }
 
 // TestSyncBatchNorm: hvd.SyncBatchNorm against torch's BatchNorm1d/2d on
 // the concatenated batch (output, input/weight/bias gradients, running
 // statistics), with unequal local batches (an empty one at 3 workers), and
 // alone.
-func TestSyncBatchNorm(t *testing.T) {
-	needTorch(t)
-	for _, np := range []int{0, 2, 3} {
-		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
-			out := runPython(t, np, 5*time.Minute, pyEnv(t), "tests/sync_batch_norm_test.py")
-			wantPasses(t, out, max(np, 1))
-		})
-	}
-}
+func TestSyncBatchNorm(t *testing.T) { runEachWorld(t, "tests/sync_batch_norm_test.py", 0, 2, 3) }
 
 // TestTorchDistributed: a torch.distributed script on backend "gorovod"
 // under `gorovod run`, with init_process_group given nothing but the
@@ -214,15 +198,7 @@ func TestSyncBatchNorm(t *testing.T) {
 // values each rank computes alone, the calls it lacks raising a clear
 // error, and DistributedDataParallel (several buckets, no_sync, a comm
 // hook) training to the parameters of one process on the whole batch.
-func TestTorchDistributed(t *testing.T) {
-	needTorch(t)
-	for _, np := range []int{2, 3} {
-		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
-			out := runPython(t, np, 5*time.Minute, pyEnv(t), "tests/distributed_test.py")
-			wantPasses(t, out, np)
-		})
-	}
-}
+func TestTorchDistributed(t *testing.T) { runEachWorld(t, "tests/distributed_test.py", 2, 3) }
 
 const fashionMNIST = "/usr/share/datasets/fashion-mnist"
 
