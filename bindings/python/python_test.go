@@ -3,6 +3,7 @@ package python
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,6 +200,79 @@ func TestSyncBatchNorm(t *testing.T) { runEachWorld(t, "tests/sync_batch_norm_te
 // error, and DistributedDataParallel (several buckets, no_sync, a comm
 // hook) training to the parameters of one process on the whole batch.
 func TestTorchDistributed(t *testing.T) { runEachWorld(t, "tests/distributed_test.py", 2, 3) }
+
+var paramsDigest = regexp.MustCompile(`rank (\d+): params_sha256 ([0-9a-f]{64})`)
+
+// digests returns each rank's parameter digest that examples/pytorch/ddp_train.py
+// printed, and fails unless every one of np ranks printed one.
+func digests(t *testing.T, out string, np int) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for _, m := range paramsDigest.FindAllStringSubmatch(out, -1) {
+		got[m[1]] = m[2]
+	}
+	if len(got) != np {
+		t.Fatalf("%d ranks printed their parameters' digest, want %d:\n%s", len(got), np, out)
+	}
+	return got
+}
+
+// TestDDPScriptOnGorovodAsOnGloo: examples/pytorch/ddp_train.py, a
+// torchrun-style DistributedDataParallel script, run once under `gorovod
+// run` on backend "gorovod" and once on Gloo (two processes given RANK,
+// WORLD_SIZE, MASTER_ADDR and MASTER_PORT by hand, as torchrun would), ends
+// with the same parameters to the bit on every rank of both: only the
+// backend's name differs. (With two ranks a sum has one order, so the two
+// backends' averages are the same floats.)
+func TestDDPScriptOnGorovodAsOnGloo(t *testing.T) {
+	needTorch(t)
+	script := filepath.Join("..", "..", "examples", "pytorch", "ddp_train.py")
+	ours := digests(t, runPython(t, 2, 5*time.Minute, pyEnv(t), script, "--backend", "gorovod"), 2)
+
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	outs := make([]*strings.Builder, 2)
+	cmds := make([]*exec.Cmd, 2)
+	for r := range cmds {
+		outs[r] = &strings.Builder{}
+		c := exec.CommandContext(ctx, Python, script, "--backend", "gloo")
+		c.Env = append(pyEnv(t), "RANK="+strconv.Itoa(r), "LOCAL_RANK="+strconv.Itoa(r), "WORLD_SIZE=2",
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "GLOO_SOCKET_IFNAME=lo")
+		c.Stdout, c.Stderr, c.WaitDelay = outs[r], outs[r], 10*time.Second
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = c
+	}
+	var all strings.Builder
+	for r, c := range cmds {
+		err := c.Wait()
+		all.WriteString(outs[r].String())
+		if err != nil {
+			t.Fatalf("gloo rank %d: %v\n%s", r, err, outs[r])
+		}
+	}
+	gloo := digests(t, all.String(), 2)
+	for r := range 2 {
+		k := strconv.Itoa(r)
+		if ours[k] != ours["0"] || gloo[k] != ours["0"] {
+			t.Fatalf("parameters differ: gorovod %v, gloo %v", ours, gloo)
+		}
+	}
+	t.Logf("every rank of both backends: params_sha256 %s", ours["0"])
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
 
 const fashionMNIST = "/usr/share/datasets/fashion-mnist"
 

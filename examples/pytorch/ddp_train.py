@@ -1,0 +1,69 @@
+"""A torchrun-style DistributedDataParallel script: a small MLP on a synthetic
+regression task, on any torch.distributed backend.
+
+On gorovod (the import registers the backend; `gorovod run` gives the rest):
+
+    PYTHONPATH=bindings/python gorovod run --np 2 -- /usr/bin/python3 examples/pytorch/ddp_train.py --backend gorovod
+
+On Gloo, under torchrun or with RANK, WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT set by hand:
+
+    torchrun --nproc_per_node 2 examples/pytorch/ddp_train.py --backend gloo
+
+Rank 0 prints the loss every few steps and, at the end, a digest of the
+parameters, which is the same on every rank.
+"""
+
+import argparse
+import hashlib
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--backend", default="gloo")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    args = p.parse_args()
+    if args.backend == "gorovod":
+        import gorovod.torch.distributed  # noqa: F401 (registers the backend)
+
+    torch.set_num_threads(1)
+    local_rank = int(os.environ["LOCAL_RANK"])  # as torchrun sets it
+    dist.init_process_group(args.backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    # The same synthetic data set on every rank: y = x·w + noise.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, 32, generator=g)
+    y = x @ torch.randn(32, 1, generator=g) + 0.1 * torch.randn(4096, 1, generator=g)
+    sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, sampler=sampler)
+
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                                        torch.nn.Linear(64, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        for step, (xb, yb) in enumerate(loader):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            loss.backward()
+            opt.step()
+        if rank == 0:
+            print("epoch %d: loss %.4f (rank %d of %d, local rank %d)" % (epoch + 1, loss.item(), rank, world,
+                                                                          local_rank), flush=True)
+    digest = hashlib.sha256(b"".join(q.detach().numpy().tobytes() for q in model.parameters())).hexdigest()
+    print("rank %d: params_sha256 %s" % (rank, digest), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
