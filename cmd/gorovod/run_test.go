@@ -383,6 +383,10 @@ func TestRunBadCommandLines(t *testing.T) {
 		{[]string{"run", "--np", "0", "--", "true"}, "at least 1"},
 		{[]string{"run", "--np", "2", "--min-np", "3", "--", "true"}, "--min-np"},
 		{[]string{"run", "--np", "3", "--max-np", "2", "--", "true"}, "--max-np"},
+		// horovodrun's names set the same values as gorovod's.
+		{[]string{"run", "--num-proc", "0", "--", "true"}, "at least 1"},
+		{[]string{"run", "--num-proc", "2", "--min-num-proc", "3", "--", "true"}, "--min-np"},
+		{[]string{"run", "--np", "3", "--max-num-proc", "2", "--", "true"}, "--max-np"},
 		{[]string{"run", "--", "/nonexistent/trainer"}, "trainer"},
 		{[]string{"run", "--placement", "everywhere", "--", "true"}, "unknown placement"},
 		{[]string{"run", "--heuristic", "nope", "--", "true"}, `unknown heuristic "nope"`},

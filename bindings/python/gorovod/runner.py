@@ -93,18 +93,33 @@ def _local_only(hosts, hostfile):
                                       "through a local directory), not on %r; use `gorovod run -H %s`" % (name, hosts))
 
 
+def _alias(name, value, alias, alias_value, default=None):
+    """The value given under name or under Horovod's other name alias."""
+    if value is not None and alias_value is not None and value != alias_value:
+        raise ValueError("gorovod.run: %s=%r and %s=%r disagree: give one" % (name, value, alias, alias_value))
+    if value is not None:
+        return value
+    return alias_value if alias_value is not None else default
+
+
 def run(func, args=(), kwargs=None, np=1, min_np=None, max_np=None, slots=None, reset_limit=None, hosts=None,
         hostfile=None, start_timeout=None, ssh_port=None, ssh_identity_file=None, disable_cache=None,
         output_filename=None, verbose=None, use_gloo=None, use_mpi=None, mpi_args=None, network_interface=None,
-        executable=None):
+        executable=None, num_proc=None, min_num_proc=None, max_num_proc=None):
     """Runs func(*args, **kwargs) in np worker processes under `gorovod run`
     and returns their results, in rank order. Horovod's signature; min_np
-    and max_np make the job elastic (then results come from the workers of
+    and max_np make the job elastic; Horovod's current names num_proc,
+    min_num_proc and max_num_proc are accepted too (then results come from the workers of
     the last world, by their rank there). use_gloo, use_mpi and mpi_args are
     ignored (gorovod has its own transports), as are the SSH, cache and
     output options; hosts may name only this host."""
     if not callable(func):
         raise TypeError("gorovod.run: func must be callable, got %s" % type(func).__name__)
+    # Horovod's current names (num_proc, min_num_proc, max_num_proc) and its
+    # older ones (np, min_np, max_np) both work; the two for one value must agree.
+    np = _alias("np", np if num_proc is None or np != 1 else None, "num_proc", num_proc, default=1)
+    min_np = _alias("min_np", min_np, "min_num_proc", min_num_proc)
+    max_np = _alias("max_np", max_np, "max_num_proc", max_num_proc)
     if not isinstance(np, int) or np < 1:
         raise ValueError("gorovod.run: np must be a positive integer, got %r" % (np,))
     _local_only(hosts, hostfile)

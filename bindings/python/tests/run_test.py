@@ -30,7 +30,7 @@ def work(box, fail_rank=None, pid_file=None):
 
 
 def main():
-    results = horovod.run(work, args=(Box(10),), np=3)
+    results = horovod.run(work, args=(Box(10),), num_proc=3)  # Horovod's current name for np
     got = [r.value[:3] for r in results]
     assert got == [(0, 3, 60.0), (1, 3, 60.0), (2, 3, 60.0)], got
     assert len({r.value[3] for r in results} | {os.getpid()}) == 4, "the workers are not 3 new processes"
@@ -43,7 +43,8 @@ def main():
         assert "rank %d fails on purpose" % 2 in str(e), e
         assert "raised by rank 2 of 3" in notes and "in work" in notes, notes
 
-    for bad, kwargs in (("np", {"np": 0}), ("this host only", {"np": 2, "hosts": "elsewhere.invalid:2"}),
+    for bad, kwargs in (("np", {"np": 0}), ("np", {"num_proc": 0}), ("disagree", {"np": 2, "num_proc": 3}),
+                        ("disagree", {"min_np": 1, "min_num_proc": 2, "np": 2}), ("this host only", {"np": 2, "hosts": "elsewhere.invalid:2"}),
                         ("this host only", {"np": 2, "hostfile": "/nonexistent"})):
         try:
             horovod.run(work, args=(Box(1),), **kwargs)

@@ -34,6 +34,7 @@ type obsOptions struct {
 func (o *obsOptions) register(fs *flag.FlagSet) {
 	o.log.Register(fs)
 	fs.BoolVar(&o.verbose, "v", false, "log the driver's decisions (--log-level info) and every world change")
+	fs.BoolVar(&o.verbose, "verbose", false, "horovodrun's name for -v")
 	fs.StringVar(&o.timeline, "timeline-filename", "", "write the job's Chrome trace (chrome://tracing, ui.perfetto.dev) to this `file`: every worker's collectives and their phases, steps, world switches, state broadcasts and stalls")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of the job at http://`host:port`/metrics (port 0 picks one)")
 	fs.StringVar(&o.reportDir, "report", "", "write the run's report into this `directory` at the end: run.jsonl, plots (SVG, PNG) and index.html")

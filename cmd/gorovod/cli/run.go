@@ -65,6 +65,10 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.IntVar(&o.np, "np", 2, "workers to start")
 	fs.IntVar(&o.minNP, "min-np", 0, "fewest workers the job trains with; with fewer it waits for more, and replaces lost ones where a slot is free (default --np, as Horovod)")
 	fs.IntVar(&o.maxNP, "max-np", 0, "most workers (0: no limit); SIGUSR1 adds one up to it")
+	// horovodrun's long names for the same three.
+	fs.IntVar(&o.np, "num-proc", 2, "horovodrun's name for --np")
+	fs.IntVar(&o.minNP, "min-num-proc", 0, "horovodrun's name for --min-np")
+	fs.IntVar(&o.maxNP, "max-num-proc", 0, "horovodrun's name for --max-np")
 	o.obs.register(fs)
 	fs.StringVar(&o.heuristic, "heuristic", "", "autoscaling policy by name (see --list-heuristics)")
 	fs.Var(&o.heuristicOpts, "heuristic-opt", "a `key=value` parameter of the heuristic (repeatable)")
