@@ -140,6 +140,10 @@ func (h *runJobHarness) read(r io.Reader) {
 				tl.Worker, _ = strconv.Atoi(m[1])
 				tl.At = time.Now()
 				h.lines = append(h.lines, tl)
+			} else {
+				// A worker's own words (an error, a goroutine dump): kept
+				// for the log a failing test prints.
+				fmt.Fprintln(&h.log, line)
 			}
 		} else if strings.HasPrefix(line, `{"event":`) {
 			h.events = append(h.events, line)
@@ -179,11 +183,26 @@ func (h *runJobHarness) waitFor(t *testing.T, what string, timeout time.Duration
 		select {
 		case <-h.notify:
 		case <-deadline:
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			t.Fatalf("timed out waiting for %s; launcher log:\n%s", what, h.log.String())
+			h.timedOut(t, what)
 		}
 	}
+}
+
+// timedOut fails the test for a wait on what that timed out, with the
+// job's log and, first, the goroutine dumps of its processes (the workers'
+// through the launcher, by dumpOnCancel's SIGQUIT), so that a hang says
+// where it hung.
+func (h *runJobHarness) timedOut(t *testing.T, what string) {
+	t.Helper()
+	if h.cmd.Cancel != nil {
+		_ = h.cmd.Cancel()
+		select {
+		case err := <-h.exited:
+			h.exited <- err
+		case <-time.After(30 * time.Second):
+		}
+	}
+	t.Fatalf("timed out waiting for %s; launcher log, with goroutine dumps:\n%s", what, h.logText())
 }
 
 func (h *runJobHarness) pid(t *testing.T, worker int) int {

@@ -40,7 +40,7 @@ func (h *runJobHarness) waitLog(t *testing.T, what string, timeout time.Duration
 			}
 			t.Fatalf("the job ended (%v) before %s; launcher log:\n%s", err, what, h.logText())
 		case <-deadline:
-			t.Fatalf("timed out waiting for %s; launcher log:\n%s", what, h.logText())
+			h.timedOut(t, what)
 		}
 	}
 }
