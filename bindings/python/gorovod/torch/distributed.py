@@ -170,11 +170,6 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         handles = [mpi_ops.allreduce_async_(t, op=op) for t in tensors]
         return self._submit(handles, lambda _: tensors)
 
-    def allreduce_coalesced(self, tensors, opts=None):
-        op = _reduce_op(opts.reduceOp) if opts is not None else mpi_ops.Sum
-        handles = [mpi_ops.grouped_allreduce_async_(list(tensors), op=op)] if tensors else []
-        return self._submit(handles, lambda _: tensors)
-
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         handles = [mpi_ops.broadcast_async_(t, root) for t in tensors]
@@ -331,10 +326,13 @@ def _store_host():
     if mpi_ops.local_size() == mpi_ops.size():
         return "127.0.0.1"  # every rank on this host
     advertised = os.environ.get("GOROVOD_ADVERTISE_ADDR", "")
-    if advertised:
-        return advertised.rsplit(":", 1)[0].strip("[]") if advertised.count(":") == 1 or "]" in advertised \
-            else advertised
-    return socket.getfqdn()
+    if not advertised:
+        return socket.getfqdn()
+    if advertised.startswith("["):  # [v6]:port
+        return advertised[1:advertised.index("]")]
+    if advertised.count(":") == 1:  # host:port
+        return advertised.split(":")[0]
+    return advertised  # a host, or a bare IPv6 address
 
 
 def _job_store(timeout):

@@ -199,11 +199,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     self._start_ready()
         return hook
 
-    def _start_ready(self):
-        """Starts the groups that are ready and that no group before them in
-        the fixed order is still waiting for."""
+    def _start_ready(self, everything=False):
+        """Starts, in the fixed order, the groups that are ready and that no
+        group before them is still waiting for; with everything, all the
+        groups not started yet (synchronize: zeros for the gradients this
+        rank did not produce)."""
         order, ready = self._order, self._ready
-        while self._next < len(order) and ready[self._next]:
+        while self._next < len(order) and (everything or ready[self._next]):
             group = order[self._next]
             self._handles[group] = self._grouped_allreduce_grad_async(group)
             self._next += 1
@@ -213,11 +215,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for the gradients this rank did not produce), waits for every group's
         allreduce, and writes the results into the gradients."""
         try:
-            order = self._order
-            while self._next < len(order):
-                group = order[self._next]
-                self._handles[group] = self._grouped_allreduce_grad_async(group)
-                self._next += 1
+            self._start_ready(everything=True)
             handles, self._handles = self._handles, {}
             for group, (handle, ctxs) in handles.items():
                 outputs = mpi_ops.synchronize(handle)

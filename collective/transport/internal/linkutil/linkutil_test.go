@@ -13,10 +13,10 @@ import (
 // The errors a link returns keep the transports' contract: a *PeerError
 // naming the peer, wrapping the sentinel callers test with errors.Is.
 func TestErrorsNameThePeer(t *testing.T) {
-	b := &Base{PeerRank: 3, Addr: "10.0.0.3:9"}
+	b := &Base{PeerRank: 3, Addr: "198.18.0.3:9"}
 	err := b.PeerErr("recv", transport.ErrPeerTimeout)
 	var pe *transport.PeerError
-	if !errors.As(err, &pe) || pe.Rank != 3 || pe.Addr != "10.0.0.3:9" || pe.Op != "recv" {
+	if !errors.As(err, &pe) || pe.Rank != 3 || pe.Addr != "198.18.0.3:9" || pe.Op != "recv" {
 		t.Fatalf("PeerErr = %#v", err)
 	}
 	if !errors.Is(err, transport.ErrPeerTimeout) {
