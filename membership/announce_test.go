@@ -63,7 +63,7 @@ func TestAnnounceTellsDirectly(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &delegate{drv}
-	d.NotifyMsg(appendFrame(nil, &frame{kind: frameMeta, jobID: testJob, from: w.Name(), payload: enc}))
+	d.NotifyMsg(signedFrame(w, drv.Name(), frameMeta, enc))
 	addr := w.Local().Addr
 	d.NotifyUpdate(&memberlist.Node{Name: w.Name(), Addr: net.IP(addr.Addr().AsSlice()), Port: addr.Port(), Meta: enc})
 	if got := stateOf(w.Name()); got != StateLeaving {
@@ -71,7 +71,7 @@ func TestAnnounceTellsDirectly(t *testing.T) {
 	}
 	// Told metadata that does not decode, or names another job, is dropped.
 	before := drv.Stats().MessagesMalformed
-	d.NotifyMsg(appendFrame(nil, &frame{kind: frameMeta, jobID: testJob, from: w.Name(), payload: []byte{1, 2, 3}}))
+	d.NotifyMsg(signedFrame(w, drv.Name(), frameMeta, []byte{1, 2, 3}))
 	if drv.Stats().MessagesMalformed != before+1 {
 		t.Fatal("malformed told metadata was not counted")
 	}

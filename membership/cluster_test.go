@@ -394,15 +394,16 @@ func TestMessages(t *testing.T) {
 
 	d := &delegate{ms[1]}
 	d.NotifyMsg([]byte("garbage"))
-	d.NotifyMsg(appendFrame(nil, &frame{kind: frameData, jobID: testJob, from: "x", payload: big}))
+	d.NotifyMsg(unsignedFrame(testJob, "x", frameData, big))
 	if got := ms[1].Stats().MessagesMalformed; got != 2 {
 		t.Fatalf("MessagesMalformed = %d, want 2", got)
 	}
 
-	// A sender that is not (yet) known here is still delivered, by name.
-	d.NotifyMsg(appendFrame(nil, &frame{kind: frameData, jobID: testJob, from: "not-yet-known", payload: []byte("hi")}))
-	if msg := <-ms[1].Messages(); msg.From.Name != "not-yet-known" || msg.From.Addr.IsValid() {
-		t.Fatalf("got %+v", msg)
+	// A sender whose signing key is not known here cannot be told from a
+	// forger: its message is dropped and counted.
+	d.NotifyMsg(unsignedFrame(testJob, "not-yet-known", frameData, []byte("hi")))
+	if got := ms[1].Stats().MessagesUnverified; got != 1 {
+		t.Fatalf("MessagesUnverified = %d, want 1", got)
 	}
 
 	ctx, cancel := context.WithCancel(t.Context())
@@ -421,6 +422,9 @@ func TestMessageQueueOverflow(t *testing.T) {
 	cfg = testConfig("fast")
 	cfg.Seeds = []string{slow.Local().Addr.String()}
 	fast := join(t, cfg, testMeta(1))
+	// Messages from a member whose signing key has not reached the receiver
+	// are dropped as unverifiable, not queued.
+	waitConverged(t, []*Member{slow, fast}, time.Now())
 	for i := range 5 {
 		if err := fast.Send(t.Context(), slow.Local(), []byte{byte(i)}); err != nil {
 			t.Fatal(err)

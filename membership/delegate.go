@@ -54,11 +54,16 @@ func (d *delegate) NotifyMsg(b []byte) {
 		m.log.Debug("membership: dropped an oversized message", "bytes", len(f.payload), "from", f.from)
 		return
 	}
-	switch f.kind {
-	case frameMeta:
-		m.told(f.from, f.payload)
+	if f.kind == frameReach {
+		return // its delivery was the answer
+	}
+	if ok, refused := m.authenticate(&f, b); !ok {
+		refused.Add(1)
+		m.log.Debug("membership: dropped a message not signed by its sender or seen before", "from", f.from, "seq", f.seq)
 		return
-	case frameReach:
+	}
+	if f.kind == frameMeta {
+		m.told(f.from, f.payload)
 		return
 	}
 	m.mu.Lock()
@@ -148,6 +153,10 @@ func (m *Member) admit(name string, raw []byte) (Meta, error) {
 		m.nodesRejected.Add(1)
 		return meta, fmt.Errorf("membership: node %s belongs to job %q, not %q", name, meta.JobID, m.jobID)
 	}
+	if err := m.pin(name, &meta); err != nil {
+		m.nodesRejected.Add(1)
+		return meta, err
+	}
 	return meta, nil
 }
 
@@ -179,6 +188,7 @@ func (m *Member) nodeChanged(kind EventKind, n *memberlist.Node) {
 		return
 	}
 	e.node = node
+	m.setAliveLocked(n.Name, true)
 	if n.Name == m.name {
 		m.selfAddr = node.Addr
 	}
@@ -222,6 +232,7 @@ func (m *Member) nodeGone(n *memberlist.Node) {
 		return
 	}
 	delete(m.nodes, n.Name)
+	m.setAliveLocked(n.Name, false)
 	kind := EventFailed
 	if e.bye || e.node.Meta.State == StateLeaving {
 		kind = EventLeft

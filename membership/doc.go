@@ -26,7 +26,11 @@
 //   - Send and Messages: small messages between members of the same job, each
 //     over its own encrypted TCP stream (so not lost in transit, but not
 //     ordered, and lost if the receiver dies or does not keep up), on which
-//     the epoch agreement protocol rides.
+//     the epoch agreement protocol rides. Each is signed by its sender's
+//     per-incarnation Ed25519 key (Meta.SigningKey) for its receiver and
+//     numbered: Message.From is the member whose key signed it, and a
+//     replayed or redirected message is dropped (auth.go says exactly what
+//     this guarantees and what it does not).
 //
 // It does not decide world membership: epochs, ranks and the proposer protocol
 // live above it and only read Members, Events and Messages.

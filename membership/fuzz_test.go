@@ -2,6 +2,7 @@ package membership
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/binary"
 	"testing"
 )
@@ -70,16 +71,20 @@ func FuzzMetaDecode(f *testing.F) {
 
 func FuzzFrameDecode(f *testing.F) {
 	for _, fr := range []frame{
-		{kind: frameData, jobID: "job", from: "host-1-abc", payload: []byte("proposal")},
-		{kind: frameData, jobID: "j", from: "n", payload: nil},
-		{kind: frameBye, jobID: "job", from: "host-2-def"},
+		{kind: frameData, jobID: "job", from: "host-1-abc", seq: 1, payload: []byte("proposal")},
+		{kind: frameData, jobID: "j", from: "n", seq: 1 << 40, payload: nil},
+		{kind: frameBye, jobID: "job", from: "host-2-def", seq: 7},
 	} {
+		fr.sig = make([]byte, frameSigSize)
 		f.Add(appendFrame(nil, &fr))
 	}
 	f.Add([]byte("gm"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var fr frame
+		if verifyFrame(fuzzKey.Public().(ed25519.PublicKey), "to", b) {
+			t.Fatalf("arbitrary bytes %x verified", b)
+		}
 		if err := decodeFrame(b, &fr); err == nil {
 			if out := appendFrame(nil, &fr); !bytes.Equal(out, b) {
 				t.Fatalf("re-encoding differs:\n in %x\nout %x", b, out)
@@ -89,19 +94,35 @@ func FuzzFrameDecode(f *testing.F) {
 			}
 		}
 		fs := fuzzFields{b}
-		in := frame{kind: frameData, jobID: fs.str(), from: fs.str(), payload: fs.b}
-		if in.jobID == "" || in.from == "" {
+		in := frame{kind: frameData, jobID: fs.str(), from: fs.str(), seq: fs.u64(), sig: fs.take(frameSigSize), payload: fs.b}
+		if in.jobID == "" || in.from == "" || in.seq == 0 {
 			return
 		}
 		var got frame
 		if err := decodeFrame(appendFrame(nil, &in), &got); err != nil {
 			t.Fatalf("decoding an encoded valid frame: %v", err)
 		}
-		if got.jobID != in.jobID || got.from != in.from || !bytes.Equal(got.payload, in.payload) {
+		if got.jobID != in.jobID || got.from != in.from || got.seq != in.seq || !bytes.Equal(got.payload, in.payload) || !bytes.Equal(got.sig, in.sig) {
 			t.Fatalf("round trip: in %+v out %+v", in, got)
+		}
+		// Signed for one receiver, it verifies there and nowhere else, and
+		// with no other key.
+		signed := signFrame(fuzzKey, "to", &in)
+		if err := decodeFrame(signed, &got); err != nil {
+			t.Fatalf("decoding a signed frame: %v", err)
+		}
+		pub := fuzzKey.Public().(ed25519.PublicKey)
+		if !verifyFrame(pub, "to", signed) || verifyFrame(pub, "other", signed) || verifyFrame(otherKey, "to", signed) {
+			t.Fatal("a signature verified for the wrong receiver or key, or not for the right one")
 		}
 	})
 }
+
+// fuzzKey signs the fuzzer's frames; otherKey is another member's public key.
+var (
+	fuzzKey  = ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
+	otherKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize)).Public().(ed25519.PublicKey)
+)
 
 // fuzzFields hands out values from fuzz input, zero once it runs out.
 type fuzzFields struct{ b []byte }

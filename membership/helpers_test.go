@@ -225,3 +225,14 @@ func freePort(t *testing.T) int {
 	t.Fatal("no free TCP+UDP port")
 	return 0
 }
+
+// signedFrame is the frame member from sends to the member named to: signed
+// with from's key, under from's next sequence number to it.
+func signedFrame(from *Member, to string, kind uint8, payload []byte) []byte {
+	return signFrame(from.signKey, to, &frame{kind: kind, jobID: from.jobID, from: from.name, seq: from.nextSeq(to), payload: payload})
+}
+
+// unsignedFrame is a well-formed frame whose signature is all zeros.
+func unsignedFrame(job, from string, kind uint8, payload []byte) []byte {
+	return appendFrame(nil, &frame{kind: kind, jobID: job, from: from, seq: 1, payload: payload, sig: make([]byte, frameSigSize)})
+}

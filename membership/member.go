@@ -1,8 +1,11 @@
 package membership
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"crypto/ed25519"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +51,16 @@ type Stats struct {
 	// EventsCoalesced counts events replaced by a newer one about the same
 	// member before a reader took them.
 	EventsCoalesced uint64
+	// MessagesUnverified were not signed by the key their sender published
+	// (a forged sender, or a sender whose metadata has not arrived yet).
+	MessagesUnverified uint64
+	// MessagesReplayed carried a sequence number already accepted from
+	// their sender, or one too far behind its newest.
+	MessagesReplayed uint64
+	// KeysRefused counts alive messages, merges and metadata refused
+	// because they named another signing key than the first one seen under
+	// that member's name (ErrSigningKeyChanged).
+	KeysRefused uint64
 }
 
 // Member is this process's membership in its job's gossip cluster: one
@@ -74,6 +87,12 @@ type Member struct {
 	nodes        map[string]*nodeEntry
 	selfAddr     netip.AddrPort
 	foreignAddrs map[netip.AddrPort]struct{} // nodes refused at a join merge
+	// auth holds each peer's pinned signing key and sequence numbers (see
+	// auth.go); goneAuth queues the names that are not alive members, to
+	// forget the oldest beyond maxGonePeers. Guarded by mu.
+	auth     map[string]*peerAuth
+	goneAuth []string
+	signKey  ed25519.PrivateKey // this incarnation's; its public half is in meta
 
 	events   *eventQueue
 	eventsCh chan Event
@@ -95,6 +114,7 @@ type Member struct {
 	logLimiter *logging.RateLimiter
 
 	messagesReceived, messagesDropped, messagesForeign, messagesMalformed, nodesRejected atomic.Uint64
+	messagesUnverified, messagesReplayed, keysRefused                                    atomic.Uint64
 }
 
 type nodeEntry struct {
@@ -130,6 +150,11 @@ func Join(ctx context.Context, cfg Config, meta Meta) (*Member, error) {
 	if meta.Host == "" {
 		meta.Host, _ = os.Hostname()
 	}
+	pub, priv, err := ed25519.GenerateKey(crand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("membership: making a signing key: %w", err)
+	}
+	meta.SigningKey = pub
 	enc, err := meta.MarshalBinary()
 	if err != nil {
 		return nil, err
@@ -147,6 +172,8 @@ func Join(ctx context.Context, cfg Config, meta Meta) (*Member, error) {
 		updateSem:    make(chan struct{}, 1),
 		nodes:        make(map[string]*nodeEntry),
 		foreignAddrs: make(map[netip.AddrPort]struct{}),
+		auth:         map[string]*peerAuth{cfg.Name: {key: pub, alive: true}},
+		signKey:      priv,
 		events:       newEventQueue(),
 		eventsCh:     make(chan Event),
 		done:         make(chan struct{}),
@@ -407,12 +434,15 @@ func (m *Member) Messages() <-chan Message { return m.msgs }
 // Stats returns the counters of dropped and refused traffic.
 func (m *Member) Stats() Stats {
 	return Stats{
-		MessagesReceived:  m.messagesReceived.Load(),
-		MessagesDropped:   m.messagesDropped.Load(),
-		MessagesForeign:   m.messagesForeign.Load(),
-		MessagesMalformed: m.messagesMalformed.Load(),
-		NodesRejected:     m.nodesRejected.Load(),
-		EventsCoalesced:   m.events.coalesced.Load(),
+		MessagesReceived:   m.messagesReceived.Load(),
+		MessagesDropped:    m.messagesDropped.Load(),
+		MessagesForeign:    m.messagesForeign.Load(),
+		MessagesMalformed:  m.messagesMalformed.Load(),
+		NodesRejected:      m.nodesRejected.Load(),
+		EventsCoalesced:    m.events.coalesced.Load(),
+		MessagesUnverified: m.messagesUnverified.Load(),
+		MessagesReplayed:   m.messagesReplayed.Load(),
+		KeysRefused:        m.keysRefused.Load(),
 	}
 }
 
@@ -466,6 +496,9 @@ func (m *Member) updateMeta(ctx context.Context, update func(*Meta), tell []Node
 	if next.JobID != cur.JobID {
 		return fmt.Errorf("membership: UpdateMeta may not change JobID (%q to %q)", cur.JobID, next.JobID)
 	}
+	if !bytes.Equal(next.SigningKey, cur.SigningKey) {
+		return errors.New("membership: UpdateMeta may not change SigningKey")
+	}
 	if next.Equal(cur) {
 		return nil
 	}
@@ -508,7 +541,9 @@ func (m *Member) updateMeta(ctx context.Context, update func(*Meta), tell []Node
 //   - order: each Send is a separate stream handled by its own goroutine, so
 //     two Sends to one member may arrive in either order;
 //   - delivery: a receiver that crashes, or whose Messages queue is full,
-//     loses the message.
+//     loses the message; so does one that has not yet learned this member's
+//     signing key (its metadata, which gossip brings within moments of the
+//     join): it cannot tell such a message from a forgery.
 func (m *Member) Send(ctx context.Context, to Node, payload []byte) error {
 	if len(payload) > m.cfg.MaxMessageSize {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(payload), m.cfg.MaxMessageSize)
@@ -526,8 +561,8 @@ func (m *Member) send(ctx context.Context, to Node, kind uint8, payload []byte) 
 	if !to.Addr.IsValid() {
 		return fmt.Errorf("membership: send to %q: no address", to.Name)
 	}
-	f := frame{kind: kind, jobID: m.jobID, from: m.name, payload: payload}
-	b := appendFrame(make([]byte, 0, frameSize(&f)), &f)
+	f := frame{kind: kind, jobID: m.jobID, from: m.name, seq: m.nextSeq(to.Name), payload: payload}
+	b := signFrame(m.signKey, to.Name, &f)
 	dst := &memberlist.Node{Name: to.Name, Addr: net.IP(to.Addr.Addr().AsSlice()), Port: to.Addr.Port()}
 	errc := make(chan error, 1)
 	// memberlist's SendReliable takes no context; it ends within TCPTimeout.

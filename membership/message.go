@@ -1,6 +1,8 @@
 package membership
 
 import (
+	"crypto/ed25519"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -21,19 +23,29 @@ type Message struct {
 // channel:
 //
 //	0 magic   "gm"
-//	2 version uint8 = 1
+//	2 version uint8 = 2
 //	3 kind    uint8 (frameData, frameBye, frameMeta, frameReach)
 //	4 job     uint8 length + JobID
 //	  from    uint8 length + sender name
-//	  payload the rest (empty for frameBye and frameReach; the sender's
-//	          encoded Meta for frameMeta)
+//	  seq     uint64, little-endian: the sender's count of frames to this
+//	          receiver, from 1
+//	  payload the rest but the signature (empty for frameBye and
+//	          frameReach; the sender's encoded Meta for frameMeta)
+//	  sig     64 bytes: Ed25519, by the sender's SigningKey, over
+//	          signatureLabel, the receiver's name (uint8 length + name) and
+//	          every byte of the frame before sig
 //
-// The job id rides in every frame because memberlist's NotifyMsg does not say
-// who sent a message: without it a member of another job that shares the
-// secret could inject messages.
+// memberlist's NotifyMsg does not say who sent a message, and every member
+// holds the gossip key, so the name in a frame proves nothing by itself: the
+// signature binds it to the key the named member published when it joined
+// (see peerAuth), the receiver's name in the signed bytes keeps a frame for
+// one member from being accepted by another, and the sequence number keeps
+// a frame from being accepted twice. The job id rides in every frame
+// because a member of another job that shares the secret could otherwise
+// inject messages.
 const (
 	frameMagic0, frameMagic1 = 'g', 'm'
-	frameVersion             = 1
+	frameVersion             = 2
 	frameData                = 1
 	// frameBye tells a peer that the sender is leaving gracefully, so its
 	// coming death is reported as Left rather than Failed.
@@ -46,26 +58,69 @@ const (
 	frameReach = 4
 
 	maxFrameString = 255
+	frameSigSize   = ed25519.SignatureSize
 )
+
+// signatureLabel starts the bytes a frame's signature covers, so that a
+// signature made for a frame means nothing anywhere else.
+const signatureLabel = "gorovod membership frame v2\x00"
 
 type frame struct {
 	kind    uint8
 	jobID   string
 	from    string
+	seq     uint64
 	payload []byte
+	sig     []byte // frameSigSize bytes
 }
 
+// appendFrame appends f's encoding, f.sig included (which must have
+// frameSigSize bytes; signFrame makes it).
 func appendFrame(b []byte, f *frame) []byte {
+	b = appendUnsigned(b, f)
+	return append(b, f.sig...)
+}
+
+// appendUnsigned appends f's encoding up to its signature.
+func appendUnsigned(b []byte, f *frame) []byte {
 	b = append(b, frameMagic0, frameMagic1, frameVersion, f.kind)
 	b = appendString(b, f.jobID)
 	b = appendString(b, f.from)
+	b = binary.LittleEndian.AppendUint64(b, f.seq)
 	return append(b, f.payload...)
 }
 
-func frameSize(f *frame) int { return 6 + len(f.jobID) + len(f.from) + len(f.payload) }
+func frameSize(f *frame) int { return 14 + len(f.jobID) + len(f.from) + len(f.payload) + frameSigSize }
 
-// decodeFrame parses b; payload aliases b. It refuses unknown versions and
-// kinds, an empty sender or job, and a goodbye with a payload.
+// signedBytes is what a frame's signature covers: the label, the receiver's
+// name and the frame up to its signature (unsigned).
+func signedBytes(to string, unsigned []byte) []byte {
+	b := make([]byte, 0, len(signatureLabel)+1+len(to)+len(unsigned))
+	b = append(b, signatureLabel...)
+	b = appendString(b, to)
+	return append(b, unsigned...)
+}
+
+// signFrame encodes f for receiver to, signed with key.
+func signFrame(key ed25519.PrivateKey, to string, f *frame) []byte {
+	unsigned := appendUnsigned(make([]byte, 0, frameSize(f)), f)
+	return append(unsigned, ed25519.Sign(key, signedBytes(to, unsigned))...)
+}
+
+// verifyFrame reports whether frame b (as decoded into f) was signed with
+// key for receiver to.
+func verifyFrame(key ed25519.PublicKey, to string, b []byte) bool {
+	if len(key) != ed25519.PublicKeySize || len(b) < frameSigSize {
+		return false
+	}
+	unsigned, sig := b[:len(b)-frameSigSize], b[len(b)-frameSigSize:]
+	return ed25519.Verify(key, signedBytes(to, unsigned), sig)
+}
+
+// decodeFrame parses b; payload and sig alias b. It refuses unknown
+// versions and kinds, an empty sender or job, sequence number 0, a frame
+// without room for its signature, and a goodbye with a payload. It does not
+// check the signature (verifyFrame, with the sender's key).
 func decodeFrame(b []byte, f *frame) error {
 	if len(b) < 4 || b[0] != frameMagic0 || b[1] != frameMagic1 {
 		return errors.New("membership: message without the frame magic")
@@ -85,9 +140,17 @@ func decodeFrame(b []byte, f *frame) error {
 	if job == "" || from == "" {
 		return errors.New("membership: message without a job or a sender")
 	}
-	if (kind == frameBye || kind == frameReach) && len(r.b) != 0 {
+	if len(r.b) < 8+frameSigSize {
+		return errors.New("membership: message without a sequence number and a signature")
+	}
+	seq := binary.LittleEndian.Uint64(r.b)
+	if seq == 0 {
+		return errors.New("membership: message with sequence number 0")
+	}
+	payload, sig := r.b[8:len(r.b)-frameSigSize], r.b[len(r.b)-frameSigSize:]
+	if (kind == frameBye || kind == frameReach) && len(payload) != 0 {
 		return errors.New("membership: goodbye or reach message with a payload")
 	}
-	*f = frame{kind: kind, jobID: job, from: from, payload: r.b}
+	*f = frame{kind: kind, jobID: job, from: from, seq: seq, payload: payload, sig: sig}
 	return nil
 }

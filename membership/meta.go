@@ -1,6 +1,8 @@
 package membership
 
 import (
+	"bytes"
+	"crypto/ed25519"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -105,6 +107,11 @@ type Meta struct {
 	// Extra carries a few free-form pairs (up to 32; keys non-empty). The whole
 	// encoding, Extra included, must fit MaxMetaSize.
 	Extra map[string]string
+	// SigningKey is the Ed25519 public key this incarnation signs its
+	// messages with (see Send). Join sets it; UpdateMeta cannot change it,
+	// and a peer refuses a member whose key differs from the first one it saw
+	// under that name. Empty only in a Meta that was never published.
+	SigningKey []byte
 }
 
 // Clone returns a deep copy (Extra is a map, which copies of Meta would share).
@@ -112,6 +119,7 @@ func (m Meta) Clone() Meta {
 	if m.Extra != nil {
 		m.Extra = maps.Clone(m.Extra)
 	}
+	m.SigningKey = bytes.Clone(m.SigningKey)
 	return m
 }
 
@@ -120,7 +128,7 @@ func (m Meta) Clone() Meta {
 func (m Meta) Equal(o Meta) bool {
 	return m.JobID == o.JobID && m.Role == o.Role && m.State == o.State &&
 		m.CollectiveAddr == o.CollectiveAddr && m.Host == o.Host && m.GPUs == o.GPUs &&
-		m.StartedAt == o.StartedAt && maps.Equal(m.Extra, o.Extra)
+		m.StartedAt == o.StartedAt && maps.Equal(m.Extra, o.Extra) && bytes.Equal(m.SigningKey, o.SigningKey)
 }
 
 // Validate checks every field against the limits of the encoding.
@@ -151,6 +159,9 @@ func (m *Meta) Validate() error {
 		if _, _, err := net.SplitHostPort(m.CollectiveAddr); err != nil {
 			return fmt.Errorf("membership: Meta.CollectiveAddr %q: %v", m.CollectiveAddr, err)
 		}
+	}
+	if len(m.SigningKey) != 0 && len(m.SigningKey) != ed25519.PublicKeySize {
+		return fmt.Errorf("membership: Meta.SigningKey is %d bytes, not %d", len(m.SigningKey), ed25519.PublicKeySize)
 	}
 	if len(m.Extra) > maxExtraPairs {
 		return fmt.Errorf("membership: Meta.Extra has %d pairs, more than %d", len(m.Extra), maxExtraPairs)
@@ -189,6 +200,7 @@ func checkString(name, v string) error {
 //	13 jobID, collectiveAddr, host: each uint8 length + bytes
 //	   extra: uint8 count, then count × (uint8 len + key, uint8 len + value),
 //	   keys strictly ascending
+//	   signingKey: uint8 length (0 or 32) + bytes
 //
 // Every valid Meta has exactly one encoding, so the decoder can demand that its
 // input re-encodes to itself (the fuzzer checks it), and equal metadata gives
@@ -197,7 +209,7 @@ const metaFixed = 13
 
 // EncodedSize returns the size of m's encoding without validating it.
 func (m *Meta) EncodedSize() int {
-	n := metaFixed + 3 + len(m.JobID) + len(m.CollectiveAddr) + len(m.Host) + 1
+	n := metaFixed + 3 + len(m.JobID) + len(m.CollectiveAddr) + len(m.Host) + 1 + 1 + len(m.SigningKey)
 	for k, v := range m.Extra {
 		n += 2 + len(k) + len(v)
 	}
@@ -229,7 +241,7 @@ func (m *Meta) appendTo(b []byte) []byte {
 		b = appendString(b, k)
 		b = appendString(b, m.Extra[k])
 	}
-	return b
+	return appendString(b, string(m.SigningKey))
 }
 
 func appendString(b []byte, s string) []byte {
@@ -275,6 +287,9 @@ func (m *Meta) UnmarshalBinary(b []byte) error {
 			out.Extra = make(map[string]string, n)
 		}
 		out.Extra[k] = v
+	}
+	if key := r.str(); key != "" {
+		out.SigningKey = []byte(key)
 	}
 	if r.err != nil {
 		return r.err

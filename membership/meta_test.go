@@ -126,7 +126,7 @@ func TestMetaDecodeRejects(t *testing.T) {
 	// Offsets in good: header 13, then jobID "job-1" (1+5), addr (1+14), host
 	// (1+6), count, "rack" (1+4) "r3" (1+2), "zone" (1+4) "b" (1+1).
 	extraAt := metaFixed + 6 + 15 + 7
-	swapped := append(bytes.Clone(good[:extraAt]), "\x02\x04zone\x01b\x04rack\x02r3"...)
+	swapped := append(bytes.Clone(good[:extraAt]), "\x02\x04zone\x01b\x04rack\x02r3\x00"...)
 	if len(swapped) != len(good) {
 		t.Fatalf("offsets in this test are stale: %d vs %d bytes", len(swapped), len(good))
 	}

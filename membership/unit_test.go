@@ -231,19 +231,28 @@ func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h recordHandler) WithGroup(string) slog.Handler      { return h }
 
 func TestFrameDecodeRejects(t *testing.T) {
-	good := appendFrame(nil, &frame{kind: frameData, jobID: "job", from: "me", payload: []byte("x")})
+	good := unsignedFrame("job", "me", frameData, []byte("x"))
+	withSeq := func(f frame) []byte {
+		f.sig = make([]byte, frameSigSize)
+		if f.seq == 0 {
+			f.seq = 1
+		}
+		return appendFrame(nil, &f)
+	}
 	for _, tc := range []struct {
 		name string
 		b    []byte
 	}{
 		{"empty", nil},
 		{"bad magic", append([]byte("xx"), good[2:]...)},
-		{"version 2", append([]byte{'g', 'm', 2}, good[3:]...)},
-		{"unknown kind", append([]byte{'g', 'm', 1, 9}, good[4:]...)},
+		{"version 1", append([]byte{'g', 'm', 1}, good[3:]...)},
+		{"unknown kind", append([]byte{'g', 'm', frameVersion, 9}, good[4:]...)},
 		{"truncated job", good[:6]},
-		{"empty job", appendFrame(nil, &frame{kind: frameData, from: "me"})},
-		{"empty sender", appendFrame(nil, &frame{kind: frameData, jobID: "job"})},
-		{"goodbye with payload", appendFrame(nil, &frame{kind: frameBye, jobID: "job", from: "me", payload: []byte{1}})},
+		{"empty job", withSeq(frame{kind: frameData, from: "me"})},
+		{"empty sender", withSeq(frame{kind: frameData, jobID: "job"})},
+		{"goodbye with payload", withSeq(frame{kind: frameBye, jobID: "job", from: "me", payload: []byte{1}})},
+		{"sequence number 0", append(append(bytes.Clone(good[:4+4+3]), make([]byte, 8)...), good[4+4+3+8:]...)},
+		{"no room for the signature", good[:len(good)-1-frameSigSize]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var f frame

@@ -285,6 +285,20 @@ func Decode(b []byte) (Message, error) {
 	if m.Final && m.Kind != KindEpoch {
 		return m, fmt.Errorf("control: a %s message cannot be final (only an epoch)", m.Kind)
 	}
+	// No epoch number above epoch.MaxNumber crosses the wire: nothing
+	// derived from one can wrap around 2^64 (the machines also bound how
+	// far ahead of what they know a number may be, epoch.MaxLead).
+	if m.Number > epoch.MaxNumber {
+		return m, fmt.Errorf("control: %s message: %w: %d is above %d", m.Kind, epoch.ErrNumberOutOfRange, m.Number, epoch.MaxNumber)
+	}
+	if m.Stall != nil && m.Stall.Epoch > epoch.MaxNumber {
+		return m, fmt.Errorf("control: stall message: %w: %d", epoch.ErrNumberOutOfRange, m.Stall.Epoch)
+	}
+	for _, st := range m.Stats {
+		if st.Epoch > epoch.MaxNumber {
+			return m, fmt.Errorf("control: stats message: %w: %d", epoch.ErrNumberOutOfRange, st.Epoch)
+		}
+	}
 	switch m.Kind {
 	case KindEpoch:
 		if m.Number == 0 || len(m.Members) == 0 {

@@ -130,6 +130,12 @@ func TestDecodeControlRejects(t *testing.T) {
 		{"epoch without members", `{"t":"epoch","n":3}`},
 		{"repeated member", `{"t":"epoch","n":3,"m":[{"Name":"a","Addr":"x"},{"Name":"a","Addr":"y"}]}`},
 		{"failure without epoch", `{"t":"failure","b":"a"}`},
+		{"failure numbered 2^64-1", `{"t":"failure","n":18446744073709551615}`},
+		{"done above the maximum epoch", `{"t":"done","n":4611686018427387905}`},
+		{"epoch above the maximum", `{"t":"epoch","n":4611686018427387905,"m":[{"Name":"a","Addr":"x"}]}`},
+		{"pong above the maximum", `{"t":"pong","o":1,"n":4611686018427387905,"m":[{"Name":"a","Addr":"x"}]}`},
+		{"stats above the maximum epoch", `{"t":"stats","s":[{"e":4611686018427387905,"n":1,"c":1,"d":2}]}`},
+		{"stall above the maximum epoch", `{"t":"stall","x":{"epoch":4611686018427387905,"rank":0,"size":2,"waiting_on":-1}}`},
 		{"ping without nonce", `{"t":"ping"}`},
 		{"pong without nonce", `{"t":"pong","n":2,"m":[{"Name":"a","Addr":"x"}]}`},
 		{"pong with a number only", `{"t":"pong","o":1,"n":2}`},
@@ -146,8 +152,14 @@ func TestDecodeControlRejects(t *testing.T) {
 		{"stall in flight before any", `{"t":"stall","x":{"epoch":1,"rank":0,"size":2,"waiting_on":1,"in_flight":true,"started":0}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := control.Decode([]byte(tc.msg)); err == nil {
+			_, err := control.Decode([]byte(tc.msg))
+			if err == nil {
 				t.Fatal("accepted")
+			}
+			if strings.Contains(tc.name, "maximum") || strings.Contains(tc.name, "2^64") {
+				if !errors.Is(err, epoch.ErrNumberOutOfRange) {
+					t.Fatalf("%v does not wrap epoch.ErrNumberOutOfRange", err)
+				}
 			}
 		})
 	}
@@ -163,6 +175,8 @@ func FuzzDecodeControl(f *testing.F) {
 	f.Add(control.EncodePing(7))
 	f.Add(control.EncodePong(7, epoch.World{Number: 2, Members: []epoch.Member{{Name: "a", Addr: "127.0.0.1:1"}}}))
 	f.Add(control.EncodeDone(4))
+	f.Add(control.EncodeDone(epoch.MaxNumber))
+	f.Add(control.EncodeFailure(math.MaxUint64, "a", nil))
 	f.Add(control.Encode(epoch.Message{Kind: epoch.MsgEpoch, World: epoch.World{Number: 2, Members: []epoch.Member{{Name: "a", Addr: "127.0.0.1:1"}}}, Final: true}))
 	f.Add(control.EncodeStall(stall.Snapshot{Epoch: 2, Rank: 1, Size: 3, Started: 4, InFlight: true, Collective: "allreduce",
 		For: time.Second, WaitingOn: 2, Tensors: []string{"grad[0] float32×10"}}))
@@ -170,6 +184,9 @@ func FuzzDecodeControl(f *testing.F) {
 		m, err := control.Decode(b)
 		if err != nil {
 			return
+		}
+		if m.Number > epoch.MaxNumber {
+			t.Fatalf("accepted epoch number %d, above the maximum", m.Number)
 		}
 		if pm, ok := m.Protocol(); ok {
 			again, err := control.Decode(control.Encode(pm))

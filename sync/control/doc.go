@@ -3,5 +3,6 @@
 // training and step statistics — which ride on the membership layer's
 // reliable messages between the proposer (usually the job's driver) and the
 // workers. Decode checks everything it accepts: these bytes come from the
-// network.
+// network; no epoch number above epoch.MaxNumber passes it. Who sent a
+// message is the membership layer's signed sender, never a field here.
 package control

@@ -363,6 +363,14 @@ func logOutput(log *slog.Logger, o epoch.Output) {
 		log.Warn("no proposer in view to report to", "report", o.Msg.String())
 	case epoch.Ignored:
 		log.Warn("worker ignored", "worker", o.Name, "why", o.Why)
+	case epoch.Refused:
+		// A worker sends its failure report again until a newer epoch comes:
+		// repeats are normal. Anything else refused is news.
+		level := slog.LevelWarn
+		if errors.Is(o.Err, epoch.ErrRepeated) {
+			level = slog.LevelDebug
+		}
+		log.Log(context.Background(), level, "refused a control message", "from", o.From, "msg", o.Msg.String(), "err", o.Err)
 	case epoch.Adopted:
 		log.Debug("newer epoch", "epoch", o.World.Number, "size", len(o.World.Members))
 	case epoch.OutForGood:

@@ -27,7 +27,7 @@
 // Outputs (Output): Send (a Message to a member), Proposed (a new epoch),
 // Adopted (a worker's newer epoch), Finished (training is over); and, for logs
 // and observers, the decisions: Waiting, Removed (with a Reason), Suspected,
-// Cleared, Rescued, TookOver, SteppedDown, Unroutable, Ignored.
+// Cleared, Rescued, TookOver, SteppedDown, Unroutable, Ignored, Refused.
 //
 // # The protocol
 //
@@ -66,6 +66,22 @@
 // worker that received it. Assumed: a dead proposer's messages arrive within
 // the takeover grace or never, and a probe's round trip is well under
 // ProbeTimeout.
+//
+// # What a message cannot do
+//
+// Messages come from the network; the membership layer binds each to its
+// signing sender (see package membership), and the machines bound what a
+// sender may ask for. An epoch number above MaxNumber, or more than MaxLead
+// above the newest number the machine knows, is refused (Refused, wrapping
+// ErrNumberOutOfRange): nothing derived from a number can wrap to 0. A
+// failure report counts only from a member of the current world, about it,
+// once per member and world (ErrNotMember, ErrRepeated); its blame only of a
+// member of that world; and a worker that answers its probes is removed as
+// stuck only on the blame of two members (one, in a world of two). The end
+// of training counts only from a member of the current world, about a world
+// of its unbroken membership (ErrNotMember). A Follower adopts an epoch only
+// from a driver in view, the member it elects, or a member of its newest
+// world (ErrNotProposer).
 //
 // # A member that comes back
 //

@@ -106,6 +106,10 @@ func (f *Follower) Step(now time.Time, in Input) []Output {
 	case Received:
 		switch in.Msg.Kind {
 		case MsgEpoch:
+			if err := f.checkAnnouncement(in.From, in.Msg.World.Number); err != nil {
+				f.emit(Refused{From: in.From, Msg: in.Msg, Err: err})
+				break
+			}
 			if in.Msg.Final && !f.outForGood && in.Msg.World.Rank(f.cfg.Self) < 0 {
 				f.outForGood = true
 				f.emit(OutForGood{Number: in.Msg.World.Number})
@@ -170,6 +174,33 @@ func (f *Follower) flush() []Output {
 	out := f.out
 	f.out = nil
 	return out
+}
+
+// checkAnnouncement refuses an epoch numbered n from member from unless from
+// may be proposing: a driver in view, the member this worker elects, or a
+// worker in view that is a member of the newest world known here (a worker
+// that took over while this one's view still elects another). A worker that
+// knows no world yet takes its first only from a driver or the member it
+// elects. The number must be at most MaxNumber and, once this worker knows
+// a world, at most MaxLead above it; a worker that knows none takes any
+// number up to MaxNumber from the proposer (the job's numbering may be far
+// along when it joins).
+func (f *Follower) checkAnnouncement(from string, n uint64) error {
+	known := f.latest.Number
+	if known == 0 {
+		known = MaxNumber
+	}
+	if err := checkNumber(n, known); err != nil {
+		return err
+	}
+	peer, inView := f.view[from]
+	switch {
+	case inView && peer.Driver, from == f.Lead():
+		return nil
+	case inView && f.latest.Rank(from) >= 0:
+		return nil
+	}
+	return ErrNotProposer
 }
 
 // adopt keeps w if it is newer than the newest epoch known here.

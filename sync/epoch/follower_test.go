@@ -1,6 +1,7 @@
 package epoch_test
 
 import (
+	"math"
 	"reflect"
 	"testing"
 
@@ -17,6 +18,12 @@ func adopted(w epoch.World) epoch.Output { return epoch.Adopted{World: w} }
 
 func send(to string, m epoch.Message) epoch.Output { return epoch.Send{To: to, Msg: m} }
 
+// refused is the Refused output of m from from, its error wrapping want (the
+// scripts compare outputs with reflect.DeepEqual; see sameOutputs).
+func refused(from string, m epoch.Message, want error) epoch.Output {
+	return epoch.Refused{From: from, Msg: m, Err: want}
+}
+
 func TestFollower(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -24,6 +31,7 @@ func TestFollower(t *testing.T) {
 		script []step
 	}{
 		{name: "adopts only newer epochs: late, repeated and reordered announcements are old news", self: "a", script: []step{
+			{0, driverSeen("x"), nil},
 			{0, from("x", epochMsg(world(2, "a"))), outs(adopted(world(2, "a")))},
 			{1 * ms, from("x", epochMsg(world(1, "a"))), nil},
 			{2 * ms, from("x", epochMsg(world(2, "a"))), nil},
@@ -32,8 +40,37 @@ func TestFollower(t *testing.T) {
 		}},
 		{name: "answers a probe with the newest epoch it knows", self: "a", script: []step{
 			{0, from("x", epoch.Message{Kind: epoch.MsgPing, Nonce: 7}), outs(send("x", pong(7, epoch.World{})))},
+			{0, driverSeen("x"), nil},
 			{1 * ms, from("x", epochMsg(world(3, "a"))), outs(adopted(world(3, "a")))},
 			{2 * ms, from("x", epoch.Message{Kind: epoch.MsgPing, Nonce: 8}), outs(send("x", pong(8, world(3, "a"))))},
+		}},
+		{name: "epochs out of range are refused, never adopted: the worker still takes the next sane one", self: "a", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, from("x", epochMsg(world(2, "a"))), outs(adopted(world(2, "a")))},
+			{1 * ms, from("x", epochMsg(world(math.MaxUint64, "a"))),
+				outs(refused("x", epochMsg(world(math.MaxUint64, "a")), epoch.ErrNumberOutOfRange))},
+			{2 * ms, from("x", epochMsg(world(2+epoch.MaxLead+1, "a"))),
+				outs(refused("x", epochMsg(world(2+epoch.MaxLead+1, "a")), epoch.ErrNumberOutOfRange))},
+			{3 * ms, from("x", epochMsg(world(3, "a"))), outs(adopted(world(3, "a")))},
+		}},
+		{name: "a worker that knows no epoch takes any number up to the maximum from its proposer", self: "a", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, from("x", epochMsg(world(epoch.MaxNumber+1, "a"))),
+				outs(refused("x", epochMsg(world(epoch.MaxNumber+1, "a")), epoch.ErrNumberOutOfRange))},
+			{1 * ms, from("x", epochMsg(world(5*epoch.MaxLead, "a"))), outs(adopted(world(5*epoch.MaxLead, "a")))},
+		}},
+		{name: "only a member that may propose announces epochs", self: "b", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("a"), nil},
+			{0, ready("b"), nil},
+			{0, ready("c"), nil},
+			// c is in view but neither the driver nor a member of a world b knows.
+			{1 * ms, from("c", epochMsg(world(2, "b", "c"))), outs(refused("c", epochMsg(world(2, "b", "c")), epoch.ErrNotProposer))},
+			// Nor is a stranger.
+			{1 * ms, from("m", epochMsg(world(2, "b"))), outs(refused("m", epochMsg(world(2, "b")), epoch.ErrNotProposer))},
+			{2 * ms, from("x", epochMsg(world(2, "a", "b"))), outs(adopted(world(2, "a", "b")))},
+			// a, a member of b's world, may have taken over.
+			{3 * ms, from("a", epochMsg(world(3, "a", "b"))), outs(adopted(world(3, "a", "b")))},
 		}},
 		{name: "reports go to the driver while one is in view", self: "b", script: []step{
 			{0, driverSeen("x"), nil},

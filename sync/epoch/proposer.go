@@ -111,13 +111,19 @@ type Proposer struct {
 
 	finished bool            // a member of the current world finished training
 	done     map[string]bool // workers that reported the end of training
+	// reported: the world each worker last reported a failure of (its first
+	// report about a world counts, a repeat is refused).
 	reported map[string]uint64
-	evicted  map[string]bool
+	// since: for each member of the current world, the number of the first
+	// world of its unbroken run of memberships up to the current one. Its
+	// report of the end of training counts only about a world from then on.
+	since   map[string]uint64
+	evicted map[string]bool
 	// blames counts, per worker, the worlds whose failure blamed it
 	// (BlameLimit); stuck are those it removed for that: never admitted
 	// again under that name.
 	blames   map[string]blameCount
-	blamedIn map[string]uint64 // the world a blamed worker's outstanding probe is about
+	blamedIn map[string]blame // the world a blamed worker's outstanding probe is about
 	stuck    map[string]bool
 
 	sync *takeover // non-nil while taking over (see Resume)
@@ -129,6 +135,9 @@ type blameCount struct {
 	worlds int       // different worlds it was blamed for and then answered its probe
 	last   uint64    // the last one's number
 	at     time.Time // when
+	// accusers: who blamed it in those worlds (at most two distinct names
+	// kept: that is all stuckIn asks).
+	accusers []string
 }
 
 type probe struct {
@@ -154,8 +163,15 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 		cfg:     cfg.withDefaults(),
 		workers: map[string]Peer{}, probes: map[uint64]probe{},
 		done: map[string]bool{}, reported: map[string]uint64{}, evicted: map[string]bool{}, suspects: map[string]time.Time{},
-		blames: map[string]blameCount{}, blamedIn: map[string]uint64{}, stuck: map[string]bool{},
+		blames: map[string]blameCount{}, blamedIn: map[string]blame{}, stuck: map[string]bool{}, since: map[string]uint64{},
 	}
+}
+
+// blame is the world a blamed worker's outstanding probe is about, and who
+// blamed it there (at most two distinct names kept).
+type blame struct {
+	number uint64
+	by     []string
 }
 
 // Resume returns a proposer that takes over from another (the job's driver
@@ -167,7 +183,12 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 // longer ready and appending ready workers that are not members.
 func Resume(cfg ProposerConfig, now time.Time, from World, view []Peer) (*Proposer, []Output) {
 	p := NewProposer(cfg)
-	p.current = cloneWorld(from)
+	p.setCurrent(from)
+	// The history of the members of the world taken over is not known
+	// here: their reports of the end of training count about any world.
+	for name := range p.since {
+		p.since[name] = 1
+	}
 	p.members = slices.Clone(from.Members)
 	p.sync = &takeover{newest: p.current, waiting: map[string]bool{}, deadline: now.Add(p.cfg.SyncTimeout)}
 	for _, peer := range view {
@@ -412,8 +433,16 @@ func (p *Proposer) propose(now time.Time) {
 	if !p.renew && p.floor <= p.current.Number && slices.Equal(p.members, p.current.Members) {
 		return
 	}
+	next := max(p.current.Number, p.floor) + 1
+	if next > MaxNumber {
+		// Unreachable: numbers from messages are checked against MaxNumber
+		// and MaxLead. Never wrap to 0, which every worker would refuse.
+		p.emit(Refused{Msg: Message{Kind: MsgEpoch, World: World{Number: next}},
+			Err: checkNumber(next, MaxNumber)})
+		return
+	}
 	p.renew = false
-	p.current = World{Number: max(p.current.Number, p.floor) + 1, Members: slices.Clone(p.members)}
+	p.setCurrent(World{Number: next, Members: slices.Clone(p.members)})
 	p.emit(Proposed{World: p.current})
 	p.announce(now)
 }
@@ -440,7 +469,21 @@ func (p *Proposer) workerNames() []string {
 	return slices.Sorted(maps.Keys(p.workers))
 }
 
+// known is the newest epoch number this proposer knows of: the bound of
+// the numbers it takes from messages (MaxLead).
+func (p *Proposer) known() uint64 {
+	n := max(p.current.Number, p.floor)
+	if p.sync != nil {
+		n = max(n, p.sync.newest.Number)
+	}
+	return n
+}
+
 func (p *Proposer) receive(now time.Time, from string, msg Message) {
+	if err := checkNumber(messageNumber(msg), p.known()); err != nil {
+		p.emit(Refused{From: from, Msg: msg, Err: err})
+		return
+	}
 	p.heardFrom(now, from)
 	switch msg.Kind {
 	case MsgPong:
@@ -539,31 +582,53 @@ func (p *Proposer) readmit(now time.Time, name string) {
 func (p *Proposer) report(now time.Time, from string, msg Message) {
 	switch msg.Kind {
 	case MsgDone:
-		p.done[from] = true
-		if p.current.Rank(from) >= 0 || msg.Number == p.current.Number {
-			p.finished = true
-			p.emit(Finished{By: from, Number: msg.Number})
+		// Only a member of the current world ends training, and only about
+		// a world of its current membership: an older report (from before
+		// it was left out and came back) is stale.
+		if since, ok := p.since[from]; !ok || p.current.Rank(from) < 0 || msg.Number < since {
+			p.emit(Refused{From: from, Msg: msg, Err: ErrNotMember})
+			return
 		}
+		p.done[from] = true
+		p.finished = true
+		p.emit(Finished{By: from, Number: msg.Number})
 		p.rescue(now)
 	case MsgFailure:
-		p.raise(now, msg.Number)
+		if _, inView := p.workers[from]; inView || from == p.cfg.Self {
+			p.raise(now, msg.Number)
+		}
 		if msg.Number != p.current.Number {
 			return // about a world already replaced
+		}
+		if p.current.Rank(from) < 0 {
+			p.emit(Refused{From: from, Msg: msg, Err: ErrNotMember})
+			return
+		}
+		if p.reported[from] == msg.Number {
+			// One report per member and world: a flood of them neither
+			// blames more members nor keeps postponing the proposal.
+			p.emit(Refused{From: from, Msg: msg, Err: ErrRepeated})
+			return
 		}
 		p.reported[from] = msg.Number
 		p.renew = true
 		p.change(now)
 		p.rescue(now)
-		if msg.Blamed == "" {
-			return
+		if msg.Blamed == "" || p.current.Rank(msg.Blamed) < 0 {
+			return // no one, or no one of this world, to suspect
 		}
 		p.emit(Suspected{Name: msg.Blamed, By: from, Number: msg.Number, Cause: msg.Cause})
-		if p.stuckIn(now, msg.Blamed, msg.Number) {
+		if p.stuckIn(now, msg.Blamed, msg.Number, from) {
 			p.stuck[msg.Blamed] = true
 			p.remove(now, msg.Blamed, ReasonStuck)
 			return
 		}
-		p.blamedIn[msg.Blamed] = msg.Number
+		bl := p.blamedIn[msg.Blamed]
+		if bl.number != msg.Number {
+			bl = blame{number: msg.Number}
+		}
+		bl.by = addAccuser(bl.by, from)
+		p.blamedIn[msg.Blamed] = bl
 		p.verify(now, msg.Blamed)
 	}
 }
@@ -624,9 +689,24 @@ func (p *Proposer) rebase(w World, joiners bool) {
 			add(Member{Name: peer.Name, Addr: peer.Addr})
 		}
 	}
-	p.current = cloneWorld(w)
+	p.setCurrent(w)
 	p.floor = max(p.floor, w.Number)
 	p.members = members
+}
+
+// setCurrent makes w the current world, and keeps since: a member of the
+// previous current world keeps its start, a new one starts at w.
+func (p *Proposer) setCurrent(w World) {
+	since := make(map[string]uint64, len(w.Members))
+	for _, m := range w.Members {
+		if n, ok := p.since[m.Name]; ok && p.current.Rank(m.Name) >= 0 {
+			since[m.Name] = n
+		} else {
+			since[m.Name] = w.Number
+		}
+	}
+	p.current = cloneWorld(w)
+	p.since = since
 }
 
 // settleSync ends the takeover once every worker asked has answered or gone.
@@ -692,30 +772,46 @@ func (p *Proposer) rescue(now time.Time) {
 // answeredBlame counts a blamed worker's answer to its probe: the world
 // it was blamed for (blamedIn) failed although it is alive.
 func (p *Proposer) answeredBlame(now time.Time, name string) {
-	number, ok := p.blamedIn[name]
+	bl, ok := p.blamedIn[name]
 	if !ok {
 		return
 	}
 	delete(p.blamedIn, name)
 	b := p.blames[name]
-	if b.worlds > 0 && b.last == number {
-		return // blamed for that world by another member too
+	if b.worlds > 0 && b.last != bl.number && now.Sub(b.at) > p.cfg.BlameWindow {
+		b.worlds, b.accusers = 0, nil
 	}
-	if b.worlds > 0 && now.Sub(b.at) > p.cfg.BlameWindow {
-		b.worlds = 0
+	for _, by := range bl.by {
+		b.accusers = addAccuser(b.accusers, by)
 	}
-	b.worlds++
-	b.last, b.at = number, now
+	if b.worlds == 0 || b.last != bl.number { // else blamed for that world by another member too
+		b.worlds++
+		b.last, b.at = bl.number, now
+	}
 	p.blames[name] = b
 }
 
-// stuckIn reports whether a worker blamed for the failure of world number
-// is stuck: it answered the probes of BlameLimit-1 earlier blames, each
-// within BlameWindow of the one before, and the world can do without it
-// (MinWorkers).
-func (p *Proposer) stuckIn(now time.Time, name string, number uint64) bool {
+// addAccuser adds by to the accusers kept (at most two distinct names).
+func addAccuser(accusers []string, by string) []string {
+	if len(accusers) >= 2 || slices.Contains(accusers, by) {
+		return accusers
+	}
+	return append(slices.Clone(accusers), by)
+}
+
+// stuckIn reports whether a worker blamed by member by for the failure of
+// world number is stuck: it answered the probes of BlameLimit-1 earlier
+// blames, each within BlameWindow of the one before, and the world can do
+// without it (MinWorkers). In a world of more than two members the blames
+// must come from two members at least: one member alone, however often it
+// blames, cannot have a healthy worker removed (it may itself be the stuck
+// one, or lying); in a world of two, the other member is the only witness
+// there is.
+func (p *Proposer) stuckIn(now time.Time, name string, number uint64, by string) bool {
 	b := p.blames[name]
+	witnesses := len(addAccuser(b.accusers, by))
 	return name != p.cfg.Self && b.worlds >= p.cfg.BlameLimit-1 && b.last < number && now.Sub(b.at) <= p.cfg.BlameWindow &&
+		(witnesses >= 2 || len(p.current.Members) <= 2) &&
 		slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == name }) && len(p.members)-1 >= p.cfg.MinWorkers
 }
 

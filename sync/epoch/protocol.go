@@ -210,7 +210,7 @@ func (ReportDone) input()    {}
 // Output is what a state machine asks its caller to do, or tells it: Send,
 // Proposed, Adopted, OutForGood and Finished are the protocol's; the others (Waiting,
 // Removed, Suspected, Cleared, Rescued, TookOver, SteppedDown, Unroutable,
-// Ignored) record decisions, for logs and observers.
+// Ignored, Refused) record decisions, for logs and observers.
 type Output interface{ output() }
 
 // Send: deliver Msg to member To.
@@ -287,6 +287,16 @@ type SteppedDown struct{}
 // view.
 type Unroutable struct{ Msg Message }
 
+// Refused: a message from member From was dropped, for Err: its epoch
+// number is out of range (ErrNumberOutOfRange), it is a report from outside
+// the world it is about (ErrNotMember), a repeated report (ErrRepeated), or
+// an announcement from a member that does not propose (ErrNotProposer).
+type Refused struct {
+	From string
+	Msg  Message
+	Err  error
+}
+
 // Ignored: a ready worker without a collective address cannot be placed in
 // a world.
 type Ignored struct {
@@ -308,6 +318,7 @@ func (TookOver) output()    {}
 func (SteppedDown) output() {}
 func (Unroutable) output()  {}
 func (Ignored) output()     {}
+func (Refused) output()     {}
 
 // Reason says why a member left the desired membership.
 type Reason uint8

@@ -1,0 +1,86 @@
+package epoch_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/sync/epoch"
+)
+
+// threeWorkers: a, b and c ready, epoch 1 proposed.
+var threeWorkers = []step{
+	{0, ready("a"), nil},
+	{1 * ms, ready("b"), nil},
+	{2 * ms, ready("c"), nil},
+	{12 * ms, nil, propose(world(1, "a", "b", "c"), "a", "b", "c")},
+}
+
+// blameRound: by blames b for world n; b answers probe nonce; world n+1 is
+// the same three.
+func blameRound(at uint64, by string, n, nonce uint64) []step {
+	t := ms * time.Duration(at)
+	return []step{
+		{t, from(by, failure(n, "b")), outs(epoch.Suspected{Name: "b", By: by, Number: n, Cause: "boom"}, ping("b", nonce))},
+		{t + 10*ms, from("b", pong(nonce, world(n, "a", "b", "c"))), outs(epoch.Cleared{Name: "b"})},
+		{t + 10*ms, nil, propose(world(n+1, "a", "b", "c"), "a", "b", "c")},
+	}
+}
+
+// TestProposerRefuses: what a member (or a forger that got past the
+// membership layer) could send to wedge or mislead the proposer is refused
+// with a typed error, and the job goes on.
+func TestProposerRefuses(t *testing.T) {
+	huge := failure(math.MaxUint64, "")
+	for _, tc := range []struct {
+		name   string
+		script []step
+	}{
+		{name: "a failure report numbered 2^64-1 is refused: the next epoch is 2, not 0", script: script(twoWorkers, []step{
+			{20 * ms, from("a", huge), outs(refused("a", huge, epoch.ErrNumberOutOfRange))},
+			{30 * ms, nil, nil}, // nothing changed
+			{40 * ms, from("a", failure(1, "")), nil},
+			{50 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
+		})},
+		{name: "a number more than MaxLead ahead is refused; one within raises the numbering", script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(2+epoch.MaxLead, "")), outs(refused("a", failure(2+epoch.MaxLead, ""), epoch.ErrNumberOutOfRange))},
+			{21 * ms, from("b", pong(9, world(2+epoch.MaxLead, "b"))), outs(refused("b", pong(9, world(2+epoch.MaxLead, "b")), epoch.ErrNumberOutOfRange))},
+			{22 * ms, from("a", epochMsg(world(epoch.MaxNumber+1, "a"))), outs(refused("a", epochMsg(world(epoch.MaxNumber+1, "a")), epoch.ErrNumberOutOfRange))},
+			{30 * ms, nil, nil},
+			{40 * ms, from("a", failure(1+epoch.MaxLead, "")), nil},
+			{50 * ms, nil, propose(world(2+epoch.MaxLead, "a", "b"), "a", "b")},
+		})},
+		{name: "a failure report from outside the world is refused and raises nothing", script: script(twoWorkers, []step{
+			{20 * ms, from("m", failure(1, "a")), outs(refused("m", failure(1, "a"), epoch.ErrNotMember))},
+			{21 * ms, from("m", failure(5, "a")), nil}, // not in view: not even its number counts
+			{40 * ms, nil, nil},
+		})},
+		{name: "a repeated failure report is refused: one probe, one epoch", script: script(twoWorkers, []step{
+			{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1))},
+			{25 * ms, from("a", failure(1, "b")), outs(refused("a", failure(1, "b"), epoch.ErrRepeated))},
+			{26 * ms, from("a", failure(1, "a")), outs(refused("a", failure(1, "a"), epoch.ErrRepeated))},
+			{40 * ms, from("b", pong(1, world(1, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{40 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
+		})},
+		{name: "the end of training from outside the world, or about a world before the sender's membership, is refused: the job goes on", script: script(twoWorkers, []step{
+			{12 * ms, ready("c"), sendEpoch(world(1, "a", "b"), "c")},
+			{22 * ms, nil, propose(world(2, "a", "b", "c"), "a", "b", "c")},
+			{30 * ms, from("c", done(1)), outs(refused("c", done(1), epoch.ErrNotMember))},
+			{31 * ms, from("m", done(2)), outs(refused("m", done(2), epoch.ErrNotMember))},
+			{1022 * ms, nil, sendEpoch(world(2, "a", "b", "c"), "a", "b", "c")}, // not finished: all still told
+			// a member since world 1 may report world 1 (it finished before it heard of 2).
+			{1030 * ms, from("a", done(1)), outs(epoch.Finished{By: "a", Number: 1})},
+		})},
+		{name: "a flood of blame from one member does not remove a healthy worker; a second witness does", script: script(threeWorkers,
+			blameRound(20, "a", 1, 1), blameRound(40, "a", 2, 2), blameRound(60, "a", 3, 3), blameRound(80, "a", 4, 4),
+			[]step{
+				{100 * ms, from("a", failure(5, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 5, Cause: "boom"}, ping("b", 5))},
+				{101 * ms, from("a", failure(5, "c")), outs(refused("a", failure(5, "c"), epoch.ErrRepeated))},
+				{102 * ms, from("c", failure(5, "b")), outs(epoch.Suspected{Name: "b", By: "c", Number: 5, Cause: "boom"}, epoch.Removed{Name: "b", Why: epoch.ReasonStuck})},
+			})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runScript(t, epoch.NewProposer(epoch.ProposerConfig{}), tc.script)
+		})
+	}
+}
