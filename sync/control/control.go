@@ -230,7 +230,8 @@ func EncodeDone(number uint64) []byte { return marshal(Message{Kind: KindDone, N
 func EncodePing(nonce uint64) []byte { return marshal(Message{Kind: KindPing, Nonce: nonce}) }
 
 // EncodePong answers a ping, saying which epoch is the newest the worker
-// knows (the zero World when none).
+// knows (the zero World when none); with nonce 0 it acknowledges an epoch
+// received (latest is then not the zero World).
 func EncodePong(nonce uint64, latest epoch.World) []byte {
 	return marshal(Message{Kind: KindPong, Nonce: nonce, Number: latest.Number, Members: latest.Members})
 }
@@ -348,7 +349,9 @@ func Decode(b []byte) (Message, error) {
 			}
 		}
 	case KindPing, KindPong:
-		if m.Nonce == 0 {
+		// A pong without a nonce answers no ping: it acknowledges an epoch
+		// (the one it carries, or a newer one the worker knows).
+		if m.Nonce == 0 && (m.Kind == KindPing || m.Number == 0) {
 			return m, fmt.Errorf("control: %s without a nonce", m.Kind)
 		}
 		if m.Kind == KindPing && (m.Number != 0 || len(m.Members) != 0) {

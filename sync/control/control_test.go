@@ -137,7 +137,7 @@ func TestDecodeControlRejects(t *testing.T) {
 		{"stats above the maximum epoch", `{"t":"stats","s":[{"e":4611686018427387905,"n":1,"c":1,"d":2}]}`},
 		{"stall above the maximum epoch", `{"t":"stall","x":{"epoch":4611686018427387905,"rank":0,"size":2,"waiting_on":-1}}`},
 		{"ping without nonce", `{"t":"ping"}`},
-		{"pong without nonce", `{"t":"pong","n":2,"m":[{"Name":"a","Addr":"x"}]}`},
+		{"pong without nonce or world (an acknowledgement carries one)", `{"t":"pong"}`},
 		{"pong with a number only", `{"t":"pong","o":1,"n":2}`},
 		{"pong with members only", `{"t":"pong","o":1,"m":[{"Name":"a","Addr":"x"}]}`},
 		{"pong with a repeated member", `{"t":"pong","o":1,"n":2,"m":[{"Name":"a","Addr":"x"},{"Name":"a","Addr":"x"}]}`},

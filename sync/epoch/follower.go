@@ -49,6 +49,11 @@ const DefaultTakeoverGrace = 2 * time.Second
 type Follower struct {
 	cfg        FollowerConfig
 	view       map[string]Peer // the gossip cluster as this worker sees it, itself included
+	// lead is Elect of the view and drivers the number of drivers in it,
+	// kept as the view changes: a gossip event must not cost a pass over a
+	// thousand-member view (every member gets every member's changes).
+	lead    string
+	drivers int
 	latest     World
 	driverSeen time.Time // last time a driver was in view (start: creation)
 	// driverEver: a driver was in view once. Then only a worker that sees a
@@ -84,7 +89,41 @@ func (f *Follower) Proposer() *Proposer { return f.prop }
 
 // Lead is the member this worker sends its reports to: the driver while one
 // is in view, else the oldest ready worker.
-func (f *Follower) Lead() string { return Elect(f.peers()) }
+func (f *Follower) Lead() string { return f.lead }
+
+// setPeer puts peer in the view, keeping lead and drivers.
+func (f *Follower) setPeer(peer Peer) {
+	old, had := f.view[peer.Name]
+	f.view[peer.Name] = peer
+	if had && old.Driver {
+		f.drivers--
+	}
+	if peer.Driver {
+		f.drivers++
+	}
+	candidate := peer.Driver || peer.State == Ready
+	switch {
+	case peer.Name == f.lead && (!candidate || old.StartedAt != peer.StartedAt || old.Driver != peer.Driver):
+		f.lead = Elect(slices.Collect(maps.Values(f.view))) // the lead changed: any member may follow it
+	case candidate && (f.lead == "" || before(peer, f.view[f.lead])):
+		f.lead = peer.Name
+	}
+}
+
+// dropPeer takes name out of the view, keeping lead and drivers.
+func (f *Follower) dropPeer(name string) {
+	old, had := f.view[name]
+	if !had {
+		return
+	}
+	delete(f.view, name)
+	if old.Driver {
+		f.drivers--
+	}
+	if name == f.lead {
+		f.lead = Elect(slices.Collect(maps.Values(f.view)))
+	}
+}
 
 // Step feeds the follower one input at time now and returns what to do.
 func (f *Follower) Step(now time.Time, in Input) []Output {
@@ -93,14 +132,14 @@ func (f *Follower) Step(now time.Time, in Input) []Output {
 		if in.Peer.Driver {
 			f.driverSeen, f.driverEver = now, true
 		}
-		f.view[in.Peer.Name] = in.Peer
+		f.setPeer(in.Peer)
 		f.toProposer(now, in)
 		f.elect(now)
 	case PeerGone:
 		if f.view[in.Name].Driver {
 			f.driverSeen = now
 		}
-		delete(f.view, in.Name)
+		f.dropPeer(in.Name)
 		f.toProposer(now, in)
 		f.elect(now)
 	case Received:
@@ -115,6 +154,11 @@ func (f *Follower) Step(now time.Time, in Input) []Output {
 				f.emit(OutForGood{Number: in.Msg.World.Number})
 			}
 			f.adopt(in.Msg.World)
+			if in.From != f.cfg.Self {
+				// The acknowledgement: the proposer stops re-sending this
+				// epoch here (and learns of a newer one, if this worker knows it).
+				f.emit(Send{To: in.From, Msg: Message{Kind: MsgPong, World: f.latest}})
+			}
 			f.toProposer(now, in)
 		case MsgPing:
 			f.emit(Send{To: in.From, Msg: Message{Kind: MsgPong, Nonce: in.Msg.Nonce, World: f.latest}})
@@ -250,10 +294,9 @@ func (f *Follower) route(now time.Time, msg Message) {
 // its driver while one is alive, else through its oldest ready worker, but
 // only once no driver has been in view for the takeover grace.
 func (f *Follower) elect(now time.Time) {
-	view := f.peers()
-	lead := Elect(view)
+	lead := f.lead
 	f.electAt = time.Time{}
-	if slices.ContainsFunc(view, func(p Peer) bool { return p.Driver }) {
+	if f.drivers > 0 {
 		f.driverSeen = now
 	} else if graceEnd := f.driverSeen.Add(f.cfg.TakeoverGrace); now.Before(graceEnd) {
 		if lead == f.cfg.Self {
@@ -267,7 +310,7 @@ func (f *Follower) elect(now time.Time) {
 	switch {
 	case lead == f.cfg.Self && f.prop == nil:
 		var outs []Output
-		f.prop, outs = Resume(f.cfg.Proposer, now, f.latest, view)
+		f.prop, outs = Resume(f.cfg.Proposer, now, f.latest, f.peers())
 		f.forward(outs)
 	case lead != f.cfg.Self && f.prop != nil:
 		f.prop = nil

@@ -18,6 +18,10 @@ func adopted(w epoch.World) epoch.Output { return epoch.Adopted{World: w} }
 
 func send(to string, m epoch.Message) epoch.Output { return epoch.Send{To: to, Msg: m} }
 
+// ack is a worker's acknowledgement of an epoch received: a pong without a
+// nonce, carrying the newest epoch it knows.
+func ack(to string, latest epoch.World) epoch.Output { return send(to, pong(0, latest)) }
+
 // refused is the Refused output of m from from, its error wrapping want (the
 // scripts compare outputs with reflect.DeepEqual; see sameOutputs).
 func refused(from string, m epoch.Message, want error) epoch.Output {
@@ -32,32 +36,33 @@ func TestFollower(t *testing.T) {
 	}{
 		{name: "adopts only newer epochs: late, repeated and reordered announcements are old news", self: "a", script: []step{
 			{0, driverSeen("x"), nil},
-			{0, from("x", epochMsg(world(2, "a"))), outs(adopted(world(2, "a")))},
-			{1 * ms, from("x", epochMsg(world(1, "a"))), nil},
-			{2 * ms, from("x", epochMsg(world(2, "a"))), nil},
-			{3 * ms, from("x", epochMsg(world(4, "a", "b"))), outs(adopted(world(4, "a", "b")))},
-			{4 * ms, from("x", epochMsg(world(3, "a"))), nil},
+			{0, from("x", epochMsg(world(2, "a"))), outs(adopted(world(2, "a")), ack("x", world(2, "a")))},
+			// Old news is acknowledged with the newest epoch the worker knows.
+			{1 * ms, from("x", epochMsg(world(1, "a"))), outs(ack("x", world(2, "a")))},
+			{2 * ms, from("x", epochMsg(world(2, "a"))), outs(ack("x", world(2, "a")))},
+			{3 * ms, from("x", epochMsg(world(4, "a", "b"))), outs(adopted(world(4, "a", "b")), ack("x", world(4, "a", "b")))},
+			{4 * ms, from("x", epochMsg(world(3, "a"))), outs(ack("x", world(4, "a", "b")))},
 		}},
 		{name: "answers a probe with the newest epoch it knows", self: "a", script: []step{
 			{0, from("x", epoch.Message{Kind: epoch.MsgPing, Nonce: 7}), outs(send("x", pong(7, epoch.World{})))},
 			{0, driverSeen("x"), nil},
-			{1 * ms, from("x", epochMsg(world(3, "a"))), outs(adopted(world(3, "a")))},
+			{1 * ms, from("x", epochMsg(world(3, "a"))), outs(adopted(world(3, "a")), ack("x", world(3, "a")))},
 			{2 * ms, from("x", epoch.Message{Kind: epoch.MsgPing, Nonce: 8}), outs(send("x", pong(8, world(3, "a"))))},
 		}},
 		{name: "epochs out of range are refused, never adopted: the worker still takes the next sane one", self: "a", script: []step{
 			{0, driverSeen("x"), nil},
-			{0, from("x", epochMsg(world(2, "a"))), outs(adopted(world(2, "a")))},
+			{0, from("x", epochMsg(world(2, "a"))), outs(adopted(world(2, "a")), ack("x", world(2, "a")))},
 			{1 * ms, from("x", epochMsg(world(math.MaxUint64, "a"))),
 				outs(refused("x", epochMsg(world(math.MaxUint64, "a")), epoch.ErrNumberOutOfRange))},
 			{2 * ms, from("x", epochMsg(world(2+epoch.MaxLead+1, "a"))),
 				outs(refused("x", epochMsg(world(2+epoch.MaxLead+1, "a")), epoch.ErrNumberOutOfRange))},
-			{3 * ms, from("x", epochMsg(world(3, "a"))), outs(adopted(world(3, "a")))},
+			{3 * ms, from("x", epochMsg(world(3, "a"))), outs(adopted(world(3, "a")), ack("x", world(3, "a")))},
 		}},
 		{name: "a worker that knows no epoch takes any number up to the maximum from its proposer", self: "a", script: []step{
 			{0, driverSeen("x"), nil},
 			{0, from("x", epochMsg(world(epoch.MaxNumber+1, "a"))),
 				outs(refused("x", epochMsg(world(epoch.MaxNumber+1, "a")), epoch.ErrNumberOutOfRange))},
-			{1 * ms, from("x", epochMsg(world(5*epoch.MaxLead, "a"))), outs(adopted(world(5*epoch.MaxLead, "a")))},
+			{1 * ms, from("x", epochMsg(world(5*epoch.MaxLead, "a"))), outs(adopted(world(5*epoch.MaxLead, "a")), ack("x", world(5*epoch.MaxLead, "a")))},
 		}},
 		{name: "only a member that may propose announces epochs", self: "b", script: []step{
 			{0, driverSeen("x"), nil},
@@ -68,9 +73,9 @@ func TestFollower(t *testing.T) {
 			{1 * ms, from("c", epochMsg(world(2, "b", "c"))), outs(refused("c", epochMsg(world(2, "b", "c")), epoch.ErrNotProposer))},
 			// Nor is a stranger.
 			{1 * ms, from("m", epochMsg(world(2, "b"))), outs(refused("m", epochMsg(world(2, "b")), epoch.ErrNotProposer))},
-			{2 * ms, from("x", epochMsg(world(2, "a", "b"))), outs(adopted(world(2, "a", "b")))},
+			{2 * ms, from("x", epochMsg(world(2, "a", "b"))), outs(adopted(world(2, "a", "b")), ack("x", world(2, "a", "b")))},
 			// a, a member of b's world, may have taken over.
-			{3 * ms, from("a", epochMsg(world(3, "a", "b"))), outs(adopted(world(3, "a", "b")))},
+			{3 * ms, from("a", epochMsg(world(3, "a", "b"))), outs(adopted(world(3, "a", "b")), ack("a", world(3, "a", "b")))},
 		}},
 		{name: "reports go to the driver while one is in view", self: "b", script: []step{
 			{0, driverSeen("x"), nil},
@@ -88,18 +93,18 @@ func TestFollower(t *testing.T) {
 		}},
 		{name: "a failure report is sent again every second until a newer epoch comes", self: "b", script: []step{
 			{0, driverSeen("x"), nil},
-			{0, from("x", epochMsg(world(2, "a", "b"))), outs(adopted(world(2, "a", "b")))},
+			{0, from("x", epochMsg(world(2, "a", "b"))), outs(adopted(world(2, "a", "b")), ack("x", world(2, "a", "b")))},
 			{10 * ms, epoch.ReportFailure{Number: 2, Blamed: "a", Cause: "boom"}, outs(send("x", failure(2, "a")))},
 			{1009 * ms, nil, nil},
 			{1010 * ms, nil, outs(send("x", failure(2, "a")))},
-			{1500 * ms, from("x", epochMsg(world(3, "b"))), outs(adopted(world(3, "b")))},
+			{1500 * ms, from("x", epochMsg(world(3, "b"))), outs(adopted(world(3, "b")), ack("x", world(3, "b")))},
 			{2010 * ms, nil, nil},
 		}},
 		{name: "the oldest ready worker takes over proposing once no driver has been seen for the grace", self: "a", script: []step{
 			{0, driverSeen("x"), nil},
 			{0, ready("a"), nil},
 			{0, ready("b"), nil},
-			{10 * ms, from("x", epochMsg(world(1, "a", "b"))), outs(adopted(world(1, "a", "b")))},
+			{10 * ms, from("x", epochMsg(world(1, "a", "b"))), outs(adopted(world(1, "a", "b")), ack("x", world(1, "a", "b")))},
 			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
 			{2499 * ms, nil, nil},
 			// The takeover first asks b which epoch it knows.
@@ -119,7 +124,7 @@ func TestFollower(t *testing.T) {
 			{0, ready("a"), nil},
 			{0, ready("b"), nil},
 			{0, ready("c"), nil},
-			{10 * ms, from("x", epochMsg(world(1, "a", "b", "c"))), outs(adopted(world(1, "a", "b", "c")))},
+			{10 * ms, from("x", epochMsg(world(1, "a", "b", "c"))), outs(adopted(world(1, "a", "b", "c")), ack("x", world(1, "a", "b", "c")))},
 			// A partition: a is alone on its side (1 of 3).
 			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
 			{600 * ms, epoch.PeerGone{Name: "b", Failed: true}, nil},
@@ -134,7 +139,7 @@ func TestFollower(t *testing.T) {
 			{0, ready("a"), nil},
 			{0, ready("b"), nil},
 			{0, ready("c"), nil},
-			{10 * ms, from("x", epochMsg(world(1, "a", "b", "c"))), outs(adopted(world(1, "a", "b", "c")))},
+			{10 * ms, from("x", epochMsg(world(1, "a", "b", "c"))), outs(adopted(world(1, "a", "b", "c")), ack("x", world(1, "a", "b", "c")))},
 			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
 			{600 * ms, epoch.PeerGone{Name: "b", Failed: true}, nil},
 			{5000 * ms, driverSeen("x"), nil},
@@ -146,7 +151,7 @@ func TestFollower(t *testing.T) {
 			{0, ready("a"), nil},
 			{0, ready("b"), nil},
 			{0, ready("c"), nil},
-			{10 * ms, from("x", epochMsg(world(1, "a", "b", "c"))), outs(adopted(world(1, "a", "b", "c")))},
+			{10 * ms, from("x", epochMsg(world(1, "a", "b", "c"))), outs(adopted(world(1, "a", "b", "c")), ack("x", world(1, "a", "b", "c")))},
 			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
 			{600 * ms, epoch.PeerGone{Name: "c", Failed: true}, nil},
 			{2499 * ms, nil, nil},

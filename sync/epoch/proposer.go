@@ -22,9 +22,17 @@ type ProposerConfig struct {
 	// ProbeTimeout bounds the wait for a blamed worker's answer to its
 	// liveness probe (default 500 ms).
 	ProbeTimeout time.Duration
-	// Reannounce: the current epoch is sent to every worker again this often
-	// (default 1 s), as the network may lose or reorder messages.
+	// Reannounce: the current epoch is sent again this often (default 1 s)
+	// to every worker in view that has not acknowledged it, as the network
+	// may lose or reorder messages.
 	Reannounce time.Duration
+	// Resend: a new epoch is sent again this long after its proposal to the
+	// workers that have not acknowledged it yet, then after twice as long,
+	// and so on up to Reannounce (default 25 ms). One lost message then
+	// costs a transition tens of milliseconds, not a Reannounce — in a large
+	// world some message of each epoch is lost whenever the network loses
+	// any.
+	Resend time.Duration
 	// SyncTimeout bounds how long a proposer taking over waits for the
 	// workers to say which epoch they know before it proposes (default 2 s).
 	SyncTimeout time.Duration
@@ -47,6 +55,7 @@ func DefaultProposerConfig() ProposerConfig {
 		MinWorkers:   1,
 		ProbeTimeout: 500 * time.Millisecond,
 		Reannounce:   time.Second,
+		Resend:       25 * time.Millisecond,
 		SyncTimeout:  2 * time.Second,
 		BlameLimit:   3,
 		BlameWindow:  2 * time.Minute,
@@ -59,6 +68,7 @@ func (c ProposerConfig) withDefaults() ProposerConfig {
 	c.MinWorkers = max(c.MinWorkers, d.MinWorkers)
 	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, d.ProbeTimeout)
 	c.Reannounce = cmp.Or(c.Reannounce, d.Reannounce)
+	c.Resend = min(cmp.Or(c.Resend, d.Resend), c.Reannounce)
 	c.SyncTimeout = cmp.Or(c.SyncTimeout, d.SyncTimeout)
 	c.BlameLimit = cmp.Or(c.BlameLimit, d.BlameLimit)
 	c.BlameWindow = cmp.Or(c.BlameWindow, d.BlameWindow)
@@ -97,6 +107,16 @@ type Proposer struct {
 	renew      bool
 	proposeAt  time.Time // end of the coalescing wait; zero: none pending
 	announceAt time.Time // next re-announcement
+	// resendAfter: the wait before the next re-announcement (Resend after a
+	// proposal, doubling up to Reannounce).
+	resendAfter time.Duration
+	// acked: the newest epoch number each worker in view acknowledged
+	// (a pong it sends on every epoch it receives). The current epoch is
+	// re-announced only to workers that have not.
+	acked map[string]uint64
+	// census: the number of the last world whose failure had every member
+	// probed (see report).
+	census uint64
 
 	nonce  uint64
 	probes map[uint64]probe // liveness pings awaiting an answer, by nonce
@@ -145,6 +165,9 @@ type probe struct {
 	deadline time.Time
 	resendAt time.Time // the ping goes out again (a lost one must not condemn a live worker)
 	sync     bool      // asks for the worker's newest epoch (takeover), not blame
+	// census: one of the probes of every member of a failed world (see
+	// takeCensus), not of a blamed one: its answer is not news.
+	census bool
 }
 
 // takeover is the state of a proposer that continues another's numbering:
@@ -164,6 +187,7 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 		workers: map[string]Peer{}, probes: map[uint64]probe{},
 		done: map[string]bool{}, reported: map[string]uint64{}, evicted: map[string]bool{}, suspects: map[string]time.Time{},
 		blames: map[string]blameCount{}, blamedIn: map[string]blame{}, stuck: map[string]bool{}, since: map[string]uint64{},
+		acked: map[string]uint64{},
 	}
 }
 
@@ -385,6 +409,7 @@ func (p *Proposer) seen(now time.Time, peer Peer) {
 
 func (p *Proposer) gone(now time.Time, name string, failed bool) {
 	delete(p.workers, name)
+	delete(p.acked, name)
 	blamed := false
 	if nonce, ok := p.probing(name); ok {
 		blamed = !p.probes[nonce].sync
@@ -411,8 +436,28 @@ func (p *Proposer) remove(now time.Time, name string, why Reason) {
 	if i := slices.IndexFunc(p.members, func(m Member) bool { return m.Name == name }); i >= 0 {
 		p.members = slices.Delete(p.members, i, i+1)
 		p.emit(Removed{Name: name, Why: why})
+		if why == ReasonFailed || why == ReasonUnanswered {
+			// A dead member explains the failures of the worlds it was in:
+			// the live members blamed for them (a survivor that aborted is
+			// blamed by its neighbours) were not stuck. Without this, the
+			// worlds formed again while a death goes unnoticed count against
+			// them, and a large world loses healthy members to BlameLimit.
+			clear(p.blames)
+		}
 	}
 	p.change(now)
+}
+
+// soon starts the coalescing wait before a proposal unless one is running.
+// A failure's reports trickle in over the members' I/O timeouts (in a large
+// world, for hundreds of milliseconds); restarting the wait at each would
+// put the new world off until the last report. The census (takeCensus)
+// holds the proposal until every member answered instead.
+func (p *Proposer) soon(now time.Time) {
+	p.dirty = true
+	if p.proposeAt.IsZero() {
+		p.proposeAt = now.Add(p.cfg.Coalesce)
+	}
 }
 
 // change starts (or restarts) the coalescing wait before a proposal.
@@ -444,17 +489,22 @@ func (p *Proposer) propose(now time.Time) {
 	p.renew = false
 	p.setCurrent(World{Number: next, Members: slices.Clone(p.members)})
 	p.emit(Proposed{World: p.current})
+	p.resendAfter = p.cfg.Resend
 	p.announce(now)
 }
 
-// announce sends the current epoch to every worker in view: its members,
-// joiners waiting for an epoch with them, and the workers it leaves out,
-// who learn that they are out. Once training is over, workers that are
-// going home (leaving, or said they are done) are not told any more.
+// announce sends the current epoch to every worker in view that has not
+// acknowledged it: its members, joiners waiting for an epoch with them, and
+// the workers it leaves out, who learn that they are out. Once training is
+// over, workers that are going home (leaving, or said they are done) are
+// not told any more. The next announcement is due after resendAfter, which
+// doubles each time up to Reannounce.
 func (p *Proposer) announce(now time.Time) {
-	p.announceAt = now.Add(p.cfg.Reannounce)
+	wait := cmp.Or(p.resendAfter, p.cfg.Reannounce)
+	p.announceAt = now.Add(wait)
+	p.resendAfter = min(2*wait, p.cfg.Reannounce)
 	for _, name := range p.workerNames() {
-		if p.done[name] || (p.finished && p.workers[name].State == Leaving) {
+		if p.done[name] || (p.finished && p.workers[name].State == Leaving) || p.acked[name] >= p.current.Number {
 			continue
 		}
 		// A worker left out that will not be admitted again is told so: it
@@ -487,9 +537,12 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 	p.heardFrom(now, from)
 	switch msg.Kind {
 	case MsgPong:
+		if _, inView := p.workers[from]; inView && msg.World.Number > p.acked[from] {
+			p.acked[from] = msg.World.Number
+		}
 		pr, ok := p.probes[msg.Nonce]
 		if !ok || pr.name != from {
-			p.learn(now, msg.World)
+			p.learn(now, msg.World) // an acknowledgement (Follower answers each epoch)
 			return
 		}
 		delete(p.probes, msg.Nonce)
@@ -503,7 +556,9 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 			}
 			return
 		}
-		p.emit(Cleared{Name: pr.name})
+		if !pr.census {
+			p.emit(Cleared{Name: pr.name})
+		}
 		p.answeredBlame(now, pr.name)
 		p.learn(now, msg.World)
 	case MsgEpoch:
@@ -525,8 +580,11 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 // the current world again.
 func (p *Proposer) heardFrom(now time.Time, name string) {
 	if nonce, ok := p.probing(name); ok && !p.probes[nonce].sync {
+		census := p.probes[nonce].census
 		delete(p.probes, nonce) // any message answers the probe
-		p.emit(Cleared{Name: name})
+		if !census {
+			p.emit(Cleared{Name: name})
+		}
 		p.answeredBlame(now, name)
 		return
 	}
@@ -612,8 +670,9 @@ func (p *Proposer) report(now time.Time, from string, msg Message) {
 		}
 		p.reported[from] = msg.Number
 		p.renew = true
-		p.change(now)
+		p.soon(now)
 		p.rescue(now)
+		defer p.takeCensus(now, from)
 		if msg.Blamed == "" || p.current.Rank(msg.Blamed) < 0 {
 			return // no one, or no one of this world, to suspect
 		}
@@ -815,6 +874,32 @@ func (p *Proposer) stuckIn(now time.Time, name string, number uint64, by string)
 		slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == name }) && len(p.members)-1 >= p.cfg.MinWorkers
 }
 
+// takeCensus probes every member of the current world once, at its first
+// failure report (but the reporter, which just spoke): the world is formed
+// again only after each has answered or been removed. A failure's reports blame whichever neighbour's links broke
+// first — in a large world mostly survivors that aborted — and the report
+// blaming the dead member may come last; without the census the world
+// would be formed again with the dead member in it, and fail again, once
+// per report that arrives before that one.
+func (p *Proposer) takeCensus(now time.Time, reporter string) {
+	if p.census >= p.current.Number || p.finished {
+		return
+	}
+	p.census = p.current.Number
+	for _, m := range p.current.Members {
+		if _, ok := p.probing(m.Name); ok || m.Name == p.cfg.Self || m.Name == reporter || !slices.ContainsFunc(p.members, func(d Member) bool { return d.Name == m.Name }) {
+			continue
+		}
+		if _, inView := p.workers[m.Name]; !inView {
+			continue
+		}
+		p.ping(now, m.Name, false)
+		pr := p.probes[p.nonce]
+		pr.census = true
+		p.probes[p.nonce] = pr
+	}
+}
+
 // verify removes a worker blamed for a collective failure unless it proves to
 // be alive. Blame is only a suspicion: when one worker dies, a neighbour of a
 // survivor that aborted sees that survivor's links close too, and blames it.
@@ -826,8 +911,11 @@ func (p *Proposer) verify(now time.Time, name string) {
 	if name == p.cfg.Self {
 		return // the worker running this proposer is alive
 	}
-	if _, ok := p.probing(name); ok {
-		return // already asked
+	if nonce, ok := p.probing(name); ok {
+		pr := p.probes[nonce]
+		pr.census = false // already asked; its answer clears a suspect now
+		p.probes[nonce] = pr
+		return
 	}
 	p.ping(now, name, false)
 }

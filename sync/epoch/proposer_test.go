@@ -318,7 +318,8 @@ func TestProposer(t *testing.T) {
 			cfg: epoch.ProposerConfig{MinWorkers: 3}, script: []step{
 				{0, ready("a"), nil}, {0, ready("b"), nil}, {0, ready("c"), nil},
 				{10 * ms, nil, propose(world(1, "a", "b", "c"), "a", "b", "c")},
-				{20 * ms, from("c", failure(1, "a")), outs(epoch.Suspected{Name: "a", By: "c", Number: 1, Cause: "boom"}, ping("a", 1))},
+				// (b is probed too: the census of a failed world.)
+				{20 * ms, from("c", failure(1, "a")), outs(epoch.Suspected{Name: "a", By: "c", Number: 1, Cause: "boom"}, ping("a", 1), ping("b", 2))},
 				{21 * ms, from("a", done(1)), outs(epoch.Cleared{Name: "a"}, epoch.Finished{By: "a", Number: 1},
 					epoch.Rescued{Number: 1, Finished: []string{"a"}}, epoch.Removed{Name: "a", Why: epoch.ReasonFinished})},
 				{22 * ms, from("b", done(1)), outs(epoch.Finished{By: "b", Number: 1},
@@ -336,6 +337,42 @@ func TestProposer(t *testing.T) {
 			{21 * ms, from("x", epoch.Message{Kind: epoch.MsgEpoch, World: world(4, "b", "a")}), nil},
 			{31 * ms, nil, propose(world(5, "b", "a", "c"), "a", "b", "c")},
 		})},
+		{name: "a new epoch is sent again to the workers that have not acknowledged it, after Resend, then twice as long, up to Reannounce",
+			cfg: epoch.ProposerConfig{Resend: 25 * ms, Reannounce: 200 * ms}, script: []step{
+				{0, ready("a"), nil},
+				{0, ready("b"), nil},
+				{0, ready("c"), nil},
+				{10 * ms, nil, propose(world(1, "a", "b", "c"), "a", "b", "c")},
+				{12 * ms, from("a", pong(0, world(1, "a", "b", "c"))), nil}, // acknowledged
+				{34 * ms, nil, nil},
+				{35 * ms, nil, sendEpoch(world(1, "a", "b", "c"), "b", "c")},
+				{36 * ms, from("b", pong(0, world(1, "a", "b", "c"))), nil},
+				{85 * ms, nil, sendEpoch(world(1, "a", "b", "c"), "c")},
+				{185 * ms, nil, sendEpoch(world(1, "a", "b", "c"), "c")},
+				{385 * ms, nil, sendEpoch(world(1, "a", "b", "c"), "c")}, // capped at Reannounce
+				{390 * ms, from("c", pong(0, world(1, "a", "b", "c"))), nil},
+				{585 * ms, nil, nil}, // every worker has it: nothing is sent
+				// A new epoch starts the fast re-sends again.
+				{600 * ms, leaving("c"), outs(epoch.Removed{Name: "c", Why: epoch.ReasonLeaving})},
+				{610 * ms, nil, propose(world(2, "a", "b"), "a", "b", "c")},
+				{611 * ms, from("a", pong(0, world(2, "a", "b"))), nil},
+				{611 * ms, from("c", pong(0, world(2, "a", "b"))), nil},
+				{635 * ms, nil, sendEpoch(world(2, "a", "b"), "b")},
+			}},
+		{name: "a failed world is formed again only after every member answered a probe (the census): a dead member not blamed is found at once",
+			script: []step{
+				{0, ready("a"), nil}, {0, ready("b"), nil}, {0, ready("c"), nil}, {0, ready("d"), nil},
+				{10 * ms, nil, propose(world(1, "a", "b", "c", "d"), "a", "b", "c", "d")},
+				// d crashed; a blames its neighbour b, which aborted.
+				{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"},
+					ping("b", 1), ping("c", 2), ping("d", 3))},
+				{21 * ms, from("b", pong(1, world(1, "a", "b", "c", "d"))), outs(epoch.Cleared{Name: "b"})},
+				{21 * ms, from("c", pong(2, world(1, "a", "b", "c", "d"))), nil}, // not a suspect: nothing to clear
+				{22 * ms, epoch.SendFailed{To: "d", Msg: epoch.Message{Kind: epoch.MsgPing, Nonce: 3}}, outs(epoch.Removed{Name: "d", Why: epoch.ReasonUnanswered})},
+				{32 * ms, nil, propose(world(2, "a", "b", "c"), "a", "b", "c", "d")},
+				// More reports about world 1 change nothing; the census is once per world.
+				{33 * ms, from("c", failure(1, "b")), nil},
+			}},
 		{name: "SetMinWorkers holds proposals back", script: script(twoWorkers, []step{
 			{20 * ms, epoch.SetMinWorkers{N: 3}, nil},
 			{30 * ms, nil, outs(epoch.Waiting{Have: 2, Min: 3})},
@@ -348,7 +385,14 @@ func TestProposer(t *testing.T) {
 		})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			runScript(t, epoch.NewProposer(tc.cfg), tc.script)
+			cfg := tc.cfg
+			if cfg.Resend == 0 {
+				// These scripts feed no acknowledgements: a new epoch is
+				// re-sent only with the re-announcement, as the cases about
+				// the fast re-send below show.
+				cfg.Resend = epoch.DefaultProposerConfig().Reannounce
+			}
+			runScript(t, epoch.NewProposer(cfg), tc.script)
 		})
 	}
 }
@@ -416,8 +460,8 @@ func TestProposerDeadline(t *testing.T) {
 		t.Fatalf("deadline %v, want the end of the coalescing wait", d)
 	}
 	p.Tick(t0.Add(10 * ms))
-	if d := p.Deadline(); !d.Equal(t0.Add(1010 * ms)) {
-		t.Fatalf("deadline %v, want the re-announcement", d)
+	if d := p.Deadline(); !d.Equal(t0.Add(35 * ms)) {
+		t.Fatalf("deadline %v, want the first re-send (Resend after the proposal)", d)
 	}
 	if got := p.Unfinished(); !reflect.DeepEqual(got, []string{"a"}) {
 		t.Fatalf("unfinished %v", got)

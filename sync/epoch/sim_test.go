@@ -169,6 +169,8 @@ type sim struct {
 	randomized bool // a TestRandomized job: a failure says how to replay it
 	// onProposed, if set, is called with every proposal (a scenario's hook).
 	onProposed func(n *simNode, w epoch.World)
+	// onEntered, if set, is called when a worker enters a world.
+	onEntered func(n *simNode, w epoch.World)
 	// completed: the worlds every member entered (their state broadcast
 	// ran), by number.
 	completed map[uint64]bool
@@ -718,6 +720,9 @@ func (s *sim) boundary(n *simNode) {
 	n.entered = append(n.entered, latest)
 	n.everEntered = true
 	n.stalled = false
+	if s.onEntered != nil {
+		s.onEntered(n, latest)
+	}
 	s.complete(latest)
 	s.scheduleStep(n)
 }

@@ -16,13 +16,14 @@ var threeWorkers = []step{
 	{12 * ms, nil, propose(world(1, "a", "b", "c"), "a", "b", "c")},
 }
 
-// blameRound: by blames b for world n; b answers probe nonce; world n+1 is
-// the same three.
-func blameRound(at uint64, by string, n, nonce uint64) []step {
+// blameRound: a blames b for world n; b answers probe nonce, and c the
+// census's probe nonce+1; world n+1 is the same three.
+func blameRound(at uint64, n, nonce uint64) []step {
 	t := ms * time.Duration(at)
 	return []step{
-		{t, from(by, failure(n, "b")), outs(epoch.Suspected{Name: "b", By: by, Number: n, Cause: "boom"}, ping("b", nonce))},
+		{t, from("a", failure(n, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: n, Cause: "boom"}, ping("b", nonce), ping("c", nonce+1))},
 		{t + 10*ms, from("b", pong(nonce, world(n, "a", "b", "c"))), outs(epoch.Cleared{Name: "b"})},
+		{t + 10*ms, from("c", pong(nonce+1, world(n, "a", "b", "c"))), nil},
 		{t + 10*ms, nil, propose(world(n+1, "a", "b", "c"), "a", "b", "c")},
 	}
 }
@@ -39,7 +40,8 @@ func TestProposerRefuses(t *testing.T) {
 		{name: "a failure report numbered 2^64-1 is refused: the next epoch is 2, not 0", script: script(twoWorkers, []step{
 			{20 * ms, from("a", huge), outs(refused("a", huge, epoch.ErrNumberOutOfRange))},
 			{30 * ms, nil, nil}, // nothing changed
-			{40 * ms, from("a", failure(1, "")), nil},
+			{40 * ms, from("a", failure(1, "")), outs(ping("b", 1))}, // the census
+			{45 * ms, from("b", pong(1, world(1, "a", "b"))), nil},
 			{50 * ms, nil, propose(world(2, "a", "b"), "a", "b")},
 		})},
 		{name: "a number more than MaxLead ahead is refused; one within raises the numbering", script: script(twoWorkers, []step{
@@ -72,15 +74,16 @@ func TestProposerRefuses(t *testing.T) {
 			{1030 * ms, from("a", done(1)), outs(epoch.Finished{By: "a", Number: 1})},
 		})},
 		{name: "a flood of blame from one member does not remove a healthy worker; a second witness does", script: script(threeWorkers,
-			blameRound(20, "a", 1, 1), blameRound(40, "a", 2, 2), blameRound(60, "a", 3, 3), blameRound(80, "a", 4, 4),
+			blameRound(20, 1, 1), blameRound(40, 2, 3), blameRound(60, 3, 5), blameRound(80, 4, 7),
 			[]step{
-				{100 * ms, from("a", failure(5, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 5, Cause: "boom"}, ping("b", 5))},
+				{100 * ms, from("a", failure(5, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 5, Cause: "boom"}, ping("b", 9), ping("c", 10))},
 				{101 * ms, from("a", failure(5, "c")), outs(refused("a", failure(5, "c"), epoch.ErrRepeated))},
 				{102 * ms, from("c", failure(5, "b")), outs(epoch.Suspected{Name: "b", By: "c", Number: 5, Cause: "boom"}, epoch.Removed{Name: "b", Why: epoch.ReasonStuck})},
 			})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			runScript(t, epoch.NewProposer(epoch.ProposerConfig{}), tc.script)
+			// No acknowledgements are fed: re-sends only at Reannounce.
+			runScript(t, epoch.NewProposer(epoch.ProposerConfig{Resend: epoch.DefaultProposerConfig().Reannounce}), tc.script)
 		})
 	}
 }
