@@ -31,3 +31,27 @@ func TestHelpWarnsAboutExposure(t *testing.T) {
 		}
 	}
 }
+
+func TestShellWords(t *testing.T) {
+	for _, tc := range []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"/tmp/fmnist", "--epochs", "5"}, "/tmp/fmnist --epochs 5"},
+		{[]string{"python3", "train.py", "--name", "a b"}, "python3 train.py --name 'a b'"},
+		{[]string{"sh", "-c", "echo $HOME 'x'"}, `sh -c 'echo $HOME '\''x'\'''`},
+		{[]string{"prog", ""}, "prog ''"},
+	} {
+		if got := shellWords(tc.argv); got != tc.want {
+			t.Errorf("shellWords(%q) = %s, want %s", tc.argv, got, tc.want)
+		}
+	}
+}
+
+func TestWithEnv(t *testing.T) {
+	got := withEnv([]string{"A=1", "GOROVOD_JOB_ID=old", "B=2"}, []string{"GOROVOD_JOB_ID=new", "GOROVOD_SECRET=ab"})
+	want := []string{"A=1", "B=2", "GOROVOD_JOB_ID=new", "GOROVOD_SECRET=ab"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("withEnv = %q, want %q", got, want)
+	}
+}
