@@ -17,6 +17,7 @@ func TestHelpWarnsAboutExposure(t *testing.T) {
 		want []string
 	}{
 		{[]string{"run", "--help"}, []string{"unauthenticated", ":9100 binds every interface", "127.0.0.1:9100"}},
+		{[]string{"attach", "--help"}, []string{"mode 0600", "the secret appears on no command line"}},
 	} {
 		var out bytes.Buffer
 		err := Main(context.Background(), tc.args, Config{Stdout: &out, Stderr: &out})
