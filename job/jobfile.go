@@ -15,12 +15,28 @@ import (
 	"syscall"
 )
 
-// The job file is named after the launcher's pid, so that a later launcher
-// can tell the file of one that died without removing it (kill -9, a crash)
-// from the file of one still running.
+// The job file is named after the launcher's pid and pid namespace, so that
+// a later launcher can tell the file of one that died without removing it
+// (kill -9, a crash) from the file of one still running, and leaves alone
+// the files of launchers whose pids it cannot see (another container
+// sharing the directory).
 const jobFilePrefix = "gorovod-job-pid"
 
-var jobFileName = regexp.MustCompile(`^` + jobFilePrefix + `(\d+)-[0-9]+\.env$`)
+var jobFileName = regexp.MustCompile(`^` + jobFilePrefix + `(\d+)-ns(\d+)-[0-9]+\.env$`)
+
+// pidNamespace is the inode number of this process's pid namespace ("0"
+// where /proc does not say).
+func pidNamespace() string {
+	link, err := os.Readlink("/proc/self/ns/pid") // "pid:[4026531836]"
+	if err != nil {
+		return "0"
+	}
+	digits := strings.TrimSuffix(strings.TrimPrefix(link, "pid:["), "]")
+	if _, err := strconv.ParseUint(digits, 10, 64); err != nil {
+		return "0"
+	}
+	return digits
+}
 
 // maxJobFile bounds what ReadJobFile reads: a job file holds a handful of
 // variables.
@@ -29,7 +45,7 @@ const maxJobFile = 64 << 10
 // writeJobFile records what a hand-started worker needs to join in dir,
 // readable by this user only (it holds the job secret).
 func writeJobFile(dir string, env []string) (string, error) {
-	f, err := os.CreateTemp(dir, fmt.Sprintf("%s%d-*.env", jobFilePrefix, os.Getpid()))
+	f, err := os.CreateTemp(dir, fmt.Sprintf("%s%d-ns%s-*.env", jobFilePrefix, os.Getpid(), pidNamespace()))
 	if err != nil {
 		return "", err
 	}
@@ -48,16 +64,18 @@ func writeJobFile(dir string, env []string) (string, error) {
 }
 
 // sweepJobFiles removes from dir the job files of launchers that are gone:
-// files of this user whose pid is no process. A pid in use again by another
-// process keeps its file (it is swept once that process is gone too).
+// files of this user, from this pid namespace, whose pid is no process. A
+// pid in use again by another process keeps its file (it is swept once that
+// process is gone too).
 func sweepJobFiles(dir string, log *slog.Logger) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
+	ns := pidNamespace()
 	for _, e := range entries {
 		m := jobFileName.FindStringSubmatch(e.Name())
-		if m == nil || !e.Type().IsRegular() {
+		if m == nil || !e.Type().IsRegular() || m[2] != ns || ns == "0" {
 			continue
 		}
 		pid, err := strconv.Atoi(m[1])

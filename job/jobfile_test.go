@@ -83,19 +83,24 @@ func TestSweepJobFiles(t *testing.T) {
 		}
 		return p
 	}
-	gone := file(fmt.Sprintf("%s%d-123.env", jobFilePrefix, dead))
+	ns := pidNamespace()
+	if ns == "0" {
+		t.Skip("no /proc/self/ns/pid: job files are not swept here")
+	}
+	gone := file(fmt.Sprintf("%s%d-ns%s-123.env", jobFilePrefix, dead, ns))
 	mine, err := writeJobFile(dir, []string{"A=1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	keep := []string{
 		mine,
-		file(fmt.Sprintf("%s1-5.env", jobFilePrefix)),              // pid 1 is alive
-		file(fmt.Sprintf("gorovod-job-%d.env", dead)),              // not a name this launcher gives
-		file(fmt.Sprintf("%s%d-123.env.bak", jobFilePrefix, dead)), // nor this
+		file(fmt.Sprintf("%s1-ns%s-5.env", jobFilePrefix, ns)),              // pid 1 is alive
+		file(fmt.Sprintf("%s%d-ns1%s-5.env", jobFilePrefix, dead, ns)),      // another pid namespace's
+		file(fmt.Sprintf("gorovod-job-%d.env", dead)),                       // not a name this launcher gives
+		file(fmt.Sprintf("%s%d-ns%s-123.env.bak", jobFilePrefix, dead, ns)), // nor this
 	}
 	if os.Getuid() == 0 {
-		other := file(fmt.Sprintf("%s%d-456.env", jobFilePrefix, dead))
+		other := file(fmt.Sprintf("%s%d-ns%s-456.env", jobFilePrefix, dead, ns))
 		if err := os.Chown(other, 65534, 65534); err != nil {
 			t.Fatal(err)
 		}
