@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -118,6 +119,21 @@ func sendLine(t *testing.T, addr, line string) string {
 		t.Fatalf("reply to %q: %v", line, err)
 	}
 	return rep
+}
+
+// waitJoined waits until rank has joined s.
+func waitJoined(t *testing.T, ctx context.Context, s *Server, rank int) {
+	t.Helper()
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		joined := s.addrs[rank] != ""
+		s.mu.Unlock()
+		if joined {
+			return
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("rank %d did not join: %v", rank, ctx.Err())
 }
 
 func withSecret(size int, secret []byte) Config {
@@ -237,15 +253,9 @@ func TestSquat(t *testing.T) {
 			}
 			first <- err
 		}()
-		// Rank 0 has joined once a second join of it is refused.
-		for {
-			_, err := Join(ctx, s.Addr(), 0, "127.0.0.1:6666")
-			if err != nil && strings.Contains(err.Error(), "already joined") {
-				break
-			}
-			if !errors.Is(err, ErrRefused) && ctx.Err() != nil {
-				t.Fatal(err)
-			}
+		waitJoined(t, ctx, s, 0)
+		if _, err := Join(ctx, s.Addr(), 0, "127.0.0.1:6666"); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "already joined") {
+			t.Fatalf("second join of rank 0: %v", err)
 		}
 		for r := 1; r < 3; r++ {
 			go func() { _, _ = Join(ctx, s.Addr(), r, want[r]) }()
@@ -341,11 +351,7 @@ func TestCloseEndsWaitingRanks(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { _, err := Join(ctx, s.Addr(), 0, "a:1"); done <- err }()
-	for { // rank 0 is waiting once its second join is refused
-		if _, err := Join(ctx, s.Addr(), 0, "a:1"); err != nil && strings.Contains(err.Error(), "already joined") {
-			break
-		}
-	}
+	waitJoined(t, ctx, s, 0)
 	s.Close()
 	if err := <-done; !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("waiting rank after Close: %v", err)
