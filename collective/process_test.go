@@ -72,7 +72,7 @@ func workerMain(scenario string) error {
 	ctx := context.Background()
 	joinCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	addrs, err := rendezvous.Join(joinCtx, env.Rendezvous, env.Rank, t.Addr())
+	addrs, err := rendezvous.JoinSecret(joinCtx, env.Rendezvous, env.Rank, t.Addr(), env.Secret)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gorovod/gorovod/internal/envconfig"
 )
 
 const (
@@ -246,9 +248,9 @@ func (e *execHeuristic) run(ctx context.Context, input []byte, members []string)
 	cmd := exec.CommandContext(runCtx, e.path, e.argv[1:]...)
 	cmd.Args[0] = e.argv[0]
 	cmd.Dir = e.dir
-	if len(e.env) > 0 {
-		cmd.Env = append(os.Environ(), e.env...)
-	}
+	// Not the job secret, should this process hold it (a driver pod's
+	// environment): a plugin is not a member of the job.
+	cmd.Env = envconfig.WithoutSecrets(append(os.Environ(), e.env...))
 	cmd.Stdin = bytes.NewReader(input)
 	stdout := &cappedBuffer{max: maxPluginOutput}
 	stderr := &tailBuffer{max: pluginStderrTail}

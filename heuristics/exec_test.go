@@ -734,3 +734,34 @@ echo '{"action":"grow","count":1,"reason":"answered"}'`)
 	d, err = e.Decide(ctx, h)
 	expect("the answer about the new world", d, err, Grow, "answered")
 }
+
+// TestExecPluginDoesNotSeeTheSecret: a plugin that prints its environment
+// finds neither the job secret of the process that runs it nor one its
+// configuration names, and does find the rest of the environment.
+func TestExecPluginDoesNotSeeTheSecret(t *testing.T) {
+	const secret = "5ec2e75ec2e75ec2e75ec2e75ec2e75e"
+	t.Setenv("GOROVOD_SECRET", secret)
+	t.Setenv("GOROVOD_TEST_KEPT", "kept-value")
+	dir := t.TempDir()
+	envFile := filepath.Join(dir, "env")
+	script := writeScript(t, dir, "p.sh", `env > "`+envFile+`"; echo '{"action":"hold","reason":"x"}'`)
+	for _, params := range []map[string]any{
+		{"command": script},
+		{"command": script, "env": map[string]string{"GOROVOD_SECRET": secret, "GOROVOD_TEST_B": "b"}},
+	} {
+		e := mustExec(t, params)
+		if _, err := decideNow(context.Background(), e, testHistory(3, [2]float64{1, 100})); err != nil {
+			t.Fatal(err)
+		}
+		env, err := os.ReadFile(envFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(env), secret) {
+			t.Fatalf("plugin %v sees the secret:\n%s", params, env)
+		}
+		if !strings.Contains(string(env), "GOROVOD_TEST_KEPT=kept-value") {
+			t.Fatalf("plugin %v lost the rest of the environment:\n%s", params, env)
+		}
+	}
+}

@@ -71,7 +71,9 @@ type Config struct {
 	Logger *slog.Logger
 	// JobFile asks for a file holding what a worker started by hand needs to
 	// join (readable by this user only: it holds the secret); its path is in
-	// the JobStarted event and Job.JobFile. It is removed when the job ends.
+	// the JobStarted event and Job.JobFile. It is removed when the job ends
+	// (or Start fails); the files of launchers that died without removing
+	// theirs (named after their pid) are removed when a job starts.
 	JobFile bool
 
 	// StartTimeout bounds the driver's start and the wait for the first host

@@ -29,6 +29,11 @@
 //     joined and left, workers started by hand among them), the engine's
 //     decisions, the end of training and the Outcome.
 //
+// The job file (Config.JobFile, jobfile.go) is what a worker started by hand
+// needs to join, the job secret included: mode 0600, named after the
+// launcher's pid and pid namespace so that a later launcher removes the
+// files of launchers that died, and read back by ReadJobFile (`gorovod attach`).
+//
 // The rules that end a job are in one place, end.go; Outcome.Err is the
 // job's verdict.
 package job

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -260,25 +259,4 @@ func (j *Job) stopLateJoiners(spareExiting bool) (spared bool) {
 		_ = p.Signal(StopSignal)
 	}
 	return true
-}
-
-// writeJobFile records what a hand-started worker needs to join, readable by
-// this user only (it holds the job secret).
-func writeJobFile(env []string) (string, error) {
-	f, err := os.CreateTemp("", "gorovod-job-*.env")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if err := f.Chmod(0o600); err != nil {
-		os.Remove(f.Name())
-		return "", err
-	}
-	for _, kv := range env {
-		if _, err := f.WriteString(kv + "\n"); err != nil {
-			os.Remove(f.Name())
-			return "", err
-		}
-	}
-	return f.Name(), nil
 }

@@ -174,7 +174,8 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()}}.Environ()
 	j.env = append(j.env, cfg.observabilityEnv()...)
 	if cfg.JobFile {
-		if j.jobFile, err = writeJobFile(j.env); err != nil {
+		sweepJobFiles(os.TempDir(), cfg.Logger)
+		if j.jobFile, err = writeJobFile(os.TempDir(), j.env); err != nil {
 			return fail(err)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,6 +63,8 @@ func apply(ctx context.Context, t *testing.T, client kubernetes.Interface, ns st
 			_, err = client.RbacV1().RoleBindings(ns).Create(ctx, o, opts)
 		case *batchv1.Job:
 			_, err = client.BatchV1().Jobs(ns).Create(ctx, o, opts)
+		case *networkingv1.NetworkPolicy:
+			_, err = client.NetworkingV1().NetworkPolicies(ns).Create(ctx, o, opts)
 		default:
 			t.Fatalf("no way to apply a %T", obj)
 		}
@@ -96,6 +99,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	apply(ctx, t, admin, ns, false, manifest(t, "rbac.yaml")...)
 	// The driver manifest validates (dry run: nothing would run it here).
 	apply(ctx, t, admin, ns, true, manifest(t, "driver.yaml")...)
+	apply(ctx, t, admin, ns, false, manifest(t, "networkpolicy.yaml")...)
 
 	// Act as the driver's service account.
 	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "gorovod-driver",
@@ -125,11 +129,21 @@ func TestAgainstAPIServer(t *testing.T) {
 		Owner:     &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: driverPod.Name, UID: driverPod.UID},
 		Grace:     time.Second, OnEvent: ev.add,
 	}
+	// A Secret made in advance under the name a stranger would guess for
+	// the job's: the workers must not read it, and it is left alone.
+	planted := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "synthetic-secret", Labels: map[string]string{LabelJob: "synthetic"}},
+		StringData: map[string]string{envconfig.EnvSecret: "planted"}}
+	if _, err := admin.CoreV1().Secrets(ns).Create(ctx, planted, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	p, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
+	if p.SecretName() == planted.Name {
+		t.Fatalf("the job's Secret is named %s, a name computed without the job secret", planted.Name)
+	}
 
 	// Grow: the pods, the Secret and the Service pass validation and
 	// admission, as the driver's service account.
@@ -147,7 +161,12 @@ func TestAgainstAPIServer(t *testing.T) {
 	if b, _ := stored.Marshal(); bytes.Contains(b, []byte(strings.Repeat("5e", 32))) {
 		t.Fatal("the job secret is in the stored pod")
 	}
-	secret, err := admin.CoreV1().Secrets(ns).Get(ctx, "synthetic-secret", metav1.GetOptions{})
+	for _, e := range stored.Spec.Containers[0].Env {
+		if e.Name == envconfig.EnvSecret && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != p.SecretName()) {
+			t.Fatalf("the workers read the secret from %+v, not %s", e.ValueFrom, p.SecretName())
+		}
+	}
+	secret, err := admin.CoreV1().Secrets(ns).Get(ctx, p.SecretName(), metav1.GetOptions{})
 	if err != nil || string(secret.Data[envconfig.EnvSecret]) != strings.Repeat("5e", 32) {
 		t.Fatalf("secret: %v %v", secret, err)
 	}
@@ -213,7 +232,7 @@ func TestAgainstAPIServer(t *testing.T) {
 			return err
 		}},
 		{"read the secret", func() error {
-			_, err := driverClient.CoreV1().Secrets(ns).Get(ctx, "synthetic-secret", metav1.GetOptions{})
+			_, err := driverClient.CoreV1().Secrets(ns).Get(ctx, p.SecretName(), metav1.GetOptions{})
 			return err
 		}},
 		{"list secrets", func() error { _, err := driverClient.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); return err }},
@@ -256,7 +275,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	var state string
 	gone := func() bool {
 		pods, err1 := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		_, err2 := admin.CoreV1().Secrets(ns).Get(ctx, "synthetic-secret", metav1.GetOptions{})
+		_, err2 := admin.CoreV1().Secrets(ns).Get(ctx, p.SecretName(), metav1.GetOptions{})
 		_, err3 := admin.CoreV1().Services(ns).Get(ctx, "synthetic", metav1.GetOptions{})
 		state = fmt.Sprintf("pods %v (%v), secret %v, service %v", pods, err1, err2, err3)
 		return err1 == nil && len(pods.Items) == 0 && apierrors.IsNotFound(err2) && apierrors.IsNotFound(err3)
@@ -271,6 +290,9 @@ func TestAgainstAPIServer(t *testing.T) {
 			t.Fatalf("2 minutes after deleting the driver: %s", state)
 		case <-tick.C:
 		}
+	}
+	if kept, err := admin.CoreV1().Secrets(ns).Get(ctx, planted.Name, metav1.GetOptions{}); err != nil || string(kept.Data[envconfig.EnvSecret]) != "planted" {
+		t.Errorf("the Secret made in advance: %v %v", kept, err)
 	}
 	// The watch saw the workers go, deleted by someone else: preempted.
 	for _, d := range ev.wait(t, PodDeleted, 5, time.Minute)[2:] {

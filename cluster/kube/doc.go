@@ -13,9 +13,11 @@
 //     transport and gossip to its pod IP. Its hostname is its pod name,
 //     which is how the engine's workers (gossip members, known by host) map
 //     to pods.
-//   - a Secret <job>-secret holding the job secret (and anything else in
-//     Config.SecretEnv), given to the workers by secretKeyRef: it never
-//     appears in the pod spec.
+//   - a Secret <job>-secret-<hash> holding the job secret (and anything
+//     else in Config.SecretEnv), given to the workers by secretKeyRef: it
+//     never appears in the pod spec. The hash is of its contents, so that a
+//     Secret made in advance by someone without the job secret is never the
+//     one the workers read (the provisioner cannot read Secrets to check).
 //   - a headless Service <job> (publishNotReadyAddresses) whose name is
 //     the workers' subdomain: <pod>.<job>.<namespace>.svc resolves to a
 //     worker's IP.

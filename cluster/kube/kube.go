@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -228,8 +229,32 @@ func New(ctx context.Context, cfg Config) (*Provisioner, error) {
 
 // Names of the job's objects.
 func (p *Provisioner) podName(i int) string { return fmt.Sprintf("%s-worker-%d", p.cfg.Job, i) }
-func (p *Provisioner) secretName() string   { return p.cfg.Job + "-secret" }
 func (p *Provisioner) serviceName() string  { return p.cfg.Job }
+
+// SecretName is the name of the job's Secret (see secretNameFor).
+func (p *Provisioner) SecretName() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return secretNameFor(p.cfg.Job, p.cfg.SecretEnv)
+}
+
+// secretNameFor is the name of the Secret holding secretEnv for job:
+// <job>-secret-<10 hex digits of a SHA-256 of its contents>. The driver may
+// not read Secrets (its Role creates and deletes them, so that it cannot
+// read the namespace's other Secrets), so it cannot check who made a Secret
+// that exists already. A name only a holder of the job secret can compute
+// does instead: a Secret someone made in advance under a name they could
+// guess is never the one the workers read, while a restarted driver given
+// the same secret finds the one its predecessor made, for the workers it
+// adopts.
+func secretNameFor(job string, secretEnv map[string]string) string {
+	h := sha256.New()
+	h.Write([]byte("gorovod kubernetes secret name\x00"))
+	for _, k := range slices.Sorted(maps.Keys(secretEnv)) {
+		fmt.Fprintf(h, "%d:%s%d:%s", len(k), k, len(secretEnv[k]), secretEnv[k])
+	}
+	return job + "-secret-" + hex.EncodeToString(h.Sum(nil)[:5])
+}
 
 func (p *Provisioner) labels() map[string]string {
 	return map[string]string{LabelJob: p.cfg.Job}
@@ -251,7 +276,7 @@ func (p *Provisioner) ensureShared(ctx context.Context) error {
 		return nil
 	}
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: p.secretName(), Labels: p.labels(), OwnerReferences: p.owners()},
+		ObjectMeta: metav1.ObjectMeta{Name: secretNameFor(p.cfg.Job, secretEnv), Labels: p.labels(), OwnerReferences: p.owners()},
 		Type:       corev1.SecretTypeOpaque,
 		StringData: secretEnv,
 	}
@@ -351,7 +376,7 @@ func (p *Provisioner) workerPod(i int, command []string, extra []corev1.EnvVar) 
 	env = appendEnv(env, tplEnv...)
 	for _, k := range slices.Sorted(maps.Keys(p.cfg.SecretEnv)) {
 		env = appendEnv(env, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: p.secretName()}, Key: k}}})
+			LocalObjectReference: corev1.LocalObjectReference{Name: secretNameFor(p.cfg.Job, p.cfg.SecretEnv)}, Key: k}}})
 	}
 	pod.Name, pod.Namespace, pod.OwnerReferences = name, p.cfg.Namespace, p.owners()
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
@@ -678,7 +703,7 @@ func (p *Provisioner) Close(ctx context.Context) error {
 	if err := p.cfg.Client.CoreV1().Services(p.cfg.Namespace).Delete(ctx, p.serviceName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("kube: deleting service: %w", err))
 	}
-	if err := p.cfg.Client.CoreV1().Secrets(p.cfg.Namespace).Delete(ctx, p.secretName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := p.cfg.Client.CoreV1().Secrets(p.cfg.Namespace).Delete(ctx, p.SecretName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("kube: deleting secret: %w", err))
 	}
 	p.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -149,7 +150,7 @@ func TestWorkerPod(t *testing.T) {
 		{"grace", *pod.Spec.TerminationGracePeriodSeconds == 1},
 		{"no API token", !*pod.Spec.AutomountServiceAccountToken},
 		{"owner", len(pod.OwnerReferences) == 1 && pod.OwnerReferences[0].Name == "mnist-driver"},
-		{"secret by reference", env[envconfig.EnvSecret].ValueFrom != nil && env[envconfig.EnvSecret].ValueFrom.SecretKeyRef.Name == "mnist-secret" && env[envconfig.EnvSecret].Value == ""},
+		{"secret by reference", env[envconfig.EnvSecret].ValueFrom != nil && env[envconfig.EnvSecret].ValueFrom.SecretKeyRef.Name == p.SecretName() && env[envconfig.EnvSecret].Value == ""},
 		{"pod name", env[envconfig.EnvPodName].ValueFrom.FieldRef.FieldPath == "metadata.name"},
 		{"pod IP", env[envconfig.EnvPodIP].ValueFrom.FieldRef.FieldPath == "status.podIP"},
 		{"binds its pod IP", env[envconfig.EnvListenAddr].Value == "$(GOROVOD_POD_IP):0" && env[envconfig.EnvGossipAddr].Value == "$(GOROVOD_POD_IP)"},
@@ -183,7 +184,7 @@ func TestScaleUpDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev.wait(t, PodCreated, 3, 10*time.Second)
-	if _, err := client.CoreV1().Secrets("ml").Get(ctx, "mnist-secret", metav1.GetOptions{}); err != nil {
+	if _, err := client.CoreV1().Secrets("ml").Get(ctx, p.SecretName(), metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	svc, err := client.CoreV1().Services("ml").Get(ctx, "mnist", metav1.GetOptions{})
@@ -389,5 +390,61 @@ func TestAdoptsEarlierWorkers(t *testing.T) {
 	}
 	if _, err := client.CoreV1().Pods("ml").Get(ctx, "mnist-worker-2", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSecretOnlyTheJobCanName: a Secret made in advance under the job's
+// guessable name is neither read by the workers nor touched; a driver with
+// another job secret uses another Secret, and one with the same secret (a
+// restarted driver adopting its predecessor's workers) the same.
+func TestSecretOnlyTheJobCanName(t *testing.T) {
+	client := fake.NewClientset()
+	ctx := context.Background()
+	planted := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mnist-secret", Namespace: "ml", Labels: map[string]string{LabelJob: "mnist"}},
+		Data: map[string][]byte{envconfig.EnvSecret: []byte("planted")}}
+	if _, err := client.CoreV1().Secrets("ml").Create(ctx, planted, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := newTest(t, testConfig(client, newEvents()))
+	if err := p.Start(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := client.CoreV1().Pods("ml").Get(ctx, "mnist-worker-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref string
+	for _, e := range pod.Spec.Containers[0].Env {
+		if e.Name == envconfig.EnvSecret && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			ref = e.ValueFrom.SecretKeyRef.Name
+		}
+	}
+	if ref == "" || ref == planted.Name || ref != p.SecretName() {
+		t.Fatalf("the worker reads the secret from %q (the provisioner's: %q, made in advance: %q)", ref, p.SecretName(), planted.Name)
+	}
+	s, err := client.CoreV1().Secrets("ml").Get(ctx, ref, metav1.GetOptions{})
+	if err != nil || s.StringData[envconfig.EnvSecret]+string(s.Data[envconfig.EnvSecret]) != testSecret {
+		t.Fatalf("the job's Secret: %+v %v", s, err)
+	}
+
+	same := newTest(t, testConfig(client, newEvents()))
+	other := testConfig(client, newEvents())
+	other.SecretEnv = map[string]string{envconfig.EnvSecret: strings.Repeat("77", 32)}
+	if got := same.SecretName(); got != p.SecretName() {
+		t.Errorf("a driver with the same secret names its Secret %s, not %s", got, p.SecretName())
+	}
+	if got := newTest(t, other).SecretName(); got == p.SecretName() {
+		t.Errorf("a driver with another secret names its Secret %s too", got)
+	}
+
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := client.CoreV1().Secrets("ml").Get(ctx, planted.Name, metav1.GetOptions{})
+	if err != nil || string(kept.Data[envconfig.EnvSecret]) != "planted" {
+		t.Fatalf("the Secret made in advance after Close: %+v %v", kept, err)
+	}
+	if _, err := client.CoreV1().Secrets("ml").Get(ctx, ref, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the job's Secret after Close: %v", err)
 	}
 }

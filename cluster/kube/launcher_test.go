@@ -67,7 +67,7 @@ func TestLauncher(t *testing.T) {
 	if got := strings.Join(pod.Spec.Containers[0].Command, " "); got != "/bin/trainer --steps 9" {
 		t.Errorf("command %q", got)
 	}
-	secret, err := client.CoreV1().Secrets("ml").Get(ctx, "mnist-secret", metav1.GetOptions{})
+	secret, err := client.CoreV1().Secrets("ml").Get(ctx, l.Provisioner().SecretName(), metav1.GetOptions{})
 	if err != nil || secret.StringData[envconfig.EnvSecret]+string(secret.Data[envconfig.EnvSecret]) != testSecret {
 		t.Fatalf("the Secret: %+v %v", secret, err)
 	}

@@ -254,8 +254,8 @@ spec:
 	if err != nil || len(left.Items) != 0 {
 		t.Errorf("pods left after the job: %v %v", left, err)
 	}
-	if _, err := admin.CoreV1().Secrets(ns).Get(ctx, "e2e-secret", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the job's Secret after the job: %v", err)
+	if secrets, err := admin.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=e2e"}); err != nil || len(secrets.Items) != 0 {
+		t.Errorf("the job's Secret after the job: %v %v", secrets, err)
 	}
 	if _, err := admin.CoreV1().Services(ns).Get(ctx, "e2e", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the job's Service after the job: %v", err)

@@ -46,7 +46,7 @@ func TestVersion(t *testing.T) {
 
 // TestHelpExitsZero: asking for help is not an error.
 func TestHelpExitsZero(t *testing.T) {
-	for _, args := range [][]string{{"help"}, {"--help"}, {"run", "--help"}, {"bench", "--help"}, {"bench", "allreduce", "-h"}, {"report", "--help"}} {
+	for _, args := range [][]string{{"help"}, {"--help"}, {"run", "--help"}, {"bench", "--help"}, {"bench", "allreduce", "-h"}, {"report", "--help"}, {"attach", "--help"}} {
 		out, errs, code := runGorovod(t, args...)
 		if code != 0 || !strings.Contains(out+errs, "Usage") {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errs)

@@ -351,21 +351,16 @@ func TestRunWithoutTrainingFails(t *testing.T) {
 	}
 }
 
-// TestRunReportsWorkersAsTheyCome: a worker started by hand with the job file
+// TestRunReportsWorkersAsTheyCome: a worker started by hand (gorovod attach)
 // is announced when it joins and counted at the end; a worker killed with
 // kill -9 is reported when it dies, while the job goes on.
 func TestRunReportsWorkersAsTheyCome(t *testing.T) {
 	h := startRunJob(t, "--np", "2", "--", synthetic, "--steps", "300", "--compute", "2ms", "--model-size", "20000", "--json")
-	m := h.waitLog(t, "the job file", 60*time.Second, regexp.MustCompile(`start one by hand: env \$\(cat (\S+)\)`))
-	b, err := os.ReadFile(m[1])
-	if err != nil {
-		t.Fatal(err)
-	}
+	file := h.waitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
 	h.waitFor(t, "step 10", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	hand := exec.CommandContext(ctx, synthetic, "--steps", "300", "--compute", "2ms", "--model-size", "20000")
-	hand.Env = append(os.Environ(), strings.Fields(string(b))...)
+	hand := exec.CommandContext(ctx, binary, "attach", file, "--", synthetic, "--steps", "300", "--compute", "2ms", "--model-size", "20000")
 	if err := hand.Start(); err != nil {
 		t.Fatal(err)
 	}

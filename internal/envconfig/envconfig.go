@@ -282,3 +282,16 @@ func LoadKubernetesPod(getenv func(string) string) (p KubernetesPod, ok bool, er
 	}
 	return p, true, nil
 }
+
+// WithoutSecrets is env (NAME=value entries) less the variables that hold a
+// job's credentials (GOROVOD_SECRET), for a program the launcher runs that is
+// not a worker: an autoscaling plugin, a host discovery script.
+func WithoutSecrets(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); name != EnvSecret {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package envconfig
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -175,6 +176,19 @@ func TestLoadKubernetesPod(t *testing.T) {
 		}
 		if c.name == "full" && p != (KubernetesPod{"job-driver", "ml", "8d1c", "198.18.0.7"}) {
 			t.Errorf("full: %+v", p)
+		}
+	}
+}
+
+func TestWithoutSecrets(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{nil, []string{}},
+		{[]string{"A=1", EnvSecret + "=ab", "B=2"}, []string{"A=1", "B=2"}},
+		{[]string{EnvSecret + "=", EnvSecret + "=x", EnvSecret}, []string{}},
+		{[]string{EnvSecret + "X=1", "X" + EnvSecret + "=2"}, []string{EnvSecret + "X=1", "X" + EnvSecret + "=2"}},
+	} {
+		if got := WithoutSecrets(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("WithoutSecrets(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

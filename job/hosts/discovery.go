@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorovod/gorovod/internal/envconfig"
 )
 
 // Discovery finds the hosts available now.
@@ -54,6 +57,9 @@ func (s Script) Discover(ctx context.Context) ([]Host, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", "-c", s.Command)
+	// Not the job secret, should this process hold it: the script is not a
+	// member of the job.
+	cmd.Env = envconfig.WithoutSecrets(os.Environ())
 	// Its own process group, so that a timeout kills what it started too
 	// (a script running `ssh` or `kubectl`, say).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -146,3 +146,25 @@ func TestWatchFailsAtOnce(t *testing.T) {
 		t.Error("a bad cooldown range was accepted")
 	}
 }
+
+// TestScriptDoesNotSeeTheSecret: a discovery script that prints its
+// environment finds no job secret, and the rest of the environment.
+func TestScriptDoesNotSeeTheSecret(t *testing.T) {
+	const secret = "5ec2e75ec2e75ec2e75ec2e75ec2e75e"
+	t.Setenv("GOROVOD_SECRET", secret)
+	t.Setenv("GOROVOD_TEST_KEPT", "kept-value")
+	envFile := filepath.Join(t.TempDir(), "env")
+	if _, err := (Script{Command: "env > '" + envFile + "'; echo h1:1"}).Discover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	env, err := os.ReadFile(envFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(env), secret) {
+		t.Fatalf("the script sees the secret:\n%s", env)
+	}
+	if !strings.Contains(string(env), "GOROVOD_TEST_KEPT=kept-value") {
+		t.Fatalf("the script lost the rest of the environment:\n%s", env)
+	}
+}

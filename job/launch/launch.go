@@ -480,13 +480,16 @@ func defaultOutput(i int, stream string, line []byte) {
 
 // FixedWorld prepares a fixed-size job of np workers that find each other
 // through a rendezvous server: Env gives worker i rank i, the job id, a fresh
-// secret and the server's address. Call stop when the job has ended.
+// secret and the server's address. The server takes only joins signed with
+// the secret (rendezvous.JoinSecret). Call stop when the job has ended.
 func FixedWorld(jobID string, np int) (env func(i int) []string, stop func(), err error) {
-	rdv, err := rendezvous.Listen("127.0.0.1:0", np)
+	secret := NewSecret()
+	cfg := rendezvous.DefaultConfig(np)
+	cfg.Secret = secret
+	rdv, err := rendezvous.ListenConfig("127.0.0.1:0", cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	secret := NewSecret()
 	env = func(i int) []string {
 		w := envconfig.Worker{JobID: jobID, Rank: i, Size: np, Secret: secret, Rendezvous: rdv.Addr()}
 		return w.Environ()

@@ -4,7 +4,9 @@
 // and epoch, world changes and how long they took, failures by kind, the
 // autoscaling engine's decisions — and Worker what one worker process sees of
 // its collectives (operations, bytes, time per collective). Serve exposes a
-// registry over HTTP at /metrics, for `gorovod run --metrics-addr`.
+// registry over HTTP at /metrics, for `gorovod run --metrics-addr`, without
+// authentication and with bounds on what one client can hold (connections,
+// time per request, idle keep-alive time: ServerConfig).
 //
 // The recording functions take what the driver and the engine already hand
 // around (heuristics.StepReport, heuristics.Event, a world's epoch and size),

@@ -315,7 +315,7 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer t.Close()
 	joinCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	addrs, err := rendezvous.Join(joinCtx, env.Rendezvous, env.Rank, t.Addr())
+	addrs, err := rendezvous.JoinSecret(joinCtx, env.Rendezvous, env.Rank, t.Addr(), env.Secret)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,8 @@ Usage:
       be added (SIGUSR1 or by hand) and can leave or die while training goes on;
       with a heuristic, the job grows, shrinks and replaces stragglers by itself;
       --timeline-filename, --metrics-addr and --report DIR let you watch it
+  gorovod attach JOBFILE -- TRAINER [ARGS...]
+      start a worker by hand in a running job, from the job file 'run' printed
   gorovod bench [allreduce|broadcast|allgather|reducescatter|alltoall] [flags]
       measure a collective across --np local worker processes (shared memory
       between processes of one host by default; --transport picks another)
@@ -34,8 +36,9 @@ Usage:
       scheduling policy that grows and shrinks them by their goodput
   gorovod help | --version
 
-Run 'gorovod COMMAND --help' (run, bench, simulate, cluster, report) for a
-command's flags; every command takes --log-level and --log-format.
+Run 'gorovod COMMAND --help' (run, attach, bench, simulate, cluster, report)
+for a command's flags; every command but attach takes --log-level and
+--log-format.
 `
 
 // ErrUsage marks a bad command line; Main has already said what is wrong
@@ -95,6 +98,8 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 	switch args[0] {
 	case "run":
 		return runCommand(ctx, args[1:], cfg.Heuristics, cfg.Terminate, stdout, stderr)
+	case "attach":
+		return attachCommand(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
 	case "simulate":

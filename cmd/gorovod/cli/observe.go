@@ -36,7 +36,7 @@ func (o *obsOptions) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.verbose, "v", false, "log the driver's decisions (--log-level info) and every world change")
 	fs.BoolVar(&o.verbose, "verbose", false, "horovodrun's name for -v")
 	fs.StringVar(&o.timeline, "timeline-filename", "", "write the job's Chrome trace (chrome://tracing, ui.perfetto.dev) to this `file`: every worker's collectives and their phases, steps, world switches, state broadcasts and stalls")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of the job at http://`host:port`/metrics (port 0 picks one)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics of the job at http://`host:port`/metrics (port 0 picks one). The endpoint is unauthenticated, and a host-less :9100 binds every interface: use 127.0.0.1:9100 unless scrapers on other hosts must reach it")
 	fs.StringVar(&o.reportDir, "report", "", "write the run's report into this `directory` at the end: run.jsonl, plots (SVG, PNG) and index.html")
 	fs.StringVar(&o.stallCheck, "stall-check-time", "60s", "warn, naming the missing ranks, when a collective waits this long for ranks that have not entered it; 0 turns the check off")
 }

@@ -158,10 +158,10 @@ const runUsageText = `Usage: gorovod run [flags] -- TRAINER [ARGS...]
 Runs an elastic training job on this host: a driver plus --np worker processes
 running TRAINER (a program built on package sync, such as examples/synthetic
 or examples/fashion-mnist). Workers can be added (kill -USR1 <pid of gorovod
-run>, or by hand with the job file it prints), leave (kill -TERM <worker>) or
-die while training goes on; with --heuristic the job grows, shrinks and
-replaces stragglers by itself. Each worker's lines are printed prefixed by its
-launch index, [i].
+run>, or by hand with 'gorovod attach JOBFILE -- TRAINER [ARGS...]' and the
+job file it prints), leave (kill -TERM <worker>) or die while training goes
+on; with --heuristic the job grows, shrinks and replaces stragglers by itself.
+Each worker's lines are printed prefixed by its launch index, [i].
 
 With -H host1:2,host2:2, --hostfile FILE or --host-discovery-script CMD the
 workers run on those hosts, started over ssh (see README, "Several machines").
@@ -206,6 +206,20 @@ func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
 	return cfg, nil
 }
 
+// shellWords is argv as a shell command line, each word quoted where the
+// shell would split or expand it, for a hint to copy.
+func shellWords(argv []string) string {
+	words := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
+			words[i] = a
+		} else {
+			words[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(words, " ")
+}
+
 func runUsage(stderr io.Writer, format string, args ...any) error {
 	fmt.Fprintf(stderr, "gorovod run: "+format+"\nRun 'gorovod run --help' for the flags.\n", args...)
 	return ErrUsage
@@ -246,8 +260,8 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	}
 	watch.attach(j)
 	watch.announce()
-	out.report("add a worker with `kill -USR1 %d`, or start one by hand: env $(cat %s) %s",
-		os.Getpid(), j.JobFile(), strings.Join(o.argv, " "))
+	out.report("add a worker with `kill -USR1 %d`, or start one by hand: gorovod attach %s -- %s",
+		os.Getpid(), j.JobFile(), shellWords(o.argv))
 	followCtx, stopFollowing := context.WithCancel(ctx)
 	defer stopFollowing()
 	go out.follow(followCtx, j)

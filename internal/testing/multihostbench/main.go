@@ -197,7 +197,10 @@ func runGorovod(ctx context.Context, net *testhosts.Net, head *testhosts.Host, h
 	if err != nil {
 		return nil, err
 	}
-	rdv, err := rendezvous.Serve(ln, np)
+	secret := launch.NewSecret()
+	rcfg := rendezvous.DefaultConfig(np)
+	rcfg.Secret = secret // the bench workers sign their joins with it
+	rdv, err := rendezvous.ServeConfig(ln, rcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +210,6 @@ func runGorovod(ctx context.Context, net *testhosts.Net, head *testhosts.Host, h
 		return nil, err
 	}
 	specJSON, _ := json.Marshal(spec)
-	secret := launch.NewSecret()
 	jobID := launch.NewJobID()
 	var mu sync.Mutex
 	var rs []result
