@@ -40,13 +40,19 @@
 //   - What it proposes: survivors keep their order and joiners are appended;
 //     changes within Coalesce make one epoch; none below MinWorkers (the job
 //     waits); an evicted worker is never admitted again.
-//   - Delivery: each epoch goes to every worker in view and again every
-//     Reannounce; a worker adopts only a higher number.
+//   - Delivery: each epoch goes to every worker in view, and each worker
+//     acknowledges every epoch it receives (a pong without a nonce, carrying
+//     the newest it knows); the epoch is sent again to those that have not,
+//     after Resend, then twice as long, up to every Reannounce. A worker
+//     adopts only a higher number.
 //   - Failures: a worker blamed for a failed collective is probed (three
-//     pings within ProbeTimeout) and removed only if it does not answer;
-//     the world that failed is formed again (a newer epoch, same members if
-//     no one was removed), as its members wait for one. A worker re-sends
-//     its report until a newer epoch arrives. A suspect that proves alive
+//     pings within ProbeTimeout) and removed only if it does not answer; at
+//     a world's first failure report every other member is probed too (the
+//     census), so that a dead member nobody blamed yet is found before the
+//     world is formed again. The world that failed is formed again (a newer
+//     epoch, same members if no one was removed) once the probes are
+//     answered or their members removed, as its members wait for one. A
+//     worker re-sends its report until a newer epoch arrives. A suspect that proves alive
 //     before an epoch without it is put back; one still ready later was
 //     waiting to join and is admitted again.
 //   - The end: a member's done message ends admissions; members whose last

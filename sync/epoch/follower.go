@@ -47,13 +47,13 @@ const DefaultTakeoverGrace = 2 * time.Second
 // Proposer itself (see Resume), continuing the numbering, until a driver or
 // an older worker is back in view.
 type Follower struct {
-	cfg        FollowerConfig
-	view       map[string]Peer // the gossip cluster as this worker sees it, itself included
+	cfg  FollowerConfig
+	view map[string]Peer // the gossip cluster as this worker sees it, itself included
 	// lead is Elect of the view and drivers the number of drivers in it,
 	// kept as the view changes: a gossip event must not cost a pass over a
 	// thousand-member view (every member gets every member's changes).
-	lead    string
-	drivers int
+	lead       string
+	drivers    int
 	latest     World
 	driverSeen time.Time // last time a driver was in view (start: creation)
 	// driverEver: a driver was in view once. Then only a worker that sees a

@@ -117,6 +117,12 @@ type Proposer struct {
 	// census: the number of the last world whose failure had every member
 	// probed (see report).
 	census uint64
+	// aliveIn: the world in which each worker last answered a probe. A
+	// worker blamed again for that world is not probed again: in a large
+	// world the reports of one failure trickle in for hundreds of
+	// milliseconds, and a probe outstanding at every moment would hold the
+	// next world back until the last report.
+	aliveIn map[string]uint64
 
 	nonce  uint64
 	probes map[uint64]probe // liveness pings awaiting an answer, by nonce
@@ -187,7 +193,7 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 		workers: map[string]Peer{}, probes: map[uint64]probe{},
 		done: map[string]bool{}, reported: map[string]uint64{}, evicted: map[string]bool{}, suspects: map[string]time.Time{},
 		blames: map[string]blameCount{}, blamedIn: map[string]blame{}, stuck: map[string]bool{}, since: map[string]uint64{},
-		acked: map[string]uint64{},
+		acked: map[string]uint64{}, aliveIn: map[string]uint64{},
 	}
 }
 
@@ -410,6 +416,7 @@ func (p *Proposer) seen(now time.Time, peer Peer) {
 func (p *Proposer) gone(now time.Time, name string, failed bool) {
 	delete(p.workers, name)
 	delete(p.acked, name)
+	delete(p.aliveIn, name)
 	blamed := false
 	if nonce, ok := p.probing(name); ok {
 		blamed = !p.probes[nonce].sync
@@ -559,6 +566,7 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 		if !pr.census {
 			p.emit(Cleared{Name: pr.name})
 		}
+		p.aliveIn[pr.name] = p.current.Number
 		p.answeredBlame(now, pr.name)
 		p.learn(now, msg.World)
 	case MsgEpoch:
@@ -585,6 +593,7 @@ func (p *Proposer) heardFrom(now time.Time, name string) {
 		if !census {
 			p.emit(Cleared{Name: name})
 		}
+		p.aliveIn[name] = p.current.Number
 		p.answeredBlame(now, name)
 		return
 	}
@@ -910,6 +919,10 @@ func (p *Proposer) verify(now time.Time, name string) {
 	}
 	if name == p.cfg.Self {
 		return // the worker running this proposer is alive
+	}
+	if p.aliveIn[name] == p.current.Number {
+		p.answeredBlame(now, name) // it answered a probe about this world already
+		return
 	}
 	if nonce, ok := p.probing(name); ok {
 		pr := p.probes[nonce]

@@ -373,6 +373,16 @@ func TestProposer(t *testing.T) {
 				// More reports about world 1 change nothing; the census is once per world.
 				{33 * ms, from("c", failure(1, "b")), nil},
 			}},
+		{name: "a worker that answered a probe about the failed world is not probed again when blamed for it again: the next world is not held back",
+			script: []step{
+				{0, ready("a"), nil}, {0, ready("b"), nil}, {0, ready("c"), nil},
+				{10 * ms, nil, propose(world(1, "a", "b", "c"), "a", "b", "c")},
+				{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1), ping("c", 2))},
+				{21 * ms, from("b", pong(1, world(1, "a", "b", "c"))), outs(epoch.Cleared{Name: "b"})},
+				{21 * ms, from("c", pong(2, world(1, "a", "b", "c"))), nil},
+				{25 * ms, from("c", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "c", Number: 1, Cause: "boom"})}, // no ping
+				{30 * ms, nil, propose(world(2, "a", "b", "c"), "a", "b", "c")},
+			}},
 		{name: "SetMinWorkers holds proposals back", script: script(twoWorkers, []step{
 			{20 * ms, epoch.SetMinWorkers{N: 3}, nil},
 			{30 * ms, nil, outs(epoch.Waiting{Have: 2, Min: 3})},
