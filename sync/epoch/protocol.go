@@ -87,7 +87,9 @@ const (
 	MsgPing
 	// MsgPong, worker → proposer: the answer to ping Nonce, with World, the
 	// newest epoch the worker knows (a worker taking over proposing learns
-	// from these where the numbering stands).
+	// from these where the numbering stands). With Nonce 0 it answers no
+	// ping: it acknowledges an epoch received (the proposer stops re-sending
+	// it there).
 	MsgPong
 	// MsgDone, worker → proposer: training finished at epoch Number.
 	MsgDone
