@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/framesec"
 	"github.com/gorovod/gorovod/collective/transport/internal/mesh"
 )
 
@@ -62,8 +63,11 @@ func Listen(cfg Config) (*Transport, error) {
 		requests: make(map[requestKey]bool),
 	}
 	t.mesh = mesh.New(mesh.Config{
-		Name:             "sctp",
-		Secret:           cfg.Secret,
+		Name:   "sctp",
+		Secret: cfg.Secret,
+		// SCTP links do not seal frames yet (see doc.go): only the
+		// handshake is authenticated.
+		Security:         transport.SecurityPlain,
 		HandshakeTimeout: cfg.HandshakeTimeout,
 		DialRetry:        cfg.DialRetry,
 		Logger:           cfg.Logger,
@@ -127,7 +131,7 @@ func (t *Transport) requestLoop() {
 			// association starts, which answers it.
 			continue
 		}
-		if !t.mesh.Admit() {
+		if !t.mesh.Admit(remote.String()) {
 			select {
 			case <-t.mesh.Done():
 				return
@@ -154,7 +158,7 @@ func (t *Transport) serve(key requestKey, remote *net.UDPAddr, nonce [nonceSize]
 	var a *mesh.Arrival
 	if err != nil {
 		t.log.Debug("gorovod sctp: association not set up", "remote", remote, "err", err)
-		t.mesh.Release()
+		t.mesh.Release(remote.String())
 	} else {
 		a = t.mesh.Accept(&handshakeConn{sconn: c, cfg: &t.cfg}, c.remote)
 	}
@@ -216,6 +220,6 @@ func (c *handshakeConn) WriteMsg(b []byte, settle bool) error {
 func (c *handshakeConn) Interrupt() { _ = c.udp.Close() }
 func (c *handshakeConn) Close()     { c.close() }
 
-func (c *handshakeConn) Link(peer int, addr string, job, epoch uint64, self int) transport.Link {
+func (c *handshakeConn) Link(peer int, addr string, job, epoch uint64, self int, _ framesec.Keys) transport.Link {
 	return newLink(c.sconn, peer, addr, job, epoch, self, c.cfg)
 }
