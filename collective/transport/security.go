@@ -11,8 +11,12 @@ import (
 type Security uint8
 
 const (
-	// SecurityDefault, the zero value, is the transport's default
-	// (DefaultSecurity).
+	// SecurityDefault, the zero value, lets the transport choose per link:
+	// a network transport seals the frames of a link to another host
+	// (BetweenHosts) and leaves plain those of a link between two processes
+	// of one host, which, like shared memory, stays inside the host: only
+	// its root could change bytes on the way, and root can change the
+	// processes themselves.
 	SecurityDefault Security = iota
 	// SecurityPlain sends frames as they are: only the handshake is
 	// authenticated, so anyone on the path can read, forge or replay frames.
@@ -28,20 +32,26 @@ const (
 	SecurityEncrypted
 )
 
-// DefaultSecurity is what SecurityDefault stands for.
-const DefaultSecurity = SecurityAuthenticated
+// BetweenHosts is what SecurityDefault stands for on a link between two
+// hosts.
+const BetweenHosts = SecurityAuthenticated
 
 // ErrFrameAuth is wrapped by the error of a link whose peer's frame failed
 // authentication: changed on the way, forged, replayed, reordered or cut.
 // The link is broken for good, as after any other corruption of its stream.
 var ErrFrameAuth = errors.New("frame failed authentication (changed, forged, replayed, reordered or cut on the way)")
 
-// Resolve returns the setting SecurityDefault stands for, or s itself.
-func (s Security) Resolve() Security {
-	if s == SecurityDefault {
-		return DefaultSecurity
+// ForLink returns the setting of a link under s: s itself, or, for
+// SecurityDefault, BetweenHosts unless the link's two ends are on one host
+// (sameHost), SecurityPlain then.
+func (s Security) ForLink(sameHost bool) Security {
+	switch {
+	case s != SecurityDefault:
+		return s
+	case sameHost:
+		return SecurityPlain
 	}
-	return s
+	return BetweenHosts
 }
 
 // Valid reports whether s is one of the settings above.

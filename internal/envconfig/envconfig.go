@@ -45,8 +45,8 @@ const (
 	// EnvDataSecurity is how the collective transport protects frames
 	// between hosts (transport.Security): plain, authenticated or
 	// encrypted, as `gorovod run --security` (or --encrypt) says. Every
-	// worker of a job must have the same. Default: the transport's
-	// (transport.DefaultSecurity).
+	// worker of a job must have the same. Default: authenticated between
+	// hosts, plain between workers of one host (transport.SecurityDefault).
 	EnvDataSecurity = "GOROVOD_DATA_SECURITY"
 )
 

@@ -37,10 +37,13 @@ type Config struct {
 	// 256 slots from the ranks of the job. Default 32.
 	HandshakesPerSource int
 	// Security is how frames are protected once a link is connected
-	// (transport.Security): plain, authenticated (AES-GCM tags, the
-	// default) or encrypted (AES-GCM). Every rank must use the same; the
-	// handshake refuses a peer with another setting. See package framesec
-	// for the wire layout and docs/multihost.md for what each costs.
+	// (transport.Security): plain, authenticated (AES-GCM tags) or
+	// encrypted (AES-GCM). Default (SecurityDefault): authenticated on
+	// links to other hosts, plain on links between ranks of this host (the
+	// two ends of the connection have the same address). Every rank must
+	// use the same; the handshake refuses a peer with another setting. See
+	// package framesec for the wire layout and docs/multihost.md for what
+	// each costs.
 	Security transport.Security
 	// IOTimeout is how long a peer may stay silent on a blocked Send or Recv
 	// before the call fails with transport.ErrPeerTimeout. Default 30s.
@@ -115,7 +118,6 @@ func DefaultConfig() Config {
 		HandshakeTimeout:    defaultHandshakeTimeout,
 		PreAuthTimeout:      defaultPreAuthTimeout,
 		HandshakesPerSource: mesh.DefaultHandshakesPerSource,
-		Security:            transport.DefaultSecurity,
 		IOTimeout:           defaultIOTimeout,
 		DialRetry:           defaultDialRetry,
 		ReadBufferSize:      defaultReadBufferSize,
@@ -139,7 +141,6 @@ func (c Config) withDefaults() (Config, error) {
 	if !c.Security.Valid() {
 		return c, fmt.Errorf("%w: unknown Security %v", ErrInvalidConfig, c.Security)
 	}
-	c.Security = c.Security.Resolve()
 	c.IOTimeout = linkutil.Positive(c.IOTimeout, d.IOTimeout)
 	c.DialRetry = linkutil.Positive(c.DialRetry, d.DialRetry)
 	c.ReadBufferSize = max(linkutil.Positive(c.ReadBufferSize, d.ReadBufferSize), minReadBufferSize)

@@ -171,9 +171,11 @@ func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int,
 // sameHost reports whether the peer is on this host: a connection between
 // two processes of one host has the same address at both ends (loopback or
 // not).
-func (l *link) sameHost() bool {
-	la, lok := l.conn.LocalAddr().(*net.TCPAddr)
-	ra, rok := l.conn.RemoteAddr().(*net.TCPAddr)
+func (l *link) sameHost() bool { return sameHostConn(l.conn) }
+
+func sameHostConn(c *net.TCPConn) bool {
+	la, lok := c.LocalAddr().(*net.TCPAddr)
+	ra, rok := c.RemoteAddr().(*net.TCPAddr)
 	return lok && rok && la.IP.Equal(ra.IP)
 }
 

@@ -188,6 +188,10 @@ func (c *handshakeConn) WriteMsg(b []byte, settle bool) error {
 	return err
 }
 
+// SameHost reports whether the connection's two ends are on this host
+// (mesh.HostAware), as link.sameHost does.
+func (c *handshakeConn) SameHost() bool { return sameHostConn(c.conn) }
+
 func (c *handshakeConn) Interrupt() { c.conn.Close() }
 func (c *handshakeConn) Close()     { c.conn.Close() }
 

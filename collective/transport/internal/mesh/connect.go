@@ -285,7 +285,7 @@ func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.Worl
 		From:     uint32(w.Rank),
 		To:       uint32(peer),
 		Size:     uint32(w.Size()),
-		Security: m.cfg.Security,
+		Security: m.linkSecurity(c),
 	}
 	_, _ = rand.Read(hello.Nonce[:])
 	var hb [handshake.HelloSize]byte

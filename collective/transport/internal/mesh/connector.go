@@ -62,15 +62,30 @@ type Conn interface {
 	Link(peer int, addr string, job, epoch uint64, self int, keys framesec.Keys) transport.Link
 }
 
+// HostAware is implemented by a Conn that can tell whether its two ends are
+// on one host: the default data-plane setting leaves such links plain
+// (transport.SecurityDefault).
+type HostAware interface {
+	SameHost() bool
+}
+
+// linkSecurity is the data-plane setting of the link c is to become.
+func (m *Connector) linkSecurity(c Conn) transport.Security {
+	h, ok := c.(HostAware)
+	return m.cfg.Security.ForLink(ok && h.SameHost())
+}
+
 // Config is what a Connector needs from its transport.
 type Config struct {
 	// Name ("tcp", "sctp") starts the errors and log messages.
 	Name string
 	// Secret is the job secret both ends prove they hold.
 	Secret []byte
-	// Security is this endpoint's data-plane setting, resolved (never
-	// SecurityDefault; zero is taken as transport.DefaultSecurity). A dialer
-	// with another setting is refused.
+	// Security is this endpoint's data-plane setting. Each connection's
+	// setting is Security.ForLink(c.SameHost()) where the Conn has a
+	// SameHost method (see HostAware), else Security.ForLink(false). The
+	// dialer names its choice in the Hello; an acceptor that chooses
+	// otherwise refuses it.
 	Security transport.Security
 	// HandshakesPerSource bounds the handshakes in progress from one source
 	// address (the host part of the remote address Admit is given), so one
@@ -117,7 +132,6 @@ func New(cfg Config) *Connector {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	cfg.Security = cfg.Security.Resolve()
 	if cfg.HandshakesPerSource <= 0 {
 		cfg.HandshakesPerSource = DefaultHandshakesPerSource
 	}
@@ -307,6 +321,9 @@ func (m *Connector) acceptHandshake(c Conn, remote string) *Arrival {
 	m.mu.Lock()
 	status, reason := m.precheck(&hello)
 	m.mu.Unlock()
+	if want := m.linkSecurity(c); status == handshake.StatusOK && hello.Security != want {
+		status, reason = handshake.RejectWrongWorld, fmt.Sprintf("data plane security %v, this side wants %v", hello.Security, want)
+	}
 	if status != handshake.StatusOK {
 		m.log(slog.LevelInfo, "refusing peer", "remote", remote, "rank", hello.From, "epoch", hello.Epoch, "status", status, "reason", reason)
 		writeChallenge(c, &handshake.Challenge{Status: status, Reason: reason})
@@ -371,9 +388,6 @@ func reasonOf(err error) string {
 func (m *Connector) precheck(h *handshake.Hello) (handshake.Status, string) {
 	if m.closed {
 		return handshake.RejectShutdown, "transport closing"
-	}
-	if h.Security != m.cfg.Security {
-		return handshake.RejectWrongWorld, fmt.Sprintf("data plane security %v, this side has %v", h.Security, m.cfg.Security)
 	}
 	latest, known := m.jobs[h.JobHash]
 	switch {
