@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/collective/transport/conformance"
 	"github.com/gorovod/gorovod/collective/transport/internal/framesec"
@@ -237,4 +238,51 @@ func connectVia(t *testing.T, ctx context.Context, trs []*tcp.Transport, via str
 	}
 	t.Cleanup(func() { conformance.CloseAll(links) })
 	return links
+}
+
+// TestTamperedAllreduce: one bit flipped on the path from rank 1 to rank 0
+// in the middle of a ring allreduce of 1 MiB makes the allreduce fail on
+// rank 0 with an error naming rank 1 and wrapping ErrFrameAuth, and on
+// rank 1 too: the flipped chunk is never reduced into a result anyone
+// returns.
+func TestTamperedAllreduce(t *testing.T) {
+	for _, sec := range []transport.Security{transport.SecurityAuthenticated, transport.SecurityEncrypted} {
+		t.Run(sec.String(), func(t *testing.T) {
+			checkNoLeaks(t)
+			cfg := testConfig()
+			cfg.Security = sec
+			trs := listenN(t, 2, cfg)
+			const at = 100_000 // inside rank 1's first 256 KiB chunk
+			proxy := newTamperProxy(t, trs[0].Addr(), at+1, func(b []byte) []byte { b[at] ^= 0x10; return b })
+			ctx := conformance.TimeoutCtx(t, 20*time.Second)
+			links := connectVia(t, ctx, trs, proxy.addr())
+			addrs := []string{proxy.addr(), trs[1].Addr()}
+
+			const n = 1 << 18 // float32s: 1 MiB, the ring algorithm
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r := range 2 {
+				wg.Go(func() {
+					comm, err := collective.NewFromLinks(transport.World{JobID: "job", Epoch: 1, Rank: r, Addrs: addrs}, links[r],
+						collective.Config{SmallMessageBytes: -1, AbortTimeout: time.Second})
+					if err != nil {
+						errs[r] = err
+						return
+					}
+					defer comm.Close()
+					send, recv := make([]float32, n), make([]float32, n)
+					for i := range send {
+						send[i] = float32(r + 1)
+					}
+					errs[r] = collective.Allreduce(ctx, comm, send, recv, collective.Sum)
+				})
+			}
+			wg.Wait()
+			conformance.AsPeerError(t, errs[0], 1, transport.ErrFrameAuth)
+			if errs[1] == nil {
+				t.Fatal("rank 1's allreduce succeeded although rank 0 never authenticated its chunk")
+			}
+			t.Logf("rank 0: %v; rank 1: %v", errs[0], errs[1])
+		})
+	}
 }
