@@ -17,7 +17,7 @@ type securityOptions struct {
 
 func securityFlags(fs *flag.FlagSet) *securityOptions {
 	o := &securityOptions{}
-	fs.StringVar(&o.name, "security", "default", "how the TCP transport protects frames: plain, authenticated or encrypted (default: authenticated between hosts, plain between workers of one host)")
+	fs.StringVar(&o.name, "security", "default", "how the network transport (TCP, SCTP) protects frames: plain, authenticated or encrypted (default: authenticated between hosts, plain between workers of one host)")
 	fs.BoolVar(&o.encrypt, "encrypt", false, "encrypt frames between hosts (AES-GCM; --security encrypted)")
 	return o
 }

@@ -60,9 +60,8 @@ type Config struct {
 	IOTimeout        time.Duration // default transport.DefaultIOTimeout
 	Logger           *slog.Logger  // default: discard
 	// Security is how frames between hosts are protected
-	// (transport.Security); when set it overrides TCP.Security. SCTP does
-	// not seal frames: asking it for authenticated or encrypted frames is
-	// an error. Shared memory between processes of one host is not
+	// (transport.Security); when set it overrides TCP.Security and
+	// SCTP.Security. Shared memory between processes of one host is not
 	// affected: it stays inside the trust boundary of the user who runs
 	// them.
 	Security transport.Security
@@ -146,12 +145,12 @@ func listenTCP(cfg *Config) (transport.Transport, error) {
 }
 
 func listenSCTP(cfg *Config) (transport.Transport, error) {
-	if cfg.Security != transport.SecurityDefault && cfg.Security != transport.SecurityPlain {
-		return nil, fmt.Errorf("%w: the sctp transport does not seal frames (Security %v); use tcp", ErrInvalidConfig, cfg.Security)
-	}
 	c := cfg.SCTP
 	c.ListenAddr, c.AdvertiseAddr, c.Secret = cfg.ListenAddr, cfg.AdvertiseAddr, cfg.Secret
 	c.HandshakeTimeout, c.IOTimeout, c.Logger = cfg.HandshakeTimeout, cfg.IOTimeout, cfg.Logger
+	if cfg.Security != transport.SecurityDefault {
+		c.Security = cfg.Security
+	}
 	t, err := sctp.Listen(c)
 	if err != nil {
 		return nil, err

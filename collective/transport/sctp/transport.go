@@ -63,11 +63,9 @@ func Listen(cfg Config) (*Transport, error) {
 		requests: make(map[requestKey]bool),
 	}
 	t.mesh = mesh.New(mesh.Config{
-		Name:   "sctp",
-		Secret: cfg.Secret,
-		// SCTP links do not seal frames yet (see doc.go): only the
-		// handshake is authenticated.
-		Security:         transport.SecurityPlain,
+		Name:             "sctp",
+		Secret:           cfg.Secret,
+		Security:         cfg.Security,
 		HandshakeTimeout: cfg.HandshakeTimeout,
 		DialRetry:        cfg.DialRetry,
 		Logger:           cfg.Logger,
@@ -217,9 +215,18 @@ func (c *handshakeConn) WriteMsg(b []byte, settle bool) error {
 
 // Interrupt closes the socket, which ends whatever the association's
 // goroutine waits for; that goroutine then closes the association itself.
+// SameHost reports whether the association's two ends have the same
+// address (mesh.HostAware): the default data-plane setting leaves such
+// links plain.
+func (c *handshakeConn) SameHost() bool {
+	la, ok := c.udp.LocalAddr().(*net.UDPAddr)
+	host, _, err := net.SplitHostPort(c.remote)
+	return ok && err == nil && la.IP.Equal(net.ParseIP(host))
+}
+
 func (c *handshakeConn) Interrupt() { _ = c.udp.Close() }
 func (c *handshakeConn) Close()     { c.close() }
 
-func (c *handshakeConn) Link(peer int, addr string, job, epoch uint64, self int, _ framesec.Keys) transport.Link {
-	return newLink(c.sconn, peer, addr, job, epoch, self, c.cfg)
+func (c *handshakeConn) Link(peer int, addr string, job, epoch uint64, self int, keys framesec.Keys) transport.Link {
+	return newLink(c.sconn, peer, addr, job, epoch, self, c.cfg, keys)
 }

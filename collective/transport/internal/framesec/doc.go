@@ -1,6 +1,7 @@
-// Package framesec is the data-plane protection of gorovod's stream
-// transports: the per-link keys derived from a completed handshake, and the
-// sealing and opening of each piece of a frame on the wire.
+// Package framesec is the data-plane protection of gorovod's network
+// transports (tcp, sctp): the per-link keys derived from a completed
+// handshake, and the sealing and opening of each piece of a frame on the
+// wire.
 //
 // # Keys
 //
@@ -19,6 +20,10 @@
 // one shorter). Each unit is followed by a TagSize tag:
 //
 //	header (64) | tag (16) | segment 0 | tag | segment 1 | tag | ...
+//
+// That is the layout of a stream transport (TCP). A message transport
+// (SCTP) seals each message of a frame as one unit instead: the first holds
+// the header and the start of the payload, each later one more payload.
 //
 // A tag is AES-GCM's under the direction's key, with the unit as additional
 // data (authenticated: GMAC) or as plaintext (encrypted: the unit travels
