@@ -104,6 +104,7 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	}
 	cfg := DefaultWorkerConfig()
 	cfg.JobID, cfg.Secret, cfg.Seeds, cfg.Transport.ListenAddr = w.JobID, w.Secret, w.Seeds, w.ListenAddr
+	cfg.Transport.Security = w.Security
 	if w.ElasticTimeout > 0 {
 		cfg.Session.RecoveryTimeout = w.ElasticTimeout
 	}

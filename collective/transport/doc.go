@@ -3,7 +3,8 @@
 // inproc, and multi, which picks shared memory or the network per pair), the
 // frame header all of them carry, the typed errors that name the peer behind
 // a failure, and the defaults their configurations share (DefaultIOTimeout,
-// DefaultHandshakeTimeout, ErrInvalidConfig).
+// DefaultHandshakeTimeout, ErrInvalidConfig) and the data-plane settings
+// (Security).
 //
 // A frame is a fixed HeaderSize header followed by Length payload bytes. The
 // header names the job, the membership epoch and the sender, so a frame from
@@ -17,7 +18,10 @@
 // secret) is internal/handshake, and the logic around it internal/mesh;
 // the state and checks every transport's links share (the peer named in
 // errors, closed and broken directions, wait deadlines) are
-// internal/linkutil. Outside the transports a failed handshake is a
-// *HandshakeError. The conformance package is the suite every transport
-// passes.
+// internal/linkutil; the per-link keys the handshake yields and the sealing
+// of frames with them (Security: plain, authenticated or encrypted) are
+// internal/framesec. Outside the transports a failed handshake is a
+// *HandshakeError, and a frame that fails authentication breaks its link
+// with an error wrapping ErrFrameAuth. The conformance package is the suite
+// every transport passes.
 package transport

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/internal/netaddr"
 )
 
@@ -41,7 +42,30 @@ const (
 	// EnvLaunchIndex is the launcher's number for the process (0, 1, ... in
 	// start order, never reused), unlike a rank, which changes with the world.
 	EnvLaunchIndex = "GOROVOD_LAUNCH_INDEX"
+	// EnvDataSecurity is how the collective transport protects frames
+	// between hosts (transport.Security): plain, authenticated or
+	// encrypted, as `gorovod run --security` (or --encrypt) says. Every
+	// worker of a job must have the same. Default: authenticated between
+	// hosts, plain between workers of one host (transport.SecurityDefault).
+	EnvDataSecurity = "GOROVOD_DATA_SECURITY"
 )
+
+// dataSecurity reads EnvDataSecurity.
+func dataSecurity(getenv func(string) string) (transport.Security, error) {
+	v := getenv(EnvDataSecurity)
+	s, err := transport.ParseSecurity(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: %w", EnvDataSecurity, v, err)
+	}
+	return s, nil
+}
+
+func appendSecurity(env []string, s transport.Security) []string {
+	if s != transport.SecurityDefault {
+		env = append(env, EnvDataSecurity+"="+s.String())
+	}
+	return env
+}
 
 // LaunchIndex reads EnvLaunchIndex; ok is false when it is unset.
 func LaunchIndex(getenv func(string) string) (index int, ok bool, err error) {
@@ -68,6 +92,8 @@ type Worker struct {
 	ListenAddr       string
 	NetworkInterface string // EnvNetworkInterface
 	AdvertiseAddr    string // EnvAdvertiseAddr
+	// Security is EnvDataSecurity (SecurityDefault when not set).
+	Security transport.Security
 }
 
 // Load reads a Worker through getenv (os.Getenv in a program, a map in tests).
@@ -97,6 +123,9 @@ func Load(getenv func(string) string) (Worker, error) {
 	}
 	if w.Rank < 0 || w.Rank >= w.Size {
 		return w, fmt.Errorf("%s=%d outside world of size %d", EnvRank, w.Rank, w.Size)
+	}
+	if w.Security, err = dataSecurity(getenv); err != nil {
+		return w, err
 	}
 	if w.Secret, err = hex.DecodeString(getenv(EnvSecret)); err != nil || len(w.Secret) < 16 {
 		return w, fmt.Errorf("%s must be at least 16 hex-encoded bytes", EnvSecret)
@@ -135,6 +164,7 @@ func (w Worker) Environ() []string {
 	if w.ListenAddr != "" {
 		env = append(env, EnvListenAddr+"="+w.ListenAddr)
 	}
+	env = appendSecurity(env, w.Security)
 	return appendAddressing(env, w.NetworkInterface, w.AdvertiseAddr)
 }
 
@@ -164,6 +194,8 @@ type ElasticWorker struct {
 	AdvertiseAddr    string // EnvAdvertiseAddr
 	// ElasticTimeout is EnvElasticTimeout (0: not set).
 	ElasticTimeout time.Duration
+	// Security is EnvDataSecurity (SecurityDefault when not set).
+	Security transport.Security
 }
 
 // LoadElastic reads an ElasticWorker through getenv.
@@ -190,6 +222,9 @@ func LoadElastic(getenv func(string) string) (ElasticWorker, error) {
 	}
 	if len(w.Seeds) == 0 {
 		return w, fmt.Errorf("%s lists no address", EnvSeeds)
+	}
+	if w.Security, err = dataSecurity(getenv); err != nil {
+		return w, err
 	}
 	if v := getenv(EnvElasticTimeout); v != "" {
 		if w.ElasticTimeout, err = time.ParseDuration(v); err != nil || w.ElasticTimeout <= 0 {
@@ -227,6 +262,7 @@ func (w ElasticWorker) Environ() []string {
 	if w.ElasticTimeout > 0 {
 		env = append(env, EnvElasticTimeout+"="+w.ElasticTimeout.String())
 	}
+	env = appendSecurity(env, w.Security)
 	return appendAddressing(env, w.NetworkInterface, w.AdvertiseAddr)
 }
 

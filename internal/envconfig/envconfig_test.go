@@ -6,10 +6,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
 )
 
 func TestRoundTrip(t *testing.T) {
-	w := Worker{JobID: "j", Rank: 2, Size: 3, Secret: bytes.Repeat([]byte{7}, 32), Rendezvous: "127.0.0.1:9", ListenAddr: "127.0.0.1:0"}
+	w := Worker{JobID: "j", Rank: 2, Size: 3, Secret: bytes.Repeat([]byte{7}, 32), Rendezvous: "127.0.0.1:9", ListenAddr: "127.0.0.1:0",
+		Security: transport.SecurityEncrypted}
 	env := map[string]string{}
 	for _, kv := range w.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
@@ -19,7 +22,8 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.JobID != w.JobID || got.Rank != 2 || got.Size != 3 || !bytes.Equal(got.Secret, w.Secret) || got.Rendezvous != w.Rendezvous {
+	if got.JobID != w.JobID || got.Rank != 2 || got.Size != 3 || !bytes.Equal(got.Secret, w.Secret) || got.Rendezvous != w.Rendezvous ||
+		got.Security != transport.SecurityEncrypted {
 		t.Fatalf("got %+v", got)
 	}
 }
@@ -33,6 +37,7 @@ func TestBadEnvironment(t *testing.T) {
 		"size zero":    {EnvSize: "0"},
 		"secret hex":   {EnvSecret: "zz"},
 		"secret short": {EnvSecret: "abcd"},
+		"security":     {EnvDataSecurity: "tls"},
 	}
 	for name, change := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -52,7 +57,7 @@ func TestBadEnvironment(t *testing.T) {
 
 func TestElasticRoundTrip(t *testing.T) {
 	w := ElasticWorker{JobID: "j", Secret: bytes.Repeat([]byte{9}, 32), Seeds: []string{"127.0.0.1:7946", "127.0.0.1:7947"}, ListenAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1",
-		ElasticTimeout: 90 * time.Second}
+		ElasticTimeout: 90 * time.Second, Security: transport.SecurityPlain}
 	env := map[string]string{}
 	for _, kv := range w.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
@@ -63,7 +68,7 @@ func TestElasticRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.JobID != "j" || !bytes.Equal(got.Secret, w.Secret) || strings.Join(got.Seeds, ",") != strings.Join(w.Seeds, ",") ||
-		got.ElasticTimeout != 90*time.Second {
+		got.ElasticTimeout != 90*time.Second || got.Security != transport.SecurityPlain {
 		t.Fatalf("got %+v", got)
 	}
 	for _, bad := range []string{"10", "-1s", "soon"} {

@@ -42,6 +42,7 @@ type workerSpec struct {
 	Transport   string        `json:"transport"`
 	SocketBuf   int           `json:"socket_buffer"`
 	SpinTime    time.Duration `json:"spin_time,omitempty"`
+	Security    string        `json:"security,omitempty"`
 	BatchTimeUS int           `json:"batch_time_us"`
 	// The workers log (to their stderr, which the launcher relays) with
 	// the command's --log-level and --log-format.
@@ -78,6 +79,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
 	spinTime := fs.Duration("spin-time", 0, "how long a waiting call polls before it parks (0: the transport's default, 100µs; negative: never poll)")
 	placement := fs.String("placement", string(launch.PlaceBalanced), "pin workers to CPUs: balanced (each worker to its share of the CPUs) or none")
+	security := securityFlags(fs)
 	profileDir := fs.String("profile", "", "write each worker's CPU profile and execution trace into this directory (cpu-rank<r>.pprof, trace-rank<r>.out)")
 	logOpts := logging.DefaultOptions()
 	logOpts.Register(fs)
@@ -117,6 +119,11 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	spec.BatchTimeUS = int(batchTime.Microseconds())
 	spec.SpinTime = *spinTime
+	sec, err := security.value()
+	if err != nil {
+		return usageErr(stderr, "%v", err)
+	}
+	spec.Security = sec.String()
 	if *sockBuf == "auto" {
 		spec.SocketBuf = -1 // tcp.Config: negative is the kernel's autotuning
 	} else if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
@@ -308,6 +315,9 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	tcfg.TCP.SocketBuffer = spec.SocketBuf
 	tcfg.Logger = log
 	tcfg.TCP.SpinTime, tcfg.SHM.SpinTime = spec.SpinTime, spec.SpinTime
+	if tcfg.Security, err = transport.ParseSecurity(spec.Security); err != nil {
+		return fmt.Errorf("bench worker: %w", err)
+	}
 	t, err := multi.Listen(tcfg)
 	if err != nil {
 		return err

@@ -14,7 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/job"
 	"github.com/gorovod/gorovod/job/launch"
 	"github.com/gorovod/gorovod/membership"
@@ -41,6 +43,8 @@ type runOptions struct {
 	placement          string
 	cluster            clusterOptions // runcluster.go
 	hosts              hostOptions
+	security           *securityOptions // security.go
+	dataSecurity       transport.Security
 }
 
 // autoscaling says whether the engine acts (a heuristic, or straggler
@@ -83,6 +87,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
 	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
 	o.hosts.register(fs)
+	o.security = securityFlags(fs)
 	o.cluster.addFlags(fs)
 	if err := parseFlags(fs, args, runUsageText, stdout, stderr); err != nil {
 		return err
@@ -126,6 +131,10 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	}
 	if _, err := launch.ParsePlacement(o.placement); err != nil {
 		return runUsage(stderr, "--placement: %v", err)
+	}
+	var err error
+	if o.dataSecurity, err = o.security.value(); err != nil {
+		return runUsage(stderr, "%v", err)
 	}
 	if err := o.cluster.check(o.np, o.maxNP); err != nil {
 		return runUsage(stderr, "%v", err)
@@ -244,6 +253,9 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 		Argv: o.argv, Workers: o.np, MinWorkers: o.minNP, MaxWorkers: o.maxNP, Autoscaling: engCfg,
 		Logger: log, JobFile: true, Gossip: membership.DefaultConfig(), ReplaceLost: true,
 		Sinks: sinks, Env: o.obs.workerEnv(), Timeline: o.obs.timeline, StallCheck: o.stallCheck,
+	}
+	if o.dataSecurity != transport.SecurityDefault {
+		cfg.Env = append(cfg.Env, envconfig.EnvDataSecurity+"="+o.dataSecurity.String())
 	}
 	if err := o.hosts.configure(ctx, &cfg, launch.Placement(o.placement), func(msg string) { out.report("%s", msg) }); err != nil {
 		return err

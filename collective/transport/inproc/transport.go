@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/framesec"
 	"github.com/gorovod/gorovod/collective/transport/internal/mesh"
 )
 
@@ -43,8 +44,10 @@ func (n *Network) Listen(cfg Config) (*Transport, error) {
 	n.next++
 	t := &Transport{net: n, cfg: cfg, addr: fmt.Sprintf("inproc:%d", n.next)}
 	t.mesh = mesh.New(mesh.Config{
-		Name:             "inproc",
-		Secret:           cfg.Secret,
+		Name:   "inproc",
+		Secret: cfg.Secret,
+		// Frames never leave the process: there is no path to protect.
+		Security:         transport.SecurityPlain,
 		HandshakeTimeout: cfg.HandshakeTimeout,
 		DialRetry:        cfg.DialRetry,
 		Logger:           cfg.Logger,
@@ -108,7 +111,7 @@ func (t *Transport) dial(ctx context.Context, addr string) (mesh.Conn, error) {
 	if peer == nil {
 		return nil, errRefused
 	}
-	if !peer.mesh.Admit() {
+	if !peer.mesh.Admit(t.addr) {
 		return nil, errRefused // closing, or too many handshakes
 	}
 	c := newConnPair(t.cfg.BufferBytes, t.addr, addr)
@@ -205,7 +208,7 @@ func (c *conn) Interrupt() { c.c.closed[c.side].close() }
 // affected (Link is called instead of Close once it is authenticated).
 func (c *conn) Close() { c.c.closed[c.side].close() }
 
-func (c *conn) Link(peer int, addr string, job, epoch uint64, self int) transport.Link {
+func (c *conn) Link(peer int, addr string, job, epoch uint64, self int, _ framesec.Keys) transport.Link {
 	if addr == "" {
 		addr = c.c.addrs[1-c.side]
 	}

@@ -27,6 +27,12 @@ func TestConfigErrors(t *testing.T) {
 		{"tcp without a secret", multi.Config{Mode: multi.TCP}, tcp.ErrInvalidConfig},
 		{"sctp without a secret", multi.Config{Mode: multi.SCTP}, sctp.ErrInvalidConfig},
 		{"sctp, bad MTU", multi.Config{Mode: multi.SCTP, Secret: secret, SCTP: sctp.Config{MTU: 100}}, sctp.ErrInvalidConfig},
+		{"sctp, plain frames", multi.Config{Mode: multi.SCTP, Secret: secret, Security: transport.SecurityPlain}, nil},
+		{"sctp, encrypted frames", multi.Config{Mode: multi.SCTP, Secret: secret, Security: transport.SecurityEncrypted}, nil},
+		{"auto over sctp, authenticated frames", multi.Config{Remote: multi.SCTP, Secret: secret, Security: transport.SecurityAuthenticated}, nil},
+		{"sctp, unknown security", multi.Config{Mode: multi.SCTP, Secret: secret, SCTP: sctp.Config{Security: 7}}, sctp.ErrInvalidConfig},
+		{"tcp, encrypted frames", multi.Config{Mode: multi.TCP, Secret: secret, Security: transport.SecurityEncrypted}, nil},
+		{"tcp, unknown security", multi.Config{Mode: multi.TCP, Secret: secret, TCP: tcp.Config{Security: 9}}, tcp.ErrInvalidConfig},
 		{"shm, bad ring", multi.Config{Mode: multi.SHM, Secret: secret, SHM: shm.Config{RingBytes: 3}}, shm.ErrInvalidConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

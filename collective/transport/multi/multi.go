@@ -59,6 +59,12 @@ type Config struct {
 	HandshakeTimeout time.Duration // default transport.DefaultHandshakeTimeout
 	IOTimeout        time.Duration // default transport.DefaultIOTimeout
 	Logger           *slog.Logger  // default: discard
+	// Security is how frames between hosts are protected
+	// (transport.Security); when set it overrides TCP.Security and
+	// SCTP.Security. Shared memory between processes of one host is not
+	// affected: it stays inside the trust boundary of the user who runs
+	// them.
+	Security transport.Security
 
 	TCP  tcp.Config
 	SHM  shm.Config
@@ -128,6 +134,9 @@ func listenTCP(cfg *Config) (transport.Transport, error) {
 	c := cfg.TCP
 	c.ListenAddr, c.AdvertiseAddr, c.Secret = cfg.ListenAddr, cfg.AdvertiseAddr, cfg.Secret
 	c.HandshakeTimeout, c.IOTimeout, c.Logger = cfg.HandshakeTimeout, cfg.IOTimeout, cfg.Logger
+	if cfg.Security != transport.SecurityDefault {
+		c.Security = cfg.Security
+	}
 	t, err := tcp.Listen(c)
 	if err != nil {
 		return nil, err // not a typed nil in the interface
@@ -139,6 +148,9 @@ func listenSCTP(cfg *Config) (transport.Transport, error) {
 	c := cfg.SCTP
 	c.ListenAddr, c.AdvertiseAddr, c.Secret = cfg.ListenAddr, cfg.AdvertiseAddr, cfg.Secret
 	c.HandshakeTimeout, c.IOTimeout, c.Logger = cfg.HandshakeTimeout, cfg.IOTimeout, cfg.Logger
+	if cfg.Security != transport.SecurityDefault {
+		c.Security = cfg.Security
+	}
 	t, err := sctp.Listen(c)
 	if err != nil {
 		return nil, err

@@ -45,6 +45,12 @@ type Config struct {
 	// ProbeInterval is how often a waiting read sends a heartbeat to learn
 	// whether the peer still exists. Default 250ms.
 	ProbeInterval time.Duration
+	// Security is how frames are protected once a link is connected
+	// (transport.Security), as for the TCP transport: every message of a
+	// frame carries an AES-GCM tag, or is encrypted. Default
+	// (SecurityDefault): sealed between hosts, plain between ranks of this
+	// host. Every rank must use the same.
+	Security transport.Security
 	// Logger receives connection diagnostics. Default: discard.
 	Logger *slog.Logger
 }
@@ -117,6 +123,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: SocketBuffer is negative", ErrInvalidConfig)
 	}
 	c.ProbeInterval = linkutil.Positive(c.ProbeInterval, d.ProbeInterval)
+	if !c.Security.Valid() {
+		return c, fmt.Errorf("%w: unknown Security %v", ErrInvalidConfig, c.Security)
+	}
 	c.Logger = linkutil.OrDefault(c.Logger, d.Logger)
 	return c, nil
 }

@@ -26,14 +26,20 @@ func listen(t testing.TB, cfg sctp.Config) *sctp.Transport {
 	return conformance.Listen(t, sctp.Listen, cfg)
 }
 
-// TestConformance runs the suite every transport passes.
+// TestConformance runs the suite every transport passes, with each
+// data-plane setting.
 func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.Factory{
-		New: func(t testing.TB, o conformance.Options) transport.Transport {
-			cfg := testConfig()
-			cfg.Secret, cfg.IOTimeout, cfg.HandshakeTimeout = o.Secret, o.IOTimeout, o.HandshakeTimeout
-			return listen(t, cfg)
-		},
-		Packages: []string{"collective/transport/sctp.", "collective/transport/internal/mesh.", "github.com/pion/"},
-	})
+	for _, sec := range []transport.Security{transport.SecurityPlain, transport.SecurityAuthenticated, transport.SecurityEncrypted} {
+		t.Run(sec.String(), func(t *testing.T) {
+			conformance.Run(t, conformance.Factory{
+				New: func(t testing.TB, o conformance.Options) transport.Transport {
+					cfg := testConfig()
+					cfg.Secret, cfg.IOTimeout, cfg.HandshakeTimeout = o.Secret, o.IOTimeout, o.HandshakeTimeout
+					cfg.Security = sec
+					return listen(t, cfg)
+				},
+				Packages: []string{"collective/transport/sctp.", "collective/transport/internal/mesh.", "github.com/pion/"},
+			})
+		})
+	}
 }

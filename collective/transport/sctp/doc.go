@@ -1,7 +1,9 @@
 // Package sctp is gorovod's SCTP transport: SCTP associations (the pure-Go
 // github.com/pion/sctp) over UDP, one association per pair of ranks, with the
-// same authentication, connection rules and link semantics as the TCP
-// transport. It exists for networks where SCTP's message framing and
+// same handshake, connection rules, link semantics and frame protection as
+// the TCP transport (Config.Security: each message of a frame carries an
+// AES-GCM tag under the link's keys, or is encrypted; by default between
+// hosts). It exists for networks where SCTP's message framing and
 // multi-streaming are wanted, or TCP is not; on one host the shared-memory
 // transport, and on most networks TCP, are faster (see docs/transports.md).
 //

@@ -194,7 +194,7 @@ func FuzzFirstMessage(f *testing.F) {
 	b := make([]byte, transport.HeaderSize+2)
 	h.Encode(b)
 	f.Add(b)
-	l := &link{job: transport.JobHash("pair"), epoch: 1}
+	l := &link{job: transport.JobHash("pair"), epoch: 1, unit: messageBytes}
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		var h transport.Header
 		if l.parseHeader(msg, &h) == nil && len(msg) != transport.HeaderSize+min(int(h.Length), messageBytes-transport.HeaderSize) {

@@ -13,6 +13,7 @@ import (
 	"github.com/pion/sctp"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/framesec"
 	"github.com/gorovod/gorovod/collective/transport/internal/linkutil"
 )
 
@@ -30,6 +31,7 @@ type link struct {
 	c          *sconn
 	job, epoch uint64
 	self       uint32
+	unit       int // frame bytes (header and payload) per message: messageBytes less a tag when sealed
 	probe      time.Duration
 	sendBuffer uint64
 
@@ -49,22 +51,24 @@ type link struct {
 
 	// Send side, guarded by wmu.
 	wmu      sync.Mutex
-	wbuf     []byte        // one message: the header and the start of the payload
-	wsent    uint64        // message bytes sent
-	released chan struct{} // the queue fell below its threshold
+	wbuf     []byte           // one message: the header and the start of the payload (sealed: and its tag)
+	wseal    *framesec.Sealer // nil: plain frames
+	wsent    uint64           // message bytes sent
+	released chan struct{}    // the queue fell below its threshold
 
 	// Receive side, one goroutine at a time; rmu orders it with Close.
 	rmu        sync.Mutex
-	rbuf       []byte // the frame's first message
-	roff, rend int    // payload bytes of the frame still in rbuf
-	pending    int    // payload bytes of the last header not read yet
+	rbuf       []byte // the frame's first message; sealed frames: each message
+	rseal      *framesec.Sealer
+	roff, rend int // payload bytes of the frame still in rbuf
+	pending    int // payload bytes of the last header not read yet
 	rwake      transport.Waker
 	rread      uint64 // message bytes read
 	reported   uint64 // rread as last reported to the peer
 	cbuf       [8]byte
 }
 
-func newLink(c *sconn, peer int, addr string, job, epoch uint64, self int, cfg *Config) *link {
+func newLink(c *sconn, peer int, addr string, job, epoch uint64, self int, cfg *Config, keys framesec.Keys) *link {
 	if addr == "" {
 		addr = c.remote
 	}
@@ -77,11 +81,26 @@ func newLink(c *sconn, peer int, addr string, job, epoch uint64, self int, cfg *
 		probe:      cfg.ProbeInterval,
 		sendBuffer: uint64(cfg.SendBuffer),
 		closing:    make(chan struct{}),
+		unit:       messageBytes,
 		wbuf:       make([]byte, messageBytes),
 		released:   make(chan struct{}, 1),
 		rbuf:       make([]byte, messageBytes),
 		credited:   make(chan struct{}, 1),
 		creditDone: make(chan struct{}),
+	}
+	if keys.Security != transport.SecurityPlain {
+		// A message, tag included, stays within messageBytes (what pion
+		// sends as one message).
+		l.unit = messageBytes - framesec.TagSize
+		var err error
+		if l.wseal, err = framesec.NewSealer(keys.Security, keys.Send); err == nil {
+			l.rseal, err = framesec.NewSealer(keys.Security, keys.Recv)
+		}
+		if err != nil {
+			// Cannot happen with keys from the handshake; if it does, the
+			// link refuses to carry frames rather than carry them unprotected.
+			l.WBroken, l.RBroken = err, err
+		}
 	}
 	// The peer's receive window as it announced it when the association started.
 	l.window = uint64(max(c.assoc.RWND(), 4*messageBytes)) / 2
@@ -195,7 +214,7 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	hh := *h
 	hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
 	hh.Encode(l.wbuf)
-	first := min(len(payload), messageBytes-transport.HeaderSize)
+	first := min(len(payload), l.unit-transport.HeaderSize)
 	copy(l.wbuf[transport.HeaderSize:], payload[:first])
 	err := l.write(ctx, l.wbuf[:transport.HeaderSize+first])
 	if err != nil {
@@ -204,8 +223,8 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 			return l.PeerErr("send", err)
 		}
 	} else {
-		for off := first; off < len(payload) && err == nil; off += messageBytes {
-			err = l.write(ctx, payload[off:min(off+messageBytes, len(payload))])
+		for off := first; off < len(payload) && err == nil; off += l.unit {
+			err = l.write(ctx, payload[off:min(off+l.unit, len(payload))])
 		}
 	}
 	if err != nil {
@@ -215,8 +234,14 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 }
 
 // write queues one message once the queue has room. The wait is bounded by
-// IOTimeout of no acknowledgement at all.
+// IOTimeout of no acknowledgement at all. A sealed link seals msg into wbuf
+// (msg may be the start of wbuf) only once there is room, so a wait cut
+// short has consumed no nonce and the stream stays intact.
 func (l *link) write(ctx context.Context, msg []byte) error {
+	size := uint64(len(msg))
+	if l.wseal != nil {
+		size += framesec.TagSize
+	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -232,7 +257,7 @@ func (l *link) write(ctx context.Context, msg []byte) error {
 		}
 		unread := l.wsent - l.peerRead.Load()
 		queued := l.c.stream.BufferedAmount()
-		if (unread == 0 || unread+uint64(len(msg)) <= l.window) && (queued == 0 || queued+uint64(len(msg)) <= l.sendBuffer) {
+		if (unread == 0 || unread+size <= l.window) && (queued == 0 || queued+size <= l.sendBuffer) {
 			break
 		}
 		dl, ctxBound := l.Deadline(ctx)
@@ -259,6 +284,9 @@ func (l *link) write(ctx context.Context, msg []byte) error {
 			return transport.ErrPeerTimeout
 		}
 	}
+	if l.wseal != nil {
+		msg = l.wseal.SealTo(l.wbuf, msg)
+	}
 	if _, err := l.c.stream.Write(msg); err != nil {
 		return l.gone(err)
 	}
@@ -282,12 +310,19 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 	if err != nil {
 		return l.HeaderFailed(err)
 	}
-	if err := l.parseHeader(l.rbuf[:n], h); err != nil {
+	msg := l.rbuf[:n]
+	if l.rseal != nil {
+		// Verified (and decrypted) before anything of it is used.
+		if msg, err = l.rseal.OpenInPlace(msg); err != nil {
+			return l.RecvFailed(l.Failure(err, false, "association"))
+		}
+	}
+	if err := l.parseHeader(msg, h); err != nil {
 		l.RBroken = err
 		return l.PeerErr("recv", err)
 	}
 	l.reportRead(n)
-	l.roff, l.rend, l.pending = transport.HeaderSize, n, int(h.Length)
+	l.roff, l.rend, l.pending = transport.HeaderSize, len(msg), int(h.Length)
 	return nil
 }
 
@@ -299,7 +334,7 @@ func (l *link) parseHeader(msg []byte, h *transport.Header) error {
 	if err := transport.DecodeFrom(msg, h, l.job, l.epoch, l.PeerRank); err != nil {
 		return err
 	}
-	if want := transport.HeaderSize + min(int(h.Length), messageBytes-transport.HeaderSize); len(msg) != want {
+	if want := transport.HeaderSize + min(int(h.Length), l.unit-transport.HeaderSize); len(msg) != want {
 		return &transport.FrameError{Peer: l.PeerRank, Reason: fmt.Sprintf("first message of a %d-byte frame holds %d bytes, want %d", h.Length, len(msg), want)}
 	}
 	return nil
@@ -316,16 +351,27 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	off := copy(p, l.rbuf[l.roff:l.rend])
 	l.roff = l.rend
 	for off < len(p) {
-		want := min(messageBytes, len(p)-off)
-		n, err := l.read(ctx, p[off:off+want])
-		if err == nil && n != want {
-			err = &transport.FrameError{Peer: l.PeerRank, Reason: fmt.Sprintf("message of %d bytes where %d were due", n, want)}
+		want := min(l.unit, len(p)-off)
+		dst := p[off : off+want]
+		if l.rseal != nil {
+			// A sealed message is read whole (with its tag) into rbuf and
+			// verified, or decrypted, into p from there.
+			dst = l.rbuf[:want+framesec.TagSize]
+		}
+		n, err := l.read(ctx, dst)
+		if err == nil && n != len(dst) {
+			err = &transport.FrameError{Peer: l.PeerRank, Reason: fmt.Sprintf("message of %d bytes where %d were due", n, len(dst))}
+		}
+		if err == nil && l.rseal != nil {
+			if oerr := l.rseal.OpenTo(p[off:off+want], dst); oerr != nil {
+				err = l.Failure(oerr, false, "association")
+			}
 		}
 		if err != nil {
 			return l.RecvFailed(err)
 		}
 		l.reportRead(n)
-		off += n
+		off += want
 	}
 	l.pending = 0
 	return nil

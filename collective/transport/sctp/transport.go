@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/framesec"
 	"github.com/gorovod/gorovod/collective/transport/internal/mesh"
 )
 
@@ -64,6 +65,7 @@ func Listen(cfg Config) (*Transport, error) {
 	t.mesh = mesh.New(mesh.Config{
 		Name:             "sctp",
 		Secret:           cfg.Secret,
+		Security:         cfg.Security,
 		HandshakeTimeout: cfg.HandshakeTimeout,
 		DialRetry:        cfg.DialRetry,
 		Logger:           cfg.Logger,
@@ -127,7 +129,7 @@ func (t *Transport) requestLoop() {
 			// association starts, which answers it.
 			continue
 		}
-		if !t.mesh.Admit() {
+		if !t.mesh.Admit(remote.String()) {
 			select {
 			case <-t.mesh.Done():
 				return
@@ -154,7 +156,7 @@ func (t *Transport) serve(key requestKey, remote *net.UDPAddr, nonce [nonceSize]
 	var a *mesh.Arrival
 	if err != nil {
 		t.log.Debug("gorovod sctp: association not set up", "remote", remote, "err", err)
-		t.mesh.Release()
+		t.mesh.Release(remote.String())
 	} else {
 		a = t.mesh.Accept(&handshakeConn{sconn: c, cfg: &t.cfg}, c.remote)
 	}
@@ -213,9 +215,18 @@ func (c *handshakeConn) WriteMsg(b []byte, settle bool) error {
 
 // Interrupt closes the socket, which ends whatever the association's
 // goroutine waits for; that goroutine then closes the association itself.
+// SameHost reports whether the association's two ends have the same
+// address (mesh.HostAware): the default data-plane setting leaves such
+// links plain.
+func (c *handshakeConn) SameHost() bool {
+	la, ok := c.udp.LocalAddr().(*net.UDPAddr)
+	host, _, err := net.SplitHostPort(c.remote)
+	return ok && err == nil && la.IP.Equal(net.ParseIP(host))
+}
+
 func (c *handshakeConn) Interrupt() { _ = c.udp.Close() }
 func (c *handshakeConn) Close()     { c.close() }
 
-func (c *handshakeConn) Link(peer int, addr string, job, epoch uint64, self int) transport.Link {
-	return newLink(c.sconn, peer, addr, job, epoch, self, c.cfg)
+func (c *handshakeConn) Link(peer int, addr string, job, epoch uint64, self int, keys framesec.Keys) transport.Link {
+	return newLink(c.sconn, peer, addr, job, epoch, self, c.cfg, keys)
 }

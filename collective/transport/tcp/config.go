@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/collective/transport/internal/linkutil"
+	"github.com/gorovod/gorovod/collective/transport/internal/mesh"
 )
 
 // Config configures a Transport. Start from DefaultConfig; zero fields are
@@ -25,6 +26,25 @@ type Config struct {
 	Secret []byte
 	// HandshakeTimeout bounds each handshake message exchange. Default 5s.
 	HandshakeTimeout time.Duration
+	// PreAuthTimeout bounds how long an accepted connection may take to
+	// prove it knows the secret (its hello and its proof), so strangers
+	// that connect and wait free their handshake slots quickly. A real
+	// peer sends both within a round trip. Default 1s, at most
+	// HandshakeTimeout.
+	PreAuthTimeout time.Duration
+	// HandshakesPerSource bounds the handshakes in progress from one
+	// source address, so one host's flood of connections cannot take all
+	// 256 slots from the ranks of the job. Default 32.
+	HandshakesPerSource int
+	// Security is how frames are protected once a link is connected
+	// (transport.Security): plain, authenticated (AES-GCM tags) or
+	// encrypted (AES-GCM). Default (SecurityDefault): authenticated on
+	// links to other hosts, plain on links between ranks of this host (the
+	// two ends of the connection have the same address). Every rank must
+	// use the same; the handshake refuses a peer with another setting. See
+	// package framesec for the wire layout and docs/multihost.md for what
+	// each costs.
+	Security transport.Security
 	// IOTimeout is how long a peer may stay silent on a blocked Send or Recv
 	// before the call fails with transport.ErrPeerTimeout. Default 30s.
 	IOTimeout time.Duration
@@ -78,6 +98,7 @@ type Config struct {
 const (
 	defaultListenAddr       = "127.0.0.1:0"
 	defaultHandshakeTimeout = transport.DefaultHandshakeTimeout
+	defaultPreAuthTimeout   = time.Second
 	defaultIOTimeout        = transport.DefaultIOTimeout
 	defaultDialRetry        = 5 * time.Millisecond
 	defaultReadBufferSize   = 16384
@@ -93,13 +114,15 @@ var ErrInvalidConfig = fmt.Errorf("tcp: %w", transport.ErrInvalidConfig)
 // DefaultConfig returns the defaults; Secret must still be set.
 func DefaultConfig() Config {
 	return Config{
-		ListenAddr:       defaultListenAddr,
-		HandshakeTimeout: defaultHandshakeTimeout,
-		IOTimeout:        defaultIOTimeout,
-		DialRetry:        defaultDialRetry,
-		ReadBufferSize:   defaultReadBufferSize,
-		SpinTime:         defaultSpinTime,
-		Logger:           slog.New(slog.DiscardHandler),
+		ListenAddr:          defaultListenAddr,
+		HandshakeTimeout:    defaultHandshakeTimeout,
+		PreAuthTimeout:      defaultPreAuthTimeout,
+		HandshakesPerSource: mesh.DefaultHandshakesPerSource,
+		IOTimeout:           defaultIOTimeout,
+		DialRetry:           defaultDialRetry,
+		ReadBufferSize:      defaultReadBufferSize,
+		SpinTime:            defaultSpinTime,
+		Logger:              slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -113,6 +136,11 @@ func (c Config) withDefaults() (Config, error) {
 	c.Secret = secret
 	c.ListenAddr = linkutil.OrDefault(c.ListenAddr, d.ListenAddr)
 	c.HandshakeTimeout = linkutil.Positive(c.HandshakeTimeout, d.HandshakeTimeout)
+	c.PreAuthTimeout = min(linkutil.Positive(c.PreAuthTimeout, d.PreAuthTimeout), c.HandshakeTimeout)
+	c.HandshakesPerSource = linkutil.Positive(c.HandshakesPerSource, d.HandshakesPerSource)
+	if !c.Security.Valid() {
+		return c, fmt.Errorf("%w: unknown Security %v", ErrInvalidConfig, c.Security)
+	}
 	c.IOTimeout = linkutil.Positive(c.IOTimeout, d.IOTimeout)
 	c.DialRetry = linkutil.Positive(c.DialRetry, d.DialRetry)
 	c.ReadBufferSize = max(linkutil.Positive(c.ReadBufferSize, d.ReadBufferSize), minReadBufferSize)

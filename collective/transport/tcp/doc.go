@@ -16,10 +16,31 @@
 // epoch older than one this transport already connects is refused for good, so
 // a stale worker cannot slip into a new world.
 //
-// Each accepted connection is handshaken on its own goroutine under
-// Config.HandshakeTimeout, with bounded reads and a bounded number of concurrent
-// handshakes, so a stranger that sends garbage, or nothing at all, costs one
-// short-lived goroutine and never delays a real peer.
+// Each accepted connection is handshaken on its own goroutine, with bounded
+// reads and a bounded number of concurrent handshakes (256 in all,
+// Config.HandshakesPerSource from one host). A newcomer has
+// Config.PreAuthTimeout to send its hello and its proof, so a stranger that
+// sends garbage, or nothing at all, costs one short-lived goroutine and
+// holds its slot briefly; a flood from one host cannot take the slots the
+// job's own ranks need.
+//
+// # Protected frames
+//
+// The handshake also gives each link its keys (package framesec), and
+// Config.Security says what they protect: nothing (plain), every frame's
+// integrity, order and origin (authenticated), or that and its contents
+// (encrypted). By default links to other hosts are authenticated and links
+// between ranks of this host plain, as the host is the trust boundary of
+// shared memory too. A sealed frame is its header and each 256 KiB
+// payload segment followed by an AES-GCM tag; the receiver verifies the
+// header before RecvHeader returns it and each segment before reading the
+// next, so RecvPayload succeeds only once every byte it wrote is
+// authenticated. A frame that fails breaks the link like any other
+// corruption, with an error naming the peer and wrapping
+// transport.ErrFrameAuth. Authenticated frames go from and into the
+// caller's buffers directly (writev and readv with the tags between the
+// segments); encrypted ones through one segment-sized buffer per direction,
+// allocated on a link's first large frame.
 //
 // # Links
 //

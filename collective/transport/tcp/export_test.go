@@ -35,3 +35,13 @@ func YieldsToProcesses(l transport.Link) bool {
 	tl := l.(*link)
 	return tl.rio.spin.YieldsToProcesses() && tl.wio.spin.YieldsToProcesses()
 }
+
+// Sealed reports whether a link seals its frames, and whether it encrypts
+// them.
+func Sealed(l transport.Link) (sealed, encrypted bool) {
+	tl := l.(*link)
+	if tl.wseal == nil {
+		return false, false
+	}
+	return true, tl.wseal.Encrypts()
+}

@@ -11,7 +11,8 @@ func TestFrameRest(t *testing.T) {
 	hdr := make([]byte, 64)
 	payload := make([]byte, 1<<20+1000)
 	var l link
-	l.wfrm[0], l.wfrm[1] = hdr, payload
+	l.wparts = [][]byte{hdr, payload}
+	l.wvec = make([][]byte, 0, 2)
 	for _, tc := range []struct {
 		done int    // bytes of the frame written so far
 		want string // lengths of the write's buffers
@@ -32,7 +33,7 @@ func TestFrameRest(t *testing.T) {
 		}
 	}
 	// A small frame (header and payload in one buffer) is one buffer.
-	l.wfrm[0], l.wfrm[1] = make([]byte, 64+smallFrame), nil
+	l.wparts = [][]byte{make([]byte, 64+smallFrame)}
 	if l.frameRest(0); len(l.wiov) != 1 || len(l.wiov[0]) != 64+smallFrame {
 		t.Errorf("small frame: %d buffers", len(l.wiov))
 	}

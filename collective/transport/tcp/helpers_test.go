@@ -12,6 +12,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/collective/transport/conformance"
+	"github.com/gorovod/gorovod/collective/transport/internal/framesec"
 	"github.com/gorovod/gorovod/collective/transport/internal/handshake"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
 )
@@ -23,6 +24,10 @@ func testConfig() tcp.Config {
 	cfg.Secret = testSecret
 	cfg.HandshakeTimeout = 2 * time.Second
 	cfg.IOTimeout = 20 * time.Second
+	// The tests' ranks share this host, where the default would leave
+	// frames plain: most tests are to run over sealed links (the
+	// conformance suite and TestDefaultSecurity cover the other settings).
+	cfg.Security = transport.SecurityAuthenticated
 	// GOROVOD_TCP_DEBUG=1 go test -v shows the transports' own log.
 	cfg.Logger = conformance.DebugLogger("GOROVOD_TCP_DEBUG")
 	return cfg
@@ -61,7 +66,13 @@ type rawPeer struct {
 	job   uint64
 	epoch uint64
 	rank  uint32
+	// seal seals the frames it sends, as the link at the other end expects
+	// (nil: plain frames).
+	seal *framesec.Sealer
 }
+
+// rawSecurity is the setting a raw peer's hello names: testConfig's.
+var rawSecurity = testConfig().Security
 
 // dialRaw runs the dialer's side of the handshake as rank `from` of a world of
 // size to the transport at addr (expected to be rank `to`), retrying while that
@@ -97,7 +108,7 @@ func dialRawOnce(addr string, checkSecret, proveSecret []byte, job string, epoch
 		c.Close()
 		return nil, err
 	}
-	hello := handshake.Hello{JobHash: transport.JobHash(job), Epoch: epoch, From: uint32(from), To: uint32(to), Size: uint32(size)}
+	hello := handshake.Hello{JobHash: transport.JobHash(job), Epoch: epoch, From: uint32(from), To: uint32(to), Size: uint32(size), Security: rawSecurity}
 	rand.Read(hello.Nonce[:])
 	var hb [handshake.HelloSize]byte
 	hello.Encode(hb[:])
@@ -137,19 +148,53 @@ func dialRawOnce(addr string, checkSecret, proveSecret []byte, job string, epoch
 		return fail(&transport.HandshakeError{Rank: to, Reason: v.Status.String() + ": " + v.Reason, Fatal: v.Status.Fatal()})
 	}
 	c.SetDeadline(time.Time{})
-	return &rawPeer{conn: c, job: hello.JobHash, epoch: epoch, rank: uint32(from)}, nil
+	p := &rawPeer{conn: c, job: hello.JobHash, epoch: epoch, rank: uint32(from)}
+	keys, err := framesec.Derive(hello.Security, proveSecret, hb[:], ch.Nonce[:], hello.Nonce[:], true)
+	if err != nil {
+		return fail(err)
+	}
+	if keys.Security != transport.SecurityPlain {
+		if p.seal, err = framesec.NewSealer(keys.Security, keys.Send); err != nil {
+			return fail(err)
+		}
+	}
+	return p, nil
 }
 
 // frame encodes a frame as this raw peer would send it.
 func (p *rawPeer) frame(h transport.Header, payload []byte) []byte {
+	return p.frameWith(h, payload, nil)
+}
+
+// frameWith is frame with the encoded header changed by mutate before it is
+// sealed: a frame a peer that holds the keys got wrong.
+func (p *rawPeer) frameWith(h transport.Header, payload []byte, mutate func(hdr []byte)) []byte {
 	h.JobID, h.Epoch, h.Sender = p.job, p.epoch, p.rank
 	if h.Kind == 0 {
 		h.Kind = transport.FrameData
 	}
-	b := make([]byte, transport.HeaderSize+len(payload))
-	h.Encode(b)
-	copy(b[transport.HeaderSize:], payload)
+	var hdr [transport.HeaderSize]byte
+	h.Encode(hdr[:])
+	if mutate != nil {
+		mutate(hdr[:])
+	}
+	if p.seal == nil {
+		return append(hdr[:], payload...)
+	}
+	b := p.seal.SealTo(make([]byte, framesec.WireSize(transport.SecurityAuthenticated, len(payload))), hdr[:])
+	for off := 0; off < len(payload); off += framesec.SegmentSize {
+		seg := payload[off:min(off+framesec.SegmentSize, len(payload))]
+		b = append(b, p.seal.SealTo(make([]byte, len(seg)+framesec.TagSize), seg)...)
+	}
 	return b
+}
+
+// headerLen is how many bytes a frame's header takes on the wire.
+func (p *rawPeer) headerLen() int {
+	if p.seal == nil {
+		return transport.HeaderSize
+	}
+	return transport.HeaderSize + framesec.TagSize
 }
 
 // rawWorld connects transport tr as rank 0 of a 2-rank world whose rank 1 is a

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/framesec"
 	"github.com/gorovod/gorovod/collective/transport/internal/linkutil"
 	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 )
@@ -62,14 +63,17 @@ type link struct {
 	spinTime time.Duration
 
 	// Send side, guarded by wmu.
-	wmu   sync.Mutex
-	wbuf  []byte // header + small payload, one write
-	whdr  [transport.HeaderSize]byte
-	wfrm  [2][]byte // the frame being written: header (+ small payload), large payload
-	wvec  [2][]byte // backs wiov
-	wiov  [][]byte  // what the next write moves: the rest of the frame
-	wwake transport.Waker
-	wio   rawIO
+	wmu    sync.Mutex
+	wbuf   []byte // header + small payload (sealed: with their tags), one write
+	whdr   [transport.HeaderSize + framesec.TagSize]byte
+	wparts [][]byte // the frame, or the window of it, being written
+	wvec   [][]byte // backs wiov, as long as wparts can be
+	wiov   [][]byte // what the next write moves: the rest of wparts
+	wwake  transport.Waker
+	wio    rawIO
+	wseal  *framesec.Sealer // nil: plain frames
+	wtags  []byte           // authenticated: the tags of a window of segments
+	wscr   []byte           // encrypted: a sealed segment (allocated on first use)
 
 	// Receive side, one goroutine at a time; rmu only orders it with Close.
 	rmu     sync.Mutex
@@ -79,7 +83,12 @@ type link struct {
 	pending int // payload bytes of the last header not read yet
 	rwake   transport.Waker
 	rio     rawIO
-	rdst    []byte // where the next read lands
+	rdst    []byte    // where the next read lands
+	riov    [][]byte  // or, when set, the buffers the next read scatters into
+	rvec    [3][]byte // backs riov
+	rseal   *framesec.Sealer
+	rtag    [framesec.TagSize]byte
+	rscr    []byte // encrypted: a sealed segment on its way (allocated on first use)
 }
 
 // rawIO is one direction's system calls, made from RawConn callbacks: once is
@@ -128,7 +137,7 @@ func (d *rawIO) park(fd uintptr) bool {
 	return true
 }
 
-func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int, cfg *Config) *link {
+func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int, cfg *Config, keys framesec.Keys) *link {
 	if addr == "" {
 		addr = c.RemoteAddr().String()
 	}
@@ -142,8 +151,15 @@ func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int,
 		epoch:    epoch,
 		self:     uint32(self),
 		spinTime: cfg.SpinTime,
-		wbuf:     make([]byte, transport.HeaderSize+smallFrame),
+		wbuf:     make([]byte, framesec.WireSize(keys.Security, smallFrame)),
 		rbuf:     make([]byte, cfg.ReadBufferSize),
+	}
+	l.wparts = make([][]byte, 0, 1+2*sendWindow)
+	l.wvec = make([][]byte, 0, 1+2*sendWindow)
+	if err := l.initSealing(keys); err != nil {
+		// Cannot happen with keys from the handshake; if it does, the link
+		// refuses to carry frames rather than carry them unprotected.
+		l.WBroken, l.RBroken = err, err
 	}
 	l.wio.init(spin.NewBudget(cfg.SpinTime, pollEvery, false), l.writeOnce, l.Closed.Load, rc.Write)
 	l.rio.init(spin.NewBudget(cfg.SpinTime, pollEvery, false), l.readOnce, l.Closed.Load, rc.Read)
@@ -155,9 +171,11 @@ func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int,
 // sameHost reports whether the peer is on this host: a connection between
 // two processes of one host has the same address at both ends (loopback or
 // not).
-func (l *link) sameHost() bool {
-	la, lok := l.conn.LocalAddr().(*net.TCPAddr)
-	ra, rok := l.conn.RemoteAddr().(*net.TCPAddr)
+func (l *link) sameHost() bool { return sameHostConn(l.conn) }
+
+func sameHostConn(c *net.TCPConn) bool {
+	la, lok := c.LocalAddr().(*net.TCPAddr)
+	ra, rok := c.RemoteAddr().(*net.TCPAddr)
 	return lok && rok && la.IP.Equal(ra.IP)
 }
 
@@ -258,28 +276,37 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	c := ioCall{ctx: ctx}
 	hh := *h
 	hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
-	if len(payload) <= smallFrame {
+	var err error
+	switch {
+	case l.wseal != nil:
+		err = l.sendSealed(&c, &hh, payload)
+	case len(payload) <= smallFrame:
 		buf := l.wbuf[:transport.HeaderSize+len(payload)]
 		hh.Encode(buf)
 		copy(buf[transport.HeaderSize:], payload)
-		l.wfrm[0], l.wfrm[1] = buf, nil
-	} else {
+		l.wparts = append(l.wparts[:0], buf)
+		err = l.writeFrame(&c)
+	default:
 		hh.Encode(l.whdr[:])
-		l.wfrm[0], l.wfrm[1] = l.whdr[:], payload
+		l.wparts = append(l.wparts[:0], l.whdr[:transport.HeaderSize], payload)
+		err = l.writeFrame(&c)
 	}
-	err := l.writeFrame(&c)
 	// Drop the references so the link does not pin the caller's buffer.
-	l.wfrm[1], l.wvec[1] = nil, nil
+	clear(l.wparts[:cap(l.wparts)])
+	clear(l.wvec[:cap(l.wvec)])
+	l.wparts, l.wiov = l.wparts[:0], nil
 	if err != nil {
 		return l.SendFailed(l.classify(&c, err))
 	}
 	return nil
 }
 
-// writeFrame writes l.wfrm, each system call all that is left of it.
+// writeFrame writes l.wparts, each system call all that is left of them.
 func (l *link) writeFrame(c *ioCall) error {
-	done := 0 // bytes of the frame written
-	total := len(l.wfrm[0]) + len(l.wfrm[1])
+	done, total := 0, 0 // bytes written, bytes to write
+	for _, p := range l.wparts {
+		total += len(p)
+	}
 	for done < total {
 		l.frameRest(done)
 		n, err := l.write(c)
@@ -291,18 +318,16 @@ func (l *link) writeFrame(c *ioCall) error {
 	return nil
 }
 
-// frameRest points l.wiov at what is left of the frame from byte done on.
+// frameRest points l.wiov at what is left of l.wparts from byte done on.
 func (l *link) frameRest(done int) {
-	h, p := l.wfrm[0], l.wfrm[1]
 	l.wiov = l.wvec[:0]
-	if done < len(h) {
-		l.wiov = append(l.wiov, h[done:])
-		done = 0
-	} else {
-		done -= len(h)
-	}
-	if len(p) > done {
+	for _, p := range l.wparts {
+		if done >= len(p) {
+			done -= len(p)
+			continue
+		}
 		l.wiov = append(l.wiov, p[done:])
+		done = 0
 	}
 }
 
@@ -375,13 +400,24 @@ func (l *link) RecvHeader(ctx context.Context, h *transport.Header) error {
 }
 
 func (l *link) readHeader(c *ioCall, h *transport.Header) error {
-	if err := l.fill(c, transport.HeaderSize); err != nil {
+	n := transport.HeaderSize
+	if l.rseal != nil {
+		n += framesec.TagSize
+	}
+	if err := l.fill(c, n); err != nil {
 		return err
 	}
-	if err := transport.DecodeFrom(l.rbuf[l.rlo:l.rlo+transport.HeaderSize], h, l.job, l.epoch, l.PeerRank); err != nil {
+	b := l.rbuf[l.rlo : l.rlo+n]
+	if l.rseal != nil {
+		// Verified (and decrypted) in place before anything of it is used.
+		if _, err := l.rseal.OpenInPlace(b); err != nil {
+			return err
+		}
+	}
+	if err := transport.DecodeFrom(b[:transport.HeaderSize], h, l.job, l.epoch, l.PeerRank); err != nil {
 		return err
 	}
-	l.rlo += transport.HeaderSize
+	l.rlo += n
 	return nil
 }
 
@@ -414,7 +450,13 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 		return err
 	}
 	c := ioCall{ctx: ctx}
-	if err := l.readPayload(&c, p); err != nil {
+	var err error
+	if l.rseal != nil {
+		err = l.readPayloadSealed(&c, p)
+	} else {
+		err = l.readPayload(&c, p)
+	}
+	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
@@ -458,7 +500,13 @@ func (l *link) read(c *ioCall, dst []byte) (int, error) {
 
 func (l *link) readOnce(fd uintptr) (int, error) {
 	for {
-		n, err := unix.Read(int(fd), l.rdst)
+		var n int
+		var err error
+		if l.riov != nil {
+			n, err = unix.Readv(int(fd), l.riov)
+		} else {
+			n, err = unix.Read(int(fd), l.rdst)
+		}
 		if err == syscall.EINTR {
 			continue
 		}

@@ -23,10 +23,10 @@ func TestPeerClosesMidFrame(t *testing.T) {
 			return p.frame(transport.Header{Length: 100}, make([]byte, 100))[:20]
 		}},
 		{"mid payload", func(p *rawPeer) []byte {
-			return p.frame(transport.Header{Length: 100}, make([]byte, 100))[:transport.HeaderSize+40]
+			return p.frame(transport.Header{Length: 100}, make([]byte, 100))[:p.headerLen()+40]
 		}},
 		{"mid large payload", func(p *rawPeer) []byte {
-			return p.frame(transport.Header{Length: 1 << 20}, make([]byte, 1<<20))[:transport.HeaderSize+600<<10]
+			return p.frame(transport.Header{Length: 1 << 20}, make([]byte, 1<<20))[:p.headerLen()+600<<10]
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -77,7 +77,7 @@ func TestPeerSilent(t *testing.T) {
 			return l.RecvHeader(ctx, &h)
 		}},
 		{"recv payload", func(ctx context.Context, l transport.Link, p *rawPeer) error {
-			p.conn.Write(p.frame(transport.Header{Length: 1000}, make([]byte, 1000))[:transport.HeaderSize+10])
+			p.conn.Write(p.frame(transport.Header{Length: 1000}, make([]byte, 1000))[:p.headerLen()+10])
 			var h transport.Header
 			if err := l.RecvHeader(ctx, &h); err != nil {
 				return err
@@ -164,7 +164,7 @@ func TestRecvCancel(t *testing.T) {
 func TestRecvPayloadCancel(t *testing.T) {
 	checkNoLeaks(t)
 	l, p := rawWorld(t, listen(t, testConfig()), "job", 1)
-	p.conn.Write(p.frame(transport.Header{Length: 1000}, make([]byte, 1000))[:transport.HeaderSize+10])
+	p.conn.Write(p.frame(transport.Header{Length: 1000}, make([]byte, 1000))[:p.headerLen()+10])
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var h transport.Header
@@ -256,9 +256,7 @@ func TestBadFrames(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			checkNoLeaks(t)
 			l, p := rawWorld(t, listen(t, testConfig()), "job", 1)
-			b := p.frame(transport.Header{Length: 4}, []byte("data"))
-			tc.mutate(b)
-			p.conn.Write(b)
+			p.conn.Write(p.frameWith(transport.Header{Length: 4}, []byte("data"), tc.mutate))
 			ctx := conformance.TimeoutCtx(t, 10*time.Second)
 			var h transport.Header
 			err := l.RecvHeader(ctx, &h)

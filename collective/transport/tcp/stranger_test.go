@@ -29,19 +29,19 @@ var strangers = []struct {
 		return b
 	}},
 	{"half hello", func() []byte {
-		h := handshake.Hello{JobHash: transport.JobHash("stranger"), Epoch: 1, From: 1, To: 0, Size: 2}
+		h := handshake.Hello{JobHash: transport.JobHash("stranger"), Epoch: 1, From: 1, To: 0, Size: 2, Security: rawSecurity}
 		b := make([]byte, handshake.HelloSize)
 		h.Encode(b)
 		return b[:handshake.HelloSize/2]
 	}},
 	{"hello then nothing", func() []byte {
-		h := handshake.Hello{JobHash: transport.JobHash("stranger"), Epoch: 1, From: 1, To: 0, Size: 2}
+		h := handshake.Hello{JobHash: transport.JobHash("stranger"), Epoch: 1, From: 1, To: 0, Size: 2, Security: rawSecurity}
 		b := make([]byte, handshake.HelloSize)
 		h.Encode(b)
 		return b
 	}},
 	{"hello of the mesh's world, bad response", func() []byte {
-		h := handshake.Hello{JobHash: transport.JobHash("mesh"), Epoch: 1, From: 3, To: 0, Size: 4}
+		h := handshake.Hello{JobHash: transport.JobHash("mesh"), Epoch: 1, From: 3, To: 0, Size: 4, Security: rawSecurity}
 		b := make([]byte, handshake.HelloSize+handshake.ResponseSize)
 		h.Encode(b)
 		rand.Read(b[handshake.HelloSize:])

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/framesec"
 	"github.com/gorovod/gorovod/collective/transport/internal/mesh"
 )
 
@@ -54,13 +55,15 @@ func Listen(cfg Config) (*Transport, error) {
 		bufGranted: cfg.SocketBuffer == 0 && kernelGrants(defaultSocketBuffer),
 	}
 	t.mesh = mesh.New(mesh.Config{
-		Name:             "tcp",
-		Secret:           cfg.Secret,
-		HandshakeTimeout: cfg.HandshakeTimeout,
-		DialRetry:        cfg.DialRetry,
-		Logger:           cfg.Logger,
-		ErrClosed:        ErrClosed,
-		Dial:             t.dial,
+		Name:                "tcp",
+		Secret:              cfg.Secret,
+		Security:            cfg.Security,
+		HandshakesPerSource: cfg.HandshakesPerSource,
+		HandshakeTimeout:    cfg.HandshakeTimeout,
+		DialRetry:           cfg.DialRetry,
+		Logger:              cfg.Logger,
+		ErrClosed:           ErrClosed,
+		Dial:                t.dial,
 	})
 	t.addr = mesh.AdvertiseAddr(cfg.AdvertiseAddr, ln.Addr())
 	t.wg.Add(1)
@@ -110,8 +113,8 @@ func (t *Transport) acceptLoop() {
 			continue
 		}
 		delay = 0
-		if !t.mesh.Admit() {
-			t.log.Warn("gorovod tcp: dropping connection: too many handshakes in progress", "remote", c.RemoteAddr())
+		if !t.mesh.Admit(c.RemoteAddr().String()) {
+			t.log.Warn("gorovod tcp: dropping connection: too many handshakes in progress (from its host or in all)", "remote", c.RemoteAddr())
 			c.Close()
 			continue
 		}
@@ -124,9 +127,10 @@ func (t *Transport) serveConn(c *net.TCPConn) {
 	defer t.wg.Done()
 	remote := c.RemoteAddr().String()
 	setupConn(c)
-	// The whole handshake shares one timeout, so a stranger that trickles
-	// bytes costs no more than one that sends nothing.
-	hc := &handshakeConn{conn: c, cfg: &t.cfg, readBy: time.Now().Add(t.cfg.HandshakeTimeout)}
+	// Everything the acceptor reads (hello and proof) shares one short
+	// timeout, so a stranger that trickles bytes costs no more than one that
+	// sends nothing, and its slot is free again within PreAuthTimeout.
+	hc := &handshakeConn{conn: c, cfg: &t.cfg, readBy: time.Now().Add(t.cfg.PreAuthTimeout)}
 	if a := t.mesh.Accept(hc, remote); a != nil {
 		t.mesh.Route(a)
 	}
@@ -184,10 +188,14 @@ func (c *handshakeConn) WriteMsg(b []byte, settle bool) error {
 	return err
 }
 
+// SameHost reports whether the connection's two ends are on this host
+// (mesh.HostAware), as link.sameHost does.
+func (c *handshakeConn) SameHost() bool { return sameHostConn(c.conn) }
+
 func (c *handshakeConn) Interrupt() { c.conn.Close() }
 func (c *handshakeConn) Close()     { c.conn.Close() }
 
-func (c *handshakeConn) Link(peer int, addr string, job, epoch uint64, self int) transport.Link {
+func (c *handshakeConn) Link(peer int, addr string, job, epoch uint64, self int, keys framesec.Keys) transport.Link {
 	_ = c.conn.SetDeadline(time.Time{})
-	return newLink(c.conn, peer, addr, job, epoch, self, c.cfg)
+	return newLink(c.conn, peer, addr, job, epoch, self, c.cfg, keys)
 }

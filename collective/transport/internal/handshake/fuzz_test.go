@@ -34,9 +34,9 @@ func (f *fields) str(max int) string {
 
 func FuzzDecodeHello(f *testing.F) {
 	for _, h := range []handshake.Hello{
-		{JobHash: transport.JobHash("job"), Epoch: 5, From: 1, To: 0, Size: 2, Nonce: [32]byte{1, 2, 3}},
-		{JobHash: 1, Epoch: 1 << 60, From: 7, To: 3, Size: 8},
-		{From: 0, To: transport.MaxWorldSize - 1, Size: transport.MaxWorldSize},
+		{JobHash: transport.JobHash("job"), Epoch: 5, From: 1, To: 0, Size: 2, Security: transport.SecurityPlain, Nonce: [32]byte{1, 2, 3}},
+		{JobHash: 1, Epoch: 1 << 60, From: 7, To: 3, Size: 8, Security: transport.SecurityAuthenticated},
+		{From: 0, To: transport.MaxWorldSize - 1, Size: transport.MaxWorldSize, Security: transport.SecurityEncrypted},
 	} {
 		b := make([]byte, handshake.HelloSize)
 		h.Encode(b)
@@ -51,7 +51,8 @@ func FuzzDecodeHello(f *testing.F) {
 			if !bytes.Equal(out, b) {
 				t.Fatalf("re-encoded hello differs:\n in %x\nout %x", b, out)
 			}
-			if h.Size < 2 || h.From >= h.Size || h.To >= h.Size || h.From == h.To {
+			if h.Size < 2 || h.From >= h.Size || h.To >= h.Size || h.From == h.To ||
+				h.Security == transport.SecurityDefault || !h.Security.Valid() {
 				t.Fatalf("decoded an impossible hello %+v", h)
 			}
 		} else {
@@ -62,6 +63,7 @@ func FuzzDecodeHello(f *testing.F) {
 		h = handshake.Hello{JobHash: fs.u64(), Epoch: fs.u64(), Size: 2 + fs.u32()%(transport.MaxWorldSize-1)}
 		h.From = fs.u32() % h.Size
 		h.To = (h.From + 1 + fs.u32()%(h.Size-1)) % h.Size
+		h.Security = transport.SecurityPlain + transport.Security(fs.u8()%3)
 		copy(h.Nonce[:], fs.take(handshake.NonceSize))
 		enc := make([]byte, handshake.HelloSize)
 		h.Encode(enc)

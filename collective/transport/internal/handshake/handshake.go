@@ -51,7 +51,8 @@ const MaxRejectReason = 96
 // Handshake message sizes.
 const (
 	handshakePrefix = 8
-	// HelloSize: prefix, job uint64, epoch uint64, from, to, size, reserved uint32, nonce.
+	// HelloSize: prefix, job uint64, epoch uint64, from, to, size uint32,
+	// security uint8, 3 reserved bytes, nonce.
 	HelloSize = handshakePrefix + 8 + 8 + 4*4 + NonceSize
 	// ChallengeSize: prefix, nonce, MAC, reason.
 	ChallengeSize = handshakePrefix + NonceSize + MACSize + MaxRejectReason
@@ -146,7 +147,11 @@ type Hello struct {
 	From    uint32 // the dialer's rank
 	To      uint32 // the rank the dialer expects to reach
 	Size    uint32 // the world size
-	Nonce   [NonceSize]byte
+	// Security is the dialer's data-plane setting (resolved, never
+	// SecurityDefault): the acceptor refuses a dialer whose setting differs
+	// from its own, and both derive the link's keys for it.
+	Security transport.Security
+	Nonce    [NonceSize]byte
 }
 
 // Challenge is the acceptor's first answer. When Status is not StatusOK, Nonce
@@ -257,7 +262,8 @@ func (m *Hello) Encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[24:], m.From)
 	binary.LittleEndian.PutUint32(b[28:], m.To)
 	binary.LittleEndian.PutUint32(b[32:], m.Size)
-	binary.LittleEndian.PutUint32(b[36:], 0)
+	b[36] = uint8(m.Security)
+	b[37], b[38], b[39] = 0, 0, 0
 	copy(b[40:], m.Nonce[:])
 }
 
@@ -268,8 +274,11 @@ func DecodeHello(b []byte, m *Hello) error {
 	if err != nil {
 		return err
 	}
-	if s != 0 || rlen != 0 || binary.LittleEndian.Uint32(b[36:]) != 0 {
+	if s != 0 || rlen != 0 || b[37] != 0 || b[38] != 0 || b[39] != 0 {
 		return malformed("hello reserved bytes are not zero")
+	}
+	if sec := transport.Security(b[36]); sec == transport.SecurityDefault || !sec.Valid() {
+		return malformed("hello names unknown data plane security %d", b[36])
 	}
 	var h Hello
 	h.JobHash = binary.LittleEndian.Uint64(b[8:])
@@ -277,6 +286,7 @@ func DecodeHello(b []byte, m *Hello) error {
 	h.From = binary.LittleEndian.Uint32(b[24:])
 	h.To = binary.LittleEndian.Uint32(b[28:])
 	h.Size = binary.LittleEndian.Uint32(b[32:])
+	h.Security = transport.Security(b[36])
 	copy(h.Nonce[:], b[40:])
 	switch {
 	case h.Size < 2 || h.Size > transport.MaxWorldSize:

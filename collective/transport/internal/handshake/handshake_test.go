@@ -11,7 +11,7 @@ import (
 )
 
 func TestHelloDecodeRejects(t *testing.T) {
-	valid := handshake.Hello{JobHash: 42, Epoch: 3, From: 2, To: 1, Size: 4, Nonce: [32]byte{5}}
+	valid := handshake.Hello{JobHash: 42, Epoch: 3, From: 2, To: 1, Size: 4, Security: transport.SecurityEncrypted, Nonce: [32]byte{5}}
 	for _, tc := range []struct {
 		name   string
 		mutate func(b []byte) []byte
@@ -25,6 +25,8 @@ func TestHelloDecodeRejects(t *testing.T) {
 		{"type", func(b []byte) []byte { b[5] = 3; return b }, "type"},
 		{"status byte", func(b []byte) []byte { b[6] = 1; return b }, "reserved"},
 		{"reserved word", func(b []byte) []byte { b[38] = 1; return b }, "reserved"},
+		{"security default", func(b []byte) []byte { b[36] = 0; return b }, "security"},
+		{"security unknown", func(b []byte) []byte { b[36] = 4; return b }, "security"},
 		{"size 1", func(b []byte) []byte { binary.LittleEndian.PutUint32(b[32:], 1); return b }, "world size"},
 		{"size huge", func(b []byte) []byte { binary.LittleEndian.PutUint32(b[32:], transport.MaxWorldSize+1); return b }, "world size"},
 		{"from out of range", func(b []byte) []byte { binary.LittleEndian.PutUint32(b[24:], 4); return b }, "outside"},

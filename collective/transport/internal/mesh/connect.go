@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/framesec"
 	"github.com/gorovod/gorovod/collective/transport/internal/handshake"
 )
 
@@ -101,7 +102,7 @@ func (m *Connector) Connect(ctx context.Context, w transport.World) ([]transport
 					a.conn.Close()
 					continue
 				}
-				l := a.conn.Link(from, w.Addrs[from], key.job, key.epoch, w.Rank)
+				l := a.conn.Link(from, w.Addrs[from], key.job, key.epoch, w.Rank, a.keys)
 				if old := links[from]; old != nil {
 					// The dialer gave up on its previous connection (it never saw
 					// our verdict), so this one is the one it will use.
@@ -244,14 +245,18 @@ func (m *Connector) dialOnce(ctx context.Context, w *transport.World, peer int, 
 	if err != nil {
 		return nil, &transport.PeerError{Rank: peer, Addr: addr, Op: "connect", Err: err}
 	}
-	if err := m.dialHandshake(ctx, c, w, peer, key); err != nil {
+	keys, err := m.dialHandshake(ctx, c, w, peer, key)
+	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	return c.Link(peer, addr, key.job, key.epoch, w.Rank), nil
+	return c.Link(peer, addr, key.job, key.epoch, w.Rank, keys), nil
 }
 
-func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.World, peer int, key worldKey) error {
+// dialHandshake runs the dialer's side of the handshake on c and returns
+// the link's keys.
+func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.World, peer int, key worldKey) (framesec.Keys, error) {
+	var none framesec.Keys
 	addr := w.Addrs[peer]
 	ioErr := func(err error) error {
 		if cerr := ctx.Err(); cerr != nil {
@@ -275,29 +280,30 @@ func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.Worl
 	defer stop()
 
 	hello := handshake.Hello{
-		JobHash: key.job,
-		Epoch:   key.epoch,
-		From:    uint32(w.Rank),
-		To:      uint32(peer),
-		Size:    uint32(w.Size()),
+		JobHash:  key.job,
+		Epoch:    key.epoch,
+		From:     uint32(w.Rank),
+		To:       uint32(peer),
+		Size:     uint32(w.Size()),
+		Security: m.linkSecurity(c),
 	}
 	_, _ = rand.Read(hello.Nonce[:])
 	var hb [handshake.HelloSize]byte
 	hello.Encode(hb[:])
 	if err := c.WriteMsg(hb[:], false); err != nil {
-		return ioErr(err)
+		return none, ioErr(err)
 	}
 
 	var cb [handshake.ChallengeSize]byte
 	if err := c.ReadMsg(cb[:]); err != nil {
-		return ioErr(err)
+		return none, ioErr(err)
 	}
 	var ch handshake.Challenge
 	if err := handshake.DecodeChallenge(cb[:], &ch); err != nil {
-		return malformed(err)
+		return none, malformed(err)
 	}
 	if ch.Status != handshake.StatusOK {
-		return refused(ch.Status, ch.Reason)
+		return none, refused(ch.Status, ch.Reason)
 	}
 	want := handshake.AcceptorMAC(m.cfg.Secret, hb[:], &ch.Nonce)
 	if !handshake.MACEqual(&want, &ch.MAC) {
@@ -306,29 +312,33 @@ func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.Worl
 		var zero [handshake.ResponseSize]byte
 		(&handshake.Response{}).Encode(zero[:])
 		_ = c.WriteMsg(zero[:], true)
-		return &transport.HandshakeError{Rank: peer, Addr: addr, Fatal: true, Reason: "peer failed authentication (wrong secret?)"}
+		return none, &transport.HandshakeError{Rank: peer, Addr: addr, Fatal: true, Reason: "peer failed authentication (wrong secret?)"}
 	}
 	resp := handshake.Response{MAC: handshake.DialerMAC(m.cfg.Secret, hb[:], &ch.Nonce, &hello.Nonce)}
 	var rb [handshake.ResponseSize]byte
 	resp.Encode(rb[:])
 	if err := c.WriteMsg(rb[:], false); err != nil {
-		return ioErr(err)
+		return none, ioErr(err)
 	}
 
 	var vb [handshake.VerdictSize]byte
 	if err := c.ReadMsg(vb[:]); err != nil {
-		return ioErr(err)
+		return none, ioErr(err)
 	}
 	var v handshake.Verdict
 	if err := handshake.DecodeVerdict(vb[:], &v); err != nil {
-		return malformed(err)
+		return none, malformed(err)
 	}
 	if v.Status != handshake.StatusOK {
-		return refused(v.Status, v.Reason)
+		return none, refused(v.Status, v.Reason)
 	}
 	// Interrupted after all: the connection may be half closed.
 	if !stop() {
-		return ioErr(ctx.Err())
+		return none, ioErr(ctx.Err())
 	}
-	return nil
+	keys, err := framesec.Derive(hello.Security, m.cfg.Secret, hb[:], ch.Nonce[:], hello.Nonce[:], true)
+	if err != nil {
+		return none, &transport.HandshakeError{Rank: peer, Addr: addr, Fatal: true, Reason: "link keys could not be derived: " + err.Error()}
+	}
+	return keys, nil
 }

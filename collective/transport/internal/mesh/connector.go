@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/framesec"
 	"github.com/gorovod/gorovod/collective/transport/internal/handshake"
 )
 
@@ -17,6 +19,10 @@ const (
 	// maxHandshakes bounds handshakes in progress, so a flood of strangers costs
 	// bounded memory; connections over the limit are dropped at once.
 	maxHandshakes = 256
+	// DefaultHandshakesPerSource is Config.HandshakesPerSource's default:
+	// room for every rank of a large host to dial at once, twice over,
+	// while a single stranger host takes at most an eighth of the slots.
+	DefaultHandshakesPerSource = 32
 	// maxDialRetry is what Config.DialRetry doubles up to.
 	maxDialRetry = 200 * time.Millisecond
 
@@ -51,8 +57,22 @@ type Conn interface {
 	Close()
 	// Link turns the authenticated connection into the link to rank peer of
 	// the world (job, epoch) in which this worker is rank self. addr is the
-	// peer's address for errors, "" when the world does not name it.
-	Link(peer int, addr string, job, epoch uint64, self int) transport.Link
+	// peer's address for errors, "" when the world does not name it; keys
+	// protect its frames (package framesec).
+	Link(peer int, addr string, job, epoch uint64, self int, keys framesec.Keys) transport.Link
+}
+
+// HostAware is implemented by a Conn that can tell whether its two ends are
+// on one host: the default data-plane setting leaves such links plain
+// (transport.SecurityDefault).
+type HostAware interface {
+	SameHost() bool
+}
+
+// linkSecurity is the data-plane setting of the link c is to become.
+func (m *Connector) linkSecurity(c Conn) transport.Security {
+	h, ok := c.(HostAware)
+	return m.cfg.Security.ForLink(ok && h.SameHost())
 }
 
 // Config is what a Connector needs from its transport.
@@ -61,6 +81,17 @@ type Config struct {
 	Name string
 	// Secret is the job secret both ends prove they hold.
 	Secret []byte
+	// Security is this endpoint's data-plane setting. Each connection's
+	// setting is Security.ForLink(c.SameHost()) where the Conn has a
+	// SameHost method (see HostAware), else Security.ForLink(false). The
+	// dialer names its choice in the Hello; an acceptor that chooses
+	// otherwise refuses it.
+	Security transport.Security
+	// HandshakesPerSource bounds the handshakes in progress from one source
+	// address (the host part of the remote address Admit is given), so one
+	// stranger host cannot take every slot. Default (0):
+	// DefaultHandshakesPerSource.
+	HandshakesPerSource int
 	// HandshakeTimeout: a parked arrival waits half of it, and remembered
 	// authentication failures expire after it.
 	HandshakeTimeout time.Duration
@@ -88,6 +119,7 @@ type Connector struct {
 	closed     bool
 	conns      map[Conn]struct{} // handshaking or parked: Close interrupts these
 	handshakes int               // admitted and not yet authenticated or dropped
+	perSource  map[string]int    // handshakes in progress per source host
 	jobs       map[uint64]uint64 // job hash -> newest epoch Connect has started
 	worlds     map[worldKey]*pendingWorld
 	parked     map[worldKey][]*Arrival
@@ -100,14 +132,18 @@ func New(cfg Config) *Connector {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.HandshakesPerSource <= 0 {
+		cfg.HandshakesPerSource = DefaultHandshakesPerSource
+	}
 	return &Connector{
-		cfg:    cfg,
-		prefix: "gorovod " + cfg.Name + ": ",
-		done:   make(chan struct{}),
-		conns:  make(map[Conn]struct{}),
-		jobs:   make(map[uint64]uint64),
-		worlds: make(map[worldKey]*pendingWorld),
-		parked: make(map[worldKey][]*Arrival),
+		perSource: make(map[string]int),
+		cfg:       cfg,
+		prefix:    "gorovod " + cfg.Name + ": ",
+		done:      make(chan struct{}),
+		conns:     make(map[Conn]struct{}),
+		jobs:      make(map[uint64]uint64),
+		worlds:    make(map[worldKey]*pendingWorld),
+		parked:    make(map[worldKey][]*Arrival),
 	}
 }
 
@@ -146,6 +182,7 @@ type Arrival struct {
 	conn   Conn
 	hello  handshake.Hello
 	remote string
+	keys   framesec.Keys
 	// Guarded by Connector.mu: set when a Connect takes the connection over
 	// from its parked goroutine, which claim then wakes.
 	claimed bool
@@ -193,37 +230,54 @@ func (m *Connector) Idle() bool {
 	return m.handshakes == 0 && len(m.conns) == 0
 }
 
-// Admit takes one of 256 handshake slots for a newcomer, which Accept or
-// Release frees. It reports false when none is free or the Connector is
-// closed: the newcomer is to be dropped at once.
-func (m *Connector) Admit() bool {
+// Admit takes one of 256 handshake slots for a newcomer from remote
+// ("host:port"), which Accept or Release frees. It reports false when none
+// is free, when remote's host already holds Config.HandshakesPerSource of
+// them, or when the Connector is closed: the newcomer is to be dropped at
+// once.
+func (m *Connector) Admit(remote string) bool {
+	src := sourceOf(remote)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed || m.handshakes >= maxHandshakes {
+	if m.closed || m.handshakes >= maxHandshakes || m.perSource[src] >= m.cfg.HandshakesPerSource {
 		return false
 	}
 	m.handshakes++
+	m.perSource[src]++
 	return true
 }
 
-// Release frees the slot of a newcomer that never got as far as Accept.
-func (m *Connector) Release() {
+// Release frees the slot Admit(remote) took for a newcomer that never got
+// as far as Accept.
+func (m *Connector) Release(remote string) {
+	src := sourceOf(remote)
 	m.mu.Lock()
 	m.handshakes--
+	if m.perSource[src]--; m.perSource[src] <= 0 {
+		delete(m.perSource, src)
+	}
 	m.mu.Unlock()
 }
 
+// sourceOf is the host a remote address counts against.
+func sourceOf(remote string) string {
+	if host, _, err := net.SplitHostPort(remote); err == nil {
+		return host
+	}
+	return remote
+}
+
 // Accept runs the acceptor's side of the handshake on c, from remote, and
-// frees c's slot (see Admit). It returns the authenticated arrival, to be
-// handed to Route, or nil having dropped c.
+// frees c's slot (see Admit(remote)). It returns the authenticated arrival,
+// to be handed to Route, or nil having dropped c.
 func (m *Connector) Accept(c Conn, remote string) *Arrival {
 	if !m.track(c) {
-		m.Release()
+		m.Release(remote)
 		c.Close()
 		return nil
 	}
 	a := m.acceptHandshake(c, remote)
-	m.Release()
+	m.Release(remote)
 	if a == nil {
 		m.drop(c)
 	}
@@ -267,6 +321,9 @@ func (m *Connector) acceptHandshake(c Conn, remote string) *Arrival {
 	m.mu.Lock()
 	status, reason := m.precheck(&hello)
 	m.mu.Unlock()
+	if want := m.linkSecurity(c); status == handshake.StatusOK && hello.Security != want {
+		status, reason = handshake.RejectWrongWorld, fmt.Sprintf("data plane security %v, this side wants %v", hello.Security, want)
+	}
 	if status != handshake.StatusOK {
 		m.log(slog.LevelInfo, "refusing peer", "remote", remote, "rank", hello.From, "epoch", hello.Epoch, "status", status, "reason", reason)
 		writeChallenge(c, &handshake.Challenge{Status: status, Reason: reason})
@@ -309,7 +366,13 @@ func (m *Connector) acceptHandshake(c Conn, remote string) *Arrival {
 		writeVerdict(c, handshake.RejectWrongSecret, "your proof did not verify (secrets differ?)")
 		return nil
 	}
-	return &Arrival{conn: c, hello: hello, remote: remote, claim: make(chan struct{})}
+	keys, err := framesec.Derive(hello.Security, m.cfg.Secret, hb[:], ch.Nonce[:], hello.Nonce[:], false)
+	if err != nil {
+		m.log(slog.LevelWarn, "deriving link keys failed", "remote", remote, "err", err)
+		writeVerdict(c, handshake.RejectMalformed, "link keys could not be derived")
+		return nil
+	}
+	return &Arrival{conn: c, hello: hello, remote: remote, keys: keys, claim: make(chan struct{})}
 }
 
 func reasonOf(err error) string {

@@ -7,7 +7,10 @@
 //   - both sides of the connection handshake (handshake.Hello, Challenge,
 //     Response, Verdict), with the refusals that decide from a Hello alone
 //     (wrong job, stale epoch, wrong rank or world) and the HMAC proofs;
-//   - the cap on handshakes in progress, so strangers cost bounded memory;
+//   - the cap on handshakes in progress, in all and per source host, so
+//     strangers cost bounded memory and one host cannot crowd out the job;
+//   - the refusal of a dialer whose data-plane setting (Hello.Security)
+//     differs, and each new link's keys (framesec.Derive);
 //   - routing each authenticated arrival to the Connect waiting for its world,
 //     or parking it for half a handshake timeout in case that Connect is about
 //     to start, and remembering recent authentication failures for it;

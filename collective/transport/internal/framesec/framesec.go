@@ -1,0 +1,204 @@
+package framesec
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/gorovod/gorovod/collective/transport"
+)
+
+// TagSize is the size of the tag behind every sealed unit.
+const TagSize = 16
+
+// SegmentSize is the largest payload piece one tag covers: a receiver
+// verifies a segment right after reading it, while it is still in cache,
+// and a sender needs at most one segment of scratch to encrypt into. It
+// matches the collectives' default pipelining chunk, so a ring step's
+// frame is usually one segment.
+const SegmentSize = 256 << 10
+
+// KeySize is the size of each direction's AES key.
+const KeySize = 16
+
+// Keys is what a link needs to protect its frames: the setting and, unless
+// it is SecurityPlain, a key for each direction.
+type Keys struct {
+	Security transport.Security // resolved: never SecurityDefault
+	Send     [KeySize]byte
+	Recv     [KeySize]byte
+}
+
+const (
+	infoLabel      = "gorovod data plane v1 "
+	dialerToAccept = "dialer->acceptor"
+	acceptToDialer = "acceptor->dialer"
+)
+
+// Derive returns the keys of one end of a link whose handshake exchanged
+// hello (the Hello as sent) and the acceptor's and dialer's nonces; dialer
+// says which end this is.
+func Derive(sec transport.Security, secret, hello, nonceA, nonceD []byte, dialer bool) (Keys, error) {
+	k := Keys{Security: sec}
+	if sec == transport.SecurityPlain {
+		return k, nil
+	}
+	salt := make([]byte, 0, len(nonceA)+len(nonceD))
+	salt = append(append(salt, nonceA...), nonceD...)
+	prk, err := hkdf.Extract(sha256.New, secret, salt)
+	if err != nil {
+		return k, err
+	}
+	info := infoLabel + string(hello)
+	d2a, err := hkdf.Expand(sha256.New, prk, info+dialerToAccept, KeySize)
+	if err != nil {
+		return k, err
+	}
+	a2d, err := hkdf.Expand(sha256.New, prk, info+acceptToDialer, KeySize)
+	if err != nil {
+		return k, err
+	}
+	if dialer {
+		copy(k.Send[:], d2a)
+		copy(k.Recv[:], a2d)
+	} else {
+		copy(k.Send[:], a2d)
+		copy(k.Recv[:], d2a)
+	}
+	return k, nil
+}
+
+// WireSize is how many bytes a frame with a payload of n bytes takes on the
+// wire under sec.
+func WireSize(sec transport.Security, n int) int {
+	if sec == transport.SecurityPlain {
+		return transport.HeaderSize + n
+	}
+	return transport.HeaderSize + TagSize + n + Segments(n)*TagSize
+}
+
+// Segments is the number of segments of a payload of n bytes.
+func Segments(n int) int { return (n + SegmentSize - 1) / SegmentSize }
+
+// Sealer seals or opens the units of one direction of a link, in order. It
+// is not safe for concurrent use: a link's send lock (or receive lock)
+// guards it.
+type Sealer struct {
+	aead    cipher.AEAD
+	encrypt bool
+	seq     uint64 // units sealed or opened so far: the next nonce
+	nonce   [12]byte
+}
+
+// NewSealer returns the sealer of one direction with key, for a link whose
+// setting is sec (SecurityAuthenticated or SecurityEncrypted).
+func NewSealer(sec transport.Security, key [KeySize]byte) (*Sealer, error) {
+	if sec != transport.SecurityAuthenticated && sec != transport.SecurityEncrypted {
+		return nil, fmt.Errorf("framesec: no sealer for security %v", sec)
+	}
+	block, err := aes.NewCipher(key[:])
+	if err != nil {
+		return nil, err
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	return &Sealer{aead: aead, encrypt: sec == transport.SecurityEncrypted}, nil
+}
+
+// Encrypts reports whether units travel encrypted.
+func (s *Sealer) Encrypts() bool { return s.encrypt }
+
+// next returns the nonce of the next unit and counts it.
+func (s *Sealer) next() []byte {
+	binary.LittleEndian.PutUint64(s.nonce[:], s.seq)
+	s.seq++
+	return s.nonce[:]
+}
+
+// SealInPlace seals the unit b[:len(b)-TagSize] where it lies: encrypts it
+// when the setting says so and writes its tag into the last TagSize bytes.
+func (s *Sealer) SealInPlace(b []byte) {
+	n := len(b) - TagSize
+	if s.encrypt {
+		s.aead.Seal(b[:0], s.next(), b[:n], nil)
+		return
+	}
+	s.aead.Seal(b[n:n], s.next(), nil, b[:n])
+}
+
+// SealTo seals unit into dst, which must hold len(unit)+TagSize bytes and
+// must not overlap unit unless it starts where unit does: ciphertext (or,
+// authenticating only, a copy of unit) and tag. It returns the sealed bytes.
+func (s *Sealer) SealTo(dst, unit []byte) []byte {
+	dst = dst[:len(unit)+TagSize]
+	if s.encrypt {
+		return s.aead.Seal(dst[:0], s.next(), unit, nil)
+	}
+	copy(dst, unit)
+	s.aead.Seal(dst[len(unit):len(unit)], s.next(), nil, unit)
+	return dst
+}
+
+// Tag writes the tag of unit, which travels as it is, into tag (TagSize
+// bytes). Only for SecurityAuthenticated.
+func (s *Sealer) Tag(tag, unit []byte) {
+	s.aead.Seal(tag[:0], s.next(), nil, unit)
+}
+
+// OpenInPlace checks the sealed unit b (the unit, then its tag) and, when
+// it is encrypted, decrypts it where it lies. It returns the unit, or
+// transport.ErrFrameAuth, in which case the unit's bytes are not to be used
+// (and may have been overwritten).
+func (s *Sealer) OpenInPlace(b []byte) ([]byte, error) {
+	n := len(b) - TagSize
+	if n < 0 {
+		return nil, transport.ErrFrameAuth
+	}
+	if s.encrypt {
+		out, err := s.aead.Open(b[:0], s.next(), b, nil)
+		if err != nil {
+			return nil, transport.ErrFrameAuth
+		}
+		return out, nil
+	}
+	if _, err := s.aead.Open(nil, s.next(), b[n:], b[:n]); err != nil {
+		return nil, transport.ErrFrameAuth
+	}
+	return b[:n], nil
+}
+
+// OpenTo checks the sealed unit (the unit, then its tag) and writes the
+// unit into dst (len(sealed)-TagSize bytes; it may not overlap sealed
+// unless it starts where sealed does). On transport.ErrFrameAuth dst's
+// contents are undefined.
+func (s *Sealer) OpenTo(dst, sealed []byte) error {
+	n := len(sealed) - TagSize
+	if n < 0 || len(dst) != n {
+		return transport.ErrFrameAuth
+	}
+	if s.encrypt {
+		if _, err := s.aead.Open(dst[:0], s.next(), sealed, nil); err != nil {
+			return transport.ErrFrameAuth
+		}
+		return nil
+	}
+	if _, err := s.aead.Open(nil, s.next(), sealed[n:], sealed[:n]); err != nil {
+		return transport.ErrFrameAuth
+	}
+	copy(dst, sealed[:n])
+	return nil
+}
+
+// Verify checks the tag of unit, which traveled as it is. Only for
+// SecurityAuthenticated.
+func (s *Sealer) Verify(unit, tag []byte) error {
+	if _, err := s.aead.Open(nil, s.next(), tag, unit); err != nil {
+		return transport.ErrFrameAuth
+	}
+	return nil
+}
