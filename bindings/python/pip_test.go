@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/csv"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -373,5 +374,78 @@ func tarNames(t *testing.T, path string) map[string]bool {
 		if h.Typeflag == tar.TypeReg {
 			names[h.Name] = true
 		}
+	}
+}
+
+// callBackend calls a hook of the build backend copied into a package
+// directory of its own (dir/backend), as pip would from dir, and prints the
+// result or "BuildError: <message>".
+const callBackend = `
+import sys, tempfile
+sys.path.insert(0, "backend")
+import gorovod_build
+try:
+    print("OK", getattr(gorovod_build, sys.argv[1])(tempfile.mkdtemp()))
+except gorovod_build.BuildError as e:
+    print("BuildError:", e)
+`
+
+// TestBackendRefusesBadInput: what the backend cannot build as asked
+// (pyproject.toml keys it does not handle, a malformed version or licence,
+// no Go sources to build from) is refused with a message naming the
+// problem, not built into a wrong wheel.
+func TestBackendRefusesBadInput(t *testing.T) {
+	if _, err := os.Stat(Python); err != nil {
+		t.Skipf("%s is missing: %v", Python, err)
+	}
+	backend, err := os.ReadFile(filepath.Join("backend", "gorovod_build.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const good = "[project]\nname = \"gorovod\"\ndynamic = [\"version\"]\nlicense = { text = \"Apache-2.0\" }\n"
+	const version = "__version__ = \"0.1.0\"\n"
+	for _, tc := range []struct {
+		name, pyproject, version, hook, want string
+	}{
+		{"metadata of a good project", good, version, "prepare_metadata_for_build_wheel", "OK gorovod-0.1.0.dist-info"},
+		{"a key it does not handle", good + "dependencies = [\"numpy\"]\n", version, "prepare_metadata_for_build_wheel",
+			"BuildError: " + "%s/pyproject.toml: [project] keys this backend does not handle: dependencies"},
+		{"another name", strings.Replace(good, `"gorovod"`, `"other"`, 1), version, "prepare_metadata_for_build_wheel",
+			"[project] name must be 'gorovod', got 'other'"},
+		{"a static version", strings.Replace(good, `dynamic = ["version"]`, `version = "1.0"`, 1), version,
+			"prepare_metadata_for_build_wheel", "keys this backend does not handle: version"},
+		{"a licence string", strings.Replace(good, `{ text = "Apache-2.0" }`, `"MIT"`, 1), version,
+			"prepare_metadata_for_build_wheel", "[project] license must be a table { text = \"...\" }, got 'MIT'"},
+		{"a version that is not PEP 440", good, "__version__ = \"one\"\n", "prepare_metadata_for_build_wheel",
+			"gorovod/_version.py: __version__ 'one' is not a plain PEP 440 version"},
+		{"no version", good, "VERSION = \"0.1.0\"\n", "prepare_metadata_for_build_wheel", "no `__version__ = \"...\"` line"},
+		{"no Go sources", good, version, "build_wheel", "gorovod's Go sources (module github.com/gorovod/gorovod) are not where the build looks"},
+		{"no Go sources for an sdist", good, version, "build_sdist", "gorovod's Go sources"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for path, text := range map[string]string{"backend/gorovod_build.py": string(backend),
+				"pyproject.toml": tc.pyproject, "gorovod/_version.py": tc.version} {
+				if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(path)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, path), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c := exec.Command(Python, "-B", "-c", callBackend, tc.hook)
+			c.Dir = dir
+			out, err := c.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			want := tc.want
+			if strings.Contains(want, "%s") {
+				want = fmt.Sprintf(want, dir)
+			}
+			if !strings.Contains(string(out), want) {
+				t.Fatalf("want %q in:\n%s", want, out)
+			}
+		})
 	}
 }

@@ -110,8 +110,10 @@ def _project():
         raise BuildError("%s: [project] name must be %r, got %r" % (path, PACKAGE, project.get("name")))
     if project.get("dynamic") != ["version"]:
         raise BuildError("%s: [project] dynamic must be [\"version\"] (the version is gorovod/_version.py's)" % path)
-    project = dict(project, version=_version())
-    return project
+    licence = project.get("license", {"text": ""})
+    if not (isinstance(licence, dict) and set(licence) == {"text"} and isinstance(licence["text"], str)):
+        raise BuildError("%s: [project] license must be a table { text = \"...\" }, got %r" % (path, licence))
+    return dict(project, version=_version())
 
 
 def _metadata(project):
@@ -119,9 +121,8 @@ def _metadata(project):
     lines = ["Metadata-Version: 2.1", "Name: " + project["name"], "Version: " + project["version"]]
     if "description" in project:
         lines.append("Summary: " + project["description"])
-    licence = project.get("license", {})
-    if "text" in licence:
-        lines.append("License: " + licence["text"])
+    if "license" in project:
+        lines.append("License: " + project["license"]["text"])
     if "requires-python" in project:
         lines.append("Requires-Python: " + project["requires-python"])
     for extra, requirements in sorted(project.get("optional-dependencies", {}).items()):
