@@ -15,10 +15,12 @@ The wheel carries two things built from the repository's Go sources:
 Neither depends on Python's ABI, but both are machine code for one platform:
 the wheel is tagged ``py3-none-<platform>`` (the platform of the Python
 running the build) with ``Root-Is-Purelib: false``, and Go is told to build
-for that platform. Go (``go`` on the PATH) and a C compiler (cgo) are needed.
+for that platform. Go (``go`` on the PATH) and a C compiler (cgo) are needed,
+and Python 3.11 or later to build (tomllib reads pyproject.toml).
 
-The Go sources are the repository's (this file's ../../..) when building from
-a checkout, or the copy in ``go/`` inside an sdist made by build_sdist.
+The Go sources are the checkout's (its root is two levels above
+bindings/python) when building from a checkout, or the copy in ``go/``
+inside an sdist made by build_sdist.
 """
 
 import ast
