@@ -7,6 +7,10 @@
 // The tests skip, saying why, when /usr/bin/python3 or torch is missing (CI
 // installs python3-torch).
 //
+// pyproject.toml and backend/ (a PEP 517 build backend of the standard
+// library only) make the package installable with `pip install
+// ./bindings/python`: a wheel holding libgorovod.so and the gorovod command.
+//
 // There is no Go API here: the Python package loads libgorovod.so through
 // ctypes (gorovod/_core.py), the library built from bindings/c. bench/ holds
 // the benchmarks against DDP-Gloo (compare.py) and of the binding's own cost

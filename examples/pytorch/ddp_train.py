@@ -1,9 +1,10 @@
 """A torchrun-style DistributedDataParallel script: a small MLP on a synthetic
 regression task, on any torch.distributed backend.
 
-On gorovod (the import registers the backend; `gorovod run` gives the rest):
+On gorovod (the import registers the backend; `gorovod run` gives the rest),
+in the environment `pip install ./bindings/python` installed into:
 
-    PYTHONPATH=bindings/python gorovod run --np 2 -- /usr/bin/python3 examples/pytorch/ddp_train.py --backend gorovod
+    gorovod run --np 2 -- python examples/pytorch/ddp_train.py --backend gorovod
 
 On Gloo, under torchrun or with RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT set by hand:

@@ -2,16 +2,15 @@
 library. ``import gorovod.torch as hvd`` is the PyTorch binding, written to
 run Horovod PyTorch scripts after changing that import line.
 
-The library (libgorovod.so) is found beside this package when installed
-(``pip install ./bindings/python``), built from the Go sources on first use
-when the package is used straight from a checkout, or named by the
-environment variable GOROVOD_LIBRARY.
+The library (libgorovod.so) is the one named by the environment variable
+GOROVOD_LIBRARY, else the one installed beside this package by
+``pip install ./bindings/python``; importing never builds it.
 """
 
 from gorovod.exceptions import (GorovodError, HorovodInternalError, HostsUpdatedInterrupt, MismatchError,
                                 ForkedProcessError, NotInitializedError, WorkerExcluded)
 
-__version__ = "0.1.0"
+from gorovod._version import __version__
 
 
 def run(func, *args, **kwargs):

@@ -31,10 +31,8 @@ Python):
 
 import atexit
 import ctypes
-import fcntl
 import os
 import signal
-import subprocess
 import sys
 import threading
 
@@ -109,79 +107,28 @@ def _package_dir():
     return os.path.dirname(os.path.abspath(__file__))
 
 
-def _checkout_root():
-    """The repository root when this package is used straight from a
-    checkout (bindings/python/gorovod), else None."""
-    root = os.path.abspath(os.path.join(_package_dir(), "..", "..", ".."))
-    if os.path.isfile(os.path.join(root, "go.mod")) and os.path.isfile(os.path.join(root, "bindings", "c", "gorovod.h")):
-        return root
-    return None
-
-
-def _newest_source(root):
-    newest = 0.0
-    for top in os.listdir(root):
-        if top.startswith("."):
-            continue
-        path = os.path.join(root, top)
-        if os.path.isfile(path):
-            if top in ("go.mod", "go.sum"):
-                newest = max(newest, os.path.getmtime(path))
-            continue
-        for dirpath, dirnames, filenames in os.walk(path):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in ("testdata", "__pycache__")]
-            for f in filenames:
-                if f.endswith((".go", ".c", ".h", ".s")):
-                    newest = max(newest, os.path.getmtime(os.path.join(dirpath, f)))
-    return newest
-
-
-BUILD_COMMAND = ["go", "build", "-buildmode=c-shared"]
-
-
-def build_library(root, out):
-    """Builds libgorovod.so from the Go sources at root into out (what
-    setup.py and a checkout do)."""
-    out = os.path.abspath(out)  # the build runs in root
-    tmp = "%s.%d.tmp" % (out, os.getpid())
-    try:
-        subprocess.run(BUILD_COMMAND + ["-o", tmp, "./bindings/c"], cwd=root, check=True,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    except FileNotFoundError:
-        raise ImportError("gorovod: building libgorovod.so from the checkout needs Go (the `go` command) on the PATH")
-    except subprocess.CalledProcessError as e:
-        raise ImportError("gorovod: building libgorovod.so failed:\n" + e.stdout.decode(errors="replace"))
-    os.replace(tmp, out)
-    # cgo writes a header of its own beside the library: not the interface.
-    for name in os.listdir(os.path.dirname(out)):
-        if name.startswith("libgorovod") and name.endswith(".h"):
-            try:
-                os.remove(os.path.join(os.path.dirname(out), name))
-            except OSError:
-                pass
+LIBRARY_NAME = "libgorovod.so"
+# The one place the package reads GOROVOD_LIBRARY.
+LIBRARY_ENV = "GOROVOD_LIBRARY"
+BUILD_HINT = ("install the package from a gorovod checkout with `pip install ./bindings/python` (Go on the PATH), "
+              "or build the library with `go build -buildmode=c-shared -o /some/dir/libgorovod.so ./bindings/c` "
+              "and set GOROVOD_LIBRARY=/some/dir/libgorovod.so")
 
 
 def library_path():
-    """Where libgorovod.so is: $GOROVOD_LIBRARY; in a checkout, built (or
-    rebuilt when a Go source is newer) beside this package; else the copy
-    installed with the package."""
-    env = os.environ.get("GOROVOD_LIBRARY")
-    if env:
-        return env
-    here = os.path.join(_package_dir(), "libgorovod.so")
-    root = _checkout_root()
-    if root is None:
-        if not os.path.exists(here):
-            raise ImportError("gorovod: libgorovod.so is missing from the installed package (%s): reinstall "
-                              "with `pip install ./bindings/python`, or set GOROVOD_LIBRARY" % here)
-        return here
-    lockpath = os.path.join(_package_dir(), ".libgorovod.lock")
-    with open(lockpath, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # several workers may import at once
-        if not os.path.exists(here) or os.path.getmtime(here) < _newest_source(root):
-            print("gorovod: building %s from the Go sources" % here, file=sys.stderr)
-            build_library(root, here)
-    return here
+    """Where libgorovod.so is: $GOROVOD_LIBRARY when set, else the copy
+    installed with this package. Nothing is built here: every worker of a
+    job imports this module, and building is done once, by the install."""
+    named = os.environ.get(LIBRARY_ENV)
+    if named:
+        if not os.path.isfile(named):
+            raise ImportError("gorovod: %s=%s is not a file; %s" % (LIBRARY_ENV, named, BUILD_HINT))
+        return named
+    installed = os.path.join(_package_dir(), LIBRARY_NAME)
+    if not os.path.isfile(installed):
+        raise ImportError("gorovod: this package (%s) has no %s beside it and %s is not set: %s"
+                          % (_package_dir(), LIBRARY_NAME, LIBRARY_ENV, BUILD_HINT))
+    return installed
 
 
 def _loaded_copies():

@@ -14,19 +14,19 @@ PYTHONPATH. The pickles and the results go through a private temporary
 directory, which is why the workers must run on this host: ``hosts`` may name
 only this host (use the ``gorovod run`` command with ``-H`` for several).
 
-The ``gorovod`` command is found as $GOROVOD, else on the PATH, else (in a
-checkout) built from the Go sources beside this package.
+The ``gorovod`` command is found as $GOROVOD, else the one installed with
+this package, else on the PATH.
 
 The worker side is ``python3 -m gorovod.runner DIR``.
 """
 
-import fcntl
 import os
 import pickle
 import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import traceback
 import warnings
@@ -48,35 +48,23 @@ def _cloudpickle():
 
 
 def command_path():
-    """The gorovod command: $GOROVOD, else `gorovod` on the PATH, else built
-    from the checkout this package is in (rebuilt when a Go source is
-    newer)."""
-    env = os.environ.get("GOROVOD")
-    if env:
-        return env
+    """The gorovod command: $GOROVOD when set, else the one installed with
+    this package (pip puts it in the scripts directory of the environment,
+    beside its python, which need not be on the PATH), else `gorovod` on the
+    PATH. Nothing is built here."""
+    named = os.environ.get("GOROVOD")
+    if named:
+        return named
+    installed = os.path.join(sysconfig.get_path("scripts"), "gorovod")
+    if os.path.isfile(installed) and os.access(installed, os.X_OK):
+        return installed
     found = shutil.which("gorovod")
     if found:
         return found
-    root = _core._checkout_root()
-    if root is None:
-        raise FileNotFoundError("gorovod.run: the gorovod command is not on the PATH (build it with "
-                                "`go build -o /usr/local/bin/gorovod ./cmd/gorovod`, or set GOROVOD to its path)")
-    out = os.path.join(_core._package_dir(), "gorovod-command")
-    with open(os.path.join(_core._package_dir(), ".libgorovod.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.path.exists(out) or os.path.getmtime(out) < _core._newest_source(root):
-            print("gorovod: building %s from the Go sources" % out, file=sys.stderr)
-            tmp = "%s.%d.tmp" % (out, os.getpid())
-            try:
-                subprocess.run(["go", "build", "-o", tmp, "./cmd/gorovod"], cwd=root, check=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            except FileNotFoundError:
-                raise FileNotFoundError("gorovod.run: building the gorovod command needs Go (`go`) on the PATH")
-            except subprocess.CalledProcessError as e:
-                raise RuntimeError("gorovod.run: building the gorovod command failed:\n" +
-                                   e.stdout.decode(errors="replace"))
-            os.replace(tmp, out)
-    return out
+    raise FileNotFoundError("gorovod.run: the gorovod command is neither installed beside %s nor on the PATH: "
+                            "install the package with `pip install ./bindings/python` from a gorovod checkout, or "
+                            "build the command with `go build -o /usr/local/bin/gorovod ./cmd/gorovod`, or set "
+                            "GOROVOD to its path" % sys.executable)
 
 
 def _local_only(hosts, hostfile):

@@ -33,6 +33,7 @@ member moves to the new world at the same step. So here:
 """
 
 import functools
+import logging
 import os
 import signal
 import sys
@@ -43,6 +44,10 @@ from gorovod.exceptions import HorovodInternalError, HostsUpdatedInterrupt, Work
 from gorovod.torch.elastic.sampler import ElasticSampler
 from gorovod.torch.elastic.state import ObjectState, State, TorchState
 from gorovod.torch.mpi_ops import init, shutdown
+
+# A child of the "gorovod" logger. Its warnings reach stderr even when the
+# script configures no logging (Python's last-resort handler).
+_log = logging.getLogger(__name__)
 
 
 def run(func):
@@ -68,8 +73,7 @@ def run(func):
                 _reset()
                 state.on_reset()
         except WorkerExcluded as e:
-            print("gorovod: this worker left the job: %s" % e, file=sys.stderr)
-            sys.stderr.flush()
+            _log.warning("this worker left the job: %s", e)
             _core.shutdown(finished=False)
             sys.exit(0)
         finally:
@@ -98,12 +102,11 @@ def _leave_on_sigterm():
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
-        print("gorovod: SIGTERM: leaving the job once the others have moved on", file=sys.stderr)
-        sys.stderr.flush()
+        _log.warning("SIGTERM: leaving the job once the others have moved on")
         try:
             _core.request_leave()
         except Exception as e:  # not fatal: the worker then stays
-            print("gorovod: asking to leave failed: %s" % e, file=sys.stderr)
+            _log.warning("asking to leave failed: %s", e)
 
     signal.signal(signal.SIGTERM, handler)
     return previous
