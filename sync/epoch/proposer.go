@@ -117,6 +117,9 @@ type Proposer struct {
 	// census: the number of the last world whose failure had every member
 	// probed (see report).
 	census uint64
+	// explained: the newest world whose failure a member's death explains
+	// (see explain).
+	explained uint64
 	// aliveIn: the world in which each worker last answered a probe. A
 	// worker blamed again for that world is not probed again: in a large
 	// world the reports of one failure trickle in for hundreds of
@@ -443,16 +446,30 @@ func (p *Proposer) remove(now time.Time, name string, why Reason) {
 	if i := slices.IndexFunc(p.members, func(m Member) bool { return m.Name == name }); i >= 0 {
 		p.members = slices.Delete(p.members, i, i+1)
 		p.emit(Removed{Name: name, Why: why})
-		if why == ReasonFailed || why == ReasonUnanswered {
-			// A dead member explains the failures of the worlds it was in:
-			// the live members blamed for them (a survivor that aborted is
-			// blamed by its neighbours) were not stuck. Without this, the
-			// worlds formed again while a death goes unnoticed count against
-			// them, and a large world loses healthy members to BlameLimit.
-			clear(p.blames)
+		if (why == ReasonFailed || why == ReasonUnanswered) && p.current.Rank(name) >= 0 {
+			p.explain()
 		}
 	}
 	p.change(now)
+}
+
+// explain marks the current world's failure as explained by a death: the
+// live members blamed for it (survivors that aborted are blamed by their
+// neighbours) were not stuck, and the blame does not count towards
+// BlameLimit. Without this, a death during a transition (the worlds formed
+// one after another while members die) has a large world lose healthy
+// members as stuck.
+func (p *Proposer) explain() {
+	if p.explained == p.current.Number {
+		return
+	}
+	p.explained = p.current.Number
+	for name, b := range p.blames {
+		if b.worlds > 0 && b.last == p.explained {
+			b.worlds-- // (b.last stays: a later blame for this world is not counted either)
+			p.blames[name] = b
+		}
+	}
 }
 
 // soon starts the coalescing wait before a proposal unless one is running.
@@ -845,6 +862,9 @@ func (p *Proposer) answeredBlame(now time.Time, name string) {
 		return
 	}
 	delete(p.blamedIn, name)
+	if bl.number == p.explained {
+		return // a death explains that world's failure
+	}
 	b := p.blames[name]
 	if b.worlds > 0 && b.last != bl.number && now.Sub(b.at) > p.cfg.BlameWindow {
 		b.worlds, b.accusers = 0, nil

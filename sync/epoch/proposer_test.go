@@ -383,6 +383,24 @@ func TestProposer(t *testing.T) {
 				{25 * ms, from("c", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "c", Number: 1, Cause: "boom"})}, // no ping
 				{30 * ms, nil, propose(world(2, "a", "b", "c"), "a", "b", "c")},
 			}},
+		{name: "a death explains the failure of its world: the live members blamed for it were not stuck",
+			script: []step{
+				{0, ready("a"), nil}, {0, ready("b"), nil}, {0, ready("c"), nil}, {0, ready("d"), nil},
+				{10 * ms, nil, propose(world(1, "a", "b", "c", "d"), "a", "b", "c", "d")},
+				// d died; a blames b, which aborted; the census finds d.
+				{20 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"}, ping("b", 1), ping("c", 2), ping("d", 3))},
+				{21 * ms, from("b", pong(1, world(1, "a", "b", "c", "d"))), outs(epoch.Cleared{Name: "b"})},
+				{21 * ms, from("c", pong(2, world(1, "a", "b", "c", "d"))), nil},
+				{22 * ms, epoch.SendFailed{To: "d", Msg: epoch.Message{Kind: epoch.MsgPing, Nonce: 3}}, outs(epoch.Removed{Name: "d", Why: epoch.ReasonUnanswered})},
+				{32 * ms, nil, propose(world(2, "a", "b", "c"), "a", "b", "c", "d")},
+				{40 * ms, from("c", failure(2, "b")), outs(epoch.Suspected{Name: "b", By: "c", Number: 2, Cause: "boom"}, ping("b", 4), ping("a", 5))},
+				{41 * ms, from("b", pong(4, world(2, "a", "b", "c"))), outs(epoch.Cleared{Name: "b"})},
+				{41 * ms, from("a", pong(5, world(2, "a", "b", "c"))), nil},
+				{51 * ms, nil, propose(world(3, "a", "b", "c"), "a", "b", "c", "d")},
+				// Blamed by two members for three worlds in a row, but the first
+				// one's failure was d's death: b is probed, not removed.
+				{60 * ms, from("a", failure(3, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 3, Cause: "boom"}, ping("b", 6), ping("c", 7))},
+			}},
 		{name: "SetMinWorkers holds proposals back", script: script(twoWorkers, []step{
 			{20 * ms, epoch.SetMinWorkers{N: 3}, nil},
 			{30 * ms, nil, outs(epoch.Waiting{Have: 2, Min: 3})},
