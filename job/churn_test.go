@@ -25,8 +25,9 @@ import (
 )
 
 // churnProfiles, when set, is a directory the churn tests write the
-// driver's heap profiles to (after the warm-up and at the end), for
-// `go tool pprof -top -diff_base`.
+// driver's and the surviving worker's heap profiles to (after the warm-up
+// and at the end: driver-warm, driver-churned, worker-warm,
+// worker-churned), for `go tool pprof -top -diff_base`.
 var churnProfiles = flag.String("churn.profiles", "", "write the churn tests' driver heap profiles to this `directory`")
 
 // churnWatch is the churn tests' Sink. It keeps only the newest world and
@@ -168,7 +169,8 @@ func startChurnJob(t testing.TB, ctx context.Context, size int) *churnJob {
 	t.Helper()
 	watch := newChurnWatch()
 	cfg := job.Config{Argv: []string{os.Args[0]}, Workers: size, MinWorkers: size - 1, ReplaceLost: true,
-		Env:   []string{envSteps + "=1000000000", envStepTime + "=1ms", envHeap + "=1"},
+		Env: []string{envSteps + "=1000000000", envStepTime + "=1ms", envHeap + "=1",
+			envHeapProfiles + "=" + *churnProfiles},
 		Sinks: []job.Sink{watch}, Logger: slog.New(slog.NewTextHandler(watch, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	j, err := job.Start(ctx, cfg)
 	if err != nil {
@@ -319,6 +321,14 @@ func (c *churnJob) sampleHeaps(ctx context.Context, name string) (driver, worker
 		if err := os.WriteFile(filepath.Join(dir, name+".pb.gz"), profile, 0o644); err != nil {
 			return 0, 0, changes, err
 		}
+		// The survivor's newest profile (not necessarily at its least).
+		worker, err := os.ReadFile(filepath.Join(dir, "heap-0.pb.gz"))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, strings.Replace(name, "driver", "worker", 1)+".pb.gz"), worker, 0o644)
+		}
+		if err != nil {
+			return 0, 0, changes, err
+		}
 	}
 	return driver, worker, changes, nil
 }
@@ -330,6 +340,9 @@ type churnMemory struct {
 	changes                   int
 	driverBefore, driverAfter uint64
 	workerBefore, workerAfter uint64
+	// rssBefore and rssAfter are this process's resident set (the driver
+	// and the test around it), for comparison with `gorovod run`'s.
+	rssBefore, rssAfter uint64
 }
 
 func (m churnMemory) perChange(before, after uint64) float64 {
@@ -340,6 +353,26 @@ func (m churnMemory) String() string {
 	return fmt.Sprintf("%d world changes: driver live heap %s -> %s (%+.0f B per change), surviving worker %s -> %s (%+.0f B per change)",
 		m.changes, kib(m.driverBefore), kib(m.driverAfter), m.perChange(m.driverBefore, m.driverAfter),
 		kib(m.workerBefore), kib(m.workerAfter), m.perChange(m.workerBefore, m.workerAfter))
+}
+
+// residentSet is this process's VmRSS in bytes.
+func residentSet(t testing.TB) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0
 }
 
 func kib(b uint64) string { return strconv.FormatFloat(float64(b)/1024, 'f', 0, 64) + " KiB" }
@@ -375,6 +408,7 @@ func measureChurn(t testing.TB, warmup, changes int, limit time.Duration) churnM
 	if m.driverBefore, m.workerBefore, _, err = c.sampleHeaps(ctx, "driver-warm"); err != nil {
 		c.fail(fmt.Errorf("warm-up: %w", err))
 	}
+	m.rssBefore = residentSet(t)
 	if m.changes, err = c.churn(ctx, changes); err != nil {
 		c.fail(fmt.Errorf("after %d world changes: %w", m.changes, err))
 	}
@@ -384,6 +418,7 @@ func measureChurn(t testing.TB, warmup, changes int, limit time.Duration) churnM
 	if err != nil {
 		c.fail(fmt.Errorf("after %d world changes: %w", m.changes, err))
 	}
+	m.rssAfter = residentSet(t)
 	return m
 }
 
@@ -429,5 +464,5 @@ func TestSoakChurn(t *testing.T) {
 		}
 	}
 	m := measureChurn(t, 10, changes, 10*time.Hour)
-	t.Log(m)
+	t.Logf("%v; resident set %s -> %s", m, kib(m.rssBefore), kib(m.rssAfter))
 }

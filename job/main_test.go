@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +32,9 @@ const (
 	// envGate names a FIFO a worker in mode "late" opens before it starts:
 	// it starts once the test opens the FIFO for writing.
 	envGate = "JOBTEST_GATE"
+	// envHeapProfiles names a directory where a worker reporting its heap
+	// (envHeap) also writes its heap profile, heap-<launch index>.pb.gz.
+	envHeapProfiles = "JOBTEST_HEAP_PROFILES"
 )
 
 func TestMain(m *testing.M) {
@@ -113,6 +118,9 @@ func train(steps int64, stepTime time.Duration) error {
 	w.SetTotalSteps(steps)
 	grads := make([]float32, len(params))
 	reportHeap := os.Getenv(envHeap) != ""
+	if os.Getenv(envHeapProfiles) != "" {
+		runtime.MemProfileRate = 64 // every allocation shows in the profiles' difference
+	}
 	var heapEpoch uint64
 	for w.Step() < steps {
 		select {
@@ -155,6 +163,9 @@ func train(steps int64, stepTime time.Duration) error {
 		if e := w.World().Number; reportHeap && e != heapEpoch {
 			heapEpoch = e
 			fmt.Printf("{\"heap\":%d,\"epoch\":%d}\n", liveHeap(), e)
+			if err := writeHeapProfile(); err != nil {
+				fmt.Fprintln(os.Stderr, "trainer:", err)
+			}
 		}
 	}
 	return w.Finish(ctx)
@@ -168,4 +179,26 @@ func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// writeHeapProfile writes the heap profile into envHeapProfiles, when set,
+// replacing the previous one at once (a rename).
+func writeHeapProfile() error {
+	dir := os.Getenv(envHeapProfiles)
+	if dir == "" {
+		return nil
+	}
+	i, _, _ := envconfig.LaunchIndex(os.Getenv)
+	f, err := os.CreateTemp(dir, "heap-*.tmp")
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), filepath.Join(dir, fmt.Sprintf("heap-%d.pb.gz", i)))
 }
