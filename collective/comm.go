@@ -227,7 +227,10 @@ func (c *Communicator) Close() error {
 }
 
 // closeLinks ends the communicator: its links close, which fails any
-// blocked call at once, and its helper goroutine exits once idle.
+// blocked call at once, and its helper goroutine exits once idle; and it
+// stops watching its last caller's context, now or, when a collective is
+// running, as that collective returns (releaseIfSpent: the failure is
+// recorded before this).
 func (c *Communicator) closeLinks() {
 	for _, l := range c.links {
 		if l != nil {
@@ -235,6 +238,19 @@ func (c *Communicator) closeLinks() {
 		}
 	}
 	c.helper.stop()
+	if c.opMu.TryLock() {
+		c.octx.release()
+		c.opMu.Unlock()
+	}
+}
+
+// releaseIfSpent stops watching the caller's context once the communicator
+// has failed or closed (called with opMu held): it will run no collective
+// again, and the registration would keep it alive as long as that context.
+func (c *Communicator) releaseIfSpent() {
+	if c.Err() != nil {
+		c.octx.release()
+	}
 }
 
 // setFailure records err as the failure unless there is one; it returns the
@@ -336,6 +352,7 @@ func (c *Communicator) run(ctx context.Context, d opDesc, algo uint8, body func(
 func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag *uint64, body func(ctx *opContext, o *opRun) error) error {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
+	defer c.releaseIfSpent()
 	if err := c.Err(); err != nil {
 		return err
 	}

@@ -93,6 +93,20 @@ func (x *opContext) watch(parent context.Context, d <-chan struct{}) {
 
 func (x *opContext) cancelParent() { x.cancel(nil) }
 
+// release stops watching the parent: a spent communicator's opContext must
+// not stay registered on its caller's context, which in a trainer lives as
+// long as the process while a job under churn spends a communicator per
+// world.
+func (x *opContext) release() {
+	x.mu.Lock()
+	stop := x.stop
+	x.watched, x.stop = nil, nil
+	x.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
 // cancel closes Done; cause, when not nil, is why one half stopped the other
 // (Cause returns it). The first call wins.
 func (x *opContext) cancel(cause error) {

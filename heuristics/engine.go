@@ -125,7 +125,9 @@ type Engine struct {
 	// mu guards what Status and Summary read; only Run's goroutine writes.
 	mu       stdsync.Mutex
 	history  History
-	periods  map[uint64]*Period
+	periods  map[uint64]*Period // the periods reports may still complete steps of
+	kept     int                // steps in the history's periods
+	keptFrom int                // the periods before this index gave up their steps
 	partial  map[uint64]map[int64]*partialStep
 	events   []Event
 	settled  *Event
@@ -278,6 +280,12 @@ func (e *Engine) Run(ctx context.Context) error {
 // (measurements then describe the recent steps, which is what matters).
 const maxStepsPerPeriod = 4096
 
+// maxStepsKept bounds the steps the whole history keeps, so that a job
+// whose world changes often holds no more than one whose world never
+// changes: past the bound, the oldest periods give up their steps (each
+// keeping its measurement, Period.Measure).
+const maxStepsKept = maxStepsPerPeriod
+
 func (e *Engine) onWorld(w WorldChange) {
 	e.mu.Lock()
 	if cur := e.history.Current(); cur != nil {
@@ -300,6 +308,7 @@ func (e *Engine) onWorld(w WorldChange) {
 	for ep := range e.partial {
 		if ep != w.Epoch && ep != prev {
 			delete(e.partial, ep)
+			delete(e.periods, ep)
 		}
 	}
 	// Flags raised in the old world are stale: shares of the batch change.
@@ -313,7 +322,7 @@ func (e *Engine) onReports(r workerReports) {
 	defer e.mu.Unlock()
 	for _, s := range r.steps {
 		p, steps := e.periods[s.Epoch], e.partial[s.Epoch]
-		if p == nil || steps == nil || !slices.Contains(p.Members, r.worker) {
+		if p == nil || steps == nil || p.dropped || !slices.Contains(p.Members, r.worker) {
 			continue // not a member of that world, or a world long gone
 		}
 		if s.TotalSteps > 0 && e.cfg.TotalSteps == 0 {
@@ -342,15 +351,30 @@ func (e *Engine) onReports(r workerReports) {
 		st.Time = total / time.Duration(len(p.Members))
 		i, _ := slices.BinarySearchFunc(p.Steps, st.Step, func(a StepStats, step int64) int { return cmpInt(a.Step, step) })
 		p.Steps = slices.Insert(p.Steps, i, st)
+		p.complete++
+		e.kept++
 		if len(p.Steps) > maxStepsPerPeriod {
 			drop := len(p.Steps) - maxStepsPerPeriod/2
 			p.Steps = slices.Delete(p.Steps, 0, drop)
 			p.Skip = max(0, p.Skip-drop)
+			e.kept -= drop
 		}
+		e.boundHistory()
 		e.history.Step = max(e.history.Step, st.Step)
 		if e.detector != nil && p == e.history.Current() {
 			e.flags = append(e.flags, e.detector.Observe(p.Epoch, st.Step, st.Samples, st.Compute)...)
 		}
+	}
+}
+
+// boundHistory has the oldest periods give up their steps while the history
+// keeps more than maxStepsKept (called with mu held). The current period
+// keeps its own (maxStepsPerPeriod bounds it).
+func (e *Engine) boundHistory() {
+	periods := e.history.Periods
+	for e.kept > maxStepsKept && e.keptFrom < len(periods)-1 {
+		e.kept -= periods[e.keptFrom].dropSteps()
+		e.keptFrom++
 	}
 }
 

@@ -688,6 +688,50 @@ func TestEngineMeasureSkip(t *testing.T) {
 				maxStepsPerPeriod+1, len(p.Steps), p.Steps[len(p.Steps)-1].Step, p.Skip, maxStepsPerPeriod/2, maxStepsPerPeriod+1)
 		}
 	})
+
+	// A job whose world changes often keeps no more steps than one whose
+	// world never changes: the oldest periods give up theirs, and keep
+	// their measurement and their step count.
+	t.Run("many periods keep maxStepsKept steps in all", func(t *testing.T) {
+		e := newEngDirect(t, engConfig(nil))
+		const perPeriod = 100
+		periods := 3 * maxStepsKept / perPeriod
+		step := int64(0)
+		var first Measurement
+		for ep := uint64(1); ep <= uint64(periods); ep++ {
+			engApply(e, engW(ep, "a", "b"))
+			for range perPeriod {
+				step++
+				engApply(e, engR("a", ep, step, 10, 10*ms), engR("b", ep, step, 10, 10*ms))
+			}
+			if ep == 1 {
+				first = e.history.Current().Measure()
+			}
+		}
+		kept := 0
+		for _, p := range e.history.Periods {
+			kept += len(p.Steps)
+			if p.Complete() != perPeriod {
+				t.Fatalf("world %d: %d steps complete, want %d", p.Epoch, p.Complete(), perPeriod)
+			}
+		}
+		if kept > maxStepsKept || kept < maxStepsKept-perPeriod {
+			t.Errorf("%d periods of %d steps: %d steps kept, want at most %d and no fewer than %d", periods, perPeriod, kept, maxStepsKept, maxStepsKept-perPeriod)
+		}
+		if cur := e.history.Current(); len(cur.Steps) != perPeriod {
+			t.Errorf("the current period kept %d steps, want its %d", len(cur.Steps), perPeriod)
+		}
+		old := e.history.Periods[0]
+		if len(old.Steps) != 0 || old.Measure() != first || first.Steps != perPeriod-3 {
+			t.Errorf("the first period: %d steps kept, measurement %+v; want none kept and its measurement %+v (%d steady steps)", len(old.Steps), old.Measure(), first, perPeriod-3)
+		}
+		if s := e.Summary(); s.Timeline[0].Steps != perPeriod {
+			t.Errorf("the summary's first world has %d steps, want %d", s.Timeline[0].Steps, perPeriod)
+		}
+		if len(e.periods) > 2 {
+			t.Errorf("%d periods open to reports, want the current and the previous one", len(e.periods))
+		}
+	})
 }
 
 func TestNewEngineConfig(t *testing.T) {

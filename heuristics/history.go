@@ -65,8 +65,32 @@ type Period struct {
 	// Skip is how many of the first steps of the period are not counted:
 	// they include connecting the world and copying the state to joiners.
 	Skip int
-	// Steps holds the period's complete steps, in order.
+	// Steps holds the period's complete steps, in order: its newest ones,
+	// and none once the period is old (the engine keeps a bounded number of
+	// steps across the whole history, newest first; an old period keeps its
+	// measurement).
 	Steps []StepStats
+
+	complete int          // steps completed in the period, kept or not
+	dropped  bool         // Steps was given up: measured holds the measurement
+	measured *Measurement // its measurement when its steps were given up
+}
+
+// Complete is the number of steps every member of the period completed,
+// including those no longer in Steps.
+func (p *Period) Complete() int { return max(p.complete, len(p.Steps)) }
+
+// dropSteps gives up the period's steps, keeping their measurement; it
+// returns how many it gave up.
+func (p *Period) dropSteps() int {
+	if p.dropped {
+		return 0
+	}
+	m := p.Measure()
+	n := len(p.Steps)
+	p.complete = p.Complete()
+	p.measured, p.dropped, p.Steps = &m, true, nil
+	return n
 }
 
 // Workers is the period's world size.
@@ -107,6 +131,9 @@ func (m Measurement) Unit() string {
 
 // Measure summarizes the period's steady steps; Steps is 0 when there are none.
 func (p *Period) Measure() Measurement {
+	if p.dropped {
+		return *p.measured
+	}
 	m := Measurement{Workers: p.Workers(), Epoch: p.Epoch}
 	steady := p.Steady()
 	if len(steady) == 0 {

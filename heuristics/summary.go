@@ -76,7 +76,7 @@ func (e *Engine) Summary() Summary {
 			end = now
 		}
 		s.Timeline = append(s.Timeline, Span{Epoch: p.Epoch, Workers: p.Workers(), StartS: p.Start.Sub(e.history.Start).Seconds(),
-			Duration: end.Sub(p.Start).Seconds(), Steps: len(p.Steps)})
+			Duration: end.Sub(p.Start).Seconds(), Steps: p.Complete()})
 		if m := p.Measure(); m.Steps > 0 {
 			byWorkers[m.Workers] = m
 		}

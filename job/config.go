@@ -25,8 +25,9 @@ type Config struct {
 	Env []string
 	// Workers is how many workers start with the job. Default 1.
 	Workers int
-	// MinWorkers is the fewest workers the job trains with (with fewer it
-	// waits for more). Default 1.
+	// MinWorkers is the fewest workers the job trains with once it has
+	// started (with fewer it waits for more); the first world waits for
+	// Workers (StartTimeout). Default 1.
 	MinWorkers int
 	// MaxWorkers is the most workers, for AddWorkers and the autoscaling
 	// engine; 0 means no limit.
@@ -76,8 +77,14 @@ type Config struct {
 	// theirs (named after their pid) are removed when a job starts.
 	JobFile bool
 
-	// StartTimeout bounds the driver's start and the wait for the first host
-	// list. Default 30 s.
+	// StartTimeout bounds the job's start: the driver's start, the wait for
+	// the first host list, and the wait for the first world. The first world
+	// waits for all Workers (as Horovod starts a job with -np workers),
+	// or for those still running when some exited before joining; if they
+	// have not all joined StartTimeout after their launch, it forms with
+	// those that did (at least MinWorkers) and the job says so in a Notice
+	// (and a WARN log line). MinWorkers is the floor from then on. Default
+	// 30 s, as Horovod's --start-timeout.
 	StartTimeout time.Duration
 	// FinishGrace is how long workers get to exit by themselves once a worker
 	// reported the end of training; those still running then are stopped,

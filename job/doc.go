@@ -16,6 +16,9 @@
 //     the hosts in order, the workers of a host that leaves the list are
 //     taken out of the job, and a host that loses a worker (a *launch.HostError) is
 //     blacklisted.
+//   - the start (start.go): the first world waits for all Workers, as
+//     Horovod starts a job with -np workers, up to StartTimeout; then it
+//     forms with those that came (at least MinWorkers) and a Notice says so.
 //   - the floor (minimum.go) keeps the job at MinWorkers whatever took it
 //     below: lost workers (at once, with Config.ReplaceLost), leavers and
 //     excluded workers gone (once the shortage is seen twice) are replaced

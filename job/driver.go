@@ -22,6 +22,9 @@ type Driver interface {
 	Unfinished() []string
 	// Remove takes a worker out of the job for good.
 	Remove(name string)
+	// SetMinWorkers changes the fewest members a world may have from now
+	// on (the driver starts with driver.Config.MinWorkers).
+	SetMinWorkers(n int)
 	// Workers lists the workers alive in the driver's view.
 	Workers() []driver.WorkerInfo
 	Close() error

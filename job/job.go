@@ -74,6 +74,12 @@ type Job struct {
 	toReplace    int           // workers lost and not replaced yet (Config.ReplaceLost)
 	floorPoke    chan struct{} // keepMinimum looks at once
 
+	// The start (start.go).
+	firstWorld    chan struct{} // closed at the first world
+	firstOnce     sync.Once
+	firstPoke     chan struct{} // awaitFirstWorld looks again
+	startTimedOut bool          // the first world did not wait for all the first workers (under mu)
+
 	poke      chan struct{}
 	allExited chan struct{}
 	lastStep  atomic.Int64
@@ -123,6 +129,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	j := &Job{cfg: cfg, localHost: localHost, byName: map[string]*proc{},
 		place:     placement{running: map[string]int{}},
 		hostsSeen: make(chan struct{}), poke: make(chan struct{}, 1), floorPoke: make(chan struct{}, 1),
+		firstWorld: make(chan struct{}), firstPoke: make(chan struct{}, 1),
 		allExited: make(chan struct{}), engineDone: make(chan struct{}), done: make(chan struct{}),
 		queue: newLaterQueue(), stalls: newStallWatch(cfg.StallCheck)}
 	ecfg := cfg.Autoscaling
@@ -141,7 +148,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
 	j.driver, err = cfg.StartDriver(startCtx, driver.Config{
-		JobID: cfg.JobID, Secret: cfg.Secret, MinWorkers: cfg.MinWorkers, Membership: cfg.Gossip,
+		JobID: cfg.JobID, Secret: cfg.Secret, MinWorkers: cfg.Workers, Membership: cfg.Gossip, // start.go
 		Logger: cfg.Logger, OnEpoch: j.onEpoch, OnStats: j.onStats, OnStall: j.onStall,
 	})
 	if err != nil {
@@ -218,6 +225,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return fail(err)
 	}
 
+	launched := time.Now()
 	j.emit(JobStarted{At: now(), JobID: cfg.JobID, DriverAddr: j.driver.GossipAddr(), JobFile: j.jobFile, Workers: cfg.Workers})
 	for _, w := range started {
 		j.emit(WorkerStarted{At: now(), Worker: w, Initial: true})
@@ -229,7 +237,8 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		_ = j.engine.Run(engineCtx)
 	}()
 	go j.supervise()
-	go j.keepMinimum(engineCtx) // minimum.go
+	go j.keepMinimum(engineCtx)               // minimum.go
+	go j.awaitFirstWorld(engineCtx, launched) // start.go
 	return j, nil
 }
 
@@ -429,6 +438,7 @@ func (j *Job) await(index int, p Process) {
 	j.mu.Lock()
 	w := j.procs[index]
 	w.rec.Exited, w.rec.Err = time.Now(), p.Err()
+	w.p = exitedProcess(p)
 	w.rec.State = classify(w.rec.Err, w.stopped)
 	j.reclassifyLocked(w)
 	j.anyFailed = j.anyFailed || w.rec.State == Failed
@@ -443,7 +453,28 @@ func (j *Job) await(index int, p Process) {
 	j.leftLocked()
 	j.mu.Unlock()
 	j.pokeFloor()
+	j.pokeFirst()
 }
+
+// exitedProc is a process that has exited, kept in place of the launcher's
+// Process, which holds its command, environment and pipes: the job keeps a
+// record of every worker it launched, and a job under churn launches many.
+type exitedProc struct {
+	pid  int
+	err  error
+	done chan struct{} // closed
+}
+
+func exitedProcess(p Process) exitedProc {
+	e := exitedProc{pid: p.PID(), err: p.Err(), done: make(chan struct{})}
+	close(e.done)
+	return e
+}
+
+func (e exitedProc) PID() int                   { return e.pid }
+func (e exitedProc) Signal(sig os.Signal) error { return os.ErrProcessDone }
+func (e exitedProc) Done() <-chan struct{}      { return e.done }
+func (e exitedProc) Err() error                 { return e.err }
 
 // waitLaunched waits for every process launched so far to exit (after
 // stopWorkers), when Start fails.
@@ -536,6 +567,13 @@ func (j *Job) onEpoch(e epoch.World) {
 	for i, m := range e.Members {
 		names[i] = m.Name
 	}
+	j.firstOnce.Do(func() {
+		if msg := j.startedShort(e); msg != "" {
+			j.cfg.Logger.Warn(msg)
+			j.later(Notice{At: now(), Message: msg})
+		}
+		close(j.firstWorld)
+	})
 	j.engine.OnWorld(heuristics.WorldChange{Epoch: e.Number, Members: names, At: time.Now()})
 	j.stalls.world(e)
 	j.mu.Lock()

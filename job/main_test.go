@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +26,15 @@ const (
 	envModes    = "JOBTEST_MODES"     // the mode of each launch index, comma-separated; the last one repeats
 	envSteps    = "JOBTEST_STEPS"     // steps to train; default 20
 	envStepTime = "JOBTEST_STEP_TIME" // simulated compute per step; default 10ms
+	// envHeap: print {"heap":..,"epoch":..} (the live heap after a
+	// collection) at the first committed step of every world.
+	envHeap = "JOBTEST_HEAP"
+	// envGate names a FIFO a worker in mode "late" opens before it starts:
+	// it starts once the test opens the FIFO for writing.
+	envGate = "JOBTEST_GATE"
+	// envHeapProfiles names a directory where a worker reporting its heap
+	// (envHeap) also writes its heap profile, heap-<launch index>.pb.gz.
+	envHeapProfiles = "JOBTEST_HEAP_PROFILES"
 )
 
 func TestMain(m *testing.M) {
@@ -35,12 +47,14 @@ func TestMain(m *testing.M) {
 // trainer is a worker of a test job. Modes:
 //
 //	train  train the steps elastically, print {"step":..,"size":..} per
-//	       committed step, and report the end of training (the default)
+//	       committed step, and report the end of training (the default);
+//	       on SIGTERM (job.LeaveSignal), leave gracefully at a commit
 //	fail   exit with status 3 at once
 //	kill   die from SIGKILL at once
 //	wait   never join: wait for the stop signal (a worker that arrives too
 //	       late), then exit with status 1
 //	exit   exit with status 0 at once, as a command that is not a trainer
+//	late   train, but only once the FIFO named by JOBTEST_GATE opens
 func trainer() int {
 	mode := "train"
 	if modes := strings.Split(os.Getenv(envModes), ","); modes[0] != "" {
@@ -56,6 +70,13 @@ func trainer() int {
 		select {}
 	case "exit":
 		return 0
+	case "late":
+		gate, err := os.Open(os.Getenv(envGate)) // blocks until the test opens it for writing
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "trainer:", err)
+			return 1
+		}
+		gate.Close()
 	case "wait":
 		stop := make(chan os.Signal, 1)
 		signal.Notify(stop, syscall.SIGINT)
@@ -85,6 +106,8 @@ func train(steps int64, stepTime time.Duration) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
 	defer stop()
+	leave := make(chan os.Signal, 1)
+	signal.Notify(leave, syscall.SIGTERM)
 	params := make([]float32, 64)
 	state := gsync.NewState()
 	state.RegisterTensor("params", params)
@@ -94,7 +117,21 @@ func train(steps int64, stepTime time.Duration) error {
 	}
 	w.SetTotalSteps(steps)
 	grads := make([]float32, len(params))
+	reportHeap := os.Getenv(envHeap) != ""
+	if os.Getenv(envHeapProfiles) != "" {
+		runtime.MemProfileRate = 64 // every allocation shows in the profiles' difference
+	}
+	var heapEpoch uint64
 	for w.Step() < steps {
+		select {
+		case <-leave:
+			if err := w.RequestLeave(ctx); err != nil {
+				w.Close()
+				return err
+			}
+			leave = nil // asked once
+		default:
+		}
 		time.Sleep(stepTime)
 		for i := range grads {
 			grads[i] = float32(i)
@@ -123,6 +160,45 @@ func train(steps int64, stepTime time.Duration) error {
 			return err
 		}
 		fmt.Printf("{\"step\":%d,\"size\":%d}\n", w.Step(), size)
+		if e := w.World().Number; reportHeap && e != heapEpoch {
+			heapEpoch = e
+			fmt.Printf("{\"heap\":%d,\"epoch\":%d}\n", liveHeap(), e)
+			if err := writeHeapProfile(); err != nil {
+				fmt.Fprintln(os.Stderr, "trainer:", err)
+			}
+		}
 	}
 	return w.Finish(ctx)
+}
+
+// liveHeap is the bytes of the heap's live objects, measured after two
+// collections (the second frees what the first's finalizers released).
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// writeHeapProfile writes the heap profile into envHeapProfiles, when set,
+// replacing the previous one at once (a rename).
+func writeHeapProfile() error {
+	dir := os.Getenv(envHeapProfiles)
+	if dir == "" {
+		return nil
+	}
+	i, _, _ := envconfig.LaunchIndex(os.Getenv)
+	f, err := os.CreateTemp(dir, "heap-*.tmp")
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), filepath.Join(dir, fmt.Sprintf("heap-%d.pb.gz", i)))
 }

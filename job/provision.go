@@ -39,22 +39,23 @@ func (p provisioner) Stop(ctx context.Context, w heuristics.WorkerInfo) error {
 	j.mu.Lock()
 	victim := j.byName[w.Name]
 	var ref WorkerRef
+	var proc Process
 	if victim != nil {
-		ref = victim.rec.WorkerRef
+		ref, proc = victim.rec.WorkerRef, victim.p
 		victim.removed = true
 	}
 	j.mu.Unlock()
 	if victim == nil {
 		return nil // not a process of ours (started by hand)
 	}
-	exited := victim.p.Done()
+	exited := proc.Done()
 	for _, step := range []struct {
 		sig  os.Signal
 		wait time.Duration
 	}{{nil, j.cfg.RemoveGrace}, {LeaveSignal, j.cfg.RemoveGrace}, {syscall.SIGKILL, j.cfg.RemoveGrace}} {
 		if step.sig != nil {
 			j.notice(fmt.Sprintf("worker %d (%s) did not exit; sending %v", ref.Index, w.Name, step.sig))
-			if err := victim.p.Signal(step.sig); err != nil {
+			if err := proc.Signal(step.sig); err != nil {
 				return err
 			}
 		}

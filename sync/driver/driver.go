@@ -157,6 +157,14 @@ func (d *Driver) Remove(name string) {
 	d.loop.do(func(now time.Time) []epoch.Output { return d.prop.Step(now, epoch.Evict{Name: name}) })
 }
 
+// SetMinWorkers changes the fewest workers a world may have from now on
+// (Config.MinWorkers): a job that waits for all its first workers before
+// its first world lowers it to its floor once that world has formed. It
+// returns at once; the change is made on the driver's goroutine.
+func (d *Driver) SetMinWorkers(n int) {
+	d.loop.do(func(now time.Time) []epoch.Output { return d.prop.Step(now, epoch.SetMinWorkers{N: n}) })
+}
+
 // WorkerInfo describes a worker the driver knows of.
 type WorkerInfo struct {
 	Name  string

@@ -67,7 +67,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs := flag.NewFlagSet("gorovod run", flag.ContinueOnError)
 	o := runOptions{registry: registry}
 	fs.IntVar(&o.np, "np", 2, "workers to start")
-	fs.IntVar(&o.minNP, "min-np", 0, "fewest workers the job trains with; with fewer it waits for more, and replaces lost ones where a slot is free (default --np, as Horovod)")
+	fs.IntVar(&o.minNP, "min-np", 0, "fewest workers the job trains with once started (it starts with --np, waiting --start-timeout for them); with fewer it waits for more, and replaces lost ones where a slot is free (default --np, as Horovod)")
 	fs.IntVar(&o.maxNP, "max-np", 0, "most workers (0: no limit); SIGUSR1 adds one up to it")
 	// horovodrun's long names for the same three.
 	fs.IntVar(&o.np, "num-proc", 2, "horovodrun's name for --np")

@@ -78,7 +78,7 @@ func (h *hostOptions) register(fs *flag.FlagSet) {
 	}
 	fs.Var(&h.sshOptions, "ssh-option", "an ssh `Name=value` option passed as -o (repeatable), e.g. User=ubuntu or UserKnownHostsFile=FILE")
 	h.startTimeout = seconds(30 * time.Second)
-	fs.Var(&h.startTimeout, "start-timeout", "`seconds` a worker has to start on its host (and the driver to start)")
+	fs.Var(&h.startTimeout, "start-timeout", "`seconds` a worker has to start on its host (and the driver to start); the job's first world waits this long for all --np workers before it starts with those that came (at least --min-np, with a warning)")
 	fs.Var(&h.elasticTimeout, "elastic-timeout", "`seconds` a worker waits for a world after a change, e.g. for --min-np workers (default 600)")
 	fs.StringVar(&h.networkInterface, "network-interface", "", "`names` of the interfaces (comma-separated, the first a host has) whose address the driver and workers bind to and advertise; default: the address on the route to the driver")
 	fs.StringVar(&h.gossipAddr, "gossip-addr", "", "`host[:port]` the driver's gossip binds to (default: --network-interface's address, or the one on the route to the first remote host, or loopback)")

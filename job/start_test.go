@@ -1,0 +1,125 @@
+package job_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/job"
+)
+
+// logLine is a line of the driver's log, recorded among the events.
+type logLine struct {
+	job.At
+	Line string
+}
+
+// logTo records the driver's log lines (Info and above) in r.
+func logTo(r *recorder) *slog.Logger {
+	return slog.New(slog.NewTextHandler(lineWriter(func(b []byte) {
+		r.Event(logLine{At: job.At{Time: time.Now()}, Line: strings.TrimSpace(string(b))})
+	}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type lineWriter func([]byte)
+
+func (w lineWriter) Write(b []byte) (int, error) { w(b); return len(b), nil }
+
+// A job of 3 workers with a floor of 2 starts with 3, as Horovod starts a
+// job with -np workers: its first world waits for the third worker however
+// late it comes within the start timeout. Only when it does not come in
+// time, or exits before it joins, does the first world form with fewer
+// (never below the floor), and the job says so in a warning.
+func TestFirstWorldWaitsForAllWorkers(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		modes        string // per launch index
+		startTimeout time.Duration
+		wantFirst    int           // members of the first world
+		wantWarning  string        // in a notice, "" for none
+		atLeast      time.Duration // from the job's start to its first world
+		atMost       time.Duration
+	}{
+		{name: "the third comes late", modes: "train,train,late", startTimeout: time.Minute, wantFirst: 3, atMost: time.Minute},
+		{name: "the third never comes", modes: "train,train,wait", startTimeout: 3 * time.Second, wantFirst: 2,
+			wantWarning: "started with 2 of its 3 workers: the others did not join within the start timeout (3s)", atLeast: 3 * time.Second, atMost: time.Minute},
+		{name: "the third exits before it joins", modes: "train,train,kill", startTimeout: time.Minute, wantFirst: 2,
+			wantWarning: "started with 2 of its 3 workers: the others exited before they joined", atMost: 50 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRecorder()
+			gate := filepath.Join(t.TempDir(), "gate")
+			if err := syscall.Mkfifo(gate, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg := config(t, r, 3, envModes+"="+tc.modes, envGate+"="+gate, envSteps+"=20", envStepTime+"=20ms")
+			cfg.MinWorkers, cfg.StartTimeout, cfg.FinishGrace = 2, tc.startTimeout, time.Second
+			cfg.Logger = logTo(r)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			j, err := job.Start(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasSuffix(tc.modes, "late") {
+				// The first two have joined and the driver waits for the
+				// third (or, wrongly, a world has formed without it).
+				r.waitFor(t, "the driver waiting with 2 workers", func(evs []job.Event) bool {
+					return slices.ContainsFunc(evs, func(e job.Event) bool {
+						l, ok := e.(logLine)
+						_, world := e.(job.WorldChanged)
+						return world || ok && strings.Contains(l.Line, "waiting for enough workers") && strings.Contains(l.Line, "have=2")
+					})
+				})
+				go func() { // let the third worker start
+					if f, err := os.OpenFile(gate, os.O_WRONLY, 0); err == nil {
+						f.Close()
+					}
+				}()
+			}
+			o, err := j.Wait()
+			evs := r.all()
+			if err != nil {
+				t.Fatalf("job failed: %v\n%s", err, describe(evs))
+			}
+			var started, first time.Time
+			var firstSize int
+			var warnings []string
+			for _, e := range evs {
+				switch e := e.(type) {
+				case job.JobStarted:
+					started = e.Time
+				case job.WorldChanged:
+					if first.IsZero() {
+						first, firstSize = e.Time, len(e.World.Members)
+					}
+				case job.Notice:
+					if strings.HasPrefix(e.Message, "warning: the job started with") {
+						warnings = append(warnings, e.Message)
+					}
+				}
+			}
+			if firstSize != tc.wantFirst {
+				t.Fatalf("the first world has %d members, want %d\n%s", firstSize, tc.wantFirst, describe(evs))
+			}
+			if wait := first.Sub(started); wait < tc.atLeast || wait > tc.atMost {
+				t.Errorf("the first world formed %v after the start, want within [%v, %v]", wait, tc.atLeast, tc.atMost)
+			}
+			switch {
+			case tc.wantWarning == "" && len(warnings) > 0:
+				t.Errorf("warnings %q, want none", warnings)
+			case tc.wantWarning != "" && (len(warnings) != 1 || !strings.Contains(warnings[0], tc.wantWarning)):
+				t.Errorf("warnings %q, want one with %q", warnings, tc.wantWarning)
+			}
+			if !o.TrainingFinished {
+				t.Errorf("training did not finish: %+v", o)
+			}
+		})
+	}
+}
