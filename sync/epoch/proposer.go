@@ -153,6 +153,7 @@ type Proposer struct {
 	// again under that name.
 	blames   map[string]blameCount
 	blamedIn map[string]blame // the world a blamed worker's outstanding probe is about
+	failed   map[uint64]failedWorld
 	stuck    map[string]bool
 
 	sync *takeover // non-nil while taking over (see Resume)
@@ -160,13 +161,23 @@ type Proposer struct {
 	out []Output
 }
 
+// blameCount is a worker's record of blames it answered: the worlds (at
+// most BlameLimit kept, newest last) whose failure blamed it although it
+// proved alive, with who blamed it there.
 type blameCount struct {
-	worlds int       // different worlds it was blamed for and then answered its probe
-	last   uint64    // the last one's number
-	at     time.Time // when
-	// accusers: who blamed it in those worlds (at most two distinct names
-	// kept: that is all stuckIn asks).
-	accusers []string
+	worlds []blamedWorld
+}
+
+type blamedWorld struct {
+	blame
+	at time.Time // when its probe was answered
+}
+
+// failedWorld is what the proposer heard of a world's failure: its size
+// and who reported it (kept for the last few worlds; see corroborated).
+type failedWorld struct {
+	size      int
+	reporters []string
 }
 
 type probe struct {
@@ -195,7 +206,7 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 		cfg:     cfg.withDefaults(),
 		workers: map[string]Peer{}, probes: map[uint64]probe{},
 		done: map[string]bool{}, reported: map[string]uint64{}, evicted: map[string]bool{}, suspects: map[string]time.Time{},
-		blames: map[string]blameCount{}, blamedIn: map[string]blame{}, stuck: map[string]bool{}, since: map[string]uint64{},
+		blames: map[string]blameCount{}, blamedIn: map[string]blame{}, failed: map[uint64]failedWorld{}, stuck: map[string]bool{}, since: map[string]uint64{},
 		acked: map[string]uint64{}, aliveIn: map[string]uint64{},
 	}
 }
@@ -465,10 +476,8 @@ func (p *Proposer) explain() {
 	}
 	p.explained = p.current.Number
 	for name, b := range p.blames {
-		if b.worlds > 0 && b.last == p.explained {
-			b.worlds-- // (b.last stays: a later blame for this world is not counted either)
-			p.blames[name] = b
-		}
+		b.worlds = slices.DeleteFunc(b.worlds, func(w blamedWorld) bool { return w.number == p.explained })
+		p.blames[name] = b
 	}
 }
 
@@ -695,6 +704,7 @@ func (p *Proposer) report(now time.Time, from string, msg Message) {
 			return
 		}
 		p.reported[from] = msg.Number
+		p.noteFailure(from, msg.Number)
 		p.renew = true
 		p.soon(now)
 		p.rescue(now)
@@ -703,7 +713,7 @@ func (p *Proposer) report(now time.Time, from string, msg Message) {
 			return // no one, or no one of this world, to suspect
 		}
 		p.emit(Suspected{Name: msg.Blamed, By: from, Number: msg.Number, Cause: msg.Cause})
-		if p.stuckIn(now, msg.Blamed, msg.Number, from) {
+		if p.stuckIn(now, msg.Blamed, msg.Number) {
 			p.stuck[msg.Blamed] = true
 			p.remove(now, msg.Blamed, ReasonStuck)
 			return
@@ -866,17 +876,45 @@ func (p *Proposer) answeredBlame(now time.Time, name string) {
 		return // a death explains that world's failure
 	}
 	b := p.blames[name]
-	if b.worlds > 0 && b.last != bl.number && now.Sub(b.at) > p.cfg.BlameWindow {
-		b.worlds, b.accusers = 0, nil
-	}
-	for _, by := range bl.by {
-		b.accusers = addAccuser(b.accusers, by)
-	}
-	if b.worlds == 0 || b.last != bl.number { // else blamed for that world by another member too
-		b.worlds++
-		b.last, b.at = bl.number, now
+	if k := len(b.worlds); k > 0 && b.worlds[k-1].number == bl.number {
+		for _, by := range bl.by { // blamed for that world by another member too
+			b.worlds[k-1].by = addAccuser(b.worlds[k-1].by, by)
+		}
+	} else {
+		b.worlds = append(b.worlds, blamedWorld{blame: bl, at: now})
+		if len(b.worlds) > p.cfg.BlameLimit {
+			b.worlds = slices.Delete(b.worlds, 0, len(b.worlds)-p.cfg.BlameLimit)
+		}
 	}
 	p.blames[name] = b
+}
+
+// noteFailure records that member from reported the failure of world
+// number, the current one.
+func (p *Proposer) noteFailure(from string, number uint64) {
+	f := p.failed[number]
+	f.size = len(p.current.Members)
+	f.reporters = append(f.reporters, from)
+	p.failed[number] = f
+	for n := range p.failed {
+		if n+uint64(2*p.cfg.BlameLimit) < number {
+			delete(p.failed, n) // older than any blame stuckIn still counts
+		}
+	}
+}
+
+// corroborated reports whether the blame of name in world bl.number is
+// evidence that name was stuck: name itself did not report that failure
+// (a member that did was waiting on another, a victim of the failure, not
+// its cause), and a member other than its accusers reported it too (a
+// lying member cannot make a world fail for the others), unless the world
+// had two members and the accuser was the only witness there was.
+func (p *Proposer) corroborated(name string, bl blame) bool {
+	f := p.failed[bl.number]
+	if slices.Contains(f.reporters, name) {
+		return false
+	}
+	return f.size <= 2 || slices.ContainsFunc(f.reporters, func(r string) bool { return !slices.Contains(bl.by, r) })
 }
 
 // addAccuser adds by to the accusers kept (at most two distinct names).
@@ -887,20 +925,36 @@ func addAccuser(accusers []string, by string) []string {
 	return append(slices.Clone(accusers), by)
 }
 
-// stuckIn reports whether a worker blamed by member by for the failure of
-// world number is stuck: it answered the probes of BlameLimit-1 earlier
-// blames, each within BlameWindow of the one before, and the world can do
-// without it (MinWorkers). In a world of more than two members the blames
-// must come from two members at least: one member alone, however often it
-// blames, cannot have a healthy worker removed (it may itself be the stuck
-// one, or lying); in a world of two, the other member is the only witness
-// there is.
-func (p *Proposer) stuckIn(now time.Time, name string, number uint64, by string) bool {
+// stuckIn reports whether a worker blamed for the failure of world number
+// is stuck: it answered the probes of BlameLimit-1 earlier blames, each
+// within BlameWindow of the next, each corroborated (see corroborated), and
+// the world can do without it (MinWorkers). One member alone, however often
+// it blames, cannot have a healthy worker removed: the other members would
+// have to report the same worlds failing, and the blamed worker not. In a
+// ring a stuck worker is blamed by the member that receives from it, while
+// the others blame the neighbour they wait on, which reports its own
+// failure: so a single accuser must be enough when the others corroborate.
+func (p *Proposer) stuckIn(now time.Time, name string, number uint64) bool {
+	if name == p.cfg.Self || !slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == name }) ||
+		len(p.members)-1 < p.cfg.MinWorkers {
+		return false
+	}
+	// The earlier worlds, newest first, each within BlameWindow of the
+	// one after it.
+	count, after := 0, now
 	b := p.blames[name]
-	witnesses := len(addAccuser(b.accusers, by))
-	return name != p.cfg.Self && b.worlds >= p.cfg.BlameLimit-1 && b.last < number && now.Sub(b.at) <= p.cfg.BlameWindow &&
-		(witnesses >= 2 || len(p.current.Members) <= 2) &&
-		slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == name }) && len(p.members)-1 >= p.cfg.MinWorkers
+	for i := len(b.worlds) - 1; i >= 0 && count < p.cfg.BlameLimit-1; i-- {
+		w := b.worlds[i]
+		if w.number >= number || after.Sub(w.at) > p.cfg.BlameWindow {
+			break
+		}
+		if !p.corroborated(name, w.blame) {
+			break // a break in the evidence: the count starts again
+		}
+		count++
+		after = w.at
+	}
+	return count >= p.cfg.BlameLimit-1
 }
 
 // takeCensus probes every member of the current world once, at its first

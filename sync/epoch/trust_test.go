@@ -28,6 +28,30 @@ func blameRound(at uint64, n, nonce uint64) []step {
 	}
 }
 
+// corroboratedRound: a blames b for world n, c reports the failure of n
+// blaming no one (its collective was aborted), b answers its probe; world
+// n+1 is the same three.
+func corroboratedRound(at uint64, n, nonce uint64) []step {
+	t := ms * time.Duration(at)
+	return []step{
+		{t, from("a", failure(n, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: n, Cause: "boom"}, ping("b", nonce), ping("c", nonce+1))},
+		{t + 1*ms, from("c", failure(n, "")), nil}, // answers c's census probe too
+		{t + 10*ms, from("b", pong(nonce, world(n, "a", "b", "c"))), outs(epoch.Cleared{Name: "b"})},
+		{t + 10*ms, nil, propose(world(n+1, "a", "b", "c"), "a", "b", "c")},
+	}
+}
+
+// victimRound: like corroboratedRound, but b reports the failure too.
+func victimRound(at uint64, n, nonce uint64) []step {
+	t := ms * time.Duration(at)
+	return []step{
+		{t, from("a", failure(n, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: n, Cause: "boom"}, ping("b", nonce), ping("c", nonce+1))},
+		{t + 1*ms, from("c", failure(n, "")), nil},
+		{t + 2*ms, from("b", failure(n, "")), outs(epoch.Cleared{Name: "b"})}, // its report answers its probe
+		{t + 10*ms, nil, propose(world(n+1, "a", "b", "c"), "a", "b", "c")},
+	}
+}
+
 // TestProposerRefuses: what a member (or a forger that got past the
 // membership layer) could send to wedge or mislead the proposer is refused
 // with a typed error, and the job goes on.
@@ -73,12 +97,22 @@ func TestProposerRefuses(t *testing.T) {
 			// a member since world 1 may report world 1 (it finished before it heard of 2).
 			{1030 * ms, from("a", done(1)), outs(epoch.Finished{By: "a", Number: 1})},
 		})},
-		{name: "a flood of blame from one member does not remove a healthy worker; a second witness does", script: script(threeWorkers,
+		{name: "a flood of blame from one member does not remove a healthy worker: no other member reports those worlds failing", script: script(threeWorkers,
 			blameRound(20, 1, 1), blameRound(40, 2, 3), blameRound(60, 3, 5), blameRound(80, 4, 7),
 			[]step{
 				{100 * ms, from("a", failure(5, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 5, Cause: "boom"}, ping("b", 9), ping("c", 10))},
 				{101 * ms, from("a", failure(5, "c")), outs(refused("a", failure(5, "c"), epoch.ErrRepeated))},
-				{102 * ms, from("c", failure(5, "b")), outs(epoch.Suspected{Name: "b", By: "c", Number: 5, Cause: "boom"}, epoch.Removed{Name: "b", Why: epoch.ReasonStuck})},
+				{102 * ms, from("c", failure(5, "b")), outs(epoch.Suspected{Name: "b", By: "c", Number: 5, Cause: "boom"})}, // still probed, not removed
+			})},
+		{name: "a worker blamed in three worlds in a row whose failure another member reported too, and it did not, is stuck", script: script(threeWorkers,
+			corroboratedRound(20, 1, 1), corroboratedRound(40, 2, 3),
+			[]step{
+				{60 * ms, from("a", failure(3, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 3, Cause: "boom"}, epoch.Removed{Name: "b", Why: epoch.ReasonStuck}, ping("c", 5))},
+			})},
+		{name: "a blamed worker that reported the failure itself was a victim, not the cause", script: script(threeWorkers,
+			victimRound(20, 1, 1), victimRound(40, 2, 3),
+			[]step{
+				{60 * ms, from("a", failure(3, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 3, Cause: "boom"}, ping("b", 5), ping("c", 6))},
 			})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
