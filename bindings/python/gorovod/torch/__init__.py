@@ -15,10 +15,10 @@ from gorovod.torch.compression import Compression
 from gorovod.torch.functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from gorovod.torch.mpi_ops import allreduce, allreduce_async, allreduce_, allreduce_async_
 from gorovod.torch.mpi_ops import grouped_allreduce, grouped_allreduce_async, grouped_allreduce_, grouped_allreduce_async_
-from gorovod.torch.mpi_ops import allgather, allgather_async, grouped_allgather
+from gorovod.torch.mpi_ops import allgather, allgather_async, grouped_allgather, grouped_allgather_async
 from gorovod.torch.mpi_ops import broadcast, broadcast_async, broadcast_, broadcast_async_, grouped_broadcast_
 from gorovod.torch.mpi_ops import alltoall, alltoall_async
-from gorovod.torch.mpi_ops import reducescatter, reducescatter_async
+from gorovod.torch.mpi_ops import reducescatter, reducescatter_async, grouped_reducescatter, grouped_reducescatter_async
 from gorovod.torch.mpi_ops import join, barrier, poll, synchronize
 from gorovod.torch.mpi_ops import init, shutdown, is_initialized, start_timeline, stop_timeline
 from gorovod.torch.mpi_ops import size, local_size, cross_size, rank, local_rank, cross_rank, is_homogeneous
