@@ -152,25 +152,165 @@ func (d description) String() string {
 // differs from this one, and what differs, when any does. Every rank
 // gathers the same descriptions, so every rank fails the call, and none
 // has sent any of its data: the communicator stays as it was.
-func agree(ctx context.Context, s *gsync.Session, d description) error {
+//
+// Ranks inside Join take part as joined ranks (joinServe): an allreduce of
+// the others runs with their zeros, after the lowest of the calling ranks
+// has sent them its tensors' layout (layout: dtype and element count of
+// each); any other call fails on the calling ranks, as in Horovod.
+func agree(ctx context.Context, s *gsync.Session, d description, layout []int64) error {
 	return s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
-		n := c.Size()
-		if n == 1 {
-			return nil
-		}
-		all := make([]int64, numFields*n)
-		if err := collective.Allgather(ctx, c, d[:], all); err != nil {
+		all, err := gatherDescriptions(ctx, c, d)
+		if err != nil || all == nil {
 			return err
 		}
-		for r := range n {
-			var theirs description
-			copy(theirs[:], all[r*numFields:])
-			for f := range theirs {
-				if theirs[f] != d[f] {
-					return &collective.MismatchError{Peer: r, Field: fieldNames[f], Local: d.String(), Remote: theirs.String()}
-				}
+		active, joined := splitJoined(all)
+		for _, r := range active {
+			if f := differs(all[r], d); f >= 0 {
+				return &collective.MismatchError{Peer: r, Field: fieldNames[f], Local: d.String(), Remote: all[r].String()}
 			}
 		}
-		return nil
+		if len(joined) == 0 {
+			return nil
+		}
+		if callKind(d[fieldKind]) != kindAllreduce {
+			return &collective.MismatchError{Peer: joined[0], Field: "collective (a rank that joined serves only allreduce)",
+				Local: d.String(), Remote: all[joined[0]].String()}
+		}
+		_, err = shareLayout(ctx, c, active[0], layout)
+		return err
 	})
+}
+
+// gatherDescriptions returns every rank's description (nil alone).
+func gatherDescriptions(ctx context.Context, c *collective.Communicator, d description) ([]description, error) {
+	n := c.Size()
+	if n == 1 {
+		return nil, nil
+	}
+	flat := make([]int64, numFields*n)
+	if err := collective.Allgather(ctx, c, d[:], flat); err != nil {
+		return nil, err
+	}
+	all := make([]description, n)
+	for r := range all {
+		copy(all[r][:], flat[r*numFields:])
+	}
+	return all, nil
+}
+
+// splitJoined returns the ranks that call something and those inside Join.
+func splitJoined(all []description) (active, joined []int) {
+	for r, d := range all {
+		if callKind(d[fieldKind]) == kindJoin {
+			joined = append(joined, r)
+		} else {
+			active = append(active, r)
+		}
+	}
+	return active, joined
+}
+
+// differs returns the first field where a and b differ, or -1.
+func differs(a, b description) int {
+	for f := range a {
+		if a[f] != b[f] {
+			return f
+		}
+	}
+	return -1
+}
+
+// shareLayout broadcasts root's layout (its length first) and returns it.
+func shareLayout(ctx context.Context, c *collective.Communicator, root int, layout []int64) ([]int64, error) {
+	n := []int64{int64(len(layout))}
+	if err := c.Broadcast(ctx, collective.SliceBuffer(n), root); err != nil {
+		return nil, err
+	}
+	if c.Rank() != root {
+		layout = make([]int64, n[0])
+	}
+	if err := c.Broadcast(ctx, collective.SliceBuffer(layout), root); err != nil {
+		return nil, err
+	}
+	return layout, nil
+}
+
+// layoutOf is the layout of an allreduce's buffers that a joined rank
+// mirrors: dtype and element count of each.
+func layoutOf(bufs []collective.Buffer) []int64 {
+	l := make([]int64, 0, 2*len(bufs))
+	for _, b := range bufs {
+		l = append(l, int64(b.DType), int64(b.Count))
+	}
+	return l
+}
+
+// joinServe is Join's run while the engine compares descriptions: until
+// every rank has joined, it takes part in the other ranks' calls, running
+// their allreduces with zeros of their layout (so a rank that ran out of
+// data can stop while the others finish theirs, as with Horovod's join).
+// It returns the rank that joined last: the latest by the wall clock of
+// its call (at, nanoseconds), the highest rank of a tie.
+func joinServe(ctx context.Context, s *gsync.Session, at int64) (int, error) {
+	d := describe(kindJoin, nil, nil, nil, 0)
+	d[fieldCount] = at
+	for {
+		var (
+			all    []description
+			layout []int64
+			how    gsync.Reduction
+		)
+		err := s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
+			var err error
+			if all, err = gatherDescriptions(ctx, c, d); err != nil || all == nil {
+				return err
+			}
+			active, _ := splitJoined(all)
+			if len(active) == 0 {
+				return nil
+			}
+			// What the calling ranks decide, from the same table: they
+			// go on only with an allreduce they all agree on.
+			first := all[active[0]]
+			for _, r := range active[1:] {
+				if differs(all[r], first) >= 0 {
+					return nil
+				}
+			}
+			if callKind(first[fieldKind]) != kindAllreduce {
+				return nil
+			}
+			how = gsync.Reduction{Op: collective.ReduceOp(first[fieldOp]),
+				Prescale:  math.Float64frombits(uint64(first[fieldPrescale])),
+				Postscale: math.Float64frombits(uint64(first[fieldPostscale]))}
+			layout, err = shareLayout(ctx, c, active[0], nil)
+			return err
+		})
+		if err != nil {
+			return -1, err
+		}
+		if all == nil {
+			return 0, nil // alone
+		}
+		if active, _ := splitJoined(all); len(active) == 0 {
+			last := 0
+			for r, theirs := range all {
+				if theirs[fieldCount] >= all[last][fieldCount] {
+					last = r
+				}
+			}
+			return last, nil
+		}
+		if layout == nil {
+			continue
+		}
+		bufs := make([]collective.Buffer, len(layout)/2)
+		for i := range bufs {
+			dt, count := collective.DType(layout[2*i]), int(layout[2*i+1])
+			bufs[i] = collective.Buffer{DType: dt, Count: count, Host: make([]byte, count*dt.Size())}
+		}
+		if err := s.Allreduce(ctx, how, bufs...); err != nil {
+			return -1, err
+		}
+	}
 }

@@ -160,9 +160,13 @@ type call struct {
 	// desc is what every rank must agree on before the call runs (not for
 	// commit).
 	desc description
-	run  func(ctx context.Context, s *gsync.Session) error
-	done chan struct{}
-	err  error
+	// layout is an allreduce's tensors (layoutOf), for ranks that joined;
+	// joins marks Join, which takes part in the comparison its own way.
+	layout []int64
+	joins  bool
+	run    func(ctx context.Context, s *gsync.Session) error
+	done   chan struct{}
+	err    error
 }
 
 // Start joins the job (see Config.Worker) and returns once a world admits
@@ -426,8 +430,8 @@ func (e *Engine) execute(ctx context.Context, c *call) (err error) {
 				err = fmt.Errorf("%w: panic in %s: %v\n%s", ErrInternal, c.what, p, debug.Stack())
 			}
 		}()
-		if e.agreement && !c.commit {
-			if err = agree(ctx, e.sess, c.desc); err != nil {
+		if e.agreement && !c.commit && !c.joins {
+			if err = agree(ctx, e.sess, c.desc, c.layout); err != nil {
 				return
 			}
 		}

@@ -364,6 +364,52 @@ func TestMismatchedCallsFailEveryRankAndTheNextRuns(t *testing.T) {
 	}
 }
 
+// A rank that joined takes part in the others' allreduces with zeros until
+// every rank has joined, as Horovod's join does; their other collectives
+// fail on the ranks that call them; every rank gets the same last rank.
+func TestJoinServesAllreduces(t *testing.T) {
+	d := startDriver(t, 3)
+	es := startEngines(t, d, 3)
+	for first := range 3 {
+		t.Run(fmt.Sprintf("rank %d joins first", first), func(t *testing.T) {
+			lasts := make([]int32, 3)
+			each(t, es, func(e *Engine) error {
+				rank := e.Topology().Rank
+				w := waitOn(e)
+				if rank != first {
+					// Two dtypes in one call, and an average: the joined
+					// rank counts in the divisor with its zeros.
+					a := []float32{float32(rank), 10}
+					b := []int64{int64(rank) + 1}
+					if err := w(e.Allreduce(nil, []collective.Buffer{f32(a), collective.SliceBuffer(b)}, gsync.Reduction{Op: collective.Sum})); err != nil {
+						return err
+					}
+					if want := float32(3 - first); a[0] != want || a[1] != 20 || b[0] != int64(6-(first+1)) {
+						return fmt.Errorf("sum with rank %d joined: %v %v", first, a, b)
+					}
+					v := []float64{3}
+					if err := w(e.Allreduce(nil, []collective.Buffer{collective.SliceBuffer(v)}, gsync.Reduction{Op: collective.Average})); err != nil {
+						return err
+					}
+					if v[0] != 2 {
+						return fmt.Errorf("average with rank %d joined: %v, want 2", first, v[0])
+					}
+					var mismatch *collective.MismatchError
+					if err := w(e.Broadcast([]collective.Buffer{f32(make([]float32, 2))}, 0)); !errors.As(err, &mismatch) {
+						return fmt.Errorf("a broadcast while rank %d has joined: %v, want a MismatchError", first, err)
+					}
+				}
+				return w(e.Join(&lasts[rank]))
+			})
+			for r, l := range lasts {
+				if l != lasts[0] || int(l) == first {
+					t.Fatalf("rank %d: last %d (rank 0: %d); rank %d joined first", r, l, lasts[0], first)
+				}
+			}
+		})
+	}
+}
+
 // closeWhenInside closes victim (not finished: its peers see it leave) once
 // every survivor is inside a collective; wait on the group returned.
 func closeWhenInside(t *testing.T, victim *Engine, survivors []*Engine) *stdsync.WaitGroup {

@@ -62,7 +62,7 @@ func allreduceCall(send, recv []collective.Buffer, how gsync.Reduction) (*call, 
 			}
 		}
 	}
-	return &call{what: "allreduce", desc: describe(kindAllreduce, recv, nil, &how, 0), run: func(ctx context.Context, s *gsync.Session) error {
+	return &call{what: "allreduce", desc: describe(kindAllreduce, recv, nil, &how, 0), layout: layoutOf(recv), run: func(ctx context.Context, s *gsync.Session) error {
 		for i := range send {
 			if len(send[i].Host) > 0 && &send[i].Host[0] != &recv[i].Host[0] {
 				copy(recv[i].Host, send[i].Host)
@@ -231,15 +231,26 @@ func barrierCall() *call {
 }
 
 // Join waits for every rank to join and writes the rank that joined last
-// (by the wall clock of its call) into *last. Unlike Horovod's join, ranks
-// that joined do not serve the others' collectives: every rank must have
-// submitted the same collectives before it joins.
+// (by the wall clock of its call) into *last. Until every rank has joined,
+// a rank that joined takes part in the others' allreduces with zeros, as
+// Horovod's join does, and their other collectives fail on the ranks that
+// call them. (With Config.SkipAgreement it serves nothing: every rank must
+// have submitted the same collectives before it joins.)
 func (e *Engine) Join(last *int32) (Handle, error) {
 	if last == nil {
 		return 0, fmt.Errorf("%w: join needs somewhere to write the last rank", ErrInvalid)
 	}
 	at := time.Now().UnixNano()
-	return e.submit(&call{what: "join", desc: describe(kindJoin, nil, nil, nil, 0), run: func(ctx context.Context, s *gsync.Session) error {
+	if e.agreement {
+		return e.submit(&call{what: "join", joins: true, run: func(ctx context.Context, s *gsync.Session) error {
+			r, err := joinServe(ctx, s, at)
+			if err == nil {
+				*last = int32(r)
+			}
+			return err
+		}})
+	}
+	return e.submit(&call{what: "join", run: func(ctx context.Context, s *gsync.Session) error {
 		return s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
 			mine := []int64{at}
 			all := make([]int64, c.Size())

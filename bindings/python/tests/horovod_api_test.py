@@ -10,7 +10,13 @@
   zero, and a half-precision sum is rounded to float16 before its postscale
   factor is applied, as Horovod's CPU code computes them;
 - grouped_reducescatter (and its async form and gradient) and
-  grouped_allgather_async.
+  grouped_allgather_async; a scalar refused by reducescatter;
+- sparse_allreduce_async against the dense allreduce; DistributedOptimizer
+  on sparse gradients (SparseAdam), with and without sparse_as_dense;
+- join: a rank that joined serves the others' allreduces with zeros, their
+  allgather fails, every rank gets the same last rank;
+- broadcast_optimizer_state of a fresh optimizer leaves zero gradients on
+  the parameters that take gradients, and none on the others.
 
 Prints "PASS rank R of N". Driven by bindings/python/python_test.go
 (TestHorovodAPI).
@@ -173,6 +179,77 @@ def grouped_reducescatter(r, n):
     assert a.shape == (n * (n + 1) // 2, 2) and torch.equal(b, torch.arange(n))
 
 
+def scalar_reducescatter():
+    for call in (lambda: hvd.reducescatter(torch.tensor(1.0)),
+                 lambda: hvd.grouped_reducescatter([torch.ones(4), torch.tensor(1.0)])):
+        try:
+            call()
+            raise AssertionError("a scalar was reducescattered")
+        except ValueError as e:
+            assert "scalar" in str(e), e
+
+
+def sparse_allreduce(r, n):
+    for op in (hvd.Average, hvd.Sum):
+        for i, rows in enumerate((7, 1, 30)):
+            dense = ranks_tensors(n, torch.float32, (rows, 4), 41 + i)
+            dense = [d * (d > 50) for d in dense]  # mostly zeros
+            result = hvd.sparse_allreduce_async(dense[r].to_sparse(), name="sparse.%d" % i, op=op)()
+            assert result.is_sparse
+            want = sum(dense) / (n if op == hvd.Average else 1)
+            assert torch.allclose(result.to_dense(), want), (result.to_dense(), want)
+
+
+def sparse_optimizer(r, n):
+    inputs = [torch.tensor([[1, 2, 4, 5], [4, 3, 2, 9]]), torch.tensor([[1, 3, 4, 0], [4, 7, 9, 9]]),
+              torch.tensor([[0, 0, 8, 8], [6, 6, 6, 6]])]
+    for sparse_as_dense in (False, True):
+        torch.manual_seed(5)
+        model = torch.nn.Embedding(10, 3, sparse=True)
+        reference = torch.nn.Embedding(10, 3, sparse=True)
+        reference.load_state_dict(model.state_dict())
+        opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(list(model.parameters()), lr=0.1),
+                                       sparse_as_dense=sparse_as_dense)
+        model(inputs[r % 3]).sum().backward()
+        opt.step()
+        # One process: SparseAdam on the average of every rank's gradient.
+        grad = sum(torch.bincount(inputs[q % 3].flatten(), minlength=10).float() for q in range(n)) / n
+        reference.weight.grad = (grad[:, None] * torch.ones(10, 3)).to_sparse()
+        torch.optim.SparseAdam(list(reference.parameters()), lr=0.1).step()
+        assert torch.allclose(model.weight, reference.weight), (sparse_as_dense, model.weight, reference.weight)
+
+
+def fresh_optimizer_state():
+    fixed = torch.nn.Parameter(torch.tensor([1, 3]), requires_grad=False)
+    learned = torch.nn.Parameter(torch.rand(4))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([fixed, learned], lr=0.1, momentum=0.9),
+                                   named_parameters=[("fixed", fixed), ("learned", learned)])
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert fixed.grad is None
+    assert torch.equal(learned.grad, torch.zeros(4))
+
+
+def join(r, n):
+    for first in range(n):
+        if r == first:
+            last = hvd.join()
+        else:
+            a, b = torch.full((5,), float(r + 1)), torch.arange(17, dtype=torch.int64) * (r + 1)
+            ha = hvd.allreduce_async(a, name="join.a", op=hvd.Average)
+            hb = hvd.allreduce_async(b, name="join.b", op=hvd.Sum)
+            others = sum(q + 1 for q in range(n) if q != first)
+            assert torch.allclose(hvd.synchronize(ha), torch.full((5,), others / n)), "average with a rank joined"
+            assert torch.equal(hvd.synchronize(hb), torch.arange(17, dtype=torch.int64) * others), "sum with a rank joined"
+            try:
+                hvd.allgather(torch.ones(2))
+                raise AssertionError("an allgather while rank %d had joined did not fail" % first)
+            except RuntimeError as e:
+                assert isinstance(e, hvd.MismatchError), e
+            last = hvd.join()
+        assert last != first or n == 1, "rank %d joined first and last" % first
+        assert hvd.allgather_object(last) == [last] * n
+
+
 def main():
     hvd.init()
     r, n = hvd.rank(), hvd.size()
@@ -182,6 +259,11 @@ def main():
     integer_scaling(r, n)
     half_postscale(r, n)
     grouped_reducescatter(r, n)
+    scalar_reducescatter()
+    sparse_allreduce(r, n)
+    sparse_optimizer(r, n)
+    fresh_optimizer_state()
+    join(r, n)
     hvd.barrier()
     print("PASS rank %d of %d" % (r, n), flush=True)
 

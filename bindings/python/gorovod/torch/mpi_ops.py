@@ -12,9 +12,8 @@ their position in each rank's sequence rather than by name:
   shapes that differ but hold the same number of elements are not detected
   by allreduce and broadcast (allgather, alltoall and reducescatter exchange
   shapes first and check them);
-- ``join()`` is a barrier that returns the last rank to arrive: ranks that
-  joined do not serve the others' allreduces, so every rank must run the
-  same collectives before it joins.
+- ``join()`` serves the others' allreduces with zeros, as Horovod's does;
+  their other collectives fail while a rank has joined.
 
 Tensors are CPU tensors of float32, float64, float16, bfloat16, int32, int64
 or uint8 (broadcast, allgather and alltoall move any dtype, as bytes), and
@@ -677,6 +676,34 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     return [allgather(t, None, process_set) for t in tensors]
 
 
+# ---- Sparse allreduce ----
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Starts reducing a sparse COO tensor as Horovod does: every worker's
+    indices and values are allgathered (so the result holds each worker's
+    entries, uncoalesced; Average divides the values by the number of
+    workers). Returns a function that waits and returns the sparse
+    result."""
+    if not tensor.is_sparse:
+        raise ValueError("gorovod sparse_allreduce_async: the tensor is not sparse (use allreduce_async)")
+    op = _op(op)
+    if op not in (_core.AVERAGE, _core.SUM):
+        raise ValueError("gorovod sparse_allreduce_async: only Average and Sum reduce sparse tensors")
+    # Allgather concatenates along the first dimension: the indices travel
+    # transposed, one row per entry.
+    indices = allgather_async(tensor._indices().transpose(0, 1).contiguous(),
+                              name=None if name is None else "%s.indices" % name, process_set=process_set)
+    values = allgather_async(tensor._values().contiguous(), name=None if name is None else "%s.values" % name,
+                             process_set=process_set)
+
+    def result():
+        i, v = synchronize(indices), synchronize(values)
+        if op == _core.AVERAGE:
+            v = v / size()
+        return torch.sparse_coo_tensor(i.transpose(0, 1), v, tensor.size())
+    return result
+
+
 # ---- Alltoall ----
 
 @_named
@@ -747,8 +774,11 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     first first % size workers one more)."""
     _check_process_set(process_set)
     op = _op(op)
+    _check_tensor(tensor, "reducescatter")
+    if tensor.dim() == 0:
+        raise ValueError("gorovod reducescatter: a scalar (0-dimensional) tensor cannot be scattered: give it a first "
+                         "dimension")
     if _scales_here([tensor], prescale_factor, postscale_factor):
-        _check_tensor(tensor, "reducescatter")
         src = _scaled(tensor, prescale_factor) if prescale_factor != 1.0 else tensor
         lib_op, post = _scale_plan(op, prescale_factor, postscale_factor)
         h = _reducescatter_async(src, lib_op, 1.0, 1.0)
@@ -811,6 +841,9 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
         raise ValueError("grouped reducescatter of no tensors")
     for t in tensors:
         _check_tensor(t, "grouped reducescatter")
+        if t.dim() == 0:
+            raise ValueError("gorovod grouped reducescatter: a scalar (0-dimensional) tensor cannot be scattered: "
+                             "give it a first dimension")
     return _GroupHandle([reducescatter_async(t, None, op, process_set, prescale_factor, postscale_factor)
                          for t in tensors])
 
@@ -852,8 +885,11 @@ def barrier(process_set=global_process_set):
 
 
 def join(device=-1):
-    """Waits for every worker and returns the rank that arrived last. Unlike
-    Horovod's, workers that joined do not serve the others' allreduces: every
-    worker must run the same collectives before it joins."""
+    """Waits for every worker to join and returns the rank that joined last
+    (the same on every worker). Until then, as in Horovod, a worker that
+    joined takes part in the others' allreduces with zeros (an Average
+    still divides by every worker), and their other collectives raise
+    MismatchError: a worker that ran out of data can join while the others
+    finish their steps."""
     return _core.join()
 
