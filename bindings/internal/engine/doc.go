@@ -15,7 +15,8 @@
 //
 // Before a call moves any data, every rank compares its description (the
 // collective, the tensors' dtypes and element counts, reduce op, root and
-// scale factors) with every other rank's in one small allgather (agree.go).
+// scale factors) with every other rank's in one small allreduce (agree.go;
+// the descriptions are gathered only when they differ).
 // Ranks that called different collectives all get a
 // *collective.MismatchError for that call, and the world stays usable for
 // the next one, as Horovod reports a mismatched request and goes on.

@@ -42,7 +42,7 @@ type Config struct {
 	InlineBytes int
 	// SkipAgreement leaves out the comparison of every call's description
 	// across the ranks before it runs (see agree.go), which costs one small
-	// allgather per call. Ranks that then call different collectives get a
+	// allreduce per call, and leaves Join the barrier it was (see Join). Ranks that then call different collectives get a
 	// *collective.MismatchError only where the collective's frames show the
 	// difference, and the world must be rebuilt before the next collective
 	// (sync.ErrWorldChanged on the ranks that did not see it).

@@ -4,7 +4,7 @@
 
 Horovod's file is read from the checkout, its one line ``import
 horovod.torch as hvd`` becomes ``import gorovod.torch as hvd``, and it runs
-unchanged otherwise. The three modules it imports that are not part of
+unchanged otherwise. The two modules it imports that are not part of
 gorovod get small stand-ins here: ``common`` (Horovod's test helpers: the
 rank and size that mpirun would have put in the environment come from
 gorovod, a GPU test skips, temppath makes a temporary file name), and
@@ -13,14 +13,9 @@ copied into this repository.
 
 Each named test runs in this process; each rank prints one line per test,
 "RESULT rank R test NAME: pass|fail|error|skip", then the failure's
-traceback. The exit status is 0 when every test passed or skipped. Run
-each test alone in a job of two workers, for example:
-
-    gorovod run --np 2 --min-np 2 -- /usr/bin/python3 \
-        bindings/python/tests/horovod_torch_suite.py $HOROVOD_SRC test_horovod_allreduce
-
-with the package and library on PYTHONPATH and GOROVOD_LIBRARY. No Go test
-drives it yet.
+traceback. The exit status is 0 when every test passed or skipped.
+Driven by bindings/python/upstream_test.go (TestUpstreamTorchSuite), which
+runs each test alone in a job of two workers.
 """
 
 import contextlib
