@@ -26,9 +26,10 @@
  *   rank must call the same collectives, with the same dtypes and element
  *   counts, in the same order (there is no matching by tensor name as in
  *   Horovod). They run one at a time, in the order they were called, on a
- *   thread of the library's own. Ranks that call different collectives get
- *   GOROVOD_ERR_MISMATCH (or GOROVOD_ERR_WORLD_CHANGED, naming the other
- *   rank's complaint), never a hang.
+ *   thread of the library's own. Ranks that call different collectives all
+ *   get GOROVOD_ERR_MISMATCH for that call, never a hang: the ranks compare
+ *   each call's description before any of its data moves, so the next call
+ *   runs as if it had not been made.
  *
  *   Every collective has an asynchronous form (..._async), which queues it
  *   and returns a handle at once, and a synchronous form, which waits for it.
@@ -96,7 +97,8 @@ typedef enum gorovod_status {
   /* gorovod_init has not been called (or gorovod_shutdown was). */
   GOROVOD_ERR_NOT_INITIALIZED = 2,
   /* The ranks called different collectives (kind, dtype, count, reduce op,
-   * root): what each called is in gorovod_last_error(). */
+   * root, scale factors): what each called is in gorovod_last_error(). The
+   * call did nothing; the next one runs. */
   GOROVOD_ERR_MISMATCH = 3,
   /* The world changed under the collective (or before it ran): the library
    * rebuilt it; restore, gorovod_reset, re-synchronize (see ELASTICITY). */
@@ -310,9 +312,9 @@ int gorovod_grouped_broadcast_start(int32_t n, void *const *bufs, const int64_t 
 int gorovod_barrier_start(int flags, gorovod_handle *handle);
 
 /* Waits for every rank to join and writes the rank that joined last into
- * *last_rank. Unlike Horovod's join, ranks that joined do not serve the
- * others' collectives: every rank must have called the same collectives
- * before it joins. */
+ * *last_rank (the same on every rank). Until then, as Horovod's join, a
+ * rank that joined takes part in the others' allreduces with zeros, and
+ * their other collectives return GOROVOD_ERR_MISMATCH. */
 int gorovod_join_async(int32_t *last_rank, gorovod_handle *handle);
 int gorovod_join(int32_t *last_rank);
 

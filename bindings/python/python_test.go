@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -156,6 +157,29 @@ func TestRun(t *testing.T) {
 	out := runPython(t, 0, 5*time.Minute, pyEnv(t, "GOROVOD="+buildtest.Gorovod(t)), "tests/run_test.py")
 	if !strings.Contains(out, "PASS run") {
 		t.Fatalf("no PASS line:\n%s", out)
+	}
+}
+
+// TestHorovodAPI: what Horovod scripts and Horovod's own tests depend on
+// beyond the values: mismatched calls fail that call on every rank and the
+// next ones run, duplicate names of calls in flight are refused, integer and
+// float16 scale factors round as Horovod's CPU code does, and the grouped
+// reducescatter and allgather (see tests/horovod_api_test.py).
+func TestHorovodAPI(t *testing.T) {
+	needTorch(t)
+	for _, np := range []int{0, 2, 3} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			// The ranks other than 0 wait on their FIFO until rank 0 has
+			// made its checks (see duplicate_names).
+			dir := t.TempDir()
+			for r := 1; r < np; r++ {
+				if err := syscall.Mkfifo(filepath.Join(dir, fmt.Sprintf("rank%d", r)), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := runPython(t, np, 5*time.Minute, pyEnv(t, "HOROVOD_API_TEST_DIR="+dir), "tests/horovod_api_test.py")
+			wantPasses(t, out, max(np, 1))
+		})
 	}
 }
 

@@ -13,6 +13,15 @@
 // collectives, with the same dtypes and sizes, in the same order — what a
 // framework's deterministic backward pass does.
 //
+// Before a call moves any data, every rank compares its description (the
+// collective, the tensors' dtypes and element counts, reduce op, root and
+// scale factors) with every other rank's in one small allreduce (agree.go;
+// the descriptions are gathered only when they differ).
+// Ranks that called different collectives all get a
+// *collective.MismatchError for that call, and the world stays usable for
+// the next one, as Horovod reports a mismatched request and goes on.
+// Config.SkipAgreement leaves the comparison out.
+//
 // Queued calls run on one goroutine, the executor. A caller that would wait
 // at once uses a Now form (AllreduceNow, BroadcastNow, BarrierNow): when
 // nothing is queued or running and the call is small (Config.InlineBytes),

@@ -40,6 +40,13 @@ type Config struct {
 	// buffers hold at most this many bytes and nothing is queued or running
 	// (see Engine.now). Zero means DefaultInlineBytes; negative: never.
 	InlineBytes int
+	// SkipAgreement leaves out the comparison of every call's description
+	// across the ranks before it runs (see agree.go), which costs one small
+	// allreduce per call, and leaves Join the barrier it was (see Join). Ranks that then call different collectives get a
+	// *collective.MismatchError only where the collective's frames show the
+	// difference, and the world must be rebuilt before the next collective
+	// (sync.ErrWorldChanged on the ranks that did not see it).
+	SkipAgreement bool
 }
 
 // DefaultInlineBytes is Config.InlineBytes' default: transport.InlinePayload.
@@ -120,6 +127,7 @@ type Engine struct {
 	adaptive atomic.Pointer[gsync.AdaptiveBatch]
 
 	inlineBytes int
+	agreement   bool // compare each call's description across the ranks first
 
 	mu      stdsync.Mutex
 	queue   []*call
@@ -149,6 +157,13 @@ type call struct {
 	what   string
 	gen    uint64
 	commit bool
+	// desc is what every rank must agree on before the call runs (not for
+	// commit).
+	desc description
+	// layout is an allreduce's tensors (layoutOf), for ranks that joined;
+	// joins marks Join, which takes part in the comparison its own way.
+	layout []int64
+	joins  bool
 	run    func(ctx context.Context, s *gsync.Session) error
 	done   chan struct{}
 	err    error
@@ -175,7 +190,8 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		log: log, mem: mem, sess: mem.Session(), ctx: ectx, cancel: cancel, inlineBytes: cfg.InlineBytes, interrupts: -1,
-		wake: make(chan struct{}, 1), stopped: make(chan struct{}), handles: make(map[Handle]*call),
+		agreement: !cfg.SkipAgreement,
+		wake:      make(chan struct{}, 1), stopped: make(chan struct{}), handles: make(map[Handle]*call),
 	}
 	e.total.Store(-1)
 	e.topo = topology(e.sess)
@@ -414,6 +430,11 @@ func (e *Engine) execute(ctx context.Context, c *call) (err error) {
 				err = fmt.Errorf("%w: panic in %s: %v\n%s", ErrInternal, c.what, p, debug.Stack())
 			}
 		}()
+		if e.agreement && !c.commit && !c.joins {
+			if err = agree(ctx, e.sess, c.desc, c.layout); err != nil {
+				return
+			}
+		}
 		err = c.run(ctx, e.sess)
 	}()
 	after := e.sess.World().Number

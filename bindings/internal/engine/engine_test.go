@@ -299,6 +299,117 @@ func TestMismatchedTensors(t *testing.T) {
 	})
 }
 
+// Ranks that call different collectives get a MismatchError naming what
+// differs, every one of them, before any data moved: the world stays as it
+// was and the next collective runs (as Horovod reports a mismatched request
+// and goes on).
+func TestMismatchedCallsFailEveryRankAndTheNextRuns(t *testing.T) {
+	d := startDriver(t, 2)
+	es := startEngines(t, d, 2)
+	sum := gsync.Reduction{Op: collective.Sum}
+	allreduce := func(e *Engine, n int, how gsync.Reduction) (Handle, error) {
+		return e.Allreduce(nil, []collective.Buffer{f32(make([]float32, n))}, how)
+	}
+	for _, tc := range []struct {
+		name, field string
+		call        func(e *Engine, rank int) (Handle, error)
+	}{
+		{"element count", "element count", func(e *Engine, rank int) (Handle, error) { return allreduce(e, 10+rank, sum) }},
+		{"dtype", "dtype", func(e *Engine, rank int) (Handle, error) {
+			if rank == 0 {
+				return allreduce(e, 4, sum)
+			}
+			return e.Allreduce(nil, []collective.Buffer{collective.SliceBuffer(make([]int32, 4))}, sum)
+		}},
+		{"reduce op", "reduce op", func(e *Engine, rank int) (Handle, error) {
+			return allreduce(e, 4, gsync.Reduction{Op: []collective.ReduceOp{collective.Sum, collective.Max}[rank]})
+		}},
+		{"prescale", "prescale factor", func(e *Engine, rank int) (Handle, error) {
+			return allreduce(e, 4, gsync.Reduction{Op: collective.Sum, Prescale: float64(rank + 1)})
+		}},
+		// Each rank its own root: the broadcast's frames would never show it.
+		{"root", "root rank", func(e *Engine, rank int) (Handle, error) {
+			return e.Broadcast([]collective.Buffer{f32(make([]float32, 4))}, rank)
+		}},
+		{"kind", "collective", func(e *Engine, rank int) (Handle, error) {
+			if rank == 0 {
+				return allreduce(e, 4, sum)
+			}
+			return e.Barrier()
+		}},
+		{"allgather counts", "element count", func(e *Engine, rank int) (Handle, error) {
+			counts := []int{2, 2 + rank}
+			return e.Allgather(f32(make([]float32, counts[rank])), f32(make([]float32, counts[0]+counts[1])), counts)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			each(t, es, func(e *Engine) error {
+				rank, world := e.Topology().Rank, e.Topology().World
+				err := waitOn(e)(tc.call(e, rank))
+				var mismatch *collective.MismatchError
+				if !errors.As(err, &mismatch) || mismatch.Field != tc.field || mismatch.Peer != 1-rank {
+					return fmt.Errorf("want a MismatchError naming rank %d's %s, got %v", 1-rank, tc.field, err)
+				}
+				// The next collective runs in the same world.
+				v := []float32{float32(rank + 1)}
+				if err := waitOn(e)(e.Allreduce(nil, []collective.Buffer{f32(v)}, sum)); err != nil {
+					return fmt.Errorf("the allreduce after the mismatch: %v", err)
+				}
+				if v[0] != 3 || e.Topology().World != world {
+					return fmt.Errorf("after the mismatch: sum %v (want 3), world %d (was %d)", v[0], e.Topology().World, world)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// A rank that joined takes part in the others' allreduces with zeros until
+// every rank has joined, as Horovod's join does; their other collectives
+// fail on the ranks that call them; every rank gets the same last rank.
+func TestJoinServesAllreduces(t *testing.T) {
+	d := startDriver(t, 3)
+	es := startEngines(t, d, 3)
+	for first := range 3 {
+		t.Run(fmt.Sprintf("rank %d joins first", first), func(t *testing.T) {
+			lasts := make([]int32, 3)
+			each(t, es, func(e *Engine) error {
+				rank := e.Topology().Rank
+				w := waitOn(e)
+				if rank != first {
+					// Two dtypes in one call, and an average: the joined
+					// rank counts in the divisor with its zeros.
+					a := []float32{float32(rank), 10}
+					b := []int64{int64(rank) + 1}
+					if err := w(e.Allreduce(nil, []collective.Buffer{f32(a), collective.SliceBuffer(b)}, gsync.Reduction{Op: collective.Sum})); err != nil {
+						return err
+					}
+					if want := float32(3 - first); a[0] != want || a[1] != 20 || b[0] != int64(6-(first+1)) {
+						return fmt.Errorf("sum with rank %d joined: %v %v", first, a, b)
+					}
+					v := []float64{3}
+					if err := w(e.Allreduce(nil, []collective.Buffer{collective.SliceBuffer(v)}, gsync.Reduction{Op: collective.Average})); err != nil {
+						return err
+					}
+					if v[0] != 2 {
+						return fmt.Errorf("average with rank %d joined: %v, want 2", first, v[0])
+					}
+					var mismatch *collective.MismatchError
+					if err := w(e.Broadcast([]collective.Buffer{f32(make([]float32, 2))}, 0)); !errors.As(err, &mismatch) {
+						return fmt.Errorf("a broadcast while rank %d has joined: %v, want a MismatchError", first, err)
+					}
+				}
+				return w(e.Join(&lasts[rank]))
+			})
+			for r, l := range lasts {
+				if l != lasts[0] || int(l) == first {
+					t.Fatalf("rank %d: last %d (rank 0: %d); rank %d joined first", r, l, lasts[0], first)
+				}
+			}
+		})
+	}
+}
+
 // closeWhenInside closes victim (not finished: its peers see it leave) once
 // every survivor is inside a collective; wait on the group returned.
 func closeWhenInside(t *testing.T, victim *Engine, survivors []*Engine) *stdsync.WaitGroup {

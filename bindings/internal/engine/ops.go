@@ -62,7 +62,7 @@ func allreduceCall(send, recv []collective.Buffer, how gsync.Reduction) (*call, 
 			}
 		}
 	}
-	return &call{what: "allreduce", run: func(ctx context.Context, s *gsync.Session) error {
+	return &call{what: "allreduce", desc: describe(kindAllreduce, recv, nil, &how, 0), layout: layoutOf(recv), run: func(ctx context.Context, s *gsync.Session) error {
 		for i := range send {
 			if len(send[i].Host) > 0 && &send[i].Host[0] != &recv[i].Host[0] {
 				copy(recv[i].Host, send[i].Host)
@@ -106,7 +106,7 @@ func (e *Engine) broadcastCall(bufs []collective.Buffer, root int) (*call, int, 
 	if err := e.checkRoot(root); err != nil {
 		return nil, 0, err
 	}
-	return &call{what: "broadcast", run: func(ctx context.Context, s *gsync.Session) error {
+	return &call{what: "broadcast", desc: describe(kindBroadcast, bufs, nil, nil, root), run: func(ctx context.Context, s *gsync.Session) error {
 		return s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
 			for _, b := range bufs {
 				if err := c.Broadcast(ctx, b, root); err != nil {
@@ -145,7 +145,7 @@ func (e *Engine) Allgather(send, recv collective.Buffer, counts []int) (Handle, 
 		return 0, fmt.Errorf("%w: allgather of %d elements in all into %d", ErrInvalid, total, recv.Count)
 	}
 	counts = slices.Clone(counts)
-	return e.submit(&call{what: "allgather", run: func(ctx context.Context, s *gsync.Session) error {
+	return e.submit(&call{what: "allgather", desc: describe(kindAllgather, []collective.Buffer{recv}, counts, nil, 0), run: func(ctx context.Context, s *gsync.Session) error {
 		return s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
 			return c.AllgatherV(ctx, send, recv, counts)
 		})
@@ -173,7 +173,10 @@ func (e *Engine) Alltoall(send collective.Buffer, sendCounts []int, recv collect
 		return 0, fmt.Errorf("%w: alltoall: send counts add up to %d (tensor %d), receive counts to %d (tensor %d)", ErrInvalid, st, send.Count, rt, recv.Count)
 	}
 	sendCounts, recvCounts = slices.Clone(sendCounts), slices.Clone(recvCounts)
-	return e.submit(&call{what: "alltoall", run: func(ctx context.Context, s *gsync.Session) error {
+	// The ranks' counts differ: only the dtype must agree.
+	desc := describe(kindAlltoall, nil, nil, nil, 0)
+	desc[fieldDType] = int64(send.DType)
+	return e.submit(&call{what: "alltoall", desc: desc, run: func(ctx context.Context, s *gsync.Session) error {
 		return s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
 			return c.AlltoallV(ctx, send, sendCounts, recv, recvCounts)
 		})
@@ -203,7 +206,7 @@ func (e *Engine) ReduceScatter(send, recv collective.Buffer, counts []int, how g
 	}
 	counts = slices.Clone(counts)
 	opts := []collective.Option{collective.Prescale(how.Prescale), collective.Postscale(how.Postscale)}
-	return e.submit(&call{what: "reducescatter", run: func(ctx context.Context, s *gsync.Session) error {
+	return e.submit(&call{what: "reducescatter", desc: describe(kindReduceScatter, []collective.Buffer{send}, counts, &how, 0), run: func(ctx context.Context, s *gsync.Session) error {
 		return s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
 			return c.ReduceScatterV(ctx, send, recv, counts, how.Op, opts...)
 		})
@@ -220,7 +223,7 @@ func (e *Engine) BarrierNow(caller Caller) (Handle, error) {
 }
 
 func barrierCall() *call {
-	return &call{what: "barrier", run: func(ctx context.Context, s *gsync.Session) error {
+	return &call{what: "barrier", desc: describe(kindBarrier, nil, nil, nil, 0), run: func(ctx context.Context, s *gsync.Session) error {
 		return s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
 			return c.Barrier(ctx)
 		})
@@ -228,14 +231,25 @@ func barrierCall() *call {
 }
 
 // Join waits for every rank to join and writes the rank that joined last
-// (by the wall clock of its call) into *last. Unlike Horovod's join, ranks
-// that joined do not serve the others' collectives: every rank must have
-// submitted the same collectives before it joins.
+// (by the wall clock of its call) into *last. Until every rank has joined,
+// a rank that joined takes part in the others' allreduces with zeros, as
+// Horovod's join does, and their other collectives fail on the ranks that
+// call them. (With Config.SkipAgreement it serves nothing: every rank must
+// have submitted the same collectives before it joins.)
 func (e *Engine) Join(last *int32) (Handle, error) {
 	if last == nil {
 		return 0, fmt.Errorf("%w: join needs somewhere to write the last rank", ErrInvalid)
 	}
 	at := time.Now().UnixNano()
+	if e.agreement {
+		return e.submit(&call{what: "join", joins: true, run: func(ctx context.Context, s *gsync.Session) error {
+			r, err := joinServe(ctx, s, at)
+			if err == nil {
+				*last = int32(r)
+			}
+			return err
+		}})
+	}
 	return e.submit(&call{what: "join", run: func(ctx context.Context, s *gsync.Session) error {
 		return s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
 			mine := []int64{at}

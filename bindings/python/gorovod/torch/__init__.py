@@ -5,7 +5,7 @@ runs under ``gorovod run`` after changing ``import horovod.torch as hvd`` to
 What differs from Horovod is listed in the project README (the API table)
 and in each module's docstring; the main points: collectives pair up by
 their order on each worker (every worker must call the same ones in the same
-order), no process sets, no Adasum, join() is a barrier, CPU tensors only.
+order), no process sets, no Adasum, CPU tensors only.
 """
 
 from gorovod.exceptions import (HorovodInternalError, HostsUpdatedInterrupt, MismatchError, ForkedProcessError,
@@ -15,10 +15,10 @@ from gorovod.torch.compression import Compression
 from gorovod.torch.functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from gorovod.torch.mpi_ops import allreduce, allreduce_async, allreduce_, allreduce_async_
 from gorovod.torch.mpi_ops import grouped_allreduce, grouped_allreduce_async, grouped_allreduce_, grouped_allreduce_async_
-from gorovod.torch.mpi_ops import allgather, allgather_async, grouped_allgather
+from gorovod.torch.mpi_ops import allgather, allgather_async, grouped_allgather, grouped_allgather_async
 from gorovod.torch.mpi_ops import broadcast, broadcast_async, broadcast_, broadcast_async_, grouped_broadcast_
-from gorovod.torch.mpi_ops import alltoall, alltoall_async
-from gorovod.torch.mpi_ops import reducescatter, reducescatter_async
+from gorovod.torch.mpi_ops import alltoall, alltoall_async, sparse_allreduce_async
+from gorovod.torch.mpi_ops import reducescatter, reducescatter_async, grouped_reducescatter, grouped_reducescatter_async
 from gorovod.torch.mpi_ops import join, barrier, poll, synchronize
 from gorovod.torch.mpi_ops import init, shutdown, is_initialized, start_timeline, stop_timeline
 from gorovod.torch.mpi_ops import size, local_size, cross_size, rank, local_rank, cross_rank, is_homogeneous

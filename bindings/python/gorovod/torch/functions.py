@@ -81,8 +81,18 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     state of that shape, the tensors travel in one call, and the others load
     it. So, unlike Horovod, it needs no optimizer step on zero gradients to
     create the state of a fresh optimizer, and a worker whose optimizer has
-    no state yet (one that just joined) gets root's as it is."""
+    no state yet (one that just joined) gets root's as it is. As after
+    Horovod's step, the parameters of an optimizer without state that take
+    gradients and had none have zero gradients afterwards."""
     state_dict = optimizer.state_dict()
+    if not state_dict["state"]:
+        # Horovod creates a fresh optimizer's state by a step on zero
+        # gradients, which leaves each parameter that takes a gradient with a
+        # zero one: scripts read it afterwards.
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
     me = rank()
     if me == root_rank:
         layout = {"param_groups": state_dict["param_groups"], "state": {}}

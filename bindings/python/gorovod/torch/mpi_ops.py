@@ -4,16 +4,16 @@ Differences from Horovod, all of them because gorovod pairs collectives by
 their position in each rank's sequence rather than by name:
 
 - every rank must call the same collectives in the same order (``name`` is
-  accepted and ignored);
+  only checked for duplicates among the calls in flight, as Horovod does);
 - ranks that call different collectives (another kind, dtype, element count,
-  op or root) get MismatchError or, on the ranks that did not see the
-  difference themselves, HorovodInternalError naming it; shapes that differ
-  but hold the same number of elements are not detected by allreduce and
-  broadcast (allgather, alltoall and reducescatter exchange shapes first and
-  check them);
-- ``join()`` is a barrier that returns the last rank to arrive: ranks that
-  joined do not serve the others' allreduces, so every rank must run the
-  same collectives before it joins.
+  op, root or scale factor) get MismatchError, a RuntimeError, on every
+  rank: the library compares each call's description across the ranks
+  before it moves any data, so only that call fails and the next ones run;
+  shapes that differ but hold the same number of elements are not detected
+  by allreduce and broadcast (allgather, alltoall and reducescatter exchange
+  shapes first and check them);
+- ``join()`` serves the others' allreduces with zeros, as Horovod's does;
+  their other collectives fail while a rank has joined.
 
 Tensors are CPU tensors of float32, float64, float16, bfloat16, int32, int64
 or uint8 (broadcast, allgather and alltoall move any dtype, as bytes), and
@@ -21,13 +21,15 @@ contiguous. CUDA tensors are refused: gorovod's CUDA path (collective/cuda)
 is not wired into the C ABI, and it has never run on a GPU.
 """
 
+import functools
+import inspect
 import warnings
 import zlib
 
 import torch
 
 from gorovod import _core
-from gorovod.exceptions import HorovodInternalError, NotInitializedError  # noqa: F401 (re-exported)
+from gorovod.exceptions import HorovodInternalError, MismatchError, NotInitializedError  # noqa: F401 (re-exported)
 from gorovod.torch.compression import Compression
 
 # Reduce ops, with Horovod's values.
@@ -243,14 +245,76 @@ def _handle(h, output):
     return h
 
 
+class _GroupHandle(object):
+    """The handle of a grouped call the binding makes as one call per
+    tensor: synchronize returns the list of their outputs."""
+
+    def __init__(self, handles):
+        self.handles = handles
+
+
+# The names of the asynchronous calls in flight -> their handle, and back:
+# Horovod refuses a second call with the name of one that has not completed.
+_names = {}
+_handle_names = {}
+
+
+def _named(fn):
+    """Makes the asynchronous call fn refuse a name that a call still in
+    flight was given (ValueError, as Horovod's duplicate name error), and
+    remember the name of the call it starts until that completes."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        name = signature.bind(*args, **kwargs).arguments.get("name")
+        if name is None:
+            return fn(*args, **kwargs)
+        earlier = _names.get(name)
+        if earlier is not None and not _completed(earlier):
+            raise ValueError("gorovod: a collective named %r is still in flight: names of calls in flight must be "
+                             "unique (synchronize the first one before reusing its name)" % (name,))
+        handle = fn(*args, **kwargs)
+        _names[name] = handle
+        _handle_names[handle] = name
+        return handle
+    return call
+
+
+def _completed(handle):
+    try:
+        return poll(handle)
+    except ValueError:  # collected already (drained after a world change)
+        return True
+
+
+def _forget_name(handle):
+    name = _handle_names.pop(handle, None)
+    if name is not None and _names.get(name) == handle:
+        del _names[name]
+
+
 def poll(handle):
     """True once the asynchronous call has completed."""
+    if isinstance(handle, _GroupHandle):
+        return all(poll(h) for h in handle.handles)
     return _core.poll(handle)
 
 
 def synchronize(handle):
     """Waits for an asynchronous call and returns its output. Raises
     HorovodInternalError when the world changed under it."""
+    _forget_name(handle)
+    if isinstance(handle, _GroupHandle):
+        outputs, failure = [], None
+        for h in handle.handles:  # every one collected, even after a failure
+            try:
+                outputs.append(synchronize(h))
+            except Exception as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
+        return outputs
     if handle not in _outputs:
         return None
     try:
@@ -260,12 +324,70 @@ def synchronize(handle):
     return output() if callable(output) else output
 
 
+# ---- Scale factors as Horovod applies them ----
+
+_INTEGER = (torch.int32, torch.int64, torch.uint8)
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _scales_here(tensors, prescale_factor, postscale_factor):
+    """Whether the binding applies the scale factors itself, as Horovod's CPU
+    code computes them, rather than the library: integers are scaled in
+    float64 and truncated toward zero (the library rounds to nearest), and
+    a half-precision result is rounded to its dtype before the postscale
+    factor is applied in float32 (the library's ring rounds once, after
+    it). What is not a tensor is left for the library call to refuse."""
+    dtypes = [getattr(t, "dtype", None) for t in tensors]
+    if prescale_factor != 1.0 and any(d in _INTEGER for d in dtypes):
+        return True
+    return postscale_factor != 1.0 and any(d in _INTEGER or d in _HALF for d in dtypes)
+
+
+def _scaled(tensor, factor):
+    """tensor * factor as Horovod's CPU ScaleBuffer computes it: integers in
+    float64, converted back truncating toward zero; float16 and bfloat16 in
+    float32; the others in their own dtype with the factor rounded to it."""
+    if tensor.dtype in _INTEGER:
+        return (tensor.to(torch.float64) * factor).to(tensor.dtype)
+    if tensor.dtype in _HALF:
+        return (tensor.to(torch.float32) * torch.tensor(factor, dtype=torch.float32)).to(tensor.dtype)
+    return tensor * torch.tensor(factor, dtype=tensor.dtype)
+
+
+def _scale_plan(op, prescale_factor, postscale_factor):
+    """(op, the postscale factor) the binding applies when it scales:
+    Average becomes Sum and a postscale of 1/size, as in Horovod."""
+    if op == _core.AVERAGE:
+        return _core.SUM, postscale_factor / size()
+    return op, postscale_factor
+
+
+def _finish_scaled(outputs, factor):
+    """Applies the postscale factor to outputs in place, once the call has
+    completed; returns what synchronize returns."""
+    def finish():
+        if factor != 1.0:
+            for out in outputs:
+                out.copy_(_scaled(out, factor))
+        return outputs
+    return finish
+
+
 # ---- Allreduce ----
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set, now=False):
     """Starts an allreduce of tensor into output and returns its handle; with
     now, runs it (a small one on this thread) and returns output."""
     _check_process_set(process_set)
+    if _scales_here([tensor], prescale_factor, postscale_factor):
+        src = _scaled(tensor, prescale_factor) if prescale_factor != 1.0 else tensor
+        op, post = _scale_plan(op, prescale_factor, postscale_factor)
+        result = _allreduce_async(src, output, name, op, 1.0, 1.0, process_set, now)
+        finish = _finish_scaled([output], post)
+        if now:
+            return finish()[0]
+        _outputs[result] = lambda: finish()[0]
+        return result
     src, n, dt = _check_tensor(tensor, "allreduce")
     dst = src if output is tensor else _check_tensor(output, "allreduce")[0]
     args = (src, dst, n, dt, op, float(prescale_factor), float(postscale_factor), (tensor, output))
@@ -275,6 +397,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     return _handle(_core.allreduce_async(*args), output)
 
 
+@_named
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     """Starts reducing tensor across the workers into a new tensor; returns a
@@ -283,6 +406,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     return _allreduce_async(tensor, torch.empty_like(tensor), name, op, prescale_factor, postscale_factor, process_set)
 
 
+@_named
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """Starts reducing tensor across the workers in place."""
@@ -329,6 +453,16 @@ def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_fa
     _check_process_set(process_set)
     if not tensors:
         raise ValueError("grouped allreduce of no tensors")
+    if _scales_here(tensors, prescale_factor, postscale_factor):
+        if prescale_factor != 1.0:
+            tensors = [_scaled(t, prescale_factor) for t in tensors]
+        op, post = _scale_plan(op, prescale_factor, postscale_factor)
+        result = _grouped_allreduce_async(tensors, outputs, op, 1.0, 1.0, process_set, now)
+        finish = _finish_scaled(list(outputs), post)
+        if now:
+            return finish()
+        _outputs[result] = finish
+        return result
     recv, counts, dtypes = [], [], []
     for t in outputs:
         p, n, dt = _check_tensor(t, "grouped allreduce")
@@ -346,6 +480,7 @@ def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_fa
     return _handle(_core.grouped_allreduce_async(*args), list(outputs))
 
 
+@_named
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=global_process_set):
     """Starts reducing a list of tensors (any mix of dtypes) in one call,
@@ -355,6 +490,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                                     postscale_factor, process_set)
 
 
+@_named
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=global_process_set):
     op = _op(op, average)
@@ -408,11 +544,13 @@ def _broadcast_async(tensor, root_rank, process_set, now=False):
     return _core.broadcast_async([p], [n], [dt], int(root_rank), tensor)
 
 
+@_named
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts copying root_rank's tensor into every other worker's, in place."""
     return _handle(_broadcast_async(tensor, root_rank, process_set), tensor)
 
 
+@_named
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts a broadcast into a new tensor (the input is not modified)."""
     output = tensor.clone()
@@ -474,8 +612,10 @@ def _shapes(tensor, what):
     every = every.view(n, 3)
     for r in range(n):
         if int(every[r, 1]) != len(rest) or int(every[r, 2]) != key:
-            raise ValueError("gorovod %s: rank %d's tensor differs from this rank's (shape %s, dtype %s) in dtype or in a "
-                             "dimension other than the first" % (what, r, list(shape), tensor.dtype))
+            # Every rank sees the same table, so every rank raises: nothing
+            # else was sent, and the next collective runs.
+            raise MismatchError("gorovod %s: rank %d's tensor differs from this rank's (shape %s, dtype %s) in dtype "
+                                "or in a dimension other than the first" % (what, r, list(shape), tensor.dtype))
     return [int(d) for d in every[:, 0]], rest
 
 
@@ -488,6 +628,7 @@ def _numel(rest):
 
 # ---- Allgather ----
 
+@_named
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every worker's tensor along the first dimension
     (which may differ between workers). The ranks' first dimensions are
@@ -522,12 +663,50 @@ def allgather(tensor, name=None, process_set=global_process_set):
     return HorovodAllgather.apply(tensor, name, process_set)
 
 
+@_named
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Starts an allgather of each tensor of the list (one library call each,
+    in order); synchronize returns the list of their results."""
+    return _GroupHandle([allgather_async(t, None, process_set) for t in tensors])
+
+
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    return [allgather(t, name, process_set) for t in tensors]
+    """Returns each tensor of the list gathered from every worker, as
+    allgather does. Differentiable."""
+    return [allgather(t, None, process_set) for t in tensors]
+
+
+# ---- Sparse allreduce ----
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Starts reducing a sparse COO tensor as Horovod does: every worker's
+    indices and values are allgathered (so the result holds each worker's
+    entries, uncoalesced; Average divides the values by the number of
+    workers). Returns a function that waits and returns the sparse
+    result."""
+    if not tensor.is_sparse:
+        raise ValueError("gorovod sparse_allreduce_async: the tensor is not sparse (use allreduce_async)")
+    op = _op(op)
+    if op not in (_core.AVERAGE, _core.SUM):
+        raise ValueError("gorovod sparse_allreduce_async: only Average and Sum reduce sparse tensors")
+    # Allgather concatenates along the first dimension: the indices travel
+    # transposed, one row per entry.
+    indices = allgather_async(tensor._indices().transpose(0, 1).contiguous(),
+                              name=None if name is None else "%s.indices" % name, process_set=process_set)
+    values = allgather_async(tensor._values().contiguous(), name=None if name is None else "%s.values" % name,
+                             process_set=process_set)
+
+    def result():
+        i, v = synchronize(indices), synchronize(values)
+        if op == _core.AVERAGE:
+            v = v / size()
+        return torch.sparse_coo_tensor(i.transpose(0, 1), v, tensor.size())
+    return result
 
 
 # ---- Alltoall ----
 
+@_named
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts sending splits[r] slices (first dimension) of tensor to each
     worker r and gathering what each sends here; synchronize returns the
@@ -587,6 +766,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 # ---- Reducescatter ----
 
+@_named
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
     """Starts reducing tensor across the workers and scattering the result:
@@ -594,13 +774,29 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     first first % size workers one more)."""
     _check_process_set(process_set)
     op = _op(op)
+    _check_tensor(tensor, "reducescatter")
+    if tensor.dim() == 0:
+        raise ValueError("gorovod reducescatter: a scalar (0-dimensional) tensor cannot be scattered: give it a first "
+                         "dimension")
+    if _scales_here([tensor], prescale_factor, postscale_factor):
+        src = _scaled(tensor, prescale_factor) if prescale_factor != 1.0 else tensor
+        lib_op, post = _scale_plan(op, prescale_factor, postscale_factor)
+        h = _reducescatter_async(src, lib_op, 1.0, 1.0)
+        output = _outputs[h]
+        _outputs[h] = lambda: _finish_scaled([output], post)()[0]
+        return h
+    return _reducescatter_async(tensor, op, prescale_factor, postscale_factor)
+
+
+def _reducescatter_async(tensor, op, prescale_factor, postscale_factor):
+    """reducescatter_async with the library's op code and factors."""
     p, _, dt = _check_tensor(tensor, "reducescatter")
     n, me = size(), rank()
     firsts, rest = _shapes(tensor, "reducescatter")
     first = firsts[me]
     if any(f != first for f in firsts):
-        raise ValueError("gorovod reducescatter: the workers' tensors have first dimensions %s: they must be equal" %
-                         firsts)
+        raise MismatchError("gorovod reducescatter: the workers' tensors have first dimensions %s: they must be "
+                            "equal" % firsts)
     share = [first // n + (1 if r < first % n else 0) for r in range(n)]
     per = _numel(rest)
     output = tensor.new_empty((share[me],) + tuple(rest))
@@ -635,6 +831,51 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
     return compression.decompress(reduced, ctx)
 
 
+@_named
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                                postscale_factor=1.0):
+    """Starts a reducescatter of each tensor of the list (one library call
+    each, in order); synchronize returns the list of this worker's shares."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("grouped reducescatter of no tensors")
+    for t in tensors:
+        _check_tensor(t, "grouped reducescatter")
+        if t.dim() == 0:
+            raise ValueError("gorovod grouped reducescatter: a scalar (0-dimensional) tensor cannot be scattered: "
+                             "give it a first dimension")
+    return _GroupHandle([reducescatter_async(t, None, op, process_set, prescale_factor, postscale_factor)
+                         for t in tensors])
+
+
+class HorovodGroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.op, ctx.process_set = op, process_set
+        ctx.scale = prescale_factor * postscale_factor
+        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set, prescale_factor,
+                                                             postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        grads = [g.contiguous() for g in grad_output]
+        if ctx.op == Sum:
+            grads = [g * size() for g in grads]
+        if ctx.scale != 1.0:
+            grads = [g * ctx.scale for g in grads]
+        return (None, None, None, None, None) + tuple(grouped_allgather(grads, process_set=ctx.process_set))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Returns this worker's share of each tensor of the list reduced across
+    the workers. Differentiable."""
+    pairs = [compression.compress(t) for t in tensors]
+    reduced = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
+                                                *[c for c, _ in pairs])
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, pairs)]
+
+
 # ---- Barrier and join ----
 
 def barrier(process_set=global_process_set):
@@ -644,8 +885,11 @@ def barrier(process_set=global_process_set):
 
 
 def join(device=-1):
-    """Waits for every worker and returns the rank that arrived last. Unlike
-    Horovod's, workers that joined do not serve the others' allreduces: every
-    worker must run the same collectives before it joins."""
+    """Waits for every worker to join and returns the rank that joined last
+    (the same on every worker). Until then, as in Horovod, a worker that
+    joined takes part in the others' allreduces with zeros (an Average
+    still divides by every worker), and their other collectives raise
+    MismatchError: a worker that ran out of data can join while the others
+    finish their steps."""
     return _core.join()
 

@@ -106,6 +106,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # In submission order: group (a tuple of parameters) -> (handle,
         # contexts).
         self._handles = {}
+        self._densified = set()  # parameters whose sparse gradient is reduced dense this step
         self._grad_accs = []
         self._requires_update = [p for p in ordered if p.requires_grad]
         self._synchronized = False
@@ -170,18 +171,32 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if p.grad is None:
             # Another worker may have produced this gradient: reduce zeros.
             p.grad = p.data.new(p.size()).zero_()
-        if p.grad.is_sparse:
-            if not self.sparse_as_dense:
-                raise ValueError("gorovod does not reduce sparse gradients: use sparse_as_dense=True")
+        if p.grad.is_sparse and self.sparse_as_dense:
+            # Reduced dense; the result is made sparse again (_set_grad), as
+            # an optimizer such as SparseAdam wants.
+            self._densified.add(p)
             p.grad = p.grad.to_dense()
         return p.grad
 
     def _grouped_allreduce_grad_async(self, group):
-        pairs = [self._compression.compress(self._grad(p)) for p in group]
-        pre, post = self._scales()
-        handle = mpi_ops.grouped_allreduce_async_([c for c, _ in pairs], op=self.op, prescale_factor=pre,
-                                                  postscale_factor=post)
-        return handle, [ctx for _, ctx in pairs]
+        """Starts the reduction of a group's gradients: the dense ones in one
+        grouped allreduce, each sparse one (sparse_as_dense off) through
+        sparse_allreduce_async, as Horovod reduces them. Returns a list of
+        (handle, parameters, compression contexts), the contexts None for a
+        sparse one, whose handle is the function that returns it."""
+        grads = [self._grad(p) for p in group]
+        dense = [(p, g) for p, g in zip(group, grads) if not g.is_sparse]
+        pending = []
+        if dense:
+            pairs = [self._compression.compress(g) for _, g in dense]
+            pre, post = self._scales()
+            handle = mpi_ops.grouped_allreduce_async_([c for c, _ in pairs], op=self.op, prescale_factor=pre,
+                                                      postscale_factor=post)
+            pending.append((handle, [p for p, _ in dense], [ctx for _, ctx in pairs]))
+        for p, g in zip(group, grads):
+            if g.is_sparse:
+                pending.append((mpi_ops.sparse_allreduce_async(g, None, self.op), [p], None))
+        return pending
 
     def _make_hook(self, p):
         def hook(*ignore):
@@ -217,10 +232,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         try:
             self._start_ready(everything=True)
             handles, self._handles = self._handles, {}
-            for group, (handle, ctxs) in handles.items():
-                outputs = mpi_ops.synchronize(handle)
-                for q, out, c in zip(group, outputs, ctxs):
-                    self._set_grad(q, out, c)
+            for pending in handles.values():
+                for handle, params, ctxs in pending:
+                    if ctxs is None:
+                        params[0].grad = handle()
+                        continue
+                    outputs = mpi_ops.synchronize(handle)
+                    for q, out, c in zip(params, outputs, ctxs):
+                        self._set_grad(q, out, c)
         finally:
             # A failed step's allreduces in flight are dropped (the library
             # keeps their memory until they end), as _forget does.
@@ -230,6 +249,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _reset_step(self):
         self._next = 0
+        self._densified.clear()
         for i in range(len(self._ready)):
             self._ready[i] = False
         for p in self._allreduce_delay:
@@ -239,7 +259,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _set_grad(self, p, output, ctx):
         reduced = self._compression.decompress(output, ctx)
-        if reduced is not p.grad:
+        if p in self._densified:
+            self._densified.discard(p)
+            p.grad = reduced.to_sparse()
+        elif reduced is not p.grad:
             p.grad.copy_(reduced)
 
     @contextmanager
