@@ -906,15 +906,16 @@ func (p *Proposer) noteFailure(from string, number uint64) {
 // corroborated reports whether the blame of name in world bl.number is
 // evidence that name was stuck: name itself did not report that failure
 // (a member that did was waiting on another, a victim of the failure, not
-// its cause), and a member other than its accusers reported it too (a
-// lying member cannot make a world fail for the others), unless the world
-// had two members and the accuser was the only witness there was.
+// its cause), and two members blamed it or a member other than its accuser
+// reported the failure too (a lying member cannot make a world fail for
+// the others), unless the world had two members and the accuser was the
+// only witness there was.
 func (p *Proposer) corroborated(name string, bl blame) bool {
 	f := p.failed[bl.number]
 	if slices.Contains(f.reporters, name) {
 		return false
 	}
-	return f.size <= 2 || slices.ContainsFunc(f.reporters, func(r string) bool { return !slices.Contains(bl.by, r) })
+	return f.size <= 2 || len(bl.by) >= 2 || slices.ContainsFunc(f.reporters, func(r string) bool { return !slices.Contains(bl.by, r) })
 }
 
 // addAccuser adds by to the accusers kept (at most two distinct names).

@@ -41,6 +41,18 @@ func corroboratedRound(at uint64, n, nonce uint64) []step {
 	}
 }
 
+// twoAccusersRound: a and c both blame b for world n, b answers its probe;
+// world n+1 is the same three.
+func twoAccusersRound(at uint64, n, nonce uint64) []step {
+	t := ms * time.Duration(at)
+	return []step{
+		{t, from("a", failure(n, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: n, Cause: "boom"}, ping("b", nonce), ping("c", nonce+1))},
+		{t + 1*ms, from("c", failure(n, "b")), outs(epoch.Suspected{Name: "b", By: "c", Number: n, Cause: "boom"})},
+		{t + 10*ms, from("b", pong(nonce, world(n, "a", "b", "c"))), outs(epoch.Cleared{Name: "b"})},
+		{t + 10*ms, nil, propose(world(n+1, "a", "b", "c"), "a", "b", "c")},
+	}
+}
+
 // victimRound: like corroboratedRound, but b reports the failure too.
 func victimRound(at uint64, n, nonce uint64) []step {
 	t := ms * time.Duration(at)
@@ -106,6 +118,11 @@ func TestProposerRefuses(t *testing.T) {
 			})},
 		{name: "a worker blamed in three worlds in a row whose failure another member reported too, and it did not, is stuck", script: script(threeWorkers,
 			corroboratedRound(20, 1, 1), corroboratedRound(40, 2, 3),
+			[]step{
+				{60 * ms, from("a", failure(3, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 3, Cause: "boom"}, epoch.Removed{Name: "b", Why: epoch.ReasonStuck}, ping("c", 5))},
+			})},
+		{name: "a worker blamed by two members in three worlds in a row is stuck", script: script(threeWorkers,
+			twoAccusersRound(20, 1, 1), twoAccusersRound(40, 2, 3),
 			[]step{
 				{60 * ms, from("a", failure(3, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 3, Cause: "boom"}, epoch.Removed{Name: "b", Why: epoch.ReasonStuck}, ping("c", 5))},
 			})},
