@@ -430,7 +430,12 @@ func (e *Engine) execute(ctx context.Context, c *call) (err error) {
 				err = fmt.Errorf("%w: panic in %s: %v\n%s", ErrInternal, c.what, p, debug.Stack())
 			}
 		}()
-		if e.agreement && !c.commit && !c.joins {
+		// Calls that are not collectives (the adaptive batch size's
+		// bookkeeping: its start, the global batch, a micro-batch's norm)
+		// have no description and nothing to agree on. (With an agreement
+		// on them too, TestAdaptiveDataLoader with gradient accumulation
+		// never grew the batch.)
+		if e.agreement && !c.commit && !c.joins && c.desc[fieldKind] != 0 {
 			if err = agree(ctx, e.sess, c.desc, c.layout); err != nil {
 				return
 			}
