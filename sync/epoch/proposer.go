@@ -140,9 +140,6 @@ type Proposer struct {
 
 	finished bool            // a member of the current world finished training
 	done     map[string]bool // workers that reported the end of training
-	// reported: the world each worker last reported a failure of (its first
-	// report about a world counts, a repeat is refused).
-	reported map[string]uint64
 	// since: for each member of the current world, the number of the first
 	// world of its unbroken run of memberships up to the current one. Its
 	// report of the end of training counts only about a world from then on.
@@ -153,8 +150,11 @@ type Proposer struct {
 	// again under that name.
 	blames   map[string]blameCount
 	blamedIn map[string]blame // the world a blamed worker's outstanding probe is about
-	failed   map[uint64]failedWorld
-	stuck    map[string]bool
+	// failed: who reported each recent world's failure (a member's first
+	// report about a world counts, a repeat is refused; the rescue and the
+	// stuck rule read it too).
+	failed map[uint64]failedWorld
+	stuck  map[string]bool
 
 	sync *takeover // non-nil while taking over (see Resume)
 
@@ -205,7 +205,7 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 	return &Proposer{
 		cfg:     cfg.withDefaults(),
 		workers: map[string]Peer{}, probes: map[uint64]probe{},
-		done: map[string]bool{}, reported: map[string]uint64{}, evicted: map[string]bool{}, suspects: map[string]time.Time{},
+		done: map[string]bool{}, evicted: map[string]bool{}, suspects: map[string]time.Time{},
 		blames: map[string]blameCount{}, blamedIn: map[string]blame{}, failed: map[uint64]failedWorld{}, stuck: map[string]bool{}, since: map[string]uint64{},
 		acked: map[string]uint64{}, aliveIn: map[string]uint64{},
 	}
@@ -589,11 +589,7 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 			}
 			return
 		}
-		if !pr.census {
-			p.emit(Cleared{Name: pr.name})
-		}
-		p.aliveIn[pr.name] = p.current.Number
-		p.answeredBlame(now, pr.name)
+		p.answered(now, pr)
 		p.learn(now, msg.World)
 	case MsgEpoch:
 		// Another proposer's epoch (two proposers while views disagree).
@@ -614,13 +610,9 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 // the current world again.
 func (p *Proposer) heardFrom(now time.Time, name string) {
 	if nonce, ok := p.probing(name); ok && !p.probes[nonce].sync {
-		census := p.probes[nonce].census
+		pr := p.probes[nonce]
 		delete(p.probes, nonce) // any message answers the probe
-		if !census {
-			p.emit(Cleared{Name: name})
-		}
-		p.aliveIn[name] = p.current.Number
-		p.answeredBlame(now, name)
+		p.answered(now, pr)
 		return
 	}
 	if _, ok := p.suspects[name]; !ok || p.current.Rank(name) < 0 {
@@ -697,13 +689,12 @@ func (p *Proposer) report(now time.Time, from string, msg Message) {
 			p.emit(Refused{From: from, Msg: msg, Err: ErrNotMember})
 			return
 		}
-		if p.reported[from] == msg.Number {
+		if slices.Contains(p.failed[msg.Number].reporters, from) {
 			// One report per member and world: a flood of them neither
 			// blames more members nor keeps postponing the proposal.
 			p.emit(Refused{From: from, Msg: msg, Err: ErrRepeated})
 			return
 		}
-		p.reported[from] = msg.Number
 		p.noteFailure(from, msg.Number)
 		p.renew = true
 		p.soon(now)
@@ -845,8 +836,8 @@ func (p *Proposer) rescue(now time.Time) {
 		return
 	}
 	stuck := false
-	for name, n := range p.reported {
-		stuck = stuck || (n == p.current.Number && p.current.Rank(name) >= 0 && !p.done[name])
+	for _, name := range p.failed[p.current.Number].reporters {
+		stuck = stuck || (p.current.Rank(name) >= 0 && !p.done[name])
 	}
 	var finished []string
 	for _, m := range p.current.Members {
@@ -862,6 +853,17 @@ func (p *Proposer) rescue(now time.Time) {
 	for _, name := range finished {
 		p.remove(now, name, ReasonFinished)
 	}
+}
+
+// answered handles the answer to a liveness probe (not a takeover's): a
+// blamed worker is cleared of suspicion and its blame counted; a census's
+// answer is not news.
+func (p *Proposer) answered(now time.Time, pr probe) {
+	if !pr.census {
+		p.emit(Cleared{Name: pr.name})
+	}
+	p.aliveIn[pr.name] = p.current.Number
+	p.answeredBlame(now, pr.name)
 }
 
 // answeredBlame counts a blamed worker's answer to its probe: the world

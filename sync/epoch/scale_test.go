@@ -3,7 +3,6 @@ package epoch_test
 import (
 	"flag"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -215,11 +214,13 @@ func (j *scaleJob) change(kind string) changeCost {
 		s.leave(leaver)
 		joiner := j.add()
 		// The second crash lands while the first new world is on its way.
-		s.onProposed = chain(s.onProposed, func(_ *simNode, w epoch.World) {
+		s.onProposed = func(n *simNode, w epoch.World) {
+			j.recordProposal(n, w)
 			if w.Number > before.Number && second.alive() {
 				s.crash(second)
 			}
-		})
+		}
+		defer func() { s.onProposed = j.recordProposal }()
 		want = func(w epoch.World) bool {
 			return w.Rank(victim.name) < 0 && w.Rank(second.name) < 0 && w.Rank(leaver.name) < 0 && w.Rank(joiner.name) >= 0
 		}
@@ -227,9 +228,6 @@ func (j *scaleJob) change(kind string) changeCost {
 		j.t.Fatalf("no change %q", kind)
 	}
 	w := j.settle(kind, want)
-	if kind == "churn" {
-		s.onProposed = j.recordProposal
-	}
 	last := j.proposedAt[w.Number]
 	for _, at := range j.enteredAt[w.Number] {
 		if at.After(last) {
@@ -251,14 +249,5 @@ func (j *scaleJob) change(kind string) changeCost {
 		healthyLost: lost,
 		toProposal:  j.proposedAt[w.Number].Sub(start),
 		toFirstStep: last.Sub(j.proposedAt[w.Number]),
-	}
-}
-
-func chain(fs ...func(*simNode, epoch.World)) func(*simNode, epoch.World) {
-	fs = slices.DeleteFunc(fs, func(f func(*simNode, epoch.World)) bool { return f == nil })
-	return func(n *simNode, w epoch.World) {
-		for _, f := range fs {
-			f(n, w)
-		}
 	}
 }
