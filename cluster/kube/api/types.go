@@ -1,0 +1,182 @@
+package api
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/gorovod/gorovod/heuristics/goodput"
+)
+
+// The resource's names.
+const (
+	Group    = "gorovod.io"
+	Version  = "v1alpha1"
+	Kind     = "GorovodJob"
+	ListKind = "GorovodJobList"
+	Resource = "gorovodjobs"
+	Singular = "gorovodjob"
+	// ShortName is what `kubectl get gj` takes.
+	ShortName = "gj"
+)
+
+// GroupVersionResource is the resource for the dynamic client.
+func GroupVersionResource() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: Group, Version: Version, Resource: Resource}
+}
+
+// GroupVersionKind is the kind of a GorovodJob.
+func GroupVersionKind() schema.GroupVersionKind {
+	return schema.GroupVersionKind{Group: Group, Version: Version, Kind: Kind}
+}
+
+// Phase is where a job is in its life.
+type Phase string
+
+// The phases, in order. A job is Pending until the scheduler first gives it
+// workers (at least MinWorkers), Running while its driver runs, and ends
+// Succeeded (its trainer finished) or Failed (see Status.Message).
+const (
+	PhasePending   Phase = "Pending"
+	PhaseRunning   Phase = "Running"
+	PhaseSucceeded Phase = "Succeeded"
+	PhaseFailed    Phase = "Failed"
+)
+
+// Ended reports whether the phase is final.
+func (p Phase) Ended() bool { return p == PhaseSucceeded || p == PhaseFailed }
+
+// GorovodJob is one elastic training job on the cluster.
+type GorovodJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   Spec   `json:"spec"`
+	Status Status `json:"status,omitempty"`
+}
+
+// GorovodJobList is a list of jobs.
+type GorovodJobList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []GorovodJob `json:"items"`
+}
+
+// Spec is what the job's user asks for.
+type Spec struct {
+	// Image is the container image of the job's workers (and, unless
+	// DriverImage is set, of its driver: it must hold the gorovod command).
+	Image string `json:"image"`
+	// DriverImage is the image of the job's driver pod, when the workers'
+	// image lacks the gorovod command.
+	DriverImage string `json:"driverImage,omitempty"`
+	// Command is the trainer each worker runs.
+	Command []string `json:"command"`
+	// Env is added to every worker's environment.
+	Env []corev1.EnvVar `json:"env,omitempty"`
+	// MinWorkers is the fewest workers the job trains with (≥ 1): the
+	// scheduler gives it at least that many or none.
+	MinWorkers int32 `json:"minWorkers"`
+	// MaxWorkers bounds the job's size (0: only by the cluster).
+	MaxWorkers int32 `json:"maxWorkers,omitempty"`
+	// Batch bounds the global batch size the job may be run at.
+	Batch BatchBounds `json:"batch,omitempty"`
+	// Priority orders jobs that cannot all be admitted: higher first, then
+	// the earlier submitted.
+	Priority int32 `json:"priority,omitempty"`
+	// Resources are each worker's container resources. Where nodes have
+	// GPUs a worker asks for nvidia.com/gpu: 1; elsewhere for one
+	// gorovod.io/slot (see docs/clusters.md).
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// BatchBounds bound a job's global batch size. Zero values mean no bound;
+// Initial 0 means the trainer's own.
+type BatchBounds struct {
+	Initial int32 `json:"initial,omitempty"`
+	Min     int32 `json:"min,omitempty"`
+	Max     int32 `json:"max,omitempty"`
+}
+
+// Status is what the scheduler and the job's driver say of the job.
+type Status struct {
+	// Written by the scheduler.
+	Phase   Phase  `json:"phase,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Allocation is the node of each worker the scheduler gave the job,
+	// one entry per worker (a node named twice holds two of its workers).
+	Allocation []string `json:"allocation,omitempty"`
+	// Reallocations counts the changes to Allocation after the first.
+	Reallocations int32 `json:"reallocations,omitempty"`
+	// Driver is the name of the job's driver pod.
+	Driver         string       `json:"driver,omitempty"`
+	SubmitTime     *metav1.Time `json:"submitTime,omitempty"`
+	StartTime      *metav1.Time `json:"startTime,omitempty"`
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// ObservedGeneration is the spec generation the scheduler last acted on.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Written by the job's driver.
+	WorldSize int32 `json:"worldSize,omitempty"`
+	// Step is the last training step the driver saw.
+	Step int64 `json:"step,omitempty"`
+	// Goodput is the job's goodput model as the driver last fitted it;
+	// nil until it has measured the job.
+	Goodput *GoodputStatus `json:"goodput,omitempty"`
+}
+
+// GoodputStatus is a job's fitted goodput model (package heuristics/goodput),
+// as the scheduler reads it for Pollux.
+type GoodputStatus struct {
+	Model goodput.Model `json:"model"`
+	// MaxProfiledWorkers is the largest world size the job was measured at.
+	MaxProfiledWorkers int32 `json:"maxProfiledWorkers"`
+	// WorkersPerNode is the packing the model was fitted for.
+	WorkersPerNode int32 `json:"workersPerNode,omitempty"`
+	// FittedAt is when the model was fitted.
+	FittedAt metav1.Time `json:"fittedAt"`
+}
+
+// Validate checks a spec as submitted.
+func (s Spec) Validate() error {
+	switch {
+	case s.Image == "":
+		return fmt.Errorf("gorovodjob: spec.image is empty")
+	case len(s.Command) == 0:
+		return fmt.Errorf("gorovodjob: spec.command is empty")
+	case s.MinWorkers < 1:
+		return fmt.Errorf("gorovodjob: spec.minWorkers must be ≥ 1, got %d", s.MinWorkers)
+	case s.MaxWorkers != 0 && s.MaxWorkers < s.MinWorkers:
+		return fmt.Errorf("gorovodjob: spec.maxWorkers %d is below spec.minWorkers %d", s.MaxWorkers, s.MinWorkers)
+	case s.Batch.Min < 0 || s.Batch.Max < 0 || s.Batch.Initial < 0:
+		return fmt.Errorf("gorovodjob: spec.batch bounds must be ≥ 0")
+	case s.Batch.Max != 0 && s.Batch.Min > s.Batch.Max:
+		return fmt.Errorf("gorovodjob: spec.batch.min %d is above spec.batch.max %d", s.Batch.Min, s.Batch.Max)
+	}
+	return nil
+}
+
+// FromUnstructured converts an object of the dynamic client.
+func FromUnstructured(u *unstructured.Unstructured) (*GorovodJob, error) {
+	var j GorovodJob
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &j); err != nil {
+		return nil, fmt.Errorf("gorovodjob %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	return &j, nil
+}
+
+// ToUnstructured converts a job for the dynamic client, with its kind set.
+func ToUnstructured(j *GorovodJob) (*unstructured.Unstructured, error) {
+	c := *j
+	c.TypeMeta = metav1.TypeMeta{APIVersion: Group + "/" + Version, Kind: Kind}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&c)
+	if err != nil {
+		return nil, fmt.Errorf("gorovodjob %s/%s: %w", j.Namespace, j.Name, err)
+	}
+	return &unstructured.Unstructured{Object: obj}, nil
+}
