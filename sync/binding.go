@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gorovod/gorovod/collective"
 )
@@ -58,8 +59,12 @@ func (m *Membership) Close() error { return m.m.close() }
 // re-synchronized from the new rank 0 before ErrWorldChanged is returned.
 //
 // fn must run all its collectives on the communicator it is given and keep
-// nothing of it: the next world has another.
+// nothing of it: the next world has another. Its time counts as the step's
+// time blocked on the other workers, as Allreduce's does: a binding that
+// checks each call with a small collective first waits there for the
+// slowest worker, and that wait is not the step's compute.
 func (s *Session) Collective(ctx context.Context, fn func(ctx context.Context, c *collective.Communicator) error) error {
+	defer s.clock.Wait(time.Now())
 	comm := s.comm
 	if err := fn(ctx, comm); err != nil {
 		return s.failed(ctx, comm, err)

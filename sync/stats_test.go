@@ -147,3 +147,78 @@ func TestSessionStepStatistics(t *testing.T) {
 		t.Errorf("median compute: slow %v, fast %v; want the slow worker's sleep in its compute only", medianCompute["slow"], medianCompute["fast"])
 	}
 }
+
+// Time in Session.Collective is time blocked on the others, as in Allreduce:
+// a binding that checks each call with a small collective before its
+// allreduce (bindings/internal/engine's agreement) waits there for the
+// slowest worker, and that wait must not count as the faster worker's
+// compute (the adaptive batch size and the autoscaling policies read it).
+func TestCollectiveTimeIsWaiting(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
+	go coord.Run(ctx)
+	const steps = 20
+	const slowCompute = 8 * time.Millisecond
+	sinks := map[string]*statsSink{"fast": {}, "slow": {}}
+	workers := map[string]*toyWorker{}
+	for name := range sinks {
+		workers[name] = startToy(t, name, coord, 64)
+	}
+	errs := make(chan error, 2)
+	for name := range sinks {
+		go func() {
+			errs <- func() error {
+				w := workers[name]
+				sess, err := joinCoord(ctx, coord, name, w.tr, w.state, func(sc *Config) { sc.OnStats, sc.StatsEvery = sinks[name].add, 5 })
+				if err != nil {
+					return err
+				}
+				defer sess.Close()
+				grads := collective.SliceBuffer(make([]float32, 64))
+				for sess.Step() < steps {
+					if name == "slow" {
+						time.Sleep(slowCompute) // simulated compute: the other waits for it
+					}
+					if err := sess.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
+						return c.Barrier(ctx)
+					}); err != nil {
+						return err
+					}
+					if err := sess.Allreduce(ctx, Reduction{}, grads); err != nil {
+						return err
+					}
+					if err := sess.Commit(ctx); err != nil {
+						return err
+					}
+				}
+				if b, ok := sess.clock.Take(); ok {
+					sinks[name].add(b)
+				}
+				return nil
+			}()
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	median := map[string]time.Duration{}
+	for name, sink := range sinks {
+		var computes []time.Duration
+		for _, b := range sink.batches {
+			for _, st := range b.Steps {
+				computes = append(computes, st.Compute)
+			}
+		}
+		if len(computes) == 0 {
+			t.Fatalf("%s reported no steps", name)
+		}
+		slices.Sort(computes)
+		median[name] = computes[len(computes)/2]
+	}
+	if median["slow"] < slowCompute || median["fast"] > slowCompute/2 {
+		t.Errorf("median compute: slow %v, fast %v; want the fast worker's wait in Collective out of its compute", median["slow"], median["fast"])
+	}
+}

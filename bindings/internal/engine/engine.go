@@ -432,11 +432,8 @@ func (e *Engine) execute(ctx context.Context, c *call) (err error) {
 		}()
 		// Calls that are not collectives (the adaptive batch size's
 		// bookkeeping: its start, the global batch, a micro-batch's norm)
-		// have no description and nothing to agree on. While the adaptive
-		// batch size is on, no call is compared: with the comparison,
-		// TestAdaptiveDataLoader with gradient accumulation fails now and
-		// then (the batch never grows); the cause is not found yet.
-		if e.agreement && !c.commit && !c.joins && c.desc[fieldKind] != 0 && e.adaptive.Load() == nil {
+		// have no description and nothing to agree on.
+		if e.agreement && !c.commit && !c.joins && c.desc[fieldKind] != 0 {
 			if err = agree(ctx, e.sess, c.desc, c.layout); err != nil {
 				return
 			}
