@@ -752,9 +752,9 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	}
 	start := time.Now()
 	s.entering.connect = start.Sub(began)
-	root, err := s.stateRoot(ctx, comm)
-	if err == nil {
-		err = s.state.broadcast(ctx, comm, root)
+	root, read, same, err := s.stateRoot(ctx, comm)
+	if err == nil && !same {
+		err = s.state.broadcast(ctx, comm, root, read)
 	}
 	s.obs.broadcast(ep.Number, start, time.Now(), err)
 	s.entering.state = time.Since(start)
@@ -785,21 +785,51 @@ type memberReacher interface {
 // were all declared dead and came back after it — while another member did.
 // Then the lowest rank that holds the state is the root: a world must never
 // take a fresh worker's initial state over the job's.
-func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) (int, error) {
-	mine := []int64{int64(comm.Size())}
+//
+// same reports that no broadcast is needed: every member holds the job's
+// state already and all of them the same one, byte for byte (a world that
+// only lost members, at a step boundary). Their digests are compared in a
+// second small allreduce; a member that cannot take one (state in device
+// memory) makes the world broadcast. read is this worker's blobs as the
+// digest read them, for the broadcast that follows when they differ.
+func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) (root int, read [][]byte, same bool, err error) {
+	// The lowest rank holding the state, and whether any member lacks it
+	// (-1 when one does).
+	mine := []int64{int64(comm.Size()), 0}
 	if s.synced {
 		mine[0] = int64(comm.Rank())
+	} else {
+		mine[1] = -1
 	}
 	if err := collective.Allreduce(ctx, comm, mine, mine, collective.Min); err != nil {
-		return 0, err
+		return 0, nil, false, err
 	}
-	if root := int(mine[0]); root < comm.Size() {
-		if root != 0 {
-			s.log.Warn("rank 0 of the new world never received the job's state: taking it from another member", "rank", root)
-		}
-		return root, nil
+	root = int(mine[0])
+	if root >= comm.Size() {
+		return 0, nil, false, nil // a new job: nobody holds a state yet
 	}
-	return 0, nil // a new job: nobody holds a state yet
+	if root != 0 {
+		s.log.Warn("rank 0 of the new world never received the job's state: taking it from another member", "rank", root)
+	}
+	if mine[1] < 0 || comm.Size() == 1 {
+		return root, nil, comm.Size() == 1 && mine[1] == 0, nil
+	}
+	sum, read, ok, err := s.state.digest()
+	if err != nil {
+		return 0, nil, false, err
+	}
+	// The digest's halves and their negations: after a minimum across the
+	// ranks, min = −min(−x) exactly when every rank's x is the same.
+	lo, hi := int64(sum&0xffffffff), int64(sum>>32)
+	cmp := []int64{lo, -lo, hi, -hi, 0}
+	if !ok {
+		cmp[4] = -1
+	}
+	if err := collective.Allreduce(ctx, comm, cmp, cmp, collective.Min); err != nil {
+		return 0, nil, false, err
+	}
+	same = cmp[4] == 0 && cmp[0] == -cmp[1] && cmp[2] == -cmp[3]
+	return root, read, same, nil
 }
 
 // errSuperseded marks an attempt to enter a world abandoned because a newer

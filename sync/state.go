@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/sync/fusion"
 )
@@ -94,20 +96,22 @@ func (s *State) check() error {
 // step and a description of its registrations (names, dtypes, counts, blob
 // sizes); a rank whose own differ stops there with an error wrapping
 // ErrStateMismatch that names the difference, rather than misread bytes.
-func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root int) error {
+// read holds this rank's blobs when they were read already (digest), nil
+// otherwise.
+func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root int, read [][]byte) error {
 	if err := s.check(); err != nil {
 		return err
 	}
 	var desc []byte
 	blobs := make([][]byte, len(s.blobs))
 	if c.Rank() == root {
-		for i, b := range s.blobs {
-			data, err := b.get()
-			if err != nil {
-				return fmt.Errorf("sync: reading state %q: %w", b.name, err)
+		if read == nil {
+			var err error
+			if read, err = s.readBlobs(); err != nil {
+				return err
 			}
-			blobs[i] = data
 		}
+		copy(blobs, read)
 		desc = s.describe(blobs)
 	}
 	head := []int64{s.Step, int64(len(desc))}
@@ -149,6 +153,46 @@ func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root 
 	}
 	s.Step = head[0]
 	return nil
+}
+
+// readBlobs reads every registered blob.
+func (s *State) readBlobs() ([][]byte, error) {
+	blobs := make([][]byte, len(s.blobs))
+	for i, b := range s.blobs {
+		data, err := b.get()
+		if err != nil {
+			return nil, fmt.Errorf("sync: reading state %q: %w", b.name, err)
+		}
+		blobs[i] = data
+	}
+	return blobs, nil
+}
+
+// digest returns a 64-bit digest (xxhash) of the whole state: the step, the
+// registrations, every tensor's bytes and every blob's, with the blobs as
+// read (for a broadcast from this rank that follows). ok is false when the
+// state cannot be read from the host: a tensor in device memory.
+func (s *State) digest() (sum uint64, blobs [][]byte, ok bool, err error) {
+	for _, t := range s.tensors {
+		if t.buf.Device != nil || len(t.buf.Host) < t.buf.Bytes() {
+			return 0, nil, false, nil
+		}
+	}
+	if blobs, err = s.readBlobs(); err != nil {
+		return 0, nil, false, err
+	}
+	h := xxhash.New()
+	var step [8]byte
+	binary.LittleEndian.PutUint64(step[:], uint64(s.Step))
+	h.Write(step[:])
+	h.Write(s.describe(blobs))
+	for _, t := range s.tensors {
+		h.Write(t.buf.Host[:t.buf.Bytes()])
+	}
+	for _, b := range blobs {
+		h.Write(b)
+	}
+	return h.Sum64(), blobs, true, nil
 }
 
 // maxDescription bounds the description a rank accepts: names are short, and

@@ -1,0 +1,113 @@
+package sync
+
+import (
+	"context"
+	"log/slog"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/inproc"
+	"github.com/gorovod/gorovod/internal/testing/fakedevice"
+)
+
+// rankState is one rank's side of a world being entered, for stateRoot.
+type rankState struct {
+	synced bool
+	step   int64
+	params []float32
+	blob   []byte
+	device bool // the tensor is in device memory (no digest from the host)
+}
+
+// A world whose members all hold the job's state, the same to the byte,
+// needs no broadcast; any difference, a member without the state, or a
+// state that cannot be read from the host makes it broadcast from the
+// lowest rank that holds it.
+func TestStateRootSkipsIdenticalState(t *testing.T) {
+	same := func(n int) []rankState {
+		rs := make([]rankState, n)
+		for i := range rs {
+			rs[i] = rankState{synced: true, step: 7, params: []float32{1, 2, 3}, blob: []byte("sampler at 40")}
+		}
+		return rs
+	}
+	for _, tc := range []struct {
+		name     string
+		ranks    []rankState
+		edit     func([]rankState)
+		wantRoot int
+		wantSame bool
+	}{
+		{"all the same", same(3), nil, 0, true},
+		{"two the same", same(2), nil, 0, true},
+		{"one alone", same(1), nil, 0, true},
+		{"a parameter differs", same(3), func(rs []rankState) { rs[2].params[1] = 2.5 }, 0, false},
+		{"a step differs", same(3), func(rs []rankState) { rs[1].step = 8 }, 0, false},
+		{"a blob differs", same(3), func(rs []rankState) { rs[0].blob = []byte("sampler at 41") }, 0, false},
+		{"a joiner", same(3), func(rs []rankState) { rs[2].synced = false }, 0, false},
+		{"rank 0 never synced", same(3), func(rs []rankState) { rs[0].synced = false }, 1, false},
+		{"a new job", same(3), func(rs []rankState) {
+			for i := range rs {
+				rs[i].synced = false
+			}
+		}, 0, false},
+		{"state in device memory", same(3), func(rs []rankState) { rs[1].device = true }, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.edit != nil {
+				tc.edit(tc.ranks)
+			}
+			p := len(tc.ranks)
+			w := transport.World{JobID: "state-skip", Epoch: 1, Addrs: make([]string, p)}
+			mesh := inproc.Mesh(inproc.Config{JobID: w.JobID, Epoch: w.Epoch, IOTimeout: 5 * time.Second}, p)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			type result struct {
+				root int
+				same bool
+				read [][]byte
+				err  error
+			}
+			results := make([]result, p)
+			var wg stdsync.WaitGroup
+			for r, rs := range tc.ranks {
+				w.Rank = r
+				comm, err := collective.NewFromLinks(w, mesh[r], collective.DefaultConfig())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer comm.Close()
+				st := NewState()
+				st.Step = rs.step
+				if rs.device {
+					st.RegisterBuffer("params", fakedevice.New(make([]byte, 4*len(rs.params)), nil).Buffer(collective.Float32))
+				} else {
+					st.RegisterTensor("params", rs.params)
+				}
+				blob := rs.blob
+				st.RegisterBlob("sampler", func() ([]byte, error) { return blob, nil }, func([]byte) error { return nil })
+				s := &Session{synced: rs.synced, state: st, log: slog.New(slog.DiscardHandler)}
+				wg.Go(func() {
+					root, read, same, err := s.stateRoot(ctx, comm)
+					results[r] = result{root, same, read, err}
+				})
+			}
+			wg.Wait()
+			for r, res := range results {
+				if res.err != nil {
+					t.Fatalf("rank %d: %v", r, res.err)
+				}
+				if res.root != tc.wantRoot || res.same != tc.wantSame {
+					t.Fatalf("rank %d: root %d, same %v; want root %d, same %v", r, res.root, res.same, tc.wantRoot, tc.wantSame)
+				}
+				// A digest read the blobs: the broadcast reuses them.
+				if digested := p > 1 && !tc.ranks[r].device && res.read != nil; digested && string(res.read[0]) != string(tc.ranks[r].blob) {
+					t.Fatalf("rank %d: blobs read %q", r, res.read)
+				}
+			}
+		})
+	}
+}
