@@ -2,7 +2,9 @@ package sctp
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,56 +17,121 @@ import (
 	"github.com/pion/sctp"
 )
 
-// The connect request a dialer sends to a transport's UDP address, and the
-// reply from that address, are datagrams of requestSize bytes, little-endian:
+// Connecting takes four datagrams of datagramSize bytes between the dialer's
+// socket and the transport's listening address, little-endian:
 //
-//	0 magic   uint32 'G','V','S','U'
-//	4 version uint8
-//	5 type    uint8  request or reply
-//	6 port    uint16 reply: the port of the socket the acceptor made for this
-//	                 dialer (same IP); request: zero
-//	8 nonce   [16]byte chosen by the dialer, echoed in the reply
+//	 0 magic   uint32 'G','V','S','U'
+//	 4 version uint8
+//	 5 type    uint8  request, cookie, echo or reply
+//	 6 port    uint16 reply: the port of the socket the acceptor made for this
+//	                  dialer (same IP); zero in the others
+//	 8 nonce   [16]byte chosen by the dialer, the same in all four
+//	24 cookie  [16]byte cookie and echo: the acceptor's cookie; zero in the others
 //
-// The dialer's socket is connected to the listening address while it waits
-// for the reply, so a refusal (nobody listening) fails the dial at once, then
-// to the acceptor's new socket. The datagrams carry nothing secret and prove
-// nothing: authentication is the handshake's job, over the association.
+// request: the dialer asks to connect. cookie: the acceptor answers from its
+// listening socket with a cookie (a timestamp and an HMAC, under a key only
+// this transport knows, of the dialer's address and port, the nonce and the
+// timestamp) and keeps nothing. echo: the dialer sends the cookie back.
+// reply: only for a valid, fresh cookie does the acceptor take a handshake
+// slot, make a socket connected to the dialer and answer from it with its
+// port. So a datagram from a spoofed address costs the acceptor one HMAC and
+// one datagram of the same size back (no amplification), never a slot or a
+// socket: the cookie goes to the address the datagram claims, and only a
+// sender that receives there can echo it (as SCTP's own INIT cookie does for
+// its state).
+//
+// The dialer's socket is connected to the listening address while it waits,
+// so a refusal (nobody listening) fails the dial at once, then to the
+// acceptor's new socket. The datagrams carry nothing secret and prove nothing
+// about the job: authentication is the handshake's job, over the association.
 const (
-	udpMagic    uint32 = 'G' | 'V'<<8 | 'S'<<16 | 'U'<<24
-	udpVersion  uint8  = 1
-	udpRequest  uint8  = 1
-	udpReply    uint8  = 2
-	requestSize        = 24
-	nonceSize          = 16
+	udpMagic     uint32 = 'G' | 'V'<<8 | 'S'<<16 | 'U'<<24
+	udpVersion   uint8  = 2
+	udpRequest   uint8  = 1
+	udpReply     uint8  = 2
+	udpCookie    uint8  = 3
+	udpEcho      uint8  = 4
+	datagramSize        = 40
+	nonceSize           = 16
+	cookieSize          = 16
+	// cookieLifetime is how long a cookie is accepted after it was made
+	// (whole seconds: the timestamp's unit): long enough for a dialer's
+	// resends, short enough that a captured cookie soon expires.
+	cookieLifetime = 10
 )
 
-func encodeRequest(b []byte, typ uint8, port uint16, nonce *[nonceSize]byte) {
-	_ = b[requestSize-1]
-	binary.LittleEndian.PutUint32(b, udpMagic)
-	b[4], b[5] = udpVersion, typ
-	binary.LittleEndian.PutUint16(b[6:], port)
-	copy(b[8:requestSize], nonce[:])
+// connectMsg is one connect datagram.
+type connectMsg struct {
+	typ    uint8
+	port   uint16
+	nonce  [nonceSize]byte
+	cookie [cookieSize]byte
 }
 
-// decodeRequest parses a datagram of the given type; it is strict, so a
-// datagram that decodes re-encodes to the same bytes.
-func decodeRequest(b []byte, typ uint8, nonce *[nonceSize]byte) (port uint16, err error) {
+func (m *connectMsg) encode(b []byte) {
+	_ = b[datagramSize-1]
+	binary.LittleEndian.PutUint32(b, udpMagic)
+	b[4], b[5] = udpVersion, m.typ
+	binary.LittleEndian.PutUint16(b[6:], m.port)
+	copy(b[8:24], m.nonce[:])
+	copy(b[24:datagramSize], m.cookie[:])
+}
+
+// decodeConnect parses a connect datagram; it is strict, so a datagram that
+// decodes re-encodes to the same bytes.
+func decodeConnect(b []byte) (connectMsg, error) {
+	var m connectMsg
 	switch {
-	case len(b) != requestSize:
-		return 0, fmt.Errorf("connect datagram of %d bytes, want %d", len(b), requestSize)
+	case len(b) != datagramSize:
+		return m, fmt.Errorf("connect datagram of %d bytes, want %d", len(b), datagramSize)
 	case binary.LittleEndian.Uint32(b) != udpMagic:
-		return 0, fmt.Errorf("connect datagram with bad magic %#08x", binary.LittleEndian.Uint32(b))
+		return m, fmt.Errorf("connect datagram with bad magic %#08x", binary.LittleEndian.Uint32(b))
 	case b[4] != udpVersion:
-		return 0, fmt.Errorf("connect datagram version %d, want %d", b[4], udpVersion)
-	case b[5] != typ:
-		return 0, fmt.Errorf("connect datagram of type %d, want %d", b[5], typ)
+		return m, fmt.Errorf("connect datagram version %d, want %d", b[4], udpVersion)
 	}
-	port = binary.LittleEndian.Uint16(b[6:])
-	if (typ == udpRequest) != (port == 0) {
-		return 0, fmt.Errorf("connect datagram of type %d with port %d", typ, port)
+	m.typ, m.port = b[5], binary.LittleEndian.Uint16(b[6:])
+	copy(m.nonce[:], b[8:24])
+	copy(m.cookie[:], b[24:datagramSize])
+	hasCookie := m.cookie != [cookieSize]byte{}
+	switch m.typ {
+	case udpRequest, udpCookie, udpEcho, udpReply:
+	default:
+		return m, fmt.Errorf("connect datagram of type %d", m.typ)
 	}
-	copy(nonce[:], b[8:requestSize])
-	return port, nil
+	if (m.typ == udpReply) != (m.port != 0) {
+		return m, fmt.Errorf("connect datagram of type %d with port %d", m.typ, m.port)
+	}
+	if (m.typ == udpCookie || m.typ == udpEcho) != hasCookie {
+		return m, fmt.Errorf("connect datagram of type %d with a cookie: %v", m.typ, hasCookie)
+	}
+	return m, nil
+}
+
+// cookieFor returns the cookie of a request from remote with nonce, made at
+// unix second at.
+func (t *Transport) cookieFor(remote *net.UDPAddr, nonce *[nonceSize]byte, at uint32) [cookieSize]byte {
+	mac := hmac.New(sha256.New, t.cookieKey[:])
+	mac.Write(remote.IP.To16())
+	var w [6]byte
+	binary.LittleEndian.PutUint16(w[:2], uint16(remote.Port))
+	binary.LittleEndian.PutUint32(w[2:], at)
+	mac.Write(w[:])
+	mac.Write(nonce[:])
+	var c [cookieSize]byte
+	binary.LittleEndian.PutUint32(c[:4], at)
+	copy(c[4:], mac.Sum(nil))
+	return c
+}
+
+// validCookie reports whether c is a cookie this transport made for remote
+// and nonce within the last cookieLifetime seconds.
+func (t *Transport) validCookie(remote *net.UDPAddr, nonce *[nonceSize]byte, c *[cookieSize]byte, now time.Time) bool {
+	at := int64(binary.LittleEndian.Uint32(c[:4]))
+	if age := now.Unix() - at; age < 0 || age > cookieLifetime {
+		return false
+	}
+	want := t.cookieFor(remote, nonce, uint32(at))
+	return hmac.Equal(want[:], c[:])
 }
 
 // sconn is one association being set up or handshaken: its connected UDP
@@ -186,8 +253,9 @@ func (t *Transport) acceptAssoc(ctx context.Context, ln *net.UDPConn, remote *ne
 	// pion's server setup has no deadline of its own: closing the socket ends it.
 	stop := context.AfterFunc(ctx, func() { _ = udp.Close() })
 	defer stop()
-	var reply [requestSize]byte
-	encodeRequest(reply[:], udpReply, uint16(udp.LocalAddr().(*net.UDPAddr).Port), nonce)
+	var reply [datagramSize]byte
+	m := connectMsg{typ: udpReply, port: uint16(udp.LocalAddr().(*net.UDPAddr).Port), nonce: *nonce}
+	m.encode(reply[:])
 	if _, err := ln.WriteToUDP(reply[:], remote); err != nil {
 		c.close()
 		return nil, err
@@ -242,16 +310,16 @@ func (t *Transport) dialAssoc(ctx context.Context, addr string) (*sconn, error) 
 	}
 	stop := context.AfterFunc(ctx, func() { _ = udp.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	var nonce [nonceSize]byte
-	_, _ = rand.Read(nonce[:])
-	var req, buf [requestSize]byte
-	encodeRequest(req[:], udpRequest, 0, &nonce)
-	// A datagram may be lost: resend the request a few times within the
-	// handshake timeout.
+	req := connectMsg{typ: udpRequest}
+	_, _ = rand.Read(req.nonce[:])
+	var out, buf [datagramSize + 1]byte
+	// A datagram may be lost: resend the request (or, once a cookie came,
+	// the echo) a few times within the handshake timeout.
 	deadline := time.Now().Add(t.cfg.HandshakeTimeout)
 	var server *net.UDPAddr
 	for attempt := 0; server == nil; attempt++ {
-		if _, err := udp.Write(req[:]); err != nil {
+		req.encode(out[:])
+		if _, err := udp.Write(out[:datagramSize]); err != nil {
 			return fail(err)
 		}
 		wait := min(time.Duration(20<<min(attempt, 5))*time.Millisecond, time.Until(deadline))
@@ -274,9 +342,21 @@ func (t *Transport) dialAssoc(ctx context.Context, addr string) (*sconn, error) 
 				// ECONNREFUSED: nobody listens there (yet).
 				return fail(err)
 			}
-			var got [nonceSize]byte
-			if port, err := decodeRequest(buf[:n], udpReply, &got); err == nil && got == nonce {
-				server = &net.UDPAddr{IP: raddr.IP, Port: int(port), Zone: raddr.Zone}
+			m, err := decodeConnect(buf[:n])
+			if err != nil || m.nonce != req.nonce {
+				continue
+			}
+			if m.typ == udpCookie && req.typ == udpRequest {
+				// Echo it at once; the resends above echo it from now on.
+				req.typ, req.cookie = udpEcho, m.cookie
+				req.encode(out[:])
+				if _, err := udp.Write(out[:datagramSize]); err != nil {
+					return fail(err)
+				}
+				continue
+			}
+			if m.typ == udpReply {
+				server = &net.UDPAddr{IP: raddr.IP, Port: int(m.port), Zone: raddr.Zone}
 				break
 			}
 		}

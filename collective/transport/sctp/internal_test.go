@@ -106,10 +106,12 @@ func TestBadMessages(t *testing.T) {
 	}
 }
 
-// TestStrangerDatagrams: garbage and connect requests that go nowhere, sent
-// to the transports' ports, do not stop a world from connecting, and their
-// handshakes end within the handshake timeout.
-func TestStrangerDatagrams(t *testing.T) {
+// TestSpoofedDatagrams: connect datagrams from a sender that cannot receive
+// at the address it claims (spoofed) or that forge, reuse or outlive a
+// cookie cost the transport no handshake slot and no socket; only the echo
+// of a fresh cookie it made for that address and nonce does. Garbage is
+// ignored, and a world still connects afterwards.
+func TestSpoofedDatagrams(t *testing.T) {
 	cfg := testCfg()
 	cfg.HandshakeTimeout = 300 * time.Millisecond
 	tr, err := Listen(cfg)
@@ -117,25 +119,114 @@ func TestStrangerDatagrams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	c, err := net.Dial("udp", tr.Addr())
-	if err != nil {
-		t.Fatal(err)
+	dial := func() *net.UDPConn {
+		raddr, err := net.ResolveUDPAddr("udp", tr.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.DialUDP("udp", nil, raddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
 	}
-	defer c.Close()
+	c, other := dial(), dial()
+	send := func(c *net.UDPConn, m connectMsg) {
+		var b [datagramSize]byte
+		m.encode(b[:])
+		if _, err := c.Write(b[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func(c *net.UDPConn) connectMsg {
+		t.Helper()
+		var b [datagramSize + 1]byte
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := c.Read(b[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := decodeConnect(b[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	// cookie asks for a cookie on c and returns it.
+	cookie := func(c *net.UDPConn, nonce byte) connectMsg {
+		t.Helper()
+		send(c, connectMsg{typ: udpRequest, nonce: [nonceSize]byte{nonce}})
+		m := recv(c)
+		if m.typ != udpCookie || m.nonce != ([nonceSize]byte{nonce}) {
+			t.Fatalf("answer to a request: %+v, want its cookie", m)
+		}
+		return m
+	}
+	// idle checks that no handshake was started for what was sent before:
+	// the transport answers datagrams in order, so once the request sent
+	// here has its cookie, everything earlier was handled.
+	idle := func(what string) {
+		t.Helper()
+		cookie(c, 0xee)
+		tr.mu.Lock()
+		n := len(tr.requests)
+		tr.mu.Unlock()
+		if n != 0 || !tr.mesh.Idle() {
+			t.Fatalf("%s: %d associations being set up, idle %v", what, n, tr.mesh.Idle())
+		}
+	}
+
+	// Requests (what a spoofer sends, from any address) and garbage.
 	junk := make([]byte, 300)
 	rand.Read(junk)
-	var req [requestSize]byte
 	for i := range 20 {
-		var nonce [nonceSize]byte
-		nonce[0] = byte(i)
-		encodeRequest(req[:], udpRequest, 0, &nonce)
-		c.Write(req[:])
+		send(c, connectMsg{typ: udpRequest, nonce: [nonceSize]byte{byte(i)}})
 		c.Write(junk[:i*7])
 	}
-	// Requests are answered, then their handshakes time out.
-	if err := waitFor(5*time.Second, tr.mesh.Idle); err != nil {
-		t.Fatal("stranger handshakes still in progress")
+	for range 20 {
+		if m := recv(c); m.typ != udpCookie {
+			t.Fatalf("answer to a request: %+v", m)
+		}
 	}
+	idle("requests")
+
+	real := cookie(c, 1)
+	remote := c.LocalAddr().(*net.UDPAddr)
+	at := uint32(time.Now().Unix())
+	for _, tc := range []struct {
+		name string
+		from *net.UDPConn
+		msg  connectMsg
+	}{
+		{"random cookie", c, connectMsg{typ: udpEcho, nonce: real.nonce, cookie: [cookieSize]byte{1, 2, 3}}},
+		{"fresh timestamp, forged MAC", c, func() connectMsg {
+			m := real
+			m.typ = udpEcho
+			m.cookie[15] ^= 1
+			return m
+		}()},
+		{"real cookie, other nonce", c, connectMsg{typ: udpEcho, nonce: [nonceSize]byte{2}, cookie: real.cookie}},
+		{"real cookie, other port", other, connectMsg{typ: udpEcho, nonce: real.nonce, cookie: real.cookie}},
+		{"expired cookie", c, connectMsg{typ: udpEcho, nonce: real.nonce, cookie: tr.cookieFor(remote, &real.nonce, at-cookieLifetime-2)}},
+		{"cookie from the future", c, connectMsg{typ: udpEcho, nonce: real.nonce, cookie: tr.cookieFor(remote, &real.nonce, at+60)}},
+		{"a reply sent to the listener", c, connectMsg{typ: udpReply, port: 9, nonce: real.nonce}},
+		{"a cookie sent to the listener", c, connectMsg{typ: udpCookie, nonce: real.nonce, cookie: real.cookie}},
+	} {
+		send(tc.from, tc.msg)
+		idle(tc.name)
+	}
+
+	// The real echo starts an association: the reply names its socket.
+	send(c, connectMsg{typ: udpEcho, nonce: real.nonce, cookie: real.cookie})
+	if m := recv(c); m.typ != udpReply || m.port == 0 || m.nonce != real.nonce {
+		t.Fatalf("answer to a valid echo: %+v, want a reply with a port", m)
+	}
+	// It is never continued, so its handshake times out.
+	if err := waitFor(5*time.Second, tr.mesh.Idle); err != nil {
+		t.Fatal("the echoed association is still being set up")
+	}
+
 	a, b := pairOf(t, testCfg())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -165,24 +256,25 @@ func waitFor(timeout time.Duration, cond func() bool) error {
 // FuzzConnectDatagram: the connect datagram decoder never panics, and what it
 // accepts re-encodes to the same bytes.
 func FuzzConnectDatagram(f *testing.F) {
-	var b [requestSize]byte
-	var nonce [nonceSize]byte
-	encodeRequest(b[:], udpRequest, 0, &nonce)
-	f.Add(b[:])
-	encodeRequest(b[:], udpReply, 4242, &nonce)
-	f.Add(b[:])
+	for _, m := range []connectMsg{
+		{typ: udpRequest, nonce: [nonceSize]byte{1}},
+		{typ: udpCookie, nonce: [nonceSize]byte{1}, cookie: [cookieSize]byte{2}},
+		{typ: udpEcho, nonce: [nonceSize]byte{1}, cookie: [cookieSize]byte{2}},
+		{typ: udpReply, port: 4242, nonce: [nonceSize]byte{1}},
+	} {
+		var b [datagramSize]byte
+		m.encode(b[:])
+		f.Add(b[:])
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		for _, typ := range []uint8{udpRequest, udpReply} {
-			var n [nonceSize]byte
-			port, err := decodeRequest(in, typ, &n)
-			if err != nil {
-				continue
-			}
-			var out [requestSize]byte
-			encodeRequest(out[:], typ, port, &n)
-			if !bytes.Equal(out[:], in) {
-				t.Fatalf("%x re-encodes as %x", in, out)
-			}
+		m, err := decodeConnect(in)
+		if err != nil {
+			return
+		}
+		var out [datagramSize]byte
+		m.encode(out[:])
+		if !bytes.Equal(out[:], in) {
+			t.Fatalf("%x re-encodes as %x", in, out)
 		}
 	})
 }

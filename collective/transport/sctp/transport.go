@@ -2,6 +2,7 @@ package sctp
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,10 @@ type Transport struct {
 
 	mu       sync.Mutex
 	requests map[requestKey]bool // connect requests being answered
+
+	// cookieKey authenticates the cookies this transport hands out
+	// (conn.go): random, made at Listen, never sent.
+	cookieKey [32]byte
 }
 
 type requestKey struct {
@@ -72,6 +77,10 @@ func Listen(cfg Config) (*Transport, error) {
 		ErrClosed:        ErrClosed,
 		Dial:             t.dial,
 	})
+	if _, err := rand.Read(t.cookieKey[:]); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("sctp: cookie key: %w", err)
+	}
 	t.addr = mesh.AdvertiseAddr(cfg.AdvertiseAddr, ln.LocalAddr())
 	t.base, t.cancel = context.WithCancel(context.Background())
 	t.wg.Add(1)
@@ -95,10 +104,12 @@ func (t *Transport) Close() error {
 	return err
 }
 
-// requestLoop answers connect requests, each on its own goroutine.
+// requestLoop answers connect datagrams: a request with a cookie, at once
+// and keeping nothing; an echo of a valid cookie with an association, each on
+// its own goroutine.
 func (t *Transport) requestLoop() {
 	defer t.wg.Done()
-	var buf [requestSize + 1]byte
+	var buf, out [datagramSize + 1]byte
 	for {
 		n, remote, err := t.ln.ReadFromUDP(buf[:])
 		if err != nil {
@@ -113,12 +124,24 @@ func (t *Transport) requestLoop() {
 			// A datagram error (an ICMP report about an earlier reply): go on.
 			continue
 		}
-		var nonce [nonceSize]byte
-		if _, err := decodeRequest(buf[:n], udpRequest, &nonce); err != nil {
+		m, err := decodeConnect(buf[:n])
+		switch {
+		case err != nil:
+		case m.typ == udpRequest:
+			c := connectMsg{typ: udpCookie, nonce: m.nonce, cookie: t.cookieFor(remote, &m.nonce, uint32(time.Now().Unix()))}
+			c.encode(out[:])
+			_, _ = t.ln.WriteToUDP(out[:datagramSize], remote)
+			continue
+		case m.typ != udpEcho:
+			err = fmt.Errorf("connect datagram of type %d sent to the listening address", m.typ)
+		case !t.validCookie(remote, &m.nonce, &m.cookie, time.Now()):
+			err = errors.New("a connect echo with an invalid or expired cookie")
+		}
+		if err != nil {
 			t.log.Debug("gorovod sctp: ignoring a datagram", "remote", remote, "err", err)
 			continue
 		}
-		key := requestKey{remote.String(), nonce}
+		key := requestKey{remote.String(), m.nonce}
 		// Only this loop adds requests, so one found absent stays absent
 		// until it is added below.
 		t.mu.Lock()
@@ -142,7 +165,7 @@ func (t *Transport) requestLoop() {
 		t.requests[key] = true
 		t.mu.Unlock()
 		t.wg.Add(1)
-		go t.serve(key, remote, nonce)
+		go t.serve(key, remote, m.nonce)
 	}
 }
 
