@@ -519,4 +519,3 @@ func nodesOf(nodes []int) int {
 	}
 	return len(seen)
 }
-
