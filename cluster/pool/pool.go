@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"time"
 
@@ -439,15 +438,7 @@ func (p *pool) describe(e *entry) scheduler.Job {
 	}
 	if f.ok {
 		sj.Goodput = scheduler.ModelGoodput(f.model, e.spec.Limits)
-		m, perNode := f.model, p.cfg.SlotsPerNode
-		sj.StepTime = func(r int) float64 {
-			micro := (m.InitBatch + r - 1) / r
-			tp := m.Throughput((r+perNode-1)/perNode, r, micro, 0)
-			if !(tp > 0) {
-				return math.Inf(1)
-			}
-			return float64(m.InitBatch) / tp
-		}
+		sj.StepTime = scheduler.ModelStepTime(f.model, p.cfg.SlotsPerNode)
 	} else {
 		sj.StepTime = func(r int) float64 { return 1 / float64(max(r, 1)) } // unmeasured: perfect scaling
 	}
