@@ -353,9 +353,8 @@ func (s *Service) writable(ctx context.Context) error {
 // write patches a job's scheduler fields where they changed.
 func (s *Service) write(ctx context.Context, e *entry) error {
 	e.st.ObservedGeneration = e.job.Generation
-	e.st.ScheduledBy = e.old.ScheduledBy
 	if sameFields(e.st, e.old) {
-		return nil // nothing but the writer would change
+		return nil // e.st carries the last writer: nothing changed
 	}
 	e.st.ScheduledBy = s.cfg.Identity
 	if err := s.writable(ctx); err != nil {

@@ -64,6 +64,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// OnRound, when set, is called after each round this replica runs as
+	// the leader, with the round's error.
+	OnRound func(error)
 }
 
 // LeaderElection configures the Lease the replicas compete for.
@@ -328,6 +331,9 @@ func (s *Service) lead(ctx context.Context, src source, queue workqueue.TypedRat
 			}
 			err := s.round(ctx, src)
 			queue.Done(key)
+			if s.cfg.OnRound != nil {
+				s.cfg.OnRound(err)
+			}
 			switch {
 			case err != nil && ctx.Err() == nil:
 				s.cfg.Logger.Warn("scheduling round", "err", err)
