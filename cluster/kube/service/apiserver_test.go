@@ -258,23 +258,38 @@ func (r *recorder) check(t *testing.T) map[string]int {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for _, v := range violations(r.writes, r.holders) {
+		t.Error(v)
+	}
 	by := map[string]int{}
 	for _, w := range r.writes {
-		if w.by == "" {
-			continue // the job as submitted
+		if w.by != "" {
+			by[w.by]++
 		}
-		by[w.by]++
+	}
+	return by
+}
+
+// violations lists the writes (in revision order) made by a replica other
+// than the Lease's holder at the write's revision (holders in revision
+// order); a write without a writer is the job as submitted.
+func violations(writes []write, holders []leaseHolder) []string {
+	var out []string
+	for _, w := range writes {
+		if w.by == "" {
+			continue
+		}
 		holder := ""
-		for _, h := range r.holders {
+		for _, h := range holders {
 			if h.rv < w.rv {
 				holder = h.holder
 			}
 		}
 		if holder != w.by {
-			t.Errorf("%s wrote %s (%v) at revision %d while the Lease was %q's", w.by, w.job, w.node, w.rv, holder)
+			out = append(out, fmt.Sprintf("%s wrote %s (%v) at revision %d while the Lease was %q's", w.by, w.job, w.node, w.rv, holder))
 		}
 	}
-	return by
+	return out
 }
 
 // replica is one scheduler replica the test runs.
@@ -285,7 +300,7 @@ type replica struct {
 	done   chan error
 }
 
-func startReplica(ctx context.Context, t *testing.T, cp *testkube.ControlPlane, token, identity string) *replica {
+func startReplica(ctx context.Context, t *testing.T, cp *testkube.ControlPlane, token, identity string, edit func(*Config)) *replica {
 	t.Helper()
 	kube, err := kubernetes.NewForConfig(cp.ConfigFor(token))
 	if err != nil {
@@ -299,6 +314,9 @@ func startReplica(ctx context.Context, t *testing.T, cp *testkube.ControlPlane, 
 	cfg.Identity, cfg.Interval = identity, 3*time.Second
 	cfg.LeaderElection.Enabled = true
 	cfg.LeaderElection.LeaseDuration, cfg.LeaderElection.RenewDeadline, cfg.LeaderElection.RetryPeriod = 6*time.Second, 4*time.Second, time.Second
+	if edit != nil {
+		edit(&cfg)
+	}
 	r := &replica{done: make(chan error, 1)}
 	cfg.OnRound = func(err error) {
 		if err == nil {
@@ -431,8 +449,8 @@ func TestAgainstAPIServer(t *testing.T) {
 		}
 	}
 
-	a := startReplica(ctx, t, cp, tok.Status.Token, "sched-a")
-	b := startReplica(ctx, t, cp, tok.Status.Token, "sched-b")
+	a := startReplica(ctx, t, cp, tok.Status.Token, "sched-a", nil)
+	b := startReplica(ctx, t, cp, tok.Status.Token, "sched-b", nil)
 	submit("first", 1, 4)
 	until("first runs", time.Minute, running("first"))
 	// Play first's driver, as its own service account (which the scheduler

@@ -89,6 +89,9 @@ func (s *Service) startDriver(ctx context.Context, j *api.GorovodJob) error {
 		return err
 	}
 	pod := s.driverPod(j)
+	if s.cfg.CustomizeDriver != nil {
+		s.cfg.CustomizeDriver(pod)
+	}
 	_, err := s.kube.CoreV1().Pods(j.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		return err

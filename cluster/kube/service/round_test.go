@@ -548,3 +548,26 @@ func TestConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestViolations checks the check TestAgainstAPIServer makes of every write
+// against the Lease's holder.
+func TestViolations(t *testing.T) {
+	holders := []leaseHolder{{10, "a"}, {12, "a"}, {20, ""}, {21, "b"}}
+	for _, tc := range []struct {
+		name   string
+		writes []write
+		bad    int
+	}{
+		{"the holder writes", []write{{rv: 11, by: "a"}, {rv: 13, by: "a"}, {rv: 22, by: "b"}}, 0},
+		{"submissions are no writes", []write{{rv: 5}, {rv: 15}}, 0},
+		{"before any lease", []write{{rv: 9, by: "a"}}, 1},
+		{"the old leader after the release", []write{{rv: 21, by: "a"}, {rv: 22, by: "a"}}, 2},
+		{"the new leader too early", []write{{rv: 19, by: "b"}}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if v := violations(tc.writes, holders); len(v) != tc.bad {
+				t.Errorf("violations: %q, want %d", v, tc.bad)
+			}
+		})
+	}
+}

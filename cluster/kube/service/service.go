@@ -60,6 +60,9 @@ type Config struct {
 	// DriverResources are the driver pod's container resources (default:
 	// requests of 250m CPU and 128 MiB).
 	DriverResources corev1.ResourceRequirements
+	// CustomizeDriver, when set, edits each driver pod before it is
+	// created (a node selector, tolerations, an image pull policy).
+	CustomizeDriver func(*corev1.Pod)
 	// Logger receives the service's notices. Default: discarded.
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
