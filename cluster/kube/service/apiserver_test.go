@@ -495,7 +495,7 @@ func TestAgainstAPIServer(t *testing.T) {
 			return err
 		}
 		if h := l.Spec.HolderIdentity; h == nil || *h != other.svc.Identity() {
-			return fmt.Errorf("the lease is %v's", h)
+			return fmt.Errorf("the lease is not %s's: %+v", other.svc.Identity(), l.Spec)
 		}
 		return nil
 	}); err != nil {

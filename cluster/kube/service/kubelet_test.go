@@ -16,20 +16,21 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
 	"github.com/gorovod/gorovod/internal/testing/testdaemon"
 	"github.com/gorovod/gorovod/internal/testing/testkube"
 )
 
-// TestDriverPodsOnKubelet runs the driver pods the scheduler creates on a
-// real kubelet (containerd, runc; package testkube), with a stand-in for
+// TestDriverPodsOnKubelet runs the driver pods the scheduler creates on real
+// kubelets, two, each with its own containerd and runc (package testkube), with a stand-in for
 // `gorovod run` (testdata/fakedriver) in the driver's image: the pod runs
 // the command, service account and downward-API variables the scheduler
 // gave it, and its real end decides the job's phase — exit 0 Succeeded,
 // exit 3 Failed with the container's termination message. The slots are on
-// a node registered through the API: the kubelet's node has no network
-// plugin, so it is not Ready and has none (a driver needs no slot), and with
-// no kube-scheduler here the driver pods name the kubelet's node.
+// a node registered through the API (the kubelets' nodes have no GPU, slot
+// resource or slot label: a driver needs no slot), and with no kube-scheduler
+// here each driver pod names its kubelet's node.
 func TestDriverPodsOnKubelet(t *testing.T) {
 	cp := testkube.New(t, testkube.DefaultConfig())
 	if why := testkube.MissingNode(testkube.DefaultConfig()); why != "" {
@@ -41,13 +42,17 @@ func TestDriverPodsOnKubelet(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the stand-in driver: %v: %s", err, out)
 	}
-	node := cp.NewNode(t, testkube.NodeConfig{
+	nodeCfg := testkube.NodeConfig{
 		PauseRef: "gorovod.local/pause:test",
 		Images: []testkube.Image{
 			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": bin}, Entrypoint: []string{"/bin/pause", "pause"}},
 			{Ref: "gorovod.local/driver:test", Files: map[string]string{"usr/local/bin/gorovod": bin}, Entrypoint: []string{"/usr/local/bin/gorovod"}},
 		},
-	})
+	}
+	// Two kubelets, each with its own containerd: the drivers' pods are
+	// host-network pods here (no network plugin), so two of them on one
+	// node would both claim the gossip port.
+	nodes := map[string]*testkube.Node{"succeeds": cp.NewNode(t, nodeCfg), "fails": cp.NewNode(t, nodeCfg)}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
@@ -74,7 +79,7 @@ func TestDriverPodsOnKubelet(t *testing.T) {
 	}
 	startReplica(ctx, t, cp, tok.Status.Token, "sched", func(c *Config) {
 		c.CustomizeDriver = func(pod *corev1.Pod) {
-			pod.Spec.NodeName, pod.Spec.HostNetwork = node.Name, true
+			pod.Spec.NodeName, pod.Spec.HostNetwork = nodes[pod.Labels[kube.LabelJob]].Name, true
 			pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
 		}
 	})
@@ -122,7 +127,10 @@ func TestDriverPodsOnKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	matches, _ := filepath.Glob(filepath.Join(node.LogDir, ns+"_succeeds-driver_*", DriverContainer, "*.log"))
+	if pod.Spec.NodeName != nodes["succeeds"].Name {
+		t.Errorf("succeeds-driver ran on %s", pod.Spec.NodeName)
+	}
+	matches, _ := filepath.Glob(filepath.Join(nodes["succeeds"].LogDir, ns+"_succeeds-driver_*", DriverContainer, "*.log"))
 	var log strings.Builder
 	for _, m := range matches {
 		b, _ := os.ReadFile(m)
