@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/gorovod/gorovod/cluster/kube/api"
@@ -300,13 +301,13 @@ type replica struct {
 	done   chan error
 }
 
-func startReplica(ctx context.Context, t *testing.T, cp *testkube.ControlPlane, token, identity string, edit func(*Config)) *replica {
+func startReplica(ctx context.Context, t *testing.T, restCfg *rest.Config, identity string, edit func(*Config)) *replica {
 	t.Helper()
-	kube, err := kubernetes.NewForConfig(cp.ConfigFor(token))
+	kube, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(cp.ConfigFor(token))
+	dyn, err := dynamic.NewForConfig(restCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,6 +350,129 @@ func (r *replica) stop(t *testing.T) {
 	r.done <- nil // for the cleanup
 }
 
+// e2e is a control plane with gorovod.yaml applied, a namespace for jobs and
+// two nodes of two slots registered through the API.
+type e2e struct {
+	t        *testing.T
+	ctx      context.Context
+	cp       *testkube.ControlPlane
+	admin    kubernetes.Interface
+	adminDyn dynamic.Interface
+	jobs     dynamic.ResourceInterface
+	ns       string
+	// token is the scheduler's service account's.
+	token string
+}
+
+func newE2E(ctx context.Context, t *testing.T, cp *testkube.ControlPlane, ns string) *e2e {
+	t.Helper()
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminDyn, err := dynamic.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyManifest(ctx, t, adminDyn)
+	if err := cp.Namespace(ctx, admin, ns); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.WaitForServiceAccount(ctx, admin, "gorovod-system"); err != nil {
+		t.Fatal(err)
+	}
+	fakeNodes(ctx, t, admin, 2, "n1", "n2")
+	tok, err := admin.CoreV1().ServiceAccounts("gorovod-system").CreateToken(ctx, "gorovod-scheduler",
+		&authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &e2e{t: t, ctx: ctx, cp: cp, admin: admin, adminDyn: adminDyn,
+		jobs: adminDyn.Resource(api.GroupVersionResource()).Namespace(ns), ns: ns, token: tok.Status.Token}
+}
+
+func (e *e2e) submit(name string, minW, maxW int32) {
+	e.t.Helper()
+	j := &api.GorovodJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: api.Spec{Image: "gorovod-examples:test", Command: []string{"synthetic"}, MinWorkers: minW, MaxWorkers: maxW}}
+	u, err := api.ToUnstructured(j)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.jobs.Create(e.ctx, u, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *e2e) get(name string) *api.GorovodJob {
+	e.t.Helper()
+	u, err := e.jobs.Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	j, err := api.FromUnstructured(u)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return j
+}
+
+// until waits for the jobs to satisfy cond (and checks their placement).
+func (e *e2e) until(what string, limit time.Duration, cond func(map[string]*api.GorovodJob) error) {
+	e.t.Helper()
+	wctx, wcancel := context.WithTimeout(e.ctx, limit)
+	defer wcancel()
+	if err := testdaemon.WaitFor(wctx, 200*time.Millisecond, func() error {
+		l, err := e.jobs.List(wctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		m := map[string]*api.GorovodJob{}
+		for i := range l.Items {
+			j, err := api.FromUnstructured(&l.Items[i])
+			if err != nil {
+				return err
+			}
+			m[j.Name] = j
+		}
+		if err := cond(m); err != nil {
+			return err
+		}
+		return checkPlacement(m)
+	}); err != nil {
+		e.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// holder waits for the scheduler's Lease to be identity's.
+func (e *e2e) holder(identity string) {
+	e.t.Helper()
+	if err := testdaemon.WaitFor(e.ctx, 100*time.Millisecond, func() error {
+		l, err := e.admin.CoordinationV1().Leases("gorovod-system").Get(e.ctx, "gorovod-scheduler", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if h := l.Spec.HolderIdentity; h == nil || *h != identity {
+			return fmt.Errorf("the lease is not %s's: %+v", identity, l.Spec)
+		}
+		return nil
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// running is a condition: the jobs run with at least their minimums.
+func running(names ...string) func(map[string]*api.GorovodJob) error {
+	return func(m map[string]*api.GorovodJob) error {
+		for _, n := range names {
+			if j := m[n]; j == nil || j.Status.Phase != api.PhaseRunning || len(j.Status.Allocation) < int(j.Spec.MinWorkers) {
+				return fmt.Errorf("%s is not running: %+v", n, j)
+			}
+		}
+		return nil
+	}
+}
+
 // TestAgainstAPIServer runs two scheduler replicas with leader election
 // against a real kube-apiserver and controller manager, as the service
 // account of deploy/kubernetes/gorovod.yaml (whose objects the test applies):
@@ -363,94 +487,14 @@ func TestAgainstAPIServer(t *testing.T) {
 	cp := testkube.New(t, testkube.DefaultConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminDyn, err := dynamic.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	applyManifest(ctx, t, adminDyn)
 	const ns = "ml"
-	if err := cp.Namespace(ctx, admin, ns); err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.WaitForServiceAccount(ctx, admin, "gorovod-system"); err != nil {
-		t.Fatal(err)
-	}
-	fakeNodes(ctx, t, admin, 2, "n1", "n2")
-	tok, err := admin.CoreV1().ServiceAccounts("gorovod-system").CreateToken(ctx, "gorovod-scheduler",
-		&authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newE2E(ctx, t, cp, ns)
+	admin, adminDyn, jobs, submit, get, until := e.admin, e.adminDyn, e.jobs, e.submit, e.get, e.until
 	recCtx, stopRecording := context.WithCancel(ctx)
 	rec := record(recCtx, t, admin, adminDyn, ns)
-	jobs := adminDyn.Resource(api.GroupVersionResource()).Namespace(ns)
-	submit := func(name string, minW, maxW int32) {
-		t.Helper()
-		j := &api.GorovodJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-			Spec: api.Spec{Image: "gorovod-examples:test", Command: []string{"synthetic"}, MinWorkers: minW, MaxWorkers: maxW}}
-		u, err := api.ToUnstructured(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := jobs.Create(ctx, u, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	get := func(name string) *api.GorovodJob {
-		t.Helper()
-		u, err := jobs.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		j, err := api.FromUnstructured(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return j
-	}
-	// until waits for the jobs to satisfy cond.
-	until := func(what string, limit time.Duration, cond func(map[string]*api.GorovodJob) error) {
-		t.Helper()
-		wctx, wcancel := context.WithTimeout(ctx, limit)
-		defer wcancel()
-		if err := testdaemon.WaitFor(wctx, 200*time.Millisecond, func() error {
-			l, err := jobs.List(wctx, metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
-			m := map[string]*api.GorovodJob{}
-			for i := range l.Items {
-				j, err := api.FromUnstructured(&l.Items[i])
-				if err != nil {
-					return err
-				}
-				m[j.Name] = j
-			}
-			if err := cond(m); err != nil {
-				return err
-			}
-			return checkPlacement(m)
-		}); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	running := func(names ...string) func(map[string]*api.GorovodJob) error {
-		return func(m map[string]*api.GorovodJob) error {
-			for _, n := range names {
-				if j := m[n]; j == nil || j.Status.Phase != api.PhaseRunning || len(j.Status.Allocation) < int(j.Spec.MinWorkers) {
-					return fmt.Errorf("%s is not running: %+v", n, j)
-				}
-			}
-			return nil
-		}
-	}
 
-	a := startReplica(ctx, t, cp, tok.Status.Token, "sched-a", nil)
-	b := startReplica(ctx, t, cp, tok.Status.Token, "sched-b", nil)
+	a := startReplica(ctx, t, cp.ConfigFor(e.token), "sched-a", nil)
+	b := startReplica(ctx, t, cp.ConfigFor(e.token), "sched-b", nil)
 	submit("first", 1, 4)
 	until("first runs", time.Minute, running("first"))
 	// Play first's driver, as its own service account (which the scheduler
@@ -489,18 +533,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	held := map[string]api.Status{"first": get("first").Status, "second": get("second").Status}
 	stopped := time.Now()
 	leader.stop(t)
-	if err := testdaemon.WaitFor(ctx, 100*time.Millisecond, func() error {
-		l, err := admin.CoordinationV1().Leases("gorovod-system").Get(ctx, "gorovod-scheduler", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if h := l.Spec.HolderIdentity; h == nil || *h != other.svc.Identity() {
-			return fmt.Errorf("the lease is not %s's: %+v", other.svc.Identity(), l.Spec)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	e.holder(other.svc.Identity())
 	took := time.Since(stopped)
 	t.Logf("%s took over %v after %s stopped", other.svc.Identity(), took.Round(time.Millisecond), leader.svc.Identity())
 	if took > other.svc.cfg.LeaderElection.LeaseDuration {

@@ -77,7 +77,7 @@ func TestDriverPodsOnKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startReplica(ctx, t, cp, tok.Status.Token, "sched", func(c *Config) {
+	startReplica(ctx, t, cp.ConfigFor(tok.Status.Token), "sched", func(c *Config) {
 		c.CustomizeDriver = func(pod *corev1.Pod) {
 			pod.Spec.NodeName, pod.Spec.HostNetwork = nodes[pod.Labels[kube.LabelJob]].Name, true
 			pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
