@@ -317,7 +317,9 @@ func (s *Service) lead(ctx context.Context, src source, queue workqueue.TypedRat
 			select {
 			case items <- key:
 			case <-ctx.Done():
+				// The term ended: leave the item to the next one.
 				queue.Done(key)
+				queue.Add(key)
 				return
 			}
 		}
