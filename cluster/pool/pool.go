@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"time"
 
@@ -350,12 +349,14 @@ func (p *pool) allocate(ctx, jobsCtx context.Context, now time.Duration, active 
 		floor[i] = max(e.spec.MinWorkers, 1)
 		running[i] = e.state == Running
 	}
-	repair(want, floor, running, p.cfg.Slots)
+	scheduler.RepairToMinimums(want, floor, running, p.cfg.Slots)
 	counts := make(map[string]int, len(active))
+	ids := make([]string, len(active))
 	for i, e := range active {
 		counts[e.spec.Name] = want[i]
+		ids[i] = e.spec.Name
 	}
-	placed := place(p.cluster, active, counts, proposed)
+	placed := scheduler.PlaceCounts(p.cluster, ids, counts, proposed, current)
 
 	// Shrinks first, so that their slots are on their way back when the
 	// growing jobs' workers start; then grows; then first starts.
@@ -437,15 +438,7 @@ func (p *pool) describe(e *entry) scheduler.Job {
 	}
 	if f.ok {
 		sj.Goodput = scheduler.ModelGoodput(f.model, e.spec.Limits)
-		m, perNode := f.model, p.cfg.SlotsPerNode
-		sj.StepTime = func(r int) float64 {
-			micro := (m.InitBatch + r - 1) / r
-			tp := m.Throughput((r+perNode-1)/perNode, r, micro, 0)
-			if !(tp > 0) {
-				return math.Inf(1)
-			}
-			return float64(m.InitBatch) / tp
-		}
+		sj.StepTime = scheduler.ModelStepTime(f.model, p.cfg.SlotsPerNode)
 	} else {
 		sj.StepTime = func(r int) float64 { return 1 / float64(max(r, 1)) } // unmeasured: perfect scaling
 	}
@@ -516,78 +509,4 @@ func nodesOf(nodes []int) int {
 		seen[n] = true
 	}
 	return len(seen)
-}
-
-// repair makes an allocation one the pool can carry out: a running job keeps
-// at least its floor (it cannot be suspended), a job not running starts only
-// with at least its floor, and the total fits the slots: the newest queued
-// jobs give up their slots first, then the running jobs with the most above
-// their floors, one slot at a time. The running jobs' floors always fit, as
-// the pool only starts a job within the slots.
-func repair(want, floor []int, running []bool, slots int) {
-	total := 0
-	for i := range want {
-		switch {
-		case running[i]:
-			want[i] = max(want[i], floor[i])
-		case want[i] < floor[i]:
-			want[i] = 0
-		}
-		total += want[i]
-	}
-	for total > slots {
-		drop := -1
-		for i := range want {
-			if !running[i] && want[i] > 0 {
-				drop = i // the last one: jobs come in arrival order
-			}
-		}
-		if drop >= 0 {
-			total -= want[drop]
-			want[drop] = 0
-			continue
-		}
-		most := -1
-		for i := range want {
-			if want[i] > floor[i] && (most < 0 || want[i]-floor[i] > want[most]-floor[most]) {
-				most = i
-			}
-		}
-		if most < 0 {
-			return // cannot happen while the floors fit
-		}
-		want[most]--
-		total--
-	}
-}
-
-// place gives each job its count of slots on the nodes: where the policy's
-// placement has the job's count it is kept, the others are packed onto the
-// nodes with the most free slots.
-func place(cluster scheduler.Cluster, active []*entry, counts map[string]int, proposed scheduler.Allocation) scheduler.Allocation {
-	out := scheduler.Allocation{}
-	free := slices.Clone(cluster.GPUs)
-	for _, e := range active {
-		id := e.spec.Name
-		if n := counts[id]; n > 0 && len(proposed[id]) == n {
-			out[id] = slices.Clone(proposed[id])
-			for _, node := range out[id] {
-				free[node]--
-			}
-		}
-	}
-	for _, e := range active {
-		id := e.spec.Name
-		for n := counts[id]; n > 0 && len(out[id]) < n; {
-			best := 0
-			for i := range free {
-				if free[i] > free[best] {
-					best = i
-				}
-			}
-			out[id] = append(out[id], best)
-			free[best]--
-		}
-	}
-	return out
 }

@@ -120,6 +120,15 @@ type Status struct {
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 	// ObservedGeneration is the spec generation the scheduler last acted on.
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// ScheduledBy is the identity of the scheduler replica (the leader)
+	// that wrote these fields last.
+	ScheduledBy string `json:"scheduledBy,omitempty"`
+	// AllocationTime is when Allocation last changed, and
+	// AttainedWorkerSeconds the workers × seconds the job held before it:
+	// the service time that Tiresias and Pollux's priorities need, kept
+	// here so that a new scheduler continues from it.
+	AllocationTime        *metav1.Time `json:"allocationTime,omitempty"`
+	AttainedWorkerSeconds int64        `json:"attainedWorkerSeconds,omitempty"`
 
 	// Written by the job's driver.
 	WorldSize int32 `json:"worldSize,omitempty"`

@@ -34,9 +34,13 @@ Usage:
   gorovod cluster --slots N [--policy pollux|optimus|tiresias] JOBS.json
       run several elastic jobs on a pool of N local worker slots, shared by a
       scheduling policy that grows and shrinks them by their goodput
+  gorovod scheduler [--policy pollux|optimus|tiresias] [--leader-elect]
+      the scheduler service of a Kubernetes cluster: shares the nodes among
+      the GorovodJobs (deploy/kubernetes/gorovod.yaml runs it)
   gorovod help | --version
 
-Run 'gorovod COMMAND --help' (run, attach, bench, simulate, cluster, report)
+Run 'gorovod COMMAND --help' (run, attach, bench, simulate, cluster, report,
+scheduler)
 for a command's flags; every command but attach takes --log-level and
 --log-format.
 `
@@ -108,6 +112,8 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 		return clusterCommand(ctx, args[1:], stdout, stderr)
 	case "report":
 		return reportCommand(ctx, args[1:], stdout, stderr)
+	case "scheduler":
+		return schedulerCommand(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, Version())
 		return nil

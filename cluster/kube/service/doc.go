@@ -1,0 +1,47 @@
+// Package service owns gorovod's scheduler service on Kubernetes (`gorovod
+// scheduler`): it shares a cluster's nodes among the GorovodJobs (package
+// cluster/kube/api) with a cluster scheduling policy (package scheduler:
+// Pollux by default, Optimus or Tiresias) and records each job's share in the
+// job's status, which the job's driver carries out by growing or shrinking the
+// job in place.
+//
+// The service watches GorovodJobs (a dynamic informer), nodes and the drivers'
+// pods (typed informers). A scheduling round runs every Config.Interval and at
+// once when a job arrives or ends, or a node is added, cordoned, made not
+// Ready, changes its capacity or is deleted (a rate-limited work queue
+// coalesces the triggers). A round:
+//
+//   - builds the cluster from the Ready, schedulable nodes; a node's slots are
+//     its allocatable nvidia.com/gpu where that is above 0, else its
+//     allocatable gorovod.io/slot (an extended resource), else its label
+//     gorovod.io/slots=N, else it has none. The slots are taken to be
+//     gorovod's: other pods' requests are not subtracted.
+//   - gives a new job the phase Pending (Failed, with the reason, when its
+//     spec fails api.Spec.Validate), and ends a running job when its driver
+//     pod ends (exit 0: Succeeded, otherwise Failed with the container's
+//     reason); an ended job's slots are free in the same round.
+//   - asks the policy for an allocation of the jobs not ended, from their
+//     recorded allocations, fitted goodput models (status.goodput), attained
+//     service and reallocation counts; repairs it to the jobs' minimums
+//     (scheduler.RepairToMinimums: a running job keeps its minimum, a job
+//     starts with at least its minimum); admits waiting jobs in priority
+//     order, then by submission (scheduler.AdmitByPriority); and places the
+//     workers on nodes (scheduler.PlaceCounts: the policy's placement where
+//     it stands, else the job's current nodes, then packing).
+//   - writes each changed job's scheduler fields (phase, message, allocation:
+//     one node name per worker, reallocations, driver, times, attained
+//     service, observedGeneration, scheduledBy) with a JSON merge patch on
+//     the status subresource, leaving the driver's fields alone; and creates
+//     the driver pod `<job>-driver` of a job admitted for the first time
+//     (owned by the GorovodJob), after making sure the job's namespace has
+//     the driver's ServiceAccount and a RoleBinding to the ClusterRole
+//     gorovod-driver.
+//
+// Everything the service decides from is in the API server (the jobs'
+// status), so a new scheduler — a restart, or another replica taking over —
+// continues from the recorded allocations, which the reallocation penalty
+// sees as current. With leader election (a coordination.k8s.io Lease) only
+// the leader runs rounds and writes; a replica that loses the lease stops
+// before its next write, and one that stops releases the lease only after its
+// last write has returned.
+package service

@@ -1,0 +1,165 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cluster/kube/api"
+)
+
+// The driver pod and what it runs as.
+const (
+	// RoleDriver is the gorovod.io/role label of a job's driver pod.
+	RoleDriver = "driver"
+	// DriverContainer is the driver pod's container.
+	DriverContainer = "driver"
+	// DriverServiceAccount is the service account the driver pod runs as,
+	// and DriverClusterRole what it may do (deploy/kubernetes/gorovod.yaml).
+	DriverServiceAccount = "gorovod-driver"
+	DriverClusterRole    = "gorovod-driver"
+	// DriverRoleBinding binds DriverClusterRole to DriverServiceAccount in
+	// a job's namespace (the scheduler creates it where missing).
+	DriverRoleBinding = "gorovod-driver-gorovodjobs"
+	// gossipPort is the driver's gossip port (as in driver.yaml).
+	gossipPort = 7946
+)
+
+// DriverPodName is the name of a job's driver pod.
+func DriverPodName(job string) string { return job + "-driver" }
+
+func defaultDriverResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("250m"),
+		corev1.ResourceMemory: resource.MustParse("128Mi"),
+	}}
+}
+
+// driverPod is the driver pod of a job: owned by the job (deleting the job
+// deletes it, and the driver's workers with it), run once.
+func (s *Service) driverPod(j *api.GorovodJob) *corev1.Pod {
+	image := j.Spec.DriverImage
+	if image == "" {
+		image = j.Spec.Image
+	}
+	field := func(path string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+	}
+	controller := true
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      DriverPodName(j.Name),
+			Namespace: j.Namespace,
+			Labels:    map[string]string{kube.LabelJob: j.Name, kube.LabelRole: RoleDriver},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: api.Group + "/" + api.Version, Kind: api.Kind,
+				Name: j.Name, UID: j.UID, Controller: &controller}},
+		},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: DriverServiceAccount,
+			RestartPolicy:      corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name:    DriverContainer,
+				Image:   image,
+				Command: []string{"gorovod", "run", "--gorovodjob=" + j.Name},
+				Ports:   []corev1.ContainerPort{{Name: "gossip", ContainerPort: gossipPort}},
+				Env: []corev1.EnvVar{
+					{Name: "GOROVOD_POD_NAME", ValueFrom: field("metadata.name")},
+					{Name: "GOROVOD_POD_NAMESPACE", ValueFrom: field("metadata.namespace")},
+					{Name: "GOROVOD_POD_UID", ValueFrom: field("metadata.uid")},
+					{Name: "GOROVOD_POD_IP", ValueFrom: field("status.podIP")},
+				},
+				Resources: s.cfg.DriverResources,
+			}},
+		},
+	}
+}
+
+// startDriver creates a job's driver pod (and, first, its namespace's
+// service account and role binding). A pod of that name already owned by
+// the job is fine (a scheduler that stopped before recording it).
+func (s *Service) startDriver(ctx context.Context, j *api.GorovodJob) error {
+	if err := s.bindDriver(ctx, j.Namespace); err != nil {
+		return err
+	}
+	pod := s.driverPod(j)
+	if s.cfg.CustomizeDriver != nil {
+		s.cfg.CustomizeDriver(pod)
+	}
+	_, err := s.kube.CoreV1().Pods(j.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	old, err := s.kube.CoreV1().Pods(j.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, o := range old.OwnerReferences {
+		if o.UID == j.UID {
+			return nil
+		}
+	}
+	return fmt.Errorf("pod %s/%s exists and is not this job's driver", j.Namespace, pod.Name)
+}
+
+// bindDriver makes sure a namespace has the driver's ServiceAccount and its
+// RoleBinding to the driver's ClusterRole, once per namespace and term.
+func (s *Service) bindDriver(ctx context.Context, ns string) error {
+	if s.boundNamespaces[ns] {
+		return nil
+	}
+	_, err := s.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: DriverServiceAccount, Namespace: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("the driver's service account in %s: %w", ns, err)
+	}
+	_, err = s.kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: DriverRoleBinding, Namespace: ns},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: DriverServiceAccount, Namespace: ns}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: DriverClusterRole},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("the driver's role binding in %s: %w", ns, err)
+	}
+	s.boundNamespaces[ns] = true
+	return nil
+}
+
+// driverEnd says how an ended driver pod ended ("" while it runs).
+func driverEnd(pod *corev1.Pod) (api.Phase, string) {
+	switch pod.Status.Phase {
+	case corev1.PodSucceeded:
+		return api.PhaseSucceeded, ""
+	case corev1.PodFailed:
+	default:
+		return "", ""
+	}
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.Name != DriverContainer || c.State.Terminated == nil {
+			continue
+		}
+		t := c.State.Terminated
+		var why []string
+		for _, w := range []string{t.Reason, strings.TrimSpace(t.Message)} {
+			if w != "" {
+				why = append(why, w)
+			}
+		}
+		msg := fmt.Sprintf("driver pod %s exited with status %d", pod.Name, t.ExitCode)
+		if len(why) > 0 {
+			msg += ": " + strings.Join(why, ": ")
+		}
+		return api.PhaseFailed, msg
+	}
+	msg := fmt.Sprintf("driver pod %s failed", pod.Name)
+	if pod.Status.Reason != "" || pod.Status.Message != "" {
+		msg += ": " + strings.TrimSpace(pod.Status.Reason+" "+pod.Status.Message)
+	}
+	return api.PhaseFailed, msg
+}

@@ -1,0 +1,445 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/cluster/scheduler"
+	"github.com/gorovod/gorovod/heuristics/goodput"
+)
+
+// errNotLeading stops a round whose replica lost the lease.
+var errNotLeading = errors.New("service: not the leader")
+
+// beginTerm resets what a leader keeps between rounds: a new leader starts
+// from the API alone.
+func (s *Service) beginTerm(leading func() bool) {
+	s.policy, _ = newPolicy(s.cfg.Policy, s.cfg.RestartPenalty)
+	s.written = nil
+	s.boundNamespaces = map[string]bool{}
+	s.leading = leading
+}
+
+// seed reads every job's status from the API server (not the cache, which
+// may lag behind the previous leader's last writes).
+func (s *Service) seed(ctx context.Context) error {
+	namespaces := s.cfg.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	written := map[types.UID]api.Status{}
+	for _, ns := range namespaces {
+		list, err := s.dyn.Resource(api.GroupVersionResource()).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("service: listing gorovodjobs: %w", err)
+		}
+		for i := range list.Items {
+			if j, err := api.FromUnstructured(&list.Items[i]); err == nil {
+				written[j.UID] = schedulerFields(j.Status)
+			}
+		}
+	}
+	s.written = written
+	return nil
+}
+
+// schedulerFields is the part of a status the scheduler writes.
+func schedulerFields(st api.Status) api.Status {
+	return api.Status{Phase: st.Phase, Message: st.Message, Allocation: slices.Clone(st.Allocation),
+		Reallocations: st.Reallocations, Driver: st.Driver, SubmitTime: st.SubmitTime, StartTime: st.StartTime,
+		CompletionTime: st.CompletionTime, ObservedGeneration: st.ObservedGeneration, ScheduledBy: st.ScheduledBy,
+		AllocationTime: st.AllocationTime, AttainedWorkerSeconds: st.AttainedWorkerSeconds}
+}
+
+// entry is one job in a round.
+type entry struct {
+	job *api.GorovodJob
+	id  string     // namespace/name: the policy's job ID
+	old api.Status // the scheduler's fields as last written
+	st  api.Status // as this round leaves them
+}
+
+// round is one scheduling round (see the package comment).
+func (s *Service) round(ctx context.Context, src source) error {
+	if s.written == nil {
+		if err := s.seed(ctx); err != nil {
+			return err
+		}
+	}
+	now := s.cfg.Now()
+	stamp := metav1.NewTime(now.Truncate(time.Second))
+	objs, err := src.Jobs()
+	if err != nil {
+		return err
+	}
+	nodes, err := src.Nodes()
+	if err != nil {
+		return err
+	}
+	names, cluster := clusterOf(nodes)
+	index := make(map[string]int, len(names))
+	for i, n := range names {
+		index[n] = i
+	}
+	var active, changed []*entry
+	seen := make(map[types.UID]bool, len(objs))
+	for _, u := range objs {
+		seen[u.GetUID()] = true
+		e, err := s.entryOf(u)
+		if err != nil {
+			if err := s.failUnreadable(ctx, u, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if e.st.Phase.Ended() || e.job.DeletionTimestamp != nil {
+			continue
+		}
+		if err := e.job.Spec.Validate(); err != nil {
+			end(e, api.PhaseFailed, err.Error(), stamp)
+			changed = append(changed, e)
+			if err := s.stopDriver(ctx, e); err != nil {
+				return err
+			}
+			continue
+		}
+		if e.st.Phase == "" {
+			e.st.Phase = api.PhasePending
+		}
+		if e.st.SubmitTime == nil {
+			t := metav1.NewTime(e.job.CreationTimestamp.Time)
+			e.st.SubmitTime = &t
+		}
+		if e.st.Phase == api.PhaseRunning && e.st.Driver != "" {
+			pod, err := src.DriverPod(ctx, e.job.Namespace, e.st.Driver)
+			if err != nil {
+				return fmt.Errorf("service: driver pod of %s: %w", e.id, err)
+			}
+			phase, msg := api.Phase(""), ""
+			if pod == nil {
+				phase, msg = api.PhaseFailed, fmt.Sprintf("driver pod %s was deleted", e.st.Driver)
+			} else {
+				phase, msg = driverEnd(pod)
+			}
+			if phase != "" {
+				end(e, phase, msg, stamp)
+				changed = append(changed, e)
+				continue
+			}
+		}
+		active = append(active, e)
+	}
+	slices.SortFunc(active, func(a, b *entry) int {
+		if a.job.Spec.Priority != b.job.Spec.Priority {
+			return int(b.job.Spec.Priority) - int(a.job.Spec.Priority)
+		}
+		if c := a.st.SubmitTime.Compare(b.st.SubmitTime.Time); c != 0 {
+			return c
+		}
+		return compareStrings(a.id, b.id)
+	})
+	placed, err := s.allocate(ctx, now, active, names, index, cluster)
+	if err != nil {
+		return err
+	}
+	for _, e := range active {
+		alloc := make([]string, len(placed[e.id]))
+		for k, n := range placed[e.id] {
+			alloc[k] = names[n]
+		}
+		if e.st.Phase == api.PhasePending && len(alloc) > 0 {
+			if err := s.writable(ctx); err != nil {
+				return err
+			}
+			if err := s.startDriver(ctx, e.job); err != nil {
+				s.cfg.Logger.Warn("starting a driver", "job", e.id, "err", err)
+				e.st.Message = "starting the driver pod: " + err.Error()
+				changed = append(changed, e)
+				continue
+			}
+			e.st.Phase, e.st.Driver, e.st.StartTime = api.PhaseRunning, DriverPodName(e.job.Name), &stamp
+		}
+		setAllocation(e, alloc, stamp)
+		e.st.Message = ""
+		if len(alloc) == 0 {
+			e.st.Message = fmt.Sprintf("waiting for %d free slots (spec.minWorkers)", e.job.Spec.MinWorkers)
+		}
+		changed = append(changed, e)
+	}
+	for _, e := range changed {
+		if err := s.write(ctx, e); err != nil {
+			return err
+		}
+	}
+	for uid := range s.written {
+		if !seen[uid] {
+			delete(s.written, uid) // the job was deleted
+		}
+	}
+	return nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// entryOf reads a job and the scheduler's fields as last written.
+func (s *Service) entryOf(u *unstructured.Unstructured) (*entry, error) {
+	j, err := api.FromUnstructured(u)
+	if err != nil {
+		return nil, err
+	}
+	e := &entry{job: j, id: j.Namespace + "/" + j.Name}
+	if w, ok := s.written[j.UID]; ok {
+		e.old = w
+	} else {
+		e.old = schedulerFields(j.Status)
+	}
+	e.st = schedulerFields(e.old)
+	return e, nil
+}
+
+// allocate asks the policy and makes its answer one the jobs can be given:
+// the placement of each job's workers by node index.
+func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, names []string, index map[string]int, cluster scheduler.Cluster) (scheduler.Allocation, error) {
+	slots := cluster.TotalGPUs()
+	current := scheduler.Allocation{}
+	jobs := make([]scheduler.Job, len(active))
+	ids := make([]string, len(active))
+	perNode := slices.Max(append(slices.Clone(cluster.GPUs), 1))
+	for i, e := range active {
+		ids[i] = e.id
+		for _, n := range e.st.Allocation {
+			if k, ok := index[n]; ok {
+				current[e.id] = append(current[e.id], k)
+			}
+		}
+		jobs[i] = describe(e, now, perNode)
+	}
+	proposed := scheduler.Allocation{}
+	if len(cluster.GPUs) > 0 && len(active) > 0 {
+		var err error
+		proposed, err = s.policy.Allocate(ctx, onPolicyClock(now), jobs, cluster, current)
+		if err != nil {
+			return nil, fmt.Errorf("service: %s: %w", s.policy.Name(), err)
+		}
+	}
+	want := make([]int, len(active))
+	floor := make([]int, len(active))
+	running := make([]bool, len(active))
+	for i, e := range active {
+		limit := slots
+		if m := int(e.job.Spec.MaxWorkers); m > 0 {
+			limit = min(limit, m)
+		}
+		want[i] = min(len(proposed[e.id]), limit)
+		floor[i] = int(e.job.Spec.MinWorkers)
+		running[i] = e.st.Phase == api.PhaseRunning
+	}
+	scheduler.RepairToMinimums(want, floor, running, slots)
+	scheduler.AdmitByPriority(want, floor, running, slots)
+	counts := make(map[string]int, len(active))
+	for i, id := range ids {
+		counts[id] = want[i]
+	}
+	return scheduler.PlaceCounts(cluster, ids, counts, proposed, current), nil
+}
+
+// onPolicyClock is a time on the policies' clock (a duration since the Unix
+// epoch), the same for every replica and across restarts.
+func onPolicyClock(t time.Time) time.Duration { return time.Duration(t.UnixNano()) }
+
+// describe is what the policy knows of a job.
+func describe(e *entry, now time.Time, perNode int) scheduler.Job {
+	spec := e.job.Spec
+	sj := scheduler.Job{ID: e.id, Submitted: onPolicyClock(e.st.SubmitTime.Time),
+		Attained: attained(e.st, now), Restarts: int(e.st.Reallocations),
+		MinReplicas: int(spec.MinWorkers), MaxReplicas: int(spec.MaxWorkers),
+		// Tiresias runs a job at the size asked for: its most.
+		Replicas: int(max(spec.MaxWorkers, spec.MinWorkers)),
+		// An unmeasured job may grow to twice its minimum (Pollux's limit
+		// on an extrapolated model), and Optimus sees it scale perfectly.
+		MaxProfiledReplicas: int(spec.MinWorkers), RemainingSteps: 1,
+		StepTime: func(r int) float64 { return 1 / float64(max(r, 1)) }}
+	if g := e.job.Status.Goodput; g != nil {
+		lim := goodput.Limits{MaxBatch: int(spec.Batch.Max)}
+		sj.Goodput = scheduler.ModelGoodput(g.Model, lim)
+		if g.WorkersPerNode > 0 {
+			perNode = int(g.WorkersPerNode)
+		}
+		sj.StepTime = scheduler.ModelStepTime(g.Model, perNode)
+		sj.MaxProfiledReplicas = max(sj.MaxProfiledReplicas, int(g.MaxProfiledWorkers))
+	}
+	return sj
+}
+
+// attained is the workers × time a job has held until now.
+func attained(st api.Status, now time.Time) time.Duration {
+	d := time.Duration(st.AttainedWorkerSeconds) * time.Second
+	if st.AllocationTime != nil && now.After(st.AllocationTime.Time) {
+		d += time.Duration(len(st.Allocation)) * now.Sub(st.AllocationTime.Time)
+	}
+	return d
+}
+
+// setAllocation gives a job its workers' nodes, counting the service it held
+// until now and, after the first, the reallocation.
+func setAllocation(e *entry, alloc []string, stamp metav1.Time) {
+	slices.Sort(alloc)
+	if len(alloc) == 0 {
+		alloc = nil
+	}
+	if slices.Equal(alloc, e.st.Allocation) {
+		return
+	}
+	if e.st.AllocationTime != nil {
+		e.st.Reallocations++
+	}
+	e.st.AttainedWorkerSeconds = int64(attained(e.st, stamp.Time) / time.Second)
+	e.st.Allocation, e.st.AllocationTime = alloc, &stamp
+}
+
+// end ends a job: its slots are free in this round.
+func end(e *entry, phase api.Phase, msg string, stamp metav1.Time) {
+	if e.st.Allocation != nil {
+		e.st.AttainedWorkerSeconds = int64(attained(e.st, stamp.Time) / time.Second)
+		e.st.Allocation, e.st.AllocationTime = nil, &stamp
+	}
+	e.st.Phase, e.st.Message, e.st.CompletionTime = phase, msg, &stamp
+}
+
+// stopDriver deletes the driver pod of a job failed by the scheduler.
+func (s *Service) stopDriver(ctx context.Context, e *entry) error {
+	if e.old.Driver == "" {
+		return nil
+	}
+	if err := s.writable(ctx); err != nil {
+		return err
+	}
+	err := s.kube.CoreV1().Pods(e.job.Namespace).Delete(ctx, e.old.Driver, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("service: deleting the driver of %s: %w", e.id, err)
+	}
+	return nil
+}
+
+// writable says whether this replica may still write.
+func (s *Service) writable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.leading != nil && !s.leading() {
+		return errNotLeading
+	}
+	return nil
+}
+
+// write patches a job's scheduler fields where they changed.
+func (s *Service) write(ctx context.Context, e *entry) error {
+	e.st.ObservedGeneration = e.job.Generation
+	if sameFields(e.st, e.old) {
+		return nil // e.st carries the last writer: nothing changed
+	}
+	e.st.ScheduledBy = s.cfg.Identity
+	if err := s.writable(ctx); err != nil {
+		return err
+	}
+	patch, err := statusPatch(e.st)
+	if err != nil {
+		return err
+	}
+	out, err := s.dyn.Resource(api.GroupVersionResource()).Namespace(e.job.Namespace).
+		Patch(ctx, e.job.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) {
+		return nil // deleted meanwhile: its slots are free at the next round
+	}
+	if err != nil {
+		return fmt.Errorf("service: writing the status of %s: %w", e.id, err)
+	}
+	j, err := api.FromUnstructured(out)
+	if err != nil {
+		return err
+	}
+	s.written[j.UID] = schedulerFields(j.Status)
+	return nil
+}
+
+// sameFields compares two statuses' scheduler fields as the API stores them
+// (times to the second).
+func sameFields(a, b api.Status) bool {
+	pa, err1 := statusPatch(a)
+	pb, err2 := statusPatch(b)
+	return err1 == nil && err2 == nil && string(pa) == string(pb)
+}
+
+// statusPatch is the JSON merge patch setting the scheduler's fields of a
+// status and no others; a field to clear is null.
+func statusPatch(st api.Status) ([]byte, error) {
+	orNull := func(v any, null bool) any {
+		if null {
+			return nil
+		}
+		return v
+	}
+	timeOrNull := func(t *metav1.Time) any {
+		if t == nil {
+			return nil
+		}
+		return t.Rfc3339Copy()
+	}
+	fields := map[string]any{
+		"phase":                 orNull(st.Phase, st.Phase == ""),
+		"message":               orNull(st.Message, st.Message == ""),
+		"allocation":            orNull(st.Allocation, len(st.Allocation) == 0),
+		"reallocations":         orNull(st.Reallocations, st.Reallocations == 0),
+		"driver":                orNull(st.Driver, st.Driver == ""),
+		"submitTime":            timeOrNull(st.SubmitTime),
+		"startTime":             timeOrNull(st.StartTime),
+		"completionTime":        timeOrNull(st.CompletionTime),
+		"observedGeneration":    orNull(st.ObservedGeneration, st.ObservedGeneration == 0),
+		"scheduledBy":           orNull(st.ScheduledBy, st.ScheduledBy == ""),
+		"allocationTime":        timeOrNull(st.AllocationTime),
+		"attainedWorkerSeconds": orNull(st.AttainedWorkerSeconds, st.AttainedWorkerSeconds == 0),
+	}
+	return json.Marshal(map[string]any{"status": fields})
+}
+
+// failUnreadable fails a job whose object does not convert (a field of the
+// wrong type that the schema let through).
+func (s *Service) failUnreadable(ctx context.Context, u *unstructured.Unstructured, cause error) error {
+	if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); api.Phase(phase).Ended() {
+		return nil
+	}
+	if err := s.writable(ctx); err != nil {
+		return err
+	}
+	now := metav1.NewTime(s.cfg.Now().Truncate(time.Second))
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{
+		"phase": api.PhaseFailed, "message": "the object does not match the GorovodJob schema: " + cause.Error(), "completionTime": now,
+		"observedGeneration": u.GetGeneration(), "scheduledBy": s.cfg.Identity}})
+	if err != nil {
+		return err
+	}
+	_, err = s.dyn.Resource(api.GroupVersionResource()).Namespace(u.GetNamespace()).
+		Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("service: failing %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	return nil
+}

@@ -1,0 +1,599 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/heuristics/goodput"
+)
+
+const testNS = "team"
+
+// fixture is a service on client-go's fake clientsets, whose rounds read
+// the fakes directly (the informers are tested against a real API server).
+type fixture struct {
+	t    testing.TB
+	kube *kubefake.Clientset
+	dyn  *dynfake.FakeDynamicClient
+	s    *Service
+	now  time.Time
+	uids int
+}
+
+func newFixture(t testing.TB, policy string, nodes ...*corev1.Node) *fixture {
+	t.Helper()
+	f := &fixture{t: t, kube: kubefake.NewClientset(),
+		dyn: dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+			map[schema.GroupVersionResource]string{api.GroupVersionResource(): api.ListKind}),
+		now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+	for _, n := range nodes {
+		f.addNode(n)
+	}
+	f.s = f.newService("replica-a", policy)
+	return f
+}
+
+func (f *fixture) newService(identity, policy string) *Service {
+	f.t.Helper()
+	cfg := DefaultConfig()
+	cfg.Identity, cfg.Policy = identity, policy
+	cfg.Now = func() time.Time { return f.now }
+	s, err := New(cfg, f.kube, f.dyn)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	s.beginTerm(nil)
+	return s
+}
+
+// clientSource reads the fakes.
+type clientSource struct{ f *fixture }
+
+func (c clientSource) Jobs() ([]*unstructured.Unstructured, error) {
+	l, err := c.f.dyn.Resource(api.GroupVersionResource()).Namespace("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*unstructured.Unstructured, len(l.Items))
+	for i := range l.Items {
+		out[i] = &l.Items[i]
+	}
+	return out, nil
+}
+
+func (c clientSource) Nodes() ([]*corev1.Node, error) {
+	l, err := c.f.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Node, len(l.Items))
+	for i := range l.Items {
+		out[i] = &l.Items[i]
+	}
+	return out, nil
+}
+
+func (c clientSource) DriverPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	p, err := c.f.kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return p, err
+}
+
+// round runs a round a minute after the last one.
+func (f *fixture) round() {
+	f.t.Helper()
+	f.now = f.now.Add(time.Minute)
+	if err := f.s.round(context.Background(), clientSource{f}); err != nil {
+		f.t.Fatalf("round: %v", err)
+	}
+}
+
+// labelNode is a Ready node whose slots come from its label.
+func labelNode(name string, slots int) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{SlotsLabel: fmt.Sprint(slots)}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+}
+
+func (f *fixture) addNode(n *corev1.Node) {
+	f.t.Helper()
+	if _, err := f.kube.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) editNode(name string, edit func(*corev1.Node)) {
+	f.t.Helper()
+	n, err := f.kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	edit(n)
+	if _, err := f.kube.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func spec(minW, maxW, prio int32) api.Spec {
+	return api.Spec{Image: "gorovod-examples:test", Command: []string{"synthetic"}, MinWorkers: minW, MaxWorkers: maxW, Priority: prio}
+}
+
+// submit creates a job now, as the API server would (UID, generation, time).
+func (f *fixture) submit(name string, s api.Spec) {
+	f.t.Helper()
+	f.uids++
+	j := &api.GorovodJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS, Generation: 1,
+		UID: types.UID(fmt.Sprintf("uid-%d", f.uids)), CreationTimestamp: metav1.NewTime(f.now)}, Spec: s}
+	u, err := api.ToUnstructured(j)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.create(u)
+}
+
+func (f *fixture) create(u *unstructured.Unstructured) {
+	f.t.Helper()
+	if _, err := f.dyn.Resource(api.GroupVersionResource()).Namespace(testNS).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) job(name string) *api.GorovodJob {
+	f.t.Helper()
+	u, err := f.dyn.Resource(api.GroupVersionResource()).Namespace(testNS).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	j, err := api.FromUnstructured(u)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return j
+}
+
+// endDriver makes a job's driver pod end with an exit status, as its kubelet
+// would report it.
+func (f *fixture) endDriver(job string, exit int32) {
+	f.t.Helper()
+	p, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), DriverPodName(job), metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodSucceeded
+	if exit != 0 {
+		p.Status.Phase = corev1.PodFailed
+	}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: DriverContainer,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Reason: "Error", Message: "loss is NaN"}}}}
+	if _, err := f.kube.CoreV1().Pods(testNS).UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// reportGoodput acts as a job's driver: a fitted model, measured at up to
+// profiled workers.
+func (f *fixture) reportGoodput(job string, profiled int32) {
+	f.t.Helper()
+	j := f.job(job)
+	j.Status.Goodput = &api.GoodputStatus{Model: goodput.Model{Perf: goodput.PerfParams{AlphaC: 0.05, BetaC: 0.01, AlphaN: 0.05, BetaN: 0.02, Gamma: 1.5},
+		Grad: goodput.GradParams{Sqr: 1, Var: 10}, InitBatch: 64}, MaxProfiledWorkers: profiled, FittedAt: metav1.NewTime(f.now)}
+	u, err := api.ToUnstructured(j)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.dyn.Resource(api.GroupVersionResource()).Namespace(testNS).UpdateStatus(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// checkFits fails the test where a node holds more workers than its slots,
+// or a running job is outside its bounds.
+func (f *fixture) checkFits(jobs ...string) {
+	f.t.Helper()
+	nodes, _ := clientSource{f}.Nodes()
+	used := map[string]int{}
+	for _, name := range jobs {
+		j := f.job(name)
+		for _, n := range j.Status.Allocation {
+			used[n]++
+		}
+		if k := int32(len(j.Status.Allocation)); j.Status.Phase == api.PhaseRunning && k > 0 &&
+			(k < j.Spec.MinWorkers || (j.Spec.MaxWorkers > 0 && k > j.Spec.MaxWorkers)) {
+			f.t.Errorf("%s has %d workers, outside [%d, %d]", name, k, j.Spec.MinWorkers, j.Spec.MaxWorkers)
+		}
+	}
+	slots := map[string]int{}
+	for _, n := range nodes {
+		slots[n.Name] = NodeSlots(n)
+	}
+	for n, k := range used {
+		if k > slots[n] {
+			f.t.Errorf("node %s holds %d workers, has %d slots", n, k, slots[n])
+		}
+	}
+}
+
+func TestJobsArriveAndEnd(t *testing.T) {
+	f := newFixture(t, "pollux", labelNode("n1", 2), labelNode("n2", 2))
+	f.submit("a", spec(1, 4, 0))
+	f.round()
+	a := f.job("a")
+	if a.Status.Phase != api.PhaseRunning || len(a.Status.Allocation) < 1 || a.Status.Driver != "a-driver" ||
+		a.Status.StartTime == nil || a.Status.SubmitTime == nil || a.Status.ScheduledBy != "replica-a" || a.Status.ObservedGeneration != 1 {
+		t.Fatalf("a after its first round: %+v", a.Status)
+	}
+	// The driver pod, as the driver and the garbage collector need it.
+	pod, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), "a-driver", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pod.Spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+	}
+	if c.Name != "driver" || c.Image != "gorovod-examples:test" || !slices.Equal(c.Command, []string{"gorovod", "run", "--gorovodjob=a"}) ||
+		pod.Spec.ServiceAccountName != "gorovod-driver" || pod.Spec.RestartPolicy != corev1.RestartPolicyNever ||
+		len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].UID != a.UID || pod.OwnerReferences[0].Kind != "GorovodJob" ||
+		env["GOROVOD_POD_NAME"] != "metadata.name" || env["GOROVOD_POD_NAMESPACE"] != "metadata.namespace" ||
+		env["GOROVOD_POD_UID"] != "metadata.uid" || env["GOROVOD_POD_IP"] != "status.podIP" || pod.Labels[kube.LabelRole] != "driver" {
+		t.Fatalf("driver pod: %+v", pod)
+	}
+	if _, err := f.kube.CoreV1().ServiceAccounts(testNS).Get(context.Background(), DriverServiceAccount, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the driver's service account: %v", err)
+	}
+	rb, err := f.kube.RbacV1().RoleBindings(testNS).Get(context.Background(), DriverRoleBinding, metav1.GetOptions{})
+	if err != nil || rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != DriverClusterRole || rb.Subjects[0].Name != DriverServiceAccount {
+		t.Fatalf("the driver's role binding: %+v, %v", rb, err)
+	}
+
+	// The driver measures a scaling job: Pollux may give it the cluster.
+	f.reportGoodput("a", 2)
+	f.round()
+	f.checkFits("a")
+	// b arrives: it is admitted, and a shrinks for it.
+	f.submit("b", spec(2, 4, 0))
+	f.round()
+	a, b := f.job("a"), f.job("b")
+	if b.Status.Phase != api.PhaseRunning || len(b.Status.Allocation) < 2 || len(a.Status.Allocation)+len(b.Status.Allocation) > 4 {
+		t.Fatalf("after b arrived: a %v, b %+v", a.Status.Allocation, b.Status)
+	}
+	f.checkFits("a", "b")
+	// c needs 2: it waits while a and b hold their minimums (1 and 2).
+	f.submit("c", spec(2, 0, 0))
+	f.round()
+	if c := f.job("c"); c.Status.Phase != api.PhasePending || c.Status.Allocation != nil || !strings.Contains(c.Status.Message, "waiting for 2") {
+		t.Fatalf("c: %+v", c.Status)
+	}
+	if _, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), "c-driver", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a waiting job has a driver pod: %v", err)
+	}
+	// a's driver exits 0: a has succeeded, and its slots go to c in the same round.
+	f.endDriver("a", 0)
+	f.round()
+	a, b, cj := f.job("a"), f.job("b"), f.job("c")
+	if a.Status.Phase != api.PhaseSucceeded || a.Status.Allocation != nil || a.Status.CompletionTime == nil {
+		t.Fatalf("a after its driver exited 0: %+v", a.Status)
+	}
+	if cj.Status.Phase != api.PhaseRunning || len(cj.Status.Allocation) < 2 {
+		t.Fatalf("c after a ended: %+v (b %v)", cj.Status, b.Status.Allocation)
+	}
+	f.checkFits("b", "c")
+	// b's driver fails: b has failed, with the reason.
+	f.endDriver("b", 3)
+	f.round()
+	b = f.job("b")
+	if b.Status.Phase != api.PhaseFailed || b.Status.Allocation != nil || !strings.Contains(b.Status.Message, "exited with status 3: Error: loss is NaN") {
+		t.Fatalf("b after its driver failed: %+v", b.Status)
+	}
+	// A deleted driver pod ends its job too.
+	if err := f.kube.CoreV1().Pods(testNS).Delete(context.Background(), "c-driver", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.round()
+	if c := f.job("c"); c.Status.Phase != api.PhaseFailed || !strings.Contains(c.Status.Message, "c-driver was deleted") {
+		t.Fatalf("c after its driver pod was deleted: %+v", c.Status)
+	}
+	if a := f.job("a"); a.Status.AttainedWorkerSeconds < 60 {
+		t.Errorf("a held workers for minutes, attained %d worker-seconds", a.Status.AttainedWorkerSeconds)
+	}
+}
+
+// TestNodeLeaves: a node cordoned, not Ready, without slots or deleted has
+// its workers taken away in the next round.
+func TestNodeLeaves(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		leave func(f *fixture, node string)
+	}{
+		{"cordoned", func(f *fixture, n string) { f.editNode(n, func(n *corev1.Node) { n.Spec.Unschedulable = true }) }},
+		{"not ready", func(f *fixture, n string) {
+			f.editNode(n, func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown })
+		}},
+		{"label removed", func(f *fixture, n string) { f.editNode(n, func(n *corev1.Node) { delete(n.Labels, SlotsLabel) }) }},
+		{"deleted", func(f *fixture, n string) {
+			if err := f.kube.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}); err != nil {
+				f.t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, "pollux", labelNode("n1", 2), labelNode("n2", 2), labelNode("n3", 2))
+			f.submit("a", spec(1, 2, 0))
+			f.submit("b", spec(2, 2, 0))
+			f.round()
+			a := f.job("a")
+			if len(a.Status.Allocation) == 0 {
+				t.Fatalf("a: %+v", a.Status)
+			}
+			gone := a.Status.Allocation[0]
+			before := f.job("b").Status.Allocation
+			tc.leave(f, gone)
+			f.round()
+			for _, name := range []string{"a", "b"} {
+				j := f.job(name)
+				if j.Status.Phase != api.PhaseRunning || int32(len(j.Status.Allocation)) < j.Spec.MinWorkers || slices.Contains(j.Status.Allocation, gone) {
+					t.Errorf("%s after %s left: %+v", name, gone, j.Status)
+				}
+			}
+			if b := f.job("b"); !slices.Contains(before, gone) && !slices.Equal(b.Status.Allocation, before) {
+				t.Errorf("b was moved (%v → %v) though its nodes stayed", before, b.Status.Allocation)
+			}
+			if a := f.job("a"); a.Status.Reallocations != 1 {
+				t.Errorf("a's reallocations: %d, want 1", a.Status.Reallocations)
+			}
+			f.checkFits("a", "b")
+		})
+	}
+}
+
+// TestAdmission: a job starts only with its minimum; waiting jobs are
+// admitted by priority, then by submission.
+func TestAdmission(t *testing.T) {
+	for _, policy := range Policies {
+		t.Run(policy, func(t *testing.T) {
+			f := newFixture(t, policy, labelNode("n1", 2), labelNode("n2", 2))
+			f.submit("running", spec(2, 2, 0))
+			f.round()
+			f.submit("huge", spec(5, 0, 9)) // never fits 4 slots
+			f.submit("low", spec(2, 2, 0))
+			f.now = f.now.Add(time.Second)
+			f.submit("high", spec(2, 2, 5))
+			f.submit("later", spec(2, 2, 0))
+			f.round()
+			want := map[string]api.Phase{"running": api.PhaseRunning, "huge": api.PhasePending, "high": api.PhaseRunning, "low": api.PhasePending, "later": api.PhasePending}
+			for name, phase := range want {
+				if j := f.job(name); j.Status.Phase != phase {
+					t.Errorf("%s: %s (%v, %q), want %s", name, j.Status.Phase, j.Status.Allocation, j.Status.Message, phase)
+				}
+			}
+			f.checkFits("running", "huge", "low", "high", "later")
+			// high ends: low, submitted before later, goes next.
+			f.endDriver("high", 0)
+			f.round()
+			if low, later := f.job("low"), f.job("later"); low.Status.Phase != api.PhaseRunning || later.Status.Phase != api.PhasePending {
+				t.Errorf("after high ended: low %s, later %s", low.Status.Phase, later.Status.Phase)
+			}
+		})
+	}
+}
+
+// TestRestartContinues: a new scheduler (a restart, or another replica)
+// continues from the recorded allocations: it writes nothing where nothing
+// changed, and reallocates nothing.
+func TestRestartContinues(t *testing.T) {
+	f := newFixture(t, "pollux", labelNode("n1", 2), labelNode("n2", 2))
+	f.submit("a", spec(1, 2, 0))
+	f.submit("b", spec(1, 2, 0))
+	f.round()
+	f.reportGoodput("a", 2)
+	f.reportGoodput("b", 2)
+	for range 3 {
+		f.round()
+	}
+	before := map[string]api.Status{"a": f.job("a").Status, "b": f.job("b").Status}
+	f.s = f.newService("replica-b", "pollux")
+	f.dyn.ClearActions()
+	for range 3 {
+		f.round()
+	}
+	for _, a := range f.dyn.Actions() {
+		if a.GetVerb() == "patch" {
+			t.Errorf("the new scheduler wrote: %v", a)
+		}
+	}
+	for name, st := range before {
+		now := f.job(name).Status
+		if !slices.Equal(now.Allocation, st.Allocation) || now.Reallocations != st.Reallocations || now.ScheduledBy != "replica-a" {
+			t.Errorf("%s: %v (%d reallocations) → %v (%d)", name, st.Allocation, st.Reallocations, now.Allocation, now.Reallocations)
+		}
+	}
+	// It does schedule: a new job is its.
+	f.submit("c", spec(1, 1, 0))
+	f.endDriver("a", 0)
+	f.round()
+	if c := f.job("c"); c.Status.Phase != api.PhaseRunning || c.Status.ScheduledBy != "replica-b" {
+		t.Errorf("c: %+v", c.Status)
+	}
+}
+
+// TestBadObjects: a job whose spec fails validation, or whose object does
+// not convert, fails with the reason; the others are scheduled.
+func TestBadObjects(t *testing.T) {
+	f := newFixture(t, "pollux", labelNode("n1", 2))
+	f.submit("good", spec(1, 2, 0))
+	f.submit("no-workers", spec(0, 2, 0))
+	f.submit("inverted", spec(3, 2, 0))
+	bad := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "gorovod.io/v1alpha1", "kind": "GorovodJob",
+		"metadata": map[string]any{"name": "garbled", "namespace": testNS, "uid": "uid-garbled"},
+		"spec":     map[string]any{"image": "x", "command": []any{"t"}, "minWorkers": "three"}}}
+	f.create(bad)
+	f.round()
+	for name, msg := range map[string]string{"no-workers": "spec.minWorkers", "inverted": "spec.maxWorkers", "garbled": "does not match the GorovodJob schema"} {
+		j, err := f.dyn.Resource(api.GroupVersionResource()).Namespace(testNS).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		phase, _, _ := unstructured.NestedString(j.Object, "status", "phase")
+		got, _, _ := unstructured.NestedString(j.Object, "status", "message")
+		if phase != string(api.PhaseFailed) || !strings.Contains(got, msg) {
+			t.Errorf("%s: phase %q message %q, want Failed naming %s", name, phase, got, msg)
+		}
+	}
+	if g := f.job("good"); g.Status.Phase != api.PhaseRunning {
+		t.Errorf("good: %+v", g.Status)
+	}
+	// An edit that breaks a running job's spec fails it and stops its driver.
+	g := f.job("good")
+	g.Spec.Command, g.Generation = nil, 2
+	u, _ := api.ToUnstructured(g)
+	if _, err := f.dyn.Resource(api.GroupVersionResource()).Namespace(testNS).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.round()
+	if g := f.job("good"); g.Status.Phase != api.PhaseFailed || !strings.Contains(g.Status.Message, "spec.command") || g.Status.ObservedGeneration != 2 {
+		t.Errorf("good after a bad edit: %+v", g.Status)
+	}
+	if _, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), "good-driver", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the failed job's driver pod: %v", err)
+	}
+}
+
+// TestNotLeading: a replica that lost the lease writes nothing.
+func TestNotLeading(t *testing.T) {
+	f := newFixture(t, "pollux", labelNode("n1", 2))
+	f.submit("a", spec(1, 2, 0))
+	f.s.beginTerm(func() bool { return false })
+	f.dyn.ClearActions()
+	f.kube.ClearActions()
+	err := f.s.round(context.Background(), clientSource{f})
+	if !errors.Is(err, errNotLeading) {
+		t.Fatalf("round: %v, want errNotLeading", err)
+	}
+	for _, a := range slices.Concat(f.dyn.Actions(), f.kube.Actions()) {
+		if v := a.GetVerb(); v != "get" && v != "list" && v != "watch" {
+			t.Errorf("a replica not leading did %s %s", v, a.GetResource().Resource)
+		}
+	}
+}
+
+func TestNodeSlots(t *testing.T) {
+	q := resource.MustParse
+	for _, tc := range []struct {
+		name string
+		node func(*corev1.Node)
+		want int
+	}{
+		{"label", func(*corev1.Node) {}, 3},
+		{"slot resource over label", func(n *corev1.Node) { n.Status.Allocatable = corev1.ResourceList{SlotResource: q("5")} }, 5},
+		{"GPUs over both", func(n *corev1.Node) {
+			n.Status.Allocatable = corev1.ResourceList{SlotResource: q("5"), GPUResource: q("8")}
+		}, 8},
+		{"no GPUs left: the slot resource", func(n *corev1.Node) {
+			n.Status.Allocatable = corev1.ResourceList{SlotResource: q("5"), GPUResource: q("0")}
+		}, 5},
+		{"bad label", func(n *corev1.Node) { n.Labels[SlotsLabel] = "many" }, 0},
+		{"capped", func(n *corev1.Node) { n.Labels[SlotsLabel] = "1000" }, 255},
+		{"cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }, 0},
+		{"not ready", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }, 0},
+		{"no Ready condition", func(n *corev1.Node) { n.Status.Conditions = nil }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := labelNode("n", 3)
+			tc.node(n)
+			if got := NodeSlots(n); got != tc.want {
+				t.Errorf("NodeSlots = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"policy", func(c *Config) { c.Policy = "fifo" }, "unknown policy"},
+		{"interval", func(c *Config) { c.Interval = -time.Second }, "negative"},
+		{"lease", func(c *Config) { c.LeaderElection.RenewDeadline = time.Minute }, "lease duration"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.edit(&cfg)
+			_, err := New(cfg, kubefake.NewClientset(), nil)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("New: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestViolations checks the check TestAgainstAPIServer makes of every write
+// against the Lease's holder.
+func TestViolations(t *testing.T) {
+	holders := []leaseHolder{{10, "a"}, {12, "a"}, {20, ""}, {21, "b"}}
+	for _, tc := range []struct {
+		name   string
+		writes []write
+		bad    int
+	}{
+		{"the holder writes", []write{{rv: 11, by: "a"}, {rv: 13, by: "a"}, {rv: 22, by: "b"}}, 0},
+		{"submissions are no writes", []write{{rv: 5}, {rv: 15}}, 0},
+		{"before any lease", []write{{rv: 9, by: "a"}}, 1},
+		{"the old leader after the release", []write{{rv: 21, by: "a"}, {rv: 22, by: "a"}}, 2},
+		{"the new leader too early", []write{{rv: 19, by: "b"}}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if v := violations(tc.writes, holders); len(v) != tc.bad {
+				t.Errorf("violations: %q, want %d", v, tc.bad)
+			}
+		})
+	}
+}
+
+// BenchmarkRound is one Pollux round of the service (reading the jobs and
+// nodes, the policy, the repair, the placement, and the writes of the
+// allocations that changed) over 16 nodes of 4 slots and 20 running jobs
+// with fitted goodput models, on the fake clientsets.
+func BenchmarkRound(b *testing.B) {
+	var nodes []*corev1.Node
+	for i := range 16 {
+		nodes = append(nodes, labelNode(fmt.Sprintf("n%02d", i), 4))
+	}
+	f := newFixture(b, "pollux", nodes...)
+	for i := range 20 {
+		f.submit(fmt.Sprintf("j%02d", i), spec(1, 8, 0))
+	}
+	f.round()
+	for i := range 20 {
+		f.reportGoodput(fmt.Sprintf("j%02d", i), 4)
+	}
+	f.round()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := f.s.round(context.Background(), clientSource{f}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,197 @@
+package scheduler
+
+import "slices"
+
+// What follows turns a policy's allocation into one that live elastic jobs
+// can be given: a gorovod job has no checkpoint to be suspended into, so once
+// started it keeps at least its minimum, and a job starts only with at least
+// its minimum. Package pool (local slots) and package cluster/kube/service
+// (a Kubernetes cluster) both carry allocations out through these.
+
+// RepairToMinimums makes the worker counts want fit slots slots, in place. The
+// jobs are given in priority order (the first the most important); floor is
+// each job's minimum and running says which jobs already run. A running job
+// keeps at least its floor, a job not running starts only with at least its
+// floor, and the total fits: the last jobs not running give up their slots
+// first, then the running jobs with the most above their floors, one slot at a
+// time. Where even the running jobs' floors do not fit (the cluster lost
+// nodes), the last running jobs are given nothing until the rest fit.
+func RepairToMinimums(want, floor []int, running []bool, slots int) {
+	total := 0
+	for i := range want {
+		switch {
+		case running[i]:
+			want[i] = max(want[i], floor[i])
+		case want[i] < floor[i]:
+			want[i] = 0
+		}
+		total += want[i]
+	}
+	for total > slots {
+		drop := -1
+		for i := range want {
+			if !running[i] && want[i] > 0 {
+				drop = i
+			}
+		}
+		if drop >= 0 {
+			total -= want[drop]
+			want[drop] = 0
+			continue
+		}
+		most := -1
+		for i := range want {
+			if want[i] > floor[i] && (most < 0 || want[i]-floor[i] > want[most]-floor[most]) {
+				most = i
+			}
+		}
+		if most >= 0 {
+			want[most]--
+			total--
+			continue
+		}
+		for i := len(want) - 1; i >= 0; i-- {
+			if want[i] > 0 {
+				total -= want[i]
+				want[i] = 0
+				break
+			}
+		}
+	}
+}
+
+// AdmitByPriority admits waiting jobs in priority order, in place, after
+// RepairToMinimums: a job not running that was given nothing is given its
+// floor where the floor fits in the free slots plus what the jobs after it
+// that are not running were given and what the running jobs hold above their
+// floors; those give way (the last first, then the running jobs with the most
+// above their floors). A policy that leaves an important job waiting while a
+// less important one starts, or slots idle, is overruled so.
+func AdmitByPriority(want, floor []int, running []bool, slots int) {
+	total := 0
+	for _, w := range want {
+		total += w
+	}
+	for i := range want {
+		if running[i] || want[i] > 0 || floor[i] < 1 {
+			continue
+		}
+		spare := slots - total
+		for k := i + 1; k < len(want); k++ {
+			if !running[k] {
+				spare += want[k]
+			}
+		}
+		for k := range want {
+			if running[k] {
+				spare += want[k] - floor[k]
+			}
+		}
+		if spare < floor[i] {
+			continue
+		}
+		for k := len(want) - 1; k > i && slots-total < floor[i]; k-- {
+			if !running[k] && want[k] > 0 {
+				total -= want[k]
+				want[k] = 0
+			}
+		}
+		for slots-total < floor[i] {
+			most := -1
+			for k := range want {
+				if running[k] && want[k] > floor[k] && (most < 0 || want[k]-floor[k] > want[most]-floor[most]) {
+					most = k
+				}
+			}
+			want[most]--
+			total--
+		}
+		want[i] = floor[i]
+		total += floor[i]
+	}
+}
+
+// PlaceCounts gives each job (ids, in priority order) its count of workers on
+// the cluster's nodes. Where the policy's placement (proposed) has the job's
+// count and fits, it is kept. Otherwise the job keeps what it can of its
+// current nodes (a shrinking job leaves the nodes where it has the fewest
+// workers), then grows on nodes it already uses, then fills the node with
+// the most free slots before the next (packing, so that a small job is not
+// spread). The counts must fit the cluster (RepairToMinimums).
+func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed, current Allocation) Allocation {
+	out := Allocation{}
+	free := slices.Clone(cluster.GPUs)
+	fits := func(nodes []int) bool {
+		need := make(map[int]int)
+		for _, n := range nodes {
+			if n < 0 || n >= len(free) {
+				return false
+			}
+			need[n]++
+		}
+		for n, k := range need {
+			if free[n] < k {
+				return false
+			}
+		}
+		return true
+	}
+	for _, id := range ids {
+		if n := counts[id]; n > 0 && len(proposed[id]) == n && fits(proposed[id]) {
+			out[id] = slices.Clone(proposed[id])
+			for _, node := range out[id] {
+				free[node]--
+			}
+		}
+	}
+	for _, id := range ids {
+		n := counts[id]
+		if n == 0 || out[id] != nil {
+			continue
+		}
+		// Keep the current nodes, most used first, as far as they fit.
+		held := map[int]int{}
+		for _, node := range current[id] {
+			if node >= 0 && node < len(free) {
+				held[node]++
+			}
+		}
+		order := make([]int, 0, len(held))
+		for node := range held {
+			order = append(order, node)
+		}
+		slices.SortFunc(order, func(a, b int) int {
+			if held[a] != held[b] {
+				return held[b] - held[a]
+			}
+			return a - b
+		})
+		var nodes []int
+		for _, node := range order {
+			for k := 0; k < held[node] && free[node] > 0 && len(nodes) < n; k++ {
+				nodes = append(nodes, node)
+				free[node]--
+			}
+		}
+		// Grow where the job already is, then pack.
+		for _, node := range order {
+			for free[node] > 0 && len(nodes) < n {
+				nodes = append(nodes, node)
+				free[node]--
+			}
+		}
+		for len(nodes) < n {
+			best := mostFreeNode(free)
+			if best < 0 {
+				break // the counts did not fit: the job gets what there is
+			}
+			for free[best] > 0 && len(nodes) < n {
+				nodes = append(nodes, best)
+				free[best]--
+			}
+		}
+		slices.Sort(nodes)
+		out[id] = nodes
+	}
+	return out
+}

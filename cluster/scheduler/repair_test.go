@@ -1,0 +1,115 @@
+package scheduler
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestRepairToMinimums(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		want    []int
+		floor   []int
+		running []bool
+		slots   int
+		out     []int
+	}{
+		{"fits: unchanged", []int{2, 1, 1}, []int{1, 1, 1}, []bool{true, true, false}, 4, []int{2, 1, 1}},
+		{"a running job keeps its floor", []int{4, 0}, []int{1, 1}, []bool{true, true}, 4, []int{3, 1}},
+		{"a queued job below its floor waits", []int{3, 1}, []int{1, 2}, []bool{true, false}, 4, []int{3, 0}},
+		{"the last queued job gives way first", []int{0, 2, 2}, []int{2, 1, 1}, []bool{true, false, false}, 4, []int{2, 2, 0}},
+		{"then the running job furthest above its floor", []int{1, 4, 1}, []int{1, 1, 1}, []bool{true, true, true}, 4, []int{1, 2, 1}},
+		{"floors of two", []int{0, 0}, []int{2, 2}, []bool{true, true}, 4, []int{2, 2}},
+		{"lost nodes: the last running job waits", []int{2, 2}, []int{2, 2}, []bool{true, true}, 2, []int{2, 0}},
+		{"no slots at all", []int{1, 1}, []int{1, 1}, []bool{true, false}, 0, []int{0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := slices.Clone(tc.want)
+			RepairToMinimums(got, tc.floor, tc.running, tc.slots)
+			if !slices.Equal(got, tc.out) {
+				t.Errorf("RepairToMinimums(%v, floors %v, running %v, %d slots) = %v, want %v", tc.want, tc.floor, tc.running, tc.slots, got, tc.out)
+			}
+			if sum(got) > tc.slots {
+				t.Errorf("%d slots allocated of %d", sum(got), tc.slots)
+			}
+		})
+	}
+}
+
+func sum(xs []int) int {
+	s := 0
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+func TestAdmitByPriority(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		want    []int
+		floor   []int
+		running []bool
+		slots   int
+		out     []int
+	}{
+		{"idle slots admit a waiting job at its floor", []int{1, 0}, []int{1, 2}, []bool{true, false}, 4, []int{1, 2}},
+		{"the important job displaces a less important starter", []int{1, 0, 3}, []int{1, 2, 2}, []bool{true, false, false}, 4, []int{1, 2, 0}},
+		{"running jobs shrink to their floors for it", []int{3, 0}, []int{1, 2}, []bool{true, false}, 4, []int{2, 2}},
+		{"a floor that cannot fit waits, the next is admitted", []int{2, 0, 0}, []int{2, 3, 1}, []bool{true, false, false}, 4, []int{2, 0, 1}},
+		{"nothing to do", []int{2, 2}, []int{1, 1}, []bool{true, true}, 4, []int{2, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := slices.Clone(tc.want)
+			AdmitByPriority(got, tc.floor, tc.running, tc.slots)
+			if !slices.Equal(got, tc.out) {
+				t.Errorf("AdmitByPriority(%v, floors %v, running %v, %d slots) = %v, want %v", tc.want, tc.floor, tc.running, tc.slots, got, tc.out)
+			}
+			if sum(got) > tc.slots {
+				t.Errorf("%d slots allocated of %d", sum(got), tc.slots)
+			}
+		})
+	}
+}
+
+func TestPlaceCounts(t *testing.T) {
+	cluster := NewCluster(2, 2)
+	ids := []string{"a", "b", "c"}
+	for _, tc := range []struct {
+		name              string
+		counts            map[string]int
+		proposed, current Allocation
+		want              Allocation
+	}{
+		{"the policy's placement is kept",
+			map[string]int{"a": 2, "b": 1, "c": 1}, Allocation{"a": {1, 1}, "b": {0}, "c": {0}}, nil,
+			Allocation{"a": {1, 1}, "b": {0}, "c": {0}}},
+		{"a repaired count is packed on the freest node",
+			map[string]int{"a": 1, "b": 2}, Allocation{"a": {1}, "b": {0, 0, 1}}, nil,
+			Allocation{"a": {1}, "b": {0, 0}}},
+		{"a job the policy left out",
+			map[string]int{"a": 3, "c": 1}, Allocation{"a": {0, 0, 1}}, nil,
+			Allocation{"a": {0, 0, 1}, "c": {1}}},
+		{"a job keeps its current nodes",
+			map[string]int{"a": 1, "b": 2}, Allocation{}, Allocation{"b": {1, 1}},
+			Allocation{"a": {0}, "b": {1, 1}}},
+		{"a shrinking job leaves its emptiest node",
+			map[string]int{"a": 2}, Allocation{}, Allocation{"a": {0, 1, 1}},
+			Allocation{"a": {1, 1}}},
+		{"a proposal over a node's capacity is not kept",
+			map[string]int{"a": 2, "b": 1}, Allocation{"a": {0, 0}, "b": {0}}, Allocation{"b": {0}},
+			Allocation{"a": {0, 0}, "b": {1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := PlaceCounts(cluster, ids, tc.counts, tc.proposed, tc.current)
+			if len(got) != len(tc.want) {
+				t.Fatalf("PlaceCounts = %v, want %v", got, tc.want)
+			}
+			for id, nodes := range tc.want {
+				if !slices.Equal(got[id], nodes) {
+					t.Errorf("PlaceCounts = %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+}

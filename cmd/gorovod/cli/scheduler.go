@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gorovod/gorovod/cluster/kube/service"
+	"github.com/gorovod/gorovod/internal/logging"
+)
+
+// schedulerCommand is `gorovod scheduler`: the scheduler service of a
+// Kubernetes cluster (deploy/kubernetes/gorovod.yaml runs it).
+func schedulerCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gorovod scheduler", flag.ContinueOnError)
+	def := service.DefaultConfig()
+	policy := fs.String("policy", def.Policy, "scheduling policy: pollux, optimus or tiresias")
+	interval := fs.Duration("interval", def.Interval, "time between scheduling rounds (a round also runs when a job arrives or ends, or a node comes, goes or is cordoned)")
+	penalty := fs.Duration("restart-penalty", def.RestartPenalty, "Pollux: what a resize costs a job (δ)")
+	namespaces := fs.String("namespaces", "", "comma-separated `namespaces` whose GorovodJobs are scheduled (default: all)")
+	leaderElect := fs.Bool("leader-elect", false, "take turns with other replicas through a Lease: only the leader schedules")
+	leaseName := fs.String("lease-name", def.LeaderElection.LeaseName, "the Lease's name (with --leader-elect)")
+	leaseNamespace := fs.String("lease-namespace", def.LeaderElection.LeaseNamespace, "the Lease's namespace (with --leader-elect)")
+	leaseDuration := fs.Duration("lease-duration", def.LeaderElection.LeaseDuration, "how long a Lease holds after its last renewal: another replica takes over after it")
+	renewDeadline := fs.Duration("renew-deadline", def.LeaderElection.RenewDeadline, "how long the leader tries to renew before it stops scheduling")
+	retryPeriod := fs.Duration("retry-period", def.LeaderElection.RetryPeriod, "time between tries to acquire or renew the Lease")
+	identity := fs.String("identity", "", "this replica's name in the Lease and in the jobs' status.scheduledBy (default: host name and a random suffix)")
+	kubeconfig := fs.String("kubeconfig", "", "a kubeconfig `file` to reach the API server from outside the cluster (default: the pod's service account)")
+	logOpts := logging.DefaultOptions()
+	logOpts.Register(fs)
+	usage := `Usage: gorovod scheduler [flags]
+
+Runs the scheduler service of a Kubernetes cluster: it shares the nodes'
+slots (allocatable nvidia.com/gpu, else the extended resource gorovod.io/slot,
+else the node label gorovod.io/slots=N; only Ready, schedulable nodes) among
+the GorovodJobs with a scheduling policy, writes each job's allocation into
+its status, and starts each admitted job's driver pod, which grows and shrinks
+the job in place. deploy/kubernetes/gorovod.yaml installs it (two replicas,
+--leader-elect).`
+	if err := parseFlags(fs, args, usage, stdout, stderr); err != nil {
+		return err
+	}
+	usageErr := func(format string, args ...any) error {
+		fmt.Fprintf(stderr, "gorovod scheduler: "+format+"\nRun 'gorovod scheduler --help' for the flags.\n", args...)
+		return ErrUsage
+	}
+	if err := logOpts.Validate(); err != nil {
+		return usageErr("%v", err)
+	}
+	if fs.NArg() != 0 {
+		return usageErr("unexpected arguments %q", fs.Args())
+	}
+	if *interval <= 0 {
+		return usageErr("--interval must be positive")
+	}
+	if !slices.Contains(service.Policies, *policy) {
+		return usageErr("unknown --policy %q (want pollux, optimus or tiresias)", *policy)
+	}
+	log, _ := logOpts.Logger(stderr)
+	cfg := def
+	cfg.Policy, cfg.Interval, cfg.RestartPenalty, cfg.Identity, cfg.Logger = *policy, *interval, *penalty, *identity, log
+	for _, ns := range strings.Split(*namespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			cfg.Namespaces = append(cfg.Namespaces, ns)
+		}
+	}
+	cfg.LeaderElection = service.LeaderElection{Enabled: *leaderElect, LeaseName: *leaseName, LeaseNamespace: *leaseNamespace,
+		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod}
+	var restCfg *rest.Config
+	var err error
+	if *kubeconfig != "" {
+		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	} else {
+		restCfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("gorovod scheduler: the API server: %w (outside a pod, give --kubeconfig)", err)
+	}
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("gorovod scheduler: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("gorovod scheduler: %w", err)
+	}
+	svc, err := service.New(cfg, kube, dyn)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	log.Info("scheduler starting", "identity", svc.Identity(), "policy", cfg.Policy, "interval", cfg.Interval,
+		"namespaces", cfg.Namespaces, "leader_elect", cfg.LeaderElection.Enabled)
+	if err := svc.Run(ctx); err != nil {
+		return fmt.Errorf("gorovod scheduler: %w", err)
+	}
+	return nil
+}
