@@ -67,7 +67,7 @@ func DefaultConfig() Config {
 		Algorithm:          AlgorithmAuto,
 		AllgatherAlgorithm: AlgorithmAuto,
 		ChunkBytes:         256 << 10,
-		AbortTimeout:      200 * time.Millisecond,
+		AbortTimeout:       200 * time.Millisecond,
 	}
 }
 
@@ -228,15 +228,15 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 		algorithm:     algorithm,
 		allgatherAlgo: allgatherAlgo,
 		links:         links,
-		inPlace:    inPlace,
-		log:        log.With("rank", w.Rank, "epoch", w.Epoch),
-		sendBroken: make([]bool, len(links)),
-		tracer:     cfg.Tracer,
-		octx:       newOpContext(),
-		helper:     newHelper(),
-		pipe:       newPipeRun(),
-		sendHdr:    make([]transport.Header, len(links)),
-		recvHdr:    make([]transport.Header, len(links)),
+		inPlace:       inPlace,
+		log:           log.With("rank", w.Rank, "epoch", w.Epoch),
+		sendBroken:    make([]bool, len(links)),
+		tracer:        cfg.Tracer,
+		octx:          newOpContext(),
+		helper:        newHelper(),
+		pipe:          newPipeRun(),
+		sendHdr:       make([]transport.Header, len(links)),
+		recvHdr:       make([]transport.Header, len(links)),
 	}
 	c.op.c = c
 	c.steps.init(c)

@@ -6,8 +6,8 @@ import "hash/fnv"
 // different sizes) and cuts every segment into the same number of chunks, so
 // that chunk j of one ring step maps onto chunk j of the next.
 type segPlan struct {
-	esz      int
-	off      []int // element offset of each segment; len p+1
+	esz int
+	off []int // element offset of each segment; len p+1
 	// at, when set, places segment i at element offset at[i] instead of
 	// off[i] (segments off[i+1]-off[i] long, anywhere in the buffer): the
 	// blocks of some ranks of a world, for a hierarchical allgather.
