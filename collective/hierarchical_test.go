@@ -445,3 +445,31 @@ func TestAlgorithmConfig(t *testing.T) {
 		t.Error("no rank reported a mismatch")
 	}
 }
+
+// TestSteadyStateAllocationsHierarchical: the hierarchical allreduce (its
+// cross part as a ring and as recursive doubling) and allgather allocate
+// nothing once a communicator has run one of a shape, like the ring.
+func TestSteadyStateAllocationsHierarchical(t *testing.T) {
+	if testing.Short() {
+		t.Skip("connects real transports")
+	}
+	for _, m := range []struct {
+		name string
+		mk   meshFunc
+	}{{"inproc", inprocMesh}, {"hosts", hostsMesh}} {
+		for _, l := range []hostLayout{blocked(2, 2), blocked(1, 2)} {
+			for _, size := range []int{4 << 10, 1 << 20} {
+				for _, coll := range steadyCollectives[:4] {
+					if coll.name == "broadcast" {
+						continue
+					}
+					t.Run(fmt.Sprintf("%s/%s/%dKiB/%s", m.name, l.name, size>>10, coll.name), func(t *testing.T) {
+						cfg := DefaultConfig()
+						cfg.Algorithm, cfg.AllgatherAlgorithm = AlgorithmHierarchical, AlgorithmHierarchical
+						checkSteadyAllocs(t, newHostWorld(t, m.mk, l, cfg), size, coll.run)
+					})
+				}
+			}
+		}
+	}
+}
