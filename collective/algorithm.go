@@ -95,3 +95,13 @@ func (c *Communicator) allgatherAlgorithm() uint8 {
 	}
 	return algoRing
 }
+
+// AllreduceAlgorithm names the algorithm an allreduce of count elements of
+// dt runs on this communicator (as OpInfo.Algorithm names it).
+func (c *Communicator) AllreduceAlgorithm(dt DType, count int) string {
+	return algoName(c.allreduceAlgo(count*dt.Size(), count))
+}
+
+// AllgatherAlgorithm names the algorithm an allgather runs on this
+// communicator.
+func (c *Communicator) AllgatherAlgorithm() string { return algoName(c.allgatherAlgorithm()) }
