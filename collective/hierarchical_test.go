@@ -51,6 +51,15 @@ func interleaved(sizes ...int) hostLayout {
 	return hostLayout{name: fmt.Sprintf("interleaved%v", sizes), hosts: hs}
 }
 
+// hostsSet is the set of hosts l names.
+func (l hostLayout) hostsSet() map[string]bool {
+	m := map[string]bool{}
+	for _, h := range l.hosts {
+		m[h] = true
+	}
+	return m
+}
+
 // testLayouts: 1 to 4 hosts of 1 to 3 ranks, even and uneven.
 var testLayouts = []hostLayout{
 	blocked(1), blocked(3), blocked(1, 1), blocked(2, 2), blocked(1, 3), blocked(3, 1),
@@ -370,6 +379,9 @@ func TestAlgorithmChoice(t *testing.T) {
 			if got := strings.Join(rec.algos, " "); got != "allreduce:"+tc.want {
 				t.Errorf("ran %s, want allreduce:%s", got, tc.want)
 			}
+			if got := comms[0].AllreduceAlgorithm(Float32, tc.bytes/4); got != tc.want {
+				t.Errorf("AllreduceAlgorithm says %s, want %s", got, tc.want)
+			}
 			if got := strings.Join(rec.phases, " "); got != tc.phases {
 				t.Errorf("phases %q, want %q", got, tc.phases)
 			}
@@ -394,6 +406,12 @@ func TestAlgorithmChoice(t *testing.T) {
 		}))
 		if got := strings.Join(rec.algos, " "); got != "allgather:"+tc.want {
 			t.Errorf("%s %s: ran %s, want allgather:%s", tc.layout.name, tc.alg, got, tc.want)
+		}
+		if got := comms[0].AllgatherAlgorithm(); got != tc.want {
+			t.Errorf("%s %s: AllgatherAlgorithm says %s, want %s", tc.layout.name, tc.alg, got, tc.want)
+		}
+		if topo := comms[0].Topology(); topo.NumHosts() != len(tc.layout.hostsSet()) {
+			t.Errorf("%s: Topology has %d hosts", tc.layout.name, topo.NumHosts())
 		}
 	}
 }
