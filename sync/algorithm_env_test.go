@@ -36,3 +36,21 @@ func TestAlgorithmsFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestAlgorithmsLikeEnv: a worker that joins its launcher's job takes the
+// algorithms the environment forces, unless its own configuration forces one.
+func TestAlgorithmsLikeEnv(t *testing.T) {
+	env := collective.DefaultConfig()
+	env.Algorithm, env.AllgatherAlgorithm = collective.AlgorithmHierarchical, collective.AlgorithmHierarchical
+	cfg := collective.DefaultConfig()
+	cfg.AllgatherAlgorithm = collective.AlgorithmRing
+	algorithmsLikeEnv(&cfg, env)
+	if cfg.Algorithm != collective.AlgorithmHierarchical || cfg.AllgatherAlgorithm != collective.AlgorithmRing {
+		t.Errorf("got %q %q, want hierarchical (from the environment) and ring (the program's)", cfg.Algorithm, cfg.AllgatherAlgorithm)
+	}
+	cfg = collective.Config{}
+	algorithmsLikeEnv(&cfg, collective.DefaultConfig())
+	if cfg.Algorithm != collective.AlgorithmAuto {
+		t.Errorf("nothing forced: got %q", cfg.Algorithm)
+	}
+}

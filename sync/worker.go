@@ -128,6 +128,18 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	return cfg, nil
 }
 
+// algorithmsLikeEnv gives cfg the algorithms the environment forces (env,
+// from WorkerConfigFromEnv) where cfg leaves the choice to auto.
+func algorithmsLikeEnv(cfg *collective.Config, env collective.Config) {
+	auto := func(a collective.Algorithm) bool { return a == "" || a == collective.AlgorithmAuto }
+	if auto(cfg.Algorithm) {
+		cfg.Algorithm = env.Algorithm
+	}
+	if auto(cfg.AllgatherAlgorithm) {
+		cfg.AllgatherAlgorithm = env.AllgatherAlgorithm
+	}
+}
+
 // algorithmsFromEnv applies the collective algorithms the environment
 // forces (envconfig.Algorithms) to cfg.
 func algorithmsFromEnv(cfg *collective.Config, getenv func(string) string) error {
