@@ -42,7 +42,8 @@ func (c *Communicator) allgather(ctx context.Context, send, recv Buffer, counts 
 	if variable {
 		d.aux = layoutHash(counts)
 	}
-	return c.run(ctx, d, algoRing, func(ctx *opContext, o *opRun) error {
+	algo := c.allgatherAlgorithm()
+	return c.run(ctx, d, algo, func(ctx *opContext, o *opRun) error {
 		if !variable {
 			// The communicator's own memory, which only the collective
 			// holding opMu uses: no per-call allocation.
@@ -64,19 +65,23 @@ func (c *Communicator) allgather(ctx context.Context, send, recv Buffer, counts 
 		if p == 1 {
 			return nil
 		}
-		return o.ringAllgather(ctx, plan, dst)
+		if algo == algoHierarchical {
+			return o.hierarchicalAllgather(ctx, counts, dst)
+		}
+		return o.ringAllgather(ctx, &c.grp.flat, plan, dst, 0)
 	})
 }
 
-// ringAllgather circulates every rank's segment of dst around the ring, chunk by
-// chunk: step s forwards the segment received at step s-1, straight from dst.
-func (o *opRun) ringAllgather(ctx *opContext, plan *segPlan, dst memory) error {
+// ringAllgather circulates the segment of every position of g around the
+// ring, chunk by chunk: step s forwards the segment received at step s-1,
+// straight from dst. Its frames are numbered from stepBase.
+func (o *opRun) ringAllgather(ctx *opContext, g *ringGroup, plan *segPlan, dst memory, stepBase int) error {
 	c := o.c
-	p, r := c.Size(), c.Rank()
+	p, r := g.size(), g.pos
 	x := &c.steps.gather
 	defer x.clear()
-	x.dst, x.plan = dst, plan
-	x.p, x.r, x.right, x.left = p, r, (r+1)%p, (r-1+p)%p
+	x.dst, x.plan, x.g, x.stepBase = dst, plan, g, stepBase
+	x.p, x.r, x.right, x.left = p, r, g.ranks[(r+1)%p], g.ranks[(r-1+p)%p]
 	x.scratch = c.scratchBuf(plan.maxChunk)
 	x.staging = c.stagingFor(dst, plan.maxChunk)
 	items := (p - 1) * plan.nchunks
@@ -89,6 +94,8 @@ type gatherRun struct {
 	o                *opRun
 	dst              memory
 	plan             *segPlan
+	g                *ringGroup
+	stepBase         int
 	p, r             int
 	right, left      int
 	scratch, staging []byte
@@ -100,19 +107,19 @@ func (x *gatherRun) mod(v int) int { return ((v % x.p) + x.p) % x.p }
 
 func (x *gatherRun) sendStep(ctx *opContext, k int) error {
 	nc := x.plan.nchunks
-	off, n := x.plan.chunk(x.mod(x.r-k/nc), k%nc)
+	off, n := x.plan.chunk(x.g.seg(x.mod(x.r-k/nc)), k%nc)
 	b, err := x.dst.readable(ctx, off, n, x.staging)
 	if err != nil {
 		return err
 	}
-	return x.o.send(ctx, x.right, k, b)
+	return x.o.send(ctx, x.right, x.stepBase+k, b)
 }
 
 func (x *gatherRun) recvStep(ctx *opContext, k int) error {
 	nc := x.plan.nchunks
-	off, n := x.plan.chunk(x.mod(x.r-k/nc-1), k%nc)
+	off, n := x.plan.chunk(x.g.seg(x.mod(x.r-k/nc-1)), k%nc)
 	b := x.dst.writable(off, n, x.scratch)
-	if err := x.o.recv(ctx, x.left, k, b); err != nil {
+	if err := x.o.recv(ctx, x.left, x.stepBase+k, b); err != nil {
 		return err
 	}
 	return x.dst.commit(ctx, off, b)

@@ -144,15 +144,12 @@ func (c *Communicator) Allreduce(ctx context.Context, send, recv Buffer, op Redu
 	}
 	p := c.Size()
 	nbytes := send.Bytes()
-	algo := algoRing
-	if nbytes <= c.cfg.SmallMessageBytes || send.Count < p {
-		algo = algoRecursiveDoubling
-	}
+	algo := c.allreduceAlgo(nbytes, send.Count)
 	d := opDesc{coll: collAllreduce, dtype: send.DType, op: op, count: uint64(send.Count)}
 	return c.runTagged(ctx, d, algo, ro.maxTag, func(ctx *opContext, o *opRun) error {
 		src, dst := memOf(send), memOf(recv)
 		factor, divisor := finalScale(send.DType, op, ro.postscale, p)
-		if p == 1 || ro.prescale != 1 || algo == algoRecursiveDoubling {
+		if p == 1 || ro.prescale != 1 || algo == algoRecursiveDoubling || (algo == algoHierarchical && c.topo.LocalSize == 1) {
 			// These start from the contribution in dst; the ring instead reads
 			// an untouched source straight from send.
 			if !sameMemory(send, recv) {
@@ -169,37 +166,64 @@ func (c *Communicator) Allreduce(ctx context.Context, send, recv Buffer, op Redu
 		case p == 1:
 			return dst.scale(ctx, 0, nbytes, send.DType, factor, divisor)
 		case algo == algoRecursiveDoubling:
-			if err := o.recursiveDoubling(ctx, dst, nbytes); err != nil {
+			if err := o.recursiveDoubling(ctx, &c.grp.flat, dst, 0, nbytes, 0); err != nil {
 				return err
 			}
 			return dst.scale(ctx, 0, nbytes, send.DType, factor, divisor)
 		}
+		if algo == algoHierarchical {
+			return o.hierarchicalAllreduce(ctx, src, dst, send.Count, factor, divisor)
+		}
 		c.counts = evenCountsInto(c.counts, send.Count, p)
 		c.plan.set(c.counts, send.DType.Size(), c.cfg.ChunkBytes)
-		return o.ring(ctx, &c.plan, src, dst, dst, 0, true, factor, divisor)
+		return o.ring(ctx, &c.grp.flat, &c.plan, src, dst, dst, 0, true, factor, divisor)
 	})
 }
 
-// ring runs the pipelined ring: p-1 reduce-scatter steps and, with allgather,
-// p-1 allgather steps, each segment cut into plan.nchunks chunks so that sending
-// one chunk overlaps receiving and reducing the next.
+// ring runs the pipelined ring over g: p-1 reduce-scatter steps and, with
+// allgather, p-1 allgather steps (p the ranks of g), each segment cut into
+// plan.nchunks chunks so that sending one chunk overlaps receiving and
+// reducing the next, and reports its phases to the tracer.
 //
 // src holds this rank's contribution; intermediate sums land in work; the
-// segment this rank finishes (segment Rank) lands in out at byte offset
-// plan offset + outShift, scaled by factor/divisor. For allreduce work and out
-// are the destination; for reduce-scatter out is the receive buffer.
-func (o *opRun) ring(ctx *opContext, plan *segPlan, src, work, out memory, outShift int, allgather bool, factor float64, divisor int) error {
+// segment this rank finishes (the segment of its position in g) lands in out
+// at byte offset plan offset + outShift, scaled by factor/divisor. For
+// allreduce work and out are the destination; for reduce-scatter out is the
+// receive buffer.
+func (o *opRun) ring(ctx *opContext, g *ringGroup, plan *segPlan, src, work, out memory, outShift int, allgather bool, factor float64, divisor int) error {
+	start := o.mark()
+	rr, err := o.ringSteps(ctx, g, plan, ringMem{src: src, work: work, out: out, outShift: outShift}, allgather, factor, divisor, 0)
+	if rr.rsEnd > 0 {
+		o.phase(PhaseReduceScatter, start, rr.rsEnd, rr.reduce)
+		if allgather {
+			o.phase(PhaseAllgather, rr.rsEnd, o.mark(), 0)
+		}
+	}
+	return err
+}
+
+// ringMem is where a ring works: src, work and out as for ring, each at byte
+// offset base (plus outShift for out).
+type ringMem struct {
+	src, work, out memory
+	base, outShift int
+}
+
+// ringSteps runs the ring of ring (which see) without reporting phases; its
+// frames are numbered from stepBase. It returns the traced times.
+func (o *opRun) ringSteps(ctx *opContext, g *ringGroup, plan *segPlan, m ringMem, allgather bool, factor float64, divisor int, stepBase int) (times ringTimes, err error) {
 	c := o.c
-	p, r := c.Size(), c.Rank()
+	p, r := g.size(), g.pos
 	rr := &c.steps.ring
 	defer rr.clear()
-	rr.plan, rr.src, rr.work, rr.out, rr.outShift = plan, src, work, out, outShift
-	rr.p, rr.r, rr.right, rr.left = p, r, (r+1)%p, (r-1+p)%p
+	rr.plan, rr.src, rr.work, rr.out, rr.outShift = plan, m.src, m.work, m.out, m.base+m.outShift
+	rr.base, rr.stepBase, rr.g = m.base, stepBase, g
+	rr.p, rr.r, rr.right, rr.left = p, r, g.ranks[(r+1)%p], g.ranks[(r-1+p)%p]
 	rr.nc, rr.rsSteps = plan.nchunks, p-1
 	rr.dt, rr.op = o.desc.dtype, kernelReduceOp(o.desc.op)
 	rr.factor, rr.divisor = factor, divisor
 	rr.scratch = c.scratchBuf(plan.maxChunk)
-	rr.staging = c.stagingFor(src, plan.maxChunk)
+	rr.staging = c.stagingFor(m.src, plan.maxChunk)
 	rr.reduce, rr.rsEnd = 0, 0
 	steps := rr.rsSteps
 	if allgather {
@@ -216,23 +240,24 @@ func (o *opRun) ring(ctx *opContext, plan *segPlan, src, work, out memory, outSh
 	// send), but only through the links, which the race detector cannot see
 	// through a socket; the guard says it in Go.
 	items := steps * rr.nc
-	start := o.mark()
-	err := o.pipeline(ctx, items, items, rr.nc, (p-1)*rr.nc, rr)
-	if rr.rsEnd > 0 {
-		o.phase(PhaseReduceScatter, start, rr.rsEnd, rr.reduce)
-		if allgather {
-			o.phase(PhaseAllgather, rr.rsEnd, o.mark(), 0)
-		}
-	}
-	return err
+	err = o.pipeline(ctx, items, items, rr.nc, (p-1)*rr.nc, rr)
+	return ringTimes{reduce: rr.reduce, rsEnd: rr.rsEnd}, err
 }
+
+// ringTimes is what a traced ring measured: time in reduce kernels, and when
+// its reduce-scatter half ended (0 when untraced).
+type ringTimes struct{ reduce, rsEnd time.Duration }
 
 // ringRun is the state of one ring (opRun.ring), kept by the communicator.
 type ringRun struct {
-	o                *opRun
-	plan             *segPlan
-	src, work, out   memory
-	outShift         int
+	o              *opRun
+	g              *ringGroup
+	plan           *segPlan
+	src, work, out memory
+	// base is src's and work's byte offset of the plan, outShift out's;
+	// stepBase numbers the ring's first frame.
+	base, outShift   int
+	stepBase         int
 	p, r             int
 	right, left      int
 	nc, rsSteps      int
@@ -265,18 +290,20 @@ func (rr *ringRun) clear() {
 
 func (rr *ringRun) mod(x int) int { return ((x % rr.p) + rr.p) % rr.p }
 
+// sendSeg and recvSeg are the plan segments step s sends and receives: the
+// segments of the ring positions counted back from this rank's.
 func (rr *ringRun) sendSeg(s int) int {
 	if s < rr.rsSteps {
-		return rr.mod(rr.r - s - 1)
+		return rr.g.seg(rr.mod(rr.r - s - 1))
 	}
-	return rr.mod(rr.r - (s - rr.rsSteps))
+	return rr.g.seg(rr.mod(rr.r - (s - rr.rsSteps)))
 }
 
 func (rr *ringRun) recvSeg(s int) int {
 	if s < rr.rsSteps {
-		return rr.mod(rr.r - s - 2)
+		return rr.g.seg(rr.mod(rr.r - s - 2))
 	}
-	return rr.mod(rr.r - (s - rr.rsSteps) - 1)
+	return rr.g.seg(rr.mod(rr.r - (s - rr.rsSteps) - 1))
 }
 
 func (rr *ringRun) consume(po int, piece []byte) error {
@@ -295,7 +322,7 @@ func (rr *ringRun) consume(po int, piece []byte) error {
 func (rr *ringRun) sendStep(ctx *opContext, k int) error {
 	s, j := k/rr.nc, k%rr.nc
 	off, n := rr.plan.chunk(rr.sendSeg(s), j)
-	from, fromOff := rr.work, off
+	from, fromOff := rr.work, off+rr.base
 	switch {
 	case s == 0:
 		from = rr.src
@@ -307,9 +334,9 @@ func (rr *ringRun) sendStep(ctx *opContext, k int) error {
 		return err
 	}
 	if s < rr.rsSteps {
-		return rr.o.sendInPlace(ctx, rr.right, k, b)
+		return rr.o.sendInPlace(ctx, rr.right, rr.stepBase+k, b)
 	}
-	return rr.o.send(ctx, rr.right, k, b)
+	return rr.o.send(ctx, rr.right, rr.stepBase+k, b)
 }
 
 func (rr *ringRun) recvStep(ctx *opContext, k int) error {
@@ -317,17 +344,17 @@ func (rr *ringRun) recvStep(ctx *opContext, k int) error {
 	s, j := k/rr.nc, k%rr.nc
 	off, n := rr.plan.chunk(rr.recvSeg(s), j)
 	if s >= rr.rsSteps {
-		b := rr.work.writable(off, n, rr.scratch)
-		if err := o.recv(ctx, rr.left, k, b); err != nil {
+		b := rr.work.writable(off+rr.base, n, rr.scratch)
+		if err := o.recv(ctx, rr.left, rr.stepBase+k, b); err != nil {
 			return err
 		}
-		return rr.work.commit(ctx, off, b)
+		return rr.work.commit(ctx, off+rr.base, b)
 	}
-	rr.rs.ctx, rr.rs.into, rr.rs.off, rr.rs.sOff = ctx, rr.work, off, off
+	rr.rs.ctx, rr.rs.into, rr.rs.off, rr.rs.sOff = ctx, rr.work, off+rr.base, off+rr.base
 	if s == rr.rsSteps-1 {
 		rr.rs.into, rr.rs.off = rr.out, off+rr.outShift
 	}
-	if err := o.recvInPlace(ctx, rr.left, k, rr.scratch[:n], rr.consumeFn); err != nil {
+	if err := o.recvInPlace(ctx, rr.left, rr.stepBase+k, rr.scratch[:n], rr.consumeFn); err != nil {
 		return err
 	}
 	var err error
@@ -344,14 +371,16 @@ func (rr *ringRun) recvStep(ctx *opContext, k int) error {
 	return err
 }
 
-// recursiveDoubling allreduces buf (holding this rank's contribution) in
-// ceil(log2 p) exchanges of the whole buffer: the latency-optimal choice for small
-// messages. With p not a power of two, the first 2·rem ranks pair up first so that
-// a power of two takes part, and the odd ones hand the result back at the end.
-// Partners combine the same two values, so all ranks end bit-identical.
-func (o *opRun) recursiveDoubling(ctx *opContext, buf memory, nbytes int) error {
+// recursiveDoubling allreduces nbytes of buf at byte offset base (holding
+// this rank's contribution) among the ranks of g in ceil(log2 p) exchanges of
+// the whole buffer: the latency-optimal choice for small messages. With p not
+// a power of two, the first 2·rem positions pair up first so that a power of
+// two takes part, and the odd ones hand the result back at the end. Partners
+// combine the same two values, so all ranks end bit-identical. Its frames are
+// numbered from stepBase.
+func (o *opRun) recursiveDoubling(ctx *opContext, g *ringGroup, buf memory, base, nbytes, stepBase int) error {
 	c := o.c
-	p, r := c.Size(), c.Rank()
+	p, r := g.size(), g.pos
 	dt, op := o.desc.dtype, kernelReduceOp(o.desc.op)
 	pof2 := 1
 	for pof2*2 <= p {
@@ -360,11 +389,11 @@ func (o *opRun) recursiveDoubling(ctx *opContext, buf memory, nbytes int) error 
 	rem := p - pof2
 	x := &c.steps.doubling
 	defer x.clear()
-	x.buf, x.nbytes = buf, nbytes
+	x.buf, x.base, x.nbytes = buf, base, nbytes
 	x.scratch = c.scratchBuf(nbytes)[:nbytes]
 	x.staging = c.stagingFor(buf, nbytes)
 	combine := func(ctx context.Context) error {
-		return buf.reduceFrom(ctx, 0, buf, 0, x.scratch, dt, op)
+		return buf.reduceFrom(ctx, base, buf, base, x.scratch, dt, op)
 	}
 	rounds := 0
 	for m := 1; m < pof2; m <<= 1 {
@@ -373,12 +402,12 @@ func (o *opRun) recursiveDoubling(ctx *opContext, buf memory, nbytes int) error 
 	newRank := r - rem
 	if r < 2*rem {
 		if r%2 == 0 {
-			if err := x.sendAll(ctx, r+1, 0); err != nil {
+			if err := x.sendAll(ctx, g.ranks[r+1], stepBase); err != nil {
 				return err
 			}
 			newRank = -1
 		} else {
-			if err := o.recv(ctx, r-1, 0, x.scratch); err != nil {
+			if err := o.recv(ctx, g.ranks[r-1], stepBase, x.scratch); err != nil {
 				return err
 			}
 			if err := combine(ctx); err != nil {
@@ -388,12 +417,12 @@ func (o *opRun) recursiveDoubling(ctx *opContext, buf memory, nbytes int) error 
 		}
 	}
 	if newRank >= 0 {
-		x.step = 1
+		x.step = stepBase + 1
 		for mask := 1; mask < pof2; mask <<= 1 {
 			pn := newRank ^ mask
-			x.peer = pn + rem
+			x.peer = g.ranks[pn+rem]
 			if pn < rem {
-				x.peer = pn*2 + 1
+				x.peer = g.ranks[pn*2+1]
 			}
 			if err := o.exchange(ctx, nbytes, x); err != nil {
 				return err
@@ -405,26 +434,26 @@ func (o *opRun) recursiveDoubling(ctx *opContext, buf memory, nbytes int) error 
 		}
 	}
 	if r < 2*rem {
-		last := rounds + 1
+		last := stepBase + rounds + 1
 		if r%2 == 1 {
-			return x.sendAll(ctx, r-1, last)
+			return x.sendAll(ctx, g.ranks[r-1], last)
 		}
-		b := buf.writable(0, nbytes, x.scratch)
-		if err := o.recv(ctx, r+1, last, b); err != nil {
+		b := buf.writable(base, nbytes, x.scratch)
+		if err := o.recv(ctx, g.ranks[r+1], last, b); err != nil {
 			return err
 		}
-		return buf.commit(ctx, 0, b)
+		return buf.commit(ctx, base, b)
 	}
 	return nil
 }
 
 // doublingRun is the state of one recursive doubling, kept by the
-// communicator: its exchanges (stepper) swap the whole buffer with peer at
-// step.
+// communicator: its exchanges (stepper) swap the whole buffer (nbytes at
+// base) with peer at step.
 type doublingRun struct {
 	o                *opRun
 	buf              memory
-	nbytes           int
+	base, nbytes     int
 	scratch, staging []byte
 	peer, step       int
 }
@@ -432,7 +461,7 @@ type doublingRun struct {
 func (x *doublingRun) clear() { *x = doublingRun{o: x.o} }
 
 func (x *doublingRun) sendAll(ctx context.Context, to, step int) error {
-	b, err := x.buf.readable(ctx, 0, x.nbytes, x.staging)
+	b, err := x.buf.readable(ctx, x.base, x.nbytes, x.staging)
 	if err != nil {
 		return err
 	}

@@ -88,3 +88,40 @@ func BenchmarkAllreduceTCP(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAllreduceAlgorithms runs float32 sum allreduce among goroutine
+// ranks on declared hosts (shared memory inside each, loopback TCP between
+// them: hostsMesh) with each algorithm forced; bytes/s is the algorithm
+// bandwidth. Loopback TCP runs at memory speed, so this measures the
+// algorithms' CPU and step costs, not a network link's limit.
+func BenchmarkAllreduceAlgorithms(b *testing.B) {
+	for _, l := range []hostLayout{blocked(2, 2), blocked(1, 3)} {
+		for _, alg := range []Algorithm{AlgorithmAuto, AlgorithmRing, AlgorithmHierarchical, AlgorithmRecursiveDoubling} {
+			for _, size := range []int{4 << 10, 256 << 10, 4 << 20, 64 << 20} {
+				if alg == AlgorithmRecursiveDoubling && size > 4<<20 {
+					continue
+				}
+				b.Run(fmt.Sprintf("%s/alg=%s/%dKiB", l.name, alg, size>>10), func(b *testing.B) {
+					cfg := DefaultConfig()
+					cfg.Algorithm = alg
+					comms := newHostWorld(b, hostsMesh, l, cfg)
+					bufs := make([][]float32, len(comms))
+					for r := range bufs {
+						bufs[r] = make([]float32, size/4)
+					}
+					b.SetBytes(int64(size))
+					b.ResetTimer()
+					errs := onAll(b, comms, 10*time.Minute, func(ctx context.Context, c *Communicator) error {
+						for range b.N {
+							if err := Allreduce(ctx, c, bufs[c.Rank()], bufs[c.Rank()], Sum); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					noErrors(b, errs)
+				})
+			}
+		}
+	}
+}

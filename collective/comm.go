@@ -14,14 +14,30 @@ import (
 )
 
 // Config tunes a Communicator. A zero field means its default
-// (DefaultConfig). Every rank of a world must use the same SmallMessageBytes
-// and ChunkBytes: they decide the algorithm and the framing, and a difference
-// is reported as a mismatch.
+// (DefaultConfig). Every rank of a world must use the same SmallMessageBytes,
+// HierarchicalBytes, Algorithm, AllgatherAlgorithm and ChunkBytes: they
+// decide the algorithm and the framing, and a difference is reported as a
+// mismatch.
 type Config struct {
 	// SmallMessageBytes: an allreduce or broadcast of at most this many bytes uses
 	// the latency-optimal algorithm (recursive doubling, binomial tree); larger
 	// ones the bandwidth-optimal pipelined ring or chain. Negative: none does.
 	SmallMessageBytes int
+	// HierarchicalBytes: with Algorithm auto, an allreduce larger than
+	// SmallMessageBytes and of at least this many bytes runs the
+	// hierarchical algorithm when the world spans several hosts and some
+	// host runs more than one rank (see Topology); smaller ones, and every
+	// one on a single host, the flat ring. Negative: auto never picks it.
+	HierarchicalBytes int
+	// Algorithm forces the allreduce algorithm (AlgorithmAuto, the
+	// default, chooses per call by size and topology).
+	Algorithm Algorithm
+	// AllgatherAlgorithm forces the allgather algorithm: AlgorithmAuto
+	// (the default: the ring, whose host-adjacent order already moves each
+	// host's data over its link once), AlgorithmRing or
+	// AlgorithmHierarchical (which needs every host to run the same number
+	// of ranks, and runs the ring otherwise).
+	AllgatherAlgorithm Algorithm
 	// ChunkBytes is the pipelining unit of the ring and chain algorithms.
 	ChunkBytes int
 	// AbortTimeout bounds how long a failing rank spends telling its peers why.
@@ -41,8 +57,17 @@ var ErrInvalidConfig = errors.New("collective: invalid configuration")
 func DefaultConfig() Config {
 	return Config{
 		SmallMessageBytes: 64 << 10,
-		ChunkBytes:        256 << 10,
-		AbortTimeout:      200 * time.Millisecond,
+		// Above SmallMessageBytes the hierarchy is never slower than the
+		// flat ring in the ring's own cost model: it takes fewer steps
+		// (2(L-1) inside the host + 2(H-1) across hosts, against 2(HL-1))
+		// and puts 2(H-1)/H of the buffer on each host's link against the
+		// ring's 2(HL-1)/HL, as long as moving bytes inside a host (shared
+		// memory) is cheaper than across.
+		HierarchicalBytes:  64 << 10,
+		Algorithm:          AlgorithmAuto,
+		AllgatherAlgorithm: AlgorithmAuto,
+		ChunkBytes:         256 << 10,
+		AbortTimeout:       200 * time.Millisecond,
 	}
 }
 
@@ -54,6 +79,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ChunkBytes == 0 {
 		c.ChunkBytes = d.ChunkBytes
+	}
+	if c.HierarchicalBytes == 0 {
+		c.HierarchicalBytes = d.HierarchicalBytes
+	}
+	if c.Algorithm == "" {
+		c.Algorithm = d.Algorithm
+	}
+	if c.AllgatherAlgorithm == "" {
+		c.AllgatherAlgorithm = d.AllgatherAlgorithm
 	}
 	if c.AbortTimeout == 0 {
 		c.AbortTimeout = d.AbortTimeout
@@ -77,6 +111,15 @@ func (c Config) Validate() error {
 	if c.AbortTimeout < 0 {
 		return fmt.Errorf("%w: AbortTimeout %v is negative", ErrInvalidConfig, c.AbortTimeout)
 	}
+	if _, err := ParseAlgorithm(string(c.Algorithm)); err != nil {
+		return fmt.Errorf("%w: Algorithm: %v", ErrInvalidConfig, err)
+	}
+	switch a, err := ParseAlgorithm(string(c.AllgatherAlgorithm)); {
+	case err != nil:
+		return fmt.Errorf("%w: AllgatherAlgorithm: %v", ErrInvalidConfig, err)
+	case a == AlgorithmRecursiveDoubling:
+		return fmt.Errorf("%w: AllgatherAlgorithm %q: allgather runs auto, ring or hierarchical", ErrInvalidConfig, c.AllgatherAlgorithm)
+	}
 	return nil
 }
 
@@ -92,7 +135,11 @@ func (c Config) Validate() error {
 type Communicator struct {
 	cfg   Config
 	world transport.World
-	links []transport.Link
+	topo  Topology
+	grp   groups
+	// algorithm and allgatherAlgo are cfg's, parsed.
+	algorithm, allgatherAlgo Algorithm
+	links                    []transport.Link
 	// inPlace[i] is links[i] when it can hand payloads over in place, else nil.
 	inPlace []transport.InPlaceLink
 	log     *slog.Logger
@@ -124,6 +171,7 @@ type Communicator struct {
 	plan    segPlan            // the running collective's layout
 	plan2   segPlan            // and a second one (alltoall's receive side)
 	counts  []int              // the running collective's per-rank counts, when it makes them
+	hier    hierState
 	steps   algoSteps
 }
 
@@ -165,26 +213,36 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 		}
 	}
 	log := cfg.Logger
+	algorithm, _ := ParseAlgorithm(string(cfg.Algorithm))
+	allgatherAlgo, _ := ParseAlgorithm(string(cfg.AllgatherAlgorithm))
+	topo := topologyOf(w)
 	inPlace := make([]transport.InPlaceLink, len(links))
 	for i, l := range links {
 		inPlace[i], _ = l.(transport.InPlaceLink)
 	}
 	c := &Communicator{
-		cfg:        cfg,
-		world:      w,
-		links:      links,
-		inPlace:    inPlace,
-		log:        log.With("rank", w.Rank, "epoch", w.Epoch),
-		sendBroken: make([]bool, len(links)),
-		tracer:     cfg.Tracer,
-		octx:       newOpContext(),
-		helper:     newHelper(),
-		pipe:       newPipeRun(),
-		sendHdr:    make([]transport.Header, len(links)),
-		recvHdr:    make([]transport.Header, len(links)),
+		cfg:           cfg,
+		world:         w,
+		topo:          topo,
+		grp:           newGroups(topo, w.Rank),
+		algorithm:     algorithm,
+		allgatherAlgo: allgatherAlgo,
+		links:         links,
+		inPlace:       inPlace,
+		log:           log.With("rank", w.Rank, "epoch", w.Epoch),
+		sendBroken:    make([]bool, len(links)),
+		tracer:        cfg.Tracer,
+		octx:          newOpContext(),
+		helper:        newHelper(),
+		pipe:          newPipeRun(),
+		sendHdr:       make([]transport.Header, len(links)),
+		recvHdr:       make([]transport.Header, len(links)),
 	}
 	c.op.c = c
 	c.steps.init(c)
+	if c.allgatherAlgo == AlgorithmHierarchical && topo.NumHosts() > 1 && !topo.Uniform() {
+		c.log.Info("hierarchical allgather needs the same number of ranks on every host; allgather runs the ring", "hosts", topo.NumHosts())
+	}
 	// The helper goroutine references none of c, so a communicator dropped
 	// without Close still becomes garbage, and this stops its helper.
 	runtime.AddCleanup(c, (*helper).stop, c.helper)
@@ -306,6 +364,7 @@ const (
 	algoChain
 	algoPairwise
 	algoDissemination
+	algoHierarchical
 )
 
 // opRun is one collective in progress. The communicator keeps one and
@@ -559,7 +618,7 @@ func (o *opRun) check(peer int, h *transport.Header, step, n int, count uint64) 
 	case h.Aux != d.aux:
 		field = "layout"
 	case h.Flags != o.algo:
-		field = "algorithm (SmallMessageBytes differs between ranks)"
+		field = "algorithm (Algorithm, SmallMessageBytes, HierarchicalBytes or the world's hosts differ between ranks)"
 	case int(h.Step) != step || int(h.Length) != n:
 		field = fmt.Sprintf("framing (step %d of %d bytes, expected step %d of %d bytes; ChunkBytes differs between ranks?)", h.Step, h.Length, step, n)
 	default:

@@ -150,3 +150,25 @@ func checkDeviceCollectives(t *testing.T, comms []*Communicator, dt DType, op Re
 		t.Fatal("no device operation was used")
 	}
 }
+
+// TestDeviceMemoryHierarchical: the hierarchical allreduce and allgather
+// (and the host-ordered ring) on device memory, on uneven and interleaved
+// declared hosts.
+func TestDeviceMemoryHierarchical(t *testing.T) {
+	for _, l := range []hostLayout{blocked(2, 2), interleaved(1, 3), interleaved(2, 2, 2)} {
+		for _, fc := range forcedConfigs[2:4] {
+			t.Run(l.name+"/"+fc.name, func(t *testing.T) {
+				cfg := fc.cfg
+				cfg.AllgatherAlgorithm = AlgorithmHierarchical
+				comms := newHostWorld(t, inprocMesh, l, cfg)
+				for _, dt := range []DType{Float32, Float16, Int64} {
+					for _, op := range []ReduceOp{Sum, Average, Max} {
+						for _, n := range []int{0, 5, 301} {
+							checkDeviceCollectives(t, comms, dt, op, n)
+						}
+					}
+				}
+			})
+		}
+	}
+}

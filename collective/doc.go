@@ -3,15 +3,28 @@
 // and variable counts), reduce-scatter, alltoall and barrier — over any
 // transport.Transport, and the algorithms behind them.
 //
-// Algorithms. Allreduce picks by size: up to Config.SmallMessageBytes it uses
-// recursive doubling (log2 p exchanges of the whole buffer, the fewest hops);
-// above it the bandwidth-optimal ring (reduce-scatter then allgather, each rank
-// moving 2(p-1)/p of the buffer), with every segment cut into Config.ChunkBytes
+// Algorithms. Allreduce picks by size and topology (Config.Algorithm forces
+// one): up to Config.SmallMessageBytes it uses recursive doubling (log2 p
+// exchanges of the whole buffer, the fewest hops); above it the
+// bandwidth-optimal ring (reduce-scatter then allgather, each rank moving
+// 2(p-1)/p of the buffer), with every segment cut into Config.ChunkBytes
 // chunks that a sender goroutine forwards as soon as the receiver has reduced
-// them, so sending, receiving and reducing overlap. Broadcast uses a binomial
-// tree for small buffers and a pipelined chain for large ones; allgather and
-// reduce-scatter run the ring; alltoall pairs ranks k apart in step k; barrier
-// is the dissemination algorithm. Every rank ends with bit-identical results.
+// them, so sending, receiving and reducing overlap. When the world spans
+// several hosts and some host runs several ranks, allreduces of at least
+// Config.HierarchicalBytes run the hierarchical algorithm instead:
+// reduce-scatter inside each host, allreduce of each stripe between the ranks
+// of one local index on every host, allgather inside each host, so each
+// host's link carries its data once rather than once per local rank.
+// Broadcast uses a binomial tree for small buffers and a pipelined chain for
+// large ones; allgather and reduce-scatter run the ring (allgather the
+// hierarchical gather when Config.AllgatherAlgorithm asks); alltoall pairs
+// ranks k apart in step k; barrier is the dissemination algorithm. Every
+// rank ends with bit-identical results.
+//
+// Topology. Which ranks share a host comes from the world
+// (transport.World.Hosts, or the host part of each rank's address); see
+// Topology. Every ring orders the ranks host by host, so a flat ring crosses
+// each host's link once in each direction.
 //
 // Memory. A Buffer is host bytes or DeviceMemory. The algorithms reach memory only
 // through a small set of operations (stage out for sending, land received bytes,

@@ -6,8 +6,12 @@ import "hash/fnv"
 // different sizes) and cuts every segment into the same number of chunks, so
 // that chunk j of one ring step maps onto chunk j of the next.
 type segPlan struct {
-	esz      int
-	off      []int // element offset of each segment; len p+1
+	esz int
+	off []int // element offset of each segment; len p+1
+	// at, when set, places segment i at element offset at[i] instead of
+	// off[i] (segments off[i+1]-off[i] long, anywhere in the buffer): the
+	// blocks of some ranks of a world, for a hierarchical allgather.
+	at       []int
 	nchunks  int
 	maxChunk int // bytes of the largest chunk
 }
@@ -16,6 +20,7 @@ type segPlan struct {
 // chunkBytes to a chunk at most, reusing pl's memory.
 func (pl *segPlan) set(counts []int, esz, chunkBytes int) {
 	pl.esz = esz
+	pl.at = nil
 	pl.off = resize(pl.off, len(counts)+1)
 	pl.off[0] = 0
 	longest := 0
@@ -28,6 +33,21 @@ func (pl *segPlan) set(counts []int, esz, chunkBytes int) {
 	pl.maxChunk = (longest + pl.nchunks - 1) / pl.nchunks * esz
 }
 
+// setAt is set for segments at the element offsets starts (as long as
+// counts); starts must stay unchanged while the plan is used.
+func (pl *segPlan) setAt(counts, starts []int, esz, chunkBytes int) {
+	pl.set(counts, esz, chunkBytes)
+	pl.at = starts
+}
+
+// start is the element offset of segment seg.
+func (pl *segPlan) start(seg int) int {
+	if pl.at != nil {
+		return pl.at[seg]
+	}
+	return pl.off[seg]
+}
+
 // resize returns s with length n, reusing its memory when it can.
 func resize[T any](s []T, n int) []T {
 	if cap(s) < n {
@@ -38,8 +58,7 @@ func resize[T any](s []T, n int) []T {
 
 // chunk returns the byte offset and length of chunk j of segment seg.
 func (pl *segPlan) chunk(seg, j int) (off, n int) {
-	s0, s1 := pl.off[seg], pl.off[seg+1]
-	l := s1 - s0
+	s0, l := pl.start(seg), pl.off[seg+1]-pl.off[seg]
 	a := s0 + j*l/pl.nchunks
 	b := s0 + (j+1)*l/pl.nchunks
 	return a * pl.esz, (b - a) * pl.esz
@@ -47,7 +66,7 @@ func (pl *segPlan) chunk(seg, j int) (off, n int) {
 
 // segment returns the byte offset and length of segment seg.
 func (pl *segPlan) segment(seg int) (off, n int) {
-	return pl.off[seg] * pl.esz, (pl.off[seg+1] - pl.off[seg]) * pl.esz
+	return pl.start(seg) * pl.esz, (pl.off[seg+1] - pl.off[seg]) * pl.esz
 }
 
 // bytes is the size of segment seg in bytes.

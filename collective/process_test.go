@@ -61,7 +61,7 @@ func workerMain(scenario string) error {
 	// The failure scenario needs a short I/O timeout to see a frozen peer
 	// quickly; the others a long one, so a loaded CI machine cannot fail them.
 	cfg.Secret, cfg.IOTimeout = env.Secret, 20*time.Second
-	if scenario == "loop" {
+	if scenario == "loop" || scenario == "hierloop" {
 		cfg.IOTimeout = time.Second
 	}
 	t, err := tcp.Listen(cfg)
@@ -77,7 +77,16 @@ func workerMain(scenario string) error {
 		return err
 	}
 	w := transport.World{JobID: env.JobID, Epoch: 1, Rank: env.Rank, Addrs: addrs}
-	c, err := New(joinCtx, t, w, Config{SmallMessageBytes: 4096, ChunkBytes: 16 << 10, AbortTimeout: 200 * time.Millisecond})
+	ccfg := Config{SmallMessageBytes: 4096, ChunkBytes: 16 << 10, AbortTimeout: 200 * time.Millisecond}
+	if scenario == "hierloop" {
+		// Two ranks a declared host, the hierarchical allreduce forced.
+		w.Hosts = make([]string, len(addrs))
+		for r := range w.Hosts {
+			w.Hosts[r] = fmt.Sprintf("host%d", r/2)
+		}
+		ccfg.Algorithm = AlgorithmHierarchical
+	}
+	c, err := New(joinCtx, t, w, ccfg)
 	if err != nil {
 		return err
 	}
@@ -85,7 +94,7 @@ func workerMain(scenario string) error {
 	switch scenario {
 	case "reference":
 		return referenceScenario(ctx, c)
-	case "loop":
+	case "loop", "hierloop":
 		return loopScenario(ctx, c)
 	}
 	return fmt.Errorf("unknown scenario %q", scenario)
@@ -327,19 +336,31 @@ func errorsFrom(ranks []int) func([]event) bool {
 
 func TestProcessPeerFailures(t *testing.T) {
 	cases := []struct {
-		name   string
-		signal syscall.Signal
-		cause  string // what the victim's neighbours must see
+		name     string
+		signal   syscall.Signal
+		cause    string // what the victim's neighbours must see
+		scenario string
+		np       int
 	}{
-		{"SIGSTOP", syscall.SIGSTOP, "timeout"},
-		{"SIGKILL", syscall.SIGKILL, "closed"},
+		{"SIGSTOP", syscall.SIGSTOP, "timeout", "loop", 3},
+		{"SIGKILL", syscall.SIGKILL, "closed", "loop", 3},
+		// Two declared hosts of two ranks, the hierarchical allreduce: the
+		// victim's partners inside its host and across hosts see it.
+		{"hierarchical/SIGSTOP", syscall.SIGSTOP, "timeout", "hierloop", 4},
+		{"hierarchical/SIGKILL", syscall.SIGKILL, "closed", "hierloop", 4},
 	}
-	const np, victim = 3, 2
-	survivors := []int{0, 1}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pj := startProcesses(t, np, "loop")
-			pj.waitFor(t, 60*time.Second, "the first steps", stepsPast([]int{0, 1, 2}, 3))
+			np, victim := tc.np, tc.np-1
+			var survivors, all []int
+			for r := range np {
+				all = append(all, r)
+				if r != victim {
+					survivors = append(survivors, r)
+				}
+			}
+			pj := startProcesses(t, np, tc.scenario)
+			pj.waitFor(t, 60*time.Second, "the first steps", stepsPast(all, 3))
 			if err := syscall.Kill(pj.PIDs()[victim], tc.signal); err != nil {
 				t.Fatal(err)
 			}

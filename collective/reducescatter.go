@@ -83,6 +83,6 @@ func (c *Communicator) reduceScatter(ctx context.Context, send, recv Buffer, cou
 			}
 			src = work
 		}
-		return o.ring(ctx, plan, src, work, out, -myOff, false, factor, divisor)
+		return o.ring(ctx, &c.grp.flat, plan, src, work, out, -myOff, false, factor, divisor)
 	})
 }

@@ -29,8 +29,8 @@ type OpInfo struct {
 	// Collective names it: allreduce, broadcast, allgather, reducescatter,
 	// alltoall or barrier.
 	Collective string
-	// Algorithm is what runs it: ring, recursive-doubling, tree, chain,
-	// pairwise or dissemination.
+	// Algorithm is what runs it: ring, hierarchical, recursive-doubling,
+	// tree, chain, pairwise or dissemination.
 	Algorithm string
 	DType     DType
 	Op        ReduceOp // for allreduce and reducescatter; 0 otherwise
@@ -53,6 +53,16 @@ const (
 	// PhaseAllgather is the ring's second half: p-1 steps that circulate
 	// the reduced segments (allreduce).
 	PhaseAllgather
+	// PhaseLocalReduceScatter, PhaseCrossAllreduce and PhaseLocalAllgather
+	// are the hierarchical allreduce's: a reduce-scatter inside the host,
+	// an allreduce of this rank's stripe between hosts (none on ranks that
+	// carry no stripe), an allgather inside the host.
+	PhaseLocalReduceScatter
+	PhaseCrossAllreduce
+	PhaseLocalAllgather
+	// PhaseCrossAllgather is the hierarchical allgather's gather between
+	// hosts (PhaseLocalAllgather follows it).
+	PhaseCrossAllgather
 )
 
 func (p Phase) String() string {
@@ -61,6 +71,14 @@ func (p Phase) String() string {
 		return "reduce-scatter"
 	case PhaseAllgather:
 		return "allgather"
+	case PhaseLocalReduceScatter:
+		return "local-reduce-scatter"
+	case PhaseCrossAllreduce:
+		return "cross-allreduce"
+	case PhaseLocalAllgather:
+		return "local-allgather"
+	case PhaseCrossAllgather:
+		return "cross-allgather"
 	}
 	return "phase"
 }
@@ -89,6 +107,8 @@ func algoName(a uint8) string {
 		return "pairwise"
 	case algoDissemination:
 		return "dissemination"
+	case algoHierarchical:
+		return "hierarchical"
 	}
 	return "algorithm"
 }

@@ -382,6 +382,7 @@ func join(ctx context.Context, cfg WorkerConfig, state *State) (member, error) {
 		m := &cfg.Membership
 		m.BindAddr, m.BindPort, m.AdvertiseAddr, m.AdvertisePort = env.Membership.BindAddr, env.Membership.BindPort, env.Membership.AdvertiseAddr, env.Membership.AdvertisePort
 		observeLikeEnv(&cfg, env)
+		algorithmsLikeEnv(&cfg.Session.Collective, env.Session.Collective)
 	}
 	if cfg.JobID == "" {
 		if err := aloneFromEnv(&cfg, os.Getenv); err != nil {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/collective/transport/multi"
 	"github.com/gorovod/gorovod/internal/envconfig"
@@ -121,7 +122,49 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	if err := observeFromEnv(&cfg, os.Getenv); err != nil {
 		return WorkerConfig{}, err
 	}
+	if err := algorithmsFromEnv(&cfg.Session.Collective, os.Getenv); err != nil {
+		return WorkerConfig{}, err
+	}
 	return cfg, nil
+}
+
+// algorithmsLikeEnv gives cfg the algorithms the environment forces (env,
+// from WorkerConfigFromEnv) where cfg leaves the choice to auto.
+func algorithmsLikeEnv(cfg *collective.Config, env collective.Config) {
+	auto := func(a collective.Algorithm) bool { return a == "" || a == collective.AlgorithmAuto }
+	if auto(cfg.Algorithm) {
+		cfg.Algorithm = env.Algorithm
+	}
+	if auto(cfg.AllgatherAlgorithm) {
+		cfg.AllgatherAlgorithm = env.AllgatherAlgorithm
+	}
+}
+
+// algorithmsFromEnv applies the collective algorithms the environment
+// forces (envconfig.Algorithms) to cfg.
+func algorithmsFromEnv(cfg *collective.Config, getenv func(string) string) error {
+	a, err := envconfig.LoadAlgorithms(getenv)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	for _, f := range []struct {
+		v    string
+		into *collective.Algorithm
+		name string
+	}{{a.Allreduce, &cfg.Algorithm, envconfig.EnvAllreduceAlgorithm}, {a.Allgather, &cfg.AllgatherAlgorithm, envconfig.EnvAllgatherAlgorithm}} {
+		if f.v == "" {
+			continue
+		}
+		alg, err := collective.ParseAlgorithm(f.v)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, f.name, err)
+		}
+		*f.into = alg
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
 }
 
 // UnderLauncher reports whether this process was started as a worker of an

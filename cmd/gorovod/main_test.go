@@ -123,6 +123,43 @@ func TestBenchTable(t *testing.T) {
 	}
 }
 
+// TestBenchAlgorithm: --hosts declares hosts among the workers, --algorithm
+// forces the algorithm, and every result names the one that ran.
+func TestBenchAlgorithm(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string // the algorithm of each size: 4K, 256K
+	}{
+		{[]string{"allreduce", "--np", "4", "--hosts", "2"}, []string{"recursive-doubling", "hierarchical"}},
+		{[]string{"allreduce", "--np", "3", "--hosts", "2", "--algorithm", "ring"}, []string{"ring", "ring"}},
+		{[]string{"allreduce", "--np", "3"}, []string{"recursive-doubling", "ring"}},
+		{[]string{"allgather", "--np", "4", "--hosts", "2", "--algorithm", "hierarchical"}, []string{"hierarchical", "hierarchical"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			args := append([]string{"bench"}, tc.args...)
+			out, errs, code := runGorovod(t, append(args, "--min-bytes", "4K", "--max-bytes", "256K", "--factor", "64", "--iters", "2", "--warmup", "1", "--json")...)
+			if code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+			}
+			var got []string
+			sc := bufio.NewScanner(strings.NewReader(out))
+			for sc.Scan() {
+				var r struct {
+					Algorithm string `json:"algorithm"`
+					Correct   bool   `json:"correct"`
+				}
+				if err := json.Unmarshal(sc.Bytes(), &r); err != nil || !r.Correct {
+					t.Fatalf("bad result %q (%v)", sc.Text(), err)
+				}
+				got = append(got, r.Algorithm)
+			}
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Fatalf("algorithms %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestBenchProfile: --profile leaves a CPU profile and an execution trace of
 // every worker, which the Go tools read.
 func TestBenchProfile(t *testing.T) {
@@ -168,6 +205,9 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"bench", "--bogus"}, "flag provided but not defined"},
 		{[]string{"bench", "allreduce", "extra"}, "unexpected arguments"},
 		{[]string{"bench", "--placement", "everywhere"}, "unknown placement"},
+		{[]string{"bench", "--algorithm", "fastest"}, "unknown algorithm"},
+		{[]string{"bench", "allgather", "--algorithm", "rd"}, "AllgatherAlgorithm"},
+		{[]string{"bench", "--np", "2", "--hosts", "3"}, "--hosts 3"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -81,6 +81,8 @@ type Result struct {
 	Correct bool    `json:"correct"`
 	Iters   int     `json:"iters"`
 	Batch   int     `json:"batch"`
+	// Algorithm is what ran an allreduce or allgather (OpInfo.Algorithm).
+	Algorithm string `json:"algorithm,omitempty"`
 }
 
 // busFactor converts algorithm bandwidth to bus bandwidth (nccl-tests), the
@@ -154,6 +156,12 @@ func measure(ctx context.Context, c *collective.Communicator, spec Spec, size in
 	res := Result{Op: spec.Op, NP: p, Bytes: w.bytes, Count: w.count, DType: spec.DType.String(), Iters: spec.Iters}
 	if spec.Op == "allreduce" || spec.Op == "reducescatter" {
 		res.Reduce = spec.Reduce.String()
+	}
+	switch spec.Op {
+	case "allreduce":
+		res.Algorithm = c.AllreduceAlgorithm(spec.DType, w.count)
+	case "allgather":
+		res.Algorithm = c.AllgatherAlgorithm()
 	}
 	run := func() error { return w.run(ctx, c) }
 	// Warm up, then size the batch so one sample lasts about BatchTime; every

@@ -24,6 +24,14 @@ type World struct {
 	Epoch uint64   // the membership epoch; frames of other epochs are rejected
 	Rank  int      // this worker's position in Addrs
 	Addrs []string // the transport address of every rank, indexed by rank
+	// Hosts optionally names the host of every rank, indexed by rank: ranks
+	// with the same name share a host. Empty: the host of a rank is the host
+	// part of its address (so ranks on one machine that advertise different
+	// addresses count as different hosts). The collectives order their rings
+	// and choose hierarchical algorithms by it (collective.Topology); it
+	// does not decide which pairs use shared memory (the transports compare
+	// host identities for that).
+	Hosts []string
 }
 
 // Size is the number of ranks in the world.
@@ -39,6 +47,9 @@ func (w World) Validate() error {
 	}
 	if w.Rank < 0 || w.Rank >= len(w.Addrs) {
 		return fmt.Errorf("transport: rank %d outside world of size %d", w.Rank, len(w.Addrs))
+	}
+	if len(w.Hosts) != 0 && len(w.Hosts) != len(w.Addrs) {
+		return fmt.Errorf("transport: world names the hosts of %d ranks but has %d", len(w.Hosts), len(w.Addrs))
 	}
 	return nil
 }

@@ -30,15 +30,22 @@ const benchWorkerCommand = "_bench-worker"
 
 // workerSpec is what the launcher hands every benchmark worker.
 type workerSpec struct {
-	Op          string        `json:"op"`
-	DType       string        `json:"dtype"`
-	Reduce      string        `json:"redop"`
-	Sizes       []int         `json:"sizes"`
-	Warmup      int           `json:"warmup"`
-	Iters       int           `json:"iters"`
-	IOTimeout   time.Duration `json:"io_timeout"`
-	ChunkBytes  int           `json:"chunk_bytes"`
-	SmallBytes  int           `json:"small_bytes"`
+	Op         string        `json:"op"`
+	DType      string        `json:"dtype"`
+	Reduce     string        `json:"redop"`
+	Sizes      []int         `json:"sizes"`
+	Warmup     int           `json:"warmup"`
+	Iters      int           `json:"iters"`
+	IOTimeout  time.Duration `json:"io_timeout"`
+	ChunkBytes int           `json:"chunk_bytes"`
+	SmallBytes int           `json:"small_bytes"`
+	// Algorithm forces the allreduce or allgather algorithm ("" auto).
+	Algorithm string `json:"algorithm,omitempty"`
+	// Hosts > 1 declares the workers as that many hosts (consecutive ranks
+	// on one host, as even as np allows): the collectives see that topology
+	// and the auto transport puts only the ranks of one declared host on
+	// shared memory, the others on TCP.
+	Hosts       int           `json:"hosts,omitempty"`
 	Transport   string        `json:"transport"`
 	SocketBuf   int           `json:"socket_buffer"`
 	SpinTime    time.Duration `json:"spin_time,omitempty"`
@@ -77,6 +84,8 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
 	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0: the transport's default, 4M between ranks of one host when each has a CPU and the kernel grants it; auto: the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
+	algorithm := fs.String("algorithm", string(collective.AlgorithmAuto), fmt.Sprintf("allreduce or allgather algorithm: %v (allgather: auto, ring, hierarchical)", collective.Algorithms()))
+	hosts := fs.Int("hosts", 1, "declare the np workers as this many hosts (consecutive ranks share one): the topology the collectives see, and shared memory only inside each host with --transport auto")
 	spinTime := fs.Duration("spin-time", 0, "how long a waiting call polls before it parks (0: the transport's default, 100µs; negative: never poll)")
 	placement := fs.String("placement", string(launch.PlaceBalanced), "pin workers to CPUs: balanced (each worker to its share of the CPUs) or none")
 	security := securityFlags(fs)
@@ -97,7 +106,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := logOpts.Validate(); err != nil {
 		return usageErr(stderr, "%v", err)
 	}
-	spec, err := buildWorkerSpec(op, *minBytes, *maxBytes, *factor, *dtype, *redop, *iters, *warmup, *chunk, *small)
+	spec, err := buildWorkerSpec(op, *minBytes, *maxBytes, *factor, *dtype, *redop, *iters, *warmup, *chunk, *small, *algorithm, *hosts)
 	if err != nil {
 		return usageErr(stderr, "%v", err)
 	}
@@ -107,6 +116,9 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if *np < 1 {
 		return usageErr(stderr, "--np %d must be at least 1", *np)
+	}
+	if *hosts < 1 || *hosts > *np {
+		return usageErr(stderr, "--hosts %d must be between 1 and --np (%d)", *hosts, *np)
 	}
 	place, err := launch.ParsePlacement(*placement)
 	if err != nil {
@@ -148,7 +160,7 @@ func usageErr(stderr io.Writer, format string, args ...any) error {
 	return ErrUsage
 }
 
-func buildWorkerSpec(op, minB, maxB string, factor int, dtype, redop string, iters, warmup int, chunk, small string) (workerSpec, error) {
+func buildWorkerSpec(op, minB, maxB string, factor int, dtype, redop string, iters, warmup int, chunk, small, algorithm string, hosts int) (workerSpec, error) {
 	lo, err := benchmark.ParseSize(minB)
 	if err != nil {
 		return workerSpec{}, fmt.Errorf("--min-bytes: %w", err)
@@ -172,7 +184,14 @@ func buildWorkerSpec(op, minB, maxB string, factor int, dtype, redop string, ite
 		return workerSpec{}, fmt.Errorf("--small-bytes: %w", err)
 	}
 	spec := workerSpec{Op: op, DType: dtype, Reduce: redop, Sizes: benchmark.Sizes(lo, hi, factor),
-		Warmup: warmup, Iters: iters, ChunkBytes: chunkBytes, SmallBytes: smallBytes, BatchTimeUS: 1000}
+		Warmup: warmup, Iters: iters, ChunkBytes: chunkBytes, SmallBytes: smallBytes, BatchTimeUS: 1000, Hosts: hosts}
+	alg, err := collective.ParseAlgorithm(algorithm)
+	if err != nil {
+		return workerSpec{}, fmt.Errorf("--algorithm: %w", err)
+	}
+	if alg != collective.AlgorithmAuto {
+		spec.Algorithm = string(alg)
+	}
 	if _, err := spec.benchmarkSpec(); err != nil {
 		return workerSpec{}, err
 	}
@@ -202,6 +221,11 @@ func (s workerSpec) collectiveConfig() (collective.Config, error) {
 	if s.SmallBytes == 0 {
 		cfg.SmallMessageBytes = -1 // --small-bytes 0: no message is small
 	}
+	if s.Op == "allgather" {
+		cfg.AllgatherAlgorithm = collective.Algorithm(s.Algorithm)
+	} else {
+		cfg.Algorithm = collective.Algorithm(s.Algorithm)
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -218,9 +242,9 @@ func runBench(ctx context.Context, np int, place launch.Placement, spec workerSp
 	var results []benchmark.Result
 	var badLines []string
 	if !asJSON {
-		fmt.Fprintf(stdout, "# gorovod bench %s: %d processes, %s transport, %s, %d warm-up + %d timed samples (median)\n",
-			spec.Op, np, spec.Transport, spec.DType, spec.Warmup, spec.Iters)
-		fmt.Fprintf(stdout, "%12s %12s %9s %8s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "correct")
+		fmt.Fprintf(stdout, "# gorovod bench %s: %d processes on %d declared host(s), %s transport, %s, %d warm-up + %d timed samples (median)\n",
+			spec.Op, np, max(1, spec.Hosts), spec.Transport, spec.DType, spec.Warmup, spec.Iters)
+		fmt.Fprintf(stdout, "%12s %12s %9s %8s %12s %12s %12s %8s  %s\n", "size(B)", "count", "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "correct", "algorithm")
 	}
 	output := func(rank int, stream string, line []byte) {
 		mu.Lock()
@@ -275,7 +299,11 @@ func printResult(w io.Writer, r benchmark.Result, asJSON bool) {
 	if redop == "" {
 		redop = "-"
 	}
-	fmt.Fprintf(w, "%12d %12d %9s %8s %12.1f %12.3f %12.3f %8s\n", r.Bytes, r.Count, r.DType, redop, r.TimeUS, r.AlgBW, r.BusBW, correct)
+	algo := r.Algorithm
+	if algo == "" {
+		algo = "-"
+	}
+	fmt.Fprintf(w, "%12d %12d %9s %8s %12.1f %12.3f %12.3f %8s  %s\n", r.Bytes, r.Count, r.DType, redop, r.TimeUS, r.AlgBW, r.BusBW, correct, algo)
 }
 
 // benchWorker is one benchmark process: it joins the others through the
@@ -312,6 +340,10 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	tcfg := multi.DefaultConfig()
 	tcfg.Mode, tcfg.ListenAddr, tcfg.Secret, tcfg.IOTimeout = mode, env.ListenAddr, env.Secret, spec.IOTimeout
+	if spec.Hosts > 1 {
+		// Shared memory only among the ranks of this declared host.
+		tcfg.SHM.HostID = declaredHost(env.Rank, env.Size, spec.Hosts)
+	}
 	tcfg.TCP.SocketBuffer = spec.SocketBuf
 	tcfg.Logger = log
 	tcfg.TCP.SpinTime, tcfg.SHM.SpinTime = spec.SpinTime, spec.SpinTime
@@ -330,6 +362,12 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	world := transport.World{JobID: env.JobID, Epoch: 1, Rank: env.Rank, Addrs: addrs}
+	if spec.Hosts > 1 {
+		world.Hosts = make([]string, len(addrs))
+		for r := range world.Hosts {
+			world.Hosts[r] = declaredHost(r, len(addrs), spec.Hosts)
+		}
+	}
 	comm, err := collective.New(joinCtx, t, world, cfg)
 	if err != nil {
 		return err
@@ -350,6 +388,12 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		_, err := fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	})
+}
+
+// declaredHost names the host --hosts declares rank r of np on: hosts of
+// consecutive ranks, as even as np allows.
+func declaredHost(r, np, hosts int) string {
+	return fmt.Sprintf("bench-host-%d", r*hosts/np)
 }
 
 // startProfiles starts this worker's CPU profile and execution trace in dir;

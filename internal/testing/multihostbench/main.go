@@ -36,6 +36,7 @@ type workerSpec struct {
 	IOTimeout   time.Duration `json:"io_timeout"`
 	ChunkBytes  int           `json:"chunk_bytes"`
 	SmallBytes  int           `json:"small_bytes"`
+	Algorithm   string        `json:"algorithm,omitempty"`
 	Transport   string        `json:"transport"`
 	SocketBuf   int           `json:"socket_buffer"`
 	BatchTimeUS int           `json:"batch_time_us"`
@@ -50,6 +51,7 @@ type result struct {
 	TimeU float64 `json:"time_us"`
 	BusBW float64 `json:"busbw_gbps"`
 	Right bool    `json:"correct"`
+	Algo  string  `json:"algorithm,omitempty"` // gorovod's, as its worker reports it
 }
 
 func main() {
@@ -68,6 +70,7 @@ func run() error {
 	warmup := flag.Int("warmup", 5, "untimed runs per size")
 	reps := flag.Int("reps", 3, "repetitions of every run (interleaved)")
 	transportName := flag.String("transport", "tcp", "gorovod's transport between ranks: tcp, auto, sctp")
+	algorithm := flag.String("algorithm", "", "gorovod's allreduce algorithm (gorovod bench --algorithm): auto (the default), ring, hierarchical, recursive-doubling")
 	impls := flag.String("impls", "gorovod,mpi-tcp,mpi-tcp-yield", "what to run: gorovod, mpi-tcp (Open MPI's default: its ranks poll while they wait), mpi-tcp-yield (mpi_yield_when_idle=1, what Open MPI picks when oversubscribed)")
 	delay := flag.Duration("delay", 0, "extra delay on every packet a host sends (netem-like, ± a half)")
 	keepOrder := flag.Bool("keep-order", false, "with --delay, keep each flow's packets in order (netem's default with jitter reorders them)")
@@ -158,6 +161,7 @@ func run() error {
 						Op: "allreduce", DType: "float32", Reduce: "sum", Sizes: sizes, Warmup: *warmup, Iters: *iters,
 						IOTimeout: time.Minute, ChunkBytes: collective.DefaultConfig().ChunkBytes,
 						SmallBytes: collective.DefaultConfig().SmallMessageBytes, Transport: *transportName, BatchTimeUS: 1000,
+						Algorithm: *algorithm,
 					})
 				case "mpi-tcp", "mpi-tcp-yield":
 					rs, err = runMPI(ctx, net, head, workers[:k], *slots, mpiBin, *sizesFlag, *warmup, *iters, impl == "mpi-tcp-yield")
@@ -226,7 +230,7 @@ func runGorovod(ctx context.Context, net *testhosts.Net, head *testhosts.Host, h
 			defer mu.Unlock()
 			var r benchmark.Result
 			if i == 0 && stream == "stdout" && json.Unmarshal(line, &r) == nil && r.Op != "" {
-				rs = append(rs, result{NP: np, Bytes: r.Bytes, TimeU: r.TimeUS, BusBW: r.BusBW, Right: r.Correct})
+				rs = append(rs, result{NP: np, Bytes: r.Bytes, TimeU: r.TimeUS, BusBW: r.BusBW, Right: r.Correct, Algo: r.Algorithm})
 				return
 			}
 			other = append(other, fmt.Sprintf("[%d] %s", i, line))
