@@ -40,9 +40,10 @@ func DefaultConfig() Config { return Config{FitEvery: time.Second, Allocator: "t
 type Fitted struct {
 	OK          bool // Model is fitted to at least one configuration
 	Model       goodput.Model
-	MaxProfiled int    // the largest world size measured
-	Grad        bool   // the trainer reports gradient statistics
-	Why         string // why there is no model yet
+	MaxProfiled int       // the largest world size measured
+	Grad        bool      // the trainer reports gradient statistics
+	Why         string    // why there is no model yet
+	At          time.Time // when it was fitted
 }
 
 // Steer is the heuristic (heuristics.Heuristic, heuristics.Background).
@@ -139,7 +140,7 @@ func (s *Steer) refit(h *heuristics.History) {
 		return
 	}
 	m, prof, err := heuristics.FitGoodput(h, s.cfg.InitBatch, s.cfg.WorkersPerNode)
-	f := Fitted{Model: m, Grad: m.Grad.Var > 0}
+	f := Fitted{Model: m, Grad: m.Grad.Var > 0, At: time.Now()}
 	if prof != nil {
 		f.MaxProfiled = prof.MaxReplicas()
 	}

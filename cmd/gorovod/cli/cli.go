@@ -34,9 +34,16 @@ Usage:
   gorovod cluster --slots N [--policy pollux|optimus|tiresias] JOBS.json
       run several elastic jobs on a pool of N local worker slots, shared by a
       scheduling policy that grows and shrinks them by their goodput
+  gorovod submit JOB.yaml | gorovod submit --name N --image I [flags] -- COMMAND...
+  gorovod jobs [-n NAMESPACE | -A]
+  gorovod logs [--worker N] [-f] JOB
+  gorovod delete JOB...
+      elastic jobs (GorovodJobs) on a Kubernetes cluster where the gorovod
+      scheduler shares the nodes among them (docs/clusters.md)
   gorovod help | --version
 
-Run 'gorovod COMMAND --help' (run, attach, bench, simulate, cluster, report)
+Run 'gorovod COMMAND --help' (run, attach, bench, simulate, cluster, report,
+submit, jobs, logs, delete)
 for a command's flags; every command but attach takes --log-level and
 --log-format.
 `
@@ -108,6 +115,14 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 		return clusterCommand(ctx, args[1:], stdout, stderr)
 	case "report":
 		return reportCommand(ctx, args[1:], stdout, stderr)
+	case "submit":
+		return submitCommand(ctx, args[1:], stdout, stderr)
+	case "jobs":
+		return jobsCommand(ctx, args[1:], stdout, stderr)
+	case "logs":
+		return logsCommand(ctx, args[1:], stdout, stderr)
+	case "delete":
+		return deleteCommand(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, Version())
 		return nil
