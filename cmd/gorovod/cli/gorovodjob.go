@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,8 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
@@ -83,14 +85,15 @@ type gorovodJobDriver struct {
 	perNode   int
 	publishMu sync.Mutex // one host list and target at a time
 
-	mu      sync.Mutex
-	alloc   []string
-	seen    bool                 // the GorovodJob was read
-	gone    bool                 // it was deleted
-	changed chan struct{}        // poked on every change of the above
-	held    map[string]time.Time // node → end of its hold
-	podNode map[int]string       // launch index → node of its pod
-	last    string               // the status patch last written
+	mu       sync.Mutex
+	alloc    []string
+	seen     bool                 // the GorovodJob was read
+	gone     bool                 // it was deleted
+	changed  chan struct{}        // poked on every change of the above
+	held     map[string]time.Time // node → end of its hold
+	podHost  map[int]string       // launch index → host of its pod
+	occupied map[string]int       // host → launch index of its pod, until the pod ends
+	last     string               // the status patch last written
 }
 
 // gorovodJobFlags are the run flags --gorovodjob takes from the
@@ -135,7 +138,7 @@ func startGorovodJob(ctx context.Context, o *runOptions, fs *flag.FlagSet, repor
 	ctx, cancel := context.WithCancelCause(ctx)
 	d := &gorovodJobDriver{cfg: defaultGorovodJobConfig(), name: gj.Name, clients: clients, spec: gj.Spec, report: report,
 		cancel: cancel, stopWatch: make(chan struct{}), changed: make(chan struct{}, 1), held: map[string]time.Time{},
-		podNode: map[int]string{}}
+		podHost: map[int]string{}, occupied: map[string]int{}}
 	d.disc = &allocationDiscovery{delivered: make(chan struct{})}
 	if err := d.watch(ctx); err != nil {
 		cancel(err)
@@ -152,8 +155,11 @@ func startGorovodJob(ctx context.Context, o *runOptions, fs *flag.FlagSet, repor
 	for _, n := range nodeCounts(alloc) {
 		d.perNode = max(d.perNode, n.count)
 	}
-	d.steer = steer.New(steer.Config{Target: len(alloc), InitBatch: int(gj.Spec.Batch.Initial), WorkersPerNode: d.perNode,
+	st := steer.New(steer.Config{Target: len(alloc), InitBatch: int(gj.Spec.Batch.Initial), WorkersPerNode: d.perNode,
 		GrowOnly: true, Allocator: "the gorovod scheduler"})
+	d.mu.Lock()
+	d.steer = st
+	d.mu.Unlock()
 	d.publish()
 	report("GorovodJob %s/%s: allocation %s", clients.namespace, d.name, strings.Join(alloc, ","))
 
@@ -172,37 +178,95 @@ type usageError struct{ msg string }
 
 func (u usageError) Error() string { return u.msg }
 
-// watch follows the GorovodJob through an informer (it lists, watches and
-// re-lists after a lost watch).
+// watch reads the GorovodJob and follows it: a get, then a watch from its
+// resource version (restarted after a lost connection; after an expired
+// version, from a fresh get) — only get and watch, what the driver's Role
+// allows (no list: it may see no other job).
 func (d *gorovodJobDriver) watch(ctx context.Context) error {
-	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(d.clients.dynamic, 0, d.clients.namespace,
-		func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + d.name })
-	inf := factory.ForResource(api.GroupVersionResource()).Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { d.observe(obj) },
-		UpdateFunc: func(_, obj any) { d.observe(obj) },
-		DeleteFunc: func(any) {
-			d.mu.Lock()
-			d.gone = true
-			d.mu.Unlock()
-			d.poke()
-			d.report("GorovodJob %s/%s was deleted: stopping the job", d.clients.namespace, d.name)
-			d.cancel(errJobDeleted)
-		},
-	}); err != nil {
-		return err
+	u, err := d.clients.jobs(d.clients.namespace).Get(ctx, d.name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("gorovodjob %s: %w", d.name, d.clients.apiError(err))
 	}
-	factory.Start(d.stopWatch)
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		close(d.stopWatch)
-		factory.Shutdown()
-		return fmt.Errorf("watching gorovodjob %s: %w", d.name, errors.Join(ctx.Err(), errors.New("cache not synced")))
-	}
+	d.observe(u)
+	wctx, cancel := context.WithCancel(ctx)
 	go func() {
 		<-d.stopWatch
-		factory.Shutdown()
+		cancel()
 	}()
+	go d.follow(wctx, u.GetResourceVersion())
 	return nil
+}
+
+// follow watches the GorovodJob from resource version rv until ctx ends or
+// the job is deleted.
+func (d *gorovodJobDriver) follow(ctx context.Context, rv string) {
+	jobs := d.clients.jobs(d.clients.namespace)
+	lw := &cache.ListWatch{WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+		o.FieldSelector = "metadata.name=" + d.name
+		return jobs.Watch(ctx, o)
+	}}
+	for ctx.Err() == nil {
+		rw, err := watchtools.NewRetryWatcher(rv, lw)
+		if err != nil {
+			d.report("watching gorovodjob %s: %v", d.name, err)
+			return
+		}
+		expired := false
+		for !expired {
+			select {
+			case <-ctx.Done():
+				rw.Stop()
+				return
+			case ev, ok := <-rw.ResultChan():
+				if !ok {
+					expired = true
+					break
+				}
+				switch ev.Type {
+				case watch.Added, watch.Modified:
+					d.observe(ev.Object)
+				case watch.Deleted:
+					rw.Stop()
+					d.deleted()
+					return
+				case watch.Error:
+					expired = true
+				}
+			}
+		}
+		rw.Stop()
+		// Start again from what the job is now.
+		retry := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			retry.Stop()
+			return
+		case <-retry.C:
+		}
+		gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		u, err := jobs.Get(gctx, d.name, metav1.GetOptions{})
+		cancel()
+		switch {
+		case apierrors.IsNotFound(err):
+			d.deleted()
+			return
+		case err != nil:
+			d.report("reading gorovodjob %s: %v", d.name, d.clients.apiError(err))
+			continue // from the same version
+		}
+		d.observe(u)
+		rv = u.GetResourceVersion()
+	}
+}
+
+// deleted ends the job: its GorovodJob is gone.
+func (d *gorovodJobDriver) deleted() {
+	d.mu.Lock()
+	d.gone = true
+	d.mu.Unlock()
+	d.poke()
+	d.report("GorovodJob %s/%s was deleted: stopping the job", d.clients.namespace, d.name)
+	d.cancel(errJobDeleted)
 }
 
 func (d *gorovodJobDriver) stop() {
@@ -301,26 +365,16 @@ func slotNode(host string) string {
 	return host
 }
 
-// publish hands the job its hosts (the allocation less the nodes on hold)
-// and moves the world's target to their count.
+// publish hands the job its hosts and moves the world's target to their
+// count. A node's hosts are as many as the allocation names it, those of its
+// running workers first (a node named fewer times stops only the workers
+// beyond the count; one named as often keeps them all); a node on hold keeps
+// only its running workers' hosts.
 func (d *gorovodJobDriver) publish() {
 	d.publishMu.Lock()
 	defer d.publishMu.Unlock()
 	d.mu.Lock()
-	now := time.Now()
-	var hosts []job.Host
-	var next time.Time
-	for _, c := range nodeCounts(d.alloc) {
-		if until, ok := d.held[c.node]; ok && now.Before(until) {
-			if next.IsZero() || until.Before(next) {
-				next = until
-			}
-			continue
-		}
-		for k := range c.count {
-			hosts = append(hosts, job.Host{Name: slotHost(c.node, k), Slots: 1})
-		}
-	}
+	hosts, next := slotHosts(d.alloc, d.occupied, d.held, time.Now())
 	d.mu.Unlock()
 	if !next.IsZero() {
 		time.AfterFunc(time.Until(next)+time.Millisecond, d.publish)
@@ -338,6 +392,47 @@ func (d *gorovodJobDriver) publish() {
 		target = min(target, int(d.spec.MaxWorkers))
 	}
 	d.steer.SetTarget(target)
+}
+
+// slotHosts are the job's hosts for an allocation (see publish), given the
+// hosts of running workers and the nodes on hold; next is when the first
+// hold ends (zero: none).
+func slotHosts(alloc []string, occupied map[string]int, held map[string]time.Time, now time.Time) (hosts []job.Host, next time.Time) {
+	for _, c := range nodeCounts(alloc) {
+		var names []string
+		for host := range occupied {
+			if slotNode(host) == c.node {
+				names = append(names, host)
+			}
+		}
+		slices.SortFunc(names, func(a, b string) int { return slotIndex(a) - slotIndex(b) })
+		names = names[:min(len(names), c.count)]
+		if until, ok := held[c.node]; ok && now.Before(until) {
+			if next.IsZero() || until.Before(next) {
+				next = until
+			}
+		} else {
+			for k := 0; len(names) < c.count; k++ {
+				if h := slotHost(c.node, k); !slices.Contains(names, h) {
+					names = append(names, h)
+				}
+			}
+		}
+		slices.SortFunc(names, func(a, b string) int { return slotIndex(a) - slotIndex(b) })
+		for _, h := range names {
+			hosts = append(hosts, job.Host{Name: h, Slots: 1})
+		}
+	}
+	return hosts, next
+}
+
+// slotIndex is k of a host <node>/<k>.
+func slotIndex(host string) int {
+	k, err := strconv.Atoi(host[strings.LastIndexByte(host, '/')+1:])
+	if err != nil {
+		return -1
+	}
+	return k
 }
 
 // configure sets what the GorovodJob says of its worker pods.
@@ -386,26 +481,48 @@ type placedLauncher struct {
 
 func (p placedLauncher) Launch(ctx context.Context, r job.LaunchRequest) (job.Process, error) {
 	p.d.mu.Lock()
-	p.d.podNode[r.Index] = slotNode(r.Host)
+	p.d.podHost[r.Index] = r.Host
+	p.d.occupied[r.Host] = r.Index
 	p.d.mu.Unlock()
-	return p.Launcher.Launch(ctx, r)
+	proc, err := p.Launcher.Launch(ctx, r)
+	if err != nil {
+		p.d.vacate(r.Index)
+	}
+	return proc, err
 }
 
-// podEvent puts the node of a preempted worker on hold.
+// vacate frees the host of worker index once its pod has ended.
+func (d *gorovodJobDriver) vacate(index int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if host, ok := d.podHost[index]; ok && d.occupied[host] == index {
+		delete(d.occupied, host)
+	}
+}
+
+// podEvent frees the host of a worker whose pod ended, and puts the node of
+// a preempted worker on hold: the hosts are published again without the
+// node's free ones (for every pod of the node that ends while it is held).
 func (d *gorovodJobDriver) podEvent(e kube.Event) {
-	if !e.Preempted || (e.Kind != kube.PodEnded && e.Kind != kube.PodDeleted) {
+	ended := e.Kind == kube.PodEnded || e.Kind == kube.PodDeleted || e.Kind == kube.PodGaveUp
+	if !ended {
 		return
 	}
+	d.vacate(e.Index)
 	d.mu.Lock()
-	node, ok := d.podNode[e.Index]
-	fresh := ok && node != "" && !time.Now().Before(d.held[node])
+	host, ok := d.podHost[e.Index]
+	node := slotNode(host)
+	heldNow := ok && time.Now().Before(d.held[node])
+	fresh := ok && e.Preempted && e.Kind != kube.PodGaveUp && !heldNow
 	if fresh {
 		d.held[node] = time.Now().Add(d.cfg.Hold)
 	}
 	d.mu.Unlock()
 	if fresh {
 		d.report("worker pod %s on node %s was preempted: no new worker there for %v unless the allocation changes", e.Pod, node, d.cfg.Hold)
-		go d.publish() // not on the pod watch's goroutine: it waits for the job
+	}
+	if fresh || heldNow {
+		go d.publish() // not on the pod watch's goroutine: publish waits for the job
 	}
 }
 

@@ -297,7 +297,8 @@ worker pods.`
 }
 
 // reorderFlags moves the flags after the first argument before it (`gorovod
-// logs JOB -f`, as kubectl takes them); "--" ends the flags.
+// logs JOB -f`, as kubectl takes them); "--" ends the flags. The arguments
+// follow the flags after a "--".
 func reorderFlags(fs *flag.FlagSet, args []string) []string {
 	var flags, rest []string
 	for i := 0; i < len(args); i++ {
@@ -320,7 +321,11 @@ func reorderFlags(fs *flag.FlagSet, args []string) []string {
 			rest = append(rest, a)
 		}
 	}
-	return append(flags, rest...)
+	if len(rest) == 0 {
+		return flags
+	}
+	// After "--" nothing is a flag, even what begins with '-'.
+	return append(append(flags, "--"), rest...)
 }
 
 func isBoolFlag(f *flag.Flag) bool {
