@@ -1,0 +1,307 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/internal/testing/testkube"
+)
+
+// gorovodJobCluster is a control plane with the GorovodJob resource and a
+// namespace where the driver acts as the service account gorovod-driver,
+// with what the scheduler service's contract gives it: the worker pods'
+// Role (deploy/kubernetes/rbac.yaml), get and watch of gorovodjobs, patch of
+// gorovodjobs/status — nothing else.
+type gorovodJobCluster struct {
+	cp         *testkube.ControlPlane
+	admin      kubernetes.Interface
+	jobs       dynamic.ResourceInterface // the namespace's GorovodJobs, as admin
+	ns         string
+	kubeconfig string // the driver's service account's
+}
+
+func newGorovodJobCluster(ctx context.Context, t *testing.T, cp *testkube.ControlPlane, ns string) *gorovodJobCluster {
+	t.Helper()
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Namespace(ctx, admin, ns); err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The CRD: a minimal definition of the resource (cli/testdata).
+	b, err := os.ReadFile("cli/testdata/gorovodjob-crd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd map[string]any
+	if err := yaml.Unmarshal(b, &crd); err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, &unstructured.Unstructured{Object: crd}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The worker pods' Role, and the contract's rights on gorovodjobs.
+	rb, err := os.ReadFile("../../deploy/kubernetes/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(rb), "\n---\n") {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			_, err = admin.CoreV1().ServiceAccounts(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = admin.RbacV1().Roles(ns).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("rbac.yaml: a %T", obj)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "gorovod-driver-job"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{api.Group}, Resources: []string{api.Resource}, Verbs: []string{"get", "watch"}},
+			{APIGroups: []string{api.Group}, Resources: []string{api.Resource + "/status"}, Verbs: []string{"patch"}},
+		}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gorovod-driver-job"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "gorovod-driver", Namespace: ns}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "gorovod-driver-job"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "gorovod-driver", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(cp.Kubeconfig(tok.Status.Token)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &gorovodJobCluster{cp: cp, admin: admin, jobs: dyn.Resource(api.GroupVersionResource()).Namespace(ns), ns: ns, kubeconfig: kubeconfig}
+	// The CRD is served once a GorovodJob can be listed.
+	for {
+		if _, err := c.jobs.List(ctx, metav1.ListOptions{}); err == nil {
+			return c
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the GorovodJob resource is not served")
+		case <-time.After(100 * time.Millisecond): // polling the API server, as kubectl wait does
+		}
+	}
+}
+
+// submit creates a GorovodJob.
+func (c *gorovodJobCluster) submit(ctx context.Context, t *testing.T, name string, spec api.Spec) {
+	t.Helper()
+	u, err := api.ToUnstructured(&api.GorovodJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns}, Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.jobs.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// allocate writes status.allocation as the scheduler does.
+func (c *gorovodJobCluster) allocate(ctx context.Context, t *testing.T, name string, nodes ...string) {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"status": map[string]any{"phase": api.PhaseRunning, "allocation": nodes, "driver": name + "-driver"}})
+	if _, err := c.jobs.Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *gorovodJobCluster) job(ctx context.Context, t *testing.T, name string) *api.GorovodJob {
+	t.Helper()
+	u, err := c.jobs.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gj, err := api.FromUnstructured(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gj
+}
+
+// workerPods are the job's worker pods not being deleted, as node → pod
+// names.
+func (c *gorovodJobCluster) workerPods(ctx context.Context, t *testing.T, job string) map[string][]string {
+	t.Helper()
+	pods, err := c.admin.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + job + "," + kube.LabelRole + "=" + kube.RoleWorker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			out[p.Spec.NodeName] = append(out[p.Spec.NodeName], p.Name)
+		}
+	}
+	return out
+}
+
+// poll calls cond every 100 ms (the API server's objects have no change
+// notification here) until it holds or within passes.
+func poll(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the API server, as kubectl wait does
+	}
+}
+
+// TestGorovodJobDriverPlacement runs `gorovod run --gorovodjob` (the real
+// binary, as the driver's service account with only the contract's rights)
+// against a real API server whose nodes are registered through the API and
+// run nothing: the test plays the scheduler (status.allocation) and the
+// kubelets (it removes the pods the driver deleted). The driver creates one
+// worker pod per entry of the allocation on the node named, asking for one
+// gorovod.io/slot; a node taken out of the allocation loses its workers;
+// deleting the GorovodJob ends the driver, which deletes its pods.
+func TestGorovodJobDriverPlacement(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane; skipped with -short")
+	}
+	cp := testkube.New(t, testkube.DefaultConfig())
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := newGorovodJobCluster(ctx, t, cp, "jobs")
+	for _, n := range []string{"node-a", "node-b", "node-c"} {
+		if _, err := c.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.submit(ctx, t, "placed", api.Spec{Image: "gorovod.local/synthetic:test", Command: []string{"/bin/synthetic", "--steps", "100"},
+		MinWorkers: 1, MaxWorkers: 4, Env: []corev1.EnvVar{{Name: "TRAINER_FLAG", Value: "x"}}})
+
+	cmd := exec.CommandContext(ctx, binary, "run", "--gorovodjob", "placed", "--kubeconfig", c.kubeconfig,
+		"--kubernetes-namespace", c.ns, "--leave-notice", "1s", "--progress", "never")
+	dumpOnCancel(cmd)
+	h := startHarness(t, cmd)
+	h.waitLog(t, "the driver waiting for an allocation", time.Minute, regexp.MustCompile(`waiting for the scheduler's allocation \(at least 1 workers\)`))
+	if pods := c.workerPods(ctx, t, "placed"); len(pods) != 0 {
+		t.Fatalf("worker pods before any allocation: %v", pods)
+	}
+
+	// The kubelets' part: a pod deleted is gone (no kubelet runs them).
+	stopKubelets := make(chan struct{})
+	kubeletsDone := make(chan struct{})
+	go func() {
+		defer close(kubeletsDone)
+		zero := int64(0)
+		for {
+			pods, err := c.admin.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{})
+			if err == nil {
+				for _, p := range pods.Items {
+					if p.DeletionTimestamp != nil {
+						_ = c.admin.CoreV1().Pods(c.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+					}
+				}
+			}
+			select {
+			case <-stopKubelets:
+				return
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() {
+		close(stopKubelets)
+		<-kubeletsDone
+	}()
+
+	c.allocate(ctx, t, "placed", "node-a", "node-b", "node-a")
+	want := map[string]int{"node-a": 2, "node-b": 1}
+	counts := func() map[string]int {
+		out := map[string]int{}
+		for n, ps := range c.workerPods(ctx, t, "placed") {
+			out[n] = len(ps)
+		}
+		return out
+	}
+	poll(t, "a pod per allocated worker, on its node", time.Minute, func() bool { return fmt.Sprint(counts()) == fmt.Sprint(want) })
+	pods, err := c.admin.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=placed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		tc := p.Spec.Containers[0]
+		if q := tc.Resources.Limits["gorovod.io/slot"]; q.Cmp(resource.MustParse("1")) != 0 {
+			t.Errorf("pod %s asks for %v, want one gorovod.io/slot", p.Name, tc.Resources.Limits)
+		}
+		if tc.Image != "gorovod.local/synthetic:test" || strings.Join(tc.Command, " ") != "/bin/synthetic --steps 100" {
+			t.Errorf("pod %s runs %s %v", p.Name, tc.Image, tc.Command)
+		}
+		if !slices.ContainsFunc(tc.Env, func(e corev1.EnvVar) bool { return e.Name == "TRAINER_FLAG" && e.Value == "x" }) {
+			t.Errorf("pod %s lacks the spec's environment: %v", p.Name, tc.Env)
+		}
+	}
+
+	// node-a leaves the allocation: its workers are stopped, node-b's stays.
+	c.allocate(ctx, t, "placed", "node-b")
+	poll(t, "node-a's workers gone", time.Minute, func() bool { return fmt.Sprint(counts()) == fmt.Sprint(map[string]int{"node-b": 1}) })
+	h.waitLog(t, "the driver saying node-a left", 30*time.Second, regexp.MustCompile(`host "node-a/\d" left the job`))
+
+	// Deleting the GorovodJob ends the driver and its pods.
+	if err := c.jobs.Delete(ctx, "placed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-h.exited:
+		if err == nil || !strings.Contains(h.logText(), "the gorovodjob was deleted: the job is stopped") {
+			t.Fatalf("the driver after its GorovodJob's deletion: %v\n%s", err, h.logText())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the driver did not end after its GorovodJob's deletion:\n%s", h.logText())
+	}
+	poll(t, "the job's pods gone", time.Minute, func() bool { return len(c.workerPods(ctx, t, "placed")) == 0 })
+	if _, err := c.admin.CoreV1().Services(c.ns).Get(ctx, "placed", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the job's Service after the driver: %v", err)
+	}
+}
+
