@@ -15,6 +15,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -305,3 +306,195 @@ func TestGorovodJobDriverPlacement(t *testing.T) {
 	}
 }
 
+
+// TestGorovodJobOnKubelet runs a GorovodJob's driver (`gorovod run
+// --gorovodjob`, the real binary, as the driver's service account) with its
+// workers in pods on a real kubelet (containerd, runc, the synthetic trainer
+// in an image built here). The test plays the scheduler: it allocates the
+// node twice, then three times — the job grows live, its first two workers
+// training on without a restart — then drains one worker through the
+// eviction API as `kubectl drain` does: the worker leaves gracefully, the
+// job carries on with two and starts no worker on the node while the
+// allocation still names it three times; the allocation is then cut to two
+// (the same two workers go on) and to one (the job shrinks live). The
+// driver writes the world size, step and fitted goodput model into the
+// status; the job finishes with the workers agreeing on the parameters at
+// every step and every sample of each data epoch trained on once.
+func TestGorovodJobOnKubelet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a job on a real kubelet; skipped with -short")
+	}
+	if why := testkube.MissingNode(testkube.DefaultConfig()); why != "" {
+		t.Skipf("no Kubernetes node here: %s", why)
+	}
+	const steps, samples = 6000, 1200
+	const notice = 4 * time.Second
+	cp := testkube.New(t, testkube.DefaultConfig())
+	dir := t.TempDir()
+	static := func(out, pkg string) string {
+		path := filepath.Join(dir, out)
+		build := exec.Command("go", "build", "-o", path, pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0") // the image has no C library
+		if b, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v: %s", pkg, err, b)
+		}
+		return path
+	}
+	pause := static("pause", "../../cluster/kube/testdata/podhelper")
+	trainer := static("synthetic", "../../examples/synthetic")
+	node := cp.NewNode(t, testkube.NodeConfig{
+		PauseRef: "gorovod.local/pause:test",
+		Images: []testkube.Image{
+			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": pause}, Entrypoint: []string{"/bin/pause", "pause"}},
+			{Ref: "gorovod.local/synthetic:test", Files: map[string]string{"bin/synthetic": trainer}, Entrypoint: []string{"/bin/synthetic"}},
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	c := newGorovodJobCluster(ctx, t, cp, "gorovod-jobs")
+	// The node's worker slots, as an operator advertises them on a node
+	// without GPUs (the kubelet admits a pod only within them).
+	if _, err := c.admin.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType,
+		[]byte(`{"status":{"capacity":{"gorovod.io/slot":"4"}}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the node's slots allocatable", time.Minute, func() bool {
+		n, err := c.admin.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		q := n.Status.Allocatable["gorovod.io/slot"]
+		return err == nil && q.Value() == 4
+	})
+
+	// No scheduler and no CNI plugin here (package testkube): the pods use
+	// the node's network, where the driver listens on loopback.
+	template := filepath.Join(dir, "pod.yaml")
+	if err := os.WriteFile(template, []byte(`apiVersion: v1
+kind: Pod
+spec:
+  hostNetwork: true
+  containers:
+  - name: trainer
+    imagePullPolicy: Never
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.submit(ctx, t, "e2e", api.Spec{Image: "gorovod.local/synthetic:test",
+		Command: []string{"/bin/synthetic", "--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "24",
+			"--model-size", "20000", "--compute", "8ms"},
+		// No pod IP without a node IP: the workers meet on loopback.
+		Env:        []corev1.EnvVar{{Name: "GOROVOD_LISTEN_ADDR", Value: "127.0.0.1:0"}, {Name: "GOROVOD_GOSSIP_ADDR", Value: "127.0.0.1"}},
+		MinWorkers: 1, MaxWorkers: 3, Batch: api.BatchBounds{Initial: 24}})
+	c.allocate(ctx, t, "e2e", node.Name, node.Name)
+
+	runCtx, stopRun := context.WithTimeout(ctx, 7*time.Minute)
+	defer stopRun()
+	cmd := exec.CommandContext(runCtx, binary, "run", "--gorovodjob", "e2e", "--kubeconfig", c.kubeconfig,
+		"--kubernetes-namespace", c.ns, "--kubernetes-pod-template", template, "--json", "--progress", "never",
+		"--leave-notice", notice.String())
+	dumpOnCancel(cmd)
+	h := startHarness(t, cmd)
+	logs := &podLogs{dir: node.LogDir, read: map[string]int64{}, partial: map[string]string{}}
+	logsCtx, stopLogs := context.WithCancel(ctx)
+	logsDone := make(chan struct{})
+	go func() {
+		defer close(logsDone)
+		logs.follow(logsCtx, h)
+	}()
+	defer func() {
+		stopLogs()
+		<-logsDone
+	}()
+	defer func() {
+		if t.Failed() {
+			log := h.logText()
+			t.Logf("the driver's log (last 12 KiB):\n%s", log[max(0, len(log)-12<<10):])
+		}
+	}()
+	// membersAt are the workers that trained in a world of size after step
+	// (waitFor's conditions get the lines under the harness's lock).
+	membersAt := func(lines []trainerLine, step int64, size int) []int {
+		var ws []int
+		for _, l := range lines {
+			if l.Step > step && l.Size == size && !slices.Contains(ws, l.Worker) {
+				ws = append(ws, l.Worker)
+			}
+		}
+		slices.Sort(ws)
+		return ws
+	}
+	workersAt := func(step int64, size int) []int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return membersAt(h.lines, step, size)
+	}
+
+	h.waitFor(t, "a world of 2", 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == 2 && maxStep(l) > 20 })
+	if pods := c.workerPods(ctx, t, "e2e"); len(pods[node.Name]) != 2 || len(pods) != 1 {
+		t.Fatalf("worker pods %v, want 2 on %s", pods, node.Name)
+	}
+
+	// Grow: the scheduler gives the job a third worker on the node.
+	at := h.step()
+	c.allocate(ctx, t, "e2e", node.Name, node.Name, node.Name)
+	h.waitFor(t, "a world of 3", 3*time.Minute, sizeAfter(at, 3))
+	h.waitFor(t, "every member of the world of 3 training", time.Minute, func(l []trainerLine) bool { return len(membersAt(l, at, 3)) == 3 })
+	if ws := workersAt(at, 3); !slices.Contains(ws, 0) || !slices.Contains(ws, 1) {
+		t.Fatalf("the world of 3 is workers %v: the first two did not train on", ws)
+	}
+
+	// Drain: worker 1's pod is evicted (a DisruptionTarget, then SIGTERM).
+	at = h.step()
+	t0 := time.Now()
+	if err := c.admin.CoreV1().Pods(c.ns).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "e2e-worker-1", Namespace: c.ns}}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "a world of 2 after the eviction", 2*time.Minute, sizeAfter(at, 2))
+	h.waitLog(t, "the driver holding the node", 30*time.Second, regexp.MustCompile(`worker pod e2e-worker-1 on node \S+ was preempted`))
+	t.Logf("worker 1 evicted at step %d; the world of 2 formed %v later", at, time.Since(t0).Round(time.Millisecond))
+	// It carries on at 2, with no new worker on the node, for 100 steps.
+	after := h.step()
+	h.waitFor(t, "100 steps at 2 after the eviction", 2*time.Minute, func(l []trainerLine) bool { return maxStep(l) > after+100 })
+	if ws := workersAt(after, 3); len(ws) != 0 {
+		t.Fatalf("workers %v in a world of 3 after the eviction", ws)
+	}
+	if pods := c.workerPods(ctx, t, "e2e"); len(pods[node.Name]) != 2 {
+		t.Fatalf("worker pods %v after the eviction, want the 2 left", pods)
+	}
+
+	// The scheduler takes the worker away (2), then another (1): the same
+	// two go on, then one.
+	c.allocate(ctx, t, "e2e", node.Name, node.Name)
+	at = h.step()
+	c.allocate(ctx, t, "e2e", node.Name)
+	h.waitFor(t, "a world of 1", 2*time.Minute, sizeAfter(at, 1))
+
+	// The driver's status: world size, step, a fitted goodput model.
+	poll(t, "the driver's status", time.Minute, func() bool {
+		gj := c.job(ctx, t, "e2e")
+		return gj.Status.WorldSize == 1 && gj.Status.Step > at && gj.Status.Goodput != nil
+	})
+	gj := c.job(ctx, t, "e2e")
+	if g := gj.Status.Goodput; g.MaxProfiledWorkers != 3 || g.Model.InitBatch != 24 || !(g.Model.Perf.AlphaC > 0 || g.Model.Perf.BetaC > 0) {
+		t.Errorf("the goodput status %+v: want a model fitted at 1 to 3 workers", g)
+	}
+	if gj.Status.Phase != api.PhaseRunning || len(gj.Status.Allocation) != 1 {
+		t.Errorf("the scheduler's status was overwritten: %+v", gj.Status)
+	}
+
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			t.Fatalf("gorovod run --gorovodjob: %v", err)
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the job did not finish")
+	}
+	stopLogs()
+	<-logsDone
+	logs.poll(h) // the lines written last
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !regexp.MustCompile(`\d+ workers finished, 0 lost, 0 failed`).MatchString(h.log.String()) {
+		t.Errorf("not every worker finished or left by itself")
+	}
+	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+}
