@@ -306,7 +306,6 @@ func TestGorovodJobDriverPlacement(t *testing.T) {
 	}
 }
 
-
 // TestGorovodJobOnKubelet runs a GorovodJob's driver (`gorovod run
 // --gorovodjob`, the real binary, as the driver's service account) with its
 // workers in pods on a real kubelet (containerd, runc, the synthetic trainer
