@@ -96,10 +96,17 @@ type gorovodJobDriver struct {
 	last     string               // the status patch last written
 }
 
-// gorovodJobFlags are the run flags --gorovodjob takes from the
+// fromGorovodJob says whether a run flag is one --gorovodjob takes from the
 // GorovodJob's spec instead.
-var gorovodJobFlags = []string{"np", "min-np", "max-np", "num-proc", "min-num-proc", "max-num-proc", "heuristic", "heuristic-opt",
-	"heuristic-config", "replace-stragglers", "kubernetes", "kubernetes-image", "kubernetes-job", "slurm", "H", "hosts", "hostfile", "host-discovery-script"}
+func fromGorovodJob(flag string) bool {
+	switch flag {
+	case "np", "min-np", "max-np", "num-proc", "min-num-proc", "max-num-proc", "heuristic", "heuristic-opt",
+		"heuristic-config", "replace-stragglers", "kubernetes", "kubernetes-image", "kubernetes-job", "slurm",
+		"H", "hosts", "hostfile", "host-discovery-script":
+		return true
+	}
+	return false
+}
 
 // startGorovodJob connects to the GorovodJob named by --gorovodjob, waits for
 // its allocation, and sets the run's options from its spec. The context it
@@ -107,7 +114,7 @@ var gorovodJobFlags = []string{"np", "min-np", "max-np", "num-proc", "min-num-pr
 func startGorovodJob(ctx context.Context, o *runOptions, fs *flag.FlagSet, report func(string, ...any)) (context.Context, *gorovodJobDriver, error) {
 	var bad []string
 	fs.Visit(func(f *flag.Flag) {
-		if slices.Contains(gorovodJobFlags, f.Name) {
+		if fromGorovodJob(f.Name) {
 			bad = append(bad, "--"+f.Name)
 		}
 	})

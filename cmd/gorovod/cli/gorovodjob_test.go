@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"reflect"
 	"slices"
@@ -153,5 +154,26 @@ func TestAge(t *testing.T) {
 	}
 	if age(now, time.Time{}) != "-" {
 		t.Error("zero time")
+	}
+}
+
+// --gorovodjob takes the workers, the image and the command from the
+// GorovodJob: the flags that would set them are refused before anything is
+// asked of a cluster.
+func TestGorovodJobFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--gorovodjob", "j", "--np", "3"}, "drop --np"},
+		{[]string{"--gorovodjob", "j", "--kubernetes", "--kubernetes-image", "img"}, "drop --kubernetes, --kubernetes-image"},
+		{[]string{"--gorovodjob", "j", "--heuristic", "goodput"}, "drop --heuristic"},
+		{[]string{"--gorovodjob", "j", "--", "/bin/trainer"}, "give none"},
+	} {
+		var out, errb strings.Builder
+		err := Main(context.Background(), append([]string{"run"}, tc.args...), Config{Stdout: &out, Stderr: &errb})
+		if !errors.Is(err, ErrUsage) || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: err %v, stderr %q; want a usage error saying %q", tc.args, err, errb.String(), tc.want)
+		}
 	}
 }
