@@ -276,12 +276,15 @@ func (d *gorovodJobDriver) deleted() {
 	d.cancel(errJobDeleted)
 }
 
+// stop ends the watch and the context startGorovodJob returned, once the
+// job is over.
 func (d *gorovodJobDriver) stop() {
 	select {
 	case <-d.stopWatch:
 	default:
 		close(d.stopWatch)
 	}
+	d.cancel(nil)
 }
 
 func (d *gorovodJobDriver) poke() {
