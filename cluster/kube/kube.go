@@ -65,6 +65,12 @@ type Config struct {
 	Resources          corev1.ResourceRequirements
 	ServiceAccountName string
 	Customize          func(*corev1.Pod)
+	// NodeName, if set, binds each launch's pod to a node (spec.nodeName:
+	// no scheduler places it): the node NodeName returns for the launch's
+	// host (job.LaunchRequest.Host; "" leaves the pod to the cluster's
+	// scheduler). For an allocator that places a job's workers itself, such
+	// as the gorovod scheduler service (a GorovodJob's status.allocation).
+	NodeName func(host string) string
 	// Template, if set, is what every worker pod starts from (node
 	// selectors, tolerations, volumes, resources, host networking, extra
 	// environment): the provisioner sets its own fields on a copy (name,
@@ -302,7 +308,7 @@ func (p *Provisioner) ensureShared(ctx context.Context) error {
 }
 
 // WorkerPod returns the pod the provisioner creates for worker i.
-func (p *Provisioner) WorkerPod(i int) *corev1.Pod { return p.workerPod(i, nil, nil) }
+func (p *Provisioner) WorkerPod(i int) *corev1.Pod { return p.workerPod(i, nil, nil, "") }
 
 // trainerContainer is the template's trainer container: the one named
 // ContainerName, else the first; nil when it has none.
@@ -320,8 +326,9 @@ func trainerContainer(pod *corev1.Pod) *corev1.Container {
 }
 
 // workerPod is worker i's pod, with extra variables (a launch's own) after
-// the configuration's, running command (nil: Config.Command).
-func (p *Provisioner) workerPod(i int, command []string, extra []corev1.EnvVar) *corev1.Pod {
+// the configuration's, running command (nil: Config.Command), bound to node
+// ("": as the template says).
+func (p *Provisioner) workerPod(i int, command []string, extra []corev1.EnvVar, node string) *corev1.Pod {
 	name := p.podName(i)
 	labels := p.labels()
 	labels[LabelRole] = RoleWorker
@@ -407,6 +414,9 @@ func (p *Provisioner) workerPod(i int, command []string, extra []corev1.EnvVar) 
 	if tc.ImagePullPolicy == "" {
 		tc.ImagePullPolicy = corev1.PullIfNotPresent
 	}
+	if node != "" {
+		pod.Spec.NodeName = node
+	}
 	if p.cfg.Customize != nil {
 		p.cfg.Customize(pod)
 	}
@@ -429,7 +439,7 @@ func (p *Provisioner) Start(ctx context.Context, n int) error {
 		p.mu.Lock()
 		i := p.next
 		p.mu.Unlock()
-		if _, err := p.create(ctx, i, nil, nil); err != nil {
+		if _, err := p.create(ctx, i, nil, nil, ""); err != nil {
 			return err
 		}
 	}
@@ -439,7 +449,7 @@ func (p *Provisioner) Start(ctx context.Context, n int) error {
 // create creates worker i's pod (index i must not have been used) as
 // workerPod makes it; the first call also creates the job's Secret and
 // Service.
-func (p *Provisioner) create(ctx context.Context, i int, command []string, extra []corev1.EnvVar) (*podState, error) {
+func (p *Provisioner) create(ctx context.Context, i int, command []string, extra []corev1.EnvVar, node string) (*podState, error) {
 	if err := p.ensureShared(ctx); err != nil {
 		return nil, err
 	}
@@ -455,7 +465,7 @@ func (p *Provisioner) create(ctx context.Context, i int, command []string, extra
 	p.next = max(p.next, i+1)
 	st := p.track(p.podName(i), i)
 	p.mu.Unlock()
-	if _, err := p.pods.Create(ctx, p.workerPod(i, command, extra), metav1.CreateOptions{}); err != nil {
+	if _, err := p.pods.Create(ctx, p.workerPod(i, command, extra, node), metav1.CreateOptions{}); err != nil {
 		p.mu.Lock()
 		p.forget(st)
 		p.mu.Unlock()

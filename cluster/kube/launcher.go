@@ -80,8 +80,8 @@ func NewLauncher(ctx context.Context, cfg Config) (*Launcher, error) {
 func (l *Launcher) Provisioner() *Provisioner { return l.p }
 
 // Launch creates worker r.Index's pod and returns once the API server has
-// it; the pod starts when the cluster schedules it. r.Host is ignored: the
-// cluster places pods.
+// it; the pod starts when the cluster schedules it. r.Host places the pod
+// only through Config.NodeName; without it the cluster places pods.
 func (l *Launcher) Launch(ctx context.Context, r job.LaunchRequest) (job.Process, error) {
 	var extra []corev1.EnvVar
 	secret := map[string]string{}
@@ -106,7 +106,11 @@ func (l *Launcher) Launch(ctx context.Context, r job.LaunchRequest) (job.Process
 	l.mu.Lock()
 	l.notices[r.Index] = notice
 	l.mu.Unlock()
-	st, err := l.p.create(ctx, r.Index, r.Argv, extra)
+	node := ""
+	if l.p.cfg.NodeName != nil {
+		node = l.p.cfg.NodeName(r.Host)
+	}
+	st, err := l.p.create(ctx, r.Index, r.Argv, extra, node)
 	if err != nil {
 		l.mu.Lock()
 		delete(l.notices, r.Index)

@@ -136,3 +136,42 @@ func TestLauncher(t *testing.T) {
 		t.Errorf("a launch with another secret: %v", err)
 	}
 }
+
+// With Config.NodeName a launch's host binds its pod to a node; without a
+// host, or without NodeName, the pod names none.
+func TestLauncherNodeName(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mapper func(string) string
+		host   string
+		want   string
+	}{
+		{"no mapper", nil, "node-a/0", ""},
+		{"mapped", func(h string) string { n, _, _ := strings.Cut(h, "/"); return n }, "node-a/1", "node-a"},
+		{"no host", func(h string) string { n, _, _ := strings.Cut(h, "/"); return n }, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			cfg := testConfig(client, newEvents())
+			cfg.NodeName = tc.mapper
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l, err := NewLauncher(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close(context.Background())
+			if _, err := l.Launch(ctx, job.LaunchRequest{Index: 0, Host: tc.host, Argv: []string{"/bin/trainer"},
+				Env: []string{envconfig.EnvSecret + "=" + testSecret}}); err != nil {
+				t.Fatal(err)
+			}
+			pod, err := client.CoreV1().Pods("ml").Get(ctx, "mnist-worker-0", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pod.Spec.NodeName != tc.want {
+				t.Fatalf("spec.nodeName %q, want %q", pod.Spec.NodeName, tc.want)
+			}
+		})
+	}
+}

@@ -10,7 +10,7 @@
 // model (heuristics.FitGoodput, package goodput), asks the policy for an
 // allocation of the slots, and carries it out: a job that is given slots for
 // the first time starts, a running job grows or shrinks through its engine
-// (the pool steers each job with a heuristic of its own whose target is the
+// (the pool steers each job with package steer's heuristic, whose target is the
 // job's allocation). A round also runs as soon as a job ends, so its slots
 // are not idle until the next tick.
 //

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/cluster/scheduler"
+	"github.com/gorovod/gorovod/cluster/steer"
 	"github.com/gorovod/gorovod/job"
 )
 
@@ -155,7 +156,7 @@ type Result struct {
 type entry struct {
 	spec     JobSpec
 	state    State
-	steer    *steer
+	steer    *steer.Steer
 	job      *job.Job
 	alloc    []int         // the nodes of its slots
 	attained time.Duration // slot-time held
@@ -376,7 +377,7 @@ func (p *pool) allocate(ctx, jobsCtx context.Context, now time.Duration, active 
 			}
 			e.resizes++
 			e.alloc = placed[e.spec.Name]
-			e.steer.setTarget(n)
+			e.steer.SetTarget(n)
 		}
 	}
 	for _, e := range active {
@@ -397,7 +398,7 @@ func (p *pool) maxWorkers(e *entry) int {
 // startJob starts a queued job on its first slots.
 func (p *pool) startJob(ctx context.Context, e *entry, nodes []int) {
 	n := len(nodes)
-	e.steer = &steer{initBatch: e.spec.InitBatch, perNode: p.cfg.SlotsPerNode, fitEvery: time.Second, target: n}
+	e.steer = steer.New(steer.Config{Target: n, InitBatch: e.spec.InitBatch, WorkersPerNode: p.cfg.SlotsPerNode, FitEvery: time.Second, Allocator: "the pool"})
 	cfg := p.cfg.Job
 	cfg.Argv = e.spec.Argv
 	cfg.Env = slices.Concat(p.cfg.Job.Env, e.spec.Env)
@@ -424,21 +425,21 @@ func (p *pool) startJob(ctx context.Context, e *entry, nodes []int) {
 func (p *pool) describe(e *entry) scheduler.Job {
 	sj := scheduler.Job{ID: e.spec.Name, Submitted: e.spec.Submit, Attained: e.attained, Restarts: e.resizes,
 		MinReplicas: max(e.spec.MinWorkers, 1), MaxReplicas: p.maxWorkers(e), Replicas: max(e.spec.Workers, e.spec.MinWorkers, 1)}
-	var f fitted
+	var f steer.Fitted
 	var st struct{ step, total int64 }
 	if e.steer != nil {
-		f = e.steer.model()
+		f = e.steer.Model()
 		s := e.job.Status()
 		st.step, st.total = s.Step, s.TotalSteps
 	}
-	sj.MaxProfiledReplicas = f.maxProfiled
+	sj.MaxProfiledReplicas = f.MaxProfiled
 	sj.RemainingSteps = 1
 	if st.total > 0 {
 		sj.RemainingSteps = float64(max(st.total-st.step, 0))
 	}
-	if f.ok {
-		sj.Goodput = scheduler.ModelGoodput(f.model, e.spec.Limits)
-		sj.StepTime = scheduler.ModelStepTime(f.model, p.cfg.SlotsPerNode)
+	if f.OK {
+		sj.Goodput = scheduler.ModelGoodput(f.Model, e.spec.Limits)
+		sj.StepTime = scheduler.ModelStepTime(f.Model, p.cfg.SlotsPerNode)
 	} else {
 		sj.StepTime = func(r int) float64 { return 1 / float64(max(r, 1)) } // unmeasured: perfect scaling
 	}
@@ -468,13 +469,13 @@ func (p *pool) status(e *entry) JobStatus {
 	if e.state != Running {
 		s.Workers = 0
 	}
-	f := e.steer.model()
-	s.Profiled = f.maxProfiled
-	if f.grad {
-		s.GradSqr, s.GradVar = f.model.Grad.Sqr, f.model.Grad.Var
+	f := e.steer.Model()
+	s.Profiled = f.MaxProfiled
+	if f.Grad {
+		s.GradSqr, s.GradVar = f.Model.Grad.Sqr, f.Model.Grad.Var
 	}
-	if f.ok && len(e.alloc) > 0 {
-		s.Goodput = scheduler.ModelGoodput(f.model, e.spec.Limits)(nodesOf(e.alloc), len(e.alloc))
+	if f.OK && len(e.alloc) > 0 {
+		s.Goodput = scheduler.ModelGoodput(f.Model, e.spec.Limits)(nodesOf(e.alloc), len(e.alloc))
 	}
 	return s
 }

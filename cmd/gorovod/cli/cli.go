@@ -37,10 +37,16 @@ Usage:
   gorovod scheduler [--policy pollux|optimus|tiresias] [--leader-elect]
       the scheduler service of a Kubernetes cluster: shares the nodes among
       the GorovodJobs (deploy/kubernetes/gorovod.yaml runs it)
+  gorovod submit JOB.yaml | gorovod submit --name N --image I [flags] -- COMMAND...
+  gorovod jobs [-n NAMESPACE | -A]
+  gorovod logs [--worker N] [-f] JOB
+  gorovod delete JOB...
+      elastic jobs (GorovodJobs) on a Kubernetes cluster where the gorovod
+      scheduler shares the nodes among them (docs/clusters.md)
   gorovod help | --version
 
 Run 'gorovod COMMAND --help' (run, attach, bench, simulate, cluster, report,
-scheduler)
+scheduler, submit, jobs, logs, delete)
 for a command's flags; every command but attach takes --log-level and
 --log-format.
 `
@@ -114,6 +120,14 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 		return reportCommand(ctx, args[1:], stdout, stderr)
 	case "scheduler":
 		return schedulerCommand(ctx, args[1:], stdout, stderr)
+	case "submit":
+		return submitCommand(ctx, args[1:], stdout, stderr)
+	case "jobs":
+		return jobsCommand(ctx, args[1:], stdout, stderr)
+	case "logs":
+		return logsCommand(ctx, args[1:], stdout, stderr)
+	case "delete":
+		return deleteCommand(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, Version())
 		return nil

@@ -7,4 +7,10 @@
 // the same command line with `--heuristic NAME` choosing them
 // (examples/custom-launcher). A program that runs jobs without a command
 // line calls package job directly.
+//
+// On a Kubernetes cluster shared by the gorovod scheduler, `run
+// --gorovodjob NAME` is a GorovodJob's driver (gorovodjob.go: its spec's
+// workers on the nodes of its status.allocation, followed live), and
+// `submit`, `jobs`, `logs` and `delete` (jobs.go) are the user's commands for
+// GorovodJobs, finding the cluster as kubectl does (kubeclient.go).
 package cli

@@ -111,6 +111,17 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	if len(o.argv) > 0 && o.argv[0] == "--" {
 		o.argv = o.argv[1:]
 	}
+	if o.cluster.gorovodJob != "" { // gorovodjob.go: the spec sets the workers and the command
+		var gj *gorovodJobDriver
+		var err error
+		ctx, gj, err = startGorovodJob(ctx, &o, fs, func(format string, args ...any) { fmt.Fprintf(stderr, "gorovod run: "+format+"\n", args...) })
+		if u := (usageError{}); errors.As(err, &u) {
+			return runUsage(stderr, "%s", u.msg)
+		} else if err != nil {
+			return &commandError{command: "run", err: err}
+		}
+		defer gj.stop()
+	}
 	switch {
 	case len(o.argv) == 0:
 		return runUsage(stderr, "no trainer command (gorovod run [flags] -- TRAINER ARGS...)")
@@ -156,7 +167,11 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	if err != nil {
 		return runUsage(stderr, "%v", err)
 	}
-	if err := runJob(ctx, o, engCfg, log, terminate, stdout, stderr); err != nil {
+	err = runJob(ctx, o, engCfg, log, terminate, stdout, stderr)
+	if cause := context.Cause(ctx); errors.Is(cause, errJobDeleted) {
+		err = cause // --gorovodjob: its GorovodJob was deleted
+	}
+	if err != nil {
 		return &commandError{command: "run", err: err}
 	}
 	return nil
@@ -269,6 +284,9 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	j, err := job.Start(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if gj := o.cluster.gorovodJobDriver; gj != nil {
+		gj.started(ctx, j)
 	}
 	watch.attach(j)
 	watch.announce()

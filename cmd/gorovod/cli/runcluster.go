@@ -39,6 +39,10 @@ type clusterOptions struct {
 	kubeTemplate   string
 	kubeGossipPort int
 	leaveNotice    time.Duration
+	// gorovodJob names the GorovodJob the driver runs (gorovodjob.go);
+	// gorovodJobDriver follows it once started.
+	gorovodJob       string
+	gorovodJobDriver *gorovodJobDriver
 }
 
 // kubeGossipPort is the driver's gossip port in a pod: the containerPort of
@@ -56,6 +60,7 @@ func (c *clusterOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "a kubeconfig `file` to reach the API server from outside the cluster (default: the pod's service account)")
 	fs.StringVar(&c.kubeTemplate, "kubernetes-pod-template", "", "a Pod manifest `file` (YAML or JSON) the worker pods start from: node selectors, tolerations, resources, volumes")
 	fs.IntVar(&c.kubeGossipPort, "kubernetes-gossip-port", kubeGossipPort, "the driver's gossip port in its pod")
+	fs.StringVar(&c.gorovodJob, "gorovodjob", "", "run the GorovodJob `name`d (its driver pod, which the gorovod scheduler creates): the workers, image and command of its spec, on the nodes of its status.allocation, followed live (docs/clusters.md)")
 	fs.DurationVar(&c.leaveNotice, "leave-notice", 0, "how long a worker has from SIGTERM until it must be gone, given to the workers (default: theirs, 25 s; keep it below Slurm's KillWait, and it is the pods' termination grace period)")
 }
 
@@ -165,6 +170,9 @@ func (c *clusterOptions) applyKubernetes(ctx context.Context, cfg *job.Config, r
 	}
 	kc := kube.Config{Client: client, Namespace: c.kubeNamespace, Job: c.kubeJob, Image: c.kubeImage, Grace: c.leaveNotice,
 		Logf: func(format string, args ...any) {}}
+	if gj := c.gorovodJobDriver; gj != nil {
+		gj.configure(&kc)
+	}
 	if kc.Job == "" {
 		if cfg.JobID == "" {
 			cfg.JobID = job.NewJobID()
@@ -191,6 +199,11 @@ func (c *clusterOptions) applyKubernetes(ctx context.Context, cfg *job.Config, r
 		return nil, fmt.Errorf("--kubernetes: %w", err)
 	}
 	cfg.Launcher = l
+	if gj := c.gorovodJobDriver; gj != nil {
+		cfg.Launcher = placedLauncher{Launcher: l, d: gj}
+		cfg.Discovery = gj.disc
+		cfg.Autoscaling.Heuristic, cfg.Autoscaling.ReplaceStragglers = gj.steer, false
+	}
 	ns := kc.Namespace
 	if ns == "" {
 		ns = "default"

@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gorovod/gorovod/job"
+)
+
+// The job's hosts for an allocation: one per worker, running workers keep
+// theirs, a node on hold gets no free one.
+func TestSlotHosts(t *testing.T) {
+	now := time.Unix(1000, 0)
+	later := now.Add(time.Minute)
+	for _, tc := range []struct {
+		name     string
+		alloc    []string
+		occupied map[string]int
+		held     map[string]time.Time
+		want     []string
+		next     time.Time
+	}{
+		{"first allocation", []string{"a", "b", "a"}, nil, nil, []string{"a/0", "a/1", "b/0"}, time.Time{}},
+		{"grow on a node", []string{"a", "a", "a"}, map[string]int{"a/0": 0, "a/1": 1}, nil, []string{"a/0", "a/1", "a/2"}, time.Time{}},
+		{"shrink keeps a running worker's host", []string{"a"}, map[string]int{"a/1": 4}, nil, []string{"a/1"}, time.Time{}},
+		{"same count after a worker left keeps the others", []string{"a", "a"}, map[string]int{"a/0": 0, "a/2": 5}, nil, []string{"a/0", "a/2"}, time.Time{}},
+		{"fill the gaps", []string{"a", "a", "a"}, map[string]int{"a/2": 5}, nil, []string{"a/0", "a/1", "a/2"}, time.Time{}},
+		{"node taken away", []string{"b"}, map[string]int{"a/0": 0, "b/0": 1}, nil, []string{"b/0"}, time.Time{}},
+		{"held node keeps only its running workers", []string{"a", "a", "b"}, map[string]int{"a/1": 3, "b/0": 1},
+			map[string]time.Time{"a": later}, []string{"a/1", "b/0"}, later},
+		{"a hold that ended", []string{"a", "a"}, map[string]int{"a/1": 3}, map[string]time.Time{"a": now}, []string{"a/0", "a/1"}, time.Time{}},
+		{"nothing allocated", nil, map[string]int{"a/0": 0}, nil, nil, time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hosts, next := slotHosts(tc.alloc, tc.occupied, tc.held, now)
+			var got []string
+			for _, h := range hosts {
+				if h.Slots != 1 {
+					t.Errorf("host %s has %d slots", h.Name, h.Slots)
+				}
+				got = append(got, h.Name)
+			}
+			if !slices.Equal(got, tc.want) || !next.Equal(tc.next) {
+				t.Fatalf("hosts %v next %v, want %v next %v", got, next, tc.want, tc.next)
+			}
+			for _, h := range got {
+				if slotNode(h) == "" || slotIndex(h) < 0 {
+					t.Errorf("host %q: node %q index %d", h, slotNode(h), slotIndex(h))
+				}
+			}
+		})
+	}
+}
+
+func TestWorkerResources(t *testing.T) {
+	one := resource.MustParse("1")
+	for _, tc := range []struct {
+		name string
+		in   corev1.ResourceRequirements
+		want corev1.ResourceName
+	}{
+		{"none: a slot", corev1.ResourceRequirements{}, resourceSlot},
+		{"cpu only: a slot too", corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: one}}, resourceSlot},
+		{"a GPU", corev1.ResourceRequirements{Limits: corev1.ResourceList{resourceGPU: one}}, resourceGPU},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := workerResources(tc.in)
+			if q := got.Limits[tc.want]; q.Cmp(one) != 0 {
+				t.Fatalf("limits %v, want one %s", got.Limits, tc.want)
+			}
+			other := map[corev1.ResourceName]corev1.ResourceName{resourceSlot: resourceGPU, resourceGPU: resourceSlot}[tc.want]
+			if _, ok := got.Limits[other]; ok {
+				t.Fatalf("limits %v ask for %s too", got.Limits, other)
+			}
+		})
+	}
+	in := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: one}}
+	workerResources(in)
+	if _, ok := in.Limits[resourceSlot]; ok {
+		t.Fatal("workerResources changed its argument")
+	}
+}
+
+// The Discovery hands the job every new host list, and set returns once the
+// job has taken it.
+func TestAllocationDiscovery(t *testing.T) {
+	a := &allocationDiscovery{delivered: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.set(ctx, []job.Host{{Name: "a/0", Slots: 1}}); err != nil { // not discovering yet: no wait
+		t.Fatal(err)
+	}
+	got := make(chan []job.Host, 8)
+	dctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Discover(dctx, func(h []job.Host) { got <- h }) }()
+	if h := <-got; len(h) != 1 || h[0].Name != "a/0" {
+		t.Fatalf("first list %v", h)
+	}
+	want := []job.Host{{Name: "a/0", Slots: 1}, {Name: "b/0", Slots: 1}}
+	setDone := make(chan error, 1)
+	go func() { setDone <- a.set(ctx, want) }()
+	if h := <-got; !reflect.DeepEqual(h, want) {
+		t.Fatalf("second list %v", h)
+	}
+	if err := <-setDone; err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := a.set(ctx, nil); err != nil { // after the job: no wait
+		t.Fatal(err)
+	}
+}
+
+func TestReorderFlags(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.Bool("f", false, "")
+	fs.Int("worker", 0, "")
+	fs.String("n", "", "")
+	for _, tc := range []struct{ in, want string }{
+		{"job -f", "-f -- job"},
+		{"job --worker 2 -n ns", "--worker 2 -n ns -- job"},
+		{"--worker=2 job", "--worker=2 -- job"},
+		{"-n ns job.yaml -- cmd --steps 3", "-n ns -- job.yaml cmd --steps 3"},
+		{"-f", "-f"},
+	} {
+		if got := strings.Join(reorderFlags(fs, strings.Fields(tc.in)), " "); got != tc.want {
+			t.Errorf("%q: got %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestAge(t *testing.T) {
+	now := time.Unix(1e6, 0)
+	for _, tc := range []struct {
+		ago  time.Duration
+		want string
+	}{{5 * time.Second, "5s"}, {3 * time.Minute, "3m"}, {5 * time.Hour, "5h"}, {72 * time.Hour, "3d"}} {
+		if got := age(now, now.Add(-tc.ago)); got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.ago, got, tc.want)
+		}
+	}
+	if age(now, time.Time{}) != "-" {
+		t.Error("zero time")
+	}
+}
+
+// --gorovodjob takes the workers, the image and the command from the
+// GorovodJob: the flags that would set them are refused before anything is
+// asked of a cluster.
+func TestGorovodJobFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--gorovodjob", "j", "--np", "3"}, "drop --np"},
+		{[]string{"--gorovodjob", "j", "--kubernetes", "--kubernetes-image", "img"}, "drop --kubernetes, --kubernetes-image"},
+		{[]string{"--gorovodjob", "j", "--heuristic", "goodput"}, "drop --heuristic"},
+		{[]string{"--gorovodjob", "j", "--", "/bin/trainer"}, "give none"},
+	} {
+		var out, errb strings.Builder
+		err := Main(context.Background(), append([]string{"run"}, tc.args...), Config{Stdout: &out, Stderr: &errb})
+		if !errors.Is(err, ErrUsage) || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: err %v, stderr %q; want a usage error saying %q", tc.args, err, errb.String(), tc.want)
+		}
+	}
+}

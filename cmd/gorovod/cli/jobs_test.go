@@ -1,0 +1,277 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/internal/testing/testkube"
+)
+
+// installCRD creates the CustomResourceDefinition in the manifest file and waits until
+// the API server serves it.
+func installCRD(ctx context.Context, t *testing.T, cfg *rest.Config, file string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj map[string]any
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var o map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatal(err)
+		}
+		if o["kind"] == "CustomResourceDefinition" {
+			obj = o
+		}
+	}
+	if obj == nil {
+		t.Fatalf("%s has no CustomResourceDefinition", file)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the CRD: %v", err)
+	}
+	for {
+		u, err := crds.Get(ctx, "gorovodjobs.gorovod.io", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the CRD was not established")
+		case <-time.After(100 * time.Millisecond): // polling the API server, as kubectl wait does
+		}
+	}
+}
+
+// gorovod runs the command line in this process and returns what it printed.
+func gorovod(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	var out, errb bytes.Buffer
+	err = Main(ctx, args, Config{Stdout: &out, Stderr: &errb})
+	if err != nil {
+		var ce *commandError
+		if errors.As(err, &ce) {
+			fmt.Fprintf(&errb, "gorovod %s: %v\n", ce.command, ce.err)
+		}
+	}
+	return out.String(), errb.String(), err
+}
+
+// The job commands against a real API server with a kubeconfig file:
+// clear errors without the CRD, with an unreachable server and without any
+// configuration; submit from a manifest and from flags, refusing bad ones;
+// jobs in a table (the context's namespace, -n, -A), with the scheduler's
+// and the driver's status; delete; logs of a job whose driver pod does not
+// exist. (`gorovod logs` of a running pod needs a kubelet the API server
+// can reach: see docs/clusters.md.)
+func TestJobCommandsAgainstAPIServer(t *testing.T) {
+	cp := testkube.New(t, testkube.DefaultConfig())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"team-a", "team-b"} {
+		if err := cp.Namespace(ctx, admin, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	// Two contexts: the current one, whose namespace is team-a, and one
+	// whose server does not answer.
+	kc := cp.Kubeconfig(cp.AdminToken)
+	kc = strings.Replace(kc, "    cluster: gorovod-test\n    user: user\n", "    cluster: gorovod-test\n    user: user\n    namespace: team-a\n", 1)
+	kc = strings.Replace(kc, "contexts:\n", "contexts:\n- name: nowhere\n  context:\n    cluster: nowhere\n    user: user\n", 1)
+	kc = strings.Replace(kc, "clusters:\n", "clusters:\n- name: nowhere\n  cluster:\n    server: https://127.0.0.1:1\n    insecure-skip-tls-verify: true\n", 1)
+	kubeconfig := write("kubeconfig", kc)
+	t.Setenv("KUBECONFIG", kubeconfig) // as kubectl finds it
+	t.Setenv("HOME", dir)
+
+	manifest := write("job.yaml", `apiVersion: gorovod.io/v1alpha1
+kind: GorovodJob
+metadata:
+  name: mnist
+spec:
+  image: gorovod.local/fashion-mnist:test
+  command: ["/bin/fashion-mnist", "--epochs", "1"]
+  minWorkers: 1
+  maxWorkers: 4
+  batch: {initial: 64, max: 512}
+  priority: 1
+`)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string // in stderr
+	}{
+		{"no CRD: jobs", []string{"jobs"}, "kubectl apply -f deploy/kubernetes/gorovod.yaml"},
+		{"no CRD: submit", []string{"submit", manifest}, "apply deploy/kubernetes/gorovod.yaml"},
+		{"unreachable", []string{"jobs", "--context", "nowhere"}, "cannot reach the Kubernetes API server at https://127.0.0.1:1"},
+		{"unknown context", []string{"jobs", "--context", "missing"}, `context "missing" does not exist`},
+		{"missing kubeconfig", []string{"jobs", "--kubeconfig", filepath.Join(dir, "absent")}, "absent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, err := gorovod(ctx, tc.args...)
+			if err == nil || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("err %v, stderr %q: want an error saying %q", err, stderr, tc.want)
+			}
+		})
+	}
+	t.Run("no configuration", func(t *testing.T) {
+		t.Setenv("KUBECONFIG", filepath.Join(dir, "none"))
+		t.Setenv("KUBERNETES_SERVICE_HOST", "")
+		_, stderr, err := gorovod(ctx, "jobs")
+		if err == nil || !strings.Contains(stderr, "no Kubernetes cluster configured") {
+			t.Fatalf("err %v, stderr %q", err, stderr)
+		}
+	})
+
+	installCRD(ctx, t, cp.AdminConfig(), "../../../deploy/kubernetes/gorovod.yaml")
+	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if _, stderr, err := gorovod(ctx, "jobs"); err != nil || !strings.Contains(stderr, "No gorovodjobs in namespace team-a") {
+		t.Fatalf("jobs before any: %v %q", err, stderr)
+	}
+	// Submit: the manifest into the context's namespace, flags into -n.
+	if out, stderr, err := gorovod(ctx, "submit", manifest); err != nil || !strings.Contains(out, "gorovodjob team-a/mnist submitted") {
+		t.Fatalf("submit: %v %q %q", err, out, stderr)
+	}
+	if out, stderr, err := gorovod(ctx, "submit", "-n", "team-b", "--name", "synth", "--image", "gorovod.local/synthetic:test",
+		"--min-workers", "2", "--max-workers", "3", "--priority", "5", "--", "/bin/synthetic", "--steps", "100"); err != nil || !strings.Contains(out, "team-b/synth submitted") {
+		t.Fatalf("submit with flags: %v %q %q", err, out, stderr)
+	}
+	u, err := dyn.Resource(api.GroupVersionResource()).Namespace("team-b").Get(ctx, "synth", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	synth, err := api.FromUnstructured(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (api.Spec{Image: "gorovod.local/synthetic:test", Command: []string{"/bin/synthetic", "--steps", "100"}, MinWorkers: 2, MaxWorkers: 3, Priority: 5}); fmt.Sprint(synth.Spec) != fmt.Sprint(want) {
+		t.Fatalf("submitted spec %+v, want %+v", synth.Spec, want)
+	}
+
+	// Bad input, refused before anything is sent, or by the API server.
+	bad := func(name, text string) string { return write(name, text) }
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"again", []string{"submit", manifest}, "gorovodjob mnist already exists in namespace team-a"},
+		{"invalid spec", []string{"submit", bad("min0.yaml", strings.Replace(readFile(t, manifest), "minWorkers: 1", "minWorkers: 0", 1))}, "spec.minWorkers must be ≥ 1"},
+		{"max below min", []string{"submit", "--name", "x", "--image", "i", "--min-workers", "3", "--max-workers", "2", "--", "t"}, "spec.maxWorkers 2 is below spec.minWorkers 3"},
+		{"no command", []string{"submit", "--name", "x", "--image", "i"}, "spec.command is empty"},
+		{"no name", []string{"submit", "--image", "i", "--", "t"}, "--name is required"},
+		{"unknown field", []string{"submit", bad("typo.yaml", strings.Replace(readFile(t, manifest), "maxWorkers", "maxWorkerz", 1))}, "not a GorovodJob manifest"},
+		{"not YAML", []string{"submit", bad("junk.yaml", "{{{")}, "not a GorovodJob manifest"},
+		{"another kind", []string{"submit", bad("pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {}\n")}, "want apiVersion gorovod.io/v1alpha1, kind GorovodJob"},
+		{"bad name", []string{"submit", "--name", "Not_A_Label", "--image", "i", "--", "t"}, "Not_A_Label"},
+		{"namespace clash", []string{"submit", "-n", "team-b", bad("ns.yaml", strings.Replace(readFile(t, manifest), "  name: mnist\n", "  name: mnist\n  namespace: team-a\n", 1))}, "namespace team-a is not --namespace team-b"},
+		{"unknown job: delete", []string{"delete", "nosuch"}, `gorovodjob "nosuch" not found in namespace team-a`},
+		{"unknown job: logs", []string{"logs", "nosuch"}, `gorovodjob "nosuch" not found in namespace team-a`},
+		{"no driver pod: logs", []string{"logs", "mnist", "-f"}, "pod mnist-driver of gorovodjob mnist not found in namespace team-a"},
+		{"no worker pod: logs", []string{"logs", "--worker", "3", "mnist"}, "pod mnist-worker-3 of gorovodjob mnist not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, err := gorovod(ctx, tc.args...)
+			if err == nil || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("err %v, stderr %q: want an error saying %q", err, stderr, tc.want)
+			}
+		})
+	}
+
+	// The scheduler's and the driver's status (as they write it: merge
+	// patches of the status subresource) show in the table.
+	patch := `{"status":{"phase":"Running","allocation":["node-a","node-a","node-b"],"worldSize":3,"step":420,
+		"goodput":{"model":{"perf":{"alpha_c":0.01,"beta_c":0.0001,"alpha_n":0.02,"beta_n":0.0002,"alpha_r":0.03,"beta_r":0.0003,"gamma":1.5},"grad":{"sqr":1,"var":2},"init_batch":64},"maxProfiledWorkers":3,"fittedAt":"2026-01-01T00:00:00Z"}}}`
+	if _, err := dyn.Resource(api.GroupVersionResource()).Namespace("team-a").Patch(ctx, "mnist", types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := gorovod(ctx, "jobs")
+	if err != nil {
+		t.Fatalf("jobs: %v %s", err, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "NAME PHASE WORKERS GOODPUT STEP AGE" {
+		t.Fatalf("jobs:\n%s", out)
+	}
+	f := strings.Fields(lines[1])
+	if len(f) != 6 || f[0] != "mnist" || f[1] != "Running" || f[2] != "3/3" || f[3] == "-" || f[4] != "420" || !strings.HasSuffix(f[5], "s") {
+		t.Fatalf("jobs row %q", lines[1])
+	}
+	out, _, err = gorovod(ctx, "jobs", "-A")
+	if err != nil || !strings.Contains(out, "NAMESPACE") || !strings.Contains(out, "team-b") || !strings.Contains(out, "team-a") {
+		t.Fatalf("jobs -A: %v\n%s", err, out)
+	}
+	if row := strings.Fields(strings.Split(strings.TrimSpace(out), "\n")[2]); len(row) != 7 || row[1] != "synth" || row[2] != "-" || row[3] != "0/0" || row[4] != "-" {
+		t.Fatalf("jobs -A, the job without status: %q", row)
+	}
+	if out, _, err := gorovod(ctx, "jobs", "--namespace", "team-b"); err != nil || !strings.Contains(out, "synth") || strings.Contains(out, "mnist") {
+		t.Fatalf("jobs --namespace team-b: %v\n%s", err, out)
+	}
+	if out, _, err := gorovod(ctx, "jobs", "--kubeconfig", kubeconfig, "--context", "gorovod-test", "-n", "team-a"); err != nil || !strings.Contains(out, "mnist") {
+		t.Fatalf("jobs with --kubeconfig and --context: %v\n%s", err, out)
+	}
+
+	// Delete: gone from the API server.
+	if out, stderr, err := gorovod(ctx, "delete", "mnist"); err != nil || !strings.Contains(out, "gorovodjob team-a/mnist deleted") {
+		t.Fatalf("delete: %v %q %q", err, out, stderr)
+	}
+	if _, err := dyn.Resource(api.GroupVersionResource()).Namespace("team-a").Get(ctx, "mnist", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("mnist after delete: %v", err)
+	}
+	if out, stderr, err := gorovod(ctx, "delete", "-n", "team-b", "synth", "nosuch"); err == nil || !strings.Contains(out, "team-b/synth deleted") || !strings.Contains(stderr, `"nosuch" not found`) {
+		t.Fatalf("delete of one that exists and one that does not: %v %q %q", err, out, stderr)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
