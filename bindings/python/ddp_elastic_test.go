@@ -54,7 +54,7 @@ func worldTrains(size int) *regexp.Regexp {
 // reference trained on those steps reaches the same parameters.
 func TestDDPElastic(t *testing.T) {
 	needTorch(t)
-	const samples, epochs = 1920, 2
+	const samples, epochs = 1901, 2
 	killWorker := func(worker int, sig syscall.Signal) func(t *testing.T, j *liveJob) int {
 		return func(t *testing.T, j *liveJob) int {
 			if err := syscall.Kill(pidOf(t, j, worker), sig); err != nil {
@@ -150,4 +150,27 @@ func BenchmarkDDPElasticRecovery(b *testing.B) {
 	}
 	slices.Sort(recoveries)
 	b.ReportMetric(recoveries[len(recoveries)/2], "median-ms/recovery")
+}
+
+// TestDDPElasticExample runs examples/pytorch/ddp_elastic.py at np 3 and
+// kills a worker with kill -9 after the first epoch: the two survivors
+// finish the training with the same parameters.
+func TestDDPElasticExample(t *testing.T) {
+	needTorch(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	j := startJob(t, ctx, pyEnv(t), buildtest.Gorovod(t), "run", "--np", "3", "--min-np", "1", "--max-np", "3", "--",
+		Python, "../../examples/pytorch/ddp_elastic.py", "--epochs", "4")
+	j.waitFor(t, regexp.MustCompile(`epoch 1: loss \S+ \(rank 0 of 3\)`), 2*time.Minute)
+	if err := syscall.Kill(pidOf(t, j, 2), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	out := j.wait(t, 4*time.Minute)
+	if !regexp.MustCompile(`epoch 4: loss \S+ \(rank 0 of 2\)`).MatchString(out) {
+		t.Fatalf("the last epoch did not train with the 2 survivors:\n%s", out)
+	}
+	got := digests(t, out, 2)
+	if got["0"] != got["1"] {
+		t.Fatalf("parameters differ between the survivors: %v\n%s", got, out)
+	}
 }
