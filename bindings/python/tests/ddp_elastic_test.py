@@ -22,6 +22,7 @@ checks at the end that its parameters equal rank 0's, and prints
 
 import argparse
 import hashlib
+import logging
 import os
 import sys
 import time
@@ -42,6 +43,8 @@ args = parser.parse_args()
 
 dist.init_process_group("gorovod")
 torch.set_num_threads(1)
+if os.environ.get("DDP_ELASTIC_DEBUG"):
+    logging.basicConfig(level=logging.DEBUG, format="%(created).6f %(name)s %(message)s")
 
 
 data = dataset(args.samples)
@@ -57,8 +60,18 @@ def world():
     return dist.group.WORLD.world
 
 
+def reset_seen():
+    if dist.get_rank() == 0:
+        print("reset callback at %.6f" % time.time(), flush=True)
+
+
+state.register_reset_callbacks([reset_seen])
+
+
 @elastic.run
 def train(state):
+    if dist.get_rank() == 0:
+        print("synced in world %d (size %d) at %.6f" % (world(), dist.get_world_size(), time.time()), flush=True)
     log.write("R %d %d %d\n" % (world(), sampler.epoch, sampler.processed_num))
     log.flush()
     first = True

@@ -387,6 +387,15 @@ class _Rendezvous(object):
     def __init__(self, store, host, port, world, rank, size):
         self.store, self.host, self.port = store, host, port
         self.world, self.rank, self.size = world, rank, size
+        self.groups = 0  # process groups made with it so far
+
+    def group_store(self):
+        """The store for the next process group of this world: a prefix of
+        its own, the same on every rank (each makes the same groups in the
+        same order), because init_process_group's barrier counts arrivals
+        under a key that restarts with each default group."""
+        self.groups += 1
+        return dist.PrefixStore("gorovod-group-%d" % self.groups, self.store)
 
 
 # The rendezvous of the world this process is in (None before the first,
@@ -453,7 +462,7 @@ def _gorovod_env_rendezvous(original):
             return
         rdv = _world_rendezvous(timeout if timeout is not None else dist.constants.default_pg_timeout)
         _log.debug("torch.distributed env:// rendezvous answered by gorovod: rank %d of %d", rdv.rank, rdv.size)
-        yield (rdv.store, rdv.rank, rdv.size)
+        yield (rdv.group_store(), rdv.rank, rdv.size)
 
     handler.gorovod = True
     return handler
@@ -488,7 +497,7 @@ def switch_world():
     # and run() starts the world change over.
     limit = min(timeout, _SWITCH_LIMIT)
     rdv = _world_rendezvous(limit)
-    store = dist.PrefixStore("default_pg", rdv.store)
+    store = dist.PrefixStore("default_pg", rdv.group_store())
     dist.init_process_group(BACKEND, store=store, rank=rdv.rank, world_size=rdv.size, timeout=limit)
     rdv.store.set_timeout(timeout)
     dist.group.WORLD.timeout = timeout

@@ -61,9 +61,9 @@ left out of the world with exit status 0, as ``gorovod.torch.elastic.run``.
 """
 
 import functools
-import gc
 import logging
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -138,12 +138,18 @@ class State(TorchState):
         parameters and buffers), and rank 0's optimizer state, sampler
         position and attributes."""
         self._world = _core.topology().world
-        _backend.switch_world()
+        began = time.monotonic()
+        switched = _backend.switch_world()
+        wrapping = time.monotonic()
         self._wrap()
+        broadcasting = time.monotonic()
         for name, handler in self._handlers.items():
             if name != "module":  # DDP's construction broadcast it
                 handler.sync()
         ObjectState.sync(self)
+        _log.debug("state synchronized in world %d: process group %s in %.3f s, DDP in %.3f s, the rest in %.3f s",
+                   self._world, "made" if switched else "kept", wrapping - began, broadcasting - wrapping,
+                   time.monotonic() - broadcasting)
 
     def commit(self):
         """Saves the state and ends the step, as TorchState.commit(); first
@@ -169,7 +175,6 @@ class State(TorchState):
         if old is not None:
             _disarm(old)
             del old
-            gc.collect()
         self.model = DistributedDataParallel(self.module, **self._ddp_kwargs)
         if self._on_wrap is not None:
             self._on_wrap(self.model)
