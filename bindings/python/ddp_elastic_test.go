@@ -179,3 +179,11 @@ func TestDDPElasticExample(t *testing.T) {
 		t.Fatalf("parameters differ between the survivors: %v\n%s", got, out)
 	}
 }
+
+// TestDDPElasticRefusesBadInput: elastic.State given a DDP module, no
+// module, another sampler or an attribute of its own, and elastic.run given
+// another state, raise a TypeError saying so (tests/ddp_elastic_input_test.py).
+func TestDDPElasticRefusesBadInput(t *testing.T) {
+	needTorch(t)
+	wantPasses(t, runPython(t, 0, 2*time.Minute, pyEnv(t), "tests/ddp_elastic_input_test.py"), 1)
+}

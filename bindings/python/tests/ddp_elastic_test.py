@@ -30,6 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import gorovod.torch.distributed.elastic as elastic
 from ddp_elastic_check import dataset, make_model, make_optimizer
@@ -53,7 +54,18 @@ loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size, sampler=s
 model = make_model()
 optimizer = make_optimizer(model)
 log = open(os.path.join(os.environ["ELASTIC_LOG_DIR"], "%d.log" % os.getpid()), "a")
-state = elastic.State(model, optimizer, sampler, epoch=0, steps=0)
+wraps = []  # the world size of each DDP module made
+
+
+def on_wrap(ddp):
+    # DDP's own allreduce hook (the same math as without a hook), registered
+    # on each new DDP module, as a script would register its comm hook.
+    ddp.register_comm_hook(dist.group.WORLD, default_hooks.allreduce_hook)
+    wraps.append(dist.get_world_size())
+
+
+state = elastic.State(model, optimizer, sampler, ddp_kwargs=dict(bucket_cap_mb=1, broadcast_buffers=False),
+                      on_wrap=on_wrap, epoch=0, steps=0)
 
 
 def world():
@@ -114,6 +126,10 @@ if __name__ == "__main__":
     root = flat.clone()
     dist.broadcast(root, 0)
     assert torch.equal(flat, root), "parameters differ from rank 0's"
+    # Each world's DDP module was made with ddp_kwargs and given the hook.
+    assert state.model.process_group is dist.group.WORLD and not state.model.broadcast_buffers
+    assert state.model.bucket_bytes_cap == 1024 * 1024, state.model.bucket_bytes_cap
+    assert wraps and wraps[-1] == dist.get_world_size(), wraps
     if dist.get_rank() == 0:
         torch.save(model.state_dict(), os.path.join(os.environ["ELASTIC_LOG_DIR"], "final.pt"))
     digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
