@@ -26,7 +26,7 @@ type liveJob struct {
 	done chan error
 }
 
-func startJob(t *testing.T, ctx context.Context, env []string, argv ...string) *liveJob {
+func startJob(t testing.TB, ctx context.Context, env []string, argv ...string) *liveJob {
 	t.Helper()
 	j := &liveJob{news: make(chan struct{}), done: make(chan error, 1)}
 	j.cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -61,7 +61,7 @@ func (j *liveJob) output() string {
 }
 
 // waitFor waits until the output matches re and returns the match.
-func (j *liveJob) waitFor(t *testing.T, re *regexp.Regexp, limit time.Duration) []string {
+func (j *liveJob) waitFor(t testing.TB, re *regexp.Regexp, limit time.Duration) []string {
 	t.Helper()
 	deadline := time.After(limit)
 	for {
@@ -80,7 +80,7 @@ func (j *liveJob) waitFor(t *testing.T, re *regexp.Regexp, limit time.Duration) 
 	}
 }
 
-func (j *liveJob) wait(t *testing.T, limit time.Duration) string {
+func (j *liveJob) wait(t testing.TB, limit time.Duration) string {
 	t.Helper()
 	select {
 	case err := <-j.done:
@@ -147,7 +147,7 @@ var (
 	driverPid = regexp.MustCompile(`driver \S+ \(pid (\d+)\)`)
 )
 
-func pidOf(t *testing.T, j *liveJob, worker int) int {
+func pidOf(t testing.TB, j *liveJob, worker int) int {
 	t.Helper()
 	for _, m := range workerPid.FindAllStringSubmatch(j.output(), -1) {
 		if m[1] == strconv.Itoa(worker) {

@@ -40,7 +40,7 @@ func needTorch(t *testing.T) {
 
 // pyEnv is the environment a Python worker runs in: the package straight
 // from this checkout, the library the test built.
-func pyEnv(t *testing.T, extra ...string) []string {
+func pyEnv(t testing.TB, extra ...string) []string {
 	t.Helper()
 	lib := buildtest.Library(t)
 	here, err := os.Getwd()
@@ -88,7 +88,7 @@ var jobSummary = regexp.MustCompile(`gorovod run: (\d+) workers finished, (\d+) 
 // workers count as lost, never as failed: a worker that raised or exited
 // non-zero by itself still fails the test, and the callers check every
 // rank's PASS line.
-func stoppedWhileExiting(t *testing.T, out string) bool {
+func stoppedWhileExiting(t testing.TB, out string) bool {
 	t.Helper()
 	m := jobSummary.FindStringSubmatch(out)
 	if m == nil || m[3] != "0" || m[2] == "0" && m[5] == "" {
@@ -102,7 +102,7 @@ var passLine = regexp.MustCompile(`PASS rank (\d+) of (\d+)`)
 
 // wantPasses checks that every rank 0..n-1 of a world of n printed its PASS
 // line.
-func wantPasses(t *testing.T, out string, n int) {
+func wantPasses(t testing.TB, out string, n int) {
 	t.Helper()
 	seen := map[string]bool{}
 	for _, m := range passLine.FindAllStringSubmatch(out, -1) {

@@ -29,6 +29,22 @@ got_env = {k: int(os.environ[k]) for k in want_env}
 if got_env != want_env or local_rank != hvd.local_rank():
     raise AssertionError("rank %d: torchrun's variables %s, want %s" % (r, got_env, want_env))
 
+# MASTER_ADDR and MASTER_PORT name the world's store (served by rank 0): a
+# client of its own sees what rank 0 wrote there.
+master = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), n, False)
+if r == 0:
+    master.set("written by rank 0", "yes")
+master.wait(["written by rank 0"])
+assert master.get("written by rank 0") == b"yes"
+# A Gloo group beside the gorovod one (its rendezvous goes through the same
+# store).
+os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # one host
+if dist.is_gloo_available():
+    gloo = dist.new_group(backend="gloo")
+    t = torch.tensor([float(r + 1)])
+    dist.all_reduce(t, group=gloo)
+    assert t.item() == n * (n + 1) / 2, t
+
 
 def same(what, got, want):
     if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-5, atol=1e-6):

@@ -1,9 +1,11 @@
 """gorovod as a ``torch.distributed`` backend: ``dist.init_process_group("gorovod")``.
 
 Importing this module registers the backend and, inside a gorovod job,
-joins it and sets torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
-and GROUP_RANK (where unset). Under ``gorovod run`` a script then needs no
-address, port, rank or world size: they come from the job::
+joins it and gives the process torchrun's environment for the world it
+joined: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+MASTER_ADDR and MASTER_PORT (those not already set). Under ``gorovod run`` a
+script then needs no address, port, rank or world size: they come from the
+job::
 
     import torch.distributed as dist
     import gorovod.torch.distributed  # registers the "gorovod" backend
@@ -35,17 +37,26 @@ backend. One thread per process group completes the works' futures in that
 order, so DDP's next bucket is already on the wire while the previous one
 is being reduced.
 
-The rendezvous: with ``init_method`` left out, torch's default is ``env://``,
-which needs MASTER_ADDR and MASTER_PORT. Inside a gorovod job (GOROVOD_JOB
-in the environment) with no MASTER_ADDR set, this module's ``env://``
-handler answers instead with gorovod's own rank and world size and a
-TCPStore that gorovod's rank 0 serves on a port the kernel picks (its
-address reaches the others over gorovod's broadcast); torch uses the store
-for its barrier at the end of init_process_group. Everywhere
-else (MASTER_ADDR set, or outside a gorovod job) torch's own ``env://``
-handler runs unchanged, so Gloo and NCCL keep working.
+The rendezvous: on import inside a gorovod job (GOROVOD_JOB_ID in the
+environment), gorovod's rank 0 serves a TCPStore on a port the kernel picks
+and its address reaches the others over gorovod's broadcast (one collective,
+on every worker); MASTER_ADDR and MASTER_PORT name that store. With
+``init_method`` left out, torch's default is ``env://``; inside a gorovod job
+whose MASTER_ADDR and MASTER_PORT are the ones set here (or unset), this
+module's ``env://`` handler answers with gorovod's rank and world size and
+that store, which torch uses for the barrier at the end of
+init_process_group (and a Gloo group made beside, with ``new_group``, for its
+own rendezvous). Everywhere else (another master named, or outside a gorovod
+job) torch's own ``env://`` handler runs unchanged, so Gloo and NCCL keep
+working.
+
+Elastic jobs: the world's rank and size are fixed in a process group, so a
+new world needs a new one. ``gorovod.torch.distributed.elastic`` replaces the
+default process group at each world change (with a new rendezvous, as on
+import) and re-wraps DistributedDataParallel; see there.
 """
 
+import datetime
 import importlib
 import logging
 import os
@@ -57,13 +68,19 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
+from gorovod import _core
+from gorovod.exceptions import HorovodInternalError
 from gorovod.torch import mpi_ops
 
-__all__ = ["BACKEND", "ProcessGroupGorovod", "register"]
+__all__ = ["BACKEND", "ProcessGroupGorovod", "register", "switch_world"]
 
 BACKEND = "gorovod"
 
 _log = logging.getLogger("gorovod")
+
+# How long switch_world waits at most for the new world's store and
+# barrier (a member lost meanwhile).
+_SWITCH_LIMIT = datetime.timedelta(seconds=60)
 
 
 def _reduce_op(op):
@@ -84,24 +101,23 @@ class _Work(dist._Work):
     def __init__(self, future):
         super().__init__()
         self._future = future
+        self.error = None  # the world broke under it (the future then holds the outputs as they are)
 
     def wait(self, timeout=None):
         self._future.wait()  # raises the collective's error, if any
+        if self.error is not None:
+            raise self.error
         return True
 
     def is_completed(self):
         return self._future.done()
 
     def is_success(self):
-        if not self._future.done():
-            return False
-        try:
-            self._future.value()
-        except Exception:  # noqa: BLE001 (any failure of the collective)
-            return False
-        return True
+        return self._future.done() and self.exception() is None
 
     def exception(self):
+        if self.error is not None:
+            return self.error
         try:
             self._future.value()
         except Exception as e:  # noqa: BLE001
@@ -122,8 +138,15 @@ class ProcessGroupGorovod(dist.ProcessGroup):
     """The default process group of a ``torch.distributed`` job on gorovod:
     rank and size are gorovod's (``hvd.rank()``, ``hvd.size()``)."""
 
-    def __init__(self, rank, size):
+    def __init__(self, rank, size, world=None, timeout=None):
         super().__init__(rank, size)
+        # The number of gorovod's world this group was made for (rank and
+        # size are fixed in a process group: a new world needs a new group).
+        self.world = world
+        self.timeout = timeout if timeout is not None else dist.constants.default_pg_timeout
+        # The first HorovodInternalError of a collective of this group (the
+        # world it was made for broke), or None.
+        self.failure = None
         self._pending = queue.Queue()
         # torch (1.13) keeps only the C++ side of a work a Python process
         # group returns: unless Python holds the work too, its overrides are
@@ -137,43 +160,64 @@ class ProcessGroupGorovod(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND
 
+    def close(self):
+        """Ends the completer thread once the works queued so far are done
+        (the group is no longer used: its world is gone)."""
+        self._pending.put(None)
+
     def _complete(self):
         while True:
             item = self._pending.get()
             if item is None:
                 return
-            handles, finish, future, work = item
+            handles, finish, future, work, outputs = item
             try:
-                outputs = [mpi_ops.synchronize(h) for h in handles]
-                future.set_result(finish(outputs))
+                results = [mpi_ops.synchronize(h) for h in handles]
+                future.set_result(finish(results))
+            except HorovodInternalError as e:
+                # The world broke. DistributedDataParallel (torch 1.13) dies
+                # of a segmentation fault on a bucket's future that holds an
+                # error, so the future completes with the outputs as they
+                # are, and the error is kept: work.wait() raises it, every
+                # later collective raises it too (gorovod refuses them until
+                # the reset), and elastic.State.commit() raises it before
+                # saving, so a step whose gradients were not reduced is
+                # never committed.
+                if self.failure is None:
+                    self.failure = e
+                work.error = e
+                future.set_result(outputs)
             except Exception as e:  # noqa: BLE001 (handed to the waiter)
                 future.set_exception(e)
             finally:
                 with self._lock:
                     self._inflight.discard(work)
 
-    def _submit(self, handles, finish):
+    def _submit(self, handles, finish, outputs):
+        """A work whose future the completer sets to finish(the handles'
+        results), or, when the world broke under them, to outputs as they
+        are (see _complete)."""
         future = Future()
         work = _Work(future)
         with self._lock:
             self._inflight.add(work)
-        self._pending.put((handles, finish, future, work))
+        self._pending.put((handles, finish, future, work, outputs))
         return work
 
     def _done(self, value):
-        return self._submit([], lambda _: value)
+        return self._submit([], lambda _: value, value)
 
     # ----- the collectives
 
     def allreduce(self, tensors, opts=None):
         op = _reduce_op(opts.reduceOp) if opts is not None else mpi_ops.Sum
         handles = [mpi_ops.allreduce_async_(t, op=op) for t in tensors]
-        return self._submit(handles, lambda _: tensors)
+        return self._submit(handles, lambda _: tensors, tensors)
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         handles = [mpi_ops.broadcast_async_(t, root) for t in tensors]
-        return self._submit(handles, lambda _: tensors)
+        return self._submit(handles, lambda _: tensors, tensors)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         # output_tensors[i] is a list of size() tensors, one per rank.
@@ -187,7 +231,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
                 out.copy_(part.reshape(out.shape))
             return output_tensors
 
-        return self._submit([handle], finish)
+        return self._submit([handle], finish, output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
         handle = mpi_ops.allgather_async(input.reshape((1, input.numel())))
@@ -196,7 +240,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             output.copy_(results[0].reshape(output.shape))
             return [output]
 
-        return self._submit([handle], finish)
+        return self._submit([handle], finish, [output])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         # input_tensors[0] is a list of size() tensors; rank r keeps the
@@ -215,7 +259,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             out.copy_(results[0].reshape(out.shape))
             return [out]
 
-        return self._submit([handle], finish)
+        return self._submit([handle], finish, [out])
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = _reduce_op(opts.reduceOp) if opts is not None else mpi_ops.Sum
@@ -228,7 +272,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             output.copy_(results[0].reshape(output.shape))
             return [output]
 
-        return self._submit([handle], finish)
+        return self._submit([handle], finish, [output])
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         n = self.size()
@@ -249,7 +293,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             output.copy_(received.reshape(output.shape))
             return [output]
 
-        return self._submit([handle], finish)
+        return self._submit([handle], finish, [output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         self._check_list("all_to_all", input_tensors)
@@ -267,7 +311,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
                 at += k
             return output_tensors
 
-        return self._submit([handle], finish)
+        return self._submit([handle], finish, output_tensors)
 
     def barrier(self, opts=None):
         mpi_ops.barrier()
@@ -314,11 +358,12 @@ def _create(store, rank, world_size, timeout):
     which must be gorovod's."""
     if not mpi_ops.is_initialized():
         mpi_ops.init()
-    if rank != mpi_ops.rank() or world_size != mpi_ops.size():
+    topo = _core.topology()
+    if rank != topo.rank or world_size != topo.size:
         raise RuntimeError("gorovod backend: init_process_group was given rank %d of %d, but gorovod's world has this "
                            "process as rank %d of %d: leave rank and world_size out" %
-                           (rank, world_size, mpi_ops.rank(), mpi_ops.size()))
-    return ProcessGroupGorovod(rank, world_size)
+                           (rank, world_size, topo.rank, topo.size))
+    return ProcessGroupGorovod(rank, world_size, world=topo.world, timeout=timeout)
 
 
 def _store_host():
@@ -335,43 +380,128 @@ def _store_host():
     return advertised  # a host, or a bare IPv6 address
 
 
-def _job_store(timeout):
+class _Rendezvous(object):
+    """One world's store: rank 0 serves it, every rank holds a client (rank
+    0 the server). host and port are MASTER_ADDR and MASTER_PORT."""
+
+    def __init__(self, store, host, port, world, rank, size):
+        self.store, self.host, self.port = store, host, port
+        self.world, self.rank, self.size = world, rank, size
+        self.groups = 0  # process groups made with it so far
+
+    def group_store(self):
+        """The store for the next process group of this world: a prefix of
+        its own, the same on every rank (each makes the same groups in the
+        same order), because init_process_group's barrier counts arrivals
+        under a key that restarts with each default group."""
+        self.groups += 1
+        return dist.PrefixStore("gorovod-group-%d" % self.groups, self.store)
+
+
+# The rendezvous of the world this process is in (None before the first,
+# or outside a gorovod job), and the torchrun variables this module set (so
+# that a world change updates those, never one the script set).
+_current = {"rendezvous": None, "env": {}}
+
+
+def _rendezvous(timeout):
     """A TCPStore for the job's current world: rank 0 serves it on a port the
-    kernel picks and tells the others where, over gorovod's own broadcast."""
-    r, n = mpi_ops.rank(), mpi_ops.size()
+    kernel picks and tells the others where, over gorovod's own broadcast
+    (one collective, which every member of the world must make at the same
+    point: on import, and at each world change of an elastic DDP job)."""
+    topo = _core.topology()
+    r, n = topo.rank, topo.size
     where = torch.zeros(256, dtype=torch.uint8)
     store = None
     if r == 0:
-        store = dist.TCPStore(_store_host(), 0, n, True, timeout, wait_for_workers=False)
-        text = ("%s %d" % (_store_host(), store.port)).encode()
+        host = _store_host()
+        store = dist.TCPStore(host, 0, n, True, timeout, wait_for_workers=False)
+        text = ("%s %d" % (host, store.port)).encode()
         where[:len(text)] = torch.tensor(list(text), dtype=torch.uint8)
     mpi_ops.broadcast_(where, 0)
+    host, port = bytes(where.tolist()).rstrip(b"\0").decode().split(" ")
     if r != 0:
-        host, port = bytes(where.tolist()).rstrip(b"\0").decode().split(" ")
         store = dist.TCPStore(host, int(port), n, False, timeout)
-    return store
+    rdv = _Rendezvous(store, host, int(port), topo.world, r, n)
+    _current["rendezvous"] = rdv
+    _set_torchrun_environment(rdv)
+    _log.debug("gorovod world %d: rank %d of %d, store at %s:%s", topo.world, r, n, host, port)
+    return rdv
+
+
+def _answers_env_rendezvous():
+    """Whether this module's env:// handler answers: inside a gorovod job
+    whose MASTER_ADDR and MASTER_PORT are unset or the ones it set."""
+    if "GOROVOD_JOB_ID" not in os.environ:
+        return False
+    ours = _current["env"]
+    return all(os.environ.get(name) in (None, ours.get(name)) for name in ("MASTER_ADDR", "MASTER_PORT"))
+
+
+def _world_rendezvous(timeout):
+    """The rendezvous of gorovod's current world: the one made on import
+    while the world is the same, else a new one."""
+    if not mpi_ops.is_initialized():
+        mpi_ops.init()
+    rdv = _current["rendezvous"]
+    if rdv is None or rdv.world != _core.topology().world:
+        rdv = _rendezvous(timeout)
+    return rdv
 
 
 def _gorovod_env_rendezvous(original):
     """torch's env:// handler, answered by gorovod inside a gorovod job
-    whose environment names no master."""
+    whose environment names no other master."""
 
     def handler(url, timeout=None, **kwargs):
-        if "GOROVOD_JOB_ID" not in os.environ or "MASTER_ADDR" in os.environ:
+        if not _answers_env_rendezvous():
             if timeout is None:
                 yield from original(url, **kwargs)
             else:
                 yield from original(url, timeout=timeout, **kwargs)
             return
-        if not mpi_ops.is_initialized():
-            mpi_ops.init()
-        store = _job_store(timeout if timeout is not None else dist.constants.default_pg_timeout)
-        _log.debug("torch.distributed env:// rendezvous answered by gorovod: rank %d of %d",
-                   mpi_ops.rank(), mpi_ops.size())
-        yield (store, mpi_ops.rank(), mpi_ops.size())
+        rdv = _world_rendezvous(timeout if timeout is not None else dist.constants.default_pg_timeout)
+        _log.debug("torch.distributed env:// rendezvous answered by gorovod: rank %d of %d", rdv.rank, rdv.size)
+        yield (rdv.group_store(), rdv.rank, rdv.size)
 
     handler.gorovod = True
     return handler
+
+
+def switch_world():
+    """Makes the default process group one for gorovod's current world, when
+    it is not already: the old group is destroyed, the new world's rank 0
+    serves a new store (the rendezvous above, one broadcast) and
+    init_process_group makes the group with the new rank and size, with the
+    old group's timeout. Every member of the new world calls it at the same
+    point (gorovod.torch.distributed.elastic does, after each world change),
+    as a worker that joins does on import. Returns whether the group was
+    replaced. Modules wrapped in DistributedDataParallel keep the old group:
+    wrap them again."""
+    old = dist.group.WORLD if dist.is_initialized() else None
+    if old is not None and not isinstance(old, ProcessGroupGorovod):
+        raise RuntimeError("gorovod: the default process group is %s's, not gorovod's: an elastic job needs "
+                           "init_process_group(\"gorovod\")" % dist.get_backend())
+    if not mpi_ops.is_initialized():
+        mpi_ops.init()
+    world = _core.topology().world
+    if old is not None and old.world == world:
+        return False
+    timeout = old.timeout if old is not None else dist.constants.default_pg_timeout
+    if old is not None:
+        dist.destroy_process_group()
+        old.close()
+    # A member lost during the rendezvous leaves the others waiting on the
+    # store (connecting to a dead rank 0, or in init_process_group's
+    # barrier) until this limit, after which the failure is a RuntimeError
+    # and run() starts the world change over.
+    limit = min(timeout, _SWITCH_LIMIT)
+    rdv = _world_rendezvous(limit)
+    store = dist.PrefixStore("default_pg", rdv.group_store())
+    dist.init_process_group(BACKEND, store=store, rank=rdv.rank, world_size=rdv.size, timeout=limit)
+    rdv.store.set_timeout(timeout)
+    dist.group.WORLD.timeout = timeout
+    return True
 
 
 def register():
@@ -386,21 +516,30 @@ def register():
         handlers["env"] = _gorovod_env_rendezvous(handlers["env"])
 
 
+def _set_torchrun_environment(rdv):
+    """Gives the process torchrun's variables for the world rdv is of (RANK,
+    WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+    MASTER_PORT), so a script that reads them (LOCAL_RANK for
+    torch.cuda.set_device, say) runs as under torchrun. A variable the
+    script or its launcher set is left as it is; those set here follow the
+    world (an elastic job's later worlds renumber the ranks)."""
+    ours = _current["env"]
+    for name, value in (("RANK", rdv.rank), ("WORLD_SIZE", rdv.size),
+                        ("LOCAL_RANK", mpi_ops.local_rank()), ("LOCAL_WORLD_SIZE", mpi_ops.local_size()),
+                        ("GROUP_RANK", mpi_ops.cross_rank()), ("MASTER_ADDR", rdv.host),
+                        ("MASTER_PORT", rdv.port)):
+        if os.environ.get(name) in (None, ours.get(name)):
+            os.environ[name] = ours[name] = str(value)
+
+
 def _torchrun_environment():
-    """Inside a gorovod job, joins it and gives the process torchrun's
-    variables for the world it joined (RANK, WORLD_SIZE, LOCAL_RANK,
-    LOCAL_WORLD_SIZE, GROUP_RANK), so a script that reads them before
-    init_process_group (LOCAL_RANK for torch.cuda.set_device, say) runs
-    unchanged. Variables already set are left as they are. They describe
-    the first world: an elastic job's later worlds renumber the ranks."""
+    """Inside a gorovod job, joins it and makes the world's rendezvous, which
+    sets torchrun's variables."""
     if "GOROVOD_JOB_ID" not in os.environ:
         return
     if not mpi_ops.is_initialized():
         mpi_ops.init()
-    for name, value in (("RANK", mpi_ops.rank()), ("WORLD_SIZE", mpi_ops.size()),
-                        ("LOCAL_RANK", mpi_ops.local_rank()), ("LOCAL_WORLD_SIZE", mpi_ops.local_size()),
-                        ("GROUP_RANK", mpi_ops.cross_rank())):
-        os.environ.setdefault(name, str(value))
+    _rendezvous(dist.constants.default_pg_timeout)
 
 
 register()
