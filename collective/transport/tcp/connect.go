@@ -37,6 +37,9 @@ func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport
 	over := local > spin.HostCPUs()
 	buf := worldSocketBuffer(t.cfg.SocketBuffer, over, t.bufGranted)
 	for _, l := range links {
+		if ls := lanesOf(l); len(ls) > 0 {
+			t.log.Debug("gorovod tcp: link connected", "peer", ls[0].PeerRank, "lanes", len(ls), "same_host", ls[0].sameHost())
+		}
 		for _, tl := range lanesOf(l) {
 			if over {
 				tl.oversubscribed()
