@@ -51,3 +51,7 @@ func Lanes(l transport.Link) int { return len(lanesOf(l)) }
 
 // StripeMin is the smallest stripe a lane carries.
 const StripeMin = stripeMin
+
+// LanesFor is the lanes of a link given Config.Lanes and whether the peer is
+// on this host.
+func LanesFor(configured int, sameHost bool) int { return lanesFor(configured, sameHost) }

@@ -89,6 +89,26 @@ func TestLanesConnect(t *testing.T) {
 	}
 }
 
+// TestLanesRule: Config.Lanes when set; else one lane to a peer on this
+// host and two to a peer on another.
+func TestLanesRule(t *testing.T) {
+	for _, tc := range []struct {
+		configured int
+		sameHost   bool
+		want       int
+	}{
+		{0, true, 1},
+		{0, false, 2},
+		{1, false, 1},
+		{4, true, 4},
+		{4, false, 4},
+	} {
+		if got := tcp.LanesFor(tc.configured, tc.sameHost); got != tc.want {
+			t.Errorf("LanesFor(%d, same host %v) = %d, want %d", tc.configured, tc.sameHost, got, tc.want)
+		}
+	}
+}
+
 // TestLaneHandshake: a connection that claims to be a further lane of a
 // link joins it only if the acceptor can tie it to that link's first
 // connection; a lane of an old epoch, before its first, with the wrong

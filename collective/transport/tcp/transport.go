@@ -198,11 +198,15 @@ func (c *handshakeConn) Close()     { c.conn.Close() }
 // Lanes is how many connections the link this connection opens is to have
 // (mesh.LaneConn): Config.Lanes, or when that is 0, one to a peer on this
 // host and defaultLanes to a peer on another.
-func (c *handshakeConn) Lanes() int {
+func (c *handshakeConn) Lanes() int { return lanesFor(c.cfg.Lanes, c.SameHost()) }
+
+// lanesFor is the lanes of a link: configured (Config.Lanes) when set,
+// else one to a peer on this host and defaultLanes to one on another.
+func lanesFor(configured int, sameHost bool) int {
 	switch {
-	case c.cfg.Lanes > 0:
-		return c.cfg.Lanes
-	case c.SameHost():
+	case configured > 0:
+		return configured
+	case sameHost:
 		return 1
 	}
 	return defaultLanes
