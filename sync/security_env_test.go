@@ -33,3 +33,31 @@ func TestWorkerConfigFromEnvSecurity(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerConfigFromEnvLanes: GOROVOD_TCP_LANES, which `gorovod run
+// --lanes` sets, reaches the worker's TCP configuration, and a count out of
+// range is refused.
+func TestWorkerConfigFromEnvLanes(t *testing.T) {
+	for k, v := range map[string]string{
+		envconfig.EnvJobID: "job-l", envconfig.EnvSecret: "00112233445566778899aabbccddeeff", envconfig.EnvSeeds: "127.0.0.1:1",
+	} {
+		t.Setenv(k, v)
+	}
+	for _, tc := range []struct {
+		value string
+		want  int
+		bad   bool
+	}{
+		{"", 0, false},
+		{"4", 4, false},
+		{"1", 1, false},
+		{"17", 0, true},
+		{"several", 0, true},
+	} {
+		t.Setenv(envconfig.EnvTCPLanes, tc.value)
+		cfg, err := WorkerConfigFromEnv()
+		if (err != nil) != tc.bad || (!tc.bad && cfg.Transport.TCP.Lanes != tc.want) {
+			t.Errorf("%s=%q: lanes %d, error %v; want %d (error: %v)", envconfig.EnvTCPLanes, tc.value, cfg.Transport.TCP.Lanes, err, tc.want, tc.bad)
+		}
+	}
+}

@@ -106,6 +106,7 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	cfg := DefaultWorkerConfig()
 	cfg.JobID, cfg.Secret, cfg.Seeds, cfg.Transport.ListenAddr = w.JobID, w.Secret, w.Seeds, w.ListenAddr
 	cfg.Transport.Security = w.Security
+	cfg.Transport.TCP.Lanes = w.TCPLanes
 	if w.ElasticTimeout > 0 {
 		cfg.Session.RecoveryTimeout = w.ElasticTimeout
 	}

@@ -111,6 +111,22 @@ func TestBenchJSONEveryCollective(t *testing.T) {
 	}
 }
 
+// TestBenchLanes: --lanes reaches every worker's TCP transport (its links
+// have that many connections), and striped frames reduce correctly.
+func TestBenchLanes(t *testing.T) {
+	out, errs, code := runGorovod(t, "bench", "allreduce", "--np", "2", "--transport", "tcp", "--lanes", "3",
+		"--min-bytes", "1M", "--max-bytes", "1M", "--iters", "2", "--warmup", "1", "--json", "--log-level", "debug")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	if !strings.Contains(out, `"correct":true`) {
+		t.Fatalf("no correct result:\n%s", out)
+	}
+	if n := strings.Count(errs, "link connected"); n != 2 || strings.Count(errs, "lanes=3") != 2 {
+		t.Fatalf("want both workers' link with lanes=3 in the debug log, got %d links:\n%s", n, errs)
+	}
+}
+
 func TestBenchTable(t *testing.T) {
 	out, errs, code := runGorovod(t, "bench", "allreduce", "--np", "2", "--min-bytes", "4K", "--max-bytes", "4K", "--iters", "2", "--dtype", "bfloat16", "--op", "max")
 	if code != 0 {
@@ -208,6 +224,8 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"bench", "--algorithm", "fastest"}, "unknown algorithm"},
 		{[]string{"bench", "allgather", "--algorithm", "rd"}, "AllgatherAlgorithm"},
 		{[]string{"bench", "--np", "2", "--hosts", "3"}, "--hosts 3"},
+		{[]string{"bench", "--lanes", "17"}, "--lanes 17"},
+		{[]string{"bench", "--lanes", "-1"}, "--lanes -1"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

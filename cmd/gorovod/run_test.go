@@ -430,6 +430,7 @@ func TestRunBadCommandLines(t *testing.T) {
 		{[]string{"run", "-H", "a:1", "--ssh-option", "-oProxyCommand=x", "--", "true"}, "want Name=value"},
 		{[]string{"run", "--start-timeout", "0", "--", "true"}, "positive"},
 		{[]string{"run", "--blacklist-cooldown-range", "10", "--", "true"}, "MIN,MAX"},
+		{[]string{"run", "--lanes", "99", "--", "true"}, "--lanes 99"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/tcp"
 	"github.com/gorovod/gorovod/internal/netaddr"
 )
 
@@ -48,7 +49,33 @@ const (
 	// worker of a job must have the same. Default: authenticated between
 	// hosts, plain between workers of one host (transport.SecurityDefault).
 	EnvDataSecurity = "GOROVOD_DATA_SECURITY"
+	// EnvTCPLanes is how many TCP connections (lanes) each link between
+	// two workers has, 1 to 16 (tcp.Config.Lanes), as `gorovod run
+	// --lanes` says: large frames are striped over them. Every worker of a
+	// job must have the same. Default (unset or 0): the transport's choice,
+	// one lane between workers of one host and more between hosts.
+	EnvTCPLanes = "GOROVOD_TCP_LANES"
 )
+
+// tcpLanes reads EnvTCPLanes (0 when not set).
+func tcpLanes(getenv func(string) string) (int, error) {
+	v := getenv(EnvTCPLanes)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > tcp.MaxLanes {
+		return 0, fmt.Errorf("%s=%q is not a lane count from 0 to %d", EnvTCPLanes, v, tcp.MaxLanes)
+	}
+	return n, nil
+}
+
+func appendLanes(env []string, n int) []string {
+	if n != 0 {
+		env = append(env, EnvTCPLanes+"="+strconv.Itoa(n))
+	}
+	return env
+}
 
 // dataSecurity reads EnvDataSecurity.
 func dataSecurity(getenv func(string) string) (transport.Security, error) {
@@ -94,6 +121,8 @@ type Worker struct {
 	AdvertiseAddr    string // EnvAdvertiseAddr
 	// Security is EnvDataSecurity (SecurityDefault when not set).
 	Security transport.Security
+	// TCPLanes is EnvTCPLanes (0 when not set: the transport's choice).
+	TCPLanes int
 }
 
 // Load reads a Worker through getenv (os.Getenv in a program, a map in tests).
@@ -125,6 +154,9 @@ func Load(getenv func(string) string) (Worker, error) {
 		return w, fmt.Errorf("%s=%d outside world of size %d", EnvRank, w.Rank, w.Size)
 	}
 	if w.Security, err = dataSecurity(getenv); err != nil {
+		return w, err
+	}
+	if w.TCPLanes, err = tcpLanes(getenv); err != nil {
 		return w, err
 	}
 	if w.Secret, err = hex.DecodeString(getenv(EnvSecret)); err != nil || len(w.Secret) < 16 {
@@ -165,6 +197,7 @@ func (w Worker) Environ() []string {
 		env = append(env, EnvListenAddr+"="+w.ListenAddr)
 	}
 	env = appendSecurity(env, w.Security)
+	env = appendLanes(env, w.TCPLanes)
 	return appendAddressing(env, w.NetworkInterface, w.AdvertiseAddr)
 }
 
@@ -196,6 +229,8 @@ type ElasticWorker struct {
 	ElasticTimeout time.Duration
 	// Security is EnvDataSecurity (SecurityDefault when not set).
 	Security transport.Security
+	// TCPLanes is EnvTCPLanes (0 when not set: the transport's choice).
+	TCPLanes int
 }
 
 // LoadElastic reads an ElasticWorker through getenv.
@@ -224,6 +259,9 @@ func LoadElastic(getenv func(string) string) (ElasticWorker, error) {
 		return w, fmt.Errorf("%s lists no address", EnvSeeds)
 	}
 	if w.Security, err = dataSecurity(getenv); err != nil {
+		return w, err
+	}
+	if w.TCPLanes, err = tcpLanes(getenv); err != nil {
 		return w, err
 	}
 	if v := getenv(EnvElasticTimeout); v != "" {
@@ -263,6 +301,7 @@ func (w ElasticWorker) Environ() []string {
 		env = append(env, EnvElasticTimeout+"="+w.ElasticTimeout.String())
 	}
 	env = appendSecurity(env, w.Security)
+	env = appendLanes(env, w.TCPLanes)
 	return appendAddressing(env, w.NetworkInterface, w.AdvertiseAddr)
 }
 

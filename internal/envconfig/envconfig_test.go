@@ -12,7 +12,7 @@ import (
 
 func TestRoundTrip(t *testing.T) {
 	w := Worker{JobID: "j", Rank: 2, Size: 3, Secret: bytes.Repeat([]byte{7}, 32), Rendezvous: "127.0.0.1:9", ListenAddr: "127.0.0.1:0",
-		Security: transport.SecurityEncrypted}
+		Security: transport.SecurityEncrypted, TCPLanes: 4}
 	env := map[string]string{}
 	for _, kv := range w.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
@@ -23,7 +23,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.JobID != w.JobID || got.Rank != 2 || got.Size != 3 || !bytes.Equal(got.Secret, w.Secret) || got.Rendezvous != w.Rendezvous ||
-		got.Security != transport.SecurityEncrypted {
+		got.Security != transport.SecurityEncrypted || got.TCPLanes != 4 {
 		t.Fatalf("got %+v", got)
 	}
 }
@@ -31,13 +31,16 @@ func TestRoundTrip(t *testing.T) {
 func TestBadEnvironment(t *testing.T) {
 	good := map[string]string{EnvJobID: "j", EnvRank: "0", EnvSize: "2", EnvSecret: strings.Repeat("ab", 16), EnvRendezvous: "x:1"}
 	cases := map[string]map[string]string{
-		"missing":      {EnvRank: ""},
-		"rank not int": {EnvRank: "x"},
-		"rank too big": {EnvRank: "2"},
-		"size zero":    {EnvSize: "0"},
-		"secret hex":   {EnvSecret: "zz"},
-		"secret short": {EnvSecret: "abcd"},
-		"security":     {EnvDataSecurity: "tls"},
+		"missing":        {EnvRank: ""},
+		"rank not int":   {EnvRank: "x"},
+		"rank too big":   {EnvRank: "2"},
+		"size zero":      {EnvSize: "0"},
+		"secret hex":     {EnvSecret: "zz"},
+		"secret short":   {EnvSecret: "abcd"},
+		"security":       {EnvDataSecurity: "tls"},
+		"lanes not int":  {EnvTCPLanes: "many"},
+		"lanes negative": {EnvTCPLanes: "-1"},
+		"lanes too many": {EnvTCPLanes: "17"},
 	}
 	for name, change := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -57,7 +60,7 @@ func TestBadEnvironment(t *testing.T) {
 
 func TestElasticRoundTrip(t *testing.T) {
 	w := ElasticWorker{JobID: "j", Secret: bytes.Repeat([]byte{9}, 32), Seeds: []string{"127.0.0.1:7946", "127.0.0.1:7947"}, ListenAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1",
-		ElasticTimeout: 90 * time.Second, Security: transport.SecurityPlain}
+		ElasticTimeout: 90 * time.Second, Security: transport.SecurityPlain, TCPLanes: 2}
 	env := map[string]string{}
 	for _, kv := range w.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
@@ -68,9 +71,14 @@ func TestElasticRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.JobID != "j" || !bytes.Equal(got.Secret, w.Secret) || strings.Join(got.Seeds, ",") != strings.Join(w.Seeds, ",") ||
-		got.ElasticTimeout != 90*time.Second || got.Security != transport.SecurityPlain {
+		got.ElasticTimeout != 90*time.Second || got.Security != transport.SecurityPlain || got.TCPLanes != 2 {
 		t.Fatalf("got %+v", got)
 	}
+	env[EnvTCPLanes] = "0x2"
+	if _, err := LoadElastic(func(k string) string { return env[k] }); err == nil {
+		t.Fatalf("%s=0x2 accepted", EnvTCPLanes)
+	}
+	delete(env, EnvTCPLanes)
 	for _, bad := range []string{"10", "-1s", "soon"} {
 		env[EnvElasticTimeout] = bad
 		if _, err := LoadElastic(func(k string) string { return env[k] }); err == nil {

@@ -50,6 +50,7 @@ type workerSpec struct {
 	SocketBuf   int           `json:"socket_buffer"`
 	SpinTime    time.Duration `json:"spin_time,omitempty"`
 	Security    string        `json:"security,omitempty"`
+	Lanes       int           `json:"lanes,omitempty"`
 	BatchTimeUS int           `json:"batch_time_us"`
 	// The workers log (to their stderr, which the launcher relays) with
 	// the command's --log-level and --log-format.
@@ -89,6 +90,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	spinTime := fs.Duration("spin-time", 0, "how long a waiting call polls before it parks (0: the transport's default, 100µs; negative: never poll)")
 	placement := fs.String("placement", string(launch.PlaceBalanced), "pin workers to CPUs: balanced (each worker to its share of the CPUs) or none")
 	security := securityFlags(fs)
+	lanes := lanesFlag(fs)
 	profileDir := fs.String("profile", "", "write each worker's CPU profile and execution trace into this directory (cpu-rank<r>.pprof, trace-rank<r>.out)")
 	logOpts := logging.DefaultOptions()
 	logOpts.Register(fs)
@@ -136,6 +138,10 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageErr(stderr, "%v", err)
 	}
 	spec.Security = sec.String()
+	if err := checkLanes(*lanes); err != nil {
+		return usageErr(stderr, "%v", err)
+	}
+	spec.Lanes = *lanes
 	if *sockBuf == "auto" {
 		spec.SocketBuf = -1 // tcp.Config: negative is the kernel's autotuning
 	} else if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
@@ -345,6 +351,7 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		tcfg.SHM.HostID = declaredHost(env.Rank, env.Size, spec.Hosts)
 	}
 	tcfg.TCP.SocketBuffer = spec.SocketBuf
+	tcfg.TCP.Lanes = spec.Lanes
 	tcfg.Logger = log
 	tcfg.TCP.SpinTime, tcfg.SHM.SpinTime = spec.SpinTime, spec.SpinTime
 	if tcfg.Security, err = transport.ParseSecurity(spec.Security); err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -45,6 +46,7 @@ type runOptions struct {
 	hosts              hostOptions
 	security           *securityOptions // security.go
 	dataSecurity       transport.Security
+	lanes              *int // security.go
 }
 
 // autoscaling says whether the engine acts (a heuristic, or straggler
@@ -88,6 +90,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
 	o.hosts.register(fs)
 	o.security = securityFlags(fs)
+	o.lanes = lanesFlag(fs)
 	o.cluster.addFlags(fs)
 	if err := parseFlags(fs, args, runUsageText, stdout, stderr); err != nil {
 		return err
@@ -145,6 +148,9 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	}
 	var err error
 	if o.dataSecurity, err = o.security.value(); err != nil {
+		return runUsage(stderr, "%v", err)
+	}
+	if err := checkLanes(*o.lanes); err != nil {
 		return runUsage(stderr, "%v", err)
 	}
 	if err := o.cluster.check(o.np, o.maxNP); err != nil {
@@ -271,6 +277,9 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	}
 	if o.dataSecurity != transport.SecurityDefault {
 		cfg.Env = append(cfg.Env, envconfig.EnvDataSecurity+"="+o.dataSecurity.String())
+	}
+	if *o.lanes != 0 {
+		cfg.Env = append(cfg.Env, envconfig.EnvTCPLanes+"="+strconv.Itoa(*o.lanes))
 	}
 	if err := o.hosts.configure(ctx, &cfg, launch.Placement(o.placement), func(msg string) { out.report("%s", msg) }); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/tcp"
 )
 
 // securityOptions are the --security and --encrypt flags of gorovod run and
@@ -36,4 +37,18 @@ func (o *securityOptions) value() (transport.Security, error) {
 		s = transport.SecurityEncrypted
 	}
 	return s, nil
+}
+
+// lanesFlag registers --lanes of gorovod run and gorovod bench: how many TCP
+// connections each link between two workers has (tcp.Config.Lanes).
+func lanesFlag(fs *flag.FlagSet) *int {
+	return fs.Int("lanes", 0, fmt.Sprintf("TCP connections per link between two workers, 1 to %d; large frames are striped over them (0: the transport's choice, 1 within a host and more between hosts)", tcp.MaxLanes))
+}
+
+// checkLanes validates --lanes.
+func checkLanes(n int) error {
+	if n < 0 || n > tcp.MaxLanes {
+		return fmt.Errorf("--lanes %d outside 0 to %d", n, tcp.MaxLanes)
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/handshake"
 	"github.com/gorovod/gorovod/collective/transport/internal/linkutil"
 	"github.com/gorovod/gorovod/collective/transport/internal/mesh"
 )
@@ -91,6 +92,15 @@ type Config struct {
 	// parked thread, and on a VM an idle virtual CPU, costs tens of
 	// microseconds. Default 100µs; a negative value disables polling.
 	SpinTime time.Duration
+	// Lanes is how many TCP connections each link has (1 to 16): a data
+	// frame of at least 64 KiB is cut into contiguous stripes sent over
+	// all of them at once, each lane served by its own goroutine, so one
+	// link is not bound by what one connection (one core's worth of
+	// kernel work, one congestion window) moves. Default (0): 1 on links
+	// between ranks of this host, defaultLanes on links to other hosts.
+	// Every rank must use the same; the handshake refuses a peer with
+	// another setting. See docs/transports.md.
+	Lanes int
 	// Logger receives connection diagnostics. Default: discard.
 	Logger *slog.Logger
 }
@@ -105,7 +115,12 @@ const (
 	defaultSpinTime         = 100 * time.Microsecond
 	defaultSocketBuffer     = 4 << 20
 	minReadBufferSize       = 4 << 10
+	// defaultLanes is Config.Lanes's choice on links to other hosts.
+	defaultLanes = 2
 )
+
+// MaxLanes bounds Config.Lanes.
+const MaxLanes = handshake.MaxLanes
 
 // ErrInvalidConfig is wrapped by every error about a Config that cannot work;
 // it wraps transport.ErrInvalidConfig.
@@ -144,6 +159,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.IOTimeout = linkutil.Positive(c.IOTimeout, d.IOTimeout)
 	c.DialRetry = linkutil.Positive(c.DialRetry, d.DialRetry)
 	c.ReadBufferSize = max(linkutil.Positive(c.ReadBufferSize, d.ReadBufferSize), minReadBufferSize)
+	if c.Lanes < 0 || c.Lanes > MaxLanes {
+		return c, fmt.Errorf("%w: Lanes %d outside [0, %d]", ErrInvalidConfig, c.Lanes, MaxLanes)
+	}
 	c.SpinTime = linkutil.SpinTime(c.SpinTime, d.SpinTime)
 	c.Logger = linkutil.OrDefault(c.Logger, d.Logger)
 	return c, nil

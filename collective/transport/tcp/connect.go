@@ -30,24 +30,25 @@ func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport
 	// between ranks of this host get fixed buffers (Config.SocketBuffer).
 	local := 1
 	for _, l := range links {
-		if tl, ok := l.(*link); ok && tl.sameHost() {
+		if ls := lanesOf(l); len(ls) > 0 && ls[0].sameHost() {
 			local++
 		}
 	}
 	over := local > spin.HostCPUs()
 	buf := worldSocketBuffer(t.cfg.SocketBuffer, over, t.bufGranted)
 	for _, l := range links {
-		tl, ok := l.(*link)
-		if !ok {
-			continue
+		if ls := lanesOf(l); len(ls) > 0 {
+			t.log.Debug("gorovod tcp: link connected", "peer", ls[0].PeerRank, "lanes", len(ls), "same_host", ls[0].sameHost())
 		}
-		if over {
-			tl.oversubscribed()
-		}
-		if buf > 0 && tl.sameHost() {
-			if err := tl.setBuffers(buf); err != nil {
-				// Autotuning stays: slower to ramp up, but it works.
-				t.log.Debug("gorovod tcp: socket buffers not set", "peer", tl.PeerRank, "bytes", buf, "err", err)
+		for _, tl := range lanesOf(l) {
+			if over {
+				tl.oversubscribed()
+			}
+			if buf > 0 && tl.sameHost() {
+				if err := tl.setBuffers(buf); err != nil {
+					// Autotuning stays: slower to ramp up, but it works.
+					t.log.Debug("gorovod tcp: socket buffers not set", "peer", tl.PeerRank, "bytes", buf, "err", err)
+				}
 			}
 		}
 	}

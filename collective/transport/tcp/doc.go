@@ -56,6 +56,18 @@
 // other error the link is broken for good, and the caller closes it and gives
 // up on the world.
 //
+// # Lanes
+//
+// A link may run over several connections to its peer (Config.Lanes; by
+// default one between ranks of this host, two between hosts). Each is
+// dialed and handshaken on its own, with keys of its own; the hellos of
+// the further lanes carry handshake.LaneNonce, which ties them to the
+// link's first connection, and the acceptor builds the link only once all
+// its lanes are in. Frames and their order live on the first lane; a data
+// frame of 64 KiB or more is cut into contiguous stripes, one per lane,
+// each moved by that lane's own goroutine straight from and into the
+// callers' buffers (lanes.go). A lane's failure breaks the whole link.
+//
 // # Waiting
 //
 // The socket is read and written with non-blocking system calls through

@@ -16,7 +16,7 @@ func KernelGrants(n int) bool { return kernelGrants(n) }
 // reports them (Linux: twice what it grants).
 func SocketBuffers(l transport.Link) (rcv, snd int, err error) {
 	var rerr, serr error
-	err = l.(*link).rc.Control(func(fd uintptr) {
+	err = lanesOf(l)[0].rc.Control(func(fd uintptr) {
 		rcv, rerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
 		snd, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
 	})
@@ -32,16 +32,26 @@ func SocketBuffers(l transport.Link) (rcv, snd int, err error) {
 // YieldsToProcesses reports whether a link's polls, both ways, yield to other
 // processes (this host's ranks outnumber its CPUs).
 func YieldsToProcesses(l transport.Link) bool {
-	tl := l.(*link)
+	tl := lanesOf(l)[0]
 	return tl.rio.spin.YieldsToProcesses() && tl.wio.spin.YieldsToProcesses()
 }
 
 // Sealed reports whether a link seals its frames, and whether it encrypts
 // them.
 func Sealed(l transport.Link) (sealed, encrypted bool) {
-	tl := l.(*link)
+	tl := lanesOf(l)[0]
 	if tl.wseal == nil {
 		return false, false
 	}
 	return true, tl.wseal.Encrypts()
 }
+
+// Lanes reports how many connections a link has.
+func Lanes(l transport.Link) int { return len(lanesOf(l)) }
+
+// StripeMin is the smallest stripe a lane carries.
+const StripeMin = stripeMin
+
+// LanesFor is the lanes of a link given Config.Lanes and whether the peer is
+// on this host.
+func LanesFor(configured int, sameHost bool) int { return lanesFor(configured, sameHost) }

@@ -99,17 +99,32 @@ func dialRawWith(ctx context.Context, addr string, checkSecret, proveSecret []by
 }
 
 func dialRawOnce(addr string, checkSecret, proveSecret []byte, job string, epoch uint64, from, to, size int) (*rawPeer, error) {
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	fail := func(err error) (*rawPeer, error) {
-		c.Close()
-		return nil, err
-	}
 	hello := handshake.Hello{JobHash: transport.JobHash(job), Epoch: epoch, From: uint32(from), To: uint32(to), Size: uint32(size), Security: rawSecurity}
 	rand.Read(hello.Nonce[:])
+	p, _, err := dialRawHello(addr, checkSecret, proveSecret, hello)
+	return p, err
+}
+
+// rawHandshake is what a raw peer's handshake exchanged: its hello as sent
+// and the acceptor's nonce.
+type rawHandshake struct {
+	hello  [handshake.HelloSize]byte
+	nonceA [handshake.NonceSize]byte
+}
+
+// dialRawHello runs the dialer's side of the handshake with hello, as it is.
+func dialRawHello(addr string, checkSecret, proveSecret []byte, hello handshake.Hello) (*rawPeer, rawHandshake, error) {
+	var hs rawHandshake
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, hs, err
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fail := func(err error) (*rawPeer, rawHandshake, error) {
+		c.Close()
+		return nil, hs, err
+	}
+	to, epoch, from := int(hello.To), hello.Epoch, hello.From
 	var hb [handshake.HelloSize]byte
 	hello.Encode(hb[:])
 	if _, err := c.Write(hb[:]); err != nil {
@@ -148,7 +163,8 @@ func dialRawOnce(addr string, checkSecret, proveSecret []byte, job string, epoch
 		return fail(&transport.HandshakeError{Rank: to, Reason: v.Status.String() + ": " + v.Reason, Fatal: v.Status.Fatal()})
 	}
 	c.SetDeadline(time.Time{})
-	p := &rawPeer{conn: c, job: hello.JobHash, epoch: epoch, rank: uint32(from)}
+	hs.hello, hs.nonceA = hb, ch.Nonce
+	p := &rawPeer{conn: c, job: hello.JobHash, epoch: epoch, rank: from}
 	keys, err := framesec.Derive(hello.Security, proveSecret, hb[:], ch.Nonce[:], hello.Nonce[:], true)
 	if err != nil {
 		return fail(err)
@@ -158,7 +174,7 @@ func dialRawOnce(addr string, checkSecret, proveSecret []byte, job string, epoch
 			return fail(err)
 		}
 	}
-	return p, nil
+	return p, hs, nil
 }
 
 // frame encodes a frame as this raw peer would send it.

@@ -291,10 +291,54 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 		l.wparts = append(l.wparts[:0], l.whdr[:transport.HeaderSize], payload)
 		err = l.writeFrame(&c)
 	}
-	// Drop the references so the link does not pin the caller's buffer.
+	l.dropSendRefs()
+	if err != nil {
+		return l.SendFailed(l.classify(&c, err))
+	}
+	return nil
+}
+
+// dropSendRefs drops the references to the frame just written, so the link
+// does not pin the caller's buffer.
+func (l *link) dropSendRefs() {
 	clear(l.wparts[:cap(l.wparts)])
 	clear(l.wvec[:cap(l.wvec)])
 	l.wparts, l.wiov = l.wparts[:0], nil
+}
+
+// sendStripe writes one lane's part of a frame striped over a link's
+// lanes (see lanedLink): on the first lane the frame's header hh, whose
+// Length is the whole payload's, then the first stripe; on another lane
+// (hh nil) its stripe alone. A stripe goes out sealed like a payload of
+// its length, with this lane's keys and counters.
+func (l *link) sendStripe(ctx context.Context, hh *transport.Header, stripe []byte) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	switch {
+	case l.Closed.Load():
+		return l.PeerErr("send", transport.ErrLinkClosed)
+	case l.WBroken != nil:
+		return l.PeerErr("send", l.WBroken)
+	case ctx.Err() != nil:
+		return l.PeerErr("send", ctx.Err())
+	}
+	c := ioCall{ctx: ctx}
+	if hh != nil {
+		hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
+	}
+	var err error
+	switch {
+	case l.wseal != nil:
+		err = l.sendSealed(&c, hh, stripe)
+	case hh != nil:
+		hh.Encode(l.whdr[:])
+		l.wparts = append(l.wparts[:0], l.whdr[:transport.HeaderSize], stripe)
+		err = l.writeFrame(&c)
+	default:
+		l.wparts = append(l.wparts[:0], stripe)
+		err = l.writeFrame(&c)
+	}
+	l.dropSendRefs()
 	if err != nil {
 		return l.SendFailed(l.classify(&c, err))
 	}
@@ -448,6 +492,38 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	defer l.rmu.Unlock()
 	if done, err := l.PayloadReady(ctx, len(p), l.pending); done || err != nil {
 		return err
+	}
+	c := ioCall{ctx: ctx}
+	var err error
+	if l.rseal != nil {
+		err = l.readPayloadSealed(&c, p)
+	} else {
+		err = l.readPayload(&c, p)
+	}
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return l.RecvFailed(l.classify(&c, err))
+	}
+	l.pending = 0
+	return nil
+}
+
+// recvStripe reads one lane's part of a payload striped over a link's
+// lanes (see lanedLink) straight into p: on the first lane the first
+// stripe of the payload whose header was just received (the lanes' owner
+// has checked the whole payload's length), on another lane its stripe,
+// which comes without a header.
+func (l *link) recvStripe(ctx context.Context, p []byte) error {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	if err := l.RecvReady(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		l.RBroken = err
+		return l.PeerErr("recv", err)
 	}
 	c := ioCall{ctx: ctx}
 	var err error

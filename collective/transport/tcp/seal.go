@@ -34,7 +34,8 @@ func (l *link) initSealing(keys framesec.Keys) error {
 	return nil
 }
 
-// sendSealed writes one sealed frame. A small one is sealed in l.wbuf and
+// sendSealed writes one sealed frame, or with hh nil a payload alone (a
+// stripe of a frame; see sendStripe). A small frame is sealed in l.wbuf and
 // goes out in one write. A large one goes out window by window: when
 // authenticating, a writev of the segments straight from the caller's
 // buffer with their tags between them; when encrypting, one segment at a
@@ -43,7 +44,7 @@ func (l *link) initSealing(keys framesec.Keys) error {
 func (l *link) sendSealed(c *ioCall, hh *transport.Header, payload []byte) error {
 	const sealedHeader = transport.HeaderSize + framesec.TagSize
 	n := len(payload)
-	if n <= smallFrame {
+	if hh != nil && n <= smallFrame {
 		buf := l.wbuf[:framesec.WireSize(transport.SecurityAuthenticated, n)]
 		hh.Encode(buf)
 		l.wseal.SealInPlace(buf[:sealedHeader])
@@ -54,9 +55,12 @@ func (l *link) sendSealed(c *ioCall, hh *transport.Header, payload []byte) error
 		l.wparts = append(l.wparts[:0], buf)
 		return l.writeFrame(c)
 	}
-	hh.Encode(l.whdr[:])
-	l.wseal.SealInPlace(l.whdr[:])
-	l.wparts = append(l.wparts[:0], l.whdr[:])
+	l.wparts = l.wparts[:0]
+	if hh != nil {
+		hh.Encode(l.whdr[:])
+		l.wseal.SealInPlace(l.whdr[:])
+		l.wparts = append(l.wparts, l.whdr[:])
+	}
 	for off := 0; off < n; {
 		if l.wseal.Encrypts() {
 			if l.wscr == nil {

@@ -28,6 +28,9 @@ type tamperProxy struct {
 	target string
 	n      int
 	edit   func([]byte) []byte
+	// only, when not negative, limits the tampering to connections whose
+	// hello names that lane; edit nil cuts them after n bytes instead.
+	only   int
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	conns  []net.Conn
@@ -36,11 +39,17 @@ type tamperProxy struct {
 
 func newTamperProxy(t *testing.T, target string, n int, edit func([]byte) []byte) *tamperProxy {
 	t.Helper()
+	return newLaneTamperProxy(t, target, n, edit, -1)
+}
+
+// newLaneTamperProxy is newTamperProxy for the connections of lane only.
+func newLaneTamperProxy(t *testing.T, target string, n int, edit func([]byte) []byte, only int) *tamperProxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tamperProxy{ln: ln, target: target, n: n, edit: edit}
+	p := &tamperProxy{ln: ln, target: target, n: n, edit: edit, only: only}
 	p.wg.Go(p.acceptLoop)
 	t.Cleanup(p.close)
 	return p
@@ -94,11 +103,28 @@ func (p *tamperProxy) acceptLoop() {
 		p.wg.Go(func() {
 			defer server.Close()
 			// The dialer's side of the handshake: its hello and its proof.
-			if _, err := io.CopyN(server, client, handshake.HelloSize+handshake.ResponseSize); err != nil {
+			hello := make([]byte, handshake.HelloSize)
+			if _, err := io.ReadFull(client, hello); err != nil {
+				return
+			}
+			if _, err := server.Write(hello); err != nil {
+				return
+			}
+			if _, err := io.CopyN(server, client, handshake.ResponseSize); err != nil {
+				return
+			}
+			var h handshake.Hello
+			if p.only >= 0 && (handshake.DecodeHello(hello, &h) != nil || int(h.Lane) != p.only) {
+				io.Copy(server, client)
 				return
 			}
 			held := make([]byte, p.n)
 			if _, err := io.ReadFull(client, held); err != nil {
+				return
+			}
+			if p.edit == nil {
+				// Cut: what was held is lost, and the connection with it.
+				client.Close()
 				return
 			}
 			if _, err := server.Write(p.edit(held)); err != nil {

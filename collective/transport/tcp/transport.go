@@ -195,6 +195,35 @@ func (c *handshakeConn) SameHost() bool { return sameHostConn(c.conn) }
 func (c *handshakeConn) Interrupt() { c.conn.Close() }
 func (c *handshakeConn) Close()     { c.conn.Close() }
 
+// Lanes is how many connections the link this connection opens is to have
+// (mesh.LaneConn): Config.Lanes, or when that is 0, one to a peer on this
+// host and defaultLanes to a peer on another.
+func (c *handshakeConn) Lanes() int { return lanesFor(c.cfg.Lanes, c.SameHost()) }
+
+// lanesFor is the lanes of a link: configured (Config.Lanes) when set,
+// else one to a peer on this host and defaultLanes to one on another.
+func lanesFor(configured int, sameHost bool) int {
+	switch {
+	case configured > 0:
+		return configured
+	case sameHost:
+		return 1
+	}
+	return defaultLanes
+}
+
+// LinkLanes makes the link over lanes, connections of the same peer that
+// each passed the handshake (mesh.LaneConn).
+func (c *handshakeConn) LinkLanes(lanes []mesh.Conn, keys []framesec.Keys, peer int, addr string, job, epoch uint64, self int) transport.Link {
+	ls := make([]*link, len(lanes))
+	for i, lc := range lanes {
+		hc := lc.(*handshakeConn)
+		_ = hc.conn.SetDeadline(time.Time{})
+		ls[i] = newLink(hc.conn, peer, addr, job, epoch, self, c.cfg, keys[i])
+	}
+	return newLanedLink(ls)
+}
+
 func (c *handshakeConn) Link(peer int, addr string, job, epoch uint64, self int, keys framesec.Keys) transport.Link {
 	_ = c.conn.SetDeadline(time.Time{})
 	return newLink(c.conn, peer, addr, job, epoch, self, c.cfg, keys)

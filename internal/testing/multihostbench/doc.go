@@ -3,12 +3,21 @@
 // MPI over TCP (bench/peers/mpi_allreduce.c under mpirun), on the same
 // network-namespace hosts (internal/testing/testhosts), each host reached over ssh.
 // A head host runs the launcher, the rendezvous and mpirun; the ranks run on
-// the other hosts, one per host (or --slots per host). Runs interleave the
-// implementations and repeat; the report gives, per size, the median bus
-// bandwidth over the repetitions and its range.
+// the other hosts, one per host (or --slots per host). The worker hosts'
+// links can be shaped to set rates (--rates 1G,10G: testhosts.Link), and
+// gorovod measured with several TCP lane counts (--lanes 1,4, each a
+// column). Every size is a run of its own, the implementations interleaved
+// in an order that rotates from run to run, and the whole sweep repeats
+// --reps times; the report gives, per rate, host count and size, the median
+// bus bandwidth over the repetitions with its range, its share of the link
+// rate, the CPU the worker hosts' processes used during the run (cores,
+// from /proc: the test hosts share one machine's cores, so this tells a
+// CPU-bound result from a link-bound one) and gorovod's ratio to Open MPI.
 //
 //	go build -o /tmp/gorovod ./cmd/gorovod
 //	go run ./internal/testing/multihostbench --gorovod /tmp/gorovod --hosts 2,3 --reps 5
+//	go run ./internal/testing/multihostbench --gorovod /tmp/gorovod --hosts 2,4 --slots 2 \
+//		--rates 1G,10G --lanes 1,4 --transport auto --sizes 4K,4M,64M,256M --reps 5
 //
 // Needs root (namespaces), openssh-server, and for the MPI side openmpi-bin
 // and libopenmpi-dev (mpicc). The machine's own network is never used: every

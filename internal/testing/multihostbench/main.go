@@ -40,6 +40,7 @@ type workerSpec struct {
 	Transport   string        `json:"transport"`
 	SocketBuf   int           `json:"socket_buffer"`
 	BatchTimeUS int           `json:"batch_time_us"`
+	Lanes       int           `json:"lanes,omitempty"`
 }
 
 type result struct {
@@ -52,6 +53,13 @@ type result struct {
 	BusBW float64 `json:"busbw_gbps"`
 	Right bool    `json:"correct"`
 	Algo  string  `json:"algorithm,omitempty"` // gorovod's, as its worker reports it
+	// Rate is the worker hosts' link rate in bit/s (0: unshaped).
+	Rate int64 `json:"link_bps"`
+	// RankCPU is the CPU the worker hosts' processes used during the run,
+	// in cores (CPU seconds per second of the run); MachineCPU is the
+	// whole machine's busy share over the run (every agent's load), 0-1.
+	RankCPU    float64 `json:"rank_cpu_cores"`
+	MachineCPU float64 `json:"machine_cpu_busy"`
 }
 
 func main() {
@@ -72,6 +80,8 @@ func run() error {
 	transportName := flag.String("transport", "tcp", "gorovod's transport between ranks: tcp, auto, sctp")
 	algorithm := flag.String("algorithm", "", "gorovod's allreduce algorithm (gorovod bench --algorithm): auto (the default), ring, hierarchical, recursive-doubling")
 	impls := flag.String("impls", "gorovod,mpi-tcp,mpi-tcp-yield", "what to run: gorovod, mpi-tcp (Open MPI's default: its ranks poll while they wait), mpi-tcp-yield (mpi_yield_when_idle=1, what Open MPI picks when oversubscribed)")
+	ratesFlag := flag.String("rates", "0", "link rates of the worker hosts to measure at, bit/s with K, M, G suffixes (1G,10G); 0: unshaped")
+	lanesFlag := flag.String("lanes", "0", "gorovod's TCP lanes per link to measure (0: the transport's choice); each is a gorovod column")
 	delay := flag.Duration("delay", 0, "extra delay on every packet a host sends (netem-like, ± a half)")
 	keepOrder := flag.Bool("keep-order", false, "with --delay, keep each flow's packets in order (netem's default with jitter reorders them)")
 	jsonOut := flag.String("json", "", "also write every result as a JSON line to this file")
@@ -92,6 +102,22 @@ func run() error {
 			return fmt.Errorf("--hosts: %q", s)
 		}
 		counts = append(counts, n)
+	}
+	var rates []int64
+	for s := range strings.SplitSeq(*ratesFlag, ",") {
+		r, err := parseRate(s)
+		if err != nil {
+			return fmt.Errorf("--rates: %w", err)
+		}
+		rates = append(rates, r)
+	}
+	var lanes []int
+	for s := range strings.SplitSeq(*lanesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 0 {
+			return fmt.Errorf("--lanes: %q", s)
+		}
+		lanes = append(lanes, n)
 	}
 	want := func(impl string) bool { return slices.Contains(strings.Split(*impls, ","), impl) }
 	if want("gorovod") && *gorovod == "" {
@@ -141,45 +167,66 @@ func run() error {
 		defer f.Close()
 		jsonW = f
 	}
+	// Every implementation a run compares: gorovod once per lane count.
+	var order []string
+	if want("gorovod") {
+		for _, n := range lanes {
+			order = append(order, gorovodImpl(n))
+		}
+	}
+	for _, impl := range []string{"mpi-tcp", "mpi-tcp-yield"} {
+		if want(impl) {
+			order = append(order, impl)
+		}
+	}
+	turn := 0
 	for rep := 1; rep <= *reps; rep++ {
-		for _, k := range counts {
-			// Interleaved: who goes first rotates with the repetition.
-			order := []string{"gorovod", "mpi-tcp", "mpi-tcp-yield"}
-			for range rep - 1 {
-				order = append(order[1:], order[0])
+		for _, rate := range rates {
+			for _, h := range workers {
+				if err := h.Shape(testhosts.Link{Rate: rate}); err != nil {
+					return err
+				}
 			}
-			for _, impl := range order {
-				if !want(impl) {
-					continue
+			for _, k := range counts {
+				for _, size := range sizes {
+					// Interleaved: who goes first rotates from run to run.
+					turn++
+					for i := range order {
+						impl := order[(i+turn)%len(order)]
+						var rs []result
+						var err error
+						t1 := time.Now()
+						cpu := startCPUWatch(workers[:k])
+						switch {
+						case strings.HasPrefix(impl, "gorovod"):
+							rs, err = runGorovod(ctx, net, head, workers[:k], *slots, *gorovod, workerSpec{
+								Op: "allreduce", DType: "float32", Reduce: "sum", Sizes: []int{size}, Warmup: *warmup, Iters: *iters,
+								IOTimeout: time.Minute, ChunkBytes: collective.DefaultConfig().ChunkBytes,
+								SmallBytes: collective.DefaultConfig().SmallMessageBytes, Transport: *transportName, BatchTimeUS: 1000,
+								Lanes: lanesOf(impl), Algorithm: *algorithm,
+							})
+						default:
+							rs, err = runMPI(ctx, net, head, workers[:k], *slots, mpiBin, strconv.Itoa(size), *warmup, *iters, impl == "mpi-tcp-yield")
+						}
+						rankCPU, machineCPU := cpu.stop()
+						if err != nil {
+							return fmt.Errorf("%s on %d hosts at %s, rep %d: %w", impl, k, rateName(rate), rep, err)
+						}
+						for i := range rs {
+							rs[i].Impl, rs[i].Hosts, rs[i].Rep, rs[i].Rate = impl, k, rep, rate
+							rs[i].RankCPU, rs[i].MachineCPU = rankCPU, machineCPU
+							b, _ := json.Marshal(rs[i])
+							fmt.Fprintf(jsonW, "%s\n", b)
+						}
+						fmt.Fprintf(os.Stderr, "rep %d, %s, %d hosts, %s, %s: %v, ranks %.2f cores, machine %.0f%% busy\n",
+							rep, rateName(rate), k, human(size), impl, time.Since(t1).Round(time.Millisecond), rankCPU, 100*machineCPU)
+						results = append(results, rs...)
+					}
 				}
-				var rs []result
-				var err error
-				t1 := time.Now()
-				switch impl {
-				case "gorovod":
-					rs, err = runGorovod(ctx, net, head, workers[:k], *slots, *gorovod, workerSpec{
-						Op: "allreduce", DType: "float32", Reduce: "sum", Sizes: sizes, Warmup: *warmup, Iters: *iters,
-						IOTimeout: time.Minute, ChunkBytes: collective.DefaultConfig().ChunkBytes,
-						SmallBytes: collective.DefaultConfig().SmallMessageBytes, Transport: *transportName, BatchTimeUS: 1000,
-						Algorithm: *algorithm,
-					})
-				case "mpi-tcp", "mpi-tcp-yield":
-					rs, err = runMPI(ctx, net, head, workers[:k], *slots, mpiBin, *sizesFlag, *warmup, *iters, impl == "mpi-tcp-yield")
-				}
-				if err != nil {
-					return fmt.Errorf("%s on %d hosts, rep %d: %w", impl, k, rep, err)
-				}
-				for i := range rs {
-					rs[i].Impl, rs[i].Hosts, rs[i].Rep = impl, k, rep
-					b, _ := json.Marshal(rs[i])
-					fmt.Fprintf(jsonW, "%s\n", b)
-				}
-				fmt.Fprintf(os.Stderr, "rep %d, %d hosts, %s: %d sizes in %v\n", rep, k, impl, len(rs), time.Since(t1).Round(time.Millisecond))
-				results = append(results, rs...)
 			}
 		}
 	}
-	report(os.Stdout, results, counts, sizes, *slots, *reps, *transportName, *delay, *keepOrder)
+	report(os.Stdout, results, order, rates, counts, sizes, *slots, *reps, *transportName, *delay, *keepOrder)
 	return nil
 }
 
@@ -301,9 +348,11 @@ func findPeerSource() (string, error) {
 	return "", fmt.Errorf("bench/peers/mpi_allreduce.c not found above the working directory")
 }
 
-// report prints, per host count and size, the median bus bandwidth over the
-// repetitions with its range, and gorovod's ratio to Open MPI.
-func report(w io.Writer, rs []result, counts, sizes []int, slots, reps int, tr string, delay time.Duration, keepOrder bool) {
+// report prints, per link rate, host count and size, each
+// implementation's median bus bandwidth over the repetitions (GB/s), its
+// share of the link rate and the CPU its ranks used, and each gorovod
+// column's ratio to Open MPI's default.
+func report(w io.Writer, rs []result, impls []string, rates []int64, counts, sizes []int, slots, reps int, tr string, delay time.Duration, keepOrder bool) {
 	fmt.Fprintf(w, "allreduce float32 sum across namespaced hosts (%d rank(s) per host, gorovod transport %s, %d reps interleaved", slots, tr, reps)
 	if delay > 0 {
 		fmt.Fprintf(w, ", %v ± %v on every packet", delay, delay/2)
@@ -311,21 +360,41 @@ func report(w io.Writer, rs []result, counts, sizes []int, slots, reps int, tr s
 			fmt.Fprint(w, ", each flow in order")
 		}
 	}
-	fmt.Fprintln(w, "): busbw GB/s, median [min–max]")
+	fmt.Fprintln(w, "): busbw GB/s median [min–max], its share of the link rate, the ranks' CPU in cores (median)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| hosts | size | gorovod | Open MPI TCP | Open MPI TCP, yield | gorovod / best MPI |")
-	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|")
-	for _, k := range counts {
-		for _, s := range sizes {
-			g, gok := stats(rs, "gorovod", k, s)
-			m, mok := stats(rs, "mpi-tcp", k, s)
-			y, yok := stats(rs, "mpi-tcp-yield", k, s)
-			best := max(m[1], y[1])
-			ratio := "–"
-			if gok && (mok || yok) && best > 0 {
-				ratio = fmt.Sprintf("%.2f", g[1]/best)
+	fmt.Fprint(w, "| link | hosts | size |")
+	for _, impl := range impls {
+		fmt.Fprintf(w, " %s |", impl)
+	}
+	var ratios []string
+	for _, impl := range impls {
+		if strings.HasPrefix(impl, "gorovod") && slices.Contains(impls, "mpi-tcp") {
+			ratios = append(ratios, impl)
+			fmt.Fprintf(w, " %s / mpi-tcp |", impl)
+		}
+	}
+	fmt.Fprint(w, "\n|---|---:|---:|")
+	fmt.Fprint(w, strings.Repeat("---:|", len(impls)+len(ratios)))
+	fmt.Fprintln(w)
+	for _, rate := range rates {
+		for _, k := range counts {
+			for _, s := range sizes {
+				fmt.Fprintf(w, "| %s | %d | %s |", rateName(rate), k, human(s))
+				for _, impl := range impls {
+					v, ok := stats(rs, impl, rate, k, s)
+					fmt.Fprintf(w, " %s |", cell(v, ok, rate, medianCPU(rs, impl, rate, k, s)))
+				}
+				m, mok := stats(rs, "mpi-tcp", rate, k, s)
+				for _, impl := range ratios {
+					g, gok := stats(rs, impl, rate, k, s)
+					if gok && mok && m[1] > 0 {
+						fmt.Fprintf(w, " %.2f |", g[1]/m[1])
+					} else {
+						fmt.Fprint(w, " – |")
+					}
+				}
+				fmt.Fprintln(w)
 			}
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s |\n", k, human(s), cell(g, gok), cell(m, mok), cell(y, yok), ratio)
 		}
 	}
 	for _, r := range rs {
@@ -336,10 +405,10 @@ func report(w io.Writer, rs []result, counts, sizes []int, slots, reps int, tr s
 }
 
 // stats returns min, median and max busbw of one cell.
-func stats(rs []result, impl string, hosts, bytes int) ([3]float64, bool) {
+func stats(rs []result, impl string, rate int64, hosts, bytes int) ([3]float64, bool) {
 	var v []float64
 	for _, r := range rs {
-		if r.Impl == impl && r.Hosts == hosts && r.Bytes == bytes {
+		if r.Impl == impl && r.Rate == rate && r.Hosts == hosts && r.Bytes == bytes {
 			v = append(v, r.BusBW)
 		}
 	}
@@ -347,18 +416,88 @@ func stats(rs []result, impl string, hosts, bytes int) ([3]float64, bool) {
 		return [3]float64{}, false
 	}
 	sort.Float64s(v)
-	med := v[len(v)/2]
-	if len(v)%2 == 0 {
-		med = (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
-	return [3]float64{v[0], med, v[len(v)-1]}, true
+	return [3]float64{v[0], median(v), v[len(v)-1]}, true
 }
 
-func cell(s [3]float64, ok bool) string {
+// medianCPU is the median over a cell's runs of the cores its ranks used.
+func medianCPU(rs []result, impl string, rate int64, hosts, bytes int) float64 {
+	var v []float64
+	for _, r := range rs {
+		if r.Impl == impl && r.Rate == rate && r.Hosts == hosts && r.Bytes == bytes {
+			v = append(v, r.RankCPU)
+		}
+	}
+	if len(v) == 0 {
+		return 0
+	}
+	sort.Float64s(v)
+	return median(v)
+}
+
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 0 {
+		return (sorted[n/2-1] + sorted[n/2]) / 2
+	}
+	return sorted[n/2]
+}
+
+func cell(s [3]float64, ok bool, rate int64, cpu float64) string {
 	if !ok {
 		return "–"
 	}
-	return fmt.Sprintf("%.3f [%.3f–%.3f]", s[1], s[0], s[2])
+	share := ""
+	if rate > 0 {
+		share = fmt.Sprintf(" %.0f%%", 100*s[1]*1e9*8/float64(rate))
+	}
+	return fmt.Sprintf("%.3f [%.3f–%.3f]%s, %.1f cores", s[1], s[0], s[2], share, cpu)
+}
+
+// gorovodImpl names gorovod's column with lanes lanes (0: the default).
+func gorovodImpl(lanes int) string {
+	if lanes == 0 {
+		return "gorovod"
+	}
+	return fmt.Sprintf("gorovod-lanes%d", lanes)
+}
+
+// lanesOf is the lane count of a gorovod column.
+func lanesOf(impl string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(impl, "gorovod-lanes"))
+	return n
+}
+
+// parseRate reads a link rate in bit/s: a number with an optional K, M or
+// G suffix (decimal, as link speeds are quoted).
+func parseRate(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1e9, strings.TrimSuffix(s, "G")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1e6, strings.TrimSuffix(s, "M")
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1e3, strings.TrimSuffix(s, "K")
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%q is not a rate", s)
+	}
+	return int64(v * float64(mult)), nil
+}
+
+// rateName prints a link rate as its flag is written.
+func rateName(r int64) string {
+	switch {
+	case r == 0:
+		return "unshaped"
+	case r%1e9 == 0:
+		return fmt.Sprintf("%d Gbit/s", r/1e9)
+	case r%1e6 == 0:
+		return fmt.Sprintf("%d Mbit/s", r/1e6)
+	}
+	return fmt.Sprintf("%d bit/s", r)
 }
 
 func human(n int) string {

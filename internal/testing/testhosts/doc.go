@@ -7,7 +7,9 @@
 // throwaway host key and a throwaway client key. Tests start workers there
 // over ssh exactly as a user would, and break the hosts as real machines
 // break: every process killed with SIGKILL, the link taken down, packets lost
-// or delayed.
+// or delayed. A host's link can be given a rate (Host.Shape, Config.Link: a
+// tbf qdisc on each end), so that bandwidth is measured against a network of
+// a known speed rather than memory.
 //
 // Nothing is created in the machine's own network namespace: the bridge lives
 // in a namespace of its own (the "switch"), so two harnesses, in this test
@@ -18,8 +20,9 @@
 // whose process died (kill -9 of a test binary) are removed by the next
 // harness, which recognises them by its prefix and the dead pid in the name.
 //
-// Needs root, util-linux (nsenter, unshare), iproute2, openssh-server and,
-// for packet loss and delay, iptables (its legacy backend). The kernels these
+// Needs root, util-linux (nsenter, unshare), iproute2 (ip, and tc for
+// shaping), openssh-server and, for packet loss and delay, iptables (its
+// legacy backend). The kernels these
 // tests run on are built without the netem qdisc (CONFIG_NET_SCH_NETEM is
 // unset), so loss is an iptables statistic match and delay is the NFQUEUE
 // target with the verdicts given late by this process (see Impairment).

@@ -37,6 +37,7 @@ type Host struct {
 	sshd     *exec.Cmd // the host's first process; its mount and UTS namespaces are the host's
 	sshdDone chan struct{}
 	delay    *delayer
+	link     Link // as Shape set it
 	removed  bool
 }
 

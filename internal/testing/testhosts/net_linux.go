@@ -32,6 +32,9 @@ type Config struct {
 	// StartTimeout bounds bringing up one host (namespace, link, sshd).
 	// Default 20 s.
 	StartTimeout time.Duration
+	// Link is every host's link as it is added (Host.Shape changes it
+	// later). Default: unshaped, at memory speed.
+	Link Link
 }
 
 // DefaultConfig returns the defaults.
@@ -60,6 +63,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = d.StartTimeout
+	}
+	var err error
+	if c.Link, err = c.Link.withDefaults(); err != nil {
+		return c, err
+	}
+	if c.Link.Rate > 0 {
+		if err := CanShape(); err != nil {
+			return c, err
+		}
 	}
 	return c, nil
 }
@@ -307,6 +319,9 @@ func (n *Net) addHost(ctx context.Context, index int) (*Host, error) {
 		if err = run(ctx, s[0], s[1:]...); err != nil {
 			break
 		}
+	}
+	if err == nil && n.cfg.Link.Rate > 0 {
+		err = h.Shape(n.cfg.Link)
 	}
 	if err == nil {
 		err = h.writeSSHDConfig()

@@ -52,7 +52,8 @@ func FuzzDecodeHello(f *testing.F) {
 				t.Fatalf("re-encoded hello differs:\n in %x\nout %x", b, out)
 			}
 			if h.Size < 2 || h.From >= h.Size || h.To >= h.Size || h.From == h.To ||
-				h.Security == transport.SecurityDefault || !h.Security.Valid() {
+				h.Security == transport.SecurityDefault || !h.Security.Valid() ||
+				h.Lanes < 1 || h.Lanes > handshake.MaxLanes || h.Lane >= h.Lanes {
 				t.Fatalf("decoded an impossible hello %+v", h)
 			}
 		} else {
@@ -64,6 +65,8 @@ func FuzzDecodeHello(f *testing.F) {
 		h.From = fs.u32() % h.Size
 		h.To = (h.From + 1 + fs.u32()%(h.Size-1)) % h.Size
 		h.Security = transport.SecurityPlain + transport.Security(fs.u8()%3)
+		h.Lanes = 1 + fs.u8()%handshake.MaxLanes
+		h.Lane = fs.u8() % h.Lanes
 		copy(h.Nonce[:], fs.take(handshake.NonceSize))
 		enc := make([]byte, handshake.HelloSize)
 		h.Encode(enc)

@@ -52,7 +52,8 @@ const MaxRejectReason = 96
 const (
 	handshakePrefix = 8
 	// HelloSize: prefix, job uint64, epoch uint64, from, to, size uint32,
-	// security uint8, 3 reserved bytes, nonce.
+	// security uint8, extra lanes uint8, lane uint8, 1 reserved byte,
+	// nonce.
 	HelloSize = handshakePrefix + 8 + 8 + 4*4 + NonceSize
 	// ChallengeSize: prefix, nonce, MAC, reason.
 	ChallengeSize = handshakePrefix + NonceSize + MACSize + MaxRejectReason
@@ -74,6 +75,7 @@ const (
 const (
 	acceptorLabel = "gorovod-acceptor"
 	dialerLabel   = "gorovod-dialer"
+	laneLabel     = "gorovod-lane"
 )
 
 // Status is an acceptor's answer in a Challenge or Verdict.
@@ -151,8 +153,18 @@ type Hello struct {
 	// SecurityDefault): the acceptor refuses a dialer whose setting differs
 	// from its own, and both derive the link's keys for it.
 	Security transport.Security
-	Nonce    [NonceSize]byte
+	// Lanes is how many connections the link this connection belongs to
+	// has (1 to MaxLanes; 0 means 1), and Lane this connection's place
+	// among them. The acceptor refuses a dialer whose Lanes differs from
+	// its own choice; a Hello of a lane past the first carries LaneNonce
+	// as its Nonce, which ties it to the link's first connection.
+	Lanes uint8
+	Lane  uint8
+	Nonce [NonceSize]byte
 }
+
+// MaxLanes bounds the connections one link may have.
+const MaxLanes = 16
 
 // Challenge is the acceptor's first answer. When Status is not StatusOK, Nonce
 // and MAC are zero and Reason may explain; otherwise Reason is empty.
@@ -263,7 +275,9 @@ func (m *Hello) Encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[28:], m.To)
 	binary.LittleEndian.PutUint32(b[32:], m.Size)
 	b[36] = uint8(m.Security)
-	b[37], b[38], b[39] = 0, 0, 0
+	b[37] = max(m.Lanes, 1) - 1
+	b[38] = m.Lane
+	b[39] = 0
 	copy(b[40:], m.Nonce[:])
 }
 
@@ -274,7 +288,7 @@ func DecodeHello(b []byte, m *Hello) error {
 	if err != nil {
 		return err
 	}
-	if s != 0 || rlen != 0 || b[37] != 0 || b[38] != 0 || b[39] != 0 {
+	if s != 0 || rlen != 0 || b[39] != 0 {
 		return malformed("hello reserved bytes are not zero")
 	}
 	if sec := transport.Security(b[36]); sec == transport.SecurityDefault || !sec.Valid() {
@@ -287,8 +301,13 @@ func DecodeHello(b []byte, m *Hello) error {
 	h.To = binary.LittleEndian.Uint32(b[28:])
 	h.Size = binary.LittleEndian.Uint32(b[32:])
 	h.Security = transport.Security(b[36])
+	h.Lanes, h.Lane = b[37]+1, b[38]
 	copy(h.Nonce[:], b[40:])
 	switch {
+	case int(b[37]) >= MaxLanes:
+		return malformed("hello names %d lanes, at most %d", int(b[37])+1, MaxLanes)
+	case h.Lane >= h.Lanes:
+		return malformed("hello names lane %d of %d", h.Lane, h.Lanes)
 	case h.Size < 2 || h.Size > transport.MaxWorldSize:
 		return malformed("world size %d outside [2, %d]", h.Size, transport.MaxWorldSize)
 	case h.From >= h.Size || h.To >= h.Size:
@@ -417,6 +436,25 @@ func DialerMAC(secret, hello []byte, nonceA, nonceD *[NonceSize]byte) [MACSize]b
 	mac.Write(nonceA[:])
 	mac.Write(nonceD[:])
 	var out [MACSize]byte
+	mac.Sum(out[:0])
+	return out
+}
+
+// LaneNonce is the Nonce of the Hello that opens lane `lane` (≥ 1) of a
+// link: HMAC-SHA256(secret, label || hello0 || nonceA0 || lane), where
+// hello0 is the Hello of the link's first connection as sent and nonceA0
+// the acceptor's nonce of that connection. Only a holder of the secret
+// who saw that handshake can compute it, and it differs for every link,
+// so an acceptor can tell which link a lane belongs to and refuses a lane
+// of a link it no longer has. The lane's keys still come from its own
+// handshake, fresh through the acceptor's new nonce.
+func LaneNonce(secret, hello0 []byte, nonceA0 *[NonceSize]byte, lane uint8) [NonceSize]byte {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(laneLabel))
+	mac.Write(hello0)
+	mac.Write(nonceA0[:])
+	mac.Write([]byte{lane})
+	var out [NonceSize]byte
 	mac.Sum(out[:0])
 	return out
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func TestHelloDecodeRejects(t *testing.T) {
-	valid := handshake.Hello{JobHash: 42, Epoch: 3, From: 2, To: 1, Size: 4, Security: transport.SecurityEncrypted, Nonce: [32]byte{5}}
+	valid := handshake.Hello{JobHash: 42, Epoch: 3, From: 2, To: 1, Size: 4, Security: transport.SecurityEncrypted, Lanes: 4, Lane: 3, Nonce: [32]byte{5}}
 	for _, tc := range []struct {
 		name   string
 		mutate func(b []byte) []byte
@@ -24,7 +24,9 @@ func TestHelloDecodeRejects(t *testing.T) {
 		{"version", func(b []byte) []byte { b[4] = 2; return b }, "version"},
 		{"type", func(b []byte) []byte { b[5] = 3; return b }, "type"},
 		{"status byte", func(b []byte) []byte { b[6] = 1; return b }, "reserved"},
-		{"reserved word", func(b []byte) []byte { b[38] = 1; return b }, "reserved"},
+		{"reserved byte", func(b []byte) []byte { b[39] = 1; return b }, "reserved"},
+		{"lane past lanes", func(b []byte) []byte { b[38] = 4; return b }, "lane 4 of 4"},
+		{"too many lanes", func(b []byte) []byte { b[37] = handshake.MaxLanes; return b }, "lanes"},
 		{"security default", func(b []byte) []byte { b[36] = 0; return b }, "security"},
 		{"security unknown", func(b []byte) []byte { b[36] = 4; return b }, "security"},
 		{"size 1", func(b []byte) []byte { binary.LittleEndian.PutUint32(b[32:], 1); return b }, "world size"},
@@ -117,6 +119,28 @@ func TestMACs(t *testing.T) {
 	} {
 		if handshake.MACEqual(&a, &other) {
 			t.Errorf("%s gives the same MAC", name)
+		}
+	}
+}
+
+// TestLaneNonce: a lane's nonce depends on the secret, on the first
+// connection's hello and acceptor nonce, and on the lane, so a lane cannot
+// be passed off as another link's or another lane's.
+func TestLaneNonce(t *testing.T) {
+	secret, hello, nonceA := []byte("s"), []byte("hello of the first connection"), [handshake.NonceSize]byte{7}
+	base := handshake.LaneNonce(secret, hello, &nonceA, 1)
+	if again := handshake.LaneNonce(secret, hello, &nonceA, 1); again != base {
+		t.Fatal("LaneNonce is not deterministic")
+	}
+	otherA := [handshake.NonceSize]byte{8}
+	for name, got := range map[string][handshake.NonceSize]byte{
+		"secret": handshake.LaneNonce([]byte("t"), hello, &nonceA, 1),
+		"hello":  handshake.LaneNonce(secret, []byte("hello of another connection"), &nonceA, 1),
+		"nonce":  handshake.LaneNonce(secret, hello, &otherA, 1),
+		"lane":   handshake.LaneNonce(secret, hello, &nonceA, 2),
+	} {
+		if got == base {
+			t.Errorf("LaneNonce ignores the %s", name)
 		}
 	}
 }

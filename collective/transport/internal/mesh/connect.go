@@ -71,6 +71,14 @@ func (m *Connector) Connect(ctx context.Context, w transport.World) ([]transport
 	}
 
 	links := make([]transport.Link, size)
+	// Links whose lanes are still arriving, by rank; what is left of them
+	// when Connect ends is closed.
+	groups := make(map[int]*laneGroup)
+	defer func() {
+		for _, g := range groups {
+			g.close()
+		}
+	}()
 	dialErrs := make([]error, w.Rank)
 	have, dialsLeft := 0, w.Rank
 	var failure error
@@ -98,11 +106,37 @@ func (m *Connector) Connect(ctx context.Context, w transport.World) ([]transport
 					a.conn.Close()
 					continue
 				}
+				g := groups[from]
+				if a.hello.Lane > 0 && !g.fits(m.cfg.Secret, a) {
+					reason := "lane of a link this side does not have (replaced by a newer connection?)"
+					m.log(slog.LevelInfo, "refusing peer", "remote", a.remote, "rank", from, "lane", a.hello.Lane, "reason", reason)
+					writeVerdict(a.conn, handshake.RejectNotReady, reason)
+					a.conn.Close()
+					continue
+				}
 				if !writeVerdict(a.conn, handshake.StatusOK, "") {
 					a.conn.Close()
 					continue
 				}
-				l := a.conn.Link(from, w.Addrs[from], key.job, key.epoch, w.Rank, a.keys)
+				var l transport.Link
+				switch {
+				case a.hello.Lanes == 1:
+					l = a.conn.Link(from, w.Addrs[from], key.job, key.epoch, w.Rank, a.keys)
+				case a.hello.Lane == 0:
+					// The first lane of a link: its others follow. A first lane
+					// replaces an unfinished link's (the dialer gave up on it).
+					g.close()
+					groups[from] = &laneGroup{lanes: make([]*Arrival, a.hello.Lanes)}
+					groups[from].lanes[0] = a
+					continue
+				default:
+					g.lanes[a.hello.Lane] = a
+					if !g.complete() {
+						continue
+					}
+					delete(groups, from)
+					l = g.link(from, w.Addrs[from], key.job, key.epoch, w.Rank)
+				}
 				if old := links[from]; old != nil {
 					// The dialer gave up on its previous connection (it never saw
 					// our verdict), so this one is the one it will use.
@@ -238,25 +272,107 @@ func (m *Connector) dialPeer(ctx context.Context, w *transport.World, peer int, 
 	}
 }
 
-// dialOnce makes one connection attempt and runs the dialer's side of the handshake.
+// dialOnce makes one connection attempt and runs the dialer's side of the
+// handshake, on each of the link's lanes in turn.
 func (m *Connector) dialOnce(ctx context.Context, w *transport.World, peer int, key worldKey) (transport.Link, error) {
 	addr := w.Addrs[peer]
 	c, err := m.cfg.Dial(ctx, addr)
 	if err != nil {
 		return nil, &transport.PeerError{Rank: peer, Addr: addr, Op: "connect", Err: err}
 	}
-	keys, err := m.dialHandshake(ctx, c, w, peer, key)
+	n := lanesOf(c)
+	first, err := m.dialHandshake(ctx, c, w, peer, key, n, 0, nil)
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	return c.Link(peer, addr, key.job, key.epoch, w.Rank, keys), nil
+	if n == 1 {
+		return c.Link(peer, addr, key.job, key.epoch, w.Rank, first.keys), nil
+	}
+	conns, keys := []Conn{c}, []framesec.Keys{first.keys}
+	closeAll := func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}
+	for lane := 1; lane < n; lane++ {
+		lc, err := m.cfg.Dial(ctx, addr)
+		if err != nil {
+			closeAll()
+			return nil, &transport.PeerError{Rank: peer, Addr: addr, Op: "connect", Err: fmt.Errorf("lane %d: %w", lane, err)}
+		}
+		nonce := handshake.LaneNonce(m.cfg.Secret, first.hello[:], &first.nonceA, uint8(lane))
+		hs, err := m.dialHandshake(ctx, lc, w, peer, key, n, lane, &nonce)
+		if err != nil {
+			lc.Close()
+			closeAll()
+			return nil, err
+		}
+		conns, keys = append(conns, lc), append(keys, hs.keys)
+	}
+	return c.(LaneConn).LinkLanes(conns, keys, peer, addr, key.job, key.epoch, w.Rank), nil
 }
 
-// dialHandshake runs the dialer's side of the handshake on c and returns
-// the link's keys.
-func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.World, peer int, key worldKey) (framesec.Keys, error) {
-	var none framesec.Keys
+// handshaken is what the dialer's side of one connection's handshake yields:
+// the connection's keys, and the hello and acceptor nonce that the link's
+// further lanes are tied to.
+type handshaken struct {
+	keys   framesec.Keys
+	hello  [handshake.HelloSize]byte
+	nonceA [handshake.NonceSize]byte
+}
+
+// laneGroup is, on the accepting side, a link whose lanes are arriving:
+// lanes[i] is lane i's arrival, nil until it comes.
+type laneGroup struct{ lanes []*Arrival }
+
+// fits reports whether a, a lane past the first, belongs to g: the lane
+// is still missing and its hello carries the nonce that ties it to g's
+// first lane.
+func (g *laneGroup) fits(secret []byte, a *Arrival) bool {
+	if g == nil || a.hello.Lanes != uint8(len(g.lanes)) || g.lanes[a.hello.Lane] != nil {
+		return false
+	}
+	first := g.lanes[0]
+	want := handshake.LaneNonce(secret, first.helloBytes[:], &first.nonceA, a.hello.Lane)
+	return handshake.MACEqual(&want, &a.hello.Nonce)
+}
+
+func (g *laneGroup) complete() bool {
+	for _, a := range g.lanes {
+		if a == nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (g *laneGroup) link(peer int, addr string, job, epoch uint64, self int) transport.Link {
+	conns := make([]Conn, len(g.lanes))
+	keys := make([]framesec.Keys, len(g.lanes))
+	for i, a := range g.lanes {
+		conns[i], keys[i] = a.conn, a.keys
+	}
+	return conns[0].(LaneConn).LinkLanes(conns, keys, peer, addr, job, epoch, self)
+}
+
+// close drops an unfinished group's connections; g may be nil.
+func (g *laneGroup) close() {
+	if g == nil {
+		return
+	}
+	for _, a := range g.lanes {
+		if a != nil {
+			a.conn.Close()
+		}
+	}
+}
+
+// dialHandshake runs the dialer's side of the handshake on c, lane `lane`
+// of a link of `lanes`, and returns the connection's keys. A lane past the
+// first carries laneNonce as its hello's nonce.
+func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.World, peer int, key worldKey, lanes, lane int, laneNonce *[handshake.NonceSize]byte) (handshaken, error) {
+	var none handshaken
 	addr := w.Addrs[peer]
 	ioErr := func(err error) error {
 		if cerr := ctx.Err(); cerr != nil {
@@ -286,8 +402,14 @@ func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.Worl
 		To:       uint32(peer),
 		Size:     uint32(w.Size()),
 		Security: m.linkSecurity(c),
+		Lanes:    uint8(lanes),
+		Lane:     uint8(lane),
 	}
-	_, _ = rand.Read(hello.Nonce[:])
+	if laneNonce != nil {
+		hello.Nonce = *laneNonce
+	} else {
+		_, _ = rand.Read(hello.Nonce[:])
+	}
 	var hb [handshake.HelloSize]byte
 	hello.Encode(hb[:])
 	if err := c.WriteMsg(hb[:], false); err != nil {
@@ -340,5 +462,5 @@ func (m *Connector) dialHandshake(ctx context.Context, c Conn, w *transport.Worl
 	if err != nil {
 		return none, &transport.HandshakeError{Rank: peer, Addr: addr, Fatal: true, Reason: "link keys could not be derived: " + err.Error()}
 	}
-	return keys, nil
+	return handshaken{keys: keys, hello: hb, nonceA: ch.Nonce}, nil
 }

@@ -62,6 +62,31 @@ type Conn interface {
 	Link(peer int, addr string, job, epoch uint64, self int, keys framesec.Keys) transport.Link
 }
 
+// LaneConn is implemented by a Conn whose transport can stripe a link
+// over several connections (lanes). The dialer then opens Lanes()
+// connections per link, the first as always and each further one with a
+// Hello naming its lane and carrying handshake.LaneNonce, which ties it to
+// the first; the acceptor refuses a dialer that wants another number of
+// lanes than it does, and a lane it cannot tie to a first connection of
+// the same rank. Each lane gets its own keys from its own handshake.
+type LaneConn interface {
+	Conn
+	// Lanes is how many connections the link this connection opens is to
+	// have: 1 to handshake.MaxLanes. Both ends of a link must choose alike.
+	Lanes() int
+	// LinkLanes is Link for a link over lanes (lanes[0] is the receiver),
+	// with keys[i] protecting lane i's frames.
+	LinkLanes(lanes []Conn, keys []framesec.Keys, peer int, addr string, job, epoch uint64, self int) transport.Link
+}
+
+// lanesOf is how many lanes the link c opens is to have.
+func lanesOf(c Conn) int {
+	if lc, ok := c.(LaneConn); ok {
+		return min(max(lc.Lanes(), 1), handshake.MaxLanes)
+	}
+	return 1
+}
+
 // HostAware is implemented by a Conn that can tell whether its two ends are
 // on one host: the default data-plane setting leaves such links plain
 // (transport.SecurityDefault).
@@ -183,6 +208,10 @@ type Arrival struct {
 	hello  handshake.Hello
 	remote string
 	keys   framesec.Keys
+	// The hello as received and the acceptor's nonce: what the hellos of
+	// the link's further lanes are tied to (handshake.LaneNonce).
+	helloBytes [handshake.HelloSize]byte
+	nonceA     [handshake.NonceSize]byte
 	// Guarded by Connector.mu: set when a Connect takes the connection over
 	// from its parked goroutine, which claim then wakes.
 	claimed bool
@@ -324,6 +353,9 @@ func (m *Connector) acceptHandshake(c Conn, remote string) *Arrival {
 	if want := m.linkSecurity(c); status == handshake.StatusOK && hello.Security != want {
 		status, reason = handshake.RejectWrongWorld, fmt.Sprintf("data plane security %v, this side wants %v", hello.Security, want)
 	}
+	if want := lanesOf(c); status == handshake.StatusOK && int(hello.Lanes) != want {
+		status, reason = handshake.RejectWrongWorld, fmt.Sprintf("%d lanes per link, this side wants %d", hello.Lanes, want)
+	}
 	if status != handshake.StatusOK {
 		m.log(slog.LevelInfo, "refusing peer", "remote", remote, "rank", hello.From, "epoch", hello.Epoch, "status", status, "reason", reason)
 		writeChallenge(c, &handshake.Challenge{Status: status, Reason: reason})
@@ -372,7 +404,7 @@ func (m *Connector) acceptHandshake(c Conn, remote string) *Arrival {
 		writeVerdict(c, handshake.RejectMalformed, "link keys could not be derived")
 		return nil
 	}
-	return &Arrival{conn: c, hello: hello, remote: remote, keys: keys, claim: make(chan struct{})}
+	return &Arrival{conn: c, hello: hello, remote: remote, keys: keys, helloBytes: hb, nonceA: ch.Nonce, claim: make(chan struct{})}
 }
 
 func reasonOf(err error) string {
@@ -457,7 +489,7 @@ func (m *Connector) Route(a *Arrival) {
 		return
 	}
 	if pw := m.worlds[key]; pw != nil {
-		if len(pw.queue) >= pw.size {
+		if len(pw.queue) >= pw.size*handshake.MaxLanes {
 			m.mu.Unlock()
 			m.reject(a, handshake.RejectBusy, "too many connections for this world")
 			return
