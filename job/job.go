@@ -87,6 +87,7 @@ type Job struct {
 	queue    *laterQueue        // events raised on the driver's goroutine
 	stalls   *stallWatch        // the driver's half of the stall inspector
 	timeline *timeline.Timeline // the driver's part of Config.Timeline
+	record   *jobRecord         // Config.OutputDir's record.tsv; nil without it
 	byHand   []string           // members that joined without being launched (under mu)
 
 	done    chan struct{}
@@ -137,8 +138,14 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	if j.engine, err = heuristics.NewEngine(ecfg, cluster{j}, provisioner{j}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if cfg.OutputDir != "" {
+		if j.record, err = openJobRecord(cfg.OutputDir, cfg.JobID); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Timeline != "" {
 		if j.timeline, err = openDriverTimeline(cfg.Timeline, cfg.JobID); err != nil {
+			j.record.close()
 			return nil, err
 		}
 		j.cfg.Sinks = append(slices.Clone(cfg.Sinks), driverTimeline{j.timeline})
@@ -154,6 +161,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	if err != nil {
 		j.flushLater()
 		j.mergeTimeline()
+		j.record.close()
 		return nil, err
 	}
 	fail := func(err error) (*Job, error) {
@@ -163,6 +171,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		_ = j.driver.Close()
 		j.flushLater()
 		j.mergeTimeline()
+		j.record.close()
 		if j.jobFile != "" {
 			os.Remove(j.jobFile)
 		}
@@ -400,14 +409,16 @@ func (j *Job) launch(index int, host string, share int) (WorkerRef, error) {
 	env := slices.Concat(j.env, []string{envconfig.EnvLaunchIndex + "=" + strconv.Itoa(index)}, j.cfg.Env)
 	p, err := j.cfg.Launcher.Launch(j.workCtx, LaunchRequest{
 		Index: index, Host: host, Argv: j.cfg.Argv, Env: env, Share: share,
-		Output: func(stream string, line []byte) { j.emit(WorkerOutput{Worker: index, Stream: stream, Line: line}) },
-		Notice: j.notice,
+		Output:    func(stream string, line []byte) { j.emit(WorkerOutput{Worker: index, Stream: stream, Line: line}) },
+		Notice:    j.notice,
+		OutputDir: j.cfg.OutputDir,
 	})
 	if err != nil {
 		j.unreserve(host)
 		return WorkerRef{}, fmt.Errorf("job: starting worker %d: %w", index, err)
 	}
 	ref := WorkerRef{Index: index, Host: host, PID: p.PID()}
+	j.record.started(ref)
 	j.mu.Lock()
 	j.procs[index] = &proc{rec: WorkerRecord{WorkerRef: ref, State: Running, Started: time.Now()}, p: p}
 	j.mu.Unlock()
@@ -447,6 +458,7 @@ func (j *Job) await(index int, p Process) {
 	j.place.running[w.rec.Host]--
 	ev := WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}
 	j.mu.Unlock()
+	j.record.exited(ev)
 	j.emit(ev)
 	j.blacklistOnHostError(ev.Err)
 	j.mu.Lock()
@@ -551,6 +563,8 @@ func (j *Job) end(finishedAt time.Time) {
 	j.mu.Unlock()
 	o.Timeline = j.mergeTimeline()
 	j.outcome, j.err = o, o.Err()
+	j.record.ended(o)
+	j.record.close()
 	j.emit(JobEnded{At: now(), Outcome: o})
 	j.stopWorkers()
 	_ = j.driver.Close()
