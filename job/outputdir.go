@@ -125,7 +125,8 @@ type RecordedWorker struct {
 // job under churn starts many.
 const maxRecord = 64 << 20
 
-// ReadJobRecord reads the record in the job's directory dir.
+// ReadJobRecord reads the record in the job's directory dir: of the last job
+// run there.
 func ReadJobRecord(dir string) (JobRecord, error) {
 	f, err := os.Open(filepath.Join(dir, recordFile))
 	if err != nil {
@@ -142,7 +143,9 @@ func ReadJobRecord(dir string) (JobRecord, error) {
 		}
 		switch {
 		case fields[0] == "job" && len(fields) == 3:
-			rec.JobID = fields[1]
+			// A directory used again (--output-dir) holds the record of
+			// each job in turn: the last one is the job's.
+			rec, byIndex = JobRecord{JobID: fields[1]}, map[int]int{}
 			if rec.RunnerPID, err = strconv.Atoi(fields[2]); err != nil {
 				return bad()
 			}

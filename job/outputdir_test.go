@@ -13,6 +13,14 @@ import (
 // and refuses records that are not one.
 func TestJobRecord(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "job")
+	earlier, err := openJobRecord(dir, "job-0") // the directory used before
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlier.started(WorkerRef{Index: 0, PID: 99})
+	earlier.started(WorkerRef{Index: 2, PID: 98})
+	earlier.ended(Outcome{})
+	earlier.close()
 	r, err := openJobRecord(dir, "job-1")
 	if err != nil {
 		t.Fatal(err)
