@@ -187,7 +187,9 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return fail(fmt.Errorf("job: no host list from the discovery: %w", startCtx.Err()))
 	}
 
-	j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()}}.Environ()
+	// The job's minimum goes to every worker: one that takes over proposing
+	// (the driver out of its view for a while) must not form a smaller world.
+	j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()}, MinWorkers: cfg.MinWorkers}.Environ()
 	j.env = append(j.env, cfg.observabilityEnv()...)
 	if cfg.JobFile {
 		sweepJobFiles(os.TempDir(), cfg.Logger)
@@ -536,10 +538,40 @@ func (j *Job) supervise() {
 			prev = j.handle(prev)
 			j.pokeFloor()
 		case <-j.allExited:
+			if finished != nil {
+				finishedAt = j.awaitLateFinish(finished)
+			}
 			j.handle(prev)
 			j.end(finishedAt)
 			return
 		}
+	}
+}
+
+// lateReportWait bounds how long a job whose processes have all exited
+// still waits for a report that training is over (rule 1) before its
+// verdict. A worker sends the report and exits: when the driver is slow (a
+// loaded host, a -race build) or was frozen for a moment, it can see the
+// process exit before it has read the report, which is already in its
+// socket buffers, and would fail the job for "training did not finish".
+const lateReportWait = 2 * time.Second
+
+// awaitLateFinish waits, at most lateReportWait, for the driver to take a
+// report of the end of training that may still be in flight once every
+// process has exited; it returns when training was reported over (the
+// zero time if it was not).
+func (j *Job) awaitLateFinish(finished <-chan struct{}) time.Time {
+	t := time.NewTimer(lateReportWait)
+	defer t.Stop()
+	select {
+	case <-finished:
+		j.mu.Lock()
+		j.trainingOver = true
+		j.mu.Unlock()
+		j.emit(TrainingFinished{At: now()})
+		return time.Now()
+	case <-t.C:
+		return time.Time{}
 	}
 }
 
