@@ -76,6 +76,16 @@ type Config struct {
 	// (or Start fails); the files of launchers that died without removing
 	// theirs (named after their pid) are removed when a job starts.
 	JobFile bool
+	// OutputDir, when set, is the job's directory (created mode 0700 if
+	// missing, left in place after the job): each worker on this host writes
+	// its stdout and stderr to files there itself, worker-<index>.stdout and
+	// worker-<index>.stderr, which the runner reads back (the Sinks get the
+	// lines as without it), and the runner records its workers' starts and
+	// ends and the job's end in record.tsv (outputdir.go, ReadJobRecord).
+	// Workers then outlive the runner: without it they write to pipes to
+	// it, and a worker whose runner died (kill -9) dies of SIGPIPE at its
+	// next line. Launchers other than LocalLauncher may not use it.
+	OutputDir string
 
 	// StartTimeout bounds the job's start: the driver's start, the wait for
 	// the first host list, and the wait for the first world. The first world

@@ -158,3 +158,58 @@ func TestLastStepGetsTime(t *testing.T) {
 		})
 	}
 }
+
+// Rule 7 with a slow driver: the workers report the end of training and
+// exit, and the driver (loaded, or frozen for a moment) takes the report only
+// after it has seen every process exit. The job waits a moment for such a
+// late report before its verdict, instead of failing for "training did not
+// finish"; without any report it still fails.
+func TestLateEndOfTrainingReport(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		reported bool
+	}{
+		{"the report comes after the exits", true},
+		{"no report at all", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRecorder()
+			cfg := config(t, r, 2, envModes+"=exit")
+			d := &fakeDriver{finished: make(chan struct{}), launch: "0",
+				world: epoch.World{Number: 1, Members: []epoch.Member{{Name: "w0"}, {Name: "w1"}}}}
+			cfg.StartDriver = func(context.Context, driver.Config) (job.Driver, error) { return d, nil }
+			if tc.reported {
+				// The driver reads the report a moment after the exits.
+				cfg.Sinks = append(cfg.Sinks, &afterExits{n: 2, then: func() {
+					time.AfterFunc(200*time.Millisecond, func() { close(d.finished) })
+				}})
+			}
+			j, err := job.Start(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := j.Wait()
+			if o.TrainingFinished != tc.reported {
+				t.Fatalf("training finished %v, want %v (error %v)\n%s", o.TrainingFinished, tc.reported, err, describe(r.all()))
+			}
+			if !tc.reported && !errors.Is(err, job.ErrFailed) {
+				t.Fatalf("no report of the end, and the job did not fail: %v", err)
+			}
+		})
+	}
+}
+
+// afterExits calls then once n workers have exited (sinks are called one at
+// a time).
+type afterExits struct {
+	n    int
+	then func()
+}
+
+func (a *afterExits) Event(e job.Event) {
+	if _, ok := e.(job.WorkerExited); ok {
+		if a.n--; a.n == 0 {
+			a.then()
+		}
+	}
+}

@@ -87,6 +87,7 @@ type Job struct {
 	queue    *laterQueue        // events raised on the driver's goroutine
 	stalls   *stallWatch        // the driver's half of the stall inspector
 	timeline *timeline.Timeline // the driver's part of Config.Timeline
+	record   *jobRecord         // Config.OutputDir's record.tsv; nil without it
 	byHand   []string           // members that joined without being launched (under mu)
 
 	done    chan struct{}
@@ -137,8 +138,14 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	if j.engine, err = heuristics.NewEngine(ecfg, cluster{j}, provisioner{j}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if cfg.OutputDir != "" {
+		if j.record, err = openJobRecord(cfg.OutputDir, cfg.JobID); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Timeline != "" {
 		if j.timeline, err = openDriverTimeline(cfg.Timeline, cfg.JobID); err != nil {
+			j.record.close()
 			return nil, err
 		}
 		j.cfg.Sinks = append(slices.Clone(cfg.Sinks), driverTimeline{j.timeline})
@@ -154,6 +161,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	if err != nil {
 		j.flushLater()
 		j.mergeTimeline()
+		j.record.close()
 		return nil, err
 	}
 	fail := func(err error) (*Job, error) {
@@ -163,6 +171,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		_ = j.driver.Close()
 		j.flushLater()
 		j.mergeTimeline()
+		j.record.close()
 		if j.jobFile != "" {
 			os.Remove(j.jobFile)
 		}
@@ -178,7 +187,9 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return fail(fmt.Errorf("job: no host list from the discovery: %w", startCtx.Err()))
 	}
 
-	j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()}}.Environ()
+	// The job's minimum goes to every worker: one that takes over proposing
+	// (the driver out of its view for a while) must not form a smaller world.
+	j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()}, MinWorkers: cfg.MinWorkers}.Environ()
 	j.env = append(j.env, cfg.observabilityEnv()...)
 	if cfg.JobFile {
 		sweepJobFiles(os.TempDir(), cfg.Logger)
@@ -400,14 +411,16 @@ func (j *Job) launch(index int, host string, share int) (WorkerRef, error) {
 	env := slices.Concat(j.env, []string{envconfig.EnvLaunchIndex + "=" + strconv.Itoa(index)}, j.cfg.Env)
 	p, err := j.cfg.Launcher.Launch(j.workCtx, LaunchRequest{
 		Index: index, Host: host, Argv: j.cfg.Argv, Env: env, Share: share,
-		Output: func(stream string, line []byte) { j.emit(WorkerOutput{Worker: index, Stream: stream, Line: line}) },
-		Notice: j.notice,
+		Output:    func(stream string, line []byte) { j.emit(WorkerOutput{Worker: index, Stream: stream, Line: line}) },
+		Notice:    j.notice,
+		OutputDir: j.cfg.OutputDir,
 	})
 	if err != nil {
 		j.unreserve(host)
 		return WorkerRef{}, fmt.Errorf("job: starting worker %d: %w", index, err)
 	}
 	ref := WorkerRef{Index: index, Host: host, PID: p.PID()}
+	j.record.started(ref)
 	j.mu.Lock()
 	j.procs[index] = &proc{rec: WorkerRecord{WorkerRef: ref, State: Running, Started: time.Now()}, p: p}
 	j.mu.Unlock()
@@ -447,6 +460,7 @@ func (j *Job) await(index int, p Process) {
 	j.place.running[w.rec.Host]--
 	ev := WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}
 	j.mu.Unlock()
+	j.record.exited(ev)
 	j.emit(ev)
 	j.blacklistOnHostError(ev.Err)
 	j.mu.Lock()
@@ -524,10 +538,40 @@ func (j *Job) supervise() {
 			prev = j.handle(prev)
 			j.pokeFloor()
 		case <-j.allExited:
+			if finished != nil {
+				finishedAt = j.awaitLateFinish(finished)
+			}
 			j.handle(prev)
 			j.end(finishedAt)
 			return
 		}
+	}
+}
+
+// lateReportWait bounds how long a job whose processes have all exited
+// still waits for a report that training is over (rule 1) before its
+// verdict. A worker sends the report and exits: when the driver is slow (a
+// loaded host, a -race build) or was frozen for a moment, it can see the
+// process exit before it has read the report, which is already in its
+// socket buffers, and would fail the job for "training did not finish".
+const lateReportWait = 2 * time.Second
+
+// awaitLateFinish waits, at most lateReportWait, for the driver to take a
+// report of the end of training that may still be in flight once every
+// process has exited; it returns when training was reported over (the
+// zero time if it was not).
+func (j *Job) awaitLateFinish(finished <-chan struct{}) time.Time {
+	t := time.NewTimer(lateReportWait)
+	defer t.Stop()
+	select {
+	case <-finished:
+		j.mu.Lock()
+		j.trainingOver = true
+		j.mu.Unlock()
+		j.emit(TrainingFinished{At: now()})
+		return time.Now()
+	case <-t.C:
+		return time.Time{}
 	}
 }
 
@@ -551,6 +595,8 @@ func (j *Job) end(finishedAt time.Time) {
 	j.mu.Unlock()
 	o.Timeline = j.mergeTimeline()
 	j.outcome, j.err = o, o.Err()
+	j.record.ended(o)
+	j.record.close()
 	j.emit(JobEnded{At: now(), Outcome: o})
 	j.stopWorkers()
 	_ = j.driver.Close()

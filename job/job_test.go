@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/job"
 	"github.com/gorovod/gorovod/observe/timeline"
 )
@@ -126,11 +127,20 @@ func TestRunTrainsToTheEnd(t *testing.T) {
 	evs := r.all()
 	kinds := map[string][]int{} // event type → positions
 	steps := map[int]int{}      // launch index → committed steps printed
+	minimum := map[int]string{} // launch index → the minimum its environment gave it
 	for i, e := range evs {
 		kinds[fmt.Sprintf("%T", e)] = append(kinds[fmt.Sprintf("%T", e)], i)
 		if out, ok := e.(job.WorkerOutput); ok && out.Stream == "stdout" && strings.HasPrefix(string(out.Line), `{"step"`) {
 			steps[out.Worker]++
 		}
+		if out, ok := e.(job.WorkerOutput); ok && out.Stream == "stdout" && strings.HasPrefix(string(out.Line), "min workers ") {
+			minimum[out.Worker] = string(out.Line)
+		}
+	}
+	// Each worker's environment carries the job's minimum
+	// (GOROVOD_MIN_WORKERS), which a worker taking over proposing keeps to.
+	if minimum[0] != "min workers 2" || minimum[1] != "min workers 2" {
+		t.Fatalf("the minimum each worker read from its environment: %v, want 2 for both", minimum)
 	}
 	first := func(k string) int { return kinds["job."+k][0] }
 	if len(kinds["job.JobStarted"]) != 1 || len(kinds["job.WorkerStarted"]) != 2 || len(kinds["job.WorkerExited"]) != 2 ||
@@ -284,8 +294,13 @@ func TestHandStartedWorkerJoins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(j.JobFile()); err != nil {
+	jobFile, err := os.ReadFile(j.JobFile())
+	if err != nil {
 		t.Fatalf("job file: %v", err)
+	}
+	// A worker started by hand learns the job's minimum too.
+	if want := envconfig.EnvMinWorkers + "=1"; !slices.Contains(j.Environ(), want) || !strings.Contains(string(jobFile), want) {
+		t.Fatalf("the job's environment %q and file %q lack %s", j.Environ(), jobFile, want)
 	}
 	r.waitFor(t, "a world of 1", worldOf(1))
 	hand := exec.Command(os.Args[0])

@@ -61,6 +61,10 @@ type LaunchRequest struct {
 	// "stderr"; the line is valid only during the call. Calls for one process
 	// come one at a time.
 	Output func(stream string, line []byte)
+	// OutputDir, when set, is the job's directory (Config.OutputDir): a
+	// launcher that can has the process write its output to files there
+	// (OutputFiles names them), so that it outlives the launcher.
+	OutputDir string
 	// Notice reports something a person should know (a worker that gets no
 	// GPU of its own), as a sentence.
 	Notice func(msg string)
@@ -152,9 +156,13 @@ func (l *LocalLauncher) Launch(ctx context.Context, r LaunchRequest) (Process, e
 	if err != nil {
 		return nil, err
 	}
-	p, err := launch.StartProcess(ctx, launch.ProcessSpec{
+	spec := launch.ProcessSpec{
 		Argv: r.Argv, Env: env, Output: r.Output, StopSignal: StopSignal, StopGrace: l.StopGrace, CPUs: pin,
-	})
+	}
+	if r.OutputDir != "" {
+		spec.OutputFiles = OutputFiles(r.OutputDir, r.Index)
+	}
+	p, err := launch.StartProcess(ctx, spec)
 	if err != nil {
 		l.devices.release(r.Index)
 		return nil, err

@@ -104,6 +104,9 @@ func train(steps int64, stepTime time.Duration) error {
 	if err != nil {
 		return err
 	}
+	// What a takeover would require of a world (the job's minimum, from
+	// GOROVOD_MIN_WORKERS): TestRunTrainsToTheEnd checks it.
+	fmt.Printf("min workers %d\n", cfg.MinWorkers)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
 	defer stop()
 	leave := make(chan os.Signal, 1)

@@ -59,4 +59,7 @@ func TestWorkerConfigDefaults(t *testing.T) {
 	if _, err := StartWorker(context.Background(), WorkerConfig{Secret: []byte("s")}, NewState()); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("StartWorker without a job id: %v", err)
 	}
+	if _, err := StartWorker(context.Background(), WorkerConfig{JobID: "j", Secret: []byte("s"), MinWorkers: -1}, NewState()); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("StartWorker with a negative minimum: %v", err)
+	}
 }

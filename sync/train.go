@@ -183,7 +183,8 @@ type TrainConfig struct {
 	// joins that job; otherwise, when the launcher started it (UnderLauncher),
 	// the job, secret, seeds, launch name and addresses (the transport's
 	// listen address, the gossip bind address) come from the environment
-	// (WorkerConfigFromEnv) and the rest of Worker applies; otherwise it
+	// (WorkerConfigFromEnv), Worker.MinWorkers is raised to the job's minimum
+	// (GOROVOD_MIN_WORKERS) if lower, and the rest of Worker applies; otherwise it
 	// trains alone, in a world of one, through the same session (Worker.Session
 	// applies).
 	Worker WorkerConfig
@@ -375,6 +376,10 @@ func join(ctx context.Context, cfg WorkerConfig, state *State) (member, error) {
 			return nil, err
 		}
 		cfg.JobID, cfg.Secret, cfg.Seeds, cfg.Launch = env.JobID, env.Secret, env.Seeds, env.Launch
+		// The job's minimum is a floor: a trainer's own MinWorkers may only
+		// raise it, or a worker that takes over proposing could train below
+		// what the job was started with.
+		cfg.MinWorkers = max(cfg.MinWorkers, env.MinWorkers)
 		cfg.Transport.ListenAddr = env.Transport.ListenAddr
 		if cfg.Session.RecoveryTimeout == 0 {
 			cfg.Session.RecoveryTimeout = env.Session.RecoveryTimeout

@@ -51,8 +51,11 @@ type WorkerConfig struct {
 	// DisableStats stops sending step statistics to the driver (its
 	// autoscaling engine then sees nothing of this worker).
 	DisableStats bool
-	// MinWorkers is what a worker that takes over proposing (the job's driver
-	// is gone) requires of a world; default 1.
+	// MinWorkers is what a worker that takes over proposing (no driver in
+	// its view for the takeover grace) requires of a world: it proposes none
+	// smaller, and waits for that many ready workers instead. Default 1;
+	// under a launcher it is at least the job's minimum (GOROVOD_MIN_WORKERS,
+	// see WorkerConfigFromEnv and TrainConfig.Worker).
 	MinWorkers int
 	// Launch is the launcher's name for this process (GOROVOD_LAUNCH_INDEX),
 	// published in its membership metadata so that the launcher can tell its
@@ -87,6 +90,9 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 	if c.Transport.IOTimeout == 0 {
 		c.Transport.IOTimeout = WorkerIOTimeout
 	}
+	if c.MinWorkers < 0 {
+		return c, fmt.Errorf("%w: WorkerConfig.MinWorkers %d is negative", ErrInvalidConfig, c.MinWorkers)
+	}
 	if c.MinWorkers == 0 {
 		c.MinWorkers = 1
 	}
@@ -97,7 +103,8 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 }
 
 // WorkerConfigFromEnv returns the configuration `gorovod run` hands its workers
-// through the environment (GOROVOD_JOB_ID, GOROVOD_SECRET, GOROVOD_SEEDS, ...).
+// through the environment (GOROVOD_JOB_ID, GOROVOD_SECRET, GOROVOD_SEEDS,
+// GOROVOD_MIN_WORKERS, ...).
 func WorkerConfigFromEnv() (WorkerConfig, error) {
 	w, err := envconfig.LoadElastic(os.Getenv)
 	if err != nil {
@@ -109,6 +116,9 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	cfg.Transport.TCP.Lanes = w.TCPLanes
 	if w.ElasticTimeout > 0 {
 		cfg.Session.RecoveryTimeout = w.ElasticTimeout
+	}
+	if w.MinWorkers > 0 {
+		cfg.MinWorkers = w.MinWorkers
 	}
 	if err := bindGossip(&cfg.Membership, w.GossipAddr); err != nil {
 		return WorkerConfig{}, err
@@ -396,16 +406,24 @@ const reconnectEvery = time.Second
 // the world the driver went on with and, left out of it, comes back as a new
 // member.
 func (w *Worker) reconnect(m *membership.Member, done <-chan struct{}) {
+	inView := func() bool {
+		return slices.ContainsFunc(m.Members(), func(n membership.Node) bool { return n.Meta.Role == membership.RoleDriver })
+	}
+	// The worker has just joined through the seeds: the driver is in its
+	// view now, if the job has one. Looked at only at the first tick, a
+	// second later, a worker cut off within that second (a partition right
+	// after it joined) would never have seen the driver, and would never
+	// reconnect: the two sides would stay apart after the partition healed.
+	seen := inView()
 	tick := time.NewTicker(reconnectEvery)
 	defer tick.Stop()
-	seen := false
 	for {
 		select {
 		case <-done:
 			return
 		case <-tick.C:
 		}
-		driver := slices.ContainsFunc(m.Members(), func(n membership.Node) bool { return n.Meta.Role == membership.RoleDriver })
+		driver := inView()
 		if driver || !seen {
 			seen = seen || driver
 			continue

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,22 +152,64 @@ func TestRunAcrossHosts(t *testing.T) {
 // TestRunAcrossHostsPartition cuts one host's link for 5 s and plugs it
 // back (issue 12 case b): the others train on without its workers, which
 // come back as new members once the network heals; the job ends with exit
-// status 0 and every invariant.
+// status 0 and every invariant. The cut comes at step 20, or as soon as the
+// driver proposed the 4-worker world, on the host of the worker that joined
+// last: a
+// worker cut off within a second of joining must still go back to the
+// driver once the network heals (it used to look at its view for the driver
+// only a second after it joined, and, never having seen it, never
+// reconnected: its side trained on alone).
 func TestRunAcrossHostsPartition(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts hosts and real worker processes; skipped with -short")
 	}
-	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhpart", SSHPort: 2222}, 3)
-	const samples, steps = 1200, 500
-	h := hostJob(t, n, hs[0], []string{"--np", "4", "--min-np", "2", "-H", hs[1].Name + ":2," + hs[2].Name + ":2"},
-		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
-		"--model-size", "20000", "--compute", "2ms")
-	h.waitFor(t, "a 4-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 4 })
-	cutAndHeal(t, h, hs[2], 2, 4)
-	h.waitExit(t, 2*time.Minute)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+	joinedRe := regexp.MustCompile(`(?m)^\[(\d+)\] time=(\S+) level=INFO msg="membership: joined"`)
+	for _, tc := range []struct {
+		name      string
+		justAfter bool // cut right after the world formed, the last joiner's host
+	}{
+		{"at step 20", false},
+		{"right after the last join", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhpart", SSHPort: 2222}, 3)
+			const samples, steps = 1200, 500
+			trainer := []string{"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
+				"--model-size", "20000", "--compute", "2ms"}
+			run := []string{"--np", "4", "--min-np", "2", "-H", hs[1].Name + ":2," + hs[2].Name + ":2"}
+			if tc.justAfter {
+				// The workers log when they joined, the driver when it
+				// proposed a world.
+				trainer, run = append(trainer, "-v"), append(run, "-v")
+			}
+			// Workers 0 and 1 run on hs[1], 2 and 3 on hs[2].
+			h := hostJob(t, n, hs[0], run, trainer...)
+			cut := hs[2]
+			if !tc.justAfter {
+				h.waitFor(t, "a 4-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 4 })
+			} else {
+				h.waitLog(t, "a 4-worker world proposed", 90*time.Second, regexp.MustCompile(`msg=proposed epoch=\d+ size=4`))
+				last, lastAt := -1, ""
+				for _, m := range joinedRe.FindAllStringSubmatch(h.logText(), -1) {
+					if i, err := strconv.Atoi(m[1]); err == nil && m[2] > lastAt { // RFC 3339 times of one clock sort as strings
+						last, lastAt = i, m[2]
+					}
+				}
+				if last < 0 {
+					t.Fatalf("no worker said it joined:\n%s", h.logText())
+				}
+				if last < 2 {
+					cut = hs[1]
+				}
+				t.Logf("worker %d joined last (%s): cutting %s at step %d", last, lastAt, cut.Name, h.step())
+			}
+			cutAndHeal(t, h, cut, 2, 4)
+			h.waitExit(t, 2*time.Minute)
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			checkElasticInvariantsSteps(t, h.lines, samples, steps)
+		})
+	}
 }
 
 // TestRunHostDiscoveryScript runs a job whose hosts come from a discovery

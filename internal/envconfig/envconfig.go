@@ -40,6 +40,12 @@ const (
 	// past it, the worker gives up with an error. Default: the session's
 	// (sync.Config.RecoveryTimeout, 10 minutes).
 	EnvElasticTimeout = "GOROVOD_ELASTIC_TIMEOUT"
+	// EnvMinWorkers is the job's minimum number of workers (gorovod run's
+	// --min-np, job.Config.MinWorkers), a positive integer. A worker that
+	// takes over proposing worlds (the driver out of its view for the
+	// takeover grace) proposes none smaller: without it, a lone worker could
+	// form a world of one while the driver forms its own. Unset: 1.
+	EnvMinWorkers = "GOROVOD_MIN_WORKERS"
 	// EnvLaunchIndex is the launcher's number for the process (0, 1, ... in
 	// start order, never reused), unlike a rank, which changes with the world.
 	EnvLaunchIndex = "GOROVOD_LAUNCH_INDEX"
@@ -231,6 +237,8 @@ type ElasticWorker struct {
 	Security transport.Security
 	// TCPLanes is EnvTCPLanes (0 when not set: the transport's choice).
 	TCPLanes int
+	// MinWorkers is EnvMinWorkers (0: not set).
+	MinWorkers int
 }
 
 // LoadElastic reads an ElasticWorker through getenv.
@@ -269,6 +277,11 @@ func LoadElastic(getenv func(string) string) (ElasticWorker, error) {
 			return w, fmt.Errorf("%s=%q is not a positive duration", EnvElasticTimeout, v)
 		}
 	}
+	if v := getenv(EnvMinWorkers); v != "" {
+		if w.MinWorkers, err = strconv.Atoi(v); err != nil || w.MinWorkers < 1 {
+			return w, fmt.Errorf("%s=%q is not a positive number of workers", EnvMinWorkers, v)
+		}
+	}
 	if w.ListenAddr == "" || w.GossipAddr == "" {
 		a, err := bindAddr(w.NetworkInterface, w.Seeds[0])
 		if err != nil {
@@ -302,6 +315,9 @@ func (w ElasticWorker) Environ() []string {
 	}
 	env = appendSecurity(env, w.Security)
 	env = appendLanes(env, w.TCPLanes)
+	if w.MinWorkers > 0 {
+		env = append(env, EnvMinWorkers+"="+strconv.Itoa(w.MinWorkers))
+	}
 	return appendAddressing(env, w.NetworkInterface, w.AdvertiseAddr)
 }
 

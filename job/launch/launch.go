@@ -252,6 +252,14 @@ type ProcessSpec struct {
 	// CPUs pins the process to these CPUs (see Placement and PlaceCPUs);
 	// nil lets it run anywhere.
 	CPUs []int
+	// OutputFiles, when set, is a path prefix: the process writes its
+	// stdout to OutputFiles+".stdout" and its stderr to
+	// OutputFiles+".stderr" itself (created mode 0600, appended to), and
+	// Output receives their lines as the files grow. Unlike a pipe, whose
+	// writer dies of SIGPIPE (or gets EPIPE) once its reader has gone, a
+	// file keeps the process's output and the process alive when this
+	// process dies. Default: pipes to this process.
+	OutputFiles string
 }
 
 // DefaultStopGrace is how long a process stopped by its context has to exit
@@ -289,13 +297,37 @@ func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 	out := func(_ int, stream string, line []byte) { spec.Output(stream, line) }
 	stdout := &lineWriter{stream: "stdout", out: out}
 	stderr := &lineWriter{stream: "stderr", out: out}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := startOn(cmd, spec.CPUs); err != nil {
+	var files *outputFiles
+	if spec.OutputFiles != "" {
+		var err error
+		if files, err = openOutputFiles(spec.OutputFiles, stdout, stderr); err != nil {
+			return nil, err
+		}
+		cmd.Stdout, cmd.Stderr = files.stdout.w, files.stderr.w
+	} else {
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+	}
+	err := startOn(cmd, spec.CPUs)
+	if files != nil {
+		files.closeWriters() // the child holds its own copies
+	}
+	if err != nil {
+		if files != nil {
+			files.close()
+		}
 		return nil, err
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{})}
+	exited := make(chan struct{})
+	if files != nil {
+		go files.follow(exited)
+	}
 	go func() {
 		err := cmd.Wait()
+		if files != nil {
+			close(exited)
+			<-files.drained
+		}
 		stdout.flush()
 		stderr.flush()
 		p.err = err

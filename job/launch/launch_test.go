@@ -93,6 +93,12 @@ func child(mode string) int {
 		time.Sleep(time.Hour)
 	case "launcher":
 		return remoteLauncherChild()
+	case "lines":
+		for i := range 1000 {
+			fmt.Printf("line %d\n", i)
+		}
+		fmt.Fprintf(os.Stderr, "no newline at the end")
+		return 0
 	}
 	return 5
 }

@@ -13,8 +13,17 @@ import (
 // training, for the members of its world that are still finishing.
 const finishHold = time.Minute
 
-// holdPoll is how often Finish looks whether those members are done.
+// holdPoll is how often Finish looks whether those members are done, or
+// whether its report has reached a proposer.
 const holdPoll = 50 * time.Millisecond
+
+// finishReportWait bounds how long Finish waits for a proposer to take its
+// report when none is in view (the driver out of this worker's gossip view
+// for a moment under load, as a frozen or starved process is): long enough
+// for gossip to bring the driver back, or for a worker to take over from a
+// driver that is gone (epoch.DefaultTakeoverGrace, plus
+// epoch.DefaultMinorityGrace without a quorum).
+const finishReportWait = 15 * time.Second
 
 // AgentConfig configures a worker's side of the epoch protocol.
 type AgentConfig struct {
@@ -93,7 +102,11 @@ func (a *Agent) ReportFailure(number uint64, blamed string, cause error) {
 }
 
 // Finish tells the proposer that training finished on this worker, at epoch
-// number, and returns once the message is sent. A worker that proposes
+// number, and returns once the message is sent. When no proposer is in view,
+// or the send fails, it tries again until one takes it, for at most
+// finishReportWait: a worker that left without telling would leave the job
+// unaware that training is over (it would then fail for "training did not
+// finish"). A worker that proposes
 // epochs itself stays until the members of its world that are still
 // training have finished or gone (at most a minute): its successor would not
 // know that training is over.
@@ -105,6 +118,9 @@ func (a *Agent) Finish(ctx context.Context, number uint64) error {
 	case <-sent:
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	if err := a.awaitDoneTaken(ctx); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, finishHold)
 	defer cancel()
@@ -124,6 +140,28 @@ func (a *Agent) Finish(ctx context.Context, number uint64) error {
 		case <-tick.C:
 		case <-ctx.Done():
 			return nil // the hold is a courtesy: its end is no failure
+		}
+	}
+}
+
+// awaitDoneTaken waits, at most finishReportWait, until the end-of-training
+// report has been handed to a proposer (epoch.Follower.DonePending). Only
+// ctx's end is an error: a report that could not be delivered in time is
+// given up (the job then learns the end from the other workers, if any).
+func (a *Agent) awaitDoneTaken(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, finishReportWait)
+	defer cancel()
+	tick := time.NewTicker(holdPoll)
+	defer tick.Stop()
+	for {
+		pending, err := query(wctx, a.loop, a.fol.DonePending)
+		if err != nil || !pending {
+			return ctx.Err()
+		}
+		select {
+		case <-tick.C:
+		case <-wctx.Done():
+			return ctx.Err()
 		}
 	}
 }

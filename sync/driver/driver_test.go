@@ -74,6 +74,11 @@ type agent struct {
 
 func startAgent(t *testing.T, ctx context.Context, seed string, min int) *agent {
 	t.Helper()
+	return startAgentLogged(t, ctx, seed, min, nil)
+}
+
+func startAgentLogged(t *testing.T, ctx context.Context, seed string, min int, log *slog.Logger) *agent {
+	t.Helper()
 	mc := membership.DefaultConfig()
 	mc.Secret, mc.Seeds = []byte(secret), []string{seed}
 	m, err := membership.Join(ctx, mc, membership.Meta{JobID: jobID, Role: membership.RoleWorker, CollectiveAddr: "127.0.0.1:1"})
@@ -81,7 +86,7 @@ func startAgent(t *testing.T, ctx context.Context, seed string, min int) *agent 
 		t.Fatal(err)
 	}
 	ag := &agent{name: m.Name(), m: m, news: make(chan struct{}, 1)}
-	ag.a = driver.StartAgent(m, driver.AgentConfig{MinWorkers: min, OnAdopt: func(w epoch.World) {
+	ag.a = driver.StartAgent(m, driver.AgentConfig{MinWorkers: min, Logger: log, OnAdopt: func(w epoch.World) {
 		ag.mu.Lock()
 		ag.seen = append(ag.seen, w)
 		ag.mu.Unlock()
@@ -256,6 +261,76 @@ func TestAgentTakesOverFromDeadDriver(t *testing.T) {
 	for _, ag := range ags {
 		ag.await(t, "the newcomer admitted", func(x epoch.World) bool { return x.Number >= three.Number })
 		ag.checkIncreasing(t)
+	}
+}
+
+// decisions keeps the protocol decisions an agent logs (its messages with
+// their attributes), for a test to wait on one.
+type decisions struct {
+	mu   stdsync.Mutex
+	said []string
+}
+
+func (d *decisions) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (d *decisions) WithAttrs([]slog.Attr) slog.Handler           { return d }
+func (d *decisions) WithGroup(string) slog.Handler                { return d }
+func (d *decisions) Handle(_ context.Context, rec slog.Record) error {
+	line := rec.Message
+	rec.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	d.mu.Lock()
+	d.said = append(d.said, line)
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *decisions) lines() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.said)
+}
+
+func (d *decisions) saidAny(pred func(string) bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.ContainsFunc(d.said, pred)
+}
+
+// The job's driver is out of view while the world is still forming (a
+// starved, frozen or dead driver): the lone ready worker takes over
+// proposing, but with the job's minimum of 3 (what gorovod run hands every
+// worker as GOROVOD_MIN_WORKERS) it forms no world of one: it waits, and
+// proposes the first world once three workers are ready.
+func TestAgentTakeoverKeepsTheMinimum(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d := startDriver(t, ctx, 3, nil)
+	said := &decisions{}
+	first := startAgentLogged(t, ctx, d.GossipAddr(), 3, slog.New(said))
+	seed := first.m.Local().Addr.String()
+	d.Close()
+	proposed := func(l string) bool { return strings.HasPrefix(l, "proposed") }
+	waitUntil(t, "the lone worker to take over and decide", func() bool {
+		return said.saidAny(func(l string) bool { return strings.HasPrefix(l, "no driver:") }) &&
+			said.saidAny(func(l string) bool { return proposed(l) || strings.HasPrefix(l, "waiting for enough workers") })
+	})
+	if w := first.latest(); w.Number != 0 || said.saidAny(proposed) {
+		t.Fatalf("a lone worker that took over formed %v, below the job's minimum of 3", w)
+	}
+	if !said.saidAny(func(l string) bool {
+		return strings.HasPrefix(l, "waiting for enough workers") && strings.Contains(l, "min=3")
+	}) {
+		t.Fatalf("the worker that took over did not wait for the minimum of 3: %q", said.lines())
+	}
+	second := startAgent(t, ctx, seed, 3)
+	third := startAgent(t, ctx, seed, 3)
+	for _, ag := range []*agent{first, second, third} {
+		w := ag.await(t, "the three in one world", func(w epoch.World) bool { return len(w.Members) == 3 })
+		if w.Number != 1 {
+			t.Fatalf("%s: the first world is %v, want number 1 with all three", ag.name, w)
+		}
 	}
 }
 

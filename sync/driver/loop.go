@@ -154,6 +154,10 @@ func (l *loop) run() {
 		case name := <-l.gone:
 			l.refused(name)
 		case c := <-l.calls:
+			// Sends that failed before this call are the machine's first:
+			// a call that asks about a report (Agent.Finish) must see that
+			// its send failed.
+			l.drainFailed()
 			var wg stdsync.WaitGroup
 			l.carry(c.f(time.Now()), &wg)
 			go func() {
@@ -162,6 +166,18 @@ func (l *loop) run() {
 			}()
 		case <-fire:
 			l.carry(l.mach.Tick(time.Now()), nil)
+		}
+	}
+}
+
+// drainFailed hands the send failures queued so far to the machine.
+func (l *loop) drainFailed() {
+	for {
+		select {
+		case f := <-l.failed:
+			l.sendFailed(f)
+		default:
+			return
 		}
 	}
 }

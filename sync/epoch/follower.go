@@ -65,6 +65,14 @@ type Follower struct {
 	// sent again every ReportEvery, as the network may lose it.
 	pending  *Message
 	resendAt time.Time
+	// done is the end-of-training report while no proposer has it yet: no
+	// proposer was in view (the driver briefly out of this worker's gossip
+	// view, a load spike), or its send failed. It is routed again every
+	// ReportEvery and as soon as a proposer comes into view: without it the
+	// job would never learn that training is over (see DonePending).
+	done       *Message
+	doneAt     time.Time
+	doneWarned bool // Unroutable was said for it once
 	// outForGood: the proposer said this worker will not be admitted again.
 	outForGood bool
 	out        []Output
@@ -135,6 +143,9 @@ func (f *Follower) Step(now time.Time, in Input) []Output {
 		f.setPeer(in.Peer)
 		f.toProposer(now, in)
 		f.elect(now)
+		if f.done != nil && in.Peer.Driver {
+			f.routeDone(now) // the driver is back in view
+		}
 	case PeerGone:
 		if f.view[in.Name].Driver {
 			f.driverSeen = now
@@ -168,7 +179,14 @@ func (f *Follower) Step(now time.Time, in Input) []Output {
 	case SetMinWorkers:
 		f.cfg.Proposer.MinWorkers = in.N
 		f.toProposer(now, in)
-	case SendFailed, Evict:
+	case SendFailed:
+		if in.Msg.Kind == MsgDone && f.done == nil {
+			// Not delivered: keep it, and try again (routeDone).
+			msg := in.Msg
+			f.done, f.doneAt = &msg, now.Add(f.cfg.ReportEvery)
+		}
+		f.toProposer(now, in)
+	case Evict:
 		f.toProposer(now, in)
 	case ReportFailure:
 		msg := Message{Kind: MsgFailure, Number: in.Number, Blamed: in.Blamed, Cause: in.Cause}
@@ -177,7 +195,8 @@ func (f *Follower) Step(now time.Time, in Input) []Output {
 		}
 		f.route(now, msg)
 	case ReportDone:
-		f.route(now, Message{Kind: MsgDone, Number: in.Number})
+		f.done = &Message{Kind: MsgDone, Number: in.Number}
+		f.routeDone(now)
 	}
 	return f.flush()
 }
@@ -191,6 +210,9 @@ func (f *Follower) Tick(now time.Time) []Output {
 		f.resendAt = now.Add(f.cfg.ReportEvery)
 		f.route(now, *f.pending)
 	}
+	if f.done != nil && !now.Before(f.doneAt) {
+		f.routeDone(now)
+	}
 	if f.prop != nil {
 		f.forward(f.prop.Tick(now))
 	}
@@ -203,6 +225,9 @@ func (f *Follower) Deadline() time.Time {
 	d := f.electAt
 	if f.pending != nil && (d.IsZero() || f.resendAt.Before(d)) {
 		d = f.resendAt
+	}
+	if f.done != nil && (d.IsZero() || f.doneAt.Before(d)) {
+		d = f.doneAt
 	}
 	if f.prop != nil {
 		if pd := f.prop.Deadline(); !pd.IsZero() && (d.IsZero() || pd.Before(d)) {
@@ -286,6 +311,32 @@ func (f *Follower) route(now time.Time, msg Message) {
 	case lead == "" || lead == f.cfg.Self:
 		f.emit(Unroutable{Msg: msg})
 	default:
+		f.emit(Send{To: lead, Msg: msg})
+	}
+}
+
+// DonePending reports whether the end-of-training report (ReportDone) has not
+// been handed to a proposer yet: none was in view, or its send failed. A
+// worker that leaves before it is handed over leaves the job unaware that
+// training is over.
+func (f *Follower) DonePending() bool { return f.done != nil }
+
+// routeDone hands the end-of-training report to the member that proposes, or
+// keeps it for later when none is in view.
+func (f *Follower) routeDone(now time.Time) {
+	msg := *f.done
+	switch lead := f.Lead(); {
+	case lead == f.cfg.Self && f.prop != nil:
+		f.done = nil
+		f.forward(f.prop.Step(now, Received{From: f.cfg.Self, Msg: msg}))
+	case lead == "" || lead == f.cfg.Self:
+		f.doneAt = now.Add(f.cfg.ReportEvery)
+		if !f.doneWarned {
+			f.doneWarned = true
+			f.emit(Unroutable{Msg: msg})
+		}
+	default:
+		f.done = nil // a failed send comes back as SendFailed
 		f.emit(Send{To: lead, Msg: msg})
 	}
 }

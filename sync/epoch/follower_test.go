@@ -91,6 +91,26 @@ func TestFollower(t *testing.T) {
 			{2 * ms, ready("a"), nil},
 			{3 * ms, epoch.ReportDone{Number: 3}, outs(send("a", done(3)))},
 		}},
+		{name: "an end-of-training report while no proposer is in view is kept, and sent once the driver is back", self: "b", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("b"), nil},
+			// Gossip declares the driver dead (it was starved or frozen for a moment).
+			{10 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
+			{20 * ms, epoch.ReportDone{Number: 3}, outs(epoch.Unroutable{Msg: done(3)})},
+			{1019 * ms, nil, nil},
+			{1020 * ms, nil, nil}, // tried again: still nobody to take it (said once)
+			{1500 * ms, driverSeen("x"), outs(send("x", done(3)))},
+			{2600 * ms, nil, nil}, // handed over: not sent again
+		}},
+		{name: "an end-of-training report whose send failed is sent again a second later", self: "b", script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("b"), nil},
+			{10 * ms, epoch.ReportDone{Number: 3}, outs(send("x", done(3)))},
+			{20 * ms, epoch.SendFailed{To: "x", Msg: done(3)}, nil},
+			{1019 * ms, nil, nil},
+			{1020 * ms, nil, outs(send("x", done(3)))},
+			{2100 * ms, nil, nil},
+		}},
 		{name: "a failure report is sent again every second until a newer epoch comes", self: "b", script: []step{
 			{0, driverSeen("x"), nil},
 			{0, from("x", epochMsg(world(2, "a", "b"))), outs(adopted(world(2, "a", "b")), ack("x", world(2, "a", "b")))},
@@ -198,5 +218,69 @@ func TestFollowerGraceFromStart(t *testing.T) {
 	}
 	if f.Proposer() == nil || f.Latest().Number != 1 {
 		t.Fatalf("proposer %v, latest %v", f.Proposer(), f.Latest())
+	}
+}
+
+// TestFollowerDonePending: the end-of-training report counts as pending until
+// it is handed to a proposer (the worker must not leave before, see
+// driver.Agent.Finish).
+func TestFollowerDonePending(t *testing.T) {
+	f := epoch.NewFollower(epoch.FollowerConfig{Self: "b"}, t0)
+	f.Step(t0, driverSeen("x"))
+	f.Step(t0, ready("b"))
+	f.Step(t0.Add(10*ms), epoch.PeerGone{Name: "x", Failed: true})
+	if f.DonePending() {
+		t.Fatal("pending before any report")
+	}
+	f.Step(t0.Add(20*ms), epoch.ReportDone{Number: 3})
+	if !f.DonePending() {
+		t.Fatal("not pending although no proposer was in view")
+	}
+	f.Step(t0.Add(30*ms), driverSeen("x"))
+	if f.DonePending() {
+		t.Fatal("still pending after it was sent to the driver")
+	}
+	f.Step(t0.Add(40*ms), epoch.SendFailed{To: "x", Msg: done(3)})
+	if !f.DonePending() {
+		t.Fatal("not pending again after its send failed")
+	}
+}
+
+// TestFollowerTakeoverMinWorkers: during world formation no world exists, so
+// the quorum check passes and a lone worker whose view lacks the driver for
+// the takeover grace (a starved or frozen driver) proposes itself. With the
+// job's minimum (gorovod run hands it to every worker as GOROVOD_MIN_WORKERS)
+// it waits for that many ready workers instead of forming a world of one
+// beside the driver's.
+func TestFollowerTakeoverMinWorkers(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		min    int
+		script []step
+	}{
+		{name: "without the job's minimum a lone worker forms a world of one", min: 1, script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("a"), nil},
+			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
+			{2500 * ms, nil, outs(epoch.TookOver{})},
+			{2510 * ms, nil, outs(epoch.Proposed{World: world(1, "a")}, adopted(world(1, "a")))},
+		}},
+		{name: "with the job's minimum of 3 it proposes nothing until 3 are ready", min: 3, script: []step{
+			{0, driverSeen("x"), nil},
+			{0, ready("a"), nil},
+			{500 * ms, epoch.PeerGone{Name: "x", Failed: true}, nil},
+			{2500 * ms, nil, outs(epoch.TookOver{})},
+			{2510 * ms, nil, outs(epoch.Waiting{Have: 1, Min: 3})},
+			{3000 * ms, ready("b"), nil},
+			{3010 * ms, nil, outs(epoch.Waiting{Have: 2, Min: 3})},
+			{3500 * ms, ready("c"), nil},
+			{3510 * ms, nil, outs(epoch.Proposed{World: world(1, "a", "b", "c")}, adopted(world(1, "a", "b", "c")),
+				sendEpoch(world(1, "a", "b", "c"), "b", "c"))},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := epoch.NewFollower(epoch.FollowerConfig{Self: "a", Proposer: epoch.ProposerConfig{MinWorkers: tc.min}}, t0)
+			runScript(t, f, tc.script)
+		})
 	}
 }

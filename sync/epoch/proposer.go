@@ -415,7 +415,17 @@ func (p *Proposer) seen(now time.Time, peer Peer) {
 			return
 		}
 		if !slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == peer.Name }) {
-			p.members = append(p.members, Member{Name: peer.Name, Addr: peer.Addr})
+			if r := p.current.Rank(peer.Name); r >= 0 && p.current.Members[r].Addr == peer.Addr {
+				// A member that gossip declared dead is back (it refuted: a
+				// starved or paused process) before a world without it was
+				// proposed: it keeps its place, so that its return alone
+				// proposes no new world. Appended, it would reorder the
+				// ranks, and every such flap under load would cost the job
+				// a world change.
+				p.members = p.inCurrentOrder(peer.Name)
+			} else {
+				p.members = append(p.members, Member{Name: peer.Name, Addr: peer.Addr})
+			}
 		}
 		p.change(now)
 		// Tell it where the job stands, so it knows which epoch to wait past.
@@ -622,6 +632,15 @@ func (p *Proposer) heardFrom(now time.Time, name string) {
 	if peer, ok := p.workers[name]; !ok || peer.State != Ready || p.evicted[name] || p.stuck[name] || p.finished {
 		return
 	}
+	p.members = p.inCurrentOrder(name)
+	p.emit(Cleared{Name: name})
+	p.change(now)
+}
+
+// inCurrentOrder returns the desired members with name, a member of the
+// current world, added back: the current world's members first, in its
+// order, then the others as they are.
+func (p *Proposer) inCurrentOrder(name string) []Member {
 	desired := map[string]bool{name: true}
 	for _, m := range p.members {
 		desired[m.Name] = true
@@ -638,9 +657,7 @@ func (p *Proposer) heardFrom(now time.Time, name string) {
 			members = append(members, m)
 		}
 	}
-	p.members = members
-	p.emit(Cleared{Name: name})
-	p.change(now)
+	return members
 }
 
 // readmitAfter is how long a worker removed on suspicion stays out before it

@@ -328,6 +328,23 @@ func TestProposer(t *testing.T) {
 				{40 * ms, nil, propose(world(2, "c"), "c")},
 				{50 * ms, from("c", done(2)), outs(epoch.Finished{By: "c", Number: 2})},
 			}},
+		{name: "a member declared dead that is back before a world without it keeps its place: no new world",
+			cfg: epoch.ProposerConfig{MinWorkers: 3}, script: []step{
+				{0, ready("a"), nil}, {0, ready("b"), nil}, {0, ready("c"), nil},
+				{10 * ms, nil, propose(world(1, "a", "b", "c"), "a", "b", "c")},
+				// Gossip flaps under load: b is declared dead, then refutes.
+				{20 * ms, epoch.PeerGone{Name: "b", Failed: true}, outs(epoch.Removed{Name: "b", Why: epoch.ReasonFailed})},
+				{30 * ms, nil, outs(epoch.Waiting{Have: 2, Min: 3})},
+				{40 * ms, ready("b"), sendEpoch(world(1, "a", "b", "c"), "b")},
+				{50 * ms, nil, nil}, // [a b c] again, not [a c b]
+				{1010 * ms, nil, sendEpoch(world(1, "a", "b", "c"), "a", "b", "c")},
+			}},
+		{name: "a member declared dead that is back after a world without it is appended", script: script(twoWorkers, []step{
+			{20 * ms, epoch.PeerGone{Name: "a", Failed: true}, outs(epoch.Removed{Name: "a", Why: epoch.ReasonFailed})},
+			{30 * ms, nil, propose(world(2, "b"), "b")},
+			{40 * ms, ready("a"), sendEpoch(world(2, "b"), "a")},
+			{50 * ms, nil, propose(world(3, "b", "a"), "a", "b")},
+		})},
 		{name: "a report of a newer epoch than its own (another proposer's) numbers the next one above it", script: script(twoWorkers, []step{
 			{20 * ms, from("a", failure(5, "")), nil},
 			{30 * ms, nil, propose(world(6, "a", "b"), "a", "b")},

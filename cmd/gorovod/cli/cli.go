@@ -24,6 +24,9 @@ Usage:
       --timeline-filename, --metrics-addr and --report DIR let you watch it
   gorovod attach JOBFILE -- TRAINER [ARGS...]
       start a worker by hand in a running job, from the job file 'run' printed
+  gorovod follow [-n N] JOBDIR
+      show a job's workers' output and end from the job directory 'run'
+      printed, also after 'run' died (its workers train on)
   gorovod bench [allreduce|broadcast|allgather|reducescatter|alltoall] [flags]
       measure a collective across --np local worker processes (shared memory
       between processes of one host by default; --transport picks another)
@@ -45,9 +48,9 @@ Usage:
       scheduler shares the nodes among them (docs/clusters.md)
   gorovod help | --version
 
-Run 'gorovod COMMAND --help' (run, attach, bench, simulate, cluster, report,
+Run 'gorovod COMMAND --help' (run, attach, follow, bench, simulate, cluster, report,
 scheduler, submit, jobs, logs, delete)
-for a command's flags; every command but attach takes --log-level and
+for a command's flags; every command but attach and follow takes --log-level and
 --log-format.
 `
 
@@ -110,6 +113,8 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 		return runCommand(ctx, args[1:], cfg.Heuristics, cfg.Terminate, stdout, stderr)
 	case "attach":
 		return attachCommand(ctx, args[1:], stdout, stderr)
+	case "follow":
+		return followCommand(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
 	case "simulate":

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +43,7 @@ type runOptions struct {
 	asJSON             bool
 	progress           string
 	placement          string
+	outputDir          string
 	cluster            clusterOptions // runcluster.go
 	hosts              hostOptions
 	security           *securityOptions // security.go
@@ -88,6 +90,7 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	fs.BoolVar(&o.asJSON, "json", false, "print the autoscaling decisions and the summary as JSON lines on stdout")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
 	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
+	fs.StringVar(&o.outputDir, "output-dir", "", "the job's `directory`: each worker on this host writes its output there (worker-<i>.stdout, .stderr), which this process prints as it grows, beside the job's record (record.tsv); workers outlive this process, and 'gorovod follow DIR' shows the job again (default: a new directory under $TMPDIR, removed when the job ends under this process; one given here is kept)")
 	o.hosts.register(fs)
 	o.security = securityFlags(fs)
 	o.lanes = lanesFlag(fs)
@@ -270,7 +273,13 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 		sinks = append(sinks, watch) // first: the last progress record comes before the summary
 	}
 	sinks = append(sinks, runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.obs.verbose})
+	jobID := job.NewJobID()
+	outputDir, keepOutput := o.outputDir, o.outputDir != ""
+	if outputDir == "" {
+		outputDir = filepath.Join(os.TempDir(), "gorovod-"+jobID)
+	}
 	cfg := job.Config{
+		JobID: jobID, OutputDir: outputDir,
 		Argv: o.argv, Workers: o.np, MinWorkers: o.minNP, MaxWorkers: o.maxNP, Autoscaling: engCfg,
 		Logger: log, JobFile: true, Gossip: membership.DefaultConfig(), ReplaceLost: true,
 		Sinks: sinks, Env: o.obs.workerEnv(), Timeline: o.obs.timeline, StallCheck: o.stallCheck,
@@ -292,7 +301,14 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	defer closeCluster()
 	j, err := job.Start(ctx, cfg)
 	if err != nil {
+		if !keepOutput {
+			os.RemoveAll(outputDir)
+		}
 		return err
+	}
+	if !keepOutput {
+		// Printed in full by now; kept only when this process dies first.
+		defer os.RemoveAll(outputDir)
 	}
 	if gj := o.cluster.gorovodJobDriver; gj != nil {
 		gj.started(ctx, j)
@@ -301,6 +317,7 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	watch.announce()
 	out.report("add a worker with `kill -USR1 %d`, or start one by hand: gorovod attach %s -- %s",
 		os.Getpid(), j.JobFile(), shellWords(o.argv))
+	out.report("job directory %s: the workers here write their output there and train on if this process dies; `gorovod follow %s` shows the job then", outputDir, outputDir)
 	followCtx, stopFollowing := context.WithCancel(ctx)
 	defer stopFollowing()
 	go out.follow(followCtx, j)

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestJobOutlivesLauncher kills `gorovod run` (kill -9) in the middle of a
+// 3-worker job: the workers, which write their output into the job's
+// directory rather than to pipes to the launcher, must train on in their
+// world (one of them takes over proposing worlds), finish every step with the
+// same parameters, and exit; `gorovod follow` started after the kill shows
+// their lines and says when the job is over. With "and a worker", a worker is
+// killed as well once the launcher is gone: the others must leave it out and
+// finish without any driver.
+func TestJobOutlivesLauncher(t *testing.T) {
+	const steps = 600
+	for _, tc := range []struct {
+		name       string
+		killWorker bool
+	}{
+		{"launcher", false},
+		{"launcher and a worker", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			h := startRunJob(t, "--np", "3", "--min-np", "2", "--output-dir", dir, "--",
+				synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
+			h.waitFor(t, "step 30 on every worker", 2*time.Minute, func(lines []trainerLine) bool {
+				seen := map[int]bool{}
+				for _, l := range lines {
+					if l.Step >= 30 {
+						seen[l.Worker] = true
+					}
+				}
+				return len(seen) == 3
+			})
+			pids := []int{h.pid(t, 0), h.pid(t, 1), h.pid(t, 2)}
+			if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			<-h.exited
+			h.mu.Lock()
+			killedAt := maxStep(h.lines)
+			h.mu.Unlock()
+			if killedAt >= steps {
+				t.Fatalf("the job was over (step %d) before the launcher was killed: make it longer", killedAt)
+			}
+			t.Logf("launcher killed at step %d of %d", killedAt, steps)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			follow := exec.CommandContext(ctx, binary, "follow", "-n", "0", dir)
+			var followOut, followErr bytes.Buffer
+			follow.Stdout, follow.Stderr = &followOut, &followErr
+			if err := follow.Start(); err != nil {
+				t.Fatal(err)
+			}
+			followDone := make(chan error, 1)
+			go func() { followDone <- follow.Wait() }()
+
+			survivors := pids
+			if tc.killWorker {
+				waitOutput(t, dir, 3, "20 steps after the launcher died", func(ws map[int][]trainerLine) bool {
+					return maxStep(ws[2]) >= killedAt+20
+				})
+				if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				survivors = pids[:2]
+			}
+			ws := waitOutput(t, dir, 3, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
+				for i := range survivors {
+					if maxStep(ws[i]) < steps {
+						return false
+					}
+				}
+				return true
+			})
+			if !waitAllGone(pids, time.Minute) {
+				t.Fatalf("workers still running a minute after the last step: %v", pids)
+			}
+			// The workers agree on the parameters at every step they
+			// committed, before the kill and after it.
+			params := map[int64]string{}
+			for i, lines := range ws {
+				for _, l := range lines {
+					if p, ok := params[l.Step]; ok && p != l.Params {
+						t.Fatalf("step %d: worker %d has parameters %.12s, another %.12s", l.Step, i, l.Params, p)
+					}
+					params[l.Step] = l.Params
+				}
+			}
+			for s := int64(1); s <= steps; s++ {
+				if _, ok := params[s]; !ok {
+					t.Fatalf("no worker committed step %d", s)
+				}
+			}
+			if tc.killWorker {
+				if last := ws[0][len(ws[0])-1]; last.Size != 2 {
+					t.Errorf("worker 0's last step was in a world of %d, want 2 (worker 2 left out)", last.Size)
+				}
+			}
+			select {
+			case err := <-followDone:
+				if err != nil {
+					t.Fatalf("gorovod follow: %v\n%s", err, followErr.String())
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("gorovod follow still running a minute after the workers exited:\n%s", followErr.String())
+			}
+			for i := range survivors {
+				if want := fmt.Sprintf(`[%d] {"step":%d,`, i, steps); !strings.Contains(followOut.String(), want) {
+					t.Errorf("gorovod follow did not show worker %d's last step (%s...)", i, want)
+				}
+			}
+			if !strings.Contains(followErr.String(), "the job is over: every worker has exited") {
+				t.Errorf("gorovod follow did not say the job is over:\n%s", followErr.String())
+			}
+		})
+	}
+}
+
+// waitOutput waits until cond holds over the synthetic trainer's step lines
+// in the job directory's output files of workers 0..n-1, and returns them.
+func waitOutput(t *testing.T, dir string, n int, what string, cond func(map[int][]trainerLine) bool) map[int][]trainerLine {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	tick := time.NewTicker(50 * time.Millisecond) // files a process writes: no event to wait on
+	defer tick.Stop()
+	for {
+		ws := map[int][]trainerLine{}
+		for i := range n {
+			ws[i] = readStepLines(t, filepath.Join(dir, fmt.Sprintf("worker-%d.stdout", i)))
+		}
+		if cond(ws) {
+			return ws
+		}
+		if time.Now().After(deadline) {
+			for i := range n {
+				b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("worker-%d.stderr", i)))
+				t.Logf("worker %d: last step %d; stderr:\n%s", i, maxStep(ws[i]), b)
+			}
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func readStepLines(t *testing.T, path string) []trainerLine {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var lines []trainerLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<22)
+	for sc.Scan() {
+		var l trainerLine
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Step > 0 {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// waitAllGone waits up to limit for every pid to exit; the ones still
+// running then are killed (this test started them).
+func waitAllGone(pids []int, limit time.Duration) bool {
+	waitGone(pids, limit)
+	ok := true
+	for _, pid := range pids {
+		if !processGone(pid) {
+			ok = false
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return ok
+}

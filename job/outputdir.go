@@ -1,0 +1,181 @@
+package job
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// The job's directory (Config.OutputDir) holds each local worker's output,
+// written by the worker itself, and the runner's record of the job: what a
+// person, or `gorovod follow`, needs to see a job whose runner died and how
+// it ends.
+
+// recordFile is the runner's record in the job's directory: one line per
+// fact, its fields separated by tabs:
+//
+//	job      <job id> <runner pid>
+//	started  <index> <pid> <host>
+//	exited   <index> <state> <why>
+//	ended    <verdict: "ok" or the job's error>
+const recordFile = "record.tsv"
+
+// OutputFiles is the path prefix of worker index's output files in the job's
+// directory dir: the worker writes OutputFiles(dir, index)+".stdout" and
+// +".stderr".
+func OutputFiles(dir string, index int) string {
+	return filepath.Join(dir, "worker-"+strconv.Itoa(index))
+}
+
+// jobRecord appends to the record; a nil *jobRecord records nothing.
+type jobRecord struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+func openJobRecord(dir, jobID string) (*jobRecord, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("job: the job's directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, recordFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("job: the job's record: %w", err)
+	}
+	r := &jobRecord{f: f}
+	r.line("job", jobID, strconv.Itoa(os.Getpid()))
+	return r, nil
+}
+
+func (r *jobRecord) line(fields ...string) {
+	if r == nil {
+		return
+	}
+	for i, f := range fields {
+		fields[i] = strings.Map(func(c rune) rune {
+			if c == '\t' || c == '\n' || c == '\r' {
+				return ' '
+			}
+			return c
+		}, f)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f != nil {
+		_, _ = r.f.WriteString(strings.Join(fields, "\t") + "\n") // a record that cannot be written loses only itself
+	}
+}
+
+func (r *jobRecord) started(w WorkerRef) {
+	r.line("started", strconv.Itoa(w.Index), strconv.Itoa(w.PID), w.Host)
+}
+
+func (r *jobRecord) exited(e WorkerExited) {
+	why := ""
+	if e.Err != nil {
+		why = e.Err.Error()
+	}
+	r.line("exited", strconv.Itoa(e.Worker.Index), e.State.String(), why)
+}
+
+func (r *jobRecord) ended(o Outcome) {
+	verdict := "ok"
+	if err := o.Err(); err != nil {
+		verdict = err.Error()
+	}
+	r.line("ended", verdict)
+}
+
+func (r *jobRecord) close() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.f != nil {
+		r.f.Close()
+		r.f = nil
+	}
+}
+
+// JobRecord is what a job's directory says about the job (ReadJobRecord).
+type JobRecord struct {
+	JobID     string
+	RunnerPID int // the process that ran the job (`gorovod run`)
+	Workers   []RecordedWorker
+	Ended     bool   // the runner saw the job end
+	Verdict   string // then: "ok", or why the job failed
+}
+
+// RecordedWorker is one worker process in a job's record.
+type RecordedWorker struct {
+	Index  int
+	PID    int    // on Host
+	Host   string // "" for the runner's host
+	Exited bool   // the runner saw it exit
+	State  string // then: how it ended (a WorkerState's name)
+	Why    string // and why, when not finished
+}
+
+// maxRecord bounds what ReadJobRecord reads: a few lines per worker, and a
+// job under churn starts many.
+const maxRecord = 64 << 20
+
+// ReadJobRecord reads the record in the job's directory dir: of the last job
+// run there.
+func ReadJobRecord(dir string) (JobRecord, error) {
+	f, err := os.Open(filepath.Join(dir, recordFile))
+	if err != nil {
+		return JobRecord{}, fmt.Errorf("job record: %w", err)
+	}
+	defer f.Close()
+	var rec JobRecord
+	byIndex := map[int]int{}
+	sc := bufio.NewScanner(io.LimitReader(f, maxRecord))
+	for n := 1; sc.Scan(); n++ {
+		fields := strings.Split(sc.Text(), "\t")
+		bad := func() (JobRecord, error) {
+			return JobRecord{}, fmt.Errorf("job record %s, line %d: malformed", f.Name(), n)
+		}
+		switch {
+		case fields[0] == "job" && len(fields) == 3:
+			// A directory used again (--output-dir) holds the record of
+			// each job in turn: the last one is the job's.
+			rec, byIndex = JobRecord{JobID: fields[1]}, map[int]int{}
+			if rec.RunnerPID, err = strconv.Atoi(fields[2]); err != nil {
+				return bad()
+			}
+		case fields[0] == "started" && len(fields) == 4:
+			i, err1 := strconv.Atoi(fields[1])
+			pid, err2 := strconv.Atoi(fields[2])
+			if err1 != nil || err2 != nil {
+				return bad()
+			}
+			byIndex[i] = len(rec.Workers)
+			rec.Workers = append(rec.Workers, RecordedWorker{Index: i, PID: pid, Host: fields[3]})
+		case fields[0] == "exited" && len(fields) == 4:
+			i, err := strconv.Atoi(fields[1])
+			k, ok := byIndex[i]
+			if err != nil || !ok {
+				return bad()
+			}
+			w := &rec.Workers[k]
+			w.Exited, w.State, w.Why = true, fields[2], fields[3]
+		case fields[0] == "ended" && len(fields) == 2:
+			rec.Ended, rec.Verdict = true, fields[1]
+		default:
+			return bad()
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return JobRecord{}, fmt.Errorf("job record %s: %w", f.Name(), err)
+	}
+	if rec.JobID == "" {
+		return JobRecord{}, fmt.Errorf("job record %s: no job line", f.Name())
+	}
+	return rec, nil
+}

@@ -1,0 +1,90 @@
+package sync
+
+import (
+	"context"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/internal/envconfig"
+)
+
+// TestWorkerConfigFromEnvMinWorkers: the job's minimum a launcher hands its
+// workers (GOROVOD_MIN_WORKERS) becomes WorkerConfig.MinWorkers, what the
+// worker requires of a world should it take over proposing; unset, it is 1;
+// a bad value is an error naming the variable.
+func TestWorkerConfigFromEnvMinWorkers(t *testing.T) {
+	for _, tc := range []struct {
+		val     string
+		want    int
+		wantErr bool
+	}{
+		{val: "", want: 1},
+		{val: "1", want: 1},
+		{val: "4", want: 4},
+		{val: "0", wantErr: true},
+		{val: "-1", wantErr: true},
+		{val: "four", wantErr: true},
+	} {
+		t.Run(tc.val, func(t *testing.T) {
+			t.Setenv(envconfig.EnvJobID, "job-x")
+			t.Setenv(envconfig.EnvSecret, "00112233445566778899aabbccddeeff")
+			t.Setenv(envconfig.EnvSeeds, "127.0.0.1:1")
+			t.Setenv(envconfig.EnvMinWorkers, tc.val)
+			cfg, err := WorkerConfigFromEnv()
+			switch {
+			case tc.wantErr && (err == nil || !strings.Contains(err.Error(), envconfig.EnvMinWorkers)):
+				t.Fatalf("got MinWorkers %d, %v; want an error naming %s", cfg.MinWorkers, err, envconfig.EnvMinWorkers)
+			case !tc.wantErr && (err != nil || cfg.MinWorkers != tc.want):
+				t.Fatalf("got MinWorkers %d, %v; want %d", cfg.MinWorkers, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestJoinTakesTheJobsMinimum: a trainer under a launcher joins with at least
+// the job's minimum (GOROVOD_MIN_WORKERS) as the world a takeover may
+// propose; its own TrainConfig.Worker.MinWorkers may only raise it. Each
+// case joins a real driver over gossip.
+func TestJoinTakesTheJobsMinimum(t *testing.T) {
+	d := startDriver(t, 1)
+	for _, tc := range []struct {
+		name         string
+		env, trainer int
+		want         int
+	}{
+		{name: "the trainer sets none: the job's", env: 3, trainer: 0, want: 3},
+		{name: "the trainer's default of 1: the job's", env: 3, trainer: 1, want: 3},
+		{name: "the trainer asks more: its own", env: 2, trainer: 5, want: 5},
+		{name: "no minimum from the launcher: the trainer's", env: 0, trainer: 2, want: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(envconfig.EnvJobID, "elastic-test")
+			t.Setenv(envconfig.EnvSecret, hex.EncodeToString([]byte("elastic-test-secret")))
+			t.Setenv(envconfig.EnvSeeds, d.GossipAddr())
+			if tc.env > 0 {
+				t.Setenv(envconfig.EnvMinWorkers, strconv.Itoa(tc.env))
+			} else {
+				t.Setenv(envconfig.EnvMinWorkers, "")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			st := NewState()
+			st.RegisterTensor("x", make([]float32, 4))
+			m, err := join(ctx, WorkerConfig{MinWorkers: tc.trainer}, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.close()
+			jm, ok := m.(jobMember)
+			if !ok {
+				t.Fatalf("joined %T, not the launcher's job", m)
+			}
+			if got := jm.w.cfg.MinWorkers; got != tc.want {
+				t.Fatalf("MinWorkers %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
