@@ -106,7 +106,9 @@ spec:
 	}
 	const driverImage = "gorovod.local/driver:test"
 	nodeCfg := testkube.NodeConfig{
-		PauseRef: "gorovod.local/pause:test",
+		// Ready nodes: the scheduler places workers on no other.
+		NetworkReady: true,
+		PauseRef:     "gorovod.local/pause:test",
 		Images: []testkube.Image{
 			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": pause}, Entrypoint: []string{"/bin/pause", "pause"}},
 			{Ref: "gorovod.local/synthetic:test", Files: map[string]string{"bin/synthetic": trainer}, Entrypoint: []string{"/bin/synthetic"}},
@@ -249,7 +251,7 @@ spec:
 		following.Wait()
 	}()
 	follow := func(j *e2eJob) {
-		j.h = &runJobHarness{pids: map[int]int{}, notify: make(chan struct{}, 1), exited: make(chan error, 1)}
+		j.h = &runJobHarness{cmd: &exec.Cmd{}, pids: map[int]int{}, notify: make(chan struct{}, 1), exited: make(chan error, 1)}
 		for _, n := range nodes {
 			logs := &podLogs{dir: n.LogDir, job: j.name, read: map[string]int64{}, partial: map[string]string{}}
 			following.Go(func() {
