@@ -112,7 +112,8 @@ spec:
 		Images: []testkube.Image{
 			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": pause}, Entrypoint: []string{"/bin/pause", "pause"}},
 			{Ref: "gorovod.local/synthetic:test", Files: map[string]string{"bin/synthetic": trainer}, Entrypoint: []string{"/bin/synthetic"}},
-			{Ref: driverImage, Files: map[string]string{"usr/local/bin/gorovod": driver, "etc/gorovod/pod.yaml": template},
+			// The driver writes its workers' environment under /tmp.
+			{Ref: driverImage, Files: map[string]string{"usr/local/bin/gorovod": driver, "etc/gorovod/pod.yaml": template, "tmp/pod.yaml": template},
 				Entrypoint: []string{"/usr/local/bin/gorovod"}},
 		},
 	}
