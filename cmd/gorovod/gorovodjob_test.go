@@ -191,6 +191,19 @@ func poll(t *testing.T, what string, within time.Duration, cond func() bool) {
 	}
 }
 
+// buildStatic builds pkg into dir/out without cgo, for an image that has no
+// C library.
+func buildStatic(t *testing.T, dir, out, pkg string) string {
+	t.Helper()
+	path := filepath.Join(dir, out)
+	build := exec.Command("go", "build", "-o", path, pkg)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v: %s", pkg, err, b)
+	}
+	return path
+}
+
 // TestGorovodJobDriverPlacement runs `gorovod run --gorovodjob` (the real
 // binary, as the driver's service account with only the contract's rights)
 // against a real API server whose nodes are registered through the API and
@@ -329,17 +342,8 @@ func TestGorovodJobOnKubelet(t *testing.T) {
 	const notice = 4 * time.Second
 	cp := testkube.New(t, testkube.DefaultConfig())
 	dir := t.TempDir()
-	static := func(out, pkg string) string {
-		path := filepath.Join(dir, out)
-		build := exec.Command("go", "build", "-o", path, pkg)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0") // the image has no C library
-		if b, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v: %s", pkg, err, b)
-		}
-		return path
-	}
-	pause := static("pause", "../../cluster/kube/testdata/podhelper")
-	trainer := static("synthetic", "../../examples/synthetic")
+	pause := buildStatic(t, dir, "pause", "../../cluster/kube/testdata/podhelper")
+	trainer := buildStatic(t, dir, "synthetic", "../../examples/synthetic")
 	node := cp.NewNode(t, testkube.NodeConfig{
 		PauseRef: "gorovod.local/pause:test",
 		Images: []testkube.Image{

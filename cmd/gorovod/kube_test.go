@@ -31,6 +31,7 @@ var podLogRe = regexp.MustCompile(`_[a-z0-9-]+-worker-(\d+)_[^/]+/` + kube.Conta
 // their pods.
 type podLogs struct {
 	dir     string
+	job     string            // when set, only this job's workers
 	read    map[string]int64  // bytes of each file taken
 	partial map[string]string // a line begun, not ended
 }
@@ -55,7 +56,7 @@ func (p *podLogs) poll(h *runJobHarness) {
 	files, _ := filepath.Glob(filepath.Join(p.dir, "*", kube.ContainerName, "*.log"))
 	for _, f := range files {
 		m := podLogRe.FindStringSubmatch(f)
-		if m == nil {
+		if m == nil || (p.job != "" && !strings.Contains(f, "_"+p.job+"-worker-")) {
 			continue
 		}
 		fh, err := os.Open(f)

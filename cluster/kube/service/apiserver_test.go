@@ -2,10 +2,7 @@ package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -19,9 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -33,71 +28,11 @@ import (
 	"github.com/gorovod/gorovod/internal/testing/testkube"
 )
 
-// manifestResources maps the kinds of gorovod.yaml to their resources
-// (namespaced or not).
-var manifestResources = map[string]struct {
-	gvr        schema.GroupVersionResource
-	namespaced bool
-}{
-	"CustomResourceDefinition": {schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, false},
-	"Namespace":                {schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, false},
-	"ServiceAccount":           {schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}, true},
-	"ClusterRole":              {schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}, false},
-	"ClusterRoleBinding":       {schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}, false},
-	"Role":                     {schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}, true},
-	"RoleBinding":              {schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}, true},
-	"Deployment":               {schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, true},
-}
-
-// applyManifest creates every object of deploy/kubernetes/gorovod.yaml, as
-// `kubectl apply -f` would on an empty cluster; the Deployment only as a
-// dry run (no kube-scheduler or kubelet here would run its pods: the test
-// runs the scheduler itself, as the Deployment's service account).
+// applyManifest applies deploy/kubernetes/gorovod.yaml (testkube.ApplyManifest).
 func applyManifest(ctx context.Context, t *testing.T, dyn dynamic.Interface) {
 	t.Helper()
-	f, err := os.Open("../../../deploy/kubernetes/gorovod.yaml")
-	if err != nil {
+	if err := testkube.ApplyManifest(ctx, dyn, "../../../deploy/kubernetes/gorovod.yaml"); err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
-	kinds := map[string]int{}
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("gorovod.yaml: %v", err)
-		}
-		if u.Object == nil {
-			continue
-		}
-		r, ok := manifestResources[u.GetKind()]
-		if !ok {
-			t.Fatalf("gorovod.yaml: no way to apply a %s", u.GetKind())
-		}
-		opts := metav1.CreateOptions{}
-		if u.GetKind() == "Deployment" {
-			opts.DryRun = []string{metav1.DryRunAll}
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(r.gvr)
-		if r.namespaced {
-			ri = dyn.Resource(r.gvr).Namespace(u.GetNamespace())
-		}
-		if _, err := ri.Create(ctx, &u, opts); err != nil {
-			t.Fatalf("applying %s %s: %v", u.GetKind(), u.GetName(), err)
-		}
-		kinds[u.GetKind()]++
-	}
-	if len(kinds) != len(manifestResources) {
-		t.Fatalf("gorovod.yaml holds %v", kinds)
-	}
-	// The CRD serves once it is established.
-	if err := testdaemon.WaitFor(ctx, 200*time.Millisecond, func() error {
-		_, err := dyn.Resource(api.GroupVersionResource()).Namespace("default").List(ctx, metav1.ListOptions{})
-		return err
-	}); err != nil {
-		t.Fatalf("the GorovodJob resource never served: %v", err)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/cluster/scheduler"
 	"github.com/gorovod/gorovod/heuristics/goodput"
 )
 
@@ -595,5 +596,45 @@ func BenchmarkRound(b *testing.B) {
 		if err := f.s.round(context.Background(), clientSource{f}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestKeepOneCurrent: a running job the policy moves wholly to other nodes
+// keeps one of its current slots (its workers hold the training state), and
+// gets it before another job's proposal takes it — the move seen on two
+// kubelets, where job b went from node 1 ×2 to node 0 ×1 while c took node 1.
+func TestKeepOneCurrent(t *testing.T) {
+	cluster := scheduler.Cluster{GPUs: []int{2, 2}}
+	for _, tc := range []struct {
+		name              string
+		counts            map[string]int
+		proposed, current scheduler.Allocation
+		want              scheduler.Allocation
+	}{
+		{"moved wholly", map[string]int{"a": 1, "b": 1, "c": 2},
+			scheduler.Allocation{"a": {0}, "b": {0}, "c": {1, 1}}, scheduler.Allocation{"a": {0, 0}, "b": {1, 1}},
+			scheduler.Allocation{"a": {0}, "b": {1}, "c": {0, 1}}},
+		{"kept a node", map[string]int{"a": 2, "b": 2},
+			scheduler.Allocation{"a": {0, 0}, "b": {1, 1}}, scheduler.Allocation{"a": {0}, "b": {0, 1}},
+			scheduler.Allocation{"a": {0, 0}, "b": {1, 1}}},
+		{"new job", map[string]int{"a": 2, "n": 2},
+			scheduler.Allocation{"a": {0, 0}, "n": {1, 1}}, scheduler.Allocation{"a": {0, 0}},
+			scheduler.Allocation{"a": {0, 0}, "n": {1, 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ids := []string{"a", "b", "c", "n"}
+			proposed, order := keepOneCurrent(ids, tc.counts, tc.proposed, tc.current)
+			got := scheduler.PlaceCounts(cluster, order, tc.counts, proposed, tc.current)
+			for id, want := range tc.want {
+				if !slices.Equal(got[id], want) {
+					t.Errorf("%s placed on %v, want %v (all: %v)", id, got[id], want, got)
+				}
+			}
+			for id, cur := range tc.current {
+				if tc.counts[id] > 0 && !slices.ContainsFunc(got[id], func(n int) bool { return slices.Contains(cur, n) }) {
+					t.Errorf("%s moved wholly from %v to %v", id, cur, got[id])
+				}
+			}
+		})
 	}
 }

@@ -51,6 +51,12 @@ type NodeConfig struct {
 	PauseRef string
 	// StartTimeout bounds the start. Default 2 minutes.
 	StartTimeout time.Duration
+	// NetworkReady gives containerd a CNI network configuration (a bridge
+	// whose plugin is not installed), so that it reports the pod network
+	// ready and the node turns Ready, as the gorovod scheduler requires of
+	// the nodes it places workers on. Only host-network pods still start:
+	// a pod of its own network would fail for want of the plugin.
+	NetworkReady bool
 }
 
 // MissingNode says why a node cannot run here ("" when it can).
@@ -161,6 +167,16 @@ state = "%[1]s/state"
 `, cd, n.socket, cfg.PauseRef)
 	if err := os.WriteFile(filepath.Join(cd, "config.toml"), []byte(conf), 0o644); err != nil {
 		return n, err
+	}
+	if cfg.NetworkReady {
+		cni := filepath.Join(cd, "cni", "conf")
+		if err := os.MkdirAll(cni, 0o755); err != nil {
+			return n, err
+		}
+		if err := os.WriteFile(filepath.Join(cni, "10-gorovod-test.conflist"), []byte(
+			`{"cniVersion": "1.0.0", "name": "gorovod-test", "plugins": [{"type": "bridge"}]}`), 0o644); err != nil {
+			return n, err
+		}
 	}
 	n.ctrd, err = testdaemon.Start("containerd", []string{"containerd", "--config", filepath.Join(cd, "config.toml")}, nil, filepath.Join(dir, "containerd.log"))
 	if err != nil {
