@@ -41,17 +41,36 @@ func CheckName(name string) error {
 		inner, ok := strings.CutSuffix(name[1:], "]")
 		if a, err := netip.ParseAddr(inner); !ok || err != nil || !a.Is6() {
 			return fmt.Errorf("host %q: not an IPv6 address in brackets", name)
+		} else if zone := a.Zone(); zone != "" && !plainName(zone) {
+			// A zone is an interface name; anything else (a ',' splits a
+			// host list, a space a shell word) is refused.
+			return fmt.Errorf("host %q: zone %q is not an interface name (letters, digits, '.', '-', '_')", name, zone)
 		}
 		return nil
 	case name[0] == '-' || name[0] == '.':
 		return fmt.Errorf("host name %q starts with %q", name, name[0])
 	}
 	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
+		if !plainRune(r) {
 			return fmt.Errorf("host name %q: %q is not allowed (letters, digits, '.', '-', '_'; IPv6 in brackets)", name, r)
 		}
 	}
 	return nil
+}
+
+// plainRune reports whether r may stand in a host name.
+func plainRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_'
+}
+
+// plainName reports whether every rune of s may stand in a host name.
+func plainName(s string) bool {
+	for _, r := range s {
+		if !plainRune(r) {
+			return false
+		}
+	}
+	return true
 }
 
 func parseSlots(s string) (int, error) {

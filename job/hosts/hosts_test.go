@@ -14,6 +14,7 @@ func TestParseList(t *testing.T) {
 		{"h1", "h1:1"},
 		{" h1:4 , 198.18.0.2:1 ", "h1:4,198.18.0.2:1"},
 		{"[::1]:3,[fe80::1]", "[::1]:3,[fe80::1]:1"},
+		{"[fe80::1%eth0]:2", "[fe80::1%eth0]:2"},
 		{"node-01.example.com:8,node_2:1", "node-01.example.com:8,node_2:1"},
 	}
 	for _, g := range good {
@@ -36,6 +37,8 @@ func TestParseList(t *testing.T) {
 		"h1;rm:2":          "not allowed",
 		"[::1":             "IPv6",
 		"[1.2.3.4]:2":      "IPv6",
+		"[fe80::1%a;b]:2":  "zone",
+		"[fe80::1%a b]:2":  "zone",
 		"[::1]:":           "empty slot count",
 		"a:b:c":            "not allowed",
 	}
