@@ -20,13 +20,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
@@ -60,41 +56,10 @@ func newGorovodJobCluster(ctx context.Context, t *testing.T, cp *testkube.Contro
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The CRD and the driver's ClusterRole, as deploy/kubernetes/gorovod.yaml
-	// installs them; the service account gorovod-driver and its binding to
-	// the ClusterRole, as the scheduler service makes them in a job's
-	// namespace.
-	manifest, err := os.ReadFile("../../deploy/kubernetes/gorovod.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crd map[string]any
-	for _, doc := range strings.Split(string(manifest), "\n---\n") {
-		var obj map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-			t.Fatal(err)
-		}
-		switch obj["kind"] {
-		case "CustomResourceDefinition":
-			crd = obj
-		case "ClusterRole":
-			if meta, _ := obj["metadata"].(map[string]any); meta["name"] != "gorovod-driver" {
-				continue
-			}
-			decoded, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := admin.RbacV1().ClusterRoles().Create(ctx, decoded.(*rbacv1.ClusterRole), metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if crd == nil {
-		t.Fatal("gorovod.yaml has no CustomResourceDefinition")
-	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(ctx, &unstructured.Unstructured{Object: crd}, metav1.CreateOptions{}); err != nil {
+	// gorovod.yaml's install (the CRD and the driver's ClusterRole among
+	// it); the service account gorovod-driver and its binding to the
+	// ClusterRole, as the scheduler service makes them in a job's namespace.
+	if err := testkube.ApplyManifest(ctx, dyn, "../../deploy/kubernetes/gorovod.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "gorovod-driver"}}, metav1.CreateOptions{}); err != nil {

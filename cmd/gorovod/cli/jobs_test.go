@@ -13,63 +13,25 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gorovod/gorovod/cluster/kube/api"
 	"github.com/gorovod/gorovod/internal/testing/testkube"
 )
 
-// installCRD creates the CustomResourceDefinition in the manifest file and waits until
-// the API server serves it.
+// installCRD applies the install manifest file (the GorovodJob resource
+// among it) and returns once the resource is served.
 func installCRD(ctx context.Context, t *testing.T, cfg *rest.Config, file string) {
 	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var obj map[string]any
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		var o map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
-			t.Fatal(err)
-		}
-		if o["kind"] == "CustomResourceDefinition" {
-			obj = o
-		}
-	}
-	if obj == nil {
-		t.Fatalf("%s has no CustomResourceDefinition", file)
-	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating the CRD: %v", err)
-	}
-	for {
-		u, err := crds.Get(ctx, "gorovodjobs.gorovod.io", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the CRD was not established")
-		case <-time.After(100 * time.Millisecond): // polling the API server, as kubectl wait does
-		}
+	if err := testkube.ApplyManifest(ctx, dyn, file); err != nil {
+		t.Fatal(err)
 	}
 }
 
