@@ -440,8 +440,11 @@ spec:
 		return gj.Status.WorldSize == 1 && gj.Status.Step > at && gj.Status.Goodput != nil
 	})
 	gj := c.job(ctx, t, "e2e")
-	if g := gj.Status.Goodput; g.MaxProfiledWorkers != 3 || g.Model.InitBatch != 24 || !(g.Model.Perf.AlphaC > 0 || g.Model.Perf.BetaC > 0) {
-		t.Errorf("the goodput status %+v: want a model fitted at 1 to 3 workers", g)
+	// The world of 3 lasts only until the eviction (a dozen steps or so):
+	// whether it had enough steady steps to be measured depends on timing,
+	// the worlds of 2 always do.
+	if g := gj.Status.Goodput; g.MaxProfiledWorkers < 2 || g.MaxProfiledWorkers > 3 || g.Model.InitBatch != 24 || !(g.Model.Perf.AlphaC > 0 || g.Model.Perf.BetaC > 0) {
+		t.Errorf("the goodput status %+v: want a model fitted at 2 or 3 workers", g)
 	}
 	if gj.Status.Phase != api.PhaseRunning || len(gj.Status.Allocation) != 1 {
 		t.Errorf("the scheduler's status was overwritten: %+v", gj.Status)
