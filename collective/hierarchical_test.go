@@ -185,7 +185,7 @@ func TestTopology(t *testing.T) {
 		}
 	}
 	// Without declared hosts, the host part of each address decides.
-	w := transport.World{JobID: "j", Rank: 0, Addrs: []string{"10.0.0.1:5000", "10.0.0.2:5000", "10.0.0.1:5001", "[::1]:7"}}
+	w := transport.World{JobID: "j", Rank: 0, Addrs: []string{"198.18.0.1:5000", "198.18.0.2:5000", "198.18.0.1:5001", "[::1]:7"}}
 	if got := topologyOf(w); fmt.Sprint(got.Hosts) != "[0 1 0 2]" {
 		t.Errorf("hosts from addresses: %v", got.Hosts)
 	}

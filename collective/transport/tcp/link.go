@@ -493,21 +493,7 @@ func (l *link) RecvPayload(ctx context.Context, p []byte) error {
 	if done, err := l.PayloadReady(ctx, len(p), l.pending); done || err != nil {
 		return err
 	}
-	c := ioCall{ctx: ctx}
-	var err error
-	if l.rseal != nil {
-		err = l.readPayloadSealed(&c, p)
-	} else {
-		err = l.readPayload(&c, p)
-	}
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return l.RecvFailed(l.classify(&c, err))
-	}
-	l.pending = 0
-	return nil
+	return l.readInto(ctx, p)
 }
 
 // recvStripe reads one lane's part of a payload striped over a link's
@@ -525,6 +511,12 @@ func (l *link) recvStripe(ctx context.Context, p []byte) error {
 		l.RBroken = err
 		return l.PeerErr("recv", err)
 	}
+	return l.readInto(ctx, p)
+}
+
+// readInto reads len(p) payload bytes into p (verifying them on a sealed
+// link) for RecvPayload and recvStripe, which hold rmu.
+func (l *link) readInto(ctx context.Context, p []byte) error {
 	c := ioCall{ctx: ctx}
 	var err error
 	if l.rseal != nil {
