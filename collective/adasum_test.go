@@ -445,3 +445,15 @@ func TestToOddFloat32(t *testing.T) {
 		}
 	}
 }
+
+// TestScaledAddRoundsOnce checks that the 16-bit combination rounds its
+// float64 value once: 1·1 + (1+2^-30)·2^-11 lies a hair above float16's
+// half-way point between 1 and 1+2^-10, so it rounds up, where rounding to
+// float32 first would make it a tie and round it down to 1.
+func TestScaledAddRoundsOnce(t *testing.T) {
+	a, b := encode(Float16, []float64{1}), encode(Float16, []float64{0x1p-11})
+	scaledAdd(Float16, a, 1, b, 1+0x1p-30)
+	if got := elem(Float16, a, 0); got != 1+0x1p-10 {
+		t.Errorf("got %v, want %v", got, 1+0x1p-10)
+	}
+}
