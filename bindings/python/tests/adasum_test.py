@@ -1,9 +1,9 @@
 """Adasum (op=hvd.Adasum) against a one-process reference of the formula:
 allreduce, its async and in-place forms, grouped allreduce (each tensor
-combined on its own), the scale factors, the refusals, and
-DistributedOptimizer(op=Adasum), Horovod's delta optimizer. Each rank builds
-every rank's input from (rank, seed), so it can compute the expected result
-itself. Run alone or under `gorovod run --np N --min-np N`; prints "PASS
+combined on its own), the scale factors, the refusals, join, and
+DistributedOptimizer(op=Adasum), Horovod's delta optimizer. Each rank
+builds every rank's input from (rank, seed), so it can compute the expected
+result itself. Run alone or under `gorovod run --np N --min-np N`; prints "PASS
 rank R of N" at the end.
 
 Driven by bindings/python/python_test.go.
@@ -114,6 +114,16 @@ def check_collectives(r, n):
     assert "floating-point" in str(e), e
     expect_raises(NotImplementedError, lambda: hvd.reducescatter(torch.ones(2 * n), op=hvd.Adasum), "reducescatter")
     assert float(hvd.allreduce(torch.ones(1), op=hvd.Sum)) == n
+
+    # A rank that joined serves the others' Adasum allreduces with zeros,
+    # as Horovod's join does: its vector counts as zero.
+    if n > 1:
+        xs = [random_input(k, torch.float32, (20,), 3) for k in range(n)]
+        if r != 0:
+            got = hvd.allreduce(xs[r], op=hvd.Adasum)
+            want = adasum_reference([torch.zeros(20, dtype=torch.float64)] + xs[1:], torch.float32)
+            assert rel(got, want) <= TOL[torch.float32], "with rank 0 joined: %.3g" % rel(got, want)
+        hvd.join()
 
 
 def check_optimizer(r, n, passes):
