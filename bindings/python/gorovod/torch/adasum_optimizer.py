@@ -9,9 +9,10 @@ where they stood before the step plus the combined delta. Every worker ends
 the step with the same parameters (the combination is bit-identical on every
 worker); the optimizer's own state stays each worker's.
 
-As Horovod's, a parameter's local step runs as soon as the backward pass
-has produced its gradient (after backward_passes_per_step passes), so that
-the combination of its delta overlaps the rest of the backward pass; step()
+As in Horovod, the local step runs during the backward pass, as soon as
+the gradients are there (after backward_passes_per_step passes), so that
+combining the deltas overlaps the rest of the backward pass (here bucket by
+bucket, see below; Horovod steps parameter by parameter); step()
 does the parameters not done yet (those without a gradient this step, whose
 delta the wrapped optimizer makes, usually zero) and waits for the deltas.
 synchronize() does nothing and skip_synchronize() is refused, since the
