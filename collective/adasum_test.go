@@ -457,3 +457,52 @@ func TestScaledAddRoundsOnce(t *testing.T) {
 		t.Errorf("got %v, want %v", got, 1+0x1p-10)
 	}
 }
+
+// TestAdasumPeerFailures checks that a peer that closes its communicator in
+// the middle of an Adasum allreduce, or never calls it, gives the others a
+// typed error naming a peer (never a hang), over loopback TCP.
+func TestAdasumPeerFailures(t *testing.T) {
+	const p = 4
+	t.Run("closes", func(t *testing.T) {
+		comms := newWorld(t, tcpMesh, p, Config{AbortTimeout: time.Second})
+		victim := p - 1
+		errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+			b := SliceBuffer(make([]float32, 1<<20))
+			if err := c.Allreduce(ctx, b, b, Adasum); err != nil {
+				return fmt.Errorf("first allreduce: %w", err)
+			}
+			if c.Rank() == victim {
+				c.Close()
+				return nil
+			}
+			return c.Allreduce(ctx, b, b, Adasum)
+		})
+		for r, err := range errs {
+			if r != victim && (err == nil || !isTypedFailure(err) || errors.Is(err, context.DeadlineExceeded)) {
+				t.Errorf("rank %d: want a typed failure, got %v", r, err)
+			}
+		}
+	})
+	t.Run("silent", func(t *testing.T) {
+		comms := newWorld(t, tcpMesh, p, DefaultConfig())
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		errs := make(chan error, p-1)
+		for _, c := range comms[:p-1] {
+			go func() {
+				b := SliceBuffer(make([]float64, 1000))
+				errs <- c.Allreduce(ctx, b, b, Adasum)
+			}()
+		}
+		for range p - 1 {
+			select {
+			case err := <-errs:
+				if !isTypedFailure(err) {
+					t.Errorf("want a PeerError or RemoteAbortError, got %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Adasum did not return after its deadline")
+			}
+		}
+	})
+}
