@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -49,6 +50,13 @@ func allreduceCall(send, recv []collective.Buffer, how gsync.Reduction) (*call, 
 	if err := checkBuffers("allreduce", recv...); err != nil {
 		return nil, 0, err
 	}
+	if how.Op == collective.Adasum {
+		for i, b := range recv {
+			if !b.DType.IsFloat() {
+				return nil, 0, fmt.Errorf("%w: allreduce tensor %d: Adasum combines floating-point tensors, not %v", ErrInvalid, i, b.DType)
+			}
+		}
+	}
 	if send != nil {
 		if len(send) != len(recv) {
 			return nil, 0, fmt.Errorf("%w: allreduce of %d tensors into %d", ErrInvalid, len(send), len(recv))
@@ -68,7 +76,12 @@ func allreduceCall(send, recv []collective.Buffer, how gsync.Reduction) (*call, 
 				copy(recv[i].Host, send[i].Host)
 			}
 		}
-		return s.Allreduce(ctx, how, recv...)
+		err := s.Allreduce(ctx, how, recv...)
+		if errors.Is(err, collective.ErrNotPowerOfTwo) {
+			// Refused before anything was sent, on every rank alike.
+			err = fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		return err
 	}}, bufferBytes(recv), nil
 }
 
@@ -189,6 +202,9 @@ func (e *Engine) ReduceScatter(send, recv collective.Buffer, counts []int, how g
 	how, err := checkReduce(how)
 	if err != nil {
 		return 0, err
+	}
+	if !how.Op.Elementwise() {
+		return 0, fmt.Errorf("%w: reducescatter cannot use %v, which combines whole tensors (allreduce only)", ErrInvalid, how.Op)
 	}
 	if err := checkBuffers("reducescatter", send, recv); err != nil {
 		return 0, err

@@ -5,7 +5,7 @@ runs under ``gorovod run`` after changing ``import horovod.torch as hvd`` to
 What differs from Horovod is listed in the project README (the API table)
 and in each module's docstring; the main points: collectives pair up by
 their order on each worker (every worker must call the same ones in the same
-order), no process sets, no Adasum, CPU tensors only.
+order), no process sets, CPU tensors only.
 """
 
 from gorovod.exceptions import (HorovodInternalError, HostsUpdatedInterrupt, MismatchError, ForkedProcessError,
