@@ -482,8 +482,10 @@ func (p *Provisioner) create(ctx context.Context, i int, command []string, extra
 	}
 	p.next = max(p.next, i+1)
 	st := p.track(p.podName(i), i)
+	p.mu.Unlock()
 	pod := p.workerPod(i, command, extra, node)
-	st.spec = pod.DeepCopy()
+	p.mu.Lock()
+	st.spec = pod.DeepCopy() // before the pod exists: a rejection makes it again
 	p.mu.Unlock()
 	if _, err := p.pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		p.mu.Lock()
