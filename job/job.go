@@ -107,6 +107,7 @@ type proc struct {
 	out         bool            // left out of a world, not back yet
 	everIn      bool            // one of its names was a member of a world
 	replacement bool            // started by the floor (keepMinimum)
+	forEngine   bool            // started by the autoscaling engine (provisioner.Start)
 }
 
 // Run runs a job to its end: Start, then Wait.
@@ -296,7 +297,7 @@ func (j *Job) AddWorkers(ctx context.Context, n int) error {
 	if err := j.roomFor(n); err != nil {
 		return err
 	}
-	return j.add(ctx, n, false)
+	return j.add(ctx, n, startedByHand)
 }
 
 // roomFor says whether n more workers fit under Config.MaxWorkers (a
@@ -357,9 +358,18 @@ func (j *Job) Wait() (Outcome, error) {
 	return j.outcome, j.err
 }
 
-// add launches n workers, each on the first host with a free slot;
-// replacement marks them as started by the floor (keepMinimum).
-func (j *Job) add(ctx context.Context, n int, replacement bool) error {
+// startedBy says who asked for a worker the job adds.
+type startedBy int
+
+const (
+	startedByHand   startedBy = iota // AddWorkers
+	startedByEngine                  // the autoscaling engine (provisioner.Start)
+	startedByFloor                   // keepMinimum: a replacement
+)
+
+// add launches n workers, each on the first host with a free slot, for
+// whoever asked for them.
+func (j *Job) add(ctx context.Context, n int, by startedBy) error {
 	for range n {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -385,11 +395,9 @@ func (j *Job) add(ctx context.Context, n int, replacement bool) error {
 		if err != nil {
 			return err
 		}
-		if replacement {
-			j.mu.Lock()
-			j.procs[index].replacement = true
-			j.mu.Unlock()
-		}
+		j.mu.Lock()
+		j.procs[index].replacement, j.procs[index].forEngine = by == startedByFloor, by == startedByEngine
+		j.mu.Unlock()
 		j.emit(WorkerStarted{At: now(), Worker: w})
 	}
 	return nil
@@ -457,11 +465,17 @@ func (j *Job) await(index int, p Process) {
 	j.anyFailed = j.anyFailed || w.rec.State == Failed
 	j.countStrikeLocked(w)
 	j.noteLossLocked(w)
+	// A worker the engine started that ends before it ever entered a
+	// world: the engine's grow stops waiting for it.
+	lostStart := w.forEngine && !w.everIn && !w.removed && !w.stopped && !j.trainingOver && !j.draining
 	j.place.running[w.rec.Host]--
 	ev := WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}
 	j.mu.Unlock()
 	j.record.exited(ev)
 	j.emit(ev)
+	if lostStart {
+		j.engine.OnStartLost()
+	}
 	j.blacklistOnHostError(ev.Err)
 	j.mu.Lock()
 	j.leftLocked()

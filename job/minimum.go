@@ -152,7 +152,7 @@ func (j *Job) replace(ctx context.Context, n int) (started int, err error) {
 		if err := j.roomFor(1); err != nil {
 			return started, err
 		}
-		if err := j.add(ctx, 1, true); err != nil {
+		if err := j.add(ctx, 1, startedByFloor); err != nil {
 			return started, err
 		}
 		started++
