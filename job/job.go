@@ -254,7 +254,7 @@ func (j *Job) AddWorkers(ctx context.Context, n int) error {
 	if err := j.roomFor(n); err != nil {
 		return err
 	}
-	return j.add(ctx, n, false)
+	return j.add(ctx, n, startedByHand)
 }
 
 // roomFor says whether n more workers fit under Config.MaxWorkers (a
@@ -295,9 +295,18 @@ func (j *Job) Wait() (Outcome, error) {
 	return j.outcome, j.err
 }
 
-// add launches n workers, each on the first host with a free slot;
-// replacement marks them as started by the floor.
-func (j *Job) add(ctx context.Context, n int, replacement bool) error {
+// startedBy says who asked for a worker the job adds.
+type startedBy int
+
+const (
+	startedByHand   startedBy = iota // AddWorkers
+	startedByEngine                  // the autoscaling engine (provisioner.Start)
+	startedByFloor                   // keepMinimum: a replacement
+)
+
+// add launches n workers, each on the first host with a free slot, for
+// whoever asked for them.
+func (j *Job) add(ctx context.Context, n int, by startedBy) error {
 	for range n {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -310,9 +319,7 @@ func (j *Job) add(ctx context.Context, n int, replacement bool) error {
 		if err != nil {
 			return err
 		}
-		if replacement {
-			j.roster.markReplacement(index)
-		}
+		j.roster.markStartedBy(index, by)
 		j.events.emit(WorkerStarted{At: now(), Worker: w})
 	}
 	return nil
@@ -324,7 +331,7 @@ func (j *Job) addReplacement(ctx context.Context) error {
 	if err := j.roomFor(1); err != nil {
 		return err
 	}
-	return j.add(ctx, 1, true)
+	return j.add(ctx, 1, startedByFloor)
 }
 
 // launch starts the reserved process index on host.
@@ -352,9 +359,14 @@ func (j *Job) launch(index int, host string, share int) (WorkerRef, error) {
 // await records the end of process index.
 func (j *Job) await(index int, p Process) {
 	<-p.Done()
-	ev := j.roster.exited(index, p, j.floor.noteExitLocked)
+	ev, lostStart := j.roster.exited(index, p, j.floor.noteExitLocked)
 	j.record.exited(ev)
 	j.events.emit(ev)
+	if lostStart {
+		// A worker the engine started ended before it ever entered a
+		// world: the engine's grow stops waiting for it.
+		j.engine.OnStartLost()
+	}
 	j.blacklistOnHostError(ev.Err)
 	j.roster.left()
 	j.floor.wake()

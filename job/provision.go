@@ -28,7 +28,7 @@ func (c cluster) Workers() []heuristics.WorkerInfo {
 type provisioner struct{ j *Job }
 
 // Start launches n more workers (the engine bounds n by MaxWorkers itself).
-func (p provisioner) Start(ctx context.Context, n int) error { return p.j.add(ctx, n, false) }
+func (p provisioner) Start(ctx context.Context, n int) error { return p.j.add(ctx, n, startedByEngine) }
 
 // Stop waits for a removed worker to exit (it does once the world moved on
 // without it), then asks it to leave with LeaveSignal and finally kills it,

@@ -53,6 +53,7 @@ type proc struct {
 
 	removed     bool // taken out by the autoscaling engine
 	replacement bool // started by the floor
+	forEngine   bool // started by the autoscaling engine (provisioner.Start)
 	presence         // rule 6 (rejoin.go)
 }
 
@@ -95,11 +96,11 @@ func (r *roster) launched(index int, ref WorkerRef, p Process) {
 	r.procs[index] = &proc{rec: WorkerRecord{WorkerRef: ref, State: Running, Started: time.Now()}, p: p}
 }
 
-// markReplacement marks process index as started by the floor.
-func (r *roster) markReplacement(index int) {
+// markStartedBy records who asked for process index.
+func (r *roster) markStartedBy(index int, by startedBy) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.procs[index].replacement = true
+	r.procs[index].replacement, r.procs[index].forEngine = by == startedByFloor, by == startedByEngine
 }
 
 // unreserve gives back a reservation whose launch failed.
@@ -127,9 +128,11 @@ func (r *roster) leftLocked() {
 }
 
 // exited records the end of process index, classified (rules 5 and 6);
-// noteLocked is told of it with mu held (the floor's accounting). The
+// noteLocked is told of it with mu held (the floor's accounting); lostStart
+// says it was started by the engine and ended before it ever entered a
+// world, while the job was not ending. The
 // process still counts as running until left.
-func (r *roster) exited(index int, p Process, noteLocked func(*proc)) WorkerExited {
+func (r *roster) exited(index int, p Process, noteLocked func(*proc)) (ev WorkerExited, lostStart bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := r.procs[index]
@@ -139,7 +142,8 @@ func (r *roster) exited(index int, p Process, noteLocked func(*proc)) WorkerExit
 	r.reclassifyLocked(w)
 	noteLocked(w)
 	r.place.running[w.rec.Host]--
-	return WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}
+	lostStart = w.forEngine && !w.everIn && !w.removed && !w.stopped && !r.trainingOver && !r.draining
+	return WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}, lostStart
 }
 
 // records describes every process launched, by launch index.
