@@ -639,7 +639,7 @@ func (o *opRun) check(peer int, h *transport.Header, step, n int, count uint64) 
 	field := ""
 	switch {
 	case h.Seq != d.seq:
-		field = "sequence number (one rank ran more collectives than the other)"
+		field = "sequence number (one rank ran more collectives than the other, or one of another subset)"
 	case remote.coll != d.coll:
 		field = "collective"
 	case remote.dtype != d.dtype:
