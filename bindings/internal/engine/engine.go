@@ -201,7 +201,7 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		log: log, mem: mem, sess: mem.Session(), ctx: ectx, cancel: cancel, inlineBytes: cfg.InlineBytes, interrupts: -1,
 		agreement: !cfg.SkipAgreement,
 		wake:      make(chan struct{}, 1), stopped: make(chan struct{}), handles: make(map[Handle]*call),
-		sets:      make(map[int32]*processSet), setFuser: fusion.NewFuser(cfg.Worker.Session.FusionBytes),
+		sets: make(map[int32]*processSet), setFuser: fusion.NewFuser(cfg.Worker.Session.FusionBytes),
 	}
 	e.total.Store(-1)
 	e.topo = topology(e.sess)
