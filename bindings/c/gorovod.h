@@ -26,11 +26,11 @@
  *   rank must call the same collectives, with the same dtypes and element
  *   counts, in the same order (there is no matching by tensor name as in
  *   Horovod; a collective on a process set concerns its members only: see
- *   Process sets below). They run one at a time, in the order they were called, on a
- *   thread of the library's own. Ranks that call different collectives all
- *   get GOROVOD_ERR_MISMATCH for that call, never a hang: the ranks compare
- *   each call's description before any of its data moves, so the next call
- *   runs as if it had not been made.
+ *   Process sets below). They run one at a time, in the order they were
+ *   called, on a thread of the library's own. Ranks that call different
+ *   collectives all get GOROVOD_ERR_MISMATCH for that call, never a hang:
+ *   the ranks compare each call's description before any of its data
+ *   moves, so the next call runs as if it had not been made.
  *
  *   Every collective has an asynchronous form (..._async), which queues it
  *   and returns a handle at once, and a synchronous form, which waits for it.
