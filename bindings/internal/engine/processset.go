@@ -30,10 +30,10 @@ import (
 // A's other members to reach it, so when another member of A runs a call on
 // set B first, B's members must be able to finish it without this rank.
 // (Horovod negotiates every set's calls in its background loop and would run
-// B first; gorovod runs in submission order.) A cycle is a MismatchError
-// where two of its sets share a pair of ranks (a rank receives the other
-// set's frames, whose sequence numbers differ), else a PeerError when the
-// I/O timeout passes.
+// B first; gorovod runs in submission order.) A cycle breaks the world:
+// at once where two of its sets share a pair of ranks (a rank receives the
+// other set's frames, whose sequence numbers differ: a MismatchError), else
+// when the I/O timeout passes.
 //
 // A world change removes every process set but the world's: its ranks were
 // the old world's. Calls on a removed set are refused (ErrUnknownSet); the
