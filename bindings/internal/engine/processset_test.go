@@ -264,18 +264,21 @@ func TestProcessSetsOverlapAndIdle(t *testing.T) {
 func TestProcessSetsAndWorldChanges(t *testing.T) {
 	d := startDriver(t, 1)
 	es := startEngines(t, d, 3)
-	var old int32
+	olds := make([]int32, len(es))
 	each(t, es, func(e *Engine) error {
-		a, err := addSet(e, 0, 1)
-		if err != nil {
+		if _, err := addSet(e, 0, 1); err != nil {
 			return err
 		}
-		if old, err = addSet(e, 1, 2); err != nil {
-			return err
-		}
-		_ = a
-		return nil
+		id, err := addSet(e, 1, 2)
+		olds[e.Topology().Rank] = id
+		return err
 	})
+	old := olds[0]
+	for _, id := range olds {
+		if id != old {
+			t.Fatalf("the sets' ids differ between ranks: %v", olds)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	joined := make(chan *Engine, 1)
