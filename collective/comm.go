@@ -161,7 +161,10 @@ type Communicator struct {
 	seq     uint64
 	scratch []byte // receive staging
 	staging []byte // send staging for device memory
-	work    []byte // host working space (reduce-scatter)
+	// adasumHost is the host copy an Adasum allreduce of device memory
+	// works in.
+	adasumHost []byte
+	work       []byte // host working space (reduce-scatter)
 	// sendBroken marks links whose last send failed part-way: the peer's stream
 	// may hold half a frame, so no abort frame may follow on it.
 	sendBroken []bool
@@ -389,6 +392,7 @@ const (
 	algoPairwise
 	algoDissemination
 	algoHierarchical
+	algoAdasum
 )
 
 // opRun is one collective in progress. The communicator keeps one and

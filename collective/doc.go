@@ -55,5 +55,8 @@
 // Element types are float32, float64, float16, bfloat16, int32, int64 and uint8;
 // reduce ops sum, average, min, max and product, with Horovod's prescale and
 // postscale factors. Float16 and bfloat16 reduce through float32 arithmetic,
-// rounded once per element to nearest-even.
+// rounded once per element to nearest-even. Allreduce also offers Horovod's
+// Adasum (adasum.go): floating-point types, a power-of-two world, each
+// tensor of a fused buffer (Tensors) combined with its own dot product and
+// norms, by vector halving and distance doubling.
 package collective

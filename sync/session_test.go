@@ -77,7 +77,7 @@ func joinCoord(ctx context.Context, coord *driver.Coordinator, name string, tr *
 	for _, edit := range edits {
 		edit(&sc)
 	}
-	return Join(ctx, sc, tr, coord.View(name), state)
+	return openSession(ctx, sc, tr, coord.View(name), state)
 }
 
 func startToy(t testing.TB, name string, coord *driver.Coordinator, size ...int) *toyWorker {

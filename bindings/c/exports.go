@@ -433,8 +433,8 @@ func allreduce(set int32, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_
 	if h == nil || recv == nil || cnts == nil || dtypes == nil || n < 0 {
 		return status(fmt.Errorf("%w: allreduce: NULL handle, receive buffers, counts or dtypes, or %d tensors", engine.ErrInvalid, n))
 	}
-	if op < 1 || op > 5 {
-		return status(fmt.Errorf("%w: allreduce: reduce op %d (want sum 1, average 2, min 3, max 4 or product 5)", engine.ErrInvalid, op))
+	if op < 1 || op > 6 {
+		return status(fmt.Errorf("%w: allreduce: reduce op %d (want sum 1, average 2, min 3, max 4, product 5 or adasum 6)", engine.ErrInvalid, op))
 	}
 	num := int(n)
 	cs, ds := int64s(cnts, num), int32s(dtypes, num)
@@ -583,7 +583,7 @@ func gorovodGoReducescatterAsync(set C.int32_t, send unsafe.Pointer, count C.int
 	if h == nil {
 		return status(fmt.Errorf("%w: reducescatter: NULL handle", engine.ErrInvalid))
 	}
-	if op < 1 || op > 5 {
+	if op < 1 || op > 6 {
 		return status(fmt.Errorf("%w: reducescatter: reduce op %d (want sum 1, average 2, min 3, max 4 or product 5)", engine.ErrInvalid, op))
 	}
 	size, rank, err := setSize(e, set)

@@ -139,13 +139,20 @@ typedef enum gorovod_dtype {
  * collective also takes a prescale factor (multiplies each rank's input) and
  * a postscale factor (multiplies the result; with AVERAGE the division
  * comes on top), as Horovod's; 0 means 1. Integer results of a scale are
- * rounded to nearest and saturated. */
+ * rounded to nearest and saturated.
+ * ADASUM is Horovod's adaptive summation: tensor by tensor (each tensor of a
+ * grouped call on its own), a and b combine as
+ * (1 - a.b/(2|a|^2)) a + (1 - a.b/(2|b|^2)) b, pairwise over log2(size)
+ * levels. Allreduce only, floating-point dtypes only, and a world whose size
+ * is a power of two: anything else is GOROVOD_ERR_INVALID_ARGUMENT. The
+ * prescale factor applies before, the postscale factor after. */
 typedef enum gorovod_op {
   GOROVOD_SUM = 1,
   GOROVOD_AVERAGE = 2,
   GOROVOD_MIN = 3,
   GOROVOD_MAX = 4,
-  GOROVOD_PRODUCT = 5
+  GOROVOD_PRODUCT = 5,
+  GOROVOD_ADASUM = 6
 } gorovod_op;
 
 /* An asynchronous call until gorovod_wait collects it; never 0, never

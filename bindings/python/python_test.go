@@ -122,6 +122,12 @@ func wantPasses(t testing.TB, out string, n int) {
 // own result, plus bad input, alone and at 2, 3 and 4 workers.
 func TestCollectives(t *testing.T) { runEachWorld(t, "tests/ops_test.py", 0, 2, 3, 4) }
 
+// TestAdasum runs op=Adasum (allreduce, grouped, scale factors, refusals,
+// DistributedOptimizer's delta optimizer) against a one-process reference of
+// the formula, alone and at 2 and 4 workers, and checks that 3 workers are
+// refused with NotImplementedError, as Horovod refuses them.
+func TestAdasum(t *testing.T) { runEachWorld(t, "tests/adasum_test.py", 0, 2, 3, 4) }
+
 // TestForkAndMismatch: a DataLoader with forked workers beside collectives,
 // a forked child calling gorovod, and ranks that call mismatched
 // collectives.

@@ -95,6 +95,22 @@ int main(void) {
   uint8_t u = 2;
   OK(gorovod_allreduce(&u, &u, 1, GOROVOD_UINT8, GOROVOD_SUM, 1, 1));
   CHECK(u == 2 * size, "uint8 sum %d", u);
+  // Adasum: orthogonal vectors add up (a world of one keeps its input); a
+  // world that is not a power of two, integers and reducescatter are refused.
+  double ad[2] = {rank == 0 ? 3 : 0, rank == 1 ? 4 : 0};
+  rc = gorovod_allreduce(ad, ad, 2, GOROVOD_FLOAT64, GOROVOD_ADASUM, 1, 1);
+  if ((size & (size - 1)) == 0) {
+    CHECK(rc == GOROVOD_OK && ad[0] == 3 && ad[1] == (size > 1 ? 4 : 0), "adasum: %d, %g %g", rc, ad[0], ad[1]);
+  } else {
+    CHECK(rc == GOROVOD_ERR_INVALID_ARGUMENT && strstr(gorovod_last_error(), "power-of-two"),
+          "adasum in a world of %d: %d (%s)", size, rc, gorovod_last_error());
+  }
+  int32_t ai = 1;
+  rc = gorovod_allreduce(&ai, &ai, 1, GOROVOD_INT32, GOROVOD_ADASUM, 1, 1);
+  CHECK(rc == GOROVOD_ERR_INVALID_ARGUMENT, "adasum of an int32: %d", rc);
+  float ars[2] = {1, 2};
+  rc = gorovod_reducescatter(ars, 2, ars, NULL, GOROVOD_FLOAT32, GOROVOD_ADASUM, 1, 1);
+  CHECK(rc == GOROVOD_ERR_INVALID_ARGUMENT, "adasum reducescatter: %d", rc);
 
   // Grouped: several dtypes, in place, one call.
   float ga[3] = {1, 2, 3};

@@ -622,7 +622,7 @@ func checkReduce(how gsync.Reduction) (gsync.Reduction, error) {
 		how.Op = collective.Average
 	}
 	if !how.Op.Valid() {
-		return how, fmt.Errorf("%w: reduce op %d (want sum 1, average 2, min 3, max 4 or product 5)", ErrInvalid, how.Op)
+		return how, fmt.Errorf("%w: reduce op %d (want sum 1, average 2, min 3, max 4, product 5 or adasum 6)", ErrInvalid, how.Op)
 	}
 	for _, f := range []*float64{&how.Prescale, &how.Postscale} {
 		if *f == 0 {

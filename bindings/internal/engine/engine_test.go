@@ -221,6 +221,11 @@ func TestCollectives(t *testing.T) {
 		if err := w(e.Barrier()); err != nil {
 			return err
 		}
+		// Adasum needs a power-of-two world: refused on every rank, and
+		// the next call runs.
+		if err := w(e.Allreduce(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{Op: collective.Adasum})); !errors.Is(err, ErrInvalid) || !errors.Is(err, collective.ErrNotPowerOfTwo) {
+			return fmt.Errorf("adasum in a world of 3: %v, want ErrInvalid and ErrNotPowerOfTwo", err)
+		}
 		// Join: rank 1 arrives last.
 		if top.Rank == 1 {
 			time.Sleep(50 * time.Millisecond) // the order of arrival is the point
@@ -262,6 +267,12 @@ func TestInvalidArgumentsAreRefusedBeforeAnythingRuns(t *testing.T) {
 				return e.Allreduce(nil, []collective.Buffer{f32(make([]float32, 2))}, gsync.Reduction{Op: collective.Sum, Prescale: math.Inf(1)})
 			}},
 			{"join", func() (Handle, error) { return e.Join(nil) }},
+			{"adasum of integers", func() (Handle, error) {
+				return e.Allreduce(nil, []collective.Buffer{collective.SliceBuffer([]int32{1})}, gsync.Reduction{Op: collective.Adasum})
+			}},
+			{"adasum reducescatter", func() (Handle, error) {
+				return e.ReduceScatter(f32(make([]float32, 2)), f32(make([]float32, 1)), []int{1, 1}, gsync.Reduction{Op: collective.Adasum})
+			}},
 		}
 		for _, b := range bad {
 			if h, err := b.call(); !errors.Is(err, ErrInvalid) || h != 0 {
@@ -275,6 +286,18 @@ func TestInvalidArgumentsAreRefusedBeforeAnythingRuns(t *testing.T) {
 		v := []float32{1}
 		if err := waitOn(e)(e.Allreduce(nil, []collective.Buffer{f32(v)}, gsync.Reduction{Op: collective.Sum})); err != nil || v[0] != 2 {
 			return fmt.Errorf("allreduce after the refusals: %v %v", v, err)
+		}
+		// Adasum of two tensors in one call: orthogonal ones add up,
+		// identical ones stay as they are (each tensor has its own
+		// coefficients although the call fuses them).
+		rank := e.Topology().Rank
+		orth, same := []float32{0, 0}, []float64{3, -4}
+		orth[rank] = float32(rank + 1)
+		if err := waitOn(e)(e.Allreduce(nil, []collective.Buffer{f32(orth), collective.SliceBuffer(same)}, gsync.Reduction{Op: collective.Adasum})); err != nil {
+			return err
+		}
+		if orth[0] != 1 || orth[1] != 2 || same[0] != 3 || same[1] != -4 {
+			return fmt.Errorf("adasum: orthogonal %v (want [1 2]), identical %v (want [3 -4])", orth, same)
 		}
 		return nil
 	})

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -60,6 +61,13 @@ func (e *Engine) allreduceCall(set int32, send, recv []collective.Buffer, how gs
 	if err := checkBuffers("allreduce", recv...); err != nil {
 		return nil, 0, err
 	}
+	if how.Op == collective.Adasum {
+		for i, b := range recv {
+			if !b.DType.IsFloat() {
+				return nil, 0, fmt.Errorf("%w: allreduce tensor %d: Adasum combines floating-point tensors, not %v", ErrInvalid, i, b.DType)
+			}
+		}
+	}
 	if send != nil {
 		if len(send) != len(recv) {
 			return nil, 0, fmt.Errorf("%w: allreduce of %d tensors into %d", ErrInvalid, len(send), len(recv))
@@ -87,7 +95,12 @@ func (e *Engine) allreduceCall(set int32, send, recv []collective.Buffer, how gs
 	}
 	run := func(ctx context.Context, s *gsync.Session) error {
 		copyIn()
-		return s.Allreduce(ctx, how, recv...)
+		err := s.Allreduce(ctx, how, recv...)
+		if errors.Is(err, collective.ErrNotPowerOfTwo) {
+			// Refused before anything was sent, on every rank alike.
+			err = fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		return err
 	}
 	if set != 0 {
 		// A set's allreduce is no gradient allreduce of the world: it
@@ -95,9 +108,13 @@ func (e *Engine) allreduceCall(set int32, send, recv []collective.Buffer, how gs
 		opts := []collective.Option{collective.Prescale(how.Prescale), collective.Postscale(how.Postscale)}
 		run = func(ctx context.Context, s *gsync.Session) error {
 			copyIn()
-			return e.collectiveOn(ctx, s, set, func(ctx context.Context, c *collective.Communicator) error {
+			err := e.collectiveOn(ctx, s, set, func(ctx context.Context, c *collective.Communicator) error {
 				return e.setFuser.Allreduce(ctx, c, recv, how.Op, opts...)
 			})
+			if errors.Is(err, collective.ErrNotPowerOfTwo) {
+				err = fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+			return err
 		}
 	}
 	return &call{what: "allreduce", set: set, desc: describe(kindAllreduce, recv, nil, &how, 0), layout: layoutOf(recv), run: run}, bufferBytes(recv), nil
@@ -254,6 +271,9 @@ func (e *Engine) ReduceScatterOn(set int32, send, recv collective.Buffer, counts
 	how, err := checkReduce(how)
 	if err != nil {
 		return 0, err
+	}
+	if !how.Op.Elementwise() {
+		return 0, fmt.Errorf("%w: reducescatter cannot use %v, which combines whole tensors (allreduce only)", ErrInvalid, how.Op)
 	}
 	if err := checkBuffers("reducescatter", send, recv); err != nil {
 		return 0, err

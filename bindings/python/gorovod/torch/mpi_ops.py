@@ -40,7 +40,8 @@ Min = 3
 Max = 4
 Product = 5
 
-_OPS = {Average: _core.AVERAGE, Sum: _core.SUM, Min: _core.MIN, Max: _core.MAX, Product: _core.PRODUCT}
+_OPS = {Average: _core.AVERAGE, Sum: _core.SUM, Min: _core.MIN, Max: _core.MAX, Product: _core.PRODUCT,
+        Adasum: _core.ADASUM}
 
 _DTYPES = {
     torch.float32: _core.FLOAT32,
@@ -367,11 +368,18 @@ def _op(op, average=None):
         return _core.AVERAGE if average else _core.SUM
     if op is None:
         op = Average
-    if op == Adasum:
-        raise NotImplementedError("gorovod does not offer Adasum (Average, Sum, Min, Max and Product are there)")
     if op not in _OPS:
-        raise ValueError("unknown reduce op %r (Average, Sum, Min, Max, Product)" % (op,))
+        raise ValueError("unknown reduce op %r (Average, Sum, Adasum, Min, Max, Product)" % (op,))
     return _OPS[op]
+
+
+def _check_adasum(op, process_set):
+    """Adasum pairs the workers up level by level, so it needs a
+    power-of-two number of them; Horovod raises NotImplementedError too."""
+    if op == _core.ADASUM:
+        n = process_set.size()
+        if n & (n - 1):
+            raise NotImplementedError("gorovod: Adasum needs a power-of-two number of workers; there are %d" % n)
 
 
 # What synchronize returns for each handle: a tensor, a tuple, or a callable
@@ -519,6 +527,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     """Starts an allreduce of tensor into output and returns its handle; with
     now, runs it (a small one on this thread) and returns output."""
     ps = _check_process_set(process_set)
+    _check_adasum(op, process_set)
     if _scales_here([tensor], prescale_factor, postscale_factor):
         src = _scaled(tensor, prescale_factor) if prescale_factor != 1.0 else tensor
         op, post = _scale_plan(op, prescale_factor, postscale_factor, process_set)
@@ -591,6 +600,7 @@ def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_fa
     """Starts a grouped allreduce and returns its handle; with now, runs it
     (a small one on this thread) and returns the outputs."""
     ps = _check_process_set(process_set)
+    _check_adasum(op, process_set)
     if not tensors:
         raise ValueError("grouped allreduce of no tensors")
     if _scales_here(tensors, prescale_factor, postscale_factor):
@@ -914,6 +924,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     first first % size workers one more)."""
     _set_place(process_set)
     op = _op(op)
+    if op == _core.ADASUM:
+        raise NotImplementedError("gorovod reducescatter: Adasum combines whole tensors (allreduce only)")
     _check_tensor(tensor, "reducescatter")
     if tensor.dim() == 0:
         raise ValueError("gorovod reducescatter: a scalar (0-dimensional) tensor cannot be scattered: give it a first "

@@ -323,13 +323,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """Wraps optimizer so that each step averages (op) the gradients across the
     workers first. Arguments as Horovod's: compression (Compression.none or
     .fp16), backward_passes_per_step (accumulate that many backward passes
-    locally before reducing), op (Average, Sum, Min, Max, Product; not
-    Adasum), gradient_predivide_factor (with Average: scale by 1/f before the
-    sum and f/size after), groups (an int, or lists of parameters reduced
-    together). Returns an optimizer of a new class deriving from optimizer's
-    own class, sharing its parameter groups."""
-    if op == Adasum:
-        raise NotImplementedError("gorovod does not offer Adasum")
+    locally before reducing), op (Average, Sum, Min, Max, Product, or Adasum:
+    then, with more than one worker, Horovod's delta optimizer, see
+    gorovod.torch.adasum_optimizer), gradient_predivide_factor (with Average:
+    scale by 1/f before the sum and f/size after), groups (an int, or lists
+    of parameters reduced together). Returns an optimizer of a new class
+    deriving from optimizer's own class, sharing its parameter groups."""
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:
@@ -338,6 +337,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             groups = num_groups
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
+    if op == Adasum and mpi_ops.size() > 1:
+        from gorovod.torch.adasum_optimizer import _DistributedAdasumOptimizer
+        mpi_ops._check_process_set(process_set)
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
+        return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
                gradient_predivide_factor, groups, sparse_as_dense, process_set)
