@@ -6,7 +6,8 @@
 - the even and the odd ranks run every collective on their own set at the
   same time (sums, averages over the set's size, broadcast from a world
   rank, allgather of uneven first dimensions, alltoall with splits,
-  reducescatter, barrier, grouped and asynchronous forms, autograd), while a
+  reducescatter, barrier, grouped and asynchronous forms, autograd, Adasum
+  where the set's size is a power of two), while a
   set with one rank idle runs beside them; then the world runs one;
 - DistributedOptimizer on a set averages only among its members and leaves
   the others' parameters to their own gradients;
@@ -73,6 +74,16 @@ def main():
     scaled = hvd.allreduce(torch.tensor([3], dtype=torch.int32), op=hvd.Average, prescale_factor=2.0,
                            process_set=mine)
     assert scaled.item() == 6, "an integer average with prescale over the set: %s" % scaled
+
+    # Adasum on the set (of a power-of-two size here, 1 or 2 ranks):
+    # orthogonal vectors add up, equal ones stay as they are.
+    if m & (m - 1) == 0:
+        v = torch.zeros(4)
+        v[mine.rank()] = 1.0
+        ad = hvd.allreduce(v, op=hvd.Adasum, process_set=mine)
+        assert ad.tolist() == [1.0] * m + [0.0] * (4 - m), "Adasum of orthogonal vectors on the set: %s" % ad
+        same = hvd.allreduce(torch.full((3,), 2.0), op=hvd.Adasum, process_set=mine)
+        assert same.tolist() == [2.0] * 3, "Adasum of equal vectors on the set: %s" % same
 
     root = members[-1]
     b = hvd.broadcast(torch.tensor([float(r)]), root_rank=root, process_set=mine)
