@@ -47,6 +47,11 @@
 // (*RemoteAbortError). After any failure the communicator is spent: build the
 // next one. Abort stops it from another goroutine.
 //
+// Subsets. Communicator.Subset gives some of a communicator's ranks a
+// communicator of their own over the same links, with sequence numbers of
+// its own in the frames, for collectives among them while the other ranks
+// do something else (process sets).
+//
 // Element types are float32, float64, float16, bfloat16, int32, int64 and uint8;
 // reduce ops sum, average, min, max and product, with Horovod's prescale and
 // postscale factors. Float16 and bfloat16 reduce through float32 arithmetic,

@@ -189,6 +189,13 @@ func TestHorovodAPI(t *testing.T) {
 	}
 }
 
+// TestProcessSets: Horovod's process sets in jobs of 3 and 4 workers:
+// init(process_sets=...), add_process_set and remove_process_set, every
+// collective (and its async, grouped and autograd forms) on the even and the
+// odd ranks' sets at the same time, DistributedOptimizer on a set, and
+// Horovod's ValueErrors (see tests/process_sets_test.py).
+func TestProcessSets(t *testing.T) { runEachWorld(t, "tests/process_sets_test.py", 3, 4) }
+
 // runEachWorld runs a test script that prints "PASS rank R of N" on each
 // rank: alone for np 0 (a world of one, no `gorovod run`), else in a job of
 // np workers.

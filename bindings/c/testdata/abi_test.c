@@ -230,6 +230,49 @@ int main(void) {
   OK(gorovod_allreduce(&check, &check, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1));
   CHECK(check == (float)size, "allreduce after the refusals: %g", check);
 
+  // Process sets: every rank but the last (the whole world is set 0, so it
+  // cannot be added; alone, no other set can be made).
+  int32_t everyone[64], ps = -1;
+  for (int r = 0; r < size && r < 64; r++) everyone[r] = r;
+  CHECK(gorovod_add_process_set(everyone, size, &ps) == GOROVOD_ERR_INVALID_ARGUMENT, "the whole world as a set");
+  gorovod_handle ph;
+  CHECK(gorovod_barrier_ps_async(77, &ph) == GOROVOD_ERR_INVALID_ARGUMENT, "a barrier on set 77");
+  if (size >= 2) {
+    OK(gorovod_add_process_set(everyone, size - 1, &ps));
+    int32_t prank = -2, psize = 0, pranks[64] = {0}, ids[8], nids = 0;
+    OK(gorovod_process_set_get(ps, &prank, &psize, pranks, 64));
+    CHECK(ps > 0 && psize == size - 1 && prank == (rank < size - 1 ? rank : -1) && pranks[size - 2] == size - 2,
+          "set %d: rank %d of %d", ps, prank, psize);
+    OK(gorovod_process_set_ids(ids, 8, &nids));
+    CHECK(nids == 2 && ids[0] == 0 && ids[1] == ps, "%d set ids", nids);
+    if (rank < size - 1) {
+      float pv = 1;
+      const void *ps_send = &pv;
+      void *ps_recv = &pv;
+      int64_t c1 = 1;
+      int32_t f32 = GOROVOD_FLOAT32;
+      OK(gorovod_grouped_allreduce_ps_async(ps, 1, &ps_send, &ps_recv, &c1, &f32, GOROVOD_SUM, 1, 1, &ph));
+      OK(gorovod_wait(ph, -1));
+      CHECK(pv == (float)(size - 1), "allreduce on the set: %g", pv);
+      int32_t pb = rank, i32 = GOROVOD_INT32;
+      void *pbp = &pb;
+      OK(gorovod_grouped_broadcast_ps_start(ps, 1, &pbp, &c1, &i32, size - 2, 0, &ph));
+      if (ph != 0) OK(gorovod_wait(ph, -1));
+      CHECK(pb == size - 2, "broadcast on the set from world rank %d: %d", size - 2, pb);
+      int32_t mine32 = rank, got[64] = {0};
+      OK(gorovod_allgather_ps_async(ps, &mine32, 1, got, NULL, GOROVOD_INT32, &ph));
+      OK(gorovod_wait(ph, -1));
+      for (int r = 0; r < size - 1; r++) CHECK(got[r] == r, "allgather on the set: [%d] = %d", r, got[r]);
+      OK(gorovod_barrier_ps_start(ps, 0, &ph));
+      if (ph != 0) OK(gorovod_wait(ph, -1));
+    } else {
+      CHECK(gorovod_barrier_ps_async(ps, &ph) == GOROVOD_ERR_INVALID_ARGUMENT, "a call on a set without this rank");
+    }
+    OK(gorovod_remove_process_set(ps));
+    CHECK(gorovod_barrier_ps_async(ps, &ph) == GOROVOD_ERR_INVALID_ARGUMENT, "a barrier on a removed set");
+    CHECK(gorovod_remove_process_set(0) == GOROVOD_ERR_INVALID_ARGUMENT, "removing the world");
+  }
+
   // Each thread keeps its own last error.
   pthread_t th[2];
   int which[2] = {0, 1};

@@ -33,6 +33,8 @@ const (
 	kindReduceScatter
 	kindBarrier
 	kindJoin
+	kindAddSet
+	kindRemoveSet
 )
 
 func (k callKind) String() string {
@@ -51,6 +53,10 @@ func (k callKind) String() string {
 		return "barrier"
 	case kindJoin:
 		return "join"
+	case kindAddSet:
+		return "add process set"
+	case kindRemoveSet:
+		return "remove process set"
 	}
 	return fmt.Sprintf("call kind %d", int64(k))
 }
@@ -133,6 +139,12 @@ func (d description) String() string {
 	switch k {
 	case kindBarrier, kindJoin:
 		return b.String()
+	case kindAddSet:
+		fmt.Fprintf(&b, " of %d ranks (digest %x)", d[fieldTensors], d[fieldLayout])
+		return b.String()
+	case kindRemoveSet:
+		fmt.Fprintf(&b, " %d", d[fieldRoot])
+		return b.String()
 	}
 	fmt.Fprintf(&b, " of %d tensor(s) (the first %d × %v, %d elements in all", d[fieldTensors], d[fieldCount],
 		collective.DType(d[fieldDType]), d[fieldTotal])
@@ -148,7 +160,8 @@ func (d description) String() string {
 }
 
 // agree compares d with every rank's description of the call it is about
-// to run (one small allreduce on the current world's communicator, and an
+// to run (one small allreduce on the call's communicator, on, the world's or
+// a process set's, and an
 // allgather of the descriptions when they differ) and
 // returns a *collective.MismatchError naming the first rank whose call
 // differs from this one, and what differs, when any does. Every rank
@@ -159,8 +172,8 @@ func (d description) String() string {
 // the others runs with their zeros, after the lowest of the calling ranks
 // has sent them its tensors' layout (layout: dtype and element count of
 // each); any other call fails on the calling ranks, as in Horovod.
-func agree(ctx context.Context, s *gsync.Session, d description, layout []int64) error {
-	return s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
+func agree(ctx context.Context, on runOn, d description, layout []int64) error {
+	return on(ctx, func(ctx context.Context, c *collective.Communicator) error {
 		all, err := gatherDescriptions(ctx, c, d)
 		if err != nil || all == nil {
 			return err

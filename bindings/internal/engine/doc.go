@@ -47,6 +47,14 @@
 // state.sync()). So no rank ever runs an old world's collective in a new
 // world, where it would pair with another rank's different call.
 //
+// # Process sets
+//
+// Collectives may run on a process set, some of the world's ranks that
+// every rank registered (AddProcessSet): the ...On forms. A set's calls run
+// on a subset communicator over the world's links, in the same submission
+// order as every other call of the process; a world change removes every
+// set but the world's. See processset.go.
+//
 // # Memory
 //
 // Buffers are host memory the caller owns (C memory, a tensor's storage):

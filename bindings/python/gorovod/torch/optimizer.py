@@ -125,7 +125,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._order_index = {g: i for i, g in enumerate(self._order)}
         self._ready = [False] * len(self._order)  # this step's, by position in _order
         self._next = 0  # the position in _order of the next group to start
-        self._register_hooks()
+        # A rank outside the process set reduces nothing: its step applies
+        # its own gradients (as Horovod's).
+        if process_set.included():
+            self._register_hooks()
 
     def _make_groups(self, groups):
         params = self._requires_update
@@ -191,11 +194,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             pairs = [self._compression.compress(g) for _, g in dense]
             pre, post = self._scales()
             handle = mpi_ops.grouped_allreduce_async_([c for c, _ in pairs], op=self.op, prescale_factor=pre,
-                                                      postscale_factor=post)
+                                                      postscale_factor=post, process_set=self.process_set)
             pending.append((handle, [p for p, _ in dense], [ctx for _, ctx in pairs]))
         for p, g in zip(group, grads):
             if g.is_sparse:
-                pending.append((mpi_ops.sparse_allreduce_async(g, None, self.op), [p], None))
+                pending.append((mpi_ops.sparse_allreduce_async(g, None, self.op, process_set=self.process_set), [p],
+                                None))
         return pending
 
     def _make_hook(self, p):
@@ -229,6 +233,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Starts the groups not started yet, in the fixed order (with zeros
         for the gradients this rank did not produce), waits for every group's
         allreduce, and writes the results into the gradients."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
         try:
             self._start_ready(everything=True)
             handles, self._handles = self._handles, {}
