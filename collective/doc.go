@@ -24,7 +24,9 @@
 // Topology. Which ranks share a host comes from the world
 // (transport.World.Hosts, or the host part of each rank's address); see
 // Topology. Every ring orders the ranks host by host, so a flat ring crosses
-// each host's link once in each direction.
+// each host's link once in each direction; broadcast's chain and tree run over
+// the same host order, from the root's host on, so a large broadcast enters
+// each other host once.
 //
 // Memory. A Buffer is host bytes or DeviceMemory. The algorithms reach memory only
 // through a small set of operations (stage out for sending, land received bytes,

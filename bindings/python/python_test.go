@@ -238,6 +238,22 @@ func TestSyncBatchNorm(t *testing.T) { runEachWorld(t, "tests/sync_batch_norm_te
 // hook) training to the parameters of one process on the whole batch.
 func TestTorchDistributed(t *testing.T) { runEachWorld(t, "tests/distributed_test.py", 2, 3) }
 
+// TestExchangeOverlapsBackward: DistributedOptimizer and
+// DistributedDataParallel on the "gorovod" backend start their buckets'
+// allreduces during the backward pass without waiting for them: rank 0
+// runs its whole backward pass while the other ranks, before theirs, wait
+// for it (see tests/overlap_test.py), which it finishes only if nothing in
+// it blocks on the others.
+func TestExchangeOverlapsBackward(t *testing.T) {
+	needTorch(t)
+	for _, np := range []int{2, 3} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			out := runPython(t, np, 5*time.Minute, pyEnv(t, "OVERLAP_TEST_DIR="+t.TempDir()), "tests/overlap_test.py")
+			wantPasses(t, out, np)
+		})
+	}
+}
+
 var paramsDigest = regexp.MustCompile(`rank (\d+): params_sha256 ([0-9a-f]{64})`)
 
 // digests returns each rank's parameter digest that examples/pytorch/ddp_train.py
