@@ -273,6 +273,9 @@ func TestInvalidArgumentsAreRefusedBeforeAnythingRuns(t *testing.T) {
 			{"negative dimension", func() (Handle, error) {
 				return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 0))}, [][]int64{{-1, 0}}, gsync.Reduction{Op: collective.Sum})
 			}},
+			{"shape that overflows", func() (Handle, error) {
+				return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 0))}, [][]int64{{1 << 32, 1 << 32, 0}}, gsync.Reduction{Op: collective.Sum})
+			}},
 			{"shapes of other tensors", func() (Handle, error) {
 				return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 1))}, [][]int64{{1}, {1}}, gsync.Reduction{Op: collective.Sum})
 			}},

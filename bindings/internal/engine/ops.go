@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -150,8 +151,8 @@ func checkShapes(what string, bufs []collective.Buffer, shapes [][]int64) error 
 	for i, shape := range shapes {
 		n := int64(1)
 		for _, d := range shape {
-			if d < 0 {
-				return fmt.Errorf("%w: %s tensor %d: shape %v has a negative dimension", ErrInvalid, what, i, shape)
+			if d < 0 || (d > 0 && n > math.MaxInt64/d) {
+				return fmt.Errorf("%w: %s tensor %d: shape %v has a negative dimension or overflows", ErrInvalid, what, i, shape)
 			}
 			n *= d
 		}
