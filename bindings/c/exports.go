@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	stdsync "sync"
@@ -372,15 +373,15 @@ func reduction(op C.int, pre, post C.double) gsync.Reduction {
 }
 
 //export gorovodGoAllreduceAsync
-func gorovodGoAllreduceAsync(set, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, op C.int, pre, post C.double, h *C.gorovod_handle) (rc C.int) {
+func gorovodGoAllreduceAsync(set, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, ndims *C.int32_t, dims *C.int64_t, op C.int, pre, post C.double, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
-	return allreduce(int32(set), n, send, recv, cnts, dtypes, op, pre, post, submitAsync, h)
+	return allreduce(int32(set), n, send, recv, cnts, dtypes, ndims, dims, op, pre, post, submitAsync, h)
 }
 
 //export gorovodGoAllreduceStart
-func gorovodGoAllreduceStart(set, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, op C.int, pre, post C.double, flags C.int, h *C.gorovod_handle) (rc C.int) {
+func gorovodGoAllreduceStart(set, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, ndims *C.int32_t, dims *C.int64_t, op C.int, pre, post C.double, flags C.int, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
-	return allreduce(int32(set), n, send, recv, cnts, dtypes, op, pre, post, startMode(flags), h)
+	return allreduce(int32(set), n, send, recv, cnts, dtypes, ndims, dims, op, pre, post, startMode(flags), h)
 }
 
 // How a call is submitted: queued for the engine's executor (the _async
@@ -425,7 +426,10 @@ func (m submitMode) submit(out *C.gorovod_handle, queue func() (engine.Handle, e
 	return status(err)
 }
 
-func allreduce(set int32, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, op C.int, pre, post C.double, mode submitMode, h *C.gorovod_handle) C.int {
+// allreduce submits an allreduce of n tensors; ndims (NULL: not given)
+// holds each tensor's number of dimensions and dims their sizes, one after
+// another, which every rank compares (see engine.Engine.AllreduceShapedOn).
+func allreduce(set int32, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, ndims *C.int32_t, dims *C.int64_t, op C.int, pre, post C.double, mode submitMode, h *C.gorovod_handle) C.int {
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -454,9 +458,44 @@ func allreduce(set int32, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_
 			}
 		}
 	}
+	shapes, err := shapesOf(num, ndims, dims)
+	if err != nil {
+		return status(err)
+	}
 	how := reduction(op, pre, post)
-	return mode.submit(h, func() (engine.Handle, error) { return e.AllreduceOn(set, sends, recvs, how) },
-		func(c engine.Caller) (engine.Handle, error) { return e.AllreduceNowOn(set, sends, recvs, how, c) })
+	return mode.submit(h, func() (engine.Handle, error) { return e.AllreduceShapedOn(set, sends, recvs, shapes, how) },
+		func(c engine.Caller) (engine.Handle, error) {
+			return e.AllreduceShapedNowOn(set, sends, recvs, shapes, how, c)
+		})
+}
+
+// maxDims bounds a tensor's number of dimensions (PyTorch's is 64 too).
+const maxDims = 64
+
+// shapesOf reads n tensors' shapes: ndims[i] dimensions each, their sizes
+// one after another in dims; nil when ndims is NULL.
+func shapesOf(n int, ndims *C.int32_t, dims *C.int64_t) ([][]int64, error) {
+	if ndims == nil {
+		return nil, nil
+	}
+	nd := int32s(ndims, n)
+	total := 0
+	for i, k := range nd {
+		if k < 0 || k > maxDims {
+			return nil, fmt.Errorf("%w: allreduce tensor %d: %d dimensions (want 0 to %d)", engine.ErrInvalid, i, k, maxDims)
+		}
+		total += int(k)
+	}
+	if total > 0 && dims == nil {
+		return nil, fmt.Errorf("%w: allreduce: NULL dims for %d dimensions", engine.ErrInvalid, total)
+	}
+	all := int64s(dims, total)
+	shapes := make([][]int64, n)
+	for i, k := range nd {
+		shapes[i] = slices.Clone(all[:k])
+		all = all[k:]
+	}
+	return shapes, nil
 }
 
 //export gorovodGoBroadcastAsync

@@ -85,8 +85,9 @@ extern "C" {
 #endif
 
 /* The version of this interface; gorovod_abi_version() returns the
- * library's. 2 added the _start calls, 3 the process sets. */
-#define GOROVOD_ABI_VERSION 3
+ * library's. 2 added the _start calls, 3 the process sets, 4 the shaped
+ * allreduce. */
+#define GOROVOD_ABI_VERSION 4
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
@@ -374,6 +375,20 @@ int gorovod_grouped_allreduce_ps_async(int32_t process_set, int32_t n, const voi
 int gorovod_grouped_allreduce_ps_start(int32_t process_set, int32_t n, const void *const *send,
                                        void *const *recv, const int64_t *counts, const int32_t *dtypes, int op,
                                        double prescale, double postscale, int flags, gorovod_handle *handle);
+/* The grouped allreduce of tensors with shapes, which every rank compares as
+ * well as their dtypes and element counts: tensor i has ndims[i] dimensions
+ * (0 to 64), whose sizes follow one another in dims (the product of
+ * tensor i's is counts[i]). Ranks whose shapes differ all get
+ * GOROVOD_ERR_MISMATCH for the call and the world stays usable, as for any
+ * mismatch. ndims NULL: each tensor has one dimension, counts[i]. */
+int gorovod_grouped_allreduce_shaped_async(int32_t process_set, int32_t n, const void *const *send,
+                                           void *const *recv, const int64_t *counts, const int32_t *dtypes,
+                                           const int32_t *ndims, const int64_t *dims, int op, double prescale,
+                                           double postscale, gorovod_handle *handle);
+int gorovod_grouped_allreduce_shaped_start(int32_t process_set, int32_t n, const void *const *send,
+                                           void *const *recv, const int64_t *counts, const int32_t *dtypes,
+                                           const int32_t *ndims, const int64_t *dims, int op, double prescale,
+                                           double postscale, int flags, gorovod_handle *handle);
 int gorovod_grouped_broadcast_ps_async(int32_t process_set, int32_t n, void *const *bufs, const int64_t *counts,
                                        const int32_t *dtypes, int32_t root, gorovod_handle *handle);
 int gorovod_grouped_broadcast_ps_start(int32_t process_set, int32_t n, void *const *bufs, const int64_t *counts,

@@ -203,7 +203,16 @@ int gorovod_grouped_allreduce_ps_async(int32_t process_set, int32_t n, const voi
                                        double prescale, double postscale, gorovod_handle *handle) {
   REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
   return gorovodGoAllreduceAsync(process_set, n, (void *)send, (void *)recv, (int64_t *)counts, (int32_t *)dtypes,
-                                 op, prescale, postscale, handle);
+                                 NULL, NULL, op, prescale, postscale, handle);
+}
+
+int gorovod_grouped_allreduce_shaped_async(int32_t process_set, int32_t n, const void *const *send,
+                                           void *const *recv, const int64_t *counts, const int32_t *dtypes,
+                                           const int32_t *ndims, const int64_t *dims, int op, double prescale,
+                                           double postscale, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoAllreduceAsync(process_set, n, (void *)send, (void *)recv, (int64_t *)counts, (int32_t *)dtypes,
+                                 (int32_t *)ndims, (int64_t *)dims, op, prescale, postscale, handle);
 }
 
 int gorovod_grouped_allreduce_ps_start(int32_t process_set, int32_t n, const void *const *send,
@@ -214,7 +223,19 @@ int gorovod_grouped_allreduce_ps_start(int32_t process_set, int32_t n, const voi
     watch_sigint();
   }
   return gorovodGoAllreduceStart(process_set, n, (void *)send, (void *)recv, (int64_t *)counts, (int32_t *)dtypes,
-                                 op, prescale, postscale, flags, handle);
+                                 NULL, NULL, op, prescale, postscale, flags, handle);
+}
+
+int gorovod_grouped_allreduce_shaped_start(int32_t process_set, int32_t n, const void *const *send,
+                                           void *const *recv, const int64_t *counts, const int32_t *dtypes,
+                                           const int32_t *ndims, const int64_t *dims, int op, double prescale,
+                                           double postscale, int flags, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  if (flags & GOROVOD_START_INTERRUPTIBLE) {
+    watch_sigint();
+  }
+  return gorovodGoAllreduceStart(process_set, n, (void *)send, (void *)recv, (int64_t *)counts, (int32_t *)dtypes,
+                                 (int32_t *)ndims, (int64_t *)dims, op, prescale, postscale, flags, handle);
 }
 
 int gorovod_grouped_allreduce_async(int32_t n, const void *const *send, void *const *recv,

@@ -286,7 +286,6 @@ func TestUpstreamElasticWorldChange(t *testing.T) {
 // with why. TestUpstreamTorchSuite skips them saying so, and fails when one
 // of them passes (so that the list stays true) or when any other fails.
 var horovodTorchDifferences = map[string]string{
-	"test_horovod_allreduce_error":                    "its second half allreduces tensors of the same element count and other shapes: allreduce does not compare shapes",
 	"test_horovod_allreduce_duplicate_name_error":     duplicateNameOrder,
 	"test_horovod_allgather_duplicate_name_error":     duplicateNameOrder,
 	"test_horovod_broadcast_duplicate_name_error":     duplicateNameOrder,

@@ -125,6 +125,32 @@ int main(void) {
     CHECK(gh[0] == 0x4000 && gh[1] == 0x4400, "float16 sums %04x %04x", gh[0], gh[1]);
   }
 
+  // Shaped: 6 elements as 2x3 on every rank sum up; as 2x3 on rank 0 and
+  // 3x2 elsewhere, every rank gets a mismatch naming the shapes, and the
+  // next call runs.
+  float sh[6] = {1, 1, 1, 1, 1, 1};
+  void *shp = sh;
+  int64_t six = 6;
+  int32_t f32 = GOROVOD_FLOAT32, two = 2;
+  int64_t same[2] = {2, 3}, other[2] = {rank == 0 ? 2 : 3, rank == 0 ? 3 : 2};
+  gorovod_handle shh;
+  OK(gorovod_grouped_allreduce_shaped_async(0, 1, NULL, &shp, &six, &f32, &two, same, GOROVOD_SUM, 1, 1, &shh));
+  OK(gorovod_wait(shh, -1));
+  CHECK(sh[5] == (float)size, "shaped sum %g", sh[5]);
+  rc = gorovod_grouped_allreduce_shaped_start(0, 1, NULL, &shp, &six, &f32, &two, other, GOROVOD_SUM, 1, 1, 0, &shh);
+  if (rc == GOROVOD_OK && shh != 0) {
+    rc = gorovod_wait(shh, -1);
+  }
+  if (size > 1) {
+    CHECK(rc == GOROVOD_ERR_MISMATCH && strstr(gorovod_last_error(), "shapes"), "shapes 2x3 and 3x2: %d %s", rc,
+          gorovod_last_error());
+  } else {
+    OK(rc);
+  }
+  int64_t five[2] = {5, 1};
+  rc = gorovod_grouped_allreduce_shaped_async(0, 1, NULL, &shp, &six, &f32, &two, five, GOROVOD_SUM, 1, 1, &shh);
+  CHECK(rc == GOROVOD_ERR_INVALID_ARGUMENT, "shape 5x1 of 6 elements: %d", rc);
+
   // Broadcast from the last rank; grouped broadcast from rank 0.
   int32_t b = rank * 7;
   OK(gorovod_broadcast(&b, 1, GOROVOD_INT32, size - 1));

@@ -70,6 +70,7 @@ const (
 	fieldCount
 	fieldTotal
 	fieldLayout
+	fieldShape
 	fieldOp
 	fieldRoot
 	fieldPrescale
@@ -84,6 +85,7 @@ var fieldNames = [numFields]string{
 	fieldCount:     "element count",
 	fieldTotal:     "element count",
 	fieldLayout:    "dtypes and element counts of the tensors",
+	fieldShape:     "tensor shapes",
 	fieldOp:        "reduce op",
 	fieldRoot:      "root rank",
 	fieldPrescale:  "prescale factor",
@@ -98,7 +100,18 @@ type description [numFields]int64
 // digest of every buffer's dtype and count (the per-rank counts of the
 // calls every rank passes alike, for allgather and reducescatter), and the
 // reduction's op and factors where the call reduces.
+//
+// Every description carries a digest of its tensors' shapes (shapeDigest;
+// a tensor without a shape is one dimension of its element count), so that
+// an allreduce of 17×1311 elements on one rank meets 17×23×57 on another as
+// a mismatch, as in Horovod, though the element counts are equal.
 func describe(kind callKind, bufs []collective.Buffer, counts []int, how *gsync.Reduction, root int) description {
+	return describeShaped(kind, bufs, nil, counts, how, root)
+}
+
+// describeShaped is describe of tensors of the given shapes (nil: each one
+// dimension of its element count).
+func describeShaped(kind callKind, bufs []collective.Buffer, shapes [][]int64, counts []int, how *gsync.Reduction, root int) description {
 	var d description
 	d[fieldKind] = int64(kind)
 	d[fieldTensors] = int64(len(bufs))
@@ -122,6 +135,7 @@ func describe(kind callKind, bufs []collective.Buffer, counts []int, how *gsync.
 		put(int64(n))
 	}
 	d[fieldLayout] = int64(h.Sum64() >> 1)
+	d[fieldShape] = shapeDigest(bufs, shapes)
 	if how != nil {
 		d[fieldOp] = int64(how.Op)
 		// +0: -0's bits are MinInt64, which has no negation (allAgree).
@@ -130,6 +144,31 @@ func describe(kind callKind, bufs []collective.Buffer, counts []int, how *gsync.
 	}
 	d[fieldRoot] = int64(root)
 	return d
+}
+
+// shapeDigest is a 63-bit digest of the tensors' shapes: shapes[i] is
+// bufs[i]'s, or, where shapes is nil, the one dimension of its count.
+func shapeDigest(bufs []collective.Buffer, shapes [][]int64) int64 {
+	h := fnv.New64a()
+	var word [8]byte
+	put := func(v int64) {
+		for i := range word {
+			word[i] = byte(v >> (8 * i))
+		}
+		h.Write(word[:])
+	}
+	for i, b := range bufs {
+		if shapes == nil {
+			put(1)
+			put(int64(b.Count))
+			continue
+		}
+		put(int64(len(shapes[i])))
+		for _, n := range shapes[i] {
+			put(n)
+		}
+	}
+	return int64(h.Sum64() >> 1)
 }
 
 func (d description) String() string {

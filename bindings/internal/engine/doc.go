@@ -14,8 +14,9 @@
 // framework's deterministic backward pass does.
 //
 // Before a call moves any data, every rank compares its description (the
-// collective, the tensors' dtypes and element counts, reduce op, root and
-// scale factors) with every other rank's in one small allreduce (agree.go;
+// collective, the tensors' dtypes and element counts, an allreduce's
+// tensor shapes where the caller gives them, reduce op, root and scale
+// factors) with every other rank's in one small allreduce (agree.go;
 // the descriptions are gathered only when they differ).
 // Ranks that called different collectives all get a
 // *collective.MismatchError for that call, and the world stays usable for

@@ -119,8 +119,8 @@ func each(t *testing.T, es []*Engine, f func(e *Engine) error) {
 // wait collects a handle (or the submission's error) with a deadline.
 func waitOn(e *Engine) func(Handle, error) error {
 	return func(h Handle, err error) error {
-		if err != nil {
-			return err
+		if err != nil || h == 0 {
+			return err // a Now form that ran on the caller returns 0 and its result
 		}
 		return e.Wait(h, 30*time.Second)
 	}
@@ -267,6 +267,18 @@ func TestInvalidArgumentsAreRefusedBeforeAnythingRuns(t *testing.T) {
 				return e.Allreduce(nil, []collective.Buffer{f32(make([]float32, 2))}, gsync.Reduction{Op: collective.Sum, Prescale: math.Inf(1)})
 			}},
 			{"join", func() (Handle, error) { return e.Join(nil) }},
+			{"shape of another count", func() (Handle, error) {
+				return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 6))}, [][]int64{{2, 2}}, gsync.Reduction{Op: collective.Sum})
+			}},
+			{"negative dimension", func() (Handle, error) {
+				return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 0))}, [][]int64{{-1, 0}}, gsync.Reduction{Op: collective.Sum})
+			}},
+			{"shape that overflows", func() (Handle, error) {
+				return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 0))}, [][]int64{{1 << 32, 1 << 32, 0}}, gsync.Reduction{Op: collective.Sum})
+			}},
+			{"shapes of other tensors", func() (Handle, error) {
+				return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 1))}, [][]int64{{1}, {1}}, gsync.Reduction{Op: collective.Sum})
+			}},
 			{"adasum of integers", func() (Handle, error) {
 				return e.Allreduce(nil, []collective.Buffer{collective.SliceBuffer([]int32{1})}, gsync.Reduction{Op: collective.Adasum})
 			}},
@@ -286,6 +298,15 @@ func TestInvalidArgumentsAreRefusedBeforeAnythingRuns(t *testing.T) {
 		v := []float32{1}
 		if err := waitOn(e)(e.Allreduce(nil, []collective.Buffer{f32(v)}, gsync.Reduction{Op: collective.Sum})); err != nil || v[0] != 2 {
 			return fmt.Errorf("allreduce after the refusals: %v %v", v, err)
+		}
+		// A tensor without a shape is one dimension of its count: it meets
+		// a shaped tensor of that one dimension on the other rank.
+		var shapes [][]int64
+		if e.Topology().Rank == 1 {
+			shapes = [][]int64{{1}}
+		}
+		if err := waitOn(e)(e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(v)}, shapes, gsync.Reduction{Op: collective.Sum})); err != nil || v[0] != 4 {
+			return fmt.Errorf("allreduce of a shaped and an unshaped tensor of one dimension: %v %v", v, err)
 		}
 		// Adasum of two tensors in one call: orthogonal ones add up,
 		// identical ones stay as they are (each tensor has its own
@@ -359,6 +380,16 @@ func TestMismatchedCallsFailEveryRankAndTheNextRuns(t *testing.T) {
 				return allreduce(e, 4, sum)
 			}
 			return e.Barrier()
+		}},
+		// As many elements in other shapes: 17×1311 and 17×23×57.
+		{"shape", "tensor shapes", func(e *Engine, rank int) (Handle, error) {
+			shape := [][]int64{{17, 23 * 57}, {17, 23, 57}}[rank]
+			return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 17*23*57))}, [][]int64{shape}, sum)
+		}},
+		{"shape of the second tensor", "tensor shapes", func(e *Engine, rank int) (Handle, error) {
+			shape := [][]int64{{2, 3}, {3, 2}}[rank]
+			bufs := []collective.Buffer{f32(make([]float32, 4)), f32(make([]float32, 6))}
+			return e.AllreduceShapedNowOn(0, nil, bufs, [][]int64{{4}, shape}, sum, Caller{})
 		}},
 		{"allgather counts", "element count", func(e *Engine, rank int) (Handle, error) {
 			counts := []int{2, 2 + rank}

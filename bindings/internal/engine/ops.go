@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -27,7 +28,16 @@ func (e *Engine) Allreduce(send, recv []collective.Buffer, how gsync.Reduction) 
 // AllreduceOn is Allreduce among the members of process set set (0: the
 // world); Average divides by the set's size.
 func (e *Engine) AllreduceOn(set int32, send, recv []collective.Buffer, how gsync.Reduction) (Handle, error) {
-	c, _, err := e.allreduceCall(set, send, recv, how)
+	return e.AllreduceShapedOn(set, send, recv, nil, how)
+}
+
+// AllreduceShapedOn is AllreduceOn of tensors whose shapes every rank
+// compares too (shapes[i] is recv[i]'s; nil: each one dimension of its
+// element count): ranks whose tensors hold as many elements in other shapes
+// all fail the call with a *collective.MismatchError, as Horovod refuses
+// them, and the world stays usable.
+func (e *Engine) AllreduceShapedOn(set int32, send, recv []collective.Buffer, shapes [][]int64, how gsync.Reduction) (Handle, error) {
+	c, _, err := e.allreduceCall(set, send, recv, shapes, how)
 	if err != nil {
 		return 0, err
 	}
@@ -45,7 +55,13 @@ func (e *Engine) AllreduceNow(send, recv []collective.Buffer, how gsync.Reductio
 
 // AllreduceNowOn is AllreduceNow on process set set.
 func (e *Engine) AllreduceNowOn(set int32, send, recv []collective.Buffer, how gsync.Reduction, caller Caller) (Handle, error) {
-	c, bytes, err := e.allreduceCall(set, send, recv, how)
+	return e.AllreduceShapedNowOn(set, send, recv, nil, how, caller)
+}
+
+// AllreduceShapedNowOn is AllreduceNowOn of shaped tensors, as
+// AllreduceShapedOn.
+func (e *Engine) AllreduceShapedNowOn(set int32, send, recv []collective.Buffer, shapes [][]int64, how gsync.Reduction, caller Caller) (Handle, error) {
+	c, bytes, err := e.allreduceCall(set, send, recv, shapes, how)
 	if err != nil {
 		return 0, err
 	}
@@ -53,12 +69,15 @@ func (e *Engine) AllreduceNowOn(set int32, send, recv []collective.Buffer, how g
 }
 
 // allreduceCall checks an allreduce and returns the call and its bytes.
-func (e *Engine) allreduceCall(set int32, send, recv []collective.Buffer, how gsync.Reduction) (*call, int, error) {
+func (e *Engine) allreduceCall(set int32, send, recv []collective.Buffer, shapes [][]int64, how gsync.Reduction) (*call, int, error) {
 	how, err := checkReduce(how)
 	if err != nil {
 		return nil, 0, err
 	}
 	if err := checkBuffers("allreduce", recv...); err != nil {
+		return nil, 0, err
+	}
+	if err := checkShapes("allreduce", recv, shapes); err != nil {
 		return nil, 0, err
 	}
 	if how.Op == collective.Adasum {
@@ -117,7 +136,31 @@ func (e *Engine) allreduceCall(set int32, send, recv []collective.Buffer, how gs
 			return err
 		}
 	}
-	return &call{what: "allreduce", set: set, desc: describe(kindAllreduce, recv, nil, &how, 0), layout: layoutOf(recv), run: run}, bufferBytes(recv), nil
+	return &call{what: "allreduce", set: set, desc: describeShaped(kindAllreduce, recv, shapes, nil, &how, 0), layout: layoutOf(recv), run: run}, bufferBytes(recv), nil
+}
+
+// checkShapes refuses shapes (when not nil) that are not one per buffer,
+// each of non-negative dimensions whose product is its buffer's count.
+func checkShapes(what string, bufs []collective.Buffer, shapes [][]int64) error {
+	if shapes == nil {
+		return nil
+	}
+	if len(shapes) != len(bufs) {
+		return fmt.Errorf("%w: %s of %d tensors with %d shapes", ErrInvalid, what, len(bufs), len(shapes))
+	}
+	for i, shape := range shapes {
+		n := int64(1)
+		for _, d := range shape {
+			if d < 0 || (d > 0 && n > math.MaxInt64/d) {
+				return fmt.Errorf("%w: %s tensor %d: shape %v has a negative dimension or overflows", ErrInvalid, what, i, shape)
+			}
+			n *= d
+		}
+		if n != int64(bufs[i].Count) {
+			return fmt.Errorf("%w: %s tensor %d: shape %v holds %d elements, not %d", ErrInvalid, what, i, shape, n, bufs[i].Count)
+		}
+	}
+	return nil
 }
 
 func bufferBytes(bufs []collective.Buffer) int {

@@ -60,7 +60,7 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
 SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = 1, 2, 3, 4, 5, 6
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -223,6 +223,10 @@ def _prototypes(lib):
                                                c_double, p_u64],
         "gorovod_grouped_allreduce_ps_start": [c_i32, c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_double,
                                                c_double, c_int, p_u64],
+        "gorovod_grouped_allreduce_shaped_async": [c_i32, c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                                   c_void_p, c_int, c_double, c_double, p_u64],
+        "gorovod_grouped_allreduce_shaped_start": [c_i32, c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                                   c_void_p, c_int, c_double, c_double, c_int, p_u64],
         "gorovod_grouped_broadcast_ps_async": [c_i32, c_i32, c_void_p, c_void_p, c_void_p, c_i32, p_u64],
         "gorovod_grouped_broadcast_ps_start": [c_i32, c_i32, c_void_p, c_void_p, c_void_p, c_i32, c_int, p_u64],
         "gorovod_allgather_ps_async": [c_i32, c_void_p, c_i64, c_void_p, c_void_p, c_int, p_u64],
@@ -441,10 +445,13 @@ def _u64():
     return ctypes.c_uint64()
 
 
-def allreduce_async(send, recv, count, dtype, op, prescale, postscale, keep, ps=0):
-    """ps: the process set (0: the world), as for every collective here."""
-    if ps:
-        return grouped_allreduce_async([send], [recv], [count], [dtype], op, prescale, postscale, keep, ps)
+def allreduce_async(send, recv, count, dtype, op, prescale, postscale, keep, ps=0, shape=None):
+    """ps: the process set (0: the world), as for every collective here;
+    shape: the tensor's dimensions, which every rank compares (None: one
+    dimension of count elements)."""
+    if ps or shape is not None:
+        return grouped_allreduce_async([send], [recv], [count], [dtype], op, prescale, postscale, keep, ps,
+                                       None if shape is None else [shape])
     h = _u64()
     return _issue(lib().gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale, ctypes.byref(h)),
                   h, keep)
@@ -461,9 +468,23 @@ def _grouped_arrays(sends, recvs, counts, dtypes):
     return len(recvs), s, _array(ctypes.c_void_p, recvs), _array(ctypes.c_int64, counts), _array(ctypes.c_int32, dtypes)
 
 
-def grouped_allreduce_async(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0):
+def _shape_arrays(shapes):
+    """The C arrays of the tensors' shapes: each one's number of dimensions,
+    and their sizes one after another."""
+    return (_array(ctypes.c_int32, [len(sh) for sh in shapes]),
+            _array(ctypes.c_int64, [int(d) for sh in shapes for d in sh]))
+
+
+def grouped_allreduce_async(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0, shapes=None):
+    """shapes: each tensor's dimensions, which every rank compares (None:
+    one dimension of its count each)."""
     n, s, r, c, d = _grouped_arrays(sends, recvs, counts, dtypes)
     h = _u64()
+    if shapes is not None:
+        nd, dims = _shape_arrays(shapes)
+        rc = lib().gorovod_grouped_allreduce_shaped_async(ps, n, s, r, c, d, nd, dims, op, prescale, postscale,
+                                                          ctypes.byref(h))
+        return _issue(rc, h, (keep, s, r, c, d, nd, dims))
     if ps:
         rc = lib().gorovod_grouped_allreduce_ps_async(ps, n, s, r, c, d, op, prescale, postscale, ctypes.byref(h))
     else:
@@ -601,18 +622,27 @@ def _run(start, queue, keep):
         wait(h.value)
 
 
-def allreduce(send, recv, count, dtype, op, prescale, postscale, keep, ps=0):
+def allreduce(send, recv, count, dtype, op, prescale, postscale, keep, ps=0, shape=None):
     """The synchronous allreduce_async."""
-    if ps:
-        grouped_allreduce([send], [recv], [count], [dtype], op, prescale, postscale, keep, ps)
+    if ps or shape is not None:
+        grouped_allreduce([send], [recv], [count], [dtype], op, prescale, postscale, keep, ps,
+                          None if shape is None else [shape])
         return
     _run(lambda l, flags, h: l.gorovod_allreduce_start(send, recv, count, dtype, op, prescale, postscale, flags, h),
          lambda l, h: l.gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale, h), keep)
 
 
-def grouped_allreduce(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0):
+def grouped_allreduce(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0, shapes=None):
     """The synchronous grouped_allreduce_async."""
     n, s, r, c, d = _grouped_arrays(sends, recvs, counts, dtypes)
+    if shapes is not None:
+        nd, dims = _shape_arrays(shapes)
+        _run(lambda l, flags, h: l.gorovod_grouped_allreduce_shaped_start(ps, n, s, r, c, d, nd, dims, op, prescale,
+                                                                          postscale, flags, h),
+             lambda l, h: l.gorovod_grouped_allreduce_shaped_async(ps, n, s, r, c, d, nd, dims, op, prescale,
+                                                                   postscale, h),
+             (keep, s, r, c, d, nd, dims))
+        return
     if ps:
         _run(lambda l, flags, h: l.gorovod_grouped_allreduce_ps_start(ps, n, s, r, c, d, op, prescale, postscale, flags,
                                                                       h),

@@ -539,11 +539,19 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
         return result
     src, n, dt = _check_tensor(tensor, "allreduce")
     dst = src if output is tensor else _check_tensor(output, "allreduce")[0]
-    args = (src, dst, n, dt, op, float(prescale_factor), float(postscale_factor), (tensor, output), ps)
+    args = (src, dst, n, dt, op, float(prescale_factor), float(postscale_factor), (tensor, output), ps,
+            _shape(tensor))
     if now:
         _core.allreduce(*args)
         return output
     return _handle(_core.allreduce_async(*args), output)
+
+
+def _shape(tensor):
+    """The shape every rank compares before an allreduce of tensor, as
+    Horovod refuses tensors of other shapes: None for one dimension (what
+    the library assumes without one, and the faster call)."""
+    return None if tensor.dim() == 1 else tuple(tensor.shape)
 
 
 @_named
@@ -622,8 +630,11 @@ def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_fa
     send = None
     if outputs is not tensors:
         send = [_check_tensor(t, "grouped allreduce")[0] for t in tensors]
+    shapes = [_shape(t) for t in tensors]
+    shapes = None if all(sh is None for sh in shapes) else [(t.numel(),) if sh is None else sh
+                                                              for t, sh in zip(tensors, shapes)]
     args = (send, recv, counts, dtypes, op, float(prescale_factor), float(postscale_factor),
-            (list(tensors), list(outputs)), ps)
+            (list(tensors), list(outputs)), ps, shapes)
     if now:
         _core.grouped_allreduce(*args)
         return list(outputs)
