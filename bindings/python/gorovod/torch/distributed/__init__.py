@@ -25,10 +25,19 @@ moving collectives take any dtype):
 - ``DistributedDataParallel`` (its gradient buckets, ``no_sync``, comm
   hooks, which get futures completed by the collectives themselves).
 
+Groups: ``dist.new_group(ranks)`` on this backend gives a process group
+whose collectives run on a gorovod process set of those ranks (registered
+on every rank, members or not, when torch's new_group runs there: torch's
+rule that every rank calls new_group in the same order is the process
+sets' rule too). Ranks outside get torch's ``GroupMember.NON_GROUP_MEMBER``.
+A group's process set stays registered when the group is destroyed (its
+removal would be a call of every rank) and serves the next group of the
+same ranks. A world change (elastic jobs) removes the groups with their
+sets: make them again in the new world.
+
 Not offered: ``send``/``recv`` and the rooted ``reduce``/``gather``/``scatter``
 (gorovod has no point-to-point or rooted path: they raise RuntimeError
-naming the missing call), process groups other than the default one
-(``new_group``), and CUDA tensors.
+naming the missing call), and CUDA tensors.
 
 How it works: each call goes to gorovod.torch's collectives, which run in
 submission order on gorovod's engine. Every rank must call the same
