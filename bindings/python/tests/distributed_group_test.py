@@ -15,6 +15,10 @@ groups.
 Prints "PASS rank R of N". Driven by bindings/python/python_test.go.
 """
 
+import gc
+import threading
+import time
+
 import torch
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import GroupMember
@@ -121,6 +125,28 @@ same("world all_reduce", t, torch.full((2,), float(sum(range(n)))))
 # Destroying one of two groups of the same ranks leaves the other working.
 dist.destroy_process_group(groups["low again"][0])
 check_group("low after its twin was destroyed", *groups["low"])
+
+
+def completers():
+    return sum(1 for th in threading.enumerate() if th.name == "gorovod-pg-completer")
+
+
+# A destroyed group that nothing holds any more ends its completer thread.
+before = completers()
+temporary = dist.new_group(ranks=low)
+if r in low:
+    dist.all_reduce(torch.zeros(1), group=temporary)
+    if completers() != before + 1:
+        raise AssertionError("rank %d: %d completer threads with a new group, want %d" % (r, completers(), before + 1))
+dist.destroy_process_group(temporary)
+del temporary
+gc.collect()
+deadline = time.monotonic() + 10
+while completers() != before:
+    if time.monotonic() > deadline:
+        raise AssertionError("rank %d: %d completer threads after destroying a group, want %d" % (r, completers(), before))
+    time.sleep(0.01)
+
 t = torch.full((1,), float(r))
 if r in evens:
     hvd.allreduce_(t, op=hvd.Sum, process_set=mine)
