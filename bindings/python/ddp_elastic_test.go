@@ -207,8 +207,10 @@ func TestDDPElasticNewGroup(t *testing.T) {
 	j.waitFor(t, regexp.MustCompile(`step \d+ world 2 rank \d`), 2*time.Minute)
 	out := j.wait(t, 4*time.Minute)
 	wantPasses(t, out, 2)
-	// Ranks 0 and 1 were members of world 3's group [0 1]: each saw it refused.
-	if got := len(regexp.MustCompile(`refused \[0, 1[\],].* rank [01]`).FindAllString(out, -1)); got != 2 {
-		t.Fatalf("%d ranks saw the old world's group refused, want 2:\n%s", got, out)
+	// World 3's group was its ranks 0 and 1; the worker killed may have been
+	// either (ranks are not worker numbers), so at least one survivor was a
+	// member and saw the group refused in world 2.
+	if got := len(regexp.MustCompile(`refused \[0, 1[\],].* rank [01]`).FindAllString(out, -1)); got < 1 {
+		t.Fatalf("no survivor saw the old world's group refused:\n%s", out)
 	}
 }

@@ -84,9 +84,7 @@ dist.all_gather(everyone, flat)
 for q in range(n):
     if not torch.equal(everyone[q], flat):
         raise AssertionError("rank %d: rank %d ended with other parameters" % (r, q))
-# A worker that lived through a world change as a member of the old group
-# saw it refused.
-if len(refused) > 1 and len(earlier) > 1 and sum(refused) == 0:
-    raise AssertionError("rank %d: no group of an earlier world was refused (%s)" % (r, refused))
+# Each world's entry checked every group this worker had been a member of
+# (each refused, or the entry raised); the Go test counts them.
 print("refused %s rank %d" % (refused, r), flush=True)
 print("PASS rank %d of %d" % (r, n), flush=True)
