@@ -254,6 +254,18 @@ func TestExchangeOverlapsBackward(t *testing.T) {
 	}
 }
 
+// TestTorchDistributedNewGroup: dist.new_group on backend "gorovod" at 3
+// and 4 workers: groups of some ranks (explicit backend and the default
+// one, two of the same ranks, one of the script's own process set, one of
+// every rank) run every collective among their members against values
+// each rank computes alone, ranks outside get torch's NON_GROUP_MEMBER,
+// destroy_process_group drops one group while the others go on, and
+// DistributedDataParallel on the even and the odd ranks at once trains each
+// group to the parameters of one process on the group's whole batch.
+func TestTorchDistributedNewGroup(t *testing.T) {
+	runEachWorld(t, "tests/distributed_group_test.py", 3, 4)
+}
+
 var paramsDigest = regexp.MustCompile(`rank (\d+): params_sha256 ([0-9a-f]{64})`)
 
 // digests returns each rank's parameter digest that examples/pytorch/ddp_train.py

@@ -49,6 +49,11 @@ point (so their collectives pair up):
 3. The training function is called again; ``state.model`` is the new DDP
    module.
 
+Groups made with ``dist.new_group`` are the old world's: the world change
+destroys them with the default group and removes their process sets (a
+collective on one raises RuntimeError saying so). Make them inside the
+training function, where each world makes them anew with its own ranks.
+
 A worker that joins runs the script from the top: its import makes the
 rendezvous of the world it joined and ``init_process_group`` uses it, then
 ``run`` calls ``state.sync()``, which meets the members' sync. So a script
