@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/job"
@@ -23,7 +22,7 @@ import (
 // only; a pod's end maps to the exit a job.Process reports; Signal deletes
 // the pod; a launch with another secret is refused.
 func TestLauncher(t *testing.T) {
-	client := fake.NewClientset()
+	client := newClientset()
 	ev := newEvents()
 	cfg := testConfig(client, ev)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -32,6 +31,7 @@ func TestLauncher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitWatching(t, client)
 	defer l.Close(context.Background())
 	notices := make(chan string, 16)
 	launch := func(index int, secret string) (job.Process, error) {
@@ -152,7 +152,7 @@ func TestLauncherNodeName(t *testing.T) {
 		{"no host", func(h string) string { n, _, _ := strings.Cut(h, "/"); return n }, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewClientset()
+			client := newClientset()
 			cfg := testConfig(client, newEvents())
 			cfg.NodeName = tc.mapper
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -161,6 +161,7 @@ func TestLauncherNodeName(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			waitWatching(t, client)
 			defer l.Close(context.Background())
 			if _, err := l.Launch(ctx, job.LaunchRequest{Index: 0, Host: tc.host, Argv: []string{"/bin/trainer"},
 				Env: []string{envconfig.EnvSecret + "=" + testSecret}}); err != nil {
@@ -200,7 +201,7 @@ func TestRejectedPodMadeAgain(t *testing.T) {
 		{name: "not for want of a resource", reason: "NodeAffinity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewClientset()
+			client := newClientset()
 			ev := newEvents()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -209,6 +210,7 @@ func TestRejectedPodMadeAgain(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close(context.Background())
+			waitWatching(t, client)
 			w, err := l.Launch(ctx, job.LaunchRequest{Index: 0, Argv: []string{"/bin/trainer"}, Env: []string{envconfig.EnvSecret + "=" + testSecret}})
 			if err != nil {
 				t.Fatal(err)
