@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash"
 	"hash/fnv"
 	"math"
 	"strings"
@@ -115,14 +117,8 @@ func describeShaped(kind callKind, bufs []collective.Buffer, shapes [][]int64, c
 	var d description
 	d[fieldKind] = int64(kind)
 	d[fieldTensors] = int64(len(bufs))
-	h := fnv.New64a()
-	var word [8]byte
-	put := func(v int64) {
-		for i := range word {
-			word[i] = byte(v >> (8 * i))
-		}
-		h.Write(word[:])
-	}
+	var h digest63
+	put := h.put
 	for i, b := range bufs {
 		if i == 0 {
 			d[fieldDType], d[fieldCount] = int64(b.DType), int64(b.Count)
@@ -134,7 +130,7 @@ func describeShaped(kind callKind, bufs []collective.Buffer, shapes [][]int64, c
 	for _, n := range counts {
 		put(int64(n))
 	}
-	d[fieldLayout] = int64(h.Sum64() >> 1)
+	d[fieldLayout] = h.sum()
 	d[fieldShape] = shapeDigest(bufs, shapes)
 	if how != nil {
 		d[fieldOp] = int64(how.Op)
@@ -146,17 +142,32 @@ func describeShaped(kind callKind, bufs []collective.Buffer, shapes [][]int64, c
 	return d
 }
 
+// digest63 hashes a sequence of int64s (FNV-1a over their little-endian
+// bytes) into a 63-bit digest, which a description field holds without a
+// sign (allAgree negates fields).
+type digest63 struct{ h hash.Hash64 }
+
+func (d *digest63) put(v int64) {
+	if d.h == nil {
+		d.h = fnv.New64a()
+	}
+	var word [8]byte
+	binary.LittleEndian.PutUint64(word[:], uint64(v))
+	d.h.Write(word[:])
+}
+
+func (d *digest63) sum() int64 {
+	if d.h == nil {
+		d.h = fnv.New64a()
+	}
+	return int64(d.h.Sum64() >> 1)
+}
+
 // shapeDigest is a 63-bit digest of the tensors' shapes: shapes[i] is
 // bufs[i]'s, or, where shapes is nil, the one dimension of its count.
 func shapeDigest(bufs []collective.Buffer, shapes [][]int64) int64 {
-	h := fnv.New64a()
-	var word [8]byte
-	put := func(v int64) {
-		for i := range word {
-			word[i] = byte(v >> (8 * i))
-		}
-		h.Write(word[:])
-	}
+	var h digest63
+	put := h.put
 	for i, b := range bufs {
 		if shapes == nil {
 			put(1)
@@ -168,7 +179,7 @@ func shapeDigest(bufs []collective.Buffer, shapes [][]int64) int64 {
 			put(n)
 		}
 	}
-	return int64(h.Sum64() >> 1)
+	return h.sum()
 }
 
 func (d description) String() string {
