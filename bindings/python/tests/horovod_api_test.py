@@ -16,7 +16,9 @@
 - join: a rank that joined serves the others' allreduces with zeros, their
   allgather fails, every rank gets the same last rank;
 - broadcast_optimizer_state of a fresh optimizer leaves zero gradients on
-  the parameters that take gradients, and none on the others.
+  the parameters that take gradients, and none on the others;
+- DistributedOptimizer (Average and Adasum) refuses malformed
+  named_parameters with Horovod's ValueErrors.
 
 Prints "PASS rank R of N". Driven by bindings/python/python_test.go
 (TestHorovodAPI).
@@ -243,6 +245,28 @@ def fresh_optimizer_state():
     assert torch.equal(learned.grad, torch.zeros(4))
 
 
+def named_parameters_checked():
+    """Both optimizers (Average and Adasum) refuse what Horovod refuses in
+    named_parameters: entries that are not (name, parameter) tuples, a name
+    given twice, a parameter left unnamed."""
+    a, b = torch.nn.Parameter(torch.rand(3)), torch.nn.Parameter(torch.rand(2))
+    cases = [
+        ("not tuples", [a, b], "sequence of tuples"),
+        ("a name twice", [("w", a), ("w", b)], "Found duplicates: w"),
+        ("a parameter unnamed", [("w", a)], "were not named"),
+    ]
+    for op in (hvd.Average, hvd.Adasum):
+        for what, named, message in cases:
+            try:
+                hvd.DistributedOptimizer(torch.optim.SGD([a, b], lr=0.1), named_parameters=named, op=op)
+            except ValueError as e:
+                assert message in str(e), "%s (op %s): %s" % (what, op, e)
+                continue
+            raise AssertionError("%s (op %s): no ValueError" % (what, op))
+        opt = hvd.DistributedOptimizer(torch.optim.SGD([a, b], lr=0.1), named_parameters=[("a", a), ("b", b)], op=op)
+        assert sorted(opt._parameter_names.values()) == ["a", "b"], opt._parameter_names
+
+
 def join(r, n):
     for first in range(n):
         if r == first:
@@ -277,6 +301,7 @@ def main():
     sparse_allreduce(r, n)
     sparse_optimizer(r, n)
     fresh_optimizer_state()
+    named_parameters_checked()
     join(r, n)
     hvd.barrier()
     print("PASS rank %d of %d" % (r, n), flush=True)

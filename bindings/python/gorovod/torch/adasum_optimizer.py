@@ -31,34 +31,12 @@ from gorovod.torch import mpi_ops
 from gorovod.torch.mpi_ops import Adasum
 
 
-def _names(param_groups, ordered, named_parameters):
-    """{parameter: name}, after Horovod's checks: tuples, unique names,
-    every parameter named."""
-    if named_parameters is None:
-        return {p: "allreduce.noname.%d.%d" % (i, j)
-                for i, group in enumerate(param_groups) for j, p in enumerate(group["params"])}
-    named_parameters = list(named_parameters)
-    if any(not isinstance(p, tuple) for p in named_parameters):
-        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually produced by "
-                         "model.named_parameters().")
-    names = [k for k, _ in named_parameters]
-    dups = sorted({k for k in names if names.count(k) > 1})
-    if dups:
-        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s" % ", ".join(dups))
-    named = {id(p) for _, p in named_parameters}
-    unnamed = [p for p in ordered if id(p) not in named]
-    if unnamed:
-        raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
-                         "Python object ids: %s" % ", ".join(str(id(p)) for p in unnamed))
-    return {p: k for k, p in named_parameters}
-
-
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1):
         super(self.__class__, self).__init__(params)
-        from gorovod.torch.optimizer import _buckets
+        from gorovod.torch.optimizer import _buckets, _parameter_names
         ordered = [p for group in self.param_groups for p in group["params"]]
-        self._parameter_names = _names(self.param_groups, ordered, named_parameters)
+        self._parameter_names = _parameter_names(self.param_groups, ordered, named_parameters)
         self._compression = compression
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in ordered}

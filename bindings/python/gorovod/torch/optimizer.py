@@ -71,6 +71,30 @@ def _buckets(params):
     return buckets
 
 
+def _parameter_names(param_groups, ordered, named_parameters):
+    """{parameter: name} for an optimizer's parameters, after Horovod's checks
+    of named_parameters: tuples, unique names, every parameter named. Without
+    named_parameters each parameter is named by its group and place, as Horovod
+    names them."""
+    if named_parameters is None:
+        return {p: "allreduce.noname.%d.%d" % (i, j)
+                for i, group in enumerate(param_groups) for j, p in enumerate(group["params"])}
+    named_parameters = list(named_parameters)
+    if any(not isinstance(p, tuple) for p in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually produced by "
+                         "model.named_parameters().")
+    names = [k for k, _ in named_parameters]
+    dups = sorted({k for k in names if names.count(k) > 1})
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s" % ", ".join(dups))
+    named_ids = {id(p) for _, p in named_parameters}
+    unnamed = [p for p in ordered if id(p) not in named_ids]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
+                         "Python object ids: %s" % ", ".join(str(id(p)) for p in unnamed))
+    return {p: k for k, p in named_parameters}
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False, process_set=global_process_set):
@@ -78,25 +102,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         mpi_ops._check_process_set(process_set)
         self._compression = compression
         ordered = [p for group in self.param_groups for p in group["params"]]
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [("allreduce.noname.%d.%d" % (i, j), p)
-                                for i, group in enumerate(self.param_groups) for j, p in enumerate(group["params"])]
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually produced by "
-                             "model.named_parameters().")
-        names = [k for k, _ in named_parameters]
-        dups = sorted({k for k in names if names.count(k) > 1})
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s" %
-                             ", ".join(dups))
-        named_ids = {id(p) for _, p in named_parameters}
-        unnamed = [p for p in ordered if id(p) not in named_ids]
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
-                             "Python object ids: %s" % ", ".join(str(id(p)) for p in unnamed))
-        self._parameter_names = {p: k for k, p in named_parameters}
+        self._parameter_names = _parameter_names(self.param_groups, ordered, named_parameters)
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in ordered}
         self.op = op
