@@ -16,10 +16,10 @@ import (
 // alltoalls, barriers), not only gradient allreduces, through the session's
 // failure handling.
 
-// Membership is a process's place in a job, as a binding that drives its own
+// JobMember is a process's place in a job, as a binding that drives its own
 // training loop holds it: the Worker of an elastic job, or a world of one when
 // no launcher started the process.
-type Membership struct{ m member }
+type JobMember struct{ m member }
 
 // JoinJob joins a job as Train does, without Train's loop: the way in for a
 // binding that drives its own loop (a trainer calls Train). It joins the job
@@ -28,29 +28,29 @@ type Membership struct{ m member }
 // job, secret, seeds, launch name and addresses come from the environment and
 // the rest of cfg applies), else a world of one. It returns once a world
 // admits this process and the state has arrived from its rank 0.
-func JoinJob(ctx context.Context, cfg WorkerConfig, state *State) (*Membership, error) {
+func JoinJob(ctx context.Context, cfg WorkerConfig, state *State) (*JobMember, error) {
 	m, err := join(ctx, cfg, state)
 	if err != nil {
 		return nil, err
 	}
-	return &Membership{m}, nil
+	return &JobMember{m}, nil
 }
 
-// Session is the membership's session. Its methods are for one goroutine at
+// Session is the job member's session. Its methods are for one goroutine at
 // a time (AbortIfMember aside).
-func (m *Membership) Session() *Session { return m.m.session() }
+func (m *JobMember) Session() *Session { return m.m.session() }
 
 // RequestLeave asks to leave the job gracefully: a world without this process
 // is proposed, and Commit returns ErrExcluded at the step boundary where the
 // others move to it. Keep training until then.
-func (m *Membership) RequestLeave(ctx context.Context) error { return m.m.requestLeave(ctx) }
+func (m *JobMember) RequestLeave(ctx context.Context) error { return m.m.requestLeave(ctx) }
 
 // Finish tells the job that training is over (see Worker.Finish), then leaves.
-func (m *Membership) Finish(ctx context.Context) error { return m.m.finish(ctx) }
+func (m *JobMember) Finish(ctx context.Context) error { return m.m.finish(ctx) }
 
 // Close leaves the job without reporting the end of training (an error, an
 // interruption, or a worker the job went on without).
-func (m *Membership) Close() error { return m.m.close() }
+func (m *JobMember) Close() error { return m.m.close() }
 
 // Collective runs collectives beyond gradient averaging (broadcasts,
 // allgathers, alltoalls, barriers) on the current world's communicator, and

@@ -114,7 +114,7 @@ type Topology struct {
 // goroutine (any thread, through the C ABI).
 type Engine struct {
 	log     *slog.Logger
-	mem     *gsync.Membership
+	mem     *gsync.JobMember
 	sess    *gsync.Session // the executor's alone once Start returns
 	ctx     context.Context
 	cancel  context.CancelFunc
