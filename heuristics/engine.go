@@ -129,10 +129,13 @@ type Engine struct {
 	periods  map[uint64]*Period // the periods reports may still complete steps of
 	kept     int                // steps in the history's periods
 	keptFrom int                // the periods before this index gave up their steps
+	earlier  int                // periods no longer kept (boundPeriods)
 	partial  map[uint64]map[int64]*partialStep
 	events   []Event
-	settled  *Event
-	replaced int
+	// earlierEvents counts the events no longer kept (maxEvents).
+	earlierEvents int
+	settled       *Event
+	replaced      int
 
 	pending   *action // written under mu
 	flags     []straggler.Flag
@@ -316,6 +319,7 @@ func (e *Engine) onWorld(w WorldChange) {
 	}
 	p := &Period{Epoch: w.Epoch, Members: w.Members, Start: w.At, Skip: e.cfg.Skip}
 	e.history.Periods = append(e.history.Periods, p)
+	e.boundPeriods()
 	e.periods[w.Epoch] = p
 	e.partial[w.Epoch] = map[int64]*partialStep{}
 	// Reports of a world's last steps may still arrive just after the next
@@ -397,6 +401,52 @@ func (e *Engine) boundHistory() {
 		e.keptFrom++
 	}
 }
+
+// maxPeriods bounds the worlds the history keeps, so that what a job holds
+// (and what each decision hands a plugin) stops growing with its world
+// changes: 1024 worlds are far more than any policy here weighs.
+const maxPeriods = 1024
+
+// boundPeriods forgets the oldest superseded worlds while the history keeps
+// more than maxPeriods (called with mu held, the new period appended). A
+// world is superseded when a newer one of the same size measured at least
+// as many steady steps, so every world size keeps its best newest
+// measurement (History.Latest); when none is superseded the oldest goes.
+// The current and the previous world (reports may still complete their
+// steps) are never forgotten.
+func (e *Engine) boundPeriods() {
+	ps := e.history.Periods
+	for len(ps) > maxPeriods {
+		i := oldestSuperseded(ps[:len(ps)-2])
+		if i >= e.keptFrom {
+			e.kept -= len(ps[i].Steps)
+		} else {
+			e.keptFrom--
+		}
+		ps = slices.Delete(ps, i, i+1)
+		e.earlier++
+	}
+	e.history.Periods = ps
+}
+
+// oldestSuperseded is the index of the oldest period of ps with a newer one
+// of the same size measured over at least as many steady steps, or 0 when
+// there is none.
+func oldestSuperseded(ps []*Period) int {
+	newest := map[int]int{} // world size → most steady steps measured among the newer periods
+	oldest := 0
+	for i := len(ps) - 1; i >= 0; i-- {
+		k, n := ps[i].Workers(), ps[i].Measure().Steps
+		if best, ok := newest[k]; ok && best >= n {
+			oldest = i
+		}
+		newest[k] = max(newest[k], n)
+	}
+	return oldest
+}
+
+// maxEvents bounds the events the engine keeps for Summary: the newest.
+const maxEvents = 1024
 
 func cmpInt(a, b int64) int {
 	switch {
@@ -714,6 +764,10 @@ func (e *Engine) emit(ev Event) {
 	}
 	if ev.Kind != EventWorld {
 		e.events = append(e.events, ev)
+		if n := len(e.events) - maxEvents; n > 0 {
+			e.events = slices.Delete(e.events, 0, n)
+			e.earlierEvents += n
+		}
 	}
 	e.mu.Unlock()
 	if e.cfg.OnEvent != nil {

@@ -732,6 +732,78 @@ func TestEngineMeasureSkip(t *testing.T) {
 			t.Errorf("%d periods open to reports, want the current and the previous one", len(e.periods))
 		}
 	})
+
+	// A job whose world changes without end keeps its newest maxPeriods
+	// worlds, every world size its best newest measurement, and a count of
+	// the others; the steps kept stay accounted for.
+	t.Run("many worlds keep maxPeriods", func(t *testing.T) {
+		e := newEngDirect(t, engConfig(nil))
+		members := [][]string{{"a"}, {"a", "b"}, {"a", "b", "c"}}
+		const perPeriod = 6 // 3 steady steps after Skip 3
+		worlds := 3*maxPeriods + 7
+		step := int64(0)
+		for ep := uint64(1); ep <= uint64(worlds); ep++ {
+			world := members[int(ep)%len(members)]
+			n := perPeriod
+			if ep == 2 { // the only world of 4, measured once and never again
+				world = []string{"a", "b", "c", "d"}
+			}
+			if ep == 5 { // a world of 1 measured longer than any later one
+				world, n = []string{"a"}, perPeriod+10
+			}
+			engApply(e, engW(ep, world...))
+			for range n {
+				step++
+				for _, w := range world {
+					engApply(e, engR(w, ep, step, 10, 10*ms))
+				}
+			}
+		}
+		if n := len(e.history.Periods); n != maxPeriods {
+			t.Fatalf("after %d worlds: %d kept, want %d", worlds, n, maxPeriods)
+		}
+		s := e.Summary()
+		if s.EarlierWorlds != worlds-maxPeriods || len(s.Timeline) != maxPeriods {
+			t.Errorf("summary: %d earlier worlds and %d in the timeline, want %d and %d", s.EarlierWorlds, len(s.Timeline), worlds-maxPeriods, maxPeriods)
+		}
+		if cur := e.history.Current(); cur.Epoch != uint64(worlds) {
+			t.Errorf("the current world is %d, want %d", cur.Epoch, worlds)
+		}
+		for _, tc := range []struct {
+			workers int
+			epoch   uint64
+			steps   int
+		}{{4, 2, perPeriod - 3}, {1, 5, perPeriod + 7}} {
+			m, ok := e.history.Latest(tc.workers, tc.steps)
+			if !ok || m.Epoch != tc.epoch || m.Steps != tc.steps {
+				t.Errorf("Latest(%d, %d) = %+v, %v; want world %d's %d steps", tc.workers, tc.steps, m, ok, tc.epoch, tc.steps)
+			}
+		}
+		kept := 0
+		for i, p := range e.history.Periods {
+			kept += len(p.Steps)
+			if i > 0 && p.Epoch <= e.history.Periods[i-1].Epoch {
+				t.Fatalf("periods out of order at %d: world %d after %d", i, p.Epoch, e.history.Periods[i-1].Epoch)
+			}
+			if i < e.keptFrom && len(p.Steps) > 0 {
+				t.Errorf("world %d before keptFrom %d holds %d steps", p.Epoch, e.keptFrom, len(p.Steps))
+			}
+		}
+		if kept != e.kept || kept > maxStepsKept {
+			t.Errorf("%d steps kept, engine counts %d, want equal and at most %d", kept, e.kept, maxStepsKept)
+		}
+	})
+
+	t.Run("many events keep maxEvents", func(t *testing.T) {
+		e := newEngDirect(t, engConfig(nil))
+		for i := range maxEvents + 40 {
+			e.emit(Event{Kind: EventError, Message: fmt.Sprint(i)})
+		}
+		s := e.Summary()
+		if len(s.Events) != maxEvents || s.EarlierEvents != 40 || s.Events[0].Message != "40" {
+			t.Errorf("%d events kept (first %q), %d earlier; want %d from \"40\" and 40 earlier", len(s.Events), s.Events[0].Message, s.EarlierEvents, maxEvents)
+		}
+	})
 }
 
 func TestNewEngineConfig(t *testing.T) {

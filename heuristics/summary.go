@@ -52,6 +52,12 @@ type Summary struct {
 	Timeline   []Span        `json:"timeline"`
 	Throughput []Measurement `json:"throughput"` // the newest measurement of each world size
 	Events     []Event       `json:"events"`     // decisions and their outcomes
+	// EarlierWorlds and EarlierEvents count the oldest worlds and events
+	// no longer kept: a job keeps its newest 1024 worlds (and each world
+	// size's best newest measurement) and 1024 events, however often its
+	// world changes.
+	EarlierWorlds int `json:"earlier_worlds,omitempty"`
+	EarlierEvents int `json:"earlier_events,omitempty"`
 	// SettledAfter is when the heuristic found its target (seconds since
 	// the first world; negative when it never did), at which step and size.
 	SettledAfter   float64 `json:"settled_after_s"`
@@ -65,7 +71,8 @@ func (e *Engine) Summary() Summary {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := time.Now()
-	s := Summary{Steps: e.history.Step, Events: slices.Clone(e.events), Replacements: e.replaced, SettledAfter: -1}
+	s := Summary{Steps: e.history.Step, Events: slices.Clone(e.events), Replacements: e.replaced, SettledAfter: -1,
+		EarlierWorlds: e.earlier, EarlierEvents: e.earlierEvents}
 	if !e.history.Start.IsZero() {
 		s.Elapsed = now.Sub(e.history.Start).Seconds()
 	}
@@ -95,6 +102,9 @@ func (e *Engine) Summary() Summary {
 func (s Summary) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "autoscaling summary: %d steps in %.1f s\n", s.Steps, s.Elapsed)
 	fmt.Fprintf(w, "  workers over time:\n")
+	if s.EarlierWorlds > 0 {
+		fmt.Fprintf(w, "    (%d earlier worlds not kept)\n", s.EarlierWorlds)
+	}
 	for _, sp := range s.Timeline {
 		fmt.Fprintf(w, "    %7.1f s  world %-3d %2d workers  %6.1f s  %d steps\n", sp.StartS, sp.Epoch, sp.Workers, sp.Duration, sp.Steps)
 	}
@@ -109,6 +119,9 @@ func (s Summary) WriteText(w io.Writer) {
 		}
 	}
 	var acted []string
+	if s.EarlierEvents > 0 {
+		acted = append(acted, fmt.Sprintf("    (%d earlier events not kept)", s.EarlierEvents))
+	}
 	for _, ev := range s.Events {
 		acted = append(acted, fmt.Sprintf("    %7.1f s  step %-6d %-9s %s", ev.Elapsed, ev.Step, ev.Kind, ev.Message))
 	}

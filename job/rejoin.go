@@ -1,6 +1,8 @@
 package job
 
 import (
+	"slices"
+
 	"github.com/gorovod/gorovod/sync/epoch"
 )
 
@@ -10,17 +12,18 @@ import (
 // name, the same launch index); one that exits with status 0 while left out
 // was excluded, not finished.
 type presence struct {
-	leaving map[string]bool // member names it published as leaving
-	out     bool            // left out of a world, not back yet
-	everIn  bool            // one of its names was a member of a world
+	// leaving holds the member names it published as leaving: one or
+	// two, so a slice (a map cost a job ~250 bytes per launched worker).
+	leaving []string
+	out     bool // left out of a world, not back yet
+	everIn  bool // one of its names was a member of a world
 }
 
 // announceLeaving notes that its member name is leaving the job on its own.
 func (s *presence) announceLeaving(name string) {
-	if s.leaving == nil {
-		s.leaving = map[string]bool{}
+	if !slices.Contains(s.leaving, name) {
+		s.leaving = append(s.leaving, name)
 	}
-	s.leaving[name] = true
 }
 
 // followMembers is rule 6 for one new world: a running process of the job
@@ -33,7 +36,7 @@ func (r *roster) followMembers(prev, w epoch.World) {
 	if !r.trainingOver {
 		for _, m := range prev.Members {
 			p := r.byName[m.Name]
-			if w.Rank(m.Name) >= 0 || p == nil || p.rec.State != Running || p.stopped || p.removed || p.leaving[m.Name] || p.out {
+			if w.Rank(m.Name) >= 0 || p == nil || p.rec.State != Running || p.stopped || p.removed || slices.Contains(p.leaving, m.Name) || p.out {
 				continue
 			}
 			p.out = true
