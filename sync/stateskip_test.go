@@ -37,9 +37,9 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 		return rs
 	}
 	for _, tc := range []struct {
-		name     string
-		ranks    []rankState
-		edit     func([]rankState)
+		name        string
+		ranks       []rankState
+		edit        func([]rankState)
 		wantRoot    int
 		wantSame    bool
 		wantHolders []int
@@ -74,8 +74,8 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 				root    int
 				same    bool
 				holders []int
-				read [][]byte
-				err  error
+				read    [][]byte
+				err     error
 			}
 			results := make([]result, p)
 			var wg stdsync.WaitGroup
