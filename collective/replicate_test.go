@@ -387,3 +387,33 @@ func TestReplicateBadSets(t *testing.T) {
 		return c.Allreduce(ctx, SliceBuffer(b), SliceBuffer(b), Sum)
 	}))
 }
+
+// TestReplicateDeviceMemory: holders and receivers whose buffers are in
+// device memory stage the stripes through host bytes, and the receivers end
+// with the holders' bytes.
+func TestReplicateDeviceMemory(t *testing.T) {
+	const p, n = 5, 3001
+	holders, receivers := []int{0, 2, 3}, []int{1, 4}
+	comms := newWorld(t, tcpMesh, p, Config{ChunkBytes: 256, StripeSources: 3, AbortTimeout: time.Second})
+	want := make([]byte, n*4)
+	for i := range want {
+		want[i] = byte(i*13 + 5)
+	}
+	var calls atomic.Int64
+	devs := make([]*fakeDevice, p)
+	for r := range devs {
+		b := make([]byte, len(want))
+		if slices.Contains(holders, r) {
+			copy(b, want)
+		}
+		devs[r] = newFakeDevice(b, &calls)
+	}
+	noErrors(t, onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+		return c.Replicate(ctx, devBuffer(Float32, devs[c.Rank()]), holders, receivers)
+	}))
+	for _, r := range receivers {
+		if !bytes.Equal(devs[r].mem, want) {
+			t.Errorf("receiver %d: device bytes differ from the holders'", r)
+		}
+	}
+}

@@ -282,3 +282,18 @@ func stepAll(b *testing.B, sessions []*Session, grads func(int) []float32, befor
 	}
 	wg.Wait()
 }
+
+// BenchmarkStateDigest takes the digest of a 1 GiB float32 state, what
+// every member that holds the job's state computes on entering a world
+// (Session.stateRoot), in parallel, before any transfer; bytes/s is the
+// hashing rate.
+func BenchmarkStateDigest(b *testing.B) {
+	st := NewState()
+	st.RegisterTensor("params", make([]float32, (1<<30)/4))
+	b.SetBytes(1 << 30)
+	for b.Loop() {
+		if _, _, ok, err := st.digest(); err != nil || !ok {
+			b.Fatalf("digest: ok %v, %v", ok, err)
+		}
+	}
+}
