@@ -11,8 +11,9 @@ import (
 // Replicate copies buf from holders — ranks whose buf holds the same bytes —
 // into buf on receivers. Each receiver gets its copy in contiguous stripes
 // from up to k holders at once, one stripe per holder, over the direct links
-// between them; receivers are spread over the holders, so that each holder
-// serves about len(receivers)·size/len(holders) bytes. Ranks in neither set
+// between them; each receiver starts at another holder, so that several
+// receivers spread over the holders rather than all taking from the same k.
+// Ranks in neither set
 // take no part and return at once (they still call it: every rank numbers
 // its collectives in the same order).
 //
