@@ -38,8 +38,13 @@ type Config struct {
 	// AlgorithmHierarchical (which needs every host to run the same number
 	// of ranks, and runs the ring otherwise).
 	AllgatherAlgorithm Algorithm
-	// ChunkBytes is the pipelining unit of the ring and chain algorithms.
+	// ChunkBytes is the pipelining unit of the ring and chain algorithms
+	// (and the frame size and smallest stripe of Replicate).
 	ChunkBytes int
+	// StripeSources is how many holders feed each receiver of Replicate
+	// at most; 0 (the default) chooses by the link kinds (see Replicate).
+	// Every rank must use the same value.
+	StripeSources int
 	// AbortTimeout bounds how long a failing rank spends telling its peers why.
 	AbortTimeout time.Duration
 	// Logger receives failures; nil discards.
@@ -107,6 +112,9 @@ func (c Config) Validate() error {
 	}
 	if c.ChunkBytes > transport.MaxPayload {
 		return fmt.Errorf("%w: ChunkBytes %d is over the frame limit %d", ErrInvalidConfig, c.ChunkBytes, transport.MaxPayload)
+	}
+	if c.StripeSources < 0 {
+		return fmt.Errorf("%w: StripeSources %d is negative", ErrInvalidConfig, c.StripeSources)
 	}
 	if c.AbortTimeout < 0 {
 		return fmt.Errorf("%w: AbortTimeout %v is negative", ErrInvalidConfig, c.AbortTimeout)
@@ -359,6 +367,7 @@ const (
 	collReduceScatter
 	collAlltoall
 	collBarrier
+	collReplicate
 )
 
 func (k collKind) String() string {
@@ -375,6 +384,8 @@ func (k collKind) String() string {
 		return "alltoall"
 	case collBarrier:
 		return "barrier"
+	case collReplicate:
+		return "replicate"
 	}
 	return fmt.Sprintf("collective(%d)", uint8(k))
 }
@@ -393,6 +404,7 @@ const (
 	algoDissemination
 	algoHierarchical
 	algoAdasum
+	algoStripes
 )
 
 // opRun is one collective in progress. The communicator keeps one and

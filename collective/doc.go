@@ -1,6 +1,6 @@
 // Package collective owns gorovod's communicator: the collectives one fixed,
 // ordered group of workers runs together — allreduce, broadcast, allgather (equal
-// and variable counts), reduce-scatter, alltoall and barrier — over any
+// and variable counts), reduce-scatter, alltoall, barrier and replicate — over any
 // transport.Transport, and the algorithms behind them.
 //
 // Algorithms. Allreduce picks by size and topology (Config.Algorithm forces
@@ -18,8 +18,12 @@
 // Broadcast uses a binomial tree for small buffers and a pipelined chain for
 // large ones; allgather and reduce-scatter run the ring (allgather the
 // hierarchical gather when Config.AllgatherAlgorithm asks); alltoall pairs
-// ranks k apart in step k; barrier is the dissemination algorithm. Every
-// rank ends with bit-identical results.
+// ranks k apart in step k; barrier is the dissemination algorithm.
+// Replicate copies a buffer from a set of holders (ranks with identical
+// bytes) to a set of receivers, each receiver taking contiguous stripes from
+// up to k holders at once over their direct links (k from
+// Config.StripeSources, or from the link kinds: holders on the receiver's
+// host, else one per other host). Every rank ends with bit-identical results.
 //
 // Topology. Which ranks share a host comes from the world
 // (transport.World.Hosts, or the host part of each rank's address); see

@@ -111,6 +111,8 @@ func algoName(a uint8) string {
 		return "hierarchical"
 	case algoAdasum:
 		return "adasum"
+	case algoStripes:
+		return "stripes"
 	}
 	return "algorithm"
 }

@@ -3,11 +3,14 @@ package sync
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	stdsync "sync"
 	"testing"
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/tcp"
 	"github.com/gorovod/gorovod/sync/control"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/stats"
@@ -281,4 +284,100 @@ func stepAll(b *testing.B, sessions []*Session, grads func(int) []float32, befor
 		})
 	}
 	wg.Wait()
+}
+
+// BenchmarkStateDigest takes the digest of a 1 GiB float32 state, what
+// every member that holds the job's state computes on entering a world
+// (Session.stateRoot), in parallel, before any transfer; bytes/s is the
+// hashing rate.
+func BenchmarkStateDigest(b *testing.B) {
+	st := NewState()
+	st.RegisterTensor("params", make([]float32, (1<<30)/4))
+	b.SetBytes(1 << 30)
+	for b.Loop() {
+		if _, _, ok, err := st.digest(); err != nil || !ok {
+			b.Fatalf("digest: ok %v, %v", ok, err)
+		}
+	}
+}
+
+// BenchmarkJoinerState moves a 256 MiB float32 state (4 tensors) into one
+// joiner of a 9-rank world over loopback TCP, goroutine ranks in one
+// process: "broadcast" is the transfer without holders (the pipelined
+// broadcast from rank 0 through every rank, what a world with a joiner ran
+// before the holders were known), "holders" what entering the world runs
+// now (Session.stateRoot's digest round, then the tensors in stripes from
+// the holders, collective.Config.StripeSources left to choose). Each rank
+// has its own copy: 9 × 256 MiB.
+func BenchmarkJoinerState(b *testing.B) {
+	const p, tensors, bytes = 9, 4, 256 << 20
+	for _, mode := range []string{"broadcast", "holders"} {
+		b.Run(mode, func(b *testing.B) {
+			comms := make([]*collective.Communicator, p)
+			trs := make([]transport.Transport, p)
+			addrs := make([]string, p)
+			for r := range trs {
+				cfg := tcp.DefaultConfig()
+				cfg.Secret = []byte("sync-bench-secret")
+				cfg.IOTimeout = time.Minute
+				tr, err := tcp.Listen(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { tr.Close() })
+				trs[r], addrs[r] = tr, tr.Addr()
+			}
+			sessions := make([]*Session, p)
+			var wg stdsync.WaitGroup
+			for r := range p {
+				st := NewState()
+				for i := range tensors {
+					t := make([]float32, bytes/4/tensors)
+					if r < p-1 {
+						for j := range t {
+							t[j] = float32(j%1000 + i)
+						}
+					}
+					st.RegisterTensor(fmt.Sprintf("t%d", i), t)
+				}
+				st.Step = 9
+				sessions[r] = &Session{synced: r < p-1, state: st, log: slog.New(slog.DiscardHandler)}
+				wg.Go(func() {
+					w := transport.World{JobID: "joiner-bench", Epoch: 1, Rank: r, Addrs: addrs}
+					c, err := collective.New(context.Background(), trs[r], w, collective.Config{})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					comms[r] = c
+					b.Cleanup(func() { c.Close() })
+				})
+			}
+			wg.Wait()
+			if b.Failed() {
+				b.FailNow()
+			}
+			b.SetBytes(bytes)
+			b.ResetTimer()
+			for range b.N {
+				errs := make([]error, p)
+				for r := range p {
+					wg.Go(func() {
+						ctx := context.Background()
+						if mode == "broadcast" {
+							errs[r] = sessions[r].state.broadcast(ctx, comms[r], 0, nil, []int{0})
+						} else {
+							errs[r] = enterState(ctx, sessions[r], comms[r])
+						}
+					})
+				}
+				wg.Wait()
+				for r, err := range errs {
+					if err != nil {
+						b.Fatalf("rank %d: %v", r, err)
+					}
+				}
+			}
+		})
+	}
 }

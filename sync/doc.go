@@ -83,7 +83,9 @@
 // they are in, all of them switch at that same step boundary (Session.Commit).
 // No two workers finish a step in different worlds. Joining is connecting the
 // new epoch's ring (the transport handshake rejects any other job or epoch) and
-// receiving the registered State from its rank 0 by broadcast.
+// receiving the registered State from the members that hold it: in stripes
+// from several of them at once (collective.Replicate) when they are at least
+// as many as the ranks that need it, else by broadcast from rank 0.
 //
 // When the proposer dies: a dead driver is noticed by gossip; after the grace
 // the oldest ready worker proposes instead, as above. Under `gorovod run` the

@@ -754,9 +754,9 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	}
 	start := time.Now()
 	s.entering.connect = start.Sub(began)
-	root, read, same, err := s.stateRoot(ctx, comm)
+	root, read, holders, same, err := s.stateRoot(ctx, comm)
 	if err == nil && !same {
-		err = s.state.broadcast(ctx, comm, root, read)
+		err = s.state.broadcast(ctx, comm, root, read, holders)
 	}
 	s.obs.broadcast(ep.Number, start, time.Now(), err)
 	s.entering.state = time.Since(start)
@@ -781,57 +781,66 @@ type memberReacher interface {
 	reachMembers(ctx context.Context, ep epoch.World)
 }
 
-// stateRoot agrees on the member whose state the world takes: rank 0 (the
-// oldest survivor), unless it never received the job's state — a joiner
-// whose admission failed, left ahead of the members that trained when they
-// were all declared dead and came back after it — while another member did.
-// Then the lowest rank that holds the state is the root: a world must never
-// take a fresh worker's initial state over the job's.
+// stateRoot agrees on the member whose state the world takes, and on the
+// members that hold it already, in one small allgather of every member's
+// [holds the job's state, digest readable, digest].
 //
-// same reports that no broadcast is needed: every member holds the job's
-// state already and all of them the same one, byte for byte (a world that
-// only lost members, at a step boundary). Their digests are compared in a
-// second small allreduce; a member that cannot take one (state in device
-// memory) makes the world broadcast. read is this worker's blobs as the
-// digest read them, for the broadcast that follows when they differ.
-func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) (root int, read [][]byte, same bool, err error) {
-	// The lowest rank holding the state, and whether any member lacks it
-	// (-1 when one does).
-	mine := []int64{int64(comm.Size()), 0}
+// The root is rank 0 (the oldest survivor), unless it never received the
+// job's state — a joiner whose admission failed, left ahead of the members
+// that trained when they were all declared dead and came back after it —
+// while another member did. Then the lowest rank that holds the state is
+// the root: a world must never take a fresh worker's initial state over
+// the job's.
+//
+// holders are the root and the members whose digest (State.digest: step,
+// registrations, every byte) equals the root's: they hold its state
+// already, byte for byte, and can feed the others (State.broadcast). A
+// member that cannot take a digest (state in device memory) is not one.
+// same reports that every member is a holder: no transfer is needed (a
+// world that only lost members, at a step boundary). read is this
+// worker's blobs as the digest read them, for a broadcast that follows.
+func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) (root int, read [][]byte, holders []int, same bool, err error) {
+	const fields = 4 // holds the state, digest readable, digest's two halves
+	p := comm.Size()
+	mine := make([]int64, fields)
 	if s.synced {
-		mine[0] = int64(comm.Rank())
-	} else {
-		mine[1] = -1
+		mine[0] = 1
+		if p > 1 {
+			sum, blobs, ok, err := s.state.digest()
+			if err != nil {
+				return 0, nil, nil, false, err
+			}
+			if ok {
+				read = blobs
+				mine[1], mine[2], mine[3] = 1, int64(sum&0xffffffff), int64(sum>>32)
+			}
+		}
 	}
-	if err := collective.Allreduce(ctx, comm, mine, mine, collective.Min); err != nil {
-		return 0, nil, false, err
+	all := make([]int64, fields*p)
+	if err := collective.Allgather(ctx, comm, mine, all); err != nil {
+		return 0, nil, nil, false, err
 	}
-	root = int(mine[0])
-	if root >= comm.Size() {
-		return 0, nil, false, nil // a new job: nobody holds a state yet
+	root = -1
+	for r := range p {
+		if all[fields*r] == 1 {
+			root = r
+			break
+		}
+	}
+	if root < 0 {
+		return 0, nil, nil, false, nil // a new job: nobody holds a state yet
 	}
 	if root != 0 {
 		s.log.Warn("rank 0 of the new world never received the job's state: taking it from another member", "rank", root)
 	}
-	if mine[1] < 0 || comm.Size() == 1 {
-		return root, nil, comm.Size() == 1 && mine[1] == 0, nil
+	ref := all[fields*root : fields*root+fields]
+	for r := range p {
+		got := all[fields*r : fields*r+fields]
+		if r == root || (ref[1] == 1 && got[0] == 1 && got[1] == 1 && got[2] == ref[2] && got[3] == ref[3]) {
+			holders = append(holders, r)
+		}
 	}
-	sum, read, ok, err := s.state.digest()
-	if err != nil {
-		return 0, nil, false, err
-	}
-	// The digest's halves and their negations: after a minimum across the
-	// ranks, min = −min(−x) exactly when every rank's x is the same.
-	lo, hi := int64(sum&0xffffffff), int64(sum>>32)
-	cmp := []int64{lo, -lo, hi, -hi, 0}
-	if !ok {
-		cmp[4] = -1
-	}
-	if err := collective.Allreduce(ctx, comm, cmp, cmp, collective.Min); err != nil {
-		return 0, nil, false, err
-	}
-	same = cmp[4] == 0 && cmp[0] == -cmp[1] && cmp[2] == -cmp[3]
-	return root, read, same, nil
+	return root, read, holders, len(holders) == p, nil
 }
 
 // errSuperseded marks an attempt to enter a world abandoned because a newer

@@ -18,10 +18,12 @@ import (
 // registers (parameters, optimizer state, counters, the sampler's position,
 // ...).
 //
-// Registered tensors — any dtype, in host or device memory — are broadcast in
-// place from the world's rank 0 whenever a world is entered; blobs are read
-// with get on rank 0 before the broadcast and installed with set on the others
-// after it. Every worker must register the same names, dtypes and sizes in the
+// Registered tensors — any dtype, in host or device memory — are made equal
+// in place to the world's rank 0's whenever a world is entered: not at all
+// when every member holds that state already, in stripes from the members
+// that hold it when they are enough (see broadcast), else by broadcast from
+// rank 0; blobs are read with get on rank 0 and installed with set on the
+// others. Every worker must register the same names, dtypes and sizes in the
 // same order: a worker whose registrations differ from rank 0's gets an error
 // wrapping ErrStateMismatch that names the first difference, and leaves the
 // job (rank 0's state is the job's).
@@ -98,7 +100,17 @@ func (s *State) check() error {
 // ErrStateMismatch that names the difference, rather than misread bytes.
 // read holds this rank's blobs when they were read already (digest), nil
 // otherwise.
-func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root int, read [][]byte) error {
+//
+// holders are the ranks known to hold root's state byte for byte (root
+// among them; see Session.stateRoot). When there are at least two, and at
+// least as many as ranks that need the state, the tensors go by
+// collective.Replicate: each receiver takes them in stripes from several
+// holders at once, and every holder sends only its share, instead of all of
+// it passing down the broadcast's chain through every rank. With more
+// receivers than holders the chain is cheaper (Replicate would have each
+// holder send several whole copies), so the tensors are broadcast. The
+// step, the description and the blobs (small) are broadcast either way.
+func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root int, read [][]byte, holders []int) error {
 	if err := s.check(); err != nil {
 		return err
 	}
@@ -136,8 +148,16 @@ func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root 
 			blobs[i] = make([]byte, n)
 		}
 	}
+	receivers := receiversOf(c.Size(), holders)
+	striped := len(holders) >= 2 && len(receivers) <= len(holders)
 	for _, t := range s.tensors {
-		if err := c.Broadcast(ctx, t.buf, root); err != nil {
+		var err error
+		if striped {
+			err = c.Replicate(ctx, t.buf, holders, receivers)
+		} else {
+			err = c.Broadcast(ctx, t.buf, root)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -153,6 +173,20 @@ func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root 
 	}
 	s.Step = head[0]
 	return nil
+}
+
+// receiversOf lists the ranks of a world of p that are not holders
+// (ascending, as holders are).
+func receiversOf(p int, holders []int) []int {
+	var out []int
+	for r, i := 0, 0; r < p; r++ {
+		if i < len(holders) && holders[i] == r {
+			i++
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // readBlobs reads every registered blob.

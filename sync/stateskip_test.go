@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"log/slog"
+	"slices"
 	stdsync "sync"
 	"testing"
 	"time"
@@ -24,8 +25,9 @@ type rankState struct {
 
 // A world whose members all hold the job's state, the same to the byte,
 // needs no broadcast; any difference, a member without the state, or a
-// state that cannot be read from the host makes it broadcast from the
-// lowest rank that holds it.
+// state that cannot be read from the host makes it take the lowest rank's
+// that holds it, and every rank learns which members hold that state
+// already (the holders, who feed the others).
 func TestStateRootSkipsIdenticalState(t *testing.T) {
 	same := func(n int) []rankState {
 		rs := make([]rankState, n)
@@ -35,26 +37,29 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 		return rs
 	}
 	for _, tc := range []struct {
-		name     string
-		ranks    []rankState
-		edit     func([]rankState)
-		wantRoot int
-		wantSame bool
+		name        string
+		ranks       []rankState
+		edit        func([]rankState)
+		wantRoot    int
+		wantSame    bool
+		wantHolders []int
 	}{
-		{"all the same", same(3), nil, 0, true},
-		{"two the same", same(2), nil, 0, true},
-		{"one alone", same(1), nil, 0, true},
-		{"a parameter differs", same(3), func(rs []rankState) { rs[2].params[1] = 2.5 }, 0, false},
-		{"a step differs", same(3), func(rs []rankState) { rs[1].step = 8 }, 0, false},
-		{"a blob differs", same(3), func(rs []rankState) { rs[0].blob = []byte("sampler at 41") }, 0, false},
-		{"a joiner", same(3), func(rs []rankState) { rs[2].synced = false }, 0, false},
-		{"rank 0 never synced", same(3), func(rs []rankState) { rs[0].synced = false }, 1, false},
+		{"all the same", same(3), nil, 0, true, []int{0, 1, 2}},
+		{"two the same", same(2), nil, 0, true, []int{0, 1}},
+		{"one alone", same(1), nil, 0, true, []int{0}},
+		{"a parameter differs", same(3), func(rs []rankState) { rs[2].params[1] = 2.5 }, 0, false, []int{0, 1}},
+		{"a step differs", same(3), func(rs []rankState) { rs[1].step = 8 }, 0, false, []int{0, 2}},
+		{"a blob differs", same(3), func(rs []rankState) { rs[0].blob = []byte("sampler at 41") }, 0, false, []int{0}},
+		{"a joiner", same(3), func(rs []rankState) { rs[2].synced = false }, 0, false, []int{0, 1}},
+		{"joiners", same(5), func(rs []rankState) { rs[1].synced, rs[4].synced = false, false }, 0, false, []int{0, 2, 3}},
+		{"rank 0 never synced", same(3), func(rs []rankState) { rs[0].synced = false }, 1, false, []int{1, 2}},
 		{"a new job", same(3), func(rs []rankState) {
 			for i := range rs {
 				rs[i].synced = false
 			}
-		}, 0, false},
-		{"state in device memory", same(3), func(rs []rankState) { rs[1].device = true }, 0, false},
+		}, 0, false, nil},
+		{"state in device memory", same(3), func(rs []rankState) { rs[1].device = true }, 0, false, []int{0, 2}},
+		{"root's state in device memory", same(3), func(rs []rankState) { rs[0].device = true }, 0, false, []int{0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.edit != nil {
@@ -66,10 +71,11 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			type result struct {
-				root int
-				same bool
-				read [][]byte
-				err  error
+				root    int
+				same    bool
+				holders []int
+				read    [][]byte
+				err     error
 			}
 			results := make([]result, p)
 			var wg stdsync.WaitGroup
@@ -91,8 +97,8 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 				st.RegisterBlob("sampler", func() ([]byte, error) { return blob, nil }, func([]byte) error { return nil })
 				s := &Session{synced: rs.synced, state: st, log: slog.New(slog.DiscardHandler)}
 				wg.Go(func() {
-					root, read, same, err := s.stateRoot(ctx, comm)
-					results[r] = result{root, same, read, err}
+					root, read, holders, same, err := s.stateRoot(ctx, comm)
+					results[r] = result{root, same, holders, read, err}
 				})
 			}
 			wg.Wait()
@@ -100,8 +106,9 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 				if res.err != nil {
 					t.Fatalf("rank %d: %v", r, res.err)
 				}
-				if res.root != tc.wantRoot || res.same != tc.wantSame {
-					t.Fatalf("rank %d: root %d, same %v; want root %d, same %v", r, res.root, res.same, tc.wantRoot, tc.wantSame)
+				if res.root != tc.wantRoot || res.same != tc.wantSame || !slices.Equal(res.holders, tc.wantHolders) {
+					t.Fatalf("rank %d: root %d, same %v, holders %v; want root %d, same %v, holders %v",
+						r, res.root, res.same, res.holders, tc.wantRoot, tc.wantSame, tc.wantHolders)
 				}
 				// A digest read the blobs: the broadcast reuses them.
 				if digested := p > 1 && !tc.ranks[r].device && res.read != nil; digested && string(res.read[0]) != string(tc.ranks[r].blob) {
