@@ -241,7 +241,9 @@ spec:
 	logs := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- Main(sctx, []string{"scheduler", "--kubeconfig", kubeconfig, "--metrics-addr", "127.0.0.1:0", "--interval", "1s"}, Config{Stdout: io.Discard, Stderr: logs})
+		// No --kubeconfig: the scheduler finds the API server through
+		// $KUBECONFIG, as kubectl does.
+		done <- Main(sctx, []string{"scheduler", "--metrics-addr", "127.0.0.1:0", "--interval", "1s"}, Config{Stdout: io.Discard, Stderr: logs})
 	}()
 	url := regexp.MustCompile(`metrics at (http://127\.0\.0\.1:\d+/metrics)`)
 	var scraped string
