@@ -57,8 +57,7 @@ func gorovod(ctx context.Context, args ...string) (stdout, stderr string, err er
 // configuration; submit from a manifest and from flags, refusing bad ones;
 // jobs in a table (the context's namespace, -n, -A), with the scheduler's
 // and the driver's status; delete; logs of a job whose driver pod does not
-// exist. (`gorovod logs` of a running pod needs a kubelet the API server
-// can reach: see docs/clusters.md.)
+// exist. (`gorovod logs` of a running pod: TestLogsOfRunningPod.)
 func TestJobCommandsAgainstAPIServer(t *testing.T) {
 	cp := testkube.New(t, testkube.DefaultConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

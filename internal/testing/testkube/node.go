@@ -32,7 +32,8 @@ import (
 // network not ready and only host-network pods start); and no node IP (the
 // kubelet refuses a loopback one and the machine's own addresses are not for
 // tests), so a pod's status.podIP stays empty and `kubectl logs` cannot reach
-// the kubelet: read LogDir instead. There is no scheduler: pods name the node
+// the kubelet: read LogDir instead, or start the node with
+// NodeConfig.Reachable. There is no scheduler: pods name the node
 // (spec.nodeName).
 type Node struct {
 	Name    string
