@@ -237,3 +237,29 @@ func TestWithoutSecrets(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadKubeAccess(t *testing.T) {
+	cases := []struct {
+		name      string
+		env       map[string]string
+		want      []string
+		home      string
+		inCluster bool
+	}{
+		{"nothing", nil, nil, "", false},
+		{"home only", map[string]string{EnvHome: "/home/u"}, nil, "/home/u/.kube/config", false},
+		{"list merged in order", map[string]string{EnvKubeconfig: "/a:/b", EnvHome: "/h"}, []string{"/a", "/b"}, "/h/.kube/config", false},
+		{"empty and repeated entries dropped", map[string]string{EnvKubeconfig: ":/a::/b:/a:"}, []string{"/a", "/b"}, "", false},
+		{"only separators", map[string]string{EnvKubeconfig: "::"}, nil, "", false},
+		{"in cluster", map[string]string{EnvKubernetesServiceHost: "10.0.0.1", EnvKubernetesServicePort: "443"}, nil, "", true},
+		{"host without port", map[string]string{EnvKubernetesServiceHost: "10.0.0.1"}, nil, "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			k := LoadKubeAccess(func(v string) string { return c.env[v] })
+			if !slices.Equal(k.Kubeconfigs, c.want) || k.HomeKubeconfig != c.home || k.InCluster() != c.inCluster || k.ServiceAccountDir != ServiceAccountDir {
+				t.Fatalf("got %+v (in cluster %v), want files %q home %q in cluster %v", k, k.InCluster(), c.want, c.home, c.inCluster)
+			}
+		})
+	}
+}

@@ -11,11 +11,14 @@
 // Ready, changes its capacity or is deleted (a rate-limited work queue
 // coalesces the triggers). A round:
 //
-//   - builds the cluster from the Ready, schedulable nodes; a node's slots are
-//     its allocatable nvidia.com/gpu where that is above 0, else its
-//     allocatable gorovod.io/slot (an extended resource), else its label
-//     gorovod.io/slots=N, else it has none. The slots are taken to be
-//     gorovod's: other pods' requests are not subtracted.
+//   - builds the cluster from the Ready, schedulable nodes whose NoSchedule
+//     and NoExecute taints the workers tolerate (WorkerTolerations); a
+//     node's slots are its allocatable nvidia.com/gpu where that is above
+//     0, else its allocatable gorovod.io/slot (an extended resource), else
+//     its label gorovod.io/slots=N, else it has none; less what the pods
+//     bound to it that are not the scheduled jobs' request (FreeSlots,
+//     OthersRequests: their GPUs, slots, or for a labelled node their CPU
+//     in proportion).
 //   - gives a new job the phase Pending (Failed, with the reason, when its
 //     spec fails api.Spec.Validate), and ends a running job when its driver
 //     pod ends (exit 0: Succeeded, otherwise Failed with the container's
@@ -33,9 +36,11 @@
 //     service, observedGeneration, scheduledBy) with a JSON merge patch on
 //     the status subresource, leaving the driver's fields alone; and creates
 //     the driver pod `<job>-driver` of a job admitted for the first time
-//     (owned by the GorovodJob), after making sure the job's namespace has
-//     the driver's ServiceAccount and a RoleBinding to the ClusterRole
-//     gorovod-driver.
+//     (owned by the GorovodJob), and before it the pod's
+//     PodDisruptionBudget (minAvailable 1: a drain does not evict a
+//     running driver, whose end would end the job), after making sure the
+//     job's namespace has the driver's ServiceAccount and a RoleBinding to
+//     the ClusterRole gorovod-driver.
 //
 // Everything the service decides from is in the API server (the jobs'
 // status), so a new scheduler — a restart, or another replica taking over —

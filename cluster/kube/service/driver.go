@@ -6,10 +6,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
@@ -88,6 +90,9 @@ func (s *Service) startDriver(ctx context.Context, j *api.GorovodJob) error {
 	if err := s.bindDriver(ctx, j.Namespace); err != nil {
 		return err
 	}
+	if err := s.protectDriver(ctx, j); err != nil {
+		return err
+	}
 	pod := s.driverPod(j)
 	if s.cfg.CustomizeDriver != nil {
 		s.cfg.CustomizeDriver(pod)
@@ -106,6 +111,59 @@ func (s *Service) startDriver(ctx context.Context, j *api.GorovodJob) error {
 		}
 	}
 	return fmt.Errorf("pod %s/%s exists and is not this job's driver", j.Namespace, pod.Name)
+}
+
+// DriverBudgetName is the name of the PodDisruptionBudget of a job's driver
+// pod.
+func DriverBudgetName(job string) string { return job + "-driver" }
+
+// driverBudget is the PodDisruptionBudget that keeps a job's running driver
+// pod from being evicted (kubectl drain, the cluster autoscaler): the
+// driver's end ends the job, so no voluntary disruption of it is allowed.
+// minAvailable 1 of the one pod, rather than maxUnavailable 0, because the
+// disruption controller counts the expected pods of maxUnavailable through
+// the owner's scale subresource, which a GorovodJob has not. Owned by the
+// job, it goes with it.
+func driverBudget(j *api.GorovodJob) *policyv1.PodDisruptionBudget {
+	controller := true
+	one := intstr.FromInt32(1)
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      DriverBudgetName(j.Name),
+			Namespace: j.Namespace,
+			Labels:    map[string]string{kube.LabelJob: j.Name, kube.LabelRole: RoleDriver},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: api.Group + "/" + api.Version, Kind: api.Kind,
+				Name: j.Name, UID: j.UID, Controller: &controller}},
+		},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: &one,
+			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{kube.LabelJob: j.Name, kube.LabelRole: RoleDriver}},
+		},
+	}
+}
+
+// protectDriver creates the job's driver budget before its pod, so that no
+// moment of the pod's life goes unprotected. One of that name already owned
+// by the job is fine.
+func (s *Service) protectDriver(ctx context.Context, j *api.GorovodJob) error {
+	b := driverBudget(j)
+	_, err := s.kube.PolicyV1().PodDisruptionBudgets(j.Namespace).Create(ctx, b, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		if err != nil {
+			return fmt.Errorf("the driver's disruption budget: %w", err)
+		}
+		return nil
+	}
+	old, err := s.kube.PolicyV1().PodDisruptionBudgets(j.Namespace).Get(ctx, b.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the driver's disruption budget: %w", err)
+	}
+	for _, o := range old.OwnerReferences {
+		if o.UID == j.UID {
+			return nil
+		}
+	}
+	return fmt.Errorf("poddisruptionbudget %s/%s exists and is not this job's", j.Namespace, b.Name)
 }
 
 // bindDriver makes sure a namespace has the driver's ServiceAccount and its

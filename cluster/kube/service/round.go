@@ -86,7 +86,15 @@ func (s *Service) round(ctx context.Context, src source) error {
 	if err != nil {
 		return err
 	}
-	names, cluster := clusterOf(nodes)
+	pods, err := src.Pods()
+	if err != nil {
+		return err
+	}
+	scheduled := make(map[string]bool, len(objs))
+	for _, u := range objs {
+		scheduled[u.GetNamespace()+"/"+u.GetName()] = true
+	}
+	names, cluster := clusterOf(nodes, OthersRequests(pods, oursIn(scheduled)))
 	index := make(map[string]int, len(names))
 	for i, n := range names {
 		index[n] = i

@@ -10,13 +10,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	dynfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
@@ -88,6 +91,20 @@ func (c clientSource) Nodes() ([]*corev1.Node, error) {
 	out := make([]*corev1.Node, len(l.Items))
 	for i := range l.Items {
 		out[i] = &l.Items[i]
+	}
+	return out, nil
+}
+
+func (c clientSource) Pods() ([]*corev1.Pod, error) {
+	l, err := c.f.kube.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for i := range l.Items {
+		if p := &l.Items[i]; p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			out = append(out, p)
+		}
 	}
 	return out, nil
 }
@@ -265,6 +282,20 @@ func TestJobsArriveAndEnd(t *testing.T) {
 	rb, err := f.kube.RbacV1().RoleBindings(testNS).Get(context.Background(), DriverRoleBinding, metav1.GetOptions{})
 	if err != nil || rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != DriverClusterRole || rb.Subjects[0].Name != DriverServiceAccount {
 		t.Fatalf("the driver's role binding: %+v, %v", rb, err)
+	}
+	// Its disruption budget: no eviction of the driver pod, owned by the job.
+	pdb, err := f.kube.PolicyV1().PodDisruptionBudgets(testNS).Get(context.Background(), DriverBudgetName("a"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the driver's disruption budget: %v", err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil || !sel.Matches(labels.Set(pod.Labels)) || pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 ||
+		pdb.Spec.MaxUnavailable != nil || len(pdb.OwnerReferences) != 1 || pdb.OwnerReferences[0].UID != a.UID {
+		t.Fatalf("the driver's disruption budget: %+v (selector %v)", pdb, err)
+	}
+	// Another job's worker pods are not under it.
+	if sel.Matches(labels.Set{kube.LabelJob: "a", kube.LabelRole: kube.RoleWorker}) || sel.Matches(labels.Set{kube.LabelJob: "b", kube.LabelRole: RoleDriver}) {
+		t.Fatalf("the driver's disruption budget selects more than the driver: %v", sel)
 	}
 
 	// The driver measures a scaling job: Pollux may give it the cluster.
@@ -517,6 +548,26 @@ func TestNodeSlots(t *testing.T) {
 		{"cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }, 0},
 		{"not ready", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }, 0},
 		{"no Ready condition", func(n *corev1.Node) { n.Status.Conditions = nil }, 0},
+		{"tainted NoSchedule", func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}}
+		}, 0},
+		{"tainted NoExecute", func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: "spot", Effect: corev1.TaintEffectNoExecute}}
+		}, 0},
+		{"tainted PreferNoSchedule: usable", func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Effect: corev1.TaintEffectPreferNoSchedule}}
+		}, 3},
+		{"GPU taint tolerated", func(n *corev1.Node) {
+			n.Status.Allocatable = corev1.ResourceList{GPUResource: q("4")}
+			n.Spec.Taints = []corev1.Taint{{Key: string(GPUResource), Value: "present", Effect: corev1.TaintEffectNoSchedule}}
+		}, 4},
+		{"slot taint tolerated, another not", func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: string(SlotResource), Effect: corev1.TaintEffectNoSchedule},
+				{Key: "team", Value: "b", Effect: corev1.TaintEffectNoSchedule}}
+		}, 0},
+		{"cordon's taint", func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}}
+		}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := labelNode("n", 3)
@@ -636,5 +687,150 @@ func TestKeepOneCurrent(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// otherPod is a pod not of a GorovodJob, bound to node, with one container
+// requesting req (and, when limitOnly, giving it as a limit only).
+func otherPod(ns, name, node string, req corev1.ResourceList, limitOnly bool) *corev1.Pod {
+	c := corev1.Container{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Requests: req}}
+	if limitOnly {
+		c.Resources = corev1.ResourceRequirements{Limits: req}
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{c}}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+}
+
+func TestFreeSlots(t *testing.T) {
+	q := resource.MustParse
+	gpuNode := func(n *corev1.Node) {
+		n.Status.Allocatable = corev1.ResourceList{GPUResource: q("4"), corev1.ResourceCPU: q("16")}
+	}
+	slotNode := func(n *corev1.Node) {
+		n.Status.Allocatable = corev1.ResourceList{SlotResource: q("4"), corev1.ResourceCPU: q("16")}
+	}
+	cpuNode := func(n *corev1.Node) { n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: q("8")} } // label: 4 slots
+	ours := func(p *corev1.Pod) *corev1.Pod {
+		p.Labels = map[string]string{kube.LabelJob: "mnist"}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		node func(*corev1.Node)
+		pods []*corev1.Pod
+		want int
+	}{
+		{"GPU node, nothing else", gpuNode, nil, 4},
+		{"GPU node less another pod's GPUs", gpuNode, []*corev1.Pod{otherPod("x", "p", "n", corev1.ResourceList{GPUResource: q("3")}, false)}, 1},
+		{"GPU limit only counts as the request", gpuNode, []*corev1.Pod{otherPod("x", "p", "n", corev1.ResourceList{GPUResource: q("2")}, true)}, 2},
+		{"GPU node: CPU requests do not take GPUs", gpuNode, []*corev1.Pod{otherPod("x", "p", "n", corev1.ResourceList{corev1.ResourceCPU: q("15")}, false)}, 4},
+		{"GPU node full, never below 0", gpuNode, []*corev1.Pod{otherPod("x", "p", "n", corev1.ResourceList{GPUResource: q("3")}, false),
+			otherPod("x", "r", "n", corev1.ResourceList{GPUResource: q("3")}, false)}, 0},
+		{"our job's pods are not subtracted", gpuNode, []*corev1.Pod{ours(otherPod(testNS, "mnist-worker-0", "n", corev1.ResourceList{GPUResource: q("3")}, false))}, 4},
+		{"a same-named job's pods of another namespace are", gpuNode, []*corev1.Pod{ours(otherPod("x", "mnist-worker-0", "n", corev1.ResourceList{GPUResource: q("3")}, false))}, 1},
+		{"pods of other nodes are not", gpuNode, []*corev1.Pod{otherPod("x", "p", "m", corev1.ResourceList{GPUResource: q("3")}, false)}, 4},
+		{"ended pods are not", gpuNode, []*corev1.Pod{func() *corev1.Pod {
+			p := otherPod("x", "p", "n", corev1.ResourceList{GPUResource: q("3")}, false)
+			p.Status.Phase = corev1.PodSucceeded
+			return p
+		}()}, 4},
+		{"slot node less another pod's slots", slotNode, []*corev1.Pod{otherPod("x", "p", "n", corev1.ResourceList{SlotResource: q("1")}, false)}, 3},
+		{"label node: CPU in proportion", cpuNode, []*corev1.Pod{otherPod("x", "p", "n", corev1.ResourceList{corev1.ResourceCPU: q("3")}, false)}, 2},
+		{"label node: a little CPU costs a slot", cpuNode, []*corev1.Pod{otherPod("x", "p", "n", corev1.ResourceList{corev1.ResourceCPU: q("100m")}, false)}, 3},
+		{"label node: CPU of two pods", cpuNode, []*corev1.Pod{otherPod("x", "p", "n", corev1.ResourceList{corev1.ResourceCPU: q("2")}, false),
+			otherPod("y", "p", "n", corev1.ResourceList{corev1.ResourceCPU: q("4")}, false)}, 1},
+		{"label node without allocatable CPU: label as is", func(*corev1.Node) {}, []*corev1.Pod{otherPod("x", "p", "n", corev1.ResourceList{corev1.ResourceCPU: q("3")}, false)}, 4},
+		{"init container's larger request", gpuNode, []*corev1.Pod{func() *corev1.Pod {
+			p := otherPod("x", "p", "n", corev1.ResourceList{GPUResource: q("1")}, false)
+			p.Spec.InitContainers = []corev1.Container{{Name: "i", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{GPUResource: q("3")}}}}
+			return p
+		}()}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := labelNode("n", 4)
+			tc.node(n)
+			others := OthersRequests(tc.pods, oursIn(map[string]bool{testNS + "/mnist": true}))
+			if got := FreeSlots(n, others["n"]); got != tc.want {
+				t.Errorf("FreeSlots = %d, want %d (others %v)", got, tc.want, others)
+			}
+		})
+	}
+}
+
+// A round gives the jobs only what other pods leave of the nodes, and no
+// node that is tainted against the workers.
+func TestRoundNetOfOtherPods(t *testing.T) {
+	q := resource.MustParse
+	gpu := func(name string, gpus string) *corev1.Node {
+		n := labelNode(name, 0)
+		delete(n.Labels, SlotsLabel)
+		n.Status.Allocatable = corev1.ResourceList{GPUResource: q(gpus)}
+		return n
+	}
+	tainted := gpu("n3", "4")
+	tainted.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "inference", Effect: corev1.TaintEffectNoSchedule}}
+	f := newFixture(t, "tiresias", gpu("n1", "4"), gpu("n2", "4"), tainted)
+	// Another team's pod holds 3 of n1's GPUs.
+	if _, err := f.kube.CoreV1().Pods("other").Create(context.Background(),
+		otherPod("other", "inference", "n1", corev1.ResourceList{GPUResource: q("3")}, false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.submit("a", spec(5, 5, 0))
+	f.round()
+	a := f.job("a")
+	count := map[string]int{}
+	for _, n := range a.Status.Allocation {
+		count[n]++
+	}
+	if a.Status.Phase != api.PhaseRunning || len(a.Status.Allocation) != 5 || count["n1"] != 1 || count["n2"] != 4 || count["n3"] != 0 {
+		t.Fatalf("a's allocation %v (want 1 on n1, 4 on n2, none on the tainted n3)", a.Status.Allocation)
+	}
+	// The job's own pods (its driver, its workers) take nothing from it.
+	for _, p := range []*corev1.Pod{
+		otherPod(testNS, "a-worker-0", "n2", corev1.ResourceList{GPUResource: q("1")}, false),
+		otherPod(testNS, "a-worker-1", "n1", corev1.ResourceList{GPUResource: q("1")}, false),
+	} {
+		p.Labels = map[string]string{kube.LabelJob: "a", kube.LabelRole: kube.RoleWorker}
+		if _, err := f.kube.CoreV1().Pods(testNS).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b needs 3: none are free while the other pod runs.
+	f.submit("b", spec(3, 3, 0))
+	f.round()
+	if b := f.job("b"); b.Status.Phase != api.PhasePending || len(b.Status.Allocation) != 0 {
+		t.Fatalf("b while the other pod holds n1: %+v", b.Status)
+	}
+	if a := f.job("a"); len(a.Status.Allocation) != 5 {
+		t.Fatalf("a's allocation changed: %v", a.Status.Allocation)
+	}
+	// The other pod ends: its GPUs are b's at the next round.
+	if err := f.kube.CoreV1().Pods("other").Delete(context.Background(), "inference", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.round()
+	if b := f.job("b"); b.Status.Phase != api.PhaseRunning || !slices.Equal(b.Status.Allocation, []string{"n1", "n1", "n1"}) {
+		t.Fatalf("b after the other pod ended: %+v (want 3 on n1)", b.Status)
+	}
+}
+
+// A disruption budget of the driver's name that is not the job's stops the
+// driver's start, with the reason in the job's message.
+func TestDriverBudgetNotTheJobs(t *testing.T) {
+	f := newFixture(t, "pollux", labelNode("n1", 2))
+	one := intstr.FromInt32(1)
+	if _, err := f.kube.PolicyV1().PodDisruptionBudgets(testNS).Create(context.Background(), &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: DriverBudgetName("a"), Namespace: testNS},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &one}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.submit("a", spec(1, 2, 0))
+	f.round()
+	a := f.job("a")
+	if a.Status.Phase != api.PhasePending || !strings.Contains(a.Status.Message, "is not this job's") {
+		t.Fatalf("a: %+v", a.Status)
+	}
+	if _, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), DriverPodName("a"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a driver pod without its budget: %v", err)
 	}
 }

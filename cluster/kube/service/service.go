@@ -362,6 +362,9 @@ func (s *Service) lead(ctx context.Context, src source, queue workqueue.TypedRat
 type source interface {
 	Jobs() ([]*unstructured.Unstructured, error)
 	Nodes() ([]*corev1.Node, error)
+	// Pods returns the pods bound to a node that have not ended, of every
+	// namespace.
+	Pods() ([]*corev1.Pod, error)
 	// DriverPod returns a job's driver pod, nil when it does not exist.
 	DriverPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
 }
@@ -371,6 +374,8 @@ type informerSource struct {
 	jobs  []cache.GenericLister
 	nodes cache.Indexer
 	pods  []cache.Indexer
+	// bound are the pods bound to nodes, of every namespace.
+	bound cache.Indexer
 	kube  kubernetes.Interface
 }
 
@@ -395,6 +400,16 @@ func (s *informerSource) Nodes() ([]*corev1.Node, error) {
 	for _, o := range s.nodes.List() {
 		if n, ok := o.(*corev1.Node); ok {
 			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func (s *informerSource) Pods() ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for _, o := range s.bound.List() {
+		if p, ok := o.(*corev1.Pod); ok {
+			out = append(out, p)
 		}
 	}
 	return out, nil
@@ -488,6 +503,16 @@ func (s *Service) startInformers(ctx context.Context, trigger func()) (source, e
 	src.nodes = ni.GetIndexer()
 	synced = append(synced, ni.HasSynced)
 	nf.Start(ctx.Done())
+	// Every namespace's pods on nodes: what they request is not the jobs'
+	// to have. Their changes wait for the next round (a busy cluster's pod
+	// churn would otherwise run rounds back to back).
+	bf := informers.NewSharedInformerFactoryWithOptions(s.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "spec.nodeName!=,status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)
+	}))
+	bi := bf.Core().V1().Pods().Informer()
+	src.bound = bi.GetIndexer()
+	synced = append(synced, bi.HasSynced)
+	bf.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil, errCachesNotSynced
 	}

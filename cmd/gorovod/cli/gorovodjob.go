@@ -25,6 +25,7 @@ import (
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/cluster/kube/service"
 	"github.com/gorovod/gorovod/cluster/steer"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/job"
@@ -450,6 +451,19 @@ func (d *gorovodJobDriver) configure(kc *kube.Config) {
 	kc.Env = append(kc.Env, d.spec.Env...)
 	kc.Resources = workerResources(d.spec.Resources)
 	kc.NodeName = slotNode
+	// The taints of the GPU and slot nodes, which the scheduler counts as
+	// tolerated (service.WorkerTolerations); the template's own come too.
+	customize := kc.Customize
+	kc.Customize = func(pod *corev1.Pod) {
+		for _, t := range service.WorkerTolerations {
+			if !slices.ContainsFunc(pod.Spec.Tolerations, func(have corev1.Toleration) bool { return have.MatchToleration(&t) }) {
+				pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
+			}
+		}
+		if customize != nil {
+			customize(pod)
+		}
+	}
 	onEvent := kc.OnEvent
 	kc.OnEvent = func(e kube.Event) {
 		d.podEvent(e)

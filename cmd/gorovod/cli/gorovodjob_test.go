@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cluster/kube/service"
 	"github.com/gorovod/gorovod/job"
 )
 
@@ -87,6 +89,40 @@ func TestWorkerResources(t *testing.T) {
 	workerResources(in)
 	if _, ok := in.Limits[resourceSlot]; ok {
 		t.Fatal("workerResources changed its argument")
+	}
+}
+
+// The worker pods tolerate the taints the scheduler counts as tolerated
+// (service.WorkerTolerations), once each, beside the template's own, and
+// a customization set before still runs.
+func TestWorkerTolerations(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		have []corev1.Toleration
+		want int // tolerations after
+	}{
+		{"none", nil, len(service.WorkerTolerations)},
+		{"the template's own kept", []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "b", Effect: corev1.TaintEffectNoSchedule}},
+			len(service.WorkerTolerations) + 1},
+		{"one already there", []corev1.Toleration{service.WorkerTolerations[0]}, len(service.WorkerTolerations)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ran := false
+			kc := kube.Config{Customize: func(*corev1.Pod) { ran = true }}
+			(&gorovodJobDriver{}).configure(&kc)
+			pod := &corev1.Pod{Spec: corev1.PodSpec{Tolerations: slices.Clone(tc.have)}}
+			kc.Customize(pod)
+			if !ran || len(pod.Spec.Tolerations) != tc.want {
+				t.Fatalf("tolerations %+v (customization ran: %v), want %d", pod.Spec.Tolerations, ran, tc.want)
+			}
+			for _, w := range service.WorkerTolerations {
+				for _, taint := range []corev1.Taint{{Key: w.Key, Value: "present", Effect: corev1.TaintEffectNoSchedule}, {Key: w.Key, Effect: corev1.TaintEffectNoExecute}} {
+					if !slices.ContainsFunc(pod.Spec.Tolerations, func(t corev1.Toleration) bool { return t.ToleratesTaint(&taint) }) {
+						t.Errorf("no toleration of %+v", taint)
+					}
+				}
+			}
+		})
 	}
 }
 

@@ -57,8 +57,7 @@ func gorovod(ctx context.Context, args ...string) (stdout, stderr string, err er
 // configuration; submit from a manifest and from flags, refusing bad ones;
 // jobs in a table (the context's namespace, -n, -A), with the scheduler's
 // and the driver's status; delete; logs of a job whose driver pod does not
-// exist. (`gorovod logs` of a running pod needs a kubelet the API server
-// can reach: see docs/clusters.md.)
+// exist. (`gorovod logs` of a running pod: TestLogsOfRunningPod.)
 func TestJobCommandsAgainstAPIServer(t *testing.T) {
 	cp := testkube.New(t, testkube.DefaultConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -241,7 +240,9 @@ spec:
 	logs := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- Main(sctx, []string{"scheduler", "--kubeconfig", kubeconfig, "--metrics-addr", "127.0.0.1:0", "--interval", "1s"}, Config{Stdout: io.Discard, Stderr: logs})
+		// No --kubeconfig: the scheduler finds the API server through
+		// $KUBECONFIG, as kubectl does.
+		done <- Main(sctx, []string{"scheduler", "--metrics-addr", "127.0.0.1:0", "--interval", "1s"}, Config{Stdout: io.Discard, Stderr: logs})
 	}()
 	url := regexp.MustCompile(`metrics at (http://127\.0\.0\.1:\d+/metrics)`)
 	var scraped string

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,10 +16,13 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/internal/envconfig"
 )
+
+// kubeconfigUsage is the help of every command's --kubeconfig flag.
+const kubeconfigUsage = "a kubeconfig `file` (default: the files of $KUBECONFIG, merged, else ~/.kube/config, else the pod's service account)"
 
 // kubeFlags are the job commands' ways to reach a cluster, as kubectl's:
 // --kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the pod's
@@ -32,7 +36,7 @@ type kubeFlags struct {
 }
 
 func (k *kubeFlags) register(fs *flag.FlagSet, allNamespaces bool) {
-	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "a kubeconfig `file` (default: $KUBECONFIG, else ~/.kube/config, else the pod's service account)")
+	fs.StringVar(&k.kubeconfig, "kubeconfig", "", kubeconfigUsage)
 	fs.StringVar(&k.context, "context", "", "the kubeconfig `context` to use (default: its current context)")
 	fs.StringVar(&k.namespace, "namespace", "", "the `namespace` (default: the context's, else \"default\")")
 	fs.StringVar(&k.namespace, "n", "", "short for --namespace")
@@ -55,24 +59,16 @@ type kubeClients struct {
 var errCRDMissing = fmt.Errorf("the %s resource (%s/%s) is not installed in this cluster: apply deploy/kubernetes/gorovod.yaml (kubectl apply -f deploy/kubernetes/gorovod.yaml)",
 	api.Kind, api.Group, api.Version)
 
-// connect loads the configuration as kubectl does and checks that the API
+// connect finds the API server as kubectl does (resolveKube) and checks that the API
 // server answers and serves GorovodJobs.
 func (k *kubeFlags) connect(ctx context.Context) (*kubeClients, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = k.kubeconfig
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: k.context})
-	cfg, err := cc.ClientConfig()
+	r, err := resolveKube(k.kubeconfig, k.context, envconfig.LoadKubeAccess(os.Getenv))
 	if err != nil {
-		if clientcmd.IsEmptyConfig(err) {
-			return nil, errors.New("no Kubernetes cluster configured: give --kubeconfig, set $KUBECONFIG or write ~/.kube/config (or run in a pod)")
-		}
-		return nil, fmt.Errorf("the kubeconfig: %w", err)
+		return nil, err
 	}
-	ns := k.namespace
+	cfg, ns := r.config, k.namespace
 	if ns == "" {
-		if ns, _, err = cc.Namespace(); err != nil {
-			return nil, fmt.Errorf("the kubeconfig's namespace: %w", err)
-		}
+		ns = r.namespace
 	}
 	cfg = rest.CopyConfig(cfg)
 	if cfg.Timeout == 0 {

@@ -15,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/slurm"
@@ -57,7 +55,7 @@ func (c *clusterOptions) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.kubeImage, "kubernetes-image", "", "the worker pods' container `image` (required with --kubernetes unless the pod template has one)")
 	fs.StringVar(&c.kubeNamespace, "kubernetes-namespace", "", "the workers' namespace (default: the driver's pod's, else \"default\")")
 	fs.StringVar(&c.kubeJob, "kubernetes-job", "", "the job's `name`, a DNS label: pods <name>-worker-<n>, label gorovod.io/job (default: the job id)")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "a kubeconfig `file` to reach the API server from outside the cluster (default: the pod's service account)")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", kubeconfigUsage+" (with --kubernetes)")
 	fs.StringVar(&c.kubeTemplate, "kubernetes-pod-template", "", "a Pod manifest `file` (YAML or JSON) the worker pods start from: node selectors, tolerations, resources, volumes")
 	fs.IntVar(&c.kubeGossipPort, "kubernetes-gossip-port", kubeGossipPort, "the driver's gossip port in its pod")
 	fs.StringVar(&c.gorovodJob, "gorovodjob", "", "run the GorovodJob `name`d (its driver pod, which the gorovod scheduler creates): the workers, image and command of its spec, on the nodes of its status.allocation, followed live (docs/clusters.md)")
@@ -155,15 +153,11 @@ func (c *clusterOptions) applyKubernetes(ctx context.Context, cfg *job.Config, r
 	if err != nil {
 		return nil, fmt.Errorf("--kubernetes: %w", err)
 	}
-	var restCfg *rest.Config
-	if c.kubeconfig != "" {
-		restCfg, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig)
-	} else {
-		restCfg, err = rest.InClusterConfig()
-	}
+	r, err := resolveKube(c.kubeconfig, "", envconfig.LoadKubeAccess(os.Getenv))
 	if err != nil {
-		return nil, fmt.Errorf("--kubernetes: the API server: %w (outside a pod, give --kubeconfig)", err)
+		return nil, fmt.Errorf("--kubernetes: %w", err)
 	}
+	restCfg := r.config
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return nil, fmt.Errorf("--kubernetes: %w", err)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -12,10 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gorovod/gorovod/cluster/kube/service"
+	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/logging"
 	"github.com/gorovod/gorovod/observe/metrics"
 )
@@ -36,7 +36,8 @@ func schedulerCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	renewDeadline := fs.Duration("renew-deadline", def.LeaderElection.RenewDeadline, "how long the leader tries to renew before it stops scheduling")
 	retryPeriod := fs.Duration("retry-period", def.LeaderElection.RetryPeriod, "time between tries to acquire or renew the Lease")
 	identity := fs.String("identity", "", "this replica's name in the Lease and in the jobs' status.scheduledBy (default: host name and a random suffix)")
-	kubeconfig := fs.String("kubeconfig", "", "a kubeconfig `file` to reach the API server from outside the cluster (default: the pod's service account)")
+	kubeconfig := fs.String("kubeconfig", "", kubeconfigUsage)
+	kubeContext := fs.String("context", "", "the kubeconfig `context` to use (default: its current context)")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics of the scheduler (leadership, rounds and their time, jobs by phase, slots and allocated slots) at http://`host:port`/metrics (port 0 picks one; the address is printed on stderr). The endpoint is unauthenticated, and a host-less :9100 binds every interface: use 127.0.0.1:9100 unless scrapers on other hosts must reach it")
 	logOpts := logging.DefaultOptions()
 	logOpts.Register(fs)
@@ -78,16 +79,11 @@ the job in place. deploy/kubernetes/gorovod.yaml installs it (two replicas,
 	}
 	cfg.LeaderElection = service.LeaderElection{Enabled: *leaderElect, LeaseName: *leaseName, LeaseNamespace: *leaseNamespace,
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod}
-	var restCfg *rest.Config
-	var err error
-	if *kubeconfig != "" {
-		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	} else {
-		restCfg, err = rest.InClusterConfig()
-	}
+	r, err := resolveKube(*kubeconfig, *kubeContext, envconfig.LoadKubeAccess(os.Getenv))
 	if err != nil {
-		return fmt.Errorf("gorovod scheduler: the API server: %w (outside a pod, give --kubeconfig)", err)
+		return fmt.Errorf("gorovod scheduler: %w", err)
 	}
+	restCfg := r.config
 	kube, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("gorovod scheduler: %w", err)

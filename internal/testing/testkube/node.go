@@ -3,8 +3,10 @@ package testkube
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +32,8 @@ import (
 // network not ready and only host-network pods start); and no node IP (the
 // kubelet refuses a loopback one and the machine's own addresses are not for
 // tests), so a pod's status.podIP stays empty and `kubectl logs` cannot reach
-// the kubelet: read LogDir instead. There is no scheduler: pods name the node
+// the kubelet: read LogDir instead, or start the node with
+// NodeConfig.Reachable. There is no scheduler: pods name the node
 // (spec.nodeName).
 type Node struct {
 	Name    string
@@ -57,6 +60,15 @@ type NodeConfig struct {
 	// the nodes it places workers on. Only host-network pods still start:
 	// a pod of its own network would fail for want of the plugin.
 	NetworkReady bool
+	// Reachable names the node by a loopback address of its own
+	// (127.0.0.2, 127.0.0.3, … per control plane), where its kubelet
+	// listens with a serving certificate of the control plane's kubelet
+	// authority and accepts the API server's client certificate, so that
+	// the API server reaches it: pod logs (`kubectl logs`), exec, port
+	// forwarding. The kubelet takes an IP given as its host name for the
+	// node's address without the check that refuses a loopback --node-ip;
+	// a host-network pod's status.podIP is then that address too.
+	Reachable bool
 }
 
 // MissingNode says why a node cannot run here ("" when it can).
@@ -201,9 +213,34 @@ state = "%[1]s/state"
 	if err != nil {
 		return n, err
 	}
+	// Unreachable: the kubelet listens on 127.0.0.1 and the node has no
+	// address (its loopback --node-ip is refused) rather than the
+	// machine's. Reachable: its own loopback address, as above.
+	// (addressFlag: for a reachable node, its host name again.)
+	address, addressFlag, serving := "127.0.0.1", "--node-ip=127.0.0.1", ""
+	if cfg.Reachable {
+		c.mu.Lock()
+		if c.reachable < 2 {
+			c.reachable = 1
+		}
+		c.reachable++
+		k := c.reachable
+		c.mu.Unlock()
+		if k > 254 {
+			return n, errors.New("testkube: no loopback address left for another reachable node")
+		}
+		ip := net.IPv4(127, 0, 0, byte(k))
+		address, n.Name = ip.String(), ip.String()
+		addressFlag = "--hostname-override=" + n.Name
+		crt, key := filepath.Join(dir, "kubelet-serving.crt"), filepath.Join(dir, "kubelet-serving.key")
+		if err := c.kubelets.issue(crt, key, n.Name, x509.ExtKeyUsageServerAuth, ip); err != nil {
+			return n, err
+		}
+		serving = fmt.Sprintf("tlsCertFile: %s\ntlsPrivateKeyFile: %s\n", crt, key)
+	}
 	kconf := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: %s
 port: %d
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -211,6 +248,7 @@ healthzPort: %d
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
+  x509: {clientCAFile: %s}
 authorization:
   mode: AlwaysAllow
 cgroupDriver: cgroupfs
@@ -225,7 +263,7 @@ imageServiceEndpoint: unix://%s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-`, ports[0], ports[1], n.LogDir, filepath.Join(dir, "manifests"), n.socket, n.socket)
+`, address, ports[0], ports[1], c.kubelets.caFile, n.LogDir, filepath.Join(dir, "manifests"), n.socket, n.socket) + serving
 	if err := os.WriteFile(filepath.Join(dir, "kubelet.yaml"), []byte(kconf), 0o644); err != nil {
 		return n, err
 	}
@@ -236,10 +274,7 @@ serializeImagePulls: false
 	n.kubelet, err = testdaemon.Start("kubelet", []string{filepath.Join(c.cfg.BinDir, "kubelet"),
 		"--config=" + filepath.Join(dir, "kubelet.yaml"), "--kubeconfig=" + kubeconfig,
 		"--root-dir=" + filepath.Join(dir, "kubelet"), "--cert-dir=" + filepath.Join(dir, "kubelet", "pki"),
-		"--hostname-override=" + n.Name,
-		// Refused as a node IP (loopback), which leaves the node without
-		// one rather than with the machine's own address.
-		"--node-ip=127.0.0.1", "--v=1"}, nil, filepath.Join(dir, "kubelet.log"))
+		"--hostname-override=" + n.Name, addressFlag, "--v=1"}, nil, filepath.Join(dir, "kubelet.log"))
 	if err != nil {
 		return n, err
 	}

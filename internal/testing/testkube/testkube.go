@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,6 +62,11 @@ type ControlPlane struct {
 	CACert     string // the API server's self-signed serving certificate
 	cfg        Config
 	daemons    []*testdaemon.Proc
+	kubelets   *kubeletPKI
+	// mu guards reachable, the last loopback address a reachable node
+	// was given (127.0.0.<reachable>).
+	mu        sync.Mutex
+	reachable int
 }
 
 // Missing says why the control plane cannot run here ("" when it can).
@@ -184,6 +190,15 @@ func start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 
 	c.URL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
 	certDir := filepath.Join(dir, "certs")
+	// The API server's client certificate for the kubelets, and the
+	// authority it checks their serving certificates with.
+	if c.kubelets, err = newKubeletPKI(filepath.Join(certDir, "kubelet-ca.crt")); err != nil {
+		return c, err
+	}
+	clientCert, clientKey := filepath.Join(certDir, "kubelet-client.crt"), filepath.Join(certDir, "kubelet-client.key")
+	if err := c.kubelets.issue(clientCert, clientKey, "kube-apiserver-kubelet-client", x509.ExtKeyUsageClientAuth); err != nil {
+		return c, err
+	}
 	api, err := testdaemon.Start("kube-apiserver", []string{filepath.Join(cfg.BinDir, "kube-apiserver"),
 		"--etcd-servers=" + etcdURL,
 		fmt.Sprintf("--secure-port=%d", ports[2]), "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
@@ -192,6 +207,8 @@ func start(ctx context.Context, cfg Config) (_ *ControlPlane, err error) {
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--token-auth-file=" + tokens, "--authorization-mode=RBAC",
 		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--kubelet-client-certificate=" + clientCert, "--kubelet-client-key=" + clientKey,
+		"--kubelet-certificate-authority=" + c.kubelets.caFile,
 		"--enable-priority-and-fairness=false", "--v=1"}, nil, filepath.Join(dir, "log", "kube-apiserver.log"))
 	if err != nil {
 		return c, err
