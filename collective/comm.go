@@ -467,7 +467,6 @@ func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag 
 		// Nothing was sent yet, so the world is still in step.
 		return err
 	}
-	c.p2p.enter()
 	defer c.p2p.leave()
 	c.seq++
 	d.seq = c.seqBase + c.seq
@@ -611,7 +610,7 @@ func (o *opRun) recvHeader(ctx context.Context, peer, step, n int, count uint64)
 	// Point-to-point frames may come first on the link (p2p.go): the pump
 	// may have read this collective's header already, and p2p frames
 	// before it are taken off here.
-	if got, err := o.c.p2p.takePending(ctx, root, h); err != nil {
+	if got, err := o.c.p2p.claim(ctx, root, h); err != nil {
 		return err
 	} else if !got {
 		for {

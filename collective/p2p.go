@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/gorovod/gorovod/collective/transport"
 )
@@ -26,14 +25,19 @@ import (
 // collectives' frames may come between them.
 //
 // Receiving. Whoever reads a link takes the p2p frames off it: a collective
-// that finds one where it expects its own frame hands it over (divert) and
-// reads on; and while no collective runs, a pump goroutine per peer with a
-// receive posted reads the link. A pump that reads a collective's frame
-// keeps its header for that collective (pending) and stops: the stream
-// cannot be read past it until this rank runs that collective. A message
-// goes straight into the first posted receive with its tag (in posting
-// order); one that comes before its receive is kept (bounded by
-// Config.P2PBufferBytes) until one is posted.
+// that finds one where it expects its own hands it over (receiveFrame) and
+// reads on; and a pump goroutine per peer with a receive posted reads the
+// link while no collective has claimed it. A collective claims a link when
+// it first reads it (claim: the pump stops after the frame it is reading)
+// and holds it until it ends; so during a collective the pumps go on
+// draining the links it has not read yet, and a peer whose collective
+// frames wait behind its message's frames is not stuck while this rank's
+// collective is busy elsewhere (sending to that peer, say). A pump that
+// reads a collective's frame keeps its header for the collective (pending)
+// and stops: the stream cannot be read past it until this rank runs that
+// collective. A message goes straight into the first posted receive with its
+// tag (in posting order); one that comes before its receive is kept
+// (bounded by Config.P2PBufferBytes) until one is posted.
 //
 // Failures. A message whose length differs from the receive's buffer fails
 // that receive with a *SizeMismatchError and is dropped; the world goes on.
@@ -94,6 +98,9 @@ type p2pPeer struct {
 	// link: a message's frames go out together.
 	sending chan struct{}
 	pumping bool
+	// claimed: the running collective reads this link (claim), until it
+	// ends; the pump does not start a read meanwhile.
+	claimed bool
 	// readDone is non-nil while the pump reads a frame, closed when done.
 	readDone chan struct{}
 	// pending is a collective's frame header the pump read; hasPending
@@ -105,15 +112,9 @@ type p2pPeer struct {
 // p2pState is the point-to-point state of a communicator, shared with its
 // subsets (their links are its), indexed by its ranks.
 type p2pState struct {
-	mu    sync.Mutex
-	cond  *sync.Cond // a collective ended, a pending header was taken, receives changed, failure
-	peers []p2pPeer
-	// collective is set while a collective holds the links (linkMu):
-	// pumps do not start reading then.
-	collective bool
-	// busy counts peers whose pump is reading or holds a pending header,
-	// so that a collective's receive skips the lock when none does.
-	busy      atomic.Int32
+	mu        sync.Mutex
+	cond      *sync.Cond // a collective ended, receives changed, failure
+	peers     []p2pPeer
 	keptBytes int
 	limit     int
 	err       error // the communicator's failure, once p2p saw it
@@ -132,17 +133,13 @@ func newP2PState(n, limit int, fail func(error)) *p2pState {
 	return p
 }
 
-// enter marks a collective as holding the links (under linkMu).
-func (p *p2pState) enter() {
-	p.mu.Lock()
-	p.collective = true
-	p.mu.Unlock()
-}
-
-// leave ends enter and lets the pumps read again.
+// leave ends a collective's claims on the links (see claim): the pumps
+// may read them again.
 func (p *p2pState) leave() {
 	p.mu.Lock()
-	p.collective = false
+	for i := range p.peers {
+		p.peers[i].claimed = false
+	}
 	p.cond.Broadcast()
 	p.mu.Unlock()
 }
@@ -174,16 +171,15 @@ func (r *p2pRecv) finish(err error) {
 	close(r.done)
 }
 
-// takePending is the start of a collective's receive from peer (a root
-// rank): it waits for the pump's read on that link, if one is under way,
-// and returns the header the pump kept for the collective, if it did.
-func (p *p2pState) takePending(ctx context.Context, peer int, h *transport.Header) (bool, error) {
-	if p.busy.Load() == 0 {
-		return false, nil
-	}
+// claim is the start of a collective's receive from peer (a root rank): it
+// claims the link for the collective until it ends (leave), waits for the
+// pump's read on it, if one is under way, and returns the header the pump
+// kept for the collective, if it did.
+func (p *p2pState) claim(ctx context.Context, peer int, h *transport.Header) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pp := &p.peers[peer]
+	pp.claimed = true
 	for pp.readDone != nil {
 		done := pp.readDone
 		p.mu.Unlock()
@@ -200,7 +196,6 @@ func (p *p2pState) takePending(ctx context.Context, peer int, h *transport.Heade
 	}
 	*h = pp.pending
 	pp.hasPending = false
-	p.busy.Add(-1)
 	return true, nil
 }
 
@@ -317,7 +312,7 @@ func (p *p2pState) pump(l transport.Link, peer int) {
 		// A message part-way in keeps the pump reading: the receive it
 		// goes to is no longer among the posted ones.
 		wanted := func() bool { return len(pp.posted) > 0 || pp.current != nil }
-		for p.err == nil && wanted() && (p.collective || pp.hasPending) {
+		for p.err == nil && wanted() && (pp.claimed || pp.hasPending) {
 			p.cond.Wait()
 		}
 		if p.err != nil || !wanted() {
@@ -327,15 +322,11 @@ func (p *p2pState) pump(l transport.Link, peer int) {
 		}
 		done := make(chan struct{})
 		pp.readDone = done
-		p.busy.Add(1)
 		p.mu.Unlock()
 		err := p.pumpFrame(l, peer)
 		p.mu.Lock()
 		pp.readDone = nil
 		close(done)
-		if !pp.hasPending {
-			p.busy.Add(-1)
-		}
 		if err != nil {
 			pp.pumping = false
 			p.mu.Unlock()

@@ -30,14 +30,23 @@ whose collectives run on a gorovod process set of those ranks (registered
 on every rank, members or not, when torch's new_group runs there: torch's
 rule that every rank calls new_group in the same order is the process
 sets' rule too). Ranks outside get torch's ``GroupMember.NON_GROUP_MEMBER``.
-A group's process set stays registered when the group is destroyed (its
-removal would be a call of every rank) and serves the next group of the
-same ranks. A world change (elastic jobs) removes the groups with their
-sets: make them again in the new world.
+A destroyed group's process set is removed once every member destroyed
+its groups on it, at the next point every rank passes: the next new_group,
+or remove_destroyed_groups() called on every rank (removing a set is a call
+of every rank, and torch's destroy_process_group(group) runs on the members
+only). A world change (elastic jobs) removes the groups with their sets:
+make them again in the new world.
 
-Not offered: ``send``/``recv`` and the rooted ``reduce``/``gather``/``scatter``
-(gorovod has no point-to-point or rooted path: they raise RuntimeError
-naming the missing call), and CUDA tensors.
+Point-to-point: ``send``, ``recv``, ``isend``, ``irecv`` and
+``batch_isend_irecv`` with tags, on tensors of any dtype, moved as bytes on
+the world's links beside the collectives (not in their order: only the two
+ranks take part). A receive takes the next message from its source with its
+tag; one of another size raises RuntimeError and the world goes on. ``recv``
+needs its source.
+
+Not offered: the rooted ``reduce``/``gather``/``scatter`` (gorovod has no
+rooted path: they raise RuntimeError naming the missing call), and CUDA
+tensors.
 
 How it works: each call goes to gorovod.torch's collectives, which run in
 submission order on gorovod's engine. Every rank must call the same
