@@ -187,10 +187,12 @@ class _P2PWork(dist._Work):
         return True
 
     def is_completed(self):
-        with self._lock:
-            if self._done:
-                return True
-        return _core.poll(self._handle)
+        if self._done:
+            return True
+        try:
+            return _core.poll(self._handle)
+        except ValueError:  # collected by a wait() meanwhile
+            return True
 
     def is_success(self):
         return self.is_completed() and self.exception() is None
