@@ -52,6 +52,10 @@ type Config struct {
 	// Tracer, when set, is told of every collective and its phases (a
 	// timeline); nil costs a pointer check.
 	Tracer Tracer
+	// P2PBufferBytes bounds the bytes of point-to-point messages (Send)
+	// that arrived before their receive was posted and are kept until it
+	// is; a message over the bound fails the communicator.
+	P2PBufferBytes int
 }
 
 // ErrInvalidConfig is wrapped by every error about a Config no communicator
@@ -73,6 +77,7 @@ func DefaultConfig() Config {
 		AllgatherAlgorithm: AlgorithmAuto,
 		ChunkBytes:         256 << 10,
 		AbortTimeout:       200 * time.Millisecond,
+		P2PBufferBytes:     DefaultP2PBufferBytes,
 	}
 }
 
@@ -97,6 +102,9 @@ func (c Config) WithDefaults() Config {
 	if c.AbortTimeout == 0 {
 		c.AbortTimeout = d.AbortTimeout
 	}
+	if c.P2PBufferBytes == 0 {
+		c.P2PBufferBytes = d.P2PBufferBytes
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -118,6 +126,9 @@ func (c Config) Validate() error {
 	}
 	if c.AbortTimeout < 0 {
 		return fmt.Errorf("%w: AbortTimeout %v is negative", ErrInvalidConfig, c.AbortTimeout)
+	}
+	if c.P2PBufferBytes < 0 {
+		return fmt.Errorf("%w: P2PBufferBytes %d is negative", ErrInvalidConfig, c.P2PBufferBytes)
 	}
 	if _, err := ParseAlgorithm(string(c.Algorithm)); err != nil {
 		return fmt.Errorf("%w: Algorithm: %v", ErrInvalidConfig, err)
@@ -162,6 +173,9 @@ type Communicator struct {
 	// of each of its ranks.
 	parent  *Communicator
 	members []int
+	// p2p is the point-to-point state of the links (p2p.go), shared like
+	// linkMu.
+	p2p *p2pState
 	// seqBase is added to every collective's sequence number in its
 	// frames: a subset's calls can never be taken for the parent's, or
 	// another subset's, on a shared link.
@@ -263,6 +277,7 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 		recvHdr:       make([]transport.Header, len(links)),
 		linkMu:        new(sync.Mutex),
 	}
+	c.p2p = newP2PState(len(links), cfg.P2PBufferBytes, c.p2pFail)
 	c.op.c = c
 	c.steps.init(c)
 	if c.allgatherAlgo == AlgorithmHierarchical && topo.NumHosts() > 1 && !topo.Uniform() {
@@ -329,6 +344,9 @@ func (c *Communicator) closeLinks() {
 		if l != nil && c.parent == nil { // a subset's links are its parent's
 			_ = l.Close()
 		}
+	}
+	if c.parent == nil {
+		c.p2p.stop(c.Err())
 	}
 	c.helper.stop()
 	if c.opMu.TryLock() {
@@ -461,6 +479,7 @@ func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag 
 		// Nothing was sent yet, so the world is still in step.
 		return err
 	}
+	defer c.p2p.leave()
 	c.seq++
 	d.seq = c.seqBase + c.seq
 	o := &c.op
@@ -596,8 +615,27 @@ func (o *opRun) recvHeader(ctx context.Context, peer, step, n int, count uint64)
 	h := &o.c.recvHdr[peer]
 	o.waitFor(peer)
 	defer o.waitFor(-1)
-	if err := l.RecvHeader(ctx, h); err != nil {
+	root := peer
+	if o.c.members != nil {
+		root = o.c.members[peer]
+	}
+	// Point-to-point frames may come first on the link (p2p.go): the pump
+	// may have read this collective's header already, and p2p frames
+	// before it are taken off here.
+	if got, err := o.c.p2p.claim(ctx, root, h); err != nil {
 		return err
+	} else if !got {
+		for {
+			if err := l.RecvHeader(ctx, h); err != nil {
+				return err
+			}
+			if !isP2P(h) {
+				break
+			}
+			if err := o.c.p2p.receiveFrame(ctx, l, root, h); err != nil {
+				return err
+			}
+		}
 	}
 	if h.Kind == transport.FrameAbort {
 		reason := make([]byte, h.Length)

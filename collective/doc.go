@@ -58,6 +58,11 @@
 // its own in the frames, for collectives among them while the other ranks
 // do something else (process sets).
 //
+// Point-to-point. Communicator.Send and Recv move one message between two
+// ranks, with a tag, on the same links, beside the collectives and outside
+// their order (p2p.go): whoever reads a link sorts the frames, and a
+// message's length is checked against its receive (*SizeMismatchError).
+//
 // Element types are float32, float64, float16, bfloat16, int32, int64 and uint8;
 // reduce ops sum, average, min, max and product, with Horovod's prescale and
 // postscale factors. Float16 and bfloat16 reduce through float32 arithmetic,

@@ -75,7 +75,7 @@ func (c *Communicator) Subset(id int, members []int) (*Communicator, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.parent, s.members, s.linkMu = c, slices.Clone(members), c.linkMu
+	s.parent, s.members, s.linkMu, s.p2p = c, slices.Clone(members), c.linkMu, c.p2p
 	s.seqBase = uint64(id) << 48
 	s.log = s.log.With("subset", id)
 	return s, nil

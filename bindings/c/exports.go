@@ -678,6 +678,37 @@ func barrier(set int32, mode submitMode, h *C.gorovod_handle) C.int {
 		func(c engine.Caller) (engine.Handle, error) { return e.BarrierNowOn(set, c) })
 }
 
+//export gorovodGoP2PAsync
+func gorovodGoP2PAsync(send C.int, buf unsafe.Pointer, count C.int64_t, dtype C.int, peer C.int32_t, tag C.uint64_t, h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	what := "recv"
+	if send != 0 {
+		what = "send"
+	}
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if h == nil {
+		return status(fmt.Errorf("%w: %s: NULL handle", engine.ErrInvalid, what))
+	}
+	b, err := hostBuffer(what, -1, buf, int64(count), C.int32_t(dtype))
+	if err != nil {
+		return status(err)
+	}
+	var handle engine.Handle
+	if send != 0 {
+		handle, err = e.Send(int(peer), uint64(tag), b)
+	} else {
+		handle, err = e.Recv(int(peer), uint64(tag), b)
+	}
+	if err != nil {
+		return status(err)
+	}
+	*h = C.gorovod_handle(handle)
+	return statusOK
+}
+
 //export gorovodGoJoinAsync
 func gorovodGoJoinAsync(last *C.int32_t, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)

@@ -86,8 +86,8 @@ extern "C" {
 
 /* The version of this interface; gorovod_abi_version() returns the
  * library's. 2 added the _start calls, 3 the process sets, 4 the shaped
- * allreduce. */
-#define GOROVOD_ABI_VERSION 4
+ * allreduce, 5 point-to-point messages. */
+#define GOROVOD_ABI_VERSION 5
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
@@ -402,6 +402,24 @@ int gorovod_reducescatter_ps_async(int32_t process_set, const void *send, int64_
                                    double postscale, gorovod_handle *handle);
 int gorovod_barrier_ps_async(int32_t process_set, gorovod_handle *handle);
 int gorovod_barrier_ps_start(int32_t process_set, int flags, gorovod_handle *handle);
+
+/* ---- Point-to-point messages ----
+ *
+ * count elements of dtype from buf to world rank peer as one message with
+ * tag; the peer takes it with gorovod_recv_async from this rank with the same
+ * tag. These stand outside the order of the collectives: each starts at once
+ * and runs beside them (the message travels on the links the collectives
+ * use), and its handle is collected with gorovod_wait as any other. Messages
+ * from one rank to another with one tag arrive in the order sent; a receive
+ * takes the next message with its tag, whatever came with other tags. A
+ * message whose length in bytes differs from the receive's buffer fails that
+ * receive with GOROVOD_ERR_FAILED (the message is dropped; the world goes
+ * on). A peer that dies or stays silent past the I/O timeout breaks the world
+ * as a failed collective does: GOROVOD_ERR_WORLD_CHANGED once it is rebuilt.
+ * buf is the caller's until the handle completes. */
+int gorovod_send_async(const void *buf, int64_t count, int dtype, int32_t peer, uint64_t tag,
+                       gorovod_handle *handle);
+int gorovod_recv_async(void *buf, int64_t count, int dtype, int32_t peer, uint64_t tag, gorovod_handle *handle);
 
 /* ---- Handles ---- */
 

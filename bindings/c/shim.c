@@ -386,6 +386,17 @@ int gorovod_barrier_ps_start(int32_t process_set, int flags, gorovod_handle *han
   return gorovodGoBarrierStart(process_set, flags, handle);
 }
 
+int gorovod_send_async(const void *buf, int64_t count, int dtype, int32_t peer, uint64_t tag,
+                       gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoP2PAsync(1, (void *)buf, count, dtype, peer, tag, handle);
+}
+
+int gorovod_recv_async(void *buf, int64_t count, int dtype, int32_t peer, uint64_t tag, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoP2PAsync(0, buf, count, dtype, peer, tag, handle);
+}
+
 int gorovod_barrier_async(gorovod_handle *handle) { return gorovod_barrier_ps_async(0, handle); }
 
 int gorovod_barrier_start(int flags, gorovod_handle *handle) { return gorovod_barrier_ps_start(0, flags, handle); }

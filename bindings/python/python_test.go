@@ -266,6 +266,18 @@ func TestTorchDistributedNewGroup(t *testing.T) {
 	runEachWorld(t, "tests/distributed_group_test.py", 3, 4)
 }
 
+// TestTorchDistributedP2P: dist.send, recv, isend, irecv and
+// batch_isend_irecv on backend "gorovod" at 3 and 4 workers: tensors around
+// the ring both ways (several dtypes, a message of several chunks, a
+// non-contiguous receive), tags received in another order than sent, a
+// receive of the wrong size raising while the world goes on, a receive posted
+// long before its message with collectives run meanwhile, a group's ranks;
+// and destroy_process_group(group) removing the group's process set on every
+// rank once every member destroyed it (see tests/distributed_p2p_test.py).
+func TestTorchDistributedP2P(t *testing.T) {
+	runEachWorld(t, "tests/distributed_p2p_test.py", 3, 4)
+}
+
 var paramsDigest = regexp.MustCompile(`rank (\d+): params_sha256 ([0-9a-f]{64})`)
 
 // digests returns each rank's parameter digest that examples/pytorch/ddp_train.py

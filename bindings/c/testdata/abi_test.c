@@ -299,6 +299,33 @@ int main(void) {
     CHECK(gorovod_remove_process_set(0) == GOROVOD_ERR_INVALID_ARGUMENT, "removing the world");
   }
 
+  // Point-to-point: a ring pass, the receive posted first; a message of
+  // another size fails its receive alone; bad peers are refused.
+  if (size >= 2) {
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    int64_t ring_out[300], ring_in[300];
+    for (int i = 0; i < 300; i++) ring_out[i] = rank * 1000 + i, ring_in[i] = -1;
+    gorovod_handle hr, hs;
+    OK(gorovod_recv_async(ring_in, 300, GOROVOD_INT64, prev, 42, &hr));
+    OK(gorovod_send_async(ring_out, 300, GOROVOD_INT64, next, 42, &hs));
+    OK(gorovod_wait(hs, -1));
+    OK(gorovod_wait(hr, -1));
+    for (int i = 0; i < 300; i++) CHECK(ring_in[i] == prev * 1000 + i, "ring element %d: %lld", i, (long long)ring_in[i]);
+    float three[3] = {1, 2, 3}, two[2];
+    if (rank == 0) {
+      OK(gorovod_send_async(three, 3, GOROVOD_FLOAT32, 1, 43, &hs));
+      OK(gorovod_wait(hs, -1));
+    } else if (rank == 1) {
+      OK(gorovod_recv_async(two, 2, GOROVOD_FLOAT32, 0, 43, &hr));
+      rc = gorovod_wait(hr, -1);
+      CHECK(rc == GOROVOD_ERR_FAILED && strstr(gorovod_last_error(), "12 bytes") != NULL,
+            "a receive of 2 floats for a message of 3: %d %s", rc, gorovod_last_error());
+    }
+    CHECK(gorovod_send_async(three, 3, GOROVOD_FLOAT32, rank, 1, &hs) == GOROVOD_ERR_INVALID_ARGUMENT, "a send to itself");
+    CHECK(gorovod_recv_async(two, 2, GOROVOD_FLOAT32, size, 1, &hr) == GOROVOD_ERR_INVALID_ARGUMENT, "a receive from outside");
+    OK(gorovod_barrier());
+  }
+
   // Each thread keeps its own last error.
   pthread_t th[2];
   int which[2] = {0, 1};

@@ -23,6 +23,10 @@
 // the next one, as Horovod reports a mismatched request and goes on.
 // Config.SkipAgreement leaves the comparison out.
 //
+// Point-to-point messages (Send, Recv; p2p.go) are the exception: only two
+// ranks take part, when they like, so they run beside the queue, each on a
+// goroutine of its own.
+//
 // Queued calls run on one goroutine, the executor. A caller that would wait
 // at once uses a Now form (AllreduceNow, BroadcastNow, BarrierNow): when
 // nothing is queued or running and the call is small (Config.InlineBytes),

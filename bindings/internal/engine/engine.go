@@ -158,6 +158,11 @@ type Engine struct {
 	// setFuser packs the allreduces on process sets (the world's go
 	// through the session's own fuser); the executing goroutine's alone.
 	setFuser *fusion.Fuser
+	// comm is the world's communicator as of the last call that ran, for
+	// point-to-point calls (p2p.go), which run beside the executor;
+	// p2pRunning counts those still running.
+	comm       *collective.Communicator
+	p2pRunning stdsync.WaitGroup
 }
 
 // call is one submitted collective (or commit).
@@ -205,6 +210,7 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	e.total.Store(-1)
 	e.topo = topology(e.sess)
+	e.comm = e.sess.Communicator()
 	go e.loop()
 	return e, nil
 }
@@ -453,6 +459,7 @@ func (e *Engine) execute(ctx context.Context, c *call) (err error) {
 	after := e.sess.World().Number
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.comm = e.sess.Communicator()
 	if errors.Is(err, gsync.ErrExcluded) {
 		e.gone = err
 		return err
@@ -602,6 +609,7 @@ func (e *Engine) Close(ctx context.Context, finished bool) error {
 		finished = false
 	}
 	e.cancel()
+	e.p2pRunning.Wait() // the context's end fails them
 	e.mu.Lock()
 	if e.gone == nil {
 		e.gone = ErrClosed

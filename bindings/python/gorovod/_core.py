@@ -60,7 +60,7 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
 SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = 1, 2, 3, 4, 5, 6
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -235,6 +235,9 @@ def _prototypes(lib):
                                            c_double, p_u64],
         "gorovod_barrier_ps_async": [c_i32, p_u64],
         "gorovod_barrier_ps_start": [c_i32, c_int, p_u64],
+        # Point-to-point messages (ABI 5).
+        "gorovod_send_async": [c_void_p, c_i64, c_int, c_i32, c_u64, p_u64],
+        "gorovod_recv_async": [c_void_p, c_i64, c_int, c_i32, c_u64, p_u64],
     }
     for name, args in sigs.items():
         f = getattr(lib, name)
@@ -532,6 +535,20 @@ def reducescatter_async(send, count, recv, recv_counts, dtype, op, prescale, pos
         status = lib().gorovod_reducescatter_async(send, count, recv, rc, dtype, op, prescale, postscale,
                                                    ctypes.byref(h))
     return _issue(status, h, (keep, rc))
+
+
+def send_async(buf, count, dtype, peer, tag, keep):
+    """A point-to-point message of count elements at buf to world rank
+    peer with tag (a non-negative int); its handle is waited as any other."""
+    h = _u64()
+    return _issue(lib().gorovod_send_async(buf, count, dtype, peer, tag, ctypes.byref(h)), h, keep)
+
+
+def recv_async(buf, count, dtype, peer, tag, keep):
+    """Receives the next message from world rank peer with tag into the
+    count elements at buf."""
+    h = _u64()
+    return _issue(lib().gorovod_recv_async(buf, count, dtype, peer, tag, ctypes.byref(h)), h, keep)
 
 
 def barrier(ps=0):

@@ -30,14 +30,23 @@ whose collectives run on a gorovod process set of those ranks (registered
 on every rank, members or not, when torch's new_group runs there: torch's
 rule that every rank calls new_group in the same order is the process
 sets' rule too). Ranks outside get torch's ``GroupMember.NON_GROUP_MEMBER``.
-A group's process set stays registered when the group is destroyed (its
-removal would be a call of every rank) and serves the next group of the
-same ranks. A world change (elastic jobs) removes the groups with their
-sets: make them again in the new world.
+A destroyed group's process set is removed once every member destroyed
+its groups on it, at the next point every rank passes: the next new_group,
+or remove_destroyed_groups() called on every rank (removing a set is a call
+of every rank, and torch's destroy_process_group(group) runs on the members
+only). A world change (elastic jobs) removes the groups with their sets:
+make them again in the new world.
 
-Not offered: ``send``/``recv`` and the rooted ``reduce``/``gather``/``scatter``
-(gorovod has no point-to-point or rooted path: they raise RuntimeError
-naming the missing call), and CUDA tensors.
+Point-to-point: ``send``, ``recv``, ``isend``, ``irecv`` and
+``batch_isend_irecv`` with tags, on tensors of any dtype, moved as bytes on
+the world's links beside the collectives (not in their order: only the two
+ranks take part). A receive takes the next message from its source with its
+tag; one of another size raises RuntimeError and the world goes on. ``recv``
+needs its source.
+
+Not offered: the rooted ``reduce``/``gather``/``scatter`` (gorovod has no
+rooted path: they raise RuntimeError naming the missing call), and CUDA
+tensors.
 
 How it works: each call goes to gorovod.torch's collectives, which run in
 submission order on gorovod's engine. Every rank must call the same
@@ -82,7 +91,7 @@ from gorovod import _core
 from gorovod.exceptions import HorovodInternalError
 from gorovod.torch import mpi_ops
 
-__all__ = ["BACKEND", "ProcessGroupGorovod", "register", "switch_world"]
+__all__ = ["BACKEND", "ProcessGroupGorovod", "register", "remove_destroyed_groups", "switch_world"]
 
 BACKEND = "gorovod"
 
@@ -139,6 +148,80 @@ class _Work(dist._Work):
 
     def result(self):
         return self._future.value()
+
+    def synchronize(self):
+        self.wait()
+
+
+class _P2PWork(dist._Work):
+    """A point-to-point message in flight. Unlike a collective's work it is
+    completed on its own, not in the group's submission order: a receive
+    posted first must not hold up the sends after it. wait() collects the
+    message (a receive of another size than the message raises
+    RuntimeError; a world change HorovodInternalError, as for the
+    collectives); finish runs once a receive is complete (copying into a
+    non-contiguous tensor)."""
+
+    def __init__(self, handle, what, finish=None):
+        super().__init__()
+        self._handle, self._what, self._finish = handle, what, finish
+        self._lock = threading.Lock()
+        self._done = False
+        self._error = None
+        self._future = None
+
+    def wait(self, timeout=None):
+        with self._lock:
+            if not self._done:
+                try:
+                    _core.wait(self._handle)
+                    if self._finish is not None:
+                        self._finish()
+                except HorovodInternalError as e:
+                    self._error = e
+                except _core.GorovodError as e:
+                    self._error = RuntimeError("gorovod backend: %s: %s" % (self._what, e))
+                self._done = True
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self):
+        if self._done:
+            return True
+        try:
+            return _core.poll(self._handle)
+        except ValueError:  # collected by a wait() meanwhile
+            return True
+
+    def is_success(self):
+        return self.is_completed() and self.exception() is None
+
+    def exception(self):
+        try:
+            self.wait()
+        except Exception as e:  # noqa: BLE001
+            return e
+        return None
+
+    def get_future(self):
+        with self._lock:
+            if self._future is None:
+                self._future = Future()
+
+                def complete(future=self._future):
+                    try:
+                        self.wait()
+                        future.set_result([])
+                    except Exception as e:  # noqa: BLE001 (handed to the waiter)
+                        future.set_exception(e)
+
+                threading.Thread(target=complete, name="gorovod-p2p-future", daemon=True).start()
+            return self._future
+
+    def result(self):
+        self.wait()
+        return []
 
     def synchronize(self):
         self.wait()
@@ -378,20 +461,44 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         mpi_ops.barrier(process_set=self._set())
         return self._done([])
 
+    # ----- point-to-point
+
+    def send(self, tensors, dstRank, tag=0):
+        self._check_one("send", tensors)
+        t = self._p2p_tensor("send", tensors[0], tag)
+        peer = self._world_rank(dstRank)
+        return _P2PWork(_core.send_async(t.data_ptr(), t.numel() * t.element_size(), _core.UINT8, peer, tag, t),
+                        "send to rank %d with tag %d" % (dstRank, tag))
+
+    def recv(self, tensors, srcRank, tag=0):
+        self._check_one("recv", tensors)
+        out = tensors[0]
+        t = self._p2p_tensor("recv", out, tag)  # out itself
+        into = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype)
+        peer = self._world_rank(srcRank)
+        handle = _core.recv_async(into.data_ptr(), into.numel() * into.element_size(), _core.UINT8, peer, tag, into)
+        return _P2PWork(handle, "recv from rank %d with tag %d" % (srcRank, tag),
+                        None if into is t else (lambda: out.copy_(into)))
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("gorovod backend: recv needs its source rank (src=None, a receive from any rank, is not "
+                           "offered: gorovod matches a message by its sender and tag)")
+
+    def _p2p_tensor(self, what, t, tag):
+        """The tensor a point-to-point call moves, checked; the world's
+        links carry it as bytes."""
+        self._set()  # a subgroup of a changed world is refused
+        if t.device.type != "cpu":
+            raise RuntimeError("gorovod backend: %s of a %s tensor (gorovod moves CPU tensors)" % (what, t.device))
+        if not isinstance(tag, int) or tag < 0:
+            raise RuntimeError("gorovod backend: %s with tag %r (tags are integers from 0)" % (what, tag))
+        return t if t.is_contiguous() else (t.contiguous() if what == "send" else t)
+
     # ----- what gorovod has no path for
 
     def _missing(self, what):
-        raise RuntimeError("gorovod backend: %s is not offered (gorovod has collectives only, no point-to-point or "
-                           "rooted calls); use all_reduce, broadcast or all_gather" % what)
-
-    def send(self, tensors, dst, tag=0):
-        self._missing("send")
-
-    def recv(self, tensors, src, tag=0):
-        self._missing("recv")
-
-    def recv_anysource(self, tensors, tag=0):
-        self._missing("recv")
+        raise RuntimeError("gorovod backend: %s is not offered (gorovod has no rooted reduce, gather or scatter); "
+                           "use all_reduce, broadcast or all_gather" % what)
 
     def reduce(self, tensors, opts=None):
         self._missing("reduce")
@@ -428,8 +535,10 @@ def _create(store, rank, world_size, timeout):
         if world_size != len(ranks) or not 0 <= rank < len(ranks) or ranks[rank] != topo.rank:
             raise RuntimeError("gorovod backend: new_group gave rank %d of %d for world ranks %s, but this process is "
                                "world rank %d" % (rank, world_size, ranks, topo.rank))
-        return ProcessGroupGorovod(rank, world_size, world=topo.world, timeout=timeout, process_set=ps,
-                                   group_ranks=ranks)
+        pg = ProcessGroupGorovod(rank, world_size, world=topo.world, timeout=timeout, process_set=ps,
+                                 group_ranks=ranks)
+        _made_sets.groups.append((weakref.ref(pg), ps.process_set_id))
+        return pg
     if rank != topo.rank or world_size != topo.size:
         raise RuntimeError("gorovod backend: init_process_group was given rank %d of %d, but gorovod's world has this "
                            "process as rank %d of %d: leave rank and world_size out" %
@@ -455,7 +564,64 @@ def _group_process_set(ranks):
             ps = mpi_ops.ProcessSet(list(ranks))
             ps.process_set_id = ps_id
             return ps
-    return mpi_ops.add_process_set(list(ranks))
+    ps = mpi_ops.add_process_set(list(ranks))
+    _made_sets.ids.append(ps.process_set_id)
+    return ps
+
+
+class _MadeSets(object):
+    """The process sets the backend registered for groups (not the
+    script's own, which a group may share), in the world they were made in,
+    and this rank's groups on them: (a weak reference to the group, its
+    set's id). The same ids, in the same order, on every rank: new_group
+    runs on every rank in the same order."""
+
+    def __init__(self):
+        self.world, self.ids, self.groups = None, [], []
+
+    def current(self):
+        """Forgets the sets of a world that has changed (the change removed
+        them)."""
+        world = _core.topology().world
+        if world != self.world:
+            self.world, self.ids, self.groups = world, [], []
+        return self
+
+
+_made_sets = _MadeSets()
+
+
+def remove_destroyed_groups():
+    """Removes the gorovod process sets of the groups that are destroyed
+    on all their members: a set the backend registered for new_group goes
+    once every member has destroyed each of its groups on it
+    (destroy_process_group(group)), or dropped it. Removing a set is a call
+    every rank of the world makes at the same point (torch's
+    destroy_process_group(group) runs on the members only, and returns early
+    on the others), so it happens here, where every rank passes: at each
+    new_group (before the new group's set is chosen) and wherever the script
+    calls this on every rank. Each rank says which sets it is done with (a
+    member: no live group on it; the others: all) in one allreduce of the
+    world; those all are done with are removed, on every rank. Returns the
+    ids removed."""
+    made = _made_sets.current()
+    if not made.ids:
+        return []
+    live = set()
+    for ref, ps_id in made.groups:
+        pg = ref()
+        if pg is not None and pg in dist.distributed_c10d._pg_map:
+            live.add(ps_id)
+    made.groups = [(ref, ps_id) for ref, ps_id in made.groups if ref() is not None and ps_id in live]
+    done = torch.tensor([0 if ps_id in live else 1 for ps_id in made.ids], dtype=torch.int32)
+    mpi_ops.allreduce_(done, op=mpi_ops.Min, name="gorovod.remove_destroyed_groups")
+    removed = [ps_id for ps_id, d in zip(made.ids, done.tolist()) if d]
+    for ps_id in removed:
+        ps = mpi_ops.ProcessSet(list(_core.process_set(ps_id)[1]))
+        ps.process_set_id = ps_id
+        mpi_ops.remove_process_set(ps)
+    made.ids = [ps_id for ps_id in made.ids if ps_id not in removed]
+    return removed
 
 
 def _new_group_helper(original):
@@ -477,6 +643,7 @@ def _new_group_helper(original):
                                "this process as rank %d of %d, gorovod as rank %d of %d" %
                                (default.rank(), default.size(), topo.rank, topo.size))
         ranks = list(global_ranks_in_group)
+        remove_destroyed_groups()
         _current["new_group"] = (ranks, _group_process_set(sorted(ranks)))
         try:
             return original(group_size, group_rank, global_ranks_in_group, backend, store, *args, **kwargs)

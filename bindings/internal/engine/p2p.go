@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gorovod/gorovod/collective"
+	gsync "github.com/gorovod/gorovod/sync"
+)
+
+// Point-to-point messages (Send, Recv) between two ranks of the world.
+//
+// They stand outside the submission order: a rank sends when it likes and
+// its peer receives when it posts the receive, while the other calls run
+// in their order. So they do not go through the executor: each runs on a
+// goroutine of its own at once, on the world's communicator
+// (collective.Communicator.Send and Recv, which share its links with the
+// collectives), and its handle is collected as any other. Messages from one
+// rank to another with one tag arrive in the order sent; a receive takes
+// the next one with its tag whatever came with other tags before it.
+//
+// A message whose length differs from the receive buffer's fails that
+// receive (a *collective.SizeMismatchError) and the world goes on. Any
+// other failure — the peer died or stayed silent past the I/O timeout, the
+// world broke under the message — breaks the world as a failed collective
+// does: the engine has the session rebuild it (a call of its own, queued)
+// and the message's handle fails with sync.ErrWorldChanged, as a
+// collective's would. Messages are not carried from one world to the next:
+// one submitted before a world change the trainer has not acknowledged
+// (Reset) is refused.
+
+// Send sends buf to world rank peer as one message with tag.
+func (e *Engine) Send(peer int, tag uint64, buf collective.Buffer) (Handle, error) {
+	return e.p2p("send", peer, tag, buf, func(ctx context.Context, c *collective.Communicator) error {
+		return c.Send(ctx, peer, tag, buf.Host)
+	})
+}
+
+// Recv receives into buf the next message from world rank peer with tag.
+func (e *Engine) Recv(peer int, tag uint64, buf collective.Buffer) (Handle, error) {
+	return e.p2p("recv", peer, tag, buf, func(ctx context.Context, c *collective.Communicator) error {
+		return c.Recv(ctx, peer, tag, buf.Host)
+	})
+}
+
+// p2p starts a point-to-point call on its own goroutine.
+func (e *Engine) p2p(what string, peer int, tag uint64, buf collective.Buffer, run func(ctx context.Context, c *collective.Communicator) error) (Handle, error) {
+	if err := checkBuffers(what, buf); err != nil {
+		return 0, err
+	}
+	if buf.Device != nil {
+		return 0, fmt.Errorf("%w: %s: point-to-point messages take host memory", ErrInvalid, what)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.refused(); err != nil {
+		return 0, err
+	}
+	switch {
+	case peer < 0 || peer >= e.topo.Size:
+		return 0, fmt.Errorf("%w: %s: rank %d outside the world of %d", ErrInvalid, what, peer, e.topo.Size)
+	case peer == e.topo.Rank:
+		return 0, fmt.Errorf("%w: %s: rank %d is this process", ErrInvalid, what, peer)
+	}
+	comm := e.comm
+	c := &call{what: fmt.Sprintf("%s with tag %d (rank %d)", what, tag, peer), gen: e.gen, done: make(chan struct{})}
+	e.next++
+	e.handles[e.next] = c
+	e.p2pRunning.Add(1)
+	go func() {
+		defer e.p2pRunning.Done()
+		err := run(e.ctx, comm)
+		var size *collective.SizeMismatchError
+		switch {
+		case err == nil, errors.As(err, &size):
+		case e.ctx.Err() != nil:
+			err = ErrClosed
+		default:
+			err = e.p2pFailed(c.what, comm, err)
+		}
+		c.finish(err)
+	}()
+	return e.next, nil
+}
+
+// p2pFailed turns the failure of a point-to-point call on comm into the
+// error its handle gives. The communicator failed (Send and Recv fail it),
+// so the world must be rebuilt: a call queued for the executor has the
+// session do it, as for a failed collective (sync.Session.Collective), and
+// the engine take note of the new world.
+func (e *Engine) p2pFailed(what string, comm *collective.Communicator, err error) error {
+	changed := fmt.Errorf("%w: %s failed: %v", gsync.ErrWorldChanged, what, err)
+	rebuild := &call{what: "rebuild after a failed " + what, run: func(ctx context.Context, s *gsync.Session) error {
+		return s.Collective(ctx, func(ctx context.Context, cur *collective.Communicator) error {
+			if cur != comm {
+				return nil // rebuilt already
+			}
+			return err
+		})
+	}}
+	e.mu.Lock()
+	if e.refused() != nil {
+		// Closing, or the world changed already.
+		e.mu.Unlock()
+		return changed
+	}
+	rebuild.gen, rebuild.done = e.gen, make(chan struct{})
+	e.queue = append(e.queue, rebuild)
+	e.wakeExecutor()
+	e.mu.Unlock()
+	<-rebuild.done
+	if rebuild.err != nil && errors.Is(rebuild.err, gsync.ErrWorldChanged) {
+		return fmt.Errorf("%w (%s failed: %v)", rebuild.err, what, err)
+	}
+	return changed
+}

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	gsync "github.com/gorovod/gorovod/sync"
+)
+
+// Point-to-point between engines: a ring pass (receives posted before the
+// sends), a message whose size differs from its receive (that receive fails,
+// the world goes on), and a peer that goes away while a receive waits for it
+// (the receive fails with ErrWorldChanged once the world is rebuilt; after
+// Reset the survivors go on).
+func TestPointToPoint(t *testing.T) {
+	d := startDriver(t, 2)
+	es := startEngines(t, d, 3)
+	const p = 3
+	each(t, es, func(e *Engine) error {
+		r := e.Topology().Rank
+		got := make([]float32, 5000)
+		hr, err := e.Recv((r+p-1)%p, 7, f32(got))
+		if err != nil {
+			return err
+		}
+		mine := make([]float32, 5000)
+		for i := range mine {
+			mine[i] = float32(r*10000 + i)
+		}
+		if err := waitOn(e)(e.Send((r+1)%p, 7, f32(mine))); err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		if err := e.Wait(hr, 30*time.Second); err != nil {
+			return fmt.Errorf("recv: %w", err)
+		}
+		for i, v := range got {
+			if want := float32(((r+p-1)%p)*10000 + i); v != want {
+				return fmt.Errorf("element %d from the previous rank is %v, want %v", i, v, want)
+			}
+		}
+		// A mismatched size fails the receive alone.
+		switch r {
+		case 0:
+			if err := waitOn(e)(e.Send(1, 8, f32(make([]float32, 10)))); err != nil {
+				return err
+			}
+		case 1:
+			err := waitOn(e)(e.Recv(0, 8, f32(make([]float32, 11))))
+			var sm *collective.SizeMismatchError
+			if !errors.As(err, &sm) || sm.Sent != 40 || sm.Receiving != 44 {
+				return fmt.Errorf("a receive of 11 floats for a message of 10: %v", err)
+			}
+		}
+		v := []float32{1}
+		if err := waitOn(e)(e.Allreduce(nil, []collective.Buffer{f32(v)}, gsync.Reduction{Op: collective.Sum})); err != nil || v[0] != p {
+			return fmt.Errorf("allreduce after the messages: %v %v", v, err)
+		}
+		if _, err := e.Send(r, 1, f32(v)); !errors.Is(err, ErrInvalid) {
+			return fmt.Errorf("a send to itself: %v", err)
+		}
+		if _, err := e.Recv(p, 1, f32(v)); !errors.Is(err, ErrInvalid) {
+			return fmt.Errorf("a receive from outside the world: %v", err)
+		}
+		return nil
+	})
+
+	victim, survivors := es[2], es[:2]
+	handles := make([]Handle, len(survivors))
+	for i, e := range survivors {
+		h, err := e.Recv(2, 3, f32(make([]float32, 4)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles[i] = h
+	}
+	// Both receives are posted (the communicator's pump reads the link) once
+	// Recv returned; the victim goes.
+	victim.Close(context.Background(), false)
+	each(t, survivors, func(e *Engine) error {
+		i := slices.Index(survivors, e)
+		if err := e.Wait(handles[i], 60*time.Second); !errors.Is(err, gsync.ErrWorldChanged) {
+			return fmt.Errorf("a receive from a peer that went away: %v, want ErrWorldChanged", err)
+		}
+		if top := e.Topology(); top.Size != 2 {
+			return fmt.Errorf("topology after the failure: %+v", top)
+		}
+		if _, err := e.Send(1-e.Topology().Rank, 1, f32(make([]float32, 1))); !errors.Is(err, gsync.ErrWorldChanged) {
+			return fmt.Errorf("a send before Reset: %v", err)
+		}
+		e.Reset()
+		r := e.Topology().Rank
+		buf := []float32{float32(r)}
+		hr, err := e.Recv(1-r, 2, f32(buf))
+		if err != nil {
+			return err
+		}
+		if err := waitOn(e)(e.Send(1-r, 2, f32([]float32{float32(r + 100)}))); err != nil {
+			return err
+		}
+		if err := e.Wait(hr, 30*time.Second); err != nil || buf[0] != float32(1-r+100) {
+			return fmt.Errorf("a message in the new world: %v %v", buf, err)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,479 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/gorovod/gorovod/collective/transport"
+)
+
+// Point-to-point messages (Send, Recv) travel on the links the collectives
+// use, between the collectives' frames, outside their one-order-for-all rule:
+// a rank sends to one peer when it likes, and the peer takes the message when
+// it posts a receive for it.
+//
+// Framing. A message is a run of data frames of collective kind collP2P, at
+// most ChunkBytes each: Tag is the caller's tag, Seq numbers the sender's
+// messages to that peer with that tag (from 1: a sequence space per (peer,
+// tag), apart from the collectives', whose frames have other Coll values), Count
+// is the message's length in bytes, announced by every frame, and Step the
+// frame's index. A sender sends one message to a peer at a time, so a
+// message's frames are consecutive among the p2p frames on a link; the
+// collectives' frames may come between them.
+//
+// Receiving. Whoever reads a link takes the p2p frames off it: a collective
+// that finds one where it expects its own hands it over (receiveFrame) and
+// reads on; and a pump goroutine per peer with a receive posted reads the
+// link while no collective has claimed it. A collective claims a link when
+// it first reads it (claim: the pump stops after the frame it is reading)
+// and holds it until it ends; so during a collective the pumps go on
+// draining the links it has not read yet, and a peer whose collective
+// frames wait behind its message's frames is not stuck while this rank's
+// collective is busy elsewhere (sending to that peer, say). A pump that
+// reads a collective's frame keeps its header for the collective (pending)
+// and stops: the stream cannot be read past it until this rank runs that
+// collective. A message goes straight into the first posted receive with its
+// tag (in posting order); one that comes before its receive is kept
+// (bounded by Config.P2PBufferBytes) until one is posted.
+//
+// Failures. A message whose length differs from the receive's buffer fails
+// that receive with a *SizeMismatchError and is dropped; the world goes on.
+// Everything else that goes wrong — the peer dies, stalls past the I/O
+// timeout, aborts, a frame out of sequence, a Send or Recv whose context ends
+// part-way — fails the communicator, as a failed collective does: the
+// streams may be out of step.
+
+// collP2P is the Coll value of point-to-point frames.
+const collP2P collKind = 64
+
+// DefaultP2PBufferBytes is Config.P2PBufferBytes' default.
+const DefaultP2PBufferBytes = 256 << 20
+
+// SizeMismatchError is a Recv's error when the message that matched it (the
+// peer's next message with its tag) is not as long as the receive buffer.
+// The message is dropped and the communicator goes on.
+type SizeMismatchError struct {
+	Peer      int    // the sender's rank
+	Tag       uint64 // the message's tag
+	Sent      uint64 // the message's length in bytes
+	Receiving int    // the receive buffer's length in bytes
+}
+
+func (e *SizeMismatchError) Error() string {
+	return fmt.Sprintf("collective: the message with tag %d from rank %d is %d bytes, the receive buffer %d", e.Tag, e.Peer, e.Sent, e.Receiving)
+}
+
+// p2pRecv is a posted receive.
+type p2pRecv struct {
+	tag  uint64
+	buf  []byte
+	done chan struct{}
+	err  error
+}
+
+// p2pMsg is a message being received or one kept until its receive is
+// posted.
+type p2pMsg struct {
+	tag, seq uint64
+	size     uint64
+	// into is where its bytes go: the receive's buffer, a kept copy, or nil
+	// when it is being dropped (size mismatch).
+	into []byte
+	recv *p2pRecv // the receive it goes into; nil when kept or dropped
+	next uint32   // the next frame's Step
+	got  uint64   // bytes received so far
+}
+
+// p2pPeer is one peer's point-to-point state (p2pState.mu).
+type p2pPeer struct {
+	posted  []*p2pRecv        // unmatched receives, in posting order
+	kept    []*p2pMsg         // complete messages no receive took yet
+	current *p2pMsg           // the message whose frames are arriving
+	recvSeq map[uint64]uint64 // per tag: the last message's Seq
+	sendSeq map[uint64]uint64 // per tag: the last Seq sent
+	// sending is held (a one-slot semaphore) by the Send that has the
+	// link: a message's frames go out together.
+	sending chan struct{}
+	pumping bool
+	// claimed: the running collective reads this link (claim), until it
+	// ends; the pump does not start a read meanwhile.
+	claimed bool
+	// readDone is non-nil while the pump reads a frame, closed when done.
+	readDone chan struct{}
+	// pending is a collective's frame header the pump read; hasPending
+	// says it is there.
+	pending    transport.Header
+	hasPending bool
+}
+
+// p2pState is the point-to-point state of a communicator, shared with its
+// subsets (their links are its), indexed by its ranks.
+type p2pState struct {
+	mu        sync.Mutex
+	cond      *sync.Cond // a collective ended, receives changed, failure
+	peers     []p2pPeer
+	keptBytes int
+	limit     int
+	err       error // the communicator's failure, once p2p saw it
+	// fail stops the communicator (the root one) with an error.
+	fail func(error)
+}
+
+func newP2PState(n, limit int, fail func(error)) *p2pState {
+	p := &p2pState{peers: make([]p2pPeer, n), limit: limit, fail: fail}
+	p.cond = sync.NewCond(&p.mu)
+	for i := range p.peers {
+		p.peers[i].recvSeq = map[uint64]uint64{}
+		p.peers[i].sendSeq = map[uint64]uint64{}
+		p.peers[i].sending = make(chan struct{}, 1)
+	}
+	return p
+}
+
+// leave ends a collective's claims on the links (see claim): the pumps
+// may read them again.
+func (p *p2pState) leave() {
+	p.mu.Lock()
+	for i := range p.peers {
+		p.peers[i].claimed = false
+	}
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// stop fails every posted receive with err and stops the pumps (the
+// communicator failed or closed).
+func (p *p2pState) stop(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil {
+		p.err = err
+	}
+	for i := range p.peers {
+		pp := &p.peers[i]
+		for _, r := range pp.posted {
+			r.finish(p.err)
+		}
+		pp.posted = nil
+		if m := pp.current; m != nil && m.recv != nil {
+			m.recv.finish(p.err)
+			m.recv = nil
+		}
+	}
+	p.cond.Broadcast()
+}
+
+func (r *p2pRecv) finish(err error) {
+	r.err = err
+	close(r.done)
+}
+
+// claim is the start of a collective's receive from peer (a root rank): it
+// claims the link for the collective until it ends (leave), waits for the
+// pump's read on it, if one is under way, and returns the header the pump
+// kept for the collective, if it did.
+func (p *p2pState) claim(ctx context.Context, peer int, h *transport.Header) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pp := &p.peers[peer]
+	pp.claimed = true
+	for pp.readDone != nil {
+		done := pp.readDone
+		p.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			p.mu.Lock()
+			return false, &transport.PeerError{Rank: peer, Op: "recv", Err: ctx.Err()}
+		}
+		p.mu.Lock()
+	}
+	if !pp.hasPending {
+		return false, nil
+	}
+	*h = pp.pending
+	pp.hasPending = false
+	return true, nil
+}
+
+// isP2P says whether a received header is a point-to-point frame.
+func isP2P(h *transport.Header) bool {
+	return h.Kind == transport.FrameData && collKind(h.Coll) == collP2P
+}
+
+// receiveFrame takes the p2p frame whose header h was just read from l
+// (peer is a root rank): it checks the frame against the message it belongs
+// to and reads its payload where the message goes. Only one goroutine at a
+// time reads a link, so the message's state is that goroutine's while it
+// reads; the lock guards the lists others post to.
+func (p *p2pState) receiveFrame(ctx context.Context, l transport.Link, peer int, h *transport.Header) error {
+	p.mu.Lock()
+	pp := &p.peers[peer]
+	m := pp.current
+	if m == nil {
+		if h.Step != 0 {
+			p.mu.Unlock()
+			return p.protocolError(peer, h, "a message's frame %d came before its frame 0", h.Step)
+		}
+		if want := pp.recvSeq[h.Tag] + 1; h.Seq != want {
+			p.mu.Unlock()
+			return p.protocolError(peer, h, "message %d with tag %d came where message %d was due", h.Seq, h.Tag, want)
+		}
+		m = &p2pMsg{tag: h.Tag, seq: h.Seq, size: h.Count}
+		if i := slices.IndexFunc(pp.posted, func(r *p2pRecv) bool { return r.tag == h.Tag }); i >= 0 {
+			r := pp.posted[i]
+			pp.posted = slices.Delete(pp.posted, i, i+1)
+			if uint64(len(r.buf)) == h.Count {
+				m.into, m.recv = r.buf, r
+			} else {
+				r.finish(&SizeMismatchError{Peer: peer, Tag: h.Tag, Sent: h.Count, Receiving: len(r.buf)})
+			}
+		} else {
+			if h.Count > uint64(p.limit-p.keptBytes) {
+				p.mu.Unlock()
+				return fmt.Errorf("collective: rank %d sent a message of %d bytes with tag %d before this rank posted its receive, and %d bytes of such messages are kept already (Config.P2PBufferBytes %d)", peer, h.Count, h.Tag, p.keptBytes, p.limit)
+			}
+			p.keptBytes += int(h.Count)
+			m.into = make([]byte, h.Count)
+		}
+		pp.recvSeq[h.Tag] = h.Seq
+		pp.current = m
+	}
+	p.mu.Unlock()
+	switch {
+	case h.Tag != m.tag || h.Seq != m.seq:
+		return p.protocolError(peer, h, "a frame of message %d with tag %d came inside message %d with tag %d", h.Seq, h.Tag, m.seq, m.tag)
+	case h.Step != m.next || h.Count != m.size:
+		return p.protocolError(peer, h, "frame %d of a %d-byte message came where frame %d of a %d-byte message was due", h.Step, h.Count, m.next, m.size)
+	case uint64(h.Length) > m.size-m.got || (h.Length == 0 && m.size > 0):
+		return p.protocolError(peer, h, "a frame of %d bytes at byte %d of a %d-byte message", h.Length, m.got, m.size)
+	}
+	var err error
+	if m.into != nil {
+		err = l.RecvPayload(ctx, m.into[m.got:m.got+uint64(h.Length)])
+	} else {
+		err = l.RecvPayload(ctx, make([]byte, h.Length))
+	}
+	if err != nil {
+		return err
+	}
+	m.got += uint64(h.Length)
+	m.next++
+	if m.got < m.size {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pp.current = nil
+	if p.err != nil {
+		return p.err // stop failed its receive already
+	}
+	switch {
+	case m.recv != nil:
+		m.recv.finish(nil)
+	case m.into != nil:
+		// Kept: a receive posted while it arrived takes it now.
+		if i := slices.IndexFunc(pp.posted, func(r *p2pRecv) bool { return r.tag == m.tag }); i >= 0 {
+			r := pp.posted[i]
+			pp.posted = slices.Delete(pp.posted, i, i+1)
+			p.deliverKept(peer, m, r)
+		} else {
+			pp.kept = append(pp.kept, m)
+		}
+	}
+	p.cond.Broadcast()
+	return nil
+}
+
+// deliverKept hands kept message m to receive r (under mu).
+func (p *p2pState) deliverKept(peer int, m *p2pMsg, r *p2pRecv) {
+	p.keptBytes -= int(m.size)
+	if uint64(len(r.buf)) != m.size {
+		r.finish(&SizeMismatchError{Peer: peer, Tag: m.tag, Sent: m.size, Receiving: len(r.buf)})
+		return
+	}
+	copy(r.buf, m.into)
+	r.finish(nil)
+}
+
+func (p *p2pState) protocolError(peer int, h *transport.Header, format string, args ...any) error {
+	return &transport.FrameError{Peer: peer, Reason: "point-to-point: " + fmt.Sprintf(format, args...)}
+}
+
+// pump reads peer's link while receives from it are posted and no
+// collective holds the links (see the package comment above).
+func (p *p2pState) pump(l transport.Link, peer int) {
+	p.mu.Lock()
+	pp := &p.peers[peer]
+	for {
+		// A message part-way in keeps the pump reading: the receive it
+		// goes to is no longer among the posted ones.
+		wanted := func() bool { return len(pp.posted) > 0 || pp.current != nil }
+		for p.err == nil && wanted() && (pp.claimed || pp.hasPending) {
+			p.cond.Wait()
+		}
+		if p.err != nil || !wanted() {
+			pp.pumping = false
+			p.mu.Unlock()
+			return
+		}
+		done := make(chan struct{})
+		pp.readDone = done
+		p.mu.Unlock()
+		err := p.pumpFrame(l, peer)
+		p.mu.Lock()
+		pp.readDone = nil
+		close(done)
+		if err != nil {
+			pp.pumping = false
+			p.mu.Unlock()
+			p.fail(err)
+			return
+		}
+	}
+}
+
+// pumpFrame reads one frame from peer's link for the pump. The read waits
+// as long as the link lets it (its I/O timeout): a receive is posted, and
+// the frames on the link are what it waits for.
+func (p *p2pState) pumpFrame(l transport.Link, peer int) error {
+	ctx := context.Background()
+	var h transport.Header
+	if err := l.RecvHeader(ctx, &h); err != nil {
+		return err
+	}
+	if isP2P(&h) {
+		return p.receiveFrame(ctx, l, peer, &h)
+	}
+	if h.Kind == transport.FrameAbort {
+		reason := make([]byte, h.Length)
+		if err := l.RecvPayload(ctx, reason); err != nil {
+			return &RemoteAbortError{Rank: peer, Reason: "(reason lost: " + err.Error() + ")"}
+		}
+		return &RemoteAbortError{Rank: peer, Reason: string(reason)}
+	}
+	p.mu.Lock()
+	p.peers[peer].pending, p.peers[peer].hasPending = h, true
+	p.mu.Unlock()
+	return nil
+}
+
+// Send sends payload to rank peer as one message with tag; the peer takes
+// it with a Recv from this rank with the same tag and a buffer of the same
+// length. Messages to one peer with one tag are received in the order they
+// were sent. It returns once the last frame is handed to the link (which
+// buffers a little, transport.InlinePayload, and otherwise waits for the
+// peer to read). Sends to one peer go one at a time; sends to different
+// peers, receives and collectives may run meanwhile from other goroutines.
+//
+// Send runs only on a communicator that owns its links (not a Subset). A
+// failure — the peer dead or silent past the I/O timeout, ctx ended part-way —
+// fails the communicator, as a failed collective does.
+func (c *Communicator) Send(ctx context.Context, peer int, tag uint64, payload []byte) error {
+	if err := c.p2pCheck("send to", peer); err != nil {
+		return err
+	}
+	pp := &c.p2p.peers[peer]
+	select {
+	case pp.sending <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-pp.sending }()
+	if err := c.Err(); err != nil {
+		return err
+	}
+	c.p2p.mu.Lock()
+	pp.sendSeq[tag]++
+	seq := pp.sendSeq[tag]
+	c.p2p.mu.Unlock()
+	chunk := c.cfg.ChunkBytes
+	h := transport.Header{Kind: transport.FrameData, Coll: uint8(collP2P), Seq: seq, Count: uint64(len(payload)), Tag: tag}
+	for step, off := 0, 0; step == 0 || off < len(payload); step++ {
+		end := min(off+chunk, len(payload))
+		h.Step, h.Length = uint32(step), uint32(end-off)
+		hc := h
+		if err := c.links[peer].Send(ctx, &hc, payload[off:end]); err != nil {
+			err = fmt.Errorf("collective: sending %d bytes with tag %d to rank %d: %w", len(payload), tag, peer, err)
+			c.p2pFail(err)
+			return err
+		}
+		off = end
+	}
+	return nil
+}
+
+// Recv receives into buf the next message from rank peer with tag (see
+// Send), waiting for it as long as ctx lets it. A message of another length
+// than buf is a *SizeMismatchError, after which the communicator goes on.
+// Receives may be posted from several goroutines at once; those with the
+// same peer and tag are matched in the order they were posted.
+//
+// A failure fails the communicator, as for Send; so does ctx ending while
+// the receive waits, since the message may be arriving.
+func (c *Communicator) Recv(ctx context.Context, peer int, tag uint64, buf []byte) error {
+	if err := c.p2pCheck("receive from", peer); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p := c.p2p
+	r := &p2pRecv{tag: tag, buf: buf, done: make(chan struct{})}
+	p.mu.Lock()
+	if p.err != nil {
+		err := p.err
+		p.mu.Unlock()
+		return err
+	}
+	pp := &p.peers[peer]
+	if i := slices.IndexFunc(pp.kept, func(m *p2pMsg) bool { return m.tag == tag }); i >= 0 {
+		m := pp.kept[i]
+		pp.kept = slices.Delete(pp.kept, i, i+1)
+		p.deliverKept(peer, m, r)
+		p.mu.Unlock()
+		return r.err
+	}
+	pp.posted = append(pp.posted, r)
+	if !pp.pumping {
+		pp.pumping = true
+		go p.pump(c.links[peer], peer)
+	}
+	p.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+	}
+	err := fmt.Errorf("collective: receiving from rank %d with tag %d: %w", peer, tag, ctx.Err())
+	c.p2pFail(err)
+	<-r.done
+	if r.err == nil {
+		return nil // it came meanwhile
+	}
+	return err
+}
+
+// p2pCheck refuses a point-to-point call that cannot run.
+func (c *Communicator) p2pCheck(what string, peer int) error {
+	switch {
+	case c.parent != nil:
+		return errors.New("collective: point-to-point messages run on the world's communicator, not on a subset")
+	case peer < 0 || peer >= c.Size():
+		return fmt.Errorf("collective: cannot %s rank %d: outside the world of %d", what, peer, c.Size())
+	case peer == c.Rank():
+		return fmt.Errorf("collective: cannot %s rank %d: that is this rank", what, peer)
+	}
+	return c.Err()
+}
+
+// p2pFail stops the communicator after a point-to-point failure: its links
+// close, which fails the running collective and every receive.
+func (c *Communicator) p2pFail(err error) {
+	c.setFailure(err)
+	c.log.Warn("point-to-point failed; aborting communicator", "err", err)
+	c.closeLinks()
+}

@@ -1,0 +1,369 @@
+package collective
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective/transport"
+)
+
+// p2pPayload is a recognizable message: its bytes name sender, tag and
+// position.
+func p2pPayload(from int, tag uint64, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(from*31 + int(tag)*7 + i)
+	}
+	return b
+}
+
+var p2pMeshes = []struct {
+	name string
+	mk   meshFunc
+}{
+	{"tcp", tcpMesh},
+	{"shm", shmMesh},
+}
+
+// A small ChunkBytes makes most messages several frames long.
+func p2pConfig() Config {
+	cfg := DefaultConfig()
+	cfg.ChunkBytes = 1024
+	return cfg
+}
+
+func TestP2PRing(t *testing.T) {
+	for _, m := range p2pMeshes {
+		for _, n := range []int{0, 1, 1000, 1024, 5000} {
+			t.Run(fmt.Sprintf("%s/%dB", m.name, n), func(t *testing.T) {
+				const p = 4
+				comms := newWorld(t, m.mk, p, p2pConfig())
+				errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+					r := c.Rank()
+					next, prev := (r+1)%p, (r+p-1)%p
+					got := make([]byte, n)
+					var sendErr error
+					var wg sync.WaitGroup
+					wg.Go(func() { sendErr = c.Send(ctx, next, 5, p2pPayload(r, 5, n)) })
+					err := c.Recv(ctx, prev, 5, got)
+					wg.Wait()
+					if err = errors.Join(err, sendErr); err != nil {
+						return err
+					}
+					if !bytes.Equal(got, p2pPayload(prev, 5, n)) {
+						return fmt.Errorf("rank %d got the wrong bytes from %d", r, prev)
+					}
+					// The collectives are in step after the messages.
+					v := []int64{int64(r)}
+					if err := Allreduce(ctx, c, v, v, Sum); err != nil {
+						return err
+					}
+					if v[0] != p*(p-1)/2 {
+						return fmt.Errorf("allreduce after the ring gave %d", v[0])
+					}
+					return nil
+				})
+				noErrors(t, errs)
+			})
+		}
+	}
+}
+
+// TestP2PTagsOutOfOrder: receives match by tag, not by arrival; messages
+// with one tag come in the order sent.
+func TestP2PTagsOutOfOrder(t *testing.T) {
+	for _, m := range p2pMeshes {
+		t.Run(m.name, func(t *testing.T) {
+			comms := newWorld(t, m.mk, 2, p2pConfig())
+			errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+				if c.Rank() == 0 {
+					for _, s := range []struct {
+						tag uint64
+						n   int
+					}{{1, 3000}, {2, 100}, {1, 50}, {3, 2048}} {
+						if err := c.Send(ctx, 1, s.tag, p2pPayload(s.n, s.tag, s.n)); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				for _, s := range []struct {
+					tag uint64
+					n   int
+				}{{3, 2048}, {2, 100}, {1, 3000}, {1, 50}} {
+					got := make([]byte, s.n)
+					if err := c.Recv(ctx, 0, s.tag, got); err != nil {
+						return err
+					}
+					if !bytes.Equal(got, p2pPayload(s.n, s.tag, s.n)) {
+						return fmt.Errorf("tag %d: wrong bytes", s.tag)
+					}
+				}
+				return nil
+			})
+			noErrors(t, errs)
+		})
+	}
+}
+
+// TestP2PSizeMismatch: a message of another length than the receive's
+// buffer fails that receive, whether the message came before it or after;
+// the world goes on.
+func TestP2PSizeMismatch(t *testing.T) {
+	for _, m := range p2pMeshes {
+		for _, early := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/message_first=%v", m.name, early), func(t *testing.T) {
+				comms := newWorld(t, m.mk, 2, p2pConfig())
+				errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+					if c.Rank() == 0 {
+						if !early {
+							// Wait until rank 1 posted its receive.
+							if err := c.Barrier(ctx); err != nil {
+								return err
+							}
+						}
+						if err := c.Send(ctx, 1, 9, p2pPayload(0, 9, 3000)); err != nil {
+							return err
+						}
+						if err := c.Send(ctx, 1, 9, p2pPayload(0, 9, 10)); err != nil {
+							return err
+						}
+						if early {
+							// Rank 1 receives after this one.
+							if err := c.Barrier(ctx); err != nil {
+								return err
+							}
+						}
+						return c.Barrier(ctx)
+					}
+					var mismatch error
+					var wg sync.WaitGroup
+					if early {
+						// The barrier takes the message off the link first.
+						if err := c.Barrier(ctx); err != nil {
+							return err
+						}
+						mismatch = c.Recv(ctx, 0, 9, make([]byte, 2000))
+					} else {
+						wg.Go(func() { mismatch = c.Recv(ctx, 0, 9, make([]byte, 2000)) })
+						if err := waitPosted(ctx, c, 0, 1); err != nil {
+							return err
+						}
+						if err := c.Barrier(ctx); err != nil {
+							return err
+						}
+						wg.Wait()
+					}
+					var sm *SizeMismatchError
+					if !errors.As(mismatch, &sm) || sm.Peer != 0 || sm.Tag != 9 || sm.Sent != 3000 || sm.Receiving != 2000 {
+						return fmt.Errorf("mismatched receive: got %v, want a SizeMismatchError of 3000 against 2000 bytes", mismatch)
+					}
+					got := make([]byte, 10)
+					if err := c.Recv(ctx, 0, 9, got); err != nil {
+						return fmt.Errorf("the next message after a mismatch: %w", err)
+					}
+					if !bytes.Equal(got, p2pPayload(0, 9, 10)) {
+						return errors.New("the next message after a mismatch has the wrong bytes")
+					}
+					return c.Barrier(ctx)
+				})
+				noErrors(t, errs)
+			})
+		}
+	}
+}
+
+// waitPosted polls until rank c has n receives posted from peer.
+func waitPosted(ctx context.Context, c *Communicator, peer, n int) error {
+	for {
+		c.p2p.mu.Lock()
+		posted := len(c.p2p.peers[peer].posted)
+		c.p2p.mu.Unlock()
+		if posted >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %d receives posted from rank %d: %w", n, peer, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// TestP2PRecvBeforeSend: a receive posted long before its message, with
+// collectives run meanwhile on both sides (the pump stops for them and the
+// collective takes the frames it read), still gets it.
+func TestP2PRecvBeforeSend(t *testing.T) {
+	for _, m := range p2pMeshes {
+		t.Run(m.name, func(t *testing.T) {
+			const p = 3
+			comms := newWorld(t, m.mk, p, p2pConfig())
+			errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+				r := c.Rank()
+				v := make([]float32, 3000) // several frames: a ring allreduce
+				for i := range v {
+					v[i] = float32(r)
+				}
+				switch r {
+				case 1:
+					got := make([]byte, 4000)
+					var recvErr error
+					var wg sync.WaitGroup
+					wg.Go(func() { recvErr = c.Recv(ctx, 0, 4, got) })
+					if err := waitPosted(ctx, c, 0, 1); err != nil {
+						return err
+					}
+					if err := Allreduce(ctx, c, v, v, Sum); err != nil {
+						return err
+					}
+					wg.Wait()
+					if recvErr != nil {
+						return recvErr
+					}
+					if !bytes.Equal(got, p2pPayload(0, 4, 4000)) {
+						return errors.New("wrong bytes")
+					}
+				case 0:
+					if err := Allreduce(ctx, c, v, v, Sum); err != nil {
+						return err
+					}
+					if err := c.Send(ctx, 1, 4, p2pPayload(0, 4, 4000)); err != nil {
+						return err
+					}
+				default:
+					if err := Allreduce(ctx, c, v, v, Sum); err != nil {
+						return err
+					}
+				}
+				if v[0] != 3 || v[len(v)-1] != 3 {
+					return fmt.Errorf("allreduce gave %v", v[0])
+				}
+				return c.Barrier(ctx)
+			})
+			noErrors(t, errs)
+		})
+	}
+}
+
+// TestP2PDeadPeer: a receive from a peer that goes away fails with a
+// *transport.PeerError naming it, and the communicator stops.
+func TestP2PDeadPeer(t *testing.T) {
+	comms := newWorld(t, tcpMesh, 2, p2pConfig())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- comms[1].Recv(ctx, 0, 1, make([]byte, 8)) }()
+	if err := waitPosted(ctx, comms[1], 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	comms[0].Close()
+	err := <-done
+	var pe *transport.PeerError
+	if !errors.As(err, &pe) || pe.Rank != 0 {
+		t.Fatalf("receive from a closed peer: %v, want a PeerError naming rank 0", err)
+	}
+	if comms[1].Err() == nil {
+		t.Fatal("the communicator goes on after its peer went away")
+	}
+	if err := comms[1].Send(ctx, 0, 1, nil); err == nil {
+		t.Fatal("a send on the failed communicator succeeded")
+	}
+}
+
+// TestP2PKeptBound: messages nobody receives yet are kept only up to
+// P2PBufferBytes; more fails the communicator with an error that says so.
+func TestP2PKeptBound(t *testing.T) {
+	cfg := p2pConfig()
+	cfg.P2PBufferBytes = 4096
+	comms := newWorld(t, tcpMesh, 2, cfg)
+	errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+		if c.Rank() == 0 {
+			if err := c.Send(ctx, 1, 1, make([]byte, 3000)); err != nil {
+				return err
+			}
+			_ = c.Send(ctx, 1, 2, make([]byte, 3000))
+			_ = c.Barrier(ctx)
+			return nil
+		}
+		err := c.Barrier(ctx)
+		if err == nil || !bytes.Contains([]byte(err.Error()), []byte("P2PBufferBytes")) {
+			return fmt.Errorf("barrier behind 6000 kept bytes: %v, want an error naming P2PBufferBytes", err)
+		}
+		return nil
+	})
+	noErrors(t, errs)
+}
+
+// TestP2PArgs: calls that cannot run are refused without harm.
+func TestP2PArgs(t *testing.T) {
+	comms := newWorld(t, inprocMesh, 2, p2pConfig())
+	ctx := context.Background()
+	sub, err := comms[0].Subset(1, []int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"self", comms[0].Send(ctx, 0, 1, nil)},
+		{"outside", comms[0].Recv(ctx, 2, 1, nil)},
+		{"negative", comms[0].Send(ctx, -1, 1, nil)},
+		{"subset", sub.Send(ctx, 1, 1, nil)},
+	} {
+		if tc.err == nil {
+			t.Errorf("%s: accepted", tc.name)
+		}
+	}
+	if err := comms[0].Err(); err != nil {
+		t.Fatalf("a refused call broke the communicator: %v", err)
+	}
+}
+
+// TestP2PCollectiveWhileMessagesInFlight: both ranks send each other a
+// message far larger than a link buffers, post its receive, and run small
+// collectives (which send before they receive) while the messages are on
+// the links: the collectives and the messages all complete, and the bytes
+// are right.
+func TestP2PCollectiveWhileMessagesInFlight(t *testing.T) {
+	for _, m := range p2pMeshes {
+		t.Run(m.name, func(t *testing.T) {
+			comms := newWorld(t, m.mk, 2, DefaultConfig())
+			const n = 16 << 20
+			errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+				r := c.Rank()
+				got := make([]byte, n)
+				var sendErr, recvErr error
+				var wg sync.WaitGroup
+				wg.Go(func() { recvErr = c.Recv(ctx, 1-r, 1, got) })
+				if err := waitPosted(ctx, c, 1-r, 1); err != nil {
+					return err
+				}
+				wg.Go(func() { sendErr = c.Send(ctx, 1-r, 1, p2pPayload(r, 1, n)) })
+				for range 3 {
+					v := []int64{1}
+					if err := Allreduce(ctx, c, v, v, Sum); err != nil {
+						return err
+					}
+					if err := c.Barrier(ctx); err != nil {
+						return err
+					}
+				}
+				wg.Wait()
+				if err := errors.Join(sendErr, recvErr); err != nil {
+					return err
+				}
+				if !bytes.Equal(got, p2pPayload(1-r, 1, n)) {
+					return errors.New("wrong bytes")
+				}
+				return nil
+			})
+			noErrors(t, errs)
+		})
+	}
+}
