@@ -146,3 +146,58 @@ func TestNamedCallsPairByName(t *testing.T) {
 		})
 	}
 }
+
+// On a process set, named calls pair by name among its members, and the
+// unnamed calls are numbered per set: ranks 0 and 1 make an unnamed and two
+// named allreduces (in opposite orders) on their set while rank 2 makes
+// none, and then every rank's unnamed world allreduce pairs with the
+// others' at once (with one numbering for every set, rank 2's would be
+// number 0 and the others' number 1, and the call would never pair).
+func TestNamedCallsOnAProcessSet(t *testing.T) {
+	d := startDriver(t, 3)
+	es := startEngines(t, d, 3)
+	sum := gsync.Reduction{Op: collective.Sum}
+	each(t, es, func(e *Engine) error {
+		id, err := addSet(e, 0, 1)
+		if err != nil {
+			return err
+		}
+		rank := e.Topology().Rank
+		if rank < 2 {
+			u := []float32{1}
+			if err := waitOn(e)(e.AllreduceOn(id, nil, []collective.Buffer{f32(u)}, sum)); err != nil || u[0] != 2 {
+				return fmt.Errorf("unnamed allreduce on the set: %v %v", u, err)
+			}
+			a, b := []float32{float32(rank + 1)}, []float32{10 * float32(rank+1), 0}
+			names := []string{"set.a", "set.b"}
+			if rank == 1 {
+				names = []string{"set.b", "set.a"}
+			}
+			var hs []Handle
+			for _, name := range names {
+				buf := a
+				if name == "set.b" {
+					buf = b
+				}
+				h, err := e.AllreduceShapedOn(id, nil, []collective.Buffer{f32(buf)}, nil, sum, Name(name))
+				if err != nil {
+					return err
+				}
+				hs = append(hs, h)
+			}
+			for _, h := range hs {
+				if err := waitOn(e)(h, nil); err != nil {
+					return err
+				}
+			}
+			if a[0] != 3 || b[0] != 30 {
+				return fmt.Errorf("named allreduces on the set: %v %v, want 3 and 30", a, b)
+			}
+		}
+		v := []float32{float32(rank)}
+		if err := waitOn(e)(e.Allreduce(nil, []collective.Buffer{f32(v)}, sum)); err != nil || v[0] != 3 {
+			return fmt.Errorf("the world's allreduce after: %v %v", v, err)
+		}
+		return nil
+	})
+}
