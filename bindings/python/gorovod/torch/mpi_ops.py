@@ -1,17 +1,20 @@
 """The collectives on torch tensors, with Horovod's signatures.
 
-Differences from Horovod, all of them because gorovod pairs collectives by
-their position in each rank's sequence rather than by name:
+Collectives pair across the ranks as in Horovod: a call given a ``name``
+pairs with the other ranks' call of that name, whatever its order in each
+rank's sequence; calls without one pair by their order among the unnamed
+calls (Horovod names them by a counter). Differences from Horovod:
 
-- every rank must call the same collectives in the same order (``name`` is
-  only checked for duplicates among the calls in flight, as Horovod does);
-- ranks that call different collectives (another kind, dtype, element count,
-  op, root or scale factor) get MismatchError, a RuntimeError, on every
-  rank: the library compares each call's description across the ranks
+- a name stays in flight (a second call of that name raises ValueError)
+  until its handle is synchronized, not until the call completes;
+- ranks that call one collective differently (another kind, dtype, element
+  count, op, root or scale factor) get MismatchError, a RuntimeError, on
+  every rank: the library compares each call's description across the ranks
   before it moves any data, so only that call fails and the next ones run;
-  shapes that differ but hold the same number of elements are not detected
-  by allreduce and broadcast (allgather, alltoall and reducescatter exchange
-  shapes first and check them);
+  a named call that no other rank's pairs with fails so after the I/O
+  timeout; allreduce compares shapes, broadcast only element counts
+  (allgather, alltoall and reducescatter exchange shapes first and check
+  them; a named one does so on a thread of its own, see _ChainHandle);
 - ``join()`` serves the others' allreduces with zeros, as Horovod's does;
   their other collectives fail while a rank has joined.
 
