@@ -14,7 +14,7 @@ import (
 )
 
 // A call's description, which every rank compares with every other's before
-// the call moves any data (Engine.agree). The collectives compare their own
+// the call moves any data (Engine.pair, settle). The collectives compare their own
 // frames' headers too, but a difference found there leaves the communicator
 // spent, and only the world's rebuild (a world change the trainer must
 // recover from) makes the next collective possible; some differences (a
