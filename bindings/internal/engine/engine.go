@@ -47,7 +47,9 @@ type Config struct {
 	// allreduce per call, and leaves Join the barrier it was (see Join). Ranks that then call different collectives get a
 	// *collective.MismatchError only where the collective's frames show the
 	// difference, and the world must be rebuilt before the next collective
-	// (sync.ErrWorldChanged on the ranks that did not see it).
+	// (sync.ErrWorldChanged on the ranks that did not see it). Without the
+	// comparison there is no pairing by name either (negotiate.go): calls
+	// pair by their position in each rank's queue, names or not.
 	SkipAgreement bool
 	// PairTimeout is how long ranks whose next calls differ in name wait
 	// for calls that every rank has pending (see negotiate.go) before each
