@@ -376,7 +376,6 @@ func (e *Engine) now(c *call, bytes int, caller Caller) (Handle, error) {
 	e.running = true
 	c.gen = e.gen
 	e.keyLocked(c)
-	pending := pendingLocked(c, e.queue)
 	ctx := e.ctx
 	if caller.Interruptible {
 		// The context is made once and kept until an Interrupt uses it up.
@@ -391,7 +390,7 @@ func (e *Engine) now(c *call, bytes int, caller Caller) (Handle, error) {
 	if caller.LockedThread {
 		run = transport.OnLockedThread(ctx)
 	}
-	ran, err := e.execute(run, c, pending)
+	ran, err := e.execute(run, c)
 	e.mu.Lock()
 	e.running = false
 	e.interrupts = -1
@@ -457,7 +456,6 @@ func (e *Engine) loop() {
 		head := e.queue[0]
 		gen, gone := e.gen, e.gone
 		e.running = true
-		pending := pendingLocked(head, e.queue[1:])
 		e.mu.Unlock()
 		var (
 			ran *call
@@ -471,7 +469,7 @@ func (e *Engine) loop() {
 		case head.gen != gen:
 			ran, err = head, fmt.Errorf("%w: this %s was submitted before the world changed, and was not run", gsync.ErrWorldChanged, head.what)
 		default:
-			ran, err = e.execute(e.ctx, head, pending)
+			ran, err = e.execute(e.ctx, head)
 		}
 		if ran != nil {
 			e.mu.Lock()
@@ -488,11 +486,11 @@ func (e *Engine) loop() {
 	}
 }
 
-// execute runs head, or the call of pending (head first) that the ranks
-// pair (see negotiate.go), on the session with ctx, and records what
-// happened to the world. It returns the call that ran (or failed) and its
-// result; nil when no call paired yet.
-func (e *Engine) execute(ctx context.Context, head *call, pending []*call) (c *call, err error) {
+// execute runs head, or the pending call that the ranks pair (see
+// negotiate.go), on the session with ctx, and records what happened to the
+// world. It returns the call that ran (or failed) and its result; nil when
+// no call paired yet.
+func (e *Engine) execute(ctx context.Context, head *call) (c *call, err error) {
 	before := e.sess.World().Number
 	c = head
 	if c.commit {
@@ -513,7 +511,7 @@ func (e *Engine) execute(ctx context.Context, head *call, pending []*call) (c *c
 		// bookkeeping: its start, the global batch, a micro-batch's norm)
 		// have no description and nothing to agree on.
 		if e.agreement && head.agrees() {
-			c, err = e.pair(ctx, head, pending)
+			c, err = e.pair(ctx, head)
 			if c != nil {
 				e.stuckSince, e.backoff = time.Time{}, 0 // a call paired
 			}

@@ -106,10 +106,18 @@ func (e *Engine) keyLocked(c *call) {
 	c.desc[fieldKey] = h.sum()
 }
 
-// pendingLocked is what a negotiation for head offers (under mu): head,
-// then the calls of rest (the queue after it) on head's set and of its
-// world, up to maxPending, as far as the first that is not.
-func pendingLocked(head *call, rest []*call) []*call {
+// pending is what a negotiation for head offers: head, then the queued
+// calls after it (all of the queue when head runs on its caller's
+// goroutine) on head's set and of its world, up to maxPending, as far as
+// the first that is not. Only the running call takes calls out of the
+// queue, so they stay there while the negotiation runs.
+func (e *Engine) pending(head *call) []*call {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rest := e.queue
+	if len(rest) > 0 && rest[0] == head {
+		rest = rest[1:]
+	}
 	pending := []*call{head}
 	for _, c := range rest {
 		if len(pending) == maxPending || !c.agrees() || c.set != head.set || c.gen != head.gen {
@@ -128,11 +136,11 @@ func (e *Engine) dequeueLocked(c *call) {
 }
 
 // pair compares head's description with every rank's head and returns
-// the call to run now: head when every rank's is the same; one of pending
-// when the heads' keys differ and negotiation pairs one (negotiate); nil
-// when nothing pairs yet. A non-nil error is the returned call's (head's
-// when the exchange itself failed).
-func (e *Engine) pair(ctx context.Context, head *call, pending []*call) (*call, error) {
+// the call to run now: head when every rank's is the same; one of the
+// pending calls when the heads' keys differ and negotiation pairs one
+// (negotiate); nil when nothing pairs yet. A non-nil error is the returned
+// call's (head's when the exchange itself failed).
+func (e *Engine) pair(ctx context.Context, head *call) (*call, error) {
 	var chosen *call
 	err := e.onSet(e.sess, head.set)(ctx, func(ctx context.Context, c *collective.Communicator) error {
 		chosen = head
@@ -144,7 +152,7 @@ func (e *Engine) pair(ctx context.Context, head *call, pending []*call) (*call, 
 		if len(joined) > 0 || sameKey(all, active) {
 			return settle(ctx, c, all, head.desc, head.label(), head.layout)
 		}
-		chosen, err = e.negotiate(ctx, c, head, pending)
+		chosen, err = e.negotiate(ctx, c, head, e.pending(head))
 		return err
 	})
 	if err != nil && chosen == nil {
