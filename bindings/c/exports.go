@@ -7,6 +7,7 @@ package main
 void gorovod_set_error_(const char *msg, size_t n);
 void gorovod_set_interrupt_fd_(int fd);
 uint64_t gorovod_sigint_count_(void);
+char *gorovod_take_name_(void);
 */
 import "C"
 
@@ -372,6 +373,19 @@ func reduction(op C.int, pre, post C.double) gsync.Reduction {
 	return gsync.Reduction{Op: collective.ReduceOp(op), Prescale: float64(pre), Postscale: float64(post)}
 }
 
+// takeName takes the name gorovod_name_next gave the calling thread's next
+// collective: the option that names it, or none. Every collective takes it
+// first thing, accepted or refused, so that it never names a later one;
+// barrier and join drop it (they have no name, as in Horovod).
+func takeName() []engine.CallOption {
+	p := C.gorovod_take_name_()
+	if p == nil {
+		return nil
+	}
+	defer C.free(unsafe.Pointer(p))
+	return []engine.CallOption{engine.Name(C.GoString(p))}
+}
+
 //export gorovodGoAllreduceAsync
 func gorovodGoAllreduceAsync(set, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, ndims *C.int32_t, dims *C.int64_t, op C.int, pre, post C.double, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
@@ -430,6 +444,7 @@ func (m submitMode) submit(out *C.gorovod_handle, queue func() (engine.Handle, e
 // holds each tensor's number of dimensions and dims their sizes, one after
 // another, which every rank compares (see engine.Engine.AllreduceShapedOn).
 func allreduce(set int32, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, ndims *C.int32_t, dims *C.int64_t, op C.int, pre, post C.double, mode submitMode, h *C.gorovod_handle) C.int {
+	name := takeName()
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -463,9 +478,9 @@ func allreduce(set int32, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_
 		return status(err)
 	}
 	how := reduction(op, pre, post)
-	return mode.submit(h, func() (engine.Handle, error) { return e.AllreduceShapedOn(set, sends, recvs, shapes, how) },
+	return mode.submit(h, func() (engine.Handle, error) { return e.AllreduceShapedOn(set, sends, recvs, shapes, how, name...) },
 		func(c engine.Caller) (engine.Handle, error) {
-			return e.AllreduceShapedNowOn(set, sends, recvs, shapes, how, c)
+			return e.AllreduceShapedNowOn(set, sends, recvs, shapes, how, c, name...)
 		})
 }
 
@@ -511,6 +526,7 @@ func gorovodGoBroadcastStart(set, n C.int32_t, bufs unsafe.Pointer, cnts *C.int6
 }
 
 func broadcast(set int32, n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, root C.int32_t, mode submitMode, h *C.gorovod_handle) C.int {
+	name := takeName()
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -526,13 +542,14 @@ func broadcast(set int32, n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dty
 			return status(err)
 		}
 	}
-	return mode.submit(h, func() (engine.Handle, error) { return e.BroadcastOn(set, bs, int(root)) },
-		func(c engine.Caller) (engine.Handle, error) { return e.BroadcastNowOn(set, bs, int(root), c) })
+	return mode.submit(h, func() (engine.Handle, error) { return e.BroadcastOn(set, bs, int(root), name...) },
+		func(c engine.Caller) (engine.Handle, error) { return e.BroadcastNowOn(set, bs, int(root), c, name...) })
 }
 
 //export gorovodGoAllgatherAsync
 func gorovodGoAllgatherAsync(set C.int32_t, send unsafe.Pointer, count C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype C.int, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
+	name := takeName()
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -566,13 +583,14 @@ func gorovodGoAllgatherAsync(set C.int32_t, send unsafe.Pointer, count C.int64_t
 	if err != nil {
 		return status(err)
 	}
-	hd, err := e.AllgatherOn(int32(set), s, r, cs)
+	hd, err := e.AllgatherOn(int32(set), s, r, cs, name...)
 	return issue(h, hd, err)
 }
 
 //export gorovodGoAlltoallAsync
 func gorovodGoAlltoallAsync(set C.int32_t, send unsafe.Pointer, sendCounts *C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype C.int, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
+	name := takeName()
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -600,7 +618,7 @@ func gorovodGoAlltoallAsync(set C.int32_t, send unsafe.Pointer, sendCounts *C.in
 	if err != nil {
 		return status(err)
 	}
-	hd, err := e.AlltoallOn(int32(set), s, sc, r, rcs)
+	hd, err := e.AlltoallOn(int32(set), s, sc, r, rcs, name...)
 	return issue(h, hd, err)
 }
 
@@ -615,6 +633,7 @@ func sum(cs []int) int64 {
 //export gorovodGoReducescatterAsync
 func gorovodGoReducescatterAsync(set C.int32_t, send unsafe.Pointer, count C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype, op C.int, pre, post C.double, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
+	name := takeName()
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -650,7 +669,7 @@ func gorovodGoReducescatterAsync(set C.int32_t, send unsafe.Pointer, count C.int
 	if err != nil {
 		return status(err)
 	}
-	hd, err := e.ReduceScatterOn(int32(set), s, r, cs, reduction(op, pre, post))
+	hd, err := e.ReduceScatterOn(int32(set), s, r, cs, reduction(op, pre, post), name...)
 	return issue(h, hd, err)
 }
 
@@ -667,6 +686,7 @@ func gorovodGoBarrierStart(set C.int32_t, flags C.int, h *C.gorovod_handle) (rc 
 }
 
 func barrier(set int32, mode submitMode, h *C.gorovod_handle) C.int {
+	takeName()
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -712,6 +732,7 @@ func gorovodGoP2PAsync(send C.int, buf unsafe.Pointer, count C.int64_t, dtype C.
 //export gorovodGoJoinAsync
 func gorovodGoJoinAsync(last *C.int32_t, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
+	takeName()
 	e, err := current()
 	if err != nil {
 		return status(err)

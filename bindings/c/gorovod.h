@@ -22,15 +22,23 @@
  *   world (its members, this process's rank and size) can change while the
  *   job runs: workers join, leave and fail.
  *
- *   Collectives pair up by their position in each rank's sequence: every
- *   rank must call the same collectives, with the same dtypes and element
- *   counts, in the same order (there is no matching by tensor name as in
- *   Horovod; a collective on a process set concerns its members only: see
- *   Process sets below). They run one at a time, in the order they were
- *   called, on a thread of the library's own. Ranks that call different
- *   collectives all get GOROVOD_ERR_MISMATCH for that call, never a hang:
- *   the ranks compare each call's description before any of its data
- *   moves, so the next call runs as if it had not been made.
+ *   Collectives pair up by name, as in Horovod: a collective named with
+ *   gorovod_name_next pairs with the other ranks' collective of that name,
+ *   whatever its place in each rank's sequence; collectives without a name
+ *   pair by their position among the unnamed ones. Every rank must call
+ *   the same collectives, with the same dtypes and element counts (a
+ *   collective on a process set concerns its members only: see Process
+ *   sets below). They run one at a time on a thread of the library's own,
+ *   in the order they were called where every rank called them in the
+ *   same order; when the ranks' next calls differ, the ranks exchange their
+ *   pending calls and run the first of rank 0's that every rank has
+ *   pending. Ranks that called one collective (same name, or same
+ *   position) differently all get GOROVOD_ERR_MISMATCH for that call,
+ *   never a hang: the ranks compare each call's description before any of
+ *   its data moves, so the next call runs as if it had not been made. A
+ *   named call that no other rank's pairs with fails with
+ *   GOROVOD_ERR_MISMATCH once the ranks have waited the I/O timeout for
+ *   one.
  *
  *   Every collective has an asynchronous form (..._async), which queues it
  *   and returns a handle at once, and a synchronous form, which waits for it.
@@ -86,7 +94,7 @@ extern "C" {
 
 /* The version of this interface; gorovod_abi_version() returns the
  * library's. 2 added the _start calls, 3 the process sets, 4 the shaped
- * allreduce, 5 point-to-point messages. */
+ * allreduce, 5 point-to-point messages and gorovod_name_next. */
 #define GOROVOD_ABI_VERSION 5
 
 typedef enum gorovod_status {
@@ -287,6 +295,17 @@ int gorovod_reducescatter_async(const void *send, int64_t count, void *recv, con
                                 gorovod_handle *handle);
 int gorovod_reducescatter(const void *send, int64_t count, void *recv, const int64_t *recv_counts,
                           int dtype, int op, double prescale, double postscale);
+
+/* Names the next collective the calling thread calls (allreduce,
+ * broadcast, allgather, alltoall or reducescatter, any form, on any
+ * process set; barrier and join take no name and drop it), as Horovod's
+ * name= argument: ranks pair the calls of one name whatever their order
+ * (see THE MODEL). That next call takes the name whether it is accepted or
+ * refused. name NULL or "": none. Up to GOROVOD_MAX_NAME bytes
+ * (GOROVOD_ERR_INVALID_ARGUMENT above). Names of calls in flight should be
+ * unique: with two of one name pending, the older pairs first. */
+#define GOROVOD_MAX_NAME 4096
+int gorovod_name_next(const char *name);
 
 /* Returns once every rank has entered it. */
 int gorovod_barrier_async(gorovod_handle *handle);

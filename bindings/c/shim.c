@@ -60,6 +60,55 @@ static const char forked_msg[] =
     }                                                \
   } while (0)
 
+// ---- The name of the calling thread's next collective ----
+//
+// gorovod_name_next names the next collective the calling thread submits
+// (Horovod's name= argument), kept per thread as the last error is, so that
+// every collective's signature stays as it was. Go takes it as the
+// collective starts (gorovod_take_name_).
+
+static pthread_key_t name_key;
+static pthread_once_t name_once = PTHREAD_ONCE_INIT;
+
+static void name_key_make(void) { pthread_key_create(&name_key, free); }
+
+static const char long_name_msg[] = "gorovod_name_next: a name longer than GOROVOD_MAX_NAME bytes";
+static const char no_memory_msg[] = "gorovod_name_next: out of memory";
+
+int gorovod_name_next(const char *name) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  pthread_once(&name_once, name_key_make);
+  char *copy = NULL;
+  if (name != NULL && name[0] != 0) {
+    size_t n = strnlen(name, GOROVOD_MAX_NAME + 1);
+    if (n > GOROVOD_MAX_NAME) {
+      gorovod_set_error_(long_name_msg, sizeof long_name_msg - 1);
+      return GOROVOD_ERR_INVALID_ARGUMENT;
+    }
+    copy = malloc(n + 1);
+    if (copy == NULL) {
+      gorovod_set_error_(no_memory_msg, sizeof no_memory_msg - 1);
+      return GOROVOD_ERR_FAILED;
+    }
+    memcpy(copy, name, n);
+    copy[n] = 0;
+  }
+  free(pthread_getspecific(name_key));
+  pthread_setspecific(name_key, copy);
+  return GOROVOD_OK;
+}
+
+// gorovod_take_name_ returns the calling thread's next name (NULL: none)
+// and forgets it; the caller frees it.
+char *gorovod_take_name_(void) {
+  pthread_once(&name_once, name_key_make);
+  char *name = pthread_getspecific(name_key);
+  if (name != NULL) {
+    pthread_setspecific(name_key, NULL);
+  }
+  return name;
+}
+
 // ---- The SIGINT watch of the interruptible _start calls ----
 //
 // A call that runs on the calling thread cannot return to its caller

@@ -196,6 +196,13 @@ func TestHorovodAPI(t *testing.T) {
 // Horovod's ValueErrors (see tests/process_sets_test.py).
 func TestProcessSets(t *testing.T) { runEachWorld(t, "tests/process_sets_test.py", 3, 4) }
 
+// TestNamedCalls: named collectives pair by name, as in Horovod: Horovod's
+// duplicate-name pattern (rank 0's named call waits behind a barrier the
+// others enter first) for every kind of collective, named calls started and
+// synchronized in other orders on different ranks, and one name with other
+// sizes failing on every rank (see tests/named_calls_test.py).
+func TestNamedCalls(t *testing.T) { runEachWorld(t, "tests/named_calls_test.py", 2, 3) }
+
 // runEachWorld runs a test script that prints "PASS rank R of N" on each
 // rank: alone for np 0 (a world of one, no `gorovod run`), else in a job of
 // np workers.

@@ -285,16 +285,8 @@ func TestUpstreamElasticWorldChange(t *testing.T) {
 // test/parallel/test_torch.py (at 2626dc8) that fail under gorovod, each
 // with why. TestUpstreamTorchSuite skips them saying so, and fails when one
 // of them passes (so that the list stays true) or when any other fails.
-var horovodTorchDifferences = map[string]string{
-	"test_horovod_allreduce_duplicate_name_error":     duplicateNameOrder,
-	"test_horovod_allgather_duplicate_name_error":     duplicateNameOrder,
-	"test_horovod_broadcast_duplicate_name_error":     duplicateNameOrder,
-	"test_horovod_reducescatter_duplicate_name_error": duplicateNameOrder,
-}
-
-const (
-	duplicateNameOrder = "rank 0 starts a named call and then calls barrier, which rank 1 calls first: Horovod pairs calls by name, gorovod by position, so rank 0's call meets rank 1's barrier and both fail (the duplicate name itself is refused)"
-)
+// None does today.
+var horovodTorchDifferences = map[string]string{}
 
 var torchTestName = regexp.MustCompile(`(?m)^    def (test_\w+)\(self`)
 

@@ -256,6 +256,37 @@ int main(void) {
   OK(gorovod_allreduce(&check, &check, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1));
   CHECK(check == (float)size, "allreduce after the refusals: %g", check);
 
+  // Named calls pair by name whatever their order: the even ranks name
+  // "na" then "nb", the odd ranks "nb" then "na" (of other sizes, so that a
+  // pairing by position would be a mismatch).
+  float na[2] = {1, 1}, nb[3] = {2, 2, 2};
+  gorovod_handle hna = 0, hnb = 0;
+  for (int i = 0; i < 2; i++) {
+    if ((i == 0) == (rank % 2 == 0)) {
+      OK(gorovod_name_next("na"));
+      OK(gorovod_allreduce_async(na, na, 2, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1, &hna));
+    } else {
+      OK(gorovod_name_next("nb"));
+      OK(gorovod_allreduce_async(nb, nb, 3, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1, &hnb));
+    }
+  }
+  OK(gorovod_wait(hna, -1));
+  OK(gorovod_wait(hnb, -1));
+  CHECK(na[1] == (float)size && nb[2] == (float)(2 * size), "named allreduces: %g %g", na[1], nb[2]);
+  // A refused call takes the name it was given (a different one on each
+  // rank, which would pair with nothing): the next call is unnamed again.
+  char refused_name[32];
+  snprintf(refused_name, sizeof refused_name, "refused-%d", rank);
+  OK(gorovod_name_next(refused_name));
+  CHECK(gorovod_allreduce(f, g, 4, 99, GOROVOD_SUM, 1, 1) == GOROVOD_ERR_INVALID_ARGUMENT, "named dtype 99");
+  check = 1;
+  OK(gorovod_allreduce(&check, &check, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1));
+  CHECK(check == (float)size, "the unnamed allreduce after a named refusal: %g", check);
+  static char too_long[GOROVOD_MAX_NAME + 2];
+  memset(too_long, 'x', sizeof too_long - 1);
+  CHECK(gorovod_name_next(too_long) == GOROVOD_ERR_INVALID_ARGUMENT, "a name of %d bytes", GOROVOD_MAX_NAME + 1);
+  OK(gorovod_name_next(NULL));
+
   // Process sets: every rank but the last (the whole world is set 0, so it
   // cannot be added; alone, no other set can be made).
   int32_t everyone[64], ps = -1;

@@ -14,7 +14,7 @@ import (
 )
 
 // A call's description, which every rank compares with every other's before
-// the call moves any data (Engine.agree). The collectives compare their own
+// the call moves any data (Engine.pair, settle). The collectives compare their own
 // frames' headers too, but a difference found there leaves the communicator
 // spent, and only the world's rebuild (a world change the trainer must
 // recover from) makes the next collective possible; some differences (a
@@ -77,6 +77,10 @@ const (
 	fieldRoot
 	fieldPrescale
 	fieldPostscale
+	// fieldKey is the digest of what pairs the call with the other ranks'
+	// (negotiate.go): its name, or, for a call without one, its number
+	// among the unnamed calls on its process set.
+	fieldKey
 	numFields
 )
 
@@ -92,6 +96,7 @@ var fieldNames = [numFields]string{
 	fieldRoot:      "root rank",
 	fieldPrescale:  "prescale factor",
 	fieldPostscale: "postscale factor",
+	fieldKey:       "name",
 }
 
 // description is what every rank must agree on about one call.
@@ -156,6 +161,12 @@ func (d *digest63) put(v int64) {
 	d.h.Write(word[:])
 }
 
+// putString puts s's length and bytes.
+func (d *digest63) putString(s string) {
+	d.put(int64(len(s)))
+	d.h.Write([]byte(s))
+}
+
 func (d *digest63) sum() int64 {
 	if d.h == nil {
 		d.h = fnv.New64a()
@@ -209,11 +220,9 @@ func (d description) String() string {
 	return b.String()
 }
 
-// agree compares d with every rank's description of the call it is about
-// to run (one small allreduce on the call's communicator, on, the world's or
-// a process set's, and an
-// allgather of the descriptions when they differ) and
-// returns a *collective.MismatchError naming the first rank whose call
+// settle decides a call whose description every rank has gathered (all,
+// which differ somewhere) from this rank's d (label: d with its name, for
+// errors): a *collective.MismatchError naming the first rank whose call
 // differs from this one, and what differs, when any does. Every rank
 // gathers the same descriptions, so every rank fails the call, and none
 // has sent any of its data: the communicator stays as it was.
@@ -222,28 +231,22 @@ func (d description) String() string {
 // the others runs with their zeros, after the lowest of the calling ranks
 // has sent them its tensors' layout (layout: dtype and element count of
 // each); any other call fails on the calling ranks, as in Horovod.
-func agree(ctx context.Context, on runOn, d description, layout []int64) error {
-	return on(ctx, func(ctx context.Context, c *collective.Communicator) error {
-		all, err := gatherDescriptions(ctx, c, d)
-		if err != nil || all == nil {
-			return err
+func settle(ctx context.Context, c *collective.Communicator, all []description, d description, label string, layout []int64) error {
+	active, joined := splitJoined(all)
+	for _, r := range active {
+		if f := differs(all[r], d); f >= 0 {
+			return &collective.MismatchError{Peer: r, Field: fieldNames[f], Local: label, Remote: all[r].String()}
 		}
-		active, joined := splitJoined(all)
-		for _, r := range active {
-			if f := differs(all[r], d); f >= 0 {
-				return &collective.MismatchError{Peer: r, Field: fieldNames[f], Local: d.String(), Remote: all[r].String()}
-			}
-		}
-		if len(joined) == 0 {
-			return nil
-		}
-		if callKind(d[fieldKind]) != kindAllreduce {
-			return &collective.MismatchError{Peer: joined[0], Field: "collective (a rank that joined serves only allreduce)",
-				Local: d.String(), Remote: all[joined[0]].String()}
-		}
-		_, err = shareLayout(ctx, c, active[0], layout)
-		return err
-	})
+	}
+	if len(joined) == 0 {
+		return nil
+	}
+	if callKind(d[fieldKind]) != kindAllreduce {
+		return &collective.MismatchError{Peer: joined[0], Field: "collective (a rank that joined serves only allreduce)",
+			Local: label, Remote: all[joined[0]].String()}
+	}
+	_, err := shareLayout(ctx, c, active[0], layout)
+	return err
 }
 
 // allAgree reports whether every rank's description is d, in one small

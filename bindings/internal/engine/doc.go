@@ -5,23 +5,30 @@
 //
 // # Ordering
 //
-// gorovod's collectives pair up by their position in each rank's sequence
-// (there is no negotiation by tensor name, as in Horovod), so the engine runs
-// what it is given strictly in submission order, one call at a time: only
-// the running call touches the session. An asynchronous call returns a
-// Handle at once; Wait or Poll collect it. Every rank must submit the same
-// collectives, with the same dtypes and sizes, in the same order — what a
-// framework's deterministic backward pass does.
+// Calls pair up across the ranks by name, as in Horovod's negotiation: a
+// call given a name (Name) pairs with the other ranks' call of that name,
+// wherever it stands in each rank's queue; a call without one pairs with
+// the other ranks' call of its position among their unnamed calls on the
+// same process set. The engine runs one call at a time: the head of its
+// queue when every rank's head is the same call, else the call the ranks
+// negotiate (negotiate.go). Every rank must submit the same collectives,
+// with the same dtypes and sizes — what a framework's deterministic
+// backward pass does; without names, in the same order. An asynchronous
+// call returns a Handle at once; Wait or Poll collect it.
 //
 // Before a call moves any data, every rank compares its description (the
 // collective, the tensors' dtypes and element counts, an allreduce's
-// tensor shapes where the caller gives them, reduce op, root and scale
-// factors) with every other rank's in one small allreduce (agree.go;
-// the descriptions are gathered only when they differ).
-// Ranks that called different collectives all get a
-// *collective.MismatchError for that call, and the world stays usable for
-// the next one, as Horovod reports a mismatched request and goes on.
-// Config.SkipAgreement leaves the comparison out.
+// tensor shapes where the caller gives them, reduce op, root, scale
+// factors, and the digest of its name or number) with every other rank's
+// in one small allreduce (agree.go; the descriptions are gathered only
+// when they differ). Ranks whose heads have different names exchange their
+// pending calls and run the first of rank 0's that every rank has pending;
+// ranks that called one collective (one name, or one position)
+// differently all get a *collective.MismatchError for that call, and the
+// world stays usable for the next one, as Horovod reports a mismatched
+// request and goes on; calls that no rank's pairs with fail with one after
+// Config.PairTimeout. Config.SkipAgreement leaves the comparison out, and
+// with it the pairing by name.
 //
 // Point-to-point messages (Send, Recv; p2p.go) are the exception: only two
 // ranks take part, when they like, so they run beside the queue, each on a

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"runtime/debug"
+	"slices"
 	stdsync "sync"
 	"sync/atomic"
 	"time"
@@ -46,8 +47,16 @@ type Config struct {
 	// allreduce per call, and leaves Join the barrier it was (see Join). Ranks that then call different collectives get a
 	// *collective.MismatchError only where the collective's frames show the
 	// difference, and the world must be rebuilt before the next collective
-	// (sync.ErrWorldChanged on the ranks that did not see it).
+	// (sync.ErrWorldChanged on the ranks that did not see it). Without the
+	// comparison there is no pairing by name either (negotiate.go): calls
+	// pair by their position in each rank's queue, names or not.
 	SkipAgreement bool
+	// PairTimeout is how long ranks whose next calls differ in name wait
+	// for calls that every rank has pending (see negotiate.go) before each
+	// fails its next call with a *collective.MismatchError. Zero means
+	// Worker.Transport.IOTimeout: as long as a peer may stay silent inside a
+	// collective.
+	PairTimeout time.Duration
 }
 
 // DefaultInlineBytes is Config.InlineBytes' default: transport.InlinePayload.
@@ -129,6 +138,13 @@ type Engine struct {
 
 	inlineBytes int
 	agreement   bool // compare each call's description across the ranks first
+	pairTimeout time.Duration
+
+	// stuckSince is when negotiations began to pair nothing (zero: the last
+	// one paired a call), and backoff the pause before the next one
+	// (negotiate.go). The running call's alone (see running).
+	stuckSince time.Time
+	backoff    time.Duration
 
 	mu      stdsync.Mutex
 	queue   []*call
@@ -147,10 +163,14 @@ type Engine struct {
 	interrupts int64
 	reported   uint64
 	gen        uint64 // counts world changes: a call belongs to the world of its gen
-	stale      error  // a world change the trainer has not acknowledged (Reset)
-	gone       error  // nothing more can run: closed, or excluded from the job
-	closing    bool
-	topo       Topology
+	// unnamed counts the calls without a name submitted on each process
+	// set in this world: the number that pairs each with the other ranks'
+	// (keyLocked).
+	unnamed map[int32]int64
+	stale   error // a world change the trainer has not acknowledged (Reset)
+	gone    error // nothing more can run: closed, or excluded from the job
+	closing bool
+	topo    Topology
 	// sets are the process sets besides the world's (processset.go), and
 	// nextSet the highest id given so far.
 	sets    map[int32]*processSet
@@ -168,6 +188,7 @@ type Engine struct {
 // call is one submitted collective (or commit).
 type call struct {
 	what   string
+	name   string // what pairs it with the other ranks' calls ("": its number; see negotiate.go)
 	gen    uint64
 	set    int32 // the process set it runs on (0: the world)
 	commit bool
@@ -202,10 +223,13 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.InlineBytes == 0 {
 		cfg.InlineBytes = DefaultInlineBytes
 	}
+	if cfg.PairTimeout <= 0 {
+		cfg.PairTimeout = cfg.Worker.Transport.IOTimeout
+	}
 	e := &Engine{
 		log: log, mem: mem, sess: mem.Session(), ctx: ectx, cancel: cancel, inlineBytes: cfg.InlineBytes, interrupts: -1,
-		agreement: !cfg.SkipAgreement,
-		wake:      make(chan struct{}, 1), stopped: make(chan struct{}), handles: make(map[Handle]*call),
+		agreement: !cfg.SkipAgreement, pairTimeout: cfg.PairTimeout, unnamed: make(map[int32]int64),
+		wake: make(chan struct{}, 1), stopped: make(chan struct{}), handles: make(map[Handle]*call),
 		sets: make(map[int32]*processSet), setFuser: fusion.NewFuser(cfg.Worker.Session.FusionBytes),
 	}
 	e.total.Store(-1)
@@ -283,10 +307,22 @@ func (e *Engine) refused() error {
 // queueLocked queues c for the executor (under mu) and returns its handle.
 func (e *Engine) queueLocked(c *call) Handle {
 	c.gen = e.gen
+	e.keyLocked(c)
+	return e.handleLocked(c, false)
+}
+
+// handleLocked gives c a handle and queues it (under mu): first when
+// front (a call that began on its caller's goroutine, older than every
+// queued one), else last.
+func (e *Engine) handleLocked(c *call, front bool) Handle {
 	c.done = make(chan struct{})
 	e.next++
 	e.handles[e.next] = c
-	e.queue = append(e.queue, c)
+	if front {
+		e.queue = slices.Insert(e.queue, 0, c)
+	} else {
+		e.queue = append(e.queue, c)
+	}
 	e.wakeExecutor()
 	return e.next
 }
@@ -345,6 +381,7 @@ func (e *Engine) now(c *call, bytes int, caller Caller) (Handle, error) {
 	}
 	e.running = true
 	c.gen = e.gen
+	e.keyLocked(c)
 	ctx := e.ctx
 	if caller.Interruptible {
 		// The context is made once and kept until an Interrupt uses it up.
@@ -359,17 +396,32 @@ func (e *Engine) now(c *call, bytes int, caller Caller) (Handle, error) {
 	if caller.LockedThread {
 		run = transport.OnLockedThread(ctx)
 	}
-	err := e.execute(run, c)
+	ran, err := e.execute(run, c)
 	e.mu.Lock()
 	e.running = false
 	e.interrupts = -1
-	if caller.Interruptible && ctx.Err() != nil && e.ctx.Err() == nil && err != nil {
+	if ran == c && caller.Interruptible && ctx.Err() != nil && e.ctx.Err() == nil && err != nil {
 		err = fmt.Errorf("%w: %s (%v)", ErrInterrupted, c.what, err)
+	}
+	var h Handle
+	if ran != c {
+		// The ranks paired another call (or none yet): c waits in front of
+		// the queue for the executor, and the caller for its handle.
+		if ran != nil {
+			e.dequeueLocked(ran)
+		}
+		h = e.handleLocked(c, true)
 	}
 	if len(e.queue) > 0 || e.closing {
 		e.wakeExecutor() // what came meanwhile, or Close waiting for the loop
 	}
 	e.mu.Unlock()
+	if ran != c {
+		if ran != nil {
+			ran.finish(err)
+		}
+		return h, nil
+	}
 	c.run = nil
 	return 0, err
 }
@@ -391,8 +443,9 @@ func (e *Engine) Interrupt(interrupts uint64) {
 	}
 }
 
-// loop is the executor: it runs the queued calls one at a time, in order,
-// never while a call runs on its caller's goroutine (now).
+// loop is the executor: it runs the queued calls one at a time, in order
+// (but for the calls the ranks pair by name: see negotiate.go), never while
+// a call runs on its caller's goroutine (now).
 func (e *Engine) loop() {
 	defer close(e.stopped)
 	for {
@@ -406,32 +459,46 @@ func (e *Engine) loop() {
 			<-e.wake
 			continue
 		}
-		c := e.queue[0]
-		e.queue[0] = nil
-		e.queue = e.queue[1:]
+		head := e.queue[0]
 		gen, gone := e.gen, e.gone
 		e.running = true
 		e.mu.Unlock()
+		var (
+			ran *call
+			err error
+		)
 		switch {
 		case gone != nil:
-			c.finish(gone)
+			ran, err = head, gone
 		case e.ctx.Err() != nil:
-			c.finish(ErrClosed)
-		case c.gen != gen:
-			c.finish(fmt.Errorf("%w: this %s was submitted before the world changed, and was not run", gsync.ErrWorldChanged, c.what))
+			ran, err = head, ErrClosed
+		case head.gen != gen:
+			ran, err = head, fmt.Errorf("%w: this %s was submitted before the world changed, and was not run", gsync.ErrWorldChanged, head.what)
 		default:
-			c.finish(e.execute(e.ctx, c))
+			ran, err = e.execute(e.ctx, head)
+		}
+		if ran != nil {
+			e.mu.Lock()
+			e.dequeueLocked(ran)
+			e.mu.Unlock()
+			ran.finish(err)
 		}
 		e.mu.Lock()
 		e.running = false
 		e.mu.Unlock()
+		if ran == nil {
+			e.pause()
+		}
 	}
 }
 
-// execute runs c on the session with ctx and records what happened to the
-// world.
-func (e *Engine) execute(ctx context.Context, c *call) (err error) {
+// execute runs head, or the pending call that the ranks pair (see
+// negotiate.go), on the session with ctx, and records what happened to the
+// world. It returns the call that ran (or failed) and its result; nil when
+// no call paired yet.
+func (e *Engine) execute(ctx context.Context, head *call) (c *call, err error) {
 	before := e.sess.World().Number
+	c = head
 	if c.commit {
 		if n := e.samples.Swap(0); n > 0 {
 			e.sess.RecordSamples(int(n))
@@ -449,28 +516,39 @@ func (e *Engine) execute(ctx context.Context, c *call) (err error) {
 		// Calls that are not collectives (the adaptive batch size's
 		// bookkeeping: its start, the global batch, a micro-batch's norm)
 		// have no description and nothing to agree on.
-		if e.agreement && !c.commit && !c.joins && c.desc[fieldKind] != 0 {
-			if err = agree(ctx, e.onSet(e.sess, c.set), c.desc, c.layout); err != nil {
+		if e.agreement && head.agrees() {
+			c, err = e.pair(ctx, head)
+			if c != nil {
+				e.stuckSince, e.backoff = time.Time{}, 0 // a call paired
+			}
+			if err != nil || c == nil {
 				return
 			}
 		}
 		err = c.run(ctx, e.sess)
 	}()
 	after := e.sess.World().Number
+	if c == nil {
+		if after == before && err == nil {
+			return nil, nil
+		}
+		c = head
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.comm = e.sess.Communicator()
 	if errors.Is(err, gsync.ErrExcluded) {
 		e.gone = err
-		return err
+		return c, err
 	}
 	if e.ctx.Err() != nil && err != nil {
-		return ErrClosed
+		return c, ErrClosed
 	}
 	if after == before {
-		return err
+		return c, err
 	}
 	e.gen++
+	clear(e.unnamed)
 	e.topo = topology(e.sess)
 	e.dropSets() // their ranks were the old world's
 	if err == nil && c.commit {
@@ -478,7 +556,7 @@ func (e *Engine) execute(ctx context.Context, c *call) (err error) {
 	}
 	e.stale = fmt.Errorf("%w: the world changed (now %d workers, world %d) and the trainer has not re-synchronized its state yet (Reset)", gsync.ErrWorldChanged, e.topo.Size, e.topo.World)
 	e.log.Info("the world changed", "call", c.what, "world", after, "rank", e.topo.Rank, "size", e.topo.Size, "err", err)
-	return err
+	return c, err
 }
 
 func (c *call) finish(err error) {

@@ -15,7 +15,8 @@ import (
 // The collectives. Each checks its arguments, queues the call and returns
 // its handle; buffers must stay valid and untouched until the handle
 // completes. Every rank must submit the same calls with the same dtypes and
-// sizes in the same order.
+// sizes, in the same order where they have no name (Name: see
+// negotiate.go). The ...On forms take CallOptions.
 
 // Allreduce reduces each recv[i] in place across the world, after copying
 // send[i] into it when they are different memory (send may be nil: in
@@ -36,12 +37,12 @@ func (e *Engine) AllreduceOn(set int32, send, recv []collective.Buffer, how gsyn
 // element count): ranks whose tensors hold as many elements in other shapes
 // all fail the call with a *collective.MismatchError, as Horovod refuses
 // them, and the world stays usable.
-func (e *Engine) AllreduceShapedOn(set int32, send, recv []collective.Buffer, shapes [][]int64, how gsync.Reduction) (Handle, error) {
+func (e *Engine) AllreduceShapedOn(set int32, send, recv []collective.Buffer, shapes [][]int64, how gsync.Reduction, opts ...CallOption) (Handle, error) {
 	c, _, err := e.allreduceCall(set, send, recv, shapes, how)
 	if err != nil {
 		return 0, err
 	}
-	return e.submit(c)
+	return e.submit(c.with(opts))
 }
 
 // AllreduceNow is Allreduce for a caller that waits for it at once: a small
@@ -60,12 +61,12 @@ func (e *Engine) AllreduceNowOn(set int32, send, recv []collective.Buffer, how g
 
 // AllreduceShapedNowOn is AllreduceNowOn of shaped tensors, as
 // AllreduceShapedOn.
-func (e *Engine) AllreduceShapedNowOn(set int32, send, recv []collective.Buffer, shapes [][]int64, how gsync.Reduction, caller Caller) (Handle, error) {
+func (e *Engine) AllreduceShapedNowOn(set int32, send, recv []collective.Buffer, shapes [][]int64, how gsync.Reduction, caller Caller, opts ...CallOption) (Handle, error) {
 	c, bytes, err := e.allreduceCall(set, send, recv, shapes, how)
 	if err != nil {
 		return 0, err
 	}
-	return e.now(c, bytes, caller)
+	return e.now(c.with(opts), bytes, caller)
 }
 
 // allreduceCall checks an allreduce and returns the call and its bytes.
@@ -178,12 +179,12 @@ func (e *Engine) Broadcast(bufs []collective.Buffer, root int) (Handle, error) {
 
 // BroadcastOn is Broadcast among the members of process set set (0: the
 // world); root is a world rank, a member of the set.
-func (e *Engine) BroadcastOn(set int32, bufs []collective.Buffer, root int) (Handle, error) {
+func (e *Engine) BroadcastOn(set int32, bufs []collective.Buffer, root int, opts ...CallOption) (Handle, error) {
 	c, _, err := e.broadcastCall(set, bufs, root)
 	if err != nil {
 		return 0, err
 	}
-	return e.submit(c)
+	return e.submit(c.with(opts))
 }
 
 // BroadcastNow is Broadcast for a caller that waits for it at once, as
@@ -193,12 +194,12 @@ func (e *Engine) BroadcastNow(bufs []collective.Buffer, root int, caller Caller)
 }
 
 // BroadcastNowOn is BroadcastNow on process set set.
-func (e *Engine) BroadcastNowOn(set int32, bufs []collective.Buffer, root int, caller Caller) (Handle, error) {
+func (e *Engine) BroadcastNowOn(set int32, bufs []collective.Buffer, root int, caller Caller, opts ...CallOption) (Handle, error) {
 	c, bytes, err := e.broadcastCall(set, bufs, root)
 	if err != nil {
 		return 0, err
 	}
-	return e.now(c, bytes, caller)
+	return e.now(c.with(opts), bytes, caller)
 }
 
 func (e *Engine) broadcastCall(set int32, bufs []collective.Buffer, root int) (*call, int, error) {
@@ -233,7 +234,7 @@ func (e *Engine) Allgather(send, recv collective.Buffer, counts []int) (Handle, 
 
 // AllgatherOn is Allgather among the members of process set set (0: the
 // world): counts has an entry per member, in rank order.
-func (e *Engine) AllgatherOn(set int32, send, recv collective.Buffer, counts []int) (Handle, error) {
+func (e *Engine) AllgatherOn(set int32, send, recv collective.Buffer, counts []int, opts ...CallOption) (Handle, error) {
 	if err := checkBuffers("allgather", send, recv); err != nil {
 		return 0, err
 	}
@@ -254,11 +255,11 @@ func (e *Engine) AllgatherOn(set int32, send, recv collective.Buffer, counts []i
 		return 0, fmt.Errorf("%w: allgather of %d elements in all into %d", ErrInvalid, total, recv.Count)
 	}
 	counts = slices.Clone(counts)
-	return e.submit(&call{what: "allgather", set: set, desc: describe(kindAllgather, []collective.Buffer{recv}, counts, nil, 0), run: func(ctx context.Context, s *gsync.Session) error {
+	return e.submit((&call{what: "allgather", set: set, desc: describe(kindAllgather, []collective.Buffer{recv}, counts, nil, 0), run: func(ctx context.Context, s *gsync.Session) error {
 		return e.collectiveOn(ctx, s, set, func(ctx context.Context, c *collective.Communicator) error {
 			return c.AllgatherV(ctx, send, recv, counts)
 		})
-	}})
+	}}).with(opts))
 }
 
 // Alltoall sends sendCounts[r] elements of send, in rank order, to each
@@ -269,7 +270,7 @@ func (e *Engine) Alltoall(send collective.Buffer, sendCounts []int, recv collect
 
 // AlltoallOn is Alltoall among the members of process set set (0: the
 // world): the counts have an entry per member, in rank order.
-func (e *Engine) AlltoallOn(set int32, send collective.Buffer, sendCounts []int, recv collective.Buffer, recvCounts []int) (Handle, error) {
+func (e *Engine) AlltoallOn(set int32, send collective.Buffer, sendCounts []int, recv collective.Buffer, recvCounts []int, opts ...CallOption) (Handle, error) {
 	if err := checkBuffers("alltoall", send, recv); err != nil {
 		return 0, err
 	}
@@ -295,11 +296,11 @@ func (e *Engine) AlltoallOn(set int32, send collective.Buffer, sendCounts []int,
 	// The ranks' counts differ: only the dtype must agree.
 	desc := describe(kindAlltoall, nil, nil, nil, 0)
 	desc[fieldDType] = int64(send.DType)
-	return e.submit(&call{what: "alltoall", set: set, desc: desc, run: func(ctx context.Context, s *gsync.Session) error {
+	return e.submit((&call{what: "alltoall", set: set, desc: desc, run: func(ctx context.Context, s *gsync.Session) error {
 		return e.collectiveOn(ctx, s, set, func(ctx context.Context, c *collective.Communicator) error {
 			return c.AlltoallV(ctx, send, sendCounts, recv, recvCounts)
 		})
-	}})
+	}}).with(opts))
 }
 
 // ReduceScatter reduces send across the world and leaves counts[r]
@@ -310,7 +311,7 @@ func (e *Engine) ReduceScatter(send, recv collective.Buffer, counts []int, how g
 
 // ReduceScatterOn is ReduceScatter among the members of process set set
 // (0: the world): counts has an entry per member, in rank order.
-func (e *Engine) ReduceScatterOn(set int32, send, recv collective.Buffer, counts []int, how gsync.Reduction) (Handle, error) {
+func (e *Engine) ReduceScatterOn(set int32, send, recv collective.Buffer, counts []int, how gsync.Reduction, opts ...CallOption) (Handle, error) {
 	how, err := checkReduce(how)
 	if err != nil {
 		return 0, err
@@ -336,12 +337,12 @@ func (e *Engine) ReduceScatterOn(set int32, send, recv collective.Buffer, counts
 		return 0, fmt.Errorf("%w: reducescatter: counts add up to %d (tensor %d), this rank's is %d (receive tensor %d)", ErrInvalid, total, send.Count, counts[rank], recv.Count)
 	}
 	counts = slices.Clone(counts)
-	opts := []collective.Option{collective.Prescale(how.Prescale), collective.Postscale(how.Postscale)}
-	return e.submit(&call{what: "reducescatter", set: set, desc: describe(kindReduceScatter, []collective.Buffer{send}, counts, &how, 0), run: func(ctx context.Context, s *gsync.Session) error {
+	scaling := []collective.Option{collective.Prescale(how.Prescale), collective.Postscale(how.Postscale)}
+	return e.submit((&call{what: "reducescatter", set: set, desc: describe(kindReduceScatter, []collective.Buffer{send}, counts, &how, 0), run: func(ctx context.Context, s *gsync.Session) error {
 		return e.collectiveOn(ctx, s, set, func(ctx context.Context, c *collective.Communicator) error {
-			return c.ReduceScatterV(ctx, send, recv, counts, how.Op, opts...)
+			return c.ReduceScatterV(ctx, send, recv, counts, how.Op, scaling...)
 		})
-	}})
+	}}).with(opts))
 }
 
 // Barrier returns on every rank once every rank has entered it.

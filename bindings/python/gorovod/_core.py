@@ -201,6 +201,7 @@ def _prototypes(lib):
         "gorovod_alltoall_async": [c_void_p, c_void_p, c_void_p, c_void_p, c_int, p_u64],
         "gorovod_reducescatter_async": [c_void_p, c_i64, c_void_p, c_void_p, c_int, c_int, c_double, c_double, p_u64],
         "gorovod_barrier_async": [p_u64],
+        "gorovod_name_next": [ctypes.c_char_p],  # ABI 5
         "gorovod_allreduce_start": [c_void_p, c_void_p, c_i64, c_int, c_int, c_double, c_double, c_int, p_u64],
         "gorovod_grouped_allreduce_start": [c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_double, c_double,
                                             c_int, p_u64],
@@ -448,16 +449,28 @@ def _u64():
     return ctypes.c_uint64()
 
 
-def allreduce_async(send, recv, count, dtype, op, prescale, postscale, keep, ps=0, shape=None):
+def _lib_named(name):
+    """The library, with name given to the calling thread's next collective
+    (gorovod_name_next; None: none): ranks pair calls of one name whatever
+    their order, calls without one by their order."""
+    l = lib()
+    if name is not None:
+        _raise(l.gorovod_name_next(str(name).encode()))
+    return l
+
+
+def allreduce_async(send, recv, count, dtype, op, prescale, postscale, keep, ps=0, shape=None, name=None):
     """ps: the process set (0: the world), as for every collective here;
     shape: the tensor's dimensions, which every rank compares (None: one
-    dimension of count elements)."""
+    dimension of count elements); name: what pairs the call with the other
+    ranks' (None: its order among the unnamed calls), as for every
+    collective here."""
     if ps or shape is not None:
         return grouped_allreduce_async([send], [recv], [count], [dtype], op, prescale, postscale, keep, ps,
-                                       None if shape is None else [shape])
+                                       None if shape is None else [shape], name)
     h = _u64()
-    return _issue(lib().gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale, ctypes.byref(h)),
-                  h, keep)
+    return _issue(_lib_named(name).gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale,
+                                                           ctypes.byref(h)), h, keep)
 
 
 def _array(ctype, values):
@@ -478,62 +491,67 @@ def _shape_arrays(shapes):
             _array(ctypes.c_int64, [int(d) for sh in shapes for d in sh]))
 
 
-def grouped_allreduce_async(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0, shapes=None):
+def grouped_allreduce_async(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0, shapes=None, name=None):
     """shapes: each tensor's dimensions, which every rank compares (None:
     one dimension of its count each)."""
     n, s, r, c, d = _grouped_arrays(sends, recvs, counts, dtypes)
     h = _u64()
+    l = _lib_named(name)
     if shapes is not None:
         nd, dims = _shape_arrays(shapes)
-        rc = lib().gorovod_grouped_allreduce_shaped_async(ps, n, s, r, c, d, nd, dims, op, prescale, postscale,
+        rc = l.gorovod_grouped_allreduce_shaped_async(ps, n, s, r, c, d, nd, dims, op, prescale, postscale,
                                                           ctypes.byref(h))
         return _issue(rc, h, (keep, s, r, c, d, nd, dims))
     if ps:
-        rc = lib().gorovod_grouped_allreduce_ps_async(ps, n, s, r, c, d, op, prescale, postscale, ctypes.byref(h))
+        rc = l.gorovod_grouped_allreduce_ps_async(ps, n, s, r, c, d, op, prescale, postscale, ctypes.byref(h))
     else:
-        rc = lib().gorovod_grouped_allreduce_async(n, s, r, c, d, op, prescale, postscale, ctypes.byref(h))
+        rc = l.gorovod_grouped_allreduce_async(n, s, r, c, d, op, prescale, postscale, ctypes.byref(h))
     return _issue(rc, h, (keep, s, r, c, d))
 
 
-def broadcast_async(bufs, counts, dtypes, root, keep, ps=0):
+def broadcast_async(bufs, counts, dtypes, root, keep, ps=0, name=None):
     n, _, b, c, d = _grouped_arrays(None, bufs, counts, dtypes)
     h = _u64()
+    l = _lib_named(name)
     if ps:
-        rc = lib().gorovod_grouped_broadcast_ps_async(ps, n, b, c, d, root, ctypes.byref(h))
+        rc = l.gorovod_grouped_broadcast_ps_async(ps, n, b, c, d, root, ctypes.byref(h))
     else:
-        rc = lib().gorovod_grouped_broadcast_async(n, b, c, d, root, ctypes.byref(h))
+        rc = l.gorovod_grouped_broadcast_async(n, b, c, d, root, ctypes.byref(h))
     return _issue(rc, h, (keep, b, c, d))
 
 
-def allgather_async(send, count, recv, recv_counts, dtype, keep, ps=0):
+def allgather_async(send, count, recv, recv_counts, dtype, keep, ps=0, name=None):
     rc = _array(ctypes.c_int64, recv_counts) if recv_counts is not None else None
     h = _u64()
+    l = _lib_named(name)
     if ps:
-        status = lib().gorovod_allgather_ps_async(ps, send, count, recv, rc, dtype, ctypes.byref(h))
+        status = l.gorovod_allgather_ps_async(ps, send, count, recv, rc, dtype, ctypes.byref(h))
     else:
-        status = lib().gorovod_allgather_async(send, count, recv, rc, dtype, ctypes.byref(h))
+        status = l.gorovod_allgather_async(send, count, recv, rc, dtype, ctypes.byref(h))
     return _issue(status, h, (keep, rc))
 
 
-def alltoall_async(send, send_counts, recv, recv_counts, dtype, keep, ps=0):
+def alltoall_async(send, send_counts, recv, recv_counts, dtype, keep, ps=0, name=None):
     sc, rc = _array(ctypes.c_int64, send_counts), _array(ctypes.c_int64, recv_counts)
     h = _u64()
+    l = _lib_named(name)
     if ps:
-        status = lib().gorovod_alltoall_ps_async(ps, send, sc, recv, rc, dtype, ctypes.byref(h))
+        status = l.gorovod_alltoall_ps_async(ps, send, sc, recv, rc, dtype, ctypes.byref(h))
     else:
-        status = lib().gorovod_alltoall_async(send, sc, recv, rc, dtype, ctypes.byref(h))
+        status = l.gorovod_alltoall_async(send, sc, recv, rc, dtype, ctypes.byref(h))
     return _issue(status, h, (keep, sc, rc))
 
 
-def reducescatter_async(send, count, recv, recv_counts, dtype, op, prescale, postscale, keep, ps=0):
+def reducescatter_async(send, count, recv, recv_counts, dtype, op, prescale, postscale, keep, ps=0, name=None):
     rc = _array(ctypes.c_int64, recv_counts)
     h = _u64()
+    l = _lib_named(name)
     if ps:
-        status = lib().gorovod_reducescatter_ps_async(ps, send, count, recv, rc, dtype, op, prescale, postscale,
-                                                      ctypes.byref(h))
+        status = l.gorovod_reducescatter_ps_async(ps, send, count, recv, rc, dtype, op, prescale, postscale,
+                                                  ctypes.byref(h))
     else:
-        status = lib().gorovod_reducescatter_async(send, count, recv, rc, dtype, op, prescale, postscale,
-                                                   ctypes.byref(h))
+        status = l.gorovod_reducescatter_async(send, count, recv, rc, dtype, op, prescale, postscale,
+                                               ctypes.byref(h))
     return _issue(status, h, (keep, rc))
 
 
@@ -617,14 +635,14 @@ def _start_flags():
     return None
 
 
-def _run(start, queue, keep):
+def _run(start, queue, keep, name=None):
     """Runs a synchronous call: start(lib, flags, handle) calls its _start
-    function, queue(lib, handle) its _async one. A call that ran on this
-    thread has no handle (0) and returned its result; a queued one is waited
-    for."""
+    function, queue(lib, handle) its _async one (named name). A call that
+    ran on this thread has no handle (0) and returned its result; a queued
+    one is waited for."""
     global _interrupted
     flags = _start_flags()
-    l = lib()
+    l = _lib_named(name)
     h = _u64()
     try:
         rc = queue(l, ctypes.byref(h)) if flags is None else start(l, flags, ctypes.byref(h))
@@ -639,17 +657,17 @@ def _run(start, queue, keep):
         wait(h.value)
 
 
-def allreduce(send, recv, count, dtype, op, prescale, postscale, keep, ps=0, shape=None):
+def allreduce(send, recv, count, dtype, op, prescale, postscale, keep, ps=0, shape=None, name=None):
     """The synchronous allreduce_async."""
     if ps or shape is not None:
         grouped_allreduce([send], [recv], [count], [dtype], op, prescale, postscale, keep, ps,
-                          None if shape is None else [shape])
+                          None if shape is None else [shape], name)
         return
     _run(lambda l, flags, h: l.gorovod_allreduce_start(send, recv, count, dtype, op, prescale, postscale, flags, h),
-         lambda l, h: l.gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale, h), keep)
+         lambda l, h: l.gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale, h), keep, name)
 
 
-def grouped_allreduce(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0, shapes=None):
+def grouped_allreduce(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0, shapes=None, name=None):
     """The synchronous grouped_allreduce_async."""
     n, s, r, c, d = _grouped_arrays(sends, recvs, counts, dtypes)
     if shapes is not None:
@@ -658,27 +676,28 @@ def grouped_allreduce(sends, recvs, counts, dtypes, op, prescale, postscale, kee
                                                                           postscale, flags, h),
              lambda l, h: l.gorovod_grouped_allreduce_shaped_async(ps, n, s, r, c, d, nd, dims, op, prescale,
                                                                    postscale, h),
-             (keep, s, r, c, d, nd, dims))
+             (keep, s, r, c, d, nd, dims), name)
         return
     if ps:
         _run(lambda l, flags, h: l.gorovod_grouped_allreduce_ps_start(ps, n, s, r, c, d, op, prescale, postscale, flags,
                                                                       h),
              lambda l, h: l.gorovod_grouped_allreduce_ps_async(ps, n, s, r, c, d, op, prescale, postscale, h),
-             (keep, s, r, c, d))
+             (keep, s, r, c, d), name)
         return
     _run(lambda l, flags, h: l.gorovod_grouped_allreduce_start(n, s, r, c, d, op, prescale, postscale, flags, h),
-         lambda l, h: l.gorovod_grouped_allreduce_async(n, s, r, c, d, op, prescale, postscale, h), (keep, s, r, c, d))
+         lambda l, h: l.gorovod_grouped_allreduce_async(n, s, r, c, d, op, prescale, postscale, h), (keep, s, r, c, d),
+         name)
 
 
-def broadcast(bufs, counts, dtypes, root, keep, ps=0):
+def broadcast(bufs, counts, dtypes, root, keep, ps=0, name=None):
     """The synchronous broadcast_async."""
     n, _, b, c, d = _grouped_arrays(None, bufs, counts, dtypes)
     if ps:
         _run(lambda l, flags, h: l.gorovod_grouped_broadcast_ps_start(ps, n, b, c, d, root, flags, h),
-             lambda l, h: l.gorovod_grouped_broadcast_ps_async(ps, n, b, c, d, root, h), (keep, b, c, d))
+             lambda l, h: l.gorovod_grouped_broadcast_ps_async(ps, n, b, c, d, root, h), (keep, b, c, d), name)
         return
     _run(lambda l, flags, h: l.gorovod_grouped_broadcast_start(n, b, c, d, root, flags, h),
-         lambda l, h: l.gorovod_grouped_broadcast_async(n, b, c, d, root, h), (keep, b, c, d))
+         lambda l, h: l.gorovod_grouped_broadcast_async(n, b, c, d, root, h), (keep, b, c, d), name)
 
 
 # ---- Elastic ----

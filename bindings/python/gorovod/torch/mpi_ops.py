@@ -1,17 +1,20 @@
 """The collectives on torch tensors, with Horovod's signatures.
 
-Differences from Horovod, all of them because gorovod pairs collectives by
-their position in each rank's sequence rather than by name:
+Collectives pair across the ranks as in Horovod: a call given a ``name``
+pairs with the other ranks' call of that name, whatever its order in each
+rank's sequence; calls without one pair by their order among the unnamed
+calls (Horovod names them by a counter). Differences from Horovod:
 
-- every rank must call the same collectives in the same order (``name`` is
-  only checked for duplicates among the calls in flight, as Horovod does);
-- ranks that call different collectives (another kind, dtype, element count,
-  op, root or scale factor) get MismatchError, a RuntimeError, on every
-  rank: the library compares each call's description across the ranks
+- a name stays in flight (a second call of that name raises ValueError)
+  until its handle is synchronized, not until the call completes;
+- ranks that call one collective differently (another kind, dtype, element
+  count, op, root or scale factor) get MismatchError, a RuntimeError, on
+  every rank: the library compares each call's description across the ranks
   before it moves any data, so only that call fails and the next ones run;
-  shapes that differ but hold the same number of elements are not detected
-  by allreduce and broadcast (allgather, alltoall and reducescatter exchange
-  shapes first and check them);
+  a named call that no other rank's pairs with fails so after the I/O
+  timeout; allreduce compares shapes, broadcast only element counts
+  (allgather, alltoall and reducescatter exchange shapes first and check
+  them; a named one does so on a thread of its own, see _ChainHandle);
 - ``join()`` serves the others' allreduces with zeros, as Horovod's does;
   their other collectives fail while a rank has joined.
 
@@ -23,6 +26,7 @@ is not wired into the C ABI, and it has never run on a GPU.
 
 import functools
 import inspect
+import threading
 import warnings
 import zlib
 
@@ -400,8 +404,40 @@ class _GroupHandle(object):
         self.handles = handles
 
 
+class _ChainHandle(object):
+    """The handle of a named call the binding makes in two steps, every
+    rank's shape first and then the data (allgather, alltoall,
+    reducescatter): a thread of its own waits for the first and submits the
+    second, so that the ranks' named calls pair by name whatever order they
+    make and synchronize them in (a caller waiting for the first step would
+    hold up its later calls, which another rank may be waiting for)."""
+
+    def __init__(self, first, then):
+        self.handle, self.error, self.collected = None, None, False
+        self.done = threading.Event()
+
+        def run():
+            try:
+                _core.wait(first)
+                self.handle = then()
+            except BaseException as e:  # raised by synchronize
+                self.error = e
+            finally:
+                self.done.set()
+        threading.Thread(target=run, name="gorovod named call", daemon=True).start()
+
+    def wait(self):
+        """The second step's handle, once submitted; raises the error of
+        either step's submission or of the first step."""
+        while not self.done.wait(0.1):  # in slices: Ctrl-C stays possible
+            pass
+        if self.error is not None:
+            raise self.error
+        return self.handle
+
+
 # The names of the asynchronous calls in flight -> their handle, and back:
-# Horovod refuses a second call with the name of one that has not completed.
+# Horovod refuses a second call with the name of one in flight.
 _names = {}
 _handle_names = {}
 
@@ -409,7 +445,10 @@ _handle_names = {}
 def _named(fn):
     """Makes the asynchronous call fn refuse a name that a call still in
     flight was given (ValueError, as Horovod's duplicate name error), and
-    remember the name of the call it starts until that completes."""
+    remember the name of the call it starts until that is synchronized. (In
+    flight: until synchronize collects it, rather than until it completes as
+    in Horovod, so that a refusal does not depend on how fast the call
+    ran.)"""
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
@@ -418,7 +457,7 @@ def _named(fn):
         if name is None:
             return fn(*args, **kwargs)
         earlier = _names.get(name)
-        if earlier is not None and not _completed(earlier):
+        if earlier is not None and not _collected(earlier):
             raise ValueError("gorovod: a collective named %r is still in flight: names of calls in flight must be "
                              "unique (synchronize the first one before reusing its name)" % (name,))
         handle = fn(*args, **kwargs)
@@ -428,10 +467,17 @@ def _named(fn):
     return call
 
 
-def _completed(handle):
+def _collected(handle):
+    """Whether handle was collected: synchronized, or drained after a world
+    change."""
+    if isinstance(handle, _ChainHandle):
+        return handle.collected
+    if isinstance(handle, _GroupHandle):
+        return all(_collected(h) for h in handle.handles)
     try:
-        return poll(handle)
-    except ValueError:  # collected already (drained after a world change)
+        poll(handle)
+        return False
+    except ValueError:
         return True
 
 
@@ -445,6 +491,12 @@ def poll(handle):
     """True once the asynchronous call has completed."""
     if isinstance(handle, _GroupHandle):
         return all(poll(h) for h in handle.handles)
+    if isinstance(handle, _ChainHandle):
+        if handle.collected:
+            raise ValueError("gorovod: the call was synchronized already")
+        if not handle.done.is_set():
+            return False
+        return handle.error is not None or poll(handle.handle)
     return _core.poll(handle)
 
 
@@ -452,6 +504,11 @@ def synchronize(handle):
     """Waits for an asynchronous call and returns its output. Raises
     HorovodInternalError when the world changed under it."""
     _forget_name(handle)
+    if isinstance(handle, _ChainHandle):
+        if handle.collected:
+            raise ValueError("gorovod: the call was synchronized already")
+        handle.collected = True
+        return synchronize(handle.wait())
     if isinstance(handle, _GroupHandle):
         outputs, failure = [], None
         for h in handle.handles:  # every one collected, even after a failure
@@ -540,7 +597,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     src, n, dt = _check_tensor(tensor, "allreduce")
     dst = src if output is tensor else _check_tensor(output, "allreduce")[0]
     args = (src, dst, n, dt, op, float(prescale_factor), float(postscale_factor), (tensor, output), ps,
-            _shape(tensor))
+            _shape(tensor), name)
     if now:
         _core.allreduce(*args)
         return output
@@ -604,7 +661,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     return compression.decompress(reduced, ctx)
 
 
-def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_factor, process_set, now=False):
+def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_factor, process_set, now=False,
+                             name=None):
     """Starts a grouped allreduce and returns its handle; with now, runs it
     (a small one on this thread) and returns the outputs."""
     ps = _check_process_set(process_set)
@@ -615,7 +673,7 @@ def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_fa
         if prescale_factor != 1.0:
             tensors = [_scaled(t, prescale_factor) for t in tensors]
         op, post = _scale_plan(op, prescale_factor, postscale_factor, process_set)
-        result = _grouped_allreduce_async(tensors, outputs, op, 1.0, 1.0, process_set, now)
+        result = _grouped_allreduce_async(tensors, outputs, op, 1.0, 1.0, process_set, now, name)
         finish = _finish_scaled(list(outputs), post)
         if now:
             return finish()
@@ -634,7 +692,7 @@ def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_fa
     shapes = None if all(sh is None for sh in shapes) else [(t.numel(),) if sh is None else sh
                                                               for t, sh in zip(tensors, shapes)]
     args = (send, recv, counts, dtypes, op, float(prescale_factor), float(postscale_factor),
-            (list(tensors), list(outputs)), ps, shapes)
+            (list(tensors), list(outputs)), ps, shapes, name)
     if now:
         _core.grouped_allreduce(*args)
         return list(outputs)
@@ -648,7 +706,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     fused into few collectives; synchronize returns new tensors."""
     op = _op(op, average)
     return _grouped_allreduce_async(list(tensors), [torch.empty_like(t) for t in tensors], op, prescale_factor,
-                                    postscale_factor, process_set)
+                                    postscale_factor, process_set, name=name)
 
 
 @_named
@@ -656,14 +714,14 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              process_set=global_process_set):
     op = _op(op, average)
     tensors = list(tensors)
-    return _grouped_allreduce_async(tensors, tensors, op, prescale_factor, postscale_factor, process_set)
+    return _grouped_allreduce_async(tensors, tensors, op, prescale_factor, postscale_factor, process_set, name=name)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set):
     tensors = list(tensors)
     return _grouped_allreduce_async(tensors, tensors, _op(op, average), prescale_factor, postscale_factor, process_set,
-                                    now=True)
+                                    now=True, name=name)
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
@@ -672,7 +730,7 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
         ctx.average, ctx.op = average, op
         ctx.prescale_factor, ctx.postscale_factor, ctx.process_set = prescale_factor, postscale_factor, process_set
         return tuple(_grouped_allreduce_async(list(tensors), [torch.empty_like(t) for t in tensors], _op(op, average),
-                                              prescale_factor, postscale_factor, process_set, now=True))
+                                              prescale_factor, postscale_factor, process_set, now=True, name=name))
 
     @staticmethod
     def backward(ctx, *grad_output):
@@ -693,40 +751,40 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 
 # ---- Broadcast ----
 
-def _broadcast_async(tensor, root_rank, process_set, now=False):
+def _broadcast_async(tensor, root_rank, process_set, now=False, name=None):
     """Starts copying root_rank's tensor into every other worker's and
     returns the library's handle; with now, runs it (a small one on this
     thread) and returns tensor."""
     ps = _check_process_set(process_set)
     p, n, dt = _check_tensor(tensor, "broadcast", reducing=False)
     if now:
-        _core.broadcast([p], [n], [dt], int(root_rank), tensor, ps)
+        _core.broadcast([p], [n], [dt], int(root_rank), tensor, ps, name)
         return tensor
-    return _core.broadcast_async([p], [n], [dt], int(root_rank), tensor, ps)
+    return _core.broadcast_async([p], [n], [dt], int(root_rank), tensor, ps, name)
 
 
 @_named
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts copying root_rank's tensor into every other worker's, in place."""
-    return _handle(_broadcast_async(tensor, root_rank, process_set), tensor)
+    return _handle(_broadcast_async(tensor, root_rank, process_set, name=name), tensor)
 
 
 @_named
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts a broadcast into a new tensor (the input is not modified)."""
     output = tensor.clone()
-    return _handle(_broadcast_async(output, root_rank, process_set), output)
+    return _handle(_broadcast_async(output, root_rank, process_set, name=name), output)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    return _broadcast_async(tensor, root_rank, process_set, now=True)
+    return _broadcast_async(tensor, root_rank, process_set, now=True, name=name)
 
 
 class HorovodBroadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank, ctx.process_set = root_rank, process_set
-        return _broadcast_async(tensor.clone(), root_rank, process_set, now=True)
+        return _broadcast_async(tensor.clone(), root_rank, process_set, now=True, name=name)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -764,13 +822,38 @@ def _shapes(tensor, what, process_set=None):
     """Every rank's (first dimension, the rest of the shape) of tensor, in
     the process set's rank order; the ranks' dtypes and trailing shapes must
     agree."""
+    h, finish = _shapes_async(tensor, what, process_set)
+    _core.wait(h)
+    return finish()
+
+
+def _after_shapes(tensor, what, process_set, name, then):
+    """What then(firsts, rest) returns (the handle of the data's call) once
+    every rank's shape of tensor is known (_shapes): at once for an unnamed
+    call; for a named one, a _ChainHandle, after an exchange named after the
+    call."""
+    if name is None:
+        return then(*_shapes(tensor, what, process_set))
+    h, finish = _shapes_async(tensor, what, process_set, "%s.shape" % (name,))
+    return _ChainHandle(h, lambda: then(*finish()))
+
+
+def _shapes_async(tensor, what, process_set=None, name=None):
+    """Starts _shapes: its handle, and what returns its result once the
+    handle has completed."""
     shape = tuple(tensor.shape) if tensor.dim() > 0 else (1,)
     rest = shape[1:]
     key = zlib.crc32(repr((rest, str(tensor.dtype))).encode())  # the same in every process
     mine = torch.tensor([shape[0], len(rest), key], dtype=torch.int64)
     ps, _, n = _set_place(process_set)
     every = torch.empty(3 * n, dtype=torch.int64)
-    _core.wait(_core.allgather_async(mine.data_ptr(), 3, every.data_ptr(), None, _core.INT64, (mine, every), ps))
+    h = _core.allgather_async(mine.data_ptr(), 3, every.data_ptr(), None, _core.INT64, (mine, every), ps, name)
+    return h, lambda: _shapes_of(every, n, rest, key, shape, tensor, what)
+
+
+def _shapes_of(every, n, rest, key, shape, tensor, what):
+    """_shapes' result from every rank's (first dimension, number of other
+    dimensions, key of the rest and the dtype)."""
     every = every.view(n, 3)
     for r in range(n):
         if int(every[r, 1]) != len(rest) or int(every[r, 2]) != key:
@@ -797,12 +880,14 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     exchanged at once; the data travels asynchronously."""
     ps, me, _ = _set_place(process_set)
     p, _, dt = _check_tensor(tensor, "allgather", reducing=False)
-    firsts, rest = _shapes(tensor, "allgather", process_set)
-    per = _numel(rest) * (1 if tensor.dtype in _DTYPES else tensor.element_size())
-    output = tensor.new_empty((sum(firsts),) + tuple(rest))
-    counts = [f * per for f in firsts]
-    h = _core.allgather_async(p, counts[me], output.data_ptr(), counts, dt, (tensor, output), ps)
-    return _handle(h, output)
+
+    def gather(firsts, rest):
+        per = _numel(rest) * (1 if tensor.dtype in _DTYPES else tensor.element_size())
+        output = tensor.new_empty((sum(firsts),) + tuple(rest))
+        counts = [f * per for f in firsts]
+        h = _core.allgather_async(p, counts[me], output.data_ptr(), counts, dt, (tensor, output), ps, name)
+        return _handle(h, output)
+    return _after_shapes(tensor, "allgather", process_set, name, gather)
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -886,19 +971,19 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         if len(sends) != n or any(s < 0 for s in sends) or sum(sends) != first:
             raise ValueError("gorovod alltoall: splits %s must be %d non-negative counts adding up to the first "
                              "dimension %d" % (sends, n, first))
-    firsts, rest = _shapes(tensor, "alltoall", process_set)
-    del firsts
-    send_splits = torch.tensor(sends, dtype=torch.int64)
-    recv_splits = torch.empty(n, dtype=torch.int64)
-    ones = [1] * n
-    _core.wait(_core.alltoall_async(send_splits.data_ptr(), ones, recv_splits.data_ptr(), ones, _core.INT64,
-                                    (send_splits, recv_splits), ps))
-    per = _numel(rest) * (1 if tensor.dtype in _DTYPES else tensor.element_size())
-    received = [int(x) for x in recv_splits]
-    output = tensor.new_empty((sum(received),) + tuple(rest))
-    h = _core.alltoall_async(p, [s * per for s in sends], output.data_ptr(), [s * per for s in received], dt,
-                             (tensor, output), ps)
-    return _handle(h, (output, recv_splits.to(torch.int32)))
+    def exchange(firsts, rest):
+        send_splits = torch.tensor(sends, dtype=torch.int64)
+        recv_splits = torch.empty(n, dtype=torch.int64)
+        ones = [1] * n
+        _core.wait(_core.alltoall_async(send_splits.data_ptr(), ones, recv_splits.data_ptr(), ones, _core.INT64,
+                                        (send_splits, recv_splits), ps, None if name is None else "%s.splits" % (name,)))
+        per = _numel(rest) * (1 if tensor.dtype in _DTYPES else tensor.element_size())
+        received = [int(x) for x in recv_splits]
+        output = tensor.new_empty((sum(received),) + tuple(rest))
+        h = _core.alltoall_async(p, [s * per for s in sends], output.data_ptr(), [s * per for s in received], dt,
+                                 (tensor, output), ps, name)
+        return _handle(h, (output, recv_splits.to(torch.int32)))
+    return _after_shapes(tensor, "alltoall", process_set, name, exchange)
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -944,28 +1029,31 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     if _scales_here([tensor], prescale_factor, postscale_factor):
         src = _scaled(tensor, prescale_factor) if prescale_factor != 1.0 else tensor
         lib_op, post = _scale_plan(op, prescale_factor, postscale_factor, process_set)
-        h = _reducescatter_async(src, lib_op, 1.0, 1.0, process_set)
-        output = _outputs[h]
-        _outputs[h] = lambda: _finish_scaled([output], post)()[0]
-        return h
-    return _reducescatter_async(tensor, op, prescale_factor, postscale_factor, process_set)
+        return _reducescatter_async(src, lib_op, 1.0, 1.0, process_set, name, post)
+    return _reducescatter_async(tensor, op, prescale_factor, postscale_factor, process_set, name)
 
 
-def _reducescatter_async(tensor, op, prescale_factor, postscale_factor, process_set=None):
-    """reducescatter_async with the library's op code and factors."""
+def _reducescatter_async(tensor, op, prescale_factor, postscale_factor, process_set=None, name=None, post=None):
+    """reducescatter_async with the library's op code and factors; post: a
+    postscale factor the binding applies to the result itself (None:
+    none)."""
     p, _, dt = _check_tensor(tensor, "reducescatter")
     ps, me, n = _set_place(process_set)
-    firsts, rest = _shapes(tensor, "reducescatter", process_set)
-    first = firsts[me]
-    if any(f != first for f in firsts):
-        raise MismatchError("gorovod reducescatter: the workers' tensors have first dimensions %s: they must be "
-                            "equal" % firsts)
-    share = [first // n + (1 if r < first % n else 0) for r in range(n)]
-    per = _numel(rest)
-    output = tensor.new_empty((share[me],) + tuple(rest))
-    h = _core.reducescatter_async(p, tensor.numel(), output.data_ptr(), [s * per for s in share], dt, op,
-                                  float(prescale_factor), float(postscale_factor), (tensor, output), ps)
-    return _handle(h, output)
+
+    def scatter(firsts, rest):
+        first = firsts[me]
+        if any(f != first for f in firsts):
+            raise MismatchError("gorovod reducescatter: the workers' tensors have first dimensions %s: they must be "
+                                "equal" % firsts)
+        share = [first // n + (1 if r < first % n else 0) for r in range(n)]
+        per = _numel(rest)
+        output = tensor.new_empty((share[me],) + tuple(rest))
+        h = _core.reducescatter_async(p, tensor.numel(), output.data_ptr(), [s * per for s in share], dt, op,
+                                      float(prescale_factor), float(postscale_factor), (tensor, output), ps, name)
+        if post is None:
+            return _handle(h, output)
+        return _handle(h, lambda: _finish_scaled([output], post)()[0])
+    return _after_shapes(tensor, "reducescatter", process_set, name, scatter)
 
 
 class HorovodReducescatter(torch.autograd.Function):
