@@ -54,15 +54,8 @@ func (s *Service) driverPod(j *api.GorovodJob) *corev1.Pod {
 	field := func(path string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
 	}
-	controller := true
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      DriverPodName(j.Name),
-			Namespace: j.Namespace,
-			Labels:    map[string]string{kube.LabelJob: j.Name, kube.LabelRole: RoleDriver},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: api.Group + "/" + api.Version, Kind: api.Kind,
-				Name: j.Name, UID: j.UID, Controller: &controller}},
-		},
+		ObjectMeta: driverMeta(j, DriverPodName(j.Name)),
 		Spec: corev1.PodSpec{
 			ServiceAccountName: DriverServiceAccount,
 			RestartPolicy:      corev1.RestartPolicyNever,
@@ -117,6 +110,20 @@ func (s *Service) startDriver(ctx context.Context, j *api.GorovodJob) error {
 // pod.
 func DriverBudgetName(job string) string { return job + "-driver" }
 
+// driverMeta names an object of job j's driver (its pod, its budget):
+// labelled as the driver's, in the job's namespace, owned by the job so that
+// it goes with it.
+func driverMeta(j *api.GorovodJob, name string) metav1.ObjectMeta {
+	controller := true
+	return metav1.ObjectMeta{
+		Name:      name,
+		Namespace: j.Namespace,
+		Labels:    map[string]string{kube.LabelJob: j.Name, kube.LabelRole: RoleDriver},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: api.Group + "/" + api.Version, Kind: api.Kind,
+			Name: j.Name, UID: j.UID, Controller: &controller}},
+	}
+}
+
 // driverBudget is the PodDisruptionBudget that keeps a job's running driver
 // pod from being evicted (kubectl drain, the cluster autoscaler): the
 // driver's end ends the job, so no voluntary disruption of it is allowed.
@@ -125,16 +132,9 @@ func DriverBudgetName(job string) string { return job + "-driver" }
 // the owner's scale subresource, which a GorovodJob has not. Owned by the
 // job, it goes with it.
 func driverBudget(j *api.GorovodJob) *policyv1.PodDisruptionBudget {
-	controller := true
 	one := intstr.FromInt32(1)
 	return &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      DriverBudgetName(j.Name),
-			Namespace: j.Namespace,
-			Labels:    map[string]string{kube.LabelJob: j.Name, kube.LabelRole: RoleDriver},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: api.Group + "/" + api.Version, Kind: api.Kind,
-				Name: j.Name, UID: j.UID, Controller: &controller}},
-		},
+		ObjectMeta: driverMeta(j, DriverBudgetName(j.Name)),
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MinAvailable: &one,
 			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{kube.LabelJob: j.Name, kube.LabelRole: RoleDriver}},
