@@ -14,8 +14,8 @@ import (
 )
 
 // TestPrepareConnectsAhead: workers that Prepare the next world while they
-// train enter it at the step boundary with the communicator connected ahead
-// (not one connected there), a joiner that connects the usual way meets
+// train connect ahead only to its new member, enter it at the step boundary
+// with that link and the one between them kept from the last world, a joiner that connects the usual way meets
 // them, and the new world reduces correctly. Prepare ignores worlds that are
 // not newer or leave the worker out, and Close discards a prepared world.
 func TestPrepareConnectsAhead(t *testing.T) {
@@ -101,9 +101,18 @@ func TestPrepareConnectsAhead(t *testing.T) {
 		t.Fatalf("joiner: %v", err)
 	}
 	defer joiner.Close()
+	// Each member connected only the joiner ahead, and kept the link to
+	// the other member (re-keyed into the new world, not dialled again).
 	for i, s := range sessions {
-		if s.World().Number != next.Number || s.Communicator() != prepared[i].comm {
-			t.Fatalf("worker %d is in epoch %d on %p, want epoch %d on the prepared %p", i, s.World().Number, s.Communicator(), next.Number, prepared[i].comm)
+		if s.World().Number != next.Number {
+			t.Fatalf("worker %d is in epoch %d, want %d", i, s.World().Number, next.Number)
+		}
+		joinerRank, otherRank := next.Rank("p2"), next.Rank(ws[1-i].name)
+		if l := prepared[i].links; l == nil || l[joinerRank] == nil || l[otherRank] != nil {
+			t.Fatalf("worker %d prepared links %v, want one to the joiner (rank %d) alone", i, l, joinerRank)
+		}
+		if s.entering.rekeyed != 1 {
+			t.Fatalf("worker %d kept %d links from the last world, want 1", i, s.entering.rekeyed)
 		}
 	}
 	// The new world works: an allreduce over all three.

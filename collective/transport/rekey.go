@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // A link whose two ends are both members of the next world need not be
@@ -179,4 +180,111 @@ type PartialConnector interface {
 	// returns their links (nil for the others). A rank not wanted that
 	// dials in is told this side is not ready, and retries.
 	ConnectSome(ctx context.Context, w World, want []bool) ([]Link, error)
+}
+
+// Carry returns world w's links, one per rank (nil at w.Rank), keeping
+// what it can of an earlier world's: kept[r] is a link of an earlier world
+// to the member that is rank r in w (nil when there is none), fresh[r] a
+// link already connected for w (nil, or a nil slice). It re-keys the kept
+// links, all at once, and connects every rank left without a link through
+// t: a kept link that is not a RekeyableLink, or whose re-key fails, is
+// closed, and its rank is dialled as a new one's. t must be a
+// PartialConnector unless every rank has a link already or none does. On
+// an error every link in kept and fresh is closed. rekeyed is how many
+// links were carried over.
+func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link) (links []Link, rekeyed int, err error) {
+	closeAll := func(ls []Link) {
+		for _, l := range ls {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
+	if err := w.Validate(); err != nil {
+		closeAll(kept)
+		closeAll(fresh)
+		return nil, 0, err
+	}
+	size := w.Size()
+	if (kept != nil && len(kept) != size) || (fresh != nil && len(fresh) != size) {
+		closeAll(kept)
+		closeAll(fresh)
+		return nil, 0, fmt.Errorf("transport: carrying %d kept and %d fresh links into a world of %d ranks", len(kept), len(fresh), size)
+	}
+	links = make([]Link, size)
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range size {
+		var k, f Link
+		if kept != nil {
+			k = kept[r]
+		}
+		if fresh != nil {
+			f = fresh[r]
+		}
+		switch {
+		case r == w.Rank:
+			closeAll([]Link{k, f})
+		case f != nil:
+			// Connected for w already (the pair was not carried, or the
+			// other end dialled).
+			closeAll([]Link{k})
+			links[r] = f
+		case k != nil:
+			rl, ok := k.(RekeyableLink)
+			if !ok || !rl.Keepable() {
+				k.Close()
+				continue
+			}
+			wg.Go(func() {
+				if err := rl.Rekey(ctx, w, r); err != nil {
+					errs[r] = err
+					rl.Close()
+					return
+				}
+				links[r] = rl
+			})
+		}
+	}
+	wg.Wait()
+	want := make([]bool, size)
+	missing := 0
+	for r := range size {
+		if r == w.Rank {
+			continue
+		}
+		if links[r] == nil {
+			want[r] = true
+			missing++
+		} else if fresh == nil || fresh[r] == nil {
+			rekeyed++
+		}
+	}
+	if missing == 0 {
+		return links, rekeyed, nil
+	}
+	if err := ctx.Err(); err != nil {
+		closeAll(links)
+		return nil, 0, err
+	}
+	var more []Link
+	if missing == size-1 {
+		more, err = t.Connect(ctx, w)
+	} else if pc, ok := t.(PartialConnector); ok {
+		more, err = pc.ConnectSome(ctx, w, want)
+	} else {
+		err = fmt.Errorf("transport: %d ranks of %d to connect, and the transport connects only whole worlds", missing, size-1)
+	}
+	if err != nil {
+		closeAll(links)
+		return nil, 0, err
+	}
+	for r, l := range more {
+		if want[r] {
+			links[r] = l
+		} else if l != nil {
+			l.Close()
+		}
+	}
+	return links, rekeyed, nil
 }
