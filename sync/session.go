@@ -181,6 +181,9 @@ type Session struct {
 	// next is the next world's links being connected ahead of the
 	// step boundary (Prepare); guarded by mu.
 	next *preconnect
+	// enteringNumber is the epoch enter is connecting (guarded by mu), for
+	// Prepare, which leaves it alone.
+	enteringNumber uint64
 	// carried is the links of the world left at the last step boundary,
 	// by member, for the next world to keep (enter); nil after a failure.
 	carried map[epoch.Member]transport.Link
@@ -255,7 +258,9 @@ func (s *Session) Prepare(ep epoch.World) {
 	rank := ep.Rank(s.cfg.Self.Name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.comm == nil || s.closed || ep.Number <= s.epoch.Number || rank < 0 {
+	if s.comm == nil || s.closed || ep.Number <= s.epoch.Number || ep.Number <= s.enteringNumber || rank < 0 {
+		// (An epoch being entered already is connected by enter: a second
+		// Connect of the same world on this transport would fail.)
 		return
 	}
 	if s.next != nil {
@@ -269,9 +274,10 @@ func (s *Session) Prepare(ep epoch.World) {
 	p := &preconnect{number: ep.Number, cancel: cancel, done: make(chan struct{})}
 	s.next = p
 	// The links to members of the current world are carried over at the
-	// step boundary; only the others are dialled now.
+	// step boundary; only the others are dialled now. A world that has
+	// failed already carries nothing: all of ep is dialled.
 	var want []bool
-	if _, ok := s.t.(transport.PartialConnector); ok {
+	if _, ok := s.t.(transport.PartialConnector); ok && s.comm.Err() == nil {
 		want = make([]bool, len(ep.Members))
 		for r, m := range ep.Members {
 			want[r] = r != rank && !slices.Contains(s.epoch.Members, m)
@@ -824,6 +830,9 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 		watch := time.AfterFunc(reachAfter, func() { r.reachMembers(ctx, ep) })
 		defer watch.Stop()
 	}
+	s.mu.Lock()
+	s.enteringNumber = ep.Number
+	s.mu.Unlock()
 	kept := s.takeCarried(ep)
 	var fresh []transport.Link
 	var err error
