@@ -260,6 +260,14 @@ func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link) (links
 			rekeyed++
 		}
 	}
+	if pc, ok := t.(PartialConnector); ok && missing == 0 {
+		// Dials nothing; the transport learns that w is its newest world,
+		// so a worker dialling an older one is refused for good.
+		if _, err := pc.ConnectSome(ctx, w, want); err != nil {
+			closeAll(links)
+			return nil, 0, err
+		}
+	}
 	if missing == 0 {
 		return links, rekeyed, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -202,6 +203,15 @@ func TestRekeyKeepsSurvivingLinks(t *testing.T) {
 				kept := allreduceWorld(t, ctx, prev, trs, links)
 				var counts map[int]int
 				links, counts = carryWorld(t, ctx, trs, next, kept)
+				// The transports now refuse the old world for good, even
+				// where nothing was dialled into the new one.
+				dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := dialRaw(dctx, trs[next.members[0]].Addr(), testSecret, "job", prev.epoch, 3, 0, 4)
+				dcancel()
+				var he *transport.HandshakeError
+				if !errors.As(err, &he) || !he.Fatal || !strings.Contains(he.Reason, "stale epoch") {
+					t.Errorf("epoch %d: a dial into epoch %d: %v, want a fatal refusal for a stale epoch", next.epoch, prev.epoch, err)
+				}
 				after := connsByPair(next, links)
 				for pair, conns := range after {
 					stayed := slices.Contains(prev.members, pair[0]) && slices.Contains(prev.members, pair[1])

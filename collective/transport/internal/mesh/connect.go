@@ -53,6 +53,15 @@ func (m *Connector) ConnectSome(ctx context.Context, w transport.World, want []b
 		}
 	}
 	if need == 0 {
+		// Nothing to dial, but the world is this transport's newest: a
+		// worker still dialling an older one is refused for good, as when
+		// the world is connected (precheck).
+		m.mu.Lock()
+		key := worldKey{transport.JobHash(w.JobID), w.Epoch}
+		if latest, ok := m.jobs[key.job]; !ok || latest < key.epoch {
+			m.noteLatest(key)
+		}
+		m.mu.Unlock()
 		return make([]transport.Link, size), nil
 	}
 	if size > transport.MaxWorldSize {
