@@ -27,6 +27,6 @@
 //
 // A link whose two ends are both members of the next world can be carried
 // into it instead of being dialled again (Carry, RekeyableLink,
-// PartialConnector): one rekey frame each way moves it to the new epoch and
+// PartialConnector): two rekey frames each way move it to the new epoch and
 // ranks, with new keys on a sealed link (rekey.go).
 package transport

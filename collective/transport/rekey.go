@@ -14,7 +14,9 @@ import (
 // own authenticated stream and under its current keys, and move it into
 // the new world (its epoch, both ends' new ranks and, on a sealed link,
 // fresh keys derived from the old link secret and both frames' nonces).
-// Any failure closes the link and the pair is dialled as for a new member.
+// Then each end sends its message again under the new keys (key
+// confirmation), so both ends agree on the outcome. Any failure closes
+// the link and the pair is dialled as for a new member.
 
 // RekeyMsgSize is the size of a rekey frame's payload.
 const RekeyMsgSize = 8 + 8 + 4 + 4 + 4 + 4 + RekeyNonceSize + RekeyMACSize
@@ -160,8 +162,9 @@ type RekeyableLink interface {
 	// both ends must call it at the same point of the stream, after the
 	// last frame of the current world. It exchanges one rekey frame each
 	// way (under the current keys), checks that both ends move to the same
-	// world and expect each other's ranks, and then carries the frames of w
-	// only, under new keys and with counters starting again. On an error
+	// world and expect each other's ranks, confirms with one more frame
+	// each way as the first of w, and then carries the frames of w only,
+	// under new keys and with counters starting again. On an error
 	// the link is unusable and the caller closes it; the error is a
 	// *PeerError naming the peer by its current rank.
 	Rekey(ctx context.Context, w World, peer int) error

@@ -53,12 +53,24 @@ func (l *link) Rekey(ctx context.Context, w transport.World, peer int) error {
 		return l.PeerErr("rekey", err)
 	}
 	l.wmu.Lock()
-	defer l.wmu.Unlock()
 	l.rmu.Lock()
-	defer l.rmu.Unlock()
 	l.epoch, l.self, l.PeerRank = w.Epoch, uint32(w.Rank), peer
 	if a := w.Addrs[peer]; a != "" {
 		l.Addr = a
+	}
+	l.rmu.Unlock()
+	l.wmu.Unlock()
+	// Confirmation, as the first frame of the new world: an end whose
+	// re-key failed has closed the link, so the other cannot keep it.
+	if err := transport.SendRekey(ctx, l, &mine); err != nil {
+		return err
+	}
+	again, err := transport.RecvRekey(ctx, l)
+	if err != nil {
+		return err
+	}
+	if again != theirs {
+		return l.PeerErr("rekey", fmt.Errorf("%w: the peer's confirmation differs from its rekey message", transport.ErrRekey))
 	}
 	return nil
 }

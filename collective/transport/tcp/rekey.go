@@ -17,6 +17,8 @@ import (
 // of the new keys start at zero, and every frame after the rekey frame
 // carries the new epoch and ranks: a frame of the old world replayed
 // afterwards fails authentication (or, on a plain link, the epoch check).
+// Each lane then sends its message again under the new keys and reads the
+// peer's (key confirmation), so that the two ends agree on the outcome.
 
 var (
 	_ transport.RekeyableLink = (*link)(nil)
@@ -108,9 +110,26 @@ func rekeyLanes(ctx context.Context, lanes []*link, w transport.World, peer int)
 		}
 	}
 	addr := w.Addrs[peer]
+	theirs := make([]transport.RekeyMsg, len(lanes))
 	for k, ln := range lanes {
 		if err := ln.moveTo(w.Epoch, w.Rank, peer, addr, keys[k]); err != nil {
 			return err
+		}
+		// Key confirmation: the same message again, as the first frame of
+		// the new world under the new keys. An end whose re-key failed
+		// has closed the link, so the other cannot finish its own and
+		// keep a link its peer dropped.
+		if err := transport.SendRekey(ctx, ln, &mine[k]); err != nil {
+			return err
+		}
+	}
+	for k, ln := range lanes {
+		var err error
+		if theirs[k], err = transport.RecvRekey(ctx, ln); err != nil {
+			return err
+		}
+		if err := transport.CheckRekey(&mine[k], &theirs[k]); err != nil {
+			return ln.PeerErr("rekey", err)
 		}
 	}
 	return nil
