@@ -314,7 +314,7 @@ func (s *Session) connect(ctx context.Context, ep epoch.World, rank int, kept, f
 	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 	defer cancel()
-	links, rekeyed, err := transport.Carry(ctx, s.t, w, kept, fresh)
+	links, rekeyed, err := transport.Carry(ctx, s.t, w, kept, fresh, s.log)
 	if err != nil {
 		return nil, err
 	}

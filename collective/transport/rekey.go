@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 )
 
@@ -194,8 +195,16 @@ type PartialConnector interface {
 // closed, and its rank is dialled as a new one's. t must be a
 // PartialConnector unless every rank has a link already or none does. On
 // an error every link in kept and fresh is closed. rekeyed is how many
-// links were carried over.
-func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link) (links []Link, rekeyed int, err error) {
+// links were carried over. log (nil: none) hears of every kept link that
+// is dialled again, and why.
+//
+// The ranks with no link at all are connected while the kept links
+// re-key, not after: a peer may be able to send its rekey frame only once
+// its own connect of w has finished, which needs this end to have started
+// connecting w (a joiner dials every member, and each member's links
+// become usable only when the joiner has them all), so waiting for the
+// re-keys first could hold both ends until an I/O timeout.
+func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link, log *slog.Logger) (links []Link, rekeyed int, err error) {
 	closeAll := func(ls []Link) {
 		for _, l := range ls {
 			if l != nil {
@@ -214,8 +223,16 @@ func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link) (links
 		closeAll(fresh)
 		return nil, 0, fmt.Errorf("transport: carrying %d kept and %d fresh links into a world of %d ranks", len(kept), len(fresh), size)
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	links = make([]Link, size)
 	errs := make([]error, size)
+	// want: the ranks with no link to keep, dialled while the others re-key.
+	want := make([]bool, size)
+	missing := 0
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	for r := range size {
 		var k, f Link
@@ -236,62 +253,95 @@ func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link) (links
 		case k != nil:
 			rl, ok := k.(RekeyableLink)
 			if !ok || !rl.Keepable() {
+				log.Info("transport: a link of the last world cannot be kept; dialling the peer again", "epoch", w.Epoch, "rank", r, "rekeyable", ok)
 				k.Close()
+				want[r] = true
+				missing++
 				continue
 			}
 			wg.Go(func() {
-				if err := rl.Rekey(ctx, w, r); err != nil {
+				if err := rl.Rekey(rctx, w, r); err != nil {
 					errs[r] = err
 					rl.Close()
 					return
 				}
 				links[r] = rl
 			})
-		}
-	}
-	wg.Wait()
-	want := make([]bool, size)
-	missing := 0
-	for r := range size {
-		if r == w.Rank {
-			continue
-		}
-		if links[r] == nil {
+		default:
 			want[r] = true
 			missing++
-		} else if fresh == nil || fresh[r] == nil {
+		}
+	}
+	var more []Link
+	var derr error
+	pc, partial := t.(PartialConnector)
+	switch {
+	case missing == 0:
+	case missing == size-1:
+		more, derr = t.Connect(ctx, w)
+	case partial:
+		more, derr = pc.ConnectSome(ctx, w, want)
+	default:
+		derr = fmt.Errorf("transport: %d ranks of %d to connect, and the transport connects only whole worlds", missing, size-1)
+	}
+	if derr != nil {
+		cancel() // the re-keys are of no use now
+	}
+	wg.Wait()
+	for r, l := range more {
+		if want[r] {
+			links[r] = l
+		} else if l != nil {
+			l.Close()
+		}
+	}
+	if derr != nil {
+		closeAll(links)
+		return nil, 0, derr
+	}
+	again := make([]bool, size)
+	failed := 0
+	for r, err := range errs {
+		if err != nil {
+			log.Warn("transport: a kept link failed its re-key; dialling the peer again", "epoch", w.Epoch, "rank", r, "err", err)
+			again[r] = true
+			failed++
+		}
+	}
+	for r := range size {
+		if r != w.Rank && links[r] != nil && !want[r] && (fresh == nil || fresh[r] == nil) {
 			rekeyed++
 		}
-	}
-	if pc, ok := t.(PartialConnector); ok && missing == 0 {
-		// Dials nothing; the transport learns that w is its newest world,
-		// so a worker dialling an older one is refused for good.
-		if _, err := pc.ConnectSome(ctx, w, want); err != nil {
-			closeAll(links)
-			return nil, 0, err
-		}
-	}
-	if missing == 0 {
-		return links, rekeyed, nil
 	}
 	if err := ctx.Err(); err != nil {
 		closeAll(links)
 		return nil, 0, err
 	}
-	var more []Link
-	if missing == size-1 {
+	if failed == 0 {
+		if partial && missing == 0 {
+			// Dials nothing; the transport learns that w is its newest
+			// world, so a worker dialling an older one is refused for good.
+			if _, err := pc.ConnectSome(ctx, w, again); err != nil {
+				closeAll(links)
+				return nil, 0, err
+			}
+		}
+		return links, rekeyed, nil
+	}
+	switch {
+	case failed == size-1:
 		more, err = t.Connect(ctx, w)
-	} else if pc, ok := t.(PartialConnector); ok {
-		more, err = pc.ConnectSome(ctx, w, want)
-	} else {
-		err = fmt.Errorf("transport: %d ranks of %d to connect, and the transport connects only whole worlds", missing, size-1)
+	case partial:
+		more, err = pc.ConnectSome(ctx, w, again)
+	default:
+		err = fmt.Errorf("transport: %d ranks of %d to connect, and the transport connects only whole worlds", failed, size-1)
 	}
 	if err != nil {
 		closeAll(links)
 		return nil, 0, err
 	}
 	for r, l := range more {
-		if want[r] {
+		if again[r] {
 			links[r] = l
 		} else if l != nil {
 			l.Close()

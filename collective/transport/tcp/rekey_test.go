@@ -135,7 +135,7 @@ func carryWorld(t *testing.T, ctx context.Context, trs []*tcp.Transport, next wo
 			}
 		}
 		wg.Go(func() {
-			ls, n, err := transport.Carry(ctx, trs[m], next.of(trs, r), mine, nil)
+			ls, n, err := transport.Carry(ctx, trs[m], next.of(trs, r), mine, nil, nil)
 			errs[r] = err
 			mu.Lock()
 			out[m], counts[m] = ls, n
@@ -478,7 +478,7 @@ func TestRekeyFailureFallsBack(t *testing.T) {
 	for r := range 2 {
 		wg.Go(func() {
 			w := transport.World{JobID: "job", Epoch: 5, Rank: r, Addrs: addrs}
-			got[r], kept[r], errs[r] = transport.Carry(ctx, trs[r], w, links[r], nil)
+			got[r], kept[r], errs[r] = transport.Carry(ctx, trs[r], w, links[r], nil, nil)
 		})
 	}
 	wg.Wait()
