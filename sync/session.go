@@ -187,6 +187,9 @@ type Session struct {
 	// carried is the links of the world left at the last step boundary,
 	// by member, for the next world to keep (enter); nil after a failure.
 	carried map[epoch.Member]transport.Link
+	// moving is set from the step boundary where the links are handed
+	// over until the next world is entered (guarded by mu), for Prepare.
+	moving bool
 }
 
 // preconnect is a world's links connected in the background while the
@@ -258,7 +261,12 @@ func (s *Session) Prepare(ep epoch.World) {
 	rank := ep.Rank(s.cfg.Self.Name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.comm == nil || s.closed || ep.Number <= s.epoch.Number || ep.Number <= s.enteringNumber || rank < 0 {
+	if s.comm == nil || s.closed || ep.Number <= s.epoch.Number || ep.Number <= s.enteringNumber || rank < 0 || s.moving {
+		// (A world being left or entered (moving) is no base to plan from:
+		// its communicator has handed its links over, which reads as a
+		// failure and would dial all of ep, and s.epoch is the world being
+		// left, not the one ep follows. ep is then connected at its own
+		// step boundary, keeping what it can.)
 		// (An epoch being entered already is connected by enter: a second
 		// Connect of the same world on this transport would fail.)
 		return
@@ -728,8 +736,14 @@ func (s *Session) Commit(ctx context.Context) error {
 	// The links to members that stay are carried into the next world.
 	left := s.epoch
 	s.mu.Lock()
+	s.moving = true
 	links := s.comm.Release(func(int) bool { return true })
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.moving = false
+		s.mu.Unlock()
+	}()
 	if links != nil {
 		s.carried = make(map[epoch.Member]transport.Link, len(links))
 		for r, l := range links {
