@@ -7,13 +7,14 @@ import (
 	"time"
 )
 
-// Option adjusts one reducing collective: Prescale, Postscale or MaxTag. The
-// zero Option changes nothing. An Option is a plain value, so passing options
-// allocates nothing.
+// Option adjusts one reducing collective: Prescale, Postscale, MaxTag or
+// Tensors. The zero Option changes nothing. An Option is a plain value, so
+// passing options allocates nothing.
 type Option struct {
 	kind   optionKind
 	factor float64
 	tag    *uint64
+	counts []int
 }
 
 type optionKind uint8
@@ -22,11 +23,13 @@ const (
 	optPrescale optionKind = iota + 1
 	optPostscale
 	optMaxTag
+	optTensors
 )
 
 type reduceOptions struct {
 	prescale, postscale float64
 	maxTag              *uint64
+	tensors             []int
 }
 
 // Prescale multiplies every rank's input by f before reducing (Horovod's
@@ -45,6 +48,16 @@ func Postscale(f float64) Option { return Option{kind: optPostscale, factor: f} 
 // step's gradients, whether any worker knows of a newer world epoch.
 func MaxTag(v *uint64) Option { return Option{kind: optMaxTag, tag: v} }
 
+// Tensors says that an allreduce's buffer holds several tensors back to
+// back, of counts[i] elements each (they must add up to the buffer's count,
+// and every rank must pass the same counts). Only Adasum heeds it: it
+// combines each tensor with its own dot product and norms, as it would if
+// each were reduced alone, so fusing tensors into one buffer does not change
+// the result. Without it the buffer is one tensor. The other ops work
+// element by element and ignore it. The allreduce reads counts and keeps no
+// reference to it.
+func Tensors(counts []int) Option { return Option{kind: optTensors, counts: counts} }
+
 func applyOptions(opts []Option) (reduceOptions, error) {
 	o := reduceOptions{prescale: 1, postscale: 1}
 	for _, opt := range opts {
@@ -55,6 +68,8 @@ func applyOptions(opts []Option) (reduceOptions, error) {
 			o.postscale = opt.factor
 		case optMaxTag:
 			o.maxTag = opt.tag
+		case optTensors:
+			o.tensors = opt.counts
 		}
 	}
 	for _, v := range []float64{o.prescale, o.postscale} {
@@ -131,6 +146,12 @@ func sumCounts(what string, counts []int, p int) (int, error) {
 // Allreduce reduces send across all ranks with op and leaves the result in recv
 // on every rank. send and recv may be the same memory (in place). Every rank
 // ends with bit-identical results.
+//
+// Adasum (adasum.go) combines the ranks' tensors pairwise instead of adding
+// them, as Horovod's Adasum does: it needs a power-of-two number of ranks
+// (ErrNotPowerOfTwo otherwise) and a floating-point dtype, and computes each
+// tensor's dot products and norms separately when Tensors lays out several
+// tensors in the buffer.
 func (c *Communicator) Allreduce(ctx context.Context, send, recv Buffer, op ReduceOp, opts ...Option) error {
 	if err := checkReduce(op, send, recv); err != nil {
 		return err
@@ -141,6 +162,9 @@ func (c *Communicator) Allreduce(ctx context.Context, send, recv Buffer, op Redu
 	ro, err := applyOptions(opts)
 	if err != nil {
 		return err
+	}
+	if op == Adasum {
+		return c.adasumAllreduce(ctx, send, recv, ro)
 	}
 	p := c.Size()
 	nbytes := send.Bytes()

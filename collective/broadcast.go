@@ -7,7 +7,10 @@ import (
 
 // Broadcast copies root's buf into buf on every other rank. Small buffers travel
 // down a binomial tree (log2 p hops); large ones down a pipelined chain, so every
-// link carries the data once and all links are busy at the same time.
+// link carries the data once and all links are busy at the same time. Both run
+// over the ranks host by host, as the rings do (see broadcastOrder): the chain
+// enters every host but the root's once, and each subtree of the tree is a run
+// of adjacent ranks.
 func (c *Communicator) Broadcast(ctx context.Context, buf Buffer, root int) error {
 	if err := buf.validate("broadcast"); err != nil {
 		return err
@@ -34,11 +37,48 @@ func (c *Communicator) Broadcast(ctx context.Context, buf Buffer, root int) erro
 	})
 }
 
+// broadcastOrder is the order a broadcast from one root runs over: the
+// root, the other ranks of its host (in the flat ring's order, from the
+// root's on, wrapping), then the other hosts' ranks in the flat ring's order
+// from the host after the root's, wrapping. Each host's ranks are adjacent in
+// it, as in the rings, and the root's host comes first even when the root is
+// not its host's first rank: a chain over it enters every other host once.
+type broadcastOrder struct {
+	flat       []int
+	flatPos    []int
+	start, n   int // the root's host: the flat position of its first rank, its number of ranks
+	rootOffset int // the root's place among its host's ranks
+}
+
+func (g *groups) broadcastOrder(root int) broadcastOrder {
+	h := g.host[root]
+	start := g.hostStart[h]
+	return broadcastOrder{flat: g.flat.ranks, flatPos: g.flatPos, start: start, n: g.hostSize[h],
+		rootOffset: g.flatPos[root] - start}
+}
+
+// rank is the rank at position v (0: the root).
+func (b broadcastOrder) rank(v int) int {
+	if v < b.n {
+		return b.flat[b.start+(b.rootOffset+v)%b.n]
+	}
+	return b.flat[(b.start+v)%len(b.flat)]
+}
+
+// pos is rank r's position.
+func (b broadcastOrder) pos(r int) int {
+	q, p := b.flatPos[r], len(b.flat)
+	if q >= b.start && q < b.start+b.n {
+		return (q - b.start - b.rootOffset + b.n) % b.n
+	}
+	return (q - b.start + p) % p
+}
+
 func (o *opRun) binomialBroadcast(ctx context.Context, m memory, nbytes, root int) error {
 	c := o.c
-	p, r := c.Size(), c.Rank()
-	vr := (r - root + p) % p
-	real := func(v int) int { return (v + root) % p }
+	p := c.Size()
+	order := c.grp.broadcastOrder(root)
+	vr, real := order.pos(c.Rank()), order.rank
 	mask, level := 1, 0
 	for mask < p {
 		if vr&mask != 0 {
@@ -71,8 +111,9 @@ func (o *opRun) binomialBroadcast(ctx context.Context, m memory, nbytes, root in
 
 func (o *opRun) chainBroadcast(ctx *opContext, m memory, nbytes, root int) error {
 	c := o.c
-	p, r := c.Size(), c.Rank()
-	vr := (r - root + p) % p
+	p := c.Size()
+	order := c.grp.broadcastOrder(root)
+	vr := order.pos(c.Rank())
 	c.counts = resize(c.counts, 1)
 	c.counts[0] = nbytes
 	c.plan.set(c.counts, 1, c.cfg.ChunkBytes)
@@ -87,7 +128,7 @@ func (o *opRun) chainBroadcast(ctx *opContext, m memory, nbytes, root int) error
 	x := &c.steps.chain
 	defer x.clear()
 	x.m, x.plan = m, &c.plan
-	x.next, x.prev = (r+1)%p, (r-1+p)%p
+	x.next, x.prev = order.rank((vr+1)%p), order.rank((vr-1+p)%p)
 	x.scratch = c.scratchBuf(c.plan.maxChunk)
 	x.staging = c.stagingFor(m, c.plan.maxChunk)
 	lag := 0 // forward chunk k once it has arrived

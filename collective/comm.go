@@ -144,11 +144,27 @@ type Communicator struct {
 	inPlace []transport.InPlaceLink
 	log     *slog.Logger
 
-	opMu    sync.Mutex // held for the duration of one collective
+	opMu sync.Mutex // held for the duration of one collective
+	// linkMu is held for the duration of one collective by this
+	// communicator and by every subset communicator over its links
+	// (Subset): frames of two collectives must never interleave on a link.
+	linkMu *sync.Mutex
+	// parent is the communicator whose links a subset communicator runs
+	// on (nil for one that owns its links), and members the parent's rank
+	// of each of its ranks.
+	parent  *Communicator
+	members []int
+	// seqBase is added to every collective's sequence number in its
+	// frames: a subset's calls can never be taken for the parent's, or
+	// another subset's, on a shared link.
+	seqBase uint64
 	seq     uint64
 	scratch []byte // receive staging
 	staging []byte // send staging for device memory
-	work    []byte // host working space (reduce-scatter)
+	// adasumHost is the host copy an Adasum allreduce of device memory
+	// works in.
+	adasumHost []byte
+	work       []byte // host working space (reduce-scatter)
 	// sendBroken marks links whose last send failed part-way: the peer's stream
 	// may hold half a frame, so no abort frame may follow on it.
 	sendBroken []bool
@@ -240,6 +256,7 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 		pipe:          newPipeRun(),
 		sendHdr:       make([]transport.Header, len(links)),
 		recvHdr:       make([]transport.Header, len(links)),
+		linkMu:        new(sync.Mutex),
 	}
 	c.op.c = c
 	c.steps.init(c)
@@ -264,23 +281,33 @@ func (c *Communicator) Epoch() uint64 { return c.world.Epoch }
 // JobID is the job the communicator belongs to.
 func (c *Communicator) JobID() string { return c.world.JobID }
 
-// Err returns the failure that stopped the communicator, or nil while it works.
+// Err returns the failure that stopped the communicator, or nil while it
+// works. A subset communicator (Subset) stops with its parent.
 func (c *Communicator) Err() error {
 	c.stateMu.Lock()
-	defer c.stateMu.Unlock()
-	return c.failure
+	err := c.failure
+	c.stateMu.Unlock()
+	if err == nil && c.parent != nil {
+		return c.parent.Err()
+	}
+	return err
 }
 
 // Abort stops the communicator from any goroutine: the running collective, if
 // any, returns promptly with an error wrapping ErrAborted, and so does every later
-// one. Peers see the links close and fail their own collectives.
+// one. Peers see the links close and fail their own collectives. Aborting a
+// subset communicator (Subset) aborts its parent: their links are shared.
 func (c *Communicator) Abort(cause error) {
 	c.setFailure(fmt.Errorf("%w: %v", ErrAborted, cause))
+	if c.parent != nil {
+		c.parent.Abort(cause)
+	}
 	c.closeLinks()
 }
 
 // Close releases the links and the communicator's helper goroutine. A
 // running collective fails; later ones return ErrClosed. Close is idempotent.
+// Closing a subset communicator (Subset) leaves its parent's links open.
 func (c *Communicator) Close() error {
 	c.setFailure(ErrClosed)
 	c.closeLinks()
@@ -291,9 +318,25 @@ func (c *Communicator) Close() error {
 // the ranks r with keep(r) stay open and are returned, indexed by rank, for
 // the next world to carry over (transport.Carry); the communicator no
 // longer owns them. Only a healthy communicator hands links over: one that
-// has failed, or one with a collective running, closes them all and
-// returns nil, as does a link whose last send failed part-way.
+// has failed, or one with a collective running on it or on one of its
+// subsets (Subset), closes them all and returns nil, as does a link whose
+// last send failed part-way.
+//
+// The subsets of a released communicator stop with it (their collectives
+// return ErrClosed and never touch the handed links again). A subset owns
+// no links: releasing one closes it and returns nil.
 func (c *Communicator) Release(keep func(rank int) bool) []transport.Link {
+	if c.parent != nil {
+		c.Close()
+		return nil
+	}
+	// linkMu before opMu, as runTagged takes them: a subset's collective
+	// holds the shared linkMu only, and its frames may be on the links.
+	if !c.linkMu.TryLock() {
+		c.Close()
+		return nil
+	}
+	defer c.linkMu.Unlock()
 	if !c.opMu.TryLock() {
 		c.Close()
 		return nil
@@ -325,6 +368,9 @@ func (c *Communicator) Release(keep func(rank int) bool) []transport.Link {
 // running, as that collective returns (releaseIfSpent: the failure is
 // recorded before this).
 func (c *Communicator) closeLinks() {
+	if c.parent != nil { // a subset's links are its parent's
+		return
+	}
 	c.stateMu.Lock()
 	handed := c.handed
 	c.stateMu.Unlock()
@@ -403,6 +449,7 @@ const (
 	algoPairwise
 	algoDissemination
 	algoHierarchical
+	algoAdasum
 )
 
 // opRun is one collective in progress. The communicator keeps one and
@@ -447,6 +494,8 @@ func (c *Communicator) run(ctx context.Context, d opDesc, algo uint8, body func(
 //
 // body runs under an opContext bound to ctx (see opContext).
 func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag *uint64, body func(ctx *opContext, o *opRun) error) error {
+	c.linkMu.Lock()
+	defer c.linkMu.Unlock()
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	defer c.releaseIfSpent()
@@ -458,7 +507,7 @@ func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag 
 		return err
 	}
 	c.seq++
-	d.seq = c.seq
+	d.seq = c.seqBase + c.seq
 	o := &c.op
 	o.infoMu.Lock()
 	o.desc, o.algo = d, algo
@@ -494,6 +543,12 @@ func (c *Communicator) runTagged(ctx context.Context, d opDesc, algo uint8, tag 
 // fail stops the communicator after a failed collective: it records err, tells
 // every peer whose stream is still at a frame boundary why, and closes the links.
 func (c *Communicator) fail(err error) error {
+	var origin *RemoteAbortError
+	originPeer := -1
+	if errors.As(err, &origin) {
+		originPeer = origin.Rank
+	}
+	err = c.inParentRanks(err)
 	c.stateMu.Lock()
 	prior := c.failure
 	if prior == nil {
@@ -510,13 +565,11 @@ func (c *Communicator) fail(err error) error {
 	if len(reason) > transport.MaxAbortReason {
 		reason = reason[:transport.MaxAbortReason]
 	}
-	var origin *RemoteAbortError
-	errors.As(err, &origin)
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AbortTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for peer, l := range c.links {
-		if l == nil || c.sendBroken[peer] || (origin != nil && origin.Rank == peer) {
+		if l == nil || c.sendBroken[peer] || originPeer == peer {
 			continue
 		}
 		wg.Go(func() {
@@ -525,6 +578,11 @@ func (c *Communicator) fail(err error) error {
 		})
 	}
 	wg.Wait()
+	if c.parent != nil {
+		// The shared links' streams are out of step now: the parent, and
+		// every other subset over its links, cannot run either.
+		c.parent.Abort(err)
+	}
 	c.closeLinks()
 	return err
 }
@@ -642,7 +700,7 @@ func (o *opRun) check(peer int, h *transport.Header, step, n int, count uint64) 
 	field := ""
 	switch {
 	case h.Seq != d.seq:
-		field = "sequence number (one rank ran more collectives than the other)"
+		field = "sequence number (one rank ran more collectives than the other, or one of another subset)"
 	case remote.coll != d.coll:
 		field = "collective"
 	case remote.dtype != d.dtype:

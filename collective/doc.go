@@ -24,7 +24,9 @@
 // Topology. Which ranks share a host comes from the world
 // (transport.World.Hosts, or the host part of each rank's address); see
 // Topology. Every ring orders the ranks host by host, so a flat ring crosses
-// each host's link once in each direction.
+// each host's link once in each direction; broadcast's chain and tree run over
+// the same host order, from the root's host on, so a large broadcast enters
+// each other host once.
 //
 // Memory. A Buffer is host bytes or DeviceMemory. The algorithms reach memory only
 // through a small set of operations (stage out for sending, land received bytes,
@@ -47,8 +49,16 @@
 // (*RemoteAbortError). After any failure the communicator is spent: build the
 // next one. Abort stops it from another goroutine.
 //
+// Subsets. Communicator.Subset gives some of a communicator's ranks a
+// communicator of their own over the same links, with sequence numbers of
+// its own in the frames, for collectives among them while the other ranks
+// do something else (process sets).
+//
 // Element types are float32, float64, float16, bfloat16, int32, int64 and uint8;
 // reduce ops sum, average, min, max and product, with Horovod's prescale and
 // postscale factors. Float16 and bfloat16 reduce through float32 arithmetic,
-// rounded once per element to nearest-even.
+// rounded once per element to nearest-even. Allreduce also offers Horovod's
+// Adasum (adasum.go): floating-point types, a power-of-two world, each
+// tensor of a fused buffer (Tensors) combined with its own dot product and
+// norms, by vector halving and distance doubling.
 package collective

@@ -74,22 +74,30 @@ func ParseDType(s string) (DType, error) {
 	return 0, fmt.Errorf("collective: unknown dtype %q (want float32, float64, float16, bfloat16, int32, int64 or uint8)", s)
 }
 
-// ReduceOp combines the contributions of all ranks element by element.
+// ReduceOp combines the contributions of all ranks: element by element, or,
+// for Adasum, tensor by tensor.
 type ReduceOp uint8
 
 // The reduce operations. Average is Sum followed by a division by the world size
 // (folded into the postscale factor for floating-point types; integer division,
-// truncating toward zero, for integer types).
+// truncating toward zero, for integer types). Adasum is Horovod's adaptive
+// summation (see Communicator.Allreduce): allreduce only, floating-point
+// types only, a power-of-two number of ranks.
 const (
 	Sum ReduceOp = iota + 1
 	Average
 	Min
 	Max
 	Product
+	Adasum
 )
 
 // Valid reports whether op is one of the supported reduce operations.
-func (op ReduceOp) Valid() bool { return op >= Sum && op <= Product }
+func (op ReduceOp) Valid() bool { return op >= Sum && op <= Adasum }
+
+// Elementwise reports whether op combines the ranks' values element by
+// element (every op but Adasum), which reduce-scatter needs.
+func (op ReduceOp) Elementwise() bool { return op.Valid() && op != Adasum }
 
 func (op ReduceOp) String() string {
 	switch op {
@@ -103,18 +111,20 @@ func (op ReduceOp) String() string {
 		return "max"
 	case Product:
 		return "product"
+	case Adasum:
+		return "adasum"
 	}
 	return fmt.Sprintf("op(%d)", uint8(op))
 }
 
 // ParseReduceOp is the inverse of ReduceOp.String.
 func ParseReduceOp(s string) (ReduceOp, error) {
-	for op := Sum; op <= Product; op++ {
+	for op := Sum; op <= Adasum; op++ {
 		if op.String() == s {
 			return op, nil
 		}
 	}
-	return 0, fmt.Errorf("collective: unknown reduce op %q (want sum, average, min, max or product)", s)
+	return 0, fmt.Errorf("collective: unknown reduce op %q (want sum, average, min, max, product or adasum)", s)
 }
 
 // F16 is an IEEE 754 binary16 element (DType Float16), stored as its bits.

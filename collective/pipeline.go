@@ -199,10 +199,11 @@ type algoSteps struct {
 	gather   gatherRun
 	barrier  barrierRun
 	alltoall alltoallRun
+	adasum   adasumRun
 }
 
 func (s *algoSteps) init(c *Communicator) {
 	o := &c.op
-	s.ring.o, s.doubling.o, s.chain.o, s.gather.o, s.barrier.o, s.alltoall.o = o, o, o, o, o, o
+	s.ring.o, s.doubling.o, s.chain.o, s.gather.o, s.barrier.o, s.alltoall.o, s.adasum.o = o, o, o, o, o, o, o
 	s.ring.consumeFn = s.ring.consume
 }

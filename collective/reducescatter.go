@@ -25,6 +25,9 @@ func (c *Communicator) reduceScatter(ctx context.Context, send, recv Buffer, cou
 	if err := checkReduce(op, send, recv); err != nil {
 		return err
 	}
+	if !op.Elementwise() {
+		return fmt.Errorf("collective: reducescatter cannot use %v, which combines whole tensors (allreduce only)", op)
+	}
 	mine := send.Count / p
 	if r < send.Count%p {
 		mine++

@@ -117,6 +117,12 @@ type groups struct {
 	// minLocal is the fewest ranks a host runs: the number of stripes of a
 	// hierarchical allreduce.
 	minLocal int
+	// flatPos is every rank's position in flat, hostStart the position of
+	// each host's first rank there and hostSize its number of ranks: the
+	// broadcasts' order (broadcastOrder) is made of them.
+	flatPos, hostStart, hostSize []int
+	// host is every rank's host (Topology.Hosts).
+	host []int
 }
 
 // ringGroup is a ring of ranks an algorithm runs over: ranks in ring order,
@@ -145,10 +151,16 @@ func newGroups(t Topology, rank int) groups {
 		g.flat.ranks = append(g.flat.ranks, rs...)
 	}
 	g.flat.segs = g.flat.ranks
+	g.flatPos = make([]int, p)
 	for q, r := range g.flat.ranks {
-		if r == rank {
-			g.flat.pos = q
-		}
+		g.flatPos[r] = q
+	}
+	g.flat.pos = g.flatPos[rank]
+	g.host = t.Hosts
+	g.hostStart = make([]int, len(t.HostRanks))
+	g.hostSize = make([]int, len(t.HostRanks))
+	for h, rs := range t.HostRanks {
+		g.hostStart[h], g.hostSize[h] = g.flatPos[rs[0]], len(rs)
 	}
 	g.local = ringGroup{ranks: t.HostRanks[t.Hosts[rank]], pos: t.LocalRank}
 	g.minLocal = t.minLocal()

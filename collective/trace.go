@@ -109,6 +109,8 @@ func algoName(a uint8) string {
 		return "dissemination"
 	case algoHierarchical:
 		return "hierarchical"
+	case algoAdasum:
+		return "adasum"
 	}
 	return "algorithm"
 }

@@ -120,6 +120,7 @@ type Engine struct {
 	reports []workerReports
 	notes   []Event // from Stop goroutines, emitted by Run
 	ready   bool    // a Background heuristic has an answer
+	lost    int     // workers started and lost before they joined (OnStartLost)
 	wake    chan struct{}
 
 	// mu guards what Status and Summary read; only Run's goroutine writes.
@@ -169,6 +170,7 @@ type action struct {
 	victims map[string]WorkerInfo // Shrink, and Replace once its replacement is in
 	old     string                // Replace: the straggler
 	joined  string                // Replace: its replacement, once in the world
+	lost    int                   // Grow, Replace: workers it started lost before they joined
 }
 
 // NewEngine returns an engine acting on cluster through prov.
@@ -228,6 +230,21 @@ func (e *Engine) OnReports(worker string, steps []StepReport) {
 	e.poke()
 }
 
+// OnStartLost tells the engine that a worker its provisioner started ended
+// before it ever joined a world (it crashed while starting, its node gave up
+// on it). A Grow or a Replace waiting for its workers counts it: once every
+// worker it started has joined or been lost, it is over — failed when the
+// world did not reach its size — and the heuristic decides again after
+// failureQuiet, rather than after ActionTimeout. (The engine does not know
+// which action started the worker: one lost after its action ended counts
+// against the next.)
+func (e *Engine) OnStartLost() {
+	e.in.Lock()
+	e.lost++
+	e.in.Unlock()
+	e.poke()
+}
+
 // heuristicReady is a Background heuristic's wake-up: it has an answer to
 // collect, new steps or not.
 func (e *Engine) heuristicReady() {
@@ -256,9 +273,12 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.progress(ctx)
 		case <-e.wake:
 			e.in.Lock()
-			worlds, reports, notes, ready := e.worlds, e.reports, e.notes, e.ready
-			e.worlds, e.reports, e.notes, e.ready = nil, nil, nil, false
+			worlds, reports, notes, ready, lost := e.worlds, e.reports, e.notes, e.ready, e.lost
+			e.worlds, e.reports, e.notes, e.ready, e.lost = nil, nil, nil, false, 0
 			e.in.Unlock()
+			if a := e.pending; a != nil && lost > 0 && (a.d.Action == Grow || a.d.Action == Replace) {
+				a.lost += lost
+			}
 			for _, ev := range notes {
 				e.emit(ev)
 			}
@@ -268,7 +288,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			for _, r := range reports {
 				e.onReports(r)
 			}
-			if len(worlds) > 0 {
+			if len(worlds) > 0 || lost > 0 {
 				e.progress(ctx)
 			}
 			e.evaluate(ctx, ready)
@@ -626,6 +646,11 @@ func (e *Engine) progress(ctx context.Context) {
 			done(fmt.Sprintf("%d workers joined, %d left meanwhile: the world has %d", joined, left, cur.Workers()))
 			return
 		}
+		if a.lost > 0 && joined+a.lost >= a.d.Count {
+			e.setPending(nil)
+			e.failed(&a.d, fmt.Sprintf("%d of the %d workers started were lost before they joined; the world has %d workers", min(a.lost, a.d.Count), a.d.Count, cur.Workers()))
+			return
+		}
 	case Shrink:
 		if gone() {
 			stop()
@@ -633,6 +658,11 @@ func (e *Engine) progress(ctx context.Context) {
 			return
 		}
 	case Replace:
+		if a.joined == "" && a.lost > 0 {
+			e.setPending(nil)
+			e.failed(&a.d, fmt.Sprintf("the replacement for %s was lost before it joined", a.old))
+			return
+		}
 		if a.joined == "" {
 			for _, m := range cur.Members {
 				if !a.before[m] {

@@ -1183,6 +1183,47 @@ func TestEngineActionTimeout(t *testing.T) {
 	}
 }
 
+// A grow whose worker is lost before it joins (OnStartLost: it crashed while
+// starting) fails at once, not after the action timeout, and the heuristic
+// grows again once the engine's quiet time after a failure is over.
+func TestEngineGrowLostBeforeJoining(t *testing.T) {
+	h := engCounted(engSchedule(t, "0:1,2:2"))
+	cfg := engConfig(h) // a minute's action timeout
+	f := newEngFake(1)
+	e, log := engRun(t, cfg, f)
+	f.start(time.Now())
+	f.feed(1, 2, engSteady(8, 10*time.Millisecond))
+	log.wait(t, EventDecision, "grow 1 → 2", 1)
+	engRecv(t, f.startCh, "Start")
+	lostAt := time.Now()
+	e.OnStartLost()
+	ev := log.waitFor(t, 3*time.Second, EventFailed, "1 of the 1 workers started were lost before they joined", 1)
+	if ev.Decision == nil || ev.Decision.Action != Grow || ev.Workers != 1 {
+		t.Errorf("failed event %+v", ev)
+	}
+	if st := e.Status(); st.Acting != "" {
+		t.Errorf("Status().Acting = %q after the loss", st.Acting)
+	}
+	// Steps go on: the heuristic asks again after the quiet time.
+	for step := int64(3); ; step++ {
+		f.feed(step, step, engSteady(8, 10*time.Millisecond))
+		select {
+		case n := <-f.startCh:
+			if n != 1 {
+				t.Errorf("Start(%d), want Start(1)", n)
+			}
+			if waited := time.Since(lostAt); waited < failureQuiet || waited > failureQuiet+10*time.Second {
+				t.Errorf("started again %v after the loss, want after the %v quiet time", waited, failureQuiet)
+			}
+			return
+		case <-time.After(100 * time.Millisecond): // the next step, as a trainer reports them
+		}
+		if time.Since(lostAt) > cfg.ActionTimeout {
+			t.Fatal("no second grow")
+		}
+	}
+}
+
 // A grow whose workers joined while others left (preempted) is carried
 // out: the engine does not wait for a size the world cannot reach until the
 // action timeout, it asks the heuristic again, which grows again.

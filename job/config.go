@@ -32,7 +32,7 @@ type Config struct {
 	// MaxWorkers is the most workers, for AddWorkers and the autoscaling
 	// engine; 0 means no limit.
 	MaxWorkers int
-	// ReplaceLost has the runner's floor under MinWorkers (keepMinimum in
+	// ReplaceLost has the runner's floor under MinWorkers (floor in
 	// minimum.go, which restores the minimum whatever the cause) replace a
 	// worker lost (killed, lost with its host, stopped with a host the
 	// Discovery dropped) at once, on a free slot, as Horovod's elastic driver

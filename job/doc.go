@@ -39,4 +39,11 @@
 //
 // The rules that end a job are in one place, end.go; Outcome.Err is the
 // job's verdict.
+//
+// Inside, a Job composes one type per concern: the roster of its processes
+// and where the job stands (roster.go), the start (firstWorld, start.go),
+// the floor (minimum.go), the end of training (ending, end.go), rejoins
+// (presence, rejoin.go) and the stream of events to the sinks
+// (eventStream, stream.go); job.go launches the processes, follows the
+// driver's worlds and ties them together.
 package job

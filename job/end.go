@@ -1,6 +1,7 @@
 package job
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -205,22 +206,56 @@ func (o *Outcome) Err() error {
 	return nil
 }
 
+// ending carries out rules 1 to 3 once training is reported over: it
+// notes the report, waits for workers still finishing the last step, and
+// stops the processes the job no longer needs.
+type ending struct {
+	cfg     Config // FinishGrace, RescueLimit, ExitLimit
+	driver  Driver
+	roster  *roster
+	events  *eventStream
+	stopAll context.CancelFunc // stops every process of the job at once
+}
+
+// trainingFinished is rule 1: a member reported the end of training.
+func (e *ending) trainingFinished() {
+	e.roster.setTrainingOver()
+	e.events.emit(TrainingFinished{At: now()})
+}
+
+// lateReportWait bounds how long a job whose processes have all exited
+// still waits for a report that training is over (rule 1) before its
+// verdict. A worker sends the report and exits: when the driver is slow (a
+// loaded host, a -race build) or was frozen for a moment, it can see the
+// process exit before it has read the report, which is already in its
+// socket buffers, and would fail the job for "training did not finish".
+const lateReportWait = 2 * time.Second
+
+// awaitLateReport waits, at most lateReportWait, for the driver to take a
+// report of the end of training that may still be in flight once every
+// process has exited; it returns when training was reported over (the
+// zero time if it was not).
+func (e *ending) awaitLateReport(finished <-chan struct{}) time.Time {
+	t := time.NewTimer(lateReportWait)
+	defer t.Stop()
+	select {
+	case <-finished:
+		e.trainingFinished()
+		return time.Now()
+	case <-t.C:
+		return time.Time{}
+	}
+}
+
 // finishingLastStep is rule 2: whether a member of the current world that has
 // not reported the end of training is a running process of this job.
-func (j *Job) finishingLastStep() bool {
-	unfinished := j.driver.Unfinished()
+func (e *ending) finishingLastStep() bool {
+	unfinished := e.driver.Unfinished()
 	if len(unfinished) == 0 {
 		return false
 	}
-	j.learnNames()
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for _, name := range unfinished {
-		if p := j.byName[name]; p != nil && p.rec.State == Running {
-			return true
-		}
-	}
-	return false
+	e.roster.learn(e.driver.Workers())
+	return e.roster.anyRunning(unfinished)
 }
 
 // stopLateJoiners is rule 3 at the end of training: every process still
@@ -229,30 +264,31 @@ func (j *Job) finishingLastStep() bool {
 // are left to exit by themselves; the others then get StopSignal one by one
 // (a later call without spareExiting ends them all). It reports whether it
 // spared any.
-func (j *Job) stopLateJoiners(spareExiting bool) (spared bool) {
+func (e *ending) stopLateJoiners(spareExiting bool) (spared bool) {
+	r := e.roster
 	exiting := map[*proc]bool{}
 	if spareExiting {
-		unfinished := j.driver.Unfinished()
-		j.learnNames()
-		j.mu.Lock()
-		for _, m := range j.driver.Current().Members {
-			if p := j.byName[m.Name]; p != nil && p.rec.State == Running && !slices.Contains(unfinished, m.Name) {
+		unfinished := e.driver.Unfinished()
+		r.learn(e.driver.Workers())
+		r.mu.Lock()
+		for _, m := range e.driver.Current().Members {
+			if p := r.byName[m.Name]; p != nil && p.rec.State == Running && !slices.Contains(unfinished, m.Name) {
 				exiting[p] = true
 			}
 		}
-		j.mu.Unlock()
+		r.mu.Unlock()
 	}
 	var stop []Process
-	j.mu.Lock()
-	for _, p := range j.procs {
+	r.mu.Lock()
+	for _, p := range r.procs {
 		if p != nil && p.rec.State == Running && !exiting[p] {
 			p.stopped = true
 			stop = append(stop, p.p)
 		}
 	}
-	j.mu.Unlock()
+	r.mu.Unlock()
 	if len(exiting) == 0 {
-		j.stopWorkers()
+		e.stopAll()
 		return false
 	}
 	for _, p := range stop {

@@ -10,7 +10,7 @@ import (
 	"github.com/gorovod/gorovod/job"
 )
 
-// The floor under MinWorkers (keepMinimum) is one mechanism whatever took
+// The floor under MinWorkers (floor, minimum.go) is one mechanism whatever took
 // the job below it: a lost worker (kill -9) is replaced at once with
 // ReplaceLost and once the shortage has been seen on two ticks without; a
 // worker that exits by itself (status 0, never a member) is replaced once

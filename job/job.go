@@ -13,7 +13,6 @@ import (
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/membership"
 	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
@@ -39,7 +38,12 @@ func (e *LimitError) Error() string {
 }
 
 // Job is a running elastic job: its driver, its worker processes and its
-// autoscaling engine.
+// autoscaling engine. Its concerns are types of their own, which it
+// composes: the roster of its processes (roster.go), the start (start.go),
+// the floor under Config.MinWorkers (minimum.go), the end (end.go, which
+// holds the rules) and the event stream to the sinks (stream.go); Job
+// launches the processes, follows the driver's worlds and ties them
+// together.
 type Job struct {
 	cfg         Config
 	driver      Driver
@@ -51,62 +55,24 @@ type Job struct {
 	engineDone  chan struct{}
 	jobFile     string
 	env         []string // every worker's job entries
-	localHost   string
 
-	emitMu sync.Mutex // one Sink call at a time
+	roster *roster      // its processes and where the job stands
+	start  *firstWorld  // the first world waits for Config.Workers
+	floor  *floor       // keeps it at Config.MinWorkers
+	ending *ending      // the end of training (end.go's rules 1–3)
+	events *eventStream // its events, to Config.Sinks
 
-	mu        sync.Mutex
-	procs     []*proc          // by launch index; nil for a launch that failed
-	byName    map[string]*proc // member name → process, as the driver reports them
-	place     placement
-	hostsSeen chan struct{}  // closed at the first host list
-	running   int            // processes launched or being launched, not exited
-	ended     bool           // every process has exited: no more can be added
-	worlds    []epoch.World  // proposed, not yet handled by supervise
-	dropped   []string       // hosts the Discovery dropped, not yet handled
-	share     map[string]int // workers started on each host with the job
-
-	// Rule 6 (rejoin.go) and the floor at MinWorkers (minimum.go).
-	trainingOver bool          // a member reported the end of training
-	draining     bool          // LeaveAll: every worker was asked to leave
-	anyFailed    bool          // a worker failed: the job fails, nothing is replaced
-	strikes      int           // replacements lost before they entered a world, in a row
-	toReplace    int           // workers lost and not replaced yet (Config.ReplaceLost)
-	floorPoke    chan struct{} // keepMinimum looks at once
-
-	// The start (start.go).
-	firstWorld    chan struct{} // closed at the first world
-	firstOnce     sync.Once
-	firstPoke     chan struct{} // awaitFirstWorld looks again
-	startTimedOut bool          // the first world did not wait for all the first workers (under mu)
-
-	poke      chan struct{}
-	allExited chan struct{}
+	hostsSeen chan struct{} // closed at the first host list
+	poke      chan struct{} // supervise looks at the roster's news
 	lastStep  atomic.Int64
 
-	queue    *laterQueue        // events raised on the driver's goroutine
 	stalls   *stallWatch        // the driver's half of the stall inspector
 	timeline *timeline.Timeline // the driver's part of Config.Timeline
 	record   *jobRecord         // Config.OutputDir's record.tsv; nil without it
-	byHand   []string           // members that joined without being launched (under mu)
 
 	done    chan struct{}
 	outcome Outcome
 	err     error
-}
-
-// proc is a worker process of the job.
-type proc struct {
-	rec     WorkerRecord
-	p       Process
-	stopped bool // stopped by the runner (end-of-job rule 3)
-
-	// Rule 6 (rejoin.go).
-	removed     bool            // taken out by the autoscaling engine
-	leaving     map[string]bool // member names it published as leaving
-	out         bool            // left out of a world, not back yet
-	everIn      bool            // one of its names was a member of a world
-	replacement bool            // started by the floor (keepMinimum)
 }
 
 // Run runs a job to its end: Start, then Wait.
@@ -127,14 +93,13 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, err
 	}
 	localHost, _ := os.Hostname()
-	j := &Job{cfg: cfg, localHost: localHost, byName: map[string]*proc{},
-		place:     placement{running: map[string]int{}},
-		hostsSeen: make(chan struct{}), poke: make(chan struct{}, 1), floorPoke: make(chan struct{}, 1),
-		firstWorld: make(chan struct{}), firstPoke: make(chan struct{}, 1),
-		allExited: make(chan struct{}), engineDone: make(chan struct{}), done: make(chan struct{}),
-		queue: newLaterQueue(), stalls: newStallWatch(cfg.StallCheck)}
+	r := newRoster(localHost)
+	j := &Job{cfg: cfg, roster: r, start: newFirstWorld(cfg, r),
+		hostsSeen: make(chan struct{}), poke: make(chan struct{}, 1),
+		engineDone: make(chan struct{}), done: make(chan struct{}),
+		events: newEventStream(cfg.Sinks), stalls: newStallWatch(cfg.StallCheck)}
 	ecfg := cfg.Autoscaling
-	ecfg.OnEvent = func(ev heuristics.Event) { j.emit(Autoscaling{ev}) }
+	ecfg.OnEvent = func(ev heuristics.Event) { j.events.emit(Autoscaling{ev}) }
 	if j.engine, err = heuristics.NewEngine(ecfg, cluster{j}, provisioner{j}); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -148,9 +113,9 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 			j.record.close()
 			return nil, err
 		}
-		j.cfg.Sinks = append(slices.Clone(cfg.Sinks), driverTimeline{j.timeline})
+		j.events.sinks = append(slices.Clone(cfg.Sinks), driverTimeline{j.timeline})
 	}
-	go j.deliverLater()
+	go j.events.run()
 
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
@@ -159,7 +124,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		Logger: cfg.Logger, OnEpoch: j.onEpoch, OnStats: j.onStats, OnStall: j.onStall,
 	})
 	if err != nil {
-		j.flushLater()
+		j.events.flush()
 		j.mergeTimeline()
 		j.record.close()
 		return nil, err
@@ -169,7 +134,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		j.waitLaunched()
 		j.stopHosts()
 		_ = j.driver.Close()
-		j.flushLater()
+		j.events.flush()
 		j.mergeTimeline()
 		j.record.close()
 		if j.jobFile != "" {
@@ -178,6 +143,9 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, err
 	}
 	j.workCtx, j.stopWorkers = context.WithCancel(ctx)
+	j.ending = &ending{cfg: cfg, driver: j.driver, roster: r, events: j.events, stopAll: j.stopWorkers}
+	j.floor = &floor{min: cfg.MinWorkers, replaceLost: cfg.ReplaceLost, roster: r, driver: j.driver, events: j.events,
+		grow: j.addReplacement, poke: make(chan struct{}, 1)}
 	var hostsCtx context.Context
 	hostsCtx, j.stopHosts = context.WithCancel(context.Background())
 	go j.discover(hostsCtx)
@@ -201,7 +169,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	// Place the first workers, then launch them: the hosts in parallel, each
 	// host's workers one after another in launch order (so that a host's
 	// devices go to its workers in ring order).
-	j.mu.Lock()
+	r.mu.Lock()
 	type slot struct {
 		index int
 		host  string
@@ -209,16 +177,16 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	slots := make([]slot, cfg.Workers)
 	share := map[string]int{}
 	for i := range slots {
-		h, ok := j.place.pick()
+		h, ok := r.place.pick()
 		if !ok {
-			j.mu.Unlock()
+			r.mu.Unlock()
 			return fail(fmt.Errorf("%w: %d workers, but the hosts have slots for %d", ErrNoSlot, cfg.Workers, i))
 		}
-		slots[i] = slot{j.reserveLocked(h), h}
+		slots[i] = slot{r.reserveLocked(h), h}
 		share[h]++
 	}
-	j.share = share
-	j.mu.Unlock()
+	r.share = share
+	r.mu.Unlock()
 	started := make([]WorkerRef, len(slots))
 	errs := make([]error, len(slots))
 	var wg sync.WaitGroup
@@ -237,9 +205,9 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	}
 
 	launched := time.Now()
-	j.emit(JobStarted{At: now(), JobID: cfg.JobID, DriverAddr: j.driver.GossipAddr(), JobFile: j.jobFile, Workers: cfg.Workers})
+	j.events.emit(JobStarted{At: now(), JobID: cfg.JobID, DriverAddr: j.driver.GossipAddr(), JobFile: j.jobFile, Workers: cfg.Workers})
 	for _, w := range started {
-		j.emit(WorkerStarted{At: now(), Worker: w, Initial: true})
+		j.events.emit(WorkerStarted{At: now(), Worker: w, Initial: true})
 	}
 	var engineCtx context.Context
 	engineCtx, j.stopEngine = context.WithCancel(ctx)
@@ -248,8 +216,8 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		_ = j.engine.Run(engineCtx)
 	}()
 	go j.supervise()
-	go j.keepMinimum(engineCtx)               // minimum.go
-	go j.awaitFirstWorld(engineCtx, launched) // start.go
+	go j.floor.run(engineCtx)                                   // minimum.go
+	go j.start.run(engineCtx, launched, j.driver.SetMinWorkers) // start.go
 	return j, nil
 }
 
@@ -275,17 +243,7 @@ func (j *Job) Status() heuristics.Status { return j.engine.Status() }
 
 // Workers describes every worker process the runner launched, by launch
 // index.
-func (j *Job) Workers() []WorkerRecord {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	out := make([]WorkerRecord, 0, len(j.procs))
-	for _, p := range j.procs {
-		if p != nil {
-			out = append(out, p.rec)
-		}
-	}
-	return out
-}
+func (j *Job) Workers() []WorkerRecord { return j.roster.records() }
 
 // AddWorkers launches n more workers, which join the job by themselves. It
 // refuses with a *LimitError beyond Config.MaxWorkers (counting the running
@@ -296,7 +254,7 @@ func (j *Job) AddWorkers(ctx context.Context, n int) error {
 	if err := j.roomFor(n); err != nil {
 		return err
 	}
-	return j.add(ctx, n, false)
+	return j.add(ctx, n, startedByHand)
 }
 
 // roomFor says whether n more workers fit under Config.MaxWorkers (a
@@ -318,34 +276,14 @@ func (j *Job) roomFor(n int) error {
 // preemption, a Kubernetes eviction of the driver). Cancelling the job's
 // context still stops them at once.
 func (j *Job) LeaveAll() {
-	var procs []Process
-	j.mu.Lock()
-	j.draining = true
-	for _, p := range j.procs {
-		if p != nil && p.rec.State == Running {
-			procs = append(procs, p.p)
-		}
-	}
-	j.mu.Unlock()
-	for _, p := range procs {
+	for _, p := range j.roster.drain() {
 		_ = p.Signal(LeaveSignal)
 	}
 }
 
 // count is how many workers the job has: its processes still running (or
 // starting) and the hand-started workers in the driver's view.
-func (j *Job) count() int {
-	ws := j.driver.Workers()
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	n := j.running
-	for _, w := range ws {
-		if j.matchLocked(w) == nil {
-			n++
-		}
-	}
-	return n
-}
+func (j *Job) count() int { return j.roster.count(j.driver.Workers()) }
 
 // Done is closed when the job has ended.
 func (j *Job) Done() <-chan struct{} { return j.done }
@@ -357,53 +295,43 @@ func (j *Job) Wait() (Outcome, error) {
 	return j.outcome, j.err
 }
 
-// add launches n workers, each on the first host with a free slot;
-// replacement marks them as started by the floor (keepMinimum).
-func (j *Job) add(ctx context.Context, n int, replacement bool) error {
+// startedBy says who asked for a worker the job adds.
+type startedBy int
+
+const (
+	startedByHand   startedBy = iota // AddWorkers
+	startedByEngine                  // the autoscaling engine (provisioner.Start)
+	startedByFloor                   // keepMinimum: a replacement
+)
+
+// add launches n workers, each on the first host with a free slot, for
+// whoever asked for them.
+func (j *Job) add(ctx context.Context, n int, by startedBy) error {
 	for range n {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		j.mu.Lock()
-		if j.ended {
-			j.mu.Unlock()
-			return ErrEnded
+		index, host, share, err := j.roster.reserve()
+		if err != nil {
+			return err
 		}
-		if j.draining {
-			j.mu.Unlock()
-			return fmt.Errorf("%w: every worker was asked to leave", ErrEnded)
-		}
-		host, ok := j.place.pick()
-		if !ok {
-			j.mu.Unlock()
-			return ErrNoSlot
-		}
-		share := max(1, j.share[host]) // as many as started there (GOMAXPROCS)
-		index := j.reserveLocked(host)
-		j.mu.Unlock()
 		w, err := j.launch(index, host, share)
 		if err != nil {
 			return err
 		}
-		if replacement {
-			j.mu.Lock()
-			j.procs[index].replacement = true
-			j.mu.Unlock()
-		}
-		j.emit(WorkerStarted{At: now(), Worker: w})
+		j.roster.markStartedBy(index, by)
+		j.events.emit(WorkerStarted{At: now(), Worker: w})
 	}
 	return nil
 }
 
-// reserveLocked takes the next launch index and counts the process as running
-// on host, so that neither the job's end nor another placement overlooks it
-// while it starts.
-func (j *Job) reserveLocked(host string) int {
-	i := len(j.procs)
-	j.procs = append(j.procs, nil)
-	j.running++
-	j.place.running[host]++
-	return i
+// addReplacement launches one worker for the floor, within
+// Config.MaxWorkers.
+func (j *Job) addReplacement(ctx context.Context) error {
+	if err := j.roomFor(1); err != nil {
+		return err
+	}
+	return j.add(ctx, 1, startedByFloor)
 }
 
 // launch starts the reserved process index on host.
@@ -411,97 +339,44 @@ func (j *Job) launch(index int, host string, share int) (WorkerRef, error) {
 	env := slices.Concat(j.env, []string{envconfig.EnvLaunchIndex + "=" + strconv.Itoa(index)}, j.cfg.Env)
 	p, err := j.cfg.Launcher.Launch(j.workCtx, LaunchRequest{
 		Index: index, Host: host, Argv: j.cfg.Argv, Env: env, Share: share,
-		Output:    func(stream string, line []byte) { j.emit(WorkerOutput{Worker: index, Stream: stream, Line: line}) },
-		Notice:    j.notice,
+		Output: func(stream string, line []byte) {
+			j.events.emit(WorkerOutput{Worker: index, Stream: stream, Line: line})
+		},
+		Notice:    j.events.notice,
 		OutputDir: j.cfg.OutputDir,
 	})
 	if err != nil {
-		j.unreserve(host)
+		j.roster.unreserve(host)
 		return WorkerRef{}, fmt.Errorf("job: starting worker %d: %w", index, err)
 	}
 	ref := WorkerRef{Index: index, Host: host, PID: p.PID()}
 	j.record.started(ref)
-	j.mu.Lock()
-	j.procs[index] = &proc{rec: WorkerRecord{WorkerRef: ref, State: Running, Started: time.Now()}, p: p}
-	j.mu.Unlock()
+	j.roster.launched(index, ref, p)
 	go j.await(index, p)
 	return ref, nil
-}
-
-// unreserve gives back a reservation whose launch failed.
-func (j *Job) unreserve(host string) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.place.running[host]--
-	j.leftLocked()
-}
-
-// leftLocked counts one process less; the job's processes have all exited
-// when none is left.
-func (j *Job) leftLocked() {
-	if j.running--; j.running == 0 && !j.ended {
-		j.ended = true
-		close(j.allExited)
-	}
 }
 
 // await records the end of process index.
 func (j *Job) await(index int, p Process) {
 	<-p.Done()
-	j.mu.Lock()
-	w := j.procs[index]
-	w.rec.Exited, w.rec.Err = time.Now(), p.Err()
-	w.p = exitedProcess(p)
-	w.rec.State = classify(w.rec.Err, w.stopped)
-	j.reclassifyLocked(w)
-	j.anyFailed = j.anyFailed || w.rec.State == Failed
-	j.countStrikeLocked(w)
-	j.noteLossLocked(w)
-	j.place.running[w.rec.Host]--
-	ev := WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}
-	j.mu.Unlock()
+	ev, lostStart := j.roster.exited(index, p, j.floor.noteExitLocked)
 	j.record.exited(ev)
-	j.emit(ev)
+	j.events.emit(ev)
+	if lostStart {
+		// A worker the engine started ended before it ever entered a
+		// world: the engine's grow stops waiting for it.
+		j.engine.OnStartLost()
+	}
 	j.blacklistOnHostError(ev.Err)
-	j.mu.Lock()
-	j.leftLocked()
-	j.mu.Unlock()
-	j.pokeFloor()
-	j.pokeFirst()
+	j.roster.left()
+	j.floor.wake()
+	j.start.wake()
 }
-
-// exitedProc is a process that has exited, kept in place of the launcher's
-// Process, which holds its command, environment and pipes: the job keeps a
-// record of every worker it launched, and a job under churn launches many.
-type exitedProc struct {
-	pid  int
-	err  error
-	done chan struct{} // closed
-}
-
-func exitedProcess(p Process) exitedProc {
-	e := exitedProc{pid: p.PID(), err: p.Err(), done: make(chan struct{})}
-	close(e.done)
-	return e
-}
-
-func (e exitedProc) PID() int                   { return e.pid }
-func (e exitedProc) Signal(sig os.Signal) error { return os.ErrProcessDone }
-func (e exitedProc) Done() <-chan struct{}      { return e.done }
-func (e exitedProc) Err() error                 { return e.err }
 
 // waitLaunched waits for every process launched so far to exit (after
 // stopWorkers), when Start fails.
 func (j *Job) waitLaunched() {
-	j.mu.Lock()
-	var ps []Process
-	for _, p := range j.procs {
-		if p != nil {
-			ps = append(ps, p.p)
-		}
-	}
-	j.mu.Unlock()
-	for _, p := range ps {
+	for _, p := range j.roster.processes() {
 		<-p.Done()
 	}
 }
@@ -517,61 +392,31 @@ func (j *Job) supervise() {
 		case <-finished:
 			finished = nil
 			finishedAt = time.Now()
-			j.mu.Lock()
-			j.trainingOver = true
-			j.mu.Unlock()
-			j.emit(TrainingFinished{At: now()})
+			j.ending.trainingFinished()
 			stopLate = time.After(j.cfg.FinishGrace)
 		case <-stopLate:
-			if time.Since(finishedAt) < j.cfg.RescueLimit && j.finishingLastStep() {
+			if time.Since(finishedAt) < j.cfg.RescueLimit && j.ending.finishingLastStep() {
 				stopLate = time.After(j.cfg.FinishGrace / 10)
 				continue
 			}
 			stopLate = nil
-			if j.stopLateJoiners(true) {
+			if j.ending.stopLateJoiners(true) {
 				stopExiting = time.After(time.Until(finishedAt.Add(j.cfg.ExitLimit)))
 			}
 		case <-stopExiting:
 			stopExiting = nil
-			j.stopLateJoiners(false)
+			j.ending.stopLateJoiners(false)
 		case <-j.poke:
 			prev = j.handle(prev)
-			j.pokeFloor()
-		case <-j.allExited:
+			j.floor.wake()
+		case <-j.roster.allExited:
 			if finished != nil {
-				finishedAt = j.awaitLateFinish(finished)
+				finishedAt = j.ending.awaitLateReport(finished)
 			}
 			j.handle(prev)
 			j.end(finishedAt)
 			return
 		}
-	}
-}
-
-// lateReportWait bounds how long a job whose processes have all exited
-// still waits for a report that training is over (rule 1) before its
-// verdict. A worker sends the report and exits: when the driver is slow (a
-// loaded host, a -race build) or was frozen for a moment, it can see the
-// process exit before it has read the report, which is already in its
-// socket buffers, and would fail the job for "training did not finish".
-const lateReportWait = 2 * time.Second
-
-// awaitLateFinish waits, at most lateReportWait, for the driver to take a
-// report of the end of training that may still be in flight once every
-// process has exited; it returns when training was reported over (the
-// zero time if it was not).
-func (j *Job) awaitLateFinish(finished <-chan struct{}) time.Time {
-	t := time.NewTimer(lateReportWait)
-	defer t.Stop()
-	select {
-	case <-finished:
-		j.mu.Lock()
-		j.trainingOver = true
-		j.mu.Unlock()
-		j.emit(TrainingFinished{At: now()})
-		return time.Now()
-	case <-t.C:
-		return time.Time{}
 	}
 }
 
@@ -581,23 +426,15 @@ func (j *Job) end(finishedAt time.Time) {
 	<-j.engineDone
 	j.stopHosts()
 	j.learnNames()
-	j.flushLater()
-	j.mu.Lock()
+	j.events.flush()
 	o := Outcome{JobID: j.cfg.JobID, TrainingFinished: !finishedAt.IsZero(), World: j.driver.Current(),
 		LastStep: j.lastStep.Load(), Summary: j.engine.Summary()}
-	for _, p := range j.procs {
-		if p != nil {
-			j.reclassifyLocked(p)
-			o.Workers = append(o.Workers, p.rec)
-		}
-	}
-	o.HandStarted = j.handStartedLocked(o.World)
-	j.mu.Unlock()
+	o.Workers, o.HandStarted = j.roster.final(o.World)
 	o.Timeline = j.mergeTimeline()
 	j.outcome, j.err = o, o.Err()
 	j.record.ended(o)
 	j.record.close()
-	j.emit(JobEnded{At: now(), Outcome: o})
+	j.events.emit(JobEnded{At: now(), Outcome: o})
 	j.stopWorkers()
 	_ = j.driver.Close()
 	if j.jobFile != "" {
@@ -613,18 +450,13 @@ func (j *Job) onEpoch(e epoch.World) {
 	for i, m := range e.Members {
 		names[i] = m.Name
 	}
-	j.firstOnce.Do(func() {
-		if msg := j.startedShort(e); msg != "" {
-			j.cfg.Logger.Warn(msg)
-			j.later(Notice{At: now(), Message: msg})
-		}
-		close(j.firstWorld)
+	j.start.formedWith(e, func(msg string) {
+		j.cfg.Logger.Warn(msg)
+		j.events.later(Notice{At: now(), Message: msg})
 	})
 	j.engine.OnWorld(heuristics.WorldChange{Epoch: e.Number, Members: names, At: time.Now()})
 	j.stalls.world(e)
-	j.mu.Lock()
-	j.worlds = append(j.worlds, e)
-	j.mu.Unlock()
+	j.roster.addWorld(e)
 	j.wake()
 }
 
@@ -637,7 +469,7 @@ func (j *Job) onStats(worker string, b stats.Batch) {
 		}
 	}
 	j.engine.OnReports(worker, reps)
-	j.later(StepsReported{At: now(), Worker: worker, Steps: reps})
+	j.events.later(StepsReported{At: now(), Worker: worker, Steps: reps})
 }
 
 func (j *Job) wake() {
@@ -650,10 +482,7 @@ func (j *Job) wake() {
 // handle reports the worlds proposed since the last call and acts on hosts
 // the Discovery dropped; prev is the last world reported.
 func (j *Job) handle(prev epoch.World) epoch.World {
-	j.mu.Lock()
-	worlds, dropped := j.worlds, j.dropped
-	j.worlds, j.dropped = nil, nil
-	j.mu.Unlock()
+	worlds, dropped := j.roster.news()
 	if len(worlds) > 0 {
 		j.learnNames()
 	}
@@ -662,7 +491,7 @@ func (j *Job) handle(prev epoch.World) epoch.World {
 		for _, m := range w.Members {
 			if prev.Rank(m.Name) < 0 {
 				ev.Joined = append(ev.Joined, m.Name)
-				if hand := j.noteHandStarted(m.Name); hand {
+				if hand := j.roster.noteHandStarted(m.Name); hand {
 					ev.ByHand = append(ev.ByHand, m.Name)
 				}
 			}
@@ -672,8 +501,8 @@ func (j *Job) handle(prev epoch.World) epoch.World {
 				ev.Left = append(ev.Left, m.Name)
 			}
 		}
-		j.emit(ev)
-		j.followMembers(prev, w)
+		j.events.emit(ev)
+		j.roster.followMembers(prev, w)
 		prev = w
 	}
 	for _, host := range dropped {
@@ -682,109 +511,36 @@ func (j *Job) handle(prev epoch.World) epoch.World {
 	return prev
 }
 
-// learnNames maps the driver's workers to the processes of the job: by the
-// launch index a worker publishes, or else by its process id on this host.
-func (j *Job) learnNames() {
-	ws := j.driver.Workers()
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for _, w := range ws {
-		if p := j.matchLocked(w); p != nil {
-			p.rec.Name = w.Name
-			j.byName[w.Name] = p
-			if w.State == membership.StateLeaving {
-				if p.leaving == nil {
-					p.leaving = map[string]bool{}
-				}
-				p.leaving[w.Name] = true
-			}
-		}
-	}
-}
-
-func (j *Job) matchLocked(w driver.WorkerInfo) *proc {
-	if w.Launch != "" {
-		i, err := strconv.Atoi(w.Launch)
-		if err != nil || i < 0 || i >= len(j.procs) {
-			return nil
-		}
-		return j.procs[i]
-	}
-	if w.PID == 0 || w.Host != j.localHost {
-		return nil
-	}
-	for _, p := range j.procs {
-		if p != nil && p.rec.Host == "" && p.rec.PID == w.PID && p.rec.State == Running {
-			return p
-		}
-	}
-	return nil
-}
+// learnNames maps the driver's workers to the processes of the job.
+func (j *Job) learnNames() { j.roster.learn(j.driver.Workers()) }
 
 // discover follows the Discovery's host lists until ctx ends.
 func (j *Job) discover(ctx context.Context) {
 	var once sync.Once
 	err := j.cfg.Discovery.Discover(ctx, func(hosts []Host) {
 		hosts = slices.Clone(hosts)
-		j.mu.Lock()
-		for _, h := range j.place.hosts {
-			if !slices.ContainsFunc(hosts, func(n Host) bool { return n.Name == h.Name }) {
-				j.dropped = append(j.dropped, h.Name)
-			}
-		}
-		j.place.hosts = hosts
-		j.mu.Unlock()
+		j.roster.setHosts(hosts)
 		once.Do(func() { close(j.hostsSeen) })
-		j.emit(HostsChanged{At: now(), Hosts: hosts})
+		j.events.emit(HostsChanged{At: now(), Hosts: hosts})
 		j.wake()
 	})
 	if err != nil && ctx.Err() == nil {
-		j.notice(fmt.Sprintf("host discovery failed (keeping the last host list): %v", err))
+		j.events.notice(fmt.Sprintf("host discovery failed (keeping the last host list): %v", err))
 	}
 }
 
 // dropHost stops the job's workers on a host the Discovery no longer lists
 // (end-of-job rule 3): the driver moves on without them at once.
 func (j *Job) dropHost(host string) {
-	j.mu.Lock()
-	if j.place.has(host) {
-		j.mu.Unlock()
-		return // it came back
-	}
-	var victims []Process
-	var names []string
-	for _, p := range j.procs {
-		if p != nil && p.rec.Host == host && p.rec.State == Running {
-			p.stopped = true
-			victims = append(victims, p.p)
-			if p.rec.Name != "" {
-				names = append(names, p.rec.Name)
-			}
-		}
-	}
-	j.mu.Unlock()
+	victims, names := j.roster.stopHost(host)
 	if len(victims) == 0 {
 		return
 	}
-	j.notice(fmt.Sprintf("host %q left the job: stopping its %d workers", host, len(victims)))
+	j.events.notice(fmt.Sprintf("host %q left the job: stopping its %d workers", host, len(victims)))
 	for _, name := range names {
 		j.driver.Remove(name)
 	}
 	for _, p := range victims {
 		_ = p.Signal(StopSignal)
-	}
-}
-
-func (j *Job) notice(msg string) { j.emit(Notice{At: now(), Message: msg}) }
-
-// emit hands an event to every sink, one event at a time.
-func (j *Job) emit(e Event) {
-	if len(j.cfg.Sinks) == 0 {
-		return
-	}
-	j.emitMu.Lock()
-	defer j.emitMu.Unlock()
-	for _, s := range j.cfg.Sinks {
-		s.Event(e)
 	}
 }

@@ -17,7 +17,7 @@ const minimumCheck = 500 * time.Millisecond
 // not make the runner start workers forever.
 const maxReplacementStrikes = 3
 
-// keepMinimum is the runner's floor under an elastic job, the one place that
+// floor is the runner's floor under an elastic job, the one place that
 // starts workers to keep it at Config.MinWorkers, whatever took it below:
 // workers lost (killed, lost with their host, stopped with a host the
 // Discovery dropped), leaving (a SIGTERM storm, preempted pods, steps
@@ -47,62 +47,82 @@ const maxReplacementStrikes = 3
 // leaving or gone (a whole job preempted, every worker told to go at once)
 // new workers would start training over; the leavers then leave at a
 // committed step and the job ends with them.
-func (j *Job) keepMinimum(ctx context.Context) {
+type floor struct {
+	min         int  // Config.MinWorkers
+	replaceLost bool // Config.ReplaceLost
+	roster      *roster
+	driver      Driver
+	events      *eventStream
+	// grow starts one replacement worker within Config.MaxWorkers (a
+	// *LimitError, ErrNoSlot or ErrEnded when it cannot).
+	grow func(ctx context.Context) error
+	poke chan struct{} // run looks at once
+
+	// Under roster.mu, updated as processes exit (noteExitLocked).
+	anyFailed bool // a worker failed: the job fails, nothing is replaced
+	strikes   int  // replacements lost before they entered a world, in a row
+	toReplace int  // workers lost and not replaced yet (Config.ReplaceLost)
+}
+
+// run keeps the floor until ctx ends, training is over or the job has
+// ended: it looks at every minimumCheck and whenever poked.
+func (f *floor) run(ctx context.Context) {
 	tick := time.NewTicker(minimumCheck)
 	defer tick.Stop()
-	var f floorState
+	var s floorState
 	for {
 		confirmed := false
 		select {
 		case <-ctx.Done():
 			return
-		case <-j.driver.Finished():
+		case <-f.driver.Finished():
 			return
-		case <-j.floorPoke:
+		case <-f.poke:
 		case <-tick.C:
 			confirmed = true
 		}
-		if !j.restoreMinimum(ctx, &f, confirmed) {
+		if !f.restore(ctx, &s, confirmed) {
 			return
 		}
 	}
 }
 
-// floorState is what keepMinimum remembers between looks.
+// floorState is what run remembers between looks.
 type floorState struct {
 	short bool   // the previous tick saw a shortage
 	told  string // the last notice about the shortage (said once)
 }
 
-// pokeFloor has keepMinimum look at once (a worker exited, hosts changed).
-func (j *Job) pokeFloor() {
+// wake has run look at once (a worker exited, hosts changed).
+func (f *floor) wake() {
 	select {
-	case j.floorPoke <- struct{}{}:
+	case f.poke <- struct{}{}:
 	default:
 	}
 }
 
-// restoreMinimum is one look of keepMinimum; tick says it is a tick's (a
-// shortage seen on two ticks in a row is confirmed). It returns false once
-// the job has ended.
-func (j *Job) restoreMinimum(ctx context.Context, f *floorState, tick bool) bool {
-	staying, holders, failed := j.staying()
-	missing := j.cfg.MinWorkers - staying
-	j.mu.Lock()
-	stop := failed || j.anyFailed || j.draining || j.trainingOver || j.ended || ctx.Err() != nil
-	struck := j.strikes >= maxReplacementStrikes
+// restore is one look of run; tick says it is a tick's (a shortage seen on
+// two ticks in a row is confirmed). It returns false once the job has
+// ended.
+func (f *floor) restore(ctx context.Context, s *floorState, tick bool) bool {
+	staying, holders, failed := f.staying()
+	missing := f.min - staying
+	r := f.roster
+	r.mu.Lock()
+	stop := failed || f.anyFailed || r.draining || r.trainingOver || r.ended || ctx.Err() != nil
+	struck := f.strikes >= maxReplacementStrikes
 	lost := 0
-	if j.cfg.ReplaceLost {
-		lost = min(missing, j.toReplace)
+	if f.replaceLost {
+		lost = min(missing, f.toReplace)
 	}
-	j.mu.Unlock()
+	r.mu.Unlock()
 	if stop || missing <= 0 || struck {
-		f.short = false
+		s.short = false
 		return true
 	}
 	if holders == 0 {
-		f.short = false
-		f.say(j, "every worker of the job's world is leaving or gone: no replacements (they would start training over); the job ends with the last committed step")
+		s.short = false
+		s.say(f.events, "every worker of the job's world is leaving or gone: no replacements (they would start training over); the job ends with the last committed step")
 		return true
 	}
 	n := lost
@@ -110,16 +130,16 @@ func (j *Job) restoreMinimum(ctx context.Context, f *floorState, tick bool) bool
 		if !tick {
 			return true
 		}
-		if !f.short {
-			f.short = true
+		if !s.short {
+			s.short = true
 			return true
 		}
 		n = missing
 	}
-	started, err := j.replace(ctx, n)
+	started, err := f.replace(ctx, n)
 	if started > 0 {
-		j.notice(fmt.Sprintf("%d workers staying in the job, fewer than its minimum %d: started %d more", staying, j.cfg.MinWorkers, started))
-		f.short, f.told = false, ""
+		f.events.notice(fmt.Sprintf("%d workers staying in the job, fewer than its minimum %d: started %d more", staying, f.min, started))
+		s.short, s.told = false, ""
 	}
 	var limit *LimitError
 	switch {
@@ -130,80 +150,77 @@ func (j *Job) restoreMinimum(ctx context.Context, f *floorState, tick bool) bool
 	case errors.As(err, &limit) || errors.Is(err, ErrNoSlot):
 		// Leaving workers still hold their slots, or a host is gone: try
 		// again when they have gone, or a host comes.
-		f.say(j, fmt.Sprintf("%d workers staying in the job, fewer than its minimum %d; no room for more yet (%v)", staying, j.cfg.MinWorkers, err))
+		s.say(f.events, fmt.Sprintf("%d workers staying in the job, fewer than its minimum %d; no room for more yet (%v)", staying, f.min, err))
 	default:
-		f.say(j, fmt.Sprintf("starting workers to restore the job's minimum of %d: %v", j.cfg.MinWorkers, err))
+		s.say(f.events, fmt.Sprintf("starting workers to restore the job's minimum of %d: %v", f.min, err))
 	}
 	return true
 }
 
 // say gives a notice about the shortage once.
-func (f *floorState) say(j *Job, msg string) {
-	if msg != f.told {
-		f.told = msg
-		j.notice(msg)
+func (s *floorState) say(events *eventStream, msg string) {
+	if msg != s.told {
+		s.told = msg
+		events.notice(msg)
 	}
 }
 
 // replace launches up to n replacement workers within MaxWorkers, and says
 // how many it started.
-func (j *Job) replace(ctx context.Context, n int) (started int, err error) {
+func (f *floor) replace(ctx context.Context, n int) (started int, err error) {
 	for range n {
-		if err := j.roomFor(1); err != nil {
-			return started, err
-		}
-		if err := j.add(ctx, 1, true); err != nil {
+		if err := f.grow(ctx); err != nil {
 			return started, err
 		}
 		started++
-		j.mu.Lock()
-		j.toReplace = max(0, j.toReplace-1)
-		j.mu.Unlock()
+		f.roster.mu.Lock()
+		f.toReplace = max(0, f.toReplace-1)
+		f.roster.mu.Unlock()
 	}
 	return started, nil
 }
 
-// noteLossLocked counts a worker to replace at once (Config.ReplaceLost):
-// one lost, or stopped with its host while training went on, that the
-// engine did not take out. Called with j.mu held.
-func (j *Job) noteLossLocked(p *proc) {
-	if p.removed || j.trainingOver {
-		return
-	}
-	if p.rec.State == Lost || p.rec.State == Stopped {
-		j.toReplace++
-	}
-}
-
-// countStrikeLocked notes a replacement lost before it entered any world
-// (called with j.mu held); one that trained resets the count.
-func (j *Job) countStrikeLocked(p *proc) {
+// noteExitLocked is the floor's account of a process that has exited
+// (called with roster.mu held): a failure stops the floor, a replacement
+// lost before it entered any world is a strike (one that trained resets the
+// count), and a worker lost, or stopped with its host, while training went
+// on and that the engine did not take out is one to replace at once
+// (Config.ReplaceLost).
+func (f *floor) noteExitLocked(p *proc) {
+	f.anyFailed = f.anyFailed || p.rec.State == Failed
 	switch {
 	case !p.replacement:
 	case p.everIn:
-		j.strikes = 0
+		f.strikes = 0
 	case p.rec.State == Lost:
-		if j.strikes++; j.strikes == maxReplacementStrikes {
-			go j.notice(fmt.Sprintf("%d replacements in a row were lost before they joined: no more replacements", j.strikes))
+		if f.strikes++; f.strikes == maxReplacementStrikes {
+			go f.events.notice(fmt.Sprintf("%d replacements in a row were lost before they joined: no more replacements", f.strikes))
 		}
+	}
+	if p.removed || f.roster.trainingOver {
+		return
+	}
+	if p.rec.State == Lost || p.rec.State == Stopped {
+		f.toReplace++
 	}
 }
 
-// staying counts the workers that stay in the job (keepMinimum), and of
-// them the members of the current world, which hold the training state (all
-// of them, before the first world: nobody has trained yet); and it says
-// whether one of the job's processes failed.
-func (j *Job) staying() (n, holders int, failed bool) {
-	world := j.driver.Current()
-	ws := j.driver.Workers()
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	n = j.running
+// staying counts the workers that stay in the job, and of them the members
+// of the current world, which hold the training state (all of them, before
+// the first world: nobody has trained yet); and it says whether one of the
+// job's processes failed.
+func (f *floor) staying() (n, holders int, failed bool) {
+	world := f.driver.Current()
+	ws := f.driver.Workers()
+	r := f.roster
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n = r.running
 	if len(world.Members) == 0 {
 		holders = n
 	}
 	for _, w := range ws {
-		p := j.matchLocked(w)
+		p := r.matchLocked(w)
 		switch {
 		case p == nil && w.State != membership.StateLeaving:
 			n++ // started by hand
@@ -215,7 +232,7 @@ func (j *Job) staying() (n, holders int, failed bool) {
 			holders++
 		}
 	}
-	for _, p := range j.procs {
+	for _, p := range r.procs {
 		if p != nil && p.rec.State == Failed {
 			failed = true
 		}

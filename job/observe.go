@@ -53,65 +53,6 @@ type HandStartedWorker struct {
 	InLastWorld bool `json:"in_last_world"`
 }
 
-// laterQueue carries events raised on the driver's goroutine, which must
-// not wait for sinks, to the sinks, in order, on a goroutine of its own.
-type laterQueue struct {
-	mu     sync.Mutex
-	events []Event
-	wake   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
-}
-
-func newLaterQueue() *laterQueue {
-	return &laterQueue{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-}
-
-// later queues e for the sinks.
-func (j *Job) later(e Event) {
-	q := j.queue
-	q.mu.Lock()
-	q.events = append(q.events, e)
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-// deliverLater hands the queued events to the sinks until flushLater.
-func (j *Job) deliverLater() {
-	q := j.queue
-	defer close(q.done)
-	for {
-		select {
-		case <-q.wake:
-			j.emitQueued()
-		case <-q.stop:
-			return
-		}
-	}
-}
-
-func (j *Job) emitQueued() {
-	q := j.queue
-	q.mu.Lock()
-	evs := q.events
-	q.events = nil
-	q.mu.Unlock()
-	for _, e := range evs {
-		j.emit(e)
-	}
-}
-
-// flushLater stops the queue's goroutine and delivers what is left (the
-// last statistics come just before the workers exit).
-func (j *Job) flushLater() {
-	close(j.queue.stop)
-	<-j.queue.done
-	j.emitQueued()
-}
-
 // stepReports converts a worker's statistics for the engine and the sinks.
 func stepReports(worker string, steps []stats.Step, total int64) []heuristics.StepReport {
 	reps := make([]heuristics.StepReport, len(steps))
@@ -208,12 +149,7 @@ func (j *Job) onStall(worker string, s stall.Snapshot) {
 			continue
 		}
 		name := world.Members[r].Name
-		desc := name
-		j.mu.Lock()
-		if p := j.byName[name]; p != nil {
-			desc = fmt.Sprintf("worker %d (pid %d, %s)", p.rec.Index, p.rec.PID, name)
-		}
-		j.mu.Unlock()
+		desc := j.roster.describe(name)
 		ev.Missing[r] = desc
 		who = append(who, fmt.Sprintf("rank %d is %s", r, desc))
 	}
@@ -222,7 +158,7 @@ func (j *Job) onStall(worker string, s stall.Snapshot) {
 		ev.Message += "; " + strings.Join(who, ", ")
 	}
 	j.cfg.Logger.Warn(ev.Message)
-	j.later(ev)
+	j.events.later(ev)
 }
 
 // observabilityEnv is what the job's configuration asks of every worker's
@@ -304,35 +240,12 @@ func (j *Job) mergeTimeline() string {
 		n, err = timeline.MergeFiles(base, parts...)
 	}
 	if err != nil {
-		j.notice(fmt.Sprintf("the timeline could not be written to %s: %v", base, err))
+		j.events.notice(fmt.Sprintf("the timeline could not be written to %s: %v", base, err))
 		return ""
 	}
 	for _, p := range parts {
 		os.Remove(p)
 	}
-	j.notice(fmt.Sprintf("timeline: %s (%d events from %d processes; chrome://tracing or ui.perfetto.dev)", base, n, len(parts)))
+	j.events.notice(fmt.Sprintf("timeline: %s (%d events from %d processes; chrome://tracing or ui.perfetto.dev)", base, n, len(parts)))
 	return base
-}
-
-// handStarted lists the workers that joined a world of the job without being
-// launched by the runner.
-func (j *Job) handStartedLocked(last epoch.World) []HandStartedWorker {
-	var out []HandStartedWorker
-	for _, name := range j.byHand {
-		out = append(out, HandStartedWorker{Name: name, InLastWorld: last.Rank(name) >= 0})
-	}
-	return out
-}
-
-// noteHandStarted records name, a member that just joined a world, as
-// started by hand when no process of the job is behind it; it reports
-// whether it is.
-func (j *Job) noteHandStarted(name string) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.byName[name] != nil || slices.Contains(j.byHand, name) {
-		return false
-	}
-	j.byHand = append(j.byHand, name)
-	return true
 }

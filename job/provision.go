@@ -28,7 +28,7 @@ func (c cluster) Workers() []heuristics.WorkerInfo {
 type provisioner struct{ j *Job }
 
 // Start launches n more workers (the engine bounds n by MaxWorkers itself).
-func (p provisioner) Start(ctx context.Context, n int) error { return p.j.add(ctx, n, false) }
+func (p provisioner) Start(ctx context.Context, n int) error { return p.j.add(ctx, n, startedByEngine) }
 
 // Stop waits for a removed worker to exit (it does once the world moved on
 // without it), then asks it to leave with LeaveSignal and finally kills it,
@@ -36,16 +36,8 @@ func (p provisioner) Start(ctx context.Context, n int) error { return p.j.add(ct
 func (p provisioner) Stop(ctx context.Context, w heuristics.WorkerInfo) error {
 	j := p.j
 	j.learnNames()
-	j.mu.Lock()
-	victim := j.byName[w.Name]
-	var ref WorkerRef
-	var proc Process
-	if victim != nil {
-		ref, proc = victim.rec.WorkerRef, victim.p
-		victim.removed = true
-	}
-	j.mu.Unlock()
-	if victim == nil {
+	ref, proc, ok := j.roster.markRemoved(w.Name)
+	if !ok {
 		return nil // not a process of ours (started by hand)
 	}
 	exited := proc.Done()
@@ -54,7 +46,7 @@ func (p provisioner) Stop(ctx context.Context, w heuristics.WorkerInfo) error {
 		wait time.Duration
 	}{{nil, j.cfg.RemoveGrace}, {LeaveSignal, j.cfg.RemoveGrace}, {syscall.SIGKILL, j.cfg.RemoveGrace}} {
 		if step.sig != nil {
-			j.notice(fmt.Sprintf("worker %d (%s) did not exit; sending %v", ref.Index, w.Name, step.sig))
+			j.events.notice(fmt.Sprintf("worker %d (%s) did not exit; sending %v", ref.Index, w.Name, step.sig))
 			if err := proc.Signal(step.sig); err != nil {
 				return err
 			}

@@ -3,88 +3,97 @@ package job
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorovod/gorovod/sync/epoch"
 )
 
-// The job's start: its first world waits for all its first workers
-// (Config.Workers), as Horovod starts a job with -np workers, so that a
-// trainer that broadcasts before its elastic loop finds them all;
+// firstWorld is the job's start: its first world waits for all its first
+// workers (Config.Workers), as Horovod starts a job with -np workers, so
+// that a trainer that broadcasts before its elastic loop finds them all;
 // Config.MinWorkers is the floor only once the job has started. The driver
-// starts with Workers as its minimum, and awaitFirstWorld lowers it.
+// starts with Workers as its minimum, and run lowers it.
+type firstWorld struct {
+	workers, minWorkers int           // Config.Workers, Config.MinWorkers
+	timeout             time.Duration // Config.StartTimeout
+	roster              *roster
 
-// awaitFirstWorld lowers the driver's minimum to Config.MinWorkers once
-// the first world has formed, or at Config.StartTimeout after the first
+	formed   chan struct{} // closed at the first world
+	once     sync.Once
+	poke     chan struct{} // run looks again
+	timedOut atomic.Bool   // the first world did not wait for all the first workers
+}
+
+func newFirstWorld(cfg Config, r *roster) *firstWorld {
+	return &firstWorld{workers: cfg.Workers, minWorkers: cfg.MinWorkers, timeout: cfg.StartTimeout, roster: r,
+		formed: make(chan struct{}), poke: make(chan struct{}, 1)}
+}
+
+// run lowers the driver's minimum (setMin) to Config.MinWorkers once the
+// first world has formed, or at Config.StartTimeout after the first
 // workers' launch (the first world then forms with those that came, and
-// onEpoch says so); before that, it lowers it to the first workers still
-// running when some exit before they joined (there is no point waiting
-// for them).
-func (j *Job) awaitFirstWorld(ctx context.Context, launched time.Time) {
-	timeout := time.NewTimer(time.Until(launched.Add(j.cfg.StartTimeout)))
+// formedWith says so); before that, it lowers it to the first workers still
+// running when some exit before they joined (there is no point waiting for
+// them).
+func (f *firstWorld) run(ctx context.Context, launched time.Time, setMin func(int)) {
+	timeout := time.NewTimer(time.Until(launched.Add(f.timeout)))
 	defer timeout.Stop()
-	need := j.cfg.Workers
+	need := f.workers
 	lower := func(n int) {
 		if n < need {
 			need = n
-			j.driver.SetMinWorkers(n)
+			setMin(n)
 		}
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-j.firstWorld:
-			lower(j.cfg.MinWorkers)
+		case <-f.formed:
+			lower(f.minWorkers)
 			return
 		case <-timeout.C:
-			j.mu.Lock()
-			j.startTimedOut = true
-			j.mu.Unlock()
-			lower(j.cfg.MinWorkers)
+			f.timedOut.Store(true)
+			lower(f.minWorkers)
 			return
-		case <-j.firstPoke:
-			lower(max(j.cfg.MinWorkers, j.cfg.Workers-j.firstGone()))
+		case <-f.poke:
+			lower(max(f.minWorkers, f.workers-f.roster.firstGone(f.workers)))
 		}
 	}
 }
 
-// firstGone counts the first workers (launch indexes below Config.Workers)
-// that have exited.
-func (j *Job) firstGone() int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	n := 0
-	for _, p := range j.procs[:min(len(j.procs), j.cfg.Workers)] {
-		if p == nil || p.rec.State != Running {
-			n++
-		}
-	}
-	return n
-}
-
-// pokeFirst has awaitFirstWorld look again (a worker exited).
-func (j *Job) pokeFirst() {
+// wake has run look again (a worker exited).
+func (f *firstWorld) wake() {
 	select {
-	case j.firstPoke <- struct{}{}:
+	case f.poke <- struct{}{}:
 	default:
 	}
 }
 
-// startedShort is the warning for a first world with fewer than
-// Config.Workers members, "" for one with all of them. Called on the
-// driver's goroutine, for the first world.
-func (j *Job) startedShort(first epoch.World) string {
+// formedWith notes a proposed world (on the driver's goroutine): for the
+// first, it gives warn the warning for a world with fewer than
+// Config.Workers members before run learns of the world.
+func (f *firstWorld) formedWith(w epoch.World, warn func(string)) {
+	f.once.Do(func() {
+		if msg := f.short(w); msg != "" {
+			warn(msg)
+		}
+		close(f.formed)
+	})
+}
+
+// short is the warning for a first world with fewer than Config.Workers
+// members, "" for one with all of them.
+func (f *firstWorld) short(first epoch.World) string {
 	came := len(first.Members)
-	if came >= j.cfg.Workers {
+	if came >= f.workers {
 		return ""
 	}
-	j.mu.Lock()
-	timedOut := j.startTimedOut
-	j.mu.Unlock()
 	why := "the others exited before they joined"
-	if timedOut {
-		why = fmt.Sprintf("the others did not join within the start timeout (%v)", j.cfg.StartTimeout)
+	if f.timedOut.Load() {
+		why = fmt.Sprintf("the others did not join within the start timeout (%v)", f.timeout)
 	}
-	return fmt.Sprintf("warning: the job started with %d of its %d workers: %s; it trains with at least %d", came, j.cfg.Workers, why, j.cfg.MinWorkers)
+	return fmt.Sprintf("warning: the job started with %d of its %d workers: %s; it trains with at least %d", came, f.workers, why, f.minWorkers)
 }

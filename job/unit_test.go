@@ -74,13 +74,13 @@ func TestVerdict(t *testing.T) {
 			}
 		})
 	}
-	p := &proc{rec: WorkerRecord{State: Finished}, out: true}
-	(&Job{}).reclassifyLocked(p)
+	p := &proc{rec: WorkerRecord{State: Finished}, presence: presence{out: true}}
+	(&roster{}).reclassifyLocked(p)
 	if p.rec.State != Excluded {
 		t.Fatalf("a worker left out that exited 0 is %v, want excluded", p.rec.State)
 	}
 	p = &proc{rec: WorkerRecord{State: Finished}}
-	(&Job{trainingOver: true}).reclassifyLocked(p)
+	(&roster{trainingOver: true}).reclassifyLocked(p)
 	if p.rec.State != Stopped {
 		t.Fatalf("a worker never admitted that exited 0 after the end is %v, want stopped", p.rec.State)
 	}

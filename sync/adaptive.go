@@ -184,7 +184,9 @@ func (a *AdaptiveBatch) planLocked() BatchPlan {
 // split divides a global batch among k workers in integers, as
 // goodput.Model.Optimize does: accumulate when a share exceeds the largest
 // micro-batch (and, on one worker, once the batch exceeds M0), the
-// micro-batch rounded up and kept within its bounds.
+// micro-batch rounded up (down where the shares would add up to more than
+// the largest batch, and not below the smallest) and kept within its
+// bounds.
 func (a *AdaptiveBatch) split(global, k int) (micro, accum int) {
 	per := (global + k - 1) / k // a worker's share
 	if a.lim.Accumulation {
@@ -195,6 +197,11 @@ func (a *AdaptiveBatch) split(global, k int) (micro, accum int) {
 	}
 	accum = min(accum, maxAccum)
 	micro = (per + accum) / (accum + 1)
+	if down := a.lim.MaxBatch / (k * (accum + 1)); k*micro*(accum+1) > a.lim.MaxBatch && k*down*(accum+1) >= max(a.cfg.InitBatch, k*a.lim.MinMicroBatch) {
+		// Shares rounded up would add up to more than the largest batch:
+		// round down, unless that falls below the smallest.
+		micro = down
+	}
 	return min(max(micro, a.lim.MinMicroBatch), a.lim.MaxMicroBatch), accum
 }
 

@@ -44,6 +44,10 @@ func TestAdaptiveSplit(t *testing.T) {
 		{"share of 250 in 3 micro-batches", AdaptiveConfig{InitBatch: 64, MaxBatch: 1024, MaxMicroBatch: 100}, 500, 2, 84, 2, 504},
 		{"no accumulation caps the micro-batch", AdaptiveConfig{InitBatch: 64, MaxBatch: 1024, MaxMicroBatch: 100, NoAccumulation: true}, 1000, 2, 100, 0, 200},
 		{"below the smallest micro-batch", AdaptiveConfig{InitBatch: 64, MaxBatch: 1024, MinMicroBatch: 32}, 64, 4, 32, 0, 128},
+		// 1024 over 3 rounded up is 3×342 = 1026 (a run of the goodput
+		// test trained with it): the shares are rounded down instead.
+		{"the largest batch over three", AdaptiveConfig{InitBatch: 64, MaxBatch: 1024}, 1024, 3, 341, 0, 1023},
+		{"the largest batch over three, accumulating", AdaptiveConfig{InitBatch: 64, MaxBatch: 1024, MaxMicroBatch: 100}, 1024, 3, 85, 3, 1020},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

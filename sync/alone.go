@@ -39,7 +39,7 @@ func startAlone(ctx context.Context, cfg WorkerConfig, state *State) (*alone, er
 		return nil, err
 	}
 	self := epoch.Member{Name: fmt.Sprintf("alone-%d", os.Getpid()), Addr: tr.Addr()}
-	sc := cfg.Session // Join fills in its zero fields
+	sc := cfg.Session // openSession fills in its zero fields
 	sc.JobID, sc.Self, sc.Logger = "alone", self, cfg.Logger
 	var tl *timeline.Timeline
 	if cfg.Timeline != "" && sc.Timeline == nil {
@@ -50,7 +50,7 @@ func startAlone(ctx context.Context, cfg WorkerConfig, state *State) (*alone, er
 		sc.Timeline = tl
 	}
 	src := &aloneSource{world: epoch.World{Number: 1, Members: []epoch.Member{self}}, newer: make(chan struct{})}
-	sess, err := Join(ctx, sc, tr, src, state)
+	sess, err := openSession(ctx, sc, tr, src, state)
 	if err != nil {
 		tr.Close()
 		closeTimeline(tl, cfg.Logger)

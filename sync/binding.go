@@ -21,7 +21,9 @@ import (
 // no launcher started the process.
 type Membership struct{ m member }
 
-// JoinJob joins a job as Train does: the job cfg names (cfg.JobID set), else
+// JoinJob joins a job as Train does, without Train's loop: the way in for a
+// binding that drives its own loop (a trainer calls Train). It joins the job
+// cfg names (cfg.JobID set), else
 // the launcher's job when a launcher started the process (UnderLauncher: the
 // job, secret, seeds, launch name and addresses come from the environment and
 // the rest of cfg applies), else a world of one. It returns once a world

@@ -38,8 +38,8 @@ func TestConfigZeroFieldsAreDefaults(t *testing.T) {
 			t.Errorf("%+v: %v, want an invalid configuration", bad, err)
 		}
 	}
-	if _, err := Join(context.Background(), Config{}, nil, nil, nil); !errors.Is(err, ErrInvalidConfig) {
-		t.Errorf("Join with a zero Config: %v", err)
+	if _, err := openSession(context.Background(), Config{}, nil, nil, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("openSession with a zero Config: %v", err)
 	}
 }
 

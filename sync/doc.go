@@ -13,9 +13,24 @@
 // launcher started the process, and, given a sampler, owns the data epochs.
 // The batch size of each step comes from a BatchPolicy (fixed by default).
 //
-// Below Train, a binding or a trainer with its own loop drives a Worker (or a
-// Session) step by step: Allreduce or AllreduceAsync and WaitAll, then
-// Commit, whose ErrWorldChanged and ErrExcluded say what happened. Gradients
+// # Ways into a job
+//
+// Train is the one entry for trainers: it joins the job, runs the loop and
+// reports the end. The other ways in are layers of it, for code that drives
+// its own loop:
+//
+//   - JoinJob is Train's join without the loop: the job cfg names, the
+//     launcher's job, or a world of one, as Train decides; it returns the
+//     Membership a binding (bindings/c, and the Python package over it)
+//     holds while it runs the steps itself.
+//   - StartWorker is JoinJob's join of an elastic job: cfg names the job
+//     (WorkerConfigFromEnv reads a launcher's), never a world of one; it
+//     returns the Worker.
+//
+// Below Train, such a loop drives the Session of its Worker or Membership
+// step by step: Allreduce or AllreduceAsync and WaitAll, then Commit, whose
+// ErrWorldChanged and ErrExcluded say what happened (and what Train does
+// about them: redo the step, rejoin as a new member with Worker.Rejoin, end). Gradients
 // and the registered State are collective.Buffers: any of the seven dtypes,
 // in host memory or in device memory (collective.DeviceMemory, such as
 // collective/cuda's); fusion packs them into one buffer per dtype and memory
@@ -117,7 +132,8 @@
 //
 // This package is what a trainer calls: Train (the loop), Worker (a process's
 // membership in a job), Session (a world's collectives and step boundaries)
-// and State (what a joining worker receives). Beneath it:
+// and State (what a joining worker receives); Membership and JoinJob are the
+// bindings' way in. Beneath it:
 //
 //   - sync/epoch: worlds (numbered member lists), the source a session
 //     learns them from, and the epoch protocol as pure state machines

@@ -56,7 +56,7 @@ func TestPrepareConnectsAhead(t *testing.T) {
 	}
 
 	// A third worker joins: the two members prepare the world with it while
-	// the joiner connects to it the usual way, in Join.
+	// the joiner connects to it the usual way, in openSession.
 	j := startToy(t, "p2", coord)
 	joined := make(chan error, 1)
 	var joiner *Session

@@ -77,7 +77,7 @@ func joinCoord(ctx context.Context, coord *driver.Coordinator, name string, tr *
 	for _, edit := range edits {
 		edit(&sc)
 	}
-	return Join(ctx, sc, tr, coord.View(name), state)
+	return openSession(ctx, sc, tr, coord.View(name), state)
 }
 
 func startToy(t testing.TB, name string, coord *driver.Coordinator, size ...int) *toyWorker {
@@ -410,6 +410,84 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("%s: %v", ws[i].name, err)
+		}
+	}
+}
+
+// TestAllreduceAsyncOverlaps: AllreduceAsync returns without waiting for the
+// other workers, so a trainer can hand over each layer's gradients as its
+// backward pass produces them and go on computing. Rank 0 starts every
+// layer's allreduce before rank 1 starts any (rank 1 waits until rank 0's
+// calls have all returned); were one of them to wait for its peers, rank 0
+// would never get there and rank 1 would give up at its deadline. Then both
+// collect the averages.
+func TestAllreduceAsyncOverlaps(t *testing.T) {
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	go coord.Run(ctx)
+	ws := []*toyWorker{startToy(t, "o0", coord), startToy(t, "o1", coord)}
+	waitEpoch(t, coord, func(e epoch.World) bool { return len(e.Members) == 2 })
+	sessions := make([]*Session, len(ws))
+	errs := make([]error, len(ws))
+	var wg stdsync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() { sessions[i], errs[i] = joinCoord(ctx, coord, w.name, w.tr, w.state) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v", ws[i].name, err)
+		}
+		defer sessions[i].Close()
+	}
+	const layers, n = 4, 1 << 16
+	rank0Started := make(chan struct{})
+	for _, sess := range sessions {
+		wg.Go(func() {
+			r := sess.Rank()
+			errs[r] = func() error {
+				if r != 0 {
+					select {
+					case <-rank0Started:
+					case <-ctx.Done():
+						return fmt.Errorf("rank 0 did not return from its %d AllreduceAsync calls while this rank had started none: they wait for the peers", layers)
+					}
+				}
+				grads := make([][]float32, layers)
+				var hs []*Handle
+				for l := layers - 1; l >= 0; l-- { // the last layer's gradient first, as backward makes them
+					grads[l] = make([]float32, n)
+					for j := range grads[l] {
+						grads[l][j] = float32(2*r + l)
+					}
+					hs = append(hs, sess.AllreduceAsync(ctx, Reduction{}, collective.SliceBuffer(grads[l])))
+				}
+				if r == 0 {
+					close(rank0Started)
+				}
+				if err := sess.WaitAll(ctx, hs...); err != nil {
+					if r == 0 {
+						// The peer started its allreduces once these calls
+						// had returned: unless they returned at once, they
+						// timed out waiting for it.
+						return fmt.Errorf("rank 0's allreduces, which it started before rank 1 started any: %w (does AllreduceAsync wait for the peers?)", err)
+					}
+					return err
+				}
+				for l, g := range grads {
+					if want := float32(1 + l); g[0] != want || g[n-1] != want {
+						return fmt.Errorf("rank %d layer %d averaged to %v..%v, want %v", r, l, g[0], g[n-1], want)
+					}
+				}
+				return nil
+			}()
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
 		}
 	}
 }

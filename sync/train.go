@@ -241,8 +241,10 @@ func (o Outcome) String() string {
 // samplerBlob is the state name under which the loop registers its sampler.
 const samplerBlob = "sync.sampler"
 
-// Train runs the training loop: it joins the job (or trains alone in a world
-// of one when not started by a launcher), then runs step after step until
+// Train runs the training loop, and is the entry into a job for trainers
+// (JoinJob and StartWorker are its join without the loop, for bindings and
+// loops of their own): it joins the job (or trains alone in a world of one
+// when not started by a launcher), then runs step after step until
 // cfg.Steps steps have committed or cfg.Epochs data epochs are over, and
 // reports the end to the job. It owns what every elastic trainer needs:
 //
@@ -414,162 +416,258 @@ func (j jobMember) close() error                           { return j.w.Close() 
 // runLoop trains in m until cfg says training is over, the worker leaves or
 // is left out, or an error ends it; it finishes or closes m.
 func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Signal, step StepFunc) (res TrainResult, err error) {
-	sess := m.session()
-	log := cfg.Worker.Logger
-	leaving := false
-	rejoined := 0
-	end := func(o Outcome) {
-		res = TrainResult{Outcome: o, Steps: sess.Step(), Rank: sess.Rank(), Size: sess.Size(), World: sess.World().Number, Rejoined: rejoined}
-	}
-	// comeBack is the loop's answer to an exclusion that was not asked for:
-	// rejoin as a new member, unless the job will not admit this worker
-	// again.
-	comeBack := func(step int64) (bool, error) {
-		if leaving {
-			return false, nil
-		}
-		log.Warn("left out of the world (declared failed while unreachable?): rejoining as a new member", "step", step, "epoch", sess.World().Number)
-		switch err := m.rejoin(ctx); {
-		case errors.Is(err, ErrOutForGood):
-			log.Info("the job will not admit this worker again: training ends here", "step", step)
-			return false, nil
-		case err != nil:
-			return false, fmt.Errorf("sync: left out of the world at step %d, and could not come back: %w", step, err)
-		}
-		rejoined++
-		sess = m.session()
-		setTotalSteps(cfg, sess)
-		if err := attachPolicy(cfg, sess); err != nil {
-			return false, err
-		}
-		return true, nil
-	}
-	defer func() {
-		end(res.Outcome)
-		if res.Outcome == Completed && err == nil {
-			// The end of training goes out even if ctx ends now.
-			err = m.finish(context.WithoutCancel(ctx))
-		} else {
-			_ = m.close()
-		}
-	}()
-	setTotalSteps(cfg, sess)
-	notice, stepCtx := watchLeave(ctx, cfg.LeaveNotice, leave)
-	defer notice.stop()
-	if err := attachPolicy(cfg, sess); err != nil {
+	l := &trainLoop{ctx: ctx, cfg: cfg, m: m, sess: m.session(), log: cfg.Worker.Logger, step: step}
+	defer func() { err = l.close(&res, err) }()
+	setTotalSteps(cfg, l.sess)
+	l.notice, l.stepCtx = watchLeave(ctx, cfg.LeaveNotice, leave)
+	defer l.notice.stop()
+	if err := attachPolicy(cfg, l.sess); err != nil {
 		return res, err
 	}
-	// sess, not its value now: a rejoin replaces the session.
-	defer func() { detachPolicy(cfg, sess) }()
+	// l.sess, not its value now: a rejoin replaces the session.
+	defer func() { detachPolicy(cfg, l.sess) }()
 	defer startPolicy(ctx, cfg)()
-	var last TrainStep
 	for {
-		if cfg.Steps > 0 && sess.Step() >= cfg.Steps || cfg.Epochs > 0 && cfg.Data.Epoch() >= cfg.Epochs {
-			res.Outcome = Completed
-			return res, nil
-		}
-		if err := ctx.Err(); err != nil {
+		f, err := l.attempt()
+		if err != nil || f == finish {
+			res.Outcome = l.outcome
 			return res, err
-		}
-		select {
-		case <-notice.leaveSignalled():
-			if !leaving {
-				leaving = true
-				log.Info("leave signal: leaving the job once the others have moved on", "step", sess.Step(), "notice", cfg.LeaveNotice)
-				if err := m.requestLeave(ctx); err != nil {
-					return res, fmt.Errorf("sync: asking to leave: %w", err)
-				}
-			}
-			if notice.over() {
-				log.Info("leave notice running out: leaving without the others' world", "step", sess.Step())
-				res.Outcome = Left
-				return res, nil
-			}
-		default:
-		}
-		began := time.Now()
-		s := TrainStep{Number: sess.Step() + 1, Rank: sess.Rank(), Size: sess.Size(), World: sess.World().Number, Session: sess}
-		if s.Number == last.Number {
-			s.Attempt = last.Attempt + 1
-		}
-		last = s
-		var dataEpoch uint64
-		if cfg.Data != nil {
-			dataEpoch = cfg.Data.Epoch()
-		}
-		s.Plan = cfg.BatchPolicy.PlanBatch(Progress{Step: sess.Step(), Size: s.Size, DataEpoch: dataEpoch})
-		sess.SetGlobalBatch(s.Plan.Global)
-		if cfg.Data != nil {
-			b, err := cfg.Data.Batch(s.Rank, s.Size, s.Plan.Global)
-			if err != nil {
-				return res, fmt.Errorf("sync: the batch of step %d (global batch %d): %w", s.Number, s.Plan.Global, err)
-			}
-			if b.Global == 0 {
-				if err := endEpoch(ctx, cfg, sess); err != nil {
-					return res, err
-				}
-				continue
-			}
-			s.Batch = b
-			sess.RecordSamples(len(b.Indices))
-			sess.SetGlobalBatch(b.Global)
-		}
-		switch err := step(stepCtx, &s); {
-		case err != nil && notice.ranOut():
-			log.Info("leave notice ran out during the step: leaving with the last committed step", "step", sess.Step())
-			res.Outcome = Left
-			return res, nil
-		case errors.Is(err, ErrWorldChanged):
-			log.Info("the world changed during the step: redoing it", "step", s.Number, "attempt", s.Attempt)
-			continue
-		case errors.Is(err, ErrExcluded):
-			if back, err := comeBack(sess.Step()); back || err != nil {
-				if err != nil {
-					return res, err
-				}
-				continue
-			}
-			res.Outcome = excluded(leaving)
-			return res, nil
-		case err != nil:
-			return res, err
-		}
-		if cfg.Data != nil {
-			if err := cfg.Data.Advance(s.Batch.Global); err != nil {
-				return res, err
-			}
-		}
-		err := sess.Commit(stepCtx)
-		out := errors.Is(err, ErrExcluded) // the step counted; the world goes on without us
-		switch {
-		case err != nil && !out && notice.ranOut():
-			log.Info("leave notice ran out during the commit: leaving", "step", sess.Step())
-			res.Outcome = Left
-			return res, nil
-		case errors.Is(err, ErrWorldChanged):
-			continue // carry on from the state of the new world's rank 0
-		case err != nil && !out:
-			return res, err
-		}
-		notice.stepTook(time.Since(began))
-		s.Number = sess.Step()
-		if cfg.Committed != nil {
-			if err := cfg.Committed(ctx, &s); err != nil {
-				return res, err
-			}
-		}
-		if out {
-			if back, err := comeBack(s.Number); back || err != nil {
-				if err != nil {
-					return res, err
-				}
-				continue
-			}
-			res.Outcome = excluded(leaving)
-			log.Info("left out of the next world: training ends here", "step", s.Number, "outcome", res.Outcome)
-			return res, nil
 		}
 	}
+}
+
+// trainLoop is runLoop's state: the member it trains in (its session
+// replaced on a rejoin), the leave notice, and how the loop stands.
+type trainLoop struct {
+	ctx     context.Context
+	stepCtx context.Context // ctx, or ended when the leave notice runs out
+	cfg     TrainConfig
+	m       member
+	sess    *Session
+	log     *slog.Logger
+	step    StepFunc
+	notice  *leaveNotice
+
+	leaving  bool      // the worker asked to leave (the leave signal)
+	rejoined int       // times it came back as a new member
+	last     TrainStep // the previous attempt, to count attempts at a step
+	outcome  Outcome   // how training ended, once an attempt says finish
+}
+
+// flow is what the loop does after one of its steps.
+type flow int
+
+const (
+	proceed flow = iota // on to the attempt's next step
+	again               // to the next attempt: the step is redone, or a new data epoch or member begins
+	finish              // training ends here, with trainLoop.outcome
+)
+
+// attempt is one attempt at a step: it checks whether training is over and
+// heeds the leave signal, plans the step and takes its batch, runs the step
+// function, advances the sampler and commits; then it reports the committed
+// step and acts on an exclusion that came with the commit.
+func (l *trainLoop) attempt() (flow, error) {
+	if l.trainingOver() {
+		l.outcome = Completed
+		return finish, nil
+	}
+	if err := l.ctx.Err(); err != nil {
+		return finish, err
+	}
+	if f, err := l.heedLeaveSignal(); f != proceed || err != nil {
+		return f, err
+	}
+	began := time.Now()
+	s := l.planStep()
+	if f, err := l.takeBatch(&s); f != proceed || err != nil {
+		return f, err
+	}
+	if f, err := l.runStep(&s); f != proceed || err != nil {
+		return f, err
+	}
+	if l.cfg.Data != nil {
+		if err := l.cfg.Data.Advance(s.Batch.Global); err != nil {
+			return finish, err
+		}
+	}
+	out, f, err := l.commit()
+	if f != proceed || err != nil {
+		return f, err
+	}
+	l.notice.stepTook(time.Since(began))
+	s.Number = l.sess.Step()
+	if l.cfg.Committed != nil {
+		if err := l.cfg.Committed(l.ctx, &s); err != nil {
+			return finish, err
+		}
+	}
+	if out {
+		if f, err := l.leftOut(s.Number); f != finish || err != nil {
+			return f, err
+		}
+		l.log.Info("left out of the next world: training ends here", "step", s.Number, "outcome", l.outcome)
+		return finish, nil
+	}
+	return again, nil
+}
+
+// trainingOver says whether cfg.Steps steps have committed or cfg.Epochs
+// data epochs are over.
+func (l *trainLoop) trainingOver() bool {
+	return l.cfg.Steps > 0 && l.sess.Step() >= l.cfg.Steps || l.cfg.Epochs > 0 && l.cfg.Data.Epoch() >= l.cfg.Epochs
+}
+
+// heedLeaveSignal asks the job to let the worker leave once the leave
+// signal came, and ends training when the leave notice is over.
+func (l *trainLoop) heedLeaveSignal() (flow, error) {
+	select {
+	case <-l.notice.leaveSignalled():
+		if !l.leaving {
+			l.leaving = true
+			l.log.Info("leave signal: leaving the job once the others have moved on", "step", l.sess.Step(), "notice", l.cfg.LeaveNotice)
+			if err := l.m.requestLeave(l.ctx); err != nil {
+				return finish, fmt.Errorf("sync: asking to leave: %w", err)
+			}
+		}
+		if l.notice.over() {
+			l.log.Info("leave notice running out: leaving without the others' world", "step", l.sess.Step())
+			l.outcome = Left
+			return finish, nil
+		}
+	default:
+	}
+	return proceed, nil
+}
+
+// planStep describes the next step (counting the attempts at a step that is
+// redone) and plans its global batch with cfg.BatchPolicy.
+func (l *trainLoop) planStep() TrainStep {
+	sess := l.sess
+	s := TrainStep{Number: sess.Step() + 1, Rank: sess.Rank(), Size: sess.Size(), World: sess.World().Number, Session: sess}
+	if s.Number == l.last.Number {
+		s.Attempt = l.last.Attempt + 1
+	}
+	l.last = s
+	var dataEpoch uint64
+	if l.cfg.Data != nil {
+		dataEpoch = l.cfg.Data.Epoch()
+	}
+	s.Plan = l.cfg.BatchPolicy.PlanBatch(Progress{Step: sess.Step(), Size: s.Size, DataEpoch: dataEpoch})
+	sess.SetGlobalBatch(s.Plan.Global)
+	return s
+}
+
+// takeBatch gives the step its share of the sampler's next batch (with
+// cfg.Data); at the end of a data epoch it ends the epoch and the attempt.
+func (l *trainLoop) takeBatch(s *TrainStep) (flow, error) {
+	if l.cfg.Data == nil {
+		return proceed, nil
+	}
+	b, err := l.cfg.Data.Batch(s.Rank, s.Size, s.Plan.Global)
+	if err != nil {
+		return finish, fmt.Errorf("sync: the batch of step %d (global batch %d): %w", s.Number, s.Plan.Global, err)
+	}
+	if b.Global == 0 {
+		if err := endEpoch(l.ctx, l.cfg, l.sess); err != nil {
+			return finish, err
+		}
+		return again, nil
+	}
+	s.Batch = b
+	l.sess.RecordSamples(len(b.Indices))
+	l.sess.SetGlobalBatch(b.Global)
+	return proceed, nil
+}
+
+// runStep runs the step function: a step whose world changed is redone, an
+// exclusion is answered by leftOut, and a leave notice that ran out during
+// the step ends training with the last committed step.
+func (l *trainLoop) runStep(s *TrainStep) (flow, error) {
+	switch err := l.step(l.stepCtx, s); {
+	case err != nil && l.notice.ranOut():
+		l.log.Info("leave notice ran out during the step: leaving with the last committed step", "step", l.sess.Step())
+		l.outcome = Left
+		return finish, nil
+	case errors.Is(err, ErrWorldChanged):
+		l.log.Info("the world changed during the step: redoing it", "step", s.Number, "attempt", s.Attempt)
+		return again, nil
+	case errors.Is(err, ErrExcluded):
+		return l.leftOut(l.sess.Step())
+	case err != nil:
+		return finish, err
+	}
+	return proceed, nil
+}
+
+// commit commits the step; out says it counted but the world goes on
+// without this worker (ErrExcluded). A world that changed during the commit
+// has the step redone from the state of the new world's rank 0.
+func (l *trainLoop) commit() (out bool, f flow, err error) {
+	err = l.sess.Commit(l.stepCtx)
+	out = errors.Is(err, ErrExcluded)
+	switch {
+	case err != nil && !out && l.notice.ranOut():
+		l.log.Info("leave notice ran out during the commit: leaving", "step", l.sess.Step())
+		l.outcome = Left
+		return out, finish, nil
+	case errors.Is(err, ErrWorldChanged):
+		return out, again, nil
+	case err != nil && !out:
+		return out, finish, err
+	}
+	return out, proceed, nil
+}
+
+// leftOut answers an exclusion at step: a worker that was leaving has left;
+// any other rejoins as a new member (again), unless the job will not admit
+// it again (Excluded).
+func (l *trainLoop) leftOut(step int64) (flow, error) {
+	back, err := l.comeBack(step)
+	switch {
+	case err != nil:
+		return finish, err
+	case back:
+		return again, nil
+	}
+	l.outcome = excluded(l.leaving)
+	return finish, nil
+}
+
+// comeBack is the loop's answer to an exclusion that was not asked for:
+// rejoin as a new member, unless the job will not admit this worker again.
+func (l *trainLoop) comeBack(step int64) (bool, error) {
+	if l.leaving {
+		return false, nil
+	}
+	l.log.Warn("left out of the world (declared failed while unreachable?): rejoining as a new member", "step", step, "epoch", l.sess.World().Number)
+	switch err := l.m.rejoin(l.ctx); {
+	case errors.Is(err, ErrOutForGood):
+		l.log.Info("the job will not admit this worker again: training ends here", "step", step)
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("sync: left out of the world at step %d, and could not come back: %w", step, err)
+	}
+	l.rejoined++
+	l.sess = l.m.session()
+	setTotalSteps(l.cfg, l.sess)
+	if err := attachPolicy(l.cfg, l.sess); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// close fills in res from the session the loop ended in and ends the
+// membership: a completed training reports its end to the job (even if ctx
+// ends now), any other end closes the member.
+func (l *trainLoop) close(res *TrainResult, err error) error {
+	sess := l.sess
+	*res = TrainResult{Outcome: res.Outcome, Steps: sess.Step(), Rank: sess.Rank(), Size: sess.Size(), World: sess.World().Number, Rejoined: l.rejoined}
+	if res.Outcome == Completed && err == nil {
+		return l.m.finish(context.WithoutCancel(l.ctx))
+	}
+	_ = l.m.close()
+	return err
 }
 
 func excluded(leaving bool) Outcome {

@@ -206,8 +206,10 @@ type Worker struct {
 	rejoins    int
 }
 
-// StartWorker joins the job: it starts the collective transport and the gossip
-// member, announces itself ready (call it once the trainer's own start-up —
+// StartWorker joins the elastic job cfg names (cfg.JobID set: it does not
+// take the job from a launcher's environment, WorkerConfigFromEnv does, and
+// it never trains alone): it is the layer under JoinJob and Train, which a trainer calls instead unless it drives a Worker
+// itself. It starts the collective transport and the gossip member, announces itself ready (call it once the trainer's own start-up —
 // data, model — is done, so that joining never stalls the others), and waits
 // until an epoch admits it and the state has arrived.
 func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, error) {
@@ -292,7 +294,7 @@ func (w *Worker) start(ctx context.Context) error {
 		}
 		sc.Timeline = w.tl
 	}
-	sess, err := Join(joinCtx, sc, tr, w.src, w.state)
+	sess, err := openSession(joinCtx, sc, tr, w.src, w.state)
 	if err != nil {
 		if w.OutForGood() && ctx.Err() == nil {
 			err = ErrOutForGood

@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	stdsync "sync"
@@ -372,15 +373,15 @@ func reduction(op C.int, pre, post C.double) gsync.Reduction {
 }
 
 //export gorovodGoAllreduceAsync
-func gorovodGoAllreduceAsync(n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, op C.int, pre, post C.double, h *C.gorovod_handle) (rc C.int) {
+func gorovodGoAllreduceAsync(set, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, ndims *C.int32_t, dims *C.int64_t, op C.int, pre, post C.double, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
-	return allreduce(n, send, recv, cnts, dtypes, op, pre, post, submitAsync, h)
+	return allreduce(int32(set), n, send, recv, cnts, dtypes, ndims, dims, op, pre, post, submitAsync, h)
 }
 
 //export gorovodGoAllreduceStart
-func gorovodGoAllreduceStart(n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, op C.int, pre, post C.double, flags C.int, h *C.gorovod_handle) (rc C.int) {
+func gorovodGoAllreduceStart(set, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, ndims *C.int32_t, dims *C.int64_t, op C.int, pre, post C.double, flags C.int, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
-	return allreduce(n, send, recv, cnts, dtypes, op, pre, post, startMode(flags), h)
+	return allreduce(int32(set), n, send, recv, cnts, dtypes, ndims, dims, op, pre, post, startMode(flags), h)
 }
 
 // How a call is submitted: queued for the engine's executor (the _async
@@ -425,7 +426,10 @@ func (m submitMode) submit(out *C.gorovod_handle, queue func() (engine.Handle, e
 	return status(err)
 }
 
-func allreduce(n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, op C.int, pre, post C.double, mode submitMode, h *C.gorovod_handle) C.int {
+// allreduce submits an allreduce of n tensors; ndims (NULL: not given)
+// holds each tensor's number of dimensions and dims their sizes, one after
+// another, which every rank compares (see engine.Engine.AllreduceShapedOn).
+func allreduce(set int32, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, ndims *C.int32_t, dims *C.int64_t, op C.int, pre, post C.double, mode submitMode, h *C.gorovod_handle) C.int {
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -433,8 +437,8 @@ func allreduce(n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *
 	if h == nil || recv == nil || cnts == nil || dtypes == nil || n < 0 {
 		return status(fmt.Errorf("%w: allreduce: NULL handle, receive buffers, counts or dtypes, or %d tensors", engine.ErrInvalid, n))
 	}
-	if op < 1 || op > 5 {
-		return status(fmt.Errorf("%w: allreduce: reduce op %d (want sum 1, average 2, min 3, max 4 or product 5)", engine.ErrInvalid, op))
+	if op < 1 || op > 6 {
+		return status(fmt.Errorf("%w: allreduce: reduce op %d (want sum 1, average 2, min 3, max 4, product 5 or adasum 6)", engine.ErrInvalid, op))
 	}
 	num := int(n)
 	cs, ds := int64s(cnts, num), int32s(dtypes, num)
@@ -454,24 +458,59 @@ func allreduce(n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *
 			}
 		}
 	}
+	shapes, err := shapesOf(num, ndims, dims)
+	if err != nil {
+		return status(err)
+	}
 	how := reduction(op, pre, post)
-	return mode.submit(h, func() (engine.Handle, error) { return e.Allreduce(sends, recvs, how) },
-		func(c engine.Caller) (engine.Handle, error) { return e.AllreduceNow(sends, recvs, how, c) })
+	return mode.submit(h, func() (engine.Handle, error) { return e.AllreduceShapedOn(set, sends, recvs, shapes, how) },
+		func(c engine.Caller) (engine.Handle, error) {
+			return e.AllreduceShapedNowOn(set, sends, recvs, shapes, how, c)
+		})
+}
+
+// maxDims bounds a tensor's number of dimensions (PyTorch's is 64 too).
+const maxDims = 64
+
+// shapesOf reads n tensors' shapes: ndims[i] dimensions each, their sizes
+// one after another in dims; nil when ndims is NULL.
+func shapesOf(n int, ndims *C.int32_t, dims *C.int64_t) ([][]int64, error) {
+	if ndims == nil {
+		return nil, nil
+	}
+	nd := int32s(ndims, n)
+	total := 0
+	for i, k := range nd {
+		if k < 0 || k > maxDims {
+			return nil, fmt.Errorf("%w: allreduce tensor %d: %d dimensions (want 0 to %d)", engine.ErrInvalid, i, k, maxDims)
+		}
+		total += int(k)
+	}
+	if total > 0 && dims == nil {
+		return nil, fmt.Errorf("%w: allreduce: NULL dims for %d dimensions", engine.ErrInvalid, total)
+	}
+	all := int64s(dims, total)
+	shapes := make([][]int64, n)
+	for i, k := range nd {
+		shapes[i] = slices.Clone(all[:k])
+		all = all[k:]
+	}
+	return shapes, nil
 }
 
 //export gorovodGoBroadcastAsync
-func gorovodGoBroadcastAsync(n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, root C.int32_t, h *C.gorovod_handle) (rc C.int) {
+func gorovodGoBroadcastAsync(set, n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, root C.int32_t, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
-	return broadcast(n, bufs, cnts, dtypes, root, submitAsync, h)
+	return broadcast(int32(set), n, bufs, cnts, dtypes, root, submitAsync, h)
 }
 
 //export gorovodGoBroadcastStart
-func gorovodGoBroadcastStart(n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, root C.int32_t, flags C.int, h *C.gorovod_handle) (rc C.int) {
+func gorovodGoBroadcastStart(set, n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, root C.int32_t, flags C.int, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
-	return broadcast(n, bufs, cnts, dtypes, root, startMode(flags), h)
+	return broadcast(int32(set), n, bufs, cnts, dtypes, root, startMode(flags), h)
 }
 
-func broadcast(n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, root C.int32_t, mode submitMode, h *C.gorovod_handle) C.int {
+func broadcast(set int32, n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, root C.int32_t, mode submitMode, h *C.gorovod_handle) C.int {
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -487,12 +526,12 @@ func broadcast(n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int3
 			return status(err)
 		}
 	}
-	return mode.submit(h, func() (engine.Handle, error) { return e.Broadcast(bs, int(root)) },
-		func(c engine.Caller) (engine.Handle, error) { return e.BroadcastNow(bs, int(root), c) })
+	return mode.submit(h, func() (engine.Handle, error) { return e.BroadcastOn(set, bs, int(root)) },
+		func(c engine.Caller) (engine.Handle, error) { return e.BroadcastNowOn(set, bs, int(root), c) })
 }
 
 //export gorovodGoAllgatherAsync
-func gorovodGoAllgatherAsync(send unsafe.Pointer, count C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype C.int, h *C.gorovod_handle) (rc C.int) {
+func gorovodGoAllgatherAsync(set C.int32_t, send unsafe.Pointer, count C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype C.int, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
 	e, err := current()
 	if err != nil {
@@ -501,7 +540,10 @@ func gorovodGoAllgatherAsync(send unsafe.Pointer, count C.int64_t, recv unsafe.P
 	if h == nil {
 		return status(fmt.Errorf("%w: allgather: NULL handle", engine.ErrInvalid))
 	}
-	size := e.Topology().Size
+	size, _, err := setSize(e, set)
+	if err != nil {
+		return status(err)
+	}
 	cs, err := counts("allgather", recvCounts, size)
 	if err != nil {
 		return status(err)
@@ -524,12 +566,12 @@ func gorovodGoAllgatherAsync(send unsafe.Pointer, count C.int64_t, recv unsafe.P
 	if err != nil {
 		return status(err)
 	}
-	hd, err := e.Allgather(s, r, cs)
+	hd, err := e.AllgatherOn(int32(set), s, r, cs)
 	return issue(h, hd, err)
 }
 
 //export gorovodGoAlltoallAsync
-func gorovodGoAlltoallAsync(send unsafe.Pointer, sendCounts *C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype C.int, h *C.gorovod_handle) (rc C.int) {
+func gorovodGoAlltoallAsync(set C.int32_t, send unsafe.Pointer, sendCounts *C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype C.int, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
 	e, err := current()
 	if err != nil {
@@ -538,7 +580,10 @@ func gorovodGoAlltoallAsync(send unsafe.Pointer, sendCounts *C.int64_t, recv uns
 	if h == nil || sendCounts == nil || recvCounts == nil {
 		return status(fmt.Errorf("%w: alltoall: NULL handle or counts", engine.ErrInvalid))
 	}
-	size := e.Topology().Size
+	size, _, err := setSize(e, set)
+	if err != nil {
+		return status(err)
+	}
 	sc, err := counts("alltoall send", sendCounts, size)
 	if err != nil {
 		return status(err)
@@ -555,7 +600,7 @@ func gorovodGoAlltoallAsync(send unsafe.Pointer, sendCounts *C.int64_t, recv uns
 	if err != nil {
 		return status(err)
 	}
-	hd, err := e.Alltoall(s, sc, r, rcs)
+	hd, err := e.AlltoallOn(int32(set), s, sc, r, rcs)
 	return issue(h, hd, err)
 }
 
@@ -568,7 +613,7 @@ func sum(cs []int) int64 {
 }
 
 //export gorovodGoReducescatterAsync
-func gorovodGoReducescatterAsync(send unsafe.Pointer, count C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype, op C.int, pre, post C.double, h *C.gorovod_handle) (rc C.int) {
+func gorovodGoReducescatterAsync(set C.int32_t, send unsafe.Pointer, count C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype, op C.int, pre, post C.double, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
 	e, err := current()
 	if err != nil {
@@ -577,19 +622,22 @@ func gorovodGoReducescatterAsync(send unsafe.Pointer, count C.int64_t, recv unsa
 	if h == nil {
 		return status(fmt.Errorf("%w: reducescatter: NULL handle", engine.ErrInvalid))
 	}
-	if op < 1 || op > 5 {
+	if op < 1 || op > 6 {
 		return status(fmt.Errorf("%w: reducescatter: reduce op %d (want sum 1, average 2, min 3, max 4 or product 5)", engine.ErrInvalid, op))
 	}
-	top := e.Topology()
-	cs, err := counts("reducescatter", recvCounts, top.Size)
+	size, rank, err := setSize(e, set)
+	if err != nil {
+		return status(err)
+	}
+	cs, err := counts("reducescatter", recvCounts, size)
 	if err != nil {
 		return status(err)
 	}
 	if cs == nil {
-		cs = make([]int, top.Size)
+		cs = make([]int, size)
 		for r := range cs {
-			cs[r] = int(int64(count) / int64(top.Size))
-			if int64(r) < int64(count)%int64(top.Size) {
+			cs[r] = int(int64(count) / int64(size))
+			if int64(r) < int64(count)%int64(size) {
 				cs[r]++
 			}
 		}
@@ -598,27 +646,27 @@ func gorovodGoReducescatterAsync(send unsafe.Pointer, count C.int64_t, recv unsa
 	if err != nil {
 		return status(err)
 	}
-	r, err := hostBuffer("reducescatter receive", -1, recv, int64(cs[top.Rank]), C.int32_t(dtype))
+	r, err := hostBuffer("reducescatter receive", -1, recv, int64(cs[rank]), C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
-	hd, err := e.ReduceScatter(s, r, cs, reduction(op, pre, post))
+	hd, err := e.ReduceScatterOn(int32(set), s, r, cs, reduction(op, pre, post))
 	return issue(h, hd, err)
 }
 
 //export gorovodGoBarrierAsync
-func gorovodGoBarrierAsync(h *C.gorovod_handle) (rc C.int) {
+func gorovodGoBarrierAsync(set C.int32_t, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
-	return barrier(submitAsync, h)
+	return barrier(int32(set), submitAsync, h)
 }
 
 //export gorovodGoBarrierStart
-func gorovodGoBarrierStart(flags C.int, h *C.gorovod_handle) (rc C.int) {
+func gorovodGoBarrierStart(set C.int32_t, flags C.int, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
-	return barrier(startMode(flags), h)
+	return barrier(int32(set), startMode(flags), h)
 }
 
-func barrier(mode submitMode, h *C.gorovod_handle) C.int {
+func barrier(set int32, mode submitMode, h *C.gorovod_handle) C.int {
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -626,7 +674,8 @@ func barrier(mode submitMode, h *C.gorovod_handle) C.int {
 	if h == nil {
 		return status(fmt.Errorf("%w: barrier: NULL handle", engine.ErrInvalid))
 	}
-	return mode.submit(h, e.Barrier, e.BarrierNow)
+	return mode.submit(h, func() (engine.Handle, error) { return e.BarrierOn(set) },
+		func(c engine.Caller) (engine.Handle, error) { return e.BarrierNowOn(set, c) })
 }
 
 //export gorovodGoJoinAsync
@@ -641,6 +690,104 @@ func gorovodGoJoinAsync(last *C.int32_t, h *C.gorovod_handle) (rc C.int) {
 	}
 	hd, err := e.Join((*int32)(unsafe.Pointer(last)))
 	return issue(h, hd, err)
+}
+
+// setSize returns the size of process set set (0: the world) and this
+// process's rank in it: the length of a call's per-rank counts.
+func setSize(e *engine.Engine, set C.int32_t) (size, rank int, err error) {
+	info, err := e.ProcessSet(int32(set))
+	if err != nil {
+		return 0, 0, err
+	}
+	if info.Rank < 0 {
+		return 0, 0, fmt.Errorf("rank %d: %w %d (ranks %v)", e.Topology().Rank, engine.ErrNotMember, set, info.Ranks)
+	}
+	return len(info.Ranks), info.Rank, nil
+}
+
+//export gorovodGoAddProcessSet
+func gorovodGoAddProcessSet(ranks *C.int32_t, n C.int32_t, id *C.int32_t) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if id == nil || n < 0 || (ranks == nil && n > 0) {
+		return status(fmt.Errorf("%w: add process set: NULL ranks or id, or %d ranks", engine.ErrInvalid, n))
+	}
+	rs := make([]int, n)
+	for i, r := range int32s(ranks, int(n)) {
+		rs[i] = int(r)
+	}
+	var got int32
+	h, err := e.AddProcessSet(rs, &got)
+	if err != nil {
+		return status(err)
+	}
+	if err := e.Wait(h, -1); err != nil {
+		return status(err)
+	}
+	*id = C.int32_t(got)
+	return statusOK
+}
+
+//export gorovodGoRemoveProcessSet
+func gorovodGoRemoveProcessSet(id C.int32_t) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	h, err := e.RemoveProcessSet(int32(id))
+	if err != nil {
+		return status(err)
+	}
+	return status(e.Wait(h, -1))
+}
+
+//export gorovodGoProcessSetGet
+func gorovodGoProcessSetGet(id C.int32_t, rank, size, ranks *C.int32_t, capacity C.int32_t) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	info, err := e.ProcessSet(int32(id))
+	if err != nil {
+		return status(err)
+	}
+	if rank != nil {
+		*rank = C.int32_t(info.Rank)
+	}
+	if size != nil {
+		*size = C.int32_t(len(info.Ranks))
+	}
+	if ranks != nil && capacity > 0 {
+		out := unsafe.Slice((*int32)(unsafe.Pointer(ranks)), int(capacity))
+		for i := 0; i < len(info.Ranks) && i < len(out); i++ {
+			out[i] = int32(info.Ranks[i])
+		}
+	}
+	return statusOK
+}
+
+//export gorovodGoProcessSetIds
+func gorovodGoProcessSetIds(ids *C.int32_t, capacity C.int32_t, n *C.int32_t) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if n == nil {
+		return status(fmt.Errorf("%w: process set ids: NULL count", engine.ErrInvalid))
+	}
+	all := e.ProcessSets()
+	*n = C.int32_t(len(all))
+	if ids != nil && capacity > 0 {
+		out := unsafe.Slice((*int32)(unsafe.Pointer(ids)), int(capacity))
+		copy(out, all)
+	}
+	return statusOK
 }
 
 //export gorovodGoPoll

@@ -25,11 +25,12 @@
  *   Collectives pair up by their position in each rank's sequence: every
  *   rank must call the same collectives, with the same dtypes and element
  *   counts, in the same order (there is no matching by tensor name as in
- *   Horovod). They run one at a time, in the order they were called, on a
- *   thread of the library's own. Ranks that call different collectives all
- *   get GOROVOD_ERR_MISMATCH for that call, never a hang: the ranks compare
- *   each call's description before any of its data moves, so the next call
- *   runs as if it had not been made.
+ *   Horovod; a collective on a process set concerns its members only: see
+ *   Process sets below). They run one at a time, in the order they were
+ *   called, on a thread of the library's own. Ranks that call different
+ *   collectives all get GOROVOD_ERR_MISMATCH for that call, never a hang:
+ *   the ranks compare each call's description before any of its data
+ *   moves, so the next call runs as if it had not been made.
  *
  *   Every collective has an asynchronous form (..._async), which queues it
  *   and returns a handle at once, and a synchronous form, which waits for it.
@@ -84,8 +85,9 @@ extern "C" {
 #endif
 
 /* The version of this interface; gorovod_abi_version() returns the
- * library's. 2 added the _start calls. */
-#define GOROVOD_ABI_VERSION 2
+ * library's. 2 added the _start calls, 3 the process sets, 4 the shaped
+ * allreduce. */
+#define GOROVOD_ABI_VERSION 4
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
@@ -138,13 +140,20 @@ typedef enum gorovod_dtype {
  * collective also takes a prescale factor (multiplies each rank's input) and
  * a postscale factor (multiplies the result; with AVERAGE the division
  * comes on top), as Horovod's; 0 means 1. Integer results of a scale are
- * rounded to nearest and saturated. */
+ * rounded to nearest and saturated.
+ * ADASUM is Horovod's adaptive summation: tensor by tensor (each tensor of a
+ * grouped call on its own), a and b combine as
+ * (1 - a.b/(2|a|^2)) a + (1 - a.b/(2|b|^2)) b, pairwise over log2(size)
+ * levels. Allreduce only, floating-point dtypes only, and a world whose size
+ * is a power of two: anything else is GOROVOD_ERR_INVALID_ARGUMENT. The
+ * prescale factor applies before, the postscale factor after. */
 typedef enum gorovod_op {
   GOROVOD_SUM = 1,
   GOROVOD_AVERAGE = 2,
   GOROVOD_MIN = 3,
   GOROVOD_MAX = 4,
-  GOROVOD_PRODUCT = 5
+  GOROVOD_PRODUCT = 5,
+  GOROVOD_ADASUM = 6
 } gorovod_op;
 
 /* An asynchronous call until gorovod_wait collects it; never 0, never
@@ -317,6 +326,82 @@ int gorovod_barrier_start(int flags, gorovod_handle *handle);
  * their other collectives return GOROVOD_ERR_MISMATCH. */
 int gorovod_join_async(int32_t *last_rank, gorovod_handle *handle);
 int gorovod_join(int32_t *last_rank);
+
+/* ---- Process sets ----
+ *
+ * A process set is some of the world's ranks that run collectives among
+ * themselves, as Horovod's: the _ps forms below take its id (0 is the whole
+ * world; the forms above are the _ps forms with 0). Only its members call
+ * them, and every member must make the set's calls in the same order;
+ * other ranks meanwhile run calls of their own, on other sets or on none.
+ * A root is a world rank (a member); per-rank counts arrays have one entry
+ * per member, in rank order; AVERAGE divides by the set's size. Calls on
+ * a set this process is not a member of, or on an id that is not
+ * registered, return GOROVOD_ERR_INVALID_ARGUMENT.
+ *
+ * A process's calls run in the order it made them, whatever their set: a
+ * rank waits inside a call on one set until that set's other members reach
+ * it, so ranks must never wait on each other in a cycle (rank 0 in set A's
+ * call, which rank 1 reaches only after a call on set B that waits for
+ * rank 0). Making the calls in one order on every rank (each rank skipping
+ * those of sets it is not in) is always safe.
+ *
+ * A world change removes every process set but the world (their ranks were
+ * the old world's): after gorovod_reset, add the sets again. Ids are never
+ * reused. */
+
+/* Registers the process set of the world's ranks ranks[0..n-1] (any order,
+ * no repeats) and writes its id. Every rank of the world must call it, at the
+ * same place of its sequence, with the same ranks (GOROVOD_ERR_MISMATCH on
+ * every rank when they differ); a set of the same ranks as an existing one,
+ * or the whole world, is refused with GOROVOD_ERR_INVALID_ARGUMENT. Blocks
+ * until the calls made before it have run. */
+int gorovod_add_process_set(const int32_t *ranks, int32_t n, int32_t *id);
+/* Unregisters process set id on every rank (which must all call it, as for
+ * gorovod_add_process_set); GOROVOD_ERR_INVALID_ARGUMENT for 0 or an id not
+ * registered. */
+int gorovod_remove_process_set(int32_t id);
+/* Process set id: this process's rank in it (-1 when not a member), its
+ * size, and up to capacity of its (world) ranks, increasing, into ranks
+ * (which may be NULL). Any output pointer may be NULL. */
+int gorovod_process_set_get(int32_t id, int32_t *rank, int32_t *size, int32_t *ranks, int32_t capacity);
+/* The ids of the registered process sets, 0 first: *n of them, up to
+ * capacity of which are written into ids (which may be NULL). */
+int gorovod_process_set_ids(int32_t *ids, int32_t capacity, int32_t *n);
+
+int gorovod_grouped_allreduce_ps_async(int32_t process_set, int32_t n, const void *const *send,
+                                       void *const *recv, const int64_t *counts, const int32_t *dtypes, int op,
+                                       double prescale, double postscale, gorovod_handle *handle);
+int gorovod_grouped_allreduce_ps_start(int32_t process_set, int32_t n, const void *const *send,
+                                       void *const *recv, const int64_t *counts, const int32_t *dtypes, int op,
+                                       double prescale, double postscale, int flags, gorovod_handle *handle);
+/* The grouped allreduce of tensors with shapes, which every rank compares as
+ * well as their dtypes and element counts: tensor i has ndims[i] dimensions
+ * (0 to 64), whose sizes follow one another in dims (the product of
+ * tensor i's is counts[i]). Ranks whose shapes differ all get
+ * GOROVOD_ERR_MISMATCH for the call and the world stays usable, as for any
+ * mismatch. ndims NULL: each tensor has one dimension, counts[i]. */
+int gorovod_grouped_allreduce_shaped_async(int32_t process_set, int32_t n, const void *const *send,
+                                           void *const *recv, const int64_t *counts, const int32_t *dtypes,
+                                           const int32_t *ndims, const int64_t *dims, int op, double prescale,
+                                           double postscale, gorovod_handle *handle);
+int gorovod_grouped_allreduce_shaped_start(int32_t process_set, int32_t n, const void *const *send,
+                                           void *const *recv, const int64_t *counts, const int32_t *dtypes,
+                                           const int32_t *ndims, const int64_t *dims, int op, double prescale,
+                                           double postscale, int flags, gorovod_handle *handle);
+int gorovod_grouped_broadcast_ps_async(int32_t process_set, int32_t n, void *const *bufs, const int64_t *counts,
+                                       const int32_t *dtypes, int32_t root, gorovod_handle *handle);
+int gorovod_grouped_broadcast_ps_start(int32_t process_set, int32_t n, void *const *bufs, const int64_t *counts,
+                                       const int32_t *dtypes, int32_t root, int flags, gorovod_handle *handle);
+int gorovod_allgather_ps_async(int32_t process_set, const void *send, int64_t count, void *recv,
+                               const int64_t *recv_counts, int dtype, gorovod_handle *handle);
+int gorovod_alltoall_ps_async(int32_t process_set, const void *send, const int64_t *send_counts, void *recv,
+                              const int64_t *recv_counts, int dtype, gorovod_handle *handle);
+int gorovod_reducescatter_ps_async(int32_t process_set, const void *send, int64_t count, void *recv,
+                                   const int64_t *recv_counts, int dtype, int op, double prescale,
+                                   double postscale, gorovod_handle *handle);
+int gorovod_barrier_ps_async(int32_t process_set, gorovod_handle *handle);
+int gorovod_barrier_ps_start(int32_t process_set, int flags, gorovod_handle *handle);
 
 /* ---- Handles ---- */
 

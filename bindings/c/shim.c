@@ -198,23 +198,57 @@ static int wait_for(int rc, const gorovod_handle *h) {
   return gorovod_wait(*h, -1);
 }
 
+int gorovod_grouped_allreduce_ps_async(int32_t process_set, int32_t n, const void *const *send,
+                                       void *const *recv, const int64_t *counts, const int32_t *dtypes, int op,
+                                       double prescale, double postscale, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoAllreduceAsync(process_set, n, (void *)send, (void *)recv, (int64_t *)counts, (int32_t *)dtypes,
+                                 NULL, NULL, op, prescale, postscale, handle);
+}
+
+int gorovod_grouped_allreduce_shaped_async(int32_t process_set, int32_t n, const void *const *send,
+                                           void *const *recv, const int64_t *counts, const int32_t *dtypes,
+                                           const int32_t *ndims, const int64_t *dims, int op, double prescale,
+                                           double postscale, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoAllreduceAsync(process_set, n, (void *)send, (void *)recv, (int64_t *)counts, (int32_t *)dtypes,
+                                 (int32_t *)ndims, (int64_t *)dims, op, prescale, postscale, handle);
+}
+
+int gorovod_grouped_allreduce_ps_start(int32_t process_set, int32_t n, const void *const *send,
+                                       void *const *recv, const int64_t *counts, const int32_t *dtypes, int op,
+                                       double prescale, double postscale, int flags, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  if (flags & GOROVOD_START_INTERRUPTIBLE) {
+    watch_sigint();
+  }
+  return gorovodGoAllreduceStart(process_set, n, (void *)send, (void *)recv, (int64_t *)counts, (int32_t *)dtypes,
+                                 NULL, NULL, op, prescale, postscale, flags, handle);
+}
+
+int gorovod_grouped_allreduce_shaped_start(int32_t process_set, int32_t n, const void *const *send,
+                                           void *const *recv, const int64_t *counts, const int32_t *dtypes,
+                                           const int32_t *ndims, const int64_t *dims, int op, double prescale,
+                                           double postscale, int flags, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  if (flags & GOROVOD_START_INTERRUPTIBLE) {
+    watch_sigint();
+  }
+  return gorovodGoAllreduceStart(process_set, n, (void *)send, (void *)recv, (int64_t *)counts, (int32_t *)dtypes,
+                                 (int32_t *)ndims, (int64_t *)dims, op, prescale, postscale, flags, handle);
+}
+
 int gorovod_grouped_allreduce_async(int32_t n, const void *const *send, void *const *recv,
                                     const int64_t *counts, const int32_t *dtypes, int op,
                                     double prescale, double postscale, gorovod_handle *handle) {
-  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
-  return gorovodGoAllreduceAsync(n, (void *)send, (void *)recv, (int64_t *)counts, (int32_t *)dtypes, op,
-                                 prescale, postscale, handle);
+  return gorovod_grouped_allreduce_ps_async(0, n, send, recv, counts, dtypes, op, prescale, postscale, handle);
 }
 
 int gorovod_grouped_allreduce_start(int32_t n, const void *const *send, void *const *recv,
                                     const int64_t *counts, const int32_t *dtypes, int op,
                                     double prescale, double postscale, int flags, gorovod_handle *handle) {
-  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
-  if (flags & GOROVOD_START_INTERRUPTIBLE) {
-    watch_sigint();
-  }
-  return gorovodGoAllreduceStart(n, (void *)send, (void *)recv, (int64_t *)counts, (int32_t *)dtypes, op,
-                                 prescale, postscale, flags, handle);
+  return gorovod_grouped_allreduce_ps_start(0, n, send, recv, counts, dtypes, op, prescale, postscale, flags,
+                                            handle);
 }
 
 int gorovod_allreduce_start(const void *send, void *recv, int64_t count, int dtype, int op,
@@ -242,19 +276,30 @@ int gorovod_allreduce(const void *send, void *recv, int64_t count, int dtype, in
   return wait_for(gorovod_allreduce_start(send, recv, count, dtype, op, prescale, postscale, 0, &h), &h);
 }
 
-int gorovod_grouped_broadcast_async(int32_t n, void *const *bufs, const int64_t *counts,
-                                    const int32_t *dtypes, int32_t root, gorovod_handle *handle) {
+int gorovod_grouped_broadcast_ps_async(int32_t process_set, int32_t n, void *const *bufs, const int64_t *counts,
+                                       const int32_t *dtypes, int32_t root, gorovod_handle *handle) {
   REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
-  return gorovodGoBroadcastAsync(n, (void *)bufs, (int64_t *)counts, (int32_t *)dtypes, root, handle);
+  return gorovodGoBroadcastAsync(process_set, n, (void *)bufs, (int64_t *)counts, (int32_t *)dtypes, root, handle);
 }
 
-int gorovod_grouped_broadcast_start(int32_t n, void *const *bufs, const int64_t *counts,
-                                    const int32_t *dtypes, int32_t root, int flags, gorovod_handle *handle) {
+int gorovod_grouped_broadcast_ps_start(int32_t process_set, int32_t n, void *const *bufs, const int64_t *counts,
+                                       const int32_t *dtypes, int32_t root, int flags, gorovod_handle *handle) {
   REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
   if (flags & GOROVOD_START_INTERRUPTIBLE) {
     watch_sigint();
   }
-  return gorovodGoBroadcastStart(n, (void *)bufs, (int64_t *)counts, (int32_t *)dtypes, root, flags, handle);
+  return gorovodGoBroadcastStart(process_set, n, (void *)bufs, (int64_t *)counts, (int32_t *)dtypes, root, flags,
+                                 handle);
+}
+
+int gorovod_grouped_broadcast_async(int32_t n, void *const *bufs, const int64_t *counts,
+                                    const int32_t *dtypes, int32_t root, gorovod_handle *handle) {
+  return gorovod_grouped_broadcast_ps_async(0, n, bufs, counts, dtypes, root, handle);
+}
+
+int gorovod_grouped_broadcast_start(int32_t n, void *const *bufs, const int64_t *counts,
+                                    const int32_t *dtypes, int32_t root, int flags, gorovod_handle *handle) {
+  return gorovod_grouped_broadcast_ps_start(0, n, bufs, counts, dtypes, root, flags, handle);
 }
 
 int gorovod_grouped_broadcast(int32_t n, void *const *bufs, const int64_t *counts,
@@ -274,10 +319,15 @@ int gorovod_broadcast(void *buf, int64_t count, int dtype, int32_t root) {
   return wait_for(gorovod_grouped_broadcast_start(1, &buf, &count, &dt, root, 0, &h), &h);
 }
 
+int gorovod_allgather_ps_async(int32_t process_set, const void *send, int64_t count, void *recv,
+                               const int64_t *recv_counts, int dtype, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoAllgatherAsync(process_set, (void *)send, count, recv, (int64_t *)recv_counts, dtype, handle);
+}
+
 int gorovod_allgather_async(const void *send, int64_t count, void *recv, const int64_t *recv_counts,
                             int dtype, gorovod_handle *handle) {
-  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
-  return gorovodGoAllgatherAsync((void *)send, count, recv, (int64_t *)recv_counts, dtype, handle);
+  return gorovod_allgather_ps_async(0, send, count, recv, recv_counts, dtype, handle);
 }
 
 int gorovod_allgather(const void *send, int64_t count, void *recv, const int64_t *recv_counts, int dtype) {
@@ -285,10 +335,16 @@ int gorovod_allgather(const void *send, int64_t count, void *recv, const int64_t
   return wait_for(gorovod_allgather_async(send, count, recv, recv_counts, dtype, &h), &h);
 }
 
+int gorovod_alltoall_ps_async(int32_t process_set, const void *send, const int64_t *send_counts, void *recv,
+                              const int64_t *recv_counts, int dtype, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoAlltoallAsync(process_set, (void *)send, (int64_t *)send_counts, recv, (int64_t *)recv_counts,
+                                dtype, handle);
+}
+
 int gorovod_alltoall_async(const void *send, const int64_t *send_counts, void *recv,
                            const int64_t *recv_counts, int dtype, gorovod_handle *handle) {
-  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
-  return gorovodGoAlltoallAsync((void *)send, (int64_t *)send_counts, recv, (int64_t *)recv_counts, dtype, handle);
+  return gorovod_alltoall_ps_async(0, send, send_counts, recv, recv_counts, dtype, handle);
 }
 
 int gorovod_alltoall(const void *send, const int64_t *send_counts, void *recv,
@@ -297,12 +353,18 @@ int gorovod_alltoall(const void *send, const int64_t *send_counts, void *recv,
   return wait_for(gorovod_alltoall_async(send, send_counts, recv, recv_counts, dtype, &h), &h);
 }
 
+int gorovod_reducescatter_ps_async(int32_t process_set, const void *send, int64_t count, void *recv,
+                                   const int64_t *recv_counts, int dtype, int op, double prescale,
+                                   double postscale, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoReducescatterAsync(process_set, (void *)send, count, recv, (int64_t *)recv_counts, dtype, op,
+                                     prescale, postscale, handle);
+}
+
 int gorovod_reducescatter_async(const void *send, int64_t count, void *recv, const int64_t *recv_counts,
                                 int dtype, int op, double prescale, double postscale,
                                 gorovod_handle *handle) {
-  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
-  return gorovodGoReducescatterAsync((void *)send, count, recv, (int64_t *)recv_counts, dtype, op, prescale,
-                                     postscale, handle);
+  return gorovod_reducescatter_ps_async(0, send, count, recv, recv_counts, dtype, op, prescale, postscale, handle);
 }
 
 int gorovod_reducescatter(const void *send, int64_t count, void *recv, const int64_t *recv_counts,
@@ -311,18 +373,22 @@ int gorovod_reducescatter(const void *send, int64_t count, void *recv, const int
   return wait_for(gorovod_reducescatter_async(send, count, recv, recv_counts, dtype, op, prescale, postscale, &h), &h);
 }
 
-int gorovod_barrier_async(gorovod_handle *handle) {
+int gorovod_barrier_ps_async(int32_t process_set, gorovod_handle *handle) {
   REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
-  return gorovodGoBarrierAsync(handle);
+  return gorovodGoBarrierAsync(process_set, handle);
 }
 
-int gorovod_barrier_start(int flags, gorovod_handle *handle) {
+int gorovod_barrier_ps_start(int32_t process_set, int flags, gorovod_handle *handle) {
   REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
   if (flags & GOROVOD_START_INTERRUPTIBLE) {
     watch_sigint();
   }
-  return gorovodGoBarrierStart(flags, handle);
+  return gorovodGoBarrierStart(process_set, flags, handle);
 }
+
+int gorovod_barrier_async(gorovod_handle *handle) { return gorovod_barrier_ps_async(0, handle); }
+
+int gorovod_barrier_start(int flags, gorovod_handle *handle) { return gorovod_barrier_ps_start(0, flags, handle); }
 
 int gorovod_barrier(void) {
   gorovod_handle h;
@@ -337,6 +403,28 @@ int gorovod_join_async(int32_t *last_rank, gorovod_handle *handle) {
 int gorovod_join(int32_t *last_rank) {
   gorovod_handle h;
   return wait_for(gorovod_join_async(last_rank, &h), &h);
+}
+
+// ---- Process sets ----
+
+int gorovod_add_process_set(const int32_t *ranks, int32_t n, int32_t *id) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoAddProcessSet((int32_t *)ranks, n, id);
+}
+
+int gorovod_remove_process_set(int32_t id) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoRemoveProcessSet(id);
+}
+
+int gorovod_process_set_get(int32_t id, int32_t *rank, int32_t *size, int32_t *ranks, int32_t capacity) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoProcessSetGet(id, rank, size, ranks, capacity);
+}
+
+int gorovod_process_set_ids(int32_t *ids, int32_t capacity, int32_t *n) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoProcessSetIds(ids, capacity, n);
 }
 
 // ---- Handles ----

@@ -187,3 +187,30 @@ func TestDDPElasticRefusesBadInput(t *testing.T) {
 	needTorch(t)
 	wantPasses(t, runPython(t, 0, 2*time.Minute, pyEnv(t), "tests/ddp_elastic_input_test.py"), 1)
 }
+
+// TestDDPElasticNewGroup: tests/ddp_elastic_group_test.py makes a
+// dist.new_group of every rank but the last inside the elastic function and
+// all-reduces on it each DDP step; a worker killed mid-training changes the
+// world, after which a collective on the old world's group raises naming
+// the world change (the script checks), and the survivors make the new
+// world's group and train on to identical parameters.
+func TestDDPElasticNewGroup(t *testing.T) {
+	needTorch(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	j := startJob(t, ctx, pyEnv(t, "GOROVOD_IO_TIMEOUT=30"), buildtest.Gorovod(t), "run", "--np", "3", "--min-np", "1",
+		"--max-np", "3", "--", Python, "tests/ddp_elastic_group_test.py", "--steps", "300")
+	j.waitFor(t, regexp.MustCompile(`step 20 world 3 rank \d`), 2*time.Minute)
+	if err := syscall.Kill(pidOf(t, j, 2), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	j.waitFor(t, regexp.MustCompile(`step \d+ world 2 rank \d`), 2*time.Minute)
+	out := j.wait(t, 4*time.Minute)
+	wantPasses(t, out, 2)
+	// World 3's group was its ranks 0 and 1; the worker killed may have been
+	// either (ranks are not worker numbers), so at least one survivor was a
+	// member and saw the group refused in world 2.
+	if got := len(regexp.MustCompile(`refused \[0, 1[\],].* rank [01]`).FindAllString(out, -1)); got < 1 {
+		t.Fatalf("no survivor saw the old world's group refused:\n%s", out)
+	}
+}

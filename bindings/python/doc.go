@@ -13,7 +13,8 @@
 //
 // There is no Go API here: the Python package loads libgorovod.so through
 // ctypes (gorovod/_core.py), the library built from bindings/c. bench/ holds
-// the benchmarks against DDP-Gloo (compare.py) and of the binding's own cost
+// the benchmarks against DDP-Gloo (compare.py), of the binding's own cost
 // (overhead.py, with its Go counterpart bench/overhead, a command run under
-// `gorovod run`).
+// `gorovod run`) and of how much of a training step's gradient exchange is
+// hidden behind its backward pass (overlap.py).
 package python

@@ -234,6 +234,30 @@ func TestElastic(t *testing.T) {
 	}
 }
 
+// TestElasticProcessSets: tests/elastic_process_sets_test.py adds a process
+// set at the start of the function elastic.run wraps and allreduces on it
+// every step; a worker killed mid-training changes the world, which removes
+// the set (the script checks), and the survivors add the new world's with a
+// higher id and train on to the end with identical parameters.
+func TestElasticProcessSets(t *testing.T) {
+	needTorch(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	j := startJob(t, ctx, pyEnv(t, "GOROVOD_IO_TIMEOUT=30"), buildtest.Gorovod(t), "run", "--np", "3", "--min-np", "1",
+		"--max-np", "3", "--", Python, "tests/elastic_process_sets_test.py", "--steps", "300")
+	before := j.waitFor(t, regexp.MustCompile(`step 20 world 3 rank \d set (\d+)`), 2*time.Minute)
+	if err := syscall.Kill(pidOf(t, j, 2), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	after := j.waitFor(t, regexp.MustCompile(`step \d+ world 2 rank \d set (\d+)`), 2*time.Minute)
+	oldID, _ := strconv.Atoi(before[1])
+	newID, _ := strconv.Atoi(after[1])
+	if newID <= oldID {
+		t.Fatalf("the set added after the world change has id %d, the old world's %d: want a higher one", newID, oldID)
+	}
+	wantPasses(t, j.wait(t, 4*time.Minute), 2)
+}
+
 // TestElasticExample runs the Horovod-style elastic Fashion-MNIST trainer
 // with a worker killed mid-training: it finishes, with identical parameters
 // on the surviving workers.

@@ -122,6 +122,12 @@ func wantPasses(t testing.TB, out string, n int) {
 // own result, plus bad input, alone and at 2, 3 and 4 workers.
 func TestCollectives(t *testing.T) { runEachWorld(t, "tests/ops_test.py", 0, 2, 3, 4) }
 
+// TestAdasum runs op=Adasum (allreduce, grouped, scale factors, refusals,
+// DistributedOptimizer's delta optimizer) against a one-process reference of
+// the formula, alone and at 2 and 4 workers, and checks that 3 workers are
+// refused with NotImplementedError, as Horovod refuses them.
+func TestAdasum(t *testing.T) { runEachWorld(t, "tests/adasum_test.py", 0, 2, 3, 4) }
+
 // TestForkAndMismatch: a DataLoader with forked workers beside collectives,
 // a forked child calling gorovod, and ranks that call mismatched
 // collectives.
@@ -183,6 +189,13 @@ func TestHorovodAPI(t *testing.T) {
 	}
 }
 
+// TestProcessSets: Horovod's process sets in jobs of 3 and 4 workers:
+// init(process_sets=...), add_process_set and remove_process_set, every
+// collective (and its async, grouped and autograd forms) on the even and the
+// odd ranks' sets at the same time, DistributedOptimizer on a set, and
+// Horovod's ValueErrors (see tests/process_sets_test.py).
+func TestProcessSets(t *testing.T) { runEachWorld(t, "tests/process_sets_test.py", 3, 4) }
+
 // runEachWorld runs a test script that prints "PASS rank R of N" on each
 // rank: alone for np 0 (a world of one, no `gorovod run`), else in a job of
 // np workers.
@@ -224,6 +237,34 @@ func TestSyncBatchNorm(t *testing.T) { runEachWorld(t, "tests/sync_batch_norm_te
 // error, and DistributedDataParallel (several buckets, no_sync, a comm
 // hook) training to the parameters of one process on the whole batch.
 func TestTorchDistributed(t *testing.T) { runEachWorld(t, "tests/distributed_test.py", 2, 3) }
+
+// TestExchangeOverlapsBackward: DistributedOptimizer and
+// DistributedDataParallel on the "gorovod" backend start their buckets'
+// allreduces during the backward pass without waiting for them: rank 0
+// runs its whole backward pass while the other ranks, before theirs, wait
+// for it (see tests/overlap_test.py), which it finishes only if nothing in
+// it blocks on the others.
+func TestExchangeOverlapsBackward(t *testing.T) {
+	needTorch(t)
+	for _, np := range []int{2, 3} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			out := runPython(t, np, 5*time.Minute, pyEnv(t, "OVERLAP_TEST_DIR="+t.TempDir()), "tests/overlap_test.py")
+			wantPasses(t, out, np)
+		})
+	}
+}
+
+// TestTorchDistributedNewGroup: dist.new_group on backend "gorovod" at 3
+// and 4 workers: groups of some ranks (explicit backend and the default
+// one, two of the same ranks, one of the script's own process set, one of
+// every rank) run every collective among their members against values
+// each rank computes alone, ranks outside get torch's NON_GROUP_MEMBER,
+// destroy_process_group drops one group while the others go on, and
+// DistributedDataParallel on the even and the odd ranks at once trains each
+// group to the parameters of one process on the group's whole batch.
+func TestTorchDistributedNewGroup(t *testing.T) {
+	runEachWorld(t, "tests/distributed_group_test.py", 3, 4)
+}
 
 var paramsDigest = regexp.MustCompile(`rank (\d+): params_sha256 ([0-9a-f]{64})`)
 

@@ -286,33 +286,13 @@ func TestUpstreamElasticWorldChange(t *testing.T) {
 // with why. TestUpstreamTorchSuite skips them saying so, and fails when one
 // of them passes (so that the list stays true) or when any other fails.
 var horovodTorchDifferences = map[string]string{
-	"test_horovod_allreduce_error":                     "its second half allreduces tensors of the same element count and other shapes: allreduce does not compare shapes",
-	"test_horovod_allreduce_duplicate_name_error":      duplicateNameOrder,
-	"test_horovod_allgather_duplicate_name_error":      duplicateNameOrder,
-	"test_horovod_broadcast_duplicate_name_error":      duplicateNameOrder,
-	"test_horovod_reducescatter_duplicate_name_error":  duplicateNameOrder,
-	"test_horovod_allreduce_process_sets":              noProcessSets,
-	"test_horovod_allreduce_grad_process_sets":         noProcessSets,
-	"test_horovod_grouped_allreduce_process_sets":      noProcessSets,
-	"test_horovod_grouped_allreduce_grad_process_sets": noProcessSets,
-	"test_horovod_allgather_process_sets":              noProcessSets,
-	"test_horovod_allgather_grad_process_sets":         noProcessSets,
-	"test_horovod_grouped_allgather_process_sets":      noProcessSets,
-	"test_horovod_broadcast_process_sets":              noProcessSets,
-	"test_horovod_broadcast_grad_process_sets":         noProcessSets,
-	"test_horovod_alltoall_process_sets":               noProcessSets,
-	"test_horovod_alltoall_grad_process_sets":          noProcessSets,
-	"test_broadcast_object_process_sets":               noProcessSets,
-	"test_async_sparse_allreduce_process_sets":         noProcessSets,
-	"test_optimizer_process_sets":                      noProcessSets,
-	"test_process_set_barrier_op":                      noProcessSets,
-	"test_horovod_reducescatter_process_sets":          noProcessSets,
-	"test_horovod_reducescatter_grad_process_sets":     noProcessSets,
-	"test_horovod_grouped_reducescatter_process_sets":  noProcessSets,
+	"test_horovod_allreduce_duplicate_name_error":     duplicateNameOrder,
+	"test_horovod_allgather_duplicate_name_error":     duplicateNameOrder,
+	"test_horovod_broadcast_duplicate_name_error":     duplicateNameOrder,
+	"test_horovod_reducescatter_duplicate_name_error": duplicateNameOrder,
 }
 
 const (
-	noProcessSets      = "process sets are not offered: only the global set (add_process_set raises NotImplementedError)"
 	duplicateNameOrder = "rank 0 starts a named call and then calls barrier, which rank 1 calls first: Horovod pairs calls by name, gorovod by position, so rank 0's call meets rank 1's barrier and both fail (the duplicate name itself is refused)"
 )
 

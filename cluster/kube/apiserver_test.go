@@ -17,14 +17,17 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/testing/testkube"
+	"github.com/gorovod/gorovod/job"
 )
 
 // manifest decodes the objects of a file in deploy/kubernetes.
@@ -422,5 +425,129 @@ func TestPodsOnKubelet(t *testing.T) {
 	}
 	if err := p.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSlotHandOverOnKubelet hands a node's one worker slot (the extended
+// resource gorovod.io/slot, as an operator advertises it) from one worker to
+// the next, as the gorovod scheduler does when it moves a slot to another
+// job or gives a job back a slot it had just taken away: worker 0 holds the
+// slot and takes 3 s to leave after its SIGTERM (a trainer finishing its
+// step), and worker 1 is launched on the node the moment worker 0 is told
+// to go. The kubelet counts a terminating pod's resources, so it rejects
+// worker 1's pod (OutOfgorovod.io/slot); the launcher reports the rejection
+// and makes the pod again until the slot is free: worker 1 runs, its
+// process does not end, and worker 0 ends as a worker the job stopped.
+func TestSlotHandOverOnKubelet(t *testing.T) {
+	if why := testkube.MissingNode(testkube.DefaultConfig()); why != "" {
+		t.Skipf("no Kubernetes node here: %s", why)
+	}
+	cp := testkube.New(t, testkube.DefaultConfig())
+	helper := filepath.Join(t.TempDir(), "podhelper")
+	build := exec.Command("go", "build", "-o", helper, "./testdata/podhelper")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the pod helper: %v: %s", err, out)
+	}
+	node := cp.NewNode(t, testkube.NodeConfig{
+		PauseRef: "gorovod.local/pause:test",
+		Images: []testkube.Image{
+			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": helper}, Entrypoint: []string{"/bin/pause", "pause"}},
+			{Ref: "gorovod.local/worker:test", Files: map[string]string{"bin/worker": helper}, Entrypoint: []string{"/bin/worker"}},
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "gorovod-handover"
+	if err := cp.Namespace(ctx, admin, ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType,
+		[]byte(`{"status":{"capacity":{"gorovod.io/slot":"1"}}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		n, err := admin.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if q := n.Status.Allocatable["gorovod.io/slot"]; err == nil && q.Value() == 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the node's slot is not allocatable")
+		case <-time.After(100 * time.Millisecond): // polling the API server, as kubectl wait does
+		}
+	}
+	ev := newEvents()
+	slot := corev1.ResourceList{"gorovod.io/slot": resource.MustParse("1")}
+	l, err := NewLauncher(ctx, Config{
+		Client: admin, Namespace: ns, Job: "handover", Image: "gorovod.local/worker:test",
+		Env:   []corev1.EnvVar{{Name: "PODHELPER_TERM_DELAY", Value: "3s"}},
+		Grace: 10 * time.Second, PendingTimeout: 2 * time.Minute, OnEvent: ev.add,
+		NodeName:  func(host string) string { n, _, _ := strings.Cut(host, "/"); return n },
+		Resources: corev1.ResourceRequirements{Limits: slot, Requests: slot},
+		Customize: func(pod *corev1.Pod) {
+			// No CNI plugin here (package testkube).
+			pod.Spec.HostNetwork = true
+			pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	launch := func(i int) job.Process {
+		t.Helper()
+		p, err := l.Launch(ctx, job.LaunchRequest{Index: i, Host: node.Name + "/0", Argv: []string{"/bin/worker", "worker"},
+			Env: []string{envconfig.EnvSecret + "=" + strings.Repeat("5e", 32)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	w0 := launch(0)
+	ev.wait(t, PodRunning, 1, 2*time.Minute)
+
+	// Worker 0 is told to go; worker 1 takes its slot at once.
+	if err := w0.Signal(job.LeaveSignal); err != nil {
+		t.Fatal(err)
+	}
+	w1 := launch(1)
+	rejected := ev.wait(t, PodRejected, 1, time.Minute)
+	if r := rejected[0]; r.Pod != "handover-worker-1" || !strings.Contains(r.Reason, "OutOfgorovod.io/slot") {
+		t.Fatalf("rejection %+v, want worker 1's for want of the slot", r)
+	}
+	running := ev.wait(t, PodRunning, 2, 2*time.Minute)
+	if running[1].Pod != "handover-worker-1" {
+		t.Fatalf("running: %+v", running)
+	}
+	select {
+	case <-w0.Done():
+	default:
+		t.Fatal("worker 1 runs while worker 0's process has not ended")
+	}
+	if err := w0.Err(); !job.KilledBySignal(err) {
+		t.Errorf("worker 0 (SIGTERM, exit 143) ended with %v", err)
+	}
+	select {
+	case <-w1.Done():
+		t.Fatalf("worker 1's process ended: %v", w1.Err())
+	default:
+	}
+	for _, e := range ev.of(PodEnded) {
+		if e.Pod == "handover-worker-1" {
+			t.Fatalf("worker 1's pod ended: %+v", e)
+		}
+	}
+	if err := l.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w1.Done():
+	case <-ctx.Done():
+		t.Fatal("worker 1 not ended by Close")
 	}
 }

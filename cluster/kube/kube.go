@@ -10,12 +10,14 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -110,6 +112,13 @@ const (
 	PodEnded   EventKind = "ended"   // its container exited (Preempted: by SIGTERM or a disruption)
 	PodDeleted EventKind = "deleted" // scale-down: the pod is gone from the API
 	PodGaveUp  EventKind = "gave-up" // not running after PendingTimeout; deleted
+	// PodRejected: the node did not admit the pod for want of a resource
+	// (the kubelet's OutOf<resource>, or UnexpectedAdmissionError from a
+	// device plugin) — another pod, terminating, still holds it. The
+	// provisioner deletes the pod and makes it again, under the same name,
+	// until the node admits it or PendingTimeout runs out; the worker has
+	// not ended. Reported once per rejection.
+	PodRejected EventKind = "rejected"
 )
 
 // Event is a change of a worker pod.
@@ -147,6 +156,15 @@ type podState struct {
 	pending  *time.Timer
 	ended    chan struct{} // closed once it ended or was deleted
 	gone     chan struct{} // closed once it is deleted
+
+	// Made again after a rejection (PodRejected).
+	spec       *corev1.Pod // the pod as created; nil for a pod adopted from an earlier driver
+	rejections int
+	// oldGone, while a rejected incarnation is still there: closed (and
+	// nil) once the watch saw it deleted. The watch delivers one name's
+	// events in order, so every event until then is of that incarnation,
+	// and every later one of the pod made again.
+	oldGone chan struct{}
 }
 
 // Provisioner starts and stops worker pods; it implements
@@ -465,7 +483,11 @@ func (p *Provisioner) create(ctx context.Context, i int, command []string, extra
 	p.next = max(p.next, i+1)
 	st := p.track(p.podName(i), i)
 	p.mu.Unlock()
-	if _, err := p.pods.Create(ctx, p.workerPod(i, command, extra, node), metav1.CreateOptions{}); err != nil {
+	pod := p.workerPod(i, command, extra, node)
+	p.mu.Lock()
+	st.spec = pod.DeepCopy() // before the pod exists: a rejection makes it again
+	p.mu.Unlock()
+	if _, err := p.pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		p.mu.Lock()
 		p.forget(st)
 		p.mu.Unlock()
@@ -550,6 +572,32 @@ func (p *Provisioner) observe(obj any, deleted bool) {
 	if index >= p.next {
 		p.next = index + 1 // adopted from an earlier driver
 	}
+	if st.oldGone != nil {
+		// The incarnation the node rejected: only its deletion matters,
+		// after which readmit makes the pod again.
+		if deleted {
+			close(st.oldGone)
+			st.oldGone = nil
+		}
+		p.mu.Unlock()
+		return
+	}
+	if reason, ok := notAdmitted(pod); ok && st.spec != nil && !st.Running && !st.Ended && !st.byUs && !st.GaveUp && !p.closed {
+		st.rejections++
+		gone := make(chan struct{})
+		if deleted {
+			close(gone)
+		} else {
+			st.oldGone = gone
+		}
+		delay := readmitDelay(st.rejections)
+		ev := &Event{Kind: PodRejected, Pod: st.Pod, Index: st.Index, Phase: pod.Status.Phase,
+			Reason: fmt.Sprintf("%s (node %s): made again in %v", reason, pod.Spec.NodeName, delay), Time: time.Now()}
+		p.mu.Unlock()
+		p.emit(ev)
+		go p.readmit(st, pod.UID, gone, delay)
+		return
+	}
 	var evs []*Event
 	evs = append(evs, p.eventLocked(st, PodCreated, ""))
 	st.Phase = pod.Status.Phase
@@ -585,6 +633,105 @@ func (p *Provisioner) observe(obj any, deleted bool) {
 	}
 	p.mu.Unlock()
 	p.emit(evs...)
+}
+
+// notAdmitted says whether the node rejected the pod for want of a resource
+// that a terminating pod may still hold (the kubelet counts a pod's requests
+// until it has terminated): its reason and message when so. Other
+// rejections (node affinity, host ports, a node shutting down) are not
+// retried.
+func notAdmitted(pod *corev1.Pod) (string, bool) {
+	r := pod.Status.Reason
+	if pod.Status.Phase != corev1.PodFailed || !(strings.HasPrefix(r, "OutOf") || r == "UnexpectedAdmissionError") {
+		return "", false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
+			return "", false // it ran: not an admission
+		}
+	}
+	return r + ": " + pod.Status.Message, true
+}
+
+// readmitDelay is the wait before a rejected pod is made again: 0.5 s,
+// doubling with each rejection of the same worker, at most 4 s (a leaving
+// trainer takes up to its leave notice to free its slot).
+func readmitDelay(rejections int) time.Duration {
+	return min(500*time.Millisecond<<min(rejections-1, 3), 4*time.Second)
+}
+
+// readmit replaces an incarnation of st's pod that the node rejected (uid):
+// it deletes it, waits for it to be gone and for delay, and creates the pod
+// again under the same name. A worker the provisioner let go of meanwhile
+// (deleted, given up, the provisioner closed) ends instead, as a pod gone
+// without its container ending.
+func (p *Provisioner) readmit(st *podState, uid types.UID, gone <-chan struct{}, delay time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	zero := int64(0)
+	opts := metav1.DeleteOptions{GracePeriodSeconds: &zero}
+	if uid != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	if err := p.pods.Delete(ctx, st.Pod, opts); err != nil && !apierrors.IsNotFound(err) {
+		p.logf("deleting pod %s, which its node rejected: %v", st.Pod, err)
+	}
+	wait := time.NewTimer(delay)
+	defer wait.Stop()
+	select { // the rejected pod gone
+	case <-gone:
+	case <-p.stopInf:
+	case <-ctx.Done():
+	}
+	select {
+	case <-wait.C:
+	case <-p.stopInf:
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	if letGo := p.closed || st.byUs || st.GaveUp || ctx.Err() != nil; letGo {
+		evs := p.endLocked(st, "deleted by the provisioner before its node admitted it")
+		p.mu.Unlock()
+		p.emit(evs...)
+		return
+	}
+	spec := st.spec.DeepCopy()
+	p.mu.Unlock()
+	_, err := p.pods.Create(ctx, spec, metav1.CreateOptions{})
+	p.mu.Lock()
+	if err != nil {
+		evs := p.endLocked(st, fmt.Sprintf("making it again after its node rejected it: %v", err))
+		p.mu.Unlock()
+		p.emit(evs...)
+		return
+	}
+	letGo := p.closed || st.byUs || st.GaveUp
+	p.mu.Unlock()
+	p.logf("pod %s created again (its node had rejected it)", st.Pod)
+	if letGo {
+		// Let go of while it was being made: its deletion's events end it.
+		if err := p.pods.Delete(ctx, st.Pod, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+			p.logf("deleting pod %s: %v", st.Pod, err)
+		}
+	}
+}
+
+// endLocked ends a worker whose pod is gone without its container ending
+// (under mu), and returns the events to emit.
+func (p *Provisioner) endLocked(st *podState, reason string) []*Event {
+	if st.Deleted {
+		return nil
+	}
+	st.pending.Stop()
+	var evs []*Event
+	if !st.Ended {
+		st.Ended = true
+		close(st.ended)
+		evs = append(evs, p.eventLocked(st, PodEnded, reason))
+	}
+	st.Deleted = true
+	close(st.gone)
+	return append(evs, p.eventLocked(st, PodDeleted, reason))
 }
 
 func started(pod *corev1.Pod) bool {

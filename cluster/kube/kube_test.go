@@ -13,8 +13,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
@@ -71,6 +73,68 @@ func (e *events) wait(t *testing.T, kind EventKind, n int, timeout time.Duration
 	}
 }
 
+// watchedClientset is a fake clientset that counts the pod watches begun on
+// it. An informer lists, then watches, and the fake delivers no event of
+// what changed in between: a test that made a pod before a provisioner's
+// watch began would wait for its events in vain (seen in CI, under load).
+type watchedClientset struct {
+	*fake.Clientset
+	mu       sync.Mutex
+	watches  int           // pod watches begun
+	waited   int           // provisioners waitWatching has waited for
+	watchNew chan struct{} // closed and replaced when a watch begins
+}
+
+func newClientset() *watchedClientset {
+	c := &watchedClientset{Clientset: fake.NewClientset(), watchNew: make(chan struct{})}
+	c.PrependWatchReactor("pods", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if a, ok := action.(k8stesting.WatchActionImpl); ok {
+			opts = a.ListOptions
+		}
+		w, err := c.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err != nil {
+			return true, nil, err
+		}
+		c.mu.Lock()
+		c.watches++
+		close(c.watchNew)
+		c.watchNew = make(chan struct{})
+		c.mu.Unlock()
+		return true, w, nil
+	})
+	return c
+}
+
+// waitWatching waits until the provisioner just made with client watches
+// pods: one more pod watch than it waited for before.
+func waitWatching(t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	c, ok := client.(*watchedClientset)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	c.waited++
+	want := c.waited
+	c.mu.Unlock()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		got, changed := c.watches, c.watchNew
+		c.mu.Unlock()
+		if got >= want {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("%d pod watches begun, want %d", got, want)
+		}
+	}
+}
+
 func testConfig(client kubernetes.Interface, ev *events) Config {
 	return Config{
 		Client: client, Namespace: "ml", Job: "mnist", Image: "gorovod-examples:test", Command: []string{"/synthetic", "--steps", "100"},
@@ -90,6 +154,7 @@ func newTest(t *testing.T, cfg Config) *Provisioner {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	waitWatching(t, cfg.Client)
 	return p
 }
 
@@ -125,7 +190,7 @@ func exited(code int32) func(*corev1.PodStatus) {
 // TestWorkerPod checks what a worker pod is made of: labels, no restarts,
 // the secret by reference only, the downward API, its DNS name, its owner.
 func TestWorkerPod(t *testing.T) {
-	p := newTest(t, testConfig(fake.NewClientset(), newEvents()))
+	p := newTest(t, testConfig(newClientset(), newEvents()))
 	pod := p.WorkerPod(3)
 	b, err := json.Marshal(pod)
 	if err != nil {
@@ -164,7 +229,7 @@ func TestWorkerPod(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "UPPER", "a_b", strings.Repeat("x", 41)} {
-		cfg := testConfig(fake.NewClientset(), newEvents())
+		cfg := testConfig(newClientset(), newEvents())
 		cfg.Job = bad
 		if _, err := New(context.Background(), cfg); err == nil {
 			t.Errorf("job name %q accepted", bad)
@@ -176,7 +241,7 @@ func TestWorkerPod(t *testing.T) {
 // pod's creation, start, end and deletion once; Stop deletes a removed
 // worker's pod after the grace period; Close removes everything.
 func TestScaleUpDown(t *testing.T) {
-	client := fake.NewClientset()
+	client := newClientset()
 	ev := newEvents()
 	p := newTest(t, testConfig(client, ev))
 	ctx := context.Background()
@@ -261,7 +326,7 @@ func TestScaleUpDown(t *testing.T) {
 // TestNeverRunning: a pod that never starts (unschedulable, no image) is
 // deleted after PendingTimeout and reported as given up.
 func TestNeverRunning(t *testing.T) {
-	client := fake.NewClientset()
+	client := newClientset()
 	ev := newEvents()
 	cfg := testConfig(client, ev)
 	cfg.PendingTimeout = 300 * time.Millisecond
@@ -290,7 +355,7 @@ func TestNeverRunning(t *testing.T) {
 // exactly once, preempted or not as it should be, and replacements get new
 // pods.
 func TestPreemptionStorm(t *testing.T) {
-	client := fake.NewClientset()
+	client := newClientset()
 	ev := newEvents()
 	p := newTest(t, testConfig(client, ev))
 	ctx := context.Background()
@@ -370,7 +435,7 @@ func TestPreemptionStorm(t *testing.T) {
 // TestAdoptsEarlierWorkers: a driver that restarts finds the job's running
 // workers and numbers new ones after them; pods of other jobs are ignored.
 func TestAdoptsEarlierWorkers(t *testing.T) {
-	client := fake.NewClientset()
+	client := newClientset()
 	ctx := context.Background()
 	earlier := newTest(t, testConfig(client, newEvents()))
 	if err := earlier.Start(ctx, 2); err != nil {
@@ -398,7 +463,7 @@ func TestAdoptsEarlierWorkers(t *testing.T) {
 // another job secret uses another Secret, and one with the same secret (a
 // restarted driver adopting its predecessor's workers) the same.
 func TestSecretOnlyTheJobCanName(t *testing.T) {
-	client := fake.NewClientset()
+	client := newClientset()
 	ctx := context.Background()
 	planted := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mnist-secret", Namespace: "ml", Labels: map[string]string{LabelJob: "mnist"}},
 		Data: map[string][]byte{envconfig.EnvSecret: []byte("planted")}}

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/job"
@@ -22,7 +22,7 @@ import (
 // only; a pod's end maps to the exit a job.Process reports; Signal deletes
 // the pod; a launch with another secret is refused.
 func TestLauncher(t *testing.T) {
-	client := fake.NewClientset()
+	client := newClientset()
 	ev := newEvents()
 	cfg := testConfig(client, ev)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -31,6 +31,7 @@ func TestLauncher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitWatching(t, client)
 	defer l.Close(context.Background())
 	notices := make(chan string, 16)
 	launch := func(index int, secret string) (job.Process, error) {
@@ -151,7 +152,7 @@ func TestLauncherNodeName(t *testing.T) {
 		{"no host", func(h string) string { n, _, _ := strings.Cut(h, "/"); return n }, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewClientset()
+			client := newClientset()
 			cfg := testConfig(client, newEvents())
 			cfg.NodeName = tc.mapper
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -160,6 +161,7 @@ func TestLauncherNodeName(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			waitWatching(t, client)
 			defer l.Close(context.Background())
 			if _, err := l.Launch(ctx, job.LaunchRequest{Index: 0, Host: tc.host, Argv: []string{"/bin/trainer"},
 				Env: []string{envconfig.EnvSecret + "=" + testSecret}}); err != nil {
@@ -171,6 +173,104 @@ func TestLauncherNodeName(t *testing.T) {
 			}
 			if pod.Spec.NodeName != tc.want {
 				t.Fatalf("spec.nodeName %q, want %q", pod.Spec.NodeName, tc.want)
+			}
+		})
+	}
+}
+
+// A pod its node rejects for want of a resource (the kubelet's
+// OutOf<resource>: a terminating pod still holds it) is made again under the
+// same name, and its worker has not ended; a worker stopped while its pod
+// waits to be made again ends as killed, its pod not made again; a pod
+// rejected for another reason ends its worker.
+func TestRejectedPodMadeAgain(t *testing.T) {
+	rejected := func(reason string) func(*corev1.PodStatus) {
+		return func(s *corev1.PodStatus) {
+			s.Phase, s.Reason, s.Message = corev1.PodFailed, reason, "Pod was rejected: Node didn't have enough resource"
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		reason  string
+		stop    bool // the job stops the worker right after the rejection
+		retried bool
+	}{
+		{name: "made again", reason: "OutOfgorovod.io/slot", retried: true},
+		{name: "device plugin", reason: "UnexpectedAdmissionError", retried: true},
+		{name: "stopped meanwhile", reason: "OutOfnvidia.com/gpu", stop: true, retried: true},
+		{name: "not for want of a resource", reason: "NodeAffinity"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := newClientset()
+			ev := newEvents()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l, err := NewLauncher(ctx, testConfig(client, ev))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close(context.Background())
+			waitWatching(t, client)
+			w, err := l.Launch(ctx, job.LaunchRequest{Index: 0, Argv: []string{"/bin/trainer"}, Env: []string{envconfig.EnvSecret + "=" + testSecret}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev.wait(t, PodCreated, 1, 10*time.Second)
+			setStatus(t, client, "mnist-worker-0", rejected(tc.reason))
+			if !tc.retried {
+				select {
+				case <-w.Done():
+				case <-ctx.Done():
+					t.Fatal("a worker whose pod was rejected for good did not end")
+				}
+				if !job.KilledBySignal(w.Err()) || len(ev.of(PodRejected)) != 0 {
+					t.Fatalf("Err %v, rejections %+v", w.Err(), ev.of(PodRejected))
+				}
+				return
+			}
+			r := ev.wait(t, PodRejected, 1, 10*time.Second)[0]
+			if r.Pod != "mnist-worker-0" || !strings.Contains(r.Reason, tc.reason) {
+				t.Fatalf("rejection %+v", r)
+			}
+			if tc.stop {
+				if err := w.Signal(job.LeaveSignal); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-w.Done():
+				case <-ctx.Done():
+					t.Fatal("the worker stopped while its pod was rejected did not end")
+				}
+				if !job.KilledBySignal(w.Err()) {
+					t.Errorf("Err %v, want killed", w.Err())
+				}
+				ev.wait(t, PodDeleted, 1, 10*time.Second)
+				if _, err := client.CoreV1().Pods("ml").Get(ctx, "mnist-worker-0", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					t.Fatalf("the pod of a stopped worker was made again: %v", err)
+				}
+				return
+			}
+			// Made again: a fresh pod of the same name.
+			for {
+				pod, err := client.CoreV1().Pods("ml").Get(ctx, "mnist-worker-0", metav1.GetOptions{})
+				if err == nil && pod.Status.Phase == "" {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					t.Fatalf("the rejected pod was not made again: %+v %v", pod, err)
+				case <-time.After(20 * time.Millisecond): // polling the fake clientset, which has no notification
+				}
+			}
+			setStatus(t, client, "mnist-worker-0", running)
+			ev.wait(t, PodRunning, 1, 10*time.Second)
+			select {
+			case <-w.Done():
+				t.Fatalf("the worker ended: %v", w.Err())
+			default:
+			}
+			if n := len(ev.of(PodEnded)) + len(ev.of(PodDeleted)); n != 0 {
+				t.Fatalf("a worker made again reported ended or deleted: %+v", ev.all)
 			}
 		})
 	}

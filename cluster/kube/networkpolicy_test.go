@@ -7,7 +7,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes/fake"
 )
 
 // TestNetworkPolicyMatchesTheJob: deploy/kubernetes/networkpolicy.yaml
@@ -20,7 +19,7 @@ func TestNetworkPolicyMatchesTheJob(t *testing.T) {
 		t.Fatal("networkpolicy.yaml does not start with a NetworkPolicy")
 	}
 	driver := manifest(t, "driver.yaml")[0].(*batchv1.Job)
-	cfg := testConfig(fake.NewClientset(), newEvents())
+	cfg := testConfig(newClientset(), newEvents())
 	cfg.Job = driver.Name
 	worker := newTest(t, cfg).WorkerPod(0)
 

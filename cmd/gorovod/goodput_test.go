@@ -26,8 +26,17 @@ func TestFashionMNISTUnderGoodput(t *testing.T) {
 			// (the adaptive trainer accumulates; alone, beyond M0, always).
 			"--heuristic-opt", "init_batch=64", "--heuristic-opt", "max_batch=1024", "--heuristic-opt", "accumulation=true"},
 		fashionMNIST, "--epochs", "2", "--json", "--log-every", "0",
-		"--adaptive", "--max-batch-size", "1024", "--refit-every", "1s")
+		"--adaptive", "--max-batch-size", "1024", "--refit-every", "1s",
+		// The elastic layer's decisions (worlds entered, rollbacks, batch
+		// sizes) in the log a failure prints.
+		"-v")
 	logDecisions(t, evs)
+	defer func() {
+		if t.Failed() {
+			log := h.logText()
+			t.Logf("the launcher log's last 32 KiB:\n%s", log[max(0, len(log)-32<<10):])
+		}
+	}()
 	var grew bool
 	// The configurations (worker count and batch) each decision after the
 	// first growth was fitted on: on a loaded machine a straggler

@@ -214,6 +214,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"bench", "--min-bytes", "64M", "--max-bytes", "4K"}, "below"},
 		{[]string{"bench", "--dtype", "float128"}, "unknown dtype"},
 		{[]string{"bench", "--op", "median"}, "unknown reduce op"},
+		{[]string{"bench", "--op", "adasum"}, "adasum op is not benchmarked"},
 		{[]string{"bench", "--factor", "1"}, "at least 2"},
 		{[]string{"bench", "--chunk-bytes", "1"}, "ChunkBytes"},
 		{[]string{"bench", "--socket-buffer", "lots"}, "bad size"},

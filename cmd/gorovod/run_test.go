@@ -21,11 +21,14 @@ import (
 
 // trainerLine is what the synthetic trainer prints per committed step.
 type trainerLine struct {
-	Worker     int        `json:"-"` // the launcher's worker index, from the "[i]" prefix
-	workerName string     // the member name, from the line's "worker"
-	Step       int64      `json:"step"`
-	Epoch      uint64     `json:"epoch"`
-	WorldEpoch uint64     `json:"world_epoch"`
+	Worker     int    `json:"-"` // the launcher's worker index, from the "[i]" prefix
+	workerName string // the member name, from the line's "worker"
+	Step       int64  `json:"step"`
+	Epoch      uint64 `json:"epoch"`
+	WorldEpoch uint64 `json:"world_epoch"`
+	// WorldRank0 names the world's rank 0 (the fashion-mnist example's
+	// records): with WorldEpoch it names the world.
+	WorldRank0 string     `json:"world_rank0"`
 	Rank       int        `json:"rank"`
 	Size       int        `json:"size"`
 	Params     string     `json:"params_sha256"`
@@ -33,10 +36,15 @@ type trainerLine struct {
 	Start      int        `json:"start"`
 	Global     int        `json:"global"`
 	// GlobalBatch is the fashion-mnist example's step's global batch.
-	GlobalBatch int     `json:"global_batch"`
-	Loss        float64 `json:"loss"`
-	Accuracy    float64 `json:"test_accuracy"`
-	At          time.Time
+	GlobalBatch int `json:"global_batch"`
+	// Accum and LRFactor are the fashion-mnist example's step's plan: the
+	// micro-batches accumulated beyond the first and the learning-rate
+	// factor.
+	Accum    int     `json:"accum"`
+	LRFactor float64 `json:"lr_factor"`
+	Loss     float64 `json:"loss"`
+	Accuracy float64 `json:"test_accuracy"`
+	At       time.Time
 }
 
 // sampleList is the synthetic trainer's list of sample indices; the
@@ -547,23 +555,24 @@ func haveFashionMNIST() bool {
 	return err == nil
 }
 
-// checkFashionMNIST: the workers agree at every step, and the model learns.
+// checkFashionMNIST: the workers of each world agree at every step, and the
+// model learns.
 func checkFashionMNIST(t *testing.T, lines []trainerLine, minAccuracy float64) {
 	t.Helper()
-	byStep := map[int64]string{}
+	if msg, ok := disagreement(lines); !ok {
+		t.Fatal(msg)
+	}
+	steps := map[int64]bool{}
 	ranks := map[int]bool{}
 	for _, l := range lines {
 		if l.Params == "" || l.Size == 0 {
 			continue // epoch and final records
 		}
-		if prev, ok := byStep[l.Step]; ok && prev != l.Params {
-			t.Fatalf("step %d: the workers hold different parameters", l.Step)
-		}
-		byStep[l.Step] = l.Params
+		steps[l.Step] = true
 		ranks[l.Rank] = true
 	}
-	if len(byStep) < 150 || len(ranks) < 2 {
-		t.Fatalf("%d steps from ranks %v", len(byStep), ranks)
+	if len(steps) < 150 || len(ranks) < 2 {
+		t.Fatalf("%d steps from ranks %v", len(steps), ranks)
 	}
 	var acc float64
 	for _, l := range lines {
@@ -572,7 +581,51 @@ func checkFashionMNIST(t *testing.T, lines []trainerLine, minAccuracy float64) {
 	if acc < minAccuracy {
 		t.Fatalf("test accuracy %.3f after 2 epochs", acc)
 	}
-	t.Logf("%d steps, test accuracy %.1f%%", len(byStep), 100*acc)
+	t.Logf("%d steps, test accuracy %.1f%%", len(steps), 100*acc)
+}
+
+// disagreement checks that the workers of one world hold the same parameters
+// after each step, and says where they do not. A step number alone does not
+// name one run of a step: workers that lose sight of each other (gossip
+// declaring a loaded worker dead) train on in worlds of their own, each the
+// same step numbers from the same state, until they meet again and the new
+// world takes one of their states (the others' steps are rolled back). So
+// the lines are compared per step and world: its epoch number and, as two
+// proposers cut off from each other may number their worlds alike, its rank
+// 0's name (world_rank0, where the trainer reports it).
+func disagreement(lines []trainerLine) (string, bool) {
+	type key struct {
+		step  int64
+		world uint64
+		rank0 string
+	}
+	params := map[key]string{}
+	for _, l := range lines {
+		if l.Params == "" || l.Size == 0 {
+			continue // epoch and final records
+		}
+		k := key{l.Step, l.WorldEpoch, l.WorldRank0}
+		if prev, ok := params[k]; ok && prev != l.Params {
+			return fmt.Sprintf("step %d, world epoch %d: the workers hold different parameters:\n%s",
+				l.Step, l.WorldEpoch, describeSteps(lines, l.Step-3, l.Step)), false
+		}
+		params[k] = l.Params
+	}
+	return "", true
+}
+
+// describeSteps lists the trainer lines of steps from..to, each with its
+// worker, world and plan, so that a failed agreement says what differed.
+func describeSteps(lines []trainerLine, from, to int64) string {
+	var b strings.Builder
+	for _, l := range lines {
+		if l.Params == "" || l.Size == 0 || l.Step < from || l.Step > to {
+			continue
+		}
+		fmt.Fprintf(&b, "  step %d worker %d rank %d/%d world %d (rank 0 %s): global %d start %d accum %d lr×%g loss %.6g params %.12s\n",
+			l.Step, l.Worker, l.Rank, l.Size, l.WorldEpoch, l.WorldRank0, l.GlobalBatch, l.Start, l.Accum, l.LRFactor, l.Loss, l.Params)
+	}
+	return b.String()
 }
 
 // A collective of the final step can complete on some workers and fail on

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -15,11 +16,14 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
 	"github.com/gorovod/gorovod/cluster/kube/service"
 	"github.com/gorovod/gorovod/internal/testing/testkube"
@@ -32,26 +36,83 @@ type e2eJob struct {
 	h              *runJobHarness // its workers' trainer lines (no process)
 }
 
-// allocationHistory records each job's status.allocation as it changes.
+// allocationHistory records each job's status.allocation as it changes,
+// and whether the world size its driver reports reached each.
 type allocationHistory struct {
 	mu    sync.Mutex
 	sizes map[string][]int // job → allocation sizes in order, repeats dropped
+	spans map[string][]allocationSpan
 	jobs  map[string]*api.GorovodJob
+}
+
+// allocationSpan is one allocation of a running job: from when the test saw
+// it until it changed or the job ended (to; zero while it holds), and
+// whether the driver's status.worldSize was its size meanwhile.
+type allocationSpan struct {
+	size     int
+	from, to time.Time
+	reached  bool
 }
 
 func (a *allocationHistory) observe(jobs []*api.GorovodJob) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	now := time.Now()
 	for _, j := range jobs {
 		a.jobs[j.Name] = j
+		spans := a.spans[j.Name]
+		var cur *allocationSpan
+		if k := len(spans); k > 0 && spans[k-1].to.IsZero() {
+			cur = &spans[k-1]
+		}
+		n := len(j.Status.Allocation)
+		if cur != nil && (j.Status.Phase != api.PhaseRunning || cur.size != n) {
+			cur.to, cur = now, nil
+		}
 		if j.Status.Phase != api.PhaseRunning {
 			continue
 		}
+		if cur == nil {
+			a.spans[j.Name] = append(a.spans[j.Name], allocationSpan{size: n, from: now})
+			cur = &a.spans[j.Name][len(a.spans[j.Name])-1]
+		}
+		if int(j.Status.WorldSize) == n {
+			cur.reached = true
+		}
 		s := a.sizes[j.Name]
-		if n := len(j.Status.Allocation); len(s) == 0 || s[len(s)-1] != n {
+		if len(s) == 0 || s[len(s)-1] != n {
 			a.sizes[j.Name] = append(s, n)
 		}
 	}
+}
+
+// describe lists the job's allocations: size, how long, reached or not.
+func (a *allocationHistory) describe(name string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var parts []string
+	for _, s := range a.spans[name] {
+		mark := "reached"
+		if !s.reached {
+			mark = "not reached"
+		}
+		parts = append(parts, fmt.Sprintf("%d for %v (%s)", s.size, s.to.Sub(s.from).Round(100*time.Millisecond), mark))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// unfollowed are the job's allocations that held at least within while the
+// job ran, without its world reaching their size.
+func (a *allocationHistory) unfollowed(name string, within time.Duration) []allocationSpan {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []allocationSpan
+	for _, s := range a.spans[name] {
+		if !s.reached && !s.to.IsZero() && s.to.Sub(s.from) >= within {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (a *allocationHistory) job(name string) *api.GorovodJob {
@@ -60,35 +121,137 @@ func (a *allocationHistory) job(name string) *api.GorovodJob {
 	return a.jobs[name]
 }
 
-// TestSchedulerAndDriversOnKubelets runs the scheduler service and real job
-// drivers together on two real kubelets (each with its own containerd) of
-// two worker slots each: three GorovodJobs of the synthetic trainer,
-// submitted with `gorovod submit` at different times. The scheduler (in
-// process, as its service account from deploy/kubernetes/gorovod.yaml)
-// creates each job's driver pod, which runs the real `gorovod run
-// --gorovodjob` (a static build in the driver image) as the service account
-// gorovod-driver; the driver creates its worker pods where status.allocation
-// says. The allocations change as jobs arrive and finish, and the drivers
-// follow them: a job trains at every size its allocation had and never at
-// more, and a job whose allocation changed trains at more than one size. Midway
-// the scheduler is stopped and a new one started: it keeps the recorded
-// allocations. Every job succeeds, its workers agreeing on the parameters at
-// every step and training on every sample of each data epoch once.
-//
-// No CNI plugin and no kube-proxy here (package testkube): the pods use the
-// host's network, and the driver pod reaches the API server at its real
-// loopback address through KUBERNETES_SERVICE_HOST/PORT (set by the
-// service's Config.CustomizeDriver), not through the kubernetes Service.
-func TestSchedulerAndDriversOnKubelets(t *testing.T) {
+// e2eCluster is the cluster of the scheduler's end-to-end tests: a control
+// plane with gorovod.yaml installed, two real kubelets (each with its own
+// containerd) of two gorovod.io/slot each, the namespace e2e-jobs, and what
+// the tests do with it.
+type e2eCluster struct {
+	ctx   context.Context
+	nodes []*testkube.Node
+	admin kubernetes.Interface
+	jobs  dynamic.ResourceInterface // the namespace's GorovodJobs, as admin
+	ns    string
+	hist  *allocationHistory
+	// driverNode, if set, is where the drivers' pods go (else they
+	// alternate between the nodes).
+	driverNode *testkube.Node
+	// startScheduler starts a scheduler service (in process, as the
+	// service account gorovod.yaml gives it); stopScheduler stops it.
+	startScheduler func(identity string) *e2eScheduler
+	stopScheduler  func(*e2eScheduler)
+	// submit writes a GorovodJob's manifest and submits it with `gorovod
+	// submit`, following its workers' lines in the nodes' CRI logs.
+	submit func(*e2eJob)
+	// trained waits for a job's workers to train past a step.
+	trained func(j *e2eJob, steps int64)
+	// stopFollowing stops following the workers' lines, once their
+	// last lines are read.
+	stopFollowing func()
+}
+
+// e2eScheduler is a scheduler service the test started.
+type e2eScheduler struct {
+	rounds atomic.Int64
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// driverLogs are the job's driver's log lines (from the nodes' CRI logs).
+func (e *e2eCluster) driverLogs(job string) map[string][]byte {
+	out := map[string][]byte{}
+	for _, n := range e.nodes {
+		matches, _ := filepath.Glob(filepath.Join(n.LogDir, e.ns+"_"+job+"-driver_*", service.DriverContainer, "*.log"))
+		for _, m := range matches {
+			if b, err := os.ReadFile(m); err == nil {
+				out[n.Name] = append(out[n.Name], b...)
+			}
+		}
+	}
+	return out
+}
+
+// logFailure logs the jobs' allocations, statuses and drivers' logs when
+// the test failed.
+func (e *e2eCluster) logFailure(t *testing.T, jobs []*e2eJob) {
+	if !t.Failed() {
+		return
+	}
+	for _, j := range jobs {
+		e.hist.mu.Lock()
+		sizes := slices.Clone(e.hist.sizes[j.name])
+		e.hist.mu.Unlock()
+		t.Logf("%s: allocation sizes %v, status %+v", j.name, sizes, e.hist.job(j.name))
+		for node, b := range e.driverLogs(j.name) {
+			t.Logf("%s's driver on %s (last 6 KiB):\n%s", j.name, node, b[max(0, len(b)-6<<10):])
+		}
+	}
+}
+
+// checkJobs checks what every job of the end-to-end tests must show at its
+// end: it succeeded; it trained at every size its allocation had and never
+// at more; every allocation that held followWithin reached its size in the
+// world the driver reports; its workers agreed on the parameters at every
+// step and trained on every sample of each data epoch once. It says
+// whether some job's allocation changed.
+func (e *e2eCluster) checkJobs(t *testing.T, jobs []*e2eJob) (changed bool) {
+	t.Helper()
+	// A grow takes a pod's start (a second or two here), plus, on a slot
+	// still held by a leaving worker, that worker's leave notice (4 s); the
+	// driver writes its status every 3 s.
+	const followWithin = 30 * time.Second
+	hist := e.hist
+	for _, j := range jobs {
+		if gj := hist.job(j.name); gj.Status.Phase != api.PhaseSucceeded {
+			t.Fatalf("%s: %+v", j.name, gj.Status)
+		}
+		hist.mu.Lock()
+		sizes := slices.Clone(hist.sizes[j.name])
+		hist.mu.Unlock()
+		j.h.mu.Lock()
+		var worlds []int
+		for _, l := range j.h.lines {
+			if !slices.Contains(worlds, l.Size) {
+				worlds = append(worlds, l.Size)
+			}
+		}
+		t.Logf("%s: allocation sizes %v; world sizes trained at %v; allocations held %s", j.name, sizes, worlds, hist.describe(j.name))
+		// Workers join a growing world as their pods start, so a world
+		// may pass through sizes between two allocations; it never holds
+		// more workers than the job was allocated, and it reaches every
+		// size the job's allocation had.
+		for _, w := range worlds {
+			if w > slices.Max(sizes) {
+				t.Errorf("%s trained at %d workers, more than its allocation ever had (%v)", j.name, w, sizes)
+			}
+		}
+		for _, n := range sizes {
+			if !slices.Contains(worlds, n) {
+				t.Errorf("%s never trained at %d workers, a size its allocation had (%v): the driver did not follow", j.name, n, sizes)
+			}
+		}
+		// Each allocation that held long enough for its workers' pods to
+		// start (or to leave) was reached: the driver follows every
+		// change, not only the first ones.
+		for _, s := range hist.unfollowed(j.name, followWithin) {
+			t.Errorf("%s was allocated %d workers for %v, but its world never had %d: the driver did not follow",
+				j.name, s.size, s.to.Sub(s.from).Round(time.Second), s.size)
+		}
+		if len(sizes) > 1 {
+			changed = true
+			if len(worlds) < 2 {
+				t.Errorf("%s's allocation went %v but it trained only at %v: the driver did not follow", j.name, sizes, worlds)
+			}
+		}
+		checkElasticInvariantsSteps(t, j.h.lines, j.samples, int64(j.steps))
+		j.h.mu.Unlock()
+	}
+	return changed
+}
+
+func newE2ECluster(t *testing.T, timeout time.Duration) *e2eCluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs jobs on real kubelets; skipped with -short")
-	}
-	// Known failure, not fixed yet: when the scheduler gives a job back a
-	// slot it had just taken away, the new worker's pod ends at once and the
-	// driver then stops following the allocation (docs/clusters.md, "What has
-	// been run here"). Until that is fixed the test runs only when asked.
-	if os.Getenv("GOROVOD_E2E_SCHEDULER") != "1" {
-		t.Skip("the scheduler-and-drivers test fails on a known driver bug (docs/clusters.md); GOROVOD_E2E_SCHEDULER=1 runs it")
 	}
 	if why := testkube.MissingNode(testkube.DefaultConfig()); why != "" {
 		t.Skipf("no Kubernetes node here: %s", why)
@@ -125,8 +288,8 @@ spec:
 		},
 	}
 	nodes := []*testkube.Node{cp.NewNode(t, nodeCfg), cp.NewNode(t, nodeCfg)}
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
 	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -171,24 +334,23 @@ spec:
 	if !ok {
 		t.Fatalf("the API server's address %q", cp.URL)
 	}
+	e := &e2eCluster{ctx: ctx, nodes: nodes, admin: admin, ns: ns}
 	var drivers atomic.Int64
 	customize := func(pod *corev1.Pod) {
 		// No kube-scheduler: the test spreads the driver pods over the
 		// kubelets. Host network: the gossip port the pod declares would
 		// be a host port, one driver a node; the driver binds loopback.
 		pod.Spec.NodeName = nodes[int(drivers.Add(1))%len(nodes)].Name
+		if e.driverNode != nil {
+			pod.Spec.NodeName = e.driverNode.Name
+		}
 		pod.Spec.HostNetwork = true
 		c := &pod.Spec.Containers[0]
 		c.Ports, c.ImagePullPolicy = nil, corev1.PullNever
 		c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: apiHost}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: apiPort})
 		c.Command = append(c.Command, "--kubernetes-pod-template=/etc/gorovod/pod.yaml", "--leave-notice=4s", "--progress=never")
 	}
-	type scheduler struct {
-		rounds atomic.Int64
-		cancel context.CancelFunc
-		done   chan error
-	}
-	startScheduler := func(identity string) *scheduler {
+	e.startScheduler = func(identity string) *e2eScheduler {
 		kc, err := kubernetes.NewForConfig(schedCfg)
 		if err != nil {
 			t.Fatal(err)
@@ -197,7 +359,7 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := &scheduler{done: make(chan error, 1)}
+		s := &e2eScheduler{done: make(chan error, 1)}
 		cfg := service.DefaultConfig()
 		cfg.Identity, cfg.Interval, cfg.CustomizeDriver = identity, 3*time.Second, customize
 		cfg.LeaderElection.Enabled = true
@@ -216,7 +378,7 @@ spec:
 		go func() { s.done <- svc.Run(sctx) }()
 		return s
 	}
-	stopScheduler := func(s *scheduler) {
+	e.stopScheduler = func(s *e2eScheduler) {
 		s.cancel()
 		if err := <-s.done; err != nil {
 			t.Errorf("the scheduler: %v", err)
@@ -224,7 +386,7 @@ spec:
 	}
 
 	// The allocations as they change.
-	hist := &allocationHistory{sizes: map[string][]int{}, jobs: map[string]*api.GorovodJob{}}
+	hist := &allocationHistory{sizes: map[string][]int{}, spans: map[string][]allocationSpan{}, jobs: map[string]*api.GorovodJob{}}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
 	go func() {
@@ -246,18 +408,19 @@ spec:
 			}
 		}
 	}()
-	defer func() {
+	t.Cleanup(func() {
 		stopWatch()
 		<-watchDone
-	}()
+	})
 
 	// Each job's workers' lines, from the CRI logs of both nodes.
 	followCtx, stopFollow := context.WithCancel(ctx)
 	var following sync.WaitGroup
-	defer func() {
+	e.stopFollowing = func() {
 		stopFollow()
 		following.Wait()
-	}()
+	}
+	t.Cleanup(e.stopFollowing)
 	follow := func(j *e2eJob) {
 		j.h = &runJobHarness{cmd: &exec.Cmd{}, pids: map[int]int{}, notify: make(chan struct{}, 1), exited: make(chan error, 1)}
 		for _, n := range nodes {
@@ -272,7 +435,7 @@ spec:
 	if err := os.WriteFile(kubeconfig, []byte(cp.Kubeconfig(cp.AdminToken)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	submit := func(j *e2eJob) {
+	e.submit = func(j *e2eJob) {
 		t.Helper()
 		manifest := filepath.Join(dir, j.name+".yaml")
 		// 2 ms a sample, 24 a step: 48 ms a step at 1 worker.
@@ -299,26 +462,43 @@ spec:
 			t.Fatalf("gorovod submit %s: %v: %s", j.name, err, out)
 		}
 	}
-	trained := func(j *e2eJob, steps int64) {
+	e.trained = func(j *e2eJob, steps int64) {
 		t.Helper()
 		j.h.waitFor(t, fmt.Sprintf("%s past step %d", j.name, steps), 4*time.Minute, func(l []trainerLine) bool { return maxStep(l) > steps })
 	}
+	e.jobs, e.hist = jobs, hist
+	return e
+}
+
+// TestSchedulerAndDriversOnKubelets runs the scheduler service and real job
+// drivers together on two real kubelets (each with its own containerd) of
+// two worker slots each: three GorovodJobs of the synthetic trainer,
+// submitted with `gorovod submit` at different times. The scheduler (in
+// process, as its service account from deploy/kubernetes/gorovod.yaml)
+// creates each job's driver pod, which runs the real `gorovod run
+// --gorovodjob` (a static build in the driver image) as the service account
+// gorovod-driver; the driver creates its worker pods where status.allocation
+// says. The allocations change as jobs arrive and finish, and the drivers
+// follow them: a job trains at every size its allocation had and never at
+// more, a job whose allocation changed trains at more than one size, and
+// every allocation that held 30 s reached its size in the world the driver
+// reports — including a slot handed over from a worker still leaving, whose
+// successor's pod the kubelet rejects until the slot is free (the launcher
+// makes it again: package kube's PodRejected). Midway
+// the scheduler is stopped and a new one started: it keeps the recorded
+// allocations. Every job succeeds, its workers agreeing on the parameters at
+// every step and training on every sample of each data epoch once.
+//
+// No CNI plugin and no kube-proxy here (package testkube): the pods use the
+// host's network, and the driver pod reaches the API server at its real
+// loopback address through KUBERNETES_SERVICE_HOST/PORT (set by the
+// service's Config.CustomizeDriver), not through the kubernetes Service.
+func TestSchedulerAndDriversOnKubelets(t *testing.T) {
+	e := newE2ECluster(t, 12*time.Minute)
+	ctx, jobs, hist := e.ctx, e.jobs, e.hist
+	startScheduler, stopScheduler, submit, trained := e.startScheduler, e.stopScheduler, e.submit, e.trained
 	all := []*e2eJob{{name: "first", steps: 2500, samples: 1200}, {name: "second", steps: 1500, samples: 1200}, {name: "third", steps: 1000, samples: 960}}
-	defer func() {
-		if !t.Failed() {
-			return
-		}
-		for _, j := range all {
-			t.Logf("%s: allocation sizes %v, status %+v", j.name, hist.sizes[j.name], hist.job(j.name))
-			for _, n := range nodes {
-				matches, _ := filepath.Glob(filepath.Join(n.LogDir, ns+"_"+j.name+"-driver_*", service.DriverContainer, "*.log"))
-				for _, m := range matches {
-					b, _ := os.ReadFile(m)
-					t.Logf("%s's driver on %s (last 6 KiB):\n%s", j.name, n.Name, b[max(0, len(b)-6<<10):])
-				}
-			}
-		}
-	}()
+	defer e.logFailure(t, all)
 
 	sched := startScheduler("sched-1")
 	submit(all[0])
@@ -360,49 +540,98 @@ spec:
 		return true
 	})
 	stopScheduler(sched)
-	stopFollow()
-	following.Wait()
-
-	changed := false
-	for _, j := range all {
-		if gj := hist.job(j.name); gj.Status.Phase != api.PhaseSucceeded {
-			t.Fatalf("%s: %+v", j.name, gj.Status)
-		}
-		hist.mu.Lock()
-		sizes := slices.Clone(hist.sizes[j.name])
-		hist.mu.Unlock()
-		j.h.mu.Lock()
-		var worlds []int
-		for _, l := range j.h.lines {
-			if !slices.Contains(worlds, l.Size) {
-				worlds = append(worlds, l.Size)
-			}
-		}
-		t.Logf("%s: allocation sizes %v; world sizes trained at %v", j.name, sizes, worlds)
-		// Workers join a growing world as their pods start, so a world
-		// may pass through sizes between two allocations; it never holds
-		// more workers than the job was allocated, and it reaches every
-		// size the job's allocation had.
-		for _, w := range worlds {
-			if w > slices.Max(sizes) {
-				t.Errorf("%s trained at %d workers, more than its allocation ever had (%v)", j.name, w, sizes)
-			}
-		}
-		for _, n := range sizes {
-			if !slices.Contains(worlds, n) {
-				t.Errorf("%s never trained at %d workers, a size its allocation had (%v): the driver did not follow", j.name, n, sizes)
-			}
-		}
-		if len(sizes) > 1 {
-			changed = true
-			if len(worlds) < 2 {
-				t.Errorf("%s's allocation went %v but it trained only at %v: the driver did not follow", j.name, sizes, worlds)
-			}
-		}
-		checkElasticInvariantsSteps(t, j.h.lines, j.samples, int64(j.steps))
-		j.h.mu.Unlock()
-	}
-	if !changed {
+	e.stopFollowing()
+	if !e.checkJobs(t, all) {
 		t.Errorf("no job's allocation changed as the jobs arrived and finished")
+	}
+}
+
+// TestNodeDrainedUnderScheduler drains a node, as `kubectl drain` does,
+// while the scheduler runs a job with workers on it: on the cluster of
+// TestSchedulerAndDriversOnKubelets, one GorovodJob (its driver pod on the
+// other node) is given workers on both nodes; the node is cordoned, then
+// each of its pods is evicted through the eviction API. The scheduler takes
+// the cordoned node out of the job's allocation, the job's workers there
+// leave gracefully (none is lost or fails), no worker pod starts on the
+// node afterwards, the job trains on at the other node's size, and it
+// finishes with its workers agreeing on the parameters at every step and
+// training on every sample of each data epoch once.
+func TestNodeDrainedUnderScheduler(t *testing.T) {
+	e := newE2ECluster(t, 8*time.Minute)
+	ctx := e.ctx
+	drained, kept := e.nodes[0], e.nodes[1]
+	e.driverNode = kept // kubectl drain would evict a driver's pod too: the job would end with it
+	j := &e2eJob{name: "drained", steps: 2500, samples: 1200}
+	all := []*e2eJob{j}
+	defer e.logFailure(t, all)
+	sched := e.startScheduler("sched-1")
+	e.submit(j)
+
+	// Workers on both nodes: the job alone is given the 4 slots once its
+	// model has been measured.
+	workerPods := func(node string) []corev1.Pod {
+		pods, err := e.admin.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + j.name + "," + kube.LabelRole + "=" + kube.RoleWorker,
+			FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pods.Items
+	}
+	poll(t, "the job training with workers on both nodes", 4*time.Minute, func() bool {
+		gj := e.hist.job(j.name)
+		if gj == nil || gj.Status.Phase != api.PhaseRunning || !slices.Contains(gj.Status.Allocation, drained.Name) ||
+			!slices.Contains(gj.Status.Allocation, kept.Name) || int(gj.Status.WorldSize) != len(gj.Status.Allocation) {
+			return false
+		}
+		return slices.ContainsFunc(workerPods(drained.Name), func(p corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	})
+	e.trained(j, j.h.step()+20)
+
+	// kubectl drain: cordon, then evict every pod of the node.
+	at := j.h.step()
+	t0 := time.Now()
+	if _, err := e.admin.CoreV1().Nodes().Patch(ctx, drained.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var evicted []string
+	for _, p := range workerPods(drained.Name) {
+		err := e.admin.CoreV1().Pods(e.ns).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: e.ns}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("evicting %s: %v", p.Name, err)
+		}
+		evicted = append(evicted, p.Name)
+	}
+	poll(t, "the drained node's pods gone", 2*time.Minute, func() bool { return len(workerPods(drained.Name)) == 0 })
+	t.Logf("drained %s at step %d (pods %v): its pods gone %v later", drained.Name, at, evicted, time.Since(t0).Round(time.Millisecond))
+	poll(t, "the scheduler moving the job off the cordoned node", time.Minute, func() bool {
+		gj := e.hist.job(j.name)
+		return !slices.Contains(gj.Status.Allocation, drained.Name)
+	})
+	// The job trains on at the kept node's workers only, with no new pod
+	// on the drained node.
+	after := j.h.step()
+	e.trained(j, after+100)
+	if ps := workerPods(drained.Name); len(ps) != 0 {
+		t.Errorf("worker pods on the drained node after the drain: %v", ps)
+	}
+	j.h.mu.Lock()
+	for _, l := range j.h.lines {
+		if l.Step > after && l.Size > 2 {
+			t.Errorf("step %d trained by %d workers after the drain: the kept node has 2 slots", l.Step, l.Size)
+			break
+		}
+	}
+	j.h.mu.Unlock()
+
+	poll(t, "the job ended", 5*time.Minute, func() bool {
+		gj := e.hist.job(j.name)
+		return gj != nil && gj.Status.Phase.Ended()
+	})
+	e.stopScheduler(sched)
+	e.stopFollowing()
+	e.checkJobs(t, all)
+	logs := e.driverLogs(j.name)[kept.Name]
+	if !regexp.MustCompile(`\d+ workers finished, 0 lost, 0 failed`).Match(logs) {
+		t.Errorf("not every worker finished or left by itself; the driver's log ends:\n%s", logs[max(0, len(logs)-4<<10):])
 	}
 }

@@ -51,6 +51,11 @@ func (s Spec) Validate() error {
 	if (s.Op == "allreduce" || s.Op == "reducescatter") && !s.Reduce.Valid() {
 		return fmt.Errorf("benchmark: invalid reduce op")
 	}
+	if s.Reduce == collective.Adasum {
+		// Its results are not element-wise, so the check after the runs
+		// (workload.verify) cannot compute them.
+		return fmt.Errorf("benchmark: the adasum op is not benchmarked (sum, average, min, max or product)")
+	}
 	if len(s.Sizes) == 0 {
 		return fmt.Errorf("benchmark: no sizes")
 	}

@@ -95,10 +95,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 
 // stepRecord is the per-step JSON object.
 type stepRecord struct {
-	Kind         string  `json:"kind"` // "step"
-	Step         int     `json:"step"`
-	Epoch        uint64  `json:"epoch"`
-	WorldEpoch   uint64  `json:"world_epoch"`
+	Kind       string `json:"kind"` // "step"
+	Step       int    `json:"step"`
+	Epoch      uint64 `json:"epoch"`
+	WorldEpoch uint64 `json:"world_epoch"`
+	// WorldRank0 is the member name of the world's rank 0: with WorldEpoch
+	// it names the world the step ran in (workers cut off from each other
+	// may number their worlds alike, and each trains on apart until they
+	// meet again and take one of their states).
+	WorldRank0   string  `json:"world_rank0"`
 	Rank         int     `json:"rank"`
 	Size         int     `json:"size"`
 	Samples      int     `json:"samples"` // this rank's samples in the step
@@ -194,6 +199,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		x          []float32
 		y          []uint8
 		current    mnist.Result // the step being trained
+		ranIn      string       // the member name of the rank 0 of the world it ran in
 		samples    int          // processed by this rank, for the throughput figure
 		epochLoss  mnist.Result // this epoch's training loss so far
 		windowLoss mnist.Result // since the last progress line
@@ -224,7 +230,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		seconds := time.Since(trainStart).Seconds() - evals.evalDur
 		if o.json {
 			rec := stepRecord{
-				Kind: "step", Step: int(s.Number), Epoch: s.Batch.Epoch, WorldEpoch: s.World, Rank: s.Rank, Size: s.Size,
+				Kind: "step", Step: int(s.Number), Epoch: s.Batch.Epoch, WorldEpoch: s.World, WorldRank0: ranIn, Rank: s.Rank, Size: s.Size,
 				Samples: r.N, Loss: r.Loss(), ParamsSHA256: mnist.ParamsSHA256(model.Params()),
 				Global: s.Batch.Global, Start: s.Batch.Start, Accum: s.Plan.Accum, LRFactor: o.lrFactor(s), TrainedSamples: trained, Seconds: seconds,
 			}
@@ -304,6 +310,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		opt.LR = float32(o.lr * o.lrFactor(s))
 		model.Update(opt)
 		current = r
+		// Read now: once the step commits, the session may have moved to
+		// the next world.
+		ranIn = worldRank0(s.Session)
 		return nil
 	})
 	if err != nil {
@@ -332,6 +341,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		})
 	}
 	return nil
+}
+
+// worldRank0 is the member name of the rank 0 of the session's world.
+func worldRank0(s *gsync.Session) string {
+	if w := s.World(); len(w.Members) > 0 {
+		return w.Members[0].Name
+	}
+	return ""
 }
 
 // gradReducer averages the model's float32 gradients across the world.

@@ -135,7 +135,9 @@ const ceilTolerance = 1e-8
 // batch sizes M, geometrically spaced over [max(M0, K·m_min), M_max]; for
 // each, s = ⌈M/K/m_max⌉ − 1 extra micro-batches when accumulating (at least
 // one on a single replica once M > M0, so the gradient statistics have two
-// micro-batches to come from), m = ⌈M/K/(s+1)⌉; a configuration whose m falls
+// micro-batches to come from), m = ⌈M/K/(s+1)⌉, or ⌊M_max/K/(s+1)⌋ where
+// that would take the global batch K·m·(s+1) above M_max and the smaller one
+// is not below max(M0, K·m_min); a configuration whose m falls
 // outside [m_min, m_max] has goodput 0. The first best wins; ok is false when
 // no configuration is feasible (the Choice then has goodput 0), also when
 // K·m_min > M_max, or the arguments are invalid (see Limits.Validate). It
@@ -174,6 +176,11 @@ func (m Model) Optimize(nodes, replicas int, lim Limits) (best Choice, ok bool) 
 			}
 		}
 		micro := int(math.Ceil(local/float64(s+1) - ceilTolerance))
+		if down := lim.MaxBatch / (replicas * (s + 1)); replicas*micro*(s+1) > lim.MaxBatch && float64(replicas*down*(s+1)) >= lo {
+			// Shares rounded up would add up to more than M_max: round
+			// down, unless that falls below the smallest batch.
+			micro = down
+		}
 		g := 0.0
 		if micro >= lim.MinMicroBatch && micro <= lim.MaxMicroBatch {
 			g = m.goodput(replicas, micro, s, net)

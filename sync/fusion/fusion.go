@@ -28,7 +28,9 @@ const DefaultBytes = 128 << 20
 // place, and so does a bucket that ends up with one tensor. Every rank that
 // passes the same list of tensors (dtypes, counts, memory kinds, order) runs
 // the same collectives in the same order, so the results are bit-identical on
-// every rank.
+// every rank. With collective.Adasum each bucket tells the collective where
+// its tensors lie (collective.Tensors), so that each is combined with its own
+// dot product and norms: fusing does not change the result.
 //
 // A Fuser is used by one goroutine at a time; its buffers are reused between
 // calls. Close frees the device buffers it allocated.
@@ -47,6 +49,12 @@ type Fuser struct {
 	// The packing buffers, kept between calls.
 	host [numDTypes][]uint64 // uint64 words keep every element aligned
 	dev  [numDTypes]collective.DeviceMemory
+
+	// For Adasum, which combines tensor by tensor: the element counts of
+	// the bucket being reduced, and its options with collective.Tensors
+	// added.
+	layout []int
+	opts   []collective.Option
 }
 
 // numDTypes bounds the DType values (1 to 7) so buckets live in arrays, not
@@ -273,6 +281,7 @@ func (f *Fuser) hostBucket(ctx context.Context, c *collective.Communicator, tens
 	}
 	encodeExtras(dt, buf[total:], extras)
 	fused := collective.Buffer{DType: dt, Count: all / dt.Size(), Host: buf}
+	opts = f.withLayout(tensors, members, len(extras), op, opts)
 	if err := c.Allreduce(ctx, fused, fused, op, opts...); err != nil {
 		return err
 	}
@@ -312,6 +321,7 @@ func (f *Fuser) deviceBucket(ctx context.Context, c *collective.Communicator, te
 		off += t.Bytes()
 	}
 	fused := collective.Buffer{DType: dt, Count: total / dt.Size(), Device: scratch}
+	opts = f.withLayout(tensors, members, 0, op, opts)
 	if err := c.Allreduce(ctx, fused, fused, op, opts...); err != nil {
 		return err
 	}
@@ -324,6 +334,23 @@ func (f *Fuser) deviceBucket(ctx context.Context, c *collective.Communicator, te
 		off += t.Bytes()
 	}
 	return nil
+}
+
+// withLayout returns opts, with, for Adasum, collective.Tensors giving the
+// members' element counts (and the extras' as one more tensor).
+func (f *Fuser) withLayout(tensors []collective.Buffer, members []int, extras int, op collective.ReduceOp, opts []collective.Option) []collective.Option {
+	if op != collective.Adasum {
+		return opts
+	}
+	f.layout = f.layout[:0]
+	for _, i := range members {
+		f.layout = append(f.layout, tensors[i].Count)
+	}
+	if extras > 0 {
+		f.layout = append(f.layout, extras)
+	}
+	f.opts = append(append(f.opts[:0], opts...), collective.Tensors(f.layout))
+	return f.opts
 }
 
 // Close frees the device fusion buffers. The Fuser may be used again

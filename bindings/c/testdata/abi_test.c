@@ -95,6 +95,22 @@ int main(void) {
   uint8_t u = 2;
   OK(gorovod_allreduce(&u, &u, 1, GOROVOD_UINT8, GOROVOD_SUM, 1, 1));
   CHECK(u == 2 * size, "uint8 sum %d", u);
+  // Adasum: orthogonal vectors add up (a world of one keeps its input); a
+  // world that is not a power of two, integers and reducescatter are refused.
+  double ad[2] = {rank == 0 ? 3 : 0, rank == 1 ? 4 : 0};
+  rc = gorovod_allreduce(ad, ad, 2, GOROVOD_FLOAT64, GOROVOD_ADASUM, 1, 1);
+  if ((size & (size - 1)) == 0) {
+    CHECK(rc == GOROVOD_OK && ad[0] == 3 && ad[1] == (size > 1 ? 4 : 0), "adasum: %d, %g %g", rc, ad[0], ad[1]);
+  } else {
+    CHECK(rc == GOROVOD_ERR_INVALID_ARGUMENT && strstr(gorovod_last_error(), "power-of-two"),
+          "adasum in a world of %d: %d (%s)", size, rc, gorovod_last_error());
+  }
+  int32_t ai = 1;
+  rc = gorovod_allreduce(&ai, &ai, 1, GOROVOD_INT32, GOROVOD_ADASUM, 1, 1);
+  CHECK(rc == GOROVOD_ERR_INVALID_ARGUMENT, "adasum of an int32: %d", rc);
+  float ars[2] = {1, 2};
+  rc = gorovod_reducescatter(ars, 2, ars, NULL, GOROVOD_FLOAT32, GOROVOD_ADASUM, 1, 1);
+  CHECK(rc == GOROVOD_ERR_INVALID_ARGUMENT, "adasum reducescatter: %d", rc);
 
   // Grouped: several dtypes, in place, one call.
   float ga[3] = {1, 2, 3};
@@ -108,6 +124,32 @@ int main(void) {
   if (size == 2) {
     CHECK(gh[0] == 0x4000 && gh[1] == 0x4400, "float16 sums %04x %04x", gh[0], gh[1]);
   }
+
+  // Shaped: 6 elements as 2x3 on every rank sum up; as 2x3 on rank 0 and
+  // 3x2 elsewhere, every rank gets a mismatch naming the shapes, and the
+  // next call runs.
+  float sh[6] = {1, 1, 1, 1, 1, 1};
+  void *shp = sh;
+  int64_t six = 6;
+  int32_t f32 = GOROVOD_FLOAT32, two = 2;
+  int64_t same[2] = {2, 3}, other[2] = {rank == 0 ? 2 : 3, rank == 0 ? 3 : 2};
+  gorovod_handle shh;
+  OK(gorovod_grouped_allreduce_shaped_async(0, 1, NULL, &shp, &six, &f32, &two, same, GOROVOD_SUM, 1, 1, &shh));
+  OK(gorovod_wait(shh, -1));
+  CHECK(sh[5] == (float)size, "shaped sum %g", sh[5]);
+  rc = gorovod_grouped_allreduce_shaped_start(0, 1, NULL, &shp, &six, &f32, &two, other, GOROVOD_SUM, 1, 1, 0, &shh);
+  if (rc == GOROVOD_OK && shh != 0) {
+    rc = gorovod_wait(shh, -1);
+  }
+  if (size > 1) {
+    CHECK(rc == GOROVOD_ERR_MISMATCH && strstr(gorovod_last_error(), "shapes"), "shapes 2x3 and 3x2: %d %s", rc,
+          gorovod_last_error());
+  } else {
+    OK(rc);
+  }
+  int64_t five[2] = {5, 1};
+  rc = gorovod_grouped_allreduce_shaped_async(0, 1, NULL, &shp, &six, &f32, &two, five, GOROVOD_SUM, 1, 1, &shh);
+  CHECK(rc == GOROVOD_ERR_INVALID_ARGUMENT, "shape 5x1 of 6 elements: %d", rc);
 
   // Broadcast from the last rank; grouped broadcast from rank 0.
   int32_t b = rank * 7;
@@ -213,6 +255,49 @@ int main(void) {
   float check = 1;
   OK(gorovod_allreduce(&check, &check, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1));
   CHECK(check == (float)size, "allreduce after the refusals: %g", check);
+
+  // Process sets: every rank but the last (the whole world is set 0, so it
+  // cannot be added; alone, no other set can be made).
+  int32_t everyone[64], ps = -1;
+  for (int r = 0; r < size && r < 64; r++) everyone[r] = r;
+  CHECK(gorovod_add_process_set(everyone, size, &ps) == GOROVOD_ERR_INVALID_ARGUMENT, "the whole world as a set");
+  gorovod_handle ph;
+  CHECK(gorovod_barrier_ps_async(77, &ph) == GOROVOD_ERR_INVALID_ARGUMENT, "a barrier on set 77");
+  if (size >= 2) {
+    OK(gorovod_add_process_set(everyone, size - 1, &ps));
+    int32_t prank = -2, psize = 0, pranks[64] = {0}, ids[8], nids = 0;
+    OK(gorovod_process_set_get(ps, &prank, &psize, pranks, 64));
+    CHECK(ps > 0 && psize == size - 1 && prank == (rank < size - 1 ? rank : -1) && pranks[size - 2] == size - 2,
+          "set %d: rank %d of %d", ps, prank, psize);
+    OK(gorovod_process_set_ids(ids, 8, &nids));
+    CHECK(nids == 2 && ids[0] == 0 && ids[1] == ps, "%d set ids", nids);
+    if (rank < size - 1) {
+      float pv = 1;
+      const void *ps_send = &pv;
+      void *ps_recv = &pv;
+      int64_t c1 = 1;
+      int32_t f32 = GOROVOD_FLOAT32;
+      OK(gorovod_grouped_allreduce_ps_async(ps, 1, &ps_send, &ps_recv, &c1, &f32, GOROVOD_SUM, 1, 1, &ph));
+      OK(gorovod_wait(ph, -1));
+      CHECK(pv == (float)(size - 1), "allreduce on the set: %g", pv);
+      int32_t pb = rank, i32 = GOROVOD_INT32;
+      void *pbp = &pb;
+      OK(gorovod_grouped_broadcast_ps_start(ps, 1, &pbp, &c1, &i32, size - 2, 0, &ph));
+      if (ph != 0) OK(gorovod_wait(ph, -1));
+      CHECK(pb == size - 2, "broadcast on the set from world rank %d: %d", size - 2, pb);
+      int32_t mine32 = rank, got[64] = {0};
+      OK(gorovod_allgather_ps_async(ps, &mine32, 1, got, NULL, GOROVOD_INT32, &ph));
+      OK(gorovod_wait(ph, -1));
+      for (int r = 0; r < size - 1; r++) CHECK(got[r] == r, "allgather on the set: [%d] = %d", r, got[r]);
+      OK(gorovod_barrier_ps_start(ps, 0, &ph));
+      if (ph != 0) OK(gorovod_wait(ph, -1));
+    } else {
+      CHECK(gorovod_barrier_ps_async(ps, &ph) == GOROVOD_ERR_INVALID_ARGUMENT, "a call on a set without this rank");
+    }
+    OK(gorovod_remove_process_set(ps));
+    CHECK(gorovod_barrier_ps_async(ps, &ph) == GOROVOD_ERR_INVALID_ARGUMENT, "a barrier on a removed set");
+    CHECK(gorovod_remove_process_set(0) == GOROVOD_ERR_INVALID_ARGUMENT, "removing the world");
+  }
 
   // Each thread keeps its own last error.
   pthread_t th[2];

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash"
 	"hash/fnv"
 	"math"
 	"strings"
@@ -33,6 +35,8 @@ const (
 	kindReduceScatter
 	kindBarrier
 	kindJoin
+	kindAddSet
+	kindRemoveSet
 )
 
 func (k callKind) String() string {
@@ -51,6 +55,10 @@ func (k callKind) String() string {
 		return "barrier"
 	case kindJoin:
 		return "join"
+	case kindAddSet:
+		return "add process set"
+	case kindRemoveSet:
+		return "remove process set"
 	}
 	return fmt.Sprintf("call kind %d", int64(k))
 }
@@ -64,6 +72,7 @@ const (
 	fieldCount
 	fieldTotal
 	fieldLayout
+	fieldShape
 	fieldOp
 	fieldRoot
 	fieldPrescale
@@ -78,6 +87,7 @@ var fieldNames = [numFields]string{
 	fieldCount:     "element count",
 	fieldTotal:     "element count",
 	fieldLayout:    "dtypes and element counts of the tensors",
+	fieldShape:     "tensor shapes",
 	fieldOp:        "reduce op",
 	fieldRoot:      "root rank",
 	fieldPrescale:  "prescale factor",
@@ -92,18 +102,23 @@ type description [numFields]int64
 // digest of every buffer's dtype and count (the per-rank counts of the
 // calls every rank passes alike, for allgather and reducescatter), and the
 // reduction's op and factors where the call reduces.
+//
+// Every description carries a digest of its tensors' shapes (shapeDigest;
+// a tensor without a shape is one dimension of its element count), so that
+// an allreduce of 17×1311 elements on one rank meets 17×23×57 on another as
+// a mismatch, as in Horovod, though the element counts are equal.
 func describe(kind callKind, bufs []collective.Buffer, counts []int, how *gsync.Reduction, root int) description {
+	return describeShaped(kind, bufs, nil, counts, how, root)
+}
+
+// describeShaped is describe of tensors of the given shapes (nil: each one
+// dimension of its element count).
+func describeShaped(kind callKind, bufs []collective.Buffer, shapes [][]int64, counts []int, how *gsync.Reduction, root int) description {
 	var d description
 	d[fieldKind] = int64(kind)
 	d[fieldTensors] = int64(len(bufs))
-	h := fnv.New64a()
-	var word [8]byte
-	put := func(v int64) {
-		for i := range word {
-			word[i] = byte(v >> (8 * i))
-		}
-		h.Write(word[:])
-	}
+	var h digest63
+	put := h.put
 	for i, b := range bufs {
 		if i == 0 {
 			d[fieldDType], d[fieldCount] = int64(b.DType), int64(b.Count)
@@ -115,7 +130,8 @@ func describe(kind callKind, bufs []collective.Buffer, counts []int, how *gsync.
 	for _, n := range counts {
 		put(int64(n))
 	}
-	d[fieldLayout] = int64(h.Sum64() >> 1)
+	d[fieldLayout] = h.sum()
+	d[fieldShape] = shapeDigest(bufs, shapes)
 	if how != nil {
 		d[fieldOp] = int64(how.Op)
 		// +0: -0's bits are MinInt64, which has no negation (allAgree).
@@ -126,12 +142,58 @@ func describe(kind callKind, bufs []collective.Buffer, counts []int, how *gsync.
 	return d
 }
 
+// digest63 hashes a sequence of int64s (FNV-1a over their little-endian
+// bytes) into a 63-bit digest, which a description field holds without a
+// sign (allAgree negates fields).
+type digest63 struct{ h hash.Hash64 }
+
+func (d *digest63) put(v int64) {
+	if d.h == nil {
+		d.h = fnv.New64a()
+	}
+	var word [8]byte
+	binary.LittleEndian.PutUint64(word[:], uint64(v))
+	d.h.Write(word[:])
+}
+
+func (d *digest63) sum() int64 {
+	if d.h == nil {
+		d.h = fnv.New64a()
+	}
+	return int64(d.h.Sum64() >> 1)
+}
+
+// shapeDigest is a 63-bit digest of the tensors' shapes: shapes[i] is
+// bufs[i]'s, or, where shapes is nil, the one dimension of its count.
+func shapeDigest(bufs []collective.Buffer, shapes [][]int64) int64 {
+	var h digest63
+	put := h.put
+	for i, b := range bufs {
+		if shapes == nil {
+			put(1)
+			put(int64(b.Count))
+			continue
+		}
+		put(int64(len(shapes[i])))
+		for _, n := range shapes[i] {
+			put(n)
+		}
+	}
+	return h.sum()
+}
+
 func (d description) String() string {
 	k := callKind(d[fieldKind])
 	var b strings.Builder
 	b.WriteString(k.String())
 	switch k {
 	case kindBarrier, kindJoin:
+		return b.String()
+	case kindAddSet:
+		fmt.Fprintf(&b, " of %d ranks (digest %x)", d[fieldTensors], d[fieldLayout])
+		return b.String()
+	case kindRemoveSet:
+		fmt.Fprintf(&b, " %d", d[fieldRoot])
 		return b.String()
 	}
 	fmt.Fprintf(&b, " of %d tensor(s) (the first %d × %v, %d elements in all", d[fieldTensors], d[fieldCount],
@@ -148,7 +210,8 @@ func (d description) String() string {
 }
 
 // agree compares d with every rank's description of the call it is about
-// to run (one small allreduce on the current world's communicator, and an
+// to run (one small allreduce on the call's communicator, on, the world's or
+// a process set's, and an
 // allgather of the descriptions when they differ) and
 // returns a *collective.MismatchError naming the first rank whose call
 // differs from this one, and what differs, when any does. Every rank
@@ -159,8 +222,8 @@ func (d description) String() string {
 // the others runs with their zeros, after the lowest of the calling ranks
 // has sent them its tensors' layout (layout: dtype and element count of
 // each); any other call fails on the calling ranks, as in Horovod.
-func agree(ctx context.Context, s *gsync.Session, d description, layout []int64) error {
-	return s.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {
+func agree(ctx context.Context, on runOn, d description, layout []int64) error {
+	return on(ctx, func(ctx context.Context, c *collective.Communicator) error {
 		all, err := gatherDescriptions(ctx, c, d)
 		if err != nil || all == nil {
 			return err

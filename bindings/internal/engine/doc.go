@@ -14,8 +14,9 @@
 // framework's deterministic backward pass does.
 //
 // Before a call moves any data, every rank compares its description (the
-// collective, the tensors' dtypes and element counts, reduce op, root and
-// scale factors) with every other rank's in one small allreduce (agree.go;
+// collective, the tensors' dtypes and element counts, an allreduce's
+// tensor shapes where the caller gives them, reduce op, root and scale
+// factors) with every other rank's in one small allreduce (agree.go;
 // the descriptions are gathered only when they differ).
 // Ranks that called different collectives all get a
 // *collective.MismatchError for that call, and the world stays usable for
@@ -46,6 +47,14 @@
 // are for the new world" (the Python binding's elastic.run does it before
 // state.sync()). So no rank ever runs an old world's collective in a new
 // world, where it would pair with another rank's different call.
+//
+// # Process sets
+//
+// Collectives may run on a process set, some of the world's ranks that
+// every rank registered (AddProcessSet): the ...On forms. A set's calls run
+// on a subset communicator over the world's links, in the same submission
+// order as every other call of the process; a world change removes every
+// set but the world's. See processset.go.
 //
 // # Memory
 //

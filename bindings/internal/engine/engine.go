@@ -15,6 +15,7 @@ import (
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport"
 	gsync "github.com/gorovod/gorovod/sync"
+	"github.com/gorovod/gorovod/sync/fusion"
 )
 
 // DefaultIOTimeout is how long a peer may stay silent inside a collective
@@ -150,12 +151,20 @@ type Engine struct {
 	gone       error  // nothing more can run: closed, or excluded from the job
 	closing    bool
 	topo       Topology
+	// sets are the process sets besides the world's (processset.go), and
+	// nextSet the highest id given so far.
+	sets    map[int32]*processSet
+	nextSet int32
+	// setFuser packs the allreduces on process sets (the world's go
+	// through the session's own fuser); the executing goroutine's alone.
+	setFuser *fusion.Fuser
 }
 
 // call is one submitted collective (or commit).
 type call struct {
 	what   string
 	gen    uint64
+	set    int32 // the process set it runs on (0: the world)
 	commit bool
 	// desc is what every rank must agree on before the call runs (not for
 	// commit).
@@ -192,6 +201,7 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		log: log, mem: mem, sess: mem.Session(), ctx: ectx, cancel: cancel, inlineBytes: cfg.InlineBytes, interrupts: -1,
 		agreement: !cfg.SkipAgreement,
 		wake:      make(chan struct{}, 1), stopped: make(chan struct{}), handles: make(map[Handle]*call),
+		sets: make(map[int32]*processSet), setFuser: fusion.NewFuser(cfg.Worker.Session.FusionBytes),
 	}
 	e.total.Store(-1)
 	e.topo = topology(e.sess)
@@ -434,7 +444,7 @@ func (e *Engine) execute(ctx context.Context, c *call) (err error) {
 		// bookkeeping: its start, the global batch, a micro-batch's norm)
 		// have no description and nothing to agree on.
 		if e.agreement && !c.commit && !c.joins && c.desc[fieldKind] != 0 {
-			if err = agree(ctx, e.sess, c.desc, c.layout); err != nil {
+			if err = agree(ctx, e.onSet(e.sess, c.set), c.desc, c.layout); err != nil {
 				return
 			}
 		}
@@ -455,6 +465,7 @@ func (e *Engine) execute(ctx context.Context, c *call) (err error) {
 	}
 	e.gen++
 	e.topo = topology(e.sess)
+	e.dropSets() // their ranks were the old world's
 	if err == nil && c.commit {
 		err = ErrHostsUpdated
 	}
@@ -595,7 +606,9 @@ func (e *Engine) Close(ctx context.Context, finished bool) error {
 	if e.gone == nil {
 		e.gone = ErrClosed
 	}
+	e.dropSets()
 	e.mu.Unlock()
+	e.setFuser.Close()
 	if finished && !excluded {
 		return e.mem.Finish(context.WithoutCancel(ctx))
 	}
@@ -609,7 +622,7 @@ func checkReduce(how gsync.Reduction) (gsync.Reduction, error) {
 		how.Op = collective.Average
 	}
 	if !how.Op.Valid() {
-		return how, fmt.Errorf("%w: reduce op %d (want sum 1, average 2, min 3, max 4 or product 5)", ErrInvalid, how.Op)
+		return how, fmt.Errorf("%w: reduce op %d (want sum 1, average 2, min 3, max 4, product 5 or adasum 6)", ErrInvalid, how.Op)
 	}
 	for _, f := range []*float64{&how.Prescale, &how.Postscale} {
 		if *f == 0 {
@@ -635,21 +648,4 @@ func checkBuffers(what string, bufs ...collective.Buffer) error {
 		}
 	}
 	return nil
-}
-
-// checkCounts validates per-rank element counts against the world and
-// returns their sum.
-func (e *Engine) checkCounts(what string, counts []int) (int, error) {
-	size := e.Topology().Size
-	if len(counts) != size {
-		return 0, fmt.Errorf("%w: %s: %d counts for a world of %d", ErrInvalid, what, len(counts), size)
-	}
-	total := 0
-	for r, n := range counts {
-		if n < 0 {
-			return 0, fmt.Errorf("%w: %s: negative count %d for rank %d", ErrInvalid, what, n, r)
-		}
-		total += n
-	}
-	return total, nil
 }

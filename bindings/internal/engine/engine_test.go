@@ -119,8 +119,8 @@ func each(t *testing.T, es []*Engine, f func(e *Engine) error) {
 // wait collects a handle (or the submission's error) with a deadline.
 func waitOn(e *Engine) func(Handle, error) error {
 	return func(h Handle, err error) error {
-		if err != nil {
-			return err
+		if err != nil || h == 0 {
+			return err // a Now form that ran on the caller returns 0 and its result
 		}
 		return e.Wait(h, 30*time.Second)
 	}
@@ -221,6 +221,11 @@ func TestCollectives(t *testing.T) {
 		if err := w(e.Barrier()); err != nil {
 			return err
 		}
+		// Adasum needs a power-of-two world: refused on every rank, and
+		// the next call runs.
+		if err := w(e.Allreduce(nil, []collective.Buffer{f32([]float32{1})}, gsync.Reduction{Op: collective.Adasum})); !errors.Is(err, ErrInvalid) || !errors.Is(err, collective.ErrNotPowerOfTwo) {
+			return fmt.Errorf("adasum in a world of 3: %v, want ErrInvalid and ErrNotPowerOfTwo", err)
+		}
 		// Join: rank 1 arrives last.
 		if top.Rank == 1 {
 			time.Sleep(50 * time.Millisecond) // the order of arrival is the point
@@ -262,6 +267,24 @@ func TestInvalidArgumentsAreRefusedBeforeAnythingRuns(t *testing.T) {
 				return e.Allreduce(nil, []collective.Buffer{f32(make([]float32, 2))}, gsync.Reduction{Op: collective.Sum, Prescale: math.Inf(1)})
 			}},
 			{"join", func() (Handle, error) { return e.Join(nil) }},
+			{"shape of another count", func() (Handle, error) {
+				return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 6))}, [][]int64{{2, 2}}, gsync.Reduction{Op: collective.Sum})
+			}},
+			{"negative dimension", func() (Handle, error) {
+				return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 0))}, [][]int64{{-1, 0}}, gsync.Reduction{Op: collective.Sum})
+			}},
+			{"shape that overflows", func() (Handle, error) {
+				return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 0))}, [][]int64{{1 << 32, 1 << 32, 0}}, gsync.Reduction{Op: collective.Sum})
+			}},
+			{"shapes of other tensors", func() (Handle, error) {
+				return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 1))}, [][]int64{{1}, {1}}, gsync.Reduction{Op: collective.Sum})
+			}},
+			{"adasum of integers", func() (Handle, error) {
+				return e.Allreduce(nil, []collective.Buffer{collective.SliceBuffer([]int32{1})}, gsync.Reduction{Op: collective.Adasum})
+			}},
+			{"adasum reducescatter", func() (Handle, error) {
+				return e.ReduceScatter(f32(make([]float32, 2)), f32(make([]float32, 1)), []int{1, 1}, gsync.Reduction{Op: collective.Adasum})
+			}},
 		}
 		for _, b := range bad {
 			if h, err := b.call(); !errors.Is(err, ErrInvalid) || h != 0 {
@@ -275,6 +298,27 @@ func TestInvalidArgumentsAreRefusedBeforeAnythingRuns(t *testing.T) {
 		v := []float32{1}
 		if err := waitOn(e)(e.Allreduce(nil, []collective.Buffer{f32(v)}, gsync.Reduction{Op: collective.Sum})); err != nil || v[0] != 2 {
 			return fmt.Errorf("allreduce after the refusals: %v %v", v, err)
+		}
+		// A tensor without a shape is one dimension of its count: it meets
+		// a shaped tensor of that one dimension on the other rank.
+		var shapes [][]int64
+		if e.Topology().Rank == 1 {
+			shapes = [][]int64{{1}}
+		}
+		if err := waitOn(e)(e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(v)}, shapes, gsync.Reduction{Op: collective.Sum})); err != nil || v[0] != 4 {
+			return fmt.Errorf("allreduce of a shaped and an unshaped tensor of one dimension: %v %v", v, err)
+		}
+		// Adasum of two tensors in one call: orthogonal ones add up,
+		// identical ones stay as they are (each tensor has its own
+		// coefficients although the call fuses them).
+		rank := e.Topology().Rank
+		orth, same := []float32{0, 0}, []float64{3, -4}
+		orth[rank] = float32(rank + 1)
+		if err := waitOn(e)(e.Allreduce(nil, []collective.Buffer{f32(orth), collective.SliceBuffer(same)}, gsync.Reduction{Op: collective.Adasum})); err != nil {
+			return err
+		}
+		if orth[0] != 1 || orth[1] != 2 || same[0] != 3 || same[1] != -4 {
+			return fmt.Errorf("adasum: orthogonal %v (want [1 2]), identical %v (want [3 -4])", orth, same)
 		}
 		return nil
 	})
@@ -336,6 +380,16 @@ func TestMismatchedCallsFailEveryRankAndTheNextRuns(t *testing.T) {
 				return allreduce(e, 4, sum)
 			}
 			return e.Barrier()
+		}},
+		// As many elements in other shapes: 17×1311 and 17×23×57.
+		{"shape", "tensor shapes", func(e *Engine, rank int) (Handle, error) {
+			shape := [][]int64{{17, 23 * 57}, {17, 23, 57}}[rank]
+			return e.AllreduceShapedOn(0, nil, []collective.Buffer{f32(make([]float32, 17*23*57))}, [][]int64{shape}, sum)
+		}},
+		{"shape of the second tensor", "tensor shapes", func(e *Engine, rank int) (Handle, error) {
+			shape := [][]int64{{2, 3}, {3, 2}}[rank]
+			bufs := []collective.Buffer{f32(make([]float32, 4)), f32(make([]float32, 6))}
+			return e.AllreduceShapedNowOn(0, nil, bufs, [][]int64{{4}, shape}, sum, Caller{})
 		}},
 		{"allgather counts", "element count", func(e *Engine, rank int) (Handle, error) {
 			counts := []int{2, 2 + rank}

@@ -58,9 +58,9 @@ START_INTERRUPTIBLE = 1
 # gorovod_dtype codes.
 FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
-SUM, AVERAGE, MIN, MAX, PRODUCT = 1, 2, 3, 4, 5
+SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = 1, 2, 3, 4, 5, 6
 
-ABI_VERSION = 2
+ABI_VERSION = 4
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -214,6 +214,27 @@ def _prototypes(lib):
         "gorovod_request_leave": [],
         "gorovod_record_samples": [c_i64],
         "gorovod_set_total_steps": [c_i64],
+        # Process sets (ABI 3).
+        "gorovod_add_process_set": [c_void_p, c_i32, ctypes.POINTER(c_i32)],
+        "gorovod_remove_process_set": [c_i32],
+        "gorovod_process_set_get": [c_i32, ctypes.POINTER(c_i32), ctypes.POINTER(c_i32), c_void_p, c_i32],
+        "gorovod_process_set_ids": [c_void_p, c_i32, ctypes.POINTER(c_i32)],
+        "gorovod_grouped_allreduce_ps_async": [c_i32, c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_double,
+                                               c_double, p_u64],
+        "gorovod_grouped_allreduce_ps_start": [c_i32, c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_double,
+                                               c_double, c_int, p_u64],
+        "gorovod_grouped_allreduce_shaped_async": [c_i32, c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                                   c_void_p, c_int, c_double, c_double, p_u64],
+        "gorovod_grouped_allreduce_shaped_start": [c_i32, c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                                   c_void_p, c_int, c_double, c_double, c_int, p_u64],
+        "gorovod_grouped_broadcast_ps_async": [c_i32, c_i32, c_void_p, c_void_p, c_void_p, c_i32, p_u64],
+        "gorovod_grouped_broadcast_ps_start": [c_i32, c_i32, c_void_p, c_void_p, c_void_p, c_i32, c_int, p_u64],
+        "gorovod_allgather_ps_async": [c_i32, c_void_p, c_i64, c_void_p, c_void_p, c_int, p_u64],
+        "gorovod_alltoall_ps_async": [c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, p_u64],
+        "gorovod_reducescatter_ps_async": [c_i32, c_void_p, c_i64, c_void_p, c_void_p, c_int, c_int, c_double,
+                                           c_double, p_u64],
+        "gorovod_barrier_ps_async": [c_i32, p_u64],
+        "gorovod_barrier_ps_start": [c_i32, c_int, p_u64],
     }
     for name, args in sigs.items():
         f = getattr(lib, name)
@@ -424,7 +445,13 @@ def _u64():
     return ctypes.c_uint64()
 
 
-def allreduce_async(send, recv, count, dtype, op, prescale, postscale, keep):
+def allreduce_async(send, recv, count, dtype, op, prescale, postscale, keep, ps=0, shape=None):
+    """ps: the process set (0: the world), as for every collective here;
+    shape: the tensor's dimensions, which every rank compares (None: one
+    dimension of count elements)."""
+    if ps or shape is not None:
+        return grouped_allreduce_async([send], [recv], [count], [dtype], op, prescale, postscale, keep, ps,
+                                       None if shape is None else [shape])
     h = _u64()
     return _issue(lib().gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale, ctypes.byref(h)),
                   h, keep)
@@ -441,40 +468,113 @@ def _grouped_arrays(sends, recvs, counts, dtypes):
     return len(recvs), s, _array(ctypes.c_void_p, recvs), _array(ctypes.c_int64, counts), _array(ctypes.c_int32, dtypes)
 
 
-def grouped_allreduce_async(sends, recvs, counts, dtypes, op, prescale, postscale, keep):
+def _shape_arrays(shapes):
+    """The C arrays of the tensors' shapes: each one's number of dimensions,
+    and their sizes one after another."""
+    return (_array(ctypes.c_int32, [len(sh) for sh in shapes]),
+            _array(ctypes.c_int64, [int(d) for sh in shapes for d in sh]))
+
+
+def grouped_allreduce_async(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0, shapes=None):
+    """shapes: each tensor's dimensions, which every rank compares (None:
+    one dimension of its count each)."""
     n, s, r, c, d = _grouped_arrays(sends, recvs, counts, dtypes)
     h = _u64()
-    return _issue(lib().gorovod_grouped_allreduce_async(n, s, r, c, d, op, prescale, postscale, ctypes.byref(h)), h,
-                  (keep, s, r, c, d))
+    if shapes is not None:
+        nd, dims = _shape_arrays(shapes)
+        rc = lib().gorovod_grouped_allreduce_shaped_async(ps, n, s, r, c, d, nd, dims, op, prescale, postscale,
+                                                          ctypes.byref(h))
+        return _issue(rc, h, (keep, s, r, c, d, nd, dims))
+    if ps:
+        rc = lib().gorovod_grouped_allreduce_ps_async(ps, n, s, r, c, d, op, prescale, postscale, ctypes.byref(h))
+    else:
+        rc = lib().gorovod_grouped_allreduce_async(n, s, r, c, d, op, prescale, postscale, ctypes.byref(h))
+    return _issue(rc, h, (keep, s, r, c, d))
 
 
-def broadcast_async(bufs, counts, dtypes, root, keep):
+def broadcast_async(bufs, counts, dtypes, root, keep, ps=0):
     n, _, b, c, d = _grouped_arrays(None, bufs, counts, dtypes)
     h = _u64()
-    return _issue(lib().gorovod_grouped_broadcast_async(n, b, c, d, root, ctypes.byref(h)), h, (keep, b, c, d))
+    if ps:
+        rc = lib().gorovod_grouped_broadcast_ps_async(ps, n, b, c, d, root, ctypes.byref(h))
+    else:
+        rc = lib().gorovod_grouped_broadcast_async(n, b, c, d, root, ctypes.byref(h))
+    return _issue(rc, h, (keep, b, c, d))
 
 
-def allgather_async(send, count, recv, recv_counts, dtype, keep):
+def allgather_async(send, count, recv, recv_counts, dtype, keep, ps=0):
     rc = _array(ctypes.c_int64, recv_counts) if recv_counts is not None else None
     h = _u64()
-    return _issue(lib().gorovod_allgather_async(send, count, recv, rc, dtype, ctypes.byref(h)), h, (keep, rc))
+    if ps:
+        status = lib().gorovod_allgather_ps_async(ps, send, count, recv, rc, dtype, ctypes.byref(h))
+    else:
+        status = lib().gorovod_allgather_async(send, count, recv, rc, dtype, ctypes.byref(h))
+    return _issue(status, h, (keep, rc))
 
 
-def alltoall_async(send, send_counts, recv, recv_counts, dtype, keep):
+def alltoall_async(send, send_counts, recv, recv_counts, dtype, keep, ps=0):
     sc, rc = _array(ctypes.c_int64, send_counts), _array(ctypes.c_int64, recv_counts)
     h = _u64()
-    return _issue(lib().gorovod_alltoall_async(send, sc, recv, rc, dtype, ctypes.byref(h)), h, (keep, sc, rc))
+    if ps:
+        status = lib().gorovod_alltoall_ps_async(ps, send, sc, recv, rc, dtype, ctypes.byref(h))
+    else:
+        status = lib().gorovod_alltoall_async(send, sc, recv, rc, dtype, ctypes.byref(h))
+    return _issue(status, h, (keep, sc, rc))
 
 
-def reducescatter_async(send, count, recv, recv_counts, dtype, op, prescale, postscale, keep):
+def reducescatter_async(send, count, recv, recv_counts, dtype, op, prescale, postscale, keep, ps=0):
     rc = _array(ctypes.c_int64, recv_counts)
     h = _u64()
-    return _issue(lib().gorovod_reducescatter_async(send, count, recv, rc, dtype, op, prescale, postscale,
-                                                    ctypes.byref(h)), h, (keep, rc))
+    if ps:
+        status = lib().gorovod_reducescatter_ps_async(ps, send, count, recv, rc, dtype, op, prescale, postscale,
+                                                      ctypes.byref(h))
+    else:
+        status = lib().gorovod_reducescatter_async(send, count, recv, rc, dtype, op, prescale, postscale,
+                                                   ctypes.byref(h))
+    return _issue(status, h, (keep, rc))
 
 
-def barrier():
+def barrier(ps=0):
+    if ps:
+        _run(lambda l, flags, h: l.gorovod_barrier_ps_start(ps, flags, h),
+             lambda l, h: l.gorovod_barrier_ps_async(ps, h), None)
+        return
     _run(lambda l, flags, h: l.gorovod_barrier_start(flags, h), lambda l, h: l.gorovod_barrier_async(h), None)
+
+
+# ---- Process sets ----
+
+def add_process_set(ranks):
+    """Registers the process set of the world's ranks (every rank makes the
+    same call) and returns its id; ValueError for a duplicate."""
+    ranks = [int(r) for r in ranks]
+    arr = _array(ctypes.c_int32, ranks) if ranks else None
+    out = ctypes.c_int32(-1)
+    _raise(lib().gorovod_add_process_set(arr, len(ranks), ctypes.byref(out)))
+    return out.value
+
+
+def remove_process_set(ps):
+    _raise(lib().gorovod_remove_process_set(ps))
+
+
+def process_set(ps):
+    """(this process's rank in set ps or -1, the set's world ranks)."""
+    l = lib()
+    rank, size = ctypes.c_int32(-1), ctypes.c_int32(0)
+    _raise(l.gorovod_process_set_get(ps, ctypes.byref(rank), ctypes.byref(size), None, 0))
+    ranks = (ctypes.c_int32 * max(size.value, 1))()
+    _raise(l.gorovod_process_set_get(ps, ctypes.byref(rank), ctypes.byref(size), ranks, size.value))
+    return rank.value, list(ranks[:size.value])
+
+
+def process_set_ids():
+    l = lib()
+    n = ctypes.c_int32(0)
+    _raise(l.gorovod_process_set_ids(None, 0, ctypes.byref(n)))
+    ids = (ctypes.c_int32 * max(n.value, 1))()
+    _raise(l.gorovod_process_set_ids(ids, n.value, ctypes.byref(n)))
+    return list(ids[:n.value])
 
 
 def join():
@@ -522,22 +622,44 @@ def _run(start, queue, keep):
         wait(h.value)
 
 
-def allreduce(send, recv, count, dtype, op, prescale, postscale, keep):
+def allreduce(send, recv, count, dtype, op, prescale, postscale, keep, ps=0, shape=None):
     """The synchronous allreduce_async."""
+    if ps or shape is not None:
+        grouped_allreduce([send], [recv], [count], [dtype], op, prescale, postscale, keep, ps,
+                          None if shape is None else [shape])
+        return
     _run(lambda l, flags, h: l.gorovod_allreduce_start(send, recv, count, dtype, op, prescale, postscale, flags, h),
          lambda l, h: l.gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale, h), keep)
 
 
-def grouped_allreduce(sends, recvs, counts, dtypes, op, prescale, postscale, keep):
+def grouped_allreduce(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0, shapes=None):
     """The synchronous grouped_allreduce_async."""
     n, s, r, c, d = _grouped_arrays(sends, recvs, counts, dtypes)
+    if shapes is not None:
+        nd, dims = _shape_arrays(shapes)
+        _run(lambda l, flags, h: l.gorovod_grouped_allreduce_shaped_start(ps, n, s, r, c, d, nd, dims, op, prescale,
+                                                                          postscale, flags, h),
+             lambda l, h: l.gorovod_grouped_allreduce_shaped_async(ps, n, s, r, c, d, nd, dims, op, prescale,
+                                                                   postscale, h),
+             (keep, s, r, c, d, nd, dims))
+        return
+    if ps:
+        _run(lambda l, flags, h: l.gorovod_grouped_allreduce_ps_start(ps, n, s, r, c, d, op, prescale, postscale, flags,
+                                                                      h),
+             lambda l, h: l.gorovod_grouped_allreduce_ps_async(ps, n, s, r, c, d, op, prescale, postscale, h),
+             (keep, s, r, c, d))
+        return
     _run(lambda l, flags, h: l.gorovod_grouped_allreduce_start(n, s, r, c, d, op, prescale, postscale, flags, h),
          lambda l, h: l.gorovod_grouped_allreduce_async(n, s, r, c, d, op, prescale, postscale, h), (keep, s, r, c, d))
 
 
-def broadcast(bufs, counts, dtypes, root, keep):
+def broadcast(bufs, counts, dtypes, root, keep, ps=0):
     """The synchronous broadcast_async."""
     n, _, b, c, d = _grouped_arrays(None, bufs, counts, dtypes)
+    if ps:
+        _run(lambda l, flags, h: l.gorovod_grouped_broadcast_ps_start(ps, n, b, c, d, root, flags, h),
+             lambda l, h: l.gorovod_grouped_broadcast_ps_async(ps, n, b, c, d, root, h), (keep, b, c, d))
+        return
     _run(lambda l, flags, h: l.gorovod_grouped_broadcast_start(n, b, c, d, root, flags, h),
          lambda l, h: l.gorovod_grouped_broadcast_async(n, b, c, d, root, h), (keep, b, c, d))
 

@@ -53,13 +53,27 @@ def mismatches(r, n):
         ("root rank", lambda: hvd.broadcast(torch.ones(4), root_rank=r)),
         ("collective", lambda: hvd.allreduce(torch.ones(4)) if r % 2 == 0 else hvd.broadcast(torch.ones(4), 0)),
         ("broadcast dtype", lambda: hvd.broadcast(torch.ones(4, dtype=[torch.float32, torch.int32][r % 2]), 0)),
+        # As many elements in other shapes (Horovod's test_horovod_allreduce_error).
+        ("allreduce shape", lambda: hvd.allreduce(torch.ones(*[(17, 23 * 57), (17, 23, 57)][r % 2]))),
+        ("allreduce_ shape", lambda: hvd.allreduce_(torch.ones(*[(2, 3), (3, 2)][r % 2]), op=hvd.Sum)),
+        ("grouped allreduce shape",
+         lambda: hvd.grouped_allreduce([torch.ones(4), torch.ones(*[(6,), (2, 3)][r % 2])], op=hvd.Sum)),
+        ("async allreduce shape", lambda: hvd.synchronize(hvd.allreduce_async(torch.ones(*[(4, 1), (1, 4)][r % 2])))),
         ("allgather shape", lambda: hvd.allgather(torch.ones(3, 2 + r % 2))),
         ("allgather dtype", lambda: hvd.allgather(torch.ones(3, dtype=[torch.float32, torch.int32][r % 2]))),
         ("reducescatter first dimension", lambda: hvd.reducescatter(torch.ones(2 * n + 2 * (r % 2)))),
     ]
     for what, call in cases:
-        expect_mismatch(what, call)
+        message = expect_mismatch(what, call)
+        if "shape" in what and what.startswith(("allreduce", "grouped", "async")):
+            assert "tensor shapes" in message, "%s: the error does not name the shapes: %s" % (what, message)
         check_world_goes_on(what, r, n)
+    # The same shapes reduce, and a tensor of one dimension meets the same
+    # elements as a grouped call's one-dimensional tensor.
+    got = hvd.grouped_allreduce([torch.ones(2, 3), torch.ones(5)], op=hvd.Sum)
+    assert got[0].shape == (2, 3) and got[0].sum().item() == 6 * n and got[1].sum().item() == 5 * n, got
+    got = hvd.allreduce(torch.ones(5) if r % 2 == 0 else torch.ones(5).view(5), op=hvd.Sum)
+    assert got.sum().item() == 5 * n, got
     # An asynchronous mismatched call fails at synchronize, and the calls
     # queued after it run.
     h = hvd.allreduce_async(torch.ones(10 + r))

@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"slices"
 	"strconv"
 	"sync"
@@ -428,8 +430,17 @@ func TestAgainstAPIServer(t *testing.T) {
 	recCtx, stopRecording := context.WithCancel(ctx)
 	rec := record(recCtx, t, admin, adminDyn, ns)
 
-	a := startReplica(ctx, t, cp.ConfigFor(e.token), "sched-a", nil)
-	b := startReplica(ctx, t, cp.ConfigFor(e.token), "sched-b", nil)
+	// Each replica's metrics, as `gorovod scheduler --metrics-addr` serves them.
+	metricsOf := map[string]*Metrics{}
+	withMetrics := func(c *Config) {
+		m, err := NewMetrics(prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Metrics, metricsOf[c.Identity] = m, m
+	}
+	a := startReplica(ctx, t, cp.ConfigFor(e.token), "sched-a", withMetrics)
+	b := startReplica(ctx, t, cp.ConfigFor(e.token), "sched-b", withMetrics)
 	submit("first", 1, 4)
 	until("first runs", time.Minute, running("first"))
 	// Play first's driver, as its own service account (which the scheduler
@@ -467,7 +478,37 @@ func TestAgainstAPIServer(t *testing.T) {
 	}
 	held := map[string]api.Status{"first": get("first").Status, "second": get("second").Status}
 	stopped := time.Now()
+	// The leader's metrics say it leads and what its last round left; the
+	// other's say it does not lead and ran no round.
+	until("the leader's metrics", time.Minute, func(map[string]*api.GorovodJob) error {
+		if n := testutil.ToFloat64(metricsOf[leader.svc.Identity()].jobs.WithLabelValues("Running")); n != 2 {
+			return fmt.Errorf("%v running jobs", n)
+		}
+		return nil
+	})
+	lm, om := metricsOf[leader.svc.Identity()], metricsOf[other.svc.Identity()]
+	for _, c := range []struct {
+		what      string
+		got, want float64
+	}{
+		{"the leader's gorovod_scheduler_leader", testutil.ToFloat64(lm.leader), 1},
+		{"the other's gorovod_scheduler_leader", testutil.ToFloat64(om.leader), 0},
+		{"the other's ok rounds", testutil.ToFloat64(om.rounds.WithLabelValues("ok")), 0},
+		{"the leader's slots", testutil.ToFloat64(lm.slots), 4},
+		{"the leader's allocated slots", testutil.ToFloat64(lm.allocated), float64(len(get("first").Status.Allocation) + len(get("second").Status.Allocation))},
+		{"the leader's pending jobs", testutil.ToFloat64(lm.jobs.WithLabelValues("Pending")), 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %v, want %v", c.what, c.got, c.want)
+		}
+	}
+	if n := testutil.ToFloat64(lm.rounds.WithLabelValues("ok")); n < 2 || testutil.CollectAndCount(lm.roundTime) != 1 {
+		t.Errorf("the leader's ok rounds: %v", n)
+	}
 	leader.stop(t)
+	if v := testutil.ToFloat64(lm.leader); v != 0 {
+		t.Errorf("a stopped replica's gorovod_scheduler_leader: %v", v)
+	}
 	e.holder(other.svc.Identity())
 	took := time.Since(stopped)
 	t.Logf("%s took over %v after %s stopped", other.svc.Identity(), took.Round(time.Millisecond), leader.svc.Identity())

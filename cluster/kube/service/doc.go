@@ -44,4 +44,8 @@
 // the leader runs rounds and writes; a replica that loses the lease stops
 // before its next write, and one that stops releases the lease only after its
 // last write has returned.
+//
+// Config.Metrics (NewMetrics) records the service's leadership, rounds, jobs
+// by phase and slots in Prometheus's format, for `gorovod scheduler
+// --metrics-addr`.
 package service

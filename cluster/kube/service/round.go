@@ -186,6 +186,20 @@ func (s *Service) round(ctx context.Context, src source) error {
 			delete(s.written, uid) // the job was deleted
 		}
 	}
+	if s.cfg.Metrics != nil {
+		byPhase := map[api.Phase]int{}
+		for _, st := range s.written {
+			byPhase[st.Phase]++
+		}
+		slots, allocated := 0, 0
+		for _, k := range cluster.GPUs {
+			slots += k
+		}
+		for _, e := range active {
+			allocated += len(placed[e.id])
+		}
+		s.cfg.Metrics.state(byPhase, slots, allocated)
+	}
 	return nil
 }
 

@@ -70,6 +70,9 @@ type Config struct {
 	// OnRound, when set, is called after each round this replica runs as
 	// the leader, with the round's error.
 	OnRound func(error)
+	// Metrics, when set, records the service's rounds, leadership, jobs and
+	// slots (NewMetrics).
+	Metrics *Metrics
 }
 
 // LeaderElection configures the Lease the replicas compete for.
@@ -291,6 +294,8 @@ func (s *Service) release(lock *resourcelock.LeaseLock) {
 // informers trigger one.
 func (s *Service) lead(ctx context.Context, src source, queue workqueue.TypedRateLimitingInterface[string], leading func() bool) {
 	s.beginTerm(leading)
+	s.cfg.Metrics.leading(true)
+	defer s.cfg.Metrics.leading(false)
 	queue.Add(roundKey)
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
@@ -334,7 +339,9 @@ func (s *Service) lead(ctx context.Context, src source, queue workqueue.TypedRat
 				<-done
 				return
 			}
+			began := time.Now()
 			err := s.round(ctx, src)
+			s.cfg.Metrics.round(time.Since(began), err)
 			queue.Done(key)
 			if s.cfg.OnRound != nil {
 				s.cfg.OnRound(err)

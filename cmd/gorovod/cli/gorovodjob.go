@@ -510,10 +510,16 @@ func (d *gorovodJobDriver) vacate(index int) {
 	}
 }
 
-// podEvent frees the host of a worker whose pod ended, and puts the node of
-// a preempted worker on hold: the hosts are published again without the
+// podEvent reports a worker pod its node did not admit yet, frees the host of
+// a worker whose pod ended, and puts the node of a preempted worker on hold: the hosts are published again without the
 // node's free ones (for every pod of the node that ends while it is held).
 func (d *gorovodJobDriver) podEvent(e kube.Event) {
+	if e.Kind == kube.PodRejected {
+		// The slot's previous pod (this job's or another's) is still
+		// terminating: the launcher makes the pod again.
+		d.report("worker pod %s not admitted yet: %s", e.Pod, e.Reason)
+		return
+	}
 	ended := e.Kind == kube.PodEnded || e.Kind == kube.PodDeleted || e.Kind == kube.PodGaveUp
 	if !ended {
 		return

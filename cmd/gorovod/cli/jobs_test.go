@@ -5,9 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -227,6 +231,64 @@ spec:
 	if out, stderr, err := gorovod(ctx, "delete", "-n", "team-b", "synth", "nosuch"); err == nil || !strings.Contains(out, "team-b/synth deleted") || !strings.Contains(stderr, `"nosuch" not found`) {
 		t.Fatalf("delete of one that exists and one that does not: %v %q %q", err, out, stderr)
 	}
+
+	// The scheduler's metrics: served where --metrics-addr says, the
+	// address printed; an address it cannot listen on is an error.
+	if _, stderr, err := gorovod(ctx, "scheduler", "--kubeconfig", kubeconfig, "--metrics-addr", "127.0.0.1:99999"); err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
+		t.Fatalf("scheduler with a bad --metrics-addr: %v %q", err, stderr)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	logs := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- Main(sctx, []string{"scheduler", "--kubeconfig", kubeconfig, "--metrics-addr", "127.0.0.1:0", "--interval", "1s"}, Config{Stdout: io.Discard, Stderr: logs})
+	}()
+	url := regexp.MustCompile(`metrics at (http://127\.0\.0\.1:\d+/metrics)`)
+	var scraped string
+	for deadline := time.Now().Add(time.Minute); ; {
+		if m := url.FindStringSubmatch(logs.String()); m != nil {
+			if resp, err := http.Get(m[1]); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				scraped = string(b)
+				if regexp.MustCompile(`(?m)^gorovod_scheduler_rounds_total\{result="ok"\} [1-9]`).MatchString(scraped) {
+					break
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no scheduler round in the metrics within a minute; log %q, metrics %q", logs.String(), scraped)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the endpoint, as a scraper does
+	}
+	for _, want := range []string{"gorovod_scheduler_leader 1", `gorovod_scheduler_jobs{phase="Running"} 0`, "gorovod_scheduler_slots 0", "gorovod_scheduler_round_seconds_count"} {
+		if !strings.Contains(scraped, want) {
+			t.Errorf("the scheduler's metrics lack %q:\n%s", want, scraped)
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("the scheduler after its context ended: %v", err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer written by one goroutine and read by
+// another.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func readFile(t *testing.T, path string) string {

@@ -7,7 +7,9 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/gorovod/gorovod/cluster/kube/service"
 	"github.com/gorovod/gorovod/internal/logging"
+	"github.com/gorovod/gorovod/observe/metrics"
 )
 
 // schedulerCommand is `gorovod scheduler`: the scheduler service of a
@@ -34,6 +37,7 @@ func schedulerCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	retryPeriod := fs.Duration("retry-period", def.LeaderElection.RetryPeriod, "time between tries to acquire or renew the Lease")
 	identity := fs.String("identity", "", "this replica's name in the Lease and in the jobs' status.scheduledBy (default: host name and a random suffix)")
 	kubeconfig := fs.String("kubeconfig", "", "a kubeconfig `file` to reach the API server from outside the cluster (default: the pod's service account)")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus metrics of the scheduler (leadership, rounds and their time, jobs by phase, slots and allocated slots) at http://`host:port`/metrics (port 0 picks one; the address is printed on stderr). The endpoint is unauthenticated, and a host-less :9100 binds every interface: use 127.0.0.1:9100 unless scrapers on other hosts must reach it")
 	logOpts := logging.DefaultOptions()
 	logOpts.Register(fs)
 	usage := `Usage: gorovod scheduler [flags]
@@ -92,9 +96,28 @@ the job in place. deploy/kubernetes/gorovod.yaml installs it (two replicas,
 	if err != nil {
 		return fmt.Errorf("gorovod scheduler: %w", err)
 	}
+	var reg *prometheus.Registry
+	if *metricsAddr != "" {
+		reg = prometheus.NewRegistry()
+		if cfg.Metrics, err = service.NewMetrics(reg); err != nil {
+			return fmt.Errorf("gorovod scheduler: %w", err)
+		}
+	}
 	svc, err := service.New(cfg, kube, dyn)
 	if err != nil {
 		return usageErr("%v", err)
+	}
+	if reg != nil {
+		srv, err := metrics.Serve(ctx, reg, metrics.ServerConfig{Addr: *metricsAddr, Logger: log})
+		if err != nil {
+			return fmt.Errorf("gorovod scheduler: --metrics-addr: %w", err)
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_ = srv.Close(cctx)
+		}()
+		fmt.Fprintf(stderr, "gorovod scheduler: metrics at http://%s/metrics\n", srv.Addr())
 	}
 	log.Info("scheduler starting", "identity", svc.Identity(), "policy", cfg.Policy, "interval", cfg.Interval,
 		"namespaces", cfg.Namespaces, "leader_elect", cfg.LeaderElection.Enabled)

@@ -42,12 +42,15 @@ type link struct {
 	// more), and it announces no window opening when the application reads.
 	// So the receiver reports on stream 1 how many message bytes it has read,
 	// and the sender keeps at most window bytes unread at the peer: half its
-	// receive window, which therefore never fills.
+	// receive window, which therefore never fills. On a sealed link the
+	// reports are sealed too, under keys of their own (a forged report could
+	// otherwise stall the sender or let it overrun the peer's buffer).
 	window     uint64
 	peerRead   atomic.Uint64 // message bytes the peer reports having read
 	creditErr  atomic.Pointer[error]
-	credited   chan struct{} // peerRead moved, or the reports ended
-	creditDone chan struct{} // the report reader has returned
+	credited   chan struct{}    // peerRead moved, or the reports ended
+	creditDone chan struct{}    // the report reader has returned
+	creditOpen *framesec.Sealer // nil: plain reports; used by readCredits only
 
 	// Send side, guarded by wmu.
 	wmu      sync.Mutex
@@ -63,10 +66,15 @@ type link struct {
 	roff, rend int // payload bytes of the frame still in rbuf
 	pending    int // payload bytes of the last header not read yet
 	rwake      transport.Waker
-	rread      uint64 // message bytes read
-	reported   uint64 // rread as last reported to the peer
-	cbuf       [8]byte
+	rread      uint64           // message bytes read
+	reported   uint64           // rread as last reported to the peer
+	creditSeal *framesec.Sealer // nil: plain reports
+	cbuf       [creditReportSize + framesec.TagSize]byte
 }
+
+// creditReportSize is a flow-control report's size before its tag: the
+// message bytes read so far, little endian.
+const creditReportSize = 8
 
 func newLink(c *sconn, peer int, addr string, job, epoch uint64, self int, cfg *Config, keys framesec.Keys) *link {
 	if addr == "" {
@@ -96,6 +104,16 @@ func newLink(c *sconn, peer int, addr string, job, epoch uint64, self int, cfg *
 		if l.wseal, err = framesec.NewSealer(keys.Security, keys.Send); err == nil {
 			l.rseal, err = framesec.NewSealer(keys.Security, keys.Recv)
 		}
+		var credit framesec.Keys
+		if err == nil {
+			credit, err = keys.Sub("sctp flow control")
+		}
+		if err == nil {
+			l.creditSeal, err = framesec.NewSealer(keys.Security, credit.Send)
+		}
+		if err == nil {
+			l.creditOpen, err = framesec.NewSealer(keys.Security, credit.Recv)
+		}
 		if err != nil {
 			// Cannot happen with keys from the handshake; if it does, the
 			// link refuses to carry frames rather than carry them unprotected.
@@ -121,14 +139,24 @@ func newLink(c *sconn, peer int, addr string, job, epoch uint64, self int, cfg *
 // association ends.
 func (l *link) readCredits() {
 	defer close(l.creditDone)
-	var b [16]byte
+	want := creditReportSize
+	if l.creditOpen != nil {
+		want += framesec.TagSize
+	}
+	var b [creditReportSize + framesec.TagSize + 1]byte
 	for {
 		n, err := l.c.credit.Read(b[:])
-		if err == nil && n != 8 {
-			err = &transport.FrameError{Peer: l.PeerRank, Reason: fmt.Sprintf("flow-control report of %d bytes", n)}
+		if err == nil && n != want {
+			err = &transport.FrameError{Peer: l.PeerRank, Reason: fmt.Sprintf("flow-control report of %d bytes, want %d", n, want)}
+		}
+		report := b[:n]
+		if err == nil && l.creditOpen != nil {
+			if report, err = l.creditOpen.OpenInPlace(report); err != nil {
+				err = fmt.Errorf("flow-control report: %w", err)
+			}
 		}
 		if err == nil {
-			v := binary.LittleEndian.Uint64(b[:])
+			v := binary.LittleEndian.Uint64(report)
 			if v < l.peerRead.Load() {
 				err = &transport.FrameError{Peer: l.PeerRank, Reason: fmt.Sprintf("flow-control report %d went backwards", v)}
 			} else {
@@ -158,8 +186,12 @@ func (l *link) reportRead(n int) {
 		return
 	}
 	binary.LittleEndian.PutUint64(l.cbuf[:], l.rread)
+	report := l.cbuf[:creditReportSize]
+	if l.creditSeal != nil {
+		report = l.creditSeal.SealTo(l.cbuf[:], report)
+	}
 	// A failure shows on the data stream too.
-	_, _ = l.c.credit.Write(l.cbuf[:])
+	_, _ = l.c.credit.Write(report)
 	l.reported = l.rread
 }
 

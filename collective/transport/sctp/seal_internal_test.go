@@ -2,6 +2,7 @@ package sctp
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"testing"
 	"time"
@@ -127,6 +128,85 @@ func TestDefaultSecurity(t *testing.T) {
 			ctx := conformance.TimeoutCtx(t, 10*time.Second)
 			if err := conformance.Exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, []int{0, 100, messageBytes + 5}); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestForgedFlowControlReports: on sealed links the receiver's reports of
+// how much it has read travel sealed under keys of their own. A report
+// forged, changed, replayed or sent in clear by someone on the path breaks
+// the sender's link with an error naming the peer, instead of stalling the
+// sender or letting it overrun the peer's buffer; genuine reports keep a
+// transfer many windows long going.
+func TestForgedFlowControlReports(t *testing.T) {
+	report := func(v uint64) []byte {
+		b := make([]byte, creditReportSize)
+		binary.LittleEndian.PutUint64(b, v)
+		return b
+	}
+	sealed := func(s *framesec.Sealer, b []byte) []byte {
+		return s.SealTo(make([]byte, len(b)+framesec.TagSize), b)
+	}
+	for _, sec := range []transport.Security{transport.SecurityAuthenticated, transport.SecurityEncrypted} {
+		for _, tc := range []struct {
+			name   string
+			msgs   func(s *framesec.Sealer) [][]byte
+			target error // nil: a frame error (wrong size)
+		}{
+			{"clear report", func(*framesec.Sealer) [][]byte { return [][]byte{report(1 << 40)} }, nil},
+			{"forged tag", func(*framesec.Sealer) [][]byte {
+				return [][]byte{append(report(1<<40), make([]byte, framesec.TagSize)...)}
+			}, transport.ErrFrameAuth},
+			{"changed report", func(s *framesec.Sealer) [][]byte {
+				m := sealed(s, report(1))
+				m[0] ^= 0x40
+				return [][]byte{m}
+			}, transport.ErrFrameAuth},
+			{"replayed report", func(s *framesec.Sealer) [][]byte {
+				m := sealed(s, report(1))
+				return [][]byte{m, m}
+			}, transport.ErrFrameAuth},
+		} {
+			t.Run(sec.String()+"/"+tc.name, func(t *testing.T) {
+				cfg := testCfg()
+				cfg.Security = sec
+				a, b := pairOf(t, cfg)
+				if b.creditSeal == nil || a.creditOpen == nil {
+					t.Fatal("flow-control reports are not sealed")
+				}
+				// Written beneath rank 1's link, as rank 1's reports to
+				// rank 0 travel.
+				for _, m := range tc.msgs(b.creditSeal) {
+					if _, err := b.c.credit.Write(m); err != nil {
+						t.Fatal(err)
+					}
+				}
+				select {
+				case <-a.creditDone:
+				case <-time.After(10 * time.Second):
+					t.Fatal("rank 0 still takes reports after the attack")
+				}
+				ctx := conformance.TimeoutCtx(t, 10*time.Second)
+				err := a.Send(ctx, &transport.Header{Kind: transport.FrameData, Length: 4}, make([]byte, 4))
+				if err == nil {
+					t.Fatal("rank 0 sent on a link whose reports were attacked")
+				}
+				conformance.AsPeerError(t, err, 1, tc.target)
+			})
+		}
+		t.Run(sec.String()+"/genuine reports", func(t *testing.T) {
+			cfg := testCfg()
+			cfg.Security = sec
+			a, b := pairOf(t, cfg)
+			ctx := conformance.TimeoutCtx(t, 30*time.Second)
+			// Each frame is several times the flow-control window, so the
+			// sender waits for reports many times over.
+			if err := conformance.Exchange(ctx, [][]transport.Link{{nil, a}, {b, nil}}, []int{8 << 20, 3 << 20}); err != nil {
+				t.Fatal(err)
+			}
+			if got := a.peerRead.Load(); got == 0 {
+				t.Fatal("rank 0 took no report from rank 1")
 			}
 		})
 	}

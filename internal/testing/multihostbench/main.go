@@ -19,6 +19,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/benchmark"
+	"github.com/gorovod/gorovod/collective/transport"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/testing/testhosts"
 	"github.com/gorovod/gorovod/job/launch"
@@ -41,6 +42,7 @@ type workerSpec struct {
 	SocketBuf   int           `json:"socket_buffer"`
 	BatchTimeUS int           `json:"batch_time_us"`
 	Lanes       int           `json:"lanes,omitempty"`
+	Security    string        `json:"security,omitempty"`
 }
 
 type result struct {
@@ -82,6 +84,7 @@ func run() error {
 	impls := flag.String("impls", "gorovod,mpi-tcp,mpi-tcp-yield", "what to run: gorovod, mpi-tcp (Open MPI's default: its ranks poll while they wait), mpi-tcp-yield (mpi_yield_when_idle=1, what Open MPI picks when oversubscribed)")
 	ratesFlag := flag.String("rates", "0", "link rates of the worker hosts to measure at, bit/s with K, M, G suffixes (1G,10G); 0: unshaped")
 	lanesFlag := flag.String("lanes", "0", "gorovod's TCP lanes per link to measure (0: the transport's choice); each is a gorovod column")
+	securityFlag := flag.String("security", "default", "gorovod's frame protection to measure: default, plain, authenticated, encrypted (gorovod run --security); each is a gorovod column, with every lane count")
 	delay := flag.Duration("delay", 0, "extra delay on every packet a host sends (netem-like, ± a half)")
 	keepOrder := flag.Bool("keep-order", false, "with --delay, keep each flow's packets in order (netem's default with jitter reorders them)")
 	jsonOut := flag.String("json", "", "also write every result as a JSON line to this file")
@@ -157,6 +160,16 @@ func run() error {
 		}
 	}
 
+	var securities []string
+	for s := range strings.SplitSeq(*securityFlag, ",") {
+		if _, err := transport.ParseSecurity(s); err != nil {
+			return fmt.Errorf("--security: %w", err)
+		}
+		if s == "" {
+			s = "default"
+		}
+		securities = append(securities, s)
+	}
 	var results []result
 	var jsonW io.Writer = io.Discard
 	if *jsonOut != "" {
@@ -167,11 +180,17 @@ func run() error {
 		defer f.Close()
 		jsonW = f
 	}
-	// Every implementation a run compares: gorovod once per lane count.
+	// Every implementation a run compares: gorovod once per lane count and
+	// security setting.
 	var order []string
+	gorovodCols := map[string]gorovodColumn{}
 	if want("gorovod") {
 		for _, n := range lanes {
-			order = append(order, gorovodImpl(n))
+			for _, sec := range securities {
+				c := gorovodColumn{lanes: n, security: sec}
+				order = append(order, c.name())
+				gorovodCols[c.name()] = c
+			}
 		}
 	}
 	for _, impl := range []string{"mpi-tcp", "mpi-tcp-yield"} {
@@ -203,7 +222,7 @@ func run() error {
 								Op: "allreduce", DType: "float32", Reduce: "sum", Sizes: []int{size}, Warmup: *warmup, Iters: *iters,
 								IOTimeout: time.Minute, ChunkBytes: collective.DefaultConfig().ChunkBytes,
 								SmallBytes: collective.DefaultConfig().SmallMessageBytes, Transport: *transportName, BatchTimeUS: 1000,
-								Lanes: lanesOf(impl), Algorithm: *algorithm,
+								Lanes: gorovodCols[impl].lanes, Security: gorovodCols[impl].security, Algorithm: *algorithm,
 							})
 						default:
 							rs, err = runMPI(ctx, net, head, workers[:k], *slots, mpiBin, strconv.Itoa(size), *warmup, *iters, impl == "mpi-tcp-yield")
@@ -453,17 +472,21 @@ func cell(s [3]float64, ok bool, rate int64, cpu float64) string {
 	return fmt.Sprintf("%.3f [%.3f–%.3f]%s, %.1f cores", s[1], s[0], s[2], share, cpu)
 }
 
-// gorovodImpl names gorovod's column with lanes lanes (0: the default).
-func gorovodImpl(lanes int) string {
-	if lanes == 0 {
-		return "gorovod"
-	}
-	return fmt.Sprintf("gorovod-lanes%d", lanes)
+// gorovodColumn is one gorovod setting a run measures.
+type gorovodColumn struct {
+	lanes    int    // TCP lanes per link; 0: the transport's choice
+	security string // gorovod run --security; "default": the transport's choice
 }
 
-// lanesOf is the lane count of a gorovod column.
-func lanesOf(impl string) int {
-	n, _ := strconv.Atoi(strings.TrimPrefix(impl, "gorovod-lanes"))
+// name is the column's name: gorovod, then what differs from the defaults.
+func (c gorovodColumn) name() string {
+	n := "gorovod"
+	if c.lanes != 0 {
+		n += fmt.Sprintf("-lanes%d", c.lanes)
+	}
+	if c.security != "default" {
+		n += "-" + c.security
+	}
 	return n
 }
 

@@ -5,7 +5,9 @@ runs under ``gorovod run`` after changing ``import horovod.torch as hvd`` to
 What differs from Horovod is listed in the project README (the API table)
 and in each module's docstring; the main points: collectives pair up by
 their order on each worker (every worker must call the same ones in the same
-order), no process sets, no Adasum, CPU tensors only.
+order), CPU tensors only; process sets as Horovod's, but a world change
+removes them (add them again at the start of the function elastic.run
+wraps).
 """
 
 from gorovod.exceptions import (HorovodInternalError, HostsUpdatedInterrupt, MismatchError, ForkedProcessError,

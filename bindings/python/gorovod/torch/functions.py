@@ -51,10 +51,10 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=mpi_ops.global_pro
         length = torch.tensor([data.numel()], dtype=torch.int64)
     else:
         length = torch.zeros(1, dtype=torch.int64)
-    mpi_ops.broadcast_(length, root_rank)
+    mpi_ops.broadcast_(length, root_rank, process_set=process_set)
     if rank() != root_rank:
         data = torch.empty(int(length[0]), dtype=torch.uint8)
-    mpi_ops.broadcast_(data, root_rank)
+    mpi_ops.broadcast_(data, root_rank, process_set=process_set)
     if rank() == root_rank:
         return obj
     return pickle.loads(data.numpy().tobytes())

@@ -40,7 +40,8 @@ Min = 3
 Max = 4
 Product = 5
 
-_OPS = {Average: _core.AVERAGE, Sum: _core.SUM, Min: _core.MIN, Max: _core.MAX, Product: _core.PRODUCT}
+_OPS = {Average: _core.AVERAGE, Sum: _core.SUM, Min: _core.MIN, Max: _core.MAX, Product: _core.PRODUCT,
+        Adasum: _core.ADASUM}
 
 _DTYPES = {
     torch.float32: _core.FLOAT32,
@@ -54,13 +55,77 @@ _DTYPES = {
 
 
 class ProcessSet(object):
-    """Horovod's process sets are not offered: only the global set, which
-    every collective uses by default."""
+    """Some of the world's ranks, which run collectives among themselves, as
+    Horovod's ProcessSet: build it from a list of ranks, register it with
+    add_process_set (or init(process_sets=[...])), and pass it as the
+    process_set of a collective, on its members only. Roots (broadcast's
+    root_rank) are world ranks, as in Horovod; rank() is the rank within
+    the set. Sets built from an MPI communicator are not offered (gorovod has
+    no MPI).
 
-    def __init__(self, ranks=None):
-        if ranks is not None:
-            raise NotImplementedError("gorovod offers no process sets other than the global one")
+    A world change (an elastic job's workers coming or going) removes every
+    set but global_process_set: their ranks were the old world's. Add them
+    again after the reset (a State's on_reset callback), as a Horovod script
+    does after its elastic reset."""
+
+    process_set_id = None
+    ranks = None
+    mpi_comm = None
+
+    def __init__(self, ranks_or_comm):
+        try:
+            ranks = sorted(ranks_or_comm)
+        except TypeError:
+            raise ValueError("ProcessSet should be initialized with a list of process ranks (gorovod has no MPI "
+                             "communicators)")
+        if any(not isinstance(r, int) or isinstance(r, bool) for r in ranks):
+            raise ValueError("ProcessSet should be initialized with a list of process ranks or an mpi4py Comm object")
+        self.ranks = ranks
+
+    def _invalidate(self):
+        self.process_set_id = None
+
+    def size(self):
+        """The number of ranks in the set, or None when it is not registered."""
+        if self.process_set_id is None:
+            return None
+        return len(_set_info(self.process_set_id)[1])
+
+    def rank(self):
+        """This process's rank within the set (None when the set is not
+        registered); ValueError when the process is not a member."""
+        if self.process_set_id is None:
+            return None
+        me = _set_info(self.process_set_id)[0]
+        if me < 0:
+            raise ValueError("Process is not part of provided process set.")
+        return me
+
+    def included(self):
+        """Whether this process is a member (None when the set has no ranks)."""
+        if self.ranks is None:
+            return None
+        return rank() in self.ranks
+
+    def __str__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=%s)" % (self.process_set_id, self.ranks,
+                                                                        self.mpi_comm)
+
+    __repr__ = __str__
+
+
+class _GlobalProcessSet(ProcessSet):
+    """The whole world: process set 0, always registered. Its ranks are the
+    current world's (they change with an elastic job's world)."""
+
+    def __init__(self):
         self.process_set_id = 0
+
+    @property
+    def ranks(self):
+        if not _core.is_initialized():
+            return []
+        return list(range(size()))
 
     def size(self):
         return size()
@@ -72,20 +137,83 @@ class ProcessSet(object):
         return True
 
 
-global_process_set = ProcessSet()
+global_process_set = _GlobalProcessSet()
+
+
+def _set_info(process_set_id):
+    """(this process's rank in the set or -1, the set's ranks), from the
+    library; ValueError for a set it does not know."""
+    try:
+        return _core.process_set(process_set_id)
+    except NotInitializedError:
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    except ValueError:
+        raise ValueError("Process set does not exist or has not been registered (process sets are removed when the "
+                         "world changes: add them again after the reset).")
 
 
 def add_process_set(process_set):
-    raise NotImplementedError("gorovod offers no process sets other than the global one")
+    """Registers a process set (a ProcessSet or a list of ranks) on every
+    rank and returns it, registered. Every rank of the world must make the
+    same call at the same point of its sequence. ValueError for a set of the
+    same ranks as a registered one (the whole world included). Unlike in
+    Horovod, HOROVOD_DYNAMIC_PROCESS_SETS need not be set."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set is global_process_set:
+        raise ValueError("Attempted to add a duplicate process set: %s" % process_set)
+    try:
+        process_set.process_set_id = _core.add_process_set(process_set.ranks)
+    except NotInitializedError:
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    except ValueError as e:
+        if "exists already" in str(e):
+            raise ValueError("Attempted to add a duplicate process set: %s" % process_set)
+        raise
+    return process_set
 
 
 def remove_process_set(process_set):
-    raise NotImplementedError("gorovod offers no process sets other than the global one")
+    """Unregisters a process set on every rank (all must make the call);
+    returns whether it was registered. The set object is invalidated."""
+    process_set_id = process_set.process_set_id
+    if process_set_id is None or process_set_id == 0:
+        return False
+    process_set._invalidate()
+    try:
+        _core.remove_process_set(process_set_id)
+    except NotInitializedError:
+        raise ValueError("Horovod has not been initialized; use hvd.init().")
+    except ValueError:
+        return False  # not registered (removed already, or by a world change)
+    return True
 
 
 def _check_process_set(process_set):
-    if process_set is not global_process_set and getattr(process_set, "process_set_id", 0) != 0:
-        raise NotImplementedError("gorovod offers no process sets other than the global one")
+    """The library's id of process_set (0: the world); ValueError for one
+    not registered."""
+    if process_set is None or process_set is global_process_set:
+        return 0
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError("process_set must be a ProcessSet (hvd.global_process_set, or one add_process_set "
+                         "returned), not %r" % (process_set,))
+    if process_set.process_set_id is None:
+        raise ValueError("%s is not registered: add it with hvd.add_process_set() (or hvd.init(process_sets=...)) "
+                         "first" % process_set)
+    return process_set.process_set_id
+
+
+def _set_place(process_set):
+    """(the library's id, this process's rank in the set, the set's size)
+    of process_set; ValueError when this process is not a member."""
+    ps = _check_process_set(process_set)
+    if ps == 0:
+        t = _topology()
+        return 0, t.rank, t.size
+    me, ranks = _set_info(ps)
+    if me < 0:
+        raise ValueError("Rank %d is not a member of the provided process set %s." % (rank(), process_set))
+    return ps, me, len(ranks)
 
 
 # ---- Life cycle and topology ----
@@ -96,9 +224,21 @@ def init(comm=None, process_sets=None, **kwargs):
     fusion_bytes, log_level) name a job explicitly; see gorovod._core.init."""
     if comm is not None:
         raise ValueError("gorovod has no MPI communicator: call init() without comm")
-    if process_sets:
-        raise NotImplementedError("gorovod offers no process sets other than the global one")
+    if isinstance(process_sets, str):
+        if process_sets.lower() != "dynamic":
+            raise ValueError("process_sets: a list of ProcessSet, or \"dynamic\", not %r" % process_sets)
+        process_sets = None  # gorovod's sets are always dynamic
     _core.init(**kwargs)
+    for i, ps in enumerate(process_sets or []):
+        if ps.process_set_id is not None:
+            continue  # registered already (init called again)
+        try:
+            add_process_set(ps)
+        except ValueError as e:
+            if "duplicate" in str(e):
+                raise ValueError("Horovod could not be initialized because process_sets entry number %d is a "
+                                 "duplicate: %s" % (i, ps))
+            raise
 
 
 def shutdown():
@@ -228,11 +368,18 @@ def _op(op, average=None):
         return _core.AVERAGE if average else _core.SUM
     if op is None:
         op = Average
-    if op == Adasum:
-        raise NotImplementedError("gorovod does not offer Adasum (Average, Sum, Min, Max and Product are there)")
     if op not in _OPS:
-        raise ValueError("unknown reduce op %r (Average, Sum, Min, Max, Product)" % (op,))
+        raise ValueError("unknown reduce op %r (Average, Sum, Adasum, Min, Max, Product)" % (op,))
     return _OPS[op]
+
+
+def _check_adasum(op, process_set):
+    """Adasum pairs the workers up level by level, so it needs a
+    power-of-two number of them; Horovod raises NotImplementedError too."""
+    if op == _core.ADASUM:
+        n = process_set.size()
+        if n & (n - 1):
+            raise NotImplementedError("gorovod: Adasum needs a power-of-two number of workers; there are %d" % n)
 
 
 # What synchronize returns for each handle: a tensor, a tuple, or a callable
@@ -354,11 +501,12 @@ def _scaled(tensor, factor):
     return tensor * torch.tensor(factor, dtype=tensor.dtype)
 
 
-def _scale_plan(op, prescale_factor, postscale_factor):
+def _scale_plan(op, prescale_factor, postscale_factor, process_set=None):
     """(op, the postscale factor) the binding applies when it scales:
-    Average becomes Sum and a postscale of 1/size, as in Horovod."""
+    Average becomes Sum and a postscale of 1/size (the process set's), as in
+    Horovod."""
     if op == _core.AVERAGE:
-        return _core.SUM, postscale_factor / size()
+        return _core.SUM, postscale_factor / _set_place(process_set)[2]
     return op, postscale_factor
 
 
@@ -378,10 +526,11 @@ def _finish_scaled(outputs, factor):
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set, now=False):
     """Starts an allreduce of tensor into output and returns its handle; with
     now, runs it (a small one on this thread) and returns output."""
-    _check_process_set(process_set)
+    ps = _check_process_set(process_set)
+    _check_adasum(op, process_set)
     if _scales_here([tensor], prescale_factor, postscale_factor):
         src = _scaled(tensor, prescale_factor) if prescale_factor != 1.0 else tensor
-        op, post = _scale_plan(op, prescale_factor, postscale_factor)
+        op, post = _scale_plan(op, prescale_factor, postscale_factor, process_set)
         result = _allreduce_async(src, output, name, op, 1.0, 1.0, process_set, now)
         finish = _finish_scaled([output], post)
         if now:
@@ -390,11 +539,19 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
         return result
     src, n, dt = _check_tensor(tensor, "allreduce")
     dst = src if output is tensor else _check_tensor(output, "allreduce")[0]
-    args = (src, dst, n, dt, op, float(prescale_factor), float(postscale_factor), (tensor, output))
+    args = (src, dst, n, dt, op, float(prescale_factor), float(postscale_factor), (tensor, output), ps,
+            _shape(tensor))
     if now:
         _core.allreduce(*args)
         return output
     return _handle(_core.allreduce_async(*args), output)
+
+
+def _shape(tensor):
+    """The shape every rank compares before an allreduce of tensor, as
+    Horovod refuses tensors of other shapes: None for one dimension (what
+    the library assumes without one, and the faster call)."""
+    return None if tensor.dim() == 1 else tuple(tensor.shape)
 
 
 @_named
@@ -450,13 +607,14 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_factor, process_set, now=False):
     """Starts a grouped allreduce and returns its handle; with now, runs it
     (a small one on this thread) and returns the outputs."""
-    _check_process_set(process_set)
+    ps = _check_process_set(process_set)
+    _check_adasum(op, process_set)
     if not tensors:
         raise ValueError("grouped allreduce of no tensors")
     if _scales_here(tensors, prescale_factor, postscale_factor):
         if prescale_factor != 1.0:
             tensors = [_scaled(t, prescale_factor) for t in tensors]
-        op, post = _scale_plan(op, prescale_factor, postscale_factor)
+        op, post = _scale_plan(op, prescale_factor, postscale_factor, process_set)
         result = _grouped_allreduce_async(tensors, outputs, op, 1.0, 1.0, process_set, now)
         finish = _finish_scaled(list(outputs), post)
         if now:
@@ -472,8 +630,11 @@ def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_fa
     send = None
     if outputs is not tensors:
         send = [_check_tensor(t, "grouped allreduce")[0] for t in tensors]
+    shapes = [_shape(t) for t in tensors]
+    shapes = None if all(sh is None for sh in shapes) else [(t.numel(),) if sh is None else sh
+                                                              for t, sh in zip(tensors, shapes)]
     args = (send, recv, counts, dtypes, op, float(prescale_factor), float(postscale_factor),
-            (list(tensors), list(outputs)))
+            (list(tensors), list(outputs)), ps, shapes)
     if now:
         _core.grouped_allreduce(*args)
         return list(outputs)
@@ -536,12 +697,12 @@ def _broadcast_async(tensor, root_rank, process_set, now=False):
     """Starts copying root_rank's tensor into every other worker's and
     returns the library's handle; with now, runs it (a small one on this
     thread) and returns tensor."""
-    _check_process_set(process_set)
+    ps = _check_process_set(process_set)
     p, n, dt = _check_tensor(tensor, "broadcast", reducing=False)
     if now:
-        _core.broadcast([p], [n], [dt], int(root_rank), tensor)
+        _core.broadcast([p], [n], [dt], int(root_rank), tensor, ps)
         return tensor
-    return _core.broadcast_async([p], [n], [dt], int(root_rank), tensor)
+    return _core.broadcast_async([p], [n], [dt], int(root_rank), tensor, ps)
 
 
 @_named
@@ -599,16 +760,17 @@ def grouped_broadcast_(tensors, root_rank):
 
 # ---- Shapes, exchanged before the collectives whose outputs depend on them ----
 
-def _shapes(tensor, what):
-    """Every rank's (first dimension, the rest of the shape) of tensor; the
-    ranks' dtypes and trailing shapes must agree."""
+def _shapes(tensor, what, process_set=None):
+    """Every rank's (first dimension, the rest of the shape) of tensor, in
+    the process set's rank order; the ranks' dtypes and trailing shapes must
+    agree."""
     shape = tuple(tensor.shape) if tensor.dim() > 0 else (1,)
     rest = shape[1:]
     key = zlib.crc32(repr((rest, str(tensor.dtype))).encode())  # the same in every process
     mine = torch.tensor([shape[0], len(rest), key], dtype=torch.int64)
-    n = size()
+    ps, _, n = _set_place(process_set)
     every = torch.empty(3 * n, dtype=torch.int64)
-    _core.wait(_core.allgather_async(mine.data_ptr(), 3, every.data_ptr(), None, _core.INT64, (mine, every)))
+    _core.wait(_core.allgather_async(mine.data_ptr(), 3, every.data_ptr(), None, _core.INT64, (mine, every), ps))
     every = every.view(n, 3)
     for r in range(n):
         if int(every[r, 1]) != len(rest) or int(every[r, 2]) != key:
@@ -633,13 +795,13 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every worker's tensor along the first dimension
     (which may differ between workers). The ranks' first dimensions are
     exchanged at once; the data travels asynchronously."""
-    _check_process_set(process_set)
+    ps, me, _ = _set_place(process_set)
     p, _, dt = _check_tensor(tensor, "allgather", reducing=False)
-    firsts, rest = _shapes(tensor, "allgather")
+    firsts, rest = _shapes(tensor, "allgather", process_set)
     per = _numel(rest) * (1 if tensor.dtype in _DTYPES else tensor.element_size())
     output = tensor.new_empty((sum(firsts),) + tuple(rest))
     counts = [f * per for f in firsts]
-    h = _core.allgather_async(p, counts[rank()], output.data_ptr(), counts, dt, (tensor, output))
+    h = _core.allgather_async(p, counts[me], output.data_ptr(), counts, dt, (tensor, output), ps)
     return _handle(h, output)
 
 
@@ -653,7 +815,7 @@ class HorovodAllgather(torch.autograd.Function):
     def backward(ctx, grad_output):
         reduced = allreduce(grad_output.contiguous(), op=Average, process_set=ctx.process_set)
         dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.process_set)
-        offset = int(dims[:rank()].sum())
+        offset = int(dims[:_set_place(ctx.process_set)[1]].sum())
         return reduced.narrow(0, offset, ctx.dim), None, None
 
 
@@ -699,7 +861,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     def result():
         i, v = synchronize(indices), synchronize(values)
         if op == _core.AVERAGE:
-            v = v / size()
+            v = v / _set_place(process_set)[2]
         return torch.sparse_coo_tensor(i.transpose(0, 1), v, tensor.size())
     return result
 
@@ -711,9 +873,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """Starts sending splits[r] slices (first dimension) of tensor to each
     worker r and gathering what each sends here; synchronize returns the
     output and the received splits."""
-    _check_process_set(process_set)
+    ps, _, n = _set_place(process_set)
     p, _, dt = _check_tensor(tensor, "alltoall", reducing=False)
-    n = size()
     first = tensor.shape[0] if tensor.dim() > 0 else 1
     if splits is None:
         if first % n:
@@ -725,18 +886,18 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         if len(sends) != n or any(s < 0 for s in sends) or sum(sends) != first:
             raise ValueError("gorovod alltoall: splits %s must be %d non-negative counts adding up to the first "
                              "dimension %d" % (sends, n, first))
-    firsts, rest = _shapes(tensor, "alltoall")
+    firsts, rest = _shapes(tensor, "alltoall", process_set)
     del firsts
     send_splits = torch.tensor(sends, dtype=torch.int64)
     recv_splits = torch.empty(n, dtype=torch.int64)
     ones = [1] * n
     _core.wait(_core.alltoall_async(send_splits.data_ptr(), ones, recv_splits.data_ptr(), ones, _core.INT64,
-                                    (send_splits, recv_splits)))
+                                    (send_splits, recv_splits), ps))
     per = _numel(rest) * (1 if tensor.dtype in _DTYPES else tensor.element_size())
     received = [int(x) for x in recv_splits]
     output = tensor.new_empty((sum(received),) + tuple(rest))
     h = _core.alltoall_async(p, [s * per for s in sends], output.data_ptr(), [s * per for s in received], dt,
-                             (tensor, output))
+                             (tensor, output), ps)
     return _handle(h, (output, recv_splits.to(torch.int32)))
 
 
@@ -772,27 +933,29 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     """Starts reducing tensor across the workers and scattering the result:
     worker r gets its share of the first dimension (first // size, the
     first first % size workers one more)."""
-    _check_process_set(process_set)
+    _set_place(process_set)
     op = _op(op)
+    if op == _core.ADASUM:
+        raise NotImplementedError("gorovod reducescatter: Adasum combines whole tensors (allreduce only)")
     _check_tensor(tensor, "reducescatter")
     if tensor.dim() == 0:
         raise ValueError("gorovod reducescatter: a scalar (0-dimensional) tensor cannot be scattered: give it a first "
                          "dimension")
     if _scales_here([tensor], prescale_factor, postscale_factor):
         src = _scaled(tensor, prescale_factor) if prescale_factor != 1.0 else tensor
-        lib_op, post = _scale_plan(op, prescale_factor, postscale_factor)
-        h = _reducescatter_async(src, lib_op, 1.0, 1.0)
+        lib_op, post = _scale_plan(op, prescale_factor, postscale_factor, process_set)
+        h = _reducescatter_async(src, lib_op, 1.0, 1.0, process_set)
         output = _outputs[h]
         _outputs[h] = lambda: _finish_scaled([output], post)()[0]
         return h
-    return _reducescatter_async(tensor, op, prescale_factor, postscale_factor)
+    return _reducescatter_async(tensor, op, prescale_factor, postscale_factor, process_set)
 
 
-def _reducescatter_async(tensor, op, prescale_factor, postscale_factor):
+def _reducescatter_async(tensor, op, prescale_factor, postscale_factor, process_set=None):
     """reducescatter_async with the library's op code and factors."""
     p, _, dt = _check_tensor(tensor, "reducescatter")
-    n, me = size(), rank()
-    firsts, rest = _shapes(tensor, "reducescatter")
+    ps, me, n = _set_place(process_set)
+    firsts, rest = _shapes(tensor, "reducescatter", process_set)
     first = firsts[me]
     if any(f != first for f in firsts):
         raise MismatchError("gorovod reducescatter: the workers' tensors have first dimensions %s: they must be "
@@ -801,7 +964,7 @@ def _reducescatter_async(tensor, op, prescale_factor, postscale_factor):
     per = _numel(rest)
     output = tensor.new_empty((share[me],) + tuple(rest))
     h = _core.reducescatter_async(p, tensor.numel(), output.data_ptr(), [s * per for s in share], dt, op,
-                                  float(prescale_factor), float(postscale_factor), (tensor, output))
+                                  float(prescale_factor), float(postscale_factor), (tensor, output), ps)
     return _handle(h, output)
 
 
@@ -816,7 +979,7 @@ class HorovodReducescatter(torch.autograd.Function):
     def backward(ctx, grad_output):
         g = grad_output.contiguous()
         if ctx.op == Sum:
-            g = g * size()
+            g = g * _set_place(ctx.process_set)[2]
         if ctx.scale != 1.0:
             g = g * ctx.scale
         return allgather(g, process_set=ctx.process_set), None, None, None, None, None
@@ -860,7 +1023,7 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
     def backward(ctx, *grad_output):
         grads = [g.contiguous() for g in grad_output]
         if ctx.op == Sum:
-            grads = [g * size() for g in grads]
+            grads = [g * _set_place(ctx.process_set)[2] for g in grads]
         if ctx.scale != 1.0:
             grads = [g * ctx.scale for g in grads]
         return (None, None, None, None, None) + tuple(grouped_allgather(grads, process_set=ctx.process_set))
@@ -880,8 +1043,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 
 def barrier(process_set=global_process_set):
     """Returns once every worker has called it."""
-    _check_process_set(process_set)
-    _core.barrier()
+    _core.barrier(_check_process_set(process_set))
 
 
 def join(device=-1):

@@ -125,7 +125,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._order_index = {g: i for i, g in enumerate(self._order)}
         self._ready = [False] * len(self._order)  # this step's, by position in _order
         self._next = 0  # the position in _order of the next group to start
-        self._register_hooks()
+        # A rank outside the process set reduces nothing: its step applies
+        # its own gradients (as Horovod's).
+        if process_set.included():
+            self._register_hooks()
 
     def _make_groups(self, groups):
         params = self._requires_update
@@ -191,11 +194,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             pairs = [self._compression.compress(g) for _, g in dense]
             pre, post = self._scales()
             handle = mpi_ops.grouped_allreduce_async_([c for c, _ in pairs], op=self.op, prescale_factor=pre,
-                                                      postscale_factor=post)
+                                                      postscale_factor=post, process_set=self.process_set)
             pending.append((handle, [p for p, _ in dense], [ctx for _, ctx in pairs]))
         for p, g in zip(group, grads):
             if g.is_sparse:
-                pending.append((mpi_ops.sparse_allreduce_async(g, None, self.op), [p], None))
+                pending.append((mpi_ops.sparse_allreduce_async(g, None, self.op, process_set=self.process_set), [p],
+                                None))
         return pending
 
     def _make_hook(self, p):
@@ -229,6 +233,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Starts the groups not started yet, in the fixed order (with zeros
         for the gradients this rank did not produce), waits for every group's
         allreduce, and writes the results into the gradients."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
         try:
             self._start_ready(everything=True)
             handles, self._handles = self._handles, {}
@@ -316,13 +323,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """Wraps optimizer so that each step averages (op) the gradients across the
     workers first. Arguments as Horovod's: compression (Compression.none or
     .fp16), backward_passes_per_step (accumulate that many backward passes
-    locally before reducing), op (Average, Sum, Min, Max, Product; not
-    Adasum), gradient_predivide_factor (with Average: scale by 1/f before the
-    sum and f/size after), groups (an int, or lists of parameters reduced
-    together). Returns an optimizer of a new class deriving from optimizer's
-    own class, sharing its parameter groups."""
-    if op == Adasum:
-        raise NotImplementedError("gorovod does not offer Adasum")
+    locally before reducing), op (Average, Sum, Min, Max, Product, or Adasum:
+    then, with more than one worker, Horovod's delta optimizer, see
+    gorovod.torch.adasum_optimizer), gradient_predivide_factor (with Average:
+    scale by 1/f before the sum and f/size after), groups (an int, or lists
+    of parameters reduced together). Returns an optimizer of a new class
+    deriving from optimizer's own class, sharing its parameter groups."""
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:
@@ -331,6 +337,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             groups = num_groups
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
+    if op == Adasum and mpi_ops.size() > 1:
+        from gorovod.torch.adasum_optimizer import _DistributedAdasumOptimizer
+        mpi_ops._check_process_set(process_set)
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
+        return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
                gradient_predivide_factor, groups, sparse_as_dense, process_set)

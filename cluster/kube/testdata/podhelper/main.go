@@ -1,7 +1,9 @@
 // Command podhelper is the program in the images of cluster/kube's kubelet
 // test: "pause" is the pod sandbox (it waits for SIGTERM); "worker" stands in
 // for a trainer: it prints what it learned from its environment and, on
-// SIGTERM, leaves with exit code 143 as a trainer does when preempted.
+// SIGTERM, leaves with exit code 143 as a trainer does when preempted —
+// after PODHELPER_TERM_DELAY (a Go duration) when set, as a trainer that
+// finishes its step first.
 package main
 
 import (
@@ -9,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -25,5 +28,8 @@ func main() {
 	}
 	<-term
 	fmt.Println("term")
+	if d, err := time.ParseDuration(os.Getenv("PODHELPER_TERM_DELAY")); err == nil {
+		time.Sleep(d) // the step it finishes before leaving
+	}
 	os.Exit(128 + int(syscall.SIGTERM))
 }

@@ -282,3 +282,25 @@ func (s *Sealer) Verify(unit, tag []byte) error {
 	}
 	return nil
 }
+
+// Sub returns keys for a second, independent stream of the same link (label
+// names it): each direction's key is expanded from that direction's link key,
+// so the two streams never share a key and nonce, and both ends derive the
+// same pair from the keys the handshake gave them.
+func (k Keys) Sub(label string) (Keys, error) {
+	sub := Keys{Security: k.Security}
+	if k.Security == transport.SecurityPlain {
+		return sub, nil
+	}
+	send, err := hkdf.Key(sha256.New, k.Send[:], nil, infoLabel+"sub "+label, KeySize)
+	if err != nil {
+		return sub, err
+	}
+	recv, err := hkdf.Key(sha256.New, k.Recv[:], nil, infoLabel+"sub "+label, KeySize)
+	if err != nil {
+		return sub, err
+	}
+	copy(sub.Send[:], send)
+	copy(sub.Recv[:], recv)
+	return sub, nil
+}

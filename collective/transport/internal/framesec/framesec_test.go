@@ -297,3 +297,39 @@ func TestRekeyKeys(t *testing.T) {
 		t.Fatal("two messages have one MAC")
 	}
 }
+
+// TestSub: a link's second stream gets keys the two ends agree on, that
+// differ from the link's own keys and between labels, and none for a plain
+// link.
+func TestSub(t *testing.T) {
+	sec := transport.SecurityEncrypted
+	d := derive(t, sec, secret, hello, nonceA, nonceD, true)
+	a := derive(t, sec, secret, hello, nonceA, nonceD, false)
+	sub := func(k framesec.Keys, label string) framesec.Keys {
+		t.Helper()
+		s, err := k.Sub(label)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ds, as := sub(d, "x"), sub(a, "x")
+	if ds.Send != as.Recv || ds.Recv != as.Send {
+		t.Fatal("the ends disagree on the sub-stream's keys")
+	}
+	if ds.Security != sec {
+		t.Fatalf("sub-stream security %v, want %v", ds.Security, sec)
+	}
+	for _, k := range [][framesec.KeySize]byte{d.Send, d.Recv, sub(d, "y").Send, sub(d, "y").Recv} {
+		if k == ds.Send || k == ds.Recv {
+			t.Fatal("a sub-stream key equals another key of the link")
+		}
+	}
+	if ds.Send == ds.Recv {
+		t.Fatal("both sub-stream directions have the same key")
+	}
+	plain := sub(framesec.Keys{Security: transport.SecurityPlain}, "x")
+	if plain.Security != transport.SecurityPlain || plain.Send != ([framesec.KeySize]byte{}) {
+		t.Fatalf("plain link's sub-stream: %+v", plain)
+	}
+}

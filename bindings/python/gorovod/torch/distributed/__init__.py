@@ -25,10 +25,19 @@ moving collectives take any dtype):
 - ``DistributedDataParallel`` (its gradient buckets, ``no_sync``, comm
   hooks, which get futures completed by the collectives themselves).
 
+Groups: ``dist.new_group(ranks)`` on this backend gives a process group
+whose collectives run on a gorovod process set of those ranks (registered
+on every rank, members or not, when torch's new_group runs there: torch's
+rule that every rank calls new_group in the same order is the process
+sets' rule too). Ranks outside get torch's ``GroupMember.NON_GROUP_MEMBER``.
+A group's process set stays registered when the group is destroyed (its
+removal would be a call of every rank) and serves the next group of the
+same ranks. A world change (elastic jobs) removes the groups with their
+sets: make them again in the new world.
+
 Not offered: ``send``/``recv`` and the rooted ``reduce``/``gather``/``scatter``
 (gorovod has no point-to-point or rooted path: they raise RuntimeError
-naming the missing call), process groups other than the default one
-(``new_group``), and CUDA tensors.
+naming the missing call), and CUDA tensors.
 
 How it works: each call goes to gorovod.torch's collectives, which run in
 submission order on gorovod's engine. Every rank must call the same
@@ -63,6 +72,7 @@ import os
 import queue
 import socket
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -134,16 +144,58 @@ class _Work(dist._Work):
         self.wait()
 
 
-class ProcessGroupGorovod(dist.ProcessGroup):
-    """The default process group of a ``torch.distributed`` job on gorovod:
-    rank and size are gorovod's (``hvd.rank()``, ``hvd.size()``)."""
+def _complete(pending, group_ref):
+    """The completer thread of a process group: completes the works' futures
+    in submission order, until the group is closed or collected."""
+    while True:
+        item = pending.get()
+        if item is None:
+            return
+        handles, finish, future, work, outputs = item
+        error = None
+        try:
+            results = [mpi_ops.synchronize(h) for h in handles]
+            future.set_result(finish(results))
+        except HorovodInternalError as e:
+            # The world broke. DistributedDataParallel (torch 1.13) dies of a
+            # segmentation fault on a bucket's future that holds an error,
+            # so the future completes with the outputs as they are, and the
+            # error is kept: work.wait() raises it, every later collective
+            # raises it too (gorovod refuses them until the reset), and
+            # elastic.State.commit() raises it before saving, so a step
+            # whose gradients were not reduced is never committed.
+            error = e
+            work.error = e
+            future.set_result(outputs)
+        except Exception as e:  # noqa: BLE001 (handed to the waiter)
+            future.set_exception(e)
+        finally:
+            group = group_ref()
+            if group is not None:
+                group._completed(work, error)
+            del group
 
-    def __init__(self, rank, size, world=None, timeout=None):
+
+class ProcessGroupGorovod(dist.ProcessGroup):
+    """A process group of a ``torch.distributed`` job on gorovod. The default
+    group's rank and size are gorovod's (``hvd.rank()``, ``hvd.size()``); a
+    group ``new_group`` made runs its collectives on a gorovod process set of
+    its ranks (process_set), with the rank and size within it."""
+
+    def __init__(self, rank, size, world=None, timeout=None, process_set=None, group_ranks=None):
         super().__init__(rank, size)
         # The number of gorovod's world this group was made for (rank and
         # size are fixed in a process group: a new world needs a new group).
         self.world = world
         self.timeout = timeout if timeout is not None else dist.constants.default_pg_timeout
+        # The gorovod process set the collectives run on: the world's for
+        # the default group and for a new_group of every rank.
+        self.process_set = process_set if process_set is not None else mpi_ops.global_process_set
+        # group_ranks: the world ranks of a group new_group made, in the
+        # group's order (roots are group ranks in torch, world ranks in
+        # gorovod's process sets); None for the default group.
+        self._subgroup = group_ranks is not None
+        self._world_ranks = list(group_ranks) if self._subgroup else None
         # The first HorovodInternalError of a collective of this group (the
         # world it was made for broke), or None.
         self.failure = None
@@ -154,8 +206,14 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         # forever. Works stay referenced until their collective is done.
         self._inflight = set()
         self._lock = threading.Lock()
-        self._completer = threading.Thread(target=self._complete, name="gorovod-pg-completer", daemon=True)
+        # The completer holds the group weakly, so that a group torch drops
+        # (destroy_process_group) ends its thread when collected.
+        self._completer = threading.Thread(target=_complete, args=(self._pending, weakref.ref(self)),
+                                           name="gorovod-pg-completer", daemon=True)
         self._completer.start()
+
+    def __del__(self):
+        self._pending.put(None)
 
     def getBackendName(self):
         return BACKEND
@@ -165,33 +223,13 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         (the group is no longer used: its world is gone)."""
         self._pending.put(None)
 
-    def _complete(self):
-        while True:
-            item = self._pending.get()
-            if item is None:
-                return
-            handles, finish, future, work, outputs = item
-            try:
-                results = [mpi_ops.synchronize(h) for h in handles]
-                future.set_result(finish(results))
-            except HorovodInternalError as e:
-                # The world broke. DistributedDataParallel (torch 1.13) dies
-                # of a segmentation fault on a bucket's future that holds an
-                # error, so the future completes with the outputs as they
-                # are, and the error is kept: work.wait() raises it, every
-                # later collective raises it too (gorovod refuses them until
-                # the reset), and elastic.State.commit() raises it before
-                # saving, so a step whose gradients were not reduced is
-                # never committed.
-                if self.failure is None:
-                    self.failure = e
-                work.error = e
-                future.set_result(outputs)
-            except Exception as e:  # noqa: BLE001 (handed to the waiter)
-                future.set_exception(e)
-            finally:
-                with self._lock:
-                    self._inflight.discard(work)
+    def _completed(self, work, error=None):
+        """Bookkeeping of the completer for a work that is done; error: the
+        HorovodInternalError that broke the world under it."""
+        if error is not None and self.failure is None:
+            self.failure = error
+        with self._lock:
+            self._inflight.discard(work)
 
     def _submit(self, handles, finish, outputs):
         """A work whose future the completer sets to finish(the handles'
@@ -209,14 +247,36 @@ class ProcessGroupGorovod(dist.ProcessGroup):
 
     # ----- the collectives
 
+    def _set(self):
+        """The process set of the group's collectives; RuntimeError for a
+        group new_group made in a world that has changed since (a world
+        change removes gorovod's process sets: the group's ranks were the
+        old world's)."""
+        if self._subgroup and _core.topology().world != self.world:
+            raise RuntimeError("gorovod backend: this process group (world ranks %s) was made in gorovod's world %d, "
+                               "which has changed since (now %d): a world change removes such groups; make them "
+                               "again with new_group in the new world (inside the elastic function)" %
+                               (self._world_ranks, self.world, _core.topology().world))
+        return self.process_set
+
+    def _world_rank(self, group_rank):
+        """The world rank of the group's rank group_rank."""
+        if not self._subgroup:
+            return group_rank
+        if not 0 <= group_rank < len(self._world_ranks):
+            raise RuntimeError("gorovod backend: rank %d is not in a group of %d" % (group_rank, len(self._world_ranks)))
+        return self._world_ranks[group_rank]
+
     def allreduce(self, tensors, opts=None):
         op = _reduce_op(opts.reduceOp) if opts is not None else mpi_ops.Sum
-        handles = [mpi_ops.allreduce_async_(t, op=op) for t in tensors]
+        ps = self._set()
+        handles = [mpi_ops.allreduce_async_(t, op=op, process_set=ps) for t in tensors]
         return self._submit(handles, lambda _: tensors, tensors)
 
     def broadcast(self, tensors, opts=None):
-        root = opts.rootRank if opts is not None else 0
-        handles = [mpi_ops.broadcast_async_(t, root) for t in tensors]
+        ps = self._set()
+        root = self._world_rank(opts.rootRank if opts is not None else 0)
+        handles = [mpi_ops.broadcast_async_(t, root, process_set=ps) for t in tensors]
         return self._submit(handles, lambda _: tensors, tensors)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -224,7 +284,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         self._check_one("allgather", input_tensors)
         inp, outs = input_tensors[0], output_tensors[0]
         self._check_list("allgather", outs)
-        handle = mpi_ops.allgather_async(inp.reshape((1,) + tuple(inp.shape)))
+        handle = mpi_ops.allgather_async(inp.reshape((1,) + tuple(inp.shape)), process_set=self._set())
 
         def finish(results):
             for out, part in zip(outs, results[0]):
@@ -234,7 +294,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         return self._submit([handle], finish, output_tensors)
 
     def _allgather_base(self, output, input, opts=None):
-        handle = mpi_ops.allgather_async(input.reshape((1, input.numel())))
+        handle = mpi_ops.allgather_async(input.reshape((1, input.numel())), process_set=self._set())
 
         def finish(results):
             output.copy_(results[0].reshape(output.shape))
@@ -253,7 +313,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             raise RuntimeError("gorovod backend: reduce_scatter needs %d input tensors of the output's %d elements" %
                                (self.size(), out.numel()))
         flat = torch.stack([p.reshape(-1) for p in parts])
-        handle = mpi_ops.reducescatter_async(flat, op=op)
+        handle = mpi_ops.reducescatter_async(flat, op=op, process_set=self._set())
 
         def finish(results):
             out.copy_(results[0].reshape(out.shape))
@@ -266,7 +326,8 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         if input.numel() != output.numel() * self.size():
             raise RuntimeError("gorovod backend: reduce_scatter_tensor of %d elements into %d on %d ranks" %
                                (input.numel(), output.numel(), self.size()))
-        handle = mpi_ops.reducescatter_async(input.reshape(self.size(), output.numel()), op=op)
+        handle = mpi_ops.reducescatter_async(input.reshape(self.size(), output.numel()), op=op,
+                                             process_set=self._set())
 
         def finish(results):
             output.copy_(results[0].reshape(output.shape))
@@ -283,7 +344,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
                 raise RuntimeError("gorovod backend: all_to_all_single of a first dimension %d on %d ranks needs "
                                    "input_split_sizes" % (input.shape[0], n))
             splits = [input.shape[0] // n] * n
-        handle = mpi_ops.alltoall_async(input, splits=splits)
+        handle = mpi_ops.alltoall_async(input, splits=splits, process_set=self._set())
 
         def finish(results):
             received, _ = results[0]
@@ -301,7 +362,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         rest = tuple(input_tensors[0].shape[1:]) if input_tensors[0].dim() > 0 else ()
         flat = torch.cat([t.reshape((-1,) + rest) for t in input_tensors])
         splits = [t.reshape((-1,) + rest).shape[0] for t in input_tensors]
-        handle = mpi_ops.alltoall_async(flat, splits=splits)
+        handle = mpi_ops.alltoall_async(flat, splits=splits, process_set=self._set())
 
         def finish(results):
             received, got = results[0]
@@ -314,7 +375,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         return self._submit([handle], finish, output_tensors)
 
     def barrier(self, opts=None):
-        mpi_ops.barrier()
+        mpi_ops.barrier(process_set=self._set())
         return self._done([])
 
     # ----- what gorovod has no path for
@@ -355,15 +416,75 @@ class ProcessGroupGorovod(dist.ProcessGroup):
 
 def _create(store, rank, world_size, timeout):
     """The backend's creator: torch passes its rendezvous' rank and size,
-    which must be gorovod's."""
+    which must be gorovod's for the default group, and the rank and size
+    within the group for one new_group makes (on its members only, after
+    every rank registered the group's process set: see _new_group_helper)."""
     if not mpi_ops.is_initialized():
         mpi_ops.init()
     topo = _core.topology()
+    made = _current.pop("new_group", None)
+    if made is not None:
+        ranks, ps = made
+        if world_size != len(ranks) or not 0 <= rank < len(ranks) or ranks[rank] != topo.rank:
+            raise RuntimeError("gorovod backend: new_group gave rank %d of %d for world ranks %s, but this process is "
+                               "world rank %d" % (rank, world_size, ranks, topo.rank))
+        return ProcessGroupGorovod(rank, world_size, world=topo.world, timeout=timeout, process_set=ps,
+                                   group_ranks=ranks)
     if rank != topo.rank or world_size != topo.size:
         raise RuntimeError("gorovod backend: init_process_group was given rank %d of %d, but gorovod's world has this "
                            "process as rank %d of %d: leave rank and world_size out" %
                            (rank, world_size, topo.rank, topo.size))
     return ProcessGroupGorovod(rank, world_size, world=topo.world, timeout=timeout)
+
+
+def _group_process_set(ranks):
+    """The gorovod process set of the world's ranks (sorted), registered on
+    every rank of the world: the world's own for every rank, else the one
+    registered already with these ranks (by an earlier new_group, or by the
+    script's add_process_set), else a new one. Every rank calls it at the
+    same point (torch's new_group runs on every rank, in the same order), as
+    add_process_set requires. A set stays registered when its groups are
+    destroyed (removing one is a call of every rank, which destroying a group
+    is not) and is used again by the next group of the same ranks; a world
+    change removes it."""
+    topo = _core.topology()
+    if list(ranks) == list(range(topo.size)):
+        return mpi_ops.global_process_set
+    for ps_id in _core.process_set_ids():
+        if ps_id != 0 and list(_core.process_set(ps_id)[1]) == list(ranks):
+            ps = mpi_ops.ProcessSet(list(ranks))
+            ps.process_set_id = ps_id
+            return ps
+    return mpi_ops.add_process_set(list(ranks))
+
+
+def _new_group_helper(original):
+    """torch's _new_process_group_helper, which new_group (and
+    new_subgroups) call on every rank, members or not: for a gorovod group
+    of some ranks, first registers the process set its collectives run on,
+    on every rank of the world, and hands it to _create (which torch calls on
+    the members only)."""
+
+    def helper(group_size, group_rank, global_ranks_in_group, backend, store, *args, **kwargs):
+        if not global_ranks_in_group or str(backend) != BACKEND:
+            return original(group_size, group_rank, global_ranks_in_group, backend, store, *args, **kwargs)
+        if not mpi_ops.is_initialized():
+            mpi_ops.init()
+        topo = _core.topology()
+        default = dist.distributed_c10d._get_default_group()
+        if default.rank() != topo.rank or default.size() != topo.size:
+            raise RuntimeError("gorovod backend: new_group needs a default group whose ranks are gorovod's; it has "
+                               "this process as rank %d of %d, gorovod as rank %d of %d" %
+                               (default.rank(), default.size(), topo.rank, topo.size))
+        ranks = list(global_ranks_in_group)
+        _current["new_group"] = (ranks, _group_process_set(sorted(ranks)))
+        try:
+            return original(group_size, group_rank, global_ranks_in_group, backend, store, *args, **kwargs)
+        finally:
+            _current.pop("new_group", None)
+
+    helper.gorovod = True
+    return helper
 
 
 def _store_host():
@@ -489,8 +610,13 @@ def switch_world():
         return False
     timeout = old.timeout if old is not None else dist.constants.default_pg_timeout
     if old is not None:
+        # Destroying the default group drops every group (torch's rule); the
+        # gorovod groups new_group made were the old world's, whose process
+        # sets the world change removed.
+        groups = [pg for pg in dist.distributed_c10d._pg_map if isinstance(pg, ProcessGroupGorovod)]
         dist.destroy_process_group()
-        old.close()
+        for pg in groups:
+            pg.close()
     # A member lost during the rendezvous leaves the others waiting on the
     # store (connecting to a dead rank 0, or in init_process_group's
     # barrier) until this limit, after which the failure is a RuntimeError
@@ -514,6 +640,9 @@ def register():
     handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers
     if "env" in handlers and not getattr(handlers["env"], "gorovod", False):
         handlers["env"] = _gorovod_env_rendezvous(handlers["env"])
+    c10d = dist.distributed_c10d
+    if not getattr(c10d._new_process_group_helper, "gorovod", False):
+        c10d._new_process_group_helper = _new_group_helper(c10d._new_process_group_helper)
 
 
 def _set_torchrun_environment(rdv):

@@ -49,6 +49,11 @@ point (so their collectives pair up):
 3. The training function is called again; ``state.model`` is the new DDP
    module.
 
+Groups made with ``dist.new_group`` are the old world's: the world change
+destroys them with the default group and removes their process sets (a
+collective on one raises RuntimeError saying so). Make them inside the
+training function, where each world makes them anew with its own ranks.
+
 A worker that joins runs the script from the top: its import makes the
 rendezvous of the world it joined and ``init_process_group`` uses it, then
 ``run`` calls ``state.sync()``, which meets the members' sync. So a script
@@ -62,7 +67,6 @@ left out of the world with exit status 0, as ``gorovod.torch.elastic.run``.
 
 import functools
 import logging
-import sys
 import time
 
 import torch
@@ -70,9 +74,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from gorovod import _core
-from gorovod.exceptions import HorovodInternalError, HostsUpdatedInterrupt, WorkerExcluded
+from gorovod.exceptions import HorovodInternalError
 from gorovod.torch import distributed as _backend
-from gorovod.torch.elastic import _leave_on_sigterm, _reset, _restore_sigterm
+from gorovod.torch.elastic import _run_elastic
 from gorovod.torch.elastic.sampler import ElasticSampler
 from gorovod.torch.elastic.state import ObjectState, TorchState
 
@@ -211,29 +215,13 @@ def run(func):
         if not isinstance(state, State):
             raise TypeError("gorovod.torch.distributed.elastic.run: the first argument must be an elastic.State, "
                             "not %s" % type(state).__name__)
-        previous = _leave_on_sigterm()
-        try:
-            while True:
-                try:
-                    state.sync()
-                    return func(state, *args, **kwargs)
-                except WorkerExcluded:
-                    raise
-                except HostsUpdatedInterrupt:
-                    pass
-                except Exception as e:  # noqa: BLE001 (DDP makes a RuntimeError of the collective's error)
-                    if not isinstance(e, HorovodInternalError) and not state._world_changed():
-                        raise
-                    _log.info("the world changed (%s): back to the last commit", e)
-                    _core.drain()  # nothing of the old world writes into the state any more
-                    state.restore()
-                _reset()
-                state.on_reset()
-        except WorkerExcluded as e:
-            _log.warning("this worker left the job: %s", e)
-            _core.shutdown(finished=False)
-            sys.exit(0)
-        finally:
-            _restore_sigterm(previous)
+        return _run_elastic(func, state, args, kwargs, _world_broke, log=_log, log_restores=True)
 
     return wrapper
+
+
+def _world_broke(state, e):
+    """DDP's rule: a HorovodInternalError, or any error (DDP makes a
+    RuntimeError of the collective's) raised while gorovod moved to another
+    world than the state's, says the world broke."""
+    return isinstance(e, HorovodInternalError) or state._world_changed()

@@ -59,26 +59,51 @@ def run(func):
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        previous = _leave_on_sigterm()
-        try:
-            while True:
-                try:
-                    state.sync()
-                    return func(state, *args, **kwargs)
-                except HorovodInternalError:
-                    _core.drain()  # nothing of the old world writes into the state any more
-                    state.restore()
-                except HostsUpdatedInterrupt:
-                    pass
-                _reset()
-                state.on_reset()
-        except WorkerExcluded as e:
-            _log.warning("this worker left the job: %s", e)
-            _core.shutdown(finished=False)
-            sys.exit(0)
-        finally:
-            _restore_sigterm(previous)
+        return _run_elastic(func, state, args, kwargs, _horovod_error)
     return wrapper
+
+
+def _horovod_error(state, e):
+    """Horovod's rule: a HorovodInternalError says the world broke."""
+    return isinstance(e, HorovodInternalError)
+
+
+def _run_elastic(func, state, args, kwargs, world_broke, log=None, log_restores=False):
+    """The loop both ``run`` decorators share (this module's, for Horovod's
+    API, and ``gorovod.torch.distributed.elastic.run``, for DDP): sync the
+    state, call ``func(state, *args, **kwargs)`` until it returns, and after
+    every world change (HostsUpdatedInterrupt at a commit, or an error for
+    which ``world_broke(state, e)`` is true, after which the last commit is
+    restored) reset and sync again. SIGTERM asks to leave the job while it
+    runs; a worker the job went on without (WorkerExcluded) shuts the
+    library down and exits with status 0. ``log`` (this module's logger by
+    default) is told of that, and of each restore with ``log_restores``."""
+    log = log or _log
+    previous = _leave_on_sigterm()
+    try:
+        while True:
+            try:
+                state.sync()
+                return func(state, *args, **kwargs)
+            except WorkerExcluded:
+                raise
+            except HostsUpdatedInterrupt:
+                pass
+            except Exception as e:  # noqa: BLE001 (DDP makes a RuntimeError of the collective's error)
+                if not world_broke(state, e):
+                    raise
+                if log_restores:
+                    log.info("the world changed (%s): back to the last commit", e)
+                _core.drain()  # nothing of the old world writes into the state any more
+                state.restore()
+            _reset()
+            state.on_reset()
+    except WorkerExcluded as e:
+        log.warning("this worker left the job: %s", e)
+        _core.shutdown(finished=False)
+        sys.exit(0)
+    finally:
+        _restore_sigterm(previous)
 
 
 def _reset():

@@ -123,41 +123,9 @@ class StateHandler(object):
         self.save()
 
 
-class ModelStateHandler(StateHandler):
-    def __init__(self, model):
-        super().__init__(model)
-        self.save()
-
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
-    def sync(self):
-        broadcast_parameters(self.value.state_dict(), root_rank=0)
-
-
-class OptimizerStateHandler(StateHandler):
-    def __init__(self, optimizer):
-        super().__init__(optimizer)
-        self.save()
-
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
-    def sync(self):
-        if hasattr(self.value, "_forget"):
-            self.value._forget()  # a DistributedOptimizer: its allreduces in flight died with the old world
-        broadcast_optimizer_state(self.value, root_rank=0)
-
-
-class StateDictHandler(StateHandler):
-    """Anything with state_dict() and load_state_dict() whose state is small
-    (a sampler's position, a learning-rate scheduler): pickled from rank 0."""
+class _StateDictCopy(StateHandler):
+    """A handler that saves a copy of its value's state dict at each commit
+    and loads it back on restore."""
 
     def __init__(self, value):
         super().__init__(value)
@@ -165,6 +133,26 @@ class StateDictHandler(StateHandler):
 
     def save(self):
         self._saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved)
+
+
+class ModelStateHandler(_StateDictCopy):
+    def sync(self):
+        broadcast_parameters(self.value.state_dict(), root_rank=0)
+
+
+class OptimizerStateHandler(_StateDictCopy):
+    def sync(self):
+        if hasattr(self.value, "_forget"):
+            self.value._forget()  # a DistributedOptimizer: its allreduces in flight died with the old world
+        broadcast_optimizer_state(self.value, root_rank=0)
+
+
+class StateDictHandler(_StateDictCopy):
+    """Anything with state_dict() and load_state_dict() whose state is small
+    (a sampler's position, a learning-rate scheduler): pickled from rank 0."""
 
     def restore(self):
         self.value.load_state_dict(copy.deepcopy(self._saved))

@@ -1,0 +1,278 @@
+"""How much of the gradient exchange a training step hides behind the
+backward pass, for train_bench.py's MLP (about 10 M parameters) on the CPU,
+with DistributedOptimizer (--backend gorovod) or DistributedDataParallel on
+torch.distributed's backend "gorovod" (--backend ddp-gorovod). Run it under
+`gorovod run`:
+
+    gorovod run --np 2 --min-np 2 -- /usr/bin/python3 bindings/python/bench/overlap.py --backend gorovod
+    gorovod run --np 2 --min-np 2 -- /usr/bin/python3 bindings/python/bench/overlap.py --backend ddp-gorovod
+
+In the same processes, interleaved block by block (--repeats blocks of
+--steps steps each, medians over the blocks), three times per step:
+
+- compute: zero_grad, forward, backward and the SGD update with no exchange
+  at all (the plain optimizer, the plain module), every rank at once, so on
+  the same cores under the same contention as a real step;
+- exchange: the same gradient buckets reduced in the same order, with no
+  backward pass (gorovod: the optimizer's synchronize(), which starts every
+  bucket and waits; ddp-gorovod: the buckets DDP's comm hook handed over in
+  the last step, each all_reduce'd asynchronously in DDP's order, then
+  waited for);
+- step: the whole data-parallel step.
+
+hidden = (compute + exchange - step) / exchange: 1 when the exchange is
+entirely hidden behind backward, 0 when the step costs compute plus
+exchange (nothing overlapped). Compute varies from block to block by more
+than the whole exchange on a loaded machine, so the step also times what
+the exchange adds to it directly, the exposed wait: with gorovod, the time
+in synchronize() after backward returned; with ddp-gorovod, from the
+moment backward computed its last gradient (the first layer's weight) until
+backward() returned (DDP waits for its buckets there). A rank that finishes
+backward before another also waits for that one, which is the ranks' skew,
+not the exchange; so each step's exposed wait is the least of the ranks'
+(that of the rank that finished backward last). 1 - exposed / exchange is
+the hidden share measured that way.
+
+--alone-compute times the compute step in a world of one instead (run the
+script without `gorovod run`): the time on an unshared core, for
+comparison.
+
+Rank 0 prints the medians (with min and max over the blocks) and both
+hidden shares as one RESULT line.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def mlp():
+    """train_bench.py's MLP: about 10 M parameters (40 MB of float32
+    gradients), little compute."""
+    return nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+                         nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10), nn.LogSoftmax(dim=1))
+
+
+def build(batch):
+    torch.manual_seed(0)
+    return mlp(), torch.randn(batch, 784), torch.randint(0, 10, (batch,))
+
+
+def timed(fn, steps, barrier):
+    """Seconds per call of fn over steps calls, every rank starting
+    together."""
+    barrier()
+    start = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    barrier()
+    return (time.perf_counter() - start) / steps
+
+
+class Gorovod(object):
+    """DistributedOptimizer's step, and its buckets reduced alone."""
+
+    def __init__(self, batch):
+        import gorovod.torch as hvd
+        self.hvd = hvd
+        hvd.init()
+        self.model, self.x, self.y = build(batch)
+        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
+        self.plain = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        # A second SGD over the same parameters for the data-parallel step
+        # (DistributedOptimizer shares its parameter groups).
+        inner = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.dist = hvd.DistributedOptimizer(inner, named_parameters=self.model.named_parameters())
+        self.rank, self.size, self.barrier = hvd.rank(), hvd.size(), hvd.barrier
+        self.waits = []
+
+    def describe(self):
+        return "%d buckets" % len(self.dist._order)
+
+    def compute(self):
+        self.plain.zero_grad()
+        with self._no_exchange():
+            F.nll_loss(self.model(self.x), self.y).backward()
+        self.plain.step()
+
+    def _no_exchange(self):
+        """DistributedOptimizer's hooks, registered on the same parameters,
+        counting nothing for one backward pass: a compute-only pass starts
+        no allreduce."""
+        opt = self.dist
+
+        class Quiet(object):
+            def __enter__(self):
+                for p in opt._allreduce_delay:
+                    opt._allreduce_delay[p] = 1 << 30  # never reaches 0 in one pass
+                return self
+
+            def __exit__(self, *exc):
+                opt._reset_step()
+                return False
+
+        return Quiet()
+
+    def exchange(self):
+        # The gradients the last backward left; synchronize() starts every
+        # bucket in the fixed order and waits for them all.
+        self.dist.synchronize()
+        self.dist._synchronized = False  # the next step() synchronizes as usual
+
+    def step(self):
+        self.dist.zero_grad()
+        F.nll_loss(self.model(self.x), self.y).backward()
+        # What the exchange costs the step beyond backward: synchronize()
+        # starts what backward has not started yet and waits for it all.
+        began = time.perf_counter()
+        self.dist.synchronize()
+        self.waits.append(time.perf_counter() - began)
+        with self.dist.skip_synchronize():
+            self.dist.step()
+
+    def gather(self, t):
+        return self.hvd.allgather(t)
+
+    def close(self):
+        self.hvd.shutdown()
+
+
+class DDPGorovod(object):
+    """DistributedDataParallel on backend "gorovod", and its buckets reduced
+    alone."""
+
+    def __init__(self, batch):
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+        import gorovod.torch.distributed  # noqa: F401 (registers the backend)
+        self.dist_mod = dist
+        dist.init_process_group("gorovod")
+        self.model, self.x, self.y = build(batch)
+        self.ddp = DistributedDataParallel(self.model)
+        self.buckets = []  # copies of the buckets of the last step, in DDP's order
+
+        def record(state, bucket):
+            self.buckets.append(bucket.buffer().clone())
+            fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+            n = dist.get_world_size()
+            return fut.then(lambda f: f.value()[0].div_(n))
+
+        self.ddp.register_comm_hook(None, record)
+        self.plain = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.opt = torch.optim.SGD(self.ddp.parameters(), lr=0.01, momentum=0.9)
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.barrier = dist.barrier
+        self.first = self.model[0].weight
+        self.waits = []
+
+    def describe(self):
+        return "%d buckets" % len(self.buckets)
+
+    def compute(self):
+        self.plain.zero_grad()
+        F.nll_loss(self.model(self.x), self.y).backward()
+        self.plain.step()
+
+    def exchange(self):
+        n = self.size
+        works = [self.dist_mod.all_reduce(b, async_op=True) for b in self.buckets]
+        for b, w in zip(self.buckets, works):
+            w.wait()
+            b.div_(n)
+
+    def step(self):
+        self.buckets = []
+        self.opt.zero_grad()
+        loss = F.nll_loss(self.ddp(self.x), self.y)
+        grads_done = []
+        # The first layer's weight gradient is the last one backward
+        # computes: from then on, backward() only waits for DDP's buckets.
+        handle = self.first.register_hook(lambda g: grads_done.append(time.perf_counter()))
+        loss.backward()
+        returned = time.perf_counter()
+        handle.remove()
+        self.waits.append(returned - grads_done[0])
+        self.opt.step()
+
+    def gather(self, t):
+        parts = [torch.empty_like(t) for _ in range(self.size)]
+        self.dist_mod.all_gather(parts, t)
+        return torch.cat(parts)
+
+    def close(self):
+        self.dist_mod.destroy_process_group()
+
+
+def alone_compute(args):
+    torch.set_num_threads(1)
+    model, x, y = build(args.batch_size)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        opt.zero_grad()
+        F.nll_loss(model(x), y).backward()
+        opt.step()
+
+    for _ in range(args.warmup):
+        step()
+    samples = [timed(step, args.steps, lambda: None) for _ in range(args.repeats)]
+    print("RESULT alone compute median %.2f ms min %.2f max %.2f" % (
+        statistics.median(samples) * 1e3, min(samples) * 1e3, max(samples) * 1e3), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--backend", choices=["gorovod", "ddp-gorovod"], default="gorovod")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=5, help="steps per timed block")
+    p.add_argument("--repeats", type=int, default=5, help="blocks of each kind, interleaved")
+    p.add_argument("--alone-compute", action="store_true", help="time the compute step alone, no gorovod")
+    args = p.parse_args()
+    if args.alone_compute:
+        alone_compute(args)
+        return
+    torch.set_num_threads(1)
+    bench = Gorovod(args.batch_size) if args.backend == "gorovod" else DDPGorovod(args.batch_size)
+    for _ in range(args.warmup):
+        bench.step()
+        bench.compute()
+    times = {"compute": [], "exchange": [], "step": []}
+    waits = []  # this rank's exposed wait in each step of the step blocks
+    for r in range(args.repeats):
+        # The order of the three rotates between blocks, so that none always
+        # runs right after another.
+        kinds = ["compute", "exchange", "step"]
+        kinds = kinds[r % 3:] + kinds[:r % 3]
+        for kind in kinds:
+            bench.waits = []
+            if kind == "exchange":
+                bench.step()  # gradients (and DDP's buckets) of a real step to exchange
+                bench.waits = []
+            times[kind].append(timed(getattr(bench, kind), args.steps, bench.barrier))
+            if kind == "step":
+                waits.append(bench.waits)
+    # A rank that finishes backward before another waits for that one too,
+    # which is the ranks' skew, not the exchange: the rank that finished
+    # backward last waits least, and only for what the exchange had left.
+    every = bench.gather(torch.tensor(waits, dtype=torch.float64).reshape(1, -1))
+    least = every.min(dim=0).values.reshape(len(waits), -1)
+    times["exposed"] = least.mean(dim=1).tolist()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    hidden = (med["compute"] + med["exchange"] - med["step"]) / med["exchange"]
+    if bench.rank == 0:
+        def show(k):
+            return "%s %.2f ms [%.2f, %.2f]" % (k, med[k] * 1e3, min(times[k]) * 1e3, max(times[k]) * 1e3)
+
+        print("RESULT %s np %d (%s): %s, %s, %s, %s; hidden %.2f by the step times, %.2f by the exposed wait" % (
+            args.backend, bench.size, bench.describe(), show("compute"), show("exchange"), show("step"),
+            show("exposed"), hidden, 1 - med["exposed"] / med["exchange"]), flush=True)
+    bench.close()
+
+
+if __name__ == "__main__":
+    main()

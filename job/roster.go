@@ -1,0 +1,399 @@
+package job
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gorovod/gorovod/membership"
+	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
+)
+
+// roster is what the runner knows of the job's processes and where the job
+// stands: every process it launched (by launch index, and by member name
+// once the driver reports it), where they run, the workers that joined by
+// hand, whether training is over or every worker was asked to leave, and
+// the news (worlds proposed, hosts dropped) that supervise has not handled
+// yet. Its mu also guards the fields of the floor marked so: the floor
+// decides on the roster's state and its own in one look.
+type roster struct {
+	localHost string // a worker that publishes no launch index is matched by pid on this host
+
+	mu        sync.Mutex
+	procs     []*proc          // by launch index; nil for a launch that failed
+	byName    map[string]*proc // member name → process, as the driver reports them
+	byHand    []string         // members that joined without being launched
+	place     placement
+	share     map[string]int // workers started on each host with the job
+	running   int            // processes launched or being launched, not exited
+	ended     bool           // every process has exited: no more can be added
+	allExited chan struct{}  // closed when ended is set
+
+	trainingOver bool // a member reported the end of training (rule 1)
+	draining     bool // LeaveAll: every worker was asked to leave
+
+	worlds  []epoch.World // proposed, not yet handled by supervise
+	dropped []string      // hosts the Discovery dropped, not yet handled
+}
+
+func newRoster(localHost string) *roster {
+	return &roster{localHost: localHost, byName: map[string]*proc{},
+		place: placement{running: map[string]int{}}, allExited: make(chan struct{})}
+}
+
+// proc is a worker process of the job.
+type proc struct {
+	rec     WorkerRecord
+	p       Process
+	stopped bool // stopped by the runner (end-of-job rule 3)
+
+	removed     bool // taken out by the autoscaling engine
+	replacement bool // started by the floor
+	forEngine   bool // started by the autoscaling engine (provisioner.Start)
+	presence         // rule 6 (rejoin.go)
+}
+
+// reserveLocked takes the next launch index and counts the process as running
+// on host, so that neither the job's end nor another placement overlooks it
+// while it starts.
+func (r *roster) reserveLocked(host string) int {
+	i := len(r.procs)
+	r.procs = append(r.procs, nil)
+	r.running++
+	r.place.running[host]++
+	return i
+}
+
+// reserve places one more worker on the first host with a free slot and
+// reserves its launch index; share is how many workers the job started on
+// that host (at least 1). It refuses with ErrEnded once the job has ended or
+// every worker was asked to leave, and ErrNoSlot when the hosts are full.
+func (r *roster) reserve() (index int, host string, share int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return 0, "", 0, ErrEnded
+	}
+	if r.draining {
+		return 0, "", 0, fmt.Errorf("%w: every worker was asked to leave", ErrEnded)
+	}
+	host, ok := r.place.pick()
+	if !ok {
+		return 0, "", 0, ErrNoSlot
+	}
+	share = max(1, r.share[host]) // as many as started there (GOMAXPROCS)
+	return r.reserveLocked(host), host, share, nil
+}
+
+// launched records the process started for reservation index.
+func (r *roster) launched(index int, ref WorkerRef, p Process) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.procs[index] = &proc{rec: WorkerRecord{WorkerRef: ref, State: Running, Started: time.Now()}, p: p}
+}
+
+// markStartedBy records who asked for process index.
+func (r *roster) markStartedBy(index int, by startedBy) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.procs[index].replacement, r.procs[index].forEngine = by == startedByFloor, by == startedByEngine
+}
+
+// unreserve gives back a reservation whose launch failed.
+func (r *roster) unreserve(host string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.place.running[host]--
+	r.leftLocked()
+}
+
+// left counts one process less, after its exit was recorded (exited).
+func (r *roster) left() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.leftLocked()
+}
+
+// leftLocked counts one process less; the job's processes have all exited
+// when none is left.
+func (r *roster) leftLocked() {
+	if r.running--; r.running == 0 && !r.ended {
+		r.ended = true
+		close(r.allExited)
+	}
+}
+
+// exited records the end of process index, classified (rules 5 and 6);
+// noteLocked is told of it with mu held (the floor's accounting); lostStart
+// says it was started by the engine and ended before it ever entered a
+// world, while the job was not ending. The
+// process still counts as running until left.
+func (r *roster) exited(index int, p Process, noteLocked func(*proc)) (ev WorkerExited, lostStart bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.procs[index]
+	w.rec.Exited, w.rec.Err = time.Now(), p.Err()
+	w.p = exitedProcess(p)
+	w.rec.State = classify(w.rec.Err, w.stopped)
+	r.reclassifyLocked(w)
+	noteLocked(w)
+	r.place.running[w.rec.Host]--
+	lostStart = w.forEngine && !w.everIn && !w.removed && !w.stopped && !r.trainingOver && !r.draining
+	return WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}, lostStart
+}
+
+// records describes every process launched, by launch index.
+func (r *roster) records() []WorkerRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]WorkerRecord, 0, len(r.procs))
+	for _, p := range r.procs {
+		if p != nil {
+			out = append(out, p.rec)
+		}
+	}
+	return out
+}
+
+// final is the roster at the job's end: every process's record, rule 6
+// applied with all the runner knows by then, and the hand-started workers
+// (in last, the last world, or not).
+func (r *roster) final(last epoch.World) ([]WorkerRecord, []HandStartedWorker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var recs []WorkerRecord
+	for _, p := range r.procs {
+		if p != nil {
+			r.reclassifyLocked(p)
+			recs = append(recs, p.rec)
+		}
+	}
+	var hand []HandStartedWorker
+	for _, name := range r.byHand {
+		hand = append(hand, HandStartedWorker{Name: name, InLastWorld: last.Rank(name) >= 0})
+	}
+	return recs, hand
+}
+
+// processes lists the processes launched so far (exited ones included).
+func (r *roster) processes() []Process {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ps []Process
+	for _, p := range r.procs {
+		if p != nil {
+			ps = append(ps, p.p)
+		}
+	}
+	return ps
+}
+
+// drain marks the job as draining (LeaveAll) and lists its running
+// processes.
+func (r *roster) drain() []Process {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.draining = true
+	var procs []Process
+	for _, p := range r.procs {
+		if p != nil && p.rec.State == Running {
+			procs = append(procs, p.p)
+		}
+	}
+	return procs
+}
+
+// count is how many workers the job has: its processes still running (or
+// starting) and the hand-started workers among ws, the driver's workers.
+func (r *roster) count(ws []driver.WorkerInfo) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.running
+	for _, w := range ws {
+		if r.matchLocked(w) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// learn maps the driver's workers ws to the processes of the job: by the
+// launch index a worker publishes, or else by its process id on this host.
+func (r *roster) learn(ws []driver.WorkerInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range ws {
+		if p := r.matchLocked(w); p != nil {
+			p.rec.Name = w.Name
+			r.byName[w.Name] = p
+			if w.State == membership.StateLeaving {
+				p.announceLeaving(w.Name)
+			}
+		}
+	}
+}
+
+func (r *roster) matchLocked(w driver.WorkerInfo) *proc {
+	if w.Launch != "" {
+		i, err := strconv.Atoi(w.Launch)
+		if err != nil || i < 0 || i >= len(r.procs) {
+			return nil
+		}
+		return r.procs[i]
+	}
+	if w.PID == 0 || w.Host != r.localHost {
+		return nil
+	}
+	for _, p := range r.procs {
+		if p != nil && p.rec.Host == "" && p.rec.PID == w.PID && p.rec.State == Running {
+			return p
+		}
+	}
+	return nil
+}
+
+// describe names the member name for a person: its launch index and pid
+// when it is a process of the job.
+func (r *roster) describe(name string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.byName[name]; p != nil {
+		return fmt.Sprintf("worker %d (pid %d, %s)", p.rec.Index, p.rec.PID, name)
+	}
+	return name
+}
+
+// noteHandStarted records name, a member that just joined a world, as
+// started by hand when no process of the job is behind it; it reports
+// whether it is.
+func (r *roster) noteHandStarted(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byName[name] != nil || slices.Contains(r.byHand, name) {
+		return false
+	}
+	r.byHand = append(r.byHand, name)
+	return true
+}
+
+// markRemoved marks the process behind member name as taken out by the
+// autoscaling engine, and returns it (false when none of the job's
+// processes is behind it: a worker started by hand).
+func (r *roster) markRemoved(name string) (WorkerRef, Process, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.byName[name]
+	if p == nil {
+		return WorkerRef{}, nil, false
+	}
+	p.removed = true
+	return p.rec.WorkerRef, p.p, true
+}
+
+// anyRunning says whether a member among names is a running process of the
+// job.
+func (r *roster) anyRunning(names []string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, name := range names {
+		if p := r.byName[name]; p != nil && p.rec.State == Running {
+			return true
+		}
+	}
+	return false
+}
+
+// firstGone counts the first n launches that have exited (or failed to
+// start).
+func (r *roster) firstGone(n int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	gone := 0
+	for _, p := range r.procs[:min(len(r.procs), n)] {
+		if p == nil || p.rec.State != Running {
+			gone++
+		}
+	}
+	return gone
+}
+
+// setTrainingOver records rule 1: a member reported the end of training.
+func (r *roster) setTrainingOver() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trainingOver = true
+}
+
+// setHosts takes a new host list from the Discovery and notes the hosts it
+// dropped for supervise.
+func (r *roster) setHosts(hosts []Host) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range r.place.hosts {
+		if !slices.ContainsFunc(hosts, func(n Host) bool { return n.Name == h.Name }) {
+			r.dropped = append(r.dropped, h.Name)
+		}
+	}
+	r.place.hosts = hosts
+}
+
+// addWorld notes a proposed world for supervise.
+func (r *roster) addWorld(w epoch.World) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.worlds = append(r.worlds, w)
+}
+
+// news takes the worlds proposed and the hosts dropped since the last call.
+func (r *roster) news() (worlds []epoch.World, dropped []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	worlds, dropped = r.worlds, r.dropped
+	r.worlds, r.dropped = nil, nil
+	return worlds, dropped
+}
+
+// stopHost marks the running processes on host, a host the Discovery no
+// longer lists, as stopped by the runner (rule 3) and returns them with
+// their member names; none when the host came back.
+func (r *roster) stopHost(host string) (victims []Process, names []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.place.has(host) {
+		return nil, nil // it came back
+	}
+	for _, p := range r.procs {
+		if p != nil && p.rec.Host == host && p.rec.State == Running {
+			p.stopped = true
+			victims = append(victims, p.p)
+			if p.rec.Name != "" {
+				names = append(names, p.rec.Name)
+			}
+		}
+	}
+	return victims, names
+}
+
+// exitedProc is a process that has exited, kept in place of the launcher's
+// Process, which holds its command, environment and pipes: the job keeps a
+// record of every worker it launched, and a job under churn launches many.
+type exitedProc struct {
+	pid  int
+	err  error
+	done chan struct{} // closed
+}
+
+func exitedProcess(p Process) exitedProc {
+	e := exitedProc{pid: p.PID(), err: p.Err(), done: make(chan struct{})}
+	close(e.done)
+	return e
+}
+
+func (e exitedProc) PID() int                   { return e.pid }
+func (e exitedProc) Signal(sig os.Signal) error { return os.ErrProcessDone }
+func (e exitedProc) Done() <-chan struct{}      { return e.done }
+func (e exitedProc) Err() error                 { return e.err }

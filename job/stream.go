@@ -1,0 +1,81 @@
+package job
+
+import "sync"
+
+// eventStream hands the job's events to its sinks (Config.Sinks), one event
+// at a time and in order. The runner's own goroutines emit and wait for the
+// sinks; the driver's goroutine, which must not wait for them, queues its
+// events with later, and a goroutine of the stream's own (run) delivers
+// them.
+type eventStream struct {
+	sinks []Sink
+
+	emitMu sync.Mutex // one Sink call at a time
+
+	mu     sync.Mutex
+	queued []Event // raised on the driver's goroutine, not yet delivered
+	wake   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func newEventStream(sinks []Sink) *eventStream {
+	return &eventStream{sinks: sinks, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// emit hands e to every sink, one event at a time.
+func (s *eventStream) emit(e Event) {
+	if len(s.sinks) == 0 {
+		return
+	}
+	s.emitMu.Lock()
+	defer s.emitMu.Unlock()
+	for _, sink := range s.sinks {
+		sink.Event(e)
+	}
+}
+
+// notice emits msg as a Notice.
+func (s *eventStream) notice(msg string) { s.emit(Notice{At: now(), Message: msg}) }
+
+// later queues e for the sinks without waiting for them.
+func (s *eventStream) later(e Event) {
+	s.mu.Lock()
+	s.queued = append(s.queued, e)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run hands the queued events to the sinks until flush.
+func (s *eventStream) run() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.wake:
+			s.emitQueued()
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+func (s *eventStream) emitQueued() {
+	s.mu.Lock()
+	evs := s.queued
+	s.queued = nil
+	s.mu.Unlock()
+	for _, e := range evs {
+		s.emit(e)
+	}
+}
+
+// flush stops run and delivers what is left (the last statistics come just
+// before the workers exit).
+func (s *eventStream) flush() {
+	close(s.stop)
+	<-s.done
+	s.emitQueued()
+}
