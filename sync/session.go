@@ -190,6 +190,10 @@ type Session struct {
 	// moving is set from the step boundary where the links are handed
 	// over until the next world is entered (guarded by mu), for Prepare.
 	moving bool
+	// handedOver, when set (by tests), runs in Commit after the links are
+	// handed over and before the next world is entered: the window in which
+	// a Prepare from the worker's epoch watcher must plan nothing.
+	handedOver func()
 }
 
 // preconnect is a world's links connected in the background while the
@@ -746,6 +750,9 @@ func (s *Session) Commit(ctx context.Context) error {
 		s.moving = false
 		s.mu.Unlock()
 	}()
+	if s.handedOver != nil {
+		s.handedOver()
+	}
 	if links != nil {
 		s.carried = make(map[epoch.Member]transport.Link, len(links))
 		for r, l := range links {
