@@ -193,6 +193,9 @@ type Communicator struct {
 
 	stateMu sync.Mutex
 	failure error // the first failure; every later collective returns it
+	// handed[r]: the link to rank r was handed over by Release, and
+	// closing the communicator leaves it open (guarded by stateMu).
+	handed []bool
 
 	tracer   Tracer
 	started  atomic.Uint64         // collectives begun (seq), for Progress
@@ -334,14 +337,68 @@ func (c *Communicator) Close() error {
 	return nil
 }
 
+// Release ends the communicator as Close does, except that the links to
+// the ranks r with keep(r) stay open and are returned, indexed by rank, for
+// the next world to carry over (transport.Carry); the communicator no
+// longer owns them. Only a healthy communicator hands links over: one that
+// has failed, or one with a collective running on it or on one of its
+// subsets (Subset), closes them all and returns nil, as does a link whose
+// last send failed part-way.
+//
+// The subsets of a released communicator stop with it (their collectives
+// return ErrClosed and never touch the handed links again). A subset owns
+// no links: releasing one closes it and returns nil.
+func (c *Communicator) Release(keep func(rank int) bool) []transport.Link {
+	if c.parent != nil {
+		c.Close()
+		return nil
+	}
+	// linkMu before opMu, as runTagged takes them: a subset's collective
+	// holds the shared linkMu only, and its frames may be on the links.
+	if !c.linkMu.TryLock() {
+		c.Close()
+		return nil
+	}
+	defer c.linkMu.Unlock()
+	if !c.opMu.TryLock() {
+		c.Close()
+		return nil
+	}
+	c.stateMu.Lock()
+	var out []transport.Link
+	if c.failure == nil {
+		c.failure = ErrClosed
+		c.handed = make([]bool, len(c.links))
+		for r, l := range c.links {
+			if l != nil && !c.sendBroken[r] && keep(r) {
+				if out == nil {
+					out = make([]transport.Link, len(c.links))
+				}
+				out[r] = l
+				c.handed[r] = true
+			}
+		}
+	}
+	c.stateMu.Unlock()
+	c.opMu.Unlock()
+	c.closeLinks()
+	return out
+}
+
 // closeLinks ends the communicator: its links close, which fails any
 // blocked call at once, and its helper goroutine exits once idle; and it
 // stops watching its last caller's context, now or, when a collective is
 // running, as that collective returns (releaseIfSpent: the failure is
 // recorded before this).
 func (c *Communicator) closeLinks() {
-	for _, l := range c.links {
-		if l != nil && c.parent == nil { // a subset's links are its parent's
+	if c.parent != nil { // a subset's links are its parent's
+		return
+	}
+	c.stateMu.Lock()
+	handed := c.handed
+	c.stateMu.Unlock()
+	for r, l := range c.links {
+		if l != nil && (handed == nil || !handed[r]) {
 			_ = l.Close()
 		}
 	}

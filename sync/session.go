@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	stdsync "sync"
 	"time"
 
@@ -173,32 +174,84 @@ type Session struct {
 	// entering is how the last entry into a world spent its time
 	// (connecting its members, agreeing on the state and receiving it),
 	// for the log line that reports it.
-	entering struct{ connect, state time.Duration }
-	// next is the next world's communicator being connected ahead of the
+	entering struct {
+		connect, state time.Duration
+		rekeyed        int // links carried over from the last world
+	}
+	// next is the next world's links being connected ahead of the
 	// step boundary (Prepare); guarded by mu.
 	next *preconnect
+	// enteringNumber is the epoch enter is connecting (guarded by mu), for
+	// Prepare, which leaves it alone.
+	enteringNumber uint64
+	// carried is the links of the world left at the last step boundary,
+	// by member, for the next world to keep (enter); nil after a failure.
+	carried map[epoch.Member]transport.Link
+	// moving is set from the step boundary where the links are handed
+	// over until the next world is entered (guarded by mu), for Prepare.
+	moving bool
+	// handedOver, when set (by tests), runs in Commit after the links are
+	// handed over and before the next world is entered: the window in which
+	// a Prepare from the worker's epoch watcher must plan nothing.
+	handedOver func()
 }
 
-// preconnect is a world connected in the background while the current one
-// trains: done closes once comm or err is set.
+// preconnect is a world's links connected in the background while the
+// current one trains: those to the members that are not in the current
+// world (the others' links are carried over at the step boundary), or all
+// of them when the transport cannot connect a world in part. done closes
+// once links or err is set.
 type preconnect struct {
 	number uint64
 	cancel context.CancelFunc
 	done   chan struct{}
-	comm   *collective.Communicator
+	links  []transport.Link
 	err    error
 }
 
-// discard abandons p: its connect is stopped and its communicator, if it
-// got one, closed.
+// discard abandons p: its connect is stopped and its links, if it got
+// them, closed.
 func (p *preconnect) discard() {
 	p.cancel()
 	go func() {
 		<-p.done
-		if p.comm != nil {
-			p.comm.Close()
-		}
+		closeLinks(p.links)
 	}()
+}
+
+func closeLinks(ls []transport.Link) {
+	for _, l := range ls {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// releaseCarried closes the links carried from the last world that no
+// world took.
+func (s *Session) releaseCarried() {
+	for _, l := range s.carried {
+		l.Close()
+	}
+	s.carried = nil
+}
+
+// takeCarried returns the carried links to ep's members, indexed by their
+// rank in ep (nil when there are none), and closes the others.
+func (s *Session) takeCarried(ep epoch.World) []transport.Link {
+	if len(s.carried) == 0 {
+		s.carried = nil
+		return nil
+	}
+	kept := make([]transport.Link, len(ep.Members))
+	for r, m := range ep.Members {
+		if l, ok := s.carried[m]; ok {
+			kept[r] = l
+			delete(s.carried, m)
+		}
+	}
+	s.releaseCarried()
+	return kept
 }
 
 // Prepare starts connecting world ep, newer than the current one, in the
@@ -212,7 +265,14 @@ func (s *Session) Prepare(ep epoch.World) {
 	rank := ep.Rank(s.cfg.Self.Name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.comm == nil || s.closed || ep.Number <= s.epoch.Number || rank < 0 {
+	if s.comm == nil || s.closed || ep.Number <= s.epoch.Number || ep.Number <= s.enteringNumber || rank < 0 || s.moving {
+		// (A world being left or entered (moving) is no base to plan from:
+		// its communicator has handed its links over, which reads as a
+		// failure and would dial all of ep, and s.epoch is the world being
+		// left, not the one ep follows. ep is then connected at its own
+		// step boundary, keeping what it can.)
+		// (An epoch being entered already is connected by enter: a second
+		// Connect of the same world on this transport would fail.)
 		return
 	}
 	if s.next != nil {
@@ -225,23 +285,58 @@ func (s *Session) Prepare(ep epoch.World) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &preconnect{number: ep.Number, cancel: cancel, done: make(chan struct{})}
 	s.next = p
+	// The links to members of the current world are carried over at the
+	// step boundary; only the others are dialled now. A world that has
+	// failed already carries nothing: all of ep is dialled.
+	var want []bool
+	if _, ok := s.t.(transport.PartialConnector); ok && s.comm.Err() == nil {
+		want = make([]bool, len(ep.Members))
+		for r, m := range ep.Members {
+			want[r] = r != rank && !slices.Contains(s.epoch.Members, m)
+		}
+	}
 	log := s.log
 	go func() {
 		defer close(p.done)
 		defer cancel()
 		began := time.Now()
-		p.comm, p.err = s.connect(ctx, ep, rank)
-		log.Debug("connected the next world ahead of the step boundary", "epoch", ep.Number, "took", time.Since(began), "err", p.err)
+		p.links, p.err = s.connectSome(ctx, ep, rank, want)
+		log.Debug("connected the next world's new members ahead of the step boundary", "epoch", ep.Number, "took", time.Since(began), "err", p.err)
 	}()
 }
 
-// connect connects this worker, rank, to the members of world ep, within
+// connectSome connects this worker, rank, to the members r of world ep
+// with want[r] set (all of them when want is nil), within
 // Config.ConnectTimeout.
-func (s *Session) connect(ctx context.Context, ep epoch.World, rank int) (*collective.Communicator, error) {
+func (s *Session) connectSome(ctx context.Context, ep epoch.World, rank int, want []bool) ([]transport.Link, error) {
 	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 	defer cancel()
-	return collective.New(ctx, s.t, w, s.cfg.Collective)
+	if want == nil {
+		return s.t.Connect(ctx, w)
+	}
+	return s.t.(transport.PartialConnector).ConnectSome(ctx, w, want)
+}
+
+// connect connects this worker, rank, to the members of world ep within
+// Config.ConnectTimeout: it keeps the links carried over from the last
+// world to ep's members (kept, by rank in ep; each re-keyed to ep inside
+// its own stream), takes those connected ahead (fresh), and dials the rest.
+func (s *Session) connect(ctx context.Context, ep epoch.World, rank int, kept, fresh []transport.Link) (*collective.Communicator, error) {
+	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	defer cancel()
+	links, rekeyed, err := transport.Carry(ctx, s.t, w, kept, fresh, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.entering.rekeyed = rekeyed
+	comm, err := collective.NewFromLinks(w, links, s.cfg.Collective)
+	if err != nil {
+		closeLinks(links)
+		return nil, err
+	}
+	return comm, nil
 }
 
 // takeNext hands over the world being prepared if it is ep (nil otherwise;
@@ -644,8 +739,31 @@ func (s *Session) Commit(ctx context.Context) error {
 	if newest <= s.epoch.Number {
 		return nil
 	}
-	s.comm.Close()
-	if err := s.advance(ctx, s.epoch.Number); err != nil {
+	// The links to members that stay are carried into the next world.
+	left := s.epoch
+	s.mu.Lock()
+	s.moving = true
+	links := s.comm.Release(func(int) bool { return true })
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.moving = false
+		s.mu.Unlock()
+	}()
+	if s.handedOver != nil {
+		s.handedOver()
+	}
+	if links != nil {
+		s.carried = make(map[epoch.Member]transport.Link, len(links))
+		for r, l := range links {
+			if l != nil {
+				s.carried[left.Members[r]] = l
+			}
+		}
+	}
+	err := s.advance(ctx, s.epoch.Number)
+	s.releaseCarried()
+	if err != nil {
 		return err
 	}
 	if s.state.Step != committed {
@@ -735,19 +853,27 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 		watch := time.AfterFunc(reachAfter, func() { r.reachMembers(ctx, ep) })
 		defer watch.Stop()
 	}
-	var comm *collective.Communicator
+	s.mu.Lock()
+	s.enteringNumber = ep.Number
+	s.mu.Unlock()
+	kept := s.takeCarried(ep)
+	var fresh []transport.Link
 	var err error
 	if p := s.takeNext(ep.Number); p != nil {
 		// Connected (or being connected) since the epoch was adopted.
 		select {
 		case <-p.done:
-			comm, err = p.comm, p.err
+			fresh, err = p.links, p.err
 		case <-ctx.Done():
 			p.discard()
 			err = context.Cause(ctx)
 		}
+	}
+	var comm *collective.Communicator
+	if err == nil {
+		comm, err = s.connect(ctx, ep, rank, kept, fresh)
 	} else {
-		comm, err = s.connect(ctx, ep, rank)
+		closeLinks(kept)
 	}
 	if err != nil {
 		return nil, superseded(err)
@@ -897,7 +1023,7 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 		}
 		s.obs.entered(ep, rank, comm, start, now)
 		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", now.Sub(start),
-			"connect", s.entering.connect, "state", s.entering.state)
+			"connect", s.entering.connect, "state", s.entering.state, "links_kept", s.entering.rekeyed)
 		return nil
 	}
 }

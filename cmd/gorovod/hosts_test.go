@@ -328,6 +328,11 @@ func TestMeasureHostTransitions(t *testing.T) {
 				"--steps", "1000000", "--json", "--samples", "100000", "--batch", fmt.Sprint(4*np),
 				"--model-size", "20000", "--compute", "1ms")
 			h.waitFor(t, fmt.Sprintf("a %d-worker world", np), 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == np })
+			if dir := os.Getenv("GOROVOD_MEASURE_DIR"); dir != "" {
+				t.Cleanup(func() {
+					_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("transitions-%d.log", np)), []byte(h.logText()), 0o644)
+				})
+			}
 			size := np
 			for round := range 3 {
 				// Leave: SIGTERM one trainer process on the last host that has one.

@@ -24,4 +24,9 @@
 // *HandshakeError, and a frame that fails authentication breaks its link
 // with an error wrapping ErrFrameAuth. The conformance package is the suite
 // every transport passes.
+//
+// A link whose two ends are both members of the next world can be carried
+// into it instead of being dialled again (Carry, RekeyableLink,
+// PartialConnector): two rekey frames each way move it to the new epoch and
+// ranks, with new keys on a sealed link (rekey.go).
 package transport

@@ -49,6 +49,9 @@ const (
 	// FrameAbort says the sender gave up on the communicator; its payload is the
 	// reason as UTF-8 text (at most MaxAbortReason bytes).
 	FrameAbort FrameKind = 2
+	// FrameRekey moves a link into the next world: its payload is a
+	// RekeyMsg (RekeyMsgSize bytes). See RekeyableLink.
+	FrameRekey FrameKind = 3
 )
 
 func (k FrameKind) String() string {
@@ -57,6 +60,8 @@ func (k FrameKind) String() string {
 		return "data"
 	case FrameAbort:
 		return "abort"
+	case FrameRekey:
+		return "rekey"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -147,6 +152,10 @@ func DecodeHeader(b []byte, h *Header) error {
 		if h.Length > MaxAbortReason {
 			return &FrameError{Peer: -1, Reason: fmt.Sprintf("abort reason of %d bytes over the limit %d", h.Length, MaxAbortReason)}
 		}
+	case FrameRekey:
+		if h.Length != RekeyMsgSize {
+			return &FrameError{Peer: -1, Reason: fmt.Sprintf("rekey frame of %d bytes, want %d", h.Length, RekeyMsgSize)}
+		}
 	default:
 		return &FrameError{Peer: -1, Reason: fmt.Sprintf("unknown frame kind %d", uint8(h.Kind))}
 	}
@@ -196,6 +205,10 @@ func CheckOutgoing(h *Header, payload []byte) error {
 	case FrameAbort:
 		if len(payload) > MaxAbortReason {
 			return fmt.Errorf("abort reason of %d bytes over the limit %d", len(payload), MaxAbortReason)
+		}
+	case FrameRekey:
+		if len(payload) != RekeyMsgSize {
+			return fmt.Errorf("rekey frame of %d bytes, want %d", len(payload), RekeyMsgSize)
 		}
 	default:
 		return fmt.Errorf("unknown frame kind %d", uint8(h.Kind))

@@ -37,6 +37,7 @@ func FuzzDecodeHeader(f *testing.F) {
 		{Kind: transport.FrameData, Sender: 3, JobID: transport.JobHash("job"), Epoch: 7, Seq: 99, Count: 1 << 20, Step: 4, Length: 4096, Coll: 1, DType: 2, Op: 3, Flags: 4, Aux: 5},
 		{Kind: transport.FrameAbort, Length: transport.MaxAbortReason},
 		{Kind: transport.FrameData, Length: transport.MaxPayload},
+		{Kind: transport.FrameRekey, Length: transport.RekeyMsgSize},
 	} {
 		b := make([]byte, transport.HeaderSize)
 		h.Encode(b)
@@ -69,8 +70,11 @@ func FuzzDecodeHeader(f *testing.F) {
 			Count: fs.u64(), Step: fs.u32(), Length: fs.u32() % (transport.MaxPayload + 1),
 			Coll: fs.u8(), DType: fs.u8(), Op: fs.u8(), Flags: fs.u8(), Aux: fs.u32(),
 		}
-		if fs.u8()&1 == 1 {
+		switch fs.u8() % 3 {
+		case 1:
 			h.Kind, h.Length = transport.FrameAbort, h.Length%(transport.MaxAbortReason+1)
+		case 2:
+			h.Kind, h.Length = transport.FrameRekey, transport.RekeyMsgSize
 		}
 		enc := make([]byte, transport.HeaderSize)
 		h.Encode(enc)
@@ -80,6 +84,64 @@ func FuzzDecodeHeader(f *testing.F) {
 		}
 		if got != h {
 			t.Fatalf("round trip: got %+v, want %+v", got, h)
+		}
+	})
+}
+
+func FuzzDecodeRekey(f *testing.F) {
+	w := transport.World{JobID: "job", Epoch: 9, Rank: 2, Addrs: []string{"a", "b", "c", "d"}}
+	for _, m := range []transport.RekeyMsg{
+		transport.NewRekeyMsg(w, 0, 0),
+		transport.NewRekeyMsg(w, 3, 7),
+		{Epoch: 1 << 62, Size: transport.MaxWorldSize, From: transport.MaxWorldSize - 1, To: 0},
+	} {
+		b := make([]byte, transport.RekeyMsgSize)
+		m.Encode(b)
+		f.Add(b)
+	}
+	f.Add([]byte{})
+	f.Add(make([]byte, transport.RekeyMsgSize))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m transport.RekeyMsg
+		if err := transport.DecodeRekey(b, &m); err == nil {
+			out := make([]byte, transport.RekeyMsgSize)
+			m.Encode(out)
+			if !bytes.Equal(out, b) {
+				t.Fatalf("re-encoded rekey message differs:\n in %x\nout %x", b, out)
+			}
+			if m.Size == 0 || m.From >= m.Size || m.To >= m.Size || m.From == m.To {
+				t.Fatalf("decoded a message with ranks %d, %d in a world of %d", m.From, m.To, m.Size)
+			}
+			// Its own mirror image passes CheckRekey; any change of the
+			// epoch does not.
+			mirror := m
+			mirror.From, mirror.To = m.To, m.From
+			if err := transport.CheckRekey(&mirror, &m); err != nil {
+				t.Fatalf("CheckRekey of a message against its mirror: %v", err)
+			}
+			mirror.Epoch++
+			if err := transport.CheckRekey(&mirror, &m); !errors.Is(err, transport.ErrRekey) {
+				t.Fatalf("CheckRekey across epochs: %v, want ErrRekey", err)
+			}
+		}
+
+		// Build a valid message from the input and round-trip it.
+		fs := fields{b}
+		m = transport.RekeyMsg{Epoch: fs.u64(), Size: 2 + fs.u32()%(transport.MaxWorldSize-1), Lane: fs.u32()}
+		m.From, m.To = fs.u32()%m.Size, fs.u32()%m.Size
+		if m.From == m.To {
+			m.To = (m.From + 1) % m.Size
+		}
+		copy(m.Nonce[:], fs.take(transport.RekeyNonceSize))
+		copy(m.MAC[:], fs.take(transport.RekeyMACSize))
+		enc := make([]byte, transport.RekeyMsgSize)
+		m.Encode(enc)
+		var got transport.RekeyMsg
+		if err := transport.DecodeRekey(enc, &got); err != nil {
+			t.Fatalf("decode of an encoded valid message: %v", err)
+		}
+		if got != m {
+			t.Fatalf("round trip: got %+v, want %+v", got, m)
 		}
 	})
 }

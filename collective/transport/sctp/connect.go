@@ -16,3 +16,13 @@ import (
 func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport.Link, error) {
 	return t.mesh.Connect(ctx, w)
 }
+
+var _ transport.PartialConnector = (*Transport)(nil)
+
+// ConnectSome is Connect for the ranks r of w with want[r] set (all when
+// want is nil); the others' links are nil (transport.PartialConnector).
+// SCTP links are not carried into a later world: the elastic layer asks
+// only for a world's new pairs when the links of the others are kept.
+func (t *Transport) ConnectSome(ctx context.Context, w transport.World, want []bool) ([]transport.Link, error) {
+	return t.mesh.ConnectSome(ctx, w, want)
+}

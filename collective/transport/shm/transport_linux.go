@@ -97,10 +97,28 @@ func (t *Transport) Close() error { return t.boot.Close() }
 // *transport.HandshakeError when a peer cannot share memory with this rank and
 // Config.Fallback is off, a *transport.PeerError when the setup broke.
 func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport.Link, error) {
+	return t.ConnectSome(ctx, w, nil)
+}
+
+var _ transport.PartialConnector = (*Transport)(nil)
+
+// ConnectSome is Connect for the ranks r of w with want[r] set (all when
+// want is nil); the others' links are nil (transport.PartialConnector).
+// It needs a bootstrap transport that connects in part (TCP and SCTP do).
+func (t *Transport) ConnectSome(ctx context.Context, w transport.World, want []bool) ([]transport.Link, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
-	boot, err := t.boot.Connect(ctx, w)
+	var boot []transport.Link
+	var err error
+	switch pc, ok := t.boot.(transport.PartialConnector); {
+	case want == nil:
+		boot, err = t.boot.Connect(ctx, w)
+	case ok:
+		boot, err = pc.ConnectSome(ctx, w, want)
+	default:
+		return nil, fmt.Errorf("shm: the bootstrap transport cannot connect a world in part")
+	}
 	if err != nil || w.Size() == 1 {
 		return boot, err
 	}

@@ -20,7 +20,15 @@ import (
 // anyone who saw a rank's hello could replay it with a bad proof, and the real
 // rank may still come.
 func (t *Transport) Connect(ctx context.Context, w transport.World) ([]transport.Link, error) {
-	links, err := t.mesh.Connect(ctx, w)
+	return t.ConnectSome(ctx, w, nil)
+}
+
+var _ transport.PartialConnector = (*Transport)(nil)
+
+// ConnectSome is Connect for the ranks r of w with want[r] set (all when
+// want is nil); the others' links are nil (transport.PartialConnector).
+func (t *Transport) ConnectSome(ctx context.Context, w transport.World, want []bool) ([]transport.Link, error) {
+	links, err := t.mesh.ConnectSome(ctx, w, want)
 	if err != nil {
 		return nil, err
 	}

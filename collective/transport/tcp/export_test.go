@@ -55,3 +55,13 @@ const StripeMin = stripeMin
 // LanesFor is the lanes of a link given Config.Lanes and whether the peer is
 // on this host.
 func LanesFor(configured int, sameHost bool) int { return lanesFor(configured, sameHost) }
+
+// Conns names each lane's connection of a link by its two ends' addresses
+// ("local>remote"): a link carried into another world keeps them.
+func Conns(l transport.Link) []string {
+	var out []string
+	for _, ln := range lanesOf(l) {
+		out = append(out, ln.conn.LocalAddr().String()+">"+ln.conn.RemoteAddr().String())
+	}
+	return out
+}

@@ -61,6 +61,11 @@ type link struct {
 	epoch    uint64
 	self     uint32
 	spinTime time.Duration
+	// sec is the link's data-plane setting and chain its secret for
+	// moving into a later world (rekey.go); changed only by moveTo, which
+	// holds both locks.
+	sec   transport.Security
+	chain [framesec.ChainSize]byte
 
 	// Send side, guarded by wmu.
 	wmu    sync.Mutex
@@ -151,6 +156,8 @@ func newLink(c *net.TCPConn, peer int, addr string, job, epoch uint64, self int,
 		epoch:    epoch,
 		self:     uint32(self),
 		spinTime: cfg.SpinTime,
+		sec:      keys.Security,
+		chain:    keys.Chain,
 		wbuf:     make([]byte, framesec.WireSize(keys.Security, smallFrame)),
 		rbuf:     make([]byte, cfg.ReadBufferSize),
 	}

@@ -13,6 +13,14 @@
 // world thus gets keys of its own, unknown to anyone without the secret, and
 // no two links, directions or epochs share a key.
 //
+// The same derivation also yields the link's chaining secret, which both
+// ends hold whatever the setting. A link carried into the next world
+// (transport.RekeyableLink) MACs its rekey message with it (RekeyMAC) and
+// takes its new keys and next chaining secret from it with HKDF-SHA256,
+// salted with both ends' fresh nonces, the info naming the job, the new
+// epoch, world size, both new ranks, the lane and the setting (Rekey); the
+// counters start again at zero.
+//
 // # Wire layout
 //
 // With SecurityAuthenticated or SecurityEncrypted a frame is sealed in units:

@@ -4,6 +4,7 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hkdf"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -30,22 +31,93 @@ type Keys struct {
 	Security transport.Security // resolved: never SecurityDefault
 	Send     [KeySize]byte
 	Recv     [KeySize]byte
+	// Chain is the link's secret for moving it into a later world
+	// (Rekey): both ends hold the same one, whatever the setting.
+	Chain [ChainSize]byte
 }
+
+// ChainSize is the size of a link's chaining secret.
+const ChainSize = 32
 
 const (
 	infoLabel      = "gorovod data plane v1 "
 	dialerToAccept = "dialer->acceptor"
 	acceptToDialer = "acceptor->dialer"
+	chainLabel     = "link chain"
+	rekeyLabel     = "gorovod rekey v1 "
+	lowToHigh      = "low->high"
+	highToLow      = "high->low"
 )
+
+// RekeyMAC is the MAC of an encoded rekey message (transport.MACInput of
+// it) under the link's chaining secret.
+func RekeyMAC(chain *[ChainSize]byte, msg []byte) [transport.RekeyMACSize]byte {
+	h := hmac.New(sha256.New, chain[:])
+	h.Write(msg)
+	var out [transport.RekeyMACSize]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// Rekey derives a link's keys for the world its two ends move into, from
+// its current chaining secret and both ends' rekey messages (mine, sent by
+// this end, and theirs, each as checked by transport.CheckRekey): the
+// salt is both nonces, the derivation names the job, the new epoch, world
+// size, both new ranks, the lane and the setting. Directions are named by
+// the new ranks, so each end's Send is the other's Recv. The result has a
+// new chaining secret for the next move.
+func Rekey(sec transport.Security, chain *[ChainSize]byte, job uint64, mine, theirs *transport.RekeyMsg) (Keys, error) {
+	k := Keys{Security: sec}
+	lo, hi := mine, theirs
+	if mine.From > theirs.From {
+		lo, hi = theirs, mine
+	}
+	salt := make([]byte, 0, 2*transport.RekeyNonceSize)
+	salt = append(append(salt, lo.Nonce[:]...), hi.Nonce[:]...)
+	prk, err := hkdf.Extract(sha256.New, chain[:], salt)
+	if err != nil {
+		return k, err
+	}
+	var b [8 + 8 + 4*4 + 1]byte
+	binary.LittleEndian.PutUint64(b[0:], job)
+	binary.LittleEndian.PutUint64(b[8:], mine.Epoch)
+	binary.LittleEndian.PutUint32(b[16:], mine.Size)
+	binary.LittleEndian.PutUint32(b[20:], lo.From)
+	binary.LittleEndian.PutUint32(b[24:], hi.From)
+	binary.LittleEndian.PutUint32(b[28:], mine.Lane)
+	b[32] = uint8(sec)
+	info := rekeyLabel + string(b[:])
+	next, err := hkdf.Expand(sha256.New, prk, info+chainLabel, ChainSize)
+	if err != nil {
+		return k, err
+	}
+	copy(k.Chain[:], next)
+	if sec == transport.SecurityPlain {
+		return k, nil
+	}
+	up, err := hkdf.Expand(sha256.New, prk, info+lowToHigh, KeySize)
+	if err != nil {
+		return k, err
+	}
+	down, err := hkdf.Expand(sha256.New, prk, info+highToLow, KeySize)
+	if err != nil {
+		return k, err
+	}
+	if lo == mine {
+		copy(k.Send[:], up)
+		copy(k.Recv[:], down)
+	} else {
+		copy(k.Send[:], down)
+		copy(k.Recv[:], up)
+	}
+	return k, nil
+}
 
 // Derive returns the keys of one end of a link whose handshake exchanged
 // hello (the Hello as sent) and the acceptor's and dialer's nonces; dialer
 // says which end this is.
 func Derive(sec transport.Security, secret, hello, nonceA, nonceD []byte, dialer bool) (Keys, error) {
 	k := Keys{Security: sec}
-	if sec == transport.SecurityPlain {
-		return k, nil
-	}
 	salt := make([]byte, 0, len(nonceA)+len(nonceD))
 	salt = append(append(salt, nonceA...), nonceD...)
 	prk, err := hkdf.Extract(sha256.New, secret, salt)
@@ -53,6 +125,14 @@ func Derive(sec transport.Security, secret, hello, nonceA, nonceD []byte, dialer
 		return k, err
 	}
 	info := infoLabel + string(hello)
+	chain, err := hkdf.Expand(sha256.New, prk, info+chainLabel, ChainSize)
+	if err != nil {
+		return k, err
+	}
+	copy(k.Chain[:], chain)
+	if sec == transport.SecurityPlain {
+		return k, nil
+	}
 	d2a, err := hkdf.Expand(sha256.New, prk, info+dialerToAccept, KeySize)
 	if err != nil {
 		return k, err

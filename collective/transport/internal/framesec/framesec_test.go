@@ -246,6 +246,58 @@ func BenchmarkSegment(b *testing.B) {
 	})
 }
 
+// TestRekeyKeys: both ends of a link derive matching keys for the new
+// world (each one's Send the other's Recv) and the same next chaining
+// secret; keys differ from the old ones, and any change of a nonce, the
+// epoch or a rank gives other keys.
+func TestRekeyKeys(t *testing.T) {
+	var chain [framesec.ChainSize]byte
+	copy(chain[:], "a chaining secret of 32 bytes!!!")
+	w := transport.World{JobID: "job", Epoch: 7, Rank: 0, Addrs: []string{"a", "b", "c"}}
+	a := transport.NewRekeyMsg(w, 2, 0)
+	w.Rank = 2
+	b := transport.NewRekeyMsg(w, 0, 0)
+	job := transport.JobHash("job")
+	for _, sec := range []transport.Security{transport.SecurityAuthenticated, transport.SecurityEncrypted, transport.SecurityPlain} {
+		ka, err := framesec.Rekey(sec, &chain, job, &a, &b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kb, err := framesec.Rekey(sec, &chain, job, &b, &a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ka.Send != kb.Recv || ka.Recv != kb.Send || ka.Chain != kb.Chain {
+			t.Fatalf("%v: the two ends derived different keys", sec)
+		}
+		if ka.Chain == chain {
+			t.Fatalf("%v: the chaining secret did not change", sec)
+		}
+		if sec != transport.SecurityPlain && ka.Send == ka.Recv {
+			t.Fatalf("%v: both directions share a key", sec)
+		}
+		for name, edit := range map[string]func(m *transport.RekeyMsg){
+			"nonce": func(m *transport.RekeyMsg) { m.Nonce[0] ^= 1 },
+			"epoch": func(m *transport.RekeyMsg) { m.Epoch++ },
+			"rank":  func(m *transport.RekeyMsg) { m.From = 1 },
+		} {
+			c := a
+			edit(&c)
+			kc, err := framesec.Rekey(sec, &chain, job, &c, &b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kc.Chain == ka.Chain || (sec != transport.SecurityPlain && kc.Send == ka.Send) {
+				t.Fatalf("%v: another %s gave the same keys", sec, name)
+			}
+		}
+	}
+	mac := framesec.RekeyMAC(&chain, []byte("message"))
+	if other := framesec.RekeyMAC(&chain, []byte("messagf")); other == mac {
+		t.Fatal("two messages have one MAC")
+	}
+}
+
 // TestSub: a link's second stream gets keys the two ends agree on, that
 // differ from the link's own keys and between labels, and none for a plain
 // link.

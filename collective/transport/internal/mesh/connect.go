@@ -29,18 +29,46 @@ import (
 // anyone who saw a rank's hello could replay it with a bad proof, and the real
 // rank may still come.
 func (m *Connector) Connect(ctx context.Context, w transport.World) ([]transport.Link, error) {
+	return m.ConnectSome(ctx, w, nil)
+}
+
+// ConnectSome is Connect for the ranks r of w with want[r] set (every rank
+// when want is nil): the others' links are left nil, and a rank not wanted
+// that dials in is told this side is not ready (it retries). The elastic
+// layer uses it for the pairs whose links were not carried over from the
+// previous world (transport.PartialConnector).
+func (m *Connector) ConnectSome(ctx context.Context, w transport.World, want []bool) ([]transport.Link, error) {
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
 	size := w.Size()
-	if size == 1 {
-		return []transport.Link{nil}, nil
+	if want != nil && len(want) != size {
+		return nil, fmt.Errorf("%s: %d ranks wanted of a world of %d", m.cfg.Name, len(want), size)
+	}
+	wanted := func(r int) bool { return r != w.Rank && (want == nil || want[r]) }
+	need := 0
+	for r := range size {
+		if wanted(r) {
+			need++
+		}
+	}
+	if need == 0 {
+		// Nothing to dial, but the world is this transport's newest: a
+		// worker still dialling an older one is refused for good, as when
+		// the world is connected (precheck).
+		m.mu.Lock()
+		key := worldKey{transport.JobHash(w.JobID), w.Epoch}
+		if latest, ok := m.jobs[key.job]; !ok || latest < key.epoch {
+			m.noteLatest(key)
+		}
+		m.mu.Unlock()
+		return make([]transport.Link, size), nil
 	}
 	if size > transport.MaxWorldSize {
 		return nil, fmt.Errorf("%s: world of %d ranks over the limit %d", m.cfg.Name, size, transport.MaxWorldSize)
 	}
 	for r := 0; r < w.Rank; r++ {
-		if w.Addrs[r] == "" {
+		if wanted(r) && w.Addrs[r] == "" {
 			return nil, fmt.Errorf("%s: world has no address for rank %d", m.cfg.Name, r)
 		}
 	}
@@ -63,7 +91,12 @@ func (m *Connector) Connect(ctx context.Context, w transport.World) ([]transport
 	}
 	results := make(chan dialed, w.Rank)
 	var wg sync.WaitGroup
+	dialsLeft := 0
 	for r := 0; r < w.Rank; r++ {
+		if !wanted(r) {
+			continue
+		}
+		dialsLeft++
 		wg.Go(func() {
 			l, err := m.dialPeer(dctx, &w, r, key)
 			results <- dialed{r, l, err}
@@ -80,9 +113,9 @@ func (m *Connector) Connect(ctx context.Context, w transport.World) ([]transport
 		}
 	}()
 	dialErrs := make([]error, w.Rank)
-	have, dialsLeft := 0, w.Rank
+	have := 0
 	var failure error
-	for have < size-1 && failure == nil {
+	for have < need && failure == nil {
 		select {
 		case d := <-results:
 			dialsLeft--
@@ -103,6 +136,13 @@ func (m *Connector) Connect(ctx context.Context, w transport.World) ([]transport
 				if s, reason := pw.check(&a.hello); s != handshake.StatusOK {
 					m.log(slog.LevelInfo, "refusing peer", "remote", a.remote, "rank", from, "status", s, "reason", reason)
 					writeVerdict(a.conn, s, reason)
+					a.conn.Close()
+					continue
+				}
+				if !wanted(from) {
+					reason := "this side keeps its link to that rank from the previous world"
+					m.log(slog.LevelDebug, "refusing peer", "remote", a.remote, "rank", from, "reason", reason)
+					writeVerdict(a.conn, handshake.RejectNotReady, reason)
 					a.conn.Close()
 					continue
 				}
@@ -179,7 +219,7 @@ func (m *Connector) Connect(ctx context.Context, w transport.World) ([]transport
 		for r := w.Rank + 1; r < size; r++ {
 			acceptErrs[r] = m.authFailure(pw, r)
 		}
-		return nil, missingError(&w, links, dialErrs, acceptErrs, cerr)
+		return nil, missingError(&w, links, wanted, dialErrs, acceptErrs, cerr)
 	}
 	return nil, failure
 }
@@ -190,10 +230,10 @@ var errGaveUp = errors.New("gave up")
 
 // missingError names every rank not connected when ctx ended, with why when
 // known: the last dial attempt's failure, or a dialer that failed authentication.
-func missingError(w *transport.World, links []transport.Link, dialErrs, acceptErrs []error, cerr error) error {
+func missingError(w *transport.World, links []transport.Link, wanted func(int) bool, dialErrs, acceptErrs []error, cerr error) error {
 	e := &missingRanksError{ctxErr: cerr}
 	for r := range links {
-		if r == w.Rank || links[r] != nil {
+		if !wanted(r) || links[r] != nil {
 			continue
 		}
 		e.missing = append(e.missing, r)

@@ -574,16 +574,7 @@ func (m *Connector) register(key worldKey, w *transport.World) (*pendingWorld, e
 	if latest, ok := m.jobs[key.job]; ok && key.epoch < latest {
 		return nil, fmt.Errorf("%s: stale epoch: job %q epoch %d is older than epoch %d already connected on this transport", m.cfg.Name, w.JobID, key.epoch, latest)
 	}
-	m.jobs[key.job] = key.epoch
-	if len(m.jobs) > maxJobs {
-		// Forget some other job that is not being connected right now.
-		for j := range m.jobs {
-			if j != key.job && !m.connecting(j) {
-				delete(m.jobs, j)
-				break
-			}
-		}
-	}
+	m.noteLatest(key)
 	pw := &pendingWorld{rank: w.Rank, size: w.Size(), notify: make(chan struct{}, 1)}
 	m.worlds[key] = pw
 	for _, a := range m.parked[key] {
@@ -610,6 +601,21 @@ func (m *Connector) register(key worldKey, w *transport.World) (*pendingWorld, e
 	clear(m.authFails[len(kept):])
 	m.authFails = kept
 	return pw, nil
+}
+
+// noteLatest records key's epoch as the newest of its job connected here.
+// Called with m.mu held.
+func (m *Connector) noteLatest(key worldKey) {
+	m.jobs[key.job] = key.epoch
+	if len(m.jobs) > maxJobs {
+		// Forget some other job that is not being connected right now.
+		for j := range m.jobs {
+			if j != key.job && !m.connecting(j) {
+				delete(m.jobs, j)
+				break
+			}
+		}
+	}
 }
 
 func (m *Connector) connecting(job uint64) bool {
