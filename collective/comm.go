@@ -365,12 +365,22 @@ func (c *Communicator) Release(keep func(rank int) bool) []transport.Link {
 		return nil
 	}
 	c.stateMu.Lock()
-	var out []transport.Link
-	if c.failure == nil {
+	releasing := c.failure == nil
+	if releasing {
 		c.failure = ErrClosed
+	}
+	c.stateMu.Unlock()
+	var out []transport.Link
+	if releasing {
+		// A link that point-to-point traffic is on (a receive's pump reading
+		// it, a send part-way, a message arriving or kept) is not handed
+		// over: its next reader would meet this world's frames. halt stops
+		// new traffic first, so none starts after the look.
+		busy := c.p2p.halt(ErrClosed)
+		c.stateMu.Lock()
 		c.handed = make([]bool, len(c.links))
 		for r, l := range c.links {
-			if l != nil && !c.sendBroken[r] && keep(r) {
+			if l != nil && !c.sendBroken[r] && !busy[r] && keep(r) {
 				if out == nil {
 					out = make([]transport.Link, len(c.links))
 				}
@@ -378,8 +388,8 @@ func (c *Communicator) Release(keep func(rank int) bool) []transport.Link {
 				c.handed[r] = true
 			}
 		}
+		c.stateMu.Unlock()
 	}
-	c.stateMu.Unlock()
 	c.opMu.Unlock()
 	c.closeLinks()
 	return out

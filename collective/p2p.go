@@ -166,6 +166,25 @@ func (p *p2pState) stop(err error) {
 	p.cond.Broadcast()
 }
 
+// halt is stop for a communicator handing its links over (Release): it
+// also reports, per peer, whether point-to-point traffic is on the link —
+// a pump reading or about to, a send holding it, a message part-way in or
+// kept, a collective's header the pump read. With err set no receive is
+// posted and no pump starts afterwards; a send that had not taken its link
+// yet finds the communicator failed.
+func (p *p2pState) halt(err error) []bool {
+	p.stop(err)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	busy := make([]bool, len(p.peers))
+	for i := range p.peers {
+		pp := &p.peers[i]
+		busy[i] = pp.pumping || pp.readDone != nil || pp.current != nil || len(pp.kept) > 0 ||
+			pp.hasPending || len(pp.sending) > 0
+	}
+	return busy
+}
+
 func (r *p2pRecv) finish(err error) {
 	r.err = err
 	close(r.done)

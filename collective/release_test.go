@@ -63,6 +63,56 @@ func TestRelease(t *testing.T) {
 	}
 }
 
+// TestReleaseKeepsNoLinkWithMessages: a link that point-to-point traffic is
+// on is not handed over, since the next world's first reader of it would
+// meet this world's frames; the others are, and the waiting receive ends
+// with the communicator.
+func TestReleaseKeepsNoLinkWithMessages(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		busy func(t *testing.T, comms []*Communicator) <-chan error
+	}{
+		{"receive posted", func(t *testing.T, comms []*Communicator) <-chan error {
+			done := make(chan error, 1)
+			go func() { done <- comms[0].Recv(context.Background(), 1, 9, make([]byte, 4)) }()
+			waitFor(t, "the receive's pump", func() bool {
+				comms[0].p2p.mu.Lock()
+				defer comms[0].p2p.mu.Unlock()
+				return comms[0].p2p.peers[1].pumping
+			})
+			return done
+		}},
+		{"message kept", func(t *testing.T, comms []*Communicator) <-chan error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := comms[1].Send(ctx, 0, 9, []byte{1, 2, 3, 4}); err != nil {
+				t.Fatal(err)
+			}
+			// A collective on rank 0 meets the message first and keeps it.
+			noErrors(t, onAll(t, comms, 5*time.Second, func(ctx context.Context, c *Communicator) error {
+				v := []float32{1}
+				return Allreduce(ctx, c, v, v, Sum)
+			}))
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			comms := newWorld(t, inprocMesh, 3, Config{})
+			done := tc.busy(t, comms)
+			out := comms[0].Release(func(int) bool { return true })
+			if out == nil || out[1] != nil || out[2] == nil {
+				t.Fatalf("handed over %v, want the link to rank 2 alone", out)
+			}
+			out[2].Close()
+			if done != nil {
+				if err := <-done; !errors.Is(err, ErrClosed) {
+					t.Fatalf("the receive waiting at the release: %v, want ErrClosed", err)
+				}
+			}
+		})
+	}
+}
+
 // TestReleaseSubsets: subset communicators (Subset) run on their parent's
 // links, so only the parent hands links over. Releasing a subset closes it
 // alone; a released parent's subsets stop and leave the handed links open
@@ -140,5 +190,17 @@ func TestReleaseSubsets(t *testing.T) {
 			subs := subsetsOf(t, comms, [][]int{{0, 1}})
 			tc.run(t, comms, subs)
 		})
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		runtime.Gosched()
 	}
 }
