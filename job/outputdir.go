@@ -22,6 +22,7 @@ import (
 //	job      <job id> <runner pid>
 //	started  <index> <pid> <host>
 //	exited   <index> <state> <why>
+//	adopted  <runner pid>              a runner took the job back (Config.Adopt)
 //	ended    <verdict: "ok" or the job's error>
 const recordFile = "record.tsv"
 
@@ -38,7 +39,9 @@ type jobRecord struct {
 	f  *os.File
 }
 
-func openJobRecord(dir, jobID string) (*jobRecord, error) {
+// openJobRecord opens the record in dir: a new job's (a job line), or with
+// adopted, the record of the job the runner takes back (an adopted line).
+func openJobRecord(dir, jobID string, adopted bool) (*jobRecord, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("job: the job's directory: %w", err)
 	}
@@ -47,7 +50,11 @@ func openJobRecord(dir, jobID string) (*jobRecord, error) {
 		return nil, fmt.Errorf("job: the job's record: %w", err)
 	}
 	r := &jobRecord{f: f}
-	r.line("job", jobID, strconv.Itoa(os.Getpid()))
+	if adopted {
+		r.line("adopted", strconv.Itoa(os.Getpid()))
+	} else {
+		r.line("job", jobID, strconv.Itoa(os.Getpid()))
+	}
 	return r, nil
 }
 
@@ -105,8 +112,9 @@ func (r *jobRecord) close() {
 // JobRecord is what a job's directory says about the job (ReadJobRecord).
 type JobRecord struct {
 	JobID     string
-	RunnerPID int // the process that ran the job (`gorovod run`)
+	RunnerPID int // the process that ran the job (`gorovod run`), or the last that adopted it
 	Workers   []RecordedWorker
+	Adopted   int    // how many times a runner took the job back
 	Ended     bool   // the runner saw the job end
 	Verdict   string // then: "ok", or why the job failed
 }
@@ -165,6 +173,11 @@ func ReadJobRecord(dir string) (JobRecord, error) {
 			}
 			w := &rec.Workers[k]
 			w.Exited, w.State, w.Why = true, fields[2], fields[3]
+		case fields[0] == "adopted" && len(fields) == 2 && rec.JobID != "":
+			if rec.RunnerPID, err = strconv.Atoi(fields[1]); err != nil {
+				return bad()
+			}
+			rec.Adopted++
 		case fields[0] == "ended" && len(fields) == 2:
 			rec.Ended, rec.Verdict = true, fields[1]
 		default:
