@@ -1,0 +1,141 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/job"
+)
+
+// TestRunAttach kills `gorovod run` (kill -9) in the middle of a 3-worker
+// job, and a second `gorovod run --attach DIR` takes the job back: the
+// workers train on without a world change, the new driver adopts them,
+// replaces one killed afterwards (kill -9) with a worker of its own,
+// and ends the job with exit status 0 once training is over — every step
+// committed, with the same parameters on every worker. Its record says
+// what it knows: the adopted workers that reported the end of training
+// finished, the killed one ended unknown (its exit status went to the dead
+// runner's parent, not to this one).
+func TestRunAttach(t *testing.T) {
+	const steps = 3000
+	dir := t.TempDir()
+	h := startRunJob(t, "--np", "3", "--output-dir", dir, "--",
+		synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
+	h.waitFor(t, "step 30 on every worker", 2*time.Minute, func(lines []trainerLine) bool {
+		seen := map[int]bool{}
+		for _, l := range lines {
+			if l.Step >= 30 {
+				seen[l.Worker] = true
+			}
+		}
+		return len(seen) == 3
+	})
+	pids := []int{h.pid(t, 0), h.pid(t, 1), h.pid(t, 2)}
+	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-h.exited
+	h.mu.Lock()
+	killedAt := maxStep(h.lines)
+	h.mu.Unlock()
+	t.Logf("launcher killed at step %d of %d", killedAt, steps)
+	// Training goes on without a driver.
+	waitOutput(t, dir, 3, "20 steps after the launcher died", func(ws map[int][]trainerLine) bool {
+		return maxStep(ws[0]) >= killedAt+20
+	})
+
+	a := startRunJob(t, "--attach", dir)
+	a.waitFor(t, "the adopted workers' lines through the new runner", 2*time.Minute, func(lines []trainerLine) bool {
+		seen := map[int]bool{}
+		for _, l := range lines {
+			seen[l.Worker] = true
+		}
+		return len(seen) == 3
+	})
+	for i, pid := range pids {
+		if got := a.pid(t, i); got != pid {
+			t.Fatalf("the new runner adopted pid %d as worker %d, want %d", got, i, pid)
+		}
+	}
+	if !strings.Contains(a.logText(), "took back job") {
+		t.Fatalf("the new runner did not say it took the job back:\n%s", a.logText())
+	}
+	a.mu.Lock()
+	attachedAt := maxStep(a.lines)
+	a.mu.Unlock()
+	if attachedAt >= steps-200 {
+		t.Fatalf("the job was nearly over (step %d) when the new runner took it: make it longer", attachedAt)
+	}
+	if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The floor (--np 3) replaces it: worker 3, started by the new runner,
+	// trains in a world of 3.
+	a.waitFor(t, "a replacement training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
+		for _, l := range lines {
+			if l.Worker == 3 && l.Size == 3 {
+				return true
+			}
+		}
+		return false
+	})
+	var err error
+	select {
+	case err = <-a.exited:
+	case <-time.After(3 * time.Minute):
+		a.timedOut(t, "the attached runner to end")
+	}
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatalf("gorovod run --attach: %v; log:\n%s", err, a.logText())
+	}
+	ws := waitOutput(t, dir, 4, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
+		return maxStep(ws[0]) >= steps && maxStep(ws[1]) >= steps && maxStep(ws[3]) >= steps
+	})
+	params := map[int64]string{}
+	for i, lines := range ws {
+		for _, l := range lines {
+			if p, ok := params[l.Step]; ok && p != l.Params {
+				t.Fatalf("step %d: worker %d has parameters %.12s, another %.12s", l.Step, i, l.Params, p)
+			}
+			params[l.Step] = l.Params
+		}
+	}
+	for s := int64(1); s <= steps; s++ {
+		if _, ok := params[s]; !ok {
+			t.Fatalf("no worker committed step %d", s)
+		}
+	}
+	log := a.logText()
+	for _, want := range []string{"3 workers finished, 0 lost, 0 failed, 1 ended unknown", "worker 2 (pid "} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the new runner's log lacks %q:\n%s", want, log)
+		}
+	}
+	rec, err := job.ReadJobRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rec.Ended || rec.Verdict != "ok" || rec.Adopted != 1 || rec.RunnerPID != a.cmd.Process.Pid {
+		t.Errorf("record: ended %v verdict %q adopted %d runner %d, want ended, ok, adopted once by pid %d",
+			rec.Ended, rec.Verdict, rec.Adopted, rec.RunnerPID, a.cmd.Process.Pid)
+	}
+	states := map[int]string{}
+	for _, w := range rec.Workers {
+		states[w.Index] = w.State
+	}
+	if want := map[int]string{0: "finished", 1: "finished", 2: "unknown", 3: "finished"}; fmt.Sprint(states) != fmt.Sprint(want) {
+		t.Errorf("recorded ends %v, want %v", states, want)
+	}
+	if !waitAllGone(pids[:2], time.Minute) {
+		t.Fatalf("adopted workers still running a minute after the job ended")
+	}
+}
