@@ -66,10 +66,28 @@ func TestRunAttach(t *testing.T) {
 		t.Fatalf("the new runner did not say it took the job back:\n%s", a.logText())
 	}
 	a.mu.Lock()
+	firstSeen := maxStep(a.lines)
+	a.mu.Unlock()
+	// The new driver learns the world and the workers see it (it proposes
+	// nothing): 200 steps are well over the second that takes.
+	a.waitFor(t, "200 steps under the new runner", 2*time.Minute, func(lines []trainerLine) bool { return maxStep(lines) >= firstSeen+200 })
+	a.mu.Lock()
 	attachedAt := maxStep(a.lines)
 	a.mu.Unlock()
 	if attachedAt >= steps-200 {
 		t.Fatalf("the job was nearly over (step %d) when the new runner took it: make it longer", attachedAt)
+	}
+	// Taking the job back needs no world change: the workers train on in
+	// the world they had when the launcher died.
+	h.mu.Lock()
+	before := h.lines[len(h.lines)-1].WorldEpoch
+	h.mu.Unlock()
+	a.mu.Lock()
+	after := a.lines[len(a.lines)-1].WorldEpoch
+	a.mu.Unlock()
+	t.Logf("world epoch %d when the launcher died, %d at step %d under the new runner", before, after, attachedAt)
+	if after != before {
+		t.Errorf("the world changed from epoch %d to %d while the job was taken back, with the same workers", before, after)
 	}
 	if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -115,6 +133,7 @@ func TestRunAttach(t *testing.T) {
 		}
 	}
 	log := a.logText()
+	t.Logf("the new runner's log:\n%s", log)
 	for _, want := range []string{"3 workers finished, 0 lost, 0 failed, 1 ended unknown", "worker 2 (pid "} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the new runner's log lacks %q:\n%s", want, log)

@@ -126,7 +126,7 @@ func (d *Driver) notify(o epoch.Output) {
 		// An adopting driver continues from the workers' world: for the
 		// launcher it is the first world it sees (another may follow at
 		// once, if members are gone).
-		if d.cfg.Adopt && d.cfg.OnEpoch != nil && o.World.Number > 0 {
+		if o.Adopted && d.cfg.OnEpoch != nil && o.World.Number > 0 {
 			d.cfg.OnEpoch(o.World)
 		}
 	case epoch.Finished:

@@ -874,7 +874,7 @@ func (p *Proposer) endSync(now time.Time) {
 	if len(s.waiting) > 0 {
 		unheard = slices.Sorted(maps.Keys(s.waiting))
 	}
-	p.emit(TookOver{World: p.current, Unheard: unheard})
+	p.emit(TookOver{World: p.current, Unheard: unheard, Adopted: s.adopting})
 	p.announceAt = now.Add(p.cfg.Reannounce)
 	p.change(now)
 	for _, r := range s.held {
