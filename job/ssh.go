@@ -56,10 +56,16 @@ func (l *SSHLauncher) Launch(ctx context.Context, r LaunchRequest) (Process, err
 	if out == nil {
 		out = func(string, []byte) {}
 	}
-	p, err := launch.StartRemote(ctx, launch.RemoteSpec{
+	spec := launch.RemoteSpec{
 		Host: r.Host, Argv: r.Argv, Env: r.Env, Slots: r.Share, Output: out,
 		StopSignal: StopSignal, StopGrace: l.StopGrace, SSH: l.SSH,
-	})
+	}
+	if r.OutputDir != "" {
+		// The same path on the worker's host: the worker writes its output
+		// there, and outlives its launcher as the local ones do.
+		spec.OutputFiles = OutputFiles(r.OutputDir, r.Index)
+	}
+	p, err := launch.StartRemote(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
