@@ -12,17 +12,20 @@ import (
 	"github.com/gorovod/gorovod/job"
 )
 
-// TestRunAttach kills `gorovod run` (kill -9) in the middle of a 3-worker
-// job, and a second `gorovod run --attach DIR` takes the job back: the
-// workers train on without a world change, the new driver adopts them,
-// replaces one killed afterwards (kill -9) with a worker of its own,
-// and ends the job with exit status 0 once training is over — every step
-// committed, with the same parameters on every worker. Its record says
-// what it knows: the adopted workers that reported the end of training
-// finished, the killed one ended unknown (its exit status went to the dead
-// runner's parent, not to this one).
+// TestRunAttach: a 3-worker job loses a worker (kill -9), which `gorovod
+// run` replaces (the job's epochs are then past 1, as a fresh driver's would
+// not be); then `gorovod run` itself is killed (kill -9), and `gorovod run
+// --attach DIR` takes the job back: the workers train on without a world
+// change, the new driver adopts them, replaces one killed afterwards (kill
+// -9) with a worker of its own, and ends the job with exit status 0 once
+// training is over — every step committed, with the same parameters on
+// every worker. Its record says what it knows: the adopted workers that
+// reported the end of training finished, the one killed under the first
+// runner lost (as that runner recorded), the one killed after the takeover
+// unknown (its exit status went to the dead runner's parent, not to this
+// one).
 func TestRunAttach(t *testing.T) {
-	const steps = 3000
+	const steps = 4000
 	dir := t.TempDir()
 	h := startRunJob(t, "--np", "3", "--output-dir", dir, "--",
 		synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
@@ -35,7 +38,18 @@ func TestRunAttach(t *testing.T) {
 		}
 		return len(seen) == 3
 	})
-	pids := []int{h.pid(t, 0), h.pid(t, 1), h.pid(t, 2)}
+	if err := syscall.Kill(h.pid(t, 2), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "the replacement, worker 3, training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
+		for _, l := range lines {
+			if l.Worker == 3 && l.Size == 3 && l.Step >= 10 {
+				return true
+			}
+		}
+		return false
+	})
+	pids := []int{h.pid(t, 0), h.pid(t, 1), h.pid(t, 3)}
 	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +59,7 @@ func TestRunAttach(t *testing.T) {
 	h.mu.Unlock()
 	t.Logf("launcher killed at step %d of %d", killedAt, steps)
 	// Training goes on without a driver.
-	waitOutput(t, dir, 3, "20 steps after the launcher died", func(ws map[int][]trainerLine) bool {
+	waitOutput(t, dir, 4, "20 steps after the launcher died", func(ws map[int][]trainerLine) bool {
 		return maxStep(ws[0]) >= killedAt+20
 	})
 
@@ -57,9 +71,9 @@ func TestRunAttach(t *testing.T) {
 		}
 		return len(seen) == 3
 	})
-	for i, pid := range pids {
-		if got := a.pid(t, i); got != pid {
-			t.Fatalf("the new runner adopted pid %d as worker %d, want %d", got, i, pid)
+	for i, worker := range []int{0, 1, 3} {
+		if got := a.pid(t, worker); got != pids[i] {
+			t.Fatalf("the new runner adopted pid %d as worker %d, want %d", got, worker, pids[i])
 		}
 	}
 	if !strings.Contains(a.logText(), "took back job") {
@@ -92,11 +106,11 @@ func TestRunAttach(t *testing.T) {
 	if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	// The floor (--np 3) replaces it: worker 3, started by the new runner,
+	// The floor (--np 3) replaces it: worker 4, started by the new runner,
 	// trains in a world of 3.
 	a.waitFor(t, "a replacement training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
 		for _, l := range lines {
-			if l.Worker == 3 && l.Size == 3 {
+			if l.Worker == 4 && l.Size == 3 {
 				return true
 			}
 		}
@@ -115,8 +129,8 @@ func TestRunAttach(t *testing.T) {
 	if err != nil {
 		t.Fatalf("gorovod run --attach: %v; log:\n%s", err, a.logText())
 	}
-	ws := waitOutput(t, dir, 4, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
-		return maxStep(ws[0]) >= steps && maxStep(ws[1]) >= steps && maxStep(ws[3]) >= steps
+	ws := waitOutput(t, dir, 5, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
+		return maxStep(ws[0]) >= steps && maxStep(ws[1]) >= steps && maxStep(ws[4]) >= steps
 	})
 	params := map[int64]string{}
 	for i, lines := range ws {
@@ -134,7 +148,7 @@ func TestRunAttach(t *testing.T) {
 	}
 	log := a.logText()
 	t.Logf("the new runner's log:\n%s", log)
-	for _, want := range []string{"3 workers finished, 0 lost, 0 failed, 1 ended unknown", "worker 2 (pid "} {
+	for _, want := range []string{"3 workers finished, 1 lost, 0 failed, 1 ended unknown", "worker 3 (pid "} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the new runner's log lacks %q:\n%s", want, log)
 		}
@@ -151,10 +165,10 @@ func TestRunAttach(t *testing.T) {
 	for _, w := range rec.Workers {
 		states[w.Index] = w.State
 	}
-	if want := map[int]string{0: "finished", 1: "finished", 2: "unknown", 3: "finished"}; fmt.Sprint(states) != fmt.Sprint(want) {
+	if want := map[int]string{0: "finished", 1: "finished", 2: "lost", 3: "unknown", 4: "finished"}; fmt.Sprint(states) != fmt.Sprint(want) {
 		t.Errorf("recorded ends %v, want %v", states, want)
 	}
-	if !waitAllGone(pids[:2], time.Minute) {
+	if !waitAllGone(pids, time.Minute) {
 		t.Fatalf("adopted workers still running a minute after the job ended")
 	}
 }
