@@ -179,7 +179,7 @@ func procStartTime(pid int) (uint64, error) {
 // ErrExitUnknown is wrapped by the error of an adopted worker that exited:
 // its exit status went to its parent, the runner that died (or init), not
 // to the runner that adopted it.
-var ErrExitUnknown = errors.New("exit status not known: the process was started by a runner that died")
+var ErrExitUnknown = launch.ErrExitUnknown
 
 // adoptedPoll is how often an adopted process is looked at: it is not this
 // process's child, so nothing signals its exit.

@@ -162,9 +162,22 @@ func (e *HostError) Unwrap() error { return e.Err }
 type RemoteExit struct {
 	Host string
 	Code int
+	// Unknown: the worker was adopted (FollowRemote) and has exited; its
+	// status (Code) is not known. Such an error wraps ErrExitUnknown.
+	Unknown bool
+}
+
+func (e *RemoteExit) Unwrap() error {
+	if e.Unknown {
+		return ErrExitUnknown
+	}
+	return nil
 }
 
 func (e *RemoteExit) Error() string {
+	if e.Unknown {
+		return fmt.Sprintf("exited on %s: %v", e.Host, ErrExitUnknown)
+	}
 	if sig, ok := e.Signal(); ok {
 		return fmt.Sprintf("signal: %v (exit status %d on %s)", sig, e.Code, e.Host)
 	}
@@ -173,7 +186,7 @@ func (e *RemoteExit) Error() string {
 
 // Signal reports the signal that ended the worker, by the shells' rule.
 func (e *RemoteExit) Signal() (syscall.Signal, bool) {
-	if e.Code > 128 && e.Code < 128+65 {
+	if !e.Unknown && e.Code > 128 && e.Code < 128+65 {
 		return syscall.Signal(e.Code - 128), true
 	}
 	return 0, false
@@ -346,6 +359,7 @@ type remoteWorker struct {
 	started    chan struct{}
 	exitCode   int // valid when exitSeen
 	exitSeen   bool
+	gone       bool // an adopted worker exited, status unknown (FollowRemote)
 	timedOut   bool
 	stderr     []string // ssh's last lines
 }
@@ -453,6 +467,8 @@ func (r *remoteWorker) filterStdout(out func(int, string, []byte)) func(int, str
 			}
 		case "exit":
 			r.exitCode, r.exitSeen = n, true
+		case "gone":
+			r.gone = true
 		default:
 			out(i, stream, line)
 		}
@@ -506,6 +522,8 @@ func (r *remoteWorker) outcome(sshErr error) error {
 	defer r.mu.Unlock()
 	stderr := strings.Join(r.stderr, " | ")
 	switch {
+	case r.gone:
+		return &RemoteExit{Host: r.host, Code: -1, Unknown: true}
 	case r.exitSeen && r.exitCode == 0:
 		return nil
 	case r.exitSeen:
@@ -647,4 +665,153 @@ func (p *RemoteProcess) Err() error {
 	default:
 		return nil
 	}
+}
+
+// The follow shim: what a launcher that adopts a running remote worker (its
+// own launcher died) runs on the worker's host. It reads a header on stdin
+// (the protocol, a nonce, the worker's pid, its job id and launch index, its
+// output files' path prefix, the stop signal and the grace in tenths of a
+// second), checks that the pid is that worker (/proc/PID/environ names the
+// job and the index: a pid used again by another process is refused), prints
+// "gorovod-shim NONCE started PID", follows the output files from their end
+// onto the connection, forwards "signal NAME" lines, stops the worker's
+// process group on "stop", and prints "gorovod-shim NONCE gone 0" once the
+// pid has exited: its exit status went to whoever reaped it, not here. stdin
+// closing without "stop" leaves the worker running, as under shimScript.
+const followProtocol = "gorovod-follow 1"
+
+const followScript = `set -u
+fail() { echo "gorovod: $*" >&2; exit 126; }
+IFS= read -r v || fail "no follow header on stdin"
+[ "$v" = "` + followProtocol + `" ] || fail "unknown follow protocol: $v"
+IFS= read -r nonce && IFS= read -r pid && IFS= read -r job && IFS= read -r index && IFS= read -r out && IFS= read -r stopsig && IFS= read -r grace || fail "truncated follow header"
+envs=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || fail "pid $pid: not running (or not readable)"
+printf '%s\n' "$envs" | grep -qxF "GOROVOD_JOB_ID=$job" || fail "pid $pid: not a worker of job $job"
+printf '%s\n' "$envs" | grep -qxF "GOROVOD_LAUNCH_INDEX=$index" || fail "pid $pid: not worker $index of job $job"
+echo "gorovod-shim $nonce started $pid"
+exec 3<&0
+tail -n 0 -s 0.05 --pid="$pid" -f "$out.stdout" </dev/null &
+t1=$!
+tail -n 0 -s 0.05 --pid="$pid" -f "$out.stderr" </dev/null >&2 &
+t2=$!
+(
+  stop=
+  while read -r cmd arg <&3; do
+    case $cmd in
+    signal) kill -s "$arg" "$pid" ;;
+    stop) stop=1; break ;;
+    esac
+  done
+  [ -n "$stop" ] || exit 0
+  trap '' TERM
+  kill -s "$stopsig" -- "-$pid" && kill -s CONT -- "-$pid"
+  i=0
+  while kill -s 0 -- "-$pid"; do
+    if [ "$i" -ge "$grace" ]; then kill -s KILL -- "-$pid"; break; fi
+    sleep 0.1; i=$((i + 1))
+  done
+) >/dev/null 2>&1 &
+w=$!
+while kill -s 0 "$pid" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" != Z ]; do sleep 0.1; done
+kill "$w" 2>/dev/null
+wait "$t1" "$t2"
+echo "gorovod-shim $nonce gone 0"`
+
+// ErrExitUnknown is wrapped by the end of a remote worker that was adopted
+// (FollowRemote): it was not started through this connection, so its exit
+// status is not known here.
+var ErrExitUnknown = errors.New("exit status not known: the process was started by a launcher that died")
+
+// FollowSpec is a running remote worker to adopt: one started with
+// RemoteSpec.OutputFiles by a launcher that died.
+type FollowSpec struct {
+	Host  string
+	PID   int    // on Host
+	JobID string // its GOROVOD_JOB_ID
+	Index int    // its GOROVOD_LAUNCH_INDEX
+	// OutputFiles is the path prefix of its output files on Host: their
+	// new lines go to Output.
+	OutputFiles string
+	Output      func(stream string, line []byte)
+	StopSignal  syscall.Signal
+	StopGrace   time.Duration
+	SSH         SSH
+}
+
+// FollowRemote adopts a running remote worker over ssh: its new output
+// lines, signals, its stop when ctx ends (StopSignal to its process group,
+// SIGKILL after StopGrace), and its exit, whose status is not known (the
+// process's end wraps ErrExitUnknown). A pid that is not that worker of the
+// job, or not running, ends the process with a *HostError saying so.
+func FollowRemote(ctx context.Context, spec FollowSpec) (*RemoteProcess, error) {
+	if IsLocal(spec.Host) {
+		return nil, fmt.Errorf("launch: %q is this host", spec.Host)
+	}
+	if strings.HasPrefix(spec.Host, "-") || strings.ContainsAny(spec.Host, " \t\r\n'\"\\") {
+		return nil, fmt.Errorf("launch: %q is not a host name", spec.Host)
+	}
+	for _, v := range []string{spec.JobID, spec.OutputFiles} {
+		if v == "" || strings.ContainsAny(v, "\n\r\x00") {
+			return nil, fmt.Errorf("launch: following a worker on %s: job id %q and output files %q must be single lines", spec.Host, spec.JobID, spec.OutputFiles)
+		}
+	}
+	if spec.PID <= 0 || spec.Index < 0 {
+		return nil, fmt.Errorf("launch: following a worker on %s: pid %d, index %d", spec.Host, spec.PID, spec.Index)
+	}
+	if spec.StopGrace <= 0 {
+		spec.StopGrace = DefaultStopGrace
+	}
+	if spec.StopSignal == 0 {
+		spec.StopSignal = syscall.SIGTERM
+	}
+	if spec.Output == nil {
+		spec.Output = func(string, []byte) {}
+	}
+	sig := strings.TrimPrefix(unix.SignalName(spec.StopSignal), "SIG")
+	if sig == "" {
+		return nil, fmt.Errorf("launch: stop signal %d has no name", spec.StopSignal)
+	}
+	s, err := spec.SSH.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, 8)
+	_, _ = rand.Read(nonce)
+	r := &remoteWorker{host: spec.Host, nonce: hex.EncodeToString(nonce), timeout: s.StartTimeout, started: make(chan struct{})}
+	input := fmt.Sprintf("%s\n%s\n%d\n%s\n%d\n%s\n%s\n%d\n", followProtocol, r.nonce, spec.PID, spec.JobID, spec.Index, spec.OutputFiles,
+		sig, max(int(spec.StopGrace/(100*time.Millisecond)), 1))
+	sshArgv := s.argv(spec.Host, strings.Join([]string{"exec", "sh", "-c", shellQuote(followScript), "gorovod-follow"}, " "))
+	cmd := exec.CommandContext(ctx, sshArgv[0], sshArgv[1:]...)
+	if r.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	cmd.Cancel = func() error {
+		r.wmu.Lock()
+		defer r.wmu.Unlock()
+		_, _ = io.WriteString(r.stdin, "stop\n")
+		return r.stdin.Close()
+	}
+	cmd.WaitDelay = spec.StopGrace + s.ConnectTimeout
+	out := func(_ int, stream string, line []byte) { spec.Output(stream, line) }
+	stdout := &lineWriter{stream: "stdout", out: r.filterStdout(out)}
+	stderr := &lineWriter{stream: "stderr", out: r.keepStderr(out)}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("launch: following a worker on %s: running %s: %w", spec.Host, sshArgv[0], err)
+	}
+	r.wmu.Lock()
+	go func() {
+		defer r.wmu.Unlock()
+		_, _ = io.WriteString(r.stdin, input)
+	}()
+	go r.watchStart(cmd)
+	p := &RemoteProcess{host: spec.Host, cmd: cmd, r: r, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		stdout.flush()
+		stderr.flush()
+		p.err = r.outcome(err)
+		close(p.done)
+	}()
+	return p, nil
 }

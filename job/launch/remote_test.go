@@ -407,6 +407,124 @@ func TestRemoteLauncherKilled(t *testing.T) {
 	}
 }
 
+// orphanWorker starts a remote "tick" worker with output files under a
+// launcher process, kills the launcher (kill -9), and returns the worker's
+// pid and output files' prefix: a worker whose launcher died.
+func orphanWorker(t *testing.T, ssh SSH, host string) (int, string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "jobdir", "worker-0")
+	cfg, _ := json.Marshal(remoteLauncherConfig{SSH: ssh, Host: host, OutputFiles: out})
+	launcher := exec.Command(os.Args[0])
+	launcher.Env = append(os.Environ(), envChild+"=launcher", "LAUNCH_TEST_REMOTE="+string(cfg))
+	launcher.Stderr = os.Stderr
+	stdout, err := launcher.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := launcher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = launcher.Process.Kill(); _ = launcher.Wait() }()
+	sc := bufio.NewScanner(stdout)
+	var pid int
+	for sc.Scan() {
+		if p, ok := strings.CutPrefix(sc.Text(), "remote pid "); ok {
+			pid, _ = strconv.Atoi(p)
+			break
+		}
+	}
+	if pid == 0 {
+		t.Fatal("the launcher did not report its worker")
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // started (through ssh) by this test
+	return pid, out
+}
+
+// TestFollowRemote adopts a remote worker whose launcher died
+// (FollowRemote): its new lines come back, ending the context stops it
+// (stop signal to its group), and a worker that exits by itself ends the
+// process with its status unknown; a pid that is not the job's worker of
+// that index is refused.
+func TestFollowRemote(t *testing.T) {
+	_, hs, ssh := remoteHosts(t, 2)
+	for _, tc := range []struct {
+		name  string
+		index int
+		how   string // "stop": the context ends; "kill": the worker dies by itself
+	}{
+		{"stopped by its new launcher", 0, "stop"},
+		{"exits by itself", 0, "kill"},
+		{"another worker's index", 5, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pid, out := orphanWorker(t, ssh, hs[1].Name)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var mu sync.Mutex
+			var got []string
+			p, err := FollowRemote(ctx, FollowSpec{Host: hs[1].Name, PID: pid, JobID: "follow-test", Index: tc.index, OutputFiles: out,
+				SSH: ssh, StopGrace: time.Second, Output: func(stream string, line []byte) {
+					mu.Lock()
+					got = append(got, stream+":"+string(line))
+					mu.Unlock()
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.how == "" {
+				select {
+				case <-p.Done():
+				case <-time.After(30 * time.Second):
+					t.Fatal("following the wrong worker did not fail")
+				}
+				var he *HostError
+				if err := p.Err(); !errors.As(err, &he) || !strings.Contains(err.Error(), "not worker 5 of job follow-test") {
+					t.Errorf("following pid %d as worker 5: %v, want a HostError saying it is not", pid, err)
+				}
+				if err := syscall.Kill(pid, 0); err != nil {
+					t.Errorf("the worker is gone after a refused adoption: %v", err)
+				}
+				return
+			}
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				mu.Lock()
+				n := len(got)
+				mu.Unlock()
+				if n >= 5 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no new lines from the adopted worker: %v", p.Err())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if p.PID() != pid {
+				t.Errorf("PID %d, want %d", p.PID(), pid)
+			}
+			if tc.how == "stop" {
+				cancel()
+			} else if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-p.Done():
+			case <-time.After(15 * time.Second):
+				t.Fatal("the adopted worker's end not seen")
+			}
+			t.Logf("end: %v; stderr %q", p.Err(), p.r.stderr)
+			waitGone(t, pid, 5*time.Second)
+			if err := p.Err(); !errors.Is(err, ErrExitUnknown) {
+				t.Errorf("end of an adopted worker: %v, want ErrExitUnknown", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !strings.HasPrefix(got[0], "stdout:tick ") {
+				t.Errorf("first line %q, want a tick written after the adoption", got[0])
+			}
+		})
+	}
+}
+
 // ticks counts the "tick" lines in file.
 func ticks(t *testing.T, file string) int {
 	t.Helper()
@@ -498,7 +616,8 @@ func remoteLauncherChild() int {
 		mode = "tick"
 	}
 	started := make(chan struct{}, 1)
-	p, err := StartRemote(context.Background(), RemoteSpec{Host: cfg.Host, Argv: []string{os.Args[0]}, Env: []string{envChild + "=" + mode},
+	p, err := StartRemote(context.Background(), RemoteSpec{Host: cfg.Host, Argv: []string{os.Args[0]},
+		Env:  []string{envChild + "=" + mode, envconfig.EnvJobID + "=follow-test", envconfig.EnvLaunchIndex + "=0"},
 		SSH: cfg.SSH, OutputFiles: cfg.OutputFiles,
 		Output: func(stream string, line []byte) {
 			if string(line) == "ready" {
