@@ -617,7 +617,7 @@ func remoteLauncherChild() int {
 	}
 	started := make(chan struct{}, 1)
 	p, err := StartRemote(context.Background(), RemoteSpec{Host: cfg.Host, Argv: []string{os.Args[0]},
-		Env:  []string{envChild + "=" + mode, envconfig.EnvJobID + "=follow-test", envconfig.EnvLaunchIndex + "=0"},
+		Env: []string{envChild + "=" + mode, envconfig.EnvJobID + "=follow-test", envconfig.EnvLaunchIndex + "=0"},
 		SSH: cfg.SSH, OutputFiles: cfg.OutputFiles,
 		Output: func(stream string, line []byte) {
 			if string(line) == "ready" {
