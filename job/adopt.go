@@ -52,6 +52,10 @@ type AdoptedWorker struct {
 	// Running: the process runs on this host and is the job's worker of
 	// that launch index.
 	Running bool
+	// Remote: it ran on another host and its end was not recorded: the
+	// runner's Launcher may take it back (WorkerAdopter), which checks
+	// there that it still runs.
+	Remote bool
 	// Why it is not adopted, when it is not Running and its end was not
 	// recorded: gone while no runner watched it, on another host, or a pid
 	// now used by another process.
@@ -89,7 +93,7 @@ func ReadAdoption(dir string) (*Adoption, error) {
 		switch {
 		case rw.Exited:
 		case !launch.IsLocal(rw.Host):
-			aw.Why = fmt.Sprintf("on host %s: not adopted (only workers on this host are)", rw.Host)
+			aw.Remote = true
 		default:
 			if err := sameJob(rw.PID, rec.JobID, rw.Index); err != nil {
 				aw.Why = err.Error()
@@ -417,7 +421,7 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 		}
 		r.share[w.Host]++
 		switch {
-		case w.Running:
+		case w.Running || w.Remote:
 			r.running++
 			r.place.running[w.Host]++
 			running = append(running, w)
@@ -435,23 +439,34 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 	}
 	r.mu.Unlock()
 	if len(running) == 0 {
-		return fail(fmt.Errorf("job: adopting job %s in %s: none of its workers runs on this host", j.cfg.JobID, a.Dir))
+		return fail(fmt.Errorf("job: adopting job %s in %s: none of its workers runs", j.cfg.JobID, a.Dir))
 	}
 	var refs []WorkerRef
 	for _, w := range running {
 		index := w.Index
-		p, err := adoptProcess(j.workCtx, a.Dir, w.RecordedWorker, adoptStopGrace, func(stream string, line []byte) {
+		output := func(stream string, line []byte) {
 			j.events.emit(WorkerOutput{Worker: index, Stream: stream, Line: line})
-		})
+		}
+		var p Process
+		var err error
+		if w.Remote {
+			if ad, ok := j.cfg.Launcher.(WorkerAdopter); ok {
+				p, err = ad.Adopt(j.workCtx, AdoptRequest{Index: index, PID: w.PID, Host: w.Host, JobID: j.cfg.JobID, OutputDir: a.Dir, Output: output})
+			} else {
+				err = fmt.Errorf("on host %s: this runner's launcher cannot take back workers of other hosts", w.Host)
+			}
+		} else {
+			p, err = adoptProcess(j.workCtx, a.Dir, w.RecordedWorker, adoptStopGrace, output)
+		}
 		ref := WorkerRef{Index: w.Index, PID: w.PID, Host: w.Host}
 		if err != nil {
 			r.mu.Lock()
-			r.procs[index] = ended(w, Unknown, fmt.Errorf("gone as it was adopted: %w", ErrExitUnknown))
+			r.procs[index] = ended(w, Unknown, fmt.Errorf("not adopted (%v): %w", err, ErrExitUnknown))
 			r.place.running[w.Host]--
 			j.floor.toReplace++
 			r.leftLocked()
 			r.mu.Unlock()
-			gone = append(gone, fmt.Sprintf("worker %d (pid %d): gone as it was adopted", w.Index, w.PID))
+			gone = append(gone, fmt.Sprintf("worker %d (pid %d): %v", w.Index, w.PID, err))
 			continue
 		}
 		r.launched(index, ref, p)
@@ -507,4 +522,25 @@ func (j *Job) reportedEnd(index int) bool {
 			return false
 		}
 	}
+}
+
+// WorkerAdopter is a Launcher that can take back a worker it started on
+// another host for a runner that died (Config.Adopt): SSHLauncher.
+type WorkerAdopter interface {
+	// Adopt follows the running worker r names until it exits: its new
+	// output lines go to r.Output, signals reach it, and when ctx ends it
+	// is stopped, as a Launcher's processes are. Its Err wraps
+	// ErrExitUnknown once it has exited. Adopt returns an error when the
+	// process is not that worker of the job, or not running.
+	Adopt(ctx context.Context, r AdoptRequest) (Process, error)
+}
+
+// AdoptRequest is a running worker of an adopted job on another host.
+type AdoptRequest struct {
+	Index     int    // its launch index
+	PID       int    // on Host
+	Host      string // where it runs
+	JobID     string
+	OutputDir string // the job's directory: the worker's output files are there on Host
+	Output    func(stream string, line []byte)
 }

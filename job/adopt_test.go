@@ -58,23 +58,23 @@ func TestReadAdoption(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []struct {
-		running bool
-		why     string
+		running, remote bool
+		why             string
 	}{
-		{true, ""},
-		{false, "another process"},
-		{false, "gone"},
-		{false, "on host node9"},
-		{false, ""}, // exited under the old runner: its record says how
-		{false, "another worker of the job than launch index 5"},
+		{true, false, ""},
+		{false, false, "another process"},
+		{false, false, "gone"},
+		{false, true, ""},  // on node9: for the launcher to check there
+		{false, false, ""}, // exited under the old runner: its record says how
+		{false, false, "another worker of the job than launch index 5"},
 	}
 	if len(a.Workers) != len(want) {
 		t.Fatalf("%d workers, want %d", len(a.Workers), len(want))
 	}
 	for i, w := range want {
 		got := a.Workers[i]
-		if got.Running != w.running || (w.why == "") != (got.Why == "") || !strings.Contains(got.Why, w.why) {
-			t.Errorf("worker %d: running %v (%q), want %v (%q)", i, got.Running, got.Why, w.running, w.why)
+		if got.Running != w.running || got.Remote != w.remote || (w.why == "") != (got.Why == "") || !strings.Contains(got.Why, w.why) {
+			t.Errorf("worker %d: running %v remote %v (%q), want %v %v (%q)", i, got.Running, got.Remote, got.Why, w.running, w.remote, w.why)
 		}
 	}
 	if !a.Workers[4].Exited || a.Workers[4].State != "finished" {

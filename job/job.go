@@ -393,7 +393,7 @@ func (j *Job) launch(index int, host string, share int) (WorkerRef, error) {
 func (j *Job) await(index int, p Process) {
 	<-p.Done()
 	reported := false
-	if _, adopted := p.(*adoptedProcess); adopted {
+	if errors.Is(p.Err(), ErrExitUnknown) { // an adopted worker
 		reported = j.reportedEnd(index)
 	}
 	ev, lostStart := j.roster.exited(index, p, reported, j.floor.noteExitLocked)

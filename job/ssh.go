@@ -104,3 +104,30 @@ func (j *Job) blacklistOnHostError(err error) {
 		b.Blacklist(he.Host)
 	}
 }
+
+// Adopt takes back a worker this launcher started on another host, with
+// output files there, before the runner died (WorkerAdopter): it follows it
+// over ssh (launch.FollowRemote) once the host confirms that the pid is
+// that worker of the job.
+func (l *SSHLauncher) Adopt(ctx context.Context, r AdoptRequest) (Process, error) {
+	out := r.Output
+	if out == nil {
+		out = func(string, []byte) {}
+	}
+	p, err := launch.FollowRemote(ctx, launch.FollowSpec{
+		Host: r.Host, PID: r.PID, JobID: r.JobID, Index: r.Index, OutputFiles: OutputFiles(r.OutputDir, r.Index),
+		Output: out, StopSignal: StopSignal, StopGrace: l.StopGrace, SSH: l.SSH,
+	})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-p.Started():
+		return remoteProcess{p}, nil
+	case <-p.Done():
+		return nil, p.Err()
+	case <-ctx.Done():
+		<-p.Done()
+		return nil, ctx.Err()
+	}
+}
