@@ -117,7 +117,7 @@ func TestReadAdoption(t *testing.T) {
 // runner's pid, and the workers of both runners.
 func TestRecordAdopted(t *testing.T) {
 	dir := t.TempDir()
-	text := "job\tj\t10\nstarted\t0\t11\t\nadopted\t20\nexited\t0\tunknown\tpid 11: exit status not known\nstarted\t1\t21\t\n"
+	text := "job\tj\t10\nstarted\t0\t11\t\nadopted\t20\nexited\t0\tunknown\tpid 11: exit status not known\nstarted\t1\t0\th2\nrunning\t1\t21\n"
 	if err := os.WriteFile(filepath.Join(dir, recordFile), []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,8 @@ func TestRecordAdopted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.RunnerPID != 20 || rec.Adopted != 1 || len(rec.Workers) != 2 || rec.Workers[0].State != "unknown" || parseState(rec.Workers[0].State) != Unknown {
+	if rec.RunnerPID != 20 || rec.Adopted != 1 || len(rec.Workers) != 2 || rec.Workers[0].State != "unknown" || parseState(rec.Workers[0].State) != Unknown ||
+		rec.Workers[1].PID != 21 || rec.Workers[1].Host != "h2" {
 		t.Errorf("got %+v", rec)
 	}
 	if err := os.WriteFile(filepath.Join(dir, recordFile), []byte("adopted\t20\n"), 0o600); err != nil {

@@ -384,6 +384,17 @@ func (j *Job) launch(index int, host string, share int) (WorkerRef, error) {
 	}
 	ref := WorkerRef{Index: index, Host: host, PID: p.PID()}
 	j.record.started(ref)
+	if s, ok := p.(interface{ Started() <-chan struct{} }); ok && ref.PID == 0 {
+		// A remote worker's pid on its host is known once it runs there:
+		// an adopting runner needs it (Config.Adopt).
+		go func() {
+			select {
+			case <-s.Started():
+				j.record.running(index, p.PID())
+			case <-p.Done():
+			}
+		}()
+	}
 	j.roster.launched(index, ref, p)
 	go j.await(index, p)
 	return ref, nil

@@ -22,6 +22,7 @@ import (
 //	job      <job id> <runner pid>
 //	started  <index> <pid> <host>
 //	exited   <index> <state> <why>
+//	running  <index> <pid>             a remote worker's pid on its host, once it runs
 //	adopted  <runner pid>              a runner took the job back (Config.Adopt)
 //	ended    <verdict: "ok" or the job's error>
 const recordFile = "record.tsv"
@@ -79,6 +80,10 @@ func (r *jobRecord) line(fields ...string) {
 
 func (r *jobRecord) started(w WorkerRef) {
 	r.line("started", strconv.Itoa(w.Index), strconv.Itoa(w.PID), w.Host)
+}
+
+func (r *jobRecord) running(index, pid int) {
+	r.line("running", strconv.Itoa(index), strconv.Itoa(pid))
 }
 
 func (r *jobRecord) exited(e WorkerExited) {
@@ -165,6 +170,14 @@ func ReadJobRecord(dir string) (JobRecord, error) {
 			}
 			byIndex[i] = len(rec.Workers)
 			rec.Workers = append(rec.Workers, RecordedWorker{Index: i, PID: pid, Host: fields[3]})
+		case fields[0] == "running" && len(fields) == 3:
+			i, err1 := strconv.Atoi(fields[1])
+			pid, err2 := strconv.Atoi(fields[2])
+			k, ok := byIndex[i]
+			if err1 != nil || err2 != nil || !ok {
+				return bad()
+			}
+			rec.Workers[k].PID = pid
 		case fields[0] == "exited" && len(fields) == 4:
 			i, err := strconv.Atoi(fields[1])
 			k, ok := byIndex[i]

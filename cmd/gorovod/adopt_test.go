@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/internal/testing/testhosts"
 	"github.com/gorovod/gorovod/job"
 )
 
@@ -167,6 +168,113 @@ func TestRunAttach(t *testing.T) {
 	}
 	if want := map[int]string{0: "finished", 1: "finished", 2: "lost", 3: "unknown", 4: "finished"}; fmt.Sprint(states) != fmt.Sprint(want) {
 		t.Errorf("recorded ends %v, want %v", states, want)
+	}
+	if !waitAllGone(pids, time.Minute) {
+		t.Fatalf("adopted workers still running a minute after the job ended")
+	}
+}
+
+// TestRunAttachAcrossHosts: the job's workers run on another host, started
+// over ssh with their output in files there (the job directory's path on
+// that host). `gorovod run` is killed (kill -9): the workers train on;
+// `gorovod run --attach DIR` takes the job back and its workers over ssh
+// (the shim on their host checks each pid), a worker killed afterwards is
+// replaced over ssh, and the job ends with status 0, every step committed
+// with the same parameters everywhere.
+func TestRunAttachAcrossHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts hosts and real worker processes; skipped with -short")
+	}
+	const steps = 4000
+	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhatt", SSHPort: 2222}, 2)
+	dir := t.TempDir()
+	h := hostJob(t, n, hs[0], []string{"--np", "3", "--output-dir", dir, "-H", hs[1].Name + ":4"},
+		"--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
+	h.waitFor(t, "step 30 on every worker", 2*time.Minute, func(lines []trainerLine) bool {
+		seen := map[int]bool{}
+		for _, l := range lines {
+			if l.Step >= 30 {
+				seen[l.Worker] = true
+			}
+		}
+		return len(seen) == 3
+	})
+	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-h.exited
+	h.mu.Lock()
+	killedAt := maxStep(h.lines)
+	h.mu.Unlock()
+	t.Logf("launcher killed at step %d of %d", killedAt, steps)
+	waitOutput(t, dir, 3, "20 steps after the launcher died", func(ws map[int][]trainerLine) bool {
+		return maxStep(ws[0]) >= killedAt+20 && maxStep(ws[1]) >= killedAt+20 && maxStep(ws[2]) >= killedAt+20
+	})
+	rec, err := job.ReadJobRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, w := range rec.Workers {
+		if w.Host != hs[1].Name || w.PID == 0 {
+			t.Fatalf("worker %d: recorded on %q with pid %d, want %s and its pid there", w.Index, w.Host, w.PID, hs[1].Name)
+		}
+		pids = append(pids, w.PID)
+		t.Cleanup(func() { _ = syscall.Kill(w.PID, syscall.SIGKILL) }) // started by this test, over ssh
+	}
+
+	prefix, err := hs[0].Exec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startRunJobArgv(t, append(prefix, binary, "run", "--attach", dir))
+	a.waitFor(t, "the adopted workers' lines through the new runner", 2*time.Minute, func(lines []trainerLine) bool {
+		seen := map[int]bool{}
+		for _, l := range lines {
+			seen[l.Worker] = true
+		}
+		return len(seen) == 3
+	})
+	if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.waitFor(t, "a replacement training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
+		for _, l := range lines {
+			if l.Worker == 3 && l.Size == 3 {
+				return true
+			}
+		}
+		return false
+	})
+	select {
+	case err = <-a.exited:
+	case <-time.After(3 * time.Minute):
+		a.timedOut(t, "the attached runner to end")
+	}
+	log := a.logText()
+	t.Logf("the new runner's log:\n%s", log)
+	if err != nil {
+		t.Fatalf("gorovod run --attach: %v", err)
+	}
+	ws := waitOutput(t, dir, 4, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
+		return maxStep(ws[0]) >= steps && maxStep(ws[1]) >= steps && maxStep(ws[3]) >= steps
+	})
+	params := map[int64]string{}
+	for i, lines := range ws {
+		for _, l := range lines {
+			if p, ok := params[l.Step]; ok && p != l.Params {
+				t.Fatalf("step %d: worker %d has parameters %.12s, another %.12s", l.Step, i, l.Params, p)
+			}
+			params[l.Step] = l.Params
+		}
+	}
+	for s := int64(1); s <= steps; s++ {
+		if _, ok := params[s]; !ok {
+			t.Fatalf("no worker committed step %d", s)
+		}
+	}
+	if !strings.Contains(log, "3 workers finished, 0 lost, 0 failed, 1 ended unknown") {
+		t.Errorf("the new runner's count of the workers is not 3 finished and 1 unknown")
 	}
 	if !waitAllGone(pids, time.Minute) {
 		t.Fatalf("adopted workers still running a minute after the job ended")
