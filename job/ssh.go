@@ -79,7 +79,8 @@ func (p remoteProcess) Signal(sig os.Signal) error { return p.RemoteProcess.Sign
 
 // Err maps the remote end: a signal (exit status 128+n as the remote shell
 // reports it) to an *ExitError that KilledBySignal recognizes, another
-// status to an *ExitError. A lost host stays the *launch.HostError the
+// status to an *ExitError; the end of an adopted worker, whose status is not
+// known, stays a *launch.RemoteExit wrapping ErrExitUnknown. A lost host stays the *launch.HostError the
 // launcher reports: a worker lost with its host (ssh could not connect or
 // log in, the host did not start the worker in time, or the connection
 // broke while it ran), which an elastic job survives (the worker counts as
@@ -88,6 +89,9 @@ func (p remoteProcess) Err() error {
 	err := p.RemoteProcess.Err()
 	var re *launch.RemoteExit
 	if errors.As(err, &re) {
+		if re.Unknown { // an adopted worker: ErrExitUnknown
+			return err
+		}
 		if sig, ok := re.Signal(); ok {
 			return fmt.Errorf("on %s: %w", re.Host, &ExitError{Code: -1, Signal: sig})
 		}
