@@ -205,7 +205,7 @@ func runWith(ctx context.Context, args []string, attach string, registry *heuris
 		if o.cluster.slurm || o.cluster.kubernetes || o.cluster.gorovodJob != "" {
 			return runUsage(stderr, "--attach takes back jobs whose workers 'gorovod run' started itself, not --slurm, --kubernetes or --gorovodjob ones")
 		}
-		if o.outputDir != "" && filepath.Clean(o.outputDir) != filepath.Clean(o.attach) {
+		if o.outputDir != "" && !samePath(o.outputDir, o.attach) {
 			return runUsage(stderr, "--attach %s with --output-dir %s: the job's directory is the one adopted", o.attach, o.outputDir)
 		}
 		if o.adopt, err = job.ReadAdoption(o.attach); err != nil {
@@ -460,4 +460,15 @@ func readRunArgs(dir string) (runArgs, error) {
 		return runArgs{}, fmt.Errorf("--attach %s: %s names no trainer", dir, runArgsFile)
 	}
 	return a, nil
+}
+
+// samePath says whether a and b name the same directory (one may be
+// relative, the other absolute).
+func samePath(a, b string) bool {
+	if fa, err := os.Stat(a); err == nil {
+		if fb, err := os.Stat(b); err == nil {
+			return os.SameFile(fa, fb)
+		}
+	}
+	return filepath.Clean(a) == filepath.Clean(b)
 }
