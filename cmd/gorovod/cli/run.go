@@ -136,6 +136,11 @@ func runWith(ctx context.Context, args []string, attach string, registry *heuris
 		return runWith(ctx, combined, o.attach, registry, terminate, stdout, stderr)
 	}
 	o.attach = attach
+	if attach != "" {
+		if abs, err := filepath.Abs(attach); err == nil {
+			o.attach = abs
+		}
+	}
 	o.flags = args[:len(args)-len(fs.Args())]
 	if n := len(o.flags); n > 0 && o.flags[n-1] == "--" {
 		o.flags = o.flags[:n-1]
@@ -339,6 +344,11 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	outputDir, keepOutput := o.outputDir, o.outputDir != ""
 	if outputDir == "" {
 		outputDir = filepath.Join(os.TempDir(), "gorovod-"+jobID)
+	}
+	// Absolute: workers on other hosts write their output at the same path
+	// there, and a runner that takes the job back looks for it there.
+	if abs, err := filepath.Abs(outputDir); err == nil {
+		outputDir = abs
 	}
 	cfg := job.Config{
 		JobID: jobID, OutputDir: outputDir,
