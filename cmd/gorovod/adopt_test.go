@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,7 +66,16 @@ func TestRunAttach(t *testing.T) {
 		return maxStep(ws[0]) >= killedAt+20
 	})
 
-	a := startRunJob(t, "--attach", dir)
+	// Relative, as a user in another directory would type it.
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startRunJob(t, "--attach", rel)
 	a.waitFor(t, "the adopted workers' lines through the new runner", 2*time.Minute, func(lines []trainerLine) bool {
 		seen := map[int]bool{}
 		for _, l := range lines {
@@ -117,7 +128,6 @@ func TestRunAttach(t *testing.T) {
 		}
 		return false
 	})
-	var err error
 	select {
 	case err = <-a.exited:
 	case <-time.After(3 * time.Minute):
