@@ -124,6 +124,15 @@ type Config struct {
 	// negative turns the inspector off. Workers get it through their
 	// environment (GOROVOD_STALL_CHECK_TIME).
 	StallCheck time.Duration
+	// Adopt, when set, takes back a running job whose runner died
+	// (ReadAdoption of its directory; adopt.go) instead of starting one:
+	// JobID, Secret and OutputDir are the job's, the driver binds the dead
+	// driver's gossip address and learns the workers' world before it
+	// proposes, the workers of the record still running on this host are
+	// followed by pid, and the floor (MinWorkers), AddWorkers and the engine
+	// work as in the job that started them (Argv, Env and the hosts should be
+	// the job's). Workers is not started: it is only the share of a host.
+	Adopt *Adoption
 }
 
 // DefaultConfig returns the defaults; Argv must still be set.

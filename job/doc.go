@@ -37,6 +37,14 @@
 // launcher's pid and pid namespace so that a later launcher removes the
 // files of launchers that died, and read back by ReadJobFile (`gorovod attach`).
 //
+// The job's directory (Config.OutputDir, outputdir.go) holds its workers'
+// output files, its record (record.tsv) and its environment (job.env): a
+// job outlives its runner, and a new runner takes it back with Config.Adopt
+// (adopt.go, `gorovod run --attach`): its driver binds the dead driver's
+// gossip address, learns the workers' world before proposing, and the
+// running workers are followed by pid (on this host) or through the
+// Launcher (WorkerAdopter: over ssh on other hosts).
+//
 // The rules that end a job are in one place, end.go; Outcome.Err is the
 // job's verdict.
 //

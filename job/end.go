@@ -52,6 +52,13 @@ import (
 //     them reporting a step or the end of training: a command that is not a
 //     gorovod trainer, such as `true`), or if training did not finish —
 //     never because a worker was lost, stopped or excluded on the way.
+//  8. A runner that adopted a job (Config.Adopt) did not start its workers:
+//     their exit statuses went to the runner that died. One that reported
+//     the end of training and exited is Finished; any other is Unknown (it
+//     may have been killed or have failed: nobody can tell), which, like
+//     Lost, an elastic job survives — the verdict is then about what the
+//     runner can know. The workers that ended before the adoption keep the
+//     state the record gives them.
 
 // ErrFailed is wrapped by the error of a job that failed (Outcome.Err).
 var ErrFailed = errors.New("job failed")
@@ -69,6 +76,10 @@ const (
 	// out of a world while it was paused or cut off) and before training was
 	// over, without coming back as a new member (rule 6).
 	Excluded
+	// Unknown: a worker of an adopted job (Config.Adopt) that exited without
+	// reporting the end of training, or that was gone when the job was
+	// adopted: its exit status went to the runner that died (rule 8).
+	Unknown
 )
 
 func (s WorkerState) String() string {
@@ -85,6 +96,8 @@ func (s WorkerState) String() string {
 		return "failed"
 	case Excluded:
 		return "excluded"
+	case Unknown:
+		return "unknown"
 	}
 	return fmt.Sprintf("WorkerState(%d)", int(s))
 }
@@ -99,6 +112,8 @@ func classify(err error, stopped bool) WorkerState {
 		return Finished
 	case stopped:
 		return Stopped
+	case errors.Is(err, ErrExitUnknown):
+		return Unknown
 	case KilledBySignal(err) || errors.As(err, new(*launch.HostError)):
 		return Lost
 	}

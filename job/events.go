@@ -47,6 +47,9 @@ type JobStarted struct {
 	// JobFile is the path of the job file (Config.JobFile), or "".
 	JobFile string `json:"job_file,omitempty"`
 	Workers int    `json:"workers"`
+	// Adopted: this runner took the job back (Config.Adopt); Workers are
+	// those it found running.
+	Adopted bool `json:"adopted,omitempty"`
 }
 
 // WorkerRef names a worker process the runner launched.
@@ -63,6 +66,9 @@ type WorkerStarted struct {
 	// Initial says it is one of the workers the job started with (rather
 	// than one added later, by AddWorkers or the autoscaling engine).
 	Initial bool `json:"initial"`
+	// Adopted: a running worker of an adopted job (Config.Adopt), not
+	// started by this runner.
+	Adopted bool `json:"adopted,omitempty"`
 }
 
 // WorkerExited: a worker process the runner launched has exited.

@@ -88,7 +88,13 @@ func Run(ctx context.Context, cfg Config) (Outcome, error) {
 // run. ctx bounds the whole job: when it ends, the workers are stopped and
 // the job ends.
 func Start(ctx context.Context, cfg Config) (*Job, error) {
-	cfg, err := cfg.withDefaults()
+	var err error
+	if cfg.Adopt != nil {
+		if cfg, err = cfg.adopting(); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +110,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if cfg.OutputDir != "" {
-		if j.record, err = openJobRecord(cfg.OutputDir, cfg.JobID); err != nil {
+		if j.record, err = openJobRecord(cfg.OutputDir, cfg.JobID, cfg.Adopt != nil); err != nil {
 			return nil, err
 		}
 	}
@@ -119,10 +125,16 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
-	j.driver, err = cfg.StartDriver(startCtx, driver.Config{
+	dcfg := driver.Config{
 		JobID: cfg.JobID, Secret: cfg.Secret, MinWorkers: cfg.Workers, Membership: cfg.Gossip, // start.go
 		Logger: cfg.Logger, OnEpoch: j.onEpoch, OnStats: j.onStats, OnStall: j.onStall,
-	})
+	}
+	if cfg.Adopt != nil {
+		// The job has started long ago: its floor is the minimum.
+		dcfg.MinWorkers, dcfg.Adopt = cfg.MinWorkers, true
+		j.start.once.Do(func() { close(j.start.formed) })
+	}
+	j.driver, err = cfg.StartDriver(startCtx, dcfg)
 	if err != nil {
 		j.events.flush()
 		j.mergeTimeline()
@@ -157,13 +169,27 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 
 	// The job's minimum goes to every worker: one that takes over proposing
 	// (the driver out of its view for a while) must not form a smaller world.
-	j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()}, MinWorkers: cfg.MinWorkers}.Environ()
-	j.env = append(j.env, cfg.observabilityEnv()...)
+	if cfg.Adopt != nil {
+		j.env = slices.Clone(cfg.Adopt.Env)
+	} else {
+		j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()}, MinWorkers: cfg.MinWorkers}.Environ()
+		j.env = append(j.env, cfg.observabilityEnv()...)
+		if cfg.OutputDir != "" {
+			// For a runner that adopts the job if this one dies.
+			if err := writeEnvFile(cfg.OutputDir, j.env); err != nil {
+				return fail(err)
+			}
+		}
+	}
 	if cfg.JobFile {
 		sweepJobFiles(os.TempDir(), cfg.Logger)
 		if j.jobFile, err = writeJobFile(os.TempDir(), j.env); err != nil {
 			return fail(err)
 		}
+	}
+
+	if cfg.Adopt != nil {
+		return j.adopted(ctx, fail)
 	}
 
 	// Place the first workers, then launch them: the hosts in parallel, each
@@ -209,6 +235,14 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	for _, w := range started {
 		j.events.emit(WorkerStarted{At: now(), Worker: w, Initial: true})
 	}
+	engineCtx := j.run(ctx)
+	go j.start.run(engineCtx, launched, j.driver.SetMinWorkers) // start.go
+	return j, nil
+}
+
+// run starts the engine, the supervision and the floor of a job whose
+// processes are in the roster, and returns the engine's context.
+func (j *Job) run(ctx context.Context) context.Context {
 	var engineCtx context.Context
 	engineCtx, j.stopEngine = context.WithCancel(ctx)
 	go func() {
@@ -216,9 +250,8 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		_ = j.engine.Run(engineCtx)
 	}()
 	go j.supervise()
-	go j.floor.run(engineCtx)                                   // minimum.go
-	go j.start.run(engineCtx, launched, j.driver.SetMinWorkers) // start.go
-	return j, nil
+	go j.floor.run(engineCtx) // minimum.go
+	return engineCtx
 }
 
 // ID is the job's id.
@@ -351,6 +384,17 @@ func (j *Job) launch(index int, host string, share int) (WorkerRef, error) {
 	}
 	ref := WorkerRef{Index: index, Host: host, PID: p.PID()}
 	j.record.started(ref)
+	if s, ok := p.(interface{ Started() <-chan struct{} }); ok && ref.PID == 0 {
+		// A remote worker's pid on its host is known once it runs there:
+		// an adopting runner needs it (Config.Adopt).
+		go func() {
+			select {
+			case <-s.Started():
+				j.record.running(index, p.PID())
+			case <-p.Done():
+			}
+		}()
+	}
 	j.roster.launched(index, ref, p)
 	go j.await(index, p)
 	return ref, nil
@@ -359,7 +403,11 @@ func (j *Job) launch(index int, host string, share int) (WorkerRef, error) {
 // await records the end of process index.
 func (j *Job) await(index int, p Process) {
 	<-p.Done()
-	ev, lostStart := j.roster.exited(index, p, j.floor.noteExitLocked)
+	reported := false
+	if errors.Is(p.Err(), ErrExitUnknown) { // an adopted worker
+		reported = j.reportedEnd(index)
+	}
+	ev, lostStart := j.roster.exited(index, p, reported, j.floor.noteExitLocked)
 	j.record.exited(ev)
 	j.events.emit(ev)
 	if lostStart {

@@ -200,7 +200,7 @@ func (f *floor) noteExitLocked(p *proc) {
 	if p.removed || f.roster.trainingOver {
 		return
 	}
-	if p.rec.State == Lost || p.rec.State == Stopped {
+	if p.rec.State == Lost || p.rec.State == Stopped || p.rec.State == Unknown {
 		f.toReplace++
 	}
 }

@@ -22,6 +22,8 @@ import (
 //	job      <job id> <runner pid>
 //	started  <index> <pid> <host>
 //	exited   <index> <state> <why>
+//	running  <index> <pid>             a remote worker's pid on its host, once it runs
+//	adopted  <runner pid>              a runner took the job back (Config.Adopt)
 //	ended    <verdict: "ok" or the job's error>
 const recordFile = "record.tsv"
 
@@ -38,7 +40,9 @@ type jobRecord struct {
 	f  *os.File
 }
 
-func openJobRecord(dir, jobID string) (*jobRecord, error) {
+// openJobRecord opens the record in dir: a new job's (a job line), or with
+// adopted, the record of the job the runner takes back (an adopted line).
+func openJobRecord(dir, jobID string, adopted bool) (*jobRecord, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("job: the job's directory: %w", err)
 	}
@@ -47,7 +51,11 @@ func openJobRecord(dir, jobID string) (*jobRecord, error) {
 		return nil, fmt.Errorf("job: the job's record: %w", err)
 	}
 	r := &jobRecord{f: f}
-	r.line("job", jobID, strconv.Itoa(os.Getpid()))
+	if adopted {
+		r.line("adopted", strconv.Itoa(os.Getpid()))
+	} else {
+		r.line("job", jobID, strconv.Itoa(os.Getpid()))
+	}
 	return r, nil
 }
 
@@ -72,6 +80,10 @@ func (r *jobRecord) line(fields ...string) {
 
 func (r *jobRecord) started(w WorkerRef) {
 	r.line("started", strconv.Itoa(w.Index), strconv.Itoa(w.PID), w.Host)
+}
+
+func (r *jobRecord) running(index, pid int) {
+	r.line("running", strconv.Itoa(index), strconv.Itoa(pid))
 }
 
 func (r *jobRecord) exited(e WorkerExited) {
@@ -105,8 +117,9 @@ func (r *jobRecord) close() {
 // JobRecord is what a job's directory says about the job (ReadJobRecord).
 type JobRecord struct {
 	JobID     string
-	RunnerPID int // the process that ran the job (`gorovod run`)
+	RunnerPID int // the process that ran the job (`gorovod run`), or the last that adopted it
 	Workers   []RecordedWorker
+	Adopted   int    // how many times a runner took the job back
 	Ended     bool   // the runner saw the job end
 	Verdict   string // then: "ok", or why the job failed
 }
@@ -157,6 +170,14 @@ func ReadJobRecord(dir string) (JobRecord, error) {
 			}
 			byIndex[i] = len(rec.Workers)
 			rec.Workers = append(rec.Workers, RecordedWorker{Index: i, PID: pid, Host: fields[3]})
+		case fields[0] == "running" && len(fields) == 3:
+			i, err1 := strconv.Atoi(fields[1])
+			pid, err2 := strconv.Atoi(fields[2])
+			k, ok := byIndex[i]
+			if err1 != nil || err2 != nil || !ok {
+				return bad()
+			}
+			rec.Workers[k].PID = pid
 		case fields[0] == "exited" && len(fields) == 4:
 			i, err := strconv.Atoi(fields[1])
 			k, ok := byIndex[i]
@@ -165,6 +186,11 @@ func ReadJobRecord(dir string) (JobRecord, error) {
 			}
 			w := &rec.Workers[k]
 			w.Exited, w.State, w.Why = true, fields[2], fields[3]
+		case fields[0] == "adopted" && len(fields) == 2 && rec.JobID != "":
+			if rec.RunnerPID, err = strconv.Atoi(fields[1]); err != nil {
+				return bad()
+			}
+			rec.Adopted++
 		case fields[0] == "ended" && len(fields) == 2:
 			rec.Ended, rec.Verdict = true, fields[1]
 		default:

@@ -13,7 +13,7 @@ import (
 // and refuses records that are not one.
 func TestJobRecord(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "job")
-	earlier, err := openJobRecord(dir, "job-0") // the directory used before
+	earlier, err := openJobRecord(dir, "job-0", false) // the directory used before
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +21,7 @@ func TestJobRecord(t *testing.T) {
 	earlier.started(WorkerRef{Index: 2, PID: 98})
 	earlier.ended(Outcome{})
 	earlier.close()
-	r, err := openJobRecord(dir, "job-1")
+	r, err := openJobRecord(dir, "job-1", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,13 +132,16 @@ func (r *roster) leftLocked() {
 // says it was started by the engine and ended before it ever entered a
 // world, while the job was not ending. The
 // process still counts as running until left.
-func (r *roster) exited(index int, p Process, noteLocked func(*proc)) (ev WorkerExited, lostStart bool) {
+func (r *roster) exited(index int, p Process, reportedEnd bool, noteLocked func(*proc)) (ev WorkerExited, lostStart bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := r.procs[index]
 	w.rec.Exited, w.rec.Err = time.Now(), p.Err()
 	w.p = exitedProcess(p)
 	w.rec.State = classify(w.rec.Err, w.stopped)
+	if w.rec.State == Unknown && reportedEnd {
+		w.rec.State = Finished // it said so itself; its exit status is still unknown (Err)
+	}
 	r.reclassifyLocked(w)
 	noteLocked(w)
 	r.place.running[w.rec.Host]--
@@ -254,6 +257,16 @@ func (r *roster) matchLocked(w driver.WorkerInfo) *proc {
 		}
 	}
 	return nil
+}
+
+// nameOf is process index's member name ("" when not known).
+func (r *roster) nameOf(index int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if index < 0 || index >= len(r.procs) || r.procs[index] == nil {
+		return ""
+	}
+	return r.procs[index].rec.Name
 }
 
 // describe names the member name for a person: its launch index and pid

@@ -56,10 +56,16 @@ func (l *SSHLauncher) Launch(ctx context.Context, r LaunchRequest) (Process, err
 	if out == nil {
 		out = func(string, []byte) {}
 	}
-	p, err := launch.StartRemote(ctx, launch.RemoteSpec{
+	spec := launch.RemoteSpec{
 		Host: r.Host, Argv: r.Argv, Env: r.Env, Slots: r.Share, Output: out,
 		StopSignal: StopSignal, StopGrace: l.StopGrace, SSH: l.SSH,
-	})
+	}
+	if r.OutputDir != "" {
+		// The same path on the worker's host: the worker writes its output
+		// there, and outlives its launcher as the local ones do.
+		spec.OutputFiles = OutputFiles(r.OutputDir, r.Index)
+	}
+	p, err := launch.StartRemote(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +79,8 @@ func (p remoteProcess) Signal(sig os.Signal) error { return p.RemoteProcess.Sign
 
 // Err maps the remote end: a signal (exit status 128+n as the remote shell
 // reports it) to an *ExitError that KilledBySignal recognizes, another
-// status to an *ExitError. A lost host stays the *launch.HostError the
+// status to an *ExitError; the end of an adopted worker, whose status is not
+// known, stays a *launch.RemoteExit wrapping ErrExitUnknown. A lost host stays the *launch.HostError the
 // launcher reports: a worker lost with its host (ssh could not connect or
 // log in, the host did not start the worker in time, or the connection
 // broke while it ran), which an elastic job survives (the worker counts as
@@ -82,6 +89,9 @@ func (p remoteProcess) Err() error {
 	err := p.RemoteProcess.Err()
 	var re *launch.RemoteExit
 	if errors.As(err, &re) {
+		if re.Unknown { // an adopted worker: ErrExitUnknown
+			return err
+		}
 		if sig, ok := re.Signal(); ok {
 			return fmt.Errorf("on %s: %w", re.Host, &ExitError{Code: -1, Signal: sig})
 		}
@@ -96,5 +106,32 @@ func (j *Job) blacklistOnHostError(err error) {
 	var he *launch.HostError
 	if b, ok := j.cfg.Discovery.(Blacklister); ok && errors.As(err, &he) {
 		b.Blacklist(he.Host)
+	}
+}
+
+// Adopt takes back a worker this launcher started on another host, with
+// output files there, before the runner died (WorkerAdopter): it follows it
+// over ssh (launch.FollowRemote) once the host confirms that the pid is
+// that worker of the job.
+func (l *SSHLauncher) Adopt(ctx context.Context, r AdoptRequest) (Process, error) {
+	out := r.Output
+	if out == nil {
+		out = func(string, []byte) {}
+	}
+	p, err := launch.FollowRemote(ctx, launch.FollowSpec{
+		Host: r.Host, PID: r.PID, JobID: r.JobID, Index: r.Index, OutputFiles: OutputFiles(r.OutputDir, r.Index),
+		Output: out, StopSignal: StopSignal, StopGrace: l.StopGrace, SSH: l.SSH,
+	})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-p.Started():
+		return remoteProcess{p}, nil
+	case <-p.Done():
+		return nil, p.Err()
+	case <-ctx.Done():
+		<-p.Done()
+		return nil, ctx.Err()
 	}
 }

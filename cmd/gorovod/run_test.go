@@ -71,7 +71,7 @@ type runJobHarness struct {
 
 var (
 	prefixRe = regexp.MustCompile(`^\[(\d+)\] (\{.*\})$`)
-	pidRe    = regexp.MustCompile(`^gorovod run: worker (\d+) pid (\d+)( started)?$`)
+	pidRe    = regexp.MustCompile(`^gorovod run: worker (\d+) pid (\d+)( started| \(adopted\))?$`)
 )
 
 func startRunJob(t *testing.T, args ...string) *runJobHarness {

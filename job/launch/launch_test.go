@@ -67,6 +67,15 @@ func child(mode string) int {
 		_, inherited := os.LookupEnv("LAUNCH_TEST_INHERITED")
 		fmt.Printf("given=%s inherited=%v\n", os.Getenv("LAUNCH_TEST_GIVEN"), inherited)
 		return 0
+	case "tick":
+		// A worker that goes on printing: its output shows it alive.
+		fmt.Println("ready")
+		for i := 0; ; i++ {
+			time.Sleep(20 * time.Millisecond)
+			if _, err := fmt.Printf("tick %d\n", i); err != nil {
+				return 7
+			}
+		}
 	case "hang":
 		fmt.Println("ready")
 		// Stand in for a long computation until the launcher stops us.

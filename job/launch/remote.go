@@ -162,9 +162,22 @@ func (e *HostError) Unwrap() error { return e.Err }
 type RemoteExit struct {
 	Host string
 	Code int
+	// Unknown: the worker was adopted (FollowRemote) and has exited; its
+	// status (Code) is not known. Such an error wraps ErrExitUnknown.
+	Unknown bool
+}
+
+func (e *RemoteExit) Unwrap() error {
+	if e.Unknown {
+		return ErrExitUnknown
+	}
+	return nil
 }
 
 func (e *RemoteExit) Error() string {
+	if e.Unknown {
+		return fmt.Sprintf("exited on %s: %v", e.Host, ErrExitUnknown)
+	}
 	if sig, ok := e.Signal(); ok {
 		return fmt.Sprintf("signal: %v (exit status %d on %s)", sig, e.Code, e.Host)
 	}
@@ -173,7 +186,7 @@ func (e *RemoteExit) Error() string {
 
 // Signal reports the signal that ended the worker, by the shells' rule.
 func (e *RemoteExit) Signal() (syscall.Signal, bool) {
-	if e.Code > 128 && e.Code < 128+65 {
+	if !e.Unknown && e.Code > 128 && e.Code < 128+65 {
 		return syscall.Signal(e.Code - 128), true
 	}
 	return 0, false
@@ -200,11 +213,22 @@ func (e *WorkerError) Signal() (syscall.Signal, bool) {
 // The remote side: ssh runs `exec sh -c SHIM gorovod-shim ARGV...`, and the
 // launcher writes on the connection's stdin a header (one item per line: the
 // protocol version, a nonce, the host's slots, the stop signal, the grace in
-// tenths of a second, the working directory), the worker's environment
-// (NAME=value lines), an empty line, then control lines ("signal NAME") for
-// as long as the worker runs. The shim prints "gorovod-shim NONCE started
-// PID" before the worker runs and "gorovod-shim NONCE exit STATUS" after, on
-// stdout; the launcher takes both out of the worker's output.
+// tenths of a second, the working directory, the output files' path prefix
+// or ""), the worker's environment (NAME=value lines), an empty line, then
+// control lines for as long as the worker runs: "signal NAME", and "stop"
+// when the launcher stops the worker. The shim prints "gorovod-shim NONCE
+// started PID" before the worker runs and "gorovod-shim NONCE exit STATUS"
+// after, on stdout; the launcher takes both out of the worker's output.
+//
+// Without output files, the worker writes to the connection, and the shim
+// stops it when stdin closes, whether the launcher asked (stop) or not (it
+// died, or the connection dropped): a worker writing to a connection that is
+// gone would die of SIGPIPE anyway. With them, the worker writes its output
+// to PREFIX.stdout and PREFIX.stderr on its host, which the shim follows
+// (tail -f) onto the connection, and stdin closing without "stop" leaves it
+// running: it trains on with its job, as the launcher's local workers do,
+// until training ends or its job's own rules end it (the elastic timeout of a
+// worker that has no world).
 //
 // Why a shell program rather than a gorovod subcommand on the remote side:
 // it needs no gorovod binary there (a Python trainer's hosts have none), and
@@ -212,13 +236,13 @@ func (e *WorkerError) Signal() (syscall.Signal, bool) {
 // starts as an asynchronous command, whose SIGINT and SIGQUIT POSIX sh
 // ignores; `env --default-signal` (coreutils 8.31 and later) gives them back
 // where it exists.
-const shimProtocol = "gorovod-shim 1"
+const shimProtocol = "gorovod-shim 2"
 
 const shimScript = `set -u
 fail() { echo "gorovod: $*" >&2; exit 126; }
 IFS= read -r v || fail "no launch header on stdin"
 [ "$v" = "` + shimProtocol + `" ] || fail "unknown launch protocol: $v"
-IFS= read -r nonce && IFS= read -r slots && IFS= read -r stopsig && IFS= read -r grace && IFS= read -r dir || fail "truncated launch header"
+IFS= read -r nonce && IFS= read -r slots && IFS= read -r stopsig && IFS= read -r grace && IFS= read -r dir && IFS= read -r out || fail "truncated launch header"
 ok=
 while IFS= read -r kv; do
   if [ -z "$kv" ]; then ok=1; break; fi
@@ -233,12 +257,28 @@ if [ -n "$dir" ]; then cd "$dir" || fail "cannot enter $dir"; fi
 dflt=
 if env --default-signal=INT,QUIT true 2>/dev/null; then dflt="env --default-signal=INT,QUIT"; fi
 exec 3<&0
-setsid sh -c 'echo "gorovod-shim $1 started $$"; shift; exec "$@"' sh "$nonce" $dflt "$@" </dev/null 3<&- &
-pid=$!
+if [ -n "$out" ]; then
+  (umask 077 && mkdir -p "$(dirname "$out")") || fail "cannot create the directory of $out"
+  (umask 077 && : >>"$out.stdout" && : >>"$out.stderr") || fail "cannot write $out.stdout"
+  setsid sh -c 'echo "gorovod-shim $1 started $$" >&4; shift; exec 4>&- "$@"' sh "$nonce" $dflt "$@" </dev/null 3<&- 4>&1 >>"$out.stdout" 2>>"$out.stderr" &
+  pid=$!
+  tail -n +1 -s 0.05 --pid="$pid" -f "$out.stdout" 3<&- &
+  t1=$!
+  tail -n +1 -s 0.05 --pid="$pid" -f "$out.stderr" >&2 3<&- &
+  t2=$!
+else
+  setsid sh -c 'echo "gorovod-shim $1 started $$"; shift; exec "$@"' sh "$nonce" $dflt "$@" </dev/null 3<&- &
+  pid=$!
+fi
 (
+  stop=
   while read -r cmd arg <&3; do
-    case $cmd in signal) kill -s "$arg" "$pid" ;; esac
+    case $cmd in
+    signal) kill -s "$arg" "$pid" ;;
+    stop) stop=1; break ;;
+    esac
   done
+  if [ -z "$stop" ] && [ -n "$out" ]; then exit 0; fi
   trap '' TERM
   kill -s "$stopsig" -- "-$pid" && kill -s CONT -- "-$pid"
   i=0
@@ -251,6 +291,7 @@ w=$!
 wait "$pid"; st=$?
 kill -s KILL -- "-$pid" 2>/dev/null
 kill "$w" 2>/dev/null
+if [ -n "$out" ]; then wait "$t1" "$t2"; fi
 echo "gorovod-shim $nonce exit $st"
 exit "$st"`
 
@@ -276,16 +317,19 @@ func shimCommand(argv []string) string {
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // shimInput is what the launcher writes first on the remote worker's stdin.
-func shimInput(nonce string, slots int, stop syscall.Signal, grace time.Duration, dir string, env []string) ([]byte, error) {
+func shimInput(nonce string, slots int, stop syscall.Signal, grace time.Duration, dir, out string, env []string) ([]byte, error) {
 	if strings.ContainsAny(dir, "\n\r\x00") {
 		return nil, fmt.Errorf("working directory %q cannot be sent to a remote worker", dir)
+	}
+	if strings.ContainsAny(out, "\n\r\x00") {
+		return nil, fmt.Errorf("output files %q cannot be sent to a remote worker", out)
 	}
 	sig := strings.TrimPrefix(unix.SignalName(stop), "SIG")
 	if sig == "" {
 		return nil, fmt.Errorf("stop signal %d has no name", stop)
 	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s\n%s\n%d\n%s\n%d\n%s\n", shimProtocol, nonce, max(slots, 1), sig, max(int(grace/(100*time.Millisecond)), 1), dir)
+	fmt.Fprintf(&b, "%s\n%s\n%d\n%s\n%d\n%s\n%s\n", shimProtocol, nonce, max(slots, 1), sig, max(int(grace/(100*time.Millisecond)), 1), dir, out)
 	for _, kv := range env {
 		name, _, ok := strings.Cut(kv, "=")
 		if !ok || !envName.MatchString(name) {
@@ -315,13 +359,14 @@ type remoteWorker struct {
 	started    chan struct{}
 	exitCode   int // valid when exitSeen
 	exitSeen   bool
+	gone       bool // an adopted worker exited, status unknown (FollowRemote)
 	timedOut   bool
 	stderr     []string // ssh's last lines
 }
 
 // startRemote starts w (worker i) on w.host over ssh. Called with j.mu held.
 func (j *Job) startRemote(w *worker, env []string, stdout, stderr *lineWriter) error {
-	cmd, r, err := startSSH(j.ctx, j.spec.SSH, w.host, j.spec.Argv, env, j.spec.HostSlots(w.host), j.spec.StopSignal, j.spec.StopGrace, stdout, stderr)
+	cmd, r, err := startSSH(j.ctx, j.spec.SSH, w.host, j.spec.Argv, env, j.spec.HostSlots(w.host), j.spec.StopSignal, j.spec.StopGrace, "", stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -330,17 +375,19 @@ func (j *Job) startRemote(w *worker, env []string, stdout, stderr *lineWriter) e
 }
 
 // startSSH starts argv on host over ssh, under the shim, with env sent on
-// the connection's stdin. Ending ctx stops the worker (closing stdin: the
-// shim sends stop, then SIGKILL after grace). s must have its defaults.
+// the connection's stdin; out is the path prefix of its output files on the
+// host ("": none, see shimScript). Ending ctx stops the worker (a "stop"
+// line, then stdin closes: the shim sends the stop signal, then SIGKILL
+// after grace). s must have its defaults.
 func startSSH(ctx context.Context, s SSH, host string, argv, env []string, slots int, stop syscall.Signal, grace time.Duration,
-	stdout, stderr *lineWriter) (*exec.Cmd, *remoteWorker, error) {
+	out string, stdout, stderr *lineWriter) (*exec.Cmd, *remoteWorker, error) {
 	if strings.HasPrefix(host, "-") || strings.ContainsAny(host, " \t\r\n'\"\\") {
 		return nil, nil, fmt.Errorf("%q is not a host name", host)
 	}
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce)
 	r := &remoteWorker{host: host, nonce: hex.EncodeToString(nonce), timeout: s.StartTimeout, started: make(chan struct{})}
-	input, err := shimInput(r.nonce, slots, stop, grace, s.Dir, env)
+	input, err := shimInput(r.nonce, slots, stop, grace, s.Dir, out, env)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -349,10 +396,17 @@ func startSSH(ctx context.Context, s SSH, host string, argv, env []string, slots
 	if r.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, nil, err
 	}
-	// Stopping the worker is closing its stdin: the shim then sends the stop
-	// signal to the worker's process group, and SIGKILL after the grace.
-	// ssh itself is killed only if the connection does not close by then.
-	cmd.Cancel = func() error { return r.stdin.Close() }
+	// Stopping the worker is a "stop" line and closing its stdin: the shim
+	// then sends the stop signal to the worker's process group, and SIGKILL
+	// after the grace. (stdin closing alone is how a launcher that died
+	// shows: with output files, the worker runs on.) ssh itself is killed
+	// only if the connection does not close by then.
+	cmd.Cancel = func() error {
+		r.wmu.Lock()
+		defer r.wmu.Unlock()
+		_, _ = io.WriteString(r.stdin, "stop\n") // a connection already gone needs no stop
+		return r.stdin.Close()
+	}
 	cmd.WaitDelay = grace + s.ConnectTimeout
 	stdout.out = r.filterStdout(stdout.out)
 	stderr.out = r.keepStderr(stderr.out)
@@ -413,6 +467,8 @@ func (r *remoteWorker) filterStdout(out func(int, string, []byte)) func(int, str
 			}
 		case "exit":
 			r.exitCode, r.exitSeen = n, true
+		case "gone":
+			r.gone = true
 		default:
 			out(i, stream, line)
 		}
@@ -466,6 +522,8 @@ func (r *remoteWorker) outcome(sshErr error) error {
 	defer r.mu.Unlock()
 	stderr := strings.Join(r.stderr, " | ")
 	switch {
+	case r.gone:
+		return &RemoteExit{Host: r.host, Code: -1, Unknown: true}
 	case r.exitSeen && r.exitCode == 0:
 		return nil
 	case r.exitSeen:
@@ -498,9 +556,19 @@ type RemoteSpec struct {
 	// "stderr"), ssh's own diagnostics among stderr's; the line is valid only
 	// during the call. Default: discarded.
 	Output func(stream string, line []byte)
+	// OutputFiles, when set, is a path prefix on the host: the worker writes
+	// its stdout to OutputFiles+".stdout" and its stderr to
+	// OutputFiles+".stderr" there (created mode 0600 in a directory created
+	// mode 0700, appended to), which the shim follows onto the connection,
+	// so Output receives the lines as without it. The worker then outlives
+	// its connection: when ssh's stdin closes without the launcher asking
+	// the worker to stop (the launcher died, the connection dropped), it
+	// runs on, writing its output there. The host needs GNU tail (--pid).
+	OutputFiles string
 	// StopSignal is sent to the worker's process group when the context
-	// given to StartRemote ends (or the connection drops); SIGKILL follows
-	// after StopGrace. Defaults SIGTERM and DefaultStopGrace.
+	// given to StartRemote ends (or, without OutputFiles, the connection
+	// drops); SIGKILL follows after StopGrace. Defaults SIGTERM and
+	// DefaultStopGrace.
 	StopSignal syscall.Signal
 	StopGrace  time.Duration
 	// SSH is how the host is reached.
@@ -521,7 +589,8 @@ type RemoteProcess struct {
 // cannot be reached, refuses the login or does not start the worker within
 // SSH.StartTimeout shows as the process's end with a *HostError. Ending ctx
 // stops the worker: spec.StopSignal to its process group on the host, then
-// SIGKILL after spec.StopGrace; nothing it started outlives the connection.
+// SIGKILL after spec.StopGrace. Without spec.OutputFiles nothing it started
+// outlives the connection; with them, the worker does.
 func StartRemote(ctx context.Context, spec RemoteSpec) (*RemoteProcess, error) {
 	if len(spec.Argv) == 0 {
 		return nil, errors.New("launch: no worker command")
@@ -545,7 +614,7 @@ func StartRemote(ctx context.Context, spec RemoteSpec) (*RemoteProcess, error) {
 	out := func(_ int, stream string, line []byte) { spec.Output(stream, line) }
 	stdout := &lineWriter{stream: "stdout", out: out}
 	stderr := &lineWriter{stream: "stderr", out: out}
-	cmd, r, err := startSSH(ctx, s, spec.Host, spec.Argv, spec.Env, max(spec.Slots, 1), spec.StopSignal, spec.StopGrace, stdout, stderr)
+	cmd, r, err := startSSH(ctx, s, spec.Host, spec.Argv, spec.Env, max(spec.Slots, 1), spec.StopSignal, spec.StopGrace, spec.OutputFiles, stdout, stderr)
 	if err != nil {
 		return nil, fmt.Errorf("launch: starting a worker on %s: %w", spec.Host, err)
 	}
@@ -596,4 +665,153 @@ func (p *RemoteProcess) Err() error {
 	default:
 		return nil
 	}
+}
+
+// The follow shim: what a launcher that adopts a running remote worker (its
+// own launcher died) runs on the worker's host. It reads a header on stdin
+// (the protocol, a nonce, the worker's pid, its job id and launch index, its
+// output files' path prefix, the stop signal and the grace in tenths of a
+// second), checks that the pid is that worker (/proc/PID/environ names the
+// job and the index: a pid used again by another process is refused), prints
+// "gorovod-shim NONCE started PID", follows the output files from their end
+// onto the connection, forwards "signal NAME" lines, stops the worker's
+// process group on "stop", and prints "gorovod-shim NONCE gone 0" once the
+// pid has exited: its exit status went to whoever reaped it, not here. stdin
+// closing without "stop" leaves the worker running, as under shimScript.
+const followProtocol = "gorovod-follow 1"
+
+const followScript = `set -u
+fail() { echo "gorovod: $*" >&2; exit 126; }
+IFS= read -r v || fail "no follow header on stdin"
+[ "$v" = "` + followProtocol + `" ] || fail "unknown follow protocol: $v"
+IFS= read -r nonce && IFS= read -r pid && IFS= read -r job && IFS= read -r index && IFS= read -r out && IFS= read -r stopsig && IFS= read -r grace || fail "truncated follow header"
+envs=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || fail "pid $pid: not running (or not readable)"
+printf '%s\n' "$envs" | grep -qxF "GOROVOD_JOB_ID=$job" || fail "pid $pid: not a worker of job $job"
+printf '%s\n' "$envs" | grep -qxF "GOROVOD_LAUNCH_INDEX=$index" || fail "pid $pid: not worker $index of job $job"
+echo "gorovod-shim $nonce started $pid"
+exec 3<&0
+tail -n 0 -s 0.05 --pid="$pid" -f "$out.stdout" </dev/null &
+t1=$!
+tail -n 0 -s 0.05 --pid="$pid" -f "$out.stderr" </dev/null >&2 &
+t2=$!
+(
+  stop=
+  while read -r cmd arg <&3; do
+    case $cmd in
+    signal) kill -s "$arg" "$pid" ;;
+    stop) stop=1; break ;;
+    esac
+  done
+  [ -n "$stop" ] || exit 0
+  trap '' TERM
+  kill -s "$stopsig" -- "-$pid" && kill -s CONT -- "-$pid"
+  i=0
+  while kill -s 0 -- "-$pid"; do
+    if [ "$i" -ge "$grace" ]; then kill -s KILL -- "-$pid"; break; fi
+    sleep 0.1; i=$((i + 1))
+  done
+) >/dev/null 2>&1 &
+w=$!
+while kill -s 0 "$pid" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" != Z ]; do sleep 0.1; done
+kill "$w" 2>/dev/null
+wait "$t1" "$t2"
+echo "gorovod-shim $nonce gone 0"`
+
+// ErrExitUnknown is wrapped by the end of a remote worker that was adopted
+// (FollowRemote): it was not started through this connection, so its exit
+// status is not known here.
+var ErrExitUnknown = errors.New("exit status not known: the process was started by a launcher that died")
+
+// FollowSpec is a running remote worker to adopt: one started with
+// RemoteSpec.OutputFiles by a launcher that died.
+type FollowSpec struct {
+	Host  string
+	PID   int    // on Host
+	JobID string // its GOROVOD_JOB_ID
+	Index int    // its GOROVOD_LAUNCH_INDEX
+	// OutputFiles is the path prefix of its output files on Host: their
+	// new lines go to Output.
+	OutputFiles string
+	Output      func(stream string, line []byte)
+	StopSignal  syscall.Signal
+	StopGrace   time.Duration
+	SSH         SSH
+}
+
+// FollowRemote adopts a running remote worker over ssh: its new output
+// lines, signals, its stop when ctx ends (StopSignal to its process group,
+// SIGKILL after StopGrace), and its exit, whose status is not known (the
+// process's end wraps ErrExitUnknown). A pid that is not that worker of the
+// job, or not running, ends the process with a *HostError saying so.
+func FollowRemote(ctx context.Context, spec FollowSpec) (*RemoteProcess, error) {
+	if IsLocal(spec.Host) {
+		return nil, fmt.Errorf("launch: %q is this host", spec.Host)
+	}
+	if strings.HasPrefix(spec.Host, "-") || strings.ContainsAny(spec.Host, " \t\r\n'\"\\") {
+		return nil, fmt.Errorf("launch: %q is not a host name", spec.Host)
+	}
+	for _, v := range []string{spec.JobID, spec.OutputFiles} {
+		if v == "" || strings.ContainsAny(v, "\n\r\x00") {
+			return nil, fmt.Errorf("launch: following a worker on %s: job id %q and output files %q must be single lines", spec.Host, spec.JobID, spec.OutputFiles)
+		}
+	}
+	if spec.PID <= 0 || spec.Index < 0 {
+		return nil, fmt.Errorf("launch: following a worker on %s: pid %d, index %d", spec.Host, spec.PID, spec.Index)
+	}
+	if spec.StopGrace <= 0 {
+		spec.StopGrace = DefaultStopGrace
+	}
+	if spec.StopSignal == 0 {
+		spec.StopSignal = syscall.SIGTERM
+	}
+	if spec.Output == nil {
+		spec.Output = func(string, []byte) {}
+	}
+	sig := strings.TrimPrefix(unix.SignalName(spec.StopSignal), "SIG")
+	if sig == "" {
+		return nil, fmt.Errorf("launch: stop signal %d has no name", spec.StopSignal)
+	}
+	s, err := spec.SSH.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, 8)
+	_, _ = rand.Read(nonce)
+	r := &remoteWorker{host: spec.Host, nonce: hex.EncodeToString(nonce), timeout: s.StartTimeout, started: make(chan struct{})}
+	input := fmt.Sprintf("%s\n%s\n%d\n%s\n%d\n%s\n%s\n%d\n", followProtocol, r.nonce, spec.PID, spec.JobID, spec.Index, spec.OutputFiles,
+		sig, max(int(spec.StopGrace/(100*time.Millisecond)), 1))
+	sshArgv := s.argv(spec.Host, strings.Join([]string{"exec", "sh", "-c", shellQuote(followScript), "gorovod-follow"}, " "))
+	cmd := exec.CommandContext(ctx, sshArgv[0], sshArgv[1:]...)
+	if r.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	cmd.Cancel = func() error {
+		r.wmu.Lock()
+		defer r.wmu.Unlock()
+		_, _ = io.WriteString(r.stdin, "stop\n")
+		return r.stdin.Close()
+	}
+	cmd.WaitDelay = spec.StopGrace + s.ConnectTimeout
+	out := func(_ int, stream string, line []byte) { spec.Output(stream, line) }
+	stdout := &lineWriter{stream: "stdout", out: r.filterStdout(out)}
+	stderr := &lineWriter{stream: "stderr", out: r.keepStderr(out)}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("launch: following a worker on %s: running %s: %w", spec.Host, sshArgv[0], err)
+	}
+	r.wmu.Lock()
+	go func() {
+		defer r.wmu.Unlock()
+		_, _ = io.WriteString(r.stdin, input)
+	}()
+	go r.watchStart(cmd)
+	p := &RemoteProcess{host: spec.Host, cmd: cmd, r: r, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		stdout.flush()
+		stderr.flush()
+		p.err = r.outcome(err)
+		close(p.done)
+	}()
+	return p, nil
 }

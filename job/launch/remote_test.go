@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -321,18 +322,102 @@ func TestRemoteStop(t *testing.T) {
 	}
 }
 
-// TestRemoteLauncherKilled: kill -9 of the launcher stops its remote
-// workers (ssh's stdin closes, the shim kills the worker's group).
+// TestRemoteLauncherKilled: kill -9 of the launcher closes ssh's stdin
+// without a "stop": a worker that writes to the connection is stopped (the
+// shim kills its group), one with output files on its host runs on and
+// goes on writing them.
 func TestRemoteLauncherKilled(t *testing.T) {
 	_, hs, ssh := remoteHosts(t, 2)
-	cfg, _ := json.Marshal(struct {
-		SSH  SSH
-		Host string
-	}{ssh, hs[1].Name})
+	for _, tc := range []struct {
+		name  string
+		files bool
+	}{
+		{"output to the connection", false},
+		{"output files on the host", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := ""
+			if tc.files {
+				out = filepath.Join(t.TempDir(), "jobdir", "worker-0")
+			}
+			cfg, _ := json.Marshal(remoteLauncherConfig{SSH: ssh, Host: hs[1].Name, OutputFiles: out})
+			launcher := exec.Command(os.Args[0])
+			launcher.Env = append(os.Environ(), envChild+"=launcher", "LAUNCH_TEST_REMOTE="+string(cfg))
+			launcher.Stderr = os.Stderr
+			stdout, err := launcher.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := launcher.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = launcher.Process.Kill(); _ = launcher.Wait() }()
+			sc := bufio.NewScanner(stdout)
+			var pid int
+			for sc.Scan() {
+				if p, ok := strings.CutPrefix(sc.Text(), "remote pid "); ok {
+					pid, _ = strconv.Atoi(p)
+					break
+				}
+			}
+			if pid == 0 {
+				t.Fatal("the launcher did not report its worker")
+			}
+			if err := syscall.Kill(pid, 0); err != nil {
+				t.Fatalf("remote worker %d not running: %v", pid, err)
+			}
+			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // started (through ssh) by this test
+			t0 := time.Now()
+			if err := launcher.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.files {
+				waitGone(t, pid, 10*time.Second)
+				t.Logf("remote worker gone %v after the launcher was killed", time.Since(t0).Round(time.Millisecond))
+				return
+			}
+			_ = launcher.Wait()
+			killed := ticks(t, out+".stdout")
+			// Alive and writing: 25 more ticks (20 ms apart) after its launcher died.
+			for deadline := time.Now().Add(30 * time.Second); ticks(t, out+".stdout") < killed+25; {
+				if time.Now().After(deadline) {
+					b, _ := os.ReadFile(out + ".stderr")
+					t.Fatalf("the worker stopped writing its output file after its launcher died (%d ticks); stderr: %s", ticks(t, out+".stdout"), b)
+				}
+				time.Sleep(20 * time.Millisecond) // a file another process writes: nothing to wait on
+			}
+			if err := syscall.Kill(pid, 0); err != nil {
+				t.Fatalf("remote worker %d gone after its launcher died: %v", pid, err)
+			}
+			for _, f := range []string{out + ".stdout", out + ".stderr", filepath.Dir(out)} {
+				fi, err := os.Stat(f)
+				want := os.FileMode(0o600)
+				if f == filepath.Dir(out) {
+					want = 0o700
+				}
+				if err != nil || fi.Mode().Perm() != want {
+					t.Errorf("%s: %v (%v), want mode %v", f, fi.Mode().Perm(), err, want)
+				}
+			}
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, pid, 10*time.Second)
+		})
+	}
+}
+
+// orphanWorker starts a remote "tick" worker with output files under a
+// launcher process, kills the launcher (kill -9), and returns the worker's
+// pid and output files' prefix: a worker whose launcher died.
+func orphanWorker(t *testing.T, ssh SSH, host string) (int, string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "jobdir", "worker-0")
+	cfg, _ := json.Marshal(remoteLauncherConfig{SSH: ssh, Host: host, OutputFiles: out})
 	launcher := exec.Command(os.Args[0])
 	launcher.Env = append(os.Environ(), envChild+"=launcher", "LAUNCH_TEST_REMOTE="+string(cfg))
 	launcher.Stderr = os.Stderr
-	out, err := launcher.StdoutPipe()
+	stdout, err := launcher.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +425,7 @@ func TestRemoteLauncherKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = launcher.Process.Kill(); _ = launcher.Wait() }()
-	sc := bufio.NewScanner(out)
+	sc := bufio.NewScanner(stdout)
 	var pid int
 	for sc.Scan() {
 		if p, ok := strings.CutPrefix(sc.Text(), "remote pid "); ok {
@@ -351,32 +436,190 @@ func TestRemoteLauncherKilled(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("the launcher did not report its worker")
 	}
-	if err := syscall.Kill(pid, 0); err != nil {
-		t.Fatalf("remote worker %d not running: %v", pid, err)
-	}
-	t0 := time.Now()
-	if err := launcher.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	waitGone(t, pid, 10*time.Second)
-	t.Logf("remote worker gone %v after the launcher was killed", time.Since(t0).Round(time.Millisecond))
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // started (through ssh) by this test
+	return pid, out
 }
 
-// remoteLauncherChild launches one remote "hang" worker, prints its pid on
-// its host, and waits to be killed.
-func remoteLauncherChild() int {
-	var cfg struct {
-		SSH  SSH
-		Host string
+// TestFollowRemote adopts a remote worker whose launcher died
+// (FollowRemote): its new lines come back, ending the context stops it
+// (stop signal to its group), and a worker that exits by itself ends the
+// process with its status unknown; a pid that is not the job's worker of
+// that index is refused.
+func TestFollowRemote(t *testing.T) {
+	_, hs, ssh := remoteHosts(t, 2)
+	for _, tc := range []struct {
+		name  string
+		index int
+		how   string // "stop": the context ends; "kill": the worker dies by itself
+	}{
+		{"stopped by its new launcher", 0, "stop"},
+		{"exits by itself", 0, "kill"},
+		{"another worker's index", 5, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pid, out := orphanWorker(t, ssh, hs[1].Name)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var mu sync.Mutex
+			var got []string
+			p, err := FollowRemote(ctx, FollowSpec{Host: hs[1].Name, PID: pid, JobID: "follow-test", Index: tc.index, OutputFiles: out,
+				SSH: ssh, StopGrace: time.Second, Output: func(stream string, line []byte) {
+					mu.Lock()
+					got = append(got, stream+":"+string(line))
+					mu.Unlock()
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.how == "" {
+				select {
+				case <-p.Done():
+				case <-time.After(30 * time.Second):
+					t.Fatal("following the wrong worker did not fail")
+				}
+				var he *HostError
+				if err := p.Err(); !errors.As(err, &he) || !strings.Contains(err.Error(), "not worker 5 of job follow-test") {
+					t.Errorf("following pid %d as worker 5: %v, want a HostError saying it is not", pid, err)
+				}
+				if err := syscall.Kill(pid, 0); err != nil {
+					t.Errorf("the worker is gone after a refused adoption: %v", err)
+				}
+				return
+			}
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				mu.Lock()
+				n := len(got)
+				mu.Unlock()
+				if n >= 5 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no new lines from the adopted worker: %v", p.Err())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if p.PID() != pid {
+				t.Errorf("PID %d, want %d", p.PID(), pid)
+			}
+			if tc.how == "stop" {
+				cancel()
+			} else if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-p.Done():
+			case <-time.After(15 * time.Second):
+				t.Fatal("the adopted worker's end not seen")
+			}
+			t.Logf("end: %v; stderr %q", p.Err(), p.r.stderr)
+			waitGone(t, pid, 5*time.Second)
+			if err := p.Err(); !errors.Is(err, ErrExitUnknown) {
+				t.Errorf("end of an adopted worker: %v, want ErrExitUnknown", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !strings.HasPrefix(got[0], "stdout:tick ") {
+				t.Errorf("first line %q, want a tick written after the adoption", got[0])
+			}
+		})
 	}
+}
+
+// ticks counts the "tick" lines in file.
+func ticks(t *testing.T, file string) int {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "tick ")
+}
+
+// TestRemoteStopWithOutputFiles: a worker with output files on its host
+// still stops when its launcher stops it (the "stop" line), and its lines
+// come back over the connection as without them.
+func TestRemoteStopWithOutputFiles(t *testing.T) {
+	_, hs, ssh := remoteHosts(t, 2)
+	out := filepath.Join(t.TempDir(), "worker-0")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var got []string
+	p, err := StartRemote(ctx, RemoteSpec{Host: hs[1].Name, Argv: []string{os.Args[0]}, Env: []string{envChild + "=tick"},
+		SSH: ssh, StopGrace: time.Second, OutputFiles: out, Output: func(stream string, line []byte) {
+			mu.Lock()
+			got = append(got, stream+":"+string(line))
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no lines from the worker: %v", p.Err())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pid := p.PID()
+	cancel()
+	select {
+	case <-p.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("cancel did not stop the remote worker")
+	}
+	waitGone(t, pid, 5*time.Second)
+	var re *RemoteExit
+	if err := p.Err(); !errors.As(err, &re) {
+		t.Fatalf("stopped worker: %v, want its exit status", err)
+	}
+	if sig, ok := re.Signal(); !ok || sig != syscall.SIGTERM {
+		t.Errorf("stopped worker ended with %v, want SIGTERM", p.Err())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got[0] != "stdout:ready" || !strings.HasPrefix(got[1], "stdout:tick ") {
+		t.Errorf("lines %q, want ready then ticks", got[:2])
+	}
+	for _, l := range got {
+		if strings.Contains(l, "gorovod-shim") {
+			t.Errorf("a shim line reached the output: %q", l)
+		}
+	}
+	b, err := os.ReadFile(out + ".stdout")
+	if err != nil || !strings.HasPrefix(string(b), "ready\ntick 0\n") {
+		t.Errorf("output file: %q (%v)", b, err)
+	}
+}
+
+type remoteLauncherConfig struct {
+	SSH         SSH
+	Host        string
+	OutputFiles string
+}
+
+// remoteLauncherChild launches one remote worker ("tick" with output files,
+// else "hang"), prints its pid on its host, and waits to be killed.
+func remoteLauncherChild() int {
+	var cfg remoteLauncherConfig
 	if err := json.Unmarshal([]byte(os.Getenv("LAUNCH_TEST_REMOTE")), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
 	}
+	mode := "hang"
+	if cfg.OutputFiles != "" {
+		mode = "tick"
+	}
 	started := make(chan struct{}, 1)
-	j, err := Start(context.Background(), Spec{Argv: []string{os.Args[0]}, NP: 1, SSH: cfg.SSH,
-		Host: func(int) string { return cfg.Host }, Env: childEnv("hang"),
-		Output: func(i int, stream string, line []byte) {
+	p, err := StartRemote(context.Background(), RemoteSpec{Host: cfg.Host, Argv: []string{os.Args[0]},
+		Env: []string{envChild + "=" + mode, envconfig.EnvJobID + "=follow-test", envconfig.EnvLaunchIndex + "=0"},
+		SSH: cfg.SSH, OutputFiles: cfg.OutputFiles,
+		Output: func(stream string, line []byte) {
 			if string(line) == "ready" {
 				started <- struct{}{}
 			}
@@ -387,12 +630,12 @@ func remoteLauncherChild() int {
 	}
 	select {
 	case <-started:
-	case <-j.Done():
-		fmt.Fprintln(os.Stderr, j.Wait())
+	case <-p.Done():
+		fmt.Fprintln(os.Stderr, p.Err())
 		return 5
 	}
-	fmt.Printf("remote pid %d\n", j.PIDs()[0])
-	<-j.Done()
+	fmt.Printf("remote pid %d\n", p.PID())
+	<-p.Done()
 	return 0
 }
 

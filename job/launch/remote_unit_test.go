@@ -31,17 +31,17 @@ func TestShellQuote(t *testing.T) {
 }
 
 func TestShimInput(t *testing.T) {
-	in, err := shimInput("n0", 2, syscall.SIGINT, 1500*time.Millisecond, "/work dir", []string{"A=1", "B=x=y", "C="})
+	in, err := shimInput("n0", 2, syscall.SIGINT, 1500*time.Millisecond, "/work dir", "/jobs/j 1/worker-3", []string{"A=1", "B=x=y", "C="})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "gorovod-shim 1\nn0\n2\nINT\n15\n/work dir\nA=1\nB=x=y\nC=\n\n"
+	want := "gorovod-shim 2\nn0\n2\nINT\n15\n/work dir\n/jobs/j 1/worker-3\nA=1\nB=x=y\nC=\n\n"
 	if string(in) != want {
 		t.Errorf("shim input %q, want %q", in, want)
 	}
 	bad := []struct {
-		env []string
-		dir string
+		env      []string
+		dir, out string
 	}{
 		{env: []string{"NOEQUALS"}},
 		{env: []string{"1A=x"}},
@@ -50,10 +50,11 @@ func TestShimInput(t *testing.T) {
 		{env: []string{"A=line\nbreak"}},
 		{env: []string{"A=nul\x00"}},
 		{dir: "two\nlines"},
+		{out: "two\nlines"},
 	}
 	for _, b := range bad {
-		if _, err := shimInput("n", 1, syscall.SIGTERM, time.Second, b.dir, b.env); err == nil {
-			t.Errorf("env %q dir %q accepted", b.env, b.dir)
+		if _, err := shimInput("n", 1, syscall.SIGTERM, time.Second, b.dir, b.out, b.env); err == nil {
+			t.Errorf("env %q dir %q out %q accepted", b.env, b.dir, b.out)
 		}
 	}
 }

@@ -37,7 +37,23 @@ type Config struct {
 	// stall warning and as a slow heartbeat), on the same goroutine.
 	OnStall func(worker string, s stall.Snapshot)
 	Logger  *slog.Logger
+	// Adopt makes this driver take a running job back (its driver died; a
+	// worker proposes in its place): it learns the job's newest epoch from
+	// the workers as they come into its view and proposes nothing until
+	// every member of that epoch has answered, or AdoptWait has passed
+	// (epoch.Adopt). The workers come back by themselves when it binds the
+	// dead driver's gossip address (their seed, which they contact again
+	// every second while no driver is in view); Membership.Seeds may name
+	// workers to join through as well.
+	Adopt bool
+	// AdoptWait bounds how long an adopting driver waits for the workers'
+	// epochs (default 10 s).
+	AdoptWait time.Duration
 }
+
+// DefaultAdoptWait is Config.AdoptWait's default: the workers come back
+// within a second or two (they contact their seed every second).
+const DefaultAdoptWait = 10 * time.Second
 
 // Driver is the single epoch proposer of an elastic job: a thin loop around
 // an epoch.Proposer. It feeds it the membership (workers that become ready,
@@ -78,10 +94,15 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{
-		cfg: cfg, log: log, m: m, finished: make(chan struct{}),
-		prop: epoch.NewProposer(epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers}),
+	pc := epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers}
+	prop := epoch.NewProposer(pc)
+	if cfg.Adopt {
+		if cfg.AdoptWait <= 0 {
+			cfg.AdoptWait = DefaultAdoptWait
+		}
+		prop = epoch.Adopt(pc, time.Now(), cfg.AdoptWait)
 	}
+	d := &Driver{cfg: cfg, log: log, m: m, finished: make(chan struct{}), prop: prop}
 	d.loop = newLoop(m, d.prop, log)
 	d.loop.notify = d.notify
 	d.loop.settled = d.publish
@@ -99,6 +120,13 @@ func (d *Driver) notify(o epoch.Output) {
 	switch o := o.(type) {
 	case epoch.Proposed:
 		if d.cfg.OnEpoch != nil {
+			d.cfg.OnEpoch(o.World)
+		}
+	case epoch.TookOver:
+		// An adopting driver continues from the workers' world: for the
+		// launcher it is the first world it sees (another may follow at
+		// once, if members are gone).
+		if o.Adopted && d.cfg.OnEpoch != nil && o.World.Number > 0 {
 			d.cfg.OnEpoch(o.World)
 		}
 	case epoch.Finished:

@@ -371,6 +371,11 @@ func logOutput(log *slog.Logger, o epoch.Output) {
 		log.Warn("training finished, but workers of the last world failed its last step: they redo it without the finished ones",
 			"epoch", o.Number, "finished", o.Finished)
 	case epoch.TookOver:
+		if o.Adopted {
+			log.Warn("took the job back: continuing from the newest world its workers know",
+				"epoch", o.World.Number, "size", len(o.World.Members), "unheard", o.Unheard)
+			return
+		}
 		log.Warn("no driver: this worker, the oldest ready one, takes over proposing epochs",
 			"from", o.World.Number, "unheard", o.Unheard)
 	case epoch.SteppedDown:

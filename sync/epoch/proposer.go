@@ -198,6 +198,11 @@ type takeover struct {
 	waiting  map[string]bool // workers not heard from yet
 	deadline time.Time
 	held     []Received // reports that arrived meanwhile, handled once it ends
+	// adopting: a driver taking its job back (Adopt). It starts knowing no
+	// epoch and no worker, so the sync ends only once it has heard the
+	// newest epoch from every member of it (or at the deadline), not as
+	// soon as nobody is left to ask.
+	adopting bool
 }
 
 // NewProposer returns a proposer of a new job: no workers, no epoch yet.
@@ -249,6 +254,24 @@ func Resume(cfg ProposerConfig, now time.Time, from World, view []Peer) (*Propos
 	p.settleSync(now)
 	return p, p.flush()
 }
+
+// Adopt returns the proposer of a driver that takes a running job back
+// (its previous driver died, and a worker proposes in its place): it knows
+// no epoch and no worker yet. Each worker that comes into view is asked for
+// the newest epoch it knows, as under Resume, and nothing is proposed until
+// every member of the newest epoch heard of has answered (or left), or wait
+// has passed. It then continues from that epoch: with the same ready
+// members, no new epoch is proposed, and the workers go on in their world;
+// the worker that proposed steps down as soon as it sees a driver.
+func Adopt(cfg ProposerConfig, now time.Time, wait time.Duration) *Proposer {
+	p := NewProposer(cfg)
+	p.sync = &takeover{waiting: map[string]bool{}, deadline: now.Add(wait), adopting: true}
+	return p
+}
+
+// Adopting reports whether this proposer is still learning the job it
+// adopts (Adopt): it proposes nothing yet.
+func (p *Proposer) Adopting() bool { return p.sync != nil && p.sync.adopting }
 
 // Current is the newest epoch proposed (or taken over).
 func (p *Proposer) Current() World { return p.current }
@@ -568,6 +591,11 @@ func (p *Proposer) known() uint64 {
 	n := max(p.current.Number, p.floor)
 	if p.sync != nil {
 		n = max(n, p.sync.newest.Number)
+		if p.sync.adopting && n == 0 {
+			// A driver adopting a job knows no epoch yet: the job's
+			// numbering may be anywhere (as for a worker that knows none).
+			n = MaxNumber
+		}
 	}
 	return n
 }
@@ -814,9 +842,23 @@ func (p *Proposer) setCurrent(w World) {
 
 // settleSync ends the takeover once every worker asked has answered or gone.
 func (p *Proposer) settleSync(now time.Time) {
-	if p.sync != nil && len(p.sync.waiting) == 0 {
-		p.endSync(now)
+	if p.sync == nil || len(p.sync.waiting) > 0 {
+		return
 	}
+	if p.sync.adopting {
+		// Adopting, the view fills as the workers come back: a member of
+		// the newest epoch not in view yet would be left out of the world.
+		newest := p.sync.newest
+		if newest.Number == 0 {
+			return
+		}
+		for _, m := range newest.Members {
+			if _, ok := p.workers[m.Name]; !ok {
+				return
+			}
+		}
+	}
+	p.endSync(now)
 }
 
 func (p *Proposer) endSync(now time.Time) {
@@ -832,7 +874,7 @@ func (p *Proposer) endSync(now time.Time) {
 	if len(s.waiting) > 0 {
 		unheard = slices.Sorted(maps.Keys(s.waiting))
 	}
-	p.emit(TookOver{World: p.current, Unheard: unheard})
+	p.emit(TookOver{World: p.current, Unheard: unheard, Adopted: s.adopting})
 	p.announceAt = now.Add(p.cfg.Reannounce)
 	p.change(now)
 	for _, r := range s.held {

@@ -279,6 +279,9 @@ type Rescued struct {
 type TookOver struct {
 	World   World
 	Unheard []string
+	// Adopted: the proposer is a driver that took its job back (Adopt),
+	// not a worker standing in for a dead driver.
+	Adopted bool
 }
 
 // SteppedDown (Follower): this worker no longer proposes (a driver or an

@@ -255,3 +255,44 @@ func dumpTrace(t *testing.T, s *sim) {
 		t.Log(l)
 	}
 }
+
+// The driver dies and the oldest worker proposes in its place; a new driver
+// adopts the job (epoch.Adopt): it learns the workers' epoch, the worker
+// steps down, and with the same members no epoch is proposed — the workers
+// go on in their world. A worker that dies afterwards is left out by the
+// new driver, and the numbering has no gap.
+func TestAdoptingDriverTakesTheJobBack(t *testing.T) {
+	s := quietSim(t)
+	d, ws := startJob(t, s, 3)
+	s.crash(d)
+	s.run(6 * time.Second)
+	if ws[0].fol.Proposer() == nil {
+		t.Fatal("w0, the oldest worker, did not take over")
+	}
+	before := uint64(len(s.proposed))
+	nd := s.addAdoptingDriver("driver2", 5*time.Second)
+	s.run(3 * time.Second)
+	if ws[0].fol.Proposer() != nil {
+		t.Fatal("w0 still proposes with a driver in view")
+	}
+	if nd.prop.Adopting() {
+		t.Fatal("the new driver is still learning the job 3 s after it started (every worker answers within ms)")
+	}
+	if got := uint64(len(s.proposed)); got != before {
+		t.Fatalf("adopting a job with unchanged members proposed %d epochs, want none", got-before)
+	}
+	if cur := nd.prop.Current(); cur.Number != before || len(cur.Members) != 3 {
+		t.Fatalf("the new driver continues from %s, want epoch %d with the 3 workers", describe(cur), before)
+	}
+	s.crash(ws[2])
+	s.run(3 * time.Second)
+	if cur := nd.prop.Current(); cur.Number != before+1 || cur.Rank("w2") >= 0 || len(cur.Members) != 2 {
+		t.Fatalf("after w2 died the new driver proposed %s, want epoch %d without w2", describe(cur), before+1)
+	}
+	for _, w := range ws[:2] {
+		if w.using.Number != before+1 {
+			t.Fatalf("%s is in epoch %d, want %d", w.name, w.using.Number, before+1)
+		}
+	}
+	checkAll(s)
+}

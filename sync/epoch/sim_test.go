@@ -514,6 +514,16 @@ func (s *sim) addNode(name string, driver bool) *simNode {
 
 func (s *sim) addDriver(name string) *simNode { return s.addNode(name, true) }
 
+// addAdoptingDriver starts a driver that takes a running job back
+// (epoch.Adopt), waiting at most wait for the workers' epochs.
+func (s *sim) addAdoptingDriver(name string, wait time.Duration) *simNode {
+	n := s.addNode(name, true)
+	n.prop = epoch.Adopt(epoch.ProposerConfig{MinWorkers: s.cfg.minWorkers, Coalesce: s.cfg.coalesce}, s.now, wait)
+	n.m = n.prop
+	s.rearm(n)
+	return n
+}
+
 // addWorker starts a worker: in gossip at once, ready after its start-up.
 func (s *sim) addWorker(name string) *simNode {
 	n := s.addNode(name, false)

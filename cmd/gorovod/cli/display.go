@@ -73,6 +73,10 @@ func (s runSink) Event(e job.Event) {
 	case job.WorkerOutput:
 		d.workerLine(e.Worker, e.Stream, e.Line)
 	case job.JobStarted:
+		if e.Adopted {
+			d.report("took back job %s: %d workers running, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
+			return
+		}
 		d.report("job %s, %d workers, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
 	case job.WorkerStarted:
 		if e.Worker.PID == 0 { // a launcher that does not know it (a Slurm step, a pod, a remote host)
@@ -83,7 +87,9 @@ func (s runSink) Event(e job.Event) {
 			}
 			return
 		}
-		if e.Initial {
+		if e.Adopted {
+			d.report("worker %d pid %d (adopted)", e.Worker.Index, e.Worker.PID)
+		} else if e.Initial {
 			d.report("worker %d pid %d", e.Worker.Index, e.Worker.PID)
 		} else {
 			d.report("worker %d pid %d started", e.Worker.Index, e.Worker.PID)
@@ -97,6 +103,8 @@ func (s runSink) Event(e job.Event) {
 			d.report("worker %d (pid %d) lost: %v; the job goes on without it", e.Worker.Index, e.Worker.PID, e.Err)
 		case job.Failed:
 			d.report("worker %d (pid %d) failed: %v", e.Worker.Index, e.Worker.PID, e.Err)
+		case job.Unknown:
+			d.report("worker %d (pid %d) exited without reporting the end of training: %v", e.Worker.Index, e.Worker.PID, e.Err)
 		case job.Stopped:
 			if s.verbose {
 				d.report("worker %d (pid %d) stopped: the job no longer needed it", e.Worker.Index, e.Worker.PID)
@@ -136,6 +144,9 @@ func countLine(o job.Outcome) string {
 		line += fmt.Sprintf(" (%d started by hand)", byHand)
 	}
 	line += fmt.Sprintf(", %d lost, %d failed", o.Count(job.Lost), o.Count(job.Failed))
+	if n := o.Count(job.Unknown); n > 0 {
+		line += fmt.Sprintf(", %d ended unknown (exit status not known: they ran under a runner that died)", n)
+	}
 	if n := o.Count(job.Stopped); n > 0 {
 		line += fmt.Sprintf(", %d stopped (not needed any more)", n)
 	}

@@ -60,7 +60,7 @@ func followCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 		}
 		if len(pids) > 0 {
-			fmt.Fprintf(stderr, "gorovod follow: workers still running: pid %s (stop them with kill -INT, or kill -TERM to have each leave at a committed step)\n", strings.Join(pids, ", "))
+			fmt.Fprintf(stderr, "gorovod follow: workers still running: pid %s (stop them with kill -INT, or kill -TERM to have each leave at a committed step; 'gorovod run --attach %s' takes the job back)\n", strings.Join(pids, ", "), dir)
 		}
 	}
 	tick := time.NewTicker(followEvery)

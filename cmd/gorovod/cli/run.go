@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +51,12 @@ type runOptions struct {
 	security           *securityOptions // security.go
 	dataSecurity       transport.Security
 	lanes              *int // security.go
+	// attach is the directory of a job to take back (--attach); adopt is
+	// what is found there; flags are the flags of the command line that
+	// started the job (saved in its directory as runArgsFile).
+	attach string
+	adopt  *job.Adoption
+	flags  []string
 }
 
 // autoscaling says whether the engine acts (a heuristic, or straggler
@@ -68,6 +76,13 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // autoscaling engine), which prints what the job does and adds a worker on
 // SIGUSR1.
 func runCommand(ctx context.Context, args []string, registry *heuristics.Registry, terminate <-chan os.Signal, stdout, stderr io.Writer) error {
+	return runWith(ctx, args, "", registry, terminate, stdout, stderr)
+}
+
+// runWith is runCommand; attach, when set, is the directory of the job to
+// adopt, whose saved command line args then holds followed by the flags
+// given with --attach.
+func runWith(ctx context.Context, args []string, attach string, registry *heuristics.Registry, terminate <-chan os.Signal, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gorovod run", flag.ContinueOnError)
 	o := runOptions{registry: registry}
 	fs.IntVar(&o.np, "np", 2, "workers to start")
@@ -95,8 +110,40 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	o.security = securityFlags(fs)
 	o.lanes = lanesFlag(fs)
 	o.cluster.addFlags(fs)
+	fs.StringVar(&o.attach, "attach", "", "take back the running job whose job `directory` (--output-dir) this is, after its 'gorovod run' died: the same flags and trainer (saved there), with the flags given here on top; its workers on this host go on training, and this process drives the job to its end as the one that started it would have")
 	if err := parseFlags(fs, args, runUsageText, stdout, stderr); err != nil {
 		return err
+	}
+	if o.attach != "" {
+		if attach != "" || len(fs.Args()) > 0 {
+			return runUsage(stderr, "--attach DIR takes the trainer and flags the job started with: give no trainer")
+		}
+		saved, err := readRunArgs(o.attach)
+		if err != nil {
+			return &commandError{command: "run", err: err}
+		}
+		var now []string
+		for i := 0; i < len(args); i++ {
+			switch a := args[i]; {
+			case a == "--attach" || a == "-attach":
+				i++
+			case strings.HasPrefix(a, "--attach=") || strings.HasPrefix(a, "-attach="):
+			default:
+				now = append(now, a)
+			}
+		}
+		combined := slices.Concat(saved.Flags, now, []string{"--"}, saved.Argv)
+		return runWith(ctx, combined, o.attach, registry, terminate, stdout, stderr)
+	}
+	o.attach = attach
+	if attach != "" {
+		if abs, err := filepath.Abs(attach); err == nil {
+			o.attach = abs
+		}
+	}
+	o.flags = args[:len(args)-len(fs.Args())]
+	if n := len(o.flags); n > 0 && o.flags[n-1] == "--" {
+		o.flags = o.flags[:n-1]
 	}
 	if *listHeuristics {
 		r := o.registry
@@ -159,6 +206,18 @@ func runCommand(ctx context.Context, args []string, registry *heuristics.Registr
 	if err := o.cluster.check(o.np, o.maxNP); err != nil {
 		return runUsage(stderr, "%v", err)
 	}
+	if o.attach != "" {
+		if o.cluster.slurm || o.cluster.kubernetes || o.cluster.gorovodJob != "" {
+			return runUsage(stderr, "--attach takes back jobs whose workers 'gorovod run' started itself, not --slurm, --kubernetes or --gorovodjob ones")
+		}
+		if o.outputDir != "" && !samePath(o.outputDir, o.attach) {
+			return runUsage(stderr, "--attach %s with --output-dir %s: the job's directory is the one adopted", o.attach, o.outputDir)
+		}
+		if o.adopt, err = job.ReadAdoption(o.attach); err != nil {
+			return &commandError{command: "run", err: err}
+		}
+		o.outputDir = o.attach
+	}
 	if err := o.hosts.prepare(); err != nil {
 		return runUsage(stderr, "%v", err)
 	}
@@ -199,7 +258,12 @@ Each worker's lines are printed prefixed by its launch index, [i].
 With -H host1:2,host2:2, --hostfile FILE or --host-discovery-script CMD the
 workers run on those hosts, started over ssh (see README, "Several machines").
 With --slurm they are job steps of the Slurm allocation gorovod runs in, with
---kubernetes pods (docs/clusters.md).`
+--kubernetes pods (docs/clusters.md).
+
+'gorovod run --attach DIR' takes back the job whose directory DIR is, after
+the 'gorovod run' that started it died: its workers on this host train on,
+and this process becomes the job's driver, with the flags and trainer the
+job started with (flags given here are added on top).`
 
 // engineConfig builds the autoscaling engine's configuration from the flags.
 func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
@@ -274,15 +338,24 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	}
 	sinks = append(sinks, runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.obs.verbose})
 	jobID := job.NewJobID()
+	if o.adopt != nil {
+		jobID = o.adopt.Record.JobID
+	}
 	outputDir, keepOutput := o.outputDir, o.outputDir != ""
 	if outputDir == "" {
 		outputDir = filepath.Join(os.TempDir(), "gorovod-"+jobID)
+	}
+	// Absolute: workers on other hosts write their output at the same path
+	// there, and a runner that takes the job back looks for it there.
+	if abs, err := filepath.Abs(outputDir); err == nil {
+		outputDir = abs
 	}
 	cfg := job.Config{
 		JobID: jobID, OutputDir: outputDir,
 		Argv: o.argv, Workers: o.np, MinWorkers: o.minNP, MaxWorkers: o.maxNP, Autoscaling: engCfg,
 		Logger: log, JobFile: true, Gossip: membership.DefaultConfig(), ReplaceLost: true,
 		Sinks: sinks, Env: o.obs.workerEnv(), Timeline: o.obs.timeline, StallCheck: o.stallCheck,
+		Adopt: o.adopt,
 	}
 	if o.dataSecurity != transport.SecurityDefault {
 		cfg.Env = append(cfg.Env, envconfig.EnvDataSecurity+"="+o.dataSecurity.String())
@@ -310,6 +383,11 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 		// Printed in full by now; kept only when this process dies first.
 		defer os.RemoveAll(outputDir)
 	}
+	if o.adopt == nil {
+		if err := writeRunArgs(outputDir, o.flags, o.argv); err != nil {
+			out.report("the job cannot be taken back with --attach if this process dies: %v", err)
+		}
+	}
 	if gj := o.cluster.gorovodJobDriver; gj != nil {
 		gj.started(ctx, j)
 	}
@@ -317,7 +395,7 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	watch.announce()
 	out.report("add a worker with `kill -USR1 %d`, or start one by hand: gorovod attach %s -- %s",
 		os.Getpid(), j.JobFile(), shellWords(o.argv))
-	out.report("job directory %s: the workers here write their output there and train on if this process dies; `gorovod follow %s` shows the job then", outputDir, outputDir)
+	out.report("job directory %s: the workers here write their output there and train on if this process dies; `gorovod follow %s` shows the job then, `gorovod run --attach %s` takes it back", outputDir, outputDir, outputDir)
 	followCtx, stopFollowing := context.WithCancel(ctx)
 	defer stopFollowing()
 	go out.follow(followCtx, j)
@@ -356,4 +434,51 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 			return err
 		}
 	}
+}
+
+// runArgsFile, in a job's directory, is the command line that started the
+// job (flags and trainer), for `gorovod run --attach`.
+const runArgsFile = "run.json"
+
+// maxRunArgs bounds what readRunArgs reads.
+const maxRunArgs = 1 << 20
+
+type runArgs struct {
+	Flags []string `json:"flags"`
+	Argv  []string `json:"argv"`
+}
+
+func writeRunArgs(dir string, flags, argv []string) error {
+	b, err := json.Marshal(runArgs{Flags: flags, Argv: argv})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, runArgsFile), b, 0o600)
+}
+
+func readRunArgs(dir string) (runArgs, error) {
+	f, err := os.Open(filepath.Join(dir, runArgsFile))
+	if err != nil {
+		return runArgs{}, fmt.Errorf("--attach %s: not the directory of a job started by 'gorovod run' (%w)", dir, err)
+	}
+	defer f.Close()
+	var a runArgs
+	if err := json.NewDecoder(io.LimitReader(f, maxRunArgs)).Decode(&a); err != nil {
+		return runArgs{}, fmt.Errorf("--attach %s: %s: %w", dir, runArgsFile, err)
+	}
+	if len(a.Argv) == 0 {
+		return runArgs{}, fmt.Errorf("--attach %s: %s names no trainer", dir, runArgsFile)
+	}
+	return a, nil
+}
+
+// samePath says whether a and b name the same directory (one may be
+// relative, the other absolute).
+func samePath(a, b string) bool {
+	if fa, err := os.Stat(a); err == nil {
+		if fb, err := os.Stat(b); err == nil {
+			return os.SameFile(fa, fb)
+		}
+	}
+	return filepath.Clean(a) == filepath.Clean(b)
 }

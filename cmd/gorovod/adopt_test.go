@@ -1,0 +1,292 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/internal/testing/testhosts"
+	"github.com/gorovod/gorovod/job"
+)
+
+// TestRunAttach: a 3-worker job loses a worker (kill -9), which `gorovod
+// run` replaces (the job's epochs are then past 1, as a fresh driver's would
+// not be); then `gorovod run` itself is killed (kill -9), and `gorovod run
+// --attach DIR` takes the job back: the workers train on without a world
+// change, the new driver adopts them, replaces one killed afterwards (kill
+// -9) with a worker of its own, and ends the job with exit status 0 once
+// training is over — every step committed, with the same parameters on
+// every worker. Its record says what it knows: the adopted workers that
+// reported the end of training finished, the one killed under the first
+// runner lost (as that runner recorded), the one killed after the takeover
+// unknown (its exit status went to the dead runner's parent, not to this
+// one).
+func TestRunAttach(t *testing.T) {
+	const steps = 4000
+	dir := t.TempDir()
+	h := startRunJob(t, "--np", "3", "--output-dir", dir, "--",
+		synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
+	h.waitFor(t, "step 30 on every worker", 2*time.Minute, func(lines []trainerLine) bool {
+		seen := map[int]bool{}
+		for _, l := range lines {
+			if l.Step >= 30 {
+				seen[l.Worker] = true
+			}
+		}
+		return len(seen) == 3
+	})
+	if err := syscall.Kill(h.pid(t, 2), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, "the replacement, worker 3, training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
+		for _, l := range lines {
+			if l.Worker == 3 && l.Size == 3 && l.Step >= 10 {
+				return true
+			}
+		}
+		return false
+	})
+	pids := []int{h.pid(t, 0), h.pid(t, 1), h.pid(t, 3)}
+	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-h.exited
+	h.mu.Lock()
+	killedAt := maxStep(h.lines)
+	h.mu.Unlock()
+	t.Logf("launcher killed at step %d of %d", killedAt, steps)
+	// Training goes on without a driver.
+	waitOutput(t, dir, 4, "20 steps after the launcher died", func(ws map[int][]trainerLine) bool {
+		return maxStep(ws[0]) >= killedAt+20
+	})
+
+	// Relative, as a user in another directory would type it.
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startRunJob(t, "--attach", rel)
+	a.waitFor(t, "the adopted workers' lines through the new runner", 2*time.Minute, func(lines []trainerLine) bool {
+		seen := map[int]bool{}
+		for _, l := range lines {
+			seen[l.Worker] = true
+		}
+		return len(seen) == 3
+	})
+	for i, worker := range []int{0, 1, 3} {
+		if got := a.pid(t, worker); got != pids[i] {
+			t.Fatalf("the new runner adopted pid %d as worker %d, want %d", got, worker, pids[i])
+		}
+	}
+	if !strings.Contains(a.logText(), "took back job") {
+		t.Fatalf("the new runner did not say it took the job back:\n%s", a.logText())
+	}
+	a.mu.Lock()
+	firstSeen := maxStep(a.lines)
+	a.mu.Unlock()
+	// The new driver learns the world and the workers see it (it proposes
+	// nothing): 200 steps are well over the second that takes.
+	a.waitFor(t, "200 steps under the new runner", 2*time.Minute, func(lines []trainerLine) bool { return maxStep(lines) >= firstSeen+200 })
+	a.mu.Lock()
+	attachedAt := maxStep(a.lines)
+	a.mu.Unlock()
+	if attachedAt >= steps-200 {
+		t.Fatalf("the job was nearly over (step %d) when the new runner took it: make it longer", attachedAt)
+	}
+	// Taking the job back needs no world change: the workers train on in
+	// the world they had when the launcher died.
+	h.mu.Lock()
+	before := h.lines[len(h.lines)-1].WorldEpoch
+	h.mu.Unlock()
+	a.mu.Lock()
+	after := a.lines[len(a.lines)-1].WorldEpoch
+	a.mu.Unlock()
+	t.Logf("world epoch %d when the launcher died, %d at step %d under the new runner", before, after, attachedAt)
+	if after != before {
+		t.Errorf("the world changed from epoch %d to %d while the job was taken back, with the same workers", before, after)
+	}
+	if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The floor (--np 3) replaces it: worker 4, started by the new runner,
+	// trains in a world of 3.
+	a.waitFor(t, "a replacement training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
+		for _, l := range lines {
+			if l.Worker == 4 && l.Size == 3 {
+				return true
+			}
+		}
+		return false
+	})
+	select {
+	case err = <-a.exited:
+	case <-time.After(3 * time.Minute):
+		a.timedOut(t, "the attached runner to end")
+	}
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatalf("gorovod run --attach: %v; log:\n%s", err, a.logText())
+	}
+	ws := waitOutput(t, dir, 5, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
+		return maxStep(ws[0]) >= steps && maxStep(ws[1]) >= steps && maxStep(ws[4]) >= steps
+	})
+	params := map[int64]string{}
+	for i, lines := range ws {
+		for _, l := range lines {
+			if p, ok := params[l.Step]; ok && p != l.Params {
+				t.Fatalf("step %d: worker %d has parameters %.12s, another %.12s", l.Step, i, l.Params, p)
+			}
+			params[l.Step] = l.Params
+		}
+	}
+	for s := int64(1); s <= steps; s++ {
+		if _, ok := params[s]; !ok {
+			t.Fatalf("no worker committed step %d", s)
+		}
+	}
+	log := a.logText()
+	t.Logf("the new runner's log:\n%s", log)
+	for _, want := range []string{"3 workers finished, 1 lost, 0 failed, 1 ended unknown", "worker 3 (pid "} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the new runner's log lacks %q:\n%s", want, log)
+		}
+	}
+	rec, err := job.ReadJobRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rec.Ended || rec.Verdict != "ok" || rec.Adopted != 1 || rec.RunnerPID != a.cmd.Process.Pid {
+		t.Errorf("record: ended %v verdict %q adopted %d runner %d, want ended, ok, adopted once by pid %d",
+			rec.Ended, rec.Verdict, rec.Adopted, rec.RunnerPID, a.cmd.Process.Pid)
+	}
+	states := map[int]string{}
+	for _, w := range rec.Workers {
+		states[w.Index] = w.State
+	}
+	if want := map[int]string{0: "finished", 1: "finished", 2: "lost", 3: "unknown", 4: "finished"}; fmt.Sprint(states) != fmt.Sprint(want) {
+		t.Errorf("recorded ends %v, want %v", states, want)
+	}
+	if !waitAllGone(pids, time.Minute) {
+		t.Fatalf("adopted workers still running a minute after the job ended")
+	}
+}
+
+// TestRunAttachAcrossHosts: the job's workers run on another host, started
+// over ssh with their output in files there (the job directory's path on
+// that host). `gorovod run` is killed (kill -9): the workers train on;
+// `gorovod run --attach DIR` takes the job back and its workers over ssh
+// (the shim on their host checks each pid), a worker killed afterwards is
+// replaced over ssh, and the job ends with status 0, every step committed
+// with the same parameters everywhere.
+func TestRunAttachAcrossHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts hosts and real worker processes; skipped with -short")
+	}
+	const steps = 4000
+	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhatt", SSHPort: 2222}, 2)
+	dir := t.TempDir()
+	h := hostJob(t, n, hs[0], []string{"--np", "3", "--output-dir", dir, "-H", hs[1].Name + ":4"},
+		"--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
+	h.waitFor(t, "step 30 on every worker", 2*time.Minute, func(lines []trainerLine) bool {
+		seen := map[int]bool{}
+		for _, l := range lines {
+			if l.Step >= 30 {
+				seen[l.Worker] = true
+			}
+		}
+		return len(seen) == 3
+	})
+	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-h.exited
+	h.mu.Lock()
+	killedAt := maxStep(h.lines)
+	h.mu.Unlock()
+	t.Logf("launcher killed at step %d of %d", killedAt, steps)
+	waitOutput(t, dir, 3, "20 steps after the launcher died", func(ws map[int][]trainerLine) bool {
+		return maxStep(ws[0]) >= killedAt+20 && maxStep(ws[1]) >= killedAt+20 && maxStep(ws[2]) >= killedAt+20
+	})
+	rec, err := job.ReadJobRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, w := range rec.Workers {
+		if w.Host != hs[1].Name || w.PID == 0 {
+			t.Fatalf("worker %d: recorded on %q with pid %d, want %s and its pid there", w.Index, w.Host, w.PID, hs[1].Name)
+		}
+		pids = append(pids, w.PID)
+		t.Cleanup(func() { _ = syscall.Kill(w.PID, syscall.SIGKILL) }) // started by this test, over ssh
+	}
+
+	prefix, err := hs[0].Exec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startRunJobArgv(t, append(prefix, binary, "run", "--attach", dir))
+	a.waitFor(t, "the adopted workers' lines through the new runner", 2*time.Minute, func(lines []trainerLine) bool {
+		seen := map[int]bool{}
+		for _, l := range lines {
+			seen[l.Worker] = true
+		}
+		return len(seen) == 3
+	})
+	if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.waitFor(t, "a replacement training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
+		for _, l := range lines {
+			if l.Worker == 3 && l.Size == 3 {
+				return true
+			}
+		}
+		return false
+	})
+	select {
+	case err = <-a.exited:
+	case <-time.After(3 * time.Minute):
+		a.timedOut(t, "the attached runner to end")
+	}
+	log := a.logText()
+	t.Logf("the new runner's log:\n%s", log)
+	if err != nil {
+		t.Fatalf("gorovod run --attach: %v", err)
+	}
+	ws := waitOutput(t, dir, 4, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
+		return maxStep(ws[0]) >= steps && maxStep(ws[1]) >= steps && maxStep(ws[3]) >= steps
+	})
+	params := map[int64]string{}
+	for i, lines := range ws {
+		for _, l := range lines {
+			if p, ok := params[l.Step]; ok && p != l.Params {
+				t.Fatalf("step %d: worker %d has parameters %.12s, another %.12s", l.Step, i, l.Params, p)
+			}
+			params[l.Step] = l.Params
+		}
+	}
+	for s := int64(1); s <= steps; s++ {
+		if _, ok := params[s]; !ok {
+			t.Fatalf("no worker committed step %d", s)
+		}
+	}
+	if !strings.Contains(log, "3 workers finished, 0 lost, 0 failed, 1 ended unknown") {
+		t.Errorf("the new runner's count of the workers is not 3 finished and 1 unknown")
+	}
+	if !waitAllGone(pids, time.Minute) {
+		t.Fatalf("adopted workers still running a minute after the job ended")
+	}
+}

@@ -1,0 +1,229 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/internal/envconfig"
+)
+
+// startSleeper starts a process with env that lives until the test ends
+// (killed then by its pid).
+func startSleeper(t *testing.T, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	cmd.Env = env
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+// TestReadAdoption looks for the processes of a job's record as a runner
+// adopting it does: only a running process of this host whose environment
+// names the job and its launch index is adopted; and it refuses a job that
+// ended, one without its environment file or with another job's, and one
+// whose environment file others could read.
+func TestReadAdoption(t *testing.T) {
+	const id = "job-adopt"
+	env := envconfig.ElasticWorker{JobID: id, Secret: []byte("0123456789abcdef"), Seeds: []string{"127.0.0.1:7946"}}.Environ()
+	worker := startSleeper(t, envconfig.EnvJobID+"="+id, envconfig.EnvLaunchIndex+"=0")
+	other := startSleeper(t, envconfig.EnvJobID+"=another", envconfig.EnvLaunchIndex+"=1")
+	wrongIndex := startSleeper(t, envconfig.EnvJobID+"="+id, envconfig.EnvLaunchIndex+"=7")
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	record := fmt.Sprintf("job\t%s\t1\nstarted\t0\t%d\t\nstarted\t1\t%d\t\nstarted\t2\t%d\t\nstarted\t3\t%d\tnode9\nstarted\t4\t%d\t\nexited\t4\tfinished\t\nstarted\t5\t%d\tlocalhost\n",
+		id, worker.Process.Pid, other.Process.Pid, dead.Process.Pid, worker.Process.Pid, worker.Process.Pid, wrongIndex.Process.Pid)
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, recordFile), []byte(record), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeEnvFile(dir, env); err != nil {
+		t.Fatal(err)
+	}
+	a, err := ReadAdoption(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		running, remote bool
+		why             string
+	}{
+		{true, false, ""},
+		{false, false, "another process"},
+		{false, false, "gone"},
+		{false, true, ""},  // on node9: for the launcher to check there
+		{false, false, ""}, // exited under the old runner: its record says how
+		{false, false, "another worker of the job than launch index 5"},
+	}
+	if len(a.Workers) != len(want) {
+		t.Fatalf("%d workers, want %d", len(a.Workers), len(want))
+	}
+	for i, w := range want {
+		got := a.Workers[i]
+		if got.Running != w.running || got.Remote != w.remote || (w.why == "") != (got.Why == "") || !strings.Contains(got.Why, w.why) {
+			t.Errorf("worker %d: running %v remote %v (%q), want %v %v (%q)", i, got.Running, got.Remote, got.Why, w.running, w.remote, w.why)
+		}
+	}
+	if !a.Workers[4].Exited || a.Workers[4].State != "finished" {
+		t.Errorf("worker 4: %+v, want its recorded end", a.Workers[4])
+	}
+
+	for _, tc := range []struct {
+		name   string
+		setup  func(dir string)
+		refuse string
+	}{
+		{"ended", func(dir string) {
+			f, _ := os.OpenFile(filepath.Join(dir, recordFile), os.O_APPEND|os.O_WRONLY, 0)
+			fmt.Fprintf(f, "ended\tok\n")
+			f.Close()
+		}, "has ended"},
+		{"no environment file", func(dir string) { os.Remove(filepath.Join(dir, envFile)) }, "job file"},
+		{"another job's environment", func(dir string) {
+			_ = writeEnvFile(dir, envconfig.ElasticWorker{JobID: "another", Secret: []byte("0123456789abcdef"), Seeds: []string{"127.0.0.1:1"}}.Environ())
+		}, "is of job another"},
+		{"environment readable by others", func(dir string) { os.Chmod(filepath.Join(dir, envFile), 0o644) }, "0600"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := t.TempDir()
+			if err := os.WriteFile(filepath.Join(d, recordFile), []byte(record), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeEnvFile(d, env); err != nil {
+				t.Fatal(err)
+			}
+			tc.setup(d)
+			if _, err := ReadAdoption(d); err == nil || !strings.Contains(err.Error(), tc.refuse) {
+				t.Errorf("got %v, want a refusal saying %q", err, tc.refuse)
+			}
+		})
+	}
+}
+
+// TestRecordAdopted reads the record of a job taken back: the adopting
+// runner's pid, and the workers of both runners.
+func TestRecordAdopted(t *testing.T) {
+	dir := t.TempDir()
+	text := "job\tj\t10\nstarted\t0\t11\t\nadopted\t20\nexited\t0\tunknown\tpid 11: exit status not known\nstarted\t1\t0\th2\nrunning\t1\t21\n"
+	if err := os.WriteFile(filepath.Join(dir, recordFile), []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ReadJobRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.RunnerPID != 20 || rec.Adopted != 1 || len(rec.Workers) != 2 || rec.Workers[0].State != "unknown" || parseState(rec.Workers[0].State) != Unknown ||
+		rec.Workers[1].PID != 21 || rec.Workers[1].Host != "h2" {
+		t.Errorf("got %+v", rec)
+	}
+	if err := os.WriteFile(filepath.Join(dir, recordFile), []byte("adopted\t20\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadJobRecord(dir); err == nil {
+		t.Error("an adopted line before any job line: no error")
+	}
+}
+
+// TestAdoptedProcess follows a process that is not this one's child (as
+// after its runner died) by its pid: its output file's new lines, its exit
+// (status unknown), and stopping it when the job's context ends.
+func TestAdoptedProcess(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		script string
+		cancel bool
+	}{
+		{"exits by itself", `echo before >> "$1.stdout"; read x < "$2"; echo one >> "$1.stdout"; echo two >> "$1.stdout"`, false},
+		{"stopped", `echo before >> "$1.stdout"; read x < "$2"; echo one >> "$1.stdout"; echo two >> "$1.stdout"; trap 'exit 0' INT; while :; do sleep 0.05; done`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			gate := filepath.Join(dir, "gate")
+			if err := os.WriteFile(gate, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			os.Remove(gate)
+			if err := exec.Command("mkfifo", gate).Run(); err != nil {
+				t.Skipf("mkfifo: %v", err)
+			}
+			prefix := OutputFiles(dir, 0)
+			cmd := exec.Command("sh", "-c", tc.script, "sh", prefix, gate)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Reaped here as soon as it exits, as init reaps an orphan.
+			waited := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(waited) }()
+			t.Cleanup(func() { _ = cmd.Process.Kill(); <-waited })
+			deadline := time.Now().Add(time.Minute)
+			for b, _ := os.ReadFile(prefix + ".stdout"); string(b) != "before\n"; b, _ = os.ReadFile(prefix + ".stdout") {
+				if time.Now().After(deadline) {
+					t.Fatal("the process wrote nothing")
+				}
+				time.Sleep(10 * time.Millisecond) // a file another process writes: nothing to wait on
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var mu sync.Mutex
+			var lines []string
+			p, err := adoptProcess(ctx, dir, RecordedWorker{Index: 0, PID: cmd.Process.Pid}, time.Minute, func(stream string, line []byte) {
+				mu.Lock()
+				lines = append(lines, stream+":"+string(line))
+				mu.Unlock()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := os.OpenFile(gate, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.WriteString("go\n")
+			g.Close()
+			if tc.cancel {
+				for {
+					mu.Lock()
+					n := len(lines)
+					mu.Unlock()
+					if n == 2 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("no lines")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				cancel()
+			}
+			select {
+			case <-p.Done():
+			case <-time.After(time.Minute):
+				t.Fatal("the process's exit not seen within a minute")
+			}
+			if !errors.Is(p.Err(), ErrExitUnknown) {
+				t.Errorf("Err %v, want ErrExitUnknown", p.Err())
+			}
+			if err := p.Signal(StopSignal); !errors.Is(err, os.ErrProcessDone) {
+				t.Errorf("signalling an exited process: %v", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if strings.Join(lines, ",") != "stdout:one,stdout:two" {
+				t.Errorf("lines %q, want the two written after adoption", lines)
+			}
+		})
+	}
+}
