@@ -158,6 +158,17 @@ type Proposer struct {
 
 	sync *takeover // non-nil while taking over (see Resume)
 
+	// base is the newest world every member of which acknowledged it (or
+	// is known to be gone): the last world that may have trained, whose
+	// members vote on the next (CheckQuorum). departed are the workers
+	// known to be gone (left, evicted, exited), who do not vote; a worker
+	// gossip declared dead may be alive behind a partition, and does.
+	base     World
+	departed map[string]bool
+	// blocked is the last NoQuorum said, so that it is said once per
+	// state rather than at every change.
+	blocked *NoQuorum
+
 	out []Output
 }
 
@@ -207,7 +218,7 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 		workers: map[string]Peer{}, probes: map[uint64]probe{},
 		done: map[string]bool{}, evicted: map[string]bool{}, suspects: map[string]time.Time{},
 		blames: map[string]blameCount{}, blamedIn: map[string]blame{}, failed: map[uint64]failedWorld{}, stuck: map[string]bool{}, since: map[string]uint64{},
-		acked: map[string]uint64{}, aliveIn: map[string]uint64{},
+		acked: map[string]uint64{}, aliveIn: map[string]uint64{}, departed: map[string]bool{},
 	}
 }
 
@@ -228,6 +239,7 @@ type blame struct {
 func Resume(cfg ProposerConfig, now time.Time, from World, view []Peer) (*Proposer, []Output) {
 	p := NewProposer(cfg)
 	p.setCurrent(from)
+	p.base = cloneWorld(from)
 	// The history of the members of the world taken over is not known
 	// here: their reports of the end of training count about any world.
 	for name := range p.since {
@@ -299,7 +311,18 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 	case PeerSeen:
 		p.seen(now, in.Peer)
 	case PeerGone:
+		if !in.Failed {
+			p.departed[in.Name] = true
+		}
 		p.gone(now, in.Name, in.Failed)
+	case Exited:
+		p.departed[in.Name] = true
+		p.settleBase()
+		if _, inView := p.workers[in.Name]; inView || slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == in.Name }) {
+			p.gone(now, in.Name, true)
+		} else {
+			p.change(now) // a vote less: a world waiting for a quorum may have it now
+		}
 	case Received:
 		p.receive(now, in.From, in.Msg)
 	case SendFailed:
@@ -317,6 +340,28 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 		p.change(now)
 	}
 	return p.flush()
+}
+
+// knownGone reports whether worker name is known to be gone for good (it does
+// not vote on the next world, see CheckQuorum): it left or was evicted,
+// its process exited, it finished training, or it was removed as stuck
+// (it answered its probes: it is in view, not behind a partition).
+func (p *Proposer) knownGone(name string) bool {
+	return p.departed[name] || p.evicted[name] || p.done[name] || p.stuck[name]
+}
+
+// settleBase makes the current world the base of the quorum once every
+// member acknowledged it or is known to be gone.
+func (p *Proposer) settleBase() {
+	if p.current.Number <= p.base.Number {
+		return
+	}
+	for _, m := range p.current.Members {
+		if m.Name != p.cfg.Self && p.acked[m.Name] < p.current.Number && !p.knownGone(m.Name) {
+			return
+		}
+	}
+	p.base = cloneWorld(p.current)
 }
 
 // Tick tells the proposer that the time is now: pending proposals, probes
@@ -433,6 +478,7 @@ func (p *Proposer) seen(now time.Time, peer Peer) {
 			p.emit(Send{To: peer.Name, Msg: Message{Kind: MsgEpoch, World: p.current}})
 		}
 	case Leaving:
+		p.departed[peer.Name] = true
 		p.remove(now, peer.Name, ReasonLeaving)
 	}
 }
@@ -521,6 +567,20 @@ func (p *Proposer) propose(now time.Time) {
 	if !p.renew && p.floor <= p.current.Number && slices.Equal(p.members, p.current.Members) {
 		return
 	}
+	p.settleBase()
+	if q := CheckQuorum(p.base, p.members, p.knownGone, p.cfg.Self == ""); !q.OK() {
+		// Members only suspected of being gone may be training on the
+		// other side of a partition: wait for them, for news that they
+		// are gone, or for the other side's world.
+		p.dirty = true
+		nq := NoQuorum{Base: p.base.Number, Quorum: q}
+		if p.blocked == nil || p.blocked.Base != nq.Base || !slices.Equal(p.blocked.Quorum.Missing, q.Missing) || p.blocked.Quorum.Present != q.Present {
+			p.blocked = &nq
+			p.emit(nq)
+		}
+		return
+	}
+	p.blocked = nil
 	next := max(p.current.Number, p.floor) + 1
 	if next > MaxNumber {
 		// Unreachable: numbers from messages are checked against MaxNumber
@@ -532,6 +592,7 @@ func (p *Proposer) propose(now time.Time) {
 	p.renew = false
 	p.setCurrent(World{Number: next, Members: slices.Clone(p.members)})
 	p.emit(Proposed{World: p.current})
+	p.settleBase() // a world of the proposing worker alone
 	p.resendAfter = p.cfg.Resend
 	p.announce(now)
 }
@@ -582,6 +643,7 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 	case MsgPong:
 		if _, inView := p.workers[from]; inView && msg.World.Number > p.acked[from] {
 			p.acked[from] = msg.World.Number
+			p.settleBase()
 		}
 		pr, ok := p.probes[msg.Nonce]
 		if !ok || pr.name != from {
@@ -793,6 +855,12 @@ func (p *Proposer) rebase(w World, joiners bool) {
 		}
 	}
 	p.setCurrent(w)
+	if w.Number > p.base.Number {
+		// Another proposer's world (or, taking over, the newest one the
+		// workers know): its proposer checked its quorum, and the member
+		// that told of it adopted it.
+		p.base = cloneWorld(w)
+	}
 	p.floor = max(p.floor, w.Number)
 	p.members = members
 }
