@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/job/launch"
 	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
@@ -360,6 +361,12 @@ func (j *Job) launch(index int, host string, share int) (WorkerRef, error) {
 func (j *Job) await(index int, p Process) {
 	<-p.Done()
 	ev, lostStart := j.roster.exited(index, p, j.floor.noteExitLocked)
+	var lostHost *launch.HostError
+	if ev.Name != "" && !errors.As(ev.Err, &lostHost) {
+		// The process is known to have ended (a broken connection to its
+		// host is not proof: the host may be cut off, the worker training).
+		j.driver.Exited(ev.Name)
+	}
 	j.record.exited(ev)
 	j.events.emit(ev)
 	if lostStart {

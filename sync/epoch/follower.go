@@ -82,7 +82,7 @@ type Follower struct {
 	// process exited): a proposer this worker starts does not count them
 	// as voters of its quorum (CheckQuorum).
 	departed map[string]bool
-	out        []Output
+	out      []Output
 }
 
 // NewFollower returns the protocol state of worker cfg.Self, which knows no
