@@ -317,6 +317,12 @@ func faultPartition(t *testing.T, tr hostTrainer) {
 // full once the link is.
 func cutAndHeal(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer, full int) {
 	t.Helper()
+	cutAndHealAfter(t, h, host, fewer, full, 5*time.Second)
+}
+
+// cutAndHealAfter is cutAndHeal with the link down for hold.
+func cutAndHealAfter(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer, full int, hold time.Duration) {
+	t.Helper()
 	s := h.step()
 	cut := time.Now()
 	if err := host.SetLink(false); err != nil {
@@ -335,7 +341,7 @@ func cutAndHeal(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer, ful
 	h.waitFor(t, fmt.Sprintf("a %d-worker world while a host is cut off", fewer), time.Minute, sizeAfter(s, fewer))
 	t.Logf("partition: %d-worker steps after %v", fewer, time.Since(cut))
 	select {
-	case <-time.After(time.Until(cut.Add(5 * time.Second))):
+	case <-time.After(time.Until(cut.Add(hold))):
 	case err := <-h.exited:
 		t.Fatalf("job ended during the partition: %v\n%s", err, h.logText())
 	}
