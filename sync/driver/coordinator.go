@@ -53,7 +53,7 @@ func NewCoordinator(cfg CoordinatorConfig) *Coordinator {
 	}
 	return &Coordinator{
 		cfg: cfg, log: log, wake: make(chan struct{}, 1),
-		prop: epoch.NewProposer(epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers, Reannounce: inProcessReannounce}),
+		prop: epoch.NewProposer(epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers, Reannounce: inProcessReannounce, InProcess: true}),
 	}
 }
 
@@ -62,8 +62,7 @@ func (c *Coordinator) Add(m epoch.Member) {
 	c.step(epoch.PeerSeen{Peer: epoch.Peer{Name: m.Name, Addr: m.Addr, State: epoch.Ready}})
 }
 
-// Remove drops a worker (graceful leave, scale-down or failure; its end is
-// known) at the next epoch.
+// Remove drops a worker (graceful leave, scale-down or failure) at the next epoch.
 func (c *Coordinator) Remove(name string) { c.step(epoch.PeerGone{Name: name}) }
 
 func (c *Coordinator) step(in epoch.Input) {
@@ -85,9 +84,7 @@ func (c *Coordinator) carry(outs []epoch.Output) {
 		switch o := o.(type) {
 		case epoch.Send:
 			if o.Msg.Kind == epoch.MsgPing {
-				// A worker of this process that is blamed has vanished:
-				// its end is known, not suspected.
-				outs = append(outs, c.prop.Step(time.Now(), epoch.Exited{Name: o.To})...)
+				outs = append(outs, c.prop.Step(time.Now(), epoch.SendFailed(o))...)
 			}
 		case epoch.Proposed:
 			c.current.Put(o.World)
