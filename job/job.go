@@ -362,10 +362,14 @@ func (j *Job) await(index int, p Process) {
 	<-p.Done()
 	ev, lostStart := j.roster.exited(index, p, j.floor.noteExitLocked)
 	var lostHost *launch.HostError
-	if ev.Name != "" && !errors.As(ev.Err, &lostHost) {
+	if !errors.As(ev.Err, &lostHost) {
 		// The process is known to have ended (a broken connection to its
-		// host is not proof: the host may be cut off, the worker training).
-		j.driver.Exited(ev.Name)
+		// host is not proof: the host may be cut off, the worker training),
+		// under every name it had.
+		j.learnNames()
+		for _, name := range j.roster.names(index) {
+			j.driver.Exited(name)
+		}
 	}
 	j.record.exited(ev)
 	j.events.emit(ev)
