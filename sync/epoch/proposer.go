@@ -46,6 +46,15 @@ type ProposerConfig struct {
 	// BlameWindow: a blame longer than this after the previous one starts
 	// the count again (default 2 min).
 	BlameWindow time.Duration
+	// OldWorldGrace: how long the members of a world may still train in the
+	// world before it after they adopted it: a member keeps training in its
+	// world while it connects the next one, up to the session's connect
+	// timeout (30 s by default). Until then a new world needs the quorum of
+	// that previous world too (default 35 s). Without it, a partition right
+	// after a world change leaves the members that had not connected the
+	// new world training in the old one on their side while the other side
+	// forms a world of its own.
+	OldWorldGrace time.Duration
 	// InProcess: the workers run in the proposer's process (tests,
 	// benchmarks), so no partition can hide one that is alive: a world
 	// needs no quorum (CheckQuorum).
@@ -63,6 +72,8 @@ func DefaultProposerConfig() ProposerConfig {
 		SyncTimeout:  2 * time.Second,
 		BlameLimit:   3,
 		BlameWindow:  2 * time.Minute,
+
+		OldWorldGrace: 35 * time.Second,
 	}
 }
 
@@ -76,6 +87,7 @@ func (c ProposerConfig) withDefaults() ProposerConfig {
 	c.SyncTimeout = cmp.Or(c.SyncTimeout, d.SyncTimeout)
 	c.BlameLimit = cmp.Or(c.BlameLimit, d.BlameLimit)
 	c.BlameWindow = cmp.Or(c.BlameWindow, d.BlameWindow)
+	c.OldWorldGrace = cmp.Or(c.OldWorldGrace, d.OldWorldGrace)
 	return c
 }
 
@@ -169,6 +181,10 @@ type Proposer struct {
 	// gossip declared dead may be alive behind a partition, and does.
 	base     World
 	departed map[string]bool
+	// prevBase is the base before base, until prevUntil (OldWorldGrace
+	// after base took over): members of base may still train in it.
+	prevBase  World
+	prevUntil time.Time
 	// blocked is the last NoQuorum said, so that it is said once per
 	// state rather than at every change.
 	blocked *NoQuorum
@@ -321,7 +337,7 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 		p.gone(now, in.Name, in.Failed)
 	case Exited:
 		p.departed[in.Name] = true
-		p.settleBase()
+		p.settleBase(now)
 		if _, inView := p.workers[in.Name]; inView || slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == in.Name }) {
 			p.gone(now, in.Name, true)
 		} else {
@@ -356,7 +372,7 @@ func (p *Proposer) knownGone(name string) bool {
 
 // settleBase makes the current world the base of the quorum once every
 // member acknowledged it or is known to be gone.
-func (p *Proposer) settleBase() {
+func (p *Proposer) settleBase(now time.Time) {
 	if p.current.Number <= p.base.Number {
 		return
 	}
@@ -365,7 +381,23 @@ func (p *Proposer) settleBase() {
 			return
 		}
 	}
+	if p.base.Number > 0 {
+		p.prevBase, p.prevUntil = p.base, now.Add(p.cfg.OldWorldGrace)
+	}
 	p.base = cloneWorld(p.current)
+}
+
+// quorum checks the desired members against the base and, within
+// OldWorldGrace of the base's adoption, against the world before it.
+func (p *Proposer) quorum(now time.Time) (Quorum, uint64) {
+	driver := p.cfg.Self == ""
+	q := CheckQuorum(p.base, p.members, p.knownGone, driver)
+	if q.OK() && !p.prevUntil.IsZero() && now.Before(p.prevUntil) {
+		if prev := CheckQuorum(p.prevBase, p.members, p.knownGone, driver); !prev.OK() {
+			return prev, p.prevBase.Number
+		}
+	}
+	return q, p.base.Number
 }
 
 // Tick tells the proposer that the time is now: pending proposals, probes
@@ -388,6 +420,13 @@ func (p *Proposer) Tick(now time.Time) []Output {
 	for _, name := range slices.Sorted(maps.Keys(p.suspects)) {
 		if !now.Before(p.suspects[name].Add(p.readmitAfter())) {
 			p.readmit(now, name)
+		}
+	}
+	if !p.prevUntil.IsZero() && !now.Before(p.prevUntil) {
+		p.prevBase, p.prevUntil = World{}, time.Time{}
+		if p.blocked != nil {
+			p.change(now) // the world waiting for its quorum may have it now
+			p.proposeAt = now
 		}
 	}
 	if p.sync == nil && !p.proposeAt.IsZero() && !now.Before(p.proposeAt) && !p.verifying() {
@@ -422,6 +461,9 @@ func (p *Proposer) Deadline() time.Time {
 	}
 	if !p.verifying() {
 		earliest(p.proposeAt)
+	}
+	if p.blocked != nil {
+		earliest(p.prevUntil)
 	}
 	if p.current.Number > 0 {
 		earliest(p.announceAt)
@@ -571,13 +613,13 @@ func (p *Proposer) propose(now time.Time) {
 	if !p.renew && p.floor <= p.current.Number && slices.Equal(p.members, p.current.Members) {
 		return
 	}
-	p.settleBase()
-	if q := CheckQuorum(p.base, p.members, p.knownGone, p.cfg.Self == ""); !q.OK() && !p.cfg.InProcess {
+	p.settleBase(now)
+	if q, base := p.quorum(now); !q.OK() && !p.cfg.InProcess {
 		// Members only suspected of being gone may be training on the
 		// other side of a partition: wait for them, for news that they
 		// are gone, or for the other side's world.
 		p.dirty = true
-		nq := NoQuorum{Base: p.base.Number, Quorum: q}
+		nq := NoQuorum{Base: base, Quorum: q}
 		if p.blocked == nil || p.blocked.Base != nq.Base || !slices.Equal(p.blocked.Quorum.Missing, q.Missing) || p.blocked.Quorum.Present != q.Present {
 			p.blocked = &nq
 			p.emit(nq)
@@ -596,7 +638,7 @@ func (p *Proposer) propose(now time.Time) {
 	p.renew = false
 	p.setCurrent(World{Number: next, Members: slices.Clone(p.members)})
 	p.emit(Proposed{World: p.current})
-	p.settleBase() // a world of the proposing worker alone
+	p.settleBase(now) // a world of the proposing worker alone
 	p.resendAfter = p.cfg.Resend
 	p.announce(now)
 }
@@ -647,7 +689,7 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 	case MsgPong:
 		if _, inView := p.workers[from]; inView && msg.World.Number > p.acked[from] {
 			p.acked[from] = msg.World.Number
-			p.settleBase()
+			p.settleBase(now)
 		}
 		pr, ok := p.probes[msg.Nonce]
 		if !ok || pr.name != from {

@@ -281,6 +281,29 @@ func TestProposerQuorum(t *testing.T) {
 			want: []string{"a b d", "a b"},
 		},
 		{
+			// Cut right after a world change: a and b adopted {a b c d}
+			// but may still train in {a b} while they connect it, so
+			// {c d} waits OldWorldGrace, until they must have given up.
+			name: "partition right after a world change: the driver waits for the old world's grace",
+			run: func(t *testing.T) *quorumHarness {
+				h := driverWith(t, "a", "b")
+				h.live["c"], h.live["d"] = true, true
+				h.carry(h.p.Step(h.now, readyPeer("c"))) // together: one world change
+				h.step(readyPeer("d"))
+				h.live["a"], h.live["b"] = false, false
+				h.carry(h.p.Step(h.now, epoch.PeerGone{Name: "a", Failed: true}))
+				h.step(epoch.PeerGone{Name: "b", Failed: true})
+				if last := h.proposed[len(h.proposed)-1]; last != "a b c d" {
+					t.Fatalf("proposed %q within the old world's grace", h.proposed)
+				}
+				h.now = h.now.Add(epoch.DefaultProposerConfig().OldWorldGrace)
+				h.carry(h.p.Tick(h.now))
+				h.settle()
+				return h
+			},
+			want: []string{"a b c d", "c d"}, blocked: 1,
+		},
+		{
 			name: "partition 2|2, the other half: waits",
 			run: func(t *testing.T) *quorumHarness {
 				return takeOver(t, "c", worldOf(1, "a", "b", "c", "d"), []string{"c", "d"})
