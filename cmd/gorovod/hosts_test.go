@@ -269,12 +269,45 @@ func checkOneWorldPerStep(t *testing.T, lines []trainerLine) {
 					disjoint = disjoint && !workers[b][w]
 				}
 				if disjoint {
-					t.Fatalf("step %d was committed by two worlds with no member in common: epoch %d %v and epoch %d %v",
-						step, a, slices.Sorted(maps.Keys(workers[a])), b, slices.Sorted(maps.Keys(workers[b])))
+					t.Fatalf("step %d was committed by two worlds with no member in common: epoch %d %v and epoch %d %v; the worlds:\n%s",
+						step, a, slices.Sorted(maps.Keys(workers[a])), b, slices.Sorted(maps.Keys(workers[b])), describeWorlds(lines))
 				}
 			}
 		}
 	}
+}
+
+// describeWorlds lists, per world epoch, its size and each worker's first
+// and last step in it and when the worker logged them.
+func describeWorlds(lines []trainerLine) string {
+	type span struct {
+		first, last     int64
+		firstAt, lastAt time.Time
+	}
+	spans := map[uint64]map[int]*span{}
+	size := map[uint64]int{}
+	for _, l := range lines {
+		if spans[l.WorldEpoch] == nil {
+			spans[l.WorldEpoch] = map[int]*span{}
+		}
+		size[l.WorldEpoch] = max(size[l.WorldEpoch], l.Size)
+		sp := spans[l.WorldEpoch][l.Worker]
+		if sp == nil {
+			sp = &span{first: l.Step, firstAt: l.At}
+			spans[l.WorldEpoch][l.Worker] = sp
+		}
+		sp.last, sp.lastAt = l.Step, l.At
+	}
+	var b strings.Builder
+	for _, e := range slices.Sorted(maps.Keys(spans)) {
+		fmt.Fprintf(&b, "epoch %d (size %d):", e, size[e])
+		for _, w := range slices.Sorted(maps.Keys(spans[e])) {
+			sp := spans[e][w]
+			fmt.Fprintf(&b, " [%d] steps %d-%d at %s-%s", w, sp.first, sp.last, sp.firstAt.Format("15:04:05.000"), sp.lastAt.Format("15:04:05.000"))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // TestRunHostDiscoveryScript runs a job whose hosts come from a discovery
