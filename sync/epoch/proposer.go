@@ -46,13 +46,11 @@ type ProposerConfig struct {
 	// BlameWindow: a blame longer than this after the previous one starts
 	// the count again (default 2 min).
 	BlameWindow time.Duration
-	// OldWorldGrace: how long the members of a world may still train in the
-	// world before it after they adopted it: a member keeps training in its
-	// world while it connects the next one, up to the session's connect
-	// timeout (30 s by default). Until then a new world needs the quorum of
-	// that previous world too (default 35 s). Without it, a partition right
-	// after a world change leaves the members that had not connected the
-	// new world training in the old one on their side while the other side
+	// OldWorldGrace: for this long after a world was adopted by all its
+	// members, a new world needs the quorum of the world before it too
+	// (default 35 s, longer than the session's 30 s connect timeout): a
+	// partition right after a world change can leave members on one side
+	// still committing steps in the world before it while the other side
 	// forms a world of its own.
 	OldWorldGrace time.Duration
 	// InProcess: the workers run in the proposer's process (tests,
