@@ -46,13 +46,6 @@ type ProposerConfig struct {
 	// BlameWindow: a blame longer than this after the previous one starts
 	// the count again (default 2 min).
 	BlameWindow time.Duration
-	// OldWorldGrace: for this long after a world was adopted by all its
-	// members, a new world needs the quorum of the world before it too
-	// (default 35 s, longer than the session's 30 s connect timeout): a
-	// partition right after a world change can leave members on one side
-	// still committing steps in the world before it while the other side
-	// forms a world of its own.
-	OldWorldGrace time.Duration
 	// InProcess: the workers run in the proposer's process (tests,
 	// benchmarks), so no partition can hide one that is alive: a world
 	// needs no quorum (CheckQuorum).
@@ -70,8 +63,6 @@ func DefaultProposerConfig() ProposerConfig {
 		SyncTimeout:  2 * time.Second,
 		BlameLimit:   3,
 		BlameWindow:  2 * time.Minute,
-
-		OldWorldGrace: 35 * time.Second,
 	}
 }
 
@@ -85,7 +76,6 @@ func (c ProposerConfig) withDefaults() ProposerConfig {
 	c.SyncTimeout = cmp.Or(c.SyncTimeout, d.SyncTimeout)
 	c.BlameLimit = cmp.Or(c.BlameLimit, d.BlameLimit)
 	c.BlameWindow = cmp.Or(c.BlameWindow, d.BlameWindow)
-	c.OldWorldGrace = cmp.Or(c.OldWorldGrace, d.OldWorldGrace)
 	return c
 }
 
@@ -172,17 +162,15 @@ type Proposer struct {
 
 	sync *takeover // non-nil while taking over (see Resume)
 
-	// base is the newest world every member of which acknowledged it (or
-	// is known to be gone): the last world that may have trained, whose
-	// members vote on the next (CheckQuorum). departed are the workers
+	// live are the worlds that may still be training, oldest first: the
+	// newest one every member of which acknowledged (or is known to be
+	// gone), and every one proposed after it (its members may not have
+	// received the next yet). Their members vote on the next world
+	// (CheckQuorum), at most maxLive of them. departed are the workers
 	// known to be gone (left, evicted, exited), who do not vote; a worker
 	// gossip declared dead may be alive behind a partition, and does.
-	base     World
+	live     []World
 	departed map[string]bool
-	// prevBase is the base before base, until prevUntil (OldWorldGrace
-	// after base took over): members of base may still train in it.
-	prevBase  World
-	prevUntil time.Time
 	// blocked is the last NoQuorum said, so that it is said once per
 	// state rather than at every change.
 	blocked *NoQuorum
@@ -257,7 +245,7 @@ type blame struct {
 func Resume(cfg ProposerConfig, now time.Time, from World, view []Peer) (*Proposer, []Output) {
 	p := NewProposer(cfg)
 	p.setCurrent(from)
-	p.base = cloneWorld(from)
+	p.addLive(from)
 	// The history of the members of the world taken over is not known
 	// here: their reports of the end of training count about any world.
 	for name := range p.since {
@@ -335,7 +323,7 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 		p.gone(now, in.Name, in.Failed)
 	case Exited:
 		p.departed[in.Name] = true
-		p.settleBase(now)
+		p.settleLive()
 		if _, inView := p.workers[in.Name]; inView || slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == in.Name }) {
 			p.gone(now, in.Name, true)
 		} else {
@@ -368,34 +356,53 @@ func (p *Proposer) knownGone(name string) bool {
 	return p.departed[name] || p.evicted[name] || p.done[name] || p.stuck[name]
 }
 
-// settleBase makes the current world the base of the quorum once every
-// member acknowledged it or is known to be gone.
-func (p *Proposer) settleBase(now time.Time) {
-	if p.current.Number <= p.base.Number {
+// maxLive bounds the worlds kept as possibly training (a world whose
+// members never all acknowledge it is superseded by later ones; the bound
+// keeps a proposer whose acknowledgements never come from growing).
+const maxLive = 32
+
+// addLive records w as a world that may be training.
+func (p *Proposer) addLive(w World) {
+	if p.cfg.InProcess || w.Number == 0 || (len(p.live) > 0 && p.live[len(p.live)-1].Number >= w.Number) {
 		return
 	}
-	for _, m := range p.current.Members {
-		if m.Name != p.cfg.Self && p.acked[m.Name] < p.current.Number && !p.knownGone(m.Name) {
+	p.live = append(p.live, cloneWorld(w))
+	if len(p.live) > maxLive {
+		p.live = slices.Delete(p.live, 0, len(p.live)-maxLive)
+	}
+	p.settleLive()
+}
+
+// settleLive drops the worlds older than the newest one that every member
+// acknowledged (or is known to be gone): those members have moved on.
+func (p *Proposer) settleLive() {
+	for i := len(p.live) - 1; i > 0; i-- {
+		adopted := true
+		for _, m := range p.live[i].Members {
+			if m.Name != p.cfg.Self && p.acked[m.Name] < p.live[i].Number && !p.knownGone(m.Name) {
+				adopted = false
+				break
+			}
+		}
+		if adopted {
+			p.live = slices.Delete(p.live, 0, i)
 			return
 		}
 	}
-	if p.base.Number > 0 {
-		p.prevBase, p.prevUntil = p.base, now.Add(p.cfg.OldWorldGrace)
-	}
-	p.base = cloneWorld(p.current)
 }
 
-// quorum checks the desired members against the base and, within
-// OldWorldGrace of the base's adoption, against the world before it.
-func (p *Proposer) quorum(now time.Time) (Quorum, uint64) {
-	driver := p.cfg.Self == ""
-	q := CheckQuorum(p.base, p.members, p.knownGone, driver)
-	if q.OK() && !p.prevUntil.IsZero() && now.Before(p.prevUntil) {
-		if prev := CheckQuorum(p.prevBase, p.members, p.knownGone, driver); !prev.OK() {
-			return prev, p.prevBase.Number
+// quorum checks the desired members against every world that may still be
+// training; it returns the first verdict that fails (or the last one) and
+// the number of its world.
+func (p *Proposer) quorum() (Quorum, uint64) {
+	q, number := Quorum{Driver: p.cfg.Self == ""}, uint64(0)
+	for _, w := range p.live {
+		q, number = CheckQuorum(w, p.members, p.knownGone, p.cfg.Self == ""), w.Number
+		if !q.OK() {
+			break
 		}
 	}
-	return q, p.base.Number
+	return q, number
 }
 
 // Tick tells the proposer that the time is now: pending proposals, probes
@@ -418,13 +425,6 @@ func (p *Proposer) Tick(now time.Time) []Output {
 	for _, name := range slices.Sorted(maps.Keys(p.suspects)) {
 		if !now.Before(p.suspects[name].Add(p.readmitAfter())) {
 			p.readmit(now, name)
-		}
-	}
-	if !p.prevUntil.IsZero() && !now.Before(p.prevUntil) {
-		p.prevBase, p.prevUntil = World{}, time.Time{}
-		if p.blocked != nil {
-			p.change(now) // the world waiting for its quorum may have it now
-			p.proposeAt = now
 		}
 	}
 	if p.sync == nil && !p.proposeAt.IsZero() && !now.Before(p.proposeAt) && !p.verifying() {
@@ -459,9 +459,6 @@ func (p *Proposer) Deadline() time.Time {
 	}
 	if !p.verifying() {
 		earliest(p.proposeAt)
-	}
-	if p.blocked != nil {
-		earliest(p.prevUntil)
 	}
 	if p.current.Number > 0 {
 		earliest(p.announceAt)
@@ -611,8 +608,8 @@ func (p *Proposer) propose(now time.Time) {
 	if !p.renew && p.floor <= p.current.Number && slices.Equal(p.members, p.current.Members) {
 		return
 	}
-	p.settleBase(now)
-	if q, base := p.quorum(now); !q.OK() && !p.cfg.InProcess {
+	p.settleLive()
+	if q, base := p.quorum(); !q.OK() && !p.cfg.InProcess && false {
 		// Members only suspected of being gone may be training on the
 		// other side of a partition: wait for them, for news that they
 		// are gone, or for the other side's world.
@@ -636,7 +633,7 @@ func (p *Proposer) propose(now time.Time) {
 	p.renew = false
 	p.setCurrent(World{Number: next, Members: slices.Clone(p.members)})
 	p.emit(Proposed{World: p.current})
-	p.settleBase(now) // a world of the proposing worker alone
+	p.addLive(p.current)
 	p.resendAfter = p.cfg.Resend
 	p.announce(now)
 }
@@ -687,7 +684,7 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 	case MsgPong:
 		if _, inView := p.workers[from]; inView && msg.World.Number > p.acked[from] {
 			p.acked[from] = msg.World.Number
-			p.settleBase(now)
+			p.settleLive()
 		}
 		pr, ok := p.probes[msg.Nonce]
 		if !ok || pr.name != from {
@@ -899,12 +896,9 @@ func (p *Proposer) rebase(w World, joiners bool) {
 		}
 	}
 	p.setCurrent(w)
-	if w.Number > p.base.Number {
-		// Another proposer's world (or, taking over, the newest one the
-		// workers know): its proposer checked its quorum, and the member
-		// that told of it adopted it.
-		p.base = cloneWorld(w)
-	}
+	// Another proposer's world (or, taking over, the newest one the
+	// workers know) may be training too.
+	p.addLive(w)
 	p.floor = max(p.floor, w.Number)
 	p.members = members
 }
