@@ -609,7 +609,7 @@ func (p *Proposer) propose(now time.Time) {
 		return
 	}
 	p.settleLive()
-	if q, base := p.quorum(); !q.OK() && !p.cfg.InProcess && false {
+	if q, base := p.quorum(); !q.OK() && !p.cfg.InProcess {
 		// Members only suspected of being gone may be training on the
 		// other side of a partition: wait for them, for news that they
 		// are gone, or for the other side's world.
