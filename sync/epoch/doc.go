@@ -43,11 +43,10 @@
 //     changes within Coalesce make one epoch; none below MinWorkers (the job
 //     waits); an evicted worker is never admitted again.
 //   - The quorum (CheckQuorum): a world is proposed only if it holds a
-//     strict majority of the last world that every member adopted, counting
-//     only members not known to be gone (left, evicted, finished, exited:
-//     Exited); the driver wins a tie; within OldWorldGrace of a world's
-//     adoption, the world before it must agree too (its members may still
-//     train in it while they connect the new one). A proposer without it proposes
+//     strict majority of every world that may still be training (the last
+//     one all its members acknowledged, and each proposed after it),
+//     counting only members not known to be gone (left, evicted, finished,
+//     exited: Exited); the driver wins a tie. A proposer without it proposes
 //     nothing (NoQuorum) and the members wait: two sides of a partition, or
 //     of a false death declared by gossip, never both form a world that
 //     trains.

@@ -30,9 +30,9 @@ func (q Quorum) OK() bool {
 	return 2*q.Present+bonus > q.Voters
 }
 
-// CheckQuorum decides whether next may follow base, the newest world this
-// proposer knows to have been adopted by all its members (the last one
-// that could have trained). The rule keeps two proposers on the two sides of
+// CheckQuorum decides whether next may follow base, a world that may still
+// be training (a Proposer checks each: the last one all its members
+// acknowledged, and every one proposed after it). The rule keeps two proposers on the two sides of
 // a partition, or of a false death declared by gossip under load, from
 // forming two worlds that both train:
 //
