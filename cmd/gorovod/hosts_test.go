@@ -228,7 +228,7 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 			h.waitExit(t, 2*time.Minute)
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			checkOneWorldPerStep(t, h.lines)
+			checkOneWorldPerStep(t, h.lines, h.log.String())
 			checkElasticInvariantsSteps(t, h.lines, samples, steps)
 			if log := h.log.String(); tc.hold > 0 && !noQuorumRe.MatchString(log) { // h.mu is held
 				t.Errorf("the cut-off half never said it lacks a quorum:\n%s", log)
@@ -246,7 +246,7 @@ var noQuorumRe = regexp.MustCompile(`level=WARN msg="no quorum`)
 // apart (one of them rolled back when they met again). Worlds are told
 // apart by their number and the workers that logged in them; two worlds
 // under one number show as more workers than its size.
-func checkOneWorldPerStep(t *testing.T, lines []trainerLine) {
+func checkOneWorldPerStep(t *testing.T, lines []trainerLine, log string) {
 	t.Helper()
 	workers := map[uint64]map[int]bool{} // each world's workers, over all its steps
 	size := map[uint64]int{}
@@ -276,12 +276,26 @@ func checkOneWorldPerStep(t *testing.T, lines []trainerLine) {
 					disjoint = disjoint && !workers[b][w]
 				}
 				if disjoint {
-					t.Fatalf("step %d was committed by two worlds with no member in common: epoch %d %v and epoch %d %v; the worlds:\n%s",
-						step, a, slices.Sorted(maps.Keys(workers[a])), b, slices.Sorted(maps.Keys(workers[b])), describeWorlds(lines))
+					t.Fatalf("step %d was committed by two worlds with no member in common: epoch %d %v and epoch %d %v; the worlds:\n%s\nthe decisions:\n%s",
+						step, a, slices.Sorted(maps.Keys(workers[a])), b, slices.Sorted(maps.Keys(workers[b])), describeWorlds(lines), decisions(log))
 				}
 			}
 		}
 	}
+}
+
+// decisions are the lines of a launcher log that record the epoch
+// protocol's decisions.
+func decisions(log string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "msg=proposed") || strings.Contains(l, "no quorum") || strings.Contains(l, "takes over") ||
+			strings.Contains(l, "removed from the next world") || strings.Contains(l, "worker gone") || strings.Contains(l, "entered world") {
+			b.WriteString(l)
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
 }
 
 // describeWorlds lists, per world epoch, its size and each worker's first

@@ -687,6 +687,6 @@ func TestRealDeathsLeaveOne(t *testing.T) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	checkOneWorldPerStep(t, h.lines)
+	checkOneWorldPerStep(t, h.lines, h.log.String())
 	checkElasticInvariantsSteps(t, h.lines, samples, 400)
 }
