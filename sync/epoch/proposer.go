@@ -169,7 +169,7 @@ type Proposer struct {
 	// (CheckQuorum), at most maxLive of them. departed are the workers
 	// known to be gone (left, evicted, exited), who do not vote; a worker
 	// gossip declared dead may be alive behind a partition, and does.
-	live     []liveWorld
+	live     []World
 	departed map[string]bool
 	// blocked is the last NoQuorum said, so that it is said once per
 	// state rather than at every change.
@@ -245,7 +245,7 @@ type blame struct {
 func Resume(cfg ProposerConfig, now time.Time, from World, view []Peer) (*Proposer, []Output) {
 	p := NewProposer(cfg)
 	p.setCurrent(from)
-	p.addLive(from, World{})
+	p.addLive(from)
 	// The history of the members of the world taken over is not known
 	// here: their reports of the end of training count about any world.
 	for name := range p.since {
@@ -361,27 +361,12 @@ func (p *Proposer) knownGone(name string) bool {
 // keeps a proposer whose acknowledgements never come from growing).
 const maxLive = 32
 
-// liveWorld is a world that may be training, and its voters: its members
-// that were members of the world before it too (a joiner holds no state
-// until it has been in a world: a world of joiners cut off from the
-// members that hold the state would start training over), or all of them
-// when the world before it is not known here.
-type liveWorld struct {
-	World
-	voters World
-}
-
-// addLive records w, which followed prev (zero: not known), as a world that
-// may be training.
-func (p *Proposer) addLive(w, prev World) {
+// addLive records w as a world that may be training.
+func (p *Proposer) addLive(w World) {
 	if p.cfg.InProcess || w.Number == 0 || (len(p.live) > 0 && p.live[len(p.live)-1].Number >= w.Number) {
 		return
 	}
-	lw := liveWorld{World: cloneWorld(w), voters: cloneWorld(w)}
-	if prev.Number > 0 {
-		lw.voters.Members = slices.DeleteFunc(lw.voters.Members, func(m Member) bool { return prev.Rank(m.Name) < 0 })
-	}
-	p.live = append(p.live, lw)
+	p.live = append(p.live, cloneWorld(w))
 	if len(p.live) > maxLive {
 		p.live = slices.Delete(p.live, 0, len(p.live)-maxLive)
 	}
@@ -412,7 +397,7 @@ func (p *Proposer) settleLive() {
 func (p *Proposer) quorum() (Quorum, uint64) {
 	q, number := Quorum{Driver: p.cfg.Self == ""}, uint64(0)
 	for _, w := range p.live {
-		q, number = CheckQuorum(w.voters, p.members, p.knownGone, p.cfg.Self == ""), w.Number
+		q, number = CheckQuorum(w, p.members, p.knownGone, p.cfg.Self == ""), w.Number
 		if !q.OK() {
 			break
 		}
@@ -646,10 +631,9 @@ func (p *Proposer) propose(now time.Time) {
 		return
 	}
 	p.renew = false
-	prev := p.current
 	p.setCurrent(World{Number: next, Members: slices.Clone(p.members)})
 	p.emit(Proposed{World: p.current})
-	p.addLive(p.current, prev)
+	p.addLive(p.current)
 	p.resendAfter = p.cfg.Resend
 	p.announce(now)
 }
@@ -914,7 +898,7 @@ func (p *Proposer) rebase(w World, joiners bool) {
 	p.setCurrent(w)
 	// Another proposer's world (or, taking over, the newest one the
 	// workers know) may be training too.
-	p.addLive(w, World{})
+	p.addLive(w)
 	p.floor = max(p.floor, w.Number)
 	p.members = members
 }
