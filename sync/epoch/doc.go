@@ -45,9 +45,8 @@
 //   - The quorum (CheckQuorum): a world is proposed only if it holds a
 //     strict majority of every world that may still be training (the last
 //     one all its members acknowledged, and each proposed after it),
-//     counting only members that were in the world before it too (a
-//     joiner has no state yet) and are not known to be gone (left,
-//     evicted, finished, exited: Exited); the driver wins a tie. A proposer without it proposes
+//     counting only members not known to be gone (left, evicted,
+//     finished, exited: Exited); the driver wins a tie. A proposer without it proposes
 //     nothing (NoQuorum) and the members wait: two sides of a partition, or
 //     of a false death declared by gossip, never both form a world that
 //     trains.
