@@ -22,6 +22,10 @@ type Driver interface {
 	Unfinished() []string
 	// Remove takes a worker out of the job for good.
 	Remove(name string)
+	// Exited tells the driver that a worker's process ended (the launcher
+	// saw it exit): its death is known, not suspected, and the survivors
+	// form the next world without its vote (epoch.CheckQuorum).
+	Exited(name string)
 	// SetMinWorkers changes the fewest members a world may have from now
 	// on (the driver starts with driver.Config.MinWorkers).
 	SetMinWorkers(n int)

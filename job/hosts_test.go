@@ -100,6 +100,7 @@ func (d *fakeDriver) Current() epoch.World      { return d.world }
 func (d *fakeDriver) Finished() <-chan struct{} { return d.finished }
 func (d *fakeDriver) Unfinished() []string      { return d.unfinished }
 func (d *fakeDriver) Remove(string)             {}
+func (d *fakeDriver) Exited(string)             {}
 func (d *fakeDriver) SetMinWorkers(int)         {}
 func (d *fakeDriver) Close() error              { return nil }
 func (d *fakeDriver) Workers() []driver.WorkerInfo {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/job/launch"
 	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
@@ -408,6 +409,16 @@ func (j *Job) await(index int, p Process) {
 		reported = j.reportedEnd(index)
 	}
 	ev, lostStart := j.roster.exited(index, p, reported, j.floor.noteExitLocked)
+	var lostHost *launch.HostError
+	if !errors.As(ev.Err, &lostHost) {
+		// The process is known to have ended (a broken connection to its
+		// host is not proof: the host may be cut off, the worker training),
+		// under every name it had.
+		j.learnNames()
+		for _, name := range j.roster.names(index) {
+			j.driver.Exited(name)
+		}
+	}
 	j.record.exited(ev)
 	j.events.emit(ev)
 	if lostStart {

@@ -240,6 +240,21 @@ func (r *roster) learn(ws []driver.WorkerInfo) {
 	}
 }
 
+// names lists every member name process index has had (a worker that
+// rejoined has had several), sorted.
+func (r *roster) names(index int) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for name, p := range r.byName {
+		if p == r.procs[index] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (r *roster) matchLocked(w driver.WorkerInfo) *proc {
 	if w.Launch != "" {
 		i, err := strconv.Atoi(w.Launch)

@@ -317,6 +317,16 @@ func faultPartition(t *testing.T, tr hostTrainer) {
 // full once the link is.
 func cutAndHeal(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer, full int) {
 	t.Helper()
+	cutAndHealAfter(t, h, host, fewer, full, 5*time.Second)
+}
+
+// cutAndHealAfter is cutAndHeal with the link down for hold. With fewer 0
+// no smaller world is required while the host is cut off: when the cut
+// comes before a world change reached it, its workers go on in the world
+// before the change and the others wait (the quorum), and what the cut-off
+// workers log reaches the launcher only after the heal.
+func cutAndHealAfter(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer, full int, hold time.Duration) {
+	t.Helper()
 	s := h.step()
 	cut := time.Now()
 	if err := host.SetLink(false); err != nil {
@@ -332,10 +342,12 @@ func cutAndHeal(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer, ful
 		}
 	}
 	defer heal()
-	h.waitFor(t, fmt.Sprintf("a %d-worker world while a host is cut off", fewer), time.Minute, sizeAfter(s, fewer))
-	t.Logf("partition: %d-worker steps after %v", fewer, time.Since(cut))
+	if fewer > 0 {
+		h.waitFor(t, fmt.Sprintf("a %d-worker world while a host is cut off", fewer), time.Minute, sizeAfter(s, fewer))
+		t.Logf("partition: %d-worker steps after %v", fewer, time.Since(cut))
+	}
 	select {
-	case <-time.After(time.Until(cut.Add(5 * time.Second))):
+	case <-time.After(time.Until(cut.Add(hold))):
 	case err := <-h.exited:
 		t.Fatalf("job ended during the partition: %v\n%s", err, h.logText())
 	}

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -167,19 +170,30 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		justAfter bool // cut right after the world formed, the last joiner's host
+		// hold: how long the link stays down (default 5 s); steps: the
+		// job's length (default 500), long enough to outlast it.
+		hold  time.Duration
+		steps int64
 	}{
-		{"at step 20", false},
-		{"right after the last join", true},
+		{name: "at step 20"},
+		{name: "right after the last join", justAfter: true},
+		// Longer than the takeover and minority graces (2 s + 10 s): the
+		// cut-off half takes over proposing, but holds no quorum of the
+		// last world (2 of 4; the driver's half wins the tie), so it
+		// waits instead of training apart.
+		{name: "longer than the minority grace", hold: 20 * time.Second, steps: 3000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhpart", SSHPort: 2222}, 3)
-			const samples, steps = 1200, 500
+			const samples = 1200
+			steps := cmp.Or(tc.steps, 500)
+			hold := cmp.Or(tc.hold, 5*time.Second)
 			trainer := []string{"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
 				"--model-size", "20000", "--compute", "2ms"}
 			run := []string{"--np", "4", "--min-np", "2", "-H", hs[1].Name + ":2," + hs[2].Name + ":2"}
-			if tc.justAfter {
-				// The workers log when they joined, the driver when it
-				// proposed a world.
+			if tc.justAfter || tc.hold > 0 {
+				// The workers log when they joined (and when they lack
+				// a quorum), the driver when it proposed a world.
 				trainer, run = append(trainer, "-v"), append(run, "-v")
 			}
 			// Workers 0 and 1 run on hs[1], 2 and 3 on hs[2].
@@ -203,13 +217,126 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 				}
 				t.Logf("worker %d joined last (%s): cutting %s at step %d", last, lastAt, cut.Name, h.step())
 			}
-			cutAndHeal(t, h, cut, 2, 4)
+			fewer := 2
+			if tc.justAfter {
+				// The cut may come before the 4-worker world reached the
+				// cut-off host: its workers then train on in their world
+				// of before, and the driver's half waits for them.
+				fewer = 0
+			}
+			cutAndHealAfter(t, h, cut, fewer, 4, hold)
 			h.waitExit(t, 2*time.Minute)
 			h.mu.Lock()
 			defer h.mu.Unlock()
+			if !tc.justAfter {
+				// Not yet when the cut comes as the job's first world
+				// forms: the cut-off workers, which no world reached,
+				// take over and form a first world of their own, and
+				// both halves train from step 1 until the heal (one is
+				// rolled back then). A first world has no earlier world
+				// to hold a quorum of; see docs/multihost.md.
+				checkOneWorldPerStep(t, h.lines, h.log.String())
+			}
 			checkElasticInvariantsSteps(t, h.lines, samples, steps)
+			if log := h.log.String(); tc.hold > 0 && !noQuorumRe.MatchString(log) { // h.mu is held
+				t.Errorf("the cut-off half never said it lacks a quorum:\n%s", log)
+			}
 		})
 	}
+}
+
+// noQuorumRe is the warning of a proposer whose next world would lack the
+// quorum of the last one (epoch.NoQuorum).
+var noQuorumRe = regexp.MustCompile(`level=WARN msg="no quorum`)
+
+// checkOneWorldPerStep fails if two worlds with no member in common
+// committed the same step: a split brain, two halves of the job training
+// apart (one of them rolled back when they met again). Worlds are told
+// apart by their number and the workers that logged in them; two worlds
+// under one number show as more workers than its size.
+func checkOneWorldPerStep(t *testing.T, lines []trainerLine, log string) {
+	t.Helper()
+	workers := map[uint64]map[int]bool{} // each world's workers, over all its steps
+	size := map[uint64]int{}
+	for _, l := range lines {
+		if workers[l.WorldEpoch] == nil {
+			workers[l.WorldEpoch] = map[int]bool{}
+		}
+		workers[l.WorldEpoch][l.Worker] = true
+		size[l.WorldEpoch] = max(size[l.WorldEpoch], l.Size)
+	}
+	for e, ws := range workers {
+		if len(ws) > size[e] {
+			t.Fatalf("world epoch %d of %d workers was logged by %d workers %v: two worlds under one number", e, size[e], len(ws), slices.Sorted(maps.Keys(ws)))
+		}
+	}
+	byStep := map[int64][]uint64{}
+	for _, l := range lines {
+		if !slices.Contains(byStep[l.Step], l.WorldEpoch) {
+			byStep[l.Step] = append(byStep[l.Step], l.WorldEpoch)
+		}
+	}
+	for step, es := range byStep {
+		for i, a := range es {
+			for _, b := range es[i+1:] {
+				disjoint := true
+				for w := range workers[a] {
+					disjoint = disjoint && !workers[b][w]
+				}
+				if disjoint {
+					t.Fatalf("step %d was committed by two worlds with no member in common: epoch %d %v and epoch %d %v; the worlds:\n%s\nthe decisions:\n%s",
+						step, a, slices.Sorted(maps.Keys(workers[a])), b, slices.Sorted(maps.Keys(workers[b])), describeWorlds(lines), decisions(log))
+				}
+			}
+		}
+	}
+}
+
+// decisions are the lines of a launcher log that record the epoch
+// protocol's decisions.
+func decisions(log string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "msg=proposed") || strings.Contains(l, "no quorum") || strings.Contains(l, "takes over") ||
+			strings.Contains(l, "removed from the next world") || strings.Contains(l, "worker gone") || strings.Contains(l, "entered world") {
+			b.WriteString(l)
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// describeWorlds lists, per world epoch, its size and each worker's first
+// and last step in it and when the worker logged them.
+func describeWorlds(lines []trainerLine) string {
+	type span struct {
+		first, last     int64
+		firstAt, lastAt time.Time
+	}
+	spans := map[uint64]map[int]*span{}
+	size := map[uint64]int{}
+	for _, l := range lines {
+		if spans[l.WorldEpoch] == nil {
+			spans[l.WorldEpoch] = map[int]*span{}
+		}
+		size[l.WorldEpoch] = max(size[l.WorldEpoch], l.Size)
+		sp := spans[l.WorldEpoch][l.Worker]
+		if sp == nil {
+			sp = &span{first: l.Step, firstAt: l.At}
+			spans[l.WorldEpoch][l.Worker] = sp
+		}
+		sp.last, sp.lastAt = l.Step, l.At
+	}
+	var b strings.Builder
+	for _, e := range slices.Sorted(maps.Keys(spans)) {
+		fmt.Fprintf(&b, "epoch %d (size %d):", e, size[e])
+		for _, w := range slices.Sorted(maps.Keys(spans[e])) {
+			sp := spans[e][w]
+			fmt.Fprintf(&b, " [%d] steps %d-%d at %s-%s", w, sp.first, sp.last, sp.firstAt.Format("15:04:05.000"), sp.lastAt.Format("15:04:05.000"))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // TestRunHostDiscoveryScript runs a job whose hosts come from a discovery

@@ -657,3 +657,36 @@ func TestRunLetsTheLastStepFinish(t *testing.T) {
 	}
 	t.Fatalf("worker 2 never finished its extra step; launcher log:\n%s", h.log.String())
 }
+
+// TestRealDeathsLeaveOne: three workers, two of them killed at once (kill
+// -9) with --min-np 1. Their deaths are known (the launcher sees the
+// processes exit), not only suspected by gossip, so the quorum of the last
+// world does not hold the survivor back: it trains on alone and finishes.
+func TestRealDeathsLeaveOne(t *testing.T) {
+	const samples = 1200
+	h := startRunJob(t, "--np", "3", "--min-np", "1", "--", synthetic,
+		"--steps", "400", "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
+		"--model-size", "20000", "--compute", "2ms")
+	h.waitFor(t, "a 3-worker world at step 20", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 3 })
+	h.mu.Lock()
+	s := maxStep(h.lines)
+	h.mu.Unlock()
+	start := time.Now()
+	one, two := h.pid(t, 1), h.pid(t, 2)
+	syscall.Kill(one, syscall.SIGKILL)
+	syscall.Kill(two, syscall.SIGKILL)
+	h.waitFor(t, "a 1-worker world after two kill -9", 60*time.Second, sizeAfter(s, 1))
+	t.Logf("two of three killed: 1-worker steps after %v", time.Since(start))
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			t.Fatalf("gorovod run: %v\n%s", err, h.logText())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("job did not finish")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	checkOneWorldPerStep(t, h.lines, h.log.String())
+	checkElasticInvariantsSteps(t, h.lines, samples, 400)
+}

@@ -185,6 +185,16 @@ func (d *Driver) Remove(name string) {
 	d.loop.do(func(now time.Time) []epoch.Output { return d.prop.Step(now, epoch.Evict{Name: name}) })
 }
 
+// Exited tells the driver that worker name's process has ended (its
+// launcher saw it exit): unlike a worker gossip declares dead, which may be
+// alive behind a partition, it no longer counts towards the quorum of the
+// next world (epoch.CheckQuorum), so survivors go on without it however few
+// they are. It returns at once; the change is made on the driver's
+// goroutine.
+func (d *Driver) Exited(name string) {
+	d.loop.do(func(now time.Time) []epoch.Output { return d.prop.Step(now, epoch.Exited{Name: name}) })
+}
+
 // SetMinWorkers changes the fewest workers a world may have from now on
 // (Config.MinWorkers): a job that waits for all its first workers before
 // its first world lowers it to its floor once that world has formed. It

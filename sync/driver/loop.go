@@ -195,6 +195,9 @@ func (l *loop) event(ev membership.Event) {
 			l.log.Info("worker gone", "worker", n.Name, "how", ev.Kind)
 		}
 		in = epoch.PeerGone{Name: n.Name, Failed: ev.Kind == membership.EventFailed}
+		if ev.Kind == membership.EventFailed && n.Meta.Role == membership.RoleWorker {
+			l.lookGone(n)
+		}
 	default:
 		return
 	}
@@ -296,19 +299,34 @@ func (l *loop) sweep(number uint64) {
 	})
 }
 
-// refused takes a worker whose gossip port refused a connection out of the
-// view, as a failed peer (gossip's own Failed event, when it comes, finds
-// it gone already).
+// lookGone looks whether a worker that gossip declared dead was killed
+// (its gossip port refuses connections: its host is up, its process gone)
+// or may be alive (a partition, a stalled process: no answer). Only a known
+// death lets the survivors form a world without the quorum of the last
+// one (epoch.CheckQuorum).
+func (l *loop) lookGone(n membership.Node) {
+	l.sends.Go(func() {
+		l.m.WhenGone(l.ctx, []membership.Node{n}, func(n membership.Node, _ error) {
+			select {
+			case l.gone <- n.Name:
+			case <-l.ctx.Done():
+			}
+		})
+	})
+}
+
+// refused handles a worker whose gossip port refused a connection: its
+// process is gone. It leaves the view, as a failed peer (gossip's own
+// Failed event, when it comes, finds it gone already), and the machine
+// learns that its death is known (epoch.Exited).
 func (l *loop) refused(name string) {
-	n, ok := l.nodes[name]
-	if !ok {
-		return
+	if n, ok := l.nodes[name]; ok {
+		delete(l.nodes, name)
+		l.log.Info("worker gone", "worker", name, "how", "its gossip port refuses connections")
+		l.viewChanged = true
+		l.onEvent(membership.Event{Kind: membership.EventFailed, Node: n, At: time.Now()})
 	}
-	delete(l.nodes, name)
-	l.log.Info("worker gone", "worker", name, "how", "its gossip port refuses connections")
-	l.viewChanged = true
-	l.onEvent(membership.Event{Kind: membership.EventFailed, Node: n, At: time.Now()})
-	l.carry(l.mach.Step(time.Now(), epoch.PeerGone{Name: name, Failed: true}), nil)
+	l.carry(l.mach.Step(time.Now(), epoch.Exited{Name: name}), nil)
 }
 
 // sendFailed logs a failed send and tells the machine. A message to a member
@@ -355,6 +373,9 @@ func logOutput(log *slog.Logger, o epoch.Output) {
 		log.Info("proposed", "epoch", o.World.Number, "size", len(o.World.Members))
 	case epoch.Waiting:
 		log.Info("waiting for enough workers to form a world", "have", o.Have, "min", o.Min)
+	case epoch.NoQuorum:
+		log.Warn("no quorum: the next world would hold too few members of the last one; waiting for them, or for news that they are gone (they may be training on the other side of a partition)",
+			"last", o.Base, "voters", o.Quorum.Voters, "present", o.Quorum.Present, "missing", o.Quorum.Missing, "driver", o.Quorum.Driver)
 	case epoch.Removed:
 		level := slog.LevelInfo
 		if o.Why == epoch.ReasonUnanswered {

@@ -19,6 +19,8 @@
 // Inputs (Input):
 //   - membership: PeerSeen (joined, or new metadata: joining, ready, leaving),
 //     PeerGone (left, or declared dead: Failed);
+//   - a known death: Exited (the launcher saw the process end, or its
+//     gossip port refused a connection);
 //   - messages: Received (an epoch, a failure report, a ping, a pong, the end
 //     of training) and SendFailed (a send that could not be delivered);
 //   - the driver's decisions: Evict (out for good), SetMinWorkers;
@@ -26,7 +28,7 @@
 //
 // Outputs (Output): Send (a Message to a member), Proposed (a new epoch),
 // Adopted (a worker's newer epoch), Finished (training is over); and, for logs
-// and observers, the decisions: Waiting, Removed (with a Reason), Suspected,
+// and observers, the decisions: Waiting, NoQuorum, Removed (with a Reason), Suspected,
 // Cleared, Rescued, TookOver, SteppedDown, Unroutable, Ignored, Refused.
 //
 // # The protocol
@@ -40,6 +42,14 @@
 //   - What it proposes: survivors keep their order and joiners are appended;
 //     changes within Coalesce make one epoch; none below MinWorkers (the job
 //     waits); an evicted worker is never admitted again.
+//   - The quorum (CheckQuorum): a world is proposed only if it holds a
+//     strict majority of every world that may still be training (the last
+//     one all its members acknowledged, and each proposed after it),
+//     counting only members not known to be gone (left, evicted,
+//     finished, exited: Exited); the driver wins a tie. A proposer without it proposes
+//     nothing (NoQuorum) and the members wait: two sides of a partition, or
+//     of a false death declared by gossip, never both form a world that
+//     trains.
 //   - Delivery: each epoch goes to every worker in view, and each worker
 //     acknowledges every epoch it receives (a pong without a nonce, carrying
 //     the newest it knows); the epoch is sent again to those that have not,

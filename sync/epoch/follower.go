@@ -18,9 +18,12 @@ type FollowerConfig struct {
 	TakeoverGrace time.Duration
 	// MinorityGrace is how much longer than TakeoverGrace a worker that sees
 	// only a minority of its newest world waits before it takes over
-	// (default 10 s; see quorum): long enough for a short partition to heal,
-	// short enough that a job whose driver died with most of its workers
-	// goes on.
+	// (default 10 s; see quorum): a short partition heals meanwhile without
+	// a takeover. Once it has taken over, its proposer still proposes only a
+	// world that holds the quorum (CheckQuorum): members known to be gone
+	// (left, exited) do not count, so a job whose driver died with most of
+	// its workers goes on when their deaths are known, and waits when they
+	// may be alive behind a partition.
 	MinorityGrace time.Duration
 	// ReportEvery: a failure report is sent again this often until an epoch
 	// newer than the failed one arrives (default 1 s).
@@ -75,7 +78,11 @@ type Follower struct {
 	doneWarned bool // Unroutable was said for it once
 	// outForGood: the proposer said this worker will not be admitted again.
 	outForGood bool
-	out        []Output
+	// departed are the workers known to be gone (left gracefully, or their
+	// process exited): a proposer this worker starts does not count them
+	// as voters of its quorum (CheckQuorum).
+	departed map[string]bool
+	out      []Output
 }
 
 // NewFollower returns the protocol state of worker cfg.Self, which knows no
@@ -85,7 +92,7 @@ func NewFollower(cfg FollowerConfig, now time.Time) *Follower {
 	cfg.ReportEvery = cmp.Or(cfg.ReportEvery, time.Second)
 	cfg.MinorityGrace = cmp.Or(cfg.MinorityGrace, DefaultMinorityGrace)
 	cfg.Proposer.Self = cfg.Self
-	return &Follower{cfg: cfg, view: map[string]Peer{}, driverSeen: now}
+	return &Follower{cfg: cfg, view: map[string]Peer{}, driverSeen: now, departed: map[string]bool{}}
 }
 
 // Latest is the newest epoch this worker has heard of.
@@ -140,6 +147,9 @@ func (f *Follower) Step(now time.Time, in Input) []Output {
 		if in.Peer.Driver {
 			f.driverSeen, f.driverEver = now, true
 		}
+		if in.Peer.State == Leaving {
+			f.departed[in.Peer.Name] = true
+		}
 		f.setPeer(in.Peer)
 		f.toProposer(now, in)
 		f.elect(now)
@@ -150,6 +160,17 @@ func (f *Follower) Step(now time.Time, in Input) []Output {
 		if f.view[in.Name].Driver {
 			f.driverSeen = now
 		}
+		if !in.Failed {
+			f.departed[in.Name] = true
+		}
+		f.dropPeer(in.Name)
+		f.toProposer(now, in)
+		f.elect(now)
+	case Exited:
+		if f.view[in.Name].Driver {
+			f.driverSeen = now
+		}
+		f.departed[in.Name] = true
 		f.dropPeer(in.Name)
 		f.toProposer(now, in)
 		f.elect(now)
@@ -362,6 +383,9 @@ func (f *Follower) elect(now time.Time) {
 	case lead == f.cfg.Self && f.prop == nil:
 		var outs []Output
 		f.prop, outs = Resume(f.cfg.Proposer, now, f.latest, f.peers())
+		for name := range f.departed {
+			f.prop.departed[name] = true
+		}
 		f.forward(outs)
 	case lead != f.cfg.Self && f.prop != nil:
 		f.prop = nil
@@ -377,7 +401,8 @@ func (f *Follower) elect(now time.Time) {
 // network heals meanwhile it learns the majority's epoch and comes back as
 // a new member. (A job whose driver died keeps most of its workers in view,
 // and one of them takes over at once; one whose driver died with most of
-// its workers goes on after MinorityGrace.)
+// its workers takes over after MinorityGrace, and its proposer goes on only
+// if those workers are known to be gone: see CheckQuorum.)
 func (f *Follower) quorum() bool {
 	if len(f.latest.Members) == 0 {
 		return true

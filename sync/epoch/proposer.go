@@ -46,6 +46,10 @@ type ProposerConfig struct {
 	// BlameWindow: a blame longer than this after the previous one starts
 	// the count again (default 2 min).
 	BlameWindow time.Duration
+	// InProcess: the workers run in the proposer's process (tests,
+	// benchmarks), so no partition can hide one that is alive: a world
+	// needs no quorum (CheckQuorum).
+	InProcess bool
 }
 
 // DefaultProposerConfig returns the defaults.
@@ -158,6 +162,19 @@ type Proposer struct {
 
 	sync *takeover // non-nil while taking over (see Resume)
 
+	// live are the worlds that may still be training, oldest first: the
+	// newest one every member of which acknowledged (or is known to be
+	// gone), and every one proposed after it (its members may not have
+	// received the next yet). Their members vote on the next world
+	// (CheckQuorum), at most maxLive of them. departed are the workers
+	// known to be gone (left, evicted, exited), who do not vote; a worker
+	// gossip declared dead may be alive behind a partition, and does.
+	live     []World
+	departed map[string]bool
+	// blocked is the last NoQuorum said, so that it is said once per
+	// state rather than at every change.
+	blocked *NoQuorum
+
 	out []Output
 }
 
@@ -212,7 +229,7 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 		workers: map[string]Peer{}, probes: map[uint64]probe{},
 		done: map[string]bool{}, evicted: map[string]bool{}, suspects: map[string]time.Time{},
 		blames: map[string]blameCount{}, blamedIn: map[string]blame{}, failed: map[uint64]failedWorld{}, stuck: map[string]bool{}, since: map[string]uint64{},
-		acked: map[string]uint64{}, aliveIn: map[string]uint64{},
+		acked: map[string]uint64{}, aliveIn: map[string]uint64{}, departed: map[string]bool{},
 	}
 }
 
@@ -233,6 +250,7 @@ type blame struct {
 func Resume(cfg ProposerConfig, now time.Time, from World, view []Peer) (*Proposer, []Output) {
 	p := NewProposer(cfg)
 	p.setCurrent(from)
+	p.addLive(from)
 	// The history of the members of the world taken over is not known
 	// here: their reports of the end of training count about any world.
 	for name := range p.since {
@@ -322,7 +340,18 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 	case PeerSeen:
 		p.seen(now, in.Peer)
 	case PeerGone:
+		if !in.Failed {
+			p.departed[in.Name] = true
+		}
 		p.gone(now, in.Name, in.Failed)
+	case Exited:
+		p.departed[in.Name] = true
+		p.settleLive()
+		if _, inView := p.workers[in.Name]; inView || slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == in.Name }) {
+			p.gone(now, in.Name, true)
+		} else {
+			p.change(now) // a vote less: a world waiting for a quorum may have it now
+		}
 	case Received:
 		p.receive(now, in.From, in.Msg)
 	case SendFailed:
@@ -340,6 +369,63 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 		p.change(now)
 	}
 	return p.flush()
+}
+
+// knownGone reports whether worker name is known to be gone for good (it does
+// not vote on the next world, see CheckQuorum): it left or was evicted,
+// its process exited, it finished training, or it was removed as stuck
+// (it answered its probes: it is in view, not behind a partition).
+func (p *Proposer) knownGone(name string) bool {
+	return p.departed[name] || p.evicted[name] || p.done[name] || p.stuck[name]
+}
+
+// maxLive bounds the worlds kept as possibly training (a world whose
+// members never all acknowledge it is superseded by later ones; the bound
+// keeps a proposer whose acknowledgements never come from growing).
+const maxLive = 32
+
+// addLive records w as a world that may be training.
+func (p *Proposer) addLive(w World) {
+	if p.cfg.InProcess || w.Number == 0 || (len(p.live) > 0 && p.live[len(p.live)-1].Number >= w.Number) {
+		return
+	}
+	p.live = append(p.live, cloneWorld(w))
+	if len(p.live) > maxLive {
+		p.live = slices.Delete(p.live, 0, len(p.live)-maxLive)
+	}
+	p.settleLive()
+}
+
+// settleLive drops the worlds older than the newest one that every member
+// acknowledged (or is known to be gone): those members have moved on.
+func (p *Proposer) settleLive() {
+	for i := len(p.live) - 1; i > 0; i-- {
+		adopted := true
+		for _, m := range p.live[i].Members {
+			if m.Name != p.cfg.Self && p.acked[m.Name] < p.live[i].Number && !p.knownGone(m.Name) {
+				adopted = false
+				break
+			}
+		}
+		if adopted {
+			p.live = slices.Delete(p.live, 0, i)
+			return
+		}
+	}
+}
+
+// quorum checks the desired members against every world that may still be
+// training; it returns the first verdict that fails (or the last one) and
+// the number of its world.
+func (p *Proposer) quorum() (Quorum, uint64) {
+	q, number := Quorum{Driver: p.cfg.Self == ""}, uint64(0)
+	for _, w := range p.live {
+		q, number = CheckQuorum(w, p.members, p.knownGone, p.cfg.Self == ""), w.Number
+		if !q.OK() {
+			break
+		}
+	}
+	return q, number
 }
 
 // Tick tells the proposer that the time is now: pending proposals, probes
@@ -456,6 +542,7 @@ func (p *Proposer) seen(now time.Time, peer Peer) {
 			p.emit(Send{To: peer.Name, Msg: Message{Kind: MsgEpoch, World: p.current}})
 		}
 	case Leaving:
+		p.departed[peer.Name] = true
 		p.remove(now, peer.Name, ReasonLeaving)
 	}
 }
@@ -544,6 +631,20 @@ func (p *Proposer) propose(now time.Time) {
 	if !p.renew && p.floor <= p.current.Number && slices.Equal(p.members, p.current.Members) {
 		return
 	}
+	p.settleLive()
+	if q, base := p.quorum(); !q.OK() && !p.cfg.InProcess {
+		// Members only suspected of being gone may be training on the
+		// other side of a partition: wait for them, for news that they
+		// are gone, or for the other side's world.
+		p.dirty = true
+		nq := NoQuorum{Base: base, Quorum: q}
+		if p.blocked == nil || p.blocked.Base != nq.Base || !slices.Equal(p.blocked.Quorum.Missing, q.Missing) || p.blocked.Quorum.Present != q.Present {
+			p.blocked = &nq
+			p.emit(nq)
+		}
+		return
+	}
+	p.blocked = nil
 	next := max(p.current.Number, p.floor) + 1
 	if next > MaxNumber {
 		// Unreachable: numbers from messages are checked against MaxNumber
@@ -555,6 +656,7 @@ func (p *Proposer) propose(now time.Time) {
 	p.renew = false
 	p.setCurrent(World{Number: next, Members: slices.Clone(p.members)})
 	p.emit(Proposed{World: p.current})
+	p.addLive(p.current)
 	p.resendAfter = p.cfg.Resend
 	p.announce(now)
 }
@@ -610,6 +712,7 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 	case MsgPong:
 		if _, inView := p.workers[from]; inView && msg.World.Number > p.acked[from] {
 			p.acked[from] = msg.World.Number
+			p.settleLive()
 		}
 		pr, ok := p.probes[msg.Nonce]
 		if !ok || pr.name != from {
@@ -821,6 +924,9 @@ func (p *Proposer) rebase(w World, joiners bool) {
 		}
 	}
 	p.setCurrent(w)
+	// Another proposer's world (or, taking over, the newest one the
+	// workers know) may be training too.
+	p.addLive(w)
 	p.floor = max(p.floor, w.Number)
 	p.members = members
 }

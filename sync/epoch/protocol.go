@@ -155,7 +155,7 @@ func (w World) describe() string {
 func (w World) Equal(o World) bool { return w.Number == o.Number && slices.Equal(w.Members, o.Members) }
 
 // Input is what a state machine of the protocol (Proposer, Follower) is told:
-// one of PeerSeen, PeerGone, Received, SendFailed, Evict, SetMinWorkers,
+// one of PeerSeen, PeerGone, Exited, Received, SendFailed, Evict, SetMinWorkers,
 // ReportFailure, ReportDone.
 type Input interface{ input() }
 
@@ -168,6 +168,13 @@ type PeerGone struct {
 	Name   string
 	Failed bool
 }
+
+// Exited: the process of worker Name is known to have ended (its launcher
+// saw it exit, or its gossip port refused a connection): unlike a death that
+// gossip declares, which may be a partition or a stall, it is no longer a
+// voter of the quorum (CheckQuorum). It leaves the next world like a failed
+// member.
+type Exited struct{ Name string }
 
 // Received: a message arrived from member From.
 type Received struct {
@@ -203,6 +210,7 @@ type ReportDone struct{ Number uint64 }
 func (PeerSeen) input()      {}
 func (PeerGone) input()      {}
 func (Received) input()      {}
+func (Exited) input()        {}
 func (SendFailed) input()    {}
 func (Evict) input()         {}
 func (SetMinWorkers) input() {}
@@ -211,7 +219,7 @@ func (ReportDone) input()    {}
 
 // Output is what a state machine asks its caller to do, or tells it: Send,
 // Proposed, Adopted, OutForGood and Finished are the protocol's; the others (Waiting,
-// Removed, Suspected, Cleared, Rescued, TookOver, SteppedDown, Unroutable,
+// NoQuorum, Removed, Suspected, Cleared, Rescued, TookOver, SteppedDown, Unroutable,
 // Ignored, Refused) record decisions, for logs and observers.
 type Output interface{ output() }
 
@@ -244,6 +252,14 @@ type Finished struct {
 // Waiting: a change is pending, but a world needs Min members and there are
 // Have.
 type Waiting struct{ Have, Min int }
+
+// NoQuorum: a change is pending, but the world it would make lacks the
+// quorum of Base (see CheckQuorum): Missing are only suspected of being
+// gone, not known to be. Nothing is proposed; the members wait.
+type NoQuorum struct {
+	Base   uint64
+	Quorum Quorum
+}
 
 // Removed: Name leaves the desired membership; the next epoch is without it.
 type Removed struct {
@@ -315,6 +331,7 @@ func (Adopted) output()     {}
 func (Finished) output()    {}
 func (OutForGood) output()  {}
 func (Waiting) output()     {}
+func (NoQuorum) output()    {}
 func (Removed) output()     {}
 func (Suspected) output()   {}
 func (Cleared) output()     {}

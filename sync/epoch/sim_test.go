@@ -537,7 +537,7 @@ func (s *sim) addWorker(name string) *simNode {
 }
 
 // crash kills n (kill -9): it stops at once; gossip declares it dead after a
-// detection delay.
+// detection delay, and then each member learns that its process exited.
 func (s *sim) crash(n *simNode) {
 	if !n.alive() {
 		return
@@ -554,6 +554,12 @@ func (s *sim) declareDead(n *simNode) {
 			s.at(s.now.Add(d), func() {
 				if !n.gone && (n.crashed || n.frozen) {
 					s.gossipFailed(o, n.name, "gossip: "+n.name+" failed")
+				}
+				if !n.gone && n.crashed {
+					// A killed process is known to be gone: the driver's
+					// launcher saw it exit, a worker's look at its gossip
+					// port was refused (a frozen one is only suspected).
+					s.deliver(o, n.name+" exited", epoch.Exited{Name: n.name})
 				}
 			})
 		}
