@@ -251,8 +251,8 @@ func TestLoadKubeAccess(t *testing.T) {
 		{"list merged in order", map[string]string{EnvKubeconfig: "/a:/b", EnvHome: "/h"}, []string{"/a", "/b"}, "/h/.kube/config", false},
 		{"empty and repeated entries dropped", map[string]string{EnvKubeconfig: ":/a::/b:/a:"}, []string{"/a", "/b"}, "", false},
 		{"only separators", map[string]string{EnvKubeconfig: "::"}, nil, "", false},
-		{"in cluster", map[string]string{EnvKubernetesServiceHost: "10.0.0.1", EnvKubernetesServicePort: "443"}, nil, "", true},
-		{"host without port", map[string]string{EnvKubernetesServiceHost: "10.0.0.1"}, nil, "", false},
+		{"in cluster", map[string]string{EnvKubernetesServiceHost: "198.18.0.1", EnvKubernetesServicePort: "443"}, nil, "", true},
+		{"host without port", map[string]string{EnvKubernetesServiceHost: "198.18.0.1"}, nil, "", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

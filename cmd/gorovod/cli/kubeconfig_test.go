@@ -67,7 +67,7 @@ func TestResolveKube(t *testing.T) {
 		a.ServiceAccountDir = sa
 		return a
 	}
-	inPod := []string{envconfig.EnvKubernetesServiceHost, "10.96.0.1", envconfig.EnvKubernetesServicePort, "443"}
+	inPod := []string{envconfig.EnvKubernetesServiceHost, "198.18.0.1", envconfig.EnvKubernetesServicePort, "443"}
 	list := func(p ...string) string { return strings.Join(p, string(filepath.ListSeparator)) }
 	cases := []struct {
 		name             string
@@ -93,12 +93,12 @@ func TestResolveKube(t *testing.T) {
 			host: "https://beta.test", ns: "ns-beta"},
 		{name: "$KUBECONFIG set, none exists: home not read, pod used",
 			access: env(append([]string{envconfig.EnvKubeconfig, missing, envconfig.EnvHome, home}, inPod...)...),
-			host:   "https://10.96.0.1:443", ns: "team-pod", source: "service account"},
+			host:   "https://198.18.0.1:443", ns: "team-pod", source: "service account"},
 		{name: "$KUBECONFIG set, none exists, not in a pod", access: env(envconfig.EnvKubeconfig, missing, envconfig.EnvHome, home),
 			err: "no Kubernetes cluster configured"},
 		{name: "home", access: env(envconfig.EnvHome, home), host: "https://home.test", ns: "ns-home", source: ".kube/config"},
 		{name: "home before pod", access: env(append([]string{envconfig.EnvHome, home}, inPod...)...), host: "https://home.test"},
-		{name: "pod", access: env(inPod...), host: "https://10.96.0.1:443", ns: "team-pod"},
+		{name: "pod", access: env(inPod...), host: "https://198.18.0.1:443", ns: "team-pod"},
 		{name: "nothing", access: env(), err: "no Kubernetes cluster configured"},
 		{name: "unknown context", ctx: "gamma", access: env(envconfig.EnvKubeconfig, first), err: "gamma"},
 		{name: "no current context", access: env(envconfig.EnvKubeconfig, noContext), err: "nocontext"},
