@@ -166,6 +166,10 @@ func Run(cfg Config) int {
 	case errors.Is(err, ErrUsage):
 		return 2
 	}
+	code := 1
+	if errors.Is(err, ErrDetached) {
+		code = exitDetached
+	}
 	stderr := cfg.Stderr
 	if stderr == nil {
 		stderr = os.Stderr
@@ -176,5 +180,5 @@ func Run(cfg Config) int {
 		prefix, err = prefix+" "+ce.command, ce.err
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
-	return 1
+	return code
 }
