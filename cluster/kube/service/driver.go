@@ -160,7 +160,13 @@ func (s *Service) replaceDriver(ctx context.Context, e *entry, why string) (bool
 		return false, err
 	}
 	a := j.Status.Adoption
-	if a == nil || a.Ended || a.SecretName == "" {
+	if a == nil || a.Ended {
+		return false, nil
+	}
+	if !jobSecretName(j.Name, a.SecretName) {
+		// Only the job's own Secret goes into its driver pod: a record
+		// naming another (another job's) is not followed.
+		s.cfg.Logger.Warn("not replacing a driver: status.adoption names another Secret than the job's", "job", e.id, "secret", a.SecretName)
 		return false, nil
 	}
 	if err := s.writable(ctx); err != nil {
@@ -182,6 +188,21 @@ func (s *Service) replaceDriver(ctx context.Context, e *entry, why string) (bool
 	s.cfg.Logger.Info("driver replaced", "job", e.id, "ended", why, "driver", pod.Name)
 	e.st.Driver, e.st.DriverRestarts = pod.Name, n
 	return true, nil
+}
+
+// jobSecretName says whether name has the shape of job's Secret's name,
+// <job>-secret-<10 hex digits> (kube.SecretNameFor).
+func jobSecretName(job, name string) bool {
+	h, ok := strings.CutPrefix(name, job+"-secret-")
+	if !ok || len(h) != 10 {
+		return false
+	}
+	for _, c := range h {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // DriverBudgetName is the name of the PodDisruptionBudget of a job's driver

@@ -889,6 +889,8 @@ func TestDriverReplaced(t *testing.T) {
 		}, api.PhaseRunning, ""},
 		{"failed by itself", adoption, func(f *fixture, d string) { f.endPod(d, 1) }, api.PhaseFailed, "exited with status 1"},
 		{"killed without a record", nil, func(f *fixture, d string) { f.endPod(d, 137) }, api.PhaseFailed, "exited with status 137"},
+		{"killed, the record naming another job's Secret", &api.Adoption{JobID: "job-1", Seeds: []string{"10.0.0.5:7946"}, SecretName: "r-secret-x-secret-0123456789"},
+			func(f *fixture, d string) { f.endPod(d, 137) }, api.PhaseFailed, "exited with status 137"},
 		{"killed after the job ended", &api.Adoption{JobID: "job-1", Seeds: []string{"10.0.0.5:7946"}, SecretName: "r-secret-0123456789", Ended: true},
 			func(f *fixture, d string) { f.endPod(d, 137) }, api.PhaseFailed, "exited with status 137"},
 	} {

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/hex"
+	"errors"
+	"flag"
 	"slices"
 	"strings"
 	"testing"
@@ -66,5 +68,25 @@ func TestTakeBack(t *testing.T) {
 				t.Fatalf("adoption %+v", got)
 			}
 		})
+	}
+}
+
+// A driver that left its job exits 143, which the scheduler reads as a
+// driver to replace; its other ends keep their statuses.
+func TestExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{flag.ErrHelp, 0},
+		{ErrUsage, 2},
+		{&commandError{command: "run", err: ErrDetached}, 143},
+		{&commandError{command: "run", err: errors.New("job failed")}, 1},
+		{&commandError{command: "run", err: errJobDeleted}, 1},
+	} {
+		if got := exitStatus(tc.err); got != tc.want {
+			t.Errorf("exitStatus(%v) = %d, want %d", tc.err, got, tc.want)
+		}
 	}
 }
