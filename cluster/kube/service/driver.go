@@ -190,6 +190,30 @@ func (s *Service) replaceDriver(ctx context.Context, e *entry, why string) (bool
 	return true, nil
 }
 
+// stopWorkers deletes the worker pods left of a job whose driver ended
+// without them (it failed, or was killed with no replacement): they belong
+// to the job, which has ended, and would hold their slots.
+func (s *Service) stopWorkers(ctx context.Context, e *entry) error {
+	if err := s.writable(ctx); err != nil {
+		return err
+	}
+	pods := s.kube.CoreV1().Pods(e.job.Namespace)
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + e.job.Name + "," + kube.LabelRole + "=" + kube.RoleWorker})
+	if err != nil {
+		return fmt.Errorf("service: the worker pods of %s: %w", e.id, err)
+	}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp != nil || !slices.ContainsFunc(p.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == e.job.UID }) {
+			continue
+		}
+		if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("service: deleting worker pod %s of ended job %s: %w", p.Name, e.id, err)
+		}
+		s.cfg.Logger.Info("worker pod of an ended job deleted", "job", e.id, "pod", p.Name)
+	}
+	return nil
+}
+
 // jobSecretName says whether name has the shape of job's Secret's name,
 // <job>-secret-<10 hex digits> (kube.SecretNameFor).
 func jobSecretName(job, name string) bool {

@@ -152,6 +152,9 @@ func (s *Service) round(ctx context.Context, src source) error {
 			if phase != "" {
 				end(e, phase, msg, stamp)
 				changed = append(changed, e)
+				if err := s.stopWorkers(ctx, e); err != nil {
+					return err
+				}
 				continue
 			}
 		}

@@ -903,6 +903,17 @@ func TestDriverReplaced(t *testing.T) {
 			if tc.record != nil {
 				f.recordAdoption("r", tc.record)
 			}
+			// A worker pod of r (owned by the job, as its driver makes
+			// them) and one labelled r but not the job's (a plain
+			// --kubernetes job of the same name).
+			for name, owner := range map[string]types.UID{"r-worker-0": f.job("r").UID, "r-worker-1": "0ther"} {
+				job := "r"
+				if _, err := f.kube.CoreV1().Pods(testNS).Create(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS,
+					Labels:          map[string]string{kube.LabelJob: job, kube.LabelRole: kube.RoleWorker},
+					OwnerReferences: []metav1.OwnerReference{{APIVersion: api.Group + "/" + api.Version, Kind: api.Kind, Name: job, UID: owner}}}}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			tc.end(f, "r-driver")
 			f.round()
 			r := f.job("r")
@@ -913,7 +924,19 @@ func TestDriverReplaced(t *testing.T) {
 				if r.Status.DriverRestarts != 0 {
 					t.Fatalf("not replaced, but driverRestarts %d", r.Status.DriverRestarts)
 				}
+				// The ended job's worker pods go; another's stay.
+				for _, name := range []string{"r-worker-0", "r-worker-1"} {
+					_, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), name, metav1.GetOptions{})
+					if gone := apierrors.IsNotFound(err); gone != (name == "r-worker-0") {
+						t.Fatalf("%s after the job ended: %v", name, err)
+					}
+				}
 				return
+			}
+			for _, name := range []string{"r-worker-0", "r-worker-1"} {
+				if _, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), name, metav1.GetOptions{}); err != nil {
+					t.Fatalf("%s after the driver was replaced: %v", name, err)
+				}
 			}
 			if r.Status.Driver != "r-driver-1" || r.Status.DriverRestarts != 1 || len(r.Status.Allocation) == 0 {
 				t.Fatalf("after the replacement: %+v", r.Status)
