@@ -451,7 +451,7 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 		var err error
 		if w.Remote {
 			if ad, ok := j.cfg.Launcher.(WorkerAdopter); ok {
-				p, err = ad.Adopt(j.workCtx, AdoptRequest{Index: index, PID: w.PID, Host: w.Host, JobID: j.cfg.JobID, OutputDir: a.Dir, Output: output})
+				p, err = ad.Adopt(j.workCtx, AdoptRequest{Index: index, PID: w.PID, Host: w.Host, JobID: j.cfg.JobID, OutputDir: a.Dir, Output: output, Notice: j.events.notice})
 			} else {
 				err = fmt.Errorf("on host %s: this runner's launcher cannot take back workers of other hosts", w.Host)
 			}
@@ -543,4 +543,7 @@ type AdoptRequest struct {
 	JobID     string
 	OutputDir string // the job's directory: the worker's output files are there on Host
 	Output    func(stream string, line []byte)
+	// Notice reports what a person should know of the worker (a pod the
+	// cluster took away), as LaunchRequest.Notice.
+	Notice func(msg string)
 }

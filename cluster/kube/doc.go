@@ -21,9 +21,17 @@
 //   - a headless Service <job> (publishNotReadyAddresses) whose name is
 //     the workers' subdomain: <pod>.<job>.<namespace>.svc resolves to a
 //     worker's IP.
-//   - owner references from all of them to Config.Owner (the driver's pod):
-//     deleting the driver deletes its workers, Secret and Service, through
-//     the garbage collector of kube-controller-manager.
+//   - owner references from all of them to Config.Owner (the driver's pod,
+//     or for a GorovodJob the job): deleting the owner deletes the workers,
+//     Secret and Service, through the garbage collector of
+//     kube-controller-manager.
+//
+// A driver that leaves its job to another (Launcher.Detach) deletes nothing
+// from then on. The next driver of the same job (same name and secret)
+// finds the job's pods through its watch: Provisioner.Workers lists them,
+// with the job host each was launched for (annotation gorovod.io/host), and
+// Launcher.Adopt (job.WorkerAdopter) follows a running one as a job.Process,
+// with its exit status when it ends.
 //
 // Stop (shrinking) waits Config.Grace for a removed worker to exit by itself,
 // then deletes its pod with that grace period: the kubelet sends SIGTERM, the

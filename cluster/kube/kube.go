@@ -33,6 +33,9 @@ const (
 	LabelRole  = "gorovod.io/role"  // "worker" on worker pods
 	LabelIndex = "gorovod.io/index" // a worker's number, in creation order
 	RoleWorker = "worker"
+	// AnnotationHost is the job's host of a worker pod a Launcher made
+	// (job.LaunchRequest.Host), for a driver that takes the job back.
+	AnnotationHost = "gorovod.io/host"
 	// ContainerName is the worker pod's one container.
 	ContainerName = "trainer"
 )
@@ -137,6 +140,7 @@ type Event struct {
 type Worker struct {
 	Pod       string
 	Index     int
+	Host      string // its job host (AnnotationHost), when a Launcher made it
 	Phase     corev1.PodPhase
 	Running   bool // its container has started (now or before)
 	Ended     bool
@@ -181,6 +185,9 @@ type Provisioner struct {
 	shared  bool // the Secret and Service exist
 	closed  bool
 	stopped bool
+	// detached: the pods are left to a driver that takes the job back;
+	// nothing is deleted any more (Detach).
+	detached bool
 }
 
 // corev1Pods is the pod API of the namespace.
@@ -262,6 +269,13 @@ func (p *Provisioner) SecretName() string {
 	return secretNameFor(p.cfg.Job, p.cfg.SecretEnv)
 }
 
+// SecretNameFor is the name of the Secret of job that holds secretEnv (see
+// secretNameFor): a driver that takes a job back checks with it that the
+// secret it was given is the one in the job's Secret.
+func SecretNameFor(job string, secretEnv map[string]string) string {
+	return secretNameFor(job, secretEnv)
+}
+
 // secretNameFor is the name of the Secret holding secretEnv for job:
 // <job>-secret-<10 hex digits of a SHA-256 of its contents>. The driver may
 // not read Secrets (its Role creates and deletes them, so that it cannot
@@ -326,7 +340,7 @@ func (p *Provisioner) ensureShared(ctx context.Context) error {
 }
 
 // WorkerPod returns the pod the provisioner creates for worker i.
-func (p *Provisioner) WorkerPod(i int) *corev1.Pod { return p.workerPod(i, nil, nil, "") }
+func (p *Provisioner) WorkerPod(i int) *corev1.Pod { return p.workerPod(i, nil, nil, "", nil) }
 
 // trainerContainer is the template's trainer container: the one named
 // ContainerName, else the first; nil when it has none.
@@ -346,7 +360,7 @@ func trainerContainer(pod *corev1.Pod) *corev1.Container {
 // workerPod is worker i's pod, with extra variables (a launch's own) after
 // the configuration's, running command (nil: Config.Command), bound to node
 // ("": as the template says).
-func (p *Provisioner) workerPod(i int, command []string, extra []corev1.EnvVar, node string) *corev1.Pod {
+func (p *Provisioner) workerPod(i int, command []string, extra []corev1.EnvVar, node string, annotations map[string]string) *corev1.Pod {
 	name := p.podName(i)
 	labels := p.labels()
 	labels[LabelRole] = RoleWorker
@@ -369,6 +383,12 @@ func (p *Provisioner) workerPod(i int, command []string, extra []corev1.EnvVar, 
 			pod.Labels = map[string]string{}
 		}
 		pod.Labels[k] = v
+	}
+	for k, v := range annotations {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[k] = v
 	}
 	grace := int64((p.cfg.Grace + time.Second - 1) / time.Second)
 	no := false
@@ -457,7 +477,7 @@ func (p *Provisioner) Start(ctx context.Context, n int) error {
 		p.mu.Lock()
 		i := p.next
 		p.mu.Unlock()
-		if _, err := p.create(ctx, i, nil, nil, ""); err != nil {
+		if _, err := p.create(ctx, i, nil, nil, "", nil); err != nil {
 			return err
 		}
 	}
@@ -467,7 +487,7 @@ func (p *Provisioner) Start(ctx context.Context, n int) error {
 // create creates worker i's pod (index i must not have been used) as
 // workerPod makes it; the first call also creates the job's Secret and
 // Service.
-func (p *Provisioner) create(ctx context.Context, i int, command []string, extra []corev1.EnvVar, node string) (*podState, error) {
+func (p *Provisioner) create(ctx context.Context, i int, command []string, extra []corev1.EnvVar, node string, annotations map[string]string) (*podState, error) {
 	if err := p.ensureShared(ctx); err != nil {
 		return nil, err
 	}
@@ -483,7 +503,7 @@ func (p *Provisioner) create(ctx context.Context, i int, command []string, extra
 	p.next = max(p.next, i+1)
 	st := p.track(p.podName(i), i)
 	p.mu.Unlock()
-	pod := p.workerPod(i, command, extra, node)
+	pod := p.workerPod(i, command, extra, node, annotations)
 	p.mu.Lock()
 	st.spec = pod.DeepCopy() // before the pod exists: a rejection makes it again
 	p.mu.Unlock()
@@ -515,10 +535,23 @@ func (p *Provisioner) forget(st *podState) {
 	delete(p.byName, st.Pod)
 }
 
+// Detach leaves the job's pods, Service and Secret to a driver that takes
+// the job back: from now on the provisioner deletes nothing (Stop, Close,
+// a pod's Signal and the pending timeout leave the pods alone) and Close
+// only stops the watch.
+func (p *Provisioner) Detach() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.detached = true
+	for _, st := range p.byName {
+		st.pending.Stop()
+	}
+}
+
 // giveUp deletes a pod that did not start in time.
 func (p *Provisioner) giveUp(st *podState) {
 	p.mu.Lock()
-	if st.Running || st.Ended || st.Deleted || p.stopped {
+	if st.Running || st.Ended || st.Deleted || p.stopped || p.detached {
 		p.mu.Unlock()
 		return
 	}
@@ -569,6 +602,9 @@ func (p *Provisioner) observe(obj any, deleted bool) {
 	}
 	p.mu.Lock()
 	st := p.track(pod.Name, index)
+	if h := pod.Annotations[AnnotationHost]; h != "" {
+		st.Host = h
+	}
 	if index >= p.next {
 		p.next = index + 1 // adopted from an earlier driver
 	}
@@ -794,8 +830,11 @@ func (p *Provisioner) Workers() []Worker {
 // another job, or no pod at all, is left alone.
 func (p *Provisioner) Stop(ctx context.Context, w heuristics.WorkerInfo) error {
 	p.mu.Lock()
-	st := p.byName[w.Host] // a worker's host name is its pod name
+	st, detached := p.byName[w.Host], p.detached // a worker's host name is its pod name
 	p.mu.Unlock()
+	if detached {
+		return nil
+	}
 	if st == nil {
 		p.logf("worker %s (host %s) is not a pod of job %s; not stopping it", w.Name, w.Host, p.cfg.Job)
 		return nil
@@ -840,6 +879,15 @@ func (p *Provisioner) Close(ctx context.Context) error {
 		return nil
 	}
 	p.closed = true
+	if p.detached {
+		p.stopped = true
+		for _, st := range p.byName {
+			st.pending.Stop()
+		}
+		p.mu.Unlock()
+		close(p.stopInf)
+		return nil
+	}
 	var live []*podState
 	for _, st := range p.byName {
 		if !st.Deleted {

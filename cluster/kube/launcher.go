@@ -52,7 +52,10 @@ type Launcher struct {
 	notices map[int]func(string)
 }
 
-var _ job.Launcher = (*Launcher)(nil)
+var (
+	_ job.Launcher      = (*Launcher)(nil)
+	_ job.WorkerAdopter = (*Launcher)(nil)
+)
 
 // NewLauncher starts watching the job's pods as New does. Of cfg, Command,
 // SecretEnv and the job variables of Env come from each launch (the job's
@@ -110,13 +113,23 @@ func (l *Launcher) Launch(ctx context.Context, r job.LaunchRequest) (job.Process
 	if l.p.cfg.NodeName != nil {
 		node = l.p.cfg.NodeName(r.Host)
 	}
-	st, err := l.p.create(ctx, r.Index, r.Argv, extra, node)
+	var annotations map[string]string
+	if r.Host != "" {
+		annotations = map[string]string{AnnotationHost: r.Host}
+	}
+	st, err := l.p.create(ctx, r.Index, r.Argv, extra, node, annotations)
 	if err != nil {
 		l.mu.Lock()
 		delete(l.notices, r.Index)
 		l.mu.Unlock()
 		return nil, err
 	}
+	return l.follow(ctx, st), nil
+}
+
+// follow is the job.Process of a worker pod: stopped (SIGTERM through the
+// kubelet) when ctx ends.
+func (l *Launcher) follow(ctx context.Context, st *podState) *Pod {
 	w := &Pod{l: l, st: st}
 	go func() {
 		select {
@@ -126,7 +139,52 @@ func (l *Launcher) Launch(ctx context.Context, r job.LaunchRequest) (job.Process
 			_ = w.Signal(job.StopSignal)
 		}
 	}()
-	return w, nil
+	return w
+}
+
+// Adopt takes back worker r.Index's pod, made by an earlier driver of the
+// job (job.WorkerAdopter): the pod the watch found with that index, still
+// running. Its end is known as for a pod this launcher made (Err gives the
+// trainer's exit status). secretEnv, the job's secret variables, must be
+// those of the job's Secret: later launches carry the same.
+func (l *Launcher) Adopt(ctx context.Context, r job.AdoptRequest) (job.Process, error) {
+	l.p.mu.Lock()
+	var st *podState
+	for _, s := range l.p.byName {
+		if s.Index == r.Index {
+			st = s
+		}
+	}
+	var running bool
+	if st != nil {
+		running = st.Running && !st.Ended && !st.Deleted
+	}
+	l.p.mu.Unlock()
+	switch {
+	case st == nil:
+		return nil, fmt.Errorf("kube: no pod of job %s has worker index %d", l.p.cfg.Job, r.Index)
+	case !running:
+		return nil, fmt.Errorf("kube: pod %s is not running", st.Pod)
+	}
+	notice := r.Notice
+	if notice == nil {
+		notice = func(string) {}
+	}
+	l.mu.Lock()
+	l.notices[r.Index] = notice
+	l.mu.Unlock()
+	return l.follow(ctx, st), nil
+}
+
+// Detach leaves the job's pods to a driver that takes the job back
+// (Provisioner.Detach): stopping the job no longer deletes them.
+func (l *Launcher) Detach() { l.p.Detach() }
+
+// AdoptSecret sets the job's secret variables of an adopted job (those of
+// its Secret, which the adopting driver read): the launches that replace
+// workers carry them, and the provisioner finds the Secret by them.
+func (l *Launcher) AdoptSecret(secretEnv map[string]string) error {
+	return l.setSecret(maps.Clone(secretEnv))
 }
 
 func isSecretVar(name string) bool {
@@ -248,6 +306,10 @@ func (w *Pod) Err() error {
 // the provisioner's decision.
 func (p *Provisioner) deletePod(ctx context.Context, st *podState, grace *int64) error {
 	p.mu.Lock()
+	if p.detached {
+		p.mu.Unlock()
+		return nil
+	}
 	st.byUs = true
 	p.mu.Unlock()
 	if err := p.pods.Delete(ctx, st.Pod, metav1.DeleteOptions{GracePeriodSeconds: grace}); err != nil && !apierrors.IsNotFound(err) {

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"syscall"
 	"testing"
@@ -273,5 +274,92 @@ func TestRejectedPodMadeAgain(t *testing.T) {
 				t.Fatalf("a worker made again reported ended or deleted: %+v", ev.all)
 			}
 		})
+	}
+}
+
+// TestLauncherDetachAndAdopt: a driver that detaches leaves its pods, the
+// Secret and the Service alone when its job stops and it closes; the next
+// driver's launcher finds the pods (with their job hosts) and adopts the
+// running ones, whose end it reports as for pods it made, and launches more
+// only with the job's secret.
+func TestLauncherDetachAndAdopt(t *testing.T) {
+	client := newClientset()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := testConfig(client, newEvents())
+	first, err := NewLauncher(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWatching(t, client)
+	jobCtx, stopJob := context.WithCancel(ctx)
+	env := []string{envconfig.EnvJobID + "=job-7", envconfig.EnvSecret + "=" + testSecret}
+	var procs []job.Process
+	for i, host := range []string{"node-a/0", "node-b/0"} {
+		p, err := first.Launch(jobCtx, job.LaunchRequest{Index: i, Host: host, Argv: []string{"/bin/trainer"}, Env: env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, p)
+		setStatus(t, client, p.(*Pod).Name(), running)
+	}
+	first.Detach()
+	stopJob() // the job's context ends: a launcher that did not detach deletes its pods
+	if err := procs[0].Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"mnist-worker-0", "mnist-worker-1"} {
+		if _, err := client.CoreV1().Pods("ml").Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Fatalf("pod %s after the driver detached: %v", name, err)
+		}
+	}
+	if _, err := client.CoreV1().Secrets("ml").Get(ctx, first.Provisioner().SecretName(), metav1.GetOptions{}); err != nil {
+		t.Fatalf("the Secret after the driver detached: %v", err)
+	}
+	setStatus(t, client, "mnist-worker-0", exited(0)) // ends while no driver watches
+
+	ev := newEvents()
+	cfg.OnEvent = ev.add
+	next, err := NewLauncher(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWatching(t, client)
+	defer next.Close(context.Background())
+	ws := next.Provisioner().Workers()
+	if len(ws) != 2 || ws[0].Host != "node-a/0" || !ws[0].Ended || ws[1].Host != "node-b/0" || !ws[1].Running || ws[1].Ended {
+		t.Fatalf("the next driver's workers: %+v", ws)
+	}
+	if err := next.AdoptSecret(map[string]string{envconfig.EnvSecret: testSecret}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := next.Adopt(ctx, job.AdoptRequest{Index: 0}); err == nil || !strings.Contains(err.Error(), "not running") {
+		t.Fatalf("adopting an ended pod: %v", err)
+	}
+	if _, err := next.Adopt(ctx, job.AdoptRequest{Index: 7}); err == nil || !strings.Contains(err.Error(), "no pod") {
+		t.Fatalf("adopting a pod that is not there: %v", err)
+	}
+	p, err := next.Adopt(ctx, job.AdoptRequest{Index: 1, Host: "node-b/0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setStatus(t, client, "mnist-worker-1", exited(3))
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		t.Fatal("the adopted pod's end was not reported")
+	}
+	if ee := (*job.ExitError)(nil); !errors.As(p.Err(), &ee) || ee.Code != 3 {
+		t.Fatalf("the adopted pod's exit: %v", p.Err())
+	}
+	if _, err := next.Launch(ctx, job.LaunchRequest{Index: 2, Argv: []string{"/bin/trainer"},
+		Env: []string{envconfig.EnvJobID + "=job-7", envconfig.EnvSecret + "=" + "another"}}); err == nil {
+		t.Fatal("a launch with another secret than the adopted job's")
+	}
+	if _, err := next.Launch(ctx, job.LaunchRequest{Index: 2, Argv: []string{"/bin/trainer"}, Env: env}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -160,7 +160,7 @@ type e2eScheduler struct {
 func (e *e2eCluster) driverLogs(job string) map[string][]byte {
 	out := map[string][]byte{}
 	for _, n := range e.nodes {
-		matches, _ := filepath.Glob(filepath.Join(n.LogDir, e.ns+"_"+job+"-driver_*", service.DriverContainer, "*.log"))
+		matches, _ := filepath.Glob(filepath.Join(n.LogDir, e.ns+"_"+job+"-driver*_*", service.DriverContainer, "*.log"))
 		for _, m := range matches {
 			if b, err := os.ReadFile(m); err == nil {
 				out[n.Name] = append(out[n.Name], b...)

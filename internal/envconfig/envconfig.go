@@ -386,3 +386,17 @@ func WithoutSecrets(env []string) []string {
 	}
 	return out
 }
+
+// LoadJobSecret reads the job secret alone (EnvSecret, hex): what a
+// replacement driver pod of a GorovodJob gets from the job's Secret. ok is
+// false when it is not set.
+func LoadJobSecret(getenv func(string) string) (secret []byte, ok bool, err error) {
+	v := getenv(EnvSecret)
+	if v == "" {
+		return nil, false, nil
+	}
+	if secret, err = hex.DecodeString(v); err != nil || len(secret) < 16 {
+		return nil, true, fmt.Errorf("%s must be at least 16 hex-encoded bytes", EnvSecret)
+	}
+	return secret, true, nil
+}

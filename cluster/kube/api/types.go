@@ -2,12 +2,14 @@ package api
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gorovod/gorovod/heuristics/goodput"
 )
@@ -93,6 +95,14 @@ type Spec struct {
 	// GPUs a worker asks for nvidia.com/gpu: 1; elsewhere for one
 	// gorovod.io/slot (see docs/clusters.md).
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Tolerations are added to the job's worker pods and its driver pod
+	// (the workers also carry the tolerations of the GPU and slot nodes'
+	// taints, service.WorkerTolerations). The scheduler allocates workers
+	// only on nodes whose NoSchedule and NoExecute taints those default
+	// tolerations cover, so a job's own tolerations keep its pods on a node
+	// that gets another taint while they run (a NoExecute taint's eviction),
+	// and let the driver pod onto tainted nodes.
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 }
 
 // BatchBounds bound a job's global batch size. Zero values mean no bound;
@@ -130,6 +140,11 @@ type Status struct {
 	AllocationTime        *metav1.Time `json:"allocationTime,omitempty"`
 	AttainedWorkerSeconds int64        `json:"attainedWorkerSeconds,omitempty"`
 
+	// DriverRestarts counts the driver pods the scheduler started in place
+	// of one that was killed or deleted while the job ran (each takes the
+	// running job back from Adoption).
+	DriverRestarts int32 `json:"driverRestarts,omitempty"`
+
 	// Written by the job's driver.
 	WorldSize int32 `json:"worldSize,omitempty"`
 	// Step is the last training step the driver saw.
@@ -137,6 +152,30 @@ type Status struct {
 	// Goodput is the job's goodput model as the driver last fitted it;
 	// nil until it has measured the job.
 	Goodput *GoodputStatus `json:"goodput,omitempty"`
+	// Adoption is what a replacement driver pod needs to take the running
+	// job back; the driver writes it once its first workers run, and sets
+	// Ended when the job is over (a driver pod that ends then is not
+	// replaced).
+	Adoption *Adoption `json:"adoption,omitempty"`
+}
+
+// Adoption is the job's record for a replacement driver (status.adoption).
+// It holds no secret: the job secret stays in the Secret SecretName, which a
+// replacement driver pod gets through its environment (a secretKeyRef the
+// scheduler sets) and checks against the name, a hash of its contents that
+// only a holder of the secret can compute.
+type Adoption struct {
+	// JobID is the elastic job's id (the workers' GOROVOD_JOB_ID).
+	JobID string `json:"jobID"`
+	// Seeds are the workers' gossip seeds: the first driver's gossip
+	// address, which a replacement binds.
+	Seeds []string `json:"seeds"`
+	// SecretName is the job's Secret (key GOROVOD_SECRET).
+	SecretName string `json:"secretName"`
+	// MinWorkers is the job's floor, as its workers were given it.
+	MinWorkers int32 `json:"minWorkers"`
+	// Ended: the job is over; its driver's end is the job's.
+	Ended bool `json:"ended,omitempty"`
 }
 
 // GoodputStatus is a job's fitted goodput model (package heuristics/goodput),
@@ -166,6 +205,47 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("gorovodjob: spec.batch bounds must be ≥ 0")
 	case s.Batch.Max != 0 && s.Batch.Min > s.Batch.Max:
 		return fmt.Errorf("gorovodjob: spec.batch.min %d is above spec.batch.max %d", s.Batch.Min, s.Batch.Max)
+	}
+	for i, t := range s.Tolerations {
+		if err := validToleration(t); err != nil {
+			return fmt.Errorf("gorovodjob: spec.tolerations[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// validToleration checks a toleration as the API server checks a pod's:
+// a qualified key (empty only with operator Exists, tolerating every
+// taint), operator Equal or Exists (no value with Exists), a known effect,
+// tolerationSeconds only with NoExecute.
+func validToleration(t corev1.Toleration) error {
+	if t.Key != "" {
+		if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
+			return fmt.Errorf("key %q: %s", t.Key, strings.Join(errs, "; "))
+		}
+	}
+	switch t.Operator {
+	case corev1.TolerationOpEqual, "":
+		if t.Key == "" {
+			return fmt.Errorf("an empty key needs operator Exists")
+		}
+		if errs := validation.IsValidLabelValue(t.Value); len(errs) > 0 {
+			return fmt.Errorf("value %q: %s", t.Value, strings.Join(errs, "; "))
+		}
+	case corev1.TolerationOpExists:
+		if t.Value != "" {
+			return fmt.Errorf("operator Exists takes no value (got %q)", t.Value)
+		}
+	default:
+		return fmt.Errorf("operator %q: want Equal or Exists", t.Operator)
+	}
+	switch t.Effect {
+	case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+	default:
+		return fmt.Errorf("effect %q: want NoSchedule, PreferNoSchedule or NoExecute", t.Effect)
+	}
+	if t.TolerationSeconds != nil && t.Effect != corev1.TaintEffectNoExecute {
+		return fmt.Errorf("tolerationSeconds needs effect NoExecute")
 	}
 	return nil
 }

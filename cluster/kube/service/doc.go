@@ -22,7 +22,14 @@
 //   - gives a new job the phase Pending (Failed, with the reason, when its
 //     spec fails api.Spec.Validate), and ends a running job when its driver
 //     pod ends (exit 0: Succeeded, otherwise Failed with the container's
-//     reason); an ended job's slots are free in the same round.
+//     reason; the job's worker pods left are deleted); an ended job's slots
+//     are free in the same round. A driver pod
+//     killed (exit 137), left on SIGTERM (143), deleted or lost with its
+//     node while its job runs is replaced instead, when the driver recorded
+//     status.adoption and did not mark it ended (replaceDriver): a pod
+//     <job>-driver-<n> with the job secret from the Secret the record names
+//     (a secretKeyRef), counted in status.driverRestarts, at most
+//     Config.MaxDriverRestarts times; it takes the running job back.
 //   - asks the policy for an allocation of the jobs not ended, from their
 //     recorded allocations, fitted goodput models (status.goodput), attained
 //     service and reallocation counts; repairs it to the jobs' minimums

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/internal/envconfig"
 )
 
 // The driver pod and what it runs as.
@@ -72,6 +74,7 @@ func (s *Service) driverPod(j *api.GorovodJob) *corev1.Pod {
 				},
 				Resources: s.cfg.DriverResources,
 			}},
+			Tolerations: slices.Clone(j.Spec.Tolerations),
 		},
 	}
 }
@@ -90,6 +93,12 @@ func (s *Service) startDriver(ctx context.Context, j *api.GorovodJob) error {
 	if s.cfg.CustomizeDriver != nil {
 		s.cfg.CustomizeDriver(pod)
 	}
+	return s.createDriverPod(ctx, j, pod)
+}
+
+// createDriverPod creates a driver pod of job j; one of that name already
+// owned by the job is fine.
+func (s *Service) createDriverPod(ctx context.Context, j *api.GorovodJob, pod *corev1.Pod) error {
 	_, err := s.kube.CoreV1().Pods(j.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
 		return err
@@ -104,6 +113,120 @@ func (s *Service) startDriver(ctx context.Context, j *api.GorovodJob) error {
 		}
 	}
 	return fmt.Errorf("pod %s/%s exists and is not this job's driver", j.Namespace, pod.Name)
+}
+
+// ReplacementDriverPodName is the name of a job's n-th replacement driver
+// pod (n ≥ 1).
+func ReplacementDriverPodName(job string, n int32) string { return fmt.Sprintf("%s-driver-%d", job, n) }
+
+// driverKilled says whether a driver pod that ended (nil: deleted) did so
+// without ending its job: killed (exit status 137, SIGKILL, or the OOM
+// killer), left on SIGTERM (143: its pod was deleted; the driver leaves the
+// workers to a replacement), gone, or failed without its container ending
+// (its node lost). A driver that ended its job exits 0 or 1.
+func driverKilled(pod *corev1.Pod) bool {
+	if pod == nil {
+		return true
+	}
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.Name == DriverContainer && c.State.Terminated != nil {
+			code := c.State.Terminated.ExitCode
+			return code == 128+9 || code == 128+15
+		}
+	}
+	return pod.Status.Phase == corev1.PodFailed
+}
+
+// replaceDriver starts a driver pod in place of job e's, which ended
+// without ending the job (why), when the job's driver recorded how to take
+// the job back (status.adoption, read fresh from the API server: the cache
+// may not have the driver's last write yet) and the job has restarts left.
+// The replacement gets the job secret from the job's Secret, named in the
+// record, through a secretKeyRef: neither the scheduler nor the driver reads
+// Secrets. It says whether it did.
+func (s *Service) replaceDriver(ctx context.Context, e *entry, why string) (bool, error) {
+	if s.cfg.MaxDriverRestarts < 0 || int(e.st.DriverRestarts) >= s.cfg.MaxDriverRestarts {
+		return false, nil
+	}
+	u, err := s.dyn.Resource(api.GroupVersionResource()).Namespace(e.job.Namespace).Get(ctx, e.job.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("service: reading %s: %w", e.id, err)
+	}
+	j, err := api.FromUnstructured(u)
+	if err != nil {
+		return false, err
+	}
+	a := j.Status.Adoption
+	if a == nil || a.Ended {
+		return false, nil
+	}
+	if !jobSecretName(j.Name, a.SecretName) {
+		// Only the job's own Secret goes into its driver pod: a record
+		// naming another (another job's) is not followed.
+		s.cfg.Logger.Warn("not replacing a driver: status.adoption names another Secret than the job's", "job", e.id, "secret", a.SecretName)
+		return false, nil
+	}
+	if err := s.writable(ctx); err != nil {
+		return false, err
+	}
+	n := e.st.DriverRestarts + 1
+	pod := s.driverPod(j)
+	pod.Name = ReplacementDriverPodName(j.Name, n)
+	c := &pod.Spec.Containers[0]
+	c.Env = append(c.Env, corev1.EnvVar{Name: envconfig.EnvSecret, ValueFrom: &corev1.EnvVarSource{
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: a.SecretName}, Key: envconfig.EnvSecret}}})
+	if s.cfg.CustomizeDriver != nil {
+		s.cfg.CustomizeDriver(pod)
+	}
+	if err := s.createDriverPod(ctx, j, pod); err != nil {
+		s.cfg.Logger.Warn("replacing a driver", "job", e.id, "err", err)
+		return false, nil
+	}
+	s.cfg.Logger.Info("driver replaced", "job", e.id, "ended", why, "driver", pod.Name)
+	e.st.Driver, e.st.DriverRestarts = pod.Name, n
+	return true, nil
+}
+
+// stopWorkers deletes the worker pods left of a job whose driver ended
+// without them (it failed, or was killed with no replacement): they belong
+// to the job, which has ended, and would hold their slots.
+func (s *Service) stopWorkers(ctx context.Context, e *entry) error {
+	if err := s.writable(ctx); err != nil {
+		return err
+	}
+	pods := s.kube.CoreV1().Pods(e.job.Namespace)
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + e.job.Name + "," + kube.LabelRole + "=" + kube.RoleWorker})
+	if err != nil {
+		return fmt.Errorf("service: the worker pods of %s: %w", e.id, err)
+	}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp != nil || !slices.ContainsFunc(p.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == e.job.UID }) {
+			continue
+		}
+		if err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("service: deleting worker pod %s of ended job %s: %w", p.Name, e.id, err)
+		}
+		s.cfg.Logger.Info("worker pod of an ended job deleted", "job", e.id, "pod", p.Name)
+	}
+	return nil
+}
+
+// jobSecretName says whether name has the shape of job's Secret's name,
+// <job>-secret-<10 hex digits> (kube.SecretNameFor).
+func jobSecretName(job, name string) bool {
+	h, ok := strings.CutPrefix(name, job+"-secret-")
+	if !ok || len(h) != 10 {
+		return false
+	}
+	for _, c := range h {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // DriverBudgetName is the name of the PodDisruptionBudget of a job's driver

@@ -56,7 +56,7 @@ func (s *Service) seed(ctx context.Context) error {
 // schedulerFields is the part of a status the scheduler writes.
 func schedulerFields(st api.Status) api.Status {
 	return api.Status{Phase: st.Phase, Message: st.Message, Allocation: slices.Clone(st.Allocation),
-		Reallocations: st.Reallocations, Driver: st.Driver, SubmitTime: st.SubmitTime, StartTime: st.StartTime,
+		Reallocations: st.Reallocations, Driver: st.Driver, DriverRestarts: st.DriverRestarts, SubmitTime: st.SubmitTime, StartTime: st.StartTime,
 		CompletionTime: st.CompletionTime, ObservedGeneration: st.ObservedGeneration, ScheduledBy: st.ScheduledBy,
 		AllocationTime: st.AllocationTime, AttainedWorkerSeconds: st.AttainedWorkerSeconds}
 }
@@ -139,9 +139,22 @@ func (s *Service) round(ctx context.Context, src source) error {
 			} else {
 				phase, msg = driverEnd(pod)
 			}
+			if phase != "" && driverKilled(pod) {
+				replaced, err := s.replaceDriver(ctx, e, msg)
+				if err != nil {
+					return err
+				}
+				if replaced {
+					active = append(active, e)
+					continue
+				}
+			}
 			if phase != "" {
 				end(e, phase, msg, stamp)
 				changed = append(changed, e)
+				if err := s.stopWorkers(ctx, e); err != nil {
+					return err
+				}
 				continue
 			}
 		}
@@ -459,6 +472,7 @@ func statusPatch(st api.Status) ([]byte, error) {
 		"allocation":            orNull(st.Allocation, len(st.Allocation) == 0),
 		"reallocations":         orNull(st.Reallocations, st.Reallocations == 0),
 		"driver":                orNull(st.Driver, st.Driver == ""),
+		"driverRestarts":        orNull(st.DriverRestarts, st.DriverRestarts == 0),
 		"submitTime":            timeOrNull(st.SubmitTime),
 		"startTime":             timeOrNull(st.StartTime),
 		"completionTime":        timeOrNull(st.CompletionTime),

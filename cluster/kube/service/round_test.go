@@ -834,3 +834,177 @@ func TestDriverBudgetNotTheJobs(t *testing.T) {
 		t.Fatalf("a driver pod without its budget: %v", err)
 	}
 }
+
+// endPod makes driver pod name end with an exit status, as its kubelet
+// would report it.
+func (f *fixture) endPod(name string, exit int32) {
+	f.t.Helper()
+	p, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodFailed
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: DriverContainer,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit, Reason: "Error"}}}}
+	if _, err := f.kube.CoreV1().Pods(testNS).UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// recordAdoption acts as a job's driver writing status.adoption.
+func (f *fixture) recordAdoption(job string, a *api.Adoption) {
+	f.t.Helper()
+	j := f.job(job)
+	j.Status.Adoption = a
+	u, err := api.ToUnstructured(j)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.dyn.Resource(api.GroupVersionResource()).Namespace(testNS).UpdateStatus(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestDriverReplaced: a running job's driver that was killed (137), left on
+// SIGTERM (143) or whose pod was deleted is replaced by a driver pod that
+// gets the job secret from the Secret status.adoption names, up to
+// MaxDriverRestarts; a driver that ended its job (status.adoption ended, or
+// an exit status of its own), or one with no record, ends the job as before.
+func TestDriverReplaced(t *testing.T) {
+	adoption := &api.Adoption{JobID: "job-1", Seeds: []string{"10.0.0.5:7946"}, SecretName: "r-secret-0123456789", MinWorkers: 1}
+	tolerate := []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "vision", Effect: corev1.TaintEffectNoSchedule}}
+	for _, tc := range []struct {
+		name   string
+		record *api.Adoption
+		end    func(f *fixture, driver string)
+		want   api.Phase // Running: replaced
+		msg    string
+	}{
+		{"killed", adoption, func(f *fixture, d string) { f.endPod(d, 137) }, api.PhaseRunning, ""},
+		{"left on SIGTERM", adoption, func(f *fixture, d string) { f.endPod(d, 143) }, api.PhaseRunning, ""},
+		{"pod deleted", adoption, func(f *fixture, d string) {
+			if err := f.kube.CoreV1().Pods(testNS).Delete(context.Background(), d, metav1.DeleteOptions{}); err != nil {
+				f.t.Fatal(err)
+			}
+		}, api.PhaseRunning, ""},
+		{"failed by itself", adoption, func(f *fixture, d string) { f.endPod(d, 1) }, api.PhaseFailed, "exited with status 1"},
+		{"killed without a record", nil, func(f *fixture, d string) { f.endPod(d, 137) }, api.PhaseFailed, "exited with status 137"},
+		{"killed, the record naming another job's Secret", &api.Adoption{JobID: "job-1", Seeds: []string{"10.0.0.5:7946"}, SecretName: "r-secret-x-secret-0123456789"},
+			func(f *fixture, d string) { f.endPod(d, 137) }, api.PhaseFailed, "exited with status 137"},
+		{"killed after the job ended", &api.Adoption{JobID: "job-1", Seeds: []string{"10.0.0.5:7946"}, SecretName: "r-secret-0123456789", Ended: true},
+			func(f *fixture, d string) { f.endPod(d, 137) }, api.PhaseFailed, "exited with status 137"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, "pollux", labelNode("n1", 2))
+			s := spec(1, 2, 0)
+			s.Tolerations = tolerate
+			f.submit("r", s)
+			f.round()
+			if tc.record != nil {
+				f.recordAdoption("r", tc.record)
+			}
+			// A worker pod of r (owned by the job, as its driver makes
+			// them) and one labelled r but not the job's (a plain
+			// --kubernetes job of the same name).
+			for name, owner := range map[string]types.UID{"r-worker-0": f.job("r").UID, "r-worker-1": "0ther"} {
+				job := "r"
+				if _, err := f.kube.CoreV1().Pods(testNS).Create(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS,
+					Labels:          map[string]string{kube.LabelJob: job, kube.LabelRole: kube.RoleWorker},
+					OwnerReferences: []metav1.OwnerReference{{APIVersion: api.Group + "/" + api.Version, Kind: api.Kind, Name: job, UID: owner}}}}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.end(f, "r-driver")
+			f.round()
+			r := f.job("r")
+			if r.Status.Phase != tc.want || !strings.Contains(r.Status.Message, tc.msg) {
+				t.Fatalf("after the driver's end: %+v", r.Status)
+			}
+			if tc.want != api.PhaseRunning {
+				if r.Status.DriverRestarts != 0 {
+					t.Fatalf("not replaced, but driverRestarts %d", r.Status.DriverRestarts)
+				}
+				// The ended job's worker pods go; another's stay.
+				for _, name := range []string{"r-worker-0", "r-worker-1"} {
+					_, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), name, metav1.GetOptions{})
+					if gone := apierrors.IsNotFound(err); gone != (name == "r-worker-0") {
+						t.Fatalf("%s after the job ended: %v", name, err)
+					}
+				}
+				return
+			}
+			for _, name := range []string{"r-worker-0", "r-worker-1"} {
+				if _, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), name, metav1.GetOptions{}); err != nil {
+					t.Fatalf("%s after the driver was replaced: %v", name, err)
+				}
+			}
+			if r.Status.Driver != "r-driver-1" || r.Status.DriverRestarts != 1 || len(r.Status.Allocation) == 0 {
+				t.Fatalf("after the replacement: %+v", r.Status)
+			}
+			pod, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), "r-driver-1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ref *corev1.SecretKeySelector
+			for _, e := range pod.Spec.Containers[0].Env {
+				if e.Name == "GOROVOD_SECRET" {
+					if e.Value != "" || e.ValueFrom == nil {
+						t.Fatalf("the secret in the pod spec: %+v", e)
+					}
+					ref = e.ValueFrom.SecretKeyRef
+				}
+			}
+			if ref == nil || ref.Name != adoption.SecretName || ref.Key != "GOROVOD_SECRET" ||
+				!slices.Equal(pod.Spec.Containers[0].Command, []string{"gorovod", "run", "--gorovodjob=r"}) ||
+				len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].UID != r.UID || pod.Labels[kube.LabelRole] != RoleDriver ||
+				!slices.Equal(pod.Spec.Tolerations, tolerate) {
+				t.Fatalf("replacement driver pod: %+v", pod)
+			}
+			// It runs: nothing changes.
+			f.round()
+			if r := f.job("r"); r.Status.Driver != "r-driver-1" || r.Status.DriverRestarts != 1 {
+				t.Fatalf("a round with the replacement running: %+v", r.Status)
+			}
+			// Up to MaxDriverRestarts (3), then the job fails.
+			for n := int32(2); n <= 4; n++ {
+				f.endPod(r.Status.Driver, 137)
+				f.round()
+				r = f.job("r")
+				if n <= 3 && (r.Status.Driver != fmt.Sprintf("r-driver-%d", n) || r.Status.DriverRestarts != n || r.Status.Phase != api.PhaseRunning) {
+					t.Fatalf("replacement %d: %+v", n, r.Status)
+				}
+			}
+			if r.Status.Phase != api.PhaseFailed || r.Status.DriverRestarts != 3 || !strings.Contains(r.Status.Message, "r-driver-3 exited with status 137") {
+				t.Fatalf("a fourth kill: %+v", r.Status)
+			}
+		})
+	}
+}
+
+func TestDriverKilled(t *testing.T) {
+	ended := func(phase corev1.PodPhase, code int32) *corev1.Pod {
+		p := &corev1.Pod{Status: corev1.PodStatus{Phase: phase}}
+		if code >= 0 {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: DriverContainer,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}}
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"deleted", nil, true},
+		{"SIGKILL", ended(corev1.PodFailed, 137), true},
+		{"SIGTERM", ended(corev1.PodFailed, 143), true},
+		{"node lost", ended(corev1.PodFailed, -1), true},
+		{"succeeded", ended(corev1.PodSucceeded, 0), false},
+		{"failed its job", ended(corev1.PodFailed, 1), false},
+		{"bad flags", ended(corev1.PodFailed, 2), false},
+	} {
+		if got := driverKilled(tc.pod); got != tc.want {
+			t.Errorf("%s: driverKilled %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -63,6 +63,10 @@ type Config struct {
 	// CustomizeDriver, when set, edits each driver pod before it is
 	// created (a node selector, tolerations, an image pull policy).
 	CustomizeDriver func(*corev1.Pod)
+	// MaxDriverRestarts bounds the driver pods started in place of a job's
+	// driver that was killed or deleted while the job ran (default 3;
+	// negative: none, such a job fails).
+	MaxDriverRestarts int
 	// Logger receives the service's notices. Default: discarded.
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
@@ -90,9 +94,10 @@ type LeaderElection struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Interval:       60 * time.Second,
-		Policy:         "pollux",
-		RestartPenalty: 2 * time.Second,
+		Interval:          60 * time.Second,
+		Policy:            "pollux",
+		RestartPenalty:    2 * time.Second,
+		MaxDriverRestarts: 3,
 		LeaderElection: LeaderElection{LeaseName: "gorovod-scheduler", LeaseNamespace: "gorovod-system",
 			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second},
 	}
@@ -108,6 +113,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RestartPenalty == 0 {
 		c.RestartPenalty = d.RestartPenalty
+	}
+	if c.MaxDriverRestarts == 0 {
+		c.MaxDriverRestarts = d.MaxDriverRestarts
 	}
 	le := &c.LeaderElection
 	if le.LeaseName == "" {

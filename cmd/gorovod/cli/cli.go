@@ -146,6 +146,21 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 	return ErrUsage
 }
 
+// exitStatus is Run's exit status for Main's error: 0 for none (or
+// --help), 2 for a bad command line, 143 for a GorovodJob's driver that left
+// its running job to a replacement (ErrDetached), 1 for any other.
+func exitStatus(err error) int {
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, ErrUsage):
+		return 2
+	case errors.Is(err, ErrDetached):
+		return exitDetached
+	}
+	return 1
+}
+
 // Run is the whole body of a main function: it runs the command line on the
 // process's arguments until it ends or SIGINT arrives (SIGTERM: Config.Terminate), and returns
 // the exit status: 0 (also after --help), 1 after printing the error, 2 for a
@@ -160,11 +175,9 @@ func Run(cfg Config) int {
 	defer signal.Stop(terminate)
 	cfg.Terminate = terminate
 	err := Main(ctx, os.Args[1:], cfg)
-	switch {
-	case err == nil || errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, ErrUsage):
-		return 2
+	code := exitStatus(err)
+	if code == 0 || code == 2 {
+		return code
 	}
 	stderr := cfg.Stderr
 	if stderr == nil {
@@ -176,5 +189,5 @@ func Run(cfg Config) int {
 		prefix, err = prefix+" "+ce.command, ce.err
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
-	return 1
+	return code
 }

@@ -10,7 +10,9 @@
 //
 // On a Kubernetes cluster shared by the gorovod scheduler, `run
 // --gorovodjob NAME` is a GorovodJob's driver (gorovodjob.go: its spec's
-// workers on the nodes of its status.allocation, followed live), and
+// workers on the nodes of its status.allocation, followed live; a
+// replacement driver pod takes the running job back from status.adoption:
+// gorovodjob_adopt.go), and
 // `submit`, `jobs`, `logs` and `delete` (jobs.go) are the user's commands for
 // GorovodJobs, finding the cluster as kubectl does (kubeclient.go).
 package cli

@@ -85,6 +85,12 @@ type gorovodJobDriver struct {
 	stopWatch chan struct{}
 	perNode   int
 	publishMu sync.Mutex // one host list and target at a time
+	uid       types.UID  // the GorovodJob's
+	kl        *kube.Launcher
+	// adopting is the record of the running job this driver takes back
+	// (gorovodjob_adopt.go), and secret its job secret; nil for a new job.
+	adopting *api.Adoption
+	secret   []byte
 
 	mu       sync.Mutex
 	alloc    []string
@@ -95,6 +101,7 @@ type gorovodJobDriver struct {
 	podHost  map[int]string       // launch index → host of its pod
 	occupied map[string]int       // host → launch index of its pod, until the pod ends
 	last     string               // the status patch last written
+	recorded bool                 // status.adoption written
 }
 
 // fromGorovodJob says whether a run flag is one --gorovodjob takes from the
@@ -146,8 +153,17 @@ func startGorovodJob(ctx context.Context, o *runOptions, fs *flag.FlagSet, repor
 	ctx, cancel := context.WithCancelCause(ctx)
 	d := &gorovodJobDriver{cfg: defaultGorovodJobConfig(), name: gj.Name, clients: clients, spec: gj.Spec, report: report,
 		cancel: cancel, stopWatch: make(chan struct{}), changed: make(chan struct{}, 1), held: map[string]time.Time{},
-		podHost: map[int]string{}, occupied: map[string]int{}}
+		podHost: map[int]string{}, occupied: map[string]int{}, uid: gj.UID}
 	d.disc = &allocationDiscovery{delivered: make(chan struct{})}
+	if a := gj.Status.Adoption; a != nil && !a.Ended {
+		adopt, err := d.takeBack(a)
+		if err != nil {
+			cancel(err)
+			return ctx, nil, err
+		}
+		o.adopt = adopt
+		report("GorovodJob %s/%s: taking running job %s back (its workers' seed %s)", clients.namespace, d.name, a.JobID, a.Seeds[0])
+	}
 	if err := d.watch(ctx); err != nil {
 		cancel(err)
 		return ctx, nil, err
@@ -455,7 +471,7 @@ func (d *gorovodJobDriver) configure(kc *kube.Config) {
 	// tolerated (service.WorkerTolerations); the template's own come too.
 	customize := kc.Customize
 	kc.Customize = func(pod *corev1.Pod) {
-		for _, t := range service.WorkerTolerations {
+		for _, t := range slices.Concat(service.WorkerTolerations, d.spec.Tolerations) {
 			if !slices.ContainsFunc(pod.Spec.Tolerations, func(have corev1.Toleration) bool { return have.MatchToleration(&t) }) {
 				pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
 			}
@@ -556,9 +572,13 @@ func (d *gorovodJobDriver) podEvent(e kube.Event) {
 	}
 }
 
-// started writes the job's status every StatusEvery until the job ends,
-// and once more then.
-func (d *gorovodJobDriver) started(ctx context.Context, j *job.Job) {
+// started records what a replacement driver needs (status.adoption), then
+// writes the job's status every StatusEvery until the job ends, and once
+// more then.
+func (d *gorovodJobDriver) started(ctx context.Context, j *job.Job, minWorkers int) {
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	d.writeAdoption(actx, j.ID(), []string{j.DriverAddr()}, minWorkers)
+	cancel()
 	go func() {
 		t := time.NewTicker(d.cfg.StatusEvery)
 		defer t.Stop()

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cluster/kube/api"
 	"github.com/gorovod/gorovod/cluster/kube/service"
 	"github.com/gorovod/gorovod/job"
 )
@@ -93,27 +94,37 @@ func TestWorkerResources(t *testing.T) {
 }
 
 // The worker pods tolerate the taints the scheduler counts as tolerated
-// (service.WorkerTolerations), once each, beside the template's own, and
-// a customization set before still runs.
+// (service.WorkerTolerations), once each, beside the template's own and the
+// job's spec.tolerations, and a customization set before still runs.
 func TestWorkerTolerations(t *testing.T) {
+	spot := corev1.Toleration{Key: "example.com/spot", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}
 	for _, tc := range []struct {
 		name string
 		have []corev1.Toleration
-		want int // tolerations after
+		spec []corev1.Toleration // the GorovodJob's
+		want int                 // tolerations after
 	}{
-		{"none", nil, len(service.WorkerTolerations)},
-		{"the template's own kept", []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "b", Effect: corev1.TaintEffectNoSchedule}},
+		{"none", nil, nil, len(service.WorkerTolerations)},
+		{"the template's own kept", []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "b", Effect: corev1.TaintEffectNoSchedule}}, nil,
 			len(service.WorkerTolerations) + 1},
-		{"one already there", []corev1.Toleration{service.WorkerTolerations[0]}, len(service.WorkerTolerations)},
+		{"one already there", []corev1.Toleration{service.WorkerTolerations[0]}, nil, len(service.WorkerTolerations)},
+		{"the job's spec.tolerations", nil, []corev1.Toleration{spot}, len(service.WorkerTolerations) + 1},
+		{"the job's and the template's same", []corev1.Toleration{spot}, []corev1.Toleration{spot}, len(service.WorkerTolerations) + 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ran := false
 			kc := kube.Config{Customize: func(*corev1.Pod) { ran = true }}
-			(&gorovodJobDriver{}).configure(&kc)
+			(&gorovodJobDriver{spec: api.Spec{Tolerations: tc.spec}}).configure(&kc)
 			pod := &corev1.Pod{Spec: corev1.PodSpec{Tolerations: slices.Clone(tc.have)}}
 			kc.Customize(pod)
 			if !ran || len(pod.Spec.Tolerations) != tc.want {
 				t.Fatalf("tolerations %+v (customization ran: %v), want %d", pod.Spec.Tolerations, ran, tc.want)
+			}
+			for _, want := range tc.spec {
+				taint := corev1.Taint{Key: want.Key, Effect: want.Effect}
+				if !slices.ContainsFunc(pod.Spec.Tolerations, func(t corev1.Toleration) bool { return t.ToleratesTaint(&taint) }) {
+					t.Errorf("no toleration of the job's %+v", taint)
+				}
 			}
 			for _, w := range service.WorkerTolerations {
 				for _, taint := range []corev1.Taint{{Key: w.Key, Value: "present", Effect: corev1.TaintEffectNoSchedule}, {Key: w.Key, Effect: corev1.TaintEffectNoExecute}} {

@@ -239,6 +239,12 @@ func runWith(ctx context.Context, args []string, attach string, registry *heuris
 	if cause := context.Cause(ctx); errors.Is(cause, errJobDeleted) {
 		err = cause // --gorovodjob: its GorovodJob was deleted
 	}
+	if gj := o.cluster.gorovodJobDriver; gj != nil && !errors.Is(err, ErrDetached) {
+		// This driver's end is the job's: no replacement takes it back.
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		gj.endAdoption(ectx)
+		cancel()
+	}
 	if err != nil {
 		return &commandError{command: "run", err: err}
 	}
@@ -389,7 +395,7 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 		}
 	}
 	if gj := o.cluster.gorovodJobDriver; gj != nil {
-		gj.started(ctx, j)
+		gj.started(ctx, j, cfg.MinWorkers)
 	}
 	watch.attach(j)
 	watch.announce()
@@ -410,6 +416,14 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	for {
 		select {
 		case <-terminate:
+			if gj := o.cluster.gorovodJobDriver; gj != nil && gj.canHandOver() {
+				// Its pod deleted: the scheduler starts another driver
+				// pod, which takes the job back (deleting the GorovodJob
+				// stops the job).
+				out.report("SIGTERM: leaving the running workers to the driver pod the gorovod scheduler starts in this one's place")
+				gj.detach()
+				return ErrDetached
+			}
 			if leaving {
 				out.report("SIGTERM again: stopping every worker now")
 				cancel()

@@ -188,12 +188,27 @@ func (c *clusterOptions) applyKubernetes(ctx context.Context, cfg *job.Config, r
 			cfg.Gossip.BindAddr, cfg.Gossip.BindPort = pod.IP, c.kubeGossipPort
 		}
 	}
+	if gj := c.gorovodJobDriver; gj != nil {
+		// The GorovodJob owns the workers: they outlive a driver pod that
+		// a replacement takes over from, and go with the job.
+		kc.Owner = gj.owner()
+	}
 	l, err := kube.NewLauncher(ctx, kc)
 	if err != nil {
 		return nil, fmt.Errorf("--kubernetes: %w", err)
 	}
 	cfg.Launcher = l
 	if gj := c.gorovodJobDriver; gj != nil {
+		gj.kl = l
+		if cfg.Adopt != nil {
+			if err := gj.adoptPods(l, cfg.Adopt, pod.IP); err != nil {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				l.Detach()
+				_ = l.Close(cctx)
+				return nil, err
+			}
+		}
 		cfg.Launcher = placedLauncher{Launcher: l, d: gj}
 		cfg.Discovery = gj.disc
 		cfg.Autoscaling.Heuristic, cfg.Autoscaling.ReplaceStragglers = gj.steer, false

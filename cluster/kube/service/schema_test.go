@@ -1,0 +1,102 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/internal/testing/testkube"
+)
+
+// TestSchemaAgainstAPIServer: the GorovodJob schema of
+// deploy/kubernetes/gorovod.yaml keeps spec.tolerations and the adoption
+// fields of the status (a structural schema prunes what it does not name),
+// and refuses a toleration the Pod API would refuse for its operator or
+// effect.
+func TestSchemaAgainstAPIServer(t *testing.T) {
+	cp := testkube.New(t, testkube.DefaultConfig())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyManifest(ctx, t, dyn)
+	const ns = "schema"
+	if err := cp.Namespace(ctx, admin, ns); err != nil {
+		t.Fatal(err)
+	}
+	jobs := dyn.Resource(api.GroupVersionResource()).Namespace(ns)
+	sec := int64(30)
+	tolerate := []corev1.Toleration{{Key: "example.com/spot", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &sec},
+		{Key: "team", Operator: corev1.TolerationOpEqual, Value: "vision", Effect: corev1.TaintEffectNoSchedule}}
+	create := func(name string, tol []corev1.Toleration) (*api.GorovodJob, error) {
+		j := &api.GorovodJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: api.Spec{Image: "img", Command: []string{"train"}, MinWorkers: 1, Tolerations: tol}}
+		u, err := api.ToUnstructured(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A schema refusal must come from the API server (retried: the
+		// CRD's schema may take a moment to be served).
+		var got *api.GorovodJob
+		for {
+			out, err := jobs.Create(ctx, u, metav1.CreateOptions{})
+			if err == nil {
+				got, err = api.FromUnstructured(out)
+				return got, err
+			}
+			if !strings.Contains(err.Error(), "the server could not find the requested resource") || ctx.Err() != nil {
+				return nil, err
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	got, err := create("tolerant", tolerate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Spec.Tolerations, tolerate) {
+		t.Fatalf("spec.tolerations as stored: %+v", got.Spec.Tolerations)
+	}
+	for _, bad := range []corev1.Toleration{{Key: "k", Operator: "In"}, {Key: "k", Operator: corev1.TolerationOpExists, Effect: "Sometimes"}} {
+		if _, err := create("bad-"+strings.ToLower(string(bad.Operator)), []corev1.Toleration{bad}); err == nil || !strings.Contains(err.Error(), "spec.tolerations") {
+			t.Errorf("toleration %+v: got %v, want the schema to refuse it", bad, err)
+		}
+	}
+	// The driver's and the scheduler's new status fields.
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"driverRestarts": 2,
+		"adoption": api.Adoption{JobID: "job-1", Seeds: []string{"10.0.0.5:7946"}, SecretName: "tolerant-secret-0123456789", MinWorkers: 1, Ended: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := jobs.Patch(ctx, "tolerant", types.MergePatchType, body, metav1.PatchOptions{}, "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = api.FromUnstructured(out); err != nil {
+		t.Fatal(err)
+	}
+	if a := got.Status.Adoption; got.Status.DriverRestarts != 2 || a == nil || a.JobID != "job-1" || !slices.Equal(a.Seeds, []string{"10.0.0.5:7946"}) ||
+		a.SecretName != "tolerant-secret-0123456789" || a.MinWorkers != 1 || !a.Ended {
+		t.Fatalf("status as stored: %+v (adoption %+v)", got.Status, a)
+	}
+}

@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/job"
+)
+
+// A GorovodJob's driver pod that dies (killed, or its pod deleted) is
+// replaced by the scheduler, and the replacement takes the running job back
+// instead of starting it again:
+//
+//   - the first driver writes status.adoption once its first workers run:
+//     the job id, the workers' gossip seed (its own address), the name of
+//     the job's Secret and the floor, and marks it ended when the job is
+//     over. The worker pods, their Secret and Service belong to the
+//     GorovodJob, not to the driver's pod, so they outlive it.
+//   - SIGTERM (its pod deleted) makes the driver leave: it returns without
+//     stopping the workers (ErrDetached, exit status 143).
+//   - the scheduler starts a driver pod in place of one that ended so while
+//     status.adoption is not ended, with the job secret from the Secret in
+//     its environment (service.replaceDriver).
+//   - the replacement finds status.adoption, checks the secret against the
+//     Secret's name (a hash of its contents), binds the seed and adopts the
+//     worker pods the pod watch finds running (kube.Launcher.Adopt); the
+//     workers, which train on without a driver, come back to it.
+
+// ErrDetached is returned by a GorovodJob's driver that left its running
+// job to a replacement driver pod (SIGTERM); Run exits 143 for it, which
+// the scheduler reads as a driver that did not end the job.
+var ErrDetached = errors.New("left the running job to a replacement driver pod")
+
+// exitDetached is Run's exit status for ErrDetached: 128+SIGTERM.
+const exitDetached = 143
+
+// takeBack prepares the adoption of the running job status.adoption
+// describes: the job secret comes from the environment (the Secret the
+// scheduler named in this pod's spec) and must be the Secret's.
+func (d *gorovodJobDriver) takeBack(a *api.Adoption) (*job.Adoption, error) {
+	secret, ok, err := envconfig.LoadJobSecret(os.Getenv)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("gorovodjob %s: taking the running job back: %w", d.name, err)
+	case !ok:
+		return nil, fmt.Errorf("gorovodjob %s: status.adoption says job %s runs, but this driver has no %s to take it back with (the scheduler gives a replacement driver pod the job's Secret %s)",
+			d.name, a.JobID, envconfig.EnvSecret, a.SecretName)
+	case len(a.Seeds) == 0 || a.JobID == "":
+		return nil, fmt.Errorf("gorovodjob %s: status.adoption names no job id or seed", d.name)
+	}
+	if got := kube.SecretNameFor(d.name, kube.SecretEnv(secret)); got != a.SecretName {
+		return nil, fmt.Errorf("gorovodjob %s: the secret in %s is not the one of the job's Secret %s", d.name, envconfig.EnvSecret, a.SecretName)
+	}
+	dir, err := filepath.Abs(filepath.Join(os.TempDir(), "gorovod-"+a.JobID))
+	if err != nil {
+		return nil, err
+	}
+	d.adopting, d.secret = a, secret
+	env := envconfig.ElasticWorker{JobID: a.JobID, Secret: secret, Seeds: a.Seeds, MinWorkers: int(a.MinWorkers)}.Environ()
+	return &job.Adoption{Dir: dir, Record: job.JobRecord{JobID: a.JobID}, Env: env}, nil
+}
+
+// adoptPods fills the adoption's workers from the job's pods as the
+// launcher's watch found them: each running pod with its launch index and
+// host. The driver must bind the workers' seed, so this pod needs the first
+// driver's address.
+func (d *gorovodJobDriver) adoptPods(l *kube.Launcher, a *job.Adoption, podIP string) error {
+	if err := l.AdoptSecret(kube.SecretEnv(d.secret)); err != nil {
+		return err
+	}
+	seed := d.adopting.Seeds[0]
+	host, _, err := net.SplitHostPort(seed)
+	if err != nil {
+		return fmt.Errorf("gorovodjob %s: status.adoption seed %q: %w", d.name, seed, err)
+	}
+	if podIP != "" && host != podIP {
+		return fmt.Errorf("gorovodjob %s: the workers' seed is %s, and this driver pod's address %s: only a driver at the first driver's address can take the job back (a host-network driver pod on the same node)", d.name, seed, podIP)
+	}
+	for _, w := range l.Provisioner().Workers() {
+		rw := job.RecordedWorker{Index: w.Index, Host: w.Host}
+		aw := job.AdoptedWorker{RecordedWorker: rw}
+		switch {
+		case w.Index < 0:
+			continue
+		case w.Running && !w.Ended && !w.Deleted && w.Host != "":
+			aw.Remote = true
+		case w.Ended || w.Deleted:
+			aw.Exited, aw.State = true, job.Unknown.String()
+			if w.Exited && w.ExitCode == 0 {
+				aw.State = job.Finished.String()
+			}
+		default:
+			aw.Why = fmt.Sprintf("pod %s not running", w.Pod)
+		}
+		a.Workers = append(a.Workers, aw)
+	}
+	return nil
+}
+
+// writeAdoption records what a replacement driver needs (status.adoption),
+// once the job's first workers run.
+func (d *gorovodJobDriver) writeAdoption(ctx context.Context, jobID string, seeds []string, minWorkers int) {
+	if d.adopting != nil || d.kl == nil {
+		return
+	}
+	a := api.Adoption{JobID: jobID, Seeds: seeds, SecretName: d.kl.Provisioner().SecretName(), MinWorkers: int32(minWorkers)}
+	if d.patchAdoption(ctx, a) {
+		d.mu.Lock()
+		d.recorded = true
+		d.mu.Unlock()
+	}
+}
+
+// endAdoption marks the record ended: the job is over, and this driver's
+// end is the job's.
+func (d *gorovodJobDriver) endAdoption(ctx context.Context) {
+	d.mu.Lock()
+	have := d.recorded || d.adopting != nil
+	d.mu.Unlock()
+	if !have {
+		return
+	}
+	body := []byte(`{"status":{"adoption":{"ended":true}}}`)
+	if _, err := d.clients.jobs(d.clients.namespace).Patch(ctx, d.name, types.MergePatchType, body, metav1.PatchOptions{}, "status"); err != nil {
+		d.report("marking gorovodjob %s's adoption record ended: %v", d.name, d.clients.apiError(err))
+	}
+}
+
+func (d *gorovodJobDriver) patchAdoption(ctx context.Context, a api.Adoption) bool {
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"adoption": a}})
+	if err != nil {
+		d.report("gorovodjob status: %v", err)
+		return false
+	}
+	if _, err := d.clients.jobs(d.clients.namespace).Patch(ctx, d.name, types.MergePatchType, body, metav1.PatchOptions{}, "status"); err != nil {
+		d.report("writing gorovodjob %s's adoption record (a replacement driver could not take the job back): %v", d.name, d.clients.apiError(err))
+		return false
+	}
+	return true
+}
+
+// canHandOver says whether a replacement driver could take the job back.
+func (d *gorovodJobDriver) canHandOver() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return (d.recorded || d.adopting != nil) && d.kl != nil
+}
+
+// detach leaves the worker pods to a replacement driver.
+func (d *gorovodJobDriver) detach() {
+	d.kl.Detach()
+	d.stop()
+}
+
+// owner is the owner reference of the job's worker pods, Secret and
+// Service: the GorovodJob, so that they outlive a driver pod.
+func (d *gorovodJobDriver) owner() *metav1.OwnerReference {
+	return &metav1.OwnerReference{APIVersion: api.Group + "/" + api.Version, Kind: api.Kind, Name: d.name, UID: d.uid}
+}
+
+// Adopt takes back a worker pod of the job (job.WorkerAdopter), keeping
+// its host as occupied.
+func (p placedLauncher) Adopt(ctx context.Context, r job.AdoptRequest) (job.Process, error) {
+	p.d.mu.Lock()
+	p.d.podHost[r.Index] = r.Host
+	p.d.occupied[r.Host] = r.Index
+	p.d.mu.Unlock()
+	proc, err := p.d.kl.Adopt(ctx, r)
+	if err != nil {
+		p.d.vacate(r.Index)
+	}
+	return proc, err
+}

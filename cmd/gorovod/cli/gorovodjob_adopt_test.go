@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"encoding/hex"
+	"errors"
+	"flag"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/internal/envconfig"
+)
+
+// TestTakeBack: a replacement driver takes the job back only with the
+// secret of the Secret its record names, and gives the adopted job the
+// workers' environment (id, secret, seed, minimum).
+func TestTakeBack(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	record := func() *api.Adoption {
+		return &api.Adoption{JobID: "job-9", Seeds: []string{"10.1.2.3:7946"}, MinWorkers: 2,
+			SecretName: kube.SecretNameFor("mnist", kube.SecretEnv(secret))}
+	}
+	for _, tc := range []struct {
+		name   string
+		env    string // GOROVOD_SECRET
+		record func(*api.Adoption)
+		want   string // "" for taken back
+	}{
+		{"the job's secret", hex.EncodeToString(secret), func(*api.Adoption) {}, ""},
+		{"no secret", "", func(*api.Adoption) {}, "has no GOROVOD_SECRET"},
+		{"not hex", "zz", func(*api.Adoption) {}, "hex-encoded"},
+		{"another secret", hex.EncodeToString([]byte("another secret of 32 bytes......")), func(*api.Adoption) {}, "is not the one of the job's Secret"},
+		{"another Secret named", hex.EncodeToString(secret), func(a *api.Adoption) { a.SecretName = "mnist-secret-0000000000" }, "is not the one"},
+		{"no seed", hex.EncodeToString(secret), func(a *api.Adoption) { a.Seeds = nil }, "no job id or seed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(envconfig.EnvSecret, tc.env)
+			d := &gorovodJobDriver{name: "mnist"}
+			a := record()
+			tc.record(a)
+			got, err := d.takeBack(a)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("got %v, want an error saying %q", err, tc.want)
+				}
+				if d.adopting != nil {
+					t.Fatal("adopting after an error")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := envconfig.LoadElastic(func(name string) string {
+				for _, kv := range got.Env {
+					if k, v, _ := strings.Cut(kv, "="); k == name {
+						return v
+					}
+				}
+				return ""
+			})
+			if err != nil || w.JobID != "job-9" || string(w.Secret) != string(secret) || !slices.Equal(w.Seeds, []string{"10.1.2.3:7946"}) || w.MinWorkers != 2 {
+				t.Fatalf("the adopted job's environment: %+v, %v", w, err)
+			}
+			if got.Record.JobID != "job-9" || !strings.HasSuffix(got.Dir, "gorovod-job-9") || d.adopting == nil {
+				t.Fatalf("adoption %+v", got)
+			}
+		})
+	}
+}
+
+// A driver that left its job exits 143, which the scheduler reads as a
+// driver to replace; its other ends keep their statuses.
+func TestExitStatus(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{flag.ErrHelp, 0},
+		{ErrUsage, 2},
+		{&commandError{command: "run", err: ErrDetached}, 143},
+		{&commandError{command: "run", err: errors.New("job failed")}, 1},
+		{&commandError{command: "run", err: errJobDeleted}, 1},
+	} {
+		if got := exitStatus(tc.err); got != tc.want {
+			t.Errorf("exitStatus(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/cluster/kube/service"
+)
+
+// driverPID finds the process of a job's driver container on this host (the
+// test's kubelets run their containers here): the gorovod process whose
+// command line has --gorovodjob=job.
+func driverPID(t *testing.T, job string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []byte("--gorovodjob=" + job + "\x00")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if argv0, _, _ := bytes.Cut(b, []byte{0}); filepath.Base(string(argv0)) == "gorovod" && bytes.Contains(b, want) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestDriverReplacedUnderScheduler kills a GorovodJob's driver twice while
+// its workers train, on two real kubelets under the scheduler service: first
+// its process (kill -9, as the OOM killer or a crash would), then the pod of
+// its replacement (deleted, as kubectl delete pod does: SIGTERM, and the
+// driver leaves the workers). Each time the scheduler starts a replacement
+// driver pod (status.driver, status.driverRestarts), which takes the running
+// job back from status.adoption instead of starting it again: the worker
+// pods of before the kill are the same pods (same UIDs) after it, their
+// steps go on from where they were (never back to the start), the
+// replacement writes the job's step into its status, and the job succeeds
+// with its workers agreeing on the parameters at every step and training on
+// every sample of each data epoch once.
+func TestDriverReplacedUnderScheduler(t *testing.T) {
+	e := newE2ECluster(t, 10*time.Minute)
+	ctx := e.ctx
+	// The driver pods use the host's network: a replacement binds the
+	// first driver's address (the workers' seed) on the same node.
+	e.driverNode = e.nodes[0]
+	j := &e2eJob{name: "replaced", steps: 4000, samples: 1200}
+	all := []*e2eJob{j}
+	defer e.logFailure(t, all)
+	sched := e.startScheduler("sched-1")
+	e.submit(j)
+
+	workerUIDs := func() map[string]types.UID {
+		pods, err := e.admin.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + j.name + "," + kube.LabelRole + "=" + kube.RoleWorker})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]types.UID{}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				out[p.Name] = p.UID
+			}
+		}
+		return out
+	}
+	current := func() *api.GorovodJob {
+		u, err := e.jobs.Get(ctx, j.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gj, err := api.FromUnstructured(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gj
+	}
+	poll(t, "the job training with its adoption record written", 4*time.Minute, func() bool {
+		gj := current()
+		return gj.Status.Phase == api.PhaseRunning && gj.Status.Adoption != nil && gj.Status.WorldSize > 0
+	})
+	e.trained(j, j.h.step()+50)
+
+	// takeOver kills the job's driver (kill), then checks that the
+	// replacement n takes the job back.
+	takeOver := func(n int32, how string, kill func(driver string)) {
+		t.Helper()
+		before := current()
+		pods := workerUIDs()
+		at := j.h.step()
+		j.h.mu.Lock()
+		linesAt := len(j.h.lines)
+		j.h.mu.Unlock()
+		t0 := time.Now()
+		kill(before.Status.Driver)
+		want := service.ReplacementDriverPodName(j.name, n)
+		poll(t, "the scheduler replacing the driver with "+want, 2*time.Minute, func() bool {
+			gj := current()
+			return gj.Status.Driver == want && gj.Status.DriverRestarts == n && gj.Status.Phase == api.PhaseRunning
+		})
+		replaced := time.Since(t0)
+		// The replacement writes the job's step: past the step of the kill.
+		poll(t, "the replacement writing the job's step", 2*time.Minute, func() bool {
+			return current().Status.Step > at
+		})
+		e.trained(j, j.h.step()+50)
+		after := workerUIDs()
+		for name, uid := range pods {
+			if got, ok := after[name]; ok && got != uid {
+				t.Errorf("worker pod %s was made again (uid %s, then %s): the job was restarted", name, uid, got)
+			}
+		}
+		kept := 0
+		for name := range pods {
+			if _, ok := after[name]; ok {
+				kept++
+			}
+		}
+		if kept == 0 {
+			t.Errorf("none of the worker pods %v of before the %s runs after it (now %v)", pods, how, after)
+		}
+		j.h.mu.Lock()
+		for _, l := range j.h.lines[linesAt:] {
+			// A world that moves on rolls back at most to its last
+			// committed step; a restarted job would start again at 0.
+			if l.Step < at-10 {
+				t.Errorf("after the %s at step %d a worker trained step %d: the steps went back", how, at, l.Step)
+				break
+			}
+		}
+		j.h.mu.Unlock()
+		t.Logf("%s at step %d: replacement %s recorded %v later; %d of the %d worker pods of before kept; now at step %d",
+			how, at, want, replaced.Round(time.Millisecond), kept, len(pods), j.h.step())
+		logs := e.driverLogs(j.name)[e.driverNode.Name]
+		if !regexp.MustCompile(`taking running job \S+ back`).Match(logs) {
+			t.Errorf("no replacement driver said it took the job back; the drivers' log ends:\n%s", logs[max(0, len(logs)-4<<10):])
+		}
+	}
+	takeOver(1, "kill -9 of the driver", func(driver string) {
+		pid := driverPID(t, j.name)
+		if pid == 0 {
+			t.Fatal("no driver process of the job on this host")
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	})
+	takeOver(2, "deletion of the driver's pod", func(driver string) {
+		if err := e.admin.CoreV1().Pods(e.ns).Delete(ctx, driver, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	poll(t, "the job ended", 5*time.Minute, func() bool {
+		gj := e.hist.job(j.name)
+		return gj != nil && gj.Status.Phase.Ended()
+	})
+	e.stopScheduler(sched)
+	e.stopFollowing()
+	e.checkJobs(t, all)
+	gj := current()
+	if gj.Status.DriverRestarts != 2 || gj.Status.Adoption == nil || !gj.Status.Adoption.Ended {
+		t.Errorf("at the end: driverRestarts %d, adoption %+v; want 2 and an ended record", gj.Status.DriverRestarts, gj.Status.Adoption)
+	}
+}
