@@ -236,7 +236,9 @@ func TestClusterChangesCallForRounds(t *testing.T) {
 	// A burst of other pods bound to a node, each a change that calls for
 	// a round: the rounds keep MinRoundGap between them.
 	before, began := r.rounds.Load(), time.Now()
-	for i := range 30 {
+	// Changes for three gaps (at most 300 pods): without the gap the rounds
+	// would follow each other EventDelay apart.
+	for i := 0; i < 300 && time.Since(began) < 3*gap; i++ {
 		p := otherPod("other", fmt.Sprintf("burst-%d", i), first, corev1.ResourceList{corev1.ResourceCPU: q("10m")}, false)
 		if _, err := e.admin.CoreV1().Pods("other").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
