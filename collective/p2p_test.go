@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/shm"
+	"github.com/gorovod/gorovod/collective/transport/tcp"
 )
 
 // p2pPayload is a recognizable message: its bytes name sender, tag and
@@ -365,5 +368,104 @@ func TestP2PCollectiveWhileMessagesInFlight(t *testing.T) {
 			})
 			noErrors(t, errs)
 		})
+	}
+}
+
+// p2pShortTimeoutMeshes are p2pMeshes with a short I/O timeout, so that a
+// link whose reader stopped reading fails in seconds rather than in the
+// default half minute.
+func p2pShortTimeoutMeshes(timeout time.Duration) []struct {
+	name string
+	mk   meshFunc
+} {
+	return []struct {
+		name string
+		mk   meshFunc
+	}{
+		{"tcp", func(t testing.TB, w transport.World) [][]transport.Link {
+			return connectMesh(t, w, func() (transport.Transport, string, error) {
+				cfg := tcp.DefaultConfig()
+				cfg.Secret = []byte("collective-test-secret")
+				cfg.IOTimeout = timeout
+				tr, err := tcp.Listen(cfg)
+				if err != nil {
+					return nil, "", err
+				}
+				return tr, tr.Addr(), nil
+			})
+		}},
+		{"shm", func(t testing.TB, w transport.World) [][]transport.Link {
+			if runtime.GOOS != "linux" {
+				t.Skip("the shared-memory transport is Linux-only")
+			}
+			return connectMesh(t, w, func() (transport.Transport, string, error) {
+				cfg := shm.DefaultConfig()
+				cfg.Secret = []byte("collective-test-secret")
+				cfg.IOTimeout = timeout
+				cfg.RingBytes = 1 << 20
+				tr, err := shm.Listen(cfg)
+				if err != nil {
+					return nil, "", err
+				}
+				return tr, tr.Addr(), nil
+			})
+		}},
+	}
+}
+
+// TestP2PSendsBeforeReceivesThenCollective: both ranks send each other a
+// message before either posts its receive, then both run a collective
+// whose first move is a send, and only then post the receives — legal in
+// torch.distributed (isend, all_reduce, irecv, wait). Messages larger than
+// the links buffer must not stop the collective: it and the receives
+// complete with the right bytes, well within the links' I/O timeout.
+func TestP2PSendsBeforeReceivesThenCollective(t *testing.T) {
+	const ioTimeout = 3 * time.Second
+	for _, m := range p2pShortTimeoutMeshes(ioTimeout) {
+		for _, tc := range []struct {
+			name  string
+			bytes int
+			elems int // of the allreduce: 4 is recursive doubling, 256Ki the ring
+		}{
+			{"1KiB/doubling", 1 << 10, 4},
+			{"16KiB/ring", 16 << 10, 256 << 10},
+			{"4MiB/doubling", 4 << 20, 4},
+			{"64MiB/ring", 64 << 20, 256 << 10},
+			{"64MiB/doubling", 64 << 20, 4},
+		} {
+			t.Run(m.name+"/"+tc.name, func(t *testing.T) {
+				if testing.Short() && tc.bytes > 4<<20 {
+					t.Skip("64 MiB messages: skipped in -short")
+				}
+				comms := newWorld(t, m.mk, 2, DefaultConfig())
+				errs := onAll(t, comms, 60*time.Second, func(ctx context.Context, c *Communicator) error {
+					r := c.Rank()
+					sent := make(chan error, 1)
+					go func() { sent <- c.Send(ctx, 1-r, 7, p2pPayload(r, 7, tc.bytes)) }()
+					v := make([]float32, tc.elems)
+					for i := range v {
+						v[i] = float32(r + 1)
+					}
+					if err := Allreduce(ctx, c, v, v, Sum); err != nil {
+						return fmt.Errorf("allreduce with the messages unreceived: %w", err)
+					}
+					if v[0] != 3 || v[len(v)-1] != 3 {
+						return fmt.Errorf("allreduce gave %v, want 3", v[0])
+					}
+					got := make([]byte, tc.bytes)
+					if err := c.Recv(ctx, 1-r, 7, got); err != nil {
+						return fmt.Errorf("receive posted after the allreduce: %w", err)
+					}
+					if err := <-sent; err != nil {
+						return fmt.Errorf("send: %w", err)
+					}
+					if !bytes.Equal(got, p2pPayload(1-r, 7, tc.bytes)) {
+						return errors.New("the message has the wrong bytes")
+					}
+					return c.Barrier(ctx)
+				})
+				noErrors(t, errs)
+			})
+		}
 	}
 }
