@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -442,6 +443,12 @@ func TestP2PSendsBeforeReceivesThenCollective(t *testing.T) {
 					r := c.Rank()
 					sent := make(chan error, 1)
 					go func() { sent <- c.Send(ctx, 1-r, 7, p2pPayload(r, 7, tc.bytes)) }()
+					// The collective starts once the send went as far as
+					// it goes without the peer's receive: a large one
+					// would otherwise still be filling the link.
+					if err := waitSendParked(ctx, c, 1-r, sent); err != nil {
+						return err
+					}
 					v := make([]float32, tc.elems)
 					for i := range v {
 						v[i] = float32(r + 1)
@@ -465,6 +472,178 @@ func TestP2PSendsBeforeReceivesThenCollective(t *testing.T) {
 					return c.Barrier(ctx)
 				})
 				noErrors(t, errs)
+			})
+		}
+	}
+}
+
+// waitSendParked polls until the Send to peer whose result comes on sent
+// has gone as far as it can while the peer posts no receive: returned (an
+// eager message), or waiting for the peer's clear-to-send. A result that
+// came is put back on sent.
+func waitSendParked(ctx context.Context, c *Communicator, peer int, sent chan error) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		select {
+		case err := <-sent:
+			sent <- err
+			return nil
+		default:
+		}
+		c.p2p.mu.Lock()
+		parked := c.p2p.peers[peer].awaiting != nil
+		c.p2p.mu.Unlock()
+		if parked {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the send to rank %d neither returned nor waits for the peer's receive: %w", peer, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// TestP2PRendezvousRefused: a posted receive of another length than a
+// message sent by rendezvous refuses it, whether the receive was posted
+// before the announcement came or after: the Send and the Recv both fail
+// with a *SizeMismatchError, and the next message and a collective go
+// through.
+func TestP2PRendezvousRefused(t *testing.T) {
+	const sent, receiving = 100 << 10, 60 << 10
+	for _, m := range p2pMeshes {
+		for _, recvFirst := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/receive_first=%v", m.name, recvFirst), func(t *testing.T) {
+				comms := newWorld(t, m.mk, 2, p2pConfig())
+				errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+					if c.Rank() == 0 {
+						if recvFirst {
+							if err := c.Barrier(ctx); err != nil { // rank 1 posted
+								return err
+							}
+						}
+						err := c.Send(ctx, 1, 3, p2pPayload(0, 3, sent))
+						var sm *SizeMismatchError
+						if !errors.As(err, &sm) || !sm.Refused || sm.Peer != 1 || sm.Sent != sent || sm.Receiving != receiving {
+							return fmt.Errorf("refused send: got %v, want a refused SizeMismatchError of %d against %d bytes", err, sent, receiving)
+						}
+						if err := c.Send(ctx, 1, 3, p2pPayload(0, 4, sent)); err != nil {
+							return fmt.Errorf("the next message after a refusal: %w", err)
+						}
+						if err := c.Send(ctx, 1, 99, make([]byte, 8)); err != nil {
+							return err
+						}
+						return c.Barrier(ctx)
+					}
+					// A receive of another tag, posted first, has the pump
+					// read the link.
+					var last error
+					var lastWG sync.WaitGroup
+					lastWG.Go(func() { last = c.Recv(ctx, 0, 99, make([]byte, 8)) })
+					if err := waitPosted(ctx, c, 0, 1); err != nil {
+						return err
+					}
+					var mismatch error
+					if recvFirst {
+						var wg sync.WaitGroup
+						wg.Go(func() { mismatch = c.Recv(ctx, 0, 3, make([]byte, receiving)) })
+						if err := waitPosted(ctx, c, 0, 2); err != nil {
+							return err
+						}
+						if err := c.Barrier(ctx); err != nil {
+							return err
+						}
+						wg.Wait()
+					} else {
+						if err := waitAnnounced(ctx, c, 0); err != nil {
+							return err
+						}
+						mismatch = c.Recv(ctx, 0, 3, make([]byte, receiving))
+					}
+					var sm *SizeMismatchError
+					if !errors.As(mismatch, &sm) || sm.Refused || sm.Peer != 0 || sm.Sent != sent || sm.Receiving != receiving {
+						return fmt.Errorf("mismatched receive: got %v, want a SizeMismatchError of %d against %d bytes", mismatch, sent, receiving)
+					}
+					got := make([]byte, sent)
+					if err := c.Recv(ctx, 0, 3, got); err != nil {
+						return fmt.Errorf("the next message after a refusal: %w", err)
+					}
+					if !bytes.Equal(got, p2pPayload(0, 4, sent)) {
+						return errors.New("the next message after a refusal has the wrong bytes")
+					}
+					lastWG.Wait()
+					if last != nil {
+						return last
+					}
+					return c.Barrier(ctx)
+				})
+				noErrors(t, errs)
+			})
+		}
+	}
+}
+
+// waitAnnounced polls until rank c keeps an announced (rendezvous) message
+// from peer.
+func waitAnnounced(ctx context.Context, c *Communicator, peer int) error {
+	for {
+		c.p2p.mu.Lock()
+		announced := slices.ContainsFunc(c.p2p.peers[peer].kept, func(m *p2pMsg) bool { return m.rendezvous })
+		c.p2p.mu.Unlock()
+		if announced {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for an announcement from rank %d: %w", peer, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// TestP2PReceiveNeverPosted: a large message whose receive the peer never
+// posts (the peer stays silent) fails its Send with a *transport.PeerError
+// naming the peer: at the links' I/O timeout, or when the Send's context
+// ends first. The peer, reading its link meanwhile, keeps the message's
+// announcement, none of its bytes.
+func TestP2PReceiveNeverPosted(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		ioTimeout time.Duration
+		ctx       time.Duration
+		want      error
+	}{
+		{"io_timeout", time.Second, 30 * time.Second, transport.ErrPeerTimeout},
+		{"context", 30 * time.Second, 300 * time.Millisecond, context.DeadlineExceeded},
+	} {
+		for _, m := range p2pShortTimeoutMeshes(tc.ioTimeout) {
+			t.Run(tc.name+"/"+m.name, func(t *testing.T) {
+				comms := newWorld(t, m.mk, 2, DefaultConfig())
+				ctx, cancel := context.WithTimeout(context.Background(), tc.ctx)
+				defer cancel()
+				// Rank 1 reads the link (a receive of another tag is
+				// posted) but never posts the message's receive.
+				go func() { _ = comms[1].Recv(ctx, 0, 6, make([]byte, 8)) }()
+				sent := make(chan error, 1)
+				go func() { sent <- comms[0].Send(ctx, 1, 5, make([]byte, 1<<20)) }()
+				if err := waitAnnounced(ctx, comms[1], 0); err != nil {
+					t.Fatal(err)
+				}
+				comms[1].p2p.mu.Lock()
+				kept := comms[1].p2p.keptBytes
+				comms[1].p2p.mu.Unlock()
+				if kept != 0 {
+					t.Errorf("the receiver keeps %d bytes of a message whose receive is not posted", kept)
+				}
+				err := <-sent
+				var pe *transport.PeerError
+				if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, tc.want) {
+					t.Fatalf("send to a peer that never receives: %v, want a PeerError naming rank 1 wrapping %v", err, tc.want)
+				}
+				if comms[0].Err() == nil {
+					t.Fatal("the communicator goes on after a send failed part-way")
+				}
 			})
 		}
 	}
