@@ -55,8 +55,8 @@ type Config struct {
 	// P2PBufferBytes bounds the bytes of point-to-point messages (Send)
 	// that arrived before their receive was posted and are kept until it
 	// is; a message over the bound fails the communicator. Only messages
-	// of up to 16 KiB are ever kept: larger ones wait for their receive
-	// (rendezvous, p2p.go).
+	// of up to 16 KiB are ever kept, and at most 32 KiB of them per peer:
+	// others wait for their receive (rendezvous, p2p.go).
 	P2PBufferBytes int
 }
 

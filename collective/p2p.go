@@ -27,13 +27,17 @@ import (
 // (p2pFrameKind).
 //
 // Eager and rendezvous. A message of at most p2pEagerBytes goes at once
-// (eager): the links buffer that much (transport.InlinePayload), so its
-// frames never hold a link's sending side while the peer is not reading. A
-// larger message would: its frames fill the link, and a collective this
-// rank starts next, whose first move is a send to that peer, waits behind
-// them for a reader that, on the peer, may be stuck the same way (both
-// ranks isend, then all_reduce, then irecv). So a larger message goes by
-// rendezvous: the sender sends a ready-to-send frame (p2pRTS, no payload)
+// (eager) while the sender holds enough credit for it: the eager bytes
+// (frames with their headers) on a link that the receiver has not taken
+// off yet stay within p2pEagerWindow, which the links buffer
+// (transport.InlinePayload), so eager frames never hold a link's sending
+// side while the peer is not reading. The receiver gives credit back
+// (p2pCredit frames) as it takes eager messages off the link. A larger
+// message, or one the credit does not cover, would fill the link, and a
+// collective this rank starts next, whose first move is a send to that
+// peer, would wait behind it for a reader that, on the peer, may be stuck
+// the same way (both ranks isend, then all_reduce, then irecv). So such a
+// message goes by rendezvous: the sender sends a ready-to-send frame (p2pRTS, no payload)
 // and waits; the receiver, once a receive with that tag is posted (or at
 // once if one is), answers with a clear-to-send (p2pCTS) naming the
 // receive buffer's length; only then do the data frames (p2pRendezvous)
@@ -77,6 +81,18 @@ const DefaultP2PBufferBytes = 256 << 20
 // receiver's clear-to-send: what every link buffers.
 const p2pEagerBytes = transport.InlinePayload
 
+// p2pEagerWindow bounds a sender's eager bytes, headers included, that its
+// peer has not taken off the link yet (its credit): a few inline frames'
+// worth, which every link buffers beside the collectives' own.
+const p2pEagerWindow = 2 * transport.InlinePayload
+
+// eagerCost is what an eager message of n bytes in frames of at most chunk
+// bytes takes of the window.
+func eagerCost(n, chunk int) int {
+	frames := max(1, (n+chunk-1)/chunk)
+	return n + frames*transport.HeaderSize
+}
+
 // p2pFrameKind is a p2p frame's Flags: what the frame is.
 type p2pFrameKind uint8
 
@@ -85,6 +101,7 @@ const (
 	p2pRTS        p2pFrameKind = 1 // ready-to-send: a message of Count bytes waits
 	p2pCTS        p2pFrameKind = 2 // clear-to-send: the receive buffer has Count bytes
 	p2pRendezvous p2pFrameKind = 3 // a data frame of a cleared message
+	p2pCredit     p2pFrameKind = 4 // Count eager bytes were taken off the link
 )
 
 // checkP2PFrame checks what a p2p frame's header says by itself: a known
@@ -97,7 +114,7 @@ func checkP2PFrame(h *transport.Header) (p2pFrameKind, error) {
 		if uint64(h.Length) > h.Count {
 			return k, fmt.Errorf("a frame of %d bytes in a %d-byte message", h.Length, h.Count)
 		}
-	case p2pRTS, p2pCTS:
+	case p2pRTS, p2pCTS, p2pCredit:
 		if h.Step != 0 || h.Length != 0 {
 			return k, fmt.Errorf("a control frame (kind %d) with step %d and %d payload bytes", k, h.Step, h.Length)
 		}
@@ -173,10 +190,16 @@ type p2pPeer struct {
 	cleared *p2pMsg
 	// awaiting is this rank's Send waiting for the peer's clear-to-send.
 	awaiting *p2pClear
-	// clearing counts the clear-to-send frames being sent to the peer.
-	clearing int
-	recvSeq  map[uint64]uint64 // per tag: the last message's Seq
-	sendSeq  map[uint64]uint64 // per tag: the last Seq sent
+	// controls counts the control frames (clear-to-send, credit) being
+	// sent to the peer.
+	controls int
+	// credit is what this rank may still send eagerly to the peer
+	// (p2pEagerWindow less the eager bytes the peer has not given back);
+	// owed is what this rank took off the link from the peer and has not
+	// given back yet.
+	credit, owed int
+	recvSeq      map[uint64]uint64 // per tag: the last message's Seq
+	sendSeq      map[uint64]uint64 // per tag: the last Seq sent
 	// sending is held (a one-slot semaphore) by the Send that has the
 	// link: a message's frames go out together.
 	sending chan struct{}
@@ -212,6 +235,7 @@ func newP2PState(n, limit int, fail func(error)) *p2pState {
 		p.peers[i].recvSeq = map[uint64]uint64{}
 		p.peers[i].sendSeq = map[uint64]uint64{}
 		p.peers[i].sending = make(chan struct{}, 1)
+		p.peers[i].credit = p2pEagerWindow
 	}
 	return p
 }
@@ -272,7 +296,7 @@ func (p *p2pState) halt(err error) []bool {
 	for i := range p.peers {
 		pp := &p.peers[i]
 		busy[i] = pp.pumping || pp.readDone != nil || pp.current != nil || len(pp.kept) > 0 ||
-			pp.hasPending || len(pp.sending) > 0 || pp.cleared != nil || pp.clearing > 0
+			pp.hasPending || len(pp.sending) > 0 || pp.cleared != nil || pp.controls > 0
 	}
 	return busy
 }
@@ -334,6 +358,13 @@ func (p *p2pState) receiveFrame(ctx context.Context, l transport.Link, peer int,
 	case p2pRTS:
 		defer p.mu.Unlock()
 		return p.receiveAnnouncement(l, peer, h)
+	case p2pCredit:
+		defer p.mu.Unlock()
+		if h.Count > uint64(p2pEagerWindow-pp.credit) {
+			return p.protocolError(peer, h, "%d bytes of credit given back where %d were taken", h.Count, p2pEagerWindow-pp.credit)
+		}
+		pp.credit += int(h.Count)
+		return nil
 	}
 	m := pp.current
 	if m == nil {
@@ -409,6 +440,9 @@ func (p *p2pState) receiveFrame(ctx context.Context, l transport.Link, peer int,
 	if p.err != nil {
 		return p.err // stop failed its receive already
 	}
+	if !m.rendezvous && (m.recv != nil || m.into == nil) {
+		p.consumed(l, peer, m) // received, or dropped (size mismatch)
+	}
 	switch {
 	case m.recv != nil:
 		m.recv.finish(nil)
@@ -417,7 +451,7 @@ func (p *p2pState) receiveFrame(ctx context.Context, l transport.Link, peer int,
 		if i := slices.IndexFunc(pp.posted, func(r *p2pRecv) bool { return r.tag == m.tag }); i >= 0 {
 			r := pp.posted[i]
 			pp.posted = slices.Delete(pp.posted, i, i+1)
-			p.deliverKept(peer, m, r)
+			p.deliverKept(l, peer, m, r)
 		} else {
 			pp.kept = append(pp.kept, m)
 		}
@@ -467,9 +501,7 @@ func (p *p2pState) receiveAnnouncement(l transport.Link, peer int, h *transport.
 
 // clear answers announced message m with receive r (under mu): with a
 // clear-to-send when r's buffer fits, and with a refusal (its length) that
-// fails r when it does not. The frame goes from a goroutine of its own: the
-// caller may be the reader a collective needs, and the link's sending side
-// may be busy with frames the peer reads only later.
+// fails r when it does not.
 func (p *p2pState) clear(l transport.Link, peer int, m *p2pMsg, r *p2pRecv) {
 	pp := &p.peers[peer]
 	if uint64(len(r.buf)) == m.size {
@@ -478,22 +510,45 @@ func (p *p2pState) clear(l transport.Link, peer int, m *p2pMsg, r *p2pRecv) {
 	} else {
 		r.finish(&SizeMismatchError{Peer: peer, Tag: m.tag, Sent: m.size, Receiving: len(r.buf)})
 	}
-	pp.clearing++
-	h := transport.Header{Kind: transport.FrameData, Coll: uint8(collP2P), Flags: uint8(p2pCTS), Tag: m.tag, Seq: m.seq, Count: uint64(len(r.buf))}
+	p.sendControl(l, peer, transport.Header{Kind: transport.FrameData, Coll: uint8(collP2P), Flags: uint8(p2pCTS), Tag: m.tag, Seq: m.seq, Count: uint64(len(r.buf))}, fmt.Sprintf("clear-to-send for message %d with tag %d", m.seq, m.tag))
+}
+
+// sendControl sends control frame h to peer from a goroutine of its own
+// (under mu): the caller may be the reader a collective needs, and the
+// link's sending side may be busy with frames the peer reads only later.
+func (p *p2pState) sendControl(l transport.Link, peer int, h transport.Header, what string) {
+	pp := &p.peers[peer]
+	pp.controls++
 	go func() {
 		// The link's I/O timeout bounds the send.
 		err := l.Send(context.Background(), &h, nil)
 		p.mu.Lock()
-		pp.clearing--
+		pp.controls--
 		p.mu.Unlock()
 		if err != nil {
-			p.fail(fmt.Errorf("collective: sending the clear-to-send for message %d with tag %d to rank %d: %w", m.seq, m.tag, peer, err))
+			p.fail(fmt.Errorf("collective: sending the %s to rank %d: %w", what, peer, err))
 		}
 	}()
 }
 
-// deliverKept hands kept message m to receive r (under mu).
-func (p *p2pState) deliverKept(peer int, m *p2pMsg, r *p2pRecv) {
+// consumed gives the window an eager message took back to its sender
+// (under mu) once a receive took it (or refused it): a message kept for a
+// receive not posted yet holds its share, so a sender whose messages are not
+// received goes on by rendezvous, and the bytes kept per peer stay within
+// the window. Credit goes back half a window at a time, so small messages
+// do not each cost a frame.
+func (p *p2pState) consumed(l transport.Link, peer int, m *p2pMsg) {
+	pp := &p.peers[peer]
+	pp.owed += int(m.size) + int(m.next)*transport.HeaderSize
+	if pp.owed >= p2pEagerWindow/2 {
+		p.sendControl(l, peer, transport.Header{Kind: transport.FrameData, Coll: uint8(collP2P), Flags: uint8(p2pCredit), Count: uint64(pp.owed)}, "credit")
+		pp.owed = 0
+	}
+}
+
+// deliverKept hands kept eager message m to receive r (under mu).
+func (p *p2pState) deliverKept(l transport.Link, peer int, m *p2pMsg, r *p2pRecv) {
+	p.consumed(l, peer, m)
 	p.keptBytes -= int(m.size)
 	if uint64(len(r.buf)) != m.size {
 		r.finish(&SizeMismatchError{Peer: peer, Tag: m.tag, Sent: m.size, Receiving: len(r.buf)})
@@ -572,9 +627,11 @@ func (p *p2pState) pumpFrame(l transport.Link, peer int) error {
 // Send sends payload to rank peer as one message with tag; the peer takes
 // it with a Recv from this rank with the same tag and a buffer of the same
 // length. Messages to one peer with one tag are received in the order they
-// were sent. A message of at most p2pEagerBytes (16 KiB) goes at once and
-// Send returns once its frames are handed to the link; a larger one waits
-// until the peer has posted its receive (see the package comment above) and
+// were sent. A message of at most p2pEagerBytes (16 KiB) goes at once, as
+// long as the peer keeps taking such messages off the link (see the
+// package comment above), and Send returns once its frames are handed to
+// the link; a larger one, or a small one beyond that, waits until the peer
+// has posted its receive (see the package comment above) and
 // then goes straight into the receive's buffer, so Send returns once the
 // last frame is handed over. A posted receive of another length refuses
 // a large message: Send returns a *SizeMismatchError (the message is not
@@ -601,18 +658,21 @@ func (c *Communicator) Send(ctx context.Context, peer int, tag uint64, payload [
 	if err := c.Err(); err != nil {
 		return err
 	}
+	chunk := c.cfg.ChunkBytes
 	p.mu.Lock()
 	pp.sendSeq[tag]++
 	seq := pp.sendSeq[tag]
+	kind := p2pRendezvous
+	if cost := eagerCost(len(payload), chunk); len(payload) <= p2pEagerBytes && cost <= pp.credit {
+		kind = p2pEager
+		pp.credit -= cost
+	}
 	p.mu.Unlock()
-	kind := p2pEager
-	if len(payload) > p2pEagerBytes {
-		kind = p2pRendezvous
+	if kind == p2pRendezvous {
 		if err := c.awaitClear(ctx, peer, tag, seq, len(payload)); err != nil {
 			return err
 		}
 	}
-	chunk := c.cfg.ChunkBytes
 	h := transport.Header{Kind: transport.FrameData, Coll: uint8(collP2P), Flags: uint8(kind), Seq: seq, Count: uint64(len(payload)), Tag: tag}
 	for step, off := 0, 0; step == 0 || off < len(payload); step++ {
 		end := min(off+chunk, len(payload))
@@ -698,7 +758,7 @@ func (c *Communicator) Recv(ctx context.Context, peer int, tag uint64, buf []byt
 		m := pp.kept[i]
 		pp.kept = slices.Delete(pp.kept, i, i+1)
 		if !m.rendezvous {
-			p.deliverKept(peer, m, r)
+			p.deliverKept(c.links[peer], peer, m, r)
 			p.mu.Unlock()
 			return r.err
 		}

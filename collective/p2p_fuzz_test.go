@@ -53,7 +53,7 @@ func FuzzP2PFrames(f *testing.F) {
 					if m.rendezvous {
 						p.clear(l, 1, m, r)
 					} else {
-						p.deliverKept(1, m, r)
+						p.deliverKept(l, 1, m, r)
 					}
 				} else {
 					pp.posted = append(pp.posted, r)
@@ -63,7 +63,7 @@ func FuzzP2PFrames(f *testing.F) {
 			}
 			h := transport.Header{
 				Kind: transport.FrameData, Coll: uint8(collP2P),
-				Flags: op[1] % 5, Tag: uint64(op[2] % 4), Seq: uint64(op[3] % 4),
+				Flags: op[1] % 6, Tag: uint64(op[2] % 4), Seq: uint64(op[3] % 4),
 				Count: uint64(op[4])<<8 | uint64(op[5]), Step: uint32(op[6] % 8), Length: uint32(op[7]) << 4,
 			}
 			p.mu.Lock()

@@ -648,3 +648,60 @@ func TestP2PReceiveNeverPosted(t *testing.T) {
 		}
 	}
 }
+
+// TestP2PManySmallSendsBeforeReceivesThenCollective: the pattern of
+// TestP2PSendsBeforeReceivesThenCollective with many small messages, each
+// eager by its size, together far more than the links buffer: beyond the
+// eager window they wait for their receives, and the collective run
+// before the receives are posted is not stuck behind them.
+func TestP2PManySmallSendsBeforeReceivesThenCollective(t *testing.T) {
+	const count, size = 4096, 8 << 10 // 32 MiB in all, more than loopback TCP buffers
+	for _, m := range p2pShortTimeoutMeshes(3 * time.Second) {
+		t.Run(m.name, func(t *testing.T) {
+			comms := newWorld(t, m.mk, 2, DefaultConfig())
+			errs := onAll(t, comms, 60*time.Second, func(ctx context.Context, c *Communicator) error {
+				r := c.Rank()
+				sent := make(chan error, 1)
+				go func() {
+					for k := range count {
+						if err := c.Send(ctx, 1-r, 2, p2pPayload(r, uint64(k), size)); err != nil {
+							sent <- err
+							return
+						}
+					}
+					sent <- nil
+				}()
+				if err := waitSendParked(ctx, c, 1-r, sent); err != nil {
+					return err
+				}
+				v := []int64{int64(r) + 1}
+				if err := Allreduce(ctx, c, v, v, Sum); err != nil {
+					return fmt.Errorf("allreduce with the messages unreceived: %w", err)
+				}
+				if v[0] != 3 {
+					return fmt.Errorf("allreduce gave %d, want 3", v[0])
+				}
+				got := make([]byte, size)
+				for k := range count {
+					if err := c.Recv(ctx, 1-r, 2, got); err != nil {
+						return fmt.Errorf("receive %d: %w", k, err)
+					}
+					if !bytes.Equal(got, p2pPayload(1-r, uint64(k), size)) {
+						return fmt.Errorf("message %d has the wrong bytes", k)
+					}
+				}
+				if err := <-sent; err != nil {
+					return fmt.Errorf("send: %w", err)
+				}
+				c.p2p.mu.Lock()
+				kept := c.p2p.keptBytes
+				c.p2p.mu.Unlock()
+				if kept != 0 {
+					return fmt.Errorf("%d bytes still kept after every message was received", kept)
+				}
+				return c.Barrier(ctx)
+			})
+			noErrors(t, errs)
+		})
+	}
+}
