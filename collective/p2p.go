@@ -168,6 +168,10 @@ type p2pMsg struct {
 	rendezvous bool
 }
 
+// p2pKey names a message: its tag and its number among the sender's
+// messages to the receiver with that tag.
+type p2pKey struct{ tag, seq uint64 }
+
 // p2pClear is a Send waiting for the peer's clear-to-send.
 type p2pClear struct {
 	tag, seq uint64
@@ -185,11 +189,13 @@ type p2pPeer struct {
 	// receive took yet, in arrival order.
 	kept    []*p2pMsg
 	current *p2pMsg // the message whose frames are arriving
-	// cleared is the rendezvous message this rank sent a clear-to-send
-	// for, with its receive, until its first frame makes it current.
-	cleared *p2pMsg
-	// awaiting is this rank's Send waiting for the peer's clear-to-send.
-	awaiting *p2pClear
+	// cleared are the rendezvous messages this rank sent a clear-to-send
+	// for, with their receives, until a message's first frame makes it
+	// current.
+	cleared map[p2pKey]*p2pMsg
+	// awaiting are this rank's Sends waiting for the peer's
+	// clear-to-send.
+	awaiting map[p2pKey]*p2pClear
 	// controls counts the control frames (clear-to-send, credit) being
 	// sent to the peer.
 	controls int
@@ -236,6 +242,8 @@ func newP2PState(n, limit int, fail func(error)) *p2pState {
 		p.peers[i].sendSeq = map[uint64]uint64{}
 		p.peers[i].sending = make(chan struct{}, 1)
 		p.peers[i].credit = p2pEagerWindow
+		p.peers[i].cleared = map[p2pKey]*p2pMsg{}
+		p.peers[i].awaiting = map[p2pKey]*p2pClear{}
 	}
 	return p
 }
@@ -269,14 +277,16 @@ func (p *p2pState) stop(err error) {
 			m.recv.finish(p.err)
 			m.recv = nil
 		}
-		if m := pp.cleared; m != nil && m.recv != nil {
-			m.recv.finish(p.err)
-			m.recv = nil
+		for _, m := range pp.cleared {
+			if m.recv != nil {
+				m.recv.finish(p.err)
+				m.recv = nil
+			}
 		}
-		if w := pp.awaiting; w != nil {
+		for k, w := range pp.awaiting {
 			w.err = p.err
 			close(w.done)
-			pp.awaiting = nil
+			delete(pp.awaiting, k)
 		}
 	}
 	p.cond.Broadcast()
@@ -296,7 +306,7 @@ func (p *p2pState) halt(err error) []bool {
 	for i := range p.peers {
 		pp := &p.peers[i]
 		busy[i] = pp.pumping || pp.readDone != nil || pp.current != nil || len(pp.kept) > 0 ||
-			pp.hasPending || len(pp.sending) > 0 || pp.cleared != nil || pp.controls > 0
+			pp.hasPending || len(pp.sending) > 0 || len(pp.cleared) > 0 || len(pp.awaiting) > 0 || pp.controls > 0
 	}
 	return busy
 }
@@ -373,12 +383,13 @@ func (p *p2pState) receiveFrame(ctx context.Context, l transport.Link, peer int,
 			return p.protocolError(peer, h, "a message's frame %d came before its frame 0", h.Step)
 		}
 		if kind == p2pRendezvous {
-			m = pp.cleared
-			if m == nil || m.tag != h.Tag || m.seq != h.Seq || m.size != h.Count {
+			key := p2pKey{h.Tag, h.Seq}
+			m = pp.cleared[key]
+			if m == nil || m.size != h.Count {
 				p.mu.Unlock()
 				return p.protocolError(peer, h, "message %d with tag %d came by rendezvous without this rank's clear-to-send", h.Seq, h.Tag)
 			}
-			pp.cleared = nil
+			delete(pp.cleared, key)
 			if m.recv == nil {
 				// stop failed its receive; the failure reaches the
 				// reader through p.err below.
@@ -464,11 +475,12 @@ func (p *p2pState) receiveFrame(ctx context.Context, l transport.Link, peer int,
 // (under mu).
 func (p *p2pState) receiveClear(peer int, h *transport.Header) error {
 	pp := &p.peers[peer]
-	w := pp.awaiting
-	if w == nil || w.tag != h.Tag || w.seq != h.Seq {
+	key := p2pKey{h.Tag, h.Seq}
+	w := pp.awaiting[key]
+	if w == nil {
 		return p.protocolError(peer, h, "a clear-to-send for message %d with tag %d, which this rank is not sending", h.Seq, h.Tag)
 	}
-	pp.awaiting = nil
+	delete(pp.awaiting, key)
 	w.receiving = h.Count
 	close(w.done)
 	p.cond.Broadcast()
@@ -477,12 +489,12 @@ func (p *p2pState) receiveClear(peer int, h *transport.Header) error {
 
 // receiveAnnouncement takes the peer's ready-to-send (under mu): the first
 // posted receive with its tag clears it, or it is kept until one is posted
-// (Recv). The peer sends one message at a time, so at most one is
-// announced and not yet cleared or finished: nothing more is kept.
+// (Recv). A kept announcement counts HeaderSize bytes against
+// Config.P2PBufferBytes, so a peer announcing without end is bounded.
 func (p *p2pState) receiveAnnouncement(l transport.Link, peer int, h *transport.Header) error {
 	pp := &p.peers[peer]
-	if pp.current != nil || pp.cleared != nil || slices.ContainsFunc(pp.kept, func(m *p2pMsg) bool { return m.rendezvous }) {
-		return p.protocolError(peer, h, "message %d with tag %d announced while another message is under way", h.Seq, h.Tag)
+	if pp.current != nil {
+		return p.protocolError(peer, h, "message %d with tag %d announced inside message %d with tag %d", h.Seq, h.Tag, pp.current.seq, pp.current.tag)
 	}
 	if want := pp.recvSeq[h.Tag] + 1; h.Seq != want {
 		return p.protocolError(peer, h, "message %d with tag %d came where message %d was due", h.Seq, h.Tag, want)
@@ -495,6 +507,10 @@ func (p *p2pState) receiveAnnouncement(l transport.Link, peer int, h *transport.
 		p.clear(l, peer, m, r)
 		return nil
 	}
+	if transport.HeaderSize > p.limit-p.keptBytes {
+		return fmt.Errorf("collective: rank %d announced a message of %d bytes with tag %d before this rank posted its receive, and %d bytes of such messages and announcements are kept already (Config.P2PBufferBytes %d)", peer, h.Count, h.Tag, p.keptBytes, p.limit)
+	}
+	p.keptBytes += transport.HeaderSize
 	pp.kept = append(pp.kept, m)
 	return nil
 }
@@ -506,7 +522,7 @@ func (p *p2pState) clear(l transport.Link, peer int, m *p2pMsg, r *p2pRecv) {
 	pp := &p.peers[peer]
 	if uint64(len(r.buf)) == m.size {
 		m.into, m.recv = r.buf, r
-		pp.cleared = m
+		pp.cleared[p2pKey{m.tag, m.seq}] = m
 	} else {
 		r.finish(&SizeMismatchError{Peer: peer, Tag: m.tag, Sent: m.size, Receiving: len(r.buf)})
 	}
@@ -572,7 +588,7 @@ func (p *p2pState) pump(l transport.Link, peer int) {
 		// A message part-way in or cleared keeps the pump reading: the
 		// receive it goes to is no longer among the posted ones.
 		wanted := func() bool {
-			return len(pp.posted) > 0 || pp.current != nil || pp.cleared != nil || pp.awaiting != nil
+			return len(pp.posted) > 0 || pp.current != nil || len(pp.cleared) > 0 || len(pp.awaiting) > 0
 		}
 		for p.err == nil && wanted() && (pp.claimed || pp.hasPending) {
 			p.cond.Wait()
@@ -635,9 +651,10 @@ func (p *p2pState) pumpFrame(l transport.Link, peer int) error {
 // then goes straight into the receive's buffer, so Send returns once the
 // last frame is handed over. A posted receive of another length refuses
 // a large message: Send returns a *SizeMismatchError (the message is not
-// delivered) and the communicator goes on. Sends to one peer go one at a
-// time; sends to different peers, receives and collectives may run
-// meanwhile from other goroutines.
+// delivered) and the communicator goes on. Sends may run from several
+// goroutines at once (with one tag, they are numbered in the order they
+// start), beside receives and collectives; a large message waiting for its
+// receive does not hold up the others to that peer.
 //
 // Send runs only on a communicator that owns its links (not a Subset). A
 // failure — the peer dead or silent past the I/O timeout, ctx ended part-way
@@ -649,13 +666,7 @@ func (c *Communicator) Send(ctx context.Context, peer int, tag uint64, payload [
 	}
 	p := c.p2p
 	pp := &p.peers[peer]
-	select {
-	case pp.sending <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-pp.sending }()
-	if err := c.Err(); err != nil {
+	if err := c.takeSending(ctx, peer); err != nil {
 		return err
 	}
 	chunk := c.cfg.ChunkBytes
@@ -668,11 +679,51 @@ func (c *Communicator) Send(ctx context.Context, peer int, tag uint64, payload [
 		pp.credit -= cost
 	}
 	p.mu.Unlock()
-	if kind == p2pRendezvous {
-		if err := c.awaitClear(ctx, peer, tag, seq, len(payload)); err != nil {
-			return err
-		}
+	if kind == p2pEager {
+		defer func() { <-pp.sending }()
+		return c.sendFrames(ctx, peer, kind, tag, seq, payload)
 	}
+	w, err := c.announce(ctx, peer, tag, seq, len(payload))
+	<-pp.sending // other messages to the peer go while this one waits
+	if err != nil {
+		return err
+	}
+	if err := c.awaitClear(ctx, peer, w, len(payload)); err != nil {
+		return err
+	}
+	// The peer waits for the frames now: a failure from here on leaves
+	// it waiting, so it fails the communicator.
+	select {
+	case pp.sending <- struct{}{}:
+	case <-ctx.Done():
+		err := fmt.Errorf("collective: sending %d bytes with tag %d to rank %d: %w", len(payload), tag, peer, ctx.Err())
+		c.p2pFail(err)
+		return err
+	}
+	defer func() { <-pp.sending }()
+	return c.sendFrames(ctx, peer, kind, tag, seq, payload)
+}
+
+// takeSending takes the link to peer for this Send's frames: a message's
+// frames go out together.
+func (c *Communicator) takeSending(ctx context.Context, peer int) error {
+	pp := &c.p2p.peers[peer]
+	select {
+	case pp.sending <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := c.Err(); err != nil {
+		<-pp.sending
+		return err
+	}
+	return nil
+}
+
+// sendFrames sends message seq with tag, of kind p2pEager or
+// p2pRendezvous, to peer (holding its link, takeSending).
+func (c *Communicator) sendFrames(ctx context.Context, peer int, kind p2pFrameKind, tag, seq uint64, payload []byte) error {
+	chunk := c.cfg.ChunkBytes
 	h := transport.Header{Kind: transport.FrameData, Coll: uint8(collP2P), Flags: uint8(kind), Seq: seq, Count: uint64(len(payload)), Tag: tag}
 	for step, off := 0, 0; step == 0 || off < len(payload); step++ {
 		end := min(off+chunk, len(payload))
@@ -688,11 +739,11 @@ func (c *Communicator) Send(ctx context.Context, peer int, tag uint64, payload [
 	return nil
 }
 
-// awaitClear announces message seq with tag (size bytes) to peer and waits
-// for its clear-to-send. The pump reads the link meanwhile (or the running
-// collective does), so a collective of this rank's is never stuck behind
-// the message. A refusal is a *SizeMismatchError.
-func (c *Communicator) awaitClear(ctx context.Context, peer int, tag, seq uint64, size int) error {
+// announce sends message seq with tag's ready-to-send (size bytes) to peer
+// (holding its link, takeSending) and returns what its clear-to-send will
+// fill in. The pump reads the link from now on (or the running collective
+// does), so a collective of this rank's is never stuck behind the message.
+func (c *Communicator) announce(ctx context.Context, peer int, tag, seq uint64, size int) (*p2pClear, error) {
 	p := c.p2p
 	pp := &p.peers[peer]
 	w := &p2pClear{tag: tag, seq: seq, done: make(chan struct{})}
@@ -700,9 +751,9 @@ func (c *Communicator) awaitClear(ctx context.Context, peer int, tag, seq uint64
 	if p.err != nil {
 		err := p.err
 		p.mu.Unlock()
-		return err
+		return nil, err
 	}
-	pp.awaiting = w
+	pp.awaiting[p2pKey{tag, seq}] = w
 	if !pp.pumping {
 		pp.pumping = true
 		go p.pump(c.links[peer], peer)
@@ -712,12 +763,18 @@ func (c *Communicator) awaitClear(ctx context.Context, peer int, tag, seq uint64
 	if err := c.links[peer].Send(ctx, &h, nil); err != nil {
 		err = fmt.Errorf("collective: announcing %d bytes with tag %d to rank %d: %w", size, tag, peer, err)
 		c.p2pFail(err)
-		return err
+		return nil, err
 	}
+	return w, nil
+}
+
+// awaitClear waits for the clear-to-send w stands for. A refusal is a
+// *SizeMismatchError.
+func (c *Communicator) awaitClear(ctx context.Context, peer int, w *p2pClear, size int) error {
 	select {
 	case <-w.done:
 	case <-ctx.Done():
-		err := &transport.PeerError{Rank: peer, Op: fmt.Sprintf("send: waiting for rank %d to post the receive of %d bytes with tag %d", peer, size, tag), Err: ctx.Err()}
+		err := &transport.PeerError{Rank: peer, Op: fmt.Sprintf("send: waiting for rank %d to post the receive of %d bytes with tag %d", peer, size, w.tag), Err: ctx.Err()}
 		c.p2pFail(err)
 		return err
 	}
@@ -725,7 +782,7 @@ func (c *Communicator) awaitClear(ctx context.Context, peer int, tag, seq uint64
 		return w.err
 	}
 	if w.receiving != uint64(size) {
-		return &SizeMismatchError{Peer: peer, Tag: tag, Sent: uint64(size), Receiving: int(min(w.receiving, math.MaxInt)), Refused: true}
+		return &SizeMismatchError{Peer: peer, Tag: w.tag, Sent: uint64(size), Receiving: int(min(w.receiving, math.MaxInt)), Refused: true}
 	}
 	return nil
 }
@@ -754,22 +811,9 @@ func (c *Communicator) Recv(ctx context.Context, peer int, tag uint64, buf []byt
 		return err
 	}
 	pp := &p.peers[peer]
-	if i := slices.IndexFunc(pp.kept, func(m *p2pMsg) bool { return m.tag == tag }); i >= 0 {
-		m := pp.kept[i]
-		pp.kept = slices.Delete(pp.kept, i, i+1)
-		if !m.rendezvous {
-			p.deliverKept(c.links[peer], peer, m, r)
-			p.mu.Unlock()
-			return r.err
-		}
-		// Announced: clear it; its frames come into buf.
-		p.clear(c.links[peer], peer, m, r)
-		if pp.cleared == nil {
-			p.mu.Unlock()
-			return r.err // refused
-		}
-	} else {
-		pp.posted = append(pp.posted, r)
+	if p.post(c.links[peer], peer, r) {
+		p.mu.Unlock()
+		return r.err
 	}
 	if !pp.pumping {
 		pp.pumping = true
@@ -788,6 +832,29 @@ func (c *Communicator) Recv(ctx context.Context, peer int, tag uint64, buf []byt
 		return nil // it came meanwhile
 	}
 	return err
+}
+
+// post matches receive r from peer with the first kept message with its
+// tag, or else posts it (under mu), and reports whether r is finished
+// already: a kept eager message delivered, or one of another length. A
+// kept announcement is cleared, its frames to come into r's buffer.
+func (p *p2pState) post(l transport.Link, peer int, r *p2pRecv) bool {
+	pp := &p.peers[peer]
+	i := slices.IndexFunc(pp.kept, func(m *p2pMsg) bool { return m.tag == r.tag })
+	if i < 0 {
+		pp.posted = append(pp.posted, r)
+		return false
+	}
+	m := pp.kept[i]
+	pp.kept = slices.Delete(pp.kept, i, i+1)
+	if !m.rendezvous {
+		p.deliverKept(l, peer, m, r)
+		return true
+	}
+	p.keptBytes -= transport.HeaderSize
+	p.clear(l, peer, m, r)
+	_, cleared := pp.cleared[p2pKey{m.tag, m.seq}]
+	return !cleared
 }
 
 // p2pCheck refuses a point-to-point call that cannot run.

@@ -24,9 +24,9 @@ func (l nullLink) Close() error                                  { return nil }
 
 // FuzzP2PFrames feeds arbitrary runs of point-to-point frame headers, with
 // receives posted in between, to the receiving side: it never panics,
-// never keeps more than Config.P2PBufferBytes, keeps at most one announced
-// message, and rejects what it rejects with a *transport.FrameError naming
-// the peer or the bound's error.
+// never keeps more than Config.P2PBufferBytes (announcements counted),
+// keeps the credit within the window, and rejects what it rejects with a
+// *transport.FrameError naming the peer or the bound's error.
 func FuzzP2PFrames(f *testing.F) {
 	// Each op is 8 bytes: what, flags, tag, seq, count (2), step, length.
 	f.Add([]byte{0, 1, 1, 1, 0, 64, 0, 0}) // an announcement
@@ -46,18 +46,7 @@ func FuzzP2PFrames(f *testing.F) {
 				// Post a receive of op's tag and length.
 				r := &p2pRecv{tag: uint64(op[2] % 4), buf: make([]byte, int(op[4])<<8|int(op[5])), done: make(chan struct{})}
 				p.mu.Lock()
-				pp := &p.peers[1]
-				if i := indexKept(pp, r.tag); i >= 0 {
-					m := pp.kept[i]
-					pp.kept = append(pp.kept[:i], pp.kept[i+1:]...)
-					if m.rendezvous {
-						p.clear(l, 1, m, r)
-					} else {
-						p.deliverKept(l, 1, m, r)
-					}
-				} else {
-					pp.posted = append(pp.posted, r)
-				}
+				p.post(l, 1, r)
 				p.mu.Unlock()
 				continue
 			}
@@ -67,9 +56,9 @@ func FuzzP2PFrames(f *testing.F) {
 				Count: uint64(op[4])<<8 | uint64(op[5]), Step: uint32(op[6] % 8), Length: uint32(op[7]) << 4,
 			}
 			p.mu.Lock()
-			if w := p.peers[1].awaiting; w == nil && h.Flags == uint8(p2pCTS) && op[0]%4 == 2 {
+			if h.Flags == uint8(p2pCTS) && op[0]%4 == 2 {
 				// Have a Send wait for this clear-to-send.
-				p.peers[1].awaiting = &p2pClear{tag: h.Tag, seq: h.Seq, done: make(chan struct{})}
+				p.peers[1].awaiting[p2pKey{h.Tag, h.Seq}] = &p2pClear{tag: h.Tag, seq: h.Seq, done: make(chan struct{})}
 			}
 			p.mu.Unlock()
 			if err := p.receiveFrame(ctx, l, 1, &h); err != nil {
@@ -81,28 +70,21 @@ func FuzzP2PFrames(f *testing.F) {
 			}
 			p.mu.Lock()
 			pp := &p.peers[1]
-			announced := 0
+			want := 0
 			for _, m := range pp.kept {
 				if m.rendezvous {
-					announced++
+					want += transport.HeaderSize
+				} else {
+					want += int(m.size)
 				}
 			}
-			if p.keptBytes > limit || p.keptBytes < 0 || announced > 1 {
+			if p.keptBytes > limit || p.keptBytes < want || pp.credit < 0 || pp.credit > p2pEagerWindow {
 				p.mu.Unlock()
-				t.Fatalf("after frame %+v: %d bytes kept (bound %d), %d announced messages kept", h, p.keptBytes, limit, announced)
+				t.Fatalf("after frame %+v: %d bytes kept (bound %d, the kept messages and announcements %d), credit %d", h, p.keptBytes, limit, want, pp.credit)
 			}
 			p.mu.Unlock()
 		}
 		p.stop(errors.New("fuzz: done"))
 		_ = failed
 	})
-}
-
-func indexKept(pp *p2pPeer, tag uint64) int {
-	for i, m := range pp.kept {
-		if m.tag == tag {
-			return i
-		}
-	}
-	return -1
 }
