@@ -21,9 +21,10 @@ import (
 // messages to that peer with that tag (from 1: a sequence space per (peer,
 // tag), apart from the collectives', whose frames have other Coll values), Count
 // is the message's length in bytes, announced by every frame, and Step the
-// frame's index. A sender sends one message to a peer at a time, so a
-// message's frames are consecutive among the p2p frames on a link; the
-// collectives' frames may come between them. Flags says what a p2p frame is
+// frame's index. A sender sends one message's frames to a peer at a time,
+// so a message's frames are consecutive among the p2p data frames on a
+// link; control frames (below) and the collectives' frames may come between
+// them. Flags says what a p2p frame is
 // (p2pFrameKind).
 //
 // Eager and rendezvous. A message of at most p2pEagerBytes goes at once
@@ -32,24 +33,27 @@ import (
 // off yet stay within p2pEagerWindow, which the links buffer
 // (transport.InlinePayload), so eager frames never hold a link's sending
 // side while the peer is not reading. The receiver gives credit back
-// (p2pCredit frames) as it takes eager messages off the link. A larger
-// message, or one the credit does not cover, would fill the link, and a
-// collective this rank starts next, whose first move is a send to that
-// peer, would wait behind it for a reader that, on the peer, may be stuck
-// the same way (both ranks isend, then all_reduce, then irecv). So such a
-// message goes by rendezvous: the sender sends a ready-to-send frame (p2pRTS, no payload)
-// and waits; the receiver, once a receive with that tag is posted (or at
-// once if one is), answers with a clear-to-send (p2pCTS) naming the
-// receive buffer's length; only then do the data frames (p2pRendezvous)
-// follow, straight into the posted buffer: no copy, and nothing is kept
-// for a receive not yet posted but the announcement. A clear-to-send of
-// another length than the message refuses it: both sides drop it with a
+// (p2pCredit frames) as receives take eager messages (one kept for a
+// receive not posted yet holds its credit, so at most the window is kept
+// per peer). A larger message, or one the credit does not cover, would
+// fill the link, and a collective this rank starts next, whose first move
+// is a send to that peer, would wait behind it for a reader that, on the
+// peer, may be stuck the same way (both ranks isend, then all_reduce, then
+// irecv). So such a message goes by rendezvous: the sender sends a
+// ready-to-send frame (p2pRTS, no payload) and waits, without holding the
+// link; the receiver, once a receive with that tag is posted (or at once
+// if one is), answers with a clear-to-send (p2pCTS) naming the receive
+// buffer's length; only then do the data frames (p2pRendezvous) follow,
+// straight into the posted buffer: no copy, and nothing is kept for a
+// receive not yet posted but the announcement. A clear-to-send of another
+// length than the message refuses it: both sides drop it with a
 // *SizeMismatchError and go on.
 //
 // Receiving. Whoever reads a link takes the p2p frames off it: a collective
 // that finds one where it expects its own hands it over (receiveFrame) and
-// reads on; and a pump goroutine per peer with a receive posted reads the
-// link while no collective has claimed it. A collective claims a link when
+// reads on; and a pump goroutine per peer with a receive posted (or a
+// send waiting for its clear-to-send) reads the link while no collective
+// has claimed it. A collective claims a link when
 // it first reads it (claim: the pump stops after the frame it is reading)
 // and holds it until it ends; so during a collective the pumps go on
 // draining the links it has not read yet, and a peer whose collective
