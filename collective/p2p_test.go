@@ -752,3 +752,47 @@ func TestP2PLargeMessagesReceivedOutOfOrder(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkP2PPingPong: rank 0 sends a message to rank 1, which sends it
+// back, the receives posted before the sends (as a pipeline stage's irecv
+// is): eager below 16 KiB, rendezvous above.
+func BenchmarkP2PPingPong(b *testing.B) {
+	for _, m := range p2pMeshes {
+		for _, n := range []int{1 << 10, 64 << 10, 4 << 20} {
+			b.Run(fmt.Sprintf("%s/%dKiB", m.name, n>>10), func(b *testing.B) {
+				comms := newWorld(b, m.mk, 2, DefaultConfig())
+				ctx := context.Background()
+				bufs := [2][]byte{make([]byte, n), make([]byte, n)}
+				b.SetBytes(int64(2 * n))
+				b.ResetTimer()
+				errs := make(chan error, 1)
+				go func() {
+					c := comms[1]
+					for range b.N {
+						if err := c.Recv(ctx, 0, 1, bufs[1]); err != nil {
+							errs <- err
+							return
+						}
+						if err := c.Send(ctx, 0, 2, bufs[1]); err != nil {
+							errs <- err
+							return
+						}
+					}
+					errs <- nil
+				}()
+				c := comms[0]
+				for range b.N {
+					if err := c.Send(ctx, 1, 1, bufs[0]); err != nil {
+						b.Fatal(err)
+					}
+					if err := c.Recv(ctx, 1, 2, bufs[0]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := <-errs; err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
