@@ -218,8 +218,9 @@ func (e *WorkerError) Signal() (syscall.Signal, bool) {
 // $stopsig to the worker's process group (and SIGCONT, for a stopped one),
 // then SIGKILL once $grace tenths of a second have passed with the group
 // still there. It leaves its own pid in $w, for the program to end it once
-// the worker is gone. POSIX sh only: it runs on hosts that have nothing but
-// /bin/sh and coreutils.
+// the worker is gone. Its syntax is POSIX sh's (a host's /bin/sh may be
+// dash or busybox), its one command beyond the shell's is coreutils'
+// `sleep 0.1`.
 const controlLoop = `(
   stop=
   while read -r cmd arg <&3; do
