@@ -182,6 +182,12 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 		// last world (2 of 4; the driver's half wins the tie), so it
 		// waits instead of training apart.
 		{name: "longer than the minority grace", hold: 20 * time.Second, steps: 3000},
+		// The cut as the first world forms, held past both graces: the
+		// cut-off pair takes over. If the first world had not reached it,
+		// it holds 2 of the job's 4 first workers (GOROVOD_NP), no
+		// majority, and forms no first world; if it had, 2 of that
+		// world's 4 members. Either way it waits.
+		{name: "right after the last join, longer than the minority grace", justAfter: true, hold: 20 * time.Second, steps: 3000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhpart", SSHPort: 2222}, 3)
@@ -236,6 +242,8 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 			checkElasticInvariantsSteps(t, h.lines, samples, steps)
 			if log := h.log.String(); tc.hold > 0 && !noQuorumRe.MatchString(log) { // h.mu is held
 				t.Errorf("the cut-off half never said it lacks a quorum:\n%s", log)
+			} else if tc.justAfter && tc.hold > 0 {
+				t.Logf("the cut-off pair lacked the quorum of the first world: %v", strings.Contains(log, "no quorum for the job's first world"))
 			}
 		})
 	}
