@@ -183,8 +183,9 @@ type TrainConfig struct {
 	// joins that job; otherwise, when the launcher started it (UnderLauncher),
 	// the job, secret, seeds, launch name and addresses (the transport's
 	// listen address, the gossip bind address) come from the environment
-	// (WorkerConfigFromEnv), Worker.MinWorkers is raised to the job's minimum
-	// (GOROVOD_MIN_WORKERS) if lower, and the rest of Worker applies; otherwise it
+	// (WorkerConfigFromEnv), Worker.MinWorkers and Worker.FirstWorld are
+	// raised to the job's minimum (GOROVOD_MIN_WORKERS) and its first
+	// workers (GOROVOD_NP) if lower, and the rest of Worker applies; otherwise it
 	// trains alone, in a world of one, through the same session (Worker.Session
 	// applies).
 	Worker WorkerConfig
@@ -382,6 +383,8 @@ func join(ctx context.Context, cfg WorkerConfig, state *State) (member, error) {
 		// raise it, or a worker that takes over proposing could train below
 		// what the job was started with.
 		cfg.MinWorkers = max(cfg.MinWorkers, env.MinWorkers)
+		// Likewise the job's first workers, the voters of its first world.
+		cfg.FirstWorld = max(cfg.FirstWorld, env.FirstWorld)
 		cfg.Transport.ListenAddr = env.Transport.ListenAddr
 		if cfg.Session.RecoveryTimeout == 0 {
 			cfg.Session.RecoveryTimeout = env.Session.RecoveryTimeout
