@@ -908,8 +908,10 @@ type memberReacher interface {
 }
 
 // stateRoot agrees on the member whose state the world takes, and on the
-// members that hold it already, in one small allgather of every member's
-// [holds the job's state, digest readable, digest].
+// members that hold it already, in one small gather of every member's
+// [holds the job's state, digest readable, digest] (an allreduce by
+// recursive doubling, or an allgather where the Config forces another
+// algorithm).
 //
 // The root is rank 0 (the oldest survivor), unless it never received the
 // job's state — a joiner whose admission failed, left ahead of the members
@@ -943,7 +945,19 @@ func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) 
 		}
 	}
 	all := make([]int64, fields*p)
-	if err := collective.Allgather(ctx, comm, mine, all); err != nil {
+	if comm.AllreduceAlgorithm(collective.Int64, len(all)) == string(collective.AlgorithmRecursiveDoubling) {
+		// The same gather as one small allreduce: each rank fills its own
+		// slot of all and the sum fills the others. Recursive doubling
+		// takes log2 p rounds where the allgather's ring takes p-1 steps,
+		// one after the other, each waiting for the next process to run;
+		// at 16 ranks on a busy machine that chain was most of the
+		// agreement's time. Every rank has the same collective Config,
+		// so every rank chooses alike.
+		copy(all[fields*comm.Rank():], mine)
+		if err := collective.Allreduce(ctx, comm, all, all, collective.Sum); err != nil {
+			return 0, nil, nil, false, err
+		}
+	} else if err := collective.Allgather(ctx, comm, mine, all); err != nil {
 		return 0, nil, nil, false, err
 	}
 	root = -1
