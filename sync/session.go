@@ -847,11 +847,13 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 		return err
 	}
 	began := time.Now()
+	stopWatch := func() {}
 	if r, ok := s.src.(memberReacher); ok {
 		// A member that died after the world was proposed keeps the others
 		// dialling it; when connecting takes a while, look for one.
 		watch := time.AfterFunc(reachAfter, func() { r.reachMembers(ctx, ep) })
-		defer watch.Stop()
+		stopWatch = func() { watch.Stop() }
+		defer stopWatch()
 	}
 	s.mu.Lock()
 	s.enteringNumber = ep.Number
@@ -878,6 +880,11 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	if err != nil {
 		return nil, superseded(err)
 	}
+	// Connected: nobody is dialled any more, and a member that dies now
+	// fails the state agreement on its link. Looking for gone members
+	// would only load the machine at the moment every member of the world
+	// is busy entering it (one connection to each member's gossip port).
+	stopWatch()
 	start := time.Now()
 	s.entering.connect = start.Sub(began)
 	root, read, holders, same, err := s.stateRoot(ctx, comm)
@@ -894,8 +901,9 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	return comm, nil
 }
 
-// reachAfter is how long entering a world may take before the session
-// looks for members that are gone (memberReacher).
+// reachAfter is how long connecting a world may take before the session
+// looks for members that are gone (memberReacher); once connected, it
+// does not look.
 const reachAfter = 50 * time.Millisecond
 
 // memberReacher is a Source that can look whether the members of a world
