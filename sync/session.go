@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	stdsync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
@@ -322,11 +323,12 @@ func (s *Session) connectSome(ctx context.Context, ep epoch.World, rank int, wan
 // Config.ConnectTimeout: it keeps the links carried over from the last
 // world to ep's members (kept, by rank in ep; each re-keyed to ep inside
 // its own stream), takes those connected ahead (fresh), and dials the rest.
-func (s *Session) connect(ctx context.Context, ep epoch.World, rank int, kept, fresh []transport.Link) (*collective.Communicator, error) {
+// linked hears of each rank whose link is ready, as it is.
+func (s *Session) connect(ctx context.Context, ep epoch.World, rank int, kept, fresh []transport.Link, linked func(rank int)) (*collective.Communicator, error) {
 	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 	defer cancel()
-	links, rekeyed, err := transport.Carry(ctx, s.t, w, kept, fresh, s.log)
+	links, rekeyed, err := transport.CarryWatched(ctx, s.t, w, kept, fresh, s.log, linked)
 	if err != nil {
 		return nil, err
 	}
@@ -848,10 +850,22 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	}
 	began := time.Now()
 	stopWatch := func() {}
+	linked := make([]atomic.Bool, len(ep.Members)) // by rank: the link is ready
 	if r, ok := s.src.(memberReacher); ok {
 		// A member that died after the world was proposed keeps the others
-		// dialling it; when connecting takes a while, look for one.
-		watch := time.AfterFunc(reachAfter, func() { r.reachMembers(ctx, ep) })
+		// dialling it; when connecting takes a while, look for one among
+		// the members not linked yet (the others have shown they are there).
+		watch := time.AfterFunc(reachAfter, func() {
+			waiting := epoch.World{Number: ep.Number}
+			for i, m := range ep.Members {
+				if i != rank && !linked[i].Load() {
+					waiting.Members = append(waiting.Members, m)
+				}
+			}
+			if len(waiting.Members) > 0 {
+				r.reachMembers(ctx, waiting)
+			}
+		})
 		stopWatch = func() { watch.Stop() }
 		defer stopWatch()
 	}
@@ -873,7 +887,7 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	}
 	var comm *collective.Communicator
 	if err == nil {
-		comm, err = s.connect(ctx, ep, rank, kept, fresh)
+		comm, err = s.connect(ctx, ep, rank, kept, fresh, func(r int) { linked[r].Store(true) })
 	} else {
 		closeLinks(kept)
 	}
