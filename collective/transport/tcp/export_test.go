@@ -90,6 +90,7 @@ func SetSendLanes(l transport.Link, n int) {
 	defer ll.smu.Unlock()
 	ll.auto = true
 	ll.chooser = laneChooser{max: n, cur: n, settled: true}
+	ll.probing.Store(false)
 }
 
 // SetLaneTrial restarts a laned link's choice of its sending lanes with
@@ -98,7 +99,8 @@ func SetLaneTrial(l transport.Link, warm, trial int64) {
 	ll := l.(*lanedLink)
 	ll.smu.Lock()
 	defer ll.smu.Unlock()
-	ll.chooser = newLaneChooser(len(ll.lanes), warm, trial)
+	ll.chooser = newLaneChooser(len(ll.lanes), warm, trial, ll.unacked)
+	ll.probing.Store(ll.auto)
 }
 
 // LanesChosen reports whether a laned link has settled its sending lanes,

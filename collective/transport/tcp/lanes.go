@@ -74,6 +74,11 @@ type lanedLink struct {
 	auto    bool
 	chooser laneChooser
 	settled func(lanes int, rates []float64)
+	// While the chooser measures (probing), the bytes of the frames sent
+	// whole outside smu, which its measurement of the first lane's queue
+	// must count too.
+	probing   atomic.Bool
+	unmetered atomic.Int64
 
 	// Receive side, one goroutine at a time: the lanes the peer said carry
 	// its data frames, and the stripes and length of the payload the last
@@ -111,8 +116,9 @@ func newLanedLink(lanes []*link, auto bool) *lanedLink {
 		sactive: len(lanes),
 		ractive: len(lanes),
 		auto:    auto && len(lanes) > 1,
-		chooser: newLaneChooser(len(lanes), autoWarmBytes, autoTrialBytes),
 	}
+	l.chooser = newLaneChooser(len(lanes), autoWarmBytes, autoTrialBytes, l.unacked)
+	l.probing.Store(l.auto)
 	for k := 1; k < len(lanes); k++ {
 		l.sendTo[k].start(func(ctx context.Context, b []byte) error { return lanes[k].sendStripe(ctx, nil, b) }, l.quit)
 		l.recvOn[k].start(lanes[k].recvStripe, l.quit)
@@ -198,6 +204,9 @@ func (l *lanedLink) Send(ctx context.Context, h *transport.Header, payload []byt
 		if err := l.failed("send"); err != nil {
 			return err
 		}
+		if l.probing.Load() {
+			l.unmetered.Add(int64(len(payload)))
+		}
 		return l.lanes[0].Send(ctx, h, payload)
 	}
 	l.smu.Lock()
@@ -233,8 +242,11 @@ func (l *lanedLink) Send(ctx context.Context, h *transport.Header, payload []byt
 			return l.fail("send", err)
 		}
 	}
-	if l.auto && l.chooser.observe(len(payload), time.Since(start)) && l.settled != nil {
-		l.settled(l.chooser.lanes(), l.chooser.rates[:])
+	if l.auto && l.chooser.observe(len(payload)+int(l.unmetered.Swap(0)), start, time.Now()) {
+		l.probing.Store(false)
+		if l.settled != nil {
+			l.settled(l.chooser.lanes(), l.chooser.rates[:])
+		}
 	}
 	return nil
 }

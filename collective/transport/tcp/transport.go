@@ -226,7 +226,7 @@ func (c *handshakeConn) LinkLanes(lanes []mesh.Conn, keys []framesec.Keys, peer 
 	l := newLanedLink(ls, c.cfg.Lanes == 0)
 	log := c.cfg.Logger
 	l.settled = func(lanes int, rates []float64) {
-		log.Debug("gorovod tcp: lanes chosen", "peer", peer, "lanes", lanes, "of", len(ls), "rates_MBps", laneRates(rates))
+		log.Debug("gorovod tcp: lanes chosen", "peer", l.Peer(), "lanes", lanes, "of", len(ls), "rates_MBps", laneRates(rates))
 	}
 	return l
 }
