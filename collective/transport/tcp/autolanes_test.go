@@ -364,3 +364,83 @@ func sealStripe(p *rawPeer, stripe []byte) []byte {
 	}
 	return b
 }
+
+// TestLanesZeroAllocs: a round trip of striped frames allocates nothing on
+// a link between hosts, whether its senders are still measuring, have
+// chosen their lanes, or have them set.
+func TestLanesZeroAllocs(t *testing.T) {
+	for _, tc := range []struct {
+		lanes  int
+		settle bool
+	}{{0, false}, {0, true}, {4, false}} {
+		lanes := tc.lanes
+		t.Run(fmt.Sprintf("lanes %d, settled first %v", lanes, tc.settle), func(t *testing.T) {
+			checkNoLeaks(t)
+			cfg := testConfig()
+			cfg.Lanes = lanes
+			ctx := conformance.TimeoutCtx(t, 60*time.Second)
+			links := twoHosts(t, ctx, cfg)
+			pair := []transport.Link{links[0][1], links[1][0]}
+			if tc.settle {
+				for _, l := range pair {
+					tcp.SetLaneTrial(l, 256<<10, 1<<20)
+				}
+				for round := 0; ; round++ {
+					if err := exchangeConcurrently(ctx, pair, 1, 8, []int{1 << 20}); err != nil {
+						t.Fatal(err)
+					}
+					s0, _, _ := tcp.LanesChosen(pair[0])
+					s1, _, _ := tcp.LanesChosen(pair[1])
+					if s0 && s1 {
+						break
+					}
+					if round == 100 {
+						t.Fatal("the senders did not settle within 100 rounds")
+					}
+				}
+			}
+			const n, runs = 1 << 20, 20
+			payload, buf, rbuf := make([]byte, n), make([]byte, n), make([]byte, n)
+			h := transport.Header{Kind: transport.FrameData, Length: n}
+			done := make(chan error, 1)
+			go func() {
+				var rh transport.Header
+				for range runs + 2 {
+					if err := pair[1].RecvHeader(ctx, &rh); err != nil {
+						done <- err
+						return
+					}
+					if err := pair[1].RecvPayload(ctx, buf); err != nil {
+						done <- err
+						return
+					}
+					if err := pair[1].Send(ctx, &rh, buf); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			var rh transport.Header
+			roundTrip := func() {
+				if err := pair[0].Send(ctx, &h, payload); err != nil {
+					t.Fatal(err)
+				}
+				if err := pair[0].RecvHeader(ctx, &rh); err != nil {
+					t.Fatal(err)
+				}
+				if err := pair[0].RecvPayload(ctx, rbuf); err != nil {
+					t.Fatal(err)
+				}
+			}
+			roundTrip() // a count announced after settling goes out first
+			allocs := testing.AllocsPerRun(runs, roundTrip)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if allocs != 0 {
+				t.Errorf("1 MiB round trip over %d of %d lanes: %v allocations, want 0", tcp.SendLanes(pair[0]), tcp.Lanes(pair[0]), allocs)
+			}
+		})
+	}
+}

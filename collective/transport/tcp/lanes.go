@@ -79,6 +79,8 @@ type lanedLink struct {
 	// must count too.
 	probing   atomic.Bool
 	unmetered atomic.Int64
+	outq      []int              // each lane's unacknowledged bytes, as last read
+	outqOf    []func(fd uintptr) // reads them (unacked)
 
 	// Receive side, one goroutine at a time: the lanes the peer said carry
 	// its data frames, and the stripes and length of the payload the last
@@ -117,6 +119,7 @@ func newLanedLink(lanes []*link, auto bool) *lanedLink {
 		ractive: len(lanes),
 		auto:    auto && len(lanes) > 1,
 	}
+	l.readQueues()
 	l.chooser = newLaneChooser(len(lanes), autoWarmBytes, autoTrialBytes, l.unacked)
 	l.probing.Store(l.auto)
 	for k := 1; k < len(lanes); k++ {
