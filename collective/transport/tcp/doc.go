@@ -70,9 +70,9 @@
 // How many lanes carry a direction's data frames is its sender's choice,
 // announced to the receiver with a FrameLanes frame on the first lane:
 // all of them when Config.Lanes sets the count; by default the sender
-// measures the rate of its first large frames over one lane, then two,
-// then four, and keeps the count past which the rate stopped rising by
-// a tenth (autolanes.go).
+// measures the rate the path delivers (bytes acknowledged) while it sends
+// its first large frames over one lane, then two, then four, and keeps the
+// count past which the rate stopped rising by a tenth (autolanes.go).
 //
 // # Waiting
 //
