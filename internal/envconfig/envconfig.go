@@ -66,8 +66,9 @@ const (
 	// EnvTCPLanes is how many TCP connections (lanes) each link between
 	// two workers has, 1 to 16 (tcp.Config.Lanes), as `gorovod run
 	// --lanes` says: large frames are striped over them. Every worker of a
-	// job must have the same. Default (unset or 0): the transport's choice,
-	// one lane between workers of one host and more between hosts.
+	// job must have the same. Default (unset or 0): automatic, one lane
+	// between workers of one host; between hosts four, of which each link
+	// uses as many as raise the rate it measures.
 	EnvTCPLanes = "GOROVOD_TCP_LANES"
 )
 

@@ -90,7 +90,7 @@ func TestLanesConnect(t *testing.T) {
 }
 
 // TestLanesRule: Config.Lanes when set; else one lane to a peer on this
-// host and two to a peer on another.
+// host and tcp.AutoLanes to a peer on another.
 func TestLanesRule(t *testing.T) {
 	for _, tc := range []struct {
 		configured int
@@ -98,7 +98,7 @@ func TestLanesRule(t *testing.T) {
 		want       int
 	}{
 		{0, true, 1},
-		{0, false, 2},
+		{0, false, tcp.AutoLanes},
 		{1, false, 1},
 		{4, true, 4},
 		{4, false, 4},
