@@ -54,7 +54,9 @@ type Config struct {
 	Tracer Tracer
 	// P2PBufferBytes bounds the bytes of point-to-point messages (Send)
 	// that arrived before their receive was posted and are kept until it
-	// is; a message over the bound fails the communicator.
+	// is; a message over the bound fails the communicator. Only messages
+	// of up to 16 KiB are ever kept, and at most 32 KiB of them per peer:
+	// others wait for their receive (rendezvous, p2p.go).
 	P2PBufferBytes int
 }
 

@@ -62,6 +62,10 @@
 // ranks, with a tag, on the same links, beside the collectives and outside
 // their order (p2p.go): whoever reads a link sorts the frames, and a
 // message's length is checked against its receive (*SizeMismatchError).
+// Messages over 16 KiB, and small ones beyond a 32 KiB window per peer, go
+// by rendezvous (ready-to-send, clear-to-send): messages never fill a link
+// before their receive is posted, so a collective started after a send is
+// never stuck behind it.
 //
 // Element types are float32, float64, float16, bfloat16, int32, int64 and uint8;
 // reduce ops sum, average, min, max and product, with Horovod's prescale and

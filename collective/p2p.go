@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 
@@ -20,14 +21,39 @@ import (
 // messages to that peer with that tag (from 1: a sequence space per (peer,
 // tag), apart from the collectives', whose frames have other Coll values), Count
 // is the message's length in bytes, announced by every frame, and Step the
-// frame's index. A sender sends one message to a peer at a time, so a
-// message's frames are consecutive among the p2p frames on a link; the
-// collectives' frames may come between them.
+// frame's index. A sender sends one message's frames to a peer at a time,
+// so a message's frames are consecutive among the p2p data frames on a
+// link; control frames (below) and the collectives' frames may come between
+// them. Flags says what a p2p frame is
+// (p2pFrameKind).
+//
+// Eager and rendezvous. A message of at most p2pEagerBytes goes at once
+// (eager) while the sender holds enough credit for it: the eager bytes
+// (frames with their headers) on a link that the receiver has not taken
+// off yet stay within p2pEagerWindow, which the links buffer
+// (transport.InlinePayload), so eager frames never hold a link's sending
+// side while the peer is not reading. The receiver gives credit back
+// (p2pCredit frames) as receives take eager messages (one kept for a
+// receive not posted yet holds its credit, so at most the window is kept
+// per peer). A larger message, or one the credit does not cover, would
+// fill the link, and a collective this rank starts next, whose first move
+// is a send to that peer, would wait behind it for a reader that, on the
+// peer, may be stuck the same way (both ranks isend, then all_reduce, then
+// irecv). So such a message goes by rendezvous: the sender sends a
+// ready-to-send frame (p2pRTS, no payload) and waits, without holding the
+// link; the receiver, once a receive with that tag is posted (or at once
+// if one is), answers with a clear-to-send (p2pCTS) naming the receive
+// buffer's length; only then do the data frames (p2pRendezvous) follow,
+// straight into the posted buffer: no copy, and nothing is kept for a
+// receive not yet posted but the announcement. A clear-to-send of another
+// length than the message refuses it: both sides drop it with a
+// *SizeMismatchError and go on.
 //
 // Receiving. Whoever reads a link takes the p2p frames off it: a collective
 // that finds one where it expects its own hands it over (receiveFrame) and
-// reads on; and a pump goroutine per peer with a receive posted reads the
-// link while no collective has claimed it. A collective claims a link when
+// reads on; and a pump goroutine per peer with a receive posted (or a
+// send waiting for its clear-to-send) reads the link while no collective
+// has claimed it. A collective claims a link when
 // it first reads it (claim: the pump stops after the frame it is reading)
 // and holds it until it ends; so during a collective the pumps go on
 // draining the links it has not read yet, and a peer whose collective
@@ -36,15 +62,18 @@ import (
 // reads a collective's frame keeps its header for the collective (pending)
 // and stops: the stream cannot be read past it until this rank runs that
 // collective. A message goes straight into the first posted receive with its
-// tag (in posting order); one that comes before its receive is kept
-// (bounded by Config.P2PBufferBytes) until one is posted.
+// tag (in posting order); an eager one that comes before its receive is
+// kept (bounded by Config.P2PBufferBytes) until one is posted, and a
+// rendezvous one is kept as its announcement only. A pump also reads while
+// a Send waits for its clear-to-send.
 //
 // Failures. A message whose length differs from the receive's buffer fails
-// that receive with a *SizeMismatchError and is dropped; the world goes on.
-// Everything else that goes wrong — the peer dies, stalls past the I/O
-// timeout, aborts, a frame out of sequence, a Send or Recv whose context ends
-// part-way — fails the communicator, as a failed collective does: the
-// streams may be out of step.
+// that receive with a *SizeMismatchError and is dropped (so does a refused
+// rendezvous message its Send); the world goes on. Everything else that goes
+// wrong — the peer dies, stalls past the I/O timeout, aborts, a frame out of
+// sequence, a Send or Recv whose context ends part-way (a Send waiting for
+// its clear-to-send included) — fails the communicator, as a failed
+// collective does: the streams may be out of step.
 
 // collP2P is the Coll value of point-to-point frames.
 const collP2P collKind = 64
@@ -52,17 +81,70 @@ const collP2P collKind = 64
 // DefaultP2PBufferBytes is Config.P2PBufferBytes' default.
 const DefaultP2PBufferBytes = 256 << 20
 
+// p2pEagerBytes is the largest message sent without waiting for the
+// receiver's clear-to-send: what every link buffers.
+const p2pEagerBytes = transport.InlinePayload
+
+// p2pEagerWindow bounds a sender's eager bytes, headers included, that its
+// peer has not taken off the link yet (its credit): a few inline frames'
+// worth, which every link buffers beside the collectives' own.
+const p2pEagerWindow = 2 * transport.InlinePayload
+
+// eagerCost is what an eager message of n bytes in frames of at most chunk
+// bytes takes of the window.
+func eagerCost(n, chunk int) int {
+	frames := max(1, (n+chunk-1)/chunk)
+	return n + frames*transport.HeaderSize
+}
+
+// p2pFrameKind is a p2p frame's Flags: what the frame is.
+type p2pFrameKind uint8
+
+const (
+	p2pEager      p2pFrameKind = 0 // a data frame of an eager message
+	p2pRTS        p2pFrameKind = 1 // ready-to-send: a message of Count bytes waits
+	p2pCTS        p2pFrameKind = 2 // clear-to-send: the receive buffer has Count bytes
+	p2pRendezvous p2pFrameKind = 3 // a data frame of a cleared message
+	p2pCredit     p2pFrameKind = 4 // Count eager bytes were taken off the link
+)
+
+// checkP2PFrame checks what a p2p frame's header says by itself: a known
+// kind, and no payload on the control frames (which are one frame each).
+// What it says against the link's state (receiveFrame) comes after.
+func checkP2PFrame(h *transport.Header) (p2pFrameKind, error) {
+	k := p2pFrameKind(h.Flags)
+	switch k {
+	case p2pEager, p2pRendezvous:
+		if uint64(h.Length) > h.Count {
+			return k, fmt.Errorf("a frame of %d bytes in a %d-byte message", h.Length, h.Count)
+		}
+	case p2pRTS, p2pCTS, p2pCredit:
+		if h.Step != 0 || h.Length != 0 {
+			return k, fmt.Errorf("a control frame (kind %d) with step %d and %d payload bytes", k, h.Step, h.Length)
+		}
+	default:
+		return k, fmt.Errorf("unknown frame kind %d", k)
+	}
+	return k, nil
+}
+
 // SizeMismatchError is a Recv's error when the message that matched it (the
-// peer's next message with its tag) is not as long as the receive buffer.
-// The message is dropped and the communicator goes on.
+// peer's next message with its tag) is not as long as the receive buffer,
+// and a Send's when the peer's receive refused a message sent by rendezvous
+// for that reason. The message is dropped and the communicator goes on.
 type SizeMismatchError struct {
-	Peer      int    // the sender's rank
+	Peer      int    // the other rank: the sender's for a Recv, the receiver's for a Send
 	Tag       uint64 // the message's tag
 	Sent      uint64 // the message's length in bytes
 	Receiving int    // the receive buffer's length in bytes
+	// Refused: the error of a Send, whose receiver refused the message.
+	Refused bool
 }
 
 func (e *SizeMismatchError) Error() string {
+	if e.Refused {
+		return fmt.Sprintf("collective: rank %d refused the message of %d bytes with tag %d: its receive buffer is %d bytes", e.Peer, e.Sent, e.Tag, e.Receiving)
+	}
 	return fmt.Sprintf("collective: the message with tag %d from rank %d is %d bytes, the receive buffer %d", e.Tag, e.Peer, e.Sent, e.Receiving)
 }
 
@@ -85,15 +167,49 @@ type p2pMsg struct {
 	recv *p2pRecv // the receive it goes into; nil when kept or dropped
 	next uint32   // the next frame's Step
 	got  uint64   // bytes received so far
+	// rendezvous: announced by a ready-to-send; its frames come only
+	// after this rank's clear-to-send. Kept, it holds no bytes.
+	rendezvous bool
+}
+
+// p2pKey names a message: its tag and its number among the sender's
+// messages to the receiver with that tag.
+type p2pKey struct{ tag, seq uint64 }
+
+// p2pClear is a Send waiting for the peer's clear-to-send.
+type p2pClear struct {
+	tag, seq uint64
+	done     chan struct{} // closed by the clear-to-send or a failure
+	// receiving is the receive buffer's length the clear-to-send named;
+	// err the communicator's failure, when that came first.
+	receiving uint64
+	err       error
 }
 
 // p2pPeer is one peer's point-to-point state (p2pState.mu).
 type p2pPeer struct {
-	posted  []*p2pRecv        // unmatched receives, in posting order
-	kept    []*p2pMsg         // complete messages no receive took yet
-	current *p2pMsg           // the message whose frames are arriving
-	recvSeq map[uint64]uint64 // per tag: the last message's Seq
-	sendSeq map[uint64]uint64 // per tag: the last Seq sent
+	posted []*p2pRecv // unmatched receives, in posting order
+	// kept: complete eager messages and announced rendezvous ones no
+	// receive took yet, in arrival order.
+	kept    []*p2pMsg
+	current *p2pMsg // the message whose frames are arriving
+	// cleared are the rendezvous messages this rank sent a clear-to-send
+	// for, with their receives, until a message's first frame makes it
+	// current.
+	cleared map[p2pKey]*p2pMsg
+	// awaiting are this rank's Sends waiting for the peer's
+	// clear-to-send.
+	awaiting map[p2pKey]*p2pClear
+	// controls counts the control frames (clear-to-send, credit) being
+	// sent to the peer.
+	controls int
+	// credit is what this rank may still send eagerly to the peer
+	// (p2pEagerWindow less the eager bytes the peer has not given back);
+	// owed is what this rank took off the link from the peer and has not
+	// given back yet.
+	credit, owed int
+	recvSeq      map[uint64]uint64 // per tag: the last message's Seq
+	sendSeq      map[uint64]uint64 // per tag: the last Seq sent
 	// sending is held (a one-slot semaphore) by the Send that has the
 	// link: a message's frames go out together.
 	sending chan struct{}
@@ -129,6 +245,9 @@ func newP2PState(n, limit int, fail func(error)) *p2pState {
 		p.peers[i].recvSeq = map[uint64]uint64{}
 		p.peers[i].sendSeq = map[uint64]uint64{}
 		p.peers[i].sending = make(chan struct{}, 1)
+		p.peers[i].credit = p2pEagerWindow
+		p.peers[i].cleared = map[p2pKey]*p2pMsg{}
+		p.peers[i].awaiting = map[p2pKey]*p2pClear{}
 	}
 	return p
 }
@@ -162,6 +281,17 @@ func (p *p2pState) stop(err error) {
 			m.recv.finish(p.err)
 			m.recv = nil
 		}
+		for _, m := range pp.cleared {
+			if m.recv != nil {
+				m.recv.finish(p.err)
+				m.recv = nil
+			}
+		}
+		for k, w := range pp.awaiting {
+			w.err = p.err
+			close(w.done)
+			delete(pp.awaiting, k)
+		}
 	}
 	p.cond.Broadcast()
 }
@@ -180,7 +310,7 @@ func (p *p2pState) halt(err error) []bool {
 	for i := range p.peers {
 		pp := &p.peers[i]
 		busy[i] = pp.pumping || pp.readDone != nil || pp.current != nil || len(pp.kept) > 0 ||
-			pp.hasPending || len(pp.sending) > 0
+			pp.hasPending || len(pp.sending) > 0 || len(pp.cleared) > 0 || len(pp.awaiting) > 0 || pp.controls > 0
 	}
 	return busy
 }
@@ -229,48 +359,83 @@ func isP2P(h *transport.Header) bool {
 // time reads a link, so the message's state is that goroutine's while it
 // reads; the lock guards the lists others post to.
 func (p *p2pState) receiveFrame(ctx context.Context, l transport.Link, peer int, h *transport.Header) error {
+	kind, err := checkP2PFrame(h)
+	if err != nil {
+		return p.protocolError(peer, h, "%v", err)
+	}
 	p.mu.Lock()
 	pp := &p.peers[peer]
+	switch kind {
+	case p2pCTS:
+		defer p.mu.Unlock()
+		return p.receiveClear(peer, h)
+	case p2pRTS:
+		defer p.mu.Unlock()
+		return p.receiveAnnouncement(l, peer, h)
+	case p2pCredit:
+		defer p.mu.Unlock()
+		if h.Count > uint64(p2pEagerWindow-pp.credit) {
+			return p.protocolError(peer, h, "%d bytes of credit given back where %d were taken", h.Count, p2pEagerWindow-pp.credit)
+		}
+		pp.credit += int(h.Count)
+		return nil
+	}
 	m := pp.current
 	if m == nil {
 		if h.Step != 0 {
 			p.mu.Unlock()
 			return p.protocolError(peer, h, "a message's frame %d came before its frame 0", h.Step)
 		}
-		if want := pp.recvSeq[h.Tag] + 1; h.Seq != want {
-			p.mu.Unlock()
-			return p.protocolError(peer, h, "message %d with tag %d came where message %d was due", h.Seq, h.Tag, want)
-		}
-		m = &p2pMsg{tag: h.Tag, seq: h.Seq, size: h.Count}
-		if i := slices.IndexFunc(pp.posted, func(r *p2pRecv) bool { return r.tag == h.Tag }); i >= 0 {
-			r := pp.posted[i]
-			pp.posted = slices.Delete(pp.posted, i, i+1)
-			if uint64(len(r.buf)) == h.Count {
-				m.into, m.recv = r.buf, r
-			} else {
-				r.finish(&SizeMismatchError{Peer: peer, Tag: h.Tag, Sent: h.Count, Receiving: len(r.buf)})
+		if kind == p2pRendezvous {
+			key := p2pKey{h.Tag, h.Seq}
+			m = pp.cleared[key]
+			if m == nil || m.size != h.Count {
+				p.mu.Unlock()
+				return p.protocolError(peer, h, "message %d with tag %d came by rendezvous without this rank's clear-to-send", h.Seq, h.Tag)
+			}
+			delete(pp.cleared, key)
+			if m.recv == nil {
+				// stop failed its receive; the failure reaches the
+				// reader through p.err below.
+				m.into = nil
 			}
 		} else {
-			if h.Count > uint64(p.limit-p.keptBytes) {
+			if want := pp.recvSeq[h.Tag] + 1; h.Seq != want {
 				p.mu.Unlock()
-				return fmt.Errorf("collective: rank %d sent a message of %d bytes with tag %d before this rank posted its receive, and %d bytes of such messages are kept already (Config.P2PBufferBytes %d)", peer, h.Count, h.Tag, p.keptBytes, p.limit)
+				return p.protocolError(peer, h, "message %d with tag %d came where message %d was due", h.Seq, h.Tag, want)
 			}
-			p.keptBytes += int(h.Count)
-			m.into = make([]byte, h.Count)
+			m = &p2pMsg{tag: h.Tag, seq: h.Seq, size: h.Count}
+			if i := slices.IndexFunc(pp.posted, func(r *p2pRecv) bool { return r.tag == h.Tag }); i >= 0 {
+				r := pp.posted[i]
+				pp.posted = slices.Delete(pp.posted, i, i+1)
+				if uint64(len(r.buf)) == h.Count {
+					m.into, m.recv = r.buf, r
+				} else {
+					r.finish(&SizeMismatchError{Peer: peer, Tag: h.Tag, Sent: h.Count, Receiving: len(r.buf)})
+				}
+			} else {
+				if h.Count > uint64(p.limit-p.keptBytes) {
+					p.mu.Unlock()
+					return fmt.Errorf("collective: rank %d sent a message of %d bytes with tag %d before this rank posted its receive, and %d bytes of such messages are kept already (Config.P2PBufferBytes %d)", peer, h.Count, h.Tag, p.keptBytes, p.limit)
+				}
+				p.keptBytes += int(h.Count)
+				m.into = make([]byte, h.Count)
+			}
+			pp.recvSeq[h.Tag] = h.Seq
 		}
-		pp.recvSeq[h.Tag] = h.Seq
 		pp.current = m
 	}
 	p.mu.Unlock()
 	switch {
 	case h.Tag != m.tag || h.Seq != m.seq:
 		return p.protocolError(peer, h, "a frame of message %d with tag %d came inside message %d with tag %d", h.Seq, h.Tag, m.seq, m.tag)
+	case (kind == p2pRendezvous) != m.rendezvous:
+		return p.protocolError(peer, h, "a frame of kind %d came inside message %d with tag %d", kind, m.seq, m.tag)
 	case h.Step != m.next || h.Count != m.size:
 		return p.protocolError(peer, h, "frame %d of a %d-byte message came where frame %d of a %d-byte message was due", h.Step, h.Count, m.next, m.size)
 	case uint64(h.Length) > m.size-m.got || (h.Length == 0 && m.size > 0):
 		return p.protocolError(peer, h, "a frame of %d bytes at byte %d of a %d-byte message", h.Length, m.got, m.size)
 	}
-	var err error
 	if m.into != nil {
 		err = l.RecvPayload(ctx, m.into[m.got:m.got+uint64(h.Length)])
 	} else {
@@ -290,6 +455,9 @@ func (p *p2pState) receiveFrame(ctx context.Context, l transport.Link, peer int,
 	if p.err != nil {
 		return p.err // stop failed its receive already
 	}
+	if !m.rendezvous && (m.recv != nil || m.into == nil) {
+		p.consumed(l, peer, m) // received, or dropped (size mismatch)
+	}
 	switch {
 	case m.recv != nil:
 		m.recv.finish(nil)
@@ -298,7 +466,7 @@ func (p *p2pState) receiveFrame(ctx context.Context, l transport.Link, peer int,
 		if i := slices.IndexFunc(pp.posted, func(r *p2pRecv) bool { return r.tag == m.tag }); i >= 0 {
 			r := pp.posted[i]
 			pp.posted = slices.Delete(pp.posted, i, i+1)
-			p.deliverKept(peer, m, r)
+			p.deliverKept(l, peer, m, r)
 		} else {
 			pp.kept = append(pp.kept, m)
 		}
@@ -307,8 +475,100 @@ func (p *p2pState) receiveFrame(ctx context.Context, l transport.Link, peer int,
 	return nil
 }
 
-// deliverKept hands kept message m to receive r (under mu).
-func (p *p2pState) deliverKept(peer int, m *p2pMsg, r *p2pRecv) {
+// receiveClear takes the peer's clear-to-send for this rank's waiting Send
+// (under mu).
+func (p *p2pState) receiveClear(peer int, h *transport.Header) error {
+	pp := &p.peers[peer]
+	key := p2pKey{h.Tag, h.Seq}
+	w := pp.awaiting[key]
+	if w == nil {
+		return p.protocolError(peer, h, "a clear-to-send for message %d with tag %d, which this rank is not sending", h.Seq, h.Tag)
+	}
+	delete(pp.awaiting, key)
+	w.receiving = h.Count
+	close(w.done)
+	p.cond.Broadcast()
+	return nil
+}
+
+// receiveAnnouncement takes the peer's ready-to-send (under mu): the first
+// posted receive with its tag clears it, or it is kept until one is posted
+// (Recv). A kept announcement counts HeaderSize bytes against
+// Config.P2PBufferBytes, so a peer announcing without end is bounded.
+func (p *p2pState) receiveAnnouncement(l transport.Link, peer int, h *transport.Header) error {
+	pp := &p.peers[peer]
+	if pp.current != nil {
+		return p.protocolError(peer, h, "message %d with tag %d announced inside message %d with tag %d", h.Seq, h.Tag, pp.current.seq, pp.current.tag)
+	}
+	if want := pp.recvSeq[h.Tag] + 1; h.Seq != want {
+		return p.protocolError(peer, h, "message %d with tag %d came where message %d was due", h.Seq, h.Tag, want)
+	}
+	pp.recvSeq[h.Tag] = h.Seq
+	m := &p2pMsg{tag: h.Tag, seq: h.Seq, size: h.Count, rendezvous: true}
+	if i := slices.IndexFunc(pp.posted, func(r *p2pRecv) bool { return r.tag == h.Tag }); i >= 0 {
+		r := pp.posted[i]
+		pp.posted = slices.Delete(pp.posted, i, i+1)
+		p.clear(l, peer, m, r)
+		return nil
+	}
+	if transport.HeaderSize > p.limit-p.keptBytes {
+		return fmt.Errorf("collective: rank %d announced a message of %d bytes with tag %d before this rank posted its receive, and %d bytes of such messages and announcements are kept already (Config.P2PBufferBytes %d)", peer, h.Count, h.Tag, p.keptBytes, p.limit)
+	}
+	p.keptBytes += transport.HeaderSize
+	pp.kept = append(pp.kept, m)
+	return nil
+}
+
+// clear answers announced message m with receive r (under mu): with a
+// clear-to-send when r's buffer fits, and with a refusal (its length) that
+// fails r when it does not.
+func (p *p2pState) clear(l transport.Link, peer int, m *p2pMsg, r *p2pRecv) {
+	pp := &p.peers[peer]
+	if uint64(len(r.buf)) == m.size {
+		m.into, m.recv = r.buf, r
+		pp.cleared[p2pKey{m.tag, m.seq}] = m
+	} else {
+		r.finish(&SizeMismatchError{Peer: peer, Tag: m.tag, Sent: m.size, Receiving: len(r.buf)})
+	}
+	p.sendControl(l, peer, transport.Header{Kind: transport.FrameData, Coll: uint8(collP2P), Flags: uint8(p2pCTS), Tag: m.tag, Seq: m.seq, Count: uint64(len(r.buf))}, fmt.Sprintf("clear-to-send for message %d with tag %d", m.seq, m.tag))
+}
+
+// sendControl sends control frame h to peer from a goroutine of its own
+// (under mu): the caller may be the reader a collective needs, and the
+// link's sending side may be busy with frames the peer reads only later.
+func (p *p2pState) sendControl(l transport.Link, peer int, h transport.Header, what string) {
+	pp := &p.peers[peer]
+	pp.controls++
+	go func() {
+		// The link's I/O timeout bounds the send.
+		err := l.Send(context.Background(), &h, nil)
+		p.mu.Lock()
+		pp.controls--
+		p.mu.Unlock()
+		if err != nil {
+			p.fail(fmt.Errorf("collective: sending the %s to rank %d: %w", what, peer, err))
+		}
+	}()
+}
+
+// consumed gives the window an eager message took back to its sender
+// (under mu) once a receive took it (or refused it): a message kept for a
+// receive not posted yet holds its share, so a sender whose messages are not
+// received goes on by rendezvous, and the bytes kept per peer stay within
+// the window. Credit goes back half a window at a time, so small messages
+// do not each cost a frame.
+func (p *p2pState) consumed(l transport.Link, peer int, m *p2pMsg) {
+	pp := &p.peers[peer]
+	pp.owed += int(m.size) + int(m.next)*transport.HeaderSize
+	if pp.owed >= p2pEagerWindow/2 {
+		p.sendControl(l, peer, transport.Header{Kind: transport.FrameData, Coll: uint8(collP2P), Flags: uint8(p2pCredit), Count: uint64(pp.owed)}, "credit")
+		pp.owed = 0
+	}
+}
+
+// deliverKept hands kept eager message m to receive r (under mu).
+func (p *p2pState) deliverKept(l transport.Link, peer int, m *p2pMsg, r *p2pRecv) {
+	p.consumed(l, peer, m)
 	p.keptBytes -= int(m.size)
 	if uint64(len(r.buf)) != m.size {
 		r.finish(&SizeMismatchError{Peer: peer, Tag: m.tag, Sent: m.size, Receiving: len(r.buf)})
@@ -322,15 +582,18 @@ func (p *p2pState) protocolError(peer int, h *transport.Header, format string, a
 	return &transport.FrameError{Peer: peer, Reason: "point-to-point: " + fmt.Sprintf(format, args...)}
 }
 
-// pump reads peer's link while receives from it are posted and no
-// collective holds the links (see the package comment above).
+// pump reads peer's link while receives from it are posted, a message
+// from it is on its way in, or a Send to it waits for its clear-to-send,
+// and no collective holds the links (see the package comment above).
 func (p *p2pState) pump(l transport.Link, peer int) {
 	p.mu.Lock()
 	pp := &p.peers[peer]
 	for {
-		// A message part-way in keeps the pump reading: the receive it
-		// goes to is no longer among the posted ones.
-		wanted := func() bool { return len(pp.posted) > 0 || pp.current != nil }
+		// A message part-way in or cleared keeps the pump reading: the
+		// receive it goes to is no longer among the posted ones.
+		wanted := func() bool {
+			return len(pp.posted) > 0 || pp.current != nil || len(pp.cleared) > 0 || len(pp.awaiting) > 0
+		}
 		for p.err == nil && wanted() && (pp.claimed || pp.hasPending) {
 			p.cond.Wait()
 		}
@@ -356,8 +619,9 @@ func (p *p2pState) pump(l transport.Link, peer int) {
 }
 
 // pumpFrame reads one frame from peer's link for the pump. The read waits
-// as long as the link lets it (its I/O timeout): a receive is posted, and
-// the frames on the link are what it waits for.
+// as long as the link lets it (its I/O timeout): a receive is posted or a
+// Send waits for its clear-to-send, and the frames on the link are what it
+// waits for.
 func (p *p2pState) pumpFrame(l transport.Link, peer int) error {
 	ctx := context.Background()
 	var h transport.Header
@@ -383,34 +647,88 @@ func (p *p2pState) pumpFrame(l transport.Link, peer int) error {
 // Send sends payload to rank peer as one message with tag; the peer takes
 // it with a Recv from this rank with the same tag and a buffer of the same
 // length. Messages to one peer with one tag are received in the order they
-// were sent. It returns once the last frame is handed to the link (which
-// buffers a little, transport.InlinePayload, and otherwise waits for the
-// peer to read). Sends to one peer go one at a time; sends to different
-// peers, receives and collectives may run meanwhile from other goroutines.
+// were sent. A message of at most p2pEagerBytes (16 KiB) goes at once, as
+// long as the peer keeps taking such messages off the link (see the
+// package comment above), and Send returns once its frames are handed to
+// the link; a larger one, or a small one beyond that, waits until the peer
+// has posted its receive (see the package comment above) and
+// then goes straight into the receive's buffer, so Send returns once the
+// last frame is handed over. A posted receive of another length refuses
+// a large message: Send returns a *SizeMismatchError (the message is not
+// delivered) and the communicator goes on. Sends may run from several
+// goroutines at once (with one tag, they are numbered in the order they
+// start), beside receives and collectives; a large message waiting for its
+// receive does not hold up the others to that peer.
 //
 // Send runs only on a communicator that owns its links (not a Subset). A
-// failure — the peer dead or silent past the I/O timeout, ctx ended part-way —
-// fails the communicator, as a failed collective does.
+// failure — the peer dead or silent past the I/O timeout, ctx ended part-way
+// or while waiting for the peer's receive — fails the communicator, as a
+// failed collective does.
 func (c *Communicator) Send(ctx context.Context, peer int, tag uint64, payload []byte) error {
 	if err := c.p2pCheck("send to", peer); err != nil {
 		return err
 	}
+	p := c.p2p
+	pp := &p.peers[peer]
+	if err := c.takeSending(ctx, peer); err != nil {
+		return err
+	}
+	chunk := c.cfg.ChunkBytes
+	p.mu.Lock()
+	pp.sendSeq[tag]++
+	seq := pp.sendSeq[tag]
+	kind := p2pRendezvous
+	if cost := eagerCost(len(payload), chunk); len(payload) <= p2pEagerBytes && cost <= pp.credit {
+		kind = p2pEager
+		pp.credit -= cost
+	}
+	p.mu.Unlock()
+	if kind == p2pEager {
+		defer func() { <-pp.sending }()
+		return c.sendFrames(ctx, peer, kind, tag, seq, payload)
+	}
+	w, err := c.announce(ctx, peer, tag, seq, len(payload))
+	<-pp.sending // other messages to the peer go while this one waits
+	if err != nil {
+		return err
+	}
+	if err := c.awaitClear(ctx, peer, w, len(payload)); err != nil {
+		return err
+	}
+	// The peer waits for the frames now: a failure from here on leaves
+	// it waiting, so it fails the communicator.
+	select {
+	case pp.sending <- struct{}{}:
+	case <-ctx.Done():
+		err := fmt.Errorf("collective: sending %d bytes with tag %d to rank %d: %w", len(payload), tag, peer, ctx.Err())
+		c.p2pFail(err)
+		return err
+	}
+	defer func() { <-pp.sending }()
+	return c.sendFrames(ctx, peer, kind, tag, seq, payload)
+}
+
+// takeSending takes the link to peer for this Send's frames: a message's
+// frames go out together.
+func (c *Communicator) takeSending(ctx context.Context, peer int) error {
 	pp := &c.p2p.peers[peer]
 	select {
 	case pp.sending <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-pp.sending }()
 	if err := c.Err(); err != nil {
+		<-pp.sending
 		return err
 	}
-	c.p2p.mu.Lock()
-	pp.sendSeq[tag]++
-	seq := pp.sendSeq[tag]
-	c.p2p.mu.Unlock()
+	return nil
+}
+
+// sendFrames sends message seq with tag, of kind p2pEager or
+// p2pRendezvous, to peer (holding its link, takeSending).
+func (c *Communicator) sendFrames(ctx context.Context, peer int, kind p2pFrameKind, tag, seq uint64, payload []byte) error {
 	chunk := c.cfg.ChunkBytes
-	h := transport.Header{Kind: transport.FrameData, Coll: uint8(collP2P), Seq: seq, Count: uint64(len(payload)), Tag: tag}
+	h := transport.Header{Kind: transport.FrameData, Coll: uint8(collP2P), Flags: uint8(kind), Seq: seq, Count: uint64(len(payload)), Tag: tag}
 	for step, off := 0, 0; step == 0 || off < len(payload); step++ {
 		end := min(off+chunk, len(payload))
 		h.Step, h.Length = uint32(step), uint32(end-off)
@@ -421,6 +739,54 @@ func (c *Communicator) Send(ctx context.Context, peer int, tag uint64, payload [
 			return err
 		}
 		off = end
+	}
+	return nil
+}
+
+// announce sends message seq with tag's ready-to-send (size bytes) to peer
+// (holding its link, takeSending) and returns what its clear-to-send will
+// fill in. The pump reads the link from now on (or the running collective
+// does), so a collective of this rank's is never stuck behind the message.
+func (c *Communicator) announce(ctx context.Context, peer int, tag, seq uint64, size int) (*p2pClear, error) {
+	p := c.p2p
+	pp := &p.peers[peer]
+	w := &p2pClear{tag: tag, seq: seq, done: make(chan struct{})}
+	p.mu.Lock()
+	if p.err != nil {
+		err := p.err
+		p.mu.Unlock()
+		return nil, err
+	}
+	pp.awaiting[p2pKey{tag, seq}] = w
+	if !pp.pumping {
+		pp.pumping = true
+		go p.pump(c.links[peer], peer)
+	}
+	p.mu.Unlock()
+	h := transport.Header{Kind: transport.FrameData, Coll: uint8(collP2P), Flags: uint8(p2pRTS), Seq: seq, Count: uint64(size), Tag: tag}
+	if err := c.links[peer].Send(ctx, &h, nil); err != nil {
+		err = fmt.Errorf("collective: announcing %d bytes with tag %d to rank %d: %w", size, tag, peer, err)
+		c.p2pFail(err)
+		return nil, err
+	}
+	return w, nil
+}
+
+// awaitClear waits for the clear-to-send w stands for. A refusal is a
+// *SizeMismatchError.
+func (c *Communicator) awaitClear(ctx context.Context, peer int, w *p2pClear, size int) error {
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		err := &transport.PeerError{Rank: peer, Op: fmt.Sprintf("send: waiting for rank %d to post the receive of %d bytes with tag %d", peer, size, w.tag), Err: ctx.Err()}
+		c.p2pFail(err)
+		return err
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if w.receiving != uint64(size) {
+		return &SizeMismatchError{Peer: peer, Tag: w.tag, Sent: uint64(size), Receiving: int(min(w.receiving, math.MaxInt)), Refused: true}
 	}
 	return nil
 }
@@ -449,14 +815,10 @@ func (c *Communicator) Recv(ctx context.Context, peer int, tag uint64, buf []byt
 		return err
 	}
 	pp := &p.peers[peer]
-	if i := slices.IndexFunc(pp.kept, func(m *p2pMsg) bool { return m.tag == tag }); i >= 0 {
-		m := pp.kept[i]
-		pp.kept = slices.Delete(pp.kept, i, i+1)
-		p.deliverKept(peer, m, r)
+	if p.post(c.links[peer], peer, r) {
 		p.mu.Unlock()
 		return r.err
 	}
-	pp.posted = append(pp.posted, r)
 	if !pp.pumping {
 		pp.pumping = true
 		go p.pump(c.links[peer], peer)
@@ -474,6 +836,29 @@ func (c *Communicator) Recv(ctx context.Context, peer int, tag uint64, buf []byt
 		return nil // it came meanwhile
 	}
 	return err
+}
+
+// post matches receive r from peer with the first kept message with its
+// tag, or else posts it (under mu), and reports whether r is finished
+// already: a kept eager message delivered, or one of another length. A
+// kept announcement is cleared, its frames to come into r's buffer.
+func (p *p2pState) post(l transport.Link, peer int, r *p2pRecv) bool {
+	pp := &p.peers[peer]
+	i := slices.IndexFunc(pp.kept, func(m *p2pMsg) bool { return m.tag == r.tag })
+	if i < 0 {
+		pp.posted = append(pp.posted, r)
+		return false
+	}
+	m := pp.kept[i]
+	pp.kept = slices.Delete(pp.kept, i, i+1)
+	if !m.rendezvous {
+		p.deliverKept(l, peer, m, r)
+		return true
+	}
+	p.keptBytes -= transport.HeaderSize
+	p.clear(l, peer, m, r)
+	_, cleared := pp.cleared[p2pKey{m.tag, m.seq}]
+	return !cleared
 }
 
 // p2pCheck refuses a point-to-point call that cannot run.

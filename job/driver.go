@@ -29,6 +29,10 @@ type Driver interface {
 	// SetMinWorkers changes the fewest members a world may have from now
 	// on (the driver starts with driver.Config.MinWorkers).
 	SetMinWorkers(n int)
+	// SetFirstWorld changes the voters of the job's first world (the
+	// driver starts with driver.Config.FirstWorld): its first workers less
+	// those that exited before any world formed.
+	SetFirstWorld(n int)
 	// Workers lists the workers alive in the driver's view.
 	Workers() []driver.WorkerInfo
 	Close() error

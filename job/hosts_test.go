@@ -102,6 +102,7 @@ func (d *fakeDriver) Unfinished() []string      { return d.unfinished }
 func (d *fakeDriver) Remove(string)             {}
 func (d *fakeDriver) Exited(string)             {}
 func (d *fakeDriver) SetMinWorkers(int)         {}
+func (d *fakeDriver) SetFirstWorld(int)         {}
 func (d *fakeDriver) Close() error              { return nil }
 func (d *fakeDriver) Workers() []driver.WorkerInfo {
 	return []driver.WorkerInfo{{Name: "w0", Launch: d.launch}, {Name: "w1", Launch: "1"}}

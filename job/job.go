@@ -127,7 +127,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
 	dcfg := driver.Config{
-		JobID: cfg.JobID, Secret: cfg.Secret, MinWorkers: cfg.Workers, Membership: cfg.Gossip, // start.go
+		JobID: cfg.JobID, Secret: cfg.Secret, MinWorkers: cfg.Workers, FirstWorld: cfg.Workers, Membership: cfg.Gossip, // start.go
 		Logger: cfg.Logger, OnEpoch: j.onEpoch, OnStats: j.onStats, OnStall: j.onStall,
 	}
 	if cfg.Adopt != nil {
@@ -168,12 +168,15 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return fail(fmt.Errorf("job: no host list from the discovery: %w", startCtx.Err()))
 	}
 
-	// The job's minimum goes to every worker: one that takes over proposing
-	// (the driver out of its view for a while) must not form a smaller world.
+	// The job's minimum and its size go to every worker: one that takes
+	// over proposing (the driver out of its view for a while) must not form
+	// a smaller world, nor a first world without a majority of the first
+	// workers (the others may be forming one with the driver).
 	if cfg.Adopt != nil {
 		j.env = slices.Clone(cfg.Adopt.Env)
 	} else {
-		j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()}, MinWorkers: cfg.MinWorkers}.Environ()
+		j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()},
+			MinWorkers: cfg.MinWorkers, FirstWorld: cfg.Workers}.Environ()
 		j.env = append(j.env, cfg.observabilityEnv()...)
 		if cfg.OutputDir != "" {
 			// For a runner that adopts the job if this one dies.
@@ -237,7 +240,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		j.events.emit(WorkerStarted{At: now(), Worker: w, Initial: true})
 	}
 	engineCtx := j.run(ctx)
-	go j.start.run(engineCtx, launched, j.driver.SetMinWorkers) // start.go
+	go j.start.run(engineCtx, launched, j.driver.SetMinWorkers, j.driver.SetFirstWorld) // start.go
 	return j, nil
 }
 

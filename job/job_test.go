@@ -298,9 +298,12 @@ func TestHandStartedWorkerJoins(t *testing.T) {
 	if err != nil {
 		t.Fatalf("job file: %v", err)
 	}
-	// A worker started by hand learns the job's minimum too.
-	if want := envconfig.EnvMinWorkers + "=1"; !slices.Contains(j.Environ(), want) || !strings.Contains(string(jobFile), want) {
-		t.Fatalf("the job's environment %q and file %q lack %s", j.Environ(), jobFile, want)
+	// A worker started by hand learns the job's minimum and its size too
+	// (the voters of the first world, should it take over proposing).
+	for _, want := range []string{envconfig.EnvMinWorkers + "=1", envconfig.EnvFirstWorld + "=1"} {
+		if !slices.Contains(j.Environ(), want) || !strings.Contains(string(jobFile), want) {
+			t.Fatalf("the job's environment %q and file %q lack %s", j.Environ(), jobFile, want)
+		}
 	}
 	r.waitFor(t, "a world of 1", worldOf(1))
 	hand := exec.Command(os.Args[0])

@@ -36,17 +36,21 @@ func newFirstWorld(cfg Config, r *roster) *firstWorld {
 // workers' launch (the first world then forms with those that came, and
 // formedWith says so); before that, it lowers it to the first workers still
 // running when some exit before they joined (there is no point waiting for
-// them).
-func (f *firstWorld) run(ctx context.Context, launched time.Time, setMin func(int)) {
+// them). Those exits also lower the voters of the first world (setFirst):
+// the driver forms it only with at least half of the first workers not
+// known to be gone (epoch.CheckFirstQuorum), after the start timeout too,
+// as the others may be alive behind a partition, forming one of their own.
+func (f *firstWorld) run(ctx context.Context, launched time.Time, setMin, setFirst func(int)) {
 	timeout := time.NewTimer(time.Until(launched.Add(f.timeout)))
 	defer timeout.Stop()
-	need := f.workers
+	need, firstVoters := f.workers, f.workers
 	lower := func(n int) {
 		if n < need {
 			need = n
 			setMin(n)
 		}
 	}
+	timeoutC := timeout.C
 	for {
 		select {
 		case <-ctx.Done():
@@ -54,12 +58,19 @@ func (f *firstWorld) run(ctx context.Context, launched time.Time, setMin func(in
 		case <-f.formed:
 			lower(f.minWorkers)
 			return
-		case <-timeout.C:
+		case <-timeoutC:
 			f.timedOut.Store(true)
 			lower(f.minWorkers)
-			return
+			// Until the first world forms, first workers that exit still
+			// lower its voters.
+			timeoutC = nil
 		case <-f.poke:
-			lower(max(f.minWorkers, f.workers-f.roster.firstGone(f.workers)))
+			gone := f.roster.firstGone(f.workers)
+			if voters := f.workers - gone; voters < firstVoters {
+				firstVoters = voters
+				setFirst(voters)
+			}
+			lower(max(f.minWorkers, f.workers-gone))
 		}
 	}
 }

@@ -13,17 +13,19 @@ import (
 
 // TestWorkerConfigFromEnvMinWorkers: the job's minimum a launcher hands its
 // workers (GOROVOD_MIN_WORKERS) becomes WorkerConfig.MinWorkers, what the
-// worker requires of a world should it take over proposing; unset, it is 1;
-// a bad value is an error naming the variable.
+// worker requires of a world should it take over proposing; unset, it is 1.
+// The job's first workers (GOROVOD_NP) become WorkerConfig.FirstWorld;
+// unset, 0 (not known). A bad value is an error.
 func TestWorkerConfigFromEnvMinWorkers(t *testing.T) {
 	for _, tc := range []struct {
 		val     string
 		want    int
+		wantNP  int // GOROVOD_NP set to val as well
 		wantErr bool
 	}{
-		{val: "", want: 1},
-		{val: "1", want: 1},
-		{val: "4", want: 4},
+		{val: "", want: 1, wantNP: 0},
+		{val: "1", want: 1, wantNP: 1},
+		{val: "4", want: 4, wantNP: 4},
 		{val: "0", wantErr: true},
 		{val: "-1", wantErr: true},
 		{val: "four", wantErr: true},
@@ -33,12 +35,15 @@ func TestWorkerConfigFromEnvMinWorkers(t *testing.T) {
 			t.Setenv(envconfig.EnvSecret, "00112233445566778899aabbccddeeff")
 			t.Setenv(envconfig.EnvSeeds, "127.0.0.1:1")
 			t.Setenv(envconfig.EnvMinWorkers, tc.val)
+			t.Setenv(envconfig.EnvFirstWorld, tc.val)
 			cfg, err := WorkerConfigFromEnv()
 			switch {
 			case tc.wantErr && (err == nil || !strings.Contains(err.Error(), envconfig.EnvMinWorkers)):
 				t.Fatalf("got MinWorkers %d, %v; want an error naming %s", cfg.MinWorkers, err, envconfig.EnvMinWorkers)
 			case !tc.wantErr && (err != nil || cfg.MinWorkers != tc.want):
 				t.Fatalf("got MinWorkers %d, %v; want %d", cfg.MinWorkers, err, tc.want)
+			case !tc.wantErr && cfg.FirstWorld != tc.wantNP:
+				t.Fatalf("got FirstWorld %d; want %d", cfg.FirstWorld, tc.wantNP)
 			}
 		})
 	}
@@ -46,7 +51,9 @@ func TestWorkerConfigFromEnvMinWorkers(t *testing.T) {
 
 // TestJoinTakesTheJobsMinimum: a trainer under a launcher joins with at least
 // the job's minimum (GOROVOD_MIN_WORKERS) as the world a takeover may
-// propose; its own TrainConfig.Worker.MinWorkers may only raise it. Each
+// propose, and at least the job's first workers (GOROVOD_NP) as the voters
+// of a first world it proposes; its own TrainConfig.Worker.MinWorkers and
+// FirstWorld may only raise them. Each
 // case joins a real driver over gossip.
 func TestJoinTakesTheJobsMinimum(t *testing.T) {
 	d := startDriver(t, 1)
@@ -54,11 +61,15 @@ func TestJoinTakesTheJobsMinimum(t *testing.T) {
 		name         string
 		env, trainer int
 		want         int
+		// The job's first workers (GOROVOD_NP) likewise: np, trainerNP
+		// and wantNP.
+		np, trainerNP, wantNP int
 	}{
-		{name: "the trainer sets none: the job's", env: 3, trainer: 0, want: 3},
-		{name: "the trainer's default of 1: the job's", env: 3, trainer: 1, want: 3},
-		{name: "the trainer asks more: its own", env: 2, trainer: 5, want: 5},
-		{name: "no minimum from the launcher: the trainer's", env: 0, trainer: 2, want: 2},
+		{name: "the trainer sets none: the job's", env: 3, trainer: 0, want: 3, np: 4, wantNP: 4},
+		{name: "the trainer's default of 1: the job's", env: 3, trainer: 1, want: 3, np: 4, trainerNP: 1, wantNP: 4},
+		{name: "the trainer asks more: its own", env: 2, trainer: 5, want: 5, np: 4, trainerNP: 6, wantNP: 6},
+		{name: "no minimum from the launcher: the trainer's", env: 0, trainer: 2, want: 2, np: 0, trainerNP: 3, wantNP: 3},
+		{name: "no size from the launcher nor the trainer: not known", env: 2, want: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(envconfig.EnvJobID, "elastic-test")
@@ -69,11 +80,16 @@ func TestJoinTakesTheJobsMinimum(t *testing.T) {
 			} else {
 				t.Setenv(envconfig.EnvMinWorkers, "")
 			}
+			if tc.np > 0 {
+				t.Setenv(envconfig.EnvFirstWorld, strconv.Itoa(tc.np))
+			} else {
+				t.Setenv(envconfig.EnvFirstWorld, "")
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			st := NewState()
 			st.RegisterTensor("x", make([]float32, 4))
-			m, err := join(ctx, WorkerConfig{MinWorkers: tc.trainer}, st)
+			m, err := join(ctx, WorkerConfig{MinWorkers: tc.trainer, FirstWorld: tc.trainerNP}, st)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,6 +100,9 @@ func TestJoinTakesTheJobsMinimum(t *testing.T) {
 			}
 			if got := jm.w.cfg.MinWorkers; got != tc.want {
 				t.Fatalf("MinWorkers %d, want %d", got, tc.want)
+			}
+			if got := jm.w.cfg.FirstWorld; got != tc.wantNP {
+				t.Fatalf("FirstWorld %d, want %d", got, tc.wantNP)
 			}
 		})
 	}

@@ -143,3 +143,54 @@ func TestLeaveNoticeConfig(t *testing.T) {
 		}
 	}
 }
+
+// askCounter is a world of one that tells the test when its leave was
+// asked for.
+type askCounter struct {
+	*alone
+	asked chan struct{}
+	once  stdsync.Once
+}
+
+func (a *askCounter) requestLeave(ctx context.Context) error {
+	a.once.Do(func() { close(a.asked) })
+	return a.alone.requestLeave(ctx)
+}
+
+// The leave signal is passed on to the job while the step it arrives in
+// still runs, not at the top of the next step: the next world without the
+// worker is under way a step sooner. The step that gets the signal waits
+// for the request; it would wait in vain (and fail the test) if the loop
+// asked only between steps. The worker then leaves at the next boundary.
+func TestLeaveAskedDuringTheStep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := TrainConfig{Steps: 100}.prepare(NewState(), func(context.Context, *TrainStep) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := startAlone(ctx, cfg.Worker, NewState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &askCounter{alone: a, asked: make(chan struct{})}
+	leave := make(chan os.Signal, 1)
+	res, err := runLoop(ctx, cfg, m, leave, func(ctx context.Context, s *TrainStep) error {
+		if s.Number != 3 {
+			return nil
+		}
+		leave <- syscall.SIGTERM
+		select {
+		case <-m.asked:
+			return nil
+		case <-time.After(5 * time.Second):
+			return errors.New("the leave was not asked for while the step ran")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != Left || res.Steps != 3 {
+		t.Fatalf("%+v, want outcome left after step 3", res)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	stdsync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
@@ -322,11 +323,12 @@ func (s *Session) connectSome(ctx context.Context, ep epoch.World, rank int, wan
 // Config.ConnectTimeout: it keeps the links carried over from the last
 // world to ep's members (kept, by rank in ep; each re-keyed to ep inside
 // its own stream), takes those connected ahead (fresh), and dials the rest.
-func (s *Session) connect(ctx context.Context, ep epoch.World, rank int, kept, fresh []transport.Link) (*collective.Communicator, error) {
+// linked hears of each rank whose link is ready, as it is.
+func (s *Session) connect(ctx context.Context, ep epoch.World, rank int, kept, fresh []transport.Link, linked func(rank int)) (*collective.Communicator, error) {
 	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 	defer cancel()
-	links, rekeyed, err := transport.Carry(ctx, s.t, w, kept, fresh, s.log)
+	links, rekeyed, err := transport.CarryWatched(ctx, s.t, w, kept, fresh, s.log, linked)
 	if err != nil {
 		return nil, err
 	}
@@ -847,11 +849,25 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 		return err
 	}
 	began := time.Now()
+	stopWatch := func() {}
+	linked := make([]atomic.Bool, len(ep.Members)) // by rank: the link is ready
 	if r, ok := s.src.(memberReacher); ok {
 		// A member that died after the world was proposed keeps the others
-		// dialling it; when connecting takes a while, look for one.
-		watch := time.AfterFunc(reachAfter, func() { r.reachMembers(ctx, ep) })
-		defer watch.Stop()
+		// dialling it; when connecting takes a while, look for one among
+		// the members not linked yet (the others have shown they are there).
+		watch := time.AfterFunc(reachAfter, func() {
+			waiting := epoch.World{Number: ep.Number}
+			for i, m := range ep.Members {
+				if i != rank && !linked[i].Load() {
+					waiting.Members = append(waiting.Members, m)
+				}
+			}
+			if len(waiting.Members) > 0 {
+				r.reachMembers(ctx, waiting)
+			}
+		})
+		stopWatch = func() { watch.Stop() }
+		defer stopWatch()
 	}
 	s.mu.Lock()
 	s.enteringNumber = ep.Number
@@ -871,13 +887,18 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	}
 	var comm *collective.Communicator
 	if err == nil {
-		comm, err = s.connect(ctx, ep, rank, kept, fresh)
+		comm, err = s.connect(ctx, ep, rank, kept, fresh, func(r int) { linked[r].Store(true) })
 	} else {
 		closeLinks(kept)
 	}
 	if err != nil {
 		return nil, superseded(err)
 	}
+	// Connected: nobody is dialled any more, and a member that dies now
+	// fails the state agreement on its link. Looking for gone members
+	// would only load the machine at the moment every member of the world
+	// is busy entering it (one connection to each member's gossip port).
+	stopWatch()
 	start := time.Now()
 	s.entering.connect = start.Sub(began)
 	root, read, holders, same, err := s.stateRoot(ctx, comm)
@@ -894,8 +915,9 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	return comm, nil
 }
 
-// reachAfter is how long entering a world may take before the session
-// looks for members that are gone (memberReacher).
+// reachAfter is how long connecting a world may take before the session
+// looks for members that are gone (memberReacher); once connected, it
+// does not look.
 const reachAfter = 50 * time.Millisecond
 
 // memberReacher is a Source that can look whether the members of a world
@@ -908,8 +930,10 @@ type memberReacher interface {
 }
 
 // stateRoot agrees on the member whose state the world takes, and on the
-// members that hold it already, in one small allgather of every member's
-// [holds the job's state, digest readable, digest].
+// members that hold it already, in one small gather of every member's
+// [holds the job's state, digest readable, digest] (an allreduce by
+// recursive doubling, or an allgather where the Config forces another
+// algorithm).
 //
 // The root is rank 0 (the oldest survivor), unless it never received the
 // job's state — a joiner whose admission failed, left ahead of the members
@@ -943,7 +967,19 @@ func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) 
 		}
 	}
 	all := make([]int64, fields*p)
-	if err := collective.Allgather(ctx, comm, mine, all); err != nil {
+	if comm.AllreduceAlgorithm(collective.Int64, len(all)) == string(collective.AlgorithmRecursiveDoubling) {
+		// The same gather as one small allreduce: each rank fills its own
+		// slot of all and the sum fills the others. Recursive doubling
+		// takes log2 p rounds where the allgather's ring takes p-1 steps,
+		// one after the other, each waiting for the next process to run;
+		// at 16 ranks on a busy machine that chain was most of the
+		// agreement's time. Every rank has the same collective Config,
+		// so every rank chooses alike.
+		copy(all[fields*comm.Rank():], mine)
+		if err := collective.Allreduce(ctx, comm, all, all, collective.Sum); err != nil {
+			return 0, nil, nil, false, err
+		}
+	} else if err := collective.Allgather(ctx, comm, mine, all); err != nil {
 		return 0, nil, nil, false, err
 	}
 	root = -1

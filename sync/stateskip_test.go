@@ -58,6 +58,8 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 				rs[i].synced = false
 			}
 		}, 0, false, nil},
+		{"nine the same", same(9), nil, 0, true, []int{0, 1, 2, 3, 4, 5, 6, 7, 8}},
+		{"nine, one behind", same(9), func(rs []rankState) { rs[6].step = 6 }, 0, false, []int{0, 1, 2, 3, 4, 5, 7, 8}},
 		{"state in device memory", same(3), func(rs []rankState) { rs[1].device = true }, 0, false, []int{0, 2}},
 		{"root's state in device memory", same(3), func(rs []rankState) { rs[0].device = true }, 0, false, []int{0}},
 	} {
@@ -78,10 +80,13 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 				err     error
 			}
 			results := make([]result, p)
+			ops := make([]opRecorder, p)
 			var wg stdsync.WaitGroup
 			for r, rs := range tc.ranks {
 				w.Rank = r
-				comm, err := collective.NewFromLinks(w, mesh[r], collective.DefaultConfig())
+				ccfg := collective.DefaultConfig()
+				ccfg.Tracer = &ops[r]
+				comm, err := collective.NewFromLinks(w, mesh[r], ccfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -110,6 +115,12 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 					t.Fatalf("rank %d: root %d, same %v, holders %v; want root %d, same %v, holders %v",
 						r, res.root, res.same, res.holders, tc.wantRoot, tc.wantSame, tc.wantHolders)
 				}
+				// The agreement is one collective of few rounds: an
+				// allreduce by recursive doubling, not a ring allgather
+				// (p-1 steps, one after the other).
+				if p > 1 && (len(ops[r].ops) != 1 || ops[r].ops[0] != "allreduce/recursive-doubling") {
+					t.Fatalf("rank %d agreed on the state with %v, want one allreduce/recursive-doubling", r, ops[r].ops)
+				}
 				// A digest read the blobs: the broadcast reuses them.
 				if digested := p > 1 && !tc.ranks[r].device && res.read != nil; digested && string(res.read[0]) != string(tc.ranks[r].blob) {
 					t.Fatalf("rank %d: blobs read %q", r, res.read)
@@ -118,3 +129,20 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 		})
 	}
 }
+
+// opRecorder is a collective.Tracer that lists the collectives a rank ran,
+// as collective/algorithm.
+type opRecorder struct {
+	mu  stdsync.Mutex
+	ops []string
+}
+
+func (o *opRecorder) CollectiveStart(op collective.OpInfo, _ time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ops = append(o.ops, op.Collective+"/"+op.Algorithm)
+}
+
+func (*opRecorder) CollectivePhase(collective.OpInfo, collective.PhaseInfo) {}
+
+func (*opRecorder) CollectiveEnd(collective.OpInfo, time.Time, time.Time, error) {}

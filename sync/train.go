@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	stdsync "sync"
 	"syscall"
 	"time"
 
@@ -183,8 +184,9 @@ type TrainConfig struct {
 	// joins that job; otherwise, when the launcher started it (UnderLauncher),
 	// the job, secret, seeds, launch name and addresses (the transport's
 	// listen address, the gossip bind address) come from the environment
-	// (WorkerConfigFromEnv), Worker.MinWorkers is raised to the job's minimum
-	// (GOROVOD_MIN_WORKERS) if lower, and the rest of Worker applies; otherwise it
+	// (WorkerConfigFromEnv), Worker.MinWorkers and Worker.FirstWorld are
+	// raised to the job's minimum (GOROVOD_MIN_WORKERS) and its first
+	// workers (GOROVOD_NP) if lower, and the rest of Worker applies; otherwise it
 	// trains alone, in a world of one, through the same session (Worker.Session
 	// applies).
 	Worker WorkerConfig
@@ -382,6 +384,8 @@ func join(ctx context.Context, cfg WorkerConfig, state *State) (member, error) {
 		// raise it, or a worker that takes over proposing could train below
 		// what the job was started with.
 		cfg.MinWorkers = max(cfg.MinWorkers, env.MinWorkers)
+		// Likewise the job's first workers, the voters of its first world.
+		cfg.FirstWorld = max(cfg.FirstWorld, env.FirstWorld)
 		cfg.Transport.ListenAddr = env.Transport.ListenAddr
 		if cfg.Session.RecoveryTimeout == 0 {
 			cfg.Session.RecoveryTimeout = env.Session.RecoveryTimeout
@@ -421,6 +425,8 @@ func runLoop(ctx context.Context, cfg TrainConfig, m member, leave <-chan os.Sig
 	setTotalSteps(cfg, l.sess)
 	l.notice, l.stepCtx = watchLeave(ctx, cfg.LeaveNotice, leave)
 	defer l.notice.stop()
+	l.asked = make(chan struct{})
+	go l.askToLeave()
 	if err := attachPolicy(cfg, l.sess); err != nil {
 		return res, err
 	}
@@ -448,7 +454,14 @@ type trainLoop struct {
 	step    StepFunc
 	notice  *leaveNotice
 
-	leaving  bool      // the worker asked to leave (the leave signal)
+	leaving bool          // the worker asked to leave (the leave signal)
+	asked   chan struct{} // closed once askToLeave has asked (askErr its answer)
+	askErr  error
+
+	// mmu serializes askToLeave's request with the loop's changes to the
+	// member (a rejoin replaces its incarnation; finish and close end it).
+	mmu      stdsync.Mutex
+	ended    bool      // under mmu: the member was finished or closed
 	rejoined int       // times it came back as a new member
 	last     TrainStep // the previous attempt, to count attempts at a step
 	outcome  Outcome   // how training ended, once an attempt says finish
@@ -518,16 +531,37 @@ func (l *trainLoop) trainingOver() bool {
 	return l.cfg.Steps > 0 && l.sess.Step() >= l.cfg.Steps || l.cfg.Epochs > 0 && l.cfg.Data.Epoch() >= l.cfg.Epochs
 }
 
-// heedLeaveSignal asks the job to let the worker leave once the leave
-// signal came, and ends training when the leave notice is over.
+// askToLeave asks the job to let the worker leave as soon as the leave
+// signal comes, while the step in progress runs on: the proposer's next
+// world without this worker is then under way before the step ends, not
+// only once the loop reaches the top of the next one.
+func (l *trainLoop) askToLeave() {
+	select {
+	case <-l.notice.leaveSignalled():
+	case <-l.notice.done:
+		return
+	}
+	l.log.Info("leave signal: leaving the job once the others have moved on", "notice", l.cfg.LeaveNotice)
+	l.mmu.Lock()
+	if !l.ended {
+		l.askErr = l.m.requestLeave(l.ctx)
+	}
+	l.mmu.Unlock()
+	close(l.asked)
+}
+
+// heedLeaveSignal notes that the worker is leaving once the leave signal
+// came (askToLeave has asked the job), and ends training when the leave
+// notice is over.
 func (l *trainLoop) heedLeaveSignal() (flow, error) {
 	select {
 	case <-l.notice.leaveSignalled():
 		if !l.leaving {
 			l.leaving = true
-			l.log.Info("leave signal: leaving the job once the others have moved on", "step", l.sess.Step(), "notice", l.cfg.LeaveNotice)
-			if err := l.m.requestLeave(l.ctx); err != nil {
-				return finish, fmt.Errorf("sync: asking to leave: %w", err)
+			<-l.asked // asked at once by askToLeave: this waits for its answer only
+			l.log.Info("leaving at a step boundary once the others have moved on", "step", l.sess.Step())
+			if l.askErr != nil {
+				return finish, fmt.Errorf("sync: asking to leave: %w", l.askErr)
 			}
 		}
 		if l.notice.over() {
@@ -623,6 +657,13 @@ func (l *trainLoop) commit() (out bool, f flow, err error) {
 // any other rejoins as a new member (again), unless the job will not admit
 // it again (Excluded).
 func (l *trainLoop) leftOut(step int64) (flow, error) {
+	select {
+	case <-l.notice.leaveSignalled():
+		// askToLeave may have asked before the loop came back to its top:
+		// this is the exclusion it asked for, not one to come back from.
+		l.leaving = true
+	default:
+	}
 	back, err := l.comeBack(step)
 	switch {
 	case err != nil:
@@ -641,7 +682,10 @@ func (l *trainLoop) comeBack(step int64) (bool, error) {
 		return false, nil
 	}
 	l.log.Warn("left out of the world (declared failed while unreachable?): rejoining as a new member", "step", step, "epoch", l.sess.World().Number)
-	switch err := l.m.rejoin(l.ctx); {
+	l.mmu.Lock()
+	err := l.m.rejoin(l.ctx)
+	l.mmu.Unlock()
+	switch {
 	case errors.Is(err, ErrOutForGood):
 		l.log.Info("the job will not admit this worker again: training ends here", "step", step)
 		return false, nil
@@ -663,6 +707,9 @@ func (l *trainLoop) comeBack(step int64) (bool, error) {
 func (l *trainLoop) close(res *TrainResult, err error) error {
 	sess := l.sess
 	*res = TrainResult{Outcome: res.Outcome, Steps: sess.Step(), Rank: sess.Rank(), Size: sess.Size(), World: sess.World().Number, Rejoined: l.rejoined}
+	l.mmu.Lock()
+	defer l.mmu.Unlock()
+	l.ended = true
 	if res.Outcome == Completed && err == nil {
 		return l.m.finish(context.WithoutCancel(l.ctx))
 	}

@@ -57,6 +57,13 @@ type WorkerConfig struct {
 	// under a launcher it is at least the job's minimum (GOROVOD_MIN_WORKERS,
 	// see WorkerConfigFromEnv and TrainConfig.Worker).
 	MinWorkers int
+	// FirstWorld is the number of workers the job was started with (`gorovod
+	// run --np`; GOROVOD_NP under a launcher, see WorkerConfigFromEnv and
+	// TrainConfig.Worker). A worker that takes over proposing before any
+	// world has reached it proposes a first world only with a strict
+	// majority of them. 0: not known, and it forms a first world with any
+	// MinWorkers ready workers.
+	FirstWorld int
 	// Launch is the launcher's name for this process (GOROVOD_LAUNCH_INDEX),
 	// published in its membership metadata so that the launcher can tell its
 	// processes apart on every host; "" when not started by a launcher.
@@ -96,6 +103,9 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 	if c.MinWorkers == 0 {
 		c.MinWorkers = 1
 	}
+	if c.FirstWorld < 0 {
+		return c, fmt.Errorf("%w: WorkerConfig.FirstWorld %d is negative", ErrInvalidConfig, c.FirstWorld)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -104,7 +114,7 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 
 // WorkerConfigFromEnv returns the configuration `gorovod run` hands its workers
 // through the environment (GOROVOD_JOB_ID, GOROVOD_SECRET, GOROVOD_SEEDS,
-// GOROVOD_MIN_WORKERS, ...).
+// GOROVOD_MIN_WORKERS, GOROVOD_NP, ...).
 func WorkerConfigFromEnv() (WorkerConfig, error) {
 	w, err := envconfig.LoadElastic(os.Getenv)
 	if err != nil {
@@ -120,6 +130,7 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 	if w.MinWorkers > 0 {
 		cfg.MinWorkers = w.MinWorkers
 	}
+	cfg.FirstWorld = w.FirstWorld
 	if err := bindGossip(&cfg.Membership, w.GossipAddr); err != nil {
 		return WorkerConfig{}, err
 	}
@@ -260,7 +271,7 @@ func (w *Worker) start(ctx context.Context) error {
 	joinCtx, stopJoin := context.WithCancel(ctx)
 	defer stopJoin()
 	w.agent = driver.StartAgent(m, driver.AgentConfig{
-		MinWorkers: cfg.MinWorkers, Logger: log, OnAdopt: src.onEpoch,
+		MinWorkers: cfg.MinWorkers, FirstWorld: cfg.FirstWorld, Logger: log, OnAdopt: src.onEpoch,
 		OnPeerFailed: func(name string) { src.abortIfMember(name, fmt.Errorf("gossip declared %s dead", name)) },
 		OnOutForGood: func() {
 			w.outForGood.Store(true)

@@ -276,6 +276,7 @@ func TestTorchDistributedNewGroup(t *testing.T) {
 // TestTorchDistributedP2P: dist.send, recv, isend, irecv and
 // batch_isend_irecv on backend "gorovod" at 3 and 4 workers: tensors around
 // the ring both ways (several dtypes, a message of several chunks, a
+// 64 MiB isend followed by all_reduce before its irecv is posted, a
 // non-contiguous receive), tags received in another order than sent, a
 // receive of the wrong size raising while the world goes on, a receive posted
 // long before its message with collectives run meanwhile, a group's ranks;

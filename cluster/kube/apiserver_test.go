@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -88,17 +87,8 @@ func TestAgainstAPIServer(t *testing.T) {
 	cp := testkube.New(t, testkube.DefaultConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns = "gorovod-e2e"
-	if err := cp.Namespace(ctx, admin, ns); err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.Namespace(ctx, admin, "elsewhere"); err != nil {
-		t.Fatal(err)
-	}
+	admin := cp.AdminClient(ctx, t, ns, "elsewhere")
 	apply(ctx, t, admin, ns, false, manifest(t, "rbac.yaml")...)
 	// The driver manifest validates (dry run: nothing would run it here).
 	apply(ctx, t, admin, ns, true, manifest(t, "driver.yaml")...)
@@ -308,6 +298,21 @@ func TestAgainstAPIServer(t *testing.T) {
 	}
 }
 
+// podHelperNode starts a node (a kubelet with containerd and runc) whose
+// pause image and worker image (gorovod.local/worker:test, entrypoint
+// /bin/worker) are both testdata/podhelper.
+func podHelperNode(t *testing.T, cp *testkube.ControlPlane) *testkube.Node {
+	t.Helper()
+	helper := testkube.BuildStatic(t, "./testdata/podhelper")
+	return cp.NewNode(t, testkube.NodeConfig{
+		PauseRef: "gorovod.local/pause:test",
+		Images: []testkube.Image{
+			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": helper}, Entrypoint: []string{"/bin/pause", "pause"}},
+			{Ref: "gorovod.local/worker:test", Files: map[string]string{"bin/worker": helper}, Entrypoint: []string{"/bin/worker"}},
+		},
+	})
+}
+
 // TestPodsOnKubelet runs worker pods for real: a kubelet with containerd and
 // runc, the images built here. The provisioner's pods start, get their
 // secret through the Secret and their name through the downward API; a
@@ -316,29 +321,11 @@ func TestAgainstAPIServer(t *testing.T) {
 // SIGTERM, exits 143 and is reported preempted.
 func TestPodsOnKubelet(t *testing.T) {
 	cp := testkube.New(t, testkube.DefaultConfig())
-	helper := filepath.Join(t.TempDir(), "podhelper")
-	build := exec.Command("go", "build", "-o", helper, "./testdata/podhelper")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the pod helper: %v: %s", err, out)
-	}
-	node := cp.NewNode(t, testkube.NodeConfig{
-		PauseRef: "gorovod.local/pause:test",
-		Images: []testkube.Image{
-			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": helper}, Entrypoint: []string{"/bin/pause", "pause"}},
-			{Ref: "gorovod.local/worker:test", Files: map[string]string{"bin/worker": helper}, Entrypoint: []string{"/bin/worker"}},
-		},
-	})
+	node := podHelperNode(t, cp)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns = "gorovod-kubelet"
-	if err := cp.Namespace(ctx, admin, ns); err != nil {
-		t.Fatal(err)
-	}
+	admin := cp.AdminClient(ctx, t, ns)
 	ev := newEvents()
 	secret := bytes.Repeat([]byte{0x5e}, 32)
 	p, err := New(ctx, Config{
@@ -443,29 +430,11 @@ func TestSlotHandOverOnKubelet(t *testing.T) {
 		t.Skipf("no Kubernetes node here: %s", why)
 	}
 	cp := testkube.New(t, testkube.DefaultConfig())
-	helper := filepath.Join(t.TempDir(), "podhelper")
-	build := exec.Command("go", "build", "-o", helper, "./testdata/podhelper")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the pod helper: %v: %s", err, out)
-	}
-	node := cp.NewNode(t, testkube.NodeConfig{
-		PauseRef: "gorovod.local/pause:test",
-		Images: []testkube.Image{
-			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": helper}, Entrypoint: []string{"/bin/pause", "pause"}},
-			{Ref: "gorovod.local/worker:test", Files: map[string]string{"bin/worker": helper}, Entrypoint: []string{"/bin/worker"}},
-		},
-	})
+	node := podHelperNode(t, cp)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns = "gorovod-handover"
-	if err := cp.Namespace(ctx, admin, ns); err != nil {
-		t.Fatal(err)
-	}
+	admin := cp.AdminClient(ctx, t, ns)
 	if _, err := admin.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType,
 		[]byte(`{"status":{"capacity":{"gorovod.io/slot":"1"}}}`), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)

@@ -145,11 +145,26 @@ func testConfig(client kubernetes.Interface, ev *events) Config {
 	}
 }
 
+// newTest is a Provisioner started on cfg, watching, and closed when t
+// ends.
 func newTest(t *testing.T, cfg Config) *Provisioner {
+	t.Helper()
+	return startWatching(t, cfg, New)
+}
+
+// newTestLauncher is newTest's Launcher.
+func newTestLauncher(t *testing.T, cfg Config) *Launcher {
+	t.Helper()
+	return startWatching(t, cfg, NewLauncher)
+}
+
+// startWatching starts what start makes of cfg (New, NewLauncher), waits until
+// it watches, and closes it when t ends.
+func startWatching[T interface{ Close(context.Context) error }](t *testing.T, cfg Config, start func(context.Context, Config) (T, error)) T {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := New(ctx, cfg)
+	p, err := start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,12 +28,7 @@ func TestLauncher(t *testing.T) {
 	cfg := testConfig(client, ev)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := NewLauncher(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitWatching(t, client)
-	defer l.Close(context.Background())
+	l := newTestLauncher(t, cfg)
 	notices := make(chan string, 16)
 	launch := func(index int, secret string) (job.Process, error) {
 		return l.Launch(ctx, job.LaunchRequest{Index: index, Argv: []string{"/bin/trainer", "--steps", "9"},
@@ -43,6 +38,7 @@ func TestLauncher(t *testing.T) {
 
 	procs := map[int]job.Process{}
 	for _, i := range []int{0, 1, 2, 3} {
+		var err error
 		if procs[i], err = launch(i, testSecret); err != nil {
 			t.Fatal(err)
 		}
@@ -158,12 +154,7 @@ func TestLauncherNodeName(t *testing.T) {
 			cfg.NodeName = tc.mapper
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			l, err := NewLauncher(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitWatching(t, client)
-			defer l.Close(context.Background())
+			l := newTestLauncher(t, cfg)
 			if _, err := l.Launch(ctx, job.LaunchRequest{Index: 0, Host: tc.host, Argv: []string{"/bin/trainer"},
 				Env: []string{envconfig.EnvSecret + "=" + testSecret}}); err != nil {
 				t.Fatal(err)
@@ -206,12 +197,7 @@ func TestRejectedPodMadeAgain(t *testing.T) {
 			ev := newEvents()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			l, err := NewLauncher(ctx, testConfig(client, ev))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close(context.Background())
-			waitWatching(t, client)
+			l := newTestLauncher(t, testConfig(client, ev))
 			w, err := l.Launch(ctx, job.LaunchRequest{Index: 0, Argv: []string{"/bin/trainer"}, Env: []string{envconfig.EnvSecret + "=" + testSecret}})
 			if err != nil {
 				t.Fatal(err)

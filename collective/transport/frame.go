@@ -52,6 +52,11 @@ const (
 	// FrameRekey moves a link into the next world: its payload is a
 	// RekeyMsg (RekeyMsgSize bytes). See RekeyableLink.
 	FrameRekey FrameKind = 3
+	// FrameLanes is a link's own: it says how many of the link's
+	// connections carry the data frames that follow it in this direction
+	// (Aux, at least 1; no payload). A transport that stripes frames over
+	// several connections sends and consumes it; no Link returns it.
+	FrameLanes FrameKind = 4
 )
 
 func (k FrameKind) String() string {
@@ -62,6 +67,8 @@ func (k FrameKind) String() string {
 		return "abort"
 	case FrameRekey:
 		return "rekey"
+	case FrameLanes:
+		return "lanes"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -156,6 +163,10 @@ func DecodeHeader(b []byte, h *Header) error {
 		if h.Length != RekeyMsgSize {
 			return &FrameError{Peer: -1, Reason: fmt.Sprintf("rekey frame of %d bytes, want %d", h.Length, RekeyMsgSize)}
 		}
+	case FrameLanes:
+		if h.Length != 0 || h.Aux == 0 {
+			return &FrameError{Peer: -1, Reason: fmt.Sprintf("lanes frame of %d bytes for %d lanes, want 0 bytes for at least 1", h.Length, h.Aux)}
+		}
 	default:
 		return &FrameError{Peer: -1, Reason: fmt.Sprintf("unknown frame kind %d", uint8(h.Kind))}
 	}
@@ -209,6 +220,10 @@ func CheckOutgoing(h *Header, payload []byte) error {
 	case FrameRekey:
 		if len(payload) != RekeyMsgSize {
 			return fmt.Errorf("rekey frame of %d bytes, want %d", len(payload), RekeyMsgSize)
+		}
+	case FrameLanes:
+		if len(payload) != 0 || h.Aux == 0 {
+			return fmt.Errorf("lanes frame of %d bytes for %d lanes, want 0 bytes for at least 1", len(payload), h.Aux)
 		}
 	default:
 		return fmt.Errorf("unknown frame kind %d", uint8(h.Kind))

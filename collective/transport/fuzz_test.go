@@ -38,6 +38,7 @@ func FuzzDecodeHeader(f *testing.F) {
 		{Kind: transport.FrameAbort, Length: transport.MaxAbortReason},
 		{Kind: transport.FrameData, Length: transport.MaxPayload},
 		{Kind: transport.FrameRekey, Length: transport.RekeyMsgSize},
+		{Kind: transport.FrameLanes, Aux: 4},
 	} {
 		b := make([]byte, transport.HeaderSize)
 		h.Encode(b)
@@ -56,6 +57,9 @@ func FuzzDecodeHeader(f *testing.F) {
 			if err := transport.CheckOrigin(&h, h.JobID, h.Epoch, int(h.Sender)); err != nil {
 				t.Fatalf("CheckOrigin against its own fields: %v", err)
 			}
+			if h.Kind == transport.FrameLanes && (h.Length != 0 || h.Aux == 0) {
+				t.Fatalf("decoded a lanes frame of %d bytes for %d lanes", h.Length, h.Aux)
+			}
 		} else {
 			var fe *transport.FrameError
 			if !errors.As(err, &fe) {
@@ -70,11 +74,13 @@ func FuzzDecodeHeader(f *testing.F) {
 			Count: fs.u64(), Step: fs.u32(), Length: fs.u32() % (transport.MaxPayload + 1),
 			Coll: fs.u8(), DType: fs.u8(), Op: fs.u8(), Flags: fs.u8(), Aux: fs.u32(),
 		}
-		switch fs.u8() % 3 {
+		switch fs.u8() % 4 {
 		case 1:
 			h.Kind, h.Length = transport.FrameAbort, h.Length%(transport.MaxAbortReason+1)
 		case 2:
 			h.Kind, h.Length = transport.FrameRekey, transport.RekeyMsgSize
+		case 3:
+			h.Kind, h.Length, h.Aux = transport.FrameLanes, 0, max(h.Aux, 1)
 		}
 		enc := make([]byte, transport.HeaderSize)
 		h.Encode(enc)

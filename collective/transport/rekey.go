@@ -205,6 +205,17 @@ type PartialConnector interface {
 // become usable only when the joiner has them all), so waiting for the
 // re-keys first could hold both ends until an I/O timeout.
 func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link, log *slog.Logger) (links []Link, rekeyed int, err error) {
+	return CarryWatched(ctx, t, w, kept, fresh, log, nil)
+}
+
+// CarryWatched is Carry that also tells linked (nil: nobody), from any
+// goroutine, each rank whose link is ready as soon as it is: given fresh,
+// re-keyed, or dialled. A caller that looks for gone members while the
+// world connects looks only at the ranks not linked yet.
+func CarryWatched(ctx context.Context, t Transport, w World, kept, fresh []Link, log *slog.Logger, linked func(rank int)) (links []Link, rekeyed int, err error) {
+	if linked == nil {
+		linked = func(int) {}
+	}
 	closeAll := func(ls []Link) {
 		for _, l := range ls {
 			if l != nil {
@@ -250,6 +261,7 @@ func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link, log *s
 			// other end dialled).
 			closeAll([]Link{k})
 			links[r] = f
+			linked(r)
 		case k != nil:
 			rl, ok := k.(RekeyableLink)
 			if !ok || !rl.Keepable() {
@@ -266,6 +278,7 @@ func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link, log *s
 					return
 				}
 				links[r] = rl
+				linked(r)
 			})
 		default:
 			want[r] = true
@@ -291,6 +304,9 @@ func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link, log *s
 	for r, l := range more {
 		if want[r] {
 			links[r] = l
+			if l != nil && derr == nil {
+				linked(r)
+			}
 		} else if l != nil {
 			l.Close()
 		}
@@ -343,6 +359,9 @@ func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link, log *s
 	for r, l := range more {
 		if again[r] {
 			links[r] = l
+			if l != nil {
+				linked(r)
+			}
 		} else if l != nil {
 			l.Close()
 		}

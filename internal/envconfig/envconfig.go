@@ -46,6 +46,14 @@ const (
 	// takeover grace) proposes none smaller: without it, a lone worker could
 	// form a world of one while the driver forms its own. Unset: 1.
 	EnvMinWorkers = "GOROVOD_MIN_WORKERS"
+	// EnvFirstWorld is the number of workers the job was started with
+	// (gorovod run's --np, job.Config.Workers), a positive integer: the
+	// voters of its first world. A worker that takes over proposing before
+	// any world has reached it proposes a first world only with a strict
+	// majority of them: without it, workers cut off from the driver as the
+	// first world forms would form one of their own beside the driver's.
+	// Unset: not known, and a first world needs no majority.
+	EnvFirstWorld = "GOROVOD_NP"
 	// EnvLaunchIndex is the launcher's number for the process (0, 1, ... in
 	// start order, never reused), unlike a rank, which changes with the world.
 	EnvLaunchIndex = "GOROVOD_LAUNCH_INDEX"
@@ -58,8 +66,9 @@ const (
 	// EnvTCPLanes is how many TCP connections (lanes) each link between
 	// two workers has, 1 to 16 (tcp.Config.Lanes), as `gorovod run
 	// --lanes` says: large frames are striped over them. Every worker of a
-	// job must have the same. Default (unset or 0): the transport's choice,
-	// one lane between workers of one host and more between hosts.
+	// job must have the same. Default (unset or 0): automatic, one lane
+	// between workers of one host; between hosts four, of which each link
+	// uses as many as raise the rate it measures.
 	EnvTCPLanes = "GOROVOD_TCP_LANES"
 )
 
@@ -239,6 +248,8 @@ type ElasticWorker struct {
 	TCPLanes int
 	// MinWorkers is EnvMinWorkers (0: not set).
 	MinWorkers int
+	// FirstWorld is EnvFirstWorld (0: not set).
+	FirstWorld int
 }
 
 // LoadElastic reads an ElasticWorker through getenv.
@@ -282,6 +293,11 @@ func LoadElastic(getenv func(string) string) (ElasticWorker, error) {
 			return w, fmt.Errorf("%s=%q is not a positive number of workers", EnvMinWorkers, v)
 		}
 	}
+	if v := getenv(EnvFirstWorld); v != "" {
+		if w.FirstWorld, err = strconv.Atoi(v); err != nil || w.FirstWorld < 1 {
+			return w, fmt.Errorf("%s=%q is not a positive number of workers", EnvFirstWorld, v)
+		}
+	}
 	if w.ListenAddr == "" || w.GossipAddr == "" {
 		a, err := bindAddr(w.NetworkInterface, w.Seeds[0])
 		if err != nil {
@@ -317,6 +333,9 @@ func (w ElasticWorker) Environ() []string {
 	env = appendLanes(env, w.TCPLanes)
 	if w.MinWorkers > 0 {
 		env = append(env, EnvMinWorkers+"="+strconv.Itoa(w.MinWorkers))
+	}
+	if w.FirstWorld > 0 {
+		env = append(env, EnvFirstWorld+"="+strconv.Itoa(w.FirstWorld))
 	}
 	return appendAddressing(env, w.NetworkInterface, w.AdvertiseAddr)
 }

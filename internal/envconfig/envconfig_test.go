@@ -60,7 +60,7 @@ func TestBadEnvironment(t *testing.T) {
 
 func TestElasticRoundTrip(t *testing.T) {
 	w := ElasticWorker{JobID: "j", Secret: bytes.Repeat([]byte{9}, 32), Seeds: []string{"127.0.0.1:7946", "127.0.0.1:7947"}, ListenAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1",
-		ElasticTimeout: 90 * time.Second, Security: transport.SecurityPlain, TCPLanes: 2, MinWorkers: 3}
+		ElasticTimeout: 90 * time.Second, Security: transport.SecurityPlain, TCPLanes: 2, MinWorkers: 3, FirstWorld: 5}
 	env := map[string]string{}
 	for _, kv := range w.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
@@ -71,7 +71,7 @@ func TestElasticRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.JobID != "j" || !bytes.Equal(got.Secret, w.Secret) || strings.Join(got.Seeds, ",") != strings.Join(w.Seeds, ",") ||
-		got.ElasticTimeout != 90*time.Second || got.Security != transport.SecurityPlain || got.TCPLanes != 2 || got.MinWorkers != 3 {
+		got.ElasticTimeout != 90*time.Second || got.Security != transport.SecurityPlain || got.TCPLanes != 2 || got.MinWorkers != 3 || got.FirstWorld != 5 {
 		t.Fatalf("got %+v", got)
 	}
 	env[EnvTCPLanes] = "0x2"
@@ -96,35 +96,44 @@ func TestElasticRoundTrip(t *testing.T) {
 	}
 }
 
-// TestElasticMinWorkers: the job's minimum a launcher hands its workers
-// (EnvMinWorkers); unset is 0 (the worker's own default), anything but a
-// positive integer is refused with an error naming the variable.
+// TestElasticMinWorkers: the job's minimum and its first workers a launcher
+// hands its workers (EnvMinWorkers, EnvFirstWorld); unset is 0 (the worker's
+// own default; not known), anything but a positive integer is refused with
+// an error naming the variable.
 func TestElasticMinWorkers(t *testing.T) {
-	for _, tc := range []struct {
-		val     string
-		want    int
-		wantErr bool
+	for _, v := range []struct {
+		name string
+		get  func(ElasticWorker) int
 	}{
-		{val: "", want: 0},
-		{val: "1", want: 1},
-		{val: "3", want: 3},
-		{val: "64", want: 64},
-		{val: "0", wantErr: true},
-		{val: "-2", wantErr: true},
-		{val: "three", wantErr: true},
-		{val: "2.5", wantErr: true},
-		{val: " 3", wantErr: true},
+		{EnvMinWorkers, func(w ElasticWorker) int { return w.MinWorkers }},
+		{EnvFirstWorld, func(w ElasticWorker) int { return w.FirstWorld }},
 	} {
-		t.Run(tc.val, func(t *testing.T) {
-			env := map[string]string{EnvJobID: "j", EnvSecret: strings.Repeat("ab", 16), EnvSeeds: "127.0.0.1:7946", EnvMinWorkers: tc.val}
-			w, err := LoadElastic(func(k string) string { return env[k] })
-			switch {
-			case tc.wantErr && (err == nil || !strings.Contains(err.Error(), EnvMinWorkers)):
-				t.Fatalf("got %+v, %v; want an error naming %s", w, err, EnvMinWorkers)
-			case !tc.wantErr && (err != nil || w.MinWorkers != tc.want):
-				t.Fatalf("got MinWorkers %d, %v; want %d", w.MinWorkers, err, tc.want)
-			}
-		})
+		for _, tc := range []struct {
+			val     string
+			want    int
+			wantErr bool
+		}{
+			{val: "", want: 0},
+			{val: "1", want: 1},
+			{val: "3", want: 3},
+			{val: "64", want: 64},
+			{val: "0", wantErr: true},
+			{val: "-2", wantErr: true},
+			{val: "three", wantErr: true},
+			{val: "2.5", wantErr: true},
+			{val: " 3", wantErr: true},
+		} {
+			t.Run(v.name+"="+tc.val, func(t *testing.T) {
+				env := map[string]string{EnvJobID: "j", EnvSecret: strings.Repeat("ab", 16), EnvSeeds: "127.0.0.1:7946", v.name: tc.val}
+				w, err := LoadElastic(func(k string) string { return env[k] })
+				switch {
+				case tc.wantErr && (err == nil || !strings.Contains(err.Error(), v.name)):
+					t.Fatalf("got %+v, %v; want an error naming %s", w, err, v.name)
+				case !tc.wantErr && (err != nil || v.get(w) != tc.want):
+					t.Fatalf("got %d, %v; want %d", v.get(w), err, tc.want)
+				}
+			})
+		}
 	}
 }
 

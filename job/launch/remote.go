@@ -210,6 +210,36 @@ func (e *WorkerError) Signal() (syscall.Signal, bool) {
 	return 0, false
 }
 
+// controlLoop is the part both remote programs (shimScript, followScript)
+// share: in the background, it serves the control lines on fd 3 (the
+// connection's stdin) for the worker $pid: "signal NAME" sends NAME to the
+// worker, "stop" stops it. When "stop" came, or stdin closed without it and
+// $runon is empty (the worker does not outlive its connection), it sends
+// $stopsig to the worker's process group (and SIGCONT, for a stopped one),
+// then SIGKILL once $grace tenths of a second have passed with the group
+// still there. It leaves its own pid in $w, for the program to end it once
+// the worker is gone. Its syntax is POSIX sh's (a host's /bin/sh may be
+// dash or busybox), its one command beyond the shell's is coreutils'
+// `sleep 0.1`.
+const controlLoop = `(
+  stop=
+  while read -r cmd arg <&3; do
+    case $cmd in
+    signal) kill -s "$arg" "$pid" ;;
+    stop) stop=1; break ;;
+    esac
+  done
+  if [ -z "$stop" ] && [ -n "$runon" ]; then exit 0; fi
+  trap '' TERM
+  kill -s "$stopsig" -- "-$pid" && kill -s CONT -- "-$pid"
+  i=0
+  while kill -s 0 -- "-$pid"; do
+    if [ "$i" -ge "$grace" ]; then kill -s KILL -- "-$pid"; break; fi
+    sleep 0.1; i=$((i + 1))
+  done
+) >/dev/null 2>&1 &
+w=$!`
+
 // The remote side: ssh runs `exec sh -c SHIM gorovod-shim ARGV...`, and the
 // launcher writes on the connection's stdin a header (one item per line: the
 // protocol version, a nonce, the host's slots, the stop signal, the grace in
@@ -270,24 +300,8 @@ else
   setsid sh -c 'echo "gorovod-shim $1 started $$"; shift; exec "$@"' sh "$nonce" $dflt "$@" </dev/null 3<&- &
   pid=$!
 fi
-(
-  stop=
-  while read -r cmd arg <&3; do
-    case $cmd in
-    signal) kill -s "$arg" "$pid" ;;
-    stop) stop=1; break ;;
-    esac
-  done
-  if [ -z "$stop" ] && [ -n "$out" ]; then exit 0; fi
-  trap '' TERM
-  kill -s "$stopsig" -- "-$pid" && kill -s CONT -- "-$pid"
-  i=0
-  while kill -s 0 -- "-$pid"; do
-    if [ "$i" -ge "$grace" ]; then kill -s KILL -- "-$pid"; break; fi
-    sleep 0.1; i=$((i + 1))
-  done
-) >/dev/null 2>&1 &
-w=$!
+runon=$out
+` + controlLoop + `
 wait "$pid"; st=$?
 kill -s KILL -- "-$pid" 2>/dev/null
 kill "$w" 2>/dev/null
@@ -384,23 +398,42 @@ func startSSH(ctx context.Context, s SSH, host string, argv, env []string, slots
 	if strings.HasPrefix(host, "-") || strings.ContainsAny(host, " \t\r\n'\"\\") {
 		return nil, nil, fmt.Errorf("%q is not a host name", host)
 	}
-	nonce := make([]byte, 8)
-	_, _ = rand.Read(nonce)
-	r := &remoteWorker{host: host, nonce: hex.EncodeToString(nonce), timeout: s.StartTimeout, started: make(chan struct{})}
+	r := newRemoteWorker(host, s.StartTimeout)
 	input, err := shimInput(r.nonce, slots, stop, grace, s.Dir, out, env)
 	if err != nil {
 		return nil, nil, err
 	}
-	sshArgv := s.argv(host, shimCommand(argv))
-	cmd := exec.CommandContext(ctx, sshArgv[0], sshArgv[1:]...)
-	if r.stdin, err = cmd.StdinPipe(); err != nil {
+	cmd, err := r.run(ctx, s, shimCommand(argv), input, grace, stdout, stderr)
+	if err != nil {
 		return nil, nil, err
 	}
-	// Stopping the worker is a "stop" line and closing its stdin: the shim
-	// then sends the stop signal to the worker's process group, and SIGKILL
-	// after the grace. (stdin closing alone is how a launcher that died
-	// shows: with output files, the worker runs on.) ssh itself is killed
-	// only if the connection does not close by then.
+	return cmd, r, nil
+}
+
+func newRemoteWorker(host string, startTimeout time.Duration) *remoteWorker {
+	nonce := make([]byte, 8)
+	_, _ = rand.Read(nonce)
+	return &remoteWorker{host: host, nonce: hex.EncodeToString(nonce), timeout: startTimeout, started: make(chan struct{})}
+}
+
+// run runs command, one of the remote programs (shimScript, followScript),
+// on r.host over ssh, and writes input (the program's header) on the
+// connection's stdin. The program's own lines are taken out of stdout, and
+// stderr's last lines kept for r.outcome. Ending ctx stops the worker (see
+// controlLoop); a worker not started within r.timeout is given up on.
+func (r *remoteWorker) run(ctx context.Context, s SSH, command string, input []byte, grace time.Duration,
+	stdout, stderr *lineWriter) (*exec.Cmd, error) {
+	sshArgv := s.argv(r.host, command)
+	cmd := exec.CommandContext(ctx, sshArgv[0], sshArgv[1:]...)
+	var err error
+	if r.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	// Stopping the worker is a "stop" line and closing its stdin: the remote
+	// program then sends the stop signal to the worker's process group, and
+	// SIGKILL after the grace. (stdin closing alone is how a launcher that
+	// died shows: with output files, the worker runs on.) ssh itself is
+	// killed only if the connection does not close by then.
 	cmd.Cancel = func() error {
 		r.wmu.Lock()
 		defer r.wmu.Unlock()
@@ -412,7 +445,7 @@ func startSSH(ctx context.Context, s SSH, host string, argv, env []string, slots
 	stderr.out = r.keepStderr(stderr.out)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("running %s: %w", sshArgv[0], err)
+		return nil, fmt.Errorf("running %s: %w", sshArgv[0], err)
 	}
 	// The pipe's buffer holds the header long before ssh reads it; should it
 	// not (a huge environment), this must not hold up the caller.
@@ -422,7 +455,7 @@ func startSSH(ctx context.Context, s SSH, host string, argv, env []string, slots
 		_, _ = r.stdin.Write(input)
 	}()
 	go r.watchStart(cmd)
-	return cmd, r, nil
+	return cmd, nil
 }
 
 // watchStart gives up on a worker that has not started within the timeout:
@@ -584,6 +617,42 @@ type RemoteProcess struct {
 	err  error // set before done is closed
 }
 
+// stopOrDefault is how a remote worker stops: sig, default SIGTERM, to its
+// process group, then SIGKILL after grace, default DefaultStopGrace.
+func stopOrDefault(sig syscall.Signal, grace time.Duration) (syscall.Signal, time.Duration) {
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	if grace <= 0 {
+		grace = DefaultStopGrace
+	}
+	return sig, grace
+}
+
+// remoteStreams are the worker's stdout and stderr, cut into lines for
+// output (nil: discarded).
+func remoteStreams(output func(stream string, line []byte)) (stdout, stderr *lineWriter) {
+	if output == nil {
+		output = func(string, []byte) {}
+	}
+	out := func(_ int, stream string, line []byte) { output(stream, line) }
+	return &lineWriter{stream: "stdout", out: out}, &lineWriter{stream: "stderr", out: out}
+}
+
+// newRemoteProcess is the RemoteProcess of r, which cmd runs: it ends once
+// ssh has exited and its output is drained.
+func newRemoteProcess(host string, cmd *exec.Cmd, r *remoteWorker, stdout, stderr *lineWriter) *RemoteProcess {
+	p := &RemoteProcess{host: host, cmd: cmd, r: r, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		stdout.flush()
+		stderr.flush()
+		p.err = r.outcome(err)
+		close(p.done)
+	}()
+	return p
+}
+
 // StartRemote starts one worker on spec.Host over ssh and returns once ssh
 // runs; the worker itself starts asynchronously (Started), and a host that
 // cannot be reached, refuses the login or does not start the worker within
@@ -598,35 +667,17 @@ func StartRemote(ctx context.Context, spec RemoteSpec) (*RemoteProcess, error) {
 	if IsLocal(spec.Host) {
 		return nil, fmt.Errorf("launch: %q is this host: start its workers as local processes", spec.Host)
 	}
-	if spec.StopGrace <= 0 {
-		spec.StopGrace = DefaultStopGrace
-	}
-	if spec.StopSignal == 0 {
-		spec.StopSignal = syscall.SIGTERM
-	}
-	if spec.Output == nil {
-		spec.Output = func(string, []byte) {}
-	}
+	spec.StopSignal, spec.StopGrace = stopOrDefault(spec.StopSignal, spec.StopGrace)
 	s, err := spec.SSH.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	out := func(_ int, stream string, line []byte) { spec.Output(stream, line) }
-	stdout := &lineWriter{stream: "stdout", out: out}
-	stderr := &lineWriter{stream: "stderr", out: out}
+	stdout, stderr := remoteStreams(spec.Output)
 	cmd, r, err := startSSH(ctx, s, spec.Host, spec.Argv, spec.Env, max(spec.Slots, 1), spec.StopSignal, spec.StopGrace, spec.OutputFiles, stdout, stderr)
 	if err != nil {
 		return nil, fmt.Errorf("launch: starting a worker on %s: %w", spec.Host, err)
 	}
-	p := &RemoteProcess{host: spec.Host, cmd: cmd, r: r, done: make(chan struct{})}
-	go func() {
-		err := cmd.Wait()
-		stdout.flush()
-		stderr.flush()
-		p.err = r.outcome(err)
-		close(p.done)
-	}()
-	return p, nil
+	return newRemoteProcess(spec.Host, cmd, r, stdout, stderr), nil
 }
 
 // Host is where the worker runs.
@@ -694,24 +745,8 @@ tail -n 0 -s 0.05 --pid="$pid" -f "$out.stdout" </dev/null &
 t1=$!
 tail -n 0 -s 0.05 --pid="$pid" -f "$out.stderr" </dev/null >&2 &
 t2=$!
-(
-  stop=
-  while read -r cmd arg <&3; do
-    case $cmd in
-    signal) kill -s "$arg" "$pid" ;;
-    stop) stop=1; break ;;
-    esac
-  done
-  [ -n "$stop" ] || exit 0
-  trap '' TERM
-  kill -s "$stopsig" -- "-$pid" && kill -s CONT -- "-$pid"
-  i=0
-  while kill -s 0 -- "-$pid"; do
-    if [ "$i" -ge "$grace" ]; then kill -s KILL -- "-$pid"; break; fi
-    sleep 0.1; i=$((i + 1))
-  done
-) >/dev/null 2>&1 &
-w=$!
+runon=1
+` + controlLoop + `
 while kill -s 0 "$pid" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" != Z ]; do sleep 0.1; done
 kill "$w" 2>/dev/null
 wait "$t1" "$t2"
@@ -758,15 +793,7 @@ func FollowRemote(ctx context.Context, spec FollowSpec) (*RemoteProcess, error) 
 	if spec.PID <= 0 || spec.Index < 0 {
 		return nil, fmt.Errorf("launch: following a worker on %s: pid %d, index %d", spec.Host, spec.PID, spec.Index)
 	}
-	if spec.StopGrace <= 0 {
-		spec.StopGrace = DefaultStopGrace
-	}
-	if spec.StopSignal == 0 {
-		spec.StopSignal = syscall.SIGTERM
-	}
-	if spec.Output == nil {
-		spec.Output = func(string, []byte) {}
-	}
+	spec.StopSignal, spec.StopGrace = stopOrDefault(spec.StopSignal, spec.StopGrace)
 	sig := strings.TrimPrefix(unix.SignalName(spec.StopSignal), "SIG")
 	if sig == "" {
 		return nil, fmt.Errorf("launch: stop signal %d has no name", spec.StopSignal)
@@ -775,43 +802,14 @@ func FollowRemote(ctx context.Context, spec FollowSpec) (*RemoteProcess, error) 
 	if err != nil {
 		return nil, err
 	}
-	nonce := make([]byte, 8)
-	_, _ = rand.Read(nonce)
-	r := &remoteWorker{host: spec.Host, nonce: hex.EncodeToString(nonce), timeout: s.StartTimeout, started: make(chan struct{})}
+	r := newRemoteWorker(spec.Host, s.StartTimeout)
 	input := fmt.Sprintf("%s\n%s\n%d\n%s\n%d\n%s\n%s\n%d\n", followProtocol, r.nonce, spec.PID, spec.JobID, spec.Index, spec.OutputFiles,
 		sig, max(int(spec.StopGrace/(100*time.Millisecond)), 1))
-	sshArgv := s.argv(spec.Host, strings.Join([]string{"exec", "sh", "-c", shellQuote(followScript), "gorovod-follow"}, " "))
-	cmd := exec.CommandContext(ctx, sshArgv[0], sshArgv[1:]...)
-	if r.stdin, err = cmd.StdinPipe(); err != nil {
-		return nil, err
+	stdout, stderr := remoteStreams(spec.Output)
+	command := strings.Join([]string{"exec", "sh", "-c", shellQuote(followScript), "gorovod-follow"}, " ")
+	cmd, err := r.run(ctx, s, command, []byte(input), spec.StopGrace, stdout, stderr)
+	if err != nil {
+		return nil, fmt.Errorf("launch: following a worker on %s: %w", spec.Host, err)
 	}
-	cmd.Cancel = func() error {
-		r.wmu.Lock()
-		defer r.wmu.Unlock()
-		_, _ = io.WriteString(r.stdin, "stop\n")
-		return r.stdin.Close()
-	}
-	cmd.WaitDelay = spec.StopGrace + s.ConnectTimeout
-	out := func(_ int, stream string, line []byte) { spec.Output(stream, line) }
-	stdout := &lineWriter{stream: "stdout", out: r.filterStdout(out)}
-	stderr := &lineWriter{stream: "stderr", out: r.keepStderr(out)}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("launch: following a worker on %s: running %s: %w", spec.Host, sshArgv[0], err)
-	}
-	r.wmu.Lock()
-	go func() {
-		defer r.wmu.Unlock()
-		_, _ = io.WriteString(r.stdin, input)
-	}()
-	go r.watchStart(cmd)
-	p := &RemoteProcess{host: spec.Host, cmd: cmd, r: r, done: make(chan struct{})}
-	go func() {
-		err := cmd.Wait()
-		stdout.flush()
-		stderr.flush()
-		p.err = r.outcome(err)
-		close(p.done)
-	}()
-	return p, nil
+	return newRemoteProcess(spec.Host, cmd, r, stdout, stderr), nil
 }

@@ -340,33 +340,10 @@ func TestRemoteLauncherKilled(t *testing.T) {
 			if tc.files {
 				out = filepath.Join(t.TempDir(), "jobdir", "worker-0")
 			}
-			cfg, _ := json.Marshal(remoteLauncherConfig{SSH: ssh, Host: hs[1].Name, OutputFiles: out})
-			launcher := exec.Command(os.Args[0])
-			launcher.Env = append(os.Environ(), envChild+"=launcher", "LAUNCH_TEST_REMOTE="+string(cfg))
-			launcher.Stderr = os.Stderr
-			stdout, err := launcher.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := launcher.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = launcher.Process.Kill(); _ = launcher.Wait() }()
-			sc := bufio.NewScanner(stdout)
-			var pid int
-			for sc.Scan() {
-				if p, ok := strings.CutPrefix(sc.Text(), "remote pid "); ok {
-					pid, _ = strconv.Atoi(p)
-					break
-				}
-			}
-			if pid == 0 {
-				t.Fatal("the launcher did not report its worker")
-			}
+			launcher, pid := remoteLauncher(t, ssh, hs[1].Name, out)
 			if err := syscall.Kill(pid, 0); err != nil {
 				t.Fatalf("remote worker %d not running: %v", pid, err)
 			}
-			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // started (through ssh) by this test
 			t0 := time.Now()
 			if err := launcher.Process.Kill(); err != nil {
 				t.Fatal(err)
@@ -407,12 +384,12 @@ func TestRemoteLauncherKilled(t *testing.T) {
 	}
 }
 
-// orphanWorker starts a remote "tick" worker with output files under a
-// launcher process, kills the launcher (kill -9), and returns the worker's
-// pid and output files' prefix: a worker whose launcher died.
-func orphanWorker(t *testing.T, ssh SSH, host string) (int, string) {
+// remoteLauncher starts a launcher process (this test binary) that runs a
+// remote "tick" worker on host, with output files at the prefix out unless
+// it is "", and returns it and the worker's pid once the worker runs. The
+// test's end kills both.
+func remoteLauncher(t *testing.T, ssh SSH, host, out string) (*exec.Cmd, int) {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "jobdir", "worker-0")
 	cfg, _ := json.Marshal(remoteLauncherConfig{SSH: ssh, Host: host, OutputFiles: out})
 	launcher := exec.Command(os.Args[0])
 	launcher.Env = append(os.Environ(), envChild+"=launcher", "LAUNCH_TEST_REMOTE="+string(cfg))
@@ -424,7 +401,7 @@ func orphanWorker(t *testing.T, ssh SSH, host string) (int, string) {
 	if err := launcher.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = launcher.Process.Kill(); _ = launcher.Wait() }()
+	t.Cleanup(func() { _ = launcher.Process.Kill(); _ = launcher.Wait() })
 	sc := bufio.NewScanner(stdout)
 	var pid int
 	for sc.Scan() {
@@ -437,37 +414,46 @@ func orphanWorker(t *testing.T, ssh SSH, host string) (int, string) {
 		t.Fatal("the launcher did not report its worker")
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // started (through ssh) by this test
+	return launcher, pid
+}
+
+// orphanWorker starts a remote "tick" worker with output files under a
+// launcher process, kills the launcher (kill -9), and returns the worker's
+// pid and output files' prefix: a worker whose launcher died.
+func orphanWorker(t *testing.T, ssh SSH, host string) (int, string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "jobdir", "worker-0")
+	launcher, pid := remoteLauncher(t, ssh, host, out)
+	_ = launcher.Process.Kill()
+	_ = launcher.Wait()
 	return pid, out
 }
 
 // TestFollowRemote adopts a remote worker whose launcher died
 // (FollowRemote): its new lines come back, ending the context stops it
-// (stop signal to its group), and a worker that exits by itself ends the
-// process with its status unknown; a pid that is not the job's worker of
-// that index is refused.
+// (stop signal to its group), the connection's stdin closing without "stop"
+// (the new launcher died too) leaves it running, and a worker that exits by
+// itself ends the process with its status unknown; a pid that is not the
+// job's worker of that index is refused.
 func TestFollowRemote(t *testing.T) {
 	_, hs, ssh := remoteHosts(t, 2)
 	for _, tc := range []struct {
 		name  string
 		index int
-		how   string // "stop": the context ends; "kill": the worker dies by itself
+		how   string // "stop": the context ends; "kill": the worker dies by itself; "hangup": stdin closes, then "kill"
 	}{
 		{"stopped by its new launcher", 0, "stop"},
 		{"exits by itself", 0, "kill"},
+		{"runs on when stdin closes without stop", 0, "hangup"},
 		{"another worker's index", 5, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pid, out := orphanWorker(t, ssh, hs[1].Name)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			var mu sync.Mutex
-			var got []string
+			var o remoteOutput
 			p, err := FollowRemote(ctx, FollowSpec{Host: hs[1].Name, PID: pid, JobID: "follow-test", Index: tc.index, OutputFiles: out,
-				SSH: ssh, StopGrace: time.Second, Output: func(stream string, line []byte) {
-					mu.Lock()
-					got = append(got, stream+":"+string(line))
-					mu.Unlock()
-				}})
+				SSH: ssh, StopGrace: time.Second, Output: o.add})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -486,20 +472,26 @@ func TestFollowRemote(t *testing.T) {
 				}
 				return
 			}
-			for deadline := time.Now().Add(30 * time.Second); ; {
-				mu.Lock()
-				n := len(got)
-				mu.Unlock()
-				if n >= 5 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no new lines from the adopted worker: %v", p.Err())
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			o.wait(t, 5, p)
 			if p.PID() != pid {
 				t.Errorf("PID %d, want %d", p.PID(), pid)
+			}
+			if tc.how == "hangup" {
+				p.r.wmu.Lock()
+				err := p.r.stdin.Close()
+				p.r.wmu.Unlock()
+				if err != nil {
+					t.Fatal(err)
+				}
+				hungUp := ticks(t, out+".stdout")
+				// Alive and writing: 25 more ticks (20 ms apart) after its stdin closed.
+				for deadline := time.Now().Add(30 * time.Second); ticks(t, out+".stdout") < hungUp+25; {
+					if time.Now().After(deadline) {
+						t.Fatalf("the adopted worker stopped writing once the follower's stdin closed (%d ticks, %d before): %v",
+							ticks(t, out+".stdout"), hungUp, p.Err())
+					}
+					time.Sleep(20 * time.Millisecond) // a file another process writes: nothing to wait on
+				}
 			}
 			if tc.how == "stop" {
 				cancel()
@@ -516,12 +508,41 @@ func TestFollowRemote(t *testing.T) {
 			if err := p.Err(); !errors.Is(err, ErrExitUnknown) {
 				t.Errorf("end of an adopted worker: %v, want ErrExitUnknown", err)
 			}
-			mu.Lock()
-			defer mu.Unlock()
+			got := o.lines()
 			if !strings.HasPrefix(got[0], "stdout:tick ") {
 				t.Errorf("first line %q, want a tick written after the adoption", got[0])
 			}
 		})
+	}
+}
+
+// remoteOutput gathers a remote worker's lines, as "stream:line", from its
+// Output function (add).
+type remoteOutput struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (o *remoteOutput) add(stream string, line []byte) {
+	o.mu.Lock()
+	o.got = append(o.got, stream+":"+string(line))
+	o.mu.Unlock()
+}
+
+func (o *remoteOutput) lines() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.got)
+}
+
+// wait waits until n lines have come from p's worker.
+func (o *remoteOutput) wait(t *testing.T, n int, p *RemoteProcess) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); len(o.lines()) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lines from the worker on %s, want %d: %v", len(o.lines()), p.Host(), n, p.Err())
+		}
+		time.Sleep(10 * time.Millisecond) // lines arrive on the process's own goroutines: polled with a deadline
 	}
 }
 
@@ -543,29 +564,13 @@ func TestRemoteStopWithOutputFiles(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "worker-0")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var mu sync.Mutex
-	var got []string
+	var o remoteOutput
 	p, err := StartRemote(ctx, RemoteSpec{Host: hs[1].Name, Argv: []string{os.Args[0]}, Env: []string{envChild + "=tick"},
-		SSH: ssh, StopGrace: time.Second, OutputFiles: out, Output: func(stream string, line []byte) {
-			mu.Lock()
-			got = append(got, stream+":"+string(line))
-			mu.Unlock()
-		}})
+		SSH: ssh, StopGrace: time.Second, OutputFiles: out, Output: o.add})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n >= 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no lines from the worker: %v", p.Err())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	o.wait(t, 5, p)
 	pid := p.PID()
 	cancel()
 	select {
@@ -581,8 +586,7 @@ func TestRemoteStopWithOutputFiles(t *testing.T) {
 	if sig, ok := re.Signal(); !ok || sig != syscall.SIGTERM {
 		t.Errorf("stopped worker ended with %v, want SIGTERM", p.Err())
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	got := o.lines()
 	if got[0] != "stdout:ready" || !strings.HasPrefix(got[1], "stdout:tick ") {
 		t.Errorf("lines %q, want ready then ticks", got[:2])
 	}

@@ -101,3 +101,31 @@ func TestBadHostNames(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteProgramsParseAsPOSIXsh: the remote programs, composed with
+// controlLoop, are read without a syntax error by each POSIX shell this
+// machine has (dash is Debian's /bin/sh; bash --posix and busybox sh stand
+// for other hosts'). The ssh tests run them for real under /bin/sh.
+func TestRemoteProgramsParseAsPOSIXsh(t *testing.T) {
+	shells := [][]string{{"dash"}, {"bash", "--posix"}, {"busybox", "sh"}, {"posh"}, {"yash", "--posix"}}
+	ran := 0
+	for _, sh := range shells {
+		if _, err := exec.LookPath(sh[0]); err != nil {
+			t.Logf("%s: not installed, not checked", sh[0])
+			continue
+		}
+		for name, script := range map[string]string{"shim": shimScript, "follow": followScript} {
+			if !strings.Contains(script, controlLoop) {
+				t.Fatalf("%s program lacks the control loop", name)
+			}
+			argv := append(append([]string(nil), sh...), "-n", "-c", script)
+			if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+				t.Errorf("%s program under %v: %v: %s", name, sh, err, out)
+			}
+		}
+		ran++
+	}
+	if ran == 0 {
+		t.Skip("no POSIX shell found to check the remote programs with")
+	}
+}

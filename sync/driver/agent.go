@@ -30,6 +30,12 @@ type AgentConfig struct {
 	// MinWorkers is what the worker requires of a world if it takes over
 	// proposing (the job's driver is gone); default 1.
 	MinWorkers int
+	// FirstWorld is the number of workers the job was started with (0: not
+	// known): if the worker takes over before any world reached it, it
+	// proposes a first world only with a strict majority of them
+	// (epoch.CheckFirstQuorum), and waits the minority grace too before it
+	// takes over while it sees no more than half of them.
+	FirstWorld int
 	// TakeoverGrace: how long no driver must have been in view before the
 	// worker may take over (default epoch.DefaultTakeoverGrace).
 	TakeoverGrace time.Duration
@@ -64,7 +70,7 @@ func StartAgent(m *membership.Member, cfg AgentConfig) *Agent {
 	}
 	fol := epoch.NewFollower(epoch.FollowerConfig{
 		Self: m.Name(), TakeoverGrace: cfg.TakeoverGrace,
-		Proposer: epoch.ProposerConfig{MinWorkers: cfg.MinWorkers},
+		Proposer: epoch.ProposerConfig{MinWorkers: cfg.MinWorkers, FirstWorld: cfg.FirstWorld},
 	}, time.Now())
 	a := &Agent{fol: fol, loop: newLoop(m, fol, log)}
 	a.loop.notify = func(o epoch.Output) {

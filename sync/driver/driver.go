@@ -22,6 +22,11 @@ type Config struct {
 	JobID      string
 	Secret     []byte
 	MinWorkers int
+	// FirstWorld is the number of workers the job was started with (0: not
+	// known): the job's first world is proposed only with at least half of
+	// them (epoch.CheckFirstQuorum; the driver wins the tie). SetFirstWorld
+	// lowers it as first workers exit before they joined.
+	FirstWorld int
 	// Coalesce: changes closer together than this make one epoch (default
 	// 10 ms).
 	Coalesce time.Duration
@@ -94,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc := epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers}
+	pc := epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers, FirstWorld: cfg.FirstWorld}
 	prop := epoch.NewProposer(pc)
 	if cfg.Adopt {
 		if cfg.AdoptWait <= 0 {
@@ -201,6 +206,15 @@ func (d *Driver) Exited(name string) {
 // returns at once; the change is made on the driver's goroutine.
 func (d *Driver) SetMinWorkers(n int) {
 	d.loop.do(func(now time.Time) []epoch.Output { return d.prop.Step(now, epoch.SetMinWorkers{N: n}) })
+}
+
+// SetFirstWorld changes the voters of the job's first world
+// (Config.FirstWorld): the job's first workers less those whose processes
+// exited before any world formed (their deaths are known; the others may be
+// alive behind a partition). It changes nothing once a world has formed. It
+// returns at once; the change is made on the driver's goroutine.
+func (d *Driver) SetFirstWorld(n int) {
+	d.loop.do(func(now time.Time) []epoch.Output { return d.prop.Step(now, epoch.SetFirstWorld{N: n}) })
 }
 
 // WorkerInfo describes a worker the driver knows of.

@@ -79,6 +79,13 @@ func startAgent(t *testing.T, ctx context.Context, seed string, min int) *agent 
 
 func startAgentLogged(t *testing.T, ctx context.Context, seed string, min int, log *slog.Logger) *agent {
 	t.Helper()
+	return startAgentWith(t, ctx, seed, driver.AgentConfig{MinWorkers: min, Logger: log})
+}
+
+// startAgentWith starts a worker's agent configured by cfg (its OnAdopt is
+// the harness's).
+func startAgentWith(t *testing.T, ctx context.Context, seed string, cfg driver.AgentConfig) *agent {
+	t.Helper()
 	mc := membership.DefaultConfig()
 	mc.Secret, mc.Seeds = []byte(secret), []string{seed}
 	m, err := membership.Join(ctx, mc, membership.Meta{JobID: jobID, Role: membership.RoleWorker, CollectiveAddr: "127.0.0.1:1"})
@@ -86,7 +93,7 @@ func startAgentLogged(t *testing.T, ctx context.Context, seed string, min int, l
 		t.Fatal(err)
 	}
 	ag := &agent{name: m.Name(), m: m, news: make(chan struct{}, 1)}
-	ag.a = driver.StartAgent(m, driver.AgentConfig{MinWorkers: min, Logger: log, OnAdopt: func(w epoch.World) {
+	cfg.OnAdopt = func(w epoch.World) {
 		ag.mu.Lock()
 		ag.seen = append(ag.seen, w)
 		ag.mu.Unlock()
@@ -94,7 +101,8 @@ func startAgentLogged(t *testing.T, ctx context.Context, seed string, min int, l
 		case ag.news <- struct{}{}:
 		default:
 		}
-	}})
+	}
+	ag.a = driver.StartAgent(m, cfg)
 	t.Cleanup(func() {
 		_ = m.Shutdown()
 		ag.a.Stop()
@@ -334,9 +342,46 @@ func TestAgentTakeoverKeepsTheMinimum(t *testing.T) {
 	}
 }
 
+// TestAgentTakeoverFirstWorld: two workers of a job of four (GOROVOD_NP)
+// lose the driver before any world reached them, as on the far side of a
+// cut while the first world forms. They may not form a first world of their
+// own: the oldest takes over after the takeover and minority graces, says
+// it lacks the first world's quorum and proposes nothing; a third worker
+// of the four makes a majority, and the three form it.
+func TestAgentTakeoverFirstWorld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	d := startDriver(t, ctx, 4, nil)
+	said := &decisions{}
+	cfg := driver.AgentConfig{MinWorkers: 2, FirstWorld: 4, Logger: slog.New(said)}
+	first := startAgentWith(t, ctx, d.GossipAddr(), cfg)
+	second := startAgentWith(t, ctx, d.GossipAddr(), cfg)
+	seed := first.m.Local().Addr.String()
+	waitUntil(t, "the driver to see both workers", func() bool { return len(d.Workers()) == 2 })
+	d.Close()
+	noQuorum := func(l string) bool { return strings.HasPrefix(l, "no quorum for the job's first world") }
+	deadline := time.Now().Add(epoch.DefaultTakeoverGrace + epoch.DefaultMinorityGrace + 20*time.Second)
+	waitUntilBy(t, "the pair to take over and lack the first world's quorum", deadline, func() bool { return said.saidAny(noQuorum) })
+	for _, ag := range []*agent{first, second} {
+		if w := ag.latest(); w.Number != 0 || said.saidAny(func(l string) bool { return strings.HasPrefix(l, "proposed") }) {
+			t.Fatalf("%s: the pair formed %v, 2 of the job's 4 first workers", ag.name, w)
+		}
+	}
+	third := startAgentWith(t, ctx, seed, cfg)
+	for _, ag := range []*agent{first, second, third} {
+		if w := ag.await(t, "the three in one world", func(w epoch.World) bool { return len(w.Members) == 3 }); w.Number != 1 {
+			t.Fatalf("%s: the first world is %v, want number 1 with all three", ag.name, w)
+		}
+	}
+}
+
 func waitUntil(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	waitUntilBy(t, what, time.Now().Add(20*time.Second), ok)
+}
+
+func waitUntilBy(t *testing.T, what string, deadline time.Time, ok func() bool) {
+	t.Helper()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for !ok() {

@@ -374,6 +374,11 @@ func logOutput(log *slog.Logger, o epoch.Output) {
 	case epoch.Waiting:
 		log.Info("waiting for enough workers to form a world", "have", o.Have, "min", o.Min)
 	case epoch.NoQuorum:
+		if o.Quorum.First {
+			log.Warn("no quorum for the job's first world: too few of the workers it was started with are ready here; waiting for more, or for news that the others are gone (they may be alive on the other side of a partition)",
+				"ready", o.Quorum.Present, "voters", o.Quorum.Voters, "driver", o.Quorum.Driver)
+			return
+		}
 		log.Warn("no quorum: the next world would hold too few members of the last one; waiting for them, or for news that they are gone (they may be training on the other side of a partition)",
 			"last", o.Base, "voters", o.Quorum.Voters, "present", o.Quorum.Present, "missing", o.Quorum.Missing, "driver", o.Quorum.Driver)
 	case epoch.Removed:

@@ -23,7 +23,8 @@
 //     gossip port refused a connection);
 //   - messages: Received (an epoch, a failure report, a ping, a pong, the end
 //     of training) and SendFailed (a send that could not be delivered);
-//   - the driver's decisions: Evict (out for good), SetMinWorkers;
+//   - the driver's decisions: Evict (out for good), SetMinWorkers,
+//     SetFirstWorld;
 //   - a worker's session (Follower): ReportFailure, ReportDone.
 //
 // Outputs (Output): Send (a Message to a member), Proposed (a new epoch),
@@ -49,7 +50,12 @@
 //     finished, exited: Exited); the driver wins a tie. A proposer without it proposes
 //     nothing (NoQuorum) and the members wait: two sides of a partition, or
 //     of a false death declared by gossip, never both form a world that
-//     trains.
+//     trains. The job's first world has no earlier world to take a majority
+//     of: its voters are the job's first workers, FirstWorld (`gorovod run
+//     --np`, less those known gone; CheckFirstQuorum), so that workers cut
+//     off from the driver as it forms, which no world has reached, form no
+//     first world of their own beside the driver's. With FirstWorld not
+//     known (0), a first world needs no quorum.
 //   - Delivery: each epoch goes to every worker in view, and each worker
 //     acknowledges every epoch it receives (a pong without a nonce, carrying
 //     the newest it knows); the epoch is sent again to those that have not,

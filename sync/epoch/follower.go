@@ -200,6 +200,9 @@ func (f *Follower) Step(now time.Time, in Input) []Output {
 	case SetMinWorkers:
 		f.cfg.Proposer.MinWorkers = in.N
 		f.toProposer(now, in)
+	case SetFirstWorld:
+		f.cfg.Proposer.FirstWorld = in.N
+		f.toProposer(now, in)
 	case SendFailed:
 		if in.Msg.Kind == MsgDone && f.done == nil {
 			// Not delivered: keep it, and try again (routeDone).
@@ -402,10 +405,23 @@ func (f *Follower) elect(now time.Time) {
 // a new member. (A job whose driver died keeps most of its workers in view,
 // and one of them takes over at once; one whose driver died with most of
 // its workers takes over after MinorityGrace, and its proposer goes on only
-// if those workers are known to be gone: see CheckQuorum.)
+// if those workers are known to be gone: see CheckQuorum.) Before the
+// job's first world has reached this worker, its newest world is the job's
+// first workers (Proposer.FirstWorld, CheckFirstQuorum): it needs a strict
+// majority of them ready in its view; with that number not known, it takes
+// over after the takeover grace alone.
 func (f *Follower) quorum() bool {
 	if len(f.latest.Members) == 0 {
-		return true
+		ready := 0
+		for _, p := range f.view {
+			if !p.Driver && (p.State == Ready || p.Name == f.cfg.Self) {
+				ready++
+			}
+		}
+		if _, inView := f.view[f.cfg.Self]; !inView {
+			ready++
+		}
+		return f.cfg.Proposer.FirstWorld == 0 || 2*ready > f.cfg.Proposer.FirstWorld
 	}
 	seen := 0
 	for _, m := range f.latest.Members {

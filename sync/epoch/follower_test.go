@@ -3,7 +3,9 @@ package epoch_test
 import (
 	"math"
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/gorovod/gorovod/sync/epoch"
 )
@@ -281,6 +283,71 @@ func TestFollowerTakeoverMinWorkers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := epoch.NewFollower(epoch.FollowerConfig{Self: "a", Proposer: epoch.ProposerConfig{MinWorkers: tc.min}}, t0)
 			runScript(t, f, tc.script)
+		})
+	}
+}
+
+// TestFollowerFirstWorld: workers cut off from the driver as the job's first
+// world forms (no world has reached them) and that see too few of the job's
+// first workers (FirstWorld, gorovod run's --np) wait out the minority grace
+// as well before one of them takes over, and then propose no world: the
+// driver's side may be forming the first world without them.
+func TestFollowerFirstWorld(t *testing.T) {
+	grace := epoch.DefaultTakeoverGrace
+	for _, tc := range []struct {
+		name     string
+		np       int
+		ready    []string // besides a, in a's view
+		takeover time.Duration
+		proposed string // "" when no world is proposed
+		noQuorum bool
+	}{
+		{name: "2 of 4: takes over after both graces, proposes nothing", np: 4, ready: []string{"b"},
+			takeover: 500*ms + grace + epoch.DefaultMinorityGrace, noQuorum: true},
+		{name: "3 of 4: takes over after the takeover grace and forms the first world", np: 4, ready: []string{"b", "c"},
+			takeover: 500*ms + grace, proposed: "a b c"},
+		{name: "the job's size not known: the pair forms a first world of its own", np: 0, ready: []string{"b"},
+			takeover: 500*ms + grace, proposed: "a b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := epoch.NewFollower(epoch.FollowerConfig{Self: "a", Proposer: epoch.ProposerConfig{MinWorkers: 2, FirstWorld: tc.np}}, t0)
+			f.Step(t0, driverSeen("x"))
+			for _, n := range append([]string{"a"}, tc.ready...) {
+				f.Step(t0, ready(n))
+			}
+			f.Step(t0.Add(500*ms), epoch.PeerGone{Name: "x", Failed: true})
+			var tookAt time.Time
+			var proposed []string
+			noQuorum := false
+			for now, end := t0.Add(500*ms), t0.Add(time.Minute); ; {
+				d := f.Deadline()
+				if d.IsZero() || d.After(end) {
+					break
+				}
+				now = d
+				outs := f.Tick(now)
+				if f.Proposer() != nil && tookAt.IsZero() {
+					tookAt = now
+				}
+				for _, o := range outs {
+					switch o := o.(type) {
+					case epoch.Proposed:
+						proposed = append(proposed, names(o.World))
+					case epoch.NoQuorum:
+						noQuorum = noQuorum || o.Quorum.First
+					}
+				}
+			}
+			if want := t0.Add(tc.takeover); !tookAt.Equal(want) {
+				t.Fatalf("took over at %v, want %v", tookAt.Sub(t0), tc.takeover)
+			}
+			var want []string
+			if tc.proposed != "" {
+				want = []string{tc.proposed}
+			}
+			if !slices.Equal(proposed, want) || noQuorum != tc.noQuorum {
+				t.Fatalf("proposed %q (no first-world quorum said: %v), want %q (%v)", proposed, noQuorum, want, tc.noQuorum)
+			}
 		})
 	}
 }

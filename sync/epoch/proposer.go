@@ -19,6 +19,11 @@ type ProposerConfig struct {
 	// MinWorkers: no epoch with fewer members is proposed; the job waits
 	// (default 1).
 	MinWorkers int
+	// FirstWorld is the number of workers the job was started with (`gorovod
+	// run --np`): the voters of its first world, which is proposed only with
+	// a strict majority of them (half, for the driver; CheckFirstQuorum). 0:
+	// not known, and a first world needs no quorum.
+	FirstWorld int
 	// ProbeTimeout bounds the wait for a blamed worker's answer to its
 	// liveness probe (default 500 ms).
 	ProbeTimeout time.Duration
@@ -367,6 +372,9 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 	case SetMinWorkers:
 		p.cfg.MinWorkers = max(1, in.N)
 		p.change(now)
+	case SetFirstWorld:
+		p.cfg.FirstWorld = max(0, in.N)
+		p.change(now)
 	}
 	return p.flush()
 }
@@ -416,9 +424,14 @@ func (p *Proposer) settleLive() {
 
 // quorum checks the desired members against every world that may still be
 // training; it returns the first verdict that fails (or the last one) and
-// the number of its world.
+// the number of its world. With none (no world has formed yet), it checks
+// them against the job's first workers (CheckFirstQuorum), numbered 0.
 func (p *Proposer) quorum() (Quorum, uint64) {
-	q, number := Quorum{Driver: p.cfg.Self == ""}, uint64(0)
+	if len(p.live) == 0 {
+		return CheckFirstQuorum(p.cfg.FirstWorld, p.members, p.cfg.Self == ""), 0
+	}
+	var q Quorum
+	var number uint64
 	for _, w := range p.live {
 		q, number = CheckQuorum(w, p.members, p.knownGone, p.cfg.Self == ""), w.Number
 		if !q.OK() {

@@ -156,7 +156,7 @@ func (w World) Equal(o World) bool { return w.Number == o.Number && slices.Equal
 
 // Input is what a state machine of the protocol (Proposer, Follower) is told:
 // one of PeerSeen, PeerGone, Exited, Received, SendFailed, Evict, SetMinWorkers,
-// ReportFailure, ReportDone.
+// SetFirstWorld, ReportFailure, ReportDone.
 type Input interface{ input() }
 
 // PeerSeen: a member joined the cluster or published new metadata (the
@@ -196,6 +196,11 @@ type Evict struct{ Name string }
 // SetMinWorkers: no world with fewer members is proposed from now on.
 type SetMinWorkers struct{ N int }
 
+// SetFirstWorld: the voters of the job's first world are N from now on
+// (ProposerConfig.FirstWorld): the job's first workers less those known to
+// be gone. It changes nothing once a world exists.
+type SetFirstWorld struct{ N int }
+
 // ReportFailure (Follower): a collective of this worker's epoch Number
 // failed, blaming member Blamed ("" when none).
 type ReportFailure struct {
@@ -214,6 +219,7 @@ func (Exited) input()        {}
 func (SendFailed) input()    {}
 func (Evict) input()         {}
 func (SetMinWorkers) input() {}
+func (SetFirstWorld) input() {}
 func (ReportFailure) input() {}
 func (ReportDone) input()    {}
 

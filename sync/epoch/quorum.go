@@ -13,12 +13,17 @@ type Quorum struct {
 	Missing []string
 	// Driver: the proposer is the job's driver, which wins a tie.
 	Driver bool
+	// First: the proposed world is the job's first (no world exists yet,
+	// CheckFirstQuorum). Voters is then the job's size less its first
+	// workers known to be gone, not a count of names, and Missing is empty.
+	First bool
 }
 
 // OK reports whether the proposed world holds the quorum: a strict majority
 // of the voters, or exactly half of them when the job's driver proposes it
-// (the driver's half vote breaks the tie). A base world whose every member
-// is known to be gone (or none: the job's first world) needs none.
+// (the driver's half vote breaks the tie). No voters (a base world whose
+// every member is known to be gone, or a first world of a job whose size is
+// not known) need none.
 func (q Quorum) OK() bool {
 	if q.Voters == 0 {
 		return true
@@ -66,4 +71,20 @@ func CheckQuorum(base World, next []Member, departed func(name string) bool, dri
 		}
 	}
 	return q
+}
+
+// CheckFirstQuorum decides whether next may be the job's first world, which
+// has no earlier world to hold a majority of. Its voters are the job's
+// first workers: size, the number it was started with (`gorovod run --np`,
+// ProposerConfig.FirstWorld), less those known to be gone (their processes
+// exited before any world formed). The rule is CheckQuorum's with those
+// voters: a strict majority of them, or exactly half when the driver
+// proposes (Quorum.OK). Without it, workers cut off from the driver as the
+// first world forms, which no world has reached, would take over proposing
+// and form a first world of their own beside the driver's, and both would
+// train. Every member of next counts as present: a worker started by hand
+// before the first world formed counts as one of the first (see
+// docs/multihost.md). A size of 0 (not known) needs no quorum.
+func CheckFirstQuorum(size int, next []Member, driver bool) Quorum {
+	return Quorum{Voters: max(size, 0), Present: len(next), Driver: driver, First: true}
 }

@@ -56,6 +56,41 @@ func TestCheckQuorum(t *testing.T) {
 	}
 }
 
+// TestCheckFirstQuorum: the job's first world has no earlier world to hold a
+// majority of; its voters are the job's first workers (--np, less those
+// known to be gone).
+func TestCheckFirstQuorum(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		size   int // the voters: --np less the first workers known gone
+		next   int // members of the proposed world
+		driver bool
+		want   bool
+	}{
+		{"the job's size not known: none needed", 0, 1, false, true},
+		{"2 of 4, a worker: the minority side of a cut waits", 4, 2, false, false},
+		{"2 of 4, the driver: tie won", 4, 2, true, true},
+		{"3 of 4, a worker", 4, 3, false, true},
+		{"1 of 4, the driver: no", 4, 1, true, false},
+		{"1 of 4, two known gone, the driver: tie won", 2, 1, true, true},
+		{"2 of 3, a worker", 3, 2, false, true},
+		{"1 of 3, the driver: no", 3, 1, true, false},
+		{"a job of one", 1, 1, false, true},
+		{"every first worker known gone", 0, 1, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			next := make([]epoch.Member, tc.next)
+			for i := range next {
+				next[i] = epoch.Member{Name: string(rune('a' + i))}
+			}
+			q := epoch.CheckFirstQuorum(tc.size, next, tc.driver)
+			if q.OK() != tc.want || !q.First || q.Voters != tc.size || q.Present != tc.next {
+				t.Fatalf("got ok=%v (%+v), want ok=%v", q.OK(), q, tc.want)
+			}
+		})
+	}
+}
+
 // quorumHarness drives one proposer (the driver's, or a worker's that took
 // over) and records the worlds it proposes and the quorums it lacked. Members
 // in live acknowledge every epoch sent to them, as live workers do.
@@ -147,6 +182,11 @@ func driverWith(t *testing.T, names ...string) *quorumHarness {
 // driver gone from its view, knowing world from, seeing view (itself
 // included); departed are known to be gone.
 func takeOver(t *testing.T, self string, from epoch.World, view []string) *quorumHarness {
+	return takeOverWith(t, epoch.ProposerConfig{MinWorkers: 1}, self, from, view)
+}
+
+// takeOverWith is takeOver with the proposer configured by cfg.
+func takeOverWith(t *testing.T, cfg epoch.ProposerConfig, self string, from epoch.World, view []string) *quorumHarness {
 	h := &quorumHarness{t: t, now: t0, live: map[string]bool{}}
 	var peers []epoch.Peer
 	for _, n := range view {
@@ -154,7 +194,8 @@ func takeOver(t *testing.T, self string, from epoch.World, view []string) *quoru
 		peers = append(peers, epoch.Peer{Name: n, Addr: n + ":1", State: epoch.Ready})
 	}
 	var outs []epoch.Output
-	h.p, outs = epoch.Resume(epoch.ProposerConfig{Self: self, MinWorkers: 1}, h.now, from, peers)
+	cfg.Self = self
+	h.p, outs = epoch.Resume(cfg, h.now, from, peers)
 	h.carry(outs)
 	h.settle()
 	return h
@@ -369,6 +410,116 @@ func TestProposerQuorum(t *testing.T) {
 			}
 			if len(h.blocked) < tc.blocked || (tc.blocked == 0 && len(h.blocked) > 0) {
 				t.Fatalf("lacked the quorum %d times (%+v), want %d", len(h.blocked), h.blocked, tc.blocked)
+			}
+		})
+	}
+}
+
+// TestProposerFirstWorld: the job's first world is proposed only with a
+// strict majority of the job's first workers (FirstWorld, gorovod run's
+// --np), or half of them when the driver proposes it. A cut as the first
+// world forms leaves the workers on its far side with no world: the pair
+// that takes over there, 2 of 4, must not form a first world of its own
+// beside the driver's.
+func TestProposerFirstWorld(t *testing.T) {
+	firstOf := func(np int) epoch.ProposerConfig { return epoch.ProposerConfig{MinWorkers: 2, FirstWorld: np} }
+	// driverOf is a driver's proposer of a job of np workers past its start
+	// timeout (its minimum lowered to 1), seeing ready.
+	driverOf := func(t *testing.T, np int, ready ...string) *quorumHarness {
+		h := &quorumHarness{t: t, p: epoch.NewProposer(epoch.ProposerConfig{MinWorkers: 1, FirstWorld: np}), now: t0, live: map[string]bool{}}
+		for _, n := range ready {
+			h.live[n] = true
+			h.step(readyPeer(n))
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name    string
+		run     func(t *testing.T) *quorumHarness
+		want    []string
+		blocked int
+	}{
+		{
+			name: "a cut as the first world forms, 2|2: the cut-off pair forms no first world",
+			run: func(t *testing.T) *quorumHarness {
+				return takeOverWith(t, firstOf(4), "c", epoch.World{}, []string{"c", "d"})
+			},
+			want: nil, blocked: 1,
+		},
+		{
+			name: "the cut-off pair waits until a third first worker is ready on its side",
+			run: func(t *testing.T) *quorumHarness {
+				h := takeOverWith(t, firstOf(4), "c", epoch.World{}, []string{"c", "d"})
+				h.live["b"] = true
+				h.step(readyPeer("b"))
+				return h
+			},
+			want: []string{"c d b"}, blocked: 1,
+		},
+		{
+			name: "3 of 4 without the driver: a majority forms the first world",
+			run: func(t *testing.T) *quorumHarness {
+				return takeOverWith(t, firstOf(4), "b", epoch.World{}, []string{"b", "c", "d"})
+			},
+			want: []string{"b c d"},
+		},
+		{
+			name: "2 of 3 without the driver: a majority",
+			run: func(t *testing.T) *quorumHarness {
+				return takeOverWith(t, firstOf(3), "b", epoch.World{}, []string{"b", "c"})
+			},
+			want: []string{"b c"},
+		},
+		{
+			name: "the job's size not known: the cut-off pair forms a first world of its own",
+			run: func(t *testing.T) *quorumHarness {
+				return takeOverWith(t, firstOf(0), "c", epoch.World{}, []string{"c", "d"})
+			},
+			want: []string{"c d"},
+		},
+		{
+			// a alone (1 of 4) is too few; with b the driver's half vote
+			// wins the tie.
+			name: "the driver, 2 of 4: the tie is its own",
+			run:  func(t *testing.T) *quorumHarness { return driverOf(t, 4, "a", "b") },
+			want: []string{"a b"}, blocked: 1,
+		},
+		{
+			name: "the driver, 1 of 4, two of them exited before they joined: goes on",
+			run: func(t *testing.T) *quorumHarness {
+				h := driverOf(t, 4, "a")
+				h.step(epoch.SetFirstWorld{N: 2})
+				return h
+			},
+			want: []string{"a"}, blocked: 1,
+		},
+		{
+			// The first world {a b} forms as soon as the driver holds
+			// half of the four; the exits later are known deaths.
+			name: "once a world exists the rule is the last world's quorum",
+			run: func(t *testing.T) *quorumHarness {
+				h := driverOf(t, 4, "a", "b", "c", "d")
+				h.live["b"], h.live["c"], h.live["d"] = false, false, false
+				h.step(epoch.Exited{Name: "b"})
+				h.step(epoch.Exited{Name: "c"})
+				h.step(epoch.Exited{Name: "d"})
+				return h
+			},
+			want: []string{"a b", "a b c", "a b c d", "a c d", "a d", "a"}, blocked: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.run(t)
+			if !slices.Equal(h.proposed, tc.want) {
+				t.Fatalf("proposed %q, want %q (lacked the quorum %d times: %+v)", h.proposed, tc.want, len(h.blocked), h.blocked)
+			}
+			if len(h.blocked) < tc.blocked || (tc.blocked == 0 && len(h.blocked) > 0) {
+				t.Fatalf("lacked the quorum %d times (%+v), want %d", len(h.blocked), h.blocked, tc.blocked)
+			}
+			for _, b := range h.blocked {
+				if b.Base == 0 && !b.Quorum.First {
+					t.Fatalf("a first world blocked without saying so: %+v", b)
+				}
 			}
 		})
 	}

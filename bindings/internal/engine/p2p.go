@@ -21,7 +21,9 @@ import (
 // the next one with its tag whatever came with other tags before it.
 //
 // A message whose length differs from the receive buffer's fails that
-// receive (a *collective.SizeMismatchError) and the world goes on. Any
+// receive (a *collective.SizeMismatchError), and its send too when it went
+// by rendezvous (over 16 KiB: see collective/p2p.go), and the world goes
+// on. A send over 16 KiB completes once the peer has posted its receive. Any
 // other failure — the peer died or stayed silent past the I/O timeout, the
 // world broke under the message — breaks the world as a failed collective
 // does: the engine has the session rebuild it (a call of its own, queued)

@@ -2,7 +2,8 @@
 ranks), and destroy_process_group(group) removing the group's process set.
 
 send/recv (blocking) and isend/irecv and batch_isend_irecv pass tensors
-around the ring; messages with different tags are received in another order
+around the ring; a 64 MiB isend followed by all_reduce before its irecv
+is posted completes; messages with different tags are received in another order
 than sent; a receive of another size than its message raises and the world
 goes on; a receive posted long before its message (collectives run
 meanwhile) gets it; a group's ranks are translated to world ranks; recv
@@ -65,6 +66,29 @@ ops = [dist.P2POp(dist.irecv, column, prv), dist.P2POp(dist.isend, message(r, 4,
 for w in dist.batch_isend_irecv(ops):
     w.wait()
 same("batch_isend_irecv into a column", column, message(prv, 4, count=4))
+
+# An isend far larger than the links buffer (64 MiB), then collectives, and
+# only then its irecv, legal in torch.distributed: the collectives (a small
+# all_reduce, whose first move is a send to that same partner at 4 ranks,
+# and a ring one) are not stuck behind the messages, and the messages
+# arrive whole. Ranks pair up (0 and 1, 2 and 3); an odd one out only
+# runs the collectives.
+big = 16 << 20
+partner = r ^ 1 if (r ^ 1) < n else None
+if partner is not None:
+    w_big = dist.isend(message(r, 5, count=big), dst=partner, tag=5)
+t = torch.full((4,), float(r))
+dist.all_reduce(t)
+same("small all_reduce behind a 64 MiB isend", t, torch.full((4,), float(sum(range(n)))))
+t = torch.full((1 << 18,), 1.0)
+dist.all_reduce(t)
+same("ring all_reduce behind a 64 MiB isend", t, torch.full((1 << 18,), float(n)))
+if partner is not None:
+    got_big = torch.empty(big)
+    dist.irecv(got_big, src=partner, tag=5).wait()
+    w_big.wait()
+    same("a 64 MiB irecv posted after the all_reduce", got_big, message(partner, 5, count=big))
+    del got_big
 
 # Tags: rank 0 sends tags 1, 2, 3 to rank 1 (and two with tag 2); rank 1
 # receives 3 first, then 2, then 1: each receive takes the next message

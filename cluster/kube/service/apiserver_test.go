@@ -288,7 +288,7 @@ func (r *replica) stop(t *testing.T) {
 }
 
 // e2e is a control plane with gorovod.yaml applied, a namespace for jobs and
-// two nodes of two slots registered through the API.
+// nodes of two slots registered through the API.
 type e2e struct {
 	t        *testing.T
 	ctx      context.Context
@@ -301,24 +301,20 @@ type e2e struct {
 	token string
 }
 
-func newE2E(ctx context.Context, t *testing.T, cp *testkube.ControlPlane, ns string) *e2e {
+// newE2E sets up an e2e with namespace ns for jobs and the nodes named
+// (two slots each).
+func newE2E(ctx context.Context, t *testing.T, cp *testkube.ControlPlane, ns string, nodes ...string) *e2e {
 	t.Helper()
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	adminDyn, err := dynamic.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	applyManifest(ctx, t, adminDyn)
-	if err := cp.Namespace(ctx, admin, ns); err != nil {
-		t.Fatal(err)
-	}
+	admin := cp.AdminClient(ctx, t, ns)
 	if err := cp.WaitForServiceAccount(ctx, admin, "gorovod-system"); err != nil {
 		t.Fatal(err)
 	}
-	fakeNodes(ctx, t, admin, 2, "n1", "n2")
+	fakeNodes(ctx, t, admin, 2, nodes...)
 	tok, err := admin.CoreV1().ServiceAccounts("gorovod-system").CreateToken(ctx, "gorovod-scheduler",
 		&authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
@@ -425,7 +421,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	const ns = "ml"
-	e := newE2E(ctx, t, cp, ns)
+	e := newE2E(ctx, t, cp, ns, "n1", "n2")
 	admin, adminDyn, jobs, submit, get, until := e.admin, e.adminDyn, e.jobs, e.submit, e.get, e.until
 	recCtx, stopRecording := context.WithCancel(ctx)
 	rec := record(recCtx, t, admin, adminDyn, ns)

@@ -34,7 +34,7 @@ func TestCapacityAndDriverBudgetAgainstAPIServer(t *testing.T) {
 	cp := testkube.New(t, testkube.DefaultConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	e := newE2E(ctx, t, cp, "team")
+	e := newE2E(ctx, t, cp, "team", "n1", "n2")
 	q := resource.MustParse
 	slot := func(n string) string {
 		return fmt.Sprintf(`{"status":{"capacity":{%q:%q},"allocatable":{%q:%q}}}`, SlotResource, n, SlotResource, n)

@@ -4,17 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
@@ -36,12 +32,7 @@ func TestDriverPodsOnKubelet(t *testing.T) {
 	if why := testkube.MissingNode(testkube.DefaultConfig()); why != "" {
 		t.Skip(why)
 	}
-	bin := filepath.Join(t.TempDir(), "fakedriver")
-	build := exec.Command("go", "build", "-o", bin, "./testdata/fakedriver")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the stand-in driver: %v: %s", err, out)
-	}
+	bin := testkube.BuildStatic(t, "./testdata/fakedriver")
 	nodeCfg := testkube.NodeConfig{
 		PauseRef: "gorovod.local/pause:test",
 		Images: []testkube.Image{
@@ -55,35 +46,15 @@ func TestDriverPodsOnKubelet(t *testing.T) {
 	nodes := map[string]*testkube.Node{"succeeds": cp.NewNode(t, nodeCfg), "fails": cp.NewNode(t, nodeCfg)}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminDyn, err := dynamic.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	applyManifest(ctx, t, adminDyn)
 	const ns = "onkubelet"
-	if err := cp.Namespace(ctx, admin, ns); err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.WaitForServiceAccount(ctx, admin, "gorovod-system"); err != nil {
-		t.Fatal(err)
-	}
-	fakeNodes(ctx, t, admin, 2, "slots")
-	tok, err := admin.CoreV1().ServiceAccounts("gorovod-system").CreateToken(ctx, "gorovod-scheduler",
-		&authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	startReplica(ctx, t, cp.ConfigFor(tok.Status.Token), "sched", func(c *Config) {
+	e := newE2E(ctx, t, cp, ns, "slots")
+	admin, jobs := e.admin, e.jobs
+	startReplica(ctx, t, cp.ConfigFor(e.token), "sched", func(c *Config) {
 		c.CustomizeDriver = func(pod *corev1.Pod) {
 			pod.Spec.NodeName, pod.Spec.HostNetwork = nodes[pod.Labels[kube.LabelJob]].Name, true
 			pod.Spec.Containers[0].ImagePullPolicy = corev1.PullNever
 		}
 	})
-	jobs := adminDyn.Resource(api.GroupVersionResource()).Namespace(ns)
 	for _, name := range []string{"succeeds", "fails"} {
 		j := &api.GorovodJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: api.Spec{Image: "gorovod.local/worker:none", DriverImage: "gorovod.local/driver:test", Command: []string{"train"}, MinWorkers: 1, MaxWorkers: 1}}

@@ -118,7 +118,7 @@ func TestLeaderPartitioned(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	const ns = "cut"
-	e := newE2E(ctx, t, cp, ns)
+	e := newE2E(ctx, t, cp, ns, "n1", "n2")
 	recCtx, stopRecording := context.WithCancel(ctx)
 	rec := record(recCtx, t, e.admin, e.adminDyn, ns)
 

@@ -42,7 +42,7 @@ func (o *securityOptions) value() (transport.Security, error) {
 // lanesFlag registers --lanes of gorovod run and gorovod bench: how many TCP
 // connections each link between two workers has (tcp.Config.Lanes).
 func lanesFlag(fs *flag.FlagSet) *int {
-	return fs.Int("lanes", 0, fmt.Sprintf("TCP connections per link between two workers, 1 to %d; large frames are striped over them (0: the transport's choice, 1 within a host and more between hosts)", tcp.MaxLanes))
+	return fs.Int("lanes", 0, fmt.Sprintf("TCP connections per link between two workers, 1 to %d; large frames are striped over them (0: automatic, 1 within a host; between hosts 4, of which each link uses as many as raise the rate it measures)", tcp.MaxLanes))
 }
 
 // checkLanes validates --lanes.

@@ -96,10 +96,12 @@ type Config struct {
 	// frame of at least 64 KiB is cut into contiguous stripes sent over
 	// all of them at once, each lane served by its own goroutine, so one
 	// link is not bound by what one connection (one core's worth of
-	// kernel work, one congestion window) moves. Default (0): 1 on links
-	// between ranks of this host, defaultLanes on links to other hosts.
-	// Every rank must use the same; the handshake refuses a peer with
-	// another setting. See docs/transports.md.
+	// kernel work, one congestion window) moves. Default (0): automatic,
+	// 1 on links between ranks of this host; on links to other hosts 4
+	// connections, of which each direction's sender uses as many as
+	// raise the rate it measures on its first large frames (1, 2, then 4;
+	// see autolanes.go). Every rank must use the same; the handshake
+	// refuses a peer with another setting. See docs/transports.md.
 	Lanes int
 	// Logger receives connection diagnostics. Default: discard.
 	Logger *slog.Logger
@@ -115,8 +117,6 @@ const (
 	defaultSpinTime         = 100 * time.Microsecond
 	defaultSocketBuffer     = 4 << 20
 	minReadBufferSize       = 4 << 10
-	// defaultLanes is Config.Lanes's choice on links to other hosts.
-	defaultLanes = 2
 )
 
 // MaxLanes bounds Config.Lanes.

@@ -59,7 +59,7 @@
 // # Lanes
 //
 // A link may run over several connections to its peer (Config.Lanes; by
-// default one between ranks of this host, two between hosts). Each is
+// default one between ranks of this host, four between hosts). Each is
 // dialed and handshaken on its own, with keys of its own; the hellos of
 // the further lanes carry handshake.LaneNonce, which ties them to the
 // link's first connection, and the acceptor builds the link only once all
@@ -67,6 +67,12 @@
 // frame of 64 KiB or more is cut into contiguous stripes, one per lane,
 // each moved by that lane's own goroutine straight from and into the
 // callers' buffers (lanes.go). A lane's failure breaks the whole link.
+// How many lanes carry a direction's data frames is its sender's choice,
+// announced to the receiver with a FrameLanes frame on the first lane:
+// all of them when Config.Lanes sets the count; by default the sender
+// measures the rate the path delivers (bytes acknowledged) while it sends
+// its first large frames over one lane, then two, then four, and keeps the
+// count past which the rate stopped rising by a tenth (autolanes.go).
 //
 // # Waiting
 //

@@ -65,3 +65,69 @@ func Conns(l transport.Link) []string {
 	}
 	return out
 }
+
+// AutoLanes is how many connections a link to another host opens when
+// Config.Lanes is 0.
+const AutoLanes = autoLanes
+
+// SendLanes is how many lanes carry the data frames a laned link sends
+// now (what its peer was last told), RecvLanes how many its peer said
+// carry the frames it receives. The caller must not be receiving on l.
+func SendLanes(l transport.Link) int {
+	ll := l.(*lanedLink)
+	ll.smu.Lock()
+	defer ll.smu.Unlock()
+	return ll.sactive
+}
+
+func RecvLanes(l transport.Link) int { return l.(*lanedLink).ractive }
+
+// SetSendLanes makes a laned link send its next data frames over n lanes,
+// as a chooser settled at n would.
+func SetSendLanes(l transport.Link, n int) {
+	ll := l.(*lanedLink)
+	ll.smu.Lock()
+	defer ll.smu.Unlock()
+	ll.auto = true
+	ll.chooser = laneChooser{max: n, cur: n, settled: true}
+	ll.probing.Store(false)
+}
+
+// SetLaneTrial restarts a laned link's choice of its sending lanes with
+// warm bytes skipped and trial bytes measured at each count.
+func SetLaneTrial(l transport.Link, warm, trial int64) {
+	ll := l.(*lanedLink)
+	ll.smu.Lock()
+	defer ll.smu.Unlock()
+	ll.chooser = newLaneChooser(len(ll.lanes), warm, trial, ll.unacked)
+	ll.probing.Store(ll.auto)
+}
+
+// LanesChosen reports whether a laned link has settled its sending lanes,
+// on how many, and the rate it measured at each count tried (bytes per
+// second, by count; 0: not tried).
+func LanesChosen(l transport.Link) (settled bool, lanes int, rates []float64) {
+	ll := l.(*lanedLink)
+	ll.smu.Lock()
+	defer ll.smu.Unlock()
+	return ll.auto && ll.chooser.settled, ll.chooser.lanes(), append([]float64(nil), ll.chooser.rates[:]...)
+}
+
+// PaceLanes caps what each connection of a link sends at rate bytes per
+// second (SO_MAX_PACING_RATE, which TCP enforces itself): a link whose
+// every connection is bound on its own, as one stream is by a core or a
+// congestion window.
+func PaceLanes(l transport.Link, rate int) error {
+	for _, ln := range lanesOf(l) {
+		var serr error
+		if err := ln.rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, rate)
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return serr
+		}
+	}
+	return nil
+}

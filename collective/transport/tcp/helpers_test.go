@@ -19,6 +19,23 @@ import (
 
 var testSecret = []byte("test secret, not for production")
 
+// sendAll sends payloads on l in the background, as frames of sequence
+// numbers 1, 2, …, and reports on the channel the first failure, or nil
+// once all are sent.
+func sendAll(ctx context.Context, l transport.Link, payloads [][]byte) <-chan error {
+	sent := make(chan error, 1)
+	go func() {
+		for i, p := range payloads {
+			if err := conformance.Send(ctx, l, uint64(i+1), p); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	return sent
+}
+
 func testConfig() tcp.Config {
 	cfg := tcp.DefaultConfig()
 	cfg.Secret = testSecret

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
 )
@@ -16,8 +17,9 @@ import (
 // hand-off to another lane's goroutine would cost more than it saves.
 const stripeMin = 32 << 10
 
-// stripes is how many lanes a data frame of n payload bytes goes over on a
-// link of lanes lanes; both ends compute it from the header alone.
+// stripes is how many lanes a data frame of n payload bytes goes over when
+// lanes lanes carry the link's data; both ends compute it from the header
+// and the count the sender last announced.
 func stripes(n, lanes int) int { return min(lanes, n/stripeMin) }
 
 // stripe is stripe k of m of p: contiguous, each but the last the same
@@ -43,6 +45,12 @@ func stripe(p []byte, k, m int) []byte {
 // its own keys and counters when frames are sealed, so every stripe is
 // verified on the lane it came by.
 //
+// How many of the lanes carry data frames is each sender's choice, made
+// per direction: all of them when Config.Lanes set the count, else
+// measured (laneChooser, autolanes.go). A sender announces a new count
+// with a FrameLanes frame on the first lane before the first data frame
+// that uses it; the receiver consumes it in RecvHeader.
+//
 // A failure of any lane while a striped frame is under way breaks the
 // whole link: later calls fail with it, and unless the caller's context
 // caused it the lanes are closed, so the others stop waiting at once.
@@ -56,10 +64,28 @@ type lanedLink struct {
 	// step: every later call fails with it.
 	broken atomic.Pointer[error]
 
-	smu sync.Mutex // orders striped sends, each whole
+	// Send side, under smu, which orders the frames that may be striped,
+	// each whole: the lanes the peer was last told carry them (at first
+	// all), and when auto, the chooser of the count; settled reports the
+	// chosen count, and the rate measured at each count tried (bytes per
+	// second, by count), once.
+	smu     sync.Mutex
+	sactive int
+	auto    bool
+	chooser laneChooser
+	settled func(lanes int, rates []float64)
+	// While the chooser measures (probing), the bytes of the frames sent
+	// whole outside smu, which its measurement of the first lane's queue
+	// must count too.
+	probing   atomic.Bool
+	unmetered atomic.Int64
+	outq      []int              // each lane's unacknowledged bytes, as last read
+	outqOf    []func(fd uintptr) // reads them (unacked)
 
-	// Receive side, one goroutine at a time: the stripes and length of the
-	// payload the last header announced (rstripes < 2: not striped).
+	// Receive side, one goroutine at a time: the lanes the peer said carry
+	// its data frames, and the stripes and length of the payload the last
+	// header announced (rstripes < 2: not striped).
+	ractive  int
 	rstripes int
 	rlen     int
 }
@@ -81,13 +107,21 @@ type laneWorker struct {
 	exited chan struct{}
 }
 
-func newLanedLink(lanes []*link) *lanedLink {
+// newLanedLink makes a link over lanes; auto: its sender measures how many
+// of them to use (see laneChooser), else it uses them all.
+func newLanedLink(lanes []*link, auto bool) *lanedLink {
 	l := &lanedLink{
-		lanes:  lanes,
-		sendTo: make([]laneWorker, len(lanes)),
-		recvOn: make([]laneWorker, len(lanes)),
-		quit:   make(chan struct{}),
+		lanes:   lanes,
+		sendTo:  make([]laneWorker, len(lanes)),
+		recvOn:  make([]laneWorker, len(lanes)),
+		quit:    make(chan struct{}),
+		sactive: len(lanes),
+		ractive: len(lanes),
+		auto:    auto && len(lanes) > 1,
 	}
+	l.readQueues()
+	l.chooser = newLaneChooser(len(lanes), autoWarmBytes, autoTrialBytes, l.unacked)
+	l.probing.Store(l.auto)
 	for k := 1; k < len(lanes); k++ {
 		l.sendTo[k].start(func(ctx context.Context, b []byte) error { return lanes[k].sendStripe(ctx, nil, b) }, l.quit)
 		l.recvOn[k].start(lanes[k].recvStripe, l.quit)
@@ -166,15 +200,15 @@ func firstFailure(have, next error) error {
 }
 
 // Send writes one frame: a small one on the first lane, a large one
-// striped over the lanes.
+// striped over the lanes in use.
 func (l *lanedLink) Send(ctx context.Context, h *transport.Header, payload []byte) error {
-	m := 0
-	if h.Kind == transport.FrameData {
-		m = stripes(len(payload), len(l.lanes))
-	}
-	if m < 2 {
+	if h.Kind != transport.FrameData || stripes(len(payload), len(l.lanes)) < 2 {
+		// Whole on the first lane whatever the count in use.
 		if err := l.failed("send"); err != nil {
 			return err
+		}
+		if l.probing.Load() {
+			l.unmetered.Add(int64(len(payload)))
 		}
 		return l.lanes[0].Send(ctx, h, payload)
 	}
@@ -186,17 +220,56 @@ func (l *lanedLink) Send(ctx context.Context, h *transport.Header, payload []byt
 	if err := l.failed("send"); err != nil {
 		return err
 	}
-	for k := 1; k < m; k++ {
-		l.sendTo[k].jobs <- laneJob{ctx, stripe(payload, k, m)}
+	if err := l.announce(ctx); err != nil {
+		return err
 	}
-	hh := *h
-	err := l.lanes[0].sendStripe(ctx, &hh, stripe(payload, 0, m))
-	for k := 1; k < m; k++ {
-		err = firstFailure(err, l.sendTo[k].wait())
+	var start time.Time
+	if l.auto {
+		start = time.Now()
 	}
-	if err != nil {
-		return l.fail("send", err)
+	m := stripes(len(payload), l.sactive)
+	if m < 2 {
+		if err := l.lanes[0].Send(ctx, h, payload); err != nil {
+			return err
+		}
+	} else {
+		for k := 1; k < m; k++ {
+			l.sendTo[k].jobs <- laneJob{ctx, stripe(payload, k, m)}
+		}
+		hh := *h
+		err := l.lanes[0].sendStripe(ctx, &hh, stripe(payload, 0, m))
+		for k := 1; k < m; k++ {
+			err = firstFailure(err, l.sendTo[k].wait())
+		}
+		if err != nil {
+			return l.fail("send", err)
+		}
 	}
+	if l.auto && l.chooser.observe(len(payload)+int(l.unmetered.Swap(0)), start, time.Now()) {
+		l.probing.Store(false)
+		if l.settled != nil {
+			l.settled(l.chooser.lanes(), l.chooser.rates[:])
+		}
+	}
+	return nil
+}
+
+// announce tells the peer, before a frame that may be striped, how many
+// lanes carry it when that changed: a FrameLanes frame on the first lane,
+// which orders it with the data frames. Called under smu.
+func (l *lanedLink) announce(ctx context.Context) error {
+	want := l.sactive
+	if l.auto {
+		want = l.chooser.lanes()
+	}
+	if want == l.sactive {
+		return nil
+	}
+	h := transport.Header{Kind: transport.FrameLanes, Aux: uint32(want)}
+	if err := l.lanes[0].Send(ctx, &h, nil); err != nil {
+		return err
+	}
+	l.sactive = want
 	return nil
 }
 
@@ -209,19 +282,41 @@ func (l *lanedLink) asPeerErr(op string, err error) error {
 	return l.lanes[0].PeerErr(op, err)
 }
 
-// RecvHeader reads the next frame's header, from the first lane.
+// RecvHeader reads the next frame's header, from the first lane; a
+// FrameLanes frame on the way sets how many lanes carry the data frames
+// after it.
 func (l *lanedLink) RecvHeader(ctx context.Context, h *transport.Header) error {
 	if err := l.failed("recv"); err != nil {
 		return err
 	}
-	if err := l.lanes[0].RecvHeader(ctx, h); err != nil {
-		return err
+	for {
+		if err := l.lanes[0].RecvHeader(ctx, h); err != nil {
+			return err
+		}
+		if h.Kind != transport.FrameLanes {
+			break
+		}
+		n, err := checkLanesFrame(h, len(l.lanes))
+		if err != nil {
+			err.Peer = l.Peer()
+			return l.fail("recv", err)
+		}
+		l.ractive = n
 	}
 	l.rstripes, l.rlen = 0, int(h.Length)
 	if h.Kind == transport.FrameData {
-		l.rstripes = stripes(l.rlen, len(l.lanes))
+		l.rstripes = stripes(l.rlen, l.ractive)
 	}
 	return nil
+}
+
+// checkLanesFrame returns the lane count a FrameLanes header announces
+// for a link of lanes lanes, or why it cannot be.
+func checkLanesFrame(h *transport.Header, lanes int) (int, *transport.FrameError) {
+	if h.Length != 0 || h.Aux < 1 || h.Aux > uint32(lanes) {
+		return 0, &transport.FrameError{Peer: -1, Reason: fmt.Sprintf("lanes frame for %d lanes (%d bytes) on a link of %d", h.Aux, h.Length, lanes)}
+	}
+	return int(h.Aux), nil
 }
 
 // RecvPayload reads the payload announced by the last header into p: a

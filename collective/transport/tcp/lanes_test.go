@@ -90,7 +90,7 @@ func TestLanesConnect(t *testing.T) {
 }
 
 // TestLanesRule: Config.Lanes when set; else one lane to a peer on this
-// host and two to a peer on another.
+// host and tcp.AutoLanes to a peer on another.
 func TestLanesRule(t *testing.T) {
 	for _, tc := range []struct {
 		configured int
@@ -98,7 +98,7 @@ func TestLanesRule(t *testing.T) {
 		want       int
 	}{
 		{0, true, 1},
-		{0, false, 2},
+		{0, false, tcp.AutoLanes},
 		{1, false, 1},
 		{4, true, 4},
 		{4, false, 4},
@@ -292,16 +292,7 @@ func TestTamperedLane(t *testing.T) {
 				recv, send := links[0][1], links[1][0]
 
 				payloads := [][]byte{conformance.Pattern(smallLen, 1, 0, 1), conformance.Pattern(largeLen, 1, 0, 2)}
-				sent := make(chan error, 1)
-				go func() {
-					for i, p := range payloads {
-						if err := conformance.Send(ctx, send, uint64(i+1), p); err != nil {
-							sent <- err
-							return
-						}
-					}
-					sent <- nil
-				}()
+				sent := sendAll(ctx, send, payloads)
 				var failure error
 				for i, want := range payloads {
 					var h transport.Header

@@ -280,22 +280,50 @@ func (l *link) Send(ctx context.Context, h *transport.Header, payload []byte) er
 	if err := l.SendReady(ctx, h, payload); err != nil {
 		return err
 	}
-	c := ioCall{ctx: ctx}
 	hh := *h
-	hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
+	return l.send(ctx, &hh, payload)
+}
+
+// sendStripe writes one lane's part of a frame striped over a link's
+// lanes (see lanedLink): on the first lane the frame's header hh, whose
+// Length is the whole payload's, then the first stripe; on another lane
+// (hh nil) its stripe alone. A stripe goes out sealed like a payload of
+// its length, with this lane's keys and counters.
+func (l *link) sendStripe(ctx context.Context, hh *transport.Header, stripe []byte) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.SendOpen(ctx); err != nil {
+		return err
+	}
+	return l.send(ctx, hh, stripe)
+}
+
+// send writes the header hh, stamped with this link's job, world and rank
+// (nil: no header, a further lane's stripe), then payload, for Send and
+// sendStripe, which hold wmu and have made their checks. A failure that
+// may have left part of a frame in the stream breaks the sending side.
+func (l *link) send(ctx context.Context, hh *transport.Header, payload []byte) error {
+	c := ioCall{ctx: ctx}
+	if hh != nil {
+		hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
+	}
 	var err error
 	switch {
 	case l.wseal != nil:
-		err = l.sendSealed(&c, &hh, payload)
-	case len(payload) <= smallFrame:
+		err = l.sendSealed(&c, hh, payload)
+	case hh != nil && len(payload) <= smallFrame:
 		buf := l.wbuf[:transport.HeaderSize+len(payload)]
 		hh.Encode(buf)
 		copy(buf[transport.HeaderSize:], payload)
 		l.wparts = append(l.wparts[:0], buf)
 		err = l.writeFrame(&c)
 	default:
-		hh.Encode(l.whdr[:])
-		l.wparts = append(l.wparts[:0], l.whdr[:transport.HeaderSize], payload)
+		l.wparts = l.wparts[:0]
+		if hh != nil {
+			hh.Encode(l.whdr[:])
+			l.wparts = append(l.wparts, l.whdr[:transport.HeaderSize])
+		}
+		l.wparts = append(l.wparts, payload)
 		err = l.writeFrame(&c)
 	}
 	l.dropSendRefs()
@@ -311,45 +339,6 @@ func (l *link) dropSendRefs() {
 	clear(l.wparts[:cap(l.wparts)])
 	clear(l.wvec[:cap(l.wvec)])
 	l.wparts, l.wiov = l.wparts[:0], nil
-}
-
-// sendStripe writes one lane's part of a frame striped over a link's
-// lanes (see lanedLink): on the first lane the frame's header hh, whose
-// Length is the whole payload's, then the first stripe; on another lane
-// (hh nil) its stripe alone. A stripe goes out sealed like a payload of
-// its length, with this lane's keys and counters.
-func (l *link) sendStripe(ctx context.Context, hh *transport.Header, stripe []byte) error {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	switch {
-	case l.Closed.Load():
-		return l.PeerErr("send", transport.ErrLinkClosed)
-	case l.WBroken != nil:
-		return l.PeerErr("send", l.WBroken)
-	case ctx.Err() != nil:
-		return l.PeerErr("send", ctx.Err())
-	}
-	c := ioCall{ctx: ctx}
-	if hh != nil {
-		hh.JobID, hh.Epoch, hh.Sender = l.job, l.epoch, l.self
-	}
-	var err error
-	switch {
-	case l.wseal != nil:
-		err = l.sendSealed(&c, hh, stripe)
-	case hh != nil:
-		hh.Encode(l.whdr[:])
-		l.wparts = append(l.wparts[:0], l.whdr[:transport.HeaderSize], stripe)
-		err = l.writeFrame(&c)
-	default:
-		l.wparts = append(l.wparts[:0], stripe)
-		err = l.writeFrame(&c)
-	}
-	l.dropSendRefs()
-	if err != nil {
-		return l.SendFailed(l.classify(&c, err))
-	}
-	return nil
 }
 
 // writeFrame writes l.wparts, each system call all that is left of them.

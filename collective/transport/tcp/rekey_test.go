@@ -135,7 +135,17 @@ func carryWorld(t *testing.T, ctx context.Context, trs []*tcp.Transport, next wo
 			}
 		}
 		wg.Go(func() {
-			ls, n, err := transport.Carry(ctx, trs[m], next.of(trs, r), mine, nil, nil)
+			var told sync.Map // the ranks CarryWatched said were linked
+			ls, n, err := transport.CarryWatched(ctx, trs[m], next.of(trs, r), mine, nil, nil, func(pr int) {
+				if _, again := told.LoadOrStore(pr, true); again {
+					t.Errorf("member %d: rank %d reported linked twice", m, pr)
+				}
+			})
+			for pr, l := range ls {
+				if _, ok := told.Load(pr); ok != (l != nil) {
+					t.Errorf("member %d: rank %d reported linked %v, has a link %v", m, pr, ok, l != nil)
+				}
+			}
 			errs[r] = err
 			mu.Lock()
 			out[m], counts[m] = ls, n

@@ -181,16 +181,7 @@ func TestTamperedFrames(t *testing.T) {
 				recv, send := links[0][1], links[1][0]
 
 				payloads := [][]byte{conformance.Pattern(smallLen, 1, 0, 1), conformance.Pattern(largeLen, 1, 0, 2)}
-				sent := make(chan error, 1)
-				go func() {
-					for i, p := range payloads {
-						if err := conformance.Send(ctx, send, uint64(i+1), p); err != nil {
-							sent <- err
-							return
-						}
-					}
-					sent <- nil
-				}()
+				sent := sendAll(ctx, send, payloads)
 
 				step := 0
 				var failure error

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -197,11 +198,12 @@ func (c *handshakeConn) Close()     { c.conn.Close() }
 
 // Lanes is how many connections the link this connection opens is to have
 // (mesh.LaneConn): Config.Lanes, or when that is 0, one to a peer on this
-// host and defaultLanes to a peer on another.
+// host and autoLanes to a peer on another.
 func (c *handshakeConn) Lanes() int { return lanesFor(c.cfg.Lanes, c.SameHost()) }
 
 // lanesFor is the lanes of a link: configured (Config.Lanes) when set,
-// else one to a peer on this host and defaultLanes to one on another.
+// else one to a peer on this host and autoLanes to one on another, of
+// which the link's senders use as many as they measure to help.
 func lanesFor(configured int, sameHost bool) int {
 	switch {
 	case configured > 0:
@@ -209,7 +211,7 @@ func lanesFor(configured int, sameHost bool) int {
 	case sameHost:
 		return 1
 	}
-	return defaultLanes
+	return autoLanes
 }
 
 // LinkLanes makes the link over lanes, connections of the same peer that
@@ -221,10 +223,33 @@ func (c *handshakeConn) LinkLanes(lanes []mesh.Conn, keys []framesec.Keys, peer 
 		_ = hc.conn.SetDeadline(time.Time{})
 		ls[i] = newLink(hc.conn, peer, addr, job, epoch, self, c.cfg, keys[i])
 	}
-	return newLanedLink(ls)
+	l := newLanedLink(ls, c.cfg.Lanes == 0)
+	log := c.cfg.Logger
+	l.settled = func(lanes int, rates []float64) {
+		log.Debug("gorovod tcp: lanes chosen", "peer", l.Peer(), "lanes", lanes, "of", len(ls), "rates_MBps", laneRates(rates))
+	}
+	return l
 }
 
 func (c *handshakeConn) Link(peer int, addr string, job, epoch uint64, self int, keys framesec.Keys) transport.Link {
 	_ = c.conn.SetDeadline(time.Time{})
 	return newLink(c.conn, peer, addr, job, epoch, self, c.cfg, keys)
+}
+
+// laneRates formats the rates a link measured at each lane count it
+// tried, "count:MB/s" separated by spaces.
+func laneRates(rates []float64) string {
+	var b []byte
+	for n, r := range rates {
+		if r == 0 {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		b = strconv.AppendInt(b, int64(n), 10)
+		b = append(b, ':')
+		b = strconv.AppendFloat(b, r/1e6, 'f', 0, 64)
+	}
+	return string(b)
 }

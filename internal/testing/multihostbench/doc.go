@@ -5,8 +5,9 @@
 // A head host runs the launcher, the rendezvous and mpirun; the ranks run on
 // the other hosts, one per host (or --slots per host). The worker hosts'
 // links can be shaped to set rates (--rates 1G,10G: testhosts.Link), and
-// gorovod measured with several TCP lane counts (--lanes 1,4, each a
-// column). Every size is a run of its own, the implementations interleaved
+// gorovod measured with several TCP lane counts (--lanes 0,1,4, each a
+// column; 0 is the automatic choice, and --show-lanes prints what each
+// link chose and the rates it measured). Every size is a run of its own, the implementations interleaved
 // in an order that rotates from run to run, and the whole sweep repeats
 // --reps times; the report gives, per rate, host count and size, the median
 // bus bandwidth over the repetitions with its range, its share of the link

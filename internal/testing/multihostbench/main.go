@@ -43,6 +43,7 @@ type workerSpec struct {
 	BatchTimeUS int           `json:"batch_time_us"`
 	Lanes       int           `json:"lanes,omitempty"`
 	Security    string        `json:"security,omitempty"`
+	LogLevel    string        `json:"log_level,omitempty"`
 }
 
 type result struct {
@@ -88,6 +89,7 @@ func run() error {
 	delay := flag.Duration("delay", 0, "extra delay on every packet a host sends (netem-like, ± a half)")
 	keepOrder := flag.Bool("keep-order", false, "with --delay, keep each flow's packets in order (netem's default with jitter reorders them)")
 	jsonOut := flag.String("json", "", "also write every result as a JSON line to this file")
+	showLanes := flag.Bool("show-lanes", false, "print the lanes each gorovod worker's TCP links chose (--lanes 0; the workers log at debug level)")
 	flag.Parse()
 
 	var sizes []int
@@ -223,6 +225,7 @@ func run() error {
 								IOTimeout: time.Minute, ChunkBytes: collective.DefaultConfig().ChunkBytes,
 								SmallBytes: collective.DefaultConfig().SmallMessageBytes, Transport: *transportName, BatchTimeUS: 1000,
 								Lanes: gorovodCols[impl].lanes, Security: gorovodCols[impl].security, Algorithm: *algorithm,
+								LogLevel: map[bool]string{true: "debug"}[*showLanes],
 							})
 						default:
 							rs, err = runMPI(ctx, net, head, workers[:k], *slots, mpiBin, strconv.Itoa(size), *warmup, *iters, impl == "mpi-tcp-yield")
@@ -307,6 +310,13 @@ func runGorovod(ctx context.Context, net *testhosts.Net, head *testhosts.Host, h
 	}
 	if err := job.Wait(); err != nil {
 		return nil, fmt.Errorf("%w\n%s", err, strings.Join(other, "\n"))
+	}
+	if spec.LogLevel == "debug" {
+		for _, line := range other {
+			if strings.Contains(line, "lanes chosen") {
+				fmt.Fprintf(os.Stderr, "%s lanes%d: %s\n", hosts[0].Name, spec.Lanes, line)
+			}
+		}
 	}
 	return rs, nil
 }

@@ -9,6 +9,11 @@
 // exists — which the controller manager creates, as its garbage collector
 // deletes the dependents of a deleted owner. Stop ends the daemons by pid.
 //
-// There is no kubelet: pods are stored, validated and watched, never run.
-// Tests skip when etcd, openssl or the built binaries are missing.
+// A control plane alone runs no pod: pods are stored, validated and
+// watched. ControlPlane.NewNode adds a node that runs them (a kubelet with
+// its own containerd and runc; see Node), from images of a few static files
+// (Image; BuildStatic builds a test's Go command for one). AdminClient is
+// the admin's client with the namespaces a test needs. Tests skip when
+// etcd, openssl or the built binaries are missing, and a node's when
+// containerd, runc or the kubelet is (MissingNode).
 package testkube

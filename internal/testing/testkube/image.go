@@ -9,8 +9,11 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path"
+	"path/filepath"
 	"slices"
+	"testing"
 	"time"
 )
 
@@ -20,6 +23,21 @@ type Image struct {
 	Ref        string            // "gorovod.local/worker:test"
 	Files      map[string]string // path in the image → file on this machine
 	Entrypoint []string
+}
+
+// BuildStatic builds the Go command in pkg (as go build takes it, from the
+// test's directory) into a binary without cgo in t's temporary directory,
+// for an Image's files (the image has no C library), and returns its path;
+// it fails t if the build does.
+func BuildStatic(t testing.TB, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), path.Base(pkg))
+	build := exec.Command("go", "build", "-o", bin, pkg)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v: %s", pkg, err, out)
+	}
+	return bin
 }
 
 // WriteArchive writes img as an image tarball in `docker save` format

@@ -338,6 +338,23 @@ func (c *ControlPlane) Namespace(ctx context.Context, client kubernetes.Interfac
 	return c.WaitForServiceAccount(ctx, client, name)
 }
 
+// AdminClient is a client with the admin token, once each of namespaces
+// exists with its default service account (Namespace); it fails t if
+// either cannot be had.
+func (c *ControlPlane) AdminClient(ctx context.Context, t testing.TB, namespaces ...string) kubernetes.Interface {
+	t.Helper()
+	admin, err := kubernetes.NewForConfig(c.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range namespaces {
+		if err := c.Namespace(ctx, admin, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return admin
+}
+
 // Logs returns the end of each daemon's log.
 func (c *ControlPlane) Logs(n int) string {
 	var b strings.Builder

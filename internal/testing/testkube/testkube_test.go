@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // TestControlPlane: a pod is refused until its namespace's default service
@@ -16,13 +15,7 @@ func TestControlPlane(t *testing.T) {
 	c := New(t, DefaultConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	client, err := kubernetes.NewForConfig(c.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Namespace(ctx, client, "smoke"); err != nil {
-		t.Fatal(err)
-	}
+	client := c.AdminClient(ctx, t, "smoke")
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
 	if _, err := client.CoreV1().Pods("smoke").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

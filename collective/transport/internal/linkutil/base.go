@@ -52,6 +52,14 @@ func (b *Base) SendReady(ctx context.Context, h *transport.Header, payload []byt
 	if err := transport.CheckOutgoing(h, payload); err != nil {
 		return b.PeerErr("send", err)
 	}
+	return b.SendOpen(ctx)
+}
+
+// SendOpen is SendReady without the frame's check, for a send whose frame
+// was checked by its caller (a stripe of a frame that a link of several
+// connections spreads over them): a closed link, a stream a failed send
+// left unusable and an ended context fail it. Made under the send lock.
+func (b *Base) SendOpen(ctx context.Context) error {
 	if b.Closed.Load() {
 		return b.PeerErr("send", transport.ErrLinkClosed)
 	}

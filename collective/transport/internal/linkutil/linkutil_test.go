@@ -75,6 +75,14 @@ func TestBrokenStates(t *testing.T) {
 	if err := b.SendReady(ctx, &h, nil); err != nil {
 		t.Fatalf("SendReady on a fresh link: %v", err)
 	}
+	if err := b.SendOpen(ctx); err != nil {
+		t.Fatalf("SendOpen on a fresh link: %v", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := b.SendOpen(cancelled); !errors.Is(err, context.Canceled) {
+		t.Errorf("SendOpen with an ended context: %v", err)
+	}
 	_ = b.HeaderFailed(transport.ErrPeerTimeout)
 	_ = b.SendFailed(transport.ErrLinkClosed)
 	if b.RBroken != nil || b.WBroken != nil {
@@ -83,6 +91,9 @@ func TestBrokenStates(t *testing.T) {
 	_ = b.SendFailed(transport.ErrPeerClosed)
 	if err := b.SendReady(ctx, &h, nil); !errors.Is(err, transport.ErrPeerClosed) {
 		t.Errorf("SendReady after a failed send: %v", err)
+	}
+	if err := b.SendOpen(ctx); !errors.Is(err, transport.ErrPeerClosed) {
+		t.Errorf("SendOpen after a failed send: %v", err)
 	}
 	if err := b.HeaderReady(ctx, 4); err == nil {
 		t.Error("HeaderReady with a payload unread")
