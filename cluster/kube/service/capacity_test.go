@@ -168,7 +168,7 @@ func TestClusterChangesCallForRounds(t *testing.T) {
 	cp := testkube.New(t, testkube.DefaultConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	e := newE2E(ctx, t, cp, "team")
+	e := newE2E(ctx, t, cp, "team", "n1", "n2")
 	q := resource.MustParse
 	for _, n := range []string{"n1", "n2"} {
 		patch := fmt.Sprintf(`{"status":{"capacity":{%q:"2"},"allocatable":{%q:"2"}}}`, SlotResource, SlotResource)
