@@ -157,3 +157,111 @@ func TestCapacityAndDriverBudgetAgainstAPIServer(t *testing.T) {
 		t.Fatalf("evicting the ended driver: %v", err)
 	}
 }
+
+// TestClusterChangesCallForRounds runs the scheduler with an hour between
+// its timed rounds against a real kube-apiserver: a pod of another namespace
+// bound to the node of a running job of two workers, taking one of the
+// node's two gorovod.io/slot, moves one of the workers to the other node,
+// and a cordon of the node moves the other, each within a minute (the rounds the changes call for); a burst of
+// pods bound to a node runs no more rounds than MinRoundGap allows.
+func TestClusterChangesCallForRounds(t *testing.T) {
+	cp := testkube.New(t, testkube.DefaultConfig())
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e := newE2E(ctx, t, cp, "team", "n1", "n2")
+	q := resource.MustParse
+	for _, n := range []string{"n1", "n2"} {
+		patch := fmt.Sprintf(`{"status":{"capacity":{%q:"2"},"allocatable":{%q:"2"}}}`, SlotResource, SlotResource)
+		if _, err := e.admin.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cp.Namespace(ctx, e.admin, "other"); err != nil {
+		t.Fatal(err)
+	}
+	const gap = time.Second
+	r := startReplica(ctx, t, cp.ConfigFor(e.token), "sched-a", func(c *Config) {
+		c.Policy, c.Interval, c.EventDelay, c.MinRoundGap = "tiresias", time.Hour, 100*time.Millisecond, gap
+	})
+	e.submit("a", 2, 2)
+	// allocated waits for a to run on two slots, at most most of them on
+	// node, and returns its allocation.
+	allocated := func(what, node string, most int) []string {
+		t.Helper()
+		var al []string
+		e.until(what, time.Minute, func(m map[string]*api.GorovodJob) error {
+			if err := running("a")(m); err != nil {
+				return err
+			}
+			al = m["a"].Status.Allocation
+			on := 0
+			for _, n := range al {
+				if n == node {
+					on++
+				}
+			}
+			if len(al) != 2 || on > most {
+				return fmt.Errorf("a's allocation %v, want 2 slots, at most %d of %q", al, most, node)
+			}
+			return nil
+		})
+		return al
+	}
+	first := allocated("a runs", "", 0)[0]
+	// Another namespace's pod takes one of first's two slots: one of a's
+	// workers moves (a keeps one on first: its state lives there).
+	other := otherPod("other", "db", first, corev1.ResourceList{SlotResource: q("1")}, false)
+	other.Spec.Containers[0].Resources.Limits = other.Spec.Containers[0].Resources.Requests // extended resources: limit = request
+	if _, err := e.admin.CoreV1().Pods("other").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	allocated("a gives up a slot of the node another pod took it of", first, 1)
+	if err := e.admin.CoreV1().Pods("other").Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// first cordoned, a leaves it.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := e.admin.CoreV1().Nodes().Get(ctx, first, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Unschedulable = true
+		_, err = e.admin.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	allocated("a leaves the cordoned node", first, 0)
+
+	// A burst of other pods bound to a node, each a change that calls for
+	// a round: the rounds keep MinRoundGap between them.
+	before, began := r.rounds.Load(), time.Now()
+	// Changes for three gaps (at most 300 pods): without the gap the rounds
+	// would follow each other EventDelay apart.
+	for i := 0; i < 300 && time.Since(began) < 3*gap; i++ {
+		p := otherPod("other", fmt.Sprintf("burst-%d", i), first, corev1.ResourceList{corev1.ResourceCPU: q("10m")}, false)
+		if _, err := e.admin.CoreV1().Pods("other").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait for a round to end after the burst (the rounds counted are
+	// those that ended between began and now).
+	created := r.rounds.Load()
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+	defer wcancel()
+	var after int64
+	if err := testdaemon.WaitFor(wctx, 50*time.Millisecond, func() error {
+		if after = r.rounds.Load(); after == created {
+			return fmt.Errorf("no round since the burst ended")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(began)
+	// Rounds start at least gap apart (from the previous one's end), so in
+	// elapsed at most elapsed/gap + 1 of them end.
+	if n, most := after-before, int64(elapsed/gap)+1; n > most {
+		t.Fatalf("%d rounds in %v of a burst of changes, want at most %d (MinRoundGap %v)", n, elapsed, most, gap)
+	}
+}

@@ -5,11 +5,14 @@
 // job's status, which the job's driver carries out by growing or shrinking the
 // job in place.
 //
-// The service watches GorovodJobs (a dynamic informer), nodes and the drivers'
-// pods (typed informers). A scheduling round runs every Config.Interval and at
-// once when a job arrives or ends, or a node is added, cordoned, made not
-// Ready, changes its capacity or is deleted (a rate-limited work queue
-// coalesces the triggers). A round:
+// The service watches GorovodJobs (a dynamic informer), nodes, the drivers'
+// pods and every pod bound to a node (typed informers). A scheduling round
+// runs every Config.Interval, and Config.EventDelay after a change of the
+// cluster: a job arrives or ends, a node is added, cordoned, tainted, made
+// not Ready, changes its capacity or is deleted, or a pod not the jobs' is
+// bound to a node, ends or is resized (a delaying work queue gathers a
+// burst's changes into one round); no round starts sooner than
+// Config.MinRoundGap after the last one ended. A round:
 //
 //   - builds the cluster from the Ready, schedulable nodes whose NoSchedule
 //     and NoExecute taints the workers tolerate (WorkerTolerations); a

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,9 +42,19 @@ type Config struct {
 	// Namespaces are the namespaces whose GorovodJobs are scheduled; empty:
 	// all namespaces.
 	Namespaces []string
-	// Interval is the time between scheduling rounds (60 s, Pollux's and
-	// AdaptDL's); rounds also run as soon as jobs and nodes change.
+	// Interval is the time between timed scheduling rounds (60 s, Pollux's
+	// and AdaptDL's); a round also runs EventDelay after the cluster
+	// changes (a job created or deleted, a node added, removed or changing
+	// its slots, a pod not the jobs' bound to a node or ended).
 	Interval time.Duration
+	// EventDelay is how long a round waits after the first of a burst of
+	// cluster changes, so that the burst's changes share one round
+	// (default 1 s; negative: none).
+	EventDelay time.Duration
+	// MinRoundGap is the least time from one round's end to the next
+	// round's start, whatever calls for it, so that a storm of changes
+	// cannot run rounds back to back (default 2 s; negative: none).
+	MinRoundGap time.Duration
 	// Policy shares the slots: "pollux" (the default), "optimus" or
 	// "tiresias".
 	Policy string
@@ -95,6 +106,8 @@ type LeaderElection struct {
 func DefaultConfig() Config {
 	return Config{
 		Interval:          60 * time.Second,
+		EventDelay:        time.Second,
+		MinRoundGap:       2 * time.Second,
 		Policy:            "pollux",
 		RestartPenalty:    2 * time.Second,
 		MaxDriverRestarts: 3,
@@ -111,6 +124,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Policy == "" {
 		c.Policy = d.Policy
 	}
+	if c.EventDelay == 0 {
+		c.EventDelay = d.EventDelay
+	}
+	c.EventDelay = max(c.EventDelay, 0)
+	if c.MinRoundGap == 0 {
+		c.MinRoundGap = d.MinRoundGap
+	}
+	c.MinRoundGap = max(c.MinRoundGap, 0)
 	if c.RestartPenalty == 0 {
 		c.RestartPenalty = d.RestartPenalty
 	}
@@ -216,7 +237,9 @@ func (s *Service) Run(ctx context.Context) error {
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "gorovod-scheduler"})
 	defer queue.ShutDown()
-	src, err := s.startInformers(ctx, func() { queue.Add(roundKey) })
+	// A change waits EventDelay: the delaying queue keeps one pending
+	// round at the earliest time asked, so the changes of a burst share it.
+	src, err := s.startInformers(ctx, func() { queue.AddAfter(roundKey, s.cfg.EventDelay) })
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -299,7 +322,8 @@ func (s *Service) release(lock *resourcelock.LeaseLock) {
 }
 
 // lead runs rounds until ctx ends: at once, every interval, and whenever the
-// informers trigger one.
+// informers trigger one; never sooner than MinRoundGap after the last one
+// ended.
 func (s *Service) lead(ctx context.Context, src source, queue workqueue.TypedRateLimitingInterface[string], leading func() bool) {
 	s.beginTerm(leading)
 	s.cfg.Metrics.leading(true)
@@ -337,6 +361,7 @@ func (s *Service) lead(ctx context.Context, src source, queue workqueue.TypedRat
 			}
 		}
 	}()
+	var lastEnd time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -347,9 +372,17 @@ func (s *Service) lead(ctx context.Context, src source, queue workqueue.TypedRat
 				<-done
 				return
 			}
+			if !s.awaitGap(ctx, lastEnd) {
+				// The term ended: leave the item to the next one.
+				queue.Done(key)
+				queue.Add(key)
+				<-done
+				return
+			}
 			began := time.Now()
 			err := s.round(ctx, src)
-			s.cfg.Metrics.round(time.Since(began), err)
+			lastEnd = time.Now()
+			s.cfg.Metrics.round(lastEnd.Sub(began), err)
 			queue.Done(key)
 			if s.cfg.OnRound != nil {
 				s.cfg.OnRound(err)
@@ -362,6 +395,26 @@ func (s *Service) lead(ctx context.Context, src source, queue workqueue.TypedRat
 				queue.Forget(key)
 			}
 		}
+	}
+}
+
+// awaitGap waits until MinRoundGap has passed since lastEnd (zero: no round
+// yet); false when ctx ended first.
+func (s *Service) awaitGap(ctx context.Context, lastEnd time.Time) bool {
+	if lastEnd.IsZero() {
+		return ctx.Err() == nil
+	}
+	wait := s.cfg.MinRoundGap - time.Since(lastEnd)
+	if wait <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -512,12 +565,37 @@ func (s *Service) startInformers(ctx context.Context, trigger func()) (source, e
 	synced = append(synced, ni.HasSynced)
 	nf.Start(ctx.Done())
 	// Every namespace's pods on nodes: what they request is not the jobs'
-	// to have. Their changes wait for the next round (a busy cluster's pod
-	// churn would otherwise run rounds back to back).
+	// to have. A pod bound or ended (it leaves the informer's selection: a
+	// delete), or whose requests change, calls for a round, unless it is
+	// one of the scheduled jobs' (their driver's changes come from the
+	// driver informer, their workers are the allocation's own); EventDelay
+	// and MinRoundGap keep a busy cluster's churn from running rounds back
+	// to back.
 	bf := informers.NewSharedInformerFactoryWithOptions(s.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = "spec.nodeName!=,status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)
 	}))
 	bi := bf.Core().V1().Pods().Informer()
+	if _, err := bi.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if !s.jobsPod(obj) {
+				trigger()
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Pod)
+			c, ok2 := cur.(*corev1.Pod)
+			if !ok1 || !ok2 || (!s.jobsPod(c) && !sameSlotRequests(o, c)) {
+				trigger()
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if !s.jobsPod(obj) {
+				trigger()
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
 	src.bound = bi.GetIndexer()
 	synced = append(synced, bi.HasSynced)
 	bf.Start(ctx.Done())
@@ -525,4 +603,37 @@ func (s *Service) startInformers(ctx context.Context, trigger func()) (source, e
 		return nil, errCachesNotSynced
 	}
 	return src, nil
+}
+
+// jobsPod says whether a pod (or a deleted pod's tombstone) is labelled as
+// a GorovodJob's in a namespace this service schedules. A pod so labelled
+// whose job does not exist is counted as another's by the rounds but calls
+// for none: the next timed round sees it.
+func (s *Service) jobsPod(obj any) bool {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return false
+	}
+	if _, ok := p.Labels[kube.LabelJob]; !ok {
+		return false
+	}
+	return len(s.cfg.Namespaces) == 0 || slices.Contains(s.cfg.Namespaces, p.Namespace)
+}
+
+// sameSlotRequests says whether two versions of a pod take the same slots
+// (its node and what it requests of the resources that take slots).
+func sameSlotRequests(a, b *corev1.Pod) bool {
+	if a.Spec.NodeName != b.Spec.NodeName {
+		return false
+	}
+	for _, r := range slotResources {
+		qa, qb := podRequest(a, r), podRequest(b, r)
+		if qa.Cmp(qb) != 0 {
+			return false
+		}
+	}
+	return true
 }

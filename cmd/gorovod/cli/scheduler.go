@@ -26,7 +26,9 @@ func schedulerCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	fs := flag.NewFlagSet("gorovod scheduler", flag.ContinueOnError)
 	def := service.DefaultConfig()
 	policy := fs.String("policy", def.Policy, "scheduling policy: pollux, optimus or tiresias")
-	interval := fs.Duration("interval", def.Interval, "time between scheduling rounds (a round also runs when a job arrives or ends, or a node comes, goes or is cordoned)")
+	interval := fs.Duration("interval", def.Interval, "time between timed scheduling rounds (a round also runs --event-delay after a job arrives or ends, a node comes, goes, is cordoned or tainted, or another pod is bound to a node or ends)")
+	eventDelay := fs.Duration("event-delay", def.EventDelay, "how long a round waits after the first of a burst of cluster changes, so that the burst shares one round (0: none)")
+	minRoundGap := fs.Duration("min-round-gap", def.MinRoundGap, "the least time from one round's end to the next one's start, so that a storm of changes cannot run rounds back to back (0: none)")
 	penalty := fs.Duration("restart-penalty", def.RestartPenalty, "Pollux: what a resize costs a job (δ)")
 	namespaces := fs.String("namespaces", "", "comma-separated `namespaces` whose GorovodJobs are scheduled (default: all)")
 	leaderElect := fs.Bool("leader-elect", false, "take turns with other replicas through a Lease: only the leader schedules")
@@ -66,12 +68,23 @@ the job in place. deploy/kubernetes/gorovod.yaml installs it (two replicas,
 	if *interval <= 0 {
 		return usageErr("--interval must be positive")
 	}
+	if *eventDelay < 0 || *minRoundGap < 0 {
+		return usageErr("--event-delay and --min-round-gap must not be negative")
+	}
 	if !slices.Contains(service.Policies, *policy) {
 		return usageErr("unknown --policy %q (want pollux, optimus or tiresias)", *policy)
 	}
 	log, _ := logOpts.Logger(stderr)
 	cfg := def
 	cfg.Policy, cfg.Interval, cfg.RestartPenalty, cfg.Identity, cfg.Logger = *policy, *interval, *penalty, *identity, log
+	// The Config's zero is its default; the flags' zero is none.
+	cfg.EventDelay, cfg.MinRoundGap = *eventDelay, *minRoundGap
+	if cfg.EventDelay == 0 {
+		cfg.EventDelay = -1
+	}
+	if cfg.MinRoundGap == 0 {
+		cfg.MinRoundGap = -1
+	}
 	for _, ns := range strings.Split(*namespaces, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {
 			cfg.Namespaces = append(cfg.Namespaces, ns)
