@@ -102,13 +102,7 @@ func (l *Launcher) Launch(ctx context.Context, r job.LaunchRequest) (job.Process
 	if err := l.setSecret(secret); err != nil {
 		return nil, err
 	}
-	notice := r.Notice
-	if notice == nil {
-		notice = func(string) {}
-	}
-	l.mu.Lock()
-	l.notices[r.Index] = notice
-	l.mu.Unlock()
+	l.setNotice(r.Index, r.Notice)
 	node := ""
 	if l.p.cfg.NodeName != nil {
 		node = l.p.cfg.NodeName(r.Host)
@@ -166,14 +160,19 @@ func (l *Launcher) Adopt(ctx context.Context, r job.AdoptRequest) (job.Process, 
 	case !running:
 		return nil, fmt.Errorf("kube: pod %s is not running", st.Pod)
 	}
-	notice := r.Notice
+	l.setNotice(r.Index, r.Notice)
+	return l.follow(ctx, st), nil
+}
+
+// setNotice keeps where the pod events of worker index go (nowhere when
+// notice is nil).
+func (l *Launcher) setNotice(index int, notice func(string)) {
 	if notice == nil {
 		notice = func(string) {}
 	}
 	l.mu.Lock()
-	l.notices[r.Index] = notice
+	l.notices[index] = notice
 	l.mu.Unlock()
-	return l.follow(ctx, st), nil
 }
 
 // Detach leaves the job's pods to a driver that takes the job back
