@@ -48,9 +48,18 @@ func waitGone(pids []int, limit time.Duration) {
 		if err != nil {
 			continue // gone already
 		}
-		if ms := time.Until(deadline).Milliseconds(); ms > 0 {
+		// Readable once the process has exited. The poll is asked again when
+		// a signal interrupts it (the Go runtime's preemption signal does):
+		// returning then would call a live process slow to exit.
+		for {
+			ms := time.Until(deadline).Milliseconds()
+			if ms <= 0 {
+				break
+			}
 			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			_, _ = unix.Poll(fds, int(ms)) // readable once the process has exited
+			if n, err := unix.Poll(fds, int(ms)); err != unix.EINTR || n > 0 {
+				break
+			}
 		}
 		_ = unix.Close(fd)
 	}
