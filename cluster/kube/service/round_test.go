@@ -871,7 +871,7 @@ func (f *fixture) recordAdoption(job string, a *api.Adoption) {
 // MaxDriverRestarts; a driver that ended its job (status.adoption ended, or
 // an exit status of its own), or one with no record, ends the job as before.
 func TestDriverReplaced(t *testing.T) {
-	adoption := &api.Adoption{JobID: "job-1", Seeds: []string{"10.0.0.5:7946"}, SecretName: "r-secret-0123456789", MinWorkers: 1}
+	adoption := &api.Adoption{JobID: "job-1", Seeds: []string{"198.18.0.5:7946"}, SecretName: "r-secret-0123456789", MinWorkers: 1}
 	tolerate := []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "vision", Effect: corev1.TaintEffectNoSchedule}}
 	for _, tc := range []struct {
 		name   string
@@ -889,9 +889,9 @@ func TestDriverReplaced(t *testing.T) {
 		}, api.PhaseRunning, ""},
 		{"failed by itself", adoption, func(f *fixture, d string) { f.endPod(d, 1) }, api.PhaseFailed, "exited with status 1"},
 		{"killed without a record", nil, func(f *fixture, d string) { f.endPod(d, 137) }, api.PhaseFailed, "exited with status 137"},
-		{"killed, the record naming another job's Secret", &api.Adoption{JobID: "job-1", Seeds: []string{"10.0.0.5:7946"}, SecretName: "r-secret-x-secret-0123456789"},
+		{"killed, the record naming another job's Secret", &api.Adoption{JobID: "job-1", Seeds: []string{"198.18.0.5:7946"}, SecretName: "r-secret-x-secret-0123456789"},
 			func(f *fixture, d string) { f.endPod(d, 137) }, api.PhaseFailed, "exited with status 137"},
-		{"killed after the job ended", &api.Adoption{JobID: "job-1", Seeds: []string{"10.0.0.5:7946"}, SecretName: "r-secret-0123456789", Ended: true},
+		{"killed after the job ended", &api.Adoption{JobID: "job-1", Seeds: []string{"198.18.0.5:7946"}, SecretName: "r-secret-0123456789", Ended: true},
 			func(f *fixture, d string) { f.endPod(d, 137) }, api.PhaseFailed, "exited with status 137"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

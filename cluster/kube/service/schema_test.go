@@ -84,7 +84,7 @@ func TestSchemaAgainstAPIServer(t *testing.T) {
 	}
 	// The driver's and the scheduler's new status fields.
 	body, err := json.Marshal(map[string]any{"status": map[string]any{"driverRestarts": 2,
-		"adoption": api.Adoption{JobID: "job-1", Seeds: []string{"10.0.0.5:7946"}, SecretName: "tolerant-secret-0123456789", MinWorkers: 1, Ended: true}}})
+		"adoption": api.Adoption{JobID: "job-1", Seeds: []string{"198.18.0.5:7946"}, SecretName: "tolerant-secret-0123456789", MinWorkers: 1, Ended: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestSchemaAgainstAPIServer(t *testing.T) {
 	if got, err = api.FromUnstructured(out); err != nil {
 		t.Fatal(err)
 	}
-	if a := got.Status.Adoption; got.Status.DriverRestarts != 2 || a == nil || a.JobID != "job-1" || !slices.Equal(a.Seeds, []string{"10.0.0.5:7946"}) ||
+	if a := got.Status.Adoption; got.Status.DriverRestarts != 2 || a == nil || a.JobID != "job-1" || !slices.Equal(a.Seeds, []string{"198.18.0.5:7946"}) ||
 		a.SecretName != "tolerant-secret-0123456789" || a.MinWorkers != 1 || !a.Ended {
 		t.Fatalf("status as stored: %+v (adoption %+v)", got.Status, a)
 	}

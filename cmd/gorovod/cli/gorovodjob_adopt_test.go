@@ -19,7 +19,7 @@ import (
 func TestTakeBack(t *testing.T) {
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	record := func() *api.Adoption {
-		return &api.Adoption{JobID: "job-9", Seeds: []string{"10.1.2.3:7946"}, MinWorkers: 2,
+		return &api.Adoption{JobID: "job-9", Seeds: []string{"198.18.0.3:7946"}, MinWorkers: 2,
 			SecretName: kube.SecretNameFor("mnist", kube.SecretEnv(secret))}
 	}
 	for _, tc := range []struct {
@@ -61,7 +61,7 @@ func TestTakeBack(t *testing.T) {
 				}
 				return ""
 			})
-			if err != nil || w.JobID != "job-9" || string(w.Secret) != string(secret) || !slices.Equal(w.Seeds, []string{"10.1.2.3:7946"}) || w.MinWorkers != 2 {
+			if err != nil || w.JobID != "job-9" || string(w.Secret) != string(secret) || !slices.Equal(w.Seeds, []string{"198.18.0.3:7946"}) || w.MinWorkers != 2 {
 				t.Fatalf("the adopted job's environment: %+v, %v", w, err)
 			}
 			if got.Record.JobID != "job-9" || !strings.HasSuffix(got.Dir, "gorovod-job-9") || d.adopting == nil {
