@@ -223,8 +223,10 @@ func (l *lanedLink) Send(ctx context.Context, h *transport.Header, payload []byt
 	if err := l.announce(ctx); err != nil {
 		return err
 	}
+	// Once the choice has settled, a frame is neither timed nor counted.
+	measuring := l.probing.Load()
 	var start time.Time
-	if l.auto {
+	if measuring {
 		start = time.Now()
 	}
 	m := stripes(len(payload), l.sactive)
@@ -245,7 +247,7 @@ func (l *lanedLink) Send(ctx context.Context, h *transport.Header, payload []byt
 			return l.fail("send", err)
 		}
 	}
-	if l.auto && l.chooser.observe(len(payload)+int(l.unmetered.Swap(0)), start, time.Now()) {
+	if measuring && l.chooser.observe(len(payload)+int(l.unmetered.Swap(0)), start, time.Now()) {
 		l.probing.Store(false)
 		if l.settled != nil {
 			l.settled(l.chooser.lanes(), l.chooser.rates[:])
