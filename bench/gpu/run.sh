@@ -130,7 +130,7 @@ else
   fi
 fi
 
-# ---- 3. benchmarks in the test binary (none today)
+# ---- 3. benchmarks in the test binary
 if [ "$gpu" != yes ]; then
   echo "no GPU: benchmarks not run" >"$OUT/cuda-bench.txt"
   note "bench: no GPU, skipped"
@@ -143,12 +143,12 @@ else
     echo "no Benchmark functions in cuda.test (-test.list '^Benchmark' printed none)" >"$OUT/cuda-bench.txt"
     note "bench: none in the binary"
   else
-    t=$(min 60 $(($(left) - 45)))
+    t=$(min 100 $(($(left) - 45)))
     if [ "$t" -lt 15 ]; then
       echo "not run: too little time left ($(left) s)" >"$OUT/cuda-bench.txt"
       note "bench: skipped, no time left"
     else
-      (cd collective/cuda && timeout -k 10 "$t" "$bin" -test.run '^$' -test.bench . -test.benchtime 1s \
+      (cd collective/cuda && timeout -k 10 "$t" "$bin" -test.run '^$' -test.bench . -test.benchtime 0.5s \
         -test.count 1 -test.benchmem -test.timeout=$((t - 5))s) >"$OUT/cuda-bench.txt" 2>&1
       rc=$?
       note "bench: rc=$rc $(grep -c '^Benchmark.*ns/op' "$OUT/cuda-bench.txt") results ($(echo $benches | wc -w) functions)"
@@ -162,7 +162,7 @@ if [ "$gpu" != yes ]; then
   echo "no GPU: torch_baseline.py not run" >"$OUT/torch-baseline.log"
   note "torch: no GPU, skipped"
 else
-  t=$(min 135 $(($(left) - 5)))
+  t=$(min 135 $(($(left) - 45)))
   if [ "$t" -lt 30 ]; then
     echo '{"kind": "skipped", "reason": "no time left"}' >"$OUT/torch-baseline.jsonl"
     note "torch: skipped, no time left"
@@ -173,6 +173,12 @@ else
     n=$(grep -c '"kind": "\(allreduce\|copy\)"' "$OUT/torch-baseline.jsonl" 2>/dev/null)
     note "torch: rc=$rc ${n:-0} measurements"
   fi
+fi
+
+# ---- 5. CUDA IPC between two processes (what same-host device exchange needs)
+if [ "$gpu" = yes ] && [ "$(left)" -gt 40 ]; then
+  PYTHONUNBUFFERED=1 timeout -k 5 35 "$py" bench/gpu/probe_ipc.py >"$OUT/ipc-probe.txt" 2>&1
+  note "ipc: rc=$? $(tail -1 "$OUT/ipc-probe.txt" | cut -c1-200)"
 fi
 
 printf '%s\n' "${summary[@]}" >"$OUT/summary.txt"
