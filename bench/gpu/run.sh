@@ -70,8 +70,12 @@ reap() {
     fi
   done
 }
-# errors FILE: the first error line a failed step printed, for the summary.
-errors() { grep -m1 -E 'Error|error|Traceback|FAIL' "$1" 2>/dev/null | cut -c1-200; }
+# errors FILE: what a failed step said, for the summary: the first Python
+# exception line (a traceback's last line), else the launcher's verdict.
+errors() {
+  { grep -m1 -E '^(\[[0-9]+\] )?[A-Za-z_.]*(Error|Exception|Interrupt|Excluded)(:|$)' "$1" ||
+    grep -m1 -E 'job failed|TIMED OUT|panic:' "$1"; } 2>/dev/null | cut -c1-240
+}
 
 # ---- GPU present?
 gpu=no
