@@ -37,7 +37,7 @@ want '^allreduce: rc=0 [1-9][0-9]* measurements' "gorovod.torch allreduce benchm
 want '^torch: rc=0 [1-9][0-9]* measurements' "Gloo baseline"
 want '^synth1: rc=0 [0-9.]+ img/s on 1$' "synthetic benchmark at --np 1"
 want '^synth2: rc=0 [0-9.]+ img/s on 2$' "synthetic benchmark at --np 2"
-want '^elastic: ok rc=0 killed=[0-9]+ iters after the kill at world 1: [1-9]' "elastic run with a worker killed"
+want '^elastic: ok rc=0 killed=[0-9]+ \(rank 0: (true|false)\) iters after the kill at world 1: [1-9]' "elastic run with a worker killed"
 want '^elastic: done: [0-9]+ iters, [0-9]+ batches, final world 1' "summarize.py's elastic figures"
 want '^synthetic scaling: ' "summarize.py's synthetic figures"
 if [ "$fail" -ne 0 ]; then

@@ -315,15 +315,18 @@ if pystep elastic 75 5; then
   timeout -s INT -k 15 "$t" "$gorovod" run --np 2 --min-np 1 --max-np 2 -- "$py" "$scripts/elastic_synthetic.py" \
     "${model[@]}" "${elastic_iters[@]}" --fp16-allreduce --json-out "$work/elastic.jsonl" >"$el" 2>&1 &
   job=$!
-  victim=""
+  victim="" rank0=false
   # Poll the launcher's output for the third iteration at world 2, then kill worker 1 (its pid is on the
   # launcher's "worker 1 pid N" line).
   while kill -0 "$job" 2>/dev/null; do
     if grep -q 'Iter #2: .*world 2' "$el"; then
       victim=$(sed -n 's/^gorovod run: worker 1 pid \([0-9]*\)$/\1/p' "$el" | head -1)
+      # Only rank 0 prints the iteration lines; the launcher prefixes them with the worker's index.
+      rank0=false
+      grep -m1 'Iter #2: .*world 2' "$el" | grep -q '^\[1\]' && rank0=true
       if [ -n "$victim" ] && kill -9 "$victim"; then
-        echo "run.sh: kill -9 $victim (worker 1) at $(date -u +%H:%M:%S.%N)" >>"$el"
-        echo "{\"kind\": \"elastic_kill\", \"worker\": 1, \"pid\": $victim, \"time\": $(date +%s.%N)}" >>"$work/elastic.jsonl"
+        echo "run.sh: kill -9 $victim (worker 1, rank 0: $rank0) at $(date -u +%H:%M:%S.%N)" >>"$el"
+        echo "{\"kind\": \"elastic_kill\", \"worker\": 1, \"pid\": $victim, \"rank0\": $rank0, \"time\": $(date +%s.%N)}" >>"$work/elastic.jsonl"
       else
         victim=""
       fi
@@ -344,7 +347,7 @@ if pystep elastic 75 5; then
   fi
   e=""
   [ "$verdict" != ok ] && e=$(errors "$el")
-  note "elastic: $verdict rc=$rc killed=${victim:-none} iters after the kill at world 1: ${after:-0}${e:+; first error: $e}"
+  note "elastic: $verdict rc=$rc killed=${victim:-none}${victim:+ (rank 0: $rank0)} iters after the kill at world 1: ${after:-0}${e:+; first error: $e}"
 fi
 
 # ---- 8. CUDA IPC between two processes (what same-host device exchange needs)

@@ -145,6 +145,8 @@ def elastic_lines(recs, out):
     out("elastic: before the kill: %s" % desc(before))
     out("elastic: after the kill:  %s" % desc(after))
     if kill is not None:
+        out("elastic: killed worker 1 (pid %s, %s) with kill -9" %
+            (kill.get("pid"), "rank 0" if kill.get("rank0") else "not rank 0"))
         first_reset = next((r for r in resets if r["time"] >= kill["time"]), None)
         if first_reset:
             out("elastic: reset to world %d %.2f s after the kill (resuming at iter %d, %d batches committed)" %
