@@ -21,6 +21,17 @@ fi
 tmp=$(mktemp -d /tmp/gorovod-gpucheck-ci.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
+# summarize.py on Go benchmark lines as the GPU run prints them (what CPU mode
+# cannot produce): the allreduce's bus bandwidth against the copy's.
+printf '%s\n' 'goos: linux' \
+  'BenchmarkAllreduceDevice/bfloat16/64MiB-16   	      40	  26843545 ns/op	2500.00 MB/s	      96 B/op	       2 allocs/op' \
+  'BenchmarkCopyDevice/64MiB-16                 	    5000	     33554 ns/op	2000000.00 MB/s' >"$tmp/gobench.txt"
+: >"$tmp/empty.jsonl"
+got=$("$py" bench/gpu/summarize.py --jsonl "$tmp/empty.jsonl" --gobench "$tmp/gobench.txt")
+if ! echo "$got" | grep -q 'BenchmarkAllreduceDevice bfloat16 64 MiB .* busbw *2.500 GB/s = 0.0013 of BenchmarkCopyDevice.s 2000.0 GB/s'; then
+  echo "cpu-check.sh: FAIL: summarize.py read the Go benchmark lines as:"; echo "$got"; exit 1
+fi
+
 GPUCHECK_CPU=1 GPUCHECK_OUTDIR="$tmp/out" bash bench/gpu/build.sh >"$tmp/build.log" 2>&1 ||
   { cat "$tmp/build.log"; echo "cpu-check.sh: build.sh failed" >&2; exit 1; }
 GPUCHECK_CPU=1 GPUCHECK_OUTDIR="$tmp/out" OUT="$tmp/result" PYTHON="$py" bash bench/gpu/run.sh
