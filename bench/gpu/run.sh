@@ -266,7 +266,7 @@ benchlog=$OUT/bench.log
 section "$benchlog" "allreduce: gorovod run --np 2 -- allreduce_bench.py"
 if pystep allreduce 75 150; then
   timeout -s INT -k 15 "$t" "$gorovod" run --np 2 -- "$py" "$scripts/allreduce_bench.py" --out "$work/ar.jsonl" \
-    --budget $((t - 20)) $cpuflag "${ar_max[@]}" >"$work/ar.log" 2>&1
+    --budget $((t - 20)) $cpuflag ${ar_max[@]+"${ar_max[@]}"} >"$work/ar.log" 2>&1
   rc=$?
   reap "$work/ar.log" allreduce_bench.py
   cat "$work/ar.log" >>"$benchlog"
@@ -280,9 +280,9 @@ fi
 
 # ---- 5. PyTorch baseline: Gloo on CUDA tensors, device-to-device copy
 section "$benchlog" "torch: torch_baseline.py"
-if pystep torch 60 120; then
+if pystep torch 75 120; then
   timeout -k 10 "$t" "$py" "$scripts/torch_baseline.py" --out "$work/torch.jsonl" --budget $((t - 15)) $cpuflag \
-    "${ar_max[@]}" >"$work/torch.log" 2>&1
+    ${ar_max[@]+"${ar_max[@]}"} >"$work/torch.log" 2>&1
   rc=$?
   cat "$work/torch.log" >>"$benchlog"
   tag torch "$work/torch.jsonl"
