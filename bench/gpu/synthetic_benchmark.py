@@ -89,7 +89,15 @@ def setup(args):
     torch.manual_seed(0)
     model = getattr(models, args.model)(num_classes=args.num_classes)
     if not args.no_sync_bn:
-        model = convert_sync_batchnorm(model)
+        # torch's name for the conversion, where gorovod's SyncBatchNorm defines one; else this script's.
+        convert = convert_sync_batchnorm
+        if "convert_sync_batchnorm" in vars(hvd.SyncBatchNorm):
+            convert = hvd.SyncBatchNorm.convert_sync_batchnorm
+        model = convert(model)
+        left = [type(m).__name__ for m in model.modules()
+                if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and not isinstance(m, hvd.SyncBatchNorm)]
+        if left:
+            raise SystemExit("BatchNorm layers left after the SyncBatchNorm conversion: %s" % sorted(set(left)))
     lr_scaler = hvd.size()
     if cuda:
         model.cuda()
