@@ -30,7 +30,8 @@
 # tensors with a small model (resnet18, 32x32 images), which checks the
 # scripts and the elastic kill on a machine without a GPU (CI does, with
 # bench/gpu/cpu-check.sh). GPUCHECK_OUTDIR names another build folder than
-# bench/gpu/out.
+# bench/gpu/out. GPUCHECK_SKIP=tests,gobench (a comma-separated list of the
+# step names above) leaves those steps out, e.g. to spend less device time.
 set -u
 cd "$(dirname "$0")/../.." || exit 0
 root=$(pwd)
@@ -69,6 +70,13 @@ reap() {
       kill -9 "$pid" 2>/dev/null && echo "run.sh: killed leftover worker pid $pid ($2)" | tee -a "$1"
     fi
   done
+}
+# skip STEP: whether GPUCHECK_SKIP names STEP (and the summary says so).
+skip() {
+  case ",${GPUCHECK_SKIP:-}," in
+  *",$1,"*) note "$1: skipped (GPUCHECK_SKIP)"; return 0 ;;
+  esac
+  return 1
 }
 # errors FILE: what a failed step said, for the summary: the first Python
 # exception line (a traceback's last line), else the launcher's verdict.
@@ -172,7 +180,9 @@ fi
 # ---- 2. tests
 tests=$OUT/cuda-tests.txt
 section "$tests" "tests: cuda.test -test.v"
-if [ "$gpu" != yes ]; then
+if skip tests; then
+  echo "skipped (GPUCHECK_SKIP)" >>"$tests"
+elif [ "$gpu" != yes ]; then
   echo "no GPU: the CUDA backend tests were not run" >>"$tests"
   note "tests: no GPU, skipped"
 elif [ ! -x "$bin" ]; then
@@ -203,7 +213,9 @@ fi
 
 # ---- 3. benchmarks in the test binary
 section "$tests" "gobench: cuda.test -test.bench . -test.benchtime 0.5s"
-if [ "$gpu" != yes ]; then
+if skip gobench; then
+  echo "skipped (GPUCHECK_SKIP)" >>"$tests"
+elif [ "$gpu" != yes ]; then
   echo "no GPU: benchmarks not run" >>"$tests"
   note "gobench: no GPU, skipped"
 elif [ ! -x "$bin" ]; then
@@ -231,6 +243,7 @@ fi
 
 # pystep NAME CAP RESERVE: whether a Python step can run now; sets t.
 pystep() {
+  skip "$1" && return 1
   if [ "$pysteps" != yes ]; then
     note "$1: no GPU, skipped"
     return 1
@@ -352,7 +365,9 @@ fi
 
 # ---- 8. CUDA IPC between two processes (what same-host device exchange needs)
 section "$tests" "ipc: probe_ipc.py"
-if [ "$gpu" = yes ] && [ "$(left)" -gt 25 ]; then
+if skip ipc; then
+  echo "skipped (GPUCHECK_SKIP)" >>"$tests"
+elif [ "$gpu" = yes ] && [ "$(left)" -gt 25 ]; then
   timeout -k 5 20 "$py" "$scripts/probe_ipc.py" >"$work/ipc.txt" 2>&1
   rc=$?
   cat "$work/ipc.txt" >>"$tests"
