@@ -1,0 +1,552 @@
+//go:build cuda
+
+package cuda
+
+// The same-host tests need CUDA IPC, which works only between processes: the
+// test re-runs this binary as two worker processes (TestMain below) that
+// meet through a rendezvous on 127.0.0.1 and talk over the tcp transport,
+// each opening GPU GOROVOD_CUDA_DEVICE (default 0). Workers report on stdout,
+// one JSON object a line.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/tcp"
+	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/job/launch"
+	"github.com/gorovod/gorovod/job/rendezvous"
+)
+
+// envIPCWorker makes TestMain run an IPC worker scenario instead of the tests.
+const envIPCWorker = "GOROVOD_CUDA_IPC_WORKER"
+
+// ipcWorkerTimeout bounds a worker's whole run, ipcJobTimeout the test's
+// wait for both (the lead's GPU runs must finish in about a minute).
+const (
+	ipcWorkerTimeout = 50 * time.Second
+	ipcJobTimeout    = 55 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	if s := os.Getenv(envIPCWorker); s != "" {
+		if err := ipcWorker(s); err != nil {
+			ipcEmit(ipcEvent{Rank: -1, Kind: "error", Msg: err.Error()})
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// ipcEvent is one line a worker prints.
+type ipcEvent struct {
+	Rank   int    `json:"rank"`
+	Kind   string `json:"kind"` // group, case, done, copy, bench, error
+	IPC    bool   `json:"ipc,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Msg    string `json:"msg,omitempty"`
+	// done
+	IPCCalls  int64 `json:"ipc_calls,omitempty"`
+	HostCalls int64 `json:"host_calls,omitempty"`
+	// copy, bench
+	Path     string  `json:"path,omitempty"` // ipc, host, copy
+	DType    string  `json:"dtype,omitempty"`
+	Bytes    int     `json:"bytes,omitempty"`
+	Iters    int     `json:"iters,omitempty"`
+	MedianNs int64   `json:"median_ns,omitempty"`
+	BusGBps  float64 `json:"bus_GBps,omitempty"` // bytes / median (2(p-1)/p = 1 for p = 2)
+}
+
+func ipcEmit(e ipcEvent) {
+	b, _ := json.Marshal(e)
+	fmt.Printf("%s\n", b)
+}
+
+// ipcWorker is one rank: it joins the world, opens the GPU and runs scenario.
+func ipcWorker(scenario string) error {
+	env, err := envconfig.Load(os.Getenv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ipcWorkerTimeout)
+	defer cancel()
+	ordinal := 0
+	if v := os.Getenv("GOROVOD_CUDA_DEVICE"); v != "" {
+		if ordinal, err = strconv.Atoi(v); err != nil {
+			return fmt.Errorf("GOROVOD_CUDA_DEVICE=%q: %v", v, err)
+		}
+	}
+	dev, err := NewDevice(ctx, ordinal)
+	if err != nil {
+		return fmt.Errorf("rank %d: NewDevice(%d): %w", env.Rank, ordinal, err)
+	}
+	defer dev.Close()
+	cfg := tcp.DefaultConfig()
+	cfg.Secret, cfg.IOTimeout = env.Secret, 20*time.Second
+	t, err := tcp.Listen(cfg)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	addrs, err := rendezvous.JoinSecret(ctx, env.Rendezvous, env.Rank, t.Addr(), env.Secret)
+	if err != nil {
+		return fmt.Errorf("rank %d: rendezvous: %w", env.Rank, err)
+	}
+	w := transport.World{JobID: env.JobID, Epoch: 1, Rank: env.Rank, Addrs: addrs}
+	c, err := collective.New(ctx, t, w, collective.DefaultConfig())
+	if err != nil {
+		return fmt.Errorf("rank %d: communicator: %w", env.Rank, err)
+	}
+	defer c.Close()
+	switch scenario {
+	case "check":
+		err = ipcCheckScenario(ctx, c, dev)
+	case "bench":
+		err = ipcBenchScenario(ctx, c, dev)
+	default:
+		err = fmt.Errorf("unknown scenario %q", scenario)
+	}
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", env.Rank, err)
+	}
+	return nil
+}
+
+// ipcCase is one allreduce of the check scenario.
+type ipcCase struct {
+	dt        collective.DType
+	op        collective.ReduceOp
+	count     int
+	mode      string // inplace, outofplace, wrapped (in place, at an odd offset into a larger allocation)
+	pre, post float64
+}
+
+func (k ipcCase) String() string {
+	return fmt.Sprintf("%v/%v/n=%d/%s/pre=%g/post=%g", k.dt, k.op, k.count, k.mode, k.pre, k.post)
+}
+
+func ipcCases() []ipcCase {
+	var cs []ipcCase
+	modes := []string{"inplace", "outofplace", "wrapped"}
+	i := 0
+	for _, dt := range []collective.DType{collective.Float32, collective.BFloat16, collective.Float16} {
+		for _, op := range []collective.ReduceOp{collective.Sum, collective.Average} {
+			// Odd counts leave shares of unequal length; the largest is
+			// 12 MiB of float32.
+			for _, n := range []int{1, 2, 7, 1000, 65537, 3<<20 + 5} {
+				cs = append(cs, ipcCase{dt: dt, op: op, count: n, mode: modes[i%3], pre: 1, post: 1})
+				i++
+			}
+		}
+	}
+	cs = append(cs,
+		ipcCase{dt: collective.Float32, op: collective.Average, count: 16 << 20, mode: "inplace", pre: 1, post: 1}, // 64 MiB
+		ipcCase{dt: collective.Float32, op: collective.Sum, count: 4099, mode: "outofplace", pre: 0.25, post: 3},
+		ipcCase{dt: collective.BFloat16, op: collective.Average, count: 4099, mode: "wrapped", pre: 2, post: 0.5},
+		ipcCase{dt: collective.Float32, op: collective.Max, count: 1001, mode: "inplace", pre: 1, post: 1},
+		ipcCase{dt: collective.Float32, op: collective.Min, count: 1001, mode: "outofplace", pre: 1, post: 1},
+		ipcCase{dt: collective.Float32, op: collective.Product, count: 1001, mode: "wrapped", pre: 1, post: 1},
+		ipcCase{dt: collective.Int32, op: collective.Average, count: 1001, mode: "inplace", pre: 1, post: 1},
+		ipcCase{dt: collective.Float64, op: collective.Sum, count: 1001, mode: "outofplace", pre: 1, post: 1},
+	)
+	return cs
+}
+
+// ipcInputs is every rank's input of case i (each rank computes all of them).
+func ipcInputs(k ipcCase, i, p int) [][]byte {
+	in := make([][]byte, p)
+	for r := range p {
+		in[r] = randomFinite(rand.New(rand.NewPCG(uint64(i), uint64(r))), k.dt, k.count)
+	}
+	return in
+}
+
+// ipcExpected is the host kernels' result for two ranks (in has two inputs): each input
+// prescaled, reduced, then scaled as the host path's final step.
+func ipcExpected(k ipcCase, in [][]byte) []byte {
+	a, b := in[0], in[1]
+	if k.pre != 1 {
+		a, b = hostScale(k.dt, a, k.pre, 1), hostScale(k.dt, b, k.pre, 1)
+	}
+	op := k.op
+	if op == collective.Average {
+		op = collective.Sum
+	}
+	want := hostReduce(k.dt, op, a, b)
+	if factor, divisor := finalScaling(k.dt, k.op, k.post, 2); factor != 1 || divisor > 1 {
+		want = hostScale(k.dt, want, factor, divisor)
+	}
+	return want
+}
+
+// runIPCCase allreduces case k's input through g and returns the result and
+// whether an out-of-place send buffer was left as it was.
+func runIPCCase(ctx context.Context, g *SameHostGroup, dev *Device, k ipcCase, input []byte, rank int) ([]byte, error) {
+	size := len(input)
+	var send, recv *Memory
+	var frees []*Memory
+	defer func() {
+		for _, m := range frees {
+			m.Free()
+		}
+	}()
+	alloc := func(n int) (*Memory, error) {
+		m, err := dev.Alloc(ctx, n)
+		if err == nil {
+			frees = append(frees, m)
+		}
+		return m, err
+	}
+	var err error
+	switch k.mode {
+	case "inplace", "outofplace":
+		if send, err = alloc(size); err != nil {
+			return nil, err
+		}
+		recv = send
+		if k.mode == "outofplace" {
+			if recv, err = alloc(size); err != nil {
+				return nil, err
+			}
+		}
+	case "wrapped":
+		// An offset that differs between ranks, inside a larger allocation:
+		// the handle names the allocation, the offset must travel with it.
+		off := 256 + 512*rank
+		whole, err := alloc(size + 4096)
+		if err != nil {
+			return nil, err
+		}
+		if send, err = dev.Wrap(ctx, whole.Ptr()+uintptr(off), size); err != nil {
+			return nil, err
+		}
+		recv = send
+	}
+	if err := send.CopyFromHost(ctx, 0, input); err != nil {
+		return nil, err
+	}
+	sb := collective.Buffer{DType: k.dt, Count: k.count, Device: send}
+	rb := collective.Buffer{DType: k.dt, Count: k.count, Device: recv}
+	if err := g.AllreduceScaled(ctx, sb, rb, k.op, k.pre, k.post); err != nil {
+		return nil, err
+	}
+	out := make([]byte, size)
+	if err := recv.CopyToHost(ctx, out, 0); err != nil {
+		return nil, err
+	}
+	if send != recv && k.pre == 1 {
+		kept := make([]byte, size)
+		if err := send.CopyToHost(ctx, kept, 0); err != nil {
+			return nil, err
+		}
+		if err := sameBits(k.dt, kept, input, false); err != nil {
+			return nil, fmt.Errorf("the send buffer changed: %v", err)
+		}
+	}
+	return out, nil
+}
+
+// ipcCheckScenario runs every case through the IPC path and the host path
+// and holds both to the host kernels' result.
+func ipcCheckScenario(ctx context.Context, c *collective.Communicator, dev *Device) error {
+	r, p := c.Rank(), c.Size()
+	if p != 2 {
+		return fmt.Errorf("the check scenario's expectations are for 2 ranks, not %d", p)
+	}
+	g, err := NewSameHostGroup(ctx, c, dev, DefaultSameHostConfig())
+	if err != nil {
+		return fmt.Errorf("NewSameHostGroup: %w", err)
+	}
+	defer g.Close()
+	ipcEmit(ipcEvent{Rank: r, Kind: "group", IPC: g.IPC(), Reason: g.Reason()})
+	if !g.IPC() {
+		return fmt.Errorf("the group fell back to the host path: %s", g.Reason())
+	}
+	// The same calls on a group told to use the host path: the comparison
+	// the bit-identity claim is about.
+	hostCfg := DefaultSameHostConfig()
+	hostCfg.Disable = true
+	hg, err := NewSameHostGroup(ctx, c, dev, hostCfg)
+	if err != nil {
+		return fmt.Errorf("NewSameHostGroup(Disable): %w", err)
+	}
+	defer hg.Close()
+	if hg.IPC() {
+		return fmt.Errorf("a group with Disable set uses IPC")
+	}
+	cases := ipcCases()
+	for i, k := range cases {
+		in := ipcInputs(k, i, p)
+		want := ipcExpected(k, in)
+		got, err := runIPCCase(ctx, g, dev, k, in[r], r)
+		if err != nil {
+			return fmt.Errorf("case %v (IPC): %w", k, err)
+		}
+		if fb := g.LastFallback(); fb != "" {
+			return fmt.Errorf("case %v fell back to the host path: %s", k, fb)
+		}
+		// Two operands, one rounding: exactly the host kernels' bits.
+		if err := sameBits(k.dt, got, want, false); err != nil {
+			return fmt.Errorf("case %v: IPC result differs from the host kernels': %v", k, err)
+		}
+		host, err := runIPCCase(ctx, hg, dev, k, in[r], r)
+		if err != nil {
+			return fmt.Errorf("case %v (host path): %w", k, err)
+		}
+		if err := sameBits(k.dt, got, host, false); err != nil {
+			return fmt.Errorf("case %v: IPC result differs from the host path's: %v", k, err)
+		}
+		ipcEmit(ipcEvent{Rank: r, Kind: "case", Msg: k.String()})
+	}
+	st, hst := g.Stats(), hg.Stats()
+	ipcEmit(ipcEvent{Rank: r, Kind: "done", IPCCalls: st.IPC, HostCalls: st.Host})
+	if st.IPC != int64(len(cases)) || st.Host != 0 {
+		return fmt.Errorf("IPC group ran %d calls through IPC and %d through the host, want %d and 0", st.IPC, st.Host, len(cases))
+	}
+	if hst.IPC != 0 || hst.Host != int64(len(cases)) {
+		return fmt.Errorf("host group ran %d calls through IPC and %d through the host, want 0 and %d", hst.IPC, hst.Host, len(cases))
+	}
+	return c.Barrier(ctx)
+}
+
+// ipcBenchScenario times in-place Average allreduces of zeroed device buffers
+// through the IPC path and the host path; rank 0 reports medians, and first
+// the device-to-device copy bandwidth of the same sizes, the yardstick.
+func ipcBenchScenario(ctx context.Context, c *collective.Communicator, dev *Device) error {
+	r := c.Rank()
+	median := func(ds []time.Duration) time.Duration {
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	if r == 0 {
+		for _, size := range []int{64 << 20, 256 << 20} {
+			src, err := dev.Alloc(ctx, size)
+			if err != nil {
+				return err
+			}
+			dst, err := dev.Alloc(ctx, size)
+			if err != nil {
+				src.Free()
+				return err
+			}
+			var ds []time.Duration
+			for i := range 12 {
+				start := time.Now()
+				if err := dst.CopyFrom(ctx, 0, src, 0, size); err != nil {
+					return err
+				}
+				if i >= 2 {
+					ds = append(ds, time.Since(start))
+				}
+			}
+			src.Free()
+			dst.Free()
+			m := median(ds)
+			ipcEmit(ipcEvent{Rank: r, Kind: "copy", Path: "copy", Bytes: size, Iters: len(ds), MedianNs: m.Nanoseconds(),
+				BusGBps: float64(size) / m.Seconds() / 1e9})
+		}
+	}
+	g, err := NewSameHostGroup(ctx, c, dev, DefaultSameHostConfig())
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	ipcEmit(ipcEvent{Rank: r, Kind: "group", IPC: g.IPC(), Reason: g.Reason()})
+	if !g.IPC() {
+		return fmt.Errorf("the group fell back to the host path: %s", g.Reason())
+	}
+	hostCfg := DefaultSameHostConfig()
+	hostCfg.Disable = true
+	hg, err := NewSameHostGroup(ctx, c, dev, hostCfg)
+	if err != nil {
+		return err
+	}
+	defer hg.Close()
+	for _, path := range []string{"ipc", "host"} {
+		grp := g
+		if path == "host" {
+			grp = hg
+		}
+		for _, dt := range []collective.DType{collective.Float32, collective.BFloat16} {
+			for _, size := range benchSizes {
+				m, err := dev.Alloc(ctx, size)
+				if err != nil {
+					return err
+				}
+				if err := m.CopyFromHost(ctx, 0, make([]byte, size)); err != nil {
+					m.Free()
+					return err
+				}
+				buf := collective.Buffer{DType: dt, Count: size / dt.Size(), Device: m}
+				warm, iters := 3, min(max((1<<30)/size, 10), 200)
+				if path == "host" {
+					warm, iters = 1, min(max((64<<20)/size, 3), 50)
+				}
+				var ds []time.Duration
+				for i := range warm + iters {
+					start := time.Now()
+					if err := grp.Allreduce(ctx, buf, buf, collective.Average); err != nil {
+						m.Free()
+						return fmt.Errorf("%s %v %s: %w", path, dt, sizeName(size), err)
+					}
+					if i >= warm {
+						ds = append(ds, time.Since(start))
+					}
+				}
+				m.Free()
+				if fb := grp.LastFallback(); path == "ipc" && fb != "" {
+					return fmt.Errorf("ipc %v %s fell back to the host path: %s", dt, sizeName(size), fb)
+				}
+				if r == 0 {
+					md := median(ds)
+					ipcEmit(ipcEvent{Rank: r, Kind: "bench", Path: path, DType: dt.String(), Bytes: size, Iters: iters,
+						MedianNs: md.Nanoseconds(), BusGBps: float64(size) / md.Seconds() / 1e9})
+				}
+			}
+		}
+	}
+	return c.Barrier(ctx)
+}
+
+// ipcJob is the events and output of one run of two workers.
+type ipcJob struct {
+	mu     sync.Mutex
+	events []ipcEvent
+	other  strings.Builder
+}
+
+// runIPCWorkers runs scenario on two worker processes and returns their
+// events; any worker failure fails tb with everything the workers printed.
+func runIPCWorkers(tb testing.TB, scenario string) []ipcEvent {
+	tb.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	const np = 2
+	j := &ipcJob{}
+	output := func(rank int, stream string, line []byte) {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		var e ipcEvent
+		if stream == "stdout" && json.Unmarshal(line, &e) == nil && e.Kind != "" {
+			if e.Rank < 0 {
+				e.Rank = rank
+			}
+			j.events = append(j.events, e)
+			return
+		}
+		fmt.Fprintf(&j.other, "[%d %s] %s\n", rank, stream, line)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ipcJobTimeout)
+	defer cancel()
+	env, stop, err := launch.FixedWorld(launch.NewJobID(), np)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer stop()
+	job, err := launch.Start(ctx, launch.Spec{
+		Argv: []string{exe}, NP: np, Output: output, StopGrace: time.Second,
+		Env: func(i int) []string { return append(env(i), envIPCWorker+"="+scenario) },
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() {
+		job.Signal(syscall.SIGKILL)
+		<-job.Done()
+	}()
+	werr := job.Wait()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var errs []string
+	for _, e := range j.events {
+		if e.Kind == "error" {
+			errs = append(errs, fmt.Sprintf("worker %d: %s", e.Rank, e.Msg))
+		}
+	}
+	if werr != nil || len(errs) > 0 {
+		tb.Fatalf("%s workers failed: %v\n%s\nother output:\n%s", scenario, werr, strings.Join(errs, "\n"), j.other.String())
+	}
+	return slices.Clone(j.events)
+}
+
+// TestAllreduceIPC runs allreduces of f32, bf16 and f16 (Sum, Average, with
+// pre/postscale, a few other ops and dtypes), in place, out of place and at
+// offsets inside larger allocations, from 1 element to 64 MiB, between two
+// processes on one GPU through CUDA IPC, and checks that every call used
+// IPC and gave the host kernels' and the host path's bits.
+func TestAllreduceIPC(t *testing.T) {
+	openDevice(t) // skips without a GPU
+	events := runIPCWorkers(t, "check")
+	done := 0
+	for _, e := range events {
+		switch e.Kind {
+		case "group":
+			if !e.IPC {
+				t.Errorf("rank %d: group without IPC: %s", e.Rank, e.Reason)
+			}
+		case "done":
+			done++
+			t.Logf("rank %d: %d allreduces through IPC, %d through the host", e.Rank, e.IPCCalls, e.HostCalls)
+		}
+	}
+	if done != 2 {
+		t.Fatalf("%d of 2 workers finished", done)
+	}
+}
+
+// BenchmarkAllreduceIPC is an in-place Average allreduce of device buffers
+// by two processes sharing the GPU, through CUDA IPC (ipc/...), and the same
+// through the communicator's host-staged path (host/...), 4 KiB to 256 MiB
+// of float32 and bfloat16, with the device-to-device copy of 64 and 256 MiB
+// (copy/...) as the yardstick. The workers time the calls (median of many,
+// after warm-up); each sub-benchmark reports that median as ns/op and the
+// message size over it as MB/s, which for two ranks is the bus bandwidth.
+func BenchmarkAllreduceIPC(b *testing.B) {
+	d, err := NewDevice(context.Background(), 0)
+	if err != nil {
+		b.Skipf("no GPU: %v", err)
+	}
+	d.Close()
+	for _, e := range runIPCWorkers(b, "bench") {
+		if e.Kind != "bench" && e.Kind != "copy" {
+			continue
+		}
+		name := e.Path + "/" + sizeName(e.Bytes)
+		if e.DType != "" {
+			name = e.Path + "/" + e.DType + "/" + sizeName(e.Bytes)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportMetric(float64(e.MedianNs), "ns/op")
+			b.ReportMetric(float64(e.Bytes)/float64(e.MedianNs)*1e3, "MB/s")
+		})
+	}
+}
+
+// TestAllreduceIPCBench prints the benchmark's figures as JSON lines when
+// GOROVOD_CUDA_IPC_BENCH=1 (for scripts that run tests, not benchmarks).
+func TestAllreduceIPCBench(t *testing.T) {
+	if os.Getenv("GOROVOD_CUDA_IPC_BENCH") != "1" {
+		t.Skip("set GOROVOD_CUDA_IPC_BENCH=1 to run the same-host benchmark as a test")
+	}
+	openDevice(t)
+	for _, e := range runIPCWorkers(t, "bench") {
+		if e.Kind == "bench" || e.Kind == "copy" {
+			ipcEmit(e)
+		}
+	}
+}
