@@ -37,6 +37,9 @@ func DefaultSameHostConfig() SameHostConfig { return SameHostConfig{MaxMapped: 6
 type SameHostStats struct {
 	IPC  int64 // GPU to GPU through CUDA IPC
 	Host int64 // through the communicator's host-staged path
+	// Remaps counts the times the cached mappings were dropped because a
+	// peer had reused memory this process still mapped (see openPeers).
+	Remaps int64
 }
 
 // ErrGroupClosed is returned by a SameHostGroup's calls after Close.
@@ -454,31 +457,49 @@ type peerBufs struct {
 	src, dst uint64
 }
 
-// openPeers maps (or finds mapped) every other rank's buffers.
+// openPeers maps (or finds mapped) every other rank's buffers. A peer that
+// freed an allocation this process still maps and got the same memory back
+// in a new allocation makes the driver refuse the new handle as already
+// mapped: then every cached mapping (of allocations seen in earlier calls)
+// is closed and the opening starts over, once.
 func (g *SameHostGroup) openPeers(ctx context.Context, recs []callRecord) ([]peerBufs, error) {
-	r := g.comm.Rank()
 	peers := make([]peerBufs, len(recs))
 	err := g.dev.withContext(ctx, func() error {
-		for k, rec := range recs {
-			if k == r {
-				continue
-			}
-			for _, x := range []struct {
-				h   ipcHandle
-				off uint64
-				out *uint64
-				who string
-			}{{rec.Src, rec.SrcOff, &peers[k].src, "send"}, {rec.Dst, rec.DstOff, &peers[k].dst, "receive"}} {
-				base, err := g.maps.get(x.h)
-				if err != nil {
-					return &DriverError{Device: g.dev.ordinal, Op: fmt.Sprintf("cuIpcOpenMemHandle(rank %d's %s buffer) or closing an old mapping", k, x.who), Err: err}
-				}
-				*x.out = uint64(base) + x.off
-			}
+		err := g.mapPeers(recs, peers)
+		if err == nil || !isAlreadyMapped(err) {
+			return err
 		}
-		return nil
+		g.stats.Remaps++
+		if cerr := g.maps.closeAll(); cerr != nil {
+			return g.dev.driverErr("cuIpcCloseMemHandle(stale mappings)", cerr)
+		}
+		return g.mapPeers(recs, peers)
 	})
 	return peers, err
+}
+
+// mapPeers fills peers from the cache, on a locked thread with the context
+// current; the driver's error is wrapped so that isAlreadyMapped sees it.
+func (g *SameHostGroup) mapPeers(recs []callRecord, peers []peerBufs) error {
+	r := g.comm.Rank()
+	for k, rec := range recs {
+		if k == r {
+			continue
+		}
+		for _, x := range []struct {
+			h   ipcHandle
+			off uint64
+			out *uint64
+			who string
+		}{{rec.Src, rec.SrcOff, &peers[k].src, "send"}, {rec.Dst, rec.DstOff, &peers[k].dst, "receive"}} {
+			base, err := g.maps.get(x.h)
+			if err != nil {
+				return &DriverError{Device: g.dev.ordinal, Op: fmt.Sprintf("cuIpcOpenMemHandle(rank %d's %s buffer) or closing an old mapping", k, x.who), Err: err}
+			}
+			*x.out = uint64(base) + x.off
+		}
+	}
+	return nil
 }
 
 // anyFailed is an allreduce of one number over the communicator: the

@@ -61,6 +61,7 @@ type ipcEvent struct {
 	// done
 	IPCCalls  int64 `json:"ipc_calls,omitempty"`
 	HostCalls int64 `json:"host_calls,omitempty"`
+	Remaps    int64 `json:"remaps,omitempty"`
 	// copy, bench
 	Path     string  `json:"path,omitempty"` // ipc, host, copy
 	DType    string  `json:"dtype,omitempty"`
@@ -312,7 +313,7 @@ func ipcCheckScenario(ctx context.Context, c *collective.Communicator, dev *Devi
 		ipcEmit(ipcEvent{Rank: r, Kind: "case", Msg: k.String()})
 	}
 	st, hst := g.Stats(), hg.Stats()
-	ipcEmit(ipcEvent{Rank: r, Kind: "done", IPCCalls: st.IPC, HostCalls: st.Host})
+	ipcEmit(ipcEvent{Rank: r, Kind: "done", IPCCalls: st.IPC, HostCalls: st.Host, Remaps: st.Remaps})
 	if st.IPC != int64(len(cases)) || st.Host != 0 {
 		return fmt.Errorf("IPC group ran %d calls through IPC and %d through the host, want %d and 0", st.IPC, st.Host, len(cases))
 	}
@@ -501,7 +502,7 @@ func TestAllreduceIPC(t *testing.T) {
 			}
 		case "done":
 			done++
-			t.Logf("rank %d: %d allreduces through IPC, %d through the host", e.Rank, e.IPCCalls, e.HostCalls)
+			t.Logf("rank %d: %d allreduces through IPC, %d through the host; cached mappings dropped %d times", e.Rank, e.IPCCalls, e.HostCalls, e.Remaps)
 		}
 	}
 	if done != 2 {

@@ -43,7 +43,10 @@ static CUresult gorovod_device_uuid(CUdevice dev, void *out) {
 */
 import "C"
 
-import "unsafe"
+import (
+	"errors"
+	"unsafe"
+)
 
 // ipcHandle (ipcplan.go) must be exactly CU_IPC_HANDLE_SIZE bytes: either
 // conversion below fails to compile when they differ.
@@ -95,4 +98,12 @@ func deviceUUID(dev int) ([16]byte, error) {
 		return u, resultError(r)
 	}
 	return u, nil
+}
+
+// isAlreadyMapped reports whether err is CUDA_ERROR_ALREADY_MAPPED: what
+// cuIpcOpenMemHandle returns when this process still maps memory the peer
+// has since freed and reused for the allocation being opened.
+func isAlreadyMapped(err error) bool {
+	var r resultError
+	return errors.As(err, &r) && r == resultError(C.CUDA_ERROR_ALREADY_MAPPED)
 }
