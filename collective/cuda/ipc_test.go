@@ -11,6 +11,7 @@ package cuda
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -117,6 +118,8 @@ func ipcWorker(scenario string) error {
 		err = ipcCheckScenario(ctx, c, dev)
 	case "bench":
 		err = ipcBenchScenario(ctx, c, dev)
+	case "deadpeer":
+		err = ipcDeadPeerScenario(ctx, c, dev)
 	default:
 		err = fmt.Errorf("unknown scenario %q", scenario)
 	}
@@ -128,10 +131,16 @@ func ipcWorker(scenario string) error {
 
 // ipcCase is one allreduce of the check scenario.
 type ipcCase struct {
-	dt        collective.DType
-	op        collective.ReduceOp
-	count     int
-	mode      string // inplace, outofplace, wrapped (in place, at an odd offset into a larger allocation)
+	dt    collective.DType
+	op    collective.ReduceOp
+	count int
+	// inplace; outofplace (send and receive in one allocation); separate
+	// (send and receive allocated apart, used for buffers of 2 MiB and more:
+	// smaller allocations share the driver's blocks, and a block is mapped
+	// whole, so a second handle into it fails as already mapped and the call
+	// takes the host path); wrapped (in place, at an odd offset into a
+	// larger allocation).
+	mode      string
 	pre, post float64
 }
 
@@ -148,13 +157,18 @@ func ipcCases() []ipcCase {
 			// Odd counts leave shares of unequal length; the largest is
 			// 12 MiB of float32.
 			for _, n := range []int{1, 2, 7, 1000, 65537, 3<<20 + 5} {
-				cs = append(cs, ipcCase{dt: dt, op: op, count: n, mode: modes[i%3], pre: 1, post: 1})
+				mode := modes[i%3]
+				if n*dt.Size() >= 2<<20 && mode == "outofplace" {
+					mode = "separate"
+				}
+				cs = append(cs, ipcCase{dt: dt, op: op, count: n, mode: mode, pre: 1, post: 1})
 				i++
 			}
 		}
 	}
 	cs = append(cs,
 		ipcCase{dt: collective.Float32, op: collective.Average, count: 16 << 20, mode: "inplace", pre: 1, post: 1}, // 64 MiB
+		ipcCase{dt: collective.BFloat16, op: collective.Sum, count: 2<<20 + 3, mode: "separate", pre: 1, post: 1},
 		ipcCase{dt: collective.Float32, op: collective.Sum, count: 4099, mode: "outofplace", pre: 0.25, post: 3},
 		ipcCase{dt: collective.BFloat16, op: collective.Average, count: 4099, mode: "wrapped", pre: 2, post: 0.5},
 		ipcCase{dt: collective.Float32, op: collective.Max, count: 1001, mode: "inplace", pre: 1, post: 1},
@@ -213,15 +227,27 @@ func runIPCCase(ctx context.Context, g *SameHostGroup, dev *Device, k ipcCase, i
 	}
 	var err error
 	switch k.mode {
-	case "inplace", "outofplace":
+	case "inplace", "separate":
 		if send, err = alloc(size); err != nil {
 			return nil, err
 		}
 		recv = send
-		if k.mode == "outofplace" {
+		if k.mode == "separate" {
 			if recv, err = alloc(size); err != nil {
 				return nil, err
 			}
+		}
+	case "outofplace":
+		gap := 256 + 512*rank
+		whole, err := alloc(2*size + gap)
+		if err != nil {
+			return nil, err
+		}
+		if send, err = dev.Wrap(ctx, whole.Ptr(), size); err != nil {
+			return nil, err
+		}
+		if recv, err = dev.Wrap(ctx, whole.Ptr()+uintptr(size+gap), size); err != nil {
+			return nil, err
 		}
 	case "wrapped":
 		// An offset that differs between ranks, inside a larger allocation:
@@ -292,23 +318,28 @@ func ipcCheckScenario(ctx context.Context, c *collective.Communicator, dev *Devi
 	for i, k := range cases {
 		in := ipcInputs(k, i, p)
 		want := ipcExpected(k, in)
-		got, err := runIPCCase(ctx, g, dev, k, in[r], r)
-		if err != nil {
-			return fmt.Errorf("case %v (IPC): %w", k, err)
-		}
-		if fb := g.LastFallback(); fb != "" {
-			return fmt.Errorf("case %v fell back to the host path: %s", k, fb)
-		}
-		// Two operands, one rounding: exactly the host kernels' bits.
-		if err := sameBits(k.dt, got, want, false); err != nil {
-			return fmt.Errorf("case %v: IPC result differs from the host kernels': %v", k, err)
-		}
 		host, err := runIPCCase(ctx, hg, dev, k, in[r], r)
 		if err != nil {
 			return fmt.Errorf("case %v (host path): %w", k, err)
 		}
-		if err := sameBits(k.dt, got, host, false); err != nil {
-			return fmt.Errorf("case %v: IPC result differs from the host path's: %v", k, err)
+		for _, x := range []struct {
+			name string
+			g    *SameHostGroup
+		}{{"IPC", g}} {
+			got, err := runIPCCase(ctx, x.g, dev, k, in[r], r)
+			if err != nil {
+				return fmt.Errorf("case %v (%s): %w", k, x.name, err)
+			}
+			if fb := x.g.LastFallback(); fb != "" {
+				return fmt.Errorf("case %v (%s) fell back to the host path: %s", k, x.name, fb)
+			}
+			// Two operands, one rounding: exactly the host kernels' bits.
+			if err := sameBits(k.dt, got, want, false); err != nil {
+				return fmt.Errorf("case %v (%s): result differs from the host kernels': %v", k, x.name, err)
+			}
+			if err := sameBits(k.dt, got, host, false); err != nil {
+				return fmt.Errorf("case %v (%s): result differs from the host path's: %v", k, x.name, err)
+			}
 		}
 		ipcEmit(ipcEvent{Rank: r, Kind: "case", Msg: k.String()})
 	}
@@ -377,10 +408,7 @@ func ipcBenchScenario(ctx context.Context, c *collective.Communicator, dev *Devi
 	}
 	defer hg.Close()
 	for _, path := range []string{"ipc", "host"} {
-		grp := g
-		if path == "host" {
-			grp = hg
-		}
+		grp := map[string]*SameHostGroup{"ipc": g, "host": hg}[path]
 		for _, dt := range []collective.DType{collective.Float32, collective.BFloat16} {
 			for _, size := range benchSizes {
 				m, err := dev.Alloc(ctx, size)
@@ -408,7 +436,7 @@ func ipcBenchScenario(ctx context.Context, c *collective.Communicator, dev *Devi
 					}
 				}
 				m.Free()
-				if fb := grp.LastFallback(); path == "ipc" && fb != "" {
+				if fb := grp.LastFallback(); path != "host" && fb != "" {
 					return fmt.Errorf("ipc %v %s fell back to the host path: %s", dt, sizeName(size), fb)
 				}
 				if r == 0 {
@@ -420,6 +448,46 @@ func ipcBenchScenario(ctx context.Context, c *collective.Communicator, dev *Devi
 		}
 	}
 	return c.Barrier(ctx)
+}
+
+// ipcDeadPeerScenario has rank 1 exit abruptly after one allreduce, with
+// rank 0's buffers mapped; rank 0's next allreduce must fail, in bounded
+// time, with the communicator's error.
+func ipcDeadPeerScenario(ctx context.Context, c *collective.Communicator, dev *Device) error {
+	r := c.Rank()
+	g, err := NewSameHostGroup(ctx, c, dev, DefaultSameHostConfig())
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	if !g.IPC() {
+		return fmt.Errorf("the group fell back to the host path: %s", g.Reason())
+	}
+	m, err := dev.Alloc(ctx, 1<<20)
+	if err != nil {
+		return err
+	}
+	defer m.Free()
+	if err := m.CopyFromHost(ctx, 0, make([]byte, 1<<20)); err != nil {
+		return err
+	}
+	buf := collective.Buffer{DType: collective.Float32, Count: 1 << 18, Device: m}
+	if err := g.Allreduce(ctx, buf, buf, collective.Sum); err != nil {
+		return fmt.Errorf("first allreduce: %w", err)
+	}
+	if r == 1 {
+		ipcEmit(ipcEvent{Rank: r, Kind: "exiting"})
+		os.Exit(0) // a process that dies: nothing closed, nothing said
+	}
+	start := time.Now()
+	err = g.Allreduce(ctx, buf, buf, collective.Sum)
+	took := time.Since(start)
+	if err == nil {
+		return fmt.Errorf("an allreduce with rank 1 gone succeeded")
+	}
+	var pe *collective.PeerError
+	ipcEmit(ipcEvent{Rank: r, Kind: "deadpeer", Msg: fmt.Sprintf("%v (a *collective.PeerError: %v)", err, errors.As(err, &pe)), MedianNs: took.Nanoseconds()})
+	return nil
 }
 
 // ipcJob is the events and output of one run of two workers.
@@ -508,6 +576,24 @@ func TestAllreduceIPC(t *testing.T) {
 	if done != 2 {
 		t.Fatalf("%d of 2 workers finished", done)
 	}
+}
+
+// TestAllreduceIPCDeadPeer checks that a rank whose peer process died in
+// the middle of using the group gets an error within the bounded wait.
+func TestAllreduceIPCDeadPeer(t *testing.T) {
+	openDevice(t)
+	events := runIPCWorkers(t, "deadpeer")
+	for _, e := range events {
+		if e.Kind == "deadpeer" {
+			took := time.Duration(e.MedianNs)
+			t.Logf("rank %d: after %v: %s", e.Rank, took, e.Msg)
+			if took > 15*time.Second {
+				t.Fatalf("the error took %v", took)
+			}
+			return
+		}
+	}
+	t.Fatalf("rank 0 reported no error: events %+v", events)
 }
 
 // BenchmarkAllreduceIPC is an in-place Average allreduce of device buffers
