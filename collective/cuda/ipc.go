@@ -40,6 +40,9 @@ type SameHostStats struct {
 	// Remaps counts the times the cached mappings were dropped because a
 	// peer had reused memory this process still mapped (see openPeers).
 	Remaps int64
+	// Reused counts the IPC calls on the very allocations of the call
+	// before, which skip one meeting of the ranks (see AllreduceScaled).
+	Reused int64
 }
 
 // ErrGroupClosed is returned by a SameHostGroup's calls after Close.
@@ -84,6 +87,7 @@ type SameHostGroup struct {
 	lastReason string // why the last call fell back to the host path, if it did
 	maps       mapCache
 	stats      SameHostStats
+	prev       []callRecord // every rank's record of the last call, when it went through IPC
 }
 
 // probeSize is the allocation each rank exports when the group is made.
@@ -279,6 +283,10 @@ func (g *SameHostGroup) AllreduceScaled(ctx context.Context, send, recv collecti
 	if g.closed {
 		return ErrGroupClosed
 	}
+	// The last call's records count only for the very next call, and any
+	// return short of success leaves none.
+	prev := g.prev
+	g.prev = nil
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -336,20 +344,31 @@ func (g *SameHostGroup) AllreduceScaled(ctx context.Context, send, recv collecti
 		}
 		return g.hostPath(ctx, send, recv, op, prescale, postscale)
 	}
+	// When every rank names the very allocations of the last call, which
+	// went through IPC, every rank still has them mapped (handles are unique
+	// per allocation, and nothing unmaps between calls): no rank can fail to
+	// map them, so the ranks skip the meeting that agrees on it, a network
+	// round trip. All ranks reach the same verdict from the same records.
+	reused := sameMappings(prev, recs)
 	peers, openErr := g.openPeers(ctx, recs)
-	failed, err := g.anyFailed(ctx, openErr)
-	if err != nil {
-		return fmt.Errorf("cuda: same-host allreduce: agreeing on the mappings: %w", err)
-	}
-	if failed >= 0 {
-		g.lastReason = fmt.Sprintf("rank %d could not map its peers' buffers", failed)
-		if openErr != nil {
-			g.lastReason = openErr.Error()
+	if !reused {
+		failed, err := g.anyFailed(ctx, openErr)
+		if err != nil {
+			return fmt.Errorf("cuda: same-host allreduce: agreeing on the mappings: %w", err)
 		}
-		return g.hostPath(ctx, send, recv, op, prescale, postscale)
+		if failed >= 0 {
+			g.lastReason = fmt.Sprintf("rank %d could not map its peers' buffers", failed)
+			if openErr != nil {
+				g.lastReason = openErr.Error()
+			}
+			return g.hostPath(ctx, send, recv, op, prescale, postscale)
+		}
 	}
-	runErr := g.reduceShare(ctx, src, rm, peers, dt, op, postscale, send.Count)
-	failed, err = g.anyFailed(ctx, runErr)
+	runErr := openErr // not nil only when reused: then the call fails on every rank
+	if runErr == nil {
+		runErr = g.reduceShare(ctx, src, rm, peers, dt, op, postscale, send.Count)
+	}
+	failed, err := g.anyFailed(ctx, runErr)
 	switch {
 	case runErr != nil:
 		return fmt.Errorf("cuda: same-host allreduce: reducing this rank's share: %w", runErr)
@@ -357,6 +376,10 @@ func (g *SameHostGroup) AllreduceScaled(ctx context.Context, send, recv collecti
 		return fmt.Errorf("cuda: same-host allreduce: waiting for the other ranks' shares: %w", err)
 	case failed >= 0:
 		return fmt.Errorf("cuda: same-host allreduce: rank %d failed to reduce its share; the result is undefined (that rank's error says why)", failed)
+	}
+	g.prev = recs
+	if reused {
+		g.stats.Reused++
 	}
 	g.stats.IPC++
 	return nil

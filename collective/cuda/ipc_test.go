@@ -63,6 +63,7 @@ type ipcEvent struct {
 	IPCCalls  int64 `json:"ipc_calls,omitempty"`
 	HostCalls int64 `json:"host_calls,omitempty"`
 	Remaps    int64 `json:"remaps,omitempty"`
+	Reused    int64 `json:"reused,omitempty"`
 	// copy, bench
 	Path     string  `json:"path,omitempty"` // ipc, host, copy
 	DType    string  `json:"dtype,omitempty"`
@@ -343,10 +344,41 @@ func ipcCheckScenario(ctx context.Context, c *collective.Communicator, dev *Devi
 		}
 		ipcEmit(ipcEvent{Rank: r, Kind: "case", Msg: k.String()})
 	}
+	// The same allocation call after call, as a training loop's gradients:
+	// from the second call on the ranks skip the mapping agreement.
+	const rounds = 4
+	k := ipcCase{dt: collective.Float32, op: collective.Average, count: 100003, mode: "inplace", pre: 1, post: 1}
+	m, err := dev.Alloc(ctx, k.count*k.dt.Size())
+	if err != nil {
+		return err
+	}
+	defer m.Free()
+	reusedBefore := g.Stats().Reused
+	for round := range rounds {
+		in := ipcInputs(k, 1000+round, p)
+		want := ipcExpected(k, in)
+		if err := m.CopyFromHost(ctx, 0, in[r]); err != nil {
+			return err
+		}
+		buf := collective.Buffer{DType: k.dt, Count: k.count, Device: m}
+		if err := g.Allreduce(ctx, buf, buf, k.op); err != nil {
+			return fmt.Errorf("repeated call %d: %w", round, err)
+		}
+		got := make([]byte, m.Size())
+		if err := m.CopyToHost(ctx, got, 0); err != nil {
+			return err
+		}
+		if err := sameBits(k.dt, got, want, false); err != nil {
+			return fmt.Errorf("repeated call %d: result differs from the host kernels': %v", round, err)
+		}
+	}
 	st, hst := g.Stats(), hg.Stats()
-	ipcEmit(ipcEvent{Rank: r, Kind: "done", IPCCalls: st.IPC, HostCalls: st.Host, Remaps: st.Remaps})
-	if st.IPC != int64(len(cases)) || st.Host != 0 {
-		return fmt.Errorf("IPC group ran %d calls through IPC and %d through the host, want %d and 0", st.IPC, st.Host, len(cases))
+	ipcEmit(ipcEvent{Rank: r, Kind: "done", IPCCalls: st.IPC, HostCalls: st.Host, Remaps: st.Remaps, Reused: st.Reused})
+	if st.IPC != int64(len(cases)+rounds) || st.Host != 0 {
+		return fmt.Errorf("IPC group ran %d calls through IPC and %d through the host, want %d and 0", st.IPC, st.Host, len(cases)+rounds)
+	}
+	if n := st.Reused - reusedBefore; n != rounds-1 {
+		return fmt.Errorf("%d of %d repeated calls on one allocation skipped the mapping agreement, want %d", n, rounds, rounds-1)
 	}
 	if hst.IPC != 0 || hst.Host != int64(len(cases)) {
 		return fmt.Errorf("host group ran %d calls through IPC and %d through the host, want 0 and %d", hst.IPC, hst.Host, len(cases))
@@ -570,7 +602,8 @@ func TestAllreduceIPC(t *testing.T) {
 			}
 		case "done":
 			done++
-			t.Logf("rank %d: %d allreduces through IPC, %d through the host; cached mappings dropped %d times", e.Rank, e.IPCCalls, e.HostCalls, e.Remaps)
+			t.Logf("rank %d: %d allreduces through IPC (%d on the last call's allocations), %d through the host; cached mappings dropped %d times",
+				e.Rank, e.IPCCalls, e.Reused, e.HostCalls, e.Remaps)
 		}
 	}
 	if done != 2 {

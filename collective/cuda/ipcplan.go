@@ -200,6 +200,21 @@ func decideCall(recs []callRecord) (ipc bool, err error) {
 	return true, nil
 }
 
+// sameMappings reports whether cur names, rank by rank, exactly the send
+// and receive allocations prev did (offsets aside: a mapping covers the
+// whole allocation), every one of them exported.
+func sameMappings(prev, cur []callRecord) bool {
+	if len(prev) == 0 || len(prev) != len(cur) {
+		return false
+	}
+	for r := range cur {
+		if !prev[r].OK || !cur[r].OK || prev[r].Src != cur[r].Src || prev[r].Dst != cur[r].Dst {
+			return false
+		}
+	}
+	return true
+}
+
 // shareRange is the elements [lo, hi) of count that rank r of p reduces:
 // contiguous shares in rank order, the first count%p one element longer.
 func shareRange(count, p, r int) (lo, hi int) {

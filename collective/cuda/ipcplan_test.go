@@ -244,3 +244,29 @@ func TestProbePattern(t *testing.T) {
 		t.Fatal("rank 1's pattern passed as rank 0's")
 	}
 }
+
+func TestSameMappings(t *testing.T) {
+	a := callRecord{OK: true, Src: ipcHandle{1}, Dst: ipcHandle{2}, SrcOff: 0, Count: 10}
+	b := callRecord{OK: true, Src: ipcHandle{3}, Dst: ipcHandle{3}, SrcOff: 64, Count: 10}
+	with := func(c callRecord, f func(*callRecord)) callRecord { f(&c); return c }
+	cases := []struct {
+		name      string
+		prev, cur []callRecord
+		want      bool
+	}{
+		{"same allocations", []callRecord{a, b}, []callRecord{a, b}, true},
+		{"other offsets and counts, same allocations", []callRecord{a, b},
+			[]callRecord{with(a, func(c *callRecord) { c.SrcOff, c.Count = 128, 5 }), b}, true},
+		{"no last call", nil, []callRecord{a, b}, false},
+		{"another world size", []callRecord{a, b}, []callRecord{a, b, a}, false},
+		{"a new send allocation", []callRecord{a, b}, []callRecord{a, with(b, func(c *callRecord) { c.Src = ipcHandle{4} })}, false},
+		{"a new receive allocation", []callRecord{a, b}, []callRecord{with(a, func(c *callRecord) { c.Dst = ipcHandle{5} }), b}, false},
+		{"not exported now", []callRecord{a, b}, []callRecord{a, with(b, func(c *callRecord) { c.OK = false })}, false},
+		{"ranks swapped", []callRecord{a, b}, []callRecord{b, a}, false},
+	}
+	for _, c := range cases {
+		if got := sameMappings(c.prev, c.cur); got != c.want {
+			t.Errorf("%s: sameMappings = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
