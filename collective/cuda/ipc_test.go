@@ -10,9 +10,11 @@ package cuda
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -121,6 +123,8 @@ func ipcWorker(scenario string) error {
 		err = ipcBenchScenario(ctx, c, dev)
 	case "deadpeer":
 		err = ipcDeadPeerScenario(ctx, c, dev)
+	case "three":
+		err = ipcThreeScenario(ctx, c, dev)
 	default:
 		err = fmt.Errorf("unknown scenario %q", scenario)
 	}
@@ -482,6 +486,86 @@ func ipcBenchScenario(ctx context.Context, c *collective.Communicator, dev *Devi
 	return c.Barrier(ctx)
 }
 
+// ipcThreeScenario runs allreduces among three processes, where each share
+// is a chain of two reductions (local operand first, then the other ranks in
+// rank order) whose order differs from share to share. The inputs are small
+// integers, so every order gives the same exact sum and the expectation is
+// exact for every dtype; Average then scales it by 1/3 as the host does.
+func ipcThreeScenario(ctx context.Context, c *collective.Communicator, dev *Device) error {
+	r, p := c.Rank(), c.Size()
+	g, err := NewSameHostGroup(ctx, c, dev, DefaultSameHostConfig())
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	if !g.IPC() {
+		return fmt.Errorf("the group fell back to the host path: %s", g.Reason())
+	}
+	calls := 0
+	for _, dt := range []collective.DType{collective.Float32, collective.BFloat16, collective.Float16, collective.Int32} {
+		for _, op := range []collective.ReduceOp{collective.Sum, collective.Average, collective.Max} {
+			for i, n := range []int{1, 2, 3, 1000, 65537, 3<<20 + 5} {
+				k := ipcCase{dt: dt, op: op, count: n, mode: []string{"inplace", "outofplace", "wrapped"}[i%3], pre: 1, post: 1}
+				in := make([][]byte, p)
+				for q := range p {
+					rng := rand.New(rand.NewPCG(uint64(n), uint64(q)))
+					vals := make([]float64, n)
+					for j := range vals {
+						vals[j] = float64(rng.IntN(17) - 8)
+					}
+					in[q] = encodeSmall(dt, vals)
+				}
+				kop := op
+				if op == collective.Average {
+					kop = collective.Sum
+				}
+				want := in[0]
+				for q := 1; q < p; q++ {
+					want = hostReduce(dt, kop, want, in[q])
+				}
+				if factor, divisor := finalScaling(dt, op, 1, p); factor != 1 || divisor > 1 {
+					want = hostScale(dt, want, factor, divisor)
+				}
+				got, err := runIPCCase(ctx, g, dev, k, in[r], r)
+				if err != nil {
+					return fmt.Errorf("case %v: %w", k, err)
+				}
+				if fb := g.LastFallback(); fb != "" {
+					return fmt.Errorf("case %v fell back to the host path: %s", k, fb)
+				}
+				if err := sameBits(dt, got, want, false); err != nil {
+					return fmt.Errorf("case %v: result differs from the exact one: %v", k, err)
+				}
+				calls++
+			}
+		}
+	}
+	st := g.Stats()
+	ipcEmit(ipcEvent{Rank: r, Kind: "done", IPCCalls: st.IPC, HostCalls: st.Host, Remaps: st.Remaps, Reused: st.Reused})
+	if st.IPC != int64(calls) || st.Host != 0 {
+		return fmt.Errorf("%d calls through IPC and %d through the host, want %d and 0", st.IPC, st.Host, calls)
+	}
+	return c.Barrier(ctx)
+}
+
+// encodeSmall encodes small integers (exact in every dtype used) as dt.
+func encodeSmall(dt collective.DType, vals []float64) []byte {
+	var b []byte
+	for _, v := range vals {
+		switch dt {
+		case collective.Float32:
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(v)))
+		case collective.BFloat16:
+			b = binary.LittleEndian.AppendUint16(b, uint16(collective.NewBF16(float32(v))))
+		case collective.Float16:
+			b = binary.LittleEndian.AppendUint16(b, uint16(collective.NewF16(float32(v))))
+		case collective.Int32:
+			b = binary.LittleEndian.AppendUint32(b, uint32(int32(v)))
+		}
+	}
+	return b
+}
+
 // ipcDeadPeerScenario has rank 1 exit abruptly after one allreduce, with
 // rank 0's buffers mapped; rank 0's next allreduce must fail, in bounded
 // time, with the communicator's error.
@@ -529,15 +613,14 @@ type ipcJob struct {
 	other  strings.Builder
 }
 
-// runIPCWorkers runs scenario on two worker processes and returns their
+// runIPCWorkers runs scenario on np worker processes and returns their
 // events; any worker failure fails tb with everything the workers printed.
-func runIPCWorkers(tb testing.TB, scenario string) []ipcEvent {
+func runIPCWorkers(tb testing.TB, scenario string, np int) []ipcEvent {
 	tb.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	const np = 2
 	j := &ipcJob{}
 	output := func(rank int, stream string, line []byte) {
 		j.mu.Lock()
@@ -592,7 +675,7 @@ func runIPCWorkers(tb testing.TB, scenario string) []ipcEvent {
 // IPC and gave the host kernels' and the host path's bits.
 func TestAllreduceIPC(t *testing.T) {
 	openDevice(t) // skips without a GPU
-	events := runIPCWorkers(t, "check")
+	events := runIPCWorkers(t, "check", 2)
 	done := 0
 	for _, e := range events {
 		switch e.Kind {
@@ -611,11 +694,27 @@ func TestAllreduceIPC(t *testing.T) {
 	}
 }
 
+// TestAllreduceIPCThreeRanks runs the same-host path among three processes
+// on one GPU (shares reduced in chains of two), against exact results.
+func TestAllreduceIPCThreeRanks(t *testing.T) {
+	openDevice(t)
+	done := 0
+	for _, e := range runIPCWorkers(t, "three", 3) {
+		if e.Kind == "done" {
+			done++
+			t.Logf("rank %d: %d allreduces through IPC, %d through the host; cached mappings dropped %d times", e.Rank, e.IPCCalls, e.HostCalls, e.Remaps)
+		}
+	}
+	if done != 3 {
+		t.Fatalf("%d of 3 workers finished", done)
+	}
+}
+
 // TestAllreduceIPCDeadPeer checks that a rank whose peer process died in
 // the middle of using the group gets an error within the bounded wait.
 func TestAllreduceIPCDeadPeer(t *testing.T) {
 	openDevice(t)
-	events := runIPCWorkers(t, "deadpeer")
+	events := runIPCWorkers(t, "deadpeer", 2)
 	for _, e := range events {
 		if e.Kind == "deadpeer" {
 			took := time.Duration(e.MedianNs)
@@ -642,7 +741,7 @@ func BenchmarkAllreduceIPC(b *testing.B) {
 		b.Skipf("no GPU: %v", err)
 	}
 	d.Close()
-	for _, e := range runIPCWorkers(b, "bench") {
+	for _, e := range runIPCWorkers(b, "bench", 2) {
 		if e.Kind != "bench" && e.Kind != "copy" {
 			continue
 		}
@@ -664,7 +763,7 @@ func TestAllreduceIPCBench(t *testing.T) {
 		t.Skip("set GOROVOD_CUDA_IPC_BENCH=1 to run the same-host benchmark as a test")
 	}
 	openDevice(t)
-	for _, e := range runIPCWorkers(t, "bench") {
+	for _, e := range runIPCWorkers(t, "bench", 2) {
 		if e.Kind == "bench" || e.Kind == "copy" {
 			ipcEmit(e)
 		}
