@@ -67,8 +67,10 @@
 // buffers over the communicator, map each other's (cached across calls),
 // and each reduces its share of the elements reading every rank's buffer
 // directly and writes the result into every rank's buffer. Three small
-// meetings over the communicator per call (two when the buffers are those
-// of the previous call) order the steps. NewSameHostGroup decides with all
+// meetings of the ranks per call (two when the buffers are those of the
+// previous call) order the steps: over the communicator, or with
+// SameHostConfig.HostSync on a board of shared memory (ipcboard.go), which
+// spares a network round trip per meeting. NewSameHostGroup decides with all
 // ranks whether this works (one host, IPC handles that open and read back);
 // where it does not, and for any call whose buffers cannot be exported, every
 // rank takes the communicator's host-staged path instead.

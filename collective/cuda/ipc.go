@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"gorgonia.org/cu"
@@ -28,10 +29,28 @@ type SameHostConfig struct {
 	// comparisons); the ranks still meet to agree, so it may be set on some
 	// ranks only.
 	Disable bool
+	// HostSync makes the ranks of an IPC group meet within a call through a
+	// board of shared memory in BoardDir (ipcboard.go) instead of over the
+	// communicator (a network round trip each). Every rank must set the
+	// same. Where the board cannot be made the group meets over the
+	// communicator, and SyncReason says why.
+	HostSync bool
+	// BoardDir is where the board's file is made (and removed once every
+	// rank has mapped it): a tmpfs all ranks share.
+	BoardDir string
+	// SyncTimeout bounds a wait on the board for the other ranks: past it
+	// the call fails with a *SyncTimeoutError naming the ranks that did not
+	// arrive. A peer whose process exits is noticed sooner (*PeerGoneError)
+	// where the ranks share a PID namespace.
+	SyncTimeout time.Duration
 }
 
-// DefaultSameHostConfig returns the defaults: 64 mappings.
-func DefaultSameHostConfig() SameHostConfig { return SameHostConfig{MaxMapped: 64} }
+// DefaultSameHostConfig returns the defaults: 64 mappings, meetings over
+// the communicator (with HostSync: a board in /dev/shm, waits of up to two
+// minutes).
+func DefaultSameHostConfig() SameHostConfig {
+	return SameHostConfig{MaxMapped: 64, BoardDir: "/dev/shm", SyncTimeout: 2 * time.Minute}
+}
 
 // SameHostStats counts how a group's allreduces ran.
 type SameHostStats struct {
@@ -88,6 +107,9 @@ type SameHostGroup struct {
 	maps       mapCache
 	stats      SameHostStats
 	prev       []callRecord // every rank's record of the last call, when it went through IPC
+	board      *board       // with HostSync, where the ranks meet
+	syncReason string       // with HostSync, why there is no board
+	broken     error        // a board meeting that failed left the ranks out of step
 }
 
 // probeSize is the allocation each rank exports when the group is made.
@@ -105,6 +127,9 @@ func NewSameHostGroup(ctx context.Context, comm *collective.Communicator, dev *D
 	if cfg.MaxMapped < 1 {
 		return nil, dev.usage("NewSameHostGroup", fmt.Sprintf("MaxMapped %d: at least 1 mapping is needed (see DefaultSameHostConfig)", cfg.MaxMapped))
 	}
+	if cfg.HostSync && (cfg.SyncTimeout <= 0 || cfg.BoardDir == "") {
+		return nil, dev.usage("NewSameHostGroup", fmt.Sprintf("HostSync needs a SyncTimeout (%v) and a BoardDir (%q); see DefaultSameHostConfig", cfg.SyncTimeout, cfg.BoardDir))
+	}
 	g := &SameHostGroup{comm: comm, dev: dev, cfg: cfg}
 	g.maps = mapCache{max: cfg.MaxMapped, open: ipcOpenHandle, close: ipcCloseHandle}
 	if comm.Size() == 1 {
@@ -116,7 +141,75 @@ func NewSameHostGroup(ctx context.Context, comm *collective.Communicator, dev *D
 		return nil, err
 	}
 	g.reason = reason
+	if reason == "" && cfg.HostSync {
+		if err := g.openBoard(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return g, nil
+}
+
+// openBoard has rank 0 make the board's file and every rank map it; the
+// ranks use it only if all could (else SyncReason says why). The file is
+// removed once all have tried, so nothing is left behind.
+func (g *SameHostGroup) openBoard(ctx context.Context) error {
+	p, r := g.comm.Size(), g.comm.Rank()
+	name := make([]byte, boardNameSize)
+	var path string
+	if r == 0 {
+		var err error
+		path, err = createBoardFile(g.cfg.BoardDir, p)
+		name = encodeBoardName(path, err)
+	}
+	if err := g.comm.Broadcast(ctx, collective.HostBuffer(collective.Uint8, name), 0); err != nil {
+		if path != "" {
+			os.Remove(path)
+		}
+		return fmt.Errorf("cuda: same-host group: sharing the board's name: %w", err)
+	}
+	status := groupRecord{OK: true}
+	var b *board
+	shared, err := decodeBoardName(name)
+	if err == nil {
+		b, err = openBoard(shared, p, r, g.cfg.SyncTimeout, g.comm.Err)
+	}
+	if err != nil {
+		status.OK, status.Reason = false, err.Error()
+	}
+	all, err := g.allgatherGroup(ctx, status)
+	if path != "" {
+		os.Remove(path) // every rank has mapped it or failed to
+	}
+	if err == nil {
+		g.syncReason = firstFailure(all)
+	}
+	if err != nil || g.syncReason != "" {
+		if b != nil {
+			b.close()
+		}
+		if err != nil {
+			return fmt.Errorf("cuda: same-host group: agreeing on the board: %w", err)
+		}
+		return nil
+	}
+	b.watchPeers() // every rank wrote its pid before the allgather
+	g.board = b
+	return nil
+}
+
+// HostSync reports whether the ranks meet through the shared-memory board.
+func (g *SameHostGroup) HostSync() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.board != nil
+}
+
+// SyncReason says why a group made with HostSync meets over the
+// communicator instead ("" otherwise).
+func (g *SameHostGroup) SyncReason() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.syncReason
 }
 
 // probe has every rank export a small allocation, open every other rank's
@@ -257,15 +350,23 @@ func (g *SameHostGroup) Close() error {
 		return nil
 	}
 	g.closed = true
-	if len(g.maps.entries) == 0 {
-		return nil
+	var first error
+	if g.board != nil {
+		first = g.board.close()
 	}
-	return g.dev.withContext(context.Background(), func() error {
+	if len(g.maps.entries) == 0 {
+		return first
+	}
+	err := g.dev.withContext(context.Background(), func() error {
 		if err := g.maps.closeAll(); err != nil {
 			return g.dev.driverErr("cuIpcCloseMemHandle", err)
 		}
 		return nil
 	})
+	if first == nil {
+		first = err
+	}
+	return first
 }
 
 // Allreduce reduces send across all ranks with op into recv on every rank
@@ -282,6 +383,9 @@ func (g *SameHostGroup) AllreduceScaled(ctx context.Context, send, recv collecti
 	defer g.mu.Unlock()
 	if g.closed {
 		return ErrGroupClosed
+	}
+	if g.broken != nil {
+		return fmt.Errorf("cuda: same-host group unusable after a failed meeting of the ranks: %w", g.broken)
 	}
 	// The last call's records count only for the very next call, and any
 	// return short of success leaves none.
@@ -326,8 +430,8 @@ func (g *SameHostGroup) AllreduceScaled(ctx context.Context, send, recv collecti
 	rec.DType, rec.Op, rec.Count = dt, op, uint64(send.Count)
 	p := g.comm.Size()
 	all := make([]byte, p*callRecordSize)
-	if err := g.comm.Allgather(ctx, collective.HostBuffer(collective.Uint8, rec.marshal()), collective.HostBuffer(collective.Uint8, all)); err != nil {
-		return fmt.Errorf("cuda: same-host allreduce: exchanging handles: %w", err)
+	if err := g.exchange(ctx, rec.marshal(), all); err != nil {
+		return g.brokenBy(fmt.Errorf("cuda: same-host allreduce: exchanging handles: %w", err))
 	}
 	recs, err := unmarshalCallRecords(all, p)
 	if err != nil {
@@ -352,9 +456,9 @@ func (g *SameHostGroup) AllreduceScaled(ctx context.Context, send, recv collecti
 	reused := sameMappings(prev, recs)
 	peers, openErr := g.openPeers(ctx, recs)
 	if !reused {
-		failed, err := g.anyFailed(ctx, openErr)
+		failed, err := g.anyFailed(ctx, openErr, "agreeing on the mappings")
 		if err != nil {
-			return fmt.Errorf("cuda: same-host allreduce: agreeing on the mappings: %w", err)
+			return g.brokenBy(fmt.Errorf("cuda: same-host allreduce: agreeing on the mappings: %w", err))
 		}
 		if failed >= 0 {
 			g.lastReason = fmt.Sprintf("rank %d could not map its peers' buffers", failed)
@@ -368,12 +472,16 @@ func (g *SameHostGroup) AllreduceScaled(ctx context.Context, send, recv collecti
 	if runErr == nil {
 		runErr = g.reduceShare(ctx, src, rm, peers, dt, op, postscale, send.Count)
 	}
-	failed, err := g.anyFailed(ctx, runErr)
+	failed, err := g.anyFailed(ctx, runErr, "waiting for the other ranks' shares")
 	switch {
+	case err != nil:
+		err = fmt.Errorf("cuda: same-host allreduce: waiting for the other ranks' shares: %w", err)
+		if runErr != nil {
+			err = fmt.Errorf("cuda: same-host allreduce: reducing this rank's share: %w (then %v)", runErr, err)
+		}
+		return g.brokenBy(err)
 	case runErr != nil:
 		return fmt.Errorf("cuda: same-host allreduce: reducing this rank's share: %w", runErr)
-	case err != nil:
-		return fmt.Errorf("cuda: same-host allreduce: waiting for the other ranks' shares: %w", err)
 	case failed >= 0:
 		return fmt.Errorf("cuda: same-host allreduce: rank %d failed to reduce its share; the result is undefined (that rank's error says why)", failed)
 	}
@@ -525,10 +633,28 @@ func (g *SameHostGroup) mapPeers(recs []callRecord, peers []peerBufs) error {
 	return nil
 }
 
-// anyFailed is an allreduce of one number over the communicator: the
-// highest rank whose local step failed (mine when err is not nil), -1 when
-// none. Returning from it also means every rank has finished that step.
-func (g *SameHostGroup) anyFailed(ctx context.Context, local error) (int, error) {
+// exchange fills all with every rank's record (this rank's rec at its
+// index) and shows that every rank has reached this point: on the board,
+// or as an allgather over the communicator.
+func (g *SameHostGroup) exchange(ctx context.Context, rec, all []byte) error {
+	if g.board != nil {
+		got, err := g.board.exchange(ctx, rec, "exchanging handles")
+		if err == nil {
+			copy(all, got)
+		}
+		return err
+	}
+	return g.comm.Allgather(ctx, collective.HostBuffer(collective.Uint8, rec), collective.HostBuffer(collective.Uint8, all))
+}
+
+// anyFailed is a meeting where every rank says whether its last step
+// failed: it returns the highest rank whose step failed (-1 when none), and
+// returning means every rank has finished that step. On the board, or as an
+// allreduce of one number over the communicator.
+func (g *SameHostGroup) anyFailed(ctx context.Context, local error, step string) (int, error) {
+	if g.board != nil {
+		return g.board.agree(ctx, local, step)
+	}
 	v := []int32{0}
 	if local != nil {
 		v[0] = int32(g.comm.Rank() + 1)
@@ -538,6 +664,17 @@ func (g *SameHostGroup) anyFailed(ctx context.Context, local error) (int, error)
 		return 0, err
 	}
 	return int(v[0]) - 1, nil
+}
+
+// brokenBy returns err, and when the ranks meet on the board (whose
+// meetings are counted) marks the group unusable: a failed meeting may have
+// left the ranks' counts apart. Over the communicator its own failure
+// handling applies.
+func (g *SameHostGroup) brokenBy(err error) error {
+	if g.board != nil {
+		g.broken = err
+	}
+	return err
 }
 
 // reduceShare reduces this rank's share of every rank's source into its

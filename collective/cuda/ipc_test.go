@@ -118,11 +118,19 @@ func ipcWorker(scenario string) error {
 	defer c.Close()
 	switch scenario {
 	case "check":
-		err = ipcCheckScenario(ctx, c, dev)
+		err = ipcCheckScenario(ctx, c, dev, DefaultSameHostConfig())
+	case "checkhostsync":
+		cfg := DefaultSameHostConfig()
+		cfg.HostSync = true
+		err = ipcCheckScenario(ctx, c, dev, cfg)
 	case "bench":
 		err = ipcBenchScenario(ctx, c, dev)
 	case "deadpeer":
-		err = ipcDeadPeerScenario(ctx, c, dev)
+		err = ipcDeadPeerScenario(ctx, c, dev, DefaultSameHostConfig())
+	case "deadpeerhostsync":
+		cfg := DefaultSameHostConfig()
+		cfg.HostSync, cfg.SyncTimeout = true, 5*time.Second
+		err = ipcDeadPeerScenario(ctx, c, dev, cfg)
 	case "three":
 		err = ipcThreeScenario(ctx, c, dev)
 	default:
@@ -293,19 +301,22 @@ func runIPCCase(ctx context.Context, g *SameHostGroup, dev *Device, k ipcCase, i
 
 // ipcCheckScenario runs every case through the IPC path and the host path
 // and holds both to the host kernels' result.
-func ipcCheckScenario(ctx context.Context, c *collective.Communicator, dev *Device) error {
+func ipcCheckScenario(ctx context.Context, c *collective.Communicator, dev *Device, cfg SameHostConfig) error {
 	r, p := c.Rank(), c.Size()
 	if p != 2 {
 		return fmt.Errorf("the check scenario's expectations are for 2 ranks, not %d", p)
 	}
-	g, err := NewSameHostGroup(ctx, c, dev, DefaultSameHostConfig())
+	g, err := NewSameHostGroup(ctx, c, dev, cfg)
 	if err != nil {
 		return fmt.Errorf("NewSameHostGroup: %w", err)
 	}
 	defer g.Close()
-	ipcEmit(ipcEvent{Rank: r, Kind: "group", IPC: g.IPC(), Reason: g.Reason()})
+	ipcEmit(ipcEvent{Rank: r, Kind: "group", IPC: g.IPC(), Reason: g.Reason() + g.SyncReason()})
 	if !g.IPC() {
 		return fmt.Errorf("the group fell back to the host path: %s", g.Reason())
+	}
+	if g.HostSync() != cfg.HostSync {
+		return fmt.Errorf("HostSync %v, asked for %v: %s", g.HostSync(), cfg.HostSync, g.SyncReason())
 	}
 	// The same calls on a group told to use the host path: the comparison
 	// the bit-identity claim is about.
@@ -443,8 +454,18 @@ func ipcBenchScenario(ctx context.Context, c *collective.Communicator, dev *Devi
 		return err
 	}
 	defer hg.Close()
-	for _, path := range []string{"ipc", "host"} {
-		grp := map[string]*SameHostGroup{"ipc": g, "host": hg}[path]
+	syncCfg := DefaultSameHostConfig()
+	syncCfg.HostSync = true
+	sg, err := NewSameHostGroup(ctx, c, dev, syncCfg)
+	if err != nil {
+		return err
+	}
+	defer sg.Close()
+	if !sg.HostSync() {
+		return fmt.Errorf("no board: %s", sg.SyncReason())
+	}
+	for _, path := range []string{"ipc", "ipc-hostsync", "host"} {
+		grp := map[string]*SameHostGroup{"ipc": g, "ipc-hostsync": sg, "host": hg}[path]
 		for _, dt := range []collective.DType{collective.Float32, collective.BFloat16} {
 			for _, size := range benchSizes {
 				m, err := dev.Alloc(ctx, size)
@@ -569,11 +590,14 @@ func encodeSmall(dt collective.DType, vals []float64) []byte {
 // ipcDeadPeerScenario has rank 1 exit abruptly after one allreduce, with
 // rank 0's buffers mapped; rank 0's next allreduce must fail, in bounded
 // time, with the communicator's error.
-func ipcDeadPeerScenario(ctx context.Context, c *collective.Communicator, dev *Device) error {
+func ipcDeadPeerScenario(ctx context.Context, c *collective.Communicator, dev *Device, cfg SameHostConfig) error {
 	r := c.Rank()
-	g, err := NewSameHostGroup(ctx, c, dev, DefaultSameHostConfig())
+	g, err := NewSameHostGroup(ctx, c, dev, cfg)
 	if err != nil {
 		return err
+	}
+	if g.HostSync() != cfg.HostSync {
+		return fmt.Errorf("HostSync %v, asked for %v: %s", g.HostSync(), cfg.HostSync, g.SyncReason())
 	}
 	defer g.Close()
 	if !g.IPC() {
@@ -602,7 +626,13 @@ func ipcDeadPeerScenario(ctx context.Context, c *collective.Communicator, dev *D
 		return fmt.Errorf("an allreduce with rank 1 gone succeeded")
 	}
 	var pe *collective.PeerError
-	ipcEmit(ipcEvent{Rank: r, Kind: "deadpeer", Msg: fmt.Sprintf("%v (a *collective.PeerError: %v)", err, errors.As(err, &pe)), MedianNs: took.Nanoseconds()})
+	var ge *PeerGoneError
+	var te *SyncTimeoutError
+	ipcEmit(ipcEvent{Rank: r, Kind: "deadpeer", Msg: fmt.Sprintf("%v (PeerError %v, PeerGoneError %v, SyncTimeoutError %v)",
+		err, errors.As(err, &pe), errors.As(err, &ge), errors.As(err, &te)), MedianNs: took.Nanoseconds()})
+	if !errors.As(err, &pe) && !errors.As(err, &ge) && !errors.As(err, &te) {
+		return fmt.Errorf("the error names no peer: %v", err)
+	}
 	return nil
 }
 
@@ -675,7 +705,18 @@ func runIPCWorkers(tb testing.TB, scenario string, np int) []ipcEvent {
 // IPC and gave the host kernels' and the host path's bits.
 func TestAllreduceIPC(t *testing.T) {
 	openDevice(t) // skips without a GPU
-	events := runIPCWorkers(t, "check", 2)
+	checkIPCEvents(t, runIPCWorkers(t, "check", 2))
+}
+
+// TestAllreduceIPCHostSync is TestAllreduceIPC with the ranks meeting on the
+// shared-memory board (SameHostConfig.HostSync).
+func TestAllreduceIPCHostSync(t *testing.T) {
+	openDevice(t)
+	checkIPCEvents(t, runIPCWorkers(t, "checkhostsync", 2))
+}
+
+func checkIPCEvents(t *testing.T, events []ipcEvent) {
+	t.Helper()
 	done := 0
 	for _, e := range events {
 		switch e.Kind {
@@ -714,7 +755,13 @@ func TestAllreduceIPCThreeRanks(t *testing.T) {
 // the middle of using the group gets an error within the bounded wait.
 func TestAllreduceIPCDeadPeer(t *testing.T) {
 	openDevice(t)
-	events := runIPCWorkers(t, "deadpeer", 2)
+	for _, scenario := range []string{"deadpeer", "deadpeerhostsync"} {
+		t.Run(scenario, func(t *testing.T) { checkDeadPeer(t, runIPCWorkers(t, scenario, 2)) })
+	}
+}
+
+func checkDeadPeer(t *testing.T, events []ipcEvent) {
+	t.Helper()
 	for _, e := range events {
 		if e.Kind == "deadpeer" {
 			took := time.Duration(e.MedianNs)
