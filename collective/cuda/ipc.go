@@ -75,17 +75,26 @@ var ErrGroupClosed = errors.New("cuda: same-host group closed")
 // rank) every call takes the communicator's host path, on every rank alike.
 //
 // One allreduce: the ranks exchange the IPC handles of their send and
-// receive allocations (an allgather over the communicator, which also shows
-// every rank's input is ready), map each other's (once per allocation: the
-// mappings are cached), and agree that all mappings opened. Then rank r
-// reduces its share of the elements (the r-th of p contiguous slices),
-// reading every rank's send buffer directly, scales it as the host path
-// does (Average, Postscale), and writes it into every rank's receive buffer.
-// A last tiny allreduce over the communicator marks the end: when it
-// returns, every rank's writes into this rank's buffer are complete. Each
+// receive allocations (which also shows every rank's input is ready), map
+// each other's (once per allocation: the mappings are cached), and agree
+// that all mappings opened (skipped when every rank passes the allocations
+// of the previous call). Then rank r reduces its share of the elements (the
+// r-th of p contiguous slices), reading every rank's send buffer directly,
+// scales it as the host path does (Average, Postscale), and writes it into
+// every rank's receive buffer. A last meeting marks the end: when it is
+// over, every rank's writes into this rank's buffer are complete. Each
 // share is reduced by one rank (local operand first, then the others in
 // rank order), so every rank ends with the same bits; for two ranks they are
-// the host path's bits (the reduction of two operands is commutative).
+// the host path's bits (the reduction of two operands is commutative). The
+// ranks meet over the communicator (an allgather, then one-number
+// allreduces), or with SameHostConfig.HostSync on a shared-memory board.
+//
+// Failures: a rank whose buffers cannot be exported or mapped makes every
+// rank take the host path for that call. A peer that dies makes the
+// others' meetings fail with the communicator's *collective.PeerError, or on
+// the board with a *PeerGoneError (or a *SyncTimeoutError after
+// SyncTimeout); a failed meeting on the board leaves the group unusable.
+// After a failed call the receive buffers' contents are undefined.
 //
 // Buffers must be memory of the group's device from Alloc, or from Wrap of
 // memory the driver can export (cudaMalloc'd memory such as PyTorch's
