@@ -60,6 +60,28 @@
 // call pins its goroutine to its thread (runtime.LockOSThread) and makes the
 // device's primary context current for the duration of the call.
 //
+// # Processes sharing a host: GPU to GPU
+//
+// Between worker processes on one host, SameHostGroup allreduces device
+// buffers without the host: the ranks exchange CUDA IPC handles of their
+// buffers over the communicator, map each other's (cached across calls),
+// and each reduces its share of the elements reading every rank's buffer
+// directly and writes the result into every rank's buffer. Three small
+// meetings of the ranks per call (two when the buffers are those of the
+// previous call) order the steps: over the communicator, or with
+// SameHostConfig.HostSync on a board of shared memory (ipcboard.go), which
+// spares a network round trip per meeting. NewSameHostGroup decides with all
+// ranks whether this works (one host, IPC handles that open and read back);
+// where it does not, and for any call whose buffers cannot be exported, every
+// rank takes the communicator's host-staged path instead.
+//
+//	g, err := cuda.NewSameHostGroup(ctx, comm, dev, cuda.DefaultSameHostConfig())
+//	defer g.Close()
+//	err = g.Allreduce(ctx, buf, buf, collective.Average)
+//
+// The IPC driver calls are in ipcdriver.go; the decisions that need no GPU
+// (records, verdicts, shares, the mapping cache) in ipcplan.go.
+//
 // # Testing
 //
 // The tests in this package need a GPU: the binary cannot even start without
@@ -70,5 +92,8 @@
 // C++ on the host), its compile subpackage (NVRTC for sm_70/80/90) and its
 // ptxas subpackage (the shipped PTX assembled as the driver's JIT would); the
 // algorithms that drive this interface are covered by collective's device
-// tests with a fake device.
+// tests with a fake device. The same-host tests (ipc_test.go) re-run the test
+// binary as two worker processes on one GPU; the same-host decisions are
+// tested without a GPU by the default build (ipcplan_test.go, the one file
+// of tests here without the cuda tag).
 package cuda
