@@ -211,8 +211,8 @@ type call struct {
 	// produces them on an accelerator (AfterEvent).
 	ready func(ctx context.Context) error
 	run   func(ctx context.Context, s *gsync.Session) error
-	done   chan struct{}
-	err    error
+	done  chan struct{}
+	err   error
 }
 
 // Start joins the job (see Config.Worker) and returns once a world admits
