@@ -12,7 +12,9 @@
  *     go build -buildmode=c-shared -o libgorovod.so ./bindings/c
  *
  * (the build also writes a libgorovod.h of cgo's own: ignore it, this file
- * is the interface).
+ * is the interface). Add -tags cuda (CGO_CFLAGS and CGO_LDFLAGS naming
+ * CUDA's cuda.h and libcuda.so) for a library that takes CUDA device memory
+ * (see CUDA below).
  *
  * THE MODEL
  *

@@ -2,7 +2,7 @@
 built with CUDA support (go build -tags cuda). Run it as several workers:
 
     GOROVOD_LIBRARY=/path/to/libgorovod.so PYTHONPATH=bindings/python \\
-        gorovod run -np 2 -- python3 bindings/python/tests/gpu_cuda_tensors.py
+        gorovod run --np 2 -- python3 bindings/python/tests/gpu_cuda_tensors.py
 
 Every worker may share one GPU (each uses local_rank % device_count). Each
 check is computed on the GPU through gorovod and compared with what the CPU
