@@ -361,7 +361,7 @@ func (m memorySpace) check(e *engine.Engine) error {
 	case !m.cuda:
 		return nil
 	case !cudaSupported:
-		return fmt.Errorf("%w: gorovod: %w", engine.ErrInvalid, errNoCUDA)
+		return fmt.Errorf("%w: %w", engine.ErrInvalid, errNoCUDA)
 	case m.device < 0:
 		return fmt.Errorf("%w: gorovod_cuda_next: device %d", engine.ErrInvalid, m.device)
 	}
