@@ -122,6 +122,22 @@ func wantPasses(t testing.TB, out string, n int) {
 // own result, plus bad input, alone and at 2, 3 and 4 workers.
 func TestCollectives(t *testing.T) { runEachWorld(t, "tests/ops_test.py", 0, 2, 3, 4) }
 
+// TestGPUScriptOnCPU runs the GPU check of CUDA tensors
+// (tests/gpu_cuda_tensors.py, which needs a GPU and a library built with
+// -tags cuda) on CPU tensors with --cpu, at 2 workers: CI has no GPU, and
+// this keeps the checks' own expectations right (every check but the
+// stream-ordering ones runs).
+func TestGPUScriptOnCPU(t *testing.T) {
+	needTorch(t)
+	out := runPython(t, 2, 5*time.Minute, pyEnv(t), "tests/gpu_cuda_tensors.py", "--cpu")
+	for r := range 2 {
+		want := fmt.Sprintf("DONE rank %d: 12 passed, 0 failed", r)
+		if !strings.Contains(out, want) {
+			t.Fatalf("no %q:\n%s", want, out)
+		}
+	}
+}
+
 // TestAdasum runs op=Adasum (allreduce, grouped, scale factors, refusals,
 // DistributedOptimizer's delta optimizer) against a one-process reference of
 // the formula, alone and at 2 and 4 workers, and checks that 3 workers are

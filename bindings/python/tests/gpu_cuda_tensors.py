@@ -9,8 +9,11 @@ check is computed on the GPU through gorovod and compared with what the CPU
 computes from every rank's inputs, which each rank rebuilds from the rank
 number. Prints one line per check and rank, "PASS name" or "FAIL name: why",
 then "DONE rank R: P passed, F failed", and exits 1 when any check failed
-(2 when there is no GPU or the library lacks CUDA support). CI has no GPU:
-nothing runs this there.
+(2 when there is no GPU or the library lacks CUDA support).
+
+With --cpu it runs the same checks on CPU tensors (but for the stream
+ordering ones) with any library: that is how CI, which has no GPU, keeps the
+checks themselves right (TestGPUScriptOnCPU in python_test.go).
 """
 
 import copy
@@ -73,6 +76,9 @@ def same(got, want, what, rtol=0.0, atol=0.0):
         raise AssertionError("%s: max difference %g (rtol %g, atol %g)" % (what, diff, rtol, atol))
 
 
+# Inputs go to the device with copy=True: with --cpu, .to(DEV) would return
+# the tensor itself, and an in-place collective would change the expectation.
+
 def inputs(r, n, dtype):
     """Rank r's input: small integers, exact in every dtype and in sums of a
     few ranks (bfloat16 holds integers up to 256 exactly)."""
@@ -91,7 +97,7 @@ def allreduce_sum_and_average():
             name = "%s n=%d" % (dtype, n)
             ins = everyone(lambda r: inputs(r, n, dtype))
             total = sum(x.double() for x in ins)
-            mine = ins[RANK].to(DEV)
+            mine = ins[RANK].to(DEV, copy=True)
             out = hvd.allreduce(mine, op=hvd.Sum)
             same(out, total.to(dtype), "sum " + name)
             same(mine, ins[RANK], "the input of an out-of-place allreduce " + name)
@@ -99,7 +105,7 @@ def allreduce_sum_and_average():
             # The average's division rounds once in the tensor's dtype.
             same(avg, (total / SIZE).to(dtype), "average " + name, rtol=1e-2 if dtype != torch.float32 else 1e-6,
                  atol=1e-2 if dtype != torch.float32 else 1e-6)
-            inplace = ins[RANK].to(DEV)
+            inplace = ins[RANK].to(DEV, copy=True)
             got = hvd.allreduce_(inplace, op=hvd.Sum)
             expect(got is inplace, "allreduce_ returned another tensor")
             same(inplace, total.to(dtype), "in-place sum " + name)
@@ -108,9 +114,9 @@ def allreduce_sum_and_average():
 def allreduce_scaled():
     ins = everyone(lambda r: inputs(r, 4096, torch.float32))
     total = sum(x.double() for x in ins)
-    out = hvd.allreduce(ins[RANK].to(DEV), op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.25)
+    out = hvd.allreduce(ins[RANK].to(DEV, copy=True), op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.25)
     same(out, (total * 0.5).float(), "sum with prescale 2 and postscale 0.25", rtol=1e-6, atol=1e-6)
-    half = hvd.allreduce(ins[RANK].half().to(DEV), op=hvd.Average, postscale_factor=2.0)
+    half = hvd.allreduce(ins[RANK].half().to(DEV, copy=True), op=hvd.Average, postscale_factor=2.0)
     same(half, (total / SIZE * 2).half(), "float16 average with postscale 2", rtol=1e-2, atol=1e-2)
 
 
@@ -119,7 +125,7 @@ def allreduce_async_synchronize():
     ins = [everyone(lambda r, n=n, k=k: inputs(r + k, n, torch.float32)) for k, n in enumerate(ns)]
     handles, outs = [], []
     for k in range(len(ns)):
-        t = ins[k][RANK].to(DEV)
+        t = ins[k][RANK].to(DEV, copy=True)
         if k % 2:
             handles.append(hvd.allreduce_async_(t, op=hvd.Sum, name="async.%d" % k))
             outs.append(t)
@@ -130,7 +136,7 @@ def allreduce_async_synchronize():
         result = hvd.synchronize(handles[k])
         got = outs[k] if outs[k] is not None else result
         same(got, sum(x.double() for x in ins[k]).float(), "async allreduce %d" % k)
-    h = hvd.allreduce_async(ins[0][RANK].to(DEV), op=hvd.Sum)
+    h = hvd.allreduce_async(ins[0][RANK].to(DEV, copy=True), op=hvd.Sum)
     while not hvd.poll(h):
         time.sleep(0.001)
     same(hvd.synchronize(h), sum(x.double() for x in ins[0]).float(), "allreduce after poll")
@@ -140,10 +146,10 @@ def grouped_allreduce():
     spec = [(torch.float32, 1000), (torch.float16, 333), (torch.bfloat16, 64), (torch.float32, 1 << 20),
             (torch.float64, 9), (torch.int32, 100), (torch.int64, 7)]
     ins = [everyone(lambda r, n=n, d=d: inputs(r, n, d)) for d, n in spec]
-    outs = hvd.grouped_allreduce([x[RANK].to(DEV) for x in ins], op=hvd.Sum)
+    outs = hvd.grouped_allreduce([x[RANK].to(DEV, copy=True) for x in ins], op=hvd.Sum)
     for (d, n), x, out in zip(spec, ins, outs):
         same(out, sum(v.double() for v in x).to(d), "grouped %s n=%d" % (d, n))
-    tensors = [x[RANK].to(DEV) for x in ins]
+    tensors = [x[RANK].to(DEV, copy=True) for x in ins]
     h = hvd.grouped_allreduce_async_(tensors, op=hvd.Sum)
     hvd.synchronize(h)
     for (d, n), x, t in zip(spec, ins, tensors):
@@ -152,10 +158,10 @@ def grouped_allreduce():
 
 def compression_fp16():
     ins = everyone(lambda r: torch.linspace(-1, 1, 5000, dtype=torch.float32) * (r + 1))
-    out = hvd.allreduce(ins[RANK].to(DEV), op=hvd.Average, compression=hvd.Compression.fp16)
+    out = hvd.allreduce(ins[RANK].to(DEV, copy=True), op=hvd.Average, compression=hvd.Compression.fp16)
     want = (sum(x.double() for x in ins) / SIZE).float()
     same(out, want, "fp16-compressed average", rtol=2e-3, atol=2e-3)
-    outs = hvd.grouped_allreduce([ins[RANK].to(DEV), ins[RANK][:10].double().to(DEV)], op=hvd.Sum,
+    outs = hvd.grouped_allreduce([ins[RANK].to(DEV, copy=True), ins[RANK][:10].double().to(DEV, copy=True)], op=hvd.Sum,
                                  compression=hvd.Compression.fp16)
     same(outs[0], sum(x.double() for x in ins).float(), "fp16-compressed grouped sum", rtol=2e-3, atol=2e-3)
     same(outs[1], sum(x[:10].double() for x in ins), "fp16-compressed grouped float64 sum", rtol=2e-3, atol=2e-3)
@@ -212,9 +218,9 @@ def allgather():
     for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.uint8):
         def part(r):
             return (torch.arange((r + 1) * 3, dtype=torch.int64).reshape(r + 1, 3) + 10 * r).to(dtype)
-        out = hvd.allgather(part(RANK).to(DEV))
+        out = hvd.allgather(part(RANK).to(DEV, copy=True))
         same(out, torch.cat(everyone(part)), "allgather %s" % dtype)
-    h = hvd.allgather_async(part(RANK).to(DEV), name="gather.async")
+    h = hvd.allgather_async(part(RANK).to(DEV, copy=True), name="gather.async")
     same(hvd.synchronize(h), torch.cat(everyone(part)), "allgather async")
 
 
@@ -223,10 +229,10 @@ def broadcast():
     for dtype in (torch.float32, torch.float16, torch.int32, torch.bool):
         def val(r):
             return (torch.arange(1000) % 5 + r).to(dtype)
-        t = val(RANK).to(DEV)
+        t = val(RANK).to(DEV, copy=True)
         hvd.broadcast_(t, root_rank=root)
         same(t, val(root), "broadcast_ %s" % dtype)
-        src = val(RANK).to(DEV)
+        src = val(RANK).to(DEV, copy=True)
         out = hvd.broadcast(src, root_rank=0)
         same(out, val(0), "broadcast %s" % dtype)
         same(src, val(RANK), "broadcast's input %s" % dtype)
@@ -237,12 +243,12 @@ def alltoall():
     def rows(r):
         return torch.cat([torch.tensor([[r, j, k] for k in range(j + 1)], dtype=torch.float32) for j in range(SIZE)])
     splits = [j + 1 for j in range(SIZE)]
-    out, received = hvd.alltoall(rows(RANK).to(DEV), splits=splits)
+    out, received = hvd.alltoall(rows(RANK).to(DEV, copy=True), splits=splits)
     want = torch.cat([torch.tensor([[r, RANK, k] for k in range(RANK + 1)], dtype=torch.float32) for r in range(SIZE)])
     same(out, want, "alltoall with splits")
     expect(received.tolist() == [RANK + 1] * SIZE, "alltoall received splits %s" % received.tolist())
     even = torch.arange(SIZE * 4, dtype=torch.float32).reshape(SIZE * 2, 2) + 100 * RANK
-    out = hvd.alltoall(even.to(DEV))
+    out = hvd.alltoall(even.to(DEV, copy=True))
     want = torch.cat([(torch.arange(SIZE * 4, dtype=torch.float32).reshape(SIZE * 2, 2) + 100 * r)[2 * RANK:2 * RANK + 2]
                       for r in range(SIZE)])
     same(out, want, "alltoall even")
@@ -252,7 +258,7 @@ def reducescatter():
     rows = 2 * SIZE + 1
     ins = everyone(lambda r: inputs(r, rows * 4, torch.float32).reshape(rows, 4))
     total = sum(x.double() for x in ins).float()
-    out = hvd.reducescatter(ins[RANK].to(DEV), op=hvd.Sum)
+    out = hvd.reducescatter(ins[RANK].to(DEV, copy=True), op=hvd.Sum)
     share = [rows // SIZE + (1 if r < rows % SIZE else 0) for r in range(SIZE)]
     start = sum(share[:RANK])
     same(out, total[start:start + share[RANK]], "reducescatter sum")
@@ -281,7 +287,7 @@ def optimizer_step(compression, tol):
                                    named_parameters=model.named_parameters(), compression=compression)
     x, y = batch(RANK)
     opt.zero_grad()
-    F.cross_entropy(model(x.to(DEV)), y.to(DEV)).backward()
+    F.cross_entropy(model(x.to(DEV, copy=True)), y.to(DEV, copy=True)).backward()
     opt.step()
     # The reference step: every rank's gradient on the CPU, averaged.
     grads = []
@@ -304,7 +310,7 @@ def torch_state_sync():
     model = model_fn(99 + RANK).to(DEV)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     x, y = batch(RANK)
-    F.cross_entropy(model(x.to(DEV)), y.to(DEV)).backward()
+    F.cross_entropy(model(x.to(DEV, copy=True)), y.to(DEV, copy=True)).backward()
     opt.step()  # rank-dependent parameters and state (exp_avg on the GPU, step as the optimizer keeps it)
     state = hvd.elastic.TorchState(model=model, optimizer=opt, epoch=RANK)
     state.sync()
@@ -324,26 +330,32 @@ def torch_state_sync():
 
 def main():
     global RANK, SIZE, DEV
+    cpu = "--cpu" in sys.argv[1:]
     hvd.init()
     RANK, SIZE = hvd.rank(), hvd.size()
-    if not torch.cuda.is_available():
-        say("SKIP: torch sees no GPU")
-        sys.exit(2)
-    if not hvd.cuda_built():
-        say("FAIL cuda_built: the library (GOROVOD_LIBRARY=%s) was built without CUDA support (go build -tags cuda)" %
-            os.environ.get("GOROVOD_LIBRARY"))
-        sys.exit(2)
-    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
-    DEV = torch.device("cuda", torch.cuda.current_device())
-    say("world of %d, %s (%s), torch %s" % (SIZE, DEV, torch.cuda.get_device_name(DEV), torch.__version__))
-    torch.backends.cuda.matmul.allow_tf32 = False
+    if cpu:
+        DEV = torch.device("cpu")
+        say("world of %d, CPU tensors (--cpu), torch %s" % (SIZE, torch.__version__))
+    else:
+        if not torch.cuda.is_available():
+            say("SKIP: torch sees no GPU")
+            sys.exit(2)
+        if not hvd.cuda_built():
+            say("FAIL cuda_built: the library (GOROVOD_LIBRARY=%s) was built without CUDA support (go build -tags "
+                "cuda)" % os.environ.get("GOROVOD_LIBRARY"))
+            sys.exit(2)
+        torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+        DEV = torch.device("cuda", torch.cuda.current_device())
+        say("world of %d, %s (%s), torch %s" % (SIZE, DEV, torch.cuda.get_device_name(DEV), torch.__version__))
+        torch.backends.cuda.matmul.allow_tf32 = False
     check("allreduce sum/average f32 f16 bf16, in place and out", allreduce_sum_and_average)
     check("allreduce with scale factors", allreduce_scaled)
     check("allreduce async + synchronize", allreduce_async_synchronize)
     check("grouped allreduce", grouped_allreduce)
     check("Compression.fp16", compression_fp16)
-    check("stream ordering", stream_ordering)
-    check("stream ordering async", stream_ordering_async)
+    if not cpu:
+        check("stream ordering", stream_ordering)
+        check("stream ordering async", stream_ordering_async)
     check("allgather", allgather)
     check("broadcast", broadcast)
     check("alltoall", alltoall)
