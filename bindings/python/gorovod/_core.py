@@ -73,6 +73,7 @@ _owner_pid = None
 _inflight = {}
 _failed = False  # an uncaught exception is on its way: shutdown as not finished
 _interrupted = False  # a wait was interrupted (Ctrl-C): its call may never complete
+_cuda = None  # whether the loaded library supports CUDA, once asked
 
 
 class _Config(ctypes.Structure):
@@ -463,10 +464,13 @@ class CudaMemory(object):
 def cuda_supported():
     """Whether the library was built with CUDA support (go build -tags
     cuda): only then do the collectives take CUDA device memory. Needs no
-    init."""
-    l = _load()
-    _check_process()
-    return bool(l.gorovod_cuda_supported())
+    init. (Asked of the library once: every call on CUDA tensors asks.)"""
+    global _cuda
+    if _cuda is None:
+        l = _load()
+        _check_process()
+        _cuda = bool(l.gorovod_cuda_supported())
+    return _cuda
 
 
 def _u64():

@@ -194,6 +194,9 @@ def stream_ordering():
             t.mul_(2)
             doubled = t.clone()
         elapsed = time.perf_counter() - started
+        # same() copies to the CPU on the default stream: after the side
+        # stream's work, without blocking the host here.
+        torch.cuda.current_stream(DEV).wait_stream(stream)
         del sink
         want = torch.full((n,), float(SIZE * (SIZE + 1)), dtype=torch.float32)
         same(doubled, want, "an allreduce of a tensor the %s was still writing (%.3f s)" % (where, elapsed))

@@ -29,8 +29,10 @@ records an event on the tensors' current stream
 library waits for that event before it reads them, so the call is ordered
 after the work queued before it and neither this thread nor the stream
 blocks; once synchronize() returns, the results are in place for any work
-queued afterwards. Call ``torch.cuda.set_device(hvd.local_rank())`` first
-when a host has several GPUs.
+queued afterwards. On a host with several GPUs, choose one per worker first:
+``torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())``
+(``gorovod run`` may already have given each worker its own GPU through
+CUDA_VISIBLE_DEVICES, which it then sees as device 0).
 """
 
 import functools
