@@ -1,4 +1,4 @@
-//go:build !cuda
+//go:build !cuda && !gorovod_cudastandin
 
 package main
 
