@@ -44,8 +44,15 @@ func TestWaitEvent(t *testing.T) {
 	handle := *(*uintptr)(unsafe.Pointer(&ev))
 
 	for round, pattern := range []uint32{0x3f800000, 0x40000000, 0xdeadbeef} {
-		for range 4 { // a queue of work ahead of the event
-			if err := cu.MemsetD32Async(cu.DevicePtr(m.Ptr()), uint(pattern), n/4, s); err != nil {
+		// A queue of work ahead of the event (2 GiB of writes, about a
+		// millisecond on an H200): only the last memset writes the pattern,
+		// so a read before the event has passed sees another value.
+		for i := range 32 {
+			v := pattern
+			if i < 31 {
+				v ^= 1
+			}
+			if err := cu.MemsetD32Async(cu.DevicePtr(m.Ptr()), uint(v), n/4, s); err != nil {
 				t.Fatal(err)
 			}
 		}
