@@ -138,6 +138,22 @@ func TestGPUScriptOnCPU(t *testing.T) {
 	}
 }
 
+// TestCUDAStandIn runs tests/cuda_standin_test.py against a library built
+// with -tags gorovod_cudastandin (bindings/c/cudastandin.go), alone and at 2
+// and 3 workers: gorovod._core's device path on every collective, a call
+// that waits for its event, the synchronous and asynchronous forms. (With a
+// GPU and a CUDA build, tests/gpu_cuda_tensors.py checks the real thing.)
+func TestCUDAStandIn(t *testing.T) {
+	needTorch(t)
+	lib := filepath.Join(buildtest.LibraryTagged(t, "gorovod_cudastandin"), "libgorovod.so")
+	for _, np := range []int{0, 2, 3} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			out := runPython(t, np, 5*time.Minute, pyEnv(t, "GOROVOD_LIBRARY="+lib), "tests/cuda_standin_test.py")
+			wantPasses(t, out, max(np, 1))
+		})
+	}
+}
+
 // TestAdasum runs op=Adasum (allreduce, grouped, scale factors, refusals,
 // DistributedOptimizer's delta optimizer) against a one-process reference of
 // the formula, alone and at 2 and 4 workers, and checks that 3 workers are

@@ -13,6 +13,10 @@
 
 static uint64_t event_of(int32_t *flag) { return (uint64_t)(uintptr_t)flag; }
 
+// The stand-in's device address of host memory p (cudastandin.go's
+// standInOffset): a call that took it for host memory would fault.
+#define DEV(p) ((void *)((uintptr_t)(p) + ((uintptr_t)1 << 56)))
+
 int main(void) {
   OK(gorovod_init());
   rank = gorovod_rank();
@@ -32,7 +36,7 @@ int main(void) {
   for (int i = 0; i < 1000; i++) x[i] = -1000;
   gorovod_handle h = 0;
   OK(gorovod_cuda_next(0, event_of(&flag)));
-  OK(gorovod_allreduce_async(x, x, 1000, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1, &h));
+  OK(gorovod_allreduce_async(DEV(x), DEV(x), 1000, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1, &h));
   struct timespec pause = {0, 50 * 1000 * 1000};
   nanosleep(&pause, NULL);  // time in which a call that ignored its event would finish
   int done = -1;
@@ -50,8 +54,8 @@ int main(void) {
   // synchronous (the _start path), averaged; the inputs are untouched.
   float a[3] = {(float)rank, 1, 2}, ao[3] = {0};
   double b[2] = {2.0 * rank, 4}, bo[2] = {0};
-  const void *sends[2] = {a, b};
-  void *recvs[2] = {ao, bo};
+  const void *sends[2] = {DEV(a), DEV(b)};
+  void *recvs[2] = {DEV(ao), DEV(bo)};
   int64_t counts[2] = {3, 2};
   int32_t dtypes[2] = {GOROVOD_FLOAT32, GOROVOD_FLOAT64};
   OK(gorovod_cuda_next(0, 0));
@@ -64,7 +68,7 @@ int main(void) {
   // Broadcast from the last rank.
   int64_t v[2] = {rank * 10, rank};
   OK(gorovod_cuda_next(0, 0));
-  OK(gorovod_broadcast(v, 2, GOROVOD_INT64, size - 1));
+  OK(gorovod_broadcast(DEV(v), 2, GOROVOD_INT64, size - 1));
   CHECK(v[0] == (size - 1) * 10 && v[1] == size - 1, "broadcast: %ld %ld", (long)v[0], (long)v[1]);
 
   // Allgather: rank r sends r+1 elements of value r.
@@ -77,7 +81,7 @@ int main(void) {
   }
   for (int i = 0; i <= rank; i++) mine[i] = (float)rank;
   OK(gorovod_cuda_next(0, 0));
-  OK(gorovod_allgather(mine, rank + 1, all, gcounts, GOROVOD_FLOAT32));
+  OK(gorovod_allgather(DEV(mine), rank + 1, DEV(all), gcounts, GOROVOD_FLOAT32));
   for (int r = 0, k = 0; r < size; r++) {
     for (int i = 0; i <= r; i++, k++) CHECK(all[k] == (float)r, "allgather: element %d is %g, want %d", k, all[k], r);
   }
@@ -91,7 +95,7 @@ int main(void) {
     ones[j] = 1;
   }
   OK(gorovod_cuda_next(0, 0));
-  OK(gorovod_alltoall(out_a, ones, in_a, ones, GOROVOD_FLOAT32));
+  OK(gorovod_alltoall(DEV(out_a), ones, DEV(in_a), ones, GOROVOD_FLOAT32));
   for (int j = 0; j < size; j++) {
     CHECK(in_a[j] == (float)(j * 100 + rank), "alltoall: from %d got %g", j, in_a[j]);
   }
@@ -100,21 +104,25 @@ int main(void) {
   float rs[64], share = -1;
   for (int j = 0; j < size; j++) rs[j] = (float)(j + rank);
   OK(gorovod_cuda_next(0, 0));
-  OK(gorovod_reducescatter(rs, size, &share, NULL, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1));
+  OK(gorovod_reducescatter(DEV(rs), size, DEV(&share), NULL, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1));
   CHECK(share == (float)(size * rank + size * (size - 1) / 2), "reducescatter: %g", share);
 
-  // Refusals: a negative device, a device the library cannot open, a
-  // point-to-point message; each takes the marking, and the next host call
-  // runs as before.
+  // Refusals: a host address as device memory, a negative device, a device
+  // the library cannot open, a point-to-point message; each takes the
+  // marking, and the next host call runs as before.
   float y = 1;
-  OK(gorovod_cuda_next(-1, 0));
+  OK(gorovod_cuda_next(0, 0));
   CHECK(gorovod_allreduce(&y, &y, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1) == GOROVOD_ERR_INVALID_ARGUMENT,
+        "a host address as device memory");
+  CHECK(strstr(gorovod_last_error(), "not a stand-in device address") != NULL, "message: %s", gorovod_last_error());
+  OK(gorovod_cuda_next(-1, 0));
+  CHECK(gorovod_allreduce(DEV(&y), DEV(&y), 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1) == GOROVOD_ERR_INVALID_ARGUMENT,
         "device -1");
   OK(gorovod_cuda_next(1, 0));
-  int rc = gorovod_allreduce(&y, &y, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1);
+  int rc = gorovod_allreduce(DEV(&y), DEV(&y), 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1);
   CHECK(rc != GOROVOD_OK && strstr(gorovod_last_error(), "accelerator 1") != NULL, "device 1: %d", rc);
   OK(gorovod_cuda_next(0, 0));
-  CHECK(gorovod_send_async(&y, 1, GOROVOD_FLOAT32, 0, 7, &h) == GOROVOD_ERR_INVALID_ARGUMENT,
+  CHECK(gorovod_send_async(DEV(&y), 1, GOROVOD_FLOAT32, 0, 7, &h) == GOROVOD_ERR_INVALID_ARGUMENT,
         "a point-to-point message of device memory");
   CHECK(strstr(gorovod_last_error(), "host memory only") != NULL, "message: %s", gorovod_last_error());
   OK(gorovod_cuda_next(0, 0));
