@@ -202,6 +202,24 @@ def stream_ordering():
         same(doubled, want, "an allreduce of a tensor the %s was still writing (%.3f s)" % (where, elapsed))
 
 
+def stream_ordering_named_side_stream():
+    """A named allgather's data step runs on a thread of the binding's own:
+    it must still follow the caller's (side) stream."""
+    n = 1 << 16
+    t = torch.full((n,), -100.0, device=DEV)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream(DEV)
+    with torch.cuda.stream(side):
+        sink = long_work(rounds=6)
+        t.fill_(RANK + 1)
+        h = hvd.allgather_async(t, name="side.gather")
+    out = hvd.synchronize(h)
+    torch.cuda.current_stream(DEV).wait_stream(side)
+    del sink
+    want = torch.cat([torch.full((n,), float(r + 1)) for r in range(SIZE)])
+    same(out, want, "a named allgather of a tensor a side stream was still writing")
+
+
 def stream_ordering_async():
     n = 1 << 18
     t = torch.full((n,), -100.0, device=DEV)
@@ -359,6 +377,7 @@ def main():
     if not cpu:
         check("stream ordering", stream_ordering)
         check("stream ordering async", stream_ordering_async)
+        check("stream ordering, named call on a side stream", stream_ordering_named_side_stream)
     check("allgather", allgather)
     check("broadcast", broadcast)
     check("alltoall", alltoall)

@@ -405,6 +405,22 @@ def _memory(what, *tensors):
     return _core.CudaMemory(device.index, event.cuda_event, event)
 
 
+def _on_callers_stream(tensor, fn):
+    """fn, run on the stream that is current for tensor's device now (a CUDA
+    tensor), wherever and whenever it runs: a named call's second step runs
+    on a thread of its own (_ChainHandle), whose current stream is the
+    default one, and it must allocate its output and record its event on
+    the caller's stream."""
+    if tensor.device.type != "cuda":
+        return fn
+    stream = torch.cuda.current_stream(tensor.device)
+
+    def run(*args):
+        with torch.cuda.stream(stream):
+            return fn(*args)
+    return run
+
+
 def _op(op, average=None):
     if average is not None:
         warnings.warn("the 'average' argument is deprecated: use op=Average or op=Sum", DeprecationWarning)
@@ -939,7 +955,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         h = _core.allgather_async(p, counts[me], output.data_ptr(), counts, dt, (tensor, output), ps, name,
                                   _memory("allgather", tensor, output))
         return _handle(h, output)
-    return _after_shapes(tensor, "allgather", process_set, name, gather)
+    return _after_shapes(tensor, "allgather", process_set, name, _on_callers_stream(tensor, gather))
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -1035,7 +1051,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         h = _core.alltoall_async(p, [s * per for s in sends], output.data_ptr(), [s * per for s in received], dt,
                                  (tensor, output), ps, name, _memory("alltoall", tensor, output))
         return _handle(h, (output, recv_splits.to(torch.int32)))
-    return _after_shapes(tensor, "alltoall", process_set, name, exchange)
+    return _after_shapes(tensor, "alltoall", process_set, name, _on_callers_stream(tensor, exchange))
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -1106,7 +1122,7 @@ def _reducescatter_async(tensor, op, prescale_factor, postscale_factor, process_
         if post is None:
             return _handle(h, output)
         return _handle(h, lambda: _finish_scaled([output], post)()[0])
-    return _after_shapes(tensor, "reducescatter", process_set, name, scatter)
+    return _after_shapes(tensor, "reducescatter", process_set, name, _on_callers_stream(tensor, scatter))
 
 
 class HorovodReducescatter(torch.autograd.Function):
