@@ -356,7 +356,7 @@ func takeMemory() memorySpace {
 
 // check refuses device memory where it cannot be taken: before a call is
 // built, so that nothing was sent.
-func (m memorySpace) check(e *engine.Engine) error {
+func (m memorySpace) check() error {
 	switch {
 	case !m.cuda:
 		return nil
@@ -378,7 +378,7 @@ func (m memorySpace) buffer(e *engine.Engine, what string, index int, p unsafe.P
 	if index >= 0 {
 		name = fmt.Sprintf("%s tensor %d", what, index)
 	}
-	if err := m.check(e); err != nil {
+	if err := m.check(); err != nil {
 		return collective.Buffer{}, err
 	}
 	// The dtype's check (on no memory).
