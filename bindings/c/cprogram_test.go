@@ -20,7 +20,8 @@ type cProgram struct {
 	source string   // under testdata/
 	libs   []string // extra linker flags
 	okLine string
-	np     int // workers of the run under `gorovod run`
+	np     int    // workers of the run under `gorovod run`
+	tags   string // build tags of the library it runs against ("": the default build)
 }
 
 // run compiles p and runs it alone (a world of one) and as p.np workers
@@ -29,6 +30,9 @@ type cProgram struct {
 func (p cProgram) run(t *testing.T) {
 	t.Helper()
 	lib := buildtest.Library(t)
+	if p.tags != "" {
+		lib = buildtest.LibraryTagged(t, p.tags)
+	}
 	bin := filepath.Join(t.TempDir(), strings.TrimSuffix(p.source, ".c"))
 	args := []string{"-Wall", "-Wextra", "-Werror", "-std=c11", "-D_GNU_SOURCE", "-I", ".",
 		filepath.Join("testdata", p.source), "-L", lib, "-lgorovod", "-Wl,-rpath," + lib}

@@ -16,4 +16,10 @@
 // and C never holds a Go pointer: handles are numbers and messages are
 // copied into C memory. A C ABI serves a process, so the engine it drives is
 // the one piece of process-wide state (lib, in exports.go).
+//
+// Built with the tag cuda (go build -tags cuda -buildmode=c-shared ...,
+// with CUDA's headers and libcuda), cuda.go gives the engine CUDA devices
+// (collective/cuda) for calls that gorovod_cuda_next marks as device
+// memory; the default build (nocuda.go) refuses them with an error that
+// says how to build a library that takes them.
 package main

@@ -8,6 +8,7 @@ void gorovod_set_error_(const char *msg, size_t n);
 void gorovod_set_interrupt_fd_(int fd);
 uint64_t gorovod_sigint_count_(void);
 char *gorovod_take_name_(void);
+int gorovod_take_cuda_(int32_t *device, uint64_t *event);
 */
 import "C"
 
@@ -181,6 +182,7 @@ func has(cfg *C.gorovod_config, offset, size uintptr) bool {
 // engineConfig turns a gorovod_config (nil: all defaults) into the engine's.
 func engineConfig(cfg *C.gorovod_config) (engine.Config, error) {
 	ec := engine.DefaultConfig()
+	ec.OpenDevice = cudaOpener()
 	level := 0
 	if cfg != nil {
 		if cfg.struct_size < C.uint32_t(unsafe.Offsetof(cfg.job_id)) {
@@ -270,6 +272,15 @@ func gorovodGoShutdown(finished C.int) (rc C.int) {
 	return statusOK
 }
 
+//export gorovodGoCudaSupported
+func gorovodGoCudaSupported() (rc C.int) {
+	defer guard(&rc)
+	if cudaSupported {
+		return 1
+	}
+	return 0
+}
+
 //export gorovodGoIsInitialized
 func gorovodGoIsInitialized() (rc C.int) {
 	defer guard(&rc)
@@ -321,6 +332,76 @@ func hostBuffer(what string, index int, p unsafe.Pointer, count int64, dtype C.i
 		return collective.Buffer{}, fmt.Errorf("%w: %s: NULL pointer for %d elements", engine.ErrInvalid, name(), count)
 	}
 	return collective.Buffer{DType: dt, Count: int(count), Host: unsafe.Slice((*byte)(p), int(count*size))}, nil
+}
+
+// memorySpace is where a call's buffers are: host memory, or the memory of
+// a CUDA device (gorovod_cuda_next), whose event the call waits for.
+type memorySpace struct {
+	cuda   bool
+	device int
+	event  uintptr
+}
+
+// takeMemory takes what gorovod_cuda_next said of the calling thread's next
+// collective: every collective takes it first thing, accepted or refused,
+// as its name.
+func takeMemory() memorySpace {
+	var dev C.int32_t
+	var ev C.uint64_t
+	if C.gorovod_take_cuda_(&dev, &ev) == 0 {
+		return memorySpace{}
+	}
+	return memorySpace{cuda: true, device: int(dev), event: uintptr(ev)}
+}
+
+// check refuses device memory where it cannot be taken: before a call is
+// built, so that nothing was sent.
+func (m memorySpace) check() error {
+	switch {
+	case !m.cuda:
+		return nil
+	case !cudaSupported:
+		return fmt.Errorf("%w: %w", engine.ErrInvalid, errNoCUDA)
+	case m.device < 0:
+		return fmt.Errorf("%w: gorovod_cuda_next: device %d", engine.ErrInvalid, m.device)
+	}
+	return nil
+}
+
+// buffer is count elements of dtype at p, in this memory space: hostBuffer,
+// or the device memory there; what and index name it in an error.
+func (m memorySpace) buffer(e *engine.Engine, what string, index int, p unsafe.Pointer, count int64, dtype C.int32_t) (collective.Buffer, error) {
+	if !m.cuda {
+		return hostBuffer(what, index, p, count, dtype)
+	}
+	name := what
+	if index >= 0 {
+		name = fmt.Sprintf("%s tensor %d", what, index)
+	}
+	if err := m.check(); err != nil {
+		return collective.Buffer{}, err
+	}
+	// The dtype's check (on no memory).
+	if _, err := hostBuffer(what, index, nil, 0, dtype); err != nil {
+		return collective.Buffer{}, err
+	}
+	if count < 0 || count > math.MaxInt/int64(collective.DType(dtype).Size()) {
+		return collective.Buffer{}, fmt.Errorf("%w: %s: %d elements", engine.ErrInvalid, name, count)
+	}
+	b, err := e.DeviceBuffer(m.device, uintptr(p), collective.DType(dtype), int(count))
+	if err != nil {
+		return b, fmt.Errorf("%s: %w", name, err)
+	}
+	return b, nil
+}
+
+// options are the call options of a call in this memory space (its event),
+// after those given.
+func (m memorySpace) options(e *engine.Engine, opts []engine.CallOption) []engine.CallOption {
+	if !m.cuda || m.event == 0 {
+		return opts
+	}
+	return append(opts, e.AfterEvent(m.device, m.event))
 }
 
 // pointers reads n pointers from a C array.
@@ -444,7 +525,7 @@ func (m submitMode) submit(out *C.gorovod_handle, queue func() (engine.Handle, e
 // holds each tensor's number of dimensions and dims their sizes, one after
 // another, which every rank compares (see engine.Engine.AllreduceShapedOn).
 func allreduce(set int32, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, ndims *C.int32_t, dims *C.int64_t, op C.int, pre, post C.double, mode submitMode, h *C.gorovod_handle) C.int {
-	name := takeName()
+	name, space := takeName(), takeMemory()
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -464,11 +545,15 @@ func allreduce(set int32, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_
 		sends = make([]collective.Buffer, num)
 	}
 	for i := range num {
-		if recvs[i], err = hostBuffer("allreduce", i, rp[i], cs[i], C.int32_t(ds[i])); err != nil {
+		if recvs[i], err = space.buffer(e, "allreduce", i, rp[i], cs[i], C.int32_t(ds[i])); err != nil {
 			return status(err)
 		}
-		if sp != nil {
-			if sends[i], err = hostBuffer("allreduce", i, sp[i], cs[i], C.int32_t(ds[i])); err != nil {
+		switch {
+		case sp == nil:
+		case space.cuda && sp[i] == rp[i]:
+			sends[i] = recvs[i] // in place: the same memory
+		default:
+			if sends[i], err = space.buffer(e, "allreduce", i, sp[i], cs[i], C.int32_t(ds[i])); err != nil {
 				return status(err)
 			}
 		}
@@ -478,9 +563,10 @@ func allreduce(set int32, n C.int32_t, send, recv unsafe.Pointer, cnts *C.int64_
 		return status(err)
 	}
 	how := reduction(op, pre, post)
-	return mode.submit(h, func() (engine.Handle, error) { return e.AllreduceShapedOn(set, sends, recvs, shapes, how, name...) },
+	opts := space.options(e, name)
+	return mode.submit(h, func() (engine.Handle, error) { return e.AllreduceShapedOn(set, sends, recvs, shapes, how, opts...) },
 		func(c engine.Caller) (engine.Handle, error) {
-			return e.AllreduceShapedNowOn(set, sends, recvs, shapes, how, c, name...)
+			return e.AllreduceShapedNowOn(set, sends, recvs, shapes, how, c, opts...)
 		})
 }
 
@@ -526,7 +612,7 @@ func gorovodGoBroadcastStart(set, n C.int32_t, bufs unsafe.Pointer, cnts *C.int6
 }
 
 func broadcast(set int32, n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dtypes *C.int32_t, root C.int32_t, mode submitMode, h *C.gorovod_handle) C.int {
-	name := takeName()
+	name, space := takeName(), takeMemory()
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -538,18 +624,19 @@ func broadcast(set int32, n C.int32_t, bufs unsafe.Pointer, cnts *C.int64_t, dty
 	cs, ds, ps := int64s(cnts, num), int32s(dtypes, num), pointers(bufs, num)
 	bs := make([]collective.Buffer, num)
 	for i := range num {
-		if bs[i], err = hostBuffer("broadcast", i, ps[i], cs[i], C.int32_t(ds[i])); err != nil {
+		if bs[i], err = space.buffer(e, "broadcast", i, ps[i], cs[i], C.int32_t(ds[i])); err != nil {
 			return status(err)
 		}
 	}
-	return mode.submit(h, func() (engine.Handle, error) { return e.BroadcastOn(set, bs, int(root), name...) },
-		func(c engine.Caller) (engine.Handle, error) { return e.BroadcastNowOn(set, bs, int(root), c, name...) })
+	opts := space.options(e, name)
+	return mode.submit(h, func() (engine.Handle, error) { return e.BroadcastOn(set, bs, int(root), opts...) },
+		func(c engine.Caller) (engine.Handle, error) { return e.BroadcastNowOn(set, bs, int(root), c, opts...) })
 }
 
 //export gorovodGoAllgatherAsync
 func gorovodGoAllgatherAsync(set C.int32_t, send unsafe.Pointer, count C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype C.int, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
-	name := takeName()
+	name, space := takeName(), takeMemory()
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -575,22 +662,22 @@ func gorovodGoAllgatherAsync(set C.int32_t, send unsafe.Pointer, count C.int64_t
 	for _, c := range cs {
 		total += int64(c)
 	}
-	s, err := hostBuffer("allgather send", -1, send, int64(count), C.int32_t(dtype))
+	s, err := space.buffer(e, "allgather send", -1, send, int64(count), C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
-	r, err := hostBuffer("allgather receive", -1, recv, total, C.int32_t(dtype))
+	r, err := space.buffer(e, "allgather receive", -1, recv, total, C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
-	hd, err := e.AllgatherOn(int32(set), s, r, cs, name...)
+	hd, err := e.AllgatherOn(int32(set), s, r, cs, space.options(e, name)...)
 	return issue(h, hd, err)
 }
 
 //export gorovodGoAlltoallAsync
 func gorovodGoAlltoallAsync(set C.int32_t, send unsafe.Pointer, sendCounts *C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype C.int, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
-	name := takeName()
+	name, space := takeName(), takeMemory()
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -610,15 +697,15 @@ func gorovodGoAlltoallAsync(set C.int32_t, send unsafe.Pointer, sendCounts *C.in
 	if err != nil {
 		return status(err)
 	}
-	s, err := hostBuffer("alltoall send", -1, send, sum(sc), C.int32_t(dtype))
+	s, err := space.buffer(e, "alltoall send", -1, send, sum(sc), C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
-	r, err := hostBuffer("alltoall receive", -1, recv, sum(rcs), C.int32_t(dtype))
+	r, err := space.buffer(e, "alltoall receive", -1, recv, sum(rcs), C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
-	hd, err := e.AlltoallOn(int32(set), s, sc, r, rcs, name...)
+	hd, err := e.AlltoallOn(int32(set), s, sc, r, rcs, space.options(e, name)...)
 	return issue(h, hd, err)
 }
 
@@ -633,7 +720,7 @@ func sum(cs []int) int64 {
 //export gorovodGoReducescatterAsync
 func gorovodGoReducescatterAsync(set C.int32_t, send unsafe.Pointer, count C.int64_t, recv unsafe.Pointer, recvCounts *C.int64_t, dtype, op C.int, pre, post C.double, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
-	name := takeName()
+	name, space := takeName(), takeMemory()
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -661,15 +748,15 @@ func gorovodGoReducescatterAsync(set C.int32_t, send unsafe.Pointer, count C.int
 			}
 		}
 	}
-	s, err := hostBuffer("reducescatter send", -1, send, int64(count), C.int32_t(dtype))
+	s, err := space.buffer(e, "reducescatter send", -1, send, int64(count), C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
-	r, err := hostBuffer("reducescatter receive", -1, recv, int64(cs[rank]), C.int32_t(dtype))
+	r, err := space.buffer(e, "reducescatter receive", -1, recv, int64(cs[rank]), C.int32_t(dtype))
 	if err != nil {
 		return status(err)
 	}
-	hd, err := e.ReduceScatterOn(int32(set), s, r, cs, reduction(op, pre, post), name...)
+	hd, err := e.ReduceScatterOn(int32(set), s, r, cs, reduction(op, pre, post), space.options(e, name)...)
 	return issue(h, hd, err)
 }
 
@@ -687,6 +774,7 @@ func gorovodGoBarrierStart(set C.int32_t, flags C.int, h *C.gorovod_handle) (rc 
 
 func barrier(set int32, mode submitMode, h *C.gorovod_handle) C.int {
 	takeName()
+	takeMemory()
 	e, err := current()
 	if err != nil {
 		return status(err)
@@ -705,9 +793,13 @@ func gorovodGoP2PAsync(send C.int, buf unsafe.Pointer, count C.int64_t, dtype C.
 	if send != 0 {
 		what = "send"
 	}
+	space := takeMemory()
 	e, err := current()
 	if err != nil {
 		return status(err)
+	}
+	if space.cuda {
+		return status(fmt.Errorf("%w: %s: point-to-point messages take host memory only (gorovod_cuda_next was called before it)", engine.ErrInvalid, what))
 	}
 	if h == nil {
 		return status(fmt.Errorf("%w: %s: NULL handle", engine.ErrInvalid, what))
@@ -733,6 +825,7 @@ func gorovodGoP2PAsync(send C.int, buf unsafe.Pointer, count C.int64_t, dtype C.
 func gorovodGoJoinAsync(last *C.int32_t, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
 	takeName()
+	takeMemory()
 	e, err := current()
 	if err != nil {
 		return status(err)

@@ -12,7 +12,9 @@
  *     go build -buildmode=c-shared -o libgorovod.so ./bindings/c
  *
  * (the build also writes a libgorovod.h of cgo's own: ignore it, this file
- * is the interface).
+ * is the interface). Add -tags cuda (CGO_CFLAGS and CGO_LDFLAGS naming
+ * CUDA's cuda.h and libcuda.so) for a library that takes CUDA device memory
+ * (see CUDA below).
  *
  * THE MODEL
  *
@@ -45,8 +47,10 @@
  *   The memory a call is given must stay valid and untouched until its
  *   handle completes (gorovod_wait returned something other than
  *   GOROVOD_ERR_TIMEOUT, or gorovod_poll said done); the library keeps no
- *   pointer after that. Buffers are host memory. Send and receive buffers
- *   of one call may be the same memory only where a function says so.
+ *   pointer after that. Buffers are host memory, or CUDA device memory
+ *   when gorovod_cuda_next says so (see CUDA below). Send and receive
+ *   buffers of one call may be the same memory only where a function says
+ *   so.
  *
  * ERRORS
  *
@@ -94,8 +98,9 @@ extern "C" {
 
 /* The version of this interface; gorovod_abi_version() returns the
  * library's. 2 added the _start calls, 3 the process sets, 4 the shaped
- * allreduce, 5 point-to-point messages and gorovod_name_next. */
-#define GOROVOD_ABI_VERSION 5
+ * allreduce, 5 point-to-point messages and gorovod_name_next, 6 CUDA
+ * device memory (gorovod_cuda_next, gorovod_cuda_supported). */
+#define GOROVOD_ABI_VERSION 6
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
@@ -306,6 +311,41 @@ int gorovod_reducescatter(const void *send, int64_t count, void *recv, const int
  * unique: with two of one name pending, the older pairs first. */
 #define GOROVOD_MAX_NAME 4096
 int gorovod_name_next(const char *name);
+
+/* ---- CUDA ----
+ *
+ * Says that the buffers of the next collective the calling thread calls
+ * (allreduce, broadcast, allgather, alltoall or reducescatter, any form,
+ * on any process set) are CUDA device memory of device `device` (a CUDA
+ * ordinal, as CUDA_VISIBLE_DEVICES leaves them: a PyTorch tensor's
+ * device.index), allocated in the device's primary context (as the CUDA
+ * runtime and PyTorch allocate), every buffer of the call on that device;
+ * the pointer arguments are then device addresses. That next call takes
+ * the setting whether it is accepted or refused; barrier and join drop it,
+ * and a point-to-point message given it is refused (messages take host
+ * memory only).
+ *
+ * event is a CUDA event (CUevent, the same handle as the runtime's
+ * cudaEvent_t; PyTorch: torch.cuda.Event.cuda_event) that the caller
+ * recorded on the stream that produces the buffers, after the work that
+ * writes them (and, for the output buffers, after their allocation): the
+ * library waits for the event before it touches any buffer, on its own
+ * threads, so the caller's thread and stream never block. 0: none (the
+ * buffers are ready now). The event must stay alive until the call's
+ * handle completes. When the handle completes, the library's work on the
+ * buffers is complete on the GPU too: the caller's stream may use the
+ * results at once.
+ *
+ * The library opens device `device` the first time a call names it (one
+ * per process per device, closed by gorovod_shutdown); its fusion buffers
+ * for device tensors are device memory too. A library built without CUDA
+ * support (the default build; see gorovod_cuda_supported) refuses such a
+ * call with GOROVOD_ERR_INVALID_ARGUMENT and a message saying how to build
+ * one with it. */
+int gorovod_cuda_next(int32_t device, uint64_t event);
+/* 1 when this library was built with CUDA support (go build -tags cuda),
+ * 0 when not. Needs no gorovod_init. */
+int gorovod_cuda_supported(void);
 
 /* Returns once every rank has entered it. */
 int gorovod_barrier_async(gorovod_handle *handle);

@@ -109,6 +109,41 @@ char *gorovod_take_name_(void) {
   return name;
 }
 
+// ---- The memory of the calling thread's next collective ----
+//
+// gorovod_cuda_next says that the next collective the calling thread
+// submits takes CUDA device memory, kept per thread as the name is; Go
+// takes it as the collective starts (gorovod_take_cuda_).
+
+static __thread int cuda_next_set;
+static __thread int32_t cuda_next_device;
+static __thread uint64_t cuda_next_event;
+
+int gorovod_cuda_next(int32_t device, uint64_t event) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  cuda_next_set = 1;
+  cuda_next_device = device;
+  cuda_next_event = event;
+  return GOROVOD_OK;
+}
+
+// gorovod_take_cuda_ returns 1 and the calling thread's next device and
+// event when gorovod_cuda_next set them, and forgets them; 0 when not.
+int gorovod_take_cuda_(int32_t *device, uint64_t *event) {
+  if (!cuda_next_set) {
+    return 0;
+  }
+  cuda_next_set = 0;
+  *device = cuda_next_device;
+  *event = cuda_next_event;
+  return 1;
+}
+
+int gorovod_cuda_supported(void) {
+  REFUSE_IF_FORKED(0);
+  return gorovodGoCudaSupported();
+}
+
 // ---- The SIGINT watch of the interruptible _start calls ----
 //
 // A call that runs on the calling thread cannot return to its caller

@@ -122,6 +122,38 @@ func wantPasses(t testing.TB, out string, n int) {
 // own result, plus bad input, alone and at 2, 3 and 4 workers.
 func TestCollectives(t *testing.T) { runEachWorld(t, "tests/ops_test.py", 0, 2, 3, 4) }
 
+// TestGPUScriptOnCPU runs the GPU check of CUDA tensors
+// (tests/gpu_cuda_tensors.py, which needs a GPU and a library built with
+// -tags cuda) on CPU tensors with --cpu, at 2 workers: CI has no GPU, and
+// this keeps the checks' own expectations right (every check but the
+// stream-ordering ones runs).
+func TestGPUScriptOnCPU(t *testing.T) {
+	needTorch(t)
+	out := runPython(t, 2, 5*time.Minute, pyEnv(t), "tests/gpu_cuda_tensors.py", "--cpu")
+	for r := range 2 {
+		want := fmt.Sprintf("DONE rank %d: 12 passed, 0 failed", r)
+		if !strings.Contains(out, want) {
+			t.Fatalf("no %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestCUDAStandIn runs tests/cuda_standin_test.py against a library built
+// with -tags gorovod_cudastandin (bindings/c/cudastandin.go), alone and at 2
+// and 3 workers: gorovod._core's device path on every collective, a call
+// that waits for its event, the synchronous and asynchronous forms. (With a
+// GPU and a CUDA build, tests/gpu_cuda_tensors.py checks the real thing.)
+func TestCUDAStandIn(t *testing.T) {
+	needTorch(t)
+	lib := filepath.Join(buildtest.LibraryTagged(t, "gorovod_cudastandin"), "libgorovod.so")
+	for _, np := range []int{0, 2, 3} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			out := runPython(t, np, 5*time.Minute, pyEnv(t, "GOROVOD_LIBRARY="+lib), "tests/cuda_standin_test.py")
+			wantPasses(t, out, max(np, 1))
+		})
+	}
+}
+
 // TestAdasum runs op=Adasum (allreduce, grouped, scale factors, refusals,
 // DistributedOptimizer's delta optimizer) against a one-process reference of
 // the formula, alone and at 2 and 4 workers, and checks that 3 workers are

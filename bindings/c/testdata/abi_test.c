@@ -287,6 +287,30 @@ int main(void) {
   CHECK(gorovod_name_next(too_long) == GOROVOD_ERR_INVALID_ARGUMENT, "a name of %d bytes", GOROVOD_MAX_NAME + 1);
   OK(gorovod_name_next(NULL));
 
+  // CUDA device memory: the default build (the one tested here) refuses it
+  // for every collective with a message that says what is missing, and the
+  // refused call takes the setting (the next call is on host memory
+  // again); barrier drops it. (A library built with -tags cuda takes it:
+  // bindings/python/tests/gpu_cuda_tensors.py checks that on a GPU.)
+  CHECK(gorovod_cuda_supported() == 0, "the default build says it supports CUDA");
+  OK(gorovod_cuda_next(0, 0));
+  CHECK(gorovod_allreduce(f, g, 4, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1) == GOROVOD_ERR_INVALID_ARGUMENT,
+        "a CUDA allreduce in a build without CUDA");
+  CHECK(strstr(gorovod_last_error(), "without CUDA support") != NULL && strstr(gorovod_last_error(), "-tags cuda"),
+        "message: %s", gorovod_last_error());
+  OK(gorovod_cuda_next(0, 0));
+  CHECK(gorovod_broadcast(&b, 1, GOROVOD_INT32, 0) == GOROVOD_ERR_INVALID_ARGUMENT, "a CUDA broadcast");
+  OK(gorovod_cuda_next(0, 0));
+  CHECK(gorovod_allgather_async(f, 1, g, NULL, GOROVOD_FLOAT32, &hh) == GOROVOD_ERR_INVALID_ARGUMENT,
+        "a CUDA allgather");
+  OK(gorovod_cuda_next(0, 0));
+  CHECK(gorovod_send_async(f, 1, GOROVOD_FLOAT32, 0, 1, &hh) == GOROVOD_ERR_INVALID_ARGUMENT, "a CUDA send");
+  OK(gorovod_cuda_next(0, 0));
+  OK(gorovod_barrier());
+  check = 1;
+  OK(gorovod_allreduce(&check, &check, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1));
+  CHECK(check == (float)size, "a host allreduce after the refused CUDA calls: %g", check);
+
   // Process sets: every rank but the last (the whole world is set 0, so it
   // cannot be added; alone, no other set can be made).
   int32_t everyone[64], ps = -1;

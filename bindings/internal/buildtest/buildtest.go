@@ -73,6 +73,42 @@ func Library(t testing.TB) string {
 	return built.dir
 }
 
+// tagged are the libraries LibraryTagged built, by build tags.
+var tagged struct {
+	mu   stdsync.Mutex
+	dirs map[string]string
+}
+
+// LibraryTagged builds libgorovod.so with the given build tags (once per
+// tags), as Library does, and returns the directory holding it.
+func LibraryTagged(t testing.TB, tags string) string {
+	t.Helper()
+	base := Library(t) // the same temporary directory, cleaned up with it
+	tagged.mu.Lock()
+	defer tagged.mu.Unlock()
+	if dir, ok := tagged.dirs[tags]; ok {
+		return dir
+	}
+	root, err := Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(base, "tags-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command("go", "build", "-tags", tags, "-buildmode=c-shared", "-o", filepath.Join(dir, "libgorovod.so"), "./bindings/c")
+	c.Dir = root
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("building libgorovod.so with -tags %s: %v\n%s", tags, err, out)
+	}
+	if tagged.dirs == nil {
+		tagged.dirs = map[string]string{}
+	}
+	tagged.dirs[tags] = dir
+	return dir
+}
+
 // Gorovod builds the gorovod command (once) and returns its path.
 func Gorovod(t testing.TB) string {
 	t.Helper()

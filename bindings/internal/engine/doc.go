@@ -69,8 +69,11 @@
 //
 // # Memory
 //
-// Buffers are host memory the caller owns (C memory, a tensor's storage):
-// the engine reads and writes it only while the handle that carries it is
+// Buffers are host memory the caller owns (C memory, a tensor's storage),
+// or an accelerator's memory (DeviceBuffer: a CUDA tensor's, reached
+// through Config.OpenDevice, the one seam to the driver; see device.go for
+// how a call waits for the framework's stream through AfterEvent): the
+// engine reads and writes it only while the handle that carries it is
 // running, and keeps no reference once it completes. The caller keeps it
 // valid and untouched until then.
 package engine

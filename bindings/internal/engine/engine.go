@@ -57,6 +57,11 @@ type Config struct {
 	// Worker.Transport.IOTimeout: as long as a peer may stay silent inside a
 	// collective.
 	PairTimeout time.Duration
+	// OpenDevice opens an accelerator for calls given device memory
+	// (DeviceBuffer); nil: the engine takes host memory only, and refuses
+	// device memory with ErrNoDevices. The engine closes what it opened at
+	// Close.
+	OpenDevice OpenDevice
 }
 
 // DefaultInlineBytes is Config.InlineBytes' default: transport.InlinePayload.
@@ -183,6 +188,8 @@ type Engine struct {
 	// p2pRunning counts those still running.
 	comm       *collective.Communicator
 	p2pRunning stdsync.WaitGroup
+	// devices are the accelerators calls named (device.go).
+	devices devices
 }
 
 // call is one submitted collective (or commit).
@@ -199,9 +206,13 @@ type call struct {
 	// joins marks Join, which takes part in the comparison its own way.
 	layout []int64
 	joins  bool
-	run    func(ctx context.Context, s *gsync.Session) error
-	done   chan struct{}
-	err    error
+	// ready, when set, is waited for after the ranks paired the call and
+	// before run touches its buffers: the event behind the work that
+	// produces them on an accelerator (AfterEvent).
+	ready func(ctx context.Context) error
+	run   func(ctx context.Context, s *gsync.Session) error
+	done  chan struct{}
+	err   error
 }
 
 // Start joins the job (see Config.Worker) and returns once a world admits
@@ -231,6 +242,7 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 		agreement: !cfg.SkipAgreement, pairTimeout: cfg.PairTimeout, unnamed: make(map[int32]int64),
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), handles: make(map[Handle]*call),
 		sets: make(map[int32]*processSet), setFuser: fusion.NewFuser(cfg.Worker.Session.FusionBytes),
+		devices: devices{open: cfg.OpenDevice},
 	}
 	e.total.Store(-1)
 	e.topo = topology(e.sess)
@@ -525,6 +537,18 @@ func (e *Engine) execute(ctx context.Context, head *call) (c *call, err error) {
 				return
 			}
 		}
+		if c.ready != nil {
+			if err = c.ready(ctx); err != nil {
+				// The other ranks are about to run the call with this one:
+				// breaking the world tells them at once (they rebuild it
+				// without waiting out the I/O timeout), as any failure of a
+				// rank inside a collective does.
+				if comm := e.sess.Communicator(); comm != nil && ctx.Err() == nil {
+					comm.Abort(err)
+				}
+				return
+			}
+		}
 		err = c.run(ctx, e.sess)
 	}()
 	after := e.sess.World().Number
@@ -561,7 +585,7 @@ func (e *Engine) execute(ctx context.Context, head *call) (c *call, err error) {
 
 func (c *call) finish(err error) {
 	c.err = err
-	c.run = nil // nothing of the caller's memory is kept past completion
+	c.run, c.ready = nil, nil // nothing of the caller's memory is kept past completion
 	close(c.done)
 }
 
@@ -695,10 +719,14 @@ func (e *Engine) Close(ctx context.Context, finished bool) error {
 	e.dropSets()
 	e.mu.Unlock()
 	e.setFuser.Close()
+	var err error
 	if finished && !excluded {
-		return e.mem.Finish(context.WithoutCancel(ctx))
+		err = e.mem.Finish(context.WithoutCancel(ctx))
+	} else {
+		err = e.mem.Close()
 	}
-	return e.mem.Close()
+	// The session has freed its fusion buffers on the devices by now.
+	return errors.Join(err, e.devices.close())
 }
 
 // checkReduce validates a reduction before it is queued and fills in its

@@ -38,15 +38,19 @@ func startDriver(t *testing.T, min int) *driver.Driver {
 	return d
 }
 
-func startEngine(ctx context.Context, d *driver.Driver) (*Engine, error) {
+func startEngine(ctx context.Context, d *driver.Driver, configure ...func(*Config)) (*Engine, error) {
 	cfg := DefaultConfig()
 	cfg.Worker.JobID, cfg.Worker.Secret, cfg.Worker.Seeds = testJob, []byte(testSecret), []string{d.GossipAddr()}
 	cfg.Worker.Transport.IOTimeout = 5 * time.Second
+	for _, c := range configure {
+		c(&cfg)
+	}
 	return Start(ctx, cfg)
 }
 
-// startEngines starts n engines together and waits until all share one world.
-func startEngines(t *testing.T, d *driver.Driver, n int) []*Engine {
+// startEngines starts n engines together and waits until all share one
+// world; configure, when given, adjusts each one's Config.
+func startEngines(t *testing.T, d *driver.Driver, n int, configure ...func(*Config)) []*Engine {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -55,7 +59,7 @@ func startEngines(t *testing.T, d *driver.Driver, n int) []*Engine {
 	var wg stdsync.WaitGroup
 	for i := range es {
 		wg.Go(func() {
-			if es[i], errs[i] = startEngine(ctx, d); errs[i] == nil {
+			if es[i], errs[i] = startEngine(ctx, d, configure...); errs[i] == nil {
 				errs[i] = commitUntilSize(ctx, es[i], n)
 			}
 		})

@@ -99,6 +99,9 @@ func (e *Engine) allreduceCall(set int32, send, recv []collective.Buffer, shapes
 			if send[i].DType != recv[i].DType || send[i].Count != recv[i].Count {
 				return nil, 0, fmt.Errorf("%w: allreduce tensor %d: %d %v elements into %d %v", ErrInvalid, i, send[i].Count, send[i].DType, recv[i].Count, recv[i].DType)
 			}
+			if (send[i].Device == nil) != (recv[i].Device == nil) {
+				return nil, 0, fmt.Errorf("%w: allreduce tensor %d: one of send and receive is device memory, the other host memory", ErrInvalid, i)
+			}
 		}
 	}
 	if set != 0 {
@@ -106,15 +109,32 @@ func (e *Engine) allreduceCall(set int32, send, recv []collective.Buffer, shapes
 			return nil, 0, err
 		}
 	}
-	copyIn := func() {
+	// copyIn copies the send buffers into the receive buffers; a device
+	// that fails the copy breaks the world, since the other ranks are about
+	// to run the allreduce with this one.
+	copyIn := func(ctx context.Context, s *gsync.Session) error {
 		for i := range send {
-			if len(send[i].Host) > 0 && &send[i].Host[0] != &recv[i].Host[0] {
+			switch {
+			case send[i].Device != nil:
+				if send[i].Device != recv[i].Device && send[i].Count > 0 {
+					if err := recv[i].Device.CopyFrom(ctx, 0, send[i].Device, 0, send[i].Bytes()); err != nil {
+						err = fmt.Errorf("gorovod: allreduce tensor %d: copying the input on the device: %w", i, err)
+						if comm := s.Communicator(); comm != nil && ctx.Err() == nil {
+							comm.Abort(err)
+						}
+						return err
+					}
+				}
+			case len(send[i].Host) > 0 && &send[i].Host[0] != &recv[i].Host[0]:
 				copy(recv[i].Host, send[i].Host)
 			}
 		}
+		return nil
 	}
 	run := func(ctx context.Context, s *gsync.Session) error {
-		copyIn()
+		if err := copyIn(ctx, s); err != nil {
+			return err
+		}
 		err := s.Allreduce(ctx, how, recv...)
 		if errors.Is(err, collective.ErrNotPowerOfTwo) {
 			// Refused before anything was sent, on every rank alike.
@@ -127,7 +147,9 @@ func (e *Engine) allreduceCall(set int32, send, recv []collective.Buffer, shapes
 		// carries no epoch news and goes through a fuser of the engine's.
 		opts := []collective.Option{collective.Prescale(how.Prescale), collective.Postscale(how.Postscale)}
 		run = func(ctx context.Context, s *gsync.Session) error {
-			copyIn()
+			if err := copyIn(ctx, s); err != nil {
+				return err
+			}
 			err := e.collectiveOn(ctx, s, set, func(ctx context.Context, c *collective.Communicator) error {
 				return e.setFuser.Allreduce(ctx, c, recv, how.Op, opts...)
 			})

@@ -60,7 +60,7 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
 SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = 1, 2, 3, 4, 5, 6
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -73,6 +73,7 @@ _owner_pid = None
 _inflight = {}
 _failed = False  # an uncaught exception is on its way: shutdown as not finished
 _interrupted = False  # a wait was interrupted (Ctrl-C): its call may never complete
+_cuda = None  # whether the loaded library supports CUDA, once asked
 
 
 class _Config(ctypes.Structure):
@@ -202,6 +203,8 @@ def _prototypes(lib):
         "gorovod_reducescatter_async": [c_void_p, c_i64, c_void_p, c_void_p, c_int, c_int, c_double, c_double, p_u64],
         "gorovod_barrier_async": [p_u64],
         "gorovod_name_next": [ctypes.c_char_p],  # ABI 5
+        "gorovod_cuda_next": [c_i32, c_u64],  # ABI 6
+        "gorovod_cuda_supported": [],
         "gorovod_allreduce_start": [c_void_p, c_void_p, c_i64, c_int, c_int, c_double, c_double, c_int, p_u64],
         "gorovod_grouped_allreduce_start": [c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_double, c_double,
                                             c_int, p_u64],
@@ -445,32 +448,62 @@ def drain():
 
 # ---- Collectives on raw memory (addresses as ints) ----
 
+class CudaMemory(object):
+    """Says that a call's addresses are CUDA device memory of device ordinal
+    (gorovod_cuda_next), ready once the GPU has passed event, a raw CUDA
+    event handle (an int; 0: ready now) recorded on the stream that
+    produces them; owner (the framework's event object) is kept alive until
+    the call completes, with the call's other memory."""
+
+    __slots__ = ("ordinal", "event", "owner")
+
+    def __init__(self, ordinal, event, owner=None):
+        self.ordinal, self.event, self.owner = int(ordinal), int(event or 0), owner
+
+
+def cuda_supported():
+    """Whether the library was built with CUDA support (go build -tags
+    cuda): only then do the collectives take CUDA device memory. Needs no
+    init. (Asked of the library once: every call on CUDA tensors asks.)"""
+    global _cuda
+    if _cuda is None:
+        l = _load()
+        _check_process()
+        _cuda = bool(l.gorovod_cuda_supported())
+    return _cuda
+
+
 def _u64():
     return ctypes.c_uint64()
 
 
-def _lib_named(name):
+def _lib_named(name, device=None):
     """The library, with name given to the calling thread's next collective
     (gorovod_name_next; None: none): ranks pair calls of one name whatever
-    their order, calls without one by their order."""
+    their order, calls without one by their order; and device (a CudaMemory;
+    None: host memory) saying where its memory is (gorovod_cuda_next)."""
     l = lib()
     if name is not None:
         _raise(l.gorovod_name_next(str(name).encode()))
+    if device is not None:
+        _raise(l.gorovod_cuda_next(device.ordinal, device.event))
     return l
 
 
-def allreduce_async(send, recv, count, dtype, op, prescale, postscale, keep, ps=0, shape=None, name=None):
+def allreduce_async(send, recv, count, dtype, op, prescale, postscale, keep, ps=0, shape=None, name=None,
+                    device=None):
     """ps: the process set (0: the world), as for every collective here;
     shape: the tensor's dimensions, which every rank compares (None: one
     dimension of count elements); name: what pairs the call with the other
     ranks' (None: its order among the unnamed calls), as for every
-    collective here."""
+    collective here; device: a CudaMemory when the addresses are CUDA
+    device memory (None: host memory), as for every collective here."""
     if ps or shape is not None:
         return grouped_allreduce_async([send], [recv], [count], [dtype], op, prescale, postscale, keep, ps,
-                                       None if shape is None else [shape], name)
+                                       None if shape is None else [shape], name, device)
     h = _u64()
-    return _issue(_lib_named(name).gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale,
-                                                           ctypes.byref(h)), h, keep)
+    return _issue(_lib_named(name, device).gorovod_allreduce_async(send, recv, count, dtype, op, prescale,
+                                                                   postscale, ctypes.byref(h)), h, (keep, device))
 
 
 def _array(ctype, values):
@@ -491,12 +524,14 @@ def _shape_arrays(shapes):
             _array(ctypes.c_int64, [int(d) for sh in shapes for d in sh]))
 
 
-def grouped_allreduce_async(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0, shapes=None, name=None):
+def grouped_allreduce_async(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0, shapes=None, name=None,
+                            device=None):
     """shapes: each tensor's dimensions, which every rank compares (None:
     one dimension of its count each)."""
     n, s, r, c, d = _grouped_arrays(sends, recvs, counts, dtypes)
     h = _u64()
-    l = _lib_named(name)
+    keep = (keep, device)
+    l = _lib_named(name, device)
     if shapes is not None:
         nd, dims = _shape_arrays(shapes)
         rc = l.gorovod_grouped_allreduce_shaped_async(ps, n, s, r, c, d, nd, dims, op, prescale, postscale,
@@ -509,10 +544,11 @@ def grouped_allreduce_async(sends, recvs, counts, dtypes, op, prescale, postscal
     return _issue(rc, h, (keep, s, r, c, d))
 
 
-def broadcast_async(bufs, counts, dtypes, root, keep, ps=0, name=None):
+def broadcast_async(bufs, counts, dtypes, root, keep, ps=0, name=None, device=None):
     n, _, b, c, d = _grouped_arrays(None, bufs, counts, dtypes)
     h = _u64()
-    l = _lib_named(name)
+    keep = (keep, device)
+    l = _lib_named(name, device)
     if ps:
         rc = l.gorovod_grouped_broadcast_ps_async(ps, n, b, c, d, root, ctypes.byref(h))
     else:
@@ -520,10 +556,11 @@ def broadcast_async(bufs, counts, dtypes, root, keep, ps=0, name=None):
     return _issue(rc, h, (keep, b, c, d))
 
 
-def allgather_async(send, count, recv, recv_counts, dtype, keep, ps=0, name=None):
+def allgather_async(send, count, recv, recv_counts, dtype, keep, ps=0, name=None, device=None):
     rc = _array(ctypes.c_int64, recv_counts) if recv_counts is not None else None
     h = _u64()
-    l = _lib_named(name)
+    keep = (keep, device)
+    l = _lib_named(name, device)
     if ps:
         status = l.gorovod_allgather_ps_async(ps, send, count, recv, rc, dtype, ctypes.byref(h))
     else:
@@ -531,10 +568,11 @@ def allgather_async(send, count, recv, recv_counts, dtype, keep, ps=0, name=None
     return _issue(status, h, (keep, rc))
 
 
-def alltoall_async(send, send_counts, recv, recv_counts, dtype, keep, ps=0, name=None):
+def alltoall_async(send, send_counts, recv, recv_counts, dtype, keep, ps=0, name=None, device=None):
     sc, rc = _array(ctypes.c_int64, send_counts), _array(ctypes.c_int64, recv_counts)
     h = _u64()
-    l = _lib_named(name)
+    keep = (keep, device)
+    l = _lib_named(name, device)
     if ps:
         status = l.gorovod_alltoall_ps_async(ps, send, sc, recv, rc, dtype, ctypes.byref(h))
     else:
@@ -542,10 +580,12 @@ def alltoall_async(send, send_counts, recv, recv_counts, dtype, keep, ps=0, name
     return _issue(status, h, (keep, sc, rc))
 
 
-def reducescatter_async(send, count, recv, recv_counts, dtype, op, prescale, postscale, keep, ps=0, name=None):
+def reducescatter_async(send, count, recv, recv_counts, dtype, op, prescale, postscale, keep, ps=0, name=None,
+                        device=None):
     rc = _array(ctypes.c_int64, recv_counts)
     h = _u64()
-    l = _lib_named(name)
+    keep = (keep, device)
+    l = _lib_named(name, device)
     if ps:
         status = l.gorovod_reducescatter_ps_async(ps, send, count, recv, rc, dtype, op, prescale, postscale,
                                                   ctypes.byref(h))
@@ -635,14 +675,15 @@ def _start_flags():
     return None
 
 
-def _run(start, queue, keep, name=None):
+def _run(start, queue, keep, name=None, device=None):
     """Runs a synchronous call: start(lib, flags, handle) calls its _start
-    function, queue(lib, handle) its _async one (named name). A call that
-    ran on this thread has no handle (0) and returned its result; a queued
-    one is waited for."""
+    function, queue(lib, handle) its _async one (named name, on device's
+    memory: see _lib_named). A call that ran on this thread has no handle
+    (0) and returned its result; a queued one is waited for."""
     global _interrupted
     flags = _start_flags()
-    l = _lib_named(name)
+    keep = (keep, device)
+    l = _lib_named(name, device)
     h = _u64()
     try:
         rc = queue(l, ctypes.byref(h)) if flags is None else start(l, flags, ctypes.byref(h))
@@ -657,17 +698,19 @@ def _run(start, queue, keep, name=None):
         wait(h.value)
 
 
-def allreduce(send, recv, count, dtype, op, prescale, postscale, keep, ps=0, shape=None, name=None):
+def allreduce(send, recv, count, dtype, op, prescale, postscale, keep, ps=0, shape=None, name=None, device=None):
     """The synchronous allreduce_async."""
     if ps or shape is not None:
         grouped_allreduce([send], [recv], [count], [dtype], op, prescale, postscale, keep, ps,
-                          None if shape is None else [shape], name)
+                          None if shape is None else [shape], name, device)
         return
     _run(lambda l, flags, h: l.gorovod_allreduce_start(send, recv, count, dtype, op, prescale, postscale, flags, h),
-         lambda l, h: l.gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale, h), keep, name)
+         lambda l, h: l.gorovod_allreduce_async(send, recv, count, dtype, op, prescale, postscale, h), keep, name,
+         device)
 
 
-def grouped_allreduce(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0, shapes=None, name=None):
+def grouped_allreduce(sends, recvs, counts, dtypes, op, prescale, postscale, keep, ps=0, shapes=None, name=None,
+                      device=None):
     """The synchronous grouped_allreduce_async."""
     n, s, r, c, d = _grouped_arrays(sends, recvs, counts, dtypes)
     if shapes is not None:
@@ -676,28 +719,29 @@ def grouped_allreduce(sends, recvs, counts, dtypes, op, prescale, postscale, kee
                                                                           postscale, flags, h),
              lambda l, h: l.gorovod_grouped_allreduce_shaped_async(ps, n, s, r, c, d, nd, dims, op, prescale,
                                                                    postscale, h),
-             (keep, s, r, c, d, nd, dims), name)
+             (keep, s, r, c, d, nd, dims), name, device)
         return
     if ps:
         _run(lambda l, flags, h: l.gorovod_grouped_allreduce_ps_start(ps, n, s, r, c, d, op, prescale, postscale, flags,
                                                                       h),
              lambda l, h: l.gorovod_grouped_allreduce_ps_async(ps, n, s, r, c, d, op, prescale, postscale, h),
-             (keep, s, r, c, d), name)
+             (keep, s, r, c, d), name, device)
         return
     _run(lambda l, flags, h: l.gorovod_grouped_allreduce_start(n, s, r, c, d, op, prescale, postscale, flags, h),
          lambda l, h: l.gorovod_grouped_allreduce_async(n, s, r, c, d, op, prescale, postscale, h), (keep, s, r, c, d),
-         name)
+         name, device)
 
 
-def broadcast(bufs, counts, dtypes, root, keep, ps=0, name=None):
+def broadcast(bufs, counts, dtypes, root, keep, ps=0, name=None, device=None):
     """The synchronous broadcast_async."""
     n, _, b, c, d = _grouped_arrays(None, bufs, counts, dtypes)
     if ps:
         _run(lambda l, flags, h: l.gorovod_grouped_broadcast_ps_start(ps, n, b, c, d, root, flags, h),
-             lambda l, h: l.gorovod_grouped_broadcast_ps_async(ps, n, b, c, d, root, h), (keep, b, c, d), name)
+             lambda l, h: l.gorovod_grouped_broadcast_ps_async(ps, n, b, c, d, root, h), (keep, b, c, d), name,
+             device)
         return
     _run(lambda l, flags, h: l.gorovod_grouped_broadcast_start(n, b, c, d, root, flags, h),
-         lambda l, h: l.gorovod_grouped_broadcast_async(n, b, c, d, root, h), (keep, b, c, d), name)
+         lambda l, h: l.gorovod_grouped_broadcast_async(n, b, c, d, root, h), (keep, b, c, d), name, device)
 
 
 # ---- Elastic ----

@@ -11,6 +11,8 @@ import sys
 import torch
 
 import gorovod.torch as hvd
+from gorovod import _core
+from gorovod.torch import mpi_ops
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8]
 OPS = [("Sum", hvd.Sum), ("Average", hvd.Average), ("Min", hvd.Min), ("Max", hvd.Max), ("Product", hvd.Product)]
@@ -181,6 +183,23 @@ def main():
     expect_raises(TypeError, lambda: hvd.allreduce_([1, 2, 3]), "a list")
     expect_raises(ValueError, lambda: hvd.alltoall(torch.ones(n + 1) if n > 1 else torch.ones(1), splits=[5] * n),
                   "bad splits")
+    # CUDA memory: this (default) build has no CUDA support, which
+    # cuda_built() says; a call marked as device memory goes through _core to
+    # the C ABI and is refused there with a message naming what is missing,
+    # and gorovod.torch refuses a CUDA tensor before calling the library.
+    assert hvd.cuda_built() is False
+    buf = torch.ones(3)
+    e = expect_raises(ValueError, lambda: _core.allreduce(buf.data_ptr(), buf.data_ptr(), 3, _core.FLOAT32, _core.SUM,
+                                                          1.0, 1.0, buf, device=_core.CudaMemory(0, 0)),
+                      "CUDA memory in a build without CUDA")
+    assert "without CUDA support" in str(e) and "-tags cuda" in str(e), e
+
+    class OnGPU(object):
+        device = torch.device("cuda", 0)  # what a CUDA tensor says, for a torch without CUDA
+    e = expect_raises(ValueError, lambda: mpi_ops._memory("allreduce", OnGPU()), "a CUDA tensor without CUDA support")
+    assert "built without CUDA support" in str(e) and "GOROVOD_LIBRARY" in str(e), e
+    e = expect_raises(ValueError, lambda: hvd.allreduce(torch.empty(3, device="meta")), "a meta tensor")
+    assert "CPU and CUDA" in str(e), e
     # Trailing dimensions that differ across ranks: every rank sees it (the
     # shapes are exchanged first) and the world is intact afterwards.
     if n > 1:

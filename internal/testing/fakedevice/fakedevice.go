@@ -32,6 +32,15 @@ func New(b []byte, c *Counters) *Memory {
 	return &Memory{mem: append([]byte(nil), b...), count: c}
 }
 
+// Adopt returns device memory that is b itself (not a copy), for a stand-in
+// device whose "device memory" is memory the caller allocated; c as for New.
+func Adopt(b []byte, c *Counters) *Memory {
+	if c == nil {
+		c = &Counters{}
+	}
+	return &Memory{mem: b, count: c}
+}
+
 // Buffer wraps m as a collective buffer of dt elements filling it.
 func (m *Memory) Buffer(dt collective.DType) collective.Buffer {
 	return collective.Buffer{DType: dt, Count: len(m.mem) / dt.Size(), Device: m}

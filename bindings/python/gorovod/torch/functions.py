@@ -78,7 +78,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
 
     Root describes its state first (which parameters have state, each entry's
     shape and dtype, the values that are not tensors); the others build a
-    state of that shape, the tensors travel in one call, and the others load
+    state of that shape, the tensors travel in one call per kind of device (CPU,
+    CUDA: a CUDA tensor lands on the current device), and the others load
     it. So, unlike Horovod, it needs no optimizer step on zero gradients to
     create the state of a fresh optimizer, and a worker whose optimizer has
     no state yet (one that just joined) gets root's as it is. As after
@@ -100,8 +101,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
         for pid, entries in sorted(state_dict["state"].items()):
             desc = collections.OrderedDict()
             for key, value in entries.items():
-                if torch.is_tensor(value) and value.device.type == "cpu" and not value.is_sparse:
-                    desc[key] = ("tensor", tuple(value.shape), str(value.dtype))
+                if torch.is_tensor(value) and value.device.type in ("cpu", "cuda") and not value.is_sparse:
+                    desc[key] = ("tensor", tuple(value.shape), str(value.dtype), value.device.type)
                     tensors.append(value if value.is_contiguous() else None)
                 else:
                     desc[key] = ("value", value)
@@ -120,8 +121,13 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
         state[pid] = {}
         for key, (kind, *rest) in desc.items():
             if kind == "tensor":
-                shape, dtype = rest
-                t = torch.empty(shape, dtype=getattr(torch, dtype.split(".")[-1]))
+                shape, dtype, where = rest
+                # The root's kind of device (grouped_broadcast_ makes one
+                # call per kind): a CUDA tensor lands on this process's
+                # current device; load_state_dict moves each state to its
+                # parameter's device anyway.
+                device = torch.device("cuda", torch.cuda.current_device()) if where == "cuda" else None
+                t = torch.empty(shape, dtype=getattr(torch, dtype.split(".")[-1]), device=device)
                 state[pid][key] = t
                 tensors.append(t)
             else:

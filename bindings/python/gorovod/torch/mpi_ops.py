@@ -18,10 +18,21 @@ calls (Horovod names them by a counter). Differences from Horovod:
 - ``join()`` serves the others' allreduces with zeros, as Horovod's does;
   their other collectives fail while a rank has joined.
 
-Tensors are CPU tensors of float32, float64, float16, bfloat16, int32, int64
-or uint8 (broadcast, allgather and alltoall move any dtype, as bytes), and
-contiguous. CUDA tensors are refused: gorovod's CUDA path (collective/cuda)
-is not wired into the C ABI, and it has never run on a GPU.
+Tensors are CPU or CUDA tensors of float32, float64, float16, bfloat16,
+int32, int64 or uint8 (broadcast, allgather and alltoall move any dtype, as
+bytes), and contiguous; the tensors of one call are on one device. CUDA
+tensors need a libgorovod built with CUDA support (``go build -tags cuda``;
+cuda_built() says whether it was): the library then reduces them in device
+memory (its fusion buffers too). As in Horovod, a call on CUDA tensors
+records an event on the tensors' current stream
+(``torch.cuda.current_stream(tensor.device)``) when it is made, and the
+library waits for that event before it reads them, so the call is ordered
+after the work queued before it and neither this thread nor the stream
+blocks; once synchronize() returns, the results are in place for any work
+queued afterwards. On a host with several GPUs, choose one per worker first:
+``torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())``
+(``gorovod run`` may already have given each worker its own GPU through
+CUDA_VISIBLE_DEVICES, which it then sees as device 0).
 """
 
 import functools
@@ -325,7 +336,9 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    """Whether the library was built with CUDA support, so that the
+    collectives take CUDA tensors."""
+    return _core.cuda_supported()
 
 
 def rocm_built():
@@ -348,9 +361,9 @@ def _check_tensor(tensor, what, reducing=True):
     dtype as bytes."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("gorovod %s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
-    if tensor.device.type != "cpu":
-        raise ValueError("gorovod %s: the tensor is on %s: only CPU tensors go through gorovod's C ABI (its CUDA path "
-                         "is not wired into it); copy the tensor to the CPU" % (what, tensor.device))
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError("gorovod %s: the tensor is on %s: gorovod takes CPU and CUDA tensors; copy the tensor to "
+                         "the CPU" % (what, tensor.device))
     if tensor.is_sparse:
         raise ValueError("gorovod %s: sparse tensors are not supported (use sparse_as_dense, or to_dense())" % what)
     if not tensor.is_contiguous():
@@ -362,6 +375,50 @@ def _check_tensor(tensor, what, reducing=True):
         raise ValueError("gorovod %s: dtype %s is not supported (float32, float64, float16, bfloat16, int32, int64, "
                          "uint8)" % (what, tensor.dtype))
     return tensor.data_ptr(), tensor.numel() * tensor.element_size(), _core.UINT8
+
+
+_NO_CUDA = ("gorovod %s: the tensor is on %s, but this libgorovod (%s) was built without CUDA support: build one with "
+            "CUDA (`go build -tags cuda -buildmode=c-shared -o libgorovod.so ./bindings/c`, with CUDA's headers and "
+            "libcuda: see README.md) and point GOROVOD_LIBRARY at it, or copy the tensor to the CPU")
+
+
+def _memory(what, *tensors):
+    """Where a call's tensors are, for the library: None for CPU tensors,
+    else a _core.CudaMemory of their device with an event recorded now on
+    the device's current stream (the library waits for it before it reads
+    them). Call it once the call's outputs are allocated, right before the
+    library call. ValueError for tensors on different devices, or CUDA
+    tensors and a library without CUDA support."""
+    device = None
+    for t in tensors:
+        if device is None:
+            device = t.device
+        elif t.device != device:
+            raise ValueError("gorovod %s: the tensors of one call must be on one device, not on %s and %s" %
+                             (what, device, t.device))
+    if device is None or device.type != "cuda":
+        return None
+    if not _core.cuda_supported():
+        raise ValueError(_NO_CUDA % (what, device, _core.library_path()))
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return _core.CudaMemory(device.index, event.cuda_event, event)
+
+
+def _on_callers_stream(tensor, fn):
+    """fn, run on the stream that is current for tensor's device now (a CUDA
+    tensor), wherever and whenever it runs: a named call's second step runs
+    on a thread of its own (_ChainHandle), whose current stream is the
+    default one, and it must allocate its output and record its event on
+    the caller's stream."""
+    if tensor.device.type != "cuda":
+        return fn
+    stream = torch.cuda.current_stream(tensor.device)
+
+    def run(*args):
+        with torch.cuda.stream(stream):
+            return fn(*args)
+    return run
 
 
 def _op(op, average=None):
@@ -597,7 +654,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     src, n, dt = _check_tensor(tensor, "allreduce")
     dst = src if output is tensor else _check_tensor(output, "allreduce")[0]
     args = (src, dst, n, dt, op, float(prescale_factor), float(postscale_factor), (tensor, output), ps,
-            _shape(tensor), name)
+            _shape(tensor), name, _memory("allreduce", tensor, output))
     if now:
         _core.allreduce(*args)
         return output
@@ -692,7 +749,7 @@ def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_fa
     shapes = None if all(sh is None for sh in shapes) else [(t.numel(),) if sh is None else sh
                                                               for t, sh in zip(tensors, shapes)]
     args = (send, recv, counts, dtypes, op, float(prescale_factor), float(postscale_factor),
-            (list(tensors), list(outputs)), ps, shapes, name)
+            (list(tensors), list(outputs)), ps, shapes, name, _memory("grouped allreduce", *tensors, *outputs))
     if now:
         _core.grouped_allreduce(*args)
         return list(outputs)
@@ -757,10 +814,11 @@ def _broadcast_async(tensor, root_rank, process_set, now=False, name=None):
     thread) and returns tensor."""
     ps = _check_process_set(process_set)
     p, n, dt = _check_tensor(tensor, "broadcast", reducing=False)
+    device = _memory("broadcast", tensor)
     if now:
-        _core.broadcast([p], [n], [dt], int(root_rank), tensor, ps, name)
+        _core.broadcast([p], [n], [dt], int(root_rank), tensor, ps, name, device)
         return tensor
-    return _core.broadcast_async([p], [n], [dt], int(root_rank), tensor, ps, name)
+    return _core.broadcast_async([p], [n], [dt], int(root_rank), tensor, ps, name, device)
 
 
 @_named
@@ -806,13 +864,22 @@ def grouped_broadcast_(tensors, root_rank):
     tensors = list(tensors)
     if not tensors:
         return tensors
-    ptrs, counts, dtypes = [], [], []
+    # One call per kind of device (CPU, CUDA), in the order of each kind's
+    # first tensor: every rank makes the same calls as long as the ranks
+    # hold their tensors on the same kinds of device, as a model's copies do.
+    kinds = {}
     for t in tensors:
-        p, n, dt = _check_tensor(t, "broadcast", reducing=False)
-        ptrs.append(p)
-        counts.append(n)
-        dtypes.append(dt)
-    _core.broadcast(ptrs, counts, dtypes, int(root_rank), tensors)
+        if not isinstance(t, torch.Tensor):
+            _check_tensor(t, "broadcast", reducing=False)  # raises
+        kinds.setdefault(t.device.type, []).append(t)
+    for group in kinds.values():
+        ptrs, counts, dtypes = [], [], []
+        for t in group:
+            p, n, dt = _check_tensor(t, "broadcast", reducing=False)
+            ptrs.append(p)
+            counts.append(n)
+            dtypes.append(dt)
+        _core.broadcast(ptrs, counts, dtypes, int(root_rank), group, 0, None, _memory("broadcast", *group))
     return tensors
 
 
@@ -885,9 +952,10 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         per = _numel(rest) * (1 if tensor.dtype in _DTYPES else tensor.element_size())
         output = tensor.new_empty((sum(firsts),) + tuple(rest))
         counts = [f * per for f in firsts]
-        h = _core.allgather_async(p, counts[me], output.data_ptr(), counts, dt, (tensor, output), ps, name)
+        h = _core.allgather_async(p, counts[me], output.data_ptr(), counts, dt, (tensor, output), ps, name,
+                                  _memory("allgather", tensor, output))
         return _handle(h, output)
-    return _after_shapes(tensor, "allgather", process_set, name, gather)
+    return _after_shapes(tensor, "allgather", process_set, name, _on_callers_stream(tensor, gather))
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -981,9 +1049,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         received = [int(x) for x in recv_splits]
         output = tensor.new_empty((sum(received),) + tuple(rest))
         h = _core.alltoall_async(p, [s * per for s in sends], output.data_ptr(), [s * per for s in received], dt,
-                                 (tensor, output), ps, name)
+                                 (tensor, output), ps, name, _memory("alltoall", tensor, output))
         return _handle(h, (output, recv_splits.to(torch.int32)))
-    return _after_shapes(tensor, "alltoall", process_set, name, exchange)
+    return _after_shapes(tensor, "alltoall", process_set, name, _on_callers_stream(tensor, exchange))
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -1049,11 +1117,12 @@ def _reducescatter_async(tensor, op, prescale_factor, postscale_factor, process_
         per = _numel(rest)
         output = tensor.new_empty((share[me],) + tuple(rest))
         h = _core.reducescatter_async(p, tensor.numel(), output.data_ptr(), [s * per for s in share], dt, op,
-                                      float(prescale_factor), float(postscale_factor), (tensor, output), ps, name)
+                                      float(prescale_factor), float(postscale_factor), (tensor, output), ps, name,
+                                      _memory("reducescatter", tensor, output))
         if post is None:
             return _handle(h, output)
         return _handle(h, lambda: _finish_scaled([output], post)()[0])
-    return _after_shapes(tensor, "reducescatter", process_set, name, scatter)
+    return _after_shapes(tensor, "reducescatter", process_set, name, _on_callers_stream(tensor, scatter))
 
 
 class HorovodReducescatter(torch.autograd.Function):

@@ -78,10 +78,10 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         xs = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         if count > 0:
             var, mean = torch.var_mean(xs, dim=_reduce_dims(x), unbiased=False)
-            local = torch.cat([torch.tensor([float(count)], dtype=torch.float64), mean.double(),
+            local = torch.cat([torch.tensor([float(count)], dtype=torch.float64, device=x.device), mean.double(),
                                var.double() * count])
         else:  # an empty local batch still takes part
-            local = torch.zeros(1 + 2 * channels, dtype=torch.float64)
+            local = torch.zeros(1 + 2 * channels, dtype=torch.float64, device=x.device)
         gathered = allgather(local.unsqueeze(0))  # (workers, 1 + 2C)
         counts = gathered[:, :1]
         means, m2s = gathered[:, 1:1 + channels], gathered[:, 1 + channels:]

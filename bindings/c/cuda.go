@@ -1,0 +1,40 @@
+//go:build cuda
+
+package main
+
+import (
+	"context"
+
+	"github.com/gorovod/gorovod/bindings/internal/engine"
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/collective/cuda"
+)
+
+// This library was built with the tag cuda: calls given CUDA device memory
+// (gorovod_cuda_next) run on collective/cuda. Everything the binding needs
+// of it goes through engine.OpenDevice, the one seam.
+const cudaSupported = true
+
+// errNoCUDA is never returned in this build.
+var errNoCUDA error
+
+// cudaOpener is how the engine opens a CUDA device.
+func cudaOpener() engine.OpenDevice { return openCUDA }
+
+// openCUDA opens CUDA device ordinal for the engine.
+func openCUDA(ctx context.Context, ordinal int) (engine.Device, error) {
+	d, err := cuda.NewDevice(ctx, ordinal)
+	if err != nil {
+		return nil, err
+	}
+	return cudaDevice{d}, nil
+}
+
+// cudaDevice is a *cuda.Device as the engine's Device.
+type cudaDevice struct{ *cuda.Device }
+
+func (d cudaDevice) Wrap(ctx context.Context, ptr uintptr, size int) (collective.DeviceMemory, error) {
+	return d.Device.Wrap(ctx, ptr, size)
+}
+
+var _ engine.Device = cudaDevice{}

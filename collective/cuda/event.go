@@ -1,0 +1,82 @@
+//go:build cuda
+
+package cuda
+
+/*
+#cgo LDFLAGS: -lcuda
+#include <stdint.h>
+#include <cuda.h>
+
+// The event arrives as an integer (a framework's raw handle, such as
+// torch.cuda.Event.cuda_event): it is cast back here, in C, so that Go never
+// holds it as a pointer.
+static CUresult gorovod_event_query(uintptr_t ev) { return cuEventQuery((CUevent)ev); }
+static CUresult gorovod_event_synchronize(uintptr_t ev) { return cuEventSynchronize((CUevent)ev); }
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+)
+
+// WaitEvent returns once the GPU has passed event, a CUDA event (CUevent,
+// the same handle as the runtime's cudaEvent_t) that someone else recorded
+// on a stream of this device's primary context, or when ctx ends (its
+// error). It is how a caller hands over memory that work queued on its own
+// stream is still producing: it records an event on that stream behind the
+// work, and the collective waits for it before reading the memory, without
+// the caller blocking its stream or the host. event 0 is none: WaitEvent
+// returns at once. The event must stay alive (not destroyed) until WaitEvent
+// returns; re-recording it meanwhile makes WaitEvent wait for the newer
+// work.
+//
+// With a context that can end the event is polled (cuEventQuery), as the
+// device's own waits do: spinning for up to spinWait, then sleeping up to
+// 100 µs between queries. With one that cannot, the driver blocks the thread
+// (cuEventSynchronize).
+func (d *Device) WaitEvent(ctx context.Context, event uintptr) error {
+	if event == 0 {
+		return ctx.Err()
+	}
+	return d.withContext(ctx, func() error {
+		ev := C.uintptr_t(event)
+		if ctx.Done() == nil {
+			if r := C.gorovod_event_synchronize(ev); r != C.CUDA_SUCCESS {
+				return d.eventErr("cuEventSynchronize", event, r)
+			}
+			return nil
+		}
+		start := time.Now()
+		sleep := time.Microsecond
+		spinning := true
+		for spin := 0; ; spin++ {
+			switch r := C.gorovod_event_query(ev); r {
+			case C.CUDA_SUCCESS:
+				return nil
+			case C.CUDA_ERROR_NOT_READY:
+			default:
+				return d.eventErr("cuEventQuery", event, r)
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if spinning && spin%64 == 63 {
+				spinning = time.Since(start) < spinWait
+			}
+			if spinning {
+				runtime.Gosched()
+				continue
+			}
+			time.Sleep(sleep)
+			sleep = min(2*sleep, 100*time.Microsecond)
+		}
+	})
+}
+
+func (d *Device) eventErr(op string, event uintptr, r C.CUresult) error {
+	return &DriverError{Device: d.ordinal, Op: fmt.Sprintf("%s(0x%x)", op, event), Err: resultError(r),
+		Hint: "the event must be a live CUDA event of this device's primary context (torch.cuda.Event.cuda_event after record)"}
+}
