@@ -56,7 +56,8 @@ note() { summary+=("$1"); echo "run.sh: $1"; }
 left() { echo $((deadline - SECONDS)); }
 min() { if [ "$1" -lt "$2" ]; then echo "$1"; else echo "$2"; fi; }
 # budget CAP RESERVE: seconds for a step, at most CAP, leaving RESERVE for the ones after it.
-budget() { min "$1" $(($(left) - $2)); }
+# RESERVE is in seconds of the default 330 s deadline, scaled to DEADLINE_S.
+budget() { min "$1" $(($(left) - $2 * deadline / 330)); }
 # tag STEP FILE: FILE's JSON lines into bench.jsonl, each with "step" first.
 tag() { [ -f "$2" ] && sed -n "s/^{/{\"step\": \"$1\", /p" "$2" >>"$OUT/bench.jsonl"; }
 # section FILE TITLE: a header line in a merged log.
@@ -211,8 +212,25 @@ else
   fi
 fi
 
+# ---- 2b. gorovod.torch on CUDA tensors: every collective, stream order, the optimizer
+cudat=$OUT/cuda-tensors.txt
+section "$cudat" "cudatensors: gorovod run --np 2 -- gpu_cuda_tensors.py"
+if skip cudatensors; then
+  echo "skipped (GPUCHECK_SKIP)" >>"$cudat"
+elif [ "$gpu" != yes ] || [ "$launcher" != yes ]; then
+  echo "not run: gpu=$gpu launcher=$launcher" >>"$cudat"
+  note "cudatensors: not run (gpu=$gpu launcher=$launcher)"
+else
+  t=$(budget 60 150)
+  timeout -s INT -k 15 "$t" "$gorovod" run --np 2 -- "$py" bindings/python/tests/gpu_cuda_tensors.py >"$work/cudat.log" 2>&1
+  rc=$?
+  reap "$work/cudat.log" gpu_cuda_tensors.py
+  cat "$work/cudat.log" >>"$cudat"
+  note "cudatensors: rc=$rc $(grep -c 'PASS' "$work/cudat.log") PASS lines, $(grep -c 'FAIL' "$work/cudat.log") FAIL lines$( [ "$rc" -ne 0 ] && echo "; first: $(grep -m1 'FAIL\|Error' "$work/cudat.log" | cut -c1-200)")"
+fi
+
 # ---- 3. benchmarks in the test binary
-section "$tests" "gobench: cuda.test -test.bench . -test.benchtime 0.5s"
+section "$tests" "gobench: cuda.test -test.bench (IPC 1x, the others 0.3s)"
 if skip gobench; then
   echo "skipped (GPUCHECK_SKIP)" >>"$tests"
 elif [ "$gpu" != yes ]; then
@@ -232,8 +250,12 @@ else
       echo "not run: too little time left ($(left) s)" >>"$tests"
       note "gobench: skipped, no time left"
     else
-      (cd collective/cuda && timeout -k 10 "$t" "$bin" -test.run '^$' -test.bench . -test.benchtime 0.5s \
-        -test.count 1 -test.benchmem -test.timeout=$((t - 5))s) >"$work/gobench.txt" 2>&1
+      # The IPC benchmark's two worker processes time their own calls (1x:
+      # one round of them per size); the in-process ones run for 0.3 s each.
+      (cd collective/cuda && timeout -k 10 "$t" "$bin" -test.run '^$' -test.bench '^BenchmarkAllreduceIPC$' \
+        -test.benchtime 1x -test.count 1 -test.timeout=$((t - 5))s &&
+        timeout -k 10 "$t" "$bin" -test.run '^$' -test.bench '^Benchmark(AllreduceDevice|AllreduceHost|CopyDevice|CopyToHost)$' \
+          -test.benchtime 0.3s -test.count 1 -test.benchmem -test.timeout=$((t - 5))s) >"$work/gobench.txt" 2>&1
       rc=$?
       cat "$work/gobench.txt" >>"$tests"
       note "gobench: rc=$rc $(grep -c '^Benchmark.*ns/op' "$work/gobench.txt") results ($(echo $benches | wc -w) functions)"
