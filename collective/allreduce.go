@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// Option adjusts one reducing collective: Prescale, Postscale, MaxTag or
-// Tensors. The zero Option changes nothing. An Option is a plain value, so
+// Option adjusts one reducing collective: Prescale, Postscale, MaxTag,
+// Tensors or Staged. The zero Option changes nothing. An Option is a plain value, so
 // passing options allocates nothing.
 type Option struct {
 	kind   optionKind
@@ -24,12 +24,14 @@ const (
 	optPostscale
 	optMaxTag
 	optTensors
+	optStaged
 )
 
 type reduceOptions struct {
 	prescale, postscale float64
 	maxTag              *uint64
 	tensors             []int
+	staged              bool
 }
 
 // Prescale multiplies every rank's input by f before reducing (Horovod's
@@ -70,6 +72,8 @@ func applyOptions(opts []Option) (reduceOptions, error) {
 			o.maxTag = opt.tag
 		case optTensors:
 			o.tensors = opt.counts
+		case optStaged:
+			o.staged = true
 		}
 	}
 	for _, v := range []float64{o.prescale, o.postscale} {
@@ -165,6 +169,9 @@ func (c *Communicator) Allreduce(ctx context.Context, send, recv Buffer, op Redu
 	}
 	if op == Adasum {
 		return c.adasumAllreduce(ctx, send, recv, ro)
+	}
+	if c.devReduce != nil && !ro.staged && ro.maxTag == nil && send.Device != nil && recv.Device != nil {
+		return c.devReduce.AllreduceDevice(ctx, c, send, recv, op, ro.prescale, ro.postscale)
 	}
 	p := c.Size()
 	nbytes := send.Bytes()

@@ -58,6 +58,10 @@ type Config struct {
 	// of up to 16 KiB are ever kept, and at most 32 KiB of them per peer:
 	// others wait for their receive (rendezvous, p2p.go).
 	P2PBufferBytes int
+	// NewDeviceAllreducer, when set, makes each new communicator's
+	// DeviceAllreducer, which then runs its allreduces of device buffers
+	// (see DeviceAllreducer). Every rank must set it alike.
+	NewDeviceAllreducer func() DeviceAllreducer
 }
 
 // ErrInvalidConfig is wrapped by every error about a Config no communicator
@@ -164,6 +168,10 @@ type Communicator struct {
 	// inPlace[i] is links[i] when it can hand payloads over in place, else nil.
 	inPlace []transport.InPlaceLink
 	log     *slog.Logger
+	// devReduce runs allreduces of device buffers (Config.NewDeviceAllreducer);
+	// devReduceClose closes it once.
+	devReduce      DeviceAllreducer
+	devReduceClose sync.Once
 
 	opMu sync.Mutex // held for the duration of one collective
 	// linkMu is held for the duration of one collective by this
@@ -285,6 +293,9 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 	c.p2p = newP2PState(len(links), cfg.P2PBufferBytes, c.p2pFail)
 	c.op.c = c
 	c.steps.init(c)
+	if cfg.NewDeviceAllreducer != nil {
+		c.devReduce = cfg.NewDeviceAllreducer()
+	}
 	if c.allgatherAlgo == AlgorithmHierarchical && topo.NumHosts() > 1 && !topo.Uniform() {
 		c.log.Info("hierarchical allgather needs the same number of ranks on every host; allgather runs the ring", "hosts", topo.NumHosts())
 	}
@@ -336,7 +347,18 @@ func (c *Communicator) Abort(cause error) {
 func (c *Communicator) Close() error {
 	c.setFailure(ErrClosed)
 	c.closeLinks()
-	return nil
+	return c.closeDeviceAllreducer()
+}
+
+// closeDeviceAllreducer closes the communicator's DeviceAllreducer, once.
+func (c *Communicator) closeDeviceAllreducer() error {
+	var err error
+	c.devReduceClose.Do(func() {
+		if c.devReduce != nil {
+			err = c.devReduce.Close()
+		}
+	})
+	return err
 }
 
 // Release ends the communicator as Close does, except that the links to
@@ -394,6 +416,9 @@ func (c *Communicator) Release(keep func(rank int) bool) []transport.Link {
 	}
 	c.opMu.Unlock()
 	c.closeLinks()
+	if err := c.closeDeviceAllreducer(); err != nil {
+		c.log.Warn("closing the device allreducer", "err", err)
+	}
 	return out
 }
 

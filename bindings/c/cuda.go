@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"log/slog"
+	"time"
 
 	"github.com/gorovod/gorovod/bindings/internal/engine"
 	"github.com/gorovod/gorovod/collective"
@@ -20,6 +22,21 @@ var errNoCUDA error
 
 // cudaOpener is how the engine opens a CUDA device.
 func cudaOpener() engine.OpenDevice { return openCUDA }
+
+// deviceAllreducer runs each world's allreduces of CUDA memory through
+// CUDA IPC when all its workers are on this host (collective/cuda's
+// SameHostAllreducer; the staged ring otherwise). The ranks meet within a
+// call on a shared-memory board (HostSync: microseconds, where a meeting
+// over the communicator is a network round trip), waiting for a silent
+// peer as long as the transport does (ioTimeout).
+func deviceAllreducer(ioTimeout time.Duration, log *slog.Logger) func() collective.DeviceAllreducer {
+	cfg := cuda.DefaultSameHostConfig()
+	cfg.HostSync = true
+	if ioTimeout > 0 {
+		cfg.SyncTimeout = ioTimeout
+	}
+	return cuda.SameHostAllreducer(cfg, log)
+}
 
 // openCUDA opens CUDA device ordinal for the engine.
 func openCUDA(ctx context.Context, ordinal int) (engine.Device, error) {

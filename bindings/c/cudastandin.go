@@ -15,6 +15,7 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 	"unsafe"
 
@@ -76,3 +77,19 @@ func (standIn) WaitEvent(ctx context.Context, event uintptr) error {
 }
 
 func (standIn) Close() error { return nil }
+
+// deviceAllreducer is the stand-in's: it runs each device allreduce on the
+// staged path through the communicator's DeviceAllreducer hook, so that the
+// stand-in tests go the way a CUDA build's calls go (collective/cuda's
+// SameHostAllreducer needs a GPU).
+func deviceAllreducer(time.Duration, *slog.Logger) func() collective.DeviceAllreducer {
+	return func() collective.DeviceAllreducer { return standInAllreducer{} }
+}
+
+type standInAllreducer struct{}
+
+func (standInAllreducer) AllreduceDevice(ctx context.Context, c *collective.Communicator, send, recv collective.Buffer, op collective.ReduceOp, prescale, postscale float64) error {
+	return c.Allreduce(ctx, send, recv, op, collective.Prescale(prescale), collective.Postscale(postscale), collective.Staged())
+}
+
+func (standInAllreducer) Close() error { return nil }

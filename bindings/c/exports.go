@@ -252,6 +252,7 @@ func engineConfig(cfg *C.gorovod_config) (engine.Config, error) {
 	default:
 		return ec, fmt.Errorf("%w: gorovod_config.log_level %d (want -1, 0, 1 or 2)", engine.ErrInvalid, level)
 	}
+	ec.Worker.Session.Collective.NewDeviceAllreducer = deviceAllreducer(ec.Worker.Transport.IOTimeout, ec.Logger)
 	return ec, nil
 }
 

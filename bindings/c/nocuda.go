@@ -4,8 +4,11 @@ package main
 
 import (
 	"errors"
+	"log/slog"
+	"time"
 
 	"github.com/gorovod/gorovod/bindings/internal/engine"
+	"github.com/gorovod/gorovod/collective"
 )
 
 // This library was built without the tag cuda (the default build): calls
@@ -19,3 +22,6 @@ var errNoCUDA = errors.New("this libgorovod was built without CUDA support, so i
 // cudaOpener is nil: the engine opens no accelerator, and the binding
 // refuses device memory with errNoCUDA before asking it.
 func cudaOpener() engine.OpenDevice { return nil }
+
+// deviceAllreducer is nil: no device memory reaches the collectives.
+func deviceAllreducer(time.Duration, *slog.Logger) func() collective.DeviceAllreducer { return nil }

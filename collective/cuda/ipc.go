@@ -504,7 +504,10 @@ func (g *SameHostGroup) AllreduceScaled(ctx context.Context, send, recv collecti
 
 // hostPath runs the call through the communicator.
 func (g *SameHostGroup) hostPath(ctx context.Context, send, recv collective.Buffer, op collective.ReduceOp, prescale, postscale float64) error {
-	var opts []collective.Option
+	// Staged: the communicator's own algorithms, not this group again
+	// (SameHostAllreducer makes the group the communicator's
+	// DeviceAllreducer).
+	opts := []collective.Option{collective.Staged()}
 	if prescale != 1 {
 		opts = append(opts, collective.Prescale(prescale))
 	}

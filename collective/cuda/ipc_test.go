@@ -111,7 +111,20 @@ func ipcWorker(scenario string) error {
 		return fmt.Errorf("rank %d: rendezvous: %w", env.Rank, err)
 	}
 	w := transport.World{JobID: env.JobID, Epoch: 1, Rank: env.Rank, Addrs: addrs}
-	c, err := collective.New(ctx, t, w, collective.DefaultConfig())
+	ccfg := collective.DefaultConfig()
+	var hook *sameHostAllreducer
+	if scenario == "hook" {
+		// The communicator's own Allreduce hands device buffers to the
+		// same-host group, as the C binding's communicators do.
+		hcfg := DefaultSameHostConfig()
+		hcfg.HostSync = true
+		newHook := SameHostAllreducer(hcfg, nil)
+		ccfg.NewDeviceAllreducer = func() collective.DeviceAllreducer {
+			hook = newHook().(*sameHostAllreducer)
+			return hook
+		}
+	}
+	c, err := collective.New(ctx, t, w, ccfg)
 	if err != nil {
 		return fmt.Errorf("rank %d: communicator: %w", env.Rank, err)
 	}
@@ -133,6 +146,8 @@ func ipcWorker(scenario string) error {
 		err = ipcDeadPeerScenario(ctx, c, dev, cfg)
 	case "three":
 		err = ipcThreeScenario(ctx, c, dev)
+	case "hook":
+		err = ipcHookScenario(ctx, c, dev, hook)
 	default:
 		err = fmt.Errorf("unknown scenario %q", scenario)
 	}
@@ -569,6 +584,75 @@ func ipcThreeScenario(ctx context.Context, c *collective.Communicator, dev *Devi
 	return c.Barrier(ctx)
 }
 
+// ipcHookScenario runs allreduces of device buffers through the
+// communicator's own Allreduce, whose DeviceAllreducer (SameHostAllreducer,
+// meeting on the board) must take every one through IPC, against exact
+// results.
+func ipcHookScenario(ctx context.Context, c *collective.Communicator, dev *Device, hook *sameHostAllreducer) error {
+	r, p := c.Rank(), c.Size()
+	calls := 0
+	for _, dt := range []collective.DType{collective.Float32, collective.BFloat16} {
+		for _, op := range []collective.ReduceOp{collective.Sum, collective.Average} {
+			for _, n := range []int{1, 1000, 3<<20 + 5} {
+				in := make([][]byte, p)
+				for q := range p {
+					rng := rand.New(rand.NewPCG(uint64(n), uint64(q)))
+					vals := make([]float64, n)
+					for j := range vals {
+						vals[j] = float64(rng.IntN(17) - 8)
+					}
+					in[q] = encodeSmall(dt, vals)
+				}
+				kop := op
+				if op == collective.Average {
+					kop = collective.Sum
+				}
+				want := in[0]
+				for q := 1; q < p; q++ {
+					want = hostReduce(dt, kop, want, in[q])
+				}
+				if factor, divisor := finalScaling(dt, op, 1, p); factor != 1 || divisor > 1 {
+					want = hostScale(dt, want, factor, divisor)
+				}
+				m, err := dev.Alloc(ctx, len(in[r]))
+				if err != nil {
+					return err
+				}
+				if err := m.CopyFromHost(ctx, 0, in[r]); err != nil {
+					m.Free()
+					return err
+				}
+				buf := collective.Buffer{DType: dt, Count: n, Device: m}
+				err = c.Allreduce(ctx, buf, buf, op)
+				got := make([]byte, len(in[r]))
+				if err == nil {
+					err = m.CopyToHost(ctx, got, 0)
+				}
+				m.Free()
+				if err != nil {
+					return fmt.Errorf("%v %v n=%d: %w", dt, op, n, err)
+				}
+				if err := sameBits(dt, got, want, false); err != nil {
+					return fmt.Errorf("%v %v n=%d: result differs from the exact one: %v", dt, op, n, err)
+				}
+				calls++
+			}
+		}
+	}
+	if hook == nil || hook.group == nil {
+		return fmt.Errorf("the communicator made no same-host group")
+	}
+	st := hook.group.Stats()
+	ipcEmit(ipcEvent{Rank: r, Kind: "done", IPC: hook.group.IPC(), Reason: hook.group.Reason(), IPCCalls: st.IPC, HostCalls: st.Host, Remaps: st.Remaps, Reused: st.Reused})
+	if !hook.group.IPC() || !hook.group.HostSync() {
+		return fmt.Errorf("the group uses IPC %v (%s), the board %v (%s); want both", hook.group.IPC(), hook.group.Reason(), hook.group.HostSync(), hook.group.SyncReason())
+	}
+	if st.IPC != int64(calls) || st.Host != 0 {
+		return fmt.Errorf("%d calls through IPC and %d through the host, want %d and 0", st.IPC, st.Host, calls)
+	}
+	return c.Barrier(ctx)
+}
+
 // encodeSmall encodes small integers (exact in every dtype used) as dt.
 func encodeSmall(dt collective.DType, vals []float64) []byte {
 	var b []byte
@@ -748,6 +832,23 @@ func TestAllreduceIPCThreeRanks(t *testing.T) {
 	}
 	if done != 3 {
 		t.Fatalf("%d of 3 workers finished", done)
+	}
+}
+
+// TestAllreduceIPCThroughCommunicator: a communicator made with
+// SameHostAllreducer as its Config.NewDeviceAllreducer (what the C
+// binding does) runs its allreduces of device memory through IPC.
+func TestAllreduceIPCThroughCommunicator(t *testing.T) {
+	openDevice(t)
+	done := 0
+	for _, e := range runIPCWorkers(t, "hook", 2) {
+		if e.Kind == "done" {
+			done++
+			t.Logf("rank %d: %d allreduces through IPC, %d through the host", e.Rank, e.IPCCalls, e.HostCalls)
+		}
+	}
+	if done != 2 {
+		t.Fatalf("%d of 2 workers finished", done)
 	}
 }
 
