@@ -46,8 +46,10 @@ func Postscale(f float64) Option { return Option{kind: optPostscale, factor: f} 
 // in as this rank's value and comes out as the largest value of all ranks, the
 // same on every rank. It rides in the frame headers of the allreduce's own data
 // (every rank's frames reach every other rank, directly or relayed), so it
-// sends no message of its own. The elastic layer uses it to learn, with each
-// step's gradients, whether any worker knows of a newer world epoch.
+// sends no message of its own (except where a DeviceAllreducer takes the
+// allreduce: then an allreduce of nothing after it carries the tag). The
+// elastic layer uses it to learn, with each step's gradients, whether any
+// worker knows of a newer world epoch.
 func MaxTag(v *uint64) Option { return Option{kind: optMaxTag, tag: v} }
 
 // Tensors says that an allreduce's buffer holds several tensors back to
@@ -170,8 +172,17 @@ func (c *Communicator) Allreduce(ctx context.Context, send, recv Buffer, op Redu
 	if op == Adasum {
 		return c.adasumAllreduce(ctx, send, recv, ro)
 	}
-	if c.devReduce != nil && !ro.staged && ro.maxTag == nil && send.Device != nil && recv.Device != nil {
-		return c.devReduce.AllreduceDevice(ctx, c, send, recv, op, ro.prescale, ro.postscale)
+	if c.devReduce != nil && !ro.staged && send.Device != nil && recv.Device != nil {
+		if err := c.devReduce.AllreduceDevice(ctx, c, send, recv, op, ro.prescale, ro.postscale); err != nil {
+			return err
+		}
+		if ro.maxTag != nil {
+			// The tag has no frames of this collective to ride in: an
+			// allreduce of nothing carries it (one small round of messages).
+			none := Buffer{DType: Float32}
+			return c.Allreduce(ctx, none, none, Max, MaxTag(ro.maxTag))
+		}
+		return nil
 	}
 	p := c.Size()
 	nbytes := send.Bytes()

@@ -7,8 +7,9 @@ import "context"
 // CUDA IPC between the processes of one host, say (collective/cuda's
 // SameHostAllreducer). A Communicator whose Config.NewDeviceAllreducer is
 // set makes one when it is created and hands it every Allreduce whose send
-// and receive buffers are both device memory (except Adasum and MaxTag
-// calls), on every rank alike, and closes it with the communicator.
+// and receive buffers are both device memory (except Adasum calls), on every
+// rank alike, and closes it with the communicator. A MaxTag given to such a
+// call is agreed on by an allreduce of nothing after it.
 type DeviceAllreducer interface {
 	// AllreduceDevice does what Communicator.Allreduce does for the
 	// device buffers send and recv, prescale and postscale included. It is

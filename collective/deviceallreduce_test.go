@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,7 +44,8 @@ func TestDeviceAllreducerTakesDeviceAllreduces(t *testing.T) {
 		{"device", true, Sum, func(*uint64) []Option { return nil }, p},
 		{"device scaled", true, Average, func(*uint64) []Option { return []Option{Prescale(2), Postscale(3)} }, p},
 		{"device staged", true, Sum, func(*uint64) []Option { return []Option{Staged()} }, 0},
-		{"device max-tag", true, Sum, func(tag *uint64) []Option { return []Option{MaxTag(tag)} }, 0},
+		{"device max-tag", true, Sum, func(tag *uint64) []Option { return []Option{MaxTag(tag)} }, p},
+		{"device staged max-tag", true, Sum, func(tag *uint64) []Option { return []Option{MaxTag(tag), Staged()} }, 0},
 		{"device adasum", true, Adasum, func(*uint64) []Option { return nil }, 0},
 		{"host", false, Sum, func(*uint64) []Option { return nil }, 0},
 	}
@@ -57,9 +59,11 @@ func TestDeviceAllreducerTakesDeviceAllreduces(t *testing.T) {
 			comms := newWorld(t, inprocMesh, p, cfg)
 			in := inputs(dt, tc.op, p, n)
 			out := make([][]byte, p)
+			tags := make([]uint64, p)
 			errs := onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
 				r := c.Rank()
-				var tag uint64
+				tag := uint64(10*r + 7)
+				defer func() { tags[r] = tag }()
 				if tc.device {
 					d := newFakeDevice(encode(dt, in[r]), &devOps)
 					err := c.Allreduce(ctx, devBuffer(dt, d), devBuffer(dt, d), tc.op, tc.opts(&tag)...)
@@ -75,6 +79,13 @@ func TestDeviceAllreducerTakesDeviceAllreduces(t *testing.T) {
 			noErrors(t, errs)
 			if got := calls.Load(); got != tc.wantCalls {
 				t.Fatalf("the device allreducer took %d calls, want %d", got, tc.wantCalls)
+			}
+			if strings.Contains(tc.name, "max-tag") {
+				for r, tag := range tags {
+					if want := uint64(10*(p-1) + 7); tag != want {
+						t.Fatalf("rank %d: MaxTag came out as %d, want %d (the largest)", r, tag, want)
+					}
+				}
 			}
 			if tc.name == "device scaled" {
 				if got, want := scales.Load(), int64(p*(2*10+3)); got != want {

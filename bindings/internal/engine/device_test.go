@@ -360,3 +360,82 @@ func TestNoDevices(t *testing.T) {
 		t.Fatalf("host allreduce: %v %v", h, err)
 	}
 }
+
+// passAllreducer counts the allreduces a communicator hands it and runs
+// them on the staged path (as collective/cuda's SameHostAllreducer falls
+// back to); closes counts its closes.
+type passAllreducer struct{ calls, closes *atomic.Int64 }
+
+func (a passAllreducer) AllreduceDevice(ctx context.Context, c *collective.Communicator, send, recv collective.Buffer, op collective.ReduceOp, prescale, postscale float64) error {
+	a.calls.Add(1)
+	return c.Allreduce(ctx, send, recv, op, collective.Prescale(prescale), collective.Postscale(postscale), collective.Staged())
+}
+
+func (a passAllreducer) Close() error {
+	a.closes.Add(1)
+	return nil
+}
+
+// TestDeviceAllreducesReachTheDeviceAllreducer: the engine's allreduces of
+// device memory (a fused group, a single tensor, averaged, out of place) go
+// through the session's communicator to its collective.DeviceAllreducer,
+// which is how the CUDA build reduces GPU to GPU on one host; the
+// gradient allreduce's epoch tag must not keep them from it.
+func TestDeviceAllreducesReachTheDeviceAllreducer(t *testing.T) {
+	const p = 3
+	d := startDriver(t, p)
+	calls := make([]atomic.Int64, p)
+	var closes atomic.Int64
+	var next atomic.Int64
+	es := startEngines(t, d, p, withFakeGPU, func(cfg *Config) {
+		i := next.Add(1) - 1
+		cfg.Worker.Session.Collective.NewDeviceAllreducer = func() collective.DeviceAllreducer {
+			return passAllreducer{calls: &calls[i], closes: &closes}
+		}
+	})
+	each(t, es, func(e *Engine) error {
+		g := gpuOf(t, e)
+		w := waitOn(e)
+		r := float64(e.Topology().Rank)
+		buf := func(ptr uintptr, dt collective.DType, n int) collective.Buffer {
+			b, err := e.DeviceBuffer(0, ptr, dt, n)
+			if err != nil {
+				t.Error(err)
+			}
+			return b
+		}
+		a, b := g.alloc(collective.Float32, r, 1, 2), g.alloc(collective.Float16, 2*r, 1)
+		if err := w(e.AllreduceShapedOn(0, nil, []collective.Buffer{buf(a, collective.Float32, 3), buf(b, collective.Float16, 2)}, nil,
+			gsync.Reduction{Op: collective.Sum})); err != nil {
+			return err
+		}
+		if got := g.read(a, collective.Float32); !slices.Equal(got, []float64{3, 3, 6}) {
+			return fmt.Errorf("fused allreduce float32: %v, want [3 3 6]", got)
+		}
+		if got := g.read(b, collective.Float16); !slices.Equal(got, []float64{6, 3}) {
+			return fmt.Errorf("fused allreduce float16: %v, want [6 3]", got)
+		}
+		src, dst := g.alloc(collective.Float32, 3*r, 1), g.alloc(collective.Float32, 0, 0)
+		if err := w(e.AllreduceShapedNowOn(0, []collective.Buffer{buf(src, collective.Float32, 2)}, []collective.Buffer{buf(dst, collective.Float32, 2)},
+			[][]int64{{2}}, gsync.Reduction{Op: collective.Average}, Caller{})); err != nil {
+			return err
+		}
+		if got := g.read(dst, collective.Float32); !slices.Equal(got, []float64{3, 1}) {
+			return fmt.Errorf("averaged allreduce out of place: %v, want [3 1]", got)
+		}
+		return nil
+	})
+	for i := range calls {
+		if calls[i].Load() == 0 {
+			t.Errorf("engine %d: no allreduce reached the device allreducer", i)
+		}
+	}
+	for _, e := range es {
+		if err := e.Close(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if closes.Load() == 0 {
+		t.Error("no device allreducer was closed with its communicator")
+	}
+}
