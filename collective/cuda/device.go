@@ -346,16 +346,28 @@ func (d *Device) wait(ctx context.Context, ev cu.Event) error {
 		}
 		return nil
 	}
+	return pollEvent(ctx, func() (bool, error) {
+		switch err := ev.Query(); err {
+		case nil:
+			return true, nil
+		case cu.NotReady:
+			return false, nil
+		default:
+			return false, d.driverErr("cuEventQuery", err)
+		}
+	})
+}
+
+// pollEvent calls query until it reports the event passed or fails, or ctx
+// ends: a spin of up to spinWait, yielding the processor between queries,
+// then sleeps doubling up to 100 µs.
+func pollEvent(ctx context.Context, query func() (passed bool, err error)) error {
 	start := time.Now()
 	sleep := time.Microsecond
 	spinning := true
 	for spin := 0; ; spin++ {
-		err := ev.Query()
-		if err == nil {
-			return nil
-		}
-		if err != cu.NotReady {
-			return d.driverErr("cuEventQuery", err)
+		if passed, err := query(); passed || err != nil {
+			return err
 		}
 		if err := ctx.Err(); err != nil {
 			return err

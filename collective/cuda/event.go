@@ -18,8 +18,6 @@ import "C"
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"time"
 )
 
 // WaitEvent returns once the GPU has passed event, a CUDA event (CUevent,
@@ -49,30 +47,16 @@ func (d *Device) WaitEvent(ctx context.Context, event uintptr) error {
 			}
 			return nil
 		}
-		start := time.Now()
-		sleep := time.Microsecond
-		spinning := true
-		for spin := 0; ; spin++ {
+		return pollEvent(ctx, func() (bool, error) {
 			switch r := C.gorovod_event_query(ev); r {
 			case C.CUDA_SUCCESS:
-				return nil
+				return true, nil
 			case C.CUDA_ERROR_NOT_READY:
+				return false, nil
 			default:
-				return d.eventErr("cuEventQuery", event, r)
+				return false, d.eventErr("cuEventQuery", event, r)
 			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if spinning && spin%64 == 63 {
-				spinning = time.Since(start) < spinWait
-			}
-			if spinning {
-				runtime.Gosched()
-				continue
-			}
-			time.Sleep(sleep)
-			sleep = min(2*sleep, 100*time.Microsecond)
-		}
+		})
 	})
 }
 

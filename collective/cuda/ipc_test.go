@@ -542,26 +542,7 @@ func ipcThreeScenario(ctx context.Context, c *collective.Communicator, dev *Devi
 		for _, op := range []collective.ReduceOp{collective.Sum, collective.Average, collective.Max} {
 			for i, n := range []int{1, 2, 3, 1000, 65537, 3<<20 + 5} {
 				k := ipcCase{dt: dt, op: op, count: n, mode: []string{"inplace", "outofplace", "wrapped"}[i%3], pre: 1, post: 1}
-				in := make([][]byte, p)
-				for q := range p {
-					rng := rand.New(rand.NewPCG(uint64(n), uint64(q)))
-					vals := make([]float64, n)
-					for j := range vals {
-						vals[j] = float64(rng.IntN(17) - 8)
-					}
-					in[q] = encodeSmall(dt, vals)
-				}
-				kop := op
-				if op == collective.Average {
-					kop = collective.Sum
-				}
-				want := in[0]
-				for q := 1; q < p; q++ {
-					want = hostReduce(dt, kop, want, in[q])
-				}
-				if factor, divisor := finalScaling(dt, op, 1, p); factor != 1 || divisor > 1 {
-					want = hostScale(dt, want, factor, divisor)
-				}
+				in, want := smallIntegerCase(dt, op, n, p)
 				got, err := runIPCCase(ctx, g, dev, k, in[r], r)
 				if err != nil {
 					return fmt.Errorf("case %v: %w", k, err)
@@ -594,26 +575,7 @@ func ipcHookScenario(ctx context.Context, c *collective.Communicator, dev *Devic
 	for _, dt := range []collective.DType{collective.Float32, collective.BFloat16} {
 		for _, op := range []collective.ReduceOp{collective.Sum, collective.Average} {
 			for _, n := range []int{1, 1000, 3<<20 + 5} {
-				in := make([][]byte, p)
-				for q := range p {
-					rng := rand.New(rand.NewPCG(uint64(n), uint64(q)))
-					vals := make([]float64, n)
-					for j := range vals {
-						vals[j] = float64(rng.IntN(17) - 8)
-					}
-					in[q] = encodeSmall(dt, vals)
-				}
-				kop := op
-				if op == collective.Average {
-					kop = collective.Sum
-				}
-				want := in[0]
-				for q := 1; q < p; q++ {
-					want = hostReduce(dt, kop, want, in[q])
-				}
-				if factor, divisor := finalScaling(dt, op, 1, p); factor != 1 || divisor > 1 {
-					want = hostScale(dt, want, factor, divisor)
-				}
+				in, want := smallIntegerCase(dt, op, n, p)
 				m, err := dev.Alloc(ctx, len(in[r]))
 				if err != nil {
 					return err
@@ -651,6 +613,33 @@ func ipcHookScenario(ctx context.Context, c *collective.Communicator, dev *Devic
 		return fmt.Errorf("%d calls through IPC and %d through the host, want %d and 0", st.IPC, st.Host, calls)
 	}
 	return c.Barrier(ctx)
+}
+
+// smallIntegerCase is every rank's input of n small integers (exact in
+// every dtype, so any order of reduction gives the same bits) and the
+// exact result of op over p ranks.
+func smallIntegerCase(dt collective.DType, op collective.ReduceOp, n, p int) (in [][]byte, want []byte) {
+	in = make([][]byte, p)
+	for q := range p {
+		rng := rand.New(rand.NewPCG(uint64(n), uint64(q)))
+		vals := make([]float64, n)
+		for j := range vals {
+			vals[j] = float64(rng.IntN(17) - 8)
+		}
+		in[q] = encodeSmall(dt, vals)
+	}
+	kop := op
+	if op == collective.Average {
+		kop = collective.Sum
+	}
+	want = in[0]
+	for q := 1; q < p; q++ {
+		want = hostReduce(dt, kop, want, in[q])
+	}
+	if factor, divisor := finalScaling(dt, op, 1, p); factor != 1 || divisor > 1 {
+		want = hostScale(dt, want, factor, divisor)
+	}
+	return in, want
 }
 
 // encodeSmall encodes small integers (exact in every dtype used) as dt.
