@@ -99,6 +99,17 @@ while [ "$(ls %s | wc -l)" -lt %d ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1));
 	}
 }
 
+// TestRunHelpSaysWhichGPUs: run's usage says that workers see every GPU by
+// default, and what --assign-gpus changes for a script.
+func TestRunHelpSaysWhichGPUs(t *testing.T) {
+	out, _, code := runGorovod(t, "run", "--help")
+	for _, want := range []string{"torch.cuda.set_device(hvd.local_rank()) gives each its own", "-assign-gpus", "local_rank() % device_count()", "GOROVOD_ASSIGN_GPUS=1"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("run --help (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+}
+
 // TestRunAssignGPUsBadEnvironment: a GOROVOD_ASSIGN_GPUS that is not a
 // boolean is a usage error naming it, unless --assign-gpus decides.
 func TestRunAssignGPUsBadEnvironment(t *testing.T) {

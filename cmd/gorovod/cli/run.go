@@ -265,7 +265,11 @@ or examples/fashion-mnist). Workers can be added (kill -USR1 <pid of gorovod
 run>, or by hand with 'gorovod attach JOBFILE -- TRAINER [ARGS...]' and the
 job file it prints), leave (kill -TERM <worker>) or die while training goes
 on; with --heuristic the job grows, shrinks and replaces stragglers by itself.
-Each worker's lines are printed prefixed by its launch index, [i].
+Each worker's lines are printed prefixed by its launch index, [i]. Workers
+see the GPUs this process sees (CUDA_VISIBLE_DEVICES as set here), as under
+horovodrun: torch.cuda.set_device(hvd.local_rank()) gives each its own. With
+--assign-gpus each worker of this host gets one GPU of its own instead, as
+device 0.
 
 With -H host1:2,host2:2, --hostfile FILE or --host-discovery-script CMD the
 workers run on those hosts, started over ssh (see README, "Several machines").
