@@ -14,14 +14,22 @@ import (
 // nvidia-smi) at the first launch.
 const gpuDiscoveryTimeout = 5 * time.Second
 
+// gpuInventory discovers this host's GPUs; gpu.System unless a test gives
+// another.
+type gpuInventory func(context.Context) (gpu.Inventory, error)
+
 // assignGPUs returns this host's GPUs as a pool that gives each worker
 // process one of its own while it runs, in ring order, when the host has
 // enough for the np workers started at once; with none (or no NVIDIA driver)
-// the workers run on the CPU and the pool is nil.
-func assignGPUs(ctx context.Context, np int, notice func(string)) *devicePool {
+// the workers run on the CPU and the pool is nil. discover nil is
+// gpu.System.
+func assignGPUs(ctx context.Context, discover gpuInventory, np int, notice func(string)) *devicePool {
+	if discover == nil {
+		discover = gpu.System
+	}
 	ctx, cancel := context.WithTimeout(ctx, gpuDiscoveryTimeout)
 	defer cancel()
-	inv, err := gpu.System(ctx)
+	inv, err := discover(ctx)
 	if err != nil {
 		if !gpu.IsNoGPUs(err) {
 			notice(fmt.Sprintf("GPU discovery: %v", err))

@@ -111,11 +111,10 @@ func KilledBySignal(err error) bool {
 	return errors.As(err, &ee) && ee.Code == -1
 }
 
-// LocalLauncher starts workers as processes of this host. The first launch
-// looks for the host's GPUs: with at least as many as the workers sharing the
-// host at the start, each worker gets one of its own (CUDA_VISIBLE_DEVICES) for
-// as long as it runs, in ring order; with fewer, or none, workers choose
-// themselves.
+// LocalLauncher starts workers as processes of this host. They inherit this
+// process's CUDA_VISIBLE_DEVICES (every worker sees the same GPUs, as under
+// horovodrun, so that torch.cuda.set_device(hvd.local_rank()) picks one per
+// worker) unless AssignGPUs gives each its own.
 type LocalLauncher struct {
 	// CPUs is how many CPUs the workers share; each gets GOMAXPROCS =
 	// max(1, CPUs/Share) unless this process's environment sets GOMAXPROCS.
@@ -126,6 +125,17 @@ type LocalLauncher struct {
 	// Placement pins each worker to its share of the CPUs (launch.PlaceBalanced)
 	// or leaves them to the kernel (the default).
 	Placement launch.Placement
+	// AssignGPUs gives each worker one GPU of its own for as long as it
+	// runs, as CUDA_VISIBLE_DEVICES (a UUID, which the worker sees as device
+	// 0), in ring order (gpu.AssignDevices: NVLink and PCIe topology), when
+	// the first launch finds at least as many GPUs on this host as workers
+	// share it at the start; with fewer, or none, it says so (LaunchRequest's
+	// Notice) and the workers see every GPU. Scripts must then choose device
+	// 0, or local_rank() % device_count(), not local_rank().
+	AssignGPUs bool
+
+	// discoverGPUs is gpu.System unless a test gives another inventory.
+	discoverGPUs gpuInventory
 
 	once    sync.Once
 	devices *devicePool // nil without GPUs to hand out
@@ -140,7 +150,9 @@ func (l *LocalLauncher) Launch(ctx context.Context, r LaunchRequest) (Process, e
 	if notice == nil {
 		notice = func(string) {}
 	}
-	l.once.Do(func() { l.devices = assignGPUs(ctx, max(1, r.Share), notice) })
+	if l.AssignGPUs {
+		l.once.Do(func() { l.devices = assignGPUs(ctx, l.discoverGPUs, max(1, r.Share), notice) })
+	}
 	cpus := l.CPUs
 	if cpus <= 0 {
 		cpus = runtime.NumCPU()

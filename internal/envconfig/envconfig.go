@@ -343,6 +343,26 @@ func (w ElasticWorker) Environ() []string {
 // EnvVisibleDevices is CUDA's own variable: the GPUs a process may use.
 const EnvVisibleDevices = "CUDA_VISIBLE_DEVICES"
 
+// EnvAssignGPUs, read by gorovod run, turns on what --assign-gpus does when
+// the flag is not given: each worker the launcher starts on its own host gets
+// one GPU of its own through CUDA_VISIBLE_DEVICES (then seen as device 0).
+// A boolean as Go's strconv.ParseBool reads it ("1", "true", "0", "false").
+// Unset: off; every worker sees the GPUs the launcher's environment shows.
+const EnvAssignGPUs = "GOROVOD_ASSIGN_GPUS"
+
+// AssignGPUs reads EnvAssignGPUs (false when unset).
+func AssignGPUs(getenv func(string) string) (bool, error) {
+	v := getenv(EnvAssignGPUs)
+	if v == "" {
+		return false, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("envconfig: %s=%q: want 1 or 0 (true or false)", EnvAssignGPUs, v)
+	}
+	return on, nil
+}
+
 // VisibleDevices returns the entries of CUDA_VISIBLE_DEVICES, and whether it
 // is set at all (set but empty means no GPU).
 func VisibleDevices(lookup func(string) (string, bool)) ([]string, bool) {

@@ -153,6 +153,31 @@ func TestVisibleDevices(t *testing.T) {
 	}
 }
 
+func TestAssignGPUs(t *testing.T) {
+	cases := []struct {
+		val     string
+		want    bool
+		wantErr bool
+	}{
+		{val: "", want: false}, {val: "1", want: true}, {val: "true", want: true},
+		{val: "0", want: false}, {val: "false", want: false}, {val: "yes", wantErr: true}, {val: "2", wantErr: true},
+	}
+	for _, c := range cases {
+		got, err := AssignGPUs(func(name string) string {
+			if name == EnvAssignGPUs {
+				return c.val
+			}
+			return ""
+		})
+		if got != c.want || (err != nil) != c.wantErr {
+			t.Errorf("%s=%q: got %v, %v", EnvAssignGPUs, c.val, got, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), EnvAssignGPUs) {
+			t.Errorf("%s=%q: the error %q does not name the variable", EnvAssignGPUs, c.val, err)
+		}
+	}
+}
+
 func TestAddressDefaults(t *testing.T) {
 	base := map[string]string{EnvJobID: "j", EnvSecret: strings.Repeat("ab", 16), EnvSeeds: "127.0.0.1:7946"}
 	load := func(change map[string]string) (ElasticWorker, error) {

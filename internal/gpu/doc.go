@@ -2,7 +2,7 @@
 // name, memory, PCI bus id, compute capability), how each pair is connected
 // (NVLink, or how far apart on PCIe), a compact Summary for membership
 // metadata, and the assignment of one GPU per local worker
-// (AssignDevices, for CUDA_VISIBLE_DEVICES in the launcher).
+// (AssignDevices, for CUDA_VISIBLE_DEVICES under gorovod run --assign-gpus).
 //
 // Discovery goes through NVML, the driver's libnvidia-ml.so.1, loaded at the
 // first System call with dlopen, and the few functions it uses looked up with

@@ -38,3 +38,10 @@ type commandError struct {
 
 func (e *commandError) Error() string { return e.command + ": " + e.err.Error() }
 func (e *commandError) Unwrap() error { return e.err }
+
+// flagGiven reports whether the command line set the flag named name.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}

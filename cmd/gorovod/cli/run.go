@@ -45,6 +45,7 @@ type runOptions struct {
 	asJSON             bool
 	progress           string
 	placement          string
+	assignGPUs         bool
 	outputDir          string
 	cluster            clusterOptions // runcluster.go
 	hosts              hostOptions
@@ -105,6 +106,7 @@ func runWith(ctx context.Context, args []string, attach string, registry *heuris
 	fs.BoolVar(&o.asJSON, "json", false, "print the autoscaling decisions and the summary as JSON lines on stdout")
 	fs.StringVar(&o.progress, "progress", "auto", "progress bar: auto (when stderr is a terminal), always or never")
 	fs.StringVar(&o.placement, "placement", string(launch.PlaceAnywhere), "pin workers to CPUs: none, or balanced (each worker to its share of the CPUs)")
+	fs.BoolVar(&o.assignGPUs, "assign-gpus", false, "give each worker started on this host a GPU of its own: CUDA_VISIBLE_DEVICES names one (the worker sees it as device 0), in NVLink/PCIe ring order, when the host has at least as many GPUs as workers; scripts then use device 0, or local_rank() % device_count(), not local_rank(). Off (the default; "+envconfig.EnvAssignGPUs+"=1 turns it on): every worker sees the GPUs this process sees, as under horovodrun, and torch.cuda.set_device(hvd.local_rank()) gives each its own")
 	fs.StringVar(&o.outputDir, "output-dir", "", "the job's `directory`: each worker on this host writes its output there (worker-<i>.stdout, .stderr), which this process prints as it grows, beside the job's record (record.tsv); workers outlive this process, and 'gorovod follow DIR' shows the job again (default: a new directory under $TMPDIR, removed when the job ends under this process; one given here is kept)")
 	o.hosts.register(fs)
 	o.security = securityFlags(fs)
@@ -152,9 +154,7 @@ func runWith(ctx context.Context, args []string, attach string, registry *heuris
 		}
 		return nil
 	}
-	stragglersSet := false
-	fs.Visit(func(f *flag.Flag) { stragglersSet = stragglersSet || f.Name == "replace-stragglers" })
-	if !stragglersSet && (o.heuristic != "" || o.heuristicConfig != "") {
+	if !flagGiven(fs, "replace-stragglers") && (o.heuristic != "" || o.heuristicConfig != "") {
 		o.replaceStragglers = true
 	}
 	if o.minNP == 0 {
@@ -195,6 +195,12 @@ func runWith(ctx context.Context, args []string, attach string, registry *heuris
 	}
 	if _, err := launch.ParsePlacement(o.placement); err != nil {
 		return runUsage(stderr, "--placement: %v", err)
+	}
+	if !flagGiven(fs, "assign-gpus") {
+		var err error
+		if o.assignGPUs, err = envconfig.AssignGPUs(os.Getenv); err != nil {
+			return runUsage(stderr, "%v", err)
+		}
 	}
 	var err error
 	if o.dataSecurity, err = o.security.value(); err != nil {
@@ -259,7 +265,11 @@ or examples/fashion-mnist). Workers can be added (kill -USR1 <pid of gorovod
 run>, or by hand with 'gorovod attach JOBFILE -- TRAINER [ARGS...]' and the
 job file it prints), leave (kill -TERM <worker>) or die while training goes
 on; with --heuristic the job grows, shrinks and replaces stragglers by itself.
-Each worker's lines are printed prefixed by its launch index, [i].
+Each worker's lines are printed prefixed by its launch index, [i]. Workers
+see the GPUs this process sees (CUDA_VISIBLE_DEVICES as set here), as under
+horovodrun: torch.cuda.set_device(hvd.local_rank()) gives each its own. With
+--assign-gpus each worker of this host gets one GPU of its own instead, as
+device 0.
 
 With -H host1:2,host2:2, --hostfile FILE or --host-discovery-script CMD the
 workers run on those hosts, started over ssh (see README, "Several machines").
@@ -369,7 +379,7 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	if *o.lanes != 0 {
 		cfg.Env = append(cfg.Env, envconfig.EnvTCPLanes+"="+strconv.Itoa(*o.lanes))
 	}
-	if err := o.hosts.configure(ctx, &cfg, launch.Placement(o.placement), func(msg string) { out.report("%s", msg) }); err != nil {
+	if err := o.hosts.configure(ctx, &cfg, launch.Placement(o.placement), o.assignGPUs, func(msg string) { out.report("%s", msg) }); err != nil {
 		return err
 	}
 	// --slurm and --kubernetes replace the launcher (and the hosts).

@@ -146,9 +146,10 @@ func (h *hostOptions) prepare() error {
 
 // configure points the job at its hosts: the discovery, the ssh launcher
 // (this host's workers still start as local processes), the driver's gossip
-// address and what the workers need to pick theirs. notice reports
-// discovery failures and blacklistings.
-func (h *hostOptions) configure(ctx context.Context, cfg *job.Config, placement launch.Placement, notice func(string)) error {
+// address and what the workers need to pick theirs. assignGPUs gives each
+// worker of this host a GPU of its own (job.LocalLauncher.AssignGPUs).
+// notice reports discovery failures and blacklistings.
+func (h *hostOptions) configure(ctx context.Context, cfg *job.Config, placement launch.Placement, assignGPUs bool, notice func(string)) error {
 	cfg.StartTimeout = time.Duration(h.startTimeout)
 	if h.elasticTimeout > 0 {
 		cfg.Env = append(cfg.Env, envconfig.EnvElasticTimeout+"="+time.Duration(h.elasticTimeout).String())
@@ -157,7 +158,7 @@ func (h *hostOptions) configure(ctx context.Context, cfg *job.Config, placement 
 		cfg.Env = append(cfg.Env, envconfig.EnvNetworkInterface+"="+h.networkInterface)
 	}
 	if !h.anyHosts {
-		cfg.Launcher = &job.LocalLauncher{Placement: placement}
+		cfg.Launcher = &job.LocalLauncher{Placement: placement, AssignGPUs: assignGPUs}
 	} else {
 		var src hosts.Discovery = hosts.Static(h.static)
 		if h.script != "" {
@@ -166,7 +167,7 @@ func (h *hostOptions) configure(ctx context.Context, cfg *job.Config, placement 
 		w := job.NewHostWatch(src, hosts.WatchConfig{Cooldown: h.cool})
 		w.OnError = notice
 		cfg.Discovery = w
-		cfg.Launcher = &job.SSHLauncher{Local: job.LocalLauncher{Placement: placement}, SSH: launch.SSH{
+		cfg.Launcher = &job.SSHLauncher{Local: job.LocalLauncher{Placement: placement, AssignGPUs: assignGPUs}, SSH: launch.SSH{
 			Port: h.sshPort, IdentityFile: h.sshIdentity, Options: h.sshOptions,
 			ConnectTimeout: min(10*time.Second, time.Duration(h.startTimeout)), StartTimeout: time.Duration(h.startTimeout),
 		}}

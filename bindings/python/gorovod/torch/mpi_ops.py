@@ -29,10 +29,12 @@ records an event on the tensors' current stream
 library waits for that event before it reads them, so the call is ordered
 after the work queued before it and neither this thread nor the stream
 blocks; once synchronize() returns, the results are in place for any work
-queued afterwards. On a host with several GPUs, choose one per worker first:
-``torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())``
-(``gorovod run`` may already have given each worker its own GPU through
-CUDA_VISIBLE_DEVICES, which it then sees as device 0).
+queued afterwards. On a host with several GPUs, choose one per worker first,
+as in Horovod: ``torch.cuda.set_device(hvd.local_rank())`` (``gorovod run``
+leaves CUDA_VISIBLE_DEVICES as it finds it, so every worker sees every GPU).
+Under ``gorovod run --assign-gpus`` each worker sees only its own GPU, as
+device 0: use ``hvd.local_rank() % torch.cuda.device_count()``, which works
+both ways.
 """
 
 import functools
