@@ -45,6 +45,15 @@ func TestLauncher(t *testing.T) {
 		}
 		return p.(*Step)
 	}
+	// started waits for the wrapper's marker: it comes on stderr, the
+	// worker's "ready" on stdout, and the two streams are read apart, so
+	// "ready" can be seen first.
+	started := func(s *Step) {
+		t.Helper()
+		waitCond(t, 30*time.Second, "the step's marker", func() (bool, string) {
+			return s.ID() != "", fmt.Sprintf("step %q", s.ID())
+		})
+	}
 	done := func(s *Step) error {
 		t.Helper()
 		select {
@@ -59,6 +68,7 @@ func TestLauncher(t *testing.T) {
 	// A worker that leaves on SIGTERM.
 	leaver := launch(ctx, 0, envHelper+"=worker")
 	ready := strings.Fields(out.wait(t, 0, "ready ", time.Minute))
+	started(leaver)
 	if pid, _ := strconv.Atoi(ready[2]); leaver.PID() != pid || leaver.Host() != ready[1] || !strings.HasPrefix(leaver.ID(), alloc+".") {
 		t.Fatalf("step %q on %q pid %d; the worker reported %q", leaver.ID(), leaver.Host(), leaver.PID(), ready)
 	}
@@ -78,6 +88,7 @@ func TestLauncher(t *testing.T) {
 	// One that ignores SIGTERM, killed: lost, not failed.
 	stubborn := launch(ctx, 1, envHelper+"=worker", envOnTerm+"=ignore")
 	out.wait(t, 1, "ready ", time.Minute)
+	started(stubborn)
 	if err := stubborn.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +108,7 @@ func TestLauncher(t *testing.T) {
 	wctx, stop := context.WithCancel(ctx)
 	stopped := launch(wctx, 3, envHelper+"=worker", envOnTerm+"=ignore")
 	out.wait(t, 3, "ready ", time.Minute)
+	started(stopped)
 	stop()
 	if err := done(stopped); !errors.As(err, &xe) || xe.Signal != job.StopSignal {
 		t.Fatalf("a stopped worker: %v", err)
