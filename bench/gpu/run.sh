@@ -300,17 +300,20 @@ fi
 benchlog=$OUT/bench.log
 section "$benchlog" "allreduce: gorovod run --np 2 -- allreduce_bench.py"
 if pystep allreduce 75 150; then
-  timeout -s INT -k 15 "$t" "$gorovod" run --np 2 -- "$py" "$scripts/allreduce_bench.py" --out "$work/ar.jsonl" \
-    --budget $((t - 20)) $cpuflag ${ar_max[@]+"${ar_max[@]}"} >"$work/ar.log" 2>&1
+  # At level info the library says which way device allreduces go (CUDA
+  # IPC between the two workers, or the staged ring and why).
+  GOROVOD_LOG_LEVEL=info timeout -s INT -k 15 "$t" "$gorovod" run --np 2 -- "$py" "$scripts/allreduce_bench.py" \
+    --out "$work/ar.jsonl" --budget $((t - 20)) $cpuflag ${ar_max[@]+"${ar_max[@]}"} >"$work/ar.log" 2>&1
   rc=$?
   reap "$work/ar.log" allreduce_bench.py
   cat "$work/ar.log" >>"$benchlog"
+  how=$(grep -m1 -o 'device allreduces [^"]*' "$work/ar.log" | cut -c1-160)
   tag allreduce "$work/ar.jsonl"
   n=$(grep -c '"kind": "allreduce"' "$work/ar.jsonl" 2>/dev/null)
   staged=$(grep -c '"path": "host-staged"' "$work/ar.jsonl" 2>/dev/null)
   e=$(grep -m1 '"kind": "error"' "$work/ar.jsonl" 2>/dev/null | cut -c1-240)
   [ -z "$e" ] && [ "$rc" -ne 0 ] && e=$(errors "$work/ar.log")
-  note "allreduce: rc=$rc ${n:-0} measurements (${staged:-0} host-staged)${e:+; first error: $e}"
+  note "allreduce: rc=$rc ${n:-0} measurements (${staged:-0} host-staged)${how:+; $how}${e:+; first error: $e}"
 fi
 
 # ---- 5. PyTorch baseline: Gloo on CUDA tensors, device-to-device copy
