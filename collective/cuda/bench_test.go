@@ -114,37 +114,29 @@ func benchAllreduce(b *testing.B, device bool) {
 // the GPU's own copy bandwidth through this backend, the yardstick for the
 // allreduce's bus bandwidth. SetBytes counts the bytes copied once.
 func BenchmarkCopyDevice(b *testing.B) {
-	d, err := NewDevice(context.Background(), 0)
-	if err != nil {
-		b.Skipf("no GPU: %v", err)
-	}
-	defer d.Close()
-	ctx := context.Background()
-	for _, size := range benchSizes {
-		b.Run(sizeName(size), func(b *testing.B) {
-			src, err := d.Alloc(ctx, size)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer src.Free()
-			dst, err := d.Alloc(ctx, size)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer dst.Free()
-			b.SetBytes(int64(size))
-			for b.Loop() {
-				if err := dst.CopyFrom(ctx, 0, src, 0, size); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	benchCopy(b, func(sb *testing.B, ctx context.Context, d *Device, src *Memory, size int) (func() error, error) {
+		dst, err := d.Alloc(ctx, size)
+		if err != nil {
+			return nil, err
+		}
+		sb.Cleanup(func() { dst.Free() })
+		return func() error { return dst.CopyFrom(ctx, 0, src, 0, size) }, nil
+	})
 }
 
 // BenchmarkCopyToHost is a device-to-host copy into ordinary Go memory of
 // each size, the step the device path adds per chunk.
 func BenchmarkCopyToHost(b *testing.B) {
+	benchCopy(b, func(_ *testing.B, ctx context.Context, d *Device, src *Memory, size int) (func() error, error) {
+		host := make([]byte, size)
+		return func() error { return src.CopyToHost(ctx, host, 0) }, nil
+	})
+}
+
+// benchCopy times, for each size, the copy that prepare returns out of a
+// device allocation of that size (what prepare allocates it frees with the
+// sub-benchmark sb).
+func benchCopy(b *testing.B, prepare func(sb *testing.B, ctx context.Context, d *Device, src *Memory, size int) (func() error, error)) {
 	d, err := NewDevice(context.Background(), 0)
 	if err != nil {
 		b.Skipf("no GPU: %v", err)
@@ -158,10 +150,13 @@ func BenchmarkCopyToHost(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer src.Free()
-			host := make([]byte, size)
+			copyOnce, err := prepare(b, ctx, d, src, size)
+			if err != nil {
+				b.Fatal(err)
+			}
 			b.SetBytes(int64(size))
 			for b.Loop() {
-				if err := src.CopyToHost(ctx, host, 0); err != nil {
+				if err := copyOnce(); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -812,15 +812,22 @@ func checkIPCEvents(t *testing.T, events []ipcEvent) {
 // on one GPU (shares reduced in chains of two), against exact results.
 func TestAllreduceIPCThreeRanks(t *testing.T) {
 	openDevice(t)
+	checkWorkersDone(t, runIPCWorkers(t, "three", 3), 3)
+}
+
+// checkWorkersDone logs each worker's counts and fails unless all np
+// reported done.
+func checkWorkersDone(t *testing.T, events []ipcEvent, np int) {
+	t.Helper()
 	done := 0
-	for _, e := range runIPCWorkers(t, "three", 3) {
+	for _, e := range events {
 		if e.Kind == "done" {
 			done++
 			t.Logf("rank %d: %d allreduces through IPC, %d through the host; cached mappings dropped %d times", e.Rank, e.IPCCalls, e.HostCalls, e.Remaps)
 		}
 	}
-	if done != 3 {
-		t.Fatalf("%d of 3 workers finished", done)
+	if done != np {
+		t.Fatalf("%d of %d workers finished", done, np)
 	}
 }
 
@@ -829,16 +836,7 @@ func TestAllreduceIPCThreeRanks(t *testing.T) {
 // binding does) runs its allreduces of device memory through IPC.
 func TestAllreduceIPCThroughCommunicator(t *testing.T) {
 	openDevice(t)
-	done := 0
-	for _, e := range runIPCWorkers(t, "hook", 2) {
-		if e.Kind == "done" {
-			done++
-			t.Logf("rank %d: %d allreduces through IPC, %d through the host", e.Rank, e.IPCCalls, e.HostCalls)
-		}
-	}
-	if done != 2 {
-		t.Fatalf("%d of 2 workers finished", done)
-	}
+	checkWorkersDone(t, runIPCWorkers(t, "hook", 2), 2)
 }
 
 // TestAllreduceIPCDeadPeer checks that a rank whose peer process died in
