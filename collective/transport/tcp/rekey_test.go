@@ -259,80 +259,40 @@ func TestRekeyKeepsSurvivingLinks(t *testing.T) {
 	}
 }
 
-// recordingProxy forwards one dialer's connections to target on real
-// sockets; after the handshake it keeps a copy of every byte the dialer
-// sends, and can write bytes of its own into the stream to the target, or
-// cut every connection.
+// recordingProxy is a path that keeps a copy of every byte the dialer
+// sends after the handshake, and can write bytes of its own into the
+// stream to the target.
 type recordingProxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	rec    []byte
-	conns  []net.Conn
-	server net.Conn // the last connection to the target
+	*pathProxy
+	mu  sync.Mutex // held while a chunk is recorded and forwarded
+	rec []byte
 }
 
 func newRecordingProxy(t *testing.T, target string) *recordingProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &recordingProxy{ln: ln, target: target}
-	p.wg.Go(p.acceptLoop)
-	t.Cleanup(func() {
-		p.ln.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *recordingProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *recordingProxy) acceptLoop() {
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
+	p := &recordingProxy{}
+	p.pathProxy = newPathProxy(t, target, func(client, server net.Conn) {
+		if _, err := io.CopyN(server, client, handshake.HelloSize+handshake.ResponseSize); err != nil {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, client, server)
-		p.server = server
-		p.mu.Unlock()
-		p.wg.Go(func() {
-			io.Copy(client, server)
-			client.Close()
-		})
-		p.wg.Go(func() {
-			defer server.Close()
-			if _, err := io.CopyN(server, client, handshake.HelloSize+handshake.ResponseSize); err != nil {
-				return
-			}
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := client.Read(buf)
-				if n > 0 {
-					p.mu.Lock()
-					p.rec = append(p.rec, buf[:n]...)
-					_, werr := server.Write(buf[:n])
-					p.mu.Unlock()
-					if werr != nil {
-						return
-					}
-				}
-				if err != nil {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := client.Read(buf)
+			if n > 0 {
+				p.mu.Lock()
+				p.rec = append(p.rec, buf[:n]...)
+				_, werr := server.Write(buf[:n])
+				p.mu.Unlock()
+				if werr != nil {
 					return
 				}
 			}
-		})
-	}
+			if err != nil {
+				return
+			}
+		}
+	})
+	return p
 }
 
 // recorded returns and forgets what the dialer sent since the last call.
@@ -348,19 +308,8 @@ func (p *recordingProxy) recorded() []byte {
 func (p *recordingProxy) inject(b []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, err := p.server.Write(b)
+	_, err := p.lastToTarget().Write(b)
 	return err
-}
-
-// cut closes every connection through the proxy.
-func (p *recordingProxy) cut() {
-	p.mu.Lock()
-	conns := p.conns
-	p.conns = nil
-	p.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
-	}
 }
 
 // TestRekeyRejectsOldFrames: a frame of the old world, recorded on the path

@@ -18,121 +18,50 @@ import (
 	"github.com/gorovod/gorovod/collective/transport/tcp"
 )
 
-// tamperProxy stands between a dialing rank and the rank it dials, on real
-// loopback sockets: it forwards the handshake untouched, then holds the
-// first n bytes the dialer sends after it, rewrites them with edit and
-// passes them and everything after on. It plays whoever controls the path
-// between two hosts.
-type tamperProxy struct {
-	ln     net.Listener
-	target string
-	n      int
-	edit   func([]byte) []byte
-	// only, when not negative, limits the tampering to connections whose
-	// hello names that lane; edit nil cuts them after n bytes instead.
-	only   int
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  []net.Conn
-	closed bool
-}
-
-func newTamperProxy(t *testing.T, target string, n int, edit func([]byte) []byte) *tamperProxy {
+// newTamperProxy is a path that forwards the handshake untouched, then
+// holds the first n bytes the dialer sends after it, rewrites them with
+// edit and passes them and everything after on.
+func newTamperProxy(t *testing.T, target string, n int, edit func([]byte) []byte) *pathProxy {
 	t.Helper()
 	return newLaneTamperProxy(t, target, n, edit, -1)
 }
 
-// newLaneTamperProxy is newTamperProxy for the connections of lane only.
-func newLaneTamperProxy(t *testing.T, target string, n int, edit func([]byte) []byte, only int) *tamperProxy {
+// newLaneTamperProxy is newTamperProxy for the connections whose hello
+// names lane only (all when lane is negative); edit nil cuts them after n
+// bytes instead.
+func newLaneTamperProxy(t *testing.T, target string, n int, edit func([]byte) []byte, lane int) *pathProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tamperProxy{ln: ln, target: target, n: n, edit: edit, only: only}
-	p.wg.Go(p.acceptLoop)
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *tamperProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *tamperProxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		c.Close()
-		return false
-	}
-	p.conns = append(p.conns, c)
-	return true
-}
-
-func (p *tamperProxy) close() {
-	p.mu.Lock()
-	p.closed = true
-	conns := p.conns
-	p.mu.Unlock()
-	p.ln.Close()
-	for _, c := range conns {
-		c.Close()
-	}
-	p.wg.Wait()
-}
-
-func (p *tamperProxy) acceptLoop() {
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
+	return newPathProxy(t, target, func(client, server net.Conn) {
+		// The dialer's side of the handshake: its hello and its proof.
+		hello := make([]byte, handshake.HelloSize)
+		if _, err := io.ReadFull(client, hello); err != nil {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		if !p.track(client) || !p.track(server) {
-			client.Close()
-			server.Close()
+		if _, err := server.Write(hello); err != nil {
 			return
 		}
-		p.wg.Go(func() {
-			io.Copy(client, server)
-			client.Close()
-		})
-		p.wg.Go(func() {
-			defer server.Close()
-			// The dialer's side of the handshake: its hello and its proof.
-			hello := make([]byte, handshake.HelloSize)
-			if _, err := io.ReadFull(client, hello); err != nil {
-				return
-			}
-			if _, err := server.Write(hello); err != nil {
-				return
-			}
-			if _, err := io.CopyN(server, client, handshake.ResponseSize); err != nil {
-				return
-			}
-			var h handshake.Hello
-			if p.only >= 0 && (handshake.DecodeHello(hello, &h) != nil || int(h.Lane) != p.only) {
-				io.Copy(server, client)
-				return
-			}
-			held := make([]byte, p.n)
-			if _, err := io.ReadFull(client, held); err != nil {
-				return
-			}
-			if p.edit == nil {
-				// Cut: what was held is lost, and the connection with it.
-				client.Close()
-				return
-			}
-			if _, err := server.Write(p.edit(held)); err != nil {
-				return
-			}
+		if _, err := io.CopyN(server, client, handshake.ResponseSize); err != nil {
+			return
+		}
+		var h handshake.Hello
+		if lane >= 0 && (handshake.DecodeHello(hello, &h) != nil || int(h.Lane) != lane) {
 			io.Copy(server, client)
-		})
-	}
+			return
+		}
+		held := make([]byte, n)
+		if _, err := io.ReadFull(client, held); err != nil {
+			return
+		}
+		if edit == nil {
+			// Cut: what was held is lost, and the connection with it.
+			client.Close()
+			return
+		}
+		if _, err := server.Write(edit(held)); err != nil {
+			return
+		}
+		io.Copy(server, client)
+	})
 }
 
 // TestTamperedFrames: a path that changes one bit of a frame, replays,
