@@ -156,19 +156,6 @@ func poll(t *testing.T, what string, within time.Duration, cond func() bool) {
 	}
 }
 
-// buildStatic builds pkg into dir/out without cgo, for an image that has no
-// C library.
-func buildStatic(t *testing.T, dir, out, pkg string) string {
-	t.Helper()
-	path := filepath.Join(dir, out)
-	build := exec.Command("go", "build", "-o", path, pkg)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building %s: %v: %s", pkg, err, b)
-	}
-	return path
-}
-
 // TestGorovodJobDriverPlacement runs `gorovod run --gorovodjob` (the real
 // binary, as the driver's service account with only the contract's rights)
 // against a real API server whose nodes are registered through the API and
@@ -307,29 +294,11 @@ func TestGorovodJobOnKubelet(t *testing.T) {
 	const notice = 4 * time.Second
 	cp := testkube.New(t, testkube.DefaultConfig())
 	dir := t.TempDir()
-	pause := buildStatic(t, dir, "pause", "../../cluster/kube/testdata/podhelper")
-	trainer := buildStatic(t, dir, "synthetic", "../../examples/synthetic")
-	node := cp.NewNode(t, testkube.NodeConfig{
-		PauseRef: "gorovod.local/pause:test",
-		Images: []testkube.Image{
-			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": pause}, Entrypoint: []string{"/bin/pause", "pause"}},
-			{Ref: "gorovod.local/synthetic:test", Files: map[string]string{"bin/synthetic": trainer}, Entrypoint: []string{"/bin/synthetic"}},
-		},
-	})
+	node := cp.NewNode(t, testkube.NodeConfig{PauseRef: pauseImage, Images: trainerImages(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	c := newGorovodJobCluster(ctx, t, cp, "gorovod-jobs")
-	// The node's worker slots, as an operator advertises them on a node
-	// without GPUs (the kubelet admits a pod only within them).
-	if _, err := c.admin.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType,
-		[]byte(`{"status":{"capacity":{"gorovod.io/slot":"4"}}}`), metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatal(err)
-	}
-	poll(t, "the node's slots allocatable", time.Minute, func() bool {
-		n, err := c.admin.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
-		q := n.Status.Allocatable["gorovod.io/slot"]
-		return err == nil && q.Value() == 4
-	})
+	advertiseSlots(ctx, t, c.admin, node.Name, 4)
 
 	// No scheduler and no CNI plugin here (package testkube): the pods use
 	// the node's network, where the driver listens on loopback.
@@ -344,7 +313,7 @@ spec:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c.submit(ctx, t, "e2e", api.Spec{Image: "gorovod.local/synthetic:test",
+	c.submit(ctx, t, "e2e", api.Spec{Image: trainerImage,
 		Command: []string{"/bin/synthetic", "--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "24",
 			"--model-size", "20000", "--compute", "2ms"},
 		// No pod IP without a node IP: the workers meet on loopback.
@@ -359,23 +328,9 @@ spec:
 		"--leave-notice", notice.String())
 	dumpOnCancel(cmd)
 	h := startHarness(t, cmd)
-	logs := &podLogs{dir: node.LogDir, read: map[string]int64{}, partial: map[string]string{}}
-	logsCtx, stopLogs := context.WithCancel(ctx)
-	logsDone := make(chan struct{})
-	go func() {
-		defer close(logsDone)
-		logs.follow(logsCtx, h)
-	}()
-	defer func() {
-		stopLogs()
-		<-logsDone
-	}()
-	defer func() {
-		if t.Failed() {
-			log := h.logText()
-			t.Logf("the driver's log (last 12 KiB):\n%s", log[max(0, len(log)-12<<10):])
-		}
-	}()
+	stopLogs := followPodLogs(ctx, h, node.LogDir)
+	defer stopLogs()
+	h.logTailOnFailure(t, "the driver's log")
 	// membersAt are the workers that trained in a world of size after step
 	// (waitFor's conditions get the lines under the harness's lock).
 	membersAt := func(lines []trainerLine, step int64, size int) []int {
@@ -459,8 +414,6 @@ spec:
 		t.Fatal("the job did not finish")
 	}
 	stopLogs()
-	<-logsDone
-	logs.poll(h) // the lines written last
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !regexp.MustCompile(`\d+ workers finished, 0 lost, 0 failed`).MatchString(h.log.String()) {

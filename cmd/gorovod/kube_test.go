@@ -5,15 +5,16 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gorovod/gorovod/cluster/kube"
@@ -87,6 +88,61 @@ func (p *podLogs) poll(h *runJobHarness) {
 	}
 }
 
+// followPodLogs feeds the trainer lines of the worker pods' logs under
+// dir (a node's LogDir) to h until the returned stop is called; stop then
+// takes the lines written last, and may be called again.
+func followPodLogs(ctx context.Context, h *runJobHarness, dir string) (stop func()) {
+	logs := &podLogs{dir: dir, read: map[string]int64{}, partial: map[string]string{}}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		logs.follow(ctx, h)
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			logs.poll(h)
+		})
+	}
+}
+
+// Images of the tests' worker pods on a real kubelet.
+const (
+	pauseImage   = "gorovod.local/pause:test"
+	trainerImage = "gorovod.local/synthetic:test"
+)
+
+// trainerImages are the pause container and the synthetic trainer
+// (examples/synthetic) as images, static builds.
+func trainerImages(t *testing.T) []testkube.Image {
+	t.Helper()
+	pause := testkube.BuildStatic(t, "../../cluster/kube/testdata/podhelper")
+	trainer := testkube.BuildStatic(t, "../../examples/synthetic")
+	return []testkube.Image{
+		{Ref: pauseImage, Files: map[string]string{"bin/pause": pause}, Entrypoint: []string{"/bin/pause", "pause"}},
+		{Ref: trainerImage, Files: map[string]string{"bin/synthetic": trainer}, Entrypoint: []string{"/bin/synthetic"}},
+	}
+}
+
+// advertiseSlots gives node n gorovod.io/slot resources, as an operator
+// advertises them on a node without GPUs (the kubelet admits a pod only
+// within them), and waits until they are allocatable.
+func advertiseSlots(ctx context.Context, t *testing.T, admin kubernetes.Interface, node string, n int) {
+	t.Helper()
+	if _, err := admin.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType,
+		fmt.Appendf(nil, `{"status":{"capacity":{"gorovod.io/slot":"%d"}}}`, n), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the node's slots allocatable", time.Minute, func() bool {
+		got, err := admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		q := got.Status.Allocatable["gorovod.io/slot"]
+		return err == nil && q.Value() == int64(n)
+	})
+}
+
 // TestKubernetesElasticJob runs an elastic job with `gorovod run
 // --kubernetes` from outside the cluster (--kubeconfig): its workers are
 // pods that a real kubelet runs (containerd, runc, the synthetic trainer in
@@ -108,24 +164,7 @@ func TestKubernetesElasticJob(t *testing.T) {
 	const notice = 4 * time.Second
 	cp := testkube.New(t, testkube.DefaultConfig())
 	dir := t.TempDir()
-	static := func(out, pkg string) string {
-		path := filepath.Join(dir, out)
-		build := exec.Command("go", "build", "-o", path, pkg)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0") // the image has no C library
-		if b, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v: %s", pkg, err, b)
-		}
-		return path
-	}
-	pause := static("pause", "../../cluster/kube/testdata/podhelper")
-	trainer := static("synthetic", "../../examples/synthetic")
-	node := cp.NewNode(t, testkube.NodeConfig{
-		PauseRef: "gorovod.local/pause:test",
-		Images: []testkube.Image{
-			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": pause}, Entrypoint: []string{"/bin/pause", "pause"}},
-			{Ref: "gorovod.local/synthetic:test", Files: map[string]string{"bin/synthetic": trainer}, Entrypoint: []string{"/bin/synthetic"}},
-		},
-	})
+	node := cp.NewNode(t, testkube.NodeConfig{PauseRef: pauseImage, Images: trainerImages(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
@@ -163,28 +202,14 @@ spec:
 	}
 
 	h := startRunJob(t, "--kubernetes", "--kubeconfig", kubeconfig, "--kubernetes-namespace", ns,
-		"--kubernetes-job", "e2e", "--kubernetes-image", "gorovod.local/synthetic:test", "--kubernetes-pod-template", template,
+		"--kubernetes-job", "e2e", "--kubernetes-image", trainerImage, "--kubernetes-pod-template", template,
 		"--np", "2", "--json", "--heuristic", "fixed-schedule", "--heuristic-opt", "schedule=0:2,40:3",
 		"--leave-notice", notice.String(),
 		"--", "/bin/synthetic", "--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "24",
 		"--model-size", "20000", "--compute", "5ms")
-	logs := &podLogs{dir: node.LogDir, read: map[string]int64{}, partial: map[string]string{}}
-	logsCtx, stopLogs := context.WithCancel(ctx)
-	logsDone := make(chan struct{})
-	go func() {
-		defer close(logsDone)
-		logs.follow(logsCtx, h)
-	}()
-	defer func() {
-		stopLogs()
-		<-logsDone
-	}()
-	defer func() {
-		if t.Failed() {
-			log := h.logText()
-			t.Logf("gorovod run's log (last 12 KiB):\n%s", log[max(0, len(log)-12<<10):])
-		}
-	}()
+	stopLogs := followPodLogs(ctx, h, node.LogDir)
+	defer stopLogs()
+	h.logTailOnFailure(t, "gorovod run's log")
 
 	h.waitFor(t, "a world of 3 pods", 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == 3 })
 	pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=e2e," + kube.LabelRole + "=" + kube.RoleWorker})
@@ -232,8 +257,6 @@ spec:
 		t.Fatal("the job did not finish")
 	}
 	stopLogs()
-	<-logsDone
-	logs.poll(h) // the lines written last
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	evs := h.engineEventsLocked(t)

@@ -40,12 +40,7 @@ func TestSIGTERMStorms(t *testing.T) {
 		"--leave-notice", notice.String(), "--", synthetic,
 		"--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "24",
 		"--model-size", "20000", "--compute", "1ms", "-v")
-	defer func() {
-		if t.Failed() {
-			log := h.logText()
-			t.Logf("gorovod run's log (last 12 KiB):\n%s", log[max(0, len(log)-12<<10):])
-		}
-	}()
+	h.logTailOnFailure(t, "gorovod run's log")
 	h.waitFor(t, "step 20 in a world of 4", time.Minute, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 4 })
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 0))
@@ -154,12 +149,7 @@ func everyWorkerPreempted(t *testing.T, preempt func(*testing.T, *runJobHarness)
 	const notice = 3 * time.Second
 	h := startRunJob(t, "--np", "3", "--min-np", "2", "--leave-notice", notice.String(), "--", synthetic,
 		"--steps", "100000", "--json", "--samples", fmt.Sprint(samples), "--batch", "24", "--model-size", "20000", "--compute", "1ms", "-v")
-	defer func() {
-		if t.Failed() {
-			log := h.logText()
-			t.Logf("gorovod run's log (last 12 KiB):\n%s", log[max(0, len(log)-12<<10):])
-		}
-	}()
+	h.logTailOnFailure(t, "gorovod run's log")
 	h.waitFor(t, "step 60 in a world of 3", time.Minute, func(l []trainerLine) bool { return maxStep(l) >= 60 && lastSize(l) == 3 })
 	t0 := time.Now()
 	preempt(t, h)

@@ -86,6 +86,17 @@ func startRunJobWith(t *testing.T, launcher string, args ...string) *runJobHarne
 	return startRunJobArgv(t, append([]string{launcher, "run"}, args...))
 }
 
+// logTailOnFailure has t log the last 12 KiB of h's output, named what, if
+// the test fails.
+func (h *runJobHarness) logTailOnFailure(t *testing.T, what string) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			log := h.logText()
+			t.Logf("%s (last 12 KiB):\n%s", what, log[max(0, len(log)-12<<10):])
+		}
+	})
+}
+
 // startRunJobArgv runs argv, a `gorovod run` command line (behind a prefix
 // such as nsenter's), and follows its output.
 func startRunJobArgv(t *testing.T, argv []string) *runJobHarness {

@@ -283,9 +283,7 @@ func newE2ECluster(t *testing.T, timeout time.Duration) *e2eCluster {
 	}
 	cp := testkube.New(t, testkube.DefaultConfig())
 	dir := t.TempDir()
-	pause := buildStatic(t, dir, "pause", "../../cluster/kube/testdata/podhelper")
-	trainer := buildStatic(t, dir, "synthetic", "../../examples/synthetic")
-	driver := buildStatic(t, dir, "gorovod", ".")
+	driver := testkube.BuildStatic(t, "github.com/gorovod/gorovod/cmd/gorovod")
 	// The workers' pod template, in the driver's image: host network (no
 	// CNI plugin), the images imported on the nodes.
 	template := filepath.Join(dir, "pod.yaml")
@@ -303,14 +301,11 @@ spec:
 	nodeCfg := testkube.NodeConfig{
 		// Ready nodes: the scheduler places workers on no other.
 		NetworkReady: true,
-		PauseRef:     "gorovod.local/pause:test",
-		Images: []testkube.Image{
-			{Ref: "gorovod.local/pause:test", Files: map[string]string{"bin/pause": pause}, Entrypoint: []string{"/bin/pause", "pause"}},
-			{Ref: "gorovod.local/synthetic:test", Files: map[string]string{"bin/synthetic": trainer}, Entrypoint: []string{"/bin/synthetic"}},
+		PauseRef:     pauseImage,
+		Images: append(trainerImages(t),
 			// The driver writes its workers' environment under /tmp.
-			{Ref: driverImage, Files: map[string]string{"usr/local/bin/gorovod": driver, "etc/gorovod/pod.yaml": template, "tmp/pod.yaml": template},
-				Entrypoint: []string{"/usr/local/bin/gorovod"}},
-		},
+			testkube.Image{Ref: driverImage, Files: map[string]string{"usr/local/bin/gorovod": driver, "etc/gorovod/pod.yaml": template, "tmp/pod.yaml": template},
+				Entrypoint: []string{"/usr/local/bin/gorovod"}}),
 	}
 	nodes := []*testkube.Node{cp.NewNode(t, nodeCfg), cp.NewNode(t, nodeCfg)}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -333,18 +328,8 @@ spec:
 	if err := cp.WaitForServiceAccount(ctx, admin, "gorovod-system"); err != nil {
 		t.Fatal(err)
 	}
-	// Two worker slots a node, as an operator advertises them on nodes
-	// without GPUs.
 	for _, n := range nodes {
-		if _, err := admin.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType,
-			[]byte(`{"status":{"capacity":{"gorovod.io/slot":"2"}}}`), metav1.PatchOptions{}, "status"); err != nil {
-			t.Fatal(err)
-		}
-		poll(t, "the node's slots allocatable", time.Minute, func() bool {
-			got, err := admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-			q := got.Status.Allocatable["gorovod.io/slot"]
-			return err == nil && q.Value() == 2
-		})
+		advertiseSlots(ctx, t, admin, n.Name, 2)
 	}
 	jobs := adminDyn.Resource(api.GroupVersionResource()).Namespace(ns)
 

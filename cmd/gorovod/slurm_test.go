@@ -111,12 +111,7 @@ func TestSlurmElasticJob(t *testing.T) {
 		"--leave-notice", notice.String(),
 		"--", synthetic, "--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples)}
 	h := salloc(t, c, 6, append(args, knownCurve...)...)
-	defer func() {
-		if t.Failed() {
-			log := h.logText()
-			t.Logf("gorovod run's log (last 12 KiB):\n%s", log[max(0, len(log)-12<<10):])
-		}
-	}()
+	h.logTailOnFailure(t, "gorovod run's log")
 
 	// The search grows from 1 by 4: five workers, five steps.
 	h.waitFor(t, "a world of 5", 2*time.Minute, func(l []trainerLine) bool { return lastSize(l) >= 5 })
