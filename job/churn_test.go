@@ -387,8 +387,9 @@ const warmUpSteps = 2 * 4096
 // measureChurn runs a job of 3 workers (churnJob), makes at least warmup
 // world changes and warmUpSteps steps, then measures the driver's and the
 // survivor's live heaps (sampleHeaps), makes at least changes more and
-// measures them again.
-func measureChurn(t testing.TB, warmup, changes int, limit time.Duration) churnMemory {
+// measures them again; every, when positive, has it also measure and log
+// them every that many changes on the way.
+func measureChurn(t testing.TB, warmup, changes, every int, limit time.Duration) churnMemory {
 	t.Helper()
 	if *churnProfiles != "" {
 		runtime.MemProfileRate = 64 // every allocation shows in the profiles' difference
@@ -409,8 +410,26 @@ func measureChurn(t testing.TB, warmup, changes int, limit time.Duration) churnM
 		c.fail(fmt.Errorf("warm-up: %w", err))
 	}
 	m.rssBefore = residentSet(t)
-	if m.changes, err = c.churn(ctx, changes); err != nil {
-		c.fail(fmt.Errorf("after %d world changes: %w", m.changes, err))
+	for m.changes < changes {
+		stretch := changes - m.changes
+		if every > 0 {
+			stretch = min(stretch, every)
+		}
+		n, err := c.churn(ctx, stretch)
+		m.changes += n
+		if err != nil {
+			c.fail(fmt.Errorf("after %d world changes: %w", m.changes, err))
+		}
+		if m.changes >= changes {
+			break
+		}
+		driver, worker, more, err := c.sampleHeaps(ctx, fmt.Sprintf("driver-%d", m.changes))
+		m.changes += more
+		if err != nil {
+			c.fail(fmt.Errorf("after %d world changes: %w", m.changes, err))
+		}
+		t.Logf("after %d world changes: driver live heap %s, surviving worker %s, resident set %s",
+			m.changes, kib(driver), kib(worker), kib(residentSet(t)))
 	}
 	var more int
 	m.driverAfter, m.workerAfter, more, err = c.sampleHeaps(ctx, "driver-churned")
@@ -437,7 +456,7 @@ func TestMemoryDoesNotGrowWithChurn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real worker processes; skipped with -short")
 	}
-	m := measureChurn(t, 10, 30, 90*time.Second)
+	m := measureChurn(t, 10, 30, 0, 90*time.Second)
 	t.Log(m)
 	for _, p := range []struct {
 		who           string
@@ -451,7 +470,8 @@ func TestMemoryDoesNotGrowWithChurn(t *testing.T) {
 
 // TestSoakChurn is the long run of TestMemoryDoesNotGrowWithChurn, for the
 // figures in docs/multihost.md: GOROVOD_SOAK=1 runs it, GOROVOD_SOAK_CHANGES
-// world changes after the warm-up (default 1000).
+// world changes after the warm-up (default 1000), measuring also every
+// GOROVOD_SOAK_SAMPLE_EVERY changes when set.
 func TestSoakChurn(t *testing.T) {
 	if os.Getenv("GOROVOD_SOAK") != "1" {
 		t.Skip("a soak test: GOROVOD_SOAK=1 runs it")
@@ -463,6 +483,13 @@ func TestSoakChurn(t *testing.T) {
 			t.Fatalf("GOROVOD_SOAK_CHANGES=%q: want a positive count", s)
 		}
 	}
-	m := measureChurn(t, 10, changes, 10*time.Hour)
+	every := 0
+	if s := os.Getenv("GOROVOD_SOAK_SAMPLE_EVERY"); s != "" {
+		var err error
+		if every, err = strconv.Atoi(s); err != nil || every < 0 {
+			t.Fatalf("GOROVOD_SOAK_SAMPLE_EVERY=%q: want a count of world changes", s)
+		}
+	}
+	m := measureChurn(t, 10, changes, every, 10*time.Hour)
 	t.Logf("%v; resident set %s -> %s", m, kib(m.rssBefore), kib(m.rssAfter))
 }
