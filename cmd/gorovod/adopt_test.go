@@ -143,20 +143,7 @@ func TestRunAttach(t *testing.T) {
 	ws := waitOutput(t, dir, 5, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
 		return maxStep(ws[0]) >= steps && maxStep(ws[1]) >= steps && maxStep(ws[4]) >= steps
 	})
-	params := map[int64]string{}
-	for i, lines := range ws {
-		for _, l := range lines {
-			if p, ok := params[l.Step]; ok && p != l.Params {
-				t.Fatalf("step %d: worker %d has parameters %.12s, another %.12s", l.Step, i, l.Params, p)
-			}
-			params[l.Step] = l.Params
-		}
-	}
-	for s := int64(1); s <= steps; s++ {
-		if _, ok := params[s]; !ok {
-			t.Fatalf("no worker committed step %d", s)
-		}
-	}
+	checkEveryStepAgreed(t, ws, steps)
 	log := a.logText()
 	t.Logf("the new runner's log:\n%s", log)
 	for _, want := range []string{"3 workers finished, 1 lost, 0 failed, 1 ended unknown", "worker 3 (pid "} {
@@ -269,20 +256,7 @@ func TestRunAttachAcrossHosts(t *testing.T) {
 	ws := waitOutput(t, dir, 4, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
 		return maxStep(ws[0]) >= steps && maxStep(ws[1]) >= steps && maxStep(ws[3]) >= steps
 	})
-	params := map[int64]string{}
-	for i, lines := range ws {
-		for _, l := range lines {
-			if p, ok := params[l.Step]; ok && p != l.Params {
-				t.Fatalf("step %d: worker %d has parameters %.12s, another %.12s", l.Step, i, l.Params, p)
-			}
-			params[l.Step] = l.Params
-		}
-	}
-	for s := int64(1); s <= steps; s++ {
-		if _, ok := params[s]; !ok {
-			t.Fatalf("no worker committed step %d", s)
-		}
-	}
+	checkEveryStepAgreed(t, ws, steps)
 	if !strings.Contains(log, "3 workers finished, 0 lost, 0 failed, 1 ended unknown") {
 		t.Errorf("the new runner's count of the workers is not 3 finished and 1 unknown")
 	}

@@ -45,23 +45,11 @@ type gorovodJobCluster struct {
 
 func newGorovodJobCluster(ctx context.Context, t *testing.T, cp *testkube.ControlPlane, ns string) *gorovodJobCluster {
 	t.Helper()
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.Namespace(ctx, admin, ns); err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := cp.AdminClient(ctx, t, ns)
 	// gorovod.yaml's install (the CRD and the driver's ClusterRole among
 	// it); the service account gorovod-driver and its binding to the
 	// ClusterRole, as the scheduler service makes them in a job's namespace.
-	if err := testkube.ApplyManifest(ctx, dyn, "../../deploy/kubernetes/gorovod.yaml"); err != nil {
-		t.Fatal(err)
-	}
+	dyn := installGorovod(ctx, t, cp)
 	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "gorovod-driver"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -282,19 +270,12 @@ func TestGorovodJobDriverPlacement(t *testing.T) {
 // status; the job finishes with the workers agreeing on the parameters at
 // every step and every sample of each data epoch trained on once.
 func TestGorovodJobOnKubelet(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a job on a real kubelet; skipped with -short")
-	}
-	if why := testkube.MissingNode(testkube.DefaultConfig()); why != "" {
-		t.Skipf("no Kubernetes node here: %s", why)
-	}
 	// 2 ms a sample, 24 a step: 48 ms a step at 1 worker, 16 ms at 3; the
 	// resizes take a few hundred steps, the rest at 1 worker under 2 minutes.
 	const steps, samples = 3000, 1200
 	const notice = 4 * time.Second
-	cp := testkube.New(t, testkube.DefaultConfig())
+	cp, node := withKubelet(t)
 	dir := t.TempDir()
-	node := cp.NewNode(t, testkube.NodeConfig{PauseRef: pauseImage, Images: trainerImages(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	c := newGorovodJobCluster(ctx, t, cp, "gorovod-jobs")

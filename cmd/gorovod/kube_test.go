@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gorovod/gorovod/cluster/kube"
@@ -109,6 +110,36 @@ func followPodLogs(ctx context.Context, h *runJobHarness, dir string) (stop func
 	}
 }
 
+// withKubelet starts a control plane and one real kubelet node running the
+// trainer's images (trainerImages), or skips t where this machine cannot
+// run one.
+func withKubelet(t *testing.T) (*testkube.ControlPlane, *testkube.Node) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs a job on a real kubelet; skipped with -short")
+	}
+	if why := testkube.MissingNode(testkube.DefaultConfig()); why != "" {
+		t.Skipf("no Kubernetes node here: %s", why)
+	}
+	cp := testkube.New(t, testkube.DefaultConfig())
+	return cp, cp.NewNode(t, testkube.NodeConfig{PauseRef: pauseImage, Images: trainerImages(t)})
+}
+
+// installGorovod applies deploy/kubernetes/gorovod.yaml (the GorovodJob
+// resource, the scheduler's and the driver's roles) as the admin, and
+// returns the admin's dynamic client.
+func installGorovod(ctx context.Context, t *testing.T, cp *testkube.ControlPlane) dynamic.Interface {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testkube.ApplyManifest(ctx, dyn, "../../deploy/kubernetes/gorovod.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	return dyn
+}
+
 // Images of the tests' worker pods on a real kubelet.
 const (
 	pauseImage   = "gorovod.local/pause:test"
@@ -154,27 +185,14 @@ func advertiseSlots(ctx context.Context, t *testing.T, admin kubernetes.Interfac
 // parameters at every step and every sample of each data epoch trained on
 // once, and leaves no pod, Secret or Service behind.
 func TestKubernetesElasticJob(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a job on a real kubelet; skipped with -short")
-	}
-	if why := testkube.MissingNode(testkube.DefaultConfig()); why != "" {
-		t.Skipf("no Kubernetes node here: %s", why)
-	}
 	const steps, samples = 600, 1200
 	const notice = 4 * time.Second
-	cp := testkube.New(t, testkube.DefaultConfig())
+	cp, node := withKubelet(t)
 	dir := t.TempDir()
-	node := cp.NewNode(t, testkube.NodeConfig{PauseRef: pauseImage, Images: trainerImages(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns = "gorovod-run"
-	if err := cp.Namespace(ctx, admin, ns); err != nil {
-		t.Fatal(err)
-	}
+	admin := cp.AdminClient(ctx, t, ns)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	// No scheduler and no CNI plugin here (package testkube): the pods name
 	// the node and use its network, where the driver listens on loopback.

@@ -92,20 +92,7 @@ func TestJobOutlivesLauncher(t *testing.T) {
 			}
 			// The workers agree on the parameters at every step they
 			// committed, before the kill and after it.
-			params := map[int64]string{}
-			for i, lines := range ws {
-				for _, l := range lines {
-					if p, ok := params[l.Step]; ok && p != l.Params {
-						t.Fatalf("step %d: worker %d has parameters %.12s, another %.12s", l.Step, i, l.Params, p)
-					}
-					params[l.Step] = l.Params
-				}
-			}
-			for s := int64(1); s <= steps; s++ {
-				if _, ok := params[s]; !ok {
-					t.Fatalf("no worker committed step %d", s)
-				}
-			}
+			checkEveryStepAgreed(t, ws, steps)
 			if tc.killWorker {
 				if last := ws[0][len(ws[0])-1]; last.Size != 2 {
 					t.Errorf("worker 0's last step was in a world of %d, want 2 (worker 2 left out)", last.Size)
@@ -128,6 +115,27 @@ func TestJobOutlivesLauncher(t *testing.T) {
 				t.Errorf("gorovod follow did not say the job is over:\n%s", followErr.String())
 			}
 		})
+	}
+}
+
+// checkEveryStepAgreed fails t unless every step from 1 to steps was
+// committed by some worker of ws (their lines by worker) and all that
+// committed a step hold the same parameters after it.
+func checkEveryStepAgreed(t *testing.T, ws map[int][]trainerLine, steps int64) {
+	t.Helper()
+	params := map[int64]string{}
+	for i, lines := range ws {
+		for _, l := range lines {
+			if p, ok := params[l.Step]; ok && p != l.Params {
+				t.Fatalf("step %d: worker %d has parameters %.12s, another %.12s", l.Step, i, l.Params, p)
+			}
+			params[l.Step] = l.Params
+		}
+	}
+	for s := int64(1); s <= steps; s++ {
+		if _, ok := params[s]; !ok {
+			t.Fatalf("no worker committed step %d", s)
+		}
 	}
 }
 

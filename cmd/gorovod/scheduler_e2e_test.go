@@ -310,21 +310,9 @@ spec:
 	nodes := []*testkube.Node{cp.NewNode(t, nodeCfg), cp.NewNode(t, nodeCfg)}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	admin, err := kubernetes.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminDyn, err := dynamic.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := testkube.ApplyManifest(ctx, adminDyn, "../../deploy/kubernetes/gorovod.yaml"); err != nil {
-		t.Fatal(err)
-	}
+	adminDyn := installGorovod(ctx, t, cp)
 	const ns = "e2e-jobs"
-	if err := cp.Namespace(ctx, admin, ns); err != nil {
-		t.Fatal(err)
-	}
+	admin := cp.AdminClient(ctx, t, ns)
 	if err := cp.WaitForServiceAccount(ctx, admin, "gorovod-system"); err != nil {
 		t.Fatal(err)
 	}
