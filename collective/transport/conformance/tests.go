@@ -538,16 +538,22 @@ func (s *suite) testWrongJob(t *testing.T) {
 	AsPeerError(t, <-connErr, 1, context.DeadlineExceeded)
 }
 
-// testStaleEpoch: a transport that has connected epoch 5 refuses epoch 4, and
-// then connects epoch 6.
+// testStaleEpoch: a transport that has connected epoch 5, whichever rank it
+// was, refuses a rank that dials it for epoch 4, and then connects epoch 6.
 func (s *suite) testStaleEpoch(t *testing.T) {
 	s.start(t)
 	trs := s.listenN(t, 2, defaultOptions())
 	ctx := TimeoutCtx(t, 20*time.Second)
 	CloseAll(ConnectAll(t, ctx, trs, "job", 5))
-	late := s.listen(t, defaultOptions())
-	_, err := late.Connect(ctx, transport.World{JobID: "job", Epoch: 4, Rank: 1, Addrs: []string{trs[0].Addr(), late.Addr()}})
-	AsHandshakeError(t, err, 0, "stale epoch")
+	for r, tr := range trs {
+		// A late transport, rank 1 of a world whose rank 0 is tr, dials tr.
+		late := s.listen(t, defaultOptions())
+		_, err := late.Connect(ctx, transport.World{JobID: "job", Epoch: 4, Rank: 1, Addrs: []string{tr.Addr(), late.Addr()}})
+		if err == nil {
+			t.Fatalf("epoch 5's rank %d accepted a dialer of epoch 4", r)
+		}
+		AsHandshakeError(t, err, 0, "stale epoch")
+	}
 	if err := Exchange(ctx, ConnectAll(t, ctx, trs, "job", 6), meshSizes()); err != nil {
 		t.Fatal(err)
 	}
@@ -624,10 +630,12 @@ func (s *suite) testMissingRank(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Connect took %v to give up", d)
 	}
+	// Ranks 1 and 2 both miss rank 0 (nobody answers its address) and rank 3
+	// (it never dials in).
 	for i, err := range res {
 		pe := AsPeerError(t, err, 0, context.DeadlineExceeded)
-		if !strings.Contains(pe.Error(), "3") {
-			t.Errorf("rank %d's error %q does not mention rank 3", i+1, pe)
+		if !strings.Contains(pe.Error(), "[0 3]") {
+			t.Errorf("rank %d's error %q does not name ranks 0 and 3", i+1, pe)
 		}
 	}
 }

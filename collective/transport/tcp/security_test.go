@@ -2,7 +2,6 @@ package tcp_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,18 +42,8 @@ func TestDefaultSecurity(t *testing.T) {
 			if tc.refused {
 				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 				defer cancel()
-				var wg sync.WaitGroup
-				errs := make([]error, 2)
-				for r, tr := range trs {
-					wg.Go(func() {
-						links, err := tr.Connect(cctx, transport.World{JobID: "sec", Epoch: 1, Rank: r, Addrs: conformance.AddrsOf(trs)})
-						if err == nil {
-							conformance.CloseAll([][]transport.Link{links})
-						}
-						errs[r] = err
-					})
-				}
-				wg.Wait()
+				links, errs := conformance.ConnectAllErr(cctx, trs, "sec", 1)
+				conformance.CloseAll(links)
 				// Rank 1 dials rank 0 and hears why it is refused.
 				conformance.AsHandshakeError(t, errs[1], 0, "data plane security")
 				return
