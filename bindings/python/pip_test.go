@@ -42,6 +42,73 @@ print("PASS rank %d of %d" % (hvd.rank(), hvd.size()), flush=True)
 hvd.shutdown()
 `
 
+// autoloadCheck runs in the installed python with GOROVOD_JOB_ID set but
+// outside any job (argv[1] "job") or without it (argv[1] "plain"). Outside
+// a job, start-up imports nothing of gorovod or torch, and importing torch
+// registers nothing. With the variable, start-up imports only
+// gorovod._torch_autoload (not torch); importing torch registers the backend
+// with the lazy creator and leaves gorovod.torch.distributed unimported (no
+// join, no collective: a Horovod-style script calls hvd.init itself), and
+// the finder has left sys.meta_path. With "job broken", the registration
+// raises: the failure is a warning on the "gorovod" logger and torch's
+// import still succeeds.
+const autoloadCheck = `
+import logging, sys
+mode = sys.argv[1:]
+at_start = sorted(m for m in sys.modules if m.split(".")[0] in ("gorovod", "torch"))
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append(record)
+logging.getLogger("gorovod").addHandler(Keep())
+if mode == ["plain"]:
+    assert at_start == [], at_start
+    import torch.distributed as dist
+    assert not hasattr(dist.Backend, "GOROVOD"), "registered outside a job"
+    assert not any(m.startswith("gorovod") for m in sys.modules), sorted(sys.modules)
+    print("PASS plain")
+    sys.exit(0)
+assert at_start == ["gorovod", "gorovod._torch_autoload", "gorovod._version", "gorovod.exceptions"], at_start
+from gorovod import _torch_autoload
+finders = [f for f in sys.meta_path if isinstance(f, _torch_autoload.TorchFinder)]
+assert len(finders) == 1, sys.meta_path
+if mode == ["job", "broken"]:
+    def broken():
+        raise RuntimeError("registration broke on purpose")
+    _torch_autoload.register_lazily = broken
+import torch
+import torch.distributed as dist
+assert not any(isinstance(f, _torch_autoload.TorchFinder) for f in sys.meta_path), sys.meta_path
+assert "gorovod.torch.distributed" not in sys.modules and "gorovod.torch" not in sys.modules, sorted(sys.modules)
+if mode == ["job", "broken"]:
+    assert not hasattr(dist.Backend, "GOROVOD")
+    assert any(r.levelno == logging.WARNING and "registering the torch.distributed backend failed" in r.getMessage()
+               and "broke on purpose" in str(r.exc_info[1]) for r in records), [r.getMessage() for r in records]
+    print("PASS broken")
+    sys.exit(0)
+assert dist.Backend._plugins["GOROVOD"].creator_fn is _torch_autoload._create_lazily
+# A second registration, the script's own import's or ours, is a no-op.
+assert _torch_autoload.register_lazily() is False
+assert not records, [r.getMessage() for r in records]
+print("PASS job")
+`
+
+// withoutImport returns examples/pytorch/ddp_train.py with its import of
+// gorovod.torch.distributed replaced by pass: the torchrun script with
+// only its backend's name changed.
+func withoutImport(t *testing.T, script string) string {
+	t.Helper()
+	const line = "import gorovod.torch.distributed"
+	if strings.Count(script, line) != 1 {
+		t.Fatalf("ddp_train.py has %d lines %q, want 1", strings.Count(script, line), line)
+	}
+	out := strings.Replace(script, line, "pass", 1)
+	if strings.Contains(out, "import gorovod") {
+		t.Fatalf("ddp_train.py still imports gorovod after the import line was taken out")
+	}
+	return out
+}
+
 // cleanEnv is this process's environment without what would point Python or
 // pip elsewhere than the installed package: PYTHONPATH, GOROVOD_LIBRARY,
 // GOROVOD, pip's own settings; with the virtual environment's bin off the
@@ -143,7 +210,7 @@ func checkWheel(t *testing.T, venv string) {
 		}
 	}
 	for _, p := range []string{filepath.Join(site, "gorovod", "libgorovod.so"), filepath.Join(venv, "bin", "gorovod"),
-		filepath.Join(site, "gorovod", "torch", "__init__.py")} {
+		filepath.Join(site, "gorovod", "torch", "__init__.py"), filepath.Join(site, "gorovod_torch_backend.pth")} {
 		if !listed[p] {
 			t.Errorf("RECORD does not list %s", p)
 		}
@@ -159,7 +226,10 @@ func checkWheel(t *testing.T, venv string) {
 // comes from an index), checks the wheel, then has the installed `gorovod`
 // command run 2 workers of the installed python from a directory outside
 // the checkout, with no PYTHONPATH and no GOROVOD_LIBRARY: an allreduce
-// (installedCheck) and examples/pytorch/ddp_train.py.
+// (installedCheck) and examples/pytorch/ddp_train.py, with and without its
+// import of gorovod.torch.distributed (the installed .pth registers the
+// backend; the parameters must end the same). Before that, the .pth's
+// effect at start-up outside a job and inside one (autoloadCheck).
 func TestPipInstall(t *testing.T) {
 	needTorch(t)
 	if out, err := exec.Command(Python, "-c", "import ensurepip").CombinedOutput(); err != nil {
@@ -191,12 +261,34 @@ func TestPipInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []struct{ name, text string }{{"installed_check.py", installedCheck}, {"ddp_train.py", string(example)}} {
+	for _, f := range []struct{ name, text string }{{"installed_check.py", installedCheck}, {"ddp_train.py", string(example)},
+		{"ddp_train_no_import.py", withoutImport(t, string(example))}, {"autoload_check.py", autoloadCheck}} {
 		if err := os.WriteFile(filepath.Join(work, f.name), []byte(f.text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	gorovod, python := filepath.Join(venv, "bin", "gorovod"), filepath.Join(venv, "bin", "python")
+	// The backend's registration at start-up (gorovod_torch_backend.pth),
+	// outside a job and with the job's variable set.
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  []string
+	}{
+		{"autoload outside a job", []string{"plain"}, nil},
+		{"autoload in a job", []string{"job"}, []string{"GOROVOD_JOB_ID=autoload-check"}},
+		{"autoload failing", []string{"job", "broken"}, []string{"GOROVOD_JOB_ID=autoload-check"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := exec.CommandContext(ctx, python, append([]string{"autoload_check.py"}, tc.args...)...)
+			c.Dir, c.Env = work, append(append([]string{}, env...), tc.env...)
+			out, err := c.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "PASS ") {
+				t.Fatalf("autoload_check.py %v: %v\n%s", tc.args, err, out)
+			}
+		})
+	}
+	ddpDigests := map[string]map[string]string{}
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -208,7 +300,21 @@ func TestPipInstall(t *testing.T) {
 			if d["0"] != d["1"] {
 				t.Fatalf("the ranks' parameters differ: %v\n%s", d, out)
 			}
+			ddpDigests["import"] = d
 		}},
+		// The same script without its import of gorovod.torch.distributed:
+		// the installed package registers the backend; the parameters end
+		// the same as with the import.
+		{"ddp_train without the import", []string{"ddp_train_no_import.py", "--backend", "gorovod", "--epochs", "1"},
+			func(t *testing.T, out string) {
+				d := digests(t, out, 2)
+				if d["0"] != d["1"] {
+					t.Fatalf("the ranks' parameters differ: %v\n%s", d, out)
+				}
+				if with, ok := ddpDigests["import"]; !ok || with["0"] != d["0"] {
+					t.Fatalf("without the import the parameters' digest is %s, with it %v\n%s", d["0"], with, out)
+				}
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := exec.CommandContext(ctx, gorovod, append([]string{"run", "--np", "2", "--min-np", "2", "--", python}, tc.args...)...)

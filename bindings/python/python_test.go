@@ -473,3 +473,14 @@ func TestExample(t *testing.T) {
 		})
 	}
 }
+
+// TestTorchDistributedTimeout: waits on the "gorovod" backend honour the
+// process group's timeout and work.wait(timeout), as Gloo's do: an isend or
+// send of 1 MiB whose receive is not posted, an irecv whose message does
+// not come, an all_reduce the other rank has not called yet, each raising
+// RuntimeError naming the call, its peer and the timeout, with the world
+// going on and the messages still delivered later (see
+// tests/distributed_timeout_test.py).
+func TestTorchDistributedTimeout(t *testing.T) {
+	runEachWorld(t, "tests/distributed_timeout_test.py", 2)
+}

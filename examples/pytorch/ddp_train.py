@@ -1,8 +1,9 @@
 """A torchrun-style DistributedDataParallel script: a small MLP on a synthetic
 regression task, on any torch.distributed backend.
 
-On gorovod (the import registers the backend; `gorovod run` gives the rest),
-in the environment `pip install ./bindings/python` installed into:
+On gorovod, in the environment `pip install ./bindings/python` installed
+into (the installed package registers the backend in `gorovod run`'s
+workers; `gorovod run` gives the rest):
 
     gorovod run --np 2 -- python examples/pytorch/ddp_train.py --backend gorovod
 
@@ -33,11 +34,13 @@ def main():
     p.add_argument("--batch-size", type=int, default=32)
     args = p.parse_args()
     if args.backend == "gorovod":
-        import gorovod.torch.distributed  # noqa: F401 (registers the backend)
+        # Needed only where gorovod is not installed (run from a checkout
+        # with PYTHONPATH=bindings/python): registers the backend.
+        import gorovod.torch.distributed  # noqa: F401
 
     torch.set_num_threads(1)
-    local_rank = int(os.environ["LOCAL_RANK"])  # as torchrun sets it
     dist.init_process_group(args.backend)
+    local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun, and by init_process_group("gorovod")
     rank, world = dist.get_rank(), dist.get_world_size()
 
     # The same synthetic data set on every rank: y = x·w + noise.

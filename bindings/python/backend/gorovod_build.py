@@ -12,6 +12,11 @@ The wheel carries two things built from the repository's Go sources:
 - ``gorovod-<version>.data/scripts/gorovod``: ``go build ./cmd/gorovod``,
   the launcher, which pip installs beside the environment's python.
 
+It also carries ``gorovod_torch_backend.pth`` (AUTOLOAD_PTH), which Python
+runs at start-up: inside a gorovod job (GOROVOD_JOB_ID set) it imports
+gorovod._torch_autoload, which registers the "gorovod" torch.distributed
+backend once the script imports torch; elsewhere it imports nothing.
+
 Neither depends on Python's ABI, but both are machine code for one platform:
 the wheel is tagged ``py3-none-<platform>`` (the platform of the Python
 running the build) with ``Root-Is-Purelib: false``, and Go is told to build
@@ -53,6 +58,11 @@ SDIST_GO_DIR = "go"
 # The Go packages the wheel is built from.
 GO_LIBRARY_PACKAGE = "./bindings/c"
 GO_COMMAND_PACKAGE = "./cmd/gorovod"
+# Run by site at every start of the environment's Python: one test of the
+# environment outside a gorovod job. Named to sort after the editable
+# install's .pth, which puts the sources on sys.path first.
+AUTOLOAD_PTH = ("gorovod_torch_backend.pth",
+                b"import os; 'GOROVOD_JOB_ID' in os.environ and __import__('gorovod._torch_autoload')\n")
 
 # Python's machine names (sysconfig.get_platform(): "linux-<machine>") and
 # Go's GOARCH for them.
@@ -323,6 +333,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         lib, cmd, tag = _build_go(out)
         contents = [(arcname, _read(path)) for arcname, path in _package_files()]
         contents.append(("%s/%s" % (PACKAGE, LIBRARY), _read(lib)))
+        contents.append(AUTOLOAD_PTH)
         return _write_wheel(wheel_directory, project, tag, contents, cmd)
 
 
@@ -338,7 +349,7 @@ def build_editable(wheel_directory, config_settings=None, metadata_directory=Non
         dest = os.path.join(PACKAGE_ROOT, PACKAGE, LIBRARY)
         shutil.copyfile(lib, dest + ".tmp")
         os.replace(dest + ".tmp", dest)
-        contents = [("%s_editable.pth" % PACKAGE, (PACKAGE_ROOT + "\n").encode())]
+        contents = [("%s_editable.pth" % PACKAGE, (PACKAGE_ROOT + "\n").encode()), AUTOLOAD_PTH]
         return _write_wheel(wheel_directory, project, tag, contents, cmd)
 
 

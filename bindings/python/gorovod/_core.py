@@ -35,6 +35,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from gorovod.exceptions import (ForkedProcessError, GorovodError, HorovodInternalError, HostsUpdatedInterrupt,
                                 MismatchError, NotInitializedError, WorkerExcluded)
@@ -415,14 +416,24 @@ def poll(handle):
     return bool(done.value)
 
 
-def wait(handle):
+def wait(handle, timeout=None):
     """Waits for the call and raises its error; its memory is released from
-    the in-flight registry once the library has let go of it."""
+    the in-flight registry once the library has let go of it. timeout:
+    seconds (None: no limit); past it, TimeoutError, and the call stays in
+    flight, its handle and memory kept (wait again, or let shutdown take
+    it)."""
     global _interrupted
     l = lib()
+    deadline = None if timeout is None else time.monotonic() + max(0.0, float(timeout))
     while True:
+        slice_us = _WAIT_SLICE_US
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("gorovod: call %d not done within %gs" % (handle, timeout))
+            slice_us = max(1, min(_WAIT_SLICE_US, int(left * 1e6)))
         try:
-            rc = l.gorovod_wait(handle, _WAIT_SLICE_US)
+            rc = l.gorovod_wait(handle, slice_us)
         except BaseException:
             # Ctrl-C (KeyboardInterrupt) between two slices: the call stays
             # queued, so shutdown must abort rather than wait for it.

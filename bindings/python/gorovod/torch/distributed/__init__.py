@@ -13,6 +13,12 @@ job::
     dist.init_process_group("gorovod")
     model = torch.nn.parallel.DistributedDataParallel(model)
 
+Where gorovod is pip-installed, the import line is not needed under
+``gorovod run``: gorovod._torch_autoload (run at start-up by the installed
+``gorovod_torch_backend.pth``) registers the backend once the script imports
+torch, and this module is imported by init_process_group("gorovod"), which
+then joins the job and sets torchrun's variables.
+
 What the process group offers, on CPU tensors of the dtypes gorovod.torch
 reduces (float32, float64, float16, bfloat16, int32, int64, uint8; the
 moving collectives take any dtype):
@@ -43,6 +49,12 @@ the world's links beside the collectives (not in their order: only the two
 ranks take part). A receive takes the next message from its source with its
 tag; one of another size raises RuntimeError and the world goes on. ``recv``
 needs its source.
+
+Timeouts, as on Gloo: a work's ``wait()`` (that of ``send`` and ``recv``
+too) raises RuntimeError naming the call, its peer and the timeout once the
+process group's timeout (``init_process_group(timeout=...)``) or the one
+given to ``wait(timeout)`` has passed. What timed out stays posted (see
+_P2PWork.wait and _Work.wait); the world goes on.
 
 Not offered: the rooted ``reduce``/``gather``/``scatter`` (gorovod has no
 rooted path: they raise RuntimeError naming the missing call), and CUDA
@@ -113,16 +125,40 @@ def _reduce_op(op):
     raise RuntimeError("gorovod backend: reduce op %s is not offered (SUM, AVG, MIN, MAX, PRODUCT are)" % (op,))
 
 
+def _wait_limit(timeout, default):
+    """The seconds a work's wait() may take: timeout (a timedelta, or
+    seconds) where given and not zero (torch's kNoTimeout, which C++ callers
+    pass), else the process group's (default), as Gloo does; None: no
+    limit."""
+    for t in (timeout, default):
+        if t is None:
+            continue
+        seconds = t.total_seconds() if isinstance(t, datetime.timedelta) else float(t)
+        if seconds > 0:
+            return seconds
+    return None
+
+
 class _Work(dist._Work):
-    """A collective in flight: wait() blocks until it is done, get_future()
+    """A collective in flight: wait() blocks until it is done or the
+    timeout passes (RuntimeError; the collective stays queued), get_future()
     gives a Future that the process group's completer sets."""
 
-    def __init__(self, future):
+    def __init__(self, future, what, timeout):
         super().__init__()
         self._future = future
+        self._what, self._timeout = what, timeout
+        self.finished = threading.Event()  # set by the completer
         self.error = None  # the world broke under it (the future then holds the outputs as they are)
 
     def wait(self, timeout=None):
+        limit = _wait_limit(timeout, self._timeout)
+        if limit is not None and not self.finished.wait(limit):
+            raise RuntimeError("gorovod backend: %s timed out after %gs (the %s): a rank of the group has not "
+                               "made the call. It stays queued, and the group's later collectives run after it, "
+                               "so they complete only once every rank has made it" %
+                               (self._what, limit, "wait's timeout" if _wait_limit(timeout, None) else
+                                "process group's timeout"))
         self._future.wait()  # raises the collective's error, if any
         if self.error is not None:
             raise self.error
@@ -160,23 +196,37 @@ class _P2PWork(dist._Work):
     message (a receive of another size than the message raises
     RuntimeError; a world change HorovodInternalError, as for the
     collectives); finish runs once a receive is complete (copying into a
-    non-contiguous tensor)."""
+    non-contiguous tensor). A wait longer than its timeout (the wait's, else
+    the process group's) raises RuntimeError naming the peer; the message
+    stays in flight (see wait)."""
 
-    def __init__(self, handle, what, finish=None):
+    def __init__(self, handle, what, finish=None, timeout=None):
         super().__init__()
-        self._handle, self._what, self._finish = handle, what, finish
+        self._handle, self._what, self._finish, self._timeout = handle, what, finish, timeout
         self._lock = threading.Lock()
         self._done = False
         self._error = None
         self._future = None
 
     def wait(self, timeout=None):
+        limit = _wait_limit(timeout, self._timeout)
         with self._lock:
             if not self._done:
                 try:
-                    _core.wait(self._handle)
+                    _core.wait(self._handle, limit)
                     if self._finish is not None:
                         self._finish()
+                except TimeoutError:
+                    # Not withdrawn (gorovod has no way to take back a send
+                    # announced to the peer, or a receive posted for it): a
+                    # send still goes once the peer posts its receive, ahead
+                    # of later messages with its tag; a receive still takes
+                    # the next message from its peer with its tag. wait()
+                    # again collects it.
+                    raise RuntimeError("gorovod backend: %s timed out after %gs (the %s); the %s stays posted: "
+                                       "wait again to collect it" %
+                                       (self._what, limit, "wait's timeout" if _wait_limit(timeout, None) else
+                                        "process group's timeout", self._what.split(" ")[0])) from None
                 except HorovodInternalError as e:
                     self._error = e
                 except _core.GorovodError as e:
@@ -253,6 +303,7 @@ def _complete(pending, group_ref):
         except Exception as e:  # noqa: BLE001 (handed to the waiter)
             future.set_exception(e)
         finally:
+            work.finished.set()
             group = group_ref()
             if group is not None:
                 group._completed(work, error)
@@ -314,19 +365,19 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         with self._lock:
             self._inflight.discard(work)
 
-    def _submit(self, handles, finish, outputs):
+    def _submit(self, handles, finish, outputs, what):
         """A work whose future the completer sets to finish(the handles'
         results), or, when the world broke under them, to outputs as they
         are (see _complete)."""
         future = Future()
-        work = _Work(future)
+        work = _Work(future, "%s on a group of %d ranks" % (what, self.size()), self.timeout)
         with self._lock:
             self._inflight.add(work)
         self._pending.put((handles, finish, future, work, outputs))
         return work
 
     def _done(self, value):
-        return self._submit([], lambda _: value, value)
+        return self._submit([], lambda _: value, value, "barrier")
 
     # ----- the collectives
 
@@ -354,13 +405,13 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         op = _reduce_op(opts.reduceOp) if opts is not None else mpi_ops.Sum
         ps = self._set()
         handles = [mpi_ops.allreduce_async_(t, op=op, process_set=ps) for t in tensors]
-        return self._submit(handles, lambda _: tensors, tensors)
+        return self._submit(handles, lambda _: tensors, tensors, "all_reduce")
 
     def broadcast(self, tensors, opts=None):
         ps = self._set()
         root = self._world_rank(opts.rootRank if opts is not None else 0)
         handles = [mpi_ops.broadcast_async_(t, root, process_set=ps) for t in tensors]
-        return self._submit(handles, lambda _: tensors, tensors)
+        return self._submit(handles, lambda _: tensors, tensors, "broadcast")
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         # output_tensors[i] is a list of size() tensors, one per rank.
@@ -374,7 +425,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
                 out.copy_(part.reshape(out.shape))
             return output_tensors
 
-        return self._submit([handle], finish, output_tensors)
+        return self._submit([handle], finish, output_tensors, "all_gather")
 
     def _allgather_base(self, output, input, opts=None):
         handle = mpi_ops.allgather_async(input.reshape((1, input.numel())), process_set=self._set())
@@ -383,7 +434,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             output.copy_(results[0].reshape(output.shape))
             return [output]
 
-        return self._submit([handle], finish, [output])
+        return self._submit([handle], finish, [output], "all_gather_into_tensor")
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         # input_tensors[0] is a list of size() tensors; rank r keeps the
@@ -402,7 +453,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             out.copy_(results[0].reshape(out.shape))
             return [out]
 
-        return self._submit([handle], finish, [out])
+        return self._submit([handle], finish, [out], "reduce_scatter")
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = _reduce_op(opts.reduceOp) if opts is not None else mpi_ops.Sum
@@ -416,7 +467,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             output.copy_(results[0].reshape(output.shape))
             return [output]
 
-        return self._submit([handle], finish, [output])
+        return self._submit([handle], finish, [output], "reduce_scatter_tensor")
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         n = self.size()
@@ -437,7 +488,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             output.copy_(received.reshape(output.shape))
             return [output]
 
-        return self._submit([handle], finish, [output])
+        return self._submit([handle], finish, [output], "all_to_all_single")
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         self._check_list("all_to_all", input_tensors)
@@ -455,7 +506,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
                 at += k
             return output_tensors
 
-        return self._submit([handle], finish, output_tensors)
+        return self._submit([handle], finish, output_tensors, "all_to_all")
 
     def barrier(self, opts=None):
         mpi_ops.barrier(process_set=self._set())
@@ -468,7 +519,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         t = self._p2p_tensor("send", tensors[0], tag)
         peer = self._world_rank(dstRank)
         return _P2PWork(_core.send_async(t.data_ptr(), t.numel() * t.element_size(), _core.UINT8, peer, tag, t),
-                        "send to rank %d with tag %d" % (dstRank, tag))
+                        "send to rank %d with tag %d" % (dstRank, tag), timeout=self.timeout)
 
     def recv(self, tensors, srcRank, tag=0):
         self._check_one("recv", tensors)
@@ -478,7 +529,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         peer = self._world_rank(srcRank)
         handle = _core.recv_async(into.data_ptr(), into.numel() * into.element_size(), _core.UINT8, peer, tag, into)
         return _P2PWork(handle, "recv from rank %d with tag %d" % (srcRank, tag),
-                        None if into is t else (lambda: out.copy_(into)))
+                        None if into is t else (lambda: out.copy_(into)), timeout=self.timeout)
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("gorovod backend: recv needs its source rank (src=None, a receive from any rank, is not "
@@ -801,7 +852,10 @@ def register():
     """Registers the "gorovod" backend and the env:// rendezvous inside
     gorovod jobs. Importing this module calls it; calling it again is a
     no-op."""
-    if getattr(dist.Backend, BACKEND.upper(), None) != BACKEND:
+    # torch sets the attribute to "gorovod" or, in some versions, "GOROVOD";
+    # it refuses a name that has it. gorovod._torch_autoload may have
+    # registered the name (with a creator that hands over to _create).
+    if not hasattr(dist.Backend, BACKEND.upper()):
         dist.Backend.register_backend(BACKEND, _create)
     # torch.distributed.rendezvous is also the name of a function there.
     handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers
