@@ -183,6 +183,9 @@ func startChurnJob(t testing.TB, ctx context.Context, size int) *churnJob {
 	return c
 }
 
+// cycleLimit is the longest a churn cycle may take.
+const cycleLimit = 3 * time.Minute
+
 // stepsPerWorld is how many steps the survivor trains in each world of a
 // cycle, so that what the job keeps of the steps of past worlds shows.
 const stepsPerWorld = 40
@@ -192,6 +195,12 @@ const stepsPerWorld = 40
 // having measured its heap and trained stepsPerWorld steps in each; it
 // returns the world changes it took.
 func (c *churnJob) cycle(ctx context.Context) (int, error) {
+	// A cycle takes about a second (far more with every allocation
+	// profiled); one that has not ended after cycleLimit is a job that
+	// stopped changing its world, which the run reports, with the driver's
+	// log, rather than wait out its whole limit.
+	ctx, cancel := context.WithTimeout(ctx, cycleLimit)
+	defer cancel()
 	start := c.j.World().Number
 	if err := c.j.AddWorkers(ctx, 1); err != nil {
 		return 0, err
