@@ -54,6 +54,8 @@ func TestMain(m *testing.M) {
 //	wait   never join: wait for the stop signal (a worker that arrives too
 //	       late), then exit with status 1
 //	exit   exit with status 0 at once, as a command that is not a trainer
+//	deaf   never join, and ignore the stop and leave signals (a deadlocked
+//	       process): only SIGKILL ends it
 //	late   train, but only once the FIFO named by JOBTEST_GATE opens
 func trainer() int {
 	mode := "train"
@@ -77,6 +79,10 @@ func trainer() int {
 			return 1
 		}
 		gate.Close()
+	case "deaf":
+		signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
+		fmt.Println("waiting")
+		select {}
 	case "wait":
 		stop := make(chan os.Signal, 1)
 		signal.Notify(stop, syscall.SIGINT)

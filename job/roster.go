@@ -38,6 +38,7 @@ type roster struct {
 
 	worlds  []epoch.World // proposed, not yet handled by supervise
 	dropped []string      // hosts the Discovery dropped, not yet handled
+	stuck   []string      // members the driver removed as stuck, not yet handled
 }
 
 func newRoster(localHost string) *roster {
@@ -49,7 +50,7 @@ func newRoster(localHost string) *roster {
 type proc struct {
 	rec     WorkerRecord
 	p       Process
-	stopped bool // stopped by the runner (end-of-job rule 3)
+	stopped bool // stopped by the runner (end-of-job rule 3; removed as stuck)
 
 	removed     bool // taken out by the autoscaling engine
 	replacement bool // started by the floor
@@ -376,13 +377,36 @@ func (r *roster) addWorld(w epoch.World) {
 	r.worlds = append(r.worlds, w)
 }
 
-// news takes the worlds proposed and the hosts dropped since the last call.
-func (r *roster) news() (worlds []epoch.World, dropped []string) {
+// addStuck notes a member the driver removed as stuck, for supervise.
+func (r *roster) addStuck(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	worlds, dropped = r.worlds, r.dropped
-	r.worlds, r.dropped = nil, nil
-	return worlds, dropped
+	r.stuck = append(r.stuck, name)
+}
+
+// news takes the worlds proposed, the hosts dropped and the members removed
+// as stuck since the last call.
+func (r *roster) news() (worlds []epoch.World, dropped, stuck []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	worlds, dropped, stuck = r.worlds, r.dropped, r.stuck
+	r.worlds, r.dropped, r.stuck = nil, nil, nil
+	return worlds, dropped, stuck
+}
+
+// stopStuck marks the running process behind member name, which the driver
+// removed as stuck, as stopped by the runner, and returns it (false when
+// none of the job's running processes is behind it: a worker started by
+// hand, or one that has exited).
+func (r *roster) stopStuck(name string) (WorkerRef, Process, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.byName[name]
+	if p == nil || p.rec.State != Running {
+		return WorkerRef{}, nil, false
+	}
+	p.stopped = true
+	return p.rec.WorkerRef, p.p, true
 }
 
 // stopHost marks the running processes on host, a host the Discovery no
