@@ -53,6 +53,7 @@ func TestMain(m *testing.M) {
 //	kill   die from SIGKILL at once
 //	wait   never join: wait for the stop signal (a worker that arrives too
 //	       late), then exit with status 1
+//	waitok as wait, but exit with status 0
 //	exit   exit with status 0 at once, as a command that is not a trainer
 //	deaf   never join, and ignore the stop and leave signals (a deadlocked
 //	       process): only SIGKILL ends it
@@ -83,11 +84,14 @@ func trainer() int {
 		signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
 		fmt.Println("waiting")
 		select {}
-	case "wait":
+	case "wait", "waitok":
 		stop := make(chan os.Signal, 1)
 		signal.Notify(stop, syscall.SIGINT)
 		fmt.Println("waiting")
 		<-stop
+		if mode == "waitok" {
+			return 0
+		}
 		return 1
 	}
 	steps := int64(20)

@@ -50,7 +50,8 @@ func newRoster(localHost string) *roster {
 type proc struct {
 	rec     WorkerRecord
 	p       Process
-	stopped bool // stopped by the runner (end-of-job rule 3; removed as stuck)
+	stopped bool // stopped by the runner (end-of-job rule 3)
+	stuck   bool // stopped because the driver removed it as stuck: Stopped even if it exits with 0
 
 	removed     bool // taken out by the autoscaling engine
 	replacement bool // started by the floor
@@ -140,6 +141,9 @@ func (r *roster) exited(index int, p Process, reportedEnd bool, noteLocked func(
 	w.rec.Exited, w.rec.Err = time.Now(), p.Err()
 	w.p = exitedProcess(p)
 	w.rec.State = classify(w.rec.Err, w.stopped)
+	if w.stuck && w.rec.State == Finished {
+		w.rec.State = Stopped // a trainer that exits 0 on StopSignal did not finish
+	}
 	if w.rec.State == Unknown && reportedEnd {
 		w.rec.State = Finished // it said so itself; its exit status is still unknown (Err)
 	}
@@ -405,7 +409,7 @@ func (r *roster) stopStuck(name string) (WorkerRef, Process, bool) {
 	if p == nil || p.rec.State != Running {
 		return WorkerRef{}, nil, false
 	}
-	p.stopped = true
+	p.stopped, p.stuck = true, true
 	return p.rec.WorkerRef, p.p, true
 }
 

@@ -28,12 +28,16 @@ func TestStuckWorkerIsStoppedAndReplaced(t *testing.T) {
 		wantKill    bool // it ignores StopSignal: SIGKILL ends it
 	}{
 		{name: "exits on the stop signal, ReplaceLost", stuckMode: "wait", replaceLost: true},
+		{name: "exits with status 0 on the stop signal", stuckMode: "waitok"},
 		{name: "ignores the stop signal", stuckMode: "deaf", wantKill: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRecorder()
 			cfg := config(t, r, 2, envModes+"=wait,"+tc.stuckMode+",wait")
-			cfg.MinWorkers, cfg.ReplaceLost, cfg.RemoveGrace = 2, tc.replaceLost, 300*time.Millisecond
+			cfg.MinWorkers, cfg.ReplaceLost, cfg.RemoveGrace = 2, tc.replaceLost, time.Minute
+			if tc.wantKill {
+				cfg.RemoveGrace = 300 * time.Millisecond
+			}
 			d := &fakeDriver{finished: make(chan struct{}), launch: "0",
 				world: epoch.World{Number: 3, Members: []epoch.Member{{Name: "w0"}, {Name: "w1"}}}}
 			hooks := make(chan driver.Config, 1)
