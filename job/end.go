@@ -28,7 +28,9 @@ import (
 //  3. Any other process still running was waiting to join a job that is over:
 //     the runner stops it (StopSignal, then SIGKILL), and however it exits, it
 //     counts as Stopped, not as a failure. Workers on a host the Discovery
-//     dropped are stopped the same way. Members of the last world that
+//     dropped are stopped the same way, and so is a worker the driver
+//     removed as stuck (Job.stopStuck; SIGKILL after RemoveGrace), at once:
+//     the floor replaces both like lost workers. Members of the last world that
 //     reported the end of training are exiting, not waiting: they are
 //     stopped the same way only once Config.ExitLimit after training was
 //     reported over has passed.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gorovod/gorovod/heuristics"
@@ -128,7 +129,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	defer cancel()
 	dcfg := driver.Config{
 		JobID: cfg.JobID, Secret: cfg.Secret, MinWorkers: cfg.Workers, FirstWorld: cfg.Workers, Membership: cfg.Gossip, // start.go
-		Logger: cfg.Logger, OnEpoch: j.onEpoch, OnStats: j.onStats, OnStall: j.onStall,
+		Logger: cfg.Logger, OnEpoch: j.onEpoch, OnStats: j.onStats, OnStall: j.onStall, OnRemoved: j.onRemoved,
 	}
 	if cfg.Adopt != nil {
 		// The job has started long ago: its floor is the minimum.
@@ -544,7 +545,7 @@ func (j *Job) wake() {
 // handle reports the worlds proposed since the last call and acts on hosts
 // the Discovery dropped; prev is the last world reported.
 func (j *Job) handle(prev epoch.World) epoch.World {
-	worlds, dropped := j.roster.news()
+	worlds, dropped, stuck := j.roster.news()
 	if len(worlds) > 0 {
 		j.learnNames()
 	}
@@ -570,6 +571,12 @@ func (j *Job) handle(prev epoch.World) epoch.World {
 	for _, host := range dropped {
 		j.dropHost(host)
 	}
+	if len(stuck) > 0 {
+		j.learnNames()
+	}
+	for _, name := range stuck {
+		j.stopStuck(name)
+	}
 	return prev
 }
 
@@ -589,6 +596,51 @@ func (j *Job) discover(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		j.events.notice(fmt.Sprintf("host discovery failed (keeping the last host list): %v", err))
 	}
+}
+
+// onRemoved is the driver's hook for the workers its proposer takes out of
+// the job (on its proposing goroutine): supervise stops those removed as
+// stuck (stopStuck).
+func (j *Job) onRemoved(name string, why epoch.Reason) {
+	if why != epoch.ReasonStuck {
+		return
+	}
+	j.roster.addStuck(name)
+	j.wake()
+}
+
+// stopStuck stops the process behind a member the driver removed as stuck
+// (end-of-job rule 3): blamed for the failures of several worlds in a row
+// while it answered every probe, it is never admitted again under its name,
+// and its process, alive, would count as a worker staying in the job: the
+// floor would start no replacement, and a job at its minimum would wait
+// for a world forever. Stopped, it is replaced like a lost worker (a host
+// that keeps a stuck worker is treated as Horovod treats a failing one: the
+// job goes on with other processes). StopSignal first; SIGKILL after
+// Config.RemoveGrace if it ignored that (a deadlocked process may).
+func (j *Job) stopStuck(name string) {
+	ref, proc, ok := j.roster.stopStuck(name)
+	if !ok {
+		j.events.notice(fmt.Sprintf("worker %s was removed from the job as stuck (blamed for the failures of several worlds in a row while it answered its probes); it is not a running process of this job, so it is left to whoever started it", name))
+		return
+	}
+	j.events.notice(fmt.Sprintf("worker %d (%s, pid %d) was removed from the job as stuck (blamed for the failures of several worlds in a row while it answered its probes): stopping it, and the job's minimum starts another in its place", ref.Index, name, ref.PID))
+	if err := proc.Signal(StopSignal); err != nil {
+		j.events.notice(fmt.Sprintf("worker %d (%s): %v", ref.Index, name, err))
+	}
+	go func() {
+		t := time.NewTimer(j.cfg.RemoveGrace)
+		defer t.Stop()
+		select {
+		case <-proc.Done():
+			return
+		case <-t.C:
+		}
+		j.events.notice(fmt.Sprintf("worker %d (%s), removed as stuck, did not exit within %v of %v; sending SIGKILL", ref.Index, name, j.cfg.RemoveGrace, StopSignal))
+		if err := proc.Signal(syscall.SIGKILL); err != nil {
+			j.events.notice(fmt.Sprintf("worker %d (%s): %v", ref.Index, name, err))
+		}
+	}()
 }
 
 // dropHost stops the job's workers on a host the Discovery no longer lists

@@ -53,7 +53,10 @@ func TestMain(m *testing.M) {
 //	kill   die from SIGKILL at once
 //	wait   never join: wait for the stop signal (a worker that arrives too
 //	       late), then exit with status 1
+//	waitok as wait, but exit with status 0
 //	exit   exit with status 0 at once, as a command that is not a trainer
+//	deaf   never join, and ignore the stop and leave signals (a deadlocked
+//	       process): only SIGKILL ends it
 //	late   train, but only once the FIFO named by JOBTEST_GATE opens
 func trainer() int {
 	mode := "train"
@@ -77,11 +80,18 @@ func trainer() int {
 			return 1
 		}
 		gate.Close()
-	case "wait":
+	case "deaf":
+		signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
+		fmt.Println("waiting")
+		select {}
+	case "wait", "waitok":
 		stop := make(chan os.Signal, 1)
 		signal.Notify(stop, syscall.SIGINT)
 		fmt.Println("waiting")
 		<-stop
+		if mode == "waitok" {
+			return 0
+		}
 		return 1
 	}
 	steps := int64(20)

@@ -38,6 +38,7 @@ type roster struct {
 
 	worlds  []epoch.World // proposed, not yet handled by supervise
 	dropped []string      // hosts the Discovery dropped, not yet handled
+	stuck   []string      // members the driver removed as stuck, not yet handled
 }
 
 func newRoster(localHost string) *roster {
@@ -50,6 +51,7 @@ type proc struct {
 	rec     WorkerRecord
 	p       Process
 	stopped bool // stopped by the runner (end-of-job rule 3)
+	stuck   bool // stopped because the driver removed it as stuck: Stopped even if it exits with 0
 
 	removed     bool // taken out by the autoscaling engine
 	replacement bool // started by the floor
@@ -139,6 +141,9 @@ func (r *roster) exited(index int, p Process, reportedEnd bool, noteLocked func(
 	w.rec.Exited, w.rec.Err = time.Now(), p.Err()
 	w.p = exitedProcess(p)
 	w.rec.State = classify(w.rec.Err, w.stopped)
+	if w.stuck && w.rec.State == Finished {
+		w.rec.State = Stopped // a trainer that exits 0 on StopSignal did not finish
+	}
 	if w.rec.State == Unknown && reportedEnd {
 		w.rec.State = Finished // it said so itself; its exit status is still unknown (Err)
 	}
@@ -376,13 +381,36 @@ func (r *roster) addWorld(w epoch.World) {
 	r.worlds = append(r.worlds, w)
 }
 
-// news takes the worlds proposed and the hosts dropped since the last call.
-func (r *roster) news() (worlds []epoch.World, dropped []string) {
+// addStuck notes a member the driver removed as stuck, for supervise.
+func (r *roster) addStuck(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	worlds, dropped = r.worlds, r.dropped
-	r.worlds, r.dropped = nil, nil
-	return worlds, dropped
+	r.stuck = append(r.stuck, name)
+}
+
+// news takes the worlds proposed, the hosts dropped and the members removed
+// as stuck since the last call.
+func (r *roster) news() (worlds []epoch.World, dropped, stuck []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	worlds, dropped, stuck = r.worlds, r.dropped, r.stuck
+	r.worlds, r.dropped, r.stuck = nil, nil, nil
+	return worlds, dropped, stuck
+}
+
+// stopStuck marks the running process behind member name, which the driver
+// removed as stuck, as stopped by the runner, and returns it (false when
+// none of the job's running processes is behind it: a worker started by
+// hand, or one that has exited).
+func (r *roster) stopStuck(name string) (WorkerRef, Process, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.byName[name]
+	if p == nil || p.rec.State != Running {
+		return WorkerRef{}, nil, false
+	}
+	p.stopped, p.stuck = true, true
+	return p.rec.WorkerRef, p.p, true
 }
 
 // stopHost marks the running processes on host, a host the Discovery no

@@ -41,7 +41,15 @@ type Config struct {
 	// OnStall receives the workers' stall inspector snapshots (sent at every
 	// stall warning and as a slow heartbeat), on the same goroutine.
 	OnStall func(worker string, s stall.Snapshot)
-	Logger  *slog.Logger
+	// OnRemoved is told of every worker the driver's proposer takes out of
+	// the desired membership, with why (epoch.Removed), on the same
+	// goroutine. A launcher needs epoch.ReasonStuck above all: a worker
+	// removed as stuck answers its probes, so its process keeps running,
+	// and is never admitted again under its name; its launcher must stop it
+	// and start another in its place, or the job may wait below its
+	// MinWorkers forever with the stuck process counted as a live worker.
+	OnRemoved func(name string, why epoch.Reason)
+	Logger    *slog.Logger
 	// Adopt makes this driver take a running job back (its driver died; a
 	// worker proposes in its place): it learns the job's newest epoch from
 	// the workers as they come into its view and proposes nothing until
@@ -133,6 +141,10 @@ func (d *Driver) notify(o epoch.Output) {
 		// once, if members are gone).
 		if o.Adopted && d.cfg.OnEpoch != nil && o.World.Number > 0 {
 			d.cfg.OnEpoch(o.World)
+		}
+	case epoch.Removed:
+		if d.cfg.OnRemoved != nil {
+			d.cfg.OnRemoved(o.Name, o.Why)
 		}
 	case epoch.Finished:
 		d.finishedOnce.Do(func() { close(d.finished) })
