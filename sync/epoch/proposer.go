@@ -314,7 +314,7 @@ func (p *Proposer) Current() World { return p.current }
 func (p *Proposer) Finished() bool { return p.finished }
 
 // Unfinished lists the members of the current world that have not said that
-// training is over.
+// training is over, less those that came too late to finish (ReasonLate).
 func (p *Proposer) Unfinished() []string {
 	var out []string
 	for _, m := range p.current.Members {
