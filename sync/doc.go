@@ -112,7 +112,11 @@
 // departures no longer shrink the world) and leave; the proposer then gives
 // the members that report its failure a world without the finished ones,
 // however small, to redo it in, and Driver.Unfinished tells the launcher to
-// let them finish. A worker that proposes (no driver) leaves last, once
+// let them finish. A worker admitted into a world that the finished members
+// never entered (a cut-off worker back just as the others finish) never held
+// the last step's state: it is out for good, not rescued, and ends without
+// training (a world of its own would train on from the state it had before
+// it was cut off). A worker that proposes (no driver) leaves last, once
 // those are done.
 //
 // # Gradient noise and the adaptive batch size

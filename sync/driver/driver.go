@@ -182,7 +182,9 @@ func (d *Driver) Finished() <-chan struct{} { return d.finished }
 // Unfinished lists the members of the current world that have not reported
 // that training is over: after Finished, these are workers still finishing
 // the last step (in a world of their own if a collective of it failed for
-// them alone), which a launcher should let finish.
+// them alone), which a launcher should let finish. Members admitted into a
+// world the finished ones never entered are not listed: they have no last
+// step to finish (epoch.ReasonLate).
 func (d *Driver) Unfinished() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()

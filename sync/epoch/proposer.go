@@ -149,6 +149,16 @@ type Proposer struct {
 
 	finished bool            // a member of the current world finished training
 	done     map[string]bool // workers that reported the end of training
+	// finishedIn is the world the first report of the end of training was
+	// about: the one whose members hold the last step's state. late are
+	// the members that were not in it (a cut-off pair admitted again just
+	// as the others finished, a joiner): they never held that state, have
+	// no last step to finish, and are out for good (dropLate).
+	finishedIn uint64
+	late       map[string]bool
+	// recent are the newest worlds that were current, newest last (at most
+	// maxRecent): who was a member of the world training finished in.
+	recent []World
 	// since: for each member of the current world, the number of the first
 	// world of its unbroken run of memberships up to the current one. Its
 	// report of the end of training counts only about a world from then on.
@@ -234,7 +244,7 @@ func NewProposer(cfg ProposerConfig) *Proposer {
 		workers: map[string]Peer{}, probes: map[uint64]probe{},
 		done: map[string]bool{}, evicted: map[string]bool{}, suspects: map[string]time.Time{},
 		blames: map[string]blameCount{}, blamedIn: map[string]blame{}, failed: map[uint64]failedWorld{}, stuck: map[string]bool{}, since: map[string]uint64{},
-		acked: map[string]uint64{}, aliveIn: map[string]uint64{}, departed: map[string]bool{},
+		acked: map[string]uint64{}, aliveIn: map[string]uint64{}, departed: map[string]bool{}, late: map[string]bool{},
 	}
 }
 
@@ -304,11 +314,11 @@ func (p *Proposer) Current() World { return p.current }
 func (p *Proposer) Finished() bool { return p.finished }
 
 // Unfinished lists the members of the current world that have not said that
-// training is over.
+// training is over, less those that came too late to finish (ReasonLate).
 func (p *Proposer) Unfinished() []string {
 	var out []string
 	for _, m := range p.current.Members {
-		if !p.done[m.Name] {
+		if !p.done[m.Name] && !p.late[m.Name] {
 			out = append(out, m.Name)
 		}
 	}
@@ -322,13 +332,13 @@ func (p *Proposer) Unfinished() []string {
 func (p *Proposer) StillTraining() []string {
 	var out []string
 	for _, m := range p.current.Members {
-		if _, alive := p.workers[m.Name]; alive && !p.done[m.Name] && m.Name != p.cfg.Self {
+		if _, alive := p.workers[m.Name]; alive && !p.done[m.Name] && !p.late[m.Name] && m.Name != p.cfg.Self {
 			out = append(out, m.Name)
 		}
 	}
 	// A member removed on suspicion may be admitted again to finish.
 	for _, name := range slices.Sorted(maps.Keys(p.suspects)) {
-		if _, alive := p.workers[name]; alive && !p.done[name] && p.current.Rank(name) < 0 {
+		if _, alive := p.workers[name]; alive && !p.done[name] && !p.late[name] && p.current.Rank(name) < 0 {
 			out = append(out, name)
 		}
 	}
@@ -381,10 +391,11 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 
 // knownGone reports whether worker name is known to be gone for good (it does
 // not vote on the next world, see CheckQuorum): it left or was evicted,
-// its process exited, it finished training, or it was removed as stuck
-// (it answered its probes: it is in view, not behind a partition).
+// its process exited, it finished training, it was removed as stuck
+// (it answered its probes: it is in view, not behind a partition), or it
+// came too late to the end of training (dropLate).
 func (p *Proposer) knownGone(name string) bool {
-	return p.departed[name] || p.evicted[name] || p.done[name] || p.stuck[name]
+	return p.departed[name] || p.evicted[name] || p.done[name] || p.stuck[name] || p.late[name]
 }
 
 // maxLive bounds the worlds kept as possibly training (a world whose
@@ -815,7 +826,7 @@ func (p *Proposer) readmitAfter() time.Duration { return 2 * p.cfg.Reannounce }
 func (p *Proposer) readmit(now time.Time, name string) {
 	delete(p.suspects, name)
 	peer, ok := p.workers[name]
-	if !ok || peer.State != Ready || p.evicted[name] || p.stuck[name] || p.done[name] || p.sync != nil ||
+	if !ok || peer.State != Ready || p.evicted[name] || p.stuck[name] || p.done[name] || p.late[name] || p.sync != nil ||
 		slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == name }) {
 		return
 	}
@@ -836,8 +847,12 @@ func (p *Proposer) report(now time.Time, from string, msg Message) {
 			return
 		}
 		p.done[from] = true
+		if !p.finished {
+			p.finishedIn = msg.Number
+		}
 		p.finished = true
 		p.emit(Finished{By: from, Number: msg.Number})
+		p.dropLate(now)
 		p.rescue(now)
 	case MsgFailure:
 		if _, inView := p.workers[from]; inView || from == p.cfg.Self {
@@ -957,6 +972,63 @@ func (p *Proposer) setCurrent(w World) {
 	}
 	p.current = cloneWorld(w)
 	p.since = since
+	if w.Number > 0 {
+		p.recent = append(p.recent, p.current)
+		if len(p.recent) > maxRecent {
+			p.recent = slices.Delete(p.recent, 0, len(p.recent)-maxRecent)
+		}
+	}
+}
+
+// maxRecent bounds Proposer.recent: the end of training is reported about
+// the world its members trained the last step in, at most a few worlds
+// behind the newest one.
+const maxRecent = 8
+
+// memberOf reports whether name was a member of world number n, as far as
+// this proposer knows: from the recent worlds, or, for an older one, from
+// the member's unbroken run of memberships up to the current world (since).
+func (p *Proposer) memberOf(name string, n uint64) bool {
+	for _, w := range p.recent {
+		if w.Number == n {
+			return w.Rank(name) >= 0
+		}
+	}
+	since, ok := p.since[name]
+	return ok && since <= n
+}
+
+// dropLate leaves out for good, once training is over, the members (of the
+// current world, or desired for the next) that were not members of the
+// world training finished in (finishedIn) and have not finished: workers
+// admitted as the others finished, such as a cut-off pair back after a
+// partition healed. They never held the state of that world's last step.
+// A world of their own would train on from the state they hold — one from
+// before they were cut off, or none — and redo steps the job has done;
+// the rescue is for members of that world only. The next world leaves them
+// out (however few members remain: the job is ending), and they are told
+// that they will not be admitted again.
+func (p *Proposer) dropLate(now time.Time) {
+	var late []string
+	for _, m := range p.current.Members {
+		if !p.done[m.Name] && !p.memberOf(m.Name, p.finishedIn) {
+			late = append(late, m.Name)
+		}
+	}
+	for _, m := range p.members {
+		if !p.done[m.Name] && !p.memberOf(m.Name, p.finishedIn) && !slices.Contains(late, m.Name) {
+			late = append(late, m.Name)
+		}
+	}
+	if len(late) == 0 {
+		return
+	}
+	p.cfg.MinWorkers = 1
+	for _, name := range late {
+		p.late[name] = true
+		p.remove(now, name, ReasonLate)
+	}
+	p.settleLive()
 }
 
 // settleSync ends the takeover once every worker asked has answered or gone.
@@ -1015,7 +1087,7 @@ func (p *Proposer) rescue(now time.Time) {
 	}
 	stuck := false
 	for _, name := range p.failed[p.current.Number].reporters {
-		stuck = stuck || (p.current.Rank(name) >= 0 && !p.done[name])
+		stuck = stuck || (p.current.Rank(name) >= 0 && !p.done[name] && !p.late[name])
 	}
 	var finished []string
 	for _, m := range p.current.Members {

@@ -363,6 +363,10 @@ const (
 	// while it answered its probes: its gossip runs, its training does not
 	// (a stuck data loader, a deadlock). It may come back as a new member.
 	ReasonStuck
+	// ReasonLate: training finished in a world it was not a member of (it
+	// was admitted as the others finished, as a cut-off worker back after
+	// a partition): it never held the last step's state and is out for good.
+	ReasonLate
 )
 
 func (r Reason) String() string {
@@ -381,6 +385,8 @@ func (r Reason) String() string {
 		return "finished"
 	case ReasonStuck:
 		return "blamed again and again though alive (stuck)"
+	case ReasonLate:
+		return "training finished in a world it was not a member of"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }

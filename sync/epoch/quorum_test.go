@@ -101,6 +101,7 @@ type quorumHarness struct {
 	live     map[string]bool
 	proposed []string
 	blocked  []epoch.NoQuorum
+	final    []string // the workers told that they are out for good
 }
 
 func (h *quorumHarness) carry(outs []epoch.Output) {
@@ -115,6 +116,9 @@ func (h *quorumHarness) carry(outs []epoch.Output) {
 		case epoch.Send:
 			if !h.live[o.To] {
 				continue
+			}
+			if o.Msg.Final && !slices.Contains(h.final, o.To) {
+				h.final = append(h.final, o.To)
 			}
 			switch o.Msg.Kind {
 			case epoch.MsgEpoch:

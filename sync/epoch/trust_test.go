@@ -106,8 +106,9 @@ func TestProposerRefuses(t *testing.T) {
 			{30 * ms, from("c", done(1)), outs(refused("c", done(1), epoch.ErrNotMember))},
 			{31 * ms, from("m", done(2)), outs(refused("m", done(2), epoch.ErrNotMember))},
 			{1022 * ms, nil, sendEpoch(world(2, "a", "b", "c"), "a", "b", "c")}, // not finished: all still told
-			// a member since world 1 may report world 1 (it finished before it heard of 2).
-			{1030 * ms, from("a", done(1)), outs(epoch.Finished{By: "a", Number: 1})},
+			// a member since world 1 may report world 1 (it finished before it heard of 2);
+			// c, admitted in world 2, never trained in world 1: it is out.
+			{1030 * ms, from("a", done(1)), outs(epoch.Finished{By: "a", Number: 1}, epoch.Removed{Name: "c", Why: epoch.ReasonLate})},
 		})},
 		{name: "a flood of blame from one member does not remove a healthy worker: no other member reports those worlds failing", script: script(threeWorkers,
 			blameRound(20, 1, 1), blameRound(40, 2, 3), blameRound(60, 3, 5), blameRound(80, 4, 7),
