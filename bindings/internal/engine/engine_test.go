@@ -519,10 +519,18 @@ func closeWhenInside(t *testing.T, victim *Engine, survivors []*Engine) *stdsync
 		}
 		return true
 	}
+	// A test that fails before the survivors are inside stops the watch:
+	// it must not report to a test that has ended.
+	stop := make(chan struct{})
 	var wg stdsync.WaitGroup
 	wg.Go(func() {
 		deadline := time.Now().Add(time.Minute)
 		for !inside() {
+			select {
+			case <-stop:
+				return
+			default:
+			}
 			if time.Now().After(deadline) {
 				t.Error("the survivors did not enter the collective within a minute")
 				break
@@ -530,6 +538,10 @@ func closeWhenInside(t *testing.T, victim *Engine, survivors []*Engine) *stdsync
 			time.Sleep(5 * time.Millisecond) // polling the communicators' progress
 		}
 		victim.Close(context.Background(), false)
+	})
+	t.Cleanup(func() {
+		close(stop)
+		wg.Wait()
 	})
 	return &wg
 }
