@@ -190,6 +190,11 @@ type Engine struct {
 	p2pRunning stdsync.WaitGroup
 	// devices are the accelerators calls named (device.go).
 	devices devices
+	// afterFinish, when set (by tests, under mu before the first
+	// submission), is called by the executor after each call it completed,
+	// before it looks at the queue again: it holds the executor in the
+	// window where that call's caller, woken, makes its next call.
+	afterFinish func()
 }
 
 // call is one submitted collective (or commit).
@@ -489,17 +494,25 @@ func (e *Engine) loop() {
 		default:
 			ran, err = e.execute(e.ctx, head)
 		}
-		if ran != nil {
-			e.mu.Lock()
-			e.dequeueLocked(ran)
-			e.mu.Unlock()
-			ran.finish(err)
-		}
+		// Nothing runs any more before ran's caller hears of it: a caller
+		// that makes its next call through a Now form as soon as ran
+		// completes must find the engine idle, as it would had ran run on
+		// its own goroutine, and run that call on its goroutine, as the
+		// other ranks do with theirs.
 		e.mu.Lock()
 		e.running = false
+		if ran != nil {
+			e.dequeueLocked(ran)
+		}
+		hook := e.afterFinish
 		e.mu.Unlock()
 		if ran == nil {
 			e.pause()
+			continue
+		}
+		ran.finish(err)
+		if hook != nil {
+			hook()
 		}
 	}
 }

@@ -105,18 +105,52 @@ func sortByRank(es []*Engine) []*Engine {
 }
 
 // each runs f on every engine at once, as the ranks of one job would.
+//
+// Once one f fails, each closes every engine (aborting): the others may be
+// inside a collective with the rank that gave up, where they would wait out
+// the I/O timeout and then the recovery timeout (minutes) for a world that
+// rank never enters. The test fails with every engine's error, so the first
+// one (often the cause of the others) is not hidden behind a lower rank's.
 func each(t *testing.T, es []*Engine, f func(e *Engine) error) {
 	t.Helper()
 	errs := make([]error, len(es))
+	failed := make(chan struct{})
+	var failOnce stdsync.Once
 	var wg stdsync.WaitGroup
 	for i, e := range es {
-		wg.Go(func() { errs[i] = f(e) })
+		wg.Go(func() {
+			if errs[i] = f(e); errs[i] != nil {
+				failOnce.Do(func() { close(failed) })
+			}
+		})
 	}
-	wg.Wait()
+	all := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(all)
+	}()
+	select {
+	case <-all:
+	case <-failed:
+		var closing stdsync.WaitGroup
+		for _, e := range es {
+			closing.Go(func() { e.Close(context.Background(), false) })
+		}
+		closing.Wait()
+		select {
+		case <-all:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the engines were closed after a failure, and some call still runs 30 s on: %v", errors.Join(errs...))
+		}
+	}
+	var failures []string
 	for i, err := range errs {
 		if err != nil {
-			t.Fatalf("engine %d: %v", i, err)
+			failures = append(failures, fmt.Sprintf("engine %d: %v", i, err))
 		}
+	}
+	if len(failures) > 0 {
+		t.Fatal(strings.Join(failures, "\n"))
 	}
 }
 
@@ -485,10 +519,18 @@ func closeWhenInside(t *testing.T, victim *Engine, survivors []*Engine) *stdsync
 		}
 		return true
 	}
+	// A test that fails before the survivors are inside stops the watch:
+	// it must not report to a test that has ended.
+	stop := make(chan struct{})
 	var wg stdsync.WaitGroup
 	wg.Go(func() {
 		deadline := time.Now().Add(time.Minute)
 		for !inside() {
+			select {
+			case <-stop:
+				return
+			default:
+			}
 			if time.Now().After(deadline) {
 				t.Error("the survivors did not enter the collective within a minute")
 				break
@@ -496,6 +538,10 @@ func closeWhenInside(t *testing.T, victim *Engine, survivors []*Engine) *stdsync
 			time.Sleep(5 * time.Millisecond) // polling the communicators' progress
 		}
 		victim.Close(context.Background(), false)
+	})
+	t.Cleanup(func() {
+		close(stop)
+		wg.Wait()
 	})
 	return &wg
 }
@@ -736,6 +782,60 @@ func TestNowRunsSmallCallsOnTheCaller(t *testing.T) {
 	}
 	if n := es[0].Pending(); n != 0 {
 		t.Fatalf("%d handles left", n)
+	}
+}
+
+// A queued call is over, executor included, once its handle completes: a
+// Now call that its caller makes at once, while the executor has not yet
+// come back for its next call, finds nothing running and runs on the
+// caller's goroutine. (Queued instead, it still pairs with the other ranks'
+// calls, but a caller cannot tell which way its call will go.) The hook
+// holds the executor in that window, so the test does not depend on timing.
+func TestNowRightAfterAQueuedCallRunsOnTheCaller(t *testing.T) {
+	if gsync.UnderLauncher() {
+		t.Skip("started by a launcher")
+	}
+	sum := gsync.Reduction{Op: collective.Sum}
+	for _, tc := range []struct {
+		name string
+		now  func(e *Engine) (Handle, error)
+	}{
+		{"allreduce", func(e *Engine) (Handle, error) {
+			return e.AllreduceNow(nil, []collective.Buffer{f32([]float32{1})}, sum, Caller{LockedThread: true})
+		}},
+		{"broadcast", func(e *Engine) (Handle, error) {
+			return e.BroadcastNow([]collective.Buffer{f32([]float32{1})}, 0, Caller{})
+		}},
+		{"barrier", func(e *Engine) (Handle, error) { return e.BarrierNow(Caller{Interruptible: true}) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := Start(context.Background(), DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close(context.Background(), false) })
+			release := make(chan struct{})
+			var releaseOnce stdsync.Once
+			releaseExecutor := func() { releaseOnce.Do(func() { close(release) }) }
+			t.Cleanup(releaseExecutor)
+			e.mu.Lock()
+			e.afterFinish = func() { <-release }
+			e.mu.Unlock()
+			queued := make([]float32, DefaultInlineBytes/4+1)
+			if inline, err := nowOn(e)(e.AllreduceNow(nil, []collective.Buffer{f32(queued)}, sum, Caller{})); err != nil || inline {
+				t.Fatalf("the large allreduce: inline %v, %v", inline, err)
+			}
+			// The executor is held after completing it.
+			h, err := tc.now(e)
+			releaseExecutor()
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if h != 0 {
+				err := e.Wait(h, 30*time.Second)
+				t.Fatalf("%s right after a queued call was queued (handle %d, %v), not run on the caller", tc.name, h, err)
+			}
+		})
 	}
 }
 
