@@ -2,34 +2,17 @@ package transport_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"testing"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/fuzzinput"
 )
 
 // Each fuzzer checks two properties on arbitrary input: decoding never panics
 // and, when it succeeds, re-encoding gives back exactly the input (the formats
 // have no slack); and a message built from the input's bytes survives an
 // encode/decode round trip unchanged.
-
-// fields hands out fixed-size values from fuzz input, zero once it runs out.
-type fields struct{ b []byte }
-
-func (f *fields) take(n int) []byte {
-	out := make([]byte, n)
-	k := copy(out, f.b)
-	f.b = f.b[k:]
-	return out
-}
-func (f *fields) u8() uint8   { return f.take(1)[0] }
-func (f *fields) u32() uint32 { return binary.LittleEndian.Uint32(f.take(4)) }
-func (f *fields) u64() uint64 { return binary.LittleEndian.Uint64(f.take(8)) }
-func (f *fields) str(max int) string {
-	n := int(f.u8()) % (max + 1)
-	return string(f.take(n))
-}
 
 func FuzzDecodeHeader(f *testing.F) {
 	for _, h := range []transport.Header{
@@ -68,13 +51,13 @@ func FuzzDecodeHeader(f *testing.F) {
 		}
 
 		// Build a valid header from the input and round-trip it.
-		fs := fields{b}
+		fs := fuzzinput.Fields{B: b}
 		h = transport.Header{
-			Kind: transport.FrameData, Sender: fs.u32(), JobID: fs.u64(), Epoch: fs.u64(), Seq: fs.u64(),
-			Count: fs.u64(), Step: fs.u32(), Length: fs.u32() % (transport.MaxPayload + 1),
-			Coll: fs.u8(), DType: fs.u8(), Op: fs.u8(), Flags: fs.u8(), Aux: fs.u32(),
+			Kind: transport.FrameData, Sender: fs.U32(), JobID: fs.U64(), Epoch: fs.U64(), Seq: fs.U64(),
+			Count: fs.U64(), Step: fs.U32(), Length: fs.U32() % (transport.MaxPayload + 1),
+			Coll: fs.U8(), DType: fs.U8(), Op: fs.U8(), Flags: fs.U8(), Aux: fs.U32(),
 		}
-		switch fs.u8() % 4 {
+		switch fs.U8() % 4 {
 		case 1:
 			h.Kind, h.Length = transport.FrameAbort, h.Length%(transport.MaxAbortReason+1)
 		case 2:
@@ -132,14 +115,14 @@ func FuzzDecodeRekey(f *testing.F) {
 		}
 
 		// Build a valid message from the input and round-trip it.
-		fs := fields{b}
-		m = transport.RekeyMsg{Epoch: fs.u64(), Size: 2 + fs.u32()%(transport.MaxWorldSize-1), Lane: fs.u32()}
-		m.From, m.To = fs.u32()%m.Size, fs.u32()%m.Size
+		fs := fuzzinput.Fields{B: b}
+		m = transport.RekeyMsg{Epoch: fs.U64(), Size: 2 + fs.U32()%(transport.MaxWorldSize-1), Lane: fs.U32()}
+		m.From, m.To = fs.U32()%m.Size, fs.U32()%m.Size
 		if m.From == m.To {
 			m.To = (m.From + 1) % m.Size
 		}
-		copy(m.Nonce[:], fs.take(transport.RekeyNonceSize))
-		copy(m.MAC[:], fs.take(transport.RekeyMACSize))
+		copy(m.Nonce[:], fs.Take(transport.RekeyNonceSize))
+		copy(m.MAC[:], fs.Take(transport.RekeyMACSize))
 		enc := make([]byte, transport.RekeyMsgSize)
 		m.Encode(enc)
 		var got transport.RekeyMsg

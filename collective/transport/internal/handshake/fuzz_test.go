@@ -2,11 +2,11 @@ package handshake_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"testing"
 
 	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/collective/transport/internal/fuzzinput"
 	"github.com/gorovod/gorovod/collective/transport/internal/handshake"
 )
 
@@ -14,23 +14,6 @@ import (
 // and, when it succeeds, re-encoding gives back exactly the input (the formats
 // have no slack); and a message built from the input's bytes survives an
 // encode/decode round trip unchanged.
-
-// fields hands out fixed-size values from fuzz input, zero once it runs out.
-type fields struct{ b []byte }
-
-func (f *fields) take(n int) []byte {
-	out := make([]byte, n)
-	k := copy(out, f.b)
-	f.b = f.b[k:]
-	return out
-}
-func (f *fields) u8() uint8   { return f.take(1)[0] }
-func (f *fields) u32() uint32 { return binary.LittleEndian.Uint32(f.take(4)) }
-func (f *fields) u64() uint64 { return binary.LittleEndian.Uint64(f.take(8)) }
-func (f *fields) str(max int) string {
-	n := int(f.u8()) % (max + 1)
-	return string(f.take(n))
-}
 
 func FuzzDecodeHello(f *testing.F) {
 	for _, h := range []handshake.Hello{
@@ -60,14 +43,14 @@ func FuzzDecodeHello(f *testing.F) {
 			checkHandshakeError(t, err)
 		}
 
-		fs := fields{b}
-		h = handshake.Hello{JobHash: fs.u64(), Epoch: fs.u64(), Size: 2 + fs.u32()%(transport.MaxWorldSize-1)}
-		h.From = fs.u32() % h.Size
-		h.To = (h.From + 1 + fs.u32()%(h.Size-1)) % h.Size
-		h.Security = transport.SecurityPlain + transport.Security(fs.u8()%3)
-		h.Lanes = 1 + fs.u8()%handshake.MaxLanes
-		h.Lane = fs.u8() % h.Lanes
-		copy(h.Nonce[:], fs.take(handshake.NonceSize))
+		fs := fuzzinput.Fields{B: b}
+		h = handshake.Hello{JobHash: fs.U64(), Epoch: fs.U64(), Size: 2 + fs.U32()%(transport.MaxWorldSize-1)}
+		h.From = fs.U32() % h.Size
+		h.To = (h.From + 1 + fs.U32()%(h.Size-1)) % h.Size
+		h.Security = transport.SecurityPlain + transport.Security(fs.U8()%3)
+		h.Lanes = 1 + fs.U8()%handshake.MaxLanes
+		h.Lane = fs.U8() % h.Lanes
+		copy(h.Nonce[:], fs.Take(handshake.NonceSize))
 		enc := make([]byte, handshake.HelloSize)
 		h.Encode(enc)
 		var got handshake.Hello
@@ -104,13 +87,13 @@ func FuzzDecodeChallenge(f *testing.F) {
 			checkHandshakeError(t, err)
 		}
 
-		fs := fields{b}
-		c = handshake.Challenge{Status: handshake.Status(fs.u8() % 10)}
+		fs := fuzzinput.Fields{B: b}
+		c = handshake.Challenge{Status: handshake.Status(fs.U8() % 10)}
 		if c.Status == handshake.StatusOK {
-			copy(c.Nonce[:], fs.take(handshake.NonceSize))
-			copy(c.MAC[:], fs.take(handshake.MACSize))
+			copy(c.Nonce[:], fs.Take(handshake.NonceSize))
+			copy(c.MAC[:], fs.Take(handshake.MACSize))
 		} else {
-			c.Reason = fs.str(255) // may be too long or hold control bytes: Encode sanitizes
+			c.Reason = fs.Str(255) // may be too long or hold control bytes: Encode sanitizes
 		}
 		enc := make([]byte, handshake.ChallengeSize)
 		c.Encode(enc)
@@ -142,8 +125,8 @@ func FuzzDecodeResponse(f *testing.F) {
 			checkHandshakeError(t, err)
 		}
 
-		fs := fields{b}
-		copy(r.MAC[:], fs.take(handshake.MACSize))
+		fs := fuzzinput.Fields{B: b}
+		copy(r.MAC[:], fs.Take(handshake.MACSize))
 		enc := make([]byte, handshake.ResponseSize)
 		r.Encode(enc)
 		var got handshake.Response
@@ -176,10 +159,10 @@ func FuzzDecodeVerdict(f *testing.F) {
 			checkHandshakeError(t, err)
 		}
 
-		fs := fields{b}
-		v = handshake.Verdict{Status: handshake.Status(fs.u8() % 10)}
+		fs := fuzzinput.Fields{B: b}
+		v = handshake.Verdict{Status: handshake.Status(fs.U8() % 10)}
 		if v.Status != handshake.StatusOK {
-			v.Reason = fs.str(255)
+			v.Reason = fs.Str(255)
 		}
 		enc := make([]byte, handshake.VerdictSize)
 		v.Encode(enc)
