@@ -26,8 +26,12 @@ type queue struct {
 	head   int
 	bytes  int
 	// spare holds payload buffers the receiver is done with, for the
-	// sender to reuse: a steady stream of frames allocates nothing.
-	spare [][]byte
+	// sender to reuse: a steady stream of frames allocates nothing. It
+	// keeps minSpare buffers, and more while they hold at most limit bytes
+	// (spareBytes, as many as may be queued), so a sender that ran ahead of
+	// a slow receiver allocates only the first time it gets that far ahead.
+	spare      [][]byte
+	spareBytes int
 	// readable and writable wake the waiting receiver and sender; a waiter
 	// re-checks the queue, so a stale signal costs one more look.
 	readable chan struct{}
@@ -58,8 +62,9 @@ func (q *queue) tryPush(f frame) bool {
 	return true
 }
 
-// maxSpare bounds the payload buffers a queue keeps for reuse.
-const maxSpare = 16
+// minSpare is how many payload buffers a queue keeps for reuse whatever
+// their size.
+const minSpare = 16
 
 // payloadCopy returns a copy of p in a spare buffer, or a new one.
 func (q *queue) payloadCopy(p []byte) []byte {
@@ -80,6 +85,7 @@ func (q *queue) payloadCopy(p []byte) []byte {
 	var b []byte
 	if i >= 0 {
 		b = q.spare[i]
+		q.spareBytes -= cap(b)
 		last := len(q.spare) - 1
 		q.spare[i], q.spare[last] = q.spare[last], nil
 		q.spare = q.spare[:last]
@@ -99,8 +105,12 @@ func (q *queue) recycle(b []byte) {
 		return
 	}
 	q.mu.Lock()
-	if len(q.spare) < maxSpare {
+	// minSpare buffers are kept whatever their size (a frame over the
+	// limit is queued alone, and frames of a third of it pass a ring's
+	// steps several at a time), and small ones up to the limit in bytes.
+	if len(q.spare) < minSpare || q.spareBytes+cap(b) <= q.limit {
 		q.spare = append(q.spare, b[:0])
+		q.spareBytes += cap(b)
 	}
 	q.mu.Unlock()
 }
