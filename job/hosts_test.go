@@ -136,15 +136,7 @@ func TestLastStepGetsTime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.waitFor(t, "both workers waiting", func(evs []job.Event) bool {
-				n := 0
-				for _, e := range evs {
-					if o, ok := e.(job.WorkerOutput); ok && string(o.Line) == "waiting" {
-						n++
-					}
-				}
-				return n == 2
-			})
+			r.waitFor(t, "both workers waiting", saidLine("waiting", 2))
 			finishedAt := time.Now()
 			close(d.finished)
 			o, err := j.Wait()

@@ -625,19 +625,12 @@ func (j *Job) stopStuck(name string) {
 		return
 	}
 	j.events.notice(fmt.Sprintf("worker %d (%s, pid %d) was removed from the job as stuck (blamed for the failures of several worlds in a row while it answered its probes): stopping it, and the job's minimum starts another in its place", ref.Index, name, ref.PID))
-	if err := proc.Signal(StopSignal); err != nil {
-		j.events.notice(fmt.Sprintf("worker %d (%s): %v", ref.Index, name, err))
-	}
 	go func() {
-		t := time.NewTimer(j.cfg.RemoveGrace)
-		defer t.Stop()
-		select {
-		case <-proc.Done():
-			return
-		case <-t.C:
-		}
-		j.events.notice(fmt.Sprintf("worker %d (%s), removed as stuck, did not exit within %v of %v; sending SIGKILL", ref.Index, name, j.cfg.RemoveGrace, StopSignal))
-		if err := proc.Signal(syscall.SIGKILL); err != nil {
+		// Bounded by the ladder (twice RemoveGrace); the launcher stops
+		// the process anyway when the job ends.
+		err := j.signalUntilExit(context.Background(), ref, name, ", removed as stuck,", proc,
+			[]stopStep{{StopSignal, j.cfg.RemoveGrace}, {syscall.SIGKILL, j.cfg.RemoveGrace}})
+		if err != nil {
 			j.events.notice(fmt.Sprintf("worker %d (%s): %v", ref.Index, name, err))
 		}
 	}()

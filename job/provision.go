@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gorovod/gorovod/heuristics"
 )
 
@@ -40,13 +42,28 @@ func (p provisioner) Stop(ctx context.Context, w heuristics.WorkerInfo) error {
 	if !ok {
 		return nil // not a process of ours (started by hand)
 	}
+	return j.signalUntilExit(ctx, ref, w.Name, "", proc,
+		[]stopStep{{nil, j.cfg.RemoveGrace}, {LeaveSignal, j.cfg.RemoveGrace}, {syscall.SIGKILL, j.cfg.RemoveGrace}})
+}
+
+// stopStep is one rung of signalUntilExit's ladder: a signal (none: only
+// wait) and how long the process then has to exit.
+type stopStep struct {
+	sig  os.Signal
+	wait time.Duration
+}
+
+// signalUntilExit takes worker ref (name; label follows the name in the
+// notices) down steps until it exits: each step's signal, then its wait.
+// Every signal but a first step's is noticed as the worker not having
+// exited. It fails if the worker outlives the last step, or ctx ends.
+func (j *Job) signalUntilExit(ctx context.Context, ref WorkerRef, name, label string, proc Process, steps []stopStep) error {
 	exited := proc.Done()
-	for _, step := range []struct {
-		sig  os.Signal
-		wait time.Duration
-	}{{nil, j.cfg.RemoveGrace}, {LeaveSignal, j.cfg.RemoveGrace}, {syscall.SIGKILL, j.cfg.RemoveGrace}} {
+	for i, step := range steps {
 		if step.sig != nil {
-			j.events.notice(fmt.Sprintf("worker %d (%s) did not exit; sending %v", ref.Index, w.Name, step.sig))
+			if i > 0 {
+				j.events.notice(fmt.Sprintf("worker %d (%s)%s did not exit; sending %s", ref.Index, name, label, signalName(step.sig)))
+			}
 			if err := proc.Signal(step.sig); err != nil {
 				return err
 			}
@@ -62,5 +79,15 @@ func (p provisioner) Stop(ctx context.Context, w heuristics.WorkerInfo) error {
 		case <-t.C:
 		}
 	}
-	return fmt.Errorf("worker %d (%s, pid %d) survived SIGKILL", ref.Index, w.Name, ref.PID)
+	return fmt.Errorf("worker %d (%s, pid %d) survived %s", ref.Index, name, ref.PID, signalName(steps[len(steps)-1].sig))
+}
+
+// signalName is sig as the notices name it: SIGKILL rather than "killed".
+func signalName(sig os.Signal) string {
+	if s, ok := sig.(syscall.Signal); ok {
+		if name := unix.SignalName(s); name != "" {
+			return name
+		}
+	}
+	return sig.String()
 }

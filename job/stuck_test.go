@@ -57,15 +57,7 @@ func TestStuckWorkerIsStoppedAndReplaced(t *testing.T) {
 				_, _ = j.Wait()
 				t.Fatal("the runner gives the driver no OnRemoved hook: it cannot learn of a worker removed as stuck")
 			}
-			r.waitFor(t, "both workers waiting", func(evs []job.Event) bool {
-				n := 0
-				for _, e := range evs {
-					if o, ok := e.(job.WorkerOutput); ok && string(o.Line) == "waiting" {
-						n++
-					}
-				}
-				return n == 2
-			})
+			r.waitFor(t, "both workers waiting", saidLine("waiting", 2))
 			// Other removals are the driver's business: the process of a
 			// worker removed as unanswered has died or will come back.
 			dc.OnRemoved("w0", epoch.ReasonUnanswered)
@@ -102,5 +94,18 @@ func TestStuckWorkerIsStoppedAndReplaced(t *testing.T) {
 				t.Errorf("worker 0 exited (%v) before the replacement started: a removal not as stuck stopped it\n%s", w0.State, describe(evs))
 			}
 		})
+	}
+}
+
+// saidLine is a waitFor condition: n lines of the workers' output are line.
+func saidLine(line string, n int) func(evs []job.Event) bool {
+	return func(evs []job.Event) bool {
+		said := 0
+		for _, e := range evs {
+			if o, ok := e.(job.WorkerOutput); ok && string(o.Line) == line {
+				said++
+			}
+		}
+		return said == n
 	}
 }

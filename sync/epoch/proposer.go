@@ -1010,12 +1010,7 @@ func (p *Proposer) memberOf(name string, n uint64) bool {
 // that they will not be admitted again.
 func (p *Proposer) dropLate(now time.Time) {
 	var late []string
-	for _, m := range p.current.Members {
-		if !p.done[m.Name] && !p.memberOf(m.Name, p.finishedIn) {
-			late = append(late, m.Name)
-		}
-	}
-	for _, m := range p.members {
+	for _, m := range slices.Concat(p.current.Members, p.members) {
 		if !p.done[m.Name] && !p.memberOf(m.Name, p.finishedIn) && !slices.Contains(late, m.Name) {
 			late = append(late, m.Name)
 		}

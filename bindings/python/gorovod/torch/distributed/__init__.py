@@ -126,17 +126,17 @@ def _reduce_op(op):
 
 
 def _wait_limit(timeout, default):
-    """The seconds a work's wait() may take: timeout (a timedelta, or
-    seconds) where given and not zero (torch's kNoTimeout, which C++ callers
-    pass), else the process group's (default), as Gloo does; None: no
-    limit."""
-    for t in (timeout, default):
+    """The seconds a work's wait() may take, and whose limit it is: timeout
+    (a timedelta, or seconds) where given and not zero (torch's kNoTimeout,
+    which C++ callers pass), else the process group's (default), as Gloo
+    does; (None, None): no limit."""
+    for t, whose in ((timeout, "wait's timeout"), (default, "process group's timeout")):
         if t is None:
             continue
         seconds = t.total_seconds() if isinstance(t, datetime.timedelta) else float(t)
         if seconds > 0:
-            return seconds
-    return None
+            return seconds, whose
+    return None, None
 
 
 class _Work(dist._Work):
@@ -152,13 +152,12 @@ class _Work(dist._Work):
         self.error = None  # the world broke under it (the future then holds the outputs as they are)
 
     def wait(self, timeout=None):
-        limit = _wait_limit(timeout, self._timeout)
+        limit, whose = _wait_limit(timeout, self._timeout)
         if limit is not None and not self.finished.wait(limit):
             raise RuntimeError("gorovod backend: %s timed out after %gs (the %s): a rank of the group has not "
                                "made the call. It stays queued, and the group's later collectives run after it, "
                                "so they complete only once every rank has made it" %
-                               (self._what, limit, "wait's timeout" if _wait_limit(timeout, None) else
-                                "process group's timeout"))
+                               (self._what, limit, whose))
         self._future.wait()  # raises the collective's error, if any
         if self.error is not None:
             raise self.error
@@ -209,7 +208,7 @@ class _P2PWork(dist._Work):
         self._future = None
 
     def wait(self, timeout=None):
-        limit = _wait_limit(timeout, self._timeout)
+        limit, whose = _wait_limit(timeout, self._timeout)
         with self._lock:
             if not self._done:
                 try:
@@ -225,8 +224,7 @@ class _P2PWork(dist._Work):
                     # again collects it.
                     raise RuntimeError("gorovod backend: %s timed out after %gs (the %s); the %s stays posted: "
                                        "wait again to collect it" %
-                                       (self._what, limit, "wait's timeout" if _wait_limit(timeout, None) else
-                                        "process group's timeout", self._what.split(" ")[0])) from None
+                                       (self._what, limit, whose, self._what.split(" ")[0])) from None
                 except HorovodInternalError as e:
                     self._error = e
                 except _core.GorovodError as e:
