@@ -222,6 +222,16 @@ func (m *Member) told(name string, raw []byte) {
 	m.events.push(Event{Kind: EventUpdated, Node: node, At: now})
 }
 
+// departed reports whether name is not an alive member of the cluster as
+// this member knows it, or is one that is on its way out (it said goodbye,
+// or published State=leaving).
+func (m *Member) departed(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.nodes[name]
+	return e == nil || e.bye || e.node.Meta.State == StateLeaving
+}
+
 // nodeGone removes a dead or departed member and queues Left or Failed.
 func (m *Member) nodeGone(n *memberlist.Node) {
 	now := time.Now()

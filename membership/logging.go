@@ -24,17 +24,38 @@ import (
 //     the first one, then one line per window saying how many more there
 //     were (DEBUG and INFO lines, which a user asks for, all go through);
 //   - once this member is leaving (quiet is set), it complains about its own
-//     sockets closing under it: those lines drop to DEBUG.
+//     sockets closing under it: those lines drop to DEBUG;
+//   - its periodic state exchange may have picked a peer that is leaving
+//     (it said goodbye, or its State is leaving) or already gone, and then
+//     logs an ERROR when that peer's socket is closed: departed (when set)
+//     says which peers those are, and their lines drop to DEBUG. A peer
+//     still alive and in the cluster keeps its ERROR.
 //
 // The returned limiter's Flush writes the counts still held back.
-func newMemberlistLogger(l *slog.Logger, repeatWindow time.Duration, quiet *atomic.Bool) (*log.Logger, *logging.RateLimiter) {
+func newMemberlistLogger(l *slog.Logger, repeatWindow time.Duration, quiet *atomic.Bool, departed func(name string) bool) (*log.Logger, *logging.RateLimiter) {
 	rl := logging.NewRateLimiter(l.Handler(), logging.RateLimitConfig{Window: repeatWindow})
-	return log.New(logWriter{l: l, limited: slog.New(rl), quiet: quiet}, "", 0), rl
+	return log.New(logWriter{l: l, limited: slog.New(rl), quiet: quiet, departed: departed}, "", 0), rl
 }
 
 type logWriter struct {
 	l, limited *slog.Logger // limited: through the rate limiter
 	quiet      *atomic.Bool
+	departed   func(name string) bool
+}
+
+// pushPullPeer returns the peer named in memberlist's "Push/Pull with NAME
+// failed: ERR" (its state exchange, which it logs without holding its own
+// locks, so departed may take the Member's).
+func pushPullPeer(line []byte) (string, bool) {
+	rest, ok := bytes.CutPrefix(line, []byte("Push/Pull with "))
+	if !ok {
+		return "", false
+	}
+	name, _, ok := bytes.Cut(rest, []byte(" failed: "))
+	if !ok || len(name) == 0 {
+		return "", false
+	}
+	return string(name), true
 }
 
 // parseLevel splits memberlist's "[LEVEL]" tag off a line; untagged lines are Info.
@@ -78,11 +99,16 @@ func (w logWriter) Write(p []byte) (int, error) {
 	if w.quiet != nil && w.quiet.Load() && level > slog.LevelDebug {
 		level = slog.LevelDebug
 	}
+	line = bytes.TrimPrefix(line, []byte("memberlist: "))
+	if level > slog.LevelDebug && w.departed != nil {
+		if peer, ok := pushPullPeer(line); ok && w.departed(peer) {
+			level = slog.LevelDebug
+		}
+	}
 	ctx := context.Background()
 	if !w.l.Enabled(ctx, level) {
 		return len(p), nil
 	}
-	line = bytes.TrimPrefix(line, []byte("memberlist: "))
 	msg, from := splitFrom(line)
 	l := w.l
 	if level >= slog.LevelWarn {

@@ -187,7 +187,7 @@ func Join(ctx context.Context, cfg Config, meta Meta) (*Member, error) {
 	}()
 
 	d := &delegate{m}
-	mlLog, limiter := newMemberlistLogger(m.log, cfg.LogRepeatWindow, &m.quiet)
+	mlLog, limiter := newMemberlistLogger(m.log, cfg.LogRepeatWindow, &m.quiet, m.departed)
 	m.logLimiter = limiter
 	mc := cfg.memberlistConfig(key, mlLog)
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge = d, d, d, d

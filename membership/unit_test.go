@@ -176,7 +176,8 @@ func TestEventQueueBounded(t *testing.T) {
 	}
 }
 
-// TestLogWriter: memberlist's level tags become slog levels.
+// TestLogWriter: memberlist's level tags become slog levels; a failed state
+// exchange with a departed peer is not news.
 func TestLogWriter(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
@@ -186,7 +187,8 @@ func TestLogWriter(t *testing.T) {
 		mu.Unlock()
 	}, min: slog.LevelInfo}
 	var quiet atomic.Bool
-	l, _ := newMemberlistLogger(slog.New(h), time.Minute, &quiet)
+	departed := func(name string) bool { return name == "gone" }
+	l, _ := newMemberlistLogger(slog.New(h), time.Minute, &quiet, departed)
 	l.Printf("[DEBUG] memberlist: noisy")
 	l.Printf("[INFO] memberlist: hello")
 	l.Printf("[WARN] memberlist: careful")
@@ -195,9 +197,11 @@ func TestLogWriter(t *testing.T) {
 	l.Printf("[ERR] memberlist: Decrypt packet failed from=127.0.0.1:1")
 	l.Printf("[ERR] memberlist: Decrypt packet failed from=127.0.0.1:2") // the same error: held back
 	l.Printf("[INFO] memberlist: hello")                                 // INFO: never held back
+	l.Printf("[ERR] memberlist: Push/Pull with gone failed: dial tcp 127.0.0.1:1: connect: connection refused")
+	l.Printf("[ERR] memberlist: Push/Pull with alive failed: dial tcp 127.0.0.1:2: i/o timeout")
 	quiet.Store(true)
 	l.Printf("[ERR] memberlist: Failed to send gossip: use of closed network connection")
-	want := []string{"INFO hello", "WARN careful", "ERROR broken", "INFO untagged line", "ERROR Decrypt packet failed", "INFO hello"}
+	want := []string{"INFO hello", "WARN careful", "ERROR broken", "INFO untagged line", "ERROR Decrypt packet failed", "INFO hello", "ERROR Push/Pull with alive failed: dial tcp 127.0.0.1:2: i/o timeout"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
