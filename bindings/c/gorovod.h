@@ -479,6 +479,15 @@ int gorovod_barrier_ps_start(int32_t process_set, int flags, gorovod_handle *han
 int gorovod_send_async(const void *buf, int64_t count, int dtype, int32_t peer, uint64_t tag,
                        gorovod_handle *handle);
 int gorovod_recv_async(void *buf, int64_t count, int dtype, int32_t peer, uint64_t tag, gorovod_handle *handle);
+/* Receives the next message with tag from any rank, as gorovod_recv_async
+ * does from one: it takes its place among the receives posted for each rank,
+ * in posting order, and a message already there (the earliest to come)
+ * matches at once. The sender's world rank is written to *source before the
+ * handle completes (a receive of another size than the message included);
+ * source, like buf, is the caller's until then. A world of one rank has no
+ * one to receive from: GOROVOD_ERR_INVALID_ARGUMENT. */
+int gorovod_recv_any_async(void *buf, int64_t count, int dtype, uint64_t tag, int32_t *source,
+                           gorovod_handle *handle);
 
 /* ---- Handles ---- */
 

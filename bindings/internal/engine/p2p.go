@@ -46,7 +46,30 @@ func (e *Engine) Recv(peer int, tag uint64, buf collective.Buffer) (Handle, erro
 	})
 }
 
-// p2p starts a point-to-point call on its own goroutine.
+// RecvAny receives into buf the next message with tag from any rank of the
+// world (collective.Communicator.RecvAny: it takes its place among the
+// receives posted for each peer, in posting order) and writes the sender's
+// world rank to *source before the handle completes, a size mismatch
+// included. source is the caller's until then. A world of one rank has no
+// one to receive from: ErrInvalid.
+func (e *Engine) RecvAny(tag uint64, buf collective.Buffer, source *int32) (Handle, error) {
+	if source == nil {
+		return 0, fmt.Errorf("%w: recv from any rank needs somewhere to write the sender's rank", ErrInvalid)
+	}
+	return e.p2p("recv", anyRank, tag, buf, func(ctx context.Context, c *collective.Communicator) error {
+		from, err := c.RecvAny(ctx, tag, buf.Host)
+		if from >= 0 {
+			*source = int32(from)
+		}
+		return err
+	})
+}
+
+// anyRank is p2p's peer for a receive from any rank.
+const anyRank = -1
+
+// p2p starts a point-to-point call on its own goroutine; peer is a world
+// rank, or anyRank.
 func (e *Engine) p2p(what string, peer int, tag uint64, buf collective.Buffer, run func(ctx context.Context, c *collective.Communicator) error) (Handle, error) {
 	if err := checkBuffers(what, buf); err != nil {
 		return 0, err
@@ -59,14 +82,20 @@ func (e *Engine) p2p(what string, peer int, tag uint64, buf collective.Buffer, r
 	if err := e.refused(); err != nil {
 		return 0, err
 	}
+	from := fmt.Sprintf("rank %d", peer)
 	switch {
+	case peer == anyRank:
+		from = "any rank"
+		if e.topo.Size < 2 {
+			return 0, fmt.Errorf("%w: %s from any rank: this process is the world's only rank", ErrInvalid, what)
+		}
 	case peer < 0 || peer >= e.topo.Size:
 		return 0, fmt.Errorf("%w: %s: rank %d outside the world of %d", ErrInvalid, what, peer, e.topo.Size)
 	case peer == e.topo.Rank:
 		return 0, fmt.Errorf("%w: %s: rank %d is this process", ErrInvalid, what, peer)
 	}
 	comm := e.comm
-	c := &call{what: fmt.Sprintf("%s with tag %d (rank %d)", what, tag, peer), gen: e.gen, done: make(chan struct{})}
+	c := &call{what: fmt.Sprintf("%s with tag %d (%s)", what, tag, from), gen: e.gen, done: make(chan struct{})}
 	e.next++
 	e.handles[e.next] = c
 	e.p2pRunning.Add(1)
