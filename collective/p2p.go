@@ -888,35 +888,7 @@ func (c *Communicator) Recv(ctx context.Context, peer int, tag uint64, buf []byt
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	p := c.p2p
-	r := &p2pRecv{tag: tag, buf: buf, done: make(chan struct{})}
-	p.mu.Lock()
-	if p.err != nil {
-		err := p.err
-		p.mu.Unlock()
-		return err
-	}
-	pp := &p.peers[peer]
-	if p.post(c.links[peer], peer, r) {
-		p.mu.Unlock()
-		return r.err
-	}
-	if !pp.pumping {
-		pp.pumping = true
-		go p.pump(c.links[peer], peer)
-	}
-	p.mu.Unlock()
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-	}
-	err := fmt.Errorf("collective: receiving from rank %d with tag %d: %w", peer, tag, ctx.Err())
-	c.p2pFail(err)
-	<-r.done
-	if r.err == nil {
-		return nil // it came meanwhile
-	}
+	_, err := c.PostRecv(peer, tag, buf).Wait(ctx)
 	return err
 }
 
@@ -934,34 +906,80 @@ func (c *Communicator) Recv(ctx context.Context, peer int, tag uint64, buf []byt
 // fails the communicator). Any other failure fails the communicator, as for
 // Recv.
 func (c *Communicator) RecvAny(ctx context.Context, tag uint64, buf []byte) (int, error) {
-	switch {
-	case c.parent != nil:
-		return -1, errors.New("collective: point-to-point messages run on the world's communicator, not on a subset")
-	case c.Size() < 2:
-		return -1, fmt.Errorf("collective: cannot receive from any rank: rank %d is the only one", c.Rank())
-	}
-	if err := c.Err(); err != nil {
-		return -1, err
-	}
 	if err := ctx.Err(); err != nil {
 		return -1, err
+	}
+	return c.PostRecvAny(tag, buf).Wait(ctx)
+}
+
+// PostedRecv is a receive PostRecv or PostRecvAny posted: it takes its
+// place among the receives at once, in the order of those calls, and Wait
+// collects it. (Recv and RecvAny post and wait in one call; a caller that
+// waits on another goroutine than the one that makes the calls, as an
+// engine handing out handles does, posts first so that receives with one
+// tag match messages in the order it made them.)
+type PostedRecv struct {
+	c    *Communicator
+	r    *p2pRecv // nil when posting failed (err)
+	peer int      // the rank received from; -1 for any rank
+	err  error
+}
+
+// PostRecv posts a receive into buf of the next message from rank peer
+// with tag (see Recv); Wait collects it.
+func (c *Communicator) PostRecv(peer int, tag uint64, buf []byte) *PostedRecv {
+	if err := c.p2pCheck("receive from", peer); err != nil {
+		return &PostedRecv{c: c, peer: peer, err: err}
+	}
+	p := c.p2p
+	r := &p2pRecv{tag: tag, buf: buf, done: make(chan struct{}), from: peer}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return &PostedRecv{c: c, peer: peer, err: p.err}
+	}
+	pp := &p.peers[peer]
+	if !p.post(c.links[peer], peer, r) && !pp.pumping {
+		pp.pumping = true
+		go p.pump(c.links[peer], peer)
+	}
+	return &PostedRecv{c: c, r: r, peer: peer}
+}
+
+// PostRecvAny posts a receive into buf of the next message with tag from
+// any rank (see RecvAny); Wait collects it.
+func (c *Communicator) PostRecvAny(tag uint64, buf []byte) *PostedRecv {
+	switch {
+	case c.parent != nil:
+		return &PostedRecv{c: c, peer: -1, err: errors.New("collective: point-to-point messages run on the world's communicator, not on a subset")}
+	case c.Size() < 2:
+		return &PostedRecv{c: c, peer: -1, err: fmt.Errorf("collective: cannot receive from any rank: rank %d is the only one", c.Rank())}
+	}
+	if err := c.Err(); err != nil {
+		return &PostedRecv{c: c, peer: -1, err: err}
 	}
 	p := c.p2p
 	r := &p2pRecv{tag: tag, buf: buf, done: make(chan struct{}), anySource: true, from: -1}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.err != nil {
-		err := p.err
-		p.mu.Unlock()
-		return -1, err
+		return &PostedRecv{c: c, peer: -1, err: p.err}
 	}
-	if p.postAny(c, r) {
-		p.mu.Unlock()
-		return r.from, r.err
+	p.postAny(c, r)
+	return &PostedRecv{c: c, r: r, peer: -1}
+}
+
+// Wait waits for the posted receive as long as ctx lets it and returns the
+// rank its message came from (-1 when none did) and its error: see Recv and
+// RecvAny, also for what ctx ending does.
+func (pr *PostedRecv) Wait(ctx context.Context) (int, error) {
+	if pr.err != nil {
+		return -1, pr.err
 	}
-	p.mu.Unlock()
+	c, r, p := pr.c, pr.r, pr.c.p2p
 	select {
 	case <-r.done:
-		return r.from, r.err
+		return pr.from(), r.err
 	case <-ctx.Done():
 	}
 	p.mu.Lock()
@@ -969,20 +987,31 @@ func (c *Communicator) RecvAny(ctx context.Context, tag uint64, buf []byte) (int
 		p.mu.Unlock()
 		return r.from, r.err
 	}
-	if r.from < 0 {
+	if r.anySource && r.from < 0 {
 		p.withdraw(r) // no message took it: the streams are untouched
 		p.mu.Unlock()
-		return -1, fmt.Errorf("collective: receiving from any rank with tag %d: %w", tag, ctx.Err())
+		return -1, fmt.Errorf("collective: receiving from any rank with tag %d: %w", r.tag, ctx.Err())
 	}
 	from := r.from
 	p.mu.Unlock()
-	err := fmt.Errorf("collective: receiving from rank %d (any rank) with tag %d: %w", from, tag, ctx.Err())
+	what := fmt.Sprintf("rank %d", from)
+	if r.anySource {
+		what += " (any rank)"
+	}
+	err := fmt.Errorf("collective: receiving from %s with tag %d: %w", what, r.tag, ctx.Err())
 	c.p2pFail(err)
 	<-r.done
 	if r.err == nil {
 		return from, nil // it came meanwhile
 	}
 	return from, err
+}
+
+// from is the rank the finished receive's message came from.
+func (pr *PostedRecv) from() int {
+	pr.c.p2p.mu.Lock()
+	defer pr.c.p2p.mu.Unlock()
+	return pr.r.from
 }
 
 // postAny matches any-source receive r with the earliest kept message with

@@ -111,7 +111,8 @@ func TestPointToPoint(t *testing.T) {
 
 // TestRecvAny: receives from any rank between engines: ranks 1 and 2 each
 // send rank 0 a message with tag 4, and rank 0's two RecvAny get one each,
-// naming the sender; a world of one is refused; a peer that goes away while
+// naming the sender; a Recv made before a RecvAny is matched first; a
+// world of one is refused; a peer that goes away while
 // the survivors' any-source receives wait fails them with ErrWorldChanged.
 func TestRecvAny(t *testing.T) {
 	d := startDriver(t, 2)
@@ -135,6 +136,39 @@ func TestRecvAny(t *testing.T) {
 		}
 		if _, err := e.RecvAny(4, f32(make([]float32, 1)), nil); !errors.Is(err, ErrInvalid) {
 			return fmt.Errorf("RecvAny with no place for the source: %v", err)
+		}
+		return nil
+	})
+	// Receives are posted in the order they were made: a Recv from rank 1
+	// made before a RecvAny takes rank 1's first message, the RecvAny its
+	// second, every time.
+	each(t, es, func(e *Engine) error {
+		const rounds = 20
+		switch e.Topology().Rank {
+		case 1:
+			for i := range 2 * rounds {
+				if err := waitOn(e)(e.Send(0, 5, f32([]float32{float32(i)}))); err != nil {
+					return err
+				}
+			}
+		case 0:
+			for i := range rounds {
+				first, second := []float32{-1}, []float32{-1}
+				from := int32(-1)
+				h1, err := e.Recv(1, 5, f32(first))
+				if err != nil {
+					return err
+				}
+				if err := waitOn(e)(e.RecvAny(5, f32(second), &from)); err != nil {
+					return err
+				}
+				if err := e.Wait(h1, 30*time.Second); err != nil {
+					return err
+				}
+				if first[0] != float32(2*i) || second[0] != float32(2*i+1) || from != 1 {
+					return fmt.Errorf("round %d: the Recv got %v, the RecvAny made after it %v from rank %d", i, first, second, from)
+				}
+			}
 		}
 		return nil
 	})
