@@ -99,8 +99,9 @@ extern "C" {
 /* The version of this interface; gorovod_abi_version() returns the
  * library's. 2 added the _start calls, 3 the process sets, 4 the shaped
  * allreduce, 5 point-to-point messages and gorovod_name_next, 6 CUDA
- * device memory (gorovod_cuda_next, gorovod_cuda_supported). */
-#define GOROVOD_ABI_VERSION 6
+ * device memory (gorovod_cuda_next, gorovod_cuda_supported), 7 the receive
+ * from any rank (gorovod_recv_any_async). */
+#define GOROVOD_ABI_VERSION 7
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
