@@ -62,6 +62,8 @@
 // ranks, with a tag, on the same links, beside the collectives and outside
 // their order (p2p.go): whoever reads a link sorts the frames, and a
 // message's length is checked against its receive (*SizeMismatchError).
+// RecvAny receives the next message with a tag from any rank; PostRecv and
+// PostRecvAny post a receive at once for a Wait elsewhere.
 // Messages over 16 KiB, and small ones beyond a 32 KiB window per peer, go
 // by rendezvous (ready-to-send, clear-to-send): messages never fill a link
 // before their receive is posted, so a collective started after a send is

@@ -67,6 +67,15 @@ import (
 // rendezvous one is kept as its announcement only. A pump also reads while
 // a Send waits for its clear-to-send.
 //
+// Any source. A receive from any rank (RecvAny) takes the earliest kept
+// message with its tag, if there is one (kept messages are stamped in the
+// order they came, across peers); else it is posted to every peer's list at
+// once, in each at its place in posting order, and the first message with
+// its tag from any peer takes it out of all of them (takePosted). A pump
+// then no longer wanted stops its wait for the next header (a header wait
+// cut short leaves the stream where it was), so a peer that stays silent
+// does not keep a read open on its link.
+//
 // Failures. A message whose length differs from the receive's buffer fails
 // that receive with a *SizeMismatchError and is dropped (so does a refused
 // rendezvous message its Send); the world goes on. Everything else that goes
@@ -154,6 +163,12 @@ type p2pRecv struct {
 	buf  []byte
 	done chan struct{}
 	err  error
+	// anySource: a receive from any rank (RecvAny), posted to every
+	// peer at once until one's message takes it (takePosted); from is
+	// that peer.
+	anySource bool
+	from      int
+	finished  bool // finish ran (under mu): an any-source receive is in several lists
 }
 
 // p2pMsg is a message being received or one kept until its receive is
@@ -170,6 +185,9 @@ type p2pMsg struct {
 	// rendezvous: announced by a ready-to-send; its frames come only
 	// after this rank's clear-to-send. Kept, it holds no bytes.
 	rendezvous bool
+	// arrived orders the kept messages of all peers (p2pState.arrivals
+	// when it was kept): an any-source receive takes the earliest.
+	arrived uint64
 }
 
 // p2pKey names a message: its tag and its number among the sender's
@@ -217,8 +235,12 @@ type p2pPeer struct {
 	// claimed: the running collective reads this link (claim), until it
 	// ends; the pump does not start a read meanwhile.
 	claimed bool
-	// readDone is non-nil while the pump reads a frame, closed when done.
+	// readDone is non-nil while the pump reads a frame, closed when done;
+	// stopRead ends the pump's wait for a frame's header (nothing of the
+	// stream is consumed then) when the peer is no longer wanted: an
+	// any-source receive another peer's message took, or withdrawn.
 	readDone chan struct{}
+	stopRead context.CancelFunc
 	// pending is a collective's frame header the pump read; hasPending
 	// says it is there.
 	pending    transport.Header
@@ -233,7 +255,8 @@ type p2pState struct {
 	peers     []p2pPeer
 	keptBytes int
 	limit     int
-	err       error // the communicator's failure, once p2p saw it
+	err       error  // the communicator's failure, once p2p saw it
+	arrivals  uint64 // messages kept so far (p2pMsg.arrived)
 	// fail stops the communicator (the root one) with an error.
 	fail func(error)
 }
@@ -315,9 +338,65 @@ func (p *p2pState) halt(err error) []bool {
 	return busy
 }
 
+// finish completes r (under mu); an any-source receive posted to several
+// peers is finished once.
 func (r *p2pRecv) finish(err error) {
+	if r.finished {
+		return
+	}
+	r.finished = true
 	r.err = err
 	close(r.done)
+}
+
+// wanted says whether the pump should read the peer's link (under mu): a
+// receive is posted, a message part-way in or cleared (its receive is no
+// longer among the posted ones), or a Send waits for its clear-to-send.
+func (pp *p2pPeer) wanted() bool {
+	return len(pp.posted) > 0 || pp.current != nil || len(pp.cleared) > 0 || len(pp.awaiting) > 0
+}
+
+// keep adds message m to peer's kept ones (under mu), stamped for the
+// any-source receives.
+func (p *p2pState) keep(peer int, m *p2pMsg) {
+	p.arrivals++
+	m.arrived = p.arrivals
+	p.peers[peer].kept = append(p.peers[peer].kept, m)
+}
+
+// takePosted takes the first receive posted for peer's messages with tag
+// (under mu), or nil. An any-source receive leaves the other peers' lists
+// too, and records peer as its source.
+func (p *p2pState) takePosted(peer int, tag uint64) *p2pRecv {
+	pp := &p.peers[peer]
+	i := slices.IndexFunc(pp.posted, func(r *p2pRecv) bool { return r.tag == tag })
+	if i < 0 {
+		return nil
+	}
+	r := pp.posted[i]
+	pp.posted = slices.Delete(pp.posted, i, i+1)
+	if r.anySource {
+		r.from = peer
+		p.withdraw(r)
+	}
+	return r
+}
+
+// withdraw removes any-source receive r from every peer's posted list
+// (under mu), and stops the header wait of each pump no longer wanted.
+func (p *p2pState) withdraw(r *p2pRecv) {
+	for i := range p.peers {
+		pp := &p.peers[i]
+		j := slices.Index(pp.posted, r)
+		if j < 0 {
+			continue
+		}
+		pp.posted = slices.Delete(pp.posted, j, j+1)
+		if !pp.wanted() && pp.stopRead != nil {
+			pp.stopRead()
+		}
+	}
+	p.cond.Broadcast()
 }
 
 // claim is the start of a collective's receive from peer (a root rank): it
@@ -405,9 +484,7 @@ func (p *p2pState) receiveFrame(ctx context.Context, l transport.Link, peer int,
 				return p.protocolError(peer, h, "message %d with tag %d came where message %d was due", h.Seq, h.Tag, want)
 			}
 			m = &p2pMsg{tag: h.Tag, seq: h.Seq, size: h.Count}
-			if i := slices.IndexFunc(pp.posted, func(r *p2pRecv) bool { return r.tag == h.Tag }); i >= 0 {
-				r := pp.posted[i]
-				pp.posted = slices.Delete(pp.posted, i, i+1)
+			if r := p.takePosted(peer, h.Tag); r != nil {
 				if uint64(len(r.buf)) == h.Count {
 					m.into, m.recv = r.buf, r
 				} else {
@@ -463,12 +540,10 @@ func (p *p2pState) receiveFrame(ctx context.Context, l transport.Link, peer int,
 		m.recv.finish(nil)
 	case m.into != nil:
 		// Kept: a receive posted while it arrived takes it now.
-		if i := slices.IndexFunc(pp.posted, func(r *p2pRecv) bool { return r.tag == m.tag }); i >= 0 {
-			r := pp.posted[i]
-			pp.posted = slices.Delete(pp.posted, i, i+1)
+		if r := p.takePosted(peer, m.tag); r != nil {
 			p.deliverKept(l, peer, m, r)
 		} else {
-			pp.kept = append(pp.kept, m)
+			p.keep(peer, m)
 		}
 	}
 	p.cond.Broadcast()
@@ -505,9 +580,7 @@ func (p *p2pState) receiveAnnouncement(l transport.Link, peer int, h *transport.
 	}
 	pp.recvSeq[h.Tag] = h.Seq
 	m := &p2pMsg{tag: h.Tag, seq: h.Seq, size: h.Count, rendezvous: true}
-	if i := slices.IndexFunc(pp.posted, func(r *p2pRecv) bool { return r.tag == h.Tag }); i >= 0 {
-		r := pp.posted[i]
-		pp.posted = slices.Delete(pp.posted, i, i+1)
+	if r := p.takePosted(peer, h.Tag); r != nil {
 		p.clear(l, peer, m, r)
 		return nil
 	}
@@ -515,7 +588,7 @@ func (p *p2pState) receiveAnnouncement(l transport.Link, peer int, h *transport.
 		return fmt.Errorf("collective: rank %d announced a message of %d bytes with tag %d before this rank posted its receive, and %d bytes of such messages and announcements are kept already (Config.P2PBufferBytes %d)", peer, h.Count, h.Tag, p.keptBytes, p.limit)
 	}
 	p.keptBytes += transport.HeaderSize
-	pp.kept = append(pp.kept, m)
+	p.keep(peer, m)
 	return nil
 }
 
@@ -589,26 +662,26 @@ func (p *p2pState) pump(l transport.Link, peer int) {
 	p.mu.Lock()
 	pp := &p.peers[peer]
 	for {
-		// A message part-way in or cleared keeps the pump reading: the
-		// receive it goes to is no longer among the posted ones.
-		wanted := func() bool {
-			return len(pp.posted) > 0 || pp.current != nil || len(pp.cleared) > 0 || len(pp.awaiting) > 0
-		}
-		for p.err == nil && wanted() && (pp.claimed || pp.hasPending) {
+		for p.err == nil && pp.wanted() && (pp.claimed || pp.hasPending) {
 			p.cond.Wait()
 		}
-		if p.err != nil || !wanted() {
+		if p.err != nil || !pp.wanted() {
 			pp.pumping = false
 			p.mu.Unlock()
 			return
 		}
 		done := make(chan struct{})
-		pp.readDone = done
+		waitCtx, stopRead := context.WithCancel(context.Background())
+		pp.readDone, pp.stopRead = done, stopRead
 		p.mu.Unlock()
-		err := p.pumpFrame(l, peer)
+		err := p.pumpFrame(waitCtx, l, peer)
 		p.mu.Lock()
-		pp.readDone = nil
+		pp.readDone, pp.stopRead = nil, nil
+		stopRead()
 		close(done)
+		if errors.Is(err, errHeaderWaitStopped) {
+			continue // no longer wanted (withdraw): wanted() says so above
+		}
 		if err != nil {
 			pp.pumping = false
 			p.mu.Unlock()
@@ -618,14 +691,23 @@ func (p *p2pState) pump(l transport.Link, peer int) {
 	}
 }
 
+// errHeaderWaitStopped: the pump's wait for a header was stopped
+// (stopRead) before a header came; the stream is where it was.
+var errHeaderWaitStopped = errors.New("collective: the wait for the next point-to-point frame was stopped")
+
 // pumpFrame reads one frame from peer's link for the pump. The read waits
-// as long as the link lets it (its I/O timeout): a receive is posted or a
+// as long as the link lets it (its I/O timeout) or until waitCtx ends (the
+// peer is no longer wanted: errHeaderWaitStopped): a receive is posted or a
 // Send waits for its clear-to-send, and the frames on the link are what it
-// waits for.
-func (p *p2pState) pumpFrame(l transport.Link, peer int) error {
+// waits for. waitCtx bounds the header's wait only (a header wait cut short
+// consumes nothing of the stream; a payload read cut short would break it).
+func (p *p2pState) pumpFrame(waitCtx context.Context, l transport.Link, peer int) error {
 	ctx := context.Background()
 	var h transport.Header
-	if err := l.RecvHeader(ctx, &h); err != nil {
+	if err := l.RecvHeader(waitCtx, &h); err != nil {
+		if waitCtx.Err() != nil && errors.Is(err, context.Canceled) {
+			return errHeaderWaitStopped
+		}
 		return err
 	}
 	if isP2P(&h) {
@@ -806,36 +888,169 @@ func (c *Communicator) Recv(ctx context.Context, peer int, tag uint64, buf []byt
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	_, err := c.PostRecv(peer, tag, buf).Wait(ctx)
+	return err
+}
+
+// RecvAny receives into buf the next message with tag from any rank and
+// returns the rank that sent it: the earliest of the messages with tag kept
+// already (in the order they came), else the first to come. It takes its
+// place among the posted receives of every peer, in posting order, as a
+// Recv from each would. A message of another length than buf is a
+// *SizeMismatchError naming its sender (the message is dropped; the
+// communicator goes on).
+//
+// When ctx ends before a message took the receive, it is withdrawn and
+// RecvAny returns ctx's error wrapped, the communicator unharmed; once a
+// message took it, it waits for that message as Recv does (ctx ending then
+// fails the communicator). Any other failure fails the communicator, as for
+// Recv.
+func (c *Communicator) RecvAny(ctx context.Context, tag uint64, buf []byte) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return -1, err
+	}
+	return c.PostRecvAny(tag, buf).Wait(ctx)
+}
+
+// PostedRecv is a receive PostRecv or PostRecvAny posted: it takes its
+// place among the receives at once, in the order of those calls, and Wait
+// collects it. (Recv and RecvAny post and wait in one call; a caller that
+// waits on another goroutine than the one that makes the calls, as an
+// engine handing out handles does, posts first so that receives with one
+// tag match messages in the order it made them.)
+type PostedRecv struct {
+	c    *Communicator
+	r    *p2pRecv // nil when posting failed (err)
+	peer int      // the rank received from; -1 for any rank
+	err  error
+}
+
+// PostRecv posts a receive into buf of the next message from rank peer
+// with tag (see Recv); Wait collects it.
+func (c *Communicator) PostRecv(peer int, tag uint64, buf []byte) *PostedRecv {
+	if err := c.p2pCheck("receive from", peer); err != nil {
+		return &PostedRecv{c: c, peer: peer, err: err}
+	}
 	p := c.p2p
-	r := &p2pRecv{tag: tag, buf: buf, done: make(chan struct{})}
+	r := &p2pRecv{tag: tag, buf: buf, done: make(chan struct{}), from: peer}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.err != nil {
-		err := p.err
-		p.mu.Unlock()
-		return err
+		return &PostedRecv{c: c, peer: peer, err: p.err}
 	}
 	pp := &p.peers[peer]
-	if p.post(c.links[peer], peer, r) {
-		p.mu.Unlock()
-		return r.err
-	}
-	if !pp.pumping {
+	if !p.post(c.links[peer], peer, r) && !pp.pumping {
 		pp.pumping = true
 		go p.pump(c.links[peer], peer)
 	}
-	p.mu.Unlock()
+	return &PostedRecv{c: c, r: r, peer: peer}
+}
+
+// PostRecvAny posts a receive into buf of the next message with tag from
+// any rank (see RecvAny); Wait collects it.
+func (c *Communicator) PostRecvAny(tag uint64, buf []byte) *PostedRecv {
+	switch {
+	case c.parent != nil:
+		return &PostedRecv{c: c, peer: -1, err: errors.New("collective: point-to-point messages run on the world's communicator, not on a subset")}
+	case c.Size() < 2:
+		return &PostedRecv{c: c, peer: -1, err: fmt.Errorf("collective: cannot receive from any rank: rank %d is the only one", c.Rank())}
+	}
+	if err := c.Err(); err != nil {
+		return &PostedRecv{c: c, peer: -1, err: err}
+	}
+	p := c.p2p
+	r := &p2pRecv{tag: tag, buf: buf, done: make(chan struct{}), anySource: true, from: -1}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return &PostedRecv{c: c, peer: -1, err: p.err}
+	}
+	p.postAny(c, r)
+	return &PostedRecv{c: c, r: r, peer: -1}
+}
+
+// Wait waits for the posted receive as long as ctx lets it and returns the
+// rank its message came from (-1 when none did) and its error: see Recv and
+// RecvAny, also for what ctx ending does.
+func (pr *PostedRecv) Wait(ctx context.Context) (int, error) {
+	if pr.err != nil {
+		return -1, pr.err
+	}
+	c, r, p := pr.c, pr.r, pr.c.p2p
 	select {
 	case <-r.done:
-		return r.err
+		return pr.from(), r.err
 	case <-ctx.Done():
 	}
-	err := fmt.Errorf("collective: receiving from rank %d with tag %d: %w", peer, tag, ctx.Err())
+	p.mu.Lock()
+	if r.finished {
+		p.mu.Unlock()
+		return r.from, r.err
+	}
+	if r.anySource && r.from < 0 {
+		p.withdraw(r) // no message took it: the streams are untouched
+		p.mu.Unlock()
+		return -1, fmt.Errorf("collective: receiving from any rank with tag %d: %w", r.tag, ctx.Err())
+	}
+	from := r.from
+	p.mu.Unlock()
+	what := fmt.Sprintf("rank %d", from)
+	if r.anySource {
+		what += " (any rank)"
+	}
+	err := fmt.Errorf("collective: receiving from %s with tag %d: %w", what, r.tag, ctx.Err())
 	c.p2pFail(err)
 	<-r.done
 	if r.err == nil {
-		return nil // it came meanwhile
+		return from, nil // it came meanwhile
 	}
-	return err
+	return from, err
+}
+
+// from is the rank the finished receive's message came from.
+func (pr *PostedRecv) from() int {
+	pr.c.p2p.mu.Lock()
+	defer pr.c.p2p.mu.Unlock()
+	return pr.r.from
+}
+
+// postAny matches any-source receive r with the earliest kept message with
+// its tag from any peer, or else posts it to every peer and starts their
+// pumps (under mu); it reports whether r is finished already (see post).
+func (p *p2pState) postAny(c *Communicator, r *p2pRecv) bool {
+	from, first := -1, uint64(0)
+	for i := range p.peers {
+		for _, m := range p.peers[i].kept {
+			if m.tag == r.tag && (from < 0 || m.arrived < first) {
+				from, first = i, m.arrived
+				break // a peer's kept messages are in arrival order
+			}
+		}
+	}
+	if from >= 0 {
+		r.from = from
+		if p.post(c.links[from], from, r) {
+			return true
+		}
+		// A kept announcement, cleared: its frames come into r's buffer.
+		if pp := &p.peers[from]; !pp.pumping {
+			pp.pumping = true
+			go p.pump(c.links[from], from)
+		}
+		return false
+	}
+	for i := range p.peers {
+		if i == c.Rank() {
+			continue
+		}
+		pp := &p.peers[i]
+		pp.posted = append(pp.posted, r)
+		if !pp.pumping {
+			pp.pumping = true
+			go p.pump(c.links[i], i)
+		}
+	}
+	return false
 }
 
 // post matches receive r from peer with the first kept message with its

@@ -822,6 +822,36 @@ func gorovodGoP2PAsync(send C.int, buf unsafe.Pointer, count C.int64_t, dtype C.
 	return statusOK
 }
 
+//export gorovodGoRecvAnyAsync
+func gorovodGoRecvAnyAsync(buf unsafe.Pointer, count C.int64_t, dtype C.int, tag C.uint64_t, source *C.int32_t, h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	const what = "recv from any rank"
+	space := takeMemory()
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if space.cuda {
+		return status(fmt.Errorf("%w: %s: point-to-point messages take host memory only (gorovod_cuda_next was called before it)", engine.ErrInvalid, what))
+	}
+	if h == nil {
+		return status(fmt.Errorf("%w: %s: NULL handle", engine.ErrInvalid, what))
+	}
+	if source == nil {
+		return status(fmt.Errorf("%w: %s: NULL source", engine.ErrInvalid, what))
+	}
+	b, err := hostBuffer(what, -1, buf, int64(count), C.int32_t(dtype))
+	if err != nil {
+		return status(err)
+	}
+	handle, err := e.RecvAny(uint64(tag), b, (*int32)(unsafe.Pointer(source)))
+	if err != nil {
+		return status(err)
+	}
+	*h = C.gorovod_handle(handle)
+	return statusOK
+}
+
 //export gorovodGoJoinAsync
 func gorovodGoJoinAsync(last *C.int32_t, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)

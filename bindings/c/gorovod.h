@@ -99,8 +99,9 @@ extern "C" {
 /* The version of this interface; gorovod_abi_version() returns the
  * library's. 2 added the _start calls, 3 the process sets, 4 the shaped
  * allreduce, 5 point-to-point messages and gorovod_name_next, 6 CUDA
- * device memory (gorovod_cuda_next, gorovod_cuda_supported). */
-#define GOROVOD_ABI_VERSION 6
+ * device memory (gorovod_cuda_next, gorovod_cuda_supported), 7 the receive
+ * from any rank (gorovod_recv_any_async). */
+#define GOROVOD_ABI_VERSION 7
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
@@ -479,6 +480,15 @@ int gorovod_barrier_ps_start(int32_t process_set, int flags, gorovod_handle *han
 int gorovod_send_async(const void *buf, int64_t count, int dtype, int32_t peer, uint64_t tag,
                        gorovod_handle *handle);
 int gorovod_recv_async(void *buf, int64_t count, int dtype, int32_t peer, uint64_t tag, gorovod_handle *handle);
+/* Receives the next message with tag from any rank, as gorovod_recv_async
+ * does from one: it takes its place among the receives posted for each rank,
+ * in posting order, and a message already there (the earliest to come)
+ * matches at once. The sender's world rank is written to *source before the
+ * handle completes (a receive of another size than the message included);
+ * source, like buf, is the caller's until then. A world of one rank has no
+ * one to receive from: GOROVOD_ERR_INVALID_ARGUMENT. */
+int gorovod_recv_any_async(void *buf, int64_t count, int dtype, uint64_t tag, int32_t *source,
+                           gorovod_handle *handle);
 
 /* ---- Handles ---- */
 

@@ -481,6 +481,12 @@ int gorovod_recv_async(void *buf, int64_t count, int dtype, int32_t peer, uint64
   return gorovodGoP2PAsync(0, buf, count, dtype, peer, tag, handle);
 }
 
+int gorovod_recv_any_async(void *buf, int64_t count, int dtype, uint64_t tag, int32_t *source,
+                           gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoRecvAnyAsync(buf, count, dtype, tag, source, handle);
+}
+
 int gorovod_barrier_async(gorovod_handle *handle) { return gorovod_barrier_ps_async(0, handle); }
 
 int gorovod_barrier_start(int flags, gorovod_handle *handle) { return gorovod_barrier_ps_start(0, flags, handle); }

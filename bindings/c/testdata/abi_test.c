@@ -376,6 +376,26 @@ int main(void) {
       CHECK(rc == GOROVOD_ERR_FAILED && strstr(gorovod_last_error(), "12 bytes") != NULL,
             "a receive of 2 floats for a message of 3: %d %s", rc, gorovod_last_error());
     }
+    // A receive from any rank: every other rank sends rank 0 its rank with
+    // tag 44; each of rank 0's receives names its sender, each sender once.
+    if (rank == 0) {
+      int seen[64] = {0};
+      for (int k = 1; k < size; k++) {
+        int64_t got = -1;
+        int32_t from = -1;
+        OK(gorovod_recv_any_async(&got, 1, GOROVOD_INT64, 44, &from, &hr));
+        OK(gorovod_wait(hr, -1));
+        CHECK(from > 0 && from < size && from < 64 && !seen[from] && got == from * 7,
+              "a receive from any rank got %lld from rank %d", (long long)got, from);
+        seen[from] = 1;
+      }
+      CHECK(gorovod_recv_any_async(two, 2, GOROVOD_FLOAT32, 1, NULL, &hr) == GOROVOD_ERR_INVALID_ARGUMENT,
+            "a receive from any rank without a source");
+    } else {
+      int64_t mine = rank * 7;
+      OK(gorovod_send_async(&mine, 1, GOROVOD_INT64, 0, 44, &hs));
+      OK(gorovod_wait(hs, -1));
+    }
     CHECK(gorovod_send_async(three, 3, GOROVOD_FLOAT32, rank, 1, &hs) == GOROVOD_ERR_INVALID_ARGUMENT, "a send to itself");
     CHECK(gorovod_recv_async(two, 2, GOROVOD_FLOAT32, size, 1, &hr) == GOROVOD_ERR_INVALID_ARGUMENT, "a receive from outside");
     OK(gorovod_barrier());

@@ -30,9 +30,9 @@
 // Config.PairTimeout. Config.SkipAgreement leaves the comparison out, and
 // with it the pairing by name.
 //
-// Point-to-point messages (Send, Recv; p2p.go) are the exception: only two
-// ranks take part, when they like, so they run beside the queue, each on a
-// goroutine of its own.
+// Point-to-point messages (Send, Recv, RecvAny; p2p.go) are the exception:
+// only two ranks take part, when they like, so they run beside the queue,
+// each on a goroutine of its own (a receive posted before the call returns).
 //
 // Queued calls run on one goroutine, the executor. A caller that would wait
 // at once uses a Now form (AllreduceNow, BroadcastNow, BarrierNow): when

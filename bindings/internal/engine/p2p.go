@@ -14,7 +14,8 @@ import (
 // They stand outside the submission order: a rank sends when it likes and
 // its peer receives when it posts the receive, while the other calls run
 // in their order. So they do not go through the executor: each runs on a
-// goroutine of its own at once, on the world's communicator
+// goroutine of its own at once (a receive is posted before the call
+// returns, so receives match messages in the order they were made), on the world's communicator
 // (collective.Communicator.Send and Recv, which share its links with the
 // collectives), and its handle is collected as any other. Messages from one
 // rank to another with one tag arrive in the order sent; a receive takes
@@ -34,20 +35,55 @@ import (
 
 // Send sends buf to world rank peer as one message with tag.
 func (e *Engine) Send(peer int, tag uint64, buf collective.Buffer) (Handle, error) {
-	return e.p2p("send", peer, tag, buf, func(ctx context.Context, c *collective.Communicator) error {
-		return c.Send(ctx, peer, tag, buf.Host)
+	return e.p2p("send", peer, tag, buf, func(c *collective.Communicator) func(ctx context.Context) error {
+		return func(ctx context.Context) error { return c.Send(ctx, peer, tag, buf.Host) }
 	})
 }
 
 // Recv receives into buf the next message from world rank peer with tag.
+// The receive is posted before Recv returns, so receives match messages in
+// the order they were made.
 func (e *Engine) Recv(peer int, tag uint64, buf collective.Buffer) (Handle, error) {
-	return e.p2p("recv", peer, tag, buf, func(ctx context.Context, c *collective.Communicator) error {
-		return c.Recv(ctx, peer, tag, buf.Host)
+	return e.p2p("recv", peer, tag, buf, func(c *collective.Communicator) func(ctx context.Context) error {
+		posted := c.PostRecv(peer, tag, buf.Host)
+		return func(ctx context.Context) error {
+			_, err := posted.Wait(ctx)
+			return err
+		}
 	})
 }
 
-// p2p starts a point-to-point call on its own goroutine.
-func (e *Engine) p2p(what string, peer int, tag uint64, buf collective.Buffer, run func(ctx context.Context, c *collective.Communicator) error) (Handle, error) {
+// RecvAny receives into buf the next message with tag from any rank of the
+// world (collective.Communicator.RecvAny: it takes its place among the
+// receives posted for each peer, in posting order, posted before RecvAny
+// returns) and writes the sender's
+// world rank to *source before the handle completes, a size mismatch
+// included. source is the caller's until then. A world of one rank has no
+// one to receive from: ErrInvalid.
+func (e *Engine) RecvAny(tag uint64, buf collective.Buffer, source *int32) (Handle, error) {
+	if source == nil {
+		return 0, fmt.Errorf("%w: recv from any rank needs somewhere to write the sender's rank", ErrInvalid)
+	}
+	return e.p2p("recv", anyRank, tag, buf, func(c *collective.Communicator) func(ctx context.Context) error {
+		posted := c.PostRecvAny(tag, buf.Host)
+		return func(ctx context.Context) error {
+			from, err := posted.Wait(ctx)
+			if from >= 0 {
+				*source = int32(from)
+			}
+			return err
+		}
+	})
+}
+
+// anyRank is p2p's peer for a receive from any rank.
+const anyRank = -1
+
+// p2p starts a point-to-point call: start runs on the caller's goroutine
+// (a receive is posted there, so that one caller's receives are posted in
+// the order it made them) and returns what runs on a goroutine of its own
+// until the call is done; peer is a world rank, or anyRank.
+func (e *Engine) p2p(what string, peer int, tag uint64, buf collective.Buffer, start func(c *collective.Communicator) func(ctx context.Context) error) (Handle, error) {
 	if err := checkBuffers(what, buf); err != nil {
 		return 0, err
 	}
@@ -59,20 +95,28 @@ func (e *Engine) p2p(what string, peer int, tag uint64, buf collective.Buffer, r
 	if err := e.refused(); err != nil {
 		return 0, err
 	}
+	from := fmt.Sprintf("rank %d", peer)
 	switch {
+	case peer == anyRank:
+		from = "any rank"
+		if e.topo.Size < 2 {
+			return 0, fmt.Errorf("%w: %s from any rank: this process is the world's only rank", ErrInvalid, what)
+		}
 	case peer < 0 || peer >= e.topo.Size:
 		return 0, fmt.Errorf("%w: %s: rank %d outside the world of %d", ErrInvalid, what, peer, e.topo.Size)
 	case peer == e.topo.Rank:
 		return 0, fmt.Errorf("%w: %s: rank %d is this process", ErrInvalid, what, peer)
 	}
 	comm := e.comm
-	c := &call{what: fmt.Sprintf("%s with tag %d (rank %d)", what, tag, peer), gen: e.gen, done: make(chan struct{})}
+	c := &call{what: fmt.Sprintf("%s with tag %d (%s)", what, tag, from), gen: e.gen, done: make(chan struct{})}
 	e.next++
-	e.handles[e.next] = c
+	h := e.next
+	e.handles[h] = c
 	e.p2pRunning.Add(1)
+	run := start(comm) // under e.mu: two callers' calls are posted in the order they were made
 	go func() {
 		defer e.p2pRunning.Done()
-		err := run(e.ctx, comm)
+		err := run(e.ctx)
 		var size *collective.SizeMismatchError
 		switch {
 		case err == nil, errors.As(err, &size):
@@ -83,7 +127,7 @@ func (e *Engine) p2p(what string, peer int, tag uint64, buf collective.Buffer, r
 		}
 		c.finish(err)
 	}()
-	return e.next, nil
+	return h, nil
 }
 
 // p2pFailed turns the failure of a point-to-point call on comm into the

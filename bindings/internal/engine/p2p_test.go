@@ -108,3 +108,96 @@ func TestPointToPoint(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRecvAny: receives from any rank between engines: ranks 1 and 2 each
+// send rank 0 a message with tag 4, and rank 0's two RecvAny get one each,
+// naming the sender; a Recv made before a RecvAny is matched first; a
+// world of one is refused; a peer that goes away while
+// the survivors' any-source receives wait fails them with ErrWorldChanged.
+func TestRecvAny(t *testing.T) {
+	d := startDriver(t, 2)
+	es := startEngines(t, d, 3)
+	each(t, es, func(e *Engine) error {
+		r := e.Topology().Rank
+		if r != 0 {
+			return waitOn(e)(e.Send(0, 4, f32([]float32{float32(r * 10)})))
+		}
+		seen := map[int32]bool{}
+		for range 2 {
+			buf := []float32{-1}
+			from := int32(-1)
+			if err := waitOn(e)(e.RecvAny(4, f32(buf), &from)); err != nil {
+				return err
+			}
+			if (from != 1 && from != 2) || seen[from] || buf[0] != float32(from*10) {
+				return fmt.Errorf("RecvAny got %v from rank %d (seen %v)", buf, from, seen)
+			}
+			seen[from] = true
+		}
+		if _, err := e.RecvAny(4, f32(make([]float32, 1)), nil); !errors.Is(err, ErrInvalid) {
+			return fmt.Errorf("RecvAny with no place for the source: %v", err)
+		}
+		return nil
+	})
+	// Receives are posted in the order they were made: a Recv from rank 1
+	// made before a RecvAny takes rank 1's first message, the RecvAny its
+	// second, every time.
+	each(t, es, func(e *Engine) error {
+		const rounds = 20
+		switch e.Topology().Rank {
+		case 1:
+			for i := range 2 * rounds {
+				if err := waitOn(e)(e.Send(0, 5, f32([]float32{float32(i)}))); err != nil {
+					return err
+				}
+			}
+		case 0:
+			for i := range rounds {
+				first, second := []float32{-1}, []float32{-1}
+				from := int32(-1)
+				h1, err := e.Recv(1, 5, f32(first))
+				if err != nil {
+					return err
+				}
+				if err := waitOn(e)(e.RecvAny(5, f32(second), &from)); err != nil {
+					return err
+				}
+				if err := e.Wait(h1, 30*time.Second); err != nil {
+					return err
+				}
+				if first[0] != float32(2*i) || second[0] != float32(2*i+1) || from != 1 {
+					return fmt.Errorf("round %d: the Recv got %v, the RecvAny made after it %v from rank %d", i, first, second, from)
+				}
+			}
+		}
+		return nil
+	})
+
+	victim, survivors := es[2], es[:2]
+	handles := make([]Handle, len(survivors))
+	sources := make([]int32, len(survivors))
+	for i, e := range survivors {
+		h, err := e.RecvAny(3, f32(make([]float32, 4)), &sources[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles[i] = h
+	}
+	victim.Close(context.Background(), false)
+	each(t, survivors, func(e *Engine) error {
+		i := slices.Index(survivors, e)
+		if err := e.Wait(handles[i], 60*time.Second); !errors.Is(err, gsync.ErrWorldChanged) {
+			return fmt.Errorf("a receive from any rank when a peer went away: %v, want ErrWorldChanged", err)
+		}
+		e.Reset()
+		if top := e.Topology(); top.Size != 2 {
+			return fmt.Errorf("topology after the failure: %+v", top)
+		}
+		return nil
+	})
+	alone := startEngines(t, startDriver(t, 1), 1)[0]
+	var from int32
+	if _, err := alone.RecvAny(0, f32(make([]float32, 1)), &from); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("RecvAny in a world of one: %v, want ErrInvalid", err)
+	}
+}

@@ -61,7 +61,7 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
 SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = 1, 2, 3, 4, 5, 6
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -243,6 +243,7 @@ def _prototypes(lib):
         # Point-to-point messages (ABI 5).
         "gorovod_send_async": [c_void_p, c_i64, c_int, c_i32, c_u64, p_u64],
         "gorovod_recv_async": [c_void_p, c_i64, c_int, c_i32, c_u64, p_u64],
+        "gorovod_recv_any_async": [c_void_p, c_i64, c_int, c_u64, ctypes.POINTER(c_i32), p_u64],  # ABI 7
     }
     for name, args in sigs.items():
         f = getattr(lib, name)
@@ -618,6 +619,24 @@ def recv_async(buf, count, dtype, peer, tag, keep):
     count elements at buf."""
     h = _u64()
     return _issue(lib().gorovod_recv_async(buf, count, dtype, peer, tag, ctypes.byref(h)), h, keep)
+
+
+def recv_any_async(buf, count, dtype, tag, keep):
+    """Receives the next message with tag from any rank into the count
+    elements at buf. Returns the handle and a ctypes int32 the library sets
+    to the sender's world rank before the handle completes."""
+    h, source = _u64(), ctypes.c_int32(-1)
+    return _issue(lib().gorovod_recv_any_async(buf, count, dtype, tag, ctypes.byref(source), ctypes.byref(h)), h,
+                  (keep, source)), source
+
+
+def barrier_async(ps=0):
+    """Starts a barrier of process set ps (0: the world); its handle is
+    waited as any other."""
+    h = _u64()
+    l = lib()
+    return _issue(l.gorovod_barrier_ps_async(ps, ctypes.byref(h)) if ps else l.gorovod_barrier_async(ctypes.byref(h)),
+                  h, None)
 
 
 def barrier(ps=0):

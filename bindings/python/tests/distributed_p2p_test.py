@@ -6,8 +6,11 @@ around the ring; a 64 MiB isend followed by all_reduce before its irecv
 is posted completes; messages with different tags are received in another order
 than sent; a receive of another size than its message raises and the world
 goes on; a receive posted long before its message (collectives run
-meanwhile) gets it; a group's ranks are translated to world ranks; recv
-without a source is refused. Then: a group destroyed on all its members has
+meanwhile) gets it; a group's ranks are translated to world ranks; a
+receive from any rank (src=None: dist.recv, and irecv's work._source_rank())
+takes each of several senders' messages once, naming the sender, each
+sender's in the order sent, beside a receive from a given rank posted
+before it; on a group of some ranks it is refused. Then: a group destroyed on all its members has
 its process set removed at the next new_group (on every rank, members or
 not), while a group of other ranks whose members have not all destroyed it
 keeps its set.
@@ -161,14 +164,51 @@ elif r == 2:
     dist.recv(g, src=1, group=g12)
     same("send within a group", g, message(1, 12, count=8))
 
-# A receive from any rank is not offered.
-try:
-    dist.recv(torch.empty(1))
-except RuntimeError as e:
-    if "gorovod backend" not in str(e):
-        raise
+# A receive from any rank: every other rank sends rank 0 two messages with
+# tag 30, rank 1 one more with tag 31. Rank 0 posts a receive from rank 1
+# first, which takes rank 1's first message; the receives from any rank
+# take the others, each once, a sender's in the order sent.
+if r == 0:
+    first_of_1 = torch.empty(5)
+    specific = dist.irecv(first_of_1, src=1, tag=30)
+    seen = {q: 0 for q in range(1, n)}
+    seen[1] = 1  # its first goes to the receive above
+    for i in range(2 * (n - 1) - 1):
+        g = torch.empty(5)
+        if i % 2:
+            sender = dist.recv(g, tag=30)  # src=None: returns the sender
+        else:
+            w = dist.irecv(g, tag=30)
+            w.wait()
+            sender = w._source_rank()
+        if sender not in seen or seen[sender] > 1:
+            raise AssertionError("rank 0: a receive from any rank named rank %r (so far %s)" % (sender, seen))
+        same("message %d from rank %d, received from any rank" % (seen[sender], sender), g,
+             message(sender, 30 + seen[sender], count=5))
+        seen[sender] += 1
+    if seen != {q: 2 for q in range(1, n)}:
+        raise AssertionError("rank 0: receives from any rank got %s messages per sender, want 2 each" % seen)
+    specific.wait()
+    same("the receive from rank 1 posted first", first_of_1, message(1, 30, count=5))
+    g = torch.empty(5)
+    if dist.recv(g, tag=31) != 1:
+        raise AssertionError("rank 0: the message with tag 31 is not named rank 1's")
+    same("tag 31 from any rank", g, message(1, 32, count=5))
 else:
-    raise AssertionError("rank %d: recv without src did not raise" % r)
+    for k in range(2):
+        dist.send(message(r, 30 + k, count=5), dst=0, tag=30)
+    if r == 1:
+        dist.send(message(1, 32, count=5), dst=0, tag=31)
+# On a group of some ranks it is refused (gorovod's receive from any rank
+# takes one from any rank of the world).
+if r in pair:
+    try:
+        dist.recv(torch.empty(1), group=g12)
+    except RuntimeError as e:
+        if "gorovod backend" not in str(e) or "any rank" not in str(e):
+            raise
+    else:
+        raise AssertionError("rank %d: recv without src on a group of two did not raise" % r)
 
 dist.barrier()
 

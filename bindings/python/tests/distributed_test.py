@@ -2,7 +2,8 @@
 
 dist.init_process_group("gorovod") with nothing else (no address, port,
 rank or world size); then every collective the backend offers, against
-values each rank can compute alone; the calls it does not offer raise; and
+values each rank can compute alone (the rooted reduce, gather and scatter
+also against Gloo's); bad arguments raise; and
 DistributedDataParallel trains a small model (with no_sync accumulation
 and a comm hook) to the same parameters as one process training on the
 concatenated batches.
@@ -44,6 +45,11 @@ if dist.is_gloo_available():
     t = torch.tensor([float(r + 1)])
     dist.all_reduce(t, group=gloo)
     assert t.item() == n * (n + 1) / 2, t
+
+
+def _root_opts(opts):
+    opts.rootRank = r
+    return opts
 
 
 def same(what, got, want):
@@ -115,16 +121,82 @@ for q in range(n):
 
 dist.barrier()
 
-# What gorovod has no path for says so.
-for name, call in (("reduce", lambda: dist.reduce(torch.zeros(1), dst=0)),
-                   ("gather", lambda: dist.gather(torch.zeros(1), [torch.zeros(1)] * n if r == 0 else None, dst=0))):
+# The rooted collectives, from and to each rank, sync and async, against
+# values each rank computes alone and against the same calls on the Gloo
+# group beside: reduce leaves the result on dst (the others' tensors as they
+# were), gather the parts in dst's list, scatter src's parts on each rank.
+def rooted(g, async_op):
+    """dst/src -> what each rooted call left on this rank, on group g."""
+    got = {}
+    for root in range(n):
+        for op in ("SUM", "MAX", "MIN", "PRODUCT"):
+            t = base * (r + 1) + root
+            w = dist.reduce(t, dst=root, op=getattr(dist.ReduceOp, op), group=g, async_op=async_op)
+            if async_op:
+                w.wait()
+            got["reduce", root, op] = t
+        for dtype in (torch.float32, torch.int64):
+            inp = (torch.arange(6, dtype=torch.float64).reshape(2, 3) + 10 * r + root).to(dtype)
+            outs = [torch.full((2, 3), -1, dtype=dtype) for _ in range(n)] if r == root else None
+            w = dist.gather(inp, outs, dst=root, group=g, async_op=async_op)
+            if async_op:
+                w.wait()
+            got["gather", root, str(dtype)] = torch.stack(outs) if r == root else None
+            parts = [(torch.arange(4, dtype=torch.float64) + 100 * root + 10 * q).to(dtype) for q in range(n)]
+            out = torch.full((4,), -1, dtype=dtype)
+            w = dist.scatter(out, parts if r == root else None, src=root, group=g, async_op=async_op)
+            if async_op:
+                w.wait()
+            got["scatter", root, str(dtype)] = out
+    return got
+
+
+for async_op in (False, True):
+    ours = rooted(None, async_op)
+    for (call, root, kind), t in ours.items():
+        what = "%s %s with root %d%s" % (call, kind, root, " (async)" if async_op else "")
+        if call == "reduce":
+            mine = base * (r + 1) + root
+            if r != root:
+                same(what + " leaves this rank's tensor", t, mine)
+                continue
+            each = [base * (q + 1) + root for q in range(n)]
+            want = {"SUM": sum(each), "MAX": torch.stack(each).max(0).values,
+                    "MIN": torch.stack(each).min(0).values, "PRODUCT": torch.stack(each).prod(0)}
+            same(what, t, want[kind])
+        elif call == "gather" and r == root:
+            same(what, t.double(), torch.stack([torch.arange(6, dtype=torch.float64).reshape(2, 3) + 10 * q + root
+                                                for q in range(n)]))
+        elif call == "scatter":
+            same(what, t.double(), torch.arange(4, dtype=torch.float64) + 100 * root + 10 * r)
+    if dist.is_gloo_available():
+        theirs = rooted(gloo, async_op)
+        for key, t in ours.items():
+            if key[0] == "reduce" and r != key[1]:
+                continue  # Gloo leaves partial results there
+            if (t is None) != (theirs[key] is None) or t is not None and not torch.equal(t, theirs[key]):
+                raise AssertionError("rank %d: %s: gorovod gave %s, Gloo %s" %
+                                     (r, key, None if t is None else t.tolist(),
+                                      None if theirs[key] is None else theirs[key].tolist()))
+
+# Bad arguments raise naming the call, on every rank (each calls the group
+# as its root, so none waits for the others): a root outside the group, a
+# root's list of the wrong length or of tensors unlike this rank's.
+pg = dist.group.WORLD
+for name, call in (
+        ("reduce", lambda: dist.reduce(torch.zeros(1), dst=n)),
+        ("gather", lambda: pg.gather([[torch.zeros(3)] * n], [torch.zeros(2)], _root_opts(dist.GatherOptions()))),
+        ("gather", lambda: pg.gather([[torch.zeros(2)] * (n + 1)], [torch.zeros(2)],
+                                     _root_opts(dist.GatherOptions()))),
+        ("scatter", lambda: pg.scatter([torch.zeros(2)], [[torch.zeros(2, dtype=torch.int64)] * n],
+                                       _root_opts(dist.ScatterOptions())))):
     try:
         call()
     except RuntimeError as e:
         if "gorovod backend" not in str(e) or name not in str(e):
             raise AssertionError("rank %d: %s raised %r, want gorovod's message naming it" % (r, name, e))
     else:
-        raise AssertionError("rank %d: %s did not raise" % (r, name))
+        raise AssertionError("rank %d: %s with bad arguments did not raise" % (r, name))
 
 # DistributedDataParallel: the same steps as one process on the whole batch.
 torch.manual_seed(1)

@@ -13,7 +13,12 @@ its peer and the timeout, and the world goes on.
   get them, in the order sent, and rank 0's abandoned irecv, waited
   again, gets rank 1's later message;
 - an all_reduce only rank 0 has called yet: work.wait(timeout) raises
-  naming the timeout; once rank 1 calls it, it completes on both.
+  naming the timeout; once rank 1 calls it, it completes on both;
+- rank 0's receive from any rank (src=None) that nothing matches: wait()
+  raises after 2 s; rank 1's later message with its tag completes it,
+  naming rank 1;
+- dist.barrier() that rank 1 has not reached: rank 0's raises after 2 s
+  naming rank 1 as not arrived; once rank 1 reaches it, the world goes on.
 
 Prints "PASS rank R of N". Driven by bindings/python/python_test.go.
 """
@@ -120,6 +125,47 @@ else:
 if not torch.equal(t, torch.full((4,), 3.0)):
     raise AssertionError("rank %d: the late all_reduce gave %s" % (r, t.tolist()))
 allreduce_check(20)
+
+
+def wait_told(name):
+    """Rank 1 waits for rank 0's file (see told above)."""
+    deadline = time.monotonic() + LONG.total_seconds()
+    while not os.path.exists(name):
+        if time.monotonic() > deadline:
+            raise AssertionError("rank 1: rank 0 did not write %s" % name)
+        time.sleep(0.05)
+
+
+# A receive from any rank that nothing matches times out as the others do;
+# the message sent later completes it.
+anysrc = torch.empty(3, dtype=torch.int64)
+if r == 0:
+    w_any = dist.irecv(anysrc, tag=13)  # src=None
+    times_out("irecv(src=None).wait()", w_any.wait, GROUP_TIMEOUT, "recv from any rank with tag 13",
+              "timed out after 2s")
+allreduce_check(30)
+if r == 1:
+    dist.send(torch.tensor([7, 8, 9]), dst=0, tag=13)
+else:
+    w_any.wait(LONG)
+    if w_any._source_rank() != 1 or anysrc.tolist() != [7, 8, 9]:
+        raise AssertionError("rank 0: the abandoned receive from any rank got %s from %s" %
+                             (anysrc.tolist(), w_any._source_rank()))
+
+# A barrier rank 1 has not reached: rank 0's raises after the group's
+# timeout naming rank 1; rank 1 reaches it once told, and the world goes
+# on (the barrier rank 0 gave up on stays queued and pairs with rank 1's).
+told = told + "-barrier"
+if r == 0:
+    times_out("dist.barrier()", dist.barrier, GROUP_TIMEOUT, "barrier", "timed out after 2s",
+              "rank 1 of the group has not made the call")
+    open(told, "w").close()
+else:
+    wait_told(told)
+    dist.barrier()
+    os.remove(told)
+allreduce_check(40)
+dist.barrier()
 
 dist.destroy_process_group()
 print("PASS rank %d of %d" % (r, n), flush=True)

@@ -1205,6 +1205,12 @@ def barrier(process_set=global_process_set):
     _core.barrier(_check_process_set(process_set))
 
 
+def _barrier_async(process_set=global_process_set):
+    """Starts a barrier; synchronize(handle) waits for it (the
+    torch.distributed backend's barrier, whose wait has a timeout)."""
+    return _handle(_core.barrier_async(_check_process_set(process_set)), None)
+
+
 def join(device=-1):
     """Waits for every worker to join and returns the rank that joined last
     (the same on every worker). Until then, as in Horovod, a worker that

@@ -28,6 +28,10 @@ moving collectives take any dtype):
 - ``broadcast``, ``all_gather``, ``_all_gather_base`` (``all_gather_into_tensor``),
   ``reduce_scatter``, ``_reduce_scatter_base``, ``all_to_all``,
   ``all_to_all_single`` (with or without split sizes), ``barrier``;
+- the rooted ``reduce``, ``gather`` and ``scatter``, as on Gloo, on
+  gorovod's unrooted collectives: an allreduce whose result only the root
+  keeps, an allgather whose parts only the root copies out, an alltoall in
+  which only the root sends;
 - ``DistributedDataParallel`` (its gradient buckets, ``no_sync``, comm
   hooks, which get futures completed by the collectives themselves).
 
@@ -47,18 +51,21 @@ Point-to-point: ``send``, ``recv``, ``isend``, ``irecv`` and
 ``batch_isend_irecv`` with tags, on tensors of any dtype, moved as bytes on
 the world's links beside the collectives (not in their order: only the two
 ranks take part). A receive takes the next message from its source with its
-tag; one of another size raises RuntimeError and the world goes on. ``recv``
-needs its source.
+tag; one of another size raises RuntimeError and the world goes on. A
+receive from any rank (``src=None``, recv_anysource) takes the next message
+with its tag from any rank; ``dist.recv`` returns the sender, and an
+``irecv``'s work gives it with ``_source_rank()`` (on the default group and
+groups of every rank: gorovod's receive from any rank takes one from any
+rank of the world).
 
 Timeouts, as on Gloo: a work's ``wait()`` (that of ``send`` and ``recv``
 too) raises RuntimeError naming the call, its peer and the timeout once the
 process group's timeout (``init_process_group(timeout=...)``) or the one
-given to ``wait(timeout)`` has passed. What timed out stays posted (see
-_P2PWork.wait and _Work.wait); the world goes on.
+given to ``wait(timeout)`` has passed; ``barrier()``'s names the ranks that
+have not reached it. What timed out stays posted (see _P2PWork.wait and
+_Work.wait); the world goes on.
 
-Not offered: the rooted ``reduce``/``gather``/``scatter`` (gorovod has no
-rooted path: they raise RuntimeError naming the missing call), and CUDA
-tensors.
+Not offered: CUDA tensors.
 
 How it works: each call goes to gorovod.torch's collectives, which run in
 submission order on gorovod's engine. Every rank must call the same
@@ -144,20 +151,27 @@ class _Work(dist._Work):
     timeout passes (RuntimeError; the collective stays queued), get_future()
     gives a Future that the process group's completer sets."""
 
-    def __init__(self, future, what, timeout):
+    def __init__(self, future, what, timeout, absent=None):
         super().__init__()
         self._future = future
         self._what, self._timeout = what, timeout
+        # absent, when given, names the ranks that have not made the call
+        # (a barrier's: see ProcessGroupGorovod.barrier), for the timeout's
+        # message.
+        self._absent = absent
         self.finished = threading.Event()  # set by the completer
         self.error = None  # the world broke under it (the future then holds the outputs as they are)
 
     def wait(self, timeout=None):
         limit, whose = _wait_limit(timeout, self._timeout)
         if limit is not None and not self.finished.wait(limit):
-            raise RuntimeError("gorovod backend: %s timed out after %gs (the %s): a rank of the group has not "
-                               "made the call. It stays queued, and the group's later collectives run after it, "
-                               "so they complete only once every rank has made it" %
-                               (self._what, limit, whose))
+            who = self._absent() if self._absent is not None else None
+            who = ("rank%s %s of the group %s not made the call" %
+                   ("s" if len(who) > 1 else "", ", ".join(str(q) for q in who), "have" if len(who) > 1 else "has")
+                   if who else "a rank of the group has not made the call")
+            raise RuntimeError("gorovod backend: %s timed out after %gs (the %s): %s. It stays queued, and the "
+                               "group's later collectives run after it, so they complete only once every rank has "
+                               "made it" % (self._what, limit, whose, who))
         self._future.wait()  # raises the collective's error, if any
         if self.error is not None:
             raise self.error
@@ -199,9 +213,12 @@ class _P2PWork(dist._Work):
     the process group's) raises RuntimeError naming the peer; the message
     stays in flight (see wait)."""
 
-    def __init__(self, handle, what, finish=None, timeout=None):
+    def __init__(self, handle, what, finish=None, timeout=None, source=None):
         super().__init__()
         self._handle, self._what, self._finish, self._timeout = handle, what, finish, timeout
+        # source: for a receive from any rank, gives the sender's rank in
+        # the group once the message came (see _source_rank).
+        self._source = source
         self._lock = threading.Lock()
         self._done = False
         self._error = None
@@ -274,6 +291,23 @@ class _P2PWork(dist._Work):
     def synchronize(self):
         self.wait()
 
+    def _source_rank(self):
+        """The rank in the group that sent the message a receive took (what
+        dist.recv(src=None) returns; torch 1.13's name for Work.sourceRank):
+        waits for the message first. RuntimeError for a send, or a receive
+        from a given rank, as on Gloo."""
+        if self._source is None:
+            raise RuntimeError("gorovod backend: %s has no source rank (only a receive from any rank has)" %
+                               self._what)
+        try:
+            self.wait()
+        except Exception:  # noqa: BLE001 (a size mismatch still names its sender)
+            if self._source() < 0:
+                raise
+        return self._source()
+
+    source_rank = _source_rank
+
 
 def _complete(pending, group_ref):
     """The completer thread of a process group: completes the works' futures
@@ -314,8 +348,13 @@ class ProcessGroupGorovod(dist.ProcessGroup):
     group ``new_group`` made runs its collectives on a gorovod process set of
     its ranks (process_set), with the rank and size within it."""
 
-    def __init__(self, rank, size, world=None, timeout=None, process_set=None, group_ranks=None):
+    def __init__(self, rank, size, world=None, timeout=None, process_set=None, group_ranks=None, store=None):
         super().__init__(rank, size)
+        # The group's store (torch's, from the rendezvous), where barrier
+        # records each rank's arrivals so that a timed-out barrier can name
+        # the ranks that have not made it; barriers counts this rank's.
+        self._store = store
+        self._barriers = 0
         # The number of gorovod's world this group was made for (rank and
         # size are fixed in a process group: a new world needs a new group).
         self.world = world
@@ -363,19 +402,16 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         with self._lock:
             self._inflight.discard(work)
 
-    def _submit(self, handles, finish, outputs, what):
+    def _submit(self, handles, finish, outputs, what, absent=None):
         """A work whose future the completer sets to finish(the handles'
         results), or, when the world broke under them, to outputs as they
         are (see _complete)."""
         future = Future()
-        work = _Work(future, "%s on a group of %d ranks" % (what, self.size()), self.timeout)
+        work = _Work(future, "%s on a group of %d ranks" % (what, self.size()), self.timeout, absent)
         with self._lock:
             self._inflight.add(work)
         self._pending.put((handles, finish, future, work, outputs))
         return work
-
-    def _done(self, value):
-        return self._submit([], lambda _: value, value, "barrier")
 
     # ----- the collectives
 
@@ -507,8 +543,39 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         return self._submit([handle], finish, output_tensors, "all_to_all")
 
     def barrier(self, opts=None):
-        mpi_ops.barrier(process_set=self._set())
-        return self._done([])
+        # dist.barrier() waits on the work, with the group's timeout (as on
+        # Gloo): the barrier itself is queued as any collective.
+        ps = self._set()
+        self._barriers += 1
+        mine = self._barriers
+        # A counter per rank (torch 1.13's stores have no check() of a key;
+        # add(key, 0) reads a counter without waiting, 0 when missing).
+        key = "gorovod-barrier-arrivals/%d"
+        if self._store is not None:
+            try:
+                self._store.add(key % self.rank(), 1)
+            except Exception as e:  # noqa: BLE001 (only the timeout's message needs it)
+                _log.debug("gorovod backend: barrier: recording this rank's arrival in the store failed: %s", e)
+                self._store = None
+        store = self._store
+
+        def absent():
+            """The group's ranks that have not reached this barrier, by
+            their records in the store; None when the store cannot say."""
+            if store is None:
+                return None
+            try:
+                late = []
+                for q in range(self.size()):
+                    if q == self.rank():
+                        continue
+                    if store.add(key % q, 0) < mine:
+                        late.append(q)
+                return late
+            except Exception:  # noqa: BLE001
+                return None
+
+        return self._submit([mpi_ops._barrier_async(process_set=ps)], lambda _: [], [], "barrier", absent)
 
     # ----- point-to-point
 
@@ -530,8 +597,26 @@ class ProcessGroupGorovod(dist.ProcessGroup):
                         None if into is t else (lambda: out.copy_(into)), timeout=self.timeout)
 
     def recv_anysource(self, tensors, tag=0):
-        raise RuntimeError("gorovod backend: recv needs its source rank (src=None, a receive from any rank, is not "
-                           "offered: gorovod matches a message by its sender and tag)")
+        self._check_one("recv", tensors)
+        if self._subgroup and sorted(self._world_ranks) != list(range(_core.topology().size)):
+            # gorovod's receive from any rank takes a message from any rank
+            # of the world, which may be outside the group.
+            raise RuntimeError("gorovod backend: recv from any rank (src=None) runs on a group of every rank, not "
+                               "on one of world ranks %s" % (self._world_ranks,))
+        out = tensors[0]
+        t = self._p2p_tensor("recv", out, tag)  # out itself
+        into = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype)
+        handle, source = _core.recv_any_async(into.data_ptr(), into.numel() * into.element_size(), _core.UINT8,
+                                              tag, into)
+
+        def group_rank():
+            world = source.value
+            if world < 0 or not self._subgroup:
+                return world
+            return self._world_ranks.index(world)
+
+        return _P2PWork(handle, "recv from any rank with tag %d" % tag,
+                        None if into is t else (lambda: out.copy_(into)), timeout=self.timeout, source=group_rank)
 
     def _p2p_tensor(self, what, t, tag):
         """The tensor a point-to-point call moves, checked; the world's
@@ -543,26 +628,104 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             raise RuntimeError("gorovod backend: %s with tag %r (tags are integers from 0)" % (what, tag))
         return t if t.is_contiguous() else (t.contiguous() if what == "send" else t)
 
-    # ----- what gorovod has no path for
-
-    def _missing(self, what):
-        raise RuntimeError("gorovod backend: %s is not offered (gorovod has no rooted reduce, gather or scatter); "
-                           "use all_reduce, broadcast or all_gather" % what)
+    # ----- the rooted collectives, on gorovod's unrooted ones
 
     def reduce(self, tensors, opts=None):
-        self._missing("reduce")
+        # An allreduce whose result only the root keeps: the other ranks
+        # reduce a copy, so their tensors are left as they were.
+        self._check_one("reduce", tensors)
+        op = _reduce_op(opts.reduceOp) if opts is not None else mpi_ops.Sum
+        root = opts.rootRank if opts is not None else 0
+        self._check_root("reduce", root)
+        ps = self._set()
+        t = tensors[0]
+        buf = t if root == self.rank() else t.clone()
+        handle = mpi_ops.allreduce_async_(buf, op=op, process_set=ps)
+        return self._submit([handle], lambda _: tensors, tensors, "reduce")
 
     def gather(self, output_tensors, input_tensors, opts=None):
-        self._missing("gather")
+        # An allgather whose parts only the root copies out: output_tensors
+        # is [a list of size() tensors] on the root, [] elsewhere (as
+        # dist.gather passes them). The ranks' shapes and dtypes are
+        # compared by the allgather (a difference raises MismatchError on
+        # every rank).
+        self._check_one("gather", input_tensors)
+        root = opts.rootRank if opts is not None else 0
+        self._check_root("gather", root)
+        inp = input_tensors[0]
+        if self.rank() == root:
+            if len(output_tensors) != 1:
+                raise RuntimeError("gorovod backend: gather takes one list of output tensors on the root, got %d" %
+                                   len(output_tensors))
+            outs = output_tensors[0]
+            self._check_list("gather", outs)
+            self._check_like("gather", outs, inp, "output")
+        elif output_tensors and any(len(o) for o in output_tensors):
+            raise RuntimeError("gorovod backend: gather takes output tensors on the root (rank %d) only" % root)
+        else:
+            outs = None
+        handle = mpi_ops.allgather_async(inp.reshape((1,) + tuple(inp.shape)), process_set=self._set())
+
+        def finish(results):
+            if outs is not None:
+                for out, part in zip(outs, results[0]):
+                    out.copy_(part.reshape(out.shape))
+            return output_tensors
+
+        return self._submit([handle], finish, output_tensors, "gather")
 
     def scatter(self, output_tensors, input_tensors, opts=None):
-        self._missing("scatter")
+        # An alltoall in which only the root sends: rank r's part of its
+        # list, to each rank r. input_tensors is [a list of size() tensors]
+        # on the root, [] elsewhere (as dist.scatter passes them).
+        self._check_one("scatter", output_tensors)
+        root = opts.rootRank if opts is not None else 0
+        self._check_root("scatter", root)
+        out = output_tensors[0]
+        n = self.size()
+        if self.rank() == root:
+            if len(input_tensors) != 1:
+                raise RuntimeError("gorovod backend: scatter takes one list of input tensors on the root, got %d" %
+                                   len(input_tensors))
+            parts = input_tensors[0]
+            self._check_list("scatter", parts)
+            self._check_like("scatter", parts, out, "input")
+            flat = torch.cat([p.reshape(-1) for p in parts])
+            splits = [p.numel() for p in parts]
+        elif input_tensors and any(len(i) for i in input_tensors):
+            raise RuntimeError("gorovod backend: scatter takes input tensors on the root (rank %d) only" % root)
+        else:
+            flat, splits = torch.empty(0, dtype=out.dtype), [0] * n
+        handle = mpi_ops.alltoall_async(flat, splits=splits, process_set=self._set())
+
+        def finish(results):
+            received, _ = results[0]
+            if received.numel() != out.numel():
+                raise RuntimeError("gorovod backend: scatter received %d elements from rank %d for an output of %d" %
+                                   (received.numel(), root, out.numel()))
+            out.copy_(received.reshape(out.shape))
+            return output_tensors
+
+        return self._submit([handle], finish, output_tensors, "scatter")
 
     # ----- argument checks
 
     def _check_one(self, what, tensors):
         if len(tensors) != 1:
             raise RuntimeError("gorovod backend: %s takes one tensor per process, got %d" % (what, len(tensors)))
+
+    def _check_root(self, what, root):
+        if not 0 <= root < self.size():
+            raise RuntimeError("gorovod backend: %s to or from rank %d, outside a group of %d" % (what, root, self.size()))
+
+    def _check_like(self, what, tensors, like, which):
+        """Each of the root's tensors has like's shape and dtype, as Gloo
+        requires."""
+        for i, t in enumerate(tensors):
+            if t.shape != like.shape or t.dtype != like.dtype:
+                raise RuntimeError("gorovod backend: %s's %s tensor %d is %s of %s; this rank's tensor is %s of %s "
+                                   "(they must match, as on Gloo)" %
+                                   (what, which, i, tuple(t.shape), t.dtype, tuple(like.shape), like.dtype))
 
     def _check_list(self, what, tensors):
         if len(tensors) != self.size():
@@ -585,14 +748,14 @@ def _create(store, rank, world_size, timeout):
             raise RuntimeError("gorovod backend: new_group gave rank %d of %d for world ranks %s, but this process is "
                                "world rank %d" % (rank, world_size, ranks, topo.rank))
         pg = ProcessGroupGorovod(rank, world_size, world=topo.world, timeout=timeout, process_set=ps,
-                                 group_ranks=ranks)
+                                 group_ranks=ranks, store=store)
         _made_sets.groups.append((weakref.ref(pg), ps.process_set_id))
         return pg
     if rank != topo.rank or world_size != topo.size:
         raise RuntimeError("gorovod backend: init_process_group was given rank %d of %d, but gorovod's world has this "
                            "process as rank %d of %d: leave rank and world_size out" %
                            (rank, world_size, topo.rank, topo.size))
-    return ProcessGroupGorovod(rank, world_size, world=topo.world, timeout=timeout)
+    return ProcessGroupGorovod(rank, world_size, world=topo.world, timeout=timeout, store=store)
 
 
 def _group_process_set(ranks):
