@@ -228,6 +228,9 @@ type p2pPeer struct {
 	credit, owed int
 	recvSeq      map[uint64]uint64 // per tag: the last message's Seq
 	sendSeq      map[uint64]uint64 // per tag: the last Seq sent
+	// lastPosted is closed once the last send posted to the peer took its
+	// number (PostedSend).
+	lastPosted <-chan struct{}
 	// sending is held (a one-slot semaphore) by the Send that has the
 	// link: a message's frames go out together.
 	sending chan struct{}
@@ -264,7 +267,10 @@ type p2pState struct {
 func newP2PState(n, limit int, fail func(error)) *p2pState {
 	p := &p2pState{peers: make([]p2pPeer, n), limit: limit, fail: fail}
 	p.cond = sync.NewCond(&p.mu)
+	none := make(chan struct{}) // no send posted before the first
+	close(none)
 	for i := range p.peers {
+		p.peers[i].lastPosted = none
 		p.peers[i].recvSeq = map[uint64]uint64{}
 		p.peers[i].sendSeq = map[uint64]uint64{}
 		p.peers[i].sending = make(chan struct{}, 1)
@@ -739,7 +745,7 @@ func (p *p2pState) pumpFrame(waitCtx context.Context, l transport.Link, peer int
 // a large message: Send returns a *SizeMismatchError (the message is not
 // delivered) and the communicator goes on. Sends may run from several
 // goroutines at once (with one tag, they are numbered in the order they
-// start), beside receives and collectives; a large message waiting for its
+// were called: PostSend), beside receives and collectives; a large message waiting for its
 // receive does not hold up the others to that peer.
 //
 // Send runs only on a communicator that owns its links (not a Subset). A
@@ -747,12 +753,65 @@ func (p *p2pState) pumpFrame(waitCtx context.Context, l transport.Link, peer int
 // or while waiting for the peer's receive — fails the communicator, as a
 // failed collective does.
 func (c *Communicator) Send(ctx context.Context, peer int, tag uint64, payload []byte) error {
+	return c.PostSend(peer, tag, payload).Wait(ctx)
+}
+
+// PostedSend is a send PostSend posted: it has its place among the sends to
+// its peer at once, in the order of the PostSend calls, and Wait sends it.
+// (Send posts and waits in one call; a caller that sends from another
+// goroutine than the one that makes the calls, as an engine handing out
+// handles does, posts first so that messages with one tag are numbered, and
+// so received, in the order it made them.)
+type PostedSend struct {
+	c       *Communicator
+	peer    int
+	tag     uint64
+	payload []byte
+	// prev is closed once the send posted to peer before this one took its
+	// number (or gave up before it did); this one closes mine when it has.
+	prev <-chan struct{}
+	mine chan struct{}
+	err  error // posting failed
+}
+
+// PostSend posts a send of payload to rank peer with tag (see Send); Wait
+// sends it. Every posted send must be waited for: the sends posted after it
+// take their numbers only once it has taken its own or given up.
+func (c *Communicator) PostSend(peer int, tag uint64, payload []byte) *PostedSend {
 	if err := c.p2pCheck("send to", peer); err != nil {
-		return err
+		return &PostedSend{err: err}
+	}
+	p := c.p2p
+	s := &PostedSend{c: c, peer: peer, tag: tag, payload: payload, mine: make(chan struct{})}
+	p.mu.Lock()
+	s.prev, p.peers[peer].lastPosted = p.peers[peer].lastPosted, s.mine
+	p.mu.Unlock()
+	return s
+}
+
+// Wait sends the posted message (see Send). When ctx ends before its turn
+// (the sends posted before it still waiting for the link), it gives its
+// place up and returns ctx's error wrapped, the communicator unharmed.
+func (s *PostedSend) Wait(ctx context.Context) error {
+	if s.err != nil {
+		return s.err
+	}
+	c, peer, tag, payload := s.c, s.peer, s.tag, s.payload
+	select {
+	case <-s.prev:
+	case <-ctx.Done():
+		// The sends posted after this one still wait for the ones before
+		// it: the place is given up only once theirs are taken.
+		go func() {
+			<-s.prev
+			close(s.mine)
+		}()
+		return fmt.Errorf("collective: sending %d bytes with tag %d to rank %d: %w", len(payload), tag, peer, ctx.Err())
 	}
 	p := c.p2p
 	pp := &p.peers[peer]
 	if err := c.takeSending(ctx, peer); err != nil {
+		close(s.mine)
 		return err
 	}
 	chunk := c.cfg.ChunkBytes
@@ -765,6 +824,9 @@ func (c *Communicator) Send(ctx context.Context, peer int, tag uint64, payload [
 		pp.credit -= cost
 	}
 	p.mu.Unlock()
+	// Numbered: the next posted send may take the link once this one
+	// lets it go (its frames sent, or its announcement).
+	close(s.mine)
 	if kind == p2pEager {
 		defer func() { <-pp.sending }()
 		return c.sendFrames(ctx, peer, kind, tag, seq, payload)

@@ -33,10 +33,12 @@ import (
 // one submitted before a world change the trainer has not acknowledged
 // (Reset) is refused.
 
-// Send sends buf to world rank peer as one message with tag.
+// Send sends buf to world rank peer as one message with tag. The send is
+// posted before Send returns, so messages with one tag are numbered, and
+// received, in the order the sends were made.
 func (e *Engine) Send(peer int, tag uint64, buf collective.Buffer) (Handle, error) {
 	return e.p2p("send", peer, tag, buf, func(c *collective.Communicator) func(ctx context.Context) error {
-		return func(ctx context.Context) error { return c.Send(ctx, peer, tag, buf.Host) }
+		return c.PostSend(peer, tag, buf.Host).Wait // numbered in the order the sends were made
 	})
 }
 
