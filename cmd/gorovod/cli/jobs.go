@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
@@ -45,8 +47,18 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	minW := fs.Int("min-workers", 1, "fewest workers the job trains with")
 	maxW := fs.Int("max-workers", 0, "most workers (0: as many as the scheduler gives)")
 	priority := fs.Int("priority", 0, "higher runs first when not every job fits")
+	nodeSelector := map[string]string{}
+	fs.Func("node-selector", "keep the job on the nodes with these labels: `KEY=VALUE[,KEY=VALUE...]` (spec.nodeSelector; repeatable; added to a manifest's)",
+		func(v string) error {
+			m, err := labels.ConvertSelectorToLabelsMap(v)
+			if err != nil {
+				return fmt.Errorf("want KEY=VALUE[,KEY=VALUE...]: %w", err)
+			}
+			maps.Copy(nodeSelector, m)
+			return nil
+		})
 	usage := `Usage: gorovod submit [flags] JOB.yaml
-       gorovod submit --name NAME --image IMAGE [--min-workers N] [--max-workers N] [--priority P] -- COMMAND [ARGS...]
+       gorovod submit --name NAME --image IMAGE [--min-workers N] [--max-workers N] [--priority P] [--node-selector K=V] -- COMMAND [ARGS...]
 
 Submits an elastic training job to the gorovod scheduler of a Kubernetes
 cluster: a GorovodJob (gorovod.io/v1alpha1), from a manifest or from the
@@ -77,6 +89,12 @@ load and the job's goodput allow, and grows or shrinks it live.`
 		}
 	default:
 		return jobUsage(stderr, "submit", "give a GorovodJob manifest, or --name, --image and -- COMMAND")
+	}
+	if len(nodeSelector) > 0 {
+		if gj.Spec.NodeSelector == nil {
+			gj.Spec.NodeSelector = map[string]string{}
+		}
+		maps.Copy(gj.Spec.NodeSelector, nodeSelector)
 	}
 	if err := gj.Spec.Validate(); err != nil {
 		return &commandError{command: "submit", err: err}
