@@ -17,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
@@ -50,11 +49,14 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	nodeSelector := map[string]string{}
 	fs.Func("node-selector", "keep the job on the nodes with these labels: `KEY=VALUE[,KEY=VALUE...]` (spec.nodeSelector; repeatable; added to a manifest's)",
 		func(v string) error {
-			m, err := labels.ConvertSelectorToLabelsMap(v)
-			if err != nil {
-				return fmt.Errorf("want KEY=VALUE[,KEY=VALUE...]: %w", err)
+			// The keys and values are checked with the spec (Validate).
+			for _, pair := range strings.Split(v, ",") {
+				k, val, ok := strings.Cut(pair, "=")
+				if !ok || strings.TrimSpace(k) == "" {
+					return fmt.Errorf("%q: want KEY=VALUE[,KEY=VALUE...]", pair)
+				}
+				nodeSelector[strings.TrimSpace(k)] = strings.TrimSpace(val)
 			}
-			maps.Copy(nodeSelector, m)
 			return nil
 		})
 	usage := `Usage: gorovod submit [flags] JOB.yaml
