@@ -281,10 +281,10 @@ func (s Spec) MatchesNode(labelSet map[string]string, name string) bool {
 }
 
 // NodeMatcher is MatchesNode compiled once, for many nodes. It checks
-// NodeSelector and RequiredNodeAffinity as the API server checks a pod's: qualified label keys, label values, the
-// operators In and NotIn with values, Exists and DoesNotExist without, Gt
-// and Lt with one integer; at least one term, none empty; fields only
-// metadata.name, with In or NotIn.
+// NodeSelector and RequiredNodeAffinity as the API server checks a pod's:
+// qualified label keys, label values, the operators In and NotIn with
+// values, Exists and DoesNotExist without, Gt and Lt with one integer; at
+// least one term, none empty; fields only metadata.name, with In or NotIn.
 func (s Spec) NodeMatcher() (func(labelSet map[string]string, name string) bool, error) {
 	keys := slices.Sorted(maps.Keys(s.NodeSelector))
 	selector := labels.NewSelector()
