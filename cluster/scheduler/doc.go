@@ -14,6 +14,10 @@
 //   - Optimus (Peng et al., EuroSys'18): greedy marginal gain in remaining
 //     time, with the true step times ("oracle").
 //
+// A job may be kept on some nodes (Job.Eligible): Pollux allocates it only
+// those, and PlaceCounts, which makes a policy's counts a placement, holds
+// every policy's placement to them.
+//
 // The policies only decide; the caller applies the allocation and measures
 // the jobs: package simulator replays Pollux's trace-driven study, and package
 // pool shares a pool of slots among real elastic jobs live, feeding their

@@ -75,7 +75,8 @@ func (pr *problem) fitness(s []uint8) float64 {
 	return math.Pow(mean, 1/pr.power)
 }
 
-// repair makes s a valid allocation, in this order (Pollux's): a node keeps
+// repair makes s a valid allocation, in this order (Pollux's, after a job's
+// replicas on nodes it may not use are dropped): a node keeps
 // at most one distributed job (the first in priority order; the node's
 // replicas of every job after a second distributed one are dropped, as
 // Pollux's repair does), a job over its maximum keeps replicas on randomly
@@ -83,6 +84,18 @@ func (pr *problem) fitness(s []uint8) float64 {
 // and a job under its minimum gets nothing.
 func (pr *problem) repair(s []uint8, r *rng) {
 	N, W, J := pr.nodes, pr.stride, len(pr.jobs)
+	// (0) Only the nodes a job may use (Job.Eligible).
+	for j, barred := range pr.barred {
+		if barred == nil {
+			continue
+		}
+		row := s[j*W : (j+1)*W]
+		for n, b := range barred {
+			if b != 0 {
+				row[n] = 0
+			}
+		}
+	}
 	// (1) One distributed job per node. Whether a job is distributed is
 	// decided on the state as it came; seen1/seen2: a first/second
 	// distributed job has been met on the node.
@@ -236,7 +249,11 @@ func (pr *problem) grow(s []uint8, r *rng) {
 			p2 := 1 / float64(present)
 			t12 = threshold(p1 + p2 - p1*p2)
 		}
+		barred := pr.barred[j]
 		for _, n := range freeNodes {
+			if barred != nil && barred[n] != 0 {
+				continue
+			}
 			v := row[n]
 			t := t1
 			if v > 0 {

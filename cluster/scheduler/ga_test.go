@@ -468,6 +468,48 @@ func TestPolluxOneDistributedJobPerNode(t *testing.T) {
 	}
 }
 
+func TestPolluxEligibleNodes(t *testing.T) {
+	linear := func(n, r int) float64 { return float64(r) }
+	for _, tc := range []struct {
+		name     string
+		eligible map[string][]bool
+		current  Allocation
+		// fewest replicas each job must get
+		least map[string]int
+	}{
+		{"every job free", nil, nil, map[string]int{"a": 1, "b": 1, "c": 1}},
+		{"two pinned jobs and a free one", map[string][]bool{"a": {true, true, false, false}, "b": {false, false, true}}, nil,
+			map[string]int{"a": 1, "b": 1, "c": 1}},
+		{"a current allocation outside the set is left", map[string][]bool{"a": {false, true}}, Allocation{"a": {3, 3, 3}},
+			map[string]int{"a": 1}},
+		{"a job no node is eligible for gets nothing", map[string][]bool{"b": {}}, nil, map[string]int{"a": 1, "c": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var jobs []Job
+			for _, id := range []string{"a", "b", "c"} {
+				jobs = append(jobs, Job{ID: id, Goodput: linear, MaxProfiledReplicas: 4, Eligible: tc.eligible[id]})
+			}
+			alloc, err := NewPollux(PolluxConfig{Seed: 7}).Allocate(context.Background(), time.Hour, jobs, NewCluster(4, 4), tc.current)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range jobs {
+				for _, n := range alloc[j.ID] {
+					if !eligibleNode(j.Eligible, n) {
+						t.Errorf("job %s got node %d outside its eligible set %v: %v", j.ID, n, j.Eligible, alloc)
+					}
+				}
+				if e := j.Eligible; e != nil && !slices.Contains(e, true) && len(alloc[j.ID]) > 0 {
+					t.Errorf("job %s, eligible nowhere, got %v", j.ID, alloc[j.ID])
+				}
+				if len(alloc[j.ID]) < tc.least[j.ID] {
+					t.Errorf("job %s got %d replicas, want at least %d: %v", j.ID, len(alloc[j.ID]), tc.least[j.ID], alloc)
+				}
+			}
+		})
+	}
+}
+
 func TestPolluxErrors(t *testing.T) {
 	ok := []Job{{ID: "a"}}
 	canceled, cancel := context.WithCancel(context.Background())

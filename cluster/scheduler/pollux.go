@@ -147,13 +147,16 @@ func (p *Pollux) Allocate(ctx context.Context, now time.Duration, jobs []Job, cl
 // number of 64-bit words (stride) so the genetic operators can skip empty
 // words; the padding stays zero.
 type problem struct {
-	jobs    []*Job // in priority order: least attained service first
-	nodes   int
-	stride  int
-	cap     []uint8 // GPUs per node
-	base    []uint8 // the allocation in force
-	maxRep  []int
-	minRep  []int
+	jobs   []*Job // in priority order: least attained service first
+	nodes  int
+	stride int
+	cap    []uint8 // GPUs per node
+	base   []uint8 // the allocation in force
+	maxRep []int
+	minRep []int
+	// barred holds, per job with an eligible set (Job.Eligible), a row
+	// with 1 on each node it may not use; nil for the others.
+	barred  [][]uint8
 	factor  []float64 // re-allocation factor per job
 	scale   float64   // speed-up of a fair share → share of one node
 	power   float64
@@ -195,6 +198,7 @@ func (p *Pollux) newProblem(now time.Duration, jobs []Job, cluster Cluster, curr
 	pr.base = make([]uint8, J*W)
 	pr.maxRep = make([]int, J)
 	pr.minRep = make([]int, J)
+	pr.barred = make([][]uint8, J)
 	pr.factor = make([]float64, J)
 	pr.baseGP = make([]float64, J)
 	pr.speedup = make([][]float64, J)
@@ -213,6 +217,18 @@ func (p *Pollux) newProblem(now time.Duration, jobs []Job, cluster Cluster, curr
 		limit := total
 		if job.MaxReplicas > 0 {
 			limit = min(limit, job.MaxReplicas)
+		}
+		if job.Eligible != nil {
+			row, room := make([]uint8, W), 0
+			for n := 0; n < N; n++ {
+				if eligibleNode(job.Eligible, n) {
+					room += int(pr.cap[n])
+				} else {
+					row[n] = 1
+				}
+			}
+			pr.barred[j] = row
+			limit = min(limit, room)
 		}
 		pr.maxRep[j] = min(limit, max(p.cfg.ReplicaGrowth*job.MaxProfiledReplicas, 1))
 		pr.minRep[j] = job.MinReplicas

@@ -118,13 +118,19 @@ func AdmitByPriority(want, floor []int, running []bool, slots int) {
 // workers), then grows on nodes it already uses, then fills the node with
 // the most free slots before the next (packing, so that a small job is not
 // spread). The counts must fit the cluster (RepairToMinimums).
-func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed, current Allocation) Allocation {
+//
+// A job with an eligible set (eligible[id], as Job.Eligible; nil or absent:
+// every node) gets only nodes of the set: a proposal outside it is not kept,
+// and such jobs are placed before the others where proposals are not kept,
+// so that a job free to go anywhere does not take the only slots another
+// may use. Where its count does not fit its nodes, it gets what there is.
+func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed, current Allocation, eligible map[string][]bool) Allocation {
 	out := Allocation{}
 	free := slices.Clone(cluster.GPUs)
-	fits := func(nodes []int) bool {
+	fits := func(id string, nodes []int) bool {
 		need := make(map[int]int)
 		for _, n := range nodes {
-			if n < 0 || n >= len(free) {
+			if n < 0 || n >= len(free) || !eligibleNode(eligible[id], n) {
 				return false
 			}
 			need[n]++
@@ -137,14 +143,24 @@ func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed,
 		return true
 	}
 	for _, id := range ids {
-		if n := counts[id]; n > 0 && len(proposed[id]) == n && fits(proposed[id]) {
+		if n := counts[id]; n > 0 && len(proposed[id]) == n && fits(id, proposed[id]) {
 			out[id] = slices.Clone(proposed[id])
 			for _, node := range out[id] {
 				free[node]--
 			}
 		}
 	}
-	for _, id := range ids {
+	pinnedFirst := slices.Clone(ids)
+	slices.SortStableFunc(pinnedFirst, func(a, b string) int {
+		switch pa, pb := eligible[a] != nil, eligible[b] != nil; {
+		case pa && !pb:
+			return -1
+		case pb && !pa:
+			return 1
+		}
+		return 0
+	})
+	for _, id := range pinnedFirst {
 		n := counts[id]
 		if n == 0 || out[id] != nil {
 			continue
@@ -152,7 +168,7 @@ func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed,
 		// Keep the current nodes, most used first, as far as they fit.
 		held := map[int]int{}
 		for _, node := range current[id] {
-			if node >= 0 && node < len(free) {
+			if node >= 0 && node < len(free) && eligibleNode(eligible[id], node) {
 				held[node]++
 			}
 		}
@@ -181,7 +197,7 @@ func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed,
 			}
 		}
 		for len(nodes) < n {
-			best := mostFreeNode(free)
+			best := mostFreeNode(free, eligible[id])
 			if best < 0 {
 				break // the counts did not fit: the job gets what there is
 			}

@@ -80,28 +80,44 @@ func TestPlaceCounts(t *testing.T) {
 		counts            map[string]int
 		proposed, current Allocation
 		want              Allocation
+		eligible          map[string][]bool
 	}{
 		{"the policy's placement is kept",
 			map[string]int{"a": 2, "b": 1, "c": 1}, Allocation{"a": {1, 1}, "b": {0}, "c": {0}}, nil,
-			Allocation{"a": {1, 1}, "b": {0}, "c": {0}}},
+			Allocation{"a": {1, 1}, "b": {0}, "c": {0}}, nil},
 		{"a repaired count is packed on the freest node",
 			map[string]int{"a": 1, "b": 2}, Allocation{"a": {1}, "b": {0, 0, 1}}, nil,
-			Allocation{"a": {1}, "b": {0, 0}}},
+			Allocation{"a": {1}, "b": {0, 0}}, nil},
 		{"a job the policy left out",
 			map[string]int{"a": 3, "c": 1}, Allocation{"a": {0, 0, 1}}, nil,
-			Allocation{"a": {0, 0, 1}, "c": {1}}},
+			Allocation{"a": {0, 0, 1}, "c": {1}}, nil},
 		{"a job keeps its current nodes",
 			map[string]int{"a": 1, "b": 2}, Allocation{}, Allocation{"b": {1, 1}},
-			Allocation{"a": {0}, "b": {1, 1}}},
+			Allocation{"a": {0}, "b": {1, 1}}, nil},
 		{"a shrinking job leaves its emptiest node",
 			map[string]int{"a": 2}, Allocation{}, Allocation{"a": {0, 1, 1}},
-			Allocation{"a": {1, 1}}},
+			Allocation{"a": {1, 1}}, nil},
 		{"a proposal over a node's capacity is not kept",
 			map[string]int{"a": 2, "b": 1}, Allocation{"a": {0, 0}, "b": {0}}, Allocation{"b": {0}},
-			Allocation{"a": {0, 0}, "b": {1}}},
+			Allocation{"a": {0, 0}, "b": {1}}, nil},
+		{"a proposal outside the job's nodes is not kept",
+			map[string]int{"a": 2}, Allocation{"a": {0, 0}}, nil,
+			Allocation{"a": {1, 1}}, map[string][]bool{"a": {false, true}}},
+		{"a job keeps only its current nodes that are eligible",
+			map[string]int{"a": 2}, Allocation{}, Allocation{"a": {0, 1}},
+			Allocation{"a": {1, 1}}, map[string][]bool{"a": {false, true}}},
+		{"a pinned job is placed before one free to go anywhere",
+			map[string]int{"a": 2, "b": 2}, Allocation{}, Allocation{"a": {1}},
+			Allocation{"a": {0, 0}, "b": {1, 1}}, map[string][]bool{"b": {false, true}}},
+		{"a pinned job gets what its nodes hold",
+			map[string]int{"a": 3}, Allocation{}, nil,
+			Allocation{"a": {1, 1}}, map[string][]bool{"a": {false, true}}},
+		{"a node beyond the eligible set's end is not eligible",
+			map[string]int{"a": 1}, Allocation{"a": {1}}, nil,
+			Allocation{"a": {0}}, map[string][]bool{"a": {true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := PlaceCounts(cluster, ids, tc.counts, tc.proposed, tc.current)
+			got := PlaceCounts(cluster, ids, tc.counts, tc.proposed, tc.current, tc.eligible)
 			if len(got) != len(tc.want) {
 				t.Fatalf("PlaceCounts = %v, want %v", got, tc.want)
 			}

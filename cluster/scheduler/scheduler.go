@@ -88,6 +88,11 @@ type Job struct {
 	// given at least MinReplicas or nothing. MaxReplicas 0 means no bound
 	// beyond the cluster.
 	MinReplicas, MaxReplicas int
+	// Eligible, when not nil, says which nodes (by index) the job's
+	// replicas may use; a node beyond its end is not eligible. nil: every
+	// node. Pollux allocates only eligible nodes to the job; Tiresias and
+	// Optimus do not read it (PlaceCounts holds their proposals to it).
+	Eligible []bool
 
 	// Goodput is the job's predicted goodput (useful training progress per
 	// second, in any unit consistent across calls) on replicas GPUs spread
@@ -144,12 +149,17 @@ func validateJobs(jobs []Job) error {
 	return nil
 }
 
-// mostFreeNode returns the node with the most free GPUs, the lowest index
-// among ties, or -1 when none is free.
-func mostFreeNode(free []int) int {
+// eligibleNode says whether node n is in a job's eligible set (nil: all).
+func eligibleNode(eligible []bool, n int) bool {
+	return eligible == nil || (n >= 0 && n < len(eligible) && eligible[n])
+}
+
+// mostFreeNode returns the node with the most free GPUs among the eligible
+// (nil: all), the lowest index among ties, or -1 when none is free.
+func mostFreeNode(free []int, eligible []bool) int {
 	best := -1
 	for n, f := range free {
-		if f > 0 && (best < 0 || f > free[best]) {
+		if f > 0 && eligibleNode(eligible, n) && (best < 0 || f > free[best]) {
 			best = n
 		}
 	}
@@ -169,7 +179,7 @@ func packReplicas(free []int, count int) []int {
 	}
 	out := make([]int, 0, count)
 	for len(out) < count {
-		n := mostFreeNode(free)
+		n := mostFreeNode(free, nil)
 		take := min(free[n], count-len(out))
 		for i := 0; i < take; i++ {
 			out = append(out, n)

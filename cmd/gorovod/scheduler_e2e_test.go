@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +34,7 @@ import (
 type e2eJob struct {
 	name           string
 	steps, samples int
+	spec           string         // more of its spec: YAML lines, indented as spec's fields
 	h              *runJobHarness // its workers' trainer lines (no process)
 }
 
@@ -40,7 +42,8 @@ type e2eJob struct {
 // and whether the world size its driver reports reached each.
 type allocationHistory struct {
 	mu    sync.Mutex
-	sizes map[string][]int // job → allocation sizes in order, repeats dropped
+	sizes map[string][]int           // job → allocation sizes in order, repeats dropped
+	nodes map[string]map[string]bool // job → the nodes its allocations named
 	spans map[string][]allocationSpan
 	jobs  map[string]*api.GorovodJob
 }
@@ -60,6 +63,12 @@ func (a *allocationHistory) observe(jobs []*api.GorovodJob) {
 	now := time.Now()
 	for _, j := range jobs {
 		a.jobs[j.Name] = j
+		for _, n := range j.Status.Allocation {
+			if a.nodes[j.Name] == nil {
+				a.nodes[j.Name] = map[string]bool{}
+			}
+			a.nodes[j.Name][n] = true
+		}
 		spans := a.spans[j.Name]
 		var cur *allocationSpan
 		if k := len(spans); k > 0 && spans[k-1].to.IsZero() {
@@ -384,7 +393,7 @@ spec:
 	}
 
 	// The allocations as they change.
-	hist := &allocationHistory{sizes: map[string][]int{}, spans: map[string][]allocationSpan{}, jobs: map[string]*api.GorovodJob{}}
+	hist := &allocationHistory{sizes: map[string][]int{}, nodes: map[string]map[string]bool{}, spans: map[string][]allocationSpan{}, jobs: map[string]*api.GorovodJob{}}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
 	go func() {
@@ -451,7 +460,8 @@ spec:
   minWorkers: 1
   maxWorkers: 4
   batch: {initial: 24}
-`, j.name, driverImage, j.steps, j.samples), 0o600); err != nil {
+%s
+`, j.name, driverImage, j.steps, j.samples, j.spec), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		follow(j)
@@ -631,5 +641,70 @@ func TestNodeDrainedUnderScheduler(t *testing.T) {
 	logs := e.driverLogs(j.name)[kept.Name]
 	if !regexp.MustCompile(`\d+ workers finished, 0 lost, 0 failed`).Match(logs) {
 		t.Errorf("not every worker finished or left by itself; the driver's log ends:\n%s", logs[max(0, len(logs)-4<<10):])
+	}
+}
+
+// TestNodeSelectorUnderScheduler pins jobs to nodes with spec.nodeSelector,
+// on the cluster of TestSchedulerAndDriversOnKubelets with its two nodes
+// labelled example.com/pool=a and =b: a job selecting pool b (submitted
+// with `gorovod submit`) is allocated only b's node, its worker pods and its
+// driver pod carry the selector and run there, and it succeeds; a job
+// selecting pool c, which no node has, stays Pending with the reason in its
+// status while the cluster has free slots.
+func TestNodeSelectorUnderScheduler(t *testing.T) {
+	e := newE2ECluster(t, 6*time.Minute)
+	ctx := e.ctx
+	other, chosen := e.nodes[0], e.nodes[1]
+	for n, pool := range map[*testkube.Node]string{other: "a", chosen: "b"} {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{"example.com/pool":%q}}}`, pool)
+		if _, err := e.admin.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// No kube-scheduler here: the test binds the driver pod, which carries
+	// the selector too (the kubelet of a node without the label would
+	// refuse it).
+	e.driverNode = chosen
+	pinned := &e2eJob{name: "pinned", steps: 800, samples: 480, spec: "  nodeSelector: {example.com/pool: b}"}
+	nowhere := &e2eJob{name: "nowhere", steps: 100, samples: 480, spec: "  nodeSelector: {example.com/pool: c}"}
+	defer e.logFailure(t, []*e2eJob{pinned})
+	sched := e.startScheduler("sched-1")
+	e.submit(pinned)
+	e.submit(nowhere)
+	e.trained(pinned, 50)
+	pods, err := e.admin.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + pinned.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := 0
+	for _, p := range pods.Items {
+		if p.Labels[kube.LabelRole] == kube.RoleWorker {
+			workers++
+		}
+		if p.Spec.NodeName != chosen.Name || p.Spec.NodeSelector["example.com/pool"] != "b" {
+			t.Errorf("pod %s on node %s with nodeSelector %v, want node %s (pool b)", p.Name, p.Spec.NodeName, p.Spec.NodeSelector, chosen.Name)
+		}
+	}
+	if workers == 0 {
+		t.Errorf("no worker pod of %s while it trains: %d pods", pinned.name, len(pods.Items))
+	}
+	poll(t, "the pinned job ended", 4*time.Minute, func() bool {
+		gj := e.hist.job(pinned.name)
+		return gj != nil && gj.Status.Phase.Ended()
+	})
+	e.stopScheduler(sched)
+	e.stopFollowing()
+	e.checkJobs(t, []*e2eJob{pinned})
+	e.hist.mu.Lock()
+	named := slices.Sorted(maps.Keys(e.hist.nodes[pinned.name]))
+	e.hist.mu.Unlock()
+	if !slices.Equal(named, []string{chosen.Name}) {
+		t.Errorf("%s's allocations named nodes %v, want only %s", pinned.name, named, chosen.Name)
+	}
+	// Two slots of the other node were free all along: nowhere waited
+	// for a node that matches, not for room.
+	gj := e.hist.job(nowhere.name)
+	if gj == nil || gj.Status.Phase != api.PhasePending || len(gj.Status.Allocation) != 0 || !strings.Contains(gj.Status.Message, "no node matches spec.nodeSelector") {
+		t.Errorf("the job no node matches: %+v, want Pending with the reason", gj)
 	}
 }

@@ -6,7 +6,8 @@
 // deploy/kubernetes/gorovod.yaml.
 //
 // A GorovodJob's spec is what its user asks for (image, command, the bounds
-// on its worker count and batch size, a priority); its status is written by
+// on its worker count and batch size, a priority, the nodes it may run on:
+// Spec.MatchesNode); its status is written by
 // the scheduler (phase, allocation) and by the job's driver (world size,
 // fitted goodput model), each only its own fields, through the status
 // subresource.

@@ -2,13 +2,17 @@ package api
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gorovod/gorovod/heuristics/goodput"
@@ -103,6 +107,16 @@ type Spec struct {
 	// that gets another taint while they run (a NoExecute taint's eviction),
 	// and let the driver pod onto tainted nodes.
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// NodeSelector keeps the job on the nodes that carry every one of
+	// these labels (a pod's nodeSelector). RequiredNodeAffinity, when
+	// set, keeps it further on the nodes that match one of its terms (a
+	// pod's affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution).
+	// The scheduler allocates the job's workers only on such nodes
+	// (Spec.MatchesNode), and the worker pods and the driver pod carry
+	// both, so that the kubelet and the cluster's scheduler hold them to
+	// it too.
+	NodeSelector         map[string]string    `json:"nodeSelector,omitempty"`
+	RequiredNodeAffinity *corev1.NodeSelector `json:"requiredNodeAffinity,omitempty"`
 }
 
 // BatchBounds bound a job's global batch size. Zero values mean no bound;
@@ -211,6 +225,9 @@ func (s Spec) Validate() error {
 			return fmt.Errorf("gorovodjob: spec.tolerations[%d]: %w", i, err)
 		}
 	}
+	if _, err := s.NodeMatcher(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -248,6 +265,135 @@ func validToleration(t corev1.Toleration) error {
 		return fmt.Errorf("tolerationSeconds needs effect NoExecute")
 	}
 	return nil
+}
+
+// Pinned says whether the spec keeps the job on some nodes only.
+func (s Spec) Pinned() bool { return len(s.NodeSelector) > 0 || s.RequiredNodeAffinity != nil }
+
+// MatchesNode says whether the job's workers may run on a node of these
+// labels and this name: it has every label of NodeSelector, and matches a
+// term of RequiredNodeAffinity where that is set (a term matches when all
+// its expressions and fields do; a field is metadata.name). False for a
+// spec that fails Validate.
+func (s Spec) MatchesNode(labelSet map[string]string, name string) bool {
+	m, err := s.NodeMatcher()
+	return err == nil && m(labelSet, name)
+}
+
+// NodeMatcher is MatchesNode compiled once, for many nodes. It checks
+// NodeSelector and RequiredNodeAffinity as the API server checks a pod's:
+// qualified label keys, label values, the operators In and NotIn with
+// values, Exists and DoesNotExist without, Gt and Lt with one integer; at
+// least one term, none empty; fields only metadata.name, with In or NotIn.
+func (s Spec) NodeMatcher() (func(labelSet map[string]string, name string) bool, error) {
+	keys := slices.Sorted(maps.Keys(s.NodeSelector))
+	selector := labels.NewSelector()
+	for _, k := range keys {
+		v := s.NodeSelector[k]
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return nil, fmt.Errorf("gorovodjob: spec.nodeSelector: key %q: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return nil, fmt.Errorf("gorovodjob: spec.nodeSelector[%s]: value %q: %s", k, v, strings.Join(errs, "; "))
+		}
+		r, err := labels.NewRequirement(k, selection.Equals, []string{v})
+		if err != nil {
+			return nil, fmt.Errorf("gorovodjob: spec.nodeSelector[%s]: %w", k, err)
+		}
+		selector = selector.Add(*r)
+	}
+	type term struct {
+		byLabel labels.Selector
+		byName  func(string) bool
+	}
+	var terms []term
+	if a := s.RequiredNodeAffinity; a != nil {
+		if len(a.NodeSelectorTerms) == 0 {
+			return nil, fmt.Errorf("gorovodjob: spec.requiredNodeAffinity.nodeSelectorTerms is empty (it would match no node)")
+		}
+		for i, t := range a.NodeSelectorTerms {
+			where := fmt.Sprintf("spec.requiredNodeAffinity.nodeSelectorTerms[%d]", i)
+			if len(t.MatchExpressions) == 0 && len(t.MatchFields) == 0 {
+				return nil, fmt.Errorf("gorovodjob: %s is empty (it would match no node)", where)
+			}
+			byLabel, err := labelRequirements(t.MatchExpressions, where+".matchExpressions")
+			if err != nil {
+				return nil, err
+			}
+			byName, err := nameRequirements(t.MatchFields, where+".matchFields")
+			if err != nil {
+				return nil, err
+			}
+			terms = append(terms, term{byLabel, byName})
+		}
+	}
+	return func(labelSet map[string]string, name string) bool {
+		if !selector.Matches(labels.Set(labelSet)) {
+			return false
+		}
+		if terms == nil {
+			return true
+		}
+		return slices.ContainsFunc(terms, func(t term) bool {
+			return t.byLabel.Matches(labels.Set(labelSet)) && t.byName(name)
+		})
+	}, nil
+}
+
+// labelRequirements compiles a term's matchExpressions.
+func labelRequirements(exprs []corev1.NodeSelectorRequirement, where string) (labels.Selector, error) {
+	ops := map[corev1.NodeSelectorOperator]selection.Operator{
+		corev1.NodeSelectorOpIn: selection.In, corev1.NodeSelectorOpNotIn: selection.NotIn,
+		corev1.NodeSelectorOpExists: selection.Exists, corev1.NodeSelectorOpDoesNotExist: selection.DoesNotExist,
+		corev1.NodeSelectorOpGt: selection.GreaterThan, corev1.NodeSelectorOpLt: selection.LessThan,
+	}
+	selector := labels.NewSelector()
+	for i, e := range exprs {
+		op, ok := ops[e.Operator]
+		if !ok {
+			return nil, fmt.Errorf("gorovodjob: %s[%d]: operator %q: want In, NotIn, Exists, DoesNotExist, Gt or Lt", where, i, e.Operator)
+		}
+		r, err := labels.NewRequirement(e.Key, op, e.Values)
+		if err != nil {
+			return nil, fmt.Errorf("gorovodjob: %s[%d]: %w", where, i, err)
+		}
+		selector = selector.Add(*r)
+	}
+	return selector, nil
+}
+
+// nameRequirements compiles a term's matchFields: the one field a node
+// selector term may match is the node's name (metadata.name), with In or
+// NotIn and one value, as the API server allows.
+func nameRequirements(exprs []corev1.NodeSelectorRequirement, where string) (func(string) bool, error) {
+	type want struct {
+		in   bool
+		name string
+	}
+	var wants []want
+	for i, e := range exprs {
+		if e.Key != "metadata.name" {
+			return nil, fmt.Errorf("gorovodjob: %s[%d]: key %q: the only field is metadata.name", where, i, e.Key)
+		}
+		if e.Operator != corev1.NodeSelectorOpIn && e.Operator != corev1.NodeSelectorOpNotIn {
+			return nil, fmt.Errorf("gorovodjob: %s[%d]: operator %q: want In or NotIn", where, i, e.Operator)
+		}
+		if len(e.Values) != 1 {
+			return nil, fmt.Errorf("gorovodjob: %s[%d]: metadata.name takes one value (got %d)", where, i, len(e.Values))
+		}
+		if errs := validation.IsDNS1123Subdomain(e.Values[0]); len(errs) > 0 {
+			return nil, fmt.Errorf("gorovodjob: %s[%d]: node name %q: %s", where, i, e.Values[0], strings.Join(errs, "; "))
+		}
+		wants = append(wants, want{e.Operator == corev1.NodeSelectorOpIn, e.Values[0]})
+	}
+	return func(name string) bool {
+		for _, w := range wants {
+			if (name == w.name) != w.in {
+				return false
+			}
+		}
+		return true
+	}, nil
 }
 
 // FromUnstructured converts an object of the dynamic client.

@@ -44,6 +44,41 @@ func TestSpecValidate(t *testing.T) {
 			s.Tolerations = []corev1.Toleration{{Key: "k", Effect: corev1.TaintEffectNoSchedule, TolerationSeconds: &sec}}
 		}, "tolerationSeconds"},
 		{"toleration bad value", func(s *Spec) { s.Tolerations = []corev1.Toleration{{Key: "k", Value: "not a label value"}} }, "value"},
+		{"node selection", func(s *Spec) {
+			s.NodeSelector = map[string]string{"example.com/pool": "a100", "zone": ""}
+			s.RequiredNodeAffinity = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+				{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "gpu-count", Operator: corev1.NodeSelectorOpGt, Values: []string{"3"}}}},
+				{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-1.example.com"}}}}}}
+		}, ""},
+		{"node selector bad key", func(s *Spec) { s.NodeSelector = map[string]string{"a b": "x"} }, "spec.nodeSelector: key \"a b\""},
+		{"node selector bad value", func(s *Spec) { s.NodeSelector = map[string]string{"pool": "not a label value"} }, "spec.nodeSelector[pool]: value"},
+		{"affinity without terms", func(s *Spec) { s.RequiredNodeAffinity = &corev1.NodeSelector{} }, "nodeSelectorTerms is empty"},
+		{"affinity empty term", func(s *Spec) {
+			s.RequiredNodeAffinity = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+		}, "nodeSelectorTerms[0] is empty"},
+		{"affinity bad operator", func(s *Spec) {
+			s.RequiredNodeAffinity = affinity(corev1.NodeSelectorRequirement{Key: "k", Operator: "Equal"})
+		}, "operator \"Equal\""},
+		{"affinity In without values", func(s *Spec) {
+			s.RequiredNodeAffinity = affinity(corev1.NodeSelectorRequirement{Key: "k", Operator: corev1.NodeSelectorOpIn})
+		}, "matchExpressions[0]"},
+		{"affinity Exists with values", func(s *Spec) {
+			s.RequiredNodeAffinity = affinity(corev1.NodeSelectorRequirement{Key: "k", Operator: corev1.NodeSelectorOpExists, Values: []string{"v"}})
+		}, "must be empty"},
+		{"affinity Gt not a number", func(s *Spec) {
+			s.RequiredNodeAffinity = affinity(corev1.NodeSelectorRequirement{Key: "k", Operator: corev1.NodeSelectorOpGt, Values: []string{"many"}})
+		}, "integer"},
+		{"affinity bad key", func(s *Spec) {
+			s.RequiredNodeAffinity = affinity(corev1.NodeSelectorRequirement{Key: "-k", Operator: corev1.NodeSelectorOpExists})
+		}, "key"},
+		{"affinity field not the name", func(s *Spec) {
+			s.RequiredNodeAffinity = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+				{Key: "spec.unschedulable", Operator: corev1.NodeSelectorOpIn, Values: []string{"false"}}}}}}
+		}, "the only field is metadata.name"},
+		{"affinity field two names", func(s *Spec) {
+			s.RequiredNodeAffinity = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+				{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"a", "b"}}}}}}
+		}, "takes one value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := ok
@@ -62,12 +97,62 @@ func TestSpecValidate(t *testing.T) {
 	}
 }
 
+func affinity(exprs ...corev1.NodeSelectorRequirement) *corev1.NodeSelector {
+	return &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: exprs}}}
+}
+
+func TestMatchesNode(t *testing.T) {
+	labels := map[string]string{"pool": "a100", "zone": "z1", "gpus": "8"}
+	for _, tc := range []struct {
+		name     string
+		selector map[string]string
+		affinity *corev1.NodeSelector
+		node     string
+		want     bool
+	}{
+		{"no selection", nil, nil, "n1", true},
+		{"one label", map[string]string{"pool": "a100"}, nil, "n1", true},
+		{"one label, other value", map[string]string{"pool": "v100"}, nil, "n1", false},
+		{"label missing", map[string]string{"rack": "r1"}, nil, "n1", false},
+		{"several labels", map[string]string{"pool": "a100", "zone": "z1"}, nil, "n1", true},
+		{"several labels, one differs", map[string]string{"pool": "a100", "zone": "z2"}, nil, "n1", false},
+		{"affinity In", nil, affinity(corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z0", "z1"}}), "n1", true},
+		{"affinity NotIn", nil, affinity(corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"z1"}}), "n1", false},
+		{"affinity DoesNotExist", nil, affinity(corev1.NodeSelectorRequirement{Key: "spot", Operator: corev1.NodeSelectorOpDoesNotExist}), "n1", true},
+		{"affinity Gt", nil, affinity(corev1.NodeSelectorRequirement{Key: "gpus", Operator: corev1.NodeSelectorOpGt, Values: []string{"4"}}), "n1", true},
+		{"affinity Lt", nil, affinity(corev1.NodeSelectorRequirement{Key: "gpus", Operator: corev1.NodeSelectorOpLt, Values: []string{"4"}}), "n1", false},
+		{"affinity expressions of a term all hold", nil, affinity(
+			corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpExists},
+			corev1.NodeSelectorRequirement{Key: "pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"v100"}}), "n1", false},
+		{"affinity one term of several", nil, &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+			{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"v100"}}}},
+			{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}}}}}, "n1", true},
+		{"affinity name NotIn", nil, &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+			{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"n1"}}}}}}, "n1", false},
+		{"selector and affinity both hold", map[string]string{"pool": "a100"}, affinity(corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1"}}), "n1", true},
+		{"selector holds, affinity not", map[string]string{"pool": "a100"}, affinity(corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z2"}}), "n1", false},
+		{"invalid selection matches nothing", map[string]string{"pool": "a100", "a b": "c"}, nil, "n1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Spec{NodeSelector: tc.selector, RequiredNodeAffinity: tc.affinity}
+			if got := s.MatchesNode(labels, tc.node); got != tc.want {
+				t.Fatalf("MatchesNode = %v, want %v", got, tc.want)
+			}
+			if got := s.Pinned(); got != (tc.selector != nil || tc.affinity != nil) {
+				t.Fatalf("Pinned = %v", got)
+			}
+		})
+	}
+}
+
 func TestUnstructuredRoundTrip(t *testing.T) {
 	now := metav1.Unix(1700000000, 0)
 	j := &GorovodJob{
 		ObjectMeta: metav1.ObjectMeta{Name: "mnist", Namespace: "team"},
 		Spec: Spec{Image: "img", Command: []string{"train", "--epochs", "3"}, MinWorkers: 1, MaxWorkers: 4, Batch: BatchBounds{Initial: 64, Max: 1024}, Priority: 2,
-			Tolerations: []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "vision", Effect: corev1.TaintEffectNoSchedule}}},
+			Tolerations:          []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "vision", Effect: corev1.TaintEffectNoSchedule}},
+			NodeSelector:         map[string]string{"example.com/pool": "a100"},
+			RequiredNodeAffinity: affinity(corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1", "z2"}})},
 		Status: Status{Phase: PhaseRunning, Allocation: []string{"n1", "n1", "n2"}, WorldSize: 3, SubmitTime: &now, DriverRestarts: 1,
 			Adoption: &Adoption{JobID: "j1", Seeds: []string{"198.18.0.5:7946"}, SecretName: "mnist-secret-0123456789", MinWorkers: 1},
 			Goodput:  &GoodputStatus{Model: goodput.Model{Perf: goodput.PerfParams{AlphaC: 0.01, BetaC: 1e-4, Gamma: 1.5}, Grad: goodput.GradParams{Sqr: 1, Var: 2}, InitBatch: 64}, MaxProfiledWorkers: 3, FittedAt: now}},

@@ -9,7 +9,7 @@
 // pods and every pod bound to a node (typed informers). A scheduling round
 // runs every Config.Interval, and Config.EventDelay after a change of the
 // cluster: a job arrives or ends, a node is added, cordoned, tainted, made
-// not Ready, changes its capacity or is deleted, or a pod not the jobs' is
+// not Ready, changes its capacity or its labels or is deleted, or a pod not the jobs' is
 // bound to a node, ends or is resized (a delaying work queue gathers a
 // burst's changes into one round); no round starts sooner than
 // Config.MinRoundGap after the last one ended. A round:
@@ -40,7 +40,11 @@
 //     starts with at least its minimum); admits waiting jobs in priority
 //     order, then by submission (scheduler.AdmitByPriority); and places the
 //     workers on nodes (scheduler.PlaceCounts: the policy's placement where
-//     it stands, else the job's current nodes, then packing).
+//     it stands, else the job's current nodes, then packing). A job with
+//     spec.nodeSelector or spec.requiredNodeAffinity gets workers only on
+//     the nodes that match them (api.Spec.MatchesNode; scheduler.Job
+//     Eligible), and waits, its message saying why, while they cannot hold
+//     its minimum; its driver pod carries them.
 //   - writes each changed job's scheduler fields (phase, message, allocation:
 //     one node name per worker, reallocations, driver, times, attained
 //     service, observedGeneration, scheduledBy) with a JSON merge patch on

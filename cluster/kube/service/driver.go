@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -74,9 +75,20 @@ func (s *Service) driverPod(j *api.GorovodJob) *corev1.Pod {
 				},
 				Resources: s.cfg.DriverResources,
 			}},
-			Tolerations: slices.Clone(j.Spec.Tolerations),
+			Tolerations:  slices.Clone(j.Spec.Tolerations),
+			NodeSelector: maps.Clone(j.Spec.NodeSelector),
+			Affinity:     RequiredNodeAffinity(j.Spec.RequiredNodeAffinity),
 		},
 	}
+}
+
+// RequiredNodeAffinity is the pod affinity of a job's required node
+// affinity (nil: none), for its driver and worker pods.
+func RequiredNodeAffinity(required *corev1.NodeSelector) *corev1.Affinity {
+	if required == nil {
+		return nil
+	}
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: required.DeepCopy()}}
 }
 
 // startDriver creates a job's driver pod (and, first, its namespace's

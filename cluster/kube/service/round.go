@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -67,6 +68,11 @@ type entry struct {
 	id  string     // namespace/name: the policy's job ID
 	old api.Status // the scheduler's fields as last written
 	st  api.Status // as this round leaves them
+	// For a job its spec keeps on some nodes (api.Spec.Pinned): which
+	// nodes of the round's cluster it may use, by index, and how many of
+	// all the cluster's nodes (those without free slots too) match it.
+	eligible []bool
+	matching int
 }
 
 // round is one scheduling round (see the package comment).
@@ -160,6 +166,9 @@ func (s *Service) round(ctx context.Context, src source) error {
 		}
 		active = append(active, e)
 	}
+	if err := eligibleNodes(active, nodes, names); err != nil {
+		return err
+	}
 	slices.SortFunc(active, func(a, b *entry) int {
 		if a.job.Spec.Priority != b.job.Spec.Priority {
 			return int(b.job.Spec.Priority) - int(a.job.Spec.Priority)
@@ -193,7 +202,7 @@ func (s *Service) round(ctx context.Context, src source) error {
 		setAllocation(e, alloc, stamp)
 		e.st.Message = ""
 		if len(alloc) == 0 {
-			e.st.Message = fmt.Sprintf("waiting for %d free slots (spec.minWorkers)", e.job.Spec.MinWorkers)
+			e.st.Message = waitingReason(e, cluster, placed)
 		}
 		changed = append(changed, e)
 	}
@@ -266,6 +275,7 @@ func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, 
 			}
 		}
 		jobs[i] = describe(e, now, perNode)
+		jobs[i].Eligible = e.eligible
 	}
 	proposed := scheduler.Allocation{}
 	if len(cluster.GPUs) > 0 && len(active) > 0 {
@@ -278,14 +288,27 @@ func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, 
 	want := make([]int, len(active))
 	floor := make([]int, len(active))
 	running := make([]bool, len(active))
+	eligible := map[string][]bool{}
 	for i, e := range active {
 		limit := slots
 		if m := int(e.job.Spec.MaxWorkers); m > 0 {
 			limit = min(limit, m)
 		}
-		want[i] = min(len(proposed[e.id]), limit)
 		floor[i] = int(e.job.Spec.MinWorkers)
 		running[i] = e.st.Phase == api.PhaseRunning
+		if e.eligible != nil {
+			eligible[e.id] = e.eligible
+			room := eligibleSlots(e.eligible, cluster)
+			limit = min(limit, room)
+			if !running[i] && room < floor[i] {
+				// Its nodes cannot hold its minimum: it waits, and
+				// the counts' repair must not admit it (its floor
+				// would fit the cluster, not its nodes).
+				floor[i] = 0
+				limit = 0
+			}
+		}
+		want[i] = min(len(proposed[e.id]), limit)
 	}
 	scheduler.RepairToMinimums(want, floor, running, slots)
 	scheduler.AdmitByPriority(want, floor, running, slots)
@@ -294,7 +317,76 @@ func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, 
 		counts[id] = want[i]
 	}
 	proposed, order := keepOneCurrent(ids, counts, proposed, current)
-	return scheduler.PlaceCounts(cluster, order, counts, proposed, current), nil
+	placed := scheduler.PlaceCounts(cluster, order, counts, proposed, current, eligible)
+	for _, e := range active {
+		// Counts fit the cluster's slots, but a pinned job's nodes may be
+		// taken by others: a job that would start below its minimum does
+		// not start (it waits for the next round).
+		if e.st.Phase != api.PhaseRunning && len(placed[e.id]) < int(e.job.Spec.MinWorkers) {
+			delete(placed, e.id)
+		}
+	}
+	return placed, nil
+}
+
+// eligibleNodes sets the eligible nodes (by index in names, the round's
+// cluster) of each job its spec keeps on some nodes, and how many of all
+// the nodes match it.
+func eligibleNodes(active []*entry, nodes []*corev1.Node, names []string) error {
+	byName := make(map[string]*corev1.Node, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	for _, e := range active {
+		if !e.job.Spec.Pinned() {
+			continue
+		}
+		match, err := e.job.Spec.NodeMatcher()
+		if err != nil {
+			return fmt.Errorf("service: %s: %w", e.id, err) // Validate passed: not reached
+		}
+		e.eligible = make([]bool, len(names))
+		for i, name := range names {
+			e.eligible[i] = match(byName[name].Labels, name)
+		}
+		for _, n := range nodes {
+			if match(n.Labels, n.Name) {
+				e.matching++
+			}
+		}
+	}
+	return nil
+}
+
+// eligibleSlots is the free slots of the eligible nodes of a cluster.
+func eligibleSlots(eligible []bool, cluster scheduler.Cluster) int {
+	room := 0
+	for n, k := range cluster.GPUs {
+		if n < len(eligible) && eligible[n] {
+			room += k
+		}
+	}
+	return room
+}
+
+// waitingReason is the message of a job given no workers, when the round
+// placed the others' workers so.
+func waitingReason(e *entry, cluster scheduler.Cluster, placed scheduler.Allocation) string {
+	minimum := e.job.Spec.MinWorkers
+	if e.eligible == nil {
+		return fmt.Sprintf("waiting for %d free slots (spec.minWorkers)", minimum)
+	}
+	if e.matching == 0 {
+		return "no node matches spec.nodeSelector and spec.requiredNodeAffinity: waiting for one"
+	}
+	free := scheduler.Cluster{GPUs: slices.Clone(cluster.GPUs)}
+	for _, nodes := range placed {
+		for _, n := range nodes {
+			free.GPUs[n]--
+		}
+	}
+	return fmt.Sprintf("waiting for %d free slots (spec.minWorkers) on the %d nodes matching spec.nodeSelector and spec.requiredNodeAffinity (%d free there)",
+		minimum, e.matching, eligibleSlots(e.eligible, free))
 }
 
 // keepOneCurrent edits the proposal of each job that keeps workers but none

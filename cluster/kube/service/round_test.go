@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -675,7 +677,7 @@ func TestKeepOneCurrent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ids := []string{"a", "b", "c", "n"}
 			proposed, order := keepOneCurrent(ids, tc.counts, tc.proposed, tc.current)
-			got := scheduler.PlaceCounts(cluster, order, tc.counts, proposed, tc.current)
+			got := scheduler.PlaceCounts(cluster, order, tc.counts, proposed, tc.current, nil)
 			for id, want := range tc.want {
 				if !slices.Equal(got[id], want) {
 					t.Errorf("%s placed on %v, want %v (all: %v)", id, got[id], want, got)
@@ -1005,6 +1007,113 @@ func TestDriverKilled(t *testing.T) {
 	} {
 		if got := driverKilled(tc.pod); got != tc.want {
 			t.Errorf("%s: driverKilled %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestNodeSelection: a job whose spec keeps it on some nodes is allocated
+// only those, whatever the policy; one that no node matches, or whose nodes
+// have no room for its minimum, waits with the reason in its status; its
+// driver pod carries its node selection.
+func TestNodeSelection(t *testing.T) {
+	pool := func(name string, slots int, labels ...string) *corev1.Node {
+		n := labelNode(name, slots)
+		for i := 0; i+1 < len(labels); i += 2 {
+			n.Labels[labels[i]] = labels[i+1]
+		}
+		return n
+	}
+	pinned := func(minW, maxW int32, selector map[string]string, required *corev1.NodeSelector) api.Spec {
+		s := spec(minW, maxW, 0)
+		s.NodeSelector, s.RequiredNodeAffinity = selector, required
+		return s
+	}
+	notInA := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: "pool", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"a"}}}}}}
+	type want struct {
+		phase   api.Phase
+		nodes   []string // the nodes it may be given (Running)
+		message string   // in its status (Pending)
+	}
+	for _, tc := range []struct {
+		name string
+		jobs map[string]api.Spec // submitted in name order
+		want map[string]want
+		// The policies it holds for (nil: all). Optimus and Tiresias
+		// do not read a job's nodes: where two pinned jobs contend for
+		// the same node, the later one's placement may take it.
+		policies []string
+	}{
+		{"match", map[string]api.Spec{"j": pinned(1, 4, map[string]string{"pool": "a"}, nil)},
+			map[string]want{"j": {phase: api.PhaseRunning, nodes: []string{"n1"}}}, nil},
+		{"several labels", map[string]api.Spec{"j": pinned(1, 4, map[string]string{"pool": "b", "zone": "z1"}, nil)},
+			map[string]want{"j": {phase: api.PhaseRunning, nodes: []string{"n3"}}}, nil},
+		{"required node affinity", map[string]api.Spec{"j": pinned(1, 6, nil, notInA)},
+			map[string]want{"j": {phase: api.PhaseRunning, nodes: []string{"n2", "n3"}}}, nil},
+		{"no match", map[string]api.Spec{"j": pinned(1, 4, map[string]string{"pool": "c"}, nil), "k": spec(1, 2, 0)},
+			map[string]want{"j": {phase: api.PhasePending, message: "no node matches spec.nodeSelector"}, "k": {phase: api.PhaseRunning, nodes: []string{"n1", "n2", "n3"}}}, nil},
+		{"matching nodes too small", map[string]api.Spec{"j": pinned(3, 4, map[string]string{"pool": "a"}, nil)},
+			map[string]want{"j": {phase: api.PhasePending, message: "waiting for 3 free slots (spec.minWorkers) on the 1 nodes matching spec.nodeSelector and spec.requiredNodeAffinity (2 free there)"}}, nil},
+		{"two jobs for one node's slots", map[string]api.Spec{"j": pinned(2, 2, map[string]string{"pool": "a"}, nil), "k": pinned(2, 2, map[string]string{"pool": "a"}, nil), "l": spec(1, 1, 0)},
+			map[string]want{"j": {phase: api.PhaseRunning, nodes: []string{"n1"}}, "k": {phase: api.PhasePending, message: "(0 free there)"},
+				"l": {phase: api.PhaseRunning, nodes: []string{"n1", "n2", "n3"}}}, []string{"pollux"}},
+	} {
+		policies := tc.policies
+		if policies == nil {
+			policies = Policies
+		}
+		for _, policy := range policies {
+			t.Run(tc.name+"/"+policy, func(t *testing.T) {
+				f := newFixture(t, policy, pool("n1", 2, "pool", "a"), pool("n2", 2, "pool", "b"), pool("n3", 2, "pool", "b", "zone", "z1"))
+				names := slices.Sorted(maps.Keys(tc.jobs))
+				for _, name := range names {
+					f.submit(name, tc.jobs[name])
+				}
+				for round := range 3 {
+					f.round()
+					f.checkFits(names...)
+					for _, name := range names {
+						j, w := f.job(name), tc.want[name]
+						if j.Status.Phase != w.phase {
+							t.Fatalf("round %d: %s is %s (%v, %q), want %s", round, name, j.Status.Phase, j.Status.Allocation, j.Status.Message, w.phase)
+						}
+						for _, n := range j.Status.Allocation {
+							if !slices.Contains(w.nodes, n) {
+								t.Fatalf("round %d: %s allocated %v, outside its nodes %v", round, name, j.Status.Allocation, w.nodes)
+							}
+						}
+						if w.phase == api.PhasePending && !strings.Contains(j.Status.Message, w.message) {
+							t.Fatalf("round %d: %s's message %q, want one with %q", round, name, j.Status.Message, w.message)
+						}
+						if w.phase == api.PhaseRunning && round == 0 {
+							f.reportGoodput(name, 4) // then it may grow
+						}
+					}
+				}
+				for _, name := range names {
+					pod, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), DriverPodName(name), metav1.GetOptions{})
+					if tc.want[name].phase == api.PhasePending {
+						if !apierrors.IsNotFound(err) {
+							t.Errorf("%s waits, but has a driver pod (%v)", name, err)
+						}
+						continue
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					s := tc.jobs[name]
+					if !maps.Equal(pod.Spec.NodeSelector, s.NodeSelector) {
+						t.Errorf("%s's driver pod has nodeSelector %v, want %v", name, pod.Spec.NodeSelector, s.NodeSelector)
+					}
+					var required *corev1.NodeSelector
+					if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+						required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+					}
+					if !reflect.DeepEqual(required, s.RequiredNodeAffinity) {
+						t.Errorf("%s's driver pod has required node affinity %v, want %v", name, required, s.RequiredNodeAffinity)
+					}
+				}
+			})
 		}
 	}
 }

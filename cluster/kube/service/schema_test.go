@@ -22,7 +22,8 @@ import (
 // TestSchemaAgainstAPIServer: the GorovodJob schema of
 // deploy/kubernetes/gorovod.yaml keeps spec.tolerations and the adoption
 // fields of the status (a structural schema prunes what it does not name),
-// and refuses a toleration the Pod API would refuse for its operator or
+// spec.nodeSelector and spec.requiredNodeAffinity, and refuses a toleration
+// or node selector requirement the Pod API would refuse for its operator or
 // effect.
 func TestSchemaAgainstAPIServer(t *testing.T) {
 	cp := testkube.New(t, testkube.DefaultConfig())
@@ -45,9 +46,12 @@ func TestSchemaAgainstAPIServer(t *testing.T) {
 	sec := int64(30)
 	tolerate := []corev1.Toleration{{Key: "example.com/spot", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &sec},
 		{Key: "team", Operator: corev1.TolerationOpEqual, Value: "vision", Effect: corev1.TaintEffectNoSchedule}}
-	create := func(name string, tol []corev1.Toleration) (*api.GorovodJob, error) {
+	create := func(name string, tol []corev1.Toleration, edit ...func(*api.Spec)) (*api.GorovodJob, error) {
 		j := &api.GorovodJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: api.Spec{Image: "img", Command: []string{"train"}, MinWorkers: 1, Tolerations: tol}}
+		for _, e := range edit {
+			e(&j.Spec)
+		}
 		u, err := api.ToUnstructured(j)
 		if err != nil {
 			t.Fatal(err)
@@ -81,6 +85,28 @@ func TestSchemaAgainstAPIServer(t *testing.T) {
 		if _, err := create("bad-"+strings.ToLower(string(bad.Operator)), []corev1.Toleration{bad}); err == nil || !strings.Contains(err.Error(), "spec.tolerations") {
 			t.Errorf("toleration %+v: got %v, want the schema to refuse it", bad, err)
 		}
+	}
+	// The node selection: kept, and an operator the Pod API refuses is
+	// refused.
+	pin := func(op corev1.NodeSelectorOperator) func(*api.Spec) {
+		return func(s *api.Spec) {
+			s.NodeSelector = map[string]string{"example.com/pool": "a100"}
+			s.RequiredNodeAffinity = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+				{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: op, Values: []string{"z1", "z2"}}}},
+				{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-1"}}}}}}
+		}
+	}
+	pinned, err := create("pinned", nil, pin(corev1.NodeSelectorOpIn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want api.Spec
+	pin(corev1.NodeSelectorOpIn)(&want)
+	if !reflect.DeepEqual(pinned.Spec.NodeSelector, want.NodeSelector) || !reflect.DeepEqual(pinned.Spec.RequiredNodeAffinity, want.RequiredNodeAffinity) {
+		t.Fatalf("spec.nodeSelector %v and spec.requiredNodeAffinity %+v as stored", pinned.Spec.NodeSelector, pinned.Spec.RequiredNodeAffinity)
+	}
+	if _, err := create("bad-affinity", nil, pin("Equal")); err == nil || !strings.Contains(err.Error(), "spec.requiredNodeAffinity") {
+		t.Errorf("a node selector operator Equal: got %v, want the schema to refuse it", err)
 	}
 	// The driver's and the scheduler's new status fields.
 	body, err := json.Marshal(map[string]any{"status": map[string]any{"driverRestarts": 2,

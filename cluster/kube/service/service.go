@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -553,7 +554,8 @@ func (s *Service) startInformers(ctx context.Context, trigger func()) (source, e
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*corev1.Node)
 			c, ok2 := cur.(*corev1.Node)
-			if !ok1 || !ok2 || NodeSlots(o) != NodeSlots(c) {
+			// Its labels and name decide which jobs may use it.
+			if !ok1 || !ok2 || NodeSlots(o) != NodeSlots(c) || !maps.Equal(o.Labels, c.Labels) {
 				trigger()
 			}
 		},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -476,6 +477,7 @@ func (d *gorovodJobDriver) configure(kc *kube.Config) {
 				pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
 			}
 		}
+		pinWorker(pod, d.spec)
 		if customize != nil {
 			customize(pod)
 		}
@@ -487,6 +489,47 @@ func (d *gorovodJobDriver) configure(kc *kube.Config) {
 			onEvent(e)
 		}
 	}
+}
+
+// pinWorker gives a worker pod the job's node selection, added to what the
+// pod template has: the kubelet of a node the pod is bound to
+// (spec.nodeName) admits it only where the node matches both, as the
+// scheduler's allocation does.
+func pinWorker(pod *corev1.Pod, spec api.Spec) {
+	if len(spec.NodeSelector) > 0 {
+		if pod.Spec.NodeSelector == nil {
+			pod.Spec.NodeSelector = map[string]string{}
+		}
+		maps.Copy(pod.Spec.NodeSelector, spec.NodeSelector)
+	}
+	required := spec.RequiredNodeAffinity
+	if required == nil {
+		return
+	}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := pod.Spec.Affinity.NodeAffinity
+	own := na.RequiredDuringSchedulingIgnoredDuringExecution
+	if own == nil || len(own.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = required.DeepCopy()
+		return
+	}
+	// Terms are ORed, a term's requirements ANDed: both selections hold
+	// where some pair of terms, one of each, holds together.
+	var both []corev1.NodeSelectorTerm
+	for _, a := range own.NodeSelectorTerms {
+		for _, b := range required.NodeSelectorTerms {
+			both = append(both, corev1.NodeSelectorTerm{
+				MatchExpressions: slices.Concat(a.MatchExpressions, b.MatchExpressions),
+				MatchFields:      slices.Concat(a.MatchFields, b.MatchFields),
+			})
+		}
+	}
+	na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: both}
 }
 
 // workerResources are a worker's resources: the spec's, with one

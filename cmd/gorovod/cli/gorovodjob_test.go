@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -132,6 +134,70 @@ func TestWorkerTolerations(t *testing.T) {
 						t.Errorf("no toleration of %+v", taint)
 					}
 				}
+			}
+		})
+	}
+}
+
+// TestWorkerNodeSelection: a worker pod carries the job's node selection
+// on top of its template's, so that the kubelet of the node it is bound to
+// admits it only where both hold.
+func TestWorkerNodeSelection(t *testing.T) {
+	term := func(key string, values ...string) corev1.NodeSelectorTerm {
+		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values}}}
+	}
+	required := func(terms ...corev1.NodeSelectorTerm) *corev1.NodeSelector {
+		return &corev1.NodeSelector{NodeSelectorTerms: terms}
+	}
+	nodes := []map[string]string{
+		{"pool": "a", "zone": "z1", "disk": "ssd"},
+		{"pool": "a", "zone": "z2", "disk": "ssd"},
+		{"pool": "b", "zone": "z1", "disk": "hdd"},
+	}
+	for _, tc := range []struct {
+		name                 string
+		template             *corev1.Pod
+		spec                 api.Spec
+		wantSelector         map[string]string
+		wantNodes            []int // of nodes, where the pod's selection holds
+		wantTemplateAffinity bool  // the template's other affinity kept
+	}{
+		{"none", &corev1.Pod{}, api.Spec{}, nil, []int{0, 1, 2}, false},
+		{"the job's selector", &corev1.Pod{}, api.Spec{NodeSelector: map[string]string{"pool": "a"}}, map[string]string{"pool": "a"}, []int{0, 1}, false},
+		{"several labels, added to the template's", &corev1.Pod{Spec: corev1.PodSpec{NodeSelector: map[string]string{"disk": "ssd"}}},
+			api.Spec{NodeSelector: map[string]string{"pool": "a", "zone": "z1"}}, map[string]string{"disk": "ssd", "pool": "a", "zone": "z1"}, []int{0}, false},
+		{"a selector no node matches", &corev1.Pod{}, api.Spec{NodeSelector: map[string]string{"pool": "c"}}, map[string]string{"pool": "c"}, nil, false},
+		{"the job's affinity", &corev1.Pod{}, api.Spec{RequiredNodeAffinity: required(term("zone", "z2"), term("pool", "b"))}, nil, []int{1, 2}, false},
+		{"the job's affinity and the template's: both hold", &corev1.Pod{Spec: corev1.PodSpec{Affinity: &corev1.Affinity{
+			NodeAffinity:    &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: required(term("disk", "ssd"))},
+			PodAntiAffinity: &corev1.PodAntiAffinity{}}}},
+			api.Spec{RequiredNodeAffinity: required(term("zone", "z1"), term("pool", "b"))}, nil, []int{0}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kc := kube.Config{}
+			(&gorovodJobDriver{spec: tc.spec}).configure(&kc)
+			pod := tc.template.DeepCopy()
+			kc.Customize(pod)
+			if !maps.Equal(pod.Spec.NodeSelector, tc.wantSelector) {
+				t.Errorf("nodeSelector %v, want %v", pod.Spec.NodeSelector, tc.wantSelector)
+			}
+			// The pod's selection, read as the job's would be.
+			var podSelection api.Spec
+			podSelection.NodeSelector = pod.Spec.NodeSelector
+			if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+				podSelection.RequiredNodeAffinity = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+			}
+			var got []int
+			for i, labels := range nodes {
+				if podSelection.MatchesNode(labels, fmt.Sprint("n", i)) {
+					got = append(got, i)
+				}
+			}
+			if !slices.Equal(got, tc.wantNodes) {
+				t.Errorf("the pod may run on nodes %v, want %v (affinity %+v)", got, tc.wantNodes, pod.Spec.Affinity)
+			}
+			if tc.wantTemplateAffinity && pod.Spec.Affinity.PodAntiAffinity == nil {
+				t.Errorf("the template's pod anti-affinity was dropped")
 			}
 		})
 	}

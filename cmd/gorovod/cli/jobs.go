@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -45,8 +46,21 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	minW := fs.Int("min-workers", 1, "fewest workers the job trains with")
 	maxW := fs.Int("max-workers", 0, "most workers (0: as many as the scheduler gives)")
 	priority := fs.Int("priority", 0, "higher runs first when not every job fits")
+	nodeSelector := map[string]string{}
+	fs.Func("node-selector", "keep the job on the nodes with these labels: `KEY=VALUE[,KEY=VALUE...]` (spec.nodeSelector; repeatable; added to a manifest's)",
+		func(v string) error {
+			// The keys and values are checked with the spec (Validate).
+			for _, pair := range strings.Split(v, ",") {
+				k, val, ok := strings.Cut(pair, "=")
+				if !ok || strings.TrimSpace(k) == "" {
+					return fmt.Errorf("%q: want KEY=VALUE[,KEY=VALUE...]", pair)
+				}
+				nodeSelector[strings.TrimSpace(k)] = strings.TrimSpace(val)
+			}
+			return nil
+		})
 	usage := `Usage: gorovod submit [flags] JOB.yaml
-       gorovod submit --name NAME --image IMAGE [--min-workers N] [--max-workers N] [--priority P] -- COMMAND [ARGS...]
+       gorovod submit --name NAME --image IMAGE [--min-workers N] [--max-workers N] [--priority P] [--node-selector K=V] -- COMMAND [ARGS...]
 
 Submits an elastic training job to the gorovod scheduler of a Kubernetes
 cluster: a GorovodJob (gorovod.io/v1alpha1), from a manifest or from the
@@ -77,6 +91,12 @@ load and the job's goodput allow, and grows or shrinks it live.`
 		}
 	default:
 		return jobUsage(stderr, "submit", "give a GorovodJob manifest, or --name, --image and -- COMMAND")
+	}
+	if len(nodeSelector) > 0 {
+		if gj.Spec.NodeSelector == nil {
+			gj.Spec.NodeSelector = map[string]string{}
+		}
+		maps.Copy(gj.Spec.NodeSelector, nodeSelector)
 	}
 	if err := gj.Spec.Validate(); err != nil {
 		return &commandError{command: "submit", err: err}

@@ -142,7 +142,8 @@ spec:
 		t.Fatalf("submit: %v %q %q", err, out, stderr)
 	}
 	if out, stderr, err := gorovod(ctx, "submit", "-n", "team-b", "--name", "synth", "--image", "gorovod.local/synthetic:test",
-		"--min-workers", "2", "--max-workers", "3", "--priority", "5", "--", "/bin/synthetic", "--steps", "100"); err != nil || !strings.Contains(out, "team-b/synth submitted") {
+		"--min-workers", "2", "--max-workers", "3", "--priority", "5", "--node-selector", "example.com/pool=a100,zone=z1", "--node-selector", "disk=ssd",
+		"--", "/bin/synthetic", "--steps", "100"); err != nil || !strings.Contains(out, "team-b/synth submitted") {
 		t.Fatalf("submit with flags: %v %q %q", err, out, stderr)
 	}
 	u, err := dyn.Resource(api.GroupVersionResource()).Namespace("team-b").Get(ctx, "synth", metav1.GetOptions{})
@@ -153,7 +154,8 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (api.Spec{Image: "gorovod.local/synthetic:test", Command: []string{"/bin/synthetic", "--steps", "100"}, MinWorkers: 2, MaxWorkers: 3, Priority: 5}); fmt.Sprint(synth.Spec) != fmt.Sprint(want) {
+	if want := (api.Spec{Image: "gorovod.local/synthetic:test", Command: []string{"/bin/synthetic", "--steps", "100"}, MinWorkers: 2, MaxWorkers: 3, Priority: 5,
+		NodeSelector: map[string]string{"example.com/pool": "a100", "zone": "z1", "disk": "ssd"}}); fmt.Sprint(synth.Spec) != fmt.Sprint(want) {
 		t.Fatalf("submitted spec %+v, want %+v", synth.Spec, want)
 	}
 
@@ -168,6 +170,10 @@ spec:
 		{"invalid spec", []string{"submit", bad("min0.yaml", strings.Replace(readFile(t, manifest), "minWorkers: 1", "minWorkers: 0", 1))}, "spec.minWorkers must be ≥ 1"},
 		{"max below min", []string{"submit", "--name", "x", "--image", "i", "--min-workers", "3", "--max-workers", "2", "--", "t"}, "spec.maxWorkers 2 is below spec.minWorkers 3"},
 		{"no command", []string{"submit", "--name", "x", "--image", "i"}, "spec.command is empty"},
+		{"bad node selector", []string{"submit", "--name", "x", "--image", "i", "--node-selector", "pool", "--", "t"}, "want KEY=VALUE"},
+		{"bad node selector key", []string{"submit", "--name", "x", "--image", "i", "--node-selector", "-pool=a", "--", "t"}, "spec.nodeSelector: key \"-pool\""},
+		{"bad node affinity", []string{"submit", bad("affinity.yaml", readFile(t, manifest)+"  requiredNodeAffinity: {nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: Equal}]}]}\n")},
+			"operator \"Equal\""},
 		{"no name", []string{"submit", "--image", "i", "--", "t"}, "--name is required"},
 		{"unknown field", []string{"submit", bad("typo.yaml", strings.Replace(readFile(t, manifest), "maxWorkers", "maxWorkerz", 1))}, "not a GorovodJob manifest"},
 		{"not YAML", []string{"submit", bad("junk.yaml", "{{{")}, "not a GorovodJob manifest"},
