@@ -84,6 +84,29 @@ func TestTiresias(t *testing.T) {
 				{0, []Job{b, d, c}, Allocation{"b": {0, 0, 0, 0}, "c": {0, 0}}},
 			},
 		},
+		{
+			// p and q may use only node 1: p, the earlier, is placed
+			// there; q, whose nodes p fills, is not admitted (though
+			// the cluster has room for it), and c takes node 0.
+			name: "pinned jobs keep to their nodes, the earlier first", cluster: NewCluster(2, 2),
+			rounds: []round{
+				{0, []Job{
+					{ID: "p", Replicas: 2, Eligible: []bool{false, true}},
+					{ID: "q", Replicas: 2, Eligible: []bool{false, true}},
+					{ID: "c", Replicas: 2},
+				}, Allocation{"c": {0, 0}, "p": {1, 1}}},
+			},
+		},
+		{
+			// c runs on node 0, the only node p may use: c, free to go
+			// anywhere, moves to node 1 rather than keep p waiting.
+			name: "a pinned job's node is freed by a job that may move", cluster: NewCluster(2, 2),
+			rounds: []round{
+				{0, []Job{{ID: "c", Replicas: 2}}, Allocation{"c": {0, 0}}},
+				{60 * time.Second, []Job{{ID: "c", Replicas: 2}, {ID: "p", Replicas: 2, Eligible: []bool{true}}},
+					Allocation{"c": {1, 1}, "p": {0, 0}}},
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runRounds(t, NewTiresias(TiresiasConfig{QueueThreshold: tc.threshold}), tc.cluster, tc.rounds)
@@ -146,6 +169,27 @@ func TestOptimus(t *testing.T) {
 					{ID: "b", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 5},
 				}, Allocation{"a": {0, 0, 0}, "b": {1, 1, 1, 1, 2}}},
 			},
+		},
+		{
+			// a and b may use only node 1: each gets one replica there,
+			// and the GPU a would have grown onto goes to c instead.
+			name: "pinned jobs capped at their nodes", cluster: NewCluster(2, 2),
+			rounds: []round{{0, []Job{
+				{ID: "a", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 2, Eligible: []bool{false, true}},
+				{ID: "b", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 2, Eligible: []bool{false, true}},
+				{ID: "c", StepTime: perfect(10), RemainingSteps: 100},
+			}, Allocation{"a": {1}, "b": {1}, "c": {0, 0}}}},
+		},
+		{
+			// a and b both need node 0's two GPUs: a, the earlier, has
+			// them; b gets nothing (the cluster's count had room for
+			// it); c, free to go anywhere, is placed off node 0.
+			name: "the earlier pinned job keeps its nodes", cluster: NewCluster(3, 2),
+			rounds: []round{{0, []Job{
+				{ID: "a", StepTime: perfect(10), RemainingSteps: 100, MinReplicas: 2, MaxReplicas: 2, Eligible: []bool{true}},
+				{ID: "b", StepTime: perfect(10), RemainingSteps: 100, MinReplicas: 2, MaxReplicas: 2, Eligible: []bool{true}},
+				{ID: "c", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 2},
+			}, Allocation{"a": {0, 0}, "c": {1, 1}}}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

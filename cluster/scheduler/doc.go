@@ -14,9 +14,10 @@
 //   - Optimus (Peng et al., EuroSys'18): greedy marginal gain in remaining
 //     time, with the true step times ("oracle").
 //
-// A job may be kept on some nodes (Job.Eligible): Pollux allocates it only
-// those, and PlaceCounts, which makes a policy's counts a placement, holds
-// every policy's placement to them.
+// A job may be kept on some nodes (Job.Eligible): every policy allocates it
+// only those, no more replicas than they hold, and where two such jobs want
+// the same nodes the one the policy ranks first keeps them; PlaceCounts,
+// which makes counts a placement, holds any placement to them too.
 //
 // The policies only decide; the caller applies the allocation and measures
 // the jobs: package simulator replays Pollux's trace-driven study, and package

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"time"
 )
@@ -16,7 +15,9 @@ import (
 // RemainingSteps, with the true step times — until none is left or no job
 // gains. Jobs keep their placement while their size is unchanged; the others
 // are packed onto the nodes with the most free GPUs, smallest jobs first.
-// It keeps no state between rounds.
+// A job pinned to some nodes (Job.Eligible) gets replicas only there, and
+// only as many as fit beside those given before it (placeSized places the
+// pinned jobs first). It keeps no state between rounds.
 type Optimus struct{}
 
 // NewOptimus returns the Optimus policy.
@@ -68,13 +69,41 @@ func (*Optimus) Allocate(ctx context.Context, now time.Duration, jobs []Job, clu
 	sort.SliceStable(first, func(a, b int) bool {
 		return max(jobs[first[a]].MinReplicas, 1) < max(jobs[first[b]].MinReplicas, 1)
 	})
+	// Placement: keep unchanged sizes where they are, pack the rest,
+	// smallest jobs first (then in arrival order).
+	place := func() (Allocation, bool) {
+		order := make([]int, len(jobs))
+		for i := range order {
+			order[i] = i
+		}
+		sort.SliceStable(order, func(a, b int) bool { return replicas[order[a]] < replicas[order[b]] })
+		return placeSized(cluster, jobs, replicas, order, func(i int) []int {
+			if nodes := current[jobs[i].ID]; len(nodes) == replicas[i] {
+				return nodes
+			}
+			return nil
+		})
+	}
+	// A job pinned to some nodes (Job.Eligible) takes a replica only where
+	// the replicas given so far, its own included, can still be placed.
+	pinned := anyPinned(jobs)
+	fits := func() bool {
+		if !pinned {
+			return true // counts within the cluster always fit
+		}
+		_, ok := place()
+		return ok
+	}
 	var err error
 	for _, i := range first {
 		start := max(jobs[i].MinReplicas, 1)
 		if start > gpus {
 			continue
 		}
-		replicas[i] = start
+		if replicas[i] = start; !fits() {
+			replicas[i] = 0
+			continue
+		}
 		gpus -= start
 		if gain[i], err = marginal(i); err != nil {
 			return nil, err
@@ -90,34 +119,19 @@ func (*Optimus) Allocate(ctx context.Context, now time.Duration, jobs []Job, clu
 		if !(gain[best] > 0) {
 			break
 		}
-		replicas[best]++
+		if replicas[best]++; !fits() {
+			replicas[best]--
+			gain[best] = 0 // its nodes are full
+			continue
+		}
 		if gain[best], err = marginal(best); err != nil {
 			return nil, err
 		}
 		gpus--
 	}
-	// Placement: keep unchanged sizes where they are, pack the rest.
-	alloc := make(Allocation, len(jobs))
-	for i, j := range jobs {
-		if nodes := current[j.ID]; replicas[i] > 0 && len(nodes) == replicas[i] {
-			alloc[j.ID] = slices.Clone(nodes)
-		}
-	}
-	order := make([]int, len(jobs))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool { return replicas[order[a]] < replicas[order[b]] })
-	free := freeGPUs(cluster, alloc)
-	for _, i := range order {
-		id := jobs[i].ID
-		if replicas[i] > 0 && len(alloc[id]) == 0 {
-			nodes := packReplicas(free, replicas[i])
-			if nodes == nil {
-				return nil, fmt.Errorf("scheduler: optimus: %d replicas of %q do not fit", replicas[i], id)
-			}
-			alloc[id] = nodes
-		}
+	alloc, ok := place()
+	if !ok {
+		return nil, fmt.Errorf("scheduler: optimus: the replicas %v do not fit", replicas) // not reached: fits held each
 	}
 	return alloc, nil
 }

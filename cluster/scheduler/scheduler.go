@@ -90,8 +90,10 @@ type Job struct {
 	MinReplicas, MaxReplicas int
 	// Eligible, when not nil, says which nodes (by index) the job's
 	// replicas may use; a node beyond its end is not eligible. nil: every
-	// node. Pollux allocates only eligible nodes to the job; Tiresias and
-	// Optimus do not read it (PlaceCounts holds their proposals to it).
+	// node. Every policy allocates only eligible nodes to the job, and no
+	// more replicas than they hold; where two jobs' sets overlap, the job
+	// the policy ranks first keeps its claim (Tiresias: queue order;
+	// Optimus: its start order, smallest minimum, then arrival).
 	Eligible []bool
 
 	// Goodput is the job's predicted goodput (useful training progress per
@@ -166,20 +168,23 @@ func mostFreeNode(free []int, eligible []bool) int {
 	return best
 }
 
-// packReplicas places count replicas on the nodes with the most free GPUs,
-// filling one node before moving to the next (how both baselines place a
-// job), and takes them from free. It returns nil if they do not fit.
-func packReplicas(free []int, count int) []int {
+// packReplicas places count replicas on the eligible nodes (nil: all) with
+// the most free GPUs, filling one node before moving to the next (how both
+// baselines place a job), and takes them from free. It returns nil, taking
+// nothing, if they do not fit.
+func packReplicas(free []int, count int, eligible []bool) []int {
 	total := 0
-	for _, f := range free {
-		total += f
+	for n, f := range free {
+		if eligibleNode(eligible, n) {
+			total += f
+		}
 	}
 	if count > total {
 		return nil
 	}
 	out := make([]int, 0, count)
 	for len(out) < count {
-		n := mostFreeNode(free, nil)
+		n := mostFreeNode(free, eligible)
 		take := min(free[n], count-len(out))
 		for i := 0; i < take; i++ {
 			out = append(out, n)
@@ -187,6 +192,60 @@ func packReplicas(free []int, count int) []int {
 		free[n] -= take
 	}
 	return out
+}
+
+// placeSized places jobs[i]'s size[i] replicas (none where 0) as both
+// baselines do, and says whether all fit. A job keeps the nodes keep(i)
+// gives (nil: none), taken as its replicas, where they are eligible and
+// free; the others are packed (packReplicas), in the order given. Jobs with
+// an eligible set (Job.Eligible) go first: those kept, then the others,
+// each packed on its own nodes; then the jobs free to go anywhere, so that
+// such a job moves off the only nodes a pinned one may use rather than keep
+// it waiting.
+func placeSized(cluster Cluster, jobs []Job, size, order []int, keep func(i int) []int) (Allocation, bool) {
+	free := slices.Clone(cluster.GPUs)
+	alloc := make(Allocation, len(jobs))
+	kept := func(i int) bool {
+		nodes := keep(i)
+		if len(nodes) == 0 {
+			return false
+		}
+		for k, n := range nodes {
+			if n < 0 || n >= len(free) || !eligibleNode(jobs[i].Eligible, n) || free[n] < 1 {
+				for _, m := range nodes[:k] {
+					free[m]++
+				}
+				return false
+			}
+			free[n]--
+		}
+		alloc[jobs[i].ID] = slices.Clone(nodes)
+		return true
+	}
+	for _, pinned := range []bool{true, false} {
+		mine := func(i int) bool { return size[i] > 0 && (jobs[i].Eligible != nil) == pinned }
+		for _, i := range order {
+			if mine(i) {
+				kept(i)
+			}
+		}
+		for _, i := range order {
+			if !mine(i) || alloc[jobs[i].ID] != nil {
+				continue
+			}
+			nodes := packReplicas(free, size[i], jobs[i].Eligible)
+			if nodes == nil {
+				return alloc, false
+			}
+			alloc[jobs[i].ID] = nodes
+		}
+	}
+	return alloc, true
+}
+
+// anyPinned says whether some job has an eligible set.
+func anyPinned(jobs []Job) bool {
+	return slices.ContainsFunc(jobs, func(j Job) bool { return j.Eligible != nil })
 }
 
 // freeGPUs returns each node's GPUs not used by the jobs of alloc; replicas

@@ -27,8 +27,10 @@ func DefaultTiresiasConfig() TiresiasConfig {
 // admitted queue by queue, first come first served within a queue, skipping
 // those that do not fit; a job no longer admitted is preempted. A running job
 // keeps its placement; a newly admitted one is packed onto the nodes with the
-// most free GPUs. Executed time is counted from the policy's own view of
-// which jobs run, as Tiresias does.
+// most free GPUs. A job pinned to some nodes (Job.Eligible) is admitted
+// only where it fits on them beside the jobs admitted before it; a job free
+// to go anywhere moves off them for it (placeSized). Executed time is
+// counted from the policy's own view of which jobs run, as Tiresias does.
 type Tiresias struct {
 	cfg       TiresiasConfig
 	queues    [2][]string
@@ -104,31 +106,46 @@ func (t *Tiresias) Allocate(ctx context.Context, now time.Duration, jobs []Job, 
 		}
 		t.lastCheck[j.ID] = event
 	}
-	// Admit queue by queue.
-	gpus := cluster.TotalGPUs()
+	// Admit queue by queue. A running job keeps its nodes (its size as it
+	// holds them); a job pinned to some nodes (Job.Eligible) is admitted
+	// only where those admitted before it leave it room there.
+	index := make(map[string]int, len(jobs))
+	for i := range jobs {
+		index[jobs[i].ID] = i
+	}
+	size := make([]int, len(jobs))
+	var order []int
 	for _, q := range t.queues {
 		for _, id := range q {
-			if r := byID[id].Replicas; r <= gpus {
-				t.running[id] = true
-				gpus -= r
-			} else {
-				t.running[id] = false
-				delete(alloc, id)
-			}
+			order = append(order, index[id])
+		}
+	}
+	keep := func(i int) []int { return alloc[jobs[i].ID] }
+	pinned := anyPinned(jobs)
+	gpus := cluster.TotalGPUs()
+	for _, i := range order {
+		id := jobs[i].ID
+		size[i] = jobs[i].Replicas
+		if n := len(alloc[id]); n > 0 {
+			size[i] = n
+		}
+		admit := jobs[i].Replicas <= gpus
+		if admit && pinned {
+			_, admit = placeSized(cluster, jobs, size, order, keep)
+		}
+		if admit {
+			t.running[id] = true
+			gpus -= jobs[i].Replicas
+		} else {
+			t.running[id] = false
+			size[i] = 0
+			delete(alloc, id)
 		}
 	}
 	// Place the newly admitted.
-	free := freeGPUs(cluster, alloc)
-	for _, q := range t.queues {
-		for _, id := range q {
-			if t.running[id] && len(alloc[id]) == 0 {
-				nodes := packReplicas(free, byID[id].Replicas)
-				if nodes == nil {
-					return nil, fmt.Errorf("scheduler: tiresias: %q admitted but its %d replicas do not fit", id, byID[id].Replicas)
-				}
-				alloc[id] = nodes
-			}
-		}
+	alloc, ok := placeSized(cluster, jobs, size, order, keep)
+	if !ok {
+		return nil, fmt.Errorf("scheduler: tiresias: the admitted jobs do not fit") // not reached: the last admitted fit
 	}
 	return alloc, nil
 }

@@ -1039,9 +1039,7 @@ func TestNodeSelection(t *testing.T) {
 		name string
 		jobs map[string]api.Spec // submitted in name order
 		want map[string]want
-		// The policies it holds for (nil: all). Optimus and Tiresias
-		// do not read a job's nodes: where two pinned jobs contend for
-		// the same node, the later one's placement may take it.
+		// The policies it holds for (nil: all).
 		policies []string
 	}{
 		{"match", map[string]api.Spec{"j": pinned(1, 4, map[string]string{"pool": "a"}, nil)},
@@ -1056,7 +1054,13 @@ func TestNodeSelection(t *testing.T) {
 			map[string]want{"j": {phase: api.PhasePending, message: "waiting for 3 free slots (spec.minWorkers) on the 1 nodes matching spec.nodeSelector and spec.requiredNodeAffinity (2 free there)"}}, nil},
 		{"two jobs for one node's slots", map[string]api.Spec{"j": pinned(2, 2, map[string]string{"pool": "a"}, nil), "k": pinned(2, 2, map[string]string{"pool": "a"}, nil), "l": spec(1, 1, 0)},
 			map[string]want{"j": {phase: api.PhaseRunning, nodes: []string{"n1"}}, "k": {phase: api.PhasePending, message: "(0 free there)"},
-				"l": {phase: api.PhaseRunning, nodes: []string{"n1", "n2", "n3"}}}, []string{"pollux"}},
+				"l": {phase: api.PhaseRunning, nodes: []string{"n1", "n2", "n3"}}}, nil},
+		// The policy's packing puts a on n1, j on n2 (not its node) and
+		// k on n3: k's placement must not be kept before j, the earlier,
+		// is given n3, the only node it may use.
+		{"a later job's placement on an earlier one's only node", map[string]api.Spec{"a": spec(2, 2, 0), "j": pinned(2, 2, map[string]string{"zone": "z1"}, nil), "k": pinned(2, 2, map[string]string{"pool": "b"}, nil)},
+			map[string]want{"a": {phase: api.PhaseRunning, nodes: []string{"n1", "n2", "n3"}}, "j": {phase: api.PhaseRunning, nodes: []string{"n3"}},
+				"k": {phase: api.PhaseRunning, nodes: []string{"n2", "n3"}}}, nil},
 	} {
 		policies := tc.policies
 		if policies == nil {
