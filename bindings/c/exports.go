@@ -787,6 +787,23 @@ func barrier(set int32, mode submitMode, h *C.gorovod_handle) C.int {
 		func(c engine.Caller) (engine.Handle, error) { return e.BarrierNowOn(set, c) })
 }
 
+// p2pEngine checks what every point-to-point call needs (host memory: no
+// gorovod_cuda_next before it; a handle to write) and returns the engine.
+func p2pEngine(what string, h *C.gorovod_handle) (*engine.Engine, error) {
+	space := takeMemory()
+	e, err := current()
+	if err != nil {
+		return nil, err
+	}
+	if space.cuda {
+		return nil, fmt.Errorf("%w: %s: point-to-point messages take host memory only (gorovod_cuda_next was called before it)", engine.ErrInvalid, what)
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: %s: NULL handle", engine.ErrInvalid, what)
+	}
+	return e, nil
+}
+
 //export gorovodGoP2PAsync
 func gorovodGoP2PAsync(send C.int, buf unsafe.Pointer, count C.int64_t, dtype C.int, peer C.int32_t, tag C.uint64_t, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
@@ -794,16 +811,9 @@ func gorovodGoP2PAsync(send C.int, buf unsafe.Pointer, count C.int64_t, dtype C.
 	if send != 0 {
 		what = "send"
 	}
-	space := takeMemory()
-	e, err := current()
+	e, err := p2pEngine(what, h)
 	if err != nil {
 		return status(err)
-	}
-	if space.cuda {
-		return status(fmt.Errorf("%w: %s: point-to-point messages take host memory only (gorovod_cuda_next was called before it)", engine.ErrInvalid, what))
-	}
-	if h == nil {
-		return status(fmt.Errorf("%w: %s: NULL handle", engine.ErrInvalid, what))
 	}
 	b, err := hostBuffer(what, -1, buf, int64(count), C.int32_t(dtype))
 	if err != nil {
@@ -826,16 +836,9 @@ func gorovodGoP2PAsync(send C.int, buf unsafe.Pointer, count C.int64_t, dtype C.
 func gorovodGoRecvAnyAsync(buf unsafe.Pointer, count C.int64_t, dtype C.int, tag C.uint64_t, source *C.int32_t, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
 	const what = "recv from any rank"
-	space := takeMemory()
-	e, err := current()
+	e, err := p2pEngine(what, h)
 	if err != nil {
 		return status(err)
-	}
-	if space.cuda {
-		return status(fmt.Errorf("%w: %s: point-to-point messages take host memory only (gorovod_cuda_next was called before it)", engine.ErrInvalid, what))
-	}
-	if h == nil {
-		return status(fmt.Errorf("%w: %s: NULL handle", engine.ErrInvalid, what))
 	}
 	if source == nil {
 		return status(fmt.Errorf("%w: %s: NULL source", engine.ErrInvalid, what))
