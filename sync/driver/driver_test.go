@@ -21,32 +21,92 @@ import (
 const jobID, secret = "driver-test", "driver-test-secret"
 
 // records keeps the log records at Warn and above that are the protocol
-// loop's own (not memberlist's, not the membership layer's).
+// loop's own (not memberlist's, not the membership layer's), and every
+// record at Info and above (memberlist's and the membership layer's too,
+// and the membership layer's member events at Debug) for a failed test to
+// show why: newRecords logs them when the test fails.
 type records struct {
-	mu   stdsync.Mutex
-	warn []string
+	mu    stdsync.Mutex
+	warn  []string
+	all   []string
+	start time.Time
+}
+
+// newRecords returns a handler whose records are logged if t fails, so a
+// failure names its cause (why a member was removed, a probe unanswered,
+// gossip declaring a live worker dead).
+func newRecords(t *testing.T) *records {
+	t.Helper()
+	return newRecordsOf(t, "the driver")
+}
+
+// newRecordsOf is newRecords for the log of who.
+func newRecordsOf(t *testing.T, who string) *records {
+	t.Helper()
+	r := &records{start: time.Now()}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s's log (seconds since it began):\n%s", who, strings.Join(r.lines(), "\n"))
+		}
+	})
+	return r
 }
 
 func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
-func (r *records) WithGroup(string) slog.Handler            { return r }
-func (r *records) Handle(_ context.Context, rec slog.Record) error {
-	if rec.Level < slog.LevelWarn || strings.HasPrefix(rec.Message, "membership:") {
-		return nil
+func (r *records) WithAttrs(as []slog.Attr) slog.Handler {
+	if r.start.IsZero() {
+		return r // no log kept for a failure (a records made without newRecords)
 	}
-	memberlist := false
+	return &recordsWith{r: r, attrs: as}
+}
+func (r *records) WithGroup(string) slog.Handler { return r }
+func (r *records) Handle(ctx context.Context, rec slog.Record) error {
+	return r.handle(ctx, rec, nil)
+}
+
+func (r *records) handle(_ context.Context, rec slog.Record, with []slog.Attr) error {
 	var attrs []string
+	memberlist := false
 	rec.Attrs(func(a slog.Attr) bool {
 		memberlist = memberlist || a.Key == "component"
 		attrs = append(attrs, a.String())
 		return true
 	})
-	if !memberlist {
-		r.mu.Lock()
-		r.warn = append(r.warn, rec.Message+" "+strings.Join(attrs, " "))
-		r.mu.Unlock()
+	for _, a := range with {
+		attrs = append(attrs, a.String())
+	}
+	line := rec.Message + " " + strings.Join(attrs, " ")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.start.IsZero() && (rec.Level >= slog.LevelInfo || strings.HasPrefix(rec.Message, "membership: member ")) {
+		r.all = append(r.all, fmt.Sprintf("%7.3f %s %s", rec.Time.Sub(r.start).Seconds(), rec.Level, line))
+	}
+	if rec.Level >= slog.LevelWarn && !strings.HasPrefix(rec.Message, "membership:") && !memberlist {
+		r.warn = append(r.warn, line)
 	}
 	return nil
+}
+
+// recordsWith is records with attributes (the membership layer's member
+// name) added to each record.
+type recordsWith struct {
+	r     *records
+	attrs []slog.Attr
+}
+
+func (w *recordsWith) Enabled(context.Context, slog.Level) bool { return true }
+func (w *recordsWith) WithAttrs(as []slog.Attr) slog.Handler {
+	return &recordsWith{r: w.r, attrs: append(slices.Clip(w.attrs), as...)}
+}
+func (w *recordsWith) WithGroup(string) slog.Handler { return w }
+func (w *recordsWith) Handle(ctx context.Context, rec slog.Record) error {
+	return w.r.handle(ctx, rec, w.attrs)
+}
+
+func (r *records) lines() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
 }
 
 func (r *records) reset() {
@@ -93,6 +153,9 @@ func startAgentWith(t *testing.T, ctx context.Context, seed string, cfg driver.A
 		t.Fatal(err)
 	}
 	ag := &agent{name: m.Name(), m: m, news: make(chan struct{}, 1)}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(newRecordsOf(t, "agent "+ag.name))
+	}
 	cfg.OnAdopt = func(w epoch.World) {
 		ag.mu.Lock()
 		ag.seen = append(ag.seen, w)
@@ -175,7 +238,7 @@ func startDriver(t *testing.T, ctx context.Context, min int, log *slog.Logger) *
 func TestDriverOverGossip(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	log := &records{}
+	log := newRecords(t)
 	d := startDriver(t, ctx, 2, slog.New(log))
 	var ags []*agent
 	for range 3 {

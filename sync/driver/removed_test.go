@@ -3,6 +3,7 @@ package driver_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -24,8 +25,8 @@ func TestDriverReportsAStuckWorker(t *testing.T) {
 	}
 	removed := make(chan removal, 16)
 	d, err := driver.Start(ctx, driver.Config{JobID: jobID, Secret: []byte(secret), MinWorkers: 2,
-		Membership: membership.DefaultConfig(),
-		OnRemoved:  func(name string, why epoch.Reason) { removed <- removal{name, why} }})
+		Membership: membership.DefaultConfig(), Logger: slog.New(newRecords(t)),
+		OnRemoved: func(name string, why epoch.Reason) { removed <- removal{name, why} }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func warned(t *testing.T, log *records, parts ...string) {
 func TestControlPlaneAttacks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	log := &records{}
+	log := newRecords(t)
 	d := startDriver(t, ctx, 2, slog.New(log))
 	var ags []*agent
 	for range 3 {
