@@ -20,6 +20,28 @@ import (
 
 const jobID, secret = "driver-test", "driver-test-secret"
 
+// gossipConfig is the membership configuration of these tests' driver and
+// workers: the defaults with failure detection slowed for a test machine
+// under load. With the defaults (a 100 ms ack wait, then 0.4 s of suspicion
+// with no confirmations) a -race test process starved of CPU for half a
+// second is declared dead while it is alive, and the driver rightly takes
+// it out of the next world; these tests are about what the driver does
+// with failure reports and probes, not about gossip's detection, so they
+// give a live member 4 s to refute a suspicion. A dead worker is still
+// found at once: the proposer's probe and the sweep see its gossip port
+// refuse connections.
+func gossipConfig() membership.Config {
+	mc := membership.DefaultConfig()
+	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = time.Second, 500*time.Millisecond, 4
+	return mc
+}
+
+// probeTimeout is the driver's wait for a probed worker's answer in these
+// tests (Config.ProbeTimeout), for the same reason: a live worker starved
+// for the default 500 ms is left out of the next world as unanswered. A
+// dead worker's probe still fails at once (its connection is refused).
+const probeTimeout = 3 * time.Second
+
 // records keeps the log records at Warn and above that are the protocol
 // loop's own (not memberlist's, not the membership layer's), and every
 // record at Info and above (memberlist's and the membership layer's too,
@@ -146,7 +168,7 @@ func startAgentLogged(t *testing.T, ctx context.Context, seed string, min int, l
 // the harness's).
 func startAgentWith(t *testing.T, ctx context.Context, seed string, cfg driver.AgentConfig) *agent {
 	t.Helper()
-	mc := membership.DefaultConfig()
+	mc := gossipConfig()
 	mc.Secret, mc.Seeds = []byte(secret), []string{seed}
 	m, err := membership.Join(ctx, mc, membership.Meta{JobID: jobID, Role: membership.RoleWorker, CollectiveAddr: "127.0.0.1:1"})
 	if err != nil {
@@ -223,7 +245,7 @@ func names(w epoch.World) []string {
 func startDriver(t *testing.T, ctx context.Context, min int, log *slog.Logger) *driver.Driver {
 	t.Helper()
 	d, err := driver.Start(ctx, driver.Config{JobID: jobID, Secret: []byte(secret), MinWorkers: min,
-		Membership: membership.DefaultConfig(), Logger: log})
+		ProbeTimeout: probeTimeout, Membership: gossipConfig(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +333,7 @@ func TestDriverOverGossip(t *testing.T) {
 func TestAgentTakesOverFromDeadDriver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	d, err := driver.Start(ctx, driver.Config{JobID: jobID, Secret: []byte(secret), Membership: membership.DefaultConfig()})
+	d, err := driver.Start(ctx, driver.Config{JobID: jobID, Secret: []byte(secret), Membership: gossipConfig()})
 	if err != nil {
 		t.Fatal(err)
 	}
