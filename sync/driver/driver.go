@@ -30,6 +30,16 @@ type Config struct {
 	// Coalesce: changes closer together than this make one epoch (default
 	// 10 ms).
 	Coalesce time.Duration
+	// ProbeTimeout bounds the wait for the answer of a worker the driver
+	// probes after a failure report (the blamed worker, and every member of
+	// the failed world once) before it leaves the next world as unanswered
+	// (epoch.ReasonUnanswered); default 500 ms (epoch.ProposerConfig). A
+	// worker that cannot answer within it (its process starved of CPU that
+	// long, a slow network) is left out although alive, until it is heard
+	// from again; a longer timeout holds the next world that long when a
+	// worker is frozen. A worker whose process is gone is removed at once
+	// whatever it is: the probe's connection is refused.
+	ProbeTimeout time.Duration
 	// Membership: gossip settings (bind address, timings); JobID and Secret
 	// above override its fields.
 	Membership membership.Config
@@ -107,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc := epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers, FirstWorld: cfg.FirstWorld}
+	pc := epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers, FirstWorld: cfg.FirstWorld, ProbeTimeout: cfg.ProbeTimeout}
 	prop := epoch.NewProposer(pc)
 	if cfg.Adopt {
 		if cfg.AdoptWait <= 0 {

@@ -20,33 +20,115 @@ import (
 
 const jobID, secret = "driver-test", "driver-test-secret"
 
+// gossipConfig is the membership configuration of these tests' driver and
+// workers: the defaults with failure detection slowed for a test machine
+// under load. With the defaults (a 100 ms ack wait, then 0.4 s of suspicion
+// with no confirmations) a -race test process starved of CPU for half a
+// second is declared dead while it is alive, and the driver rightly takes
+// it out of the next world; these tests are about what the driver does
+// with failure reports and probes, not about gossip's detection, so they
+// give a live member 4 s to refute a suspicion. A dead worker is still
+// found at once: the proposer's probe and the sweep see its gossip port
+// refuse connections.
+func gossipConfig() membership.Config {
+	mc := membership.DefaultConfig()
+	mc.ProbeInterval, mc.ProbeTimeout, mc.SuspicionMult = time.Second, 500*time.Millisecond, 4
+	return mc
+}
+
+// probeTimeout is the driver's wait for a probed worker's answer in these
+// tests (Config.ProbeTimeout), for the same reason: a live worker starved
+// for the default 500 ms is left out of the next world as unanswered. A
+// dead worker's probe still fails at once (its connection is refused).
+const probeTimeout = 3 * time.Second
+
 // records keeps the log records at Warn and above that are the protocol
-// loop's own (not memberlist's, not the membership layer's).
+// loop's own (not memberlist's, not the membership layer's), and every
+// record at Info and above (memberlist's and the membership layer's too,
+// and the membership layer's member events at Debug) for a failed test to
+// show why: newRecords logs them when the test fails.
 type records struct {
-	mu   stdsync.Mutex
-	warn []string
+	mu    stdsync.Mutex
+	warn  []string
+	all   []string
+	start time.Time
+}
+
+// newRecords returns a handler whose records are logged if t fails, so a
+// failure names its cause (why a member was removed, a probe unanswered,
+// gossip declaring a live worker dead).
+func newRecords(t *testing.T) *records {
+	t.Helper()
+	return newRecordsOf(t, "the driver")
+}
+
+// newRecordsOf is newRecords for the log of who.
+func newRecordsOf(t *testing.T, who string) *records {
+	t.Helper()
+	r := &records{start: time.Now()}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s's log (seconds since it began):\n%s", who, strings.Join(r.lines(), "\n"))
+		}
+	})
+	return r
 }
 
 func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
-func (r *records) WithGroup(string) slog.Handler            { return r }
-func (r *records) Handle(_ context.Context, rec slog.Record) error {
-	if rec.Level < slog.LevelWarn || strings.HasPrefix(rec.Message, "membership:") {
-		return nil
+func (r *records) WithAttrs(as []slog.Attr) slog.Handler {
+	if r.start.IsZero() {
+		return r // no log kept for a failure (a records made without newRecords)
 	}
-	memberlist := false
+	return &recordsWith{r: r, attrs: as}
+}
+func (r *records) WithGroup(string) slog.Handler { return r }
+func (r *records) Handle(ctx context.Context, rec slog.Record) error {
+	return r.handle(ctx, rec, nil)
+}
+
+func (r *records) handle(_ context.Context, rec slog.Record, with []slog.Attr) error {
 	var attrs []string
+	memberlist := false
 	rec.Attrs(func(a slog.Attr) bool {
 		memberlist = memberlist || a.Key == "component"
 		attrs = append(attrs, a.String())
 		return true
 	})
-	if !memberlist {
-		r.mu.Lock()
-		r.warn = append(r.warn, rec.Message+" "+strings.Join(attrs, " "))
-		r.mu.Unlock()
+	for _, a := range with {
+		attrs = append(attrs, a.String())
+	}
+	line := rec.Message + " " + strings.Join(attrs, " ")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.start.IsZero() && (rec.Level >= slog.LevelInfo || strings.HasPrefix(rec.Message, "membership: member ")) {
+		r.all = append(r.all, fmt.Sprintf("%7.3f %s %s", rec.Time.Sub(r.start).Seconds(), rec.Level, line))
+	}
+	if rec.Level >= slog.LevelWarn && !strings.HasPrefix(rec.Message, "membership:") && !memberlist {
+		r.warn = append(r.warn, line)
 	}
 	return nil
+}
+
+// recordsWith is records with attributes (the membership layer's member
+// name) added to each record.
+type recordsWith struct {
+	r     *records
+	attrs []slog.Attr
+}
+
+func (w *recordsWith) Enabled(context.Context, slog.Level) bool { return true }
+func (w *recordsWith) WithAttrs(as []slog.Attr) slog.Handler {
+	return &recordsWith{r: w.r, attrs: append(slices.Clip(w.attrs), as...)}
+}
+func (w *recordsWith) WithGroup(string) slog.Handler { return w }
+func (w *recordsWith) Handle(ctx context.Context, rec slog.Record) error {
+	return w.r.handle(ctx, rec, w.attrs)
+}
+
+func (r *records) lines() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.all)
 }
 
 func (r *records) reset() {
@@ -86,13 +168,16 @@ func startAgentLogged(t *testing.T, ctx context.Context, seed string, min int, l
 // the harness's).
 func startAgentWith(t *testing.T, ctx context.Context, seed string, cfg driver.AgentConfig) *agent {
 	t.Helper()
-	mc := membership.DefaultConfig()
+	mc := gossipConfig()
 	mc.Secret, mc.Seeds = []byte(secret), []string{seed}
 	m, err := membership.Join(ctx, mc, membership.Meta{JobID: jobID, Role: membership.RoleWorker, CollectiveAddr: "127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ag := &agent{name: m.Name(), m: m, news: make(chan struct{}, 1)}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(newRecordsOf(t, "agent "+ag.name))
+	}
 	cfg.OnAdopt = func(w epoch.World) {
 		ag.mu.Lock()
 		ag.seen = append(ag.seen, w)
@@ -160,7 +245,7 @@ func names(w epoch.World) []string {
 func startDriver(t *testing.T, ctx context.Context, min int, log *slog.Logger) *driver.Driver {
 	t.Helper()
 	d, err := driver.Start(ctx, driver.Config{JobID: jobID, Secret: []byte(secret), MinWorkers: min,
-		Membership: membership.DefaultConfig(), Logger: log})
+		ProbeTimeout: probeTimeout, Membership: gossipConfig(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +260,7 @@ func startDriver(t *testing.T, ctx context.Context, min int, log *slog.Logger) *
 func TestDriverOverGossip(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	log := &records{}
+	log := newRecords(t)
 	d := startDriver(t, ctx, 2, slog.New(log))
 	var ags []*agent
 	for range 3 {
@@ -248,7 +333,7 @@ func TestDriverOverGossip(t *testing.T) {
 func TestAgentTakesOverFromDeadDriver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	d, err := driver.Start(ctx, driver.Config{JobID: jobID, Secret: []byte(secret), Membership: membership.DefaultConfig()})
+	d, err := driver.Start(ctx, driver.Config{JobID: jobID, Secret: []byte(secret), Membership: gossipConfig()})
 	if err != nil {
 		t.Fatal(err)
 	}

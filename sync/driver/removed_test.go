@@ -3,6 +3,7 @@ package driver_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -23,9 +24,18 @@ func TestDriverReportsAStuckWorker(t *testing.T) {
 		why  epoch.Reason
 	}
 	removed := make(chan removal, 16)
+	// Both accusers' reports of each world must reach the driver before it
+	// forms the next (a report about a world already replaced is not
+	// counted): the world is formed again once every member answered the
+	// census's probe, and on a loaded machine an accuser's answer may
+	// arrive before the report it was asked to send first (the agent's
+	// loop takes the call later, or the two sends race). Coalesce holds
+	// the next world a second after the first report, time enough for the
+	// second.
 	d, err := driver.Start(ctx, driver.Config{JobID: jobID, Secret: []byte(secret), MinWorkers: 2,
-		Membership: membership.DefaultConfig(),
-		OnRemoved:  func(name string, why epoch.Reason) { removed <- removal{name, why} }})
+		Coalesce: time.Second, ProbeTimeout: probeTimeout,
+		Membership: gossipConfig(), Logger: slog.New(newRecords(t)),
+		OnRemoved: func(name string, why epoch.Reason) { removed <- removal{name, why} }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,5 +64,41 @@ func TestDriverReportsAStuckWorker(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second): // it is called before the world without the worker is sent
 		t.Fatal("the driver never called OnRemoved")
+	}
+}
+
+// A worker that is in view but never answers a probe (its gossip is alive,
+// its protocol loop is not) leaves the next world as unanswered, and the
+// driver waits Config.ProbeTimeout for its answer first, not the proposer's
+// default 500 ms.
+func TestDriverWaitsItsProbeTimeout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const wait = 2 * time.Second
+	d, err := driver.Start(ctx, driver.Config{JobID: jobID, Secret: []byte(secret), MinWorkers: 2,
+		ProbeTimeout: wait, Membership: gossipConfig(), Logger: slog.New(newRecords(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	ags := []*agent{startAgent(t, ctx, d.GossipAddr(), 2), startAgent(t, ctx, d.GossipAddr(), 2)}
+	// The silent worker: a member that no agent serves.
+	mc := gossipConfig()
+	mc.Secret, mc.Seeds = []byte(secret), []string{d.GossipAddr()}
+	silent, err := membership.Join(ctx, mc, membership.Meta{JobID: jobID, Role: membership.RoleWorker, CollectiveAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = silent.Shutdown() })
+	if err := silent.UpdateMeta(ctx, func(meta *membership.Meta) { meta.State = membership.StateReady }); err != nil {
+		t.Fatal(err)
+	}
+	w := ags[0].await(t, "all three are members", func(w epoch.World) bool { return len(w.Members) == 3 })
+	start := time.Now()
+	ags[0].a.ReportFailure(w.Number, silent.Name(), fmt.Errorf("no data from it"))
+	next := ags[0].await(t, "the silent worker gone", func(x epoch.World) bool { return x.Number > w.Number && x.Rank(silent.Name()) < 0 })
+	if took := time.Since(start); took < wait {
+		t.Fatalf("the silent worker was left out %v after it was blamed (world %d %v), before the driver's probe timeout of %v",
+			took, next.Number, names(next), wait)
 	}
 }

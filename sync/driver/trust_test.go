@@ -61,7 +61,7 @@ func warned(t *testing.T, log *records, parts ...string) {
 func TestControlPlaneAttacks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	log := &records{}
+	log := newRecords(t)
 	d := startDriver(t, ctx, 2, slog.New(log))
 	var ags []*agent
 	for range 3 {
@@ -111,7 +111,7 @@ func TestControlPlaneAttacks(t *testing.T) {
 	// cannot end training at all.
 	late := startAgent(t, ctx, d.GossipAddr(), 2)
 	four := late.await(t, "the newcomer admitted", func(x epoch.World) bool { return len(x.Members) == 4 })
-	mc := membership.DefaultConfig()
+	mc := gossipConfig()
 	mc.Secret, mc.Seeds = []byte(secret), []string{d.GossipAddr()}
 	outsider, err := membership.Join(ctx, mc, membership.Meta{JobID: jobID, Role: membership.RoleWorker})
 	if err != nil {
