@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gorovod/gorovod/internal/testing/testhosts"
 )
 
@@ -223,6 +225,19 @@ func TestImpairOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer recv.Close()
+	// All datagrams may arrive before the loop below reads one (on a loaded
+	// machine): the default buffer (212992 bytes) holds 256 of them, and
+	// the rest were dropped by the receiving socket, not by the delayer.
+	rc, err := recv.(*net.UDPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20)
+	}); err != nil || serr != nil {
+		t.Fatalf("receive buffer: %v %v", err, serr)
+	}
 	send, err := hs[0].ListenPacket("udp", ":0")
 	if err != nil {
 		t.Fatal(err)
