@@ -902,10 +902,7 @@ func (c *Communicator) announce(ctx context.Context, peer int, tag, seq uint64, 
 		return nil, err
 	}
 	pp.awaiting[p2pKey{tag, seq}] = w
-	if !pp.pumping {
-		pp.pumping = true
-		go p.pump(c.links[peer], peer)
-	}
+	p.startPump(c.links[peer], peer)
 	p.mu.Unlock()
 	h := transport.Header{Kind: transport.FrameData, Coll: uint8(collP2P), Flags: uint8(p2pRTS), Seq: seq, Count: uint64(size), Tag: tag}
 	if err := c.links[peer].Send(ctx, &h, nil); err != nil {
@@ -1000,10 +997,8 @@ func (c *Communicator) PostRecv(peer int, tag uint64, buf []byte) *PostedRecv {
 	if p.err != nil {
 		return &PostedRecv{c: c, peer: peer, err: p.err}
 	}
-	pp := &p.peers[peer]
-	if !p.post(c.links[peer], peer, r) && !pp.pumping {
-		pp.pumping = true
-		go p.pump(c.links[peer], peer)
+	if !p.post(c.links[peer], peer, r) {
+		p.startPump(c.links[peer], peer)
 	}
 	return &PostedRecv{c: c, r: r, peer: peer}
 }
@@ -1013,7 +1008,7 @@ func (c *Communicator) PostRecv(peer int, tag uint64, buf []byte) *PostedRecv {
 func (c *Communicator) PostRecvAny(tag uint64, buf []byte) *PostedRecv {
 	switch {
 	case c.parent != nil:
-		return &PostedRecv{c: c, peer: -1, err: errors.New("collective: point-to-point messages run on the world's communicator, not on a subset")}
+		return &PostedRecv{c: c, peer: -1, err: errP2POnSubset}
 	case c.Size() < 2:
 		return &PostedRecv{c: c, peer: -1, err: fmt.Errorf("collective: cannot receive from any rank: rank %d is the only one", c.Rank())}
 	}
@@ -1095,24 +1090,25 @@ func (p *p2pState) postAny(c *Communicator, r *p2pRecv) bool {
 			return true
 		}
 		// A kept announcement, cleared: its frames come into r's buffer.
-		if pp := &p.peers[from]; !pp.pumping {
-			pp.pumping = true
-			go p.pump(c.links[from], from)
-		}
+		p.startPump(c.links[from], from)
 		return false
 	}
 	for i := range p.peers {
 		if i == c.Rank() {
 			continue
 		}
-		pp := &p.peers[i]
-		pp.posted = append(pp.posted, r)
-		if !pp.pumping {
-			pp.pumping = true
-			go p.pump(c.links[i], i)
-		}
+		p.peers[i].posted = append(p.peers[i].posted, r)
+		p.startPump(c.links[i], i)
 	}
 	return false
+}
+
+// startPump starts the pump of peer's link l unless it runs (under mu).
+func (p *p2pState) startPump(l transport.Link, peer int) {
+	if pp := &p.peers[peer]; !pp.pumping {
+		pp.pumping = true
+		go p.pump(l, peer)
+	}
 }
 
 // post matches receive r from peer with the first kept message with its
@@ -1138,11 +1134,14 @@ func (p *p2pState) post(l transport.Link, peer int, r *p2pRecv) bool {
 	return !cleared
 }
 
+// errP2POnSubset refuses a point-to-point call on a Subset.
+var errP2POnSubset = errors.New("collective: point-to-point messages run on the world's communicator, not on a subset")
+
 // p2pCheck refuses a point-to-point call that cannot run.
 func (c *Communicator) p2pCheck(what string, peer int) error {
 	switch {
 	case c.parent != nil:
-		return errors.New("collective: point-to-point messages run on the world's communicator, not on a subset")
+		return errP2POnSubset
 	case peer < 0 || peer >= c.Size():
 		return fmt.Errorf("collective: cannot %s rank %d: outside the world of %d", what, peer, c.Size())
 	case peer == c.Rank():
