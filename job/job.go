@@ -602,6 +602,10 @@ func (j *Job) discover(ctx context.Context) {
 // the job (on its proposing goroutine): supervise stops those removed as
 // stuck (stopStuck).
 func (j *Job) onRemoved(name string, why epoch.Reason) {
+	if why == epoch.ReasonFinished {
+		j.roster.addDoneEarly(name)
+		return
+	}
 	if why != epoch.ReasonStuck {
 		return
 	}

@@ -48,9 +48,13 @@ type Stalled struct {
 // by the runner (started by hand with the job file, or by another launcher).
 type HandStartedWorker struct {
 	Name string `json:"name"`
-	// InLastWorld says it was a member of the job's last world: with
-	// Outcome.TrainingFinished, it finished training.
+	// InLastWorld says it was a member of the job's last world.
 	InLastWorld bool `json:"in_last_world"`
+	// Finished says it finished training: it was in the last world of a
+	// job that finished training, or it completed the last step and left
+	// while others, whose last collective failed, redid that step without
+	// it (so it is not in the last world).
+	Finished bool `json:"finished"`
 }
 
 // stepReports converts a worker's statistics for the engine and the sinks.

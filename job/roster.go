@@ -23,10 +23,13 @@ import (
 type roster struct {
 	localHost string // a worker that publishes no launch index is matched by pid on this host
 
-	mu        sync.Mutex
-	procs     []*proc          // by launch index; nil for a launch that failed
-	byName    map[string]*proc // member name → process, as the driver reports them
-	byHand    []string         // members that joined without being launched
+	mu     sync.Mutex
+	procs  []*proc          // by launch index; nil for a launch that failed
+	byName map[string]*proc // member name → process, as the driver reports them
+	byHand []string         // members that joined without being launched
+	// doneEarly: members the driver took out of the world because they had
+	// finished training while others redid the last step (epoch.Rescued).
+	doneEarly map[string]bool
 	place     placement
 	share     map[string]int // workers started on each host with the job
 	running   int            // processes launched or being launched, not exited
@@ -42,7 +45,7 @@ type roster struct {
 }
 
 func newRoster(localHost string) *roster {
-	return &roster{localHost: localHost, byName: map[string]*proc{},
+	return &roster{localHost: localHost, byName: map[string]*proc{}, doneEarly: map[string]bool{},
 		place: placement{running: map[string]int{}}, allExited: make(chan struct{})}
 }
 
@@ -169,7 +172,7 @@ func (r *roster) records() []WorkerRecord {
 
 // final is the roster at the job's end: every process's record, rule 6
 // applied with all the runner knows by then, and the hand-started workers
-// (in last, the last world, or not).
+// (in last, the last world, or not, and whether they finished training).
 func (r *roster) final(last epoch.World) ([]WorkerRecord, []HandStartedWorker) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -182,9 +185,19 @@ func (r *roster) final(last epoch.World) ([]WorkerRecord, []HandStartedWorker) {
 	}
 	var hand []HandStartedWorker
 	for _, name := range r.byHand {
-		hand = append(hand, HandStartedWorker{Name: name, InLastWorld: last.Rank(name) >= 0})
+		in := last.Rank(name) >= 0
+		hand = append(hand, HandStartedWorker{Name: name, InLastWorld: in,
+			Finished: (in && r.trainingOver) || r.doneEarly[name]})
 	}
 	return recs, hand
+}
+
+// addDoneEarly records that the driver took member name out of the world
+// because it had finished training (the others redo the last step).
+func (r *roster) addDoneEarly(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.doneEarly[name] = true
 }
 
 // processes lists the processes launched so far (exited ones included).

@@ -125,15 +125,15 @@ func (s runSink) Event(e job.Event) {
 }
 
 // countLine is the job's last line: how its workers ended, those started by
-// hand included (a hand-started worker in the last world of a job that
-// finished training finished; one that was not had left before).
+// hand included (HandStartedWorker.Finished: one that did not finish had
+// left before the end).
 func countLine(o job.Outcome) string {
 	if !o.TrainingFinished && o.LastStep == 0 && len(o.HandStarted) == 0 && o.Count(job.Finished) == len(o.Workers) {
 		return fmt.Sprintf("%d workers exited with status 0 but none trained a step", len(o.Workers))
 	}
 	finished, byHand, left := o.Count(job.Finished), 0, 0
 	for _, h := range o.HandStarted {
-		if h.InLastWorld && o.TrainingFinished {
+		if h.Finished {
 			byHand++
 		} else {
 			left++
