@@ -367,8 +367,9 @@ func writeEnvFile(dir string, env []string) error {
 }
 
 // adopting is cfg for a runner that takes back the job of cfg.Adopt: the
-// job's id, secret and directory, and the dead driver's gossip address to
-// bind (the workers' seed).
+// job's id, secret and directory, the dead driver's gossip address to bind
+// (the workers' seed), and, unless cfg sets one, the job's probe timeout
+// (the one its workers have).
 func (cfg Config) adopting() (Config, error) {
 	a := cfg.Adopt
 	w, err := envconfig.LoadElastic(func(name string) string { return lookupEnv(a.Env, name) })
@@ -387,6 +388,9 @@ func (cfg Config) adopting() (Config, error) {
 	}
 	cfg.Gossip.BindAddr = host
 	cfg.JobID, cfg.Secret, cfg.OutputDir = w.JobID, w.Secret, a.Dir
+	if cfg.ProbeTimeout == 0 {
+		cfg.ProbeTimeout = w.ProbeTimeout
+	}
 	return cfg, nil
 }
 

@@ -227,3 +227,31 @@ func TestAdoptedProcess(t *testing.T) {
 		})
 	}
 }
+
+// TestAdoptingTakesTheJobsProbeTimeout: a runner that takes a job back
+// probes blamed workers as long as the job's workers do (its environment's
+// GOROVOD_PROBE_TIMEOUT, which a worker that took over from the dead runner
+// uses) unless its own Config sets another; a job without one keeps the
+// default (0 here: driver.Config's default applies).
+func TestAdoptingTakesTheJobsProbeTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		job, own, want time.Duration
+	}{
+		{"the job's", 3 * time.Second, 0, 3 * time.Second},
+		{"its own", 3 * time.Second, time.Second, time.Second},
+		{"none", 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := envconfig.ElasticWorker{JobID: "job-adopt", Secret: []byte("0123456789abcdef"), Seeds: []string{"127.0.0.1:7946"},
+				ProbeTimeout: tc.job}.Environ()
+			cfg, err := Config{ProbeTimeout: tc.own, Adopt: &Adoption{Dir: t.TempDir(), Env: env}}.adopting()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.ProbeTimeout != tc.want {
+				t.Fatalf("ProbeTimeout %v, want %v", cfg.ProbeTimeout, tc.want)
+			}
+		})
+	}
+}

@@ -56,6 +56,16 @@ type Config struct {
 	// fields. Default membership.DefaultConfig(): loopback, any port.
 	Gossip membership.Config
 
+	// ProbeTimeout is how long the job's proposer waits for a worker blamed
+	// for a failure to answer its liveness probe before it leaves it out of
+	// the next world (driver.Config.ProbeTimeout): the driver's, and, through
+	// GOROVOD_PROBE_TIMEOUT, that of a worker that takes over proposing when
+	// the runner dies. Longer keeps a worker starved of CPU, or behind a slow
+	// link, in its world; it also holds the next world that long when a
+	// worker is frozen (a dead one is out at once). Default 500 ms
+	// (epoch.DefaultProposerConfig).
+	ProbeTimeout time.Duration
+
 	// Launcher starts the worker processes. Default: &LocalLauncher{}.
 	Launcher Launcher
 	// Discovery tells the runner the hosts workers may run on and how many
@@ -169,6 +179,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: MinWorkers %d must be between 1 and Workers %d", ErrInvalidConfig, c.MinWorkers, c.Workers)
 	case c.MaxWorkers < 0 || (c.MaxWorkers != 0 && c.MaxWorkers < c.Workers):
 		return c, fmt.Errorf("%w: MaxWorkers %d is below Workers %d", ErrInvalidConfig, c.MaxWorkers, c.Workers)
+	case c.ProbeTimeout < 0:
+		return c, fmt.Errorf("%w: ProbeTimeout %v is negative", ErrInvalidConfig, c.ProbeTimeout)
 	}
 	c.Autoscaling.MinWorkers, c.Autoscaling.MaxWorkers = c.MinWorkers, c.MaxWorkers
 	if c.JobID == "" {

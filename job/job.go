@@ -130,6 +130,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	dcfg := driver.Config{
 		JobID: cfg.JobID, Secret: cfg.Secret, MinWorkers: cfg.Workers, FirstWorld: cfg.Workers, Membership: cfg.Gossip, // start.go
 		Logger: cfg.Logger, OnEpoch: j.onEpoch, OnStats: j.onStats, OnStall: j.onStall, OnRemoved: j.onRemoved,
+		ProbeTimeout: cfg.ProbeTimeout,
 	}
 	if cfg.Adopt != nil {
 		// The job has started long ago: its floor is the minimum.
@@ -172,12 +173,14 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	// The job's minimum and its size go to every worker: one that takes
 	// over proposing (the driver out of its view for a while) must not form
 	// a smaller world, nor a first world without a majority of the first
-	// workers (the others may be forming one with the driver).
+	// workers (the others may be forming one with the driver). So does the
+	// driver's probe timeout: one that takes over waits as long as the
+	// driver for a blamed worker's answer.
 	if cfg.Adopt != nil {
 		j.env = slices.Clone(cfg.Adopt.Env)
 	} else {
 		j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()},
-			MinWorkers: cfg.MinWorkers, FirstWorld: cfg.Workers}.Environ()
+			MinWorkers: cfg.MinWorkers, FirstWorld: cfg.Workers, ProbeTimeout: cfg.ProbeTimeout}.Environ()
 		j.env = append(j.env, cfg.observabilityEnv()...)
 		if cfg.OutputDir != "" {
 			// For a runner that adopts the job if this one dies.

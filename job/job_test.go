@@ -291,6 +291,7 @@ func TestHandStartedWorkerJoins(t *testing.T) {
 	// Long enough for the hand-started worker to join before training ends.
 	cfg := config(t, r, 1, envSteps+"=400", envStepTime+"=20ms")
 	cfg.JobFile = true
+	cfg.ProbeTimeout = 2 * time.Second
 	j, err := job.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -300,8 +301,9 @@ func TestHandStartedWorkerJoins(t *testing.T) {
 		t.Fatalf("job file: %v", err)
 	}
 	// A worker started by hand learns the job's minimum and its size too
-	// (the voters of the first world, should it take over proposing).
-	for _, want := range []string{envconfig.EnvMinWorkers + "=1", envconfig.EnvFirstWorld + "=1"} {
+	// (the voters of the first world, should it take over proposing), and
+	// the driver's probe timeout (what it waits for a blamed worker then).
+	for _, want := range []string{envconfig.EnvMinWorkers + "=1", envconfig.EnvFirstWorld + "=1", envconfig.EnvProbeTimeout + "=2s"} {
 		if !slices.Contains(j.Environ(), want) || !strings.Contains(string(jobFile), want) {
 			t.Fatalf("the job's environment %q and file %q lack %s", j.Environ(), jobFile, want)
 		}

@@ -53,8 +53,43 @@ func TestWorkerConfigFromEnvMinWorkers(t *testing.T) {
 // the job's minimum (GOROVOD_MIN_WORKERS) as the world a takeover may
 // propose, and at least the job's first workers (GOROVOD_NP) as the voters
 // of a first world it proposes; its own TrainConfig.Worker.MinWorkers and
-// FirstWorld may only raise them. Each
+// FirstWorld may only raise them. It takes the driver's probe timeout
+// (GOROVOD_PROBE_TIMEOUT) unless it sets its own. Each
 // case joins a real driver over gossip.
+// TestWorkerConfigFromEnvProbeTimeout: the driver's probe timeout a launcher
+// hands its workers (GOROVOD_PROBE_TIMEOUT) becomes
+// WorkerConfig.ProbeTimeout, what the worker's proposer waits for a blamed
+// worker should it take over; unset, 0 (the proposer's default). A bad value
+// is an error naming the variable.
+func TestWorkerConfigFromEnvProbeTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		val     string
+		want    time.Duration
+		wantErr bool
+	}{
+		{val: "", want: 0},
+		{val: "3s", want: 3 * time.Second},
+		{val: "750ms", want: 750 * time.Millisecond},
+		{val: "0s", wantErr: true},
+		{val: "-1s", wantErr: true},
+		{val: "3", wantErr: true},
+	} {
+		t.Run(tc.val, func(t *testing.T) {
+			t.Setenv(envconfig.EnvJobID, "job-x")
+			t.Setenv(envconfig.EnvSecret, "00112233445566778899aabbccddeeff")
+			t.Setenv(envconfig.EnvSeeds, "127.0.0.1:1")
+			t.Setenv(envconfig.EnvProbeTimeout, tc.val)
+			cfg, err := WorkerConfigFromEnv()
+			switch {
+			case tc.wantErr && (err == nil || !strings.Contains(err.Error(), envconfig.EnvProbeTimeout)):
+				t.Fatalf("got ProbeTimeout %v, %v; want an error naming %s", cfg.ProbeTimeout, err, envconfig.EnvProbeTimeout)
+			case !tc.wantErr && (err != nil || cfg.ProbeTimeout != tc.want):
+				t.Fatalf("got ProbeTimeout %v, %v; want %v", cfg.ProbeTimeout, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestJoinTakesTheJobsMinimum(t *testing.T) {
 	d := startDriver(t, 1)
 	for _, tc := range []struct {
@@ -64,10 +99,15 @@ func TestJoinTakesTheJobsMinimum(t *testing.T) {
 		// The job's first workers (GOROVOD_NP) likewise: np, trainerNP
 		// and wantNP.
 		np, trainerNP, wantNP int
+		// The driver's probe timeout (GOROVOD_PROBE_TIMEOUT) likewise,
+		// unless the trainer sets its own: probe, trainerProbe and
+		// wantProbe.
+		probe, trainerProbe, wantProbe time.Duration
 	}{
-		{name: "the trainer sets none: the job's", env: 3, trainer: 0, want: 3, np: 4, wantNP: 4},
+		{name: "the trainer sets none: the job's", env: 3, trainer: 0, want: 3, np: 4, wantNP: 4, probe: 3 * time.Second, wantProbe: 3 * time.Second},
 		{name: "the trainer's default of 1: the job's", env: 3, trainer: 1, want: 3, np: 4, trainerNP: 1, wantNP: 4},
-		{name: "the trainer asks more: its own", env: 2, trainer: 5, want: 5, np: 4, trainerNP: 6, wantNP: 6},
+		{name: "the trainer asks more: its own", env: 2, trainer: 5, want: 5, np: 4, trainerNP: 6, wantNP: 6,
+			probe: 3 * time.Second, trainerProbe: time.Second, wantProbe: time.Second},
 		{name: "no minimum from the launcher: the trainer's", env: 0, trainer: 2, want: 2, np: 0, trainerNP: 3, wantNP: 3},
 		{name: "no size from the launcher nor the trainer: not known", env: 2, want: 2},
 	} {
@@ -85,11 +125,16 @@ func TestJoinTakesTheJobsMinimum(t *testing.T) {
 			} else {
 				t.Setenv(envconfig.EnvFirstWorld, "")
 			}
+			if tc.probe > 0 {
+				t.Setenv(envconfig.EnvProbeTimeout, tc.probe.String())
+			} else {
+				t.Setenv(envconfig.EnvProbeTimeout, "")
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			st := NewState()
 			st.RegisterTensor("x", make([]float32, 4))
-			m, err := join(ctx, WorkerConfig{MinWorkers: tc.trainer, FirstWorld: tc.trainerNP}, st)
+			m, err := join(ctx, WorkerConfig{MinWorkers: tc.trainer, FirstWorld: tc.trainerNP, ProbeTimeout: tc.trainerProbe}, st)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,6 +148,9 @@ func TestJoinTakesTheJobsMinimum(t *testing.T) {
 			}
 			if got := jm.w.cfg.FirstWorld; got != tc.wantNP {
 				t.Fatalf("FirstWorld %d, want %d", got, tc.wantNP)
+			}
+			if got := jm.w.cfg.ProbeTimeout; got != tc.wantProbe {
+				t.Fatalf("ProbeTimeout %v, want %v", got, tc.wantProbe)
 			}
 		})
 	}

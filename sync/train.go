@@ -186,7 +186,8 @@ type TrainConfig struct {
 	// listen address, the gossip bind address) come from the environment
 	// (WorkerConfigFromEnv), Worker.MinWorkers and Worker.FirstWorld are
 	// raised to the job's minimum (GOROVOD_MIN_WORKERS) and its first
-	// workers (GOROVOD_NP) if lower, and the rest of Worker applies; otherwise it
+	// workers (GOROVOD_NP) if lower, Worker.ProbeTimeout is the driver's
+	// (GOROVOD_PROBE_TIMEOUT) unless set, and the rest of Worker applies; otherwise it
 	// trains alone, in a world of one, through the same session (Worker.Session
 	// applies).
 	Worker WorkerConfig
@@ -386,6 +387,11 @@ func join(ctx context.Context, cfg WorkerConfig, state *State) (member, error) {
 		cfg.MinWorkers = max(cfg.MinWorkers, env.MinWorkers)
 		// Likewise the job's first workers, the voters of its first world.
 		cfg.FirstWorld = max(cfg.FirstWorld, env.FirstWorld)
+		// The driver's probe timeout, so that a worker that takes over
+		// leaves a blamed worker out no sooner than the driver would.
+		if cfg.ProbeTimeout == 0 {
+			cfg.ProbeTimeout = env.ProbeTimeout
+		}
 		cfg.Transport.ListenAddr = env.Transport.ListenAddr
 		if cfg.Session.RecoveryTimeout == 0 {
 			cfg.Session.RecoveryTimeout = env.Session.RecoveryTimeout

@@ -64,6 +64,13 @@ type WorkerConfig struct {
 	// majority of them. 0: not known, and it forms a first world with any
 	// MinWorkers ready workers.
 	FirstWorld int
+	// ProbeTimeout is how long a worker that takes over proposing waits for
+	// the answer of a worker blamed for a failure before it leaves it out of
+	// the next world (driver.AgentConfig.ProbeTimeout): the job's driver's
+	// (driver.Config.ProbeTimeout), under a launcher GOROVOD_PROBE_TIMEOUT
+	// when the trainer sets none (see WorkerConfigFromEnv and
+	// TrainConfig.Worker). Default 500 ms, the driver's default.
+	ProbeTimeout time.Duration
 	// Launch is the launcher's name for this process (GOROVOD_LAUNCH_INDEX),
 	// published in its membership metadata so that the launcher can tell its
 	// processes apart on every host; "" when not started by a launcher.
@@ -106,6 +113,9 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 	if c.FirstWorld < 0 {
 		return c, fmt.Errorf("%w: WorkerConfig.FirstWorld %d is negative", ErrInvalidConfig, c.FirstWorld)
 	}
+	if c.ProbeTimeout < 0 {
+		return c, fmt.Errorf("%w: WorkerConfig.ProbeTimeout %v is negative", ErrInvalidConfig, c.ProbeTimeout)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -114,7 +124,7 @@ func (c WorkerConfig) withDefaults() (WorkerConfig, error) {
 
 // WorkerConfigFromEnv returns the configuration `gorovod run` hands its workers
 // through the environment (GOROVOD_JOB_ID, GOROVOD_SECRET, GOROVOD_SEEDS,
-// GOROVOD_MIN_WORKERS, GOROVOD_NP, ...).
+// GOROVOD_MIN_WORKERS, GOROVOD_NP, GOROVOD_PROBE_TIMEOUT, ...).
 func WorkerConfigFromEnv() (WorkerConfig, error) {
 	w, err := envconfig.LoadElastic(os.Getenv)
 	if err != nil {
@@ -131,6 +141,7 @@ func WorkerConfigFromEnv() (WorkerConfig, error) {
 		cfg.MinWorkers = w.MinWorkers
 	}
 	cfg.FirstWorld = w.FirstWorld
+	cfg.ProbeTimeout = w.ProbeTimeout
 	if err := bindGossip(&cfg.Membership, w.GossipAddr); err != nil {
 		return WorkerConfig{}, err
 	}
@@ -271,7 +282,7 @@ func (w *Worker) start(ctx context.Context) error {
 	joinCtx, stopJoin := context.WithCancel(ctx)
 	defer stopJoin()
 	w.agent = driver.StartAgent(m, driver.AgentConfig{
-		MinWorkers: cfg.MinWorkers, FirstWorld: cfg.FirstWorld, Logger: log, OnAdopt: src.onEpoch,
+		MinWorkers: cfg.MinWorkers, FirstWorld: cfg.FirstWorld, ProbeTimeout: cfg.ProbeTimeout, Logger: log, OnAdopt: src.onEpoch,
 		OnPeerFailed: func(name string) { src.abortIfMember(name, fmt.Errorf("gossip declared %s dead", name)) },
 		OnOutForGood: func() {
 			w.outForGood.Store(true)

@@ -42,6 +42,7 @@ type options struct {
 	freezeIdx    int
 	freezeStep   int64
 	freezeFor    time.Duration
+	suspicion    int
 }
 
 func main() {
@@ -66,9 +67,10 @@ func main() {
 	flag.IntVar(&o.freezeIdx, "freeze-worker", -1, "launch index of a process whose training loop blocks (its process and the library's goroutines live on) before the gradient allreduce of --freeze-step, for --freeze-for: a stuck data loader, for the stall inspector")
 	flag.Int64Var(&o.freezeStep, "freeze-step", 10, "the step --freeze-worker blocks at")
 	flag.DurationVar(&o.freezeFor, "freeze-for", time.Minute, "how long --freeze-worker blocks")
+	flag.IntVar(&o.suspicion, "gossip-suspicion-mult", 0, "gossip's SuspicionMult (membership.Config; 0: its default): a member that answers nothing is declared dead only after about this many gossip probe intervals (200 ms), so a large value leaves a frozen worker to the collectives' I/O timeout and the proposer's liveness probe (tests)")
 	flag.Parse()
-	if o.steps < 1 || o.samples < 1 || o.batch < 1 || o.modelSize < 1 || o.overhead < 0 || o.perWorker < 0 || o.stragglerMul <= 0 || o.freezeFor < 0 {
-		fmt.Fprintln(os.Stderr, "synthetic: --steps, --samples, --batch, --model-size and --straggler-factor must be positive, the overheads not negative")
+	if o.steps < 1 || o.samples < 1 || o.batch < 1 || o.modelSize < 1 || o.overhead < 0 || o.perWorker < 0 || o.stragglerMul <= 0 || o.freezeFor < 0 || o.suspicion < 0 {
+		fmt.Fprintln(os.Stderr, "synthetic: --steps, --samples, --batch, --model-size and --straggler-factor must be positive, the overheads and --gossip-suspicion-mult not negative")
 		os.Exit(2)
 	}
 	if err := run(o); err != nil {
@@ -120,6 +122,7 @@ func run(o options) error {
 		cfg.Steps++
 	}
 	cfg.Worker.DisableStats = o.noStats
+	cfg.Worker.Membership.SuspicionMult = o.suspicion
 	if o.verbose {
 		cfg.Worker.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}

@@ -54,6 +54,13 @@ const (
 	// first world forms would form one of their own beside the driver's.
 	// Unset: not known, and a first world needs no majority.
 	EnvFirstWorld = "GOROVOD_NP"
+	// EnvProbeTimeout is the job's probe timeout (job.Config.ProbeTimeout,
+	// the driver's driver.Config.ProbeTimeout), a positive Go duration
+	// ("2s"): how long the proposer waits for a worker blamed for a failure
+	// to answer its liveness probe before it leaves it out of the next
+	// world. A worker that takes over proposing (the driver gone) waits as
+	// long as the driver it replaces. Unset: the proposer's default, 500 ms.
+	EnvProbeTimeout = "GOROVOD_PROBE_TIMEOUT"
 	// EnvLaunchIndex is the launcher's number for the process (0, 1, ... in
 	// start order, never reused), unlike a rank, which changes with the world.
 	EnvLaunchIndex = "GOROVOD_LAUNCH_INDEX"
@@ -250,6 +257,8 @@ type ElasticWorker struct {
 	MinWorkers int
 	// FirstWorld is EnvFirstWorld (0: not set).
 	FirstWorld int
+	// ProbeTimeout is EnvProbeTimeout (0: not set).
+	ProbeTimeout time.Duration
 }
 
 // LoadElastic reads an ElasticWorker through getenv.
@@ -298,6 +307,11 @@ func LoadElastic(getenv func(string) string) (ElasticWorker, error) {
 			return w, fmt.Errorf("%s=%q is not a positive number of workers", EnvFirstWorld, v)
 		}
 	}
+	if v := getenv(EnvProbeTimeout); v != "" {
+		if w.ProbeTimeout, err = time.ParseDuration(v); err != nil || w.ProbeTimeout <= 0 {
+			return w, fmt.Errorf("%s=%q is not a positive duration", EnvProbeTimeout, v)
+		}
+	}
 	if w.ListenAddr == "" || w.GossipAddr == "" {
 		a, err := bindAddr(w.NetworkInterface, w.Seeds[0])
 		if err != nil {
@@ -336,6 +350,9 @@ func (w ElasticWorker) Environ() []string {
 	}
 	if w.FirstWorld > 0 {
 		env = append(env, EnvFirstWorld+"="+strconv.Itoa(w.FirstWorld))
+	}
+	if w.ProbeTimeout > 0 {
+		env = append(env, EnvProbeTimeout+"="+w.ProbeTimeout.String())
 	}
 	return appendAddressing(env, w.NetworkInterface, w.AdvertiseAddr)
 }

@@ -60,7 +60,8 @@ func TestBadEnvironment(t *testing.T) {
 
 func TestElasticRoundTrip(t *testing.T) {
 	w := ElasticWorker{JobID: "j", Secret: bytes.Repeat([]byte{9}, 32), Seeds: []string{"127.0.0.1:7946", "127.0.0.1:7947"}, ListenAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1",
-		ElasticTimeout: 90 * time.Second, Security: transport.SecurityPlain, TCPLanes: 2, MinWorkers: 3, FirstWorld: 5}
+		ElasticTimeout: 90 * time.Second, Security: transport.SecurityPlain, TCPLanes: 2, MinWorkers: 3, FirstWorld: 5,
+		ProbeTimeout: 2500 * time.Millisecond}
 	env := map[string]string{}
 	for _, kv := range w.Environ() {
 		k, v, _ := strings.Cut(kv, "=")
@@ -71,7 +72,8 @@ func TestElasticRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.JobID != "j" || !bytes.Equal(got.Secret, w.Secret) || strings.Join(got.Seeds, ",") != strings.Join(w.Seeds, ",") ||
-		got.ElasticTimeout != 90*time.Second || got.Security != transport.SecurityPlain || got.TCPLanes != 2 || got.MinWorkers != 3 || got.FirstWorld != 5 {
+		got.ElasticTimeout != 90*time.Second || got.Security != transport.SecurityPlain || got.TCPLanes != 2 || got.MinWorkers != 3 || got.FirstWorld != 5 ||
+		got.ProbeTimeout != 2500*time.Millisecond {
 		t.Fatalf("got %+v", got)
 	}
 	env[EnvTCPLanes] = "0x2"
@@ -86,6 +88,16 @@ func TestElasticRoundTrip(t *testing.T) {
 		}
 	}
 	delete(env, EnvElasticTimeout)
+	for _, bad := range []string{"2", "0s", "-1s", "soon"} {
+		env[EnvProbeTimeout] = bad
+		if _, err := LoadElastic(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), EnvProbeTimeout) {
+			t.Fatalf("%s=%q: %v, want an error naming it", EnvProbeTimeout, bad, err)
+		}
+	}
+	delete(env, EnvProbeTimeout)
+	if got, err := LoadElastic(func(k string) string { return env[k] }); err != nil || got.ProbeTimeout != 0 {
+		t.Fatalf("%s unset: %v, %v; want 0 (the proposer's default)", EnvProbeTimeout, got.ProbeTimeout, err)
+	}
 	delete(env, EnvSeeds)
 	if _, err := LoadElastic(func(k string) string { return env[k] }); err == nil {
 		t.Fatal("missing seeds accepted")

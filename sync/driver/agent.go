@@ -39,6 +39,14 @@ type AgentConfig struct {
 	// TakeoverGrace: how long no driver must have been in view before the
 	// worker may take over (default epoch.DefaultTakeoverGrace).
 	TakeoverGrace time.Duration
+	// ProbeTimeout is what the worker's proposer, once it took over, waits
+	// for a blamed worker's answer to its liveness probe before it leaves it
+	// out of the next world (epoch.ReasonUnanswered): driver.Config's
+	// ProbeTimeout for the proposer that replaces the driver. A job's workers
+	// should have their driver's, or one that takes over leaves a worker
+	// starved of CPU (or behind a slow link) out sooner than the driver
+	// would. Default 500 ms (epoch.DefaultProposerConfig).
+	ProbeTimeout time.Duration
 	// OnAdopt receives every epoch newer than the ones before, in order.
 	// OnPeerFailed is told when gossip declares a member dead (a collective
 	// stuck on it can stop at once). Both are called on the agent's goroutine
@@ -70,7 +78,7 @@ func StartAgent(m *membership.Member, cfg AgentConfig) *Agent {
 	}
 	fol := epoch.NewFollower(epoch.FollowerConfig{
 		Self: m.Name(), TakeoverGrace: cfg.TakeoverGrace,
-		Proposer: epoch.ProposerConfig{MinWorkers: cfg.MinWorkers, FirstWorld: cfg.FirstWorld},
+		Proposer: epoch.ProposerConfig{MinWorkers: cfg.MinWorkers, FirstWorld: cfg.FirstWorld, ProbeTimeout: cfg.ProbeTimeout},
 	}, time.Now())
 	a := &Agent{fol: fol, loop: newLoop(m, fol, log)}
 	a.loop.notify = func(o epoch.Output) {

@@ -37,9 +37,11 @@ func gossipConfig() membership.Config {
 }
 
 // probeTimeout is the driver's wait for a probed worker's answer in these
-// tests (Config.ProbeTimeout), for the same reason: a live worker starved
-// for the default 500 ms is left out of the next world as unanswered. A
-// dead worker's probe still fails at once (its connection is refused).
+// tests (Config.ProbeTimeout), and that of a worker that takes over
+// proposing (AgentConfig.ProbeTimeout), for the same reason: a live worker
+// starved for the default 500 ms is left out of the next world as
+// unanswered. A dead worker's probe still fails at once (its connection is
+// refused).
 const probeTimeout = 3 * time.Second
 
 // records keeps the log records at Warn and above that are the protocol
@@ -175,6 +177,9 @@ func startAgentWith(t *testing.T, ctx context.Context, seed string, cfg driver.A
 		t.Fatal(err)
 	}
 	ag := &agent{name: m.Name(), m: m, news: make(chan struct{}, 1)}
+	if cfg.ProbeTimeout == 0 {
+		cfg.ProbeTimeout = probeTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(newRecordsOf(t, "agent "+ag.name))
 	}
@@ -458,6 +463,63 @@ func TestAgentTakeoverFirstWorld(t *testing.T) {
 			t.Fatalf("%s: the first world is %v, want number 1 with all three", ag.name, w)
 		}
 	}
+}
+
+// TestAgentTakeoverWaitsItsProbeTimeout: a worker that took over proposing
+// (the driver gone) waits its AgentConfig.ProbeTimeout for the answer of a
+// worker blamed for a failure, as the driver waits its own
+// (TestDriverWaitsItsProbeTimeout), not the proposer's default 500 ms: a
+// silent member (its gossip alive, no protocol loop to answer) blamed after
+// the takeover leaves the next world, as unanswered, no sooner than that,
+// and the takeover's log line says the timeout.
+func TestAgentTakeoverWaitsItsProbeTimeout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// Six times the default: a proposer that kept the default would remove
+	// the silent worker long before it.
+	const wait = 3 * time.Second
+	d := startDriver(t, ctx, 2, nil)
+	said := &decisions{}
+	cfg := driver.AgentConfig{MinWorkers: 2, ProbeTimeout: wait, Logger: slog.New(said)}
+	first := startAgentWith(t, ctx, d.GossipAddr(), cfg)
+	second := startAgentWith(t, ctx, d.GossipAddr(), cfg)
+	// The silent worker, younger than both: a member that no agent serves.
+	mc := gossipConfig()
+	mc.Secret, mc.Seeds = []byte(secret), []string{d.GossipAddr()}
+	silent, err := membership.Join(ctx, mc, membership.Meta{JobID: jobID, Role: membership.RoleWorker, CollectiveAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = silent.Shutdown() })
+	if err := silent.UpdateMeta(ctx, func(meta *membership.Meta) { meta.State = membership.StateReady }); err != nil {
+		t.Fatal(err)
+	}
+	first.await(t, "all three are members", func(w epoch.World) bool { return len(w.Members) == 3 })
+	d.Close()
+	tookOver := func(l string) bool { return strings.HasPrefix(l, "no driver:") }
+	// The takeover's log line comes once its sync is over (the silent
+	// worker is asked for its epoch too, and never answers: SyncTimeout).
+	deadline := time.Now().Add(epoch.DefaultTakeoverGrace + epoch.DefaultProposerConfig().SyncTimeout + 20*time.Second)
+	waitUntilBy(t, "a worker to take over", deadline, func() bool { return said.saidAny(tookOver) })
+	if !said.saidAny(func(l string) bool { return tookOver(l) && strings.Contains(l, "probe_timeout="+wait.String()) }) {
+		t.Fatalf("the takeover does not say the worker's probe timeout of %v: %q", wait, said.lines())
+	}
+	w := second.await(t, "the world taken over, with the silent worker", func(w epoch.World) bool { return w.Rank(silent.Name()) >= 0 })
+	start := time.Now()
+	second.a.ReportFailure(w.Number, silent.Name(), fmt.Errorf("no data from it"))
+	next := second.await(t, "the silent worker gone", func(x epoch.World) bool { return x.Number > w.Number && x.Rank(silent.Name()) < 0 })
+	took := time.Since(start)
+	if took < wait {
+		t.Fatalf("the silent worker was left out %v after it was blamed (world %d %v), before the probe timeout of %v of the worker that took over",
+			took, next.Number, names(next), wait)
+	}
+	if !said.saidAny(func(l string) bool {
+		return strings.HasPrefix(l, "removed from the next world") && strings.Contains(l, "worker="+silent.Name()) &&
+			strings.Contains(l, "why="+epoch.ReasonUnanswered.String())
+	}) {
+		t.Fatalf("no log line names %s removed as %s: %q", silent.Name(), epoch.ReasonUnanswered, said.lines())
+	}
+	t.Logf("the silent worker was left out %v after it was blamed (probe timeout %v)", took, wait)
 }
 
 func waitUntil(t *testing.T, what string, ok func() bool) {

@@ -236,7 +236,11 @@ func (l *loop) carry(outs []epoch.Output, wg *stdsync.WaitGroup) {
 		if s, ok := o.(epoch.Suspected); ok {
 			l.sweep(s.Number)
 		}
-		logOutput(l.log, o)
+		if t, ok := o.(epoch.TookOver); ok {
+			l.logTakeover(t)
+		} else {
+			logOutput(l.log, o)
+		}
 		l.notify(o)
 	}
 	l.settled()
@@ -367,6 +371,28 @@ func ElectProposer(nodes []membership.Node) string {
 }
 
 // logOutput logs a protocol decision.
+// logTakeover logs a takeover with the probe timeout of the proposer that
+// took over: what a user tuning a loaded job (a worker's
+// sync.WorkerConfig.ProbeTimeout, gorovod run --probe-timeout) needs to see.
+func (l *loop) logTakeover(o epoch.TookOver) {
+	var probeTimeout time.Duration
+	switch m := l.mach.(type) {
+	case *epoch.Proposer:
+		probeTimeout = m.ProbeTimeout()
+	case *epoch.Follower:
+		if p := m.Proposer(); p != nil {
+			probeTimeout = p.ProbeTimeout()
+		}
+	}
+	if o.Adopted {
+		l.log.Warn("took the job back: continuing from the newest world its workers know",
+			"epoch", o.World.Number, "size", len(o.World.Members), "unheard", o.Unheard, "probe_timeout", probeTimeout)
+		return
+	}
+	l.log.Warn("no driver: this worker, the oldest ready one, takes over proposing epochs",
+		"from", o.World.Number, "unheard", o.Unheard, "probe_timeout", probeTimeout)
+}
+
 func logOutput(log *slog.Logger, o epoch.Output) {
 	switch o := o.(type) {
 	case epoch.Proposed:
@@ -396,14 +422,6 @@ func logOutput(log *slog.Logger, o epoch.Output) {
 	case epoch.Rescued:
 		log.Warn("training finished, but workers of the last world failed its last step: they redo it without the finished ones",
 			"epoch", o.Number, "finished", o.Finished)
-	case epoch.TookOver:
-		if o.Adopted {
-			log.Warn("took the job back: continuing from the newest world its workers know",
-				"epoch", o.World.Number, "size", len(o.World.Members), "unheard", o.Unheard)
-			return
-		}
-		log.Warn("no driver: this worker, the oldest ready one, takes over proposing epochs",
-			"from", o.World.Number, "unheard", o.Unheard)
 	case epoch.SteppedDown:
 		log.Info("no longer proposing epochs: a driver or an older worker is back")
 	case epoch.Unroutable:

@@ -302,6 +302,10 @@ func Adopt(cfg ProposerConfig, now time.Time, wait time.Duration) *Proposer {
 	return p
 }
 
+// ProbeTimeout is how long the proposer waits for a blamed worker's answer
+// (ProposerConfig.ProbeTimeout, its default filled in).
+func (p *Proposer) ProbeTimeout() time.Duration { return p.cfg.ProbeTimeout }
+
 // Adopting reports whether this proposer is still learning the job it
 // adopts (Adopt): it proposes nothing yet.
 func (p *Proposer) Adopting() bool { return p.sync != nil && p.sync.adopting }
