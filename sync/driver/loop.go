@@ -370,7 +370,6 @@ func ElectProposer(nodes []membership.Node) string {
 	return epoch.Elect(peers)
 }
 
-// logOutput logs a protocol decision.
 // logTakeover logs a takeover with the probe timeout of the proposer that
 // took over: what a user tuning a loaded job (a worker's
 // sync.WorkerConfig.ProbeTimeout, gorovod run --probe-timeout) needs to see.
@@ -393,6 +392,7 @@ func (l *loop) logTakeover(o epoch.TookOver) {
 		"from", o.World.Number, "unheard", o.Unheard, "probe_timeout", probeTimeout)
 }
 
+// logOutput logs a protocol decision.
 func logOutput(log *slog.Logger, o epoch.Output) {
 	switch o := o.(type) {
 	case epoch.Proposed:
