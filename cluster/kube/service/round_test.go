@@ -677,7 +677,7 @@ func TestKeepOneCurrent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ids := []string{"a", "b", "c", "n"}
 			proposed, order := keepOneCurrent(ids, tc.counts, tc.proposed, tc.current)
-			got := scheduler.PlaceCounts(cluster, order, tc.counts, proposed, tc.current, nil)
+			got := scheduler.PlaceCounts(cluster, order, tc.counts, proposed, tc.current, nil, nil)
 			for id, want := range tc.want {
 				if !slices.Equal(got[id], want) {
 					t.Errorf("%s placed on %v, want %v (all: %v)", id, got[id], want, got)
