@@ -47,7 +47,7 @@ type allocationHistory struct {
 	// allocs are each job's allocations in order, repeats dropped.
 	allocs map[string][][]string
 	spans  map[string][]allocationSpan
-	jobs  map[string]*api.GorovodJob
+	jobs   map[string]*api.GorovodJob
 }
 
 // allocationSpan is one allocation of a running job: from when the test saw

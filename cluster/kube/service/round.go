@@ -485,12 +485,16 @@ func waitingReason(e *entry, cluster scheduler.Cluster, placed scheduler.Allocat
 // nodes that no longer match it (keepStranded).
 func strandedReason(e *entry, cluster scheduler.Cluster, workers int) string {
 	minimum := e.job.Spec.MinWorkers
-	if e.matching == 0 {
-		return fmt.Sprintf("no node matches spec.nodeSelector and spec.requiredNodeAffinity any more: keeping %d workers on its nodes until one can hold spec.minWorkers %d",
-			workers, minimum)
+	kept := fmt.Sprintf("%d workers", workers)
+	if workers == 1 {
+		kept = "1 worker"
 	}
-	return fmt.Sprintf("the %d nodes matching spec.nodeSelector and spec.requiredNodeAffinity hold %d slots, below spec.minWorkers %d: keeping %d workers on its nodes until they can",
-		e.matching, eligibleSlots(e.eligible, cluster), minimum, workers)
+	if e.matching == 0 {
+		return fmt.Sprintf("no node matches spec.nodeSelector and spec.requiredNodeAffinity any more: keeping %s on its nodes until one can hold spec.minWorkers %d",
+			kept, minimum)
+	}
+	return fmt.Sprintf("the %d nodes matching spec.nodeSelector and spec.requiredNodeAffinity hold %d slots, below spec.minWorkers %d: keeping %s on its nodes until they can",
+		e.matching, eligibleSlots(e.eligible, cluster), minimum, kept)
 }
 
 // keepOneCurrent edits the proposal of each job that keeps workers but none
