@@ -364,7 +364,7 @@ func (s Spec) Prefers() bool { return len(s.PreferredNodeAffinity) > 0 }
 // matches (a term matches when all its matchExpressions and matchFields
 // do), 0 without preferences. It checks the terms as the API server checks
 // a pod's (weights 1 to 100; expressions and fields as in NodeMatcher), and
-// further refuses an empty term (Kubernetes takes it as matching nothing) and
+// further refuses an empty term (a no-op in Kubernetes) and
 // more than MaxPreferredTerms terms.
 func (s Spec) NodePreference() (func(labelSet map[string]string, name string) int, error) {
 	const where = "spec.preferredNodeAffinity"
