@@ -107,6 +107,38 @@ func TestTiresias(t *testing.T) {
 					Allocation{"c": {1, 1}, "p": {0, 0}}},
 			},
 		},
+		{
+			// p prefers node 2 (weight 50), then node 1 (10): it is
+			// packed on node 2; q prefers node 2 too, which p fills, so
+			// q is packed on its next best node, 1; r has no
+			// preference and gets what is left. Sizes are what they
+			// ask for either way.
+			name: "preferred nodes, then the others when they are full", cluster: NewCluster(3, 2),
+			rounds: []round{
+				{0, []Job{
+					{ID: "p", Replicas: 2, Preference: []int{0, 10, 50}},
+					{ID: "q", Replicas: 2, Preference: []int{0, 10, 50}},
+					{ID: "r", Replicas: 2},
+				}, Allocation{"p": {2, 2}, "q": {1, 1}, "r": {0, 0}}},
+			},
+		},
+		{
+			// p may use nodes 0 and 1 only: its preference for node 2
+			// does not make node 2 usable; of its nodes it prefers 1.
+			name: "a preference within the eligible nodes", cluster: NewCluster(3, 2),
+			rounds: []round{
+				{0, []Job{{ID: "p", Replicas: 2, Eligible: []bool{true, true, false}, Preference: []int{0, 1, 100}}},
+					Allocation{"p": {1, 1}}},
+			},
+		},
+		{
+			// A running job is not moved to a node it prefers.
+			name: "a running job stays where it is", cluster: NewCluster(2, 2),
+			rounds: []round{
+				{0, []Job{{ID: "p", Replicas: 2}}, Allocation{"p": {0, 0}}},
+				{60 * time.Second, []Job{{ID: "p", Replicas: 2, Preference: []int{0, 100}}}, Allocation{"p": {0, 0}}},
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runRounds(t, NewTiresias(TiresiasConfig{QueueThreshold: tc.threshold}), tc.cluster, tc.rounds)
@@ -190,6 +222,33 @@ func TestOptimus(t *testing.T) {
 				{ID: "b", StepTime: perfect(10), RemainingSteps: 100, MinReplicas: 2, MaxReplicas: 2, Eligible: []bool{true}},
 				{ID: "c", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 2},
 			}, Allocation{"a": {0, 0}, "c": {1, 1}}}},
+		},
+		{
+			// a and b both prefer node 1 and get 2 replicas each, as
+			// without preferences: a, first in the placement order,
+			// has node 1, b the other.
+			name: "a preferred node, then the others when it is full", cluster: NewCluster(2, 2),
+			rounds: []round{{0, []Job{
+				{ID: "a", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 2, Preference: []int{0, 100}},
+				{ID: "b", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 2, Preference: []int{0, 100}},
+			}, Allocation{"a": {1, 1}, "b": {0, 0}}}},
+		},
+		{
+			// The summed weights rank the nodes: 2 (60) over 1 (40)
+			// over 0; a is packed from node 2, and its third replica
+			// goes to node 1, not to node 0 with more room.
+			name: "nodes ranked by their summed weights", cluster: NewCluster(3, 2),
+			rounds: []round{{0, []Job{
+				{ID: "a", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 3, Preference: []int{0, 40, 60}},
+			}, Allocation{"a": {2, 2, 1}}}},
+		},
+		{
+			// A preference does not make a node eligible: a may use
+			// node 0 only.
+			name: "a preference within the eligible nodes", cluster: NewCluster(2, 2),
+			rounds: []round{{0, []Job{
+				{ID: "a", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 2, Eligible: []bool{true, false}, Preference: []int{0, 100}},
+			}, Allocation{"a": {0, 0}}}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

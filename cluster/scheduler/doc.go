@@ -17,7 +17,12 @@
 // A job may be kept on some nodes (Job.Eligible): every policy allocates it
 // only those, no more replicas than they hold, and where two such jobs want
 // the same nodes the one the policy ranks first keeps them; PlaceCounts,
-// which makes counts a placement, holds any placement to them too.
+// which makes counts a placement, holds any placement to them too. A job may
+// prefer some nodes (Job.Preference, a score per node): where a policy's
+// choice of node is open — Pollux's among allocations of equal fitness, the
+// baselines' and PlaceCounts' packing — its replicas go to its eligible
+// nodes of highest score first; a preference changes no job's count and
+// makes no node eligible.
 //
 // The policies only decide; the caller applies the allocation and measures
 // the jobs: package simulator replays Pollux's trace-driven study, and package

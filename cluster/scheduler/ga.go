@@ -271,6 +271,9 @@ type individual struct {
 	s    []uint8
 	fit  float64
 	hash uint64
+	// pref is the state's preference score (problem.preferenceScore),
+	// which breaks ties of fit.
+	pref int
 	// NSGA-II only: the cluster utility (second objective), the
 	// non-dominated front and the crowding distance in it.
 	util  float64
@@ -318,7 +321,7 @@ func (p *Pollux) search(ctx context.Context, pr *problem) ([]uint8, error) {
 			return
 		}
 		seen[h] = struct{}{}
-		ind := individual{s: s, fit: pr.fitness(s), hash: h}
+		ind := individual{s: s, fit: pr.fitness(s), hash: h, pref: pr.preferenceScore(s)}
 		if nsga2 {
 			ind.util = pr.utility(s)
 		}
@@ -403,7 +406,7 @@ func (p *Pollux) search(ctx context.Context, pr *problem) ([]uint8, error) {
 		next = next[:0]
 		i, k := 0, 0
 		for len(next) < P && (i < len(pop) || k < len(off)) {
-			if k == len(off) || (i < len(pop) && pop[i].fit >= off[k].fit) {
+			if k == len(off) || (i < len(pop) && !better(&off[k], &pop[i])) {
 				next = append(next, pop[i])
 				i++
 			} else {
@@ -429,7 +432,7 @@ func (p *Pollux) search(ctx context.Context, pr *problem) ([]uint8, error) {
 	// study, average JCT 15 % above the paper's; this way, within 1 %).
 	top := 0
 	for i := range pop {
-		if pop[i].fit > pop[top].fit {
+		if better(&pop[i], &pop[top]) {
 			top = i
 		}
 	}
@@ -522,7 +525,7 @@ func (pr *problem) nonDominated(pop []individual) []int {
 func (p *Pollux) tournament(pop []individual) *individual {
 	a, b := &pop[p.rng.intn(len(pop))], &pop[p.rng.intn(len(pop))]
 	if p.cfg.Selection != NSGA2 {
-		if b.fit > a.fit {
+		if better(b, a) {
 			return b
 		}
 		return a
@@ -629,14 +632,20 @@ func cmpDesc(a, b float64) int {
 	return 0
 }
 
-// sortPopulation orders by decreasing fitness; ties keep their order, so the
-// search is deterministic.
+// better says whether a beats b under elitist selection: a higher fitness,
+// or an equal one and a higher preference score.
+func better(a, b *individual) bool {
+	return a.fit > b.fit || (a.fit == b.fit && a.pref > b.pref)
+}
+
+// sortPopulation orders by decreasing fitness, then decreasing preference
+// score; ties keep their order, so the search is deterministic.
 func sortPopulation(pop []individual) {
 	slices.SortStableFunc(pop, func(a, b individual) int {
 		switch {
-		case a.fit > b.fit:
+		case better(&a, &b):
 			return -1
-		case a.fit < b.fit:
+		case better(&b, &a):
 			return 1
 		}
 		return 0

@@ -535,3 +535,76 @@ func TestPolluxErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestPolluxPreference(t *testing.T) {
+	// Spreading a job over more nodes costs it 10 % a node, so each job's
+	// best allocation is on one node, and which one is Pollux's to choose:
+	// the preference decides.
+	packed := func(n, r int) float64 { return float64(r) * (1 - 0.1*float64(n-1)) }
+	for _, tc := range []struct {
+		name    string
+		jobs    []Job
+		current Allocation
+		want    Allocation
+	}{
+		{"node 0 preferred", []Job{{ID: "a", MaxReplicas: 4, Preference: []int{100, 0, 0, 0}}}, nil, Allocation{"a": {0, 0, 0, 0}}},
+		{"node 1 preferred", []Job{{ID: "a", MaxReplicas: 4, Preference: []int{0, 100}}}, nil, Allocation{"a": {1, 1, 1, 1}}},
+		{"node 2 preferred", []Job{{ID: "a", MaxReplicas: 4, Preference: []int{0, 0, 1, 0}}}, nil, Allocation{"a": {2, 2, 2, 2}}},
+		{"node 3 preferred", []Job{{ID: "a", MaxReplicas: 4, Preference: []int{0, 0, 0, 100}}}, nil, Allocation{"a": {3, 3, 3, 3}}},
+		{"the larger summed weight", []Job{{ID: "a", MaxReplicas: 4, Preference: []int{0, 30, 31, 0}}}, nil, Allocation{"a": {2, 2, 2, 2}}},
+		{"within the eligible nodes", []Job{{ID: "a", MaxReplicas: 4, Eligible: []bool{true, true}, Preference: []int{0, 50, 0, 100}}},
+			nil, Allocation{"a": {1, 1, 1, 1}}},
+		{"the preferred node is full: the next", []Job{
+			{ID: "a", MaxReplicas: 4, Preference: []int{0, 20, 0, 100}},
+			{ID: "b", MaxReplicas: 4, Submitted: -time.Hour},
+		}, Allocation{"b": {3, 3, 3, 3}}, Allocation{"a": {1, 1, 1, 1}, "b": {3, 3, 3, 3}}},
+		{"a running job is not moved to its preferred node", []Job{
+			{ID: "a", MaxReplicas: 4, Preference: []int{0, 0, 0, 100}, Submitted: -time.Hour},
+		}, Allocation{"a": {0, 0, 0, 0}}, Allocation{"a": {0, 0, 0, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range tc.jobs {
+				tc.jobs[i].Goodput, tc.jobs[i].MaxProfiledReplicas = packed, 4
+			}
+			alloc, err := NewPollux(PolluxConfig{Seed: 7}).Allocate(context.Background(), time.Hour, tc.jobs, NewCluster(4, 4), tc.current)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(alloc) != fmt.Sprint(tc.want) {
+				t.Fatalf("got %v, want %v", alloc, tc.want)
+			}
+		})
+	}
+}
+
+// TestPolluxPreferenceKeepsCounts: preferences change where Pollux puts
+// replicas, not how many each job gets.
+func TestPolluxPreferenceKeepsCounts(t *testing.T) {
+	concave := func(k float64) func(n, r int) float64 {
+		return func(n, r int) float64 { return math.Pow(float64(r), k) * (1 - 0.05*float64(n-1)) }
+	}
+	jobs := []Job{
+		{ID: "a", Goodput: concave(0.9), MaxProfiledReplicas: 4},
+		{ID: "b", Goodput: concave(0.6), MaxProfiledReplicas: 4, MinReplicas: 2},
+		{ID: "c", Goodput: concave(0.8), MaxProfiledReplicas: 2, Submitted: time.Minute},
+		{ID: "d", Goodput: concave(0.95), MaxProfiledReplicas: 8, Submitted: 2 * time.Minute},
+	}
+	plain, err := NewPollux(PolluxConfig{Seed: 3}).Allocate(context.Background(), time.Hour, slices.Clone(jobs), NewCluster(3, 4), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	preferring := slices.Clone(jobs)
+	for i := range preferring {
+		preferring[i].Preference = []int{0, 10 * i, 100 - 20*i}
+	}
+	prefer, err := NewPollux(PolluxConfig{Seed: 3}).Allocate(context.Background(), time.Hour, preferring, NewCluster(3, 4), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if len(plain[j.ID]) != len(prefer[j.ID]) || len(Placement(plain[j.ID])) != len(Placement(prefer[j.ID])) {
+			t.Errorf("job %s: %v without preferences, %v with", j.ID, plain[j.ID], prefer[j.ID])
+		}
+	}
+	t.Logf("without preferences %v, with %v", plain, prefer)
+}

@@ -156,7 +156,11 @@ type problem struct {
 	minRep []int
 	// barred holds, per job with an eligible set (Job.Eligible), a row
 	// with 1 on each node it may not use; nil for the others.
-	barred  [][]uint8
+	barred [][]uint8
+	// prefer holds, per job with a preference (Job.Preference), each
+	// node's score; nil for the others, and all nil when no job has one.
+	// The score of a state (preferenceScore) breaks ties of fitness.
+	prefer  [][]int
 	factor  []float64 // re-allocation factor per job
 	scale   float64   // speed-up of a fair share → share of one node
 	power   float64
@@ -199,6 +203,7 @@ func (p *Pollux) newProblem(now time.Duration, jobs []Job, cluster Cluster, curr
 	pr.maxRep = make([]int, J)
 	pr.minRep = make([]int, J)
 	pr.barred = make([][]uint8, J)
+	pr.prefer = make([][]int, J)
 	pr.factor = make([]float64, J)
 	pr.baseGP = make([]float64, J)
 	pr.speedup = make([][]float64, J)
@@ -230,6 +235,13 @@ func (p *Pollux) newProblem(now time.Duration, jobs []Job, cluster Cluster, curr
 			pr.barred[j] = row
 			limit = min(limit, room)
 		}
+		if job.Preference != nil {
+			row := make([]int, N)
+			for n := range row {
+				row[n] = preferenceOf(job.Preference, n)
+			}
+			pr.prefer[j] = row
+		}
 		pr.maxRep[j] = min(limit, max(p.cfg.ReplicaGrowth*job.MaxProfiledReplicas, 1))
 		pr.minRep[j] = job.MinReplicas
 		age := (now - job.Submitted).Seconds()
@@ -253,6 +265,24 @@ func (p *Pollux) newProblem(now time.Duration, jobs []Job, cluster Cluster, curr
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// preferenceScore is the score of state s under the jobs' preferences: each
+// replica scores its node's score in its job's preference. It only breaks
+// ties between states of equal fitness, so that Pollux's choice of node,
+// where its objective leaves it open, follows the preferences.
+func (pr *problem) preferenceScore(s []uint8) int {
+	W, score := pr.stride, 0
+	for j, prefer := range pr.prefer {
+		if prefer == nil {
+			continue
+		}
+		row := s[j*W : (j+1)*W]
+		for n, v := range prefer {
+			score += int(row[n]) * v
+		}
+	}
+	return score
+}
 
 // speedupOf returns job j's speed-up on r replicas over n nodes, computing it
 // on first use (goodput predictions cost a batch-size search each).

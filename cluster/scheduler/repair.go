@@ -124,7 +124,14 @@ func AdmitByPriority(want, floor []int, running []bool, slots int) {
 // and such jobs are placed before the others where proposals are not kept,
 // so that a job free to go anywhere does not take the only slots another
 // may use. Where its count does not fit its nodes, it gets what there is.
-func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed, current Allocation, eligible map[string][]bool) Allocation {
+//
+// A job with a preference (preference[id], as Job.Preference) ranks nodes
+// by their score first in each of those steps: a shrinking job leaves its
+// nodes of lowest score first, and a growing one takes the free node of
+// highest score, its own nodes before others of the same score. A proposal
+// that fits is kept whatever its score (the policy weighed it), and a
+// preference changes no count.
+func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed, current Allocation, eligible map[string][]bool, preference map[string][]int) Allocation {
 	out := Allocation{}
 	free := slices.Clone(cluster.GPUs)
 	fits := func(id string, nodes []int) bool {
@@ -165,7 +172,9 @@ func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed,
 		if n == 0 || out[id] != nil {
 			continue
 		}
-		// Keep the current nodes, most used first, as far as they fit.
+		score := func(node int) int { return preferenceOf(preference[id], node) }
+		// Keep the current nodes, of highest score then most used first,
+		// as far as they fit.
 		held := map[int]int{}
 		for _, node := range current[id] {
 			if node >= 0 && node < len(free) && eligibleNode(eligible[id], node) {
@@ -177,6 +186,9 @@ func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed,
 			order = append(order, node)
 		}
 		slices.SortFunc(order, func(a, b int) int {
+			if sa, sb := score(a), score(b); sa != sb {
+				return sb - sa
+			}
 			if held[a] != held[b] {
 				return held[b] - held[a]
 			}
@@ -189,15 +201,19 @@ func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed,
 				free[node]--
 			}
 		}
-		// Grow where the job already is, then pack.
-		for _, node := range order {
-			for free[node] > 0 && len(nodes) < n {
-				nodes = append(nodes, node)
-				free[node]--
-			}
-		}
+		// Grow: the free node of highest score, where the job already is
+		// before elsewhere (in the order above), then the most free.
 		for len(nodes) < n {
-			best := mostFreeNode(free, eligible[id])
+			best := -1
+			for _, node := range order {
+				if free[node] > 0 {
+					best = node
+					break
+				}
+			}
+			if other := mostFreeNode(free, eligible[id], preference[id]); other >= 0 && (best < 0 || score(other) > score(best)) {
+				best = other
+			}
 			if best < 0 {
 				break // the counts did not fit: the job gets what there is
 			}

@@ -95,6 +95,16 @@ type Job struct {
 	// the policy ranks first keeps its claim (Tiresias: queue order;
 	// Optimus: its start order, smallest minimum, then arrival).
 	Eligible []bool
+	// Preference, when not nil, scores the nodes (by index) for the job's
+	// replicas: where a policy's choice of node is open, the job's replicas
+	// go to the eligible nodes of highest score first (a node beyond its
+	// end scores 0). It is a placement choice only: it makes no node
+	// eligible or ineligible and changes no job's replica count. Pollux
+	// takes, of the allocations of equal fitness it finds, the one whose
+	// replicas score most; Tiresias and Optimus, and PlaceCounts, pack a
+	// job on its nodes of highest score, then most free GPUs. A running
+	// job is not moved for it.
+	Preference []int
 
 	// Goodput is the job's predicted goodput (useful training progress per
 	// second, in any unit consistent across calls) on replicas GPUs spread
@@ -145,6 +155,8 @@ func validateJobs(jobs []Job) error {
 			return fmt.Errorf("%w: %q has replica bounds [%d, %d]", ErrInvalidJob, j.ID, j.MinReplicas, j.MaxReplicas)
 		case j.Attained < 0 || j.Restarts < 0 || j.MaxProfiledReplicas < 0 || j.Replicas < 0 || j.RemainingSteps < 0:
 			return fmt.Errorf("%w: %q has a negative count", ErrInvalidJob, j.ID)
+		case slices.ContainsFunc(j.Preference, func(score int) bool { return score < 0 }):
+			return fmt.Errorf("%w: %q has a negative node preference", ErrInvalidJob, j.ID)
 		}
 		seen[j.ID] = true
 	}
@@ -156,23 +168,40 @@ func eligibleNode(eligible []bool, n int) bool {
 	return eligible == nil || (n >= 0 && n < len(eligible) && eligible[n])
 }
 
-// mostFreeNode returns the node with the most free GPUs among the eligible
-// (nil: all), the lowest index among ties, or -1 when none is free.
-func mostFreeNode(free []int, eligible []bool) int {
+// preferenceOf is node n's score in a job's preference (nil: 0 for all).
+func preferenceOf(preference []int, n int) int {
+	if n >= 0 && n < len(preference) {
+		return preference[n]
+	}
+	return 0
+}
+
+// mostFreeNode returns, among the eligible nodes (nil: all) with a free GPU,
+// the one of highest preference score (nil: all score 0), then the most
+// free GPUs, then the lowest index; -1 when none is free.
+func mostFreeNode(free []int, eligible []bool, preference []int) int {
 	best := -1
 	for n, f := range free {
-		if f > 0 && eligibleNode(eligible, n) && (best < 0 || f > free[best]) {
+		if f < 1 || !eligibleNode(eligible, n) {
+			continue
+		}
+		if best < 0 {
+			best = n
+			continue
+		}
+		if p, q := preferenceOf(preference, n), preferenceOf(preference, best); p > q || (p == q && f > free[best]) {
 			best = n
 		}
 	}
 	return best
 }
 
-// packReplicas places count replicas on the eligible nodes (nil: all) with
-// the most free GPUs, filling one node before moving to the next (how both
-// baselines place a job), and takes them from free. It returns nil, taking
-// nothing, if they do not fit.
-func packReplicas(free []int, count int, eligible []bool) []int {
+// packReplicas places count replicas on the eligible nodes (nil: all) of
+// highest preference score, then with the most free GPUs (mostFreeNode),
+// filling one node before moving to the next (how both baselines place a
+// job), and takes them from free. It returns nil, taking nothing, if they
+// do not fit.
+func packReplicas(free []int, count int, eligible []bool, preference []int) []int {
 	total := 0
 	for n, f := range free {
 		if eligibleNode(eligible, n) {
@@ -184,7 +213,7 @@ func packReplicas(free []int, count int, eligible []bool) []int {
 	}
 	out := make([]int, 0, count)
 	for len(out) < count {
-		n := mostFreeNode(free, eligible)
+		n := mostFreeNode(free, eligible, preference)
 		take := min(free[n], count-len(out))
 		for i := 0; i < take; i++ {
 			out = append(out, n)
@@ -233,7 +262,7 @@ func placeSized(cluster Cluster, jobs []Job, size, order []int, keep func(i int)
 			if !mine(i) || alloc[jobs[i].ID] != nil {
 				continue
 			}
-			nodes := packReplicas(free, size[i], jobs[i].Eligible)
+			nodes := packReplicas(free, size[i], jobs[i].Eligible, jobs[i].Preference)
 			if nodes == nil {
 				return alloc, false
 			}

@@ -44,8 +44,10 @@ type allocationHistory struct {
 	mu    sync.Mutex
 	sizes map[string][]int           // job → allocation sizes in order, repeats dropped
 	nodes map[string]map[string]bool // job → the nodes its allocations named
-	spans map[string][]allocationSpan
-	jobs  map[string]*api.GorovodJob
+	// allocs are each job's allocations in order, repeats dropped.
+	allocs map[string][][]string
+	spans  map[string][]allocationSpan
+	jobs   map[string]*api.GorovodJob
 }
 
 // allocationSpan is one allocation of a running job: from when the test saw
@@ -68,6 +70,9 @@ func (a *allocationHistory) observe(jobs []*api.GorovodJob) {
 				a.nodes[j.Name] = map[string]bool{}
 			}
 			a.nodes[j.Name][n] = true
+		}
+		if k := len(a.allocs[j.Name]); len(j.Status.Allocation) > 0 && (k == 0 || !slices.Equal(a.allocs[j.Name][k-1], j.Status.Allocation)) {
+			a.allocs[j.Name] = append(a.allocs[j.Name], slices.Clone(j.Status.Allocation))
 		}
 		spans := a.spans[j.Name]
 		var cur *allocationSpan
@@ -393,7 +398,7 @@ spec:
 	}
 
 	// The allocations as they change.
-	hist := &allocationHistory{sizes: map[string][]int{}, nodes: map[string]map[string]bool{}, spans: map[string][]allocationSpan{}, jobs: map[string]*api.GorovodJob{}}
+	hist := &allocationHistory{sizes: map[string][]int{}, nodes: map[string]map[string]bool{}, allocs: map[string][][]string{}, spans: map[string][]allocationSpan{}, jobs: map[string]*api.GorovodJob{}}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
 	go func() {
@@ -706,5 +711,72 @@ func TestNodeSelectorUnderScheduler(t *testing.T) {
 	gj := e.hist.job(nowhere.name)
 	if gj == nil || gj.Status.Phase != api.PhasePending || len(gj.Status.Allocation) != 0 || !strings.Contains(gj.Status.Message, "no node matches spec.nodeSelector") {
 		t.Errorf("the job no node matches: %+v, want Pending with the reason", gj)
+	}
+}
+
+// TestNodePreferenceUnderScheduler: on the cluster of
+// TestNodeSelectorUnderScheduler (pools a and b), a job that may use both
+// pools (spec.requiredNodeAffinity) and prefers pool b
+// (spec.preferredNodeAffinity) is allocated b's node first and while its
+// allocation fits there (2 slots); its worker pods carry the preference.
+// Midway both nodes are relabelled to pool c, which the job's required
+// affinity excludes: as for a running Pod (IgnoredDuringExecution), the job
+// keeps its minimum (1 worker) on a node it holds, with a message saying
+// so, trains on and succeeds.
+func TestNodePreferenceUnderScheduler(t *testing.T) {
+	e := newE2ECluster(t, 6*time.Minute)
+	ctx := e.ctx
+	other, chosen := e.nodes[0], e.nodes[1]
+	label := func(n *testkube.Node, pool string) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"metadata":{"labels":{"example.com/pool":%q}}}`, pool)
+		if _, err := e.admin.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	label(other, "a")
+	label(chosen, "b")
+	e.driverNode = chosen
+	j := &e2eJob{name: "preferring", steps: 1200, samples: 480, spec: `  requiredNodeAffinity:
+    nodeSelectorTerms: [{matchExpressions: [{key: example.com/pool, operator: In, values: [a, b]}]}]
+  preferredNodeAffinity: [{weight: 50, preference: {matchExpressions: [{key: example.com/pool, operator: In, values: [b]}]}}]`}
+	defer e.logFailure(t, []*e2eJob{j})
+	sched := e.startScheduler("sched-1")
+	e.submit(j)
+	e.trained(j, 50)
+	pods, err := e.admin.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + j.name + "," + kube.LabelRole + "=" + kube.RoleWorker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if a := p.Spec.Affinity; a == nil || a.NodeAffinity == nil || len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
+			t.Errorf("worker pod %s has affinity %+v, want the job's preference", p.Name, p.Spec.Affinity)
+		}
+	}
+	// Relabel both nodes out of the job's required affinity.
+	e.hist.mu.Lock()
+	placed := len(e.hist.allocs[j.name]) // the allocations placed by the preference
+	e.hist.mu.Unlock()
+	label(other, "c")
+	label(chosen, "c")
+	poll(t, "the job kept its minimum on its nodes", time.Minute, func() bool {
+		gj := e.hist.job(j.name)
+		return gj != nil && len(gj.Status.Allocation) == 1 && strings.Contains(gj.Status.Message, "no node matches spec.nodeSelector and spec.requiredNodeAffinity any more")
+	})
+	poll(t, "the job ended", 4*time.Minute, func() bool {
+		gj := e.hist.job(j.name)
+		return gj != nil && gj.Status.Phase.Ended()
+	})
+	e.stopScheduler(sched)
+	e.stopFollowing()
+	e.checkJobs(t, []*e2eJob{j})
+	e.hist.mu.Lock()
+	allocs := slices.Clone(e.hist.allocs[j.name])
+	e.hist.mu.Unlock()
+	t.Logf("%s's allocations: %v", j.name, allocs)
+	for _, a := range allocs[:placed] {
+		if len(a) <= 2 && slices.ContainsFunc(a, func(n string) bool { return n != chosen.Name }) {
+			t.Errorf("allocation %v: %d workers, which the preferred node %s holds, placed elsewhere", a, len(a), chosen.Name)
+		}
 	}
 }

@@ -117,7 +117,20 @@ type Spec struct {
 	// it too.
 	NodeSelector         map[string]string    `json:"nodeSelector,omitempty"`
 	RequiredNodeAffinity *corev1.NodeSelector `json:"requiredNodeAffinity,omitempty"`
+	// PreferredNodeAffinity are weighted node preferences (a pod's
+	// affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution):
+	// a node's score is the sum of the weights (1 to 100) of the terms it
+	// matches (Spec.NodePreference). The scheduler places the job's
+	// workers on the nodes it may use in order of their score, where the
+	// policy leaves the choice of node open; a preference never makes a
+	// node usable or unusable, nor changes how many workers the job gets.
+	// At most MaxPreferredTerms terms.
+	PreferredNodeAffinity []corev1.PreferredSchedulingTerm `json:"preferredNodeAffinity,omitempty"`
 }
+
+// MaxPreferredTerms bounds Spec.PreferredNodeAffinity: every node is scored
+// against every term each scheduling round.
+const MaxPreferredTerms = 16
 
 // BatchBounds bound a job's global batch size. Zero values mean no bound;
 // Initial 0 means the trainer's own.
@@ -226,6 +239,9 @@ func (s Spec) Validate() error {
 		}
 	}
 	if _, err := s.NodeMatcher(); err != nil {
+		return err
+	}
+	if _, err := s.NodePreference(); err != nil {
 		return err
 	}
 	return nil
@@ -337,6 +353,56 @@ func (s Spec) NodeMatcher() (func(labelSet map[string]string, name string) bool,
 		return slices.ContainsFunc(terms, func(t term) bool {
 			return t.byLabel.Matches(labels.Set(labelSet)) && t.byName(name)
 		})
+	}, nil
+}
+
+// Prefers says whether the spec has node preferences.
+func (s Spec) Prefers() bool { return len(s.PreferredNodeAffinity) > 0 }
+
+// NodePreference compiles PreferredNodeAffinity: the score of a node of
+// these labels and this name is the sum of the weights of the terms it
+// matches (a term matches when all its matchExpressions and matchFields
+// do), 0 without preferences. It checks the terms as the API server checks
+// a pod's (weights 1 to 100; expressions and fields as in NodeMatcher), and
+// further refuses an empty term (a no-op in Kubernetes) and
+// more than MaxPreferredTerms terms.
+func (s Spec) NodePreference() (func(labelSet map[string]string, name string) int, error) {
+	const where = "spec.preferredNodeAffinity"
+	if n := len(s.PreferredNodeAffinity); n > MaxPreferredTerms {
+		return nil, fmt.Errorf("gorovodjob: %s has %d terms: at most %d", where, n, MaxPreferredTerms)
+	}
+	type term struct {
+		weight  int
+		byLabel labels.Selector
+		byName  func(string) bool
+	}
+	terms := make([]term, 0, len(s.PreferredNodeAffinity))
+	for i, t := range s.PreferredNodeAffinity {
+		at := fmt.Sprintf("%s[%d]", where, i)
+		if t.Weight < 1 || t.Weight > 100 {
+			return nil, fmt.Errorf("gorovodjob: %s.weight %d: want 1 to 100", at, t.Weight)
+		}
+		if len(t.Preference.MatchExpressions) == 0 && len(t.Preference.MatchFields) == 0 {
+			return nil, fmt.Errorf("gorovodjob: %s.preference is empty (it would prefer no node)", at)
+		}
+		byLabel, err := labelRequirements(t.Preference.MatchExpressions, at+".preference.matchExpressions")
+		if err != nil {
+			return nil, err
+		}
+		byName, err := nameRequirements(t.Preference.MatchFields, at+".preference.matchFields")
+		if err != nil {
+			return nil, err
+		}
+		terms = append(terms, term{int(t.Weight), byLabel, byName})
+	}
+	return func(labelSet map[string]string, name string) int {
+		score := 0
+		for _, t := range terms {
+			if t.byLabel.Matches(labels.Set(labelSet)) && t.byName(name) {
+				score += t.weight
+			}
+		}
+		return score
 	}, nil
 }
 

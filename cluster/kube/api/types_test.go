@@ -79,6 +79,51 @@ func TestSpecValidate(t *testing.T) {
 			s.RequiredNodeAffinity = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
 				{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"a", "b"}}}}}}
 		}, "takes one value"},
+		{"preferences", func(s *Spec) {
+			s.PreferredNodeAffinity = []corev1.PreferredSchedulingTerm{
+				prefer(1, corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1"}}),
+				prefer(100, corev1.NodeSelectorRequirement{Key: "gpus", Operator: corev1.NodeSelectorOpGt, Values: []string{"3"}}),
+				{Weight: 5, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
+					{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-1"}}}}}}
+		}, ""},
+		{"preference weight 0", func(s *Spec) {
+			s.PreferredNodeAffinity = []corev1.PreferredSchedulingTerm{prefer(0, corev1.NodeSelectorRequirement{Key: "k", Operator: corev1.NodeSelectorOpExists})}
+		}, "spec.preferredNodeAffinity[0].weight 0: want 1 to 100"},
+		{"preference weight above 100", func(s *Spec) {
+			s.PreferredNodeAffinity = []corev1.PreferredSchedulingTerm{
+				prefer(10, corev1.NodeSelectorRequirement{Key: "k", Operator: corev1.NodeSelectorOpExists}),
+				prefer(101, corev1.NodeSelectorRequirement{Key: "k", Operator: corev1.NodeSelectorOpExists})}
+		}, "spec.preferredNodeAffinity[1].weight 101: want 1 to 100"},
+		{"preference negative weight", func(s *Spec) {
+			s.PreferredNodeAffinity = []corev1.PreferredSchedulingTerm{prefer(-3, corev1.NodeSelectorRequirement{Key: "k", Operator: corev1.NodeSelectorOpExists})}
+		}, "weight -3"},
+		{"preference bad operator", func(s *Spec) {
+			s.PreferredNodeAffinity = []corev1.PreferredSchedulingTerm{prefer(10, corev1.NodeSelectorRequirement{Key: "k", Operator: "Equals", Values: []string{"v"}})}
+		}, "spec.preferredNodeAffinity[0].preference.matchExpressions[0]: operator \"Equals\": want In, NotIn, Exists, DoesNotExist, Gt or Lt"},
+		{"preference In without values", func(s *Spec) {
+			s.PreferredNodeAffinity = []corev1.PreferredSchedulingTerm{prefer(10, corev1.NodeSelectorRequirement{Key: "k", Operator: corev1.NodeSelectorOpIn})}
+		}, "spec.preferredNodeAffinity[0].preference.matchExpressions[0]"},
+		{"preference Lt not a number", func(s *Spec) {
+			s.PreferredNodeAffinity = []corev1.PreferredSchedulingTerm{prefer(10, corev1.NodeSelectorRequirement{Key: "k", Operator: corev1.NodeSelectorOpLt, Values: []string{"few"}})}
+		}, "integer"},
+		{"preference bad key", func(s *Spec) {
+			s.PreferredNodeAffinity = []corev1.PreferredSchedulingTerm{prefer(10, corev1.NodeSelectorRequirement{Key: "a b", Operator: corev1.NodeSelectorOpExists})}
+		}, "spec.preferredNodeAffinity[0].preference.matchExpressions[0]"},
+		{"preference empty term", func(s *Spec) { s.PreferredNodeAffinity = []corev1.PreferredSchedulingTerm{{Weight: 10}} }, "spec.preferredNodeAffinity[0].preference is empty"},
+		{"preference field not the name", func(s *Spec) {
+			s.PreferredNodeAffinity = []corev1.PreferredSchedulingTerm{{Weight: 10, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
+				{Key: "metadata.uid", Operator: corev1.NodeSelectorOpIn, Values: []string{"x"}}}}}}
+		}, "spec.preferredNodeAffinity[0].preference.matchFields[0]: key \"metadata.uid\""},
+		{"preferences at the bound", func(s *Spec) {
+			for range MaxPreferredTerms {
+				s.PreferredNodeAffinity = append(s.PreferredNodeAffinity, prefer(1, corev1.NodeSelectorRequirement{Key: "k", Operator: corev1.NodeSelectorOpExists}))
+			}
+		}, ""},
+		{"too many preferences", func(s *Spec) {
+			for range MaxPreferredTerms + 1 {
+				s.PreferredNodeAffinity = append(s.PreferredNodeAffinity, prefer(1, corev1.NodeSelectorRequirement{Key: "k", Operator: corev1.NodeSelectorOpExists}))
+			}
+		}, "spec.preferredNodeAffinity has 17 terms: at most 16"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := ok
@@ -99,6 +144,54 @@ func TestSpecValidate(t *testing.T) {
 
 func affinity(exprs ...corev1.NodeSelectorRequirement) *corev1.NodeSelector {
 	return &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: exprs}}}
+}
+
+func prefer(weight int32, exprs ...corev1.NodeSelectorRequirement) corev1.PreferredSchedulingTerm {
+	return corev1.PreferredSchedulingTerm{Weight: weight, Preference: corev1.NodeSelectorTerm{MatchExpressions: exprs}}
+}
+
+func TestNodePreference(t *testing.T) {
+	labels := map[string]string{"pool": "a100", "zone": "z1", "gpus": "8"}
+	zone := func(w int32, z string) corev1.PreferredSchedulingTerm {
+		return prefer(w, corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{z}})
+	}
+	for _, tc := range []struct {
+		name  string
+		terms []corev1.PreferredSchedulingTerm
+		node  string
+		want  int
+	}{
+		{"no preferences", nil, "n1", 0},
+		{"one term matches", []corev1.PreferredSchedulingTerm{zone(30, "z1")}, "n1", 30},
+		{"one term does not", []corev1.PreferredSchedulingTerm{zone(30, "z2")}, "n1", 0},
+		{"matching weights are summed", []corev1.PreferredSchedulingTerm{zone(30, "z1"), zone(20, "z2"),
+			prefer(7, corev1.NodeSelectorRequirement{Key: "gpus", Operator: corev1.NodeSelectorOpGt, Values: []string{"4"}})}, "n1", 37},
+		{"a term's expressions are ANDed", []corev1.PreferredSchedulingTerm{prefer(40,
+			corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1"}},
+			corev1.NodeSelectorRequirement{Key: "pool", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"a100"}})}, "n1", 0},
+		{"by name", []corev1.PreferredSchedulingTerm{{Weight: 9, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}}}}}, "n1", 9},
+		{"by name, another node", []corev1.PreferredSchedulingTerm{{Weight: 9, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
+			{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}}}}}, "n2", 0},
+		{"the same term twice counts twice", []corev1.PreferredSchedulingTerm{zone(100, "z1"), zone(100, "z1")}, "n1", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Spec{PreferredNodeAffinity: tc.terms}
+			score, err := s.NodePreference()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := score(labels, tc.node); got != tc.want {
+				t.Fatalf("score %d, want %d", got, tc.want)
+			}
+			if s.Prefers() != (len(tc.terms) > 0) {
+				t.Fatalf("Prefers = %v", s.Prefers())
+			}
+			if s.Pinned() {
+				t.Fatal("a preference pins the job")
+			}
+		})
+	}
 }
 
 func TestMatchesNode(t *testing.T) {
@@ -150,9 +243,10 @@ func TestUnstructuredRoundTrip(t *testing.T) {
 	j := &GorovodJob{
 		ObjectMeta: metav1.ObjectMeta{Name: "mnist", Namespace: "team"},
 		Spec: Spec{Image: "img", Command: []string{"train", "--epochs", "3"}, MinWorkers: 1, MaxWorkers: 4, Batch: BatchBounds{Initial: 64, Max: 1024}, Priority: 2,
-			Tolerations:          []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "vision", Effect: corev1.TaintEffectNoSchedule}},
-			NodeSelector:         map[string]string{"example.com/pool": "a100"},
-			RequiredNodeAffinity: affinity(corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1", "z2"}})},
+			Tolerations:           []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "vision", Effect: corev1.TaintEffectNoSchedule}},
+			NodeSelector:          map[string]string{"example.com/pool": "a100"},
+			RequiredNodeAffinity:  affinity(corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1", "z2"}}),
+			PreferredNodeAffinity: []corev1.PreferredSchedulingTerm{prefer(20, corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1"}})}},
 		Status: Status{Phase: PhaseRunning, Allocation: []string{"n1", "n1", "n2"}, WorldSize: 3, SubmitTime: &now, DriverRestarts: 1,
 			Adoption: &Adoption{JobID: "j1", Seeds: []string{"198.18.0.5:7946"}, SecretName: "mnist-secret-0123456789", MinWorkers: 1},
 			Goodput:  &GoodputStatus{Model: goodput.Model{Perf: goodput.PerfParams{AlphaC: 0.01, BetaC: 1e-4, Gamma: 1.5}, Grad: goodput.GradParams{Sqr: 1, Var: 2}, InitBatch: 64}, MaxProfiledWorkers: 3, FittedAt: now}},

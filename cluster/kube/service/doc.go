@@ -44,7 +44,11 @@
 //     spec.nodeSelector or spec.requiredNodeAffinity gets workers only on
 //     the nodes that match them (api.Spec.MatchesNode; scheduler.Job
 //     Eligible), and waits, its message saying why, while they cannot hold
-//     its minimum; its driver pod carries them.
+//     its minimum; once running, it keeps its minimum where it is while
+//     they cannot (keepStranded). A job with spec.preferredNodeAffinity has
+//     its workers placed on the nodes of highest summed weight first
+//     (api.Spec.NodePreference; scheduler.Job Preference). Its driver pod
+//     carries its selection and preferences.
 //   - writes each changed job's scheduler fields (phase, message, allocation:
 //     one node name per worker, reallocations, driver, times, attained
 //     service, observedGeneration, scheduledBy) with a JSON merge patch on

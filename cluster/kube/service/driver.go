@@ -77,18 +77,26 @@ func (s *Service) driverPod(j *api.GorovodJob) *corev1.Pod {
 			}},
 			Tolerations:  slices.Clone(j.Spec.Tolerations),
 			NodeSelector: maps.Clone(j.Spec.NodeSelector),
-			Affinity:     RequiredNodeAffinity(j.Spec.RequiredNodeAffinity),
+			Affinity:     NodeAffinity(j.Spec),
 		},
 	}
 }
 
-// RequiredNodeAffinity is the pod affinity of a job's required node
-// affinity (nil: none), for its driver and worker pods.
-func RequiredNodeAffinity(required *corev1.NodeSelector) *corev1.Affinity {
-	if required == nil {
+// NodeAffinity is the pod affinity of a job's required and preferred node
+// affinity (nil: neither), for its driver pod: the cluster's scheduler
+// places the driver on the job's nodes, its preferred ones where it can.
+func NodeAffinity(spec api.Spec) *corev1.Affinity {
+	if spec.RequiredNodeAffinity == nil && len(spec.PreferredNodeAffinity) == 0 {
 		return nil
 	}
-	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: required.DeepCopy()}}
+	na := &corev1.NodeAffinity{}
+	if spec.RequiredNodeAffinity != nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = spec.RequiredNodeAffinity.DeepCopy()
+	}
+	for _, t := range spec.PreferredNodeAffinity {
+		na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution, *t.DeepCopy())
+	}
+	return &corev1.Affinity{NodeAffinity: na}
 }
 
 // startDriver creates a job's driver pod (and, first, its namespace's

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -73,6 +74,14 @@ type entry struct {
 	// all the cluster's nodes (those without free slots too) match it.
 	eligible []bool
 	matching int
+	// For a job with spec.preferredNodeAffinity: each node's score (the
+	// summed weights of the terms it matches), by index in the round's
+	// cluster.
+	preference []int
+	// stranded: a running job its matching nodes cannot hold at its
+	// minimum (their labels changed) keeps its minimum where it is
+	// (allocate); this round's message says so.
+	stranded bool
 }
 
 // round is one scheduling round (see the package comment).
@@ -201,8 +210,11 @@ func (s *Service) round(ctx context.Context, src source) error {
 		}
 		setAllocation(e, alloc, stamp)
 		e.st.Message = ""
-		if len(alloc) == 0 {
+		switch {
+		case len(alloc) == 0:
 			e.st.Message = waitingReason(e, cluster, placed)
+		case e.stranded:
+			e.st.Message = strandedReason(e, cluster, len(alloc))
 		}
 		changed = append(changed, e)
 	}
@@ -262,20 +274,31 @@ func (s *Service) entryOf(u *unstructured.Unstructured) (*entry, error) {
 // allocate asks the policy and makes its answer one the jobs can be given:
 // the placement of each job's workers by node index.
 func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, names []string, index map[string]int, cluster scheduler.Cluster) (scheduler.Allocation, error) {
-	slots := cluster.TotalGPUs()
 	current := scheduler.Allocation{}
-	jobs := make([]scheduler.Job, len(active))
-	ids := make([]string, len(active))
-	perNode := slices.Max(append(slices.Clone(cluster.GPUs), 1))
-	for i, e := range active {
-		ids[i] = e.id
+	for _, e := range active {
 		for _, n := range e.st.Allocation {
 			if k, ok := index[n]; ok {
 				current[e.id] = append(current[e.id], k)
 			}
 		}
+	}
+	// A running job whose matching nodes can no longer hold its minimum
+	// keeps its minimum where it is (keepStranded); the others share the
+	// rest. Such a job stays in the policy's view, eligible nowhere, so
+	// that a policy's own record of it (Tiresias's queues) goes on.
+	kept, cluster := keepStranded(active, current, cluster)
+	slots := cluster.TotalGPUs()
+	jobs := make([]scheduler.Job, len(active))
+	ids := make([]string, len(active))
+	perNode := slices.Max(append(slices.Clone(cluster.GPUs), 1))
+	for i, e := range active {
+		ids[i] = e.id
 		jobs[i] = describe(e, now, perNode)
 		jobs[i].Eligible = e.eligible
+		jobs[i].Preference = e.preference
+		if e.stranded {
+			jobs[i].Eligible = make([]bool, len(cluster.GPUs))
+		}
 	}
 	proposed := scheduler.Allocation{}
 	if len(cluster.GPUs) > 0 && len(active) > 0 {
@@ -289,14 +312,22 @@ func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, 
 	floor := make([]int, len(active))
 	running := make([]bool, len(active))
 	eligible := map[string][]bool{}
+	preference := map[string][]int{}
 	for i, e := range active {
+		if e.preference != nil {
+			preference[e.id] = e.preference
+		}
 		limit := slots
 		if m := int(e.job.Spec.MaxWorkers); m > 0 {
 			limit = min(limit, m)
 		}
 		floor[i] = int(e.job.Spec.MinWorkers)
 		running[i] = e.st.Phase == api.PhaseRunning
-		if e.eligible != nil {
+		if e.stranded {
+			// Its workers are kept apart (kept), outside slots.
+			eligible[e.id] = jobs[i].Eligible
+			floor[i], limit = 0, 0
+		} else if e.eligible != nil {
 			eligible[e.id] = e.eligible
 			room := eligibleSlots(e.eligible, cluster)
 			limit = min(limit, room)
@@ -317,7 +348,10 @@ func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, 
 		counts[id] = want[i]
 	}
 	proposed, order := keepOneCurrent(ids, counts, proposed, current)
-	placed := scheduler.PlaceCounts(cluster, order, counts, proposed, current, eligible)
+	placed := scheduler.PlaceCounts(cluster, order, counts, proposed, current, eligible, preference)
+	for id, nodes := range kept {
+		placed[id] = nodes
+	}
 	for _, e := range active {
 		// Counts fit the cluster's slots, but a pinned job's nodes may be
 		// taken by others: a job that would start below its minimum does
@@ -329,15 +363,73 @@ func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, 
 	return placed, nil
 }
 
+// keepStranded finds the running jobs whose matching nodes (all of them,
+// free or not) hold fewer slots than their minimum: their labels changed
+// while the job ran. As Kubernetes leaves a running pod on a node whose
+// labels no longer match (IgnoredDuringExecution), such a job keeps its
+// minimum on the nodes it holds, its workers on matching nodes first, then
+// those on the others (each node's in turn, the most first), and gets no
+// worker it does not have: a new worker pod on a node that does not match
+// would be refused by its kubelet. It returns the jobs' kept placements and
+// the cluster less the slots they keep; it marks the jobs stranded. A job
+// whose nodes left gets what is left of them (it may be fewer than its
+// minimum, as for any job whose nodes leave).
+func keepStranded(active []*entry, current scheduler.Allocation, cluster scheduler.Cluster) (scheduler.Allocation, scheduler.Cluster) {
+	kept := scheduler.Allocation{}
+	left := scheduler.Cluster{GPUs: slices.Clone(cluster.GPUs)}
+	for _, e := range active {
+		floor := int(e.job.Spec.MinWorkers)
+		if e.st.Phase != api.PhaseRunning || e.eligible == nil || eligibleSlots(e.eligible, cluster) >= floor || len(current[e.id]) == 0 {
+			continue
+		}
+		e.stranded = true
+		held := map[int]int{}
+		for _, n := range current[e.id] {
+			held[n]++
+		}
+		order := slices.Sorted(maps.Keys(held))
+		slices.SortStableFunc(order, func(a, b int) int {
+			if ea, eb := e.eligible[a], e.eligible[b]; ea != eb {
+				if ea {
+					return -1
+				}
+				return 1
+			}
+			return held[b] - held[a]
+		})
+		var nodes []int
+		for _, n := range order {
+			for k := 0; k < held[n] && left.GPUs[n] > 0 && len(nodes) < floor; k++ {
+				nodes = append(nodes, n)
+				left.GPUs[n]--
+			}
+		}
+		slices.Sort(nodes)
+		kept[e.id] = nodes
+	}
+	return kept, left
+}
+
 // eligibleNodes sets the eligible nodes (by index in names, the round's
 // cluster) of each job its spec keeps on some nodes, and how many of all
-// the nodes match it.
+// the nodes match it; and the nodes' scores for each job with node
+// preferences.
 func eligibleNodes(active []*entry, nodes []*corev1.Node, names []string) error {
 	byName := make(map[string]*corev1.Node, len(nodes))
 	for _, n := range nodes {
 		byName[n.Name] = n
 	}
 	for _, e := range active {
+		if e.job.Spec.Prefers() {
+			score, err := e.job.Spec.NodePreference()
+			if err != nil {
+				return fmt.Errorf("service: %s: %w", e.id, err) // Validate passed: not reached
+			}
+			e.preference = make([]int, len(names))
+			for i, name := range names {
+				e.preference[i] = score(byName[name].Labels, name)
+			}
+		}
 		if !e.job.Spec.Pinned() {
 			continue
 		}
@@ -387,6 +479,22 @@ func waitingReason(e *entry, cluster scheduler.Cluster, placed scheduler.Allocat
 	}
 	return fmt.Sprintf("waiting for %d free slots (spec.minWorkers) on the %d nodes matching spec.nodeSelector and spec.requiredNodeAffinity (%d free there)",
 		minimum, e.matching, eligibleSlots(e.eligible, free))
+}
+
+// strandedReason is the message of a running job that keeps workers on
+// nodes that no longer match it (keepStranded).
+func strandedReason(e *entry, cluster scheduler.Cluster, workers int) string {
+	minimum := e.job.Spec.MinWorkers
+	kept := fmt.Sprintf("%d workers", workers)
+	if workers == 1 {
+		kept = "1 worker"
+	}
+	if e.matching == 0 {
+		return fmt.Sprintf("no node matches spec.nodeSelector and spec.requiredNodeAffinity any more: keeping %s on its nodes until one can hold spec.minWorkers %d",
+			kept, minimum)
+	}
+	return fmt.Sprintf("the %d nodes matching spec.nodeSelector and spec.requiredNodeAffinity hold %d slots, below spec.minWorkers %d: keeping %s on its nodes until they can",
+		e.matching, eligibleSlots(e.eligible, cluster), minimum, kept)
 }
 
 // keepOneCurrent edits the proposal of each job that keeps workers but none

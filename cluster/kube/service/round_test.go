@@ -677,7 +677,7 @@ func TestKeepOneCurrent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ids := []string{"a", "b", "c", "n"}
 			proposed, order := keepOneCurrent(ids, tc.counts, tc.proposed, tc.current)
-			got := scheduler.PlaceCounts(cluster, order, tc.counts, proposed, tc.current, nil)
+			got := scheduler.PlaceCounts(cluster, order, tc.counts, proposed, tc.current, nil, nil)
 			for id, want := range tc.want {
 				if !slices.Equal(got[id], want) {
 					t.Errorf("%s placed on %v, want %v (all: %v)", id, got[id], want, got)
@@ -1115,6 +1115,172 @@ func TestNodeSelection(t *testing.T) {
 					}
 					if !reflect.DeepEqual(required, s.RequiredNodeAffinity) {
 						t.Errorf("%s's driver pod has required node affinity %v, want %v", name, required, s.RequiredNodeAffinity)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestRunningJobsNodesRelabelled: a running job whose nodes' labels change
+// so that the nodes matching its spec can no longer hold its minimum keeps
+// its minimum on the nodes it holds (as Kubernetes leaves a running pod on
+// a node whose labels changed: IgnoredDuringExecution), its matching nodes'
+// workers first; it gets no worker it did not have on a node that does not
+// match, does not grow, and its message says why. Once its nodes match
+// again it is placed on them as before.
+func TestRunningJobsNodesRelabelled(t *testing.T) {
+	relabel := func(f *fixture, pool string, nodes ...string) {
+		for _, n := range nodes {
+			f.editNode(n, func(n *corev1.Node) { n.Labels["pool"] = pool })
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		relabel  []string // the nodes of pool a moved to pool b
+		matching []string // the nodes that match j after
+		message  string
+	}{
+		{"one of its two nodes", []string{"n2"}, []string{"n1"},
+			"the 1 nodes matching spec.nodeSelector and spec.requiredNodeAffinity hold 2 slots, below spec.minWorkers 3: keeping 3 workers on its nodes until they can"},
+		{"every node", []string{"n1", "n2"}, nil,
+			"no node matches spec.nodeSelector and spec.requiredNodeAffinity any more: keeping 3 workers on its nodes until one can hold spec.minWorkers 3"},
+	} {
+		for _, policy := range Policies {
+			t.Run(tc.name+"/"+policy, func(t *testing.T) {
+				node := func(name, pool string) *corev1.Node {
+					n := labelNode(name, 2)
+					n.Labels["pool"] = pool
+					return n
+				}
+				f := newFixture(t, policy, node("n1", "a"), node("n2", "a"), node("n3", "b"))
+				j := spec(3, 4, 0)
+				j.NodeSelector = map[string]string{"pool": "a"}
+				f.submit("j", j)
+				f.submit("k", spec(1, 4, 0))
+				f.round()
+				f.reportGoodput("j", 4)
+				f.reportGoodput("k", 4)
+				f.round()
+				before := f.job("j").Status.Allocation
+				if st := f.job("j").Status; st.Phase != api.PhaseRunning || len(before) < 3 {
+					t.Fatalf("j before: %+v", st)
+				}
+				relabel(f, "b", tc.relabel...)
+				for round := range 3 {
+					f.round()
+					f.checkFits("j", "k")
+					st := f.job("j").Status
+					if st.Phase != api.PhaseRunning || len(st.Allocation) != 3 {
+						t.Fatalf("round %d after the relabelling: j is %s with %v (before %v), want Running with its minimum, 3", round, st.Phase, st.Allocation, before)
+					}
+					for _, n := range st.Allocation {
+						if had, has := count(before, n), count(st.Allocation, n); !slices.Contains(tc.matching, n) && has > had {
+							t.Fatalf("round %d: j has %d workers on %s, which no longer matches (it had %d): %v → %v", round, has, n, had, before, st.Allocation)
+						}
+					}
+					for _, n := range tc.matching {
+						if count(st.Allocation, n) < min(count(before, n), 3) {
+							t.Errorf("round %d: j left matching node %s: %v → %v", round, n, before, st.Allocation)
+						}
+					}
+					if st.Message != tc.message {
+						t.Errorf("round %d: j's message %q, want %q", round, st.Message, tc.message)
+					}
+				}
+				relabel(f, "a", tc.relabel...)
+				f.round()
+				f.round()
+				f.checkFits("j", "k")
+				st := f.job("j").Status
+				if st.Phase != api.PhaseRunning || len(st.Allocation) < 3 || st.Message != "" {
+					t.Fatalf("once its nodes match again: j is %s with %v, %q", st.Phase, st.Allocation, st.Message)
+				}
+				for _, n := range st.Allocation {
+					if n == "n3" {
+						t.Fatalf("once its nodes match again: j on n3: %v", st.Allocation)
+					}
+				}
+			})
+		}
+	}
+}
+
+func count(nodes []string, n string) int {
+	k := 0
+	for _, m := range nodes {
+		if m == n {
+			k++
+		}
+	}
+	return k
+}
+
+// TestNodePreference: a job's spec.preferredNodeAffinity places its workers
+// on the nodes of highest summed weight among those it may use, whatever
+// the policy; full preferred nodes leave it the others; it never gets a node
+// its selection excludes; its driver pod carries the preferences.
+func TestNodePreference(t *testing.T) {
+	node := func(name string, labels ...string) *corev1.Node {
+		n := labelNode(name, 2)
+		for i := 0; i+1 < len(labels); i += 2 {
+			n.Labels[labels[i]] = labels[i+1]
+		}
+		return n
+	}
+	prefer := func(weight int32, key, value string) corev1.PreferredSchedulingTerm {
+		return corev1.PreferredSchedulingTerm{Weight: weight, Preference: corev1.NodeSelectorTerm{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{value}}}}}
+	}
+	job := func(selector map[string]string, terms ...corev1.PreferredSchedulingTerm) api.Spec {
+		s := spec(2, 2, 0)
+		s.NodeSelector, s.PreferredNodeAffinity = selector, terms
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		jobs map[string]api.Spec // submitted in name order
+		want map[string][]string // each job's allocation
+	}{
+		{"one preferred node", map[string]api.Spec{"j": job(nil, prefer(50, "zone", "z1"))},
+			map[string][]string{"j": {"n3", "n3"}}},
+		{"the larger summed weight", map[string]api.Spec{"j": job(nil, prefer(30, "pool", "a"), prefer(20, "pool", "b"), prefer(15, "zone", "z1"))},
+			map[string][]string{"j": {"n3", "n3"}}},
+		{"preferred, but not selected", map[string]api.Spec{"j": job(map[string]string{"pool": "b"}, prefer(100, "pool", "a"), prefer(1, "zone", "z2"))},
+			map[string][]string{"j": {"n2", "n2"}}},
+		{"the preferred node taken: the next", map[string]api.Spec{
+			"a": job(map[string]string{"zone": "z1"}),
+			"j": job(nil, prefer(50, "zone", "z1"), prefer(10, "zone", "z2"))},
+			map[string][]string{"a": {"n3", "n3"}, "j": {"n2", "n2"}}},
+	} {
+		for _, policy := range Policies {
+			t.Run(tc.name+"/"+policy, func(t *testing.T) {
+				f := newFixture(t, policy, node("n1", "pool", "a"), node("n2", "pool", "b", "zone", "z2"), node("n3", "pool", "b", "zone", "z1"))
+				names := slices.Sorted(maps.Keys(tc.jobs))
+				for _, name := range names {
+					f.submit(name, tc.jobs[name])
+				}
+				for round := range 2 {
+					f.round()
+					f.checkFits(names...)
+					for _, name := range names {
+						j := f.job(name)
+						if j.Status.Phase != api.PhaseRunning || !slices.Equal(j.Status.Allocation, tc.want[name]) {
+							t.Fatalf("round %d: %s is %s with %v (%q), want Running with %v", round, name, j.Status.Phase, j.Status.Allocation, j.Status.Message, tc.want[name])
+						}
+					}
+				}
+				for _, name := range names {
+					pod, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), DriverPodName(name), metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					var preferred []corev1.PreferredSchedulingTerm
+					if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+						preferred = a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+					}
+					if want := tc.jobs[name].PreferredNodeAffinity; !reflect.DeepEqual(preferred, want) {
+						t.Errorf("%s's driver pod prefers %+v, want %+v", name, preferred, want)
 					}
 				}
 			})

@@ -22,9 +22,11 @@ import (
 // TestSchemaAgainstAPIServer: the GorovodJob schema of
 // deploy/kubernetes/gorovod.yaml keeps spec.tolerations and the adoption
 // fields of the status (a structural schema prunes what it does not name),
-// spec.nodeSelector and spec.requiredNodeAffinity, and refuses a toleration
-// or node selector requirement the Pod API would refuse for its operator or
-// effect.
+// spec.nodeSelector, spec.requiredNodeAffinity and
+// spec.preferredNodeAffinity, and refuses a toleration or node selector
+// requirement the Pod API would refuse for its operator or effect, and a
+// preference's weight outside 1 to 100 or more than api.MaxPreferredTerms
+// preferences.
 func TestSchemaAgainstAPIServer(t *testing.T) {
 	cp := testkube.New(t, testkube.DefaultConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -107,6 +109,39 @@ func TestSchemaAgainstAPIServer(t *testing.T) {
 	}
 	if _, err := create("bad-affinity", nil, pin("Equal")); err == nil || !strings.Contains(err.Error(), "spec.requiredNodeAffinity") {
 		t.Errorf("a node selector operator Equal: got %v, want the schema to refuse it", err)
+	}
+	// The node preferences: kept, and a weight outside 1 to 100, a bad
+	// operator or more than api.MaxPreferredTerms terms refused.
+	prefer := func(weight int32, op corev1.NodeSelectorOperator, terms int) func(*api.Spec) {
+		return func(s *api.Spec) {
+			for range terms {
+				s.PreferredNodeAffinity = append(s.PreferredNodeAffinity, corev1.PreferredSchedulingTerm{Weight: weight, Preference: corev1.NodeSelectorTerm{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: op, Values: []string{"z1"}}},
+					MatchFields:      []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"node-2"}}}}})
+			}
+		}
+	}
+	preferring, err := create("preferring", nil, prefer(30, corev1.NodeSelectorOpIn, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = api.Spec{}
+	prefer(30, corev1.NodeSelectorOpIn, 2)(&want)
+	if !reflect.DeepEqual(preferring.Spec.PreferredNodeAffinity, want.PreferredNodeAffinity) {
+		t.Fatalf("spec.preferredNodeAffinity %+v as stored", preferring.Spec.PreferredNodeAffinity)
+	}
+	for _, bad := range []struct {
+		name string
+		edit func(*api.Spec)
+	}{
+		{"bad-weight-0", prefer(0, corev1.NodeSelectorOpIn, 1)},
+		{"bad-weight-101", prefer(101, corev1.NodeSelectorOpIn, 1)},
+		{"bad-operator", prefer(10, "Equal", 1)},
+		{"bad-terms", prefer(10, corev1.NodeSelectorOpIn, api.MaxPreferredTerms+1)},
+	} {
+		if _, err := create(bad.name, nil, bad.edit); err == nil || !strings.Contains(err.Error(), "spec.preferredNodeAffinity") {
+			t.Errorf("%s: got %v, want the schema to refuse it", bad.name, err)
+		}
 	}
 	// The driver's and the scheduler's new status fields.
 	body, err := json.Marshal(map[string]any{"status": map[string]any{"driverRestarts": 2,

@@ -494,7 +494,9 @@ func (d *gorovodJobDriver) configure(kc *kube.Config) {
 // pinWorker gives a worker pod the job's node selection, added to what the
 // pod template has: the kubelet of a node the pod is bound to
 // (spec.nodeName) admits it only where the node matches both, as the
-// scheduler's allocation does.
+// scheduler's allocation does. The job's node preferences are added to the
+// template's too (the pod is bound by the gorovod scheduler, which placed
+// it by them; they tell a reader of the pod what the job asked for).
 func pinWorker(pod *corev1.Pod, spec api.Spec) {
 	if len(spec.NodeSelector) > 0 {
 		if pod.Spec.NodeSelector == nil {
@@ -503,7 +505,7 @@ func pinWorker(pod *corev1.Pod, spec api.Spec) {
 		maps.Copy(pod.Spec.NodeSelector, spec.NodeSelector)
 	}
 	required := spec.RequiredNodeAffinity
-	if required == nil {
+	if required == nil && len(spec.PreferredNodeAffinity) == 0 {
 		return
 	}
 	if pod.Spec.Affinity == nil {
@@ -513,6 +515,13 @@ func pinWorker(pod *corev1.Pod, spec api.Spec) {
 		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
 	}
 	na := pod.Spec.Affinity.NodeAffinity
+	// Preferences add up: the job's terms go after the template's.
+	for _, t := range spec.PreferredNodeAffinity {
+		na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution, *t.DeepCopy())
+	}
+	if required == nil {
+		return
+	}
 	own := na.RequiredDuringSchedulingIgnoredDuringExecution
 	if own == nil || len(own.NodeSelectorTerms) == 0 {
 		na.RequiredDuringSchedulingIgnoredDuringExecution = required.DeepCopy()

@@ -161,17 +161,26 @@ func TestWorkerNodeSelection(t *testing.T) {
 		wantSelector         map[string]string
 		wantNodes            []int // of nodes, where the pod's selection holds
 		wantTemplateAffinity bool  // the template's other affinity kept
+		wantPreferred        []corev1.PreferredSchedulingTerm
 	}{
-		{"none", &corev1.Pod{}, api.Spec{}, nil, []int{0, 1, 2}, false},
-		{"the job's selector", &corev1.Pod{}, api.Spec{NodeSelector: map[string]string{"pool": "a"}}, map[string]string{"pool": "a"}, []int{0, 1}, false},
+		{"none", &corev1.Pod{}, api.Spec{}, nil, []int{0, 1, 2}, false, nil},
+		{"the job's selector", &corev1.Pod{}, api.Spec{NodeSelector: map[string]string{"pool": "a"}}, map[string]string{"pool": "a"}, []int{0, 1}, false, nil},
 		{"several labels, added to the template's", &corev1.Pod{Spec: corev1.PodSpec{NodeSelector: map[string]string{"disk": "ssd"}}},
-			api.Spec{NodeSelector: map[string]string{"pool": "a", "zone": "z1"}}, map[string]string{"disk": "ssd", "pool": "a", "zone": "z1"}, []int{0}, false},
-		{"a selector no node matches", &corev1.Pod{}, api.Spec{NodeSelector: map[string]string{"pool": "c"}}, map[string]string{"pool": "c"}, nil, false},
-		{"the job's affinity", &corev1.Pod{}, api.Spec{RequiredNodeAffinity: required(term("zone", "z2"), term("pool", "b"))}, nil, []int{1, 2}, false},
+			api.Spec{NodeSelector: map[string]string{"pool": "a", "zone": "z1"}}, map[string]string{"disk": "ssd", "pool": "a", "zone": "z1"}, []int{0}, false, nil},
+		{"a selector no node matches", &corev1.Pod{}, api.Spec{NodeSelector: map[string]string{"pool": "c"}}, map[string]string{"pool": "c"}, nil, false, nil},
+		{"the job's affinity", &corev1.Pod{}, api.Spec{RequiredNodeAffinity: required(term("zone", "z2"), term("pool", "b"))}, nil, []int{1, 2}, false, nil},
 		{"the job's affinity and the template's: both hold", &corev1.Pod{Spec: corev1.PodSpec{Affinity: &corev1.Affinity{
 			NodeAffinity:    &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: required(term("disk", "ssd"))},
 			PodAntiAffinity: &corev1.PodAntiAffinity{}}}},
-			api.Spec{RequiredNodeAffinity: required(term("zone", "z1"), term("pool", "b"))}, nil, []int{0}, true},
+			api.Spec{RequiredNodeAffinity: required(term("zone", "z1"), term("pool", "b"))}, nil, []int{0}, true, nil},
+		{"the job's preferences", &corev1.Pod{}, api.Spec{PreferredNodeAffinity: []corev1.PreferredSchedulingTerm{{Weight: 40, Preference: term("zone", "z2")}}},
+			nil, []int{0, 1, 2}, false, []corev1.PreferredSchedulingTerm{{Weight: 40, Preference: term("zone", "z2")}}},
+		{"preferences after the template's, with a required affinity", &corev1.Pod{Spec: corev1.PodSpec{Affinity: &corev1.Affinity{
+			NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 5, Preference: term("disk", "ssd")}}}}}},
+			api.Spec{RequiredNodeAffinity: required(term("zone", "z1")),
+				PreferredNodeAffinity: []corev1.PreferredSchedulingTerm{{Weight: 40, Preference: term("pool", "b")}, {Weight: 1, Preference: term("zone", "z1")}}},
+			nil, []int{0, 2}, false,
+			[]corev1.PreferredSchedulingTerm{{Weight: 5, Preference: term("disk", "ssd")}, {Weight: 40, Preference: term("pool", "b")}, {Weight: 1, Preference: term("zone", "z1")}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kc := kube.Config{}
@@ -198,6 +207,13 @@ func TestWorkerNodeSelection(t *testing.T) {
 			}
 			if tc.wantTemplateAffinity && pod.Spec.Affinity.PodAntiAffinity == nil {
 				t.Errorf("the template's pod anti-affinity was dropped")
+			}
+			var preferred []corev1.PreferredSchedulingTerm
+			if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+				preferred = a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+			}
+			if !reflect.DeepEqual(preferred, tc.wantPreferred) {
+				t.Errorf("preferred node affinity %+v, want %+v", preferred, tc.wantPreferred)
 			}
 		})
 	}

@@ -174,6 +174,8 @@ spec:
 		{"bad node selector key", []string{"submit", "--name", "x", "--image", "i", "--node-selector", "-pool=a", "--", "t"}, "spec.nodeSelector: key \"-pool\""},
 		{"bad node affinity", []string{"submit", bad("affinity.yaml", readFile(t, manifest)+"  requiredNodeAffinity: {nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: Equal}]}]}\n")},
 			"operator \"Equal\""},
+		{"bad node preference", []string{"submit", bad("prefer.yaml", readFile(t, manifest)+"  preferredNodeAffinity: [{weight: 0, preference: {matchExpressions: [{key: zone, operator: In, values: [z1]}]}}]\n")},
+			"spec.preferredNodeAffinity[0].weight 0: want 1 to 100"},
 		{"no name", []string{"submit", "--image", "i", "--", "t"}, "--name is required"},
 		{"unknown field", []string{"submit", bad("typo.yaml", strings.Replace(readFile(t, manifest), "maxWorkers", "maxWorkerz", 1))}, "not a GorovodJob manifest"},
 		{"not YAML", []string{"submit", bad("junk.yaml", "{{{")}, "not a GorovodJob manifest"},
