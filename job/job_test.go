@@ -1,7 +1,6 @@
 package job_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/internal/testing/testio"
 	"github.com/gorovod/gorovod/job"
 	"github.com/gorovod/gorovod/observe/timeline"
 )
@@ -311,7 +311,7 @@ func TestHandStartedWorkerJoins(t *testing.T) {
 	r.waitFor(t, "a world of 1", worldOf(1))
 	hand := exec.Command(os.Args[0])
 	hand.Env = append(append(os.Environ(), j.Environ()...), envSteps+"=400", envStepTime+"=20ms")
-	var handOut syncBuffer
+	var handOut testio.Buffer
 	hand.Stdout, hand.Stderr = &handOut, &handOut
 	if err := hand.Start(); err != nil {
 		t.Fatal(err)
@@ -422,23 +422,4 @@ func TestTimelineMergedAtTheEnd(t *testing.T) {
 	if losses != 60 {
 		t.Errorf("%d steps reported with their loss and bytes, want 60", losses)
 	}
-}
-
-// syncBuffer collects a process's output written by exec's copying goroutine
-// while the test may read it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

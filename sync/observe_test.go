@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/internal/testing/testio"
 	"github.com/gorovod/gorovod/observe/stall"
 	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/driver"
@@ -49,24 +50,6 @@ func countEvents(evs []traceEvent) map[string]int {
 	return n
 }
 
-// syncBuffer is a bytes.Buffer a timeline's writer and the test share.
-type syncBuffer struct {
-	mu stdsync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
-}
-
 // TestSessionTimelineAndStall: two workers train while one stops, before the
 // gradient allreduce of step 4, for several stall-check times. The waiting
 // worker's inspector warns; the snapshots both send (at the warning and as
@@ -83,13 +66,13 @@ func TestSessionTimelineAndStall(t *testing.T) {
 	const steps, stopAt = 6, 4
 	var mu stdsync.Mutex
 	snaps := map[string][]stall.Snapshot{}
-	bufs := map[string]*syncBuffer{}
+	bufs := map[string]*testio.Buffer{}
 	var found []stall.Stall
 	names := []string{"runs", "stops"}
 	errs := make(chan error, len(names))
 	for _, name := range names {
 		w := startToy(t, name, coord, 64)
-		buf := &syncBuffer{}
+		buf := &testio.Buffer{}
 		bufs[name] = buf
 		tl := timeline.New(buf, timeline.Config{ProcessName: name})
 		go func() {

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/internal/testing/testio"
 	"github.com/gorovod/gorovod/internal/testing/testkube"
 )
 
@@ -245,7 +245,7 @@ spec:
 		t.Fatalf("scheduler with a bad --metrics-addr: %v %q", err, stderr)
 	}
 	sctx, stop := context.WithCancel(ctx)
-	logs := &lockedBuffer{}
+	logs := &testio.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		// No --kubeconfig: the scheduler finds the API server through
@@ -279,25 +279,6 @@ spec:
 	if err := <-done; err != nil {
 		t.Fatalf("the scheduler after its context ended: %v", err)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer written by one goroutine and read by
-// another.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func readFile(t *testing.T, path string) string {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gorovod/gorovod/cluster/kube/api"
 	"github.com/gorovod/gorovod/internal/testing/testdaemon"
+	"github.com/gorovod/gorovod/internal/testing/testio"
 	"github.com/gorovod/gorovod/internal/testing/testkube"
 )
 
@@ -99,7 +100,7 @@ func TestLogsOfRunningPod(t *testing.T) {
 	}
 	// -f streams until the command's context ends, the pod still running.
 	fctx, stop := context.WithCancel(ctx)
-	followed := &lockedBuffer{}
+	followed := &testio.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- Main(fctx, []string{"logs", "-f", "--kubeconfig", kubeconfig, "-n", ns, "mnist"}, Config{Stdout: followed, Stderr: io.Discard})
