@@ -166,6 +166,23 @@ func startAgentLogged(t *testing.T, ctx context.Context, seed string, min int, l
 	return startAgentWith(t, ctx, seed, driver.AgentConfig{MinWorkers: min, Logger: log})
 }
 
+// joinSilent joins a ready worker that no agent serves: alive to gossip,
+// it answers no probe and sends no report.
+func joinSilent(t *testing.T, ctx context.Context, seed string) *membership.Member {
+	t.Helper()
+	mc := gossipConfig()
+	mc.Secret, mc.Seeds = []byte(secret), []string{seed}
+	silent, err := membership.Join(ctx, mc, membership.Meta{JobID: jobID, Role: membership.RoleWorker, CollectiveAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = silent.Shutdown() })
+	if err := silent.UpdateMeta(ctx, func(meta *membership.Meta) { meta.State = membership.StateReady }); err != nil {
+		t.Fatal(err)
+	}
+	return silent
+}
+
 // startAgentWith starts a worker's agent configured by cfg (its OnAdopt is
 // the harness's).
 func startAgentWith(t *testing.T, ctx context.Context, seed string, cfg driver.AgentConfig) *agent {
@@ -484,16 +501,7 @@ func TestAgentTakeoverWaitsItsProbeTimeout(t *testing.T) {
 	first := startAgentWith(t, ctx, d.GossipAddr(), cfg)
 	second := startAgentWith(t, ctx, d.GossipAddr(), cfg)
 	// The silent worker, younger than both: a member that no agent serves.
-	mc := gossipConfig()
-	mc.Secret, mc.Seeds = []byte(secret), []string{d.GossipAddr()}
-	silent, err := membership.Join(ctx, mc, membership.Meta{JobID: jobID, Role: membership.RoleWorker, CollectiveAddr: "127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = silent.Shutdown() })
-	if err := silent.UpdateMeta(ctx, func(meta *membership.Meta) { meta.State = membership.StateReady }); err != nil {
-		t.Fatal(err)
-	}
+	silent := joinSilent(t, ctx, d.GossipAddr())
 	first.await(t, "all three are members", func(w epoch.World) bool { return len(w.Members) == 3 })
 	d.Close()
 	tookOver := func(l string) bool { return strings.HasPrefix(l, "no driver:") }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorovod/gorovod/membership"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 )
@@ -83,16 +82,7 @@ func TestDriverWaitsItsProbeTimeout(t *testing.T) {
 	t.Cleanup(func() { d.Close() })
 	ags := []*agent{startAgent(t, ctx, d.GossipAddr(), 2), startAgent(t, ctx, d.GossipAddr(), 2)}
 	// The silent worker: a member that no agent serves.
-	mc := gossipConfig()
-	mc.Secret, mc.Seeds = []byte(secret), []string{d.GossipAddr()}
-	silent, err := membership.Join(ctx, mc, membership.Meta{JobID: jobID, Role: membership.RoleWorker, CollectiveAddr: "127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = silent.Shutdown() })
-	if err := silent.UpdateMeta(ctx, func(meta *membership.Meta) { meta.State = membership.StateReady }); err != nil {
-		t.Fatal(err)
-	}
+	silent := joinSilent(t, ctx, d.GossipAddr())
 	w := ags[0].await(t, "all three are members", func(w epoch.World) bool { return len(w.Members) == 3 })
 	start := time.Now()
 	ags[0].a.ReportFailure(w.Number, silent.Name(), fmt.Errorf("no data from it"))
