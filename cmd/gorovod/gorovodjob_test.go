@@ -26,6 +26,7 @@ import (
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/testing/testkube"
 )
 
@@ -150,7 +151,9 @@ func poll(t *testing.T, what string, within time.Duration, cond func() bool) {
 // run nothing: the test plays the scheduler (status.allocation) and the
 // kubelets (it removes the pods the driver deleted). The driver creates one
 // worker pod per entry of the allocation on the node named, asking for one
-// gorovod.io/slot; a node taken out of the allocation loses its workers;
+// gorovod.io/slot, with the spec's environment, minimum and probe timeout
+// (GOROVOD_MIN_WORKERS, GOROVOD_PROBE_TIMEOUT), which status.adoption
+// records; a node taken out of the allocation loses its workers;
 // deleting the GorovodJob ends the driver, which deletes its pods.
 func TestGorovodJobDriverPlacement(t *testing.T) {
 	if testing.Short() {
@@ -166,7 +169,7 @@ func TestGorovodJobDriverPlacement(t *testing.T) {
 		}
 	}
 	c.submit(ctx, t, "placed", api.Spec{Image: "gorovod.local/synthetic:test", Command: []string{"/bin/synthetic", "--steps", "100"},
-		MinWorkers: 1, MaxWorkers: 4, Env: []corev1.EnvVar{{Name: "TRAINER_FLAG", Value: "x"}}})
+		MinWorkers: 1, MaxWorkers: 4, Env: []corev1.EnvVar{{Name: "TRAINER_FLAG", Value: "x"}}, ProbeTimeout: &metav1.Duration{Duration: 3 * time.Second}})
 
 	cmd := exec.CommandContext(ctx, binary, "run", "--gorovodjob", "placed", "--kubeconfig", c.kubeconfig,
 		"--kubernetes-namespace", c.ns, "--leave-notice", "1s", "--progress", "never")
@@ -228,9 +231,16 @@ func TestGorovodJobDriverPlacement(t *testing.T) {
 		if tc.Image != "gorovod.local/synthetic:test" || strings.Join(tc.Command, " ") != "/bin/synthetic --steps 100" {
 			t.Errorf("pod %s runs %s %v", p.Name, tc.Image, tc.Command)
 		}
-		if !slices.ContainsFunc(tc.Env, func(e corev1.EnvVar) bool { return e.Name == "TRAINER_FLAG" && e.Value == "x" }) {
-			t.Errorf("pod %s lacks the spec's environment: %v", p.Name, tc.Env)
+		for _, want := range []corev1.EnvVar{{Name: "TRAINER_FLAG", Value: "x"}, {Name: envconfig.EnvMinWorkers, Value: "1"}, {Name: envconfig.EnvProbeTimeout, Value: "3s"}} {
+			if !slices.ContainsFunc(tc.Env, func(e corev1.EnvVar) bool { return e.Name == want.Name && e.Value == want.Value }) {
+				t.Errorf("pod %s lacks %s=%s of the spec: %v", p.Name, want.Name, want.Value, tc.Env)
+			}
 		}
+	}
+	// A replacement driver gives its workers what these were given.
+	poll(t, "status.adoption", time.Minute, func() bool { return c.job(ctx, t, "placed").Status.Adoption != nil })
+	if a := c.job(ctx, t, "placed").Status.Adoption; a.MinWorkers != 1 || a.ProbeTimeout == nil || a.ProbeTimeout.Duration != 3*time.Second {
+		t.Errorf("status.adoption %+v; want minWorkers 1, probeTimeout 3s", a)
 	}
 
 	// node-a leaves the allocation: its workers are stopped, node-b's stays.

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -126,7 +127,19 @@ type Spec struct {
 	// node usable or unusable, nor changes how many workers the job gets.
 	// At most MaxPreferredTerms terms.
 	PreferredNodeAffinity []corev1.PreferredSchedulingTerm `json:"preferredNodeAffinity,omitempty"`
+	// ProbeTimeout is how long a worker blamed for a failed collective has
+	// to answer the liveness probe of the job's driver, or of the worker
+	// that proposes in its place while no driver runs, before it is left
+	// out of the next world (gorovod run --probe-timeout): a Go duration
+	// such as "3s", above zero and at most MaxProbeTimeout. The driver pod
+	// uses it and every worker gets it (GOROVOD_PROBE_TIMEOUT). Unset: the
+	// driver's default, 500ms.
+	ProbeTimeout *metav1.Duration `json:"probeTimeout,omitempty"`
 }
+
+// MaxProbeTimeout bounds Spec.ProbeTimeout: a frozen worker holds the next
+// world that long.
+const MaxProbeTimeout = 10 * time.Minute
 
 // MaxPreferredTerms bounds Spec.PreferredNodeAffinity: every node is scored
 // against every term each scheduling round.
@@ -201,6 +214,9 @@ type Adoption struct {
 	SecretName string `json:"secretName"`
 	// MinWorkers is the job's floor, as its workers were given it.
 	MinWorkers int32 `json:"minWorkers"`
+	// ProbeTimeout is the job's probe timeout, as its workers were given
+	// it (GOROVOD_PROBE_TIMEOUT); nil: they were given none.
+	ProbeTimeout *metav1.Duration `json:"probeTimeout,omitempty"`
 	// Ended: the job is over; its driver's end is the job's.
 	Ended bool `json:"ended,omitempty"`
 }
@@ -232,6 +248,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("gorovodjob: spec.batch bounds must be ≥ 0")
 	case s.Batch.Max != 0 && s.Batch.Min > s.Batch.Max:
 		return fmt.Errorf("gorovodjob: spec.batch.min %d is above spec.batch.max %d", s.Batch.Min, s.Batch.Max)
+	case s.ProbeTimeout != nil && (s.ProbeTimeout.Duration <= 0 || s.ProbeTimeout.Duration > MaxProbeTimeout):
+		return fmt.Errorf("gorovodjob: spec.probeTimeout %v must be above 0 and at most %v", s.ProbeTimeout.Duration, MaxProbeTimeout)
 	}
 	for i, t := range s.Tolerations {
 		if err := validToleration(t); err != nil {

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,11 @@ func TestSpecValidate(t *testing.T) {
 		{"max below min", func(s *Spec) { s.MinWorkers, s.MaxWorkers = 3, 2 }, "spec.maxWorkers"},
 		{"negative batch", func(s *Spec) { s.Batch.Min = -1 }, "spec.batch"},
 		{"batch min above max", func(s *Spec) { s.Batch.Min, s.Batch.Max = 64, 32 }, "spec.batch.min"},
+		{"probe timeout", func(s *Spec) { s.ProbeTimeout = &metav1.Duration{Duration: 3 * time.Second} }, ""},
+		{"probe timeout at the bound", func(s *Spec) { s.ProbeTimeout = &metav1.Duration{Duration: MaxProbeTimeout} }, ""},
+		{"probe timeout zero", func(s *Spec) { s.ProbeTimeout = &metav1.Duration{} }, "spec.probeTimeout"},
+		{"probe timeout negative", func(s *Spec) { s.ProbeTimeout = &metav1.Duration{Duration: -time.Second} }, "spec.probeTimeout"},
+		{"probe timeout above the bound", func(s *Spec) { s.ProbeTimeout = &metav1.Duration{Duration: MaxProbeTimeout + time.Second} }, "spec.probeTimeout"},
 		{"tolerations", func(s *Spec) {
 			sec := int64(30)
 			s.Tolerations = []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "vision", Effect: corev1.TaintEffectNoSchedule},
@@ -246,10 +252,12 @@ func TestUnstructuredRoundTrip(t *testing.T) {
 			Tolerations:           []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "vision", Effect: corev1.TaintEffectNoSchedule}},
 			NodeSelector:          map[string]string{"example.com/pool": "a100"},
 			RequiredNodeAffinity:  affinity(corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1", "z2"}}),
-			PreferredNodeAffinity: []corev1.PreferredSchedulingTerm{prefer(20, corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1"}})}},
+			PreferredNodeAffinity: []corev1.PreferredSchedulingTerm{prefer(20, corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1"}})},
+			ProbeTimeout:          &metav1.Duration{Duration: 2500 * time.Millisecond}},
 		Status: Status{Phase: PhaseRunning, Allocation: []string{"n1", "n1", "n2"}, WorldSize: 3, SubmitTime: &now, DriverRestarts: 1,
-			Adoption: &Adoption{JobID: "j1", Seeds: []string{"198.18.0.5:7946"}, SecretName: "mnist-secret-0123456789", MinWorkers: 1},
-			Goodput:  &GoodputStatus{Model: goodput.Model{Perf: goodput.PerfParams{AlphaC: 0.01, BetaC: 1e-4, Gamma: 1.5}, Grad: goodput.GradParams{Sqr: 1, Var: 2}, InitBatch: 64}, MaxProfiledWorkers: 3, FittedAt: now}},
+			Adoption: &Adoption{JobID: "j1", Seeds: []string{"198.18.0.5:7946"}, SecretName: "mnist-secret-0123456789", MinWorkers: 1,
+				ProbeTimeout: &metav1.Duration{Duration: 2500 * time.Millisecond}},
+			Goodput: &GoodputStatus{Model: goodput.Model{Perf: goodput.PerfParams{AlphaC: 0.01, BetaC: 1e-4, Gamma: 1.5}, Grad: goodput.GradParams{Sqr: 1, Var: 2}, InitBatch: 64}, MaxProfiledWorkers: 3, FittedAt: now}},
 	}
 	u, err := ToUnstructured(j)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -26,7 +27,8 @@ import (
 // spec.preferredNodeAffinity, and refuses a toleration or node selector
 // requirement the Pod API would refuse for its operator or effect, and a
 // preference's weight outside 1 to 100 or more than api.MaxPreferredTerms
-// preferences.
+// preferences; it keeps spec.probeTimeout and refuses one that is not a
+// duration above 0 and at most api.MaxProbeTimeout.
 func TestSchemaAgainstAPIServer(t *testing.T) {
 	cp := testkube.New(t, testkube.DefaultConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -143,9 +145,32 @@ func TestSchemaAgainstAPIServer(t *testing.T) {
 			t.Errorf("%s: got %v, want the schema to refuse it", bad.name, err)
 		}
 	}
+	// The probe timeout: kept, and one that is not a duration above 0
+	// and at most api.MaxProbeTimeout refused.
+	probing, err := create("probing", nil, func(s *api.Spec) { s.ProbeTimeout = &metav1.Duration{Duration: 2500 * time.Millisecond} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pt := probing.Spec.ProbeTimeout; pt == nil || pt.Duration != 2500*time.Millisecond {
+		t.Fatalf("spec.probeTimeout as stored: %v", pt)
+	}
+	for _, bad := range []string{"0s", "-1s", "10m1s", "soon", "3"} {
+		j := &api.GorovodJob{ObjectMeta: metav1.ObjectMeta{Name: "bad-probe", Namespace: ns}, Spec: api.Spec{Image: "img", Command: []string{"train"}, MinWorkers: 1}}
+		u, err := api.ToUnstructured(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unstructured.SetNestedField(u.Object, bad, "spec", "probeTimeout"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := jobs.Create(ctx, u, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.probeTimeout") {
+			t.Errorf("spec.probeTimeout %q: got %v, want the schema to refuse it", bad, err)
+		}
+	}
 	// The driver's and the scheduler's new status fields.
 	body, err := json.Marshal(map[string]any{"status": map[string]any{"driverRestarts": 2,
-		"adoption": api.Adoption{JobID: "job-1", Seeds: []string{"198.18.0.5:7946"}, SecretName: "tolerant-secret-0123456789", MinWorkers: 1, Ended: true}}})
+		"adoption": api.Adoption{JobID: "job-1", Seeds: []string{"198.18.0.5:7946"}, SecretName: "tolerant-secret-0123456789", MinWorkers: 1,
+			ProbeTimeout: &metav1.Duration{Duration: 3 * time.Second}, Ended: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +182,7 @@ func TestSchemaAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a := got.Status.Adoption; got.Status.DriverRestarts != 2 || a == nil || a.JobID != "job-1" || !slices.Equal(a.Seeds, []string{"198.18.0.5:7946"}) ||
-		a.SecretName != "tolerant-secret-0123456789" || a.MinWorkers != 1 || !a.Ended {
+		a.SecretName != "tolerant-secret-0123456789" || a.MinWorkers != 1 || a.ProbeTimeout == nil || a.ProbeTimeout.Duration != 3*time.Second || !a.Ended {
 		t.Fatalf("status as stored: %+v (adoption %+v)", got.Status, a)
 	}
 }

@@ -111,7 +111,7 @@ func fromGorovodJob(flag string) bool {
 	switch flag {
 	case "np", "min-np", "max-np", "num-proc", "min-num-proc", "max-num-proc", "heuristic", "heuristic-opt",
 		"heuristic-config", "replace-stragglers", "kubernetes", "kubernetes-image", "kubernetes-job", "slurm",
-		"H", "hosts", "hostfile", "host-discovery-script":
+		"H", "hosts", "hostfile", "host-discovery-script", "probe-timeout":
 		return true
 	}
 	return false
@@ -190,6 +190,11 @@ func startGorovodJob(ctx context.Context, o *runOptions, fs *flag.FlagSet, repor
 
 	o.argv = slices.Clone(gj.Spec.Command)
 	o.np, o.minNP, o.maxNP = len(alloc), fewest, int(gj.Spec.MaxWorkers)
+	if pt := gj.Spec.ProbeTimeout; pt != nil && o.adopt == nil {
+		// The driver's, and every worker's (GOROVOD_PROBE_TIMEOUT). A job
+		// taken back keeps the one its workers were given (takeBack).
+		o.hosts.probeTimeout = seconds(pt.Duration)
+	}
 	if o.maxNP > 0 {
 		o.np = min(o.np, o.maxNP)
 	}
@@ -627,9 +632,9 @@ func (d *gorovodJobDriver) podEvent(e kube.Event) {
 // started records what a replacement driver needs (status.adoption), then
 // writes the job's status every StatusEvery until the job ends, and once
 // more then.
-func (d *gorovodJobDriver) started(ctx context.Context, j *job.Job, minWorkers int) {
+func (d *gorovodJobDriver) started(ctx context.Context, j *job.Job, minWorkers int, probeTimeout time.Duration) {
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	d.writeAdoption(actx, j.ID(), []string{j.DriverAddr()}, minWorkers)
+	d.writeAdoption(actx, j.ID(), []string{j.DriverAddr()}, minWorkers, probeTimeout)
 	cancel()
 	go func() {
 		t := time.NewTicker(d.cfg.StatusEvery)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,7 +25,8 @@ import (
 //
 //   - the first driver writes status.adoption once its first workers run:
 //     the job id, the workers' gossip seed (its own address), the name of
-//     the job's Secret and the floor, and marks it ended when the job is
+//     the job's Secret, the floor and the probe timeout the workers were
+//     given, and marks it ended when the job is
 //     over. The worker pods, their Secret and Service belong to the
 //     GorovodJob, not to the driver's pod, so they outlive it.
 //   - SIGTERM (its pod deleted) makes the driver leave: it returns without
@@ -67,7 +69,14 @@ func (d *gorovodJobDriver) takeBack(a *api.Adoption) (*job.Adoption, error) {
 		return nil, err
 	}
 	d.adopting, d.secret = a, secret
-	env := envconfig.ElasticWorker{JobID: a.JobID, Secret: secret, Seeds: a.Seeds, MinWorkers: int(a.MinWorkers)}.Environ()
+	// The workers it launches get what the running ones were given: the
+	// floor and the probe timeout, which the adopting driver then uses too
+	// (job.Config.ProbeTimeout unset: startGorovodJob leaves it).
+	var probeTimeout time.Duration
+	if a.ProbeTimeout != nil {
+		probeTimeout = a.ProbeTimeout.Duration
+	}
+	env := envconfig.ElasticWorker{JobID: a.JobID, Secret: secret, Seeds: a.Seeds, MinWorkers: int(a.MinWorkers), ProbeTimeout: probeTimeout}.Environ()
 	return &job.Adoption{Dir: dir, Record: job.JobRecord{JobID: a.JobID}, Env: env}, nil
 }
 
@@ -110,11 +119,14 @@ func (d *gorovodJobDriver) adoptPods(l *kube.Launcher, a *job.Adoption, podIP st
 
 // writeAdoption records what a replacement driver needs (status.adoption),
 // once the job's first workers run.
-func (d *gorovodJobDriver) writeAdoption(ctx context.Context, jobID string, seeds []string, minWorkers int) {
+func (d *gorovodJobDriver) writeAdoption(ctx context.Context, jobID string, seeds []string, minWorkers int, probeTimeout time.Duration) {
 	if d.adopting != nil || d.kl == nil {
 		return
 	}
 	a := api.Adoption{JobID: jobID, Seeds: seeds, SecretName: d.kl.Provisioner().SecretName(), MinWorkers: int32(minWorkers)}
+	if probeTimeout > 0 {
+		a.ProbeTimeout = &metav1.Duration{Duration: probeTimeout}
+	}
 	if d.patchAdoption(ctx, a) {
 		d.mu.Lock()
 		d.recorded = true

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
@@ -15,25 +18,28 @@ import (
 
 // TestTakeBack: a replacement driver takes the job back only with the
 // secret of the Secret its record names, and gives the adopted job the
-// workers' environment (id, secret, seed, minimum).
+// workers' environment (id, secret, seed, minimum, and the probe timeout
+// where the record has one).
 func TestTakeBack(t *testing.T) {
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	record := func() *api.Adoption {
 		return &api.Adoption{JobID: "job-9", Seeds: []string{"198.18.0.3:7946"}, MinWorkers: 2,
-			SecretName: kube.SecretNameFor("mnist", kube.SecretEnv(secret))}
+			ProbeTimeout: &metav1.Duration{Duration: 3 * time.Second}, SecretName: kube.SecretNameFor("mnist", kube.SecretEnv(secret))}
 	}
 	for _, tc := range []struct {
-		name   string
-		env    string // GOROVOD_SECRET
-		record func(*api.Adoption)
-		want   string // "" for taken back
+		name      string
+		env       string // GOROVOD_SECRET
+		record    func(*api.Adoption)
+		want      string        // "" for taken back
+		wantProbe time.Duration // the workers' GOROVOD_PROBE_TIMEOUT (0: none)
 	}{
-		{"the job's secret", hex.EncodeToString(secret), func(*api.Adoption) {}, ""},
-		{"no secret", "", func(*api.Adoption) {}, "has no GOROVOD_SECRET"},
-		{"not hex", "zz", func(*api.Adoption) {}, "hex-encoded"},
-		{"another secret", hex.EncodeToString([]byte("another secret of 32 bytes......")), func(*api.Adoption) {}, "is not the one of the job's Secret"},
-		{"another Secret named", hex.EncodeToString(secret), func(a *api.Adoption) { a.SecretName = "mnist-secret-0000000000" }, "is not the one"},
-		{"no seed", hex.EncodeToString(secret), func(a *api.Adoption) { a.Seeds = nil }, "no job id or seed"},
+		{"the job's secret", hex.EncodeToString(secret), func(*api.Adoption) {}, "", 3 * time.Second},
+		{"no probe timeout recorded", hex.EncodeToString(secret), func(a *api.Adoption) { a.ProbeTimeout = nil }, "", 0},
+		{"no secret", "", func(*api.Adoption) {}, "has no GOROVOD_SECRET", 0},
+		{"not hex", "zz", func(*api.Adoption) {}, "hex-encoded", 0},
+		{"another secret", hex.EncodeToString([]byte("another secret of 32 bytes......")), func(*api.Adoption) {}, "is not the one of the job's Secret", 0},
+		{"another Secret named", hex.EncodeToString(secret), func(a *api.Adoption) { a.SecretName = "mnist-secret-0000000000" }, "is not the one", 0},
+		{"no seed", hex.EncodeToString(secret), func(a *api.Adoption) { a.Seeds = nil }, "no job id or seed", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(envconfig.EnvSecret, tc.env)
@@ -61,8 +67,8 @@ func TestTakeBack(t *testing.T) {
 				}
 				return ""
 			})
-			if err != nil || w.JobID != "job-9" || string(w.Secret) != string(secret) || !slices.Equal(w.Seeds, []string{"198.18.0.3:7946"}) || w.MinWorkers != 2 {
-				t.Fatalf("the adopted job's environment: %+v, %v", w, err)
+			if err != nil || w.JobID != "job-9" || string(w.Secret) != string(secret) || !slices.Equal(w.Seeds, []string{"198.18.0.3:7946"}) || w.MinWorkers != 2 || w.ProbeTimeout != tc.wantProbe {
+				t.Fatalf("the adopted job's environment: %+v, %v (want probe timeout %v)", w, err, tc.wantProbe)
 			}
 			if got.Record.JobID != "job-9" || !strings.HasSuffix(got.Dir, "gorovod-job-9") || d.adopting == nil {
 				t.Fatalf("adoption %+v", got)

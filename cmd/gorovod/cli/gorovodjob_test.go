@@ -286,8 +286,8 @@ func TestAge(t *testing.T) {
 	}
 }
 
-// --gorovodjob takes the workers, the image and the command from the
-// GorovodJob: the flags that would set them are refused before anything is
+// --gorovodjob takes the workers, the image, the command and the probe
+// timeout from the GorovodJob: the flags that would set them are refused before anything is
 // asked of a cluster.
 func TestGorovodJobFlags(t *testing.T) {
 	for _, tc := range []struct {
@@ -297,6 +297,7 @@ func TestGorovodJobFlags(t *testing.T) {
 		{[]string{"--gorovodjob", "j", "--np", "3"}, "drop --np"},
 		{[]string{"--gorovodjob", "j", "--kubernetes", "--kubernetes-image", "img"}, "drop --kubernetes, --kubernetes-image"},
 		{[]string{"--gorovodjob", "j", "--heuristic", "goodput"}, "drop --heuristic"},
+		{[]string{"--gorovodjob", "j", "--probe-timeout", "3"}, "drop --probe-timeout"},
 		{[]string{"--gorovodjob", "j", "--", "/bin/trainer"}, "give none"},
 	} {
 		var out, errb strings.Builder

@@ -46,6 +46,7 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	minW := fs.Int("min-workers", 1, "fewest workers the job trains with")
 	maxW := fs.Int("max-workers", 0, "most workers (0: as many as the scheduler gives)")
 	priority := fs.Int("priority", 0, "higher runs first when not every job fits")
+	probeTimeout := fs.Duration("probe-timeout", 0, "a blamed worker's time to answer the liveness probe before it is left out of the next world, a `duration` such as 3s, at most 10m (spec.probeTimeout, replacing a manifest's; default: the driver's, 500ms)")
 	nodeSelector := map[string]string{}
 	fs.Func("node-selector", "keep the job on the nodes with these labels: `KEY=VALUE[,KEY=VALUE...]` (spec.nodeSelector; repeatable; added to a manifest's)",
 		func(v string) error {
@@ -60,7 +61,7 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return nil
 		})
 	usage := `Usage: gorovod submit [flags] JOB.yaml
-       gorovod submit --name NAME --image IMAGE [--min-workers N] [--max-workers N] [--priority P] [--node-selector K=V] -- COMMAND [ARGS...]
+       gorovod submit --name NAME --image IMAGE [--min-workers N] [--max-workers N] [--priority P] [--node-selector K=V] [--probe-timeout D] -- COMMAND [ARGS...]
 
 Submits an elastic training job to the gorovod scheduler of a Kubernetes
 cluster: a GorovodJob (gorovod.io/v1alpha1), from a manifest or from the
@@ -98,6 +99,11 @@ load and the job's goodput allow, and grows or shrinks it live.`
 		}
 		maps.Copy(gj.Spec.NodeSelector, nodeSelector)
 	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "probe-timeout" { // checked with the spec (Validate)
+			gj.Spec.ProbeTimeout = &metav1.Duration{Duration: *probeTimeout}
+		}
+	})
 	if err := gj.Spec.Validate(); err != nil {
 		return &commandError{command: "submit", err: err}
 	}

@@ -143,7 +143,7 @@ spec:
 	}
 	if out, stderr, err := gorovod(ctx, "submit", "-n", "team-b", "--name", "synth", "--image", "gorovod.local/synthetic:test",
 		"--min-workers", "2", "--max-workers", "3", "--priority", "5", "--node-selector", "example.com/pool=a100,zone=z1", "--node-selector", "disk=ssd",
-		"--", "/bin/synthetic", "--steps", "100"); err != nil || !strings.Contains(out, "team-b/synth submitted") {
+		"--probe-timeout", "3s", "--", "/bin/synthetic", "--steps", "100"); err != nil || !strings.Contains(out, "team-b/synth submitted") {
 		t.Fatalf("submit with flags: %v %q %q", err, out, stderr)
 	}
 	u, err := dyn.Resource(api.GroupVersionResource()).Namespace("team-b").Get(ctx, "synth", metav1.GetOptions{})
@@ -154,6 +154,10 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
+	if pt := synth.Spec.ProbeTimeout; pt == nil || pt.Duration != 3*time.Second {
+		t.Fatalf("submitted spec.probeTimeout %v, want 3s", pt)
+	}
+	synth.Spec.ProbeTimeout = nil
 	if want := (api.Spec{Image: "gorovod.local/synthetic:test", Command: []string{"/bin/synthetic", "--steps", "100"}, MinWorkers: 2, MaxWorkers: 3, Priority: 5,
 		NodeSelector: map[string]string{"example.com/pool": "a100", "zone": "z1", "disk": "ssd"}}); fmt.Sprint(synth.Spec) != fmt.Sprint(want) {
 		t.Fatalf("submitted spec %+v, want %+v", synth.Spec, want)
@@ -170,6 +174,8 @@ spec:
 		{"invalid spec", []string{"submit", bad("min0.yaml", strings.Replace(readFile(t, manifest), "minWorkers: 1", "minWorkers: 0", 1))}, "spec.minWorkers must be ≥ 1"},
 		{"max below min", []string{"submit", "--name", "x", "--image", "i", "--min-workers", "3", "--max-workers", "2", "--", "t"}, "spec.maxWorkers 2 is below spec.minWorkers 3"},
 		{"no command", []string{"submit", "--name", "x", "--image", "i"}, "spec.command is empty"},
+		{"probe timeout 0", []string{"submit", "--name", "x", "--image", "i", "--probe-timeout", "0s", "--", "t"}, "spec.probeTimeout 0s must be above 0"},
+		{"probe timeout above 10m", []string{"submit", "--name", "x", "--image", "i", "--probe-timeout", "11m", "--", "t"}, "at most 10m0s"},
 		{"bad node selector", []string{"submit", "--name", "x", "--image", "i", "--node-selector", "pool", "--", "t"}, "want KEY=VALUE"},
 		{"bad node selector key", []string{"submit", "--name", "x", "--image", "i", "--node-selector", "-pool=a", "--", "t"}, "spec.nodeSelector: key \"-pool\""},
 		{"bad node affinity", []string{"submit", bad("affinity.yaml", readFile(t, manifest)+"  requiredNodeAffinity: {nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: Equal}]}]}\n")},

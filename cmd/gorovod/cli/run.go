@@ -405,7 +405,7 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 		}
 	}
 	if gj := o.cluster.gorovodJobDriver; gj != nil {
-		gj.started(ctx, j, cfg.MinWorkers)
+		gj.started(ctx, j, cfg.MinWorkers, cfg.ProbeTimeout)
 	}
 	watch.attach(j)
 	watch.announce()
