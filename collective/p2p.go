@@ -74,7 +74,9 @@ import (
 // its tag from any peer takes it out of all of them (takePosted). A pump
 // then no longer wanted stops its wait for the next header (a header wait
 // cut short leaves the stream where it was), so a peer that stays silent
-// does not keep a read open on its link.
+// does not keep a read open on its link. A receive from any of some ranks
+// (PostRecvAnyOf: a process set's members) is the same over those peers
+// only: the others' messages with its tag stay for other receives.
 //
 // Failures. A message whose length differs from the receive's buffer fails
 // that receive with a *SizeMismatchError and is dropped (so does a refused
@@ -168,7 +170,10 @@ type p2pRecv struct {
 	// that peer.
 	anySource bool
 	from      int
-	finished  bool // finish ran (under mu): an any-source receive is in several lists
+	// among are the ranks an any-source receive takes a message from
+	// (PostRecvAnyOf); nil: every rank but this one.
+	among    []int
+	finished bool // finish ran (under mu): an any-source receive is in several lists
 }
 
 // p2pMsg is a message being received or one kept until its receive is
@@ -1006,17 +1011,45 @@ func (c *Communicator) PostRecv(peer int, tag uint64, buf []byte) *PostedRecv {
 // PostRecvAny posts a receive into buf of the next message with tag from
 // any rank (see RecvAny); Wait collects it.
 func (c *Communicator) PostRecvAny(tag uint64, buf []byte) *PostedRecv {
-	switch {
-	case c.parent != nil:
-		return &PostedRecv{c: c, peer: -1, err: errP2POnSubset}
-	case c.Size() < 2:
+	if c.parent == nil && c.Size() < 2 {
 		return &PostedRecv{c: c, peer: -1, err: fmt.Errorf("collective: cannot receive from any rank: rank %d is the only one", c.Rank())}
+	}
+	return c.postRecvAny(nil, tag, buf)
+}
+
+// PostRecvAnyOf posts a receive into buf of the next message with tag from
+// any of ranks (this communicator's, without this rank; at least one): as
+// PostRecvAny, but the messages of the other ranks are left to other
+// receives, and the source Wait returns is one of ranks. A process set's
+// receive from any of its members is one.
+func (c *Communicator) PostRecvAnyOf(ranks []int, tag uint64, buf []byte) *PostedRecv {
+	if len(ranks) == 0 {
+		return &PostedRecv{c: c, peer: -1, err: errors.New("collective: cannot receive from any of no ranks")}
+	}
+	seen := make(map[int]bool, len(ranks))
+	for _, r := range ranks {
+		if err := c.p2pCheck("receive from", r); err != nil {
+			return &PostedRecv{c: c, peer: -1, err: err}
+		}
+		if seen[r] {
+			return &PostedRecv{c: c, peer: -1, err: fmt.Errorf("collective: cannot receive from any of ranks %v: rank %d is there twice", ranks, r)}
+		}
+		seen[r] = true
+	}
+	return c.postRecvAny(slices.Clone(ranks), tag, buf)
+}
+
+// postRecvAny posts an any-source receive from among (nil: every other
+// rank).
+func (c *Communicator) postRecvAny(among []int, tag uint64, buf []byte) *PostedRecv {
+	if c.parent != nil {
+		return &PostedRecv{c: c, peer: -1, err: errP2POnSubset}
 	}
 	if err := c.Err(); err != nil {
 		return &PostedRecv{c: c, peer: -1, err: err}
 	}
 	p := c.p2p
-	r := &p2pRecv{tag: tag, buf: buf, done: make(chan struct{}), anySource: true, from: -1}
+	r := &p2pRecv{tag: tag, buf: buf, done: make(chan struct{}), anySource: true, from: -1, among: among}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.err != nil {
@@ -1024,6 +1057,15 @@ func (c *Communicator) PostRecvAny(tag uint64, buf []byte) *PostedRecv {
 	}
 	p.postAny(c, r)
 	return &PostedRecv{c: c, r: r, peer: -1}
+}
+
+// sources names the ranks an any-source receive takes messages from, for
+// errors.
+func (r *p2pRecv) sources() string {
+	if r.among == nil {
+		return "any rank"
+	}
+	return fmt.Sprintf("any of ranks %v", r.among)
 }
 
 // Wait waits for the posted receive as long as ctx lets it and returns the
@@ -1047,13 +1089,13 @@ func (pr *PostedRecv) Wait(ctx context.Context) (int, error) {
 	if r.anySource && r.from < 0 {
 		p.withdraw(r) // no message took it: the streams are untouched
 		p.mu.Unlock()
-		return -1, fmt.Errorf("collective: receiving from any rank with tag %d: %w", r.tag, ctx.Err())
+		return -1, fmt.Errorf("collective: receiving from %s with tag %d: %w", r.sources(), r.tag, ctx.Err())
 	}
 	from := r.from
 	p.mu.Unlock()
 	what := fmt.Sprintf("rank %d", from)
 	if r.anySource {
-		what += " (any rank)"
+		what += " (" + r.sources() + ")"
 	}
 	err := fmt.Errorf("collective: receiving from %s with tag %d: %w", what, r.tag, ctx.Err())
 	c.p2pFail(err)
@@ -1072,11 +1114,20 @@ func (pr *PostedRecv) from() int {
 }
 
 // postAny matches any-source receive r with the earliest kept message with
-// its tag from any peer, or else posts it to every peer and starts their
-// pumps (under mu); it reports whether r is finished already (see post).
+// its tag from the peers it takes messages from (r.among, else every
+// other), or else posts it to each of them and starts their pumps (under
+// mu); it reports whether r is finished already (see post).
 func (p *p2pState) postAny(c *Communicator, r *p2pRecv) bool {
+	peers := r.among
+	if peers == nil {
+		for i := range p.peers {
+			if i != c.Rank() {
+				peers = append(peers, i)
+			}
+		}
+	}
 	from, first := -1, uint64(0)
-	for i := range p.peers {
+	for _, i := range peers {
 		for _, m := range p.peers[i].kept {
 			if m.tag == r.tag && (from < 0 || m.arrived < first) {
 				from, first = i, m.arrived
@@ -1093,10 +1144,7 @@ func (p *p2pState) postAny(c *Communicator, r *p2pRecv) bool {
 		p.startPump(c.links[from], from)
 		return false
 	}
-	for i := range p.peers {
-		if i == c.Rank() {
-			continue
-		}
+	for _, i := range peers {
 		p.peers[i].posted = append(p.peers[i].posted, r)
 		p.startPump(c.links[i], i)
 	}

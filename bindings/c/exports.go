@@ -833,7 +833,7 @@ func gorovodGoP2PAsync(send C.int, buf unsafe.Pointer, count C.int64_t, dtype C.
 }
 
 //export gorovodGoRecvAnyAsync
-func gorovodGoRecvAnyAsync(buf unsafe.Pointer, count C.int64_t, dtype C.int, tag C.uint64_t, source *C.int32_t, h *C.gorovod_handle) (rc C.int) {
+func gorovodGoRecvAnyAsync(ps C.int32_t, buf unsafe.Pointer, count C.int64_t, dtype C.int, tag C.uint64_t, source *C.int32_t, h *C.gorovod_handle) (rc C.int) {
 	defer guard(&rc)
 	const what = "recv from any rank"
 	e, err := p2pEngine(what, h)
@@ -847,7 +847,7 @@ func gorovodGoRecvAnyAsync(buf unsafe.Pointer, count C.int64_t, dtype C.int, tag
 	if err != nil {
 		return status(err)
 	}
-	handle, err := e.RecvAny(uint64(tag), b, (*int32)(unsafe.Pointer(source)))
+	handle, err := e.RecvAnyOn(int32(ps), uint64(tag), b, (*int32)(unsafe.Pointer(source)))
 	if err != nil {
 		return status(err)
 	}

@@ -100,8 +100,9 @@ extern "C" {
  * library's. 2 added the _start calls, 3 the process sets, 4 the shaped
  * allreduce, 5 point-to-point messages and gorovod_name_next, 6 CUDA
  * device memory (gorovod_cuda_next, gorovod_cuda_supported), 7 the receive
- * from any rank (gorovod_recv_any_async). */
-#define GOROVOD_ABI_VERSION 7
+ * from any rank (gorovod_recv_any_async), 8 the receive from any member of a
+ * process set (gorovod_recv_any_ps_async). */
+#define GOROVOD_ABI_VERSION 8
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
@@ -489,6 +490,13 @@ int gorovod_recv_async(void *buf, int64_t count, int dtype, int32_t peer, uint64
  * one to receive from: GOROVOD_ERR_INVALID_ARGUMENT. */
 int gorovod_recv_any_async(void *buf, int64_t count, int dtype, uint64_t tag, int32_t *source,
                            gorovod_handle *handle);
+/* gorovod_recv_any_async from any other member of process_set (0: the
+ * world): messages with tag from ranks outside the set are left for other
+ * receives. *source is the sender's world rank. A set this rank is not a
+ * member of, an unknown one, or one of this rank alone:
+ * GOROVOD_ERR_INVALID_ARGUMENT. */
+int gorovod_recv_any_ps_async(int32_t process_set, void *buf, int64_t count, int dtype, uint64_t tag,
+                              int32_t *source, gorovod_handle *handle);
 
 /* ---- Handles ---- */
 

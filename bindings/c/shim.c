@@ -483,8 +483,13 @@ int gorovod_recv_async(void *buf, int64_t count, int dtype, int32_t peer, uint64
 
 int gorovod_recv_any_async(void *buf, int64_t count, int dtype, uint64_t tag, int32_t *source,
                            gorovod_handle *handle) {
+  return gorovod_recv_any_ps_async(0, buf, count, dtype, tag, source, handle);
+}
+
+int gorovod_recv_any_ps_async(int32_t process_set, void *buf, int64_t count, int dtype, uint64_t tag,
+                              int32_t *source, gorovod_handle *handle) {
   REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
-  return gorovodGoRecvAnyAsync(buf, count, dtype, tag, source, handle);
+  return gorovodGoRecvAnyAsync(process_set, buf, count, dtype, tag, source, handle);
 }
 
 int gorovod_barrier_async(gorovod_handle *handle) { return gorovod_barrier_ps_async(0, handle); }

@@ -311,8 +311,11 @@ func TestTorchDistributedNewGroup(t *testing.T) {
 // 64 MiB isend followed by all_reduce before its irecv is posted, a
 // non-contiguous receive), tags received in another order than sent, a
 // receive of the wrong size raising while the world goes on, a receive posted
-// long before its message with collectives run meanwhile, a group's ranks;
-// and destroy_process_group(group) removing the group's process set on every
+// long before its message with collectives run meanwhile, a group's ranks,
+// receives from any rank (on a group of two, taking only the group's
+// messages, naming the sender's group rank, while the world's group carries
+// messages with the same tag to the same receiver); and
+// destroy_process_group(group) removing the group's process set on every
 // rank once every member destroyed it (see tests/distributed_p2p_test.py).
 func TestTorchDistributedP2P(t *testing.T) {
 	runEachWorld(t, "tests/distributed_p2p_test.py", 3, 4)

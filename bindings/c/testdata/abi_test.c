@@ -349,6 +349,35 @@ int main(void) {
     } else {
       CHECK(gorovod_barrier_ps_async(ps, &ph) == GOROVOD_ERR_INVALID_ARGUMENT, "a call on a set without this rank");
     }
+    // A receive from any member of the set: the last rank, outside it,
+    // sends rank 0 a message with tag 46 before rank 1 does (after a
+    // barrier); rank 0's receive, posted first, takes rank 1's, naming it,
+    // and the outsider's stays for a receive from it. The outsider cannot
+    // receive from any member.
+    if (size >= 3) {
+      gorovod_handle hp, hb;
+      int64_t mine = rank * 7, got = -1, theirs = -1;
+      int32_t from = -1;
+      if (rank == 0) OK(gorovod_recv_any_ps_async(ps, &got, 1, GOROVOD_INT64, 46, &from, &hp));
+      if (rank == size - 1) {
+        OK(gorovod_send_async(&mine, 1, GOROVOD_INT64, 0, 46, &hp));
+        OK(gorovod_wait(hp, -1));
+        CHECK(gorovod_recv_any_ps_async(ps, &got, 1, GOROVOD_INT64, 46, &from, &hp) == GOROVOD_ERR_INVALID_ARGUMENT,
+              "a receive from any member of a set without this rank");
+      }
+      OK(gorovod_barrier_async(&hb));
+      OK(gorovod_wait(hb, -1));
+      if (rank == 1) {
+        OK(gorovod_send_async(&mine, 1, GOROVOD_INT64, 0, 46, &hp));
+        OK(gorovod_wait(hp, -1));
+      } else if (rank == 0) {
+        OK(gorovod_wait(hp, -1));
+        CHECK(from == 1 && got == 7, "a receive from any member of the set got %lld from rank %d", (long long)got, from);
+        OK(gorovod_recv_async(&theirs, 1, GOROVOD_INT64, size - 1, 46, &hp));
+        OK(gorovod_wait(hp, -1));
+        CHECK(theirs == (size - 1) * 7, "the outsider's message after it: %lld", (long long)theirs);
+      }
+    }
     OK(gorovod_remove_process_set(ps));
     CHECK(gorovod_barrier_ps_async(ps, &ph) == GOROVOD_ERR_INVALID_ARGUMENT, "a barrier on a removed set");
     CHECK(gorovod_remove_process_set(0) == GOROVOD_ERR_INVALID_ARGUMENT, "removing the world");

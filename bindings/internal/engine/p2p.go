@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/gorovod/gorovod/collective"
 	gsync "github.com/gorovod/gorovod/sync"
@@ -32,13 +33,18 @@ import (
 // collective's would. Messages are not carried from one world to the next:
 // one submitted before a world change the trainer has not acknowledged
 // (Reset) is refused.
+//
+// A receive from any rank takes the next message with its tag from any
+// other rank of the world (RecvAny), or of a process set this process is a
+// member of (RecvAnyOn: the messages of the ranks outside the set stay for
+// other receives); either names the sender by world rank.
 
 // Send sends buf to world rank peer as one message with tag. The send is
 // posted before Send returns, so messages with one tag are numbered, and
 // received, in the order the sends were made.
 func (e *Engine) Send(peer int, tag uint64, buf collective.Buffer) (Handle, error) {
-	return e.p2p("send", peer, tag, buf, func(c *collective.Communicator) func(ctx context.Context) error {
-		return c.PostSend(peer, tag, buf.Host).Wait // numbered in the order the sends were made
+	return e.p2p("send", peer, 0, tag, buf, func(c *collective.Communicator) (func(ctx context.Context) error, error) {
+		return c.PostSend(peer, tag, buf.Host).Wait, nil // numbered in the order the sends were made
 	})
 }
 
@@ -46,12 +52,12 @@ func (e *Engine) Send(peer int, tag uint64, buf collective.Buffer) (Handle, erro
 // The receive is posted before Recv returns, so receives match messages in
 // the order they were made.
 func (e *Engine) Recv(peer int, tag uint64, buf collective.Buffer) (Handle, error) {
-	return e.p2p("recv", peer, tag, buf, func(c *collective.Communicator) func(ctx context.Context) error {
+	return e.p2p("recv", peer, 0, tag, buf, func(c *collective.Communicator) (func(ctx context.Context) error, error) {
 		posted := c.PostRecv(peer, tag, buf.Host)
 		return func(ctx context.Context) error {
 			_, err := posted.Wait(ctx)
 			return err
-		}
+		}, nil
 	})
 }
 
@@ -63,18 +69,46 @@ func (e *Engine) Recv(peer int, tag uint64, buf collective.Buffer) (Handle, erro
 // included. source is the caller's until then. A world of one rank has no
 // one to receive from: ErrInvalid.
 func (e *Engine) RecvAny(tag uint64, buf collective.Buffer, source *int32) (Handle, error) {
+	return e.RecvAnyOn(0, tag, buf, source)
+}
+
+// RecvAnyOn is RecvAny from any other member of process set set (0: the
+// world): the messages of ranks outside it are left for other receives
+// (collective.Communicator.PostRecvAnyOf). *source is the sender's world
+// rank. A set this process is not a member of is refused (ErrNotMember), as
+// is one of this process alone (ErrInvalid) and an unknown one
+// (ErrUnknownSet).
+func (e *Engine) RecvAnyOn(set int32, tag uint64, buf collective.Buffer, source *int32) (Handle, error) {
 	if source == nil {
 		return 0, fmt.Errorf("%w: recv from any rank needs somewhere to write the sender's rank", ErrInvalid)
 	}
-	return e.p2p("recv", anyRank, tag, buf, func(c *collective.Communicator) func(ctx context.Context) error {
-		posted := c.PostRecvAny(tag, buf.Host)
+	return e.p2p("recv", anyRank, set, tag, buf, func(c *collective.Communicator) (func(ctx context.Context) error, error) {
+		var posted *collective.PostedRecv
+		if set == 0 {
+			posted = c.PostRecvAny(tag, buf.Host)
+		} else {
+			// Under e.mu: the set's ranks are the world c is the
+			// communicator of.
+			info, err := e.processSet(set)
+			if err != nil {
+				return nil, fmt.Errorf("recv from any rank: %w", err)
+			}
+			if info.Rank < 0 {
+				return nil, fmt.Errorf("recv from any rank: rank %d: %w %d (ranks %v)", e.topo.Rank, ErrNotMember, set, info.Ranks)
+			}
+			others := slices.DeleteFunc(info.Ranks, func(r int) bool { return r == e.topo.Rank })
+			if len(others) == 0 {
+				return nil, fmt.Errorf("%w: recv from any rank of process set %d: this process is its only rank", ErrInvalid, set)
+			}
+			posted = c.PostRecvAnyOf(others, tag, buf.Host)
+		}
 		return func(ctx context.Context) error {
 			from, err := posted.Wait(ctx)
 			if from >= 0 {
 				*source = int32(from)
 			}
 			return err
-		}
+		}, nil
 	})
 }
 
@@ -82,10 +116,11 @@ func (e *Engine) RecvAny(tag uint64, buf collective.Buffer, source *int32) (Hand
 const anyRank = -1
 
 // p2p starts a point-to-point call: start runs on the caller's goroutine
-// (a receive is posted there, so that one caller's receives are posted in
-// the order it made them) and returns what runs on a goroutine of its own
-// until the call is done; peer is a world rank, or anyRank.
-func (e *Engine) p2p(what string, peer int, tag uint64, buf collective.Buffer, start func(c *collective.Communicator) func(ctx context.Context) error) (Handle, error) {
+// under e.mu (a receive is posted there, so that one caller's receives are
+// posted in the order they were made), refuses the call or returns what
+// runs on a goroutine of its own until the call is done; peer is a world
+// rank, or anyRank (from any member of process set set).
+func (e *Engine) p2p(what string, peer int, set int32, tag uint64, buf collective.Buffer, start func(c *collective.Communicator) (func(ctx context.Context) error, error)) (Handle, error) {
 	if err := checkBuffers(what, buf); err != nil {
 		return 0, err
 	}
@@ -99,6 +134,8 @@ func (e *Engine) p2p(what string, peer int, tag uint64, buf collective.Buffer, s
 	}
 	from := fmt.Sprintf("rank %d", peer)
 	switch {
+	case peer == anyRank && set != 0:
+		from = fmt.Sprintf("any rank of process set %d", set)
 	case peer == anyRank:
 		from = "any rank"
 		if e.topo.Size < 2 {
@@ -110,12 +147,15 @@ func (e *Engine) p2p(what string, peer int, tag uint64, buf collective.Buffer, s
 		return 0, fmt.Errorf("%w: %s: rank %d is this process", ErrInvalid, what, peer)
 	}
 	comm := e.comm
+	run, err := start(comm) // under e.mu: two callers' calls are posted in the order they were made
+	if err != nil {
+		return 0, err
+	}
 	c := &call{what: fmt.Sprintf("%s with tag %d (%s)", what, tag, from), gen: e.gen, done: make(chan struct{})}
 	e.next++
 	h := e.next
 	e.handles[h] = c
 	e.p2pRunning.Add(1)
-	run := start(comm) // under e.mu: two callers' calls are posted in the order they were made
 	go func() {
 		defer e.p2pRunning.Done()
 		err := run(e.ctx)

@@ -201,3 +201,110 @@ func TestRecvAny(t *testing.T) {
 		t.Fatalf("RecvAny in a world of one: %v, want ErrInvalid", err)
 	}
 }
+
+// TestRecvAnyOn: receives from any member of a process set between
+// engines. The set is world ranks 0, 1 and 2 of 4; rank 3, outside it,
+// sends rank 0 a message with tag 6 before the set's members send theirs
+// (rank 1 two, rank 2 one, after a barrier). Rank 0's three RecvAnyOn,
+// made before any message came, take the members' messages only, naming
+// them by world rank, rank 1's in the order sent; rank 3's stays for a
+// Recv from it. A non-member's, an unknown set's, and a set of this
+// process alone are refused.
+func TestRecvAnyOn(t *testing.T) {
+	d := startDriver(t, 2)
+	es := startEngines(t, d, 4)
+	sets := make([]int32, len(es))
+	each(t, es, func(e *Engine) error {
+		id, err := addSet(e, 0, 1, 2)
+		sets[e.Topology().Rank] = id
+		return err
+	})
+	set := sets[0]
+	each(t, es, func(e *Engine) error {
+		const tag = 6
+		w := waitOn(e)
+		r := e.Topology().Rank
+		switch r {
+		case 3:
+			if err := w(e.Send(0, tag, f32([]float32{30}))); err != nil {
+				return err
+			}
+			return w(e.Barrier())
+		case 1, 2:
+			if err := w(e.Barrier()); err != nil {
+				return err
+			}
+			for k := range 3 - r {
+				if err := w(e.Send(0, tag, f32([]float32{float32(r*10 + k)}))); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		bufs := make([][]float32, 3)
+		froms := make([]int32, 3)
+		handles := make([]Handle, 3)
+		for i := range handles {
+			bufs[i], froms[i] = []float32{-1}, -1
+			h, err := e.RecvAnyOn(set, tag, f32(bufs[i]), &froms[i])
+			if err != nil {
+				return err
+			}
+			handles[i] = h
+		}
+		if err := w(e.Barrier()); err != nil {
+			return err
+		}
+		got := map[int32]int{}
+		for i, h := range handles {
+			if err := e.Wait(h, 30*time.Second); err != nil {
+				return err
+			}
+			from := froms[i]
+			if (from != 1 && from != 2) || bufs[i][0] != float32(from*10)+float32(got[from]) {
+				return fmt.Errorf("receive %d from any member of set %d got %v from rank %d (so far %v)", i, set, bufs[i], from, got)
+			}
+			got[from]++
+		}
+		if got[1] != 2 || got[2] != 1 {
+			return fmt.Errorf("receives from any member of set %d got messages from %v, want 2 from rank 1 and 1 from rank 2", set, got)
+		}
+		from3 := []float32{-1}
+		if err := w(e.Recv(3, tag, f32(from3))); err != nil || from3[0] != 30 {
+			return fmt.Errorf("the Recv from rank 3 after them got %v, %v; want its message, 30", from3, err)
+		}
+		return nil
+	})
+	alone := make([]int32, len(es))
+	each(t, es, func(e *Engine) error {
+		id, err := addSet(e, 1)
+		alone[e.Topology().Rank] = id
+		return err
+	})
+	each(t, es, func(e *Engine) error {
+		r := e.Topology().Rank
+		for _, tc := range []struct {
+			name  string
+			ranks []int // where the call is made
+			set   int32
+			want  error
+		}{
+			{"not a member", []int{3}, set, ErrNotMember},
+			{"unknown set", []int{0, 1, 2, 3}, 9999, ErrUnknownSet},
+			{"this process alone", []int{1}, alone[r], ErrInvalid},
+			{"no place for the source", []int{0}, set, ErrInvalid},
+		} {
+			if !slices.Contains(tc.ranks, r) {
+				continue
+			}
+			source := new(int32)
+			if tc.name == "no place for the source" {
+				source = nil
+			}
+			if _, err := e.RecvAnyOn(tc.set, 0, f32(make([]float32, 1)), source); !errors.Is(err, tc.want) {
+				return fmt.Errorf("%s: RecvAnyOn(%d) returned %v, want %v", tc.name, tc.set, err, tc.want)
+			}
+		}
+		return nil
+	})
+}

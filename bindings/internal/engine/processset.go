@@ -79,6 +79,11 @@ type ProcessSetInfo struct {
 func (e *Engine) ProcessSet(id int32) (ProcessSetInfo, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.processSet(id)
+}
+
+// processSet is ProcessSet under mu.
+func (e *Engine) processSet(id int32) (ProcessSetInfo, error) {
 	if id == 0 {
 		ranks := make([]int, e.topo.Size)
 		for r := range ranks {

@@ -61,7 +61,7 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
 SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = 1, 2, 3, 4, 5, 6
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -244,6 +244,7 @@ def _prototypes(lib):
         "gorovod_send_async": [c_void_p, c_i64, c_int, c_i32, c_u64, p_u64],
         "gorovod_recv_async": [c_void_p, c_i64, c_int, c_i32, c_u64, p_u64],
         "gorovod_recv_any_async": [c_void_p, c_i64, c_int, c_u64, ctypes.POINTER(c_i32), p_u64],  # ABI 7
+        "gorovod_recv_any_ps_async": [c_i32, c_void_p, c_i64, c_int, c_u64, ctypes.POINTER(c_i32), p_u64],  # ABI 8
     }
     for name, args in sigs.items():
         f = getattr(lib, name)
@@ -621,13 +622,16 @@ def recv_async(buf, count, dtype, peer, tag, keep):
     return _issue(lib().gorovod_recv_async(buf, count, dtype, peer, tag, ctypes.byref(h)), h, keep)
 
 
-def recv_any_async(buf, count, dtype, tag, keep):
-    """Receives the next message with tag from any rank into the count
-    elements at buf. Returns the handle and a ctypes int32 the library sets
-    to the sender's world rank before the handle completes."""
+def recv_any_async(buf, count, dtype, tag, keep, ps=0):
+    """Receives the next message with tag from any other member of process
+    set ps (0: any rank of the world) into the count elements at buf.
+    Returns the handle and a ctypes int32 the library sets to the sender's
+    world rank before the handle completes."""
     h, source = _u64(), ctypes.c_int32(-1)
-    return _issue(lib().gorovod_recv_any_async(buf, count, dtype, tag, ctypes.byref(source), ctypes.byref(h)), h,
-                  (keep, source)), source
+    l = lib()
+    status = (l.gorovod_recv_any_ps_async(ps, buf, count, dtype, tag, ctypes.byref(source), ctypes.byref(h)) if ps
+              else l.gorovod_recv_any_async(buf, count, dtype, tag, ctypes.byref(source), ctypes.byref(h)))
+    return _issue(status, h, (keep, source)), source
 
 
 def barrier_async(ps=0):

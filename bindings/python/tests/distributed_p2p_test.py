@@ -10,7 +10,10 @@ meanwhile) gets it; a group's ranks are translated to world ranks; a
 receive from any rank (src=None: dist.recv, and irecv's work._source_rank())
 takes each of several senders' messages once, naming the sender, each
 sender's in the order sent, beside a receive from a given rank posted
-before it; on a group of some ranks it is refused. Then: a group destroyed on all its members has
+before it; on a group of some ranks it takes only the group's messages
+(not those of ranks outside it, nor a member's sent on the world's group
+with the same tag) and names the sender's group rank. Then: a group
+destroyed on all its members has
 its process set removed at the next new_group (on every rank, members or
 not), while a group of other ranks whose members have not all destroyed it
 keeps its set.
@@ -199,17 +202,46 @@ else:
         dist.send(message(r, 30 + k, count=5), dst=0, tag=30)
     if r == 1:
         dist.send(message(1, 32, count=5), dst=0, tag=31)
-# On a group of some ranks it is refused (gorovod's receive from any rank
-# takes one from any rank of the world).
-if r in pair:
-    try:
-        dist.recv(torch.empty(1), group=g12)
-    except RuntimeError as e:
-        if "gorovod backend" not in str(e) or "any rank" not in str(e):
-            raise
-    else:
-        raise AssertionError("rank %d: recv without src on a group of two did not raise" % r)
-
+# On a group (the pair, world ranks 1 and 2: group ranks 0 and 1), a
+# receive from any rank takes only the group's messages, and names the
+# sender by its group rank (torch's dist.recv turns it into a world rank).
+# Rank 1 posts one before anything is sent; meanwhile every rank outside
+# the pair sends rank 1 a message with the same tag on the world's group,
+# and so does rank 2 (a member, but not on the group); only then does rank 2
+# send its two messages on the group. Neither of the world's messages is
+# taken by the group's receives; receives from any rank of the world take
+# them afterwards.
+if r == 1:
+    first = torch.empty(5)
+    w_group = dist.irecv(first, group=g12, tag=40)
+    if w_group.is_completed():
+        raise AssertionError("rank 1: a receive from any rank of the group completed before anyone sent")
+if r != 1:
+    dist.send(message(r, 40, count=5), dst=1, tag=40)  # on the world's group
+dist.barrier()
+if r == 2:
+    for k in (41, 42):
+        dist.send(message(2, k, count=5), dst=1, group=g12, tag=40)
+elif r == 1:
+    w_group.wait()
+    if w_group._source_rank() != 1:
+        raise AssertionError("rank 1: irecv from any rank of the group named group rank %r, want 1 (world rank 2)" %
+                             w_group._source_rank())
+    same("the first message on the group", first, message(2, 41, count=5))
+    g = torch.empty(5)
+    sender = dist.recv(g, group=g12, tag=40)
+    if sender != 2:
+        raise AssertionError("rank 1: dist.recv from any rank of the group returned %r, want world rank 2" % sender)
+    same("the second message on the group", g, message(2, 42, count=5))
+    seen = set()
+    for _ in range(n - 1):
+        g = torch.empty(5)
+        sender = dist.recv(g, tag=40)  # the world's group
+        if sender in seen or sender == 1:
+            raise AssertionError("rank 1: a receive from any rank of the world named rank %r (seen %s)" %
+                                 (sender, seen))
+        seen.add(sender)
+        same("rank %d's message on the world's group" % sender, g, message(sender, 40, count=5))
 dist.barrier()
 
 

@@ -48,15 +48,19 @@ only). A world change (elastic jobs) removes the groups with their sets:
 make them again in the new world.
 
 Point-to-point: ``send``, ``recv``, ``isend``, ``irecv`` and
-``batch_isend_irecv`` with tags, on tensors of any dtype, moved as bytes on
-the world's links beside the collectives (not in their order: only the two
-ranks take part). A receive takes the next message from its source with its
-tag; one of another size raises RuntimeError and the world goes on. A
-receive from any rank (``src=None``, recv_anysource) takes the next message
-with its tag from any rank; ``dist.recv`` returns the sender, and an
-``irecv``'s work gives it with ``_source_rank()`` (on the default group and
-groups of every rank: gorovod's receive from any rank takes one from any
-rank of the world).
+``batch_isend_irecv`` with tags (0 to 2**32-1), on tensors of any dtype,
+moved as bytes on the world's links beside the collectives (not in their
+order: only the two ranks take part). A receive takes the next message from
+its source with its tag; one of another size raises RuntimeError and the
+world goes on. Each group's messages are apart from the others', as on
+Gloo: a group new_group made sends with tags of its own (the group's number
+among those made in the world, above the caller's 32 bits), so a receive on
+a group takes only messages sent on that group. A receive from any rank
+(``src=None``, recv_anysource) takes the next message with its tag from any
+other rank of its group, never one of a rank outside it; ``dist.recv``
+returns the sender, and an ``irecv``'s work gives it with
+``_source_rank()``, as the sender's rank in the group (torch's dist.recv
+turns it into a world rank).
 
 Timeouts, as on Gloo: a work's ``wait()`` (that of ``send`` and ``recv``
 too) raises RuntimeError naming the call, its peer and the timeout once the
@@ -113,6 +117,10 @@ from gorovod.torch import mpi_ops
 __all__ = ["BACKEND", "ProcessGroupGorovod", "register", "remove_destroyed_groups", "switch_world"]
 
 BACKEND = "gorovod"
+
+# Point-to-point tags are below this; a group's messages carry its tag space
+# above them (ProcessGroupGorovod._wire_tag).
+_TAG_LIMIT = 1 << 32
 
 _log = logging.getLogger("gorovod")
 
@@ -348,8 +356,13 @@ class ProcessGroupGorovod(dist.ProcessGroup):
     group ``new_group`` made runs its collectives on a gorovod process set of
     its ranks (process_set), with the rank and size within it."""
 
-    def __init__(self, rank, size, world=None, timeout=None, process_set=None, group_ranks=None, store=None):
+    def __init__(self, rank, size, world=None, timeout=None, process_set=None, group_ranks=None, store=None,
+                 tag_space=0):
         super().__init__(rank, size)
+        # The point-to-point tags' high 32 bits: 0 for the default group, a
+        # group's number among the groups made in its world for a group
+        # new_group made (the same on every rank: see _new_group_helper).
+        self._tag_space = tag_space
         # The group's store (torch's, from the rendezvous), where barrier
         # records each rank's arrivals so that a timed-out barrier can name
         # the ranks that have not made it; barriers counts this rank's.
@@ -583,7 +596,8 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         self._check_one("send", tensors)
         t = self._p2p_tensor("send", tensors[0], tag)
         peer = self._world_rank(dstRank)
-        return _P2PWork(_core.send_async(t.data_ptr(), t.numel() * t.element_size(), _core.UINT8, peer, tag, t),
+        return _P2PWork(_core.send_async(t.data_ptr(), t.numel() * t.element_size(), _core.UINT8, peer,
+                                         self._wire_tag(tag), t),
                         "send to rank %d with tag %d" % (dstRank, tag), timeout=self.timeout)
 
     def recv(self, tensors, srcRank, tag=0):
@@ -592,22 +606,20 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         t = self._p2p_tensor("recv", out, tag)  # out itself
         into = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype)
         peer = self._world_rank(srcRank)
-        handle = _core.recv_async(into.data_ptr(), into.numel() * into.element_size(), _core.UINT8, peer, tag, into)
+        handle = _core.recv_async(into.data_ptr(), into.numel() * into.element_size(), _core.UINT8, peer,
+                                  self._wire_tag(tag), into)
         return _P2PWork(handle, "recv from rank %d with tag %d" % (srcRank, tag),
                         None if into is t else (lambda: out.copy_(into)), timeout=self.timeout)
 
     def recv_anysource(self, tensors, tag=0):
         self._check_one("recv", tensors)
-        if self._subgroup and sorted(self._world_ranks) != list(range(_core.topology().size)):
-            # gorovod's receive from any rank takes a message from any rank
-            # of the world, which may be outside the group.
-            raise RuntimeError("gorovod backend: recv from any rank (src=None) runs on a group of every rank, not "
-                               "on one of world ranks %s" % (self._world_ranks,))
         out = tensors[0]
         t = self._p2p_tensor("recv", out, tag)  # out itself
         into = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype)
+        # From the other members of the group's process set only (the
+        # world's for the default group and a group of every rank).
         handle, source = _core.recv_any_async(into.data_ptr(), into.numel() * into.element_size(), _core.UINT8,
-                                              tag, into)
+                                              self._wire_tag(tag), into, ps=self.process_set.process_set_id)
 
         def group_rank():
             world = source.value
@@ -624,9 +636,15 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         self._set()  # a subgroup of a changed world is refused
         if t.device.type != "cpu":
             raise RuntimeError("gorovod backend: %s of a %s tensor (gorovod moves CPU tensors)" % (what, t.device))
-        if not isinstance(tag, int) or tag < 0:
-            raise RuntimeError("gorovod backend: %s with tag %r (tags are integers from 0)" % (what, tag))
+        if not isinstance(tag, int) or not 0 <= tag < _TAG_LIMIT:
+            raise RuntimeError("gorovod backend: %s with tag %r (tags are integers from 0 to 2**32-1)" % (what, tag))
         return t if t.is_contiguous() else (t.contiguous() if what == "send" else t)
+
+    def _wire_tag(self, tag):
+        """The tag gorovod's message carries: the group's tag space above
+        the caller's tag, so that a group's messages are apart from every
+        other group's."""
+        return self._tag_space * _TAG_LIMIT + tag
 
     # ----- the rooted collectives, on gorovod's unrooted ones
 
@@ -743,12 +761,12 @@ def _create(store, rank, world_size, timeout):
     topo = _core.topology()
     made = _current.pop("new_group", None)
     if made is not None:
-        ranks, ps = made
+        ranks, ps, tag_space = made
         if world_size != len(ranks) or not 0 <= rank < len(ranks) or ranks[rank] != topo.rank:
             raise RuntimeError("gorovod backend: new_group gave rank %d of %d for world ranks %s, but this process is "
                                "world rank %d" % (rank, world_size, ranks, topo.rank))
         pg = ProcessGroupGorovod(rank, world_size, world=topo.world, timeout=timeout, process_set=ps,
-                                 group_ranks=ranks, store=store)
+                                 group_ranks=ranks, store=store, tag_space=tag_space)
         _made_sets.groups.append((weakref.ref(pg), ps.process_set_id))
         return pg
     if rank != topo.rank or world_size != topo.size:
@@ -790,13 +808,16 @@ class _MadeSets(object):
 
     def __init__(self):
         self.world, self.ids, self.groups = None, [], []
+        # made: the gorovod groups new_group made in this world, so far
+        # (each group's number is its point-to-point tag space).
+        self.made = 0
 
     def current(self):
         """Forgets the sets of a world that has changed (the change removed
-        them)."""
+        them), and its groups."""
         world = _core.topology().world
         if world != self.world:
-            self.world, self.ids, self.groups = world, [], []
+            self.world, self.ids, self.groups, self.made = world, [], [], 0
         return self
 
 
@@ -841,7 +862,8 @@ def _new_group_helper(original):
     new_subgroups) call on every rank, members or not: for a gorovod group
     of some ranks, first registers the process set its collectives run on,
     on every rank of the world, and hands it to _create (which torch calls on
-    the members only)."""
+    the members only) with the group's number in this world (its
+    point-to-point tag space)."""
 
     def helper(group_size, group_rank, global_ranks_in_group, backend, store, *args, **kwargs):
         if not global_ranks_in_group or str(backend) != BACKEND:
@@ -856,7 +878,11 @@ def _new_group_helper(original):
                                (default.rank(), default.size(), topo.rank, topo.size))
         ranks = list(global_ranks_in_group)
         remove_destroyed_groups()
-        _current["new_group"] = (ranks, _group_process_set(sorted(ranks)))
+        # Every rank numbers the group alike: new_group runs on every rank,
+        # in the same order.
+        made = _made_sets.current()
+        made.made += 1
+        _current["new_group"] = (ranks, _group_process_set(sorted(ranks)), made.made)
         try:
             return original(group_size, group_rank, global_ranks_in_group, backend, store, *args, **kwargs)
         finally:
