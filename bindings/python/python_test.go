@@ -66,7 +66,11 @@ func runPython(t *testing.T, np int, limit time.Duration, env []string, args ...
 	}
 	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	c.Env = env
-	c.WaitDelay = 10 * time.Second
+	// At the limit, SIGINT, as a user's Ctrl-C: gorovod run then stops its
+	// workers. Its SIGKILL (after WaitDelay) would leave them running, as
+	// a job outlives its launcher.
+	c.Cancel = func() error { return c.Process.Signal(os.Interrupt) }
+	c.WaitDelay = 20 * time.Second
 	out, err := c.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("%s: no result within %v\n%s", strings.Join(argv, " "), limit, out)
