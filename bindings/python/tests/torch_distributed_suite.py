@@ -36,6 +36,7 @@ from datetime import timedelta
 os.environ["BACKEND"] = "gorovod"
 # Before torch's test modules are imported: they read WORLD_SIZE on import
 # (require_world_size), which this import sets (it joins the job).
+import gorovod.torch as gorovod_torch  # noqa: E402
 import gorovod.torch.distributed  # noqa: E402,F401
 
 import torch.distributed as dist  # noqa: E402
@@ -95,8 +96,15 @@ def main():
     if why:
         print(why, flush=True)
     sys.stdout.flush()
-    # A failed test can leave a collective queued; the outcome is printed.
-    os._exit(0 if outcome != "fail" else 1)
+    if outcome == "fail":
+        # A failed test can leave a collective queued, which a clean exit
+        # would wait for; the job fails with this worker.
+        os._exit(1)
+    # Tells the job that training is over, as a trainer's exit does: a
+    # worker that left without saying so would be replaced (the job's
+    # minimum), and the replacement would wait for a world alone.
+    gorovod_torch.shutdown()
+    os._exit(0)
 
 
 if __name__ == "__main__":
