@@ -369,11 +369,11 @@ var (
 // so that the tests of a group of some ranks run too), through
 // tests/torch_distributed_suite.py. A test passes when every rank passes
 // it, and skips when every rank skips it (torch's own skip marks: CUDA, a
-// feature marked for Gloo or NCCL only). It takes about ten minutes on two
+// feature marked for Gloo or NCCL only). It takes about five minutes on two
 // cores, so it runs only with GOROVOD_TORCH_DISTRIBUTED_SUITE=1.
 func TestUpstreamTorchDistributedSuite(t *testing.T) {
 	if os.Getenv("GOROVOD_TORCH_DISTRIBUTED_SUITE") != "1" {
-		t.Skip("set GOROVOD_TORCH_DISTRIBUTED_SUITE=1 to run torch's own distributed tests (about ten minutes)")
+		t.Skip("set GOROVOD_TORCH_DISTRIBUTED_SUITE=1 to run torch's own distributed tests (about five minutes)")
 	}
 	needTorch(t)
 	where, err := exec.Command(Python, "-c",
