@@ -341,3 +341,95 @@ func TestUpstreamTorchSuite(t *testing.T) {
 		})
 	}
 }
+
+// torchDistributedDifferences lists the tests of torch's own
+// distributed_test.py (those TestUpstreamTorchDistributedSuite runs) that
+// fail on the gorovod backend, each with why; the test skips them saying so
+// and fails when one of them passes or any other fails.
+var torchDistributedDifferences = map[string]string{}
+
+// torchDistributedTest is the method of torch's DistributedTest._DistTestBase
+// (nested two classes deep in distributed_test.py).
+var torchDistributedTest = regexp.MustCompile(`(?m)^        def (test_\w+)\(`)
+
+// torchDistributedRun picks the collectives this backend offers (allreduce,
+// broadcast, allgather, barrier and point-to-point, with their group,
+// coalesced, async, object and profiler forms); torchDistributedDevice
+// drops those of CUDA or NCCL.
+var (
+	torchDistributedRun    = regexp.MustCompile(`^test_(all_reduce|broadcast|all_gather|barrier|send_recv|isend|irecv)`)
+	torchDistributedDevice = regexp.MustCompile(`cuda|nccl|gpu`)
+)
+
+// TestUpstreamTorchDistributedSuite runs PyTorch's own tests of
+// torch.distributed backends (the installed torch's
+// torch/testing/_internal/distributed/distributed_test.py, which torch's
+// test_distributed_spawn.py runs for Gloo) on the "gorovod" backend: each
+// test picked by torchDistributedRun alone in a job of three workers (three
+// so that the tests of a group of some ranks run too), through
+// tests/torch_distributed_suite.py. A test passes when every rank passes
+// it, and skips when every rank skips it (torch's own skip marks: CUDA, a
+// feature marked for Gloo or NCCL only). It takes about five minutes on two
+// cores, so it runs only with GOROVOD_TORCH_DISTRIBUTED_SUITE=1.
+func TestUpstreamTorchDistributedSuite(t *testing.T) {
+	if os.Getenv("GOROVOD_TORCH_DISTRIBUTED_SUITE") != "1" {
+		t.Skip("set GOROVOD_TORCH_DISTRIBUTED_SUITE=1 to run torch's own distributed tests (about five minutes)")
+	}
+	needTorch(t)
+	where, err := exec.Command(Python, "-c",
+		"import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'testing', '_internal', 'distributed', 'distributed_test.py'))").Output()
+	if err != nil {
+		t.Fatalf("where is torch: %v", err)
+	}
+	text, err := os.ReadFile(strings.TrimSpace(string(where)))
+	if err != nil {
+		t.Skipf("this torch has no distributed tests: %v", err)
+	}
+	const np = 3
+	env, gorovod := pyEnv(t), buildtest.Gorovod(t)
+	seen := map[string]bool{}
+	for _, m := range torchDistributedTest.FindAllStringSubmatch(string(text), -1) {
+		name := m[1]
+		if seen[name] || !torchDistributedRun.MatchString(name) || torchDistributedDevice.MatchString(name) {
+			continue
+		}
+		seen[name] = true
+		t.Run(name, func(t *testing.T) {
+			// The harness's own file barrier and lock live in TEMP_DIR.
+			temp := t.TempDir()
+			for _, dir := range []string{"barrier", "test_dir"} {
+				if err := os.Mkdir(filepath.Join(temp, dir), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			c := exec.CommandContext(ctx, gorovod, "run", "--np", strconv.Itoa(np), "--min-np", strconv.Itoa(np), "--",
+				Python, filepath.Join("tests", "torch_distributed_suite.py"), name)
+			c.Env, c.WaitDelay = append(env, "TEMP_DIR="+temp), 10*time.Second
+			out, _ := c.CombinedOutput() // a failing test fails the job: the RESULT lines say which
+			outcomes := map[string]int{}
+			for _, r := range torchTestResult.FindAllStringSubmatch(string(out), -1) {
+				if r[2] == name {
+					outcomes[r[3]]++
+				}
+			}
+			why, known := torchDistributedDifferences[name]
+			switch {
+			case outcomes["skip"] == np:
+				t.Skipf("torch's test skips on this backend here")
+			case outcomes["pass"] == np:
+				if known {
+					t.Fatalf("passes now: remove it from torchDistributedDifferences (%s)", why)
+				}
+			case known:
+				t.Skipf("a known difference: %s", why)
+			default:
+				t.Fatalf("outcomes %v of %d ranks\n%s", outcomes, np, out)
+			}
+		})
+	}
+	if len(seen) == 0 {
+		t.Fatalf("no test of torch's distributed_test.py matched %s", torchDistributedRun)
+	}
+}

@@ -92,6 +92,31 @@ out = torch.empty(n * 3)
 getattr(dist, "all_gather_into_tensor", dist._all_gather_base)(out, torch.full((3,), float(r)))
 same("all_gather_into_tensor", out, torch.arange(n, dtype=torch.float32).repeat_interleave(3))
 
+# The coalesced calls: several tensors of different shapes in one call
+# (complex ones as torch passes them, viewed as real; empty ones among them).
+ts = [torch.full((2, 2), float(r + 1)), torch.full((3,), float(10 * (r + 1)), dtype=torch.float32),
+      torch.ones(0)]
+dist.all_reduce_coalesced(ts, op=dist.ReduceOp.SUM)
+total = float(n * (n + 1) // 2)
+for i, want in enumerate((torch.full((2, 2), total), torch.full((3,), 10 * total), torch.ones(0))):
+    same("all_reduce_coalesced[%d]" % i, ts[i], want)
+ts = [torch.full((2,), float(r + 1)), torch.full((1,), float(r + 2))]
+dist.all_reduce_coalesced(ts, op=dist.ReduceOp.MAX, async_op=True).wait()
+same("all_reduce_coalesced MAX", torch.cat(ts), torch.tensor([float(n)] * 2 + [float(n + 1)]))
+inputs = [torch.full((2, 2), float(r)), torch.ones(0), torch.arange(3, dtype=torch.float32) + 100 * r]
+outs = [[torch.empty(2, 2), torch.empty(0), torch.empty(3)] for _ in range(n)]
+dist.all_gather_coalesced(outs, inputs)
+for q in range(n):
+    same("all_gather_coalesced[%d][0]" % q, outs[q][0], torch.full((2, 2), float(q)))
+    same("all_gather_coalesced[%d][1]" % q, outs[q][1], torch.ones(0))
+    same("all_gather_coalesced[%d][2]" % q, outs[q][2], torch.arange(3, dtype=torch.float32) + 100 * q)
+cinputs = [torch.tensor([complex(r, -r), complex(1, r)])]
+couts = [[torch.empty(2, dtype=torch.complex64)] for _ in range(n)]
+dist.all_gather_coalesced(couts, cinputs)
+for q in range(n):
+    if couts[q][0].tolist() != [complex(q, -q), complex(1, q)]:
+        raise AssertionError("rank %d: complex all_gather_coalesced[%d]: %s" % (r, q, couts[q][0].tolist()))
+
 # reduce_scatter: rank k keeps the sum of every rank's k-th part.
 parts = [torch.full((2,), float(r * 10 + k)) for k in range(n)]
 out = torch.empty(2)
@@ -181,7 +206,8 @@ for async_op in (False, True):
 
 # Bad arguments raise naming the call, on every rank (each calls the group
 # as its root, so none waits for the others): a root outside the group, a
-# root's list of the wrong length or of tensors unlike this rank's.
+# root's list of the wrong length or of tensors unlike this rank's; the
+# output lists of all_gather_coalesced of the wrong length or shapes.
 pg = dist.group.WORLD
 for name, call in (
         ("reduce", lambda: dist.reduce(torch.zeros(1), dst=n)),
@@ -189,7 +215,9 @@ for name, call in (
         ("gather", lambda: pg.gather([[torch.zeros(2)] * (n + 1)], [torch.zeros(2)],
                                      _root_opts(dist.GatherOptions()))),
         ("scatter", lambda: pg.scatter([torch.zeros(2)], [[torch.zeros(2, dtype=torch.int64)] * n],
-                                       _root_opts(dist.ScatterOptions())))):
+                                       _root_opts(dist.ScatterOptions()))),
+        ("allgather_coalesced", lambda: dist.all_gather_coalesced([[torch.zeros(2)]] * (n + 1), [torch.zeros(2)])),
+        ("allgather_coalesced", lambda: dist.all_gather_coalesced([[torch.zeros(3)]] * n, [torch.zeros(2)]))):
     try:
         call()
     except RuntimeError as e:

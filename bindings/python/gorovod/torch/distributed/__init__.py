@@ -454,6 +454,15 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         handles = [mpi_ops.allreduce_async_(t, op=op, process_set=ps) for t in tensors]
         return self._submit(handles, lambda _: tensors, tensors, "all_reduce")
 
+    def allreduce_coalesced(self, tensors, opts=None):
+        # dist.all_reduce_coalesced: one allreduce per tensor, queued
+        # together (gorovod's fusion packs them into one buffer where they
+        # fit), as one work.
+        op = _reduce_op(opts.reduceOp) if opts is not None else mpi_ops.Sum
+        ps = self._set()
+        handles = [mpi_ops.allreduce_async_(t, op=op, process_set=ps) for t in tensors]
+        return self._submit(handles, lambda _: tensors, tensors, "all_reduce_coalesced")
+
     def broadcast(self, tensors, opts=None):
         ps = self._set()
         root = self._world_rank(opts.rootRank if opts is not None else 0)
@@ -473,6 +482,32 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             return output_tensors
 
         return self._submit([handle], finish, output_tensors, "all_gather")
+
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        # dist.all_gather_coalesced: output_lists[q][i] gets rank q's
+        # input_tensors[i]. The inputs (of one dtype, as torch checks) go as
+        # one flat allgather; each rank's part is cut back into its tensors
+        # by this rank's shapes (torch requires the same shapes on every
+        # rank and does not check them).
+        self._check_list("allgather_coalesced", output_lists)
+        for q, outs in enumerate(output_lists):
+            if len(outs) != len(input_tensors):
+                raise RuntimeError("gorovod backend: allgather_coalesced: output list %d holds %d tensors for %d inputs" %
+                                   (q, len(outs), len(input_tensors)))
+            self._check_like_shapes("allgather_coalesced", outs, input_tensors)
+        flat = torch.cat([t.reshape(-1) for t in input_tensors]) if input_tensors else torch.empty(0)
+        handle = mpi_ops.allgather_async(flat.reshape(1, flat.numel()), process_set=self._set())
+
+        def finish(results):
+            for outs, part in zip(output_lists, results[0]):
+                at = 0
+                for out in outs:
+                    k = out.numel()
+                    out.copy_(part[at:at + k].reshape(out.shape))
+                    at += k
+            return [t for outs in output_lists for t in outs]
+
+        return self._submit([handle], finish, [t for outs in output_lists for t in outs], "all_gather_coalesced")
 
     def _allgather_base(self, output, input, opts=None):
         handle = mpi_ops.allgather_async(input.reshape((1, input.numel())), process_set=self._set())
@@ -744,6 +779,13 @@ class ProcessGroupGorovod(dist.ProcessGroup):
                 raise RuntimeError("gorovod backend: %s's %s tensor %d is %s of %s; this rank's tensor is %s of %s "
                                    "(they must match, as on Gloo)" %
                                    (what, which, i, tuple(t.shape), t.dtype, tuple(like.shape), like.dtype))
+
+    def _check_like_shapes(self, what, outs, inputs):
+        """Each output has its input's shape and dtype, as Gloo requires."""
+        for i, (o, t) in enumerate(zip(outs, inputs)):
+            if o.shape != t.shape or o.dtype != t.dtype:
+                raise RuntimeError("gorovod backend: %s's output tensor %d is %s of %s for an input of %s of %s" %
+                                   (what, i, tuple(o.shape), o.dtype, tuple(t.shape), t.dtype))
 
     def _check_list(self, what, tensors):
         if len(tensors) != self.size():

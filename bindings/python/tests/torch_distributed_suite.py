@@ -1,0 +1,111 @@
+"""Runs one test of PyTorch's own distributed tests against the "gorovod"
+backend.
+
+    python3 torch_distributed_suite.py <test name>
+
+The tests are those of the installed torch's
+torch/testing/_internal/distributed/distributed_test.py (the class
+DistributedTest._DistTestBase, which torch's test_distributed_spawn.py runs
+for Gloo, NCCL and UCC). torch's harness spawns the workers itself and
+rendezvouses through a file; here `gorovod run` starts them, so this script
+does in each worker what the harness's TestDistBackend._run does in its
+spawned process: it makes the test case, sets its rank, calls
+init_process_group("gorovod") (the job gives the rank, size and store),
+passes the harness's file barrier (TEMP_DIR, which the driver makes with
+its "barrier" folder) and calls the test. Skip marks (unittest's, which
+torch's runner honours before spawning) and the harness's skip exit codes
+count as skips. BACKEND is "gorovod", so tests marked for Gloo or NCCL only
+skip as they do for any other backend.
+
+torch's testing helpers import expecttest (a test dependency Debian does
+not package); where it is missing, a stand-in with the two names they use
+takes its place. Nothing of PyTorch's is copied into this repository.
+
+Each rank prints "RESULT rank R test NAME: pass|fail|skip", then the
+failure's traceback. Driven by bindings/python/upstream_test.go
+(TestUpstreamTorchDistributedSuite).
+"""
+
+import os
+import sys
+import traceback
+import types
+import unittest
+from datetime import timedelta
+
+os.environ["BACKEND"] = "gorovod"
+# Before torch's test modules are imported: they read WORLD_SIZE on import
+# (require_world_size), which this import sets (it joins the job).
+import gorovod.torch as gorovod_torch  # noqa: E402
+import gorovod.torch.distributed  # noqa: E402,F401
+
+import torch.distributed as dist  # noqa: E402
+
+try:
+    import expecttest  # noqa: F401
+except ImportError:
+    stand_in = types.ModuleType("expecttest")
+    stand_in.ACCEPT = False
+    stand_in.TestCase = unittest.TestCase
+    sys.modules["expecttest"] = stand_in
+
+from torch.testing._internal.common_distributed import TEST_SKIPS  # noqa: E402
+from torch.testing._internal.distributed import distributed_test as torch_tests  # noqa: E402
+
+
+class TestDistBackendGorovod(torch_tests.TestDistBackend, torch_tests.DistributedTest._DistTestBase):
+    pass
+
+
+def run(name, rank):
+    """name's outcome on this rank and, for a failure, why."""
+    method = getattr(TestDistBackendGorovod, name)
+    if getattr(method, "__unittest_skip__", False):
+        return "skip", getattr(method, "__unittest_skip_why__", "")
+    skip_codes = {v.exit_code: k for k, v in TEST_SKIPS.items()}
+    try:
+        case = TestDistBackendGorovod(name)
+        case.rank = rank
+        case.file_name = os.path.join(os.environ["TEMP_DIR"], "init_file")
+        seconds = torch_tests.CUSTOM_PG_TIMEOUT.get(name, torch_tests.default_pg_timeout)
+        dist.init_process_group("gorovod", timeout=timedelta(seconds=seconds))
+        case._barrier()
+        getattr(case, name)()
+        case._barrier()
+        dist.destroy_process_group()
+    except unittest.SkipTest as e:
+        return "skip", str(e)
+    except SystemExit as e:
+        # The harness's decorators leave a process with an exit code that
+        # says why it skipped.
+        if e.code in (0, None):
+            return "pass", ""
+        if e.code in skip_codes:
+            return "skip", skip_codes[e.code]
+        return "fail", "exit status %r" % (e.code,)
+    except Exception:  # noqa: BLE001 (reported)
+        return "fail", traceback.format_exc()
+    return "pass", ""
+
+
+def main():
+    name = sys.argv[1]
+    rank = int(os.environ["RANK"])
+    outcome, why = run(name, rank)
+    print("RESULT rank %d test %s: %s" % (rank, name, outcome), flush=True)
+    if why:
+        print(why, flush=True)
+    sys.stdout.flush()
+    if outcome == "fail":
+        # A failed test can leave a collective queued, which a clean exit
+        # would wait for; the job fails with this worker.
+        os._exit(1)
+    # Tells the job that training is over, as a trainer's exit does: a
+    # worker that left without saying so would be replaced (the job's
+    # minimum), and the replacement would wait for a world alone.
+    gorovod_torch.shutdown()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
