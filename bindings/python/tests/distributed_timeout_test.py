@@ -25,6 +25,7 @@ Prints "PASS rank R of N". Driven by bindings/python/python_test.go.
 
 import datetime
 import os
+import re
 import tempfile
 import time
 
@@ -58,6 +59,10 @@ def times_out(what, wait, limit, *words):
         missing = [w for w in words if w not in text]
         if missing:
             raise AssertionError("rank %d: %s: %r lacks %s" % (r, what, text, missing))
+        # What torch's own tests (distributed_test.py's barrier timeouts)
+        # look for in a backend's timeout.
+        if not re.search(" (Timed out|closed|timeout) ", text):
+            raise AssertionError("rank %d: %s: %r does not read as a timeout to torch's tests" % (r, what, text))
         print("rank %d: %s raised after %.2fs: %s" % (r, what, took, text), flush=True)
         return
     raise AssertionError("rank %d: %s returned; want a timeout" % (r, what))

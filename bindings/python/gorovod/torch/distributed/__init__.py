@@ -177,7 +177,7 @@ class _Work(dist._Work):
             who = ("rank%s %s of the group %s not made the call" %
                    ("s" if len(who) > 1 else "", ", ".join(str(q) for q in who), "have" if len(who) > 1 else "has")
                    if who else "a rank of the group has not made the call")
-            raise RuntimeError("gorovod backend: %s timed out after %gs (the %s): %s. It stays queued, and the "
+            raise RuntimeError("gorovod backend: %s timed out after %gs (the %s ran out): %s. It stays queued, and the "
                                "group's later collectives run after it, so they complete only once every rank has "
                                "made it" % (self._what, limit, whose, who))
         self._future.wait()  # raises the collective's error, if any
@@ -247,7 +247,7 @@ class _P2PWork(dist._Work):
                     # of later messages with its tag; a receive still takes
                     # the next message from its peer with its tag. wait()
                     # again collects it.
-                    raise RuntimeError("gorovod backend: %s timed out after %gs (the %s); the %s stays posted: "
+                    raise RuntimeError("gorovod backend: %s timed out after %gs (the %s ran out); the %s stays posted: "
                                        "wait again to collect it" %
                                        (self._what, limit, whose, self._what.split(" ")[0])) from None
                 except HorovodInternalError as e:
