@@ -449,19 +449,19 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         return self._world_ranks[group_rank]
 
     def allreduce(self, tensors, opts=None):
-        op = _reduce_op(opts.reduceOp) if opts is not None else mpi_ops.Sum
-        ps = self._set()
-        handles = [mpi_ops.allreduce_async_(t, op=op, process_set=ps) for t in tensors]
-        return self._submit(handles, lambda _: tensors, tensors, "all_reduce")
+        return self._allreduce(tensors, opts, "all_reduce")
 
     def allreduce_coalesced(self, tensors, opts=None):
-        # dist.all_reduce_coalesced: one allreduce per tensor, queued
-        # together (gorovod's fusion packs them into one buffer where they
-        # fit), as one work.
+        # dist.all_reduce_coalesced: the same as allreduce, one allreduce per
+        # tensor queued together (gorovod's fusion packs them into one
+        # buffer where they fit), as one work.
+        return self._allreduce(tensors, opts, "all_reduce_coalesced")
+
+    def _allreduce(self, tensors, opts, what):
         op = _reduce_op(opts.reduceOp) if opts is not None else mpi_ops.Sum
         ps = self._set()
         handles = [mpi_ops.allreduce_async_(t, op=op, process_set=ps) for t in tensors]
-        return self._submit(handles, lambda _: tensors, tensors, "all_reduce_coalesced")
+        return self._submit(handles, lambda _: tensors, tensors, what)
 
     def broadcast(self, tensors, opts=None):
         ps = self._set()
@@ -497,6 +497,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             self._check_like_shapes("allgather_coalesced", outs, input_tensors)
         flat = torch.cat([t.reshape(-1) for t in input_tensors]) if input_tensors else torch.empty(0)
         handle = mpi_ops.allgather_async(flat.reshape(1, flat.numel()), process_set=self._set())
+        outputs = [t for outs in output_lists for t in outs]
 
         def finish(results):
             for outs, part in zip(output_lists, results[0]):
@@ -505,9 +506,9 @@ class ProcessGroupGorovod(dist.ProcessGroup):
                     k = out.numel()
                     out.copy_(part[at:at + k].reshape(out.shape))
                     at += k
-            return [t for outs in output_lists for t in outs]
+            return outputs
 
-        return self._submit([handle], finish, [t for outs in output_lists for t in outs], "all_gather_coalesced")
+        return self._submit([handle], finish, outputs, "all_gather_coalesced")
 
     def _allgather_base(self, output, input, opts=None):
         handle = mpi_ops.allgather_async(input.reshape((1, input.numel())), process_set=self._set())
