@@ -63,8 +63,8 @@ func TestSessionCollective(t *testing.T) {
 				// c2 dies inside the next allgather (every rank receives from
 				// it, directly or relayed); the others rebuild.
 				if w.name == "c2" {
+					w.tr.Close() // first: the coordinator's probe of this worker then fails
 					sess.Communicator().Abort(errors.New("killed"))
-					w.tr.Close()
 					return nil
 				}
 				err = sess.Collective(ctx, func(ctx context.Context, c *collective.Communicator) error {

@@ -161,8 +161,8 @@ func TestSessionAnyDTypeAndMemory(t *testing.T) {
 			}
 			defer sess.Close()
 			if err := w.train(ctx, sess, until, rec, vanish, func() {
+				tr.Close() // first: the coordinator's probe of this worker then fails
 				sess.Communicator().Abort(errors.New("killed"))
-				tr.Close()
 			}); err != nil {
 				errs <- fmt.Errorf("%s: %w", name, err)
 			}

@@ -101,8 +101,8 @@ func (w *toyWorker) train(ctx context.Context, coord *driver.Coordinator, until 
 	}
 	defer sess.Close()
 	return toyLoop(ctx, sess, w.name, w.params, until, rec, vanish, func() {
+		w.tr.Close() // first: the coordinator's probe of this worker then fails
 		sess.Communicator().Abort(errors.New("killed"))
-		w.tr.Close()
 	})
 }
 
@@ -358,8 +358,8 @@ func TestAsyncAllreduceAndRecovery(t *testing.T) {
 				changed := false
 				for sess.Step() < 15 {
 					if w.name == "a2" && sess.Step() == 6 {
+						w.tr.Close() // first: the coordinator's probe of this worker then fails
 						sess.Communicator().Abort(errors.New("killed"))
-						w.tr.Close()
 						return nil
 					}
 					// Layers of several dtypes, one of them on a device: the

@@ -142,8 +142,8 @@ func (w *loopWorker) train(ctx context.Context, t testing.TB, coord *driver.Coor
 	return runLoop(ctx, cfg, &coordMember{sess: sess, coord: coord, name: w.name}, leave, func(ctx context.Context, s *TrainStep) error {
 		if err := step(ctx, s); errors.Is(err, errKilled) {
 			// The worker dies: its links close abruptly.
+			tr.Close() // first: the coordinator's probe of this worker then fails
 			s.Session.Communicator().Abort(err)
-			tr.Close()
 			return err
 		} else {
 			return err

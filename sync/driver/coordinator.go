@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"log/slog"
+	"net"
 	stdsync "sync"
 	"time"
 
@@ -30,9 +31,11 @@ const inProcessReannounce = 24 * time.Hour
 // Coordinator is an in-process epoch proposer for workers in the same
 // process (tests, benchmarks): a thin loop around an epoch.Proposer whose
 // workers read its epochs through View. Add and Remove stand for the
-// membership layer; a failure a View reports removes the blamed worker at
-// once (there is no network to probe it over: a worker in this process that
-// is blamed has vanished).
+// membership layer. A blamed worker is probed by dialling its collective
+// transport's address: a worker that vanished closed its listener and is
+// removed, one that is there keeps its place. (Removing every blamed worker
+// at once, without a probe, loses healthy ones: a survivor that aborts its
+// links when a peer dies is blamed by its neighbours too.)
 type Coordinator struct {
 	cfg  CoordinatorConfig
 	log  *slog.Logger
@@ -42,8 +45,13 @@ type Coordinator struct {
 
 	mu      stdsync.Mutex
 	prop    *epoch.Proposer
-	pending []epoch.World // proposed, for OnEpoch
+	pending []epoch.World     // proposed, for OnEpoch
+	addrs   map[string]string // by worker name: its transport's address, to probe
 }
+
+// probeTimeout bounds a probe's dial: on loopback a listener answers at
+// once, and a closed one refuses at once.
+const probeTimeout = 2 * time.Second
 
 // NewCoordinator returns a proposer with no members; call Run.
 func NewCoordinator(cfg CoordinatorConfig) *Coordinator {
@@ -52,13 +60,16 @@ func NewCoordinator(cfg CoordinatorConfig) *Coordinator {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Coordinator{
-		cfg: cfg, log: log, wake: make(chan struct{}, 1),
+		cfg: cfg, log: log, wake: make(chan struct{}, 1), addrs: map[string]string{},
 		prop: epoch.NewProposer(epoch.ProposerConfig{Coalesce: cfg.Coalesce, MinWorkers: cfg.MinWorkers, Reannounce: inProcessReannounce, InProcess: true}),
 	}
 }
 
 // Add admits a worker that has finished its start-up; it joins at the next epoch.
 func (c *Coordinator) Add(m epoch.Member) {
+	c.mu.Lock()
+	c.addrs[m.Name] = m.Addr
+	c.mu.Unlock()
 	c.step(epoch.PeerSeen{Peer: epoch.Peer{Name: m.Name, Addr: m.Addr, State: epoch.Ready}})
 }
 
@@ -76,7 +87,7 @@ func (c *Coordinator) step(in epoch.Input) {
 }
 
 // carry carries out the proposer's outputs, with c.mu held: epochs are
-// published to the views, and a liveness probe fails at once.
+// published to the views, and liveness probes are started.
 func (c *Coordinator) carry(outs []epoch.Output) {
 	for len(outs) > 0 {
 		o := outs[0]
@@ -84,7 +95,7 @@ func (c *Coordinator) carry(outs []epoch.Output) {
 		switch o := o.(type) {
 		case epoch.Send:
 			if o.Msg.Kind == epoch.MsgPing {
-				outs = append(outs, c.prop.Step(time.Now(), epoch.SendFailed(o))...)
+				go c.probe(o, c.addrs[o.To])
 			}
 		case epoch.Proposed:
 			c.current.Put(o.World)
@@ -94,6 +105,19 @@ func (c *Coordinator) carry(outs []epoch.Output) {
 			logOutput(c.log, o)
 		}
 	}
+}
+
+// probe answers the proposer's ping o for the worker at addr: a pong if its
+// transport accepts a connection, a failed send if not.
+func (c *Coordinator) probe(o epoch.Send, addr string) {
+	if addr != "" {
+		if conn, err := net.DialTimeout("tcp", addr, probeTimeout); err == nil {
+			conn.Close()
+			c.step(epoch.Received{From: o.To, Msg: epoch.Message{Kind: epoch.MsgPong, Nonce: o.Msg.Nonce}})
+			return
+		}
+	}
+	c.step(epoch.SendFailed(o))
 }
 
 // Current returns the newest proposed epoch.
