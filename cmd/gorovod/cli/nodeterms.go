@@ -31,7 +31,7 @@ func parseNodeTerm(s string) (corev1.NodeSelectorTerm, error) {
 		return corev1.NodeSelectorTerm{}, fmt.Errorf("empty selector (it would match every node): want a label selector such as zone=z1 or 'zone in (z1,z2),!spot'")
 	}
 	if strings.Contains(s, ":") {
-		return corev1.NodeSelectorTerm{}, fmt.Errorf("no label key or value holds ':' (only --prefer-node takes one, before its weight)")
+		return corev1.NodeSelectorTerm{}, fmt.Errorf("no label key or value holds ':' (a weight after ':' is --prefer-node's only)")
 	}
 	reqs, err := labels.ParseToRequirements(s, field.WithPath(field.NewPath("selector")))
 	if err != nil {
