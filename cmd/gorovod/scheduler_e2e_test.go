@@ -35,6 +35,7 @@ type e2eJob struct {
 	name           string
 	steps, samples int
 	spec           string         // more of its spec: YAML lines, indented as spec's fields
+	submitArgs     []string       // more arguments of its `gorovod submit`
 	h              *runJobHarness // its workers' trainer lines (no process)
 }
 
@@ -470,7 +471,8 @@ spec:
 			t.Fatal(err)
 		}
 		follow(j)
-		out, err := exec.CommandContext(ctx, binary, "submit", "--kubeconfig", kubeconfig, "--namespace", ns, manifest).CombinedOutput()
+		args := append([]string{"submit", "--kubeconfig", kubeconfig, "--namespace", ns}, j.submitArgs...)
+		out, err := exec.CommandContext(ctx, binary, append(args, manifest)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("gorovod submit %s: %v: %s", j.name, err, out)
 		}
@@ -715,18 +717,23 @@ func TestNodeSelectorUnderScheduler(t *testing.T) {
 }
 
 // TestNodePreferenceUnderScheduler: on the cluster of
-// TestNodeSelectorUnderScheduler (pools a and b), a job that may use both
-// pools (spec.requiredNodeAffinity) and prefers pool b
-// (spec.preferredNodeAffinity) is allocated b's node first and while its
-// allocation fits there (2 slots); its worker pods carry the preference.
-// Midway both nodes are relabelled to pool c, which the job's required
-// affinity excludes: as for a running Pod (IgnoredDuringExecution), the job
-// keeps its minimum (1 worker) on a node it holds, with a message saying
-// so, trains on and succeeds.
+// TestNodeSelectorUnderScheduler, with both nodes in pool a, a job that may
+// use pools a and b (spec.requiredNodeAffinity) and has no preference gets
+// its first workers on one node (the policy's choice between equal nodes),
+// where their pods run; it is deleted, the other node is relabelled to pool
+// b, and the scheduler is restarted, so that its policy starts from the
+// same state. The same job submitted again with `gorovod submit
+// --prefer-node example.com/pool=b:50` (spec.preferredNodeAffinity) gets
+// its first workers on the other node, and is allocated b's node first and
+// while its allocation fits there (2 slots): the preference decides (without
+// it, the job lands where it did the first time).
+// Its worker pods carry the preference. Midway both nodes are relabelled to
+// pool c, which the job's required affinity excludes: as for a running Pod
+// (IgnoredDuringExecution), the job keeps its minimum (1 worker) on a node
+// it holds, with a message saying so, trains on and succeeds.
 func TestNodePreferenceUnderScheduler(t *testing.T) {
 	e := newE2ECluster(t, 6*time.Minute)
 	ctx := e.ctx
-	other, chosen := e.nodes[0], e.nodes[1]
 	label := func(n *testkube.Node, pool string) {
 		t.Helper()
 		patch := fmt.Sprintf(`{"metadata":{"labels":{"example.com/pool":%q}}}`, pool)
@@ -734,21 +741,76 @@ func TestNodePreferenceUnderScheduler(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	label(other, "a")
-	label(chosen, "b")
-	e.driverNode = chosen
-	j := &e2eJob{name: "preferring", steps: 1200, samples: 480, spec: `  requiredNodeAffinity:
-    nodeSelectorTerms: [{matchExpressions: [{key: example.com/pool, operator: In, values: [a, b]}]}]
-  preferredNodeAffinity: [{weight: 50, preference: {matchExpressions: [{key: example.com/pool, operator: In, values: [b]}]}}]`}
-	defer e.logFailure(t, []*e2eJob{j})
+	workerPods := func(job string) []corev1.Pod {
+		t.Helper()
+		pods, err := e.admin.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + job + "," + kube.LabelRole + "=" + kube.RoleWorker})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pods.Items
+	}
+	// firstWorkerRuns waits for the job's first allocation and a worker
+	// pod of it running on the allocation's first node, and returns that
+	// node.
+	firstWorkerRuns := func(job string) *testkube.Node {
+		t.Helper()
+		var node string
+		poll(t, job+"'s first worker running where it was allocated", 2*time.Minute, func() bool {
+			e.hist.mu.Lock()
+			allocs := e.hist.allocs[job]
+			e.hist.mu.Unlock()
+			if len(allocs) == 0 {
+				return false
+			}
+			node = allocs[0][0]
+			return slices.ContainsFunc(workerPods(job), func(p corev1.Pod) bool {
+				return p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning
+			})
+		})
+		for _, n := range e.nodes {
+			if n.Name == node {
+				return n
+			}
+		}
+		t.Fatalf("%s was allocated node %s, not one of the test's", job, node)
+		return nil
+	}
+	const required = `  requiredNodeAffinity:
+    nodeSelectorTerms: [{matchExpressions: [{key: example.com/pool, operator: In, values: [a, b]}]}]`
+	label(e.nodes[0], "a")
+	label(e.nodes[1], "a")
 	sched := e.startScheduler("sched-1")
-	e.submit(j)
-	e.trained(j, 50)
-	pods, err := e.admin.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + j.name + "," + kube.LabelRole + "=" + kube.RoleWorker})
-	if err != nil {
+	indifferent := &e2eJob{name: "indifferent", steps: 1200, samples: 480, spec: required}
+	defer e.logFailure(t, []*e2eJob{indifferent})
+	e.submit(indifferent)
+	other := firstWorkerRuns(indifferent.name)
+	chosen := e.nodes[0]
+	if chosen == other {
+		chosen = e.nodes[1]
+	}
+	// Free its slot before the same job comes with the preference, so
+	// that both nodes are equal again but for the preference.
+	if err := e.jobs.Delete(ctx, indifferent.name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pods.Items {
+	poll(t, indifferent.name+"'s pods gone", 2*time.Minute, func() bool { return len(workerPods(indifferent.name)) == 0 })
+	// A new scheduler: its policy starts afresh (Pollux's search from its
+	// seed), as the first one did, so that the same job on the same free
+	// nodes would be placed as before; the preference is what differs.
+	e.stopScheduler(sched)
+	label(chosen, "b")
+	e.driverNode = chosen
+	sched = e.startScheduler("sched-2")
+	j := &e2eJob{name: "preferring", steps: 1200, samples: 480, spec: required, submitArgs: []string{"--prefer-node", "example.com/pool=b:50"}}
+	defer e.logFailure(t, []*e2eJob{j})
+	e.submit(j)
+	first := firstWorkerRuns(j.name)
+	t.Logf("the job's first workers ran on %s without the preference, on %s with it (b: %s)", other.Name, first.Name, chosen.Name)
+	if first != chosen {
+		t.Errorf("with the preference for %s, %s's first workers ran on %s, where they ran without the preference", chosen.Name, j.name, first.Name)
+	}
+	e.trained(j, 50)
+	for _, p := range workerPods(j.name) {
 		if a := p.Spec.Affinity; a == nil || a.NodeAffinity == nil || len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
 			t.Errorf("worker pod %s has affinity %+v, want the job's preference", p.Name, p.Spec.Affinity)
 		}

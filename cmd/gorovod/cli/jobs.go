@@ -60,13 +60,42 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 			return nil
 		})
+	var required []corev1.NodeSelectorTerm
+	fs.Func("require-node", "keep the job on the nodes this label `SELECTOR` matches (kubectl's -l syntax: KEY=VALUE, KEY!=VALUE, 'KEY in (A,B)', 'KEY notin (A,B)', KEY, !KEY, KEY>N, KEY<N; commas: all must hold). Repeat it for alternatives: a node must match one (spec.requiredNodeAffinity, replacing a manifest's)",
+		func(v string) error {
+			term, err := parseNodeTerm(v)
+			if err != nil {
+				return err
+			}
+			required = append(required, term)
+			return nil
+		})
+	var preferred []corev1.PreferredSchedulingTerm
+	fs.Func("prefer-node", fmt.Sprintf("place the job's workers first on the nodes this label selector matches, `SELECTOR[:WEIGHT]` (the selector as --require-node's; weight 1 to 100, default %d). Repeatable: a node's score is the sum of the weights it matches (spec.preferredNodeAffinity, added to a manifest's)", defaultPreferenceWeight),
+		func(v string) error {
+			term, err := parsePreferNode(v)
+			if err != nil {
+				return err
+			}
+			preferred = append(preferred, term)
+			return nil
+		})
 	usage := `Usage: gorovod submit [flags] JOB.yaml
-       gorovod submit --name NAME --image IMAGE [--min-workers N] [--max-workers N] [--priority P] [--node-selector K=V] [--probe-timeout D] -- COMMAND [ARGS...]
+       gorovod submit --name NAME --image IMAGE [--min-workers N] [--max-workers N] [--priority P] [--node-selector K=V] [--require-node SELECTOR] [--prefer-node SELECTOR[:WEIGHT]] [--probe-timeout D] -- COMMAND [ARGS...]
 
 Submits an elastic training job to the gorovod scheduler of a Kubernetes
 cluster: a GorovodJob (gorovod.io/v1alpha1), from a manifest or from the
 flags. The scheduler gives it workers (pods on its nodes) as the cluster's
-load and the job's goodput allow, and grows or shrinks it live.`
+load and the job's goodput allow, and grows or shrinks it live.
+
+Where the job runs: --node-selector and --require-node keep it on the nodes
+that match (every --node-selector label, and one --require-node selector);
+--prefer-node ranks the nodes it may use, the highest summed weight first,
+where the scheduler's policy leaves the choice of node open (it never
+changes how many workers the job gets). For example:
+
+  gorovod submit job.yaml --require-node 'example.com/pool in (a,b)' \
+      --prefer-node example.com/pool=b:50 --prefer-node '!example.com/spot'`
 	if err := parseFlags(fs, reorderFlags(fs, args), usage, stdout, stderr); err != nil {
 		return err
 	}
@@ -99,6 +128,10 @@ load and the job's goodput allow, and grows or shrinks it live.`
 		}
 		maps.Copy(gj.Spec.NodeSelector, nodeSelector)
 	}
+	if len(required) > 0 {
+		gj.Spec.RequiredNodeAffinity = &corev1.NodeSelector{NodeSelectorTerms: required}
+	}
+	gj.Spec.PreferredNodeAffinity = append(gj.Spec.PreferredNodeAffinity, preferred...)
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "probe-timeout" { // checked with the spec (Validate)
 			gj.Spec.ProbeTimeout = &metav1.Duration{Duration: *probeTimeout}

@@ -9,11 +9,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -143,7 +146,8 @@ spec:
 	}
 	if out, stderr, err := gorovod(ctx, "submit", "-n", "team-b", "--name", "synth", "--image", "gorovod.local/synthetic:test",
 		"--min-workers", "2", "--max-workers", "3", "--priority", "5", "--node-selector", "example.com/pool=a100,zone=z1", "--node-selector", "disk=ssd",
-		"--probe-timeout", "3s", "--", "/bin/synthetic", "--steps", "100"); err != nil || !strings.Contains(out, "team-b/synth submitted") {
+		"--probe-timeout", "3s", "--require-node", "example.com/gpu in (a100,h100)", "--require-node", "!example.com/spot",
+		"--prefer-node", "zone=z1:30", "--prefer-node", "disk=ssd", "--", "/bin/synthetic", "--steps", "100"); err != nil || !strings.Contains(out, "team-b/synth submitted") {
 		t.Fatalf("submit with flags: %v %q %q", err, out, stderr)
 	}
 	u, err := dyn.Resource(api.GroupVersionResource()).Namespace("team-b").Get(ctx, "synth", metav1.GetOptions{})
@@ -158,9 +162,40 @@ spec:
 		t.Fatalf("submitted spec.probeTimeout %v, want 3s", pt)
 	}
 	synth.Spec.ProbeTimeout = nil
+	in := func(key string, values ...string) corev1.NodeSelectorTerm {
+		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values}}}
+	}
+	wantRequired := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{in("example.com/gpu", "a100", "h100"),
+		{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "example.com/spot", Operator: corev1.NodeSelectorOpDoesNotExist}}}}}
+	wantPreferred := []corev1.PreferredSchedulingTerm{{Weight: 30, Preference: in("zone", "z1")}, {Weight: 1, Preference: in("disk", "ssd")}}
+	if !reflect.DeepEqual(synth.Spec.RequiredNodeAffinity, wantRequired) || !reflect.DeepEqual(synth.Spec.PreferredNodeAffinity, wantPreferred) {
+		t.Fatalf("submitted spec.requiredNodeAffinity %+v, spec.preferredNodeAffinity %+v; want %+v, %+v",
+			synth.Spec.RequiredNodeAffinity, synth.Spec.PreferredNodeAffinity, wantRequired, wantPreferred)
+	}
+	synth.Spec.RequiredNodeAffinity, synth.Spec.PreferredNodeAffinity = nil, nil
 	if want := (api.Spec{Image: "gorovod.local/synthetic:test", Command: []string{"/bin/synthetic", "--steps", "100"}, MinWorkers: 2, MaxWorkers: 3, Priority: 5,
 		NodeSelector: map[string]string{"example.com/pool": "a100", "zone": "z1", "disk": "ssd"}}); fmt.Sprint(synth.Spec) != fmt.Sprint(want) {
 		t.Fatalf("submitted spec %+v, want %+v", synth.Spec, want)
+	}
+
+	// A manifest's preferences and the flags': added; its requirement:
+	// replaced by the flags'.
+	placed := write("placed.yaml", strings.Replace(readFile(t, manifest), "name: mnist", "name: placed", 1)+
+		"  requiredNodeAffinity: {nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: In, values: [z1]}]}]}\n"+
+		"  preferredNodeAffinity: [{weight: 5, preference: {matchExpressions: [{key: zone, operator: In, values: [z1]}]}}]\n")
+	if out, stderr, err := gorovod(ctx, "submit", "-n", "team-b", placed, "--require-node", "zone=z2", "--prefer-node", "disk=ssd:100"); err != nil || !strings.Contains(out, "team-b/placed submitted") {
+		t.Fatalf("submit a manifest with --require-node and --prefer-node: %v %q %q", err, out, stderr)
+	}
+	if u, err := dyn.Resource(api.GroupVersionResource()).Namespace("team-b").Get(ctx, "placed", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if gj, err := api.FromUnstructured(u); err != nil {
+		t.Fatal(err)
+	} else if want := []corev1.PreferredSchedulingTerm{{Weight: 5, Preference: in("zone", "z1")}, {Weight: 100, Preference: in("disk", "ssd")}}; !reflect.DeepEqual(gj.Spec.PreferredNodeAffinity, want) ||
+		!reflect.DeepEqual(gj.Spec.RequiredNodeAffinity, &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{in("zone", "z2")}}) {
+		t.Fatalf("submitted spec.requiredNodeAffinity %+v, spec.preferredNodeAffinity %+v", gj.Spec.RequiredNodeAffinity, gj.Spec.PreferredNodeAffinity)
+	}
+	if _, stderr, err := gorovod(ctx, "delete", "-n", "team-b", "placed"); err != nil {
+		t.Fatalf("delete placed: %v %q", err, stderr)
 	}
 
 	// Bad input, refused before anything is sent, or by the API server.
@@ -182,6 +217,11 @@ spec:
 			"operator \"Equal\""},
 		{"bad node preference", []string{"submit", bad("prefer.yaml", readFile(t, manifest)+"  preferredNodeAffinity: [{weight: 0, preference: {matchExpressions: [{key: zone, operator: In, values: [z1]}]}}]\n")},
 			"spec.preferredNodeAffinity[0].weight 0: want 1 to 100"},
+		{"bad --prefer-node weight", []string{"submit", "--name", "x", "--image", "i", "--prefer-node", "zone=z1:0", "--", "t"},
+			`invalid value "zone=z1:0" for flag -prefer-node: weight "0" (after the last ':'): want an integer 1 to 100`},
+		{"bad --require-node", []string{"submit", manifest, "--require-node", "zone in (z1"}, `invalid value "zone in (z1" for flag -require-node: not a label selector`},
+		{"too many --prefer-node", append([]string{"submit", manifest}, slices.Repeat([]string{"--prefer-node", "zone=z1"}, api.MaxPreferredTerms+1)...),
+			"spec.preferredNodeAffinity has 17 terms: at most 16"},
 		{"no name", []string{"submit", "--image", "i", "--", "t"}, "--name is required"},
 		{"unknown field", []string{"submit", bad("typo.yaml", strings.Replace(readFile(t, manifest), "maxWorkers", "maxWorkerz", 1))}, "not a GorovodJob manifest"},
 		{"not YAML", []string{"submit", bad("junk.yaml", "{{{")}, "not a GorovodJob manifest"},
