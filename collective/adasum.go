@@ -76,7 +76,9 @@ func (c *Communicator) adasumAllreduce(ctx context.Context, send, recv Buffer, r
 			return err
 		}
 		if ro.prescale != 1 {
-			scaleHost(dt, work, ro.prescale, 1)
+			if err := scaleHost(dt, work, ro.prescale, 1); err != nil {
+				return err
+			}
 		}
 		if p > 1 {
 			if err := o.adasum(ctx, work, dt, layout); err != nil {
@@ -84,7 +86,9 @@ func (c *Communicator) adasumAllreduce(ctx context.Context, send, recv Buffer, r
 			}
 		}
 		if ro.postscale != 1 {
-			scaleHost(dt, work, ro.postscale, 1)
+			if err := scaleHost(dt, work, ro.postscale, 1); err != nil {
+				return err
+			}
 		}
 		if recv.Device != nil {
 			return recv.Device.CopyFromHost(ctx, 0, work)

@@ -88,20 +88,25 @@ func applyOptions(opts []Option) (reduceOptions, error) {
 
 // finalScale is what the rank that finishes a reduction applies: the postscale
 // factor and, for Average, the division by the world size — folded into the
-// factor for floating-point types, an integer division otherwise.
-func finalScale(dt DType, op ReduceOp, post float64, p int) (factor float64, divisor int) {
+// factor for floating-point types, an integer division otherwise. The
+// collectives call it before sending anything, so that an average over no
+// members fails there rather than in the middle of a reduction.
+func finalScale(dt DType, op ReduceOp, post float64, p int) (factor float64, divisor int, err error) {
 	if op != Average || p == 1 {
-		return post, 1
+		return post, 1, nil
+	}
+	if p < 1 {
+		return 0, 0, fmt.Errorf("collective: %v average over %d members", dt, p)
 	}
 	if dt.IsFloat() {
-		return post / float64(p), 1
+		return post / float64(p), 1, nil
 	}
-	return post, p
+	return post, p, nil
 }
 
 func checkReduce(op ReduceOp, send, recv Buffer) error {
 	if !op.Valid() {
-		return fmt.Errorf("collective: invalid reduce op %v", op)
+		return unknownOp(op)
 	}
 	if err := checkPair(send, recv); err != nil {
 		return err
@@ -185,12 +190,15 @@ func (c *Communicator) Allreduce(ctx context.Context, send, recv Buffer, op Redu
 		return nil
 	}
 	p := c.Size()
+	factor, divisor, err := finalScale(send.DType, op, ro.postscale, p)
+	if err != nil {
+		return err
+	}
 	nbytes := send.Bytes()
 	algo := c.allreduceAlgo(nbytes, send.Count)
 	d := opDesc{coll: collAllreduce, dtype: send.DType, op: op, count: uint64(send.Count)}
 	return c.runTagged(ctx, d, algo, ro.maxTag, func(ctx *opContext, o *opRun) error {
 		src, dst := memOf(send), memOf(recv)
-		factor, divisor := finalScale(send.DType, op, ro.postscale, p)
 		if p == 1 || ro.prescale != 1 || algo == algoRecursiveDoubling || (algo == algoHierarchical && c.topo.LocalSize == 1) {
 			// These start from the contribution in dst; the ring instead reads
 			// an untouched source straight from send.

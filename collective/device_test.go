@@ -45,14 +45,12 @@ func (d *fakeDevice) ReduceFromHost(ctx context.Context, off int, a DeviceMemory
 	d.calls.Add(1)
 	n := len(src)
 	// A kernel reads its operands before writing, so aliasing is fine.
-	reduceHost(dt, op, d.mem[off:off+n], a.(*fakeDevice).mem[aOff:aOff+n], src)
-	return nil
+	return reduceHost(dt, op, d.mem[off:off+n], a.(*fakeDevice).mem[aOff:aOff+n], src)
 }
 
 func (d *fakeDevice) Scale(ctx context.Context, off, n int, dt DType, factor float64, divisor int) error {
 	d.calls.Add(1)
-	scaleHost(dt, d.mem[off:off+n], factor, divisor)
-	return nil
+	return scaleHost(dt, d.mem[off:off+n], factor, divisor)
 }
 
 func (d *fakeDevice) Alloc(ctx context.Context, size int) (DeviceMemory, error) {

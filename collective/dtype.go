@@ -95,6 +95,10 @@ const (
 // Valid reports whether op is one of the supported reduce operations.
 func (op ReduceOp) Valid() bool { return op >= Sum && op <= Adasum }
 
+func unknownOp(op ReduceOp) error {
+	return fmt.Errorf("collective: reduce op %d unknown (want sum, average, min, max, product or adasum)", uint8(op))
+}
+
 // Elementwise reports whether op combines the ranks' values element by
 // element (every op but Adasum), which reduce-scatter needs.
 func (op ReduceOp) Elementwise() bool { return op.Valid() && op != Adasum }

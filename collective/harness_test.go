@@ -158,7 +158,7 @@ func referenceReduce(dt DType, op ReduceOp, inputs [][]float64, pre, post float6
 			}
 			acc = wrap(dt, acc)
 		}
-		factor, divisor := finalScale(dt, op, post, p)
+		factor, divisor, _ := finalScale(dt, op, post, p) // p >= 1: no error
 		if divisor > 1 {
 			acc = math.Trunc(acc / float64(divisor))
 		}

@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"fmt"
 	"unsafe"
 
 	"github.com/gorovod/gorovod/internal/reduce"
@@ -48,8 +49,7 @@ func (m memory) commit(ctx context.Context, off int, b []byte) error {
 func (m memory) reduceFrom(ctx context.Context, off int, a memory, aOff int, src []byte, dt DType, op ReduceOp) error {
 	if m.dev == nil {
 		n := len(src)
-		reduceHost(dt, op, m.host[off:off+n], a.host[aOff:aOff+n], src)
-		return nil
+		return reduceHost(dt, op, m.host[off:off+n], a.host[aOff:aOff+n], src)
 	}
 	return m.dev.ReduceFromHost(ctx, off, a.dev, aOff, src, dt, op)
 }
@@ -83,28 +83,37 @@ func (m memory) copyFrom(ctx context.Context, off int, src memory, srcOff, n int
 }
 
 // scale applies the pre/post-scale factor and the integer divisor of Average to
-// n bytes at off.
+// n bytes at off. divisor is the number of members averaged over, 1 for no
+// division.
 func (m memory) scale(ctx context.Context, off, n int, dt DType, factor float64, divisor int) error {
-	if n == 0 || (factor == 1 && divisor <= 1) {
+	if divisor < 1 {
+		return fmt.Errorf("collective: integer average over %d members", divisor)
+	}
+	if n == 0 || (factor == 1 && divisor == 1) {
 		return nil
 	}
 	if m.dev == nil {
-		scaleHost(dt, m.host[off:off+n], factor, divisor)
-		return nil
+		return scaleHost(dt, m.host[off:off+n], factor, divisor)
 	}
 	return m.dev.Scale(ctx, off, n, dt, factor, divisor)
 }
 
-func kernelOp(op ReduceOp) reduce.Op {
+// kernelOp is the host kernel's op for an element-wise op; Average sums (the
+// division comes with the final scale).
+func kernelOp(op ReduceOp) (reduce.Op, error) {
 	switch op {
+	case Sum, Average:
+		return reduce.Sum, nil
 	case Min:
-		return reduce.Min
+		return reduce.Min, nil
 	case Max:
-		return reduce.Max
+		return reduce.Max, nil
 	case Product:
-		return reduce.Prod
+		return reduce.Prod, nil
+	case Adasum:
+		return 0, fmt.Errorf("collective: %v combines whole tensors, not elements", op)
 	}
-	return reduce.Sum
+	return 0, unknownOp(op)
 }
 
 func view[T any](b []byte) []T {
@@ -116,29 +125,37 @@ func view[T any](b []byte) []T {
 }
 
 // reduceHost sets dst = a op b element-wise; all three hold the same byte count.
-func reduceHost(dt DType, op ReduceOp, dst, a, b []byte) {
-	k := kernelOp(op)
+// The collectives check op and dt before anything is sent, so an error here
+// means a caller inside this package passed what they had not checked.
+func reduceHost(dt DType, op ReduceOp, dst, a, b []byte) error {
+	k, err := kernelOp(op)
+	if err != nil {
+		return err
+	}
 	switch dt {
 	case Float32:
-		reduce.Float32(k, view[float32](dst), view[float32](a), view[float32](b))
+		err = reduce.Float32(k, view[float32](dst), view[float32](a), view[float32](b))
 	case Float64:
-		reduce.Float64(k, view[float64](dst), view[float64](a), view[float64](b))
+		err = reduce.Float64(k, view[float64](dst), view[float64](a), view[float64](b))
 	case Float16:
-		reduce.Float16(k, view[uint16](dst), view[uint16](a), view[uint16](b))
+		err = reduce.Float16(k, view[uint16](dst), view[uint16](a), view[uint16](b))
 	case BFloat16:
-		reduce.BFloat16(k, view[uint16](dst), view[uint16](a), view[uint16](b))
+		err = reduce.BFloat16(k, view[uint16](dst), view[uint16](a), view[uint16](b))
 	case Int32:
-		reduce.Int32(k, view[int32](dst), view[int32](a), view[int32](b))
+		err = reduce.Int32(k, view[int32](dst), view[int32](a), view[int32](b))
 	case Int64:
-		reduce.Int64(k, view[int64](dst), view[int64](a), view[int64](b))
+		err = reduce.Int64(k, view[int64](dst), view[int64](a), view[int64](b))
 	case Uint8:
-		reduce.Uint8(k, dst, a, b)
+		err = reduce.Uint8(k, dst, a, b)
+	default:
+		err = fmt.Errorf("collective: cannot reduce %v", dt)
 	}
+	return err
 }
 
 // scaleHost multiplies b's elements by factor and then, for integer types,
 // divides them by divisor (when > 1), in place.
-func scaleHost(dt DType, b []byte, factor float64, divisor int) {
+func scaleHost(dt DType, b []byte, factor float64, divisor int) error {
 	switch dt {
 	case Float32:
 		reduce.ScaleFloat32(view[float32](b), view[float32](b), factor)
@@ -150,24 +167,33 @@ func scaleHost(dt DType, b []byte, factor float64, divisor int) {
 		reduce.ScaleBFloat16(view[uint16](b), view[uint16](b), factor)
 	case Int32:
 		if divisor > 1 {
-			reduce.DivInt32(view[int32](b), view[int32](b), int64(divisor))
+			if err := reduce.DivInt32(view[int32](b), view[int32](b), int64(divisor)); err != nil {
+				return err
+			}
 		}
 		if factor != 1 {
 			reduce.ScaleInt32(view[int32](b), view[int32](b), factor)
 		}
 	case Int64:
 		if divisor > 1 {
-			reduce.DivInt64(view[int64](b), view[int64](b), int64(divisor))
+			if err := reduce.DivInt64(view[int64](b), view[int64](b), int64(divisor)); err != nil {
+				return err
+			}
 		}
 		if factor != 1 {
 			reduce.ScaleInt64(view[int64](b), view[int64](b), factor)
 		}
 	case Uint8:
 		if divisor > 1 {
-			reduce.DivUint8(b, b, int64(divisor))
+			if err := reduce.DivUint8(b, b, int64(divisor)); err != nil {
+				return err
+			}
 		}
 		if factor != 1 {
 			reduce.ScaleUint8(b, b, factor)
 		}
+	default:
+		return fmt.Errorf("collective: cannot scale %v", dt)
 	}
+	return nil
 }

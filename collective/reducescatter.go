@@ -49,6 +49,10 @@ func (c *Communicator) reduceScatter(ctx context.Context, send, recv Buffer, cou
 	if err != nil {
 		return err
 	}
+	factor, divisor, err := finalScale(send.DType, op, ro.postscale, p)
+	if err != nil {
+		return err
+	}
 	d := opDesc{coll: collReduceScatter, dtype: send.DType, op: op, count: uint64(send.Count)}
 	if variable {
 		d.aux = layoutHash(counts)
@@ -63,7 +67,6 @@ func (c *Communicator) reduceScatter(ctx context.Context, send, recv Buffer, cou
 		plan := &c.plan
 		plan.set(counts, send.DType.Size(), c.cfg.ChunkBytes)
 		src, out := memOf(send), memOf(recv)
-		factor, divisor := finalScale(send.DType, op, ro.postscale, p)
 		myOff, myLen := plan.segment(r)
 		if p == 1 {
 			if err := out.copyFrom(ctx, 0, src, myOff, myLen); err != nil {

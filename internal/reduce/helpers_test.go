@@ -144,7 +144,17 @@ func firstDiff[T any](k kind[T], op Op, got, want []T) error {
 	return nil
 }
 
-type binaryFn[T any] func(op Op, dst, a, b []T)
+// binaryFn is a binary kernel under test or a reference to hold it to.
+type binaryFn[T any] func(op Op, dst, a, b []T) error
+
+// goKernel makes a binaryFn of an unexported kernel, which has no error to
+// return.
+func goKernel[T any](f func(op Op, dst, a, b []T)) binaryFn[T] {
+	return func(op Op, dst, a, b []T) error {
+		f(op, dst, a, b)
+		return nil
+	}
+}
 
 // checkBinary runs fast against ref for every op, length, offset and
 // aliasing, and checks that fast writes nothing outside dst.
@@ -171,11 +181,15 @@ func checkOne[T any](r *rand.Rand, k kind[T], fast, ref binaryFn[T], op Op, n, o
 		b[i] = a[i]
 	}
 	want := make([]T, n)
-	ref(op, want, a, b)
+	if err := ref(op, want, a, b); err != nil {
+		return fmt.Errorf("reference: %w", err)
+	}
 
 	buf := randSlice(r, k, off+n+8)
 	orig := append([]T(nil), buf...)
-	fast(op, buf[off:off+n], a, b)
+	if err := fast(op, buf[off:off+n], a, b); err != nil {
+		return fmt.Errorf("separate dst: %w", err)
+	}
 	if err := firstDiff(k, op, buf[off:off+n], want); err != nil {
 		return fmt.Errorf("separate dst: %w", err)
 	}
@@ -185,12 +199,16 @@ func checkOne[T any](r *rand.Rand, k kind[T], fast, ref binaryFn[T], op Op, n, o
 		}
 	}
 	inA := at(off, a[:n])
-	fast(op, inA, inA, b)
+	if err := fast(op, inA, inA, b); err != nil {
+		return fmt.Errorf("dst == a: %w", err)
+	}
 	if err := firstDiff(k, op, inA, want); err != nil {
 		return fmt.Errorf("dst == a: %w", err)
 	}
 	inB := at(off, b[:n])
-	fast(op, inB, a, inB)
+	if err := fast(op, inB, a, inB); err != nil {
+		return fmt.Errorf("dst == b: %w", err)
+	}
 	if err := firstDiff(k, op, inB, want); err != nil {
 		return fmt.Errorf("dst == b: %w", err)
 	}

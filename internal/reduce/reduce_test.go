@@ -1,8 +1,10 @@
 package reduce
 
 import (
+	"errors"
 	"math"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -23,28 +25,28 @@ func TestVectorKernelsActive(t *testing.T) {
 	}
 }
 
-func TestFloat32(t *testing.T) { checkBinary(t, f32Kind, Float32, float32Go, allOps...) }
-func TestFloat64(t *testing.T) { checkBinary(t, f64Kind, Float64, float64Go, allOps...) }
-func TestInt32(t *testing.T)   { checkBinary(t, i32Kind, Int32, intGo[int32], allOps...) }
-func TestInt64(t *testing.T)   { checkBinary(t, i64Kind, Int64, intGo[int64], allOps...) }
-func TestUint8(t *testing.T)   { checkBinary(t, u8Kind, Uint8, intGo[uint8], allOps...) }
+func TestFloat32(t *testing.T) { checkBinary(t, f32Kind, Float32, goKernel(float32Go), allOps...) }
+func TestFloat64(t *testing.T) { checkBinary(t, f64Kind, Float64, goKernel(float64Go), allOps...) }
+func TestInt32(t *testing.T)   { checkBinary(t, i32Kind, Int32, goKernel(intGo[int32]), allOps...) }
+func TestInt64(t *testing.T)   { checkBinary(t, i64Kind, Int64, goKernel(intGo[int64]), allOps...) }
+func TestUint8(t *testing.T)   { checkBinary(t, u8Kind, Uint8, goKernel(intGo[uint8]), allOps...) }
 
 func TestFloat16(t *testing.T) {
-	checkBinary(t, f16Kind, Float16, float16Go, allOps...)
+	checkBinary(t, f16Kind, Float16, goKernel(float16Go), allOps...)
 	checkBinary(t, f16Kind, Float16, viaFloat32(half.F16ToF32, half.F32ToF16), allOps...)
-	checkBinary(t, f16Kind, float16Go, viaFloat32(half.F16ToF32, half.F32ToF16), allOps...)
+	checkBinary(t, f16Kind, goKernel(float16Go), viaFloat32(half.F16ToF32, half.F32ToF16), allOps...)
 }
 
 func TestBFloat16(t *testing.T) {
-	checkBinary(t, bf16Kind, BFloat16, bfloat16Go, allOps...)
+	checkBinary(t, bf16Kind, BFloat16, goKernel(bfloat16Go), allOps...)
 	checkBinary(t, bf16Kind, BFloat16, viaFloat32(half.BF16ToF32, half.F32ToBF16), allOps...)
-	checkBinary(t, bf16Kind, bfloat16Go, viaFloat32(half.BF16ToF32, half.F32ToBF16), allOps...)
+	checkBinary(t, bf16Kind, goKernel(bfloat16Go), viaFloat32(half.BF16ToF32, half.F32ToBF16), allOps...)
 }
 
 // viaFloat32 is the definition of the 16-bit kernels, written apart from
 // the package's own code: widen, combine in float32, narrow once.
 func viaFloat32(widen func(uint16) float32, narrow func(float32) uint16) binaryFn[uint16] {
-	return func(op Op, dst, a, b []uint16) {
+	return func(op Op, dst, a, b []uint16) error {
 		for i := range dst {
 			x, y := widen(a[i]), widen(b[i])
 			var z float32
@@ -60,6 +62,7 @@ func viaFloat32(widen func(uint16) float32, narrow func(float32) uint16) binaryF
 			}
 			dst[i] = narrow(z)
 		}
+		return nil
 	}
 }
 
@@ -82,7 +85,7 @@ func specMax(x, y float32) float32 {
 }
 
 func TestFloat32MatchesSpec(t *testing.T) {
-	ref := func(op Op, dst, a, b []float32) {
+	ref := func(op Op, dst, a, b []float32) error {
 		for i := range dst {
 			switch op {
 			case Min:
@@ -91,6 +94,7 @@ func TestFloat32MatchesSpec(t *testing.T) {
 				dst[i] = specMax(a[i], b[i])
 			}
 		}
+		return nil
 	}
 	checkBinary(t, f32Kind, Float32, ref, Min, Max)
 }
@@ -165,21 +169,55 @@ func TestIntegerWraps(t *testing.T) {
 	}
 }
 
-func TestBadOpPanics(t *testing.T) {
-	for _, n := range []int{0, 100} {
-		for name, f := range map[string]func(){
-			"Float32":  func() { Float32(Op(9), make([]float32, n), make([]float32, n), make([]float32, n)) },
-			"Float64":  func() { Float64(Op(9), make([]float64, n), make([]float64, n), make([]float64, n)) },
-			"Float16":  func() { Float16(Op(9), make([]uint16, n), make([]uint16, n), make([]uint16, n)) },
-			"BFloat16": func() { BFloat16(Op(9), make([]uint16, n), make([]uint16, n), make([]uint16, n)) },
-			"Int32":    func() { Int32(Op(9), make([]int32, n), make([]int32, n), make([]int32, n)) },
-			"Int64":    func() { Int64(Op(9), make([]int64, n), make([]int64, n), make([]int64, n)) },
-			"Uint8":    func() { Uint8(Op(9), make([]uint8, n), make([]uint8, n), make([]uint8, n)) },
-		} {
-			if msg := catch(f); !strings.Contains(msg, "invalid Op(9)") {
-				t.Errorf("%s with bad op, n=%d: panic %q", name, n, msg)
+// TestUnknownOp checks that every binary kernel rejects an op other than
+// Sum, Prod, Min and Max with an error, before writing anything, at lengths
+// that reach neither, one or both of the vector and Go paths.
+func TestUnknownOp(t *testing.T) {
+	// Each case fills dst with 7 and the sources with 3, which every known
+	// op would change.
+	kernels := []struct {
+		name string
+		run  func(op Op, n int) (untouched bool, err error)
+	}{
+		{"Float32", rejecting(Float32, 7, 3)},
+		{"Float64", rejecting(Float64, 7, 3)},
+		{"Float16", rejecting(Float16, 0x4700, 0x4200)},
+		{"BFloat16", rejecting(BFloat16, 0x40e0, 0x4040)},
+		{"Int32", rejecting(Int32, 7, 3)},
+		{"Int64", rejecting(Int64, 7, 3)},
+		{"Uint8", rejecting(Uint8, 7, 3)},
+	}
+	for _, k := range kernels {
+		for _, op := range []Op{Max + 1, 17, 255} {
+			for _, n := range []int{0, 1, 100, 4099} {
+				untouched, err := k.run(op, n)
+				want := "reduce: unknown op " + strconv.Itoa(int(op))
+				if !errors.Is(err, ErrUnknownOp) || err.Error() != want {
+					t.Errorf("%s(%v) of %d elements: error %v, want %q", k.name, op, n, err, want)
+				}
+				if !untouched {
+					t.Errorf("%s(%v) of %d elements wrote to dst", k.name, op, n)
+				}
 			}
 		}
+	}
+}
+
+// rejecting runs kernel on n elements: dst filled with x, the sources with
+// y. It reports whether dst still holds only x, and kernel's error.
+func rejecting[T comparable](kernel func(Op, []T, []T, []T) error, x, y T) func(Op, int) (bool, error) {
+	return func(op Op, n int) (bool, error) {
+		dst, a, b := make([]T, n), make([]T, n), make([]T, n)
+		for i := range dst {
+			dst[i], a[i], b[i] = x, y, y
+		}
+		err := kernel(op, dst, a, b)
+		for _, v := range dst {
+			if v != x {
+				return false, err
+			}
+		}
+		return true, err
 	}
 }
 

@@ -1,5 +1,7 @@
 package reduce
 
+import "errors"
+
 // The scale kernels set dst[i] = src[i] * f for i < len(dst); src must be
 // at least as long as dst and may be dst itself.
 
@@ -64,38 +66,44 @@ func ScaleUint8(dst, src []uint8, f float64) {
 // The division kernels set dst[i] = src[i] / d, truncating toward zero,
 // for Average on integer types. The quotient is computed in int64 and
 // converted to the element type with Go's wrapping conversion (so
-// MinInt32 / -1 is MinInt32, and a negative d wraps uint8 results). They
-// panic if d is 0.
+// MinInt32 / -1 is MinInt32, and a negative d wraps uint8 results). For d
+// 0 they return ErrDivideByZero and leave dst untouched.
+
+// ErrDivideByZero is the division kernels' error for a divisor of 0.
+var ErrDivideByZero = errors.New("reduce: integer division by zero")
 
 // DivInt32 divides int32 elements.
-func DivInt32(dst, src []int32, d int64) {
+func DivInt32(dst, src []int32, d int64) error {
+	if d == 0 {
+		return ErrDivideByZero
+	}
 	src = src[:len(dst)]
-	checkDivisor(d)
 	for i := range dst {
 		dst[i] = int32(int64(src[i]) / d)
 	}
+	return nil
 }
 
 // DivInt64 divides int64 elements.
-func DivInt64(dst, src []int64, d int64) {
+func DivInt64(dst, src []int64, d int64) error {
+	if d == 0 {
+		return ErrDivideByZero
+	}
 	src = src[:len(dst)]
-	checkDivisor(d)
 	for i := range dst {
 		dst[i] = src[i] / d
 	}
+	return nil
 }
 
 // DivUint8 divides uint8 elements.
-func DivUint8(dst, src []uint8, d int64) {
+func DivUint8(dst, src []uint8, d int64) error {
+	if d == 0 {
+		return ErrDivideByZero
+	}
 	src = src[:len(dst)]
-	checkDivisor(d)
 	for i := range dst {
 		dst[i] = uint8(int64(src[i]) / d)
 	}
-}
-
-func checkDivisor(d int64) {
-	if d == 0 {
-		panic("reduce: integer divide by zero")
-	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package reduce
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -194,7 +195,46 @@ func TestDiv(t *testing.T) {
 	if fmt.Sprint(u8) != "[127 3 0]" {
 		t.Errorf("DivUint8 by 2 = %v", u8)
 	}
-	if msg := catch(func() { DivInt32(make([]int32, 1), make([]int32, 1), 0) }); msg == "" {
-		t.Error("DivInt32 by 0 did not panic")
+}
+
+// TestDivByZero checks that the division kernels reject a divisor of 0 with
+// ErrDivideByZero and leave dst as it was.
+func TestDivByZero(t *testing.T) {
+	cases := []struct {
+		name string
+		run  func(n int) (untouched bool, err error)
+	}{
+		{"DivInt32", dividing(DivInt32, 7, 3)},
+		{"DivInt64", dividing(DivInt64, 7, 3)},
+		{"DivUint8", dividing(DivUint8, 7, 3)},
+	}
+	for _, c := range cases {
+		for _, n := range []int{0, 1, 100} {
+			untouched, err := c.run(n)
+			if !errors.Is(err, ErrDivideByZero) {
+				t.Errorf("%s by 0 of %d elements: error %v, want %v", c.name, n, err, ErrDivideByZero)
+			}
+			if !untouched {
+				t.Errorf("%s by 0 of %d elements wrote to dst", c.name, n)
+			}
+		}
+	}
+}
+
+// dividing runs div by 0 on n elements, dst filled with x and src with y,
+// and reports whether dst still holds only x, and div's error.
+func dividing[T comparable](div func(dst, src []T, d int64) error, x, y T) func(int) (bool, error) {
+	return func(n int) (bool, error) {
+		dst, src := make([]T, n), make([]T, n)
+		for i := range dst {
+			dst[i], src[i] = x, y
+		}
+		err := div(dst, src, 0)
+		for _, v := range dst {
+			if v != x {
+				return false, err
+			}
+		}
+		return true, err
 	}
 }
