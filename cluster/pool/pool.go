@@ -357,7 +357,7 @@ func (p *pool) allocate(ctx, jobsCtx context.Context, now time.Duration, active 
 		counts[e.spec.Name] = want[i]
 		ids[i] = e.spec.Name
 	}
-	placed := scheduler.PlaceCounts(p.cluster, ids, counts, proposed, current, nil, nil)
+	placed := scheduler.PlaceCounts(p.cluster, ids, counts, proposed, current, nil, nil, nil)
 
 	// Shrinks first, so that their slots are on their way back when the
 	// growing jobs' workers start; then grows; then first starts.

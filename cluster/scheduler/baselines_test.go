@@ -256,3 +256,68 @@ func TestOptimus(t *testing.T) {
 		})
 	}
 }
+
+// TestBaselinesMaxPerNode: Tiresias and Optimus keep a job's cap per node
+// (Job.MaxPerNode) in their packing; without the cap each row's job would be
+// packed on one node.
+func TestBaselinesMaxPerNode(t *testing.T) {
+	perfect := func(t0 float64) func(int) float64 { return func(r int) float64 { return t0 / float64(r) } }
+	for _, tc := range []struct {
+		name    string
+		policy  func() Policy
+		cluster Cluster
+		rounds  []round
+	}{
+		{
+			name: "tiresias: one per node", policy: func() Policy { return NewTiresias(TiresiasConfig{}) }, cluster: NewCluster(2, 4),
+			rounds: []round{{0, []Job{{ID: "p", Replicas: 2, MaxPerNode: 1}}, Allocation{"p": {0, 1}}}},
+		},
+		{
+			// p's 3 replicas at one a node need 3 nodes: it is not
+			// admitted, and c is packed.
+			name: "tiresias: a job its nodes cannot hold at its cap waits", policy: func() Policy { return NewTiresias(TiresiasConfig{}) }, cluster: NewCluster(2, 4),
+			rounds: []round{{0, []Job{{ID: "p", Replicas: 3, MaxPerNode: 1}, {ID: "c", Replicas: 2}}, Allocation{"c": {0, 0}}}},
+		},
+		{
+			// c holds node 0; p needs a GPU on each node: c, free to
+			// go anywhere, makes room for it.
+			name: "tiresias: a capped job's room is freed by a job that may move", policy: func() Policy { return NewTiresias(TiresiasConfig{}) }, cluster: NewCluster(2, 2),
+			rounds: []round{
+				{0, []Job{{ID: "c", Replicas: 2}}, Allocation{"c": {0, 0}}},
+				{60 * time.Second, []Job{{ID: "c", Replicas: 2}, {ID: "p", Replicas: 2, MaxPerNode: 1}}, Allocation{"c": {0, 1}, "p": {0, 1}}},
+			},
+		},
+		{
+			// A running job keeps its nodes, within its cap.
+			name: "tiresias: a running job within its cap stays", policy: func() Policy { return NewTiresias(TiresiasConfig{}) }, cluster: NewCluster(3, 4),
+			rounds: []round{
+				{0, []Job{{ID: "p", Replicas: 4, MaxPerNode: 2}}, Allocation{"p": {0, 0, 1, 1}}},
+				{60 * time.Second, []Job{{ID: "p", Replicas: 4, MaxPerNode: 2}}, Allocation{"p": {0, 0, 1, 1}}},
+			},
+		},
+		{
+			name: "optimus: one per node", policy: func() Policy { return NewOptimus() }, cluster: NewCluster(2, 2),
+			rounds: []round{{0, []Job{{ID: "a", StepTime: perfect(10), RemainingSteps: 100, MaxReplicas: 2, MaxPerNode: 1}}, Allocation{"a": {0, 1}}}},
+		},
+		{
+			// a stops growing at one a node; b, without a cap, gets
+			// the GPUs a would have taken.
+			name: "optimus: a capped job grows only as far as its cap", policy: func() Policy { return NewOptimus() }, cluster: NewCluster(2, 4),
+			rounds: []round{{0, []Job{
+				{ID: "a", StepTime: perfect(10), RemainingSteps: 100, MaxPerNode: 1},
+				{ID: "b", StepTime: perfect(10), RemainingSteps: 100},
+			}, Allocation{"a": {0, 1}, "b": {0, 0, 0, 1, 1, 1}}}},
+		},
+		{
+			name: "optimus: a minimum its nodes cannot hold at its cap waits", policy: func() Policy { return NewOptimus() }, cluster: NewCluster(2, 4),
+			rounds: []round{{0, []Job{
+				{ID: "a", StepTime: perfect(10), RemainingSteps: 100, MinReplicas: 3, MaxPerNode: 1},
+				{ID: "b", StepTime: perfect(10), RemainingSteps: 100},
+			}, Allocation{"b": {0, 0, 0, 0, 1, 1, 1, 1}}}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runRounds(t, tc.policy(), tc.cluster, tc.rounds)
+		})
+	}
+}

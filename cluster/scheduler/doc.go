@@ -22,7 +22,9 @@
 // choice of node is open — Pollux's among allocations of equal fitness, the
 // baselines' and PlaceCounts' packing — its replicas go to its eligible
 // nodes of highest score first; a preference changes no job's count and
-// makes no node eligible.
+// makes no node eligible. A job may be capped per node (Job.MaxPerNode):
+// every policy, and PlaceCounts, gives it at most that many replicas on a
+// node, and no more in all than its eligible nodes hold so (CapacityFor).
 //
 // The policies only decide; the caller applies the allocation and measures
 // the jobs: package simulator replays Pollux's trace-driven study, and package

@@ -76,7 +76,8 @@ func (pr *problem) fitness(s []uint8) float64 {
 }
 
 // repair makes s a valid allocation, in this order (Pollux's, after a job's
-// replicas on nodes it may not use are dropped): a node keeps
+// replicas on nodes it may not use are dropped and its count on each node
+// is cut to its cap, Job.MaxPerNode): a node keeps
 // at most one distributed job (the first in priority order; the node's
 // replicas of every job after a second distributed one are dropped, as
 // Pollux's repair does), a job over its maximum keeps replicas on randomly
@@ -84,16 +85,15 @@ func (pr *problem) fitness(s []uint8) float64 {
 // and a job under its minimum gets nothing.
 func (pr *problem) repair(s []uint8, r *rng) {
 	N, W, J := pr.nodes, pr.stride, len(pr.jobs)
-	// (0) Only the nodes a job may use (Job.Eligible).
-	for j, barred := range pr.barred {
-		if barred == nil {
+	// (0) Only the nodes a job may use (Job.Eligible), at most its cap
+	// on each (Job.MaxPerNode).
+	for j, room := range pr.room {
+		if room == nil {
 			continue
 		}
 		row := s[j*W : (j+1)*W]
-		for n, b := range barred {
-			if b != 0 {
-				row[n] = 0
-			}
+		for n, v := range room {
+			row[n] = min(row[n], v)
 		}
 	}
 	// (1) One distributed job per node. Whether a job is distributed is
@@ -184,7 +184,8 @@ func threshold(p float64) uint64 {
 // allocation (probability 0.1 per job); drop replicas (for 10 % of the jobs,
 // each node's count is zeroed with probability 0.1); and grow: on every node
 // with a free GPU, a job's count is raised to a uniform value between it and
-// the node's size, with probability 1/(nodes with a free GPU), combined with
+// the node's size (at most the job's cap there, problem.room), with
+// probability 1/(nodes with a free GPU), combined with
 // 1/(such nodes the job already uses) where it is already there.
 func (pr *problem) mutate(s []uint8, r *rng) {
 	W, J := pr.stride, len(pr.jobs)
@@ -249,18 +250,21 @@ func (pr *problem) grow(s []uint8, r *rng) {
 			p2 := 1 / float64(present)
 			t12 = threshold(p1 + p2 - p1*p2)
 		}
-		barred := pr.barred[j]
+		room := pr.room[j]
 		for _, n := range freeNodes {
-			if barred != nil && barred[n] != 0 {
-				continue
+			top := pr.cap[n]
+			if room != nil {
+				if top = min(top, room[n]); top == 0 {
+					continue
+				}
 			}
 			v := row[n]
 			t := t1
 			if v > 0 {
 				t = t12
 			}
-			if r.next() < t && v < pr.cap[n] {
-				row[n] = v + uint8(r.intn(int(pr.cap[n]-v)+1))
+			if r.next() < t && v < top {
+				row[n] = v + uint8(r.intn(int(top-v)+1))
 			}
 		}
 	}

@@ -608,3 +608,62 @@ func TestPolluxPreferenceKeepsCounts(t *testing.T) {
 	}
 	t.Logf("without preferences %v, with %v", plain, prefer)
 }
+
+// TestPolluxMaxPerNode: a job's cap per node (Job.MaxPerNode) holds in every
+// allocation Pollux returns, from a fresh search and from a current
+// allocation over the cap, and a job whose minimum its nodes cannot hold at
+// its cap gets nothing. Spreading a job costs it 10 % a node, so without
+// the cap each job would be packed on one node.
+func TestPolluxMaxPerNode(t *testing.T) {
+	packed := func(n, r int) float64 { return float64(r) * (1 - 0.1*float64(n-1)) }
+	for _, tc := range []struct {
+		name    string
+		jobs    []Job
+		current Allocation
+		// replicas each job must get; want, where set, the allocation.
+		replicas map[string]int
+		want     Allocation
+	}{
+		{"one per node", []Job{{ID: "a", MaxReplicas: 4, MaxPerNode: 1}}, nil,
+			map[string]int{"a": 4}, Allocation{"a": {0, 1, 2, 3}}},
+		{"two per node", []Job{{ID: "a", MaxReplicas: 4, MaxPerNode: 2}}, nil,
+			map[string]int{"a": 4}, nil},
+		{"two per node on the preferred nodes", []Job{{ID: "a", MaxReplicas: 4, MaxPerNode: 2, Preference: []int{0, 0, 50, 100}}}, nil,
+			map[string]int{"a": 4}, Allocation{"a": {2, 2, 3, 3}}},
+		{"one per eligible node", []Job{{ID: "a", MaxReplicas: 4, MaxPerNode: 1, Eligible: []bool{false, true, false, true}}}, nil,
+			map[string]int{"a": 2}, Allocation{"a": {1, 3}}},
+		{"a current allocation over the cap is cut", []Job{{ID: "a", MaxReplicas: 4, MaxPerNode: 2, Submitted: -time.Hour}},
+			Allocation{"a": {0, 0, 0, 0}}, map[string]int{"a": 4}, nil},
+		{"a minimum over what the nodes hold at the cap waits", []Job{
+			{ID: "a", MinReplicas: 5, MaxReplicas: 8, MaxPerNode: 1},
+			{ID: "b", MaxReplicas: 4, Submitted: time.Minute},
+		}, nil, map[string]int{"a": 0, "b": 4}, nil},
+		{"a capped job beside one packed", []Job{
+			{ID: "a", MaxReplicas: 4, MaxPerNode: 1},
+			{ID: "b", MaxReplicas: 3, Submitted: time.Minute},
+		}, nil, map[string]int{"a": 4, "b": 3}, nil},
+	} {
+		for _, sel := range []Selection{Elitist, NSGA2} {
+			t.Run(fmt.Sprintf("%s/selection=%d", tc.name, sel), func(t *testing.T) {
+				for i := range tc.jobs {
+					tc.jobs[i].Goodput, tc.jobs[i].MaxProfiledReplicas = packed, 4
+				}
+				alloc, err := NewPollux(PolluxConfig{Seed: 7, Selection: sel}).Allocate(context.Background(), time.Hour, tc.jobs, NewCluster(4, 4), tc.current)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, j := range tc.jobs {
+					if !withinCap(alloc[j.ID], j.MaxPerNode) {
+						t.Errorf("job %s has more than %d replicas on a node: %v", j.ID, j.MaxPerNode, alloc)
+					}
+					if got := len(alloc[j.ID]); got != tc.replicas[j.ID] {
+						t.Errorf("job %s got %d replicas, want %d: %v", j.ID, got, tc.replicas[j.ID], alloc)
+					}
+				}
+				if tc.want != nil && fmt.Sprint(alloc) != fmt.Sprint(tc.want) {
+					t.Errorf("got %v, want %v", alloc, tc.want)
+				}
+			})
+		}
+	}
+}

@@ -15,9 +15,10 @@ import (
 // RemainingSteps, with the true step times — until none is left or no job
 // gains. Jobs keep their placement while their size is unchanged; the others
 // are packed onto the nodes with the most free GPUs, smallest jobs first.
-// A job pinned to some nodes (Job.Eligible) gets replicas only there, and
-// only as many as fit beside those given before it (placeSized places the
-// pinned jobs first). It keeps no state between rounds.
+// A job pinned to some nodes (Job.Eligible) gets replicas only there, one
+// capped per node (Job.MaxPerNode) at most its cap on each, and only as many
+// as fit beside those given before it (placeSized places such jobs first).
+// It keeps no state between rounds.
 type Optimus struct{}
 
 // NewOptimus returns the Optimus policy.
@@ -84,11 +85,12 @@ func (*Optimus) Allocate(ctx context.Context, now time.Duration, jobs []Job, clu
 			return nil
 		})
 	}
-	// A job pinned to some nodes (Job.Eligible) takes a replica only where
-	// the replicas given so far, its own included, can still be placed.
-	pinned := anyPinned(jobs)
+	// A job pinned to some nodes (Job.Eligible) or capped per node
+	// (Job.MaxPerNode) takes a replica only where the replicas given so
+	// far, its own included, can still be placed.
+	constrained := anyConstrained(jobs)
 	fits := func() bool {
-		if !pinned {
+		if !constrained {
 			return true // counts within the cluster always fit
 		}
 		_, ok := place()

@@ -83,8 +83,10 @@ func (c PolluxConfig) withDefaults() PolluxConfig {
 // mean (p = Fairness) of the jobs' speed-ups, where a job's speed-up is its
 // predicted goodput over its goodput on a fair share of the cluster, scaled by
 // the re-allocation factor when the allocation moves the job. Allocations keep
-// at most one distributed job on a node and each job within
-// [MinReplicas, min(MaxReplicas, ReplicaGrowth × MaxProfiledReplicas)]; jobs
+// at most one distributed job on a node, each job on its eligible nodes
+// (Job.Eligible) with at most Job.MaxPerNode replicas on each, and each job
+// within [MinReplicas, min(MaxReplicas, ReplicaGrowth × MaxProfiledReplicas,
+// what its nodes hold)]; jobs
 // that have attained less GPU time get the contested GPUs first. The final
 // population seeds the next round's search.
 type Pollux struct {
@@ -154,9 +156,10 @@ type problem struct {
 	base   []uint8 // the allocation in force
 	maxRep []int
 	minRep []int
-	// barred holds, per job with an eligible set (Job.Eligible), a row
-	// with 1 on each node it may not use; nil for the others.
-	barred [][]uint8
+	// room holds, per job with an eligible set (Job.Eligible) or a cap
+	// per node (Job.MaxPerNode), the most replicas of the job each node
+	// may hold (0 on a node it may not use); nil for the others.
+	room [][]uint8
 	// prefer holds, per job with a preference (Job.Preference), each
 	// node's score; nil for the others, and all nil when no job has one.
 	// The score of a state (preferenceScore) breaks ties of fitness.
@@ -202,7 +205,7 @@ func (p *Pollux) newProblem(now time.Duration, jobs []Job, cluster Cluster, curr
 	pr.base = make([]uint8, J*W)
 	pr.maxRep = make([]int, J)
 	pr.minRep = make([]int, J)
-	pr.barred = make([][]uint8, J)
+	pr.room = make([][]uint8, J)
 	pr.prefer = make([][]int, J)
 	pr.factor = make([]float64, J)
 	pr.baseGP = make([]float64, J)
@@ -223,16 +226,14 @@ func (p *Pollux) newProblem(now time.Duration, jobs []Job, cluster Cluster, curr
 		if job.MaxReplicas > 0 {
 			limit = min(limit, job.MaxReplicas)
 		}
-		if job.Eligible != nil {
+		if constrained(job) {
 			row, room := make([]uint8, W), 0
 			for n := 0; n < N; n++ {
-				if eligibleNode(job.Eligible, n) {
-					room += int(pr.cap[n])
-				} else {
-					row[n] = 1
-				}
+				v := nodeRoom(cluster.GPUs, n, job.Eligible, job.MaxPerNode, nil)
+				row[n] = uint8(v)
+				room += v
 			}
-			pr.barred[j] = row
+			pr.room[j] = row
 			limit = min(limit, room)
 		}
 		if job.Preference != nil {

@@ -131,7 +131,14 @@ func AdmitByPriority(want, floor []int, running []bool, slots int) {
 // highest score, its own nodes before others of the same score. A proposal
 // that fits is kept whatever its score (the policy weighed it), and a
 // preference changes no count.
-func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed, current Allocation, eligible map[string][]bool, preference map[string][]int) Allocation {
+//
+// A job with a cap per node (maxPerNode[id] above 0, as Job.MaxPerNode) gets
+// at most that many workers on each node in every step: a proposal over it
+// is not kept, nor current workers beyond it on a node, and growth moves to
+// the next node at the cap. Such jobs are placed with the pinned ones, before
+// those free to go anywhere; where its count does not fit under the cap, it
+// gets what there is (the caller sizes counts by CapacityFor).
+func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed, current Allocation, eligible map[string][]bool, preference map[string][]int, maxPerNode map[string]int) Allocation {
 	out := Allocation{}
 	free := slices.Clone(cluster.GPUs)
 	fits := func(id string, nodes []int) bool {
@@ -143,7 +150,7 @@ func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed,
 			need[n]++
 		}
 		for n, k := range need {
-			if free[n] < k {
+			if free[n] < k || (maxPerNode[id] > 0 && k > maxPerNode[id]) {
 				return false
 			}
 		}
@@ -159,7 +166,7 @@ func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed,
 	}
 	pinnedFirst := slices.Clone(ids)
 	slices.SortStableFunc(pinnedFirst, func(a, b string) int {
-		switch pa, pb := eligible[a] != nil, eligible[b] != nil; {
+		switch pa, pb := eligible[a] != nil || maxPerNode[a] > 0, eligible[b] != nil || maxPerNode[b] > 0; {
 		case pa && !pb:
 			return -1
 		case pb && !pa:
@@ -173,11 +180,12 @@ func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed,
 			continue
 		}
 		score := func(node int) int { return preferenceOf(preference[id], node) }
+		limit := maxPerNode[id]
 		// Keep the current nodes, of highest score then most used first,
-		// as far as they fit.
+		// as far as they fit (at most the cap on each).
 		held := map[int]int{}
 		for _, node := range current[id] {
-			if node >= 0 && node < len(free) && eligibleNode(eligible[id], node) {
+			if node >= 0 && node < len(free) && eligibleNode(eligible[id], node) && (limit <= 0 || held[node] < limit) {
 				held[node]++
 			}
 		}
@@ -195,31 +203,41 @@ func PlaceCounts(cluster Cluster, ids []string, counts map[string]int, proposed,
 			return a - b
 		})
 		var nodes []int
+		var have []int // the job's workers per node, where it is capped
+		if limit > 0 {
+			have = make([]int, len(free))
+		}
+		take := func(node int) {
+			nodes = append(nodes, node)
+			free[node]--
+			if have != nil {
+				have[node]++
+			}
+		}
 		for _, node := range order {
 			for k := 0; k < held[node] && free[node] > 0 && len(nodes) < n; k++ {
-				nodes = append(nodes, node)
-				free[node]--
+				take(node)
 			}
 		}
 		// Grow: the free node of highest score, where the job already is
-		// before elsewhere (in the order above), then the most free.
+		// before elsewhere (in the order above), then the most free; a
+		// node at the job's cap has no room for it.
 		for len(nodes) < n {
 			best := -1
 			for _, node := range order {
-				if free[node] > 0 {
+				if nodeRoom(free, node, nil, limit, have) > 0 {
 					best = node
 					break
 				}
 			}
-			if other := mostFreeNode(free, eligible[id], preference[id]); other >= 0 && (best < 0 || score(other) > score(best)) {
+			if other := mostFreeNode(free, eligible[id], preference[id], limit, have); other >= 0 && (best < 0 || score(other) > score(best)) {
 				best = other
 			}
 			if best < 0 {
 				break // the counts did not fit: the job gets what there is
 			}
-			for free[best] > 0 && len(nodes) < n {
-				nodes = append(nodes, best)
-				free[best]--
+			for nodeRoom(free, best, nil, limit, have) > 0 && len(nodes) < n {
+				take(best)
 			}
 		}
 		slices.Sort(nodes)

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -145,7 +146,7 @@ func TestPlaceCounts(t *testing.T) {
 			Allocation{"a": {0}}, nil, map[string][]int{"a": {0, 5}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := PlaceCounts(cluster, ids, tc.counts, tc.proposed, tc.current, tc.eligible, tc.preference)
+			got := PlaceCounts(cluster, ids, tc.counts, tc.proposed, tc.current, tc.eligible, tc.preference, nil)
 			if len(got) != len(tc.want) {
 				t.Fatalf("PlaceCounts = %v, want %v", got, tc.want)
 			}
@@ -153,6 +154,54 @@ func TestPlaceCounts(t *testing.T) {
 				if !slices.Equal(got[id], nodes) {
 					t.Errorf("PlaceCounts = %v, want %v", got, tc.want)
 				}
+			}
+		})
+	}
+}
+
+// TestPlaceCountsMaxPerNode: a job's cap per node (maxPerNode, as
+// Job.MaxPerNode) holds in each of PlaceCounts' steps.
+func TestPlaceCountsMaxPerNode(t *testing.T) {
+	cluster := NewCluster(3, 2)
+	ids := []string{"a", "b", "c"}
+	for _, tc := range []struct {
+		name              string
+		counts            map[string]int
+		proposed, current Allocation
+		maxPerNode        map[string]int
+		eligible          map[string][]bool
+		preference        map[string][]int
+		want              Allocation
+	}{
+		{"a proposal over the cap is not kept",
+			map[string]int{"a": 2}, Allocation{"a": {0, 0}}, nil, map[string]int{"a": 1}, nil, nil,
+			Allocation{"a": {0, 1}}},
+		{"a proposal within the cap is kept",
+			map[string]int{"a": 2}, Allocation{"a": {2, 2}}, nil, map[string]int{"a": 2}, nil, nil,
+			Allocation{"a": {2, 2}}},
+		{"a job keeps its current workers up to the cap",
+			map[string]int{"a": 2}, Allocation{}, Allocation{"a": {1, 1}}, map[string]int{"a": 1}, nil, nil,
+			Allocation{"a": {0, 1}}},
+		{"a growing job moves on at the cap",
+			map[string]int{"a": 3}, Allocation{}, nil, map[string]int{"a": 1}, nil, nil,
+			Allocation{"a": {0, 1, 2}}},
+		{"a capped job gets what its nodes hold at the cap",
+			map[string]int{"a": 4}, Allocation{}, nil, map[string]int{"a": 1}, nil, nil,
+			Allocation{"a": {0, 1, 2}}},
+		{"a capped job is placed before one free to go anywhere",
+			map[string]int{"a": 4, "b": 2}, Allocation{}, nil, map[string]int{"b": 1}, nil, nil,
+			Allocation{"a": {0, 1, 2, 2}, "b": {0, 1}}},
+		{"the preferred nodes at the cap, then the others",
+			map[string]int{"a": 2}, Allocation{}, nil, map[string]int{"a": 1}, nil, map[string][]int{"a": {0, 0, 100}},
+			Allocation{"a": {0, 2}}},
+		{"the eligible nodes at the cap",
+			map[string]int{"a": 2}, Allocation{"a": {1, 1}}, nil, map[string]int{"a": 1}, map[string][]bool{"a": {false, true, true}}, nil,
+			Allocation{"a": {1, 2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := PlaceCounts(cluster, ids, tc.counts, tc.proposed, tc.current, tc.eligible, tc.preference, tc.maxPerNode)
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("PlaceCounts = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -105,6 +105,13 @@ type Job struct {
 	// job on its nodes of highest score, then most free GPUs. A running
 	// job is not moved for it.
 	Preference []int
+	// MaxPerNode, when above 0, is the most replicas of the job one node
+	// may hold (spreading a job's replicas over nodes, for their network
+	// bandwidth or to survive a node's loss); 0: no limit beyond the
+	// node's GPUs. Every policy, and PlaceCounts, keeps to it: a job gets
+	// no more replicas than its eligible nodes hold at that many each,
+	// and one whose minimum does not fit so gets nothing.
+	MaxPerNode int
 
 	// Goodput is the job's predicted goodput (useful training progress per
 	// second, in any unit consistent across calls) on replicas GPUs spread
@@ -153,7 +160,7 @@ func validateJobs(jobs []Job) error {
 			return fmt.Errorf("%w: %q appears twice", ErrInvalidJob, j.ID)
 		case j.MinReplicas < 0 || j.MaxReplicas < 0 || (j.MaxReplicas > 0 && j.MinReplicas > j.MaxReplicas):
 			return fmt.Errorf("%w: %q has replica bounds [%d, %d]", ErrInvalidJob, j.ID, j.MinReplicas, j.MaxReplicas)
-		case j.Attained < 0 || j.Restarts < 0 || j.MaxProfiledReplicas < 0 || j.Replicas < 0 || j.RemainingSteps < 0:
+		case j.Attained < 0 || j.Restarts < 0 || j.MaxProfiledReplicas < 0 || j.Replicas < 0 || j.RemainingSteps < 0 || j.MaxPerNode < 0:
 			return fmt.Errorf("%w: %q has a negative count", ErrInvalidJob, j.ID)
 		case slices.ContainsFunc(j.Preference, func(score int) bool { return score < 0 }):
 			return fmt.Errorf("%w: %q has a negative node preference", ErrInvalidJob, j.ID)
@@ -176,13 +183,32 @@ func preferenceOf(preference []int, n int) int {
 	return 0
 }
 
-// mostFreeNode returns, among the eligible nodes (nil: all) with a free GPU,
-// the one of highest preference score (nil: all score 0), then the most
-// free GPUs, then the lowest index; -1 when none is free.
-func mostFreeNode(free []int, eligible []bool, preference []int) int {
+// nodeRoom is how many more of a job's replicas node n may take: its free
+// GPUs, at most maxPerNode (0: no limit) less the have[n] replicas the job
+// already has there (have nil: none), and none where the node is not
+// eligible.
+func nodeRoom(free []int, n int, eligible []bool, maxPerNode int, have []int) int {
+	if !eligibleNode(eligible, n) {
+		return 0
+	}
+	room := free[n]
+	if maxPerNode > 0 {
+		held := 0
+		if have != nil {
+			held = have[n]
+		}
+		room = min(room, maxPerNode-held)
+	}
+	return max(room, 0)
+}
+
+// mostFreeNode returns, among the nodes with room for one more of the job's
+// replicas (nodeRoom), the one of highest preference score (nil: all score
+// 0), then the most free GPUs, then the lowest index; -1 when none has room.
+func mostFreeNode(free []int, eligible []bool, preference []int, maxPerNode int, have []int) int {
 	best := -1
 	for n, f := range free {
-		if f < 1 || !eligibleNode(eligible, n) {
+		if nodeRoom(free, n, eligible, maxPerNode, have) < 1 {
 			continue
 		}
 		if best < 0 {
@@ -196,29 +222,34 @@ func mostFreeNode(free []int, eligible []bool, preference []int) int {
 	return best
 }
 
-// packReplicas places count replicas on the eligible nodes (nil: all) of
-// highest preference score, then with the most free GPUs (mostFreeNode),
-// filling one node before moving to the next (how both baselines place a
-// job), and takes them from free. It returns nil, taking nothing, if they
-// do not fit.
-func packReplicas(free []int, count int, eligible []bool, preference []int) []int {
+// packReplicas places count replicas of job on the nodes with room for them
+// (nodeRoom: eligible, and at most job.MaxPerNode each) of highest
+// preference score, then with the most free GPUs (mostFreeNode), filling
+// one node before moving to the next (how both baselines place a job), and
+// takes them from free. It returns nil, taking nothing, if they do not fit.
+func packReplicas(free []int, count int, job *Job) []int {
 	total := 0
-	for n, f := range free {
-		if eligibleNode(eligible, n) {
-			total += f
-		}
+	for n := range free {
+		total += nodeRoom(free, n, job.Eligible, job.MaxPerNode, nil)
 	}
 	if count > total {
 		return nil
 	}
 	out := make([]int, 0, count)
+	var have []int
+	if job.MaxPerNode > 0 {
+		have = make([]int, len(free))
+	}
 	for len(out) < count {
-		n := mostFreeNode(free, eligible, preference)
-		take := min(free[n], count-len(out))
+		n := mostFreeNode(free, job.Eligible, job.Preference, job.MaxPerNode, have)
+		take := min(nodeRoom(free, n, job.Eligible, job.MaxPerNode, have), count-len(out))
 		for i := 0; i < take; i++ {
 			out = append(out, n)
 		}
 		free[n] -= take
+		if have != nil {
+			have[n] += take
+		}
 	}
 	return out
 }
@@ -230,13 +261,18 @@ func packReplicas(free []int, count int, eligible []bool, preference []int) []in
 // an eligible set (Job.Eligible) go first: those kept, then the others,
 // each packed on its own nodes; then the jobs free to go anywhere, so that
 // such a job moves off the only nodes a pinned one may use rather than keep
-// it waiting.
+// it waiting. A job with a cap per node (Job.MaxPerNode) counts as pinned
+// here, since it too needs room on several nodes; a kept placement over its
+// cap is not kept.
 func placeSized(cluster Cluster, jobs []Job, size, order []int, keep func(i int) []int) (Allocation, bool) {
 	free := slices.Clone(cluster.GPUs)
 	alloc := make(Allocation, len(jobs))
 	kept := func(i int) bool {
 		nodes := keep(i)
 		if len(nodes) == 0 {
+			return false
+		}
+		if !withinCap(nodes, jobs[i].MaxPerNode) {
 			return false
 		}
 		for k, n := range nodes {
@@ -252,7 +288,7 @@ func placeSized(cluster Cluster, jobs []Job, size, order []int, keep func(i int)
 		return true
 	}
 	for _, pinned := range []bool{true, false} {
-		mine := func(i int) bool { return size[i] > 0 && (jobs[i].Eligible != nil) == pinned }
+		mine := func(i int) bool { return size[i] > 0 && constrained(&jobs[i]) == pinned }
 		for _, i := range order {
 			if mine(i) {
 				kept(i)
@@ -262,7 +298,7 @@ func placeSized(cluster Cluster, jobs []Job, size, order []int, keep func(i int)
 			if !mine(i) || alloc[jobs[i].ID] != nil {
 				continue
 			}
-			nodes := packReplicas(free, size[i], jobs[i].Eligible, jobs[i].Preference)
+			nodes := packReplicas(free, size[i], &jobs[i])
 			if nodes == nil {
 				return alloc, false
 			}
@@ -272,9 +308,40 @@ func placeSized(cluster Cluster, jobs []Job, size, order []int, keep func(i int)
 	return alloc, true
 }
 
-// anyPinned says whether some job has an eligible set.
-func anyPinned(jobs []Job) bool {
-	return slices.ContainsFunc(jobs, func(j Job) bool { return j.Eligible != nil })
+// constrained says whether a job may not use every GPU of the cluster: it
+// has an eligible set or a cap per node.
+func constrained(j *Job) bool { return j.Eligible != nil || j.MaxPerNode > 0 }
+
+// anyConstrained says whether some job is constrained: then counts that fit
+// the cluster's GPUs may not fit its nodes.
+func anyConstrained(jobs []Job) bool {
+	return slices.ContainsFunc(jobs, func(j Job) bool { return constrained(&j) })
+}
+
+// withinCap says whether a replica list puts at most maxPerNode (0: any
+// number) replicas on each node.
+func withinCap(nodes []int, maxPerNode int) bool {
+	if maxPerNode <= 0 {
+		return true
+	}
+	count := map[int]int{}
+	for _, n := range nodes {
+		if count[n]++; count[n] > maxPerNode {
+			return false
+		}
+	}
+	return true
+}
+
+// CapacityFor is the most replicas a job may hold on a cluster: each
+// eligible node's GPUs (eligible nil: every node), at most maxPerNode each
+// (0: no cap).
+func CapacityFor(cluster Cluster, eligible []bool, maxPerNode int) int {
+	room := 0
+	for n := range cluster.GPUs {
+		room += nodeRoom(cluster.GPUs, n, eligible, maxPerNode, nil)
+	}
+	return room
 }
 
 // freeGPUs returns each node's GPUs not used by the jobs of alloc; replicas

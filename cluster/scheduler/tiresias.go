@@ -27,9 +27,10 @@ func DefaultTiresiasConfig() TiresiasConfig {
 // admitted queue by queue, first come first served within a queue, skipping
 // those that do not fit; a job no longer admitted is preempted. A running job
 // keeps its placement; a newly admitted one is packed onto the nodes with the
-// most free GPUs. A job pinned to some nodes (Job.Eligible) is admitted
-// only where it fits on them beside the jobs admitted before it; a job free
-// to go anywhere moves off them for it (placeSized). Executed time is
+// most free GPUs. A job pinned to some nodes (Job.Eligible), or capped per
+// node (Job.MaxPerNode), is admitted only where it fits on them, at most
+// its cap on each, beside the jobs admitted before it; a job free to go
+// anywhere moves off them for it (placeSized). Executed time is
 // counted from the policy's own view of which jobs run, as Tiresias does.
 type Tiresias struct {
 	cfg       TiresiasConfig
@@ -107,8 +108,9 @@ func (t *Tiresias) Allocate(ctx context.Context, now time.Duration, jobs []Job, 
 		t.lastCheck[j.ID] = event
 	}
 	// Admit queue by queue. A running job keeps its nodes (its size as it
-	// holds them); a job pinned to some nodes (Job.Eligible) is admitted
-	// only where those admitted before it leave it room there.
+	// holds them); a job pinned to some nodes (Job.Eligible) or capped per
+	// node (Job.MaxPerNode) is admitted only where those admitted before
+	// it leave it room there.
 	index := make(map[string]int, len(jobs))
 	for i := range jobs {
 		index[jobs[i].ID] = i
@@ -121,7 +123,7 @@ func (t *Tiresias) Allocate(ctx context.Context, now time.Duration, jobs []Job, 
 		}
 	}
 	keep := func(i int) []int { return alloc[jobs[i].ID] }
-	pinned := anyPinned(jobs)
+	constrained := anyConstrained(jobs)
 	gpus := cluster.TotalGPUs()
 	for _, i := range order {
 		id := jobs[i].ID
@@ -130,7 +132,7 @@ func (t *Tiresias) Allocate(ctx context.Context, now time.Duration, jobs []Job, 
 			size[i] = n
 		}
 		admit := jobs[i].Replicas <= gpus
-		if admit && pinned {
+		if admit && constrained {
 			_, admit = placeSized(cluster, jobs, size, order, keep)
 		}
 		if admit {

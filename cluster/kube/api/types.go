@@ -127,6 +127,13 @@ type Spec struct {
 	// node usable or unusable, nor changes how many workers the job gets.
 	// At most MaxPreferredTerms terms.
 	PreferredNodeAffinity []corev1.PreferredSchedulingTerm `json:"preferredNodeAffinity,omitempty"`
+	// MaxWorkersPerNode, when above 0, is the most workers of the job
+	// the scheduler places on one node (0 to MaxWorkersPerNodeLimit; 0:
+	// no limit beyond the node's slots): a job spreads its workers over
+	// at least MinWorkers/MaxWorkersPerNode nodes, for their network
+	// bandwidth or to lose fewer workers with a node. A job whose
+	// MinWorkers its nodes cannot hold so waits, its message saying so.
+	MaxWorkersPerNode int32 `json:"maxWorkersPerNode,omitempty"`
 	// ProbeTimeout is how long a worker blamed for a failed collective has
 	// to answer the liveness probe of the job's driver, or of the worker
 	// that proposes in its place while no driver runs, before it is left
@@ -144,6 +151,10 @@ const MaxProbeTimeout = 10 * time.Minute
 // MaxPreferredTerms bounds Spec.PreferredNodeAffinity: every node is scored
 // against every term each scheduling round.
 const MaxPreferredTerms = 16
+
+// MaxWorkersPerNodeLimit bounds Spec.MaxWorkersPerNode: the scheduler gives a
+// node at most 255 slots, so a larger cap would be no cap.
+const MaxWorkersPerNodeLimit = 255
 
 // BatchBounds bound a job's global batch size. Zero values mean no bound;
 // Initial 0 means the trainer's own.
@@ -250,6 +261,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("gorovodjob: spec.batch.min %d is above spec.batch.max %d", s.Batch.Min, s.Batch.Max)
 	case s.ProbeTimeout != nil && (s.ProbeTimeout.Duration <= 0 || s.ProbeTimeout.Duration > MaxProbeTimeout):
 		return fmt.Errorf("gorovodjob: spec.probeTimeout %v must be above 0 and at most %v", s.ProbeTimeout.Duration, MaxProbeTimeout)
+	case s.MaxWorkersPerNode < 0 || s.MaxWorkersPerNode > MaxWorkersPerNodeLimit:
+		return fmt.Errorf("gorovodjob: spec.maxWorkersPerNode must be 0 to %d, got %d", MaxWorkersPerNodeLimit, s.MaxWorkersPerNode)
 	}
 	for i, t := range s.Tolerations {
 		if err := validToleration(t); err != nil {

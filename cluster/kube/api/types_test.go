@@ -32,6 +32,10 @@ func TestSpecValidate(t *testing.T) {
 		{"probe timeout zero", func(s *Spec) { s.ProbeTimeout = &metav1.Duration{} }, "spec.probeTimeout"},
 		{"probe timeout negative", func(s *Spec) { s.ProbeTimeout = &metav1.Duration{Duration: -time.Second} }, "spec.probeTimeout"},
 		{"probe timeout above the bound", func(s *Spec) { s.ProbeTimeout = &metav1.Duration{Duration: MaxProbeTimeout + time.Second} }, "spec.probeTimeout"},
+		{"workers per node", func(s *Spec) { s.MaxWorkersPerNode = 1 }, ""},
+		{"workers per node at the bound", func(s *Spec) { s.MaxWorkersPerNode = MaxWorkersPerNodeLimit }, ""},
+		{"workers per node negative", func(s *Spec) { s.MaxWorkersPerNode = -1 }, "spec.maxWorkersPerNode"},
+		{"workers per node above the bound", func(s *Spec) { s.MaxWorkersPerNode = MaxWorkersPerNodeLimit + 1 }, "spec.maxWorkersPerNode"},
 		{"tolerations", func(s *Spec) {
 			sec := int64(30)
 			s.Tolerations = []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "vision", Effect: corev1.TaintEffectNoSchedule},

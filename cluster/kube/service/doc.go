@@ -47,7 +47,12 @@
 //     its minimum; once running, it keeps its minimum where it is while
 //     they cannot (keepStranded). A job with spec.preferredNodeAffinity has
 //     its workers placed on the nodes of highest summed weight first
-//     (api.Spec.NodePreference; scheduler.Job Preference). Its driver pod
+//     (api.Spec.NodePreference; scheduler.Job Preference). A job with
+//     spec.maxWorkersPerNode gets at most that many workers on a node
+//     (scheduler.Job MaxPerNode), waits, its message saying why, while its
+//     nodes cannot hold its minimum so, and is kept as above once running.
+//     Where a waiting job's placement would take slots a running job needs
+//     for its minimum, the running jobs are placed first. Its driver pod
 //     carries its selection and preferences.
 //   - writes each changed job's scheduler fields (phase, message, allocation:
 //     one node name per worker, reallocations, driver, times, attained

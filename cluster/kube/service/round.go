@@ -313,9 +313,14 @@ func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, 
 	running := make([]bool, len(active))
 	eligible := map[string][]bool{}
 	preference := map[string][]int{}
+	maxPerNode := map[string]int{}
 	for i, e := range active {
 		if e.preference != nil {
 			preference[e.id] = e.preference
+		}
+		perNode := int(e.job.Spec.MaxWorkersPerNode)
+		if perNode > 0 {
+			maxPerNode[e.id] = perNode
 		}
 		limit := slots
 		if m := int(e.job.Spec.MaxWorkers); m > 0 {
@@ -327,14 +332,17 @@ func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, 
 			// Its workers are kept apart (kept), outside slots.
 			eligible[e.id] = jobs[i].Eligible
 			floor[i], limit = 0, 0
-		} else if e.eligible != nil {
-			eligible[e.id] = e.eligible
-			room := eligibleSlots(e.eligible, cluster)
+		} else if e.eligible != nil || perNode > 0 {
+			if e.eligible != nil {
+				eligible[e.id] = e.eligible
+			}
+			room := scheduler.CapacityFor(cluster, e.eligible, perNode)
 			limit = min(limit, room)
 			if !running[i] && room < floor[i] {
-				// Its nodes cannot hold its minimum: it waits, and
-				// the counts' repair must not admit it (its floor
-				// would fit the cluster, not its nodes).
+				// Its nodes cannot hold its minimum (at its cap per
+				// node): it waits, and the counts' repair must not
+				// admit it (its floor would fit the cluster, not its
+				// nodes).
 				floor[i] = 0
 				limit = 0
 			}
@@ -348,13 +356,37 @@ func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, 
 		counts[id] = want[i]
 	}
 	proposed, order := keepOneCurrent(ids, counts, proposed, current)
-	placed := scheduler.PlaceCounts(cluster, order, counts, proposed, current, eligible, preference)
+	placed := scheduler.PlaceCounts(cluster, order, counts, proposed, current, eligible, preference, maxPerNode)
+	if runningShort(active, counts, placed) {
+		// A waiting job's proposal took slots a running job needs to
+		// keep its minimum: a pinned or capped job needs them on
+		// particular nodes, which the counts alone do not see. The
+		// running jobs are placed first, then the others on what is
+		// left (those that do not reach their minimum there wait).
+		var first, rest []string
+		for _, id := range order {
+			if running[slices.Index(ids, id)] {
+				first = append(first, id)
+			} else {
+				rest = append(rest, id)
+			}
+		}
+		placed = scheduler.PlaceCounts(cluster, first, counts, proposed, current, eligible, preference, maxPerNode)
+		left := scheduler.Cluster{GPUs: slices.Clone(cluster.GPUs)}
+		for _, nodes := range placed {
+			for _, n := range nodes {
+				left.GPUs[n]--
+			}
+		}
+		maps.Copy(placed, scheduler.PlaceCounts(left, rest, counts, proposed, current, eligible, preference, maxPerNode))
+	}
 	for id, nodes := range kept {
 		placed[id] = nodes
 	}
 	for _, e := range active {
-		// Counts fit the cluster's slots, but a pinned job's nodes may be
-		// taken by others: a job that would start below its minimum does
+		// Counts fit the cluster's slots, but a pinned or capped job's
+		// nodes may be taken by others: a job that would start below its
+		// minimum does
 		// not start (it waits for the next round).
 		if e.st.Phase != api.PhaseRunning && len(placed[e.id]) < int(e.job.Spec.MinWorkers) {
 			delete(placed, e.id)
@@ -363,9 +395,22 @@ func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, 
 	return placed, nil
 }
 
+// runningShort says whether a running job was placed below its minimum
+// though its count holds it.
+func runningShort(active []*entry, counts map[string]int, placed scheduler.Allocation) bool {
+	for _, e := range active {
+		floor := int(e.job.Spec.MinWorkers)
+		if e.st.Phase == api.PhaseRunning && counts[e.id] >= floor && len(placed[e.id]) < floor {
+			return true
+		}
+	}
+	return false
+}
+
 // keepStranded finds the running jobs whose matching nodes (all of them,
-// free or not) hold fewer slots than their minimum: their labels changed
-// while the job ran. As Kubernetes leaves a running pod on a node whose
+// free or not) hold fewer slots than their minimum, at their cap per node
+// (spec.maxWorkersPerNode) where they have one: their labels changed, or
+// nodes left, while the job ran. As Kubernetes leaves a running pod on a node whose
 // labels no longer match (IgnoredDuringExecution), such a job keeps its
 // minimum on the nodes it holds, its workers on matching nodes first, then
 // those on the others (each node's in turn, the most first), and gets no
@@ -379,7 +424,9 @@ func keepStranded(active []*entry, current scheduler.Allocation, cluster schedul
 	left := scheduler.Cluster{GPUs: slices.Clone(cluster.GPUs)}
 	for _, e := range active {
 		floor := int(e.job.Spec.MinWorkers)
-		if e.st.Phase != api.PhaseRunning || e.eligible == nil || eligibleSlots(e.eligible, cluster) >= floor || len(current[e.id]) == 0 {
+		perNode := int(e.job.Spec.MaxWorkersPerNode)
+		if e.st.Phase != api.PhaseRunning || (e.eligible == nil && perNode == 0) || len(current[e.id]) == 0 ||
+			scheduler.CapacityFor(cluster, e.eligible, perNode) >= floor {
 			continue
 		}
 		e.stranded = true
@@ -389,7 +436,7 @@ func keepStranded(active []*entry, current scheduler.Allocation, cluster schedul
 		}
 		order := slices.Sorted(maps.Keys(held))
 		slices.SortStableFunc(order, func(a, b int) int {
-			if ea, eb := e.eligible[a], e.eligible[b]; ea != eb {
+			if ea, eb := e.eligible == nil || e.eligible[a], e.eligible == nil || e.eligible[b]; ea != eb {
 				if ea {
 					return -1
 				}
@@ -399,7 +446,7 @@ func keepStranded(active []*entry, current scheduler.Allocation, cluster schedul
 		})
 		var nodes []int
 		for _, n := range order {
-			for k := 0; k < held[n] && left.GPUs[n] > 0 && len(nodes) < floor; k++ {
+			for k := 0; k < held[n] && (perNode == 0 || k < perNode) && left.GPUs[n] > 0 && len(nodes) < floor; k++ {
 				nodes = append(nodes, n)
 				left.GPUs[n]--
 			}
@@ -450,25 +497,18 @@ func eligibleNodes(active []*entry, nodes []*corev1.Node, names []string) error 
 	return nil
 }
 
-// eligibleSlots is the free slots of the eligible nodes of a cluster.
-func eligibleSlots(eligible []bool, cluster scheduler.Cluster) int {
-	room := 0
-	for n, k := range cluster.GPUs {
-		if n < len(eligible) && eligible[n] {
-			room += k
-		}
-	}
-	return room
-}
+// matchingNodes names the nodes a pinned job may use, for its messages.
+const matchingNodes = "nodes matching spec.nodeSelector and spec.requiredNodeAffinity"
 
 // waitingReason is the message of a job given no workers, when the round
 // placed the others' workers so.
 func waitingReason(e *entry, cluster scheduler.Cluster, placed scheduler.Allocation) string {
 	minimum := e.job.Spec.MinWorkers
-	if e.eligible == nil {
+	perNode := int(e.job.Spec.MaxWorkersPerNode)
+	if e.eligible == nil && perNode == 0 {
 		return fmt.Sprintf("waiting for %d free slots (spec.minWorkers)", minimum)
 	}
-	if e.matching == 0 {
+	if e.eligible != nil && e.matching == 0 {
 		return "no node matches spec.nodeSelector and spec.requiredNodeAffinity: waiting for one"
 	}
 	free := scheduler.Cluster{GPUs: slices.Clone(cluster.GPUs)}
@@ -477,24 +517,54 @@ func waitingReason(e *entry, cluster scheduler.Cluster, placed scheduler.Allocat
 			free.GPUs[n]--
 		}
 	}
-	return fmt.Sprintf("waiting for %d free slots (spec.minWorkers) on the %d nodes matching spec.nodeSelector and spec.requiredNodeAffinity (%d free there)",
-		minimum, e.matching, eligibleSlots(e.eligible, free))
+	if perNode == 0 {
+		return fmt.Sprintf("waiting for %d free slots (spec.minWorkers) on the %d %s (%d free there)",
+			minimum, e.matching, matchingNodes, scheduler.CapacityFor(free, e.eligible, 0))
+	}
+	where := "nodes"
+	if e.eligible != nil {
+		where = matchingNodes
+	}
+	if room := scheduler.CapacityFor(cluster, e.eligible, perNode); room < int(minimum) {
+		// Even with every other job gone, the nodes cannot hold its
+		// minimum at its cap: it waits for nodes, not for slots.
+		nodes := 0
+		for n := range cluster.GPUs {
+			if e.eligible == nil || (n < len(e.eligible) && e.eligible[n]) {
+				nodes++
+			}
+		}
+		return fmt.Sprintf("spec.minWorkers %d at spec.maxWorkersPerNode %d needs at least %d nodes; the %d %s with free slots hold %d of its workers: waiting for more",
+			minimum, perNode, (int(minimum)+perNode-1)/perNode, nodes, where, room)
+	}
+	return fmt.Sprintf("waiting for %d free slots (spec.minWorkers), at most %d a node (spec.maxWorkersPerNode), on the %s (%d free there at that cap)",
+		minimum, perNode, where, scheduler.CapacityFor(free, e.eligible, perNode))
 }
 
 // strandedReason is the message of a running job that keeps workers on
-// nodes that no longer match it (keepStranded).
+// nodes that no longer match it, or that no longer hold its minimum at its
+// cap per node (keepStranded).
 func strandedReason(e *entry, cluster scheduler.Cluster, workers int) string {
 	minimum := e.job.Spec.MinWorkers
+	perNode := int(e.job.Spec.MaxWorkersPerNode)
 	kept := fmt.Sprintf("%d workers", workers)
 	if workers == 1 {
 		kept = "1 worker"
 	}
-	if e.matching == 0 {
+	if e.eligible != nil && e.matching == 0 {
 		return fmt.Sprintf("no node matches spec.nodeSelector and spec.requiredNodeAffinity any more: keeping %s on its nodes until one can hold spec.minWorkers %d",
 			kept, minimum)
 	}
-	return fmt.Sprintf("the %d nodes matching spec.nodeSelector and spec.requiredNodeAffinity hold %d slots, below spec.minWorkers %d: keeping %s on its nodes until they can",
-		e.matching, eligibleSlots(e.eligible, cluster), minimum, kept)
+	where := "the cluster's nodes"
+	if e.eligible != nil {
+		where = fmt.Sprintf("the %d %s", e.matching, matchingNodes)
+	}
+	atCap := ""
+	if perNode > 0 {
+		atCap = fmt.Sprintf(" at spec.maxWorkersPerNode %d", perNode)
+	}
+	return fmt.Sprintf("%s hold %d slots%s, below spec.minWorkers %d: keeping %s on its nodes until they can",
+		where, scheduler.CapacityFor(cluster, e.eligible, perNode), atCap, minimum, kept)
 }
 
 // keepOneCurrent edits the proposal of each job that keeps workers but none
@@ -533,7 +603,7 @@ func describe(e *entry, now time.Time, perNode int) scheduler.Job {
 	spec := e.job.Spec
 	sj := scheduler.Job{ID: e.id, Submitted: onPolicyClock(e.st.SubmitTime.Time),
 		Attained: attained(e.st, now), Restarts: int(e.st.Reallocations),
-		MinReplicas: int(spec.MinWorkers), MaxReplicas: int(spec.MaxWorkers),
+		MinReplicas: int(spec.MinWorkers), MaxReplicas: int(spec.MaxWorkers), MaxPerNode: int(spec.MaxWorkersPerNode),
 		// Tiresias runs a job at the size asked for: its most.
 		Replicas: int(max(spec.MaxWorkers, spec.MinWorkers)),
 		// An unmeasured job may grow to twice its minimum (Pollux's limit

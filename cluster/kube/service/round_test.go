@@ -677,7 +677,7 @@ func TestKeepOneCurrent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ids := []string{"a", "b", "c", "n"}
 			proposed, order := keepOneCurrent(ids, tc.counts, tc.proposed, tc.current)
-			got := scheduler.PlaceCounts(cluster, order, tc.counts, proposed, tc.current, nil, nil)
+			got := scheduler.PlaceCounts(cluster, order, tc.counts, proposed, tc.current, nil, nil, nil)
 			for id, want := range tc.want {
 				if !slices.Equal(got[id], want) {
 					t.Errorf("%s placed on %v, want %v (all: %v)", id, got[id], want, got)
@@ -1285,5 +1285,151 @@ func TestNodePreference(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestMaxWorkersPerNode: a job's spec.maxWorkersPerNode reaches the policy
+// and the placement: whatever the policy, no node holds more of the job's
+// workers than the cap; a job whose minimum its nodes cannot hold at the cap
+// waits, and one whose nodes are taken waits for them, their messages
+// saying why; a running job that loses a node so keeps its workers within
+// the cap.
+func TestMaxWorkersPerNode(t *testing.T) {
+	node := func(name string, labels ...string) *corev1.Node {
+		n := labelNode(name, 2)
+		for i := 0; i+1 < len(labels); i += 2 {
+			n.Labels[labels[i]] = labels[i+1]
+		}
+		return n
+	}
+	capped := func(minW, maxW, perNode int32, selector map[string]string) api.Spec {
+		s := spec(minW, maxW, 0)
+		s.MaxWorkersPerNode, s.NodeSelector = perNode, selector
+		return s
+	}
+	poolB := map[string]string{"pool": "b"}
+	type want struct {
+		phase   api.Phase
+		workers int    // Running: how many
+		message string // the whole message
+	}
+	for _, tc := range []struct {
+		name string
+		// first is submitted and placed before the others (a round).
+		first, jobs map[string]api.Spec
+		want        map[string]want
+		// leave is a node cordoned after the jobs run; then want after.
+		leave string
+		after map[string]want
+	}{
+		{name: "one per node", jobs: map[string]api.Spec{"j": capped(3, 3, 1, nil)},
+			want: map[string]want{"j": {phase: api.PhaseRunning, workers: 3}}},
+		{name: "one per node, growing", jobs: map[string]api.Spec{"j": capped(2, 6, 1, nil)},
+			want: map[string]want{"j": {phase: api.PhaseRunning}}},
+		{name: "one per matching node", jobs: map[string]api.Spec{"j": capped(2, 4, 1, poolB)},
+			want: map[string]want{"j": {phase: api.PhaseRunning, workers: 2}}},
+		{name: "a minimum the nodes cannot hold at the cap", jobs: map[string]api.Spec{"j": capped(4, 4, 1, nil), "k": spec(1, 2, 0)},
+			want: map[string]want{"j": {phase: api.PhasePending,
+				message: "spec.minWorkers 4 at spec.maxWorkersPerNode 1 needs at least 4 nodes; the 3 nodes with free slots hold 3 of its workers: waiting for more"},
+				"k": {phase: api.PhaseRunning}}},
+		{name: "a minimum the matching nodes cannot hold at the cap", jobs: map[string]api.Spec{"j": capped(3, 3, 1, poolB)},
+			want: map[string]want{"j": {phase: api.PhasePending,
+				message: "spec.minWorkers 3 at spec.maxWorkersPerNode 1 needs at least 3 nodes; the 2 nodes matching spec.nodeSelector and spec.requiredNodeAffinity with free slots hold 2 of its workers: waiting for more"}}},
+		{name: "the nodes taken", first: map[string]api.Spec{"a": capped(4, 4, 0, poolB)}, jobs: map[string]api.Spec{"j": capped(2, 2, 1, nil)},
+			want: map[string]want{"a": {phase: api.PhaseRunning, workers: 4}, "j": {phase: api.PhasePending,
+				message: "waiting for 2 free slots (spec.minWorkers), at most 1 a node (spec.maxWorkersPerNode), on the nodes (1 free there at that cap)"}}},
+		{name: "a node leaves", jobs: map[string]api.Spec{"j": capped(3, 3, 1, nil)},
+			want: map[string]want{"j": {phase: api.PhaseRunning, workers: 3}}, leave: "n3",
+			after: map[string]want{"j": {phase: api.PhaseRunning, workers: 2,
+				message: "the cluster's nodes hold 2 slots at spec.maxWorkersPerNode 1, below spec.minWorkers 3: keeping 2 workers on its nodes until they can"}}},
+	} {
+		for _, policy := range Policies {
+			t.Run(tc.name+"/"+policy, func(t *testing.T) {
+				f := newFixture(t, policy, node("n1", "pool", "a"), node("n2", "pool", "b"), node("n3", "pool", "b"))
+				specs := map[string]api.Spec{}
+				for _, batch := range []map[string]api.Spec{tc.first, tc.jobs} {
+					if batch == nil {
+						continue
+					}
+					for _, name := range slices.Sorted(maps.Keys(batch)) {
+						f.submit(name, batch[name])
+						specs[name] = batch[name]
+					}
+					f.round()
+				}
+				names := slices.Sorted(maps.Keys(specs))
+				check := func(round int, wants map[string]want) {
+					t.Helper()
+					if tc.after == nil || round < 3 {
+						// After a node leaves, a job may hold fewer
+						// than its minimum (what is left of it).
+						f.checkFits(names...)
+					}
+					for _, name := range names {
+						j, w := f.job(name), wants[name]
+						if j.Status.Phase != w.phase {
+							t.Fatalf("round %d: %s is %s (%v, %q), want %s", round, name, j.Status.Phase, j.Status.Allocation, j.Status.Message, w.phase)
+						}
+						if perNode := int(specs[name].MaxWorkersPerNode); perNode > 0 {
+							for _, n := range j.Status.Allocation {
+								if count(j.Status.Allocation, n) > perNode {
+									t.Fatalf("round %d: %s has %v, more than %d on %s", round, name, j.Status.Allocation, perNode, n)
+								}
+							}
+						}
+						if w.workers > 0 && len(j.Status.Allocation) != w.workers {
+							t.Fatalf("round %d: %s has %v, want %d workers", round, name, j.Status.Allocation, w.workers)
+						}
+						if w.phase == api.PhasePending && len(j.Status.Allocation) > 0 {
+							t.Fatalf("round %d: %s waits with %v", round, name, j.Status.Allocation)
+						}
+						if j.Status.Message != w.message {
+							t.Fatalf("round %d: %s's message %q, want %q", round, name, j.Status.Message, w.message)
+						}
+						if w.phase == api.PhaseRunning && round == 0 {
+							f.reportGoodput(name, 4) // then it may grow
+						}
+					}
+				}
+				for round := range 3 {
+					if round > 0 {
+						f.round()
+					}
+					check(round, tc.want)
+				}
+				if tc.leave == "" {
+					return
+				}
+				f.editNode(tc.leave, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+				for round := range 2 {
+					f.round()
+					check(3+round, tc.after)
+				}
+			})
+		}
+	}
+}
+
+// TestDescribe: the policy's view of a job carries its spec's bounds and its
+// cap per node.
+func TestDescribe(t *testing.T) {
+	submitted := metav1.NewTime(time.Unix(1e9, 0))
+	for _, tc := range []struct {
+		name string
+		spec api.Spec
+		want scheduler.Job
+	}{
+		{"no cap", spec(2, 6, 0), scheduler.Job{MinReplicas: 2, MaxReplicas: 6, Replicas: 6}},
+		{"a cap per node", func() api.Spec { s := spec(2, 6, 0); s.MaxWorkersPerNode = 3; return s }(),
+			scheduler.Job{MinReplicas: 2, MaxReplicas: 6, Replicas: 6, MaxPerNode: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &entry{job: &api.GorovodJob{Spec: tc.spec}, id: "team/j", st: api.Status{SubmitTime: &submitted}}
+			got := describe(e, submitted.Add(time.Minute), 4)
+			if got.ID != "team/j" || got.MinReplicas != tc.want.MinReplicas || got.MaxReplicas != tc.want.MaxReplicas ||
+				got.Replicas != tc.want.Replicas || got.MaxPerNode != tc.want.MaxPerNode {
+				t.Fatalf("describe = %+v, want bounds and cap as %+v", got, tc.want)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -28,7 +29,9 @@ import (
 // requirement the Pod API would refuse for its operator or effect, and a
 // preference's weight outside 1 to 100 or more than api.MaxPreferredTerms
 // preferences; it keeps spec.probeTimeout and refuses one that is not a
-// duration above 0 and at most api.MaxProbeTimeout.
+// duration above 0 and at most api.MaxProbeTimeout; it keeps
+// spec.maxWorkersPerNode and refuses one outside 0 to
+// api.MaxWorkersPerNodeLimit.
 func TestSchemaAgainstAPIServer(t *testing.T) {
 	cp := testkube.New(t, testkube.DefaultConfig())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -165,6 +168,23 @@ func TestSchemaAgainstAPIServer(t *testing.T) {
 		}
 		if _, err := jobs.Create(ctx, u, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.probeTimeout") {
 			t.Errorf("spec.probeTimeout %q: got %v, want the schema to refuse it", bad, err)
+		}
+	}
+	// The cap per node: kept, and one outside 0 to
+	// api.MaxWorkersPerNodeLimit refused.
+	spread, err := create("spread", nil, func(s *api.Spec) { s.MaxWorkersPerNode = 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spread.Spec.MaxWorkersPerNode != 1 {
+		t.Fatalf("spec.maxWorkersPerNode as stored: %d", spread.Spec.MaxWorkersPerNode)
+	}
+	if _, err := create("widest", nil, func(s *api.Spec) { s.MaxWorkersPerNode = api.MaxWorkersPerNodeLimit }); err != nil {
+		t.Errorf("spec.maxWorkersPerNode %d: %v", api.MaxWorkersPerNodeLimit, err)
+	}
+	for _, bad := range []int32{-1, api.MaxWorkersPerNodeLimit + 1} {
+		if _, err := create(fmt.Sprintf("bad-per-node-%d", bad+1), nil, func(s *api.Spec) { s.MaxWorkersPerNode = bad }); err == nil || !strings.Contains(err.Error(), "spec.maxWorkersPerNode") {
+			t.Errorf("spec.maxWorkersPerNode %d: got %v, want the schema to refuse it", bad, err)
 		}
 	}
 	// The driver's and the scheduler's new status fields.

@@ -46,6 +46,17 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	minW := fs.Int("min-workers", 1, "fewest workers the job trains with")
 	maxW := fs.Int("max-workers", 0, "most workers (0: as many as the scheduler gives)")
 	priority := fs.Int("priority", 0, "higher runs first when not every job fits")
+	var perNode *int32
+	fs.Func("max-workers-per-node", fmt.Sprintf("at most `N` of the job's workers on one node, 0 to %d (spec.maxWorkersPerNode, replacing a manifest's; 0: no limit beyond the node's slots)", api.MaxWorkersPerNodeLimit),
+		func(v string) error {
+			n, err := strconv.ParseInt(v, 10, 32) // the range is checked with the spec (Validate)
+			if err != nil {
+				return fmt.Errorf("%q: want a whole number", v)
+			}
+			perNode = new(int32)
+			*perNode = int32(n)
+			return nil
+		})
 	probeTimeout := fs.Duration("probe-timeout", 0, "a blamed worker's time to answer the liveness probe before it is left out of the next world, a `duration` such as 3s, at most 10m (spec.probeTimeout, replacing a manifest's; default: the driver's, 500ms)")
 	nodeSelector := map[string]string{}
 	fs.Func("node-selector", "keep the job on the nodes with these labels: `KEY=VALUE[,KEY=VALUE...]` (spec.nodeSelector; repeatable; added to a manifest's)",
@@ -81,7 +92,7 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return nil
 		})
 	usage := `Usage: gorovod submit [flags] JOB.yaml
-       gorovod submit --name NAME --image IMAGE [--min-workers N] [--max-workers N] [--priority P] [--node-selector K=V] [--require-node SELECTOR] [--prefer-node SELECTOR[:WEIGHT]] [--probe-timeout D] -- COMMAND [ARGS...]
+       gorovod submit --name NAME --image IMAGE [--min-workers N] [--max-workers N] [--priority P] [--node-selector K=V] [--require-node SELECTOR] [--prefer-node SELECTOR[:WEIGHT]] [--max-workers-per-node N] [--probe-timeout D] -- COMMAND [ARGS...]
 
 Submits an elastic training job to the gorovod scheduler of a Kubernetes
 cluster: a GorovodJob (gorovod.io/v1alpha1), from a manifest or from the
@@ -92,10 +103,13 @@ Where the job runs: --node-selector and --require-node keep it on the nodes
 that match (every --node-selector label, and one --require-node selector);
 --prefer-node ranks the nodes it may use, the highest summed weight first,
 where the scheduler's policy leaves the choice of node open (it never
-changes how many workers the job gets). For example:
+changes how many workers the job gets); --max-workers-per-node spreads its
+workers, at most N on a node (a job whose --min-workers its nodes cannot
+hold so waits). For example:
 
   gorovod submit job.yaml --require-node 'example.com/pool in (a,b)' \
-      --prefer-node example.com/pool=b:50 --prefer-node '!example.com/spot'`
+      --prefer-node example.com/pool=b:50 --prefer-node '!example.com/spot' \
+      --max-workers-per-node 1`
 	if err := parseFlags(fs, reorderFlags(fs, args), usage, stdout, stderr); err != nil {
 		return err
 	}
@@ -137,6 +151,9 @@ changes how many workers the job gets). For example:
 			gj.Spec.ProbeTimeout = &metav1.Duration{Duration: *probeTimeout}
 		}
 	})
+	if perNode != nil {
+		gj.Spec.MaxWorkersPerNode = *perNode
+	}
 	if err := gj.Spec.Validate(); err != nil {
 		return &commandError{command: "submit", err: err}
 	}

@@ -147,7 +147,7 @@ spec:
 	if out, stderr, err := gorovod(ctx, "submit", "-n", "team-b", "--name", "synth", "--image", "gorovod.local/synthetic:test",
 		"--min-workers", "2", "--max-workers", "3", "--priority", "5", "--node-selector", "example.com/pool=a100,zone=z1", "--node-selector", "disk=ssd",
 		"--probe-timeout", "3s", "--require-node", "example.com/gpu in (a100,h100)", "--require-node", "!example.com/spot",
-		"--prefer-node", "zone=z1:30", "--prefer-node", "disk=ssd", "--", "/bin/synthetic", "--steps", "100"); err != nil || !strings.Contains(out, "team-b/synth submitted") {
+		"--prefer-node", "zone=z1:30", "--prefer-node", "disk=ssd", "--max-workers-per-node", "1", "--", "/bin/synthetic", "--steps", "100"); err != nil || !strings.Contains(out, "team-b/synth submitted") {
 		t.Fatalf("submit with flags: %v %q %q", err, out, stderr)
 	}
 	u, err := dyn.Resource(api.GroupVersionResource()).Namespace("team-b").Get(ctx, "synth", metav1.GetOptions{})
@@ -162,6 +162,10 @@ spec:
 		t.Fatalf("submitted spec.probeTimeout %v, want 3s", pt)
 	}
 	synth.Spec.ProbeTimeout = nil
+	if synth.Spec.MaxWorkersPerNode != 1 {
+		t.Fatalf("submitted spec.maxWorkersPerNode %d, want 1", synth.Spec.MaxWorkersPerNode)
+	}
+	synth.Spec.MaxWorkersPerNode = 0
 	in := func(key string, values ...string) corev1.NodeSelectorTerm {
 		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values}}}
 	}
@@ -212,6 +216,9 @@ spec:
 		{"probe timeout 0", []string{"submit", "--name", "x", "--image", "i", "--probe-timeout", "0s", "--", "t"}, "spec.probeTimeout 0s must be above 0"},
 		{"probe timeout above 10m", []string{"submit", "--name", "x", "--image", "i", "--probe-timeout", "11m", "--", "t"}, "at most 10m0s"},
 		{"bad node selector", []string{"submit", "--name", "x", "--image", "i", "--node-selector", "pool", "--", "t"}, "want KEY=VALUE"},
+		{"workers per node negative", []string{"submit", "--name", "x", "--image", "i", "--max-workers-per-node", "-1", "--", "t"}, "spec.maxWorkersPerNode must be 0 to 255, got -1"},
+		{"workers per node above the bound", []string{"submit", "--name", "x", "--image", "i", "--max-workers-per-node", "256", "--", "t"}, "spec.maxWorkersPerNode must be 0 to 255, got 256"},
+		{"workers per node not a number", []string{"submit", "--name", "x", "--image", "i", "--max-workers-per-node", "two", "--", "t"}, "want a whole number"},
 		{"bad node selector key", []string{"submit", "--name", "x", "--image", "i", "--node-selector", "-pool=a", "--", "t"}, "spec.nodeSelector: key \"-pool\""},
 		{"bad node affinity", []string{"submit", bad("affinity.yaml", readFile(t, manifest)+"  requiredNodeAffinity: {nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: Equal}]}]}\n")},
 			"operator \"Equal\""},
