@@ -155,6 +155,10 @@ func TestWorkerTakesOverWhenDriverDies(t *testing.T) {
 	const until = 40
 	var driverGone, crashOnce stdsync.Once
 	gone := make(chan struct{})
+	// Training starts once the driver has proposed a world of all three:
+	// a worker that joined after the others passed step 10 would never
+	// close the driver (CI: w2 then waited for it for good).
+	allIn := make(chan struct{})
 	run := func(name string, vanish func(int64) bool) {
 		wg.Go(func() {
 			toy, err := joinElastic(t, ctx, d)
@@ -163,6 +167,12 @@ func TestWorkerTakesOverWhenDriverDies(t *testing.T) {
 				return
 			}
 			defer toy.w.Close()
+			select {
+			case <-allIn:
+			case <-ctx.Done():
+				errs <- fmt.Errorf("%s: no world of three: %w", name, ctx.Err())
+				return
+			}
 			err = toyLoop(ctx, toy.w.Session, toy.w.Name(), toy.params, until, rec, vanish, func() {
 				toy.w.Session.Communicator().Abort(fmt.Errorf("killed"))
 				toy.w.m.Shutdown()
@@ -174,7 +184,7 @@ func TestWorkerTakesOverWhenDriverDies(t *testing.T) {
 		})
 	}
 	run("w0", func(step int64) bool {
-		if step == 10 {
+		if step >= 10 {
 			driverGone.Do(func() { d.Close(); close(gone) })
 		}
 		return false
@@ -182,14 +192,17 @@ func TestWorkerTakesOverWhenDriverDies(t *testing.T) {
 	run("w1", nil)
 	run("w2", func(step int64) bool {
 		crash := false
-		if step == 20 {
-			crashOnce.Do(func() {
-				<-gone
-				crash = true
-			})
+		if step >= 20 {
+			select {
+			case <-gone: // crash only once the driver is gone, at the next step if need be
+				crashOnce.Do(func() { crash = true })
+			default:
+			}
 		}
 		return crash
 	})
+	waitFor(t, d, func(e epoch.World) bool { return len(e.Members) == 3 })
+	close(allIn)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
