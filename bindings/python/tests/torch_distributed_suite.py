@@ -12,10 +12,13 @@ does in each worker what the harness's TestDistBackend._run does in its
 spawned process: it makes the test case, sets its rank, calls
 init_process_group("gorovod") (the job gives the rank, size and store),
 passes the harness's file barrier (TEMP_DIR, which the driver makes with
-its "barrier" folder) and calls the test. Skip marks (unittest's, which
-torch's runner honours before spawning) and the harness's skip exit codes
-count as skips. BACKEND is "gorovod", so tests marked for Gloo or NCCL only
-skip as they do for any other backend.
+its "barrier" folder) and calls the test. BACKEND is "gorovod" (the tests
+make their groups with it), but a test skips where it skips for Gloo: the
+skip marks (unittest's, which torch's runner honours before spawning) are
+those of a second copy of distributed_test.py imported with BACKEND=gloo,
+so a test torch marks for Gloo only (or for the backends that implement
+DDP or subgroups, Gloo among them) runs here too, and one that skips on
+Gloo skips here. The harness's skip exit codes count as skips too.
 
 torch's testing helpers import expecttest (a test dependency Debian does
 not package); where it is missing, a stand-in with the two names they use
@@ -49,8 +52,29 @@ except ImportError:
     stand_in.TestCase = unittest.TestCase
     sys.modules["expecttest"] = stand_in
 
+import importlib.util  # noqa: E402
+
 from torch.testing._internal.common_distributed import TEST_SKIPS  # noqa: E402
 from torch.testing._internal.distributed import distributed_test as torch_tests  # noqa: E402
+
+
+def gloo_marks():
+    """distributed_test.py's test class as it is for BACKEND=gloo: its
+    methods carry the skip marks Gloo's run of the file has. The file reads
+    BACKEND when it is imported, so this is a second import of it under
+    another name (every rank makes it, in the same order, so the module's
+    randomly initialised models stay alike across ranks)."""
+    spec = importlib.util.spec_from_file_location("gorovod_suite_gloo_marks", torch_tests.__file__)
+    module = importlib.util.module_from_spec(spec)
+    os.environ["BACKEND"] = "gloo"
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        os.environ["BACKEND"] = "gorovod"
+    return module.DistributedTest._DistTestBase
+
+
+GLOO_MARKS = gloo_marks()
 
 
 class TestDistBackendGorovod(torch_tests.TestDistBackend, torch_tests.DistributedTest._DistTestBase):
@@ -59,9 +83,9 @@ class TestDistBackendGorovod(torch_tests.TestDistBackend, torch_tests.Distribute
 
 def run(name, rank):
     """name's outcome on this rank and, for a failure, why."""
-    method = getattr(TestDistBackendGorovod, name)
-    if getattr(method, "__unittest_skip__", False):
-        return "skip", getattr(method, "__unittest_skip_why__", "")
+    marks = getattr(GLOO_MARKS, name)
+    if getattr(marks, "__unittest_skip__", False):
+        return "skip", getattr(marks, "__unittest_skip_why__", "")
     skip_codes = {v.exit_code: k for k, v in TEST_SKIPS.items()}
     try:
         case = TestDistBackendGorovod(name)
