@@ -2,8 +2,8 @@
 
 dist.init_process_group("gorovod") with nothing else (no address, port,
 rank or world size); then every collective the backend offers, against
-values each rank can compute alone (the rooted reduce, gather and scatter
-also against Gloo's); bad arguments raise; and
+values each rank can compute alone (sparse all_reduce too; the rooted
+reduce, gather and scatter also against Gloo's); bad arguments raise; and
 DistributedDataParallel trains a small model (with no_sync accumulation
 and a comm hook) to the same parameters as one process training on the
 concatenated batches.
@@ -76,6 +76,21 @@ same("all_reduce future", fut.wait()[0], torch.full((3,), float(sum(range(n))), 
 ints = torch.tensor([r, 10 * r], dtype=torch.int64)
 dist.all_reduce(ints)
 same("int64 all_reduce", ints, torch.tensor([sum(range(n)), 10 * sum(range(n))], dtype=torch.int64))
+
+# all_reduce of sparse COO tensors (SUM and AVG, as Gloo offers): rank r
+# holds r+1 entries (ranks hold different numbers), (k, k) = r+1 for k <= r;
+# the result is the coalesced sum, in place.
+for op, scale in ((dist.ReduceOp.SUM, 1.0), (getattr(dist.ReduceOp, "AVG", None), 1.0 / n)):
+    if op is None:
+        continue
+    idx = torch.arange(r + 1).repeat(2, 1)
+    sp = torch.sparse_coo_tensor(idx, torch.full((r + 1,), float(r + 1)), (n, n))
+    dist.all_reduce(sp, op=op)
+    want = torch.diag(torch.tensor([float(sum(q + 1 for q in range(k, n))) for k in range(n)])) * scale
+    if not sp.is_sparse or not sp.is_coalesced():
+        raise AssertionError("rank %d: sparse all_reduce %s left a tensor sparse %s, coalesced %s" %
+                             (r, op, sp.is_sparse, sp.is_sparse and sp.is_coalesced()))
+    same("sparse all_reduce %s" % op, sp.to_dense(), want)
 
 # broadcast from each root.
 for root in range(n):

@@ -460,8 +460,35 @@ class ProcessGroupGorovod(dist.ProcessGroup):
     def _allreduce(self, tensors, opts, what):
         op = _reduce_op(opts.reduceOp) if opts is not None else mpi_ops.Sum
         ps = self._set()
+        if any(t.is_sparse for t in tensors):
+            return self._sparse_allreduce(tensors, op, ps, what)
         handles = [mpi_ops.allreduce_async_(t, op=op, process_set=ps) for t in tensors]
         return self._submit(handles, lambda _: tensors, tensors, what)
+
+    def _sparse_allreduce(self, tensors, op, ps, what):
+        """all_reduce of sparse COO tensors, SUM or AVG, as Gloo offers it:
+        every rank's indices and values are allgathered (ranks may hold
+        different numbers of entries) and each tensor becomes the coalesced
+        sum of them, in place."""
+        if op not in (mpi_ops.Sum, mpi_ops.Average):
+            raise RuntimeError("gorovod backend: %s of sparse tensors reduces with SUM or AVG only" % what)
+        if not all(t.is_sparse for t in tensors):
+            raise RuntimeError("gorovod backend: %s takes sparse or dense tensors, not both in one call" % what)
+        handles = []
+        for t in tensors:
+            # allgather concatenates along the first dimension: the indices
+            # travel transposed, one row per entry.
+            handles.append(mpi_ops.allgather_async(t._indices().transpose(0, 1).contiguous(), process_set=ps))
+            handles.append(mpi_ops.allgather_async(t._values().contiguous(), process_set=ps))
+
+        def finish(results):
+            for k, t in enumerate(tensors):
+                indices, values = results[2 * k], results[2 * k + 1]
+                if op == mpi_ops.Average:
+                    values = values / self.size()
+                t.copy_(torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size()).coalesce())
+            return tensors
+        return self._submit(handles, finish, tensors, what)
 
     def broadcast(self, tensors, opts=None):
         ps = self._set()
