@@ -353,21 +353,25 @@ var torchDistributedDifferences = map[string]string{}
 var torchDistributedTest = regexp.MustCompile(`(?m)^        def (test_\w+)\(`)
 
 // torchDistributedDevice drops torch's tests of CUDA or NCCL; every other
-// test of the file runs (those that skip on Gloo skip). The suite comes in
-// two groups, which GOROVOD_TORCH_DISTRIBUTED_SUITE chooses (each takes
-// minutes): "collectives", the tests whose names torchDistributedCollective
-// matches (the collectives, point-to-point, barriers, groups and the
-// backend's queries), and "ddp", the others (DistributedDataParallel, its
-// hooks, SyncBatchNorm, the model averagers, post-local SGD); "1" or "all"
-// runs both.
+// test of the file runs (those that skip on both Gloo and MPI skip). The
+// suite comes in three groups of several minutes each, which
+// GOROVOD_TORCH_DISTRIBUTED_SUITE chooses: "collectives" (names
+// torchDistributedCollective matches), "p2p" (torchDistributedP2P:
+// point-to-point, barriers, groups and the backend's queries) and "ddp" (the
+// others: DistributedDataParallel, its hooks, SyncBatchNorm, the model
+// averagers, post-local SGD); "all" or "1" runs the three.
 var (
 	torchDistributedDevice     = regexp.MustCompile(`cuda|nccl|gpu`)
-	torchDistributedCollective = regexp.MustCompile(`^test_(all_reduce|broadcast|all_gather|barrier|send_recv|isend|irecv|batch_isend_irecv|reduce|gather|scatter|all_to_all|sparse_all_reduce|monitored_barrier|new_subgroups|get_|backend_|Backend_enum|destroy_)`)
+	torchDistributedCollective = regexp.MustCompile(`^test_(all_reduce|broadcast|all_gather|reduce|gather|scatter|all_to_all|sparse_all_reduce)`)
+	torchDistributedP2P        = regexp.MustCompile(`^test_(barrier|send_recv|isend|irecv|batch_isend_irecv|monitored_barrier|new_subgroups|get_|backend_|Backend_enum|destroy_)`)
 	torchDistributedGroups     = map[string]func(name string) bool{
 		"collectives": torchDistributedCollective.MatchString,
-		"ddp":         func(name string) bool { return !torchDistributedCollective.MatchString(name) },
-		"all":         func(string) bool { return true },
-		"1":           func(string) bool { return true },
+		"p2p":         torchDistributedP2P.MatchString,
+		"ddp": func(name string) bool {
+			return !torchDistributedCollective.MatchString(name) && !torchDistributedP2P.MatchString(name)
+		},
+		"all": func(string) bool { return true },
+		"1":   func(string) bool { return true },
 	}
 )
 
@@ -385,7 +389,7 @@ func TestUpstreamTorchDistributedSuite(t *testing.T) {
 	group := os.Getenv("GOROVOD_TORCH_DISTRIBUTED_SUITE")
 	picked, ok := torchDistributedGroups[group]
 	if !ok {
-		t.Skipf("GOROVOD_TORCH_DISTRIBUTED_SUITE=%q: set it to collectives, ddp or all (1) to run torch's own distributed tests (minutes each group)", group)
+		t.Skipf("GOROVOD_TORCH_DISTRIBUTED_SUITE=%q: set it to collectives, p2p, ddp or all (1) to run torch's own distributed tests (minutes each group)", group)
 	}
 	needTorch(t)
 	where, err := exec.Command(Python, "-c",

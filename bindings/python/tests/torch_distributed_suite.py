@@ -20,7 +20,9 @@ distributed_test.py imported with BACKEND=gloo and BACKEND=mpi, so a test
 torch marks for Gloo only (or for the backends that implement DDP or
 subgroups, Gloo among them) runs here too, and so do the CPU all_to_all
 tests torch marks for MPI only. The harness's skip exit codes (no CUDA, too
-few GPUs) count as skips too.
+few GPUs) count as skips too. A parametrized test runs as the tests torch
+instantiates of it, one after another in the job; the few tests that pick
+CPU tensors by the backend's name see "gloo" there (CPU_BY_BACKEND_NAME).
 
 torch's testing helpers import expecttest (a test dependency Debian does
 not package); where it is missing, a stand-in with the two names they use
