@@ -352,28 +352,44 @@ var torchDistributedDifferences = map[string]string{}
 // (nested two classes deep in distributed_test.py).
 var torchDistributedTest = regexp.MustCompile(`(?m)^        def (test_\w+)\(`)
 
-// torchDistributedRun picks the collectives this backend offers (allreduce,
-// broadcast, allgather, barrier and point-to-point, with their group,
-// coalesced, async, object and profiler forms); torchDistributedDevice
-// drops those of CUDA or NCCL.
+// torchDistributedDevice drops torch's tests of CUDA or NCCL; every other
+// test of the file runs (those that skip on both Gloo and MPI skip). The
+// suite comes in three groups of several minutes each, which
+// GOROVOD_TORCH_DISTRIBUTED_SUITE chooses: "collectives" (names
+// torchDistributedCollective matches), "p2p" (torchDistributedP2P:
+// point-to-point, barriers, groups and the backend's queries) and "ddp" (the
+// others: DistributedDataParallel, its hooks, SyncBatchNorm, the model
+// averagers, post-local SGD); "all" or "1" runs the three.
 var (
-	torchDistributedRun    = regexp.MustCompile(`^test_(all_reduce|broadcast|all_gather|barrier|send_recv|isend|irecv)`)
-	torchDistributedDevice = regexp.MustCompile(`cuda|nccl|gpu`)
+	torchDistributedDevice     = regexp.MustCompile(`cuda|nccl|gpu`)
+	torchDistributedCollective = regexp.MustCompile(`^test_(all_reduce|broadcast|all_gather|reduce|gather|scatter|all_to_all|sparse_all_reduce)`)
+	torchDistributedP2P        = regexp.MustCompile(`^test_(barrier|send_recv|isend|irecv|batch_isend_irecv|monitored_barrier|new_subgroups|get_|backend_|Backend_enum|destroy_)`)
+	torchDistributedGroups     = map[string]func(name string) bool{
+		"collectives": torchDistributedCollective.MatchString,
+		"p2p":         torchDistributedP2P.MatchString,
+		"ddp": func(name string) bool {
+			return !torchDistributedCollective.MatchString(name) && !torchDistributedP2P.MatchString(name)
+		},
+		"all": func(string) bool { return true },
+		"1":   func(string) bool { return true },
+	}
 )
 
 // TestUpstreamTorchDistributedSuite runs PyTorch's own tests of
 // torch.distributed backends (the installed torch's
 // torch/testing/_internal/distributed/distributed_test.py, which torch's
 // test_distributed_spawn.py runs for Gloo) on the "gorovod" backend: each
-// test picked by torchDistributedRun alone in a job of three workers (three
-// so that the tests of a group of some ranks run too), through
-// tests/torch_distributed_suite.py. A test passes when every rank passes
-// it, and skips when every rank skips it (torch's own skip marks: CUDA, a
-// feature marked for Gloo or NCCL only). It takes about five minutes on two
-// cores, so it runs only with GOROVOD_TORCH_DISTRIBUTED_SUITE=1.
+// test of the group GOROVOD_TORCH_DISTRIBUTED_SUITE chooses alone in a job
+// of three workers (three so that the tests of a group of some ranks run
+// too), through tests/torch_distributed_suite.py. A test passes when every
+// rank passes it, and skips when every rank skips it (where it skips on
+// Gloo: CUDA, a feature torch marks for NCCL or MPI only). It runs only when
+// asked, since each group takes minutes.
 func TestUpstreamTorchDistributedSuite(t *testing.T) {
-	if os.Getenv("GOROVOD_TORCH_DISTRIBUTED_SUITE") != "1" {
-		t.Skip("set GOROVOD_TORCH_DISTRIBUTED_SUITE=1 to run torch's own distributed tests (about five minutes)")
+	group := os.Getenv("GOROVOD_TORCH_DISTRIBUTED_SUITE")
+	picked, ok := torchDistributedGroups[group]
+	if !ok {
+		t.Skipf("GOROVOD_TORCH_DISTRIBUTED_SUITE=%q: set it to collectives, p2p, ddp or all (1) to run torch's own distributed tests (minutes each group)", group)
 	}
 	needTorch(t)
 	where, err := exec.Command(Python, "-c",
@@ -390,7 +406,7 @@ func TestUpstreamTorchDistributedSuite(t *testing.T) {
 	seen := map[string]bool{}
 	for _, m := range torchDistributedTest.FindAllStringSubmatch(string(text), -1) {
 		name := m[1]
-		if seen[name] || !torchDistributedRun.MatchString(name) || torchDistributedDevice.MatchString(name) {
+		if seen[name] || !picked(name) || torchDistributedDevice.MatchString(name) {
 			continue
 		}
 		seen[name] = true
@@ -430,6 +446,6 @@ func TestUpstreamTorchDistributedSuite(t *testing.T) {
 		})
 	}
 	if len(seen) == 0 {
-		t.Fatalf("no test of torch's distributed_test.py matched %s", torchDistributedRun)
+		t.Fatalf("no test of torch's distributed_test.py is in group %q", group)
 	}
 }

@@ -2,8 +2,9 @@
 
 dist.init_process_group("gorovod") with nothing else (no address, port,
 rank or world size); then every collective the backend offers, against
-values each rank can compute alone (the rooted reduce, gather and scatter
-also against Gloo's); bad arguments raise; and
+values each rank can compute alone (sparse all_reduce too; the rooted
+reduce, gather and scatter also against Gloo's); monitored_barrier, passed
+and failed as on Gloo; bad arguments raise; and
 DistributedDataParallel trains a small model (with no_sync accumulation
 and a comm hook) to the same parameters as one process training on the
 concatenated batches.
@@ -77,6 +78,21 @@ ints = torch.tensor([r, 10 * r], dtype=torch.int64)
 dist.all_reduce(ints)
 same("int64 all_reduce", ints, torch.tensor([sum(range(n)), 10 * sum(range(n))], dtype=torch.int64))
 
+# all_reduce of sparse COO tensors (SUM and AVG, as Gloo offers): rank r
+# holds r+1 entries (ranks hold different numbers), (k, k) = r+1 for k <= r;
+# the result is the coalesced sum, in place.
+for op, scale in ((dist.ReduceOp.SUM, 1.0), (getattr(dist.ReduceOp, "AVG", None), 1.0 / n)):
+    if op is None:
+        continue
+    idx = torch.arange(r + 1).repeat(2, 1)
+    sp = torch.sparse_coo_tensor(idx, torch.full((r + 1,), float(r + 1)), (n, n))
+    dist.all_reduce(sp, op=op)
+    want = torch.diag(torch.tensor([float(sum(q + 1 for q in range(k, n))) for k in range(n)])) * scale
+    if not sp.is_sparse or not sp.is_coalesced():
+        raise AssertionError("rank %d: sparse all_reduce %s left a tensor sparse %s, coalesced %s" %
+                             (r, op, sp.is_sparse, sp.is_sparse and sp.is_coalesced()))
+    same("sparse all_reduce %s" % op, sp.to_dense(), want)
+
 # broadcast from each root.
 for root in range(n):
     t = torch.full((2, 3), float(r))
@@ -145,6 +161,55 @@ for q in range(n):
     same("all_to_all[%d]" % q, outs[q], torch.full((2,), float(q * 10 + r)))
 
 dist.barrier()
+
+# monitored_barrier, as on Gloo: every rank arrives (plain and
+# wait_all_ranks); then the last rank stays away: rank 0 names it, the
+# others say rank 0 did not let them go; then rank 0 alone, with
+# wait_all_ranks, names every other rank. The failed ones come last (a rank
+# that stayed away counts one monitored barrier fewer).
+import datetime  # noqa: E402
+import re  # noqa: E402
+
+
+def monitored_fails(pattern, **kwargs):
+    try:
+        dist.monitored_barrier(**kwargs)
+    except RuntimeError as e:
+        if not re.search(pattern, str(e)):
+            raise AssertionError("rank %d: monitored_barrier raised %r, want /%s/" % (r, str(e), pattern))
+        return
+    raise AssertionError("rank %d: monitored_barrier passed, want /%s/" % (r, pattern))
+
+
+dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
+dist.monitored_barrier(timeout=datetime.timedelta(seconds=60), wait_all_ranks=True)
+if n > 1:
+    short = datetime.timedelta(seconds=0.5)
+    if r == 0:
+        monitored_fails("Rank %d failed to pass monitoredBarrier" % (n - 1), timeout=short)
+        monitored_fails("Ranks %s failed to pass monitoredBarrier" % ", ".join(str(q) for q in range(1, n)),
+                        timeout=short, wait_all_ranks=True)
+    elif r != n - 1:
+        monitored_fails("Rank %d successfully reached monitoredBarrier, but received errors while waiting for "
+                        "send/recv from rank 0" % r, timeout=short)
+dist.barrier()
+
+# A C++ caller of the process group (DDP's broadcast of its module states,
+# its reducer) calls wait() or getFuture() on a work after the call
+# returned, which may be after the collective is done; torch 1.13 keeps only
+# the work's C++ side, whose wait() without the Python side blocks forever.
+# So a work the caller dropped still has its Python side once it is done.
+import weakref  # noqa: E402
+
+opts = dist.BroadcastOptions()
+opts.rootRank = 0
+work = dist.distributed_c10d._get_default_group().broadcast([torch.zeros(2)], opts)
+dropped = weakref.ref(work)
+del work
+dist.barrier()  # queued after the broadcast: the broadcast is done
+if dropped() is None:
+    raise AssertionError("rank %d: a done broadcast's work lost its Python side (a C++ wait() would block)" % r)
+dropped().wait()
 
 # The rooted collectives, from and to each rank, sync and async, against
 # values each rank computes alone and against the same calls on the Gloo

@@ -97,6 +97,7 @@ default process group at each world change (with a new rendezvous, as on
 import) and re-wraps DistributedDataParallel; see there.
 """
 
+import collections
 import datetime
 import importlib
 import logging
@@ -104,6 +105,7 @@ import os
 import queue
 import socket
 import threading
+import time
 import weakref
 
 import torch
@@ -127,6 +129,10 @@ _log = logging.getLogger("gorovod")
 # How long switch_world waits at most for the new world's store and
 # barrier (a member lost meanwhile).
 _SWITCH_LIMIT = datetime.timedelta(seconds=60)
+
+# How many done works a process group keeps referenced (see
+# ProcessGroupGorovod._finished).
+_KEEP_FINISHED = 16
 
 
 def _reduce_op(op):
@@ -368,6 +374,8 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         # the ranks that have not made it; barriers counts this rank's.
         self._store = store
         self._barriers = 0
+        # This rank's monitored barriers on the group (their keys' number).
+        self._monitored = 0
         # The number of gorovod's world this group was made for (rank and
         # size are fixed in a process group: a new world needs a new group).
         self.world = world
@@ -387,8 +395,13 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         # torch (1.13) keeps only the C++ side of a work a Python process
         # group returns: unless Python holds the work too, its overrides are
         # gone by the time C++ calls wait() (DDP does), which then blocks
-        # forever. Works stay referenced until their collective is done.
+        # forever. Works stay referenced until their collective is done, and
+        # the last _KEEP_FINISHED done ones a while longer (finished): a C++
+        # caller (DDP's broadcast of its module states, its reducer) calls
+        # wait() or getFuture() right after the call returns, which may be
+        # after the collective is done.
         self._inflight = set()
+        self._finished = collections.deque(maxlen=_KEEP_FINISHED)
         self._lock = threading.Lock()
         # The completer holds the group weakly, so that a group torch drops
         # (destroy_process_group) ends its thread when collected.
@@ -414,6 +427,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             self.failure = error
         with self._lock:
             self._inflight.discard(work)
+            self._finished.append(work)
 
     def _submit(self, handles, finish, outputs, what, absent=None):
         """A work whose future the completer sets to finish(the handles'
@@ -460,8 +474,35 @@ class ProcessGroupGorovod(dist.ProcessGroup):
     def _allreduce(self, tensors, opts, what):
         op = _reduce_op(opts.reduceOp) if opts is not None else mpi_ops.Sum
         ps = self._set()
+        if any(t.is_sparse for t in tensors):
+            return self._sparse_allreduce(tensors, op, ps, what)
         handles = [mpi_ops.allreduce_async_(t, op=op, process_set=ps) for t in tensors]
         return self._submit(handles, lambda _: tensors, tensors, what)
+
+    def _sparse_allreduce(self, tensors, op, ps, what):
+        """all_reduce of sparse COO tensors, SUM or AVG, as Gloo offers it:
+        every rank's indices and values are allgathered (ranks may hold
+        different numbers of entries) and each tensor becomes the coalesced
+        sum of them, in place."""
+        if op not in (mpi_ops.Sum, mpi_ops.Average):
+            raise RuntimeError("gorovod backend: %s of sparse tensors reduces with SUM or AVG only" % what)
+        if not all(t.is_sparse for t in tensors):
+            raise RuntimeError("gorovod backend: %s takes sparse or dense tensors, not both in one call" % what)
+        handles = []
+        for t in tensors:
+            # allgather concatenates along the first dimension: the indices
+            # travel transposed, one row per entry.
+            handles.append(mpi_ops.allgather_async(t._indices().transpose(0, 1).contiguous(), process_set=ps))
+            handles.append(mpi_ops.allgather_async(t._values().contiguous(), process_set=ps))
+
+        def finish(results):
+            for k, t in enumerate(tensors):
+                indices, values = results[2 * k], results[2 * k + 1]
+                if op == mpi_ops.Average:
+                    values = values / self.size()
+                t.copy_(torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size()).coalesce())
+            return tensors
+        return self._submit(handles, finish, tensors, what)
 
     def broadcast(self, tensors, opts=None):
         ps = self._set()
@@ -625,6 +666,59 @@ class ProcessGroupGorovod(dist.ProcessGroup):
                 return None
 
         return self._submit([mpi_ops._barrier_async(process_set=ps)], lambda _: [], [], "barrier", absent)
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """Gloo's monitored barrier (dist.monitored_barrier, or this
+        method called directly, as on ProcessGroupGloo): rank 0 waits for
+        each other rank of the group in rank order, then lets them go; a rank
+        that has not arrived within timeout (a timedelta or seconds; the
+        group's by default) makes rank 0 raise RuntimeError naming it (with
+        wait_all_ranks, naming every late rank, each given the whole
+        timeout), and the others raise when rank 0 has not let them go within
+        timeout. It runs on the group's store, apart from gorovod's queue:
+        unlike barrier() it finds ranks stuck in an earlier collective."""
+        if self._store is None:
+            raise RuntimeError("gorovod backend: monitored_barrier needs the group's store, which this group lacks")
+        if timeout is None:
+            timeout = self.timeout
+        seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+        self._monitored += 1
+        key = "gorovod-monitored-barrier/%d/%%s" % self._monitored
+        me = self.rank()
+        start = time.monotonic()
+
+        def elapsed_ms():
+            return int((time.monotonic() - start) * 1000)
+
+        if me != 0:
+            self._store.set(key % ("arrived/%d" % me), "1")
+            try:
+                self._store.wait([key % "passed"], datetime.timedelta(seconds=max(seconds, 0.001)))
+            except Exception as e:  # noqa: BLE001 (the store's timeout; said below)
+                raise RuntimeError("Rank %d successfully reached monitoredBarrier, but received errors while waiting "
+                                   "for send/recv from rank 0. Please check rank 0 logs for faulty rank. (%s)" %
+                                   (me, e)) from None
+            return
+        late = []
+        for q in range(1, self.size()):
+            remaining = seconds if wait_all_ranks else seconds - (time.monotonic() - start)
+            if remaining <= 0:
+                if wait_all_ranks:
+                    late.append(q)
+                    continue
+                raise RuntimeError("[Rank 0]: Rank 0 timed out in monitoredBarrier after %d ms, waiting for rank %d"
+                                   % (elapsed_ms(), q))
+            try:
+                self._store.wait([key % ("arrived/%d" % q)], datetime.timedelta(seconds=remaining))
+            except Exception:  # noqa: BLE001 (the store's timeout: the rank is late)
+                if not wait_all_ranks:
+                    raise RuntimeError("[Rank 0]: Rank %d failed to pass monitoredBarrier in %d ms" %
+                                       (q, int(seconds * 1000))) from None
+                late.append(q)
+        if late:
+            raise RuntimeError("[Rank 0]: Ranks %s failed to pass monitoredBarrier in %d ms" %
+                               (", ".join(str(q) for q in late), int(seconds * 1000)))
+        self._store.set(key % "passed", "1")
 
     # ----- point-to-point
 
@@ -935,6 +1029,23 @@ def _new_group_helper(original):
     return helper
 
 
+def _monitored_barrier(original):
+    """torch's dist.monitored_barrier, which on a gorovod group runs the
+    group's monitored_barrier (torch's own refuses any backend but Gloo)."""
+
+    def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+        c10d = dist.distributed_c10d
+        if group is None:
+            group = c10d._get_default_group() if c10d.is_initialized() else None
+        if not isinstance(group, ProcessGroupGorovod):
+            return original(group, timeout, wait_all_ranks)
+        return group.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+    monitored_barrier.__doc__ = original.__doc__
+    monitored_barrier.gorovod = True
+    return monitored_barrier
+
+
 def _store_host():
     """The address the other ranks reach rank 0's store at."""
     if mpi_ops.local_size() == mpi_ops.size():
@@ -1094,6 +1205,10 @@ def register():
     c10d = dist.distributed_c10d
     if not getattr(c10d._new_process_group_helper, "gorovod", False):
         c10d._new_process_group_helper = _new_group_helper(c10d._new_process_group_helper)
+    # torch 1.13's dist.monitored_barrier refuses every backend but Gloo by
+    # name before it reaches the group, which offers it (monitored_barrier).
+    if not getattr(c10d.monitored_barrier, "gorovod", False):
+        c10d.monitored_barrier = dist.monitored_barrier = _monitored_barrier(c10d.monitored_barrier)
 
 
 def _set_torchrun_environment(rdv):
