@@ -57,6 +57,9 @@ type laneChooser struct {
 	cur   int   // lanes in use now
 	warm  int64 // bytes sent at a new count before measuring
 	trial int64 // bytes measured at each count
+	// idleGap is the longest pause between frames that counts as sending
+	// time (autoIdleGap).
+	idleGap time.Duration
 	// queued is how many bytes the link's lanes hold that the peer has
 	// not acknowledged yet.
 	queued func() int64
@@ -85,7 +88,7 @@ type laneChooser struct {
 }
 
 func newLaneChooser(lanes int, warm, trial int64, queued func() int64) laneChooser {
-	c := laneChooser{max: lanes, cur: 1, warm: warm, trial: trial, queued: queued}
+	c := laneChooser{max: lanes, cur: 1, warm: warm, trial: trial, idleGap: autoIdleGap, queued: queued}
 	if lanes <= 1 {
 		c.settled = true
 	}
@@ -117,7 +120,7 @@ func (c *laneChooser) observe(n int, start, end time.Time) bool {
 		}
 		return false
 	}
-	if gap > autoIdleGap {
+	if gap > c.idleGap {
 		// A pause: close the stretch at the frame before it, and start
 		// another after this frame.
 		c.closeStretch()

@@ -62,6 +62,7 @@ func TestAutoLanes(t *testing.T) {
 				}
 				if tc.auto {
 					tcp.SetLaneTrial(l, 256<<10, 1<<20)
+					tcp.CountPauses(l)
 				}
 			}
 			// Several senders per direction, sizes around the striping
@@ -387,6 +388,7 @@ func TestLanesZeroAllocs(t *testing.T) {
 			if tc.settle {
 				for _, l := range pair {
 					tcp.SetLaneTrial(l, 256<<10, 1<<20)
+					tcp.CountPauses(l)
 				}
 				for round := 0; ; round++ {
 					if err := exchangeConcurrently(ctx, pair, 1, 8, []int{1 << 20}); err != nil {

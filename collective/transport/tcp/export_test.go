@@ -1,6 +1,8 @@
 package tcp
 
 import (
+	"time"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/gorovod/gorovod/collective/transport"
@@ -91,6 +93,20 @@ func SetSendLanes(l transport.Link, n int) {
 	ll.auto = true
 	ll.chooser = laneChooser{max: n, cur: n, settled: true}
 	ll.probing.Store(false)
+}
+
+// CountPauses makes a laned link's chooser count every gap between frames
+// as sending time, for tests that need the senders to settle whatever the
+// machine's load: under -race beside other packages' tests the gaps between
+// frames passed the 20 ms pause rule so often that nothing was measured and
+// the senders never settled (CI: "did not settle within 100 rounds"). The
+// pause rule has its own test (TestLaneChooser's rows). Call it after
+// SetLaneTrial.
+func CountPauses(l transport.Link) {
+	ll := l.(*lanedLink)
+	ll.smu.Lock()
+	defer ll.smu.Unlock()
+	ll.chooser.idleGap = time.Hour
 }
 
 // SetLaneTrial restarts a laned link's choice of its sending lanes with
