@@ -102,9 +102,7 @@ func TestGlooRanksOnLoopback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts torch in two processes (seconds)")
 	}
-	if err := exec.Command(glooPython, "-c", "import torch.distributed as d; assert d.is_gloo_available()").Run(); err != nil {
-		t.Skipf("%s has no torch with Gloo: %v", glooPython, err)
-	}
+	skipWithoutTorch(t)
 	script, err := findPeerFile("gloo_allreduce.py")
 	if err != nil {
 		t.Fatal(err)
