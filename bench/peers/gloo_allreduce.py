@@ -3,7 +3,12 @@
 
 Spawns --np processes with torch.multiprocessing, joins them in a Gloo process
 group over 127.0.0.1 and, for every message size, times float32 SUM
-dist.all_reduce the way gorovod's collective/benchmark does:
+dist.all_reduce the way gorovod's collective/benchmark does. With --env-rank it
+is instead one rank of a job started by someone else, on this host or across
+hosts: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the environment
+(init_method env://, the variables torchrun would set; rank 0 serves the store
+at MASTER_ADDR:MASTER_PORT), and Gloo binds to GLOO_SOCKET_IFNAME's address
+(internal/testing/multihostbench starts its ranks this way over ssh).
 
   * --warmup untimed runs, then --iters timed samples;
   * every sample starts with dist.barrier() and is timed on every rank;
@@ -72,24 +77,24 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker(rank, args, port, sizes):
+def worker(rank, world, init_method, args, sizes):
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)  # 2 cores shared by np processes: no intra-op pool
     dist.init_process_group(
         "gloo",
-        init_method="tcp://127.0.0.1:%d" % port,
+        init_method=init_method,
         rank=rank,
-        world_size=args.np,
+        world_size=world,
         timeout=__import__("datetime").timedelta(seconds=args.timeout),
     )
-    p = args.np
+    p = world
     factor = 2.0 * (p - 1) / p
     for size in sizes:
         n = size // 4
         nbytes = n * 4
-        idx = torch.arange(n, dtype=torch.int64)
+        idx = torch.arange(n, dtype=torch.int32)  # int64 would double the peak at 256 MiB
         src = ((idx + rank) % 4).to(torch.float32)
         want = torch.zeros(n, dtype=torch.float32)
         for r in range(p):
@@ -167,12 +172,27 @@ def main():
     ap.add_argument("--port", type=int, default=0, help="rendezvous port on 127.0.0.1 (0: pick a free one)")
     ap.add_argument("--timeout", type=int, default=600, help="process-group timeout in seconds")
     ap.add_argument("--impl", default="gloo", help='value of the "impl" field')
+    ap.add_argument(
+        "--env-rank",
+        action="store_true",
+        help="run one rank: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment (--np, --port ignored)",
+    )
     args = ap.parse_args()
     if args.np < 1 or args.iters < 1 or args.warmup < 0:
         ap.error("need --np >= 1, --iters >= 1, --warmup >= 0")
     sizes = size_list(args)
     if not sizes:
         ap.error("no sizes")
+    if args.env_rank:
+        missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
+        if missing:
+            ap.error("--env-rank needs %s in the environment" % ", ".join(missing))
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        if not 0 <= rank < world:
+            ap.error("RANK %d is not in [0, WORLD_SIZE %d)" % (rank, world))
+        # No GLOO_SOCKET_IFNAME default here: the caller knows the host's interface.
+        worker(rank, world, "env://", args, sizes)
+        return 0
     # Without GLOO_SOCKET_IFNAME Gloo binds to whatever the hostname resolves to
     # (here "vm" -> 127.0.0.1, elsewhere possibly a real NIC, or failing). Pin
     # loopback so the transport matches mpi-tcp's btl_tcp_if_include=lo.
@@ -185,7 +205,8 @@ def main():
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=worker, args=(r, args, port, sizes), name="gloo-rank%d" % r) for r in range(args.np)]
+    init = "tcp://127.0.0.1:%d" % port
+    procs = [ctx.Process(target=worker, args=(r, args.np, init, args, sizes), name="gloo-rank%d" % r) for r in range(args.np)]
     for pr in procs:
         pr.start()
     rc = 0

@@ -1,7 +1,10 @@
 // Command multihost measures allreduce across hosts: gorovod's benchmark
 // workers (`gorovod _bench-worker`, what `gorovod bench` runs) against Open
-// MPI over TCP (bench/peers/mpi_allreduce.c under mpirun), on the same
-// network-namespace hosts (internal/testing/testhosts), each host reached over ssh.
+// MPI over TCP (bench/peers/mpi_allreduce.c under mpirun) and PyTorch's Gloo
+// backend (bench/peers/gloo_allreduce.py --env-rank, one process per rank,
+// RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set by the launcher and Gloo bound
+// to the host's interface), on the same network-namespace hosts
+// (internal/testing/testhosts), each host reached over ssh.
 // A head host runs the launcher, the rendezvous and mpirun; the ranks run on
 // the other hosts, one per host (or --slots per host). The worker hosts'
 // links can be shaped to set rates (--rates 1G,10G: testhosts.Link), and
@@ -13,7 +16,8 @@
 // bus bandwidth over the repetitions with its range, its share of the link
 // rate, the CPU the worker hosts' processes used during the run (cores,
 // from /proc: the test hosts share one machine's cores, so this tells a
-// CPU-bound result from a link-bound one) and gorovod's ratio to Open MPI.
+// CPU-bound result from a link-bound one) and gorovod's ratio to Open MPI
+// and to Gloo.
 //
 //	go build -o /tmp/gorovod ./cmd/gorovod
 //	go run ./internal/testing/multihostbench --gorovod /tmp/gorovod --hosts 2,3 --reps 5
@@ -21,6 +25,6 @@
 //		--rates 1G,10G --lanes 1,4 --transport auto --sizes 4K,4M,64M,256M --reps 5
 //
 // Needs root (namespaces), openssh-server, and for the MPI side openmpi-bin
-// and libopenmpi-dev (mpicc). The machine's own network is never used: every
+// and libopenmpi-dev (mpicc), for Gloo python3-torch (/usr/bin/python3). The machine's own network is never used: every
 // address is inside the harness's namespaces.
 package main

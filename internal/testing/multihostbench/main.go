@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,7 +83,7 @@ func run() error {
 	reps := flag.Int("reps", 3, "repetitions of every run (interleaved)")
 	transportName := flag.String("transport", "tcp", "gorovod's transport between ranks: tcp, auto, sctp")
 	algorithm := flag.String("algorithm", "", "gorovod's allreduce algorithm (gorovod bench --algorithm): auto (the default), ring, hierarchical, recursive-doubling")
-	impls := flag.String("impls", "gorovod,mpi-tcp,mpi-tcp-yield", "what to run: gorovod, mpi-tcp (Open MPI's default: its ranks poll while they wait), mpi-tcp-yield (mpi_yield_when_idle=1, what Open MPI picks when oversubscribed)")
+	impls := flag.String("impls", "gorovod,mpi-tcp,mpi-tcp-yield", "what to run: gorovod, mpi-tcp (Open MPI's default: its ranks poll while they wait), mpi-tcp-yield (mpi_yield_when_idle=1, what Open MPI picks when oversubscribed), gloo (PyTorch's Gloo backend, bench/peers/gloo_allreduce.py under "+glooPython+")")
 	ratesFlag := flag.String("rates", "0", "link rates of the worker hosts to measure at, bit/s with K, M, G suffixes (1G,10G); 0: unshaped")
 	lanesFlag := flag.String("lanes", "0", "gorovod's TCP lanes per link to measure (0: the transport's choice); each is a gorovod column")
 	securityFlag := flag.String("security", "default", "gorovod's frame protection to measure: default, plain, authenticated, encrypted (gorovod run --security); each is a gorovod column, with every lane count")
@@ -124,7 +125,11 @@ func run() error {
 		}
 		lanes = append(lanes, n)
 	}
-	want := func(impl string) bool { return slices.Contains(strings.Split(*impls, ","), impl) }
+	implList, err := parseImpls(*impls)
+	if err != nil {
+		return fmt.Errorf("--impls: %w", err)
+	}
+	want := func(impl string) bool { return slices.Contains(implList, impl) }
 	if want("gorovod") && *gorovod == "" {
 		return fmt.Errorf("--gorovod PATH is required to run gorovod")
 	}
@@ -153,12 +158,19 @@ func run() error {
 	var mpiBin string
 	if want("mpi-tcp") || want("mpi-tcp-yield") {
 		mpiBin = filepath.Join(net.Dir(), "mpi_allreduce")
-		src, err := findPeerSource()
+		src, err := findPeerFile("mpi_allreduce.c")
 		if err != nil {
 			return err
 		}
 		if out, err := exec.Command("mpicc", "-O2", "-o", mpiBin, src).CombinedOutput(); err != nil {
 			return fmt.Errorf("mpicc: %v: %s", err, out)
+		}
+	}
+
+	var glooScript string
+	if want("gloo") {
+		if glooScript, err = findPeerFile("gloo_allreduce.py"); err != nil {
+			return err
 		}
 	}
 
@@ -195,7 +207,7 @@ func run() error {
 			}
 		}
 	}
-	for _, impl := range []string{"mpi-tcp", "mpi-tcp-yield"} {
+	for _, impl := range []string{"mpi-tcp", "mpi-tcp-yield", "gloo"} {
 		if want(impl) {
 			order = append(order, impl)
 		}
@@ -227,6 +239,8 @@ func run() error {
 								Lanes: gorovodCols[impl].lanes, Security: gorovodCols[impl].security, Algorithm: *algorithm,
 								LogLevel: map[bool]string{true: "debug"}[*showLanes],
 							})
+						case impl == "gloo":
+							rs, err = runGloo(ctx, net, head, workers[:k], *slots, glooScript, size, *warmup, *iters)
 						default:
 							rs, err = runMPI(ctx, net, head, workers[:k], *slots, mpiBin, strconv.Itoa(size), *warmup, *iters, impl == "mpi-tcp-yield")
 						}
@@ -331,7 +345,7 @@ func runMPI(ctx context.Context, net *testhosts.Net, head *testhosts.Host, hosts
 	np := len(hosts) * slots
 	args := []string{"--allow-run-as-root", "--host", strings.Join(hostList, ","), "-np", strconv.Itoa(np),
 		"--bind-to", "none", "--mca", "plm_rsh_agent", "ssh", "--mca", "plm_rsh_args", strings.Join(net.SSHArgs(), " "),
-		"--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
+		"--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", hostInterface, "--mca", "oob_tcp_if_include", hostInterface,
 		"--mca", "mpi_yield_when_idle", map[bool]string{false: "0", true: "1"}[yield],
 		bin, "--impl", "mpi-tcp", "--sizes", sizes, "--warmup", strconv.Itoa(warmup), "--iters", strconv.Itoa(iters), "--batch-time-us", "1000"}
 	cmd := head.Command(ctx, "mpirun", args...)
@@ -349,14 +363,9 @@ func runMPI(ctx context.Context, net *testhosts.Net, head *testhosts.Host, hosts
 	var other []string
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
-		var r struct {
-			Bytes int     `json:"bytes"`
-			TimeU float64 `json:"time_us"`
-			BusBW float64 `json:"busbw_gbps"`
-			Right bool    `json:"correct"`
-		}
-		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Bytes > 0 {
-			rs = append(rs, result{NP: np, Bytes: r.Bytes, TimeU: r.TimeU, BusBW: r.BusBW, Right: r.Right})
+		if r, ok := parsePeerResult(sc.Bytes()); ok {
+			r.NP = np
+			rs = append(rs, r)
 		} else {
 			other = append(other, sc.Text())
 		}
@@ -367,20 +376,21 @@ func runMPI(ctx context.Context, net *testhosts.Net, head *testhosts.Host, hosts
 	return rs, nil
 }
 
-func findPeerSource() (string, error) {
+// findPeerFile finds bench/peers/NAME above the working directory.
+func findPeerFile(name string) (string, error) {
 	for dir, _ := os.Getwd(); dir != "/"; dir = filepath.Dir(dir) {
-		p := filepath.Join(dir, "bench", "peers", "mpi_allreduce.c")
+		p := filepath.Join(dir, "bench", "peers", name)
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("bench/peers/mpi_allreduce.c not found above the working directory")
+	return "", fmt.Errorf("bench/peers/%s not found above the working directory", name)
 }
 
 // report prints, per link rate, host count and size, each
 // implementation's median bus bandwidth over the repetitions (GB/s), its
 // share of the link rate and the CPU its ranks used, and each gorovod
-// column's ratio to Open MPI's default.
+// column's ratio to Open MPI's default and to Gloo (ratioPeers).
 func report(w io.Writer, rs []result, impls []string, rates []int64, counts, sizes []int, slots, reps int, tr string, delay time.Duration, keepOrder bool) {
 	fmt.Fprintf(w, "allreduce float32 sum across namespaced hosts (%d rank(s) per host, gorovod transport %s, %d reps interleaved", slots, tr, reps)
 	if delay > 0 {
@@ -395,12 +405,9 @@ func report(w io.Writer, rs []result, impls []string, rates []int64, counts, siz
 	for _, impl := range impls {
 		fmt.Fprintf(w, " %s |", impl)
 	}
-	var ratios []string
-	for _, impl := range impls {
-		if strings.HasPrefix(impl, "gorovod") && slices.Contains(impls, "mpi-tcp") {
-			ratios = append(ratios, impl)
-			fmt.Fprintf(w, " %s / mpi-tcp |", impl)
-		}
+	ratios := ratioColumns(impls)
+	for _, rc := range ratios {
+		fmt.Fprintf(w, " %s / %s |", rc[0], rc[1])
 	}
 	fmt.Fprint(w, "\n|---|---:|---:|")
 	fmt.Fprint(w, strings.Repeat("---:|", len(impls)+len(ratios)))
@@ -413,9 +420,9 @@ func report(w io.Writer, rs []result, impls []string, rates []int64, counts, siz
 					v, ok := stats(rs, impl, rate, k, s)
 					fmt.Fprintf(w, " %s |", cell(v, ok, rate, medianCPU(rs, impl, rate, k, s)))
 				}
-				m, mok := stats(rs, "mpi-tcp", rate, k, s)
-				for _, impl := range ratios {
-					g, gok := stats(rs, impl, rate, k, s)
+				for _, rc := range ratios {
+					g, gok := stats(rs, rc[0], rate, k, s)
+					m, mok := stats(rs, rc[1], rate, k, s)
 					if gok && mok && m[1] > 0 {
 						fmt.Fprintf(w, " %.2f |", g[1]/m[1])
 					} else {
@@ -541,4 +548,149 @@ func human(n int) string {
 		return fmt.Sprintf("%dK", n>>10)
 	}
 	return strconv.Itoa(n)
+}
+
+// knownImpls are the implementations --impls may name.
+var knownImpls = []string{"gorovod", "mpi-tcp", "mpi-tcp-yield", "gloo"}
+
+// parseImpls reads --impls: a comma list of knownImpls, each once.
+func parseImpls(s string) ([]string, error) {
+	var out []string
+	for name := range strings.SplitSeq(s, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case !slices.Contains(knownImpls, name):
+			return nil, fmt.Errorf("%q is not one of %s", name, strings.Join(knownImpls, ", "))
+		case slices.Contains(out, name):
+			return nil, fmt.Errorf("%s named twice", name)
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+// ratioPeers are the implementations every gorovod column is compared with,
+// in the report's order, where they ran.
+var ratioPeers = []string{"mpi-tcp", "gloo"}
+
+// ratioColumns pairs each gorovod column with each peer of ratioPeers that
+// impls holds: {gorovod column, peer}, the peer's columns grouped.
+func ratioColumns(impls []string) [][2]string {
+	var out [][2]string
+	for _, peer := range ratioPeers {
+		if !slices.Contains(impls, peer) {
+			continue
+		}
+		for _, impl := range impls {
+			if strings.HasPrefix(impl, "gorovod") {
+				out = append(out, [2]string{impl, peer})
+			}
+		}
+	}
+	return out
+}
+
+// parsePeerResult reads one JSON line a peer program prints per size
+// (bench/peers/mpi_allreduce.c, gloo_allreduce.py: `gorovod bench --json`'s
+// fields); ok is false for any other line.
+func parsePeerResult(line []byte) (result, bool) {
+	var r struct {
+		Bytes int     `json:"bytes"`
+		TimeU float64 `json:"time_us"`
+		BusBW float64 `json:"busbw_gbps"`
+		Right bool    `json:"correct"`
+	}
+	if json.Unmarshal(line, &r) != nil || r.Bytes <= 0 {
+		return result{}, false
+	}
+	return result{Bytes: r.Bytes, TimeU: r.TimeU, BusBW: r.BusBW, Right: r.Right}, true
+}
+
+// hostInterface is the test hosts' one network interface (testhosts.Host.Addr's).
+const hostInterface = "eth0"
+
+// glooPython is the interpreter that has torch (Debian's python3-torch).
+const glooPython = "/usr/bin/python3"
+
+// glooTimeout is the Gloo process group's timeout: a rank whose peer died
+// fails its collective after it instead of waiting for ever. A 256 MiB
+// allreduce at 1 Gbit/s takes a few seconds.
+const glooTimeout = 5 * time.Minute
+
+// glooArgv is the command every Gloo rank runs: one rank of the job
+// (--env-rank: who it is comes from glooEnv), one size, the benchmark's
+// method (warm-up, samples, batching to 1 ms).
+func glooArgv(script string, size, warmup, iters int) []string {
+	return []string{glooPython, script, "--env-rank", "--sizes", strconv.Itoa(size),
+		"--warmup", strconv.Itoa(warmup), "--iters", strconv.Itoa(iters), "--batch-time-us", "1000",
+		"--timeout", strconv.Itoa(int(glooTimeout.Seconds()))}
+}
+
+// glooEnv is rank's environment: what torchrun would set (rank 0 serves the
+// store at master), and Gloo bound to the host's interface.
+func glooEnv(rank, np int, master netip.AddrPort) []string {
+	return []string{
+		"RANK=" + strconv.Itoa(rank), "WORLD_SIZE=" + strconv.Itoa(np),
+		"MASTER_ADDR=" + master.Addr().String(), "MASTER_PORT=" + strconv.Itoa(int(master.Port())),
+		"GLOO_SOCKET_IFNAME=" + hostInterface,
+	}
+}
+
+// runGloo starts the Gloo ranks on the hosts over ssh as runGorovod starts
+// gorovod's (slots per host, rank i on host i/slots); they meet at rank 0's
+// store on the first host; the launcher's ssh runs on the head. The first
+// rank that fails stops the others.
+func runGloo(ctx context.Context, net *testhosts.Net, head *testhosts.Host, hosts []*testhosts.Host, slots int, script string, size, warmup, iters int) ([]result, error) {
+	np := len(hosts) * slots
+	// A port free on the first host for rank 0's store (the hosts' namespaces
+	// hold nothing else that binds ports).
+	ln, err := hosts[0].Listen("tcp", ":0")
+	if err != nil {
+		return nil, err
+	}
+	master, err := netip.ParseAddrPort(ln.Addr().String())
+	ln.Close()
+	if err != nil {
+		return nil, err
+	}
+	ssh, err := sshCommand(net, head)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	var rs []result
+	var other []string
+	job, err := launch.Start(ctx, launch.Spec{
+		Argv: glooArgv(script, size, warmup, iters), NP: np, SSH: launch.SSH{Command: ssh},
+		Host:      func(i int) string { return hosts[i/slots].Name },
+		HostSlots: func(string) int { return slots },
+		Env:       func(i int) []string { return glooEnv(i, np, master) },
+		Output: func(i int, stream string, line []byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			if r, ok := parsePeerResult(line); ok && i == 0 && stream == "stdout" {
+				r.NP = np
+				rs = append(rs, r)
+				return
+			}
+			other = append(other, fmt.Sprintf("[%d] %s", i, line))
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range np {
+		go func() {
+			<-job.Exited(i)
+			if job.Errors()[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	if err := job.Wait(); err != nil {
+		return nil, fmt.Errorf("%w\n%s", err, strings.Join(other, "\n"))
+	}
+	return rs, nil
 }
