@@ -65,8 +65,9 @@ type WorkerConfig struct {
 	// MinWorkers ready workers.
 	FirstWorld int
 	// ProbeTimeout is how long a worker that takes over proposing waits for
-	// the answer of a worker blamed for a failure before it leaves it out of
-	// the next world (driver.AgentConfig.ProbeTimeout): the job's driver's
+	// the answer of a worker blamed for a failure (or declared dead by
+	// gossip) before it leaves it out of the next world
+	// (driver.AgentConfig.ProbeTimeout): the job's driver's
 	// (driver.Config.ProbeTimeout), under a launcher GOROVOD_PROBE_TIMEOUT
 	// when the trainer sets none (see WorkerConfigFromEnv and
 	// TrainConfig.Worker). Default 500 ms, the driver's default.

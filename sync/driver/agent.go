@@ -40,8 +40,9 @@ type AgentConfig struct {
 	// worker may take over (default epoch.DefaultTakeoverGrace).
 	TakeoverGrace time.Duration
 	// ProbeTimeout is what the worker's proposer, once it took over, waits
-	// for a blamed worker's answer to its liveness probe before it leaves it
-	// out of the next world (epoch.ReasonUnanswered): driver.Config's
+	// for the answer to its liveness probe of a blamed worker, or of one
+	// gossip declared dead, before it leaves it out of the next world
+	// (epoch.ReasonUnanswered, epoch.ReasonFailed): driver.Config's
 	// ProbeTimeout for the proposer that replaces the driver. A job's workers
 	// should have their driver's, or one that takes over leaves a worker
 	// starved of CPU (or behind a slow link) out sooner than the driver

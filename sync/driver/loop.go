@@ -51,8 +51,8 @@ type loop struct {
 	gone  chan string
 	swept uint64
 	nodes map[string]membership.Node // the gossip view, by name: where sends go
-	// lost are the workers gossip declared dead, by name, with when: the
-	// machine probes such a member before it removes it (a starved worker
+	// lost are the members gossip declared dead, by name, with when: a
+	// proposer probes such a worker before it removes it (a starved worker
 	// misses gossip's probes), so its messages still go where it was. A
 	// dead one refuses them at once (a failed send); a live one answers.
 	lost   map[string]lostNode
@@ -213,9 +213,13 @@ func (l *loop) event(ev membership.Event) {
 		}
 		in = epoch.PeerGone{Name: n.Name, Failed: ev.Kind == membership.EventFailed}
 		delete(l.lost, n.Name)
-		if ev.Kind == membership.EventFailed && n.Meta.Role == membership.RoleWorker {
+		if ev.Kind == membership.EventFailed {
+			// A worker's machine answers a proposer's ping that its own
+			// gossip declared dead too (both sides of a starved process).
 			l.keepLost(n, ev.At)
-			l.lookGone(n)
+			if n.Meta.Role == membership.RoleWorker {
+				l.lookGone(n)
+			}
 		}
 	default:
 		return
