@@ -74,10 +74,10 @@ type lostNode struct {
 	at   time.Time
 }
 
-// lostKeep: a worker gossip declared dead is sent to for this long. The
-// machine sends to it only while it probes it (ProbeTimeout) and, when it
+// lostKeep: a member gossip declared dead is sent to for this long. A
+// proposer sends to it only while it probes it (ProbeTimeout) and, when it
 // answered, until gossip lists it again (it refutes its death at its next
-// gossip round); the bound keeps a long job's lost workers from piling up.
+// gossip round); the bound keeps a long job's lost members from piling up.
 const lostKeep = 10 * time.Minute
 
 type sendFailure struct {
@@ -347,8 +347,8 @@ func (l *loop) lookGone(n membership.Node) {
 	})
 }
 
-// keepLost keeps where worker n was, as gossip declared it dead (see lost),
-// and forgets the workers lost longer than lostKeep ago.
+// keepLost keeps where member n was, as gossip declared it dead (see lost),
+// and forgets the members lost longer than lostKeep ago.
 func (l *loop) keepLost(n membership.Node, at time.Time) {
 	if at.IsZero() {
 		at = time.Now()

@@ -382,9 +382,9 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 		p.receive(now, in.From, in.Msg)
 	case SendFailed:
 		// A blamed worker (or one gossip declared dead) that cannot be
-		// reached is as good as dead. A
-		// worker asked for its newest epoch is asked again at the probe's
-		// deadline, not at once: the loop would spin on a refused connection.
+		// reached is as good as dead. A worker asked for its newest epoch
+		// is asked again at the probe's deadline, not at once: the loop
+		// would spin on a refused connection.
 		if pr, ok := p.probes[in.Msg.Nonce]; ok && in.Msg.Kind == MsgPing && !pr.sync {
 			p.unanswered(now, in.Msg.Nonce)
 		}
