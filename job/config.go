@@ -57,8 +57,9 @@ type Config struct {
 	Gossip membership.Config
 
 	// ProbeTimeout is how long the job's proposer waits for a worker blamed
-	// for a failure to answer its liveness probe before it leaves it out of
-	// the next world (driver.Config.ProbeTimeout): the driver's, and, through
+	// for a failure, or declared dead by gossip, to answer its liveness
+	// probe before it leaves it out of the next world
+	// (driver.Config.ProbeTimeout): the driver's, and, through
 	// GOROVOD_PROBE_TIMEOUT, that of a worker that takes over proposing when
 	// the runner dies. Longer keeps a worker starved of CPU, or behind a slow
 	// link, in its world; it also holds the next world that long when a

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	stdsync "sync"
 	"testing"
 	"time"
@@ -268,5 +270,77 @@ func TestUnfinishedWorkerFinishesTheLastStep(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("still unfinished after every worker finished: %v", u)
 		}
+	}
+}
+
+// Gossip's verdict alone does not stop the world: under load memberlist
+// declares live workers dead (their 100 ms probes time out on starved
+// cores), and a worker that stopped its collective for that verdict made
+// the whole world fail and re-form. Here w0's gossip declares another
+// member dead at step 10 while it trains on; the proposer keeps it (it
+// answers), so every step is committed in the one world of three.
+func TestGossipVerdictAloneKeepsTheWorld(t *testing.T) {
+	d := startDriver(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	rec := &recorder{}
+	var wg stdsync.WaitGroup
+	errs := make(chan error, 3)
+	const until = 30
+	var verdict stdsync.Once
+	allIn := make(chan struct{})
+	for _, name := range []string{"w0", "w1", "w2"} {
+		wg.Go(func() {
+			toy, err := joinElastic(t, ctx, d)
+			if err != nil {
+				errs <- fmt.Errorf("%s: join: %w", name, err)
+				return
+			}
+			defer toy.w.Close()
+			select {
+			case <-allIn:
+			case <-ctx.Done():
+				errs <- fmt.Errorf("%s: no world of three: %w", name, ctx.Err())
+				return
+			}
+			var vanish func(int64) bool
+			if name == "w0" {
+				vanish = func(step int64) bool {
+					if step >= 10 {
+						verdict.Do(func() {
+							for _, m := range toy.w.Session.World().Members {
+								if m.Name != toy.w.Name() {
+									toy.w.src.peerFailed(m.Name, fmt.Errorf("gossip declared %s dead", m.Name))
+									return
+								}
+							}
+						})
+					}
+					return false
+				}
+			}
+			if err := toyLoop(ctx, toy.w.Session, name, toy.params, until, rec, vanish, nil); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	waitFor(t, d, func(e epoch.World) bool { return len(e.Members) == 3 })
+	close(allIn)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := agree(t, rec); n[until] != 3 {
+		t.Fatalf("step %d recorded by %d workers, want 3", until, n[until])
+	}
+	worlds := map[uint64]bool{}
+	rec.mu.Lock()
+	for _, r := range rec.recs {
+		worlds[r.epoch] = true
+	}
+	rec.mu.Unlock()
+	if len(worlds) != 1 {
+		t.Errorf("steps committed in worlds %v, want one world of three throughout", slices.Sorted(maps.Keys(worlds)))
 	}
 }

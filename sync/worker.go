@@ -65,8 +65,9 @@ type WorkerConfig struct {
 	// MinWorkers ready workers.
 	FirstWorld int
 	// ProbeTimeout is how long a worker that takes over proposing waits for
-	// the answer of a worker blamed for a failure before it leaves it out of
-	// the next world (driver.AgentConfig.ProbeTimeout): the job's driver's
+	// the answer of a worker blamed for a failure (or declared dead by
+	// gossip) before it leaves it out of the next world
+	// (driver.AgentConfig.ProbeTimeout): the job's driver's
 	// (driver.Config.ProbeTimeout), under a launcher GOROVOD_PROBE_TIMEOUT
 	// when the trainer sets none (see WorkerConfigFromEnv and
 	// TrainConfig.Worker). Default 500 ms, the driver's default.
@@ -283,7 +284,8 @@ func (w *Worker) start(ctx context.Context) error {
 	defer stopJoin()
 	w.agent = driver.StartAgent(m, driver.AgentConfig{
 		MinWorkers: cfg.MinWorkers, FirstWorld: cfg.FirstWorld, ProbeTimeout: cfg.ProbeTimeout, Logger: log, OnAdopt: src.onEpoch,
-		OnPeerFailed: func(name string) { src.abortIfMember(name, fmt.Errorf("gossip declared %s dead", name)) },
+		OnPeerFailed: func(name string) { src.peerFailed(name, fmt.Errorf("gossip declared %s dead", name)) },
+		OnPeerAlive:  src.peerAlive,
 		OnOutForGood: func() {
 			w.outForGood.Store(true)
 			stopJoin()
@@ -590,12 +592,15 @@ type memberSource struct {
 	latest  epoch.Newest
 	mu      stdsync.Mutex
 	session *Session // set once joined, for aborting a stuck collective
-	done    chan struct{}
-	once    stdsync.Once
+	// suspects: the members this worker's gossip declared dead and has not
+	// heard from since, with gossip's verdict as the cause.
+	suspects map[string]error
+	done     chan struct{}
+	once     stdsync.Once
 }
 
 func newMemberSource(log *slog.Logger) *memberSource {
-	return &memberSource{log: log, done: make(chan struct{})}
+	return &memberSource{log: log, suspects: map[string]error{}, done: make(chan struct{})}
 }
 
 func (s *memberSource) stop() { s.once.Do(func() { close(s.done) }) }
@@ -610,14 +615,54 @@ func (s *memberSource) onEpoch(e epoch.World) {
 	if sess != nil {
 		sess.Prepare(e)
 	}
+	s.abortLeftOut()
 }
 
-func (s *memberSource) abortIfMember(name string, cause error) {
+// peerFailed notes gossip's verdict that name is dead. Gossip alone does not
+// stop the collective in progress: under load it declares live workers dead
+// (a starved process misses its 100 ms probes), and the proposer keeps a
+// member that answers its liveness probe. The collective is stopped once
+// the proposer has also left the member out (abortLeftOut).
+func (s *memberSource) peerFailed(name string, cause error) {
+	s.mu.Lock()
+	s.suspects[name] = cause
+	s.mu.Unlock()
+	s.abortLeftOut()
+}
+
+// peerAlive clears gossip's verdict on name: it was heard from again.
+func (s *memberSource) peerAlive(name string) {
+	s.mu.Lock()
+	delete(s.suspects, name)
+	s.mu.Unlock()
+}
+
+// abortLeftOut stops the collective in progress when one of its members is
+// dead both to this worker's gossip and to the proposer (the newest epoch
+// leaves it out): on a frozen or silently dead worker that comes sooner than
+// the collective's I/O timeout. The collective then fails and the session
+// recovers into the newest world. A member that is left out without being
+// dead to gossip (a graceful leave) trains on to the step boundary.
+func (s *memberSource) abortLeftOut() {
+	newest := s.latest.World()
 	s.mu.Lock()
 	sess := s.session
+	var gone []string
+	for name := range s.suspects {
+		if newest.Number > 0 && newest.Rank(name) < 0 {
+			gone = append(gone, name)
+		}
+	}
+	causes := make([]error, len(gone))
+	for i, name := range gone {
+		causes[i] = s.suspects[name]
+	}
 	s.mu.Unlock()
-	if sess != nil {
-		sess.AbortIfMember(name, cause)
+	if sess == nil {
+		return
+	}
+	for i, name := range gone {
+		sess.AbortIfMember(name, causes[i])
 	}
 }
 

@@ -40,8 +40,9 @@ type AgentConfig struct {
 	// worker may take over (default epoch.DefaultTakeoverGrace).
 	TakeoverGrace time.Duration
 	// ProbeTimeout is what the worker's proposer, once it took over, waits
-	// for a blamed worker's answer to its liveness probe before it leaves it
-	// out of the next world (epoch.ReasonUnanswered): driver.Config's
+	// for the answer to its liveness probe of a blamed worker, or of one
+	// gossip declared dead, before it leaves it out of the next world
+	// (epoch.ReasonUnanswered, epoch.ReasonFailed): driver.Config's
 	// ProbeTimeout for the proposer that replaces the driver. A job's workers
 	// should have their driver's, or one that takes over leaves a worker
 	// starved of CPU (or behind a slow link) out sooner than the driver
@@ -49,10 +50,13 @@ type AgentConfig struct {
 	ProbeTimeout time.Duration
 	// OnAdopt receives every epoch newer than the ones before, in order.
 	// OnPeerFailed is told when gossip declares a member dead (a collective
-	// stuck on it can stop at once). Both are called on the agent's goroutine
-	// and must not block.
+	// stuck on it can stop once the proposer leaves it out), OnPeerAlive
+	// when gossip hears from a member again (it joined, came back or
+	// published new metadata). All three are called on the agent's
+	// goroutine and must not block.
 	OnAdopt      func(epoch.World)
 	OnPeerFailed func(name string)
+	OnPeerAlive  func(name string)
 	// OnOutForGood is told that the proposer will not admit this worker
 	// again (it was evicted, or training is over), before the epoch that
 	// leaves it out reaches OnAdopt. Called on the agent's goroutine.
@@ -94,8 +98,11 @@ func StartAgent(m *membership.Member, cfg AgentConfig) *Agent {
 		}
 	}
 	a.loop.onEvent = func(ev membership.Event) {
-		if ev.Kind == membership.EventFailed && cfg.OnPeerFailed != nil {
+		switch {
+		case ev.Kind == membership.EventFailed && cfg.OnPeerFailed != nil:
 			cfg.OnPeerFailed(ev.Node.Name)
+		case (ev.Kind == membership.EventJoined || ev.Kind == membership.EventUpdated) && cfg.OnPeerAlive != nil:
+			cfg.OnPeerAlive(ev.Node.Name)
 		}
 	}
 	a.loop.start()

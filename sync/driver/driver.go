@@ -33,7 +33,9 @@ type Config struct {
 	// ProbeTimeout bounds the wait for the answer of a worker the driver
 	// probes after a failure report (the blamed worker, and every member of
 	// the failed world once) before it leaves the next world as unanswered
-	// (epoch.ReasonUnanswered); default 500 ms (epoch.ProposerConfig). A
+	// (epoch.ReasonUnanswered), and after gossip declared a member dead
+	// (before it leaves as failed, epoch.ReasonFailed); default 500 ms
+	// (epoch.ProposerConfig). A
 	// worker that cannot answer within it (its process starved of CPU that
 	// long, a slow network) is left out although alive, until it is heard
 	// from again; a longer timeout holds the next world that long when a

@@ -48,9 +48,14 @@ type loop struct {
 	failed chan sendFailure
 	// gone receives workers whose gossip port refused a connection (sweep);
 	// swept is the newest failed world swept for them.
-	gone   chan string
-	swept  uint64
-	nodes  map[string]membership.Node // the gossip view, by name: where sends go
+	gone  chan string
+	swept uint64
+	nodes map[string]membership.Node // the gossip view, by name: where sends go
+	// lost are the members gossip declared dead, by name, with when: a
+	// proposer probes such a worker before it removes it (a starved worker
+	// misses gossip's probes), so its messages still go where it was. A
+	// dead one refuses them at once (a failed send); a live one answers.
+	lost   map[string]lostNode
 	sends  stdsync.WaitGroup
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -64,6 +69,17 @@ type call struct {
 	sent chan struct{}
 }
 
+type lostNode struct {
+	node membership.Node
+	at   time.Time
+}
+
+// lostKeep: a member gossip declared dead is sent to for this long. A
+// proposer sends to it only while it probes it (ProbeTimeout) and, when it
+// answered, until gossip lists it again (it refutes its death at its next
+// gossip round); the bound keeps a long job's lost members from piling up.
+const lostKeep = 10 * time.Minute
+
 type sendFailure struct {
 	epoch.SendFailed
 	err error
@@ -74,7 +90,7 @@ func newLoop(m *membership.Member, mach machine, log *slog.Logger) *loop {
 	return &loop{
 		m: m, mach: mach, log: log,
 		notify: func(epoch.Output) {}, onEvent: func(membership.Event) {}, onStats: func(string, stats.Batch) {}, onStall: func(string, stall.Snapshot) {}, settled: func() {},
-		calls: make(chan call, 64), failed: make(chan sendFailure, 64), gone: make(chan string, 64), nodes: map[string]membership.Node{},
+		calls: make(chan call, 64), failed: make(chan sendFailure, 64), gone: make(chan string, 64), nodes: map[string]membership.Node{}, lost: map[string]lostNode{},
 		ctx: ctx, cancel: cancel, done: make(chan struct{}),
 	}
 }
@@ -188,6 +204,7 @@ func (l *loop) event(ev membership.Event) {
 	switch ev.Kind {
 	case membership.EventJoined, membership.EventUpdated:
 		l.nodes[n.Name] = n
+		delete(l.lost, n.Name)
 		in = epoch.PeerSeen{Peer: peerOf(n)}
 	case membership.EventLeft, membership.EventFailed:
 		delete(l.nodes, n.Name)
@@ -195,8 +212,14 @@ func (l *loop) event(ev membership.Event) {
 			l.log.Info("worker gone", "worker", n.Name, "how", ev.Kind)
 		}
 		in = epoch.PeerGone{Name: n.Name, Failed: ev.Kind == membership.EventFailed}
-		if ev.Kind == membership.EventFailed && n.Meta.Role == membership.RoleWorker {
-			l.lookGone(n)
+		delete(l.lost, n.Name)
+		if ev.Kind == membership.EventFailed {
+			// A worker's machine answers a proposer's ping that its own
+			// gossip declared dead too (both sides of a starved process).
+			l.keepLost(n, ev.At)
+			if n.Meta.Role == membership.RoleWorker {
+				l.lookGone(n)
+			}
 		}
 	default:
 		return
@@ -248,6 +271,11 @@ func (l *loop) carry(outs []epoch.Output, wg *stdsync.WaitGroup) {
 
 func (l *loop) send(s epoch.Send, wg *stdsync.WaitGroup) {
 	n, ok := l.nodes[s.To]
+	if !ok {
+		var lost lostNode
+		lost, ok = l.lost[s.To]
+		n = lost.node
+	}
 	if !ok {
 		// Not in view (any more): as undeliverable as a refused connection.
 		l.sendFailed(sendFailure{epoch.SendFailed{To: s.To, Msg: s.Msg}, errors.New("not in the membership view")})
@@ -319,11 +347,26 @@ func (l *loop) lookGone(n membership.Node) {
 	})
 }
 
+// keepLost keeps where member n was, as gossip declared it dead (see lost),
+// and forgets the members lost longer than lostKeep ago.
+func (l *loop) keepLost(n membership.Node, at time.Time) {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	for name, lost := range l.lost {
+		if at.Sub(lost.at) > lostKeep {
+			delete(l.lost, name)
+		}
+	}
+	l.lost[n.Name] = lostNode{node: n, at: at}
+}
+
 // refused handles a worker whose gossip port refused a connection: its
 // process is gone. It leaves the view, as a failed peer (gossip's own
 // Failed event, when it comes, finds it gone already), and the machine
 // learns that its death is known (epoch.Exited).
 func (l *loop) refused(name string) {
+	delete(l.lost, name)
 	if n, ok := l.nodes[name]; ok {
 		delete(l.nodes, name)
 		l.log.Info("worker gone", "worker", name, "how", "its gossip port refuses connections")

@@ -65,7 +65,12 @@
 //     pings within ProbeTimeout) and removed only if it does not answer; at
 //     a world's first failure report every other member is probed too (the
 //     census), so that a dead member nobody blamed yet is found before the
-//     world is formed again. The world that failed is formed again (a newer
+//     world is formed again. A member of the current world that gossip
+//     declared dead (PeerGone, Failed) is probed the same way and stays
+//     until the probe ends: an answer (or gossip's own refutation) keeps it,
+//     in view again; no answer within ProbeTimeout, or a ping that cannot
+//     be sent, removes it. A graceful leave and a known exit (Exited) are
+//     not probed. The world that failed is formed again (a newer
 //     epoch, same members if no one was removed) once the probes are
 //     answered or their members removed, as its members wait for one. A
 //     worker re-sends its report until a newer epoch arrives. A suspect that proves alive

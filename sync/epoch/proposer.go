@@ -24,8 +24,8 @@ type ProposerConfig struct {
 	// a strict majority of them (half, for the driver; CheckFirstQuorum). 0:
 	// not known, and a first world needs no quorum.
 	FirstWorld int
-	// ProbeTimeout bounds the wait for a blamed worker's answer to its
-	// liveness probe (default 500 ms).
+	// ProbeTimeout bounds the wait for the answer to a liveness probe: of a
+	// blamed worker, and of a member gossip declared dead (default 500 ms).
 	ProbeTimeout time.Duration
 	// Reannounce: the current epoch is sent again this often (default 1 s)
 	// to every worker in view that has not acknowledged it, as the network
@@ -138,6 +138,10 @@ type Proposer struct {
 
 	nonce  uint64
 	probes map[uint64]probe // liveness pings awaiting an answer, by nonce
+	// lost are the members gossip declared dead whose liveness probe is
+	// outstanding, with what was last seen of them: they stay members
+	// meanwhile, and an answer puts them back in view (see probeDeath).
+	lost map[string]Peer
 
 	// suspects were removed for not answering a probe, at the time noted.
 	// Evidence of life puts one back: a message from it while the current
@@ -220,6 +224,9 @@ type probe struct {
 	// census: one of the probes of every member of a failed world (see
 	// takeCensus), not of a blamed one: its answer is not news.
 	census bool
+	// gossip: the probe of a member gossip declared dead (probeDeath): no
+	// answer removes it as failed, as gossip's verdict would have.
+	gossip bool
 }
 
 // takeover is the state of a proposer that continues another's numbering:
@@ -241,7 +248,7 @@ type takeover struct {
 func NewProposer(cfg ProposerConfig) *Proposer {
 	return &Proposer{
 		cfg:     cfg.withDefaults(),
-		workers: map[string]Peer{}, probes: map[uint64]probe{},
+		workers: map[string]Peer{}, probes: map[uint64]probe{}, lost: map[string]Peer{},
 		done: map[string]bool{}, evicted: map[string]bool{}, suspects: map[string]time.Time{},
 		blames: map[string]blameCount{}, blamedIn: map[string]blame{}, failed: map[uint64]failedWorld{}, stuck: map[string]bool{}, since: map[string]uint64{},
 		acked: map[string]uint64{}, aliveIn: map[string]uint64{}, departed: map[string]bool{}, late: map[string]bool{},
@@ -362,21 +369,22 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 		if !in.Failed {
 			p.departed[in.Name] = true
 		}
-		p.gone(now, in.Name, in.Failed)
+		p.gone(now, in.Name, in.Failed, in.Failed)
 	case Exited:
 		p.departed[in.Name] = true
 		p.settleLive()
 		if _, inView := p.workers[in.Name]; inView || slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == in.Name }) {
-			p.gone(now, in.Name, true)
+			p.gone(now, in.Name, true, false)
 		} else {
 			p.change(now) // a vote less: a world waiting for a quorum may have it now
 		}
 	case Received:
 		p.receive(now, in.From, in.Msg)
 	case SendFailed:
-		// A blamed worker that cannot be reached is as good as dead. A
-		// worker asked for its newest epoch is asked again at the probe's
-		// deadline, not at once: the loop would spin on a refused connection.
+		// A blamed worker (or one gossip declared dead) that cannot be
+		// reached is as good as dead. A worker asked for its newest epoch
+		// is asked again at the probe's deadline, not at once: the loop
+		// would spin on a refused connection.
 		if pr, ok := p.probes[in.Msg.Nonce]; ok && in.Msg.Kind == MsgPing && !pr.sync {
 			p.unanswered(now, in.Msg.Nonce)
 		}
@@ -531,6 +539,13 @@ func (p *Proposer) seen(now time.Time, peer Peer) {
 	}
 	_, known := p.workers[peer.Name]
 	p.workers[peer.Name] = peer
+	if nonce, ok := p.probing(peer.Name); ok && p.probes[nonce].gossip && peer.State != Leaving {
+		// Gossip takes its verdict back (the member refuted it): that is
+		// the answer its probe waited for.
+		pr := p.probes[nonce]
+		delete(p.probes, nonce)
+		p.answered(now, pr)
+	}
 	if p.sync != nil && peer.Name != p.cfg.Self && !p.sync.waiting[peer.Name] && !known {
 		// A worker new to the view may hold the previous proposer's newest
 		// epoch too (a joiner is told the current one when it is ready).
@@ -575,13 +590,22 @@ func (p *Proposer) seen(now time.Time, peer Peer) {
 	}
 }
 
-func (p *Proposer) gone(now time.Time, name string, failed bool) {
+// gone handles a worker that left the view: gracefully, or declared dead
+// (failed). With probe (gossip's verdict, not a known exit), a member of the
+// current world is probed first (probeDeath) and removed only if it does
+// not answer.
+func (p *Proposer) gone(now time.Time, name string, failed, probe bool) {
+	peer, inView := p.workers[name]
 	delete(p.workers, name)
+	delete(p.lost, name)
+	if probe && inView && p.probeDeath(now, name, peer) {
+		return
+	}
 	delete(p.acked, name)
 	delete(p.aliveIn, name)
 	blamed := false
 	if nonce, ok := p.probing(name); ok {
-		blamed = !p.probes[nonce].sync
+		blamed = !p.probes[nonce].sync && !p.probes[nonce].gossip
 		delete(p.probes, nonce) // its departure settles the question
 	}
 	if p.sync != nil && p.sync.waiting[name] {
@@ -598,6 +622,31 @@ func (p *Proposer) gone(now time.Time, name string, failed bool) {
 		why = ReasonFailed
 	}
 	p.remove(now, name, why)
+}
+
+// probeDeath starts the liveness probe of a member of the current world that
+// gossip declared dead, and reports whether it did: the member stays until
+// it answers (it keeps its place, and is back in view) or ProbeTimeout
+// passes (it is removed as failed). Gossip's verdict is a suspicion too:
+// under load a live but starved worker misses its gossip probes, and
+// removing it at once would cost the job a world change, and the worker a
+// rejoin, for nothing. A dead worker costs no more than before: its
+// control port refuses the ping (a failed send counts as no answer at
+// once), and its links break, so the survivors blame it.
+func (p *Proposer) probeDeath(now time.Time, name string, peer Peer) bool {
+	if p.sync != nil || p.finished || name == p.cfg.Self || p.current.Rank(name) < 0 ||
+		!slices.ContainsFunc(p.members, func(m Member) bool { return m.Name == name }) {
+		return false
+	}
+	p.lost[name] = peer
+	if _, ok := p.probing(name); ok {
+		return true // already asked (blamed, or a census): its answer settles this too
+	}
+	p.ping(now, name, false)
+	pr := p.probes[p.nonce]
+	pr.gossip = true
+	p.probes[p.nonce] = pr
+	return true
 }
 
 // remove drops name from the desired membership: the next epoch is without it.
@@ -1111,6 +1160,14 @@ func (p *Proposer) answered(now time.Time, pr probe) {
 	if !pr.census {
 		p.emit(Cleared{Name: pr.name})
 	}
+	if peer, ok := p.lost[pr.name]; ok {
+		// Gossip declared it dead, but it answers: it is seen, back in view
+		// (gossip's own "alive", when it comes, finds it there).
+		delete(p.lost, pr.name)
+		if _, inView := p.workers[pr.name]; !inView {
+			p.workers[pr.name] = peer
+		}
+	}
 	p.aliveIn[pr.name] = p.current.Number
 	p.answeredBlame(now, pr.name)
 }
@@ -1239,7 +1296,8 @@ func (p *Proposer) takeCensus(now time.Time, reporter string) {
 // be alive. Blame is only a suspicion: when one worker dies, a neighbour of a
 // survivor that aborted sees that survivor's links close too, and blames it.
 func (p *Proposer) verify(now time.Time, name string) {
-	if _, ok := p.workers[name]; !ok {
+	_, inView := p.workers[name]
+	if _, lost := p.lost[name]; !inView && !lost {
 		p.remove(now, name, ReasonUnanswered)
 		return
 	}
@@ -1252,7 +1310,9 @@ func (p *Proposer) verify(now time.Time, name string) {
 	}
 	if nonce, ok := p.probing(name); ok {
 		pr := p.probes[nonce]
-		pr.census = false // already asked; its answer clears a suspect now
+		// Already asked (a census, or gossip declared it dead): its answer
+		// clears a suspect now, and no answer makes it one.
+		pr.census, pr.gossip = false, false
 		p.probes[nonce] = pr
 		return
 	}
@@ -1291,8 +1351,9 @@ func (p *Proposer) ping(now time.Time, name string, sync bool) {
 }
 
 // unanswered handles a probe that got no answer in time (or could not be
-// sent): a blamed worker is removed; a worker asked for its newest epoch is
-// asked again until the takeover's deadline.
+// sent): a blamed worker is removed, and so is a member gossip declared
+// dead; a worker asked for its newest epoch is asked again until the
+// takeover's deadline.
 func (p *Proposer) unanswered(now time.Time, nonce uint64) {
 	pr, ok := p.probes[nonce]
 	if !ok {
@@ -1302,6 +1363,19 @@ func (p *Proposer) unanswered(now time.Time, nonce uint64) {
 	if pr.sync {
 		if p.sync != nil && p.sync.waiting[pr.name] {
 			p.ping(now, pr.name, true)
+		}
+		return
+	}
+	if _, lost := p.lost[pr.name]; lost {
+		delete(p.lost, pr.name)
+		delete(p.acked, pr.name)
+		delete(p.aliveIn, pr.name)
+	}
+	if pr.gossip {
+		// Gossip's verdict stands: removed as failed, as without the probe
+		// (once training is over, a departure shrinks nothing: see gone).
+		if !p.finished {
+			p.remove(now, pr.name, ReasonFailed)
 		}
 		return
 	}

@@ -198,8 +198,9 @@ func TestProposer(t *testing.T) {
 		{name: "survivors keep their order: rank 0 is the oldest survivor", script: script(twoWorkers, []step{
 			{20 * ms, ready("c"), sendEpoch(world(1, "a", "b"), "c")},
 			{30 * ms, nil, propose(world(2, "a", "b", "c"), "a", "b", "c")},
-			{40 * ms, epoch.PeerGone{Name: "a", Failed: true}, outs(epoch.Removed{Name: "a", Why: epoch.ReasonFailed})},
-			{50 * ms, nil, propose(world(3, "b", "c"), "b", "c")},
+			{40 * ms, epoch.PeerGone{Name: "a", Failed: true}, outs(ping("a", 1))},
+			{41 * ms, epoch.SendFailed{To: "a", Msg: epoch.Message{Kind: epoch.MsgPing, Nonce: 1}}, outs(epoch.Removed{Name: "a", Why: epoch.ReasonFailed})},
+			{51 * ms, nil, propose(world(3, "b", "c"), "b", "c")},
 		})},
 		{name: "a leaving worker is told the epoch without it; a gone one is not", script: script(twoWorkers, []step{
 			{20 * ms, leaving("b"), outs(epoch.Removed{Name: "b", Why: epoch.ReasonLeaving})},
@@ -332,18 +333,78 @@ func TestProposer(t *testing.T) {
 			cfg: epoch.ProposerConfig{MinWorkers: 3}, script: []step{
 				{0, ready("a"), nil}, {0, ready("b"), nil}, {0, ready("c"), nil},
 				{10 * ms, nil, propose(world(1, "a", "b", "c"), "a", "b", "c")},
-				// Gossip flaps under load: b is declared dead, then refutes.
-				{20 * ms, epoch.PeerGone{Name: "b", Failed: true}, outs(epoch.Removed{Name: "b", Why: epoch.ReasonFailed})},
-				{30 * ms, nil, outs(epoch.Waiting{Have: 2, Min: 3})},
-				{40 * ms, ready("b"), sendEpoch(world(1, "a", "b", "c"), "b")},
-				{50 * ms, nil, nil}, // [a b c] again, not [a c b]
+				// Gossip flaps under load: b is declared dead, does not
+				// answer its probe in time (a starved process), then refutes.
+				{20 * ms, epoch.PeerGone{Name: "b", Failed: true}, outs(ping("b", 1))},
+				{187 * ms, nil, outs(ping("b", 1))},
+				{354 * ms, nil, outs(ping("b", 1))},
+				{520 * ms, nil, outs(epoch.Removed{Name: "b", Why: epoch.ReasonFailed})},
+				{530 * ms, nil, outs(epoch.Waiting{Have: 2, Min: 3})},
+				{540 * ms, ready("b"), sendEpoch(world(1, "a", "b", "c"), "b")},
+				{550 * ms, nil, nil}, // [a b c] again, not [a c b]
 				{1010 * ms, nil, sendEpoch(world(1, "a", "b", "c"), "a", "b", "c")},
 			}},
 		{name: "a member declared dead that is back after a world without it is appended", script: script(twoWorkers, []step{
-			{20 * ms, epoch.PeerGone{Name: "a", Failed: true}, outs(epoch.Removed{Name: "a", Why: epoch.ReasonFailed})},
-			{30 * ms, nil, propose(world(2, "b"), "b")},
+			{20 * ms, epoch.PeerGone{Name: "a", Failed: true}, outs(ping("a", 1))},
+			{21 * ms, epoch.SendFailed{To: "a", Msg: epoch.Message{Kind: epoch.MsgPing, Nonce: 1}}, outs(epoch.Removed{Name: "a", Why: epoch.ReasonFailed})},
+			{31 * ms, nil, propose(world(2, "b"), "b")},
 			{40 * ms, ready("a"), sendEpoch(world(2, "b"), "a")},
 			{50 * ms, nil, propose(world(3, "b", "a"), "a", "b")},
+		})},
+		// Gossip's verdict is a suspicion, probed like a blame: under load a
+		// live worker starved of CPU misses gossip's probes.
+		{name: "a member gossip declared dead that answers its probe stays: no new world", script: script(twoWorkers, []step{
+			{20 * ms, epoch.PeerGone{Name: "b", Failed: true}, outs(ping("b", 1))},
+			{30 * ms, ready("c"), sendEpoch(world(1, "a", "b"), "c")},
+			{40 * ms, nil, nil}, // the proposal waits for the probe
+			{100 * ms, from("b", pong(1, world(1, "a", "b"))), outs(epoch.Cleared{Name: "b"})},
+			{100 * ms, nil, propose(world(2, "a", "b", "c"), "a", "b", "c")}, // b in view again: told
+			// Gossip's own "alive" changes nothing; a second verdict is
+			// probed again, and answered again.
+			{200 * ms, ready("b"), sendEpoch(world(2, "a", "b", "c"), "b")},
+			{210 * ms, nil, nil},
+			{300 * ms, epoch.PeerGone{Name: "b", Failed: true}, outs(ping("b", 2))},
+			{310 * ms, from("b", pong(2, world(2, "a", "b", "c"))), outs(epoch.Cleared{Name: "b"})},
+			{320 * ms, nil, nil},
+		})},
+		{name: "a member gossip declared dead whose gossip refutes before its pong stays", script: script(twoWorkers, []step{
+			{20 * ms, epoch.PeerGone{Name: "b", Failed: true}, outs(ping("b", 1))},
+			{60 * ms, ready("b"), outs(epoch.Cleared{Name: "b"}, sendEpoch(world(1, "a", "b"), "b"))},
+			{70 * ms, nil, nil},
+			{80 * ms, from("b", pong(1, world(1, "a", "b"))), nil}, // the late pong: not news
+			{90 * ms, nil, nil},
+		})},
+		{name: "a member gossip declared dead that does not answer is removed after ProbeTimeout", script: script(twoWorkers, []step{
+			{20 * ms, epoch.PeerGone{Name: "b", Failed: true}, outs(ping("b", 1))},
+			{187 * ms, nil, outs(ping("b", 1))},
+			{354 * ms, nil, outs(ping("b", 1))},
+			{519 * ms, nil, nil},
+			{520 * ms, nil, outs(epoch.Removed{Name: "b", Why: epoch.ReasonFailed})},
+			{530 * ms, nil, propose(world(2, "a"), "a")},
+		})},
+		{name: "a member gossip declared dead whose ping cannot be sent is removed at once", script: script(twoWorkers, []step{
+			{20 * ms, epoch.PeerGone{Name: "b", Failed: true}, outs(ping("b", 1))},
+			{20 * ms, epoch.SendFailed{To: "b", Msg: epoch.Message{Kind: epoch.MsgPing, Nonce: 1}}, outs(epoch.Removed{Name: "b", Why: epoch.ReasonFailed})},
+			{30 * ms, nil, propose(world(2, "a"), "a")},
+		})},
+		{name: "a member gossip declared dead and blamed is removed as unanswered", script: script(twoWorkers, []step{
+			{20 * ms, epoch.PeerGone{Name: "b", Failed: true}, outs(ping("b", 1))},
+			{25 * ms, from("a", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 1, Cause: "boom"})},
+			{520 * ms, nil, outs(epoch.Removed{Name: "b", Why: epoch.ReasonUnanswered})},
+			{530 * ms, nil, propose(world(2, "a"), "a")},
+		})},
+		{name: "a member whose process exited is removed at once without a probe", script: script(twoWorkers, []step{
+			{20 * ms, epoch.Exited{Name: "b"}, outs(epoch.Removed{Name: "b", Why: epoch.ReasonFailed})},
+			{30 * ms, nil, propose(world(2, "a"), "a")},
+		})},
+		{name: "a member that leaves gracefully is removed at once without a probe", script: script(twoWorkers, []step{
+			{20 * ms, epoch.PeerGone{Name: "b"}, outs(epoch.Removed{Name: "b", Why: epoch.ReasonLeft})},
+			{30 * ms, nil, propose(world(2, "a"), "a")},
+		})},
+		{name: "the process of a member gossip declared dead exits during its probe: removed at once", script: script(twoWorkers, []step{
+			{20 * ms, epoch.PeerGone{Name: "b", Failed: true}, outs(ping("b", 1))},
+			{30 * ms, epoch.Exited{Name: "b"}, outs(epoch.Removed{Name: "b", Why: epoch.ReasonFailed})},
+			{40 * ms, nil, propose(world(2, "a"), "a")},
 		})},
 		{name: "a report of a newer epoch than its own (another proposer's) numbers the next one above it", script: script(twoWorkers, []step{
 			{20 * ms, from("a", failure(5, "")), nil},

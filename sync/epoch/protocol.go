@@ -355,7 +355,7 @@ type Reason uint8
 const (
 	ReasonLeaving    Reason = iota + 1 // it announced a graceful leave
 	ReasonLeft                         // it left the cluster
-	ReasonFailed                       // gossip declared it dead
+	ReasonFailed                       // gossip declared it dead and it did not answer its probe, or its process exited
 	ReasonUnanswered                   // blamed for a failure, it did not answer its probe (or is not in view)
 	ReasonEvicted                      // the driver took it out for good
 	ReasonFinished                     // it finished training; the others redo the last step without it

@@ -98,7 +98,7 @@ func TestStuckWorkerBelowTheMinimumIsNeverToldAndNeverReadmitted(t *testing.T) {
 	// d dies before the world without b is proposed.
 	h.alive["d"] = false
 	h.step(epoch.PeerGone{Name: "d", Failed: true})
-	h.advance(50 * ms)
+	h.advance(600 * ms) // its probe goes unanswered (ProbeTimeout)
 	outs := h.take()
 	if !slices.Contains(outs, epoch.Output(epoch.Waiting{Have: 2, Min: 3})) {
 		t.Fatalf("the proposer does not wait below its minimum:\n%v", outs)
