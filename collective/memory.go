@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -98,23 +99,27 @@ func (m memory) scale(ctx context.Context, off, n int, dt DType, factor float64,
 	return m.dev.Scale(ctx, off, n, dt, factor, divisor)
 }
 
-// kernelOp is the host kernel's op for an element-wise op; Average sums (the
-// division comes with the final scale).
-func kernelOp(op ReduceOp) (reduce.Op, error) {
+// kernelOp maps an element-wise op to the host kernels' op; Average sums
+// (the division comes with the final scale). An op with no element-wise
+// kernel (Adasum, or none of ours) maps to noKernel, which the kernels
+// refuse with reduce.ErrUnknownOp: that refusal is the one check of the op
+// here (reduceHost names the caller's op in it).
+func kernelOp(op ReduceOp) reduce.Op {
 	switch op {
 	case Sum, Average:
-		return reduce.Sum, nil
+		return reduce.Sum
 	case Min:
-		return reduce.Min, nil
+		return reduce.Min
 	case Max:
-		return reduce.Max, nil
+		return reduce.Max
 	case Product:
-		return reduce.Prod, nil
-	case Adasum:
-		return 0, fmt.Errorf("collective: %v combines whole tensors, not elements", op)
+		return reduce.Prod
 	}
-	return 0, unknownOp(op)
+	return noKernel
 }
+
+// noKernel is a reduce.Op the host kernels do not know.
+const noKernel = ^reduce.Op(0)
 
 func view[T any](b []byte) []T {
 	if len(b) == 0 {
@@ -128,10 +133,8 @@ func view[T any](b []byte) []T {
 // The collectives check op and dt before anything is sent, so an error here
 // means a caller inside this package passed what they had not checked.
 func reduceHost(dt DType, op ReduceOp, dst, a, b []byte) error {
-	k, err := kernelOp(op)
-	if err != nil {
-		return err
-	}
+	k := kernelOp(op)
+	var err error
 	switch dt {
 	case Float32:
 		err = reduce.Float32(k, view[float32](dst), view[float32](a), view[float32](b))
@@ -148,7 +151,13 @@ func reduceHost(dt DType, op ReduceOp, dst, a, b []byte) error {
 	case Uint8:
 		err = reduce.Uint8(k, dst, a, b)
 	default:
-		err = fmt.Errorf("collective: cannot reduce %v", dt)
+		return fmt.Errorf("collective: cannot reduce %v", dt)
+	}
+	if errors.Is(err, reduce.ErrUnknownOp) {
+		if op == Adasum {
+			return fmt.Errorf("collective: %v combines whole tensors, not elements: %w", op, reduce.ErrUnknownOp)
+		}
+		return fmt.Errorf("%w: %w", unknownOp(op), reduce.ErrUnknownOp)
 	}
 	return err
 }

@@ -3,14 +3,19 @@ package collective
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/internal/reduce"
 )
 
 // TestHostKernelErrors checks that the host kernels under the collectives
 // turn an op or a divisor they cannot apply into an error, and leave the
 // memory as it was, rather than panicking or reducing with some other op.
+// An op is refused by internal/reduce's kernels (their error is carried:
+// is), in words that name the collective's op.
 func TestHostKernelErrors(t *testing.T) {
 	ctx := context.Background()
 	src := bytes.Repeat([]byte{3}, 16)
@@ -18,29 +23,30 @@ func TestHostKernelErrors(t *testing.T) {
 		name string
 		call func(dst []byte) error
 		want string
+		is   error // what the error wraps, when set
 	}{
 		{"unknown op", func(dst []byte) error { return reduceHost(Int32, ReduceOp(17), dst, src, src) },
-			"collective: reduce op 17 unknown"},
+			"collective: reduce op 17 unknown", reduce.ErrUnknownOp},
 		{"op 0", func(dst []byte) error { return reduceHost(Float32, 0, dst, src, src) },
-			"collective: reduce op 0 unknown"},
+			"collective: reduce op 0 unknown", reduce.ErrUnknownOp},
 		{"adasum elementwise", func(dst []byte) error { return reduceHost(Float32, Adasum, dst, src, src) },
-			"collective: adasum combines whole tensors"},
+			"collective: adasum combines whole tensors", reduce.ErrUnknownOp},
 		{"reduce unknown dtype", func(dst []byte) error { return reduceHost(DType(99), Sum, dst, src, src) },
-			"collective: cannot reduce dtype(99)"},
+			"collective: cannot reduce dtype(99)", nil},
 		{"reduceFrom unknown op", func(dst []byte) error {
 			return memory{host: dst}.reduceFrom(ctx, 0, memory{host: src}, 0, src, Uint8, ReduceOp(200))
-		}, "collective: reduce op 200 unknown"},
+		}, "collective: reduce op 200 unknown", reduce.ErrUnknownOp},
 		{"integer average over 0", func(dst []byte) error {
 			return memory{host: dst}.scale(ctx, 0, len(dst), Int32, 1, 0)
-		}, "collective: integer average over 0 members"},
+		}, "collective: integer average over 0 members", nil},
 		{"integer average over -2", func(dst []byte) error {
 			return memory{host: dst}.scale(ctx, 0, len(dst), Int64, 1, -2)
-		}, "collective: integer average over -2 members"},
+		}, "collective: integer average over -2 members", nil},
 		{"average over 0 of nothing", func(dst []byte) error {
 			return memory{host: dst}.scale(ctx, 0, 0, Uint8, 1, 0)
-		}, "collective: integer average over 0 members"},
+		}, "collective: integer average over 0 members", nil},
 		{"scale unknown dtype", func(dst []byte) error { return scaleHost(DType(99), dst, 2, 1) },
-			"collective: cannot scale dtype(99)"},
+			"collective: cannot scale dtype(99)", nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -48,6 +54,9 @@ func TestHostKernelErrors(t *testing.T) {
 			err := c.call(dst)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("error %v, want one containing %q", err, c.want)
+			}
+			if c.is != nil && !errors.Is(err, c.is) {
+				t.Errorf("error %v does not wrap %v", err, c.is)
 			}
 			if !bytes.Equal(dst, bytes.Repeat([]byte{7}, 16)) {
 				t.Errorf("memory changed to %v", dst)

@@ -52,6 +52,8 @@
 // and where the job stands (roster.go), the start (firstWorld, start.go),
 // the floor (minimum.go), the end of training (ending, end.go), rejoins
 // (presence, rejoin.go) and the stream of events to the sinks
-// (eventStream, stream.go); job.go launches the processes, follows the
-// driver's worlds and ties them together.
+// (eventStream, stream.go); job.go starts the job, supervises it and ties
+// them together, workers.go launches the processes and follows each to its
+// exit, and changes.go acts on the driver's worlds and removals and on the
+// host lists.
 package job

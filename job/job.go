@@ -1,3 +1,8 @@
+// The Job: how it starts (Start), what it tells its caller, how supervise
+// follows it to its end and how it closes (end). Its worker processes are
+// in workers.go, what it does about worlds, removals and host lists in
+// changes.go.
+
 package job
 
 import (
@@ -6,19 +11,15 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/job/launch"
 	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
-	"github.com/gorovod/gorovod/sync/stats"
 )
 
 // ErrNoSlot is returned when a worker is to be added but every host's slots
@@ -44,8 +45,8 @@ func (e *LimitError) Error() string {
 // composes: the roster of its processes (roster.go), the start (start.go),
 // the floor under Config.MinWorkers (minimum.go), the end (end.go, which
 // holds the rules) and the event stream to the sinks (stream.go); Job
-// launches the processes, follows the driver's worlds and ties them
-// together.
+// launches the processes (workers.go), follows the driver's worlds
+// (changes.go) and ties them together.
 type Job struct {
 	cfg         Config
 	driver      Driver
@@ -286,46 +287,6 @@ func (j *Job) Status() heuristics.Status { return j.engine.Status() }
 // index.
 func (j *Job) Workers() []WorkerRecord { return j.roster.records() }
 
-// AddWorkers launches n more workers, which join the job by themselves. It
-// refuses with a *LimitError beyond Config.MaxWorkers (counting the running
-// processes of the job, joined or not, and the workers started by hand that
-// the driver knows of), ErrNoSlot when the hosts are full and ErrEnded once
-// the job has ended.
-func (j *Job) AddWorkers(ctx context.Context, n int) error {
-	if err := j.roomFor(n); err != nil {
-		return err
-	}
-	return j.add(ctx, n, startedByHand)
-}
-
-// roomFor says whether n more workers fit under Config.MaxWorkers (a
-// *LimitError when not).
-func (j *Job) roomFor(n int) error {
-	if max := j.cfg.MaxWorkers; max > 0 {
-		if count := j.count(); count+n > max {
-			return &LimitError{Workers: count, Max: max}
-		}
-	}
-	return nil
-}
-
-// LeaveAll asks every running worker to leave the job gracefully
-// (LeaveSignal: each trains on until its leave notice runs out or the others
-// have moved on, and leaves at a committed step), and starts no worker after
-// it: the job ends when they have gone. It is what a job preempted as a
-// whole does (`gorovod run` under SIGTERM: a Slurm time limit or
-// preemption, a Kubernetes eviction of the driver). Cancelling the job's
-// context still stops them at once.
-func (j *Job) LeaveAll() {
-	for _, p := range j.roster.drain() {
-		_ = p.Signal(LeaveSignal)
-	}
-}
-
-// count is how many workers the job has: its processes still running (or
-// starting) and the hand-started workers in the driver's view.
-func (j *Job) count() int { return j.roster.count(j.driver.Workers()) }
-
 // Done is closed when the job has ended.
 func (j *Job) Done() <-chan struct{} { return j.done }
 
@@ -334,117 +295,6 @@ func (j *Job) Done() <-chan struct{} { return j.done }
 func (j *Job) Wait() (Outcome, error) {
 	<-j.done
 	return j.outcome, j.err
-}
-
-// startedBy says who asked for a worker the job adds.
-type startedBy int
-
-const (
-	startedByHand   startedBy = iota // AddWorkers
-	startedByEngine                  // the autoscaling engine (provisioner.Start)
-	startedByFloor                   // keepMinimum: a replacement
-)
-
-// add launches n workers, each on the first host with a free slot, for
-// whoever asked for them.
-func (j *Job) add(ctx context.Context, n int, by startedBy) error {
-	for range n {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		index, host, share, err := j.roster.reserve()
-		if err != nil {
-			return err
-		}
-		w, err := j.launch(index, host, share)
-		if err != nil {
-			return err
-		}
-		j.roster.markStartedBy(index, by)
-		j.events.emit(WorkerStarted{At: now(), Worker: w})
-	}
-	return nil
-}
-
-// addReplacement launches one worker for the floor, within
-// Config.MaxWorkers.
-func (j *Job) addReplacement(ctx context.Context) error {
-	if err := j.roomFor(1); err != nil {
-		return err
-	}
-	return j.add(ctx, 1, startedByFloor)
-}
-
-// launch starts the reserved process index on host.
-func (j *Job) launch(index int, host string, share int) (WorkerRef, error) {
-	env := slices.Concat(j.env, []string{envconfig.EnvLaunchIndex + "=" + strconv.Itoa(index)}, j.cfg.Env)
-	p, err := j.cfg.Launcher.Launch(j.workCtx, LaunchRequest{
-		Index: index, Host: host, Argv: j.cfg.Argv, Env: env, Share: share,
-		Output: func(stream string, line []byte) {
-			j.events.emit(WorkerOutput{Worker: index, Stream: stream, Line: line})
-		},
-		Notice:    j.events.notice,
-		OutputDir: j.cfg.OutputDir,
-	})
-	if err != nil {
-		j.roster.unreserve(host)
-		return WorkerRef{}, fmt.Errorf("job: starting worker %d: %w", index, err)
-	}
-	ref := WorkerRef{Index: index, Host: host, PID: p.PID()}
-	j.record.started(ref)
-	if s, ok := p.(interface{ Started() <-chan struct{} }); ok && ref.PID == 0 {
-		// A remote worker's pid on its host is known once it runs there:
-		// an adopting runner needs it (Config.Adopt).
-		go func() {
-			select {
-			case <-s.Started():
-				j.record.running(index, p.PID())
-			case <-p.Done():
-			}
-		}()
-	}
-	j.roster.launched(index, ref, p)
-	go j.await(index, p)
-	return ref, nil
-}
-
-// await records the end of process index.
-func (j *Job) await(index int, p Process) {
-	<-p.Done()
-	reported := false
-	if errors.Is(p.Err(), ErrExitUnknown) { // an adopted worker
-		reported = j.reportedEnd(index)
-	}
-	ev, lostStart := j.roster.exited(index, p, reported, j.floor.noteExitLocked)
-	var lostHost *launch.HostError
-	if !errors.As(ev.Err, &lostHost) {
-		// The process is known to have ended (a broken connection to its
-		// host is not proof: the host may be cut off, the worker training),
-		// under every name it had.
-		j.learnNames()
-		for _, name := range j.roster.names(index) {
-			j.driver.Exited(name)
-		}
-	}
-	j.record.exited(ev)
-	j.events.emit(ev)
-	if lostStart {
-		// A worker the engine started ended before it ever entered a
-		// world: the engine's grow stops waiting for it.
-		j.engine.OnStartLost()
-	}
-	j.blacklistOnHostError(ev.Err)
-	j.roster.left()
-	j.floor.wake()
-	j.start.wake()
-}
-
-// waitLaunched waits for every process launched so far to exit (after
-// stopWorkers), when Start fails.
-func (j *Job) waitLaunched() {
-	for _, p := range j.roster.processes() {
-		<-p.Done()
-	}
 }
 
 // supervise follows the job to its end (end.go has the rules).
@@ -507,154 +357,4 @@ func (j *Job) end(finishedAt time.Time) {
 		os.Remove(j.jobFile)
 	}
 	close(j.done)
-}
-
-// onEpoch is the driver's hook for every proposed world, called on its
-// proposing goroutine: it must not block.
-func (j *Job) onEpoch(e epoch.World) {
-	names := make([]string, len(e.Members))
-	for i, m := range e.Members {
-		names[i] = m.Name
-	}
-	j.start.formedWith(e, func(msg string) {
-		j.cfg.Logger.Warn(msg)
-		j.events.later(Notice{At: now(), Message: msg})
-	})
-	j.engine.OnWorld(heuristics.WorldChange{Epoch: e.Number, Members: names, At: time.Now()})
-	j.stalls.world(e)
-	j.roster.addWorld(e)
-	j.wake()
-}
-
-// onStats is the driver's hook for the workers' step statistics (on its
-// proposing goroutine).
-func (j *Job) onStats(worker string, b stats.Batch) {
-	reps := stepReports(worker, b.Steps, b.TotalSteps)
-	for _, s := range b.Steps {
-		for last := j.lastStep.Load(); s.Step > last && !j.lastStep.CompareAndSwap(last, s.Step); last = j.lastStep.Load() {
-		}
-	}
-	j.engine.OnReports(worker, reps)
-	j.events.later(StepsReported{At: now(), Worker: worker, Steps: reps})
-}
-
-func (j *Job) wake() {
-	select {
-	case j.poke <- struct{}{}:
-	default:
-	}
-}
-
-// handle reports the worlds proposed since the last call and acts on hosts
-// the Discovery dropped; prev is the last world reported.
-func (j *Job) handle(prev epoch.World) epoch.World {
-	worlds, dropped, stuck := j.roster.news()
-	if len(worlds) > 0 {
-		j.learnNames()
-	}
-	for _, w := range worlds {
-		ev := WorldChanged{At: now(), World: w}
-		for _, m := range w.Members {
-			if prev.Rank(m.Name) < 0 {
-				ev.Joined = append(ev.Joined, m.Name)
-				if hand := j.roster.noteHandStarted(m.Name); hand {
-					ev.ByHand = append(ev.ByHand, m.Name)
-				}
-			}
-		}
-		for _, m := range prev.Members {
-			if w.Rank(m.Name) < 0 {
-				ev.Left = append(ev.Left, m.Name)
-			}
-		}
-		j.events.emit(ev)
-		j.roster.followMembers(prev, w)
-		prev = w
-	}
-	for _, host := range dropped {
-		j.dropHost(host)
-	}
-	if len(stuck) > 0 {
-		j.learnNames()
-	}
-	for _, name := range stuck {
-		j.stopStuck(name)
-	}
-	return prev
-}
-
-// learnNames maps the driver's workers to the processes of the job.
-func (j *Job) learnNames() { j.roster.learn(j.driver.Workers()) }
-
-// discover follows the Discovery's host lists until ctx ends.
-func (j *Job) discover(ctx context.Context) {
-	var once sync.Once
-	err := j.cfg.Discovery.Discover(ctx, func(hosts []Host) {
-		hosts = slices.Clone(hosts)
-		j.roster.setHosts(hosts)
-		once.Do(func() { close(j.hostsSeen) })
-		j.events.emit(HostsChanged{At: now(), Hosts: hosts})
-		j.wake()
-	})
-	if err != nil && ctx.Err() == nil {
-		j.events.notice(fmt.Sprintf("host discovery failed (keeping the last host list): %v", err))
-	}
-}
-
-// onRemoved is the driver's hook for the workers its proposer takes out of
-// the job (on its proposing goroutine): supervise stops those removed as
-// stuck (stopStuck).
-func (j *Job) onRemoved(name string, why epoch.Reason) {
-	if why == epoch.ReasonFinished {
-		j.roster.addDoneEarly(name)
-		return
-	}
-	if why != epoch.ReasonStuck {
-		return
-	}
-	j.roster.addStuck(name)
-	j.wake()
-}
-
-// stopStuck stops the process behind a member the driver removed as stuck
-// (end-of-job rule 3): blamed for the failures of several worlds in a row
-// while it answered every probe, it is never admitted again under its name,
-// and its process, alive, would count as a worker staying in the job: the
-// floor would start no replacement, and a job at its minimum would wait
-// for a world forever. Stopped, it is replaced like a lost worker (a host
-// that keeps a stuck worker is treated as Horovod treats a failing one: the
-// job goes on with other processes). StopSignal first; SIGKILL after
-// Config.RemoveGrace if it ignored that (a deadlocked process may).
-func (j *Job) stopStuck(name string) {
-	ref, proc, ok := j.roster.stopStuck(name)
-	if !ok {
-		j.events.notice(fmt.Sprintf("worker %s was removed from the job as stuck (blamed for the failures of several worlds in a row while it answered its probes); it is not a running process of this job, so it is left to whoever started it", name))
-		return
-	}
-	j.events.notice(fmt.Sprintf("worker %d (%s, pid %d) was removed from the job as stuck (blamed for the failures of several worlds in a row while it answered its probes): stopping it, and the job's minimum starts another in its place", ref.Index, name, ref.PID))
-	go func() {
-		// Bounded by the ladder (twice RemoveGrace); the launcher stops
-		// the process anyway when the job ends.
-		err := j.signalUntilExit(context.Background(), ref, name, ", removed as stuck,", proc,
-			[]stopStep{{StopSignal, j.cfg.RemoveGrace}, {syscall.SIGKILL, j.cfg.RemoveGrace}})
-		if err != nil {
-			j.events.notice(fmt.Sprintf("worker %d (%s): %v", ref.Index, name, err))
-		}
-	}()
-}
-
-// dropHost stops the job's workers on a host the Discovery no longer lists
-// (end-of-job rule 3): the driver moves on without them at once.
-func (j *Job) dropHost(host string) {
-	victims, names := j.roster.stopHost(host)
-	if len(victims) == 0 {
-		return
-	}
-	j.events.notice(fmt.Sprintf("host %q left the job: stopping its %d workers", host, len(victims)))
-	for _, name := range names {
-		j.driver.Remove(name)
-	}
-	for _, p := range victims {
-		_ = p.Signal(StopSignal)
-	}
 }

@@ -45,3 +45,16 @@ func flagGiven(fs *flag.FlagSet, name string) bool {
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
 	return given
 }
+
+// appendParsed is the flag.Func of a repeatable flag whose every value
+// parse turns into one more element of *list; parse's error is the flag's.
+func appendParsed[T any](list *[]T, parse func(string) (T, error)) func(string) error {
+	return func(v string) error {
+		x, err := parse(v)
+		if err != nil {
+			return err
+		}
+		*list = append(*list, x)
+		return nil
+	}
+}

@@ -73,24 +73,10 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		})
 	var required []corev1.NodeSelectorTerm
 	fs.Func("require-node", "keep the job on the nodes this label `SELECTOR` matches (kubectl's -l syntax: KEY=VALUE, KEY!=VALUE, 'KEY in (A,B)', 'KEY notin (A,B)', KEY, !KEY, KEY>N, KEY<N; commas: all must hold). Repeat it for alternatives: a node must match one (spec.requiredNodeAffinity, replacing a manifest's)",
-		func(v string) error {
-			term, err := parseNodeTerm(v)
-			if err != nil {
-				return err
-			}
-			required = append(required, term)
-			return nil
-		})
+		appendParsed(&required, parseNodeTerm))
 	var preferred []corev1.PreferredSchedulingTerm
 	fs.Func("prefer-node", fmt.Sprintf("place the job's workers first on the nodes this label selector matches, `SELECTOR[:WEIGHT]` (the selector as --require-node's; weight 1 to 100, default %d). Repeatable: a node's score is the sum of the weights it matches (spec.preferredNodeAffinity, added to a manifest's)", defaultPreferenceWeight),
-		func(v string) error {
-			term, err := parsePreferNode(v)
-			if err != nil {
-				return err
-			}
-			preferred = append(preferred, term)
-			return nil
-		})
+		appendParsed(&preferred, parsePreferNode))
 	usage := `Usage: gorovod submit [flags] JOB.yaml
        gorovod submit --name NAME --image IMAGE [--min-workers N] [--max-workers N] [--priority P] [--node-selector K=V] [--require-node SELECTOR] [--prefer-node SELECTOR[:WEIGHT]] [--max-workers-per-node N] [--probe-timeout D] -- COMMAND [ARGS...]
 

@@ -1,0 +1,484 @@
+// The Session's move from one world to the next: connecting the next world
+// ahead of the step boundary (Prepare), carrying the links of members that
+// stay, entering a world (connect, then agree on and receive the state), and
+// moving on at a Commit or after a failure (advance, recover).
+
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/collective/transport"
+	"github.com/gorovod/gorovod/sync/epoch"
+)
+
+// preconnect is a world's links connected in the background while the
+// current one trains: those to the members that are not in the current
+// world (the others' links are carried over at the step boundary), or all
+// of them when the transport cannot connect a world in part. done closes
+// once links or err is set.
+type preconnect struct {
+	number uint64
+	cancel context.CancelFunc
+	done   chan struct{}
+	links  []transport.Link
+	err    error
+}
+
+// discard abandons p: its connect is stopped and its links, if it got
+// them, closed.
+func (p *preconnect) discard() {
+	p.cancel()
+	go func() {
+		<-p.done
+		closeLinks(p.links)
+	}()
+}
+
+func closeLinks(ls []transport.Link) {
+	for _, l := range ls {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// releaseCarried closes the links carried from the last world that no
+// world took.
+func (s *Session) releaseCarried() {
+	for _, l := range s.carried {
+		l.Close()
+	}
+	s.carried = nil
+}
+
+// takeCarried returns the carried links to ep's members, indexed by their
+// rank in ep (nil when there are none), and closes the others.
+func (s *Session) takeCarried(ep epoch.World) []transport.Link {
+	if len(s.carried) == 0 {
+		s.carried = nil
+		return nil
+	}
+	kept := make([]transport.Link, len(ep.Members))
+	for r, m := range ep.Members {
+		if l, ok := s.carried[m]; ok {
+			kept[r] = l
+			delete(s.carried, m)
+		}
+	}
+	s.releaseCarried()
+	return kept
+}
+
+// Prepare starts connecting world ep, newer than the current one, in the
+// background while this worker trains on: at the step boundary where the
+// members move to it (Commit) its links are then ready, and only the state
+// still has to agree. The membership layer calls it when an epoch is
+// adopted; it returns at once. It does nothing for a world without this
+// worker, before the session has entered its first world, or after Close;
+// a newer ep replaces an older one being prepared.
+func (s *Session) Prepare(ep epoch.World) {
+	rank := ep.Rank(s.cfg.Self.Name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.comm == nil || s.closed || ep.Number <= s.epoch.Number || ep.Number <= s.enteringNumber || rank < 0 || s.moving {
+		// (A world being left or entered (moving) is no base to plan from:
+		// its communicator has handed its links over, which reads as a
+		// failure and would dial all of ep, and s.epoch is the world being
+		// left, not the one ep follows. ep is then connected at its own
+		// step boundary, keeping what it can.)
+		// (An epoch being entered already is connected by enter: a second
+		// Connect of the same world on this transport would fail.)
+		return
+	}
+	if s.next != nil {
+		if s.next.number >= ep.Number {
+			return
+		}
+		s.next.discard()
+		s.next = nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &preconnect{number: ep.Number, cancel: cancel, done: make(chan struct{})}
+	s.next = p
+	// The links to members of the current world are carried over at the
+	// step boundary; only the others are dialled now. A world that has
+	// failed already carries nothing: all of ep is dialled.
+	var want []bool
+	if _, ok := s.t.(transport.PartialConnector); ok && s.comm.Err() == nil {
+		want = make([]bool, len(ep.Members))
+		for r, m := range ep.Members {
+			want[r] = r != rank && !slices.Contains(s.epoch.Members, m)
+		}
+	}
+	log := s.log
+	go func() {
+		defer close(p.done)
+		defer cancel()
+		began := time.Now()
+		p.links, p.err = s.connectSome(ctx, ep, rank, want)
+		log.Debug("connected the next world's new members ahead of the step boundary", "epoch", ep.Number, "took", time.Since(began), "err", p.err)
+	}()
+}
+
+// connectSome connects this worker, rank, to the members r of world ep
+// with want[r] set (all of them when want is nil), within
+// Config.ConnectTimeout.
+func (s *Session) connectSome(ctx context.Context, ep epoch.World, rank int, want []bool) ([]transport.Link, error) {
+	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	defer cancel()
+	if want == nil {
+		return s.t.Connect(ctx, w)
+	}
+	return s.t.(transport.PartialConnector).ConnectSome(ctx, w, want)
+}
+
+// connect connects this worker, rank, to the members of world ep within
+// Config.ConnectTimeout: it keeps the links carried over from the last
+// world to ep's members (kept, by rank in ep; each re-keyed to ep inside
+// its own stream), takes those connected ahead (fresh), and dials the rest.
+// linked hears of each rank whose link is ready, as it is.
+func (s *Session) connect(ctx context.Context, ep epoch.World, rank int, kept, fresh []transport.Link, linked func(rank int)) (*collective.Communicator, error) {
+	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	defer cancel()
+	links, rekeyed, err := transport.CarryWatched(ctx, s.t, w, kept, fresh, s.log, linked)
+	if err != nil {
+		return nil, err
+	}
+	s.entering.rekeyed = rekeyed
+	comm, err := collective.NewFromLinks(w, links, s.cfg.Collective)
+	if err != nil {
+		closeLinks(links)
+		return nil, err
+	}
+	return comm, nil
+}
+
+// takeNext hands over the world being prepared if it is ep (nil otherwise;
+// one for another epoch is discarded).
+func (s *Session) takeNext(number uint64) *preconnect {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.next
+	s.next = nil
+	if p != nil && p.number != number {
+		p.discard()
+		return nil
+	}
+	return p
+}
+
+// moveToNext moves this worker, at the step boundary where Commit counted
+// step committed, to the newer world its members agreed on: the links to
+// members that stay are carried into it. It returns ErrWorldChanged when that
+// world's rank 0 had not committed the step (the state is then rank 0's).
+func (s *Session) moveToNext(ctx context.Context, committed int64) error {
+	// The links to members that stay are carried into the next world.
+	left := s.epoch
+	s.mu.Lock()
+	s.moving = true
+	links := s.comm.Release(func(int) bool { return true })
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.moving = false
+		s.mu.Unlock()
+	}()
+	if s.handedOver != nil {
+		s.handedOver()
+	}
+	if links != nil {
+		s.carried = make(map[epoch.Member]transport.Link, len(links))
+		for r, l := range links {
+			if l != nil {
+				s.carried[left.Members[r]] = l
+			}
+		}
+	}
+	err := s.advance(ctx, s.epoch.Number)
+	s.releaseCarried()
+	if err != nil {
+		return err
+	}
+	if s.state.Step != committed {
+		s.log.Info("the next world's rank 0 had not committed this step: rolled back", "step", committed, "now", s.state.Step)
+		return ErrWorldChanged
+	}
+	return nil
+}
+
+// AbortIfMember stops the collective in progress if name is a member of the
+// current world: the membership layer calls it when gossip declares a worker
+// dead, which on a frozen worker comes sooner than the collective's I/O
+// timeout. The collective then fails and the session recovers as usual.
+func (s *Session) AbortIfMember(name string, cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.comm != nil && s.epoch.Rank(name) >= 0 {
+		s.comm.Abort(cause)
+	}
+}
+
+// recover handles a collective failure: report it, drop the broken world and
+// join the next one.
+func (s *Session) recover(ctx context.Context, cause error) error {
+	blamed := epoch.Member{}
+	var pe *collective.PeerError
+	if errors.As(cause, &pe) && pe.Rank >= 0 && pe.Rank < len(s.epoch.Members) {
+		blamed = s.epoch.Members[pe.Rank]
+	}
+	s.log.Warn("collective failed; waiting for the next world", "epoch", s.epoch.Number, "blamed", blamed.Name, "err", cause)
+	s.src.ReportFailure(s.epoch.Number, blamed, cause)
+	s.comm.Abort(cause)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RecoveryTimeout)
+	defer cancel()
+	start, failed := time.Now(), s.epoch.Number
+	if err := s.advance(ctx, s.epoch.Number); err != nil {
+		return fmt.Errorf("sync: recovering from %v: %w", cause, err)
+	}
+	s.obs.recovered(failed, blamed.Name, cause, start, time.Now())
+	return nil
+}
+
+// enter connects epoch ep's world and receives the state from its rank 0. A
+// newer epoch abandons the attempt: a member of ep that died after ep was
+// proposed would otherwise keep the others dialling it until the recovery
+// timeout, while the proposer has already replaced ep.
+func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collective.Communicator, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		if _, err := s.src.Await(ctx, ep.Number); err == nil {
+			cancel(errSuperseded)
+		}
+	}()
+	superseded := func(err error) error {
+		if context.Cause(ctx) == errSuperseded {
+			return fmt.Errorf("%w: %w", errSuperseded, err)
+		}
+		return err
+	}
+	began := time.Now()
+	stopWatch := func() {}
+	linked := make([]atomic.Bool, len(ep.Members)) // by rank: the link is ready
+	if r, ok := s.src.(memberReacher); ok {
+		// A member that died after the world was proposed keeps the others
+		// dialling it; when connecting takes a while, look for one among
+		// the members not linked yet (the others have shown they are there).
+		watch := time.AfterFunc(reachAfter, func() {
+			waiting := epoch.World{Number: ep.Number}
+			for i, m := range ep.Members {
+				if i != rank && !linked[i].Load() {
+					waiting.Members = append(waiting.Members, m)
+				}
+			}
+			if len(waiting.Members) > 0 {
+				r.reachMembers(ctx, waiting)
+			}
+		})
+		stopWatch = func() { watch.Stop() }
+		defer stopWatch()
+	}
+	s.mu.Lock()
+	s.enteringNumber = ep.Number
+	s.mu.Unlock()
+	kept := s.takeCarried(ep)
+	var fresh []transport.Link
+	var err error
+	if p := s.takeNext(ep.Number); p != nil {
+		// Connected (or being connected) since the epoch was adopted.
+		select {
+		case <-p.done:
+			fresh, err = p.links, p.err
+		case <-ctx.Done():
+			p.discard()
+			err = context.Cause(ctx)
+		}
+	}
+	var comm *collective.Communicator
+	if err == nil {
+		comm, err = s.connect(ctx, ep, rank, kept, fresh, func(r int) { linked[r].Store(true) })
+	} else {
+		closeLinks(kept)
+	}
+	if err != nil {
+		return nil, superseded(err)
+	}
+	// Connected: nobody is dialled any more, and a member that dies now
+	// fails the state agreement on its link. Looking for gone members
+	// would only load the machine at the moment every member of the world
+	// is busy entering it (one connection to each member's gossip port).
+	stopWatch()
+	start := time.Now()
+	s.entering.connect = start.Sub(began)
+	root, read, holders, same, err := s.stateRoot(ctx, comm)
+	if err == nil && !same {
+		err = s.state.broadcast(ctx, comm, root, read, holders)
+	}
+	s.obs.broadcast(ep.Number, start, time.Now(), err)
+	s.entering.state = time.Since(start)
+	if err != nil {
+		comm.Abort(err)
+		return nil, superseded(err)
+	}
+	s.synced = true
+	return comm, nil
+}
+
+// reachAfter is how long connecting a world may take before the session
+// looks for members that are gone (memberReacher); once connected, it
+// does not look.
+const reachAfter = 50 * time.Millisecond
+
+// memberReacher is a Source that can look whether the members of a world
+// still listen and report, as a failure of that world, one whose process
+// is gone: a host that dies takes all its workers with it while a failed
+// collective blames only one, and the next world's connect would otherwise
+// dial the others until gossip declares them dead (most of a second).
+type memberReacher interface {
+	reachMembers(ctx context.Context, ep epoch.World)
+}
+
+// stateRoot agrees on the member whose state the world takes, and on the
+// members that hold it already, in one small gather of every member's
+// [holds the job's state, digest readable, digest] (an allreduce by
+// recursive doubling, or an allgather where the Config forces another
+// algorithm).
+//
+// The root is rank 0 (the oldest survivor), unless it never received the
+// job's state — a joiner whose admission failed, left ahead of the members
+// that trained when they were all declared dead and came back after it —
+// while another member did. Then the lowest rank that holds the state is
+// the root: a world must never take a fresh worker's initial state over
+// the job's.
+//
+// holders are the root and the members whose digest (State.digest: step,
+// registrations, every byte) equals the root's: they hold its state
+// already, byte for byte, and can feed the others (State.broadcast). A
+// member that cannot take a digest (state in device memory) is not one.
+// same reports that every member is a holder: no transfer is needed (a
+// world that only lost members, at a step boundary). read is this
+// worker's blobs as the digest read them, for a broadcast that follows.
+func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) (root int, read [][]byte, holders []int, same bool, err error) {
+	const fields = 4 // holds the state, digest readable, digest's two halves
+	p := comm.Size()
+	mine := make([]int64, fields)
+	if s.synced {
+		mine[0] = 1
+		if p > 1 {
+			sum, blobs, ok, err := s.state.digest()
+			if err != nil {
+				return 0, nil, nil, false, err
+			}
+			if ok {
+				read = blobs
+				mine[1], mine[2], mine[3] = 1, int64(sum&0xffffffff), int64(sum>>32)
+			}
+		}
+	}
+	all := make([]int64, fields*p)
+	if comm.AllreduceAlgorithm(collective.Int64, len(all)) == string(collective.AlgorithmRecursiveDoubling) {
+		// The same gather as one small allreduce: each rank fills its own
+		// slot of all and the sum fills the others. Recursive doubling
+		// takes log2 p rounds where the allgather's ring takes p-1 steps,
+		// one after the other, each waiting for the next process to run;
+		// at 16 ranks on a busy machine that chain was most of the
+		// agreement's time. Every rank has the same collective Config,
+		// so every rank chooses alike.
+		copy(all[fields*comm.Rank():], mine)
+		if err := collective.Allreduce(ctx, comm, all, all, collective.Sum); err != nil {
+			return 0, nil, nil, false, err
+		}
+	} else if err := collective.Allgather(ctx, comm, mine, all); err != nil {
+		return 0, nil, nil, false, err
+	}
+	root = -1
+	for r := range p {
+		if all[fields*r] == 1 {
+			root = r
+			break
+		}
+	}
+	if root < 0 {
+		return 0, nil, nil, false, nil // a new job: nobody holds a state yet
+	}
+	if root != 0 {
+		s.log.Warn("rank 0 of the new world never received the job's state: taking it from another member", "rank", root)
+	}
+	ref := all[fields*root : fields*root+fields]
+	for r := range p {
+		got := all[fields*r : fields*r+fields]
+		if r == root || (ref[1] == 1 && got[0] == 1 && got[1] == 1 && got[2] == ref[2] && got[3] == ref[3]) {
+			holders = append(holders, r)
+		}
+	}
+	return root, read, holders, len(holders) == p, nil
+}
+
+// errSuperseded marks an attempt to enter a world abandoned because a newer
+// one was proposed meanwhile (workers that join together make a few worlds
+// in quick succession): no failure.
+var errSuperseded = errors.New("a newer world was proposed")
+
+// advance moves to the newest epoch after the given one: connect its members,
+// then copy the state from its rank 0. A failure on the way moves on to the
+// epoch after that.
+func (s *Session) advance(ctx context.Context, after uint64) error {
+	for {
+		ep, err := s.src.Await(ctx, after)
+		if err != nil {
+			return err
+		}
+		rank := ep.Rank(s.cfg.Self.Name)
+		if rank < 0 {
+			if s.comm == nil {
+				// Not admitted yet: a joiner waits for an epoch with it.
+				after = ep.Number
+				continue
+			}
+			return fmt.Errorf("%w (%v)", ErrExcluded, ep)
+		}
+		start := time.Now()
+		comm, err := s.enter(ctx, ep, rank)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrStateMismatch) {
+				// This worker's state cannot join rank 0's: a retry would fail alike.
+				return err
+			}
+			level := slog.LevelWarn
+			if errors.Is(err, errSuperseded) {
+				level = slog.LevelInfo // not a failure: a newer world came (workers joining together)
+			}
+			s.log.Log(ctx, level, "entering the next world failed", "epoch", ep.Number, "err", err)
+			var pe *collective.PeerError
+			blamed := epoch.Member{}
+			if errors.As(err, &pe) && pe.Rank >= 0 && pe.Rank < len(ep.Members) {
+				blamed = ep.Members[pe.Rank]
+			}
+			s.src.ReportFailure(ep.Number, blamed, err)
+			after = ep.Number
+			continue
+		}
+		s.mu.Lock()
+		s.epoch, s.comm = ep, comm
+		s.mu.Unlock()
+		now := time.Now()
+		s.clock.Entered(now, now.Sub(start))
+		if s.noise != nil {
+			s.noise.reset()
+		}
+		s.obs.entered(ep, rank, comm, start, now)
+		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", now.Sub(start),
+			"connect", s.entering.connect, "state", s.entering.state, "links_kept", s.entering.rekeyed)
+		return nil
+	}
+}
