@@ -217,9 +217,10 @@ func (s *Session) moveToNext(ctx context.Context, committed int64) error {
 }
 
 // AbortIfMember stops the collective in progress if name is a member of the
-// current world: the membership layer calls it when gossip declares a worker
-// dead, which on a frozen worker comes sooner than the collective's I/O
-// timeout. The collective then fails and the session recovers as usual.
+// current world: a Worker calls it when a member is dead both to its gossip
+// and to the proposer (the newest epoch leaves it out), which on a frozen
+// worker comes sooner than the collective's I/O timeout. The collective then
+// fails and the session recovers as usual.
 func (s *Session) AbortIfMember(name string, cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
