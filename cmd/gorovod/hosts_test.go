@@ -302,17 +302,19 @@ var (
 	// workerHostRe is the launcher's line for a worker it started over ssh.
 	workerHostRe = regexp.MustCompile(`(?m)\bworker (\d+) on (\S+)$`)
 	// proposedByRe is a worker's log line (-v) for a world it proposed
-	// after taking over from the driver.
-	proposedByRe = regexp.MustCompile(`(?m)^\[(\d+)\] .*msg=proposed epoch=(\d+) size=(\d+)`)
+	// after taking over from the driver, with its time.
+	proposedByRe = regexp.MustCompile(`(?m)^\[(\d+)\] time=(\S+) .*msg=proposed epoch=(\d+) size=(\d+)`)
 	// finishedRe is the launcher's count line.
 	finishedRe = regexp.MustCompile(`(\d+) workers finished, (\d+) lost, (\d+) failed.*; last world epoch \d+ had (\d+) workers`)
 )
 
 // checkOneSideTrained checks a partition of cutHost, seen as p, in a job of
 // steps steps (h.mu held): exactly one side trained while it lasted, the
-// driver's. The cut-off workers committed no step after the cut in a world
-// without a worker of the driver's side (they formed no world of their own);
-// the driver's side kept committing steps in its smaller world from the
+// driver's. The cut-off workers proposed no world during the cut and
+// committed no step after it in a world of their own: each of their steps
+// was also committed by a worker of the driver's side in the same world
+// epoch, by no more workers than that world's size (two worlds under one
+// number, one on each side, show as more); the driver's side kept committing steps in its smaller world from the
 // first of them to the heal, never pausing longer than drivingGap; and the
 // job ended with every worker it started finished at the last step. It logs
 // the partition's figures.
@@ -334,16 +336,38 @@ func checkOneSideTrained(t *testing.T, lines []trainerLine, log, cutHost string,
 	for _, l := range lines {
 		full = max(full, l.Size)
 	}
-	driverWorlds := map[uint64]bool{} // the worlds a worker of the driver's side committed steps in
-	for _, l := range lines {
-		if !cutOff[l.Worker] {
-			driverWorlds[l.WorldEpoch] = true
+	var proposals []string
+	for _, m := range proposedByRe.FindAllStringSubmatch(log, -1) {
+		i, _ := strconv.Atoi(m[1])
+		at, err := time.Parse(time.RFC3339Nano, m[2])
+		if cutOff[i] && (err != nil || at.After(p.cut) && at.Before(p.healed)) {
+			proposals = append(proposals, fmt.Sprintf("worker %d at %s: epoch %s of %s", i, m[2], m[3], m[4]))
 		}
 	}
+	if len(proposals) > 0 {
+		t.Errorf("the cut-off side proposed worlds of its own during the cut: %v", proposals)
+	}
+	type stepOf struct {
+		world uint64
+		step  int64
+	}
+	committedBy := map[stepOf]map[int]bool{} // the workers that logged each step of each world
 	for _, l := range lines {
-		if cutOff[l.Worker] && l.Step > p.cutStep && !driverWorlds[l.WorldEpoch] {
-			t.Fatalf("cut-off worker %d committed step %d (cut at step %d) in world epoch %d (size %d), which no worker of the driver's side was in: the cut-off side trained apart; the worlds:\n%s\nthe decisions:\n%s",
-				l.Worker, l.Step, p.cutStep, l.WorldEpoch, l.Size, describeWorlds(lines), decisions(log))
+		k := stepOf{l.WorldEpoch, l.Step}
+		if committedBy[k] == nil {
+			committedBy[k] = map[int]bool{}
+		}
+		committedBy[k][l.Worker] = true
+	}
+	for _, l := range lines {
+		if !cutOff[l.Worker] || l.Step <= p.cutStep {
+			continue
+		}
+		by := committedBy[stepOf{l.WorldEpoch, l.Step}]
+		withDriverSide := slices.ContainsFunc(slices.Collect(maps.Keys(by)), func(w int) bool { return !cutOff[w] })
+		if !withDriverSide || len(by) > l.Size {
+			t.Fatalf("cut-off worker %d committed step %d (cut at step %d) in world epoch %d of %d workers, which workers %v logged: the cut-off side trained in a world of its own; the worlds:\n%s\nthe decisions:\n%s",
+				l.Worker, l.Step, p.cutStep, l.WorldEpoch, l.Size, slices.Sorted(maps.Keys(by)), describeWorlds(lines), decisions(log))
 		}
 	}
 	// The driver's side over the cut: its lines come over a link that stayed
@@ -382,14 +406,8 @@ func checkOneSideTrained(t *testing.T, lines []trainerLine, log, cutHost string,
 	if m := finishedRe.FindStringSubmatch(log); m == nil || m[1] != strconv.Itoa(len(hostOf)) || m[2] != "0" || m[3] != "0" || m[4] != strconv.Itoa(full) {
 		t.Errorf("want the launcher to count %d workers finished, 0 lost, 0 failed, and a last world of %d; it says %q", len(hostOf), full, m)
 	}
-	var proposals []string
-	for _, m := range proposedByRe.FindAllStringSubmatch(log, -1) {
-		if i, _ := strconv.Atoi(m[1]); cutOff[i] {
-			proposals = append(proposals, fmt.Sprintf("worker %s: epoch %s of %s", m[1], m[2], m[3]))
-		}
-	}
-	t.Logf("cut at step %d, healed at step %d; the driver's side committed steps %d-%d (%d steps) during the cut, longest pause %v; smaller world after %v, full again %v after the heal; worlds proposed by the cut-off side: %v",
-		p.cutStep, p.healStep, during[0].Step, during[len(during)-1].Step, len(committed), gap.Round(time.Millisecond), p.smaller, p.back, proposals)
+	t.Logf("cut at step %d, healed at step %d; the driver's side committed steps %d-%d (%d steps) during the cut, longest pause %v; smaller world after %v, full again %v after the heal",
+		p.cutStep, p.healStep, during[0].Step, during[len(during)-1].Step, len(committed), gap.Round(time.Millisecond), p.smaller, p.back)
 	t.Logf("steps committed per world:\n%s", worldSteps(lines))
 }
 
