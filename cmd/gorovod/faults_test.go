@@ -320,15 +320,25 @@ func cutAndHeal(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer, ful
 	cutAndHealAfter(t, h, host, fewer, full, 5*time.Second)
 }
 
+// partitionSeen is what cutAndHealAfter saw of a partition: when the link
+// went down and up, the newest step the launcher had seen at each, and how
+// long the smaller world (when required) and the full one took to train.
+type partitionSeen struct {
+	cut, healed       time.Time
+	cutStep, healStep int64
+	smaller, back     time.Duration
+}
+
 // cutAndHealAfter is cutAndHeal with the link down for hold. With fewer 0
 // no smaller world is required while the host is cut off: when the cut
 // comes before a world change reached it, its workers go on in the world
 // before the change and the others wait (the quorum), and what the cut-off
 // workers log reaches the launcher only after the heal.
-func cutAndHealAfter(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer, full int, hold time.Duration) {
+func cutAndHealAfter(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer, full int, hold time.Duration) partitionSeen {
 	t.Helper()
-	s := h.step()
-	cut := time.Now()
+	var p partitionSeen
+	p.cutStep = h.step()
+	p.cut = time.Now()
 	if err := host.SetLink(false); err != nil {
 		t.Fatal(err)
 	}
@@ -343,17 +353,20 @@ func cutAndHealAfter(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer
 	}
 	defer heal()
 	if fewer > 0 {
-		h.waitFor(t, fmt.Sprintf("a %d-worker world while a host is cut off", fewer), time.Minute, sizeAfter(s, fewer))
-		t.Logf("partition: %d-worker steps after %v", fewer, time.Since(cut))
+		h.waitFor(t, fmt.Sprintf("a %d-worker world while a host is cut off", fewer), time.Minute, sizeAfter(p.cutStep, fewer))
+		p.smaller = time.Since(p.cut)
+		t.Logf("partition: %d-worker steps after %v", fewer, p.smaller)
 	}
 	select {
-	case <-time.After(time.Until(cut.Add(hold))):
+	case <-time.After(time.Until(p.cut.Add(hold))):
 	case err := <-h.exited:
 		t.Fatalf("job ended during the partition: %v\n%s", err, h.logText())
 	}
-	s = h.step()
+	p.healStep = h.step()
 	heal()
-	back := time.Now()
-	h.waitFor(t, fmt.Sprintf("a %d-worker world after the partition healed", full), 90*time.Second, sizeAfter(s, full))
-	t.Logf("healed: %d-worker steps after %v", full, time.Since(back))
+	p.healed = time.Now()
+	h.waitFor(t, fmt.Sprintf("a %d-worker world after the partition healed", full), 90*time.Second, sizeAfter(p.healStep, full))
+	p.back = time.Since(p.healed)
+	t.Logf("healed: %d-worker steps after %v", full, p.back)
+	return p
 }

@@ -100,6 +100,13 @@ func hostJob(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []st
 // hostJobWith is hostJob with the trainer program named.
 func hostJobWith(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainer string, trainerArgs ...string) *runJobHarness {
 	t.Helper()
+	return startRunJobArgv(t, hostJobArgv(t, n, head, hostArgs, trainer, trainerArgs...))
+}
+
+// hostJobArgv is hostJobWith's command line: `gorovod run` in head's
+// namespace with the hosts' ssh options.
+func hostJobArgv(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainer string, trainerArgs ...string) []string {
+	t.Helper()
 	prefix, err := head.Exec()
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +117,7 @@ func hostJobWith(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs 
 		"--ssh-option", "User=root", "--ssh-option", "UserKnownHostsFile="+n.KnownHostsFile(),
 		"--ssh-option", "StrictHostKeyChecking=yes", "--ssh-option", "GlobalKnownHostsFile=/dev/null",
 		"--start-timeout", "30", "--", trainer)
-	return startRunJobArgv(t, append(argv, trainerArgs...))
+	return append(argv, trainerArgs...)
 }
 
 // TestRunAcrossHosts runs a job over namespaced hosts with sshd (-H, -p, -i,
@@ -161,7 +168,8 @@ func TestRunAcrossHosts(t *testing.T) {
 // worker cut off within a second of joining must still go back to the
 // driver once the network heals (it used to look at its view for the driver
 // only a second after it joined, and, never having seen it, never
-// reconnected: its side trained on alone).
+// reconnected: its side trained on alone). The 60 s cut runs only with
+// GOROVOD_LONG_PARTITION=1 (it takes over 2 minutes).
 func TestRunAcrossHostsPartition(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts hosts and real worker processes; skipped with -short")
@@ -174,6 +182,10 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 		// job's length (default 500), long enough to outlast it.
 		hold  time.Duration
 		steps int64
+		// long: a cut of a minute, opt-in; it also checks that the
+		// driver's side alone trains throughout the cut and that the job
+		// ends with every worker's last step.
+		long bool
 	}{
 		{name: "at step 20"},
 		{name: "right after the last join", justAfter: true},
@@ -188,8 +200,16 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 		// majority, and forms no first world; if it had, 2 of that
 		// world's 4 members. Either way it waits.
 		{name: "right after the last join, longer than the minority grace", justAfter: true, hold: 20 * time.Second, steps: 3000},
+		// A minute, far past both graces. The 2-worker world trains at
+		// most one step per 24 ms (12 samples × 2 ms of compute each), so
+		// at most 2,500 of the 5,000 steps are done by the heal and the
+		// cut-off pair has steps left to come back for.
+		{name: "60 s, longer than every grace", hold: time.Minute, steps: 5000, long: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.long && os.Getenv(envLongPartition) == "" {
+				t.Skip("a 60 s partition, over 2 minutes: set " + envLongPartition + "=1 to run it")
+			}
 			n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhpart", SSHPort: 2222}, 3)
 			const samples = 1200
 			steps := cmp.Or(tc.steps, 500)
@@ -203,7 +223,12 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 				trainer, run = append(trainer, "-v"), append(run, "-v")
 			}
 			// Workers 0 and 1 run on hs[1], 2 and 3 on hs[2].
-			h := hostJob(t, n, hs[0], run, trainer...)
+			var h *runJobHarness
+			if tc.long {
+				h = startRunJobArgvWithin(t, hostJobArgv(t, n, hs[0], run, synthetic, trainer...), 6*time.Minute)
+			} else {
+				h = hostJob(t, n, hs[0], run, trainer...)
+			}
 			cut := hs[2]
 			if !tc.justAfter {
 				h.waitFor(t, "a 4-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 4 })
@@ -230,8 +255,15 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 				// of before, and the driver's half waits for them.
 				fewer = 0
 			}
-			cutAndHealAfter(t, h, cut, fewer, 4, hold)
-			h.waitExit(t, 2*time.Minute)
+			seen := cutAndHealAfter(t, h, cut, fewer, 4, hold)
+			if tc.long && seen.back > fullAgainWithin {
+				t.Errorf("the job was back to 4 workers %v after the heal, more than %v", seen.back, fullAgainWithin)
+			}
+			if tc.long {
+				h.waitExit(t, 4*time.Minute)
+			} else {
+				h.waitExit(t, 2*time.Minute)
+			}
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			// Also when the cut comes as the job's first world forms: the
@@ -240,6 +272,9 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 			// (GOROVOD_NP): they form no first world of their own.
 			checkOneWorldPerStep(t, h.lines, h.log.String())
 			checkElasticInvariantsSteps(t, h.lines, samples, steps)
+			if tc.long {
+				checkOneSideTrained(t, h.lines, h.log.String(), cut.Name, seen, steps)
+			}
 			if log := h.log.String(); tc.hold > 0 && !noQuorumRe.MatchString(log) { // h.mu is held
 				t.Errorf("the cut-off half never said it lacks a quorum:\n%s", log)
 			} else if tc.justAfter && tc.hold > 0 {
@@ -247,6 +282,155 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 			}
 		})
 	}
+}
+
+// envLongPartition, set to 1, runs TestRunAcrossHostsPartition's 60 s cut.
+const envLongPartition = "GOROVOD_LONG_PARTITION"
+
+// fullAgainWithin bounds how long after a long partition heals the job may
+// take to train in its full world again: the cut-off workers go back to the
+// seeds every second, rejoin and are admitted at the next boundary (under a
+// second on an idle machine); the rest is room for a loaded one.
+const fullAgainWithin = 30 * time.Second
+
+// drivingGap bounds the longest pause in the driver's side's steps while the
+// other side is cut off: that side trains throughout the cut, not only at
+// its start.
+const drivingGap = 10 * time.Second
+
+var (
+	// workerHostRe is the launcher's line for a worker it started over ssh.
+	workerHostRe = regexp.MustCompile(`(?m)\bworker (\d+) on (\S+)$`)
+	// proposedByRe is a worker's log line (-v) for a world it proposed
+	// after taking over from the driver, with its time.
+	proposedByRe = regexp.MustCompile(`(?m)^\[(\d+)\] time=(\S+) .*msg=proposed epoch=(\d+) size=(\d+)`)
+	// finishedRe is the launcher's count line.
+	finishedRe = regexp.MustCompile(`(\d+) workers finished, (\d+) lost, (\d+) failed.*; last world epoch \d+ had (\d+) workers`)
+)
+
+// checkOneSideTrained checks a partition of cutHost, seen as p, in a job of
+// steps steps (h.mu held): exactly one side trained while it lasted, the
+// driver's. The cut-off workers proposed no world during the cut and
+// committed no step after it in a world of their own: each of their steps
+// was also committed by a worker of the driver's side in the same world
+// epoch, by no more workers than that world's size (two worlds under one
+// number, one on each side, show as more); the driver's side kept committing steps in its smaller world from the
+// first of them to the heal, never pausing longer than drivingGap; and the
+// job ended with every worker it started finished at the last step. It logs
+// the partition's figures.
+func checkOneSideTrained(t *testing.T, lines []trainerLine, log, cutHost string, p partitionSeen, steps int64) {
+	t.Helper()
+	hostOf := map[int]string{}
+	for _, m := range workerHostRe.FindAllStringSubmatch(log, -1) {
+		i, _ := strconv.Atoi(m[1])
+		hostOf[i] = m[2]
+	}
+	cutOff := map[int]bool{}
+	for i, host := range hostOf {
+		cutOff[i] = host == cutHost
+	}
+	if sides := slices.Collect(maps.Values(cutOff)); !slices.Contains(sides, true) || !slices.Contains(sides, false) {
+		t.Fatalf("workers by host %v: want workers on %s and elsewhere", hostOf, cutHost)
+	}
+	full := 0
+	for _, l := range lines {
+		full = max(full, l.Size)
+	}
+	var proposals []string
+	for _, m := range proposedByRe.FindAllStringSubmatch(log, -1) {
+		i, _ := strconv.Atoi(m[1])
+		at, err := time.Parse(time.RFC3339Nano, m[2])
+		if cutOff[i] && (err != nil || at.After(p.cut) && at.Before(p.healed)) {
+			proposals = append(proposals, fmt.Sprintf("worker %d at %s: epoch %s of %s", i, m[2], m[3], m[4]))
+		}
+	}
+	if len(proposals) > 0 {
+		t.Errorf("the cut-off side proposed worlds of its own during the cut: %v", proposals)
+	}
+	type stepOf struct {
+		world uint64
+		step  int64
+	}
+	committedBy := map[stepOf]map[int]bool{} // the workers that logged each step of each world
+	for _, l := range lines {
+		k := stepOf{l.WorldEpoch, l.Step}
+		if committedBy[k] == nil {
+			committedBy[k] = map[int]bool{}
+		}
+		committedBy[k][l.Worker] = true
+	}
+	for _, l := range lines {
+		if !cutOff[l.Worker] || l.Step <= p.cutStep {
+			continue
+		}
+		by := committedBy[stepOf{l.WorldEpoch, l.Step}]
+		withDriverSide := slices.ContainsFunc(slices.Collect(maps.Keys(by)), func(w int) bool { return !cutOff[w] })
+		if !withDriverSide || len(by) > l.Size {
+			t.Fatalf("cut-off worker %d committed step %d (cut at step %d) in world epoch %d of %d workers, which workers %v logged: the cut-off side trained in a world of its own; the worlds:\n%s\nthe decisions:\n%s",
+				l.Worker, l.Step, p.cutStep, l.WorldEpoch, l.Size, slices.Sorted(maps.Keys(by)), describeWorlds(lines), decisions(log))
+		}
+	}
+	// The driver's side over the cut: its lines come over a link that stayed
+	// up, so their arrival times are when it trained.
+	var during []trainerLine
+	for _, l := range lines {
+		if !cutOff[l.Worker] && l.Size < full && l.At.After(p.cut) && !l.At.After(p.healed) {
+			during = append(during, l)
+		}
+	}
+	if len(during) == 0 {
+		t.Fatalf("the driver's side committed no step in a smaller world during the cut; the worlds:\n%s", describeWorlds(lines))
+	}
+	gap, gapAt := p.healed.Sub(during[len(during)-1].At), during[len(during)-1].At
+	committed := map[int64]bool{}
+	for i, l := range during {
+		committed[l.Step] = true
+		if i > 0 && l.At.Sub(during[i-1].At) > gap {
+			gap, gapAt = l.At.Sub(during[i-1].At), during[i-1].At
+		}
+	}
+	if gap > drivingGap {
+		t.Errorf("the driver's side paused %v from %s during the cut (steps %d-%d of its smaller world): it did not train throughout",
+			gap, gapAt.Format("15:04:05.000"), during[0].Step, during[len(during)-1].Step)
+	}
+	// Every worker started finished: its last step reached the launcher.
+	last := map[int]int64{}
+	for _, l := range lines {
+		last[l.Worker] = max(last[l.Worker], l.Step)
+	}
+	for i := range hostOf {
+		if last[i] != steps {
+			t.Errorf("worker %d (on %s) printed no result for the last step %d: its last is %d", i, hostOf[i], steps, last[i])
+		}
+	}
+	if m := finishedRe.FindStringSubmatch(log); m == nil || m[1] != strconv.Itoa(len(hostOf)) || m[2] != "0" || m[3] != "0" || m[4] != strconv.Itoa(full) {
+		t.Errorf("want the launcher to count %d workers finished, 0 lost, 0 failed, and a last world of %d; it says %q", len(hostOf), full, m)
+	}
+	t.Logf("cut at step %d, healed at step %d; the driver's side committed steps %d-%d (%d steps) during the cut, longest pause %v; smaller world after %v, full again %v after the heal",
+		p.cutStep, p.healStep, during[0].Step, during[len(during)-1].Step, len(committed), gap.Round(time.Millisecond), p.smaller, p.back)
+	t.Logf("steps committed per world:\n%s", worldSteps(lines))
+}
+
+// worldSteps lists, per world epoch, its size, the workers that logged in it
+// and the steps it committed.
+func worldSteps(lines []trainerLine) string {
+	workers := map[uint64]map[int]bool{}
+	stepsOf := map[uint64]map[int64]bool{}
+	size := map[uint64]int{}
+	for _, l := range lines {
+		if workers[l.WorldEpoch] == nil {
+			workers[l.WorldEpoch], stepsOf[l.WorldEpoch] = map[int]bool{}, map[int64]bool{}
+		}
+		workers[l.WorldEpoch][l.Worker] = true
+		stepsOf[l.WorldEpoch][l.Step] = true
+		size[l.WorldEpoch] = max(size[l.WorldEpoch], l.Size)
+	}
+	var b strings.Builder
+	for _, e := range slices.Sorted(maps.Keys(workers)) {
+		ss := slices.Sorted(maps.Keys(stepsOf[e]))
+		fmt.Fprintf(&b, "epoch %d (size %d, workers %v): %d steps, %d-%d\n", e, size[e], slices.Sorted(maps.Keys(workers[e])), len(ss), ss[0], ss[len(ss)-1])
+	}
+	return b.String()
 }
 
 // noQuorumRe is the warning of a proposer whose next world would lack the

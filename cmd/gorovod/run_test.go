@@ -98,13 +98,21 @@ func (h *runJobHarness) logTailOnFailure(t *testing.T, what string) {
 }
 
 // startRunJobArgv runs argv, a `gorovod run` command line (behind a prefix
-// such as nsenter's), and follows its output.
+// such as nsenter's), and follows its output. The launcher is stopped after
+// 3 minutes.
 func startRunJobArgv(t *testing.T, argv []string) *runJobHarness {
+	t.Helper()
+	return startRunJobArgvWithin(t, argv, 3*time.Minute)
+}
+
+// startRunJobArgvWithin is startRunJobArgv for a job that may run for up to
+// limit (a long fault).
+func startRunJobArgvWithin(t *testing.T, argv []string, limit time.Duration) *runJobHarness {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts real worker processes; skipped with -short")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	dumpOnCancel(cmd)
