@@ -74,6 +74,19 @@ same("async all_reduce", t, torch.full((4,), float(sum(range(n)))))
 t = torch.full((3,), float(r), dtype=torch.float64)
 fut = dist.all_reduce(t, async_op=True).get_future()
 same("all_reduce future", fut.wait()[0], torch.full((3,), float(sum(range(n))), dtype=torch.float64))
+# The futures' values are Gloo's: all_gather's the list of the gathered
+# tensors, gather's that list on the root and [] elsewhere.
+value = dist.all_gather([torch.zeros(2) for _ in range(n)], torch.full((2,), float(r)),
+                        async_op=True).get_future().wait()
+if not isinstance(value, list) or len(value) != n or not all(isinstance(v, torch.Tensor) for v in value):
+    raise AssertionError("rank %d: all_gather's future holds %r, want a list of %d tensors" % (r, value, n))
+same("all_gather's future", torch.stack(value), torch.stack([torch.full((2,), float(q)) for q in range(n)]))
+value = dist.gather(torch.full((2,), float(r)), [torch.zeros(2) for _ in range(n)] if r == 0 else None, dst=0,
+                    async_op=True).get_future().wait()
+if r == 0:
+    same("gather's future on the root", torch.stack(value), torch.stack([torch.full((2,), float(q)) for q in range(n)]))
+elif value != []:
+    raise AssertionError("rank %d: gather's future holds %r off the root, want []" % (r, value))
 ints = torch.tensor([r, 10 * r], dtype=torch.int64)
 dist.all_reduce(ints)
 same("int64 all_reduce", ints, torch.tensor([sum(range(n)), 10 * sum(range(n))], dtype=torch.int64))

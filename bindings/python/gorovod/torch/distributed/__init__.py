@@ -520,9 +520,10 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         def finish(results):
             for out, part in zip(outs, results[0]):
                 out.copy_(part.reshape(out.shape))
-            return output_tensors
+            return outs
 
-        return self._submit([handle], finish, output_tensors, "all_gather")
+        # The future's value is the list of gathered tensors, as Gloo's.
+        return self._submit([handle], finish, outs, "all_gather")
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
         # dist.all_gather_coalesced: output_lists[q][i] gets rank q's
@@ -818,9 +819,11 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             if outs is not None:
                 for out, part in zip(outs, results[0]):
                     out.copy_(part.reshape(out.shape))
-            return output_tensors
+            return outs if outs is not None else []
 
-        return self._submit([handle], finish, output_tensors, "gather")
+        # The future's value is the root's list of gathered tensors, [] on
+        # the other ranks, as Gloo's.
+        return self._submit([handle], finish, outs if outs is not None else [], "gather")
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         # An alltoall in which only the root sends: rank r's part of its
