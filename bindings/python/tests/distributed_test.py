@@ -74,6 +74,41 @@ same("async all_reduce", t, torch.full((4,), float(sum(range(n)))))
 t = torch.full((3,), float(r), dtype=torch.float64)
 fut = dist.all_reduce(t, async_op=True).get_future()
 same("all_reduce future", fut.wait()[0], torch.full((3,), float(sum(range(n))), dtype=torch.float64))
+# What a work says of itself, done: with its output tensors, and with an
+# error (an all_to_all_single into an output of the wrong size, on every
+# rank: wait() raises it, exception() gives it).
+t = torch.full((2,), float(r))
+work = dist.all_reduce(t, async_op=True)
+work.wait()
+if not work.is_completed() or not work.is_success() or work.exception() is not None:
+    raise AssertionError("rank %d: a done all_reduce's work: completed %s, success %s, exception %r" %
+                         (r, work.is_completed(), work.is_success(), work.exception()))
+same("a done all_reduce's result()", work.result()[0], torch.full((2,), float(sum(range(n)))))
+same("a done all_reduce's get_future().value()", work.get_future().value()[0], torch.full((2,), float(sum(range(n)))))
+work = dist.all_to_all_single(torch.empty(n + 1), torch.zeros(n), async_op=True)
+try:
+    work.wait()
+    raise AssertionError("rank %d: all_to_all_single into an output of the wrong size: wait() returned" % r)
+except RuntimeError as e:
+    if "received %d elements for an output of %d" % (n, n + 1) not in str(e):
+        raise
+if not work.is_completed() or work.is_success() or not isinstance(work.exception(), RuntimeError):
+    raise AssertionError("rank %d: a failed all_to_all_single's work: completed %s, success %s, exception %r" %
+                         (r, work.is_completed(), work.is_success(), work.exception()))
+del work
+# The futures' values are Gloo's: all_gather's the list of the gathered
+# tensors, gather's that list on the root and [] elsewhere.
+value = dist.all_gather([torch.zeros(2) for _ in range(n)], torch.full((2,), float(r)),
+                        async_op=True).get_future().wait()
+if not isinstance(value, list) or len(value) != n or not all(isinstance(v, torch.Tensor) for v in value):
+    raise AssertionError("rank %d: all_gather's future holds %r, want a list of %d tensors" % (r, value, n))
+same("all_gather's future", torch.stack(value), torch.stack([torch.full((2,), float(q)) for q in range(n)]))
+value = dist.gather(torch.full((2,), float(r)), [torch.zeros(2) for _ in range(n)] if r == 0 else None, dst=0,
+                    async_op=True).get_future().wait()
+if r == 0:
+    same("gather's future on the root", torch.stack(value), torch.stack([torch.full((2,), float(q)) for q in range(n)]))
+elif value != []:
+    raise AssertionError("rank %d: gather's future holds %r off the root, want []" % (r, value))
 ints = torch.tensor([r, 10 * r], dtype=torch.int64)
 dist.all_reduce(ints)
 same("int64 all_reduce", ints, torch.tensor([sum(range(n)), 10 * sum(range(n))], dtype=torch.int64))
@@ -195,21 +230,61 @@ if n > 1:
 dist.barrier()
 
 # A C++ caller of the process group (DDP's broadcast of its module states,
-# its reducer) calls wait() or getFuture() on a work after the call
-# returned, which may be after the collective is done; torch 1.13 keeps only
-# the work's C++ side, whose wait() without the Python side blocks forever.
-# So a work the caller dropped still has its Python side once it is done.
+# its check of the parameters, its reducer) holds only the C++ side of a
+# work, and may wait on it long after the call returned, once the work's
+# Python side is gone: that wait returns once the collective is done,
+# however many collectives ran since. Here torch's C++ broadcast_coalesced
+# issues its first bucket's broadcast, then its second, and only then waits
+# on the first; the group runs 20 more collectives before the second, so the
+# first is done and its Python side dropped (nothing in Python holds it)
+# long before that C++ wait.
+import threading  # noqa: E402
 import weakref  # noqa: E402
 
-opts = dist.BroadcastOptions()
-opts.rootRank = 0
-work = dist.distributed_c10d._get_default_group().broadcast([torch.zeros(2)], opts)
-dropped = weakref.ref(work)
-del work
-dist.barrier()  # queued after the broadcast: the broadcast is done
-if dropped() is None:
-    raise AssertionError("rank %d: a done broadcast's work lost its Python side (a C++ wait() would block)" % r)
-dropped().wait()
+pg = dist.distributed_c10d._get_default_group()
+issued = []
+
+
+def broadcast_after_others(tensors, opts=None):
+    """The group's broadcast, as broadcast_coalesced calls it (from C++);
+    from the second bucket on, 20 all_reduces run first."""
+    if issued:
+        for _ in range(20):
+            dist.all_reduce(torch.zeros(1))
+    work = type(pg).broadcast(pg, tensors, opts)
+    issued.append(weakref.ref(work))
+    return work
+
+
+pg.broadcast = broadcast_after_others  # what torch's C++ calls on this group
+buckets = [torch.full((4,), float(r + 1)), torch.full((4,), float(10 * (r + 1)))]
+failed = []
+
+
+def coalesced():
+    try:
+        dist._broadcast_coalesced(pg, buckets, 8, 0)  # 16-byte tensors, 8-byte buckets: one bucket each
+    except Exception as e:  # noqa: BLE001 (reported below)
+        failed.append(e)
+
+
+waiter = threading.Thread(target=coalesced, daemon=True)
+waiter.start()
+waiter.join(60)
+del pg.broadcast
+if waiter.is_alive():
+    raise AssertionError("rank %d: torch's C++ wait on a broadcast's work, done 20 collectives earlier, has not "
+                         "returned in 60 s (its Python side is gone: the work's C++ side does not stand alone)" % r)
+if failed:
+    raise failed[0]
+if len(issued) != 2:
+    raise AssertionError("rank %d: broadcast_coalesced issued %d broadcasts, want 2 (one per bucket)" %
+                         (r, len(issued)))
+if issued[0]() is not None:
+    raise AssertionError("rank %d: the first bucket's work still has its Python side (the C++ wait above did not "
+                         "wait on its C++ side alone)" % r)
+same("broadcast_coalesced's first bucket", buckets[0], torch.full((4,), 1.0))
+same("broadcast_coalesced's second bucket", buckets[1], torch.full((4,), 10.0))
 
 # The rooted collectives, from and to each rank, sync and async, against
 # values each rank computes alone and against the same calls on the Gloo

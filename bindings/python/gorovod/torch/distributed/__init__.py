@@ -67,7 +67,7 @@ too) raises RuntimeError naming the call, its peer and the timeout once the
 process group's timeout (``init_process_group(timeout=...)``) or the one
 given to ``wait(timeout)`` has passed; ``barrier()``'s names the ranks that
 have not reached it. What timed out stays posted (see _P2PWork.wait and
-_Work.wait); the world goes on.
+_Collective.wait); the world goes on.
 
 Not offered: CUDA tensors.
 
@@ -97,7 +97,6 @@ default process group at each world change (with a new rendezvous, as on
 import) and re-wraps DistributedDataParallel; see there.
 """
 
-import collections
 import datetime
 import importlib
 import logging
@@ -130,9 +129,11 @@ _log = logging.getLogger("gorovod")
 # barrier (a member lost meanwhile).
 _SWITCH_LIMIT = datetime.timedelta(seconds=60)
 
-# How many done works a process group keeps referenced (see
-# ProcessGroupGorovod._finished).
-_KEEP_FINISHED = 16
+# The Python side of the collectives' works (_Collective), by work: the works
+# themselves are torch's, which carry no Python attributes (see _work). A
+# module's table because torch's Work class, which _work_method patches, is
+# one for the whole process.
+_collectives = weakref.WeakKeyDictionary()
 
 
 def _reduce_op(op):
@@ -160,60 +161,102 @@ def _wait_limit(timeout, default):
     return None, None
 
 
-class _Work(dist._Work):
-    """A collective in flight: wait() blocks until it is done or the
-    timeout passes (RuntimeError; the collective stays queued), get_future()
-    gives a Future that the process group's completer sets."""
+class _Collective(object):
+    """The Python side of a collective's work, which the work's Python
+    methods (wait, exception, is_success, result, synchronize; see
+    _work_method) run on: wait() blocks until the collective is done or the
+    timeout passes (RuntimeError naming the call; the collective stays
+    queued) and raises the collective's error. The future is the work's
+    (get_future()); the process group's completer sets it."""
 
     def __init__(self, future, what, timeout, absent=None):
-        super().__init__()
-        self._future = future
-        self._what, self._timeout = what, timeout
+        self.future = future
+        self.what, self.timeout = what, timeout
         # absent, when given, names the ranks that have not made the call
         # (a barrier's: see ProcessGroupGorovod.barrier), for the timeout's
         # message.
-        self._absent = absent
+        self.absent = absent
         self.finished = threading.Event()  # set by the completer
         self.error = None  # the world broke under it (the future then holds the outputs as they are)
 
     def wait(self, timeout=None):
-        limit, whose = _wait_limit(timeout, self._timeout)
+        limit, whose = _wait_limit(timeout, self.timeout)
         if limit is not None and not self.finished.wait(limit):
-            who = self._absent() if self._absent is not None else None
+            who = self.absent() if self.absent is not None else None
             who = ("rank%s %s of the group %s not made the call" %
                    ("s" if len(who) > 1 else "", ", ".join(str(q) for q in who), "have" if len(who) > 1 else "has")
                    if who else "a rank of the group has not made the call")
             raise RuntimeError("gorovod backend: %s timed out after %gs (the %s ran out): %s. It stays queued, and the "
                                "group's later collectives run after it, so they complete only once every rank has "
-                               "made it" % (self._what, limit, whose, who))
-        self._future.wait()  # raises the collective's error, if any
+                               "made it" % (self.what, limit, whose, who))
+        self.future.wait()  # raises the collective's error, if any
         if self.error is not None:
             raise self.error
         return True
 
-    def is_completed(self):
-        return self._future.done()
-
     def is_success(self):
-        return self._future.done() and self.exception() is None
+        return self.future.done() and self.exception() is None
 
     def exception(self):
         if self.error is not None:
             return self.error
         try:
-            self._future.value()
+            self.future.value()
         except Exception as e:  # noqa: BLE001
             return e
         return None
 
-    def get_future(self):
-        return self._future
-
     def result(self):
-        return self._future.value()
+        return self.future.value()
 
     def synchronize(self):
         self.wait()
+
+
+def _work(collective):
+    """The work a process group returns for a collective: torch's own work
+    on the collective's future (_create_work_from_future), whose C++ side
+    stands alone. torch (1.13) keeps only the C++ side of a work that C++
+    code calls the group for (DDP's broadcast of its module states, its
+    check of the parameters, its reducer), and that code calls wait() or
+    getFuture() on it when it needs it, after the Python side may be gone;
+    a Python subclass of Work loses its overrides with its Python side (a
+    wait() from C++ then blocks forever), this work keeps its future. A
+    Python caller gets this work with its Python side, collective, whose
+    methods its Python ones run (see _work_method): the group's timeout,
+    the collective's error raised by wait(). From C++, wait() waits for
+    the future with no timeout and does not raise the collective's error
+    (torch's FutureWrappingWork): the error stays in the future
+    (getFuture()); a world that broke is raised by the next collective
+    (gorovod refuses them until the world is reset)."""
+    work = torch._C._distributed_c10d._create_work_from_future(collective.future)
+    _collectives[work] = collective
+    return work
+
+
+def _work_method(name, original):
+    """torch's Work method name for every work of the process: on a work of
+    a gorovod collective (one _work made), its _Collective's method; on any
+    other work torch's own (original). A Python subclass's method comes
+    first, as before."""
+
+    def method(self, *args, **kwargs):
+        try:
+            collective = _collectives.get(self)
+        except TypeError:  # a work that takes no weak reference: not one of ours
+            collective = None
+        if collective is None:
+            return original(self, *args, **kwargs)
+        return getattr(collective, name)(*args, **kwargs)
+
+    # pybind11 recognises a Python override calling its own C++ method by
+    # the frame's code name (a Python subclass of Work that does not define
+    # name reaches this method from C++, and this method torch's).
+    method.__code__ = method.__code__.replace(co_name=name)
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = original.__doc__
+    method.gorovod = True
+    return method
 
 
 class _P2PWork(dist._Work):
@@ -330,30 +373,34 @@ def _complete(pending, group_ref):
         item = pending.get()
         if item is None:
             return
-        handles, finish, future, work, outputs = item
-        error = None
+        handles, finish, collective, outputs = item
+        future = collective.future
         try:
             results = [mpi_ops.synchronize(h) for h in handles]
-            future.set_result(finish(results))
+            value = finish(results)
         except HorovodInternalError as e:
             # The world broke. DistributedDataParallel (torch 1.13) dies of a
             # segmentation fault on a bucket's future that holds an error,
             # so the future completes with the outputs as they are, and the
-            # error is kept: work.wait() raises it, every later collective
-            # raises it too (gorovod refuses them until the reset), and
-            # elastic.State.commit() raises it before saving, so a step
-            # whose gradients were not reduced is never committed.
-            error = e
-            work.error = e
+            # error is kept: the work's wait() raises it (from Python), every
+            # later collective raises it too (gorovod refuses them until the
+            # reset), and elastic.State.commit() raises it before saving, so
+            # a step whose gradients were not reduced is never committed.
+            # Recorded before the future completes: a C++ caller waits on the
+            # future alone.
+            collective.error = e
+            group = group_ref()
+            if group is not None:
+                group._failed(e)
+            del group
             future.set_result(outputs)
         except Exception as e:  # noqa: BLE001 (handed to the waiter)
             future.set_exception(e)
+        else:
+            future.set_result(value)
         finally:
-            work.finished.set()
-            group = group_ref()
-            if group is not None:
-                group._completed(work, error)
-            del group
+            collective.finished.set()
+        del item, future, collective
 
 
 class ProcessGroupGorovod(dist.ProcessGroup):
@@ -392,17 +439,6 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         # world it was made for broke), or None.
         self.failure = None
         self._pending = queue.Queue()
-        # torch (1.13) keeps only the C++ side of a work a Python process
-        # group returns: unless Python holds the work too, its overrides are
-        # gone by the time C++ calls wait() (DDP does), which then blocks
-        # forever. Works stay referenced until their collective is done, and
-        # the last _KEEP_FINISHED done ones a while longer (finished): a C++
-        # caller (DDP's broadcast of its module states, its reducer) calls
-        # wait() or getFuture() right after the call returns, which may be
-        # after the collective is done.
-        self._inflight = set()
-        self._finished = collections.deque(maxlen=_KEEP_FINISHED)
-        self._lock = threading.Lock()
         # The completer holds the group weakly, so that a group torch drops
         # (destroy_process_group) ends its thread when collected.
         self._completer = threading.Thread(target=_complete, args=(self._pending, weakref.ref(self)),
@@ -420,25 +456,20 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         (the group is no longer used: its world is gone)."""
         self._pending.put(None)
 
-    def _completed(self, work, error=None):
-        """Bookkeeping of the completer for a work that is done; error: the
-        HorovodInternalError that broke the world under it."""
-        if error is not None and self.failure is None:
+    def _failed(self, error):
+        """Records the HorovodInternalError that broke the world under a
+        collective of the group (the completer calls it)."""
+        if self.failure is None:
             self.failure = error
-        with self._lock:
-            self._inflight.discard(work)
-            self._finished.append(work)
 
     def _submit(self, handles, finish, outputs, what, absent=None):
-        """A work whose future the completer sets to finish(the handles'
-        results), or, when the world broke under them, to outputs as they
-        are (see _complete)."""
-        future = Future()
-        work = _Work(future, "%s on a group of %d ranks" % (what, self.size()), self.timeout, absent)
-        with self._lock:
-            self._inflight.add(work)
-        self._pending.put((handles, finish, future, work, outputs))
-        return work
+        """A work (see _work) whose future the completer sets to finish(the
+        handles' results), or, when the world broke under them, to outputs
+        as they are (see _complete). Nothing here holds the work: its C++
+        side stands alone."""
+        collective = _Collective(Future(), "%s on a group of %d ranks" % (what, self.size()), self.timeout, absent)
+        self._pending.put((handles, finish, collective, outputs))
+        return _work(collective)
 
     # ----- the collectives
 
@@ -520,9 +551,10 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         def finish(results):
             for out, part in zip(outs, results[0]):
                 out.copy_(part.reshape(out.shape))
-            return output_tensors
+            return outs
 
-        return self._submit([handle], finish, output_tensors, "all_gather")
+        # The future's value is the list of gathered tensors, as Gloo's.
+        return self._submit([handle], finish, outs, "all_gather")
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
         # dist.all_gather_coalesced: output_lists[q][i] gets rank q's
@@ -818,9 +850,11 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             if outs is not None:
                 for out, part in zip(outs, results[0]):
                     out.copy_(part.reshape(out.shape))
-            return output_tensors
+            return outs if outs is not None else []
 
-        return self._submit([handle], finish, output_tensors, "gather")
+        # The future's value is the root's list of gathered tensors, [] on
+        # the other ranks, as Gloo's.
+        return self._submit([handle], finish, outs if outs is not None else [], "gather")
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         # An alltoall in which only the root sends: rank r's part of its
@@ -1209,6 +1243,12 @@ def register():
     # name before it reaches the group, which offers it (monitored_barrier).
     if not getattr(c10d.monitored_barrier, "gorovod", False):
         c10d.monitored_barrier = dist.monitored_barrier = _monitored_barrier(c10d.monitored_barrier)
+    # The collectives' works are torch's own (see _work); their Python side
+    # gives them the group's timeout and raises the collective's error.
+    for name in ("wait", "exception", "is_success", "result", "synchronize"):
+        original = getattr(dist._Work, name)
+        if not getattr(original, "gorovod", False):
+            setattr(dist._Work, name, _work_method(name, original))
 
 
 def _set_torchrun_environment(rdv):
