@@ -53,6 +53,23 @@ func joinElastic(t *testing.T, ctx context.Context, d *driver.Driver, edits ...f
 	return &elasticToy{w: w, params: params}, nil
 }
 
+// joinWhenAllIn joins a worker and returns it once allIn is closed (the
+// test saw the driver propose a world of all its workers), so that every
+// worker trains from the same step.
+func joinWhenAllIn(t *testing.T, ctx context.Context, d *driver.Driver, name string, allIn <-chan struct{}) (*elasticToy, error) {
+	toy, err := joinElastic(t, ctx, d)
+	if err != nil {
+		return nil, fmt.Errorf("%s: join: %w", name, err)
+	}
+	select {
+	case <-allIn:
+		return toy, nil
+	case <-ctx.Done():
+		toy.w.Close()
+		return nil, fmt.Errorf("%s: no world of all the workers: %w", name, ctx.Err())
+	}
+}
+
 func TestElasticJobOverGossip(t *testing.T) {
 	d := startDriver(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -163,18 +180,12 @@ func TestWorkerTakesOverWhenDriverDies(t *testing.T) {
 	allIn := make(chan struct{})
 	run := func(name string, vanish func(int64) bool) {
 		wg.Go(func() {
-			toy, err := joinElastic(t, ctx, d)
+			toy, err := joinWhenAllIn(t, ctx, d, name, allIn)
 			if err != nil {
-				errs <- fmt.Errorf("%s: join: %w", name, err)
+				errs <- err
 				return
 			}
 			defer toy.w.Close()
-			select {
-			case <-allIn:
-			case <-ctx.Done():
-				errs <- fmt.Errorf("%s: no world of three: %w", name, ctx.Err())
-				return
-			}
 			err = toyLoop(ctx, toy.w.Session, toy.w.Name(), toy.params, until, rec, vanish, func() {
 				toy.w.Session.Communicator().Abort(fmt.Errorf("killed"))
 				toy.w.m.Shutdown()
@@ -291,18 +302,12 @@ func TestGossipVerdictAloneKeepsTheWorld(t *testing.T) {
 	allIn := make(chan struct{})
 	for _, name := range []string{"w0", "w1", "w2"} {
 		wg.Go(func() {
-			toy, err := joinElastic(t, ctx, d)
+			toy, err := joinWhenAllIn(t, ctx, d, name, allIn)
 			if err != nil {
-				errs <- fmt.Errorf("%s: join: %w", name, err)
+				errs <- err
 				return
 			}
 			defer toy.w.Close()
-			select {
-			case <-allIn:
-			case <-ctx.Done():
-				errs <- fmt.Errorf("%s: no world of three: %w", name, ctx.Err())
-				return
-			}
 			var vanish func(int64) bool
 			if name == "w0" {
 				vanish = func(step int64) bool {
