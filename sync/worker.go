@@ -284,7 +284,7 @@ func (w *Worker) start(ctx context.Context) error {
 	defer stopJoin()
 	w.agent = driver.StartAgent(m, driver.AgentConfig{
 		MinWorkers: cfg.MinWorkers, FirstWorld: cfg.FirstWorld, ProbeTimeout: cfg.ProbeTimeout, Logger: log, OnAdopt: src.onEpoch,
-		OnPeerFailed: func(name string) { src.peerFailed(name, fmt.Errorf("gossip declared %s dead", name)) },
+		OnPeerFailed: src.peerFailed,
 		OnPeerAlive:  src.peerAlive,
 		OnOutForGood: func() {
 			w.outForGood.Store(true)
@@ -593,14 +593,14 @@ type memberSource struct {
 	mu      stdsync.Mutex
 	session *Session // set once joined, for aborting a stuck collective
 	// suspects: the members this worker's gossip declared dead and has not
-	// heard from since, with gossip's verdict as the cause.
-	suspects map[string]error
+	// heard from since.
+	suspects map[string]bool
 	done     chan struct{}
 	once     stdsync.Once
 }
 
 func newMemberSource(log *slog.Logger) *memberSource {
-	return &memberSource{log: log, suspects: map[string]error{}, done: make(chan struct{})}
+	return &memberSource{log: log, suspects: map[string]bool{}, done: make(chan struct{})}
 }
 
 func (s *memberSource) stop() { s.once.Do(func() { close(s.done) }) }
@@ -623,9 +623,9 @@ func (s *memberSource) onEpoch(e epoch.World) {
 // (a starved process misses its 100 ms probes), and the proposer keeps a
 // member that answers its liveness probe. The collective is stopped once
 // the proposer has also left the member out (abortLeftOut).
-func (s *memberSource) peerFailed(name string, cause error) {
+func (s *memberSource) peerFailed(name string) {
 	s.mu.Lock()
-	s.suspects[name] = cause
+	s.suspects[name] = true
 	s.mu.Unlock()
 	s.abortLeftOut()
 }
@@ -645,24 +645,23 @@ func (s *memberSource) peerAlive(name string) {
 // dead to gossip (a graceful leave) trains on to the step boundary.
 func (s *memberSource) abortLeftOut() {
 	newest := s.latest.World()
+	if newest.Number == 0 {
+		return
+	}
 	s.mu.Lock()
 	sess := s.session
 	var gone []string
 	for name := range s.suspects {
-		if newest.Number > 0 && newest.Rank(name) < 0 {
+		if newest.Rank(name) < 0 {
 			gone = append(gone, name)
 		}
-	}
-	causes := make([]error, len(gone))
-	for i, name := range gone {
-		causes[i] = s.suspects[name]
 	}
 	s.mu.Unlock()
 	if sess == nil {
 		return
 	}
-	for i, name := range gone {
-		sess.AbortIfMember(name, causes[i])
+	for _, name := range gone {
+		sess.AbortIfMember(name, fmt.Errorf("gossip declared %s dead", name))
 	}
 }
 

@@ -292,38 +292,21 @@ func runGorovod(ctx context.Context, net *testhosts.Net, head *testhosts.Host, h
 		return nil, err
 	}
 	defer rdv.Close()
-	ssh, err := sshCommand(net, head)
-	if err != nil {
-		return nil, err
-	}
 	specJSON, _ := json.Marshal(spec)
 	jobID := launch.NewJobID()
-	var mu sync.Mutex
-	var rs []result
-	var other []string
-	job, err := launch.Start(ctx, launch.Spec{
-		Argv: []string{bin, "_bench-worker", string(specJSON)}, NP: np, SSH: launch.SSH{Command: ssh},
-		Host:      func(i int) string { return hosts[i/slots].Name },
-		HostSlots: func(string) int { return slots },
-		Env: func(i int) []string {
-			return envconfig.Worker{JobID: jobID, Rank: i, Size: np, Secret: secret, Rendezvous: rdv.Addr()}.Environ()
-		},
-		Output: func(i int, stream string, line []byte) {
-			mu.Lock()
-			defer mu.Unlock()
-			var r benchmark.Result
-			if i == 0 && stream == "stdout" && json.Unmarshal(line, &r) == nil && r.Op != "" {
-				rs = append(rs, result{NP: np, Bytes: r.Bytes, TimeU: r.TimeUS, BusBW: r.BusBW, Right: r.Correct, Algo: r.Algorithm})
-				return
-			}
-			other = append(other, fmt.Sprintf("[%d] %s", i, line))
-		},
-	})
+	env := func(i int) []string {
+		return envconfig.Worker{JobID: jobID, Rank: i, Size: np, Secret: secret, Rendezvous: rdv.Addr()}.Environ()
+	}
+	parse := func(line []byte) (result, bool) {
+		var r benchmark.Result
+		if json.Unmarshal(line, &r) != nil || r.Op == "" {
+			return result{}, false
+		}
+		return result{Bytes: r.Bytes, TimeU: r.TimeUS, BusBW: r.BusBW, Right: r.Correct, Algo: r.Algorithm}, true
+	}
+	rs, other, err := runRanks(ctx, net, head, hosts, slots, []string{bin, "_bench-worker", string(specJSON)}, env, parse, false)
 	if err != nil {
 		return nil, err
-	}
-	if err := job.Wait(); err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, strings.Join(other, "\n"))
 	}
 	if spec.LogLevel == "debug" {
 		for _, line := range other {
@@ -653,24 +636,36 @@ func runGloo(ctx context.Context, net *testhosts.Net, head *testhosts.Host, host
 	if err != nil {
 		return nil, err
 	}
+	rs, _, err := runRanks(ctx, net, head, hosts, slots, glooArgv(script, size, warmup, iters),
+		func(i int) []string { return glooEnv(i, np, master) }, parsePeerResult, true)
+	return rs, err
+}
+
+// runRanks starts argv as slots ranks per host over ssh from the head (rank i
+// on host i/slots, with env(i)) and waits for them. rs are the results parse
+// reads from rank 0's stdout; other is every other line, each behind its
+// rank, and follows the error of a rank that failed. With stopOnFailure the
+// first rank that fails stops the others (ranks that would otherwise wait
+// for it until their own timeout).
+func runRanks(ctx context.Context, net *testhosts.Net, head *testhosts.Host, hosts []*testhosts.Host, slots int, argv []string,
+	env func(int) []string, parse func([]byte) (result, bool), stopOnFailure bool) (rs []result, other []string, err error) {
+	np := len(hosts) * slots
 	ssh, err := sshCommand(net, head)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex
-	var rs []result
-	var other []string
 	job, err := launch.Start(ctx, launch.Spec{
-		Argv: glooArgv(script, size, warmup, iters), NP: np, SSH: launch.SSH{Command: ssh},
+		Argv: argv, NP: np, SSH: launch.SSH{Command: ssh},
 		Host:      func(i int) string { return hosts[i/slots].Name },
 		HostSlots: func(string) int { return slots },
-		Env:       func(i int) []string { return glooEnv(i, np, master) },
+		Env:       env,
 		Output: func(i int, stream string, line []byte) {
 			mu.Lock()
 			defer mu.Unlock()
-			if r, ok := parsePeerResult(line); ok && i == 0 && stream == "stdout" {
+			if r, ok := parse(line); ok && i == 0 && stream == "stdout" {
 				r.NP = np
 				rs = append(rs, r)
 				return
@@ -679,18 +674,20 @@ func runGloo(ctx context.Context, net *testhosts.Net, head *testhosts.Host, host
 		},
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	for i := range np {
-		go func() {
-			<-job.Exited(i)
-			if job.Errors()[i] != nil {
-				cancel()
-			}
-		}()
+	if stopOnFailure {
+		for i := range np {
+			go func() {
+				<-job.Exited(i)
+				if job.Errors()[i] != nil {
+					cancel()
+				}
+			}()
+		}
 	}
 	if err := job.Wait(); err != nil {
-		return nil, fmt.Errorf("%w\n%s", err, strings.Join(other, "\n"))
+		return nil, other, fmt.Errorf("%w\n%s", err, strings.Join(other, "\n"))
 	}
-	return rs, nil
+	return rs, other, nil
 }
