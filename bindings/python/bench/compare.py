@@ -11,6 +11,14 @@ and the same of rank 0's CPU time per step.
 processes with no gradient exchange) and prints what it bounds: alone / DDP
 is the most any backend could be ahead of DDP-Gloo on this machine, and
 gorovod / alone how much of that gorovod reaches.
+
+It first prints what bounds the compute on this machine: torch's version, the
+BLAS library its matrix products run in, and one thread's float32 matrix
+product rate. A step's compute sets how much the exchange can weigh, so
+ratios taken with different BLAS libraries are not comparable; Debian's
+python3-torch installed without recommends runs on the reference BLAS
+(libblas3, a few GFLOP/s), not OpenBLAS (`apt-get install
+libopenblas0-pthread`).
 """
 
 import argparse
@@ -50,6 +58,32 @@ def run_once(backend, model, np, steps, warmup):
     return float(m.group(2)), float(m.group(3)), out
 
 
+MACHINE = r"""
+import re, time, torch
+torch.set_num_threads(1)
+a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+torch.mm(a, b)
+t = time.perf_counter()
+for _ in range(10):
+    torch.mm(a, b)
+rate = 10 * 2 * 1024 ** 3 / (time.perf_counter() - t) / 1e9
+libs = sorted({m.group(1) for m in re.finditer(r"(/\S*(?:blas|mkl)\S*\.so[.0-9]*)", open("/proc/self/maps").read()) if "lapack" not in m.group(1)})
+print("torch %s; BLAS: %s; one thread's 1024x1024 float32 matmul: %.1f GFLOP/s" % (
+    torch.__version__, ", ".join(libs) or "none found", rate))
+"""
+
+
+def machine():
+    """One line on what bounds a step's compute here (see the docstring),
+    from a separate process with OMP_NUM_THREADS=1 as the workers run."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out = subprocess.run([PY, "-c", MACHINE], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                         timeout=120).stdout.decode().strip()
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    return "%s; load average %s" % (out.splitlines()[-1] if out else "torch not found", load)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=5)
@@ -59,6 +93,7 @@ def main():
     p.add_argument("--ddp-gorovod", action="store_true",
                    help="also run DistributedDataParallel on torch.distributed's backend \"gorovod\"")
     args = p.parse_args()
+    print(machine(), flush=True)
     steps = {"mlp": (20, 3), "cnn": (60, 5)}
     results, cpus = {}, {}
     for rep in range(args.repeats):
