@@ -44,8 +44,9 @@ func (e *LimitError) Error() string {
 // autoscaling engine. Its concerns are types of their own, which it
 // composes: the roster of its processes (roster.go), the start (start.go),
 // the floor under Config.MinWorkers (minimum.go), the end (end.go, which
-// holds the rules) and the event stream to the sinks (stream.go); Job
-// launches the processes (workers.go), follows the driver's worlds
+// holds the rules), rejoins (rejoin.go), supervise's inbox (inbox.go), the
+// stall watch (observe.go) and the event stream to the sinks (stream.go);
+// Job launches the processes (workers.go), follows the driver's worlds
 // (changes.go) and ties them together.
 type Job struct {
 	cfg         Config
@@ -64,9 +65,9 @@ type Job struct {
 	floor  *floor       // keeps it at Config.MinWorkers
 	ending *ending      // the end of training (end.go's rules 1–3)
 	events *eventStream // its events, to Config.Sinks
+	inbox  *inbox       // what supervise has yet to act on
 
 	hostsSeen chan struct{} // closed at the first host list
-	poke      chan struct{} // supervise looks at the roster's news
 	lastStep  atomic.Int64
 
 	stalls   *stallWatch        // the driver's half of the stall inspector
@@ -104,7 +105,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	localHost, _ := os.Hostname()
 	r := newRoster(localHost)
 	j := &Job{cfg: cfg, roster: r, start: newFirstWorld(cfg, r),
-		hostsSeen: make(chan struct{}), poke: make(chan struct{}, 1),
+		hostsSeen: make(chan struct{}), inbox: newInbox(),
 		engineDone: make(chan struct{}), done: make(chan struct{}),
 		events: newEventStream(cfg.Sinks), stalls: newStallWatch(cfg.StallCheck)}
 	ecfg := cfg.Autoscaling
@@ -297,40 +298,30 @@ func (j *Job) Wait() (Outcome, error) {
 	return j.outcome, j.err
 }
 
-// supervise follows the job to its end (end.go has the rules).
+// supervise follows the job to its end (end.go has the rules, ending its
+// clock): the report that training is over, the inbox's news, and
+// the exit of every process.
 func (j *Job) supervise() {
 	finished := j.driver.Finished()
-	var stopLate, stopExiting <-chan time.Time
-	var finishedAt time.Time
 	var prev epoch.World
 	for {
 		select {
 		case <-finished:
 			finished = nil
-			finishedAt = time.Now()
-			j.ending.trainingFinished()
-			stopLate = time.After(j.cfg.FinishGrace)
-		case <-stopLate:
-			if time.Since(finishedAt) < j.cfg.RescueLimit && j.ending.finishingLastStep() {
-				stopLate = time.After(j.cfg.FinishGrace / 10)
-				continue
-			}
-			stopLate = nil
-			if j.ending.stopLateJoiners(true) {
-				stopExiting = time.After(time.Until(finishedAt.Add(j.cfg.ExitLimit)))
-			}
-		case <-stopExiting:
-			stopExiting = nil
-			j.ending.stopLateJoiners(false)
-		case <-j.poke:
+			j.ending.reported()
+		case <-j.ending.late:
+			j.ending.lookLate()
+		case <-j.ending.exiting:
+			j.ending.exitLimit()
+		case <-j.inbox.poke:
 			prev = j.handle(prev)
 			j.floor.wake()
 		case <-j.roster.allExited:
 			if finished != nil {
-				finishedAt = j.ending.awaitLateReport(finished)
+				j.ending.awaitLateReport(finished)
 			}
 			j.handle(prev)
-			j.end(finishedAt)
+			j.end(j.ending.finishedAt)
 			return
 		}
 	}

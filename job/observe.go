@@ -111,19 +111,20 @@ func (w *stallWatch) world(e epoch.World) {
 	}
 }
 
-// onStall is the driver's hook for a worker's snapshot (on its goroutine):
-// when it is stuck past the threshold, every rank's snapshot says which
-// ranks hold the world up, once per threshold for each stuck collective.
-func (j *Job) onStall(worker string, s stall.Snapshot) {
-	w := j.stalls
+// see takes worker's newest snapshot s and returns the stall to report, if
+// it shows one: a collective stuck past the threshold (every rank's snapshot
+// of that world says which ranks hold it up), reported once per threshold
+// for each stuck collective; world is the world it is in (empty when the
+// watch no longer keeps it).
+func (w *stallWatch) see(worker string, s stall.Snapshot) (st stall.Stall, world epoch.World, ok bool) {
 	if w.threshold < 0 {
-		return
+		return stall.Stall{}, epoch.World{}, false
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.snaps[worker] = s
 	if !s.InFlight || s.For < w.threshold {
-		w.mu.Unlock()
-		return
+		return stall.Stall{}, epoch.World{}, false
 	}
 	var snaps []stall.Snapshot
 	for _, o := range w.snaps {
@@ -131,21 +132,28 @@ func (j *Job) onStall(worker string, s stall.Snapshot) {
 			snaps = append(snaps, o)
 		}
 	}
-	st, ok := stall.Find(s.Epoch, snaps, w.threshold)
+	st, ok = stall.Find(s.Epoch, snaps, w.threshold)
 	key := [2]uint64{st.Epoch, st.Seq}
 	if !ok || time.Since(w.reported[key]) < w.threshold {
-		w.mu.Unlock()
-		return
+		return stall.Stall{}, epoch.World{}, false
 	}
 	w.reported[key] = time.Now()
-	var world epoch.World
 	for _, e := range w.worlds {
 		if e.Number == s.Epoch {
 			world = e
 		}
 	}
-	w.mu.Unlock()
+	return st, world, true
+}
 
+// onStall is the driver's hook for a worker's snapshot (on its goroutine):
+// a stall the watch finds is logged and reported, with the member (and
+// process) behind each missing rank.
+func (j *Job) onStall(worker string, s stall.Snapshot) {
+	st, world, ok := j.stalls.see(worker, s)
+	if !ok {
+		return
+	}
 	ev := Stalled{At: now(), Stall: st, Missing: map[int]string{}}
 	var who []string
 	for _, r := range slices.Sorted(maps.Keys(st.Missing)) {
