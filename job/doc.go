@@ -54,9 +54,9 @@
 // the end of training and its clock (ending, end.go), each process's
 // exclusions and returns (presence, rejoin.go), what supervise has yet to
 // act on (inbox, inbox.go), the driver's half of the stall inspector
-// (stallWatch, observe.go) and the stream of events to the sinks
-// (eventStream, stream.go); job.go starts the job, supervises it and ties
-// them together, workers.go launches the processes and follows each to its
-// exit, and changes.go acts on the driver's worlds and removals and on the
-// host lists.
+// (stallWatch, observe.go), the job's timeline (jobTimeline, observe.go)
+// and the stream of events to the sinks (eventStream, stream.go); job.go
+// starts the job, supervises it and ties them together, workers.go
+// launches the processes and follows each to its exit, and changes.go acts
+// on the driver's worlds and removals and on the host lists.
 package job

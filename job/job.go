@@ -17,7 +17,6 @@ import (
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 )
@@ -45,9 +44,9 @@ func (e *LimitError) Error() string {
 // composes: the roster of its processes (roster.go), the start (start.go),
 // the floor under Config.MinWorkers (minimum.go), the end (end.go, which
 // holds the rules), rejoins (rejoin.go), supervise's inbox (inbox.go), the
-// stall watch (observe.go) and the event stream to the sinks (stream.go);
-// Job launches the processes (workers.go), follows the driver's worlds
-// (changes.go) and ties them together.
+// stall watch and the timeline (observe.go) and the event stream to the
+// sinks (stream.go). Job launches the processes (workers.go), follows the
+// driver's worlds (changes.go) and ties them together.
 type Job struct {
 	cfg         Config
 	driver      Driver
@@ -70,9 +69,9 @@ type Job struct {
 	hostsSeen chan struct{} // closed at the first host list
 	lastStep  atomic.Int64
 
-	stalls   *stallWatch        // the driver's half of the stall inspector
-	timeline *timeline.Timeline // the driver's part of Config.Timeline
-	record   *jobRecord         // Config.OutputDir's record.tsv; nil without it
+	stalls   *stallWatch  // the driver's half of the stall inspector
+	timeline *jobTimeline // Config.Timeline's; nil without it
+	record   *jobRecord   // Config.OutputDir's record.tsv; nil without it
 
 	done    chan struct{}
 	outcome Outcome
@@ -119,11 +118,11 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		}
 	}
 	if cfg.Timeline != "" {
-		if j.timeline, err = openDriverTimeline(cfg.Timeline, cfg.JobID); err != nil {
+		if j.timeline, err = openJobTimeline(cfg.Timeline, cfg.JobID); err != nil {
 			j.record.close()
 			return nil, err
 		}
-		j.events.sinks = append(slices.Clone(cfg.Sinks), driverTimeline{j.timeline})
+		j.events.sinks = append(slices.Clone(cfg.Sinks), j.timeline.sink())
 	}
 	go j.events.run()
 
@@ -142,7 +141,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	j.driver, err = cfg.StartDriver(startCtx, dcfg)
 	if err != nil {
 		j.events.flush()
-		j.mergeTimeline()
+		j.timeline.merge(j.events.notice)
 		j.record.close()
 		return nil, err
 	}
@@ -152,7 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		j.stopHosts()
 		_ = j.driver.Close()
 		j.events.flush()
-		j.mergeTimeline()
+		j.timeline.merge(j.events.notice)
 		j.record.close()
 		if j.jobFile != "" {
 			os.Remove(j.jobFile)
@@ -337,7 +336,7 @@ func (j *Job) end(finishedAt time.Time) {
 	o := Outcome{JobID: j.cfg.JobID, TrainingFinished: !finishedAt.IsZero(), World: j.driver.Current(),
 		LastStep: j.lastStep.Load(), Summary: j.engine.Summary()}
 	o.Workers, o.HandStarted = j.roster.final(o.World)
-	o.Timeline = j.mergeTimeline()
+	o.Timeline = j.timeline.merge(j.events.notice)
 	j.outcome, j.err = o, o.Err()
 	j.record.ended(o)
 	j.record.close()

@@ -219,45 +219,56 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// openDriverTimeline creates the driver's part of the job's timeline.
-func openDriverTimeline(base, jobID string) (*timeline.Timeline, error) {
+// jobTimeline is the job's timeline (Config.Timeline): the driver's own
+// part, to which the runner's events go as the job runs (its sink), and at
+// the end every process's part merged into the one file. A nil one is a job
+// without a timeline.
+type jobTimeline struct {
+	base, jobID string
+	tl          *timeline.Timeline // the driver's part
+}
+
+// openJobTimeline creates the driver's part of the job's timeline.
+func openJobTimeline(base, jobID string) (*jobTimeline, error) {
 	host, _ := os.Hostname()
 	tl, err := timeline.Create(envconfig.TimelinePart(base, jobID, "driver"),
 		timeline.Config{ProcessName: fmt.Sprintf("driver (%s, pid %d)", host, os.Getpid()), SortIndex: 0})
 	if err != nil {
 		return nil, fmt.Errorf("job: the timeline: %w", err)
 	}
-	return tl, nil
+	return &jobTimeline{base: base, jobID: jobID, tl: tl}, nil
 }
 
-// mergeTimeline closes the driver's part and merges every part of the job
-// (the workers' included, cut off or not) into Config.Timeline, removing
-// the parts once merged. It says what it did as a Notice.
-func (j *Job) mergeTimeline() string {
-	base := j.cfg.Timeline
-	if base == "" {
+// sink records the runner's events in the driver's part.
+func (t *jobTimeline) sink() Sink { return driverTimeline{t.tl} }
+
+// merge closes the driver's part and merges every part of the job (the
+// workers' included, cut off or not) into Config.Timeline, removing the
+// parts once merged, and returns that file ("" when none was asked for or
+// it could not be written). It says what it did with notice.
+func (t *jobTimeline) merge(notice func(string)) string {
+	if t == nil {
 		return ""
 	}
-	if j.timeline != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = j.timeline.Close(ctx)
-		cancel()
-	}
-	parts, err := filepath.Glob(envconfig.TimelineParts(base, j.cfg.JobID))
+	base := t.base
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = t.tl.Close(ctx)
+	cancel()
+	parts, err := filepath.Glob(envconfig.TimelineParts(base, t.jobID))
 	if err == nil && len(parts) == 0 {
-		err = fmt.Errorf("no part of it was written (%s)", envconfig.TimelineParts(base, j.cfg.JobID))
+		err = fmt.Errorf("no part of it was written (%s)", envconfig.TimelineParts(base, t.jobID))
 	}
 	var n int
 	if err == nil {
 		n, err = timeline.MergeFiles(base, parts...)
 	}
 	if err != nil {
-		j.events.notice(fmt.Sprintf("the timeline could not be written to %s: %v", base, err))
+		notice(fmt.Sprintf("the timeline could not be written to %s: %v", base, err))
 		return ""
 	}
 	for _, p := range parts {
 		os.Remove(p)
 	}
-	j.events.notice(fmt.Sprintf("timeline: %s (%d events from %d processes; chrome://tracing or ui.perfetto.dev)", base, n, len(parts)))
+	notice(fmt.Sprintf("timeline: %s (%d events from %d processes; chrome://tracing or ui.perfetto.dev)", base, n, len(parts)))
 	return base
 }
