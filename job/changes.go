@@ -31,8 +31,8 @@ func (j *Job) onEpoch(e epoch.World) {
 	})
 	j.engine.OnWorld(heuristics.WorldChange{Epoch: e.Number, Members: names, At: time.Now()})
 	j.stalls.world(e)
-	j.roster.addWorld(e)
-	j.wake()
+	j.inbox.addWorld(e)
+	j.inbox.wake()
 }
 
 // onStats is the driver's hook for the workers' step statistics (on its
@@ -47,17 +47,10 @@ func (j *Job) onStats(worker string, b stats.Batch) {
 	j.events.later(StepsReported{At: now(), Worker: worker, Steps: reps})
 }
 
-func (j *Job) wake() {
-	select {
-	case j.poke <- struct{}{}:
-	default:
-	}
-}
-
 // handle reports the worlds proposed since the last call and acts on hosts
 // the Discovery dropped; prev is the last world reported.
 func (j *Job) handle(prev epoch.World) epoch.World {
-	worlds, dropped, stuck := j.roster.news()
+	worlds, dropped, stuck := j.inbox.take()
 	if len(worlds) > 0 {
 		j.learnNames()
 	}
@@ -100,10 +93,10 @@ func (j *Job) discover(ctx context.Context) {
 	var once sync.Once
 	err := j.cfg.Discovery.Discover(ctx, func(hosts []Host) {
 		hosts = slices.Clone(hosts)
-		j.roster.setHosts(hosts)
+		j.inbox.addDropped(j.roster.setHosts(hosts))
 		once.Do(func() { close(j.hostsSeen) })
 		j.events.emit(HostsChanged{At: now(), Hosts: hosts})
-		j.wake()
+		j.inbox.wake()
 	})
 	if err != nil && ctx.Err() == nil {
 		j.events.notice(fmt.Sprintf("host discovery failed (keeping the last host list): %v", err))
@@ -121,8 +114,8 @@ func (j *Job) onRemoved(name string, why epoch.Reason) {
 	if why != epoch.ReasonStuck {
 		return
 	}
-	j.roster.addStuck(name)
-	j.wake()
+	j.inbox.addStuck(name)
+	j.inbox.wake()
 }
 
 // stopStuck stops the process behind a member the driver removed as stuck

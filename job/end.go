@@ -225,19 +225,56 @@ func (o *Outcome) Err() error {
 
 // ending carries out rules 1 to 3 once training is reported over: it
 // notes the report, waits for workers still finishing the last step, and
-// stops the processes the job no longer needs.
+// stops the processes the job no longer needs. It owns the clock of the
+// end: when training was reported over and the two deadlines after it
+// (rule 2's next look, rule 3's ExitLimit), which Job.supervise waits on;
+// those fields are touched on supervise's goroutine only, so they take no
+// lock.
 type ending struct {
 	cfg     Config // FinishGrace, RescueLimit, ExitLimit
 	driver  Driver
 	roster  *roster
 	events  *eventStream
 	stopAll context.CancelFunc // stops every process of the job at once
+
+	finishedAt time.Time        // training was reported over (zero: not yet)
+	late       <-chan time.Time // look again for workers finishing the last step (rule 2)
+	exiting    <-chan time.Time // ExitLimit: stop the members still exiting (rule 3)
 }
 
 // trainingFinished is rule 1: a member reported the end of training.
 func (e *ending) trainingFinished() {
 	e.roster.setTrainingOver()
 	e.events.emit(TrainingFinished{At: now()})
+}
+
+// reported is rule 1 as supervise sees it: training was reported over now,
+// and rule 2's wait for the workers finishing the last step starts.
+func (e *ending) reported() {
+	e.finishedAt = time.Now()
+	e.trainingFinished()
+	e.late = time.After(e.cfg.FinishGrace)
+}
+
+// lookLate is rule 2's look, FinishGrace after the report and every
+// FinishGrace/10 after that while a member still finishes the last step
+// (up to RescueLimit); then rule 3 stops the late joiners, and the members
+// that are exiting get until ExitLimit.
+func (e *ending) lookLate() {
+	if time.Since(e.finishedAt) < e.cfg.RescueLimit && e.finishingLastStep() {
+		e.late = time.After(e.cfg.FinishGrace / 10)
+		return
+	}
+	e.late = nil
+	if e.stopLateJoiners(true) {
+		e.exiting = time.After(time.Until(e.finishedAt.Add(e.cfg.ExitLimit)))
+	}
+}
+
+// exitLimit is rule 3 at ExitLimit: whatever still runs is stopped.
+func (e *ending) exitLimit() {
+	e.exiting = nil
+	e.stopLateJoiners(false)
 }
 
 // lateReportWait bounds how long a job whose processes have all exited
@@ -250,17 +287,15 @@ const lateReportWait = 2 * time.Second
 
 // awaitLateReport waits, at most lateReportWait, for the driver to take a
 // report of the end of training that may still be in flight once every
-// process has exited; it returns when training was reported over (the
-// zero time if it was not).
-func (e *ending) awaitLateReport(finished <-chan struct{}) time.Time {
+// process has exited; finishedAt is set when it comes.
+func (e *ending) awaitLateReport(finished <-chan struct{}) {
 	t := time.NewTimer(lateReportWait)
 	defer t.Stop()
 	select {
 	case <-finished:
 		e.trainingFinished()
-		return time.Now()
+		e.finishedAt = time.Now()
 	case <-t.C:
-		return time.Time{}
 	}
 }
 

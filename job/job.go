@@ -17,7 +17,6 @@ import (
 
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/observe/timeline"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 )
@@ -44,9 +43,10 @@ func (e *LimitError) Error() string {
 // autoscaling engine. Its concerns are types of their own, which it
 // composes: the roster of its processes (roster.go), the start (start.go),
 // the floor under Config.MinWorkers (minimum.go), the end (end.go, which
-// holds the rules) and the event stream to the sinks (stream.go); Job
-// launches the processes (workers.go), follows the driver's worlds
-// (changes.go) and ties them together.
+// holds the rules), rejoins (rejoin.go), supervise's inbox (inbox.go), the
+// stall watch and the timeline (observe.go) and the event stream to the
+// sinks (stream.go). Job launches the processes (workers.go), follows the
+// driver's worlds (changes.go) and ties them together.
 type Job struct {
 	cfg         Config
 	driver      Driver
@@ -64,14 +64,14 @@ type Job struct {
 	floor  *floor       // keeps it at Config.MinWorkers
 	ending *ending      // the end of training (end.go's rules 1–3)
 	events *eventStream // its events, to Config.Sinks
+	inbox  *inbox       // what supervise has yet to act on
 
 	hostsSeen chan struct{} // closed at the first host list
-	poke      chan struct{} // supervise looks at the roster's news
 	lastStep  atomic.Int64
 
-	stalls   *stallWatch        // the driver's half of the stall inspector
-	timeline *timeline.Timeline // the driver's part of Config.Timeline
-	record   *jobRecord         // Config.OutputDir's record.tsv; nil without it
+	stalls   *stallWatch  // the driver's half of the stall inspector
+	timeline *jobTimeline // Config.Timeline's; nil without it
+	record   *jobRecord   // Config.OutputDir's record.tsv; nil without it
 
 	done    chan struct{}
 	outcome Outcome
@@ -104,7 +104,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	localHost, _ := os.Hostname()
 	r := newRoster(localHost)
 	j := &Job{cfg: cfg, roster: r, start: newFirstWorld(cfg, r),
-		hostsSeen: make(chan struct{}), poke: make(chan struct{}, 1),
+		hostsSeen: make(chan struct{}), inbox: newInbox(),
 		engineDone: make(chan struct{}), done: make(chan struct{}),
 		events: newEventStream(cfg.Sinks), stalls: newStallWatch(cfg.StallCheck)}
 	ecfg := cfg.Autoscaling
@@ -118,11 +118,11 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		}
 	}
 	if cfg.Timeline != "" {
-		if j.timeline, err = openDriverTimeline(cfg.Timeline, cfg.JobID); err != nil {
+		if j.timeline, err = openJobTimeline(cfg.Timeline, cfg.JobID); err != nil {
 			j.record.close()
 			return nil, err
 		}
-		j.events.sinks = append(slices.Clone(cfg.Sinks), driverTimeline{j.timeline})
+		j.events.sinks = append(slices.Clone(cfg.Sinks), j.timeline.sink())
 	}
 	go j.events.run()
 
@@ -141,7 +141,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	j.driver, err = cfg.StartDriver(startCtx, dcfg)
 	if err != nil {
 		j.events.flush()
-		j.mergeTimeline()
+		j.timeline.merge(j.events.notice)
 		j.record.close()
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		j.stopHosts()
 		_ = j.driver.Close()
 		j.events.flush()
-		j.mergeTimeline()
+		j.timeline.merge(j.events.notice)
 		j.record.close()
 		if j.jobFile != "" {
 			os.Remove(j.jobFile)
@@ -297,40 +297,30 @@ func (j *Job) Wait() (Outcome, error) {
 	return j.outcome, j.err
 }
 
-// supervise follows the job to its end (end.go has the rules).
+// supervise follows the job to its end (end.go has the rules, ending its
+// clock): the report that training is over, the inbox's news, and
+// the exit of every process.
 func (j *Job) supervise() {
 	finished := j.driver.Finished()
-	var stopLate, stopExiting <-chan time.Time
-	var finishedAt time.Time
 	var prev epoch.World
 	for {
 		select {
 		case <-finished:
 			finished = nil
-			finishedAt = time.Now()
-			j.ending.trainingFinished()
-			stopLate = time.After(j.cfg.FinishGrace)
-		case <-stopLate:
-			if time.Since(finishedAt) < j.cfg.RescueLimit && j.ending.finishingLastStep() {
-				stopLate = time.After(j.cfg.FinishGrace / 10)
-				continue
-			}
-			stopLate = nil
-			if j.ending.stopLateJoiners(true) {
-				stopExiting = time.After(time.Until(finishedAt.Add(j.cfg.ExitLimit)))
-			}
-		case <-stopExiting:
-			stopExiting = nil
-			j.ending.stopLateJoiners(false)
-		case <-j.poke:
+			j.ending.reported()
+		case <-j.ending.late:
+			j.ending.lookLate()
+		case <-j.ending.exiting:
+			j.ending.exitLimit()
+		case <-j.inbox.poke:
 			prev = j.handle(prev)
 			j.floor.wake()
 		case <-j.roster.allExited:
 			if finished != nil {
-				finishedAt = j.ending.awaitLateReport(finished)
+				j.ending.awaitLateReport(finished)
 			}
 			j.handle(prev)
-			j.end(finishedAt)
+			j.end(j.ending.finishedAt)
 			return
 		}
 	}
@@ -346,7 +336,7 @@ func (j *Job) end(finishedAt time.Time) {
 	o := Outcome{JobID: j.cfg.JobID, TrainingFinished: !finishedAt.IsZero(), World: j.driver.Current(),
 		LastStep: j.lastStep.Load(), Summary: j.engine.Summary()}
 	o.Workers, o.HandStarted = j.roster.final(o.World)
-	o.Timeline = j.mergeTimeline()
+	o.Timeline = j.timeline.merge(j.events.notice)
 	j.outcome, j.err = o, o.Err()
 	j.record.ended(o)
 	j.record.close()

@@ -111,19 +111,20 @@ func (w *stallWatch) world(e epoch.World) {
 	}
 }
 
-// onStall is the driver's hook for a worker's snapshot (on its goroutine):
-// when it is stuck past the threshold, every rank's snapshot says which
-// ranks hold the world up, once per threshold for each stuck collective.
-func (j *Job) onStall(worker string, s stall.Snapshot) {
-	w := j.stalls
+// see takes worker's newest snapshot s and returns the stall to report, if
+// it shows one: a collective stuck past the threshold (every rank's snapshot
+// of that world says which ranks hold it up), reported once per threshold
+// for each stuck collective; world is the world it is in (empty when the
+// watch no longer keeps it).
+func (w *stallWatch) see(worker string, s stall.Snapshot) (st stall.Stall, world epoch.World, ok bool) {
 	if w.threshold < 0 {
-		return
+		return stall.Stall{}, epoch.World{}, false
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.snaps[worker] = s
 	if !s.InFlight || s.For < w.threshold {
-		w.mu.Unlock()
-		return
+		return stall.Stall{}, epoch.World{}, false
 	}
 	var snaps []stall.Snapshot
 	for _, o := range w.snaps {
@@ -131,21 +132,28 @@ func (j *Job) onStall(worker string, s stall.Snapshot) {
 			snaps = append(snaps, o)
 		}
 	}
-	st, ok := stall.Find(s.Epoch, snaps, w.threshold)
+	st, ok = stall.Find(s.Epoch, snaps, w.threshold)
 	key := [2]uint64{st.Epoch, st.Seq}
 	if !ok || time.Since(w.reported[key]) < w.threshold {
-		w.mu.Unlock()
-		return
+		return stall.Stall{}, epoch.World{}, false
 	}
 	w.reported[key] = time.Now()
-	var world epoch.World
 	for _, e := range w.worlds {
 		if e.Number == s.Epoch {
 			world = e
 		}
 	}
-	w.mu.Unlock()
+	return st, world, true
+}
 
+// onStall is the driver's hook for a worker's snapshot (on its goroutine):
+// a stall the watch finds is logged and reported, with the member (and
+// process) behind each missing rank.
+func (j *Job) onStall(worker string, s stall.Snapshot) {
+	st, world, ok := j.stalls.see(worker, s)
+	if !ok {
+		return
+	}
 	ev := Stalled{At: now(), Stall: st, Missing: map[int]string{}}
 	var who []string
 	for _, r := range slices.Sorted(maps.Keys(st.Missing)) {
@@ -211,45 +219,56 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// openDriverTimeline creates the driver's part of the job's timeline.
-func openDriverTimeline(base, jobID string) (*timeline.Timeline, error) {
+// jobTimeline is the job's timeline (Config.Timeline): the driver's own
+// part, to which the runner's events go as the job runs (its sink), and at
+// the end every process's part merged into the one file. A nil one is a job
+// without a timeline.
+type jobTimeline struct {
+	base, jobID string
+	tl          *timeline.Timeline // the driver's part
+}
+
+// openJobTimeline creates the driver's part of the job's timeline.
+func openJobTimeline(base, jobID string) (*jobTimeline, error) {
 	host, _ := os.Hostname()
 	tl, err := timeline.Create(envconfig.TimelinePart(base, jobID, "driver"),
 		timeline.Config{ProcessName: fmt.Sprintf("driver (%s, pid %d)", host, os.Getpid()), SortIndex: 0})
 	if err != nil {
 		return nil, fmt.Errorf("job: the timeline: %w", err)
 	}
-	return tl, nil
+	return &jobTimeline{base: base, jobID: jobID, tl: tl}, nil
 }
 
-// mergeTimeline closes the driver's part and merges every part of the job
-// (the workers' included, cut off or not) into Config.Timeline, removing
-// the parts once merged. It says what it did as a Notice.
-func (j *Job) mergeTimeline() string {
-	base := j.cfg.Timeline
-	if base == "" {
+// sink records the runner's events in the driver's part.
+func (t *jobTimeline) sink() Sink { return driverTimeline{t.tl} }
+
+// merge closes the driver's part and merges every part of the job (the
+// workers' included, cut off or not) into Config.Timeline, removing the
+// parts once merged, and returns that file ("" when none was asked for or
+// it could not be written). It says what it did with notice.
+func (t *jobTimeline) merge(notice func(string)) string {
+	if t == nil {
 		return ""
 	}
-	if j.timeline != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = j.timeline.Close(ctx)
-		cancel()
-	}
-	parts, err := filepath.Glob(envconfig.TimelineParts(base, j.cfg.JobID))
+	base := t.base
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = t.tl.Close(ctx)
+	cancel()
+	parts, err := filepath.Glob(envconfig.TimelineParts(base, t.jobID))
 	if err == nil && len(parts) == 0 {
-		err = fmt.Errorf("no part of it was written (%s)", envconfig.TimelineParts(base, j.cfg.JobID))
+		err = fmt.Errorf("no part of it was written (%s)", envconfig.TimelineParts(base, t.jobID))
 	}
 	var n int
 	if err == nil {
 		n, err = timeline.MergeFiles(base, parts...)
 	}
 	if err != nil {
-		j.events.notice(fmt.Sprintf("the timeline could not be written to %s: %v", base, err))
+		notice(fmt.Sprintf("the timeline could not be written to %s: %v", base, err))
 		return ""
 	}
 	for _, p := range parts {
 		os.Remove(p)
 	}
-	j.events.notice(fmt.Sprintf("timeline: %s (%d events from %d processes; chrome://tracing or ui.perfetto.dev)", base, n, len(parts)))
+	notice(fmt.Sprintf("timeline: %s (%d events from %d processes; chrome://tracing or ui.perfetto.dev)", base, n, len(parts)))
 	return base
 }

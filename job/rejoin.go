@@ -10,7 +10,8 @@ import (
 // in the job's worlds. A process left out of a world (declared failed while
 // paused or cut off) comes back as a new member (sync's Worker.Rejoin: a new
 // name, the same launch index); one that exits with status 0 while left out
-// was excluded, not finished.
+// was excluded, not finished. It is a part of the process's proc, so the
+// roster's mu guards it like the rest of the proc.
 type presence struct {
 	// leaving holds the member names it published as leaving: one or
 	// two, so a slice (a map cost a job ~250 bytes per launched worker).
@@ -26,21 +27,59 @@ func (s *presence) announceLeaving(name string) {
 	}
 }
 
+// leftOut is a new world without name, one of its member names, while the
+// process runs on and training is not over: it was left out unless it was
+// leaving on its own or is out already. It reports whether that is a new
+// exclusion.
+func (s *presence) leftOut(name string) bool {
+	if s.out || slices.Contains(s.leaving, name) {
+		return false
+	}
+	s.out = true
+	return true
+}
+
+// admitted is a new world with one of its names: it reports whether the
+// process came back after it was left out.
+func (s *presence) admitted() (back bool) {
+	s.everIn = true
+	back, s.out = s.out, false
+	return back
+}
+
+// final is the state of a process that exited in state st, rule 6 applied:
+// status 0 while left out is Excluded, and status 0 without ever being in a
+// world once training was over (it was told it would never be admitted) is
+// Stopped.
+func (s *presence) final(st WorkerState, trainingOver bool) WorkerState {
+	if st != Finished {
+		return st
+	}
+	switch {
+	case s.out:
+		return Excluded
+	case !s.everIn && trainingOver:
+		return Stopped
+	}
+	return st
+}
+
 // followMembers is rule 6 for one new world: a running process of the job
 // whose member name prev had and w has not, while training is not over, was
-// left out — unless the runner stopped or removed it, or it was leaving on
-// its own; a process whose new name w admits after that came back.
+// left out — unless the runner stopped or removed it (presence.leftOut
+// decides the rest); a process whose new name w admits after that came back.
 func (r *roster) followMembers(prev, w epoch.World) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.trainingOver {
 		for _, m := range prev.Members {
 			p := r.byName[m.Name]
-			if w.Rank(m.Name) >= 0 || p == nil || p.rec.State != Running || p.stopped || p.removed || slices.Contains(p.leaving, m.Name) || p.out {
+			if w.Rank(m.Name) >= 0 || p == nil || p.rec.State != Running || p.stopped || p.removed {
 				continue
 			}
-			p.out = true
-			p.rec.Excluded++
+			if p.leftOut(m.Name) {
+				p.rec.Excluded++
+			}
 		}
 	}
 	for _, m := range w.Members {
@@ -48,24 +87,14 @@ func (r *roster) followMembers(prev, w epoch.World) {
 		if prev.Rank(m.Name) >= 0 || p == nil {
 			continue
 		}
-		p.everIn = true
-		if p.out {
-			p.out = false
+		if p.admitted() {
 			p.rec.Rejoined++
 		}
 	}
 }
 
-// reclassifyLocked applies rule 6 to a process that exited with status 0,
-// with what the runner knows by then (called with r.mu held).
+// reclassifyLocked applies rule 6 to a process that has exited, with what
+// the runner knows by then (called with r.mu held).
 func (r *roster) reclassifyLocked(p *proc) {
-	if p.rec.State != Finished {
-		return
-	}
-	switch {
-	case p.out:
-		p.rec.State = Excluded
-	case !p.everIn && r.trainingOver:
-		p.rec.State = Stopped // told it would never be admitted: training was over
-	}
+	p.rec.State = p.final(p.rec.State, r.trainingOver)
 }

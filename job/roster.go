@@ -16,9 +16,8 @@ import (
 // roster is what the runner knows of the job's processes and where the job
 // stands: every process it launched (by launch index, and by member name
 // once the driver reports it), where they run, the workers that joined by
-// hand, whether training is over or every worker was asked to leave, and
-// the news (worlds proposed, hosts dropped) that supervise has not handled
-// yet. Its mu also guards the fields of the floor marked so: the floor
+// hand, and whether training is over or every worker was asked to leave.
+// Its mu also guards the fields of the floor marked so: the floor
 // decides on the roster's state and its own in one look.
 type roster struct {
 	localHost string // a worker that publishes no launch index is matched by pid on this host
@@ -38,10 +37,6 @@ type roster struct {
 
 	trainingOver bool // a member reported the end of training (rule 1)
 	draining     bool // LeaveAll: every worker was asked to leave
-
-	worlds  []epoch.World // proposed, not yet handled by supervise
-	dropped []string      // hosts the Discovery dropped, not yet handled
-	stuck   []string      // members the driver removed as stuck, not yet handled
 }
 
 func newRoster(localHost string) *roster {
@@ -374,41 +369,18 @@ func (r *roster) setTrainingOver() {
 	r.trainingOver = true
 }
 
-// setHosts takes a new host list from the Discovery and notes the hosts it
-// dropped for supervise.
-func (r *roster) setHosts(hosts []Host) {
+// setHosts takes a new host list from the Discovery and returns the hosts
+// it dropped.
+func (r *roster) setHosts(hosts []Host) (dropped []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, h := range r.place.hosts {
 		if !slices.ContainsFunc(hosts, func(n Host) bool { return n.Name == h.Name }) {
-			r.dropped = append(r.dropped, h.Name)
+			dropped = append(dropped, h.Name)
 		}
 	}
 	r.place.hosts = hosts
-}
-
-// addWorld notes a proposed world for supervise.
-func (r *roster) addWorld(w epoch.World) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.worlds = append(r.worlds, w)
-}
-
-// addStuck notes a member the driver removed as stuck, for supervise.
-func (r *roster) addStuck(name string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stuck = append(r.stuck, name)
-}
-
-// news takes the worlds proposed, the hosts dropped and the members removed
-// as stuck since the last call.
-func (r *roster) news() (worlds []epoch.World, dropped, stuck []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	worlds, dropped, stuck = r.worlds, r.dropped, r.stuck
-	r.worlds, r.dropped, r.stuck = nil, nil, nil
-	return worlds, dropped, stuck
+	return dropped
 }
 
 // stopStuck marks the running process behind member name, which the driver

@@ -19,15 +19,16 @@
 // reports the end. The other ways in are layers of it, for code that drives
 // its own loop:
 //
-//   - JoinJob is Train's join without the loop: the job cfg names, the
-//     launcher's job, or a world of one, as Train decides; it returns the
-//     Membership a binding (bindings/c, and the Python package over it)
-//     holds while it runs the steps itself.
-//   - StartWorker is JoinJob's join of an elastic job: cfg names the job
-//     (WorkerConfigFromEnv reads a launcher's), never a world of one; it
-//     returns the Worker.
+//   - JoinJob is Train's join without the loop (Train calls the same join):
+//     the job cfg names, the launcher's job, or a world of one, as Train
+//     decides; it returns the JobMember a binding (bindings/c, and the
+//     Python package over it) holds while it runs the steps itself.
+//   - StartWorker is the join of an elastic job under both: cfg names the
+//     job (WorkerConfigFromEnv reads a launcher's), never a world of one;
+//     it returns the Worker, for a Go program that drives the Worker itself
+//     (its tests' workers, a loop of its own).
 //
-// Below Train, such a loop drives the Session of its Worker or Membership
+// Below Train, such a loop drives the Session of its Worker or JobMember
 // step by step: Allreduce or AllreduceAsync and WaitAll, then Commit, whose
 // ErrWorldChanged and ErrExcluded say what happened (and what Train does
 // about them: redo the step, rejoin as a new member with Worker.Rejoin, end). Gradients
@@ -138,8 +139,8 @@
 //
 // This package is what a trainer calls: Train (the loop), Worker (a process's
 // membership in a job), Session (a world's collectives and step boundaries)
-// and State (what a joining worker receives); Membership and JoinJob are the
-// bindings' way in. Beneath it:
+// and State (what a joining worker receives); JoinJob and its JobMember are
+// the bindings' way in. Beneath it:
 //
 //   - sync/epoch: worlds (numbered member lists), the source a session
 //     learns them from, and the epoch protocol as pure state machines

@@ -201,7 +201,7 @@ type Session struct {
 // openSession waits for the first epoch that includes cfg.Self, connects to
 // its members and receives the current state from its rank 0 (the oldest
 // member). It is the bottom of the ways into a job (StartWorker, and a world
-// of one): a Session is what a Worker or JoinJob's Membership hands out.
+// of one): a Session is what a Worker or JoinJob's JobMember hands out.
 func openSession(ctx context.Context, cfg Config, t transport.Transport, src epoch.Source, state *State) (*Session, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {

@@ -231,10 +231,13 @@ type Worker struct {
 
 // StartWorker joins the elastic job cfg names (cfg.JobID set: it does not
 // take the job from a launcher's environment, WorkerConfigFromEnv does, and
-// it never trains alone): it is the layer under JoinJob and Train, which a trainer calls instead unless it drives a Worker
-// itself. It starts the collective transport and the gossip member, announces itself ready (call it once the trainer's own start-up —
-// data, model — is done, so that joining never stalls the others), and waits
-// until an epoch admits it and the state has arrived.
+// it never trains alone). It is the layer under JoinJob and Train, which
+// join through it when a job is named or a launcher started the process; a
+// trainer calls Train instead, unless it drives a Worker itself. It starts
+// the collective transport and the gossip member, announces itself ready
+// (call it once the trainer's own start-up — data, model — is done, so that
+// joining never stalls the others), and waits until an epoch admits it and
+// the state has arrived.
 func StartWorker(ctx context.Context, cfg WorkerConfig, state *State) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
