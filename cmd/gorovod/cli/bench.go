@@ -60,6 +60,10 @@ type workerSpec struct {
 	// (cpu-rank<r>.pprof) and an execution trace (trace-rank<r>.out) of its
 	// measurement: where the time of a collective goes, per rank.
 	ProfileDir string `json:"profile_dir,omitempty"`
+	// Phases, when set, has every worker time the phases of its
+	// collectives (benchmark.PhaseTimes): rank 0 reports them in its
+	// results, the others on stderr.
+	Phases bool `json:"phases,omitempty"`
 }
 
 func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -336,6 +340,11 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("bench worker: %w", err)
 	}
 	cfg.Logger = log
+	var phases *benchmark.PhaseTimes
+	if spec.Phases {
+		phases = benchmark.NewPhaseTimes()
+		cfg.Tracer = phases
+	}
 	env, err := envconfig.Load(os.Getenv)
 	if err != nil {
 		return err
@@ -388,7 +397,16 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		defer stop()
 	}
 	return benchmark.Run(ctx, comm, bspec, func(r benchmark.Result) error {
+		if phases != nil {
+			r.PhasesUS = phases.Take(r.Bytes)
+		}
 		if env.Rank != 0 {
+			if r.PhasesUS != nil {
+				// The other ranks' phases, for a reader of the workers'
+				// logs: their split differs from rank 0's.
+				b, _ := json.Marshal(r.PhasesUS)
+				fmt.Fprintf(stderr, "bench phases rank %d bytes %d: %s\n", env.Rank, r.Bytes, b)
+			}
 			return nil
 		}
 		b, _ := json.Marshal(r)
