@@ -64,6 +64,9 @@ type workerSpec struct {
 	// collectives (benchmark.PhaseTimes): rank 0 reports them in its
 	// results, the others on stderr.
 	Phases bool `json:"phases,omitempty"`
+	// HierPieceBytes is collective.Config.HierarchicalPieceBytes (0: the
+	// default).
+	HierPieceBytes int `json:"hier_piece_bytes,omitempty"`
 }
 
 func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -86,6 +89,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up on the whole run after this long")
 	def := collective.DefaultConfig()
 	chunk := fs.String("chunk-bytes", fmt.Sprint(def.ChunkBytes), "ring pipelining chunk")
+	pieceBytes := fs.String("piece-bytes", fmt.Sprint(def.HierarchicalPieceBytes), "the hierarchical allreduce of at least twice this runs as pieces of about this size whose phases overlap (-1: one piece)")
 	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
 	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0: the transport's default, 4M between ranks of one host when each has a CPU and the kernel grants it; auto: the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
@@ -131,6 +135,11 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageErr(stderr, "--placement: %v", err)
 	}
 	spec.Transport, spec.IOTimeout = string(mode), *ioTimeout
+	if *pieceBytes == "-1" {
+		spec.HierPieceBytes = -1
+	} else if spec.HierPieceBytes, err = benchmark.ParseSize(*pieceBytes); err != nil || spec.HierPieceBytes == 0 {
+		return usageErr(stderr, "--piece-bytes %q: want a size or -1", *pieceBytes)
+	}
 	spec.LogLevel, spec.LogFormat = logOpts.Level, logOpts.Format
 	if *batchTime < 0 {
 		return usageErr(stderr, "--batch-time %v is negative", *batchTime)
@@ -228,6 +237,9 @@ func (s workerSpec) benchmarkSpec() (benchmark.Spec, error) {
 func (s workerSpec) collectiveConfig() (collective.Config, error) {
 	cfg := collective.DefaultConfig()
 	cfg.ChunkBytes, cfg.SmallMessageBytes = s.ChunkBytes, s.SmallBytes
+	if s.HierPieceBytes != 0 {
+		cfg.HierarchicalPieceBytes = s.HierPieceBytes
+	}
 	if s.SmallBytes == 0 {
 		cfg.SmallMessageBytes = -1 // --small-bytes 0: no message is small
 	}

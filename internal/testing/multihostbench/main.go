@@ -47,6 +47,7 @@ type workerSpec struct {
 	Security    string        `json:"security,omitempty"`
 	LogLevel    string        `json:"log_level,omitempty"`
 	Phases      bool          `json:"phases,omitempty"`
+	PieceBytes  int           `json:"hier_piece_bytes,omitempty"`
 }
 
 type result struct {
@@ -95,6 +96,7 @@ func run() error {
 	delay := flag.Duration("delay", 0, "extra delay on every packet a host sends (netem-like, ± a half)")
 	keepOrder := flag.Bool("keep-order", false, "with --delay, keep each flow's packets in order (netem's default with jitter reorders them)")
 	jsonOut := flag.String("json", "", "also write every result as a JSON line to this file")
+	pieceBytes := flag.String("piece-bytes", "0", "gorovod's hierarchical allreduce pieces (collective.Config.HierarchicalPieceBytes; 0: its default, -1: one piece)")
 	phases := flag.Bool("phases", false, "have gorovod's workers time the phases of their algorithm and print each rank's mean per allreduce (the hierarchical allreduce's local-reduce-scatter, cross-allreduce, local-allgather)")
 	showLanes := flag.Bool("show-lanes", false, "print the lanes each gorovod worker's TCP links chose (--lanes 0; the workers log at debug level)")
 	flag.Parse()
@@ -158,6 +160,13 @@ func run() error {
 			if err := h.Impair(testhosts.Impairment{Delay: *delay, Jitter: *delay / 2, KeepOrder: *keepOrder}); err != nil {
 				return err
 			}
+		}
+	}
+
+	pieces := -1
+	if *pieceBytes != "-1" {
+		if pieces, err = benchmark.ParseSize(*pieceBytes); err != nil {
+			return fmt.Errorf("--piece-bytes: %w", err)
 		}
 	}
 
@@ -243,7 +252,7 @@ func run() error {
 								IOTimeout: time.Minute, ChunkBytes: collective.DefaultConfig().ChunkBytes,
 								SmallBytes: collective.DefaultConfig().SmallMessageBytes, Transport: *transportName, BatchTimeUS: 1000,
 								Lanes: gorovodCols[impl].lanes, Security: gorovodCols[impl].security, Algorithm: *algorithm,
-								LogLevel: map[bool]string{true: "debug"}[*showLanes], Phases: *phases,
+								LogLevel: map[bool]string{true: "debug"}[*showLanes], Phases: *phases, PieceBytes: pieces,
 							})
 						case impl == "gloo":
 							rs, err = runGloo(ctx, net, head, workers[:k], *slots, glooScript, size, *warmup, *iters)
