@@ -90,8 +90,10 @@ func DefaultConfig() Config {
 		Algorithm:          AlgorithmAuto,
 		AllgatherAlgorithm: AlgorithmAuto,
 		ChunkBytes:         256 << 10,
-		// Measured over 1 Gbit/s links (docs/multihost.md): pieces of 8 MiB
-		// hide the local phases of 64 and 256 MiB allreduces behind the link.
+		// 8 MiB: a 64 MiB allreduce runs as 8 pieces, a 256 MiB one as 32,
+		// and each piece's stripe is still many ChunkBytes long. Over
+		// 1 Gbit/s links, 4 to 32 MiB measured alike within the noise of a
+		// busy machine (docs/multihost.md).
 		HierarchicalPieceBytes: 8 << 20,
 		AbortTimeout:           200 * time.Millisecond,
 		P2PBufferBytes:         DefaultP2PBufferBytes,
