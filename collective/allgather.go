@@ -76,16 +76,20 @@ func (c *Communicator) allgather(ctx context.Context, send, recv Buffer, counts 
 // ring, chunk by chunk: step s forwards the segment received at step s-1,
 // straight from dst. Its frames are numbered from stepBase.
 func (o *opRun) ringAllgather(ctx *opContext, g *ringGroup, plan *segPlan, dst memory, stepBase int) error {
-	c := o.c
+	return o.ringAllgatherOn(ctx, &o.c.lane, g, plan, dst, stepBase)
+}
+
+// ringAllgatherOn is ringAllgather on lane ln.
+func (o *opRun) ringAllgatherOn(ctx *opContext, ln *lane, g *ringGroup, plan *segPlan, dst memory, stepBase int) error {
 	p, r := g.size(), g.pos
-	x := &c.steps.gather
+	x := &ln.steps.gather
 	defer x.clear()
 	x.dst, x.plan, x.g, x.stepBase = dst, plan, g, stepBase
 	x.p, x.r, x.right, x.left = p, r, g.ranks[(r+1)%p], g.ranks[(r-1+p)%p]
-	x.scratch = c.scratchBuf(plan.maxChunk)
-	x.staging = c.stagingFor(dst, plan.maxChunk)
+	x.scratch = ln.scratchBuf(plan.maxChunk)
+	x.staging = ln.stagingFor(dst, plan.maxChunk)
 	items := (p - 1) * plan.nchunks
-	return o.pipeline(ctx, items, items, plan.nchunks, 0, x)
+	return o.pipelineOn(ctx, ln, items, items, plan.nchunks, 0, x)
 }
 
 // gatherRun is the state of one ring allgather, kept by the communicator:

@@ -242,7 +242,7 @@ func (c *Communicator) Allreduce(ctx context.Context, send, recv Buffer, op Redu
 // receive buffer.
 func (o *opRun) ring(ctx *opContext, g *ringGroup, plan *segPlan, src, work, out memory, outShift int, allgather bool, factor float64, divisor int) error {
 	start := o.mark()
-	rr, err := o.ringSteps(ctx, g, plan, ringMem{src: src, work: work, out: out, outShift: outShift}, allgather, factor, divisor, 0)
+	rr, err := o.ringSteps(ctx, &o.c.lane, g, plan, ringMem{src: src, work: work, out: out, outShift: outShift}, allgather, factor, divisor, 0)
 	if rr.rsEnd > 0 {
 		o.phase(PhaseReduceScatter, start, rr.rsEnd, rr.reduce)
 		if allgather {
@@ -259,12 +259,11 @@ type ringMem struct {
 	base, outShift int
 }
 
-// ringSteps runs the ring of ring (which see) without reporting phases; its
-// frames are numbered from stepBase. It returns the traced times.
-func (o *opRun) ringSteps(ctx *opContext, g *ringGroup, plan *segPlan, m ringMem, allgather bool, factor float64, divisor int, stepBase int) (times ringTimes, err error) {
-	c := o.c
+// ringSteps runs the ring of ring (which see) on lane ln without reporting
+// phases; its frames are numbered from stepBase. It returns the traced times.
+func (o *opRun) ringSteps(ctx *opContext, ln *lane, g *ringGroup, plan *segPlan, m ringMem, allgather bool, factor float64, divisor int, stepBase int) (times ringTimes, err error) {
 	p, r := g.size(), g.pos
-	rr := &c.steps.ring
+	rr := &ln.steps.ring
 	defer rr.clear()
 	rr.plan, rr.src, rr.work, rr.out, rr.outShift = plan, m.src, m.work, m.out, m.base+m.outShift
 	rr.base, rr.stepBase, rr.g = m.base, stepBase, g
@@ -272,8 +271,8 @@ func (o *opRun) ringSteps(ctx *opContext, g *ringGroup, plan *segPlan, m ringMem
 	rr.nc, rr.rsSteps = plan.nchunks, p-1
 	rr.dt, rr.op = o.desc.dtype, kernelReduceOp(o.desc.op)
 	rr.factor, rr.divisor = factor, divisor
-	rr.scratch = c.scratchBuf(plan.maxChunk)
-	rr.staging = c.stagingFor(m.src, plan.maxChunk)
+	rr.scratch = ln.scratchBuf(plan.maxChunk)
+	rr.staging = ln.stagingFor(m.src, plan.maxChunk)
 	rr.reduce, rr.rsEnd = 0, 0
 	steps := rr.rsSteps
 	if allgather {
@@ -290,7 +289,7 @@ func (o *opRun) ringSteps(ctx *opContext, g *ringGroup, plan *segPlan, m ringMem
 	// send), but only through the links, which the race detector cannot see
 	// through a socket; the guard says it in Go.
 	items := steps * rr.nc
-	err = o.pipeline(ctx, items, items, rr.nc, (p-1)*rr.nc, rr)
+	err = o.pipelineOn(ctx, ln, items, items, rr.nc, (p-1)*rr.nc, rr)
 	return ringTimes{reduce: rr.reduce, rsEnd: rr.rsEnd}, err
 }
 
@@ -429,7 +428,21 @@ func (rr *ringRun) recvStep(ctx *opContext, k int) error {
 // combine the same two values, so all ranks end bit-identical. Its frames are
 // numbered from stepBase.
 func (o *opRun) recursiveDoubling(ctx *opContext, g *ringGroup, buf memory, base, nbytes, stepBase int) error {
-	c := o.c
+	return o.recursiveDoublingOn(ctx, &o.c.lane, g, buf, base, nbytes, stepBase)
+}
+
+// doublingSteps is how many frame numbers a recursive doubling among p ranks
+// uses from its stepBase.
+func doublingSteps(p int) int {
+	rounds := 0
+	for m := 1; m*2 <= p; m <<= 1 {
+		rounds++
+	}
+	return rounds + 2
+}
+
+// recursiveDoublingOn is recursiveDoubling on lane ln.
+func (o *opRun) recursiveDoublingOn(ctx *opContext, ln *lane, g *ringGroup, buf memory, base, nbytes, stepBase int) error {
 	p, r := g.size(), g.pos
 	dt, op := o.desc.dtype, kernelReduceOp(o.desc.op)
 	pof2 := 1
@@ -437,11 +450,11 @@ func (o *opRun) recursiveDoubling(ctx *opContext, g *ringGroup, buf memory, base
 		pof2 *= 2
 	}
 	rem := p - pof2
-	x := &c.steps.doubling
+	x := &ln.steps.doubling
 	defer x.clear()
 	x.buf, x.base, x.nbytes = buf, base, nbytes
-	x.scratch = c.scratchBuf(nbytes)[:nbytes]
-	x.staging = c.stagingFor(buf, nbytes)
+	x.scratch = ln.scratchBuf(nbytes)[:nbytes]
+	x.staging = ln.stagingFor(buf, nbytes)
 	combine := func(ctx context.Context) error {
 		return buf.reduceFrom(ctx, base, buf, base, x.scratch, dt, op)
 	}
@@ -474,7 +487,7 @@ func (o *opRun) recursiveDoubling(ctx *opContext, g *ringGroup, buf memory, base
 			if pn < rem {
 				x.peer = g.ranks[pn*2+1]
 			}
-			if err := o.exchange(ctx, nbytes, x); err != nil {
+			if err := o.exchangeOn(ctx, ln, nbytes, x); err != nil {
 				return err
 			}
 			if err := combine(ctx); err != nil {

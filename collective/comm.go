@@ -15,7 +15,8 @@ import (
 
 // Config tunes a Communicator. A zero field means its default
 // (DefaultConfig). Every rank of a world must use the same SmallMessageBytes,
-// HierarchicalBytes, Algorithm, AllgatherAlgorithm and ChunkBytes: they
+// HierarchicalBytes, HierarchicalPieceBytes, Algorithm, AllgatherAlgorithm and
+// ChunkBytes: they
 // decide the algorithm and the framing, and a difference is reported as a
 // mismatch.
 type Config struct {
@@ -41,6 +42,13 @@ type Config struct {
 	// ChunkBytes is the pipelining unit of the ring and chain algorithms
 	// (and the frame size and smallest stripe of Replicate).
 	ChunkBytes int
+	// HierarchicalPieceBytes: a hierarchical allreduce of host memory of
+	// at least twice this many bytes runs as pieces of about this size (at
+	// most 64 of them), so that the transfer between hosts of one piece
+	// overlaps the reduce-scatter and allgather inside the host of the
+	// next and previous ones. Negative: one piece. Every rank must use the
+	// same value.
+	HierarchicalPieceBytes int
 	// StripeSources is how many holders feed each receiver of Replicate
 	// at most; 0 (the default) chooses by the link kinds (see Replicate).
 	// Every rank must use the same value.
@@ -82,8 +90,13 @@ func DefaultConfig() Config {
 		Algorithm:          AlgorithmAuto,
 		AllgatherAlgorithm: AlgorithmAuto,
 		ChunkBytes:         256 << 10,
-		AbortTimeout:       200 * time.Millisecond,
-		P2PBufferBytes:     DefaultP2PBufferBytes,
+		// 8 MiB: a 64 MiB allreduce runs as 8 pieces, a 256 MiB one as 32,
+		// and each piece's stripe is still many ChunkBytes long. Over
+		// 1 Gbit/s links, 4 to 32 MiB measured alike within the noise of a
+		// busy machine (docs/multihost.md).
+		HierarchicalPieceBytes: 8 << 20,
+		AbortTimeout:           200 * time.Millisecond,
+		P2PBufferBytes:         DefaultP2PBufferBytes,
 	}
 }
 
@@ -98,6 +111,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.HierarchicalBytes == 0 {
 		c.HierarchicalBytes = d.HierarchicalBytes
+	}
+	if c.HierarchicalPieceBytes == 0 {
+		c.HierarchicalPieceBytes = d.HierarchicalPieceBytes
 	}
 	if c.Algorithm == "" {
 		c.Algorithm = d.Algorithm
@@ -191,8 +207,6 @@ type Communicator struct {
 	// another subset's, on a shared link.
 	seqBase uint64
 	seq     uint64
-	scratch []byte // receive staging
-	staging []byte // send staging for device memory
 	// adasumHost is the host copy an Adasum allreduce of device memory
 	// works in.
 	adasumHost []byte
@@ -213,17 +227,23 @@ type Communicator struct {
 
 	// State kept from collective to collective (opMu), so that one of a
 	// shape already run allocates nothing.
-	op      opRun
-	octx    *opContext
-	helper  *helper
-	pipe    *pipeRun
-	sendHdr []transport.Header // per peer: the frame header being sent
-	recvHdr []transport.Header // per peer: the frame header being received
-	plan    segPlan            // the running collective's layout
-	plan2   segPlan            // and a second one (alltoall's receive side)
-	counts  []int              // the running collective's per-rank counts, when it makes them
-	hier    hierState
-	steps   algoSteps
+	op   opRun
+	octx *opContext
+	// lane runs the collectives' steps: its helper goroutine sends while
+	// the caller's goroutine receives. crossLane is a second one, and
+	// driver the goroutine that runs it, for the hierarchical allreduce's
+	// steps between hosts while the caller's goroutine runs those inside
+	// the host (hierarchical.go).
+	lane
+	crossLane lane
+	driver    *helper
+	hierPipe  *hierPipe
+	sendHdr   []transport.Header // per peer: the frame header being sent
+	recvHdr   []transport.Header // per peer: the frame header being received
+	plan      segPlan            // the running collective's layout
+	plan2     segPlan            // and a second one (alltoall's receive side)
+	counts    []int              // the running collective's per-rank counts, when it makes them
+	hier      hierState
 }
 
 // New connects the ranks of w through t and returns the communicator.
@@ -284,15 +304,16 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 		sendBroken:    make([]bool, len(links)),
 		tracer:        cfg.Tracer,
 		octx:          newOpContext(),
-		helper:        newHelper(),
-		pipe:          newPipeRun(),
+		driver:        newHelper(),
+		hierPipe:      newHierPipe(),
 		sendHdr:       make([]transport.Header, len(links)),
 		recvHdr:       make([]transport.Header, len(links)),
 		linkMu:        new(sync.Mutex),
 	}
 	c.p2p = newP2PState(len(links), cfg.P2PBufferBytes, c.p2pFail)
 	c.op.c = c
-	c.steps.init(c)
+	c.lane.init(&c.op)
+	c.crossLane.init(&c.op)
 	if cfg.NewDeviceAllreducer != nil {
 		c.devReduce = cfg.NewDeviceAllreducer()
 	}
@@ -302,6 +323,8 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 	// The helper goroutine references none of c, so a communicator dropped
 	// without Close still becomes garbage, and this stops its helper.
 	runtime.AddCleanup(c, (*helper).stop, c.helper)
+	runtime.AddCleanup(c, (*helper).stop, c.crossLane.helper)
+	runtime.AddCleanup(c, (*helper).stop, c.driver)
 	return c, nil
 }
 
@@ -443,6 +466,8 @@ func (c *Communicator) closeLinks() {
 		c.p2p.stop(c.Err())
 	}
 	c.helper.stop()
+	c.crossLane.helper.stop()
+	c.driver.stop()
 	if c.opMu.TryLock() {
 		c.octx.release()
 		c.opMu.Unlock()

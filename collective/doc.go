@@ -14,7 +14,10 @@
 // Config.HierarchicalBytes run the hierarchical algorithm instead:
 // reduce-scatter inside each host, allreduce of each stripe between the ranks
 // of one local index on every host, allgather inside each host, so each
-// host's link carries its data once rather than once per local rank.
+// host's link carries its data once rather than once per local rank. A
+// buffer of at least two Config.HierarchicalPieceBytes runs as pieces, so
+// that the allreduce between hosts of one piece overlaps the work inside the
+// host on the next and previous ones.
 // Broadcast uses a binomial tree for small buffers and a pipelined chain for
 // large ones; allgather and reduce-scatter run the ring (allgather the
 // hierarchical gather when Config.AllgatherAlgorithm asks); alltoall pairs
@@ -43,8 +46,10 @@
 // collective needs from call to call — staging buffers, segment plans, frame
 // headers, each algorithm's state (stepper), one context it binds to each
 // call's (opContext) — and runs the sending half of a pipelined collective on
-// one helper goroutine that lives until Close, Abort or a failure. Options
-// are plain values. TestSteadyStateAllocations checks it on every transport.
+// one helper goroutine that lives until Close, Abort or a failure (a
+// pipelined hierarchical allreduce adds a second lane of steps, with its own
+// sender, and a goroutine that drives it: three at most). Options are plain
+// values. TestSteadyStateAllocations checks it on every transport.
 //
 // Failure. Every collective takes a context. A peer that closes, dies or goes
 // silent yields a *PeerError naming its rank within the context deadline or the

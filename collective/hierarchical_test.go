@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,6 +208,12 @@ var forcedConfigs = []struct {
 	{"hier-ring", Config{Algorithm: AlgorithmHierarchical, SmallMessageBytes: -1, ChunkBytes: 64, AbortTimeout: time.Second}},
 	{"hier-rd", Config{Algorithm: AlgorithmHierarchical, SmallMessageBytes: 1 << 30, ChunkBytes: 64, AbortTimeout: time.Second}},
 	{"auto", Config{HierarchicalBytes: 1, SmallMessageBytes: 16, ChunkBytes: 64, AbortTimeout: time.Second}},
+	// Pipelined: pieces of 12 bytes cut 7 to 1001 elements of 2 to 8
+	// bytes into 2 to 64 pieces with remainders (Uint8 of up to 23
+	// elements, and the smallest counts, stay in one piece), some pieces
+	// smaller than the host's stripes.
+	{"hier-pieces-ring", Config{Algorithm: AlgorithmHierarchical, SmallMessageBytes: -1, ChunkBytes: 64, HierarchicalPieceBytes: 12, AbortTimeout: time.Second}},
+	{"hier-pieces-rd", Config{Algorithm: AlgorithmHierarchical, SmallMessageBytes: 1 << 30, ChunkBytes: 64, HierarchicalPieceBytes: 12, AbortTimeout: time.Second}},
 }
 
 // TestAllreduceAlgorithms: every algorithm, forced, on every host layout,
@@ -238,10 +246,15 @@ func TestAllreduceAlgorithmsOverHosts(t *testing.T) {
 		t.Skip("connects real transports")
 	}
 	for _, l := range []hostLayout{blocked(2, 2), interleaved(1, 3), blocked(2, 1, 2)} {
-		for _, alg := range []Algorithm{AlgorithmRing, AlgorithmHierarchical, AlgorithmRecursiveDoubling} {
+		for _, alg := range []Algorithm{AlgorithmRing, AlgorithmHierarchical, AlgorithmRecursiveDoubling, "hierarchical-pieces"} {
 			t.Run(l.name+"/"+string(alg), func(t *testing.T) {
 				cfg := DefaultConfig()
 				cfg.Algorithm = alg
+				if alg == "hierarchical-pieces" {
+					// 1 MiB+13 bytes: the 4 and 6 MiB buffers run as 3
+					// and 5 pieces with remainders.
+					cfg.Algorithm, cfg.HierarchicalPieceBytes = AlgorithmHierarchical, 1<<20+13
+				}
 				comms := newHostWorld(t, hostsMesh, l, cfg)
 				for _, n := range []int{0, 1, 5, 16<<10 + 3, 1<<20 + 1} {
 					checkAllreduce(t, comms, Float32, Sum, n, true, 1, 1)
@@ -349,27 +362,31 @@ func (r *recordTracer) CollectiveEnd(OpInfo, time.Time, time.Time, error) {}
 func TestAlgorithmChoice(t *testing.T) {
 	const small, hier = 1 << 10, 8 << 10
 	for _, tc := range []struct {
-		layout hostLayout
-		alg    Algorithm
-		bytes  int
-		want   string
-		phases string
+		layout     hostLayout
+		alg        Algorithm
+		bytes      int
+		want       string
+		phases     string
+		pieceBytes int // Config.HierarchicalPieceBytes; 0: the default
 	}{
-		{blocked(2, 2), AlgorithmAuto, 4, "recursive-doubling", ""},
-		{blocked(2, 2), AlgorithmAuto, small, "recursive-doubling", ""},
-		{blocked(2, 2), AlgorithmAuto, small + 4, "ring", "reduce-scatter allgather"},
-		{blocked(2, 2), AlgorithmAuto, hier, "hierarchical", "local-reduce-scatter cross-allreduce local-allgather"},
-		{blocked(1, 3), AlgorithmAuto, hier, "hierarchical", "local-reduce-scatter cross-allreduce local-allgather"},
-		{blocked(4), AlgorithmAuto, hier, "ring", "reduce-scatter allgather"},
-		{blocked(1, 1, 1), AlgorithmAuto, hier, "ring", "reduce-scatter allgather"},
-		{blocked(2, 2), AlgorithmRing, hier, "ring", "reduce-scatter allgather"},
-		{blocked(2, 2), AlgorithmRing, 4, "ring", "reduce-scatter allgather"},
-		{blocked(2, 2), AlgorithmHierarchical, 4, "hierarchical", "local-reduce-scatter cross-allreduce local-allgather"},
-		{blocked(2, 2), AlgorithmRecursiveDoubling, 1 << 20, "recursive-doubling", ""},
+		// Pipelined (4 pieces): each phase is reported once.
+		{blocked(2, 2), AlgorithmAuto, 4 * hier, "hierarchical", "local-reduce-scatter cross-allreduce local-allgather", hier},
+		{blocked(1, 3), AlgorithmHierarchical, 4 * hier, "hierarchical", "local-reduce-scatter cross-allreduce local-allgather", hier},
+		{blocked(2, 2), AlgorithmAuto, 4, "recursive-doubling", "", 0},
+		{blocked(2, 2), AlgorithmAuto, small, "recursive-doubling", "", 0},
+		{blocked(2, 2), AlgorithmAuto, small + 4, "ring", "reduce-scatter allgather", 0},
+		{blocked(2, 2), AlgorithmAuto, hier, "hierarchical", "local-reduce-scatter cross-allreduce local-allgather", 0},
+		{blocked(1, 3), AlgorithmAuto, hier, "hierarchical", "local-reduce-scatter cross-allreduce local-allgather", 0},
+		{blocked(4), AlgorithmAuto, hier, "ring", "reduce-scatter allgather", 0},
+		{blocked(1, 1, 1), AlgorithmAuto, hier, "ring", "reduce-scatter allgather", 0},
+		{blocked(2, 2), AlgorithmRing, hier, "ring", "reduce-scatter allgather", 0},
+		{blocked(2, 2), AlgorithmRing, 4, "ring", "reduce-scatter allgather", 0},
+		{blocked(2, 2), AlgorithmHierarchical, 4, "hierarchical", "local-reduce-scatter cross-allreduce local-allgather", 0},
+		{blocked(2, 2), AlgorithmRecursiveDoubling, 1 << 20, "recursive-doubling", "", 0},
 	} {
 		t.Run(fmt.Sprintf("%s/%s/%d", tc.layout.name, tc.alg, tc.bytes), func(t *testing.T) {
 			rec := &recordTracer{}
-			cfg := Config{Algorithm: tc.alg, SmallMessageBytes: small, HierarchicalBytes: hier, AbortTimeout: time.Second}
+			cfg := Config{Algorithm: tc.alg, SmallMessageBytes: small, HierarchicalBytes: hier, HierarchicalPieceBytes: tc.pieceBytes, AbortTimeout: time.Second}
 			comms := newHostWorld(t, inprocMesh, tc.layout, cfg)
 			comms[0].tracer = rec
 			noErrors(t, onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
@@ -481,13 +498,195 @@ func TestSteadyStateAllocationsHierarchical(t *testing.T) {
 					if coll.name == "broadcast" {
 						continue
 					}
-					t.Run(fmt.Sprintf("%s/%s/%dKiB/%s", m.name, l.name, size>>10, coll.name), func(t *testing.T) {
-						cfg := DefaultConfig()
-						cfg.Algorithm, cfg.AllgatherAlgorithm = AlgorithmHierarchical, AlgorithmHierarchical
-						checkSteadyAllocs(t, newHostWorld(t, m.mk, l, cfg), size, coll.run)
-					})
+					// The default pieces, and pieces of 96 KiB: the
+					// 1 MiB allreduce pipelined in 10 of them.
+					for _, pieceBytes := range []int{0, 96 << 10} {
+						t.Run(fmt.Sprintf("%s/%s/%dKiB/%s/pieces%d", m.name, l.name, size>>10, coll.name, pieceBytes), func(t *testing.T) {
+							cfg := DefaultConfig()
+							cfg.Algorithm, cfg.AllgatherAlgorithm = AlgorithmHierarchical, AlgorithmHierarchical
+							if pieceBytes != 0 {
+								cfg.HierarchicalPieceBytes = pieceBytes
+							}
+							checkSteadyAllocs(t, newHostWorld(t, m.mk, l, cfg), size, coll.run)
+						})
+					}
 				}
 			}
+		}
+	}
+}
+
+// phaseTracer keeps the phases of every collective with their times.
+type phaseTracer struct {
+	mu     sync.Mutex
+	phases []PhaseInfo
+}
+
+func (r *phaseTracer) CollectiveStart(OpInfo, time.Time) {}
+
+func (r *phaseTracer) CollectivePhase(_ OpInfo, ph PhaseInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.phases = append(r.phases, ph)
+}
+
+func (r *phaseTracer) CollectiveEnd(OpInfo, time.Time, time.Time, error) {}
+
+// TestHierarchicalPipelineOverlaps: cut into pieces, the hierarchical
+// allreduce runs the cross-host allreduce while the host still
+// reduce-scatters and allgathers: on a rank that carries a stripe, the
+// cross phase starts before the local reduce-scatter ends, and the local
+// allgather starts before the cross phase ends (with 3 pieces or more the
+// order of the pieces guarantees it). Unpipelined, each phase starts after
+// the one before ends.
+func TestHierarchicalPipelineOverlaps(t *testing.T) {
+	for _, tc := range []struct {
+		layout hostLayout
+		pieces int
+	}{
+		{blocked(2, 2), 3},
+		{blocked(2, 2), 8},
+		{blocked(3, 2), 5},
+		{blocked(2, 2, 2), 4},
+	} {
+		t.Run(fmt.Sprintf("%s/%d", tc.layout.name, tc.pieces), func(t *testing.T) {
+			const bytes = 96 << 10
+			rec := &phaseTracer{}
+			cfg := Config{Algorithm: AlgorithmHierarchical, ChunkBytes: 4096, HierarchicalPieceBytes: bytes / tc.pieces, AbortTimeout: time.Second}
+			comms := newHostWorld(t, inprocMesh, tc.layout, cfg)
+			comms[0].tracer = rec
+			noErrors(t, onAll(t, comms, 20*time.Second, func(ctx context.Context, c *Communicator) error {
+				b := HostBuffer(Float32, make([]byte, bytes))
+				return c.Allreduce(ctx, b, b, Sum)
+			}))
+			if len(rec.phases) != 3 {
+				t.Fatalf("%d phases reported, want 3", len(rec.phases))
+			}
+			rs, cross, ag := rec.phases[0], rec.phases[1], rec.phases[2]
+			if !cross.Start.Before(rs.End) {
+				t.Errorf("the cross allreduce started %v after the local reduce-scatter ended", cross.Start.Sub(rs.End))
+			}
+			if !ag.Start.Before(cross.End) {
+				t.Errorf("the local allgather started %v after the cross allreduce ended", ag.Start.Sub(cross.End))
+			}
+		})
+	}
+}
+
+// TestHierarchicalPipelineFailures: a pipelined hierarchical allreduce
+// fails every rank with a typed error within bounded time, never a hang,
+// when a rank dies part-way (its links closed after some frames: a rank
+// with a stripe and one without, inside the host and across), when a rank
+// never joins (the others' deadline), and when ranks cut the buffer into
+// different pieces (a mismatch). A dead rank is named by a *PeerError or a
+// mismatch; an absent one leaves the others their deadline.
+func TestHierarchicalPipelineFailures(t *testing.T) {
+	const bytes = 256 << 10
+	cfg := Config{Algorithm: AlgorithmHierarchical, SmallMessageBytes: -1, ChunkBytes: 4096, HierarchicalPieceBytes: 32 << 10, AbortTimeout: time.Second}
+	for _, m := range []struct {
+		name string
+		mk   meshFunc
+	}{{"inproc", inprocMesh}, {"hosts", hostsMesh}} {
+		for _, tc := range []struct {
+			name   string
+			layout hostLayout
+			victim int
+			frames int64 // the victim's sends before it dies; -1: it never joins
+			pieces int   // the victim's HierarchicalPieceBytes, when not 0
+		}{
+			{"dies/stripe", blocked(2, 2), 2, 40, 0},
+			{"dies/local-only", blocked(2, 3), 4, 20, 0},
+			{"dies/early", blocked(2, 2), 1, 3, 0},
+			{"dies/uneven", blocked(3, 2), 0, 60, 0},
+			{"absent", blocked(2, 2), 3, -1, 0},
+			{"other-pieces", blocked(2, 2), 1, 0, 64 << 10},
+		} {
+			t.Run(m.name+"/"+tc.name, func(t *testing.T) {
+				mk := func(t testing.TB, w transport.World) [][]transport.Link {
+					mesh := m.mk(t, w)
+					if tc.frames <= 0 {
+						return mesh
+					}
+					var left atomic.Int64
+					left.Store(tc.frames)
+					all := slices.Clone(mesh[tc.victim])
+					for q, l := range mesh[tc.victim] {
+						if l != nil {
+							mesh[tc.victim][q] = dyingLink{Link: l, after: &left, all: all}
+						}
+					}
+					return mesh
+				}
+				p := len(tc.layout.hosts)
+				w := transport.World{JobID: "test-job", Epoch: 1, Addrs: make([]string, p), Hosts: tc.layout.hosts}
+				mesh := mk(t, w)
+				comms := make([]*Communicator, p)
+				for r := range comms {
+					w.Rank = r
+					rcfg := cfg
+					if r == tc.victim && tc.pieces != 0 {
+						rcfg.HierarchicalPieceBytes = tc.pieces
+					}
+					c, err := NewFromLinks(w, mesh[r], rcfg)
+					if err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+					defer c.Close()
+					comms[r] = c
+				}
+				timeout := 20 * time.Second
+				if tc.frames < 0 {
+					timeout = 500 * time.Millisecond
+				}
+				start := time.Now()
+				errs := onAll(t, comms, timeout, func(ctx context.Context, c *Communicator) error {
+					if tc.frames < 0 && c.Rank() == tc.victim {
+						return nil
+					}
+					b := HostBuffer(Float32, make([]byte, bytes))
+					return c.Allreduce(ctx, b, b, Sum)
+				})
+				if d := time.Since(start); d > 15*time.Second {
+					t.Errorf("failing took %v", d)
+				}
+				named := false
+				for r, err := range errs {
+					if r == tc.victim {
+						continue
+					}
+					if tc.frames < 0 && errors.Is(err, context.DeadlineExceeded) {
+						// Ranks not waiting on the absent one directly see
+						// their deadline (as unpipelined).
+						var pe *PeerError
+						named = named || (errors.As(err, &pe) && pe.Rank == tc.victim)
+						continue
+					}
+					if !isTypedFailure(err) {
+						t.Fatalf("rank %d: want a typed failure, got %v", r, err)
+					}
+					var pe *PeerError
+					var mm *MismatchError
+					switch {
+					case tc.frames < 0:
+						t.Errorf("rank %d: want the deadline, got %v", r, err)
+					case tc.pieces != 0:
+						if errors.As(err, &mm) {
+							named = named || mm.Peer == tc.victim
+							if mm.Peer == tc.victim && mm.Field != "layout" {
+								t.Errorf("rank %d: mismatch of %s, want layout", r, mm.Field)
+							}
+						}
+					default:
+						if errors.Is(err, context.DeadlineExceeded) {
+							t.Errorf("rank %d: the deadline, not the dead peer: %v", r, err)
+						}
+						named = named || (errors.As(err, &pe) && pe.Rank == tc.victim)
+					}
+				}
+				if !named && tc.frames >= 0 {
+					t.Errorf("no rank named rank %d: %v", tc.victim, errs)
+				}
+			})
 		}
 	}
 }

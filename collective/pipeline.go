@@ -22,23 +22,29 @@ type stepper interface {
 // the communicator is garbage), so a collective starts no goroutine — starting
 // one allocates. It holds no reference to the communicator between jobs.
 type helper struct {
-	jobs    chan *pipeRun
+	jobs    chan helperJob
 	quit    chan struct{}
 	stopped sync.Once
 	started bool // guarded by the communicator's opMu
 }
 
 func newHelper() *helper {
-	return &helper{jobs: make(chan *pipeRun), quit: make(chan struct{})}
+	return &helper{jobs: make(chan helperJob), quit: make(chan struct{})}
 }
+
+// helperJob is what a helper goroutine runs: the sending half of a pipeline
+// (pipeRun) or the cross-host half of a pipelined hierarchical allreduce
+// (hierPipe). Both are pointers kept by the communicator, so handing one
+// over allocates nothing.
+type helperJob interface{ runJob() }
 
 func (h *helper) loop() {
 	for {
 		select {
 		case <-h.quit:
 			return
-		case p := <-h.jobs:
-			p.runSendHalf()
+		case j := <-h.jobs:
+			j.runJob()
 		}
 	}
 }
@@ -71,9 +77,9 @@ func wake(c chan struct{}) {
 	}
 }
 
-// runSendHalf sends items 0..nSend-1, item k once the receiving half has
+// runJob sends items 0..nSend-1, item k once the receiving half has
 // finished item k-lag (never waiting with lag < 0).
-func (p *pipeRun) runSendHalf() {
+func (p *pipeRun) runJob() {
 	err := p.sendHalf()
 	if err != nil {
 		p.ctx.cancel(err)
@@ -106,6 +112,11 @@ func (p *pipeRun) sendHalf() error {
 // guard > 0, recv k may only start once send k-guard has finished, because it
 // overwrites what that send read. Either half failing stops the other.
 func (o *opRun) pipeline(ctx *opContext, nSend, nRecv, lag, guard int, st stepper) error {
+	return o.pipelineOn(ctx, &o.c.lane, nSend, nRecv, lag, guard, st)
+}
+
+// pipelineOn is pipeline on lane ln (its pipeline state and helper).
+func (o *opRun) pipelineOn(ctx *opContext, ln *lane, nSend, nRecv, lag, guard int, st stepper) error {
 	if nSend == 0 {
 		for k := 0; k < nRecv; k++ {
 			if err := st.recvStep(ctx, k); err != nil {
@@ -114,13 +125,12 @@ func (o *opRun) pipeline(ctx *opContext, nSend, nRecv, lag, guard int, st steppe
 		}
 		return nil
 	}
-	c := o.c
-	p := c.pipe
+	p := ln.pipe
 	p.ctx, p.st, p.nSend, p.lag = ctx, st, nSend, lag
 	p.recvDone.Store(0)
 	p.sendDone.Store(0)
 	defer func() { p.ctx, p.st = nil, nil }()
-	if err := c.startSendHalf(p); err != nil {
+	if err := o.c.startJob(ln.helper, p); err != nil {
 		return err
 	}
 	var recvErr error
@@ -148,16 +158,14 @@ func (o *opRun) pipeline(ctx *opContext, nSend, nRecv, lag, guard int, st steppe
 	return <-p.result
 }
 
-// startSendHalf hands p's sending half to the helper goroutine, starting it
-// the first time.
-func (c *Communicator) startSendHalf(p *pipeRun) error {
-	h := c.helper
+// startJob hands job to the helper goroutine h, starting it the first time.
+func (c *Communicator) startJob(h *helper, job helperJob) error {
 	if !h.started {
 		h.started = true
 		go h.loop()
 	}
 	select {
-	case h.jobs <- p:
+	case h.jobs <- job:
 		return nil
 	case <-h.quit:
 		if err := c.Err(); err != nil {
@@ -172,13 +180,18 @@ func (c *Communicator) startSendHalf(p *pipeRun) error {
 // done. Small sends complete without the peer reading
 // (transport.InlinePayload), so they go first from this goroutine.
 func (o *opRun) exchange(ctx *opContext, n int, st stepper) error {
+	return o.exchangeOn(ctx, &o.c.lane, n, st)
+}
+
+// exchangeOn is exchange on lane ln.
+func (o *opRun) exchangeOn(ctx *opContext, ln *lane, n int, st stepper) error {
 	if n <= transport.InlinePayload {
 		if err := st.sendStep(ctx, 0); err != nil {
 			return err
 		}
 		return st.recvStep(ctx, 0)
 	}
-	return o.pipeline(ctx, 1, 1, -1, 0, st)
+	return o.pipelineOn(ctx, ln, 1, 1, -1, 0, st)
 }
 
 // firstCause picks, of the receiving and sending halves' errors, the one that
@@ -202,8 +215,24 @@ type algoSteps struct {
 	adasum   adasumRun
 }
 
-func (s *algoSteps) init(c *Communicator) {
-	o := &c.op
+func (s *algoSteps) init(o *opRun) {
 	s.ring.o, s.doubling.o, s.chain.o, s.gather.o, s.barrier.o, s.alltoall.o, s.adasum.o = o, o, o, o, o, o, o
 	s.ring.consumeFn = s.ring.consume
+}
+
+// lane is what one goroutine needs to run algorithms' steps: the steppers,
+// the pipeline it shares with its helper goroutine (which sends while this
+// one receives), and staging. The communicator has two (Communicator.lane
+// and crossLane), so that two groups of its ranks can run steps at once.
+type lane struct {
+	steps   algoSteps
+	helper  *helper
+	pipe    *pipeRun
+	scratch []byte // receive staging
+	staging []byte // send staging for device memory
+}
+
+func (ln *lane) init(o *opRun) {
+	ln.steps.init(o)
+	ln.helper, ln.pipe = newHelper(), newPipeRun()
 }

@@ -102,23 +102,23 @@ func layoutHash(counts []int) uint32 {
 	return h.Sum32()
 }
 
-// scratchBuf returns the communicator's receive staging, at least n bytes. Only
-// the collective holding opMu uses it.
-func (c *Communicator) scratchBuf(n int) []byte {
-	if cap(c.scratch) < n {
-		c.scratch = make([]byte, n)
+// scratchBuf returns the lane's receive staging, at least n bytes. Only the
+// collective holding opMu uses it, from the lane's goroutine.
+func (ln *lane) scratchBuf(n int) []byte {
+	if cap(ln.scratch) < n {
+		ln.scratch = make([]byte, n)
 	}
-	return c.scratch[:cap(c.scratch)]
+	return ln.scratch[:cap(ln.scratch)]
 }
 
-// stagingFor returns send staging for device memory, nil for host memory (which
-// is sent from where it lies).
-func (c *Communicator) stagingFor(m memory, n int) []byte {
+// stagingFor returns the lane's send staging for device memory, nil for host
+// memory (which is sent from where it lies).
+func (ln *lane) stagingFor(m memory, n int) []byte {
 	if m.dev == nil {
 		return nil
 	}
-	if cap(c.staging) < n {
-		c.staging = make([]byte, n)
+	if cap(ln.staging) < n {
+		ln.staging = make([]byte, n)
 	}
-	return c.staging[:cap(c.staging)]
+	return ln.staging[:cap(ln.staging)]
 }

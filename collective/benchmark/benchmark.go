@@ -88,6 +88,10 @@ type Result struct {
 	Batch   int     `json:"batch"`
 	// Algorithm is what ran an allreduce or allgather (OpInfo.Algorithm).
 	Algorithm string `json:"algorithm,omitempty"`
+	// PhasesUS is, when the worker traced its phases (PhaseTimes), the mean
+	// time of each phase per collective of this size on the reporting rank,
+	// warm-up included, in microseconds ("total": the whole collective).
+	PhasesUS map[string]float64 `json:"phases_us,omitempty"`
 }
 
 // busFactor converts algorithm bandwidth to bus bandwidth (nccl-tests), the

@@ -60,6 +60,13 @@ type workerSpec struct {
 	// (cpu-rank<r>.pprof) and an execution trace (trace-rank<r>.out) of its
 	// measurement: where the time of a collective goes, per rank.
 	ProfileDir string `json:"profile_dir,omitempty"`
+	// Phases, when set, has every worker time the phases of its
+	// collectives (benchmark.PhaseTimes): rank 0 reports them in its
+	// results, the others on stderr.
+	Phases bool `json:"phases,omitempty"`
+	// HierPieceBytes is collective.Config.HierarchicalPieceBytes (0: the
+	// default).
+	HierPieceBytes int `json:"hier_piece_bytes,omitempty"`
 }
 
 func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -82,6 +89,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up on the whole run after this long")
 	def := collective.DefaultConfig()
 	chunk := fs.String("chunk-bytes", fmt.Sprint(def.ChunkBytes), "ring pipelining chunk")
+	pieceBytes := fs.String("piece-bytes", fmt.Sprint(def.HierarchicalPieceBytes), "the hierarchical allreduce of at least twice this runs as pieces of about this size whose phases overlap (-1: one piece)")
 	batchTime := fs.Duration("batch-time", time.Millisecond, "run small messages back to back for at least this long per sample (0: one collective per sample)")
 	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0: the transport's default, 4M between ranks of one host when each has a CPU and the kernel grants it; auto: the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
@@ -127,6 +135,11 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageErr(stderr, "--placement: %v", err)
 	}
 	spec.Transport, spec.IOTimeout = string(mode), *ioTimeout
+	if *pieceBytes == "-1" {
+		spec.HierPieceBytes = -1
+	} else if spec.HierPieceBytes, err = benchmark.ParseSize(*pieceBytes); err != nil || spec.HierPieceBytes == 0 {
+		return usageErr(stderr, "--piece-bytes %q: want a size or -1", *pieceBytes)
+	}
 	spec.LogLevel, spec.LogFormat = logOpts.Level, logOpts.Format
 	if *batchTime < 0 {
 		return usageErr(stderr, "--batch-time %v is negative", *batchTime)
@@ -224,6 +237,9 @@ func (s workerSpec) benchmarkSpec() (benchmark.Spec, error) {
 func (s workerSpec) collectiveConfig() (collective.Config, error) {
 	cfg := collective.DefaultConfig()
 	cfg.ChunkBytes, cfg.SmallMessageBytes = s.ChunkBytes, s.SmallBytes
+	if s.HierPieceBytes != 0 {
+		cfg.HierarchicalPieceBytes = s.HierPieceBytes
+	}
 	if s.SmallBytes == 0 {
 		cfg.SmallMessageBytes = -1 // --small-bytes 0: no message is small
 	}
@@ -336,6 +352,11 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("bench worker: %w", err)
 	}
 	cfg.Logger = log
+	var phases *benchmark.PhaseTimes
+	if spec.Phases {
+		phases = benchmark.NewPhaseTimes()
+		cfg.Tracer = phases
+	}
 	env, err := envconfig.Load(os.Getenv)
 	if err != nil {
 		return err
@@ -388,7 +409,16 @@ func benchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		defer stop()
 	}
 	return benchmark.Run(ctx, comm, bspec, func(r benchmark.Result) error {
+		if phases != nil {
+			r.PhasesUS = phases.Take(r.Bytes)
+		}
 		if env.Rank != 0 {
+			if r.PhasesUS != nil {
+				// The other ranks' phases, for a reader of the workers'
+				// logs: their split differs from rank 0's.
+				b, _ := json.Marshal(r.PhasesUS)
+				fmt.Fprintf(stderr, "bench phases rank %d bytes %d: %s\n", env.Rank, r.Bytes, b)
+			}
 			return nil
 		}
 		b, _ := json.Marshal(r)

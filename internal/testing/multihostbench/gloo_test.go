@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -71,7 +72,7 @@ func TestParsePeerResult(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := parsePeerResult([]byte(tc.line))
-			if ok != tc.ok || got != tc.want {
+			if ok != tc.ok || !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("parsePeerResult(%q) = %+v, %v; want %+v, %v", tc.line, got, ok, tc.want, tc.ok)
 			}
 		})

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -45,6 +46,8 @@ type workerSpec struct {
 	Lanes       int           `json:"lanes,omitempty"`
 	Security    string        `json:"security,omitempty"`
 	LogLevel    string        `json:"log_level,omitempty"`
+	Phases      bool          `json:"phases,omitempty"`
+	PieceBytes  int           `json:"hier_piece_bytes,omitempty"`
 }
 
 type result struct {
@@ -57,6 +60,9 @@ type result struct {
 	BusBW float64 `json:"busbw_gbps"`
 	Right bool    `json:"correct"`
 	Algo  string  `json:"algorithm,omitempty"` // gorovod's, as its worker reports it
+	// PhasesUS is gorovod's rank 0's mean time per allreduce of each phase
+	// of its algorithm (benchmark.Result.PhasesUS).
+	PhasesUS map[string]float64 `json:"phases_us,omitempty"`
 	// Rate is the worker hosts' link rate in bit/s (0: unshaped).
 	Rate int64 `json:"link_bps"`
 	// RankCPU is the CPU the worker hosts' processes used during the run,
@@ -90,6 +96,8 @@ func run() error {
 	delay := flag.Duration("delay", 0, "extra delay on every packet a host sends (netem-like, ± a half)")
 	keepOrder := flag.Bool("keep-order", false, "with --delay, keep each flow's packets in order (netem's default with jitter reorders them)")
 	jsonOut := flag.String("json", "", "also write every result as a JSON line to this file")
+	pieceBytes := flag.String("piece-bytes", "0", "gorovod's hierarchical allreduce pieces (collective.Config.HierarchicalPieceBytes; 0: its default, -1: one piece)")
+	phases := flag.Bool("phases", false, "have gorovod's workers time the phases of their algorithm and print each rank's mean per allreduce (the hierarchical allreduce's local-reduce-scatter, cross-allreduce, local-allgather)")
 	showLanes := flag.Bool("show-lanes", false, "print the lanes each gorovod worker's TCP links chose (--lanes 0; the workers log at debug level)")
 	flag.Parse()
 
@@ -152,6 +160,13 @@ func run() error {
 			if err := h.Impair(testhosts.Impairment{Delay: *delay, Jitter: *delay / 2, KeepOrder: *keepOrder}); err != nil {
 				return err
 			}
+		}
+	}
+
+	pieces := -1
+	if *pieceBytes != "-1" {
+		if pieces, err = benchmark.ParseSize(*pieceBytes); err != nil {
+			return fmt.Errorf("--piece-bytes: %w", err)
 		}
 	}
 
@@ -237,7 +252,7 @@ func run() error {
 								IOTimeout: time.Minute, ChunkBytes: collective.DefaultConfig().ChunkBytes,
 								SmallBytes: collective.DefaultConfig().SmallMessageBytes, Transport: *transportName, BatchTimeUS: 1000,
 								Lanes: gorovodCols[impl].lanes, Security: gorovodCols[impl].security, Algorithm: *algorithm,
-								LogLevel: map[bool]string{true: "debug"}[*showLanes],
+								LogLevel: map[bool]string{true: "debug"}[*showLanes], Phases: *phases, PieceBytes: pieces,
 							})
 						case impl == "gloo":
 							rs, err = runGloo(ctx, net, head, workers[:k], *slots, glooScript, size, *warmup, *iters)
@@ -256,6 +271,11 @@ func run() error {
 						}
 						fmt.Fprintf(os.Stderr, "rep %d, %s, %d hosts, %s, %s: %v, ranks %.2f cores, machine %.0f%% busy\n",
 							rep, rateName(rate), k, human(size), impl, time.Since(t1).Round(time.Millisecond), rankCPU, 100*machineCPU)
+						for _, r := range rs {
+							if len(r.PhasesUS) > 0 {
+								fmt.Fprintf(os.Stderr, "  %s phases (rank 0, mean ms per allreduce): %s\n", human(r.Bytes), phaseLine(r.PhasesUS))
+							}
+						}
 						results = append(results, rs...)
 					}
 				}
@@ -302,11 +322,16 @@ func runGorovod(ctx context.Context, net *testhosts.Net, head *testhosts.Host, h
 		if json.Unmarshal(line, &r) != nil || r.Op == "" {
 			return result{}, false
 		}
-		return result{Bytes: r.Bytes, TimeU: r.TimeUS, BusBW: r.BusBW, Right: r.Correct, Algo: r.Algorithm}, true
+		return result{Bytes: r.Bytes, TimeU: r.TimeUS, BusBW: r.BusBW, Right: r.Correct, Algo: r.Algorithm, PhasesUS: r.PhasesUS}, true
 	}
 	rs, other, err := runRanks(ctx, net, head, hosts, slots, []string{bin, "_bench-worker", string(specJSON)}, env, parse, false)
 	if err != nil {
 		return nil, err
+	}
+	for _, line := range other {
+		if strings.Contains(line, "bench phases rank") {
+			fmt.Fprintf(os.Stderr, "  %s\n", line)
+		}
 	}
 	if spec.LogLevel == "debug" {
 		for _, line := range other {
@@ -690,4 +715,14 @@ func runRanks(ctx context.Context, net *testhosts.Net, head *testhosts.Host, hos
 		return nil, other, fmt.Errorf("%w\n%s", err, strings.Join(other, "\n"))
 	}
 	return rs, other, nil
+}
+
+// phaseLine prints a worker's phase times (µs) in milliseconds, by name.
+func phaseLine(us map[string]float64) string {
+	names := slices.Sorted(maps.Keys(us))
+	var b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&b, " %s %.1f", n, us[n]/1e3)
+	}
+	return strings.TrimSpace(b.String())
 }
