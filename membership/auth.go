@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync/atomic"
 )
 
@@ -55,6 +56,11 @@ import (
 // by the key it publishes under its member's name (see sealMeta).
 var ErrMetaUnsealed = errors.New("membership: metadata not sealed by its member")
 
+// ErrGossipAddrChanged is wrapped by the error that refuses an alive
+// message or merge naming a member at another gossip address than the
+// first one seen under its name.
+var ErrGossipAddrChanged = errors.New("membership: a member's gossip address changed")
+
 // ErrSigningKeyChanged is wrapped by the error that refuses a member whose
 // published signing key differs from the first one seen under its name.
 var ErrSigningKeyChanged = errors.New("membership: a member's signing key changed")
@@ -82,7 +88,9 @@ type peerAuth struct {
 	// accepted from it, verified.
 	metaSeq uint64
 	sealed  []byte
-	alive   bool // an alive member (else queued in Member.goneAuth)
+	// addr is the gossip address first seen under the peer's name, pinned.
+	addr  netip.AddrPort
+	alive bool // an alive member (else queued in Member.goneAuth)
 }
 
 // fresh records sequence number seq from the peer and reports whether it is
@@ -162,6 +170,23 @@ func (m *Member) pin(name string, meta *Meta) error {
 	case !bytes.Equal(a.key, meta.SigningKey):
 		m.keysRefused.Add(1)
 		return fmt.Errorf("%w: node %s", ErrSigningKeyChanged, name)
+	}
+	return nil
+}
+
+// pinAddr checks the gossip address an alive message or merge gives a
+// member against the first one seen under its name, and remembers it if it
+// is the first.
+func (m *Member) pinAddr(name string, addr netip.AddrPort) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.authLocked(name)
+	switch {
+	case !a.addr.IsValid():
+		a.addr = addr
+	case a.addr != addr:
+		m.addrsRefused.Add(1)
+		return fmt.Errorf("%w: node %s at %v, first seen at %v", ErrGossipAddrChanged, name, addr, a.addr)
 	}
 	return nil
 }

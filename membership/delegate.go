@@ -102,14 +102,17 @@ func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 
 // NotifyAlive admits a node into memberlist's view only when its metadata
-// decodes, names this job and is sealed by the node's own key: every alive
-// message, gossiped or merged, passes here, so a stranger holding the secret
-// never becomes a member, nor changes what a member published. (A stale
-// copy that the member did seal passes here and is not applied: see
-// nodeChanged.)
+// decodes, names this job and is sealed by the node's own key, and it is at
+// the gossip address first seen under its name: every alive message,
+// gossiped or merged, passes here, so a stranger holding the secret never
+// becomes a member, nor changes what a member published or where it is.
+// (A stale copy that the member did seal passes here and is not applied:
+// see nodeChanged.)
 func (d *delegate) NotifyAlive(n *memberlist.Node) error {
-	_, _, err := d.m.admit(n.Name, n.Meta)
-	return err
+	if _, _, err := d.m.admit(n.Name, n.Meta); err != nil {
+		return err
+	}
+	return d.m.pinAddr(n.Name, addrPort(n.Addr, n.Port))
 }
 
 // NotifyMerge refuses a join with a cluster that holds any node of another
@@ -123,7 +126,11 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 	var first error
 	var refused []netip.AddrPort
 	for _, p := range peers {
-		if _, _, err := d.m.admit(p.Name, p.Meta); err != nil {
+		_, _, err := d.m.admit(p.Name, p.Meta)
+		if err == nil {
+			err = d.m.pinAddr(p.Name, addrPort(p.Addr, p.Port))
+		}
+		if err != nil {
 			if first == nil {
 				first = err
 			}

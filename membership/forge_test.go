@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -417,8 +418,10 @@ func TestInsiderForgedDeathIsRefuted(t *testing.T) {
 // metadata replayed after v changed its CollectiveAddr, and v's current
 // metadata at another gossip address. No member takes the forged metadata:
 // they refuse what v did not seal (MetaRefused), do not apply what v sealed
-// before the newest they have (MetaRefused), and memberlist refuses a live
-// member's change of gossip address ("Conflicting address"). Every member
+// before the newest they have (MetaRefused), and refuse v at another gossip
+// address than the one they first saw it at (AddrsRefused; memberlist
+// itself would refuse it too, a live member's "Conflicting address"; see
+// TestInsiderCannotMoveGossipAddress for when it would not). Every member
 // keeps listing v at its own address with its own CollectiveAddr, so no
 // world's collective dials the forger.
 //
@@ -462,17 +465,7 @@ func TestInsiderCannotForgeMeta(t *testing.T) {
 	current := bytes.Clone(*c.v.metaBytes.Load())
 
 	refusedMeta := func(m *Member) uint64 { return m.Stats().MetaRefused + m.Stats().NodesRejected }
-	conflicts := func(m *Member) uint64 {
-		for _, r := range []struct {
-			m *Member
-			l *logCounter
-		}{{c.a, c.logA}, {c.b, c.logB}} {
-			if r.m == m {
-				return uint64(r.l.count("Conflicting address"))
-			}
-		}
-		return 0
-	}
+	refusedAddr := func(m *Member) uint64 { return m.Stats().AddrsRefused }
 	for i, tc := range []struct {
 		name    string
 		meta    []byte
@@ -482,7 +475,7 @@ func TestInsiderCannotForgeMeta(t *testing.T) {
 		{"another collective address, unsealed", unsealed, v.Addr, refusedMeta},
 		{"another collective address, sealed by the forger", sealMeta(forgerKey, v.Name, unsealed, 1<<30), v.Addr, refusedMeta},
 		{"v's earlier metadata replayed", older, v.Addr, refusedMeta},
-		{"v's metadata at another gossip address", current, evil, conflicts},
+		{"v's metadata at another gossip address", current, evil, refusedAddr},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			alive := gossipforge.Alive{Incarnation: 1<<20 + uint32(i)<<10, Node: v.Name, Addr: tc.at.Addr().AsSlice(), Port: tc.at.Port(),
@@ -519,4 +512,55 @@ func TestInsiderCannotForgeMeta(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInsiderCannotMoveGossipAddress: memberlist lets a member that left
+// come back at another address, and takes a dead message that names its
+// own sender as a leave. A process holding the job secret that sends a
+// member (a) "v left" in v's name and then "v is alive" at another gossip
+// address, with v's own sealed metadata (which it can replay), would have a
+// send v's gossip, and the proposer's probes, to an address where nothing
+// answers: v's refutation from its real address is then a conflicting
+// address to a, and v is out for good. Members pin the gossip address a
+// name was first seen at, as they pin its signing key: the alive message
+// at the other address is refused (AddrsRefused), and once v refutes the
+// forged leave, a lists v at its own address again.
+func TestInsiderCannotMoveGossipAddress(t *testing.T) {
+	c := startForgeCluster(t)
+	key := insiderKey(t)
+	v := c.v.Local()
+	watchA := watchEvents(t, c.a, v.Name)
+	evil := netip.MustParseAddrPort("127.0.0.1:9")
+	send := func(msg any) {
+		b, err := gossipforge.Message(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := gossipforge.Packet(key, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gossipforge.SendPacket(c.a.Local().Addr, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const inc = 1 << 20
+	refused := c.a.Stats().AddrsRefused
+	send(gossipforge.Dead{Incarnation: inc, Node: v.Name, From: v.Name})
+	eventually(t, detectBound, "a takes the forged leave", func() bool {
+		return slices.ContainsFunc(watchA.snapshot(), func(e Event) bool { return e.Kind == EventFailed })
+	})
+	send(gossipforge.Alive{Incarnation: inc + 1, Node: v.Name, Addr: evil.Addr().AsSlice(), Port: evil.Port(),
+		Meta: bytes.Clone(*c.v.metaBytes.Load()), Vsn: gossipforge.Versions})
+	moved := func() bool {
+		return slices.ContainsFunc(watchA.snapshot(), func(e Event) bool { return e.Kind == EventJoined && e.Node.Addr == evil })
+	}
+	eventually(t, detectBound, "a refuses the alive message at another address, or takes it", func() bool {
+		return c.a.Stats().AddrsRefused > refused || moved()
+	})
+	if moved() {
+		t.Fatalf("a took %s at %v", v.Name, evil)
+	}
+	eventually(t, detectBound, "a lists v again", func() bool { return hasMember(c.a, v.Name) })
+	checkListed(t, c.a, v)
 }

@@ -65,6 +65,10 @@ type Stats struct {
 	// their member did not seal them, or sealed them before the newest one
 	// accepted from it (ErrMetaUnsealed).
 	MetaRefused uint64
+	// AddrsRefused counts alive messages and merges refused because they
+	// named a member at another gossip address than the first one seen
+	// under its name (ErrGossipAddrChanged).
+	AddrsRefused uint64
 }
 
 // Member is this process's membership in its job's gossip cluster: one
@@ -120,7 +124,7 @@ type Member struct {
 	logLimiter *logging.RateLimiter
 
 	messagesReceived, messagesDropped, messagesForeign, messagesMalformed, nodesRejected atomic.Uint64
-	messagesUnverified, messagesReplayed, keysRefused, metaRefused                       atomic.Uint64
+	messagesUnverified, messagesReplayed, keysRefused, metaRefused, addrsRefused         atomic.Uint64
 }
 
 type nodeEntry struct {
@@ -452,6 +456,7 @@ func (m *Member) Stats() Stats {
 		MessagesReplayed:   m.messagesReplayed.Load(),
 		KeysRefused:        m.keysRefused.Load(),
 		MetaRefused:        m.metaRefused.Load(),
+		AddrsRefused:       m.addrsRefused.Load(),
 	}
 }
 
