@@ -44,13 +44,17 @@ import (
 // older CollectiveAddr or State) is not applied there. memberlist itself
 // may keep a replayed copy for a while (its alive messages carry no seal
 // of their incarnation, and a stale copy from a lagging peer is routine, so
-// refusing those would only make noise), until X refutes it. What the seal does not cover
-// is the gossip address in memberlist's alive message: it is not part of
-// the metadata (memberlist picks it after the metadata is made), and a
-// secret holder that has memberlist believe X left can then have it believe
-// X lives at another gossip address. That diverts X's gossip and its Sends
-// (a forger still cannot sign as X, so it can drop them, not forge them),
-// not its collectives.
+// refusing those would only make noise), until X refutes it.
+//
+// The seal does not cover the gossip address in memberlist's alive message
+// (memberlist picks it after the metadata is made), and memberlist lets a
+// member that left come back at another address, taking a dead message
+// that names its own sender as a leave: a secret holder could send "X
+// left" in X's name, then "X is alive" elsewhere with X's own sealed
+// metadata, and members would probe and message X where nothing answers,
+// and report it failed. So the gossip address is pinned as the key is: the
+// first one a member sees under a name is the only one it accepts for that
+// name (an incarnation never moves; a restarted process has a new name).
 
 // ErrMetaUnsealed is wrapped by the error that refuses metadata not signed
 // by the key it publishes under its member's name (see sealMeta).
