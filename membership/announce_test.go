@@ -58,10 +58,7 @@ func TestAnnounceTellsDirectly(t *testing.T) {
 	// Late copies of the older state: told directly, and gossiped.
 	old := w.Local().Meta
 	old.State = StateReady
-	enc, err := old.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	enc := sealAs(t, w, old, 1)
 	d := &delegate{drv}
 	d.NotifyMsg(signedFrame(w, drv.Name(), frameMeta, enc))
 	addr := w.Local().Addr

@@ -3,8 +3,10 @@ package membership
 import (
 	"bytes"
 	"crypto/ed25519"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync/atomic"
 )
 
@@ -28,6 +30,40 @@ import (
 // and memberlist's own failure detection (suspect, dead) is protected only
 // by the shared gossip key, so a secret holder can still have members
 // declared dead.
+//
+// Metadata is sealed the same way: what a member hands memberlist as its
+// NodeMeta is its encoded Meta, a per-incarnation sequence number and an
+// Ed25519 signature over both and the member's name (sealMeta). memberlist's
+// alive messages are only as good as the gossip key, so without the seal a
+// secret holder could gossip an alive message for member X with a higher
+// incarnation and X's published key but its own CollectiveAddr, and every
+// member would believe it until X refuted it: the next world's collectives
+// would dial the forger. With it, metadata under X's name that X did not
+// sign is refused at every alive message, merge and Announce; metadata X
+// signed earlier than the newest one a member has accepted (a replay of an
+// older CollectiveAddr or State) is not applied there. memberlist itself
+// may keep a replayed copy for a while (its alive messages carry no seal
+// of their incarnation, and a stale copy from a lagging peer is routine, so
+// refusing those would only make noise), until X refutes it.
+//
+// The seal does not cover the gossip address in memberlist's alive message
+// (memberlist picks it after the metadata is made), and memberlist lets a
+// member that left come back at another address, taking a dead message
+// that names its own sender as a leave: a secret holder could send "X
+// left" in X's name, then "X is alive" elsewhere with X's own sealed
+// metadata, and members would probe and message X where nothing answers,
+// and report it failed. So the gossip address is pinned as the key is: the
+// first one a member sees under a name is the only one it accepts for that
+// name (an incarnation never moves; a restarted process has a new name).
+
+// ErrMetaUnsealed is wrapped by the error that refuses metadata not signed
+// by the key it publishes under its member's name (see sealMeta).
+var ErrMetaUnsealed = errors.New("membership: metadata not sealed by its member")
+
+// ErrGossipAddrChanged is wrapped by the error that refuses an alive
+// message or merge naming a member at another gossip address than the
+// first one seen under its name.
+var ErrGossipAddrChanged = errors.New("membership: a member's gossip address changed")
 
 // ErrSigningKeyChanged is wrapped by the error that refuses a member whose
 // published signing key differs from the first one seen under its name.
@@ -51,7 +87,14 @@ type peerAuth struct {
 	// seen is set when top-i was accepted.
 	top, seen uint64
 	sent      uint64 // the last sequence number this member sent to the peer
-	alive     bool   // an alive member (else queued in Member.goneAuth)
+	// metaSeq is the sequence number of the newest sealed metadata
+	// applied from the peer (sealMeta); sealed is the sealed metadata last
+	// accepted from it, verified.
+	metaSeq uint64
+	sealed  []byte
+	// addr is the gossip address first seen under the peer's name, pinned.
+	addr  netip.AddrPort
+	alive bool // an alive member (else queued in Member.goneAuth)
 }
 
 // fresh records sequence number seq from the peer and reports whether it is
@@ -133,6 +176,100 @@ func (m *Member) pin(name string, meta *Meta) error {
 		return fmt.Errorf("%w: node %s", ErrSigningKeyChanged, name)
 	}
 	return nil
+}
+
+// pinAddr checks the gossip address an alive message or merge gives a
+// member against the first one seen under its name, and remembers it if it
+// is the first.
+func (m *Member) pinAddr(name string, addr netip.AddrPort) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.authLocked(name)
+	switch {
+	case !a.addr.IsValid():
+		a.addr = addr
+	case a.addr != addr:
+		m.addrsRefused.Add(1)
+		return fmt.Errorf("%w: node %s at %v, first seen at %v", ErrGossipAddrChanged, name, addr, a.addr)
+	}
+	return nil
+}
+
+// staleMetaLocked reports whether metadata name sealed under seq is older
+// than the newest accepted from it, and otherwise records seq as the newest.
+// A stale copy is counted, not applied. Member.mu must be held.
+func (m *Member) staleMetaLocked(name string, seq uint64) bool {
+	a := m.authLocked(name)
+	if seq < a.metaSeq {
+		m.metaRefused.Add(1)
+		return true
+	}
+	a.metaSeq = seq
+	return false
+}
+
+// Sealed metadata, what a member hands memberlist as its NodeMeta and sends
+// in a frameMeta:
+//
+//	meta  the Meta's encoding (MarshalBinary)
+//	seq   uint64, little-endian: the member's count of its metadata, from 1
+//	sig   64 bytes: Ed25519, by the key in meta (Meta.SigningKey), over
+//	      metaSealLabel, the member's name (uint8 length + name), meta and seq
+const metaSealSize = 8 + ed25519.SignatureSize
+
+// metaSealLabel starts the bytes a metadata seal covers, so that it means
+// nothing as any other signature (a frame's has its own label).
+const metaSealLabel = "gorovod membership meta v1\x00"
+
+func metaSigned(name string, unsealed []byte) []byte {
+	b := make([]byte, 0, len(metaSealLabel)+1+len(name)+len(unsealed))
+	b = append(b, metaSealLabel...)
+	b = appendString(b, name)
+	return append(b, unsealed...)
+}
+
+// sealMeta seals the encoded metadata enc of member name as its seq-th.
+func sealMeta(key ed25519.PrivateKey, name string, enc []byte, seq uint64) []byte {
+	b := binary.LittleEndian.AppendUint64(append(make([]byte, 0, len(enc)+metaSealSize), enc...), seq)
+	return append(b, ed25519.Sign(key, metaSigned(name, b))...)
+}
+
+// openMeta decodes sealed metadata b of member name. It checks the seal
+// against the key the metadata publishes (pin then checks that key against
+// name's) unless b is exactly the sealed metadata last accepted from name
+// (memberlist hands every copy of a member's alive message to NotifyAlive,
+// and then to NotifyJoin or NotifyUpdate: each would cost a verification).
+func (m *Member) openMeta(name string, b []byte) (Meta, uint64, error) {
+	var meta Meta
+	if len(b) < metaSealSize {
+		return meta, 0, fmt.Errorf("%w: node %s: %d bytes, no seal", ErrMetaUnsealed, name, len(b))
+	}
+	unsealed, sig := b[:len(b)-ed25519.SignatureSize], b[len(b)-ed25519.SignatureSize:]
+	if err := meta.UnmarshalBinary(unsealed[:len(unsealed)-8]); err != nil {
+		return meta, 0, err
+	}
+	if len(meta.SigningKey) != ed25519.PublicKeySize {
+		return meta, 0, fmt.Errorf("membership: node %s publishes no signing key", name)
+	}
+	seq := binary.LittleEndian.Uint64(unsealed[len(unsealed)-8:])
+	m.mu.Lock()
+	a := m.auth[name]
+	known := a != nil && bytes.Equal(a.sealed, b)
+	m.mu.Unlock()
+	if !known && !ed25519.Verify(meta.SigningKey, metaSigned(name, unsealed), sig) {
+		return meta, 0, fmt.Errorf("%w: node %s: the seal does not verify", ErrMetaUnsealed, name)
+	}
+	return meta, seq, nil
+}
+
+// acceptedMeta remembers b as the sealed metadata last accepted from name
+// (see openMeta).
+func (m *Member) acceptedMeta(name string, b []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a := m.auth[name]; a != nil && !bytes.Equal(a.sealed, b) {
+		a.sealed = bytes.Clone(b)
+	}
 }
 
 // setAliveLocked marks name's entry as an alive member's, or as gone (then

@@ -118,7 +118,7 @@ func TestSenderIsAuthenticated(t *testing.T) {
 	// Metadata that puts mallory's key under alice's name is refused by
 	// every member that knows alice's: as an alive message, and told directly.
 	forged := alice.Local().Meta
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +127,7 @@ func TestSenderIsAuthenticated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	enc = sealMeta(priv, alice.Name(), enc, 1<<20)
 	addr := alice.Local().Addr
 	err = (&delegate{bob}).NotifyAlive(&memberlist.Node{Name: alice.Name(), Addr: net.IP(addr.Addr().AsSlice()), Port: addr.Port(), Meta: enc})
 	if !errors.Is(err, ErrSigningKeyChanged) {

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -23,12 +24,14 @@ var (
 	_ memberlist.MergeDelegate = (*delegate)(nil)
 )
 
-// NodeMeta returns the current encoding, validated to fit when it was stored.
+// NodeMeta returns the current sealed encoding, validated to fit when it was
+// stored.
 func (d *delegate) NodeMeta(limit int) []byte {
 	b := *d.m.metaBytes.Load()
 	if len(b) > limit {
-		// Unreachable (MarshalBinary enforces MaxMetaSize, which is memberlist's
-		// limit); returning it would make memberlist panic.
+		// Unreachable (MarshalBinary enforces MaxMetaSize, which leaves room
+		// for the seal within memberlist's limit); returning it would make
+		// memberlist panic.
 		d.m.log.Error("membership: metadata over memberlist's limit", "bytes", len(b), "limit", limit)
 		return nil
 	}
@@ -99,11 +102,17 @@ func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 
 // NotifyAlive admits a node into memberlist's view only when its metadata
-// decodes and names this job: every alive message, gossiped or merged, passes
-// here, so a stranger holding the secret never becomes a member.
+// decodes, names this job and is sealed by the node's own key, and it is at
+// the gossip address first seen under its name: every alive message,
+// gossiped or merged, passes here, so a stranger holding the secret never
+// becomes a member, nor changes what a member published or where it is.
+// (A stale copy that the member did seal passes here and is not applied:
+// see nodeChanged.)
 func (d *delegate) NotifyAlive(n *memberlist.Node) error {
-	_, err := d.m.admit(n.Name, n.Meta)
-	return err
+	if _, _, err := d.m.admit(n.Name, n.Meta); err != nil {
+		return err
+	}
+	return d.m.pinAddr(n.Name, addrPort(n.Addr, n.Port))
 }
 
 // NotifyMerge refuses a join with a cluster that holds any node of another
@@ -117,7 +126,11 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 	var first error
 	var refused []netip.AddrPort
 	for _, p := range peers {
-		if _, err := d.m.admit(p.Name, p.Meta); err != nil {
+		_, _, err := d.m.admit(p.Name, p.Meta)
+		if err == nil {
+			err = d.m.pinAddr(p.Name, addrPort(p.Addr, p.Port))
+		}
+		if err != nil {
 			if first == nil {
 				first = err
 			}
@@ -142,28 +155,33 @@ func (d *delegate) NotifyJoin(n *memberlist.Node)   { d.m.nodeChanged(EventJoine
 func (d *delegate) NotifyUpdate(n *memberlist.Node) { d.m.nodeChanged(EventUpdated, n) }
 func (d *delegate) NotifyLeave(n *memberlist.Node)  { d.m.nodeGone(n) }
 
-// admit decodes a node's metadata and checks its job.
-func (m *Member) admit(name string, raw []byte) (Meta, error) {
-	var meta Meta
-	if err := meta.UnmarshalBinary(raw); err != nil {
+// admit opens a node's sealed metadata and checks its job and its signing
+// key. It returns the metadata and the sequence number it was sealed under.
+func (m *Member) admit(name string, raw []byte) (Meta, uint64, error) {
+	meta, seq, err := m.openMeta(name, raw)
+	if err != nil {
 		m.nodesRejected.Add(1)
-		return meta, fmt.Errorf("membership: node %s: %w", name, err)
+		if errors.Is(err, ErrMetaUnsealed) {
+			m.metaRefused.Add(1)
+		}
+		return meta, 0, fmt.Errorf("membership: node %s: %w", name, err)
 	}
 	if meta.JobID != m.jobID {
 		m.nodesRejected.Add(1)
-		return meta, fmt.Errorf("membership: node %s belongs to job %q, not %q", name, meta.JobID, m.jobID)
+		return meta, 0, fmt.Errorf("membership: node %s belongs to job %q, not %q", name, meta.JobID, m.jobID)
 	}
 	if err := m.pin(name, &meta); err != nil {
 		m.nodesRejected.Add(1)
-		return meta, err
+		return meta, 0, err
 	}
-	return meta, nil
+	m.acceptedMeta(name, raw)
+	return meta, seq, nil
 }
 
 // nodeChanged records a joined or updated member and queues the event.
 func (m *Member) nodeChanged(kind EventKind, n *memberlist.Node) {
 	now := time.Now()
-	meta, err := m.admit(n.Name, n.Meta)
+	meta, seq, err := m.admit(n.Name, n.Meta)
 	if err != nil {
 		// NotifyAlive keeps such nodes out of memberlist, so this does not
 		// happen; never let one into Members if it does.
@@ -172,6 +190,14 @@ func (m *Member) nodeChanged(kind EventKind, n *memberlist.Node) {
 	}
 	node := Node{Name: n.Name, Addr: addrPort(n.Addr, n.Port), Meta: meta}
 	m.mu.Lock()
+	if m.staleMetaLocked(n.Name, seq) {
+		// A copy older than one this member already applied: a lagging
+		// peer's, or a secret holder's replay (an old CollectiveAddr or
+		// State under a new incarnation). The member refutes it in gossip.
+		m.mu.Unlock()
+		m.log.Debug("membership: ignored a member's older metadata", "node", n.Name, "seq", seq)
+		return
+	}
 	e := m.nodes[n.Name]
 	if e == nil {
 		e = &nodeEntry{}
@@ -203,7 +229,7 @@ func (m *Member) nodeChanged(kind EventKind, n *memberlist.Node) {
 // member not in the view yet is left to gossip, which brings its address.
 func (m *Member) told(name string, raw []byte) {
 	now := time.Now()
-	meta, err := m.admit(name, raw)
+	meta, seq, err := m.admit(name, raw)
 	if err != nil {
 		m.messagesMalformed.Add(1)
 		m.log.Debug("membership: dropped metadata told directly", "from", name, "err", err)
@@ -211,7 +237,7 @@ func (m *Member) told(name string, raw []byte) {
 	}
 	m.mu.Lock()
 	e := m.nodes[name]
-	if e == nil || name == m.name || meta.State <= e.node.Meta.State {
+	if e == nil || name == m.name || meta.State <= e.node.Meta.State || m.staleMetaLocked(name, seq) {
 		m.mu.Unlock()
 		return
 	}

@@ -8,9 +8,9 @@
 //   - Meta, the metadata each member publishes (job id, role, collective
 //     transport address, host identity, joining/ready/leaving state, GPU count,
 //     start time, a few free-form pairs) and its compact, strictly validated
-//     binary encoding, which always fits memberlist's 512-byte NodeMeta limit
-//     (memberlist panics beyond it, so an oversized Meta is an error here, never
-//     a panic).
+//     binary encoding, which, sealed by its member (auth.go), always fits
+//     memberlist's 512-byte NodeMeta limit (memberlist panics beyond it, so
+//     an oversized Meta is an error here, never a panic).
 //   - Config and DefaultConfig: gossip timings tuned for training clusters on a
 //     LAN (a crash is seen in about a second instead of memberlist's 4-5 s; a
 //     frequent push/pull keeps joins from stalling for tens of seconds), and the
@@ -34,6 +34,13 @@
 //
 // It does not decide world membership: epochs, ranks and the proposer protocol
 // live above it and only read Members, Events and Messages.
+//
+// What gossip says about a member is the member's own: its metadata is
+// sealed with its signing key (a secret holder cannot publish another
+// CollectiveAddr for it, nor replay an older one), and the gossip address it
+// was first seen at is pinned (it cannot be moved elsewhere). memberlist's
+// suspect and dead messages carry no such seal: a secret holder can have a
+// live member declared dead, which the member refutes (see auth.go).
 //
 // Nodes of another job are kept out twice: the gossip key comes from the job
 // secret, so a stranger cannot decrypt anything; and a node that does hold the

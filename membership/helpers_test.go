@@ -236,3 +236,14 @@ func signedFrame(from *Member, to string, kind uint8, payload []byte) []byte {
 func unsignedFrame(job, from string, kind uint8, payload []byte) []byte {
 	return appendFrame(nil, &frame{kind: kind, jobID: job, from: from, seq: 1, payload: payload, sig: make([]byte, frameSigSize)})
 }
+
+// sealAs is meta sealed by member m as its seq-th metadata: what m would
+// have published then.
+func sealAs(t *testing.T, m *Member, meta Meta, seq uint64) []byte {
+	t.Helper()
+	enc, err := meta.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sealMeta(m.signKey, m.name, enc, seq)
+}

@@ -61,6 +61,14 @@ type Stats struct {
 	// because they named another signing key than the first one seen under
 	// that member's name (ErrSigningKeyChanged).
 	KeysRefused uint64
+	// MetaRefused counts alive messages, merges and metadata refused because
+	// their member did not seal them, or sealed them before the newest one
+	// accepted from it (ErrMetaUnsealed).
+	MetaRefused uint64
+	// AddrsRefused counts alive messages and merges refused because they
+	// named a member at another gossip address than the first one seen
+	// under its name (ErrGossipAddrChanged).
+	AddrsRefused uint64
 }
 
 // Member is this process's membership in its job's gossip cluster: one
@@ -73,10 +81,12 @@ type Member struct {
 	log   *slog.Logger
 	ml    *memberlist.Memberlist // set once Create returns; delegates never use it
 
-	// metaMu guards meta; metaBytes is its encoding, read by memberlist's
-	// NodeMeta callback without taking metaMu.
+	// metaMu guards meta and metaSeq; metaBytes is its sealed encoding
+	// (sealMeta, under sequence number metaSeq), read by memberlist's NodeMeta
+	// callback without taking metaMu.
 	metaMu    sync.Mutex
 	meta      Meta
+	metaSeq   uint64
 	metaBytes atomic.Pointer[[]byte]
 	updateSem chan struct{} // one UpdateMeta at a time, waitable with a context
 
@@ -114,7 +124,7 @@ type Member struct {
 	logLimiter *logging.RateLimiter
 
 	messagesReceived, messagesDropped, messagesForeign, messagesMalformed, nodesRejected atomic.Uint64
-	messagesUnverified, messagesReplayed, keysRefused                                    atomic.Uint64
+	messagesUnverified, messagesReplayed, keysRefused, metaRefused, addrsRefused         atomic.Uint64
 }
 
 type nodeEntry struct {
@@ -169,6 +179,7 @@ func Join(ctx context.Context, cfg Config, meta Meta) (*Member, error) {
 		jobID:        meta.JobID,
 		log:          cfg.Logger.With("member", cfg.Name),
 		meta:         meta,
+		metaSeq:      1,
 		updateSem:    make(chan struct{}, 1),
 		nodes:        make(map[string]*nodeEntry),
 		foreignAddrs: make(map[netip.AddrPort]struct{}),
@@ -180,6 +191,7 @@ func Join(ctx context.Context, cfg Config, meta Meta) (*Member, error) {
 		pumpDone:     make(chan struct{}),
 		msgs:         make(chan Message, cfg.MessageQueue),
 	}
+	enc = sealMeta(priv, cfg.Name, enc, 1)
 	m.metaBytes.Store(&enc)
 	go func() {
 		defer close(m.pumpDone)
@@ -443,6 +455,8 @@ func (m *Member) Stats() Stats {
 		MessagesUnverified: m.messagesUnverified.Load(),
 		MessagesReplayed:   m.messagesReplayed.Load(),
 		KeysRefused:        m.keysRefused.Load(),
+		MetaRefused:        m.metaRefused.Load(),
+		AddrsRefused:       m.addrsRefused.Load(),
 	}
 }
 
@@ -509,6 +523,8 @@ func (m *Member) updateMeta(ctx context.Context, update func(*Meta), tell []Node
 	next = next.Clone() // update may have kept a reference to next.Extra
 	m.metaMu.Lock()
 	m.meta = next
+	m.metaSeq++
+	enc = sealMeta(m.signKey, m.name, enc, m.metaSeq)
 	m.metaBytes.Store(&enc)
 	m.metaMu.Unlock()
 

@@ -15,11 +15,13 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// MaxMetaSize is the largest encoded Meta: memberlist's NodeMeta limit. An
-// encoding over it is an error (memberlist itself would panic).
-const MaxMetaSize = memberlist.MetaMaxSize
+// MaxMetaSize is the largest encoded Meta: memberlist's 512-byte NodeMeta
+// limit less the seal each member adds to it (a sequence number and a
+// signature, 72 bytes). An encoding over it is an error (memberlist itself
+// would panic).
+const MaxMetaSize = memberlist.MetaMaxSize - metaSealSize
 
-// Field limits. Every string is length-prefixed by one byte; the 512-byte total
+// Field limits. Every string is length-prefixed by one byte; the 440-byte total
 // is the binding limit in practice.
 const (
 	maxMetaString = 255
@@ -36,7 +38,7 @@ const (
 const metaVersion = 1
 
 // ErrMetaTooLarge is wrapped by errors for a Meta whose encoding exceeds MaxMetaSize.
-var ErrMetaTooLarge = errors.New("membership: metadata over memberlist's 512-byte limit")
+var ErrMetaTooLarge = errors.New("membership: metadata over its 440-byte limit (memberlist's 512 less the seal)")
 
 // Role is what a member does in the job.
 type Role uint8

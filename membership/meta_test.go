@@ -21,7 +21,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	big := validMeta()
 	big.Extra = nil
 	big.JobID = strings.Repeat("j", 255)
-	big.Host = strings.Repeat("h", 200)
+	big.Host = strings.Repeat("h", 100)
 	for _, tc := range []struct {
 		name   string
 		change func(*Meta)
@@ -33,7 +33,7 @@ func TestMetaRoundTrip(t *testing.T) {
 		{"ipv6 address", func(m *Meta) { m.CollectiveAddr = "[fe80::1%eth0]:1" }},
 		{"unicode", func(m *Meta) { m.Host, m.Extra = "hôte-7", map[string]string{"clé": "valeur ✓"} }},
 		{"max gpus", func(m *Meta) { m.GPUs = MaxGPUs }},
-		{"exactly 512 bytes", func(m *Meta) {
+		{"exactly MaxMetaSize bytes", func(m *Meta) {
 			*m = big
 			m.Extra = map[string]string{"x": ""}
 			m.Extra["x"] = strings.Repeat("v", MaxMetaSize-m.EncodedSize())
@@ -91,9 +91,9 @@ func TestMetaInvalid(t *testing.T) {
 		{"invalid utf-8", func(m *Meta) { m.JobID = "job\xff" }, false},
 		{"empty extra key", func(m *Meta) { m.Extra = map[string]string{"": "v"} }, false},
 		{"too many extra pairs", func(m *Meta) { m.Extra = manyPairs }, false},
-		{"513 bytes", func(m *Meta) {
+		{"one byte over MaxMetaSize", func(m *Meta) {
 			m.Extra = nil
-			m.JobID, m.Host = strings.Repeat("j", 255), strings.Repeat("h", 200)
+			m.JobID, m.Host = strings.Repeat("j", 255), strings.Repeat("h", 100)
 			m.Extra = map[string]string{"x": ""}
 			m.Extra["x"] = strings.Repeat("v", MaxMetaSize-m.EncodedSize()+1)
 		}, true},
@@ -145,7 +145,7 @@ func TestMetaDecodeRejects(t *testing.T) {
 		{"state 7", append([]byte{1, 1, 7}, good[3:]...)},
 		{"extra keys out of order", swapped},
 		{"duplicate extra key", dup},
-		{"over 512 bytes", make([]byte, MaxMetaSize+1)},
+		{"over MaxMetaSize bytes", make([]byte, MaxMetaSize+1)},
 		{"length past the end", append(bytes.Clone(good[:metaFixed]), 200, 'j')},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
