@@ -82,7 +82,13 @@ func (p *podLogs) poll(h *runJobHarness) {
 					continue
 				}
 				delete(p.partial, f)
-				h.read(strings.NewReader(fmt.Sprintf("[%s] %s\n", m[1], text)))
+				// The time the container runtime took the line, rather
+				// than this poll's (up to 100 ms later).
+				at, err := time.Parse(time.RFC3339Nano, parts[0])
+				if err != nil {
+					at = time.Now()
+				}
+				h.readLine(fmt.Sprintf("[%s] %s", m[1], text), at)
 			}
 		}
 		fh.Close()

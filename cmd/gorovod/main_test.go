@@ -23,6 +23,10 @@ import (
 var binary, synthetic, fashionMNIST, heuristicPlugin, customLauncher string
 
 func TestMain(m *testing.M) {
+	if spec, ok := os.LookupEnv(schedulerProcessEnv); ok {
+		// Not the tests: the scheduler process of TestSchedulerWorkloadOnKubelets.
+		os.Exit(runSchedulerProcess(spec))
+	}
 	dir, err := os.MkdirTemp("", "gorovod-cmd-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -154,38 +154,42 @@ func (h *runJobHarness) read(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<22)
 	for sc.Scan() {
-		line := sc.Text()
-		h.mu.Lock()
-		if m := prefixRe.FindStringSubmatch(line); m != nil {
-			var tl trainerLine
-			if json.Unmarshal([]byte(m[2]), &tl) == nil {
-				var named struct {
-					Worker string `json:"worker"`
-				}
-				_ = json.Unmarshal([]byte(m[2]), &named)
-				tl.workerName = named.Worker
-				tl.Worker, _ = strconv.Atoi(m[1])
-				tl.At = time.Now()
-				h.lines = append(h.lines, tl)
-			} else {
-				// A worker's own words (an error, a goroutine dump): kept
-				// for the log a failing test prints.
-				fmt.Fprintln(&h.log, line)
+		h.readLine(sc.Text(), time.Now())
+	}
+}
+
+// readLine takes one line of the launcher's output, printed at.
+func (h *runJobHarness) readLine(line string, at time.Time) {
+	h.mu.Lock()
+	if m := prefixRe.FindStringSubmatch(line); m != nil {
+		var tl trainerLine
+		if json.Unmarshal([]byte(m[2]), &tl) == nil {
+			var named struct {
+				Worker string `json:"worker"`
 			}
-		} else if strings.HasPrefix(line, `{"event":`) {
-			h.events = append(h.events, line)
-		} else if m := pidRe.FindStringSubmatch(line); m != nil {
-			i, _ := strconv.Atoi(m[1])
-			h.pids[i], _ = strconv.Atoi(m[2])
-			fmt.Fprintln(&h.log, line)
+			_ = json.Unmarshal([]byte(m[2]), &named)
+			tl.workerName = named.Worker
+			tl.Worker, _ = strconv.Atoi(m[1])
+			tl.At = at
+			h.lines = append(h.lines, tl)
 		} else {
+			// A worker's own words (an error, a goroutine dump): kept
+			// for the log a failing test prints.
 			fmt.Fprintln(&h.log, line)
 		}
-		h.mu.Unlock()
-		select {
-		case h.notify <- struct{}{}:
-		default:
-		}
+	} else if strings.HasPrefix(line, `{"event":`) {
+		h.events = append(h.events, line)
+	} else if m := pidRe.FindStringSubmatch(line); m != nil {
+		i, _ := strconv.Atoi(m[1])
+		h.pids[i], _ = strconv.Atoi(m[2])
+		fmt.Fprintln(&h.log, line)
+	} else {
+		fmt.Fprintln(&h.log, line)
+	}
+	h.mu.Unlock()
+	select {
+	case h.notify <- struct{}{}:
+	default:
 	}
 }
 

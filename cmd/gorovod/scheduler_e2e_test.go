@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -37,6 +38,14 @@ type e2eJob struct {
 	spec           string         // more of its spec: YAML lines, indented as spec's fields
 	submitArgs     []string       // more arguments of its `gorovod submit`
 	h              *runJobHarness // its workers' trainer lines (no process)
+	// minWorkers and maxWorkers bound its workers (default 1 and 4).
+	minWorkers, maxWorkers int
+	// fashionMNIST: its workers run the Fashion-MNIST example
+	// (spec.batch.initial 64) instead of the synthetic trainer (steps and
+	// samples).
+	fashionMNIST bool
+	trainer      []string  // more arguments of its trainer
+	submitted    time.Time // when its `gorovod submit` returned
 }
 
 // allocationHistory records each job's status.allocation as it changes,
@@ -49,6 +58,8 @@ type allocationHistory struct {
 	allocs map[string][][]string
 	spans  map[string][]allocationSpan
 	jobs   map[string]*api.GorovodJob
+	// ended is when each job was first seen in an ended phase.
+	ended map[string]time.Time
 }
 
 // allocationSpan is one allocation of a running job: from when the test saw
@@ -66,6 +77,9 @@ func (a *allocationHistory) observe(jobs []*api.GorovodJob) {
 	now := time.Now()
 	for _, j := range jobs {
 		a.jobs[j.Name] = j
+		if _, ok := a.ended[j.Name]; !ok && j.Status.Phase.Ended() {
+			a.ended[j.Name] = now
+		}
 		for _, n := range j.Status.Allocation {
 			if a.nodes[j.Name] == nil {
 				a.nodes[j.Name] = map[string]bool{}
@@ -166,6 +180,10 @@ type e2eCluster struct {
 	// driverNode, if set, is where the drivers' pods go (else they
 	// alternate between the nodes).
 	driverNode *testkube.Node
+	// drivers places the driver pods; schedKubeconfig is the scheduler's
+	// kubeconfig (its service account's token).
+	drivers         e2eDriverPlacement
+	schedKubeconfig string
 	// startScheduler starts a scheduler service (in process, as the
 	// service account gorovod.yaml gives it); stopScheduler stops it.
 	startScheduler func(identity string) *e2eScheduler
@@ -178,6 +196,46 @@ type e2eCluster struct {
 	// stopFollowing stops following the workers' lines, once their
 	// last lines are read.
 	stopFollowing func()
+}
+
+// e2eDriverPlacement is where the end-to-end tests' driver pods run and
+// how they reach the API server.
+type e2eDriverPlacement struct {
+	// Nodes are the kubelets' nodes: the drivers alternate between them.
+	Nodes []string
+	// APIHost and APIPort are the API server's loopback address.
+	APIHost, APIPort string
+}
+
+// customizer is the scheduler's Config.CustomizeDriver for the tests'
+// cluster: the driver pods alternate between the nodes, or go to
+// override() where that names one.
+func (p e2eDriverPlacement) customizer(override func() string) func(*corev1.Pod) {
+	var drivers atomic.Int64
+	return func(pod *corev1.Pod) {
+		// No kube-scheduler: the test spreads the driver pods over the
+		// kubelets. Host network: the gossip port the pod declares would
+		// be a host port, one driver a node; the driver binds loopback.
+		pod.Spec.NodeName = p.Nodes[int(drivers.Add(1))%len(p.Nodes)]
+		if n := override(); n != "" {
+			pod.Spec.NodeName = n
+		}
+		pod.Spec.HostNetwork = true
+		c := &pod.Spec.Containers[0]
+		c.Ports, c.ImagePullPolicy = nil, corev1.PullNever
+		c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: p.APIHost}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: p.APIPort})
+		c.Command = append(c.Command, "--kubernetes-pod-template=/etc/gorovod/pod.yaml", "--leave-notice=4s", "--progress=never")
+	}
+}
+
+// e2eServiceConfig is the scheduler service's Config in the end-to-end
+// tests: rounds every 3 s, leader election with short leases.
+func e2eServiceConfig(identity string, customize func(*corev1.Pod)) service.Config {
+	cfg := service.DefaultConfig()
+	cfg.Identity, cfg.Interval, cfg.CustomizeDriver = identity, 3*time.Second, customize
+	cfg.LeaderElection.Enabled = true
+	cfg.LeaderElection.LeaseDuration, cfg.LeaderElection.RenewDeadline, cfg.LeaderElection.RetryPeriod = 6*time.Second, 4*time.Second, time.Second
+	return cfg
 }
 
 // e2eScheduler is a scheduler service the test started.
@@ -241,7 +299,8 @@ func (e *e2eCluster) checkJobs(t *testing.T, jobs []*e2eJob) (changed bool) {
 		j.h.mu.Lock()
 		var worlds []int
 		for _, l := range j.h.lines {
-			if !slices.Contains(worlds, l.Size) {
+			// Size 0: the Fashion-MNIST trainer's epoch and final records.
+			if l.Size > 0 && !slices.Contains(worlds, l.Size) {
 				worlds = append(worlds, l.Size)
 			}
 		}
@@ -282,13 +341,25 @@ func (e *e2eCluster) checkJobs(t *testing.T, jobs []*e2eJob) (changed bool) {
 				t.Errorf("%s's allocation went %v but it trained only at %v: the driver did not follow", j.name, sizes, worlds)
 			}
 		}
-		checkElasticInvariantsSteps(t, j.h.lines, j.samples, int64(j.steps))
+		if j.fashionMNIST {
+			if msg, ok := disagreement(j.h.lines); !ok {
+				t.Errorf("%s: %s", j.name, msg)
+			}
+		} else {
+			checkElasticInvariantsSteps(t, j.h.lines, j.samples, int64(j.steps))
+		}
 		j.h.mu.Unlock()
 	}
 	return changed
 }
 
 func newE2ECluster(t *testing.T, timeout time.Duration) *e2eCluster {
+	t.Helper()
+	return newE2EClusterWith(t, timeout, nil)
+}
+
+// newE2EClusterWith is newE2ECluster with more images on the nodes.
+func newE2EClusterWith(t *testing.T, timeout time.Duration, images []testkube.Image) *e2eCluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs jobs on real kubelets; skipped with -short")
@@ -317,7 +388,7 @@ spec:
 		// Ready nodes: the scheduler places workers on no other.
 		NetworkReady: true,
 		PauseRef:     pauseImage,
-		Images: append(trainerImages(t),
+		Images: append(append(trainerImages(t), images...),
 			// The driver writes its workers' environment under /tmp.
 			testkube.Image{Ref: driverImage, Files: map[string]string{"usr/local/bin/gorovod": driver, "etc/gorovod/pod.yaml": template, "tmp/pod.yaml": template},
 				Entrypoint: []string{"/usr/local/bin/gorovod"}}),
@@ -347,22 +418,17 @@ spec:
 	if !ok {
 		t.Fatalf("the API server's address %q", cp.URL)
 	}
-	e := &e2eCluster{ctx: ctx, nodes: nodes, admin: admin, ns: ns}
-	var drivers atomic.Int64
-	customize := func(pod *corev1.Pod) {
-		// No kube-scheduler: the test spreads the driver pods over the
-		// kubelets. Host network: the gossip port the pod declares would
-		// be a host port, one driver a node; the driver binds loopback.
-		pod.Spec.NodeName = nodes[int(drivers.Add(1))%len(nodes)].Name
-		if e.driverNode != nil {
-			pod.Spec.NodeName = e.driverNode.Name
-		}
-		pod.Spec.HostNetwork = true
-		c := &pod.Spec.Containers[0]
-		c.Ports, c.ImagePullPolicy = nil, corev1.PullNever
-		c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: apiHost}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: apiPort})
-		c.Command = append(c.Command, "--kubernetes-pod-template=/etc/gorovod/pod.yaml", "--leave-notice=4s", "--progress=never")
+	e := &e2eCluster{ctx: ctx, nodes: nodes, admin: admin, ns: ns, schedKubeconfig: cp.Kubeconfig(tok.Status.Token)}
+	e.drivers = e2eDriverPlacement{APIHost: apiHost, APIPort: apiPort}
+	for _, n := range nodes {
+		e.drivers.Nodes = append(e.drivers.Nodes, n.Name)
 	}
+	customize := e.drivers.customizer(func() string {
+		if e.driverNode != nil {
+			return e.driverNode.Name
+		}
+		return ""
+	})
 	e.startScheduler = func(identity string) *e2eScheduler {
 		kc, err := kubernetes.NewForConfig(schedCfg)
 		if err != nil {
@@ -373,10 +439,7 @@ spec:
 			t.Fatal(err)
 		}
 		s := &e2eScheduler{done: make(chan error, 1)}
-		cfg := service.DefaultConfig()
-		cfg.Identity, cfg.Interval, cfg.CustomizeDriver = identity, 3*time.Second, customize
-		cfg.LeaderElection.Enabled = true
-		cfg.LeaderElection.LeaseDuration, cfg.LeaderElection.RenewDeadline, cfg.LeaderElection.RetryPeriod = 6*time.Second, 4*time.Second, time.Second
+		cfg := e2eServiceConfig(identity, customize)
 		cfg.OnRound = func(err error) {
 			if err == nil {
 				s.rounds.Add(1)
@@ -399,7 +462,7 @@ spec:
 	}
 
 	// The allocations as they change.
-	hist := &allocationHistory{sizes: map[string][]int{}, nodes: map[string]map[string]bool{}, allocs: map[string][][]string{}, spans: map[string][]allocationSpan{}, jobs: map[string]*api.GorovodJob{}}
+	hist := &allocationHistory{sizes: map[string][]int{}, nodes: map[string]map[string]bool{}, allocs: map[string][][]string{}, spans: map[string][]allocationSpan{}, jobs: map[string]*api.GorovodJob{}, ended: map[string]time.Time{}}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
 	go func() {
@@ -452,22 +515,33 @@ spec:
 		t.Helper()
 		manifest := filepath.Join(dir, j.name+".yaml")
 		// 2 ms a sample, 24 a step: 48 ms a step at 1 worker.
+		image, batch := trainerImage, 24
+		command := fmt.Sprintf(`[/bin/synthetic, --steps, "%d", --json, --samples, "%d", --batch, "24", --model-size, "20000", --compute, 2ms`, j.steps, j.samples)
+		if j.fashionMNIST {
+			image, batch = fashionMNISTImage, 64
+			command = `[/bin/fashion-mnist, --json, --log-every, "0", --batch-size, "64"`
+		}
+		for _, a := range j.trainer {
+			command += fmt.Sprintf(", %q", a)
+		}
+		command += "]"
+		minWorkers, maxWorkers := cmp.Or(j.minWorkers, 1), cmp.Or(j.maxWorkers, 4)
 		if err := os.WriteFile(manifest, fmt.Appendf(nil, `apiVersion: gorovod.io/v1alpha1
 kind: GorovodJob
 metadata:
   name: %s
 spec:
-  image: gorovod.local/synthetic:test
+  image: %s
   driverImage: %s
-  command: [/bin/synthetic, --steps, "%d", --json, --samples, "%d", --batch, "24", --model-size, "20000", --compute, 2ms]
+  command: %s
   env:
   - {name: GOROVOD_LISTEN_ADDR, value: "127.0.0.1:0"}
   - {name: GOROVOD_GOSSIP_ADDR, value: 127.0.0.1}
-  minWorkers: 1
-  maxWorkers: 4
-  batch: {initial: 24}
+  minWorkers: %d
+  maxWorkers: %d
+  batch: {initial: %d}
 %s
-`, j.name, driverImage, j.steps, j.samples, j.spec), 0o600); err != nil {
+`, j.name, image, driverImage, command, minWorkers, maxWorkers, batch, j.spec), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		follow(j)
@@ -476,6 +550,7 @@ spec:
 		if err != nil {
 			t.Fatalf("gorovod submit %s: %v: %s", j.name, err, out)
 		}
+		j.submitted = time.Now()
 	}
 	e.trained = func(j *e2eJob, steps int64) {
 		t.Helper()
