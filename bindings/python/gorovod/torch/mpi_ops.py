@@ -393,7 +393,7 @@ def _memory(what, *tensors):
     them). Call it once the call's outputs are allocated, right before the
     library call. ValueError for tensors on different devices, or CUDA
     tensors and a library without CUDA support."""
-    if all(t.is_cpu for t in tensors):
+    if all(isinstance(t, torch.Tensor) and t.is_cpu for t in tensors):
         return None  # the common case, without making a device object per tensor
     device = None
     for t in tensors:
