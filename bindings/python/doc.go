@@ -15,6 +15,7 @@
 // ctypes (gorovod/_core.py), the library built from bindings/c. bench/ holds
 // the benchmarks against DDP-Gloo (compare.py), of the binding's own cost
 // (overhead.py, with its Go counterpart bench/overhead, a command run under
-// `gorovod run`) and of how much of a training step's gradient exchange is
-// hidden behind its backward pass (overlap.py).
+// `gorovod run`; bucket_cost.py, DistributedOptimizer's CPU time for a small
+// model) and of how much of a training step's gradient exchange is hidden
+// behind its backward pass (overlap.py).
 package python

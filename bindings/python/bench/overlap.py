@@ -107,8 +107,8 @@ class Gorovod(object):
 
         class Quiet(object):
             def __enter__(self):
-                for p in opt._allreduce_delay:
-                    opt._allreduce_delay[p] = 1 << 30  # never reaches 0 in one pass
+                # never reaches 0 in one pass
+                opt._allreduce_delay[:] = [1 << 30] * len(opt._allreduce_delay)
                 return self
 
             def __exit__(self, *exc):

@@ -138,7 +138,9 @@ def check_optimizer(directory):
         x, y = batch(r, step)
         opt.zero_grad()
         loss = F.nll_loss(F.log_softmax(model(x), dim=1), y)
-        with Counted("grouped_allreduce_async_") as starts, Counted("synchronize") as waits:
+        # _grouped_allreduce_async: what DistributedOptimizer calls for a
+        # bucket (grouped_allreduce_async_ without its name handling).
+        with Counted("_grouped_allreduce_async") as starts, Counted("synchronize") as waits:
             gated_backward(loss, first, os.path.join(directory, "optimizer-%d" % step), r, starts, waits, want,
                            "DistributedOptimizer step %d" % step)
         opt.step()

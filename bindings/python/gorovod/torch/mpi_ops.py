@@ -363,7 +363,9 @@ def _check_tensor(tensor, what, reducing=True):
     dtype as bytes."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("gorovod %s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
-    if tensor.device.type not in ("cpu", "cuda"):
+    # is_cpu and is_cuda rather than device.type: a Tensor's device is an
+    # object made on each access, several times their cost.
+    if not (tensor.is_cpu or tensor.is_cuda):
         raise ValueError("gorovod %s: the tensor is on %s: gorovod takes CPU and CUDA tensors; copy the tensor to "
                          "the CPU" % (what, tensor.device))
     if tensor.is_sparse:
@@ -391,6 +393,8 @@ def _memory(what, *tensors):
     them). Call it once the call's outputs are allocated, right before the
     library call. ValueError for tensors on different devices, or CUDA
     tensors and a library without CUDA support."""
+    if all(isinstance(t, torch.Tensor) and t.is_cpu for t in tensors):
+        return None  # the common case, without making a device object per tensor
     device = None
     for t in tensors:
         if device is None:
@@ -508,12 +512,17 @@ def _named(fn):
     flight: until synchronize collects it, rather than until it completes as
     in Horovod, so that a refusal does not depend on how fast the call
     ran.)"""
-    signature = inspect.signature(fn)
+    # The name's place among fn's positional parameters, found once: binding
+    # the arguments to the signature on every call (inspect) cost more than
+    # the rest of a small call's Python path. Arguments that do not fit fn
+    # raise its own TypeError when it is called.
+    params = list(inspect.signature(fn).parameters)
+    at = params.index("name")
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        name = signature.bind(*args, **kwargs).arguments.get("name")
-        if name is None:
+        name = args[at] if len(args) > at else kwargs.get("name")
+        if name is None or (len(args) > at and "name" in kwargs):
             return fn(*args, **kwargs)
         earlier = _names.get(name)
         if earlier is not None and not _collected(earlier):
@@ -600,6 +609,8 @@ def _scales_here(tensors, prescale_factor, postscale_factor):
     a half-precision result is rounded to its dtype before the postscale
     factor is applied in float32 (the library's ring rounds once, after
     it). What is not a tensor is left for the library call to refuse."""
+    if prescale_factor == 1.0 and postscale_factor == 1.0:
+        return False  # nothing to scale (the common case: no look at each tensor)
     dtypes = [getattr(t, "dtype", None) for t in tensors]
     if prescale_factor != 1.0 and any(d in _INTEGER for d in dtypes):
         return True
@@ -747,11 +758,14 @@ def _grouped_allreduce_async(tensors, outputs, op, prescale_factor, postscale_fa
     send = None
     if outputs is not tensors:
         send = [_check_tensor(t, "grouped allreduce")[0] for t in tensors]
-    shapes = [_shape(t) for t in tensors]
-    shapes = None if all(sh is None for sh in shapes) else [(t.numel(),) if sh is None else sh
-                                                              for t, sh in zip(tensors, shapes)]
+    # Each tensor's shape, or None when every tensor has one dimension.
+    shapes = None
+    if any(t.dim() != 1 for t in tensors):
+        shapes = [tuple(t.shape) for t in tensors]
+    memory = _memory("grouped allreduce", *tensors) if send is None else _memory("grouped allreduce", *tensors,
+                                                                                  *outputs)
     args = (send, recv, counts, dtypes, op, float(prescale_factor), float(postscale_factor),
-            (list(tensors), list(outputs)), ps, shapes, name, _memory("grouped allreduce", *tensors, *outputs))
+            (list(tensors), list(outputs)), ps, shapes, name, memory)
     if now:
         _core.grouped_allreduce(*args)
         return list(outputs)

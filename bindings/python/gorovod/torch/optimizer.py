@@ -104,31 +104,40 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         ordered = [p for group in self.param_groups for p in group["params"]]
         self._parameter_names = _parameter_names(self.param_groups, ordered, named_parameters)
         self.backward_passes_per_step = backward_passes_per_step
-        self._allreduce_delay = {p: backward_passes_per_step for p in ordered}
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
-        # In submission order: group (a tuple of parameters) -> (handle,
-        # contexts).
-        self._handles = {}
+        # This step's started groups, in submission order: each a list of
+        # (handle, parameters, compression contexts).
+        self._handles = []
         self._densified = set()  # parameters whose sparse gradient is reduced dense this step
         self._grad_accs = []
         self._requires_update = [p for p in ordered if p.requires_grad]
         self._synchronized = False
         self._should_synchronize = True
-        self._p_to_group = {}
-        self._group_counts = {}
         if groups is None:
             groups = _buckets(self._requires_update)
-        self._make_groups(groups)
+        groups = self._make_groups(groups)
         # The order every rank starts the groups in: by the position of each
         # group's first registered parameter, last first. It follows from the
         # optimizer's parameters alone, so it is the same on every rank
         # whatever gradients each produces, and in what order.
-        position = {p: i for i, p in enumerate(self._requires_update)}
-        self._order = sorted(self._group_counts, key=lambda g: -min(position[p] for p in g))
-        self._order_index = {g: i for i, g in enumerate(self._order)}
+        position = {id(p): i for i, p in enumerate(self._requires_update)}
+        self._order = sorted(groups, key=lambda g: -min(position[id(p)] for p in g))
+        # The per-step bookkeeping the hooks touch is kept in lists indexed by
+        # a parameter's position in _requires_update and a group's in _order,
+        # never in dicts keyed by tensors: hashing a tensor is a Python call
+        # (Tensor.__hash__), and a tuple of them hashes every one, which cost
+        # a small model's step tens of such calls per gradient.
+        self._group_of = [0] * len(self._requires_update)  # parameter -> its group's position in _order
+        for gi, g in enumerate(self._order):
+            for p in g:
+                self._group_of[position[id(p)]] = gi
+        self._group_sizes = [len(g) for g in self._order]
+        # Backward passes each parameter's gradient still awaits this step.
+        self._allreduce_delay = [backward_passes_per_step] * len(self._requires_update)
+        self._group_counts = [0] * len(self._order)  # this step's ready gradients per group
         self._ready = [False] * len(self._order)  # this step's, by position in _order
         self._next = 0  # the position in _order of the next group to start
         # A rank outside the process set reduces nothing: its step applies
@@ -137,6 +146,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._register_hooks()
 
     def _make_groups(self, groups):
+        """The groups as tuples of parameters, each parameter in one."""
         params = self._requires_update
         if isinstance(groups, int):
             if groups <= 0:
@@ -157,17 +167,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             split += [[p] for p in params if id(p) not in seen]
         else:
             raise ValueError("groups should be a positive integer or a list of lists of torch.Tensor")
-        for g in split:
-            if g:
-                key = tuple(g)
-                for p in g:
-                    self._p_to_group[p] = key
-                self._group_counts[key] = 0
+        return [tuple(g) for g in split if g]
 
     def _register_hooks(self):
-        for p in self._requires_update:
+        for i, p in enumerate(self._requires_update):
             grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            grad_acc.register_hook(self._make_hook(p))
+            grad_acc.register_hook(self._make_hook(p, i))
             self._grad_accs.append(grad_acc)  # the hooks live as long as their accumulators
 
     def _scales(self):
@@ -199,8 +204,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if dense:
             pairs = [self._compression.compress(g) for _, g in dense]
             pre, post = self._scales()
-            handle = mpi_ops.grouped_allreduce_async_([c for c, _ in pairs], op=self.op, prescale_factor=pre,
-                                                      postscale_factor=post, process_set=self.process_set)
+            tensors = [c for c, _ in pairs]
+            # grouped_allreduce_async_ without its wrappers: the call has no
+            # name to check for duplicates or remember.
+            handle = mpi_ops._grouped_allreduce_async(tensors, tensors, mpi_ops._op(self.op), pre, post,
+                                                      self.process_set)
             pending.append((handle, [p for p, _ in dense], [ctx for _, ctx in pairs]))
         for p, g in zip(group, grads):
             if g.is_sparse:
@@ -208,19 +216,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                 None))
         return pending
 
-    def _make_hook(self, p):
+    def _make_hook(self, p, i):
+        """The hook of p, the i-th parameter of _requires_update."""
+        gi = self._group_of[i]
+        delay, counts, size = self._allreduce_delay, self._group_counts, self._group_sizes[gi]
+
         def hook(*ignore):
-            if self._allreduce_delay[p] <= 0:
+            if delay[i] <= 0:
                 # This step's gradient of p was counted already.
                 raise AssertionError("Gradients were computed more than backward_passes_per_step times before call "
                                      "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
             assert not p.grad.requires_grad
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] == 0:
-                group = self._p_to_group[p]
-                self._group_counts[group] += 1
-                if self._group_counts[group] == len(group):
-                    self._ready[self._order_index[group]] = True
+            delay[i] -= 1
+            if delay[i] == 0:
+                counts[gi] += 1
+                if counts[gi] == size:
+                    self._ready[gi] = True
                     self._start_ready()
         return hook
 
@@ -231,8 +242,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         rank did not produce)."""
         order, ready = self._order, self._ready
         while self._next < len(order) and (everything or ready[self._next]):
-            group = order[self._next]
-            self._handles[group] = self._grouped_allreduce_grad_async(group)
+            self._handles.append(self._grouped_allreduce_grad_async(order[self._next]))
             self._next += 1
 
     def synchronize(self):
@@ -244,8 +254,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return
         try:
             self._start_ready(everything=True)
-            handles, self._handles = self._handles, {}
-            for pending in handles.values():
+            handles, self._handles = self._handles, []
+            for pending in handles:
                 for handle, params, ctxs in pending:
                     if ctxs is None:
                         params[0].grad = handle()
@@ -256,23 +266,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         finally:
             # A failed step's allreduces in flight are dropped (the library
             # keeps their memory until they end), as _forget does.
-            self._handles = {}
+            self._handles = []
             self._reset_step()
         self._synchronized = True
 
     def _reset_step(self):
         self._next = 0
         self._densified.clear()
-        for i in range(len(self._ready)):
-            self._ready[i] = False
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = self.backward_passes_per_step
-        for g in self._group_counts:
-            self._group_counts[g] = 0
+        # In place: the hooks hold these lists.
+        n = len(self._order)
+        self._ready[:] = [False] * n
+        self._group_counts[:] = [0] * n
+        self._allreduce_delay[:] = [self.backward_passes_per_step] * len(self._allreduce_delay)
 
     def _set_grad(self, p, output, ctx):
         reduced = self._compression.decompress(output, ctx)
-        if p in self._densified:
+        if self._densified and p in self._densified:
             self._densified.discard(p)
             p.grad = reduced.to_sparse()
         elif reduced is not p.grad:
@@ -311,13 +320,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = passes
+        self._allreduce_delay[:] = [passes] * len(self._allreduce_delay)
 
     def _forget(self):
         """Drops the allreduces in flight (after a world change, which failed
         them) and the accumulation counts."""
-        self._handles = {}
+        self._handles = []
         self._synchronized = False
         self._should_synchronize = True
         self._reset_step()
