@@ -6,6 +6,7 @@
 #                      [--reps 5] [--load "idle busy"] [--impls LIST]
 #                      [--compare LABEL=PATH]... [--gorovod-args "..."]
 #                      [--iters 20] [--warmup 5] [--batch-time-us 1000]
+#                      [--patterns "batched single"]
 #                      [--timeout 1800] [--out FILE] [--table]
 #
 # Every program run measures ONE size (its own median of --iters samples);
@@ -15,6 +16,11 @@
 # per implementation, the median over reps and the spread (min-max), and the
 # paired ratios gorovod/peer of the same rep. --load "idle busy" runs each rep
 # twice: as is, and with one busy-looping process (one core taken).
+# --patterns "batched single" runs each size in two patterns, interleaved:
+# batched (the default: a sample runs collectives smaller than
+# --batch-time-us back to back, the figure of a stream of small messages) and
+# single (every sample is one allreduce after a barrier, as a training step
+# that computes and then reduces: batch time 0); table.py reports them apart.
 #
 # Implementations (--impls, comma list; default gorovod-tcp,gorovod-shm,mpi-tcp,mpi-shm):
 #   gorovod-tcp, gorovod-shm   `gorovod bench allreduce --transport tcp|shm`
@@ -34,12 +40,12 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PY=/usr/bin/python3 # Debian's python: the one python3-torch installs into
 
 min_bytes="" max_bytes="" factor=4 sizes="4K,256K,4M,64M" iters=20 warmup=5
-nps="2 4" impls="gorovod-tcp,gorovod-shm,mpi-tcp,mpi-shm" batch_us=1000
+nps="2 4" impls="gorovod-tcp,gorovod-shm,mpi-tcp,mpi-shm" batch_us=1000 patterns="batched"
 gorovod="" gorovod_args="" timeout_s=1800 table=0 reps=5 loads="idle" out=""
 compares=()
 command_line="$0 $*"
 
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --min-bytes) min_bytes=$2; shift 2 ;;
@@ -51,6 +57,7 @@ while [ $# -gt 0 ]; do
     --np) nps=${2//,/ }; shift 2 ;;
     --impls) impls=$2; shift 2 ;;
     --batch-time-us) batch_us=$2; shift 2 ;;
+    --patterns) patterns=${2//,/ }; shift 2 ;;
     --gorovod) gorovod=$2; shift 2 ;;
     --gorovod-args) gorovod_args=$2; shift 2 ;; # extra words appended to every gorovod call
     --compare) compares+=("$2"); shift 2 ;;
@@ -87,6 +94,8 @@ fi
 [ ${#size_list[@]} -gt 0 ] || die "no sizes"
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "--reps must be a positive number"
 for l in $loads; do case "$l" in idle|busy) ;; *) die "--load takes idle and/or busy, not $l" ;; esac; done
+for p in $patterns; do case "$p" in batched|single) ;; *) die "--patterns takes batched and/or single, not $p" ;; esac; done
+[[ "$batch_us" =~ ^[0-9]+$ ]] || die "--batch-time-us must be a number of microseconds"
 
 # The implementations to run: name -> how.
 declare -A gorovod_bin=()
@@ -156,7 +165,7 @@ mpi_btl_shm=(--mca btl vader,self)
 # The record of what ran where.
 meta=$(RUN_COMMAND="$command_line" RUN_GIT=$(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown) \
   RUN_IMPLS="${impl_list[*]}" RUN_NP="$nps" RUN_SIZES="${size_list[*]}" RUN_REPS="$reps" RUN_LOAD="$loads" \
-  RUN_ITERS="$iters" RUN_WARMUP="$warmup" RUN_BATCH="$batch_us" "$PY" -c '
+  RUN_ITERS="$iters" RUN_WARMUP="$warmup" RUN_BATCH="$batch_us" RUN_PATTERNS="$patterns" "$PY" -c '
 import datetime, json, os, platform
 e = os.environ
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -168,25 +177,27 @@ print(json.dumps({"meta": {
     "impls": e["RUN_IMPLS"].split(), "np": [int(x) for x in e["RUN_NP"].split()],
     "sizes": [int(x) for x in e["RUN_SIZES"].split()], "reps": int(e["RUN_REPS"]),
     "load": e["RUN_LOAD"].split(), "iters": int(e["RUN_ITERS"]), "warmup": int(e["RUN_WARMUP"]),
-    "batch_time_us": int(e["RUN_BATCH"])}}))')
+    "batch_time_us": int(e["RUN_BATCH"]), "patterns": e["RUN_PATTERNS"].split()}}))')
 emit "$meta"
 
 failed=0
-tag() { # tag IMPL REP LOAD: JSON lines get impl (if missing), rep and load; other lines go to stderr
-  local impl=$1 rep=$2 load=$3 line
+tag() { # tag IMPL REP LOAD PATTERN: JSON lines get impl (if missing), rep, load and pattern; other lines go to stderr
+  local impl=$1 rep=$2 load=$3 pattern=$4 line
   while IFS= read -r line; do
     case "$line" in
       "{"*)
         case "$line" in *'"impl"'*) ;; *) line="{\"impl\": \"$impl\", ${line#\{}" ;; esac
-        emit "{\"rep\": $rep, \"load\": \"$load\", ${line#\{}" ;;
+        emit "{\"rep\": $rep, \"load\": \"$load\", \"pattern\": \"$pattern\", ${line#\{}" ;;
       *) printf '[%s] %s\n' "$impl" "$line" >&2 ;;
     esac
   done
 }
 
-run_one() { # run_one IMPL NP BYTES REP LOAD
-  local impl=$1 np=$2 b=$3 rep=$4 load=$5 cmd
-  local common=(--sizes "$b" --warmup "$warmup" --iters "$iters" --batch-time-us "$batch_us")
+run_one() { # run_one IMPL NP BYTES REP LOAD PATTERN
+  local impl=$1 np=$2 b=$3 rep=$4 load=$5 pattern=$6 cmd
+  local batch=$batch_us
+  [ "$pattern" = single ] && batch=0
+  local common=(--sizes "$b" --warmup "$warmup" --iters "$iters" --batch-time-us "$batch")
   case "$impl" in
     mpi-tcp) cmd=("${mpirun_base[@]}" "${mpi_btl_tcp[@]}" -np "$np" "$tmp/mpi_allreduce" --impl mpi-tcp "${common[@]}") ;;
     mpi-shm) cmd=("${mpirun_base[@]}" "${mpi_btl_shm[@]}" -np "$np" "$tmp/mpi_allreduce" --impl mpi-shm "${common[@]}") ;;
@@ -194,11 +205,11 @@ run_one() { # run_one IMPL NP BYTES REP LOAD
     *-tcp|*-shm)
       # shellcheck disable=SC2206  # gorovod_args is a word list on purpose
       cmd=("${gorovod_bin[${impl%-*}]}" bench allreduce --np "$np" --min-bytes "$b" --max-bytes "$b"
-        --warmup "$warmup" --iters "$iters" --batch-time "${batch_us}us" --transport "${impl##*-}" --json $gorovod_args) ;;
+        --warmup "$warmup" --iters "$iters" --batch-time "${batch}us" --transport "${impl##*-}" --json $gorovod_args) ;;
   esac
-  timeout --kill-after=10 "$timeout_s" "${cmd[@]}" 2>&1 | tag "$impl" "$rep" "$load"
+  timeout --kill-after=10 "$timeout_s" "${cmd[@]}" 2>&1 | tag "$impl" "$rep" "$load" "$pattern"
   local rc=${PIPESTATUS[0]}
-  if [ "$rc" -ne 0 ]; then log "$impl np=$np $b bytes rep $rep ($load) FAILED (exit $rc): ${cmd[*]}"; failed=1; fi
+  if [ "$rc" -ne 0 ]; then log "$impl np=$np $b bytes rep $rep ($load, $pattern) FAILED (exit $rc): ${cmd[*]}"; failed=1; fi
 }
 
 start_busy() { # one process that keeps one core busy, as other work would
@@ -218,10 +229,12 @@ for ((rep = 1; rep <= reps; rep++)); do
     [ "$load" = busy ] && start_busy
     for np in $nps; do
       for b in "${size_list[@]}"; do
-        for ((k = 0; k < n; k++)); do
-          run_one "${impl_list[$(((k + turn) % n))]}" "$np" "$b" "$rep" "$load"
+        for pattern in $patterns; do
+          for ((k = 0; k < n; k++)); do
+            run_one "${impl_list[$(((k + turn) % n))]}" "$np" "$b" "$rep" "$load" "$pattern"
+          done
+          turn=$((turn + 1))
         done
-        turn=$((turn + 1))
       done
     done
     stop_busy

@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """Turn allreduce JSON lines (run.sh, gloo_allreduce.py, mpi_allreduce,
 `gorovod bench --json`) into markdown tables: one row per message size, one
-column per impl x np, one set of tables per load condition.
+column per impl x np, one set of tables per condition: the load, and the
+pattern when run.sh ran more than one (--patterns: "batched", small
+collectives back to back in a sample; "single", one allreduce after a
+barrier per sample).
 
   /usr/bin/python3 table.py results.jsonl [more.jsonl ...]   (or JSON on stdin)
   --metric busbw|time|algbw|all   (default: busbw and time)
@@ -15,7 +18,7 @@ gorovod-X / LABEL-X for binaries given to run.sh --compare; its cells are the
 median and spread of the per-rep ratios (> 1: gorovod faster).
 
 Lines that are not JSON objects are ignored; a record without "impl" counts as
-gorovod, without "load" as "-". {"meta": ...} lines (run.sh writes one) are
+gorovod, without "load" as "-", without "pattern" as batched. {"meta": ...} lines (run.sh writes one) are
 printed first. A result whose "correct" is false is marked with "!".
 Standard library only.
 """
@@ -39,8 +42,17 @@ def human(b):
     return str(b)
 
 
+PATTERNS = {"batched": "batched", "single": "one allreduce after a barrier"}
+
+
+def condition(r):
+    """A record's condition: its load, and its pattern unless batched."""
+    ld, pattern = str(r.get("load", "-")), r.get("pattern", "batched")
+    return ld if pattern == "batched" else "%s, %s" % (ld, PATTERNS.get(pattern, pattern))
+
+
 def load(streams):
-    """Returns (metas, runs): runs[(load, impl, np, bytes)] = [record, ...]."""
+    """Returns (metas, runs): runs[(condition, impl, np, bytes)] = [record, ...]."""
     metas, runs = [], defaultdict(list)
     for f in streams:
         for line in f:
@@ -56,7 +68,7 @@ def load(streams):
                 continue
             if r.get("op", "allreduce") != "allreduce" or "bytes" not in r:
                 continue
-            key = (str(r.get("load", "-")), r.get("impl", "gorovod"), int(r.get("np", 0)), int(r["bytes"]))
+            key = (condition(r), r.get("impl", "gorovod"), int(r.get("np", 0)), int(r["bytes"]))
             runs[key].append(r)
     return metas, runs
 
@@ -172,7 +184,7 @@ def main():
     parts = []
     if metas:
         parts.append("\n".join(describe(m) for m in metas))
-    for ld in sorted({l for (l, *_) in runs}, key=lambda l: (l != "idle", l)):
+    for ld in sorted({l for (l, *_) in runs}, key=lambda l: (not l.startswith("idle"), l)):
         parts.extend(table(runs, ld, m) for m in metrics)
         if not args.no_ratios:
             t = ratio_table(runs, ld)
