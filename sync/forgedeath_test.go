@@ -178,15 +178,7 @@ func TestForgedGossipDeathKeepsTheWorld(t *testing.T) {
 		refuted, failed, joined := vlog.count(tc.refutes), seen("failed"), seen("joined")
 		for _, to := range targets {
 			if tc.msg != nil {
-				b, err := gossipforge.Message(tc.msg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				p, err := gossipforge.Packet(key, b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := gossipforge.SendPacket(to, p); err != nil {
+				if err := gossipforge.SendMessage(to, key, tc.msg); err != nil {
 					t.Fatal(err)
 				}
 				continue

@@ -154,6 +154,26 @@ func SendPacket(to netip.AddrPort, packet []byte) error {
 	return err
 }
 
+// MessagePacket is message v (Message) as a UDP packet sealed with key
+// (Packet).
+func MessagePacket(key []byte, v any) ([]byte, error) {
+	msg, err := Message(v)
+	if err != nil {
+		return nil, err
+	}
+	return Packet(key, msg)
+}
+
+// SendMessage sends message v, sealed with key, to a member's gossip
+// address over UDP.
+func SendMessage(to netip.AddrPort, key []byte, v any) error {
+	p, err := MessagePacket(key, v)
+	if err != nil {
+		return err
+	}
+	return SendPacket(to, p)
+}
+
 // PushPull is a push/pull request carrying nodes (join marks it a join, which
 // memberlist hands its merge delegate first), as a stream message sealed
 // with key, or in clear when key is nil.
