@@ -917,3 +917,159 @@ func TestNodePreferenceUnderScheduler(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxWorkersPerNodeUnderScheduler spreads a job's workers with
+// spec.maxWorkersPerNode, on the cluster of TestSchedulerAndDriversOnKubelets
+// (2 nodes of 2 slots): a job of 1 to 4 workers submitted with `gorovod
+// submit --max-workers-per-node 1` is allocated at most one slot a node, so
+// it grows to 2 workers, one on each node's kubelet (its pods' nodes as the
+// API server reports them), trains at no world larger than 2, and succeeds.
+// Then, its pods gone, the same job without the cap grows past one worker a
+// node (two worker pods running on one node, a world of more than 2): the
+// cap, not the job or the cluster, is what held the first to 2.
+func TestMaxWorkersPerNodeUnderScheduler(t *testing.T) {
+	e := newE2ECluster(t, 10*time.Minute)
+	ctx := e.ctx
+	capped := &e2eJob{name: "capped", steps: 1500, samples: 480, submitArgs: []string{"--max-workers-per-node", "1"}}
+	uncapped := &e2eJob{name: "uncapped", steps: 2000, samples: 480}
+	all := []*e2eJob{capped, uncapped}
+	defer e.logFailure(t, all)
+
+	// The jobs' worker pods as the API server reports them, sampled while
+	// the test runs: the most live ones (not ended, not being deleted: a
+	// leaving worker's pod is no worker of the node any more) on one node
+	// at once, and the nodes they ran on.
+	var spread struct {
+		sync.Mutex
+		most  map[string]int             // job → most live worker pods on one node
+		nodes map[string]map[string]bool // job → nodes of its running worker pods
+	}
+	spread.most, spread.nodes = map[string]int{}, map[string]map[string]bool{}
+	livePods := func(job string) (map[string]int, map[string]int) {
+		t.Helper()
+		pods, err := e.admin.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + job + "," + kube.LabelRole + "=" + kube.RoleWorker})
+		if err != nil {
+			return nil, nil
+		}
+		live, running := map[string]int{}, map[string]int{}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			live[p.Spec.NodeName]++
+			if p.Status.Phase == corev1.PodRunning {
+				running[p.Spec.NodeName]++
+			}
+		}
+		return live, running
+	}
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	var sampling sync.WaitGroup
+	sampling.Go(func() {
+		for {
+			for _, j := range all {
+				live, running := livePods(j.name)
+				spread.Lock()
+				for n, k := range live {
+					spread.most[j.name] = max(spread.most[j.name], k)
+					if running[n] > 0 {
+						if spread.nodes[j.name] == nil {
+							spread.nodes[j.name] = map[string]bool{}
+						}
+						spread.nodes[j.name][n] = true
+					}
+				}
+				spread.Unlock()
+			}
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-time.After(200 * time.Millisecond): // polling the API server, as kubectl get -w's fallback does
+			}
+		}
+	})
+	stopSpread := func() {
+		stopSampling()
+		sampling.Wait()
+	}
+	t.Cleanup(stopSpread)
+	// grown waits for the job to train at more than `beyond` workers, as
+	// many as its allocation, with its worker pods running.
+	grown := func(j *e2eJob, beyond int, more func(running map[string]int) bool) {
+		t.Helper()
+		poll(t, fmt.Sprintf("%s training at more than %d workers", j.name, beyond), 4*time.Minute, func() bool {
+			gj := e.hist.job(j.name)
+			if gj == nil || gj.Status.Phase != api.PhaseRunning || len(gj.Status.Allocation) <= beyond || int(gj.Status.WorldSize) != len(gj.Status.Allocation) {
+				return false
+			}
+			_, running := livePods(j.name)
+			return more(running)
+		})
+	}
+	ended := func(j *e2eJob) {
+		t.Helper()
+		poll(t, j.name+" ended", 5*time.Minute, func() bool {
+			gj := e.hist.job(j.name)
+			return gj != nil && gj.Status.Phase.Ended()
+		})
+	}
+
+	sched := e.startScheduler("sched-1")
+	e.submit(capped)
+	// Alone on 4 slots, the job is given more than one worker once its
+	// model has been measured; with the cap, one on each node.
+	grown(capped, 1, func(running map[string]int) bool { return len(running) == len(e.nodes) })
+	// It trains on at 2 to its end: the scheduler's rounds meanwhile give
+	// it no more.
+	ended(capped)
+	poll(t, capped.name+"'s worker pods gone", 2*time.Minute, func() bool {
+		live, running := livePods(capped.name)
+		return len(live) == 0 && len(running) == 0
+	})
+
+	e.submit(uncapped)
+	grown(uncapped, len(e.nodes), func(running map[string]int) bool {
+		return slices.ContainsFunc(slices.Collect(maps.Values(running)), func(k int) bool { return k > 1 })
+	})
+	ended(uncapped)
+	e.stopScheduler(sched)
+	e.stopFollowing()
+	stopSpread()
+	e.checkJobs(t, all)
+
+	e.hist.mu.Lock()
+	allocs := map[string][][]string{capped.name: slices.Clone(e.hist.allocs[capped.name]), uncapped.name: slices.Clone(e.hist.allocs[uncapped.name])}
+	e.hist.mu.Unlock()
+	worlds := map[string]int{}
+	for _, j := range all {
+		j.h.mu.Lock()
+		for _, l := range j.h.lines {
+			worlds[j.name] = max(worlds[j.name], l.Size)
+		}
+		j.h.mu.Unlock()
+	}
+	spread.Lock()
+	defer spread.Unlock()
+	t.Logf("%s: allocations %v, at most %d live worker pods on a node, running on %v, largest world %d",
+		capped.name, allocs[capped.name], spread.most[capped.name], slices.Sorted(maps.Keys(spread.nodes[capped.name])), worlds[capped.name])
+	t.Logf("%s: allocations %v, at most %d live worker pods on a node, largest world %d",
+		uncapped.name, allocs[uncapped.name], spread.most[uncapped.name], worlds[uncapped.name])
+	for _, a := range allocs[capped.name] {
+		if len(slices.Compact(slices.Sorted(slices.Values(a)))) != len(a) {
+			t.Errorf("%s was allocated %v: more than one slot of a node at --max-workers-per-node 1", capped.name, a)
+		}
+	}
+	if spread.most[capped.name] != 1 {
+		t.Errorf("%s had %d live worker pods on one node at once, want 1 at --max-workers-per-node 1", capped.name, spread.most[capped.name])
+	}
+	if len(spread.nodes[capped.name]) != len(e.nodes) {
+		t.Errorf("%s's worker pods ran on %v, want one on each of the %d nodes", capped.name, spread.nodes[capped.name], len(e.nodes))
+	}
+	if worlds[capped.name] != len(e.nodes) {
+		t.Errorf("%s trained at worlds of up to %d workers, want up to %d (one a node)", capped.name, worlds[capped.name], len(e.nodes))
+	}
+	if spread.most[uncapped.name] < 2 || worlds[uncapped.name] <= len(e.nodes) {
+		t.Errorf("%s, without the cap, had at most %d worker pods on a node and a world of up to %d: it did not grow past one a node",
+			uncapped.name, spread.most[uncapped.name], worlds[uncapped.name])
+	}
+}
