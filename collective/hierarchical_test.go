@@ -668,7 +668,11 @@ func TestHierarchicalPipelineFailures(t *testing.T) {
 					var mm *MismatchError
 					switch {
 					case tc.frames < 0:
-						t.Errorf("rank %d: want the deadline, got %v", r, err)
+						// A rank that waits on the absent one hits its
+						// deadline and aborts the communicator; the abort
+						// can reach another rank before that rank's own
+						// deadline: a typed failure as good as it.
+						named = named || (errors.As(err, &pe) && pe.Rank == tc.victim)
 					case tc.pieces != 0:
 						if errors.As(err, &mm) {
 							named = named || mm.Peer == tc.victim
