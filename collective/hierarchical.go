@@ -53,15 +53,7 @@ func (o *opRun) hierarchicalAllreduce(ctx *opContext, src, dst memory, count int
 	}
 	m, li := g.minLocal, g.local.pos
 	h.local = resize(h.local, g.local.size())
-	for j := range h.local {
-		h.local[j] = 0
-		if j < m {
-			h.local[j] = count / m
-			if j < count%m {
-				h.local[j]++
-			}
-		}
-	}
+	stripes(h.local, nil, count, m, 0)
 	c.plan.set(h.local, esz, c.cfg.ChunkBytes)
 
 	start := o.mark()

@@ -280,7 +280,7 @@ type workloadRun struct {
 //	GOROVOD_MEASURE_WORKLOAD=1 go test -run TestSchedulerWorkloadOnKubelets -v -timeout 90m ./cmd/gorovod
 func TestSchedulerWorkloadOnKubelets(t *testing.T) {
 	if os.Getenv("GOROVOD_MEASURE_WORKLOAD") != "1" {
-		t.Skip("a measurement of several minutes a policy: set GOROVOD_MEASURE_WORKLOAD=1")
+		t.Skip("a measurement of several minutes a policy: set GOROVOD_MEASURE_WORKLOAD=1 (CI tests the scheduler and drivers on these kubelets in TestSchedulerAndDriversOnKubelets and its siblings)")
 	}
 	policies := strings.Split(cmp.Or(os.Getenv("GOROVOD_MEASURE_POLICIES"), strings.Join(service.Policies, ",")), ",")
 	runs, err := strconv.Atoi(cmp.Or(os.Getenv("GOROVOD_MEASURE_RUNS"), "1"))
