@@ -40,7 +40,11 @@ func runAutoscaled(t *testing.T, launcher string, runArgs []string, trainer stri
 			t.Fatalf("gorovod run: %v\n%s", err, h.logText())
 		}
 	case <-time.After(3 * time.Minute):
-		t.Fatalf("job did not finish; launcher log:\n%s", h.logText())
+		h.mu.Lock()
+		progress := fmt.Sprintf("%d trainer lines up to step %d; engine events:\n%s", len(h.lines), maxStep(h.lines), strings.Join(h.events, "\n"))
+		h.mu.Unlock()
+		t.Logf("job did not finish: %s", progress)
+		h.timedOut(t, "the job to finish")
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
