@@ -63,7 +63,10 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 	// The driver pods use the host's network: a replacement binds the
 	// first driver's address (the workers' seed) on the same node.
 	e.driverNode = e.nodes[0]
-	j := &e2eJob{name: "replaced", steps: 4000, samples: 1200}
+	// A probe timeout of its own, which the workers were given and each
+	// replacement driver must use as well (status.adoption.probeTimeout).
+	const probeTimeout = 3 * time.Second
+	j := &e2eJob{name: "replaced", steps: 4000, samples: 1200, spec: "  probeTimeout: 3s"}
 	all := []*e2eJob{j}
 	defer e.logFailure(t, all)
 	sched := e.startScheduler("sched-1")
@@ -97,6 +100,9 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 		gj := current()
 		return gj.Status.Phase == api.PhaseRunning && gj.Status.Adoption != nil && gj.Status.WorldSize > 0
 	})
+	if a := current().Status.Adoption; a.ProbeTimeout == nil || a.ProbeTimeout.Duration != probeTimeout {
+		t.Fatalf("status.adoption %+v does not record the job's probe timeout %v", a, probeTimeout)
+	}
 	e.trained(j, j.h.step()+50)
 
 	// takeOver kills the job's driver (kill), then checks that the
@@ -152,6 +158,23 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 		logs := e.driverLogs(j.name)[e.driverNode.Name]
 		if !regexp.MustCompile(`taking running job \S+ back`).Match(logs) {
 			t.Errorf("no replacement driver said it took the job back; the drivers' log ends:\n%s", logs[max(0, len(logs)-4<<10):])
+		}
+		// The replacement's proposer runs with the probe timeout the
+		// workers were given, not the default.
+		// (Its own log: a deleted pod's log goes with it.)
+		var own []byte
+		for _, node := range e.nodes {
+			files, _ := filepath.Glob(filepath.Join(node.LogDir, e.ns+"_"+want+"_*", service.DriverContainer, "*.log"))
+			for _, f := range files {
+				if b, err := os.ReadFile(f); err == nil {
+					own = append(own, b...)
+				}
+			}
+		}
+		if m := regexp.MustCompile(`took the job back[^\n]*probe_timeout=(\S+)`).FindSubmatch(own); m == nil {
+			t.Errorf("%s did not log taking the job back with its probe timeout; its log ends:\n%s", want, own[max(0, len(own)-4<<10):])
+		} else if got := string(m[1]); got != probeTimeout.String() {
+			t.Errorf("%s proposes with probe timeout %s, want the job's %v", want, got, probeTimeout)
 		}
 	}
 	takeOver(1, "kill -9 of the driver", func(driver string) {
