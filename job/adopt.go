@@ -414,7 +414,7 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 	var running []AdoptedWorker
 	var gone []string
 	r.mu.Lock()
-	r.share = map[string]int{}
+	r.place.share = map[string]int{}
 	for _, w := range a.Workers {
 		if w.Index < 0 || w.Index > 1<<20 {
 			r.mu.Unlock()
@@ -423,11 +423,11 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 		for len(r.procs) <= w.Index {
 			r.procs = append(r.procs, nil)
 		}
-		r.share[w.Host]++
+		r.place.share[w.Host]++
 		switch {
 		case w.Running || w.Remote:
-			r.running++
-			r.place.running[w.Host]++
+			r.standing.add()
+			r.place.take(w.Host)
 			running = append(running, w)
 		case w.Exited:
 			var err error
@@ -466,9 +466,9 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 		if err != nil {
 			r.mu.Lock()
 			r.procs[index] = ended(w, Unknown, fmt.Errorf("not adopted (%v): %w", err, ErrExitUnknown))
-			r.place.running[w.Host]--
+			r.place.release(w.Host)
 			j.floor.toReplace++
-			r.leftLocked()
+			r.standing.left()
 			r.mu.Unlock()
 			gone = append(gone, fmt.Sprintf("worker %d (pid %d): %v", w.Index, w.PID, err))
 			continue

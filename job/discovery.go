@@ -35,27 +35,3 @@ func (s staticHosts) Discover(ctx context.Context, found func([]Host)) error {
 	<-ctx.Done()
 	return nil
 }
-
-// placement decides where workers go: on the first host, in the discovery's
-// order, with a free slot (as Horovod fills hosts), counting the workers of
-// the job still running on each.
-type placement struct {
-	hosts   []Host
-	running map[string]int // workers running per host name
-}
-
-// pick returns the host for one more worker, or false when every slot is
-// taken.
-func (p *placement) pick() (string, bool) {
-	for _, h := range p.hosts {
-		if h.Slots == 0 || p.running[h.Name] < h.Slots {
-			return h.Name, true
-		}
-	}
-	return "", false
-}
-
-// has reports whether the host is in the current list.
-func (p *placement) has(name string) bool {
-	return slices.ContainsFunc(p.hosts, func(h Host) bool { return h.Name == name })
-}

@@ -49,14 +49,16 @@
 // job's verdict.
 //
 // Inside, a Job composes one type per concern, each owning its state: the
-// roster of its processes and where the job stands (roster.go), the start
-// (firstWorld, start.go), the floor under MinWorkers (floor, minimum.go),
-// the end of training and its clock (ending, end.go), each process's
-// exclusions and returns (presence, rejoin.go), what supervise has yet to
-// act on (inbox, inbox.go), the driver's half of the stall inspector
-// (stallWatch, observe.go), the job's timeline (jobTimeline, observe.go)
-// and the stream of events to the sinks (eventStream, stream.go); job.go
-// starts the job, supervises it and ties them together, workers.go
-// launches the processes and follows each to its exit, and changes.go acts
-// on the driver's worlds and removals and on the host lists.
+// roster of its processes (roster.go), which composes under its one lock
+// where workers go (placement, placement.go), where the job stands
+// (standing, standing.go) and the workers that joined by hand (handStarted,
+// handstarted.go); the start (firstWorld, start.go), the floor under
+// MinWorkers (floor, minimum.go), the end of training and its clock (ending,
+// end.go), each process's exclusions and returns (presence, rejoin.go), what
+// supervise has yet to act on (inbox, inbox.go), the driver's half of the
+// stall inspector (stallWatch, observe.go), the job's timeline (jobTimeline,
+// observe.go) and the stream of events to the sinks (eventStream,
+// stream.go); job.go starts the job, supervises it and ties them together,
+// workers.go launches the processes and follows each to its exit, and
+// changes.go acts on the driver's worlds and removals and on the host lists.
 package job

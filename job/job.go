@@ -41,12 +41,13 @@ func (e *LimitError) Error() string {
 
 // Job is a running elastic job: its driver, its worker processes and its
 // autoscaling engine. Its concerns are types of their own, which it
-// composes: the roster of its processes (roster.go), the start (start.go),
-// the floor under Config.MinWorkers (minimum.go), the end (end.go, which
-// holds the rules), rejoins (rejoin.go), supervise's inbox (inbox.go), the
-// stall watch and the timeline (observe.go) and the event stream to the
-// sinks (stream.go). Job launches the processes (workers.go), follows the
-// driver's worlds (changes.go) and ties them together.
+// composes: the roster of its processes (roster.go, with placement.go,
+// standing.go and handstarted.go), the start (start.go), the floor under
+// Config.MinWorkers (minimum.go), the end (end.go, which holds the rules),
+// rejoins (rejoin.go), supervise's inbox (inbox.go), the stall watch and the
+// timeline (observe.go) and the event stream to the sinks (stream.go). Job
+// launches the processes (workers.go), follows the driver's worlds
+// (changes.go) and ties them together.
 type Job struct {
 	cfg         Config
 	driver      Driver
@@ -220,7 +221,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		slots[i] = slot{r.reserveLocked(h), h}
 		share[h]++
 	}
-	r.share = share
+	r.place.share = share
 	r.mu.Unlock()
 	started := make([]WorkerRef, len(slots))
 	errs := make([]error, len(slots))
@@ -315,7 +316,7 @@ func (j *Job) supervise() {
 		case <-j.inbox.poke:
 			prev = j.handle(prev)
 			j.floor.wake()
-		case <-j.roster.allExited:
+		case <-j.roster.standing.allExited:
 			if finished != nil {
 				j.ending.awaitLateReport(finished)
 			}

@@ -109,7 +109,7 @@ func (f *floor) restore(ctx context.Context, s *floorState, tick bool) bool {
 	missing := f.min - staying
 	r := f.roster
 	r.mu.Lock()
-	stop := failed || f.anyFailed || r.draining || r.trainingOver || r.ended || ctx.Err() != nil
+	stop := failed || f.anyFailed || r.standing.draining || r.standing.trainingOver || r.standing.ended || ctx.Err() != nil
 	struck := f.strikes >= maxReplacementStrikes
 	lost := 0
 	if f.replaceLost {
@@ -197,7 +197,7 @@ func (f *floor) noteExitLocked(p *proc) {
 			go f.events.notice(fmt.Sprintf("%d replacements in a row were lost before they joined: no more replacements", f.strikes))
 		}
 	}
-	if p.removed || f.roster.trainingOver {
+	if p.removed || f.roster.standing.trainingOver {
 		return
 	}
 	if p.rec.State == Lost || p.rec.State == Stopped || p.rec.State == Unknown {
@@ -215,7 +215,7 @@ func (f *floor) staying() (n, holders int, failed bool) {
 	r := f.roster
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n = r.running
+	n = r.standing.running
 	if len(world.Members) == 0 {
 		holders = n
 	}

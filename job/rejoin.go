@@ -71,7 +71,7 @@ func (s *presence) final(st WorkerState, trainingOver bool) WorkerState {
 func (r *roster) followMembers(prev, w epoch.World) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.trainingOver {
+	if !r.standing.trainingOver {
 		for _, m := range prev.Members {
 			p := r.byName[m.Name]
 			if w.Rank(m.Name) >= 0 || p == nil || p.rec.State != Running || p.stopped || p.removed {
@@ -96,5 +96,5 @@ func (r *roster) followMembers(prev, w epoch.World) {
 // reclassifyLocked applies rule 6 to a process that has exited, with what
 // the runner knows by then (called with r.mu held).
 func (r *roster) reclassifyLocked(p *proc) {
-	p.rec.State = p.final(p.rec.State, r.trainingOver)
+	p.rec.State = p.final(p.rec.State, r.standing.trainingOver)
 }

@@ -13,35 +13,28 @@ import (
 	"github.com/gorovod/gorovod/sync/epoch"
 )
 
-// roster is what the runner knows of the job's processes and where the job
-// stands: every process it launched (by launch index, and by member name
-// once the driver reports it), where they run, the workers that joined by
-// hand, and whether training is over or every worker was asked to leave.
-// Its mu also guards the fields of the floor marked so: the floor
-// decides on the roster's state and its own in one look.
+// roster is what the runner knows of the job's processes: every process it
+// launched (by launch index, and by member name once the driver reports
+// it). It composes, under its one mu, where workers go (placement,
+// placement.go), where the job stands (standing, standing.go: processes
+// running, ended, training over, draining) and the workers that joined by
+// hand (handStarted, handstarted.go), and ties them to the records. One
+// mutex for all, so that a decision sees the records and those in one look;
+// it also guards the fields of the floor marked so, for the same reason.
 type roster struct {
 	localHost string // a worker that publishes no launch index is matched by pid on this host
 
-	mu     sync.Mutex
-	procs  []*proc          // by launch index; nil for a launch that failed
-	byName map[string]*proc // member name → process, as the driver reports them
-	byHand []string         // members that joined without being launched
-	// doneEarly: members the driver took out of the world because they had
-	// finished training while others redid the last step (epoch.Rescued).
-	doneEarly map[string]bool
-	place     placement
-	share     map[string]int // workers started on each host with the job
-	running   int            // processes launched or being launched, not exited
-	ended     bool           // every process has exited: no more can be added
-	allExited chan struct{}  // closed when ended is set
-
-	trainingOver bool // a member reported the end of training (rule 1)
-	draining     bool // LeaveAll: every worker was asked to leave
+	mu       sync.Mutex
+	procs    []*proc          // by launch index; nil for a launch that failed
+	byName   map[string]*proc // member name → process, as the driver reports them
+	hand     handStarted      // the workers that joined by hand
+	place    placement        // where workers go: hosts, slots taken, shares
+	standing standing         // processes running, ended, training over, draining
 }
 
 func newRoster(localHost string) *roster {
-	return &roster{localHost: localHost, byName: map[string]*proc{}, doneEarly: map[string]bool{},
-		place: placement{running: map[string]int{}}, allExited: make(chan struct{})}
+	return &roster{localHost: localHost, byName: map[string]*proc{}, hand: newHandStarted(),
+		place: newPlacement(), standing: newStanding()}
 }
 
 // proc is a worker process of the job.
@@ -63,8 +56,8 @@ type proc struct {
 func (r *roster) reserveLocked(host string) int {
 	i := len(r.procs)
 	r.procs = append(r.procs, nil)
-	r.running++
-	r.place.running[host]++
+	r.standing.add()
+	r.place.take(host)
 	return i
 }
 
@@ -75,17 +68,14 @@ func (r *roster) reserveLocked(host string) int {
 func (r *roster) reserve() (index int, host string, share int, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ended {
-		return 0, "", 0, ErrEnded
-	}
-	if r.draining {
-		return 0, "", 0, fmt.Errorf("%w: every worker was asked to leave", ErrEnded)
+	if err := r.standing.admit(); err != nil {
+		return 0, "", 0, err
 	}
 	host, ok := r.place.pick()
 	if !ok {
 		return 0, "", 0, ErrNoSlot
 	}
-	share = max(1, r.share[host]) // as many as started there (GOMAXPROCS)
+	share = r.place.shareOf(host)
 	return r.reserveLocked(host), host, share, nil
 }
 
@@ -107,24 +97,15 @@ func (r *roster) markStartedBy(index int, by startedBy) {
 func (r *roster) unreserve(host string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.place.running[host]--
-	r.leftLocked()
+	r.place.release(host)
+	r.standing.left()
 }
 
 // left counts one process less, after its exit was recorded (exited).
 func (r *roster) left() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.leftLocked()
-}
-
-// leftLocked counts one process less; the job's processes have all exited
-// when none is left.
-func (r *roster) leftLocked() {
-	if r.running--; r.running == 0 && !r.ended {
-		r.ended = true
-		close(r.allExited)
-	}
+	r.standing.left()
 }
 
 // exited records the end of process index, classified (rules 5 and 6);
@@ -147,8 +128,8 @@ func (r *roster) exited(index int, p Process, reportedEnd bool, noteLocked func(
 	}
 	r.reclassifyLocked(w)
 	noteLocked(w)
-	r.place.running[w.rec.Host]--
-	lostStart = w.forEngine && !w.everIn && !w.removed && !w.stopped && !r.trainingOver && !r.draining
+	r.place.release(w.rec.Host)
+	lostStart = w.forEngine && !w.everIn && !w.removed && !w.stopped && !r.standing.trainingOver && !r.standing.draining
 	return WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}, lostStart
 }
 
@@ -178,13 +159,7 @@ func (r *roster) final(last epoch.World) ([]WorkerRecord, []HandStartedWorker) {
 			recs = append(recs, p.rec)
 		}
 	}
-	var hand []HandStartedWorker
-	for _, name := range r.byHand {
-		in := last.Rank(name) >= 0
-		hand = append(hand, HandStartedWorker{Name: name, InLastWorld: in,
-			Finished: (in && r.trainingOver) || r.doneEarly[name]})
-	}
-	return recs, hand
+	return recs, r.hand.final(last, r.standing.trainingOver)
 }
 
 // addDoneEarly records that the driver took member name out of the world
@@ -192,7 +167,7 @@ func (r *roster) final(last epoch.World) ([]WorkerRecord, []HandStartedWorker) {
 func (r *roster) addDoneEarly(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.doneEarly[name] = true
+	r.hand.finishedEarly(name)
 }
 
 // processes lists the processes launched so far (exited ones included).
@@ -213,7 +188,7 @@ func (r *roster) processes() []Process {
 func (r *roster) drain() []Process {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.draining = true
+	r.standing.draining = true
 	var procs []Process
 	for _, p := range r.procs {
 		if p != nil && p.rec.State == Running {
@@ -228,7 +203,7 @@ func (r *roster) drain() []Process {
 func (r *roster) count(ws []driver.WorkerInfo) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := r.running
+	n := r.standing.running
 	for _, w := range ws {
 		if r.matchLocked(w) == nil {
 			n++
@@ -314,11 +289,10 @@ func (r *roster) describe(name string) string {
 func (r *roster) noteHandStarted(name string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.byName[name] != nil || slices.Contains(r.byHand, name) {
+	if r.byName[name] != nil {
 		return false
 	}
-	r.byHand = append(r.byHand, name)
-	return true
+	return r.hand.add(name)
 }
 
 // markRemoved marks the process behind member name as taken out by the
@@ -366,7 +340,7 @@ func (r *roster) firstGone(n int) int {
 func (r *roster) setTrainingOver() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.trainingOver = true
+	r.standing.trainingOver = true
 }
 
 // setHosts takes a new host list from the Discovery and returns the hosts
@@ -374,13 +348,7 @@ func (r *roster) setTrainingOver() {
 func (r *roster) setHosts(hosts []Host) (dropped []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, h := range r.place.hosts {
-		if !slices.ContainsFunc(hosts, func(n Host) bool { return n.Name == h.Name }) {
-			dropped = append(dropped, h.Name)
-		}
-	}
-	r.place.hosts = hosts
-	return dropped
+	return r.place.setHosts(hosts)
 }
 
 // stopStuck marks the running process behind member name, which the driver

@@ -80,7 +80,7 @@ func TestVerdict(t *testing.T) {
 		t.Fatalf("a worker left out that exited 0 is %v, want excluded", p.rec.State)
 	}
 	p = &proc{rec: WorkerRecord{State: Finished}}
-	(&roster{trainingOver: true}).reclassifyLocked(p)
+	(&roster{standing: standing{trainingOver: true}}).reclassifyLocked(p)
 	if p.rec.State != Stopped {
 		t.Fatalf("a worker never admitted that exited 0 after the end is %v, want stopped", p.rec.State)
 	}
