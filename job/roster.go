@@ -157,10 +157,7 @@ func (r *roster) trimLocked() {
 	for len(r.exitOrder) > r.keepExited {
 		p := r.exitOrder[0]
 		r.exitOrder[0] = nil
-		r.exitOrder = r.exitOrder[1:]
-		if len(r.exitOrder) == 0 || cap(r.exitOrder) > 2*r.keepExited {
-			r.exitOrder = slices.Clone(r.exitOrder) // let go of the array's dropped front
-		}
+		r.exitOrder = r.exitOrder[1:] // append moves it to a new array once its end is reached
 		if i, ok := r.searchLocked(p.rec.Index); ok && r.procs[i] == p {
 			r.procs = slices.Delete(r.procs, i, i+1)
 		}
