@@ -420,9 +420,7 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 			r.mu.Unlock()
 			return fail(fmt.Errorf("job: adopting %s: launch index %d in the record", a.Dir, w.Index))
 		}
-		for len(r.procs) <= w.Index {
-			r.procs = append(r.procs, nil)
-		}
+		r.launches = max(r.launches, w.Index+1)
 		r.place.share[w.Host]++
 		switch {
 		case w.Running || w.Remote:
@@ -434,9 +432,9 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 			if w.Why != "" {
 				err = errors.New(w.Why)
 			}
-			r.procs[w.Index] = ended(w, parseState(w.State), err)
+			r.putExitedLocked(ended(w, parseState(w.State), err))
 		default:
-			r.procs[w.Index] = ended(w, Unknown, fmt.Errorf("%s: %w", w.Why, ErrExitUnknown))
+			r.putExitedLocked(ended(w, Unknown, fmt.Errorf("%s: %w", w.Why, ErrExitUnknown)))
 			gone = append(gone, fmt.Sprintf("worker %d (pid %d): %s", w.Index, w.PID, w.Why))
 			j.floor.toReplace++
 		}
@@ -465,7 +463,7 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 		ref := WorkerRef{Index: w.Index, PID: w.PID, Host: w.Host}
 		if err != nil {
 			r.mu.Lock()
-			r.procs[index] = ended(w, Unknown, fmt.Errorf("not adopted (%v): %w", err, ErrExitUnknown))
+			r.putExitedLocked(ended(w, Unknown, fmt.Errorf("not adopted (%v): %w", err, ErrExitUnknown)))
 			r.place.release(w.Host)
 			j.floor.toReplace++
 			r.standing.left()

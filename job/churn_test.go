@@ -169,6 +169,7 @@ func startChurnJob(t testing.TB, ctx context.Context, size int) *churnJob {
 	t.Helper()
 	watch := newChurnWatch()
 	cfg := job.Config{Argv: []string{os.Args[0]}, Workers: size, MinWorkers: size - 1, ReplaceLost: true,
+		KeepExitedWorkers: churnKeepExited,
 		Env: []string{envSteps + "=1000000000", envStepTime + "=1ms", envHeap + "=1",
 			envHeapProfiles + "=" + *churnProfiles},
 		Sinks: []job.Sink{watch}, Logger: slog.New(slog.NewTextHandler(watch, &slog.HandlerOptions{Level: slog.LevelInfo}))}
@@ -182,6 +183,12 @@ func startChurnJob(t testing.TB, ctx context.Context, size int) *churnJob {
 	}
 	return c
 }
+
+// churnKeepExited is the churn job's Config.KeepExitedWorkers: fewer than
+// the workers its warm-up alone starts (about one per two world changes),
+// so that the measurements see a job past the bound, as a job under churn
+// for weeks is past the default.
+const churnKeepExited = 32
 
 // cycleLimit is the longest a churn cycle may take.
 const cycleLimit = 3 * time.Minute
@@ -451,10 +458,10 @@ func measureChurn(t testing.TB, warmup, changes, every int, limit time.Duration)
 }
 
 // churnPerChangeLimit is the most the driver's or a surviving worker's live
-// heap may grow per world change. What a job must keep of each worker it
-// launched (Outcome.Workers) is a few hundred bytes; the rest of the
-// driver's and the workers' state belongs to the current world and a
-// bounded window of recent ones.
+// heap may grow per world change. The driver's and the workers' state
+// belongs to the current world and bounded windows of recent ones (worlds,
+// steps, decisions, records of exited workers); the limit is above the
+// noise of 30 changes' samples on a loaded machine.
 const churnPerChangeLimit = 4 << 10
 
 // A job whose world changes over and over keeps its memory: after 30 world

@@ -123,6 +123,12 @@ type Config struct {
 	// RemoveGrace is how long a worker the engine removed from the job has
 	// to exit by itself, then after SIGTERM, then after SIGKILL. Default 10 s.
 	RemoveGrace time.Duration
+	// KeepExitedWorkers is how many records of exited workers the job
+	// keeps (Job.Workers, Outcome.Workers), the newest; the older ones are
+	// only counted, by how they ended (Outcome.EarlierWorkers), so that a
+	// job whose world changes for weeks keeps its memory. Every running
+	// worker's record is kept. Default 1024.
+	KeepExitedWorkers int
 
 	// Timeline, if set, is the file the job's Chrome trace goes to: every
 	// worker writes its part beside it (GOROVOD_TIMELINE), the runner adds
@@ -158,6 +164,8 @@ func DefaultConfig() Config {
 		RescueLimit:  time.Minute,
 		ExitLimit:    30 * time.Second,
 		RemoveGrace:  10 * time.Second,
+
+		KeepExitedWorkers: 1024,
 	}
 }
 
@@ -182,6 +190,11 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: MaxWorkers %d is below Workers %d", ErrInvalidConfig, c.MaxWorkers, c.Workers)
 	case c.ProbeTimeout < 0:
 		return c, fmt.Errorf("%w: ProbeTimeout %v is negative", ErrInvalidConfig, c.ProbeTimeout)
+	case c.KeepExitedWorkers < 0:
+		return c, fmt.Errorf("%w: KeepExitedWorkers %d is negative", ErrInvalidConfig, c.KeepExitedWorkers)
+	}
+	if c.KeepExitedWorkers == 0 {
+		c.KeepExitedWorkers = d.KeepExitedWorkers
 	}
 	c.Autoscaling.MinWorkers, c.Autoscaling.MaxWorkers = c.MinWorkers, c.MaxWorkers
 	if c.JobID == "" {

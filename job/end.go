@@ -170,9 +170,16 @@ type Outcome struct {
 	TrainingFinished bool `json:"training_finished"`
 	// World is the last world the driver proposed.
 	World epoch.World `json:"world"`
-	// Workers holds every worker process the runner launched, by launch
-	// index (hand-started workers are not among them).
+	// Workers holds the records of the worker processes the runner
+	// launched, by launch index (hand-started workers are not among them):
+	// every one, unless more than Config.KeepExitedWorkers exited, in which
+	// case the records of those that exited first are left out and
+	// EarlierWorkers counts them.
 	Workers []WorkerRecord `json:"workers"`
+	// EarlierWorkers counts, by how they ended, the launched workers whose
+	// records are not in Workers (zero unless more than
+	// Config.KeepExitedWorkers exited).
+	EarlierWorkers WorkerCounts `json:"earlier_workers,omitzero"`
 	// LastStep is the newest step any worker reported in its step statistics
 	// (0 when none did: no step was trained, or the workers send none).
 	LastStep int64 `json:"last_step"`
@@ -186,9 +193,67 @@ type Outcome struct {
 	Timeline string `json:"timeline,omitempty"`
 }
 
-// Count is how many workers ended in state s.
+// WorkerCounts counts worker processes by how they ended, and how many of
+// them a world left out while they ran (WorkerRecord.Excluded > 0).
+type WorkerCounts struct {
+	Finished int `json:"finished,omitempty"`
+	Lost     int `json:"lost,omitempty"`
+	Stopped  int `json:"stopped,omitempty"`
+	Failed   int `json:"failed,omitempty"`
+	Excluded int `json:"excluded,omitempty"`
+	Unknown  int `json:"unknown,omitempty"`
+	LeftOut  int `json:"left_out,omitempty"`
+}
+
+// add counts rec, a process that has exited.
+func (c *WorkerCounts) add(rec WorkerRecord) {
+	switch rec.State {
+	case Finished:
+		c.Finished++
+	case Lost:
+		c.Lost++
+	case Stopped:
+		c.Stopped++
+	case Failed:
+		c.Failed++
+	case Excluded:
+		c.Excluded++
+	default: // Unknown; a running process is never counted
+		c.Unknown++
+	}
+	if rec.Excluded > 0 {
+		c.LeftOut++
+	}
+}
+
+// Of is how many ended in state s.
+func (c WorkerCounts) Of(s WorkerState) int {
+	switch s {
+	case Finished:
+		return c.Finished
+	case Lost:
+		return c.Lost
+	case Stopped:
+		return c.Stopped
+	case Failed:
+		return c.Failed
+	case Excluded:
+		return c.Excluded
+	case Unknown:
+		return c.Unknown
+	}
+	return 0
+}
+
+// Total is how many it counts.
+func (c WorkerCounts) Total() int {
+	return c.Finished + c.Lost + c.Stopped + c.Failed + c.Excluded + c.Unknown
+}
+
+// Count is how many workers the runner launched ended in state s, those
+// counted in EarlierWorkers included.
 func (o *Outcome) Count(s WorkerState) int {
-	n := 0
+	n := o.EarlierWorkers.Of(s)
 	for _, w := range o.Workers {
 		if w.State == s {
 			n++
@@ -197,15 +262,22 @@ func (o *Outcome) Count(s WorkerState) int {
 	return n
 }
 
+// Launched is how many worker processes the runner launched: the records
+// in Workers and those counted in EarlierWorkers.
+func (o *Outcome) Launched() int { return len(o.Workers) + o.EarlierWorkers.Total() }
+
 // Err is the job's verdict (rule 7): nil when training finished, some worker
 // finished and none failed; otherwise an error wrapping ErrFailed (and every
-// failed worker's *WorkerError).
+// failed worker's *WorkerError, for those whose records are kept).
 func (o *Outcome) Err() error {
 	var failed []error
 	for _, w := range o.Workers {
 		if w.State == Failed {
 			failed = append(failed, &WorkerError{Index: w.Index, Err: w.Err})
 		}
+	}
+	if n := o.EarlierWorkers.Failed; n > 0 {
+		failed = append(failed, fmt.Errorf("%d more failed workers (their records are not kept: Config.KeepExitedWorkers)", n))
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%w: %w", ErrFailed, errors.Join(failed...))
@@ -333,7 +405,7 @@ func (e *ending) stopLateJoiners(spareExiting bool) (spared bool) {
 	var stop []Process
 	r.mu.Lock()
 	for _, p := range r.procs {
-		if p != nil && p.rec.State == Running && !exiting[p] {
+		if p.rec.State == Running && !exiting[p] {
 			p.stopped = true
 			stop = append(stop, p.p)
 		}

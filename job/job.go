@@ -103,7 +103,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, err
 	}
 	localHost, _ := os.Hostname()
-	r := newRoster(localHost)
+	r := newRoster(localHost, cfg.KeepExitedWorkers)
 	j := &Job{cfg: cfg, roster: r, start: newFirstWorld(cfg, r),
 		hostsSeen: make(chan struct{}), inbox: newInbox(),
 		engineDone: make(chan struct{}), done: make(chan struct{}),
@@ -284,7 +284,8 @@ func (j *Job) World() epoch.World { return j.driver.Current() }
 // display).
 func (j *Job) Status() heuristics.Status { return j.engine.Status() }
 
-// Workers describes every worker process the runner launched, by launch
+// Workers describes the worker processes the runner launched that still run
+// and the newest Config.KeepExitedWorkers that exited, by launch
 // index.
 func (j *Job) Workers() []WorkerRecord { return j.roster.records() }
 
@@ -336,7 +337,7 @@ func (j *Job) end(finishedAt time.Time) {
 	j.events.flush()
 	o := Outcome{JobID: j.cfg.JobID, TrainingFinished: !finishedAt.IsZero(), World: j.driver.Current(),
 		LastStep: j.lastStep.Load(), Summary: j.engine.Summary()}
-	o.Workers, o.HandStarted = j.roster.final(o.World)
+	o.Workers, o.EarlierWorkers, o.HandStarted = j.roster.final(o.World)
 	o.Timeline = j.timeline.merge(j.events.notice)
 	j.outcome, j.err = o, o.Err()
 	j.record.ended(o)

@@ -220,20 +220,22 @@ func (f *floor) staying() (n, holders int, failed bool) {
 		holders = n
 	}
 	for _, w := range ws {
-		p := r.matchLocked(w)
+		p, ours := r.matchLocked(w)
 		switch {
-		case p == nil && w.State != membership.StateLeaving:
+		case !ours && w.State != membership.StateLeaving:
 			n++ // started by hand
 		case p != nil && p.rec.State == Running && w.State == membership.StateLeaving:
 			n--
 		}
-		staysAlive := w.State != membership.StateLeaving && (p == nil || p.rec.State == Running)
+		// A process of the job whose record was dropped has exited.
+		staysAlive := w.State != membership.StateLeaving && (!ours || p != nil && p.rec.State == Running)
 		if len(world.Members) > 0 && staysAlive && world.Rank(w.Name) >= 0 {
 			holders++
 		}
 	}
+	failed = r.earlier.Failed > 0
 	for _, p := range r.procs {
-		if p != nil && p.rec.State == Failed {
+		if p.rec.State == Failed {
 			failed = true
 		}
 	}

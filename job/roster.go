@@ -13,27 +13,41 @@ import (
 	"github.com/gorovod/gorovod/sync/epoch"
 )
 
-// roster is what the runner knows of the job's processes: every process it
-// launched (by launch index, and by member name once the driver reports
-// it). It composes, under its one mu, where workers go (placement,
-// placement.go), where the job stands (standing, standing.go: processes
-// running, ended, training over, draining) and the workers that joined by
-// hand (handStarted, handstarted.go), and ties them to the records. One
-// mutex for all, so that a decision sees the records and those in one look;
-// it also guards the fields of the floor marked so, for the same reason.
+// roster is what the runner knows of the job's processes: the processes it
+// launched that still run and the newest keepExited that have exited (by
+// launch index, and by member name once the driver reports it), and counts
+// of the older ones by how they ended. It composes, under its one mu, where
+// workers go (placement, placement.go), where the job stands (standing,
+// standing.go: processes running, ended, training over, draining) and the
+// workers that joined by hand (handStarted, handstarted.go), and ties them
+// to the records. One mutex for all, so that a decision sees the records and
+// those in one look; it also guards the fields of the floor marked so, for
+// the same reason.
 type roster struct {
-	localHost string // a worker that publishes no launch index is matched by pid on this host
+	localHost  string // a worker that publishes no launch index is matched by pid on this host
+	keepExited int    // Config.KeepExitedWorkers
 
-	mu       sync.Mutex
-	procs    []*proc          // by launch index; nil for a launch that failed
-	byName   map[string]*proc // member name → process, as the driver reports them
-	hand     handStarted      // the workers that joined by hand
-	place    placement        // where workers go: hosts, slots taken, shares
-	standing standing         // processes running, ended, training over, draining
+	mu sync.Mutex
+	// procs are the processes kept, sorted by launch index: every running
+	// one and the newest keepExited that have exited (exitOrder). A launch
+	// that failed or is still starting has none.
+	procs     []*proc
+	exitOrder []*proc // the exited ones among procs, oldest exit first
+	launches  int     // launch indexes handed out: the next one
+	// earlier counts the exited processes whose records were dropped
+	// (trimLocked), by how they ended; finishedNeverIn are those among its
+	// Finished that never were in a world: rule 6 makes them Stopped if
+	// training is over at the job's end.
+	earlier         WorkerCounts
+	finishedNeverIn int
+	byName          map[string]*proc // member name → process, as the driver reports them
+	hand            handStarted      // the workers that joined by hand
+	place           placement        // where workers go: hosts, slots taken, shares
+	standing        standing         // processes running, ended, training over, draining
 }
 
-func newRoster(localHost string) *roster {
-	return &roster{localHost: localHost, byName: map[string]*proc{}, hand: newHandStarted(),
+func newRoster(localHost string, keepExited int) *roster {
+	return &roster{localHost: localHost, keepExited: max(1, keepExited), byName: map[string]*proc{}, hand: newHandStarted(),
 		place: newPlacement(), standing: newStanding()}
 }
 
@@ -54,8 +68,8 @@ type proc struct {
 // on host, so that neither the job's end nor another placement overlooks it
 // while it starts.
 func (r *roster) reserveLocked(host string) int {
-	i := len(r.procs)
-	r.procs = append(r.procs, nil)
+	i := r.launches
+	r.launches++
 	r.standing.add()
 	r.place.take(host)
 	return i
@@ -83,14 +97,81 @@ func (r *roster) reserve() (index int, host string, share int, err error) {
 func (r *roster) launched(index int, ref WorkerRef, p Process) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.procs[index] = &proc{rec: WorkerRecord{WorkerRef: ref, State: Running, Started: time.Now()}, p: p}
+	r.putLocked(&proc{rec: WorkerRecord{WorkerRef: ref, State: Running, Started: time.Now()}, p: p})
+}
+
+// findLocked is the kept process of launch index (nil when none: its
+// launch failed or is under way, or it exited and its record was dropped).
+func (r *roster) findLocked(index int) *proc {
+	if i, ok := r.searchLocked(index); ok {
+		return r.procs[i]
+	}
+	return nil
+}
+
+// searchLocked is where launch index is, or would go, in procs.
+func (r *roster) searchLocked(index int) (int, bool) {
+	return slices.BinarySearchFunc(r.procs, index, func(p *proc, index int) int { return p.rec.Index - index })
+}
+
+// putLocked keeps p under its launch index (replacing what was kept there).
+func (r *roster) putLocked(p *proc) {
+	r.launches = max(r.launches, p.rec.Index+1)
+	i, ok := r.searchLocked(p.rec.Index)
+	if ok {
+		r.procs[i] = p
+		return
+	}
+	r.procs = slices.Insert(r.procs, i, p)
+}
+
+// putExitedLocked keeps p, a process that has exited (an adopted job's),
+// under its launch index.
+func (r *roster) putExitedLocked(p *proc) {
+	r.putLocked(p)
+	r.exitedLocked(p)
+}
+
+// exitedLocked notes that p has exited and drops the oldest records of
+// exited processes beyond keepExited (trimLocked).
+func (r *roster) exitedLocked(p *proc) {
+	r.exitOrder = append(r.exitOrder, p)
+	r.trimLocked()
+}
+
+// trimLocked drops the records of the processes that exited first while
+// more than keepExited are kept, counting each in earlier by how it ended,
+// and forgets their member names: a job under churn launches workers for
+// as long as it runs, and what it keeps of them must not grow with it.
+func (r *roster) trimLocked() {
+	for len(r.exitOrder) > r.keepExited {
+		p := r.exitOrder[0]
+		r.exitOrder[0] = nil
+		r.exitOrder = r.exitOrder[1:] // append moves it to a new array once its end is reached
+		if i, ok := r.searchLocked(p.rec.Index); ok && r.procs[i] == p {
+			r.procs = slices.Delete(r.procs, i, i+1)
+		}
+		for name, q := range r.byName {
+			if q == p {
+				delete(r.byName, name)
+				delete(r.hand.doneEarly, name)
+			}
+		}
+		r.reclassifyLocked(p)
+		if p.rec.State == Finished && p.final(Finished, true) != Finished {
+			r.finishedNeverIn++ // Finished now, Stopped if training is over at the end
+		}
+		r.earlier.add(p.rec)
+	}
 }
 
 // markStartedBy records who asked for process index.
 func (r *roster) markStartedBy(index int, by startedBy) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.procs[index].replacement, r.procs[index].forEngine = by == startedByFloor, by == startedByEngine
+	if p := r.findLocked(index); p != nil {
+		p.replacement, p.forEngine = by == startedByFloor, by == startedByEngine
+	}
 }
 
 // unreserve gives back a reservation whose launch failed.
@@ -116,7 +197,7 @@ func (r *roster) left() {
 func (r *roster) exited(index int, p Process, reportedEnd bool, noteLocked func(*proc)) (ev WorkerExited, lostStart bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w := r.procs[index]
+	w := r.findLocked(index) // running: kept
 	w.rec.Exited, w.rec.Err = time.Now(), p.Err()
 	w.p = exitedProcess(p)
 	w.rec.State = classify(w.rec.Err, w.stopped)
@@ -130,36 +211,40 @@ func (r *roster) exited(index int, p Process, reportedEnd bool, noteLocked func(
 	noteLocked(w)
 	r.place.release(w.rec.Host)
 	lostStart = w.forEngine && !w.everIn && !w.removed && !w.stopped && !r.standing.trainingOver && !r.standing.draining
+	r.exitedLocked(w)
 	return WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}, lostStart
 }
 
-// records describes every process launched, by launch index.
+// records describes the processes kept (every running one and the newest
+// keepExited that exited), by launch index.
 func (r *roster) records() []WorkerRecord {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]WorkerRecord, 0, len(r.procs))
 	for _, p := range r.procs {
-		if p != nil {
-			out = append(out, p.rec)
-		}
+		out = append(out, p.rec)
 	}
 	return out
 }
 
-// final is the roster at the job's end: every process's record, rule 6
-// applied with all the runner knows by then, and the hand-started workers
-// (in last, the last world, or not, and whether they finished training).
-func (r *roster) final(last epoch.World) ([]WorkerRecord, []HandStartedWorker) {
+// final is the roster at the job's end: the record of every process kept,
+// rule 6 applied with all the runner knows by then, the counts of the
+// others by how they ended (rule 6 too), and the hand-started workers (in
+// last, the last world, or not, and whether they finished training).
+func (r *roster) final(last epoch.World) ([]WorkerRecord, WorkerCounts, []HandStartedWorker) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var recs []WorkerRecord
 	for _, p := range r.procs {
-		if p != nil {
-			r.reclassifyLocked(p)
-			recs = append(recs, p.rec)
-		}
+		r.reclassifyLocked(p)
+		recs = append(recs, p.rec)
 	}
-	return recs, r.hand.final(last, r.standing.trainingOver)
+	earlier := r.earlier
+	if r.standing.trainingOver {
+		earlier.Finished -= r.finishedNeverIn
+		earlier.Stopped += r.finishedNeverIn
+	}
+	return recs, earlier, r.hand.final(last, r.standing.trainingOver)
 }
 
 // addDoneEarly records that the driver took member name out of the world
@@ -176,9 +261,7 @@ func (r *roster) processes() []Process {
 	defer r.mu.Unlock()
 	var ps []Process
 	for _, p := range r.procs {
-		if p != nil {
-			ps = append(ps, p.p)
-		}
+		ps = append(ps, p.p)
 	}
 	return ps
 }
@@ -191,7 +274,7 @@ func (r *roster) drain() []Process {
 	r.standing.draining = true
 	var procs []Process
 	for _, p := range r.procs {
-		if p != nil && p.rec.State == Running {
+		if p.rec.State == Running {
 			procs = append(procs, p.p)
 		}
 	}
@@ -205,7 +288,7 @@ func (r *roster) count(ws []driver.WorkerInfo) int {
 	defer r.mu.Unlock()
 	n := r.standing.running
 	for _, w := range ws {
-		if r.matchLocked(w) == nil {
+		if _, ours := r.matchLocked(w); !ours {
 			n++
 		}
 	}
@@ -218,7 +301,7 @@ func (r *roster) learn(ws []driver.WorkerInfo) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, w := range ws {
-		if p := r.matchLocked(w); p != nil {
+		if p, _ := r.matchLocked(w); p != nil {
 			p.rec.Name = w.Name
 			r.byName[w.Name] = p
 			if w.State == membership.StateLeaving {
@@ -234,42 +317,49 @@ func (r *roster) names(index int) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
-	for name, p := range r.byName {
-		if p == r.procs[index] {
-			out = append(out, name)
+	if q := r.findLocked(index); q != nil {
+		for name, p := range r.byName {
+			if p == q {
+				out = append(out, name)
+			}
 		}
 	}
 	slices.Sort(out)
 	return out
 }
 
-func (r *roster) matchLocked(w driver.WorkerInfo) *proc {
+// matchLocked is the kept process behind the driver's worker w, and ours
+// says w is a process of the job: it publishes a launch index the job gave
+// out (p is nil when its process exited and its record was dropped, or,
+// for a moment, while its launch is being recorded), or it runs here under
+// a running process's pid. A worker that is not ours was started by hand.
+func (r *roster) matchLocked(w driver.WorkerInfo) (p *proc, ours bool) {
 	if w.Launch != "" {
 		i, err := strconv.Atoi(w.Launch)
-		if err != nil || i < 0 || i >= len(r.procs) {
-			return nil
+		if err != nil || i < 0 || i >= r.launches {
+			return nil, false
 		}
-		return r.procs[i]
+		return r.findLocked(i), true
 	}
 	if w.PID == 0 || w.Host != r.localHost {
-		return nil
+		return nil, false
 	}
 	for _, p := range r.procs {
-		if p != nil && p.rec.Host == "" && p.rec.PID == w.PID && p.rec.State == Running {
-			return p
+		if p.rec.Host == "" && p.rec.PID == w.PID && p.rec.State == Running {
+			return p, true
 		}
 	}
-	return nil
+	return nil, false
 }
 
 // nameOf is process index's member name ("" when not known).
 func (r *roster) nameOf(index int) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if index < 0 || index >= len(r.procs) || r.procs[index] == nil {
-		return ""
+	if p := r.findLocked(index); p != nil {
+		return p.rec.Name
 	}
-	return r.procs[index].rec.Name
+	return ""
 }
 
 // describe names the member name for a person: its launch index and pid
@@ -322,15 +412,15 @@ func (r *roster) anyRunning(names []string) bool {
 	return false
 }
 
-// firstGone counts the first n launches that have exited (or failed to
-// start).
+// firstGone counts the first n launches that are not running: exited (or
+// failed to start, or not launched yet).
 func (r *roster) firstGone(n int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	gone := 0
-	for _, p := range r.procs[:min(len(r.procs), n)] {
-		if p == nil || p.rec.State != Running {
-			gone++
+	gone := min(r.launches, n)
+	for _, p := range r.procs {
+		if p.rec.Index < n && p.rec.State == Running {
+			gone--
 		}
 	}
 	return gone
@@ -376,7 +466,7 @@ func (r *roster) stopHost(host string) (victims []Process, names []string) {
 		return nil, nil // it came back
 	}
 	for _, p := range r.procs {
-		if p != nil && p.rec.Host == host && p.rec.State == Running {
+		if p.rec.Host == host && p.rec.State == Running {
 			p.stopped = true
 			victims = append(victims, p.p)
 			if p.rec.Name != "" {
@@ -388,8 +478,8 @@ func (r *roster) stopHost(host string) (victims []Process, names []string) {
 }
 
 // exitedProc is a process that has exited, kept in place of the launcher's
-// Process, which holds its command, environment and pipes: the job keeps a
-// record of every worker it launched, and a job under churn launches many.
+// Process, which holds its command, environment and pipes: the job keeps
+// the records of up to Config.KeepExitedWorkers exited workers.
 type exitedProc struct {
 	pid  int
 	err  error

@@ -128,8 +128,8 @@ func (s runSink) Event(e job.Event) {
 // hand included (HandStartedWorker.Finished: one that did not finish had
 // left before the end).
 func countLine(o job.Outcome) string {
-	if !o.TrainingFinished && o.LastStep == 0 && len(o.HandStarted) == 0 && o.Count(job.Finished) == len(o.Workers) {
-		return fmt.Sprintf("%d workers exited with status 0 but none trained a step", len(o.Workers))
+	if !o.TrainingFinished && o.LastStep == 0 && len(o.HandStarted) == 0 && o.Count(job.Finished) == o.Launched() {
+		return fmt.Sprintf("%d workers exited with status 0 but none trained a step", o.Launched())
 	}
 	finished, byHand, left := o.Count(job.Finished), 0, 0
 	for _, h := range o.HandStarted {

@@ -32,3 +32,29 @@ func TestCountLineHandStarted(t *testing.T) {
 		})
 	}
 }
+
+// The job's last line counts the workers whose records the job no longer
+// keeps (Outcome.EarlierWorkers) with those it kept.
+func TestCountLineEarlierWorkers(t *testing.T) {
+	tests := []struct {
+		name string
+		o    job.Outcome
+		want string
+	}{
+		{"past the bound", job.Outcome{TrainingFinished: true, LastStep: 10,
+			Workers:        []job.WorkerRecord{{State: job.Finished}, {State: job.Lost}},
+			EarlierWorkers: job.WorkerCounts{Finished: 1, Lost: 700, Failed: 2, Stopped: 3}},
+			"2 workers finished, 701 lost, 2 failed, 3 stopped (not needed any more); last world epoch 0 had 0 workers"},
+		{"none trained a step, records dropped", job.Outcome{
+			Workers:        []job.WorkerRecord{{State: job.Finished}},
+			EarlierWorkers: job.WorkerCounts{Finished: 4}},
+			"5 workers exited with status 0 but none trained a step"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := countLine(tc.o); got != tc.want {
+				t.Errorf("countLine = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -250,6 +250,9 @@ func (d *display) reportExclusions(o job.Outcome) {
 		d.report("worker %d%s was left out of the world %d× (declared failed while paused or cut off) and %s; it ended %s",
 			w.Index, where, w.Excluded, back, w.State)
 	}
+	if n := o.EarlierWorkers.LeftOut; n > 0 {
+		d.report("%d more workers, whose records are not kept, were left out of a world while they ran (declared failed while paused or cut off)", n)
+	}
 	if !o.TrainingFinished {
 		d.report("training did not finish")
 	}
