@@ -18,7 +18,12 @@ its peer and the timeout, and the world goes on.
   raises after 2 s; rank 1's later message with its tag completes it,
   naming rank 1;
 - dist.barrier() that rank 1 has not reached: rank 0's raises after 2 s
-  naming rank 1 as not arrived; once rank 1 reaches it, the world goes on.
+  naming rank 1 as not arrived; once rank 1 reaches it, the world goes on;
+- DistributedDataParallel's backward on rank 0 alone: DDP's reducer waits
+  for its bucket's future from C++, with no limit of its own; the future
+  fails after the group's 2 s and backward() raises RuntimeError naming
+  the all_reduce and the timeout (as on Gloo) instead of waiting for ever;
+  rank 1's backward, once told, completes the queued allreduce on both.
 
 Prints "PASS rank R of N". Driven by bindings/python/python_test.go.
 """
@@ -27,6 +32,7 @@ import datetime
 import os
 import re
 import tempfile
+import threading
 import time
 
 import torch
@@ -170,6 +176,46 @@ else:
     dist.barrier()
     os.remove(told)
 allreduce_check(40)
+
+
+def bounded(fn, limit):
+    """Calls fn on a thread of its own and returns or raises what it did;
+    AssertionError if it has not returned after limit seconds (a wait with
+    no limit: without the group's timeout on a work's future, C++ waits for
+    ever)."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 (handed to the caller)
+            outcome["error"] = e
+    th = threading.Thread(target=run, name="bounded", daemon=True)
+    th.start()
+    th.join(limit)
+    if th.is_alive():
+        raise AssertionError("rank %d: still waiting after %gs: a wait from C++ ignores the group's timeout" %
+                             (r, limit))
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+# DDP's backward on rank 0 alone: its reducer waits for the bucket's
+# future from C++, which fails after the group's timeout; rank 1's backward
+# then pairs with the allreduce rank 0 left queued.
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1, bias=False))
+told = told + "-ddp"
+if r == 0:
+    times_out("DDP backward", lambda: bounded(lambda: model(torch.ones(2, 4)).sum().backward(), GROUP_TIMEOUT + 60),
+              GROUP_TIMEOUT, "all_reduce", "timed out after 2s", "process group's timeout")
+    open(told, "w").close()
+else:
+    wait_told(told)
+    model(torch.ones(2, 4)).sum().backward()
+    os.remove(told)
+allreduce_check(50)
 dist.barrier()
 
 dist.destroy_process_group()
