@@ -23,7 +23,10 @@ its peer and the timeout, and the world goes on.
   for its bucket's future from C++, with no limit of its own; the future
   fails after the group's 2 s and backward() raises RuntimeError naming
   the all_reduce and the timeout (as on Gloo) instead of waiting for ever;
-  rank 1's backward, once told, completes the queued allreduce on both.
+  rank 1's backward, once told, completes the queued allreduce on both;
+- the same through an all_reduce's get_future().wait() (torch's C++
+  future), for a first all_reduce and one submitted after its future
+  failed; rank 1's later all_reduces complete both.
 
 Prints "PASS rank R of N". Driven by bindings/python/python_test.go.
 """
@@ -216,6 +219,33 @@ else:
     model(torch.ones(2, 4)).sum().backward()
     os.remove(told)
 allreduce_check(50)
+
+# The same from Python through the work's future (torch's C++ future, as
+# DDP's reducer waits on it): an all_reduce rank 1 has not made fails its
+# future after the group's timeout, and so does one submitted after that,
+# while the completer still waits for the first; rank 1 then makes both,
+# and they complete on both ranks (their Python side, wait()).
+told = told + "-future"
+a, b = torch.full((4,), float(r + 1)), torch.full((4,), float(10 * (r + 1)))
+if r == 0:
+    first = dist.all_reduce(a, async_op=True)
+    times_out("all_reduce get_future().wait()", lambda: bounded(first.get_future().wait, GROUP_TIMEOUT + 60),
+              GROUP_TIMEOUT, "all_reduce", "timed out after 2s", "process group's timeout")
+    second = dist.all_reduce(b, async_op=True)
+    times_out("a later all_reduce's get_future().wait()",
+              lambda: bounded(second.get_future().wait, GROUP_TIMEOUT + 60), GROUP_TIMEOUT, "all_reduce",
+              "timed out after 2s")
+    open(told, "w").close()
+    first.wait(LONG)
+    second.wait(LONG)
+    os.remove(told)
+else:
+    wait_told(told)
+    dist.all_reduce(a)
+    dist.all_reduce(b)
+if not (torch.equal(a, torch.full((4,), 3.0)) and torch.equal(b, torch.full((4,), 30.0))):
+    raise AssertionError("rank %d: the late all_reduces gave %s and %s" % (r, a.tolist(), b.tolist()))
+allreduce_check(60)
 dist.barrier()
 
 dist.destroy_process_group()

@@ -469,18 +469,22 @@ class _Pending(object):
             c.expire()
 
 
+# How long at most the completer waits for a call before it looks again at
+# the deadlines (collectives queued meanwhile bring theirs).
+_RECHECK = 1.0
+
+
 def _collect(handle, pending):
     """handle's result (mpi_ops.synchronize). While it waits, each
     collective of the group whose deadline passes (this one or one queued
-    after it, which cannot complete before it) is expired, so that C++
-    waiters on their works return within the group's timeout; the wait for
-    handle itself goes on (the call stays queued)."""
+    after it, which cannot complete before it) is expired, within _RECHECK
+    of it, so that C++ waiters on their works return within the group's
+    timeout; the wait for handle itself goes on (the call stays queued)."""
     while True:
         deadline = pending.deadline()
-        if deadline is None:
-            return mpi_ops.synchronize(handle)
+        left = _RECHECK if deadline is None else min(_RECHECK, max(0.0, deadline - time.monotonic()))
         try:
-            return mpi_ops.synchronize(handle, max(0.0, deadline - time.monotonic()))
+            return mpi_ops.synchronize(handle, left)
         except TimeoutError:
             pending.expire(time.monotonic())
 
