@@ -486,7 +486,9 @@ func TestExample(t *testing.T) {
 // send of 1 MiB whose receive is not posted, an irecv whose message does
 // not come, an all_reduce the other rank has not called yet, each raising
 // RuntimeError naming the call, its peer and the timeout, with the world
-// going on and the messages still delivered later (see
+// going on and the messages still delivered later; and the waits from C++
+// (DDP's backward on a bucket's future, get_future().wait()), which fail
+// after the group's timeout rather than wait for ever (see
 // tests/distributed_timeout_test.py).
 func TestTorchDistributedTimeout(t *testing.T) {
 	runEachWorld(t, "tests/distributed_timeout_test.py", 2)

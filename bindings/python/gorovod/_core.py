@@ -427,13 +427,15 @@ def wait(handle, timeout=None):
     global _interrupted
     l = lib()
     deadline = None if timeout is None else time.monotonic() + max(0.0, float(timeout))
+    looked = False  # a call done already is collected, whatever the timeout
     while True:
         slice_us = _WAIT_SLICE_US
         if deadline is not None:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 and looked:
                 raise TimeoutError("gorovod: call %d not done within %gs" % (handle, timeout))
             slice_us = max(1, min(_WAIT_SLICE_US, int(left * 1e6)))
+        looked = True
         try:
             rc = l.gorovod_wait(handle, slice_us)
         except BaseException:

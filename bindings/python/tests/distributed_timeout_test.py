@@ -18,7 +18,15 @@ its peer and the timeout, and the world goes on.
   raises after 2 s; rank 1's later message with its tag completes it,
   naming rank 1;
 - dist.barrier() that rank 1 has not reached: rank 0's raises after 2 s
-  naming rank 1 as not arrived; once rank 1 reaches it, the world goes on.
+  naming rank 1 as not arrived; once rank 1 reaches it, the world goes on;
+- DistributedDataParallel's backward on rank 0 alone: DDP's reducer waits
+  for its bucket's future from C++, with no limit of its own; the future
+  fails after the group's 2 s and backward() raises RuntimeError naming
+  the all_reduce and the timeout (as on Gloo) instead of waiting for ever;
+  rank 1's backward, once told, completes the queued allreduce on both;
+- the same through an all_reduce's get_future().wait() (torch's C++
+  future), for a first all_reduce and one submitted after its future
+  failed; rank 1's later all_reduces complete both.
 
 Prints "PASS rank R of N". Driven by bindings/python/python_test.go.
 """
@@ -27,6 +35,7 @@ import datetime
 import os
 import re
 import tempfile
+import threading
 import time
 
 import torch
@@ -170,6 +179,73 @@ else:
     dist.barrier()
     os.remove(told)
 allreduce_check(40)
+
+
+def bounded(fn, limit):
+    """Calls fn on a thread of its own and returns or raises what it did;
+    AssertionError if it has not returned after limit seconds (a wait with
+    no limit: without the group's timeout on a work's future, C++ waits for
+    ever)."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 (handed to the caller)
+            outcome["error"] = e
+    th = threading.Thread(target=run, name="bounded", daemon=True)
+    th.start()
+    th.join(limit)
+    if th.is_alive():
+        raise AssertionError("rank %d: still waiting after %gs: a wait from C++ ignores the group's timeout" %
+                             (r, limit))
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+# DDP's backward on rank 0 alone: its reducer waits for the bucket's
+# future from C++, which fails after the group's timeout; rank 1's backward
+# then pairs with the allreduce rank 0 left queued.
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1, bias=False))
+told = told + "-ddp"
+if r == 0:
+    times_out("DDP backward", lambda: bounded(lambda: model(torch.ones(2, 4)).sum().backward(), GROUP_TIMEOUT + 60),
+              GROUP_TIMEOUT, "all_reduce", "timed out after 2s", "process group's timeout")
+    open(told, "w").close()
+else:
+    wait_told(told)
+    model(torch.ones(2, 4)).sum().backward()
+    os.remove(told)
+allreduce_check(50)
+
+# The same from Python through the work's future (torch's C++ future, as
+# DDP's reducer waits on it): an all_reduce rank 1 has not made fails its
+# future after the group's timeout, and so does one submitted after that,
+# while the completer still waits for the first; rank 1 then makes both,
+# and they complete on both ranks (their Python side, wait()).
+told = told + "-future"
+a, b = torch.full((4,), float(r + 1)), torch.full((4,), float(10 * (r + 1)))
+if r == 0:
+    first = dist.all_reduce(a, async_op=True)
+    times_out("all_reduce get_future().wait()", lambda: bounded(first.get_future().wait, GROUP_TIMEOUT + 60),
+              GROUP_TIMEOUT, "all_reduce", "timed out after 2s", "process group's timeout")
+    second = dist.all_reduce(b, async_op=True)
+    times_out("a later all_reduce's get_future().wait()",
+              lambda: bounded(second.get_future().wait, GROUP_TIMEOUT + 60), GROUP_TIMEOUT, "all_reduce",
+              "timed out after 2s")
+    open(told, "w").close()
+    first.wait(LONG)
+    second.wait(LONG)
+    os.remove(told)
+else:
+    wait_told(told)
+    dist.all_reduce(a)
+    dist.all_reduce(b)
+if not (torch.equal(a, torch.full((4,), 3.0)) and torch.equal(b, torch.full((4,), 30.0))):
+    raise AssertionError("rank %d: the late all_reduces gave %s and %s" % (r, a.tolist(), b.tolist()))
+allreduce_check(60)
 dist.barrier()
 
 dist.destroy_process_group()

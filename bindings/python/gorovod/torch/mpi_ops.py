@@ -568,9 +568,25 @@ def poll(handle):
     return _core.poll(handle)
 
 
-def synchronize(handle):
+def synchronize(handle, timeout=None):
     """Waits for an asynchronous call and returns its output. Raises
-    HorovodInternalError when the world changed under it."""
+    HorovodInternalError when the world changed under it. timeout (seconds;
+    None: no limit) bounds the wait for a call of one handle (the
+    torch.distributed backend's completer gives its process group's):
+    past it, TimeoutError, and the call stays in flight with its name and
+    output (synchronize it again)."""
+    if timeout is not None and not isinstance(handle, (_ChainHandle, _GroupHandle)) and handle in _outputs:
+        try:
+            _core.wait(handle, timeout)
+        except TimeoutError:
+            raise  # nothing collected
+        except BaseException:
+            _forget_name(handle)
+            _outputs.pop(handle, None)
+            raise
+        _forget_name(handle)
+        output = _outputs.pop(handle, None)
+        return output() if callable(output) else output
     _forget_name(handle)
     if isinstance(handle, _ChainHandle):
         if handle.collected:

@@ -67,7 +67,10 @@ too) raises RuntimeError naming the call, its peer and the timeout once the
 process group's timeout (``init_process_group(timeout=...)``) or the one
 given to ``wait(timeout)`` has passed; ``barrier()``'s names the ranks that
 have not reached it. What timed out stays posted (see _P2PWork.wait and
-_Collective.wait); the world goes on.
+_Collective.wait); the world goes on. C++ waits on a collective's work or
+its future (DDP's reducer on its buckets) are bounded by the process
+group's timeout too, counted from the collective's submission: the work's
+future then fails with that RuntimeError (DDP raises it from backward()).
 
 Not offered: CUDA tensors.
 
@@ -97,11 +100,11 @@ default process group at each world change (with a new rendezvous, as on
 import) and re-wraps DistributedDataParallel; see there.
 """
 
+import collections
 import datetime
 import importlib
 import logging
 import os
-import queue
 import socket
 import threading
 import time
@@ -161,53 +164,102 @@ def _wait_limit(timeout, default):
     return None, None
 
 
+class _Expired(object):
+    """What the completer sets a collective's first future to once the
+    process group's timeout has passed with the collective not done: the
+    future the work wraps then fails with message (see _unwrap)."""
+
+    def __init__(self, message):
+        self.message = message
+
+
+def _unwrap(first):
+    """The callback that makes the future a collective's work wraps (and
+    get_future() gives) from the one the completer sets (first): its value,
+    or, once the process group's timeout passed (_Expired), a failure with
+    the timeout's message. A failure of a then() callback is one C++ sees:
+    DDP's reducer, which waits on its buckets' futures from C++, raises it
+    from backward(), as on Gloo, where it would otherwise wait for ever. A
+    collective that failed otherwise (set_exception) keeps its error as the
+    value, as the completer set it."""
+    try:
+        value = first.value()
+    except Exception as e:  # noqa: BLE001 (set_exception's value: handed on as it was)
+        return e
+    if isinstance(value, _Expired):
+        raise RuntimeError(value.message)
+    return value
+
+
 class _Collective(object):
     """The Python side of a collective's work, which the work's Python
     methods (wait, exception, is_success, result, synchronize; see
     _work_method) run on: wait() blocks until the collective is done or the
     timeout passes (RuntimeError naming the call; the collective stays
-    queued) and raises the collective's error. The future is the work's
-    (get_future()); the process group's completer sets it."""
+    queued) and raises the collective's error. The process group's
+    completer sets future once the collective is done, or, past the group's
+    timeout (deadline, time.monotonic()'s; None: none), to _Expired (expire);
+    the work wraps work_future, which follows it (_unwrap)."""
 
-    def __init__(self, future, what, timeout, absent=None):
+    def __init__(self, future, what, timeout, absent=None, deadline=None):
         self.future = future
-        self.what, self.timeout = what, timeout
+        self.work_future = future.then(_unwrap)
+        self.what, self.timeout, self.deadline = what, timeout, deadline
         # absent, when given, names the ranks that have not made the call
         # (a barrier's: see ProcessGroupGorovod.barrier), for the timeout's
         # message.
         self.absent = absent
         self.finished = threading.Event()  # set by the completer
+        self.expired = False  # future was set to _Expired (the completer's thread alone sets it)
+        self.value = None  # what the collective gave, once finished
+        self.failure = None  # the collective's own error, once finished
         self.error = None  # the world broke under it (the future then holds the outputs as they are)
+
+    def timed_out(self, limit, whose):
+        """The message of a wait that gave up after limit seconds (whose
+        limit it was)."""
+        who = self.absent() if self.absent is not None else None
+        who = ("rank%s %s of the group %s not made the call" %
+               ("s" if len(who) > 1 else "", ", ".join(str(q) for q in who), "have" if len(who) > 1 else "has")
+               if who else "a rank of the group has not made the call")
+        return ("gorovod backend: %s timed out after %gs (the %s ran out): %s. It stays queued, and the group's "
+                "later collectives run after it, so they complete only once every rank has made it" %
+                (self.what, limit, whose, who))
+
+    def expire(self):
+        """Fails the work's future with the timeout's message: its waiters
+        from C++, which wait with no limit of their own, return (the
+        completer calls it once deadline passed). The collective stays
+        queued; its Python side completes when it does."""
+        if self.expired or self.finished.is_set():
+            return
+        self.expired = True
+        self.future.set_result(_Expired(self.timed_out(_wait_limit(None, self.timeout)[0], "process group's timeout")))
 
     def wait(self, timeout=None):
         limit, whose = _wait_limit(timeout, self.timeout)
         if limit is not None and not self.finished.wait(limit):
-            who = self.absent() if self.absent is not None else None
-            who = ("rank%s %s of the group %s not made the call" %
-                   ("s" if len(who) > 1 else "", ", ".join(str(q) for q in who), "have" if len(who) > 1 else "has")
-                   if who else "a rank of the group has not made the call")
-            raise RuntimeError("gorovod backend: %s timed out after %gs (the %s ran out): %s. It stays queued, and the "
-                               "group's later collectives run after it, so they complete only once every rank has "
-                               "made it" % (self.what, limit, whose, who))
-        self.future.wait()  # raises the collective's error, if any
+            raise RuntimeError(self.timed_out(limit, whose))
+        self.finished.wait()
         if self.error is not None:
             raise self.error
+        if self.failure is not None:
+            raise self.failure
         return True
 
     def is_success(self):
-        return self.future.done() and self.exception() is None
+        return self.finished.is_set() and self.exception() is None
 
     def exception(self):
         if self.error is not None:
             return self.error
-        try:
-            self.future.value()
-        except Exception as e:  # noqa: BLE001
-            return e
-        return None
+        return self.failure
 
     def result(self):
-        return self.future.value()
+        self.finished.wait()
+        if self.failure is not None:
+            raise self.failure
+        return self.value
 
     def synchronize(self):
         self.wait()
@@ -225,11 +277,13 @@ def _work(collective):
     Python caller gets this work with its Python side, collective, whose
     methods its Python ones run (see _work_method): the group's timeout,
     the collective's error raised by wait(). From C++, wait() waits for
-    the future with no timeout and does not raise the collective's error
-    (torch's FutureWrappingWork): the error stays in the future
-    (getFuture()); a world that broke is raised by the next collective
-    (gorovod refuses them until the world is reset)."""
-    work = torch._C._distributed_c10d._create_work_from_future(collective.future)
+    the future and does not raise the collective's error (torch's
+    FutureWrappingWork): the error stays in the future (getFuture()); a
+    world that broke is raised by the next collective (gorovod refuses them
+    until the world is reset). The future fails once the group's timeout
+    has passed with the collective not done (_Collective.expire), so a C++
+    waiter (DDP's reducer) never waits longer."""
+    work = torch._C._distributed_c10d._create_work_from_future(collective.work_future)
     _collectives[work] = collective
     return work
 
@@ -366,9 +420,80 @@ class _P2PWork(dist._Work):
     source_rank = _source_rank
 
 
+class _Pending(object):
+    """A process group's collectives in submission order, for its completer
+    (get), and the earliest deadline among them and the one it is
+    completing (deadline; see _Collective)."""
+
+    def __init__(self):
+        self._items = collections.deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._current = None  # the collective the completer is completing
+
+    def put(self, item):
+        """Queues (handles, finish, collective, outputs), or None: the
+        completer ends there."""
+        with self._cond:
+            self._items.append(item)
+            self._cond.notify()
+
+    def get(self):
+        with self._cond:
+            while not self._items:
+                self._cond.wait()
+            item = self._items.popleft()
+            self._current = item[2] if item is not None else None
+            return item
+
+    def _live(self):
+        """The collectives not expired yet, the current one first (under the
+        lock)."""
+        queued = (item[2] for item in self._items if item is not None)
+        for c in ([self._current] if self._current is not None else []):
+            if not c.expired:
+                yield c
+        for c in queued:
+            if not c.expired:
+                yield c
+
+    def deadline(self):
+        """The earliest deadline of a collective not expired yet; None: none."""
+        with self._cond:
+            return min((c.deadline for c in self._live() if c.deadline is not None), default=None)
+
+    def expire(self, now):
+        """Expires the collectives whose deadline is past."""
+        with self._cond:
+            due = [c for c in self._live() if c.deadline is not None and c.deadline <= now]
+        for c in due:
+            c.expire()
+
+
+# How long at most the completer waits for a call before it looks again at
+# the deadlines (collectives queued meanwhile bring theirs).
+_RECHECK = 1.0
+
+
+def _collect(handle, pending):
+    """handle's result (mpi_ops.synchronize). While it waits, each
+    collective of the group whose deadline passes (this one or one queued
+    after it, which cannot complete before it) is expired, within _RECHECK
+    of it, so that C++ waiters on their works return within the group's
+    timeout; the wait for handle itself goes on (the call stays queued)."""
+    while True:
+        deadline = pending.deadline()
+        left = _RECHECK if deadline is None else min(_RECHECK, max(0.0, deadline - time.monotonic()))
+        try:
+            return mpi_ops.synchronize(handle, left)
+        except TimeoutError:
+            pending.expire(time.monotonic())
+
+
 def _complete(pending, group_ref):
     """The completer thread of a process group: completes the works' futures
-    in submission order, until the group is closed or collected."""
+    in submission order, until the group is closed or collected; a work
+    whose collective is not done within the group's timeout fails (see
+    _collect)."""
     while True:
         item = pending.get()
         if item is None:
@@ -376,7 +501,7 @@ def _complete(pending, group_ref):
         handles, finish, collective, outputs = item
         future = collective.future
         try:
-            results = [mpi_ops.synchronize(h) for h in handles]
+            results = [_collect(h, pending) for h in handles]
             value = finish(results)
         except HorovodInternalError as e:
             # The world broke. DistributedDataParallel (torch 1.13) dies of a
@@ -388,16 +513,21 @@ def _complete(pending, group_ref):
             # a step whose gradients were not reduced is never committed.
             # Recorded before the future completes: a C++ caller waits on the
             # future alone.
-            collective.error = e
+            collective.error, collective.value = e, outputs
             group = group_ref()
             if group is not None:
                 group._failed(e)
             del group
-            future.set_result(outputs)
+            if not collective.expired:
+                future.set_result(outputs)
         except Exception as e:  # noqa: BLE001 (handed to the waiter)
-            future.set_exception(e)
+            collective.failure = e
+            if not collective.expired:
+                future.set_exception(e)
         else:
-            future.set_result(value)
+            collective.value = value
+            if not collective.expired:
+                future.set_result(value)
         finally:
             collective.finished.set()
         del item, future, collective
@@ -438,7 +568,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         # The first HorovodInternalError of a collective of this group (the
         # world it was made for broke), or None.
         self.failure = None
-        self._pending = queue.Queue()
+        self._pending = _Pending()
         # The completer holds the group weakly, so that a group torch drops
         # (destroy_process_group) ends its thread when collected.
         self._completer = threading.Thread(target=_complete, args=(self._pending, weakref.ref(self)),
@@ -467,7 +597,9 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         handles' results), or, when the world broke under them, to outputs
         as they are (see _complete). Nothing here holds the work: its C++
         side stands alone."""
-        collective = _Collective(Future(), "%s on a group of %d ranks" % (what, self.size()), self.timeout, absent)
+        limit, _ = _wait_limit(None, self.timeout)
+        collective = _Collective(Future(), "%s on a group of %d ranks" % (what, self.size()), self.timeout, absent,
+                                 None if limit is None else time.monotonic() + limit)
         self._pending.put((handles, finish, collective, outputs))
         return _work(collective)
 
