@@ -90,7 +90,13 @@ type lanedLink struct {
 	rlen     int
 }
 
-var _ transport.Link = (*lanedLink)(nil)
+var (
+	_ transport.ChunkHinter = (*lanedLink)(nil)
+	_ transport.ChunkHinter = (*link)(nil)
+)
+
+// OversubscribedChunkBytes is oversubscribedChunk (transport.ChunkHinter).
+func (l *lanedLink) OversubscribedChunkBytes() int { return oversubscribedChunk }
 
 // laneJob is one stripe for a lane's goroutine to move.
 type laneJob struct {
