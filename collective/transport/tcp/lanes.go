@@ -95,8 +95,8 @@ var (
 	_ transport.ChunkHinter = (*link)(nil)
 )
 
-// OversubscribedChunkBytes is oversubscribedChunk (transport.ChunkHinter).
-func (l *lanedLink) OversubscribedChunkBytes() int { return oversubscribedChunk }
+// OversubscribedChunkBytes is the first lane's (transport.ChunkHinter).
+func (l *lanedLink) OversubscribedChunkBytes() int { return l.lanes[0].OversubscribedChunkBytes() }
 
 // laneJob is one stripe for a lane's goroutine to move.
 type laneJob struct {

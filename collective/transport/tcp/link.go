@@ -61,6 +61,10 @@ type link struct {
 	epoch    uint64
 	self     uint32
 	spinTime time.Duration
+	// chunkHint is OversubscribedChunkBytes: oversubscribedChunk, or 0 from a
+	// transport whose worlds mix link kinds (Transport.MixedWorlds). Set
+	// before the link's first use.
+	chunkHint int
 	// sec is the link's data-plane setting and chain its secret for
 	// moving into a later world (rekey.go); changed only by moveTo, which
 	// holds both locks.
@@ -209,8 +213,9 @@ func (l *link) oversubscribed() {
 // noise.
 const oversubscribedChunk = 1 << 20
 
-// OversubscribedChunkBytes is oversubscribedChunk (transport.ChunkHinter).
-func (l *link) OversubscribedChunkBytes() int { return oversubscribedChunk }
+// OversubscribedChunkBytes is the chunk this link suggests for a world whose
+// ranks on this host outnumber its CPUs (transport.ChunkHinter).
+func (l *link) OversubscribedChunkBytes() int { return l.chunkHint }
 
 // setBuffers sets the connected socket's SO_RCVBUF and SO_SNDBUF to n bytes,
 // before the link's first use. The window scale, agreed at connect time from
