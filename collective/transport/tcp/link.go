@@ -205,7 +205,7 @@ func (l *link) oversubscribed() {
 // frames, each a hand-off between ranks that wait for each other. Measured,
 // 4 ranks on 2 cores, 4 MiB allreduce over loopback TCP, on a machine
 // loaded by other jobs: 1 MiB chunks made 20-30 % fewer context switches
-// and used up to a fifth less CPU than 256 KiB ones, and in three
+// and used up to a fifth less CPU than 256 KiB ones, and in four
 // interleaved runs the median time was 1.06-1.45x as fast at 4 and 16 MiB
 // (docs/performance.md). The polling was not the cost: a build that
 // counted its waits spent 1-2 % of a rank's time polling (its yields paused
