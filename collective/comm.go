@@ -40,7 +40,13 @@ type Config struct {
 	// of ranks, and runs the ring otherwise).
 	AllgatherAlgorithm Algorithm
 	// ChunkBytes is the pipelining unit of the ring and chain algorithms
-	// (and the frame size and smallest stripe of Replicate).
+	// (and the frame size and smallest stripe of Replicate). 0 (the
+	// default) chooses: DefaultChunkBytes, or on a world of one host whose
+	// ranks outnumber its CPUs (transport.HostCPUs) the chunk its
+	// transport suggests for that (transport.ChunkHinter: TCP 1 MiB,
+	// shared memory none). Leave it at 0 on
+	// every rank or set the same size on every rank: a rank that sets
+	// 256 KiB next to ranks that choose 1 MiB is a mismatch.
 	ChunkBytes int
 	// HierarchicalPieceBytes: a hierarchical allreduce of host memory of
 	// at least twice this many bytes runs as pieces of about this size (at
@@ -89,7 +95,6 @@ func DefaultConfig() Config {
 		HierarchicalBytes:  64 << 10,
 		Algorithm:          AlgorithmAuto,
 		AllgatherAlgorithm: AlgorithmAuto,
-		ChunkBytes:         256 << 10,
 		// 8 MiB: a 64 MiB allreduce runs as 8 pieces, a 256 MiB one as 32,
 		// and each piece's stripe is still many ChunkBytes long. Over
 		// 1 Gbit/s links, 4 to 32 MiB measured alike within the noise of a
@@ -100,14 +105,57 @@ func DefaultConfig() Config {
 	}
 }
 
+// DefaultChunkBytes is the ring's chunk unless the transport suggests
+// another (Config.ChunkBytes).
+const DefaultChunkBytes = 256 << 10
+
+// chunkBytes is the chunk a communicator runs with: configured when set;
+// otherwise, on a world of one host whose ranks outnumber its CPUs, the
+// chunk every link suggests for that case; else DefaultChunkBytes. Every
+// rank decides alike, as the framing needs: the ranks of one host see the
+// same world and the same CPUs (ranks on different hosts might not, so a
+// world across hosts keeps the default). hints holds each link's
+// (0: none, or not a transport.ChunkHinter).
+func chunkBytes(configured, hosts, localRanks, hostCPUs int, hints []int) int {
+	if configured != 0 {
+		return configured
+	}
+	if hosts != 1 || localRanks <= hostCPUs || len(hints) == 0 {
+		return DefaultChunkBytes
+	}
+	for _, h := range hints {
+		if h != hints[0] {
+			return DefaultChunkBytes
+		}
+	}
+	if hints[0] < 64 || hints[0] > transport.MaxPayload {
+		return DefaultChunkBytes
+	}
+	return hints[0]
+}
+
+// chunkHints is what each link (but the nil one, this rank's) suggests for
+// an oversubscribed world.
+func chunkHints(links []transport.Link) []int {
+	var hints []int
+	for _, l := range links {
+		if l == nil {
+			continue
+		}
+		h := 0
+		if ch, ok := l.(transport.ChunkHinter); ok {
+			h = ch.OversubscribedChunkBytes()
+		}
+		hints = append(hints, h)
+	}
+	return hints
+}
+
 // WithDefaults returns c with its zero fields set to the defaults.
 func (c Config) WithDefaults() Config {
 	d := DefaultConfig()
 	if c.SmallMessageBytes == 0 {
 		c.SmallMessageBytes = d.SmallMessageBytes
-	}
-	if c.ChunkBytes == 0 {
-		c.ChunkBytes = d.ChunkBytes
 	}
 	if c.HierarchicalBytes == 0 {
 		c.HierarchicalBytes = d.HierarchicalBytes
@@ -137,7 +185,7 @@ func (c Config) WithDefaults() Config {
 // the defaults, which are valid), as errors wrapping ErrInvalidConfig.
 func (c Config) Validate() error {
 	c = c.WithDefaults()
-	if c.ChunkBytes < 64 {
+	if c.ChunkBytes != 0 && c.ChunkBytes < 64 {
 		return fmt.Errorf("%w: ChunkBytes %d is below 64", ErrInvalidConfig, c.ChunkBytes)
 	}
 	if c.ChunkBytes > transport.MaxPayload {
@@ -287,6 +335,9 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 	algorithm, _ := ParseAlgorithm(string(cfg.Algorithm))
 	allgatherAlgo, _ := ParseAlgorithm(string(cfg.AllgatherAlgorithm))
 	topo := topologyOf(w)
+	if cfg.ChunkBytes == 0 {
+		cfg.ChunkBytes = chunkBytes(0, topo.NumHosts(), topo.LocalSize, transport.HostCPUs(), chunkHints(links))
+	}
 	inPlace := make([]transport.InPlaceLink, len(links))
 	for i, l := range links {
 		inPlace[i], _ = l.(transport.InPlaceLink)
@@ -317,6 +368,7 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 	if cfg.NewDeviceAllreducer != nil {
 		c.devReduce = cfg.NewDeviceAllreducer()
 	}
+	c.log.Debug("collective: ring chunk", "bytes", cfg.ChunkBytes)
 	if c.allgatherAlgo == AlgorithmHierarchical && topo.NumHosts() > 1 && !topo.Uniform() {
 		c.log.Info("hierarchical allgather needs the same number of ranks on every host; allgather runs the ring", "hosts", topo.NumHosts())
 	}

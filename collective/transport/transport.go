@@ -123,6 +123,23 @@ const (
 // by every error about a transport configuration that cannot work.
 var ErrInvalidConfig = errors.New("invalid transport configuration")
 
+// ChunkHinter is an optional Link extension through which a transport
+// suggests the pipelining chunk of the collectives over its links (the
+// frame size of a ring step; collective.Config.ChunkBytes left at 0) for a
+// world whose ranks on this host outnumber its CPUs (HostCPUs). It is a
+// property of the transport, not of one link's history: links carried from
+// one world into the next suggest the same as fresh ones. 0: no suggestion.
+type ChunkHinter interface {
+	Link
+	OversubscribedChunkBytes() int
+}
+
+// HostCPUs is how many CPUs the ranks of this host share: the CPUs online,
+// not this process's (a launcher may have pinned it to its share of them).
+// The transports count a world as oversubscribed when its ranks on this
+// host outnumber these.
+func HostCPUs() int { return spin.HostCPUs() }
+
 // InPlaceLink is an optional Link extension for frames whose receiver
 // consumes the payload where it lands — reduces it into its result — instead
 // of keeping a copy: a shared-memory transport then lets the receiver read the

@@ -71,6 +71,12 @@ func New(bootstrap transport.Transport, cfg Config) (*Transport, error) {
 			return nil, err
 		}
 	}
+	// The bootstrap's links that stay (pairs on other hosts, and with
+	// Fallback pairs that shared memory cannot join) share worlds with
+	// shared-memory links: they must not suggest a chunk of their own.
+	if m, ok := bootstrap.(interface{ MixedWorlds() }); ok {
+		m.MixedWorlds()
+	}
 	t := &Transport{
 		cfg:  cfg,
 		boot: bootstrap,

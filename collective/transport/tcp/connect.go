@@ -49,6 +49,9 @@ func (t *Transport) ConnectSome(ctx context.Context, w transport.World, want []b
 			t.log.Debug("gorovod tcp: link connected", "peer", ls[0].PeerRank, "lanes", len(ls), "same_host", ls[0].sameHost())
 		}
 		for _, tl := range lanesOf(l) {
+			if !t.mixed.Load() {
+				tl.chunkHint = oversubscribedChunk
+			}
 			if over {
 				tl.oversubscribed()
 			}

@@ -14,6 +14,10 @@ const DefaultSocketBuffer = defaultSocketBuffer
 // KernelGrants reports whether this kernel gives sockets buffers of n bytes.
 func KernelGrants(n int) bool { return kernelGrants(n) }
 
+// OversubscribedChunk is the chunk a TCP transport's links suggest for
+// oversubscribed worlds.
+const OversubscribedChunk = oversubscribedChunk
+
 // SocketBuffers returns the link's SO_RCVBUF and SO_SNDBUF as the kernel
 // reports them (Linux: twice what it grants).
 func SocketBuffers(l transport.Link) (rcv, snd int, err error) {

@@ -90,7 +90,13 @@ type lanedLink struct {
 	rlen     int
 }
 
-var _ transport.Link = (*lanedLink)(nil)
+var (
+	_ transport.ChunkHinter = (*lanedLink)(nil)
+	_ transport.ChunkHinter = (*link)(nil)
+)
+
+// OversubscribedChunkBytes is the first lane's (transport.ChunkHinter).
+func (l *lanedLink) OversubscribedChunkBytes() int { return l.lanes[0].OversubscribedChunkBytes() }
 
 // laneJob is one stripe for a lane's goroutine to move.
 type laneJob struct {

@@ -236,6 +236,43 @@ func TestConnectMissingRanksSayWhy(t *testing.T) {
 	}
 }
 
+// TestChunkHint: a TCP transport's links suggest its chunk for oversubscribed
+// worlds (transport.ChunkHinter), one whose worlds mix link kinds
+// (MixedWorlds, as shared memory's bootstrap) suggests none: ranks that see
+// different mixes of links must not choose different chunks.
+func TestChunkHint(t *testing.T) {
+	checkNoLeaks(t)
+	for _, tc := range []struct {
+		name  string
+		mixed bool
+		want  int
+	}{
+		{"tcp alone", false, tcp.OversubscribedChunk},
+		{"mixed worlds", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			trs := listenN(t, 3, testConfig())
+			if tc.mixed {
+				for _, tr := range trs {
+					tr.MixedWorlds()
+				}
+			}
+			links := conformance.ConnectAll(t, conformance.TimeoutCtx(t, 20*time.Second), trs, "chunk-hint-"+strings.ReplaceAll(tc.name, " ", "-"), 1)
+			defer conformance.CloseAll(links)
+			for r := range links {
+				for p, l := range links[r] {
+					if l == nil {
+						continue
+					}
+					if got := l.(transport.ChunkHinter).OversubscribedChunkBytes(); got != tc.want {
+						t.Errorf("link %d→%d suggests %d bytes, want %d", r, p, got, tc.want)
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestOversubscribedWorld: when a world has more ranks on this host than the
 // host has CPUs, its links' polls also yield to other processes; otherwise
 // they do not.

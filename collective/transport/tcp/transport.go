@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorovod/gorovod/collective/transport"
@@ -31,9 +32,20 @@ type Transport struct {
 	// bufGranted: the kernel gives sockets buffers of defaultSocketBuffer
 	// bytes (asked once, when SocketBuffer is left at its default).
 	bufGranted bool
+	// mixed: worlds that mix this transport's links with other kinds
+	// (MixedWorlds); its links then suggest no chunk.
+	mixed atomic.Bool
 }
 
 var _ transport.Transport = (*Transport)(nil)
+
+// MixedWorlds says that this transport's links may share worlds with links
+// of other transports, as a shared-memory transport's bootstrap and
+// fallback do (one host's pairs on shared memory, others on TCP): its links
+// then suggest no chunk (transport.ChunkHinter), since ranks that see
+// different mixes of links could choose different chunks. Called before
+// the first Connect.
+func (t *Transport) MixedWorlds() { t.mixed.Store(true) }
 
 // Listen starts a transport listening on cfg.ListenAddr.
 func Listen(cfg Config) (*Transport, error) {
