@@ -283,6 +283,11 @@ func Decode(b []byte) (Message, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return m, fmt.Errorf("control: malformed control message: %w", err)
 	}
+	if len(m.Members) == 0 {
+		// "m":[] and no "m" are the same world (none): one form, so that a
+		// message decodes to what it re-encodes to.
+		m.Members = nil
+	}
 	if m.Final && m.Kind != KindEpoch {
 		return m, fmt.Errorf("control: a %s message cannot be final (only an epoch)", m.Kind)
 	}
