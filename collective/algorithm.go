@@ -105,3 +105,7 @@ func (c *Communicator) AllreduceAlgorithm(dt DType, count int) string {
 // AllgatherAlgorithm names the algorithm an allgather runs on this
 // communicator.
 func (c *Communicator) AllgatherAlgorithm() string { return algoName(c.allgatherAlgorithm()) }
+
+// ChunkBytes is the pipelining unit this communicator's rings and chains
+// run with: Config.ChunkBytes, or what it chose when that was 0.
+func (c *Communicator) ChunkBytes() int { return c.cfg.ChunkBytes }

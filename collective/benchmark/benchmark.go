@@ -88,6 +88,9 @@ type Result struct {
 	Batch   int     `json:"batch"`
 	// Algorithm is what ran an allreduce or allgather (OpInfo.Algorithm).
 	Algorithm string `json:"algorithm,omitempty"`
+	// ChunkBytes is the pipelining unit the communicator ran with
+	// (Communicator.ChunkBytes): the one configured, or the one it chose.
+	ChunkBytes int `json:"chunk_bytes"`
 	// PhasesUS is, when the worker traced its phases (PhaseTimes), the mean
 	// time of each phase per collective of this size on the reporting rank,
 	// warm-up included, in microseconds ("total": the whole collective).
@@ -162,7 +165,8 @@ func Run(ctx context.Context, c *collective.Communicator, spec Spec, emit func(R
 func measure(ctx context.Context, c *collective.Communicator, spec Spec, size int) (Result, error) {
 	p := c.Size()
 	w := newWorkload(spec, size, p, c.Rank())
-	res := Result{Op: spec.Op, NP: p, Bytes: w.bytes, Count: w.count, DType: spec.DType.String(), Iters: spec.Iters}
+	res := Result{Op: spec.Op, NP: p, Bytes: w.bytes, Count: w.count, DType: spec.DType.String(), Iters: spec.Iters,
+		ChunkBytes: c.ChunkBytes()}
 	if spec.Op == "allreduce" || spec.Op == "reducescatter" {
 		res.Reduce = spec.Reduce.String()
 	}

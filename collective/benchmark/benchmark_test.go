@@ -63,6 +63,35 @@ func TestRunEveryOpVerifies(t *testing.T) {
 
 func runAll(t *testing.T, p int, spec Spec) []Result {
 	t.Helper()
+	return runAllWith(t, p, spec, collective.DefaultConfig())
+}
+
+// TestResultNamesTheChunk checks that a result reports the chunk the
+// communicator ran with, not the configured 0 that means "choose".
+func TestResultNamesTheChunk(t *testing.T) {
+	cases := []struct {
+		configured, want int
+	}{
+		{0, collective.DefaultChunkBytes}, // loopback links in one process suggest none
+		{4096, 4096},
+		{1 << 20, 1 << 20},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprint(c.configured), func(t *testing.T) {
+			cfg := collective.DefaultConfig()
+			cfg.ChunkBytes = c.configured
+			spec := Spec{Op: "allreduce", DType: collective.Float32, Reduce: collective.Sum, Sizes: []int{1 << 16}, Warmup: 1, Iters: 1}
+			for _, r := range runAllWith(t, 2, spec, cfg) {
+				if r.ChunkBytes != c.want {
+					t.Fatalf("configured %d: result reports chunk %d, want %d", c.configured, r.ChunkBytes, c.want)
+				}
+			}
+		})
+	}
+}
+
+func runAllWith(t *testing.T, p int, spec Spec, cfg collective.Config) []Result {
+	t.Helper()
 	mesh := inproc.Mesh(inproc.Config{JobID: "bench", Epoch: 1}, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -71,7 +100,7 @@ func runAll(t *testing.T, p int, spec Spec) []Result {
 	var wg sync.WaitGroup
 	errs := make([]error, p)
 	for r := range p {
-		c, err := collective.NewFromLinks(transport.World{JobID: "bench", Epoch: 1, Rank: r, Addrs: make([]string, p)}, mesh[r], collective.DefaultConfig())
+		c, err := collective.NewFromLinks(transport.World{JobID: "bench", Epoch: 1, Rank: r, Addrs: make([]string, p)}, mesh[r], cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
