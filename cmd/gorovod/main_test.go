@@ -245,6 +245,27 @@ func TestBadCommandLines(t *testing.T) {
 	}
 }
 
+// A command that fails after its command line was read names itself before
+// its error, as every other command does ("gorovod simulate: open ...").
+func TestFailingCommandsNameThemselves(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"simulate", missing + ".csv"}, "gorovod simulate: open " + missing + ".csv: no such file or directory\n"},
+		{[]string{"cluster", "--slots", "2", missing + ".json"}, "gorovod cluster: open " + missing + ".json: no such file or directory\n"},
+		{[]string{"report", missing + ".jsonl"}, "gorovod report: open " + missing + ".jsonl: no such file or directory\n"},
+	} {
+		t.Run(tc.args[0], func(t *testing.T) {
+			_, errs, code := runGorovod(t, tc.args...)
+			if code != 1 || errs != tc.want {
+				t.Fatalf("exit %d, stderr %q; want 1, %q", code, errs, tc.want)
+			}
+		})
+	}
+}
+
 func TestWorkerOutsideLauncher(t *testing.T) {
 	_, errs, code := runGorovod(t, "_bench-worker", `{"op":"allreduce","dtype":"float32","redop":"sum","sizes":[4096],"iters":1,"chunk_bytes":65536,"small_bytes":0}`)
 	if code != 1 || !strings.Contains(errs, "not started by a gorovod launcher") {

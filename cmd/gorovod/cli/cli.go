@@ -118,7 +118,10 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
 	case "simulate":
-		return simulateCommand(ctx, args[1:], stdout, stderr)
+		if err := simulateCommand(ctx, args[1:], stdout, stderr); err != nil {
+			return &commandError{command: "simulate", err: err}
+		}
+		return nil
 	case "cluster":
 		return clusterCommand(ctx, args[1:], stdout, stderr)
 	case "report":
