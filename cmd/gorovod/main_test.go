@@ -256,6 +256,7 @@ func TestFailingCommandsNameThemselves(t *testing.T) {
 		{[]string{"simulate", missing + ".csv"}, "gorovod simulate: open " + missing + ".csv: no such file or directory\n"},
 		{[]string{"cluster", "--slots", "2", missing + ".json"}, "gorovod cluster: open " + missing + ".json: no such file or directory\n"},
 		{[]string{"report", missing + ".jsonl"}, "gorovod report: open " + missing + ".jsonl: no such file or directory\n"},
+		{[]string{"follow", missing}, "gorovod follow: " + missing + ": no such job directory (the one 'gorovod run' makes under $TMPDIR is removed when the job ends; --output-dir DIR keeps it)\n"},
 	} {
 		t.Run(tc.args[0], func(t *testing.T) {
 			_, errs, code := runGorovod(t, tc.args...)
