@@ -267,6 +267,27 @@ func TestFailingCommandsNameThemselves(t *testing.T) {
 	}
 }
 
+// The commands the usage says take --log-level and --log-format take them,
+// and the others, which it does not name, refuse them.
+func TestLogFlagsWhereTheUsageSaysSo(t *testing.T) {
+	usage, _, _ := runGorovod(t, "help")
+	for _, c := range []struct {
+		cmd   string
+		takes bool
+	}{
+		{"run", true}, {"bench", true}, {"simulate", true}, {"cluster", true}, {"report", true}, {"scheduler", true},
+		{"attach", false}, {"follow", false}, {"submit", false}, {"jobs", false}, {"logs", false}, {"delete", false},
+	} {
+		_, errs, code := runGorovod(t, c.cmd, "--log-level", "warn", "--log-format", "json", "--help")
+		if took := code == 0; took != c.takes {
+			t.Errorf("gorovod %s --log-level warn --log-format json --help: exit %d (stderr %q); the usage says it takes them: %v", c.cmd, code, errs, c.takes)
+		}
+	}
+	if !strings.Contains(usage, "run, bench, simulate, cluster, report and scheduler take\n--log-level and --log-format") {
+		t.Errorf("the usage does not name the commands that take --log-level:\n%s", usage)
+	}
+}
+
 func TestWorkerOutsideLauncher(t *testing.T) {
 	_, errs, code := runGorovod(t, "_bench-worker", `{"op":"allreduce","dtype":"float32","redop":"sum","sizes":[4096],"iters":1,"chunk_bytes":65536,"small_bytes":0}`)
 	if code != 1 || !strings.Contains(errs, "not started by a gorovod launcher") {

@@ -50,8 +50,8 @@ Usage:
 
 Run 'gorovod COMMAND --help' (run, attach, follow, bench, simulate, cluster, report,
 scheduler, submit, jobs, logs, delete)
-for a command's flags; every command but attach and follow takes --log-level and
---log-format.
+for a command's flags; run, bench, simulate, cluster, report and scheduler take
+--log-level and --log-format.
 `
 
 // ErrUsage marks a bad command line; Main has already said what is wrong
