@@ -30,7 +30,10 @@ import (
 //     counts as Stopped, not as a failure. Workers on a host the Discovery
 //     dropped are stopped the same way, and so is a worker the driver
 //     removed as stuck (Job.stopStuck; SIGKILL after RemoveGrace), at once:
-//     the floor replaces both like lost workers. Members of the last world that
+//     the floor replaces both like lost workers. So are the running workers
+//     of a job the floor gives up on (below its minimum after a worker
+//     failed, or after its replacements struck out: no world can form
+//     again). Members of the last world that
 //     reported the end of training are exiting, not waiting: they are
 //     stopped the same way only once Config.ExitLimit after training was
 //     reported over has passed.

@@ -133,3 +133,44 @@ func TestFloorStartsNone(t *testing.T) {
 		})
 	}
 }
+
+// A job below its minimum that the floor will not restore — a worker failed,
+// or three replacements in a row were lost before they joined — can never
+// form a world again: the job ends by itself, its other workers stopped,
+// with a notice saying why, instead of waiting for a world until its
+// context ends.
+func TestFloorEndsStrandedJob(t *testing.T) {
+	for _, tc := range []struct {
+		name, modes string
+		err         string
+		why         string
+	}{
+		{"a failed worker", "train,fail", "job failed: worker 1: exit status 3", "a worker failed, and failed workers are not replaced"},
+		{"three strikes", "train,kill", "job failed: no worker finished", "3 replacements in a row were lost before they joined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRecorder()
+			cfg := config(t, r, 2, envModes+"="+tc.modes)
+			cfg.MinWorkers, cfg.ReplaceLost = 2, true
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			o, err := job.Run(ctx, cfg)
+			if ctx.Err() != nil {
+				t.Fatalf("the job ran until its context ended: %v\n%s", ctx.Err(), describe(r.all()))
+			}
+			if err == nil || err.Error() != tc.err {
+				t.Fatalf("error %v, want %q\n%s", err, tc.err, describe(r.all()))
+			}
+			if o.Workers[0].State != job.Stopped {
+				t.Fatalf("worker 0 %v, want stopped\n%s", o.Workers[0].State, describe(r.all()))
+			}
+			told := slices.ContainsFunc(r.all(), func(e job.Event) bool {
+				n, ok := e.(job.Notice)
+				return ok && strings.Contains(n.Message, "fewer than its minimum 2, and "+tc.why+": no world can form, so the job ends")
+			})
+			if !told {
+				t.Fatalf("no notice says why the job ended\n%s", describe(r.all()))
+			}
+		})
+	}
+}

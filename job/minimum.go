@@ -41,7 +41,11 @@ const maxReplacementStrikes = 3
 //
 // It starts none once training is over, once a worker failed (the job has
 // failed: rule 5), once every worker was asked to leave (LeaveAll), or once
-// three replacements in a row were lost before they joined a world. And it
+// three replacements in a row were lost before they joined a world. In the
+// first and the last case a job below its minimum could then never form a
+// world again: its other workers would wait for one forever, so the floor
+// ends the job (giveUp: its running processes are stopped and count as
+// Stopped), once the shortage has been seen on two ticks in a row. And it
 // starts none while nobody holds the training state: replacements copy it
 // from a member of the current world that stays, and when every member is
 // leaving or gone (a whole job preempted, every worker told to go at once)
@@ -56,7 +60,10 @@ type floor struct {
 	// grow starts one replacement worker within Config.MaxWorkers (a
 	// *LimitError, ErrNoSlot or ErrEnded when it cannot).
 	grow func(ctx context.Context) error
-	poke chan struct{} // run looks at once
+	// giveUp stops every running process of the job, which can no longer
+	// reach its minimum (a worker failed, or replacements struck out).
+	giveUp func()
+	poke   chan struct{} // run looks at once
 
 	// Under roster.mu, updated as processes exit (noteExitLocked).
 	anyFailed bool // a worker failed: the job fails, nothing is replaced
@@ -89,8 +96,9 @@ func (f *floor) run(ctx context.Context) {
 
 // floorState is what run remembers between looks.
 type floorState struct {
-	short bool   // the previous tick saw a shortage
-	told  string // the last notice about the shortage (said once)
+	short  bool   // the previous tick saw a shortage
+	told   string // the last notice about the shortage (said once)
+	gaveUp bool   // stranded ended the job
 }
 
 // wake has run look at once (a worker exited, hosts changed).
@@ -109,14 +117,19 @@ func (f *floor) restore(ctx context.Context, s *floorState, tick bool) bool {
 	missing := f.min - staying
 	r := f.roster
 	r.mu.Lock()
-	stop := failed || f.anyFailed || r.standing.draining || r.standing.trainingOver || r.standing.ended || ctx.Err() != nil
+	over := r.standing.draining || r.standing.trainingOver || r.standing.ended || ctx.Err() != nil
+	failed = failed || f.anyFailed
 	struck := f.strikes >= maxReplacementStrikes
 	lost := 0
 	if f.replaceLost {
 		lost = min(missing, f.toReplace)
 	}
 	r.mu.Unlock()
-	if stop || missing <= 0 || struck {
+	if !over && missing > 0 && (failed || struck) {
+		f.stranded(s, tick, staying, failed)
+		return true
+	}
+	if over || failed || missing <= 0 || struck {
 		s.short = false
 		return true
 	}
@@ -155,6 +168,27 @@ func (f *floor) restore(ctx context.Context, s *floorState, tick bool) bool {
 		s.say(f.events, fmt.Sprintf("starting workers to restore the job's minimum of %d: %v", f.min, err))
 	}
 	return true
+}
+
+// stranded is a job below its minimum that the floor will not restore (a
+// worker failed, or three replacements in a row were lost): confirmed on two
+// ticks in a row (a worker that finished training may exit just before the
+// driver learns that training is over), it ends the job once, saying why.
+func (f *floor) stranded(s *floorState, tick bool, staying int, failed bool) {
+	if s.gaveUp || !tick {
+		return
+	}
+	if !s.short {
+		s.short = true
+		return
+	}
+	s.gaveUp = true
+	why := "a worker failed, and failed workers are not replaced"
+	if !failed {
+		why = fmt.Sprintf("%d replacements in a row were lost before they joined", maxReplacementStrikes)
+	}
+	f.events.notice(fmt.Sprintf("%d workers staying in the job, fewer than its minimum %d, and %s: no world can form, so the job ends (stopping its other workers)", staying, f.min, why))
+	f.giveUp()
 }
 
 // say gives a notice about the shortage once.

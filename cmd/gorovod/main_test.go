@@ -245,6 +245,49 @@ func TestBadCommandLines(t *testing.T) {
 	}
 }
 
+// A command that fails after its command line was read names itself before
+// its error, as every other command does ("gorovod simulate: open ...").
+func TestFailingCommandsNameThemselves(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"simulate", missing + ".csv"}, "gorovod simulate: open " + missing + ".csv: no such file or directory\n"},
+		{[]string{"cluster", "--slots", "2", missing + ".json"}, "gorovod cluster: open " + missing + ".json: no such file or directory\n"},
+		{[]string{"report", missing + ".jsonl"}, "gorovod report: open " + missing + ".jsonl: no such file or directory\n"},
+		{[]string{"follow", missing}, "gorovod follow: " + missing + ": no such job directory (the one 'gorovod run' makes under $TMPDIR is removed when the job ends; --output-dir DIR keeps it)\n"},
+	} {
+		t.Run(tc.args[0], func(t *testing.T) {
+			_, errs, code := runGorovod(t, tc.args...)
+			if code != 1 || errs != tc.want {
+				t.Fatalf("exit %d, stderr %q; want 1, %q", code, errs, tc.want)
+			}
+		})
+	}
+}
+
+// The commands the usage says take --log-level and --log-format take them,
+// and the others, which it does not name, refuse them.
+func TestLogFlagsWhereTheUsageSaysSo(t *testing.T) {
+	usage, _, _ := runGorovod(t, "help")
+	for _, c := range []struct {
+		cmd   string
+		takes bool
+	}{
+		{"run", true}, {"bench", true}, {"simulate", true}, {"cluster", true}, {"report", true}, {"scheduler", true},
+		{"attach", false}, {"follow", false}, {"submit", false}, {"jobs", false}, {"logs", false}, {"delete", false},
+	} {
+		_, errs, code := runGorovod(t, c.cmd, "--log-level", "warn", "--log-format", "json", "--help")
+		if took := code == 0; took != c.takes {
+			t.Errorf("gorovod %s --log-level warn --log-format json --help: exit %d (stderr %q); the usage says it takes them: %v", c.cmd, code, errs, c.takes)
+		}
+	}
+	if !strings.Contains(usage, "run, bench, simulate, cluster, report and scheduler take\n--log-level and --log-format") {
+		t.Errorf("the usage does not name the commands that take --log-level:\n%s", usage)
+	}
+}
+
 func TestWorkerOutsideLauncher(t *testing.T) {
 	_, errs, code := runGorovod(t, "_bench-worker", `{"op":"allreduce","dtype":"float32","redop":"sum","sizes":[4096],"iters":1,"chunk_bytes":65536,"small_bytes":0}`)
 	if code != 1 || !strings.Contains(errs, "not started by a gorovod launcher") {

@@ -50,8 +50,8 @@ Usage:
 
 Run 'gorovod COMMAND --help' (run, attach, follow, bench, simulate, cluster, report,
 scheduler, submit, jobs, logs, delete)
-for a command's flags; every command but attach and follow takes --log-level and
---log-format.
+for a command's flags; run, bench, simulate, cluster, report and scheduler take
+--log-level and --log-format.
 `
 
 // ErrUsage marks a bad command line; Main has already said what is wrong
@@ -118,7 +118,10 @@ func Main(ctx context.Context, args []string, cfg Config) error {
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
 	case "simulate":
-		return simulateCommand(ctx, args[1:], stdout, stderr)
+		if err := simulateCommand(ctx, args[1:], stdout, stderr); err != nil {
+			return &commandError{command: "simulate", err: err}
+		}
+		return nil
 	case "cluster":
 		return clusterCommand(ctx, args[1:], stdout, stderr)
 	case "report":

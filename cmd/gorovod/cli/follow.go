@@ -46,6 +46,10 @@ func followCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	dir := fs.Arg(0)
 	rec, err := job.ReadJobRecord(dir)
 	if err != nil {
+		if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
+			// The usual way here: following a job that ended normally.
+			err = fmt.Errorf("%s: no such job directory (the one 'gorovod run' makes under $TMPDIR is removed when the job ends; --output-dir DIR keeps it)", dir)
+		}
 		return &commandError{command: "follow", err: err}
 	}
 	f := &follower{dir: dir, stdout: stdout, stderr: stderr, workers: map[int]*followedWorker{}}
