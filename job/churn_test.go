@@ -30,6 +30,14 @@ import (
 // worker-churned), for `go tool pprof -top -diff_base`.
 var churnProfiles = flag.String("churn.profiles", "", "write the churn tests' driver heap profiles to this `directory`")
 
+// churnLog, when set, is a file the churn tests write everything they see
+// to as it comes: the driver's log at debug level (its gossip's lines
+// among them), the workers' stderr, and each world and notice, each line
+// timestamped. The driver's newest churnLogLines lines that a failure shows
+// begin long after a stall began; this file holds its start, and the
+// workers' side of it.
+var churnLog = flag.String("churn.log", "", "write the churn tests' driver log (debug level) and the workers' stderr to this `file`")
+
 // churnWatch is the churn tests' Sink. It keeps only the newest world and
 // the newest heap figure of the worker that is never killed: a sink that
 // kept every event would itself grow with the churn it measures.
@@ -41,9 +49,25 @@ type churnWatch struct {
 	heap       uint64 // the survivor's newest live heap
 	notify     chan struct{}
 	lastNotice string
-	dumping    bool     // keep the workers' stderr lines (their goroutine dumps)
-	dump       []string // the lines kept
-	log        []string // the driver's newest log lines (churnLogLines)
+	// failed says how a worker failed (exited with an error of its own):
+	// the job goes on without it, at its MinWorkers, and the world the test
+	// waits for never comes; the wait ends at once with this instead.
+	failed string
+	// lastError is the newest "trainer: ..." line a worker printed on its
+	// stderr: why a worker that fails exits.
+	lastError string
+	dumping   bool     // keep the workers' stderr lines (their goroutine dumps)
+	dump      []string // the lines kept
+	log       []string // the driver's newest log lines (churnLogLines)
+	file      *os.File // everything seen, as it comes (churnLog); nil when not asked for
+}
+
+// record writes a timestamped line to the churn log file, if there is one.
+// c.mu must be held.
+func (c *churnWatch) record(who, line string) {
+	if c.file != nil {
+		fmt.Fprintf(c.file, "%s %s %s\n", time.Now().UTC().Format("15:04:05.000000"), who, line)
+	}
 }
 
 // churnLogLines is how many of the driver's log lines a churn test keeps,
@@ -54,7 +78,12 @@ const churnLogLines = 200
 func (c *churnWatch) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.log = append(c.log, strings.TrimRight(string(b), "\n"))
+	line := strings.TrimRight(string(b), "\n")
+	c.record("driver", line)
+	if strings.Contains(line, " level=DEBUG ") {
+		return len(b), nil // in the file only (churnLog)
+	}
+	c.log = append(c.log, line)
 	if len(c.log) > churnLogLines {
 		c.log = slices.Delete(c.log, 0, len(c.log)-churnLogLines)
 	}
@@ -82,11 +111,19 @@ func (c *churnWatch) Event(e job.Event) {
 	switch e := e.(type) {
 	case job.WorldChanged:
 		c.now.world = e.World
+		c.record("world", fmt.Sprintf("%d %v joined %v left %v", e.World.Number, e.World.Members, e.Joined, e.Left))
 	case job.Notice:
 		c.lastNotice = e.Message
+		c.record("notice", e.Message)
 	case job.WorkerOutput:
 		if c.dumping && e.Stream == "stderr" {
 			c.dump = append(c.dump, fmt.Sprintf("[%d] %s", e.Worker, e.Line))
+		}
+		if e.Stream == "stderr" {
+			c.record(fmt.Sprintf("worker-%d", e.Worker), string(e.Line))
+			if bytes.HasPrefix(e.Line, []byte("trainer: ")) {
+				c.lastError = fmt.Sprintf("[%d] %s", e.Worker, e.Line)
+			}
 		}
 		var line struct {
 			Step  int64  `json:"step"`
@@ -104,6 +141,15 @@ func (c *churnWatch) Event(e job.Event) {
 			c.now.steps++
 			c.now.step = max(c.now.step, line.Step)
 		}
+	case job.WorkerStarted:
+		c.record("event", fmt.Sprintf("%T %+v", e, e))
+		c.mu.Unlock()
+		return
+	case job.WorkerExited:
+		c.record("event", fmt.Sprintf("%T %+v", e, e))
+		if e.State == job.Failed && c.failed == "" {
+			c.failed = fmt.Sprintf("worker %d (%s) failed: %v; its last error line: %q", e.Worker.Index, e.Name, e.Err, c.lastError)
+		}
 	default:
 		c.mu.Unlock()
 		return
@@ -120,10 +166,13 @@ func (c *churnWatch) waitFor(ctx context.Context, what string, cond func(churnSt
 	for {
 		c.mu.Lock()
 		ok := cond(c.now)
-		now, notice := c.now, c.lastNotice
+		now, notice, failed, dumping := c.now, c.lastNotice, c.failed, c.dumping
 		c.mu.Unlock()
 		if ok {
 			return nil
+		}
+		if failed != "" && !dumping {
+			return fmt.Errorf("waiting for %s: %s (world %d of %d)", what, failed, now.world.Number, len(now.world.Members))
 		}
 		select {
 		case <-c.notify:
@@ -168,11 +217,30 @@ type churnJob struct {
 func startChurnJob(t testing.TB, ctx context.Context, size int) *churnJob {
 	t.Helper()
 	watch := newChurnWatch()
+	level := slog.LevelInfo
+	if *churnLog != "" {
+		f, err := os.Create(*churnLog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			watch.mu.Lock()
+			defer watch.mu.Unlock()
+			watch.file.Close()
+			watch.file = nil
+		})
+		watch.file, level = f, slog.LevelDebug
+	}
 	cfg := job.Config{Argv: []string{os.Args[0]}, Workers: size, MinWorkers: size - 1, ReplaceLost: true,
 		KeepExitedWorkers: churnKeepExited,
 		Env: []string{envSteps + "=1000000000", envStepTime + "=1ms", envHeap + "=1",
 			envHeapProfiles + "=" + *churnProfiles},
-		Sinks: []job.Sink{watch}, Logger: slog.New(slog.NewTextHandler(watch, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+		Sinks: []job.Sink{watch}, Logger: slog.New(slog.NewTextHandler(watch, &slog.HandlerOptions{Level: level}))}
+	if *churnLog != "" {
+		// The workers log to their stderr (GOROVOD_LOG_LEVEL), which the
+		// watch writes to the file.
+		cfg.Env = append(cfg.Env, "GOROVOD_LOG_LEVEL=debug")
+	}
 	j, err := job.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -155,6 +155,14 @@ func train(steps int64, stepTime time.Duration) error {
 		if errors.Is(err, gsync.ErrWorldChanged) {
 			continue
 		}
+		if errors.Is(err, gsync.ErrExcluded) {
+			// The world the failed collective recovered into leaves this
+			// worker out.
+			if done, err := leftOut(ctx, w, leave == nil); done {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			w.Close()
 			return err
@@ -167,7 +175,10 @@ func train(steps int64, stepTime time.Duration) error {
 		case errors.Is(err, gsync.ErrWorldChanged):
 			continue
 		case errors.Is(err, gsync.ErrExcluded):
-			return w.Close()
+			if done, err := leftOut(ctx, w, leave == nil); done {
+				return err
+			}
+			continue
 		case err != nil:
 			w.Close()
 			return err
@@ -182,6 +193,27 @@ func train(steps int64, stepTime time.Duration) error {
 		}
 	}
 	return w.Finish(ctx)
+}
+
+// leftOut answers ErrExcluded as sync.Train does (rule 6 in end.go): a
+// worker that asked to leave is done; one left out while it was paused or
+// cut off (under load, gossip declares a starved worker dead and its probe
+// goes unanswered) comes back as a new member (Worker.Rejoin), unless the
+// job will not admit it again. A worker that ended instead would leave a job
+// at its MinWorkers one worker short for good: the floor replaces none.
+func leftOut(ctx context.Context, w *gsync.Worker, asked bool) (done bool, err error) {
+	if asked {
+		return true, w.Close()
+	}
+	switch err := w.Rejoin(ctx); {
+	case errors.Is(err, gsync.ErrOutForGood):
+		return true, w.Close()
+	case err != nil:
+		w.Close()
+		return true, err
+	}
+	fmt.Fprintf(os.Stderr, "trainer: left out, back as %s\n", w.Name())
+	return false, nil
 }
 
 // liveHeap is the bytes of the heap's live objects, measured after two
