@@ -54,8 +54,11 @@ func (r Reduction) check() (Reduction, error) {
 // any dtype, host or device memory, fused into few collectives (see
 // fusion.Fuser). Every worker must pass the same dtypes and sizes in the same
 // order. If the world breaks meanwhile, the session rebuilds it,
-// re-synchronizes the state from the new rank 0 and returns ErrWorldChanged.
-// Malformed tensors (see fusion.Check) or an invalid reduction are refused
+// re-synchronizes the state from the new rank 0 and returns ErrWorldChanged;
+// if the world it recovers into leaves this worker out (the proposer dropped
+// it as unreachable: a starved or paused process), it returns an error
+// wrapping ErrExcluded, which a trainer answers as Train does: Worker.Rejoin,
+// unless the worker is leaving or out for good. Malformed tensors (see fusion.Check) or an invalid reduction are refused
 // with an error before anything is sent; the world is untouched.
 func (s *Session) Allreduce(ctx context.Context, how Reduction, tensors ...collective.Buffer) error {
 	how, err := how.check()
