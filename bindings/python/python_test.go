@@ -488,7 +488,12 @@ func TestExample(t *testing.T) {
 // RuntimeError naming the call, its peer and the timeout, with the world
 // going on and the messages still delivered later; and the waits from C++
 // (DDP's backward on a bucket's future, get_future().wait()), which fail
-// after the group's timeout rather than wait for ever (see
+// after the group's timeout rather than wait for ever; the collectives that
+// exchange shapes or split sizes first (all_gather, all_to_all,
+// reduce_scatter, gather, scatter and their tensor forms), whose call
+// returns at once and whose wait() raises; and DDP's constructor, which
+// raises when its check of the parameters or its start-up broadcast timed
+// out, where torch's C++ wait() would go on (see
 // tests/distributed_timeout_test.py).
 func TestTorchDistributedTimeout(t *testing.T) {
 	runEachWorld(t, "tests/distributed_timeout_test.py", 2)

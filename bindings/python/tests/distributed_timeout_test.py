@@ -26,7 +26,20 @@ its peer and the timeout, and the world goes on.
   rank 1's backward, once told, completes the queued allreduce on both;
 - the same through an all_reduce's get_future().wait() (torch's C++
   future), for a first all_reduce and one submitted after its future
-  failed; rank 1's later all_reduces complete both.
+  failed; rank 1's later all_reduces complete both;
+- the collectives made in two steps (every rank's shape or split sizes
+  first, then the data): all_gather, all_gather_into_tensor, gather,
+  all_to_all_single, all_to_all, scatter, reduce_scatter and
+  reduce_scatter_tensor, each made by rank 0 alone: the call returns and
+  its wait() raises after the group's 2 s (without their bound the call
+  itself waits for the exchange with no limit); rank 1's call, made later,
+  completes it on both with the right outputs;
+- DistributedDataParallel's constructor on rank 0 alone: its check of the
+  parameters times out and the constructor raises naming it (torch's C++
+  wait() would let the error pass and go on); and with rank 1 past that
+  check, its start-up broadcast of the module's states times out and the
+  constructor raises naming it, rather than go on with unsynchronized
+  states. Rank 1's later calls complete both, with rank 0's states.
 
 Prints "PASS rank R of N". Driven by bindings/python/python_test.go.
 """
@@ -246,6 +259,168 @@ else:
 if not (torch.equal(a, torch.full((4,), 3.0)) and torch.equal(b, torch.full((4,), 30.0))):
     raise AssertionError("rank %d: the late all_reduces gave %s and %s" % (r, a.tolist(), b.tolist()))
 allreduce_check(60)
+
+# The collectives made in two steps (every rank's shape, or split sizes,
+# first, then the data): one only rank 0 has made gives up after the
+# group's timeout, from the call (which returns at once) and its wait();
+# once rank 1 makes it, it completes on both, with the right values.
+# Without their bound the call itself waits for the exchange of shapes,
+# with no limit (bounded() reports it).
+me = float(r + 1)
+
+
+def two_step_cases():
+    """(name, what the timeout names, start): start() makes the call with
+    async_op=True and returns (its work, check), check() raising when the
+    outputs are wrong."""
+    cases = []
+
+    def all_gather():
+        outs = [torch.empty(3) for _ in range(n)]
+        return dist.all_gather(outs, torch.full((3,), me), async_op=True), \
+            lambda: [o.tolist() for o in outs] == [[q + 1.0] * 3 for q in range(n)]
+    cases.append(("all_gather", "all_gather on a group", all_gather))
+
+    def all_gather_into_tensor():
+        out = torch.empty(2 * n)
+        return dist.all_gather_into_tensor(out, torch.full((2,), me), async_op=True), \
+            lambda: out.tolist() == [float(q // 2 + 1) for q in range(2 * n)]
+    cases.append(("all_gather_into_tensor", "all_gather_into_tensor", all_gather_into_tensor))
+
+    def gather():
+        outs = [torch.empty(2) for _ in range(n)] if r == 0 else None
+        return dist.gather(torch.full((2,), me), outs, dst=0, async_op=True), \
+            lambda: outs is None or [o.tolist() for o in outs] == [[q + 1.0] * 2 for q in range(n)]
+    cases.append(("gather", "gather on a group", gather))
+
+    def all_to_all_single():
+        out = torch.empty(n)
+        return dist.all_to_all_single(out, torch.full((n,), me), async_op=True), \
+            lambda: out.tolist() == [q + 1.0 for q in range(n)]
+    cases.append(("all_to_all_single", "all_to_all_single", all_to_all_single))
+
+    def all_to_all():
+        outs = [torch.empty(2) for _ in range(n)]
+        return dist.all_to_all(outs, [torch.full((2,), me) for _ in range(n)], async_op=True), \
+            lambda: [o.tolist() for o in outs] == [[q + 1.0] * 2 for q in range(n)]
+    cases.append(("all_to_all", "all_to_all on a group", all_to_all))
+
+    def scatter():
+        out = torch.empty(2)
+        parts = [torch.full((2,), 10.0 + q) for q in range(n)] if r == 0 else None
+        return dist.scatter(out, parts, src=0, async_op=True), lambda: out.tolist() == [10.0 + r] * 2
+    cases.append(("scatter", "scatter on a group", scatter))
+
+    def reduce_scatter():
+        out = torch.empty(2)
+        return dist.reduce_scatter(out, [torch.full((2,), me * (q + 1)) for q in range(n)], async_op=True), \
+            lambda: out.tolist() == [3.0 * (r + 1)] * 2
+    cases.append(("reduce_scatter", "reduce_scatter on a group", reduce_scatter))
+
+    def reduce_scatter_tensor():
+        out = torch.empty(2)
+        return dist.reduce_scatter_tensor(out, torch.full((2 * n,), me), async_op=True), \
+            lambda: out.tolist() == [3.0] * 2
+    cases.append(("reduce_scatter_tensor", "reduce_scatter_tensor", reduce_scatter_tensor))
+    return cases
+
+
+for name, what, start in two_step_cases():
+    told = told + "-" + name
+    if r == 0:
+        made = {}
+
+        def call_and_wait(start=start, made=made):
+            made["work"], made["check"] = start()
+            made["work"].wait()
+
+        times_out(name, lambda: bounded(call_and_wait, GROUP_TIMEOUT + 30), GROUP_TIMEOUT, what,
+                  "timed out after 2s", "process group's timeout")
+        open(told, "w").close()
+        made["work"].wait(LONG)
+        check = made["check"]
+        os.remove(told)
+    else:
+        wait_told(told)
+        work, check = start()
+        work.wait(LONG)
+    if not check():
+        raise AssertionError("rank %d: the late %s gave wrong outputs" % (r, name))
+    allreduce_check(70)
+
+
+# DistributedDataParallel's constructor on rank 0 alone: its check of the
+# parameters (an all_gather of their number, which torch waits on from C++,
+# whose wait() lets its error pass) gives up after the group's timeout, and
+# the constructor raises instead of going on unchecked. Rank 1 then makes
+# the same all_gather (of its 4 parameters' number), which completes the
+# one rank 0 left queued: the world goes on.
+def model_of(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+
+
+def states_of(module):
+    return [t.detach().clone() for t in list(module.parameters()) + list(module.buffers())]
+
+
+BUCKET = int(250 * 1024 * 1024)  # DDP's broadcast_bucket_size
+
+
+class patient(object):
+    """The group's timeout is LONG inside the with block: for the calls
+    from C++ that must not time out while the other rank catches up (their
+    waits have no limit of their own)."""
+
+    def __enter__(self):
+        self.timeout, dist.group.WORLD.timeout = dist.group.WORLD.timeout, LONG
+
+    def __exit__(self, *exc):
+        dist.group.WORLD.timeout = self.timeout
+
+
+reference = states_of(model_of(0))  # rank 0's
+told = told + "-ddp-check"
+module = model_of(r)
+if r == 0:
+    times_out("DDP constructor (its check of the parameters)",
+              lambda: bounded(lambda: torch.nn.parallel.DistributedDataParallel(module), GROUP_TIMEOUT + 30),
+              GROUP_TIMEOUT, "_verify_params_across_processes", "timed out after 2s", "process group's timeout")
+    open(told, "w").close()
+    allreduce_check(80)
+    os.remove(told)
+else:
+    wait_told(told)
+    counts = [torch.empty(1, dtype=torch.int64) for _ in range(n)]
+    dist.all_gather(counts, torch.tensor([len(list(module.parameters()))]))
+    if [c.item() for c in counts] != [4] * n:
+        raise AssertionError("rank 1: the all_gather DDP's check left queued on rank 0 gave %s" % counts)
+    allreduce_check(80)
+
+# The start-up broadcast of the module's states itself, which rank 1 (it
+# made the check, as DDP's constructor does first) has not made: the
+# constructor raises after the group's timeout rather than go on with
+# rank 0's own states as if synchronized. Rank 1's broadcast, made later,
+# completes the one rank 0 left queued.
+told = told + "-ddp-broadcast"
+module = model_of(r)
+if r == 0:
+    times_out("DDP constructor (its broadcast of the module's states)",
+              lambda: bounded(lambda: torch.nn.parallel.DistributedDataParallel(module), GROUP_TIMEOUT + 30),
+              GROUP_TIMEOUT, "_broadcast_coalesced", "broadcast on a group", "timed out after 2s",
+              "process group's timeout")
+    open(told, "w").close()
+    allreduce_check(90)
+    os.remove(told)
+else:
+    with patient():
+        torch.distributed.utils._verify_param_shape_across_processes(dist.group.WORLD, list(module.parameters()))
+    wait_told(told)
+    with patient():
+        torch.distributed.utils._sync_module_states(module, dist.group.WORLD, BUCKET, 0, set())
+    allreduce_check(90)
+if not all(torch.equal(a, b) for a, b in zip(states_of(module), reference)):
+    raise AssertionError("rank %d: the late start-up broadcast left other states than rank 0's" % r)
 dist.barrier()
 
 dist.destroy_process_group()

@@ -40,6 +40,7 @@ both ways.
 import functools
 import inspect
 import threading
+import time
 import warnings
 import zlib
 
@@ -574,7 +575,11 @@ def synchronize(handle, timeout=None):
     None: no limit) bounds the wait for a call of one handle (the
     torch.distributed backend's completer gives its process group's):
     past it, TimeoutError, and the call stays in flight with its name and
-    output (synchronize it again)."""
+    output (synchronize it again). A named call made in two steps
+    (_ChainHandle) counts both steps against the timeout; past it, it stays
+    in flight as it is (its second step submitted or not)."""
+    if timeout is not None and isinstance(handle, _ChainHandle):
+        return _synchronize_chain(handle, timeout)
     if timeout is not None and not isinstance(handle, (_ChainHandle, _GroupHandle)) and handle in _outputs:
         try:
             _core.wait(handle, timeout)
@@ -610,6 +615,25 @@ def synchronize(handle, timeout=None):
     finally:
         output = _outputs.pop(handle, None)
     return output() if callable(output) else output
+
+
+def _synchronize_chain(handle, timeout):
+    """synchronize(handle, timeout) of a _ChainHandle: waits for its first
+    step and the submission of its second, then for the second, within
+    timeout seconds in all; TimeoutError leaves it uncollected."""
+    if handle.collected:
+        raise ValueError("gorovod: the call was synchronized already")
+    deadline = time.monotonic() + max(0.0, float(timeout))
+    if not handle.done.wait(max(0.0, deadline - time.monotonic())):
+        raise TimeoutError("gorovod: a named call's exchange of shapes not done within %gs" % timeout)
+    if handle.error is not None:
+        handle.collected = True
+        _forget_name(handle)
+        raise handle.error
+    output = synchronize(handle.handle, max(0.0, deadline - time.monotonic()))  # TimeoutError: both stay
+    handle.collected = True
+    _forget_name(handle)
+    return output
 
 
 # ---- Scale factors as Horovod applies them ----

@@ -71,6 +71,11 @@ _Collective.wait); the world goes on. C++ waits on a collective's work or
 its future (DDP's reducer on its buckets) are bounded by the process
 group's timeout too, counted from the collective's submission: the work's
 future then fails with that RuntimeError (DDP raises it from backward()).
+Every collective returns its work at once (those that need every rank's
+shape first are gorovod named calls: see ProcessGroupGorovod._name), so
+the timeout bounds each. torch's C++ callers whose wait() lets a future's
+error pass (DDP's start-up broadcast of the module's states, its check of
+the parameters) raise it on a gorovod group: see _checked_from_cpp.
 
 Not offered: CUDA tensors.
 
@@ -101,6 +106,7 @@ import) and re-wraps DistributedDataParallel; see there.
 """
 
 import collections
+import contextlib
 import datetime
 import importlib
 import logging
@@ -286,6 +292,63 @@ def _work(collective):
     work = torch._C._distributed_c10d._create_work_from_future(collective.work_future)
     _collectives[work] = collective
     return work
+
+
+def _unraised(collectives, what):
+    """The error that a C++ caller's wait() on these collectives' works let
+    pass (see _checked_from_cpp): the first that timed out (its future
+    expired), failed or saw the world break; None when none did."""
+    for c in collectives:
+        if c.expired:
+            limit, _ = _wait_limit(None, c.timeout)
+            return RuntimeError("%s; %s went on without it, so it is raised here: the tensors it was to fill "
+                                "are as they were" % (c.timed_out(limit, "process group's timeout"), what))
+        if c.error is not None:
+            return c.error
+        if c.failure is not None:
+            return RuntimeError("gorovod backend: %s: %s" % (what, c.failure))
+    return None
+
+
+def _checked_from_cpp(original, what):
+    """torch's function original (a C++ function that makes collectives on
+    a process group and waits on their works from C++), which on a gorovod
+    group raises the error of a collective it made that timed out or
+    failed. torch 1.13's C++ wait() on a work made from a future
+    (FutureWrappingWork) returns once the future completes without raising
+    the future's error, so its C++ callers go on with the tensors as they
+    were: DistributedDataParallel's start-up broadcast of the module's
+    states (torch.distributed.utils._sync_params_and_buffers) and its
+    buffers' broadcasts (dist._broadcast_coalesced), its check that every
+    rank holds the same parameters (dist._verify_params_across_processes).
+    Python code calls them through torch.distributed's attributes, which
+    register() replaces with this function. The first collective's error is
+    raised: RuntimeError naming the call and the timeout (as on Gloo,
+    whose wait() raises), the collective's own error, or the world's
+    HorovodInternalError."""
+
+    def call(process_group, *args, **kwargs):
+        if not isinstance(process_group, ProcessGroupGorovod):
+            return original(process_group, *args, **kwargs)
+        with process_group._watching() as made:
+            try:
+                result = original(process_group, *args, **kwargs)
+            except Exception as e:
+                # A check that compared what a timed-out collective left in
+                # place fails for that reason: said as such.
+                error = _unraised(made, what)
+                if error is None:
+                    raise
+                raise error from e
+        error = _unraised(made, what)
+        if error is not None:
+            raise error
+        return result
+
+    call.__name__ = call.__qualname__ = original.__name__
+    call.__doc__ = original.__doc__
+    call.gorovod = True
+    return call
 
 
 def _work_method(name, original):
@@ -540,8 +603,14 @@ class ProcessGroupGorovod(dist.ProcessGroup):
     its ranks (process_set), with the rank and size within it."""
 
     def __init__(self, rank, size, world=None, timeout=None, process_set=None, group_ranks=None, store=None,
-                 tag_space=0):
+                 tag_space=0, names=None):
         super().__init__(rank, size)
+        # The gorovod names of the collectives made in two steps (every
+        # rank's shape or split sizes first, then the data: see _name): the
+        # group's own prefix, the same on every rank of the group and apart
+        # from every other group's in the process, and how many it has made.
+        self._names = names if names is not None else "gorovod.torch.distributed/%s/%s" % (world, tag_space)
+        self._named = 0
         # The point-to-point tags' high 32 bits: 0 for the default group, a
         # group's number among the groups made in its world for a group
         # new_group made (the same on every rank: see _new_group_helper).
@@ -569,6 +638,9 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         # world it was made for broke), or None.
         self.failure = None
         self._pending = _Pending()
+        # The collectives submitted on this thread while a call from C++
+        # whose waits cannot raise runs (see _checked_from_cpp).
+        self._watched = threading.local()
         # The completer holds the group weakly, so that a group torch drops
         # (destroy_process_group) ends its thread when collected.
         self._completer = threading.Thread(target=_complete, args=(self._pending, weakref.ref(self)),
@@ -586,21 +658,55 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         (the group is no longer used: its world is gone)."""
         self._pending.put(None)
 
+    @contextlib.contextmanager
+    def _watching(self):
+        """The collectives of the group submitted on this thread inside the
+        with block, in a list (see _checked_from_cpp)."""
+        outer = getattr(self._watched, "collectives", None)
+        mine = []
+        self._watched.collectives = mine
+        try:
+            yield mine
+        finally:
+            self._watched.collectives = outer
+            if outer is not None:
+                outer.extend(mine)
+
     def _failed(self, error):
         """Records the HorovodInternalError that broke the world under a
         collective of the group (the completer calls it)."""
         if self.failure is None:
             self.failure = error
 
+    def _name(self):
+        """The name of the group's next collective made in two steps
+        (allgather, alltoall and reducescatter, and those made of them: the
+        data's call needs every rank's shape, or split sizes, first). Named,
+        the call returns at once: gorovod.torch submits the exchange of
+        shapes now and the data's call from a thread of its own once the
+        shapes are in (mpi_ops._ChainHandle), and the data's call pairs with
+        the other ranks' by its name, wherever it lands among the group's
+        unnamed calls. Unnamed, the caller would wait for the exchange
+        itself, with no timeout: a rank that never makes the call would
+        hold the others inside it, and the completer bounds only what has
+        been submitted. The same on every rank, which make the group's
+        collectives in the same order."""
+        self._named += 1
+        return "%s/%d" % (self._names, self._named)
+
     def _submit(self, handles, finish, outputs, what, absent=None):
         """A work (see _work) whose future the completer sets to finish(the
         handles' results), or, when the world broke under them, to outputs
         as they are (see _complete). Nothing here holds the work: its C++
-        side stands alone."""
+        side stands alone. A caller that watches the group's collectives
+        (see _watching) gets the collective too."""
         limit, _ = _wait_limit(None, self.timeout)
         collective = _Collective(Future(), "%s on a group of %d ranks" % (what, self.size()), self.timeout, absent,
                                  None if limit is None else time.monotonic() + limit)
         self._pending.put((handles, finish, collective, outputs))
+        watched = getattr(self._watched, "collectives", None)
+        if watched is not None:
+            watched.append(collective)
         return _work(collective)
 
     # ----- the collectives
@@ -655,8 +761,9 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         for t in tensors:
             # allgather concatenates along the first dimension: the indices
             # travel transposed, one row per entry.
-            handles.append(mpi_ops.allgather_async(t._indices().transpose(0, 1).contiguous(), process_set=ps))
-            handles.append(mpi_ops.allgather_async(t._values().contiguous(), process_set=ps))
+            handles.append(mpi_ops.allgather_async(t._indices().transpose(0, 1).contiguous(), name=self._name(),
+                                                   process_set=ps))
+            handles.append(mpi_ops.allgather_async(t._values().contiguous(), name=self._name(), process_set=ps))
 
         def finish(results):
             for k, t in enumerate(tensors):
@@ -678,7 +785,8 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         self._check_one("allgather", input_tensors)
         inp, outs = input_tensors[0], output_tensors[0]
         self._check_list("allgather", outs)
-        handle = mpi_ops.allgather_async(inp.reshape((1,) + tuple(inp.shape)), process_set=self._set())
+        handle = mpi_ops.allgather_async(inp.reshape((1,) + tuple(inp.shape)), name=self._name(),
+                                         process_set=self._set())
 
         def finish(results):
             for out, part in zip(outs, results[0]):
@@ -701,7 +809,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
                                    (q, len(outs), len(input_tensors)))
             self._check_like_shapes("allgather_coalesced", outs, input_tensors)
         flat = torch.cat([t.reshape(-1) for t in input_tensors]) if input_tensors else torch.empty(0)
-        handle = mpi_ops.allgather_async(flat.reshape(1, flat.numel()), process_set=self._set())
+        handle = mpi_ops.allgather_async(flat.reshape(1, flat.numel()), name=self._name(), process_set=self._set())
         outputs = [t for outs in output_lists for t in outs]
 
         def finish(results):
@@ -716,7 +824,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         return self._submit([handle], finish, outputs, "all_gather_coalesced")
 
     def _allgather_base(self, output, input, opts=None):
-        handle = mpi_ops.allgather_async(input.reshape((1, input.numel())), process_set=self._set())
+        handle = mpi_ops.allgather_async(input.reshape((1, input.numel())), name=self._name(), process_set=self._set())
 
         def finish(results):
             output.copy_(results[0].reshape(output.shape))
@@ -735,7 +843,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             raise RuntimeError("gorovod backend: reduce_scatter needs %d input tensors of the output's %d elements" %
                                (self.size(), out.numel()))
         flat = torch.stack([p.reshape(-1) for p in parts])
-        handle = mpi_ops.reducescatter_async(flat, op=op, process_set=self._set())
+        handle = mpi_ops.reducescatter_async(flat, name=self._name(), op=op, process_set=self._set())
 
         def finish(results):
             out.copy_(results[0].reshape(out.shape))
@@ -748,7 +856,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         if input.numel() != output.numel() * self.size():
             raise RuntimeError("gorovod backend: reduce_scatter_tensor of %d elements into %d on %d ranks" %
                                (input.numel(), output.numel(), self.size()))
-        handle = mpi_ops.reducescatter_async(input.reshape(self.size(), output.numel()), op=op,
+        handle = mpi_ops.reducescatter_async(input.reshape(self.size(), output.numel()), name=self._name(), op=op,
                                              process_set=self._set())
 
         def finish(results):
@@ -766,7 +874,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
                 raise RuntimeError("gorovod backend: all_to_all_single of a first dimension %d on %d ranks needs "
                                    "input_split_sizes" % (input.shape[0], n))
             splits = [input.shape[0] // n] * n
-        handle = mpi_ops.alltoall_async(input, splits=splits, process_set=self._set())
+        handle = mpi_ops.alltoall_async(input, splits=splits, name=self._name(), process_set=self._set())
 
         def finish(results):
             received, _ = results[0]
@@ -784,7 +892,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         rest = tuple(input_tensors[0].shape[1:]) if input_tensors[0].dim() > 0 else ()
         flat = torch.cat([t.reshape((-1,) + rest) for t in input_tensors])
         splits = [t.reshape((-1,) + rest).shape[0] for t in input_tensors]
-        handle = mpi_ops.alltoall_async(flat, splits=splits, process_set=self._set())
+        handle = mpi_ops.alltoall_async(flat, splits=splits, name=self._name(), process_set=self._set())
 
         def finish(results):
             received, got = results[0]
@@ -976,7 +1084,8 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             raise RuntimeError("gorovod backend: gather takes output tensors on the root (rank %d) only" % root)
         else:
             outs = None
-        handle = mpi_ops.allgather_async(inp.reshape((1,) + tuple(inp.shape)), process_set=self._set())
+        handle = mpi_ops.allgather_async(inp.reshape((1,) + tuple(inp.shape)), name=self._name(),
+                                         process_set=self._set())
 
         def finish(results):
             if outs is not None:
@@ -1010,7 +1119,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
             raise RuntimeError("gorovod backend: scatter takes input tensors on the root (rank %d) only" % root)
         else:
             flat, splits = torch.empty(0, dtype=out.dtype), [0] * n
-        handle = mpi_ops.alltoall_async(flat, splits=splits, process_set=self._set())
+        handle = mpi_ops.alltoall_async(flat, splits=splits, name=self._name(), process_set=self._set())
 
         def finish(results):
             received, _ = results[0]
@@ -1076,7 +1185,10 @@ def _create(store, rank, world_size, timeout):
         raise RuntimeError("gorovod backend: init_process_group was given rank %d of %d, but gorovod's world has this "
                            "process as rank %d of %d: leave rank and world_size out" %
                            (rank, world_size, topo.rank, topo.size))
-    return ProcessGroupGorovod(rank, world_size, world=topo.world, timeout=timeout, store=store)
+    made = _made_sets.current()
+    made.defaults += 1
+    return ProcessGroupGorovod(rank, world_size, world=topo.world, timeout=timeout, store=store,
+                               names="gorovod.torch.distributed/%d/default-%d" % (topo.world, made.defaults))
 
 
 def _group_process_set(ranks):
@@ -1112,15 +1224,17 @@ class _MadeSets(object):
     def __init__(self):
         self.world, self.ids, self.groups = None, [], []
         # made: the gorovod groups new_group made in this world, so far
-        # (each group's number is its point-to-point tag space).
-        self.made = 0
+        # (each group's number is its point-to-point tag space); defaults:
+        # the default groups made in this world (each one's number names
+        # its collectives: see ProcessGroupGorovod._name).
+        self.made = self.defaults = 0
 
     def current(self):
         """Forgets the sets of a world that has changed (the change removed
         them), and its groups."""
         world = _core.topology().world
         if world != self.world:
-            self.world, self.ids, self.groups, self.made = world, [], [], 0
+            self.world, self.ids, self.groups, self.made, self.defaults = world, [], [], 0, 0
         return self
 
 
@@ -1381,6 +1495,15 @@ def register():
         original = getattr(dist._Work, name)
         if not getattr(original, "gorovod", False):
             setattr(dist._Work, name, _work_method(name, original))
+    # torch's C++ callers of wait() that let a collective's error pass (see
+    # _checked_from_cpp); torch's Python code calls them by these names.
+    for name, what in (("_broadcast_coalesced", "torch's _broadcast_coalesced (DistributedDataParallel's broadcast "
+                                                "of the module's states and buffers)"),
+                       ("_verify_params_across_processes", "torch's _verify_params_across_processes "
+                                                           "(DistributedDataParallel's check of the parameters)")):
+        original = getattr(dist, name, None)
+        if original is not None and not getattr(original, "gorovod", False):
+            setattr(dist, name, _checked_from_cpp(original, what))
 
 
 def _set_torchrun_environment(rdv):
