@@ -385,8 +385,9 @@ func (e *ending) finishingLastStep() bool {
 	return e.roster.anyRunning(unfinished)
 }
 
-// stopLateJoiners is rule 3 at the end of training: every process still
-// running is stopped and will count as Stopped — except, when spareExiting,
+// stopLateJoiners is rule 3 at the end of training (and the floor's end of
+// a job stranded below its minimum): every process still running is
+// stopped and will count as Stopped — except, when spareExiting,
 // the members of the current world that reported the end of training, which
 // are left to exit by themselves; the others then get StopSignal one by one
 // (a later call without spareExiting ends them all). It reports whether it

@@ -129,7 +129,7 @@ func (f *floor) restore(ctx context.Context, s *floorState, tick bool) bool {
 		f.stranded(s, tick, staying, failed)
 		return true
 	}
-	if over || failed || missing <= 0 || struck {
+	if over || missing <= 0 { // (short after a failure or strikes: stranded, above)
 		s.short = false
 		return true
 	}
@@ -140,11 +140,7 @@ func (f *floor) restore(ctx context.Context, s *floorState, tick bool) bool {
 	}
 	n := lost
 	if n == 0 {
-		if !tick {
-			return true
-		}
-		if !s.short {
-			s.short = true
+		if !s.confirmed(tick) {
 			return true
 		}
 		n = missing
@@ -175,11 +171,7 @@ func (f *floor) restore(ctx context.Context, s *floorState, tick bool) bool {
 // ticks in a row (a worker that finished training may exit just before the
 // driver learns that training is over), it ends the job once, saying why.
 func (f *floor) stranded(s *floorState, tick bool, staying int, failed bool) {
-	if s.gaveUp || !tick {
-		return
-	}
-	if !s.short {
-		s.short = true
+	if s.gaveUp || !s.confirmed(tick) {
 		return
 	}
 	s.gaveUp = true
@@ -189,6 +181,19 @@ func (f *floor) stranded(s *floorState, tick bool, staying int, failed bool) {
 	}
 	f.events.notice(fmt.Sprintf("%d workers staying in the job, fewer than its minimum %d, and %s: no world can form, so the job ends (stopping its other workers)", staying, f.min, why))
 	f.giveUp()
+}
+
+// confirmed reports whether a shortage is seen on the second tick in a row
+// (a look that is not a tick's confirms nothing); the first tick marks it.
+func (s *floorState) confirmed(tick bool) bool {
+	if !tick {
+		return false
+	}
+	if !s.short {
+		s.short = true
+		return false
+	}
+	return true
 }
 
 // say gives a notice about the shortage once.

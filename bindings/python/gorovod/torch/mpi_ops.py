@@ -580,7 +580,7 @@ def synchronize(handle, timeout=None):
     in flight as it is (its second step submitted or not)."""
     if timeout is not None and isinstance(handle, _ChainHandle):
         return _synchronize_chain(handle, timeout)
-    if timeout is not None and not isinstance(handle, (_ChainHandle, _GroupHandle)) and handle in _outputs:
+    if timeout is not None and not isinstance(handle, _GroupHandle) and handle in _outputs:
         try:
             _core.wait(handle, timeout)
         except TimeoutError:
