@@ -887,19 +887,8 @@ func setSize(e *engine.Engine, set C.int32_t) (size, rank int, err error) {
 //export gorovodGoAddProcessSet
 func gorovodGoAddProcessSet(ranks *C.int32_t, n C.int32_t, id *C.int32_t) (rc C.int) {
 	defer guard(&rc)
-	e, err := current()
-	if err != nil {
-		return status(err)
-	}
-	if id == nil || n < 0 || (ranks == nil && n > 0) {
-		return status(fmt.Errorf("%w: add process set: NULL ranks or id, or %d ranks", engine.ErrInvalid, n))
-	}
-	rs := make([]int, n)
-	for i, r := range int32s(ranks, int(n)) {
-		rs[i] = int(r)
-	}
 	var got int32
-	h, err := e.AddProcessSet(rs, &got)
+	e, h, err := addProcessSet(ranks, n, id, &got)
 	if err != nil {
 		return status(err)
 	}
@@ -908,6 +897,38 @@ func gorovodGoAddProcessSet(ranks *C.int32_t, n C.int32_t, id *C.int32_t) (rc C.
 	}
 	*id = C.int32_t(got)
 	return statusOK
+}
+
+//export gorovodGoAddProcessSetAsync
+func gorovodGoAddProcessSetAsync(ranks *C.int32_t, n C.int32_t, id *C.int32_t, h *C.gorovod_handle) (rc C.int) {
+	defer guard(&rc)
+	if h == nil {
+		return status(fmt.Errorf("%w: add process set: NULL handle", engine.ErrInvalid))
+	}
+	// The engine writes the id into the caller's memory when the
+	// registration runs, as a collective writes its outputs: the caller
+	// keeps id valid until the handle completes (gorovod.h).
+	_, hd, err := addProcessSet(ranks, n, id, (*int32)(unsafe.Pointer(id)))
+	return issue(h, hd, err)
+}
+
+// addProcessSet checks a registration's arguments (id is the caller's
+// output, checked for NULL) and queues it; the engine writes the set's id
+// to *into (id itself, or a Go variable of the blocking form) when it runs.
+func addProcessSet(ranks *C.int32_t, n C.int32_t, id *C.int32_t, into *int32) (*engine.Engine, engine.Handle, error) {
+	e, err := current()
+	if err != nil {
+		return nil, 0, err
+	}
+	if id == nil || n < 0 || (ranks == nil && n > 0) {
+		return nil, 0, fmt.Errorf("%w: add process set: NULL ranks or id, or %d ranks", engine.ErrInvalid, n)
+	}
+	rs := make([]int, n)
+	for i, r := range int32s(ranks, int(n)) {
+		rs[i] = int(r)
+	}
+	h, err := e.AddProcessSet(rs, into)
+	return e, h, err
 }
 
 //export gorovodGoRemoveProcessSet

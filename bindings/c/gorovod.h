@@ -101,8 +101,9 @@ extern "C" {
  * allreduce, 5 point-to-point messages and gorovod_name_next, 6 CUDA
  * device memory (gorovod_cuda_next, gorovod_cuda_supported), 7 the receive
  * from any rank (gorovod_recv_any_async), 8 the receive from any member of a
- * process set (gorovod_recv_any_ps_async). */
-#define GOROVOD_ABI_VERSION 8
+ * process set (gorovod_recv_any_ps_async), 9 the registration of a process
+ * set with a handle (gorovod_add_process_set_async). */
+#define GOROVOD_ABI_VERSION 9
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
@@ -418,6 +419,14 @@ int gorovod_join(int32_t *last_rank);
  * or the whole world, is refused with GOROVOD_ERR_INVALID_ARGUMENT. Blocks
  * until the calls made before it have run. */
 int gorovod_add_process_set(const int32_t *ranks, int32_t n, int32_t *id);
+/* gorovod_add_process_set that returns at once with a handle, for a caller
+ * that bounds its wait (gorovod_wait with a timeout): the registration is
+ * queued as a collective is, and *id is written when the handle completes
+ * with GOROVOD_OK (id, like a collective's buffers, stays valid until
+ * then). A wait that times out leaves it queued: it still pairs with the
+ * other ranks' registration when they make it, and registers the set then.
+ * Arguments are checked before it is queued, as for the blocking form. */
+int gorovod_add_process_set_async(const int32_t *ranks, int32_t n, int32_t *id, gorovod_handle *handle);
 /* Unregisters process set id on every rank (which must all call it, as for
  * gorovod_add_process_set); GOROVOD_ERR_INVALID_ARGUMENT for 0 or an id not
  * registered. */

@@ -518,6 +518,11 @@ int gorovod_add_process_set(const int32_t *ranks, int32_t n, int32_t *id) {
   return gorovodGoAddProcessSet((int32_t *)ranks, n, id);
 }
 
+int gorovod_add_process_set_async(const int32_t *ranks, int32_t n, int32_t *id, gorovod_handle *handle) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoAddProcessSetAsync((int32_t *)ranks, n, id, handle);
+}
+
 int gorovod_remove_process_set(int32_t id) {
   REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
   return gorovodGoRemoveProcessSet(id);

@@ -493,7 +493,9 @@ func TestExample(t *testing.T) {
 // reduce_scatter, gather, scatter and their tensor forms), whose call
 // returns at once and whose wait() raises; and DDP's constructor, which
 // raises when its check of the parameters or its start-up broadcast timed
-// out, where torch's C++ wait() would go on (see
+// out, where torch's C++ wait() would go on; and dist.new_group made by one
+// rank alone, whose set-up raises after the group's timeout naming the
+// rank that has not called it, then made by both (see
 // tests/distributed_timeout_test.py).
 func TestTorchDistributedTimeout(t *testing.T) {
 	runEachWorld(t, "tests/distributed_timeout_test.py", 2)

@@ -381,6 +381,49 @@ int main(void) {
     OK(gorovod_remove_process_set(ps));
     CHECK(gorovod_barrier_ps_async(ps, &ph) == GOROVOD_ERR_INVALID_ARGUMENT, "a barrier on a removed set");
     CHECK(gorovod_remove_process_set(0) == GOROVOD_ERR_INVALID_ARGUMENT, "removing the world");
+
+    // A registration with a handle, which the last rank makes only once
+    // rank 0's wait for it has timed out (rank 0 says so with a file: a
+    // message would come after the frames of the registration's exchange,
+    // which the last rank reads only inside that exchange): rank 0's handle
+    // stays valid, and the registration completes with the same id
+    // everywhere once the last rank's call pairs with the others'. Its
+    // arguments are checked as the blocking form's.
+    int32_t later[64], lid = -1;
+    gorovod_handle lh = 0;
+    for (int r = 1; r < size && r < 64; r++) later[r - 1] = r;
+    CHECK(gorovod_add_process_set_async(later, size - 1, NULL, &lh) == GOROVOD_ERR_INVALID_ARGUMENT, "a NULL id");
+    CHECK(gorovod_add_process_set_async(later, size - 1, &lid, NULL) == GOROVOD_ERR_INVALID_ARGUMENT,
+          "a NULL handle");
+    char told[256];
+    snprintf(told, sizeof told, "/tmp/gorovod-abi-test-%s-later-set", getenv("GOROVOD_JOB_ID") ? getenv("GOROVOD_JOB_ID") : "alone");
+    if (rank < size - 1) {
+      OK(gorovod_add_process_set_async(later, size - 1, &lid, &lh));
+      if (rank == 0) {
+        CHECK(gorovod_wait(lh, 50000) == GOROVOD_ERR_TIMEOUT, "a registration the last rank has not made completed");
+        int done = 1;
+        OK(gorovod_poll(lh, &done));
+        CHECK(done == 0 && lid == -1, "after the timeout: done %d, id %d", done, lid);
+        FILE *f = fopen(told, "w");
+        CHECK(f != NULL, "cannot write %s", told);
+        fclose(f);
+      }
+    } else {
+      for (int waited = 0; access(told, F_OK) != 0; waited++) {
+        CHECK(waited < 120 * 20, "rank 0 did not write %s", told);
+        usleep(50000);
+      }
+      OK(gorovod_add_process_set_async(later, size - 1, &lid, &lh));
+    }
+    OK(gorovod_wait(lh, -1));
+    if (rank == size - 1) unlink(told);
+    int32_t lsize = 0, lrank = -2, lmax = lid, lmin = lid;
+    OK(gorovod_process_set_get(lid, &lrank, &lsize, NULL, 0));
+    CHECK(lid > ps && lsize == size - 1 && lrank == rank - 1, "the later set %d: rank %d of %d", lid, lrank, lsize);
+    OK(gorovod_allreduce(&lmax, &lmax, 1, GOROVOD_INT32, GOROVOD_MAX, 1, 1));
+    OK(gorovod_allreduce(&lmin, &lmin, 1, GOROVOD_INT32, GOROVOD_MIN, 1, 1));
+    CHECK(lmax == lid && lmin == lid, "the later set's id differs across the ranks: %d to %d", lmin, lmax);
+    OK(gorovod_remove_process_set(lid));
   }
 
   // Point-to-point: a ring pass, the receive posted first; a message of

@@ -337,3 +337,48 @@ func TestProcessSetsAndWorldChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestAddProcessSetWaitedInSlices: a registration is a queued call whose
+// handle a caller may wait on with a timeout (the C ABI's
+// gorovod_add_process_set_async, which the Python binding's new_group waits
+// on within its timeout): while the last rank has not made it, rank 0's
+// wait times out and leaves the handle valid and the id unwritten; once the
+// last rank makes it (told by rank 0 after the timeout), it completes on
+// every rank with the same id, and the set works.
+func TestAddProcessSetWaitedInSlices(t *testing.T) {
+	d := startDriver(t, 3)
+	es := startEngines(t, d, 3)
+	told := make(chan struct{})
+	ids := make([]int32, len(es))
+	each(t, es, func(e *Engine) error {
+		rank := e.Topology().Rank
+		if rank == len(es)-1 {
+			<-told
+		}
+		id := int32(-1)
+		h, err := e.AddProcessSet([]int{1, 2}, &id)
+		if err != nil {
+			return err
+		}
+		if rank == 0 {
+			if err := e.Wait(h, 50*time.Millisecond); !errors.Is(err, ErrNotDone) {
+				return fmt.Errorf("a registration the last rank has not made: %v, want ErrNotDone", err)
+			}
+			if done, err := e.Poll(h); done || err != nil {
+				return fmt.Errorf("after the timeout: done %v, %v", done, err)
+			}
+			close(told)
+		}
+		if err := e.Wait(h, 30*time.Second); err != nil {
+			return fmt.Errorf("the registration once every rank made it: %w", err)
+		}
+		ids[rank] = id
+		if rank != 0 {
+			return setWork(e, id, []int{1, 2})
+		}
+		return nil
+	})
+	if ids[0] <= 0 || ids[1] != ids[0] || ids[2] != ids[0] {
+		t.Fatalf("ids of the registration waited in slices: %v, want one id above 0", ids)
+	}
+}

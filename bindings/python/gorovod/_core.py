@@ -61,7 +61,7 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
 SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = 1, 2, 3, 4, 5, 6
 
-ABI_VERSION = 8
+ABI_VERSION = 9
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -221,6 +221,7 @@ def _prototypes(lib):
         "gorovod_set_total_steps": [c_i64],
         # Process sets (ABI 3).
         "gorovod_add_process_set": [c_void_p, c_i32, ctypes.POINTER(c_i32)],
+        "gorovod_add_process_set_async": [c_void_p, c_i32, ctypes.POINTER(c_i32), p_u64],  # ABI 9
         "gorovod_remove_process_set": [c_i32],
         "gorovod_process_set_get": [c_i32, ctypes.POINTER(c_i32), ctypes.POINTER(c_i32), c_void_p, c_i32],
         "gorovod_process_set_ids": [c_void_p, c_i32, ctypes.POINTER(c_i32)],
@@ -655,13 +656,22 @@ def barrier(ps=0):
 
 # ---- Process sets ----
 
-def add_process_set(ranks):
+def add_process_set(ranks, timeout=None):
     """Registers the process set of the world's ranks (every rank makes the
-    same call) and returns its id; ValueError for a duplicate."""
+    same call) and returns its id; ValueError for a duplicate. timeout:
+    seconds (None: no limit) to wait for the other ranks' registration;
+    past it, TimeoutError, and the registration stays queued (it pairs with
+    the others' when they make it; see wait)."""
     ranks = [int(r) for r in ranks]
     arr = _array(ctypes.c_int32, ranks) if ranks else None
     out = ctypes.c_int32(-1)
-    _raise(lib().gorovod_add_process_set(arr, len(ranks), ctypes.byref(out)))
+    if timeout is None:
+        _raise(lib().gorovod_add_process_set(arr, len(ranks), ctypes.byref(out)))
+        return out.value
+    h = _u64()
+    # out is the library's until the handle completes (gorovod.h).
+    wait(_issue(lib().gorovod_add_process_set_async(arr, len(ranks), ctypes.byref(out), ctypes.byref(h)), h, out),
+         timeout)
     return out.value
 
 

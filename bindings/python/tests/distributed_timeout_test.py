@@ -39,7 +39,13 @@ its peer and the timeout, and the world goes on.
   wait() would let the error pass and go on); and with rank 1 past that
   check, its start-up broadcast of the module's states times out and the
   constructor raises naming it, rather than go on with unsynchronized
-  states. Rank 1's later calls complete both, with rank 0's states.
+  states. Rank 1's later calls complete both, with rank 0's states;
+- dist.new_group on rank 0 alone (every rank of the world must call it):
+  its set-up raises after the default group's 2 s where new_group is
+  given no timeout (a group of rank 1, whose process set it registers),
+  and after new_group's own 1 s (a group of both ranks), naming rank 1;
+  then both ranks make the same two groups (rank 0's second try), use
+  them, and the default group goes on.
 
 Prints "PASS rank R of N". Driven by bindings/python/python_test.go.
 """
@@ -421,6 +427,46 @@ else:
     allreduce_check(90)
 if not all(torch.equal(a, b) for a, b in zip(states_of(module), reference)):
     raise AssertionError("rank %d: the late start-up broadcast left other states than rank 0's" % r)
+
+# dist.new_group, which every rank of the world calls, members of the group
+# or not: made by rank 0 alone, its set-up gives up after the default
+# group's timeout (2 s) where new_group is given none, and after
+# new_group's own (1 s) where it is given one, naming rank 1, and leaves
+# nothing behind: rank 1, told, then makes the same two groups with rank 0
+# (rank 0's second try of each), both use them, and the default group goes
+# on. Without the bound the first set-up waits in the registration of the
+# group's process set for gorovod's I/O timeout (10 minutes: bounded()
+# reports it).
+told = told + "-new-group"
+if r == 0:
+    times_out("new_group([1]) alone", lambda: bounded(lambda: dist.new_group([1]), GROUP_TIMEOUT + 30),
+              GROUP_TIMEOUT, "new_group(ranks=[1])", "timed out after 2s", "the default group's timeout",
+              "rank 1 has not called it")
+    times_out("new_group([0, 1], timeout=1s) alone",
+              lambda: bounded(lambda: dist.new_group([0, 1], timeout=datetime.timedelta(seconds=1)), 1 + 30),
+              1.0, "new_group(ranks=[0, 1])", "timed out after 1s", "new_group's timeout", "rank 1 has not called it")
+    open(told, "w").close()
+else:
+    wait_told(told)
+    os.remove(told)
+ones = dist.new_group([1], timeout=LONG)
+both = dist.new_group([0, 1], timeout=LONG)
+if dist.get_world_size(both) != 2 or dist.get_rank(both) != r:
+    raise AssertionError("rank %d: the group of both ranks has this rank as %d of %d" %
+                         (r, dist.get_rank(both), dist.get_world_size(both)))
+t = torch.full((3,), float(r + 1))
+dist.all_reduce(t, group=both, async_op=True).wait(LONG)
+if not torch.equal(t, torch.full((3,), 3.0)):
+    raise AssertionError("rank %d: all_reduce on the group made after the timeouts gave %s" % (r, t.tolist()))
+if r == 1:
+    u = torch.full((2,), 5.0)
+    dist.all_reduce(u, group=ones, async_op=True).wait(LONG)
+    if dist.get_world_size(ones) != 1 or not torch.equal(u, torch.full((2,), 5.0)):
+        raise AssertionError("rank 1: the group of rank 1 alone gave %s at size %d" %
+                             (u.tolist(), dist.get_world_size(ones)))
+elif ones != dist.GroupMember.NON_GROUP_MEMBER:
+    raise AssertionError("rank 0: new_group([1]) gave %r, want NON_GROUP_MEMBER" % (ones,))
+allreduce_check(100)
 dist.barrier()
 
 dist.destroy_process_group()

@@ -170,18 +170,22 @@ def _set_info(process_set_id):
                          "world changes: add them again after the reset).")
 
 
-def add_process_set(process_set):
+def add_process_set(process_set, timeout=None):
     """Registers a process set (a ProcessSet or a list of ranks) on every
     rank and returns it, registered. Every rank of the world must make the
     same call at the same point of its sequence. ValueError for a set of the
     same ranks as a registered one (the whole world included). Unlike in
-    Horovod, HOROVOD_DYNAMIC_PROCESS_SETS need not be set."""
+    Horovod, HOROVOD_DYNAMIC_PROCESS_SETS need not be set. timeout (seconds;
+    None: no limit) bounds the wait for the other ranks' registration: past
+    it, TimeoutError, and the registration stays queued, to pair with the
+    others' when they make it (the set is then registered, unseen by this
+    call)."""
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set is global_process_set:
         raise ValueError("Attempted to add a duplicate process set: %s" % process_set)
     try:
-        process_set.process_set_id = _core.add_process_set(process_set.ranks)
+        process_set.process_set_id = _core.add_process_set(process_set.ranks, timeout=timeout)
     except NotInitializedError:
         raise ValueError("Horovod has not been initialized; use hvd.init().")
     except ValueError as e:

@@ -45,7 +45,11 @@ its groups on it, at the next point every rank passes: the next new_group,
 or remove_destroyed_groups() called on every rank (removing a set is a call
 of every rank, and torch's destroy_process_group(group) runs on the members
 only). A world change (elastic jobs) removes the groups with their sets:
-make them again in the new world.
+make them again in the new world. new_group's set-up waits for the other
+ranks at most its timeout (given none, the default group's): the ranks meet
+on the default group's store before anything is queued, and a rank that
+does not find them all there in time raises RuntimeError naming the ranks
+missing, leaving nothing behind (see _await_world).
 
 Point-to-point: ``send``, ``recv``, ``isend``, ``irecv`` and
 ``batch_isend_irecv`` with tags (0 to 2**32-1), on tensors of any dtype,
@@ -1191,7 +1195,7 @@ def _create(store, rank, world_size, timeout):
                                names="gorovod.torch.distributed/%d/default-%d" % (topo.world, made.defaults))
 
 
-def _group_process_set(ranks):
+def _group_process_set(ranks, timeout=None):
     """The gorovod process set of the world's ranks (sorted), registered on
     every rank of the world: the world's own for every rank, else the one
     registered already with these ranks (by an earlier new_group, or by the
@@ -1200,7 +1204,8 @@ def _group_process_set(ranks):
     add_process_set requires. A set stays registered when its groups are
     destroyed (removing one is a call of every rank, which destroying a group
     is not) and is used again by the next group of the same ranks; a world
-    change removes it."""
+    change removes it. timeout (seconds; None: no limit) bounds the wait for
+    the registration: TimeoutError past it (see mpi_ops.add_process_set)."""
     topo = _core.topology()
     if list(ranks) == list(range(topo.size)):
         return mpi_ops.global_process_set
@@ -1209,7 +1214,7 @@ def _group_process_set(ranks):
             ps = mpi_ops.ProcessSet(list(ranks))
             ps.process_set_id = ps_id
             return ps
-    ps = mpi_ops.add_process_set(list(ranks))
+    ps = mpi_ops.add_process_set(list(ranks), timeout=timeout)
     _made_sets.ids.append(ps.process_set_id)
     return ps
 
@@ -1241,7 +1246,7 @@ class _MadeSets(object):
 _made_sets = _MadeSets()
 
 
-def remove_destroyed_groups():
+def remove_destroyed_groups(timeout=None):
     """Removes the gorovod process sets of the groups that are destroyed
     on all their members: a set the backend registered for new_group goes
     once every member has destroyed each of its groups on it
@@ -1253,7 +1258,9 @@ def remove_destroyed_groups():
     calls this on every rank. Each rank says which sets it is done with (a
     member: no live group on it; the others: all) in one allreduce of the
     world; those all are done with are removed, on every rank. Returns the
-    ids removed."""
+    ids removed. timeout (seconds; None: no limit) bounds the wait for that
+    allreduce: past it, TimeoutError, nothing is removed and the allreduce
+    stays queued (it pairs with the other ranks' when they make it)."""
     made = _made_sets.current()
     if not made.ids:
         return []
@@ -1264,7 +1271,8 @@ def remove_destroyed_groups():
             live.add(ps_id)
     made.groups = [(ref, ps_id) for ref, ps_id in made.groups if ref() is not None and ps_id in live]
     done = torch.tensor([0 if ps_id in live else 1 for ps_id in made.ids], dtype=torch.int32)
-    mpi_ops.allreduce_(done, op=mpi_ops.Min, name="gorovod.remove_destroyed_groups")
+    handle = mpi_ops.allreduce_async_(done, op=mpi_ops.Min, name="gorovod.remove_destroyed_groups")
+    mpi_ops.synchronize(handle, timeout)
     removed = [ps_id for ps_id, d in zip(made.ids, done.tolist()) if d]
     for ps_id in removed:
         ps = mpi_ops.ProcessSet(list(_core.process_set(ps_id)[1]))
@@ -1274,13 +1282,109 @@ def remove_destroyed_groups():
     return removed
 
 
+def _setup_limit(timeout, default):
+    """The seconds a new_group's set-up may wait for the other ranks, and
+    whose limit it is: new_group's timeout, or, where it was given none
+    (torch 1.13 then passes its default_pg_timeout object itself), the
+    default group's, as init_process_group(timeout=...) set it;
+    (None, ...) for no limit."""
+    if timeout is None or timeout is dist.constants.default_pg_timeout:
+        timeout, whose = getattr(default, "timeout", None), "the default group's timeout"
+    else:
+        whose = "new_group's timeout"
+    if timeout is None:
+        timeout = dist.constants.default_pg_timeout
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+    return (seconds if seconds > 0 else None), whose
+
+
+# How often a rank waiting in _await_world looks at the store again: after
+# the first of these seconds, doubling up to the second.
+_AWAIT_PAUSES = (0.001, 0.05)
+
+
+def _await_world(store, key, rank, size, seconds, whose, what):
+    """Waits until every rank of the world (size ranks) has reached the
+    set-up of one new_group (what), at most seconds (None: no limit), on
+    the default group's store (key, the same on every rank): apart from
+    gorovod's queue, so that a rank that gives up leaves nothing there that a
+    later call would pair with, and the other groups go on. Past the limit
+    this rank takes its arrival back and raises RuntimeError naming the
+    ranks that had not arrived; it has numbered and registered nothing, so
+    the same new_group made again later, by every rank, starts afresh.
+
+    key holds the ranks that have arrived, with a token naming the write
+    (this rank and a random number), so that compare_set, which answers with
+    the value it leaves, tells a rank whether its own write won. Once the
+    key holds every rank no one changes it: a rank that times out just as
+    the last one arrives finds it so and goes on with the others."""
+    if store is None or size <= 1:
+        return
+    deadline = None if seconds is None else time.monotonic() + seconds
+
+    def read():
+        """The arrivals, without waiting: compare_set from "" leaves the key
+        as it is, or makes it empty where it is missing (a store's get
+        would wait for it)."""
+        value = store.compare_set(key, "", ";")
+        return value, set(int(q) for q in value.decode().split(";", 1)[0].split(",") if q)
+
+    def change(present):
+        """Adds this rank to the arrivals (present) or takes it back;
+        returns the arrivals as this rank left them (the ranks but itself,
+        when it took itself back) and whether they are complete."""
+        while True:
+            value, now = read()
+            if len(now) >= size:
+                return now, True
+            if present:
+                now.add(rank)
+            else:
+                now.discard(rank)
+            new = "%s;%d.%s" % (",".join(str(q) for q in sorted(now)), rank, os.urandom(8).hex())
+            if store.compare_set(key, value.decode(), new).decode() == new:
+                return now, len(now) >= size
+            # Another rank changed the key meanwhile: look again.
+
+    def stored(fn, *args):
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 (the store's own failure, said with what it was for)
+            raise RuntimeError("gorovod backend: %s: the default group's store failed while the ranks met there "
+                               "to set the group up: %s" % (what, e)) from e
+
+    now, complete = stored(change, True)
+    pause = _AWAIT_PAUSES[0]
+    while not complete:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            now, complete = stored(change, False)
+            if complete:
+                return
+            late = [q for q in range(size) if q not in now and q != rank]
+            raise RuntimeError(
+                "gorovod backend: %s timed out after %gs (%s ran out) waiting for every rank of the world to "
+                "call new_group, which each must, members of the group or not (torch's rule; gorovod registers the "
+                "group's process set on every rank): rank%s %s %s not called it. Nothing was registered or left "
+                "queued: every rank may call new_group again, and the other groups go on" %
+                (what, seconds, whose, "s" if len(late) > 1 else "", ", ".join(str(q) for q in late),
+                 "have" if len(late) > 1 else "has"))
+        time.sleep(pause if left is None else min(pause, left))
+        pause = min(2 * pause, _AWAIT_PAUSES[1])
+        complete = len(stored(read)[1]) >= size
+
+
 def _new_group_helper(original):
     """torch's _new_process_group_helper, which new_group (and
     new_subgroups) call on every rank, members or not: for a gorovod group
     of some ranks, first registers the process set its collectives run on,
     on every rank of the world, and hands it to _create (which torch calls on
     the members only) with the group's number in this world (its
-    point-to-point tag space)."""
+    point-to-point tag space). Every step is bounded by new_group's timeout
+    (given none, the default group's; see _setup_limit): the meeting of
+    every rank on the store first (_await_world), which a rank that gives
+    up leaves as if it had never come, then the calls on gorovod's queue,
+    which every rank then makes at once."""
 
     def helper(group_size, group_rank, global_ranks_in_group, backend, store, *args, **kwargs):
         if not global_ranks_in_group or str(backend) != BACKEND:
@@ -1294,12 +1398,27 @@ def _new_group_helper(original):
                                "this process as rank %d of %d, gorovod as rank %d of %d" %
                                (default.rank(), default.size(), topo.rank, topo.size))
         ranks = list(global_ranks_in_group)
-        remove_destroyed_groups()
+        seconds, whose = _setup_limit(kwargs.get("timeout"), default)
+        what = "new_group(ranks=%s)" % sorted(ranks)
         # Every rank numbers the group alike: new_group runs on every rank,
-        # in the same order.
+        # in the same order. A set-up that gave up before every rank
+        # arrived numbered nothing, so the next new_group has its number.
         made = _made_sets.current()
-        made.made += 1
-        _current["new_group"] = (ranks, _group_process_set(sorted(ranks)), made.made)
+        number = made.made + 1
+        _await_world(store, "gorovod-new-group/%d/%d" % (topo.world, number), topo.rank, topo.size, seconds,
+                     whose, what)
+        made.made = number
+        try:
+            remove_destroyed_groups(seconds)
+            ps = _group_process_set(sorted(ranks), seconds)
+        except TimeoutError:
+            raise RuntimeError("gorovod backend: %s timed out after %gs (%s ran out) in the calls that set the group "
+                               "up on gorovod's queue (the removal of destroyed groups' process sets, the "
+                               "registration of its own), though every rank of the world had called new_group: a "
+                               "rank has calls queued before them that the others did not make. What timed out "
+                               "stays queued, and pairs with the other ranks' calls when they make them" %
+                               (what, seconds, whose)) from None
+        _current["new_group"] = (ranks, ps, made.made)
         try:
             return original(group_size, group_rank, global_ranks_in_group, backend, store, *args, **kwargs)
         finally:
