@@ -162,7 +162,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	j.workCtx, j.stopWorkers = context.WithCancel(ctx)
 	j.ending = &ending{cfg: cfg, driver: j.driver, roster: r, events: j.events, stopAll: j.stopWorkers}
 	j.floor = &floor{min: cfg.MinWorkers, replaceLost: cfg.ReplaceLost, roster: r, driver: j.driver, events: j.events,
-		grow: j.addReplacement, giveUp: func() { j.ending.stopLateJoiners(false) }, poke: make(chan struct{}, 1)}
+		grow: j.addReplacement, giveUp: func() { j.ending.stopLateJoiners(StopStranded, false) }, poke: make(chan struct{}, 1)}
 	var hostsCtx context.Context
 	hostsCtx, j.stopHosts = context.WithCancel(context.Background())
 	go j.discover(hostsCtx)

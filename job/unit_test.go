@@ -81,7 +81,7 @@ func TestVerdict(t *testing.T) {
 	}
 	p = &proc{rec: WorkerRecord{State: Finished}}
 	(&roster{standing: standing{trainingOver: true}}).reclassifyLocked(p)
-	if p.rec.State != Stopped {
-		t.Fatalf("a worker never admitted that exited 0 after the end is %v, want stopped", p.rec.State)
+	if p.rec.State != Stopped || p.rec.StopReason != StopNotNeeded {
+		t.Fatalf("a worker never admitted that exited 0 after the end is %v (%v), want stopped (not-needed)", p.rec.State, p.rec.StopReason)
 	}
 }
