@@ -473,10 +473,30 @@ func TestRunBadCommandLines(t *testing.T) {
 	}
 }
 
+// A trainer that fails at once fails the job, and the job's first lines
+// (which job, how to add a worker, its directory, its workers) come before
+// what became of its workers, though the first may fail before the second
+// is launched.
 func TestRunFailingTrainerFailsJob(t *testing.T) {
 	_, errs, code := runGorovod(t, "run", "--np", "2", "--", "false")
 	if code != 1 || !strings.Contains(errs, "job failed") {
 		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	lines := strings.Split(errs, "\n")
+	at := func(prefix string) int {
+		return slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "gorovod run: "+prefix) })
+	}
+	news := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, ") failed: ") })
+	if news < 0 {
+		t.Fatalf("no worker failed, says the output:\n%s", errs)
+	}
+	if first := at("job "); first != 0 {
+		t.Errorf("the job's line is line %d, want the first:\n%s", first, errs)
+	}
+	for _, banner := range []string{"job ", "add a worker with", "job directory", "worker 0 pid", "worker 1 pid"} {
+		if i := at(banner); i < 0 || i > news {
+			t.Errorf("%q is line %d, after the first worker's end (line %d):\n%s", banner, i, news, errs)
+		}
 	}
 }
 

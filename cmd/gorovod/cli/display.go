@@ -65,6 +65,8 @@ func (d *display) printLine(w io.Writer, line string) {
 type runSink struct {
 	d                            *display
 	asJSON, autoscaling, verbose bool
+	// banner prints the rest of the job's first lines, after JobStarted's.
+	banner func(job.JobStarted)
 }
 
 func (s runSink) Event(e job.Event) {
@@ -75,9 +77,12 @@ func (s runSink) Event(e job.Event) {
 	case job.JobStarted:
 		if e.Adopted {
 			d.report("took back job %s: %d workers running, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
-			return
+		} else {
+			d.report("job %s, %d workers, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
 		}
-		d.report("job %s, %d workers, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
+		if s.banner != nil {
+			s.banner(e)
+		}
 	case job.WorkerStarted:
 		if e.Worker.PID == 0 { // a launcher that does not know it (a Slurm step, a pod, a remote host)
 			if e.Worker.Host != "" {

@@ -348,11 +348,6 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 		return err
 	}
 	defer watch.stop()
-	var sinks []job.Sink
-	if watch.needed() {
-		sinks = append(sinks, watch) // first: the last progress record comes before the summary
-	}
-	sinks = append(sinks, runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.obs.verbose})
 	jobID := job.NewJobID()
 	if o.adopt != nil {
 		jobID = o.adopt.Record.JobID
@@ -366,6 +361,19 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	if abs, err := filepath.Abs(outputDir); err == nil {
 		outputDir = abs
 	}
+	var sinks []job.Sink
+	if watch.needed() {
+		sinks = append(sinks, watch) // first: the last progress record comes before the summary
+	}
+	// The job's first lines, before any of its workers' (the job holds
+	// their events until it has announced itself).
+	banner := func(e job.JobStarted) {
+		watch.announce()
+		out.report("add a worker with `kill -USR1 %d`, or start one by hand: gorovod attach %s -- %s",
+			os.Getpid(), e.JobFile, shellWords(o.argv))
+		out.report("job directory %s: the workers here write their output there and train on if this process dies; `gorovod follow %s` shows the job then, `gorovod run --attach %s` takes it back", outputDir, outputDir, outputDir)
+	}
+	sinks = append(sinks, runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.obs.verbose, banner: banner})
 	cfg := job.Config{
 		JobID: jobID, OutputDir: outputDir,
 		Argv: o.argv, Workers: o.np, MinWorkers: o.minNP, MaxWorkers: o.maxNP, Autoscaling: engCfg,
@@ -408,10 +416,6 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 		gj.started(ctx, j, cfg.MinWorkers, cfg.ProbeTimeout)
 	}
 	watch.attach(j)
-	watch.announce()
-	out.report("add a worker with `kill -USR1 %d`, or start one by hand: gorovod attach %s -- %s",
-		os.Getpid(), j.JobFile(), shellWords(o.argv))
-	out.report("job directory %s: the workers here write their output there and train on if this process dies; `gorovod follow %s` shows the job then, `gorovod run --attach %s` takes it back", outputDir, outputDir, outputDir)
 	followCtx, stopFollowing := context.WithCancel(ctx)
 	defer stopFollowing()
 	go out.follow(followCtx, j)
