@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -437,7 +438,9 @@ func TestRunBadCommandLines(t *testing.T) {
 		{[]string{"run", "--num-proc", "0", "--", "true"}, "at least 1"},
 		{[]string{"run", "--num-proc", "2", "--min-num-proc", "3", "--", "true"}, "--min-np"},
 		{[]string{"run", "--np", "3", "--max-num-proc", "2", "--", "true"}, "--max-np"},
-		{[]string{"run", "--", "/nonexistent/trainer"}, "trainer"},
+		{[]string{"run", "--", "/nonexistent/trainer"}, `trainer "/nonexistent/trainer": no such file or directory` + "\n"},
+		{[]string{"run", "--", "no-such-trainer-here"}, `trainer "no-such-trainer-here": no such command in $PATH` + "\n"},
+		{[]string{"run", "--", "/"}, `trainer "/": is a directory` + "\n"},
 		{[]string{"run", "--placement", "everywhere", "--", "true"}, "unknown placement"},
 		{[]string{"run", "--heuristic", "nope", "--", "true"}, `unknown heuristic "nope"`},
 		{[]string{"run", "--heuristic-opt", "threshold=0.2", "--", "true"}, "--heuristic-opt needs --heuristic"},
@@ -470,6 +473,25 @@ func TestRunBadCommandLines(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q (want %q)", code, errs, tc.want)
 			}
 		})
+	}
+}
+
+// A trainer that is a file but not a program is refused, saying how to run
+// it when it is a Python script.
+func TestRunTrainerNotExecutable(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, want string }{
+		{"train.py", `": not executable (run it with its interpreter: -- python3 ` + filepath.Join(dir, "train.py") + ")\n"},
+		{"train", `": not executable (permission denied)` + "\n"},
+	} {
+		path := filepath.Join(dir, tc.name)
+		if err := os.WriteFile(path, []byte("print('hi')\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, errs, code := runGorovod(t, "run", "--", path)
+		if want := "gorovod run: trainer \"" + path + tc.want; code != 2 || !strings.HasPrefix(errs, want) {
+			t.Errorf("exit %d, stderr %q; want 2, %q", code, errs, want)
+		}
 	}
 }
 

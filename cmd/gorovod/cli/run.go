@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -228,7 +229,7 @@ func runWith(ctx context.Context, args []string, attach string, registry *heuris
 		return runUsage(stderr, "%v", err)
 	}
 	if _, err := exec.LookPath(o.argv[0]); err != nil && !o.cluster.kubernetes { // a pod's command is in its image
-		return runUsage(stderr, "trainer %q: %v", o.argv[0], err)
+		return runUsage(stderr, "%s", trainerProblem(o.argv[0], err))
 	}
 	engCfg, err := o.engineConfig()
 	if err != nil {
@@ -317,6 +318,32 @@ func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
 	}
 	cfg.Heuristic = h
 	return cfg, nil
+}
+
+// trainerProblem says why the trainer named name cannot be run, from
+// exec.LookPath's err, naming it once (LookPath's error names it twice,
+// and its cause a third time).
+func trainerProblem(name string, err error) string {
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		err = ee.Err
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	switch {
+	case errors.Is(err, exec.ErrNotFound):
+		if _, serr := os.Stat(name); serr == nil {
+			return fmt.Sprintf("trainer %q: no such command in $PATH (the one in this directory is ./%s)", name, name)
+		}
+		return fmt.Sprintf("trainer %q: no such command in $PATH", name)
+	case errors.Is(err, fs.ErrPermission) && strings.HasSuffix(name, ".py"):
+		return fmt.Sprintf("trainer %q: not executable (run it with its interpreter: -- python3 %s)", name, name)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Sprintf("trainer %q: not executable (permission denied)", name)
+	}
+	return fmt.Sprintf("trainer %q: %v", name, err)
 }
 
 // shellWords is argv as a shell command line, each word quoted where the
