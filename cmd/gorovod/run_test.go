@@ -520,6 +520,13 @@ func TestRunFailingTrainerFailsJob(t *testing.T) {
 			t.Errorf("%q is line %d, after the first worker's end (line %d):\n%s", banner, i, news, errs)
 		}
 	}
+	// Every line is gorovod run's: the job's error lists each failed worker
+	// on a line of its own.
+	for _, l := range lines {
+		if l != "" && !strings.HasPrefix(l, "gorovod run: ") {
+			t.Errorf("a line without the prefix %q: %q\n%s", "gorovod run: ", l, errs)
+		}
+	}
 }
 
 // TestElasticRunFaultInjection kills a random worker with kill -9 at random
