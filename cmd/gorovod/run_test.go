@@ -465,6 +465,7 @@ func TestRunBadCommandLines(t *testing.T) {
 		{[]string{"run", "--start-timeout", "0", "--", "true"}, "positive"},
 		{[]string{"run", "--blacklist-cooldown-range", "10", "--", "true"}, "MIN,MAX"},
 		{[]string{"run", "--lanes", "99", "--", "true"}, "--lanes 99"},
+		{[]string{"run", "--output-dir", "/dev/null/job", "--", "true"}, "--output-dir /dev/null/job: mkdir /dev/null: not a directory\n"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -242,6 +242,13 @@ func runWith(ctx context.Context, args []string, attach string, registry *heuris
 	if err != nil {
 		return runUsage(stderr, "%v", err)
 	}
+	if o.outputDir != "" && o.adopt == nil {
+		// Made here, the last check, rather than by the job: a directory
+		// that cannot be made is this flag's mistake.
+		if err := os.MkdirAll(o.outputDir, 0o700); err != nil {
+			return runUsage(stderr, "--output-dir %s: %v", o.outputDir, err)
+		}
+	}
 	err = runJob(ctx, o, engCfg, log, terminate, stdout, stderr)
 	if cause := context.Cause(ctx); errors.Is(cause, errJobDeleted) {
 		err = cause // --gorovodjob: its GorovodJob was deleted
