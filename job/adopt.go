@@ -475,10 +475,11 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 		go j.await(index, p)
 		refs = append(refs, ref)
 	}
-	j.events.emit(JobStarted{At: now(), JobID: j.cfg.JobID, DriverAddr: j.driver.GossipAddr(), JobFile: j.jobFile, Workers: len(refs), Adopted: true})
+	first := []Event{JobStarted{At: now(), JobID: j.cfg.JobID, DriverAddr: j.driver.GossipAddr(), JobFile: j.jobFile, Workers: len(refs), Adopted: true}}
 	for _, ref := range refs {
-		j.events.emit(WorkerStarted{At: now(), Worker: ref, Initial: true, Adopted: true})
+		first = append(first, WorkerStarted{At: now(), Worker: ref, Initial: true, Adopted: true})
 	}
+	j.events.release(first...) // held since Start's hold
 	for _, g := range gone {
 		j.events.notice("not adopted, exit status unknown: " + g)
 	}

@@ -27,13 +27,14 @@ import (
 //     was reported over.
 //  3. Any other process still running was waiting to join a job that is over:
 //     the runner stops it (StopSignal, then SIGKILL), and however it exits, it
-//     counts as Stopped, not as a failure. Workers on a host the Discovery
-//     dropped are stopped the same way, and so is a worker the driver
-//     removed as stuck (Job.stopStuck; SIGKILL after RemoveGrace), at once:
-//     the floor replaces both like lost workers. So are the running workers
-//     of a job the floor gives up on (below its minimum after a worker
-//     failed, or after its replacements struck out: no world can form
-//     again). Members of the last world that
+//     counts as Stopped, not as a failure, with why in its record
+//     (WorkerRecord.StopReason: StopNotNeeded here). Workers on a host the
+//     Discovery dropped are stopped the same way (StopHostDropped), and so
+//     is a worker the driver removed as stuck (Job.stopStuck, StopStuck;
+//     SIGKILL after RemoveGrace), at once: the floor replaces both like lost
+//     workers. So are the running workers of a job the floor gives up on
+//     (StopStranded: below its minimum after a worker failed, or after its
+//     replacements struck out, no world can form again). Members of the last world that
 //     reported the end of training are exiting, not waiting: they are
 //     stopped the same way only once Config.ExitLimit after training was
 //     reported over has passed.
@@ -75,7 +76,7 @@ const (
 	Running  WorkerState = iota // not exited yet
 	Finished                    // exited with status 0
 	Lost                        // ended by a signal: killed, frozen and killed, stopped
-	Stopped                     // stopped by the runner because the job no longer needed it
+	Stopped                     // stopped by the runner: WorkerRecord.StopReason says why
 	Failed                      // exited with an error of its own
 	// Excluded: exited with status 0 after the job went on without it (left
 	// out of a world while it was paused or cut off) and before training was
@@ -110,6 +111,47 @@ func (s WorkerState) String() string {
 // MarshalText names the state (JSON sinks).
 func (s WorkerState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
+// StopReason is why the runner stopped a worker (rule 3; rule 6's worker
+// that was never admitted): a person reading that a worker was stopped must
+// not take a job that could not go on for one that had finished.
+type StopReason int
+
+const (
+	// NoStopReason: not stopped, or stopped for a reason nobody knows (a
+	// worker of an adopted job that the record gives as stopped).
+	NoStopReason StopReason = iota
+	// StopNotNeeded: training was over and the worker was still waiting to
+	// join, or still exiting at Config.ExitLimit (rule 3), or exited by
+	// itself, never admitted (rule 6).
+	StopNotNeeded
+	// StopStuck: the driver removed it as stuck (Job.stopStuck).
+	StopStuck
+	// StopHostDropped: its host left the Discovery's list.
+	StopHostDropped
+	// StopStranded: the job was below its minimum with no way back (a
+	// worker failed, or replacements struck out) and ended, stopping it.
+	StopStranded
+)
+
+func (r StopReason) String() string {
+	switch r {
+	case NoStopReason:
+		return ""
+	case StopNotNeeded:
+		return "not-needed"
+	case StopStuck:
+		return "stuck"
+	case StopHostDropped:
+		return "host-dropped"
+	case StopStranded:
+		return "stranded"
+	}
+	return fmt.Sprintf("StopReason(%d)", int(r))
+}
+
+// MarshalText names the reason (JSON sinks).
+func (r StopReason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
 // classify is rule 5: how a process that has exited with err ended.
 func classify(err error, stopped bool) WorkerState {
 	switch {
@@ -139,11 +181,13 @@ type WorkerRecord struct {
 	WorkerRef
 	// Name is its member name, once it joined the job ("" before, or when it
 	// never did).
-	Name    string      `json:"name,omitempty"`
-	State   WorkerState `json:"state"`
-	Err     error       `json:"-"` // why it ended, when not Finished
-	Started time.Time   `json:"started"`
-	Exited  time.Time   `json:"exited"` // zero while running
+	Name  string      `json:"name,omitempty"`
+	State WorkerState `json:"state"`
+	// StopReason says why the runner stopped it, when State is Stopped.
+	StopReason StopReason `json:"stop_reason,omitempty"`
+	Err        error      `json:"-"` // why it ended, when not Finished
+	Started    time.Time  `json:"started"`
+	Exited     time.Time  `json:"exited"` // zero while running
 
 	// Excluded counts the times a world left it out while it ran (declared
 	// failed while paused or cut off), and Rejoined the times it came back
@@ -196,16 +240,18 @@ type Outcome struct {
 	Timeline string `json:"timeline,omitempty"`
 }
 
-// WorkerCounts counts worker processes by how they ended, and how many of
-// them a world left out while they ran (WorkerRecord.Excluded > 0).
+// WorkerCounts counts worker processes by how they ended, the stopped ones
+// by why too, and how many of them a world left out while they ran
+// (WorkerRecord.Excluded > 0).
 type WorkerCounts struct {
-	Finished int `json:"finished,omitempty"`
-	Lost     int `json:"lost,omitempty"`
-	Stopped  int `json:"stopped,omitempty"`
-	Failed   int `json:"failed,omitempty"`
-	Excluded int `json:"excluded,omitempty"`
-	Unknown  int `json:"unknown,omitempty"`
-	LeftOut  int `json:"left_out,omitempty"`
+	Finished  int                `json:"finished,omitempty"`
+	Lost      int                `json:"lost,omitempty"`
+	Stopped   int                `json:"stopped,omitempty"`
+	StoppedBy map[StopReason]int `json:"stopped_by,omitempty"` // Stopped by StopReason
+	Failed    int                `json:"failed,omitempty"`
+	Excluded  int                `json:"excluded,omitempty"`
+	Unknown   int                `json:"unknown,omitempty"`
+	LeftOut   int                `json:"left_out,omitempty"`
 }
 
 // add counts rec, a process that has exited.
@@ -216,7 +262,7 @@ func (c *WorkerCounts) add(rec WorkerRecord) {
 	case Lost:
 		c.Lost++
 	case Stopped:
-		c.Stopped++
+		c.addStopped(rec.StopReason, 1)
 	case Failed:
 		c.Failed++
 	case Excluded:
@@ -227,6 +273,18 @@ func (c *WorkerCounts) add(rec WorkerRecord) {
 	if rec.Excluded > 0 {
 		c.LeftOut++
 	}
+}
+
+// addStopped counts n more stopped for reason.
+func (c *WorkerCounts) addStopped(reason StopReason, n int) {
+	if n == 0 {
+		return
+	}
+	c.Stopped += n
+	if c.StoppedBy == nil {
+		c.StoppedBy = map[StopReason]int{}
+	}
+	c.StoppedBy[reason] += n
 }
 
 // Of is how many ended in state s.
@@ -259,6 +317,18 @@ func (o *Outcome) Count(s WorkerState) int {
 	n := o.EarlierWorkers.Of(s)
 	for _, w := range o.Workers {
 		if w.State == s {
+			n++
+		}
+	}
+	return n
+}
+
+// CountStopped is how many workers the runner launched it stopped for
+// reason, those counted in EarlierWorkers included.
+func (o *Outcome) CountStopped(reason StopReason) int {
+	n := o.EarlierWorkers.StoppedBy[reason]
+	for _, w := range o.Workers {
+		if w.State == Stopped && w.StopReason == reason {
 			n++
 		}
 	}
@@ -341,7 +411,7 @@ func (e *ending) lookLate() {
 		return
 	}
 	e.late = nil
-	if e.stopLateJoiners(true) {
+	if e.stopLateJoiners(StopNotNeeded, true) {
 		e.exiting = time.After(time.Until(e.finishedAt.Add(e.cfg.ExitLimit)))
 	}
 }
@@ -349,7 +419,7 @@ func (e *ending) lookLate() {
 // exitLimit is rule 3 at ExitLimit: whatever still runs is stopped.
 func (e *ending) exitLimit() {
 	e.exiting = nil
-	e.stopLateJoiners(false)
+	e.stopLateJoiners(StopNotNeeded, false)
 }
 
 // lateReportWait bounds how long a job whose processes have all exited
@@ -387,12 +457,12 @@ func (e *ending) finishingLastStep() bool {
 
 // stopLateJoiners is rule 3 at the end of training (and the floor's end of
 // a job stranded below its minimum): every process still running is
-// stopped and will count as Stopped — except, when spareExiting,
+// stopped and will count as Stopped for why — except, when spareExiting,
 // the members of the current world that reported the end of training, which
 // are left to exit by themselves; the others then get StopSignal one by one
 // (a later call without spareExiting ends them all). It reports whether it
 // spared any.
-func (e *ending) stopLateJoiners(spareExiting bool) (spared bool) {
+func (e *ending) stopLateJoiners(why StopReason, spareExiting bool) (spared bool) {
 	r := e.roster
 	exiting := map[*proc]bool{}
 	if spareExiting {
@@ -410,7 +480,7 @@ func (e *ending) stopLateJoiners(spareExiting bool) (spared bool) {
 	r.mu.Lock()
 	for _, p := range r.procs {
 		if p.rec.State == Running && !exiting[p] {
-			p.stopped = true
+			p.stop(why)
 			stop = append(stop, p.p)
 		}
 	}

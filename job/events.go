@@ -78,7 +78,9 @@ type WorkerExited struct {
 	// Name is its member name, when it joined the job.
 	Name  string      `json:"name,omitempty"`
 	State WorkerState `json:"state"`
-	Err   error       `json:"-"`
+	// StopReason says why the runner stopped it, when State is Stopped.
+	StopReason StopReason `json:"stop_reason,omitempty"`
+	Err        error      `json:"-"`
 }
 
 // WorkerOutput is one line a worker printed; Line is valid only during the

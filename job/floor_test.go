@@ -161,8 +161,18 @@ func TestFloorEndsStrandedJob(t *testing.T) {
 			if err == nil || err.Error() != tc.err {
 				t.Fatalf("error %v, want %q\n%s", err, tc.err, describe(r.all()))
 			}
-			if o.Workers[0].State != job.Stopped {
-				t.Fatalf("worker 0 %v, want stopped\n%s", o.Workers[0].State, describe(r.all()))
+			if w := o.Workers[0]; w.State != job.Stopped || w.StopReason != job.StopStranded {
+				t.Fatalf("worker 0 %v (%v), want stopped (stranded)\n%s", w.State, w.StopReason, describe(r.all()))
+			}
+			if n := o.CountStopped(job.StopNotNeeded); n != 0 {
+				t.Fatalf("%d workers stopped as not needed any more, in a job that could not go on\n%s", n, describe(r.all()))
+			}
+			exitedStranded := slices.ContainsFunc(r.all(), func(e job.Event) bool {
+				x, ok := e.(job.WorkerExited)
+				return ok && x.Worker.Index == 0 && x.StopReason == job.StopStranded
+			})
+			if !exitedStranded {
+				t.Fatalf("worker 0's exit event does not say it was stopped because the job was stranded\n%s", describe(r.all()))
 			}
 			told := slices.ContainsFunc(r.all(), func(e job.Event) bool {
 				n, ok := e.(job.Notice)

@@ -80,7 +80,7 @@ func TestHostsFromDiscovery(t *testing.T) {
 	if err != nil {
 		t.Fatalf("job failed: %v\n%s", err, describe(r.all()))
 	}
-	if o.Workers[0].State != job.Finished || o.Workers[1].State != job.Stopped || o.Workers[1].Host != "b" {
+	if o.Workers[0].State != job.Finished || o.Workers[1].State != job.Stopped || o.Workers[1].StopReason != job.StopHostDropped || o.Workers[1].Host != "b" {
 		t.Fatalf("workers %+v", o.Workers)
 	}
 }
@@ -145,8 +145,8 @@ func TestLastStepGetsTime(t *testing.T) {
 			}
 			for _, w := range o.Workers {
 				after := w.Exited.Sub(finishedAt)
-				if w.State != job.Stopped || after < tc.atLeast || after > tc.atMost {
-					t.Errorf("worker %d: %v %v after the end of training, want stopped after [%v, %v]", w.Index, w.State, after, tc.atLeast, tc.atMost)
+				if w.State != job.Stopped || w.StopReason != job.StopNotNeeded || after < tc.atLeast || after > tc.atMost {
+					t.Errorf("worker %d: %v (%v) %v after the end of training, want stopped (not-needed) after [%v, %v]", w.Index, w.State, w.StopReason, after, tc.atLeast, tc.atMost)
 				}
 			}
 		})

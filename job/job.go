@@ -151,6 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		j.waitLaunched()
 		j.stopHosts()
 		_ = j.driver.Close()
+		j.events.release()
 		j.events.flush()
 		j.timeline.merge(j.events.notice)
 		j.record.close()
@@ -159,10 +160,13 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		}
 		return nil, err
 	}
+	// Until the job is announced (JobStarted), what its workers and hosts
+	// report waits: it comes after.
+	j.events.hold()
 	j.workCtx, j.stopWorkers = context.WithCancel(ctx)
 	j.ending = &ending{cfg: cfg, driver: j.driver, roster: r, events: j.events, stopAll: j.stopWorkers}
 	j.floor = &floor{min: cfg.MinWorkers, replaceLost: cfg.ReplaceLost, roster: r, driver: j.driver, events: j.events,
-		grow: j.addReplacement, giveUp: func() { j.ending.stopLateJoiners(false) }, poke: make(chan struct{}, 1)}
+		grow: j.addReplacement, giveUp: func() { j.ending.stopLateJoiners(StopStranded, false) }, poke: make(chan struct{}, 1)}
 	var hostsCtx context.Context
 	hostsCtx, j.stopHosts = context.WithCancel(context.Background())
 	go j.discover(hostsCtx)
@@ -241,10 +245,11 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	}
 
 	launched := time.Now()
-	j.events.emit(JobStarted{At: now(), JobID: cfg.JobID, DriverAddr: j.driver.GossipAddr(), JobFile: j.jobFile, Workers: cfg.Workers})
+	first := []Event{JobStarted{At: now(), JobID: cfg.JobID, DriverAddr: j.driver.GossipAddr(), JobFile: j.jobFile, Workers: cfg.Workers}}
 	for _, w := range started {
-		j.events.emit(WorkerStarted{At: now(), Worker: w, Initial: true})
+		first = append(first, WorkerStarted{At: now(), Worker: w, Initial: true})
 	}
+	j.events.release(first...)
 	engineCtx := j.run(ctx)
 	go j.start.run(engineCtx, launched, j.driver.SetMinWorkers, j.driver.SetFirstWorld) // start.go
 	return j, nil

@@ -45,7 +45,7 @@ const maxReplacementStrikes = 3
 // first and the last case a job below its minimum could then never form a
 // world again: its other workers would wait for one forever, so the floor
 // ends the job (giveUp: its running processes are stopped and count as
-// Stopped), once the shortage has been seen on two ticks in a row. And it
+// Stopped, for StopStranded), once the shortage has been seen on two ticks in a row. And it
 // starts none while nobody holds the training state: replacements copy it
 // from a member of the current world that stays, and when every member is
 // leaving or gone (a whole job preempted, every worker told to go at once)

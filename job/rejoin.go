@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/gorovod/gorovod/sync/epoch"
@@ -74,7 +75,7 @@ func (r *roster) followMembers(prev, w epoch.World) {
 	if !r.standing.trainingOver {
 		for _, m := range prev.Members {
 			p := r.byName[m.Name]
-			if w.Rank(m.Name) >= 0 || p == nil || p.rec.State != Running || p.stopped || p.removed {
+			if w.Rank(m.Name) >= 0 || p == nil || p.rec.State != Running || p.stopped != NoStopReason || p.removed {
 				continue
 			}
 			if p.leftOut(m.Name) {
@@ -94,7 +95,13 @@ func (r *roster) followMembers(prev, w epoch.World) {
 }
 
 // reclassifyLocked applies rule 6 to a process that has exited, with what
-// the runner knows by then (called with r.mu held).
+// the runner knows by then (called with r.mu held). One it makes Stopped
+// was not needed any more: it was never admitted, training being over
+// (unless the runner had stopped it for a reason of its own).
 func (r *roster) reclassifyLocked(p *proc) {
-	p.rec.State = p.final(p.rec.State, r.standing.trainingOver)
+	st := p.final(p.rec.State, r.standing.trainingOver)
+	if st == Stopped && p.rec.State != Stopped {
+		p.rec.StopReason = cmp.Or(p.stopped, StopNotNeeded)
+	}
+	p.rec.State = st
 }

@@ -2,6 +2,7 @@ package job
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -55,13 +56,22 @@ func newRoster(localHost string, keepExited int) *roster {
 type proc struct {
 	rec     WorkerRecord
 	p       Process
-	stopped bool // stopped by the runner (end-of-job rule 3)
-	stuck   bool // stopped because the driver removed it as stuck: Stopped even if it exits with 0
+	stopped StopReason // why the runner stopped it (end-of-job rule 3); NoStopReason while it has not
+	stuck   bool       // stopped because the driver removed it as stuck: Stopped even if it exits with 0
 
 	removed     bool // taken out by the autoscaling engine
 	replacement bool // started by the floor
 	forEngine   bool // started by the autoscaling engine (provisioner.Start)
 	presence         // rule 6 (rejoin.go)
+}
+
+// stop marks the process as stopped by the runner for why; the first
+// reason stands (a worker stopped as stuck is still that when the job ends
+// before it has exited).
+func (p *proc) stop(why StopReason) {
+	if p.stopped == NoStopReason {
+		p.stopped = why
+	}
 }
 
 // reserveLocked takes the next launch index and counts the process as running
@@ -200,19 +210,22 @@ func (r *roster) exited(index int, p Process, reportedEnd bool, noteLocked func(
 	w := r.findLocked(index) // running: kept
 	w.rec.Exited, w.rec.Err = time.Now(), p.Err()
 	w.p = exitedProcess(p)
-	w.rec.State = classify(w.rec.Err, w.stopped)
+	w.rec.State = classify(w.rec.Err, w.stopped != NoStopReason)
 	if w.stuck && w.rec.State == Finished {
 		w.rec.State = Stopped // a trainer that exits 0 on StopSignal did not finish
 	}
 	if w.rec.State == Unknown && reportedEnd {
 		w.rec.State = Finished // it said so itself; its exit status is still unknown (Err)
 	}
+	if w.rec.State == Stopped {
+		w.rec.StopReason = w.stopped
+	}
 	r.reclassifyLocked(w)
 	noteLocked(w)
 	r.place.release(w.rec.Host)
-	lostStart = w.forEngine && !w.everIn && !w.removed && !w.stopped && !r.standing.trainingOver && !r.standing.draining
+	lostStart = w.forEngine && !w.everIn && !w.removed && w.stopped == NoStopReason && !r.standing.trainingOver && !r.standing.draining
 	r.exitedLocked(w)
-	return WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, Err: w.rec.Err}, lostStart
+	return WorkerExited{At: now(), Worker: w.rec.WorkerRef, Name: w.rec.Name, State: w.rec.State, StopReason: w.rec.StopReason, Err: w.rec.Err}, lostStart
 }
 
 // records describes the processes kept (every running one and the newest
@@ -240,9 +253,10 @@ func (r *roster) final(last epoch.World) ([]WorkerRecord, WorkerCounts, []HandSt
 		recs = append(recs, p.rec)
 	}
 	earlier := r.earlier
+	earlier.StoppedBy = maps.Clone(earlier.StoppedBy)
 	if r.standing.trainingOver {
 		earlier.Finished -= r.finishedNeverIn
-		earlier.Stopped += r.finishedNeverIn
+		earlier.addStopped(StopNotNeeded, r.finishedNeverIn)
 	}
 	return recs, earlier, r.hand.final(last, r.standing.trainingOver)
 }
@@ -452,7 +466,8 @@ func (r *roster) stopStuck(name string) (WorkerRef, Process, bool) {
 	if p == nil || p.rec.State != Running {
 		return WorkerRef{}, nil, false
 	}
-	p.stopped, p.stuck = true, true
+	p.stop(StopStuck)
+	p.stuck = true
 	return p.rec.WorkerRef, p.p, true
 }
 
@@ -467,7 +482,7 @@ func (r *roster) stopHost(host string) (victims []Process, names []string) {
 	}
 	for _, p := range r.procs {
 		if p.rec.Host == host && p.rec.State == Running {
-			p.stopped = true
+			p.stop(StopHostDropped)
 			victims = append(victims, p.p)
 			if p.rec.Name != "" {
 				names = append(names, p.rec.Name)

@@ -80,8 +80,8 @@ func TestStuckWorkerIsStoppedAndReplaced(t *testing.T) {
 			if len(o.Workers) != 3 {
 				t.Fatalf("%d workers launched, want 3 (two and one replacement)\n%s", len(o.Workers), describe(evs))
 			}
-			if w := o.Workers[1]; w.State != job.Stopped {
-				t.Errorf("worker 1 (stuck) ended %v (%v), want stopped", w.State, w.Err)
+			if w := o.Workers[1]; w.State != job.Stopped || w.StopReason != job.StopStuck {
+				t.Errorf("worker 1 (stuck) ended %v, %v (%v), want stopped as stuck", w.State, w.StopReason, w.Err)
 			}
 			killed := slices.ContainsFunc(evs, func(e job.Event) bool {
 				n, ok := e.(job.Notice)

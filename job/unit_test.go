@@ -81,7 +81,44 @@ func TestVerdict(t *testing.T) {
 	}
 	p = &proc{rec: WorkerRecord{State: Finished}}
 	(&roster{standing: standing{trainingOver: true}}).reclassifyLocked(p)
-	if p.rec.State != Stopped {
-		t.Fatalf("a worker never admitted that exited 0 after the end is %v, want stopped", p.rec.State)
+	if p.rec.State != Stopped || p.rec.StopReason != StopNotNeeded {
+		t.Fatalf("a worker never admitted that exited 0 after the end is %v (%v), want stopped (not-needed)", p.rec.State, p.rec.StopReason)
+	}
+}
+
+// The events emitted while the stream holds them (Start launching the first
+// workers: one may print and fail before the others are launched) reach the
+// sinks after the job's announcement, in the order they came, with the
+// lines they carry intact.
+func TestEventStreamHoldsUntilAnnounced(t *testing.T) {
+	var got []string
+	s := newEventStream([]Sink{SinkFunc(func(e Event) {
+		switch e := e.(type) {
+		case WorkerOutput:
+			got = append(got, fmt.Sprintf("output %d %s", e.Worker, e.Line))
+		case WorkerExited:
+			got = append(got, fmt.Sprintf("exited %d %v", e.Worker.Index, e.State))
+		case JobStarted:
+			got = append(got, "started "+e.JobID)
+		case WorkerStarted:
+			got = append(got, fmt.Sprintf("worker %d", e.Worker.Index))
+		case Notice:
+			got = append(got, "notice "+e.Message)
+		}
+	})})
+	s.hold()
+	line := []byte("failing on purpose")
+	s.emit(WorkerOutput{Worker: 0, Stream: "stderr", Line: line})
+	copy(line, "XXXXXXX") // the launcher's buffer, reused once the call returns
+	s.emit(WorkerExited{Worker: WorkerRef{Index: 0}, State: Failed})
+	s.notice("no GPU for worker 1")
+	if len(got) != 0 {
+		t.Fatalf("delivered while held: %q", got)
+	}
+	s.release(JobStarted{JobID: "j"}, WorkerStarted{Worker: WorkerRef{Index: 0}}, WorkerStarted{Worker: WorkerRef{Index: 1}})
+	s.emit(WorkerExited{Worker: WorkerRef{Index: 1}, State: Failed})
+	want := []string{"started j", "worker 0", "worker 1", "output 0 failing on purpose", "exited 0 failed", "notice no GPU for worker 1", "exited 1 failed"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events in the order\n%q\nwant\n%q", got, want)
 	}
 }

@@ -322,3 +322,55 @@ func TestInterrupt(t *testing.T) {
 		t.Fatalf("the job did not end after gorovod run was interrupted:\n%s", j.output())
 	}
 }
+
+// TestStoppedWorkerEndsQuietly: a Python worker that its job stops (SIGINT:
+// here the job cannot go on after the other rank raised) ends with one
+// line saying where it was stopped, not a KeyboardInterrupt traceback,
+// while the failed rank's traceback stays; gorovod run's last line says
+// why it stopped the worker. With -v the traceback is printed too.
+func TestStoppedWorkerEndsQuietly(t *testing.T) {
+	needTorch(t)
+	for _, tc := range []struct {
+		name      string
+		flags     []string
+		traceback bool // the stopped worker prints its traceback
+	}{
+		{"by default", nil, false},
+		{"with -v", []string{"-v"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			argv := append([]string{buildtest.Gorovod(t), "run", "--np", "2"}, tc.flags...)
+			c := exec.CommandContext(ctx, argv[0], append(argv[1:], "--", Python, "tests/stopped_test.py")...)
+			c.Env = pyEnv(t)
+			c.WaitDelay = 20 * time.Second
+			b, err := c.CombinedOutput()
+			out := string(b)
+			if ctx.Err() != nil {
+				t.Fatalf("the job did not end: %v\n%s", ctx.Err(), out)
+			}
+			if c.ProcessState == nil || c.ProcessState.ExitCode() != 1 {
+				t.Fatalf("gorovod run: %v, want exit status 1 (the job failed)\n%s", err, out)
+			}
+			failed := regexp.MustCompile(`(?m)^\[(\d+)\] RuntimeError: rank 1 fails on purpose$`).FindStringSubmatch(out)
+			waiting := regexp.MustCompile(`(?m)^\[(\d+)\] rank 0 pid \d+ waiting$`).FindStringSubmatch(out)
+			if failed == nil || waiting == nil {
+				t.Fatalf("no failing rank 1 and waiting rank 0 in the output:\n%s", out)
+			}
+			stopped := waiting[1]
+			if !strings.Contains(out, "["+failed[1]+"] Traceback (most recent call last):") {
+				t.Fatalf("the failed worker [%s] printed no traceback:\n%s", failed[1], out)
+			}
+			quiet := regexp.MustCompile(`(?m)^\[` + stopped + `\] gorovod: stopped by SIGINT \(KeyboardInterrupt\) at stopped_test\.py:\d+ in <module>; ` +
+				"`gorovod run -v` shows the traceback$")
+			traceback := strings.Contains(out, "["+stopped+"] Traceback (most recent call last):")
+			if traceback != tc.traceback || quiet.MatchString(out) == tc.traceback {
+				t.Fatalf("the stopped worker [%s]: traceback %v, one line %v; want traceback %v\n%s", stopped, traceback, quiet.MatchString(out), tc.traceback, out)
+			}
+			if want := "1 stopped (the job could not go on: below its minimum for good)"; !strings.Contains(out, want) {
+				t.Fatalf("gorovod run's last line lacks %q:\n%s", want, out)
+			}
+		})
+	}
+}

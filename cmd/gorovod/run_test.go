@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -437,7 +438,9 @@ func TestRunBadCommandLines(t *testing.T) {
 		{[]string{"run", "--num-proc", "0", "--", "true"}, "at least 1"},
 		{[]string{"run", "--num-proc", "2", "--min-num-proc", "3", "--", "true"}, "--min-np"},
 		{[]string{"run", "--np", "3", "--max-num-proc", "2", "--", "true"}, "--max-np"},
-		{[]string{"run", "--", "/nonexistent/trainer"}, "trainer"},
+		{[]string{"run", "--", "/nonexistent/trainer"}, `trainer "/nonexistent/trainer": no such file or directory` + "\n"},
+		{[]string{"run", "--", "no-such-trainer-here"}, `trainer "no-such-trainer-here": no such command in $PATH` + "\n"},
+		{[]string{"run", "--", "/"}, `trainer "/": is a directory` + "\n"},
 		{[]string{"run", "--placement", "everywhere", "--", "true"}, "unknown placement"},
 		{[]string{"run", "--heuristic", "nope", "--", "true"}, `unknown heuristic "nope"`},
 		{[]string{"run", "--heuristic-opt", "threshold=0.2", "--", "true"}, "--heuristic-opt needs --heuristic"},
@@ -462,6 +465,7 @@ func TestRunBadCommandLines(t *testing.T) {
 		{[]string{"run", "--start-timeout", "0", "--", "true"}, "positive"},
 		{[]string{"run", "--blacklist-cooldown-range", "10", "--", "true"}, "MIN,MAX"},
 		{[]string{"run", "--lanes", "99", "--", "true"}, "--lanes 99"},
+		{[]string{"run", "--output-dir", "/dev/null/job", "--", "true"}, "--output-dir /dev/null/job: mkdir /dev/null: not a directory\n"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -473,10 +477,56 @@ func TestRunBadCommandLines(t *testing.T) {
 	}
 }
 
+// A trainer that is a file but not a program is refused, saying how to run
+// it when it is a Python script.
+func TestRunTrainerNotExecutable(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, want string }{
+		{"train.py", `": not executable (run it with its interpreter: -- python3 ` + filepath.Join(dir, "train.py") + ")\n"},
+		{"train", `": not executable (permission denied)` + "\n"},
+	} {
+		path := filepath.Join(dir, tc.name)
+		if err := os.WriteFile(path, []byte("print('hi')\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, errs, code := runGorovod(t, "run", "--", path)
+		if want := "gorovod run: trainer \"" + path + tc.want; code != 2 || !strings.HasPrefix(errs, want) {
+			t.Errorf("exit %d, stderr %q; want 2, %q", code, errs, want)
+		}
+	}
+}
+
+// A trainer that fails at once fails the job, and the job's first lines
+// (which job, how to add a worker, its directory, its workers) come before
+// what became of its workers, though the first may fail before the second
+// is launched.
 func TestRunFailingTrainerFailsJob(t *testing.T) {
 	_, errs, code := runGorovod(t, "run", "--np", "2", "--", "false")
 	if code != 1 || !strings.Contains(errs, "job failed") {
 		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	lines := strings.Split(errs, "\n")
+	at := func(prefix string) int {
+		return slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "gorovod run: "+prefix) })
+	}
+	news := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, ") failed: ") })
+	if news < 0 {
+		t.Fatalf("no worker failed, says the output:\n%s", errs)
+	}
+	if first := at("job "); first != 0 {
+		t.Errorf("the job's line is line %d, want the first:\n%s", first, errs)
+	}
+	for _, banner := range []string{"job ", "add a worker with", "job directory", "worker 0 pid", "worker 1 pid"} {
+		if i := at(banner); i < 0 || i > news {
+			t.Errorf("%q is line %d, after the first worker's end (line %d):\n%s", banner, i, news, errs)
+		}
+	}
+	// Every line is gorovod run's: the job's error lists each failed worker
+	// on a line of its own.
+	for _, l := range lines {
+		if l != "" && !strings.HasPrefix(l, "gorovod run: ") {
+			t.Errorf("a line without the prefix %q: %q\n%s", "gorovod run: ", l, errs)
+		}
 	}
 }
 

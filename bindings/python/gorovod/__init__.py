@@ -11,6 +11,9 @@ from gorovod.exceptions import (GorovodError, HorovodInternalError, HostsUpdated
                                 ForkedProcessError, NotInitializedError, WorkerExcluded)
 
 from gorovod._version import __version__
+from gorovod import _interrupt
+
+_interrupt.install()  # a worker stopped by gorovod run ends with one line (gorovod/_interrupt.py)
 
 
 def run(func, *args, **kwargs):

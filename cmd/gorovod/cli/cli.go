@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/gorovod/gorovod/heuristics"
@@ -191,6 +192,11 @@ func Run(cfg Config) int {
 	if errors.As(err, &ce) {
 		prefix, err = prefix+" "+ce.command, ce.err
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+	// Each line of the error is prefixed: a job's error lists each failed
+	// worker on a line of its own (errors.Join), and a line without the
+	// prefix reads as some other program's.
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(stderr, "%s: %s\n", prefix, line)
+	}
 	return code
 }

@@ -65,6 +65,8 @@ func (d *display) printLine(w io.Writer, line string) {
 type runSink struct {
 	d                            *display
 	asJSON, autoscaling, verbose bool
+	// banner prints the rest of the job's first lines, after JobStarted's.
+	banner func(job.JobStarted)
 }
 
 func (s runSink) Event(e job.Event) {
@@ -75,9 +77,12 @@ func (s runSink) Event(e job.Event) {
 	case job.JobStarted:
 		if e.Adopted {
 			d.report("took back job %s: %d workers running, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
-			return
+		} else {
+			d.report("job %s, %d workers, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
 		}
-		d.report("job %s, %d workers, driver %s (pid %d)", e.JobID, e.Workers, e.DriverAddr, os.Getpid())
+		if s.banner != nil {
+			s.banner(e)
+		}
 	case job.WorkerStarted:
 		if e.Worker.PID == 0 { // a launcher that does not know it (a Slurm step, a pod, a remote host)
 			if e.Worker.Host != "" {
@@ -107,7 +112,7 @@ func (s runSink) Event(e job.Event) {
 			d.report("worker %d (pid %d) exited without reporting the end of training: %v", e.Worker.Index, e.Worker.PID, e.Err)
 		case job.Stopped:
 			if s.verbose {
-				d.report("worker %d (pid %d) stopped: the job no longer needed it", e.Worker.Index, e.Worker.PID)
+				d.report("worker %d (pid %d) stopped: %s", e.Worker.Index, e.Worker.PID, stopWhy(e.StopReason))
 			}
 		}
 	case job.WorldChanged:
@@ -147,13 +152,35 @@ func countLine(o job.Outcome) string {
 	if n := o.Count(job.Unknown); n > 0 {
 		line += fmt.Sprintf(", %d ended unknown (exit status not known: they ran under a runner that died)", n)
 	}
-	if n := o.Count(job.Stopped); n > 0 {
-		line += fmt.Sprintf(", %d stopped (not needed any more)", n)
+	stopped := o.Count(job.Stopped)
+	for _, why := range []job.StopReason{job.StopNotNeeded, job.StopStuck, job.StopHostDropped, job.StopStranded} {
+		if n := o.CountStopped(why); n > 0 {
+			line += fmt.Sprintf(", %d stopped (%s)", n, stopWhy(why))
+			stopped -= n
+		}
+	}
+	if stopped > 0 { // stopped before this runner took the job back: its record does not say why
+		line += fmt.Sprintf(", %d stopped (%s)", stopped, stopWhy(job.NoStopReason))
 	}
 	if left > 0 {
 		line += fmt.Sprintf(", %d started by hand left before the end", left)
 	}
 	return line + fmt.Sprintf("; last world epoch %d had %d workers", o.World.Number, len(o.World.Members))
+}
+
+// stopWhy says why the runner stopped a worker, for a person.
+func stopWhy(r job.StopReason) string {
+	switch r {
+	case job.StopNotNeeded:
+		return "not needed any more"
+	case job.StopStuck:
+		return "removed as stuck"
+	case job.StopHostDropped:
+		return "host left the job"
+	case job.StopStranded:
+		return "the job could not go on: below its minimum for good"
+	}
+	return "before this runner took the job back, for a reason the job's record does not give"
 }
 
 func (d *display) workerLine(i int, stream string, line []byte) {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -228,7 +229,7 @@ func runWith(ctx context.Context, args []string, attach string, registry *heuris
 		return runUsage(stderr, "%v", err)
 	}
 	if _, err := exec.LookPath(o.argv[0]); err != nil && !o.cluster.kubernetes { // a pod's command is in its image
-		return runUsage(stderr, "trainer %q: %v", o.argv[0], err)
+		return runUsage(stderr, "%s", trainerProblem(o.argv[0], err))
 	}
 	engCfg, err := o.engineConfig()
 	if err != nil {
@@ -240,6 +241,13 @@ func runWith(ctx context.Context, args []string, attach string, registry *heuris
 	log, err := o.obs.log.Logger(stderr)
 	if err != nil {
 		return runUsage(stderr, "%v", err)
+	}
+	if o.outputDir != "" && o.adopt == nil {
+		// Made here, the last check, rather than by the job: a directory
+		// that cannot be made is this flag's mistake.
+		if err := os.MkdirAll(o.outputDir, 0o700); err != nil {
+			return runUsage(stderr, "--output-dir %s: %v", o.outputDir, err)
+		}
 	}
 	err = runJob(ctx, o, engCfg, log, terminate, stdout, stderr)
 	if cause := context.Cause(ctx); errors.Is(cause, errJobDeleted) {
@@ -319,6 +327,32 @@ func (o *runOptions) engineConfig() (heuristics.EngineConfig, error) {
 	return cfg, nil
 }
 
+// trainerProblem says why the trainer named name cannot be run, from
+// exec.LookPath's err, naming it once (LookPath's error names it twice,
+// and its cause a third time).
+func trainerProblem(name string, err error) string {
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		err = ee.Err
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	switch {
+	case errors.Is(err, exec.ErrNotFound):
+		if _, serr := os.Stat(name); serr == nil {
+			return fmt.Sprintf("trainer %q: no such command in $PATH (the one in this directory is ./%s)", name, name)
+		}
+		return fmt.Sprintf("trainer %q: no such command in $PATH", name)
+	case errors.Is(err, fs.ErrPermission) && strings.HasSuffix(name, ".py"):
+		return fmt.Sprintf("trainer %q: not executable (run it with its interpreter: -- python3 %s)", name, name)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Sprintf("trainer %q: not executable (permission denied)", name)
+	}
+	return fmt.Sprintf("trainer %q: %v", name, err)
+}
+
 // shellWords is argv as a shell command line, each word quoted where the
 // shell would split or expand it, for a hint to copy.
 func shellWords(argv []string) string {
@@ -348,11 +382,6 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 		return err
 	}
 	defer watch.stop()
-	var sinks []job.Sink
-	if watch.needed() {
-		sinks = append(sinks, watch) // first: the last progress record comes before the summary
-	}
-	sinks = append(sinks, runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.obs.verbose})
 	jobID := job.NewJobID()
 	if o.adopt != nil {
 		jobID = o.adopt.Record.JobID
@@ -366,6 +395,19 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	if abs, err := filepath.Abs(outputDir); err == nil {
 		outputDir = abs
 	}
+	var sinks []job.Sink
+	if watch.needed() {
+		sinks = append(sinks, watch) // first: the last progress record comes before the summary
+	}
+	// The job's first lines, before any of its workers' (the job holds
+	// their events until it has announced itself).
+	banner := func(e job.JobStarted) {
+		watch.announce()
+		out.report("add a worker with `kill -USR1 %d`, or start one by hand: gorovod attach %s -- %s",
+			os.Getpid(), e.JobFile, shellWords(o.argv))
+		out.report("job directory %s: the workers here write their output there and train on if this process dies; `gorovod follow %s` shows the job then, `gorovod run --attach %s` takes it back", outputDir, outputDir, outputDir)
+	}
+	sinks = append(sinks, runSink{d: out, asJSON: o.asJSON, autoscaling: o.autoscaling(), verbose: o.obs.verbose, banner: banner})
 	cfg := job.Config{
 		JobID: jobID, OutputDir: outputDir,
 		Argv: o.argv, Workers: o.np, MinWorkers: o.minNP, MaxWorkers: o.maxNP, Autoscaling: engCfg,
@@ -408,10 +450,6 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 		gj.started(ctx, j, cfg.MinWorkers, cfg.ProbeTimeout)
 	}
 	watch.attach(j)
-	watch.announce()
-	out.report("add a worker with `kill -USR1 %d`, or start one by hand: gorovod attach %s -- %s",
-		os.Getpid(), j.JobFile(), shellWords(o.argv))
-	out.report("job directory %s: the workers here write their output there and train on if this process dies; `gorovod follow %s` shows the job then, `gorovod run --attach %s` takes it back", outputDir, outputDir, outputDir)
 	followCtx, stopFollowing := context.WithCancel(ctx)
 	defer stopFollowing()
 	go out.follow(followCtx, j)

@@ -222,13 +222,33 @@ func (h *hostOptions) gossip(ctx context.Context, cfg *job.Config, notice func(s
 	}
 	a, err := netaddr.Pick(h.networkInterface, remote)
 	if err != nil {
-		return fmt.Errorf("choosing the driver's address (give --network-interface or --gossip-addr): %w", err)
+		return h.driverAddrError(remote, err)
 	}
 	if h.script != "" && a.IsLoopback() && h.networkInterface == "" {
 		notice("the driver listens on loopback only: give --network-interface or --gossip-addr for workers on other hosts")
 	}
 	g.BindAddr = a.String()
 	return nil
+}
+
+// driverAddrError says why the driver's address could not be chosen from
+// the route to remote, the first remote host. Most often its name does not
+// resolve here: a typo, or a name only ssh knows (~/.ssh/config), which
+// the advice to give --network-interface alone would not tell apart.
+func (h *hostOptions) driverAddrError(remote string, err error) error {
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		from := "the --host-discovery-script"
+		switch {
+		case h.list != "":
+			from = "-H"
+		case h.hostfile != "":
+			from = "--hostfile " + h.hostfile
+		}
+		return fmt.Errorf("host %q of %s: its name does not resolve here (%v); if only ssh knows it (~/.ssh/config), "+
+			"give --network-interface or --gossip-addr: the driver's address is otherwise the one this host reaches it from", remote, from, dns)
+	}
+	return fmt.Errorf("choosing the driver's address (give --network-interface or --gossip-addr): %w", err)
 }
 
 // reportExclusions says which workers a world left out while they ran
