@@ -22,15 +22,20 @@ import (
 
 // Adoption: a runner takes back a job whose runner died (Config.Adopt,
 // `gorovod run --attach DIR`). Its directory holds what that takes: the
-// record (record.tsv: the job, its processes and the ends the old runner
-// saw) and the job's environment (job.env, mode 0600: its id, secret, seeds
-// and minimum). The new runner's driver binds the dead driver's gossip
-// address, which is every worker's seed: the workers, which go back to
-// their seeds every second while no driver is in view, come back to it by
-// themselves. The processes still running on this host are verified
-// (/proc/PID/environ names the job and the launch index, so a pid used
-// again by another process is not taken for a worker) and followed by pid;
-// their output files are read from where they are.
+// record (record.tsv: the job, its processes, their gossip addresses and the
+// ends the old runner saw) and the job's environment (job.env, mode 0600:
+// its id, secret, seeds and minimum). The new runner's driver binds the dead
+// driver's gossip address when it can, which is every worker's seed: the
+// workers, which go back to their seeds every second while no driver is in
+// view, come back to it by themselves. Where it cannot (another process
+// took the port; on Kubernetes, a driver pod with another IP), it listens
+// where a new runner would, and contacts the workers at their recorded
+// gossip addresses itself (driver.Config.Contact); either way the job's
+// seeds become its address (job.env, the job file), for workers started
+// later and the next runner. The processes still running on this host are
+// verified (/proc/PID/environ names the job and the launch index, so a pid
+// used again by another process is not taken for a worker) and followed by
+// pid; their output files are read from where they are.
 
 // envFile is the job's environment in its directory: the job file's
 // contents (NAME=value lines), mode 0600.
@@ -43,6 +48,11 @@ type Adoption struct {
 	Env    []string  // the job's environment (job.env): id, secret, seeds, minimum
 	// Worker is every process the record lists, as found now.
 	Workers []AdoptedWorker
+	// Contact are the gossip addresses of the job's workers that may still
+	// run (the record's, or on Kubernetes the job's status.adoption): the
+	// adopting driver contacts them (driver.Config.Contact), so that they
+	// come back to it wherever it listens, not only at their seed.
+	Contact []string
 }
 
 // AdoptedWorker is a process of the job's record, as an adopting runner
@@ -100,6 +110,9 @@ func ReadAdoption(dir string) (*Adoption, error) {
 			} else {
 				aw.Running = true
 			}
+		}
+		if (aw.Running || aw.Remote) && rw.Gossip != "" {
+			a.Contact = append(a.Contact, rw.Gossip)
 		}
 		a.Workers = append(a.Workers, aw)
 	}
@@ -368,8 +381,9 @@ func writeEnvFile(dir string, env []string) error {
 
 // adopting is cfg for a runner that takes back the job of cfg.Adopt: the
 // job's id, secret and directory, the dead driver's gossip address to bind
-// (the workers' seed), and, unless cfg sets one, the job's probe timeout
-// (the one its workers have).
+// first (the workers' seed; Start falls back to cfg's own when it cannot),
+// and, unless cfg sets one, the job's probe timeout (the one its workers
+// have).
 func (cfg Config) adopting() (Config, error) {
 	a := cfg.Adopt
 	w, err := envconfig.LoadElastic(func(name string) string { return lookupEnv(a.Env, name) })
@@ -392,6 +406,19 @@ func (cfg Config) adopting() (Config, error) {
 		cfg.ProbeTimeout = w.ProbeTimeout
 	}
 	return cfg, nil
+}
+
+// withSeeds is the job's environment env with its seeds (GOROVOD_SEEDS)
+// set to addr alone.
+func withSeeds(env []string, addr string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == envconfig.EnvSeeds {
+			kv = k + "=" + addr
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // adoptStopGrace is how long an adopted worker that is stopped has before

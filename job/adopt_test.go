@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,7 +44,8 @@ func TestReadAdoption(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	record := fmt.Sprintf("job\t%s\t1\nstarted\t0\t%d\t\nstarted\t1\t%d\t\nstarted\t2\t%d\t\nstarted\t3\t%d\tnode9\nstarted\t4\t%d\t\nexited\t4\tfinished\t\nstarted\t5\t%d\tlocalhost\n",
+	record := fmt.Sprintf("job\t%s\t1\nstarted\t0\t%d\t\nstarted\t1\t%d\t\nstarted\t2\t%d\t\nstarted\t3\t%d\tnode9\nstarted\t4\t%d\t\nexited\t4\tfinished\t\nstarted\t5\t%d\tlocalhost\n"+
+		"gossip\t0\t127.0.0.1:5000\ngossip\t2\t127.0.0.1:5002\ngossip\t3\t10.0.0.9:5003\n",
 		id, worker.Process.Pid, other.Process.Pid, dead.Process.Pid, worker.Process.Pid, worker.Process.Pid, wrongIndex.Process.Pid)
 
 	dir := t.TempDir()
@@ -79,6 +81,10 @@ func TestReadAdoption(t *testing.T) {
 	}
 	if !a.Workers[4].Exited || a.Workers[4].State != "finished" {
 		t.Errorf("worker 4: %+v, want its recorded end", a.Workers[4])
+	}
+	// The driver contacts the workers that may run, not the one gone.
+	if want := []string{"127.0.0.1:5000", "10.0.0.9:5003"}; !slices.Equal(a.Contact, want) {
+		t.Errorf("contact %v, want %v", a.Contact, want)
 	}
 
 	for _, tc := range []struct {
@@ -253,5 +259,22 @@ func TestAdoptingTakesTheJobsProbeTimeout(t *testing.T) {
 				t.Fatalf("ProbeTimeout %v, want %v", cfg.ProbeTimeout, tc.want)
 			}
 		})
+	}
+}
+
+// TestWithSeeds: a runner that took the job back makes its own address the
+// job's seed, and changes nothing else of its environment.
+func TestWithSeeds(t *testing.T) {
+	env := envconfig.ElasticWorker{JobID: "j", Secret: []byte("0123456789abcdef"), Seeds: []string{"127.0.0.1:7946"}, MinWorkers: 2}.Environ()
+	got := withSeeds(env, "127.0.0.1:5000")
+	w, err := envconfig.LoadElastic(func(name string) string { return lookupEnv(got, name) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(w.Seeds, []string{"127.0.0.1:5000"}) || w.JobID != "j" || w.MinWorkers != 2 || len(got) != len(env) {
+		t.Errorf("got %v from %v", got, env)
+	}
+	if lookupEnv(env, envconfig.EnvSeeds) != "127.0.0.1:7946" {
+		t.Errorf("the environment it was given changed: %v", env)
 	}
 }

@@ -41,9 +41,11 @@
 // output files, its record (record.tsv) and its environment (job.env): a
 // job outlives its runner, and a new runner takes it back with Config.Adopt
 // (adopt.go, `gorovod run --attach`): its driver binds the dead driver's
-// gossip address, learns the workers' world before proposing, and the
-// running workers are followed by pid (on this host) or through the
-// Launcher (WorkerAdopter: over ssh on other hosts).
+// gossip address when it can, else its own, and contacts the workers at the
+// gossip addresses the record holds; it learns the workers' world before
+// proposing, becomes the job's seed (job.env), and the running workers are
+// followed by pid (on this host) or through the Launcher (WorkerAdopter:
+// over ssh on other hosts).
 //
 // The rules that end a job are in one place, end.go; Outcome.Err is the
 // job's verdict.

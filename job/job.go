@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,6 +94,9 @@ func Run(ctx context.Context, cfg Config) (Outcome, error) {
 // the job ends.
 func Start(ctx context.Context, cfg Config) (*Job, error) {
 	var err error
+	// Where this runner's driver listens when it cannot bind the dead
+	// driver's address (adopting).
+	ownGossip := cfg.Gossip
 	if cfg.Adopt != nil {
 		if cfg, err = cfg.adopting(); err != nil {
 			return nil, err
@@ -126,6 +130,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		j.events.sinks = append(slices.Clone(cfg.Sinks), j.timeline.sink())
 	}
 	go j.events.run()
+	r.onGossip = j.record.gossip // nil-safe: no record without OutputDir
 
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
@@ -136,10 +141,23 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	if cfg.Adopt != nil {
 		// The job has started long ago: its floor is the minimum.
-		dcfg.MinWorkers, dcfg.Adopt = cfg.MinWorkers, true
+		dcfg.MinWorkers, dcfg.Adopt, dcfg.Contact = cfg.MinWorkers, true, cfg.Adopt.Contact
 		j.start.once.Do(func() { close(j.start.formed) })
 	}
 	j.driver, err = cfg.StartDriver(startCtx, dcfg)
+	if err != nil && cfg.Adopt != nil {
+		// The dead driver's address is not to be had (another process has
+		// its port; a new pod has another IP): listen where this runner
+		// would for a job of its own, and contact the workers.
+		seedErr := err
+		dcfg.Membership = ownGossip
+		if j.driver, err = cfg.StartDriver(startCtx, dcfg); err != nil {
+			err = fmt.Errorf("%w (at the workers' seed %s:%d: %w)", err, cfg.Gossip.BindAddr, cfg.Gossip.BindPort, seedErr)
+		} else {
+			j.events.notice(fmt.Sprintf("the workers' seed %s:%d cannot be bound (%v): this driver listens at %s and contacts the workers at %s",
+				cfg.Gossip.BindAddr, cfg.Gossip.BindPort, seedErr, j.driver.GossipAddr(), strings.Join(cfg.Adopt.Contact, ", ")))
+		}
+	}
 	if err != nil {
 		j.events.flush()
 		j.timeline.merge(j.events.notice)
@@ -183,7 +201,15 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	// driver's probe timeout: one that takes over waits as long as the
 	// driver for a blamed worker's answer.
 	if cfg.Adopt != nil {
-		j.env = slices.Clone(cfg.Adopt.Env)
+		// The job's seed is this driver from now on: for the workers it
+		// starts, those started by hand with the job file, and a runner
+		// that takes the job back after this one.
+		j.env = withSeeds(cfg.Adopt.Env, j.driver.GossipAddr())
+		if !slices.Equal(j.env, cfg.Adopt.Env) {
+			if err := writeEnvFile(cfg.OutputDir, j.env); err != nil {
+				return fail(err)
+			}
+		}
 	} else {
 		j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()},
 			MinWorkers: cfg.MinWorkers, FirstWorld: cfg.Workers, ProbeTimeout: cfg.ProbeTimeout}.Environ()
@@ -274,6 +300,31 @@ func (j *Job) ID() string { return j.cfg.JobID }
 
 // DriverAddr is the gossip address workers join the job through.
 func (j *Job) DriverAddr() string { return j.driver.GossipAddr() }
+
+// Superseded is closed when a newer driver of the job came into this
+// job's driver's view (it took the job back while this one was cut off or
+// frozen): this driver has stopped proposing and left the workers to it.
+// Never closed for a driver that cannot tell (Config.StartDriver's).
+func (j *Job) Superseded() <-chan struct{} {
+	if d, ok := j.driver.(interface{ Superseded() <-chan struct{} }); ok {
+		return d.Superseded()
+	}
+	return nil
+}
+
+// WorkerGossipAddrs lists the gossip addresses of the workers in the
+// driver's view, sorted: where a driver that takes the job back contacts
+// them (on Kubernetes, the job's status.adoption keeps them).
+func (j *Job) WorkerGossipAddrs() []string {
+	var addrs []string
+	for _, w := range j.driver.Workers() {
+		if w.Gossip != "" {
+			addrs = append(addrs, w.Gossip)
+		}
+	}
+	slices.Sort(addrs)
+	return slices.Compact(addrs)
+}
 
 // JobFile is the path of the job file (Config.JobFile), or "".
 func (j *Job) JobFile() string { return j.jobFile }

@@ -23,6 +23,7 @@ import (
 //	started  <index> <pid> <host>
 //	exited   <index> <state> <why>
 //	running  <index> <pid>             a remote worker's pid on its host, once it runs
+//	gossip   <index> <host:port>       the worker's gossip address, once the driver sees it (again when it changes)
 //	adopted  <runner pid>              a runner took the job back (Config.Adopt)
 //	ended    <verdict: "ok" or the job's error>
 const recordFile = "record.tsv"
@@ -86,6 +87,10 @@ func (r *jobRecord) running(index, pid int) {
 	r.line("running", strconv.Itoa(index), strconv.Itoa(pid))
 }
 
+func (r *jobRecord) gossip(index int, addr string) {
+	r.line("gossip", strconv.Itoa(index), addr)
+}
+
 func (r *jobRecord) exited(e WorkerExited) {
 	why := ""
 	if e.Err != nil {
@@ -132,6 +137,9 @@ type RecordedWorker struct {
 	Exited bool   // the runner saw it exit
 	State  string // then: how it ended (a WorkerState's name)
 	Why    string // and why, when not finished
+	// Gossip is its gossip address as the driver last saw it ("" when not
+	// recorded): where a runner that takes the job back contacts it.
+	Gossip string
 }
 
 // maxRecord bounds what ReadJobRecord reads: a few lines per worker, and a
@@ -178,6 +186,13 @@ func ReadJobRecord(dir string) (JobRecord, error) {
 				return bad()
 			}
 			rec.Workers[k].PID = pid
+		case fields[0] == "gossip" && len(fields) == 3:
+			i, err := strconv.Atoi(fields[1])
+			k, ok := byIndex[i]
+			if err != nil || !ok {
+				return bad()
+			}
+			rec.Workers[k].Gossip = fields[2]
 		case fields[0] == "exited" && len(fields) == 4:
 			i, err := strconv.Atoi(fields[1])
 			k, ok := byIndex[i]

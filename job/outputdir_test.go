@@ -27,6 +27,8 @@ func TestJobRecord(t *testing.T) {
 	}
 	r.started(WorkerRef{Index: 0, PID: 100})
 	r.started(WorkerRef{Index: 1, PID: 101, Host: "node\t2"})
+	r.gossip(0, "127.0.0.1:4000")
+	r.gossip(0, "127.0.0.1:4001") // it rejoined: the last one counts
 	r.exited(WorkerExited{Worker: WorkerRef{Index: 1}, State: Lost, Err: errors.New("signal: killed\nagain")})
 	r.exited(WorkerExited{Worker: WorkerRef{Index: 0}, State: Finished})
 	r.ended(Outcome{Workers: []WorkerRecord{{State: Finished}, {State: Lost}}, TrainingFinished: true})
@@ -41,7 +43,7 @@ func TestJobRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := JobRecord{JobID: "job-1", RunnerPID: os.Getpid(), Ended: true, Verdict: "ok", Workers: []RecordedWorker{
-		{Index: 0, PID: 100, Exited: true, State: "finished"},
+		{Index: 0, PID: 100, Exited: true, State: "finished", Gossip: "127.0.0.1:4001"},
 		{Index: 1, PID: 101, Host: "node 2", Exited: true, State: "lost", Why: "signal: killed again"},
 	}}
 	if !reflect.DeepEqual(got, want) {
@@ -55,6 +57,7 @@ func TestJobRecord(t *testing.T) {
 		{"no job line", "started\t0\t1\t\n", "no job line"},
 		{"unknown line", "job\tj\t1\nstopped\t0\n", "line 2: malformed"},
 		{"exit of no worker", "job\tj\t1\nexited\t3\tlost\t\n", "line 2: malformed"},
+		{"gossip address of no worker", "job\tj\t1\ngossip\t3\t127.0.0.1:1\n", "line 2: malformed"},
 		{"bad pid", "job\tj\tx\n", "line 1: malformed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

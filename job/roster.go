@@ -45,6 +45,10 @@ type roster struct {
 	hand            handStarted      // the workers that joined by hand
 	place           placement        // where workers go: hosts, slots taken, shares
 	standing        standing         // processes running, ended, training over, draining
+	// onGossip is told each process's gossip address as the driver first
+	// reports it, and again when it changes (a worker that rejoined), under
+	// mu: the record keeps them for a runner that takes the job back.
+	onGossip func(index int, addr string)
 }
 
 func newRoster(localHost string, keepExited int) *roster {
@@ -59,10 +63,11 @@ type proc struct {
 	stopped StopReason // why the runner stopped it (end-of-job rule 3); NoStopReason while it has not
 	stuck   bool       // stopped because the driver removed it as stuck: Stopped even if it exits with 0
 
-	removed     bool // taken out by the autoscaling engine
-	replacement bool // started by the floor
-	forEngine   bool // started by the autoscaling engine (provisioner.Start)
-	presence         // rule 6 (rejoin.go)
+	removed     bool   // taken out by the autoscaling engine
+	replacement bool   // started by the floor
+	forEngine   bool   // started by the autoscaling engine (provisioner.Start)
+	gossip      string // its gossip address, as the driver last reported it
+	presence           // rule 6 (rejoin.go)
 }
 
 // stop marks the process as stopped by the runner for why; the first
@@ -310,7 +315,8 @@ func (r *roster) count(ws []driver.WorkerInfo) int {
 }
 
 // learn maps the driver's workers ws to the processes of the job: by the
-// launch index a worker publishes, or else by its process id on this host.
+// launch index a worker publishes, or else by its process id on this host,
+// and notes their gossip addresses (onGossip).
 func (r *roster) learn(ws []driver.WorkerInfo) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -318,6 +324,12 @@ func (r *roster) learn(ws []driver.WorkerInfo) {
 		if p, _ := r.matchLocked(w); p != nil {
 			p.rec.Name = w.Name
 			r.byName[w.Name] = p
+			if w.Gossip != "" && w.Gossip != p.gossip {
+				p.gossip = w.Gossip
+				if r.onGossip != nil {
+					r.onGossip(p.rec.Index, w.Gossip)
+				}
+			}
 			if w.State == membership.StateLeaving {
 				p.announceLeaving(w.Name)
 			}

@@ -448,3 +448,25 @@ func TestMessageQueueOverflow(t *testing.T) {
 		t.Fatalf("%d queued messages readable after Shutdown, want 2", n)
 	}
 }
+
+// TestContactMergesAClusterOfOne: a member that started a cluster of its
+// own (a driver taking a job back at a new address, whose workers' seed is
+// gone) contacts one member of a running cluster by its gossip address, and
+// every member of that cluster, the others included through gossip, sees it;
+// a Contact through addresses where nothing listens says so.
+func TestContactMergesAClusterOfOne(t *testing.T) {
+	first := join(t, testConfig("w0"), testMeta(0))
+	seed := []string{first.Local().Addr.String()}
+	ms := joinAll(t, []*Member{first}, 3, func(int) []string { return seed })
+	waitConverged(t, ms, time.Now())
+	alone := join(t, testConfig("d"), testMeta(9))
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := alone.Contact(ctx, []string{"127.0.0.1:" + fmt.Sprint(freePort(t))}); err == nil {
+		t.Fatal("Contact through an address where nothing listens succeeded")
+	}
+	if err := alone.Contact(ctx, []string{ms[2].Local().Addr.String()}); err != nil {
+		t.Fatalf("Contact: %v", err)
+	}
+	waitConverged(t, append(ms, alone), time.Now())
+}

@@ -269,14 +269,24 @@ func (m *Member) joinSeeds(ctx context.Context) error {
 // own death) and the cluster is whole again. It returns nil once a seed
 // answered, or the reason none did within ctx.
 func (m *Member) Reconnect(ctx context.Context) error {
-	addrs, onlySelf, err := m.resolveSeeds(ctx)
+	return m.Contact(ctx, m.cfg.Seeds)
+}
+
+// Contact runs one join round through addrs ("host:port" gossip addresses
+// of members, this member's own skipped), as Join does through the seeds: a
+// member that started a cluster of its own (a driver taking a running job
+// back at another address than the workers' seed) merges with the members
+// at addrs, and gossip then tells every member of theirs about it. It
+// returns nil once one of addrs answered, or the reason none did within ctx.
+func (m *Member) Contact(ctx context.Context, addrs []string) error {
+	resolved, onlySelf, err := m.resolveAddrs(ctx, addrs)
 	switch {
 	case onlySelf:
 		return nil
-	case len(addrs) == 0:
-		return fmt.Errorf("membership: no seed to reconnect through: %w", err)
+	case len(resolved) == 0:
+		return fmt.Errorf("membership: no address to contact the cluster through: %w", err)
 	}
-	return m.joinOnce(ctx, addrs)
+	return m.joinOnce(ctx, resolved)
 }
 
 // joinOnce runs one memberlist join round, abandoning the wait when ctx ends
@@ -308,10 +318,15 @@ func (m *Member) joinOnce(ctx context.Context, addrs []netip.AddrPort) error {
 // onlySelf is true when every seed is this member. A seed that does not resolve
 // yet counts as another member, so Join keeps trying it.
 func (m *Member) resolveSeeds(ctx context.Context) (addrs []netip.AddrPort, onlySelf bool, err error) {
+	return m.resolveAddrs(ctx, m.cfg.Seeds)
+}
+
+// resolveAddrs is resolveSeeds for the gossip addresses seeds.
+func (m *Member) resolveAddrs(ctx context.Context, seeds []string) (addrs []netip.AddrPort, onlySelf bool, err error) {
 	self := m.Local().Addr
 	others := 0
 	var errs []error
-	for _, seed := range m.cfg.Seeds {
+	for _, seed := range seeds {
 		ips, err := resolve(ctx, seed)
 		if err != nil {
 			others++

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/testing/testhosts"
 	"github.com/gorovod/gorovod/job"
 )
@@ -166,6 +168,129 @@ func TestRunAttach(t *testing.T) {
 	if want := map[int]string{0: "finished", 1: "finished", 2: "lost", 3: "unknown", 4: "finished"}; fmt.Sprint(states) != fmt.Sprint(want) {
 		t.Errorf("recorded ends %v, want %v", states, want)
 	}
+	if !waitAllGone(pids, time.Minute) {
+		t.Fatalf("adopted workers still running a minute after the job ended")
+	}
+}
+
+// jobSeed is the job's seed in its directory's job.env (GOROVOD_SEEDS):
+// the gossip address of the driver that took it last.
+func jobSeed(t *testing.T, dir string) string {
+	t.Helper()
+	env, err := job.ReadJobFile(filepath.Join(dir, "job.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, envconfig.EnvSeeds+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("job.env in %s has no %s", dir, envconfig.EnvSeeds)
+	return ""
+}
+
+// TestRunAttachElsewhere: `gorovod run` is killed (kill -9), and another
+// process takes its gossip port before `gorovod run --attach DIR` runs:
+// the new driver cannot listen at the workers' seed, so it listens at
+// another port and contacts the workers at the gossip addresses the record
+// holds. It adopts the three workers with no world change, makes itself the
+// job's seed (job.env), so that the replacement it starts for a worker
+// killed afterwards (kill -9) joins it, and ends the job with status 0,
+// every step committed with the same parameters on every worker.
+func TestRunAttachElsewhere(t *testing.T) {
+	const steps = 4000
+	dir := t.TempDir()
+	h := startRunJob(t, "--np", "3", "--output-dir", dir, "--",
+		synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
+	h.waitFor(t, "step 30 on every worker", 2*time.Minute, func(lines []trainerLine) bool {
+		seen := map[int]bool{}
+		for _, l := range lines {
+			if l.Step >= 30 {
+				seen[l.Worker] = true
+			}
+		}
+		return len(seen) == 3
+	})
+	pids := []int{h.pid(t, 0), h.pid(t, 1), h.pid(t, 2)}
+	oldSeed := jobSeed(t, dir)
+	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-h.exited
+	h.mu.Lock()
+	killedAt := maxStep(h.lines)
+	before := h.lines[len(h.lines)-1].WorldEpoch
+	h.mu.Unlock()
+	// Another process takes the dead driver's port.
+	taken, err := net.Listen("tcp", oldSeed)
+	if err != nil {
+		t.Fatalf("taking the dead driver's port %s: %v", oldSeed, err)
+	}
+	defer taken.Close()
+	waitOutput(t, dir, 3, "20 steps after the launcher died", func(ws map[int][]trainerLine) bool {
+		return maxStep(ws[0]) >= killedAt+20
+	})
+
+	a := startRunJob(t, "--attach", dir)
+	a.waitFor(t, "the adopted workers' lines through the new runner", 2*time.Minute, func(lines []trainerLine) bool {
+		seen := map[int]bool{}
+		for _, l := range lines {
+			seen[l.Worker] = true
+		}
+		return len(seen) == 3
+	})
+	for i, pid := range pids {
+		if got := a.pid(t, i); got != pid {
+			t.Fatalf("the new runner adopted pid %d as worker %d, want %d", got, i, pid)
+		}
+	}
+	if !strings.Contains(a.logText(), "cannot be bound") {
+		t.Fatalf("the new runner did not say that it could not bind the workers' seed %s:\n%s", oldSeed, a.logText())
+	}
+	a.mu.Lock()
+	firstSeen := maxStep(a.lines)
+	a.mu.Unlock()
+	a.waitFor(t, "200 steps under the new runner", 2*time.Minute, func(lines []trainerLine) bool { return maxStep(lines) >= firstSeen+200 })
+	a.mu.Lock()
+	attachedAt, after := maxStep(a.lines), a.lines[len(a.lines)-1].WorldEpoch
+	a.mu.Unlock()
+	if attachedAt >= steps-200 {
+		t.Fatalf("the job was nearly over (step %d) when the new runner took it: make it longer", attachedAt)
+	}
+	t.Logf("world epoch %d when the launcher died, %d at step %d under the new runner", before, after, attachedAt)
+	if after != before {
+		t.Errorf("the world changed from epoch %d to %d while the job was taken back, with the same workers", before, after)
+	}
+	if seed := jobSeed(t, dir); seed == oldSeed {
+		t.Errorf("job.env still names the dead driver's address %s as the job's seed", seed)
+	}
+	// The replacement joins through the new seed.
+	if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.waitFor(t, "a replacement training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
+		for _, l := range lines {
+			if l.Worker == 3 && l.Size == 3 {
+				return true
+			}
+		}
+		return false
+	})
+	select {
+	case err = <-a.exited:
+	case <-time.After(3 * time.Minute):
+		a.timedOut(t, "the attached runner to end")
+	}
+	log := a.logText()
+	t.Logf("the new runner's log:\n%s", log)
+	if err != nil {
+		t.Fatalf("gorovod run --attach: %v", err)
+	}
+	ws := waitOutput(t, dir, 4, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
+		return maxStep(ws[0]) >= steps && maxStep(ws[1]) >= steps && maxStep(ws[3]) >= steps
+	})
+	checkEveryStepAgreed(t, ws, steps)
 	if !waitAllGone(pids, time.Minute) {
 		t.Fatalf("adopted workers still running a minute after the job ended")
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -45,11 +46,38 @@ func driverPID(t *testing.T, job string) int {
 	return 0
 }
 
-// TestDriverReplacedUnderScheduler kills a GorovodJob's driver twice while
-// its workers train, on two real kubelets under the scheduler service: first
-// its process (kill -9, as the OOM killer or a crash would), then the pod of
-// its replacement (deleted, as kubectl delete pod does: SIGTERM, and the
-// driver leaves the workers). Each time the scheduler starts a replacement
+// takePort listens at addr, the gossip address of a driver that was just
+// killed, as soon as its process has let it go (another process taking the
+// port while its replacement starts), until the test ends.
+func takePort(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(10 * time.Millisecond) // no event says when a dead process's port is free
+	defer tick.Stop()
+	for {
+		l, err := net.Listen("tcp", addr)
+		if err == nil {
+			t.Cleanup(func() { l.Close() })
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead driver's port %s: %v", addr, err)
+		}
+		<-tick.C
+	}
+}
+
+// TestDriverReplacedUnderScheduler kills a GorovodJob's driver three times
+// while its workers train, on two real kubelets under the scheduler service:
+// first its process (kill -9, as the OOM killer or a crash would); then its
+// replacement's process, with its gossip port taken by another process at
+// once and the next replacement placed on the other node, so that it
+// cannot listen at the workers' seed (as a driver pod with another IP on a
+// pod network cannot) and contacts the workers at the addresses
+// status.adoption records; then the pod of that one (deleted, as kubectl
+// delete pod does: SIGTERM, and the driver leaves the workers), whose
+// replacement finds the job's seed at the address of the driver before it
+// (status.adoption.seeds). Each time the scheduler starts a replacement
 // driver pod (status.driver, status.driverRestarts), which takes the running
 // job back from status.adoption instead of starting it again: the worker
 // pods of before the kill are the same pods (same UIDs) after it, their
@@ -60,13 +88,15 @@ func driverPID(t *testing.T, job string) int {
 func TestDriverReplacedUnderScheduler(t *testing.T) {
 	e := newE2ECluster(t, 10*time.Minute)
 	ctx := e.ctx
-	// The driver pods use the host's network: a replacement binds the
-	// first driver's address (the workers' seed) on the same node.
+	// The driver pods use the host's network, which the test's kubelets
+	// share (their host-network pods have no IP of their own: the drivers
+	// listen on loopback): a replacement binds the workers' seed unless
+	// another process took its port.
 	e.driverNode = e.nodes[0]
 	// A probe timeout of its own, which the workers were given and each
 	// replacement driver must use as well (status.adoption.probeTimeout).
 	const probeTimeout = 3 * time.Second
-	j := &e2eJob{name: "replaced", steps: 4000, samples: 1200, spec: "  probeTimeout: 3s"}
+	j := &e2eJob{name: "replaced", steps: 6000, samples: 1200, spec: "  probeTimeout: 3s"}
 	all := []*e2eJob{j}
 	defer e.logFailure(t, all)
 	sched := e.startScheduler("sched-1")
@@ -106,8 +136,9 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 	e.trained(j, j.h.step()+50)
 
 	// takeOver kills the job's driver (kill), then checks that the
-	// replacement n takes the job back.
-	takeOver := func(n int32, how string, kill func(driver string)) {
+	// replacement n takes the job back, and what the replacement logged
+	// (check).
+	takeOver := func(n int32, how string, kill func(driver string), check func(own []byte)) {
 		t.Helper()
 		before := current()
 		pods := workerUIDs()
@@ -155,7 +186,10 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 		j.h.mu.Unlock()
 		t.Logf("%s at step %d: replacement %s recorded %v later; %d of the %d worker pods of before kept; now at step %d",
 			how, at, want, replaced.Round(time.Millisecond), kept, len(pods), j.h.step())
-		logs := e.driverLogs(j.name)[e.driverNode.Name]
+		var logs []byte
+		for _, b := range e.driverLogs(j.name) {
+			logs = append(logs, b...)
+		}
 		if !regexp.MustCompile(`taking running job \S+ back`).Match(logs) {
 			t.Errorf("no replacement driver said it took the job back; the drivers' log ends:\n%s", logs[max(0, len(logs)-4<<10):])
 		}
@@ -176,8 +210,9 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 		} else if got := string(m[1]); got != probeTimeout.String() {
 			t.Errorf("%s proposes with probe timeout %s, want the job's %v", want, got, probeTimeout)
 		}
+		check(own)
 	}
-	takeOver(1, "kill -9 of the driver", func(driver string) {
+	killDriver := func(string) {
 		pid := driverPID(t, j.name)
 		if pid == 0 {
 			t.Fatal("no driver process of the job on this host")
@@ -185,12 +220,42 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
+	}
+	atSeed := func(own []byte) {
+		if bytes.Contains(own, []byte("cannot be bound")) {
+			t.Errorf("the replacement did not listen at the workers' seed; its log ends:\n%s", own[max(0, len(own)-4<<10):])
+		}
+	}
+	seed := func() string {
+		a := current().Status.Adoption
+		if a == nil || len(a.Seeds) == 0 || len(a.Workers) == 0 {
+			t.Fatalf("status.adoption %+v names no seed or no worker addresses", a)
+		}
+		return a.Seeds[0]
+	}
+	takeOver(1, "kill -9 of the driver", killDriver, atSeed)
+	first := seed()
+	takeOver(2, "kill -9 of the driver, its port taken, the replacement on the other node", func(driver string) {
+		e.placeDrivers(e.nodes[1])
+		killDriver(driver)
+		takePort(t, first)
+	}, func(own []byte) {
+		if !bytes.Contains(own, []byte("cannot be bound")) {
+			t.Errorf("the replacement did not say that it listens elsewhere and contacts the workers; its log ends:\n%s", own[max(0, len(own)-4<<10):])
+		}
 	})
-	takeOver(2, "deletion of the driver's pod", func(driver string) {
+	moved := seed()
+	if moved == first {
+		t.Errorf("status.adoption still names the dead driver's address %s as the job's seed", first)
+	}
+	takeOver(3, "deletion of the driver's pod", func(driver string) {
 		if err := e.admin.CoreV1().Pods(e.ns).Delete(ctx, driver, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-	})
+	}, atSeed)
+	if got := seed(); got != moved {
+		t.Errorf("the last replacement's seed is %s, want the address %s of the driver it replaced", got, moved)
+	}
 
 	poll(t, "the job ended", 5*time.Minute, func() bool {
 		gj := e.hist.job(j.name)
@@ -200,7 +265,7 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 	e.stopFollowing()
 	e.checkJobs(t, all)
 	gj := current()
-	if gj.Status.DriverRestarts != 2 || gj.Status.Adoption == nil || !gj.Status.Adoption.Ended {
-		t.Errorf("at the end: driverRestarts %d, adoption %+v; want 2 and an ended record", gj.Status.DriverRestarts, gj.Status.Adoption)
+	if gj.Status.DriverRestarts != 3 || gj.Status.Adoption == nil || !gj.Status.Adoption.Ended {
+		t.Errorf("at the end: driverRestarts %d, adoption %+v; want 3 and an ended record", gj.Status.DriverRestarts, gj.Status.Adoption)
 	}
 }

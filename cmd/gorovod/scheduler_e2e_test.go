@@ -178,8 +178,10 @@ type e2eCluster struct {
 	ns    string
 	hist  *allocationHistory
 	// driverNode, if set, is where the drivers' pods go (else they
-	// alternate between the nodes).
-	driverNode *testkube.Node
+	// alternate between the nodes). Set it before the scheduler starts, or
+	// with placeDrivers while it runs.
+	driverNode   *testkube.Node
+	driverNodeMu sync.Mutex
 	// drivers places the driver pods; schedKubeconfig is the scheduler's
 	// kubeconfig (its service account's token).
 	drivers         e2eDriverPlacement
@@ -243,6 +245,14 @@ type e2eScheduler struct {
 	rounds atomic.Int64
 	cancel context.CancelFunc
 	done   chan error
+}
+
+// placeDrivers puts the driver pods the scheduler makes from now on on
+// node n.
+func (e *e2eCluster) placeDrivers(n *testkube.Node) {
+	e.driverNodeMu.Lock()
+	defer e.driverNodeMu.Unlock()
+	e.driverNode = n
 }
 
 // driverLogs are the job's driver's log lines (from the nodes' CRI logs).
@@ -424,6 +434,8 @@ spec:
 		e.drivers.Nodes = append(e.drivers.Nodes, n.Name)
 	}
 	customize := e.drivers.customizer(func() string {
+		e.driverNodeMu.Lock()
+		defer e.driverNodeMu.Unlock()
 		if e.driverNode != nil {
 			return e.driverNode.Name
 		}

@@ -9,7 +9,10 @@
 //   - Driver (Start): the job's driver, the process `gorovod run` runs: a
 //     gossip member with role driver around an epoch.Proposer. Launchers and
 //     autoscaling engines use Current, Await, Workers, Remove (evict),
-//     Finished, Unfinished, and Config.OnEpoch / OnStats.
+//     Finished, Unfinished, and Config.OnEpoch / OnStats. One that takes a
+//     running job back (Config.Adopt) contacts the workers at their gossip
+//     addresses (Config.Contact); of two drivers that see each other, the
+//     older stops and leaves (Superseded).
 //   - Agent (StartAgent): a worker's side, around an epoch.Follower: it
 //     delivers the epochs announced to the worker (OnAdopt), answers
 //     liveness probes, sends failure reports and the end of training to the

@@ -68,13 +68,25 @@ type Config struct {
 	// every member of that epoch has answered, or AdoptWait has passed
 	// (epoch.Adopt). The workers come back by themselves when it binds the
 	// dead driver's gossip address (their seed, which they contact again
-	// every second while no driver is in view); Membership.Seeds may name
-	// workers to join through as well.
+	// every second while no driver is in view); at another address, the
+	// driver contacts them itself (Contact).
 	Adopt bool
+	// Contact are the gossip addresses of a running job's workers, for a
+	// driver that takes the job back (Adopt): it contacts them
+	// (membership.Member.Contact) every ContactEvery until a worker is in
+	// its view or it is closed, so the workers, whose seed may be gone with
+	// the dead driver's address, learn of it wherever it runs. One worker
+	// that answers is enough: gossip tells the others.
+	Contact []string
 	// AdoptWait bounds how long an adopting driver waits for the workers'
 	// epochs (default 10 s).
 	AdoptWait time.Duration
 }
+
+// ContactEvery is how often an adopting driver contacts the workers'
+// addresses (Config.Contact) while none is in its view: as often as the
+// workers go back to their seeds.
+const ContactEvery = time.Second
 
 // DefaultAdoptWait is Config.AdoptWait's default: the workers come back
 // within a second or two (they contact their seed every second).
@@ -101,6 +113,11 @@ type Driver struct {
 
 	finished     chan struct{}
 	finishedOnce stdsync.Once
+	// superseded is closed when a newer driver of the job came into view
+	// (watchDrivers): this one stopped proposing and left.
+	superseded     chan struct{}
+	supersededOnce stdsync.Once
+	background     stdsync.WaitGroup // contactWorkers, and the leave of a superseded driver
 }
 
 // Start joins the gossip cluster as its first member (the workers use
@@ -127,10 +144,11 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		}
 		prop = epoch.Adopt(pc, time.Now(), cfg.AdoptWait)
 	}
-	d := &Driver{cfg: cfg, log: log, m: m, finished: make(chan struct{}), prop: prop}
+	d := &Driver{cfg: cfg, log: log, m: m, finished: make(chan struct{}), superseded: make(chan struct{}), prop: prop}
 	d.loop = newLoop(m, d.prop, log)
 	d.loop.notify = d.notify
 	d.loop.settled = d.publish
+	d.loop.onEvent = d.watchDrivers
 	if cfg.OnStats != nil {
 		d.loop.onStats = cfg.OnStats
 	}
@@ -138,8 +156,61 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		d.loop.onStall = cfg.OnStall
 	}
 	d.loop.start()
+	if cfg.Adopt && len(cfg.Contact) > 0 {
+		d.background.Go(func() { d.contactWorkers(d.loop.ctx, cfg.Contact) })
+	}
 	return d, nil
 }
+
+// contactWorkers contacts the workers at addrs every ContactEvery until one
+// is in the driver's view, or ctx ends.
+func (d *Driver) contactWorkers(ctx context.Context, addrs []string) {
+	tick := time.NewTicker(ContactEvery)
+	defer tick.Stop()
+	for {
+		if slices.ContainsFunc(d.m.Members(), func(n membership.Node) bool { return n.Meta.Role == membership.RoleWorker }) {
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, ContactEvery)
+		if err := d.m.Contact(cctx, addrs); err != nil {
+			d.log.Debug("the job's workers do not answer at their gossip addresses yet", "addrs", addrs, "err", err)
+		} else {
+			d.log.Info("contacted the job's workers at their gossip addresses", "addrs", addrs)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// watchDrivers is the loop's hook for membership events: a driver of the
+// job newer than this one (epoch.Supersedes: one that took the job back
+// while this one was cut off, frozen or thought dead) makes this one stop
+// proposing at once and leave, so the job never has two proposers: the
+// workers follow the newest driver in their view too (epoch.Elect).
+func (d *Driver) watchDrivers(ev membership.Event) {
+	n := ev.Node
+	if (ev.Kind != membership.EventJoined && ev.Kind != membership.EventUpdated) ||
+		n.Meta.Role != membership.RoleDriver || n.Name == d.m.Name() ||
+		!epoch.Supersedes(peerOf(n), peerOf(d.m.Local())) {
+		return
+	}
+	d.supersededOnce.Do(func() {
+		d.log.Warn("a newer driver of the job is in view: this one stops proposing and leaves the job to it",
+			"driver", n.Name, "addr", n.Addr.String())
+		d.loop.cancel() // on the loop's goroutine: it proposes nothing more (loop.event)
+		close(d.superseded)
+		d.background.Go(func() { _ = d.m.Leave(context.Background()) }) // bounded by Membership.LeaveTimeout
+	})
+}
+
+// Superseded is closed once a newer driver of the job came into this one's
+// view: this one has stopped proposing and left the gossip cluster, and
+// its runner should leave the workers to the newer one.
+func (d *Driver) Superseded() <-chan struct{} { return d.superseded }
 
 func (d *Driver) notify(o epoch.Output) {
 	switch o := o.(type) {
@@ -253,11 +324,18 @@ type WorkerInfo struct {
 	// "" for a worker started by hand), how a launcher that starts processes
 	// on other hosts, where PIDs repeat, tells its own apart.
 	Launch string
+	// Gossip is the worker's gossip address ("host:port"), where a driver
+	// that takes the job back contacts it (Config.Contact).
+	Gossip string
 }
 
 func workerInfo(n membership.Node) WorkerInfo {
 	pid, _ := strconv.Atoi(n.Meta.Extra[MetaPID])
-	return WorkerInfo{Name: n.Name, Host: n.Meta.Host, PID: pid, State: n.Meta.State, Launch: n.Meta.Extra[MetaLaunch]}
+	var gossip string
+	if n.Addr.IsValid() {
+		gossip = n.Addr.String()
+	}
+	return WorkerInfo{Name: n.Name, Host: n.Meta.Host, PID: pid, State: n.Meta.State, Launch: n.Meta.Extra[MetaLaunch], Gossip: gossip}
 }
 
 // Workers lists the workers alive in the driver's view, sorted by name.
@@ -278,6 +356,7 @@ const MetaLaunch = "launch"
 // Close stops proposing and leaves the cluster.
 func (d *Driver) Close() error {
 	d.loop.stop()
+	d.background.Wait()
 	_ = d.m.Leave(context.Background()) // bounded by Membership.LeaveTimeout
 	return d.m.Shutdown()
 }

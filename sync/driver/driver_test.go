@@ -558,6 +558,9 @@ func TestElectProposer(t *testing.T) {
 	}{
 		{"the driver while one is alive", []membership.Node{
 			node("w1", membership.RoleWorker, membership.StateReady, 1), node("d", membership.RoleDriver, membership.StateReady, 5)}, "d"},
+		{"the newest of two drivers: one that took the job back supersedes the one it replaced", []membership.Node{
+			node("old", membership.RoleDriver, membership.StateReady, 1), node("w", membership.RoleWorker, membership.StateReady, 0),
+			node("new", membership.RoleDriver, membership.StateReady, 9)}, "new"},
 		{"else the oldest ready worker", []membership.Node{
 			node("w2", membership.RoleWorker, membership.StateReady, 3), node("w0", membership.RoleWorker, membership.StateJoining, 1),
 			node("w1", membership.RoleWorker, membership.StateReady, 2), node("w3", membership.RoleWorker, membership.StateLeaving, 0)}, "w1"},

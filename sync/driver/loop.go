@@ -226,6 +226,9 @@ func (l *loop) event(ev membership.Event) {
 	}
 	l.viewChanged = true
 	l.onEvent(ev)
+	if l.ctx.Err() != nil {
+		return // stopped by the hook (a driver superseded): it proposes nothing more
+	}
 	l.carry(l.mach.Step(time.Now(), in), nil)
 }
 
@@ -402,8 +405,8 @@ func peerOf(n membership.Node) epoch.Peer {
 		Addr: n.Meta.CollectiveAddr, StartedAt: n.Meta.StartedAt}
 }
 
-// ElectProposer names the member that proposes epochs: the driver while one is
-// alive, else the oldest ready worker (see epoch.Elect). Every member
+// ElectProposer names the member that proposes epochs: the newest driver while
+// one is alive, else the oldest ready worker (see epoch.Elect). Every member
 // computes the same answer from the same membership view.
 func ElectProposer(nodes []membership.Node) string {
 	peers := make([]epoch.Peer, len(nodes))

@@ -270,9 +270,11 @@ func (f *Follower) flush() []Output {
 }
 
 // checkAnnouncement refuses an epoch numbered n from member from unless from
-// may be proposing: a driver in view, the member this worker elects, or a
-// worker in view that is a member of the newest world known here (a worker
-// that took over while this one's view still elects another). A worker that
+// may be proposing: the member this worker elects (the newest driver in
+// view: an older driver back in view, which steps down as soon as it sees
+// the newer one, is not followed meanwhile), or a worker in view that is a
+// member of the newest world known here (a worker that took over while this
+// one's view still elects another). A worker that
 // knows no world yet takes its first only from a driver or the member it
 // elects. The number must be at most MaxNumber and, once this worker knows
 // a world, at most MaxLead above it; a worker that knows none takes any
@@ -286,9 +288,9 @@ func (f *Follower) checkAnnouncement(from string, n uint64) error {
 	if err := checkNumber(n, known); err != nil {
 		return err
 	}
-	peer, inView := f.view[from]
+	_, inView := f.view[from]
 	switch {
-	case inView && peer.Driver, from == f.Lead():
+	case from == f.Lead():
 		return nil
 	case inView && f.latest.Rank(from) >= 0:
 		return nil

@@ -14,6 +14,12 @@ func driverSeen(name string) epoch.Input {
 	return epoch.PeerSeen{Peer: epoch.Peer{Name: name, Driver: true, State: epoch.Ready}}
 }
 
+// driverStarted is a driver in view that started at started (its
+// StartedAt): of two, the newer is followed.
+func driverStarted(name string, started int64) epoch.Input {
+	return epoch.PeerSeen{Peer: epoch.Peer{Name: name, Driver: true, State: epoch.Ready, StartedAt: started}}
+}
+
 func epochMsg(w epoch.World) epoch.Message { return epoch.Message{Kind: epoch.MsgEpoch, World: w} }
 
 func adopted(w epoch.World) epoch.Output { return epoch.Adopted{World: w} }
@@ -78,6 +84,15 @@ func TestFollower(t *testing.T) {
 			{2 * ms, from("x", epochMsg(world(2, "a", "b"))), outs(adopted(world(2, "a", "b")), ack("x", world(2, "a", "b")))},
 			// a, a member of b's world, may have taken over.
 			{3 * ms, from("a", epochMsg(world(3, "a", "b"))), outs(adopted(world(3, "a", "b")), ack("a", world(3, "a", "b")))},
+		}},
+		{name: "with two drivers in view, only the newest announces epochs and gets the reports", self: "a", script: []step{
+			{0, driverStarted("old", 1), nil},
+			{0, from("old", epochMsg(world(2, "a"))), outs(adopted(world(2, "a")), ack("old", world(2, "a")))},
+			// A driver that took the job back while the old one was cut off.
+			{1 * ms, driverStarted("new", 5), nil},
+			{2 * ms, from("old", epochMsg(world(3, "a", "b"))), outs(refused("old", epochMsg(world(3, "a", "b")), epoch.ErrNotProposer))},
+			{3 * ms, from("new", epochMsg(world(3, "a"))), outs(adopted(world(3, "a")), ack("new", world(3, "a")))},
+			{4 * ms, epoch.ReportDone{Number: 3}, outs(send("new", done(3)))},
 		}},
 		{name: "reports go to the driver while one is in view", self: "b", script: []step{
 			{0, driverSeen("x"), nil},

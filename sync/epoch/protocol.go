@@ -48,9 +48,10 @@ type Peer struct {
 }
 
 // Elect names the member that proposes epochs in a view of the cluster: the
-// driver while one is alive, else the oldest ready worker (by StartedAt, then
-// Name); "" when there is none. Every member computes the same answer from
-// the same view.
+// newest driver while one is alive (by StartedAt, then Name: a driver that
+// took the job back supersedes the one it replaced, should that one come
+// back), else the oldest ready worker (by StartedAt, then Name); "" when
+// there is none. Every member computes the same answer from the same view.
 func Elect(view []Peer) string {
 	lead, found := Peer{}, false
 	for _, p := range view {
@@ -61,12 +62,24 @@ func Elect(view []Peer) string {
 	return lead.Name
 }
 
-// before orders election candidates: a driver first, then the oldest.
+// before orders election candidates: a driver first, the newest driver
+// among drivers, else the oldest worker.
 func before(a, b Peer) bool {
 	if a.Driver != b.Driver {
 		return a.Driver
 	}
+	if a.Driver {
+		return cmp.Or(cmp.Compare(b.StartedAt, a.StartedAt), strings.Compare(a.Name, b.Name)) < 0
+	}
 	return cmp.Or(cmp.Compare(a.StartedAt, b.StartedAt), strings.Compare(a.Name, b.Name)) < 0
+}
+
+// Supersedes says whether driver a takes precedence over driver b, another
+// driver of the same job: a is the newer (Elect's order). Two drivers that
+// see each other agree on which one stops: the order is total, whatever
+// their clocks say.
+func Supersedes(a, b Peer) bool {
+	return a.Driver && b.Driver && a.Name != b.Name && before(a, b)
 }
 
 // MessageKind is the type of a protocol message between members.

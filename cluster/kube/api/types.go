@@ -218,9 +218,14 @@ type Status struct {
 type Adoption struct {
 	// JobID is the elastic job's id (the workers' GOROVOD_JOB_ID).
 	JobID string `json:"jobID"`
-	// Seeds are the workers' gossip seeds: the first driver's gossip
-	// address, which a replacement binds.
+	// Seeds are the workers' gossip seeds: the gossip address of the
+	// driver that took the job last, which a replacement binds when it can
+	// (the same IP) and gives the workers it starts.
 	Seeds []string `json:"seeds"`
+	// Workers are the gossip addresses of the job's workers as its driver
+	// last saw them: a replacement that cannot bind the seed (a pod with
+	// another IP) contacts them itself.
+	Workers []string `json:"workers,omitempty"`
 	// SecretName is the job's Secret (key GOROVOD_SECRET).
 	SecretName string `json:"secretName"`
 	// MinWorkers is the job's floor, as its workers were given it.

@@ -189,8 +189,8 @@ func TestSchemaAgainstAPIServer(t *testing.T) {
 	}
 	// The driver's and the scheduler's new status fields.
 	body, err := json.Marshal(map[string]any{"status": map[string]any{"driverRestarts": 2,
-		"adoption": api.Adoption{JobID: "job-1", Seeds: []string{"198.18.0.5:7946"}, SecretName: "tolerant-secret-0123456789", MinWorkers: 1,
-			ProbeTimeout: &metav1.Duration{Duration: 3 * time.Second}, Ended: true}}})
+		"adoption": api.Adoption{JobID: "job-1", Seeds: []string{"198.18.0.5:7946"}, Workers: []string{"198.18.0.6:40001", "198.18.0.7:40002"},
+			SecretName: "tolerant-secret-0123456789", MinWorkers: 1, ProbeTimeout: &metav1.Duration{Duration: 3 * time.Second}, Ended: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +202,7 @@ func TestSchemaAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	if a := got.Status.Adoption; got.Status.DriverRestarts != 2 || a == nil || a.JobID != "job-1" || !slices.Equal(a.Seeds, []string{"198.18.0.5:7946"}) ||
+		!slices.Equal(a.Workers, []string{"198.18.0.6:40001", "198.18.0.7:40002"}) ||
 		a.SecretName != "tolerant-secret-0123456789" || a.MinWorkers != 1 || a.ProbeTimeout == nil || a.ProbeTimeout.Duration != 3*time.Second || !a.Ended {
 		t.Fatalf("status as stored: %+v (adoption %+v)", got.Status, a)
 	}

@@ -657,12 +657,20 @@ func (d *gorovodJobDriver) started(ctx context.Context, j *job.Job, minWorkers i
 	}()
 }
 
-// writeStatus patches status.worldSize, status.step and status.goodput (a
-// JSON merge patch of the status subresource with only those fields: the
+// writeStatus patches status.worldSize, status.step, status.goodput and,
+// once the adoption record is written, status.adoption.workers (a JSON
+// merge patch of the status subresource with only those fields: the
 // scheduler's are left alone) when they changed.
 func (d *gorovodJobDriver) writeStatus(ctx context.Context, j *job.Job) {
 	st := j.Status()
 	fields := map[string]any{"worldSize": st.Workers, "step": st.Step}
+	d.mu.Lock()
+	recorded := d.recorded
+	d.mu.Unlock()
+	if ws := j.WorkerGossipAddrs(); recorded && len(ws) > 0 {
+		// Where a replacement at another address finds the workers.
+		fields["adoption"] = map[string]any{"workers": ws}
+	}
 	if f := d.steer.Model(); f.OK {
 		fields["goodput"] = api.GoodputStatus{Model: f.Model, MaxProfiledWorkers: int32(f.MaxProfiled),
 			WorkersPerNode: int32(max(d.perNode, 1)), FittedAt: metav1.NewTime(f.At)}

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,18 +26,25 @@ import (
 //   - the first driver writes status.adoption once its first workers run:
 //     the job id, the workers' gossip seed (its own address), the name of
 //     the job's Secret, the floor and the probe timeout the workers were
-//     given, and marks it ended when the job is
-//     over. The worker pods, their Secret and Service belong to the
-//     GorovodJob, not to the driver's pod, so they outlive it.
+//     given; then, with the job's status, the workers' gossip addresses as
+//     they change; and marks it ended when the job is over. A replacement
+//     writes it again with its own address as the seed. The worker pods,
+//     their Secret and Service belong to the GorovodJob, not to the
+//     driver's pod, so they outlive it.
 //   - SIGTERM (its pod deleted) makes the driver leave: it returns without
 //     stopping the workers (ErrDetached, exit status 143).
 //   - the scheduler starts a driver pod in place of one that ended so while
 //     status.adoption is not ended, with the job secret from the Secret in
 //     its environment (service.replaceDriver).
 //   - the replacement finds status.adoption, checks the secret against the
-//     Secret's name (a hash of its contents), binds the seed and adopts the
-//     worker pods the pod watch finds running (kube.Launcher.Adopt); the
-//     workers, which train on without a driver, come back to it.
+//     Secret's name (a hash of its contents), binds the seed if it can (a
+//     pod with the same IP) or else its own pod IP, contacts the workers at
+//     their recorded gossip addresses, and adopts the worker pods the pod
+//     watch finds running (kube.Launcher.Adopt); the workers, which train on
+//     without a driver, come back to it.
+//   - should the driver it replaced come back (its node was only cut off),
+//     the older of the two stops proposing as soon as it sees the newer one
+//     (driver.Driver.Superseded) and leaves the workers to it.
 
 // ErrDetached is returned by a GorovodJob's driver that left its running
 // job to a replacement driver pod (SIGTERM); Run exits 143 for it, which
@@ -77,24 +84,15 @@ func (d *gorovodJobDriver) takeBack(a *api.Adoption) (*job.Adoption, error) {
 		probeTimeout = a.ProbeTimeout.Duration
 	}
 	env := envconfig.ElasticWorker{JobID: a.JobID, Secret: secret, Seeds: a.Seeds, MinWorkers: int(a.MinWorkers), ProbeTimeout: probeTimeout}.Environ()
-	return &job.Adoption{Dir: dir, Record: job.JobRecord{JobID: a.JobID}, Env: env}, nil
+	return &job.Adoption{Dir: dir, Record: job.JobRecord{JobID: a.JobID}, Env: env, Contact: slices.Clone(a.Workers)}, nil
 }
 
 // adoptPods fills the adoption's workers from the job's pods as the
 // launcher's watch found them: each running pod with its launch index and
-// host. The driver must bind the workers' seed, so this pod needs the first
-// driver's address.
-func (d *gorovodJobDriver) adoptPods(l *kube.Launcher, a *job.Adoption, podIP string) error {
+// host.
+func (d *gorovodJobDriver) adoptPods(l *kube.Launcher, a *job.Adoption) error {
 	if err := l.AdoptSecret(kube.SecretEnv(d.secret)); err != nil {
 		return err
-	}
-	seed := d.adopting.Seeds[0]
-	host, _, err := net.SplitHostPort(seed)
-	if err != nil {
-		return fmt.Errorf("gorovodjob %s: status.adoption seed %q: %w", d.name, seed, err)
-	}
-	if podIP != "" && host != podIP {
-		return fmt.Errorf("gorovodjob %s: the workers' seed is %s, and this driver pod's address %s: only a driver at the first driver's address can take the job back (a host-network driver pod on the same node)", d.name, seed, podIP)
 	}
 	for _, w := range l.Provisioner().Workers() {
 		rw := job.RecordedWorker{Index: w.Index, Host: w.Host}
@@ -118,14 +116,21 @@ func (d *gorovodJobDriver) adoptPods(l *kube.Launcher, a *job.Adoption, podIP st
 }
 
 // writeAdoption records what a replacement driver needs (status.adoption),
-// once the job's first workers run.
+// once the job's first workers run: this driver's address is the job's
+// seed. A driver that took the job back keeps the record it found (the
+// floor and probe timeout the workers were given, their addresses) with
+// its own address as the seed: for the workers it starts, and for the
+// driver that replaces it.
 func (d *gorovodJobDriver) writeAdoption(ctx context.Context, jobID string, seeds []string, minWorkers int, probeTimeout time.Duration) {
-	if d.adopting != nil || d.kl == nil {
+	if d.kl == nil {
 		return
 	}
 	a := api.Adoption{JobID: jobID, Seeds: seeds, SecretName: d.kl.Provisioner().SecretName(), MinWorkers: int32(minWorkers)}
 	if probeTimeout > 0 {
 		a.ProbeTimeout = &metav1.Duration{Duration: probeTimeout}
+	}
+	if t := d.adopting; t != nil {
+		a.SecretName, a.MinWorkers, a.ProbeTimeout, a.Workers = t.SecretName, t.MinWorkers, t.ProbeTimeout, t.Workers
 	}
 	if d.patchAdoption(ctx, a) {
 		d.mu.Lock()

@@ -19,11 +19,11 @@ import (
 // TestTakeBack: a replacement driver takes the job back only with the
 // secret of the Secret its record names, and gives the adopted job the
 // workers' environment (id, secret, seed, minimum, and the probe timeout
-// where the record has one).
+// where the record has one) and the workers' gossip addresses to contact.
 func TestTakeBack(t *testing.T) {
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	record := func() *api.Adoption {
-		return &api.Adoption{JobID: "job-9", Seeds: []string{"198.18.0.3:7946"}, MinWorkers: 2,
+		return &api.Adoption{JobID: "job-9", Seeds: []string{"198.18.0.3:7946"}, Workers: []string{"198.18.0.4:40001", "198.18.0.5:40002"}, MinWorkers: 2,
 			ProbeTimeout: &metav1.Duration{Duration: 3 * time.Second}, SecretName: kube.SecretNameFor("mnist", kube.SecretEnv(secret))}
 	}
 	for _, tc := range []struct {
@@ -70,7 +70,8 @@ func TestTakeBack(t *testing.T) {
 			if err != nil || w.JobID != "job-9" || string(w.Secret) != string(secret) || !slices.Equal(w.Seeds, []string{"198.18.0.3:7946"}) || w.MinWorkers != 2 || w.ProbeTimeout != tc.wantProbe {
 				t.Fatalf("the adopted job's environment: %+v, %v (want probe timeout %v)", w, err, tc.wantProbe)
 			}
-			if got.Record.JobID != "job-9" || !strings.HasSuffix(got.Dir, "gorovod-job-9") || d.adopting == nil {
+			if got.Record.JobID != "job-9" || !strings.HasSuffix(got.Dir, "gorovod-job-9") || d.adopting == nil ||
+				!slices.Equal(got.Contact, []string{"198.18.0.4:40001", "198.18.0.5:40002"}) {
 				t.Fatalf("adoption %+v", got)
 			}
 		})

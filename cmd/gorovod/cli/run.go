@@ -461,8 +461,19 @@ func runJob(ctx context.Context, o runOptions, engCfg heuristics.EngineConfig, l
 	signal.Notify(usr1, syscall.SIGUSR1)
 	defer signal.Stop(usr1)
 	leaving := false
+	superseded := j.Superseded()
 	for {
 		select {
+		case <-superseded:
+			superseded = nil
+			if gj := o.cluster.gorovodJobDriver; gj != nil && gj.canHandOver() {
+				// The driver pod that replaced this one (its node was
+				// only cut off) drives the job: leave the workers to it.
+				out.report("a newer driver of this job took it back: leaving the running workers to it")
+				gj.detach()
+				return ErrDetached
+			}
+			out.report("a newer driver of this job took it back: this one no longer drives it, and waits for the workers it holds to end")
 		case <-terminate:
 			if gj := o.cluster.gorovodJobDriver; gj != nil && gj.canHandOver() {
 				// Its pod deleted: the scheduler starts another driver

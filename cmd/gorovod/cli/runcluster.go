@@ -201,7 +201,7 @@ func (c *clusterOptions) applyKubernetes(ctx context.Context, cfg *job.Config, r
 	if gj := c.gorovodJobDriver; gj != nil {
 		gj.kl = l
 		if cfg.Adopt != nil {
-			if err := gj.adoptPods(l, cfg.Adopt, pod.IP); err != nil {
+			if err := gj.adoptPods(l, cfg.Adopt); err != nil {
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 				defer cancel()
 				l.Detach()
