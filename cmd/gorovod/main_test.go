@@ -41,8 +41,9 @@ var plainBinary = sync.OnceValues(func() (string, error) {
 // detector, for the measurements of a job's timings: binary, built with
 // -race for the other tests, runs its Go code several times slower, and in
 // a job it is the launcher and the driver — the process every world change
-// goes through. (Measured so, a graceful leave at 16 workers took two to
-// five times as long as with this build.)
+// goes through. (Measured so, a graceful leave at 16 workers took about
+// four times as long as with this build: docs/multihost.md, "Transition
+// times".)
 func plainLauncher(t *testing.T) string {
 	t.Helper()
 	path, err := plainBinary()
