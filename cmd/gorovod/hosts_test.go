@@ -41,6 +41,49 @@ func (h *runJobHarness) step() int64 {
 	return maxStep(h.lines)
 }
 
+// firstCommit is when the first step after step of a world of size was
+// committed, by the clock of the worker that committed it first (the
+// trainer's time_us; zero when it prints none). It waits, at most within,
+// for that world's lines from size workers: the line that reached the test
+// first is not always the one committed first, as each worker's output
+// takes its own way through the launcher.
+func (h *runJobHarness) firstCommit(step int64, size int, within time.Duration) time.Time {
+	deadline := time.After(within)
+	for {
+		var first int64
+		workers := map[int]bool{}
+		h.mu.Lock()
+		for _, l := range h.lines {
+			if l.Step > step && l.Size == size && l.TimeUS > 0 {
+				workers[l.Worker] = true
+				if first == 0 || l.TimeUS < first {
+					first = l.TimeUS
+				}
+			}
+		}
+		h.mu.Unlock()
+		if len(workers) >= size {
+			return time.UnixMicro(first)
+		}
+		select {
+		case <-h.notify:
+		case <-deadline:
+			if first == 0 {
+				return time.Time{}
+			}
+			return time.UnixMicro(first)
+		}
+	}
+}
+
+// sinceMS is t's time after start in ms, "?" for the zero time.
+func sinceMS(start, t time.Time) string {
+	if t.IsZero() {
+		return "?"
+	}
+	return fmt.Sprintf("%.1f ms", float64(t.Sub(start).Microseconds())/1000)
+}
+
 // TestPausedWorkerRejoins is issue 12's first report: a worker paused
 // (SIGSTOP) long enough for the others to go on without it, then resumed
 // (SIGCONT), must not fail the job. It comes back as a new member, the
@@ -107,11 +150,24 @@ func hostJobWith(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs 
 // namespace with the hosts' ssh options.
 func hostJobArgv(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainer string, trainerArgs ...string) []string {
 	t.Helper()
+	return hostJobArgvWith(t, n, head, binary, hostArgs, trainer, trainerArgs...)
+}
+
+// measuredHostJob is hostJob for a measurement: its launcher is gorovod
+// built without the race detector (plainLauncher).
+func measuredHostJob(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainerArgs ...string) *runJobHarness {
+	t.Helper()
+	return startRunJobArgv(t, hostJobArgvWith(t, n, head, plainLauncher(t), hostArgs, synthetic, trainerArgs...))
+}
+
+// hostJobArgvWith is hostJobArgv with the gorovod program named.
+func hostJobArgvWith(t *testing.T, n *testhosts.Net, head *testhosts.Host, gorovod string, hostArgs []string, trainer string, trainerArgs ...string) []string {
+	t.Helper()
 	prefix, err := head.Exec()
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := append(prefix, binary, "run")
+	argv := append(prefix, gorovod, "run")
 	argv = append(argv, hostArgs...)
 	argv = append(argv, "-p", fmt.Sprint(n.SSHPort()), "-i", n.ClientKey(),
 		"--ssh-option", "User=root", "--ssh-option", "UserKnownHostsFile="+n.KnownHostsFile(),
@@ -639,7 +695,7 @@ func TestMeasureHostTransitions(t *testing.T) {
 			for _, x := range hs[1:] {
 				list = append(list, fmt.Sprintf("%s:%d", x.Name, np/4+1))
 			}
-			h := hostJob(t, n, hs[0], []string{"--np", fmt.Sprint(np), "--min-np", "2", "-H", strings.Join(list, ",")},
+			h := measuredHostJob(t, n, hs[0], []string{"--np", fmt.Sprint(np), "--min-np", "2", "-H", strings.Join(list, ",")},
 				"--steps", "1000000", "--json", "--samples", "100000", "--batch", fmt.Sprint(4*np),
 				"--model-size", "20000", "--compute", "1ms")
 			h.waitFor(t, fmt.Sprintf("a %d-worker world", np), 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == np })
@@ -670,13 +726,17 @@ func TestMeasureHostTransitions(t *testing.T) {
 				start := time.Now()
 				syscall.Kill(victim, syscall.SIGTERM)
 				h.waitFor(t, "the smaller world", time.Minute, sizeAfter(s, size-1))
-				t.Logf("np %d round %d: graceful leave → first step of the %d-worker world: %v", np, round, size-1, time.Since(start))
+				seen := time.Since(start)
+				t.Logf("np %d round %d: graceful leave → first step of the %d-worker world: %s by the workers' clocks (its line reached the test after %v)",
+					np, round, size-1, sinceMS(start, h.firstCommit(s, size-1, 5*time.Second)), seen)
 				size--
 				s = h.step()
 				start = time.Now()
 				h.cmd.Process.Signal(syscall.SIGUSR1)
 				h.waitFor(t, "the larger world", time.Minute, sizeAfter(s, size+1))
-				t.Logf("np %d round %d: join (SIGUSR1, ssh, process start) → first step of the %d-worker world: %v", np, round, size+1, time.Since(start))
+				seen = time.Since(start)
+				t.Logf("np %d round %d: join (SIGUSR1, ssh, process start) → first step of the %d-worker world: %s by the workers' clocks (its line reached the test after %v)",
+					np, round, size+1, sinceMS(start, h.firstCommit(s, size+1, 5*time.Second)), seen)
 				size++
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -21,6 +22,36 @@ import (
 // elastic example trainer the run tests launch; customLauncher is gorovod's
 // command line with a Go heuristic added.
 var binary, synthetic, fashionMNIST, heuristicPlugin, customLauncher string
+
+// buildDir holds the programs built for the tests (removed at the end).
+var buildDir string
+
+// plainBinary is gorovod built without the race detector, once, for the
+// tests that measure how long something takes (plainLauncher).
+var plainBinary = sync.OnceValues(func() (string, error) {
+	path := filepath.Join(buildDir, "gorovod-plain")
+	out, err := exec.Command("go", "build", "-o", path, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building gorovod without -race: %v\n%s", err, out)
+	}
+	return path, nil
+})
+
+// plainLauncher is the gorovod command as users run it, without the race
+// detector, for the measurements of a job's timings: binary, built with
+// -race for the other tests, runs its Go code several times slower, and in
+// a job it is the launcher and the driver — the process every world change
+// goes through. (Measured so, a graceful leave at 16 workers took about
+// four times as long as with this build: docs/multihost.md, "Transition
+// times".)
+func plainLauncher(t *testing.T) string {
+	t.Helper()
+	path, err := plainBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 func TestMain(m *testing.M) {
 	if spec, ok := os.LookupEnv(schedulerProcessEnv); ok {
@@ -32,6 +63,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	buildDir = dir
 	build := func(out, pkg string, flags ...string) string {
 		path := filepath.Join(dir, out)
 		cmd := exec.Command("go", slices.Concat([]string{"build"}, flags, []string{"-o", path, pkg})...)

@@ -45,7 +45,11 @@ type trainerLine struct {
 	LRFactor float64 `json:"lr_factor"`
 	Loss     float64 `json:"loss"`
 	Accuracy float64 `json:"test_accuracy"`
-	At       time.Time
+	// TimeUS is when the worker committed the step, by its own clock (µs
+	// since the Unix epoch; the synthetic trainer's time_us, 0 if absent).
+	TimeUS int64 `json:"time_us"`
+	// At is when the line reached the test, through the launcher.
+	At time.Time
 }
 
 // sampleList is the synthetic trainer's list of sample indices; the
@@ -265,9 +269,14 @@ func lastSize(lines []trainerLine) int {
 }
 
 func sizeAfter(step int64, size int) func([]trainerLine) bool {
+	// The harness only appends lines, and waitFor asks again at every new
+	// one: each call looks at the lines the last one had not seen. (At 16
+	// workers a thousand lines a second arrive; scanning all of them at
+	// each made the test itself a busy process on the machine it measures.)
+	seen := 0
 	return func(lines []trainerLine) bool {
-		for _, l := range lines {
-			if l.Step > step && l.Size == size {
+		for ; seen < len(lines); seen++ {
+			if l := lines[seen]; l.Step > step && l.Size == size {
 				return true
 			}
 		}

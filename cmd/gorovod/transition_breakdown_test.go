@@ -50,7 +50,7 @@ func TestTransitionBreakdown(t *testing.T) {
 	for _, x := range hs[1:] {
 		list = append(list, fmt.Sprintf("%s:%d", x.Name, np/4+1))
 	}
-	h := hostJob(t, n, hs[0], []string{"--np", fmt.Sprint(np), "--min-np", "2", "--log-level", "debug", "-H", strings.Join(list, ",")},
+	h := measuredHostJob(t, n, hs[0], []string{"--np", fmt.Sprint(np), "--min-np", "2", "--log-level", "debug", "-H", strings.Join(list, ",")},
 		"--steps", "1000000", "--json", "--samples", "100000", "--batch", fmt.Sprint(4*np),
 		"--model-size", "20000", "--compute", "1ms")
 	h.waitFor(t, fmt.Sprintf("a %d-worker world", np), 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == np })
@@ -67,13 +67,45 @@ func TestTransitionBreakdown(t *testing.T) {
 		_ = syscall.Kill(victim, syscall.SIGTERM)
 		h.waitFor(t, "the smaller world", time.Minute, sizeAfter(s, size-1))
 		size--
-		t.Logf("np %d round %d leave: %s", np, round, breakdown(t, h, start, size, "leave"))
+		t.Logf("np %d round %d leave: %s", np, round, breakdown(t, h, start, s, size, "leave"))
 		s = h.step()
 		start = time.Now()
 		_ = h.cmd.Process.Signal(syscall.SIGUSR1)
 		h.waitFor(t, "the larger world", time.Minute, sizeAfter(s, size+1))
 		size++
-		t.Logf("np %d round %d join: %s", np, round, breakdown(t, h, start, size, "join"))
+		t.Logf("np %d round %d join: %s", np, round, breakdown(t, h, start, s, size, "join"))
+	}
+}
+
+// waitEntered waits, at most within, until the log holds size "entered
+// world" lines of the first world the driver proposed with size members
+// after start. It reads each part of the log once.
+func (h *runJobHarness) waitEntered(start time.Time, size int, within time.Duration) {
+	deadline := time.After(within)
+	var ep string
+	off, entered := 0, 0
+	for {
+		text := h.logText()
+		end := strings.LastIndexByte(text, '\n') + 1
+		if end > off {
+			for _, l := range parseLogLines(text[off:end], start) {
+				switch {
+				case ep == "" && l.worker < 0 && l.msg == "proposed" && l.attrs["size"] == strconv.Itoa(size):
+					ep = l.attrs["epoch"]
+				case l.msg == "entered world" && l.attrs["epoch"] != "" && l.attrs["epoch"] == ep:
+					entered++
+				}
+			}
+			off = end
+		}
+		if ep != "" && entered >= size {
+			return
+		}
+		select {
+		case <-h.notify:
+		case <-deadline:
+			return
+		}
 	}
 }
 
@@ -139,10 +171,16 @@ func parseLogLines(text string, after time.Time) []logLine {
 	return out
 }
 
-// breakdown splits the transition that began at start and ended in a world
-// of size workers into phases, from the log.
-func breakdown(t *testing.T, h *runJobHarness, start time.Time, size int, kind string) string {
+// breakdown splits the transition that began at start, at step, and ended
+// in a world of size workers into phases, from the log. The workers' lines
+// reach the launcher, and the launcher's the test, later than the world's
+// first step does: it first waits (a few seconds at most) for the new
+// world's first step from every member and for every member's "entered
+// world" line.
+func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size int, kind string) string {
 	t.Helper()
+	firstCommit := h.firstCommit(step, size, 5*time.Second)
+	h.waitEntered(start, size, 5*time.Second)
 	lines := parseLogLines(h.logText(), start)
 	// The new world: the first epoch the driver proposed after start with this size.
 	var proposed *logLine
@@ -226,7 +264,7 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, size int, kind s
 		}
 	}
 	h.mu.Unlock()
-	parts = append(parts, "first step "+ms(firstStep))
+	parts = append(parts, "first step "+ms(firstCommit)+" (its line reached the test at "+ms(firstStep)+")")
 	// The step time before the transition: median interval between the
 	// steps the lowest worker index printed in the second before it.
 	h.mu.Lock()

@@ -8,7 +8,9 @@
 //	gorovod run --np 3 -- synthetic --steps 200 --json
 //
 // Each step prints (with --json) one object with step, epoch, world_epoch,
-// rank, size, loss, params_sha256 and, with --log-samples, the sample indices
-// this worker processed, so tests can check that workers agree and that no
-// sample is lost or processed twice across resizes.
+// rank, size, loss, params_sha256, time_us (when the worker committed the
+// step, µs since the Unix epoch by its clock) and, with --log-samples, the
+// sample indices this worker processed, so tests can check that workers agree
+// and that no sample is lost or processed twice across resizes, and time a
+// world change by the workers' own clocks.
 package main

@@ -92,6 +92,10 @@ type stepLine struct {
 	Start        int     `json:"start"`  // the step's place in the data epoch's order
 	Global       int     `json:"global"` // samples the whole world processed in the step
 	StepMS       float64 `json:"step_ms"`
+	// TimeUS is when this worker committed the step (µs since the Unix
+	// epoch, its own clock): what a measurement of a world change reads,
+	// rather than when the line reached it through the launcher.
+	TimeUS int64 `json:"time_us"`
 }
 
 func run(o options) error {
@@ -140,7 +144,7 @@ func run(o options) error {
 		}
 		line := stepLine{Step: s.Number, Epoch: s.Batch.Epoch, WorldEpoch: s.World, Rank: s.Rank, Size: s.Size, Loss: loss,
 			ParamsSHA256: paramsSHA256(params), Worker: s.Session.Self().Name, Start: s.Batch.Start, Global: s.Batch.Global,
-			StepMS: float64(time.Since(began).Microseconds()) / 1000}
+			StepMS: float64(time.Since(began).Microseconds()) / 1000, TimeUS: time.Now().UnixMicro()}
 		if o.logSamples {
 			line.Samples = s.Batch.Indices
 		}

@@ -59,8 +59,9 @@
 //   - Delivery: each epoch goes to every worker in view, and each worker
 //     acknowledges every epoch it receives (a pong without a nonce, carrying
 //     the newest it knows); the epoch is sent again to those that have not,
-//     after Resend, then twice as long, up to every Reannounce. A worker
-//     adopts only a higher number.
+//     after Resend (or twice the time half the workers took to acknowledge
+//     the last epoch, when that is longer), then twice as long, up to every
+//     Reannounce. A worker adopts only a higher number.
 //   - Failures: a worker blamed for a failed collective is probed (three
 //     pings within ProbeTimeout) and removed only if it does not answer; at
 //     a world's first failure report every other member is probed too (the

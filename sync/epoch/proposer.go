@@ -36,7 +36,13 @@ type ProposerConfig struct {
 	// and so on up to Reannounce (default 25 ms). One lost message then
 	// costs a transition tens of milliseconds, not a Reannounce — in a large
 	// world some message of each epoch is lost whenever the network loses
-	// any.
+	// any. When half the workers took longer than Resend/2 to acknowledge
+	// the last epoch, the first re-send waits twice that long instead (at
+	// most Reannounce): on a loaded machine, where acknowledgements take
+	// tens of milliseconds to come back, a re-send after Resend would go to
+	// most workers while the first copy is still on its way, and every copy
+	// costs the machine a stream at each end and an acknowledgement back,
+	// in the middle of the transition.
 	Resend time.Duration
 	// SyncTimeout bounds how long a proposer taking over waits for the
 	// workers to say which epoch they know before it proposes (default 2 s).
@@ -119,6 +125,14 @@ type Proposer struct {
 	// resendAfter: the wait before the next re-announcement (Resend after a
 	// proposal, doubling up to Reannounce).
 	resendAfter time.Duration
+	// The current epoch's acknowledgements, for the first re-send of the
+	// next ones (firstResend): when it was proposed, how many workers it was
+	// sent to then and how many have acknowledged it; halfAcked is how long
+	// half of them took, for the newest epoch that half acknowledged.
+	proposedAt time.Time
+	sentTo     int
+	acks       int
+	halfAcked  time.Duration
 	// acked: the newest epoch number each worker in view acknowledged
 	// (a pong it sends on every epoch it receives). The current epoch is
 	// re-announced only to workers that have not.
@@ -731,11 +745,35 @@ func (p *Proposer) propose(now time.Time) {
 		return
 	}
 	p.renew = false
+	first := p.firstResend()
 	p.setCurrent(World{Number: next, Members: slices.Clone(p.members)})
 	p.emit(Proposed{World: p.current})
 	p.addLive(p.current)
-	p.resendAfter = p.cfg.Resend
+	p.resendAfter = first
+	sends := len(p.out)
 	p.announce(now)
+	p.proposedAt, p.sentTo, p.acks = now, len(p.out)-sends, 0
+}
+
+// firstResend is how long a new epoch waits before it is first sent again:
+// Resend, or twice the time half the workers took to acknowledge the last
+// epoch when that was longer (at most Reannounce). A worker whose copy was
+// lost still gets another within a few acknowledgement times; the others'
+// acknowledgements are not overtaken by copies they do not need.
+func (p *Proposer) firstResend() time.Duration {
+	return min(max(p.cfg.Resend, 2*p.halfAcked), p.cfg.Reannounce)
+}
+
+// acknowledged counts a worker's first acknowledgement of the current
+// epoch (see firstResend).
+func (p *Proposer) acknowledged(now time.Time) {
+	if p.proposedAt.IsZero() || p.sentTo == 0 {
+		return
+	}
+	p.acks++
+	if 2*p.acks == p.sentTo || 2*p.acks == p.sentTo+1 {
+		p.halfAcked = now.Sub(p.proposedAt)
+	}
 }
 
 // announce sends the current epoch to every worker in view that has not
@@ -788,6 +826,9 @@ func (p *Proposer) receive(now time.Time, from string, msg Message) {
 	switch msg.Kind {
 	case MsgPong:
 		if _, inView := p.workers[from]; inView && msg.World.Number > p.acked[from] {
+			if msg.World.Number == p.current.Number {
+				p.acknowledged(now)
+			}
 			p.acked[from] = msg.World.Number
 			p.settleLive()
 		}

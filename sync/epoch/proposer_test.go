@@ -430,12 +430,41 @@ func TestProposer(t *testing.T) {
 				{385 * ms, nil, sendEpoch(world(1, "a", "b", "c"), "c")}, // capped at Reannounce
 				{390 * ms, from("c", pong(0, world(1, "a", "b", "c"))), nil},
 				{585 * ms, nil, nil}, // every worker has it: nothing is sent
-				// A new epoch starts the fast re-sends again.
+				// A new epoch starts the fast re-sends again: after twice the
+				// time half the workers took to acknowledge the last one (b,
+				// the second of three, after 26 ms), as that is more than Resend.
 				{600 * ms, leaving("c"), outs(epoch.Removed{Name: "c", Why: epoch.ReasonLeaving})},
 				{610 * ms, nil, propose(world(2, "a", "b"), "a", "b", "c")},
 				{611 * ms, from("a", pong(0, world(2, "a", "b"))), nil},
 				{611 * ms, from("c", pong(0, world(2, "a", "b"))), nil},
-				{635 * ms, nil, sendEpoch(world(2, "a", "b"), "b")},
+				{635 * ms, nil, nil},
+				{662 * ms, nil, sendEpoch(world(2, "a", "b"), "b")},
+				// Those acknowledged within 1 ms: the next epoch is re-sent after Resend.
+				{700 * ms, from("b", pong(0, world(2, "a", "b"))), nil},
+				{800 * ms, ready("d"), sendEpoch(world(2, "a", "b"), "d")},
+				{810 * ms, nil, propose(world(3, "a", "b", "d"), "a", "b", "c", "d")},
+				{835 * ms, nil, sendEpoch(world(3, "a", "b", "d"), "a", "b", "c", "d")},
+			}},
+		{name: "on a loaded machine, where workers take 60 ms to acknowledge an epoch, the next one is not sent again before they could have",
+			cfg: epoch.ProposerConfig{Resend: 25 * ms, Reannounce: time.Second}, script: []step{
+				{0, ready("a"), nil},
+				{0, ready("b"), nil},
+				{0, ready("c"), nil},
+				{0, ready("d"), nil},
+				{10 * ms, nil, propose(world(1, "a", "b", "c", "d"), "a", "b", "c", "d")},
+				{35 * ms, nil, sendEpoch(world(1, "a", "b", "c", "d"), "a", "b", "c", "d")}, // nothing known yet: after Resend
+				{50 * ms, from("a", pong(0, world(1, "a", "b", "c", "d"))), nil},
+				{70 * ms, from("b", pong(0, world(1, "a", "b", "c", "d"))), nil}, // half of them after 60 ms
+				{75 * ms, from("c", pong(0, world(1, "a", "b", "c", "d"))), nil},
+				{80 * ms, from("d", pong(0, world(1, "a", "b", "c", "d"))), nil},
+				{100 * ms, leaving("d"), outs(epoch.Removed{Name: "d", Why: epoch.ReasonLeaving})},
+				{110 * ms, nil, propose(world(2, "a", "b", "c"), "a", "b", "c", "d")},
+				{135 * ms, nil, nil}, // not after Resend: each copy is on its way
+				{175 * ms, from("a", pong(0, world(2, "a", "b", "c"))), nil},
+				{180 * ms, from("b", pong(0, world(2, "a", "b", "c"))), nil},
+				{180 * ms, from("d", pong(0, world(2, "a", "b", "c"))), nil},
+				{229 * ms, nil, nil},
+				{230 * ms, nil, sendEpoch(world(2, "a", "b", "c"), "c")}, // twice 60 ms after the proposal
 			}},
 		{name: "a failed world is formed again only after every member answered a probe (the census): a dead member not blamed is found at once",
 			script: []step{

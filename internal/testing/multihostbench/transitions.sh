@@ -27,8 +27,13 @@ trap cleanup EXIT
 build() { # rev dir
 	rm -rf "$2"
 	git -C "$root" worktree add -q --detach "$2" "$1"
-	# The breakdown test is new: run the same one on both revisions.
-	cp "$root/cmd/gorovod/transition_breakdown_test.go" "$2/cmd/gorovod/"
+	# The same measurement for both revisions: this tree's harness (the
+	# tests, and the synthetic trainer that prints each step's time) over
+	# each revision's library and launcher.
+	for f in main_test.go run_test.go hosts_test.go transition_breakdown_test.go; do
+		cp "$root/cmd/gorovod/$f" "$2/cmd/gorovod/"
+	done
+	cp "$root/examples/synthetic/main.go" "$2/examples/synthetic/"
 	(cd "$2" && go test -c -o "$OUT/$1.test" ./cmd/gorovod)
 }
 build "$A" "$dirA"
