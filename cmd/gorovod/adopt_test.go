@@ -1,11 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -117,36 +115,10 @@ func TestRunAttach(t *testing.T) {
 	if after != before {
 		t.Errorf("the world changed from epoch %d to %d while the job was taken back, with the same workers", before, after)
 	}
-	if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
 	// The floor (--np 3) replaces it: worker 4, started by the new runner,
 	// trains in a world of 3.
-	a.waitFor(t, "a replacement training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
-		for _, l := range lines {
-			if l.Worker == 4 && l.Size == 3 {
-				return true
-			}
-		}
-		return false
-	})
-	select {
-	case err = <-a.exited:
-	case <-time.After(3 * time.Minute):
-		a.timedOut(t, "the attached runner to end")
-	}
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatal(err)
-	}
-	if err != nil {
-		t.Fatalf("gorovod run --attach: %v; log:\n%s", err, a.logText())
-	}
-	ws := waitOutput(t, dir, 5, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
-		return maxStep(ws[0]) >= steps && maxStep(ws[1]) >= steps && maxStep(ws[4]) >= steps
-	})
+	log, ws := replaceAndFinish(t, a, pids[2], 4, dir, 5, steps, 0, 1)
 	checkEveryStepAgreed(t, ws, steps)
-	log := a.logText()
 	t.Logf("the new runner's log:\n%s", log)
 	for _, want := range []string{"3 workers finished, 1 lost, 0 failed, 1 ended unknown", "worker 3 (pid "} {
 		if !strings.Contains(log, want) {
@@ -171,6 +143,45 @@ func TestRunAttach(t *testing.T) {
 	if !waitAllGone(pids, time.Minute) {
 		t.Fatalf("adopted workers still running a minute after the job ended")
 	}
+}
+
+// replaceAndFinish kills the adopted worker pid (kill -9), waits for the
+// attached runner a to have its replacement (launch index replacement)
+// training in a world of 3, then for a to end with status 0 and for the
+// survivors and the replacement to reach step steps in their output files
+// (outputs of them in dir). It returns a's log and the workers' lines.
+func replaceAndFinish(t *testing.T, a *runJobHarness, pid, replacement int, dir string, outputs int, steps int64, survivors ...int) (string, map[int][]trainerLine) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.waitFor(t, "a replacement training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
+		for _, l := range lines {
+			if l.Worker == replacement && l.Size == 3 {
+				return true
+			}
+		}
+		return false
+	})
+	var err error
+	select {
+	case err = <-a.exited:
+	case <-time.After(3 * time.Minute):
+		a.timedOut(t, "the attached runner to end")
+	}
+	log := a.logText()
+	if err != nil {
+		t.Fatalf("gorovod run --attach: %v; log:\n%s", err, log)
+	}
+	ws := waitOutput(t, dir, outputs, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
+		for _, w := range append(survivors, replacement) {
+			if maxStep(ws[w]) < steps {
+				return false
+			}
+		}
+		return true
+	})
+	return log, ws
 }
 
 // jobSeed is the job's seed in its directory's job.env (GOROVOD_SEEDS):
@@ -266,30 +277,8 @@ func TestRunAttachElsewhere(t *testing.T) {
 		t.Errorf("job.env still names the dead driver's address %s as the job's seed", seed)
 	}
 	// The replacement joins through the new seed.
-	if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	a.waitFor(t, "a replacement training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
-		for _, l := range lines {
-			if l.Worker == 3 && l.Size == 3 {
-				return true
-			}
-		}
-		return false
-	})
-	select {
-	case err = <-a.exited:
-	case <-time.After(3 * time.Minute):
-		a.timedOut(t, "the attached runner to end")
-	}
-	log := a.logText()
+	log, ws := replaceAndFinish(t, a, pids[2], 3, dir, 4, steps, 0, 1)
 	t.Logf("the new runner's log:\n%s", log)
-	if err != nil {
-		t.Fatalf("gorovod run --attach: %v", err)
-	}
-	ws := waitOutput(t, dir, 4, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
-		return maxStep(ws[0]) >= steps && maxStep(ws[1]) >= steps && maxStep(ws[3]) >= steps
-	})
 	checkEveryStepAgreed(t, ws, steps)
 	if !waitAllGone(pids, time.Minute) {
 		t.Fatalf("adopted workers still running a minute after the job ended")
@@ -357,30 +346,8 @@ func TestRunAttachAcrossHosts(t *testing.T) {
 		}
 		return len(seen) == 3
 	})
-	if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	a.waitFor(t, "a replacement training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
-		for _, l := range lines {
-			if l.Worker == 3 && l.Size == 3 {
-				return true
-			}
-		}
-		return false
-	})
-	select {
-	case err = <-a.exited:
-	case <-time.After(3 * time.Minute):
-		a.timedOut(t, "the attached runner to end")
-	}
-	log := a.logText()
+	log, ws := replaceAndFinish(t, a, pids[2], 3, dir, 4, steps, 0, 1)
 	t.Logf("the new runner's log:\n%s", log)
-	if err != nil {
-		t.Fatalf("gorovod run --attach: %v", err)
-	}
-	ws := waitOutput(t, dir, 4, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
-		return maxStep(ws[0]) >= steps && maxStep(ws[1]) >= steps && maxStep(ws[3]) >= steps
-	})
 	checkEveryStepAgreed(t, ws, steps)
 	if !strings.Contains(log, "3 workers finished, 0 lost, 0 failed, 1 ended unknown") {
 		t.Errorf("the new runner's count of the workers is not 3 finished and 1 unknown")
