@@ -37,7 +37,7 @@ func JoinJob(ctx context.Context, cfg WorkerConfig, state *State) (*JobMember, e
 }
 
 // Session is the job member's session. Its methods are for one goroutine at
-// a time (AbortIfMember aside).
+// a time (AbortIfMember and Newest aside).
 func (m *JobMember) Session() *Session { return m.m.session() }
 
 // RequestLeave asks to leave the job gracefully: a world without this process
@@ -51,6 +51,15 @@ func (m *JobMember) Finish(ctx context.Context) error { return m.m.finish(ctx) }
 // Close leaves the job without reporting the end of training (an error, an
 // interruption, or a worker the job went on without).
 func (m *JobMember) Close() error { return m.m.close() }
+
+// Newest is the number of the newest world this worker has been told of:
+// the session's own world's (World().Number), or above it while the job
+// has agreed on a next world that the session has not moved to yet (it
+// moves at its next collective or commit). Unlike the session's other
+// methods it may be called from any goroutine, at any time: a binding
+// that waits outside the session (on a store, for its peers) asks it
+// whether the world it waits in is being replaced.
+func (s *Session) Newest() uint64 { return s.src.Latest() }
 
 // Collective runs collectives beyond gradient averaging (broadcasts,
 // allgathers, alltoalls, barriers) on the current world's communicator, and

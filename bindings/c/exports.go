@@ -311,6 +311,20 @@ func gorovodGoTopology(out *C.gorovod_topology) (rc C.int) {
 	return statusOK
 }
 
+//export gorovodGoNewestWorld
+func gorovodGoNewestWorld(out *C.uint64_t) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if out == nil {
+		return status(fmt.Errorf("%w: newest world: NULL output", engine.ErrInvalid))
+	}
+	*out = C.uint64_t(e.NewestWorld())
+	return statusOK
+}
+
 // hostBuffer wraps count elements of dtype at p, C memory, without copying;
 // what and index (-1: none) name it in an error.
 func hostBuffer(what string, index int, p unsafe.Pointer, count int64, dtype C.int32_t) (collective.Buffer, error) {

@@ -102,8 +102,9 @@ extern "C" {
  * device memory (gorovod_cuda_next, gorovod_cuda_supported), 7 the receive
  * from any rank (gorovod_recv_any_async), 8 the receive from any member of a
  * process set (gorovod_recv_any_ps_async), 9 the registration of a process
- * set with a handle (gorovod_add_process_set_async). */
-#define GOROVOD_ABI_VERSION 9
+ * set with a handle (gorovod_add_process_set_async), 10 the newest world
+ * known (gorovod_newest_world). */
+#define GOROVOD_ABI_VERSION 10
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
@@ -244,6 +245,15 @@ int gorovod_is_initialized(void);
 /* ---- Where this process stands (as of the last completed collective) ---- */
 
 int gorovod_topology_get(gorovod_topology *out);
+/* The number of the newest world this process has been told of, into
+ * *out: gorovod_topology's world, or above it while a world change is under
+ * way (the job has agreed on a world without a dead member, or with a
+ * joiner, that the library moves to at its next call; the collective that
+ * does so fails with GOROVOD_ERR_WORLD_CHANGED when a member died). For a
+ * caller that waits for the other ranks outside the library (on a store of
+ * its own): above the world it waits in, it should stop waiting. Does not
+ * block. */
+int gorovod_newest_world(uint64_t *out);
 /* Each returns its value, or -1 when not initialized. */
 int gorovod_rank(void);
 int gorovod_size(void);

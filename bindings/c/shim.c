@@ -254,6 +254,11 @@ int gorovod_topology_get(gorovod_topology *out) {
   return gorovodGoTopology(out);
 }
 
+int gorovod_newest_world(uint64_t *out) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoNewestWorld(out);
+}
+
 #define GETTER(name, field)                            \
   int gorovod_##name(void) {                           \
     gorovod_topology t;                                \

@@ -256,6 +256,14 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
+// NewestWorld is the number of the newest world this process has been
+// told of: Topology().World, or above it while a world change is under way
+// (the job has agreed on a world without a dead member, or with a joiner,
+// that the engine moves to at its next call). A caller waiting outside the
+// engine for the other ranks (on a store) asks it to learn that the world
+// it waits in is being replaced. It does not block.
+func (e *Engine) NewestWorld() uint64 { return e.sess.Newest() }
+
 // Topology is where the process stands in the current world (as of the last
 // collective that completed).
 func (e *Engine) Topology() Topology {

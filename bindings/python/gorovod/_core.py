@@ -61,7 +61,7 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
 SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = 1, 2, 3, 4, 5, 6
 
-ABI_VERSION = 9
+ABI_VERSION = 10
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -194,6 +194,7 @@ def _prototypes(lib):
         "gorovod_shutdown": [c_int],
         "gorovod_is_initialized": [],
         "gorovod_topology_get": [ctypes.POINTER(Topology)],
+        "gorovod_newest_world": [p_u64],  # ABI 10
         "gorovod_allreduce_async": [c_void_p, c_void_p, c_i64, c_int, c_int, c_double, c_double, p_u64],
         "gorovod_grouped_allreduce_async": [c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_double, c_double,
                                             p_u64],
@@ -402,6 +403,17 @@ def topology():
     t = Topology()
     _raise(lib().gorovod_topology_get(ctypes.byref(t)))
     return t
+
+
+def newest_world():
+    """The number of the newest world this process has been told of:
+    topology().world, or above it while a world change is under way (the
+    job agreed on a next world that the library moves to at its next
+    call). Does not block: for a wait outside the library (on a store) that
+    must stop when the world it waits in is being replaced."""
+    out = ctypes.c_uint64()
+    _raise(lib().gorovod_newest_world(ctypes.byref(out)))
+    return out.value
 
 
 # ---- Handles ----
