@@ -230,7 +230,22 @@ func TestDDPElasticNewGroupRankDiesBeforeIt(t *testing.T) {
 		"--max-np", "3", "--", Python, "tests/ddp_elastic_group_test.py", "--steps", "100",
 		"--die-before-new-group", "3", "--group-timeout", "600")
 	j.waitFor(t, regexp.MustCompile(`rank 2 of 3 dies before new_group`), 3*time.Minute)
+	// The workers outlive the launcher: should the survivors still be
+	// waiting in new_group when the test fails, end them.
+	pids := []int{pidOf(t, j, 0), pidOf(t, j, 1), pidOf(t, j, 2)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
 	j.waitFor(t, regexp.MustCompile(`(?s)dies before new_group.*step \d+ world 2 rank \d`), 2*time.Minute)
 	out := j.wait(t, 3*time.Minute)
 	wantPasses(t, out, 2)
+	// Each survivor entered the training function twice: in the world of 3,
+	// where its new_group raised, and in the world of 2.
+	if got := len(regexp.MustCompile(`refused \[0, 0\] rank [01]`).FindAllString(out, -1)); got != 2 {
+		t.Fatalf("%d survivors entered the training function in both worlds, want 2:\n%s", got, out)
+	}
 }

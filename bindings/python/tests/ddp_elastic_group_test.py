@@ -65,8 +65,8 @@ def train(state):
     if n == args.die_before_new_group and r == n - 1:
         print("rank %d of %d dies before new_group" % (r, n), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
-    timeout = None if args.group_timeout is None else datetime.timedelta(seconds=args.group_timeout)
-    group = dist.new_group(ranks=ranks, timeout=timeout)
+    timeout = {} if args.group_timeout is None else {"timeout": datetime.timedelta(seconds=args.group_timeout)}
+    group = dist.new_group(ranks=ranks, **timeout)
     if r in ranks:
         earlier.append(group)
     elif group is not GroupMember.NON_GROUP_MEMBER:
