@@ -51,8 +51,8 @@ on the default group's store before anything is queued, and a rank that
 does not find them all there in time raises RuntimeError naming the ranks
 missing, leaving nothing behind (see _await_world). A world change under
 way while it waits (a rank died before it came) raises HorovodInternalError
-there instead, as a collective that broke would, within about a second of
-gorovod learning of the new world: the elastic loop moves to that world.
+there instead, as a collective that broke would, within 50 ms of gorovod
+learning of the new world: the elastic loop moves to that world.
 
 Point-to-point: ``send``, ``recv``, ``isend``, ``irecv`` and
 ``batch_isend_irecv`` with tags (0 to 2**32-1), on tensors of any dtype,
@@ -1318,10 +1318,10 @@ def _await_world(store, key, rank, size, seconds, whose, what, world=None):
 
     A world change under way ends the wait too: once gorovod has been told
     of a newer world than world (the number of the world this rank waits
-    in; None: not looked at), which comes within about a second of a
-    member's death even though no collective runs, this rank takes its
-    arrival back and raises HorovodInternalError, as the collective that
-    broke would. A member that died before it reached the store never
+    in; None: not looked at), which comes once gossip declared a member
+    dead and the driver left it out, though no collective runs, this rank
+    takes its arrival back and raises HorovodInternalError, as the
+    collective that broke would. A member that died before it reached the store never
     arrives; the elastic loop (gorovod.torch.distributed.elastic.run) takes
     the error for the world change it is, and the new world makes the group
     again.
