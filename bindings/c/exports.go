@@ -312,16 +312,20 @@ func gorovodGoTopology(out *C.gorovod_topology) (rc C.int) {
 }
 
 //export gorovodGoNewestWorld
-func gorovodGoNewestWorld(out *C.uint64_t) (rc C.int) {
+func gorovodGoNewestWorld(number *C.uint64_t, breaking *C.int) (rc C.int) {
 	defer guard(&rc)
 	e, err := current()
 	if err != nil {
 		return status(err)
 	}
-	if out == nil {
+	if number == nil || breaking == nil {
 		return status(fmt.Errorf("%w: newest world: NULL output", engine.ErrInvalid))
 	}
-	*out = C.uint64_t(e.NewestWorld())
+	n, b := e.NewestWorld()
+	*number, *breaking = C.uint64_t(n), 0
+	if b {
+		*breaking = 1
+	}
 	return statusOK
 }
 

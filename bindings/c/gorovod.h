@@ -245,15 +245,16 @@ int gorovod_is_initialized(void);
 /* ---- Where this process stands (as of the last completed collective) ---- */
 
 int gorovod_topology_get(gorovod_topology *out);
-/* The number of the newest world this process has been told of, into
- * *out: gorovod_topology's world, or above it while a world change is under
- * way (the job has agreed on a world without a dead member, or with a
- * joiner, that the library moves to at its next call; the collective that
- * does so fails with GOROVOD_ERR_WORLD_CHANGED when a member died). For a
- * caller that waits for the other ranks outside the library (on a store of
- * its own): above the world it waits in, it should stop waiting. Does not
- * block. */
-int gorovod_newest_world(uint64_t *out);
+/* The newest world this process has been told of: *number is
+ * gorovod_topology's world, or above it while a world change is under way
+ * (the job has agreed on a world that the library moves to at its next
+ * call, or at the commit where every member does); *breaking is 1 when
+ * that world goes on without a member of the current one that this
+ * process's gossip declared dead (the next call on the current world then
+ * fails with GOROVOD_ERR_WORLD_CHANGED), else 0. For a caller that waits
+ * for the other ranks outside the library (on a store of its own): with
+ * *breaking, one of them will not come. Does not block. */
+int gorovod_newest_world(uint64_t *number, int *breaking);
 /* Each returns its value, or -1 when not initialized. */
 int gorovod_rank(void);
 int gorovod_size(void);

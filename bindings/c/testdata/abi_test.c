@@ -44,7 +44,8 @@ int main(void) {
   CHECK(rc == GOROVOD_ERR_NOT_INITIALIZED, "allreduce before init: %d", rc);
   CHECK(strstr(gorovod_last_error(), "not initialized") != NULL, "message: %s", gorovod_last_error());
   uint64_t newest = 0;
-  CHECK(gorovod_newest_world(&newest) == GOROVOD_ERR_NOT_INITIALIZED, "newest world before init");
+  int breaking = -1;
+  CHECK(gorovod_newest_world(&newest, &breaking) == GOROVOD_ERR_NOT_INITIALIZED, "newest world before init");
 
   // A configuration the library refuses.
   gorovod_config cfg;
@@ -64,11 +65,12 @@ int main(void) {
   CHECK(size >= 1 && rank >= 0 && rank < size, "topology %d of %d", rank, size);
   CHECK(gorovod_rank() == rank && gorovod_size() == size, "getters disagree");
   // The newest world known is the current one or (a change under way) a
-  // later one, never an earlier one.
-  OK(gorovod_newest_world(&newest));
-  CHECK(newest >= top.world && top.world > 0, "newest world %llu, current %llu", (unsigned long long)newest,
-        (unsigned long long)top.world);
-  CHECK(gorovod_newest_world(NULL) == GOROVOD_ERR_INVALID_ARGUMENT, "newest world into NULL");
+  // later one, never an earlier one; no member of this world is dead.
+  OK(gorovod_newest_world(&newest, &breaking));
+  CHECK(newest >= top.world && top.world > 0 && breaking == 0, "newest world %llu (breaking %d), current %llu",
+        (unsigned long long)newest, breaking, (unsigned long long)top.world);
+  CHECK(gorovod_newest_world(NULL, &breaking) == GOROVOD_ERR_INVALID_ARGUMENT, "newest world into NULL");
+  CHECK(gorovod_newest_world(&newest, NULL) == GOROVOD_ERR_INVALID_ARGUMENT, "breaking into NULL");
   CHECK(top.local_size == size && top.local_rank == rank && top.cross_size == 1 && top.cross_rank == 0,
         "one host: local %d/%d cross %d/%d", top.local_rank, top.local_size, top.cross_rank, top.cross_size);
   const char *expect = getenv("ABI_TEST_SIZE");

@@ -258,11 +258,14 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 
 // NewestWorld is the number of the newest world this process has been
 // told of: Topology().World, or above it while a world change is under way
-// (the job has agreed on a world without a dead member, or with a joiner,
-// that the engine moves to at its next call). A caller waiting outside the
-// engine for the other ranks (on a store) asks it to learn that the world
-// it waits in is being replaced. It does not block.
-func (e *Engine) NewestWorld() uint64 { return e.sess.Newest() }
+// (the job has agreed on a world that the engine moves to at its next
+// call, or at the commit where every member does). breaking says that
+// world goes on without a member of the current one that this process's
+// gossip declared dead: the next call on the current world fails with
+// ErrWorldChanged. A caller waiting outside the engine for the other ranks
+// (on a store) asks it to learn that one of them will never come. It does
+// not block.
+func (e *Engine) NewestWorld() (number uint64, breaking bool) { return e.sess.Newest() }
 
 // Topology is where the process stands in the current world (as of the last
 // collective that completed).

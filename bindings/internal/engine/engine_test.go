@@ -597,8 +597,9 @@ func TestCommitJoinAndLeave(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, e := range es {
-		if newest, now := e.NewestWorld(), e.Topology().World; newest != now {
-			t.Fatalf("rank %d in world %d knows of world %d before any change", e.Topology().Rank, now, newest)
+		if newest, breaking := e.NewestWorld(); newest != e.Topology().World || breaking {
+			t.Fatalf("rank %d in world %d knows of world %d (breaking %v) before any change", e.Topology().Rank,
+				e.Topology().World, newest, breaking)
 		}
 	}
 	joined := make(chan *Engine, 1)
@@ -612,10 +613,10 @@ func TestCommitJoinAndLeave(t *testing.T) {
 	waitWorld(t, d, func(w epoch.World) bool { return len(w.Members) == 3 })
 	// Before any call moves them, the members know of the world with the
 	// joiner (it reaches them by gossip): NewestWorld is above the world
-	// they are in.
+	// they are in, and it does not break theirs (no member is dead).
 	for _, e := range es {
-		if err := awaitNewerWorld(ctx, e); err != nil {
-			t.Fatal(err)
+		if breaking, err := awaitNewerWorld(ctx, e); err != nil || breaking {
+			t.Fatalf("a world with a joiner: breaking %v, %v", breaking, err)
 		}
 	}
 	each(t, es, func(e *Engine) error {
@@ -672,18 +673,21 @@ func TestCommitJoinAndLeave(t *testing.T) {
 
 // awaitNewerWorld waits until e has been told of a newer world than the
 // one it is in (NewestWorld is a query without a wait: a binding polls
-// it).
-func awaitNewerWorld(ctx context.Context, e *Engine) error {
+// it), and says whether that world breaks e's.
+func awaitNewerWorld(ctx context.Context, e *Engine) (breaking bool, err error) {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for e.NewestWorld() <= e.Topology().World {
+	for {
+		newest, breaking := e.NewestWorld()
+		if newest > e.Topology().World {
+			return breaking, nil
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("rank %d still knows of no world after %d: %w", e.Topology().Rank, e.Topology().World, ctx.Err())
+			return false, fmt.Errorf("rank %d still knows of no world after %d: %w", e.Topology().Rank, e.Topology().World, ctx.Err())
 		case <-tick.C:
 		}
 	}
-	return nil
 }
 
 func waitWorld(t *testing.T, d *driver.Driver, ok func(epoch.World) bool) {

@@ -194,7 +194,7 @@ def _prototypes(lib):
         "gorovod_shutdown": [c_int],
         "gorovod_is_initialized": [],
         "gorovod_topology_get": [ctypes.POINTER(Topology)],
-        "gorovod_newest_world": [p_u64],  # ABI 10
+        "gorovod_newest_world": [p_u64, ctypes.POINTER(c_int)],  # ABI 10
         "gorovod_allreduce_async": [c_void_p, c_void_p, c_i64, c_int, c_int, c_double, c_double, p_u64],
         "gorovod_grouped_allreduce_async": [c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_double, c_double,
                                             p_u64],
@@ -406,14 +406,17 @@ def topology():
 
 
 def newest_world():
-    """The number of the newest world this process has been told of:
-    topology().world, or above it while a world change is under way (the
-    job agreed on a next world that the library moves to at its next
-    call). Does not block: for a wait outside the library (on a store) that
-    must stop when the world it waits in is being replaced."""
-    out = ctypes.c_uint64()
-    _raise(lib().gorovod_newest_world(ctypes.byref(out)))
-    return out.value
+    """The newest world this process has been told of, as (number,
+    breaking): number is topology().world, or above it while a world change
+    is under way (the library moves at its next call, or at the commit where
+    every member does); breaking, that the new world goes on without a
+    member of the current one that gossip declared dead (the next call on
+    the current world fails with HorovodInternalError). Does not block: for
+    a wait outside the library (on a store) that must stop when a rank it
+    waits for will not come."""
+    number, breaking = ctypes.c_uint64(), ctypes.c_int()
+    _raise(lib().gorovod_newest_world(ctypes.byref(number), ctypes.byref(breaking)))
+    return number.value, bool(breaking.value)
 
 
 # ---- Handles ----

@@ -49,10 +49,11 @@ make them again in the new world. new_group's set-up waits for the other
 ranks at most its timeout (given none, the default group's): the ranks meet
 on the default group's store before anything is queued, and a rank that
 does not find them all there in time raises RuntimeError naming the ranks
-missing, leaving nothing behind (see _await_world). A world change under
-way while it waits (a rank died before it came) raises HorovodInternalError
-there instead, as a collective that broke would, within 50 ms of gorovod
-learning of the new world: the elastic loop moves to that world.
+missing, leaving nothing behind (see _await_world). A rank that died
+before it came (gorovod has been told of a world without it) makes the
+others raise HorovodInternalError there instead, as a collective that broke
+would, within 50 ms of gorovod learning of that world: the elastic loop
+moves to it.
 
 Point-to-point: ``send``, ``recv``, ``isend``, ``irecv`` and
 ``batch_isend_irecv`` with tags (0 to 2**32-1), on tensors of any dtype,
@@ -1316,15 +1317,18 @@ def _await_world(store, key, rank, size, seconds, whose, what, world=None):
     ranks that had not arrived; it has numbered and registered nothing, so
     the same new_group made again later, by every rank, starts afresh.
 
-    A world change under way ends the wait too: once gorovod has been told
-    of a newer world than world (the number of the world this rank waits
-    in; None: not looked at), which comes once gossip declared a member
-    dead and the driver left it out, though no collective runs, this rank
-    takes its arrival back and raises HorovodInternalError, as the
-    collective that broke would. A member that died before it reached the store never
-    arrives; the elastic loop (gorovod.torch.distributed.elastic.run) takes
-    the error for the world change it is, and the new world makes the group
-    again.
+    A world that breaks ends the wait too: once gorovod has been told of a
+    newer world than world (the number of the world this rank waits in;
+    None: not looked at) that goes on without a member gossip declared dead
+    (it comes though no collective runs), this rank takes its arrival back
+    and raises HorovodInternalError, as the collective that broke would. A
+    member that died before it reached the store never arrives; the elastic
+    loop (gorovod.torch.distributed.elastic.run) takes the error for the
+    world change it is, and the new world makes the group again. A newer
+    world that only adds or gracefully removes members does not end the
+    wait: every member of this world still comes, and they all move at the
+    next commit (raising there would bring them back to this wait in the
+    same world, again and again).
 
     key holds the ranks that have arrived, with a token naming the write
     (this rank and a random number), so that compare_set, which answers with
@@ -1370,8 +1374,8 @@ def _await_world(store, key, rank, size, seconds, whose, what, world=None):
     pause = _AWAIT_PAUSES[0]
     while not complete:
         left = None if deadline is None else deadline - time.monotonic()
-        newest = None if world is None else _core.newest_world()
-        if newest is not None and newest > world:
+        newest, breaking = (None, False) if world is None else _core.newest_world()
+        if breaking and newest > world:
             now, complete = stored(change, False)
             if complete:
                 return
