@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/sync/epoch"
 )
 
 // What a language binding (bindings/c, and the Python package over it)
@@ -37,7 +38,7 @@ func JoinJob(ctx context.Context, cfg WorkerConfig, state *State) (*JobMember, e
 }
 
 // Session is the job member's session. Its methods are for one goroutine at
-// a time (AbortIfMember aside).
+// a time (AbortIfMember and Newest aside).
 func (m *JobMember) Session() *Session { return m.m.session() }
 
 // RequestLeave asks to leave the job gracefully: a world without this process
@@ -51,6 +52,36 @@ func (m *JobMember) Finish(ctx context.Context) error { return m.m.finish(ctx) }
 // Close leaves the job without reporting the end of training (an error, an
 // interruption, or a worker the job went on without).
 func (m *JobMember) Close() error { return m.m.close() }
+
+// Newest is the number of the newest world this worker has been told of:
+// the session's own world's, or above it while the job has agreed on a
+// next world that the session has not moved to yet; breaking says that
+// world goes on without a member of the session's world that this
+// worker's gossip declared dead. The session moves at its next collective
+// or commit: with breaking, the next collective on the old world fails (a
+// running one is aborted) and the session recovers into the newest world;
+// without (workers joining or leaving gracefully), it moves at the commit
+// where every member does. Unlike the session's other methods it may be
+// called from any goroutine, at any time: a binding that waits outside the
+// session (on a store, for its peers) asks it whether the world it waits
+// in is breaking, as a collective would learn.
+func (s *Session) Newest() (number uint64, breaking bool) {
+	s.mu.Lock()
+	current := s.epoch
+	s.mu.Unlock()
+	if d, ok := s.src.(deadLeftOut); ok {
+		return d.deadLeftOut(current)
+	}
+	return s.src.Latest(), false
+}
+
+// deadLeftOut is an epoch source that also knows gossip's verdicts (a
+// worker's memberSource): it reports the newest world it holds, and whether
+// that world is newer than current and leaves out a member of current that
+// gossip declared dead.
+type deadLeftOut interface {
+	deadLeftOut(current epoch.World) (newest uint64, breaking bool)
+}
 
 // Collective runs collectives beyond gradient averaging (broadcasts,
 // allgathers, alltoalls, barriers) on the current world's communicator, and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	stdsync "sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/sync/driver"
+	"github.com/gorovod/gorovod/sync/epoch"
 )
 
 // Session.Collective: broadcasts and allgathers through the session; a peer
@@ -135,5 +137,55 @@ func TestJoinJobAlone(t *testing.T) {
 	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// memberSource.deadLeftOut, what Session.Newest reports: a worker that has
+// adopted a newer world reports its number, and that it breaks the
+// current one only when it goes on without a member of the current world
+// that gossip declared dead (and not heard from since); one that has
+// adopted none reports the current world, not breaking.
+func TestNewestBreaksOnlyWithoutADeadMember(t *testing.T) {
+	world := func(number uint64, names ...string) epoch.World {
+		w := epoch.World{Number: number}
+		for _, n := range names {
+			w.Members = append(w.Members, epoch.Member{Name: n, Addr: n + ":1"})
+		}
+		return w
+	}
+	current := world(3, "a", "b", "c")
+	for _, tc := range []struct {
+		name     string
+		adopted  []epoch.World
+		dead     []string
+		alive    []string // heard from again after dead
+		newest   uint64
+		breaking bool
+	}{
+		{"none newer adopted", []epoch.World{current}, nil, nil, 3, false},
+		{"none newer, a member dead", []epoch.World{current}, []string{"c"}, nil, 3, false},
+		{"a dead member left out", []epoch.World{current, world(4, "a", "b")}, []string{"c"}, nil, 4, true},
+		{"left out, not dead (a graceful leave)", []epoch.World{current, world(4, "a", "b")}, nil, nil, 4, false},
+		{"a joiner", []epoch.World{current, world(4, "a", "b", "c", "d")}, nil, nil, 4, false},
+		{"dead but kept", []epoch.World{current, world(4, "a", "b", "c", "d")}, []string{"c"}, nil, 4, false},
+		{"dead, then heard from", []epoch.World{current, world(4, "a", "b")}, []string{"c"}, []string{"c"}, 4, false},
+		{"dead outside the current world", []epoch.World{current, world(4, "a", "b", "c")}, []string{"x"}, nil, 4, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newMemberSource(slog.New(slog.DiscardHandler))
+			for _, w := range tc.adopted {
+				s.onEpoch(w)
+			}
+			for _, n := range tc.dead {
+				s.peerFailed(n)
+			}
+			for _, n := range tc.alive {
+				s.peerAlive(n)
+			}
+			newest, breaking := s.deadLeftOut(current)
+			if newest != tc.newest || breaking != tc.breaking {
+				t.Fatalf("newest %d, breaking %v; want %d, %v", newest, breaking, tc.newest, tc.breaking)
+			}
+		})
 	}
 }

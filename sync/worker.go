@@ -670,6 +670,24 @@ func (s *memberSource) abortLeftOut() {
 
 func (s *memberSource) Latest() uint64 { return s.latest.Number() }
 
+// deadLeftOut reports the newest world and whether it replaces current
+// without a member that gossip declared dead: the condition on which
+// abortLeftOut stops a collective of current.
+func (s *memberSource) deadLeftOut(current epoch.World) (uint64, bool) {
+	newest := s.latest.World()
+	if newest.Number <= current.Number {
+		return newest.Number, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name := range s.suspects {
+		if current.Rank(name) >= 0 && newest.Rank(name) < 0 {
+			return newest.Number, true
+		}
+	}
+	return newest.Number, false
+}
+
 func (s *memberSource) Await(ctx context.Context, after uint64) (epoch.World, error) {
 	w, err := s.latest.Await(ctx, after)
 	if err != nil {

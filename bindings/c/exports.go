@@ -311,6 +311,24 @@ func gorovodGoTopology(out *C.gorovod_topology) (rc C.int) {
 	return statusOK
 }
 
+//export gorovodGoNewestWorld
+func gorovodGoNewestWorld(number *C.uint64_t, breaking *C.int) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if number == nil || breaking == nil {
+		return status(fmt.Errorf("%w: newest world: NULL output", engine.ErrInvalid))
+	}
+	n, b := e.NewestWorld()
+	*number, *breaking = C.uint64_t(n), 0
+	if b {
+		*breaking = 1
+	}
+	return statusOK
+}
+
 // hostBuffer wraps count elements of dtype at p, C memory, without copying;
 // what and index (-1: none) name it in an error.
 func hostBuffer(what string, index int, p unsafe.Pointer, count int64, dtype C.int32_t) (collective.Buffer, error) {

@@ -102,8 +102,9 @@ extern "C" {
  * device memory (gorovod_cuda_next, gorovod_cuda_supported), 7 the receive
  * from any rank (gorovod_recv_any_async), 8 the receive from any member of a
  * process set (gorovod_recv_any_ps_async), 9 the registration of a process
- * set with a handle (gorovod_add_process_set_async). */
-#define GOROVOD_ABI_VERSION 9
+ * set with a handle (gorovod_add_process_set_async), 10 the newest world
+ * known (gorovod_newest_world). */
+#define GOROVOD_ABI_VERSION 10
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
@@ -244,6 +245,16 @@ int gorovod_is_initialized(void);
 /* ---- Where this process stands (as of the last completed collective) ---- */
 
 int gorovod_topology_get(gorovod_topology *out);
+/* The newest world this process has been told of: *number is
+ * gorovod_topology's world, or above it while a world change is under way
+ * (the job has agreed on a world that the library moves to at its next
+ * call, or at the commit where every member does); *breaking is 1 when
+ * that world goes on without a member of the current one that this
+ * process's gossip declared dead (the next call on the current world then
+ * fails with GOROVOD_ERR_WORLD_CHANGED), else 0. For a caller that waits
+ * for the other ranks outside the library (on a store of its own): with
+ * *breaking, one of them will not come. Does not block. */
+int gorovod_newest_world(uint64_t *number, int *breaking);
 /* Each returns its value, or -1 when not initialized. */
 int gorovod_rank(void);
 int gorovod_size(void);

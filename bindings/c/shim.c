@@ -254,6 +254,11 @@ int gorovod_topology_get(gorovod_topology *out) {
   return gorovodGoTopology(out);
 }
 
+int gorovod_newest_world(uint64_t *number, int *breaking) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoNewestWorld(number, breaking);
+}
+
 #define GETTER(name, field)                            \
   int gorovod_##name(void) {                           \
     gorovod_topology t;                                \

@@ -43,6 +43,9 @@ int main(void) {
   int rc = gorovod_allreduce(&x, &x, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1);
   CHECK(rc == GOROVOD_ERR_NOT_INITIALIZED, "allreduce before init: %d", rc);
   CHECK(strstr(gorovod_last_error(), "not initialized") != NULL, "message: %s", gorovod_last_error());
+  uint64_t newest = 0;
+  int breaking = -1;
+  CHECK(gorovod_newest_world(&newest, &breaking) == GOROVOD_ERR_NOT_INITIALIZED, "newest world before init");
 
   // A configuration the library refuses.
   gorovod_config cfg;
@@ -61,6 +64,13 @@ int main(void) {
   size = top.size;
   CHECK(size >= 1 && rank >= 0 && rank < size, "topology %d of %d", rank, size);
   CHECK(gorovod_rank() == rank && gorovod_size() == size, "getters disagree");
+  // The newest world known is the current one or (a change under way) a
+  // later one, never an earlier one; no member of this world is dead.
+  OK(gorovod_newest_world(&newest, &breaking));
+  CHECK(newest >= top.world && top.world > 0 && breaking == 0, "newest world %llu (breaking %d), current %llu",
+        (unsigned long long)newest, breaking, (unsigned long long)top.world);
+  CHECK(gorovod_newest_world(NULL, &breaking) == GOROVOD_ERR_INVALID_ARGUMENT, "newest world into NULL");
+  CHECK(gorovod_newest_world(&newest, NULL) == GOROVOD_ERR_INVALID_ARGUMENT, "breaking into NULL");
   CHECK(top.local_size == size && top.local_rank == rank && top.cross_size == 1 && top.cross_rank == 0,
         "one host: local %d/%d cross %d/%d", top.local_rank, top.local_size, top.cross_rank, top.cross_size);
   const char *expect = getenv("ABI_TEST_SIZE");

@@ -256,6 +256,17 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
+// NewestWorld is the number of the newest world this process has been
+// told of: Topology().World, or above it while a world change is under way
+// (the job has agreed on a world that the engine moves to at its next
+// call, or at the commit where every member does). breaking says that
+// world goes on without a member of the current one that this process's
+// gossip declared dead: the next call on the current world fails with
+// ErrWorldChanged. A caller waiting outside the engine for the other ranks
+// (on a store) asks it to learn that one of them will never come. It does
+// not block.
+func (e *Engine) NewestWorld() (number uint64, breaking bool) { return e.sess.Newest() }
+
 // Topology is where the process stands in the current world (as of the last
 // collective that completed).
 func (e *Engine) Topology() Topology {

@@ -596,6 +596,12 @@ func TestCommitJoinAndLeave(t *testing.T) {
 	es := startEngines(t, d, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	for _, e := range es {
+		if newest, breaking := e.NewestWorld(); newest != e.Topology().World || breaking {
+			t.Fatalf("rank %d in world %d knows of world %d (breaking %v) before any change", e.Topology().Rank,
+				e.Topology().World, newest, breaking)
+		}
+	}
 	joined := make(chan *Engine, 1)
 	go func() {
 		e, err := startEngine(ctx, d)
@@ -605,6 +611,14 @@ func TestCommitJoinAndLeave(t *testing.T) {
 		joined <- e
 	}()
 	waitWorld(t, d, func(w epoch.World) bool { return len(w.Members) == 3 })
+	// Before any call moves them, the members know of the world with the
+	// joiner (it reaches them by gossip): NewestWorld is above the world
+	// they are in, and it does not break theirs (no member is dead).
+	for _, e := range es {
+		if breaking, err := awaitNewerWorld(ctx, e); err != nil || breaking {
+			t.Fatalf("a world with a joiner: breaking %v, %v", breaking, err)
+		}
+	}
 	each(t, es, func(e *Engine) error {
 		// The epoch reaches the members by gossip: a later commit (every
 		// member commits the same number of times) moves them.
@@ -655,6 +669,25 @@ func TestCommitJoinAndLeave(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// awaitNewerWorld waits until e has been told of a newer world than the
+// one it is in (NewestWorld is a query without a wait: a binding polls
+// it), and says whether that world breaks e's.
+func awaitNewerWorld(ctx context.Context, e *Engine) (breaking bool, err error) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		newest, breaking := e.NewestWorld()
+		if newest > e.Topology().World {
+			return breaking, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("rank %d still knows of no world after %d: %w", e.Topology().Rank, e.Topology().World, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 func waitWorld(t *testing.T, d *driver.Driver, ok func(epoch.World) bool) {

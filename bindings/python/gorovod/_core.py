@@ -61,7 +61,7 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
 SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = 1, 2, 3, 4, 5, 6
 
-ABI_VERSION = 9
+ABI_VERSION = 10
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -194,6 +194,7 @@ def _prototypes(lib):
         "gorovod_shutdown": [c_int],
         "gorovod_is_initialized": [],
         "gorovod_topology_get": [ctypes.POINTER(Topology)],
+        "gorovod_newest_world": [p_u64, ctypes.POINTER(c_int)],  # ABI 10
         "gorovod_allreduce_async": [c_void_p, c_void_p, c_i64, c_int, c_int, c_double, c_double, p_u64],
         "gorovod_grouped_allreduce_async": [c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_double, c_double,
                                             p_u64],
@@ -402,6 +403,20 @@ def topology():
     t = Topology()
     _raise(lib().gorovod_topology_get(ctypes.byref(t)))
     return t
+
+
+def newest_world():
+    """The newest world this process has been told of, as (number,
+    breaking): number is topology().world, or above it while a world change
+    is under way (the library moves at its next call, or at the commit where
+    every member does); breaking, that the new world goes on without a
+    member of the current one that gossip declared dead (the next call on
+    the current world fails with HorovodInternalError). Does not block: for
+    a wait outside the library (on a store) that must stop when a rank it
+    waits for will not come."""
+    number, breaking = ctypes.c_uint64(), ctypes.c_int()
+    _raise(lib().gorovod_newest_world(ctypes.byref(number), ctypes.byref(breaking)))
+    return number.value, bool(breaking.value)
 
 
 # ---- Handles ----

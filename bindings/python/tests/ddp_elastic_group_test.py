@@ -10,10 +10,17 @@ world change.
 Prints "step S world W rank R" every 10 steps, then, on every rank, "PASS
 rank R of N" once the final world's parameters are the same on every rank.
 Driven by bindings/python/ddp_elastic_test.go (TestDDPElasticNewGroup),
-which kills a worker mid-training.
+which kills a worker mid-training. With --die-before-new-group N, the last
+rank of a world of N ranks kills itself (SIGKILL) just before its
+new_group, after printing "rank R of N dies before new_group": the others
+are then waiting for it in new_group's set-up, whose timeout
+--group-timeout gives (seconds).
 """
 
 import argparse
+import datetime
+import os
+import signal
 import time
 
 import torch
@@ -26,6 +33,8 @@ import gorovod.torch.distributed.elastic as elastic
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=200)
 parser.add_argument("--step-seconds", type=float, default=0.05)
+parser.add_argument("--die-before-new-group", type=int, default=0)
+parser.add_argument("--group-timeout", type=float, default=None)
 args = parser.parse_args()
 
 dist.init_process_group("gorovod")
@@ -53,7 +62,11 @@ def train(state):
             raise AssertionError("rank %d: a group of an earlier world ran a collective in world of %d" % (r, n))
     refused.append(stale)
     ranks = list(range(max(n - 1, 1)))
-    group = dist.new_group(ranks=ranks)
+    if n == args.die_before_new_group and r == n - 1:
+        print("rank %d of %d dies before new_group" % (r, n), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    timeout = {} if args.group_timeout is None else {"timeout": datetime.timedelta(seconds=args.group_timeout)}
+    group = dist.new_group(ranks=ranks, **timeout)
     if r in ranks:
         earlier.append(group)
     elif group is not GroupMember.NON_GROUP_MEMBER:

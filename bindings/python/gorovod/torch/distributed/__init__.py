@@ -49,7 +49,11 @@ make them again in the new world. new_group's set-up waits for the other
 ranks at most its timeout (given none, the default group's): the ranks meet
 on the default group's store before anything is queued, and a rank that
 does not find them all there in time raises RuntimeError naming the ranks
-missing, leaving nothing behind (see _await_world).
+missing, leaving nothing behind (see _await_world). A rank that died
+before it came (gorovod has been told of a world without it) makes the
+others raise HorovodInternalError there instead, as a collective that broke
+would, within 50 ms of gorovod learning of that world: the elastic loop
+moves to it.
 
 Point-to-point: ``send``, ``recv``, ``isend``, ``irecv`` and
 ``batch_isend_irecv`` with tags (0 to 2**32-1), on tensors of any dtype,
@@ -1303,7 +1307,7 @@ def _setup_limit(timeout, default):
 _AWAIT_PAUSES = (0.001, 0.05)
 
 
-def _await_world(store, key, rank, size, seconds, whose, what):
+def _await_world(store, key, rank, size, seconds, whose, what, world=None):
     """Waits until every rank of the world (size ranks) has reached the
     set-up of one new_group (what), at most seconds (None: no limit), on
     the default group's store (key, the same on every rank): apart from
@@ -1312,6 +1316,19 @@ def _await_world(store, key, rank, size, seconds, whose, what):
     this rank takes its arrival back and raises RuntimeError naming the
     ranks that had not arrived; it has numbered and registered nothing, so
     the same new_group made again later, by every rank, starts afresh.
+
+    A world that breaks ends the wait too: once gorovod has been told of a
+    newer world than world (the number of the world this rank waits in;
+    None: not looked at) that goes on without a member gossip declared dead
+    (it comes though no collective runs), this rank takes its arrival back
+    and raises HorovodInternalError, as the collective that broke would. A
+    member that died before it reached the store never arrives; the elastic
+    loop (gorovod.torch.distributed.elastic.run) takes the error for the
+    world change it is, and the new world makes the group again. A newer
+    world that only adds or gracefully removes members does not end the
+    wait: every member of this world still comes, and they all move at the
+    next commit (raising there would bring them back to this wait in the
+    same world, again and again).
 
     key holds the ranks that have arrived, with a token naming the write
     (this rank and a random number), so that compare_set, which answers with
@@ -1357,6 +1374,16 @@ def _await_world(store, key, rank, size, seconds, whose, what):
     pause = _AWAIT_PAUSES[0]
     while not complete:
         left = None if deadline is None else deadline - time.monotonic()
+        newest, breaking = (None, False) if world is None else _core.newest_world()
+        if breaking and newest > world:
+            now, complete = stored(change, False)
+            if complete:
+                return
+            late = [q for q in range(size) if q not in now and q != rank]
+            raise HorovodInternalError(
+                "gorovod backend: %s: the world changed (gorovod was told of world %d while rank%s %s of world %d "
+                "had not called new_group yet): nothing was registered; the new world makes the group anew" %
+                (what, newest, "s" if len(late) > 1 else "", ", ".join(str(q) for q in late), world))
         if left is not None and left <= 0:
             now, complete = stored(change, False)
             if complete:
@@ -1406,7 +1433,7 @@ def _new_group_helper(original):
         made = _made_sets.current()
         number = made.made + 1
         _await_world(store, "gorovod-new-group/%d/%d" % (topo.world, number), topo.rank, topo.size, seconds,
-                     whose, what)
+                     whose, what, topo.world)
         made.made = number
         try:
             remove_destroyed_groups(seconds)
