@@ -45,8 +45,10 @@ hvd.shutdown()
 // autoloadCheck runs in the installed python with GOROVOD_JOB_ID set but
 // outside any job (argv[1] "job") or without it (argv[1] "plain"). Outside
 // a job, start-up imports nothing of gorovod or torch, and importing torch
-// registers nothing. With the variable, start-up imports only
-// gorovod._torch_autoload (not torch); importing torch registers the backend
+// registers nothing. With the variable, start-up imports only the package's
+// small modules (gorovod._torch_autoload, and gorovod._interrupt, whose hook
+// a worker's stop needs before the script imports gorovod), not torch;
+// importing torch registers the backend
 // with the lazy creator and leaves gorovod.torch.distributed unimported (no
 // join, no collective: a Horovod-style script calls hvd.init itself), and
 // the finder has left sys.meta_path. With "job broken", the registration
@@ -68,7 +70,7 @@ if mode == ["plain"]:
     assert not any(m.startswith("gorovod") for m in sys.modules), sorted(sys.modules)
     print("PASS plain")
     sys.exit(0)
-assert at_start == ["gorovod", "gorovod._torch_autoload", "gorovod._version", "gorovod.exceptions"], at_start
+assert at_start == ["gorovod", "gorovod._interrupt", "gorovod._torch_autoload", "gorovod._version", "gorovod.exceptions"], at_start
 from gorovod import _torch_autoload
 finders = [f for f in sys.meta_path if isinstance(f, _torch_autoload.TorchFinder)]
 assert len(finders) == 1, sys.meta_path
