@@ -45,7 +45,7 @@ func TestReadAdoption(t *testing.T) {
 		t.Fatal(err)
 	}
 	record := fmt.Sprintf("job\t%s\t1\nstarted\t0\t%d\t\nstarted\t1\t%d\t\nstarted\t2\t%d\t\nstarted\t3\t%d\tnode9\nstarted\t4\t%d\t\nexited\t4\tfinished\t\nstarted\t5\t%d\tlocalhost\n"+
-		"gossip\t0\t127.0.0.1:5000\ngossip\t2\t127.0.0.1:5002\ngossip\t3\t10.0.0.9:5003\n",
+		"gossip\t0\t127.0.0.1:5000\ngossip\t2\t127.0.0.1:5002\ngossip\t3\t198.18.0.9:5003\n",
 		id, worker.Process.Pid, other.Process.Pid, dead.Process.Pid, worker.Process.Pid, worker.Process.Pid, wrongIndex.Process.Pid)
 
 	dir := t.TempDir()
@@ -83,7 +83,7 @@ func TestReadAdoption(t *testing.T) {
 		t.Errorf("worker 4: %+v, want its recorded end", a.Workers[4])
 	}
 	// The driver contacts the workers that may run, not the one gone.
-	if want := []string{"127.0.0.1:5000", "10.0.0.9:5003"}; !slices.Equal(a.Contact, want) {
+	if want := []string{"127.0.0.1:5000", "198.18.0.9:5003"}; !slices.Equal(a.Contact, want) {
 		t.Errorf("contact %v, want %v", a.Contact, want)
 	}
 

@@ -228,7 +228,7 @@ func (m *Member) joinSeeds(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
 		// Resolve every round: a seed's name may not resolve until its
 		// process (or pod) exists.
-		addrs, onlySelf, err := m.resolveSeeds(ctx)
+		addrs, onlySelf, err := m.resolveAddrs(ctx, m.cfg.Seeds)
 		switch {
 		case onlySelf:
 			m.log.Info("membership: every seed is this member; started a new cluster", "addr", m.Local().Addr)
@@ -314,14 +314,10 @@ func (m *Member) joinOnce(ctx context.Context, addrs []netip.AddrPort) error {
 	}
 }
 
-// resolveSeeds returns the addresses of the seeds that are not this member.
-// onlySelf is true when every seed is this member. A seed that does not resolve
+// resolveAddrs returns the addresses of seeds (gossip addresses: the
+// configured seeds, or those given to Contact) that are not this member.
+// onlySelf is true when every one is this member. One that does not resolve
 // yet counts as another member, so Join keeps trying it.
-func (m *Member) resolveSeeds(ctx context.Context) (addrs []netip.AddrPort, onlySelf bool, err error) {
-	return m.resolveAddrs(ctx, m.cfg.Seeds)
-}
-
-// resolveAddrs is resolveSeeds for the gossip addresses seeds.
 func (m *Member) resolveAddrs(ctx context.Context, seeds []string) (addrs []netip.AddrPort, onlySelf bool, err error) {
 	self := m.Local().Addr
 	others := 0

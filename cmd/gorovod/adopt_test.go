@@ -32,15 +32,7 @@ func TestRunAttach(t *testing.T) {
 	dir := t.TempDir()
 	h := startRunJob(t, "--np", "3", "--output-dir", dir, "--",
 		synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
-	h.waitFor(t, "step 30 on every worker", 2*time.Minute, func(lines []trainerLine) bool {
-		seen := map[int]bool{}
-		for _, l := range lines {
-			if l.Step >= 30 {
-				seen[l.Worker] = true
-			}
-		}
-		return len(seen) == 3
-	})
+	h.waitAllAtStep(t, 30, 3)
 	if err := syscall.Kill(h.pid(t, 2), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -214,15 +206,7 @@ func TestRunAttachElsewhere(t *testing.T) {
 	dir := t.TempDir()
 	h := startRunJob(t, "--np", "3", "--output-dir", dir, "--",
 		synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
-	h.waitFor(t, "step 30 on every worker", 2*time.Minute, func(lines []trainerLine) bool {
-		seen := map[int]bool{}
-		for _, l := range lines {
-			if l.Step >= 30 {
-				seen[l.Worker] = true
-			}
-		}
-		return len(seen) == 3
-	})
+	h.waitAllAtStep(t, 30, 3)
 	pids := []int{h.pid(t, 0), h.pid(t, 1), h.pid(t, 2)}
 	oldSeed := jobSeed(t, dir)
 	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
@@ -301,15 +285,7 @@ func TestRunAttachAcrossHosts(t *testing.T) {
 	dir := t.TempDir()
 	h := hostJob(t, n, hs[0], []string{"--np", "3", "--output-dir", dir, "-H", hs[1].Name + ":4"},
 		"--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
-	h.waitFor(t, "step 30 on every worker", 2*time.Minute, func(lines []trainerLine) bool {
-		seen := map[int]bool{}
-		for _, l := range lines {
-			if l.Step >= 30 {
-				seen[l.Worker] = true
-			}
-		}
-		return len(seen) == 3
-	})
+	h.waitAllAtStep(t, 30, 3)
 	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -36,15 +36,7 @@ func TestJobOutlivesLauncher(t *testing.T) {
 			dir := t.TempDir()
 			h := startRunJob(t, "--np", "3", "--min-np", "2", "--output-dir", dir, "--",
 				synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
-			h.waitFor(t, "step 30 on every worker", 2*time.Minute, func(lines []trainerLine) bool {
-				seen := map[int]bool{}
-				for _, l := range lines {
-					if l.Step >= 30 {
-						seen[l.Worker] = true
-					}
-				}
-				return len(seen) == 3
-			})
+			h.waitAllAtStep(t, 30, 3)
 			pids := []int{h.pid(t, 0), h.pid(t, 1), h.pid(t, 2)}
 			if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)

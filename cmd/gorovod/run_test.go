@@ -205,6 +205,21 @@ func (h *runJobHarness) logText() string {
 	return h.log.String()
 }
 
+// waitAllAtStep waits (up to 2 minutes) until workers distinct workers have
+// printed step step or a later one.
+func (h *runJobHarness) waitAllAtStep(t *testing.T, step int64, workers int) {
+	t.Helper()
+	h.waitFor(t, fmt.Sprintf("step %d on every worker", step), 2*time.Minute, func(lines []trainerLine) bool {
+		seen := map[int]bool{}
+		for _, l := range lines {
+			if l.Step >= step {
+				seen[l.Worker] = true
+			}
+		}
+		return len(seen) == workers
+	})
+}
+
 // waitFor waits until cond holds over the lines seen so far.
 func (h *runJobHarness) waitFor(t *testing.T, what string, timeout time.Duration, cond func(lines []trainerLine) bool) {
 	t.Helper()

@@ -13,7 +13,7 @@ import (
 // address keep the advice about --network-interface.
 func TestDriverAddrError(t *testing.T) {
 	notFound := fmt.Errorf("no route to node7: %w", &net.OpError{Op: "dial", Net: "udp",
-		Err: &net.DNSError{Err: "no such host", Name: "node7", Server: "10.0.0.53:53", IsNotFound: true}})
+		Err: &net.DNSError{Err: "no such host", Name: "node7", Server: "198.18.0.53:53", IsNotFound: true}})
 	for _, tc := range []struct {
 		name string
 		h    hostOptions
@@ -21,7 +21,7 @@ func TestDriverAddrError(t *testing.T) {
 		want string
 	}{
 		{"-H", hostOptions{list: "node7:2"}, notFound,
-			`host "node7" of -H: its name does not resolve here (lookup node7 on 10.0.0.53:53: no such host); if only ssh knows it (~/.ssh/config), ` +
+			`host "node7" of -H: its name does not resolve here (lookup node7 on 198.18.0.53:53: no such host); if only ssh knows it (~/.ssh/config), ` +
 				"give --network-interface or --gossip-addr: the driver's address is otherwise the one this host reaches it from"},
 		{"--hostfile", hostOptions{hostfile: "hosts.txt"}, notFound, `host "node7" of --hostfile hosts.txt: its name does not resolve here (`},
 		{"discovery script", hostOptions{script: "./list.sh"}, notFound, `host "node7" of the --host-discovery-script: its name does not resolve here (`},

@@ -1370,25 +1370,32 @@ def _await_world(store, key, rank, size, seconds, whose, what, world=None):
             raise RuntimeError("gorovod backend: %s: the default group's store failed while the ranks met there "
                                "to set the group up: %s" % (what, e)) from e
 
+    def give_up():
+        """Takes this rank's arrival back: None when the meeting was complete
+        meanwhile (this rank goes on with the others), else the ranks that
+        had not come."""
+        now, complete = stored(change, False)
+        if complete:
+            return None
+        return [q for q in range(size) if q not in now and q != rank]
+
     now, complete = stored(change, True)
     pause = _AWAIT_PAUSES[0]
     while not complete:
         left = None if deadline is None else deadline - time.monotonic()
         newest, breaking = (None, False) if world is None else _core.newest_world()
         if breaking and newest > world:
-            now, complete = stored(change, False)
-            if complete:
+            late = give_up()
+            if late is None:
                 return
-            late = [q for q in range(size) if q not in now and q != rank]
             raise HorovodInternalError(
                 "gorovod backend: %s: the world changed (gorovod was told of world %d while rank%s %s of world %d "
                 "had not called new_group yet): nothing was registered; the new world makes the group anew" %
                 (what, newest, "s" if len(late) > 1 else "", ", ".join(str(q) for q in late), world))
         if left is not None and left <= 0:
-            now, complete = stored(change, False)
-            if complete:
+            late = give_up()
+            if late is None:
                 return
-            late = [q for q in range(size) if q not in now and q != rank]
             raise RuntimeError(
                 "gorovod backend: %s timed out after %gs (%s ran out) waiting for every rank of the world to "
                 "call new_group, which each must, members of the group or not (torch's rule; gorovod registers the "
