@@ -427,8 +427,9 @@ const adoptStopGrace = 5 * time.Second
 
 // adopted finishes Start for an adopted job: the processes of the record
 // go into the roster (the running ones followed by pid, the others with
-// the end the record gives them, or Unknown), the floor is told of the
-// ones gone while no runner watched, and the job runs.
+// the end the record gives them — state, error and, for one the dead
+// runner stopped, why — or Unknown), the floor is told of the ones gone
+// while no runner watched, and the job runs.
 func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job, error) {
 	a := j.cfg.Adopt
 	r := j.roster
@@ -459,7 +460,11 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 			if w.Why != "" {
 				err = errors.New(w.Why)
 			}
-			r.putExitedLocked(ended(w, parseState(w.State), err))
+			p := ended(w, parseState(w.State), err)
+			if p.rec.State == Stopped {
+				p.rec.StopReason = w.StopReason // why the runner that died stopped it, as its record says
+			}
+			r.putExitedLocked(p)
 		default:
 			r.putExitedLocked(ended(w, Unknown, fmt.Errorf("%s: %w", w.Why, ErrExitUnknown)))
 			gone = append(gone, fmt.Sprintf("worker %d (pid %d): %s", w.Index, w.PID, w.Why))
