@@ -427,17 +427,12 @@ const adoptStopGrace = 5 * time.Second
 
 // adopted finishes Start for an adopted job: the processes of the record
 // go into the roster (the running ones followed by pid, the others with
-// the end the record gives them, or Unknown), the floor is told of the
-// ones gone while no runner watched, and the job runs.
+// the end the record gives them — state, error and, for one the dead
+// runner stopped, why — or Unknown), the floor is told of the ones gone
+// while no runner watched, and the job runs.
 func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job, error) {
 	a := j.cfg.Adopt
 	r := j.roster
-	closed := make(chan struct{})
-	close(closed)
-	ended := func(w AdoptedWorker, state WorkerState, err error) *proc {
-		return &proc{rec: WorkerRecord{WorkerRef: WorkerRef{Index: w.Index, PID: w.PID, Host: w.Host}, State: state, Err: err},
-			p: exitedProc{pid: w.PID, done: closed, err: err}}
-	}
 	var running []AdoptedWorker
 	var gone []string
 	r.mu.Lock()
@@ -459,9 +454,9 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 			if w.Why != "" {
 				err = errors.New(w.Why)
 			}
-			r.putExitedLocked(ended(w, parseState(w.State), err))
+			r.putExitedLocked(recordedEnd(w, parseState(w.State), err))
 		default:
-			r.putExitedLocked(ended(w, Unknown, fmt.Errorf("%s: %w", w.Why, ErrExitUnknown)))
+			r.putExitedLocked(recordedEnd(w, Unknown, fmt.Errorf("%s: %w", w.Why, ErrExitUnknown)))
 			gone = append(gone, fmt.Sprintf("worker %d (pid %d): %s", w.Index, w.PID, w.Why))
 			j.floor.toReplace++
 		}
@@ -490,7 +485,7 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 		ref := WorkerRef{Index: w.Index, PID: w.PID, Host: w.Host}
 		if err != nil {
 			r.mu.Lock()
-			r.putExitedLocked(ended(w, Unknown, fmt.Errorf("not adopted (%v): %w", err, ErrExitUnknown)))
+			r.putExitedLocked(recordedEnd(w, Unknown, fmt.Errorf("not adopted (%v): %w", err, ErrExitUnknown)))
 			r.place.release(w.Host)
 			j.floor.toReplace++
 			r.standing.left()
@@ -512,6 +507,24 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 	}
 	j.run(ctx)
 	return j, nil
+}
+
+// recordedEnd is the proc of worker w of an adopted job, which ended in
+// state (with err) before this runner took the job back, or was gone. The
+// end the record gives stands: a stopped worker keeps why the runner that
+// died stopped it, and rule 6 was that runner's to apply with what it
+// knew, so a worker the record gives as finished is not taken, at the
+// job's end, for one never admitted (presence.final: everIn).
+func recordedEnd(w AdoptedWorker, state WorkerState, err error) *proc {
+	done := make(chan struct{})
+	close(done)
+	p := &proc{rec: WorkerRecord{WorkerRef: WorkerRef{Index: w.Index, PID: w.PID, Host: w.Host}, State: state, Err: err},
+		p: exitedProc{pid: w.PID, done: done, err: err}}
+	if state == Stopped {
+		p.rec.StopReason = w.StopReason
+	}
+	p.everIn = state == Finished
+	return p
 }
 
 // parseState is the WorkerState a record names (Unknown for a name it does
