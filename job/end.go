@@ -182,14 +182,10 @@ func classify(err error, stopped bool) WorkerState {
 	return Failed
 }
 
-// WorkerError is a worker process that failed.
-type WorkerError struct {
-	Index int // its launch index
-	Err   error
-}
-
-func (e *WorkerError) Error() string { return fmt.Sprintf("worker %d: %v", e.Index, e.Err) }
-func (e *WorkerError) Unwrap() error { return e.Err }
+// WorkerError is a worker process that failed: Worker is its launch index,
+// Err why it ended. It is package launch's, so that one type says it for
+// the runner's verdict and for a set of workers launch.Start started.
+type WorkerError = launch.WorkerError
 
 // WorkerRecord is what the runner knows of a worker process it launched.
 type WorkerRecord struct {
@@ -361,7 +357,7 @@ func (o *Outcome) Err() error {
 	var failed []error
 	for _, w := range o.Workers {
 		if w.State == Failed {
-			failed = append(failed, &WorkerError{Index: w.Index, Err: w.Err})
+			failed = append(failed, &WorkerError{Worker: w.Index, Err: w.Err})
 		}
 	}
 	if n := o.EarlierWorkers.Failed; n > 0 {
