@@ -224,8 +224,9 @@ class DDP(object):
         # What the exchange costs the step beyond backward: from the moment
         # backward handed DDP's last bucket to the backend (its compute
         # done) until the last bucket's reduction came back. DDP's copies of
-        # the buckets into the gradients follow, as in the compute-free
-        # parts of any step; they are not the exchange's.
+        # the reduced buckets into the gradients follow inside backward(),
+        # on every backend: they are not the exchange's (the step times
+        # count them).
         self.waits.append(max(0.0, self.reduced - self.submitted))
         self.opt.step()
 
