@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,7 +29,8 @@ import (
 // driver's gossip address when it can, which is every worker's seed: the
 // workers, which go back to their seeds every second while no driver is in
 // view, come back to it by themselves. Where it cannot (another process
-// took the port; on Kubernetes, a driver pod with another IP), it listens
+// took the port; on Kubernetes, a driver pod with another IP), or where the
+// seed is not at the runner's own address (Adoption.OwnAddr), it listens
 // where a new runner would, and contacts the workers at their recorded
 // gossip addresses itself (driver.Config.Contact); either way the job's
 // seeds become its address (job.env, the job file), for workers started
@@ -53,6 +55,14 @@ type Adoption struct {
 	// adopting driver contacts them (driver.Config.Contact), so that they
 	// come back to it wherever it listens, not only at their seed.
 	Contact []string
+	// OwnAddr: Config.Gossip.BindAddr is this runner's own address for
+	// certain (on Kubernetes, its pod's IP), not a default. A seed at
+	// another address is then not bound even where the host would let it
+	// (several nodes' pods sharing one host's network, as a test cluster's
+	// host-network pods do; a host with net.ipv4.ip_nonlocal_bind): the
+	// job's seed would name an address that is not this runner's. The
+	// driver listens at its own address and contacts the workers.
+	OwnAddr bool
 }
 
 // AdoptedWorker is a process of the job's record, as an adopting runner
@@ -406,6 +416,22 @@ func (cfg Config) adopting() (Config, error) {
 		cfg.ProbeTimeout = w.ProbeTimeout
 	}
 	return cfg, nil
+}
+
+// notOwnSeed says why an adopting runner whose own address is own
+// (Adoption.OwnAddr) does not bind the workers' seed at host seed: it is
+// another address. Both are compared as IPs; a name, or an unspecified own
+// address, leaves the seed to be tried.
+func notOwnSeed(own, seed string) error {
+	o, err := netip.ParseAddr(own)
+	if err != nil || o.IsUnspecified() {
+		return nil
+	}
+	s, err := netip.ParseAddr(seed)
+	if err != nil || s.Unmap() == o.Unmap() {
+		return nil
+	}
+	return fmt.Errorf("it is not this runner's address %s", o)
 }
 
 // withSeeds is the job's environment env with its seeds (GOROVOD_SEEDS)
