@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,7 +29,8 @@ import (
 // driver's gossip address when it can, which is every worker's seed: the
 // workers, which go back to their seeds every second while no driver is in
 // view, come back to it by themselves. Where it cannot (another process
-// took the port; on Kubernetes, a driver pod with another IP), it listens
+// took the port; on Kubernetes, a driver pod with another IP), or where the
+// seed is not at the runner's own address (Adoption.OwnAddr), it listens
 // where a new runner would, and contacts the workers at their recorded
 // gossip addresses itself (driver.Config.Contact); either way the job's
 // seeds become its address (job.env, the job file), for workers started
@@ -53,6 +55,14 @@ type Adoption struct {
 	// adopting driver contacts them (driver.Config.Contact), so that they
 	// come back to it wherever it listens, not only at their seed.
 	Contact []string
+	// OwnAddr: Config.Gossip.BindAddr is this runner's own address for
+	// certain (on Kubernetes, its pod's IP), not a default. A seed at
+	// another address is then not bound even where the host would let it
+	// (several nodes' pods sharing one host's network, as a test cluster's
+	// host-network pods do; a host with net.ipv4.ip_nonlocal_bind): the
+	// job's seed would name an address that is not this runner's. The
+	// driver listens at its own address and contacts the workers.
+	OwnAddr bool
 }
 
 // AdoptedWorker is a process of the job's record, as an adopting runner
@@ -408,6 +418,22 @@ func (cfg Config) adopting() (Config, error) {
 	return cfg, nil
 }
 
+// notOwnSeed says why an adopting runner whose own address is own
+// (Adoption.OwnAddr) does not bind the workers' seed at host seed: it is
+// another address. Both are compared as IPs; a name, or an unspecified own
+// address, leaves the seed to be tried.
+func notOwnSeed(own, seed string) error {
+	o, err := netip.ParseAddr(own)
+	if err != nil || o.IsUnspecified() {
+		return nil
+	}
+	s, err := netip.ParseAddr(seed)
+	if err != nil || s.Unmap() == o.Unmap() {
+		return nil
+	}
+	return fmt.Errorf("it is not this runner's address %s", o)
+}
+
 // withSeeds is the job's environment env with its seeds (GOROVOD_SEEDS)
 // set to addr alone.
 func withSeeds(env []string, addr string) []string {
@@ -427,17 +453,12 @@ const adoptStopGrace = 5 * time.Second
 
 // adopted finishes Start for an adopted job: the processes of the record
 // go into the roster (the running ones followed by pid, the others with
-// the end the record gives them, or Unknown), the floor is told of the
-// ones gone while no runner watched, and the job runs.
+// the end the record gives them — state, error and, for one the dead
+// runner stopped, why — or Unknown), the floor is told of the ones gone
+// while no runner watched, and the job runs.
 func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job, error) {
 	a := j.cfg.Adopt
 	r := j.roster
-	closed := make(chan struct{})
-	close(closed)
-	ended := func(w AdoptedWorker, state WorkerState, err error) *proc {
-		return &proc{rec: WorkerRecord{WorkerRef: WorkerRef{Index: w.Index, PID: w.PID, Host: w.Host}, State: state, Err: err},
-			p: exitedProc{pid: w.PID, done: closed, err: err}}
-	}
 	var running []AdoptedWorker
 	var gone []string
 	r.mu.Lock()
@@ -459,9 +480,9 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 			if w.Why != "" {
 				err = errors.New(w.Why)
 			}
-			r.putExitedLocked(ended(w, parseState(w.State), err))
+			r.putExitedLocked(recordedEnd(w, parseState(w.State), err))
 		default:
-			r.putExitedLocked(ended(w, Unknown, fmt.Errorf("%s: %w", w.Why, ErrExitUnknown)))
+			r.putExitedLocked(recordedEnd(w, Unknown, fmt.Errorf("%s: %w", w.Why, ErrExitUnknown)))
 			gone = append(gone, fmt.Sprintf("worker %d (pid %d): %s", w.Index, w.PID, w.Why))
 			j.floor.toReplace++
 		}
@@ -490,7 +511,7 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 		ref := WorkerRef{Index: w.Index, PID: w.PID, Host: w.Host}
 		if err != nil {
 			r.mu.Lock()
-			r.putExitedLocked(ended(w, Unknown, fmt.Errorf("not adopted (%v): %w", err, ErrExitUnknown)))
+			r.putExitedLocked(recordedEnd(w, Unknown, fmt.Errorf("not adopted (%v): %w", err, ErrExitUnknown)))
 			r.place.release(w.Host)
 			j.floor.toReplace++
 			r.standing.left()
@@ -512,6 +533,24 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 	}
 	j.run(ctx)
 	return j, nil
+}
+
+// recordedEnd is the proc of worker w of an adopted job, which ended in
+// state (with err) before this runner took the job back, or was gone. The
+// end the record gives stands: a stopped worker keeps why the runner that
+// died stopped it, and rule 6 was that runner's to apply with what it
+// knew, so a worker the record gives as finished is not taken, at the
+// job's end, for one never admitted (presence.final: everIn).
+func recordedEnd(w AdoptedWorker, state WorkerState, err error) *proc {
+	done := make(chan struct{})
+	close(done)
+	p := &proc{rec: WorkerRecord{WorkerRef: WorkerRef{Index: w.Index, PID: w.PID, Host: w.Host}, State: state, Err: err},
+		p: exitedProc{pid: w.PID, done: done, err: err}}
+	if state == Stopped {
+		p.rec.StopReason = w.StopReason
+	}
+	p.everIn = state == Finished
+	return p
 }
 
 // parseState is the WorkerState a record names (Unknown for a name it does

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/sync/epoch"
 )
 
 // startSleeper starts a process with env that lives until the test ends
@@ -140,6 +142,52 @@ func TestRecordAdopted(t *testing.T) {
 	}
 	if _, err := ReadJobRecord(dir); err == nil {
 		t.Error("an adopted line before any job line: no error")
+	}
+}
+
+// TestRecordedEndStands: the end an adopted job's record gives a worker
+// is the one the adopting runner reports when the job ends with training
+// over — kept among the records or counted among the earlier workers: a
+// stopped worker with the reason the record gives, a finished one
+// finished (not stopped as never admitted: rule 6 was the dead runner's to
+// apply), and a stopped one whose record gives no reason as such.
+func TestRecordedEndStands(t *testing.T) {
+	recorded := func(i int, state string, why StopReason) AdoptedWorker {
+		return AdoptedWorker{RecordedWorker: RecordedWorker{Index: i, PID: 100 + i, Exited: true, State: state, StopReason: why}}
+	}
+	workers := []AdoptedWorker{
+		recorded(0, "finished", NoStopReason),
+		recorded(1, "stopped", StopStuck),
+		recorded(2, "stopped", StopHostDropped),
+		recorded(3, "stopped", NoStopReason),
+		recorded(4, "lost", NoStopReason),
+	}
+	want := WorkerCounts{Finished: 1, Lost: 1, Stopped: 3, StoppedBy: map[StopReason]int{StopStuck: 1, StopHostDropped: 1, NoStopReason: 1}}
+	for _, keep := range []int{len(workers), 1} {
+		t.Run(fmt.Sprintf("%d records kept", keep), func(t *testing.T) {
+			r := newRoster("here", keep)
+			r.mu.Lock()
+			for _, w := range workers {
+				r.putExitedLocked(recordedEnd(w, parseState(w.State), nil))
+			}
+			r.mu.Unlock()
+			r.setTrainingOver()
+			recs, earlier, _ := r.final(epoch.World{})
+			got := earlier
+			for _, rec := range recs {
+				got.add(rec)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("counts %+v, want %+v (records %+v)", got, want, recs)
+			}
+			if keep == len(workers) {
+				for i, w := range workers {
+					if recs[i].State != parseState(w.State) || recs[i].StopReason != w.StopReason {
+						t.Errorf("worker %d: %v (%v), want %s (%v)", i, recs[i].State, recs[i].StopReason, w.State, w.StopReason)
+					}
+				}
+			}
+		})
 	}
 }
 

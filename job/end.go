@@ -64,7 +64,8 @@ import (
 //     may have been killed or have failed: nobody can tell), which, like
 //     Lost, an elastic job survives — the verdict is then about what the
 //     runner can know. The workers that ended before the adoption keep the
-//     state the record gives them.
+//     state the record gives them, and a stopped one the StopReason
+//     (record.tsv's exited line).
 
 // ErrFailed is wrapped by the error of a job that failed (Outcome.Err).
 var ErrFailed = errors.New("job failed")
@@ -118,7 +119,8 @@ type StopReason int
 
 const (
 	// NoStopReason: not stopped, or stopped for a reason nobody knows (a
-	// worker of an adopted job that the record gives as stopped).
+	// worker of an adopted job whose record gives it as stopped without a
+	// reason: ReadJobRecord).
 	NoStopReason StopReason = iota
 	// StopNotNeeded: training was over and the worker was still waiting to
 	// join, or still exiting at Config.ExitLimit (rule 3), or exited by
@@ -130,6 +132,8 @@ const (
 	StopHostDropped
 	// StopStranded: the job was below its minimum with no way back (a
 	// worker failed, or replacements struck out) and ended, stopping it.
+	// The last reason: parseStopReason (the job's record) knows those up
+	// to it.
 	StopStranded
 )
 
@@ -152,6 +156,17 @@ func (r StopReason) String() string {
 // MarshalText names the reason (JSON sinks).
 func (r StopReason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
+// parseStopReason is the StopReason that String names, NoStopReason
+// excepted (its name is ""): false for any other text.
+func parseStopReason(name string) (StopReason, bool) {
+	for r := StopNotNeeded; r <= StopStranded; r++ {
+		if r.String() == name {
+			return r, true
+		}
+	}
+	return NoStopReason, false
+}
+
 // classify is rule 5: how a process that has exited with err ended.
 func classify(err error, stopped bool) WorkerState {
 	switch {
@@ -167,14 +182,10 @@ func classify(err error, stopped bool) WorkerState {
 	return Failed
 }
 
-// WorkerError is a worker process that failed.
-type WorkerError struct {
-	Index int // its launch index
-	Err   error
-}
-
-func (e *WorkerError) Error() string { return fmt.Sprintf("worker %d: %v", e.Index, e.Err) }
-func (e *WorkerError) Unwrap() error { return e.Err }
+// WorkerError is a worker process that failed: Worker is its launch index,
+// Err why it ended. It is package launch's, so that one type says it for
+// the runner's verdict and for a set of workers launch.Start started.
+type WorkerError = launch.WorkerError
 
 // WorkerRecord is what the runner knows of a worker process it launched.
 type WorkerRecord struct {
@@ -346,7 +357,7 @@ func (o *Outcome) Err() error {
 	var failed []error
 	for _, w := range o.Workers {
 		if w.State == Failed {
-			failed = append(failed, &WorkerError{Index: w.Index, Err: w.Err})
+			failed = append(failed, &WorkerError{Worker: w.Index, Err: w.Err})
 		}
 	}
 	if n := o.EarlierWorkers.Failed; n > 0 {

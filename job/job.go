@@ -144,13 +144,25 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		dcfg.MinWorkers, dcfg.Adopt, dcfg.Contact = cfg.MinWorkers, true, cfg.Adopt.Contact
 		j.start.once.Do(func() { close(j.start.formed) })
 	}
-	j.driver, err = cfg.StartDriver(startCtx, dcfg)
+	if cfg.Adopt != nil && cfg.Adopt.OwnAddr {
+		err = notOwnSeed(ownGossip.BindAddr, cfg.Gossip.BindAddr)
+	}
+	if err == nil {
+		j.driver, err = cfg.StartDriver(startCtx, dcfg)
+	}
 	if err != nil && cfg.Adopt != nil {
 		// The dead driver's address is not to be had (another process has
-		// its port; a new pod has another IP): listen where this runner
-		// would for a job of its own, and contact the workers.
+		// its port; a new pod has another IP), or not this runner's: listen
+		// where this runner would for a job of its own, and contact the
+		// workers.
 		seedErr := err
 		dcfg.Membership = ownGossip
+		if ownGossip.BindAddr == cfg.Gossip.BindAddr && ownGossip.BindPort == cfg.Gossip.BindPort {
+			// Its own address is the seed (a pod at the dead driver's IP
+			// with the same fixed port), whose port another process has:
+			// another port of it.
+			dcfg.Membership.BindPort = 0
+		}
 		if j.driver, err = cfg.StartDriver(startCtx, dcfg); err != nil {
 			err = fmt.Errorf("%w (at the workers' seed %s:%d: %w)", err, cfg.Gossip.BindAddr, cfg.Gossip.BindPort, seedErr)
 		} else {

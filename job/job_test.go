@@ -192,7 +192,7 @@ func TestRunVerdicts(t *testing.T) {
 			}
 			var we *job.WorkerError
 			var xe *exec.ExitError
-			if tc.modes == "train,fail" && (!errors.As(err, &we) || we.Index != 1 || !errors.As(err, &xe) || xe.ExitCode() != 3) {
+			if tc.modes == "train,fail" && (!errors.As(err, &we) || we.Worker != 1 || !errors.As(err, &xe) || xe.ExitCode() != 3) {
 				t.Fatalf("error %v does not carry worker 1's exit status", err)
 			}
 		})

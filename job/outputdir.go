@@ -21,11 +21,18 @@ import (
 //
 //	job      <job id> <runner pid>
 //	started  <index> <pid> <host>
-//	exited   <index> <state> <why>
+//	exited   <index> <state> <why> [<stop reason>]
 //	running  <index> <pid>             a remote worker's pid on its host, once it runs
 //	gossip   <index> <host:port>       the worker's gossip address, once the driver sees it (again when it changes)
 //	adopted  <runner pid>              a runner took the job back (Config.Adopt)
 //	ended    <verdict: "ok" or the job's error>
+//
+// An exited line's state is a WorkerState's name, why the worker's error
+// ("" when it finished), and the stop reason, a StopReason's name, is there
+// only for a worker the runner stopped (state "stopped"): a runner that
+// takes the job back reports it as this one would. ReadJobRecord reads an
+// exited line without it as stopped for a reason the record does not give
+// (NoStopReason), and refuses one whose reason it does not know.
 const recordFile = "record.tsv"
 
 // OutputFiles is the path prefix of worker index's output files in the job's
@@ -96,7 +103,11 @@ func (r *jobRecord) exited(e WorkerExited) {
 	if e.Err != nil {
 		why = e.Err.Error()
 	}
-	r.line("exited", strconv.Itoa(e.Worker.Index), e.State.String(), why)
+	fields := []string{"exited", strconv.Itoa(e.Worker.Index), e.State.String(), why}
+	if e.State == Stopped && e.StopReason != NoStopReason {
+		fields = append(fields, e.StopReason.String())
+	}
+	r.line(fields...)
 }
 
 func (r *jobRecord) ended(o Outcome) {
@@ -137,6 +148,9 @@ type RecordedWorker struct {
 	Exited bool   // the runner saw it exit
 	State  string // then: how it ended (a WorkerState's name)
 	Why    string // and why, when not finished
+	// StopReason is why the runner stopped it, when State is "stopped"
+	// (NoStopReason when the record does not say).
+	StopReason StopReason
 	// Gossip is its gossip address as the driver last saw it ("" when not
 	// recorded): where a runner that takes the job back contacts it.
 	Gossip string
@@ -193,14 +207,26 @@ func ReadJobRecord(dir string) (JobRecord, error) {
 				return bad()
 			}
 			rec.Workers[k].Gossip = fields[2]
-		case fields[0] == "exited" && len(fields) == 4:
+		case fields[0] == "exited" && (len(fields) == 4 || len(fields) == 5):
 			i, err := strconv.Atoi(fields[1])
 			k, ok := byIndex[i]
 			if err != nil || !ok {
 				return bad()
 			}
 			w := &rec.Workers[k]
-			w.Exited, w.State, w.Why = true, fields[2], fields[3]
+			w.Exited, w.State, w.Why, w.StopReason = true, fields[2], fields[3], NoStopReason
+			if len(fields) == 5 {
+				// A reason the runner did not write is refused like any
+				// other line it did not write, not taken for none.
+				why, known := parseStopReason(fields[4])
+				switch {
+				case !known:
+					return JobRecord{}, fmt.Errorf("job record %s, line %d: unknown stop reason %q", f.Name(), n, fields[4])
+				case fields[2] != Stopped.String():
+					return JobRecord{}, fmt.Errorf("job record %s, line %d: a stop reason (%s) for a worker that ended %q, not stopped", f.Name(), n, fields[4], fields[2])
+				}
+				w.StopReason = why
+			}
 		case fields[0] == "adopted" && len(fields) == 2 && rec.JobID != "":
 			if rec.RunnerPID, err = strconv.Atoi(fields[1]); err != nil {
 				return bad()

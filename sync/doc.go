@@ -90,12 +90,15 @@
 //
 // When the proposer dies: a dead driver is noticed by gossip; after the grace
 // the oldest ready worker proposes instead, as above. Under `gorovod run` the
-// driver is also the workers' launcher, so its death ends the job anyway; the
-// fallback serves jobs whose workers were started by hand or by another
-// launcher. Two proposers can coexist only while views disagree; a proposer
-// that hears of an epoch newer than its own (in a report, a pong or another's
-// announcement) numbers its next one above it, and a worker stuck in a world
-// that cannot connect reports it, so the world settles on the next epoch.
+// driver is also the workers' launcher: its workers train on without it and
+// finish (their output goes to files in the job directory), nothing joins
+// until a driver takes the job back (`gorovod run --attach`), and the
+// fallback equally serves jobs whose workers were started by hand or by
+// another launcher (docs/multihost.md, "When gorovod run dies"). Two
+// proposers can coexist only while views disagree; a proposer that hears of
+// an epoch newer than its own (in a report, a pong or another's announcement)
+// numbers its next one above it, and a worker stuck in a world that cannot
+// connect reports it, so the world settles on the next epoch.
 //
 // # Failures
 //

@@ -17,5 +17,6 @@
 // (overhead.py, with its Go counterpart bench/overhead, a command run under
 // `gorovod run`; bucket_cost.py, DistributedOptimizer's CPU time for a small
 // model) and of how much of a training step's gradient exchange is hidden
-// behind its backward pass (overlap.py).
+// behind its backward pass (overlap.py; ddp_trace.py, when DDP's buckets
+// on the "gorovod" backend are reduced against backward's gradients).
 package python

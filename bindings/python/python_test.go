@@ -286,7 +286,8 @@ func TestTorchDistributed(t *testing.T) { runEachWorld(t, "tests/distributed_tes
 // allreduces during the backward pass without waiting for them: rank 0
 // runs its whole backward pass while the other ranks, before theirs, wait
 // for it (see tests/overlap_test.py), which it finishes only if nothing in
-// it blocks on the others.
+// it blocks on the others; and DDP's first bucket is reduced, its future
+// complete, while backward still runs, before its last gradient.
 func TestExchangeOverlapsBackward(t *testing.T) {
 	needTorch(t)
 	for _, np := range []int{2, 3} {

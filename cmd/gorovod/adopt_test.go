@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -134,6 +136,83 @@ func TestRunAttach(t *testing.T) {
 	}
 	if !waitAllGone(pids, time.Minute) {
 		t.Fatalf("adopted workers still running a minute after the job ended")
+	}
+}
+
+// TestRunAttachStopReasons: `gorovod run --attach DIR` takes back a job
+// whose record gives workers the dead runner stopped, each with why (one
+// removed as stuck, one whose host left the job), and its last line counts
+// them by those reasons, as the runner that stopped them did — not "for a
+// reason the job's record does not give". The job's directory is a real
+// one (a 1-worker job of 20 steps ran there); its record is made into that
+// of a runner that died: no ended line, the two stopped workers, and a
+// worker still running (a sleeper with the job's environment), which the
+// new runner adopts and stops when it is interrupted (SIGINT).
+func TestRunAttachStopReasons(t *testing.T) {
+	dir := t.TempDir()
+	h := startRunJob(t, "--np", "1", "--output-dir", dir, "--", synthetic, "--steps", "20", "--json")
+	h.wait(t)
+	rec, err := job.ReadJobRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	sleeper := exec.Command("sleep", "600")
+	sleeper.Env = []string{envconfig.EnvJobID + "=" + rec.JobID, envconfig.EnvLaunchIndex + "=7"}
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	path := filepath.Join(dir, "record.tsv")
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(string(text), "\n") {
+		if !strings.HasPrefix(l, "ended\t") {
+			b.WriteString(l)
+		}
+	}
+	d := dead.Process.Pid
+	fmt.Fprintf(&b, "started\t5\t%d\t\nexited\t5\tstopped\tsignal: killed\tstuck\n", d)
+	fmt.Fprintf(&b, "started\t6\t%d\t\nexited\t6\tstopped\tsignal: interrupt\thost-dropped\n", d)
+	fmt.Fprintf(&b, "started\t7\t%d\t\n", sleeper.Process.Pid)
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	a := startRunJob(t, "--attach", dir)
+	a.waitLog(t, "the job taken back", time.Minute, regexp.MustCompile(`took back job`))
+	if err := syscall.Kill(a.cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.exited:
+	case <-time.After(time.Minute):
+		a.timedOut(t, "the attached runner to end after SIGINT")
+	}
+	log := a.logText()
+	for _, want := range []string{"1 stopped (removed as stuck)", "1 stopped (host left the job)"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the new runner's log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "record does not give") {
+		t.Errorf("the new runner counts workers stopped for a reason the record does not give:\n%s", log)
+	}
+	if rec, err = job.ReadJobRecord(dir); err != nil {
+		t.Fatal(err)
+	}
+	why := map[int]job.StopReason{}
+	for _, w := range rec.Workers {
+		why[w.Index] = w.StopReason
+	}
+	if why[5] != job.StopStuck || why[6] != job.StopHostDropped {
+		t.Errorf("the record after the takeover gives worker 5 %v and worker 6 %v, want stuck and host-dropped", why[5], why[6])
 	}
 }
 

@@ -2,18 +2,22 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
@@ -46,52 +50,81 @@ func driverPID(t *testing.T, job string) int {
 	return 0
 }
 
-// takePort listens at addr, the gossip address of a driver that was just
-// killed, as soon as its process has let it go (another process taking the
-// port while its replacement starts), until the test ends.
-func takePort(t *testing.T, addr string) {
+// driverListens says whether a driver process of the job (driverPID's
+// match) has a TCP socket listening at addr (IPv4 "ip:port"): a listening
+// socket at that address in /proc/PID/net/tcp (the host's network, which
+// the host-network pods share) that is one of the process's open files.
+func driverListens(t *testing.T, job, addr string) bool {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	tick := time.NewTicker(10 * time.Millisecond) // no event says when a dead process's port is free
-	defer tick.Stop()
-	for {
-		l, err := net.Listen("tcp", addr)
-		if err == nil {
-			t.Cleanup(func() { l.Close() })
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the dead driver's port %s: %v", addr, err)
-		}
-		<-tick.C
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() {
+		t.Fatalf("the driver's address %q: not an IPv4 ip:port", addr)
 	}
+	// The address as /proc writes it: the 32-bit word in the host's byte
+	// order (little-endian on the machines this runs on), then the port.
+	ip := ap.Addr().As4()
+	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], ap.Port())
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmdline := []byte("--gorovodjob=" + job + "\x00")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		proc := filepath.Join("/proc", e.Name())
+		b, err := os.ReadFile(filepath.Join(proc, "cmdline"))
+		if argv0, _, _ := bytes.Cut(b, []byte{0}); err != nil || filepath.Base(string(argv0)) != "gorovod" || !bytes.Contains(b, cmdline) {
+			continue
+		}
+		tcp, err := os.ReadFile(filepath.Join(proc, "net", "tcp"))
+		if err != nil {
+			continue
+		}
+		sockets := map[string]bool{}
+		for _, line := range strings.Split(string(tcp), "\n")[1:] {
+			// sl local_address rem_address st ... inode (the 10th field)
+			if f := strings.Fields(line); len(f) > 9 && f[1] == want && f[3] == "0A" {
+				sockets["socket:["+f[9]+"]"] = true
+			}
+		}
+		fds, _ := os.ReadDir(filepath.Join(proc, "fd"))
+		for _, fd := range fds {
+			if l, err := os.Readlink(filepath.Join(proc, "fd", fd.Name())); err == nil && sockets[l] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TestDriverReplacedUnderScheduler kills a GorovodJob's driver three times
-// while its workers train, on two real kubelets under the scheduler service:
-// first its process (kill -9, as the OOM killer or a crash would); then its
-// replacement's process, with its gossip port taken by another process at
-// once and the next replacement placed on the other node, so that it
-// cannot listen at the workers' seed (as a driver pod with another IP on a
-// pod network cannot) and contacts the workers at the addresses
-// status.adoption records; then the pod of that one (deleted, as kubectl
-// delete pod does: SIGTERM, and the driver leaves the workers), whose
-// replacement finds the job's seed at the address of the driver before it
+// while its workers train, on two real kubelets under the scheduler service
+// whose nodes have addresses of their own (127.0.0.2 and 127.0.0.3), which
+// their host-network pods get as status.podIP: the drivers bind their pod
+// IPs and the workers theirs (GOROVOD_POD_IP), as on a pod network. First
+// the driver's process is killed (kill -9, as the OOM killer or a crash
+// would), and its replacement runs on the same node, at the same IP: it
+// binds the workers' seed. Then the replacement's process is killed with
+// the next replacement placed on the other node: a pod with another IP,
+// which listens at its own IP (though this host would let it bind the
+// other node's) and contacts the workers at the addresses status.adoption
+// records. Then the pod of that one is deleted (as kubectl delete pod
+// does: SIGTERM, and the driver leaves the workers), and its replacement,
+// at the same IP, binds the seed the moved driver recorded
 // (status.adoption.seeds). Each time the scheduler starts a replacement
-// driver pod (status.driver, status.driverRestarts), which takes the running
-// job back from status.adoption instead of starting it again: the worker
-// pods of before the kill are the same pods (same UIDs) after it, their
-// steps go on from where they were (never back to the start), the
-// replacement writes the job's step into its status, and the job succeeds
-// with its workers agreeing on the parameters at every step and training on
-// every sample of each data epoch once.
+// driver pod (status.driver, status.driverRestarts), which takes the
+// running job back from status.adoption instead of starting it again: it
+// listens at the seed it records, which is at its pod IP; every worker pod
+// of before the kill is the same pod (same UID) after it, their steps go
+// on from where they were (never back to the start), the replacement
+// writes the job's step into its status, and the job succeeds with its
+// workers agreeing on the parameters at every step and training on every
+// sample of each data epoch once.
 func TestDriverReplacedUnderScheduler(t *testing.T) {
-	e := newE2ECluster(t, 10*time.Minute)
+	e := newE2EClusterPodIPs(t, 10*time.Minute)
 	ctx := e.ctx
-	// The driver pods use the host's network, which the test's kubelets
-	// share (their host-network pods have no IP of their own: the drivers
-	// listen on loopback): a replacement binds the workers' seed unless
-	// another process took its port.
 	e.driverNode = e.nodes[0]
 	// A probe timeout of its own, which the workers were given and each
 	// replacement driver must use as well (status.adoption.probeTimeout).
@@ -102,15 +135,15 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 	sched := e.startScheduler("sched-1")
 	e.submit(j)
 
-	workerUIDs := func() map[string]types.UID {
+	workerPods := func() map[string]corev1.Pod {
 		pods, err := e.admin.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + j.name + "," + kube.LabelRole + "=" + kube.RoleWorker})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]types.UID{}
+		out := map[string]corev1.Pod{}
 		for _, p := range pods.Items {
 			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-				out[p.Name] = p.UID
+				out[p.Name] = p
 			}
 		}
 		return out
@@ -126,6 +159,35 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 		}
 		return gj
 	}
+	// podIP is a running pod's status.podIP.
+	podIP := func(name string) string {
+		var ip string
+		poll(t, "pod "+name+"'s IP", time.Minute, func() bool {
+			p, err := e.admin.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ip = p.Status.PodIP
+			return ip != ""
+		})
+		return ip
+	}
+	// seedAt waits for status.adoption to name a seed at ip, and checks
+	// that the job's driver process listens there.
+	seedAt := func(ip string) string {
+		var seed string
+		poll(t, "status.adoption's seed at "+ip, 2*time.Minute, func() bool {
+			if a := current().Status.Adoption; a != nil && len(a.Seeds) > 0 {
+				seed = a.Seeds[0]
+			}
+			host, _, _ := net.SplitHostPort(seed)
+			return host == ip
+		})
+		if !driverListens(t, j.name, seed) {
+			t.Errorf("no driver process of the job listens at the seed %s it recorded", seed)
+		}
+		return seed
+	}
 	poll(t, "the job training with its adoption record written", 4*time.Minute, func() bool {
 		gj := current()
 		return gj.Status.Phase == api.PhaseRunning && gj.Status.Adoption != nil && gj.Status.WorldSize > 0
@@ -134,14 +196,34 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 		t.Fatalf("status.adoption %+v does not record the job's probe timeout %v", a, probeTimeout)
 	}
 	e.trained(j, j.h.step()+50)
+	// The first driver binds its pod IP, the node's address; the workers
+	// gossip at theirs.
+	if ip := podIP(current().Status.Driver); ip != e.nodes[0].Name {
+		t.Fatalf("the driver pod's IP is %q, want its node's address %s", ip, e.nodes[0].Name)
+	}
+	seed := seedAt(e.nodes[0].Name)
+	workerIPs := map[string]bool{}
+	for _, p := range workerPods() {
+		workerIPs[p.Status.PodIP] = true
+	}
+	a := current().Status.Adoption
+	if len(a.Workers) == 0 {
+		t.Fatalf("status.adoption %+v records no worker address", a)
+	}
+	for _, w := range a.Workers {
+		if host, _, _ := net.SplitHostPort(w); !workerIPs[host] {
+			t.Errorf("status.adoption records worker address %s, at none of the worker pods' IPs %v", w, slices.Sorted(maps.Keys(workerIPs)))
+		}
+	}
 
 	// takeOver kills the job's driver (kill), then checks that the
 	// replacement n takes the job back, and what the replacement logged
-	// (check).
-	takeOver := func(n int32, how string, kill func(driver string), check func(own []byte)) {
+	// (check, with the IPs of the killed pod and of its replacement).
+	takeOver := func(n int32, how string, kill func(driver string), check func(own []byte, from, to string)) {
 		t.Helper()
 		before := current()
-		pods := workerUIDs()
+		from := podIP(before.Status.Driver)
+		pods := workerPods()
 		at := j.h.step()
 		j.h.mu.Lock()
 		linesAt := len(j.h.lines)
@@ -159,20 +241,16 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 			return current().Status.Step > at
 		})
 		e.trained(j, j.h.step()+50)
-		after := workerUIDs()
-		for name, uid := range pods {
-			if got, ok := after[name]; ok && got != uid {
-				t.Errorf("worker pod %s was made again (uid %s, then %s): the job was restarted", name, uid, got)
+		to := podIP(want)
+		// It listens at its pod IP, which it records as the job's seed.
+		seed = seedAt(to)
+		after := workerPods()
+		for name, p := range pods {
+			if got, ok := after[name]; !ok {
+				t.Errorf("worker pod %s of before the %s no longer runs (now %v)", name, how, slices.Sorted(maps.Keys(after)))
+			} else if got.UID != p.UID {
+				t.Errorf("worker pod %s was made again (uid %s, then %s): the job was restarted", name, p.UID, got.UID)
 			}
-		}
-		kept := 0
-		for name := range pods {
-			if _, ok := after[name]; ok {
-				kept++
-			}
-		}
-		if kept == 0 {
-			t.Errorf("none of the worker pods %v of before the %s runs after it (now %v)", pods, how, after)
 		}
 		j.h.mu.Lock()
 		for _, l := range j.h.lines[linesAt:] {
@@ -184,8 +262,8 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 			}
 		}
 		j.h.mu.Unlock()
-		t.Logf("%s at step %d: replacement %s recorded %v later; %d of the %d worker pods of before kept; now at step %d",
-			how, at, want, replaced.Round(time.Millisecond), kept, len(pods), j.h.step())
+		t.Logf("%s at step %d: replacement %s (pod IP %s, the killed one's %s, seed %s) recorded %v later; the %d worker pods of before kept; now at step %d",
+			how, at, want, to, from, seed, replaced.Round(time.Millisecond), len(pods), j.h.step())
 		var logs []byte
 		for _, b := range e.driverLogs(j.name) {
 			logs = append(logs, b...)
@@ -210,7 +288,7 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 		} else if got := string(m[1]); got != probeTimeout.String() {
 			t.Errorf("%s proposes with probe timeout %s, want the job's %v", want, got, probeTimeout)
 		}
-		check(own)
+		check(own, from, to)
 	}
 	killDriver := func(string) {
 		pid := driverPID(t, j.name)
@@ -221,30 +299,30 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	atSeed := func(own []byte) {
+	// atSeed: a replacement at the IP of the driver it replaced binds the
+	// workers' seed.
+	atSeed := func(own []byte, from, to string) {
+		if to != from {
+			t.Errorf("the replacement's pod IP is %s, want the IP %s of the driver it replaced (the same node)", to, from)
+		}
 		if bytes.Contains(own, []byte("cannot be bound")) {
 			t.Errorf("the replacement did not listen at the workers' seed; its log ends:\n%s", own[max(0, len(own)-4<<10):])
 		}
 	}
-	seed := func() string {
-		a := current().Status.Adoption
-		if a == nil || len(a.Seeds) == 0 || len(a.Workers) == 0 {
-			t.Fatalf("status.adoption %+v names no seed or no worker addresses", a)
-		}
-		return a.Seeds[0]
-	}
 	takeOver(1, "kill -9 of the driver", killDriver, atSeed)
-	first := seed()
-	takeOver(2, "kill -9 of the driver, its port taken, the replacement on the other node", func(driver string) {
+	first := seed
+	takeOver(2, "kill -9 of the driver, the replacement on the other node", func(driver string) {
 		e.placeDrivers(e.nodes[1])
 		killDriver(driver)
-		takePort(t, first)
-	}, func(own []byte) {
+	}, func(own []byte, from, to string) {
+		if to == from || to != e.nodes[1].Name {
+			t.Errorf("the replacement's pod IP is %s, want the other node's %s (the killed driver's was %s)", to, e.nodes[1].Name, from)
+		}
 		if !bytes.Contains(own, []byte("cannot be bound")) {
-			t.Errorf("the replacement did not say that it listens elsewhere and contacts the workers; its log ends:\n%s", own[max(0, len(own)-4<<10):])
+			t.Errorf("the replacement did not say that it listens at its own IP and contacts the workers; its log ends:\n%s", own[max(0, len(own)-4<<10):])
 		}
 	})
-	moved := seed()
+	moved := seed
 	if moved == first {
 		t.Errorf("status.adoption still names the dead driver's address %s as the job's seed", first)
 	}
@@ -253,8 +331,8 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 			t.Fatal(err)
 		}
 	}, atSeed)
-	if got := seed(); got != moved {
-		t.Errorf("the last replacement's seed is %s, want the address %s of the driver it replaced", got, moved)
+	if seed != moved {
+		t.Errorf("the last replacement's seed is %s, want the address %s of the driver it replaced", seed, moved)
 	}
 
 	poll(t, "the job ended", 5*time.Minute, func() bool {

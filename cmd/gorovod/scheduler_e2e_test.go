@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ import (
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
 	"github.com/gorovod/gorovod/cluster/kube/service"
+	"github.com/gorovod/gorovod/internal/testing/testdaemon"
 	"github.com/gorovod/gorovod/internal/testing/testkube"
 )
 
@@ -207,6 +209,10 @@ type e2eDriverPlacement struct {
 	Nodes []string
 	// APIHost and APIPort are the API server's loopback address.
 	APIHost, APIPort string
+	// GossipPort, if set, is the drivers' --kubernetes-gossip-port: a
+	// port free on this machine rather than the default 7946, which a
+	// driver binds at its pod IP where its node has an address.
+	GossipPort string
 }
 
 // customizer is the scheduler's Config.CustomizeDriver for the tests'
@@ -217,7 +223,8 @@ func (p e2eDriverPlacement) customizer(override func() string) func(*corev1.Pod)
 	return func(pod *corev1.Pod) {
 		// No kube-scheduler: the test spreads the driver pods over the
 		// kubelets. Host network: the gossip port the pod declares would
-		// be a host port, one driver a node; the driver binds loopback.
+		// be a host port, one driver a node; the driver binds its pod IP
+		// where its node has an address of its own, else loopback.
 		pod.Spec.NodeName = p.Nodes[int(drivers.Add(1))%len(p.Nodes)]
 		if n := override(); n != "" {
 			pod.Spec.NodeName = n
@@ -227,6 +234,9 @@ func (p e2eDriverPlacement) customizer(override func() string) func(*corev1.Pod)
 		c.Ports, c.ImagePullPolicy = nil, corev1.PullNever
 		c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: p.APIHost}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: p.APIPort})
 		c.Command = append(c.Command, "--kubernetes-pod-template=/etc/gorovod/pod.yaml", "--leave-notice=4s", "--progress=never")
+		if p.GossipPort != "" {
+			c.Command = append(c.Command, "--kubernetes-gossip-port="+p.GossipPort)
+		}
 	}
 }
 
@@ -371,6 +381,24 @@ func newE2ECluster(t *testing.T, timeout time.Duration) *e2eCluster {
 // newE2EClusterWith is newE2ECluster with more images on the nodes.
 func newE2EClusterWith(t *testing.T, timeout time.Duration, images []testkube.Image) *e2eCluster {
 	t.Helper()
+	return newE2EClusterOf(t, timeout, images, false)
+}
+
+// newE2EClusterPodIPs is newE2ECluster with nodes of addresses of their
+// own (testkube's NodeConfig.Reachable: 127.0.0.2 and 127.0.0.3), which
+// their host-network pods get as status.podIP: the drivers and the workers
+// bind their pod IPs (GOROVOD_POD_IP), as on a pod network, so that a pod
+// on the other node has another IP. The jobs' spec sets no address for the
+// workers: they take the ones cluster/kube derives from the pod IP.
+func newE2EClusterPodIPs(t *testing.T, timeout time.Duration) *e2eCluster {
+	t.Helper()
+	return newE2EClusterOf(t, timeout, nil, true)
+}
+
+// newE2EClusterOf is newE2ECluster with more images on the nodes, and with
+// pod IPs (newE2EClusterPodIPs) or without.
+func newE2EClusterOf(t *testing.T, timeout time.Duration, images []testkube.Image, podIPs bool) *e2eCluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs jobs on real kubelets; skipped with -short")
 	}
@@ -397,6 +425,7 @@ spec:
 	nodeCfg := testkube.NodeConfig{
 		// Ready nodes: the scheduler places workers on no other.
 		NetworkReady: true,
+		Reachable:    podIPs,
 		PauseRef:     pauseImage,
 		Images: append(append(trainerImages(t), images...),
 			// The driver writes its workers' environment under /tmp.
@@ -430,6 +459,13 @@ spec:
 	}
 	e := &e2eCluster{ctx: ctx, nodes: nodes, admin: admin, ns: ns, schedKubeconfig: cp.Kubeconfig(tok.Status.Token)}
 	e.drivers = e2eDriverPlacement{APIHost: apiHost, APIPort: apiPort}
+	if podIPs {
+		ports, err := testdaemon.FreePorts(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.drivers.GossipPort = strconv.Itoa(ports[0])
+	}
 	for _, n := range nodes {
 		e.drivers.Nodes = append(e.drivers.Nodes, n.Name)
 	}
@@ -538,6 +574,15 @@ spec:
 		}
 		command += "]"
 		minWorkers, maxWorkers := cmp.Or(j.minWorkers, 1), cmp.Or(j.maxWorkers, 4)
+		// The workers bind loopback where the pods have no IP (the nodes
+		// have no address); else cluster/kube's default, their pod IP.
+		env := `
+  env:
+  - {name: GOROVOD_LISTEN_ADDR, value: "127.0.0.1:0"}
+  - {name: GOROVOD_GOSSIP_ADDR, value: 127.0.0.1}`
+		if podIPs {
+			env = ""
+		}
 		if err := os.WriteFile(manifest, fmt.Appendf(nil, `apiVersion: gorovod.io/v1alpha1
 kind: GorovodJob
 metadata:
@@ -545,15 +590,12 @@ metadata:
 spec:
   image: %s
   driverImage: %s
-  command: %s
-  env:
-  - {name: GOROVOD_LISTEN_ADDR, value: "127.0.0.1:0"}
-  - {name: GOROVOD_GOSSIP_ADDR, value: 127.0.0.1}
+  command: %s%s
   minWorkers: %d
   maxWorkers: %d
   batch: {initial: %d}
 %s
-`, j.name, image, driverImage, command, minWorkers, maxWorkers, batch, j.spec), 0o600); err != nil {
+`, j.name, image, driverImage, command, env, minWorkers, maxWorkers, batch, j.spec), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		follow(j)

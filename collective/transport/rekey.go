@@ -367,18 +367,7 @@ func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *A
 			}
 		})
 	}
-	var more []Link
-	var derr error
-	pc, partial := t.(PartialConnector)
-	switch {
-	case missing == 0:
-	case missing == size-1:
-		more, derr = t.Connect(rctx, w)
-	case partial:
-		more, derr = pc.ConnectSome(rctx, w, want)
-	default:
-		derr = fmt.Errorf("transport: %d ranks of %d to connect, and the transport connects only whole worlds", missing, size-1)
-	}
+	more, derr := connectMissing(rctx, t, w, want, missing)
 	if derr != nil {
 		stop(derr)
 	}
@@ -416,6 +405,7 @@ func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *A
 		closeAll(links)
 		return nil, 0, err
 	}
+	pc, partial := t.(PartialConnector)
 	if failed == 0 {
 		if partial && missing == 0 {
 			// Dials nothing; the transport learns that w is its newest
@@ -427,14 +417,7 @@ func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *A
 		}
 		return links, rekeyed, nil
 	}
-	switch {
-	case failed == size-1:
-		more, err = t.Connect(ctx, w)
-	case partial:
-		more, err = pc.ConnectSome(ctx, w, again)
-	default:
-		err = fmt.Errorf("transport: %d ranks of %d to connect, and the transport connects only whole worlds", failed, size-1)
-	}
+	more, err = connectMissing(ctx, t, w, again, failed)
 	if err != nil {
 		closeAll(links)
 		return nil, 0, err
@@ -450,4 +433,21 @@ func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *A
 		}
 	}
 	return links, rekeyed, nil
+}
+
+// connectMissing connects the n ranks marked in want for world w: nothing
+// when n is 0, the whole world with Connect when every peer is missing, else
+// those ranks with the transport's ConnectSome; a transport that connects
+// only whole worlds cannot link some ranks of a world and not others.
+func connectMissing(ctx context.Context, t Transport, w World, want []bool, n int) ([]Link, error) {
+	switch {
+	case n == 0:
+		return nil, nil
+	case n == len(want)-1:
+		return t.Connect(ctx, w)
+	}
+	if pc, ok := t.(PartialConnector); ok {
+		return pc.ConnectSome(ctx, w, want)
+	}
+	return nil, fmt.Errorf("transport: %d ranks of %d to connect, and the transport connects only whole worlds", n, len(want)-1)
 }

@@ -1,11 +1,14 @@
 """How much of the gradient exchange a training step hides behind the
 backward pass, for train_bench.py's MLP (about 10 M parameters) on the CPU,
 with DistributedOptimizer (--backend gorovod) or DistributedDataParallel on
-torch.distributed's backend "gorovod" (--backend ddp-gorovod). Run it under
-`gorovod run`:
+torch.distributed's backend "gorovod" (--backend ddp-gorovod) or "gloo"
+(--backend ddp-gloo, for comparison). Run it under `gorovod run` (for Gloo
+too: inside a gorovod job gorovod.torch.distributed answers torch's env://
+rendezvous):
 
     gorovod run --np 2 --min-np 2 -- /usr/bin/python3 bindings/python/bench/overlap.py --backend gorovod
     gorovod run --np 2 --min-np 2 -- /usr/bin/python3 bindings/python/bench/overlap.py --backend ddp-gorovod
+    gorovod run --np 2 --min-np 2 -- /usr/bin/python3 bindings/python/bench/overlap.py --backend ddp-gloo
 
 In the same processes, interleaved block by block (--repeats blocks of
 --steps steps each, medians over the blocks), three times per step:
@@ -15,23 +18,31 @@ In the same processes, interleaved block by block (--repeats blocks of
   the same cores under the same contention as a real step;
 - exchange: the same gradient buckets reduced in the same order, with no
   backward pass (gorovod: the optimizer's synchronize(), which starts every
-  bucket and waits; ddp-gorovod: the buckets DDP's comm hook handed over in
-  the last step, each all_reduce'd asynchronously in DDP's order, then
-  waited for);
+  bucket and waits; DDP: buckets of the sizes DDP handed over in the last
+  step, each all_reduce'd asynchronously in DDP's order, then waited for and
+  divided by the world size);
 - step: the whole data-parallel step.
 
 hidden = (compute + exchange - step) / exchange: 1 when the exchange is
 entirely hidden behind backward, 0 when the step costs compute plus
 exchange (nothing overlapped). Compute varies from block to block by more
 than the whole exchange on a loaded machine, so the step also times what
-the exchange adds to it directly, the exposed wait: with gorovod, the time
-in synchronize() after backward returned; with ddp-gorovod, from the
-moment backward computed its last gradient (the first layer's weight) until
-backward() returned (DDP waits for its buckets there). A rank that finishes
-backward before another also waits for that one, which is the ranks' skew,
-not the exchange; so each step's exposed wait is the least of the ranks'
-(that of the rank that finished backward last). 1 - exposed / exchange is
-the hidden share measured that way.
+the exchange adds to it directly, the exposed wait: the time from the end
+of backward's compute, every bucket handed over, until the last bucket is
+reduced. With gorovod, the time in synchronize() after backward returned
+(it starts the buckets backward has not started and waits for them all);
+with DDP, from the return of the last bucket's all_reduce call (in DDP's
+comm hook, torch's allreduce_hook timed) until the last bucket's future
+completed (the hook's callback, which runs before DDP's wait for it
+returns). DDP's copies of the reduced buckets into the gradients, which
+follow in backward(), are not the exchange and are not counted (they are
+in the step times). A rank that finishes backward before another also
+waits for that one, which is the ranks' skew, not the exchange; so each
+step's exposed wait is the least of the ranks' (that of the rank that
+finished backward last). 1 - exposed / exchange is the hidden share
+measured that way. A bucket that backward completes only at its end (DDP's
+bucket of the first layer's gradients) can never be hidden, so the most a
+bucket layout allows is the share of the other buckets.
 
 --alone-compute times the compute step in a world of one instead (run the
 script without `gorovod run`): the time on an unshared core, for
@@ -42,6 +53,7 @@ hidden shares as one RESULT line.
 """
 
 import argparse
+import os
 import statistics
 import time
 
@@ -141,36 +153,52 @@ class Gorovod(object):
         self.hvd.shutdown()
 
 
-class DDPGorovod(object):
-    """DistributedDataParallel on backend "gorovod", and its buckets reduced
-    alone."""
+class DDP(object):
+    """DistributedDataParallel (with bucket_cap_mb, torch's default 25) on a
+    torch.distributed backend, "gorovod" or "gloo" (under `gorovod run`
+    either way: inside a gorovod job gorovod.torch.distributed answers the
+    env:// rendezvous, for Gloo too), and its buckets reduced alone."""
 
-    def __init__(self, batch):
+    def __init__(self, batch, backend, bucket_cap_mb):
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
-        import gorovod.torch.distributed  # noqa: F401 (registers the backend)
+        import gorovod.torch.distributed  # noqa: F401 (the backend, and the env:// rendezvous)
+        if backend == "gloo":
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         self.dist_mod = dist
-        dist.init_process_group("gorovod")
+        dist.init_process_group(backend)
         self.model, self.x, self.y = build(batch)
-        self.ddp = DistributedDataParallel(self.model)
-        self.buckets = []  # copies of the buckets of the last step, in DDP's order
+        self.ddp = DistributedDataParallel(self.model, bucket_cap_mb=bucket_cap_mb)
+        self.sizes = []  # the elements of each bucket of the last step, in DDP's order
+        self.buffers = None  # buckets of those sizes, for the exchange alone
+        self.submitted = self.reduced = 0.0
+        n = dist.get_world_size()
 
-        def record(state, bucket):
-            self.buckets.append(bucket.buffer().clone())
-            fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
-            n = dist.get_world_size()
-            return fut.then(lambda f: f.value()[0].div_(n))
+        def allreduce_hook(state, bucket):
+            # torch's default_hooks.allreduce_hook (what DDP does without a
+            # hook), timed: when the bucket was handed to the backend, and
+            # when its reduction came back (the callback runs on the thread
+            # that completes the future, before DDP's wait for it returns).
+            buf = bucket.buffer()
+            self.sizes.append(buf.numel())
+            fut = dist.all_reduce(buf.div_(n), async_op=True).get_future()
+            self.submitted = time.perf_counter()
 
-        self.ddp.register_comm_hook(None, record)
+            def done(f):
+                self.reduced = max(self.reduced, time.perf_counter())
+                return f.value()[0]
+
+            return fut.then(done)
+
+        self.ddp.register_comm_hook(None, allreduce_hook)
         self.plain = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
         self.opt = torch.optim.SGD(self.ddp.parameters(), lr=0.01, momentum=0.9)
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
         self.barrier = dist.barrier
-        self.first = self.model[0].weight
         self.waits = []
 
     def describe(self):
-        return "%d buckets" % len(self.buckets)
+        return "%d buckets of %s MB" % (len(self.sizes), "+".join("%.1f" % (k * 4 / 1e6) for k in self.sizes))
 
     def compute(self):
         self.plain.zero_grad()
@@ -178,24 +206,28 @@ class DDPGorovod(object):
         self.plain.step()
 
     def exchange(self):
+        # Buckets of the last step's sizes, reduced and divided as the hook
+        # does (all ones, so that the values stay the same step after step).
+        if self.buffers is None or [b.numel() for b in self.buffers] != self.sizes:
+            self.buffers = [torch.ones(k) for k in self.sizes]
         n = self.size
-        works = [self.dist_mod.all_reduce(b, async_op=True) for b in self.buckets]
-        for b, w in zip(self.buckets, works):
+        works = [self.dist_mod.all_reduce(b, async_op=True) for b in self.buffers]
+        for b, w in zip(self.buffers, works):
             w.wait()
             b.div_(n)
 
     def step(self):
-        self.buckets = []
+        self.sizes = []
+        self.reduced = 0.0
         self.opt.zero_grad()
-        loss = F.nll_loss(self.ddp(self.x), self.y)
-        grads_done = []
-        # The first layer's weight gradient is the last one backward
-        # computes: from then on, backward() only waits for DDP's buckets.
-        handle = self.first.register_hook(lambda g: grads_done.append(time.perf_counter()))
-        loss.backward()
-        returned = time.perf_counter()
-        handle.remove()
-        self.waits.append(returned - grads_done[0])
+        F.nll_loss(self.ddp(self.x), self.y).backward()
+        # What the exchange costs the step beyond backward: from the moment
+        # backward handed DDP's last bucket to the backend (its compute
+        # done) until the last bucket's reduction came back. DDP's copies of
+        # the reduced buckets into the gradients follow inside backward(),
+        # on every backend: they are not the exchange's (the step times
+        # count them).
+        self.waits.append(max(0.0, self.reduced - self.submitted))
         self.opt.step()
 
     def gather(self, t):
@@ -226,18 +258,22 @@ def alone_compute(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--backend", choices=["gorovod", "ddp-gorovod"], default="gorovod")
+    p.add_argument("--backend", choices=["gorovod", "ddp-gorovod", "ddp-gloo"], default="gorovod")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=5, help="steps per timed block")
     p.add_argument("--repeats", type=int, default=5, help="blocks of each kind, interleaved")
+    p.add_argument("--bucket-cap-mb", type=float, default=25, help="DDP's bucket_cap_mb (torch's default 25)")
     p.add_argument("--alone-compute", action="store_true", help="time the compute step alone, no gorovod")
     args = p.parse_args()
     if args.alone_compute:
         alone_compute(args)
         return
     torch.set_num_threads(1)
-    bench = Gorovod(args.batch_size) if args.backend == "gorovod" else DDPGorovod(args.batch_size)
+    if args.backend == "gorovod":
+        bench = Gorovod(args.batch_size)
+    else:
+        bench = DDP(args.batch_size, args.backend[len("ddp-"):], args.bucket_cap_mb)
     for _ in range(args.warmup):
         bench.step()
         bench.compute()

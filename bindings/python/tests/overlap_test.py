@@ -12,7 +12,9 @@ started them nor are waited for during backward. By then rank 0 must have
 started every bucket that holds no first-layer gradient (counted at the
 calls DistributedOptimizer and the process group make into gorovod.torch),
 and waited for none. Then the steps end on every rank with the same
-parameters.
+parameters. For DistributedDataParallel, the first bucket is also reduced
+while backward runs: every rank waits in its last gradient's hook, with a
+deadline, for that bucket's future (check_ddp_reduced_in_backward).
 
 OVERLAP_TEST_DIR names the directory of the files. Prints "PASS rank R of
 N". Driven by bindings/python/python_test.go.
@@ -177,6 +179,74 @@ def check_ddp(directory):
     dist.destroy_process_group()
 
 
+def check_ddp_reduced_in_backward():
+    """DistributedDataParallel's first bucket is reduced while backward
+    still runs: every rank, in its last gradient's hook (the first layer's
+    weight, computed after every other bucket was handed to the process
+    group), waits until the future of the first bucket's allreduce (what
+    DDP's reducer waits on at the end of backward) is complete, polling with
+    a deadline. It completes only if the process group runs the allreduce
+    and completes the future with nothing more from the training thread:
+    not a wait() on the work, not the end of backward."""
+    import torch.distributed as dist
+    from gorovod.torch import distributed as backend
+    dist.init_process_group("gorovod")
+    r = dist.get_rank()
+    model = model_fn()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    first = model[0].weight
+    futures = []  # the futures of this pass's bucket allreduces, in submission order
+    original = backend.ProcessGroupGorovod._allreduce
+
+    def recorded(self, tensors, opts, what):
+        work = original(self, tensors, opts, what)
+        futures.append(work.get_future())
+        return work
+
+    backend.ProcessGroupGorovod._allreduce = recorded
+    try:
+        # The first step reduces every gradient in one bucket at the end of
+        # backward (see check_ddp); the later ones overlap.
+        for step in range(3):
+            x, y = batch(r, step)
+            opt.zero_grad()
+            loss = F.nll_loss(F.log_softmax(ddp(x), dim=1), y)
+            del futures[:]
+            if step == 0:
+                loss.backward()
+                opt.step()
+                continue
+            seen = {}
+
+            def at_last_gradient(grad):
+                seen["started"] = len(futures)
+                if not futures:
+                    return
+                deadline = time.monotonic() + GATE_SECONDS
+                while not futures[0].done() and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                seen["done"] = futures[0].done()
+
+            handle = first.register_hook(at_last_gradient)
+            loss.backward()
+            handle.remove()
+            what = "DistributedDataParallel step %d" % step
+            if not seen:
+                raise AssertionError("%s: the first layer's gradient hook never ran" % what)
+            if not seen["started"]:
+                raise AssertionError("%s: no bucket allreduce started before backward's last gradient" % what)
+            if not seen["done"]:
+                raise AssertionError("%s: the first bucket's allreduce (of %d started by then) was not complete %d s "
+                                     "after backward reached its last gradient: the process group does not reduce "
+                                     "a bucket while backward runs" % (what, seen["started"], GATE_SECONDS))
+            opt.step()
+    finally:
+        backend.ProcessGroupGorovod._allreduce = original
+    same_everywhere(model.parameters(), "DistributedDataParallel (reduced in backward)")
+    dist.destroy_process_group()
+
+
 def main():
     directory = os.environ["OVERLAP_TEST_DIR"]
     hvd.init()
@@ -184,6 +254,7 @@ def main():
         raise AssertionError("run this test with at least 2 workers")
     check_optimizer(directory)
     check_ddp(directory)
+    check_ddp_reduced_in_backward()
     print("PASS rank %d of %d" % (hvd.rank(), hvd.size()), flush=True)
 
 

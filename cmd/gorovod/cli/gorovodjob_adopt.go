@@ -37,9 +37,10 @@ import (
 //     status.adoption is not ended, with the job secret from the Secret in
 //     its environment (service.replaceDriver).
 //   - the replacement finds status.adoption, checks the secret against the
-//     Secret's name (a hash of its contents), binds the seed if it can (a
-//     pod with the same IP) or else its own pod IP, contacts the workers at
-//     their recorded gossip addresses, and adopts the worker pods the pod
+//     Secret's name (a hash of its contents), binds the seed if it is at
+//     its own pod IP and free (a host-network pod on the same node), else
+//     its own pod IP (job.Adoption.OwnAddr, set by podGossip), contacts the
+//     workers at their recorded gossip addresses, and adopts the worker pods the pod
 //     watch finds running (kube.Launcher.Adopt); the workers, which train on
 //     without a driver, come back to it.
 //   - should the driver it replaced come back (its node was only cut off),

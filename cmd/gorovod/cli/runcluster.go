@@ -184,9 +184,7 @@ func (c *clusterOptions) applyKubernetes(ctx context.Context, cfg *job.Config, r
 		}
 		// Deleting the driver's pod (its Job) deletes the workers.
 		kc.Owner = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: types.UID(pod.UID)}
-		if pod.IP != "" && cfg.Gossip.BindAddr == "" {
-			cfg.Gossip.BindAddr, cfg.Gossip.BindPort = pod.IP, c.kubeGossipPort
-		}
+		c.podGossip(cfg, pod.IP)
 	}
 	if gj := c.gorovodJobDriver; gj != nil {
 		// The GorovodJob owns the workers: they outlive a driver pod that
@@ -225,6 +223,23 @@ func (c *clusterOptions) applyKubernetes(ctx context.Context, cfg *job.Config, r
 			report("cleaning up the job's pods: %v", err)
 		}
 	}, nil
+}
+
+// podGossip binds the driver of a pod whose IP is ip (GOROVOD_POD_IP) to
+// that IP and --kubernetes-gossip-port, where the workers in other pods
+// reach it, unless the host options chose an address other than loopback
+// (--gossip-addr, --network-interface): loopback is their default, which no
+// other pod reaches. A runner that takes a job back then knows the address
+// for its own (job.Adoption.OwnAddr): it binds the workers' seed only at
+// that IP.
+func (c *clusterOptions) podGossip(cfg *job.Config, ip string) {
+	if ip == "" || (cfg.Gossip.BindAddr != "" && !netaddr.IsLoopback(cfg.Gossip.BindAddr)) {
+		return
+	}
+	cfg.Gossip.BindAddr, cfg.Gossip.BindPort = ip, c.kubeGossipPort
+	if cfg.Adopt != nil {
+		cfg.Adopt.OwnAddr = true
+	}
 }
 
 // readPodTemplate reads a Pod manifest.

@@ -16,18 +16,10 @@ import (
 
 var _ transport.RekeyableLink = (*link)(nil)
 
-// Keepable reports whether the link can be moved into another world.
+// Keepable reports whether the link can be moved into another world: intact
+// (linkutil.Base.Intact) and its peer still there.
 func (l *link) Keepable() bool {
-	if l.Closed.Load() || l.gone() {
-		return false
-	}
-	l.wmu.Lock()
-	wok := l.WBroken == nil
-	l.wmu.Unlock()
-	l.rmu.Lock()
-	rok := l.RBroken == nil && l.pending == 0
-	l.rmu.Unlock()
-	return wok && rok
+	return !l.gone() && l.Intact(&l.wmu, &l.rmu, &l.pending)
 }
 
 // Rekey moves the link into world w, where the peer is rank peer.

@@ -25,19 +25,9 @@ var (
 	_ transport.RekeyableLink = (*lanedLink)(nil)
 )
 
-// Keepable reports whether the link can be moved into another world.
-func (l *link) Keepable() bool {
-	if l.Closed.Load() {
-		return false
-	}
-	l.wmu.Lock()
-	wok := l.WBroken == nil
-	l.wmu.Unlock()
-	l.rmu.Lock()
-	rok := l.RBroken == nil && l.pending == 0
-	l.rmu.Unlock()
-	return wok && rok
-}
+// Keepable reports whether the link can be moved into another world
+// (linkutil.Base.Intact).
+func (l *link) Keepable() bool { return l.Intact(&l.wmu, &l.rmu, &l.pending) }
 
 // Keepable reports whether every lane can be moved into another world.
 func (l *lanedLink) Keepable() bool {

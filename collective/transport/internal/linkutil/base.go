@@ -3,6 +3,7 @@ package linkutil
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -152,4 +153,23 @@ func (b *Base) RecvFailed(err error) error {
 		b.RBroken = err
 	}
 	return b.PeerErr("recv", err)
+}
+
+// Intact reports whether a link can be carried into another world
+// (transport.RekeyableLink's Keepable): it is open, neither direction broke,
+// and the last header's payload was read in full (*pending, the payload
+// bytes not read yet, is 0). wmu and rmu are the link's send and receive
+// locks, which guard WBroken and RBroken (and *pending); each is taken in
+// turn, never both at once.
+func (b *Base) Intact(wmu, rmu *sync.Mutex, pending *int) bool {
+	if b.Closed.Load() {
+		return false
+	}
+	wmu.Lock()
+	wok := b.WBroken == nil
+	wmu.Unlock()
+	rmu.Lock()
+	rok := b.RBroken == nil && *pending == 0
+	rmu.Unlock()
+	return wok && rok
 }

@@ -3,6 +3,7 @@ package linkutil
 import (
 	"context"
 	"errors"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -125,5 +126,37 @@ func TestConfigHelpers(t *testing.T) {
 	s[0] = 'X'
 	if err != nil || string(c) != "secret" {
 		t.Errorf("RequireSecret = %q, %v: not a copy", c, err)
+	}
+}
+
+// A link can be carried into the next world only when open, unbroken in
+// both directions and with no payload left unread.
+func TestIntact(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		closed  bool
+		wbroken error
+		rbroken error
+		pending int
+		want    bool
+	}{
+		{name: "fresh", want: true},
+		{name: "closed", closed: true},
+		{name: "send side broken", wbroken: transport.ErrPeerClosed},
+		{name: "receive side broken", rbroken: transport.ErrPeerClosed},
+		{name: "payload unread", pending: 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var wmu, rmu sync.Mutex
+			b := &Base{PeerRank: 1, WBroken: tc.wbroken, RBroken: tc.rbroken}
+			b.Closed.Store(tc.closed)
+			pending := tc.pending
+			if got := b.Intact(&wmu, &rmu, &pending); got != tc.want {
+				t.Errorf("Intact = %v, want %v", got, tc.want)
+			}
+			if !wmu.TryLock() || !rmu.TryLock() {
+				t.Error("Intact left a lock held")
+			}
+		})
 	}
 }

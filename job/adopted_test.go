@@ -1,0 +1,106 @@
+package job_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/job"
+)
+
+// TestStopReasonAfterAdoption: a job below its minimum for good (its second
+// worker fails, MinWorkers 2) stops its first worker as stranded, and its
+// record says why. A runner that takes the job back (Config.Adopt: the
+// record without its end, as a runner that died leaves it, and a worker of
+// the job still running) reports that worker stopped for the same reason,
+// in its outcome, its counts by reason and its JSON.
+func TestStopReasonAfterAdoption(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "job")
+	r := newRecorder()
+	cfg := config(t, r, 2, envModes+"=train,fail")
+	cfg.MinWorkers, cfg.ReplaceLost, cfg.OutputDir = 2, true, dir
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o, _ := job.Run(ctx, cfg)
+	if w := o.Workers[0]; w.State != job.Stopped || w.StopReason != job.StopStranded {
+		t.Fatalf("worker 0 %v (%v), want stopped (stranded)\n%s", w.State, w.StopReason, describe(r.all()))
+	}
+	rec, err := job.ReadJobRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := rec.Workers[0]; w.State != "stopped" || w.StopReason != job.StopStranded {
+		t.Fatalf("the record gives worker 0 as %q (%v), want stopped (stranded)", w.State, w.StopReason)
+	}
+
+	// The runner died before the job ended: no ended line, and a worker of
+	// the job (launch index 2) still runs.
+	sleeper := exec.Command("sleep", "600")
+	sleeper.Env = []string{envconfig.EnvJobID + "=" + rec.JobID, envconfig.EnvLaunchIndex + "=2"}
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	path := filepath.Join(dir, "record.tsv")
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := slices.DeleteFunc(strings.SplitAfter(string(text), "\n"), func(l string) bool { return strings.HasPrefix(l, "ended\t") })
+	lines = append(lines, fmt.Sprintf("started\t2\t%d\t\n", sleeper.Process.Pid))
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := job.ReadAdoption(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r = newRecorder()
+	acfg := config(t, r, 1, envModes+"=wait")
+	acfg.Adopt = a
+	actx, acancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer acancel()
+	j, err := job.Start(actx, acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor(t, "the job taken back", func(evs []job.Event) bool {
+		return slices.ContainsFunc(evs, func(e job.Event) bool {
+			s, ok := e.(job.JobStarted)
+			return ok && s.Adopted
+		})
+	})
+	acancel() // the adopted worker is stopped, and the job ends
+	select {
+	case <-j.Done():
+	case <-time.After(time.Minute):
+		t.Fatalf("the adopted job did not end a minute after its context was cancelled\n%s", describe(r.all()))
+	}
+	o, _ = j.Wait()
+	i := slices.IndexFunc(o.Workers, func(w job.WorkerRecord) bool { return w.Index == 0 })
+	if i < 0 {
+		t.Fatalf("no record of worker 0 in the adopted job's outcome: %+v", o.Workers)
+	}
+	if w := o.Workers[i]; w.State != job.Stopped || w.StopReason != job.StopStranded {
+		t.Errorf("after adoption, worker 0 %v (%v), want stopped (stranded)\n%s", w.State, w.StopReason, describe(r.all()))
+	}
+	if n, none := o.CountStopped(job.StopStranded), o.CountStopped(job.NoStopReason); n != 1 || none != 0 {
+		t.Errorf("after adoption, %d stopped as stranded and %d for no reason given, want 1 and 0", n, none)
+	}
+	b, err := json.Marshal(o.Workers[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"stop_reason":"stranded"`) {
+		t.Errorf("worker 0's JSON after adoption: %s, want its stop reason", b)
+	}
+}
