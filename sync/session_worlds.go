@@ -26,10 +26,33 @@ import (
 // once links or err is set.
 type preconnect struct {
 	number uint64
+	want   []bool // the ranks being connected (nil: all of them)
 	cancel context.CancelFunc
 	done   chan struct{}
 	links  []transport.Link
 	err    error
+}
+
+// ahead is p as the links of a world of size ranks, this worker being
+// rank, that Carry waits for while it re-keys the kept links and dials the
+// others. A wait that ends with its ctx discards p.
+func (p *preconnect) ahead(size, rank int) *transport.Ahead {
+	want := p.want
+	if want == nil {
+		want = make([]bool, size)
+		for r := range want {
+			want[r] = r != rank
+		}
+	}
+	return &transport.Ahead{Want: want, Wait: func(ctx context.Context) ([]transport.Link, error) {
+		select {
+		case <-p.done:
+			return p.links, p.err
+		case <-ctx.Done():
+			p.discard()
+			return nil, context.Cause(ctx)
+		}
+	}}
 }
 
 // discard abandons p: its connect is stopped and its links, if it got
@@ -106,8 +129,6 @@ func (s *Session) Prepare(ep epoch.World) {
 		s.next = nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &preconnect{number: ep.Number, cancel: cancel, done: make(chan struct{})}
-	s.next = p
 	// The links to members of the current world are carried over at the
 	// step boundary; only the others are dialled now. A world that has
 	// failed already carries nothing: all of ep is dialled.
@@ -118,6 +139,8 @@ func (s *Session) Prepare(ep epoch.World) {
 			want[r] = r != rank && !slices.Contains(s.epoch.Members, m)
 		}
 	}
+	p := &preconnect{number: ep.Number, want: want, cancel: cancel, done: make(chan struct{})}
+	s.next = p
 	log := s.log
 	go func() {
 		defer close(p.done)
@@ -144,13 +167,20 @@ func (s *Session) connectSome(ctx context.Context, ep epoch.World, rank int, wan
 // connect connects this worker, rank, to the members of world ep within
 // Config.ConnectTimeout: it keeps the links carried over from the last
 // world to ep's members (kept, by rank in ep; each re-keyed to ep inside
-// its own stream), takes those connected ahead (fresh), and dials the rest.
+// its own stream), takes those being connected ahead (nil: none), and
+// dials the rest, all at once: the kept links re-key while the links to
+// new members finish connecting (at a join, each member's link to the
+// joiner is ready only when the joiner has connected to every member).
 // linked hears of each rank whose link is ready, as it is.
-func (s *Session) connect(ctx context.Context, ep epoch.World, rank int, kept, fresh []transport.Link, linked func(rank int)) (*collective.Communicator, error) {
+func (s *Session) connect(ctx context.Context, ep epoch.World, rank int, kept []transport.Link, ahead *preconnect, linked func(rank int)) (*collective.Communicator, error) {
 	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 	defer cancel()
-	links, rekeyed, err := transport.CarryWatched(ctx, s.t, w, kept, fresh, s.log, linked)
+	var a *transport.Ahead
+	if ahead != nil {
+		a = ahead.ahead(len(ep.Members), rank)
+	}
+	links, rekeyed, err := transport.CarryAhead(ctx, s.t, w, kept, a, s.log, linked)
 	if err != nil {
 		return nil, err
 	}
@@ -293,24 +323,10 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	s.enteringNumber = ep.Number
 	s.mu.Unlock()
 	kept := s.takeCarried(ep)
-	var fresh []transport.Link
-	var err error
-	if p := s.takeNext(ep.Number); p != nil {
-		// Connected (or being connected) since the epoch was adopted.
-		select {
-		case <-p.done:
-			fresh, err = p.links, p.err
-		case <-ctx.Done():
-			p.discard()
-			err = context.Cause(ctx)
-		}
-	}
-	var comm *collective.Communicator
-	if err == nil {
-		comm, err = s.connect(ctx, ep, rank, kept, fresh, func(r int) { linked[r].Store(true) })
-	} else {
-		closeLinks(kept)
-	}
+	// Connected (or being connected) since the epoch was adopted: connect
+	// waits for it while the kept links re-key.
+	p := s.takeNext(ep.Number)
+	comm, err := s.connect(ctx, ep, rank, kept, p, func(r int) { linked[r].Store(true) })
 	if err != nil {
 		return nil, superseded(err)
 	}
@@ -448,7 +464,7 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 			}
 			return fmt.Errorf("%w (%v)", ErrExcluded, ep)
 		}
-		start := time.Now()
+		start, cpu := time.Now(), processCPU()
 		comm, err := s.enter(ctx, ep, rank)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, ErrStateMismatch) {
@@ -479,7 +495,8 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 		}
 		s.obs.entered(ep, rank, comm, start, now)
 		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", now.Sub(start),
-			"connect", s.entering.connect, "state", s.entering.state, "links_kept", s.entering.rekeyed)
+			"connect", s.entering.connect, "state", s.entering.state, "links_kept", s.entering.rekeyed,
+			"cpu", processCPU()-cpu)
 		return nil
 	}
 }

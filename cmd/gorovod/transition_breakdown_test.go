@@ -234,7 +234,8 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 	adoptLast, adopted := last(func(l logLine) bool { return l.msg == "newer epoch" && l.attrs["epoch"] == ep })
 	parts = append(parts, fmt.Sprintf("adopted %s–%s (%d)", ms(adoptFirst), ms(adoptLast), adopted))
 	var bounds, entered []time.Time
-	var connects, states []float64
+	var connects, states, cpus []float64
+	joinerCPU := -1.0
 	for _, l := range lines {
 		if l.msg != "entered world" || l.attrs["epoch"] != ep {
 			continue
@@ -248,6 +249,14 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 		if d, err := time.ParseDuration(l.attrs["state"]); err == nil {
 			states = append(states, float64(d.Microseconds())/1000)
 		}
+		// The CPU the entry cost the worker (logged by newer revisions
+		// only); at a join, the joiner is the member that kept no link.
+		if d, err := time.ParseDuration(l.attrs["cpu"]); err == nil {
+			cpus = append(cpus, float64(d.Microseconds())/1000)
+			if kind == "join" && l.attrs["links_kept"] == "0" {
+				joinerCPU = cpus[len(cpus)-1]
+			}
+		}
 	}
 	if len(bounds) > 0 {
 		parts = append(parts, fmt.Sprintf("boundary %s–%s", ms(slices.MinFunc(bounds, time.Time.Compare)), ms(slices.MaxFunc(bounds, time.Time.Compare))))
@@ -255,6 +264,14 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 	}
 	if len(connects) > 0 {
 		parts = append(parts, fmt.Sprintf("connect max %.1f ms, state max %.1f ms", slices.Max(connects), slices.Max(states)))
+	}
+	if len(cpus) > 0 {
+		slices.Sort(cpus)
+		c := fmt.Sprintf("CPU per member's entry median %.1f ms, max %.1f ms, sum %.1f ms", cpus[len(cpus)/2], cpus[len(cpus)-1], sumOf(cpus))
+		if joinerCPU >= 0 {
+			c += fmt.Sprintf(" (joiner %.1f ms)", joinerCPU)
+		}
+		parts = append(parts, c)
 	}
 	h.mu.Lock()
 	var firstStep time.Time
@@ -293,4 +310,12 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 		parts = append(parts, fmt.Sprintf("(step time before: median %.1f ms)", gaps[len(gaps)/2]))
 	}
 	return "ms after the signal: " + strings.Join(parts, ", ")
+}
+
+func sumOf(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
 }

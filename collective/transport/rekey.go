@@ -213,6 +213,35 @@ func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link, log *s
 // re-keyed, or dialled. A caller that looks for gone members while the
 // world connects looks only at the ranks not linked yet.
 func CarryWatched(ctx context.Context, t Transport, w World, kept, fresh []Link, log *slog.Logger, linked func(rank int)) (links []Link, rekeyed int, err error) {
+	var ahead *Ahead
+	if fresh != nil {
+		want := make([]bool, len(fresh))
+		for r, l := range fresh {
+			want[r] = l != nil
+		}
+		ahead = &Ahead{Want: want, Wait: func(context.Context) ([]Link, error) { return fresh, nil }}
+	}
+	return CarryAhead(ctx, t, w, kept, ahead, log, linked)
+}
+
+// Ahead is a world's links that are being connected ahead of its Carry
+// (in the background, while the last world trained): those to the ranks
+// r with Want[r] set. Wait returns them, indexed by rank, once they are
+// connected, or the connect's error; it must return when its ctx ends.
+// The links it returns are the caller's.
+type Ahead struct {
+	Want []bool
+	Wait func(ctx context.Context) ([]Link, error)
+}
+
+// CarryAhead is CarryWatched for a world whose links to the ranks of
+// ahead (nil: none) are still being connected: the kept links re-key, and
+// the ranks with no link at all are dialled, while ahead's connect
+// finishes, so that the carry takes as long as the slowest of the three
+// and not their sum. A kept link to a rank of ahead is closed. A rank of
+// ahead for which Wait returns no link is dialled afterwards, and an error
+// from Wait ends the carry with that error, every link closed.
+func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *Ahead, log *slog.Logger, linked func(rank int)) (links []Link, rekeyed int, err error) {
 	if linked == nil {
 		linked = func(int) {}
 	}
@@ -223,45 +252,65 @@ func CarryWatched(ctx context.Context, t Transport, w World, kept, fresh []Link,
 			}
 		}
 	}
-	if err := w.Validate(); err != nil {
+	// fail closes what the caller handed over when the carry cannot start:
+	// kept, and ahead's links once they come.
+	fail := func(err error) ([]Link, int, error) {
 		closeAll(kept)
-		closeAll(fresh)
+		if ahead != nil {
+			if ls, werr := ahead.Wait(ctx); werr == nil {
+				closeAll(ls)
+			}
+		}
 		return nil, 0, err
 	}
+	if err := w.Validate(); err != nil {
+		return fail(err)
+	}
 	size := w.Size()
-	if (kept != nil && len(kept) != size) || (fresh != nil && len(fresh) != size) {
-		closeAll(kept)
-		closeAll(fresh)
-		return nil, 0, fmt.Errorf("transport: carrying %d kept and %d fresh links into a world of %d ranks", len(kept), len(fresh), size)
+	if (kept != nil && len(kept) != size) || (ahead != nil && len(ahead.Want) != size) {
+		n := 0
+		if ahead != nil {
+			n = len(ahead.Want)
+		}
+		return fail(fmt.Errorf("transport: carrying %d kept and %d connected-ahead links into a world of %d ranks", len(kept), n, size))
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	fromAhead := make([]bool, size)
+	if ahead != nil {
+		copy(fromAhead, ahead.Want)
+	}
 	links = make([]Link, size)
 	errs := make([]error, size)
-	// want: the ranks with no link to keep, dialled while the others re-key.
+	// want: the ranks with no link to keep nor one connected ahead, dialled
+	// while the others re-key.
 	want := make([]bool, size)
 	missing := 0
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// stop ends the re-keys, the dials and the wait for ahead when one of
+	// the last two fails; the first failure is the carry's error.
+	var stopOnce sync.Once
+	var first error
+	stop := func(err error) {
+		stopOnce.Do(func() { first = err })
+		cancel()
+	}
 	var wg sync.WaitGroup
 	for r := range size {
-		var k, f Link
+		var k Link
 		if kept != nil {
 			k = kept[r]
 		}
-		if fresh != nil {
-			f = fresh[r]
-		}
 		switch {
 		case r == w.Rank:
-			closeAll([]Link{k, f})
-		case f != nil:
-			// Connected for w already (the pair was not carried, or the
+			fromAhead[r] = false
+			closeAll([]Link{k})
+		case fromAhead[r]:
+			// Connected for w ahead (the pair was not carried, or the
 			// other end dialled).
 			closeAll([]Link{k})
-			links[r] = f
-			linked(r)
 		case k != nil:
 			rl, ok := k.(RekeyableLink)
 			if !ok || !rl.Keepable() {
@@ -285,9 +334,42 @@ func CarryWatched(ctx context.Context, t Transport, w World, kept, fresh []Link,
 			missing++
 		}
 	}
-	more, derr := connectMissing(ctx, t, w, want, missing)
+	// again: the ranks dialled after the first round (a failed re-key, a
+	// rank that ahead did not connect).
+	again := make([]bool, size)
+	var aerr error
+	if ahead != nil {
+		wg.Go(func() {
+			ls, err := ahead.Wait(rctx)
+			if err == nil && ls != nil && len(ls) != size {
+				closeAll(ls)
+				err = fmt.Errorf("transport: %d links connected ahead for a world of %d ranks", len(ls), size)
+			}
+			if err != nil {
+				aerr = err
+				stop(err)
+				return
+			}
+			for r := range size {
+				var l Link
+				if ls != nil {
+					l = ls[r]
+				}
+				switch {
+				case fromAhead[r] && l != nil:
+					links[r] = l
+					linked(r)
+				case fromAhead[r]:
+					again[r] = true
+				case l != nil:
+					l.Close()
+				}
+			}
+		})
+	}
+	more, derr := connectMissing(rctx, t, w, want, missing)
 	if derr != nil {
-		cancel() // the re-keys are of no use now
+		stop(derr)
 	}
 	wg.Wait()
 	for r, l := range more {
@@ -300,21 +382,22 @@ func CarryWatched(ctx context.Context, t Transport, w World, kept, fresh []Link,
 			l.Close()
 		}
 	}
-	if derr != nil {
+	if aerr != nil || derr != nil {
 		closeAll(links)
-		return nil, 0, derr
+		return nil, 0, first
 	}
-	again := make([]bool, size)
 	failed := 0
 	for r, err := range errs {
 		if err != nil {
 			log.Warn("transport: a kept link failed its re-key; dialling the peer again", "epoch", w.Epoch, "rank", r, "err", err)
 			again[r] = true
-			failed++
 		}
 	}
 	for r := range size {
-		if r != w.Rank && links[r] != nil && !want[r] && (fresh == nil || fresh[r] == nil) {
+		if again[r] {
+			failed++
+		}
+		if r != w.Rank && links[r] != nil && !want[r] && !fromAhead[r] {
 			rekeyed++
 		}
 	}

@@ -471,3 +471,147 @@ func TestRekeyFailureFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCarryRekeysWhileAheadConnects: at a join, the members that stay
+// re-key their kept links while their links to the joiner, connected
+// ahead, are still being finished (transport.CarryAhead), not after. Here
+// member 0's connect ahead finishes only once member 1 has entered the new
+// world, which needs member 0's re-key: a carry that waited for the
+// connect ahead before it re-keyed would hold both until the deadline.
+func TestCarryRekeysWhileAheadConnects(t *testing.T) {
+	checkNoLeaks(t)
+	cfg := testConfig()
+	cfg.Lanes = 2
+	trs := listenN(t, 3, cfg)
+	ctx := conformance.TimeoutCtx(t, 60*time.Second)
+	prev, next := world{1, []int{0, 1}}, world{2, []int{0, 1, 2}}
+	kept := allreduceWorld(t, ctx, prev, trs, connectWorld(t, ctx, trs, prev))
+	// Within this deadline, far under the test's: a carry that waits for
+	// the connect ahead first fails here.
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	entered1 := make(chan struct{}) // member 1's carry has returned
+	out := make(map[int][]transport.Link)
+	counts := make(map[int]int)
+	var mu sync.Mutex
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r, m := range next.members {
+		w := next.of(trs, r)
+		if m == 2 {
+			wg.Go(func() {
+				ls, err := trs[m].Connect(cctx, w)
+				errs[r] = err
+				mu.Lock()
+				out[m] = ls
+				mu.Unlock()
+			})
+			continue
+		}
+		mine := []transport.Link{kept[m][0], kept[m][1], nil}
+		mine[r] = nil
+		// The connect ahead (Session.Prepare's): the link to the joiner.
+		want := []bool{false, false, true}
+		type result struct {
+			ls  []transport.Link
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			ls, err := trs[m].ConnectSome(cctx, w, want)
+			done <- result{ls, err}
+		}()
+		ahead := &transport.Ahead{Want: want, Wait: func(ctx context.Context) ([]transport.Link, error) {
+			var res result
+			select {
+			case res = <-done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if m == 0 {
+				select {
+				case <-entered1:
+				case <-ctx.Done():
+					closeAllLinks(res.ls)
+					return nil, fmt.Errorf("member 1 never entered the new world: %w", ctx.Err())
+				}
+			}
+			return res.ls, res.err
+		}}
+		wg.Go(func() {
+			ls, n, err := transport.CarryAhead(cctx, trs[m], w, mine, ahead, nil, nil)
+			if m == 1 {
+				close(entered1)
+			}
+			errs[r] = err
+			mu.Lock()
+			out[m], counts[m] = ls, n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []int{0, 1} {
+		if counts[m] != 1 {
+			t.Errorf("member %d kept %d links, want 1", m, counts[m])
+		}
+	}
+	for _, byPeer := range allreduceWorld(t, ctx, next, trs, out) {
+		for _, l := range byPeer {
+			l.Close()
+		}
+	}
+}
+
+// TestCarryAheadFails: when the connect ahead fails, the carry ends with
+// its error at once, without waiting for the kept links' re-keys (whose
+// peers may never come), and closes what it was handed.
+func TestCarryAheadFails(t *testing.T) {
+	checkNoLeaks(t)
+	cfg := testConfig()
+	trs := listenN(t, 3, cfg)
+	ctx := conformance.TimeoutCtx(t, 60*time.Second)
+	prev, next := world{1, []int{0, 1}}, world{2, []int{0, 1, 2}}
+	kept := allreduceWorld(t, ctx, prev, trs, connectWorld(t, ctx, trs, prev))
+	defer kept[1][0].Close()
+	boom := errors.New("the connect ahead failed")
+	ahead := &transport.Ahead{Want: []bool{false, false, true}, Wait: func(context.Context) ([]transport.Link, error) { return nil, boom }}
+	began := time.Now()
+	ls, _, err := transport.CarryAhead(ctx, trs[0], next.of(trs, 0), []transport.Link{nil, kept[0][1], nil}, ahead, nil, nil)
+	if !errors.Is(err, boom) || ls != nil {
+		t.Fatalf("CarryAhead: %v links, %v; want none and %v", ls, err, boom)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("CarryAhead took %v to give up", took)
+	}
+	// The kept link was closed: member 1's end of it sees the end, after
+	// member 0's rekey frame at most.
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	var buf [transport.RekeyMsgSize]byte
+	for i := 0; ; i++ {
+		var h transport.Header
+		if err := kept[1][0].RecvHeader(rctx, &h); err != nil {
+			if rctx.Err() != nil {
+				t.Errorf("member 1's end of the kept link: %v, want the end of the link member 0 closed", err)
+			}
+			break
+		}
+		if i > 0 || h.Kind != transport.FrameRekey {
+			t.Fatalf("member 1 received a %v frame on the link member 0 should have closed", h.Kind)
+		}
+		if err := kept[1][0].RecvPayload(rctx, buf[:h.Length]); err != nil {
+			break
+		}
+	}
+}
+
+func closeAllLinks(ls []transport.Link) {
+	for _, l := range ls {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
