@@ -188,15 +188,14 @@ type PartialConnector interface {
 
 // Carry returns world w's links, one per rank (nil at w.Rank), keeping
 // what it can of an earlier world's: kept[r] is a link of an earlier world
-// to the member that is rank r in w (nil when there is none), fresh[r] a
-// link already connected for w (nil, or a nil slice). It re-keys the kept
-// links, all at once, and connects every rank left without a link through
-// t: a kept link that is not a RekeyableLink, or whose re-key fails, is
-// closed, and its rank is dialled as a new one's. t must be a
+// to the member that is rank r in w (nil when there is none). It re-keys
+// the kept links, all at once, and connects every rank left without a link
+// through t: a kept link that is not a RekeyableLink, or whose re-key
+// fails, is closed, and its rank is dialled as a new one's. t must be a
 // PartialConnector unless every rank has a link already or none does. On
-// an error every link in kept and fresh is closed. rekeyed is how many
-// links were carried over. log (nil: none) hears of every kept link that
-// is dialled again, and why.
+// an error every link in kept is closed. rekeyed is how many links were
+// carried over. log (nil: none) hears of every kept link that is dialled
+// again, and why.
 //
 // The ranks with no link at all are connected while the kept links
 // re-key, not after: a peer may be able to send its rekey frame only once
@@ -204,24 +203,8 @@ type PartialConnector interface {
 // connecting w (a joiner dials every member, and each member's links
 // become usable only when the joiner has them all), so waiting for the
 // re-keys first could hold both ends until an I/O timeout.
-func Carry(ctx context.Context, t Transport, w World, kept, fresh []Link, log *slog.Logger) (links []Link, rekeyed int, err error) {
-	return CarryWatched(ctx, t, w, kept, fresh, log, nil)
-}
-
-// CarryWatched is Carry that also tells linked (nil: nobody), from any
-// goroutine, each rank whose link is ready as soon as it is: given fresh,
-// re-keyed, or dialled. A caller that looks for gone members while the
-// world connects looks only at the ranks not linked yet.
-func CarryWatched(ctx context.Context, t Transport, w World, kept, fresh []Link, log *slog.Logger, linked func(rank int)) (links []Link, rekeyed int, err error) {
-	var ahead *Ahead
-	if fresh != nil {
-		want := make([]bool, len(fresh))
-		for r, l := range fresh {
-			want[r] = l != nil
-		}
-		ahead = &Ahead{Want: want, Wait: func(context.Context) ([]Link, error) { return fresh, nil }}
-	}
-	return CarryAhead(ctx, t, w, kept, ahead, log, linked)
+func Carry(ctx context.Context, t Transport, w World, kept []Link, log *slog.Logger) (links []Link, rekeyed int, err error) {
+	return CarryAhead(ctx, t, w, kept, nil, log, nil)
 }
 
 // Ahead is a world's links that are being connected ahead of its Carry
@@ -234,13 +217,16 @@ type Ahead struct {
 	Wait func(ctx context.Context) ([]Link, error)
 }
 
-// CarryAhead is CarryWatched for a world whose links to the ranks of
-// ahead (nil: none) are still being connected: the kept links re-key, and
-// the ranks with no link at all are dialled, while ahead's connect
-// finishes, so that the carry takes as long as the slowest of the three
-// and not their sum. A kept link to a rank of ahead is closed. A rank of
-// ahead for which Wait returns no link is dialled afterwards, and an error
-// from Wait ends the carry with that error, every link closed.
+// CarryAhead is Carry for a world whose links to the ranks of ahead (nil:
+// none) are still being connected: the kept links re-key, and the ranks
+// with no link at all are dialled, while ahead's connect finishes, so that
+// the carry takes as long as the slowest of the three and not their sum. A
+// kept link to a rank of ahead is closed. A rank of ahead for which Wait
+// returns no link is dialled afterwards, and an error from Wait ends the
+// carry with that error, every link closed. linked (nil: nobody) hears,
+// from any goroutine, of each rank whose link is ready as soon as it is:
+// connected ahead, re-keyed, or dialled; a caller that looks for gone
+// members while the world connects looks only at the ranks not linked yet.
 func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *Ahead, log *slog.Logger, linked func(rank int)) (links []Link, rekeyed int, err error) {
 	if linked == nil {
 		linked = func(int) {}

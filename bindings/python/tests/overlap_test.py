@@ -149,17 +149,24 @@ def check_optimizer(directory):
     same_everywhere(model.parameters(), "DistributedOptimizer")
 
 
-def check_ddp(directory):
+def ddp_setup():
+    """The DDP checks' start: the default group on the gorovod backend, the
+    model in DistributedDataParallel with buckets of 1 MiB at most (the two
+    large weights and what is around them in several buckets), SGD over it;
+    returns this rank, the model, the DDP module, the optimizer and the
+    first layer's weight (the last gradient backward computes)."""
     import torch.distributed as dist
     import gorovod.torch.distributed  # noqa: F401 (registers the backend)
     dist.init_process_group("gorovod")
-    r = dist.get_rank()
     model = model_fn()
-    # Buckets of 1 MiB at most: the two large weights and what is around
-    # them in several buckets.
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    first = model[0].weight
+    return dist.get_rank(), model, ddp, opt, model[0].weight
+
+
+def check_ddp(directory):
+    import torch.distributed as dist
+    r, model, ddp, opt, first = ddp_setup()
     # DDP (torch 1.13, find_unused_parameters off) reduces the first step's
     # gradients in one bucket, once backward is over, and then rebuilds its
     # buckets in the order the gradients came (with a broadcast in the next
@@ -190,12 +197,7 @@ def check_ddp_reduced_in_backward():
     not a wait() on the work, not the end of backward."""
     import torch.distributed as dist
     from gorovod.torch import distributed as backend
-    dist.init_process_group("gorovod")
-    r = dist.get_rank()
-    model = model_fn()
-    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    first = model[0].weight
+    r, model, ddp, opt, first = ddp_setup()
     futures = []  # the futures of this pass's bucket allreduces, in submission order
     original = backend.ProcessGroupGorovod._allreduce
 

@@ -104,7 +104,7 @@ func BenchmarkWorldChange(b *testing.B) {
 				for r := range n {
 					wg.Go(func() {
 						if carry {
-							links[r], _, errs[r] = transport.Carry(ctx, trs[r], worldOf(epoch, r), links[r], nil, nil)
+							links[r], _, errs[r] = transport.Carry(ctx, trs[r], worldOf(epoch, r), links[r], nil)
 							return
 						}
 						for _, l := range links[r] {

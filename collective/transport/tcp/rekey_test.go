@@ -135,8 +135,8 @@ func carryWorld(t *testing.T, ctx context.Context, trs []*tcp.Transport, next wo
 			}
 		}
 		wg.Go(func() {
-			var told sync.Map // the ranks CarryWatched said were linked
-			ls, n, err := transport.CarryWatched(ctx, trs[m], next.of(trs, r), mine, nil, nil, func(pr int) {
+			var told sync.Map // the ranks CarryAhead said were linked
+			ls, n, err := transport.CarryAhead(ctx, trs[m], next.of(trs, r), mine, nil, nil, func(pr int) {
 				if _, again := told.LoadOrStore(pr, true); again {
 					t.Errorf("member %d: rank %d reported linked twice", m, pr)
 				}
@@ -437,7 +437,7 @@ func TestRekeyFailureFallsBack(t *testing.T) {
 	for r := range 2 {
 		wg.Go(func() {
 			w := transport.World{JobID: "job", Epoch: 5, Rank: r, Addrs: addrs}
-			got[r], kept[r], errs[r] = transport.Carry(ctx, trs[r], w, links[r], nil, nil)
+			got[r], kept[r], errs[r] = transport.Carry(ctx, trs[r], w, links[r], nil)
 		})
 	}
 	wg.Wait()
