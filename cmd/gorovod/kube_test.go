@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -66,11 +67,18 @@ func (p *podLogs) poll(h *runJobHarness) {
 			continue
 		}
 		if _, err := fh.Seek(p.read[f], 0); err == nil {
-			sc := bufio.NewScanner(fh)
-			sc.Buffer(make([]byte, 1<<20), 1<<22)
-			for sc.Scan() {
-				line := sc.Text()
-				p.read[f] += int64(len(line)) + 1
+			r := bufio.NewReaderSize(fh, 1<<20)
+			for {
+				// Only whole lines: the container runtime may be writing
+				// this one now, and its rest is taken at the next poll
+				// (a Scanner would hand the part written so far over as
+				// a line of its own at the end of the file).
+				line, err := r.ReadString('\n')
+				if err != nil {
+					break
+				}
+				p.read[f] += int64(len(line))
+				line = strings.TrimSuffix(line, "\n")
 				// 2026-11-24T02:00:00.000000000Z stdout F {...}
 				parts := strings.SplitN(line, " ", 4)
 				if len(parts) < 4 {
@@ -307,5 +315,52 @@ spec:
 	}
 	if _, err := admin.CoreV1().Services(ns).Get(ctx, "e2e", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the job's Service after the job: %v", err)
+	}
+}
+
+// TestPodLogsTakeWholeLines: a poll that meets a log line the container
+// runtime is still writing leaves it for the next poll, so the trainer line
+// is taken once and whole (a line cut at the end of the file was once read
+// as a worker's own words and its step counted as lost).
+func TestPodLogsTakeWholeLines(t *testing.T) {
+	const step = `{"step":7,"epoch":1,"world_epoch":2,"rank":0,"size":1,"start":24,"global":24}`
+	cases := []struct {
+		name   string
+		writes []string // each followed by a poll
+		want   []int64  // the steps taken, in order
+	}{
+		{"whole", []string{"2026-11-24T02:00:00Z stdout F " + step + "\n"}, []int64{7}},
+		{"cut in the JSON", []string{"2026-11-24T02:00:00Z stdout F " + step[:30], step[30:] + "\n"}, []int64{7}},
+		{"cut before the newline", []string{"2026-11-24T02:00:00Z stdout F " + step, "\n"}, []int64{7}},
+		{"runtime's partial entries", []string{"2026-11-24T02:00:00Z stdout P " + step[:30] + "\n", "2026-11-24T02:00:00Z stdout F " + step[30:] + "\n"}, []int64{7}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "ns_job-worker-0_uid", kube.ContainerName, "0.log")
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.Create(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			h := &runJobHarness{pids: map[int]int{}, notify: make(chan struct{}, 1)}
+			logs := &podLogs{dir: dir, read: map[string]int64{}, partial: map[string]string{}}
+			for _, w := range c.writes {
+				if _, err := f.WriteString(w); err != nil {
+					t.Fatal(err)
+				}
+				logs.poll(h)
+			}
+			var got []int64
+			for _, l := range h.lines {
+				got = append(got, l.Step)
+			}
+			if !slices.Equal(got, c.want) || h.log.Len() != 0 {
+				t.Errorf("steps %v and other lines %q, want steps %v and no other lines", got, h.log.String(), c.want)
+			}
+		})
 	}
 }
