@@ -11,7 +11,8 @@
 #                              libgorovod.so beside it (go build -tags cuda
 #                              -buildmode=c-shared ./bindings/c), where the
 #                              package looks for it
-#   scripts/                   bench/gpu's Python scripts
+#   scripts/                   bench/gpu's Python scripts, and the DDP examples
+#                              (examples/pytorch/ddp_train.py, ddp_elastic.py)
 #   MANIFEST.txt               what was built, from which commit, dependencies
 #
 # All linux/amd64 with -trimpath -ldflags='-s -w'. Every binary links glibc
@@ -65,6 +66,8 @@ go build "${flags[@]}" -o "$out/gorovod" ./cmd/gorovod
 echo "--- the scripts -> $out/scripts"
 mkdir -p "$out/scripts"
 cp bench/gpu/*.py "$out/scripts/"
+# The DDP examples as users run them (run.sh's ddp step).
+cp examples/pytorch/ddp_train.py examples/pytorch/ddp_elastic.py "$out/scripts/"
 
 # Benchmarks in the binary (none today): listed so run.sh knows whether to run -test.bench.
 benches=$(grep -h '^func Benchmark' collective/cuda/*_test.go 2>/dev/null | sed 's/^func \(Benchmark[A-Za-z0-9_]*\).*/\1/' || true)

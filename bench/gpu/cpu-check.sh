@@ -5,7 +5,9 @@
 # CPU tensors with a small model (GPUCHECK_CPU=1), and fails unless each
 # of them worked: the gorovod.torch and Gloo allreduce benchmarks measured, the
 # synthetic benchmark printed img/s at --np 1 and 2, and the elastic run went
-# on with the survivor after run.sh killed a worker with kill -9 and finished.
+# on with the survivor after run.sh killed a worker with kill -9 and finished;
+# and the DDP examples on the "gorovod" backend ended with the same
+# parameters on both ranks.
 # About 20 s with a warm build cache. Needs /usr/bin/python3 with torch and
 # torchvision (.ci/install); skips, saying so, without them.
 #
@@ -51,6 +53,7 @@ want '^synth2: rc=0 [0-9.]+ img/s on 2$' "synthetic benchmark at --np 2"
 want '^elastic: ok rc=0 killed=[0-9]+ \(rank 0: (true|false)\) iters after the kill at world 1: [1-9]' "elastic run with a worker killed"
 want '^elastic: done: [0-9]+ iters, [0-9]+ batches, final world 1' "summarize.py's elastic figures"
 want '^synthetic scaling: ' "summarize.py's synthetic figures"
+want '^ddp: torch [^;]*; ddp_train: ok rc=0; ddp_elastic: ok rc=0$' "DDP examples on the gorovod backend"
 if [ "$fail" -ne 0 ]; then
   echo "---- summary.txt"; cat "$summary"
   for f in bench.log train.log; do echo "---- $f"; cat "$tmp/result/$f" 2>/dev/null || true; done

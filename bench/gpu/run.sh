@@ -22,11 +22,14 @@
 #                 killed with kill -9 after 3 iterations; the survivor must
 #                 finish                            -> bench.jsonl, train.log
 #   8. ipc:       probe_ipc.py (CUDA IPC between two processes) -> cuda-tests.txt
+#   9. ddp:       examples/pytorch/ddp_train.py (--backend gorovod) and
+#                 ddp_elastic.py under `gorovod run --np 2`, CPU tensors, with
+#                 the machine's torch; the ranks' parameters must agree -> train.log
 #   summary (per step, then the figures summarize.py derives) -> summary.txt
 #   and the last line of the output.
 # The whole run stays under DEADLINE_S seconds (default 330); a step that
 # would not fit is skipped. Without a GPU every step says "no GPU" and the
-# script ends at once, unless GPUCHECK_CPU=1: then steps 4 to 7 run on CPU
+# script ends at once, unless GPUCHECK_CPU=1: then steps 4 to 7 and 9 run on CPU
 # tensors with a small model (resnet18, 32x32 images), which checks the
 # scripts and the elastic kill on a machine without a GPU (CI does, with
 # bench/gpu/cpu-check.sh). GPUCHECK_OUTDIR names another build folder than
@@ -399,6 +402,36 @@ elif [ "$gpu" = yes ] && [ "$(left)" -gt 25 ]; then
   note "ipc: rc=$rc $(tail -1 "$work/ipc.txt" | cut -c1-200)"
 else
   echo "not run (GPU: $gpu, $(left) s left)" >>"$tests"
+fi
+
+# ---- 9. DDP on the "gorovod" torch.distributed backend, with this machine's torch
+# (CPU tensors: the backend moves CPU tensors): the torchrun-style example and
+# its elastic version, each at --np 2; both ranks must end with the same
+# parameters. On the GPU machine this is the backend's check on torch 2.x.
+section "$trainlog" "ddp: gorovod run --np 2 -- ddp_train.py --backend gorovod; ddp_elastic.py"
+if pystep ddp 60 0; then
+  tv=$(timeout 60 "$py" -c 'import torch; print(torch.__version__)' 2>/dev/null | tail -1)
+  res=""
+  for ex in ddp_train ddp_elastic; do
+    args=(--epochs 2)
+    [ "$ex" = ddp_train ] && args+=(--backend gorovod)
+    extra=()
+    [ "$ex" = ddp_elastic ] && extra=(--min-np 1 --max-np 2)
+    timeout -s INT -k 10 $((t / 2)) "$gorovod" run --np 2 ${extra[@]+"${extra[@]}"} -- "$py" "$scripts/$ex.py" "${args[@]}" \
+      >"$work/$ex.log" 2>&1
+    rc=$?
+    reap "$work/$ex.log" "$ex.py"
+    cat "$work/$ex.log" >>"$trainlog"
+    digests=$(sed -n 's/.*rank [0-9]*: params_sha256 \([0-9a-f]*\).*/\1/p' "$work/$ex.log")
+    verdict=FAIL
+    if [ "$rc" -eq 0 ] && [ "$(echo "$digests" | grep -c .)" -eq 2 ] && [ "$(echo "$digests" | sort -u | wc -l)" -eq 1 ]; then
+      verdict=ok
+    fi
+    e=""
+    [ "$verdict" != ok ] && e=$(errors "$work/$ex.log")
+    res="$res; $ex: $verdict rc=$rc${e:+ ($e)}"
+  done
+  note "ddp: torch ${tv:-?}$res"
 fi
 
 # ---- summary
