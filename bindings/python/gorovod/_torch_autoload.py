@@ -44,6 +44,20 @@ def _real_backend():
     return importlib.import_module(_MODULE)
 
 
+def register_backend(dist, creator):
+    """Registers BACKEND's name with torch.distributed (dist), creator making
+    its groups. torch 2.x takes the devices a backend serves (it would
+    assume CPU and CUDA); gorovod's groups move CPU tensors."""
+    import inspect
+    kwargs = {}
+    try:
+        if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+            kwargs["devices"] = ["cpu"]
+    except (TypeError, ValueError):  # no signature to read: torch 1.13's takes (name, func)
+        pass
+    dist.Backend.register_backend(BACKEND, creator, **kwargs)
+
+
 def _create_lazily(store, rank, world_size, timeout):
     """The backend's creator until gorovod.torch.distributed is imported
     (its register() keeps this one, which hands over to its _create)."""
@@ -82,7 +96,7 @@ def register_lazily():
         return False
     if hasattr(dist.Backend, BACKEND.upper()):  # "gorovod", or "GOROVOD" in some torch versions
         return False
-    dist.Backend.register_backend(BACKEND, _create_lazily)
+    register_backend(dist, _create_lazily)
     handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers
     if "env" in handlers and not getattr(handlers["env"], "gorovod", False):
         handlers["env"] = _env_rendezvous(handlers["env"])

@@ -128,7 +128,7 @@ import torch
 import torch.distributed as dist
 from torch.futures import Future
 
-from gorovod import _core
+from gorovod import _core, _torch_autoload
 from gorovod.exceptions import HorovodInternalError
 from gorovod.torch import mpi_ops
 
@@ -1271,7 +1271,7 @@ def remove_destroyed_groups(timeout=None):
     live = set()
     for ref, ps_id in made.groups:
         pg = ref()
-        if pg is not None and pg in dist.distributed_c10d._pg_map:
+        if pg is not None and pg in _live_groups():
             live.add(ps_id)
     made.groups = [(ref, ps_id) for ref, ps_id in made.groups if ref() is not None and ps_id in live]
     done = torch.tensor([0 if ps_id in live else 1 for ps_id in made.ids], dtype=torch.int32)
@@ -1406,6 +1406,18 @@ def _await_world(store, key, rank, size, seconds, whose, what, world=None):
         time.sleep(pause if left is None else min(pause, left))
         pause = min(2 * pause, _AWAIT_PAUSES[1])
         complete = len(stored(read)[1]) >= size
+
+
+def _live_groups():
+    """torch's map of the process groups alive in this process (the
+    default group and those new_group made, not destroyed). torch 2.x
+    reaches it through its _world object; 1.13 has only the module's
+    _pg_map, which 2.x keeps behind _world."""
+    c10d = dist.distributed_c10d
+    world = getattr(c10d, "_world", None)
+    if world is not None and hasattr(world, "pg_map"):
+        return world.pg_map
+    return c10d._pg_map
 
 
 def _new_group_helper(original):
@@ -1605,7 +1617,7 @@ def switch_world():
         # Destroying the default group drops every group (torch's rule); the
         # gorovod groups new_group made were the old world's, whose process
         # sets the world change removed.
-        groups = [pg for pg in dist.distributed_c10d._pg_map if isinstance(pg, ProcessGroupGorovod)]
+        groups = [pg for pg in _live_groups() if isinstance(pg, ProcessGroupGorovod)]
         dist.destroy_process_group()
         for pg in groups:
             pg.close()
@@ -1630,7 +1642,7 @@ def register():
     # it refuses a name that has it. gorovod._torch_autoload may have
     # registered the name (with a creator that hands over to _create).
     if not hasattr(dist.Backend, BACKEND.upper()):
-        dist.Backend.register_backend(BACKEND, _create)
+        _torch_autoload.register_backend(dist, _create)
     # torch.distributed.rendezvous is also the name of a function there.
     handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers
     if "env" in handlers and not getattr(handlers["env"], "gorovod", False):
