@@ -208,10 +208,14 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 		}
 		return
 	}
+	// The latest matching line by its timestamp: the workers' lines reach
+	// the launcher's log interleaved, not in the order they were written.
 	last := func(pred func(logLine) bool) (at time.Time, n int) {
 		for _, l := range lines {
 			if pred(l) {
-				at = l.at
+				if l.at.After(at) {
+					at = l.at
+				}
 				n++
 			}
 		}
