@@ -194,3 +194,85 @@ func TestLeaveAskedDuringTheStep(t *testing.T) {
 		t.Fatalf("%+v, want outcome left after step 3", res)
 	}
 }
+
+// leaveToOthers is a world of one whose leave request announces a world of
+// another member, as a job's proposer answers the leave of a worker of a
+// larger world; close tells the test when the member leaves the job.
+type leaveToOthers struct {
+	*alone
+	asked  chan struct{}
+	closed chan time.Time
+}
+
+func (a *leaveToOthers) requestLeave(context.Context) error {
+	a.src.announce(epoch.World{Number: a.src.Latest() + 1, Members: []epoch.Member{{Name: "other", Addr: "other:1"}}})
+	close(a.asked)
+	return nil
+}
+
+func (a *leaveToOthers) close() error {
+	a.closed <- time.Now()
+	return a.alone.close()
+}
+
+// A worker left out of the next world on its leave stays in the job a
+// moment before it leaves its gossip (and its process exits): the others
+// are finishing the step they switch at and entering the smaller world
+// then, and its departure's burst of messages would land on their cores.
+func TestLeaverLingersWhileTheOthersMove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := TrainConfig{Steps: 100}.prepare(NewState(), func(context.Context, *TrainStep) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := startAlone(ctx, cfg.Worker, NewState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &leaveToOthers{alone: a, asked: make(chan struct{}), closed: make(chan time.Time, 1)}
+	leave := make(chan os.Signal, 1)
+	var lastStep time.Time
+	res, err := runLoop(ctx, cfg, m, leave, func(ctx context.Context, s *TrainStep) error {
+		if s.Number == 3 {
+			leave <- syscall.SIGTERM
+			select {
+			case <-m.asked: // the next commit leaves the worker out
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		lastStep = time.Now()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != Left {
+		t.Fatalf("%+v, want outcome left", res)
+	}
+	if waited := (<-m.closed).Sub(lastStep); waited < minDepartLinger {
+		t.Fatalf("the worker left the job %v after its last step, want at least %v", waited, minDepartLinger)
+	}
+}
+
+func TestDepartLinger(t *testing.T) {
+	for _, c := range []struct {
+		lastStep, untilStop time.Duration // untilStop 0: no leave signal
+		min, max            time.Duration
+	}{
+		{0, 0, minDepartLinger, minDepartLinger},
+		{50 * time.Millisecond, 0, 500 * time.Millisecond, 500 * time.Millisecond},
+		{time.Second, 0, maxDepartLinger, maxDepartLinger},
+		{50 * time.Millisecond, 100 * time.Millisecond, 0, 100 * time.Millisecond},
+		{50 * time.Millisecond, -time.Second, 0, 0},
+	} {
+		n := &leaveNotice{lastStep: c.lastStep}
+		if c.untilStop != 0 {
+			n.stopAt = time.Now().Add(c.untilStop)
+		}
+		if got := n.departLinger(); got < c.min || got > c.max {
+			t.Errorf("last step %v, %v until the notice's stop: %v, want %v..%v", c.lastStep, c.untilStop, got, c.min, c.max)
+		}
+	}
+}

@@ -156,6 +156,9 @@ type Session struct {
 	// tagged says whether a gradient allreduce has run since the last Commit.
 	newest uint64
 	tagged bool
+	// carriedAt is when this step's gradient allreduce brought a newer
+	// epoch (zero when none did), for the step boundary's debug line.
+	carriedAt time.Time
 
 	// Asynchronous allreduces: their own fuser (they run beside the trainer's
 	// goroutine), the last one started (the next waits for it), and the
@@ -342,6 +345,8 @@ func (s *Session) Commit(ctx context.Context) error {
 		}
 	}
 	s.newest, s.tagged = 0, false
+	carriedAt := s.carriedAt
+	s.carriedAt = time.Time{}
 	s.clock.Wait(began)
 	s.clock.Commit(s.epoch.Number, s.state.Step, newest > s.epoch.Number)
 	if s.obs.tl != nil {
@@ -350,6 +355,13 @@ func (s *Session) Commit(ctx context.Context) error {
 	if newest <= s.epoch.Number {
 		return nil
 	}
+	// known < newest: this member has the next world's number from the
+	// allreduce's tag only, and waits for its content (advance).
+	attrs := []any{"step", committed, "epoch", s.epoch.Number, "newest", newest, "known", s.src.Latest()}
+	if !carriedAt.IsZero() {
+		attrs = append(attrs, "since_allreduce", time.Since(carriedAt))
+	}
+	s.log.Debug("step boundary: moving to a newer world", attrs...)
 	return s.moveToNext(ctx, committed)
 }
 

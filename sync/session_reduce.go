@@ -76,6 +76,12 @@ func (s *Session) Allreduce(ctx context.Context, how Reduction, tensors ...colle
 	if err == nil {
 		s.clock.AddBytes(bytes)
 		if len(tensors) > 0 {
+			if newest > s.epoch.Number && s.newest <= s.epoch.Number {
+				// For the transition's breakdown: when each member learnt,
+				// from this step's gradients, that it moves at its end.
+				s.carriedAt = time.Now()
+				s.log.Debug("a gradient allreduce carried a newer epoch", "epoch", s.epoch.Number, "newest", newest, "known", s.src.Latest(), "took", s.carriedAt.Sub(began))
+			}
 			s.newest, s.tagged = max(s.newest, newest), true
 		}
 		return nil
@@ -139,7 +145,7 @@ func (s *Session) failed(ctx context.Context, comm *collective.Communicator, err
 	if comm.Err() == nil {
 		return err
 	}
-	s.tagged = false
+	s.tagged, s.carriedAt = false, time.Time{}
 	var mismatch *collective.MismatchError
 	if errors.As(err, &mismatch) {
 		return fmt.Errorf("sync: the workers' tensors differ: %w", err)

@@ -208,10 +208,14 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 		}
 		return
 	}
+	// The latest matching line by its timestamp: the workers' lines reach
+	// the launcher's log interleaved, not in the order they were written.
 	last := func(pred func(logLine) bool) (at time.Time, n int) {
 		for _, l := range lines {
 			if pred(l) {
-				at = l.at
+				if l.at.After(at) {
+					at = l.at
+				}
 				n++
 			}
 		}
@@ -233,6 +237,38 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 	adoptFirst := first(func(l logLine) bool { return l.msg == "newer epoch" && l.attrs["epoch"] == ep })
 	adoptLast, adopted := last(func(l logLine) bool { return l.msg == "newer epoch" && l.attrs["epoch"] == ep })
 	parts = append(parts, fmt.Sprintf("adopted %s–%s (%d)", ms(adoptFirst), ms(adoptLast), adopted))
+	// Where each member learnt that it moves: the end of the gradient
+	// allreduce whose tag carried the new epoch (logged by newer revisions
+	// only), and its step boundary, after the trainer's own work between
+	// the two (since_allreduce). A member that had only the epoch's number
+	// from the tag waits for its content (known below the epoch) before
+	// "entered world"'s clock starts.
+	var carryStart, carryEnd []time.Time
+	var sinceAllreduce []float64
+	fromTag := 0
+	for _, l := range lines {
+		switch {
+		case l.msg == "a gradient allreduce carried a newer epoch" && l.attrs["newest"] == ep:
+			took, _ := time.ParseDuration(l.attrs["took"])
+			carryStart = append(carryStart, l.at.Add(-took))
+			carryEnd = append(carryEnd, l.at)
+		case strings.HasPrefix(l.msg, "step boundary") && l.attrs["newest"] == ep:
+			if d, err := time.ParseDuration(l.attrs["since_allreduce"]); err == nil {
+				sinceAllreduce = append(sinceAllreduce, float64(d.Microseconds())/1000)
+			}
+			if l.attrs["known"] != ep {
+				fromTag++
+			}
+		}
+	}
+	if len(carryEnd) > 0 {
+		parts = append(parts, fmt.Sprintf("carrying allreduce began %s–%s, ended %s–%s (%d)",
+			ms(slices.MinFunc(carryStart, time.Time.Compare)), ms(slices.MaxFunc(carryStart, time.Time.Compare)),
+			ms(slices.MinFunc(carryEnd, time.Time.Compare)), ms(slices.MaxFunc(carryEnd, time.Time.Compare)), len(carryEnd)))
+	}
+	if len(sinceAllreduce) > 0 {
+		parts = append(parts, fmt.Sprintf("boundary after it max %.3f ms, %d without the epoch's content", slices.Max(sinceAllreduce), fromTag))
+	}
 	var bounds, entered []time.Time
 	var connects, states, cpus []float64
 	joinerCPU := -1.0
@@ -300,6 +336,31 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 			}
 		}
 		h.mu.Unlock()
+	}
+	// How far apart the members commit an ordinary step: the spread of the
+	// commit times of each of the 10 steps before the transition (the
+	// commit follows the step's gradient allreduce by microseconds).
+	h.mu.Lock()
+	commits := map[int64][]int64{}
+	for _, l := range h.lines {
+		if l.Step > step-10 && l.Step <= step && l.TimeUS > 0 {
+			commits[l.Step] = append(commits[l.Step], l.TimeUS)
+		}
+	}
+	h.mu.Unlock()
+	oldSize := size - 1 // the world a join left
+	if kind == "leave" {
+		oldSize = size + 1
+	}
+	var spreads []float64
+	for _, c := range commits {
+		if len(c) >= oldSize {
+			spreads = append(spreads, float64(slices.Max(c)-slices.Min(c))/1000)
+		}
+	}
+	if len(spreads) > 0 {
+		slices.Sort(spreads)
+		parts = append(parts, fmt.Sprintf("(commit spread of a step before: median %.1f ms, max %.1f ms)", spreads[len(spreads)/2], spreads[len(spreads)-1]))
 	}
 	if len(at) > 2 {
 		gaps := make([]float64, len(at)-1)
