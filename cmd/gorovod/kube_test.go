@@ -129,6 +129,15 @@ func followPodLogs(ctx context.Context, h *runJobHarness, dir string) (stop func
 // run one.
 func withKubelet(t *testing.T) (*testkube.ControlPlane, *testkube.Node) {
 	t.Helper()
+	return withKubeletOf(t, false)
+}
+
+// withKubeletOf is withKubelet with a node of an address of its own
+// (testkube's NodeConfig.Reachable, 127.0.0.2), which its host-network pods
+// get as status.podIP, or without (every pod at 127.0.0.1, status.podIP
+// empty).
+func withKubeletOf(t *testing.T, reachable bool) (*testkube.ControlPlane, *testkube.Node) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a job on a real kubelet; skipped with -short")
 	}
@@ -136,7 +145,7 @@ func withKubelet(t *testing.T) (*testkube.ControlPlane, *testkube.Node) {
 		t.Skipf("no Kubernetes node here: %s", why)
 	}
 	cp := testkube.New(t, testkube.DefaultConfig())
-	return cp, cp.NewNode(t, testkube.NodeConfig{PauseRef: pauseImage, Images: trainerImages(t)})
+	return cp, cp.NewNode(t, testkube.NodeConfig{Reachable: reachable, PauseRef: pauseImage, Images: trainerImages(t)})
 }
 
 // installGorovod applies deploy/kubernetes/gorovod.yaml (the GorovodJob
