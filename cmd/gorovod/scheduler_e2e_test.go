@@ -674,7 +674,8 @@ spec:
 // service's Config.CustomizeDriver), not through the kubernetes Service.
 // The nodes have addresses of their own (newE2EClusterPodIPs), which their
 // pods get as status.podIP: the jobs set no address, and while the three
-// jobs train each one's workers listen at their pods' IPs.
+// jobs train each one's workers listen at their pods' IPs and its driver's
+// seed is at its pod's IP.
 func TestSchedulerAndDriversOnKubelets(t *testing.T) {
 	e := newE2EClusterPodIPs(t, 12*time.Minute)
 	ctx, jobs, hist := e.ctx, e.jobs, e.hist
@@ -689,11 +690,26 @@ func TestSchedulerAndDriversOnKubelets(t *testing.T) {
 	trained(all[1], 50)
 	submit(all[2])
 	trained(all[2], 50)
-	// Each job's workers are at their pods' IPs, their nodes' addresses.
+	// Each job's workers are at their pods' IPs, their nodes' addresses,
+	// and its driver's seed (status.adoption.seeds) at its pod's IP.
 	for _, j := range all {
-		if gj := hist.job(j.name); gj != nil && gj.Status.Phase == api.PhaseRunning {
-			t.Logf("%s: %s", j.name, e.workersAtPodIPs(t, j.name, false, 30*time.Second))
+		gj := hist.job(j.name)
+		if gj == nil || gj.Status.Phase != api.PhaseRunning {
+			continue
 		}
+		t.Logf("%s: %s", j.name, e.workersAtPodIPs(t, j.name, false, 30*time.Second))
+		var seed string
+		poll(t, j.name+"'s driver's seed at its pod IP", 30*time.Second, func() bool {
+			gj := hist.job(j.name)
+			pod, err := e.admin.CoreV1().Pods(e.ns).Get(ctx, gj.Status.Driver, metav1.GetOptions{})
+			if err != nil || gj.Status.Adoption == nil || len(gj.Status.Adoption.Seeds) == 0 {
+				return false
+			}
+			seed = gj.Status.Adoption.Seeds[0]
+			host, _, _ := strings.Cut(seed, ":")
+			return pod.Status.PodIP == pod.Spec.NodeName && host == pod.Status.PodIP
+		})
+		t.Logf("%s's driver %s: seed %s", j.name, gj.Status.Driver, seed)
 	}
 
 	// The scheduler restarts: the new one keeps the jobs' allocations.
