@@ -286,7 +286,7 @@ func TestGorovodJobOnKubelet(t *testing.T) {
 	// resizes take a few hundred steps, the rest at 1 worker under 2 minutes.
 	const steps, samples = 3000, 1200
 	const notice = 4 * time.Second
-	cp, node := withKubeletOf(t, true)
+	cp, node := withKubelet(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
