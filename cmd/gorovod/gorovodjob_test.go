@@ -278,7 +278,9 @@ func TestGorovodJobDriverPlacement(t *testing.T) {
 // (the same two workers go on) and to one (the job shrinks live). The
 // driver writes the world size, step and fitted goodput model into the
 // status; the job finishes with the workers agreeing on the parameters at
-// every step and every sample of each data epoch trained on once.
+// every step and every sample of each data epoch trained on once. The node
+// has an address of its own and the job sets none: the workers listen at
+// their pods' IP, the node's address.
 func TestGorovodJobOnKubelet(t *testing.T) {
 	// 2 ms a sample, 24 a step: 48 ms a step at 1 worker, 16 ms at 3; the
 	// resizes take a few hundred steps, the rest at 1 worker under 2 minutes.
@@ -292,7 +294,11 @@ func TestGorovodJobOnKubelet(t *testing.T) {
 	advertiseSlots(ctx, t, c.admin, node.Name, 4)
 
 	// No scheduler and no CNI plugin here (package testkube): the pods use
-	// the node's network, where the driver listens on loopback.
+	// the node's network. The node has an address of its own (127.0.0.2),
+	// its pods' status.podIP, which the workers bind (the job sets no
+	// address). The driver runs on this host outside any pod (no
+	// GOROVOD_POD_IP) and listens on loopback, its default, where the
+	// workers, on this host's network, reach it.
 	template := filepath.Join(dir, "pod.yaml")
 	if err := os.WriteFile(template, []byte(`apiVersion: v1
 kind: Pod
@@ -307,8 +313,6 @@ spec:
 	c.submit(ctx, t, "e2e", api.Spec{Image: trainerImage,
 		Command: []string{"/bin/synthetic", "--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "24",
 			"--model-size", "20000", "--compute", "2ms"},
-		// No pod IP without a node IP: the workers meet on loopback.
-		Env:        []corev1.EnvVar{{Name: "GOROVOD_LISTEN_ADDR", Value: "127.0.0.1:0"}, {Name: "GOROVOD_GOSSIP_ADDR", Value: "127.0.0.1"}},
 		MinWorkers: 1, MaxWorkers: 3, Batch: api.BatchBounds{Initial: 24}})
 	c.allocate(ctx, t, "e2e", node.Name, node.Name)
 
@@ -344,6 +348,7 @@ spec:
 	if pods := c.workerPods(ctx, t, "e2e"); len(pods[node.Name]) != 2 || len(pods) != 1 {
 		t.Fatalf("worker pods %v, want 2 on %s", pods, node.Name)
 	}
+	t.Logf("at 2 workers: %s", workersAtPodIPs(ctx, t, c.admin, c.ns, "e2e", false, 30*time.Second))
 
 	// Grow: the scheduler gives the job a third worker on the node.
 	at := h.step()

@@ -126,7 +126,9 @@ func followPodLogs(ctx context.Context, h *runJobHarness, dir string) (stop func
 
 // withKubelet starts a control plane and one real kubelet node running the
 // trainer's images (trainerImages), or skips t where this machine cannot
-// run one.
+// run one. The node has an address of its own (testkube's
+// NodeConfig.Reachable, 127.0.0.2), which its host-network pods get as
+// status.podIP and their workers bind.
 func withKubelet(t *testing.T) (*testkube.ControlPlane, *testkube.Node) {
 	t.Helper()
 	if testing.Short() {
@@ -136,7 +138,7 @@ func withKubelet(t *testing.T) (*testkube.ControlPlane, *testkube.Node) {
 		t.Skipf("no Kubernetes node here: %s", why)
 	}
 	cp := testkube.New(t, testkube.DefaultConfig())
-	return cp, cp.NewNode(t, testkube.NodeConfig{PauseRef: pauseImage, Images: trainerImages(t)})
+	return cp, cp.NewNode(t, testkube.NodeConfig{Reachable: true, PauseRef: pauseImage, Images: trainerImages(t)})
 }
 
 // installGorovod applies deploy/kubernetes/gorovod.yaml (the GorovodJob
@@ -197,7 +199,9 @@ func advertiseSlots(ctx context.Context, t *testing.T, admin kubernetes.Interfac
 // sends SIGTERM, the worker leaves within its notice, and the engine starts a
 // replacement pod. The job finishes with the workers agreeing on the
 // parameters at every step and every sample of each data epoch trained on
-// once, and leaves no pod, Secret or Service behind.
+// once, and leaves no pod, Secret or Service behind. The node has an address
+// of its own, its pods' status.podIP, and the job sets none: the workers
+// listen at their pod IP.
 func TestKubernetesElasticJob(t *testing.T) {
 	const steps, samples = 600, 1200
 	const notice = 4 * time.Second
@@ -209,7 +213,9 @@ func TestKubernetesElasticJob(t *testing.T) {
 	admin := cp.AdminClient(ctx, t, ns)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	// No scheduler and no CNI plugin here (package testkube): the pods name
-	// the node and use its network, where the driver listens on loopback.
+	// the node and use its network. The workers bind their pod IP, the
+	// node's address (127.0.0.2); the driver runs on this host outside any
+	// pod and listens on loopback, its default, where they reach it.
 	template := filepath.Join(dir, "pod.yaml")
 	for path, text := range map[string]string{
 		kubeconfig: cp.Kubeconfig(cp.AdminToken),
@@ -221,11 +227,6 @@ spec:
   containers:
   - name: trainer
     imagePullPolicy: Never
-    env: # no pod IP without a node IP: the workers meet on loopback
-    - name: GOROVOD_LISTEN_ADDR
-      value: 127.0.0.1:0
-    - name: GOROVOD_GOSSIP_ADDR
-      value: 127.0.0.1
 `, node.Name),
 	} {
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
@@ -248,6 +249,7 @@ spec:
 	if err != nil || len(pods.Items) != 3 {
 		t.Fatalf("worker pods: %v %v", pods, err)
 	}
+	t.Logf("at 3 pods: %s", workersAtPodIPs(ctx, t, admin, ns, "e2e", false, 30*time.Second))
 
 	// Someone else deletes a worker's pod: the kubelet sends SIGTERM, the
 	// worker leaves within its notice, and the engine brings the job back

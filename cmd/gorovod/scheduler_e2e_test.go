@@ -213,6 +213,11 @@ type e2eDriverPlacement struct {
 	// port free on this machine rather than the default 7946, which a
 	// driver binds at its pod IP where its node has an address.
 	GossipPort string
+	// GossipPortEach gives each driver pod a free port of its own
+	// instead: the nodes' pods share their node's address here, where
+	// on a pod network each pod has its own IP, so that two drivers on
+	// one node would otherwise want the same address.
+	GossipPortEach bool
 }
 
 // customizer is the scheduler's Config.CustomizeDriver for the tests'
@@ -234,8 +239,17 @@ func (p e2eDriverPlacement) customizer(override func() string) func(*corev1.Pod)
 		c.Ports, c.ImagePullPolicy = nil, corev1.PullNever
 		c.Env = append(c.Env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: p.APIHost}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: p.APIPort})
 		c.Command = append(c.Command, "--kubernetes-pod-template=/etc/gorovod/pod.yaml", "--leave-notice=4s", "--progress=never")
-		if p.GossipPort != "" {
-			c.Command = append(c.Command, "--kubernetes-gossip-port="+p.GossipPort)
+		port := p.GossipPort
+		if p.GossipPortEach {
+			// A port free now, and bound a second or two later by a
+			// process in the pod: another process may take it
+			// meanwhile, which the driver reports as its error.
+			if ports, err := testdaemon.FreePorts(1); err == nil {
+				port = strconv.Itoa(ports[0])
+			}
+		}
+		if port != "" {
+			c.Command = append(c.Command, "--kubernetes-gossip-port="+port)
 		}
 	}
 }
@@ -373,35 +387,54 @@ func (e *e2eCluster) checkJobs(t *testing.T, jobs []*e2eJob) (changed bool) {
 	return changed
 }
 
-func newE2ECluster(t *testing.T, timeout time.Duration) *e2eCluster {
-	t.Helper()
-	return newE2EClusterWith(t, timeout, nil)
-}
-
-// newE2EClusterWith is newE2ECluster with more images on the nodes.
+// newE2EClusterWith is the cluster of the end-to-end tests (e2eCluster) on
+// nodes without addresses (loopbackNodes), where every pod is at 127.0.0.1,
+// which hides where a pod binds, with more images on the nodes. Tests of
+// where workers and drivers run and talk use newE2EClusterPodIPs.
 func newE2EClusterWith(t *testing.T, timeout time.Duration, images []testkube.Image) *e2eCluster {
 	t.Helper()
-	return newE2EClusterOf(t, timeout, images, false)
+	return newE2EClusterOf(t, timeout, images, loopbackNodes)
 }
 
-// newE2EClusterPodIPs is newE2ECluster with nodes of addresses of their
-// own (testkube's NodeConfig.Reachable: 127.0.0.2 and 127.0.0.3), which
-// their host-network pods get as status.podIP: the drivers and the workers
-// bind their pod IPs (GOROVOD_POD_IP), as on a pod network, so that a pod
-// on the other node has another IP. The jobs' spec sets no address for the
-// workers: they take the ones cluster/kube derives from the pod IP.
+// newE2EClusterPodIPs is the cluster of the end-to-end tests with nodes of
+// addresses of their own (testkube's NodeConfig.Reachable: 127.0.0.2 and
+// 127.0.0.3), which their host-network pods get as status.podIP: the
+// drivers and the workers bind their pod IPs (GOROVOD_POD_IP), as on a pod
+// network, so that a pod on the other node has another IP. The jobs' spec
+// sets no address for the workers: they take the ones cluster/kube derives
+// from the pod IP. Each driver pod gets a gossip port of its own
+// (e2eDriverPlacement's GossipPortEach).
 func newE2EClusterPodIPs(t *testing.T, timeout time.Duration) *e2eCluster {
 	t.Helper()
-	return newE2EClusterOf(t, timeout, nil, true)
+	return newE2EClusterOf(t, timeout, nil, podIPNodes)
 }
 
-// newE2EClusterOf is newE2ECluster with more images on the nodes, and with
-// pod IPs (newE2EClusterPodIPs) or without.
-func newE2EClusterOf(t *testing.T, timeout time.Duration, images []testkube.Image, podIPs bool) *e2eCluster {
+// e2eNodes are the kinds of node of the end-to-end tests' clusters.
+type e2eNodes int
+
+const (
+	// loopbackNodes have no address: every pod is at 127.0.0.1, and the
+	// jobs' workers are told to bind it (GOROVOD_LISTEN_ADDR,
+	// GOROVOD_GOSSIP_ADDR), as their pod IP is empty.
+	loopbackNodes e2eNodes = iota
+	// podIPNodes have addresses of their own (newE2EClusterPodIPs).
+	podIPNodes
+	// podIPNodesOnePort are podIPNodes whose driver pods all get the same
+	// gossip port (e2eDriverPlacement's GossipPort), as the drivers of a
+	// real cluster all get 7946 at their pod IPs: for tests with one
+	// driver at a time, whose replacement at the same node is at the
+	// address of the driver it replaced.
+	podIPNodesOnePort
+)
+
+// newE2EClusterOf is the cluster of the end-to-end tests with more images
+// on the nodes, on nodes of the kind given.
+func newE2EClusterOf(t *testing.T, timeout time.Duration, images []testkube.Image, kind e2eNodes) *e2eCluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs jobs on real kubelets; skipped with -short")
 	}
+	podIPs := kind != loopbackNodes
 	if why := testkube.MissingNode(testkube.DefaultConfig()); why != "" {
 		t.Skipf("no Kubernetes node here: %s", why)
 	}
@@ -459,7 +492,8 @@ spec:
 	}
 	e := &e2eCluster{ctx: ctx, nodes: nodes, admin: admin, ns: ns, schedKubeconfig: cp.Kubeconfig(tok.Status.Token)}
 	e.drivers = e2eDriverPlacement{APIHost: apiHost, APIPort: apiPort}
-	if podIPs {
+	e.drivers.GossipPortEach = kind == podIPNodes
+	if kind == podIPNodesOnePort {
 		ports, err := testdaemon.FreePorts(1)
 		if err != nil {
 			t.Fatal(err)
@@ -575,7 +609,8 @@ spec:
 		command += "]"
 		minWorkers, maxWorkers := cmp.Or(j.minWorkers, 1), cmp.Or(j.maxWorkers, 4)
 		// The workers bind loopback where the pods have no IP (the nodes
-		// have no address); else cluster/kube's default, their pod IP.
+		// have no address: loopbackNodes); else they take cluster/kube's
+		// default, their pod IP.
 		env := `
   env:
   - {name: GOROVOD_LISTEN_ADDR, value: "127.0.0.1:0"}
@@ -637,8 +672,12 @@ spec:
 // host's network, and the driver pod reaches the API server at its real
 // loopback address through KUBERNETES_SERVICE_HOST/PORT (set by the
 // service's Config.CustomizeDriver), not through the kubernetes Service.
+// The nodes have addresses of their own (newE2EClusterPodIPs), which their
+// pods get as status.podIP: the jobs set no address, and while the three
+// jobs train each one's workers listen at their pods' IPs and its driver's
+// seed is at its pod's IP.
 func TestSchedulerAndDriversOnKubelets(t *testing.T) {
-	e := newE2ECluster(t, 12*time.Minute)
+	e := newE2EClusterPodIPs(t, 12*time.Minute)
 	ctx, jobs, hist := e.ctx, e.jobs, e.hist
 	startScheduler, stopScheduler, submit, trained := e.startScheduler, e.stopScheduler, e.submit, e.trained
 	all := []*e2eJob{{name: "first", steps: 2500, samples: 1200}, {name: "second", steps: 1500, samples: 1200}, {name: "third", steps: 1000, samples: 960}}
@@ -651,6 +690,27 @@ func TestSchedulerAndDriversOnKubelets(t *testing.T) {
 	trained(all[1], 50)
 	submit(all[2])
 	trained(all[2], 50)
+	// Each job's workers are at their pods' IPs, their nodes' addresses,
+	// and its driver's seed (status.adoption.seeds) at its pod's IP.
+	for _, j := range all {
+		gj := hist.job(j.name)
+		if gj == nil || gj.Status.Phase != api.PhaseRunning {
+			continue
+		}
+		t.Logf("%s: %s", j.name, e.workersAtPodIPs(t, j.name, false, 30*time.Second))
+		var seed string
+		poll(t, j.name+"'s driver's seed at its pod IP", 30*time.Second, func() bool {
+			gj := hist.job(j.name)
+			pod, err := e.admin.CoreV1().Pods(e.ns).Get(ctx, gj.Status.Driver, metav1.GetOptions{})
+			if err != nil || gj.Status.Adoption == nil || len(gj.Status.Adoption.Seeds) == 0 {
+				return false
+			}
+			seed = gj.Status.Adoption.Seeds[0]
+			host, _, _ := strings.Cut(seed, ":")
+			return pod.Status.PodIP == pod.Spec.NodeName && host == pod.Status.PodIP
+		})
+		t.Logf("%s's driver %s: seed %s", j.name, gj.Status.Driver, seed)
+	}
 
 	// The scheduler restarts: the new one keeps the jobs' allocations.
 	before := map[string][]string{}
@@ -699,9 +759,12 @@ func TestSchedulerAndDriversOnKubelets(t *testing.T) {
 // leave gracefully (none is lost or fails), no worker pod starts on the
 // node afterwards, the job trains on at the other node's size, and it
 // finishes with its workers agreeing on the parameters at every step and
-// training on every sample of each data epoch once.
+// training on every sample of each data epoch once. The nodes have
+// addresses of their own (newE2EClusterPodIPs) and the job sets none: before
+// the drain, its workers listen at their pods' IPs, and a worker on one
+// node is connected to a worker on the other at that node's address.
 func TestNodeDrainedUnderScheduler(t *testing.T) {
-	e := newE2ECluster(t, 8*time.Minute)
+	e := newE2EClusterPodIPs(t, 8*time.Minute)
 	ctx := e.ctx
 	drained, kept := e.nodes[0], e.nodes[1]
 	e.driverNode = kept // kubectl drain would evict a driver's pod too: the job would end with it
@@ -730,6 +793,7 @@ func TestNodeDrainedUnderScheduler(t *testing.T) {
 		return slices.ContainsFunc(workerPods(drained.Name), func(p corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	})
 	e.trained(j, j.h.step()+20)
+	t.Logf("before the drain: %s", e.workersAtPodIPs(t, j.name, true, 30*time.Second))
 
 	// kubectl drain: cordon, then evict every pod of the node.
 	at := j.h.step()
@@ -786,9 +850,11 @@ func TestNodeDrainedUnderScheduler(t *testing.T) {
 // with `gorovod submit`) is allocated only b's node, its worker pods and its
 // driver pod carry the selector and run there, and it succeeds; a job
 // selecting pool c, which no node has, stays Pending with the reason in its
-// status while the cluster has free slots.
+// status while the cluster has free slots. The nodes have addresses of their
+// own (newE2EClusterPodIPs): the pinned job's workers listen at their pods'
+// IPs, b's address.
 func TestNodeSelectorUnderScheduler(t *testing.T) {
-	e := newE2ECluster(t, 6*time.Minute)
+	e := newE2EClusterPodIPs(t, 6*time.Minute)
 	ctx := e.ctx
 	other, chosen := e.nodes[0], e.nodes[1]
 	for n, pool := range map[*testkube.Node]string{other: "a", chosen: "b"} {
@@ -824,6 +890,7 @@ func TestNodeSelectorUnderScheduler(t *testing.T) {
 	if workers == 0 {
 		t.Errorf("no worker pod of %s while it trains: %d pods", pinned.name, len(pods.Items))
 	}
+	t.Logf("%s: %s", pinned.name, e.workersAtPodIPs(t, pinned.name, false, 30*time.Second))
 	poll(t, "the pinned job ended", 4*time.Minute, func() bool {
 		gj := e.hist.job(pinned.name)
 		return gj != nil && gj.Status.Phase.Ended()
@@ -859,9 +926,11 @@ func TestNodeSelectorUnderScheduler(t *testing.T) {
 // Its worker pods carry the preference. Midway both nodes are relabelled to
 // pool c, which the job's required affinity excludes: as for a running Pod
 // (IgnoredDuringExecution), the job keeps its minimum (1 worker) on a node
-// it holds, with a message saying so, trains on and succeeds.
+// it holds, with a message saying so, trains on and succeeds. The nodes
+// have addresses of their own (newE2EClusterPodIPs): the preferring job's
+// workers listen at their pods' IPs.
 func TestNodePreferenceUnderScheduler(t *testing.T) {
-	e := newE2ECluster(t, 6*time.Minute)
+	e := newE2EClusterPodIPs(t, 6*time.Minute)
 	ctx := e.ctx
 	label := func(n *testkube.Node, pool string) {
 		t.Helper()
@@ -939,6 +1008,7 @@ func TestNodePreferenceUnderScheduler(t *testing.T) {
 		t.Errorf("with the preference for %s, %s's first workers ran on %s, where they ran without the preference", chosen.Name, j.name, first.Name)
 	}
 	e.trained(j, 50)
+	t.Logf("%s: %s", j.name, e.workersAtPodIPs(t, j.name, false, 30*time.Second))
 	for _, p := range workerPods(j.name) {
 		if a := p.Spec.Affinity; a == nil || a.NodeAffinity == nil || len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
 			t.Errorf("worker pod %s has affinity %+v, want the job's preference", p.Name, p.Spec.Affinity)
@@ -980,9 +1050,12 @@ func TestNodePreferenceUnderScheduler(t *testing.T) {
 // API server reports them), trains at no world larger than 2, and succeeds.
 // Then, its pods gone, the same job without the cap grows past one worker a
 // node (two worker pods running on one node, a world of more than 2): the
-// cap, not the job or the cluster, is what held the first to 2.
+// cap, not the job or the cluster, is what held the first to 2. The nodes
+// have addresses of their own (newE2EClusterPodIPs): the capped job's two
+// workers, one a node, listen at their pods' IPs and one is connected to
+// the other at the other node's address.
 func TestMaxWorkersPerNodeUnderScheduler(t *testing.T) {
-	e := newE2ECluster(t, 10*time.Minute)
+	e := newE2EClusterPodIPs(t, 10*time.Minute)
 	ctx := e.ctx
 	capped := &e2eJob{name: "capped", steps: 1500, samples: 480, submitArgs: []string{"--max-workers-per-node", "1"}}
 	uncapped := &e2eJob{name: "uncapped", steps: 2000, samples: 480}
@@ -1073,6 +1146,7 @@ func TestMaxWorkersPerNodeUnderScheduler(t *testing.T) {
 	// Alone on 4 slots, the job is given more than one worker once its
 	// model has been measured; with the cap, one on each node.
 	grown(capped, 1, func(running map[string]int) bool { return len(running) == len(e.nodes) })
+	t.Logf("%s: %s", capped.name, e.workersAtPodIPs(t, capped.name, true, 30*time.Second))
 	// It trains on at 2 to its end: the scheduler's rounds meanwhile give
 	// it no more.
 	ended(capped)

@@ -295,6 +295,10 @@ func TestSchedulerWorkloadOnKubelets(t *testing.T) {
 		t.Log("no Fashion-MNIST data set here (Debian's dataset-fashion-mnist): jobs c and e are synthetic with a fixed step overhead")
 	}
 	const perRun = 9 * time.Minute
+	// Nodes without addresses, every pod at 127.0.0.1: the figures
+	// docs/scheduler.md gives were measured on them. Where the workers and
+	// the drivers bind is checked by the tests on nodes with addresses
+	// (newE2EClusterPodIPs).
 	e := newE2EClusterWith(t, time.Duration(runs*len(policies))*perRun+5*time.Minute, images)
 	var done []*workloadRun
 	var all []*e2eJob
