@@ -271,7 +271,7 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 	}
 	var bounds, entered []time.Time
 	var connects, states, cpus []float64
-	joinerCPU := -1.0
+	joinerCPU, joinerConnect := -1.0, -1.0
 	for _, l := range lines {
 		if l.msg != "entered world" || l.attrs["epoch"] != ep {
 			continue
@@ -281,6 +281,10 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 		entered = append(entered, l.at)
 		if d, err := time.ParseDuration(l.attrs["connect"]); err == nil {
 			connects = append(connects, float64(d.Microseconds())/1000)
+			// At a join, the joiner is the member that kept no link.
+			if kind == "join" && l.attrs["links_kept"] == "0" {
+				joinerConnect = connects[len(connects)-1]
+			}
 		}
 		if d, err := time.ParseDuration(l.attrs["state"]); err == nil {
 			states = append(states, float64(d.Microseconds())/1000)
@@ -299,7 +303,11 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 		parts = append(parts, fmt.Sprintf("entered %s–%s (%d)", ms(slices.MinFunc(entered, time.Time.Compare)), ms(slices.MaxFunc(entered, time.Time.Compare)), len(entered)))
 	}
 	if len(connects) > 0 {
-		parts = append(parts, fmt.Sprintf("connect max %.1f ms, state max %.1f ms", slices.Max(connects), slices.Max(states)))
+		c := fmt.Sprintf("connect max %.1f ms", slices.Max(connects))
+		if joinerConnect >= 0 {
+			c += fmt.Sprintf(" (joiner %.1f ms)", joinerConnect)
+		}
+		parts = append(parts, c+fmt.Sprintf(", state max %.1f ms", slices.Max(states)))
 	}
 	if len(cpus) > 0 {
 		slices.Sort(cpus)

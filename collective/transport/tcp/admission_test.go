@@ -23,8 +23,9 @@ func TestHandshakeAdmission(t *testing.T) {
 		preAuth     time.Duration
 	}{
 		// The world's ranks are on 127.0.0.1; the strangers' host may
-		// hold no more than 32 slots however long they last.
-		{"another host, per-source limit", "127.0.0.2", 32, 10 * time.Second},
+		// hold no more than the default per-source limit (0: 64 slots)
+		// however long they last.
+		{"another host, per-source limit", "127.0.0.2", 0, 10 * time.Second},
 		// The strangers share the world's host and no per-source limit
 		// applies: the pre-authentication deadline frees their slots.
 		{"same host, pre-auth deadline", "127.0.0.1", 1000, 200 * time.Millisecond},

@@ -35,7 +35,8 @@ type Config struct {
 	PreAuthTimeout time.Duration
 	// HandshakesPerSource bounds the handshakes in progress from one
 	// source address, so one host's flood of connections cannot take all
-	// 256 slots from the ranks of the job. Default 32.
+	// 256 slots from the ranks of the job. Default 64 (room for 16 ranks
+	// of one host each handshaking all 4 lanes of a link at once).
 	HandshakesPerSource int
 	// Security is how frames are protected once a link is connected
 	// (transport.Security): plain, authenticated (AES-GCM tags) or

@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -324,5 +326,88 @@ func TestTamperedLane(t *testing.T) {
 				<-sent
 			})
 		}
+	}
+}
+
+// TestLanesHandshakeAtOnce: a link's further lanes handshake at the same
+// time, after its first: a path that holds each further lane's hello until
+// the hellos of all of them have come lets the link connect only when the
+// dialer opens them together. A dialer that handshakes them one after
+// another never sends lane 2's hello (it waits for lane 1's answer), and
+// its Connect runs into the deadline.
+func TestLanesHandshakeAtOnce(t *testing.T) {
+	const lanes = 4
+	checkNoLeaks(t)
+	cfg := testConfig()
+	cfg.Lanes = lanes
+	trs := listenN(t, 2, cfg)
+	var (
+		mu sync.Mutex
+		// held: the further lanes whose hellos the path has, by lane. By
+		// lane, not counted: a dialer whose lane 1 times out dials the
+		// link again and sends another lane 1.
+		held    = make(map[uint8]bool)
+		allHere = make(chan struct{})
+		stop    = make(chan struct{})
+	)
+	proxy := newPathProxy(t, trs[0].Addr(), func(client, server net.Conn) {
+		hello := make([]byte, handshake.HelloSize)
+		if _, err := io.ReadFull(client, hello); err != nil {
+			return
+		}
+		var h handshake.Hello
+		if handshake.DecodeHello(hello, &h) == nil && h.Lane > 0 {
+			mu.Lock()
+			if !held[h.Lane] {
+				if held[h.Lane] = true; len(held) == lanes-1 {
+					close(allHere)
+				}
+			}
+			mu.Unlock()
+			select {
+			case <-allHere:
+			case <-stop:
+				return
+			}
+		}
+		if _, err := server.Write(hello); err != nil {
+			return
+		}
+		io.Copy(server, client)
+	})
+	// Runs before the proxy's own cleanup, which waits for its goroutines.
+	t.Cleanup(func() { close(stop) })
+
+	ctx := conformance.TimeoutCtx(t, 10*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	links := make([][]transport.Link, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, tr := range trs {
+		// Rank 1 dials rank 0 through the path.
+		addrs := []string{trs[0].Addr(), trs[1].Addr()}
+		if r == 1 {
+			addrs[0] = proxy.addr()
+		}
+		wg.Go(func() {
+			links[r], errs[r] = tr.Connect(cctx, transport.World{JobID: "job", Epoch: 1, Rank: r, Addrs: addrs})
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() { conformance.CloseAll(links) })
+	mu.Lock()
+	got := len(held)
+	mu.Unlock()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: Connect: %v (the path had the hellos of %d of the %d further lanes)", r, err, got, lanes-1)
+		}
+	}
+	if n := tcp.Lanes(links[1][0]); n != lanes {
+		t.Fatalf("link has %d lanes, want %d", n, lanes)
+	}
+	if err := conformance.Exchange(ctx, links, []int{0, 1, 2*tcp.StripeMin + 1}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -313,7 +313,12 @@ func (m *Connector) dialPeer(ctx context.Context, w *transport.World, peer int, 
 }
 
 // dialOnce makes one connection attempt and runs the dialer's side of the
-// handshake, on each of the link's lanes in turn.
+// handshake: on the link's first lane, then on all of its further lanes at
+// once. The further lanes wait for the first one's verdict because each
+// carries a nonce tied to the first lane's hello and challenge, and the
+// acceptor ties a further lane to a first lane it has already taken (it
+// refuses one that comes before); after that they are independent, so a
+// link takes two handshakes' time however many lanes it has.
 func (m *Connector) dialOnce(ctx context.Context, w *transport.World, peer int, key worldKey) (transport.Link, error) {
 	addr := w.Addrs[peer]
 	c, err := m.cfg.Dial(ctx, addr)
@@ -329,28 +334,74 @@ func (m *Connector) dialOnce(ctx context.Context, w *transport.World, peer int, 
 	if n == 1 {
 		return c.Link(peer, addr, key.job, key.epoch, w.Rank, first.keys), nil
 	}
-	conns, keys := []Conn{c}, []framesec.Keys{first.keys}
-	closeAll := func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}
+	conns := make([]Conn, n)
+	keys := make([]framesec.Keys, n)
+	errs := make([]error, n)
+	conns[0], keys[0] = c, first.keys
+	// The first lane to fail stops the others: the link is dialled again
+	// as a whole.
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
 	for lane := 1; lane < n; lane++ {
-		lc, err := m.cfg.Dial(ctx, addr)
-		if err != nil {
-			closeAll()
-			return nil, &transport.PeerError{Rank: peer, Addr: addr, Op: "connect", Err: fmt.Errorf("lane %d: %w", lane, err)}
+		wg.Go(func() {
+			lc, err := m.cfg.Dial(lctx, addr)
+			if err != nil {
+				errs[lane] = &transport.PeerError{Rank: peer, Addr: addr, Op: "connect", Err: fmt.Errorf("lane %d: %w", lane, err)}
+				cancel()
+				return
+			}
+			nonce := handshake.LaneNonce(m.cfg.Secret, first.hello[:], &first.nonceA, uint8(lane))
+			hs, err := m.dialHandshake(lctx, lc, w, peer, key, n, lane, &nonce)
+			if err != nil {
+				lc.Close()
+				errs[lane] = err
+				cancel()
+				return
+			}
+			conns[lane], keys[lane] = lc, hs.keys
+		})
+	}
+	wg.Wait()
+	if err := firstLaneError(ctx, errs); err != nil {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
 		}
-		nonce := handshake.LaneNonce(m.cfg.Secret, first.hello[:], &first.nonceA, uint8(lane))
-		hs, err := m.dialHandshake(ctx, lc, w, peer, key, n, lane, &nonce)
-		if err != nil {
-			lc.Close()
-			closeAll()
-			return nil, err
-		}
-		conns, keys = append(conns, lc), append(keys, hs.keys)
+		return nil, err
 	}
 	return c.(LaneConn).LinkLanes(conns, keys, peer, addr, key.job, key.epoch, w.Rank), nil
+}
+
+// firstLaneError picks the error a failed link reports from its lanes'
+// errors: a refusal for good (which ends the dialling) before any other,
+// and a lane's own failure before one caused by another lane's stopping
+// it (a context error while ctx itself is live).
+func firstLaneError(ctx context.Context, errs []error) error {
+	var fatal, own, any error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if any == nil {
+			any = err
+		}
+		var he *transport.HandshakeError
+		if errors.As(err, &he) && he.Fatal && fatal == nil {
+			fatal = err
+		}
+		if own == nil && (ctx.Err() != nil || !errors.Is(err, context.Canceled)) {
+			own = err
+		}
+	}
+	switch {
+	case fatal != nil:
+		return fatal
+	case own != nil:
+		return own
+	}
+	return any
 }
 
 // handshaken is what the dialer's side of one connection's handshake yields:

@@ -19,10 +19,15 @@ const (
 	// maxHandshakes bounds handshakes in progress, so a flood of strangers costs
 	// bounded memory; connections over the limit are dropped at once.
 	maxHandshakes = 256
-	// DefaultHandshakesPerSource is Config.HandshakesPerSource's default:
-	// room for every rank of a large host to dial at once, twice over,
-	// while a single stranger host takes at most an eighth of the slots.
-	DefaultHandshakesPerSource = 32
+	// DefaultHandshakesPerSource is Config.HandshakesPerSource's default.
+	// The limit is the acceptor's, per source host: a dialer opens a
+	// link's further lanes all at once, so one rank has up to Lanes-1
+	// handshakes in progress with one acceptor (3 at TCP's 4 lanes to
+	// another host), whatever the size of the world it joins. 64 is room
+	// for 16 ranks of one host opening 4-lane links to one acceptor at the
+	// same moment (16 first lanes, then 48 further ones), while a single
+	// stranger host takes at most a quarter of the 256 slots.
+	DefaultHandshakesPerSource = 64
 	// maxDialRetry is what Config.DialRetry doubles up to.
 	maxDialRetry = 200 * time.Millisecond
 
