@@ -75,6 +75,30 @@ func (s *Session) Newest() (number uint64, breaking bool) {
 	return s.src.Latest(), false
 }
 
+// Left is the ranks, in the session's world, of its members that left the
+// job gracefully: their processes shut the library down (gossip was told
+// goodbye, not a failure), so they will take part in nothing more of this
+// world, though the job may form no world without them (a member that
+// reported training finished ends the job's worlds). A member that asked
+// to leave (RequestLeave) and still trains is not among them. Like Newest,
+// it may be called from any goroutine: a binding waiting outside the
+// session for its peers asks it whether one of them is gone for good.
+func (s *Session) Left() []int {
+	s.mu.Lock()
+	current := s.epoch
+	s.mu.Unlock()
+	if l, ok := s.src.(leftOf); ok {
+		return l.leftOf(current)
+	}
+	return nil
+}
+
+// leftOf is an epoch source that knows which members left the gossip
+// cluster gracefully (a worker's memberSource).
+type leftOf interface {
+	leftOf(current epoch.World) []int
+}
+
 // deadLeftOut is an epoch source that also knows gossip's verdicts (a
 // worker's memberSource): it reports the newest world it holds, and whether
 // that world is newer than current and leaves out a member of current that

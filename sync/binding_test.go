@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	stdsync "sync"
 	"testing"
@@ -185,6 +186,48 @@ func TestNewestBreaksOnlyWithoutADeadMember(t *testing.T) {
 			newest, breaking := s.deadLeftOut(current)
 			if newest != tc.newest || breaking != tc.breaking {
 				t.Fatalf("newest %d, breaking %v; want %d, %v", newest, breaking, tc.newest, tc.breaking)
+			}
+		})
+	}
+}
+
+// memberSource.leftOf, what Session.Left reports: the ranks in the current
+// world of the members that left the gossip cluster gracefully and were
+// not heard from again, whether or not a newer world leaves them out; a
+// member declared dead is not among them (it failed: Newest's business),
+// nor one outside the current world.
+func TestLeftReportsMembersThatSaidGoodbye(t *testing.T) {
+	current := epoch.World{Number: 3}
+	for _, n := range []string{"a", "b", "c"} {
+		current.Members = append(current.Members, epoch.Member{Name: n, Addr: n + ":1"})
+	}
+	for _, tc := range []struct {
+		name       string
+		left, dead []string
+		alive      []string // heard from again after left
+		want       []int
+	}{
+		{"none left", nil, nil, nil, nil},
+		{"one left", []string{"c"}, nil, nil, []int{2}},
+		{"two left, in rank order", []string{"c", "a"}, nil, nil, []int{0, 2}},
+		{"dead, not left", nil, []string{"b"}, nil, nil},
+		{"left, then heard from", []string{"c"}, nil, []string{"c"}, nil},
+		{"left outside the current world", []string{"x"}, nil, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newMemberSource(slog.New(slog.DiscardHandler))
+			s.onEpoch(current)
+			for _, n := range tc.left {
+				s.peerLeft(n)
+			}
+			for _, n := range tc.dead {
+				s.peerFailed(n)
+			}
+			for _, n := range tc.alive {
+				s.peerAlive(n)
+			}
+			if got := s.leftOf(current); !slices.Equal(got, tc.want) {
+				t.Fatalf("left ranks %v, want %v", got, tc.want)
 			}
 		})
 	}

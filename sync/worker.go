@@ -289,6 +289,7 @@ func (w *Worker) start(ctx context.Context) error {
 		MinWorkers: cfg.MinWorkers, FirstWorld: cfg.FirstWorld, ProbeTimeout: cfg.ProbeTimeout, Logger: log, OnAdopt: src.onEpoch,
 		OnPeerFailed: src.peerFailed,
 		OnPeerAlive:  src.peerAlive,
+		OnPeerLeft:   src.peerLeft,
 		OnOutForGood: func() {
 			w.outForGood.Store(true)
 			stopJoin()
@@ -598,12 +599,15 @@ type memberSource struct {
 	// suspects: the members this worker's gossip declared dead and has not
 	// heard from since.
 	suspects map[string]bool
-	done     chan struct{}
-	once     stdsync.Once
+	// left: the members that left the gossip cluster gracefully (shut
+	// their library down) and have not come back since.
+	left map[string]bool
+	done chan struct{}
+	once stdsync.Once
 }
 
 func newMemberSource(log *slog.Logger) *memberSource {
-	return &memberSource{log: log, suspects: map[string]bool{}, done: make(chan struct{})}
+	return &memberSource{log: log, suspects: map[string]bool{}, left: map[string]bool{}, done: make(chan struct{})}
 }
 
 func (s *memberSource) stop() { s.once.Do(func() { close(s.done) }) }
@@ -637,7 +641,34 @@ func (s *memberSource) peerFailed(name string) {
 func (s *memberSource) peerAlive(name string) {
 	s.mu.Lock()
 	delete(s.suspects, name)
+	delete(s.left, name)
 	s.mu.Unlock()
+}
+
+// peerLeft notes that name left the gossip cluster gracefully: its process
+// shut the library down. It is not a suspect (it did not fail, and a
+// collective in progress is not aborted for it: a member that leaves after
+// the commit that moved the world finished its part of it), but it will not
+// come to anything of the world it was in.
+func (s *memberSource) peerLeft(name string) {
+	s.mu.Lock()
+	s.left[name] = true
+	s.mu.Unlock()
+}
+
+// leftOf reports the ranks in current of the members that left the gossip
+// cluster gracefully.
+func (s *memberSource) leftOf(current epoch.World) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ranks []int
+	for name := range s.left {
+		if r := current.Rank(name); r >= 0 {
+			ranks = append(ranks, r)
+		}
+	}
+	slices.Sort(ranks)
+	return ranks
 }
 
 // abortLeftOut stops the collective in progress when one of its members is

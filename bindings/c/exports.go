@@ -329,6 +329,30 @@ func gorovodGoNewestWorld(number *C.uint64_t, breaking *C.int) (rc C.int) {
 	return statusOK
 }
 
+//export gorovodGoLeftRanks
+func gorovodGoLeftRanks(ranks *C.int32_t, capacity C.int32_t, count *C.int32_t) (rc C.int) {
+	defer guard(&rc)
+	e, err := current()
+	if err != nil {
+		return status(err)
+	}
+	if count == nil || (ranks == nil && capacity > 0) || capacity < 0 {
+		return status(fmt.Errorf("%w: left ranks: NULL output or negative capacity", engine.ErrInvalid))
+	}
+	left := e.LeftRanks()
+	*count = C.int32_t(len(left))
+	if capacity > 0 {
+		out := unsafe.Slice(ranks, int(capacity))
+		for i, r := range left {
+			if i >= len(out) {
+				break
+			}
+			out[i] = C.int32_t(r)
+		}
+	}
+	return statusOK
+}
+
 // hostBuffer wraps count elements of dtype at p, C memory, without copying;
 // what and index (-1: none) name it in an error.
 func hostBuffer(what string, index int, p unsafe.Pointer, count int64, dtype C.int32_t) (collective.Buffer, error) {

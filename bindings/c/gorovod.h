@@ -103,8 +103,9 @@ extern "C" {
  * from any rank (gorovod_recv_any_async), 8 the receive from any member of a
  * process set (gorovod_recv_any_ps_async), 9 the registration of a process
  * set with a handle (gorovod_add_process_set_async), 10 the newest world
- * known (gorovod_newest_world). */
-#define GOROVOD_ABI_VERSION 10
+ * known (gorovod_newest_world), 11 the ranks that left the job
+ * (gorovod_left_ranks). */
+#define GOROVOD_ABI_VERSION 11
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
@@ -255,6 +256,14 @@ int gorovod_topology_get(gorovod_topology *out);
  * for the other ranks outside the library (on a store of its own): with
  * *breaking, one of them will not come. Does not block. */
 int gorovod_newest_world(uint64_t *number, int *breaking);
+/* The ranks, in the current world, of the members that left the job
+ * gracefully (their processes shut the library down: gossip was told
+ * goodbye, it did not declare them dead), in ascending order: they will
+ * call nothing more in this world, whether or not the job forms a world
+ * without them. Writes at most capacity of them to ranks and their number
+ * to *count. For a caller that waits for the other ranks outside the
+ * library, as gorovod_newest_world. Does not block. */
+int gorovod_left_ranks(int32_t *ranks, int32_t capacity, int32_t *count);
 /* Each returns its value, or -1 when not initialized. */
 int gorovod_rank(void);
 int gorovod_size(void);

@@ -259,6 +259,11 @@ int gorovod_newest_world(uint64_t *number, int *breaking) {
   return gorovodGoNewestWorld(number, breaking);
 }
 
+int gorovod_left_ranks(int32_t *ranks, int32_t capacity, int32_t *count) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoLeftRanks(ranks, capacity, count);
+}
+
 #define GETTER(name, field)                            \
   int gorovod_##name(void) {                           \
     gorovod_topology t;                                \

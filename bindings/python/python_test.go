@@ -501,3 +501,42 @@ func TestExample(t *testing.T) {
 func TestTorchDistributedTimeout(t *testing.T) {
 	runEachWorld(t, "tests/distributed_timeout_test.py", 2)
 }
+
+// TestTorchDistributedNewGroupRankLeaves: the last rank of a world of 3
+// leaves the job gracefully (SIGTERM, which its handler turns into an
+// exit that shuts gorovod down) while the others wait for it in
+// dist.new_group's set-up with a timeout of 10 minutes: they learn of the
+// leave from gossip and raise RuntimeError naming the rank that left, at
+// once rather than at the timeout (see tests/new_group_leave_test.py).
+func TestTorchDistributedNewGroupRankLeaves(t *testing.T) {
+	needTorch(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	j := startJob(t, ctx, pyEnv(t), buildtest.Gorovod(t), "run", "--start-timeout", "180", "--np", "3", "--min-np", "1",
+		"--max-np", "3", "--", Python, "tests/new_group_leave_test.py")
+	m := j.waitFor(t, regexp.MustCompile(`rank 2 pid (\d+) waits for SIGTERM`), 3*time.Minute)
+	pid, err := strconv.Atoi(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The others outlive the launcher: should they still be waiting in
+	// new_group when the test fails, end them.
+	pids := []int{pidOf(t, j, 0), pidOf(t, j, 1), pidOf(t, j, 2)}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range pids {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+	})
+	j.waitFor(t, regexp.MustCompile(`(?s)rank [01] calls new_group.*rank [01] calls new_group`), 2*time.Minute)
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// Waiting out new_group's timeout (10 minutes) exceeds this by far.
+	out := j.wait(t, 2*time.Minute)
+	wantPasses(t, out, 2)
+	if got := len(regexp.MustCompile(`rank [01]: new_group raised after [0-9.]+s: .*rank 2 left the job`).FindAllString(out, -1)); got != 2 {
+		t.Fatalf("%d ranks said rank 2 left the job, want 2:\n%s", got, out)
+	}
+}

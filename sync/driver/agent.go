@@ -52,11 +52,15 @@ type AgentConfig struct {
 	// OnPeerFailed is told when gossip declares a member dead (a collective
 	// stuck on it can stop once the proposer leaves it out), OnPeerAlive
 	// when gossip hears from a member again (it joined, came back or
-	// published new metadata). All three are called on the agent's
-	// goroutine and must not block.
+	// published new metadata), OnPeerLeft when a member left the gossip
+	// cluster gracefully (its process shut its library down: it will not
+	// take part in a collective again, though no world need replace it, as
+	// when it reported training finished). All four are called on the
+	// agent's goroutine and must not block.
 	OnAdopt      func(epoch.World)
 	OnPeerFailed func(name string)
 	OnPeerAlive  func(name string)
+	OnPeerLeft   func(name string)
 	// OnOutForGood is told that the proposer will not admit this worker
 	// again (it was evicted, or training is over), before the epoch that
 	// leaves it out reaches OnAdopt. Called on the agent's goroutine.
@@ -101,6 +105,8 @@ func StartAgent(m *membership.Member, cfg AgentConfig) *Agent {
 		switch {
 		case ev.Kind == membership.EventFailed && cfg.OnPeerFailed != nil:
 			cfg.OnPeerFailed(ev.Node.Name)
+		case ev.Kind == membership.EventLeft && cfg.OnPeerLeft != nil:
+			cfg.OnPeerLeft(ev.Node.Name)
 		case (ev.Kind == membership.EventJoined || ev.Kind == membership.EventUpdated) && cfg.OnPeerAlive != nil:
 			cfg.OnPeerAlive(ev.Node.Name)
 		}

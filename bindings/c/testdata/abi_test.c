@@ -46,6 +46,8 @@ int main(void) {
   uint64_t newest = 0;
   int breaking = -1;
   CHECK(gorovod_newest_world(&newest, &breaking) == GOROVOD_ERR_NOT_INITIALIZED, "newest world before init");
+  int32_t left[4], nleft = -1;
+  CHECK(gorovod_left_ranks(left, 4, &nleft) == GOROVOD_ERR_NOT_INITIALIZED, "left ranks before init");
 
   // A configuration the library refuses.
   gorovod_config cfg;
@@ -71,6 +73,12 @@ int main(void) {
         (unsigned long long)newest, breaking, (unsigned long long)top.world);
   CHECK(gorovod_newest_world(NULL, &breaking) == GOROVOD_ERR_INVALID_ARGUMENT, "newest world into NULL");
   CHECK(gorovod_newest_world(&newest, NULL) == GOROVOD_ERR_INVALID_ARGUMENT, "breaking into NULL");
+  // No member of this world has left the job yet.
+  OK(gorovod_left_ranks(left, 4, &nleft));
+  CHECK(nleft == 0, "%d ranks left the job", nleft);
+  OK(gorovod_left_ranks(NULL, 0, &nleft));
+  CHECK(gorovod_left_ranks(left, 4, NULL) == GOROVOD_ERR_INVALID_ARGUMENT, "left ranks' count into NULL");
+  CHECK(gorovod_left_ranks(NULL, 4, &nleft) == GOROVOD_ERR_INVALID_ARGUMENT, "left ranks into NULL");
   CHECK(top.local_size == size && top.local_rank == rank && top.cross_size == 1 && top.cross_rank == 0,
         "one host: local %d/%d cross %d/%d", top.local_rank, top.local_size, top.cross_rank, top.cross_size);
   const char *expect = getenv("ABI_TEST_SIZE");

@@ -267,6 +267,13 @@ func Start(ctx context.Context, cfg Config) (*Engine, error) {
 // not block.
 func (e *Engine) NewestWorld() (number uint64, breaking bool) { return e.sess.Newest() }
 
+// LeftRanks is the ranks, in the session's current world, of the members
+// that left the job gracefully (their processes shut the library down):
+// they will call nothing more in this world, whether or not the job forms
+// one without them. A caller waiting outside the engine for the other
+// ranks asks it, as NewestWorld. It does not block.
+func (e *Engine) LeftRanks() []int { return e.sess.Left() }
+
 // Topology is where the process stands in the current world (as of the last
 // collective that completed).
 func (e *Engine) Topology() Topology {

@@ -61,7 +61,7 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
 SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = 1, 2, 3, 4, 5, 6
 
-ABI_VERSION = 10
+ABI_VERSION = 11
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -195,6 +195,7 @@ def _prototypes(lib):
         "gorovod_is_initialized": [],
         "gorovod_topology_get": [ctypes.POINTER(Topology)],
         "gorovod_newest_world": [p_u64, ctypes.POINTER(c_int)],  # ABI 10
+        "gorovod_left_ranks": [ctypes.POINTER(c_i32), c_i32, ctypes.POINTER(c_i32)],  # ABI 11
         "gorovod_allreduce_async": [c_void_p, c_void_p, c_i64, c_int, c_int, c_double, c_double, p_u64],
         "gorovod_grouped_allreduce_async": [c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_double, c_double,
                                             p_u64],
@@ -417,6 +418,21 @@ def newest_world():
     number, breaking = ctypes.c_uint64(), ctypes.c_int()
     _raise(lib().gorovod_newest_world(ctypes.byref(number), ctypes.byref(breaking)))
     return number.value, bool(breaking.value)
+
+
+def left_ranks():
+    """The ranks, in the current world, of the members that left the job
+    gracefully (their processes shut gorovod down), ascending: they will
+    call nothing more in this world, whether or not the job forms one
+    without them. Does not block: for a wait outside the library, as
+    newest_world."""
+    capacity = 0
+    while True:
+        ranks, count = (ctypes.c_int32 * max(capacity, 1))(), ctypes.c_int32()
+        _raise(lib().gorovod_left_ranks(ranks, capacity, ctypes.byref(count)))
+        if count.value <= capacity:
+            return [ranks[i] for i in range(count.value)]
+        capacity = count.value
 
 
 # ---- Handles ----

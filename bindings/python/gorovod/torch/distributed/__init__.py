@@ -1306,6 +1306,13 @@ def _setup_limit(timeout, default):
 # the first of these seconds, doubling up to the second.
 _AWAIT_PAUSES = (0.001, 0.05)
 
+# How long a rank waiting in _await_world for a rank that left the job
+# gracefully waits for the job's proposer to form a world without it (it
+# does so within milliseconds of the goodbye when the job goes on), so that
+# an elastic job gets the world change it recovers from rather than an
+# error it does not.
+_LEFT_GRACE = 1.0
+
 
 def _await_world(store, key, rank, size, seconds, whose, what, world=None):
     """Waits until every rank of the world (size ranks) has reached the
@@ -1329,6 +1336,15 @@ def _await_world(store, key, rank, size, seconds, whose, what, world=None):
     wait: every member of this world still comes, and they all move at the
     next commit (raising there would bring them back to this wait in the
     same world, again and again).
+
+    A member that left the job gracefully before it came (its process shut
+    gorovod down: an exit, or a SIGTERM handler that exits) ends the wait
+    too, as soon as gossip carries its goodbye: it will never come, and the
+    job may form no world without it (one that reported training finished
+    ends the job's worlds). Where gorovod has been told of a newer world,
+    this rank raises HorovodInternalError as above; where it has not within
+    _LEFT_GRACE seconds of learning of the leave, RuntimeError naming the
+    ranks that left.
 
     key holds the ranks that have arrived, with a token naming the write
     (this rank and a random number), so that compare_set, which answers with
@@ -1381,9 +1397,26 @@ def _await_world(store, key, rank, size, seconds, whose, what, world=None):
 
     now, complete = stored(change, True)
     pause = _AWAIT_PAUSES[0]
+    left_since = None  # when this rank learnt that a rank it waits for left the job
     while not complete:
         left = None if deadline is None else deadline - time.monotonic()
         newest, breaking = (None, False) if world is None else _core.newest_world()
+        gone = [] if world is None else [q for q in _core.left_ranks() if q not in now and q != rank]
+        if gone and left_since is None:
+            left_since = time.monotonic()
+        if gone and (newest > world or time.monotonic() - left_since >= _LEFT_GRACE):
+            if give_up() is None:
+                return
+            names = "rank%s %s" % ("s" if len(gone) > 1 else "", ", ".join(str(q) for q in gone))
+            if newest > world:
+                raise HorovodInternalError(
+                    "gorovod backend: %s: %s of world %d left the job (shut gorovod down) before calling new_group, "
+                    "and gorovod was told of world %d: nothing was registered; the new world makes the group anew" %
+                    (what, names, world, newest))
+            raise RuntimeError(
+                "gorovod backend: %s: %s left the job (shut gorovod down) before calling new_group, which every "
+                "rank of the world must call, so the group cannot be made in world %d. Nothing was registered or "
+                "left queued" % (what, names, world))
         if breaking and newest > world:
             late = give_up()
             if late is None:
@@ -1405,7 +1438,8 @@ def _await_world(store, key, rank, size, seconds, whose, what, world=None):
                  "have" if len(late) > 1 else "has"))
         time.sleep(pause if left is None else min(pause, left))
         pause = min(2 * pause, _AWAIT_PAUSES[1])
-        complete = len(stored(read)[1]) >= size
+        now = stored(read)[1]
+        complete = len(now) >= size
 
 
 def _live_groups():
