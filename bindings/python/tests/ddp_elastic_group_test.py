@@ -14,7 +14,10 @@ which kills a worker mid-training. With --die-before-new-group N, the last
 rank of a world of N ranks kills itself (SIGKILL) just before its
 new_group, after printing "rank R of N dies before new_group": the others
 are then waiting for it in new_group's set-up, whose timeout
---group-timeout gives (seconds).
+--group-timeout gives (seconds). With --leave-before-new-group N, that rank
+instead leaves the job gracefully (it shuts gorovod down, not reporting
+training finished, and exits with status 0) after printing "rank R of N
+leaves before new_group".
 """
 
 import argparse
@@ -29,11 +32,13 @@ import torch.nn.functional as F
 from torch.distributed.distributed_c10d import GroupMember
 
 import gorovod.torch.distributed.elastic as elastic
+from gorovod import _core
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=200)
 parser.add_argument("--step-seconds", type=float, default=0.05)
 parser.add_argument("--die-before-new-group", type=int, default=0)
+parser.add_argument("--leave-before-new-group", type=int, default=0)
 parser.add_argument("--group-timeout", type=float, default=None)
 args = parser.parse_args()
 
@@ -65,6 +70,10 @@ def train(state):
     if n == args.die_before_new_group and r == n - 1:
         print("rank %d of %d dies before new_group" % (r, n), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
+    if n == args.leave_before_new_group and r == n - 1:
+        print("rank %d of %d leaves before new_group" % (r, n), flush=True)
+        _core.shutdown(finished=False)
+        os._exit(0)
     timeout = {} if args.group_timeout is None else {"timeout": datetime.timedelta(seconds=args.group_timeout)}
     group = dist.new_group(ranks=ranks, **timeout)
     if r in ranks:
