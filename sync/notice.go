@@ -110,32 +110,6 @@ func (n *leaveNotice) stepTook(d time.Duration) {
 	n.mu.Unlock()
 }
 
-// Bounds of departLinger.
-const (
-	minDepartLinger = 200 * time.Millisecond
-	maxDepartLinger = time.Second
-)
-
-// departLinger is how long a worker that the others left out of their next
-// world on its leave waits before it leaves the job's gossip and exits:
-// ten of its last steps' time, at least minDepartLinger and at most
-// maxDepartLinger, and never past the point where the notice lets no step
-// start. Leaving the gossip is a burst of work on every member (a goodbye
-// stream to each, the leave's broadcast, each member's view and epoch
-// machine taking the departure) that would otherwise land while the others
-// finish the step they switch at and enter the smaller world, on the same
-// cores: with 16 workers on 2 cores it made the first step of the smaller
-// world come later (docs/multihost.md, "Transition times").
-func (n *leaveNotice) departLinger() time.Duration {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	d := min(max(10*n.lastStep, minDepartLinger), maxDepartLinger)
-	if !n.stopAt.IsZero() {
-		d = min(d, max(0, time.Until(n.stopAt)))
-	}
-	return d
-}
-
 // over says whether the notice leaves no time for another step (or was
 // used up during the last one).
 func (n *leaveNotice) over() bool {

@@ -463,13 +463,9 @@ type trainLoop struct {
 	step    StepFunc
 	notice  *leaveNotice
 
-	leaving bool // the worker asked to leave (the leave signal)
-	// linger is how long the worker stays in the job after the others
-	// moved to a world without it on its leave, before it leaves the
-	// job's gossip (departLinger); zero otherwise.
-	linger time.Duration
-	asked  chan struct{} // closed once askToLeave has asked (askErr its answer)
-	askErr error
+	leaving bool          // the worker asked to leave (the leave signal)
+	asked   chan struct{} // closed once askToLeave has asked (askErr its answer)
+	askErr  error
 
 	// mmu serializes askToLeave's request with the loop's changes to the
 	// member (a rejoin replaces its incarnation; finish and close end it).
@@ -533,22 +529,9 @@ func (l *trainLoop) attempt() (flow, error) {
 			return f, err
 		}
 		l.log.Info("left out of the next world: training ends here", "step", s.Number, "outcome", l.outcome)
-		if l.outcome == Left && l.othersGoOn() {
-			l.linger = l.notice.departLinger()
-		}
 		return finish, nil
 	}
 	return again, nil
-}
-
-// othersGoOn says whether the world that left this worker out has members:
-// the others move on (a world of one that leaves goes to an empty one).
-func (l *trainLoop) othersGoOn() bool {
-	ctx, cancel := context.WithTimeout(l.ctx, time.Second)
-	defer cancel()
-	// The world that left this worker out is there already: Commit took it.
-	w, err := l.sess.src.Await(ctx, l.sess.World().Number)
-	return err == nil && len(w.Members) > 0
 }
 
 // trainingOver says whether cfg.Steps steps have committed or cfg.Epochs
@@ -731,15 +714,6 @@ func (l *trainLoop) comeBack(step int64) (bool, error) {
 // membership: a completed training reports its end to the job (even if ctx
 // ends now), any other end closes the member.
 func (l *trainLoop) close(res *TrainResult, err error) error {
-	if l.linger > 0 {
-		l.log.Debug("left the world: staying in the job's gossip while the others enter theirs", "for", l.linger)
-		t := time.NewTimer(l.linger)
-		select {
-		case <-t.C:
-		case <-l.ctx.Done():
-			t.Stop()
-		}
-	}
 	sess := l.sess
 	*res = TrainResult{Outcome: res.Outcome, Steps: sess.Step(), Rank: sess.Rank(), Size: sess.Size(), World: sess.World().Number, Rejoined: l.rejoined}
 	l.mmu.Lock()
