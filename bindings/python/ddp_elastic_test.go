@@ -223,13 +223,29 @@ func TestDDPElasticNewGroup(t *testing.T) {
 // anew and train to identical parameters. Waiting out the timeout instead
 // cannot train in the world of 2 within the test's limits.
 func TestDDPElasticNewGroupRankDiesBeforeIt(t *testing.T) {
+	newGroupRankGoneBeforeIt(t, "--die-before-new-group", "dies")
+}
+
+// TestDDPElasticNewGroupRankLeavesBeforeIt: the same, the last rank leaving
+// the job gracefully (it shuts gorovod down and exits) just before its
+// dist.new_group: gossip's goodbye tells the others it will not come, the
+// job forms a world without it, and they move there as above.
+func TestDDPElasticNewGroupRankLeavesBeforeIt(t *testing.T) {
+	newGroupRankGoneBeforeIt(t, "--leave-before-new-group", "leaves")
+}
+
+// newGroupRankGoneBeforeIt runs tests/ddp_elastic_group_test.py at np 3
+// with flag (its last rank gone, as the script's line says with verb, just
+// before its new_group) and checks that the two others train on in the
+// world of 2, having entered the training function in both worlds.
+func newGroupRankGoneBeforeIt(t *testing.T, flag, verb string) {
 	needTorch(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	j := startJob(t, ctx, pyEnv(t, "GOROVOD_IO_TIMEOUT=30"), buildtest.Gorovod(t), "run", "--np", "3", "--min-np", "1",
 		"--max-np", "3", "--", Python, "tests/ddp_elastic_group_test.py", "--steps", "100",
-		"--die-before-new-group", "3", "--group-timeout", "600")
-	j.waitFor(t, regexp.MustCompile(`rank 2 of 3 dies before new_group`), 3*time.Minute)
+		flag, "3", "--group-timeout", "600")
+	j.waitFor(t, regexp.MustCompile(`rank 2 of 3 `+verb+` before new_group`), 3*time.Minute)
 	// The workers outlive the launcher: should the survivors still be
 	// waiting in new_group when the test fails, end them.
 	pids := []int{pidOf(t, j, 0), pidOf(t, j, 1), pidOf(t, j, 2)}
@@ -240,41 +256,7 @@ func TestDDPElasticNewGroupRankDiesBeforeIt(t *testing.T) {
 			}
 		}
 	})
-	j.waitFor(t, regexp.MustCompile(`(?s)dies before new_group.*step \d+ world 2 rank \d`), 2*time.Minute)
-	out := j.wait(t, 3*time.Minute)
-	wantPasses(t, out, 2)
-	// Each survivor entered the training function twice: in the world of 3,
-	// where its new_group raised, and in the world of 2.
-	if got := len(regexp.MustCompile(`refused \[0, 0\] rank [01]`).FindAllString(out, -1)); got != 2 {
-		t.Fatalf("%d survivors entered the training function in both worlds, want 2:\n%s", got, out)
-	}
-}
-
-// TestDDPElasticNewGroupRankLeavesBeforeIt: the last rank of the world of 3
-// leaves the job gracefully (it shuts gorovod down and exits) just before
-// its dist.new_group, while the others wait for it in new_group's set-up
-// with a timeout of 10 minutes: gossip's goodbye tells them it will not
-// come, the job forms a world without it, they raise HorovodInternalError
-// there, and the elastic loop moves them to it, where they make the group
-// anew and train to identical parameters. Waiting out the timeout instead
-// cannot train in the world of 2 within the test's limits.
-func TestDDPElasticNewGroupRankLeavesBeforeIt(t *testing.T) {
-	needTorch(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	j := startJob(t, ctx, pyEnv(t, "GOROVOD_IO_TIMEOUT=30"), buildtest.Gorovod(t), "run", "--np", "3", "--min-np", "1",
-		"--max-np", "3", "--", Python, "tests/ddp_elastic_group_test.py", "--steps", "100",
-		"--leave-before-new-group", "3", "--group-timeout", "600")
-	j.waitFor(t, regexp.MustCompile(`rank 2 of 3 leaves before new_group`), 3*time.Minute)
-	pids := []int{pidOf(t, j, 0), pidOf(t, j, 1), pidOf(t, j, 2)}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, pid := range pids {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
-	j.waitFor(t, regexp.MustCompile(`(?s)leaves before new_group.*step \d+ world 2 rank \d`), 2*time.Minute)
+	j.waitFor(t, regexp.MustCompile(`(?s)`+verb+` before new_group.*step \d+ world 2 rank \d`), 2*time.Minute)
 	out := j.wait(t, 3*time.Minute)
 	wantPasses(t, out, 2)
 	// Each survivor entered the training function twice: in the world of 3,
