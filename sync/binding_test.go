@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	stdsync "sync"
@@ -228,6 +229,47 @@ func TestLeftReportsMembersThatSaidGoodbye(t *testing.T) {
 			}
 			if got := s.leftOf(current); !slices.Equal(got, tc.want) {
 				t.Fatalf("left ranks %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// memberSource.forgetGone: gossip's verdicts on members in neither the
+// newest world nor the session's are dropped, so a long job's churn does
+// not pile them up; a verdict on a member of either world stays, as
+// abortLeftOut (a suspect the newest world left out, still in the
+// session's) and leftOf (the session's world) need it.
+func TestForgetGoneKeepsOnlyVerdictsOnTheWorlds(t *testing.T) {
+	world := func(n uint64, names ...string) epoch.World {
+		w := epoch.World{Number: n}
+		for _, name := range names {
+			w.Members = append(w.Members, epoch.Member{Name: name, Addr: name + ":1"})
+		}
+		return w
+	}
+	for _, tc := range []struct {
+		name                   string
+		newest, current        epoch.World
+		dead, left             []string
+		wantSuspects, wantLeft []string
+	}{
+		{"gone from both", world(5, "a", "b"), world(4, "a", "b"), []string{"x"}, []string{"y"}, nil, nil},
+		{"in the session's world only", world(5, "a"), world(4, "a", "b", "c"), []string{"b"}, []string{"c"}, []string{"b"}, []string{"c"}},
+		{"in the newest world only", world(5, "a", "b", "c"), world(4, "a"), []string{"b"}, []string{"c"}, []string{"b"}, []string{"c"}},
+		{"some of each", world(5, "a", "b"), world(4, "a", "b", "c"), []string{"c", "x"}, []string{"b", "y"}, []string{"c"}, []string{"b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newMemberSource(slog.New(slog.DiscardHandler))
+			for _, n := range tc.dead {
+				s.peerFailed(n)
+			}
+			for _, n := range tc.left {
+				s.peerLeft(n)
+			}
+			s.forgetGone(tc.newest, tc.current)
+			suspects, left := slices.Sorted(maps.Keys(s.suspects)), slices.Sorted(maps.Keys(s.left))
+			if !slices.Equal(suspects, tc.wantSuspects) || !slices.Equal(left, tc.wantLeft) {
+				t.Fatalf("suspects %v, left %v; want %v, %v", suspects, left, tc.wantSuspects, tc.wantLeft)
 			}
 		})
 	}

@@ -623,6 +623,29 @@ func (s *memberSource) onEpoch(e epoch.World) {
 		sess.Prepare(e)
 	}
 	s.abortLeftOut()
+	if sess != nil {
+		sess.mu.Lock()
+		current := sess.epoch
+		sess.mu.Unlock()
+		s.forgetGone(e, current)
+	}
+}
+
+// forgetGone drops gossip's verdicts (suspects, left) on the members that
+// are in neither newest nor current, the session's world: a member name is
+// one incarnation, never in a later world once left out of newest, so
+// neither abortLeftOut nor leftOf can ask about it again, and the verdicts
+// stay as many as the worlds' members however long the job churns.
+func (s *memberSource) forgetGone(newest, current epoch.World) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, verdicts := range []map[string]bool{s.suspects, s.left} {
+		for name := range verdicts {
+			if newest.Rank(name) < 0 && current.Rank(name) < 0 {
+				delete(verdicts, name)
+			}
+		}
+	}
 }
 
 // peerFailed notes gossip's verdict that name is dead. Gossip alone does not
