@@ -49,11 +49,30 @@ func (p *preconnect) ahead(size, rank int) *transport.Ahead {
 		case <-p.done:
 			return p.links, p.err
 		case <-ctx.Done():
+			// The connect ahead is stopped, and its error names the ranks
+			// it had not connected, the member to blame for the world
+			// (what a stuck member's exclusion counts on), where the
+			// context's own error names nobody: wait for it, briefly. Both
+			// run to the same ConnectTimeout, so which ends first is a
+			// matter of scheduling.
 			p.discard()
+			t := time.NewTimer(aheadStopWait)
+			defer t.Stop()
+			select {
+			case <-p.done:
+				if pe := (*transport.PeerError)(nil); errors.As(p.err, &pe) {
+					return nil, p.err
+				}
+			case <-t.C:
+			}
 			return nil, context.Cause(ctx)
 		}
 	}}
 }
+
+// aheadStopWait bounds the wait for a stopped connect ahead's error (see
+// preconnect.ahead); its dials end with their context.
+const aheadStopWait = time.Second
 
 // discard abandons p: its connect is stopped and its links, if it got
 // them, closed.

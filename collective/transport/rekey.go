@@ -276,11 +276,18 @@ func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *A
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// stop ends the re-keys, the dials and the wait for ahead when one of
-	// the last two fails; the first failure is the carry's error.
-	var stopOnce sync.Once
+	// the last two fails; the first failure is the carry's error, or the
+	// first that names a peer when the first names none (the others, cut
+	// short by the stop or by the same deadline, may name the rank that
+	// never connected: the member to blame).
+	var firstMu sync.Mutex
 	var first error
 	stop := func(err error) {
-		stopOnce.Do(func() { first = err })
+		firstMu.Lock()
+		if first == nil || (!namesPeer(first) && namesPeer(err)) {
+			first = err
+		}
+		firstMu.Unlock()
 		cancel()
 	}
 	var wg sync.WaitGroup
@@ -419,6 +426,12 @@ func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *A
 		}
 	}
 	return links, rekeyed, nil
+}
+
+// namesPeer reports whether err names the peer it failed on.
+func namesPeer(err error) bool {
+	var pe *PeerError
+	return errors.As(err, &pe)
 }
 
 // connectMissing connects the n ranks marked in want for world w: nothing
