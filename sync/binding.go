@@ -66,11 +66,8 @@ func (m *JobMember) Close() error { return m.m.close() }
 // session (on a store, for its peers) asks it whether the world it waits
 // in is breaking, as a collective would learn.
 func (s *Session) Newest() (number uint64, breaking bool) {
-	s.mu.Lock()
-	current := s.epoch
-	s.mu.Unlock()
 	if d, ok := s.src.(deadLeftOut); ok {
-		return d.deadLeftOut(current)
+		return d.deadLeftOut(s.currentWorld())
 	}
 	return s.src.Latest(), false
 }
@@ -84,11 +81,8 @@ func (s *Session) Newest() (number uint64, breaking bool) {
 // it may be called from any goroutine: a binding waiting outside the
 // session for its peers asks it whether one of them is gone for good.
 func (s *Session) Left() []int {
-	s.mu.Lock()
-	current := s.epoch
-	s.mu.Unlock()
 	if l, ok := s.src.(leftOf); ok {
-		return l.leftOf(current)
+		return l.leftOf(s.currentWorld())
 	}
 	return nil
 }

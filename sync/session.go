@@ -239,6 +239,14 @@ func (s *Session) Size() int { return s.comm.Size() }
 // World is the current world epoch.
 func (s *Session) World() epoch.World { return s.epoch }
 
+// currentWorld is World for the goroutines other than the training one
+// (the membership layer's, a binding's).
+func (s *Session) currentWorld() epoch.World {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch
+}
+
 // Self is this worker as the worlds list it: its member name and collective
 // address.
 func (s *Session) Self() epoch.Member { return s.cfg.Self }

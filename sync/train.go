@@ -168,12 +168,9 @@ type TrainConfig struct {
 	EpochEnd           func(ctx context.Context, e EpochEnd) error
 	EpochEndOnAllRanks bool
 	// LeaveSignal makes this worker leave the job gracefully: it keeps
-	// training until the others have moved to a world without it, stays in
-	// the job's gossip while they enter it (ten of its steps' time, 200 ms
-	// to 1 s, within LeaveNotice: its departure would otherwise compete
-	// with their entry for the machine), and Train returns with Outcome
-	// Left. Default SIGTERM (what `gorovod run` and cluster schedulers
-	// send); NoLeaveSignal turns it off.
+	// training until the others have moved to a world without it, and Train
+	// returns with Outcome Left. Default SIGTERM (what `gorovod run` and
+	// cluster schedulers send); NoLeaveSignal turns it off.
 	LeaveSignal   os.Signal
 	NoLeaveSignal bool
 	// LeaveNotice is how long this worker has from its leave signal until

@@ -624,10 +624,7 @@ func (s *memberSource) onEpoch(e epoch.World) {
 	}
 	s.abortLeftOut()
 	if sess != nil {
-		sess.mu.Lock()
-		current := sess.epoch
-		sess.mu.Unlock()
-		s.forgetGone(e, current)
+		s.forgetGone(e, sess.currentWorld())
 	}
 }
 
