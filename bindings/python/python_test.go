@@ -18,8 +18,17 @@ import (
 )
 
 // Python is the interpreter the bindings are tested with: Debian's, where
-// python3-torch lives.
-const Python = "/usr/bin/python3"
+// python3-torch lives, unless GOROVOD_TEST_PYTHON names another (one with
+// another torch: internal/testing/torchroot's, torch 2.x in a Debian trixie
+// root).
+var Python = testPython()
+
+func testPython() string {
+	if p := os.Getenv("GOROVOD_TEST_PYTHON"); p != "" {
+		return p
+	}
+	return "/usr/bin/python3"
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()

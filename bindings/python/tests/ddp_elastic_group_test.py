@@ -59,8 +59,14 @@ def train(state):
     for old in earlier:
         try:
             dist.all_reduce(torch.zeros(1), group=old)
-        except RuntimeError as e:
-            if "world" not in str(e) or "new_group" not in str(e):
+        except (RuntimeError, TypeError) as e:
+            # torch 2.x's c10d logger, which wraps dist.all_reduce, asks
+            # torch's bookkeeping for the group's backend when a collective
+            # raises, and its lookup of a group of a destroyed world raises
+            # TypeError ("value was None") in turn, with the backend's error
+            # as its context.
+            why = e if isinstance(e, RuntimeError) else e.__context__
+            if "world" not in str(why) or "new_group" not in str(why):
                 raise AssertionError("rank %d: an old world's group raised %r, want the world change named" % (r, e))
             stale += 1
         else:

@@ -661,6 +661,21 @@ class ProcessGroupGorovod(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND
 
+    # torch 2.x keeps a group's name in the C++ backends registered on it,
+    # and a process group written in Python has none: its C++ name would
+    # refuse to be set or read ("ProcessGroup name not set"), and with it
+    # destroy_process_group(group). torch's Python code sets and reads the
+    # name through these two, so the name lives here.
+    def _set_group_name(self, name):
+        self._group_name = name
+
+    @property
+    def group_name(self):
+        name = getattr(self, "_group_name", None)
+        if name is None:
+            raise RuntimeError("ProcessGroup name not set")
+        return name
+
     def close(self):
         """Ends the completer thread once the works queued so far are done
         (the group is no longer used: its world is gone)."""
@@ -1563,6 +1578,18 @@ class _Rendezvous(object):
 _current = {"rendezvous": None, "env": {}}
 
 
+def _tcp_store(*args, **kwargs):
+    """dist.TCPStore(*args, **kwargs), on torch's libuv server where torch
+    has it (its default since 2.4), else on its older one: a torch built
+    without libuv (Debian's 2.6) refuses its own default."""
+    try:
+        return dist.TCPStore(*args, **kwargs)
+    except RuntimeError as e:
+        if "libuv" not in str(e):
+            raise
+        return dist.TCPStore(*args, use_libuv=False, **kwargs)
+
+
 def _rendezvous(timeout):
     """A TCPStore for the job's current world: rank 0 serves it on a port the
     kernel picks and tells the others where, over gorovod's own broadcast
@@ -1574,13 +1601,13 @@ def _rendezvous(timeout):
     store = None
     if r == 0:
         host = _store_host()
-        store = dist.TCPStore(host, 0, n, True, timeout, wait_for_workers=False)
+        store = _tcp_store(host, 0, n, True, timeout, wait_for_workers=False)
         text = ("%s %d" % (host, store.port)).encode()
         where[:len(text)] = torch.tensor(list(text), dtype=torch.uint8)
     mpi_ops.broadcast_(where, 0)
     host, port = bytes(where.tolist()).rstrip(b"\0").decode().split(" ")
     if r != 0:
-        store = dist.TCPStore(host, int(port), n, False, timeout)
+        store = _tcp_store(host, int(port), n, False, timeout)
     rdv = _Rendezvous(store, host, int(port), topo.world, r, n)
     _current["rendezvous"] = rdv
     _set_torchrun_environment(rdv)
