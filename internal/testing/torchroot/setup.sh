@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=${GOROVOD_TORCH_ROOT:-/var/cache/gorovod/torch-root}
 mirror=${GOROVOD_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
-if GOROVOD_TORCH_ROOT=$root "$here/python3" -c 'import torch, torchvision, cloudpickle' 2>/dev/null; then
+if GOROVOD_TORCH_ROOT=$root "$here/python3" -c 'import torch, torchvision, cloudpickle, setuptools.command' 2>/dev/null; then
   exit 0
 fi
 if ! command -v debootstrap >/dev/null 2>&1; then
@@ -29,7 +29,7 @@ rm -rf "$root.new"
 mkdir -p "$(dirname "$root")"
 debootstrap --variant=minbase trixie "$root.new" "$mirror"
 chroot "$root.new" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-  python3-torch python3-torchvision python3-cloudpickle libopenblas0-pthread
+  python3-torch python3-torchvision python3-cloudpickle python3-setuptools libopenblas0-pthread
 chroot "$root.new" apt-get clean
 # Where python3 mounts the host's /usr/share/datasets in the root's /usr.
 mkdir -p "$root.new/usr/share/datasets"
