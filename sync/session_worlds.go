@@ -60,7 +60,7 @@ func (p *preconnect) ahead(size, rank int) *transport.Ahead {
 			defer t.Stop()
 			select {
 			case <-p.done:
-				if pe := (*transport.PeerError)(nil); errors.As(p.err, &pe) {
+				if transport.NamesPeer(p.err) {
 					return nil, p.err
 				}
 			case <-t.C:

@@ -32,6 +32,13 @@ func (e *PeerError) Error() string {
 
 func (e *PeerError) Unwrap() error { return e.Err }
 
+// NamesPeer reports whether err (or an error it wraps) is a PeerError, naming
+// the peer it failed on: the member a failed world change can blame.
+func NamesPeer(err error) bool {
+	var pe *PeerError
+	return errors.As(err, &pe)
+}
+
 // FrameError is a received frame that is malformed or does not belong here:
 // bad magic or version, a job, epoch or sender of another world, a length over
 // the limit. Peer is -1 when the sender is not known.

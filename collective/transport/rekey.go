@@ -284,7 +284,7 @@ func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *A
 	var first error
 	stop := func(err error) {
 		firstMu.Lock()
-		if first == nil || (!namesPeer(first) && namesPeer(err)) {
+		if first == nil || (!NamesPeer(first) && NamesPeer(err)) {
 			first = err
 		}
 		firstMu.Unlock()
@@ -426,12 +426,6 @@ func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *A
 		}
 	}
 	return links, rekeyed, nil
-}
-
-// namesPeer reports whether err names the peer it failed on.
-func namesPeer(err error) bool {
-	var pe *PeerError
-	return errors.As(err, &pe)
 }
 
 // connectMissing connects the n ranks marked in want for world w: nothing

@@ -33,12 +33,9 @@ if got_env != want_env or local_rank != hvd.local_rank():
 
 # MASTER_ADDR and MASTER_PORT name the world's store (served by rank 0): a
 # client of its own sees what rank 0 wrote there.
-try:
-    master = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), n, False)
-except RuntimeError as e:  # a torch built without libuv (Debian's 2.6) refuses its own default
-    if "libuv" not in str(e):
-        raise
-    master = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), n, False, use_libuv=False)
+# (through the backend's own TCPStore maker, which also takes a torch built
+# without libuv, as Debian's 2.6)
+master = gorovod.torch.distributed._tcp_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), n, False)
 if r == 0:
     master.set("written by rank 0", "yes")
 master.wait(["written by rank 0"])
