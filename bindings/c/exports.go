@@ -30,6 +30,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/gorovod/gorovod/bindings/internal/engine"
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/internal/logging"
@@ -350,6 +351,20 @@ func gorovodGoLeftRanks(ranks *C.int32_t, capacity C.int32_t, count *C.int32_t) 
 			out[i] = C.int32_t(r)
 		}
 	}
+	return statusOK
+}
+
+//export gorovodGoDigest
+func gorovodGoDigest(data unsafe.Pointer, nbytes C.int64_t, out *C.uint64_t) (rc C.int) {
+	defer guard(&rc)
+	if out == nil || nbytes < 0 || (data == nil && nbytes > 0) {
+		return status(fmt.Errorf("%w: digest: NULL output, negative size, or NULL data", engine.ErrInvalid))
+	}
+	if nbytes == 0 {
+		*out = C.uint64_t(xxhash.Sum64(nil))
+		return statusOK
+	}
+	*out = C.uint64_t(xxhash.Sum64(unsafe.Slice((*byte)(data), int(nbytes))))
 	return statusOK
 }
 

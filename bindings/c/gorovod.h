@@ -104,8 +104,8 @@ extern "C" {
  * process set (gorovod_recv_any_ps_async), 9 the registration of a process
  * set with a handle (gorovod_add_process_set_async), 10 the newest world
  * known (gorovod_newest_world), 11 the ranks that left the job
- * (gorovod_left_ranks). */
-#define GOROVOD_ABI_VERSION 11
+ * (gorovod_left_ranks), 12 the digest of host memory (gorovod_digest). */
+#define GOROVOD_ABI_VERSION 12
 
 typedef enum gorovod_status {
   GOROVOD_OK = 0,
@@ -264,6 +264,14 @@ int gorovod_newest_world(uint64_t *number, int *breaking);
  * to *count. For a caller that waits for the other ranks outside the
  * library, as gorovod_newest_world. Does not block. */
 int gorovod_left_ranks(int32_t *ranks, int32_t capacity, int32_t *count);
+
+/* Sets *out to the 64-bit digest (xxHash64, seed 0) of the nbytes bytes of
+ * host memory at data: the same bytes give the same digest in every process
+ * and on every host. A binding compares its workers' digests of a tensor to
+ * skip sending one that every worker holds already (gorovod.torch's elastic
+ * state). Needs no gorovod_init. GOROVOD_ERR_INVALID_ARGUMENT for a NULL out,
+ * a negative nbytes, or a NULL data with nbytes > 0. */
+int gorovod_digest(const void *data, int64_t nbytes, uint64_t *out);
 /* Each returns its value, or -1 when not initialized. */
 int gorovod_rank(void);
 int gorovod_size(void);

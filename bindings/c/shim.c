@@ -264,6 +264,11 @@ int gorovod_left_ranks(int32_t *ranks, int32_t capacity, int32_t *count) {
   return gorovodGoLeftRanks(ranks, capacity, count);
 }
 
+int gorovod_digest(const void *data, int64_t nbytes, uint64_t *out) {
+  REFUSE_IF_FORKED(GOROVOD_ERR_FORKED);
+  return gorovodGoDigest((void *)data, nbytes, out);
+}
+
 #define GETTER(name, field)                            \
   int gorovod_##name(void) {                           \
     gorovod_topology t;                                \

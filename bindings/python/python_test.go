@@ -549,3 +549,13 @@ func TestTorchDistributedNewGroupRankLeaves(t *testing.T) {
 		t.Fatalf("%d ranks said rank 2 left the job, want 2:\n%s", got, out)
 	}
 }
+
+// TestStateSyncSendsOnlyWhatDiffers: TorchState.sync broadcasts only the
+// tensors whose digest differs on some worker (none when all agree; one
+// changed bias or momentum buffer alone; a joiner's new head but not its
+// frozen layers, its empty optimizer state whole), and every worker ends
+// with rank 0's state; the digests tell apart a bit, a length, a dtype, a
+// shape and swapped blocks.
+func TestStateSyncSendsOnlyWhatDiffers(t *testing.T) {
+	runEachWorld(t, "tests/state_sync_test.py", 2, 3)
+}

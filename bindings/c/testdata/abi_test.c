@@ -38,6 +38,17 @@ int main(void) {
 
   // Before init.
   CHECK(gorovod_is_initialized() == 0, "initialized before init");
+
+  // The digest needs no init: xxHash64 of "abc" and of nothing, and bad
+  // arguments refused.
+  uint64_t digest = 0;
+  CHECK(gorovod_digest("abc", 3, &digest) == GOROVOD_OK, "digest: %s", gorovod_last_error());
+  CHECK(digest == 0x44bc2cf5ad770999ULL, "digest of \"abc\" %llx", (unsigned long long)digest);
+  CHECK(gorovod_digest(NULL, 0, &digest) == GOROVOD_OK, "digest of nothing: %s", gorovod_last_error());
+  CHECK(digest == 0xef46db3751d8e999ULL, "digest of nothing %llx", (unsigned long long)digest);
+  CHECK(gorovod_digest(NULL, 4, &digest) == GOROVOD_ERR_INVALID_ARGUMENT, "digest of NULL data accepted");
+  CHECK(gorovod_digest("abc", -1, &digest) == GOROVOD_ERR_INVALID_ARGUMENT, "negative digest size accepted");
+  CHECK(gorovod_digest("abc", 3, NULL) == GOROVOD_ERR_INVALID_ARGUMENT, "NULL digest output accepted");
   CHECK(gorovod_rank() == -1, "rank before init");
   float x = 1;
   int rc = gorovod_allreduce(&x, &x, 1, GOROVOD_FLOAT32, GOROVOD_SUM, 1, 1);
@@ -504,6 +515,8 @@ int main(void) {
     int crc = gorovod_barrier();
     if (crc != GOROVOD_ERR_FORKED || strstr(gorovod_last_error(), "fork") == NULL) _exit(2);
     if (gorovod_is_initialized() != 0 || gorovod_rank() != -1) _exit(3);
+    uint64_t child_digest = 0;
+    if (gorovod_digest("abc", 3, &child_digest) != GOROVOD_ERR_FORKED) _exit(4);
     _exit(0);
   }
   int wstatus = 0;

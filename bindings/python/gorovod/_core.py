@@ -61,7 +61,7 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64, UINT8 = 1, 2, 3, 4, 5, 6, 7
 # gorovod_op codes.
 SUM, AVERAGE, MIN, MAX, PRODUCT, ADASUM = 1, 2, 3, 4, 5, 6
 
-ABI_VERSION = 11
+ABI_VERSION = 12
 _WAIT_SLICE_US = 100_000
 _DEFAULT_GOMAXPROCS = 2
 
@@ -196,6 +196,7 @@ def _prototypes(lib):
         "gorovod_topology_get": [ctypes.POINTER(Topology)],
         "gorovod_newest_world": [p_u64, ctypes.POINTER(c_int)],  # ABI 10
         "gorovod_left_ranks": [ctypes.POINTER(c_i32), c_i32, ctypes.POINTER(c_i32)],  # ABI 11
+        "gorovod_digest": [c_void_p, c_i64, p_u64],  # ABI 12
         "gorovod_allreduce_async": [c_void_p, c_void_p, c_i64, c_int, c_int, c_double, c_double, p_u64],
         "gorovod_grouped_allreduce_async": [c_i32, c_void_p, c_void_p, c_void_p, c_void_p, c_int, c_double, c_double,
                                             p_u64],
@@ -433,6 +434,17 @@ def left_ranks():
         if count.value <= capacity:
             return [ranks[i] for i in range(count.value)]
         capacity = count.value
+
+
+def digest(ptr, nbytes):
+    """The 64-bit digest (xxHash64) of nbytes bytes of host memory at ptr:
+    the same bytes give the same digest in every worker. Needs no init (the
+    library is loaded if it is not yet)."""
+    l = _load()
+    _check_process()
+    out = ctypes.c_uint64()
+    _raise(l.gorovod_digest(ptr, int(nbytes), ctypes.byref(out)), l)
+    return out.value
 
 
 # ---- Handles ----

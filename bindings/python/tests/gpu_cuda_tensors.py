@@ -33,6 +33,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import gorovod.torch as hvd  # noqa: E402
+from gorovod.torch import mpi_ops  # noqa: E402
 
 results = {"pass": 0, "fail": 0}
 
@@ -347,6 +348,35 @@ def torch_state_sync():
         every = hvd.allgather(s["exp_avg"].reshape(1, -1).contiguous())
         for r in range(SIZE):
             expect(torch.equal(every[r], every[0]), "exp_avg differs between rank 0 and rank %d" % r)
+    # Synced: every worker holds the same state now, so a second sync sends
+    # no tensor (the digests, on the GPU for CUDA tensors, agree in every
+    # process); then one changed parameter on the last rank travels alone.
+    sent = []
+    plain = mpi_ops.grouped_broadcast_
+
+    def counting(tensors, root_rank):
+        tensors = list(tensors)
+        sent.extend(tensors)
+        return plain(tensors, root_rank)
+
+    mpi_ops.grouped_broadcast_ = counting
+    try:
+        state.sync()
+        expect(not sent, "a second sync of the same state sent %d tensors" % len(sent))
+        if SIZE == 1:
+            return
+        last = list(model.parameters())[-1]
+        if RANK == SIZE - 1:
+            with torch.no_grad():
+                last.view(-1)[0] += 1.0
+        state.sync()
+        expect(len(sent) == 1 and sent[0].data_ptr() == last.data_ptr(),
+               "after one parameter changed on rank %d, sync sent %d tensors" % (SIZE - 1, len(sent)))
+        every = hvd.allgather(last.detach().reshape(1, -1))
+        for r in range(SIZE):
+            expect(torch.equal(every[r], every[0]), "the changed parameter differs on rank %d after sync" % r)
+    finally:
+        mpi_ops.grouped_broadcast_ = plain
 
 
 def main():

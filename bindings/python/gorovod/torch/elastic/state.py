@@ -14,10 +14,17 @@ How Horovod's model maps onto gorovod's (see also elastic/__init__.py):
 - ``restore()`` goes back to the last commit, after a HorovodInternalError
   (a collective failed because the world broke; gorovod already rebuilt the
   world without the lost worker).
-- ``sync()`` broadcasts the state from the new world's rank 0 (the oldest
-  survivor): parameters and optimizer state in one call each, the sampler
-  and the other attributes pickled. Every member calls it after every world
-  change, and a joiner calls it on entering elastic.run, so they meet there.
+- ``sync()`` makes the state the new world's rank 0's (the oldest
+  survivor's): the sampler and the other attributes pickled from it; the
+  model's and the optimizer's tensors each by digest first. Every worker
+  takes a 64-bit digest of each tensor, one small allreduce shows which
+  differ on some worker, and only those are broadcast (in one call for the
+  model, one for the optimizer): none after a world that only lost members
+  (they all committed the same step), and for a joiner not the layers it
+  already holds (frozen ones it loaded from the same checkpoint). An
+  optimizer whose state differs in layout on some worker (a joiner's empty
+  one) is sent whole. Every member calls it after every world change, and a
+  joiner calls it on entering elastic.run, so they meet there.
 """
 
 import copy
@@ -26,7 +33,7 @@ import torch
 
 from gorovod import _core
 from gorovod.torch.elastic.sampler import ElasticSampler
-from gorovod.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from gorovod.torch.functions import _broadcast_held, _parameter_tensors, _sync_optimizer_state, broadcast_object
 from gorovod.torch.mpi_ops import rank
 
 
@@ -140,14 +147,17 @@ class _StateDictCopy(StateHandler):
 
 class ModelStateHandler(_StateDictCopy):
     def sync(self):
-        broadcast_parameters(self.value.state_dict(), root_rank=0)
+        # Only the tensors that differ on some worker travel: none after a
+        # world that only lost members, not the frozen layers a joiner
+        # loaded from the same checkpoint.
+        _broadcast_held(_parameter_tensors(self.value.state_dict()), root_rank=0)
 
 
 class OptimizerStateHandler(_StateDictCopy):
     def sync(self):
         if hasattr(self.value, "_forget"):
             self.value._forget()  # a DistributedOptimizer: its allreduces in flight died with the old world
-        broadcast_optimizer_state(self.value, root_rank=0)
+        _sync_optimizer_state(self.value, root_rank=0, skip_held=True)
 
 
 class StateDictHandler(_StateDictCopy):
