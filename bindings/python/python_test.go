@@ -559,3 +559,13 @@ func TestTorchDistributedNewGroupRankLeaves(t *testing.T) {
 func TestStateSyncSendsOnlyWhatDiffers(t *testing.T) {
 	runEachWorld(t, "tests/state_sync_test.py", 2, 3)
 }
+
+// TestDDPStateSyncSendsOnlyWhatDiffers: the elastic DDP state's sync sends
+// only the parameters and buffers whose digest differs on some rank (none
+// when all agree), leaves alone what DDP ignores (params_and_buffers_to_ignore,
+// buffers under broadcast_buffers=False), and DDP's construction then
+// broadcasts nothing; every rank ends with rank 0's module and a DDP step
+// keeps it so.
+func TestDDPStateSyncSendsOnlyWhatDiffers(t *testing.T) {
+	runEachWorld(t, "tests/ddp_state_sync_test.py", 2, 3)
+}

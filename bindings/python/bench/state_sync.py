@@ -8,6 +8,12 @@ optimizer state again). Run it under `gorovod run`:
     gorovod run --np 2 --min-np 2 -- /usr/bin/python3 bindings/python/bench/state_sync.py
     gorovod run --np 4 --min-np 4 -- /usr/bin/python3 bindings/python/bench/state_sync.py --params 50000000
 
+With --ddp, the same for the elastic DDP state
+(gorovod.torch.distributed.elastic.State, on the backend "gorovod"): its
+sync (digests, then DDP's construction, whose broadcast then sends nothing)
+against DDP's construction broadcasting the module plus
+broadcast_optimizer_state.
+
 Three states, each timed with both ways, interleaved, --repeats times:
 
 - same: every worker holds the same state (a world that only lost
@@ -39,8 +45,17 @@ parser.add_argument("--params", type=int, default=25_000_000, help="parameters i
 parser.add_argument("--layers", type=int, default=8)
 parser.add_argument("--frozen-layers", type=int, default=6)
 parser.add_argument("--repeats", type=int, default=5)
+parser.add_argument("--ddp", action="store_true", help="the elastic DDP state instead of TorchState")
 args = parser.parse_args()
 
+if args.ddp:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    import gorovod.torch.distributed  # noqa: F401 (the rendezvous)
+    from gorovod.torch.distributed import elastic as ddp_elastic
+
+    dist.init_process_group("gorovod")
 hvd.init()
 torch.set_num_threads(1)
 me, n = hvd.rank(), hvd.size()
@@ -50,7 +65,10 @@ model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(args.
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 for p in model.parameters():
     optimizer.state[p]["momentum_buffer"] = torch.full_like(p, 0.5)
-state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0)
+if args.ddp:
+    state = ddp_elastic.State(model, optimizer, epoch=0)
+else:
+    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0)
 layers = list(model.parameters())
 sent_bytes = []
 _grouped = functions.mpi_ops.grouped_broadcast_
@@ -63,6 +81,16 @@ def counting(tensors, root_rank):
 
 
 functions.mpi_ops.grouped_broadcast_ = counting
+_single = functions.mpi_ops.broadcast_async_
+
+
+def counting_single(tensor, root_rank, *rest, **kwargs):
+    # The backend's broadcasts for DDP (and broadcast_object's pickles).
+    sent_bytes.append(tensor.numel() * tensor.element_size())
+    return _single(tensor, root_rank, *rest, **kwargs)
+
+
+functions.mpi_ops.broadcast_async_ = counting_single
 
 
 def momentum():
@@ -85,7 +113,10 @@ def digests():
 
 
 def everything():
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    if args.ddp:
+        DistributedDataParallel(model)  # broadcasts the module from rank 0
+    else:
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
 
@@ -108,6 +139,8 @@ for _ in range(args.repeats):
 if me == 0:
     for (kind, way), xs in results.items():
         ms = [x[0] for x in xs]
-        print("RESULT np=%d params=%d state=%-10s way=%-10s ms=%.1f [%.1f-%.1f] MB_sent=%.0f" %
-              (n, args.params, kind, way, statistics.median(ms), min(ms), max(ms), xs[-1][1]), flush=True)
+        print("RESULT%s np=%d params=%d state=%-10s way=%-10s ms=%.1f [%.1f-%.1f] MB_sent=%.0f" %
+              (" ddp" if args.ddp else "", n, args.params, kind, way, statistics.median(ms), min(ms), max(ms), xs[-1][1]), flush=True)
+if args.ddp:
+    dist.destroy_process_group()
 hvd.shutdown()

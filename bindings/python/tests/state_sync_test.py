@@ -157,6 +157,8 @@ checks = [
      dev(torch.tensor([1, 2, 3], dtype=torch.uint8)) != dev(torch.tensor([1, 2, 3, 0], dtype=torch.uint8))),
     ("dtype, host digest", host(torch.zeros(4, dtype=torch.int32)) != host(torch.zeros(4, dtype=torch.float32))),
     ("shape, host digest", host(torch.zeros(2, 3)) != host(torch.zeros(3, 2))),
+    ("a float16 slice at an odd offset, device digest",
+     dev(base[:20].half()[1:9]) == dev(base[:20].half()[1:9].clone())),
     ("bool tensor, device digest", dev(torch.tensor([True, False])) != dev(torch.tensor([False, True]))),
     ("non-contiguous, host digest", host(base[:10].view(2, 5).t()) == host(base[:10].view(2, 5).t().contiguous())),
 ]

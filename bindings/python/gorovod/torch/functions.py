@@ -89,6 +89,8 @@ def _device_digest(t, keys):
     n = b.numel()
     if n % 4:
         b = torch.cat([b, b.new_zeros(4 - n % 4)])
+    elif b.storage_offset() % 4:
+        b = b.clone()  # a view starting inside a 32-bit word (a float16 slice at an odd offset)
     w = b.view(torch.int32)
     total = torch.zeros((), dtype=torch.int64, device=t.device)
     for j, start in enumerate(range(0, w.numel(), _DIGEST_WORDS)):

@@ -630,6 +630,10 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         self._barriers = 0
         # This rank's monitored barriers on the group (their keys' number).
         self._monitored = 0
+        # Set (by gorovod.torch.distributed.elastic, on every rank alike)
+        # while every rank holds the root's tensors of the broadcasts to
+        # come: they are then done without sending anything (see broadcast).
+        self.root_state_held = False
         # The number of gorovod's world this group was made for (rank and
         # size are fixed in a process group: a new world needs a new group).
         self.world = world
@@ -798,6 +802,11 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         return self._submit(handles, finish, tensors, what)
 
     def broadcast(self, tensors, opts=None):
+        if self.root_state_held:
+            # DDP's construction in an elastic job, after the state's sync
+            # made every rank's module rank 0's (elastic.State._wrap):
+            # nothing to send.
+            return self._submit([], lambda _: tensors, tensors, "broadcast")
         ps = self._set()
         root = self._world_rank(opts.rootRank if opts is not None else 0)
         handles = [mpi_ops.broadcast_async_(t, root, process_set=ps) for t in tensors]

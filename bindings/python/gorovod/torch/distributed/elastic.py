@@ -78,6 +78,7 @@ from gorovod.exceptions import HorovodInternalError
 from gorovod.torch import distributed as _backend
 from gorovod.torch.elastic import _run_elastic
 from gorovod.torch.elastic.sampler import ElasticSampler
+from gorovod.torch.functions import _broadcast_held
 from gorovod.torch.elastic.state import ObjectState, TorchState
 
 __all__ = ["ElasticSampler", "State", "run"]
@@ -179,7 +180,24 @@ class State(TorchState):
         if old is not None:
             _disarm(old)
             del old
-        self.model = DistributedDataParallel(self.module, **self._ddp_kwargs)
+        world = dist.group.WORLD
+        if self._ddp_kwargs.get("process_group") is None and isinstance(world, _backend.ProcessGroupGorovod):
+            # DDP's construction broadcasts rank 0's parameters and buffers
+            # (those it does not ignore). Send only those whose digest
+            # differs on some rank (none after a world that only lost
+            # members), then let DDP's broadcast find them in place.
+            ignored = set(getattr(self.module, "_ddp_params_and_buffers_to_ignore", ()))
+            states = [p.detach() for name, p in self.module.named_parameters() if name not in ignored]
+            if self._ddp_kwargs.get("broadcast_buffers", True):
+                states += [b.detach() for name, b in self.module.named_buffers() if name not in ignored]
+            _broadcast_held(states, root_rank=0)
+            world.root_state_held = True
+            try:
+                self.model = DistributedDataParallel(self.module, **self._ddp_kwargs)
+            finally:
+                world.root_state_held = False
+        else:
+            self.model = DistributedDataParallel(self.module, **self._ddp_kwargs)
         if self._on_wrap is not None:
             self._on_wrap(self.model)
 
