@@ -78,8 +78,8 @@ from gorovod.exceptions import HorovodInternalError
 from gorovod.torch import distributed as _backend
 from gorovod.torch.elastic import _run_elastic
 from gorovod.torch.elastic.sampler import ElasticSampler
-from gorovod.torch.functions import _broadcast_held
 from gorovod.torch.elastic.state import ObjectState, TorchState
+from gorovod.torch.functions import _broadcast_held
 
 __all__ = ["ElasticSampler", "State", "run"]
 
