@@ -1170,13 +1170,25 @@ func (p *Proposer) endSync(now time.Time) {
 // about training speed, and the job is ending). It acts once training has
 // finished and some unfinished member of the current world has reported a
 // failure in it, whichever comes first.
+//
+// A failure reported in an earlier world since training finished counts too:
+// the reporter is still redoing the last step. A world proposed without the
+// members finished so far can still hold one whose report of its end was on
+// its way; the reporter, entering that world, waits for a link to it that
+// will never come (a finished worker enters no world) and cannot report the
+// new world's failure, so that member's report must rescue it.
 func (p *Proposer) rescue(now time.Time) {
 	if !p.finished {
 		return
 	}
 	stuck := false
-	for _, name := range p.failed[p.current.Number].reporters {
-		stuck = stuck || (p.current.Rank(name) >= 0 && !p.done[name] && !p.late[name])
+	for number, f := range p.failed {
+		if number < p.finishedIn {
+			continue
+		}
+		for _, name := range f.reporters {
+			stuck = stuck || (p.current.Rank(name) >= 0 && !p.done[name] && !p.late[name])
+		}
 	}
 	var finished []string
 	for _, m := range p.current.Members {

@@ -329,6 +329,23 @@ func TestProposer(t *testing.T) {
 				{40 * ms, nil, propose(world(2, "c"), "c")},
 				{50 * ms, from("c", done(2)), outs(epoch.Finished{By: "c", Number: 2})},
 			}},
+		{name: "rescue: a member whose end is reported after the rescue's world was proposed is left out of it too",
+			cfg: epoch.ProposerConfig{MinWorkers: 3}, script: []step{
+				{0, ready("a"), nil}, {0, ready("b"), nil}, {0, ready("c"), nil},
+				{10 * ms, nil, propose(world(1, "a", "b", "c"), "a", "b", "c")},
+				{20 * ms, from("b", done(1)), outs(epoch.Finished{By: "b", Number: 1})},
+				{21 * ms, from("c", failure(1, "b")), outs(epoch.Rescued{Number: 1, Finished: []string{"b"}},
+					epoch.Removed{Name: "b", Why: epoch.ReasonFinished}, epoch.Suspected{Name: "b", By: "c", Number: 1, Cause: "boom"},
+					ping("b", 1))},
+				{25 * ms, from("b", pong(1, world(1, "a", "b", "c"))), outs(epoch.Cleared{Name: "b"})},
+				{40 * ms, nil, propose(world(2, "a", "c"), "a", "c")},
+				// a finished the last step in world 1 too; its report comes
+				// now, while c waits in world 2 for a link to a.
+				{41 * ms, from("a", done(1)), outs(epoch.Finished{By: "a", Number: 1},
+					epoch.Rescued{Number: 2, Finished: []string{"a"}}, epoch.Removed{Name: "a", Why: epoch.ReasonFinished})},
+				{60 * ms, nil, propose(world(3, "c"), "c")},
+				{70 * ms, from("c", done(3)), outs(epoch.Finished{By: "c", Number: 3})},
+			}},
 		{name: "a member declared dead that is back before a world without it keeps its place: no new world",
 			cfg: epoch.ProposerConfig{MinWorkers: 3}, script: []step{
 				{0, ready("a"), nil}, {0, ready("b"), nil}, {0, ready("c"), nil},
