@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -143,7 +144,7 @@ func startHarness(t *testing.T, cmd *exec.Cmd) *runJobHarness {
 	}()
 	t.Cleanup(func() {
 		h.mu.Lock()
-		pids := h.pids
+		pids := maps.Clone(h.pids) // the reader may still add one
 		h.mu.Unlock()
 		for _, pid := range pids {
 			if pid > 0 { // kill(0) would be this process group
@@ -258,13 +259,26 @@ func (h *runJobHarness) timedOut(t *testing.T, what string) {
 
 func (h *runJobHarness) pid(t *testing.T, worker int) int {
 	t.Helper()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	pid, ok := h.pids[worker]
-	if !ok {
-		t.Fatalf("no pid for worker %d", worker)
+	// The launcher's line with the pid can come after the worker's own
+	// lines (an adopted worker's output is relayed as soon as it is
+	// followed): wait for it a while.
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		h.mu.Lock()
+		pid, ok := h.pids[worker]
+		h.mu.Unlock()
+		if ok {
+			return pid
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			t.Fatalf("no pid for worker %d", worker)
+		}
 	}
-	return pid
 }
 
 func maxStep(lines []trainerLine) int64 {
