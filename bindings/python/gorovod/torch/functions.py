@@ -141,13 +141,9 @@ def _broadcast_held(tensors, root_rank):
     # digest: equal on every worker exactly when they are the same. 62 bits
     # keep -d in range; a tensor without a digest is above every digest
     # here and below every one in its negated half, so it always differs.
-    v = torch.empty(2 * n, dtype=torch.int64)
-    for i, d in enumerate(digests):
-        if d is None:
-            v[i], v[n + i] = 1 << 62, 0
-        else:
-            d &= (1 << 62) - 1
-            v[i], v[n + i] = d, -d
+    high = [1 << 62 if d is None else d & ((1 << 62) - 1) for d in digests]
+    low = [0 if d is None else -h for d, h in zip(digests, high)]
+    v = torch.tensor(high + low, dtype=torch.int64)
     top = mpi_ops.allreduce(v, op=mpi_ops.Max, name="gorovod.state_digests").tolist()
     send = [i for i in range(n) if top[i] != -top[n + i]]
     if send:
