@@ -86,7 +86,10 @@
 // new epoch's ring (the transport handshake rejects any other job or epoch) and
 // receiving the registered State from the members that hold it: in stripes
 // from several of them at once (collective.Replicate) when they are at least
-// as many as the ranks that need it, else by broadcast from rank 0.
+// as many as the ranks that need it, else by broadcast from rank 0. Only the
+// tensors that some member holds differently move: one small allreduce of
+// per-tensor digests tells which (a joiner that loaded the job's checkpoint
+// of a frozen layer receives none of it).
 //
 // When the proposer dies: a dead driver is noticed by gossip; after the grace
 // the oldest ready worker proposes instead, as above. Under `gorovod run` the

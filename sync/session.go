@@ -181,7 +181,8 @@ type Session struct {
 	// for the log line that reports it.
 	entering struct {
 		connect, state time.Duration
-		rekeyed        int // links carried over from the last world
+		stateBytes     int64 // the tensors' bytes that moved (State.broadcast)
+		rekeyed        int   // links carried over from the last world
 	}
 	// next is the next world's links being connected ahead of the
 	// step boundary (Prepare); guarded by mu.

@@ -356,12 +356,13 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	stopWatch()
 	start := time.Now()
 	s.entering.connect = start.Sub(began)
-	root, read, holders, same, err := s.stateRoot(ctx, comm)
+	root, local, holders, same, err := s.stateRoot(ctx, comm)
+	var moved int64
 	if err == nil && !same {
-		err = s.state.broadcast(ctx, comm, root, read, holders)
+		moved, err = s.state.broadcast(ctx, comm, root, local, holders)
 	}
 	s.obs.broadcast(ep.Number, start, time.Now(), err)
-	s.entering.state = time.Since(start)
+	s.entering.state, s.entering.stateBytes = time.Since(start), moved
 	if err != nil {
 		comm.Abort(err)
 		return nil, superseded(err)
@@ -402,23 +403,31 @@ type memberReacher interface {
 // already, byte for byte, and can feed the others (State.broadcast). A
 // member that cannot take a digest (state in device memory) is not one.
 // same reports that every member is a holder: no transfer is needed (a
-// world that only lost members, at a step boundary). read is this
-// worker's blobs as the digest read them, for a broadcast that follows.
-func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) (root int, read [][]byte, holders []int, same bool, err error) {
+// world that only lost members, at a step boundary). local is what this
+// worker read of its own state for its digest (its blobs, and each
+// tensor's digest: a member that does not hold the job's state takes
+// those too, so that the broadcast that follows sends it only the tensors
+// it lacks), nil in a world of one.
+func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) (root int, local *stateDigest, holders []int, same bool, err error) {
 	const fields = 4 // holds the state, digest readable, digest's two halves
 	p := comm.Size()
 	mine := make([]int64, fields)
+	if p > 1 {
+		// Every member hashes its tensors before the agreement, the ones
+		// that hold no state yet while the holders take their digests.
+		if s.synced {
+			local, err = s.state.digest()
+		} else {
+			local = &stateDigest{tensors: s.state.tensorDigests()}
+		}
+		if err != nil {
+			return 0, nil, nil, false, err
+		}
+	}
 	if s.synced {
 		mine[0] = 1
-		if p > 1 {
-			sum, blobs, ok, err := s.state.digest()
-			if err != nil {
-				return 0, nil, nil, false, err
-			}
-			if ok {
-				read = blobs
-				mine[1], mine[2], mine[3] = 1, int64(sum&0xffffffff), int64(sum>>32)
-			}
+		if local != nil && local.whole {
+			mine[1], mine[2], mine[3] = 1, int64(local.sum&0xffffffff), int64(local.sum>>32)
 		}
 	}
 	all := make([]int64, fields*p)
@@ -445,7 +454,7 @@ func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) 
 		}
 	}
 	if root < 0 {
-		return 0, nil, nil, false, nil // a new job: nobody holds a state yet
+		return 0, local, nil, false, nil // a new job: nobody holds a state yet
 	}
 	if root != 0 {
 		s.log.Warn("rank 0 of the new world never received the job's state: taking it from another member", "rank", root)
@@ -457,7 +466,7 @@ func (s *Session) stateRoot(ctx context.Context, comm *collective.Communicator) 
 			holders = append(holders, r)
 		}
 	}
-	return root, read, holders, len(holders) == p, nil
+	return root, local, holders, len(holders) == p, nil
 }
 
 // errSuperseded marks an attempt to enter a world abandoned because a newer
@@ -514,7 +523,8 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 		}
 		s.obs.entered(ep, rank, comm, start, now)
 		s.log.Info("entered world", "epoch", ep.Number, "rank", rank, "size", len(ep.Members), "took", now.Sub(start),
-			"connect", s.entering.connect, "state", s.entering.state, "links_kept", s.entering.rekeyed,
+			"connect", s.entering.connect, "state", s.entering.state, "state_bytes", s.entering.stateBytes,
+			"links_kept", s.entering.rekeyed,
 			"cpu", processCPU()-cpu)
 		return nil
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/cespare/xxhash/v2"
@@ -22,8 +24,10 @@ import (
 // in place to the world's rank 0's whenever a world is entered: not at all
 // when every member holds that state already, in stripes from the members
 // that hold it when they are enough (see broadcast), else by broadcast from
-// rank 0; blobs are read with get on rank 0 and installed with set on the
-// others. Every worker must register the same names, dtypes and sizes in the
+// rank 0. A tensor in host memory that every member holds byte for byte
+// already (a joiner that loaded the job's checkpoint, a frozen layer) is not
+// sent at all. Blobs are read with get on rank 0 and installed with set on
+// the others. Every worker must register the same names, dtypes and sizes in the
 // same order: a worker whose registrations differ from rank 0's gets an error
 // wrapping ErrStateMismatch that names the first difference, and leaves the
 // job (rank 0's state is the job's).
@@ -98,8 +102,15 @@ func (s *State) check() error {
 // step and a description of its registrations (names, dtypes, counts, blob
 // sizes); a rank whose own differ stops there with an error wrapping
 // ErrStateMismatch that names the difference, rather than misread bytes.
-// read holds this rank's blobs when they were read already (digest), nil
-// otherwise.
+// local is this rank's digest of its own state when it took one
+// (Session.stateRoot), nil otherwise: its blobs as read, for root, and its
+// tensors' digests.
+//
+// Before any tensor moves, one small allreduce (Max of each tensor's digest
+// and of its negation) tells every rank which tensors some rank holds
+// differently from the others; only those are sent (all of them, without
+// that allreduce, when they total less than differingMinBytes). moved is their size in
+// bytes (each tensor counted once, however many ranks receive it).
 //
 // holders are the ranks known to hold root's state byte for byte (root
 // among them; see Session.stateRoot). When there are at least two, and at
@@ -110,17 +121,17 @@ func (s *State) check() error {
 // receivers than holders the chain is cheaper (Replicate would have each
 // holder send several whole copies), so the tensors are broadcast. The
 // step, the description and the blobs (small) are broadcast either way.
-func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root int, read [][]byte, holders []int) error {
+func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root int, local *stateDigest, holders []int) (moved int64, err error) {
 	if err := s.check(); err != nil {
-		return err
+		return 0, err
 	}
 	var desc []byte
 	blobs := make([][]byte, len(s.blobs))
 	if c.Rank() == root {
+		read := local.readBlobs()
 		if read == nil {
-			var err error
 			if read, err = s.readBlobs(); err != nil {
-				return err
+				return 0, err
 			}
 		}
 		copy(blobs, read)
@@ -128,51 +139,112 @@ func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root 
 	}
 	head := []int64{s.Step, int64(len(desc))}
 	if err := collective.Broadcast(ctx, c, head, root); err != nil {
-		return err
+		return 0, err
 	}
 	if c.Rank() != root {
 		if head[1] < 0 || head[1] > maxDescription {
-			return fmt.Errorf("%w: rank %d describes its state in %d bytes", ErrStateMismatch, root, head[1])
+			return 0, fmt.Errorf("%w: rank %d describes its state in %d bytes", ErrStateMismatch, root, head[1])
 		}
 		desc = make([]byte, head[1])
 	}
 	if err := collective.Broadcast(ctx, c, desc, root); err != nil {
-		return err
+		return 0, err
 	}
 	if c.Rank() != root {
 		sizes, err := s.compare(desc, root)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		for i, n := range sizes {
 			blobs[i] = make([]byte, n)
 		}
 	}
+	// Every rank's registrations are root's now (a rank whose differ has
+	// stopped), so every rank's digest vector has the same length, and
+	// every rank takes the same branch.
+	var total int
+	for _, t := range s.tensors {
+		total += t.buf.Bytes()
+	}
+	differ := make([]bool, len(s.tensors))
+	if total >= differingMinBytes {
+		if differ, err = s.differing(ctx, c, local); err != nil {
+			return 0, err
+		}
+	} else {
+		for i := range differ {
+			differ[i] = true
+		}
+	}
 	receivers := receiversOf(c.Size(), holders)
 	striped := len(holders) >= 2 && len(receivers) <= len(holders)
-	for _, t := range s.tensors {
-		var err error
+	for i, t := range s.tensors {
+		if !differ[i] {
+			continue
+		}
 		if striped {
 			err = c.Replicate(ctx, t.buf, holders, receivers)
 		} else {
 			err = c.Broadcast(ctx, t.buf, root)
 		}
 		if err != nil {
-			return err
+			return moved, err
 		}
+		moved += int64(t.buf.Bytes())
 	}
 	for i, b := range s.blobs {
 		if err := collective.Broadcast(ctx, c, blobs[i], root); err != nil {
-			return err
+			return moved, err
 		}
 		if c.Rank() != root {
 			if err := b.set(blobs[i]); err != nil {
-				return fmt.Errorf("sync: installing state %q: %w", b.name, err)
+				return moved, fmt.Errorf("sync: installing state %q: %w", b.name, err)
 			}
 		}
 	}
 	s.Step = head[0]
-	return nil
+	return moved, nil
+}
+
+// differingMinBytes is the size of the tensors below which broadcast sends
+// them all rather than first agree on those that differ: the agreement is
+// one more collective of a few rounds in a row, and sending a quarter of a
+// megabyte takes about as long.
+const differingMinBytes = 256 << 10
+
+// differing agrees with every rank on the tensors that some rank holds
+// differently from another, in one allreduce of two int64s per tensor:
+// the Max of each rank's digest of it (62 bits, so that its negation fits)
+// and the Max of its negation, which is minus the smallest digest. A
+// tensor is held alike everywhere when the largest and the smallest agree.
+// A rank that cannot read a tensor from the host (device memory) puts the
+// largest value in both places, which makes that tensor differ.
+func (s *State) differing(ctx context.Context, c *collective.Communicator, local *stateDigest) ([]bool, error) {
+	if len(s.tensors) == 0 {
+		return nil, nil
+	}
+	var digests []int64
+	if local != nil && len(local.tensors) == len(s.tensors) {
+		digests = local.tensors
+	} else {
+		digests = s.tensorDigests()
+	}
+	v := make([]int64, 2*len(digests))
+	for i, d := range digests {
+		if d == noDigest {
+			v[2*i], v[2*i+1] = math.MaxInt64, math.MaxInt64
+		} else {
+			v[2*i], v[2*i+1] = d, -d
+		}
+	}
+	if err := collective.Allreduce(ctx, c, v, v, collective.Max); err != nil {
+		return nil, err
+	}
+	differ := make([]bool, len(digests))
+	for i := range differ {
+		differ[i] = v[2*i] != -v[2*i+1]
+	}
+	return differ, nil
 }
 
 // receiversOf lists the ranks of a world of p that are not holders
@@ -202,31 +274,76 @@ func (s *State) readBlobs() ([][]byte, error) {
 	return blobs, nil
 }
 
-// digest returns a 64-bit digest (xxhash) of the whole state: the step, the
-// registrations, every tensor's bytes and every blob's, with the blobs as
-// read (for a broadcast from this rank that follows). ok is false when the
-// state cannot be read from the host: a tensor in device memory.
-func (s *State) digest() (sum uint64, blobs [][]byte, ok bool, err error) {
-	for _, t := range s.tensors {
-		if t.buf.Device != nil || len(t.buf.Host) < t.buf.Bytes() {
-			return 0, nil, false, nil
-		}
+// stateDigest is what a rank read of its own state on entering a world
+// (Session.stateRoot), for the transfer that follows (broadcast).
+type stateDigest struct {
+	// sum is the whole state's digest: the step, the registrations, every
+	// tensor's digest and every blob's bytes; whole is false when there is
+	// none (a tensor in device memory, or a rank that holds no state yet
+	// and read only its tensors).
+	sum   uint64
+	whole bool
+	// blobs are the blobs as read for sum, for a broadcast from this rank.
+	blobs [][]byte
+	// tensors is each tensor's digest (62 bits), or noDigest for one that
+	// cannot be read from the host.
+	tensors []int64
+}
+
+// noDigest marks a tensor whose digest cannot be taken from the host.
+const noDigest = -1
+
+// readBlobs returns the blobs read for the whole digest, nil when there
+// are none (d may be nil).
+func (d *stateDigest) readBlobs() [][]byte {
+	if d == nil || !d.whole {
+		return nil
 	}
-	if blobs, err = s.readBlobs(); err != nil {
-		return 0, nil, false, err
+	return d.blobs
+}
+
+// tensorDigests returns each registered tensor's digest: xxhash of its
+// bytes, shifted to 62 bits (see differing), or noDigest for a tensor in
+// device memory. The registrations (names, dtypes, counts) are compared
+// apart, before the digests are.
+func (s *State) tensorDigests() []int64 {
+	out := make([]int64, len(s.tensors))
+	for i, t := range s.tensors {
+		if t.buf.Device != nil || len(t.buf.Host) < t.buf.Bytes() {
+			out[i] = noDigest
+			continue
+		}
+		out[i] = int64(xxhash.Sum64(t.buf.Host[:t.buf.Bytes()]) >> 2)
+	}
+	return out
+}
+
+// digest takes every tensor's digest and, when all of them can be read
+// from the host, reads the blobs and takes the whole state's (see
+// stateDigest).
+func (s *State) digest() (*stateDigest, error) {
+	d := &stateDigest{tensors: s.tensorDigests()}
+	if slices.Contains(d.tensors, noDigest) {
+		return d, nil
+	}
+	blobs, err := s.readBlobs()
+	if err != nil {
+		return nil, err
 	}
 	h := xxhash.New()
-	var step [8]byte
-	binary.LittleEndian.PutUint64(step[:], uint64(s.Step))
-	h.Write(step[:])
+	var word [8]byte
+	binary.LittleEndian.PutUint64(word[:], uint64(s.Step))
+	h.Write(word[:])
 	h.Write(s.describe(blobs))
-	for _, t := range s.tensors {
-		h.Write(t.buf.Host[:t.buf.Bytes()])
+	for _, t := range d.tensors {
+		binary.LittleEndian.PutUint64(word[:], uint64(t))
+		h.Write(word[:])
 	}
 	for _, b := range blobs {
 		h.Write(b)
 	}
-	return h.Sum64(), blobs, true, nil
+	d.sum, d.whole, d.blobs = h.Sum64(), true, blobs
+	return d, nil
 }
 
 // maxDescription bounds the description a rank accepts: names are short, and

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	stdsync "sync"
@@ -76,7 +77,7 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 				root    int
 				same    bool
 				holders []int
-				read    [][]byte
+				local   *stateDigest
 				err     error
 			}
 			results := make([]result, p)
@@ -102,8 +103,8 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 				st.RegisterBlob("sampler", func() ([]byte, error) { return blob, nil }, func([]byte) error { return nil })
 				s := &Session{synced: rs.synced, state: st, log: slog.New(slog.DiscardHandler)}
 				wg.Go(func() {
-					root, read, holders, same, err := s.stateRoot(ctx, comm)
-					results[r] = result{root, same, holders, read, err}
+					root, local, holders, same, err := s.stateRoot(ctx, comm)
+					results[r] = result{root, same, holders, local, err}
 				})
 			}
 			wg.Wait()
@@ -122,8 +123,17 @@ func TestStateRootSkipsIdenticalState(t *testing.T) {
 					t.Fatalf("rank %d agreed on the state with %v, want one allreduce/recursive-doubling", r, ops[r].ops)
 				}
 				// A digest read the blobs: the broadcast reuses them.
-				if digested := p > 1 && !tc.ranks[r].device && res.read != nil; digested && string(res.read[0]) != string(tc.ranks[r].blob) {
-					t.Fatalf("rank %d: blobs read %q", r, res.read)
+				if read := res.local.readBlobs(); read != nil && string(read[0]) != string(tc.ranks[r].blob) {
+					t.Fatalf("rank %d: blobs read %q", r, read)
+				}
+				gotWhole := res.local.readBlobs() != nil
+				if want := p > 1 && tc.ranks[r].synced && !tc.ranks[r].device; gotWhole != want {
+					t.Fatalf("rank %d: took the whole state's digest: %v, want %v", r, gotWhole, want)
+				}
+				// Every member of a larger world took its tensors' digests,
+				// for the transfer that follows.
+				if p > 1 && (res.local == nil || len(res.local.tensors) != 1 || (res.local.tensors[0] == noDigest) != tc.ranks[r].device) {
+					t.Fatalf("rank %d: tensor digests %+v", r, res.local)
 				}
 			}
 		})
@@ -146,3 +156,76 @@ func (o *opRecorder) CollectiveStart(op collective.OpInfo, _ time.Time) {
 func (*opRecorder) CollectivePhase(collective.OpInfo, collective.PhaseInfo) {}
 
 func (*opRecorder) CollectiveEnd(collective.OpInfo, time.Time, time.Time, error) {}
+
+// differing tells every rank alike which tensors some rank holds
+// differently: a tensor the same everywhere is left out, one that differs
+// on any rank or that some rank holds in device memory (no digest from the
+// host) is sent.
+func TestDifferingTensors(t *testing.T) {
+	const p = 3
+	type tensor struct {
+		values   []float32 // every rank's
+		edit     int       // the rank whose copy differs (-1: none)
+		onDevice int       // the rank that holds it in device memory (-1: none)
+	}
+	for _, tc := range []struct {
+		name    string
+		tensors []tensor
+		want    []bool
+	}{
+		{"none", nil, nil},
+		{"all the same", []tensor{{[]float32{1, 2}, -1, -1}, {[]float32{3}, -1, -1}}, []bool{false, false}},
+		{"one differs on one rank", []tensor{{[]float32{1, 2}, -1, -1}, {[]float32{3}, 2, -1}, {[]float32{4, 5, 6}, -1, -1}}, []bool{false, true, false}},
+		{"differs on rank 0", []tensor{{[]float32{1, 2}, 0, -1}}, []bool{true}},
+		{"in device memory on one rank", []tensor{{[]float32{1, 2}, -1, 1}, {[]float32{7}, -1, -1}}, []bool{true, false}},
+		{"in device memory on the last rank", []tensor{{[]float32{1, 2}, -1, 2}}, []bool{true}},
+		{"empty", []tensor{{[]float32{}, -1, -1}}, []bool{false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := transport.World{JobID: "differing", Epoch: 1, Addrs: make([]string, p)}
+			mesh := inproc.Mesh(inproc.Config{JobID: w.JobID, Epoch: w.Epoch, IOTimeout: 5 * time.Second}, p)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			got := make([][]bool, p)
+			errs := make([]error, p)
+			var wg stdsync.WaitGroup
+			for r := range p {
+				w.Rank = r
+				comm, err := collective.NewFromLinks(w, mesh[r], collective.DefaultConfig())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer comm.Close()
+				st := NewState()
+				for i, tn := range tc.tensors {
+					values := slices.Clone(tn.values)
+					if r == tn.edit {
+						values[0]++
+					}
+					name := fmt.Sprintf("t%d", i)
+					if r == tn.onDevice {
+						st.RegisterBuffer(name, fakedevice.New(make([]byte, 4*len(values)), nil).Buffer(collective.Float32))
+					} else {
+						st.RegisterTensor(name, values)
+					}
+				}
+				// Half the ranks pass the digests they took on entering
+				// (Session.stateRoot), the others none.
+				var local *stateDigest
+				if r%2 == 0 {
+					local = &stateDigest{tensors: st.tensorDigests()}
+				}
+				wg.Go(func() { got[r], errs[r] = st.differing(ctx, comm, local) })
+			}
+			wg.Wait()
+			for r := range p {
+				if errs[r] != nil {
+					t.Fatalf("rank %d: %v", r, errs[r])
+				}
+				if !slices.Equal(got[r], tc.want) {
+					t.Fatalf("rank %d: differing %v, want %v", r, got[r], tc.want)
+				}
+			}
+		})
+	}
+}
