@@ -68,6 +68,8 @@ mkdir -p "$out/scripts"
 cp bench/gpu/*.py "$out/scripts/"
 # The DDP examples as users run them (run.sh's ddp step).
 cp examples/pytorch/ddp_train.py examples/pytorch/ddp_elastic.py "$out/scripts/"
+# DDP on "gorovod" against Gloo on CPU (run.sh's ddpbench step).
+cp bindings/python/bench/compare.py bindings/python/bench/train_bench.py "$out/scripts/"
 
 # Benchmarks in the binary (none today): listed so run.sh knows whether to run -test.bench.
 benches=$(grep -h '^func Benchmark' collective/cuda/*_test.go 2>/dev/null | sed 's/^func \(Benchmark[A-Za-z0-9_]*\).*/\1/' || true)

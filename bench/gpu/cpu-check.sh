@@ -7,8 +7,9 @@
 # synthetic benchmark printed img/s at --np 1 and 2, and the elastic run went
 # on with the survivor after run.sh killed a worker with kill -9 and finished;
 # and the DDP examples on the "gorovod" backend ended with the same
-# parameters on both ranks.
-# About 20 s with a warm build cache. Needs /usr/bin/python3 with torch and
+# parameters on both ranks, and compare.py measured DDP on "gorovod" against
+# Gloo.
+# About 2.5 minutes on 2 cores with a warm build cache. Needs /usr/bin/python3 with torch and
 # torchvision (.ci/install); skips, saying so, without them.
 #
 # Usage: bash bench/gpu/cpu-check.sh
@@ -54,6 +55,7 @@ want '^elastic: ok rc=0 killed=[0-9]+ \(rank 0: (true|false)\) iters after the k
 want '^elastic: done: [0-9]+ iters, [0-9]+ batches, final world 1' "summarize.py's elastic figures"
 want '^synthetic scaling: ' "summarize.py's synthetic figures"
 want '^ddp: torch [^;]*; ddp_train: ok rc=0; ddp_elastic: ok rc=0$' "DDP examples on the gorovod backend"
+want '^ddpbench: rc=0 reps=1; DDP-gorovod vs DDP-Gloo steps/s: [0-9.]+ \([0-9.-]+\) vs [0-9.]+ \([0-9.-]+\): [0-9.]+ \([0-9.-]+\); alone vs DDP-Gloo: [0-9.]+ ' "DDP on gorovod against Gloo (compare.py)"
 if [ "$fail" -ne 0 ]; then
   echo "---- summary.txt"; cat "$summary"
   for f in bench.log train.log; do echo "---- $f"; cat "$tmp/result/$f" 2>/dev/null || true; done

@@ -25,11 +25,15 @@
 #   9. ddp:       examples/pytorch/ddp_train.py (--backend gorovod) and
 #                 ddp_elastic.py under `gorovod run --np 2`, CPU tensors, with
 #                 the machine's torch; the ranks' parameters must agree -> train.log
+#  10. ddpbench:  bindings/python/bench/compare.py --np 2 --models mlp
+#                 --ddp-gorovod --ceiling: DDP on "gorovod" against Gloo on CPU,
+#                 the ~10 M parameter MLP, on this machine's cores (3 repeats;
+#                 1 in CPU mode)                    -> bench.log
 #   summary (per step, then the figures summarize.py derives) -> summary.txt
 #   and the last line of the output.
 # The whole run stays under DEADLINE_S seconds (default 330); a step that
 # would not fit is skipped. Without a GPU every step says "no GPU" and the
-# script ends at once, unless GPUCHECK_CPU=1: then steps 4 to 7 and 9 run on CPU
+# script ends at once, unless GPUCHECK_CPU=1: then steps 4 to 7, 9 and 10 run on CPU
 # tensors with a small model (resnet18, 32x32 images), which checks the
 # scripts and the elastic kill on a machine without a GPU (CI does, with
 # bench/gpu/cpu-check.sh). GPUCHECK_OUTDIR names another build folder than
@@ -432,6 +436,32 @@ if pystep ddp 60 0; then
     res="$res; $ex: $verdict rc=$rc${e:+ ($e)}"
   done
   note "ddp: torch ${tv:-?}$res"
+fi
+
+# ---- 10. DDP on "gorovod" against DDP on Gloo, CPU tensors, the MLP at --np 2
+# (issue 24's target: 1.2x Gloo). On the project's 2-core VM each worker
+# fills a core and no backend can get far ahead of Gloo; here the workers
+# have cores to spare. The rows: DDP-gorovod / DDP-Gloo, and the ceiling
+# (the same processes without exchange) / DDP-Gloo.
+section "$benchlog" "ddpbench: compare.py --np 2 --models mlp --ddp-gorovod --ceiling"
+if pystep ddpbench 150 0; then
+  reps=3
+  [ -n "$cpuflag" ] && reps=1
+  GOROVOD="$gorovod" PYTHON="$py" timeout -s INT -k 10 "$t" "$py" "$scripts/compare.py" --repeats "$reps" --np 2 \
+    --models mlp --ddp-gorovod --ceiling >"$work/ddpbench.log" 2>&1
+  rc=$?
+  cat "$work/ddpbench.log" >>"$benchlog"
+  # row HEADER: the MLP's np 2 row of the table after HEADER, as
+  # "A (min-max) vs B (min-max): ratio (min-max)".
+  row() {
+    awk -v h="$1" 'index($0, h) == 1 { f = 1 } f && /^\| mlp \| 2 \|/ { print; exit }' "$work/ddpbench.log" |
+      awk -F' *\\| *' '{ print $4 " vs " $5 ": " $6 }'
+  }
+  ddp=$(row "DistributedDataParallel, the same script")
+  ceiling=$(row "Without gradient exchange")
+  e=""
+  [ "$rc" -ne 0 ] && e=$(errors "$work/ddpbench.log")
+  note "ddpbench: rc=$rc reps=$reps; DDP-gorovod vs DDP-Gloo steps/s: ${ddp:-none}; alone vs DDP-Gloo: ${ceiling:-none}${e:+; $e}"
 fi
 
 # ---- summary

@@ -7,6 +7,8 @@ and the same of rank 0's CPU time per step.
     GOROVOD=<path to the gorovod command> GOROVOD_LIBRARY=<libgorovod.so> \
       PYTHONPATH=bindings/python /usr/bin/python3 bindings/python/bench/compare.py --repeats 5
 
+The workers run /usr/bin/python3, or the Python that PYTHON names.
+
 --ceiling also runs train_bench.py's "alone" backend in each repeat (the same
 processes with no gradient exchange) and prints what it bounds: alone / DDP
 is the most any backend could be ahead of DDP-Gloo on this machine, and
@@ -30,7 +32,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.join(HERE, "train_bench.py")
-PY = "/usr/bin/python3"
+# The Python that runs the workers (PYTHON, as bench/gpu/run.sh gives it; Debian's by default).
+PY = os.environ.get("PYTHON", "/usr/bin/python3")
 
 
 def run(backend, model, np, steps, warmup, tries=3):
