@@ -116,6 +116,7 @@ func TestBenchJSONEveryCollective(t *testing.T) {
 		np int
 	}{
 		{"allreduce", 2}, {"allreduce", 3}, {"broadcast", 3}, {"allgather", 3}, {"reducescatter", 2}, {"alltoall", 3},
+		{"replicate", 4},
 	} {
 		t.Run(fmt.Sprintf("%s/np=%d", tc.op, tc.np), func(t *testing.T) {
 			out, errs, code := runGorovod(t, "bench", tc.op, "--np", fmt.Sprint(tc.np),
@@ -254,6 +255,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"bench", "--factor", "1"}, "at least 2"},
 		{[]string{"bench", "--chunk-bytes", "1"}, "ChunkBytes"},
 		{[]string{"bench", "--socket-buffer", "lots"}, "bad size"},
+		{[]string{"bench", "replicate", "--stripe-sources", "-2"}, "--stripe-sources -2 is negative"},
 		{[]string{"bench", "--transport", "carrier-pigeon"}, "not available"},
 		{[]string{"bench", "--bogus"}, "flag provided but not defined"},
 		{[]string{"bench", "allreduce", "extra"}, "unexpected arguments"},

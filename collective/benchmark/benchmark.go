@@ -12,8 +12,11 @@ import (
 	"github.com/gorovod/gorovod/collective"
 )
 
-// opNames are the collectives the benchmark measures.
-var opNames = []string{"allreduce", "broadcast", "allgather", "reducescatter", "alltoall"}
+// opNames are the collectives the benchmark measures. "replicate" is a
+// joiner's state transfer (Communicator.Replicate): every rank but the
+// last holds the buffer and the last receives it, in stripes from
+// Config.StripeSources of them.
+var opNames = []string{"allreduce", "broadcast", "allgather", "reducescatter", "alltoall", "replicate"}
 
 // Ops returns the names of the collectives the benchmark measures.
 func Ops() []string { return slices.Clone(opNames) }
@@ -71,8 +74,8 @@ func (s Spec) Validate() error {
 }
 
 // Result is one measured size. Bytes follows nccl-tests: the buffer for
-// allreduce and broadcast, the whole gathered buffer for allgather, the whole
-// input for reducescatter and alltoall.
+// allreduce, broadcast and replicate, the whole gathered buffer for
+// allgather, the whole input for reducescatter and alltoall.
 type Result struct {
 	Op      string  `json:"op"`
 	NP      int     `json:"np"`
@@ -103,7 +106,7 @@ func busFactor(op string, p int) float64 {
 	switch op {
 	case "allreduce":
 		return 2 * float64(p-1) / float64(p)
-	case "broadcast":
+	case "broadcast", "replicate":
 		return 1
 	}
 	return float64(p-1) / float64(p)
@@ -177,8 +180,11 @@ func measure(ctx context.Context, c *collective.Communicator, spec Spec, size in
 		res.Algorithm = c.AllgatherAlgorithm()
 	}
 	run := func() error { return w.run(ctx, c) }
-	// Warm up, then size the batch so one sample lasts about BatchTime; every
-	// rank must run the same batch, so they agree on the largest.
+	// Warm up, then size the batch so one sample lasts about BatchTime.
+	// Every rank must run the same batch, sized by the slowest rank's warm
+	// run: a rank that takes no part in the transfer (a holder that feeds
+	// no stripe of a replicate) returns at once, and a batch sized by its
+	// time would run the collective a thousand times per sample.
 	var warm time.Duration
 	for i := 0; i < max(1, spec.Warmup); i++ {
 		t0 := time.Now()
@@ -187,15 +193,15 @@ func measure(ctx context.Context, c *collective.Communicator, spec Spec, size in
 		}
 		warm = time.Since(t0)
 	}
+	slowest := []int64{int64(warm)}
+	if err := collective.Allreduce(ctx, c, slowest, slowest, collective.Max); err != nil {
+		return res, err
+	}
+	warm = time.Duration(slowest[0])
 	batch := 1
 	if spec.BatchTime > 0 && warm > 0 && warm < spec.BatchTime {
 		batch = int(min(1000, spec.BatchTime/warm+1))
 	}
-	agreed := []int64{int64(batch)}
-	if err := collective.Allreduce(ctx, c, agreed, agreed, collective.Max); err != nil {
-		return res, err
-	}
-	batch = int(agreed[0])
 	res.Batch = batch
 	samples := make([]float64, spec.Iters)
 	for i := range samples {

@@ -124,3 +124,32 @@ func runAllWith(t *testing.T, p int, spec Spec, cfg collective.Config) []Result 
 	}
 	return results
 }
+
+// TestBatchSizedBySlowestRank: the batch of collectives per sample is sized
+// by the slowest rank's warm-up. A replicate's holder that feeds no stripe
+// returns at once; sized by its time, the batch would run a transfer of
+// milliseconds a thousand times per sample.
+func TestBatchSizedBySlowestRank(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		p       int
+		sources int
+	}{
+		{"one of two holders feeds the receiver", 3, 1},
+		{"two of four", 5, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := Spec{Op: "replicate", DType: collective.Float32, Sizes: []int{64 << 20}, Warmup: 1, Iters: 1,
+				BatchTime: time.Millisecond}
+			cfg := collective.DefaultConfig()
+			cfg.StripeSources = tc.sources
+			// Copying 64 MiB takes milliseconds on any machine, more than
+			// the batch time: one replicate per sample.
+			for _, r := range runAllWith(t, tc.p, spec, cfg) {
+				if !r.Correct || r.Batch != 1 {
+					t.Fatalf("result %+v: want a verified result of batch 1", r)
+				}
+			}
+		})
+	}
+}

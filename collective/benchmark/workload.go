@@ -26,7 +26,7 @@ func value(rank, i int) float64 { return float64((rank + i) % 4) }
 func newWorkload(spec Spec, size, p, rank int) *workload {
 	esz := spec.DType.Size()
 	n := size / esz
-	if spec.Op != "allreduce" && spec.Op != "broadcast" {
+	if spec.Op != "allreduce" && spec.Op != "broadcast" && spec.Op != "replicate" {
 		n -= n % p // the per-rank share must be whole
 	}
 	w := &workload{spec: spec, p: p, rank: rank, count: n, bytes: n * esz}
@@ -42,6 +42,14 @@ func newWorkload(spec Spec, size, p, rank int) *workload {
 		w.send, w.recv = fill(n, rank, 0), make([]byte, n*esz)
 	case "broadcast":
 		w.recv = fill(n, rank, 0)
+	case "replicate":
+		// The holders' buffers are rank 0's (one state); the receiver's
+		// starts empty. A world of one is a holder alone.
+		if p < 2 || rank < w.receiver() {
+			w.recv = fill(n, 0, 0)
+		} else {
+			w.recv = make([]byte, n*esz)
+		}
 	case "allgather":
 		w.send, w.recv = fill(n/p, rank, 0), make([]byte, n*esz)
 	case "reducescatter":
@@ -64,6 +72,15 @@ func (w *workload) run(ctx context.Context, c *collective.Communicator) error {
 		return c.Allgather(ctx, send, recv)
 	case "reducescatter":
 		return c.ReduceScatter(ctx, send, recv, w.spec.Reduce)
+	case "replicate":
+		if w.p < 2 {
+			return c.Replicate(ctx, recv, []int{0}, nil)
+		}
+		holders := make([]int, w.receiver())
+		for r := range holders {
+			holders[r] = r
+		}
+		return c.Replicate(ctx, recv, holders, []int{w.receiver()})
 	default:
 		return c.Alltoall(ctx, send, recv)
 	}
@@ -83,6 +100,8 @@ func (w *workload) verify() bool {
 			want = w.reduced(w.rank*block + i)
 		case "broadcast":
 			want = value(w.root, i)
+		case "replicate":
+			want = value(0, i)
 		case "allgather":
 			want = value(i/block, i%block)
 		case "alltoall":
@@ -95,6 +114,9 @@ func (w *workload) verify() bool {
 	}
 	return true
 }
+
+// receiver is the rank a replicate fills: the last.
+func (w *workload) receiver() int { return w.p - 1 }
 
 func (w *workload) reduced(i int) float64 {
 	acc := value(0, i)

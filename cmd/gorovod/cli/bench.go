@@ -67,6 +67,9 @@ type workerSpec struct {
 	// HierPieceBytes is collective.Config.HierarchicalPieceBytes (0: the
 	// default).
 	HierPieceBytes int `json:"hier_piece_bytes,omitempty"`
+	// StripeSources is collective.Config.StripeSources (0: chosen from the
+	// link kinds).
+	StripeSources int `json:"stripe_sources,omitempty"`
 }
 
 func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -94,6 +97,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	sockBuf := fs.String("socket-buffer", "0", "TCP SO_SNDBUF/SO_RCVBUF (0: the transport's default, 4M between ranks of one host when each has a CPU and the kernel grants it; auto: the kernel's autotuning)")
 	small := fs.String("small-bytes", fmt.Sprint(def.SmallMessageBytes), "largest message that uses the latency-optimal algorithm")
 	algorithm := fs.String("algorithm", string(collective.AlgorithmAuto), fmt.Sprintf("allreduce or allgather algorithm: %v (allgather: auto, ring, hierarchical)", collective.Algorithms()))
+	stripeSources := fs.Int("stripe-sources", 0, "replicate: how many holders feed the receiver at once (0: chosen from the link kinds)")
 	hosts := fs.Int("hosts", 1, "declare the np workers as this many hosts (consecutive ranks share one): the topology the collectives see, and shared memory only inside each host with --transport auto")
 	spinTime := fs.Duration("spin-time", 0, "how long a waiting call polls before it parks (0: the transport's default, 100µs; negative: never poll)")
 	placement := fs.String("placement", string(launch.PlaceBalanced), "pin workers to CPUs: balanced (each worker to its share of the CPUs) or none")
@@ -155,6 +159,10 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageErr(stderr, "%v", err)
 	}
 	spec.Lanes = *lanes
+	if *stripeSources < 0 {
+		return usageErr(stderr, "--stripe-sources %d is negative", *stripeSources)
+	}
+	spec.StripeSources = *stripeSources
 	if *sockBuf == "auto" {
 		spec.SocketBuf = -1 // tcp.Config: negative is the kernel's autotuning
 	} else if spec.SocketBuf, err = benchmark.ParseSize(*sockBuf); err != nil {
@@ -240,6 +248,7 @@ func (s workerSpec) collectiveConfig() (collective.Config, error) {
 	if s.HierPieceBytes != 0 {
 		cfg.HierarchicalPieceBytes = s.HierPieceBytes
 	}
+	cfg.StripeSources = s.StripeSources
 	if s.SmallBytes == 0 {
 		cfg.SmallMessageBytes = -1 // --small-bytes 0: no message is small
 	}

@@ -17,12 +17,17 @@
 // rate, the CPU the worker hosts' processes used during the run (cores,
 // from /proc: the test hosts share one machine's cores, so this tells a
 // CPU-bound result from a link-bound one) and gorovod's ratio to Open MPI
-// and to Gloo.
+// and to Gloo. With --op replicate it measures a joiner's state transfer
+// instead (gorovod only): the last host's rank receives the buffer from
+// the others' in stripes from each --sources count of them, the receiving
+// host's link at --receiver-rate.
 //
 //	go build -o /tmp/gorovod ./cmd/gorovod
 //	go run ./internal/testing/multihostbench --gorovod /tmp/gorovod --hosts 2,3 --reps 5
 //	go run ./internal/testing/multihostbench --gorovod /tmp/gorovod --hosts 2,4 --slots 2 \
 //		--rates 1G,10G --lanes 1,4 --transport auto --sizes 4K,4M,64M,256M --reps 5
+//	go run ./internal/testing/multihostbench --gorovod /tmp/gorovod --impls gorovod --op replicate \
+//		--hosts 9 --sizes 256M --rates 250M --receiver-rate 2G --sources 1,2,4,8
 //
 // Needs root (namespaces), openssh-server, and for the MPI side openmpi-bin
 // and libopenmpi-dev (mpicc), for Gloo python3-torch (/usr/bin/python3). The machine's own network is never used: every

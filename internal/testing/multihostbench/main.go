@@ -48,6 +48,7 @@ type workerSpec struct {
 	LogLevel    string        `json:"log_level,omitempty"`
 	Phases      bool          `json:"phases,omitempty"`
 	PieceBytes  int           `json:"hier_piece_bytes,omitempty"`
+	Sources     int           `json:"stripe_sources,omitempty"`
 }
 
 type result struct {
@@ -99,6 +100,9 @@ func run() error {
 	pieceBytes := flag.String("piece-bytes", "0", "gorovod's hierarchical allreduce pieces (collective.Config.HierarchicalPieceBytes; 0: its default, -1: one piece)")
 	phases := flag.Bool("phases", false, "have gorovod's workers time the phases of their algorithm and print each rank's mean per allreduce (the hierarchical allreduce's local-reduce-scatter, cross-allreduce, local-allgather)")
 	showLanes := flag.Bool("show-lanes", false, "print the lanes each gorovod worker's TCP links chose (--lanes 0; the workers log at debug level)")
+	opFlag := flag.String("op", "allreduce", "what gorovod measures: allreduce, or replicate (a joiner's state: the last host's rank receives the buffer from the others, in stripes; gorovod only)")
+	sourcesFlag := flag.String("sources", "0", "with --op replicate, how many holders feed the receiver at once (collective.Config.StripeSources; 0: chosen from the link kinds); each is a gorovod column")
+	receiverRateFlag := flag.String("receiver-rate", "", "with --op replicate, the receiving host's link rate (default: --rates'), e.g. a joiner on a faster link than the holders")
 	flag.Parse()
 
 	var sizes []int
@@ -136,6 +140,35 @@ func run() error {
 	implList, err := parseImpls(*impls)
 	if err != nil {
 		return fmt.Errorf("--impls: %w", err)
+	}
+	var sources []int
+	for s := range strings.SplitSeq(*sourcesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 0 {
+			return fmt.Errorf("--sources: %q", s)
+		}
+		sources = append(sources, n)
+	}
+	receiverRate := int64(-1) // the others'
+	switch *opFlag {
+	case "allreduce":
+		if *sourcesFlag != "0" || *receiverRateFlag != "" {
+			return fmt.Errorf("--sources and --receiver-rate are for --op replicate")
+		}
+	case "replicate":
+		if !slices.Equal(implList, []string{"gorovod"}) {
+			return fmt.Errorf("--op replicate measures gorovod only (--impls gorovod)")
+		}
+		if slices.Min(counts) < 2 {
+			return fmt.Errorf("--op replicate needs at least 2 hosts (holders, then the receiver)")
+		}
+		if *receiverRateFlag != "" {
+			if receiverRate, err = parseRate(*receiverRateFlag); err != nil {
+				return fmt.Errorf("--receiver-rate: %w", err)
+			}
+		}
+	default:
+		return fmt.Errorf("--op %q: want allreduce or replicate", *opFlag)
 	}
 	want := func(impl string) bool { return slices.Contains(implList, impl) }
 	if want("gorovod") && *gorovod == "" {
@@ -216,9 +249,11 @@ func run() error {
 	if want("gorovod") {
 		for _, n := range lanes {
 			for _, sec := range securities {
-				c := gorovodColumn{lanes: n, security: sec}
-				order = append(order, c.name())
-				gorovodCols[c.name()] = c
+				for _, k := range sources {
+					c := gorovodColumn{lanes: n, security: sec, sources: k}
+					order = append(order, c.name())
+					gorovodCols[c.name()] = c
+				}
 			}
 		}
 	}
@@ -236,6 +271,20 @@ func run() error {
 				}
 			}
 			for _, k := range counts {
+				if receiverRate >= 0 {
+					// The receiver is the last host's rank; the host
+					// before it, a holder now, may have been the
+					// receiver of a smaller count.
+					for _, h := range workers[:k] {
+						r := rate
+						if h == workers[k-1] {
+							r = receiverRate
+						}
+						if err := h.Shape(testhosts.Link{Rate: r}); err != nil {
+							return err
+						}
+					}
+				}
 				for _, size := range sizes {
 					// Interleaved: who goes first rotates from run to run.
 					turn++
@@ -248,11 +297,12 @@ func run() error {
 						switch {
 						case strings.HasPrefix(impl, "gorovod"):
 							rs, err = runGorovod(ctx, net, head, workers[:k], *slots, *gorovod, workerSpec{
-								Op: "allreduce", DType: "float32", Reduce: "sum", Sizes: []int{size}, Warmup: *warmup, Iters: *iters,
+								Op: *opFlag, DType: "float32", Reduce: "sum", Sizes: []int{size}, Warmup: *warmup, Iters: *iters,
 								IOTimeout: time.Minute, ChunkBytes: collective.DefaultConfig().ChunkBytes,
 								SmallBytes: collective.DefaultConfig().SmallMessageBytes, Transport: *transportName, BatchTimeUS: 1000,
 								Lanes: gorovodCols[impl].lanes, Security: gorovodCols[impl].security, Algorithm: *algorithm,
 								LogLevel: map[bool]string{true: "debug"}[*showLanes], Phases: *phases, PieceBytes: pieces,
+								Sources: gorovodCols[impl].sources,
 							})
 						case impl == "gloo":
 							rs, err = runGloo(ctx, net, head, workers[:k], *slots, glooScript, size, *warmup, *iters)
@@ -282,7 +332,14 @@ func run() error {
 			}
 		}
 	}
-	report(os.Stdout, results, order, rates, counts, sizes, *slots, *reps, *transportName, *delay, *keepOrder)
+	what := "allreduce float32 sum"
+	if *opFlag == "replicate" {
+		what = "replicate float32 (every host's ranks but the last host's hold the buffer; the last rank receives it)"
+		if receiverRate >= 0 {
+			what += fmt.Sprintf(", the receiver's host at %s", rateName(receiverRate))
+		}
+	}
+	report(os.Stdout, what, results, order, rates, counts, sizes, *slots, *reps, *transportName, *delay, *keepOrder)
 	return nil
 }
 
@@ -399,8 +456,8 @@ func findPeerFile(name string) (string, error) {
 // implementation's median bus bandwidth over the repetitions (GB/s), its
 // share of the link rate and the CPU its ranks used, and each gorovod
 // column's ratio to Open MPI's default and to Gloo (ratioPeers).
-func report(w io.Writer, rs []result, impls []string, rates []int64, counts, sizes []int, slots, reps int, tr string, delay time.Duration, keepOrder bool) {
-	fmt.Fprintf(w, "allreduce float32 sum across namespaced hosts (%d rank(s) per host, gorovod transport %s, %d reps interleaved", slots, tr, reps)
+func report(w io.Writer, what string, rs []result, impls []string, rates []int64, counts, sizes []int, slots, reps int, tr string, delay time.Duration, keepOrder bool) {
+	fmt.Fprintf(w, "%s across namespaced hosts (%d rank(s) per host, gorovod transport %s, %d reps interleaved", what, slots, tr, reps)
 	if delay > 0 {
 		fmt.Fprintf(w, ", %v ± %v on every packet", delay, delay/2)
 		if keepOrder {
@@ -501,6 +558,7 @@ func cell(s [3]float64, ok bool, rate int64, cpu float64) string {
 type gorovodColumn struct {
 	lanes    int    // TCP lanes per link; 0: the transport's choice
 	security string // gorovod run --security; "default": the transport's choice
+	sources  int    // --op replicate: holders per receiver; 0: the collective's choice
 }
 
 // name is the column's name: gorovod, then what differs from the defaults.
@@ -511,6 +569,9 @@ func (c gorovodColumn) name() string {
 	}
 	if c.security != "default" {
 		n += "-" + c.security
+	}
+	if c.sources != 0 {
+		n += fmt.Sprintf("-sources%d", c.sources)
 	}
 	return n
 }
