@@ -27,10 +27,10 @@ import (
 // rank 0. A tensor in host memory that every member holds byte for byte
 // already (a joiner that loaded the job's checkpoint, a frozen layer) is not
 // sent at all. Blobs are read with get on rank 0 and installed with set on
-// the others. Every worker must register the same names, dtypes and sizes in the
-// same order: a worker whose registrations differ from rank 0's gets an error
-// wrapping ErrStateMismatch that names the first difference, and leaves the
-// job (rank 0's state is the job's).
+// the others. Every worker must register the same names, dtypes and sizes
+// in the same order: a worker whose registrations differ from rank 0's gets
+// an error wrapping ErrStateMismatch that names the first difference, and
+// leaves the job (rank 0's state is the job's).
 type State struct {
 	Step    int64
 	tensors []namedTensor
@@ -109,8 +109,9 @@ func (s *State) check() error {
 // Before any tensor moves, one small allreduce (Max of each tensor's digest
 // and of its negation) tells every rank which tensors some rank holds
 // differently from the others; only those are sent (all of them, without
-// that allreduce, when they total less than differingMinBytes). moved is their size in
-// bytes (each tensor counted once, however many ranks receive it).
+// that allreduce, when they total less than differingMinBytes). moved is
+// their size in bytes (each tensor counted once, however many ranks
+// receive it).
 //
 // holders are the ranks known to hold root's state byte for byte (root
 // among them; see Session.stateRoot). When there are at least two, and at
