@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"slices"
+	"strings"
+	"testing"
+)
 
 // TestProcTicks: the CPU times are read after the command name, which may
 // hold spaces and parentheses.
@@ -39,6 +43,30 @@ func TestParseRate(t *testing.T) {
 	for _, bad := range []string{"", "fast", "-1G", "1T"} {
 		if _, err := parseRate(bad); err == nil {
 			t.Errorf("parseRate(%q) accepted", bad)
+		}
+	}
+}
+
+func TestIntList(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		least int
+		want  []int
+		ok    bool
+	}{
+		{"1,2,4,8", 0, []int{1, 2, 4, 8}, true},
+		{" 0, 4", 0, []int{0, 4}, true},
+		{"0", 1, nil, false},
+		{"2,,3", 0, nil, false},
+		{"many", 0, nil, false},
+		{"-1", 0, nil, false},
+	} {
+		got, err := intList("--sources", tc.in, tc.least)
+		if (err == nil) != tc.ok || !slices.Equal(got, tc.want) {
+			t.Errorf("intList(%q, %d) = %v, %v; want %v (ok %v)", tc.in, tc.least, got, err, tc.want, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--sources") {
+			t.Errorf("intList(%q): error %q does not name the flag", tc.in, err)
 		}
 	}
 }

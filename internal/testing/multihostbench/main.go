@@ -113,13 +113,9 @@ func run() error {
 		}
 		sizes = append(sizes, n)
 	}
-	var counts []int
-	for s := range strings.SplitSeq(*hostCounts, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			return fmt.Errorf("--hosts: %q", s)
-		}
-		counts = append(counts, n)
+	counts, err := intList("--hosts", *hostCounts, 1)
+	if err != nil {
+		return err
 	}
 	var rates []int64
 	for s := range strings.SplitSeq(*ratesFlag, ",") {
@@ -129,25 +125,17 @@ func run() error {
 		}
 		rates = append(rates, r)
 	}
-	var lanes []int
-	for s := range strings.SplitSeq(*lanesFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 0 {
-			return fmt.Errorf("--lanes: %q", s)
-		}
-		lanes = append(lanes, n)
+	lanes, err := intList("--lanes", *lanesFlag, 0)
+	if err != nil {
+		return err
 	}
 	implList, err := parseImpls(*impls)
 	if err != nil {
 		return fmt.Errorf("--impls: %w", err)
 	}
-	var sources []int
-	for s := range strings.SplitSeq(*sourcesFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 0 {
-			return fmt.Errorf("--sources: %q", s)
-		}
-		sources = append(sources, n)
+	sources, err := intList("--sources", *sourcesFlag, 0)
+	if err != nil {
+		return err
 	}
 	receiverRate := int64(-1) // the others'
 	switch *opFlag {
@@ -574,6 +562,20 @@ func (c gorovodColumn) name() string {
 		n += fmt.Sprintf("-sources%d", c.sources)
 	}
 	return n
+}
+
+// intList reads a comma-separated list of integers of at least least, for
+// flag name.
+func intList(name, s string, least int) ([]int, error) {
+	var out []int
+	for v := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < least {
+			return nil, fmt.Errorf("%s: %q", name, v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // parseRate reads a link rate in bit/s: a number with an optional K, M or
