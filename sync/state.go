@@ -167,15 +167,13 @@ func (s *State) broadcast(ctx context.Context, c *collective.Communicator, root 
 	for _, t := range s.tensors {
 		total += t.buf.Bytes()
 	}
-	differ := make([]bool, len(s.tensors))
+	var differ []bool
 	if total >= differingMinBytes {
 		if differ, err = s.differing(ctx, c, local); err != nil {
 			return 0, err
 		}
 	} else {
-		for i := range differ {
-			differ[i] = true
-		}
+		differ = slices.Repeat([]bool{true}, len(s.tensors))
 	}
 	receivers := receiversOf(c.Size(), holders)
 	striped := len(holders) >= 2 && len(receivers) <= len(holders)

@@ -261,11 +261,8 @@ func (h *runJobHarness) pid(t *testing.T, worker int) int {
 	t.Helper()
 	// The launcher's line with the pid can come after the worker's own
 	// lines (an adopted worker's output is relayed as soon as it is
-	// followed): wait for it a while.
-	deadline := time.NewTimer(30 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
+	// followed): wait for it a while, woken by each line read.
+	deadline := time.After(30 * time.Second)
 	for {
 		h.mu.Lock()
 		pid, ok := h.pids[worker]
@@ -274,8 +271,8 @@ func (h *runJobHarness) pid(t *testing.T, worker int) int {
 			return pid
 		}
 		select {
-		case <-tick.C:
-		case <-deadline.C:
+		case <-h.notify:
+		case <-deadline:
 			t.Fatalf("no pid for worker %d", worker)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"slices"
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/internal/half"
@@ -19,6 +20,10 @@ type workload struct {
 	count      int // elements of the nccl-tests size
 	send, recv []byte
 	root       int
+	// holders and receivers of a replicate: every rank but the last
+	// holds the buffer and the last receives it (a world of one: a holder
+	// alone).
+	holders, receivers []int
 }
 
 func value(rank, i int) float64 { return float64((rank + i) % 4) }
@@ -44,8 +49,15 @@ func newWorkload(spec Spec, size, p, rank int) *workload {
 		w.recv = fill(n, rank, 0)
 	case "replicate":
 		// The holders' buffers are rank 0's (one state); the receiver's
-		// starts empty. A world of one is a holder alone.
-		if p < 2 || rank < w.receiver() {
+		// starts empty.
+		w.holders = []int{0}
+		for r := 1; r < p-1; r++ {
+			w.holders = append(w.holders, r)
+		}
+		if p > 1 {
+			w.receivers = []int{p - 1}
+		}
+		if slices.Contains(w.holders, rank) {
 			w.recv = fill(n, 0, 0)
 		} else {
 			w.recv = make([]byte, n*esz)
@@ -73,14 +85,7 @@ func (w *workload) run(ctx context.Context, c *collective.Communicator) error {
 	case "reducescatter":
 		return c.ReduceScatter(ctx, send, recv, w.spec.Reduce)
 	case "replicate":
-		if w.p < 2 {
-			return c.Replicate(ctx, recv, []int{0}, nil)
-		}
-		holders := make([]int, w.receiver())
-		for r := range holders {
-			holders[r] = r
-		}
-		return c.Replicate(ctx, recv, holders, []int{w.receiver()})
+		return c.Replicate(ctx, recv, w.holders, w.receivers)
 	default:
 		return c.Alltoall(ctx, send, recv)
 	}
@@ -114,9 +119,6 @@ func (w *workload) verify() bool {
 	}
 	return true
 }
-
-// receiver is the rank a replicate fills: the last.
-func (w *workload) receiver() int { return w.p - 1 }
 
 func (w *workload) reduced(i int) float64 {
 	acc := value(0, i)
