@@ -95,9 +95,15 @@ def main():
     p.add_argument("--ceiling", action="store_true", help="also run each model without gradient exchange")
     p.add_argument("--ddp-gorovod", action="store_true",
                    help="also run DistributedDataParallel on torch.distributed's backend \"gorovod\"")
+    p.add_argument("--steps", type=int, default=0,
+                   help="timed steps per run for every model (default: mlp 20, cnn 60)")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="untimed steps before them for every model (default: mlp 3, cnn 5)")
     args = p.parse_args()
     print(machine(), flush=True)
     steps = {"mlp": (20, 3), "cnn": (60, 5)}
+    for model, (n, w) in steps.items():
+        steps[model] = (args.steps or n, args.warmup or w)
     results, cpus = {}, {}
     for rep in range(args.repeats):
         for np in [int(n) for n in args.np.split(",")]:
