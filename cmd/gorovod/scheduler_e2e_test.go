@@ -912,6 +912,87 @@ func TestNodeSelectorUnderScheduler(t *testing.T) {
 	}
 }
 
+// TestSlotKindsUnderScheduler: one of the two real kubelets is a GPU node
+// as the API server sees one — nvidia.com/gpu advertised in its status, as
+// the NVIDIA device plugin would (there is no GPU here), and no
+// gorovod.io/slot — and the other advertises gorovod.io/slot. A job
+// submitted with --gpu (spec.resources asks for a GPU) is allocated the GPU
+// node only, its worker
+// pods asking for nvidia.com/gpu and running there (the kubelet admits them
+// within the advertised GPUs); a job that asks for none is allocated the
+// other node only. Both train to the end. The kubelet would admit either
+// job's pods on the other node (it drops a request of an extended resource
+// its node lacks): the scheduler alone keeps them apart.
+func TestSlotKindsUnderScheduler(t *testing.T) {
+	e := newE2EClusterPodIPs(t, 6*time.Minute)
+	ctx := e.ctx
+	gpuNode, slotNode := e.nodes[0], e.nodes[1]
+	if _, err := e.admin.CoreV1().Nodes().Patch(ctx, gpuNode.Name, types.MergePatchType,
+		[]byte(`{"status":{"capacity":{"gorovod.io/slot":null,"nvidia.com/gpu":"2"}}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the GPU node's GPUs allocatable, its slots gone", time.Minute, func() bool {
+		n, err := e.admin.CoreV1().Nodes().Get(ctx, gpuNode.Name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		gpus := n.Status.Allocatable[service.GPUResource]
+		_, slots := n.Status.Allocatable[service.SlotResource]
+		return gpus.Value() == 2 && !slots && service.KindOf(n) == service.GPUSlots
+	})
+	gpu := &e2eJob{name: "gpu", steps: 600, samples: 480, submitArgs: []string{"--gpu"}}
+	cpu := &e2eJob{name: "cpu", steps: 600, samples: 480}
+	all := []*e2eJob{gpu, cpu}
+	defer e.logFailure(t, all)
+	sched := e.startScheduler("sched-1")
+	e.submit(gpu)
+	e.submit(cpu)
+	for _, j := range all {
+		e.trained(j, 50)
+	}
+	for _, tc := range []struct {
+		job  *e2eJob
+		node string
+		asks corev1.ResourceName
+	}{{gpu, gpuNode.Name, service.GPUResource}, {cpu, slotNode.Name, service.SlotResource}} {
+		pods, err := e.admin.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + tc.job.name + "," + kube.LabelRole + "=" + kube.RoleWorker})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 0 {
+			t.Errorf("no worker pod of %s while it trains", tc.job.name)
+		}
+		for _, p := range pods.Items {
+			limits := p.Spec.Containers[0].Resources.Limits
+			if q := limits[tc.asks]; p.Spec.NodeName != tc.node || q.Value() != 1 {
+				t.Errorf("%s's worker pod %s on node %s asks for %v, want node %s and one %s", tc.job.name, p.Name, p.Spec.NodeName, limits, tc.node, tc.asks)
+			}
+		}
+	}
+	poll(t, "both jobs ended", 4*time.Minute, func() bool {
+		for _, j := range all {
+			if gj := e.hist.job(j.name); gj == nil || !gj.Status.Phase.Ended() {
+				return false
+			}
+		}
+		return true
+	})
+	e.stopScheduler(sched)
+	e.stopFollowing()
+	e.checkJobs(t, all)
+	for _, tc := range []struct {
+		job  *e2eJob
+		node string
+	}{{gpu, gpuNode.Name}, {cpu, slotNode.Name}} {
+		e.hist.mu.Lock()
+		named := slices.Sorted(maps.Keys(e.hist.nodes[tc.job.name]))
+		e.hist.mu.Unlock()
+		if !slices.Equal(named, []string{tc.node}) {
+			t.Errorf("%s's allocations named nodes %v, want only %s", tc.job.name, named, tc.node)
+		}
+	}
+}
+
 // TestNodePreferenceUnderScheduler: on the cluster of
 // TestNodeSelectorUnderScheduler, with both nodes in pool a, a job that may
 // use pools a and b (spec.requiredNodeAffinity) and has no preference gets

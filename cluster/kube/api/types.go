@@ -96,9 +96,10 @@ type Spec struct {
 	// Priority orders jobs that cannot all be admitted: higher first, then
 	// the earlier submitted.
 	Priority int32 `json:"priority,omitempty"`
-	// Resources are each worker's container resources. Where nodes have
-	// GPUs a worker asks for nvidia.com/gpu: 1; elsewhere for one
-	// gorovod.io/slot (see docs/clusters.md).
+	// Resources are each worker's container resources. A job that names
+	// nvidia.com/gpu here runs on GPU nodes only; any other on nodes
+	// without GPUs only, each worker asking for one gorovod.io/slot (see
+	// docs/clusters.md).
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 	// Tolerations are added to the job's worker pods and its driver pod
 	// (the workers also carry the tolerations of the GPU and slot nodes'
@@ -317,6 +318,28 @@ func validToleration(t corev1.Toleration) error {
 		return fmt.Errorf("tolerationSeconds needs effect NoExecute")
 	}
 	return nil
+}
+
+// The resources that give a node its worker slots: GPUResource on GPU
+// nodes, SlotResource on nodes without GPUs that advertise it.
+const (
+	// GPUResource is the NVIDIA device plugin's resource.
+	GPUResource corev1.ResourceName = "nvidia.com/gpu"
+	// SlotResource is the extended resource an operator advertises on a
+	// node without GPUs (a node status patch, or a device plugin).
+	SlotResource corev1.ResourceName = "gorovod.io/slot"
+)
+
+// WantsGPUs says whether the job's workers ask for GPUs (Resources names
+// nvidia.com/gpu above 0): such a job runs on GPU nodes only, and any
+// other job on nodes without GPUs only.
+func (s Spec) WantsGPUs() bool {
+	for _, list := range []corev1.ResourceList{s.Resources.Limits, s.Resources.Requests} {
+		if q, ok := list[GPUResource]; ok && q.Sign() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Pinned says whether the spec keeps the job on some nodes only.

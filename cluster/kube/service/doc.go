@@ -45,7 +45,10 @@
 //     the nodes that match them (api.Spec.MatchesNode; scheduler.Job
 //     Eligible), and waits, its message saying why, while they cannot hold
 //     its minimum; once running, it keeps its minimum where it is while
-//     they cannot (keepStranded). A job with spec.preferredNodeAffinity has
+//     they cannot (keepStranded). So does a job for the kind of a node's
+//     slots (KindOf, SlotKind.Fits): a job whose spec.resources asks for
+//     nvidia.com/gpu (api.Spec.WantsGPUs) gets workers on GPU nodes only,
+//     any other job on nodes without GPUs only. A job with spec.preferredNodeAffinity has
 //     its workers placed on the nodes of highest summed weight first
 //     (api.Spec.NodePreference; scheduler.Job Preference). A job with
 //     spec.maxWorkersPerNode gets at most that many workers on a node

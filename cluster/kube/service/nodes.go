@@ -8,16 +8,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cluster/kube/api"
 	"github.com/gorovod/gorovod/cluster/scheduler"
 )
 
 // What gives a node its slots, in the order NodeSlots tries them.
 const (
 	// GPUResource is the NVIDIA device plugin's resource.
-	GPUResource corev1.ResourceName = "nvidia.com/gpu"
+	GPUResource = api.GPUResource
 	// SlotResource is the extended resource an operator advertises on a
 	// node without GPUs (a node status patch, or a device plugin).
-	SlotResource corev1.ResourceName = "gorovod.io/slot"
+	SlotResource = api.SlotResource
 	// SlotsLabel is the node label giving a node without GPUs its slots.
 	SlotsLabel = "gorovod.io/slots"
 )
@@ -53,28 +54,70 @@ func FreeSlots(n *corev1.Node, others corev1.ResourceList) int {
 	if n.Spec.Unschedulable || n.DeletionTimestamp != nil || !nodeReady(n) || !toleratedByWorkers(n.Spec.Taints) {
 		return 0
 	}
-	for _, r := range []corev1.ResourceName{GPUResource, SlotResource} {
-		if q, ok := n.Status.Allocatable[r]; ok && q.Value() > 0 {
-			used := others[r]
-			return int(min(max(q.Value()-used.Value(), 0), maxNodeSlots))
+	freeOf := func(r corev1.ResourceName) int {
+		q, used := n.Status.Allocatable[r], others[r]
+		return int(min(max(q.Value()-used.Value(), 0), maxNodeSlots))
+	}
+	switch KindOf(n) {
+	case GPUSlots:
+		return freeOf(GPUResource)
+	case ResourceSlots:
+		return freeOf(SlotResource)
+	case LabelSlots:
+		k, _ := strconv.Atoi(n.Labels[SlotsLabel]) // KindOf read it
+		k = min(k, maxNodeSlots)
+		cpu := n.Status.Allocatable[corev1.ResourceCPU]
+		used := others[corev1.ResourceCPU]
+		if all := cpu.MilliValue(); all > 0 && used.MilliValue() > 0 {
+			free := max(all-used.MilliValue(), 0)
+			k = int(int64(k) * free / all)
 		}
+		return k
 	}
-	v, ok := n.Labels[SlotsLabel]
-	if !ok {
-		return 0
+	return 0
+}
+
+// SlotKind is what gives a node its slots, in the order NodeSlots tries
+// them.
+type SlotKind int
+
+const (
+	// NoSlots: none of the below.
+	NoSlots SlotKind = iota
+	// GPUSlots: allocatable nvidia.com/gpu above 0.
+	GPUSlots
+	// ResourceSlots: no GPUs, allocatable gorovod.io/slot above 0.
+	ResourceSlots
+	// LabelSlots: neither resource, the label gorovod.io/slots a count
+	// above 0.
+	LabelSlots
+)
+
+// KindOf is what gives node n its slots, whatever its state (Ready,
+// cordoned, tainted).
+func KindOf(n *corev1.Node) SlotKind {
+	if q, ok := n.Status.Allocatable[GPUResource]; ok && q.Value() > 0 {
+		return GPUSlots
 	}
-	k, err := strconv.Atoi(v)
-	if err != nil || k <= 0 {
-		return 0
+	if q, ok := n.Status.Allocatable[SlotResource]; ok && q.Value() > 0 {
+		return ResourceSlots
 	}
-	k = min(k, maxNodeSlots)
-	cpu := n.Status.Allocatable[corev1.ResourceCPU]
-	used := others[corev1.ResourceCPU]
-	if all := cpu.MilliValue(); all > 0 && used.MilliValue() > 0 {
-		free := max(all-used.MilliValue(), 0)
-		k = int(int64(k) * free / all)
+	if k, err := strconv.Atoi(n.Labels[SlotsLabel]); err == nil && k > 0 {
+		return LabelSlots
 	}
-	return k
+	return NoSlots
+}
+
+// Fits says whether the workers of a job may take slots of this kind: a
+// job that asks for GPUs (api.Spec.WantsGPUs) those of GPU nodes only, any
+// other job those of nodes without GPUs only. The kubelet would not stop
+// either: it admits a pod bound to its node whatever extended resource the
+// pod asks for that the node lacks, so a GPU job's workers would train
+// without a GPU, and another job's would idle the GPU whose slot they
+// take. A node without slots fits every job (it holds none of their
+// workers).
+func (k SlotKind) Fits(wantsGPUs bool) bool {
+	return k == NoSlots || (k == GPUSlots) == wantsGPUs
 }
 
 // toleratedByWorkers says whether the worker pods may run on a node with

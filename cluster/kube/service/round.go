@@ -69,11 +69,15 @@ type entry struct {
 	id  string     // namespace/name: the policy's job ID
 	old api.Status // the scheduler's fields as last written
 	st  api.Status // as this round leaves them
-	// For a job its spec keeps on some nodes (api.Spec.Pinned): which
-	// nodes of the round's cluster it may use, by index, and how many of
-	// all the cluster's nodes (those without free slots too) match it.
-	eligible []bool
-	matching int
+	// For a job its spec keeps on some nodes (api.Spec.Pinned), or one
+	// that may not use some of the round's nodes for their kind of slots
+	// (SlotKind.Fits): which nodes of the round's cluster it may use, by
+	// index, and how many of all the cluster's nodes (those without free
+	// slots too) match it; for its messages, those nodes (where: "the N
+	// <where>") and the clause that says there is none ("no <none>").
+	eligible    []bool
+	matching    int
+	where, none string
 	// For a job with spec.preferredNodeAffinity: each node's score (the
 	// summed weights of the terms it matches), by index in the round's
 	// cluster.
@@ -458,9 +462,9 @@ func keepStranded(active []*entry, current scheduler.Allocation, cluster schedul
 }
 
 // eligibleNodes sets the eligible nodes (by index in names, the round's
-// cluster) of each job its spec keeps on some nodes, and how many of all
-// the nodes match it; and the nodes' scores for each job with node
-// preferences.
+// cluster) of each job its spec keeps on some nodes or that may not use
+// some of them for their kind of slots, and how many of all the nodes
+// match it; and the nodes' scores for each job with node preferences.
 func eligibleNodes(active []*entry, nodes []*corev1.Node, names []string) error {
 	byName := make(map[string]*corev1.Node, len(nodes))
 	for _, n := range nodes {
@@ -477,28 +481,58 @@ func eligibleNodes(active []*entry, nodes []*corev1.Node, names []string) error 
 				e.preference[i] = score(byName[name].Labels, name)
 			}
 		}
-		if !e.job.Spec.Pinned() {
+		gpus := e.job.Spec.WantsGPUs()
+		restricted := slices.ContainsFunc(names, func(name string) bool { return !KindOf(byName[name]).Fits(gpus) })
+		pinned := e.job.Spec.Pinned()
+		if !pinned && !restricted {
 			continue
 		}
-		match, err := e.job.Spec.NodeMatcher()
-		if err != nil {
-			return fmt.Errorf("service: %s: %w", e.id, err) // Validate passed: not reached
+		match := func(map[string]string, string) bool { return true }
+		if pinned {
+			var err error
+			if match, err = e.job.Spec.NodeMatcher(); err != nil {
+				return fmt.Errorf("service: %s: %w", e.id, err) // Validate passed: not reached
+			}
+		}
+		// A node counts for a job restricted by kind only if it has
+		// slots of the job's kind (a node without slots fits any job).
+		fits := func(n *corev1.Node) bool {
+			k := KindOf(n)
+			return !restricted || (k != NoSlots && k.Fits(gpus))
 		}
 		e.eligible = make([]bool, len(names))
 		for i, name := range names {
-			e.eligible[i] = match(byName[name].Labels, name)
+			n := byName[name]
+			e.eligible[i] = fits(n) && match(n.Labels, name)
 		}
 		for _, n := range nodes {
-			if match(n.Labels, n.Name) {
+			if fits(n) && match(n.Labels, n.Name) {
 				e.matching++
 			}
 		}
+		e.where, e.none = eligibleText(pinned, restricted, gpus)
 	}
 	return nil
 }
 
-// matchingNodes names the nodes a pinned job may use, for its messages.
-const matchingNodes = "nodes matching spec.nodeSelector and spec.requiredNodeAffinity"
+// eligibleText names the nodes a job may use, for its messages: where,
+// plural, and none, the clause after "no" when there is none.
+func eligibleText(pinned, restricted, gpus bool) (where, none string) {
+	const selectors = "spec.nodeSelector and spec.requiredNodeAffinity"
+	kinds, kind := "GPU nodes", "GPU node"
+	if !gpus {
+		kinds, kind = "nodes without GPUs", "node without GPUs"
+	}
+	switch {
+	case !restricted:
+		return "nodes matching " + selectors, "node matches " + selectors
+	case !pinned && gpus:
+		return kinds, "node has nvidia.com/gpu (spec.resources asks for GPUs)"
+	case !pinned:
+		return kinds, "node without GPUs has slots (spec.resources asks for no GPU)"
+	}
+	return kinds + " matching " + selectors, kind + " matches " + selectors
+}
 
 // waitingReason is the message of a job given no workers, when the round
 // placed the others' workers so.
@@ -509,7 +543,7 @@ func waitingReason(e *entry, cluster scheduler.Cluster, placed scheduler.Allocat
 		return fmt.Sprintf("waiting for %d free slots (spec.minWorkers)", minimum)
 	}
 	if e.eligible != nil && e.matching == 0 {
-		return "no node matches spec.nodeSelector and spec.requiredNodeAffinity: waiting for one"
+		return "no " + e.none + ": waiting for one"
 	}
 	free := scheduler.Cluster{GPUs: slices.Clone(cluster.GPUs)}
 	for _, nodes := range placed {
@@ -519,11 +553,11 @@ func waitingReason(e *entry, cluster scheduler.Cluster, placed scheduler.Allocat
 	}
 	if perNode == 0 {
 		return fmt.Sprintf("waiting for %d free slots (spec.minWorkers) on the %d %s (%d free there)",
-			minimum, e.matching, matchingNodes, scheduler.CapacityFor(free, e.eligible, 0))
+			minimum, e.matching, e.where, scheduler.CapacityFor(free, e.eligible, 0))
 	}
 	where := "nodes"
 	if e.eligible != nil {
-		where = matchingNodes
+		where = e.where
 	}
 	if room := scheduler.CapacityFor(cluster, e.eligible, perNode); room < int(minimum) {
 		// Even with every other job gone, the nodes cannot hold its
@@ -552,12 +586,12 @@ func strandedReason(e *entry, cluster scheduler.Cluster, workers int) string {
 		kept = "1 worker"
 	}
 	if e.eligible != nil && e.matching == 0 {
-		return fmt.Sprintf("no node matches spec.nodeSelector and spec.requiredNodeAffinity any more: keeping %s on its nodes until one can hold spec.minWorkers %d",
-			kept, minimum)
+		return fmt.Sprintf("no %s any more: keeping %s on its nodes until one can hold spec.minWorkers %d",
+			e.none, kept, minimum)
 	}
 	where := "the cluster's nodes"
 	if e.eligible != nil {
-		where = fmt.Sprintf("the %d %s", e.matching, matchingNodes)
+		where = fmt.Sprintf("the %d %s", e.matching, e.where)
 	}
 	atCap := ""
 	if perNode > 0 {

@@ -157,6 +157,13 @@ func spec(minW, maxW, prio int32) api.Spec {
 	return api.Spec{Image: "gorovod-examples:test", Command: []string{"synthetic"}, MinWorkers: minW, MaxWorkers: maxW, Priority: prio}
 }
 
+// gpuSpec is spec with a GPU for each worker: a job for GPU nodes.
+func gpuSpec(minW, maxW, prio int32) api.Spec {
+	s := spec(minW, maxW, prio)
+	s.Resources.Limits = corev1.ResourceList{GPUResource: resource.MustParse("1")}
+	return s
+}
+
 // submit creates a job now, as the API server would (UID, generation, time).
 func (f *fixture) submit(name string, s api.Spec) {
 	f.t.Helper()
@@ -777,7 +784,7 @@ func TestRoundNetOfOtherPods(t *testing.T) {
 		otherPod("other", "inference", "n1", corev1.ResourceList{GPUResource: q("3")}, false), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.submit("a", spec(5, 5, 0))
+	f.submit("a", gpuSpec(5, 5, 0))
 	f.round()
 	a := f.job("a")
 	count := map[string]int{}
@@ -798,7 +805,7 @@ func TestRoundNetOfOtherPods(t *testing.T) {
 		}
 	}
 	// b needs 3: none are free while the other pod runs.
-	f.submit("b", spec(3, 3, 0))
+	f.submit("b", gpuSpec(3, 3, 0))
 	f.round()
 	if b := f.job("b"); b.Status.Phase != api.PhasePending || len(b.Status.Allocation) != 0 {
 		t.Fatalf("b while the other pod holds n1: %+v", b.Status)
@@ -1431,5 +1438,97 @@ func TestDescribe(t *testing.T) {
 				t.Fatalf("describe = %+v, want bounds and cap as %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestSlotKinds: in a cluster of GPU nodes (nvidia.com/gpu), nodes that
+// advertise gorovod.io/slot and nodes whose slots come from their label, a
+// job whose spec.resources asks for GPUs is allocated GPU nodes only, and
+// any other job the nodes without GPUs only. A kubelet would admit either
+// elsewhere (it drops a request of an extended resource its node does not
+// have): the GPU job's workers would train without a GPU, and the other
+// job's would hold a GPU's slot without using it. A job that no node of
+// its kind can hold waits, its message saying why.
+func TestSlotKinds(t *testing.T) {
+	ready := []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	resourceNode := func(r corev1.ResourceName) func(string, int, ...string) *corev1.Node {
+		return func(name string, slots int, labels ...string) *corev1.Node {
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}},
+				Status: corev1.NodeStatus{Conditions: ready, Allocatable: corev1.ResourceList{r: resource.MustParse(fmt.Sprint(slots))}}}
+			for i := 0; i+1 < len(labels); i += 2 {
+				n.Labels[labels[i]] = labels[i+1]
+			}
+			return n
+		}
+	}
+	gpuNode, slotNode := resourceNode(GPUResource), resourceNode(SlotResource)
+	gpus := func(minW, maxW int32, selector map[string]string) api.Spec {
+		s := gpuSpec(minW, maxW, 0)
+		s.NodeSelector = selector
+		return s
+	}
+	mixed := []*corev1.Node{gpuNode("g1", 2, "pool", "a"), gpuNode("g2", 2, "pool", "b"), slotNode("s1", 2), labelNode("l1", 2)}
+	type want struct {
+		phase   api.Phase
+		nodes   []string // the nodes it may be given (Running)
+		message string   // in its status (Pending)
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []*corev1.Node
+		jobs  map[string]api.Spec // submitted in name order
+		want  map[string]want
+	}{
+		{"each kind to its jobs", mixed, map[string]api.Spec{"cpu": spec(1, 4, 0), "gpu": gpus(1, 4, nil)},
+			map[string]want{"cpu": {phase: api.PhaseRunning, nodes: []string{"s1", "l1"}}, "gpu": {phase: api.PhaseRunning, nodes: []string{"g1", "g2"}}}},
+		{"a GPU job pinned", mixed, map[string]api.Spec{"gpu": gpus(1, 4, map[string]string{"pool": "b"})},
+			map[string]want{"gpu": {phase: api.PhaseRunning, nodes: []string{"g2"}}}},
+		{"a GPU job pinned where no GPU node matches", mixed, map[string]api.Spec{"gpu": gpus(1, 4, map[string]string{"pool": "c"})},
+			map[string]want{"gpu": {phase: api.PhasePending, message: "no GPU node matches spec.nodeSelector and spec.requiredNodeAffinity: waiting for one"}}},
+		{"more GPUs than the GPU nodes have", mixed, map[string]api.Spec{"gpu": gpus(5, 5, nil)},
+			map[string]want{"gpu": {phase: api.PhasePending, message: "waiting for 5 free slots (spec.minWorkers) on the 2 GPU nodes (4 free there)"}}},
+		{"no GPU node", []*corev1.Node{slotNode("s1", 2), labelNode("l1", 2)}, map[string]api.Spec{"cpu": spec(1, 4, 0), "gpu": gpus(1, 4, nil)},
+			map[string]want{"cpu": {phase: api.PhaseRunning, nodes: []string{"s1", "l1"}},
+				"gpu": {phase: api.PhasePending, message: "no node has nvidia.com/gpu (spec.resources asks for GPUs): waiting for one"}}},
+		{"GPU nodes only", []*corev1.Node{gpuNode("g1", 2)}, map[string]api.Spec{"cpu": spec(1, 4, 0), "gpu": gpus(1, 4, nil)},
+			map[string]want{"cpu": {phase: api.PhasePending, message: "no node without GPUs has slots (spec.resources asks for no GPU): waiting for one"},
+				"gpu": {phase: api.PhaseRunning, nodes: []string{"g1"}}}},
+		{"label nodes only", []*corev1.Node{labelNode("l1", 2), labelNode("l2", 2)}, map[string]api.Spec{"cpu": spec(3, 4, 0)},
+			map[string]want{"cpu": {phase: api.PhaseRunning, nodes: []string{"l1", "l2"}}}},
+	} {
+		for _, policy := range Policies {
+			t.Run(tc.name+"/"+policy, func(t *testing.T) {
+				var nodes []*corev1.Node
+				for _, n := range tc.nodes {
+					nodes = append(nodes, n.DeepCopy())
+				}
+				f := newFixture(t, policy, nodes...)
+				names := slices.Sorted(maps.Keys(tc.jobs))
+				for _, name := range names {
+					f.submit(name, tc.jobs[name])
+				}
+				for round := range 3 {
+					f.round()
+					f.checkFits(names...)
+					for _, name := range names {
+						j, w := f.job(name), tc.want[name]
+						if j.Status.Phase != w.phase {
+							t.Fatalf("round %d: %s is %s (%v, %q), want %s", round, name, j.Status.Phase, j.Status.Allocation, j.Status.Message, w.phase)
+						}
+						if w.phase == api.PhasePending && !strings.Contains(j.Status.Message, w.message) {
+							t.Fatalf("round %d: %s's message %q, want one with %q", round, name, j.Status.Message, w.message)
+						}
+						for _, n := range j.Status.Allocation {
+							if !slices.Contains(w.nodes, n) {
+								t.Fatalf("round %d: %s allocated %v, outside its nodes %v", round, name, j.Status.Allocation, w.nodes)
+							}
+						}
+						if w.phase == api.PhaseRunning && round == 0 {
+							f.reportGoodput(name, 4) // then it may grow
+						}
+					}
+				}
+			})
+		}
 	}
 }

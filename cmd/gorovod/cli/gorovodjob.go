@@ -36,8 +36,8 @@ import (
 // spec.resources names GPUs, else one gorovod.io/slot, the extended resource
 // a node without GPUs advertises for its worker slots (docs/clusters.md).
 const (
-	resourceGPU  corev1.ResourceName = "nvidia.com/gpu"
-	resourceSlot corev1.ResourceName = "gorovod.io/slot"
+	resourceGPU  = api.GPUResource
+	resourceSlot = api.SlotResource
 )
 
 // gorovodJobConfig tunes the driver of a GorovodJob.

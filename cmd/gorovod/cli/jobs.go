@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -46,6 +47,7 @@ func submitCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	minW := fs.Int("min-workers", 1, "fewest workers the job trains with")
 	maxW := fs.Int("max-workers", 0, "most workers (0: as many as the scheduler gives)")
 	priority := fs.Int("priority", 0, "higher runs first when not every job fits")
+	gpu := fs.Bool("gpu", false, "each worker asks for one nvidia.com/gpu (spec.resources.limits, added to a manifest's): the job runs on GPU nodes only; without it, on the nodes without GPUs only")
 	var perNode *int32
 	fs.Func("max-workers-per-node", fmt.Sprintf("at most `N` of the job's workers on one node, 0 to %d (spec.maxWorkersPerNode, replacing a manifest's; 0: no limit beyond the node's slots)", api.MaxWorkersPerNodeLimit),
 		func(v string) error {
@@ -139,6 +141,12 @@ hold so waits). For example:
 	})
 	if perNode != nil {
 		gj.Spec.MaxWorkersPerNode = *perNode
+	}
+	if *gpu {
+		if gj.Spec.Resources.Limits == nil {
+			gj.Spec.Resources.Limits = corev1.ResourceList{}
+		}
+		gj.Spec.Resources.Limits[api.GPUResource] = resource.MustParse("1")
 	}
 	if err := gj.Spec.Validate(); err != nil {
 		return &commandError{command: "submit", err: err}

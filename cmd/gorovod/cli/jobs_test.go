@@ -147,7 +147,7 @@ spec:
 	if out, stderr, err := gorovod(ctx, "submit", "-n", "team-b", "--name", "synth", "--image", "gorovod.local/synthetic:test",
 		"--min-workers", "2", "--max-workers", "3", "--priority", "5", "--node-selector", "example.com/pool=a100,zone=z1", "--node-selector", "disk=ssd",
 		"--probe-timeout", "3s", "--require-node", "example.com/gpu in (a100,h100)", "--require-node", "!example.com/spot",
-		"--prefer-node", "zone=z1:30", "--prefer-node", "disk=ssd", "--max-workers-per-node", "1", "--", "/bin/synthetic", "--steps", "100"); err != nil || !strings.Contains(out, "team-b/synth submitted") {
+		"--prefer-node", "zone=z1:30", "--prefer-node", "disk=ssd", "--max-workers-per-node", "1", "--gpu", "--", "/bin/synthetic", "--steps", "100"); err != nil || !strings.Contains(out, "team-b/synth submitted") {
 		t.Fatalf("submit with flags: %v %q %q", err, out, stderr)
 	}
 	u, err := dyn.Resource(api.GroupVersionResource()).Namespace("team-b").Get(ctx, "synth", metav1.GetOptions{})
@@ -166,6 +166,10 @@ spec:
 		t.Fatalf("submitted spec.maxWorkersPerNode %d, want 1", synth.Spec.MaxWorkersPerNode)
 	}
 	synth.Spec.MaxWorkersPerNode = 0
+	if q := synth.Spec.Resources.Limits[api.GPUResource]; q.Value() != 1 || len(synth.Spec.Resources.Limits) != 1 || !synth.Spec.WantsGPUs() {
+		t.Fatalf("submitted spec.resources %+v, want limits of one nvidia.com/gpu (--gpu)", synth.Spec.Resources)
+	}
+	synth.Spec.Resources = corev1.ResourceRequirements{}
 	in := func(key string, values ...string) corev1.NodeSelectorTerm {
 		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values}}}
 	}
