@@ -48,9 +48,10 @@ func schedulerCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 Runs the scheduler service of a Kubernetes cluster: it shares the nodes'
 slots (allocatable nvidia.com/gpu, else the extended resource gorovod.io/slot,
 else the node label gorovod.io/slots=N; only Ready, schedulable nodes) among
-the GorovodJobs with a scheduling policy, writes each job's allocation into
-its status, and starts each admitted job's driver pod, which grows and shrinks
-the job in place. deploy/kubernetes/gorovod.yaml installs it (two replicas,
+the GorovodJobs with a scheduling policy (a job that asks for nvidia.com/gpu
+on GPU nodes only, any other on the nodes without GPUs only), writes each
+job's allocation into its status, and starts each admitted job's driver pod,
+which grows and shrinks the job in place. deploy/kubernetes/gorovod.yaml installs it (two replicas,
 --leader-elect).`
 	if err := parseFlags(fs, args, usage, stdout, stderr); err != nil {
 		return err
