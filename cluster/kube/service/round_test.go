@@ -1022,6 +1022,46 @@ func TestDriverKilled(t *testing.T) {
 // only those, whatever the policy; one that no node matches, or whose nodes
 // have no room for its minimum, waits with the reason in its status; its
 // driver pod carries its node selection.
+// placed is what a test of placement wants of a job after each round.
+type placed struct {
+	phase   api.Phase
+	nodes   []string // the nodes it may be given (Running)
+	message string   // in its status (Pending)
+}
+
+// placeRounds submits jobs in name order and runs 3 rounds, checking after
+// each that every job is as want says; a running job reports a goodput
+// model after the first, so that it may grow. It returns the jobs' names.
+func (f *fixture) placeRounds(jobs map[string]api.Spec, want map[string]placed) []string {
+	f.t.Helper()
+	names := slices.Sorted(maps.Keys(jobs))
+	for _, name := range names {
+		f.submit(name, jobs[name])
+	}
+	for round := range 3 {
+		f.round()
+		f.checkFits(names...)
+		for _, name := range names {
+			j, w := f.job(name), want[name]
+			if j.Status.Phase != w.phase {
+				f.t.Fatalf("round %d: %s is %s (%v, %q), want %s", round, name, j.Status.Phase, j.Status.Allocation, j.Status.Message, w.phase)
+			}
+			for _, n := range j.Status.Allocation {
+				if !slices.Contains(w.nodes, n) {
+					f.t.Fatalf("round %d: %s allocated %v, outside its nodes %v", round, name, j.Status.Allocation, w.nodes)
+				}
+			}
+			if w.phase == api.PhasePending && !strings.Contains(j.Status.Message, w.message) {
+				f.t.Fatalf("round %d: %s's message %q, want one with %q", round, name, j.Status.Message, w.message)
+			}
+			if w.phase == api.PhaseRunning && round == 0 {
+				f.reportGoodput(name, 4) // then it may grow
+			}
+		}
+	}
+	return names
+}
+
 func TestNodeSelection(t *testing.T) {
 	pool := func(name string, slots int, labels ...string) *corev1.Node {
 		n := labelNode(name, slots)
@@ -1037,36 +1077,31 @@ func TestNodeSelection(t *testing.T) {
 	}
 	notInA := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
 		{Key: "pool", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"a"}}}}}}
-	type want struct {
-		phase   api.Phase
-		nodes   []string // the nodes it may be given (Running)
-		message string   // in its status (Pending)
-	}
 	for _, tc := range []struct {
 		name string
 		jobs map[string]api.Spec // submitted in name order
-		want map[string]want
+		want map[string]placed
 		// The policies it holds for (nil: all).
 		policies []string
 	}{
 		{"match", map[string]api.Spec{"j": pinned(1, 4, map[string]string{"pool": "a"}, nil)},
-			map[string]want{"j": {phase: api.PhaseRunning, nodes: []string{"n1"}}}, nil},
+			map[string]placed{"j": {phase: api.PhaseRunning, nodes: []string{"n1"}}}, nil},
 		{"several labels", map[string]api.Spec{"j": pinned(1, 4, map[string]string{"pool": "b", "zone": "z1"}, nil)},
-			map[string]want{"j": {phase: api.PhaseRunning, nodes: []string{"n3"}}}, nil},
+			map[string]placed{"j": {phase: api.PhaseRunning, nodes: []string{"n3"}}}, nil},
 		{"required node affinity", map[string]api.Spec{"j": pinned(1, 6, nil, notInA)},
-			map[string]want{"j": {phase: api.PhaseRunning, nodes: []string{"n2", "n3"}}}, nil},
+			map[string]placed{"j": {phase: api.PhaseRunning, nodes: []string{"n2", "n3"}}}, nil},
 		{"no match", map[string]api.Spec{"j": pinned(1, 4, map[string]string{"pool": "c"}, nil), "k": spec(1, 2, 0)},
-			map[string]want{"j": {phase: api.PhasePending, message: "no node matches spec.nodeSelector"}, "k": {phase: api.PhaseRunning, nodes: []string{"n1", "n2", "n3"}}}, nil},
+			map[string]placed{"j": {phase: api.PhasePending, message: "no node matches spec.nodeSelector"}, "k": {phase: api.PhaseRunning, nodes: []string{"n1", "n2", "n3"}}}, nil},
 		{"matching nodes too small", map[string]api.Spec{"j": pinned(3, 4, map[string]string{"pool": "a"}, nil)},
-			map[string]want{"j": {phase: api.PhasePending, message: "waiting for 3 free slots (spec.minWorkers) on the 1 nodes matching spec.nodeSelector and spec.requiredNodeAffinity (2 free there)"}}, nil},
+			map[string]placed{"j": {phase: api.PhasePending, message: "waiting for 3 free slots (spec.minWorkers) on the 1 nodes matching spec.nodeSelector and spec.requiredNodeAffinity (2 free there)"}}, nil},
 		{"two jobs for one node's slots", map[string]api.Spec{"j": pinned(2, 2, map[string]string{"pool": "a"}, nil), "k": pinned(2, 2, map[string]string{"pool": "a"}, nil), "l": spec(1, 1, 0)},
-			map[string]want{"j": {phase: api.PhaseRunning, nodes: []string{"n1"}}, "k": {phase: api.PhasePending, message: "(0 free there)"},
+			map[string]placed{"j": {phase: api.PhaseRunning, nodes: []string{"n1"}}, "k": {phase: api.PhasePending, message: "(0 free there)"},
 				"l": {phase: api.PhaseRunning, nodes: []string{"n1", "n2", "n3"}}}, nil},
 		// The policy's packing puts a on n1, j on n2 (not its node) and
 		// k on n3: k's placement must not be kept before j, the earlier,
 		// is given n3, the only node it may use.
 		{"a later job's placement on an earlier one's only node", map[string]api.Spec{"a": spec(2, 2, 0), "j": pinned(2, 2, map[string]string{"zone": "z1"}, nil), "k": pinned(2, 2, map[string]string{"pool": "b"}, nil)},
-			map[string]want{"a": {phase: api.PhaseRunning, nodes: []string{"n1", "n2", "n3"}}, "j": {phase: api.PhaseRunning, nodes: []string{"n3"}},
+			map[string]placed{"a": {phase: api.PhaseRunning, nodes: []string{"n1", "n2", "n3"}}, "j": {phase: api.PhaseRunning, nodes: []string{"n3"}},
 				"k": {phase: api.PhaseRunning, nodes: []string{"n2", "n3"}}}, nil},
 	} {
 		policies := tc.policies
@@ -1076,31 +1111,7 @@ func TestNodeSelection(t *testing.T) {
 		for _, policy := range policies {
 			t.Run(tc.name+"/"+policy, func(t *testing.T) {
 				f := newFixture(t, policy, pool("n1", 2, "pool", "a"), pool("n2", 2, "pool", "b"), pool("n3", 2, "pool", "b", "zone", "z1"))
-				names := slices.Sorted(maps.Keys(tc.jobs))
-				for _, name := range names {
-					f.submit(name, tc.jobs[name])
-				}
-				for round := range 3 {
-					f.round()
-					f.checkFits(names...)
-					for _, name := range names {
-						j, w := f.job(name), tc.want[name]
-						if j.Status.Phase != w.phase {
-							t.Fatalf("round %d: %s is %s (%v, %q), want %s", round, name, j.Status.Phase, j.Status.Allocation, j.Status.Message, w.phase)
-						}
-						for _, n := range j.Status.Allocation {
-							if !slices.Contains(w.nodes, n) {
-								t.Fatalf("round %d: %s allocated %v, outside its nodes %v", round, name, j.Status.Allocation, w.nodes)
-							}
-						}
-						if w.phase == api.PhasePending && !strings.Contains(j.Status.Message, w.message) {
-							t.Fatalf("round %d: %s's message %q, want one with %q", round, name, j.Status.Message, w.message)
-						}
-						if w.phase == api.PhaseRunning && round == 0 {
-							f.reportGoodput(name, 4) // then it may grow
-						}
-					}
-				}
+				names := f.placeRounds(tc.jobs, tc.want)
 				for _, name := range names {
 					pod, err := f.kube.CoreV1().Pods(testNS).Get(context.Background(), DriverPodName(name), metav1.GetOptions{})
 					if tc.want[name].phase == api.PhasePending {
@@ -1468,33 +1479,28 @@ func TestSlotKinds(t *testing.T) {
 		return s
 	}
 	mixed := []*corev1.Node{gpuNode("g1", 2, "pool", "a"), gpuNode("g2", 2, "pool", "b"), slotNode("s1", 2), labelNode("l1", 2)}
-	type want struct {
-		phase   api.Phase
-		nodes   []string // the nodes it may be given (Running)
-		message string   // in its status (Pending)
-	}
 	for _, tc := range []struct {
 		name  string
 		nodes []*corev1.Node
 		jobs  map[string]api.Spec // submitted in name order
-		want  map[string]want
+		want  map[string]placed
 	}{
 		{"each kind to its jobs", mixed, map[string]api.Spec{"cpu": spec(1, 4, 0), "gpu": gpus(1, 4, nil)},
-			map[string]want{"cpu": {phase: api.PhaseRunning, nodes: []string{"s1", "l1"}}, "gpu": {phase: api.PhaseRunning, nodes: []string{"g1", "g2"}}}},
+			map[string]placed{"cpu": {phase: api.PhaseRunning, nodes: []string{"s1", "l1"}}, "gpu": {phase: api.PhaseRunning, nodes: []string{"g1", "g2"}}}},
 		{"a GPU job pinned", mixed, map[string]api.Spec{"gpu": gpus(1, 4, map[string]string{"pool": "b"})},
-			map[string]want{"gpu": {phase: api.PhaseRunning, nodes: []string{"g2"}}}},
+			map[string]placed{"gpu": {phase: api.PhaseRunning, nodes: []string{"g2"}}}},
 		{"a GPU job pinned where no GPU node matches", mixed, map[string]api.Spec{"gpu": gpus(1, 4, map[string]string{"pool": "c"})},
-			map[string]want{"gpu": {phase: api.PhasePending, message: "no GPU node matches spec.nodeSelector and spec.requiredNodeAffinity: waiting for one"}}},
+			map[string]placed{"gpu": {phase: api.PhasePending, message: "no GPU node matches spec.nodeSelector and spec.requiredNodeAffinity: waiting for one"}}},
 		{"more GPUs than the GPU nodes have", mixed, map[string]api.Spec{"gpu": gpus(5, 5, nil)},
-			map[string]want{"gpu": {phase: api.PhasePending, message: "waiting for 5 free slots (spec.minWorkers) on the 2 GPU nodes (4 free there)"}}},
+			map[string]placed{"gpu": {phase: api.PhasePending, message: "waiting for 5 free slots (spec.minWorkers) on the 2 GPU nodes (4 free there)"}}},
 		{"no GPU node", []*corev1.Node{slotNode("s1", 2), labelNode("l1", 2)}, map[string]api.Spec{"cpu": spec(1, 4, 0), "gpu": gpus(1, 4, nil)},
-			map[string]want{"cpu": {phase: api.PhaseRunning, nodes: []string{"s1", "l1"}},
+			map[string]placed{"cpu": {phase: api.PhaseRunning, nodes: []string{"s1", "l1"}},
 				"gpu": {phase: api.PhasePending, message: "no node has nvidia.com/gpu (spec.resources asks for GPUs): waiting for one"}}},
 		{"GPU nodes only", []*corev1.Node{gpuNode("g1", 2)}, map[string]api.Spec{"cpu": spec(1, 4, 0), "gpu": gpus(1, 4, nil)},
-			map[string]want{"cpu": {phase: api.PhasePending, message: "no node without GPUs has slots (spec.resources asks for no GPU): waiting for one"},
+			map[string]placed{"cpu": {phase: api.PhasePending, message: "no node without GPUs has slots (spec.resources asks for no GPU): waiting for one"},
 				"gpu": {phase: api.PhaseRunning, nodes: []string{"g1"}}}},
 		{"label nodes only", []*corev1.Node{labelNode("l1", 2), labelNode("l2", 2)}, map[string]api.Spec{"cpu": spec(3, 4, 0)},
-			map[string]want{"cpu": {phase: api.PhaseRunning, nodes: []string{"l1", "l2"}}}},
+			map[string]placed{"cpu": {phase: api.PhaseRunning, nodes: []string{"l1", "l2"}}}},
 	} {
 		for _, policy := range Policies {
 			t.Run(tc.name+"/"+policy, func(t *testing.T) {
@@ -1503,31 +1509,7 @@ func TestSlotKinds(t *testing.T) {
 					nodes = append(nodes, n.DeepCopy())
 				}
 				f := newFixture(t, policy, nodes...)
-				names := slices.Sorted(maps.Keys(tc.jobs))
-				for _, name := range names {
-					f.submit(name, tc.jobs[name])
-				}
-				for round := range 3 {
-					f.round()
-					f.checkFits(names...)
-					for _, name := range names {
-						j, w := f.job(name), tc.want[name]
-						if j.Status.Phase != w.phase {
-							t.Fatalf("round %d: %s is %s (%v, %q), want %s", round, name, j.Status.Phase, j.Status.Allocation, j.Status.Message, w.phase)
-						}
-						if w.phase == api.PhasePending && !strings.Contains(j.Status.Message, w.message) {
-							t.Fatalf("round %d: %s's message %q, want one with %q", round, name, j.Status.Message, w.message)
-						}
-						for _, n := range j.Status.Allocation {
-							if !slices.Contains(w.nodes, n) {
-								t.Fatalf("round %d: %s allocated %v, outside its nodes %v", round, name, j.Status.Allocation, w.nodes)
-							}
-						}
-						if w.phase == api.PhaseRunning && round == 0 {
-							f.reportGoodput(name, 4) // then it may grow
-						}
-					}
-				}
+				f.placeRounds(tc.jobs, tc.want)
 			})
 		}
 	}
