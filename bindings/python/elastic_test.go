@@ -323,6 +323,44 @@ func TestInterrupt(t *testing.T) {
 	}
 }
 
+// TestWorldChangeBeforeElasticLoop: a script converted from non-elastic
+// Horovod broadcasts its parameters and optimizer state before its elastic
+// loop (tests/prebroadcast_test.py). One of its 3 ranks is killed with kill
+// -9 while they broadcast: both survivors' broadcasts raise
+// HorovodInternalError, Horovod's recoverable error, not a MismatchError
+// and not a hang.
+func TestWorldChangeBeforeElasticLoop(t *testing.T) {
+	needTorch(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	j := startJob(t, ctx, pyEnv(t), buildtest.Gorovod(t), "run", "--np", "3", "--min-np", "2", "--",
+		Python, "tests/prebroadcast_test.py")
+	pids := map[string]int{}
+	for _, rank := range []string{"0", "1", "2"} {
+		pids[rank], _ = strconv.Atoi(j.waitFor(t, regexp.MustCompile(`rank `+rank+` pid (\d+) broadcasting`), 2*time.Minute)[1])
+	}
+	if err := syscall.Kill(pids["2"], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, rank := range []string{"0", "1"} {
+		j.waitFor(t, regexp.MustCompile(`rank `+rank+`: (HorovodInternalError|\w+Error: .*|no error within)`), time.Minute)
+	}
+	select {
+	case <-j.done: // the job fails: its survivors exited with an error of their own
+	case <-time.After(time.Minute):
+		t.Fatalf("the job did not end after its survivors' errors:\n%s", j.output())
+	}
+	out := j.output()
+	for _, rank := range []string{"0", "1"} {
+		if !strings.Contains(out, "rank "+rank+": HorovodInternalError\n") {
+			t.Errorf("rank %s did not raise HorovodInternalError", rank)
+		}
+	}
+	if t.Failed() || strings.Contains(out, "MismatchError") {
+		t.Fatalf("want HorovodInternalError on ranks 0 and 1, and no MismatchError:\n%s", out)
+	}
+}
+
 // TestStoppedWorkerEndsQuietly: a Python worker that its job stops (SIGINT:
 // here the job cannot go on after the other rank raised) ends with one
 // line saying where it was stopped, not a KeyboardInterrupt traceback,
