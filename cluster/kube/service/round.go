@@ -467,8 +467,9 @@ func keepStranded(active []*entry, current scheduler.Allocation, cluster schedul
 // match it; and the nodes' scores for each job with node preferences.
 func eligibleNodes(active []*entry, nodes []*corev1.Node, names []string) error {
 	byName := make(map[string]*corev1.Node, len(nodes))
+	kinds := make(map[string]SlotKind, len(nodes))
 	for _, n := range nodes {
-		byName[n.Name] = n
+		byName[n.Name], kinds[n.Name] = n, KindOf(n)
 	}
 	for _, e := range active {
 		if e.job.Spec.Prefers() {
@@ -482,7 +483,7 @@ func eligibleNodes(active []*entry, nodes []*corev1.Node, names []string) error 
 			}
 		}
 		gpus := e.job.Spec.WantsGPUs()
-		restricted := slices.ContainsFunc(names, func(name string) bool { return !KindOf(byName[name]).Fits(gpus) })
+		restricted := slices.ContainsFunc(names, func(name string) bool { return !kinds[name].Fits(gpus) })
 		pinned := e.job.Spec.Pinned()
 		if !pinned && !restricted {
 			continue
@@ -497,7 +498,7 @@ func eligibleNodes(active []*entry, nodes []*corev1.Node, names []string) error 
 		// A node counts for a job restricted by kind only if it has
 		// slots of the job's kind (a node without slots fits any job).
 		fits := func(n *corev1.Node) bool {
-			k := KindOf(n)
+			k := kinds[n.Name]
 			return !restricted || (k != NoSlots && k.Fits(gpus))
 		}
 		e.eligible = make([]bool, len(names))

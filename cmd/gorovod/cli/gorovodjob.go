@@ -32,14 +32,6 @@ import (
 	"github.com/gorovod/gorovod/job"
 )
 
-// Resources a worker of a GorovodJob asks for: one GPU where the job's
-// spec.resources names GPUs, else one gorovod.io/slot, the extended resource
-// a node without GPUs advertises for its worker slots (docs/clusters.md).
-const (
-	resourceGPU  = api.GPUResource
-	resourceSlot = api.SlotResource
-)
-
 // gorovodJobConfig tunes the driver of a GorovodJob.
 type gorovodJobConfig struct {
 	// StatusEvery is how often the driver writes the job's world size,
@@ -547,10 +539,12 @@ func pinWorker(pod *corev1.Pod, spec api.Spec) {
 }
 
 // workerResources are a worker's resources: the spec's, with one
-// gorovod.io/slot where they ask for neither a GPU nor a slot.
+// gorovod.io/slot (the extended resource a node without GPUs advertises for
+// its worker slots, docs/clusters.md) where they ask for neither a GPU nor
+// a slot.
 func workerResources(r corev1.ResourceRequirements) corev1.ResourceRequirements {
 	r = *r.DeepCopy()
-	for _, name := range []corev1.ResourceName{resourceGPU, resourceSlot} {
+	for _, name := range []corev1.ResourceName{api.GPUResource, api.SlotResource} {
 		if _, ok := r.Limits[name]; ok {
 			return r
 		}
@@ -565,8 +559,8 @@ func workerResources(r corev1.ResourceRequirements) corev1.ResourceRequirements 
 		r.Requests = corev1.ResourceList{}
 	}
 	// Extended resources are requested as much as limited.
-	r.Limits[resourceSlot] = resource.MustParse("1")
-	r.Requests[resourceSlot] = resource.MustParse("1")
+	r.Limits[api.SlotResource] = resource.MustParse("1")
+	r.Requests[api.SlotResource] = resource.MustParse("1")
 	return r
 }
 

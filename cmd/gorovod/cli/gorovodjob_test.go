@@ -73,16 +73,16 @@ func TestWorkerResources(t *testing.T) {
 		in   corev1.ResourceRequirements
 		want corev1.ResourceName
 	}{
-		{"none: a slot", corev1.ResourceRequirements{}, resourceSlot},
-		{"cpu only: a slot too", corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: one}}, resourceSlot},
-		{"a GPU", corev1.ResourceRequirements{Limits: corev1.ResourceList{resourceGPU: one}}, resourceGPU},
+		{"none: a slot", corev1.ResourceRequirements{}, api.SlotResource},
+		{"cpu only: a slot too", corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: one}}, api.SlotResource},
+		{"a GPU", corev1.ResourceRequirements{Limits: corev1.ResourceList{api.GPUResource: one}}, api.GPUResource},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := workerResources(tc.in)
 			if q := got.Limits[tc.want]; q.Cmp(one) != 0 {
 				t.Fatalf("limits %v, want one %s", got.Limits, tc.want)
 			}
-			other := map[corev1.ResourceName]corev1.ResourceName{resourceSlot: resourceGPU, resourceGPU: resourceSlot}[tc.want]
+			other := map[corev1.ResourceName]corev1.ResourceName{api.SlotResource: api.GPUResource, api.GPUResource: api.SlotResource}[tc.want]
 			if _, ok := got.Limits[other]; ok {
 				t.Fatalf("limits %v ask for %s too", got.Limits, other)
 			}
@@ -90,7 +90,7 @@ func TestWorkerResources(t *testing.T) {
 	}
 	in := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: one}}
 	workerResources(in)
-	if _, ok := in.Limits[resourceSlot]; ok {
+	if _, ok := in.Limits[api.SlotResource]; ok {
 		t.Fatal("workerResources changed its argument")
 	}
 }
