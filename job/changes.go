@@ -157,6 +157,6 @@ func (j *Job) dropHost(host string) {
 		j.driver.Remove(name)
 	}
 	for _, p := range victims {
-		_ = p.Signal(StopSignal)
+		_ = signalAwake(p, StopSignal)
 	}
 }

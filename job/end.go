@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/gorovod/gorovod/heuristics"
@@ -18,16 +19,19 @@ import (
 //  1. Training is over once a member of the current world reports it (the
 //     driver's Finished; sync's Worker.Finish sends the report).
 //  2. The workers of the last world then exit by themselves. After
-//     Config.FinishGrace, a process of the job that is a member of the
-//     current world and has not reported the end is still finishing the last
-//     step: a collective of that step completed for some workers and failed
-//     for others, and the driver (sync/driver's rescue) gave the others a
-//     world of their own to redo it in. The runner waits for such workers,
-//     checking every FinishGrace/10, up to Config.RescueLimit after training
-//     was reported over.
-//  3. Any other process still running was waiting to join a job that is over:
-//     the runner stops it (StopSignal, then SIGKILL), and however it exits, it
-//     counts as Stopped, not as a failure, with why in its record
+//     Config.FinishGrace, every process of the job still running is sent
+//     SIGCONT: one paused (SIGSTOP) could neither finish nor exit, nor
+//     write its last lines (the final world's rank 0 writes the job's
+//     result after reporting the end). Then a process of the job that is a
+//     member of the current world and has not reported the end is still
+//     finishing the last step: a collective of that step completed for
+//     some workers and failed for others, and the driver (sync/driver's
+//     rescue) gave the others a world of their own to redo it in. The
+//     runner waits for such workers, checking every FinishGrace/10, up to
+//     Config.RescueLimit after training was reported over.
+//  3. Any other process still running was waiting to join a job that is
+//     over: the runner stops it (StopSignal and SIGCONT, then SIGKILL), and
+//     however it exits, it counts as Stopped, not as a failure, with why in its record
 //     (WorkerRecord.StopReason: StopNotNeeded here). Workers on a host the
 //     Discovery dropped are stopped the same way (StopHostDropped), and so
 //     is a worker the driver removed as stuck (Job.stopStuck, StopStuck;
@@ -394,6 +398,7 @@ type ending struct {
 	stopAll context.CancelFunc // stops every process of the job at once
 
 	finishedAt time.Time        // training was reported over (zero: not yet)
+	woken      bool             // rule 2's first look has woken the running processes
 	late       <-chan time.Time // look again for workers finishing the last step (rule 2)
 	exiting    <-chan time.Time // ExitLimit: stop the members still exiting (rule 3)
 }
@@ -417,6 +422,10 @@ func (e *ending) reported() {
 // (up to RescueLimit); then rule 3 stops the late joiners, and the members
 // that are exiting get until ExitLimit.
 func (e *ending) lookLate() {
+	if !e.woken {
+		e.woken = true
+		e.wakeRunning()
+	}
 	if time.Since(e.finishedAt) < e.cfg.RescueLimit && e.finishingLastStep() {
 		e.late = time.After(e.cfg.FinishGrace / 10)
 		return
@@ -424,6 +433,26 @@ func (e *ending) lookLate() {
 	e.late = nil
 	if e.stopLateJoiners(StopNotNeeded, true) {
 		e.exiting = time.After(time.Until(e.finishedAt.Add(e.cfg.ExitLimit)))
+	}
+}
+
+// wakeRunning is rule 2's first step: every process of the job still
+// running gets SIGCONT. One paused (SIGSTOP) can neither finish its last
+// step nor exit, and the final world's rank 0 paused between its report of
+// the end and its final line would be stopped at ExitLimit with that line,
+// the job's result, never written. A running one ignores the signal.
+func (e *ending) wakeRunning() {
+	r := e.roster
+	var running []Process
+	r.mu.Lock()
+	for _, p := range r.procs {
+		if p.rec.State == Running {
+			running = append(running, p.p)
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range running {
+		_ = p.Signal(syscall.SIGCONT)
 	}
 }
 
@@ -501,7 +530,7 @@ func (e *ending) stopLateJoiners(why StopReason, spareExiting bool) (spared bool
 		return false
 	}
 	for _, p := range stop {
-		_ = p.Signal(StopSignal)
+		_ = signalAwake(p, StopSignal)
 	}
 	return true
 }

@@ -64,7 +64,7 @@ func (j *Job) signalUntilExit(ctx context.Context, ref WorkerRef, name, label st
 			if i > 0 {
 				j.events.notice(fmt.Sprintf("worker %d (%s)%s did not exit; sending %s", ref.Index, name, label, signalName(step.sig)))
 			}
-			if err := proc.Signal(step.sig); err != nil {
+			if err := signalAwake(proc, step.sig); err != nil {
 				return err
 			}
 		}

@@ -260,12 +260,17 @@ func (w *Pod) Name() string { return w.st.Pod }
 func (w *Pod) PID() int { return 0 }
 
 // Signal deletes the pod: with its grace period (SIGTERM first) for any
-// signal but SIGKILL, at once for SIGKILL.
+// signal but SIGKILL, at once for SIGKILL. SIGCONT, which only wakes a
+// paused process (job's signalAwake), does nothing: the API cannot pause a
+// container's process, nor deliver a signal to one.
 func (w *Pod) Signal(sig os.Signal) error {
 	select {
 	case <-w.st.ended:
 		return nil
 	default:
+	}
+	if sig == syscall.SIGCONT {
+		return nil
 	}
 	var grace *int64
 	if sig == syscall.SIGKILL {

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
@@ -50,6 +51,9 @@ type options struct {
 	evalBatch   int
 	verbose     bool
 	gradDType   string
+	// pauseAtEnd: the last world's rank 0 pauses itself (SIGSTOP) once
+	// training is over, before its final line (a fault for the tests).
+	pauseAtEnd bool
 	batchOptions
 }
 
@@ -71,6 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.evalBatch, "eval-batch", 1000, "batch size of the test-set evaluation")
 	fs.BoolVar(&o.verbose, "v", false, "log the elastic layer's decisions to stderr")
 	fs.StringVar(&o.gradDType, "grad-dtype", "float32", "dtype the gradients are averaged in across workers: float32, or float16 or bfloat16 for half the bytes (the parameters stay float32)")
+	fs.BoolVar(&o.pauseAtEnd, "pause-at-end", false, "the last world's rank 0 pauses itself (SIGSTOP) once training is over and reported, before its final line: a worker paused at the end of a job, which gorovod run wakes (SIGCONT) to let it write that line and exit (tests)")
 	o.batchOptions.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -327,6 +332,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	trainSeconds := time.Since(trainStart).Seconds()
 	if res.Rank != 0 {
 		return nil
+	}
+	if o.pauseAtEnd {
+		if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+			return err
+		}
 	}
 	sum := mnist.ParamsSHA256(model.Params())
 	if d := describeAdaptive(loop.BatchPolicy); d != "" {

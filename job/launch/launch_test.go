@@ -96,6 +96,18 @@ func child(mode string) int {
 				return 0
 			}
 		}
+	case "pause":
+		// Pauses itself (SIGSTOP) once ready; exits 0 on SIGINT, which it
+		// can act on only once it runs again.
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGINT)
+		fmt.Println("ready")
+		if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
+			return 6
+		}
+		<-stop
+		fmt.Println("stopped by SIGINT")
+		return 0
 	case "ignore-term":
 		signal.Ignore(syscall.SIGTERM)
 		fmt.Println("ready")
