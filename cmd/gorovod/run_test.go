@@ -658,62 +658,68 @@ func TestFashionMNISTUnderRun(t *testing.T) {
 	checkFashionMNIST(t, h.lines, 0.7)
 }
 
-// TestRunKeepsTheResultThroughFaultsAtTheEnd: the faults at the end of a
-// job that chaos trials found losing its result (the last world's rank 0's
-// final line), each forced by the Fashion-MNIST trainer on the last world's
-// rank 0 of a 3-worker job; the job must end with status 0, one final
-// line, and its workers counted as they ended.
-//
-//   - paused after its report of the end (--pause-at-end), as a worker
-//     paused by hand there and never resumed: the runner stopped it at
-//     ExitLimit (30 s) with SIGINT, pending while it was paused, then
-//     SIGKILL (counted stopped, and in that trial without its final line,
-//     which the example wrote after its report then). Now the runner wakes
-//     the job's running processes FinishGrace after the end, and it exits
-//     by itself, finished.
-//   - killed (by itself, --die-at-end) as it is about to write the result,
-//     after the last step and its evaluation, as a rank 0 killed by hand
-//     there (the others had reported the end and exited: no final line).
-//     Now the others wait at a barrier (sync's TrainConfig.Final); its
-//     death breaks it, the world is formed again without it, and the new
-//     rank 0 evaluates the same parameters and writes the line.
-func TestRunKeepsTheResultThroughFaultsAtTheEnd(t *testing.T) {
+// TestRunWakesAWorkerPausedAtTheEnd: the last world's rank 0 pauses itself
+// (SIGSTOP) once it has reported the end of training, as a chaos trial's
+// worker paused there by hand and never resumed (the runner stopped it at
+// ExitLimit, 30 s on, and SIGINT, pending while it was paused, then SIGKILL
+// ended it: counted stopped, and in that trial without its final line,
+// which the example then wrote after its report). The runner wakes the
+// job's running processes FinishGrace after the end: the worker exits by
+// itself, finished.
+func TestRunWakesAWorkerPausedAtTheEnd(t *testing.T) {
 	if !haveFashionMNIST() {
 		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
 	}
-	for _, tc := range []struct {
-		name  string
-		minNP int
-		fault func(dir string) []string // the trainer's fault flags
-		count string                    // gorovod run's last line begins so
-	}{
-		{"rank 0 paused after its report", 3, func(string) []string { return []string{"--pause-at-end"} },
-			"gorovod run: 3 workers finished, 0 lost, 0 failed;"},
-		{"rank 0 killed as it writes the result", 2, func(dir string) []string { return []string{"--die-at-end", filepath.Join(dir, "died")} },
-			"gorovod run: 2 workers finished, 1 lost, 0 failed;"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			args := append([]string{"--np", "3", "--min-np", fmt.Sprint(tc.minNP), "--", fashionMNIST,
-				"--epochs", "1", "--train-limit", "3000", "--json", "--log-every", "0"}, tc.fault(dir)...)
-			h := startRunJob(t, args...)
-			h.logTailOnFailure(t, "gorovod run's output")
-			select {
-			case err := <-h.exited:
-				if err != nil {
-					t.Fatalf("gorovod run: %v", err)
-				}
-			case <-time.After(2 * time.Minute):
-				t.Fatal("the job did not end")
-			}
-			log := h.logText()
-			if n := strings.Count(log, "] final: test accuracy"); n != 1 {
-				t.Errorf("%d final lines, want 1", n)
-			}
-			if !strings.Contains(log, tc.count) {
-				t.Errorf("want the workers counted as %q", tc.count)
-			}
-		})
+	h := startRunJob(t, "--np", "3", "--", fashionMNIST, "--epochs", "1", "--train-limit", "3000", "--json", "--log-every", "0", "--pause-at-end")
+	h.logTailOnFailure(t, "gorovod run's output")
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			t.Fatalf("gorovod run: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the job did not end")
+	}
+	log := h.logText()
+	if !strings.Contains(log, "] final: test accuracy") {
+		t.Error("the last world's rank 0 never wrote its final line")
+	}
+	if !strings.Contains(log, "gorovod run: 3 workers finished, 0 lost, 0 failed;") {
+		t.Error("want the 3 workers counted finished (the paused one exiting by itself, not stopped)")
+	}
+}
+
+// TestRunWritesTheResultWhenRank0DiesAtTheEnd: the last world's rank 0 is
+// killed (SIGKILL, by itself: --die-at-end) as it is about to write the
+// job's result, after the last step and its evaluation, as a chaos trial's
+// rank 0 killed by hand there left the job without its final line. The
+// others wait at the end (sync's TrainConfig.Final) for it; its death
+// breaks their barrier, the world is formed again without it, and its new
+// rank 0 evaluates the same parameters and writes the line, once.
+func TestRunWritesTheResultWhenRank0DiesAtTheEnd(t *testing.T) {
+	if !haveFashionMNIST() {
+		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
+	}
+	marker := filepath.Join(t.TempDir(), "died")
+	h := startRunJob(t, "--np", "3", "--min-np", "2", "--", fashionMNIST, "--epochs", "1", "--train-limit", "3000", "--json", "--log-every", "0", "--die-at-end", marker)
+	h.logTailOnFailure(t, "gorovod run's output")
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			t.Fatalf("gorovod run: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the job did not end")
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("no rank 0 died at the end: %v", err)
+	}
+	log := h.logText()
+	if n := strings.Count(log, "] final: test accuracy"); n != 1 {
+		t.Errorf("%d final lines, want 1 (from the new rank 0)", n)
+	}
+	if !strings.Contains(log, "gorovod run: 2 workers finished, 1 lost, 0 failed;") {
+		t.Error("want 2 workers finished and the one killed lost")
 	}
 }
 
