@@ -266,7 +266,7 @@ func (p *adoptedProcess) follow(ctx context.Context, grace time.Duration, tails 
 		case <-tick.C:
 		case <-stopping:
 			stopping = nil
-			_ = signalAwake(p, StopSignal)
+			_ = launch.SignalAwake(p, StopSignal)
 			kill = time.After(grace)
 		case <-kill:
 			kill = nil

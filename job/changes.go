@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/job/launch"
 	"github.com/gorovod/gorovod/sync/epoch"
 	"github.com/gorovod/gorovod/sync/stats"
 )
@@ -157,6 +158,6 @@ func (j *Job) dropHost(host string) {
 		j.driver.Remove(name)
 	}
 	for _, p := range victims {
-		_ = signalAwake(p, StopSignal)
+		_ = launch.SignalAwake(p, StopSignal)
 	}
 }

@@ -442,16 +442,7 @@ func (e *ending) lookLate() {
 // the end and its final line would be stopped at ExitLimit with that line,
 // the job's result, never written. A running one ignores the signal.
 func (e *ending) wakeRunning() {
-	r := e.roster
-	var running []Process
-	r.mu.Lock()
-	for _, p := range r.procs {
-		if p.rec.State == Running {
-			running = append(running, p.p)
-		}
-	}
-	r.mu.Unlock()
-	for _, p := range running {
+	for _, p := range e.roster.running() {
 		_ = p.Signal(syscall.SIGCONT)
 	}
 }
@@ -530,7 +521,7 @@ func (e *ending) stopLateJoiners(why StopReason, spareExiting bool) (spared bool
 		return false
 	}
 	for _, p := range stop {
-		_ = signalAwake(p, StopSignal)
+		_ = launch.SignalAwake(p, StopSignal)
 	}
 	return true
 }

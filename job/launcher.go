@@ -27,22 +27,6 @@ const (
 	LeaveSignal = syscall.SIGTERM
 )
 
-// signalAwake sends p sig, then SIGCONT. A paused process (SIGSTOP, a
-// terminal's ^Z, a debugger) gets sig only once it runs again: without the
-// SIGCONT, a worker paused when the runner stops it or asks it to leave
-// would do neither, and be killed after its grace, without the lines it had
-// yet to write (a stop) or the graceful leave it was asked for. A process
-// that is running ignores SIGCONT.
-func signalAwake(p Process, sig os.Signal) error {
-	if err := p.Signal(sig); err != nil {
-		return err
-	}
-	if sig != syscall.SIGKILL && sig != syscall.SIGCONT {
-		_ = p.Signal(syscall.SIGCONT) // fails only for a process that has exited since
-	}
-	return nil
-}
-
 // Launcher starts worker processes: on this host (LocalLauncher), or, in a
 // launcher of its own, over ssh, as Slurm job steps or as Kubernetes pods.
 // Launch may be called from several goroutines at once.
@@ -91,7 +75,7 @@ type Process interface {
 	// PID is its process id on its host (0 when the launcher cannot know).
 	PID() int
 	// Signal sends it a signal (StopSignal, LeaveSignal, SIGKILL, and
-	// SIGCONT to wake it: signalAwake); a launcher that cannot deliver
+	// SIGCONT to wake it: launch.SignalAwake); a launcher that cannot deliver
 	// signals maps them onto what it can do, and ignores SIGCONT if its
 	// processes cannot be paused.
 	Signal(sig os.Signal) error

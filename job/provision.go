@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/job/launch"
 )
 
 // cluster is the autoscaling engine's view of the job through its driver.
@@ -64,7 +65,7 @@ func (j *Job) signalUntilExit(ctx context.Context, ref WorkerRef, name, label st
 			if i > 0 {
 				j.events.notice(fmt.Sprintf("worker %d (%s)%s did not exit; sending %s", ref.Index, name, label, signalName(step.sig)))
 			}
-			if err := signalAwake(proc, step.sig); err != nil {
+			if err := launch.SignalAwake(proc, step.sig); err != nil {
 				return err
 			}
 		}

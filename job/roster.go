@@ -291,6 +291,17 @@ func (r *roster) drain() []Process {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.standing.draining = true
+	return r.runningLocked()
+}
+
+// running lists the processes still running.
+func (r *roster) running() []Process {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runningLocked()
+}
+
+func (r *roster) runningLocked() []Process {
 	var procs []Process
 	for _, p := range r.procs {
 		if p.rec.State == Running {

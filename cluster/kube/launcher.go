@@ -261,7 +261,7 @@ func (w *Pod) PID() int { return 0 }
 
 // Signal deletes the pod: with its grace period (SIGTERM first) for any
 // signal but SIGKILL, at once for SIGKILL. SIGCONT, which only wakes a
-// paused process (job's signalAwake), does nothing: the API cannot pause a
+// paused process (launch.SignalAwake), does nothing: the API cannot pause a
 // container's process, nor deliver a signal to one.
 func (w *Pod) Signal(sig os.Signal) error {
 	select {

@@ -672,14 +672,7 @@ func TestRunWakesAWorkerPausedAtTheEnd(t *testing.T) {
 	}
 	h := startRunJob(t, "--np", "3", "--", fashionMNIST, "--epochs", "1", "--train-limit", "3000", "--json", "--log-every", "0", "--pause-at-end")
 	h.logTailOnFailure(t, "gorovod run's output")
-	select {
-	case err := <-h.exited:
-		if err != nil {
-			t.Fatalf("gorovod run: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("the job did not end")
-	}
+	h.waitExit(t, 2*time.Minute)
 	log := h.logText()
 	if !strings.Contains(log, "] final: test accuracy") {
 		t.Error("the last world's rank 0 never wrote its final line")

@@ -191,7 +191,7 @@ func (j *Job) add(place func(i int) string, env []string) (int, error) {
 	if IsLocal(host) {
 		w.cmd = exec.CommandContext(j.ctx, j.spec.Argv[0], j.spec.Argv[1:]...)
 		w.cmd.Env = slices.Concat(j.spec.Environ, j.shareCPUs, j.spec.Env(i), env)
-		w.cmd.Cancel = func() error { return stopAwake(w.cmd.Process, j.spec.StopSignal) }
+		w.cmd.Cancel = func() error { return SignalAwake(w.cmd.Process, j.spec.StopSignal) }
 		w.cmd.WaitDelay = j.spec.StopGrace
 		w.cmd.Stdout, w.cmd.Stderr = stdout, stderr
 		var cpus []int
@@ -290,7 +290,7 @@ func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 	}
 	cmd := exec.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
 	cmd.Env = slices.Concat(os.Environ(), spec.Env)
-	cmd.Cancel = func() error { return stopAwake(cmd.Process, spec.StopSignal) }
+	cmd.Cancel = func() error { return SignalAwake(cmd.Process, spec.StopSignal) }
 	cmd.WaitDelay = spec.StopGrace
 	// exec copies the output and Wait waits for the copy to finish, so no
 	// line printed just before exit is lost.
@@ -336,17 +336,22 @@ func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 	return p, nil
 }
 
-// stopAwake sends p its stop signal, then SIGCONT: a paused process
-// (SIGSTOP) gets the stop signal only once it runs again, and would
-// otherwise be killed after the grace without acting on it (the shim of a
-// remote worker does the same: controlLoop).
-func stopAwake(p *os.Process, sig syscall.Signal) error {
+// SignalAwake sends p sig, then SIGCONT (not after SIGKILL or SIGCONT
+// itself). A paused process (SIGSTOP, a terminal's ^Z, a debugger) gets sig
+// only once it runs again: without the SIGCONT, a worker paused when it is
+// stopped or asked to leave would do neither, and be killed after its
+// grace without the lines it had yet to write or the graceful leave it was
+// asked for (the shim of a remote worker does the same: controlLoop). A
+// running process ignores SIGCONT. The error is sig's alone: SIGCONT fails
+// only for a process that has exited since, and os/exec would take that
+// error from a Cancel for a process that had exited before the stop.
+func SignalAwake(p interface{ Signal(os.Signal) error }, sig os.Signal) error {
 	if err := p.Signal(sig); err != nil {
 		return err
 	}
-	// Its error (the process exited since) is not the stop's: os/exec
-	// would take it for a process that had exited before the stop.
-	_ = p.Signal(syscall.SIGCONT)
+	if sig != syscall.SIGKILL && sig != syscall.SIGCONT {
+		_ = p.Signal(syscall.SIGCONT)
+	}
 	return nil
 }
 
