@@ -107,6 +107,14 @@ type Config struct {
 	// (and a WARN log line). MinWorkers is the floor from then on. Default
 	// 30 s, as Horovod's --start-timeout.
 	StartTimeout time.Duration
+	// ElasticTimeout bounds a wait for workers, as Horovod's
+	// --elastic-timeout: each worker waits at most this long for a world
+	// after a change (the workers get it as GOROVOD_ELASTIC_TIMEOUT), and a
+	// job whose first world has not formed by StartTimeout, with too few
+	// workers joined to form it (paused, hung, or stuck before they reach
+	// the job), fails ElasticTimeout later with a *StartError naming those
+	// that never joined. Default 10 min.
+	ElasticTimeout time.Duration
 	// FinishGrace is how long workers get to exit by themselves once a worker
 	// reported the end of training; those still running then are stopped,
 	// unless they are finishing the last step. Default 3 s.
@@ -155,15 +163,16 @@ type Config struct {
 // DefaultConfig returns the defaults; Argv must still be set.
 func DefaultConfig() Config {
 	return Config{
-		Workers:      1,
-		MinWorkers:   1,
-		Autoscaling:  heuristics.DefaultEngineConfig(),
-		Gossip:       membership.DefaultConfig(),
-		StartTimeout: 30 * time.Second,
-		FinishGrace:  3 * time.Second,
-		RescueLimit:  time.Minute,
-		ExitLimit:    30 * time.Second,
-		RemoveGrace:  10 * time.Second,
+		Workers:        1,
+		MinWorkers:     1,
+		Autoscaling:    heuristics.DefaultEngineConfig(),
+		Gossip:         membership.DefaultConfig(),
+		StartTimeout:   30 * time.Second,
+		ElasticTimeout: 10 * time.Minute,
+		FinishGrace:    3 * time.Second,
+		RescueLimit:    time.Minute,
+		ExitLimit:      30 * time.Second,
+		RemoveGrace:    10 * time.Second,
 
 		KeepExitedWorkers: 1024,
 	}
@@ -219,7 +228,7 @@ func (c Config) withDefaults() (Config, error) {
 		v   *time.Duration
 		def time.Duration
 	}{
-		{&c.StartTimeout, d.StartTimeout}, {&c.FinishGrace, d.FinishGrace},
+		{&c.StartTimeout, d.StartTimeout}, {&c.ElasticTimeout, d.ElasticTimeout}, {&c.FinishGrace, d.FinishGrace},
 		{&c.RescueLimit, d.RescueLimit}, {&c.RemoveGrace, d.RemoveGrace},
 		{&c.ExitLimit, d.ExitLimit},
 	} {

@@ -38,7 +38,9 @@ import (
 //     SIGKILL after RemoveGrace), at once: the floor replaces both like lost
 //     workers. So are the running workers of a job the floor gives up on
 //     (StopStranded: below its minimum after a worker failed, or after its
-//     replacements struck out, no world can form again). Members of the last world that
+//     replacements struck out, no world can form again), and of a job whose
+//     first world never formed (start.go: too few workers joined within
+//     StartTimeout + ElasticTimeout). Members of the last world that
 //     reported the end of training are exiting, not waiting: they are
 //     stopped the same way only once Config.ExitLimit after training was
 //     reported over has passed.
@@ -57,7 +59,8 @@ import (
 //     one that exited by itself without ever being in a world, after
 //     training was over (it was told it would never be admitted), is
 //     Stopped.
-//  7. The verdict (Outcome.Err): the job failed if a worker failed, if none
+//  7. The verdict (Outcome.Err): the job failed if no world ever formed
+//     (Outcome.NoWorld, a *StartError), if a worker failed, if none
 //     finished, if no step was trained (the workers exited without any of
 //     them reporting a step or the end of training: a command that is not a
 //     gorovod trainer, such as `true`), or if training did not finish —
@@ -135,7 +138,8 @@ const (
 	// StopHostDropped: its host left the Discovery's list.
 	StopHostDropped
 	// StopStranded: the job was below its minimum with no way back (a
-	// worker failed, or replacements struck out) and ended, stopping it.
+	// worker failed, replacements struck out, or too few workers joined
+	// for a first world: Outcome.NoWorld) and ended, stopping it.
 	// The last reason: parseStopReason (the job's record) knows those up
 	// to it.
 	StopStranded
@@ -253,6 +257,10 @@ type Outcome struct {
 	// Timeline is the job's merged timeline file (Config.Timeline); "" when
 	// none was asked for or it could not be written (a Notice says why).
 	Timeline string `json:"timeline,omitempty"`
+	// NoWorld says why the job gave up before its first world formed
+	// (too few workers joined within StartTimeout + ElasticTimeout); nil
+	// when it formed.
+	NoWorld *StartError `json:"no_world,omitempty"`
 }
 
 // WorkerCounts counts worker processes by how they ended, the stopped ones
@@ -358,6 +366,9 @@ func (o *Outcome) Launched() int { return len(o.Workers) + o.EarlierWorkers.Tota
 // finished and none failed; otherwise an error wrapping ErrFailed (and every
 // failed worker's *WorkerError, for those whose records are kept).
 func (o *Outcome) Err() error {
+	if o.NoWorld != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, o.NoWorld)
+	}
 	var failed []error
 	for _, w := range o.Workers {
 		if w.State == Failed {

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/gorovod/gorovod/heuristics"
@@ -57,6 +58,15 @@ type WorkerRef struct {
 	Index int    `json:"index"` // the launch index
 	Host  string `json:"host,omitempty"`
 	PID   int    `json:"pid,omitempty"`
+}
+
+// String names the process for a person: "worker 2 (pid 4711)", with " on
+// HOST" for a process on another host.
+func (w WorkerRef) String() string {
+	if w.Host != "" {
+		return fmt.Sprintf("worker %d (pid %d on %s)", w.Index, w.PID, w.Host)
+	}
+	return fmt.Sprintf("worker %d (pid %d)", w.Index, w.PID)
 }
 
 // WorkerStarted: a worker process was launched.

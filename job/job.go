@@ -211,7 +211,8 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	// a smaller world, nor a first world without a majority of the first
 	// workers (the others may be forming one with the driver). So does the
 	// driver's probe timeout: one that takes over waits as long as the
-	// driver for a blamed worker's answer.
+	// driver for a blamed worker's answer. The elastic timeout bounds each
+	// worker's wait for a world.
 	if cfg.Adopt != nil {
 		// The job's seed is this driver from now on: for the workers it
 		// starts, those started by hand with the job file, and a runner
@@ -224,7 +225,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		}
 	} else {
 		j.env = envconfig.ElasticWorker{JobID: cfg.JobID, Secret: cfg.Secret, Seeds: []string{j.driver.GossipAddr()},
-			MinWorkers: cfg.MinWorkers, FirstWorld: cfg.Workers, ProbeTimeout: cfg.ProbeTimeout}.Environ()
+			MinWorkers: cfg.MinWorkers, FirstWorld: cfg.Workers, ProbeTimeout: cfg.ProbeTimeout, ElasticTimeout: cfg.ElasticTimeout}.Environ()
 		j.env = append(j.env, cfg.observabilityEnv()...)
 		if cfg.OutputDir != "" {
 			// For a runner that adopts the job if this one dies.
@@ -289,7 +290,19 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	j.events.release(first...)
 	engineCtx := j.run(ctx)
-	go j.start.run(engineCtx, launched, j.driver.SetMinWorkers, j.driver.SetFirstWorld) // start.go
+	go j.start.run(engineCtx, launched, startHooks{ // start.go
+		setMin: j.driver.SetMinWorkers, setFirst: j.driver.SetFirstWorld, joined: j.driver.Workers,
+		warn: func(msg string) {
+			j.cfg.Logger.Warn(msg)
+			j.events.notice(msg)
+		},
+		giveUp: func(e *StartError) {
+			msg := fmt.Sprintf("the job gives up: %v; stopping its workers", e)
+			j.cfg.Logger.Error(msg)
+			j.events.notice(msg)
+			j.ending.stopLateJoiners(StopStranded, false)
+		},
+	})
 	return j, nil
 }
 
@@ -404,7 +417,7 @@ func (j *Job) end(finishedAt time.Time) {
 	j.learnNames()
 	j.events.flush()
 	o := Outcome{JobID: j.cfg.JobID, TrainingFinished: !finishedAt.IsZero(), World: j.driver.Current(),
-		LastStep: j.lastStep.Load(), Summary: j.engine.Summary()}
+		LastStep: j.lastStep.Load(), Summary: j.engine.Summary(), NoWorld: j.start.failed.Load()}
 	o.Workers, o.EarlierWorkers, o.HandStarted = j.roster.final(o.World)
 	o.Timeline = j.timeline.merge(j.events.notice)
 	j.outcome, j.err = o, o.Err()

@@ -107,6 +107,7 @@ func TestRunTrainsToTheEnd(t *testing.T) {
 	r := newRecorder()
 	cfg := config(t, r, 2, envSteps+"=40", envStepTime+"=20ms")
 	cfg.MinWorkers = 2 // both train every step
+	cfg.ElasticTimeout = 7 * time.Minute
 	o, err := run(t, cfg)
 	if err != nil {
 		t.Fatalf("job failed: %v\n%s", err, describe(r.all()))
@@ -139,9 +140,11 @@ func TestRunTrainsToTheEnd(t *testing.T) {
 		}
 	}
 	// Each worker's environment carries the job's minimum
-	// (GOROVOD_MIN_WORKERS), which a worker taking over proposing keeps to.
-	if minimum[0] != "min workers 2" || minimum[1] != "min workers 2" {
-		t.Fatalf("the minimum each worker read from its environment: %v, want 2 for both", minimum)
+	// (GOROVOD_MIN_WORKERS), which a worker taking over proposing keeps to,
+	// and its elastic timeout (GOROVOD_ELASTIC_TIMEOUT), its longest wait
+	// for a world.
+	if want := "min workers 2, elastic timeout 7m0s"; minimum[0] != want || minimum[1] != want {
+		t.Fatalf("what each worker read from its environment: %v, want %q for both", minimum, want)
 	}
 	first := func(k string) int { return kinds["job."+k][0] }
 	if len(kinds["job.JobStarted"]) != 1 || len(kinds["job.WorkerStarted"]) != 2 || len(kinds["job.WorkerExited"]) != 2 ||

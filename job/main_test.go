@@ -58,6 +58,7 @@ func TestMain(m *testing.M) {
 //	deaf   never join, and ignore the stop and leave signals (a deadlocked
 //	       process): only SIGKILL ends it
 //	late   train, but only once the FIFO named by JOBTEST_GATE opens
+//	pause  pause itself (SIGSTOP) before it joins, then train if continued
 func trainer() int {
 	mode := "train"
 	if modes := strings.Split(os.Getenv(envModes), ","); modes[0] != "" {
@@ -73,6 +74,8 @@ func trainer() int {
 		select {}
 	case "exit":
 		return 0
+	case "pause":
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 	case "late":
 		gate, err := os.Open(os.Getenv(envGate)) // blocks until the test opens it for writing
 		if err != nil {
@@ -115,8 +118,9 @@ func train(steps int64, stepTime time.Duration) error {
 		return err
 	}
 	// What a takeover would require of a world (the job's minimum, from
-	// GOROVOD_MIN_WORKERS): TestRunTrainsToTheEnd checks it.
-	fmt.Printf("min workers %d\n", cfg.MinWorkers)
+	// GOROVOD_MIN_WORKERS), and how long it waits for a world
+	// (GOROVOD_ELASTIC_TIMEOUT): TestRunTrainsToTheEnd checks them.
+	fmt.Printf("min workers %d, elastic timeout %v\n", cfg.MinWorkers, cfg.Session.RecoveryTimeout)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
 	defer stop()
 	leave := make(chan os.Signal, 1)

@@ -389,6 +389,26 @@ func (r *roster) matchLocked(w driver.WorkerInfo) (p *proc, ours bool) {
 	return nil, false
 }
 
+// notJoined lists the running processes of the job that are none of ws,
+// the driver's workers, in launch order.
+func (r *roster) notJoined(ws []driver.WorkerInfo) []WorkerRef {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	joined := map[*proc]bool{}
+	for _, w := range ws {
+		if p, _ := r.matchLocked(w); p != nil {
+			joined[p] = true
+		}
+	}
+	var out []WorkerRef
+	for _, p := range r.procs {
+		if p.rec.State == Running && !joined[p] {
+			out = append(out, p.rec.WorkerRef)
+		}
+	}
+	return out
+}
+
 // nameOf is process index's member name ("" when not known).
 func (r *roster) nameOf(index int) string {
 	r.mu.Lock()

@@ -3,10 +3,12 @@ package job
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 )
 
@@ -18,17 +20,30 @@ import (
 type firstWorld struct {
 	workers, minWorkers int           // Config.Workers, Config.MinWorkers
 	timeout             time.Duration // Config.StartTimeout
+	limit               time.Duration // Config.ElasticTimeout: the wait for joiners after timeout
 	roster              *roster
 
 	formed   chan struct{} // closed at the first world
 	once     sync.Once
-	poke     chan struct{} // run looks again
-	timedOut atomic.Bool   // the first world did not wait for all the first workers
+	poke     chan struct{}              // run looks again
+	timedOut atomic.Bool                // the first world did not wait for all the first workers
+	failed   atomic.Pointer[StartError] // the job gave up: no world formed
 }
 
 func newFirstWorld(cfg Config, r *roster) *firstWorld {
-	return &firstWorld{workers: cfg.Workers, minWorkers: cfg.MinWorkers, timeout: cfg.StartTimeout, roster: r,
+	return &firstWorld{workers: cfg.Workers, minWorkers: cfg.MinWorkers, timeout: cfg.StartTimeout, limit: cfg.ElasticTimeout, roster: r,
 		formed: make(chan struct{}), poke: make(chan struct{}, 1)}
+}
+
+// startHooks are what firstWorld.run acts through.
+type startHooks struct {
+	setMin, setFirst func(int) // the driver's minimum and the first world's voters
+	// joined lists the workers in the driver's view: the first world
+	// forms from those.
+	joined func() []driver.WorkerInfo
+	warn   func(string)
+	// giveUp ends the job, which no world formed (failed holds why).
+	giveUp func(*StartError)
 }
 
 // run lowers the driver's minimum (setMin) to Config.MinWorkers once the
@@ -40,17 +55,25 @@ func newFirstWorld(cfg Config, r *roster) *firstWorld {
 // the driver forms it only with at least half of the first workers not
 // known to be gone (epoch.CheckFirstQuorum), after the start timeout too,
 // as the others may be alive behind a partition, forming one of their own.
-func (f *firstWorld) run(ctx context.Context, launched time.Time, setMin, setFirst func(int)) {
+//
+// At the start timeout, when too few workers have joined to form the first
+// world (fewer than the minimum, or than half its voters), it warns, naming
+// the processes that have not joined; Config.ElasticTimeout later, if the
+// world has still not formed, the job gives up (a *StartError): workers
+// that never join (paused with SIGSTOP, hung before they reach the job)
+// must not hold it without end.
+func (f *firstWorld) run(ctx context.Context, launched time.Time, h startHooks) {
 	timeout := time.NewTimer(time.Until(launched.Add(f.timeout)))
 	defer timeout.Stop()
 	need, firstVoters := f.workers, f.workers
 	lower := func(n int) {
 		if n < need {
 			need = n
-			setMin(n)
+			h.setMin(n)
 		}
 	}
 	timeoutC := timeout.C
+	var limitC <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -64,15 +87,46 @@ func (f *firstWorld) run(ctx context.Context, launched time.Time, setMin, setFir
 			// Until the first world forms, first workers that exit still
 			// lower its voters.
 			timeoutC = nil
+			limit := time.NewTimer(time.Until(launched.Add(f.timeout + f.limit)))
+			defer limit.Stop()
+			limitC = limit.C
+			if e := f.waiting(h.joined(), firstVoters, time.Since(launched)); e != nil {
+				h.warn(fmt.Sprintf("warning: %v; the job fails if the world has not formed %v from now (--elastic-timeout)", e, f.limit))
+			}
+		case <-limitC:
+			e := f.waiting(h.joined(), firstVoters, time.Since(launched))
+			if e == nil {
+				// Enough have joined: the world is forming.
+				e = &StartError{Waited: time.Since(launched), Joined: len(h.joined()), Needed: f.needed(firstVoters)}
+			}
+			f.failed.Store(e)
+			h.giveUp(e)
+			return
 		case <-f.poke:
 			gone := f.roster.firstGone(f.workers)
 			if voters := f.workers - gone; voters < firstVoters {
 				firstVoters = voters
-				setFirst(voters)
+				h.setFirst(voters)
 			}
 			lower(max(f.minWorkers, f.workers-gone))
 		}
 	}
+}
+
+// needed is how many workers the first world needs once the start timeout
+// has passed: the minimum, and half of its voters (epoch.CheckFirstQuorum,
+// the driver proposing).
+func (f *firstWorld) needed(voters int) int { return max(f.minWorkers, (voters+1)/2) }
+
+// waiting is the StartError of a first world that cannot form yet, with
+// the workers in ws joined and voters its voters; nil when enough have
+// joined.
+func (f *firstWorld) waiting(ws []driver.WorkerInfo, voters int, waited time.Duration) *StartError {
+	need := f.needed(voters)
+	if len(ws) >= need {
+		return nil
+	}
+	return &StartError{Waited: waited, Joined: len(ws), Needed: need, NotJoined: f.roster.notJoined(ws)}
 }
 
 // wake has run look again (a worker exited).
@@ -107,4 +161,27 @@ func (f *firstWorld) short(first epoch.World) string {
 		why = fmt.Sprintf("the others did not join within the start timeout (%v)", f.timeout)
 	}
 	return fmt.Sprintf("warning: the job started with %d of its %d workers: %s; it trains with at least %d", came, f.workers, why, f.minWorkers)
+}
+
+// StartError is a job whose first world never formed: Config.StartTimeout
+// plus Config.ElasticTimeout after its workers' launch, too few had joined.
+type StartError struct {
+	Waited time.Duration `json:"waited"` // since the workers' launch
+	Joined int           `json:"joined"` // workers in the driver's view
+	Needed int           `json:"needed"` // the first world's least size
+	// NotJoined are the job's running processes that had not joined.
+	NotJoined []WorkerRef `json:"not_joined,omitempty"`
+}
+
+func (e *StartError) Error() string {
+	msg := fmt.Sprintf("no world formed %v after the workers' launch: %d of the %d workers it needs joined",
+		e.Waited.Round(time.Millisecond), e.Joined, e.Needed)
+	if len(e.NotJoined) == 0 {
+		return msg
+	}
+	names := make([]string, len(e.NotJoined))
+	for i, w := range e.NotJoined {
+		names[i] = w.String()
+	}
+	return fmt.Sprintf("%s; not joined (paused, hung, or stuck before it reached the job): %s", msg, strings.Join(names, ", "))
 }

@@ -3,6 +3,7 @@ package job_test
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -128,6 +129,72 @@ func TestFirstWorldWaitsForAllWorkers(t *testing.T) {
 			}
 			if !o.TrainingFinished {
 				t.Errorf("training did not finish: %+v", o)
+			}
+		})
+	}
+}
+
+// A job whose first world cannot form, because too few of its workers ever
+// join (paused before they reached the job, or hung), warns at the start
+// timeout naming those that have not joined, and fails ElasticTimeout later
+// with a *job.StartError naming them, its running workers stopped (paused
+// ones woken to take the stop signal) — rather than waiting without end.
+func TestJobWithoutAFirstWorldGivesUp(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		workers, min  int
+		modes         string
+		wantJoined    int
+		wantNeeded    int
+		wantNotJoined []int // launch indexes
+	}{
+		{name: "every worker paused", workers: 2, min: 1, modes: "pause", wantNeeded: 1, wantNotJoined: []int{0, 1}},
+		{name: "every worker hung", workers: 2, min: 1, modes: "deaf", wantNeeded: 1, wantNotJoined: []int{0, 1}},
+		// One joins: a world needs two (the minimum, and half of the
+		// three voters).
+		{name: "one of three joins", workers: 3, min: 2, modes: "train,pause,wait", wantJoined: 1, wantNeeded: 2, wantNotJoined: []int{1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRecorder()
+			cfg := config(t, r, tc.workers, envModes+"="+tc.modes)
+			cfg.MinWorkers, cfg.StartTimeout, cfg.ElasticTimeout = tc.min, 2*time.Second, 2*time.Second
+			cfg.RemoveGrace = time.Second
+			o, err := run(t, cfg)
+			evs := r.all()
+			var se *job.StartError
+			if !errors.As(err, &se) || !errors.Is(err, job.ErrFailed) {
+				t.Fatalf("job ended with %v, want a *job.StartError wrapped in job.ErrFailed\n%s", err, describe(evs))
+			}
+			var notJoined []int
+			for _, w := range se.NotJoined {
+				notJoined = append(notJoined, w.Index)
+			}
+			if se.Joined != tc.wantJoined || se.Needed != tc.wantNeeded || !slices.Equal(notJoined, tc.wantNotJoined) {
+				t.Errorf("StartError %+v: joined %d, needed %d, not joined %v; want %d, %d, %v",
+					se, se.Joined, se.Needed, notJoined, tc.wantJoined, tc.wantNeeded, tc.wantNotJoined)
+			}
+			if se.Waited < cfg.StartTimeout+cfg.ElasticTimeout {
+				t.Errorf("gave up %v after the launch, before StartTimeout + ElasticTimeout", se.Waited)
+			}
+			if o.NoWorld != se {
+				t.Errorf("Outcome.NoWorld %v, want the error's %v", o.NoWorld, se)
+			}
+			// The warning at the start timeout names the same workers.
+			var warning string
+			for _, e := range evs {
+				if n, ok := e.(job.Notice); ok && strings.HasPrefix(n.Message, "warning: no world formed") {
+					warning = n.Message
+				}
+			}
+			for _, w := range se.NotJoined {
+				if !strings.Contains(warning, w.String()) || !strings.Contains(err.Error(), w.String()) {
+					t.Errorf("%v is not named in the warning %q or the error %q", w, warning, err)
+				}
+			}
+			for _, w := range o.Workers {
+				if w.State != job.Stopped || w.StopReason != job.StopStranded {
+					t.Errorf("worker %d ended %v (%v), want stopped (stranded)", w.Index, w.State, w.StopReason)
+				}
 			}
 		})
 	}

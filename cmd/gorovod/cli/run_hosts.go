@@ -80,7 +80,7 @@ func (h *hostOptions) register(fs *flag.FlagSet) {
 	fs.Var(&h.sshOptions, "ssh-option", "an ssh `Name=value` option passed as -o (repeatable), e.g. User=ubuntu or UserKnownHostsFile=FILE")
 	h.startTimeout = seconds(30 * time.Second)
 	fs.Var(&h.startTimeout, "start-timeout", "`seconds` a worker has to start on its host (and the driver to start); the job's first world waits this long for all --np workers before it starts with those that came (at least --min-np, with a warning)")
-	fs.Var(&h.elasticTimeout, "elastic-timeout", "`seconds` a worker waits for a world after a change, e.g. for --min-np workers (default 600)")
+	fs.Var(&h.elasticTimeout, "elastic-timeout", "`seconds` a worker waits for a world after a change, e.g. for --min-np workers; and, past --start-timeout, a job waits for enough workers to join for its first world before it fails, naming those that did not (default 600)")
 	fs.Var(&h.probeTimeout, "probe-timeout", "`seconds` a worker blamed for a failed collective, or declared dead by gossip, has to answer the liveness probe of the driver (or of the worker proposing in its place once this process is gone) before it is left out of the next world; longer keeps a worker that is starved of CPU or behind a slow link in its world, and holds the next world that long when one is frozen (default 0.5)")
 	fs.StringVar(&h.networkInterface, "network-interface", "", "`names` of the interfaces (comma-separated, the first a host has) whose address the driver and workers bind to and advertise; default: the address on the route to the driver")
 	fs.StringVar(&h.gossipAddr, "gossip-addr", "", "`host[:port]` the driver's gossip binds to (default: --network-interface's address, or the one on the route to the first remote host, or loopback)")
@@ -153,10 +153,8 @@ func (h *hostOptions) prepare() error {
 // notice reports discovery failures and blacklistings.
 func (h *hostOptions) configure(ctx context.Context, cfg *job.Config, placement launch.Placement, assignGPUs bool, notice func(string)) error {
 	cfg.StartTimeout = time.Duration(h.startTimeout)
-	cfg.ProbeTimeout = time.Duration(h.probeTimeout) // the workers get it too (GOROVOD_PROBE_TIMEOUT)
-	if h.elasticTimeout > 0 {
-		cfg.Env = append(cfg.Env, envconfig.EnvElasticTimeout+"="+time.Duration(h.elasticTimeout).String())
-	}
+	cfg.ProbeTimeout = time.Duration(h.probeTimeout)     // the workers get it too (GOROVOD_PROBE_TIMEOUT)
+	cfg.ElasticTimeout = time.Duration(h.elasticTimeout) // the workers get it too (GOROVOD_ELASTIC_TIMEOUT)
 	if h.networkInterface != "" {
 		cfg.Env = append(cfg.Env, envconfig.EnvNetworkInterface+"="+h.networkInterface)
 	}
