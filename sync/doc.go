@@ -12,6 +12,9 @@
 // reports the end of training, trains alone in a world of one when no
 // launcher started the process, and, given a sampler, owns the data epochs.
 // The batch size of each step comes from a BatchPolicy (fixed by default).
+// The job's result, written in TrainConfig.Final, outlives a rank 0 that
+// dies at the end: the members wait at a barrier for it, and the new
+// world's rank 0 writes it if the old one died first.
 //
 // # Ways into a job
 //

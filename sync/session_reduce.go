@@ -159,6 +159,16 @@ func (s *Session) failed(ctx context.Context, comm *collective.Communicator, err
 	return worldChanged(err)
 }
 
+// Barrier returns once every member of the world has called it. A world
+// that breaks meanwhile is rebuilt as for Allreduce: ErrWorldChanged, or an
+// error wrapping ErrExcluded when the new world leaves this worker out.
+func (s *Session) Barrier(ctx context.Context) error {
+	if err := s.comm.Barrier(ctx); err != nil {
+		return s.failed(ctx, s.comm, err)
+	}
+	return nil
+}
+
 // Handle is a gradient allreduce started with AllreduceAsync.
 type Handle struct {
 	done chan struct{}

@@ -167,6 +167,18 @@ type TrainConfig struct {
 	// session's collectives).
 	EpochEnd           func(ctx context.Context, e EpochEnd) error
 	EpochEndOnAllRanks bool
+	// Final, if set, writes the job's result (a last evaluation, the
+	// model): once training is over it runs on the last world's rank 0,
+	// and every member then waits at a barrier before it reports the end.
+	// A rank 0 that dies before the barrier (kill -9 just after the last
+	// step) breaks it: the world is formed again without it, and the new
+	// rank 0 runs Final. So the result is written at least once by a
+	// process that finished, twice only when a rank 0 died after writing
+	// it; each process runs Final at most once. Without Final, rank 0
+	// writes the result after Train returns (TrainResult.Rank), and a
+	// rank 0 that dies first takes it along. Keep it short: the others
+	// wait for it.
+	Final func(ctx context.Context, r TrainResult) error
 	// LeaveSignal makes this worker leave the job gracefully: it keeps
 	// training until the others have moved to a world without it, and Train
 	// returns with Outcome Left. Default SIGTERM (what `gorovod run` and
@@ -470,6 +482,7 @@ type trainLoop struct {
 	ended    bool      // under mmu: the member was finished or closed
 	rejoined int       // times it came back as a new member
 	last     TrainStep // the previous attempt, to count attempts at a step
+	finalRan bool      // this process ran cfg.Final
 	outcome  Outcome   // how training ended, once an attempt says finish
 }
 
@@ -488,6 +501,9 @@ const (
 // step and acts on an exclusion that came with the commit.
 func (l *trainLoop) attempt() (flow, error) {
 	if l.trainingOver() {
+		if f, err := l.final(); f != proceed || err != nil {
+			return f, err
+		}
 		l.outcome = Completed
 		return finish, nil
 	}
@@ -529,6 +545,35 @@ func (l *trainLoop) attempt() (flow, error) {
 		return finish, nil
 	}
 	return again, nil
+}
+
+// final runs cfg.Final on the rank 0 of the world in which training is
+// over (unless this process ran it already) and waits at a barrier for the
+// other members: a world that breaks meanwhile is formed again and the
+// attempt starts over (again), its new rank 0 running Final if it has not.
+func (l *trainLoop) final() (flow, error) {
+	if l.cfg.Final == nil {
+		return proceed, nil
+	}
+	sess := l.sess
+	if sess.Rank() == 0 && !l.finalRan {
+		l.finalRan = true
+		r := TrainResult{Outcome: Completed, Steps: sess.Step(), Rank: 0, Size: sess.Size(), World: sess.World().Number, Rejoined: l.rejoined}
+		if err := l.cfg.Final(l.ctx, r); err != nil {
+			return finish, err
+		}
+	}
+	switch err := sess.Barrier(l.stepCtx); {
+	case err == nil:
+		return proceed, nil
+	case errors.Is(err, ErrWorldChanged):
+		l.log.Info("the world changed before every member saw the job's result written: its new rank 0 writes it", "step", sess.Step())
+		return again, nil
+	case errors.Is(err, ErrExcluded):
+		return l.leftOut(sess.Step())
+	default:
+		return finish, err
+	}
 }
 
 // trainingOver says whether cfg.Steps steps have committed or cfg.Epochs

@@ -659,13 +659,13 @@ func TestFashionMNISTUnderRun(t *testing.T) {
 }
 
 // TestRunWakesAWorkerPausedAtTheEnd: the last world's rank 0 pauses itself
-// (SIGSTOP) once training is over and it has reported the end, before its
-// final line, as in the one chaos trial in 20 whose job ended without its
-// result (a worker of the last world paused there by hand, never resumed:
-// the runner stopped it at ExitLimit, and SIGINT, pending while it was
-// paused, then SIGKILL ended it with the line unwritten). The runner wakes
-// the job's running processes FinishGrace after the end: the final
-// line reaches the output, and the worker exits by itself, finished.
+// (SIGSTOP) once it has reported the end of training, as a chaos trial's
+// worker paused there by hand and never resumed (the runner stopped it at
+// ExitLimit, 30 s on, and SIGINT, pending while it was paused, then SIGKILL
+// ended it: counted stopped, and in that trial without its final line,
+// which the example then wrote after its report). The runner wakes the
+// job's running processes FinishGrace after the end: the worker exits by
+// itself, finished.
 func TestRunWakesAWorkerPausedAtTheEnd(t *testing.T) {
 	if !haveFashionMNIST() {
 		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
@@ -679,6 +679,40 @@ func TestRunWakesAWorkerPausedAtTheEnd(t *testing.T) {
 	}
 	if !strings.Contains(log, "gorovod run: 3 workers finished, 0 lost, 0 failed;") {
 		t.Error("want the 3 workers counted finished (the paused one exiting by itself, not stopped)")
+	}
+}
+
+// TestRunWritesTheResultWhenRank0DiesAtTheEnd: the last world's rank 0 is
+// killed (SIGKILL, by itself: --die-at-end) as it is about to write the
+// job's result, after the last step and its evaluation, as a chaos trial's
+// rank 0 killed by hand there left the job without its final line. The
+// others wait at the end (sync's TrainConfig.Final) for it; its death
+// breaks their barrier, the world is formed again without it, and its new
+// rank 0 evaluates the same parameters and writes the line, once.
+func TestRunWritesTheResultWhenRank0DiesAtTheEnd(t *testing.T) {
+	if !haveFashionMNIST() {
+		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
+	}
+	marker := filepath.Join(t.TempDir(), "died")
+	h := startRunJob(t, "--np", "3", "--min-np", "2", "--", fashionMNIST, "--epochs", "1", "--train-limit", "3000", "--json", "--log-every", "0", "--die-at-end", marker)
+	h.logTailOnFailure(t, "gorovod run's output")
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			t.Fatalf("gorovod run: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the job did not end")
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("no rank 0 died at the end: %v", err)
+	}
+	log := h.logText()
+	if n := strings.Count(log, "] final: test accuracy"); n != 1 {
+		t.Errorf("%d final lines, want 1 (from the new rank 0)", n)
+	}
+	if !strings.Contains(log, "gorovod run: 2 workers finished, 1 lost, 0 failed;") {
+		t.Error("want 2 workers finished and the one killed lost")
 	}
 }
 

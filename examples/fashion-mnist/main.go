@@ -52,8 +52,12 @@ type options struct {
 	verbose     bool
 	gradDType   string
 	// pauseAtEnd: the last world's rank 0 pauses itself (SIGSTOP) once
-	// training is over, before its final line (a fault for the tests).
+	// it has reported the end of training (a fault for the tests).
 	pauseAtEnd bool
+	// dieAtEnd: a file; the last world's rank 0 that finds it missing
+	// creates it and kills itself (SIGKILL) instead of writing its final
+	// line (a fault for the tests: one rank 0 dies, its successor writes).
+	dieAtEnd string
 	batchOptions
 }
 
@@ -75,7 +79,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.evalBatch, "eval-batch", 1000, "batch size of the test-set evaluation")
 	fs.BoolVar(&o.verbose, "v", false, "log the elastic layer's decisions to stderr")
 	fs.StringVar(&o.gradDType, "grad-dtype", "float32", "dtype the gradients are averaged in across workers: float32, or float16 or bfloat16 for half the bytes (the parameters stay float32)")
-	fs.BoolVar(&o.pauseAtEnd, "pause-at-end", false, "the last world's rank 0 pauses itself (SIGSTOP) once training is over and reported, before its final line: a worker paused at the end of a job, which gorovod run wakes (SIGCONT) to let it write that line and exit (tests)")
+	fs.BoolVar(&o.pauseAtEnd, "pause-at-end", false, "the last world's rank 0 pauses itself (SIGSTOP) once it has reported the end of training: a worker paused at the end of a job, which gorovod run wakes (SIGCONT) to let it exit (tests)")
+	fs.StringVar(&o.dieAtEnd, "die-at-end", "", "a file: the last world's rank 0 that finds it missing creates it and kills itself (SIGKILL) instead of writing its final line, as a worker killed right after the last step; the new world's rank 0 writes the line (tests)")
 	o.batchOptions.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -209,6 +214,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		epochLoss  mnist.Result // this epoch's training loss so far
 		windowLoss mnist.Result // since the last progress line
 		last       mnist.Result // the latest test-set evaluation
+		lastEpoch  = -1         // the data epoch it evaluated (-1: none)
 		trainStart = time.Now()
 		epochStart = trainStart
 	)
@@ -275,7 +281,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		last = r
+		last, lastEpoch = r, int(e.Epoch)
 		rec := evalRecord{
 			Kind: "epoch", Step: int(e.Step), Epoch: e.Epoch, TrainLoss: epochLoss.Loss(),
 			TestLoss: r.Loss(), TestAccuracy: r.Accuracy(), Seconds: time.Since(epochStart).Seconds(),
@@ -288,6 +294,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		rec.ParamsSHA256 = mnist.ParamsSHA256(model.Params())
 		return enc.Encode(rec)
+	}
+	// The job's result, written by the last world's rank 0 before the end
+	// is reported: if it dies first, the new world's rank 0 writes it.
+	loop.Final = func(ctx context.Context, res gsync.TrainResult) error {
+		trainSeconds := time.Since(trainStart).Seconds()
+		if lastEpoch != o.epochs-1 {
+			// The rank 0 that evaluated the last epoch died: the same
+			// parameters, evaluated again here.
+			r, err := model.Evaluate(test, o.evalBatch)
+			if err != nil {
+				return err
+			}
+			last, lastEpoch = r, o.epochs-1
+		}
+		if o.dieAtEnd != "" {
+			if f, err := os.OpenFile(o.dieAtEnd, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err == nil {
+				f.Close()
+				return syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
+		sum := mnist.ParamsSHA256(model.Params())
+		if d := describeAdaptive(loop.BatchPolicy); d != "" {
+			fmt.Fprintln(progress, d)
+		}
+		fmt.Fprintf(progress, "final: test accuracy %.2f%% (loss %.4f) after %d epochs, %d steps; training %.1fs, total %.1fs; params_sha256 %s\n",
+			100*last.Accuracy(), last.Loss(), o.epochs, res.Steps, trainSeconds, time.Since(start).Seconds(), sum)
+		if !o.json {
+			return nil
+		}
+		return enc.Encode(evalRecord{
+			Kind: "final", Step: int(res.Steps), Epoch: uint64(o.epochs - 1), TestLoss: last.Loss(), TestAccuracy: last.Accuracy(),
+			Seconds: trainSeconds, ParamsSHA256: sum,
+		})
 	}
 	res, err := gsync.Train(ctx, loop, state, func(ctx context.Context, s *gsync.TrainStep) error {
 		var r mnist.Result
@@ -327,28 +366,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(progress, "left the job at step %d\n", res.Steps)
 		return nil
 	}
-	// The loop ends right after the last epoch's evaluation, so that is the
-	// final result; no need to evaluate the same parameters again.
-	trainSeconds := time.Since(trainStart).Seconds()
-	if res.Rank != 0 {
-		return nil
-	}
-	if o.pauseAtEnd {
-		if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
-			return err
-		}
-	}
-	sum := mnist.ParamsSHA256(model.Params())
-	if d := describeAdaptive(loop.BatchPolicy); d != "" {
-		fmt.Fprintln(progress, d)
-	}
-	fmt.Fprintf(progress, "final: test accuracy %.2f%% (loss %.4f) after %d epochs, %d steps; training %.1fs, total %.1fs; params_sha256 %s\n",
-		100*last.Accuracy(), last.Loss(), o.epochs, res.Steps, trainSeconds, time.Since(start).Seconds(), sum)
-	if o.json {
-		return enc.Encode(evalRecord{
-			Kind: "final", Step: int(res.Steps), Epoch: uint64(o.epochs - 1), TestLoss: last.Loss(), TestAccuracy: last.Accuracy(),
-			Seconds: trainSeconds, ParamsSHA256: sum,
-		})
+	if o.pauseAtEnd && res.Rank == 0 {
+		return syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 	}
 	return nil
 }
