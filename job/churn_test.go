@@ -540,7 +540,10 @@ func TestMemoryDoesNotGrowWithChurn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills real worker processes; skipped with -short")
 	}
-	m := measureChurn(t, 10, 30, 0, 90*time.Second)
+	// The limit only guards against a hang: under CI's full -race suite
+	// (the cmd/gorovod tests beside it) the run once needed more than
+	// 90 s, its worlds still changing every half second at the deadline.
+	m := measureChurn(t, 10, 30, 0, 4*time.Minute)
 	t.Log(m)
 	for _, p := range []struct {
 		who           string
