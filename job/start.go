@@ -94,6 +94,12 @@ func (f *firstWorld) run(ctx context.Context, launched time.Time, h startHooks) 
 				h.warn(fmt.Sprintf("warning: %v; the job fails if the world has not formed %v from now (--elastic-timeout)", e, f.limit))
 			}
 		case <-limitC:
+			select {
+			case <-f.formed: // just now: both were ready
+				lower(f.minWorkers)
+				return
+			default:
+			}
 			e := f.waiting(h.joined(), firstVoters, time.Since(launched))
 			if e == nil {
 				// Enough have joined: the world is forming.
