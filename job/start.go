@@ -87,10 +87,8 @@ func (f *firstWorld) run(ctx context.Context, launched time.Time, h startHooks) 
 			// Until the first world forms, first workers that exit still
 			// lower its voters.
 			timeoutC = nil
-			limit := time.NewTimer(time.Until(launched.Add(f.timeout + f.limit)))
-			defer limit.Stop()
-			limitC = limit.C
-			if e := f.waiting(h.joined(), firstVoters, time.Since(launched)); e != nil {
+			limitC = time.After(time.Until(launched.Add(f.timeout + f.limit)))
+			if e := f.startError(h.joined(), firstVoters, time.Since(launched)); e.Joined < e.Needed {
 				h.warn(fmt.Sprintf("warning: %v; the job fails if the world has not formed %v from now (--elastic-timeout)", e, f.limit))
 			}
 		case <-limitC:
@@ -100,11 +98,7 @@ func (f *firstWorld) run(ctx context.Context, launched time.Time, h startHooks) 
 				return
 			default:
 			}
-			e := f.waiting(h.joined(), firstVoters, time.Since(launched))
-			if e == nil {
-				// Enough have joined: the world is forming.
-				e = &StartError{Waited: time.Since(launched), Joined: len(h.joined()), Needed: f.needed(firstVoters)}
-			}
+			e := f.startError(h.joined(), firstVoters, time.Since(launched))
 			f.failed.Store(e)
 			h.giveUp(e)
 			return
@@ -119,20 +113,11 @@ func (f *firstWorld) run(ctx context.Context, launched time.Time, h startHooks) 
 	}
 }
 
-// needed is how many workers the first world needs once the start timeout
-// has passed: the minimum, and half of its voters (epoch.CheckFirstQuorum,
-// the driver proposing).
-func (f *firstWorld) needed(voters int) int { return max(f.minWorkers, (voters+1)/2) }
-
-// waiting is the StartError of a first world that cannot form yet, with
-// the workers in ws joined and voters its voters; nil when enough have
-// joined.
-func (f *firstWorld) waiting(ws []driver.WorkerInfo, voters int, waited time.Duration) *StartError {
-	need := f.needed(voters)
-	if len(ws) >= need {
-		return nil
-	}
-	return &StartError{Waited: waited, Joined: len(ws), Needed: need, NotJoined: f.roster.notJoined(ws)}
+// startError describes a first world not formed after waited, with the
+// workers in ws joined and voters its voters: it needs the minimum, and
+// half of its voters (epoch.CheckFirstQuorum, the driver proposing).
+func (f *firstWorld) startError(ws []driver.WorkerInfo, voters int, waited time.Duration) *StartError {
+	return &StartError{Waited: waited, Joined: len(ws), Needed: max(f.minWorkers, (voters+1)/2), NotJoined: f.roster.notJoined(ws)}
 }
 
 // wake has run look again (a worker exited).

@@ -558,8 +558,7 @@ func (l *trainLoop) final() (flow, error) {
 	sess := l.sess
 	if sess.Rank() == 0 && !l.finalRan {
 		l.finalRan = true
-		r := TrainResult{Outcome: Completed, Steps: sess.Step(), Rank: 0, Size: sess.Size(), World: sess.World().Number, Rejoined: l.rejoined}
-		if err := l.cfg.Final(l.ctx, r); err != nil {
+		if err := l.cfg.Final(l.ctx, l.result(Completed)); err != nil {
 			return finish, err
 		}
 	}
@@ -752,12 +751,18 @@ func (l *trainLoop) comeBack(step int64) (bool, error) {
 	return true, nil
 }
 
+// result is the TrainResult of an end with outcome o, in the session the
+// loop is in now.
+func (l *trainLoop) result(o Outcome) TrainResult {
+	sess := l.sess
+	return TrainResult{Outcome: o, Steps: sess.Step(), Rank: sess.Rank(), Size: sess.Size(), World: sess.World().Number, Rejoined: l.rejoined}
+}
+
 // close fills in res from the session the loop ended in and ends the
 // membership: a completed training reports its end to the job (even if ctx
 // ends now), any other end closes the member.
 func (l *trainLoop) close(res *TrainResult, err error) error {
-	sess := l.sess
-	*res = TrainResult{Outcome: res.Outcome, Steps: sess.Step(), Rank: sess.Rank(), Size: sess.Size(), World: sess.World().Number, Rejoined: l.rejoined}
+	*res = l.result(res.Outcome)
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	l.ended = true
