@@ -113,7 +113,10 @@ type Config struct {
 	// job whose first world has not formed by StartTimeout, with too few
 	// workers joined to form it (paused, hung, or stuck before they reach
 	// the job), fails ElasticTimeout later with a *StartError naming those
-	// that never joined. Default 10 min.
+	// that never joined. After the first world, a process of the job out of
+	// the driver's view for half of it is woken (SIGCONT), and stopped
+	// (StopUnresponsive) and replaced a quarter later if it is still out
+	// (unresponsive.go). Default 10 min.
 	ElasticTimeout time.Duration
 	// FinishGrace is how long workers get to exit by themselves once a worker
 	// reported the end of training; those still running then are stopped,

@@ -35,8 +35,9 @@ import (
 //     (WorkerRecord.StopReason: StopNotNeeded here). Workers on a host the
 //     Discovery dropped are stopped the same way (StopHostDropped), and so
 //     is a worker the driver removed as stuck (Job.stopStuck, StopStuck;
-//     SIGKILL after RemoveGrace), at once: the floor replaces both like lost
-//     workers. So are the running workers of a job the floor gives up on
+//     SIGKILL after RemoveGrace), at once, and one out of the job's view
+//     that a SIGCONT did not bring back (unresponsive.go, StopUnresponsive):
+//     the floor replaces them like lost workers. So are the running workers of a job the floor gives up on
 //     (StopStranded: below its minimum after a worker failed, or after its
 //     replacements struck out, no world can form again), and of a job whose
 //     first world never formed (start.go: too few workers joined within
@@ -140,9 +141,12 @@ const (
 	// StopStranded: the job was below its minimum with no way back (a
 	// worker failed, replacements struck out, or too few workers joined
 	// for a first world: Outcome.NoWorld) and ended, stopping it.
-	// The last reason: parseStopReason (the job's record) knows those up
-	// to it.
 	StopStranded
+	// StopUnresponsive: it ran out of the job's view (paused, hung, cut
+	// off) for longer than half of Config.ElasticTimeout, and stayed out
+	// after it was woken (unresponsive.go). The last reason:
+	// parseStopReason (the job's record) knows those up to it.
+	StopUnresponsive
 )
 
 func (r StopReason) String() string {
@@ -157,6 +161,8 @@ func (r StopReason) String() string {
 		return "host-dropped"
 	case StopStranded:
 		return "stranded"
+	case StopUnresponsive:
+		return "unresponsive"
 	}
 	return fmt.Sprintf("StopReason(%d)", int(r))
 }
@@ -167,7 +173,7 @@ func (r StopReason) MarshalText() ([]byte, error) { return []byte(r.String()), n
 // parseStopReason is the StopReason that String names, NoStopReason
 // excepted (its name is ""): false for any other text.
 func parseStopReason(name string) (StopReason, bool) {
-	for r := StopNotNeeded; r <= StopStranded; r++ {
+	for r := StopNotNeeded; r <= StopUnresponsive; r++ {
 		if r.String() == name {
 			return r, true
 		}

@@ -146,7 +146,7 @@ func TestFloorEndsStrandedJob(t *testing.T) {
 		why         string
 	}{
 		{"a failed worker", "train,fail", "job failed: worker 1: exit status 3", "a worker failed, and failed workers are not replaced"},
-		{"three strikes", "train,kill", "job failed: no worker finished", "3 replacements in a row were lost before they joined"},
+		{"three strikes", "train,kill", "job failed: no worker finished", "3 replacements in a row were lost before they joined (killed, or stopped as unresponsive)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRecorder()

@@ -316,7 +316,8 @@ func (j *Job) run(ctx context.Context) context.Context {
 		_ = j.engine.Run(engineCtx)
 	}()
 	go j.supervise()
-	go j.floor.run(engineCtx) // minimum.go
+	go j.floor.run(engineCtx)         // minimum.go
+	go j.watchUnresponsive(engineCtx) // unresponsive.go
 	return engineCtx
 }
 

@@ -59,6 +59,9 @@ func TestMain(m *testing.M) {
 //	       process): only SIGKILL ends it
 //	late   train, but only once the FIFO named by JOBTEST_GATE opens
 //	pause  pause itself (SIGSTOP) before it joins, then train if continued
+//	pausemid   train, and pause itself (SIGSTOP) once, after committing
+//	       step 5; train on if continued
+//	killmid    train, and die from SIGKILL after committing step 5
 func trainer() int {
 	mode := "train"
 	if modes := strings.Split(os.Getenv(envModes), ","); modes[0] != "" {
@@ -105,14 +108,18 @@ func trainer() int {
 	if s := os.Getenv(envStepTime); s != "" {
 		stepTime, _ = time.ParseDuration(s)
 	}
-	if err := train(steps, stepTime); err != nil {
+	if err := train(steps, stepTime, mode); err != nil {
 		fmt.Fprintln(os.Stderr, "trainer:", err)
 		return 1
 	}
 	return 0
 }
 
-func train(steps int64, stepTime time.Duration) error {
+// midStep is the step after which a worker in mode pausemid or killmid
+// pauses or dies.
+const midStep = 5
+
+func train(steps int64, stepTime time.Duration, mode string) error {
 	cfg, err := gsync.WorkerConfigFromEnv()
 	if err != nil {
 		return err
@@ -188,6 +195,16 @@ func train(steps int64, stepTime time.Duration) error {
 			return err
 		}
 		fmt.Printf("{\"step\":%d,\"size\":%d}\n", w.Step(), size)
+		if w.Step() == midStep {
+			switch mode {
+			case "pausemid":
+				mode = "train" // once: a step redone after the pause passes here again
+				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+			case "killmid":
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+		}
 		if e := w.World().Number; reportHeap && e != heapEpoch {
 			heapEpoch = e
 			fmt.Printf("{\"heap\":%d,\"epoch\":%d}\n", liveHeap(), e)

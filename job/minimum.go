@@ -41,11 +41,12 @@ const maxReplacementStrikes = 3
 //
 // It starts none once training is over, once a worker failed (the job has
 // failed: rule 5), once every worker was asked to leave (LeaveAll), or once
-// three replacements in a row were lost before they joined a world. In the
-// first and the last case a job below its minimum could then never form a
-// world again: its other workers would wait for one forever, so the floor
-// ends the job (giveUp: its running processes are stopped and count as
-// Stopped, for StopStranded), once the shortage has been seen on two ticks in a row. And it
+// three replacements in a row were lost (or stopped as unresponsive:
+// unresponsive.go) before they joined a world. In the first and the last
+// case a job below its minimum could then never form a world again: its
+// other workers would wait for one forever, so the floor ends the job
+// (giveUp: its running processes are stopped and count as Stopped, for
+// StopStranded), once the shortage has been seen on two ticks in a row. And it
 // starts none while nobody holds the training state: replacements copy it
 // from a member of the current world that stays, and when every member is
 // leaving or gone (a whole job preempted, every worker told to go at once)
@@ -177,7 +178,7 @@ func (f *floor) stranded(s *floorState, tick bool, staying int, failed bool) {
 	s.gaveUp = true
 	why := "a worker failed, and failed workers are not replaced"
 	if !failed {
-		why = fmt.Sprintf("%d replacements in a row were lost before they joined", maxReplacementStrikes)
+		why = fmt.Sprintf("%d replacements in a row were lost before they joined (killed, or stopped as unresponsive)", maxReplacementStrikes)
 	}
 	f.events.notice(fmt.Sprintf("%d workers staying in the job, fewer than its minimum %d, and %s: no world can form, so the job ends (stopping its other workers)", staying, f.min, why))
 	f.giveUp()
@@ -221,8 +222,8 @@ func (f *floor) replace(ctx context.Context, n int) (started int, err error) {
 
 // noteExitLocked is the floor's account of a process that has exited
 // (called with roster.mu held): a failure stops the floor, a replacement
-// lost before it entered any world is a strike (one that trained resets the
-// count), and a worker lost, or stopped with its host, while training went
+// lost, or stopped as unresponsive, before it entered any world is a strike
+// (one that trained resets the count), and a worker lost, or stopped with its host, while training went
 // on and that the engine did not take out is one to replace at once
 // (Config.ReplaceLost).
 func (f *floor) noteExitLocked(p *proc) {
@@ -231,7 +232,7 @@ func (f *floor) noteExitLocked(p *proc) {
 	case !p.replacement:
 	case p.everIn:
 		f.strikes = 0
-	case p.rec.State == Lost:
+	case p.rec.State == Lost || p.stopped == StopUnresponsive:
 		if f.strikes++; f.strikes == maxReplacementStrikes {
 			go f.events.notice(fmt.Sprintf("%d replacements in a row were lost before they joined: no more replacements", f.strikes))
 		}

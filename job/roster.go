@@ -61,13 +61,17 @@ type proc struct {
 	rec     WorkerRecord
 	p       Process
 	stopped StopReason // why the runner stopped it (end-of-job rule 3); NoStopReason while it has not
-	stuck   bool       // stopped because the driver removed it as stuck: Stopped even if it exits with 0
+	// midway: stopped while training went on, as stuck or unresponsive:
+	// Stopped even if it exits with 0 (a trainer that exits 0 on
+	// StopSignal did not finish).
+	midway bool
 
 	removed     bool   // taken out by the autoscaling engine
 	replacement bool   // started by the floor
 	forEngine   bool   // started by the autoscaling engine (provisioner.Start)
 	gossip      string // its gossip address, as the driver last reported it
 	presence           // rule 6 (rejoin.go)
+	view               // in the driver's view or not (unresponsive.go)
 }
 
 // stop marks the process as stopped by the runner for why; the first
@@ -216,8 +220,8 @@ func (r *roster) exited(index int, p Process, reportedEnd bool, noteLocked func(
 	w.rec.Exited, w.rec.Err = time.Now(), p.Err()
 	w.p = exitedProcess(p)
 	w.rec.State = classify(w.rec.Err, w.stopped != NoStopReason)
-	if w.stuck && w.rec.State == Finished {
-		w.rec.State = Stopped // a trainer that exits 0 on StopSignal did not finish
+	if w.midway && w.rec.State == Finished {
+		w.rec.State = Stopped
 	}
 	if w.rec.State == Unknown && reportedEnd {
 		w.rec.State = Finished // it said so itself; its exit status is still unknown (Err)
@@ -510,7 +514,7 @@ func (r *roster) stopStuck(name string) (WorkerRef, Process, bool) {
 		return WorkerRef{}, nil, false
 	}
 	p.stop(StopStuck)
-	p.stuck = true
+	p.midway = true
 	return p.rec.WorkerRef, p.p, true
 }
 

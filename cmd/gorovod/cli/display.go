@@ -153,7 +153,7 @@ func countLine(o job.Outcome) string {
 		line += fmt.Sprintf(", %d ended unknown (exit status not known: they ran under a runner that died)", n)
 	}
 	stopped := o.Count(job.Stopped)
-	for _, why := range []job.StopReason{job.StopNotNeeded, job.StopStuck, job.StopHostDropped, job.StopStranded} {
+	for _, why := range []job.StopReason{job.StopNotNeeded, job.StopStuck, job.StopHostDropped, job.StopStranded, job.StopUnresponsive} {
 		if n := o.CountStopped(why); n > 0 {
 			line += fmt.Sprintf(", %d stopped (%s)", n, stopWhy(why))
 			stopped -= n
@@ -179,6 +179,8 @@ func stopWhy(r job.StopReason) string {
 		return "host left the job"
 	case job.StopStranded:
 		return "the job could not go on: below its minimum for good"
+	case job.StopUnresponsive:
+		return "out of the job's view, paused or hung, and not back when woken"
 	}
 	return "before this runner took the job back, for a reason the job's record does not give"
 }

@@ -1,0 +1,89 @@
+package job_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorovod/gorovod/job"
+)
+
+// A worker process that runs out of the job's view after the first world, in
+// a job at its minimum, would keep the job waiting for good: the floor
+// counts it as staying and the driver forms no world without it. The runner
+// wakes it at half of ElasticTimeout (a paused worker then trains on, with
+// the job's state) and stops it as unresponsive a quarter later if it is
+// still out (a replacement that hangs before it joins), and the floor
+// replaces it; both well before the waiting worker's own ElasticTimeout.
+func TestUnresponsiveWorkersAreWokenOrReplaced(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		modes string
+		// elastic is long enough for a worker under -race to be back (or
+		// replaced and joined) before worker 0 gives up waiting for a world.
+		elastic     time.Duration
+		wantWoken   []int // launch indexes
+		wantStopped []int // stopped as unresponsive
+		wantWorkers int   // processes the job launched
+	}{
+		// Worker 1 pauses itself after step 5: woken, it comes back and
+		// both finish.
+		{name: "paused worker woken", modes: "train,pausemid", elastic: 10 * time.Second,
+			wantWoken: []int{1}, wantWorkers: 2},
+		// Worker 1 dies after step 5; its replacement (2) hangs before it
+		// joins and ignores the stop signal: woken, stopped with SIGKILL,
+		// and replaced by 3, which trains to the end with worker 0.
+		{name: "hung replacement stopped", modes: "train,killmid,deaf,train", elastic: 16 * time.Second,
+			wantWoken: []int{2}, wantStopped: []int{2}, wantWorkers: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRecorder()
+			cfg := config(t, r, 2, envModes+"="+tc.modes, envSteps+"=40", envStepTime+"=20ms")
+			cfg.MinWorkers, cfg.ReplaceLost = 2, true
+			cfg.ElasticTimeout, cfg.RemoveGrace = tc.elastic, 500*time.Millisecond
+			o, err := run(t, cfg)
+			evs := r.all()
+			if err != nil {
+				t.Fatalf("job failed: %v\n%s", err, describe(evs))
+			}
+			var woken, stopped []int
+			for _, e := range evs {
+				n, ok := e.(job.Notice)
+				if !ok {
+					continue
+				}
+				var i int
+				switch {
+				case strings.Contains(n.Message, "out of the job's view for"):
+					if _, err := fmt.Sscanf(n.Message, "worker %d", &i); err == nil {
+						woken = append(woken, i)
+					}
+				case strings.Contains(n.Message, "stopping it as unresponsive"):
+					if _, err := fmt.Sscanf(n.Message, "worker %d", &i); err == nil {
+						stopped = append(stopped, i)
+					}
+				}
+			}
+			if !slices.Equal(woken, tc.wantWoken) || !slices.Equal(stopped, tc.wantStopped) {
+				t.Errorf("woken %v, stopped %v; want %v, %v\n%s", woken, stopped, tc.wantWoken, tc.wantStopped, describe(evs))
+			}
+			if len(o.Workers) != tc.wantWorkers {
+				t.Fatalf("%d workers launched, want %d\n%s", len(o.Workers), tc.wantWorkers, describe(evs))
+			}
+			for _, w := range o.Workers {
+				want, reason := job.Finished, job.NoStopReason
+				switch {
+				case slices.Contains(tc.wantStopped, w.Index):
+					want, reason = job.Stopped, job.StopUnresponsive
+				case strings.Split(tc.modes, ",")[w.Index] == "killmid":
+					want = job.Lost
+				}
+				if w.State != want || w.StopReason != reason {
+					t.Errorf("worker %d ended %v (%v), want %v (%v)", w.Index, w.State, w.StopReason, want, reason)
+				}
+			}
+		})
+	}
+}
