@@ -331,8 +331,10 @@ func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *A
 	// rank that ahead did not connect).
 	again := make([]bool, size)
 	var aerr error
+	aheadEnded := make(chan struct{})
 	if ahead != nil {
 		wg.Go(func() {
+			defer close(aheadEnded)
 			ls, err := ahead.Wait(rctx)
 			if err == nil && ls != nil && len(ls) != size {
 				closeAll(ls)
@@ -359,6 +361,17 @@ func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *A
 				}
 			}
 		})
+	}
+	if ahead != nil && missing > 0 {
+		// A transport connects a world once at a time: dialled alongside
+		// the connect ahead of w, the ranks left would be refused ("already
+		// being connected"). They are left when the world the connect ahead
+		// was planned from failed (nothing carried) or a kept link could
+		// not be kept.
+		select {
+		case <-aheadEnded:
+		case <-rctx.Done():
+		}
 	}
 	more, derr := connectMissing(rctx, t, w, want, missing)
 	if derr != nil {

@@ -615,3 +615,69 @@ func closeAllLinks(ls []transport.Link) {
 		}
 	}
 }
+
+// TestCarryDialsOnceTheConnectAheadEnds: a transport connects a world once
+// at a time, so the ranks a carry still has to dial (a world that failed
+// carries no links) wait for the connect ahead of the same world to end,
+// where dialling alongside it was refused ("already being connected"). Here
+// member 0 connected ahead to the joiner (2), as Session.Prepare does, and
+// its world with member 1 failed before the step boundary: its carry keeps
+// nothing and dials member 1, while 1 and the joiner connect the whole new
+// world.
+func TestCarryDialsOnceTheConnectAheadEnds(t *testing.T) {
+	checkNoLeaks(t)
+	trs := listenN(t, 3, testConfig())
+	ctx := conformance.TimeoutCtx(t, 60*time.Second)
+	next := world{2, []int{0, 1, 2}}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	type result struct {
+		ls  []transport.Link
+		err error
+	}
+	want := []bool{false, false, true}
+	aheadDone := make(chan result, 1)
+	go func() {
+		ls, err := trs[0].ConnectSome(cctx, next.of(trs, 0), want)
+		aheadDone <- result{ls, err}
+	}()
+	ahead := &transport.Ahead{Want: want, Wait: func(ctx context.Context) ([]transport.Link, error) {
+		select {
+		case res := <-aheadDone:
+			return res.ls, res.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}}
+	out := make(map[int][]transport.Link)
+	var mu sync.Mutex
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r, m := range next.members {
+		wg.Go(func() {
+			var ls []transport.Link
+			var err error
+			if m == 0 {
+				ls, _, err = transport.CarryAhead(cctx, trs[0], next.of(trs, r), nil, ahead, nil, nil)
+			} else {
+				ls, err = trs[m].Connect(cctx, next.of(trs, r))
+			}
+			errs[r] = err
+			mu.Lock()
+			out[m] = ls
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, ls := range out {
+			closeAllLinks(ls)
+		}
+		t.Fatal(err)
+	}
+	for _, byPeer := range allreduceWorld(t, ctx, next, trs, out) {
+		for _, l := range byPeer {
+			l.Close()
+		}
+	}
+}
