@@ -36,11 +36,12 @@ import (
 //     Discovery dropped are stopped the same way (StopHostDropped), and so
 //     is a worker the driver removed as stuck (Job.stopStuck, StopStuck;
 //     SIGKILL after RemoveGrace), at once, and one out of the job's view
-//     that a SIGCONT did not bring back (unresponsive.go, StopUnresponsive):
-//     the floor replaces them like lost workers. So are the running workers of a job the floor gives up on
-//     (StopStranded: below its minimum after a worker failed, or after its
-//     replacements struck out, no world can form again), and of a job whose
-//     first world never formed (start.go: too few workers joined within
+//     that a SIGCONT did not bring back (unresponsive.go,
+//     StopUnresponsive): the floor replaces them like lost workers. So are
+//     the running workers of a job the floor gives up on (StopStranded:
+//     below its minimum after a worker failed, or after its replacements
+//     struck out, no world can form again), and of a job whose first world
+//     never formed (start.go: too few workers joined within
 //     StartTimeout + ElasticTimeout). Members of the last world that
 //     reported the end of training are exiting, not waiting: they are
 //     stopped the same way only once Config.ExitLimit after training was

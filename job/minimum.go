@@ -223,9 +223,9 @@ func (f *floor) replace(ctx context.Context, n int) (started int, err error) {
 // noteExitLocked is the floor's account of a process that has exited
 // (called with roster.mu held): a failure stops the floor, a replacement
 // lost, or stopped as unresponsive, before it entered any world is a strike
-// (one that trained resets the count), and a worker lost, or stopped with its host, while training went
-// on and that the engine did not take out is one to replace at once
-// (Config.ReplaceLost).
+// (one that trained resets the count), and a worker lost, or stopped with
+// its host, while training went on and that the engine did not take out is
+// one to replace at once (Config.ReplaceLost).
 func (f *floor) noteExitLocked(p *proc) {
 	f.anyFailed = f.anyFailed || p.rec.State == Failed
 	switch {

@@ -90,8 +90,8 @@ func TestJobRecordStopReason(t *testing.T) {
 	for r := NoStopReason; !strings.HasPrefix(r.String(), "StopReason("); r++ {
 		reasons = append(reasons, r)
 	}
-	if len(reasons) < 5 {
-		t.Fatalf("reasons %v: want NoStopReason and the four the runner gives", reasons)
+	if len(reasons) < 6 {
+		t.Fatalf("reasons %v: want NoStopReason and the five the runner gives", reasons)
 	}
 	for _, why := range reasons {
 		t.Run(cmp.Or(why.String(), "none"), func(t *testing.T) {
