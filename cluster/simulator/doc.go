@@ -12,5 +12,8 @@
 // checkpoint-restart in the paper; a running job's live resize, as gorovod
 // does it, can be modelled as a short pause after the new workers started).
 // The result is each job's completion time, with averages, tails, makespan
-// and GPU utilization. `gorovod simulate` is its command line.
+// and GPU utilization. Models beyond the six of the study (DefaultModels)
+// are configured by a model.json beside their traces (LoadModels), and a
+// workload may set a job's own length and replica cap. `gorovod simulate`
+// is its command line.
 package simulator

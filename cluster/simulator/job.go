@@ -58,6 +58,15 @@ type job struct {
 	rescaleSpent float64 // seconds paused by reallocations
 }
 
+// epochs is the job's training length: it completes with the progress of
+// this many epochs, its workload's when set, else its model's.
+func (j *job) epochs() int {
+	if j.spec.Epochs > 0 {
+		return j.spec.Epochs
+	}
+	return j.trace.MaxEpochs
+}
+
 func sumInts(xs []int) int {
 	n := 0
 	for _, x := range xs {
@@ -244,7 +253,7 @@ func (j *job) train(now, seconds float64) (float64, error) {
 			// the original counts).
 			j.epoch++
 			delta := min(roundHalfEven((next-j.progress)/goodput), seconds)
-			if j.epoch >= t.MaxEpochs {
+			if j.epoch >= j.epochs() {
 				j.done = true
 				j.completed = now + delta
 			}
@@ -306,7 +315,7 @@ func (j *job) oracleStepTime(replicas, gpusPerNode int) float64 {
 // remainingSteps is how many steps the job still runs at its fixed batch size.
 func (j *job) remainingSteps() float64 {
 	t := j.trace
-	last := t.MaxEpochs - 1
+	last := j.epochs() - 1
 	if last <= j.epoch {
 		return 1
 	}

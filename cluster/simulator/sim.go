@@ -46,8 +46,8 @@ type Config struct {
 	Pollux scheduler.PolluxConfig
 	// Tiresias configures the Tiresias policy.
 	Tiresias scheduler.TiresiasConfig
-	// Models are the models the workload may name; nil means
-	// DefaultModels.
+	// Models are the models the workload may name (LoadModels reads them
+	// for a traces directory); nil means DefaultModels.
 	Models map[string]ModelConfig
 	// MaxTime stops a simulation that has not finished (30 days).
 	MaxTime time.Duration
@@ -159,6 +159,13 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 		if t == nil || !known {
 			return nil, fmt.Errorf("simulator: job %s: no traces for model %q", w.Name, w.Model)
 		}
+		if w.Epochs < 0 || w.Epochs > t.ValidatedEpochs {
+			return nil, fmt.Errorf("simulator: job %s: %d epochs, but the validation traces of %s record %d",
+				w.Name, w.Epochs, w.Model, t.ValidatedEpochs)
+		}
+		if w.MaxReplicas < 0 {
+			return nil, fmt.Errorf("simulator: job %s: maximum replicas %d is negative", w.Name, w.MaxReplicas)
+		}
 		j := &job{spec: w, trace: t, restarts: -1}
 		switch cfg.Policy {
 		case Tiresias: // user-chosen size and batch ("TunedJobs")
@@ -174,8 +181,12 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 			j.maxReplicas = min(totalGPUs, t.MaxBatchSize/t.MinLocalBatch)
 			j.model = newAgent(t)
 		}
-		if mc.MaxReplicas > 0 && cfg.Policy != Tiresias {
-			j.maxReplicas = min(j.maxReplicas, mc.MaxReplicas)
+		if cfg.Policy != Tiresias {
+			for _, limit := range []int{mc.MaxReplicas, w.MaxReplicas} {
+				if limit > 0 {
+					j.maxReplicas = min(j.maxReplicas, limit)
+				}
+			}
 		}
 		if j.targetBatch > 0 && (j.targetBatch < t.InitBatchSize || j.targetBatch > t.MaxBatchSize) {
 			return nil, fmt.Errorf("simulator: job %s: batch size %d outside the validated range [%d, %d] of %s",

@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -137,6 +138,94 @@ func TestSimulateErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWorkloadEpochsAndMaxReplicas runs one job of the tiny model (40 s an
+// epoch on one GPU at batch 8, two epochs by its ModelConfig, three
+// validated) on a node of 2 GPUs, allocated at the first round (60 s) and
+// starting for free.
+func TestWorkloadEpochsAndMaxReplicas(t *testing.T) {
+	traces := map[string]*Trace{"tiny": tinyTrace(t)}
+	simulate := func(t *testing.T, policy string, job WorkloadJob) (*Result, error) {
+		t.Helper()
+		cfg := DefaultConfig()
+		cfg.Policy, cfg.Nodes, cfg.GPUsPerNode, cfg.NoRescaleCost = policy, 1, 2, true
+		cfg.Pollux.Population, cfg.Pollux.Generations = 8, 4
+		cfg.Models = map[string]ModelConfig{"tiny": {MaxEpochs: 2}}
+		job.Name, job.Model = "j", "tiny"
+		return Simulate(context.Background(), cfg, []WorkloadJob{job}, traces)
+	}
+	const firstRound = 60.0
+
+	t.Run("epochs", func(t *testing.T) {
+		for _, tc := range []struct {
+			policy    string
+			epochs    int
+			completed float64 // 0: only the ordering is checked
+		}{
+			{Tiresias, 1, firstRound + 40},
+			{Tiresias, 0, firstRound + 80}, // the model's two
+			{Tiresias, 3, firstRound + 120},
+			{Optimus, 1, 0}, {Optimus, 0, 0}, {Optimus, 3, 0},
+			{Pollux, 1, 0}, {Pollux, 0, 0}, {Pollux, 3, 0},
+		} {
+			t.Run(fmt.Sprintf("%s/%d", tc.policy, tc.epochs), func(t *testing.T) {
+				res, err := simulate(t, tc.policy, WorkloadJob{Replicas: 1, BatchSize: 8, Epochs: tc.epochs})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := res.Jobs[0].Completed; tc.completed != 0 && got != tc.completed {
+					t.Fatalf("completed at %v s, want %v s", got, tc.completed)
+				}
+			})
+		}
+		// Fewer epochs than the model's finish earlier under every policy,
+		// more finish later.
+		for _, policy := range []string{Tiresias, Optimus, Pollux} {
+			var completed []float64
+			for _, epochs := range []int{1, 0, 3} {
+				res, err := simulate(t, policy, WorkloadJob{Replicas: 1, BatchSize: 8, Epochs: epochs})
+				if err != nil {
+					t.Fatal(err)
+				}
+				completed = append(completed, res.Jobs[0].Completed)
+			}
+			if !(completed[0] < completed[1] && completed[1] < completed[2]) {
+				t.Errorf("%s: 1, 2 (the model's) and 3 epochs completed at %v s: want increasing", policy, completed)
+			}
+		}
+		if _, err := simulate(t, Tiresias, WorkloadJob{Replicas: 1, BatchSize: 8, Epochs: 4}); err == nil ||
+			!strings.Contains(err.Error(), "job j: 4 epochs, but the validation traces of tiny record 3") {
+			t.Fatalf("4 epochs of a model validated for 3: got %v", err)
+		}
+	})
+
+	t.Run("max_replicas", func(t *testing.T) {
+		for _, tc := range []struct {
+			policy      string
+			replicas    int
+			maxReplicas int
+			// The GPUs held on average from the first round on.
+			minGPUs, maxGPUs float64
+		}{
+			{Optimus, 1, 0, 2, 2},
+			{Optimus, 1, 1, 1, 1},
+			{Pollux, 1, 0, 1.1, 2}, // one GPU until it has profiled it, then two
+			{Pollux, 1, 1, 1, 1},
+			{Tiresias, 2, 1, 2, 2}, // runs the replicas it asked for
+		} {
+			t.Run(fmt.Sprintf("%s/%d", tc.policy, tc.maxReplicas), func(t *testing.T) {
+				res, err := simulate(t, tc.policy, WorkloadJob{Replicas: tc.replicas, BatchSize: 32, MaxReplicas: tc.maxReplicas})
+				if err != nil {
+					t.Fatal(err)
+				}
+				j := res.Jobs[0]
+				if gpus := j.GPUSeconds / (j.Completed - firstRound); gpus < tc.minGPUs-1e-9 || gpus > tc.maxGPUs+1e-9 {
+					t.Fatalf("held %v GPUs on average (%+v), want [%v, %v]", gpus, j, tc.minGPUs, tc.maxGPUs)
+				}
+			})
+		}
+	})
 }
 
 func TestPercentile(t *testing.T) {

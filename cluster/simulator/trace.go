@@ -16,20 +16,20 @@ import (
 )
 
 // ModelConfig is what the simulator needs to know about a model beyond its
-// traces.
+// traces. Its JSON form is an application's model.json (LoadModels).
 type ModelConfig struct {
 	// MaxEpochs is the training length: a job completes when it has made the
 	// progress its traces record after this many epochs.
-	MaxEpochs int
+	MaxEpochs int `json:"max_epochs"`
 	// MaxLocalBatch caps the batch one GPU processes per step (memory); 0
 	// means the largest one the placement traces measured.
-	MaxLocalBatch int
+	MaxLocalBatch int `json:"max_local_bsz"`
 	// FixedBatch, when set, is the batch size Pollux keeps for this model
 	// instead of adapting it.
-	FixedBatch int
+	FixedBatch int `json:"fixed_batch"`
 	// MaxReplicas, when set, caps the replicas Pollux and Optimus give a
 	// job of this model.
-	MaxReplicas int
+	MaxReplicas int `json:"max_replicas"`
 }
 
 // DefaultModels are the six models of Pollux's simulator study as the original
@@ -68,12 +68,15 @@ type Trace struct {
 	InitBatchSize, MaxBatchSize int
 	// MinLocalBatch and MaxLocalBatch bound the batch one GPU processes.
 	MinLocalBatch, MaxLocalBatch int
-	MaxEpochs                    int
+	// MaxEpochs is the model's training length (ModelConfig.MaxEpochs, or
+	// ValidatedEpochs when that is unset); ValidatedEpochs is how many
+	// epochs every validation run records, the longest a job can train.
+	MaxEpochs, ValidatedEpochs int
 
 	runs       []validationRun  // by increasing batch size
 	placements map[string]curve // keyed by normalized placement
 	scatter    interpolator     // everything else
-	progress   []float64        // progress[e]: needed to finish epoch e
+	progress   []float64        // progress[e]: needed to finish epoch e, for every validated epoch
 }
 
 // placementKey is how the traces name a placement: the GPU count on each
@@ -149,8 +152,8 @@ func (t *Trace) bracket(batch float64) (lo, hi *validationRun, w float64, err er
 // its estimate during an epoch at a batch size, interpolated linearly between
 // the validated batch sizes around it.
 func (t *Trace) GradStats(batch float64, epoch int) (sqr, variance float64, err error) {
-	if epoch < 0 || epoch >= t.MaxEpochs {
-		return 0, 0, fmt.Errorf("%s: epoch %d outside [0, %d)", t.Name, epoch, t.MaxEpochs)
+	if epoch < 0 || epoch >= t.ValidatedEpochs {
+		return 0, 0, fmt.Errorf("%s: epoch %d outside [0, %d)", t.Name, epoch, t.ValidatedEpochs)
 	}
 	lo, hi, w, err := t.bracket(batch)
 	if err != nil {
@@ -162,8 +165,8 @@ func (t *Trace) GradStats(batch float64, epoch int) (sqr, variance float64, err 
 // Iterations returns how many steps training at a batch size has taken by the
 // end of an epoch (interpolated between validated batch sizes).
 func (t *Trace) Iterations(batch float64, epoch int) (float64, error) {
-	if epoch < 0 || epoch >= t.MaxEpochs {
-		return 0, fmt.Errorf("%s: epoch %d outside [0, %d)", t.Name, epoch, t.MaxEpochs)
+	if epoch < 0 || epoch >= t.ValidatedEpochs {
+		return 0, fmt.Errorf("%s: epoch %d outside [0, %d)", t.Name, epoch, t.ValidatedEpochs)
 	}
 	lo, hi, w, err := t.bracket(batch)
 	if err != nil {
@@ -173,13 +176,14 @@ func (t *Trace) Iterations(batch float64, epoch int) (float64, error) {
 }
 
 // Progress is the progress a job must have made to have finished epochs
-// epochs (the least over the validated batch sizes); Progress(MaxEpochs)
-// completes the job.
+// epochs (the least over the validated batch sizes; epochs beyond
+// ValidatedEpochs count as ValidatedEpochs); Progress(MaxEpochs) completes a
+// job of the model's length.
 func (t *Trace) Progress(epochs int) float64 {
 	if epochs <= 0 {
 		return 0
 	}
-	return t.progress[epochs-1]
+	return t.progress[min(epochs, len(t.progress))-1]
 }
 
 // LoadTraces reads the traces of the given models from dir/<model>/:
@@ -457,14 +461,16 @@ func ParseTrace(name string, cfg ModelConfig, in TraceFiles) (*Trace, error) {
 	for _, r := range t.runs {
 		rows = min(rows, len(r.progress))
 	}
-	t.MaxEpochs = rows
+	t.MaxEpochs, t.ValidatedEpochs = rows, rows
 	if cfg.MaxEpochs > 0 {
 		if cfg.MaxEpochs > rows {
 			return nil, fmt.Errorf("trace %s: %d epochs wanted but a validation trace has only %d rows", name, cfg.MaxEpochs, rows)
 		}
 		t.MaxEpochs = cfg.MaxEpochs
 	}
-	t.progress = make([]float64, t.MaxEpochs)
+	// Every validated epoch, not only the model's, since a workload's job
+	// may train longer than its model (WorkloadJob.Epochs).
+	t.progress = make([]float64, rows)
 	for e := range t.progress {
 		t.progress[e] = math.Inf(1)
 		for _, r := range t.runs {

@@ -196,7 +196,7 @@ func TestParseTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr.InitBatchSize != 16 || tr.MaxBatchSize != 32 || tr.MinLocalBatch != 8 || tr.MaxLocalBatch != 16 || tr.MaxEpochs != 2 {
+	if tr.InitBatchSize != 16 || tr.MaxBatchSize != 32 || tr.MinLocalBatch != 8 || tr.MaxLocalBatch != 16 || tr.MaxEpochs != 2 || tr.ValidatedEpochs != 3 {
 		t.Fatalf("parsed %+v", tr)
 	}
 	if step, sync, err := tr.StepTime([]int{1, 1}, 12); err != nil || math.Abs(step-1.8) > 1e-12 || math.Abs(sync-0.4) > 1e-12 {
@@ -204,6 +204,14 @@ func TestParseTrace(t *testing.T) {
 	}
 	if sqr, v, err := tr.GradStats(24, 1); err != nil || sqr != 1 || v != 1 {
 		t.Fatalf("GradStats(24, 1) = %v, %v, %v", sqr, v, err)
+	}
+	// Epochs past the model's length but validated are there for a job
+	// that trains longer (WorkloadJob.Epochs).
+	if sqr, _, err := tr.GradStats(16, 2); err != nil || sqr != 0.5 || tr.Progress(3) != 30 {
+		t.Fatalf("epoch 2: GradStats = %v, %v; Progress(3) = %v", sqr, err, tr.Progress(3))
+	}
+	if _, _, err := tr.GradStats(16, 3); err == nil {
+		t.Fatal("GradStats of an epoch no trace records")
 	}
 	for _, tc := range []struct {
 		name             string

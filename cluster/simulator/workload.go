@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,13 @@ type WorkloadJob struct {
 	Model     string
 	Replicas  int
 	BatchSize int
+	// Epochs, when set, is the job's training length in epochs instead of
+	// its model's MaxEpochs; at most the epochs its validation traces
+	// record.
+	Epochs int
+	// MaxReplicas, when set, caps the replicas Pollux and Optimus give the
+	// job (below its model's cap, if any); Tiresias runs Replicas.
+	MaxReplicas int
 }
 
 // ReadWorkloadFile reads a workload CSV file (see ParseWorkload).
@@ -42,8 +50,10 @@ const maxSubmitSeconds = 365 * 24 * 3600
 
 // ParseWorkload parses a workload in the format of Pollux's artifact: a header
 // naming the columns name, time (seconds), application, num_replicas and
-// batch_size, then one job per row. Names must be unique; the jobs are
-// returned in file order.
+// batch_size, then one job per row. Two optional columns set a job's own
+// length and bound: epochs (WorkloadJob.Epochs) and max_replicas
+// (WorkloadJob.MaxReplicas), each a positive integer or empty for the
+// model's. Names must be unique; the jobs are returned in file order.
 func ParseWorkload(r io.Reader) ([]WorkloadJob, error) {
 	cr := csv.NewReader(r)
 	header, err := cr.Read()
@@ -85,12 +95,23 @@ func ParseWorkload(r io.Reader) ([]WorkloadJob, error) {
 		}
 		j.Submitted = time.Duration(t * float64(time.Second))
 		for _, p := range []struct {
-			col string
-			dst *int
-		}{{"num_replicas", &j.Replicas}, {"batch_size", &j.BatchSize}} {
-			v, err := strconv.Atoi(field(p.col))
+			col      string
+			dst      *int
+			optional bool
+		}{
+			{"num_replicas", &j.Replicas, false}, {"batch_size", &j.BatchSize, false},
+			{"epochs", &j.Epochs, true}, {"max_replicas", &j.MaxReplicas, true},
+		} {
+			if _, ok := index[p.col]; !ok && p.optional {
+				continue
+			}
+			s := field(p.col)
+			if s == "" && p.optional {
+				continue // the model's
+			}
+			v, err := strconv.Atoi(s)
 			if err != nil || v < 1 || v > 1<<24 {
-				return nil, fmt.Errorf("workload line %d: %s %q is not a positive integer", line, p.col, field(p.col))
+				return nil, fmt.Errorf("workload line %d: %s %q is not a positive integer", line, p.col, s)
 			}
 			*p.dst = v
 		}
@@ -100,4 +121,15 @@ func ParseWorkload(r io.Reader) ([]WorkloadJob, error) {
 		return nil, errors.New("workload: no jobs")
 	}
 	return jobs, nil
+}
+
+// Applications returns the applications (models) a workload's jobs name,
+// sorted and without duplicates: the ones whose traces it needs.
+func Applications(jobs []WorkloadJob) []string {
+	var apps []string
+	for _, j := range jobs {
+		apps = append(apps, j.Model)
+	}
+	slices.Sort(apps)
+	return slices.Compact(apps)
 }

@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,9 +50,54 @@ func TestParseWorkload(t *testing.T) {
 	}
 }
 
+func TestParseWorkloadOptionalColumns(t *testing.T) {
+	const header = "name,time,application,num_replicas,batch_size,epochs,max_replicas\n"
+	for _, tc := range []struct {
+		name, in string
+		want     []WorkloadJob // when nil, an error containing wantErr
+		wantErr  string
+	}{
+		{name: "both", in: header + "a,0,synthetic,2,64,3,4\n",
+			want: []WorkloadJob{{Name: "a", Model: "synthetic", Replicas: 2, BatchSize: 64, Epochs: 3, MaxReplicas: 4}}},
+		{name: "empty is the model's", in: header + "a,0,synthetic,2,64,,\nb,1,synthetic,1,64,5,\n",
+			want: []WorkloadJob{{Name: "a", Model: "synthetic", Replicas: 2, BatchSize: 64},
+				{Name: "b", Submitted: time.Second, Model: "synthetic", Replicas: 1, BatchSize: 64, Epochs: 5}}},
+		{name: "one of them, any order", in: "max_replicas,name,time,application,num_replicas,batch_size\n1,a,0,ncf,1,8\n",
+			want: []WorkloadJob{{Name: "a", Model: "ncf", Replicas: 1, BatchSize: 8, MaxReplicas: 1}}},
+		{name: "zero epochs", in: header + "a,0,ncf,1,8,1,1\nb,0,ncf,1,8,0,1\n", wantErr: `line 3: epochs "0"`},
+		{name: "fractional epochs", in: header + "a,0,ncf,1,8,2.5,1\n", wantErr: `line 2: epochs "2.5"`},
+		{name: "negative max_replicas", in: header + "a,0,ncf,1,8,2,-1\n", wantErr: `line 2: max_replicas "-1"`},
+		{name: "max_replicas not a number", in: header + "a,0,ncf,1,8,2,all\n", wantErr: `line 2: max_replicas "all"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			jobs, err := ParseWorkload(strings.NewReader(tc.in))
+			if tc.want == nil {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(jobs, tc.want) {
+				t.Fatalf("got %+v, want %+v", jobs, tc.want)
+			}
+		})
+	}
+}
+
+func TestApplications(t *testing.T) {
+	jobs := []WorkloadJob{{Model: "ncf"}, {Model: "cifar10"}, {Model: "ncf"}, {Model: "bert"}}
+	if got, want := Applications(jobs), []string{"bert", "cifar10", "ncf"}; !slices.Equal(got, want) {
+		t.Fatalf("Applications = %q, want %q", got, want)
+	}
+}
+
 func FuzzParseWorkload(f *testing.F) {
 	f.Add("name,time,application,num_replicas,batch_size\ncifar10-0,107,cifar10,6,2048\n")
 	f.Add("batch_size,name,application,time,num_replicas\n8,a,ncf,1e3,1\n")
+	f.Add("name,time,application,num_replicas,batch_size,epochs,max_replicas\na,0,ncf,1,8,,2\n")
 	f.Fuzz(func(t *testing.T, in string) {
 		jobs, err := ParseWorkload(strings.NewReader(in))
 		if err != nil {
@@ -59,7 +105,8 @@ func FuzzParseWorkload(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, j := range jobs {
-			if j.Name == "" || j.Model == "" || j.Submitted < 0 || j.Replicas < 1 || j.BatchSize < 1 || seen[j.Name] {
+			if j.Name == "" || j.Model == "" || j.Submitted < 0 || j.Replicas < 1 || j.BatchSize < 1 ||
+				j.Epochs < 0 || j.MaxReplicas < 0 || seen[j.Name] {
 				t.Fatalf("accepted an invalid job %+v", j)
 			}
 			seen[j.Name] = true

@@ -46,6 +46,13 @@ type trainerLine struct {
 	LRFactor float64 `json:"lr_factor"`
 	Loss     float64 `json:"loss"`
 	Accuracy float64 `json:"test_accuracy"`
+	// Kind is the fashion-mnist example's record kind ("step", "epoch",
+	// "final"; empty in the synthetic trainer's lines).
+	Kind string `json:"kind"`
+	// GradSqr and GradVar are the job's smoothed gradient statistics after
+	// the step (nil before the first estimate).
+	GradSqr *float64 `json:"grad_sqr"`
+	GradVar *float64 `json:"grad_var"`
 	// TimeUS is when the worker committed the step, by its own clock (µs
 	// since the Unix epoch; the synthetic trainer's time_us, 0 if absent).
 	TimeUS int64 `json:"time_us"`

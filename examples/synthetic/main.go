@@ -92,6 +92,13 @@ type stepLine struct {
 	Start        int     `json:"start"`  // the step's place in the data epoch's order
 	Global       int     `json:"global"` // samples the whole world processed in the step
 	StepMS       float64 `json:"step_ms"`
+	// GradSqr and GradVar are the job's smoothed gradient square and
+	// variance after the step (goodput.GradParams, measured by the
+	// library from the allreduce's input at two or more workers); absent
+	// before the first estimate. A recorded trace of this trainer for the
+	// cluster simulator takes them from here.
+	GradSqr *float64 `json:"grad_sqr,omitempty"`
+	GradVar *float64 `json:"grad_var,omitempty"`
 	// TimeUS is when this worker committed the step (µs since the Unix
 	// epoch, its own clock): what a measurement of a world change reads,
 	// rather than when the line reached it through the launcher.
@@ -147,6 +154,9 @@ func run(o options) error {
 			StepMS: float64(time.Since(began).Microseconds()) / 1000, TimeUS: time.Now().UnixMicro()}
 		if o.logSamples {
 			line.Samples = s.Batch.Indices
+		}
+		if g, ok := s.Session.GradientNoise(); ok {
+			line.GradSqr, line.GradVar = &g.Sqr, &g.Var
 		}
 		b, _ := json.Marshal(line)
 		fmt.Printf("%s\n", b)

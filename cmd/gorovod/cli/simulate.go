@@ -54,11 +54,17 @@ func simulateCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	logOpts.Register(fs)
 	usage := `Usage: gorovod simulate [flags] WORKLOAD.csv...
 
-Replays workloads (Pollux's format: name,time,application,num_replicas,batch_size)
-against per-model throughput and gradient-statistics traces under a scheduling
-policy, and prints job completion times (JCT), makespan and GPU utilization.
-With several workloads or policies, they run in parallel and a mean per policy
-is added.`
+Replays workloads (Pollux's format: name,time,application,num_replicas,batch_size,
+and optionally epochs and max_replicas per job) against per-model throughput
+and gradient-statistics traces under a scheduling policy, and prints job
+completion times (JCT), makespan and GPU utilization. With several workloads
+or policies, they run in parallel and a mean per policy is added.
+
+The traces of each application a workload names are in TRACES/<application>/:
+placements.csv, scalability.csv and validation-<batch size>.csv, and, for a
+model other than the six of Pollux's study (bert, cifar10, deepspeech2,
+imagenet, ncf, yolov3), model.json: {"max_epochs": N, "max_local_bsz": 0,
+"fixed_batch": 0, "max_replicas": 0} (docs/scheduler.md, "Your own models").`
 	if err := parseFlags(fs, args, usage, stdout, stderr); err != nil {
 		return err
 	}
@@ -110,10 +116,13 @@ is added.`
 	}
 	cfg.Tiresias.QueueThreshold = *threshold
 
-	// Load each traces directory once.
-	loaded := map[string]map[string]*simulator.Trace{}
+	// Each traces directory is loaded once, for the applications its
+	// workloads name: a directory of one's own models need not hold
+	// Pollux's six.
 	workloads := map[string][]simulator.WorkloadJob{}
 	traceDirOf := map[string]string{}
+	var dirs []string
+	appsIn := map[string][]string{}
 	for _, path := range fs.Args() {
 		w, err := simulator.ReadWorkloadFile(path)
 		if err != nil {
@@ -125,13 +134,23 @@ is added.`
 			dir = filepath.Join(filepath.Dir(path), "..", "traces")
 		}
 		traceDirOf[path] = dir
-		if loaded[dir] == nil {
-			t, err := simulator.LoadTraces(dir, cfg.Models)
-			if err != nil {
-				return fmt.Errorf("loading traces (set --traces): %w", err)
-			}
-			loaded[dir] = t
+		if _, seen := appsIn[dir]; !seen {
+			dirs = append(dirs, dir)
 		}
+		appsIn[dir] = append(appsIn[dir], simulator.Applications(w)...)
+	}
+	modelsIn := map[string]map[string]simulator.ModelConfig{}
+	tracesIn := map[string]map[string]*simulator.Trace{}
+	for _, dir := range dirs {
+		models, err := simulator.LoadModels(dir, appsIn[dir], simulator.DefaultModels())
+		if err != nil {
+			return fmt.Errorf("loading models (set --traces): %w", err)
+		}
+		t, err := simulator.LoadTraces(dir, models)
+		if err != nil {
+			return fmt.Errorf("loading traces (set --traces): %w", err)
+		}
+		modelsIn[dir], tracesIn[dir] = models, t
 	}
 
 	if *cpuProfile != "" {
@@ -167,8 +186,10 @@ is added.`
 			defer func() { <-sem }()
 			c := cfg
 			c.Policy = r.policy
+			dir := traceDirOf[r.workload]
+			c.Models = modelsIn[dir]
 			start := time.Now()
-			r.result, r.err = simulator.Simulate(ctx, c, workloads[r.workload], loaded[traceDirOf[r.workload]])
+			r.result, r.err = simulator.Simulate(ctx, c, workloads[r.workload], tracesIn[dir])
 			r.wall = time.Since(start)
 		}()
 	}
