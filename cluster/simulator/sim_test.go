@@ -158,6 +158,7 @@ func TestWorkloadEpochsAndMaxReplicas(t *testing.T) {
 	const firstRound = 60.0
 
 	t.Run("epochs", func(t *testing.T) {
+		completed := map[string][]float64{} // by policy, in the order 1, 0 (the model's 2), 3 epochs
 		for _, tc := range []struct {
 			policy    string
 			epochs    int
@@ -174,24 +175,18 @@ func TestWorkloadEpochsAndMaxReplicas(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := res.Jobs[0].Completed; tc.completed != 0 && got != tc.completed {
+				got := res.Jobs[0].Completed
+				if tc.completed != 0 && got != tc.completed {
 					t.Fatalf("completed at %v s, want %v s", got, tc.completed)
 				}
+				completed[tc.policy] = append(completed[tc.policy], got)
 			})
 		}
 		// Fewer epochs than the model's finish earlier under every policy,
 		// more finish later.
 		for _, policy := range []string{Tiresias, Optimus, Pollux} {
-			var completed []float64
-			for _, epochs := range []int{1, 0, 3} {
-				res, err := simulate(t, policy, WorkloadJob{Replicas: 1, BatchSize: 8, Epochs: epochs})
-				if err != nil {
-					t.Fatal(err)
-				}
-				completed = append(completed, res.Jobs[0].Completed)
-			}
-			if !(completed[0] < completed[1] && completed[1] < completed[2]) {
-				t.Errorf("%s: 1, 2 (the model's) and 3 epochs completed at %v s: want increasing", policy, completed)
+			if c := completed[policy]; len(c) != 3 || !(c[0] < c[1] && c[1] < c[2]) {
+				t.Errorf("%s: 1, 2 (the model's) and 3 epochs completed at %v s: want increasing", policy, c)
 			}
 		}
 		if _, err := simulate(t, Tiresias, WorkloadJob{Replicas: 1, BatchSize: 8, Epochs: 4}); err == nil ||

@@ -103,7 +103,7 @@ func traceSubjects() []traceSubject {
 func TestRecordSimulatorTraces(t *testing.T) {
 	dir := os.Getenv("GOROVOD_RECORD_TRACES")
 	if dir == "" {
-		t.Skip("a measurement of several minutes: set GOROVOD_RECORD_TRACES to the traces directory to write")
+		t.Skip("records bench/simtrace's traces, a measurement of several minutes: set GOROVOD_RECORD_TRACES to the traces directory to write (CI replays the recorded traces in cli's TestSimulateRecordedWorkload)")
 	}
 	for _, s := range traceSubjects() {
 		t.Run(s.app, func(t *testing.T) {
