@@ -531,6 +531,18 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 	for _, g := range gone {
 		j.events.notice("not adopted, exit status unknown: " + g)
 	}
+	// The Discovery's list came before the workers taken back: those on a
+	// host it lacks (an allocation that shrank while no runner watched)
+	// leave as a dropped host's do. No later list drops such a host, since
+	// a host is dropped when a list that named it is followed by one that
+	// does not.
+	r.mu.Lock()
+	unlisted := r.place.unlisted()
+	r.mu.Unlock()
+	if len(unlisted) > 0 {
+		j.inbox.addDropped(unlisted)
+		j.inbox.wake()
+	}
 	j.run(ctx)
 	return j, nil
 }

@@ -104,3 +104,93 @@ func TestStopReasonAfterAdoption(t *testing.T) {
 		t.Errorf("worker 0's JSON after adoption: %s, want its stop reason", b)
 	}
 }
+
+// A runner that takes a job back stops the workers it finds on hosts that
+// its Discovery's list lacks (an allocation that shrank while no runner
+// watched), as it stops those of a host the list drops, and keeps those
+// on listed hosts. The list comes before the workers are taken back, and
+// no later list drops a host that no list named.
+func TestAdoptedWorkersOnUnlistedHostsStop(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "job")
+	r := newRecorder()
+	cfg := config(t, r, 1, envSteps+"=3")
+	cfg.OutputDir = dir
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := job.Run(ctx, cfg); err != nil {
+		t.Fatalf("the first runner's job: %v\n%s", err, describe(r.all()))
+	}
+	rec, err := job.ReadJobRecord(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The runner died before the job ended (no ended line), leaving
+	// workers 1 and 2 running: 1 on this host as a local job places it
+	// (host ""), 2 on 127.0.0.2, which the new runner's list (the default,
+	// this host) does not name.
+	hosts := map[int]string{1: "", 2: "127.0.0.2"}
+	lines := []string{}
+	text, err := os.ReadFile(filepath.Join(dir, "record.tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines = slices.DeleteFunc(strings.SplitAfter(string(text), "\n"), func(l string) bool { return strings.HasPrefix(l, "ended\t") })
+	for _, index := range []int{1, 2} {
+		sleeper := exec.Command("sleep", "600")
+		sleeper.Env = []string{envconfig.EnvJobID + "=" + rec.JobID, fmt.Sprintf("%s=%d", envconfig.EnvLaunchIndex, index)}
+		if err := sleeper.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+		lines = append(lines, fmt.Sprintf("started\t%d\t%d\t%s\n", index, sleeper.Process.Pid, hosts[index]))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "record.tsv"), []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := job.ReadAdoption(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r = newRecorder()
+	acfg := config(t, r, 1, envModes+"=wait")
+	acfg.Adopt = a
+	actx, acancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer acancel()
+	j, err := job.Start(actx, acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor(t, "worker 2, on the unlisted host, exited", func(evs []job.Event) bool {
+		return slices.ContainsFunc(evs, func(e job.Event) bool {
+			x, ok := e.(job.WorkerExited)
+			return ok && x.Worker.Index == 2
+		})
+	})
+	acancel()
+	select {
+	case <-j.Done():
+	case <-time.After(time.Minute):
+		t.Fatalf("the adopted job did not end a minute after its context was cancelled\n%s", describe(r.all()))
+	}
+	o, _ := j.Wait()
+	for _, tc := range []struct {
+		index   int
+		dropped bool
+	}{{1, false}, {2, true}} {
+		i := slices.IndexFunc(o.Workers, func(w job.WorkerRecord) bool { return w.Index == tc.index })
+		if i < 0 {
+			t.Fatalf("no record of worker %d in the adopted job's outcome: %+v", tc.index, o.Workers)
+		}
+		w := o.Workers[i]
+		if got := w.State == job.Stopped && w.StopReason == job.StopHostDropped; got != tc.dropped {
+			t.Errorf("worker %d on host %q: %v (%v), stopped as its host's? %v, want %v\n%s", tc.index, w.Host, w.State, w.StopReason, got, tc.dropped, describe(r.all()))
+		}
+	}
+	if !slices.ContainsFunc(r.all(), func(e job.Event) bool {
+		n, ok := e.(job.Notice)
+		return ok && strings.Contains(n.Message, `host "127.0.0.2" left the job`)
+	}) {
+		t.Errorf("no notice of host 127.0.0.2 leaving the job\n%s", describe(r.all()))
+	}
+}

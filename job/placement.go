@@ -41,6 +41,21 @@ func (p *placement) release(host string) { p.running[host]-- }
 // worker added there later gets as many (GOMAXPROCS).
 func (p *placement) shareOf(host string) int { return max(1, p.share[host]) }
 
+// unlisted returns the hosts that run workers of the job but are not in
+// the current list, in name order: a job taken back runs its workers where
+// the runner that died placed them, and the first list this runner takes
+// may name none of those hosts.
+func (p *placement) unlisted() []string {
+	var out []string
+	for name, n := range p.running {
+		if n > 0 && !p.has(name) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // setHosts takes a new host list from the Discovery and returns the hosts
 // it dropped.
 func (p *placement) setHosts(hosts []Host) (dropped []string) {

@@ -90,11 +90,16 @@ func (d *gorovodJobDriver) takeBack(a *api.Adoption) (*job.Adoption, error) {
 
 // adoptPods fills the adoption's workers from the job's pods as the
 // launcher's watch found them: each running pod with its launch index and
-// host.
+// host. The hosts are published again with the running pods' slots
+// occupied, so that the job's first host list keeps the slots they hold
+// on the allocation's nodes; the workers on slots the list lacks (their
+// node left the allocation, or holds fewer of the job's workers now) the
+// job stops as a dropped host's.
 func (d *gorovodJobDriver) adoptPods(l *kube.Launcher, a *job.Adoption) error {
 	if err := l.AdoptSecret(kube.SecretEnv(d.secret)); err != nil {
 		return err
 	}
+	defer d.publish()
 	for _, w := range l.Provisioner().Workers() {
 		rw := job.RecordedWorker{Index: w.Index, Host: w.Host}
 		aw := job.AdoptedWorker{RecordedWorker: rw}
@@ -103,6 +108,10 @@ func (d *gorovodJobDriver) adoptPods(l *kube.Launcher, a *job.Adoption) error {
 			continue
 		case w.Running && !w.Ended && !w.Deleted && w.Host != "":
 			aw.Remote = true
+			d.mu.Lock()
+			d.podHost[w.Index] = w.Host
+			d.occupied[w.Host] = w.Index
+			d.mu.Unlock()
 		case w.Ended || w.Deleted:
 			aw.Exited, aw.State = true, job.Unknown.String()
 			if w.Exited && w.ExitCode == 0 {
