@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport/multi"
+	"github.com/gorovod/gorovod/collective/transport/tcp"
 	"github.com/gorovod/gorovod/membership"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
@@ -32,6 +33,7 @@ type loopWorker struct {
 	data   *sampler.Sampler
 	state  *State
 	cfg    TrainConfig
+	tr     *tcp.Transport // set by admit
 }
 
 // loopRecord is one committed step as a worker saw it.
@@ -123,10 +125,20 @@ func (c *coordMember) rejoin(context.Context) error { return ErrOutForGood }
 func (c *coordMember) finish(context.Context) error { return c.sess.Close() }
 func (c *coordMember) close() error                 { return c.sess.Close() }
 
+// admit starts w's transport and adds w to coord's job: the coordinator's
+// next world has it. train does it unless it was done.
+func (w *loopWorker) admit(t testing.TB, coord *driver.Coordinator) {
+	w.tr = listenTCP(t)
+	coord.Add(epoch.Member{Name: w.name, Addr: w.tr.Addr()})
+}
+
 // train joins w to coord's job and runs the loop; leave delivers its leave
 // signal; step, if set, replaces w.step.
 func (w *loopWorker) train(ctx context.Context, t testing.TB, coord *driver.Coordinator, leave <-chan os.Signal, step StepFunc) (TrainResult, error) {
-	tr := listenTCP(t)
+	if w.tr == nil {
+		w.admit(t, coord)
+	}
+	tr := w.tr
 	if step == nil {
 		step = w.step
 	}
@@ -134,7 +146,6 @@ func (w *loopWorker) train(ctx context.Context, t testing.TB, coord *driver.Coor
 	if err != nil {
 		return TrainResult{}, err
 	}
-	coord.Add(epoch.Member{Name: w.name, Addr: tr.Addr()})
 	sess, err := joinCoord(ctx, coord, w.name, tr, w.state, func(sc *Config) { sc.GradientNoise = cfg.Worker.Session.GradientNoise })
 	if err != nil {
 		return TrainResult{}, err
@@ -208,8 +219,15 @@ func checkLoopLog(t *testing.T, log *loopLog, epochs uint64) {
 func TestTrainLoopThroughWorldChanges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 1})
-	go coord.Run(ctx)
+	// The first world the coordinator proposes is kept for the check below
+	// (OnEpoch runs on Run's goroutine, which is the only sender).
+	first := make(chan epoch.World, 1)
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 1, OnEpoch: func(e epoch.World) {
+		select {
+		case first <- e:
+		default:
+		}
+	}})
 	log := &loopLog{}
 	type outcome struct {
 		name string
@@ -220,6 +238,7 @@ func TestTrainLoopThroughWorldChanges(t *testing.T) {
 	var wg stdsync.WaitGroup
 	start := func(name string, leave <-chan os.Signal, step func(w *loopWorker) StepFunc) {
 		w := newLoopWorker(t, name, log, nil)
+		w.admit(t, coord) // before the goroutine: the coordinator has w when start returns
 		wg.Go(func() {
 			var f StepFunc
 			if step != nil {
@@ -258,9 +277,22 @@ func TestTrainLoopThroughWorldChanges(t *testing.T) {
 			return w.step(ctx, s)
 		}
 	})
-	// w0, w1 and w2 must all be in the first world for the kill to be one.
-	waitEpoch(t, coord, func(e epoch.World) bool { return len(e.Members) == 3 })
+	// w0, w1 and w2 must all be in the first world: w0's steps make the
+	// join and the leave, and w2 dies only in a world of three. With
+	// MinWorkers 1, a coordinator that ran while they were being added
+	// could propose a world of the first one or two, which would train on
+	// without w0 (through the leave's step, or to the end) before it came.
+	// It proposes nothing before it runs: all three are added by now.
+	go coord.Run(ctx)
 	wg.Wait()
+	select {
+	case e := <-first:
+		if e.Number != 1 || len(e.Members) != 3 {
+			t.Fatalf("first world %d %v, want w0, w1 and w2", e.Number, e.Members)
+		}
+	case <-ctx.Done():
+		t.Fatal("the coordinator proposed no world")
+	}
 	close(results)
 	got := map[string]outcome{}
 	for o := range results {
