@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,36 +44,10 @@ func TestStopReasonAfterAdoption(t *testing.T) {
 
 	// The runner died before the job ended: no ended line, and a worker of
 	// the job (launch index 2) still runs.
-	sleeper := exec.Command("sleep", "600")
-	sleeper.Env = []string{envconfig.EnvJobID + "=" + rec.JobID, envconfig.EnvLaunchIndex + "=2"}
-	if err := sleeper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
-	path := filepath.Join(dir, "record.tsv")
-	text, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := slices.DeleteFunc(strings.SplitAfter(string(text), "\n"), func(l string) bool { return strings.HasPrefix(l, "ended\t") })
-	lines = append(lines, fmt.Sprintf("started\t2\t%d\t\n", sleeper.Process.Pid))
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	a, err := job.ReadAdoption(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := abandonJob(t, dir, rec.JobID, map[int]string{2: ""})
 
 	r = newRecorder()
-	acfg := config(t, r, 1, envModes+"=wait")
-	acfg.Adopt = a
-	actx, acancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer acancel()
-	j, err := job.Start(actx, acfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, acancel := takeBack(t, r, a)
 	r.waitFor(t, "the job taken back", func(evs []job.Event) bool {
 		return slices.ContainsFunc(evs, func(e job.Event) bool {
 			s, ok := e.(job.JobStarted)
@@ -128,39 +103,10 @@ func TestAdoptedWorkersOnUnlistedHostsStop(t *testing.T) {
 	// workers 1 and 2 running: 1 on this host as a local job places it
 	// (host ""), 2 on 127.0.0.2, which the new runner's list (the default,
 	// this host) does not name.
-	hosts := map[int]string{1: "", 2: "127.0.0.2"}
-	lines := []string{}
-	text, err := os.ReadFile(filepath.Join(dir, "record.tsv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines = slices.DeleteFunc(strings.SplitAfter(string(text), "\n"), func(l string) bool { return strings.HasPrefix(l, "ended\t") })
-	for _, index := range []int{1, 2} {
-		sleeper := exec.Command("sleep", "600")
-		sleeper.Env = []string{envconfig.EnvJobID + "=" + rec.JobID, fmt.Sprintf("%s=%d", envconfig.EnvLaunchIndex, index)}
-		if err := sleeper.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
-		lines = append(lines, fmt.Sprintf("started\t%d\t%d\t%s\n", index, sleeper.Process.Pid, hosts[index]))
-	}
-	if err := os.WriteFile(filepath.Join(dir, "record.tsv"), []byte(strings.Join(lines, "")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	a, err := job.ReadAdoption(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := abandonJob(t, dir, rec.JobID, map[int]string{1: "", 2: "127.0.0.2"})
 
 	r = newRecorder()
-	acfg := config(t, r, 1, envModes+"=wait")
-	acfg.Adopt = a
-	actx, acancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer acancel()
-	j, err := job.Start(actx, acfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, acancel := takeBack(t, r, a)
 	r.waitFor(t, "worker 2, on the unlisted host, exited", func(evs []job.Event) bool {
 		return slices.ContainsFunc(evs, func(e job.Event) bool {
 			x, ok := e.(job.WorkerExited)
@@ -193,4 +139,51 @@ func TestAdoptedWorkersOnUnlistedHostsStop(t *testing.T) {
 	}) {
 		t.Errorf("no notice of host 127.0.0.2 leaving the job\n%s", describe(r.all()))
 	}
+}
+
+// abandonJob makes the job record in dir one that a runner which died
+// leaves (no ended line), with a process of the job still running for
+// each launch index in hosts, recorded on its host (a sleeper with the
+// job's id and the index in its environment, killed when the test ends),
+// and returns the adoption read from it.
+func abandonJob(t *testing.T, dir, jobID string, hosts map[int]string) *job.Adoption {
+	t.Helper()
+	path := filepath.Join(dir, "record.tsv")
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := slices.DeleteFunc(strings.SplitAfter(string(text), "\n"), func(l string) bool { return strings.HasPrefix(l, "ended\t") })
+	for _, index := range slices.Sorted(maps.Keys(hosts)) {
+		sleeper := exec.Command("sleep", "600")
+		sleeper.Env = []string{envconfig.EnvJobID + "=" + jobID, fmt.Sprintf("%s=%d", envconfig.EnvLaunchIndex, index)}
+		if err := sleeper.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+		lines = append(lines, fmt.Sprintf("started\t%d\t%d\t%s\n", index, sleeper.Process.Pid, hosts[index]))
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := job.ReadAdoption(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// takeBack starts a runner that takes the job of a back (its own workers
+// would wait for a world); cancel stops it, and the test's end does.
+func takeBack(t *testing.T, r *recorder, a *job.Adoption) (*job.Job, context.CancelFunc) {
+	t.Helper()
+	cfg := config(t, r, 1, envModes+"=wait")
+	cfg.Adopt = a
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	j, err := job.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, cancel
 }
