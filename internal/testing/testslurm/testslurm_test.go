@@ -47,22 +47,23 @@ func TestClusterRunsStepsAndCleansUp(t *testing.T) {
 	go func() { sleeperDone <- sleeper.Wait() }()
 	waitCtx, cancelWait := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelWait()
+	// The step shows in squeue once slurmctld has it, which may be before
+	// slurmd has started its slurmstepd: the cluster's processes are
+	// looked at until both are there.
 	for {
 		steps, err := c.Run(waitCtx, "squeue", "--steps", "--noheader", "--format=%i")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(steps, id+".0") {
+		left := c.Leftovers()
+		if strings.Contains(steps, id+".0") && len(left) >= 2 { // srun and slurmstepd at least
 			break
 		}
 		select {
 		case <-waitCtx.Done():
-			t.Fatalf("the step never showed in squeue: %q", steps)
+			t.Fatalf("the step never showed in squeue with its processes: squeue %q, processes %v", steps, left)
 		case <-time.After(50 * time.Millisecond):
 		}
-	}
-	if len(c.Leftovers()) < 2 { // srun and slurmstepd at least
-		t.Fatalf("a running step shows as %v", c.Leftovers())
 	}
 	dir := c.Dir
 	stopped = true
