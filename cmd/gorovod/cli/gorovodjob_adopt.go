@@ -196,13 +196,9 @@ func (d *gorovodJobDriver) owner() *metav1.OwnerReference {
 	return &metav1.OwnerReference{APIVersion: api.Group + "/" + api.Version, Kind: api.Kind, Name: d.name, UID: d.uid}
 }
 
-// Adopt takes back a worker pod of the job (job.WorkerAdopter), keeping
-// its host as occupied.
+// Adopt takes back a worker pod of the job (job.WorkerAdopter); its slot,
+// marked occupied by adoptPods, is freed if it cannot be.
 func (p placedLauncher) Adopt(ctx context.Context, r job.AdoptRequest) (job.Process, error) {
-	p.d.mu.Lock()
-	p.d.podHost[r.Index] = r.Host
-	p.d.occupied[r.Host] = r.Index
-	p.d.mu.Unlock()
 	proc, err := p.d.kl.Adopt(ctx, r)
 	if err != nil {
 		p.d.vacate(r.Index)
