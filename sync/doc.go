@@ -85,7 +85,11 @@
 // any member has heard of (collective.MaxTag), so at the end of a step every
 // member of the world holds the same number; if it is newer than the world
 // they are in, all of them switch at that same step boundary (Session.Commit).
-// No two workers finish a step in different worlds. Joining is connecting the
+// No two workers finish a step in different worlds. A member holds back the
+// number of a world with joiners while its links to them are being connected
+// ahead (Session.Prepare), for at most Config.JoinHold (1 s): the members
+// train on in their world while the joiners connect, and switch at the end
+// of the first step after one of them is connected. Joining is connecting the
 // new epoch's ring (the transport handshake rejects any other job or epoch) and
 // receiving the registered State from the members that hold it: in stripes
 // from several of them at once (collective.Replicate) when they are at least

@@ -54,6 +54,14 @@ func TestPrepareConnectsAhead(t *testing.T) {
 			t.Fatalf("Prepare(%v) prepared a world", ep)
 		}
 	}
+	// The world that leaves p0 out has a joiner: p0 holds its move back
+	// for Config.JoinHold, on the clock only (it connects nothing).
+	sessions[0].mu.Lock()
+	h := sessions[0].hold
+	sessions[0].mu.Unlock()
+	if h.number != cur.Number+1 || h.ahead != nil || h.until.IsZero() {
+		t.Fatalf("a worker left out of a world with a joiner holds %+v, want epoch %d on the clock", h, cur.Number+1)
+	}
 
 	// A third worker joins: the two members prepare the world with it while
 	// the joiner connects to it the usual way, in openSession.
@@ -78,10 +86,13 @@ func TestPrepareConnectsAhead(t *testing.T) {
 	for i, s := range sessions {
 		s.Prepare(next)
 		s.mu.Lock()
-		prepared[i] = s.next
+		prepared[i], h = s.next, s.hold
 		s.mu.Unlock()
 		if prepared[i] == nil || prepared[i].number != next.Number {
 			t.Fatalf("worker %d did not prepare epoch %d", i, next.Number)
+		}
+		if h.number != next.Number || h.ahead != prepared[i] {
+			t.Fatalf("worker %d holds %+v, want epoch %d until its links to the joiner are connected", i, h, next.Number)
 		}
 	}
 	for i, p := range prepared {
@@ -284,5 +295,111 @@ func TestPrepareWhileMoving(t *testing.T) {
 	wg.Wait()
 	if err := errors.Join(sums...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestJoinHeldUntilConnected: members told of a world with a joiner train on
+// in their own world while the links to the joiner are being connected
+// (Config.JoinHold), instead of stopping at the next step boundary to wait
+// for it; once the joiner connects they move at a step boundary, and the new
+// world reduces correctly. With a short hold, members whose joiner has not
+// connected move when the hold ends and wait for it at the boundary.
+func TestJoinHeldUntilConnected(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hold time.Duration
+		// stepsHeld: steps the members commit in their own world with the
+		// joiner not yet connecting (with a short hold they may move
+		// before: the hold's end is a matter of time).
+		stepsHeld int
+	}{
+		{"held until connected", time.Minute, 5},
+		{"short hold", time.Millisecond, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2, Coalesce: time.Millisecond})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			go coord.Run(ctx)
+			hold := func(c *Config) { c.JoinHold = tc.hold }
+			ws := []*toyWorker{startToy(t, "h0", coord), startToy(t, "h1", coord)}
+			sessions := make([]*Session, 2)
+			errs := make([]error, 2)
+			var wg stdsync.WaitGroup
+			for i, w := range ws {
+				wg.Go(func() { sessions[i], errs[i] = joinCoord(ctx, coord, w.name, w.tr, w.state, hold) })
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range sessions {
+				defer s.Close()
+			}
+			for sessions[0].Size() != 2 || sessions[1].Size() != 2 {
+				commitAll(ctx, t, sessions)
+			}
+			cur := sessions[0].World()
+
+			// The joiner is added to the job, the members learn of the world
+			// with it and prepare it (as their worker's epoch watcher does);
+			// the joiner itself does not connect yet.
+			j := startToy(t, "h2", coord)
+			next := cur
+			for next.Rank("h2") < 0 {
+				var err error
+				if next, err = coord.View("h0").Await(ctx, next.Number); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, s := range sessions {
+				s.Prepare(next)
+			}
+			for step := range tc.stepsHeld {
+				stepCtx, stepCancel := context.WithTimeout(ctx, 10*time.Second)
+				commitAll(stepCtx, t, sessions)
+				stepCancel()
+				for i, s := range sessions {
+					if got := s.World().Number; got != cur.Number {
+						t.Fatalf("step %d: worker %d moved to epoch %d before its joiner connected, want to stay in %d", step, i, got, cur.Number)
+					}
+				}
+			}
+
+			// The joiner connects; the members move at a step boundary.
+			joined := make(chan error, 1)
+			var joiner *Session
+			go func() {
+				var err error
+				joiner, err = joinCoord(ctx, coord, j.name, j.tr, j.state, hold)
+				joined <- err
+			}()
+			for sessions[0].World().Number != next.Number || sessions[1].World().Number != next.Number {
+				commitAll(ctx, t, sessions)
+			}
+			if err := <-joined; err != nil {
+				t.Fatalf("joiner: %v", err)
+			}
+			defer joiner.Close()
+			all := append(sessions, joiner)
+			sums := make([]float32, len(all))
+			errs = make([]error, len(all))
+			for i, s := range all {
+				wg.Go(func() {
+					v := []float32{float32(i + 1)}
+					errs[i] = s.Allreduce(ctx, Sum(), collective.SliceBuffer(v))
+					sums[i] = v[0]
+				})
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range sums {
+				if v != 6 {
+					t.Fatalf("worker %d: sum %v, want 6", i, v)
+				}
+			}
+		})
 	}
 }

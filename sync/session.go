@@ -39,6 +39,16 @@ type Config struct {
 	// world goes on without it (epoch.ProposerConfig.BlameLimit) instead of
 	// the others waiting for it until RecoveryTimeout.
 	ConnectTimeout time.Duration
+	// JoinHold is how long at most the members of a world train on in it,
+	// once a next world with new members (joiners) is known, while they
+	// connect to those members ahead (Prepare): they move at the end of the
+	// first step after one of them has its links to the joiners, or after
+	// JoinHold, so the connect overlaps training instead of stalling it
+	// at the step boundary. Default DefaultJoinHold; negative: no hold
+	// (the members move at the first step boundary after one of them is
+	// told of the next world, and the links still being connected are
+	// waited for there).
+	JoinHold time.Duration
 	// OnStats, if set, receives the worker's step statistics in batches of
 	// about StatsEvery steps (default stats.DefaultEvery), for the driver's
 	// autoscaling engine. It is called on the training goroutine inside
@@ -69,6 +79,12 @@ type Config struct {
 // that cannot work.
 var ErrInvalidConfig = errors.New("sync: invalid configuration")
 
+// DefaultJoinHold is Config.JoinHold's default: well above a joiner's
+// connect to 15 members on a loaded 2-core machine (docs/multihost.md,
+// "Transition times": under 140 ms), and short enough that a joiner that
+// cannot connect costs the job little more than it did without the hold.
+const DefaultJoinHold = time.Second
+
 // DefaultConfig returns the defaults; JobID and Self must still be set.
 func DefaultConfig() Config {
 	return Config{
@@ -76,6 +92,7 @@ func DefaultConfig() Config {
 		FusionBytes:     fusion.DefaultBytes,
 		RecoveryTimeout: 10 * time.Minute,
 		ConnectTimeout:  transport.DefaultIOTimeout,
+		JoinHold:        DefaultJoinHold,
 		StatsEvery:      stats.DefaultEvery,
 	}
 }
@@ -98,6 +115,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RecoveryTimeout == 0 {
 		c.RecoveryTimeout = d.RecoveryTimeout
+	}
+	if c.JoinHold == 0 {
+		c.JoinHold = d.JoinHold
 	}
 	if c.StatsEvery == 0 {
 		c.StatsEvery = d.StatsEvery
@@ -187,6 +207,9 @@ type Session struct {
 	// next is the next world's links being connected ahead of the
 	// step boundary (Prepare); guarded by mu.
 	next *preconnect
+	// hold is the move to a world with joiners held back while they are
+	// connected ahead (tagEpoch); guarded by mu.
+	hold joinHold
 	// enteringNumber is the epoch enter is connecting (guarded by mu), for
 	// Prepare, which leaves it alone.
 	enteringNumber uint64
@@ -341,7 +364,7 @@ func (s *Session) Commit(ctx context.Context) error {
 	newest := s.newest
 	if !s.tagged {
 		// No gradient allreduce carried the news this step: ask explicitly.
-		newest = s.src.Latest()
+		newest = s.tagEpoch()
 		var none []float32
 		if err := collective.Allreduce(ctx, s.comm, none, none, collective.Max, collective.MaxTag(&newest)); err != nil {
 			if ctx.Err() != nil {

@@ -68,7 +68,7 @@ func (s *Session) Allreduce(ctx context.Context, how Reduction, tensors ...colle
 	began := time.Now()
 	defer s.clock.Wait(began)
 	bytes := s.obs.gradients(tensors)
-	newest := s.src.Latest()
+	newest := s.tagEpoch()
 	err = reduceGradients(ctx, s.fuser, s.comm, tensors, how, &newest, s.noise)
 	if s.obs.tl != nil {
 		s.obs.reduced("allreduce gradients", began, time.Now(), len(tensors), bytes, err)
@@ -208,7 +208,7 @@ func (s *Session) AllreduceAsync(ctx context.Context, how Reduction, tensors ...
 				return
 			}
 		}
-		newest := s.src.Latest()
+		newest := s.tagEpoch()
 		var began time.Time
 		if tl != nil {
 			began = time.Now()

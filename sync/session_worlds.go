@@ -130,6 +130,15 @@ func (s *Session) Prepare(ep epoch.World) {
 	rank := ep.Rank(s.cfg.Self.Name)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if ep.Number > s.hold.number {
+		s.hold = joinHold{}
+	}
+	if s.comm != nil && !s.closed && !s.moving && ep.Number > s.epoch.Number && rank < 0 && s.cfg.JoinHold > 0 && hasJoiners(ep, s.epoch) {
+		// A member the next world leaves out cannot tell when the others
+		// have connected its joiners: it holds its tag back for JoinHold
+		// only, and the others' tags move the world when they are ready.
+		s.hold = joinHold{number: ep.Number, until: time.Now().Add(s.cfg.JoinHold)}
+	}
 	if s.comm == nil || s.closed || ep.Number <= s.epoch.Number || ep.Number <= s.enteringNumber || rank < 0 || s.moving {
 		// (A world being left or entered (moving) is no base to plan from:
 		// its communicator has handed its links over, which reads as a
@@ -160,6 +169,9 @@ func (s *Session) Prepare(ep epoch.World) {
 	}
 	p := &preconnect{number: ep.Number, want: want, cancel: cancel, done: make(chan struct{})}
 	s.next = p
+	if s.cfg.JoinHold > 0 && hasJoiners(ep, s.epoch) {
+		s.hold = joinHold{number: ep.Number, until: time.Now().Add(s.cfg.JoinHold), ahead: p}
+	}
 	log := s.log
 	go func() {
 		defer close(p.done)
@@ -168,6 +180,60 @@ func (s *Session) Prepare(ep epoch.World) {
 		p.links, p.err = s.connectSome(ctx, ep, rank, want)
 		log.Debug("connected the next world's new members ahead of the step boundary", "epoch", ep.Number, "took", time.Since(began), "err", p.err)
 	}()
+}
+
+// joinHold holds back the move to world number, which has members the
+// current one lacks, until the links to them are connected ahead (ahead;
+// nil for a member the world leaves out, which waits for until only) or
+// until passes.
+type joinHold struct {
+	number uint64
+	until  time.Time
+	ahead  *preconnect
+}
+
+// holds reports whether h still holds back the move to world number.
+func (h joinHold) holds(number uint64) bool {
+	if h.number != number || !time.Now().Before(h.until) {
+		return false
+	}
+	if h.ahead == nil {
+		return true
+	}
+	select {
+	case <-h.ahead.done:
+		return false // connected, or failed: the entry dials what is missing
+	default:
+		return true
+	}
+}
+
+// hasJoiners reports whether next has members that current lacks.
+func hasJoiners(next, current epoch.World) bool {
+	for _, m := range next.Members {
+		if !slices.Contains(current.Members, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// tagEpoch is the epoch number this worker puts in a collective's tag,
+// whose largest over the members moves the world at the step's end (see
+// collective.MaxTag): the newest it has been told of, but the current
+// world's while the move to the newest is held back for its joiners
+// (Config.JoinHold). The members then train on while the joiners connect,
+// and move once one of them has its links to them (the joiner's links all
+// finish together: a member's link to it is ready when it has connected
+// to every member), or at the hold's end.
+func (s *Session) tagEpoch() uint64 {
+	latest := s.src.Latest()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if latest > s.epoch.Number && s.hold.holds(latest) {
+		return s.epoch.Number
+	}
+	return latest
 }
 
 // connectSome connects this worker, rank, to the members r of world ep

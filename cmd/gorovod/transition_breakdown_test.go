@@ -269,7 +269,7 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 	if len(sinceAllreduce) > 0 {
 		parts = append(parts, fmt.Sprintf("boundary after it max %.3f ms, %d without the epoch's content", slices.Max(sinceAllreduce), fromTag))
 	}
-	var bounds, entered []time.Time
+	var bounds, memberBounds, entered []time.Time
 	var connects, states, cpus []float64
 	joinerCPU, joinerConnect := -1.0, -1.0
 	for _, l := range lines {
@@ -278,6 +278,9 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 		}
 		took, _ := time.ParseDuration(l.attrs["took"])
 		bounds = append(bounds, l.at.Add(-took))
+		if l.attrs["links_kept"] != "0" { // not a joiner, whose entry begins with its epoch
+			memberBounds = append(memberBounds, l.at.Add(-took))
+		}
 		entered = append(entered, l.at)
 		if d, err := time.ParseDuration(l.attrs["connect"]); err == nil {
 			connects = append(connects, float64(d.Microseconds())/1000)
@@ -326,6 +329,12 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 	}
 	h.mu.Unlock()
 	parts = append(parts, "first step "+ms(firstCommit)+" (its line reached the test at "+ms(firstStep)+")")
+	if len(memberBounds) > 0 {
+		// What the members lost: from the first one's step boundary (the
+		// end of its last step in the old world) to the first step of the
+		// new world.
+		parts = append(parts, fmt.Sprintf("members' pause %.1f ms", float64(firstCommit.Sub(slices.MinFunc(memberBounds, time.Time.Compare)).Microseconds())/1000))
+	}
 	// The step time before the transition: median interval between the
 	// steps the lowest worker index printed in the second before it.
 	h.mu.Lock()
