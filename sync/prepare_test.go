@@ -127,25 +127,7 @@ func TestPrepareConnectsAhead(t *testing.T) {
 		}
 	}
 	// The new world works: an allreduce over all three.
-	all := append(sessions, joiner)
-	for i, s := range all {
-		wg.Go(func() {
-			v := []float32{float32(i + 1)}
-			err := s.Allreduce(ctx, Sum(), collective.SliceBuffer(v))
-			if err == nil && v[0] != 6 {
-				err = fmt.Errorf("sum %v, want 6", v[0])
-			}
-			if i < len(errs) {
-				errs[i] = err
-			} else if err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	checkSum(ctx, t, append(sessions, joiner))
 
 	// Close discards a world being prepared.
 	later := epoch.World{Number: next.Number + 1, Members: next.Members}
@@ -166,6 +148,54 @@ func TestPrepareConnectsAhead(t *testing.T) {
 	if left != nil {
 		t.Fatal("Prepare after Close prepared a world")
 	}
+}
+
+// checkSum runs an allreduce of rank+1 over sessions, a world, and fails
+// the test unless every one gets the sum.
+func checkSum(ctx context.Context, t *testing.T, sessions []*Session) {
+	t.Helper()
+	n := len(sessions)
+	errs := make([]error, n)
+	var wg stdsync.WaitGroup
+	for i, s := range sessions {
+		wg.Go(func() {
+			v := []float32{float32(i + 1)}
+			errs[i] = s.Allreduce(ctx, Sum(), collective.SliceBuffer(v))
+			if want := float32(n * (n + 1) / 2); errs[i] == nil && v[0] != want {
+				errs[i] = fmt.Errorf("worker %d: sum %v, want %v", i, v[0], want)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// twoMembers starts workers a and b on coord and returns their sessions
+// once both are in a world of two; they are closed at the test's end.
+func twoMembers(ctx context.Context, t *testing.T, coord *driver.Coordinator, a, b string, edits ...func(*Config)) []*Session {
+	t.Helper()
+	ws := []*toyWorker{startToy(t, a, coord), startToy(t, b, coord)}
+	sessions := make([]*Session, 2)
+	errs := make([]error, 2)
+	var wg stdsync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() { sessions[i], errs[i] = joinCoord(ctx, coord, w.name, w.tr, w.state, edits...) })
+	}
+	wg.Wait()
+	for _, s := range sessions {
+		if s != nil {
+			t.Cleanup(func() { s.Close() })
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for sessions[0].Size() != 2 || sessions[1].Size() != 2 {
+		commitAll(ctx, t, sessions)
+	}
+	return sessions
 }
 
 // commitAll commits a step on every session at once (a world change is no
@@ -199,23 +229,7 @@ func TestPrepareWhileMoving(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	go coord.Run(ctx)
-	ws := []*toyWorker{startToy(t, "m0", coord), startToy(t, "m1", coord)}
-	sessions := make([]*Session, 2)
-	errs := make([]error, 2)
-	var wg stdsync.WaitGroup
-	for i, w := range ws {
-		wg.Go(func() { sessions[i], errs[i] = joinCoord(ctx, coord, w.name, w.tr, w.state) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range sessions {
-		defer s.Close()
-	}
-	for sessions[0].Size() != 2 || sessions[1].Size() != 2 {
-		commitAll(ctx, t, sessions)
-	}
+	sessions := twoMembers(ctx, t, coord, "m0", "m1")
 	cur := sessions[0].World()
 
 	j := startToy(t, "m2", coord)
@@ -280,22 +294,7 @@ func TestPrepareWhileMoving(t *testing.T) {
 			t.Errorf("worker %d kept %d links from the last world, want 1 (the other member's)", i, s.entering.rekeyed)
 		}
 	}
-	all := append(sessions, joiner)
-	sums := make([]error, len(all))
-	for i, s := range all {
-		wg.Go(func() {
-			v := []float32{float32(i + 1)}
-			err := s.Allreduce(ctx, Sum(), collective.SliceBuffer(v))
-			if err == nil && v[0] != 6 {
-				err = fmt.Errorf("sum %v, want 6", v[0])
-			}
-			sums[i] = err
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(sums...); err != nil {
-		t.Fatal(err)
-	}
+	checkSum(ctx, t, append(sessions, joiner))
 }
 
 // TestJoinHeldUntilConnected: members told of a world with a joiner train on
@@ -322,23 +321,7 @@ func TestJoinHeldUntilConnected(t *testing.T) {
 			defer cancel()
 			go coord.Run(ctx)
 			hold := func(c *Config) { c.JoinHold = tc.hold }
-			ws := []*toyWorker{startToy(t, "h0", coord), startToy(t, "h1", coord)}
-			sessions := make([]*Session, 2)
-			errs := make([]error, 2)
-			var wg stdsync.WaitGroup
-			for i, w := range ws {
-				wg.Go(func() { sessions[i], errs[i] = joinCoord(ctx, coord, w.name, w.tr, w.state, hold) })
-			}
-			wg.Wait()
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
-			for _, s := range sessions {
-				defer s.Close()
-			}
-			for sessions[0].Size() != 2 || sessions[1].Size() != 2 {
-				commitAll(ctx, t, sessions)
-			}
+			sessions := twoMembers(ctx, t, coord, "h0", "h1", hold)
 			cur := sessions[0].World()
 
 			// The joiner is added to the job, the members learn of the world
@@ -381,25 +364,7 @@ func TestJoinHeldUntilConnected(t *testing.T) {
 				t.Fatalf("joiner: %v", err)
 			}
 			defer joiner.Close()
-			all := append(sessions, joiner)
-			sums := make([]float32, len(all))
-			errs = make([]error, len(all))
-			for i, s := range all {
-				wg.Go(func() {
-					v := []float32{float32(i + 1)}
-					errs[i] = s.Allreduce(ctx, Sum(), collective.SliceBuffer(v))
-					sums[i] = v[0]
-				})
-			}
-			wg.Wait()
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
-			for i, v := range sums {
-				if v != 6 {
-					t.Fatalf("worker %d: sum %v, want 6", i, v)
-				}
-			}
+			checkSum(ctx, t, append(sessions, joiner))
 		})
 	}
 }
