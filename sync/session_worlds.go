@@ -133,7 +133,10 @@ func (s *Session) Prepare(ep epoch.World) {
 	if ep.Number > s.hold.number {
 		s.hold = joinHold{}
 	}
-	if s.comm != nil && !s.closed && !s.moving && ep.Number > s.epoch.Number && rank < 0 && s.cfg.JoinHold > 0 && hasJoiners(ep, s.epoch) {
+	// Whether the move to ep is held back for its joiners (tagEpoch): only
+	// from a running world older than ep.
+	held := s.comm != nil && !s.closed && !s.moving && ep.Number > s.epoch.Number && s.cfg.JoinHold > 0 && hasJoiners(ep, s.epoch)
+	if held && rank < 0 {
 		// A member the next world leaves out cannot tell when the others
 		// have connected its joiners: it holds its tag back for JoinHold
 		// only, and the others' tags move the world when they are ready.
@@ -169,7 +172,7 @@ func (s *Session) Prepare(ep epoch.World) {
 	}
 	p := &preconnect{number: ep.Number, want: want, cancel: cancel, done: make(chan struct{})}
 	s.next = p
-	if s.cfg.JoinHold > 0 && hasJoiners(ep, s.epoch) {
+	if held {
 		s.hold = joinHold{number: ep.Number, until: time.Now().Add(s.cfg.JoinHold), ahead: p}
 	}
 	log := s.log
