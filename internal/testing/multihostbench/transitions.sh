@@ -9,12 +9,22 @@
 #
 # Environment: NP (the world subtest of TestMeasureHostTransitions: 4, 8 or
 # 16; default 16), ROUNDS (default 3), OUT (default /tmp/gorovod-transitions).
+# Each run's whole output stays in OUT (REV-measure-I.log, REV-breakdown.log);
+# a failed run is reported with the end of its log, and the script then exits
+# non-zero.
 set -euo pipefail
 A=${1:-main}
 B=${2:-HEAD}
 NP=${NP:-16}
 ROUNDS=${ROUNDS:-3}
 OUT=${OUT:-/tmp/gorovod-transitions}
+case "$NP" in
+4 | 8 | 16) ;;
+*)
+	echo "NP=$NP: TestMeasureHostTransitions has worlds of 4, 8 and 16 workers" >&2
+	exit 2
+	;;
+esac
 mkdir -p "$OUT"
 root=$(git rev-parse --show-toplevel)
 dirA=$OUT/src-A
@@ -36,21 +46,40 @@ build() { # rev dir
 	cp "$root/examples/synthetic/main.go" "$2/examples/synthetic/"
 	(cd "$2" && go test -c -o "$OUT/$1.test" ./cmd/gorovod)
 }
+# run LOG PATTERN LABEL SUMMARY CMD...: runs one measurement from
+# $dir/cmd/gorovod, keeps its whole output in LOG and prints the lines that
+# match PATTERN, adding them to SUMMARY. A run that fails (a test failure, or
+# no matching line) is reported with the end of its log and counted, and the
+# others still run. (Called outside any pipeline, so that the count stays in
+# this shell.)
+failed=0
+run() {
+	local log=$1 pattern=$2 label=$3 summary=$4
+	shift 4
+	if ! (cd "$dir/cmd/gorovod" && "$@") >"$log" 2>&1 || ! grep -qE "$pattern" "$log"; then
+		echo "$label: FAILED, the end of $log:" >&2
+		tail -n 20 "$log" >&2
+		failed=$((failed + 1))
+	fi
+	grep -E "$pattern" "$log" | sed "s/^/$label: /" | tee -a "$summary" || true
+}
 build "$A" "$dirA"
 build "$B" "$dirB"
 for i in $(seq "$ROUNDS"); do
 	for rev in "$A" "$B"; do
 		dir=$dirA
 		[ "$rev" = "$B" ] && dir=$dirB
-		(cd "$dir/cmd/gorovod" && GOROVOD_MEASURE_TRANSITIONS=1 "$OUT/$rev.test" \
-			-test.run "TestMeasureHostTransitions/^$NP\$" -test.v 2>&1) |
-			grep -E 'graceful leave|join \(' | sed "s/^/$rev run $i: /" | tee -a "$OUT/measure.txt"
+		run "$OUT/$rev-measure-$i.log" 'graceful leave|join \(' "$rev run $i" "$OUT/measure.txt" \
+			env GOROVOD_MEASURE_TRANSITIONS=1 "$OUT/$rev.test" -test.run "TestMeasureHostTransitions/^$NP\$" -test.v
 	done
 done
 for rev in "$A" "$B"; do
 	dir=$dirA
 	[ "$rev" = "$B" ] && dir=$dirB
-	(cd "$dir/cmd/gorovod" && GOROVOD_MEASURE_TRANSITIONS=1 GOROVOD_MEASURE_NP=$NP "$OUT/$rev.test" \
-		-test.run TestTransitionBreakdown -test.v 2>&1) |
-		grep -E ' (leave|join): ' | sed "s/^/$rev breakdown: /" | tee -a "$OUT/breakdown.txt"
+	run "$OUT/$rev-breakdown.log" ' (leave|join): ' "$rev breakdown" "$OUT/breakdown.txt" \
+		env GOROVOD_MEASURE_TRANSITIONS=1 GOROVOD_MEASURE_NP="$NP" "$OUT/$rev.test" -test.run TestTransitionBreakdown -test.v
 done
+if [ "$failed" -gt 0 ]; then
+	echo "$failed of the runs failed; their logs are in $OUT" >&2
+	exit 1
+fi
