@@ -78,8 +78,12 @@ func TestImpairDelay(t *testing.T) {
 	if jit[0] < time.Millisecond {
 		t.Errorf("a round trip took %v, less than the minimum delay of 1ms", jit[0])
 	}
-	if f := below(jit, 2*time.Millisecond); f < 0.15 {
-		t.Errorf("%.0f%% of round trips under the mean delay of 2ms; uniform jitter gives about half", 100*f)
+	// Uniform jitter puts about half the delays under the mean, but load
+	// lengthens round trips (a clean-clone .ci/run saw 14% while other
+	// packages ran), so only none at all proves the jitter missing: a fixed
+	// 2ms delay gives none.
+	if below(jit, 2*time.Millisecond) == 0 {
+		t.Errorf("no round trip of %d under the mean delay of 2ms; uniform jitter gives about half", len(jit))
 	}
 
 	if err := hs[0].Impair(testhosts.Impairment{Delay: 2 * time.Millisecond}); err != nil {
