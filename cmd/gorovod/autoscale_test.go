@@ -184,11 +184,10 @@ func TestAutoscaleReplacesStraggler(t *testing.T) {
 	}
 	// The members train on in the old world while they connect to the
 	// replacement (sync.Config.JoinHold), so the straggler's last steps are
-	// counted from the replacement's first step, not from the driver's
-	// event: once the replacement trains, the straggler may finish the
-	// world that admitted it and then goes.
-	// The launcher numbers the 3 workers it started 0-2; the replacement is
-	// the next.
+	// counted from the replacement's first step (the launcher numbered its
+	// first 3 workers 0-2), not from the driver's event: once the
+	// replacement trains, the straggler may finish the world that admitted
+	// it and then goes.
 	replacementIdx, replacementFirst := -1, int64(-1)
 	for _, l := range h.lines {
 		if l.Worker >= 3 && (replacementFirst < 0 || l.Step < replacementFirst) {
