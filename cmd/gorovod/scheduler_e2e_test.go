@@ -712,26 +712,60 @@ func TestSchedulerAndDriversOnKubelets(t *testing.T) {
 		t.Logf("%s's driver %s: seed %s", j.name, gj.Status.Driver, seed)
 	}
 
-	// The scheduler restarts: the new one keeps the jobs' allocations.
-	before := map[string][]string{}
-	for _, j := range all {
-		if gj := hist.job(j.name); gj != nil && gj.Status.Phase == api.PhaseRunning {
-			before[j.name] = gj.Status.Allocation
+	// The scheduler restarts. The new one goes on from what the old one
+	// recorded: each running job keeps its driver (the same pod, not
+	// restarted) and its start, and its count of reallocations goes on
+	// from the recorded one. Its first rounds may move a job: its policy
+	// starts a new search, which holds the recorded allocations and
+	// replaces them only by a better one, while the jobs' goodput models
+	// go on changing (TestRestartContinues, in cluster/kube/service,
+	// shows that a new scheduler over unchanged jobs moves none).
+	current := func(name string) *api.GorovodJob {
+		u, err := jobs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
+		gj, err := api.FromUnstructured(u)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return gj
+	}
+	driverUID := func(gj *api.GorovodJob) types.UID {
+		pod, err := e.admin.CoreV1().Pods(e.ns).Get(ctx, gj.Status.Driver, metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		return pod.UID
 	}
 	stopScheduler(sched)
+	before := map[string]*api.GorovodJob{}
+	beforeDriver := map[string]types.UID{}
+	for _, j := range all {
+		if gj := current(j.name); gj.Status.Phase == api.PhaseRunning {
+			before[j.name], beforeDriver[j.name] = gj, driverUID(gj)
+		}
+	}
 	sched = startScheduler("sched-2")
 	poll(t, "the new scheduler's first round", time.Minute, func() bool { return sched.rounds.Load() >= 1 })
-	for name, alloc := range before {
-		gj := hist.job(name)
-		// A job may have ended meanwhile; one running keeps its allocation.
-		if u, err := jobs.Get(ctx, name, metav1.GetOptions{}); err == nil {
-			if cur, err := api.FromUnstructured(u); err == nil {
-				gj = cur
-			}
+	for name, was := range before {
+		now := current(name)
+		rounds := sched.rounds.Load() // read after the job: no round of the new scheduler is missed
+		if now.Status.Phase != api.PhaseRunning {
+			continue // it ended meanwhile
 		}
-		if gj.Status.Phase == api.PhaseRunning && !slices.Equal(gj.Status.Allocation, alloc) {
-			t.Errorf("%s's allocation %v became %v across the scheduler's restart", name, alloc, gj.Status.Allocation)
+		if now.Status.Driver != was.Status.Driver || driverUID(now) != beforeDriver[name] || now.Status.DriverRestarts != was.Status.DriverRestarts ||
+			!now.Status.StartTime.Equal(was.Status.StartTime) {
+			t.Errorf("%s's driver %s (pod %s, %d restarts, started %v) became %s (pod %s, %d restarts, started %v) across the scheduler's restart", name,
+				was.Status.Driver, beforeDriver[name], was.Status.DriverRestarts, was.Status.StartTime, now.Status.Driver, driverUID(now), now.Status.DriverRestarts, now.Status.StartTime)
+		}
+		moved := !slices.Equal(now.Status.Allocation, was.Status.Allocation)
+		if added := int64(now.Status.Reallocations) - int64(was.Status.Reallocations); added < 0 || added > rounds || (moved && added == 0) {
+			t.Errorf("%s had %d reallocations; after %d rounds of the new scheduler it has %d, with its allocation %v now %v",
+				name, was.Status.Reallocations, rounds, now.Status.Reallocations, was.Status.Allocation, now.Status.Allocation)
+		}
+		if moved {
+			t.Logf("%s's allocation %v became %v in the new scheduler's first %d rounds", name, was.Status.Allocation, now.Status.Allocation, rounds)
 		}
 	}
 
