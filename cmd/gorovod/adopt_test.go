@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/testing/testhosts"
 	"github.com/gorovod/gorovod/job"
@@ -32,13 +33,13 @@ import (
 func TestRunAttach(t *testing.T) {
 	const steps = 4000
 	dir := t.TempDir()
-	h := startRunJob(t, "--np", "3", "--output-dir", dir, "--",
-		synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
-	h.waitAllAtStep(t, 30, 3)
-	if err := syscall.Kill(h.pid(t, 2), syscall.SIGKILL); err != nil {
+	h := e2e.StartRunJob(t, "--np", "3", "--output-dir", dir, "--",
+		e2e.Synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
+	h.WaitAllAtStep(t, 30, 3)
+	if err := syscall.Kill(h.Pid(t, 2), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor(t, "the replacement, worker 3, training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
+	h.WaitFor(t, "the replacement, worker 3, training in a world of 3", 2*time.Minute, func(lines []e2e.TrainerLine) bool {
 		for _, l := range lines {
 			if l.Worker == 3 && l.Size == 3 && l.Step >= 10 {
 				return true
@@ -46,18 +47,18 @@ func TestRunAttach(t *testing.T) {
 		}
 		return false
 	})
-	pids := []int{h.pid(t, 0), h.pid(t, 1), h.pid(t, 3)}
-	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	pids := []int{h.Pid(t, 0), h.Pid(t, 1), h.Pid(t, 3)}
+	if err := syscall.Kill(h.Cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-h.exited
-	h.mu.Lock()
-	killedAt := maxStep(h.lines)
-	h.mu.Unlock()
+	<-h.Exited
+	h.Mu.Lock()
+	killedAt := e2e.MaxStep(h.Lines)
+	h.Mu.Unlock()
 	t.Logf("launcher killed at step %d of %d", killedAt, steps)
 	// Training goes on without a driver.
-	waitOutput(t, dir, 4, "20 steps after the launcher died", func(ws map[int][]trainerLine) bool {
-		return maxStep(ws[0]) >= killedAt+20
+	waitOutput(t, dir, 4, "20 steps after the launcher died", func(ws map[int][]e2e.TrainerLine) bool {
+		return e2e.MaxStep(ws[0]) >= killedAt+20
 	})
 
 	// Relative, as a user in another directory would type it.
@@ -69,8 +70,8 @@ func TestRunAttach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := startRunJob(t, "--attach", rel)
-	a.waitFor(t, "the adopted workers' lines through the new runner", 2*time.Minute, func(lines []trainerLine) bool {
+	a := e2e.StartRunJob(t, "--attach", rel)
+	a.WaitFor(t, "the adopted workers' lines through the new runner", 2*time.Minute, func(lines []e2e.TrainerLine) bool {
 		seen := map[int]bool{}
 		for _, l := range lines {
 			seen[l.Worker] = true
@@ -78,33 +79,33 @@ func TestRunAttach(t *testing.T) {
 		return len(seen) == 3
 	})
 	for i, worker := range []int{0, 1, 3} {
-		if got := a.pid(t, worker); got != pids[i] {
+		if got := a.Pid(t, worker); got != pids[i] {
 			t.Fatalf("the new runner adopted pid %d as worker %d, want %d", got, worker, pids[i])
 		}
 	}
-	if !strings.Contains(a.logText(), "took back job") {
-		t.Fatalf("the new runner did not say it took the job back:\n%s", a.logText())
+	if !strings.Contains(a.LogText(), "took back job") {
+		t.Fatalf("the new runner did not say it took the job back:\n%s", a.LogText())
 	}
-	a.mu.Lock()
-	firstSeen := maxStep(a.lines)
-	a.mu.Unlock()
+	a.Mu.Lock()
+	firstSeen := e2e.MaxStep(a.Lines)
+	a.Mu.Unlock()
 	// The new driver learns the world and the workers see it (it proposes
 	// nothing): 200 steps are well over the second that takes.
-	a.waitFor(t, "200 steps under the new runner", 2*time.Minute, func(lines []trainerLine) bool { return maxStep(lines) >= firstSeen+200 })
-	a.mu.Lock()
-	attachedAt := maxStep(a.lines)
-	a.mu.Unlock()
+	a.WaitFor(t, "200 steps under the new runner", 2*time.Minute, func(lines []e2e.TrainerLine) bool { return e2e.MaxStep(lines) >= firstSeen+200 })
+	a.Mu.Lock()
+	attachedAt := e2e.MaxStep(a.Lines)
+	a.Mu.Unlock()
 	if attachedAt >= steps-200 {
 		t.Fatalf("the job was nearly over (step %d) when the new runner took it: make it longer", attachedAt)
 	}
 	// Taking the job back needs no world change: the workers train on in
 	// the world they had when the launcher died.
-	h.mu.Lock()
-	before := h.lines[len(h.lines)-1].WorldEpoch
-	h.mu.Unlock()
-	a.mu.Lock()
-	after := a.lines[len(a.lines)-1].WorldEpoch
-	a.mu.Unlock()
+	h.Mu.Lock()
+	before := h.Lines[len(h.Lines)-1].WorldEpoch
+	h.Mu.Unlock()
+	a.Mu.Lock()
+	after := a.Lines[len(a.Lines)-1].WorldEpoch
+	a.Mu.Unlock()
 	t.Logf("world epoch %d when the launcher died, %d at step %d under the new runner", before, after, attachedAt)
 	if after != before {
 		t.Errorf("the world changed from epoch %d to %d while the job was taken back, with the same workers", before, after)
@@ -123,9 +124,9 @@ func TestRunAttach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rec.Ended || rec.Verdict != "ok" || rec.Adopted != 1 || rec.RunnerPID != a.cmd.Process.Pid {
+	if !rec.Ended || rec.Verdict != "ok" || rec.Adopted != 1 || rec.RunnerPID != a.Cmd.Process.Pid {
 		t.Errorf("record: ended %v verdict %q adopted %d runner %d, want ended, ok, adopted once by pid %d",
-			rec.Ended, rec.Verdict, rec.Adopted, rec.RunnerPID, a.cmd.Process.Pid)
+			rec.Ended, rec.Verdict, rec.Adopted, rec.RunnerPID, a.Cmd.Process.Pid)
 	}
 	states := map[int]string{}
 	for _, w := range rec.Workers {
@@ -150,8 +151,8 @@ func TestRunAttach(t *testing.T) {
 // new runner adopts and stops when it is interrupted (SIGINT).
 func TestRunAttachStopReasons(t *testing.T) {
 	dir := t.TempDir()
-	h := startRunJob(t, "--np", "1", "--output-dir", dir, "--", synthetic, "--steps", "20", "--json")
-	h.wait(t)
+	h := e2e.StartRunJob(t, "--np", "1", "--output-dir", dir, "--", e2e.Synthetic, "--steps", "20", "--json")
+	h.Wait(t)
 	rec, err := job.ReadJobRecord(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -185,17 +186,17 @@ func TestRunAttachStopReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a := startRunJob(t, "--attach", dir)
-	a.waitLog(t, "the job taken back", time.Minute, regexp.MustCompile(`took back job`))
-	if err := syscall.Kill(a.cmd.Process.Pid, syscall.SIGINT); err != nil {
+	a := e2e.StartRunJob(t, "--attach", dir)
+	a.WaitLog(t, "the job taken back", time.Minute, regexp.MustCompile(`took back job`))
+	if err := syscall.Kill(a.Cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-a.exited:
+	case <-a.Exited:
 	case <-time.After(time.Minute):
-		a.timedOut(t, "the attached runner to end after SIGINT")
+		a.TimedOut(t, "the attached runner to end after SIGINT")
 	}
-	log := a.logText()
+	log := a.LogText()
 	for _, want := range []string{"1 stopped (removed as stuck)", "1 stopped (host left the job)"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the new runner's log lacks %q:\n%s", want, log)
@@ -221,12 +222,12 @@ func TestRunAttachStopReasons(t *testing.T) {
 // training in a world of 3, then for a to end with status 0 and for the
 // survivors and the replacement to reach step steps in their output files
 // (outputs of them in dir). It returns a's log and the workers' lines.
-func replaceAndFinish(t *testing.T, a *runJobHarness, pid, replacement int, dir string, outputs int, steps int64, survivors ...int) (string, map[int][]trainerLine) {
+func replaceAndFinish(t *testing.T, a *e2e.RunJobHarness, pid, replacement int, dir string, outputs int, steps int64, survivors ...int) (string, map[int][]e2e.TrainerLine) {
 	t.Helper()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	a.waitFor(t, "a replacement training in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
+	a.WaitFor(t, "a replacement training in a world of 3", 2*time.Minute, func(lines []e2e.TrainerLine) bool {
 		for _, l := range lines {
 			if l.Worker == replacement && l.Size == 3 {
 				return true
@@ -236,17 +237,17 @@ func replaceAndFinish(t *testing.T, a *runJobHarness, pid, replacement int, dir 
 	})
 	var err error
 	select {
-	case err = <-a.exited:
+	case err = <-a.Exited:
 	case <-time.After(3 * time.Minute):
-		a.timedOut(t, "the attached runner to end")
+		a.TimedOut(t, "the attached runner to end")
 	}
-	log := a.logText()
+	log := a.LogText()
 	if err != nil {
 		t.Fatalf("gorovod run --attach: %v; log:\n%s", err, log)
 	}
-	ws := waitOutput(t, dir, outputs, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
+	ws := waitOutput(t, dir, outputs, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]e2e.TrainerLine) bool {
 		for _, w := range append(survivors, replacement) {
-			if maxStep(ws[w]) < steps {
+			if e2e.MaxStep(ws[w]) < steps {
 				return false
 			}
 		}
@@ -283,31 +284,31 @@ func jobSeed(t *testing.T, dir string) string {
 func TestRunAttachElsewhere(t *testing.T) {
 	const steps = 4000
 	dir := t.TempDir()
-	h := startRunJob(t, "--np", "3", "--output-dir", dir, "--",
-		synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
-	h.waitAllAtStep(t, 30, 3)
-	pids := []int{h.pid(t, 0), h.pid(t, 1), h.pid(t, 2)}
+	h := e2e.StartRunJob(t, "--np", "3", "--output-dir", dir, "--",
+		e2e.Synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
+	h.WaitAllAtStep(t, 30, 3)
+	pids := []int{h.Pid(t, 0), h.Pid(t, 1), h.Pid(t, 2)}
 	oldSeed := jobSeed(t, dir)
-	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(h.Cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-h.exited
-	h.mu.Lock()
-	killedAt := maxStep(h.lines)
-	before := h.lines[len(h.lines)-1].WorldEpoch
-	h.mu.Unlock()
+	<-h.Exited
+	h.Mu.Lock()
+	killedAt := e2e.MaxStep(h.Lines)
+	before := h.Lines[len(h.Lines)-1].WorldEpoch
+	h.Mu.Unlock()
 	// Another process takes the dead driver's port.
 	taken, err := net.Listen("tcp", oldSeed)
 	if err != nil {
 		t.Fatalf("taking the dead driver's port %s: %v", oldSeed, err)
 	}
 	defer taken.Close()
-	waitOutput(t, dir, 3, "20 steps after the launcher died", func(ws map[int][]trainerLine) bool {
-		return maxStep(ws[0]) >= killedAt+20
+	waitOutput(t, dir, 3, "20 steps after the launcher died", func(ws map[int][]e2e.TrainerLine) bool {
+		return e2e.MaxStep(ws[0]) >= killedAt+20
 	})
 
-	a := startRunJob(t, "--attach", dir)
-	a.waitFor(t, "the adopted workers' lines through the new runner", 2*time.Minute, func(lines []trainerLine) bool {
+	a := e2e.StartRunJob(t, "--attach", dir)
+	a.WaitFor(t, "the adopted workers' lines through the new runner", 2*time.Minute, func(lines []e2e.TrainerLine) bool {
 		seen := map[int]bool{}
 		for _, l := range lines {
 			seen[l.Worker] = true
@@ -315,20 +316,20 @@ func TestRunAttachElsewhere(t *testing.T) {
 		return len(seen) == 3
 	})
 	for i, pid := range pids {
-		if got := a.pid(t, i); got != pid {
+		if got := a.Pid(t, i); got != pid {
 			t.Fatalf("the new runner adopted pid %d as worker %d, want %d", got, i, pid)
 		}
 	}
-	if !strings.Contains(a.logText(), "cannot be bound") {
-		t.Fatalf("the new runner did not say that it could not bind the workers' seed %s:\n%s", oldSeed, a.logText())
+	if !strings.Contains(a.LogText(), "cannot be bound") {
+		t.Fatalf("the new runner did not say that it could not bind the workers' seed %s:\n%s", oldSeed, a.LogText())
 	}
-	a.mu.Lock()
-	firstSeen := maxStep(a.lines)
-	a.mu.Unlock()
-	a.waitFor(t, "200 steps under the new runner", 2*time.Minute, func(lines []trainerLine) bool { return maxStep(lines) >= firstSeen+200 })
-	a.mu.Lock()
-	attachedAt, after := maxStep(a.lines), a.lines[len(a.lines)-1].WorldEpoch
-	a.mu.Unlock()
+	a.Mu.Lock()
+	firstSeen := e2e.MaxStep(a.Lines)
+	a.Mu.Unlock()
+	a.WaitFor(t, "200 steps under the new runner", 2*time.Minute, func(lines []e2e.TrainerLine) bool { return e2e.MaxStep(lines) >= firstSeen+200 })
+	a.Mu.Lock()
+	attachedAt, after := e2e.MaxStep(a.Lines), a.Lines[len(a.Lines)-1].WorldEpoch
+	a.Mu.Unlock()
 	if attachedAt >= steps-200 {
 		t.Fatalf("the job was nearly over (step %d) when the new runner took it: make it longer", attachedAt)
 	}
@@ -362,19 +363,19 @@ func TestRunAttachAcrossHosts(t *testing.T) {
 	const steps = 4000
 	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhatt", SSHPort: 2222}, 2)
 	dir := t.TempDir()
-	h := hostJob(t, n, hs[0], []string{"--np", "3", "--output-dir", dir, "-H", hs[1].Name + ":4"},
+	h := e2e.HostJob(t, n, hs[0], []string{"--np", "3", "--output-dir", dir, "-H", hs[1].Name + ":4"},
 		"--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
-	h.waitAllAtStep(t, 30, 3)
-	if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	h.WaitAllAtStep(t, 30, 3)
+	if err := syscall.Kill(h.Cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-h.exited
-	h.mu.Lock()
-	killedAt := maxStep(h.lines)
-	h.mu.Unlock()
+	<-h.Exited
+	h.Mu.Lock()
+	killedAt := e2e.MaxStep(h.Lines)
+	h.Mu.Unlock()
 	t.Logf("launcher killed at step %d of %d", killedAt, steps)
-	waitOutput(t, dir, 3, "20 steps after the launcher died", func(ws map[int][]trainerLine) bool {
-		return maxStep(ws[0]) >= killedAt+20 && maxStep(ws[1]) >= killedAt+20 && maxStep(ws[2]) >= killedAt+20
+	waitOutput(t, dir, 3, "20 steps after the launcher died", func(ws map[int][]e2e.TrainerLine) bool {
+		return e2e.MaxStep(ws[0]) >= killedAt+20 && e2e.MaxStep(ws[1]) >= killedAt+20 && e2e.MaxStep(ws[2]) >= killedAt+20
 	})
 	rec, err := job.ReadJobRecord(dir)
 	if err != nil {
@@ -393,8 +394,8 @@ func TestRunAttachAcrossHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := startRunJobArgv(t, append(prefix, binary, "run", "--attach", dir))
-	a.waitFor(t, "the adopted workers' lines through the new runner", 2*time.Minute, func(lines []trainerLine) bool {
+	a := e2e.StartRunJobArgv(t, append(prefix, e2e.Binary, "run", "--attach", dir))
+	a.WaitFor(t, "the adopted workers' lines through the new runner", 2*time.Minute, func(lines []e2e.TrainerLine) bool {
 		seen := map[int]bool{}
 		for _, l := range lines {
 			seen[l.Worker] = true

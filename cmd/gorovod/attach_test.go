@@ -13,23 +13,25 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 )
 
 var jobFileHint = regexp.MustCompile(`start one by hand: gorovod attach (\S+) -- `)
 
 // startRunIn runs `gorovod run args...` with TMPDIR=tmp, where it writes
 // its job file (and sweeps stale ones).
-func startRunIn(t *testing.T, tmp string, args ...string) *runJobHarness {
+func startRunIn(t *testing.T, tmp string, args ...string) *e2e.RunJobHarness {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts real worker processes; skipped with -short")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, binary, append([]string{"run"}, args...)...)
+	cmd := exec.CommandContext(ctx, e2e.Binary, append([]string{"run"}, args...)...)
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	dumpOnCancel(cmd)
-	return startHarness(t, cmd)
+	e2e.DumpOnCancel(cmd)
+	return e2e.StartHarness(t, cmd)
 }
 
 // jobSecret is the GOROVOD_SECRET value a job file holds.
@@ -69,23 +71,23 @@ func commandLinesWith(t *testing.T, s string) []string {
 // attached worker runs; the job file is gone once the job ends.
 func TestAttachedWorkerJoins(t *testing.T) {
 	tmp := t.TempDir()
-	h := startRunIn(t, tmp, "--np", "2", "--", synthetic, "--steps", "300", "--compute", "2ms", "--model-size", "20000", "--json")
-	file := h.waitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
+	h := startRunIn(t, tmp, "--np", "2", "--", e2e.Synthetic, "--steps", "300", "--compute", "2ms", "--model-size", "20000", "--json")
+	file := h.WaitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
 	secret := jobSecret(t, file)
-	h.waitFor(t, "step 10", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 10 })
+	h.WaitFor(t, "step 10", 60*time.Second, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= 10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	hand := exec.CommandContext(ctx, binary, "attach", file, "--", synthetic, "--steps", "300", "--compute", "2ms", "--model-size", "20000")
+	hand := exec.CommandContext(ctx, e2e.Binary, "attach", file, "--", e2e.Synthetic, "--steps", "300", "--compute", "2ms", "--model-size", "20000")
 	var handOut bytes.Buffer
 	hand.Stdout, hand.Stderr = &handOut, &handOut
 	if err := hand.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hand.Process.Kill(); hand.Wait() })
-	h.waitLog(t, "the attached worker's arrival", 60*time.Second, regexp.MustCompile(`gorovod run: worker \S+ joined \(started by hand\): world \d+ has 3 workers`))
+	h.WaitLog(t, "the attached worker's arrival", 60*time.Second, regexp.MustCompile(`gorovod run: worker \S+ joined \(started by hand\): world \d+ has 3 workers`))
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", hand.Process.Pid))
-	if err != nil || exe != synthetic {
-		t.Errorf("the attached worker's pid runs %q (%v), want the trainer %s", exe, err, synthetic)
+	if err != nil || exe != e2e.Synthetic {
+		t.Errorf("the attached worker's pid runs %q (%v), want the trainer %s", exe, err, e2e.Synthetic)
 	}
 	if found := commandLinesWith(t, secret); len(found) > 0 {
 		t.Errorf("the job secret is on command lines:\n%s", strings.Join(found, "\n"))
@@ -94,7 +96,7 @@ func TestAttachedWorkerJoins(t *testing.T) {
 	if err != nil || !bytes.Contains(environ, []byte("GOROVOD_SECRET="+secret)) {
 		t.Errorf("the attached worker's environment lacks the secret (%v)", err)
 	}
-	h.wait(t)
+	h.Wait(t)
 	if err := hand.Wait(); err != nil {
 		t.Errorf("the attached worker: %v\n%s", err, handOut.String())
 	}
@@ -153,28 +155,28 @@ func TestJobFileRemovedOnEveryExit(t *testing.T) {
 		trainer []string
 		signal  syscall.Signal // 0: the job ends by itself
 	}{
-		{"finished", []string{synthetic, "--steps", "20", "--compute", "1ms", "--json"}, 0},
+		{"finished", []string{e2e.Synthetic, "--steps", "20", "--compute", "1ms", "--json"}, 0},
 		{"failed", []string{"sh", "-c", "exit 3"}, 0},
-		{"SIGINT", []string{synthetic, "--steps", "100000", "--compute", "5ms", "--json"}, syscall.SIGINT},
-		{"SIGTERM", []string{synthetic, "--steps", "100000", "--compute", "5ms", "--json"}, syscall.SIGTERM},
+		{"SIGINT", []string{e2e.Synthetic, "--steps", "100000", "--compute", "5ms", "--json"}, syscall.SIGINT},
+		{"SIGTERM", []string{e2e.Synthetic, "--steps", "100000", "--compute", "5ms", "--json"}, syscall.SIGTERM},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tmp := t.TempDir()
 			h := startRunIn(t, tmp, append([]string{"--np", "2", "--"}, tc.trainer...)...)
-			file := h.waitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
+			file := h.WaitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
 			if tc.signal != 0 {
-				h.waitFor(t, "step 3", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 3 })
-				if err := h.cmd.Process.Signal(tc.signal); err != nil {
+				h.WaitFor(t, "step 3", 60*time.Second, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= 3 })
+				if err := h.Cmd.Process.Signal(tc.signal); err != nil {
 					t.Fatal(err)
 				}
 			}
 			select {
-			case <-h.exited:
+			case <-h.Exited:
 			case <-time.After(2 * time.Minute):
-				h.timedOut(t, "the launcher's exit")
+				h.TimedOut(t, "the launcher's exit")
 			}
 			if _, err := os.Stat(file); !os.IsNotExist(err) {
-				t.Errorf("job file %s left behind: %v\n%s", file, err, h.logText())
+				t.Errorf("job file %s left behind: %v\n%s", file, err, h.LogText())
 			}
 			if left, _ := filepath.Glob(filepath.Join(tmp, "gorovod-job-*")); len(left) > 0 {
 				t.Errorf("job files left in TMPDIR: %v", left)
@@ -188,21 +190,21 @@ func TestJobFileRemovedOnEveryExit(t *testing.T) {
 // launcher still running.
 func TestStaleJobFileSwept(t *testing.T) {
 	tmp := t.TempDir()
-	killed := startRunIn(t, tmp, "--np", "1", "--", synthetic, "--steps", "100000", "--compute", "5ms", "--json")
-	stale := killed.waitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
-	worker, _ := strconv.Atoi(killed.waitLog(t, "worker 0's pid", 60*time.Second, regexp.MustCompile(`gorovod run: worker 0 pid (\d+)`))[1])
-	if err := killed.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	killed := startRunIn(t, tmp, "--np", "1", "--", e2e.Synthetic, "--steps", "100000", "--compute", "5ms", "--json")
+	stale := killed.WaitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
+	worker, _ := strconv.Atoi(killed.WaitLog(t, "worker 0's pid", 60*time.Second, regexp.MustCompile(`gorovod run: worker 0 pid (\d+)`))[1])
+	if err := killed.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	syscall.Kill(worker, syscall.SIGKILL) // orphaned by the kill -9
-	<-killed.exited
+	<-killed.Exited
 	if _, err := os.Stat(stale); err != nil {
 		t.Fatalf("kill -9 removed the job file? %v", err)
 	}
-	running := startRunIn(t, tmp, "--np", "1", "--", synthetic, "--steps", "100000", "--compute", "5ms", "--json")
-	live := running.waitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
-	next := startRunIn(t, tmp, "--np", "1", "--", synthetic, "--steps", "20", "--compute", "1ms", "--json")
-	next.wait(t)
+	running := startRunIn(t, tmp, "--np", "1", "--", e2e.Synthetic, "--steps", "100000", "--compute", "5ms", "--json")
+	live := running.WaitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
+	next := startRunIn(t, tmp, "--np", "1", "--", e2e.Synthetic, "--steps", "20", "--compute", "1ms", "--json")
+	next.Wait(t)
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("the killed launcher's job file %s is still there: %v", stale, err)
 	}

@@ -8,14 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 	"github.com/gorovod/gorovod/heuristics"
 )
-
-// engineEvent is one of the engine's --json lines.
-type engineEvent struct {
-	heuristics.Event
-	Summary heuristics.Summary // of the last line, event "summary"
-}
 
 // The synthetic workload's known curve: a global batch of 64 samples at
 // 1.5 ms each, split over k workers, plus 2 ms per step that does not shrink
@@ -30,42 +25,29 @@ var knownCurve = []string{"--compute", "1500us", "--step-overhead", "2ms", "--ov
 
 // runAutoscaled runs a synthetic job under `launcher run --json` to the end
 // and returns the trainer lines and the engine's events, the summary last.
-func runAutoscaled(t *testing.T, launcher string, runArgs []string, trainer string, trainerArgs ...string) (*runJobHarness, []engineEvent) {
+func runAutoscaled(t *testing.T, launcher string, runArgs []string, trainer string, trainerArgs ...string) (*e2e.RunJobHarness, []e2e.EngineEvent) {
 	t.Helper()
 	args := append(append([]string{"--json"}, runArgs...), "--", trainer)
-	h := startRunJobWith(t, launcher, append(args, trainerArgs...)...)
+	h := e2e.StartRunJobWith(t, launcher, append(args, trainerArgs...)...)
 	select {
-	case err := <-h.exited:
+	case err := <-h.Exited:
 		if err != nil {
-			t.Fatalf("gorovod run: %v\n%s", err, h.logText())
+			t.Fatalf("gorovod run: %v\n%s", err, h.LogText())
 		}
 	case <-time.After(3 * time.Minute):
-		h.mu.Lock()
-		progress := fmt.Sprintf("%d trainer lines up to step %d; engine events:\n%s", len(h.lines), maxStep(h.lines), strings.Join(h.events, "\n"))
-		h.mu.Unlock()
+		h.Mu.Lock()
+		progress := fmt.Sprintf("%d trainer lines up to step %d; engine events:\n%s", len(h.Lines), e2e.MaxStep(h.Lines), strings.Join(h.Events, "\n"))
+		h.Mu.Unlock()
 		t.Logf("job did not finish: %s", progress)
-		h.timedOut(t, "the job to finish")
+		h.TimedOut(t, "the job to finish")
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	evs := h.engineEventsLocked(t)
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	evs := h.EngineEventsLocked(t)
 	if len(evs) == 0 || evs[len(evs)-1].Kind != "summary" {
-		t.Fatalf("no summary line; launcher log:\n%s", h.log.String())
+		t.Fatalf("no summary line; launcher log:\n%s", h.Log.String())
 	}
 	return h, evs
-}
-
-func logDecisions(t *testing.T, evs []engineEvent) {
-	t.Helper()
-	for _, ev := range evs {
-		if ev.Kind != "summary" && ev.Kind != heuristics.EventWorld {
-			t.Logf("%6.1f s step %4d %d workers %-9s %s", ev.Elapsed, ev.Step, ev.Workers, ev.Kind, ev.Message)
-		}
-	}
-	s := evs[len(evs)-1].Summary
-	for _, m := range s.Throughput {
-		t.Logf("measured: %d workers %.0f samples/s (step %.2f ms, %d steps)", m.Workers, m.Throughput, float64(m.StepTime)/1e6, m.Steps)
-	}
 }
 
 // settlesOnKnownCurve runs the synthetic job with the known curve under the
@@ -73,16 +55,16 @@ func logDecisions(t *testing.T, evs []engineEvent) {
 // training stayed consistent, and returns the run's summary.
 func settlesOnKnownCurve(t *testing.T, launcher string, runArgs []string, steps int64, want int) heuristics.Summary {
 	t.Helper()
-	h, evs := runAutoscaled(t, launcher, runArgs, synthetic, append([]string{"--steps", fmt.Sprint(steps), "--json"}, knownCurve...)...)
-	logDecisions(t, evs)
+	h, evs := runAutoscaled(t, launcher, runArgs, e2e.Synthetic, append([]string{"--steps", fmt.Sprint(steps), "--json"}, knownCurve...)...)
+	e2e.LogDecisions(t, evs)
 	s := evs[len(evs)-1].Summary
 	if s.SettledAfter < 0 || s.SettledWorkers != want {
 		t.Fatalf("settled at %d workers after %.1f s, want %d", s.SettledWorkers, s.SettledAfter, want)
 	}
 	t.Logf("target found %.1f s (step %d) after the first world formed; run %.1f s", s.SettledAfter, s.SettledStep, s.Elapsed)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkElasticInvariantsSteps(t, h.lines, 4096, steps)
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, 4096, steps)
 	return s
 }
 
@@ -112,7 +94,7 @@ func scalingTarget(ms []heuristics.Measurement, threshold float64) int {
 // more, which lowers both.
 func TestAutoscaleScalingEfficiencyFindsTarget(t *testing.T) {
 	const threshold = 0.05
-	s := settlesOnKnownCurve(t, binary, []string{"--np", "1", "--max-np", "6", "--heuristic", "scaling-efficiency",
+	s := settlesOnKnownCurve(t, e2e.Binary, []string{"--np", "1", "--max-np", "6", "--heuristic", "scaling-efficiency",
 		"--heuristic-opt", fmt.Sprint("threshold=", threshold),
 		"--heuristic-opt", "min_steps=15", "--heuristic-opt", "eval_every=5"}, 300, 3)
 	if got := scalingTarget(s.Throughput, threshold); got != 3 {
@@ -133,7 +115,7 @@ func TestAutoscaleScalingEfficiencyFindsTarget(t *testing.T) {
 //
 // The search settles at 2: going 1→2 passes (ΔU > ΔC), 2→3 does not.
 func TestAutoscaleUtilityCostSettlesAtHandCalculation(t *testing.T) {
-	settlesOnKnownCurve(t, binary, []string{"--np", "1", "--max-np", "4", "--heuristic", "utility-cost",
+	settlesOnKnownCurve(t, e2e.Binary, []string{"--np", "1", "--max-np", "4", "--heuristic", "utility-cost",
 		"--heuristic-opt", "price_per_worker_hour=10", "--heuristic-opt", "value_per_hour=20",
 		"--heuristic-opt", "grow_by=1", "--heuristic-opt", "min_steps=15", "--heuristic-opt", "eval_every=5"}, 300, 2)
 }
@@ -143,23 +125,23 @@ func TestAutoscaleUtilityCostSettlesAtHandCalculation(t *testing.T) {
 // straggler goes once it is in, and the world never has fewer than 3.
 func TestAutoscaleReplacesStraggler(t *testing.T) {
 	const steps = 250
-	h, evs := runAutoscaled(t, binary,
+	h, evs := runAutoscaled(t, e2e.Binary,
 		[]string{"--np", "3", "--min-np", "3", "--max-np", "3", "--heuristic", "hold"},
-		synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "1ms", "--model-size", "4096",
+		e2e.Synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "1ms", "--model-size", "4096",
 		"--straggler-worker", "1", "--straggler-factor", "2")
-	logDecisions(t, evs)
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	e2e.LogDecisions(t, evs)
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
 	straggler := ""
-	for _, l := range h.lines {
+	for _, l := range h.Lines {
 		if l.Worker == 1 {
-			straggler = l.workerName
+			straggler = l.WorkerName
 		}
 		if l.Size < 3 {
 			t.Fatalf("step %d ran with %d workers: the world shrank", l.Step, l.Size)
 		}
 	}
-	var decided, replaced *engineEvent
+	var decided, replaced *e2e.EngineEvent
 	for i, ev := range evs {
 		switch {
 		case ev.Kind == heuristics.EventDecision && ev.Decision != nil && ev.Decision.Action == heuristics.Replace && decided == nil:
@@ -169,7 +151,7 @@ func TestAutoscaleReplacesStraggler(t *testing.T) {
 		}
 	}
 	if decided == nil || replaced == nil {
-		t.Fatalf("no replacement carried out; launcher log:\n%s", h.log.String())
+		t.Fatalf("no replacement carried out; launcher log:\n%s", h.Log.String())
 	}
 	if decided.Decision.Worker != straggler {
 		t.Fatalf("replaced %s, but the straggler is %s", decided.Decision.Worker, straggler)
@@ -189,38 +171,38 @@ func TestAutoscaleReplacesStraggler(t *testing.T) {
 	// replacement trains, the straggler may finish the world that admitted
 	// it and then goes.
 	replacementIdx, replacementFirst := -1, int64(-1)
-	for _, l := range h.lines {
+	for _, l := range h.Lines {
 		if l.Worker >= 3 && (replacementFirst < 0 || l.Step < replacementFirst) {
 			replacementIdx, replacementFirst = l.Worker, l.Step
 		}
 	}
 	if replacementFirst < 0 {
-		t.Fatalf("the replacement never trained a step; launcher log:\n%s", h.log.String())
+		t.Fatalf("the replacement never trained a step; launcher log:\n%s", h.Log.String())
 	}
-	for _, l := range h.lines {
+	for _, l := range h.Lines {
 		if l.Worker == 1 && l.Step > replacementFirst+5 {
 			t.Fatalf("the straggler still trained at step %d, after its replacement (worker %d) trained step %d", l.Step, replacementIdx, replacementFirst)
 		}
 	}
 	t.Logf("straggler detected at step %d (%.1f s), replaced by step %d (%.1f s); the replacement's first step %d", decided.Step, decided.Elapsed, replaced.Step, replaced.Elapsed, replacementFirst)
-	checkElasticInvariantsSteps(t, h.lines, 4096, steps)
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, 4096, steps)
 }
 
 // The real example trainer runs under the scaling-efficiency heuristic: the
 // engine measures it, grows it, decides visibly, and training still agrees and
 // learns.
 func TestFashionMNISTUnderScalingEfficiency(t *testing.T) {
-	if !haveFashionMNIST() {
+	if !e2e.HaveFashionMNIST() {
 		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
 	}
-	h, evs := runAutoscaled(t, binary,
+	h, evs := runAutoscaled(t, e2e.Binary,
 		[]string{"--np", "1", "--max-np", "3", "--heuristic", "scaling-efficiency",
 			"--heuristic-opt", "min_steps=20", "--heuristic-opt", "eval_every=10"},
 		// The whole training set: a run of a few seconds, so that the grown
 		// workers join well before it ends even on a loaded machine (a
 		// join took 0.8 s on an idle one).
-		fashionMNIST, "--epochs", "2", "--json", "--log-every", "0")
-	logDecisions(t, evs)
+		e2e.FashionMNIST, "--epochs", "2", "--json", "--log-every", "0")
+	e2e.LogDecisions(t, evs)
 	grew := false
 	for _, ev := range evs {
 		if ev.Kind == heuristics.EventDecision && strings.HasPrefix(ev.Message, "grow") {
@@ -230,9 +212,9 @@ func TestFashionMNISTUnderScalingEfficiency(t *testing.T) {
 	if !grew {
 		t.Fatal("the engine never grew the job from one worker")
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkFashionMNIST(t, h.lines, 0.7)
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	checkFashionMNIST(t, h.Lines, 0.7)
 }
 
 // A policy in another program: the example exec plugin, selected through a
@@ -244,11 +226,11 @@ func TestFashionMNISTUnderScalingEfficiency(t *testing.T) {
 func TestAutoscaleExecPluginFromConfigFile(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "heuristic.json")
 	spec := fmt.Sprintf(`{"name": "any-of", "of": [
-		{"name": "exec", "params": {"command": [%q, "--min-steps", "15", "--min-gain", "0.3"], "eval_every": 5, "timeout": "20s"}}]}`, heuristicPlugin)
+		{"name": "exec", "params": {"command": [%q, "--min-steps", "15", "--min-gain", "0.3"], "eval_every": 5, "timeout": "20s"}}]}`, e2e.HeuristicPlugin)
 	if err := os.WriteFile(cfg, []byte(spec), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	settlesOnKnownCurve(t, binary, []string{"--np", "1", "--max-np", "4", "--heuristic-config", cfg}, 300, 2)
+	settlesOnKnownCurve(t, e2e.Binary, []string{"--np", "1", "--max-np", "4", "--heuristic-config", cfg}, 300, 2)
 }
 
 // A Go policy in a program of its own that runs gorovod's command line
@@ -257,10 +239,10 @@ func TestAutoscaleExecPluginFromConfigFile(t *testing.T) {
 // throughput, so on the known curve, as the exec plugin above, it settles
 // at 2.
 func TestAutoscaleGoHeuristicInCustomLauncher(t *testing.T) {
-	out, _, code := runWith(t, customLauncher, "run", "--list-heuristics")
+	out, _, code := runWith(t, e2e.CustomLauncher, "run", "--list-heuristics")
 	if code != 0 || !strings.Contains(out, "marginal-gain") || !strings.Contains(out, "scaling-efficiency") {
 		t.Fatalf("exit %d, heuristics listed:\n%s", code, out)
 	}
-	settlesOnKnownCurve(t, customLauncher, []string{"--np", "1", "--max-np", "4", "--heuristic", "marginal-gain",
+	settlesOnKnownCurve(t, e2e.CustomLauncher, []string{"--np", "1", "--max-np", "4", "--heuristic", "marginal-gain",
 		"--heuristic-opt", "min_gain=0.3"}, 300, 2)
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 )
 
 // writeJobs writes a jobs file for `gorovod cluster`.
@@ -25,16 +27,16 @@ func writeJobs(t *testing.T, jobs string) string {
 // one after another on three slots: every job finishes, the rounds show
 // allocations changing, and no round allocates more than the pool.
 func TestClusterRunsThreeJobs(t *testing.T) {
-	third := fmt.Sprintf(`{"name": "fmnist", "argv": [%q, "--epochs", "2", "--train-limit", "20000", "--log-every", "0"], "max_workers": 3, "submit": "2s"}`, fashionMNIST)
-	if !haveFashionMNIST() {
+	third := fmt.Sprintf(`{"name": "fmnist", "argv": [%q, "--epochs", "2", "--train-limit", "20000", "--log-every", "0"], "max_workers": 3, "submit": "2s"}`, e2e.FashionMNIST)
+	if !e2e.HaveFashionMNIST() {
 		t.Log("no Fashion-MNIST data set: a third synthetic job instead")
-		third = fmt.Sprintf(`{"name": "fmnist", "argv": [%q, "--steps", "300", "--batch", "32", "--compute", "1ms"], "max_workers": 3, "submit": "2s"}`, synthetic)
+		third = fmt.Sprintf(`{"name": "fmnist", "argv": [%q, "--steps", "300", "--batch", "32", "--compute", "1ms"], "max_workers": 3, "submit": "2s"}`, e2e.Synthetic)
 	}
 	jobs := writeJobs(t, fmt.Sprintf(`[
 		{"name": "syn-a", "argv": [%q, "--steps", "500", "--batch", "32", "--compute", "1ms", "--model-size", "16384"], "max_workers": 3},
 		%s,
 		{"name": "syn-b", "argv": [%q, "--steps", "300", "--batch", "32", "--compute", "1ms", "--model-size", "16384"], "max_workers": 3, "submit": "4s"}
-	]`, synthetic, third, synthetic))
+	]`, e2e.Synthetic, third, e2e.Synthetic))
 	out, errs, code := runGorovod(t, "cluster", "--slots", "3", "--interval", "1s", "--population", "30", "--generations", "30", "--json", jobs)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
@@ -104,7 +106,7 @@ func TestClusterRunsThreeJobs(t *testing.T) {
 }
 
 func TestClusterBadCommandLines(t *testing.T) {
-	jobs := writeJobs(t, fmt.Sprintf(`[{"name": "a", "argv": [%q]}]`, synthetic))
+	jobs := writeJobs(t, fmt.Sprintf(`[{"name": "a", "argv": [%q]}]`, e2e.Synthetic))
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -116,7 +118,7 @@ func TestClusterBadCommandLines(t *testing.T) {
 		{[]string{"cluster", "--slots", "2", "--interval", "0s", jobs}, 2, "--interval must be positive"},
 		{[]string{"cluster", "--slots", "2", "/nonexistent/jobs.json"}, 1, "no such file"},
 		{[]string{"cluster", "--slots", "2", writeJobs(t, `[{"name": "a"}]`)}, 1, "no command"},
-		{[]string{"cluster", "--slots", "2", writeJobs(t, fmt.Sprintf(`[{"name": "a", "argv": [%q], "min_workers": 3}]`, synthetic))}, 1, "the pool has 2 slots"},
+		{[]string{"cluster", "--slots", "2", writeJobs(t, fmt.Sprintf(`[{"name": "a", "argv": [%q], "min_workers": 3}]`, e2e.Synthetic))}, 1, "the pool has 2 slots"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			_, errs, code := runGorovod(t, tc.args...)

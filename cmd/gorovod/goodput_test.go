@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 	"github.com/gorovod/gorovod/heuristics"
 )
 
@@ -16,10 +17,10 @@ import (
 // engine explores two; its next decisions are fitted on both sizes. Training
 // still agrees across workers and learns.
 func TestFashionMNISTUnderGoodput(t *testing.T) {
-	if !haveFashionMNIST() {
+	if !e2e.HaveFashionMNIST() {
 		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
 	}
-	h, evs := runAutoscaled(t, binary,
+	h, evs := runAutoscaled(t, e2e.Binary,
 		[]string{"--np", "1", "--max-np", "3", "--heuristic", "goodput",
 			// No straggler replacements: on a loaded machine one came right
 			// after the growth, and the job (8 s) ended before its
@@ -29,15 +30,15 @@ func TestFashionMNISTUnderGoodput(t *testing.T) {
 			// The trainer's limits: M0, the largest batch, and accumulation
 			// (the adaptive trainer accumulates; alone, beyond M0, always).
 			"--heuristic-opt", "init_batch=64", "--heuristic-opt", "max_batch=1024", "--heuristic-opt", "accumulation=true"},
-		fashionMNIST, "--epochs", "2", "--json", "--log-every", "0",
+		e2e.FashionMNIST, "--epochs", "2", "--json", "--log-every", "0",
 		"--adaptive", "--max-batch-size", "1024", "--refit-every", "1s",
 		// The elastic layer's decisions (worlds entered, rollbacks, batch
 		// sizes) in the log a failure prints.
 		"-v")
-	logDecisions(t, evs)
+	e2e.LogDecisions(t, evs)
 	defer func() {
 		if t.Failed() {
-			log := h.logText()
+			log := h.LogText()
 			t.Logf("the launcher log's last 32 KiB:\n%s", log[max(0, len(log)-32<<10):])
 		}
 	}()
@@ -73,12 +74,12 @@ func TestFashionMNISTUnderGoodput(t *testing.T) {
 	if slices.Max(append(fitted, 0)) < 2 {
 		t.Fatalf("no decision after the job grew was fitted on the sizes explored (configurations seen: %v)", fitted)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkFashionMNIST(t, h.lines, 0.7)
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	checkFashionMNIST(t, h.Lines, 0.7)
 	// The adaptive trainer reports its plan; every global batch is within
 	// the limits.
-	for _, l := range h.lines {
+	for _, l := range h.Lines {
 		if l.Size > 0 && l.Params != "" && (l.GlobalBatch < 1 || l.GlobalBatch > 1024) {
 			t.Fatalf("step %d ran with a global batch of %d", l.Step, l.GlobalBatch)
 		}

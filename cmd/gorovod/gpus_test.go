@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 )
 
 // fakeNVMLDir builds internal/gpu's stand-in libnvidia-ml.so.1 (two GPUs,
@@ -125,9 +127,9 @@ func TestRunAssignGPUsBadEnvironment(t *testing.T) {
 			args := slices.Concat([]string{"run"}, tc.flags, []string{"--", "false"})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, binary, args...)
+			cmd := exec.CommandContext(ctx, e2e.Binary, args...)
 			cmd.Env = append(environWithout("GOROVOD_ASSIGN_GPUS"), "GOROVOD_ASSIGN_GPUS=maybe")
-			dumpOnCancel(cmd)
+			e2e.DumpOnCancel(cmd)
 			var errb bytes.Buffer
 			cmd.Stderr = &errb
 			err := cmd.Run()
@@ -150,9 +152,9 @@ func runWithEnv(t *testing.T, env []string, args ...string) (stdout, stderr stri
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd := exec.CommandContext(ctx, e2e.Binary, args...)
 	cmd.Env = append(environWithout("CUDA_VISIBLE_DEVICES", "GOROVOD_ASSIGN_GPUS", "LD_LIBRARY_PATH"), env...)
-	dumpOnCancel(cmd)
+	e2e.DumpOnCancel(cmd)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	var ee *exec.ExitError

@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 )
 
 // A trainer written on sync.Train trains Fashion-MNIST elastically with its
@@ -13,7 +15,7 @@ import (
 // parameters at every step of every world, and the test accuracy lands in
 // float32's band.
 func TestFashionMNISTGradDTypesUnderRun(t *testing.T) {
-	if !haveFashionMNIST() {
+	if !e2e.HaveFashionMNIST() {
 		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
 	}
 	accuracy := map[string]float64{}
@@ -21,26 +23,26 @@ func TestFashionMNISTGradDTypesUnderRun(t *testing.T) {
 		t.Run(dtype, func(t *testing.T) {
 			// The whole training set, so that the third worker joins well
 			// before the end even on a loaded machine.
-			h := startRunJob(t, "--np", "3", "--min-np", "2", "--", fashionMNIST, "--epochs", "1",
+			h := e2e.StartRunJob(t, "--np", "3", "--min-np", "2", "--", e2e.FashionMNIST, "--epochs", "1",
 				"--json", "--log-every", "0", "--grad-dtype", dtype, "-v")
-			h.waitFor(t, "a 3-worker world", 90*time.Second, func(l []trainerLine) bool { return lastSize(l) == 3 })
-			h.mu.Lock()
-			s := maxStep(h.lines)
-			h.mu.Unlock()
-			syscall.Kill(h.pid(t, 0), syscall.SIGTERM) // a graceful leave
-			h.waitFor(t, "a 2-worker world after SIGTERM", 60*time.Second, sizeAfter(s, 2))
+			h.WaitFor(t, "a 3-worker world", 90*time.Second, func(l []e2e.TrainerLine) bool { return e2e.LastSize(l) == 3 })
+			h.Mu.Lock()
+			s := e2e.MaxStep(h.Lines)
+			h.Mu.Unlock()
+			syscall.Kill(h.Pid(t, 0), syscall.SIGTERM) // a graceful leave
+			h.WaitFor(t, "a 2-worker world after SIGTERM", 60*time.Second, e2e.SizeAfter(s, 2))
 			select {
-			case err := <-h.exited:
+			case err := <-h.Exited:
 				if err != nil {
-					t.Fatalf("gorovod run: %v\n%s", err, h.logText())
+					t.Fatalf("gorovod run: %v\n%s", err, h.LogText())
 				}
 			case <-time.After(2 * time.Minute):
-				h.mu.Lock()
-				defer h.mu.Unlock()
-				t.Fatalf("job did not finish (last step %d); launcher log:\n%s", maxStep(h.lines), h.log.String())
+				h.Mu.Lock()
+				defer h.Mu.Unlock()
+				t.Fatalf("job did not finish (last step %d); launcher log:\n%s", e2e.MaxStep(h.Lines), h.Log.String())
 			}
-			h.mu.Lock()
-			defer h.mu.Unlock()
+			h.Mu.Lock()
+			defer h.Mu.Unlock()
 			type key struct {
 				step  int64
 				world uint64
@@ -48,7 +50,7 @@ func TestFashionMNISTGradDTypesUnderRun(t *testing.T) {
 			hashes := map[key]string{}
 			steps := map[int64]bool{}
 			sizes := map[int]bool{}
-			for _, l := range h.lines {
+			for _, l := range h.Lines {
 				if l.Size == 0 {
 					continue // the epoch and final records
 				}
@@ -59,7 +61,7 @@ func TestFashionMNISTGradDTypesUnderRun(t *testing.T) {
 				hashes[k] = l.Params
 				steps[l.Step], sizes[l.Size] = true, true
 			}
-			for _, l := range h.lines {
+			for _, l := range h.Lines {
 				if l.Accuracy > 0 {
 					accuracy[dtype] = l.Accuracy // the last is the final record's
 				}

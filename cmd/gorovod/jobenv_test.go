@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/testing/testhosts"
 	"github.com/gorovod/gorovod/internal/testing/testkube"
 	"github.com/gorovod/gorovod/internal/testing/testslurm"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The job's minimum (--min-np, GOROVOD_MIN_WORKERS) and probe timeout
@@ -33,7 +33,7 @@ func boundsTrainer(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "bounds-trainer")
 	script := fmt.Sprintf("#!/bin/sh\necho \"worker bounds: min=$%s probe=$%s\" >&2\nexec %s \"$@\"\n",
-		envconfig.EnvMinWorkers, envconfig.EnvProbeTimeout, synthetic)
+		envconfig.EnvMinWorkers, envconfig.EnvProbeTimeout, e2e.Synthetic)
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -41,9 +41,9 @@ func boundsTrainer(t *testing.T) string {
 }
 
 // checkBounds checks that each of n workers printed the bounds wanted.
-func checkBounds(t *testing.T, h *runJobHarness, n int, want string) {
+func checkBounds(t *testing.T, h *e2e.RunJobHarness, n int, want string) {
 	t.Helper()
-	log := h.logText()
+	log := h.LogText()
 	got := regexp.MustCompile(`worker bounds: [^\n]*`).FindAllString(log, -1)
 	if len(got) != n || slices.ContainsFunc(got, func(s string) bool { return s != "worker bounds: "+want }) {
 		t.Fatalf("the workers' bounds: %q; want %d × %q; launcher log:\n%s", got, n, want, log[max(0, len(log)-8<<10):])
@@ -56,10 +56,10 @@ func TestRunAcrossHostsGivesTheJobsBounds(t *testing.T) {
 		t.Skip("starts hosts and real worker processes; skipped with -short")
 	}
 	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhbnd", SSHPort: 2222}, 2)
-	h := hostJobWith(t, n, hs[0], []string{"--np", "2", "--min-np", "1", "--probe-timeout", "3", "-H", hs[1].Name + ":2"},
+	h := e2e.HostJobWith(t, n, hs[0], []string{"--np", "2", "--min-np", "1", "--probe-timeout", "3", "-H", hs[1].Name + ":2"},
 		boundsTrainer(t), "--steps", "20", "--json", "--samples", "240", "--batch", "24")
-	h.waitExit(t, 2*time.Minute)
-	if log := h.logText(); !strings.Contains(log, "on "+hs[1].Name) {
+	h.WaitExit(t, 2*time.Minute)
+	if log := h.LogText(); !strings.Contains(log, "on "+hs[1].Name) {
 		t.Fatalf("no worker started on %s:\n%s", hs[1].Name, log[:min(len(log), 4<<10)])
 	}
 	checkBounds(t, h, 2, "min=1 probe=3s")
@@ -71,7 +71,7 @@ func TestSlurmGivesTheJobsBounds(t *testing.T) {
 	c := testslurm.New(t, testslurm.DefaultConfig())
 	h := salloc(t, c, 2, "--np", "2", "--min-np", "1", "--probe-timeout", "3",
 		"--", boundsTrainer(t), "--steps", "20", "--json", "--samples", "240", "--batch", "24")
-	h.waitExit(t, 2*time.Minute)
+	h.WaitExit(t, 2*time.Minute)
 	checkBounds(t, h, 2, "min=1 probe=3s")
 }
 
@@ -91,12 +91,12 @@ func TestKubernetesGivesTheJobsBounds(t *testing.T) {
 	if err := os.WriteFile(kubeconfig, []byte(cp.Kubeconfig(cp.AdminToken)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := startRunJob(t, "--kubernetes", "--kubeconfig", kubeconfig, "--kubernetes-namespace", ns,
+	h := e2e.StartRunJob(t, "--kubernetes", "--kubeconfig", kubeconfig, "--kubernetes-namespace", ns,
 		"--kubernetes-job", "bounds", "--kubernetes-image", "gorovod.local/synthetic:test",
 		"--np", "2", "--min-np", "1", "--probe-timeout", "3", "--", "/bin/synthetic", "--steps", "20")
-	h.logTailOnFailure(t, "gorovod run's log")
+	h.LogTailOnFailure(t, "gorovod run's log")
 	var pods []corev1.Pod
-	poll(t, "2 worker pods", time.Minute, func() bool {
+	e2e.Poll(t, "2 worker pods", time.Minute, func() bool {
 		l, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=bounds," + kube.LabelRole + "=" + kube.RoleWorker})
 		if err == nil {
 			pods = l.Items

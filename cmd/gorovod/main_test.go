@@ -10,83 +10,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 )
 
-// binary is the gorovod command built once for the tests: bench re-executes
-// itself as its workers, so the tests need a real executable. synthetic is the
-// elastic example trainer the run tests launch; customLauncher is gorovod's
-// command line with a Go heuristic added.
-var binary, synthetic, fashionMNIST, heuristicPlugin, customLauncher string
-
-// buildDir holds the programs built for the tests (removed at the end).
-var buildDir string
-
-// plainBinary is gorovod built without the race detector, once, for the
-// tests that measure how long something takes (plainLauncher).
-var plainBinary = sync.OnceValues(func() (string, error) {
-	path := filepath.Join(buildDir, "gorovod-plain")
-	out, err := exec.Command("go", "build", "-o", path, ".").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("building gorovod without -race: %v\n%s", err, out)
-	}
-	return path, nil
-})
-
-// plainLauncher is the gorovod command as users run it, without the race
-// detector, for the measurements of a job's timings: binary, built with
-// -race for the other tests, runs its Go code several times slower, and in
-// a job it is the launcher and the driver — the process every world change
-// goes through. (Measured so, a graceful leave at 16 workers took about
-// four times as long as with this build: docs/multihost.md, "Transition
-// times".)
-func plainLauncher(t *testing.T) string {
-	t.Helper()
-	path, err := plainBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func TestMain(m *testing.M) {
-	if spec, ok := os.LookupEnv(schedulerProcessEnv); ok {
-		// Not the tests: the scheduler process of TestSchedulerWorkloadOnKubelets.
-		os.Exit(runSchedulerProcess(spec))
-	}
-	dir, err := os.MkdirTemp("", "gorovod-cmd-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	buildDir = dir
-	build := func(out, pkg string, flags ...string) string {
-		path := filepath.Join(dir, out)
-		cmd := exec.Command("go", slices.Concat([]string{"build"}, flags, []string{"-o", path, pkg})...)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n", pkg, err)
-			os.Exit(1)
-		}
-		return path
-	}
-	binary = build("gorovod", ".", "-race")
-	synthetic = build("synthetic", "../../examples/synthetic")
-	fashionMNIST = build("fashion-mnist", "../../examples/fashion-mnist")
-	heuristicPlugin = build("heuristic-plugin", "../../examples/heuristic-plugin")
-	customLauncher = build("custom-launcher", "../../examples/custom-launcher", "-race")
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(e2e.Main(m)) }
 
 func runGorovod(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	return runWith(t, binary, args...)
+	return runWith(t, e2e.Binary, args...)
 }
 
 // runWith runs a program to its end and returns its output and exit status.
@@ -95,7 +30,7 @@ func runWith(t *testing.T, program string, args ...string) (stdout, stderr strin
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, program, args...)
-	dumpOnCancel(cmd)
+	e2e.DumpOnCancel(cmd)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

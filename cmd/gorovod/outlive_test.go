@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 )
 
 // TestJobOutlivesLauncher kills `gorovod run` (kill -9) in the middle of a
@@ -34,17 +36,17 @@ func TestJobOutlivesLauncher(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			h := startRunJob(t, "--np", "3", "--min-np", "2", "--output-dir", dir, "--",
-				synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
-			h.waitAllAtStep(t, 30, 3)
-			pids := []int{h.pid(t, 0), h.pid(t, 1), h.pid(t, 2)}
-			if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+			h := e2e.StartRunJob(t, "--np", "3", "--min-np", "2", "--output-dir", dir, "--",
+				e2e.Synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096")
+			h.WaitAllAtStep(t, 30, 3)
+			pids := []int{h.Pid(t, 0), h.Pid(t, 1), h.Pid(t, 2)}
+			if err := syscall.Kill(h.Cmd.Process.Pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			<-h.exited
-			h.mu.Lock()
-			killedAt := maxStep(h.lines)
-			h.mu.Unlock()
+			<-h.Exited
+			h.Mu.Lock()
+			killedAt := e2e.MaxStep(h.Lines)
+			h.Mu.Unlock()
 			if killedAt >= steps {
 				t.Fatalf("the job was over (step %d) before the launcher was killed: make it longer", killedAt)
 			}
@@ -52,7 +54,7 @@ func TestJobOutlivesLauncher(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			follow := exec.CommandContext(ctx, binary, "follow", "-n", "0", dir)
+			follow := exec.CommandContext(ctx, e2e.Binary, "follow", "-n", "0", dir)
 			var followOut, followErr bytes.Buffer
 			follow.Stdout, follow.Stderr = &followOut, &followErr
 			if err := follow.Start(); err != nil {
@@ -63,17 +65,17 @@ func TestJobOutlivesLauncher(t *testing.T) {
 
 			survivors := pids
 			if tc.killWorker {
-				waitOutput(t, dir, 3, "20 steps after the launcher died", func(ws map[int][]trainerLine) bool {
-					return maxStep(ws[2]) >= killedAt+20
+				waitOutput(t, dir, 3, "20 steps after the launcher died", func(ws map[int][]e2e.TrainerLine) bool {
+					return e2e.MaxStep(ws[2]) >= killedAt+20
 				})
 				if err := syscall.Kill(pids[2], syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
 				survivors = pids[:2]
 			}
-			ws := waitOutput(t, dir, 3, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]trainerLine) bool {
+			ws := waitOutput(t, dir, 3, fmt.Sprintf("step %d on every surviving worker", steps), func(ws map[int][]e2e.TrainerLine) bool {
 				for i := range survivors {
-					if maxStep(ws[i]) < steps {
+					if e2e.MaxStep(ws[i]) < steps {
 						return false
 					}
 				}
@@ -113,7 +115,7 @@ func TestJobOutlivesLauncher(t *testing.T) {
 // checkEveryStepAgreed fails t unless every step from 1 to steps was
 // committed by some worker of ws (their lines by worker) and all that
 // committed a step hold the same parameters after it.
-func checkEveryStepAgreed(t *testing.T, ws map[int][]trainerLine, steps int64) {
+func checkEveryStepAgreed(t *testing.T, ws map[int][]e2e.TrainerLine, steps int64) {
 	t.Helper()
 	params := map[int64]string{}
 	for i, lines := range ws {
@@ -133,13 +135,13 @@ func checkEveryStepAgreed(t *testing.T, ws map[int][]trainerLine, steps int64) {
 
 // waitOutput waits until cond holds over the synthetic trainer's step lines
 // in the job directory's output files of workers 0..n-1, and returns them.
-func waitOutput(t *testing.T, dir string, n int, what string, cond func(map[int][]trainerLine) bool) map[int][]trainerLine {
+func waitOutput(t *testing.T, dir string, n int, what string, cond func(map[int][]e2e.TrainerLine) bool) map[int][]e2e.TrainerLine {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	tick := time.NewTicker(50 * time.Millisecond) // files a process writes: no event to wait on
 	defer tick.Stop()
 	for {
-		ws := map[int][]trainerLine{}
+		ws := map[int][]e2e.TrainerLine{}
 		for i := range n {
 			ws[i] = readStepLines(t, filepath.Join(dir, fmt.Sprintf("worker-%d.stdout", i)))
 		}
@@ -149,7 +151,7 @@ func waitOutput(t *testing.T, dir string, n int, what string, cond func(map[int]
 		if time.Now().After(deadline) {
 			for i := range n {
 				b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("worker-%d.stderr", i)))
-				t.Logf("worker %d: last step %d; stderr:\n%s", i, maxStep(ws[i]), b)
+				t.Logf("worker %d: last step %d; stderr:\n%s", i, e2e.MaxStep(ws[i]), b)
 			}
 			t.Fatalf("timed out waiting for %s", what)
 		}
@@ -157,18 +159,18 @@ func waitOutput(t *testing.T, dir string, n int, what string, cond func(map[int]
 	}
 }
 
-func readStepLines(t *testing.T, path string) []trainerLine {
+func readStepLines(t *testing.T, path string) []e2e.TrainerLine {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	var lines []trainerLine
+	var lines []e2e.TrainerLine
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<22)
 	for sc.Scan() {
-		var l trainerLine
+		var l e2e.TrainerLine
 		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Step > 0 {
 			lines = append(lines, l)
 		}
@@ -179,10 +181,10 @@ func readStepLines(t *testing.T, path string) []trainerLine {
 // waitAllGone waits up to limit for every pid to exit; the ones still
 // running then are killed (this test started them).
 func waitAllGone(pids []int, limit time.Duration) bool {
-	waitGone(pids, limit)
+	e2e.WaitGone(pids, limit)
 	ok := true
 	for _, pid := range pids {
-		if !processGone(pid) {
+		if !e2e.ProcessGone(pid) {
 			ok = false
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}

@@ -3,25 +3,14 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-)
 
-// processGone says whether pid has exited (a zombie has).
-func processGone(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	// "pid (comm) S ...": the state follows the command's closing paren.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 < len(s) && s[i+2] == 'Z'
-}
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
+)
 
 // TestSIGTERMStorms preempts workers again and again, several at once, as a
 // spot market reclaiming capacity does: each storm sends SIGTERM to 1 to 3
@@ -36,26 +25,26 @@ func processGone(pid int) bool {
 func TestSIGTERMStorms(t *testing.T) {
 	const samples, steps = 1200, 1500
 	const notice = 3 * time.Second
-	h := startRunJob(t, "--np", "4", "--min-np", "3", "--heuristic", "fixed-schedule", "--heuristic-opt", "schedule=0:4",
-		"--leave-notice", notice.String(), "--", synthetic,
+	h := e2e.StartRunJob(t, "--np", "4", "--min-np", "3", "--heuristic", "fixed-schedule", "--heuristic-opt", "schedule=0:4",
+		"--leave-notice", notice.String(), "--", e2e.Synthetic,
 		"--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "24",
 		"--model-size", "20000", "--compute", "1ms", "-v")
-	h.logTailOnFailure(t, "gorovod run's log")
-	h.waitFor(t, "step 20 in a world of 4", time.Minute, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 4 })
+	h.LogTailOnFailure(t, "gorovod run's log")
+	h.WaitFor(t, "step 20 in a world of 4", time.Minute, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= 20 && e2e.LastSize(l) == 4 })
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 0))
 	t.Logf("storm seed %d", seed)
 	signalled := map[int]bool{}
 	for round, size := range []int{2, 1, 3, 2} {
-		h.mu.Lock()
+		h.Mu.Lock()
 		var alive []int
-		for i, pid := range h.pids {
-			if !signalled[i] && !processGone(pid) {
+		for i, pid := range h.Pids {
+			if !signalled[i] && !e2e.ProcessGone(pid) {
 				alive = append(alive, i)
 			}
 		}
-		at := maxStep(h.lines)
-		h.mu.Unlock()
+		at := e2e.MaxStep(h.Lines)
+		h.Mu.Unlock()
 		if at >= steps-200 {
 			t.Logf("training nearly over at step %d: storms end", at)
 			break
@@ -66,13 +55,13 @@ func TestSIGTERMStorms(t *testing.T) {
 		t0 := time.Now()
 		for _, i := range victims {
 			signalled[i] = true
-			if err := syscall.Kill(h.pid(t, i), syscall.SIGTERM); err != nil {
+			if err := syscall.Kill(h.Pid(t, i), syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for _, i := range victims {
-			pid := h.pid(t, i)
-			for !processGone(pid) {
+			pid := h.Pid(t, i)
+			for !e2e.ProcessGone(pid) {
 				if time.Since(t0) > notice+time.Second {
 					t.Fatalf("storm %d: worker %d (pid %d) still running %v after its SIGTERM; its notice is %v", round, i, pid, time.Since(t0), notice)
 				}
@@ -82,34 +71,34 @@ func TestSIGTERMStorms(t *testing.T) {
 		}
 		// The victims trained in worlds up to victimsLast: a world of 4
 		// after that one is a world of 4 without them.
-		h.mu.Lock()
+		h.Mu.Lock()
 		var victimsLast uint64
-		for _, l := range h.lines {
+		for _, l := range h.Lines {
 			if slices.Contains(victims, l.Worker) {
 				victimsLast = max(victimsLast, l.WorldEpoch)
 			}
 		}
-		h.mu.Unlock()
-		h.waitFor(t, "a world of 4 without the victims", 2*time.Minute, func(lines []trainerLine) bool {
-			return slices.ContainsFunc(lines, func(l trainerLine) bool { return l.WorldEpoch > victimsLast && l.Size == 4 })
+		h.Mu.Unlock()
+		h.WaitFor(t, "a world of 4 without the victims", 2*time.Minute, func(lines []e2e.TrainerLine) bool {
+			return slices.ContainsFunc(lines, func(l e2e.TrainerLine) bool { return l.WorldEpoch > victimsLast && l.Size == 4 })
 		})
 		t.Logf("storm %d: a world of 4 again %v after the storm", round, time.Since(t0).Round(time.Millisecond))
 	}
 
 	select {
-	case err := <-h.exited:
+	case err := <-h.Exited:
 		if err != nil {
 			t.Fatalf("gorovod run: %v", err)
 		}
 	case <-time.After(3 * time.Minute):
 		t.Fatal("the job did not finish")
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	log := h.log.String()
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	log := h.Log.String()
 	t.Logf("leavers that used up their notice: %d; replacements the runner started to restore the minimum: %d",
 		strings.Count(log, "leave notice r"), strings.Count(log, "fewer than its minimum 3: started"))
-	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, samples, steps)
 }
 
 // TestEveryWorkerPreempted tells every worker of a job to go at once, as
@@ -123,19 +112,19 @@ func TestSIGTERMStorms(t *testing.T) {
 func TestEveryWorkerPreempted(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		preempt func(t *testing.T, h *runJobHarness)
+		preempt func(t *testing.T, h *e2e.RunJobHarness)
 		// the runner's notice when the shortage shows before it knows why
 		noReplacementsNotice bool
 	}{
-		{"every worker SIGTERMed", func(t *testing.T, h *runJobHarness) {
+		{"every worker SIGTERMed", func(t *testing.T, h *e2e.RunJobHarness) {
 			for i := range 3 {
-				if err := syscall.Kill(h.pid(t, i), syscall.SIGTERM); err != nil {
+				if err := syscall.Kill(h.Pid(t, i), syscall.SIGTERM); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}, true},
-		{"gorovod run SIGTERMed", func(t *testing.T, h *runJobHarness) {
-			if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		{"gorovod run SIGTERMed", func(t *testing.T, h *e2e.RunJobHarness) {
+			if err := h.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
 		}, false},
@@ -144,24 +133,24 @@ func TestEveryWorkerPreempted(t *testing.T) {
 	}
 }
 
-func everyWorkerPreempted(t *testing.T, preempt func(*testing.T, *runJobHarness), noReplacementsNotice bool) {
+func everyWorkerPreempted(t *testing.T, preempt func(*testing.T, *e2e.RunJobHarness), noReplacementsNotice bool) {
 	const samples = 1200
 	const notice = 3 * time.Second
-	h := startRunJob(t, "--np", "3", "--min-np", "2", "--leave-notice", notice.String(), "--", synthetic,
+	h := e2e.StartRunJob(t, "--np", "3", "--min-np", "2", "--leave-notice", notice.String(), "--", e2e.Synthetic,
 		"--steps", "100000", "--json", "--samples", fmt.Sprint(samples), "--batch", "24", "--model-size", "20000", "--compute", "1ms", "-v")
-	h.logTailOnFailure(t, "gorovod run's log")
-	h.waitFor(t, "step 60 in a world of 3", time.Minute, func(l []trainerLine) bool { return maxStep(l) >= 60 && lastSize(l) == 3 })
+	h.LogTailOnFailure(t, "gorovod run's log")
+	h.WaitFor(t, "step 60 in a world of 3", time.Minute, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= 60 && e2e.LastSize(l) == 3 })
 	t0 := time.Now()
 	preempt(t, h)
 	select {
-	case err := <-h.exited:
+	case err := <-h.Exited:
 		t.Logf("gorovod run exited %v after the SIGTERMs (%v)", time.Since(t0).Round(time.Millisecond), err)
 	case <-time.After(notice + 10*time.Second):
 		t.Fatalf("the job still runs %v after every worker was told to go (notice %v)", time.Since(t0), notice)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	log := h.log.String()
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	log := h.Log.String()
 	if strings.Contains(log, " started\n") {
 		t.Errorf("the runner started workers after every worker was told to go")
 	}
@@ -171,9 +160,9 @@ func everyWorkerPreempted(t *testing.T, preempt func(*testing.T, *runJobHarness)
 	// The driver lets leavers go while the world stays at its minimum; the
 	// members of the last world could not go that way: each left as its
 	// notice ran out, and they agree on their last committed step.
-	lastOf := map[int]trainerLine{}
+	lastOf := map[int]e2e.TrainerLine{}
 	var final uint64
-	for _, l := range h.lines {
+	for _, l := range h.Lines {
 		lastOf[l.Worker] = l
 		final = max(final, l.WorldEpoch)
 	}
@@ -197,5 +186,5 @@ func everyWorkerPreempted(t *testing.T, preempt func(*testing.T, *runJobHarness)
 		t.Errorf("%d leave notices ran out, want %d (the last world's members)", n, len(stayed))
 	}
 	t.Logf("workers %v of the last world ended at step %d as their notices ran out", stayed, first.Step)
-	checkElasticInvariantsSteps(t, h.lines, samples, maxStep(h.lines))
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, samples, e2e.MaxStep(h.Lines))
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/cluster/simulator"
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 )
 
 // traceSubject is one trainer of the workload measured on the test cluster
@@ -32,7 +33,7 @@ type traceSubject struct {
 	validation []string
 	// metric is a data epoch's figure in the validation trace, from the
 	// lines of the last world's rank 0 in that epoch.
-	metric func(epoch []trainerLine) (float64, bool)
+	metric func(epoch []e2e.TrainerLine) (float64, bool)
 }
 
 // workloadSplits are the placements of 1 to 4 workers on the test
@@ -47,18 +48,18 @@ var workloadSplits = map[int][]string{1: {"1"}, 2: {"2", "11"}, 3: {"12"}, 4: {"
 // over 1200).
 func traceSubjects() []traceSubject {
 	synthetic := func(steps, batch int) []string {
-		return []string{synthetic, "--json", "--samples", "1200", "--batch", strconv.Itoa(batch), "--model-size", "20000", "--compute", "2ms",
+		return []string{e2e.Synthetic, "--json", "--samples", "1200", "--batch", strconv.Itoa(batch), "--model-size", "20000", "--compute", "2ms",
 			"--steps", strconv.Itoa(steps)}
 	}
 	fashion := func(epochs, batch int) []string {
-		return []string{fashionMNIST, "--json", "--log-every", "0", "--batch-size", strconv.Itoa(batch), "--epochs", strconv.Itoa(epochs)}
+		return []string{e2e.FashionMNIST, "--json", "--log-every", "0", "--batch-size", strconv.Itoa(batch), "--epochs", strconv.Itoa(epochs)}
 	}
 	subjects := []traceSubject{{
 		app: "synthetic", batch: 24, epochs: 60,
 		// 2 ms a sample a worker: 12 s is 6000 samples a worker.
 		timing:     func(workers, local int) []string { return synthetic(6000/local, local*workers) },
 		validation: synthetic(60*50, 24),
-		metric: func(epoch []trainerLine) (float64, bool) { // the mean training loss
+		metric: func(epoch []e2e.TrainerLine) (float64, bool) { // the mean training loss
 			var sum float64
 			for _, l := range epoch {
 				sum += l.Loss
@@ -66,13 +67,13 @@ func traceSubjects() []traceSubject {
 			return sum / float64(len(epoch)), len(epoch) > 0
 		},
 	}}
-	if haveFashionMNIST() {
+	if e2e.HaveFashionMNIST() {
 		subjects = append(subjects, traceSubject{
 			app: "fashion-mnist", batch: 64, epochs: 6,
 			// ~3 s a data epoch at one worker here.
 			timing:     func(workers, local int) []string { return fashion(4, local*workers) },
 			validation: fashion(6, 64),
-			metric: func(epoch []trainerLine) (float64, bool) { // the test accuracy after it
+			metric: func(epoch []e2e.TrainerLine) (float64, bool) { // the test accuracy after it
 				for _, l := range epoch {
 					if l.Kind == "epoch" {
 						return l.Accuracy, true
@@ -204,15 +205,15 @@ func TestRecordSimulatorTraces(t *testing.T) {
 // start), and how many records that was.
 func measureStepTime(t *testing.T, workers int, trainer []string) (step, sync float64, records int) {
 	t.Helper()
-	h := startRunJobArgvWithin(t, append([]string{plainLauncher(t), "run", "--json", "--np", strconv.Itoa(workers), "--"}, trainer...), 5*time.Minute)
-	if err := <-h.exited; err != nil {
-		t.Fatalf("gorovod run at %d workers: %v\n%s", workers, err, h.logText())
+	h := e2e.StartRunJobArgvWithin(t, append([]string{e2e.PlainLauncher(t), "run", "--json", "--np", strconv.Itoa(workers), "--"}, trainer...), 5*time.Minute)
+	if err := <-h.Exited; err != nil {
+		t.Fatalf("gorovod run at %d workers: %v\n%s", workers, err, h.LogText())
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
 	var steps, computes []float64
 	first := true
-	for _, e := range h.events {
+	for _, e := range h.Events {
 		var p struct {
 			Event     string  `json:"event"`
 			Workers   int     `json:"workers"`
@@ -240,14 +241,14 @@ func measureStepTime(t *testing.T, workers int, trainer []string) (step, sync fl
 // iteration), the metric, and the gradient statistics after the epoch's
 // last step.
 func recordValidation(t *testing.T, s traceSubject) (string, error) {
-	h := startRunJobArgvWithin(t, append([]string{plainLauncher(t), "run", "--json", "--np", "2", "--"}, s.validation...), 15*time.Minute)
-	if err := <-h.exited; err != nil {
-		return "", fmt.Errorf("gorovod run: %v\n%s", err, h.logText())
+	h := e2e.StartRunJobArgvWithin(t, append([]string{e2e.PlainLauncher(t), "run", "--json", "--np", "2", "--"}, s.validation...), 15*time.Minute)
+	if err := <-h.Exited; err != nil {
+		return "", fmt.Errorf("gorovod run: %v\n%s", err, h.LogText())
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	byEpoch := make([][]trainerLine, s.epochs)
-	for _, l := range h.lines {
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	byEpoch := make([][]e2e.TrainerLine, s.epochs)
+	for _, l := range h.Lines {
 		if l.Rank != 0 || l.Epoch >= uint64(s.epochs) || (l.Kind != "" && l.Kind != "step" && l.Kind != "epoch") {
 			continue
 		}
@@ -256,7 +257,7 @@ func recordValidation(t *testing.T, s traceSubject) (string, error) {
 	var b strings.Builder
 	b.WriteString("progress,iteration,metric,grad_sqr,grad_var\n")
 	for e, lines := range byEpoch {
-		var last *trainerLine
+		var last *e2e.TrainerLine
 		for i := range lines {
 			if l := &lines[i]; l.Kind != "epoch" && l.GradSqr != nil && (last == nil || l.Step > last.Step) {
 				last = l

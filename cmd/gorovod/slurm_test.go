@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,21 +11,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/testing/testslurm"
 )
 
 // salloc runs `gorovod run --slurm args...` under salloc in an allocation of
 // ntasks tasks of cluster c, as a user at a login node would, and follows it.
-func salloc(t *testing.T, c *testslurm.Cluster, ntasks int, args ...string) *runJobHarness {
+func salloc(t *testing.T, c *testslurm.Cluster, ntasks int, args ...string) *e2e.RunJobHarness {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a job through a real Slurm cluster; skipped with -short")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	argv := append([]string{"--ntasks=" + fmt.Sprint(ntasks), "--job-name=gorovod-driver", binary, "run", "--slurm"}, args...)
-	return startHarness(t, c.Command(ctx, "salloc", argv...))
+	argv := append([]string{"--ntasks=" + fmt.Sprint(ntasks), "--job-name=gorovod-driver", e2e.Binary, "run", "--slurm"}, args...)
+	return e2e.StartHarness(t, c.Command(ctx, "salloc", argv...))
 }
 
 // workerSteps lists the worker steps squeue shows, by launch index:
@@ -46,34 +46,6 @@ func workerSteps(t *testing.T, c *testslurm.Cluster) map[int]string {
 		}
 	}
 	return steps
-}
-
-// engineEvents decodes the engine's JSON lines seen so far (under h.mu).
-func (h *runJobHarness) engineEventsLocked(t *testing.T) []engineEvent {
-	t.Helper()
-	var evs []engineEvent
-	for _, line := range h.events {
-		var ev engineEvent
-		err := json.Unmarshal([]byte(line), &ev.Event)
-		if err == nil && ev.Kind == "summary" {
-			err = json.Unmarshal([]byte(line), &ev.Summary)
-		}
-		if err != nil {
-			t.Fatalf("bad engine line %q: %v", line, err)
-		}
-		evs = append(evs, ev)
-	}
-	return evs
-}
-
-// carriedOut says whether a decision to grow (or shrink) took effect.
-func carriedOut(evs []engineEvent, action heuristics.Action) bool {
-	for _, ev := range evs {
-		if ev.Kind == heuristics.EventDone && ev.Decision != nil && ev.Decision.Action == action {
-			return true
-		}
-	}
-	return false
 }
 
 // waitSteps waits until cond holds over the running worker steps.
@@ -109,12 +81,12 @@ func TestSlurmElasticJob(t *testing.T) {
 	args := []string{"--np", "1", "--json", "--heuristic", "scaling-efficiency",
 		"--heuristic-opt", "threshold=0.05", "--heuristic-opt", "min_steps=10", "--heuristic-opt", "eval_every=5",
 		"--leave-notice", notice.String(),
-		"--", synthetic, "--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples)}
+		"--", e2e.Synthetic, "--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples)}
 	h := salloc(t, c, 6, append(args, knownCurve...)...)
-	h.logTailOnFailure(t, "gorovod run's log")
+	h.LogTailOnFailure(t, "gorovod run's log")
 
 	// The search grows from 1 by 4: five workers, five steps.
-	h.waitFor(t, "a world of 5", 2*time.Minute, func(l []trainerLine) bool { return lastSize(l) >= 5 })
+	h.WaitFor(t, "a world of 5", 2*time.Minute, func(l []e2e.TrainerLine) bool { return e2e.LastSize(l) >= 5 })
 	running := waitSteps(t, c, "5 worker steps", 30*time.Second, func(s map[int]string) bool { return len(s) >= 5 })
 	t.Logf("grown to 5 workers, as steps %v", running)
 
@@ -136,8 +108,8 @@ func TestSlurmElasticJob(t *testing.T) {
 	}
 
 	// The heuristic shrinks the job through Slurm: its steps end.
-	h.waitFor(t, "a shrink carried out", 3*time.Minute, func([]trainerLine) bool {
-		return carriedOut(h.engineEventsLocked(t), heuristics.Shrink)
+	h.WaitFor(t, "a shrink carried out", 3*time.Minute, func([]e2e.TrainerLine) bool {
+		return e2e.CarriedOut(h.EngineEventsLocked(t), heuristics.Shrink)
 	})
 	// Then a step is cancelled outright (scancel JOB.STEP: SIGKILL at once):
 	// the job goes on without that worker.
@@ -147,42 +119,42 @@ func TestSlurmElasticJob(t *testing.T) {
 		victim = max(victim, i)
 	}
 	if victim >= 0 && len(running) >= 2 {
-		h.mu.Lock()
-		s := maxStep(h.lines)
-		h.mu.Unlock()
+		h.Mu.Lock()
+		s := e2e.MaxStep(h.Lines)
+		h.Mu.Unlock()
 		if _, err := c.Run(context.Background(), "scancel", running[victim]); err != nil {
 			t.Fatal(err)
 		}
-		h.waitFor(t, "training to go on after scancel", time.Minute, func(l []trainerLine) bool { return maxStep(l) > s+5 })
+		h.WaitFor(t, "training to go on after scancel", time.Minute, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) > s+5 })
 		t.Logf("step %s (worker %d) cancelled at step %d; training went on", running[victim], victim, s)
 	} else {
 		t.Logf("no second step to cancel (steps %v): the job had shrunk to one worker", running)
 	}
 
 	select {
-	case err := <-h.exited:
+	case err := <-h.Exited:
 		if err != nil {
 			t.Fatalf("salloc gorovod run: %v", err)
 		}
 	case <-time.After(4 * time.Minute):
 		t.Fatal("the job did not finish")
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	evs := h.engineEventsLocked(t)
-	logDecisions(t, evs)
-	if !carriedOut(evs, heuristics.Grow) || !carriedOut(evs, heuristics.Shrink) {
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	evs := h.EngineEventsLocked(t)
+	e2e.LogDecisions(t, evs)
+	if !e2e.CarriedOut(evs, heuristics.Grow) || !e2e.CarriedOut(evs, heuristics.Shrink) {
 		t.Errorf("the engine did not both grow and shrink the job through Slurm")
 	}
 	biggest := 0
-	for _, l := range h.lines {
+	for _, l := range h.Lines {
 		biggest = max(biggest, l.Size)
 	}
 	if biggest > 6 {
 		t.Errorf("a world of %d workers in an allocation of 6 tasks", biggest)
 	}
-	checkElasticInvariantsSteps(t, h.lines, samples, steps)
-	if !strings.Contains(h.log.String(), "Slurm job ") {
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, samples, steps)
+	if !strings.Contains(h.Log.String(), "Slurm job ") {
 		t.Errorf("gorovod run did not say it runs in the allocation")
 	}
 	if left := workerSteps(t, c); len(left) > 0 {
@@ -192,7 +164,7 @@ func TestSlurmElasticJob(t *testing.T) {
 
 // Outside an allocation, --slurm says what is wrong.
 func TestSlurmOutsideAllocation(t *testing.T) {
-	cmd := exec.Command(binary, "run", "--slurm", "--", "true")
+	cmd := exec.Command(e2e.Binary, "run", "--slurm", "--", "true")
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "SLURM_") })
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "not inside a Slurm allocation") {
@@ -213,7 +185,7 @@ func TestSlurmBatchScript(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	// A job bigger than its allocation is refused before it starts.
-	if out, err := c.Run(ctx, "salloc", "--ntasks=2", binary, "run", "--slurm", "--np", "3", "--", "true"); err == nil || !strings.Contains(out, "--np 3 is more than the 2 tasks") {
+	if out, err := c.Run(ctx, "salloc", "--ntasks=2", e2e.Binary, "run", "--slurm", "--np", "3", "--", "true"); err == nil || !strings.Contains(out, "--np 3 is more than the 2 tasks") {
 		t.Fatalf("--np 3 in 2 tasks: %v: %s", err, out)
 	}
 	script, err := filepath.Abs("../../deploy/slurm/gorovod.sbatch")
@@ -222,10 +194,10 @@ func TestSlurmBatchScript(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "job.out")
 	cmd := c.Command(ctx, "sbatch", "--parsable", "--output="+out, "--time=10", script,
-		synthetic, "--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "20", "--compute", "1ms")
+		e2e.Synthetic, "--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "20", "--compute", "1ms")
 	// The batch script finds gorovod and the trainer on its PATH, as on a
 	// cluster with a shared file system.
-	cmd.Env = append(cmd.Env, "PATH="+filepath.Dir(binary)+":"+os.Getenv("PATH"))
+	cmd.Env = append(cmd.Env, "PATH="+filepath.Dir(e2e.Binary)+":"+os.Getenv("PATH"))
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("sbatch: %v: %s", err, b)
@@ -251,12 +223,12 @@ func TestSlurmBatchScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	h := &runJobHarness{pids: map[int]int{}, notify: make(chan struct{}, 1)}
-	h.read(f)
-	log := h.log.String()
+	h := &e2e.RunJobHarness{Pids: map[int]int{}, Notify: make(chan struct{}, 1)}
+	h.Read(f)
+	log := h.Log.String()
 	if !strings.Contains(log, "Slurm job "+id+":") || !strings.Contains(log, "0 failed") {
 		t.Fatalf("the batch job's output:\n%s", log)
 	}
-	checkElasticInvariantsSteps(t, h.lines, samples, steps)
-	t.Logf("batch job %s: %d trainer lines; gorovod run said:\n%s", id, len(h.lines), log)
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, samples, steps)
+	t.Logf("batch job %s: %d trainer lines; gorovod run said:\n%s", id, len(h.Lines), log)
 }

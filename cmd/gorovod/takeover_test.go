@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 )
 
 // TestStoppedWorkerAfterTakeover: once `gorovod run` is gone (kill -9) and a
@@ -58,11 +60,11 @@ func TestStoppedWorkerAfterTakeover(t *testing.T) {
 			if tc.byHand {
 				launched = 2
 			}
-			trainer := []string{synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096", "-v",
+			trainer := []string{e2e.Synthetic, "--steps", fmt.Sprint(steps), "--json", "--compute", "200us", "--model-size", "4096", "-v",
 				"--gossip-suspicion-mult", fmt.Sprint(tc.suspicion)}
 			h := startRunIn(t, tmp, append([]string{"--np", fmt.Sprint(launched), "--min-np", "2", "--output-dir", dir,
 				"--probe-timeout", fmt.Sprint(probeTimeout.Seconds()), "--"}, trainer...)...)
-			h.logTailOnFailure(t, "gorovod run")
+			h.LogTailOnFailure(t, "gorovod run")
 			// Each worker's output: stdout and stderr files.
 			type output struct{ stdout, stderr string }
 			var outs []output
@@ -71,7 +73,7 @@ func TestStoppedWorkerAfterTakeover(t *testing.T) {
 			}
 			var pids []int
 			if tc.byHand {
-				file := h.waitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
+				file := h.WaitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
 				out := output{filepath.Join(tmp, "hand.stdout"), filepath.Join(tmp, "hand.stderr")}
 				stdout, err := os.Create(out.stdout)
 				if err != nil {
@@ -81,7 +83,7 @@ func TestStoppedWorkerAfterTakeover(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				hand := exec.Command(binary, append([]string{"attach", file, "--"}, trainer...)...)
+				hand := exec.Command(e2e.Binary, append([]string{"attach", file, "--"}, trainer...)...)
 				hand.Stdout, hand.Stderr = stdout, stderr
 				err = hand.Start()
 				stdout.Close()
@@ -93,18 +95,18 @@ func TestStoppedWorkerAfterTakeover(t *testing.T) {
 				outs = append(outs, out)
 				pids = append(pids, hand.Process.Pid) // its place in outs, after the launched ones
 			}
-			h.waitFor(t, "step 30 in a world of 3", 2*time.Minute, func(lines []trainerLine) bool {
-				return slices.ContainsFunc(lines, func(l trainerLine) bool { return l.Size == 3 && l.Step >= 30 })
+			h.WaitFor(t, "step 30 in a world of 3", 2*time.Minute, func(lines []e2e.TrainerLine) bool {
+				return slices.ContainsFunc(lines, func(l e2e.TrainerLine) bool { return l.Size == 3 && l.Step >= 30 })
 			})
 			launchedPids := make([]int, launched)
 			for i := range launched {
-				launchedPids[i] = h.pid(t, i)
+				launchedPids[i] = h.Pid(t, i)
 			}
 			pids = append(launchedPids, pids...)
-			if err := syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+			if err := syscall.Kill(h.Cmd.Process.Pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			<-h.exited
+			<-h.Exited
 			t.Cleanup(func() {
 				for _, pid := range pids {
 					_ = syscall.Kill(pid, syscall.SIGKILL) // stopped or not: this test started them

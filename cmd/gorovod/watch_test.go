@@ -15,48 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
+	"github.com/gorovod/gorovod/observe/timeline"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-
-	"github.com/gorovod/gorovod/observe/timeline"
 )
-
-// waitLog waits until the launcher's log (its own lines and the workers'
-// non-JSON lines) matches re, and returns the match.
-func (h *runJobHarness) waitLog(t *testing.T, what string, timeout time.Duration, re *regexp.Regexp) []string {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		if m := re.FindStringSubmatch(h.logText()); m != nil {
-			return m
-		}
-		select {
-		case <-h.notify:
-		case err := <-h.exited:
-			h.exited <- err
-			if m := re.FindStringSubmatch(h.logText()); m != nil {
-				return m
-			}
-			t.Fatalf("the job ended (%v) before %s; launcher log:\n%s", err, what, h.logText())
-		case <-deadline:
-			h.timedOut(t, what)
-		}
-	}
-}
-
-// wait waits for the job's end; it must succeed.
-func (h *runJobHarness) wait(t *testing.T) {
-	t.Helper()
-	select {
-	case err := <-h.exited:
-		if err != nil {
-			t.Fatalf("gorovod run: %v\n%s", err, h.logText())
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("the job did not finish; launcher log:\n%s", h.logText())
-	}
-}
 
 // scrapeMetrics gets and parses the job's metrics.
 func scrapeMetrics(t *testing.T, url string) map[string]*dto.MetricFamily {
@@ -158,10 +122,10 @@ var metricsAddrRe = regexp.MustCompile(`gorovod run: metrics at (http://\S+/metr
 func TestRunWatchable(t *testing.T) {
 	dir := t.TempDir()
 	tl, rep := filepath.Join(dir, "timeline.json"), filepath.Join(dir, "report")
-	h := startRunJob(t, "--np", "2", "--min-np", "2", "--json", "--timeline-filename", tl, "--report", rep,
-		"--metrics-addr", "127.0.0.1:0", "--", synthetic, "--steps", "250", "--compute", "1ms", "--model-size", "40000", "--json")
-	url := h.waitLog(t, "the metrics address", 60*time.Second, metricsAddrRe)[1]
-	h.waitFor(t, "step 60", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 60 })
+	h := e2e.StartRunJob(t, "--np", "2", "--min-np", "2", "--json", "--timeline-filename", tl, "--report", rep,
+		"--metrics-addr", "127.0.0.1:0", "--", e2e.Synthetic, "--steps", "250", "--compute", "1ms", "--model-size", "40000", "--json")
+	url := h.WaitLog(t, "the metrics address", 60*time.Second, metricsAddrRe)[1]
+	h.WaitFor(t, "step 60", 60*time.Second, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= 60 })
 	deadline := time.Now().Add(30 * time.Second)
 	var fams map[string]*dto.MetricFamily
 	for {
@@ -195,8 +159,8 @@ func TestRunWatchable(t *testing.T) {
 			t.Errorf("%s%v = %v (present: %v)", c.name, c.label, v, ok)
 		}
 	}
-	h.wait(t)
-	log := h.logText()
+	h.Wait(t)
+	log := h.LogText()
 
 	// The timeline.
 	if !strings.Contains(log, "gorovod run: timeline: "+tl) {
@@ -230,10 +194,10 @@ func TestRunWatchable(t *testing.T) {
 	}
 
 	// Progress records on stdout, with the loss the trainers recorded.
-	h.mu.Lock()
+	h.Mu.Lock()
 	var progress int
 	var loss float64
-	for _, e := range h.events {
+	for _, e := range h.Events {
 		var p struct {
 			Event string   `json:"event"`
 			Loss  *float64 `json:"loss"`
@@ -246,7 +210,7 @@ func TestRunWatchable(t *testing.T) {
 			}
 		}
 	}
-	h.mu.Unlock()
+	h.Mu.Unlock()
 	if progress == 0 || loss <= 0 {
 		t.Errorf("%d progress records, last loss %v", progress, loss)
 	}
@@ -278,18 +242,18 @@ func TestRunNamesStalledRanks(t *testing.T) {
 	tl := filepath.Join(t.TempDir(), "stall.json")
 	// A freeze shorter than the workers' transport I/O timeout (5 s): the
 	// collective waits rather than failing.
-	h := startRunJob(t, "--np", "3", "--min-np", "3", "--stall-check-time", "1s", "--timeline-filename", tl, "--",
-		synthetic, "--steps", "40", "--compute", "1ms", "--model-size", "20000", "--json",
+	h := e2e.StartRunJob(t, "--np", "3", "--min-np", "3", "--stall-check-time", "1s", "--timeline-filename", tl, "--",
+		e2e.Synthetic, "--steps", "40", "--compute", "1ms", "--model-size", "20000", "--json",
 		"--freeze-worker", "1", "--freeze-step", "15", "--freeze-for", "3500ms")
-	m := h.waitLog(t, "the driver's stall warning", 90*time.Second,
+	m := h.WaitLog(t, "the driver's stall warning", 90*time.Second,
 		regexp.MustCompile(`level=WARN msg="stall in world (\d+): ranks \[(\d+) (\d+)\] have waited \d+s in allreduce #\d+; missing ranks: (\d) \(at collective #\d+, lacks gradient 0 \(float32×20000\)\); rank (\d) is worker 1 \(pid (\d+), `))
 	if m[4] != m[5] || m[4] == m[2] || m[4] == m[3] {
 		t.Errorf("the missing rank %s is not the frozen one, or also a waiting one: %q", m[4], m[0])
 	}
-	if pid, _ := strconv.Atoi(m[6]); pid != h.pid(t, 1) {
-		t.Errorf("the stall names pid %d, worker 1 is pid %d", pid, h.pid(t, 1))
+	if pid, _ := strconv.Atoi(m[6]); pid != h.Pid(t, 1) {
+		t.Errorf("the stall names pid %d, worker 1 is pid %d", pid, h.Pid(t, 1))
 	}
-	h.wait(t)
+	h.Wait(t)
 	procs := traceOf(t, tl)
 	stalls := 0
 	for name, evs := range procs {
@@ -315,7 +279,7 @@ func TestRunQuietAtNormalEnd(t *testing.T) {
 		{"json info", []string{"--log-format", "json", "-v"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append(append([]string{"run", "--np", "4"}, tc.args...), "--", synthetic, "--steps", "60", "--compute", "1ms", "--model-size", "20000")
+			args := append(append([]string{"run", "--np", "4"}, tc.args...), "--", e2e.Synthetic, "--steps", "60", "--compute", "1ms", "--model-size", "20000")
 			out, errs, code := runGorovod(t, args...)
 			if code != 0 {
 				t.Fatalf("exit %d\n%s", code, errs)
@@ -355,31 +319,31 @@ func TestRunWithoutTrainingFails(t *testing.T) {
 // is announced when it joins and counted at the end; a worker killed with
 // kill -9 is reported when it dies, while the job goes on.
 func TestRunReportsWorkersAsTheyCome(t *testing.T) {
-	h := startRunJob(t, "--np", "2", "--", synthetic, "--steps", "300", "--compute", "2ms", "--model-size", "20000", "--json")
-	file := h.waitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
-	h.waitFor(t, "step 10", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 10 })
+	h := e2e.StartRunJob(t, "--np", "2", "--", e2e.Synthetic, "--steps", "300", "--compute", "2ms", "--model-size", "20000", "--json")
+	file := h.WaitLog(t, "the job file", 60*time.Second, jobFileHint)[1]
+	h.WaitFor(t, "step 10", 60*time.Second, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= 10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	hand := exec.CommandContext(ctx, binary, "attach", file, "--", synthetic, "--steps", "300", "--compute", "2ms", "--model-size", "20000")
+	hand := exec.CommandContext(ctx, e2e.Binary, "attach", file, "--", e2e.Synthetic, "--steps", "300", "--compute", "2ms", "--model-size", "20000")
 	if err := hand.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hand.Process.Kill(); hand.Wait() })
-	h.waitLog(t, "the hand-started worker's arrival", 60*time.Second, regexp.MustCompile(`gorovod run: worker \S+ joined \(started by hand\): world \d+ has 3 workers`))
-	victim := h.pid(t, 1)
+	h.WaitLog(t, "the hand-started worker's arrival", 60*time.Second, regexp.MustCompile(`gorovod run: worker \S+ joined \(started by hand\): world \d+ has 3 workers`))
+	victim := h.Pid(t, 1)
 	syscall.Kill(victim, syscall.SIGKILL)
-	h.waitLog(t, "the lost worker's report", 30*time.Second,
+	h.WaitLog(t, "the lost worker's report", 30*time.Second,
 		regexp.MustCompile(fmt.Sprintf(`gorovod run: worker 1 \(pid %d\) lost: signal: killed; the job goes on without it`, victim)))
 	select {
-	case err := <-h.exited:
+	case err := <-h.Exited:
 		t.Fatalf("the job ended (%v) with the loss: it must go on", err)
 	default:
 	}
-	h.wait(t)
+	h.Wait(t)
 	if err := hand.Wait(); err != nil {
 		t.Errorf("the hand-started worker: %v", err)
 	}
-	if log := h.logText(); !strings.Contains(log, "gorovod run: 2 workers finished (1 started by hand), 1 lost, 0 failed") {
+	if log := h.LogText(); !strings.Contains(log, "gorovod run: 2 workers finished (1 started by hand), 1 lost, 0 failed") {
 		t.Errorf("the final count:\n%s", log)
 	}
 }
@@ -407,11 +371,11 @@ func TestQuickStartWithoutDataset(t *testing.T) {
 			`mount -t tmpfs gorovod-obs-test /usr/share/datasets && exec "$@"`, "sh"}
 	}
 	run := func(args ...string) (string, string, int) {
-		all := append(append(prefix[:len(prefix):len(prefix)], binary), args...)
+		all := append(append(prefix[:len(prefix):len(prefix)], e2e.Binary), args...)
 		return runWith(t, all[0], all[1:]...)
 	}
 	// -v: should the job not end, its world changes say where it stood.
-	out, errs, code := run("run", "-v", "--np", "3", "--", fashionMNIST, "--epochs", "1", "--json", "--log-every", "0")
+	out, errs, code := run("run", "-v", "--np", "3", "--", e2e.FashionMNIST, "--epochs", "1", "--json", "--log-every", "0")
 	if code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s\nstdout, the last lines:\n%s", code, errs, lastLines(out, 12))
 	}
@@ -437,7 +401,7 @@ func TestQuickStartWithoutDataset(t *testing.T) {
 		t.Errorf("test accuracy %.3f on the stand-in after one epoch", acc)
 	}
 	empty := t.TempDir()
-	_, errs, code = run("run", "--np", "1", "--", fashionMNIST, "--epochs", "1", "--data-dir", empty)
+	_, errs, code = run("run", "--np", "1", "--", e2e.FashionMNIST, "--epochs", "1", "--data-dir", empty)
 	if code == 0 || !strings.Contains(errs, "apt-get install dataset-fashion-mnist") || strings.Contains(errs, "GENERATED") {
 		t.Errorf("a --data-dir without the data: exit %d\n%s", code, errs)
 	}

@@ -38,17 +38,17 @@ build() { # rev dir
 	rm -rf "$2"
 	git -C "$root" worktree add -q --detach "$2" "$1"
 	# The same measurement for both revisions: this tree's harness (the
-	# tests, and the synthetic trainer that prints each step's time) over
-	# each revision's library and launcher.
-	for f in main_test.go run_test.go hosts_test.go transition_breakdown_test.go; do
-		cp "$root/cmd/gorovod/$f" "$2/cmd/gorovod/"
-	done
+	# end-to-end tests' helpers and the multi-host tests, cmd/gorovod/e2e,
+	# and the synthetic trainer that prints each step's time) over each
+	# revision's library and launcher.
+	rm -rf "$2/cmd/gorovod/e2e"
+	cp -r "$root/cmd/gorovod/e2e" "$2/cmd/gorovod/e2e"
 	cp "$root/examples/synthetic/main.go" "$2/examples/synthetic/"
-	(cd "$2" && go test -c -o "$OUT/$1.test" ./cmd/gorovod)
+	(cd "$2" && go test -c -o "$OUT/$1.test" ./cmd/gorovod/e2e/hosts)
 }
 # run LOG PATTERN LABEL SUMMARY CMD...: runs one measurement from
-# $dir/cmd/gorovod, keeps its whole output in LOG and prints the lines that
-# match PATTERN, adding them to SUMMARY. A run that fails (a test failure, or
+# $dir/cmd/gorovod/e2e/hosts, keeps its whole output in LOG and prints the
+# lines that match PATTERN, adding them to SUMMARY. A run that fails (a test failure, or
 # no matching line) is reported with the end of its log and counted, and the
 # others still run. (Called outside any pipeline, so that the count stays in
 # this shell.)
@@ -56,7 +56,7 @@ failed=0
 run() {
 	local log=$1 pattern=$2 label=$3 summary=$4
 	shift 4
-	if ! (cd "$dir/cmd/gorovod" && "$@") >"$log" 2>&1 || ! grep -qE "$pattern" "$log"; then
+	if ! (cd "$dir/cmd/gorovod/e2e/hosts" && "$@") >"$log" 2>&1 || ! grep -qE "$pattern" "$log"; then
 		echo "$label: FAILED, the end of $log:" >&2
 		tail -n 20 "$log" >&2
 		failed=$((failed + 1))

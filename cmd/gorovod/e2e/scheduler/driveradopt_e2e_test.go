@@ -1,8 +1,7 @@
-package main
+package scheduler
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"maps"
 	"net"
@@ -17,13 +16,12 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
 	"github.com/gorovod/gorovod/cluster/kube/service"
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // driverPID finds the process of a job's driver container on this host (the
@@ -164,7 +162,7 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 	// podIP is a running pod's status.podIP.
 	podIP := func(name string) string {
 		var ip string
-		poll(t, "pod "+name+"'s IP", time.Minute, func() bool {
+		e2e.Poll(t, "pod "+name+"'s IP", time.Minute, func() bool {
 			p, err := e.admin.CoreV1().Pods(e.ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -178,7 +176,7 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 	// that the job's driver process listens there.
 	seedAt := func(ip string) string {
 		var seed string
-		poll(t, "status.adoption's seed at "+ip, 2*time.Minute, func() bool {
+		e2e.Poll(t, "status.adoption's seed at "+ip, 2*time.Minute, func() bool {
 			if a := current().Status.Adoption; a != nil && len(a.Seeds) > 0 {
 				seed = a.Seeds[0]
 			}
@@ -190,14 +188,14 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 		}
 		return seed
 	}
-	poll(t, "the job training with its adoption record written", 4*time.Minute, func() bool {
+	e2e.Poll(t, "the job training with its adoption record written", 4*time.Minute, func() bool {
 		gj := current()
 		return gj.Status.Phase == api.PhaseRunning && gj.Status.Adoption != nil && gj.Status.WorldSize > 0
 	})
 	if a := current().Status.Adoption; a.ProbeTimeout == nil || a.ProbeTimeout.Duration != probeTimeout {
 		t.Fatalf("status.adoption %+v does not record the job's probe timeout %v", a, probeTimeout)
 	}
-	e.trained(j, j.h.step()+50)
+	e.trained(j, j.h.Step()+50)
 	// The first driver binds its pod IP, the node's address; the workers
 	// gossip at theirs.
 	if ip := podIP(current().Status.Driver); ip != e.nodes[0].Name {
@@ -226,23 +224,23 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 		before := current()
 		from := podIP(before.Status.Driver)
 		pods := workerPods()
-		at := j.h.step()
-		j.h.mu.Lock()
-		linesAt := len(j.h.lines)
-		j.h.mu.Unlock()
+		at := j.h.Step()
+		j.h.Mu.Lock()
+		linesAt := len(j.h.Lines)
+		j.h.Mu.Unlock()
 		t0 := time.Now()
 		kill(before.Status.Driver)
 		want := service.ReplacementDriverPodName(j.name, n)
-		poll(t, "the scheduler replacing the driver with "+want, 2*time.Minute, func() bool {
+		e2e.Poll(t, "the scheduler replacing the driver with "+want, 2*time.Minute, func() bool {
 			gj := current()
 			return gj.Status.Driver == want && gj.Status.DriverRestarts == n && gj.Status.Phase == api.PhaseRunning
 		})
 		replaced := time.Since(t0)
 		// The replacement writes the job's step: past the step of the kill.
-		poll(t, "the replacement writing the job's step", 2*time.Minute, func() bool {
+		e2e.Poll(t, "the replacement writing the job's step", 2*time.Minute, func() bool {
 			return current().Status.Step > at
 		})
-		e.trained(j, j.h.step()+50)
+		e.trained(j, j.h.Step()+50)
 		to := podIP(want)
 		// It listens at its pod IP, which it records as the job's seed.
 		seed = seedAt(to)
@@ -254,8 +252,8 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 				t.Errorf("worker pod %s was made again (uid %s, then %s): the job was restarted", name, p.UID, got.UID)
 			}
 		}
-		j.h.mu.Lock()
-		for _, l := range j.h.lines[linesAt:] {
+		j.h.Mu.Lock()
+		for _, l := range j.h.Lines[linesAt:] {
 			// A world that moves on rolls back at most to its last
 			// committed step; a restarted job would start again at 0.
 			if l.Step < at-10 {
@@ -263,9 +261,9 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 				break
 			}
 		}
-		j.h.mu.Unlock()
+		j.h.Mu.Unlock()
 		t.Logf("%s at step %d: replacement %s (pod IP %s, the killed one's %s, seed %s) recorded %v later; the %d worker pods of before kept; now at step %d",
-			how, at, want, to, from, seed, replaced.Round(time.Millisecond), len(pods), j.h.step())
+			how, at, want, to, from, seed, replaced.Round(time.Millisecond), len(pods), j.h.Step())
 		var logs []byte
 		for _, b := range e.driverLogs(j.name) {
 			logs = append(logs, b...)
@@ -337,7 +335,7 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 		t.Errorf("the last replacement's seed is %s, want the address %s of the driver it replaced", seed, moved)
 	}
 
-	poll(t, "the job ended", 5*time.Minute, func() bool {
+	e2e.Poll(t, "the job ended", 5*time.Minute, func() bool {
 		gj := e.hist.job(j.name)
 		return gj != nil && gj.Status.Phase.Ended()
 	})
@@ -350,95 +348,7 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 	}
 }
 
-// procTCPAddr parses an address of /proc/net/tcp: the IPv4 word in the
-// host's byte order (little-endian on the machines this runs on), then the
-// port, in hex ("0200007F:1F90" is 127.0.0.2:8080).
-func procTCPAddr(s string) (netip.AddrPort, bool) {
-	h, p, ok := strings.Cut(s, ":")
-	w, err1 := strconv.ParseUint(h, 16, 32)
-	port, err2 := strconv.ParseUint(p, 16, 16)
-	if !ok || len(h) != 8 || err1 != nil || err2 != nil {
-		return netip.AddrPort{}, false
-	}
-	ip := netip.AddrFrom4([4]byte{byte(w), byte(w >> 8), byte(w >> 16), byte(w >> 24)})
-	return netip.AddrPortFrom(ip, uint16(port)), true
-}
-
-// podSockets are the TCP sockets of a pod's processes on this host.
-type podSockets struct {
-	listen []netip.AddrPort    // listening
-	conns  [][2]netip.AddrPort // established: local, remote
-}
-
-// podsSockets finds the processes of pods on this host (the test's
-// kubelets run their containers here) by the pod UID in their environment
-// (GOROVOD_POD_UID, which cluster/kube gives its workers), and returns
-// their TCP sockets by pod name (uids: pod UID → name): those of
-// /proc/PID/net/tcp (the host's network, which host-network pods share)
-// that are among the process's open files.
-func podsSockets(t *testing.T, uids map[string]string) map[string]*podSockets {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]*podSockets{}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		proc := filepath.Join("/proc", e.Name())
-		environ, err := os.ReadFile(filepath.Join(proc, "environ"))
-		if err != nil {
-			continue
-		}
-		var pod string
-		for kv := range bytes.SplitSeq(environ, []byte{0}) {
-			if uid, ok := bytes.CutPrefix(kv, []byte("GOROVOD_POD_UID=")); ok {
-				pod = uids[string(uid)]
-			}
-		}
-		if pod == "" {
-			continue
-		}
-		tcp, err := os.ReadFile(filepath.Join(proc, "net", "tcp"))
-		if err != nil {
-			continue
-		}
-		own := map[string]bool{}
-		fds, _ := os.ReadDir(filepath.Join(proc, "fd"))
-		for _, fd := range fds {
-			if l, err := os.Readlink(filepath.Join(proc, "fd", fd.Name())); err == nil && strings.HasPrefix(l, "socket:[") {
-				own[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
-			}
-		}
-		s := out[pod]
-		if s == nil {
-			s = &podSockets{}
-			out[pod] = s
-		}
-		for _, line := range strings.Split(string(tcp), "\n")[1:] {
-			// sl local_address rem_address st ... inode (the 10th field);
-			// st 0A is LISTEN, 01 ESTABLISHED.
-			f := strings.Fields(line)
-			if len(f) < 10 || !own[f[9]] {
-				continue
-			}
-			local, ok1 := procTCPAddr(f[1])
-			remote, ok2 := procTCPAddr(f[2])
-			switch {
-			case !ok1 || !ok2:
-			case f[3] == "0A":
-				s.listen = append(s.listen, local)
-			case f[3] == "01":
-				s.conns = append(s.conns, [2]netip.AddrPort{local, remote})
-			}
-		}
-	}
-	return out
-}
-
-// workersAtPodIPs checks that the job's running worker pods are at their
+// e2e.WorkersAtPodIPs checks that the job's running worker pods are at their
 // nodes' addresses (status.podIP: the nodes of newE2EClusterPodIPs are
 // named by their addresses), that each pod's worker listens there (none
 // only at 127.0.0.1), and, with across, that the pods are on more than one
@@ -449,87 +359,5 @@ func podsSockets(t *testing.T, uids map[string]string) map[string]*podSockets {
 // what it found.
 func (e *e2eCluster) workersAtPodIPs(t *testing.T, job string, across bool, within time.Duration) string {
 	t.Helper()
-	return workersAtPodIPs(e.ctx, t, e.admin, e.ns, job, across, within)
-}
-
-// workersAtPodIPs is e2eCluster.workersAtPodIPs for the job in namespace ns.
-func workersAtPodIPs(ctx context.Context, t *testing.T, admin kubernetes.Interface, ns, job string, across bool, within time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		why, found := workersAtPodIPsNow(ctx, t, admin, ns, job, across)
-		if why == "" {
-			return found
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s's workers at their pod IPs, for %v: %s (%s)", job, within, why, found)
-		}
-		time.Sleep(200 * time.Millisecond) // polling the API server and /proc, which have no change notification here
-	}
-}
-
-// workersAtPodIPsNow is one look of workersAtPodIPs: why it does not hold
-// ("" when it does) and what it found.
-func workersAtPodIPsNow(ctx context.Context, t *testing.T, admin kubernetes.Interface, ns, job string, across bool) (why, found string) {
-	t.Helper()
-	pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=" + job + "," + kube.LabelRole + "=" + kube.RoleWorker})
-	if err != nil {
-		return err.Error(), ""
-	}
-	uids, node := map[string]string{}, map[string]string{}
-	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
-			continue
-		}
-		if p.Status.PodIP != p.Spec.NodeName {
-			return fmt.Sprintf("pod %s on node %s has IP %q", p.Name, p.Spec.NodeName, p.Status.PodIP), ""
-		}
-		uids[string(p.UID)], node[p.Name] = p.Name, p.Spec.NodeName
-	}
-	socks := podsSockets(t, uids)
-	var parts []string
-	for _, name := range slices.Sorted(maps.Keys(node)) {
-		var ls []string
-		if s := socks[name]; s != nil {
-			for _, l := range s.listen {
-				ls = append(ls, l.String())
-			}
-		}
-		parts = append(parts, fmt.Sprintf("%s on %s listening at %v", name, node[name], ls))
-	}
-	found = strings.Join(parts, "; ")
-	if len(node) == 0 {
-		return "no worker pod running", found
-	}
-	nodes := map[string]bool{}
-	for name, n := range node {
-		nodes[n] = true
-		s := socks[name]
-		if s == nil || !slices.ContainsFunc(s.listen, func(a netip.AddrPort) bool { return a.Addr().String() == n }) {
-			return fmt.Sprintf("%s's worker does not listen at its pod IP %s", name, n), found
-		}
-	}
-	if !across {
-		return "", found
-	}
-	if len(nodes) < 2 {
-		return fmt.Sprintf("worker pods on %d node", len(nodes)), found
-	}
-	// owner: a listening socket at a pod's IP → the pod.
-	owner := map[netip.AddrPort]string{}
-	for name, s := range socks {
-		for _, l := range s.listen {
-			if l.Addr().String() == node[name] {
-				owner[l] = name
-			}
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(socks)) {
-		for _, c := range socks[name].conns {
-			if to, ok := owner[c[1]]; ok && node[to] != node[name] {
-				return "", fmt.Sprintf("%s; %s (on %s) connected from %s to %s's %s (on %s)", found, name, node[name], c[0], to, c[1], node[to])
-			}
-		}
-	}
-	return "no connection of a worker to a worker on another node at its address", found
+	return e2e.WorkersAtPodIPs(e.ctx, t, e.admin, e.ns, job, across, within)
 }

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dumpOnCancel makes cmd, when its context ends (a test's time limit),
+// DumpOnCancel makes cmd, when its context ends (a test's time limit),
 // leave goroutine dumps before it is killed: SIGQUIT goes to its
 // descendants first (the job's workers, whose stderr the launcher passes
 // on), then, once they are gone (those still there after a few seconds are
@@ -20,7 +20,7 @@ import (
 // programs print every goroutine's stack on SIGQUIT and exit. Whatever is
 // still running waitDelay later is killed. A hang in CI then says where it
 // hung instead of only that it did.
-func dumpOnCancel(cmd *exec.Cmd) {
+func DumpOnCancel(cmd *exec.Cmd) {
 	const waitDelay = 15 * time.Second
 	cmd.WaitDelay = waitDelay
 	cmd.Cancel = func() error {
@@ -29,9 +29,9 @@ func dumpOnCancel(cmd *exec.Cmd) {
 		for _, pid := range kids {
 			_ = syscall.Kill(pid, syscall.SIGQUIT)
 		}
-		waitGone(kids, 5*time.Second)
+		WaitGone(kids, 5*time.Second)
 		for _, pid := range kids { // this test's processes, killed by pid
-			if !processGone(pid) {
+			if !ProcessGone(pid) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
@@ -40,8 +40,8 @@ func dumpOnCancel(cmd *exec.Cmd) {
 	}
 }
 
-// waitGone waits until the processes pids have exited, at most limit.
-func waitGone(pids []int, limit time.Duration) {
+// WaitGone waits until the processes pids have exited, at most limit.
+func WaitGone(pids []int, limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for _, pid := range pids {
 		fd, err := unix.PidfdOpen(pid, 0)

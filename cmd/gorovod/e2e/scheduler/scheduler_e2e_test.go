@@ -1,4 +1,4 @@
-package main
+package scheduler
 
 import (
 	"cmp"
@@ -17,6 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/cluster/kube/service"
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
+	"github.com/gorovod/gorovod/internal/testing/testdaemon"
+	"github.com/gorovod/gorovod/internal/testing/testkube"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -25,24 +31,18 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/gorovod/gorovod/cluster/kube"
-	"github.com/gorovod/gorovod/cluster/kube/api"
-	"github.com/gorovod/gorovod/cluster/kube/service"
-	"github.com/gorovod/gorovod/internal/testing/testdaemon"
-	"github.com/gorovod/gorovod/internal/testing/testkube"
 )
 
 // e2eJob is one GorovodJob of TestSchedulerAndDriversOnKubelets.
 type e2eJob struct {
 	name           string
 	steps, samples int
-	spec           string         // more of its spec: YAML lines, indented as spec's fields
-	submitArgs     []string       // more arguments of its `gorovod submit`
-	h              *runJobHarness // its workers' trainer lines (no process)
+	spec           string             // more of its spec: YAML lines, indented as spec's fields
+	submitArgs     []string           // more arguments of its `gorovod submit`
+	h              *e2e.RunJobHarness // its workers' trainer lines (no process)
 	// minWorkers and maxWorkers bound its workers (default 1 and 4).
 	minWorkers, maxWorkers int
-	// fashionMNIST: its workers run the Fashion-MNIST example
+	// e2e.FashionMNIST: its workers run the Fashion-MNIST example
 	// (spec.batch.initial 64) instead of the synthetic trainer (steps and
 	// samples).
 	fashionMNIST bool
@@ -330,9 +330,9 @@ func (e *e2eCluster) checkJobs(t *testing.T, jobs []*e2eJob) (changed bool) {
 		hist.mu.Lock()
 		sizes := slices.Clone(hist.sizes[j.name])
 		hist.mu.Unlock()
-		j.h.mu.Lock()
+		j.h.Mu.Lock()
 		var worlds []int
-		for _, l := range j.h.lines {
+		for _, l := range j.h.Lines {
 			// Size 0: the Fashion-MNIST trainer's epoch and final records.
 			if l.Size > 0 && !slices.Contains(worlds, l.Size) {
 				worlds = append(worlds, l.Size)
@@ -376,13 +376,13 @@ func (e *e2eCluster) checkJobs(t *testing.T, jobs []*e2eJob) (changed bool) {
 			}
 		}
 		if j.fashionMNIST {
-			if msg, ok := disagreement(j.h.lines); !ok {
+			if msg, ok := e2e.Disagreement(j.h.Lines); !ok {
 				t.Errorf("%s: %s", j.name, msg)
 			}
 		} else {
-			checkElasticInvariantsSteps(t, j.h.lines, j.samples, int64(j.steps))
+			e2e.CheckElasticInvariantsSteps(t, j.h.Lines, j.samples, int64(j.steps))
 		}
-		j.h.mu.Unlock()
+		j.h.Mu.Unlock()
 	}
 	return changed
 }
@@ -459,8 +459,8 @@ spec:
 		// Ready nodes: the scheduler places workers on no other.
 		NetworkReady: true,
 		Reachable:    podIPs,
-		PauseRef:     pauseImage,
-		Images: append(append(trainerImages(t), images...),
+		PauseRef:     e2e.PauseImage,
+		Images: append(append(e2e.TrainerImages(t), images...),
 			// The driver writes its workers' environment under /tmp.
 			testkube.Image{Ref: driverImage, Files: map[string]string{"usr/local/bin/gorovod": driver, "etc/gorovod/pod.yaml": template, "tmp/pod.yaml": template},
 				Entrypoint: []string{"/usr/local/bin/gorovod"}}),
@@ -468,14 +468,14 @@ spec:
 	nodes := []*testkube.Node{cp.NewNode(t, nodeCfg), cp.NewNode(t, nodeCfg)}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	adminDyn := installGorovod(ctx, t, cp)
+	adminDyn := e2e.InstallGorovod(ctx, t, cp)
 	const ns = "e2e-jobs"
 	admin := cp.AdminClient(ctx, t, ns)
 	if err := cp.WaitForServiceAccount(ctx, admin, "gorovod-system"); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range nodes {
-		advertiseSlots(ctx, t, admin, n.Name, 2)
+		e2e.AdvertiseSlots(ctx, t, admin, n.Name, 2)
 	}
 	jobs := adminDyn.Resource(api.GroupVersionResource()).Namespace(ns)
 
@@ -580,12 +580,12 @@ spec:
 	}
 	t.Cleanup(e.stopFollowing)
 	follow := func(j *e2eJob) {
-		j.h = &runJobHarness{cmd: &exec.Cmd{}, pids: map[int]int{}, notify: make(chan struct{}, 1), exited: make(chan error, 1)}
+		j.h = &e2e.RunJobHarness{Cmd: &exec.Cmd{}, Pids: map[int]int{}, Notify: make(chan struct{}, 1), Exited: make(chan error, 1)}
 		for _, n := range nodes {
-			logs := &podLogs{dir: n.LogDir, job: j.name, read: map[string]int64{}, partial: map[string]string{}}
+			logs := &e2e.PodLogs{Dir: n.LogDir, Job: j.name, Read: map[string]int64{}, Partial: map[string]string{}}
 			following.Go(func() {
-				logs.follow(followCtx, j.h)
-				logs.poll(j.h) // the lines written last
+				logs.Follow(followCtx, j.h)
+				logs.Poll(j.h) // the lines written last
 			})
 		}
 	}
@@ -597,7 +597,7 @@ spec:
 		t.Helper()
 		manifest := filepath.Join(dir, j.name+".yaml")
 		// 2 ms a sample, 24 a step: 48 ms a step at 1 worker.
-		image, batch := trainerImage, 24
+		image, batch := e2e.TrainerImage, 24
 		command := fmt.Sprintf(`[/bin/synthetic, --steps, "%d", --json, --samples, "%d", --batch, "24", --model-size, "20000", --compute, 2ms`, j.steps, j.samples)
 		if j.fashionMNIST {
 			image, batch = fashionMNISTImage, 64
@@ -635,7 +635,7 @@ spec:
 		}
 		follow(j)
 		args := append([]string{"submit", "--kubeconfig", kubeconfig, "--namespace", ns}, j.submitArgs...)
-		out, err := exec.CommandContext(ctx, binary, append(args, manifest)...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, e2e.Binary, append(args, manifest)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("gorovod submit %s: %v: %s", j.name, err, out)
 		}
@@ -643,7 +643,7 @@ spec:
 	}
 	e.trained = func(j *e2eJob, steps int64) {
 		t.Helper()
-		j.h.waitFor(t, fmt.Sprintf("%s past step %d", j.name, steps), 4*time.Minute, func(l []trainerLine) bool { return maxStep(l) > steps })
+		j.h.WaitFor(t, fmt.Sprintf("%s past step %d", j.name, steps), 4*time.Minute, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) > steps })
 	}
 	e.jobs, e.hist = jobs, hist
 	return e
@@ -699,7 +699,7 @@ func TestSchedulerAndDriversOnKubelets(t *testing.T) {
 		}
 		t.Logf("%s: %s", j.name, e.workersAtPodIPs(t, j.name, false, 30*time.Second))
 		var seed string
-		poll(t, j.name+"'s driver's seed at its pod IP", 30*time.Second, func() bool {
+		e2e.Poll(t, j.name+"'s driver's seed at its pod IP", 30*time.Second, func() bool {
 			gj := hist.job(j.name)
 			pod, err := e.admin.CoreV1().Pods(e.ns).Get(ctx, gj.Status.Driver, metav1.GetOptions{})
 			if err != nil || gj.Status.Adoption == nil || len(gj.Status.Adoption.Seeds) == 0 {
@@ -747,7 +747,7 @@ func TestSchedulerAndDriversOnKubelets(t *testing.T) {
 		}
 	}
 	sched = startScheduler("sched-2")
-	poll(t, "the new scheduler's first round", time.Minute, func() bool { return sched.rounds.Load() >= 1 })
+	e2e.Poll(t, "the new scheduler's first round", time.Minute, func() bool { return sched.rounds.Load() >= 1 })
 	for name, was := range before {
 		now := current(name)
 		rounds := sched.rounds.Load() // read after the job: no round of the new scheduler is missed
@@ -769,7 +769,7 @@ func TestSchedulerAndDriversOnKubelets(t *testing.T) {
 		}
 	}
 
-	poll(t, "every job ended", 6*time.Minute, func() bool {
+	e2e.Poll(t, "every job ended", 6*time.Minute, func() bool {
 		for _, j := range all {
 			if gj := hist.job(j.name); gj == nil || !gj.Status.Phase.Ended() {
 				return false
@@ -818,7 +818,7 @@ func TestNodeDrainedUnderScheduler(t *testing.T) {
 		}
 		return pods.Items
 	}
-	poll(t, "the job training with workers on both nodes", 4*time.Minute, func() bool {
+	e2e.Poll(t, "the job training with workers on both nodes", 4*time.Minute, func() bool {
 		gj := e.hist.job(j.name)
 		if gj == nil || gj.Status.Phase != api.PhaseRunning || !slices.Contains(gj.Status.Allocation, drained.Name) ||
 			!slices.Contains(gj.Status.Allocation, kept.Name) || int(gj.Status.WorldSize) != len(gj.Status.Allocation) {
@@ -826,11 +826,11 @@ func TestNodeDrainedUnderScheduler(t *testing.T) {
 		}
 		return slices.ContainsFunc(workerPods(drained.Name), func(p corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	})
-	e.trained(j, j.h.step()+20)
+	e.trained(j, j.h.Step()+20)
 	t.Logf("before the drain: %s", e.workersAtPodIPs(t, j.name, true, 30*time.Second))
 
 	// kubectl drain: cordon, then evict every pod of the node.
-	at := j.h.step()
+	at := j.h.Step()
 	t0 := time.Now()
 	if _, err := e.admin.CoreV1().Nodes().Patch(ctx, drained.Name, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -843,29 +843,29 @@ func TestNodeDrainedUnderScheduler(t *testing.T) {
 		}
 		evicted = append(evicted, p.Name)
 	}
-	poll(t, "the drained node's pods gone", 2*time.Minute, func() bool { return len(workerPods(drained.Name)) == 0 })
+	e2e.Poll(t, "the drained node's pods gone", 2*time.Minute, func() bool { return len(workerPods(drained.Name)) == 0 })
 	t.Logf("drained %s at step %d (pods %v): its pods gone %v later", drained.Name, at, evicted, time.Since(t0).Round(time.Millisecond))
-	poll(t, "the scheduler moving the job off the cordoned node", time.Minute, func() bool {
+	e2e.Poll(t, "the scheduler moving the job off the cordoned node", time.Minute, func() bool {
 		gj := e.hist.job(j.name)
 		return !slices.Contains(gj.Status.Allocation, drained.Name)
 	})
 	// The job trains on at the kept node's workers only, with no new pod
 	// on the drained node.
-	after := j.h.step()
+	after := j.h.Step()
 	e.trained(j, after+100)
 	if ps := workerPods(drained.Name); len(ps) != 0 {
 		t.Errorf("worker pods on the drained node after the drain: %v", ps)
 	}
-	j.h.mu.Lock()
-	for _, l := range j.h.lines {
+	j.h.Mu.Lock()
+	for _, l := range j.h.Lines {
 		if l.Step > after && l.Size > 2 {
 			t.Errorf("step %d trained by %d workers after the drain: the kept node has 2 slots", l.Step, l.Size)
 			break
 		}
 	}
-	j.h.mu.Unlock()
+	j.h.Mu.Unlock()
 
-	poll(t, "the job ended", 5*time.Minute, func() bool {
+	e2e.Poll(t, "the job ended", 5*time.Minute, func() bool {
 		gj := e.hist.job(j.name)
 		return gj != nil && gj.Status.Phase.Ended()
 	})
@@ -925,7 +925,7 @@ func TestNodeSelectorUnderScheduler(t *testing.T) {
 		t.Errorf("no worker pod of %s while it trains: %d pods", pinned.name, len(pods.Items))
 	}
 	t.Logf("%s: %s", pinned.name, e.workersAtPodIPs(t, pinned.name, false, 30*time.Second))
-	poll(t, "the pinned job ended", 4*time.Minute, func() bool {
+	e2e.Poll(t, "the pinned job ended", 4*time.Minute, func() bool {
 		gj := e.hist.job(pinned.name)
 		return gj != nil && gj.Status.Phase.Ended()
 	})
@@ -965,7 +965,7 @@ func TestSlotKindsUnderScheduler(t *testing.T) {
 		[]byte(`{"status":{"capacity":{"gorovod.io/slot":null,"nvidia.com/gpu":"2"}}}`), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the GPU node's GPUs allocatable, its slots gone", time.Minute, func() bool {
+	e2e.Poll(t, "the GPU node's GPUs allocatable, its slots gone", time.Minute, func() bool {
 		n, err := e.admin.CoreV1().Nodes().Get(ctx, gpuNode.Name, metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -1003,7 +1003,7 @@ func TestSlotKindsUnderScheduler(t *testing.T) {
 			}
 		}
 	}
-	poll(t, "both jobs ended", 4*time.Minute, func() bool {
+	e2e.Poll(t, "both jobs ended", 4*time.Minute, func() bool {
 		for _, j := range all {
 			if gj := e.hist.job(j.name); gj == nil || !gj.Status.Phase.Ended() {
 				return false
@@ -1068,7 +1068,7 @@ func TestNodePreferenceUnderScheduler(t *testing.T) {
 	firstWorkerRuns := func(job string) *testkube.Node {
 		t.Helper()
 		var node string
-		poll(t, job+"'s first worker running where it was allocated", 2*time.Minute, func() bool {
+		e2e.Poll(t, job+"'s first worker running where it was allocated", 2*time.Minute, func() bool {
 			e.hist.mu.Lock()
 			allocs := e.hist.allocs[job]
 			e.hist.mu.Unlock()
@@ -1106,7 +1106,7 @@ func TestNodePreferenceUnderScheduler(t *testing.T) {
 	if err := e.jobs.Delete(ctx, indifferent.name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, indifferent.name+"'s pods gone", 2*time.Minute, func() bool { return len(workerPods(indifferent.name)) == 0 })
+	e2e.Poll(t, indifferent.name+"'s pods gone", 2*time.Minute, func() bool { return len(workerPods(indifferent.name)) == 0 })
 	// A new scheduler: its policy starts afresh (Pollux's search from its
 	// seed), as the first one did, so that the same job on the same free
 	// nodes would be placed as before; the preference is what differs.
@@ -1135,11 +1135,11 @@ func TestNodePreferenceUnderScheduler(t *testing.T) {
 	e.hist.mu.Unlock()
 	label(other, "c")
 	label(chosen, "c")
-	poll(t, "the job kept its minimum on its nodes", time.Minute, func() bool {
+	e2e.Poll(t, "the job kept its minimum on its nodes", time.Minute, func() bool {
 		gj := e.hist.job(j.name)
 		return gj != nil && len(gj.Status.Allocation) == 1 && strings.Contains(gj.Status.Message, "no node matches spec.nodeSelector and spec.requiredNodeAffinity any more")
 	})
-	poll(t, "the job ended", 4*time.Minute, func() bool {
+	e2e.Poll(t, "the job ended", 4*time.Minute, func() bool {
 		gj := e.hist.job(j.name)
 		return gj != nil && gj.Status.Phase.Ended()
 	})
@@ -1239,7 +1239,7 @@ func TestMaxWorkersPerNodeUnderScheduler(t *testing.T) {
 	// many as its allocation, with its worker pods running.
 	grown := func(j *e2eJob, beyond int, more func(running map[string]int) bool) {
 		t.Helper()
-		poll(t, fmt.Sprintf("%s training at more than %d workers", j.name, beyond), 4*time.Minute, func() bool {
+		e2e.Poll(t, fmt.Sprintf("%s training at more than %d workers", j.name, beyond), 4*time.Minute, func() bool {
 			gj := e.hist.job(j.name)
 			if gj == nil || gj.Status.Phase != api.PhaseRunning || len(gj.Status.Allocation) <= beyond || int(gj.Status.WorldSize) != len(gj.Status.Allocation) {
 				return false
@@ -1250,7 +1250,7 @@ func TestMaxWorkersPerNodeUnderScheduler(t *testing.T) {
 	}
 	ended := func(j *e2eJob) {
 		t.Helper()
-		poll(t, j.name+" ended", 5*time.Minute, func() bool {
+		e2e.Poll(t, j.name+" ended", 5*time.Minute, func() bool {
 			gj := e.hist.job(j.name)
 			return gj != nil && gj.Status.Phase.Ended()
 		})
@@ -1265,7 +1265,7 @@ func TestMaxWorkersPerNodeUnderScheduler(t *testing.T) {
 	// It trains on at 2 to its end: the scheduler's rounds meanwhile give
 	// it no more.
 	ended(capped)
-	poll(t, capped.name+"'s worker pods gone", 2*time.Minute, func() bool {
+	e2e.Poll(t, capped.name+"'s worker pods gone", 2*time.Minute, func() bool {
 		live, running := livePods(capped.name)
 		return len(live) == 0 && len(running) == 0
 	})
@@ -1285,11 +1285,11 @@ func TestMaxWorkersPerNodeUnderScheduler(t *testing.T) {
 	e.hist.mu.Unlock()
 	worlds := map[string]int{}
 	for _, j := range all {
-		j.h.mu.Lock()
-		for _, l := range j.h.lines {
+		j.h.Mu.Lock()
+		for _, l := range j.h.Lines {
 			worlds[j.name] = max(worlds[j.name], l.Size)
 		}
-		j.h.mu.Unlock()
+		j.h.Mu.Unlock()
 	}
 	spread.Lock()
 	defer spread.Unlock()

@@ -1,7 +1,6 @@
-package main
+package kube
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -13,119 +12,37 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 	"github.com/gorovod/gorovod/heuristics"
 	"github.com/gorovod/gorovod/internal/testing/testkube"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
-
-// podLogRe names a worker pod's container log under the node's LogDir:
-// <namespace>_<pod>_<uid>/trainer/<restart>.log.
-var podLogRe = regexp.MustCompile(`_[a-z0-9-]+-worker-(\d+)_[^/]+/` + kube.ContainerName + `/\d+\.log$`)
-
-// podLogs feeds the trainer lines of the worker pods' logs (the CRI log
-// format: "time stream tag line") to a harness, as if gorovod run had
-// printed them with their launch index: the workers' output stays with
-// their pods.
-type podLogs struct {
-	dir     string
-	job     string            // when set, only this job's workers
-	read    map[string]int64  // bytes of each file taken
-	partial map[string]string // a line begun, not ended
-}
-
-// follow reads the logs every 100 ms (files have no change notification to
-// wait on) until ctx ends.
-func (p *podLogs) follow(ctx context.Context, h *runJobHarness) {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		p.poll(h)
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-// poll takes what the logs gained since the last call.
-func (p *podLogs) poll(h *runJobHarness) {
-	files, _ := filepath.Glob(filepath.Join(p.dir, "*", kube.ContainerName, "*.log"))
-	for _, f := range files {
-		m := podLogRe.FindStringSubmatch(f)
-		if m == nil || (p.job != "" && !strings.Contains(f, "_"+p.job+"-worker-")) {
-			continue
-		}
-		fh, err := os.Open(f)
-		if err != nil {
-			continue
-		}
-		if _, err := fh.Seek(p.read[f], 0); err == nil {
-			r := bufio.NewReaderSize(fh, 1<<20)
-			for {
-				// Only whole lines: the container runtime may be writing
-				// this one now, and its rest is taken at the next poll
-				// (a Scanner would hand the part written so far over as
-				// a line of its own at the end of the file).
-				line, err := r.ReadString('\n')
-				if err != nil {
-					break
-				}
-				p.read[f] += int64(len(line))
-				line = strings.TrimSuffix(line, "\n")
-				// 2026-11-24T02:00:00.000000000Z stdout F {...}
-				parts := strings.SplitN(line, " ", 4)
-				if len(parts) < 4 {
-					continue
-				}
-				text := p.partial[f] + parts[3]
-				if parts[2] == "P" { // continued in the next entry
-					p.partial[f] = text
-					continue
-				}
-				delete(p.partial, f)
-				// The time the container runtime took the line, rather
-				// than this poll's (up to 100 ms later).
-				at, err := time.Parse(time.RFC3339Nano, parts[0])
-				if err != nil {
-					at = time.Now()
-				}
-				h.readLine(fmt.Sprintf("[%s] %s", m[1], text), at)
-			}
-		}
-		fh.Close()
-	}
-}
 
 // followPodLogs feeds the trainer lines of the worker pods' logs under
 // dir (a node's LogDir) to h until the returned stop is called; stop then
 // takes the lines written last, and may be called again.
-func followPodLogs(ctx context.Context, h *runJobHarness, dir string) (stop func()) {
-	logs := &podLogs{dir: dir, read: map[string]int64{}, partial: map[string]string{}}
+func followPodLogs(ctx context.Context, h *e2e.RunJobHarness, dir string) (stop func()) {
+	logs := &e2e.PodLogs{Dir: dir, Read: map[string]int64{}, Partial: map[string]string{}}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		logs.follow(ctx, h)
+		logs.Follow(ctx, h)
 	}()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			cancel()
 			<-done
-			logs.poll(h)
+			logs.Poll(h)
 		})
 	}
 }
 
 // withKubelet starts a control plane and one real kubelet node running the
-// trainer's images (trainerImages), or skips t where this machine cannot
+// trainer's images (e2e.TrainerImages), or skips t where this machine cannot
 // run one. The node has an address of its own (testkube's
 // NodeConfig.Reachable, 127.0.0.2), which its host-network pods get as
 // status.podIP and their workers bind.
@@ -138,56 +55,7 @@ func withKubelet(t *testing.T) (*testkube.ControlPlane, *testkube.Node) {
 		t.Skipf("no Kubernetes node here: %s", why)
 	}
 	cp := testkube.New(t, testkube.DefaultConfig())
-	return cp, cp.NewNode(t, testkube.NodeConfig{Reachable: true, PauseRef: pauseImage, Images: trainerImages(t)})
-}
-
-// installGorovod applies deploy/kubernetes/gorovod.yaml (the GorovodJob
-// resource, the scheduler's and the driver's roles) as the admin, and
-// returns the admin's dynamic client.
-func installGorovod(ctx context.Context, t *testing.T, cp *testkube.ControlPlane) dynamic.Interface {
-	t.Helper()
-	dyn, err := dynamic.NewForConfig(cp.AdminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := testkube.ApplyManifest(ctx, dyn, "../../deploy/kubernetes/gorovod.yaml"); err != nil {
-		t.Fatal(err)
-	}
-	return dyn
-}
-
-// Images of the tests' worker pods on a real kubelet.
-const (
-	pauseImage   = "gorovod.local/pause:test"
-	trainerImage = "gorovod.local/synthetic:test"
-)
-
-// trainerImages are the pause container and the synthetic trainer
-// (examples/synthetic) as images, static builds.
-func trainerImages(t *testing.T) []testkube.Image {
-	t.Helper()
-	pause := testkube.BuildStatic(t, "../../cluster/kube/testdata/podhelper")
-	trainer := testkube.BuildStatic(t, "../../examples/synthetic")
-	return []testkube.Image{
-		{Ref: pauseImage, Files: map[string]string{"bin/pause": pause}, Entrypoint: []string{"/bin/pause", "pause"}},
-		{Ref: trainerImage, Files: map[string]string{"bin/synthetic": trainer}, Entrypoint: []string{"/bin/synthetic"}},
-	}
-}
-
-// advertiseSlots gives node n gorovod.io/slot resources, as an operator
-// advertises them on a node without GPUs (the kubelet admits a pod only
-// within them), and waits until they are allocatable.
-func advertiseSlots(ctx context.Context, t *testing.T, admin kubernetes.Interface, node string, n int) {
-	t.Helper()
-	if _, err := admin.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType,
-		fmt.Appendf(nil, `{"status":{"capacity":{"gorovod.io/slot":"%d"}}}`, n), metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatal(err)
-	}
-	poll(t, "the node's slots allocatable", time.Minute, func() bool {
-		got, err := admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		q := got.Status.Allocatable["gorovod.io/slot"]
-		return err == nil && q.Value() == int64(n)
-	})
+	return cp, cp.NewNode(t, testkube.NodeConfig{Reachable: true, PauseRef: e2e.PauseImage, Images: e2e.TrainerImages(t)})
 }
 
 // TestKubernetesElasticJob runs an elastic job with `gorovod run
@@ -234,29 +102,29 @@ spec:
 		}
 	}
 
-	h := startRunJob(t, "--kubernetes", "--kubeconfig", kubeconfig, "--kubernetes-namespace", ns,
-		"--kubernetes-job", "e2e", "--kubernetes-image", trainerImage, "--kubernetes-pod-template", template,
+	h := e2e.StartRunJob(t, "--kubernetes", "--kubeconfig", kubeconfig, "--kubernetes-namespace", ns,
+		"--kubernetes-job", "e2e", "--kubernetes-image", e2e.TrainerImage, "--kubernetes-pod-template", template,
 		"--np", "2", "--json", "--heuristic", "fixed-schedule", "--heuristic-opt", "schedule=0:2,40:3",
 		"--leave-notice", notice.String(),
 		"--", "/bin/synthetic", "--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "24",
 		"--model-size", "20000", "--compute", "5ms")
 	stopLogs := followPodLogs(ctx, h, node.LogDir)
 	defer stopLogs()
-	h.logTailOnFailure(t, "gorovod run's log")
+	h.LogTailOnFailure(t, "gorovod run's log")
 
-	h.waitFor(t, "a world of 3 pods", 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == 3 })
+	h.WaitFor(t, "a world of 3 pods", 3*time.Minute, func(l []e2e.TrainerLine) bool { return e2e.LastSize(l) == 3 })
 	pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=e2e," + kube.LabelRole + "=" + kube.RoleWorker})
 	if err != nil || len(pods.Items) != 3 {
 		t.Fatalf("worker pods: %v %v", pods, err)
 	}
-	t.Logf("at 3 pods: %s", workersAtPodIPs(ctx, t, admin, ns, "e2e", false, 30*time.Second))
+	t.Logf("at 3 pods: %s", e2e.WorkersAtPodIPs(ctx, t, admin, ns, "e2e", false, 30*time.Second))
 
 	// Someone else deletes a worker's pod: the kubelet sends SIGTERM, the
 	// worker leaves within its notice, and the engine brings the job back
 	// to 3 with a new pod.
-	h.mu.Lock()
-	at := maxStep(h.lines)
-	h.mu.Unlock()
+	h.Mu.Lock()
+	at := e2e.MaxStep(h.Lines)
+	h.Mu.Unlock()
 	victim := "e2e-worker-1"
 	t0 := time.Now()
 	if err := admin.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
@@ -273,7 +141,7 @@ spec:
 		time.Sleep(100 * time.Millisecond) // polling the API server, as kubectl wait does
 	}
 	t.Logf("pod %s deleted at step %d, gone %v later (notice %v)", victim, at, time.Since(t0).Round(time.Millisecond), notice)
-	h.waitFor(t, "a world of 3 again without the preempted worker", 3*time.Minute, func(l []trainerLine) bool {
+	h.WaitFor(t, "a world of 3 again without the preempted worker", 3*time.Minute, func(l []e2e.TrainerLine) bool {
 		for _, x := range l {
 			if x.Step > at && x.Size == 3 && x.Worker > 2 {
 				return true
@@ -283,7 +151,7 @@ spec:
 	})
 
 	select {
-	case err := <-h.exited:
+	case err := <-h.Exited:
 		if err != nil {
 			t.Fatalf("gorovod run --kubernetes: %v", err)
 		}
@@ -291,23 +159,23 @@ spec:
 		t.Fatal("the job did not finish")
 	}
 	stopLogs()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	evs := h.engineEventsLocked(t)
-	logDecisions(t, evs)
-	if !carriedOut(evs, heuristics.Grow) {
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	evs := h.EngineEventsLocked(t)
+	e2e.LogDecisions(t, evs)
+	if !e2e.CarriedOut(evs, heuristics.Grow) {
 		t.Errorf("the engine did not grow the job through Kubernetes")
 	}
-	if !strings.Contains(h.log.String(), "pod "+victim+" was ") {
+	if !strings.Contains(h.Log.String(), "pod "+victim+" was ") {
 		t.Errorf("gorovod run did not report the preempted pod")
 	}
 	// The preempted worker left the job and exited by itself within its
 	// notice (the kubelet's SIGKILL at the end of the grace period would
 	// make it lost).
-	if !regexp.MustCompile(`\d+ workers finished, 0 lost, 0 failed`).MatchString(h.log.String()) {
+	if !regexp.MustCompile(`\d+ workers finished, 0 lost, 0 failed`).MatchString(h.Log.String()) {
 		t.Errorf("not every worker finished by itself")
 	}
-	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, samples, steps)
 	left, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil || len(left.Items) != 0 {
 		t.Errorf("pods left after the job: %v %v", left, err)
@@ -348,20 +216,20 @@ func TestPodLogsTakeWholeLines(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			h := &runJobHarness{pids: map[int]int{}, notify: make(chan struct{}, 1)}
-			logs := &podLogs{dir: dir, read: map[string]int64{}, partial: map[string]string{}}
+			h := &e2e.RunJobHarness{Pids: map[int]int{}, Notify: make(chan struct{}, 1)}
+			logs := &e2e.PodLogs{Dir: dir, Read: map[string]int64{}, Partial: map[string]string{}}
 			for _, w := range c.writes {
 				if _, err := f.WriteString(w); err != nil {
 					t.Fatal(err)
 				}
-				logs.poll(h)
+				logs.Poll(h)
 			}
 			var got []int64
-			for _, l := range h.lines {
+			for _, l := range h.Lines {
 				got = append(got, l.Step)
 			}
-			if !slices.Equal(got, c.want) || h.log.Len() != 0 {
-				t.Errorf("steps %v and other lines %q, want steps %v and no other lines", got, h.log.String(), c.want)
+			if !slices.Equal(got, c.want) || h.Log.Len() != 0 {
+				t.Errorf("steps %v and other lines %q, want steps %v and no other lines", got, h.Log.String(), c.want)
 			}
 		})
 	}

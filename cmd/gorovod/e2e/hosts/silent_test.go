@@ -1,4 +1,4 @@
-package main
+package hosts
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 	"github.com/gorovod/gorovod/internal/testing/testhosts"
 )
 
@@ -26,17 +27,17 @@ func TestSilentHostDeath(t *testing.T) {
 	}
 	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhsilent", SSHPort: 2222}, 4)
 	const samples, steps = 1200, 3000
-	h := hostJob(t, n, hs[0], []string{"--np", "3", "--min-np", "2", "-v",
+	h := e2e.HostJob(t, n, hs[0], []string{"--np", "3", "--min-np", "2", "-v",
 		"-H", hs[1].Name + ":1," + hs[2].Name + ":1," + hs[3].Name + ":1"},
 		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
 		"--model-size", "20000", "--compute", "2ms", "-v")
 	if dir := os.Getenv("GOROVOD_MEASURE_DIR"); dir != "" {
 		t.Cleanup(func() {
-			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("silent-%d.log", time.Now().UnixNano())), []byte(h.logText()), 0o644)
+			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("silent-%d.log", time.Now().UnixNano())), []byte(h.LogText()), 0o644)
 		})
 	}
-	h.waitFor(t, "a 3-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 3 })
-	s := h.step()
+	h.WaitFor(t, "a 3-worker world at step 20", 90*time.Second, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= 20 && e2e.LastSize(l) == 3 })
+	s := h.Step()
 	cut := time.Now()
 	if err := hs[3].SetLink(false); err != nil {
 		t.Fatal(err)
@@ -44,27 +45,17 @@ func TestSilentHostDeath(t *testing.T) {
 	// The figure is logged, not asserted: the bound is generous, and what
 	// keeps the survivors from waiting out the transport's I/O timeout
 	// (sync.WorkerIOTimeout) is checked below by what ended their step.
-	h.waitFor(t, "a 2-worker world after the silent death", 20*time.Second, sizeAfter(s, 2))
-	t.Logf("silent host death: 2-worker steps %v after the cut (load %s); %s", time.Since(cut), loadAverage(),
-		silentDeathBreakdown(h.logText(), hs[3].Name, cut))
-	checkStepEndedByGossip(t, h.logText(), hs[3].Name, cut)
-	s = h.step()
-	h.waitFor(t, "training going on without the dead host", 30*time.Second, func(l []trainerLine) bool {
-		return maxStep(l) >= s+50 && lastSize(l) == 2
+	h.WaitFor(t, "a 2-worker world after the silent death", 20*time.Second, e2e.SizeAfter(s, 2))
+	t.Logf("silent host death: 2-worker steps %v after the cut (load %s); %s", time.Since(cut), e2e.LoadAverage(),
+		silentDeathBreakdown(h.LogText(), hs[3].Name, cut))
+	checkStepEndedByGossip(t, h.LogText(), hs[3].Name, cut)
+	s = h.Step()
+	h.WaitFor(t, "training going on without the dead host", 30*time.Second, func(l []e2e.TrainerLine) bool {
+		return e2e.MaxStep(l) >= s+50 && e2e.LastSize(l) == 2
 	})
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkOneWorldPerStep(t, h.lines, h.log.String())
-}
-
-// loadAverage is /proc/loadavg's first three fields, for the logs of
-// timings taken on a shared machine.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	e2e.CheckOneWorldPerStep(t, h.Lines, h.Log.String())
 }
 
 // silentDeathBreakdown says when, after the cut, the launcher log shows
@@ -126,6 +117,6 @@ func checkStepEndedByGossip(t *testing.T, log, host string, cut time.Time) {
 		byGossip = byGossip || strings.Contains(l, "gossip declared "+host+"-")
 	}
 	if !byGossip {
-		t.Errorf("no survivor's collective ended because gossip declared %s's worker dead; the decisions:\n%s", host, decisions(log))
+		t.Errorf("no survivor's collective ended because gossip declared %s's worker dead; the decisions:\n%s", host, e2e.Decisions(log))
 	}
 }

@@ -1,11 +1,9 @@
-package main
+package hosts
 
 import (
-	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 	"github.com/gorovod/gorovod/internal/testing/testhosts"
 )
 
@@ -53,59 +52,27 @@ func TestTransitionBreakdown(t *testing.T) {
 	h := measuredHostJob(t, n, hs[0], []string{"--np", fmt.Sprint(np), "--min-np", "2", "--log-level", "debug", "-H", strings.Join(list, ",")},
 		"--steps", "1000000", "--json", "--samples", "100000", "--batch", fmt.Sprint(4*np),
 		"--model-size", "20000", "--compute", "1ms")
-	h.waitFor(t, fmt.Sprintf("a %d-worker world", np), 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == np })
+	h.WaitFor(t, fmt.Sprintf("a %d-worker world", np), 3*time.Minute, func(l []e2e.TrainerLine) bool { return e2e.LastSize(l) == np })
 	if dir := os.Getenv("GOROVOD_MEASURE_DIR"); dir != "" {
 		t.Cleanup(func() {
-			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("breakdown-%d.log", np)), []byte(h.logText()), 0o644)
+			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("breakdown-%d.log", np)), []byte(h.LogText()), 0o644)
 		})
 	}
 	size := np
 	for round := range rounds {
 		victim := trainerOnLastHost(t, hs)
-		s := h.step()
+		s := h.Step()
 		start := time.Now()
 		_ = syscall.Kill(victim, syscall.SIGTERM)
-		h.waitFor(t, "the smaller world", time.Minute, sizeAfter(s, size-1))
+		h.WaitFor(t, "the smaller world", time.Minute, e2e.SizeAfter(s, size-1))
 		size--
 		t.Logf("np %d round %d leave: %s", np, round, breakdown(t, h, start, s, size, "leave"))
-		s = h.step()
+		s = h.Step()
 		start = time.Now()
-		_ = h.cmd.Process.Signal(syscall.SIGUSR1)
-		h.waitFor(t, "the larger world", time.Minute, sizeAfter(s, size+1))
+		_ = h.Cmd.Process.Signal(syscall.SIGUSR1)
+		h.WaitFor(t, "the larger world", time.Minute, e2e.SizeAfter(s, size+1))
 		size++
 		t.Logf("np %d round %d join: %s", np, round, breakdown(t, h, start, s, size, "join"))
-	}
-}
-
-// waitEntered waits, at most within, until the log holds size "entered
-// world" lines of the first world the driver proposed with size members
-// after start. It reads each part of the log once.
-func (h *runJobHarness) waitEntered(start time.Time, size int, within time.Duration) {
-	deadline := time.After(within)
-	var ep string
-	off, entered := 0, 0
-	for {
-		text := h.logText()
-		end := strings.LastIndexByte(text, '\n') + 1
-		if end > off {
-			for _, l := range parseLogLines(text[off:end], start) {
-				switch {
-				case ep == "" && l.worker < 0 && l.msg == "proposed" && l.attrs["size"] == strconv.Itoa(size):
-					ep = l.attrs["epoch"]
-				case l.msg == "entered world" && l.attrs["epoch"] != "" && l.attrs["epoch"] == ep:
-					entered++
-				}
-			}
-			off = end
-		}
-		if ep != "" && entered >= size {
-			return
-		}
-		select {
-		case <-h.notify:
-		case <-deadline:
-			return
-		}
 	}
 }
 
@@ -118,7 +85,7 @@ func trainerOnLastHost(t *testing.T, hs []*testhosts.Host) int {
 			t.Fatal(err)
 		}
 		for _, pid := range pids {
-			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), synthetic+"\x00") {
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), e2e.Synthetic+"\x00") {
 				return pid
 			}
 		}
@@ -127,65 +94,21 @@ func trainerOnLastHost(t *testing.T, hs []*testhosts.Host) int {
 	return 0
 }
 
-// logLine is one slog text line of the launcher's log: "[i] " for a
-// worker's, none for the driver's.
-type logLine struct {
-	worker int // -1: the driver
-	at     time.Time
-	msg    string
-	attrs  map[string]string
-}
-
-var (
-	slogTimeRe = regexp.MustCompile(`time=(\S+)`)
-	slogMsgRe  = regexp.MustCompile(`msg="((?:[^"\\]|\\.)*)"|msg=(\S+)`)
-	slogAttrRe = regexp.MustCompile(`(\w[\w.]*)=("(?:[^"\\]|\\.)*"|\S+)`)
-	workerRe   = regexp.MustCompile(`^\[(\d+)\] `)
-)
-
-func parseLogLines(text string, after time.Time) []logLine {
-	var out []logLine
-	for _, raw := range strings.Split(text, "\n") {
-		w := -1
-		if m := workerRe.FindStringSubmatch(raw); m != nil {
-			w, _ = strconv.Atoi(m[1])
-			raw = raw[len(m[0]):]
-		}
-		tm := slogTimeRe.FindStringSubmatch(raw)
-		if tm == nil {
-			continue
-		}
-		at, err := time.Parse(time.RFC3339Nano, tm[1])
-		if err != nil || at.Before(after.Add(-time.Millisecond)) {
-			continue
-		}
-		l := logLine{worker: w, at: at, attrs: map[string]string{}}
-		if m := slogMsgRe.FindStringSubmatch(raw); m != nil {
-			l.msg = cmp.Or(m[1], m[2])
-		}
-		for _, m := range slogAttrRe.FindAllStringSubmatch(raw, -1) {
-			l.attrs[m[1]] = strings.Trim(m[2], `"`)
-		}
-		out = append(out, l)
-	}
-	return out
-}
-
 // breakdown splits the transition that began at start, at step, and ended
 // in a world of size workers into phases, from the log. The workers' lines
 // reach the launcher, and the launcher's the test, later than the world's
 // first step does: it first waits (a few seconds at most) for the new
 // world's first step from every member and for every member's "entered
 // world" line.
-func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size int, kind string) string {
+func breakdown(t *testing.T, h *e2e.RunJobHarness, start time.Time, step int64, size int, kind string) string {
 	t.Helper()
-	firstCommit := h.firstCommit(step, size, 5*time.Second)
-	h.waitEntered(start, size, 5*time.Second)
-	lines := parseLogLines(h.logText(), start)
+	firstCommit := h.FirstCommit(step, size, 5*time.Second)
+	h.WaitEntered(start, size, 5*time.Second)
+	lines := e2e.ParseLogLines(h.LogText(), start)
 	// The new world: the first epoch the driver proposed after start with this size.
-	var proposed *logLine
+	var proposed *e2e.LogLine
 	for i, l := range lines {
-		if l.worker < 0 && l.msg == "proposed" && l.attrs["size"] == strconv.Itoa(size) {
+		if l.Worker < 0 && l.Msg == "proposed" && l.Attrs["size"] == strconv.Itoa(size) {
 			proposed = &lines[i]
 			break
 		}
@@ -193,28 +116,28 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 	if proposed == nil {
 		return "no proposal found in the log"
 	}
-	ep := proposed.attrs["epoch"]
+	ep := proposed.Attrs["epoch"]
 	ms := func(at time.Time) string {
 		if at.IsZero() {
 			return "?"
 		}
 		return fmt.Sprintf("%.1f", float64(at.Sub(start).Microseconds())/1000)
 	}
-	first := func(pred func(logLine) bool) (at time.Time) {
+	first := func(pred func(e2e.LogLine) bool) (at time.Time) {
 		for _, l := range lines {
 			if pred(l) {
-				return l.at
+				return l.At
 			}
 		}
 		return
 	}
 	// The latest matching line by its timestamp: the workers' lines reach
 	// the launcher's log interleaved, not in the order they were written.
-	last := func(pred func(logLine) bool) (at time.Time, n int) {
+	last := func(pred func(e2e.LogLine) bool) (at time.Time, n int) {
 		for _, l := range lines {
 			if pred(l) {
-				if l.at.After(at) {
-					at = l.at
+				if l.At.After(at) {
+					at = l.At
 				}
 				n++
 			}
@@ -223,19 +146,19 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 	}
 	var parts []string
 	if kind == "leave" {
-		parts = append(parts, "signal seen "+ms(first(func(l logLine) bool { return strings.HasPrefix(l.msg, "leave signal") })))
-		parts = append(parts, "driver sees leaving "+ms(first(func(l logLine) bool {
-			return l.worker < 0 && strings.HasPrefix(l.msg, "membership: member") && l.attrs["state"] == "leaving"
+		parts = append(parts, "signal seen "+ms(first(func(l e2e.LogLine) bool { return strings.HasPrefix(l.Msg, "leave signal") })))
+		parts = append(parts, "driver sees leaving "+ms(first(func(l e2e.LogLine) bool {
+			return l.Worker < 0 && strings.HasPrefix(l.Msg, "membership: member") && l.Attrs["state"] == "leaving"
 		})))
 	} else {
-		parts = append(parts, "joiner's first line "+ms(first(func(l logLine) bool { return l.worker >= 0 && l.msg == "membership: joined" })))
-		parts = append(parts, "driver sees ready "+ms(first(func(l logLine) bool {
-			return l.worker < 0 && strings.HasPrefix(l.msg, "membership: member") && l.attrs["state"] == "ready" && !l.at.Before(start)
+		parts = append(parts, "joiner's first line "+ms(first(func(l e2e.LogLine) bool { return l.Worker >= 0 && l.Msg == "membership: joined" })))
+		parts = append(parts, "driver sees ready "+ms(first(func(l e2e.LogLine) bool {
+			return l.Worker < 0 && strings.HasPrefix(l.Msg, "membership: member") && l.Attrs["state"] == "ready" && !l.At.Before(start)
 		})))
 	}
-	parts = append(parts, "proposed "+ms(proposed.at))
-	adoptFirst := first(func(l logLine) bool { return l.msg == "newer epoch" && l.attrs["epoch"] == ep })
-	adoptLast, adopted := last(func(l logLine) bool { return l.msg == "newer epoch" && l.attrs["epoch"] == ep })
+	parts = append(parts, "proposed "+ms(proposed.At))
+	adoptFirst := first(func(l e2e.LogLine) bool { return l.Msg == "newer epoch" && l.Attrs["epoch"] == ep })
+	adoptLast, adopted := last(func(l e2e.LogLine) bool { return l.Msg == "newer epoch" && l.Attrs["epoch"] == ep })
 	parts = append(parts, fmt.Sprintf("adopted %s–%s (%d)", ms(adoptFirst), ms(adoptLast), adopted))
 	// Where each member learnt that it moves: the end of the gradient
 	// allreduce whose tag carried the new epoch (logged by newer revisions
@@ -248,15 +171,15 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 	fromTag := 0
 	for _, l := range lines {
 		switch {
-		case l.msg == "a gradient allreduce carried a newer epoch" && l.attrs["newest"] == ep:
-			took, _ := time.ParseDuration(l.attrs["took"])
-			carryStart = append(carryStart, l.at.Add(-took))
-			carryEnd = append(carryEnd, l.at)
-		case strings.HasPrefix(l.msg, "step boundary") && l.attrs["newest"] == ep:
-			if d, err := time.ParseDuration(l.attrs["since_allreduce"]); err == nil {
+		case l.Msg == "a gradient allreduce carried a newer epoch" && l.Attrs["newest"] == ep:
+			took, _ := time.ParseDuration(l.Attrs["took"])
+			carryStart = append(carryStart, l.At.Add(-took))
+			carryEnd = append(carryEnd, l.At)
+		case strings.HasPrefix(l.Msg, "step boundary") && l.Attrs["newest"] == ep:
+			if d, err := time.ParseDuration(l.Attrs["since_allreduce"]); err == nil {
 				sinceAllreduce = append(sinceAllreduce, float64(d.Microseconds())/1000)
 			}
-			if l.attrs["known"] != ep {
+			if l.Attrs["known"] != ep {
 				fromTag++
 			}
 		}
@@ -273,30 +196,30 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 	var connects, states, cpus []float64
 	joinerCPU, joinerConnect := -1.0, -1.0
 	for _, l := range lines {
-		if l.msg != "entered world" || l.attrs["epoch"] != ep {
+		if l.Msg != "entered world" || l.Attrs["epoch"] != ep {
 			continue
 		}
-		took, _ := time.ParseDuration(l.attrs["took"])
-		bounds = append(bounds, l.at.Add(-took))
-		if l.attrs["links_kept"] != "0" { // not a joiner, whose entry begins with its epoch
-			memberBounds = append(memberBounds, l.at.Add(-took))
+		took, _ := time.ParseDuration(l.Attrs["took"])
+		bounds = append(bounds, l.At.Add(-took))
+		if l.Attrs["links_kept"] != "0" { // not a joiner, whose entry begins with its epoch
+			memberBounds = append(memberBounds, l.At.Add(-took))
 		}
-		entered = append(entered, l.at)
-		if d, err := time.ParseDuration(l.attrs["connect"]); err == nil {
+		entered = append(entered, l.At)
+		if d, err := time.ParseDuration(l.Attrs["connect"]); err == nil {
 			connects = append(connects, float64(d.Microseconds())/1000)
 			// At a join, the joiner is the member that kept no link.
-			if kind == "join" && l.attrs["links_kept"] == "0" {
+			if kind == "join" && l.Attrs["links_kept"] == "0" {
 				joinerConnect = connects[len(connects)-1]
 			}
 		}
-		if d, err := time.ParseDuration(l.attrs["state"]); err == nil {
+		if d, err := time.ParseDuration(l.Attrs["state"]); err == nil {
 			states = append(states, float64(d.Microseconds())/1000)
 		}
 		// The CPU the entry cost the worker (logged by newer revisions
 		// only); at a join, the joiner is the member that kept no link.
-		if d, err := time.ParseDuration(l.attrs["cpu"]); err == nil {
+		if d, err := time.ParseDuration(l.Attrs["cpu"]); err == nil {
 			cpus = append(cpus, float64(d.Microseconds())/1000)
-			if kind == "join" && l.attrs["links_kept"] == "0" {
+			if kind == "join" && l.Attrs["links_kept"] == "0" {
 				joinerCPU = cpus[len(cpus)-1]
 			}
 		}
@@ -320,14 +243,14 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 		}
 		parts = append(parts, c)
 	}
-	h.mu.Lock()
+	h.Mu.Lock()
 	var firstStep time.Time
-	for _, l := range h.lines {
+	for _, l := range h.Lines {
 		if l.At.After(start) && l.Size == size && strconv.FormatUint(l.WorldEpoch, 10) == ep && (firstStep.IsZero() || l.At.Before(firstStep)) {
 			firstStep = l.At
 		}
 	}
-	h.mu.Unlock()
+	h.Mu.Unlock()
 	parts = append(parts, "first step "+ms(firstCommit)+" (its line reached the test at "+ms(firstStep)+")")
 	if len(memberBounds) > 0 {
 		// What the members lost: from the first one's step boundary (the
@@ -337,34 +260,34 @@ func breakdown(t *testing.T, h *runJobHarness, start time.Time, step int64, size
 	}
 	// The step time before the transition: median interval between the
 	// steps the lowest worker index printed in the second before it.
-	h.mu.Lock()
+	h.Mu.Lock()
 	var at []time.Time
-	for _, l := range h.lines {
+	for _, l := range h.Lines {
 		if l.Worker == 0 && l.At.Before(start) && l.At.After(start.Add(-time.Second)) {
 			at = append(at, l.At)
 		}
 	}
-	h.mu.Unlock()
+	h.Mu.Unlock()
 	if os.Getenv("GOROVOD_MEASURE_DIR") != "" {
-		h.mu.Lock()
-		for _, l := range h.lines {
+		h.Mu.Lock()
+		for _, l := range h.Lines {
 			if l.Worker == 0 && l.At.After(start.Add(-100*time.Millisecond)) && l.At.Before(firstStep.Add(50*time.Millisecond)) {
 				t.Logf("  worker 0 step %d world %d size %d at %s", l.Step, l.WorldEpoch, l.Size, ms(l.At))
 			}
 		}
-		h.mu.Unlock()
+		h.Mu.Unlock()
 	}
 	// How far apart the members commit an ordinary step: the spread of the
 	// commit times of each of the 10 steps before the transition (the
 	// commit follows the step's gradient allreduce by microseconds).
-	h.mu.Lock()
+	h.Mu.Lock()
 	commits := map[int64][]int64{}
-	for _, l := range h.lines {
+	for _, l := range h.Lines {
 		if l.Step > step-10 && l.Step <= step && l.TimeUS > 0 {
 			commits[l.Step] = append(commits[l.Step], l.TimeUS)
 		}
 	}
-	h.mu.Unlock()
+	h.Mu.Unlock()
 	oldSize := size - 1 // the world a join left
 	if kind == "leave" {
 		oldSize = size + 1

@@ -1,4 +1,4 @@
-package main
+package hosts
 
 import (
 	"cmp"
@@ -15,66 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 	"github.com/gorovod/gorovod/internal/testing/testhosts"
 )
-
-// waitExit waits for the launcher to end and fails the test unless it
-// exited with status 0.
-func (h *runJobHarness) waitExit(t *testing.T, within time.Duration) {
-	t.Helper()
-	select {
-	case err := <-h.exited:
-		if err != nil {
-			log := h.logText()
-			t.Fatalf("gorovod run: %v; the launcher log's last 8 KiB:\n%s", err, log[max(0, len(log)-8<<10):])
-		}
-	case <-time.After(within):
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		t.Fatalf("job did not finish (last step %d); launcher log:\n%s", maxStep(h.lines), h.log.String())
-	}
-}
-
-func (h *runJobHarness) step() int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return maxStep(h.lines)
-}
-
-// firstCommit is when the first step after step of a world of size was
-// committed, by the clock of the worker that committed it first (the
-// trainer's time_us; zero when it prints none). It waits, at most within,
-// for that world's lines from size workers: the line that reached the test
-// first is not always the one committed first, as each worker's output
-// takes its own way through the launcher.
-func (h *runJobHarness) firstCommit(step int64, size int, within time.Duration) time.Time {
-	deadline := time.After(within)
-	for {
-		var first int64
-		workers := map[int]bool{}
-		h.mu.Lock()
-		for _, l := range h.lines {
-			if l.Step > step && l.Size == size && l.TimeUS > 0 {
-				workers[l.Worker] = true
-				if first == 0 || l.TimeUS < first {
-					first = l.TimeUS
-				}
-			}
-		}
-		h.mu.Unlock()
-		if len(workers) >= size {
-			return time.UnixMicro(first)
-		}
-		select {
-		case <-h.notify:
-		case <-deadline:
-			if first == 0 {
-				return time.Time{}
-			}
-			return time.UnixMicro(first)
-		}
-	}
-}
 
 // sinceMS is t's time after start in ms, "?" for the zero time.
 func sinceMS(start, t time.Time) string {
@@ -91,30 +34,30 @@ func sinceMS(start, t time.Time) string {
 // invariant holds.
 func TestPausedWorkerRejoins(t *testing.T) {
 	const samples, steps = 1200, 500
-	h := startRunJob(t, "--np", "3", "--min-np", "2", "--", synthetic,
+	h := e2e.StartRunJob(t, "--np", "3", "--min-np", "2", "--", e2e.Synthetic,
 		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
 		"--model-size", "20000", "--compute", "2ms")
-	h.waitFor(t, "step 20", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 })
-	s := h.step()
-	pid := h.pid(t, 1)
+	h.WaitFor(t, "step 20", 60*time.Second, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= 20 })
+	s := h.Step()
+	pid := h.Pid(t, 1)
 	paused := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor(t, "a 2-worker world while worker 1 is paused", 60*time.Second, sizeAfter(s, 2))
+	h.WaitFor(t, "a 2-worker world while worker 1 is paused", 60*time.Second, e2e.SizeAfter(s, 2))
 	t.Logf("paused worker left out: 2-worker steps after %v", time.Since(paused))
 	// Paused at least 5 s in all, as the issue's case (d).
 	select {
 	case <-time.After(time.Until(paused.Add(5 * time.Second))):
-	case err := <-h.exited:
-		t.Fatalf("job ended while worker 1 was paused: %v\n%s", err, h.logText())
+	case err := <-h.Exited:
+		t.Fatalf("job ended while worker 1 was paused: %v\n%s", err, h.LogText())
 	}
-	s = h.step()
+	s = h.Step()
 	resumed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor(t, "worker 1 back in a 3-worker world", 60*time.Second, func(l []trainerLine) bool {
+	h.WaitFor(t, "worker 1 back in a 3-worker world", 60*time.Second, func(l []e2e.TrainerLine) bool {
 		for _, x := range l {
 			if x.Worker == 1 && x.Step > s && x.Size == 3 {
 				return true
@@ -123,65 +66,28 @@ func TestPausedWorkerRejoins(t *testing.T) {
 		return false
 	})
 	t.Logf("resumed worker trains again after %v", time.Since(resumed))
-	h.waitExit(t, 2*time.Minute)
-	log := h.logText()
+	h.WaitExit(t, 2*time.Minute)
+	log := h.LogText()
 	if !strings.Contains(log, "came back as a new member") {
 		t.Errorf("the summary does not say that worker 1 came back:\n%s", log[max(0, len(log)-4<<10):])
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, samples, steps)
 }
 
-// hostJob starts `gorovod run` on the first of the hosts (the head) with
-// workers on the others over ssh, as a user of those machines would.
-func hostJob(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainerArgs ...string) *runJobHarness {
-	t.Helper()
-	return hostJobWith(t, n, head, hostArgs, synthetic, trainerArgs...)
-}
-
-// hostJobWith is hostJob with the trainer program named.
-func hostJobWith(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainer string, trainerArgs ...string) *runJobHarness {
-	t.Helper()
-	return startRunJobArgv(t, hostJobArgv(t, n, head, hostArgs, trainer, trainerArgs...))
-}
-
-// hostJobArgv is hostJobWith's command line: `gorovod run` in head's
-// namespace with the hosts' ssh options.
-func hostJobArgv(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainer string, trainerArgs ...string) []string {
-	t.Helper()
-	return hostJobArgvWith(t, n, head, binary, hostArgs, trainer, trainerArgs...)
-}
-
-// measuredHostJob is hostJob for a measurement: its launcher is gorovod
-// built without the race detector (plainLauncher). Its workers have 120 s
+// measuredHostJob is e2e.HostJob for a measurement: its launcher is gorovod
+// built without the race detector (e2e.PlainLauncher). Its workers have 120 s
 // to start, not the default 30 s: 16 of them started over ssh at once on a
 // 2-core machine can take longer, and one that does gets its host
 // blacklisted with the rest of its workers, so that the world never
 // reaches the size the measurement waits for (a 16-worker
 // TestTransitionBreakdown failed so: "worker 14 ... did not start within
 // 30s"). The start is not part of what is measured.
-func measuredHostJob(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainerArgs ...string) *runJobHarness {
+func measuredHostJob(t *testing.T, n *testhosts.Net, head *testhosts.Host, hostArgs []string, trainerArgs ...string) *e2e.RunJobHarness {
 	t.Helper()
 	hostArgs = append([]string{"--start-timeout", "120"}, hostArgs...)
-	return startRunJobArgv(t, hostJobArgvWith(t, n, head, plainLauncher(t), hostArgs, synthetic, trainerArgs...))
-}
-
-// hostJobArgvWith is hostJobArgv with the gorovod program named.
-func hostJobArgvWith(t *testing.T, n *testhosts.Net, head *testhosts.Host, gorovod string, hostArgs []string, trainer string, trainerArgs ...string) []string {
-	t.Helper()
-	prefix, err := head.Exec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// --start-timeout before hostArgs, so that a caller's own wins.
-	argv := append(prefix, gorovod, "run", "--start-timeout", "30")
-	argv = append(argv, hostArgs...)
-	argv = append(argv, "-p", fmt.Sprint(n.SSHPort()), "-i", n.ClientKey(),
-		"--ssh-option", "User=root", "--ssh-option", "UserKnownHostsFile="+n.KnownHostsFile(),
-		"--ssh-option", "StrictHostKeyChecking=yes", "--ssh-option", "GlobalKnownHostsFile=/dev/null",
-		"--", trainer)
-	return append(argv, trainerArgs...)
+	return e2e.StartRunJobArgv(t, e2e.HostJobArgvWith(t, n, head, e2e.PlainLauncher(t), hostArgs, e2e.Synthetic, trainerArgs...))
 }
 
 // TestRunAcrossHosts runs a job over namespaced hosts with sshd (-H, -p, -i,
@@ -195,21 +101,21 @@ func TestRunAcrossHosts(t *testing.T) {
 	}
 	n, hs := testhosts.NewHosts(t, testhosts.Config{Prefix: "mhrun", SSHPort: 2222}, 3)
 	const samples, steps = 1200, 400
-	h := hostJob(t, n, hs[0], []string{"--np", "4", "--min-np", "2", "-H", hs[1].Name + ":2," + hs[2].Name + ":2"},
+	h := e2e.HostJob(t, n, hs[0], []string{"--np", "4", "--min-np", "2", "-H", hs[1].Name + ":2," + hs[2].Name + ":2"},
 		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
 		"--model-size", "20000", "--compute", "2ms")
-	h.waitFor(t, "a 4-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 4 })
-	s := h.step()
+	h.WaitFor(t, "a 4-worker world at step 20", 90*time.Second, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= 20 && e2e.LastSize(l) == 4 })
+	s := h.Step()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	killed := time.Now()
 	if err := hs[2].KillAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor(t, "a 2-worker world after the host was killed", 60*time.Second, sizeAfter(s, 2))
+	h.WaitFor(t, "a 2-worker world after the host was killed", 60*time.Second, e2e.SizeAfter(s, 2))
 	t.Logf("host killed: 2-worker steps after %v", time.Since(killed))
-	h.waitExit(t, 2*time.Minute)
-	log := h.logText()
+	h.WaitExit(t, 2*time.Minute)
+	log := h.LogText()
 	for _, host := range hs[1:] {
 		if !strings.Contains(log, "on "+host.Name) {
 			t.Errorf("no worker started on %s:\n%s", host.Name, log[:min(len(log), 4<<10)])
@@ -218,9 +124,9 @@ func TestRunAcrossHosts(t *testing.T) {
 	if !strings.Contains(log, "host "+hs[2].Name+" lost a worker: blacklisted") {
 		t.Errorf("the launcher did not blacklist %s:\n%s", hs[2].Name, log[max(0, len(log)-4<<10):])
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, samples, steps)
 }
 
 // TestRunAcrossHostsPartition cuts one host's link for 5 s and plugs it
@@ -287,30 +193,30 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 				trainer, run = append(trainer, "-v"), append(run, "-v")
 			}
 			// Workers 0 and 1 run on hs[1], 2 and 3 on hs[2].
-			var h *runJobHarness
+			var h *e2e.RunJobHarness
 			if tc.long {
-				h = startRunJobArgvWithin(t, hostJobArgv(t, n, hs[0], run, synthetic, trainer...), 6*time.Minute)
+				h = e2e.StartRunJobArgvWithin(t, e2e.HostJobArgv(t, n, hs[0], run, e2e.Synthetic, trainer...), 6*time.Minute)
 			} else {
-				h = hostJob(t, n, hs[0], run, trainer...)
+				h = e2e.HostJob(t, n, hs[0], run, trainer...)
 			}
 			cut := hs[2]
 			if !tc.justAfter {
-				h.waitFor(t, "a 4-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 4 })
+				h.WaitFor(t, "a 4-worker world at step 20", 90*time.Second, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= 20 && e2e.LastSize(l) == 4 })
 			} else {
-				h.waitLog(t, "a 4-worker world proposed", 90*time.Second, regexp.MustCompile(`msg=proposed epoch=\d+ size=4`))
+				h.WaitLog(t, "a 4-worker world proposed", 90*time.Second, regexp.MustCompile(`msg=proposed epoch=\d+ size=4`))
 				last, lastAt := -1, ""
-				for _, m := range joinedRe.FindAllStringSubmatch(h.logText(), -1) {
+				for _, m := range joinedRe.FindAllStringSubmatch(h.LogText(), -1) {
 					if i, err := strconv.Atoi(m[1]); err == nil && m[2] > lastAt { // RFC 3339 times of one clock sort as strings
 						last, lastAt = i, m[2]
 					}
 				}
 				if last < 0 {
-					t.Fatalf("no worker said it joined:\n%s", h.logText())
+					t.Fatalf("no worker said it joined:\n%s", h.LogText())
 				}
 				if last < 2 {
 					cut = hs[1]
 				}
-				t.Logf("worker %d joined last (%s): cutting %s at step %d", last, lastAt, cut.Name, h.step())
+				t.Logf("worker %d joined last (%s): cutting %s at step %d", last, lastAt, cut.Name, h.Step())
 			}
 			fewer := 2
 			if tc.justAfter {
@@ -324,22 +230,22 @@ func TestRunAcrossHostsPartition(t *testing.T) {
 				t.Errorf("the job was back to 4 workers %v after the heal, more than %v", seen.back, fullAgainWithin)
 			}
 			if tc.long {
-				h.waitExit(t, 4*time.Minute)
+				h.WaitExit(t, 4*time.Minute)
 			} else {
-				h.waitExit(t, 2*time.Minute)
+				h.WaitExit(t, 2*time.Minute)
 			}
-			h.mu.Lock()
-			defer h.mu.Unlock()
+			h.Mu.Lock()
+			defer h.Mu.Unlock()
 			// Also when the cut comes as the job's first world forms: the
 			// cut-off workers, which the first world may not have
 			// reached, see only 2 of the job's 4 first workers
 			// (GOROVOD_NP): they form no first world of their own.
-			checkOneWorldPerStep(t, h.lines, h.log.String())
-			checkElasticInvariantsSteps(t, h.lines, samples, steps)
+			e2e.CheckOneWorldPerStep(t, h.Lines, h.Log.String())
+			e2e.CheckElasticInvariantsSteps(t, h.Lines, samples, steps)
 			if tc.long {
-				checkOneSideTrained(t, h.lines, h.log.String(), cut.Name, seen, steps)
+				checkOneSideTrained(t, h.Lines, h.Log.String(), cut.Name, seen, steps)
 			}
-			if log := h.log.String(); tc.hold > 0 && !noQuorumRe.MatchString(log) { // h.mu is held
+			if log := h.Log.String(); tc.hold > 0 && !noQuorumRe.MatchString(log) { // h.mu is held
 				t.Errorf("the cut-off half never said it lacks a quorum:\n%s", log)
 			} else if tc.justAfter && tc.hold > 0 {
 				t.Logf("the cut-off pair lacked the quorum of the first world: %v", strings.Contains(log, "no quorum for the job's first world"))
@@ -382,7 +288,7 @@ var (
 // first of them to the heal, never pausing longer than drivingGap; and the
 // job ended with every worker it started finished at the last step. It logs
 // the partition's figures.
-func checkOneSideTrained(t *testing.T, lines []trainerLine, log, cutHost string, p partitionSeen, steps int64) {
+func checkOneSideTrained(t *testing.T, lines []e2e.TrainerLine, log, cutHost string, p partitionSeen, steps int64) {
 	t.Helper()
 	hostOf := map[int]string{}
 	for _, m := range workerHostRe.FindAllStringSubmatch(log, -1) {
@@ -431,19 +337,19 @@ func checkOneSideTrained(t *testing.T, lines []trainerLine, log, cutHost string,
 		withDriverSide := slices.ContainsFunc(slices.Collect(maps.Keys(by)), func(w int) bool { return !cutOff[w] })
 		if !withDriverSide || len(by) > l.Size {
 			t.Fatalf("cut-off worker %d committed step %d (cut at step %d) in world epoch %d of %d workers, which workers %v logged: the cut-off side trained in a world of its own; the worlds:\n%s\nthe decisions:\n%s",
-				l.Worker, l.Step, p.cutStep, l.WorldEpoch, l.Size, slices.Sorted(maps.Keys(by)), describeWorlds(lines), decisions(log))
+				l.Worker, l.Step, p.cutStep, l.WorldEpoch, l.Size, slices.Sorted(maps.Keys(by)), e2e.DescribeWorlds(lines), e2e.Decisions(log))
 		}
 	}
 	// The driver's side over the cut: its lines come over a link that stayed
 	// up, so their arrival times are when it trained.
-	var during []trainerLine
+	var during []e2e.TrainerLine
 	for _, l := range lines {
 		if !cutOff[l.Worker] && l.Size < full && l.At.After(p.cut) && !l.At.After(p.healed) {
 			during = append(during, l)
 		}
 	}
 	if len(during) == 0 {
-		t.Fatalf("the driver's side committed no step in a smaller world during the cut; the worlds:\n%s", describeWorlds(lines))
+		t.Fatalf("the driver's side committed no step in a smaller world during the cut; the worlds:\n%s", e2e.DescribeWorlds(lines))
 	}
 	gap, gapAt := p.healed.Sub(during[len(during)-1].At), during[len(during)-1].At
 	committed := map[int64]bool{}
@@ -477,7 +383,7 @@ func checkOneSideTrained(t *testing.T, lines []trainerLine, log, cutHost string,
 
 // worldSteps lists, per world epoch, its size, the workers that logged in it
 // and the steps it committed.
-func worldSteps(lines []trainerLine) string {
+func worldSteps(lines []e2e.TrainerLine) string {
 	workers := map[uint64]map[int]bool{}
 	stepsOf := map[uint64]map[int64]bool{}
 	size := map[uint64]int{}
@@ -500,96 +406,6 @@ func worldSteps(lines []trainerLine) string {
 // noQuorumRe is the warning of a proposer whose next world would lack the
 // quorum of the last one (epoch.NoQuorum).
 var noQuorumRe = regexp.MustCompile(`level=WARN msg="no quorum`)
-
-// checkOneWorldPerStep fails if two worlds with no member in common
-// committed the same step: a split brain, two halves of the job training
-// apart (one of them rolled back when they met again). Worlds are told
-// apart by their number and the workers that logged in them; two worlds
-// under one number show as more workers than its size.
-func checkOneWorldPerStep(t *testing.T, lines []trainerLine, log string) {
-	t.Helper()
-	workers := map[uint64]map[int]bool{} // each world's workers, over all its steps
-	size := map[uint64]int{}
-	for _, l := range lines {
-		if workers[l.WorldEpoch] == nil {
-			workers[l.WorldEpoch] = map[int]bool{}
-		}
-		workers[l.WorldEpoch][l.Worker] = true
-		size[l.WorldEpoch] = max(size[l.WorldEpoch], l.Size)
-	}
-	for e, ws := range workers {
-		if len(ws) > size[e] {
-			t.Fatalf("world epoch %d of %d workers was logged by %d workers %v: two worlds under one number", e, size[e], len(ws), slices.Sorted(maps.Keys(ws)))
-		}
-	}
-	byStep := map[int64][]uint64{}
-	for _, l := range lines {
-		if !slices.Contains(byStep[l.Step], l.WorldEpoch) {
-			byStep[l.Step] = append(byStep[l.Step], l.WorldEpoch)
-		}
-	}
-	for step, es := range byStep {
-		for i, a := range es {
-			for _, b := range es[i+1:] {
-				disjoint := true
-				for w := range workers[a] {
-					disjoint = disjoint && !workers[b][w]
-				}
-				if disjoint {
-					t.Fatalf("step %d was committed by two worlds with no member in common: epoch %d %v and epoch %d %v; the worlds:\n%s\nthe decisions:\n%s",
-						step, a, slices.Sorted(maps.Keys(workers[a])), b, slices.Sorted(maps.Keys(workers[b])), describeWorlds(lines), decisions(log))
-				}
-			}
-		}
-	}
-}
-
-// decisions are the lines of a launcher log that record the epoch
-// protocol's decisions.
-func decisions(log string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(log, "\n") {
-		if strings.Contains(l, "msg=proposed") || strings.Contains(l, "no quorum") || strings.Contains(l, "takes over") ||
-			strings.Contains(l, "removed from the next world") || strings.Contains(l, "worker gone") || strings.Contains(l, "entered world") {
-			b.WriteString(l)
-			b.WriteString("\n")
-		}
-	}
-	return b.String()
-}
-
-// describeWorlds lists, per world epoch, its size and each worker's first
-// and last step in it and when the worker logged them.
-func describeWorlds(lines []trainerLine) string {
-	type span struct {
-		first, last     int64
-		firstAt, lastAt time.Time
-	}
-	spans := map[uint64]map[int]*span{}
-	size := map[uint64]int{}
-	for _, l := range lines {
-		if spans[l.WorldEpoch] == nil {
-			spans[l.WorldEpoch] = map[int]*span{}
-		}
-		size[l.WorldEpoch] = max(size[l.WorldEpoch], l.Size)
-		sp := spans[l.WorldEpoch][l.Worker]
-		if sp == nil {
-			sp = &span{first: l.Step, firstAt: l.At}
-			spans[l.WorldEpoch][l.Worker] = sp
-		}
-		sp.last, sp.lastAt = l.Step, l.At
-	}
-	var b strings.Builder
-	for _, e := range slices.Sorted(maps.Keys(spans)) {
-		fmt.Fprintf(&b, "epoch %d (size %d):", e, size[e])
-		for _, w := range slices.Sorted(maps.Keys(spans[e])) {
-			sp := spans[e][w]
-			fmt.Fprintf(&b, " [%d] steps %d-%d at %s-%s", w, sp.first, sp.last, sp.firstAt.Format("15:04:05.000"), sp.lastAt.Format("15:04:05.000"))
-		}
-		b.WriteString("\n")
-	}
-	return b.String()
-}
 
 // TestRunHostDiscoveryScript runs a job whose hosts come from a discovery
 // script (issue 12 case e): a host appears, then one with a worker
@@ -614,26 +430,26 @@ func TestRunHostDiscoveryScript(t *testing.T) {
 	}
 	write(hs[1].Name+":1", hs[2].Name+":1")
 	const samples, steps = 1200, 500
-	h := hostJob(t, n, hs[0], []string{"--np", "2", "--host-discovery-script", "cat " + list},
+	h := e2e.HostJob(t, n, hs[0], []string{"--np", "2", "--host-discovery-script", "cat " + list},
 		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
 		"--model-size", "20000", "--compute", "2ms")
-	h.waitFor(t, "a 2-worker world at step 20", 90*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 20 && lastSize(l) == 2 })
+	h.WaitFor(t, "a 2-worker world at step 20", 90*time.Second, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= 20 && e2e.LastSize(l) == 2 })
 	// A failing script: the hosts stay as they were.
 	if err := os.Remove(list); err != nil {
 		t.Fatal(err)
 	}
-	h.waitLog(t, "the discovery failure reported", 30*time.Second, regexp.MustCompile(`host discovery failed \(keeping the hosts`))
-	s := h.step()
-	h.waitFor(t, "training going on while discovery fails", 30*time.Second, func(l []trainerLine) bool {
-		return maxStep(l) >= s+20 && lastSize(l) == 2
+	h.WaitLog(t, "the discovery failure reported", 30*time.Second, regexp.MustCompile(`host discovery failed \(keeping the hosts`))
+	s := h.Step()
+	h.WaitFor(t, "training going on while discovery fails", 30*time.Second, func(l []e2e.TrainerLine) bool {
+		return e2e.MaxStep(l) >= s+20 && e2e.LastSize(l) == 2
 	})
 	// A host appears, and the first one (with a worker) goes.
 	write(hs[1].Name+":1", hs[2].Name+":1", hs[3].Name+":1")
-	h.waitFor(t, "training going on with the new host listed", 30*time.Second, func(l []trainerLine) bool { return maxStep(l) >= s+40 })
-	s = h.step()
+	h.WaitFor(t, "training going on with the new host listed", 30*time.Second, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= s+40 })
+	s = h.Step()
 	dropped := time.Now()
 	write(hs[2].Name+":1", hs[3].Name+":1")
-	h.waitFor(t, "a worker on the new host", 60*time.Second, func(l []trainerLine) bool {
+	h.WaitFor(t, "a worker on the new host", 60*time.Second, func(l []e2e.TrainerLine) bool {
 		for _, x := range l {
 			if x.Worker >= 2 && x.Step > s && x.Size == 2 {
 				return true
@@ -642,16 +458,16 @@ func TestRunHostDiscoveryScript(t *testing.T) {
 		return false
 	})
 	t.Logf("host dropped: its replacement trains after %v", time.Since(dropped))
-	h.waitExit(t, 2*time.Minute)
-	log := h.logText()
+	h.WaitExit(t, 2*time.Minute)
+	log := h.LogText()
 	for _, want := range []string{"on " + hs[3].Name} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the launcher log does not say %q:\n%s", want, log[max(0, len(log)-4<<10):])
 		}
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, samples, steps)
 }
 
 // TestRunHostWithoutSSHD lists a host whose sshd is gone: its workers never
@@ -668,22 +484,22 @@ func TestRunHostWithoutSSHD(t *testing.T) {
 		t.Fatal(err)
 	}
 	const samples, steps = 1200, 200
-	h := hostJob(t, n, hs[0], []string{"--np", "4", "--min-np", "2", "-H", hs[1].Name + ":2," + hs[2].Name + ":2"},
+	h := e2e.HostJob(t, n, hs[0], []string{"--np", "4", "--min-np", "2", "-H", hs[1].Name + ":2," + hs[2].Name + ":2"},
 		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
 		"--model-size", "20000", "--compute", "2ms")
-	h.waitExit(t, 2*time.Minute)
-	log := h.logText()
+	h.WaitExit(t, 2*time.Minute)
+	log := h.LogText()
 	if !strings.Contains(log, "host "+hs[1].Name+" lost a worker: blacklisted") {
 		t.Errorf("the launcher did not blacklist %s:\n%s", hs[1].Name, log[max(0, len(log)-4<<10):])
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, l := range h.lines {
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	for _, l := range h.Lines {
 		if l.Worker < 2 {
 			t.Fatalf("worker %d, placed on %s (no sshd), trained", l.Worker, hs[1].Name)
 		}
 	}
-	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, samples, steps)
 }
 
 // TestMeasureHostTransitions measures planned transitions over namespaced
@@ -706,10 +522,10 @@ func TestMeasureHostTransitions(t *testing.T) {
 			h := measuredHostJob(t, n, hs[0], []string{"--np", fmt.Sprint(np), "--min-np", "2", "-H", strings.Join(list, ",")},
 				"--steps", "1000000", "--json", "--samples", "100000", "--batch", fmt.Sprint(4*np),
 				"--model-size", "20000", "--compute", "1ms")
-			h.waitFor(t, fmt.Sprintf("a %d-worker world", np), 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == np })
+			h.WaitFor(t, fmt.Sprintf("a %d-worker world", np), 3*time.Minute, func(l []e2e.TrainerLine) bool { return e2e.LastSize(l) == np })
 			if dir := os.Getenv("GOROVOD_MEASURE_DIR"); dir != "" {
 				t.Cleanup(func() {
-					_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("transitions-%d.log", np)), []byte(h.logText()), 0o644)
+					_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("transitions-%d.log", np)), []byte(h.LogText()), 0o644)
 				})
 			}
 			size := np
@@ -722,7 +538,7 @@ func TestMeasureHostTransitions(t *testing.T) {
 						t.Fatal(err)
 					}
 					for _, pid := range pids {
-						if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), synthetic+"\x00") {
+						if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), e2e.Synthetic+"\x00") {
 							victim = pid
 						}
 					}
@@ -730,21 +546,21 @@ func TestMeasureHostTransitions(t *testing.T) {
 				if victim == 0 {
 					t.Fatal("no trainer on any host")
 				}
-				s := h.step()
+				s := h.Step()
 				start := time.Now()
 				syscall.Kill(victim, syscall.SIGTERM)
-				h.waitFor(t, "the smaller world", time.Minute, sizeAfter(s, size-1))
+				h.WaitFor(t, "the smaller world", time.Minute, e2e.SizeAfter(s, size-1))
 				seen := time.Since(start)
 				t.Logf("np %d round %d: graceful leave → first step of the %d-worker world: %s by the workers' clocks (its line reached the test after %v)",
-					np, round, size-1, sinceMS(start, h.firstCommit(s, size-1, 5*time.Second)), seen)
+					np, round, size-1, sinceMS(start, h.FirstCommit(s, size-1, 5*time.Second)), seen)
 				size--
-				s = h.step()
+				s = h.Step()
 				start = time.Now()
-				h.cmd.Process.Signal(syscall.SIGUSR1)
-				h.waitFor(t, "the larger world", time.Minute, sizeAfter(s, size+1))
+				h.Cmd.Process.Signal(syscall.SIGUSR1)
+				h.WaitFor(t, "the larger world", time.Minute, e2e.SizeAfter(s, size+1))
 				seen = time.Since(start)
 				t.Logf("np %d round %d: join (SIGUSR1, ssh, process start) → first step of the %d-worker world: %s by the workers' clocks (its line reached the test after %v)",
-					np, round, size+1, sinceMS(start, h.firstCommit(s, size+1, 5*time.Second)), seen)
+					np, round, size+1, sinceMS(start, h.FirstCommit(s, size+1, 5*time.Second)), seen)
 				size++
 			}
 		})
@@ -760,15 +576,15 @@ func TestMeasureHostTransitions(t *testing.T) {
 // goes on without it and the job ends with exit status 0.
 func TestStuckWorkerIsLeftOut(t *testing.T) {
 	const samples, steps = 1200, 300
-	h := startRunJob(t, "--np", "3", "--min-np", "2", "--", synthetic,
+	h := e2e.StartRunJob(t, "--np", "3", "--min-np", "2", "--", e2e.Synthetic,
 		"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", fmt.Sprint(samples), "--batch", "24",
 		"--model-size", "20000", "--compute", "1ms", "--freeze-worker", "1", "--freeze-step", "10", "--freeze-for", "10m")
-	h.waitFor(t, "step 9", 60*time.Second, func(l []trainerLine) bool { return maxStep(l) >= 9 })
+	h.WaitFor(t, "step 9", 60*time.Second, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) >= 9 })
 	frozen := time.Now()
-	h.waitFor(t, "a 2-worker world without the stuck worker", 4*time.Minute, sizeAfter(9, 2))
+	h.WaitFor(t, "a 2-worker world without the stuck worker", 4*time.Minute, e2e.SizeAfter(9, 2))
 	t.Logf("stuck worker left out: 2-worker steps after %v", time.Since(frozen))
-	h.waitExit(t, 3*time.Minute)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+	h.WaitExit(t, 3*time.Minute)
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, samples, steps)
 }

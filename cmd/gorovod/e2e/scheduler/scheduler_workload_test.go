@@ -1,4 +1,4 @@
-package main
+package scheduler
 
 import (
 	"bufio"
@@ -20,14 +20,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/cluster/kube/service"
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
+	"github.com/gorovod/gorovod/internal/testing/testkube"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/gorovod/gorovod/cluster/kube/service"
-	"github.com/gorovod/gorovod/internal/testing/testkube"
 )
 
 // schedulerProcessEnv, set in the environment of this test binary, makes it
@@ -211,7 +211,7 @@ const fashionMNISTImage = "gorovod.local/fashion-mnist:test"
 
 func fashionMNISTImages(t *testing.T) []testkube.Image {
 	t.Helper()
-	files := map[string]string{"bin/fashion-mnist": testkube.BuildStatic(t, "../../examples/fashion-mnist")}
+	files := map[string]string{"bin/fashion-mnist": testkube.BuildStatic(t, "../../../../examples/fashion-mnist")}
 	for _, f := range []string{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"} {
 		files["usr/share/datasets/fashion-mnist/"+f] = "/usr/share/datasets/fashion-mnist/" + f
 	}
@@ -287,7 +287,7 @@ func TestSchedulerWorkloadOnKubelets(t *testing.T) {
 	if err != nil || runs < 1 {
 		t.Fatalf("GOROVOD_MEASURE_RUNS=%q", os.Getenv("GOROVOD_MEASURE_RUNS"))
 	}
-	fashion := haveFashionMNIST()
+	fashion := e2e.HaveFashionMNIST()
 	var images []testkube.Image
 	if fashion {
 		images = fashionMNISTImages(t)
@@ -306,7 +306,7 @@ func TestSchedulerWorkloadOnKubelets(t *testing.T) {
 	for r := 1; r <= runs; r++ {
 		for _, policy := range policies {
 			wr := &workloadRun{policy: policy, run: r}
-			t.Logf("run %d under %s, load average %s", r, policy, loadAverage())
+			t.Logf("run %d under %s, load average %s", r, policy, e2e.LoadAverage())
 			wr.sched = e.startSchedulerProcess(t, fmt.Sprintf("workload-%s-%d", policy, r), policy)
 			start := time.Now()
 			for _, a := range workload(fashion) {
@@ -321,7 +321,7 @@ func TestSchedulerWorkloadOnKubelets(t *testing.T) {
 				wr.jobs = append(wr.jobs, &j)
 				all = append(all, &j)
 			}
-			poll(t, "every job of the run ended", perRun, func() bool {
+			e2e.Poll(t, "every job of the run ended", perRun, func() bool {
 				for _, j := range wr.jobs {
 					if gj := e.hist.job(j.name); gj == nil || !gj.Status.Phase.Ended() {
 						return false
@@ -332,7 +332,7 @@ func TestSchedulerWorkloadOnKubelets(t *testing.T) {
 			wr.sched.stop(t)
 			done = append(done, wr)
 			// The next run starts on free nodes: the jobs' pods gone.
-			poll(t, "the run's pods gone", 2*time.Minute, func() bool {
+			e2e.Poll(t, "the run's pods gone", 2*time.Minute, func() bool {
 				pods, err := e.admin.CoreV1().Pods(e.ns).List(e.ctx, metav1.ListOptions{})
 				if err != nil {
 					return false
@@ -357,7 +357,7 @@ type worldChange struct {
 }
 
 // worldChanges are the changes of world in a job's trainer lines, in order.
-func worldChanges(lines []trainerLine) []worldChange {
+func worldChanges(lines []e2e.TrainerLine) []worldChange {
 	type world struct {
 		epoch       uint64
 		rank0       string
@@ -436,15 +436,15 @@ func reportWorkload(t *testing.T, e *e2eCluster, runs []*workloadRun) {
 			if end.After(last) {
 				last = end
 			}
-			j.h.mu.Lock()
-			changes := worldChanges(j.h.lines)
+			j.h.Mu.Lock()
+			changes := worldChanges(j.h.Lines)
 			var startup time.Duration
-			for _, l := range j.h.lines {
+			for _, l := range j.h.Lines {
 				if l.Size > 0 && (startup == 0 || l.At.Sub(j.submitted) < startup) {
 					startup = l.At.Sub(j.submitted)
 				}
 			}
-			j.h.mu.Unlock()
+			j.h.Mu.Unlock()
 			var cs []string
 			for _, c := range changes {
 				pauses = append(pauses, c.pause)
@@ -482,7 +482,7 @@ func reportWorkload(t *testing.T, e *e2eCluster, runs []*workloadRun) {
 			(sum / time.Duration(len(wr.jobs))).Seconds(), last.Sub(first).Seconds(), len(pauses), pauseCol, len(rounds),
 			float64(cpuMean)/float64(time.Millisecond), float64(cpuMax)/float64(time.Millisecond), float64(rssMax)/1024)
 	}
-	t.Logf("load average at the end %s%s\n%s", loadAverage(), b.String(), details.String())
+	t.Logf("load average at the end %s%s\n%s", e2e.LoadAverage(), b.String(), details.String())
 }
 
 // rssList is the rounds' resident memory in MiB, every fifth round.

@@ -1,4 +1,4 @@
-package main
+package hosts
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/internal/testing/testhosts"
 )
@@ -24,7 +25,7 @@ type hostTrainer struct {
 	samples int
 	steps   int64
 	// lines turns the trainer's JSON lines into what the invariants read.
-	lines func([]trainerLine) []trainerLine
+	lines func([]e2e.TrainerLine) []e2e.TrainerLine
 }
 
 // The synthetic trainer paces itself (compute per sample) so that a job
@@ -32,11 +33,11 @@ type hostTrainer struct {
 // steps of 24 samples.
 func syntheticOverHosts(steps int64, compute time.Duration) hostTrainer {
 	return hostTrainer{
-		name: "synthetic", program: func() string { return synthetic },
+		name: "synthetic", program: func() string { return e2e.Synthetic },
 		args: []string{"--steps", fmt.Sprint(steps), "--json", "--log-samples", "--samples", "1200", "--batch", "24",
 			"--model-size", "20000", "--compute", compute.String()},
 		samples: 1200, steps: steps,
-		lines: func(l []trainerLine) []trainerLine { return l },
+		lines: func(l []e2e.TrainerLine) []e2e.TrainerLine { return l },
 	}
 }
 
@@ -47,7 +48,7 @@ func syntheticOverHosts(steps int64, compute time.Duration) hostTrainer {
 // before training is over.
 func fashionOverHosts(images, epochs int) hostTrainer {
 	return hostTrainer{
-		name: "fashion-mnist", program: func() string { return fashionMNIST },
+		name: "fashion-mnist", program: func() string { return e2e.FashionMNIST },
 		args: []string{"--epochs", fmt.Sprint(epochs), "--train-limit", fmt.Sprint(images), "--batch-size", "64",
 			"--json", "--log-every", "0"},
 		samples: images, steps: int64(epochs * ((images + 63) / 64)),
@@ -58,8 +59,8 @@ func fashionOverHosts(images, epochs int) hostTrainer {
 // fashionStepLines keeps the Fashion-MNIST trainer's step records (the
 // epoch and final records have no world) and reads its global batch where
 // the invariants look for it.
-func fashionStepLines(lines []trainerLine) []trainerLine {
-	var out []trainerLine
+func fashionStepLines(lines []e2e.TrainerLine) []e2e.TrainerLine {
+	var out []e2e.TrainerLine
 	for _, l := range lines {
 		if l.Size == 0 {
 			continue
@@ -74,16 +75,16 @@ func fashionStepLines(lines []trainerLine) []trainerLine {
 // caller waited for it), identical parameters in a world at every step,
 // every sample exactly once per data epoch, training to the last step; and
 // for Fashion-MNIST that the model learned.
-func checkHostJob(t *testing.T, h *runJobHarness, tr hostTrainer) {
+func checkHostJob(t *testing.T, h *e2e.RunJobHarness, tr hostTrainer) {
 	t.Helper()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	checkElasticInvariantsSteps(t, tr.lines(h.lines), tr.samples, tr.steps)
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	e2e.CheckElasticInvariantsSteps(t, tr.lines(h.Lines), tr.samples, tr.steps)
 	if tr.name != "fashion-mnist" {
 		return
 	}
 	var acc float64
-	for _, l := range h.lines {
+	for _, l := range h.Lines {
 		acc = max(acc, l.Accuracy)
 	}
 	if acc < 0.7 {
@@ -94,9 +95,9 @@ func checkHostJob(t *testing.T, h *runJobHarness, tr hostTrainer) {
 
 // threeHostJob starts a job of 3 hosts × 2 slots (--np 6, --min-np 2), run
 // from a fourth host, the head, and waits for its 6-worker world.
-func threeHostJob(t *testing.T, prefix string, tr hostTrainer, before func(hs []*testhosts.Host)) (*runJobHarness, []*testhosts.Host) {
+func threeHostJob(t *testing.T, prefix string, tr hostTrainer, before func(hs []*testhosts.Host)) (*e2e.RunJobHarness, []*testhosts.Host) {
 	t.Helper()
-	if tr.name == "fashion-mnist" && !haveFashionMNIST() {
+	if tr.name == "fashion-mnist" && !e2e.HaveFashionMNIST() {
 		t.Skip("needs Debian's dataset-fashion-mnist (CI installs it)")
 	}
 	if testing.Short() {
@@ -111,11 +112,11 @@ func threeHostJob(t *testing.T, prefix string, tr hostTrainer, before func(hs []
 		list = append(list, x.Name+":2")
 	}
 	started := time.Now()
-	h := hostJobWith(t, n, hs[0], []string{"--np", "6", "--min-np", "2", "-H", strings.Join(list, ",")}, tr.program(), tr.args...)
-	h.waitFor(t, "a first step", 2*time.Minute, func(l []trainerLine) bool { return len(l) > 0 })
+	h := e2e.HostJobWith(t, n, hs[0], []string{"--np", "6", "--min-np", "2", "-H", strings.Join(list, ",")}, tr.program(), tr.args...)
+	h.WaitFor(t, "a first step", 2*time.Minute, func(l []e2e.TrainerLine) bool { return len(l) > 0 })
 	first := time.Since(started)
-	h.waitFor(t, "a 6-worker world", 2*time.Minute, func(l []trainerLine) bool { return lastSize(l) == 6 })
-	t.Logf("first step after %v, a 6-worker world at step %d after %v", first.Round(time.Millisecond), h.step(), time.Since(started).Round(time.Millisecond))
+	h.WaitFor(t, "a 6-worker world", 2*time.Minute, func(l []e2e.TrainerLine) bool { return e2e.LastSize(l) == 6 })
+	t.Logf("first step after %v, a 6-worker world at step %d after %v", first.Round(time.Millisecond), h.Step(), time.Since(started).Round(time.Millisecond))
 	return h, hs
 }
 
@@ -206,23 +207,23 @@ func faultLatency(t *testing.T, tr hostTrainer) {
 		}
 	})
 	started := time.Now()
-	s := h.step()
-	h.waitExit(t, 3*time.Minute)
+	s := h.Step()
+	h.WaitExit(t, 3*time.Minute)
 	// The impairment must have held for the whole job.
 	for _, x := range hs {
 		if err := x.Heal(); err != nil {
 			t.Error(err)
 		}
 	}
-	h.mu.Lock()
+	h.Mu.Lock()
 	var sizes []int
-	for _, l := range h.lines {
+	for _, l := range h.Lines {
 		if l.Step > s && l.Size > 0 && !slices.Contains(sizes, l.Size) {
 			sizes = append(sizes, l.Size)
 		}
 	}
-	steps := maxStep(h.lines) - s
-	h.mu.Unlock()
+	steps := e2e.MaxStep(h.Lines) - s
+	h.Mu.Unlock()
 	t.Logf("under 2 ms ± 1 ms: %d steps of the 6-worker world in %v (%v a step); world sizes since %v",
 		steps, time.Since(started).Round(time.Millisecond), (time.Since(started) / time.Duration(max(steps, 1))).Round(10*time.Microsecond), sizes)
 	if !slices.Equal(sizes, []int{6}) {
@@ -232,7 +233,7 @@ func faultLatency(t *testing.T, tr hostTrainer) {
 		// a world of 3 formed (the job still finished with every invariant).
 		// Say why the workers were left out.
 		var why []string
-		for _, line := range strings.Split(h.logText(), "\n") {
+		for _, line := range strings.Split(h.LogText(), "\n") {
 			if strings.Contains(line, "dead") || strings.Contains(line, "left out") || strings.Contains(line, "failure reported") {
 				why = append(why, line)
 			}
@@ -246,7 +247,7 @@ func faultLatency(t *testing.T, tr hostTrainer) {
 func faultRemotePause(t *testing.T, tr hostTrainer) {
 	h, hs := threeHostJob(t, "mhpause", tr, nil)
 	pid, worker := trainerOn(t, hs[3], tr.program())
-	s := h.step()
+	s := h.Step()
 	paused := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -261,17 +262,17 @@ func faultRemotePause(t *testing.T, tr hostTrainer) {
 		}
 	}
 	defer resume()
-	h.waitFor(t, "a 5-worker world while a remote worker is paused", time.Minute, sizeAfter(s, 5))
+	h.WaitFor(t, "a 5-worker world while a remote worker is paused", time.Minute, e2e.SizeAfter(s, 5))
 	t.Logf("worker %d (pid %d on %s) paused: 5-worker steps after %v", worker, pid, hs[3].Name, time.Since(paused))
 	select {
 	case <-time.After(time.Until(paused.Add(5 * time.Second))):
-	case err := <-h.exited:
-		t.Fatalf("job ended while worker %d was paused: %v\n%s", worker, err, h.logText())
+	case err := <-h.Exited:
+		t.Fatalf("job ended while worker %d was paused: %v\n%s", worker, err, h.LogText())
 	}
-	s = h.step()
+	s = h.Step()
 	resume()
 	back := time.Now()
-	h.waitFor(t, fmt.Sprintf("worker %d back in a 6-worker world", worker), time.Minute, func(l []trainerLine) bool {
+	h.WaitFor(t, fmt.Sprintf("worker %d back in a 6-worker world", worker), time.Minute, func(l []e2e.TrainerLine) bool {
 		for _, x := range l {
 			if x.Worker == worker && x.Step > s && x.Size == 6 {
 				return true
@@ -280,8 +281,8 @@ func faultRemotePause(t *testing.T, tr hostTrainer) {
 		return false
 	})
 	t.Logf("resumed worker trains again after %v", time.Since(back))
-	h.waitExit(t, 3*time.Minute)
-	if log := h.logText(); !strings.Contains(log, "came back as a new member") {
+	h.WaitExit(t, 3*time.Minute)
+	if log := h.LogText(); !strings.Contains(log, "came back as a new member") {
 		t.Errorf("the summary does not say that worker %d came back:\n%s", worker, log[max(0, len(log)-4<<10):])
 	}
 	checkHostJob(t, h, tr)
@@ -289,17 +290,17 @@ func faultRemotePause(t *testing.T, tr hostTrainer) {
 
 func faultHostKill(t *testing.T, tr hostTrainer) {
 	h, hs := threeHostJob(t, "mhkill", tr, nil)
-	s := h.step()
+	s := h.Step()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	killed := time.Now()
 	if err := hs[3].KillAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor(t, "a 4-worker world after the host was killed", time.Minute, sizeAfter(s, 4))
+	h.WaitFor(t, "a 4-worker world after the host was killed", time.Minute, e2e.SizeAfter(s, 4))
 	t.Logf("host killed: 4-worker steps after %v", time.Since(killed))
-	h.waitExit(t, 3*time.Minute)
-	if log := h.logText(); !strings.Contains(log, "host "+hs[3].Name+" lost a worker: blacklisted") {
+	h.WaitExit(t, 3*time.Minute)
+	if log := h.LogText(); !strings.Contains(log, "host "+hs[3].Name+" lost a worker: blacklisted") {
 		t.Errorf("the launcher did not blacklist %s:\n%s", hs[3].Name, log[max(0, len(log)-4<<10):])
 	}
 	checkHostJob(t, h, tr)
@@ -308,14 +309,14 @@ func faultHostKill(t *testing.T, tr hostTrainer) {
 func faultPartition(t *testing.T, tr hostTrainer) {
 	h, hs := threeHostJob(t, "mhcut", tr, nil)
 	cutAndHeal(t, h, hs[3], 4, 6)
-	h.waitExit(t, 3*time.Minute)
+	h.WaitExit(t, 3*time.Minute)
 	checkHostJob(t, h, tr)
 }
 
 // cutAndHeal takes host's link down for 5 s and up again: the others train
 // on in a world of fewer workers, and host's workers are back in a world of
 // full once the link is.
-func cutAndHeal(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer, full int) {
+func cutAndHeal(t *testing.T, h *e2e.RunJobHarness, host *testhosts.Host, fewer, full int) {
 	t.Helper()
 	cutAndHealAfter(t, h, host, fewer, full, 5*time.Second)
 }
@@ -334,10 +335,10 @@ type partitionSeen struct {
 // comes before a world change reached it, its workers go on in the world
 // before the change and the others wait (the quorum), and what the cut-off
 // workers log reaches the launcher only after the heal.
-func cutAndHealAfter(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer, full int, hold time.Duration) partitionSeen {
+func cutAndHealAfter(t *testing.T, h *e2e.RunJobHarness, host *testhosts.Host, fewer, full int, hold time.Duration) partitionSeen {
 	t.Helper()
 	var p partitionSeen
-	p.cutStep = h.step()
+	p.cutStep = h.Step()
 	p.cut = time.Now()
 	if err := host.SetLink(false); err != nil {
 		t.Fatal(err)
@@ -353,19 +354,19 @@ func cutAndHealAfter(t *testing.T, h *runJobHarness, host *testhosts.Host, fewer
 	}
 	defer heal()
 	if fewer > 0 {
-		h.waitFor(t, fmt.Sprintf("a %d-worker world while a host is cut off", fewer), time.Minute, sizeAfter(p.cutStep, fewer))
+		h.WaitFor(t, fmt.Sprintf("a %d-worker world while a host is cut off", fewer), time.Minute, e2e.SizeAfter(p.cutStep, fewer))
 		p.smaller = time.Since(p.cut)
 		t.Logf("partition: %d-worker steps after %v", fewer, p.smaller)
 	}
 	select {
 	case <-time.After(time.Until(p.cut.Add(hold))):
-	case err := <-h.exited:
-		t.Fatalf("job ended during the partition: %v\n%s", err, h.logText())
+	case err := <-h.Exited:
+		t.Fatalf("job ended during the partition: %v\n%s", err, h.LogText())
 	}
-	p.healStep = h.step()
+	p.healStep = h.Step()
 	heal()
 	p.healed = time.Now()
-	h.waitFor(t, fmt.Sprintf("a %d-worker world after the partition healed", full), 90*time.Second, sizeAfter(p.healStep, full))
+	h.WaitFor(t, fmt.Sprintf("a %d-worker world after the partition healed", full), 90*time.Second, e2e.SizeAfter(p.healStep, full))
 	p.back = time.Since(p.healed)
 	t.Logf("healed: %d-worker steps after %v", full, p.back)
 	return p

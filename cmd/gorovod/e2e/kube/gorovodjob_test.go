@@ -1,4 +1,4 @@
-package main
+package kube
 
 import (
 	"context"
@@ -13,6 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorovod/gorovod/cluster/kube"
+	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
+	"github.com/gorovod/gorovod/internal/envconfig"
+	"github.com/gorovod/gorovod/internal/testing/testkube"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -23,11 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/gorovod/gorovod/cluster/kube"
-	"github.com/gorovod/gorovod/cluster/kube/api"
-	"github.com/gorovod/gorovod/internal/envconfig"
-	"github.com/gorovod/gorovod/internal/testing/testkube"
 )
 
 // gorovodJobCluster is a control plane with the GorovodJob resource and a
@@ -50,7 +50,7 @@ func newGorovodJobCluster(ctx context.Context, t *testing.T, cp *testkube.Contro
 	// gorovod.yaml's install (the CRD and the driver's ClusterRole among
 	// it); the service account gorovod-driver and its binding to the
 	// ClusterRole, as the scheduler service makes them in a job's namespace.
-	dyn := installGorovod(ctx, t, cp)
+	dyn := e2e.InstallGorovod(ctx, t, cp)
 	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "gorovod-driver"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -132,19 +132,6 @@ func (c *gorovodJobCluster) workerPods(ctx context.Context, t *testing.T, job st
 	return out
 }
 
-// poll calls cond every 100 ms (the API server's objects have no change
-// notification here) until it holds or within passes.
-func poll(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the API server, as kubectl wait does
-	}
-}
-
 // TestGorovodJobDriverPlacement runs `gorovod run --gorovodjob` (the real
 // binary, as the driver's service account with only the contract's rights)
 // against a real API server whose nodes are registered through the API and
@@ -171,11 +158,11 @@ func TestGorovodJobDriverPlacement(t *testing.T) {
 	c.submit(ctx, t, "placed", api.Spec{Image: "gorovod.local/synthetic:test", Command: []string{"/bin/synthetic", "--steps", "100"},
 		MinWorkers: 1, MaxWorkers: 4, Env: []corev1.EnvVar{{Name: "TRAINER_FLAG", Value: "x"}}, ProbeTimeout: &metav1.Duration{Duration: 3 * time.Second}})
 
-	cmd := exec.CommandContext(ctx, binary, "run", "--gorovodjob", "placed", "--kubeconfig", c.kubeconfig,
+	cmd := exec.CommandContext(ctx, e2e.Binary, "run", "--gorovodjob", "placed", "--kubeconfig", c.kubeconfig,
 		"--kubernetes-namespace", c.ns, "--leave-notice", "1s", "--progress", "never")
-	dumpOnCancel(cmd)
-	h := startHarness(t, cmd)
-	h.waitLog(t, "the driver waiting for an allocation", time.Minute, regexp.MustCompile(`waiting for the scheduler's allocation \(at least 1 workers\)`))
+	e2e.DumpOnCancel(cmd)
+	h := e2e.StartHarness(t, cmd)
+	h.WaitLog(t, "the driver waiting for an allocation", time.Minute, regexp.MustCompile(`waiting for the scheduler's allocation \(at least 1 workers\)`))
 	if pods := c.workerPods(ctx, t, "placed"); len(pods) != 0 {
 		t.Fatalf("worker pods before any allocation: %v", pods)
 	}
@@ -218,7 +205,7 @@ func TestGorovodJobDriverPlacement(t *testing.T) {
 		}
 		return out
 	}
-	poll(t, "a pod per allocated worker, on its node", time.Minute, func() bool { return fmt.Sprint(counts()) == fmt.Sprint(want) })
+	e2e.Poll(t, "a pod per allocated worker, on its node", time.Minute, func() bool { return fmt.Sprint(counts()) == fmt.Sprint(want) })
 	pods, err := c.admin.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelJob + "=placed"})
 	if err != nil {
 		t.Fatal(err)
@@ -238,29 +225,29 @@ func TestGorovodJobDriverPlacement(t *testing.T) {
 		}
 	}
 	// A replacement driver gives its workers what these were given.
-	poll(t, "status.adoption", time.Minute, func() bool { return c.job(ctx, t, "placed").Status.Adoption != nil })
+	e2e.Poll(t, "status.adoption", time.Minute, func() bool { return c.job(ctx, t, "placed").Status.Adoption != nil })
 	if a := c.job(ctx, t, "placed").Status.Adoption; a.MinWorkers != 1 || a.ProbeTimeout == nil || a.ProbeTimeout.Duration != 3*time.Second {
 		t.Errorf("status.adoption %+v; want minWorkers 1, probeTimeout 3s", a)
 	}
 
 	// node-a leaves the allocation: its workers are stopped, node-b's stays.
 	c.allocate(ctx, t, "placed", "node-b")
-	poll(t, "node-a's workers gone", time.Minute, func() bool { return fmt.Sprint(counts()) == fmt.Sprint(map[string]int{"node-b": 1}) })
-	h.waitLog(t, "the driver saying node-a left", 30*time.Second, regexp.MustCompile(`host "node-a/\d" left the job`))
+	e2e.Poll(t, "node-a's workers gone", time.Minute, func() bool { return fmt.Sprint(counts()) == fmt.Sprint(map[string]int{"node-b": 1}) })
+	h.WaitLog(t, "the driver saying node-a left", 30*time.Second, regexp.MustCompile(`host "node-a/\d" left the job`))
 
 	// Deleting the GorovodJob ends the driver and its pods.
 	if err := c.jobs.Delete(ctx, "placed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-h.exited:
-		if err == nil || !strings.Contains(h.logText(), "the gorovodjob was deleted: the job is stopped") {
-			t.Fatalf("the driver after its GorovodJob's deletion: %v\n%s", err, h.logText())
+	case err := <-h.Exited:
+		if err == nil || !strings.Contains(h.LogText(), "the gorovodjob was deleted: the job is stopped") {
+			t.Fatalf("the driver after its GorovodJob's deletion: %v\n%s", err, h.LogText())
 		}
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("the driver did not end after its GorovodJob's deletion:\n%s", h.logText())
+		t.Fatalf("the driver did not end after its GorovodJob's deletion:\n%s", h.LogText())
 	}
-	poll(t, "the job's pods gone", time.Minute, func() bool { return len(c.workerPods(ctx, t, "placed")) == 0 })
+	e2e.Poll(t, "the job's pods gone", time.Minute, func() bool { return len(c.workerPods(ctx, t, "placed")) == 0 })
 	if _, err := c.admin.CoreV1().Services(c.ns).Get(ctx, "placed", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the job's Service after the driver: %v", err)
 	}
@@ -291,7 +278,7 @@ func TestGorovodJobOnKubelet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	c := newGorovodJobCluster(ctx, t, cp, "gorovod-jobs")
-	advertiseSlots(ctx, t, c.admin, node.Name, 4)
+	e2e.AdvertiseSlots(ctx, t, c.admin, node.Name, 4)
 
 	// No scheduler and no CNI plugin here (package testkube): the pods use
 	// the node's network. The node has an address of its own (127.0.0.2),
@@ -310,7 +297,7 @@ spec:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c.submit(ctx, t, "e2e", api.Spec{Image: trainerImage,
+	c.submit(ctx, t, "e2e", api.Spec{Image: e2e.TrainerImage,
 		Command: []string{"/bin/synthetic", "--steps", fmt.Sprint(steps), "--json", "--samples", fmt.Sprint(samples), "--batch", "24",
 			"--model-size", "20000", "--compute", "2ms"},
 		MinWorkers: 1, MaxWorkers: 3, Batch: api.BatchBounds{Initial: 24}})
@@ -318,17 +305,17 @@ spec:
 
 	runCtx, stopRun := context.WithTimeout(ctx, 7*time.Minute)
 	defer stopRun()
-	cmd := exec.CommandContext(runCtx, binary, "run", "--gorovodjob", "e2e", "--kubeconfig", c.kubeconfig,
+	cmd := exec.CommandContext(runCtx, e2e.Binary, "run", "--gorovodjob", "e2e", "--kubeconfig", c.kubeconfig,
 		"--kubernetes-namespace", c.ns, "--kubernetes-pod-template", template, "--json", "--progress", "never",
 		"--leave-notice", notice.String())
-	dumpOnCancel(cmd)
-	h := startHarness(t, cmd)
+	e2e.DumpOnCancel(cmd)
+	h := e2e.StartHarness(t, cmd)
 	stopLogs := followPodLogs(ctx, h, node.LogDir)
 	defer stopLogs()
-	h.logTailOnFailure(t, "the driver's log")
+	h.LogTailOnFailure(t, "the driver's log")
 	// membersAt are the workers that trained in a world of size after step
-	// (waitFor's conditions get the lines under the harness's lock).
-	membersAt := func(lines []trainerLine, step int64, size int) []int {
+	// (e2e.WaitFor's conditions get the lines under the harness's lock).
+	membersAt := func(lines []e2e.TrainerLine, step int64, size int) []int {
 		var ws []int
 		for _, l := range lines {
 			if l.Step > step && l.Size == size && !slices.Contains(ws, l.Worker) {
@@ -339,38 +326,38 @@ spec:
 		return ws
 	}
 	workersAt := func(step int64, size int) []int {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return membersAt(h.lines, step, size)
+		h.Mu.Lock()
+		defer h.Mu.Unlock()
+		return membersAt(h.Lines, step, size)
 	}
 
-	h.waitFor(t, "a world of 2", 3*time.Minute, func(l []trainerLine) bool { return lastSize(l) == 2 && maxStep(l) > 20 })
+	h.WaitFor(t, "a world of 2", 3*time.Minute, func(l []e2e.TrainerLine) bool { return e2e.LastSize(l) == 2 && e2e.MaxStep(l) > 20 })
 	if pods := c.workerPods(ctx, t, "e2e"); len(pods[node.Name]) != 2 || len(pods) != 1 {
 		t.Fatalf("worker pods %v, want 2 on %s", pods, node.Name)
 	}
-	t.Logf("at 2 workers: %s", workersAtPodIPs(ctx, t, c.admin, c.ns, "e2e", false, 30*time.Second))
+	t.Logf("at 2 workers: %s", e2e.WorkersAtPodIPs(ctx, t, c.admin, c.ns, "e2e", false, 30*time.Second))
 
 	// Grow: the scheduler gives the job a third worker on the node.
-	at := h.step()
+	at := h.Step()
 	c.allocate(ctx, t, "e2e", node.Name, node.Name, node.Name)
-	h.waitFor(t, "a world of 3", 3*time.Minute, sizeAfter(at, 3))
-	h.waitFor(t, "every member of the world of 3 training", time.Minute, func(l []trainerLine) bool { return len(membersAt(l, at, 3)) == 3 })
+	h.WaitFor(t, "a world of 3", 3*time.Minute, e2e.SizeAfter(at, 3))
+	h.WaitFor(t, "every member of the world of 3 training", time.Minute, func(l []e2e.TrainerLine) bool { return len(membersAt(l, at, 3)) == 3 })
 	if ws := workersAt(at, 3); !slices.Contains(ws, 0) || !slices.Contains(ws, 1) {
 		t.Fatalf("the world of 3 is workers %v: the first two did not train on", ws)
 	}
 
 	// Drain: worker 1's pod is evicted (a DisruptionTarget, then SIGTERM).
-	at = h.step()
+	at = h.Step()
 	t0 := time.Now()
 	if err := c.admin.CoreV1().Pods(c.ns).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "e2e-worker-1", Namespace: c.ns}}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor(t, "a world of 2 after the eviction", 2*time.Minute, sizeAfter(at, 2))
-	h.waitLog(t, "the driver holding the node", 30*time.Second, regexp.MustCompile(`worker pod e2e-worker-1 on node \S+ was preempted`))
+	h.WaitFor(t, "a world of 2 after the eviction", 2*time.Minute, e2e.SizeAfter(at, 2))
+	h.WaitLog(t, "the driver holding the node", 30*time.Second, regexp.MustCompile(`worker pod e2e-worker-1 on node \S+ was preempted`))
 	t.Logf("worker 1 evicted at step %d; the world of 2 formed %v later", at, time.Since(t0).Round(time.Millisecond))
 	// It carries on at 2, with no new worker on the node, for 100 steps.
-	after := h.step()
-	h.waitFor(t, "100 steps at 2 after the eviction", 2*time.Minute, func(l []trainerLine) bool { return maxStep(l) > after+100 })
+	after := h.Step()
+	h.WaitFor(t, "100 steps at 2 after the eviction", 2*time.Minute, func(l []e2e.TrainerLine) bool { return e2e.MaxStep(l) > after+100 })
 	if ws := workersAt(after, 3); len(ws) != 0 {
 		t.Fatalf("workers %v in a world of 3 after the eviction", ws)
 	}
@@ -381,12 +368,12 @@ spec:
 	// The scheduler takes the worker away (2), then another (1): the same
 	// two go on, then one.
 	c.allocate(ctx, t, "e2e", node.Name, node.Name)
-	at = h.step()
+	at = h.Step()
 	c.allocate(ctx, t, "e2e", node.Name)
-	h.waitFor(t, "a world of 1", 2*time.Minute, sizeAfter(at, 1))
+	h.WaitFor(t, "a world of 1", 2*time.Minute, e2e.SizeAfter(at, 1))
 
 	// The driver's status: world size, step, a fitted goodput model.
-	poll(t, "the driver's status", time.Minute, func() bool {
+	e2e.Poll(t, "the driver's status", time.Minute, func() bool {
 		gj := c.job(ctx, t, "e2e")
 		return gj.Status.WorldSize == 1 && gj.Status.Step > at && gj.Status.Goodput != nil
 	})
@@ -402,7 +389,7 @@ spec:
 	}
 
 	select {
-	case err := <-h.exited:
+	case err := <-h.Exited:
 		if err != nil {
 			t.Fatalf("gorovod run --gorovodjob: %v", err)
 		}
@@ -410,10 +397,10 @@ spec:
 		t.Fatal("the job did not finish")
 	}
 	stopLogs()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !regexp.MustCompile(`\d+ workers finished, 0 lost, 0 failed`).MatchString(h.log.String()) {
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
+	if !regexp.MustCompile(`\d+ workers finished, 0 lost, 0 failed`).MatchString(h.Log.String()) {
 		t.Errorf("not every worker finished or left by itself")
 	}
-	checkElasticInvariantsSteps(t, h.lines, samples, steps)
+	e2e.CheckElasticInvariantsSteps(t, h.Lines, samples, steps)
 }
