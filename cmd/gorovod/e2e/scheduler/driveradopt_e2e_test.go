@@ -348,7 +348,7 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 	}
 }
 
-// e2e.WorkersAtPodIPs checks that the job's running worker pods are at their
+// workersAtPodIPs checks that the job's running worker pods are at their
 // nodes' addresses (status.podIP: the nodes of newE2EClusterPodIPs are
 // named by their addresses), that each pod's worker listens there (none
 // only at 127.0.0.1), and, with across, that the pods are on more than one

@@ -42,7 +42,7 @@ type e2eJob struct {
 	h              *e2e.RunJobHarness // its workers' trainer lines (no process)
 	// minWorkers and maxWorkers bound its workers (default 1 and 4).
 	minWorkers, maxWorkers int
-	// e2e.FashionMNIST: its workers run the Fashion-MNIST example
+	// fashionMNIST: its workers run the Fashion-MNIST example
 	// (spec.batch.initial 64) instead of the synthetic trainer (steps and
 	// samples).
 	fashionMNIST bool
