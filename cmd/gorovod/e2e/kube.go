@@ -107,7 +107,7 @@ func InstallGorovod(ctx context.Context, t *testing.T, cp *testkube.ControlPlane
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := testkube.ApplyManifest(ctx, dyn, Path(t, "deploy/kubernetes/gorovod.yaml")); err != nil {
+	if err := testkube.ApplyManifest(ctx, dyn, Path("deploy/kubernetes/gorovod.yaml")); err != nil {
 		t.Fatal(err)
 	}
 	return dyn
@@ -123,8 +123,8 @@ const (
 // (examples/synthetic) as images, static builds.
 func TrainerImages(t *testing.T) []testkube.Image {
 	t.Helper()
-	pause := testkube.BuildStatic(t, Path(t, "cluster/kube/testdata/podhelper"))
-	trainer := testkube.BuildStatic(t, Path(t, "examples/synthetic"))
+	pause := testkube.BuildStatic(t, Path("cluster/kube/testdata/podhelper"))
+	trainer := testkube.BuildStatic(t, Path("examples/synthetic"))
 	return []testkube.Image{
 		{Ref: PauseImage, Files: map[string]string{"bin/pause": pause}, Entrypoint: []string{"/bin/pause", "pause"}},
 		{Ref: TrainerImage, Files: map[string]string{"bin/synthetic": trainer}, Entrypoint: []string{"/bin/synthetic"}},

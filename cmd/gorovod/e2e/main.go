@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -20,6 +21,10 @@ var Binary, Synthetic, FashionMNIST, HeuristicPlugin, CustomLauncher string
 
 // buildDir holds the programs built for the tests (removed at the end).
 var buildDir string
+
+// moduleRoot is the directory of the checkout's go.mod, as the go command
+// finds it from the test's directory (Main sets it).
+var moduleRoot string
 
 // module is the import path every program the tests build is named by, so
 // that a test package in any directory of the module builds the same ones.
@@ -36,6 +41,12 @@ func Main(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	buildDir = dir
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil || strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
+		fmt.Fprintf(os.Stderr, "finding the module's go.mod (go env GOMOD: %q): %v\n", gomod, err)
+		return 1
+	}
+	moduleRoot = filepath.Dir(strings.TrimSpace(string(gomod)))
 	programs := []struct {
 		path *string
 		out  string
@@ -94,20 +105,6 @@ func PlainLauncher(t *testing.T) string {
 
 // Path is rel (slash-separated, from the module's root) in the checkout the
 // tests run from, whichever test package's directory that is.
-func Path(t testing.TB, rel string) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, filepath.FromSlash(rel))
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatalf("no go.mod above the test's directory, for %s", rel)
-		}
-		dir = parent
-	}
+func Path(rel string) string {
+	return filepath.Join(moduleRoot, filepath.FromSlash(rel))
 }
