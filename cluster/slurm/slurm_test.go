@@ -242,7 +242,7 @@ func TestStepsProvisioner(t *testing.T) {
 	if got := steps(t, c, job); len(got) != 3 {
 		t.Fatalf("steps running: %v", got)
 	}
-	for i, w := range p.Workers() {
+	for i, w := range waitMarkers(t, p) {
 		if w.ID != fmt.Sprintf("%s.%d", job, i) && !strings.HasPrefix(w.ID, job+".") || w.Host != workers[i].Host || w.PID != workers[i].PID {
 			t.Fatalf("worker %d: provisioner knows %+v, it reported %+v", i, w, workers[i])
 		}
@@ -362,7 +362,7 @@ func TestSignalsSlurmDelivers(t *testing.T) {
 	for i := range 3 {
 		out.wait(t, i, "ready ", time.Minute)
 	}
-	ws := p.Workers()
+	ws := waitMarkers(t, p)
 	// scancel --signal=TERM JOB.STEP: SIGTERM, and the step goes on.
 	if _, err := c.Run(ctx, "scancel", "--signal=TERM", ws[0].ID); err != nil {
 		t.Fatal(err)
@@ -395,6 +395,25 @@ func TestSignalsSlurmDelivers(t *testing.T) {
 			t.Fatalf("SIGTERM to srun reached the task: %q", out.of(2))
 		}
 	}
+}
+
+// waitMarkers waits until the provisioner has read every worker's marker
+// (its step, host and pid) and returns the workers. The wrapper prints the
+// marker on stderr and the trainer its "ready" on stdout, two pipes read
+// apart, so a worker's "ready" can arrive before its marker does.
+func waitMarkers(t *testing.T, p *Provisioner) []Worker {
+	t.Helper()
+	var ws []Worker
+	waitCond(t, 30*time.Second, "the workers' markers", func() (bool, string) {
+		ws = p.Workers()
+		for _, w := range ws {
+			if w.ID == "" || w.Host == "" {
+				return false, fmt.Sprintf("%+v", ws)
+			}
+		}
+		return true, ""
+	})
+	return ws
 }
 
 // signalSrun sends sig to the srun process of worker i (tests only).
