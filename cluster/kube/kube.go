@@ -233,7 +233,7 @@ func New(ctx context.Context, cfg Config) (*Provisioner, error) {
 			o.LabelSelector = LabelJob + "=" + cfg.Job + "," + LabelRole + "=" + RoleWorker
 		}))
 	inf := factory.Core().V1().Pods().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.observe(obj, false) },
 		UpdateFunc: func(_, obj any) { p.observe(obj, false) },
 		DeleteFunc: func(obj any) {
@@ -242,11 +242,17 @@ func New(ctx context.Context, cfg Config) (*Provisioner, error) {
 			}
 			p.observe(obj, true)
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	factory.Start(p.stopInf)
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	// The handler's own HasSynced, not the informer's: the informer has
+	// synced once its store holds the first list, while the handler gets
+	// those pods later, on its own goroutine, and byName (what Workers and
+	// Adopt read) is the handler's. A driver that takes a job back would
+	// otherwise see no pods of it for a moment.
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		close(p.stopInf)
 		factory.Shutdown()
 		return nil, fmt.Errorf("kube: watching the pods of job %s in namespace %s: %w", cfg.Job, cfg.Namespace, errors.Join(ctx.Err(), errors.New("cache not synced")))
