@@ -22,9 +22,9 @@ import (
 // directory rather than to pipes to the launcher, must train on in their
 // world (one of them takes over proposing worlds), finish every step with the
 // same parameters in each world, and exit; `gorovod follow` started after the
-// kill shows their lines and says when the job is over. With "and a worker", a worker is
-// killed as well once the launcher is gone: the others must leave it out and
-// finish without any driver.
+// kill shows their lines and says when the job is over. With "and a worker",
+// a worker is killed as well once the launcher is gone: the others must leave
+// it out and finish without any driver.
 func TestJobOutlivesLauncher(t *testing.T) {
 	const steps = 600
 	for _, tc := range []struct {
@@ -133,14 +133,14 @@ func checkEveryStepAgreed(t *testing.T, ws map[int][]e2e.TrainerLine, steps int6
 	for i, lines := range ws {
 		for _, l := range lines {
 			k := key{l.Step, l.WorldEpoch}
-			if c, ok := commits[k]; ok && c.params != l.Params {
+			c, ok := commits[k]
+			if !ok {
+				commits[k] = commit{i, l.Params}
+				committed[l.Step] = append(committed[l.Step], l.WorldEpoch)
+			} else if c.params != l.Params {
 				t.Fatalf("step %d, world epoch %d: worker %d has parameters %.12s, worker %d %.12s",
 					l.Step, l.WorldEpoch, i, l.Params, c.worker, c.params)
 			}
-			if _, ok := commits[k]; !ok {
-				committed[l.Step] = append(committed[l.Step], l.WorldEpoch)
-			}
-			commits[k] = commit{i, l.Params}
 		}
 	}
 	for s := int64(1); s <= steps; s++ {
