@@ -111,6 +111,33 @@ func AdmitByPriority(want, floor []int, running []bool, slots int) {
 	}
 }
 
+// KeepOneCurrent edits the proposal of each job (ids, in priority order)
+// that keeps workers but none of its current slots' nodes, so that it keeps
+// one of them: a job's training state lives in its workers' memory, and a
+// world whose every member leaves before a newcomer joined ends the job
+// unfinished. Those jobs come first in the order returned, so that
+// PlaceCounts gives them the slot before another job's proposal takes it.
+func KeepOneCurrent(ids []string, counts map[string]int, proposed, current Allocation) (Allocation, []string) {
+	out := make(Allocation, len(proposed))
+	for id, nodes := range proposed {
+		out[id] = nodes
+	}
+	var first, rest []string
+	for _, id := range ids {
+		p, cur := out[id], current[id]
+		if counts[id] > 0 && len(p) > 0 && len(cur) > 0 && !slices.ContainsFunc(p, func(n int) bool { return slices.Contains(cur, n) }) {
+			p = slices.Clone(p)
+			p[0] = cur[0]
+			slices.Sort(p)
+			out[id] = p
+			first = append(first, id)
+		} else {
+			rest = append(rest, id)
+		}
+	}
+	return out, append(first, rest...)
+}
+
 // PlaceCounts gives each job (ids, in priority order) its count of workers on
 // the cluster's nodes. Where the policy's placement (proposed) has the job's
 // count and fits, it is kept. Otherwise the job keeps what it can of its

@@ -359,7 +359,7 @@ func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, 
 	for i, id := range ids {
 		counts[id] = want[i]
 	}
-	proposed, order := keepOneCurrent(ids, counts, proposed, current)
+	proposed, order := scheduler.KeepOneCurrent(ids, counts, proposed, current)
 	placed := scheduler.PlaceCounts(cluster, order, counts, proposed, current, eligible, preference, maxPerNode)
 	if runningShort(active, counts, placed) {
 		// A waiting job's proposal took slots a running job needs to
@@ -600,33 +600,6 @@ func strandedReason(e *entry, cluster scheduler.Cluster, workers int) string {
 	}
 	return fmt.Sprintf("%s hold %d slots%s, below spec.minWorkers %d: keeping %s on its nodes until they can",
 		where, scheduler.CapacityFor(cluster, e.eligible, perNode), atCap, minimum, kept)
-}
-
-// keepOneCurrent edits the proposal of each job that keeps workers but none
-// of its current slots' nodes, so that it keeps one of them: a job's
-// training state lives in its workers' memory, and a world whose every
-// member leaves before a newcomer joined ends the job unfinished. Those jobs
-// come first in the order returned, so that PlaceCounts gives them the slot
-// before another job's proposal takes it.
-func keepOneCurrent(ids []string, counts map[string]int, proposed, current scheduler.Allocation) (scheduler.Allocation, []string) {
-	out := make(scheduler.Allocation, len(proposed))
-	for id, nodes := range proposed {
-		out[id] = nodes
-	}
-	var first, rest []string
-	for _, id := range ids {
-		p, cur := out[id], current[id]
-		if counts[id] > 0 && len(p) > 0 && len(cur) > 0 && !slices.ContainsFunc(p, func(n int) bool { return slices.Contains(cur, n) }) {
-			p = slices.Clone(p)
-			p[0] = cur[0]
-			slices.Sort(p)
-			out[id] = p
-			first = append(first, id)
-		} else {
-			rest = append(rest, id)
-		}
-	}
-	return out, append(first, rest...)
 }
 
 // onPolicyClock is a time on the policies' clock (a duration since the Unix

@@ -659,46 +659,6 @@ func BenchmarkRound(b *testing.B) {
 	}
 }
 
-// TestKeepOneCurrent: a running job the policy moves wholly to other nodes
-// keeps one of its current slots (its workers hold the training state), and
-// gets it before another job's proposal takes it — the move seen on two
-// kubelets, where job b went from node 1 ×2 to node 0 ×1 while c took node 1.
-func TestKeepOneCurrent(t *testing.T) {
-	cluster := scheduler.Cluster{GPUs: []int{2, 2}}
-	for _, tc := range []struct {
-		name              string
-		counts            map[string]int
-		proposed, current scheduler.Allocation
-		want              scheduler.Allocation
-	}{
-		{"moved wholly", map[string]int{"a": 1, "b": 1, "c": 2},
-			scheduler.Allocation{"a": {0}, "b": {0}, "c": {1, 1}}, scheduler.Allocation{"a": {0, 0}, "b": {1, 1}},
-			scheduler.Allocation{"a": {0}, "b": {1}, "c": {0, 1}}},
-		{"kept a node", map[string]int{"a": 2, "b": 2},
-			scheduler.Allocation{"a": {0, 0}, "b": {1, 1}}, scheduler.Allocation{"a": {0}, "b": {0, 1}},
-			scheduler.Allocation{"a": {0, 0}, "b": {1, 1}}},
-		{"new job", map[string]int{"a": 2, "n": 2},
-			scheduler.Allocation{"a": {0, 0}, "n": {1, 1}}, scheduler.Allocation{"a": {0, 0}},
-			scheduler.Allocation{"a": {0, 0}, "n": {1, 1}}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ids := []string{"a", "b", "c", "n"}
-			proposed, order := keepOneCurrent(ids, tc.counts, tc.proposed, tc.current)
-			got := scheduler.PlaceCounts(cluster, order, tc.counts, proposed, tc.current, nil, nil, nil)
-			for id, want := range tc.want {
-				if !slices.Equal(got[id], want) {
-					t.Errorf("%s placed on %v, want %v (all: %v)", id, got[id], want, got)
-				}
-			}
-			for id, cur := range tc.current {
-				if tc.counts[id] > 0 && !slices.ContainsFunc(got[id], func(n int) bool { return slices.Contains(cur, n) }) {
-					t.Errorf("%s moved wholly from %v to %v", id, cur, got[id])
-				}
-			}
-		})
-	}
-}
-
 // otherPod is a pod not of a GorovodJob, bound to node, with one container
 // requesting req (and, when limitOnly, giving it as a limit only).
 func otherPod(ns, name, node string, req corev1.ResourceList, limitOnly bool) *corev1.Pod {
