@@ -6,7 +6,8 @@ import "slices"
 // can be given: a gorovod job has no checkpoint to be suspended into, so once
 // started it keeps at least its minimum, and a job starts only with at least
 // its minimum. Package pool (local slots) and package cluster/kube/service
-// (a Kubernetes cluster) both carry allocations out through these.
+// (a Kubernetes cluster) both carry allocations out through these, and the
+// simulator (cluster/simulator, Config.Elastic) predicts them so.
 
 // RepairToMinimums makes the worker counts want fit slots slots, in place. The
 // jobs are given in priority order (the first the most important); floor is

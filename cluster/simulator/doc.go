@@ -14,6 +14,9 @@
 // The result is each job's completion time, with averages, tails, makespan
 // and GPU utilization. Models beyond the six of the study (DefaultModels)
 // are configured by a model.json beside their traces (LoadModels), and a
-// workload may set a job's own length and replica cap. `gorovod simulate`
-// is its command line.
+// workload may set a job's own length and replica bounds. Config.Elastic
+// carries each round's allocation out as gorovod's scheduler service does
+// (no job suspended: running jobs keep their minimums, waiting ones start at
+// theirs), and Config.EndCost adds the time from a job's last step to its
+// completion. `gorovod simulate` is its command line.
 package simulator

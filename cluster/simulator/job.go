@@ -39,6 +39,10 @@ type job struct {
 	targetReplicas int
 	targetBatch    int
 	maxReplicas    int
+	// minReplicas is the job's minimum (0: none); endCost the seconds from
+	// its last step to its completion (Config.EndCost).
+	minReplicas int
+	endCost     float64
 
 	model *agent // adaptive jobs only
 
@@ -53,8 +57,8 @@ type job struct {
 	epoch        int
 	attained     float64 // GPU-seconds held
 	restarts     int     // -1 until first allocated
-	done         bool
-	completed    float64 // seconds
+	done         bool    // trained to the end
+	completed    float64 // seconds: the last step's end plus endCost
 	rescaleSpent float64 // seconds paused by reallocations
 }
 
@@ -179,9 +183,26 @@ func (j *job) activate() {
 // roundHalfEven is Python's round().
 func roundHalfEven(x float64) float64 { return math.RoundToEven(x) }
 
+// over says whether the job has completed by now: trained to the end and
+// past its end cost. Until then it holds its GPUs.
+func (j *job) over(now float64) bool { return j.done && j.completed <= now }
+
+// mostReplicas is the most GPUs the job may run on in a cluster of slots:
+// its cap, or the size its user asked for where the policy has no cap
+// (Tiresias).
+func (j *job) mostReplicas(slots int) int {
+	switch {
+	case j.maxReplicas > 0:
+		return min(j.maxReplicas, slots)
+	case j.targetReplicas > 0:
+		return min(j.targetReplicas, slots)
+	}
+	return slots
+}
+
 // step advances the job by seconds of simulated time from now.
 func (j *job) step(now, seconds float64) error {
-	if len(j.placement) == 0 || j.done {
+	if len(j.placement) == 0 {
 		return nil
 	}
 	held := float64(sumInts(j.placement))
@@ -211,6 +232,10 @@ func (j *job) step(now, seconds float64) error {
 				j.activate()
 			}
 		}
+	}
+	if j.done {
+		// Ending (Config.EndCost): it holds its GPUs until it completes.
+		j.attained += min(seconds, max(j.completed-now, 0)) * held
 	}
 	return nil
 }
@@ -255,7 +280,7 @@ func (j *job) train(now, seconds float64) (float64, error) {
 			delta := min(roundHalfEven((next-j.progress)/goodput), seconds)
 			if j.epoch >= j.epochs() {
 				j.done = true
-				j.completed = now + delta
+				j.completed = now + delta + j.endCost
 			}
 			j.progress = next
 			now += delta
@@ -273,11 +298,15 @@ func (j *job) schedulerJob(now float64, gpusPerNode int) scheduler.Job {
 		Submitted:   secondsDuration(j.spec.Submitted.Seconds()),
 		Attained:    secondsDuration(j.attained),
 		Restarts:    max(j.restarts, 0),
+		MinReplicas: j.minReplicas,
 		MaxReplicas: j.maxReplicas,
 		Replicas:    j.targetReplicas,
 	}
 	if j.model != nil {
-		sj.MaxProfiledReplicas = j.model.maxProfiledReplicas()
+		// A job with a minimum has run at it once it runs at all: Pollux
+		// bounds a job by twice what it profiled, which must not fall
+		// below its minimum (the scheduler service's rule).
+		sj.MaxProfiledReplicas = max(j.model.maxProfiledReplicas(), j.minReplicas)
 		if j.model.ready() {
 			sj.Goodput = j.model.goodput()
 		}

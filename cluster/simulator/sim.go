@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,6 +52,22 @@ type Config struct {
 	Models map[string]ModelConfig
 	// MaxTime stops a simulation that has not finished (30 days).
 	MaxTime time.Duration
+	// Elastic carries each round's allocation out as gorovod's scheduler
+	// service does, for jobs that resize live and have no checkpoint to be
+	// suspended into: a running job keeps at least its minimum
+	// (WorkloadJob.MinReplicas, 1 when unset), a waiting one starts with at
+	// least its minimum, waiting jobs are admitted in submission order by
+	// shrinking running ones towards their minimums, and a job moved wholly
+	// off its nodes keeps one of them (scheduler.RepairToMinimums,
+	// AdmitByPriority, KeepOneCurrent, PlaceCounts). Every policy becomes
+	// elastic so: Tiresias runs a job below its num_replicas rather than
+	// queue another. False runs Pollux's study, where a job not given its
+	// allocation is suspended.
+	Elastic bool
+	// EndCost is the time from a job's last step to its completion, during
+	// which it holds its GPUs and trains nothing (its trainer's and
+	// driver's exit, the job's status update); 0 in Pollux's study.
+	EndCost time.Duration
 }
 
 // DefaultConfig returns the setup of Pollux's simulator study.
@@ -163,10 +180,13 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 			return nil, fmt.Errorf("simulator: job %s: %d epochs, but the validation traces of %s record %d",
 				w.Name, w.Epochs, w.Model, t.ValidatedEpochs)
 		}
-		if w.MaxReplicas < 0 {
-			return nil, fmt.Errorf("simulator: job %s: maximum replicas %d is negative", w.Name, w.MaxReplicas)
+		if w.MaxReplicas < 0 || w.MinReplicas < 0 {
+			return nil, fmt.Errorf("simulator: job %s: replica bounds [%d, %d] include a negative one", w.Name, w.MinReplicas, w.MaxReplicas)
 		}
-		j := &job{spec: w, trace: t, restarts: -1}
+		j := &job{spec: w, trace: t, restarts: -1, minReplicas: w.MinReplicas, endCost: max(cfg.EndCost.Seconds(), 0)}
+		if cfg.Elastic {
+			j.minReplicas = max(j.minReplicas, 1)
+		}
 		switch cfg.Policy {
 		case Tiresias: // user-chosen size and batch ("TunedJobs")
 			j.targetReplicas, j.targetBatch = w.Replicas, w.BatchSize
@@ -188,6 +208,9 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 				}
 			}
 		}
+		if most := j.mostReplicas(totalGPUs); j.minReplicas > most {
+			return nil, fmt.Errorf("simulator: job %s: minimum replicas %d above the most it may run, %d", w.Name, j.minReplicas, most)
+		}
 		if j.targetBatch > 0 && (j.targetBatch < t.InitBatchSize || j.targetBatch > t.MaxBatchSize) {
 			return nil, fmt.Errorf("simulator: job %s: batch size %d outside the validated range [%d, %d] of %s",
 				w.Name, j.targetBatch, t.InitBatchSize, t.MaxBatchSize, w.Model)
@@ -195,6 +218,14 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 		jobs[i] = j
 	}
 
+	// The policies and the elastic repair see jobs in the order they
+	// arrived (the service's order among jobs of one priority).
+	byArrival := slices.Clone(jobs)
+	slices.SortStableFunc(byArrival, func(a, b *job) int { return cmp.Compare(a.spec.Submitted, b.spec.Submitted) })
+	byName := make(map[string]*job, len(jobs))
+	for _, j := range jobs {
+		byName[j.spec.Name] = j
+	}
 	interval := cfg.Interval.Seconds()
 	costs := rescaleModel{start: cfg.StartCost.Seconds(), rescale: cfg.RescaleCost.Seconds(),
 		joinerStartup: max(cfg.JoinerStartup.Seconds(), 0)}
@@ -204,7 +235,7 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 	for {
 		left := 0
 		for _, j := range jobs {
-			if !j.done {
+			if !j.over(now) {
 				left++
 			}
 		}
@@ -226,8 +257,8 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 		rounds++
 		var active []scheduler.Job
 		current := scheduler.Allocation{}
-		for _, j := range jobs {
-			if j.spec.Submitted.Seconds() <= now && !j.done {
+		for _, j := range byArrival {
+			if j.spec.Submitted.Seconds() <= now && !j.over(now) {
 				active = append(active, j.schedulerJob(now, cfg.GPUsPerNode))
 				if nodes, ok := alloc[j.spec.Name]; ok {
 					current[j.spec.Name] = nodes
@@ -244,9 +275,15 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 			if err := checkAllocation(next, cluster, active); err != nil {
 				return nil, fmt.Errorf("simulator: %s at %v: %w", policy.Name(), secondsDuration(now), err)
 			}
+			if cfg.Elastic {
+				next = repairElastic(active, byName, next, current, cluster)
+				if err := checkAllocation(next, cluster, active); err != nil {
+					return nil, fmt.Errorf("simulator: the elastic repair of %s at %v: %w", policy.Name(), secondsDuration(now), err)
+				}
+			}
 		}
 		for _, j := range jobs {
-			if j.done {
+			if j.over(now) {
 				if len(j.nodes) > 0 {
 					j.reallocate(nil, costs)
 				}
@@ -259,6 +296,37 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 		alloc = next
 	}
 	return summarize(policy.Name(), jobs, totalGPUs, rounds), nil
+}
+
+// repairElastic carries a policy's allocation (proposed) out as the scheduler
+// service does (Config.Elastic); active is in priority order.
+func repairElastic(active []scheduler.Job, byName map[string]*job, proposed, current scheduler.Allocation, cluster scheduler.Cluster) scheduler.Allocation {
+	slots := cluster.TotalGPUs()
+	ids := make([]string, len(active))
+	want := make([]int, len(active))
+	floor := make([]int, len(active))
+	running := make([]bool, len(active))
+	for i, sj := range active {
+		j := byName[sj.ID]
+		ids[i] = sj.ID
+		floor[i] = j.minReplicas
+		running[i] = len(current[sj.ID]) > 0
+		want[i] = min(len(proposed[sj.ID]), j.mostReplicas(slots))
+	}
+	scheduler.RepairToMinimums(want, floor, running, slots)
+	scheduler.AdmitByPriority(want, floor, running, slots)
+	counts := make(map[string]int, len(ids))
+	for i, id := range ids {
+		counts[id] = want[i]
+	}
+	proposed, order := scheduler.KeepOneCurrent(ids, counts, proposed, current)
+	placed := scheduler.PlaceCounts(cluster, order, counts, proposed, current, nil, nil, nil)
+	for i, id := range ids {
+		if !running[i] && len(placed[id]) < floor[i] {
+			delete(placed, id) // it waits for the next round
+		}
+	}
+	return placed
 }
 
 // checkAllocation verifies a policy's answer: known jobs, nodes in range,

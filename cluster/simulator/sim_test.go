@@ -122,6 +122,8 @@ func TestSimulateErrors(t *testing.T) {
 		{"unknown policy", context.Background(), func(c *Config) { c.Policy = "fifo" }, []WorkloadJob{job}, "unknown policy"},
 		{"unknown model", context.Background(), nil, []WorkloadJob{{Name: "a", Model: "gpt", Replicas: 1, BatchSize: 1}}, "no traces"},
 		{"too big for Tiresias", context.Background(), func(c *Config) { c.Policy, c.Nodes = Tiresias, 1 }, []WorkloadJob{{Name: "a", Model: "cifar10", Replicas: 8, BatchSize: 512}}, "asks for 8 GPUs"},
+		{"minimum above Tiresias's size", context.Background(), func(c *Config) { c.Policy, c.Elastic = Tiresias, true }, []WorkloadJob{{Name: "a", Model: "cifar10", Replicas: 2, BatchSize: 512, MinReplicas: 3}}, "minimum replicas 3 above the most it may run, 2"},
+		{"minimum above the cluster", context.Background(), func(c *Config) { c.Nodes, c.GPUsPerNode = 1, 2 }, []WorkloadJob{{Name: "a", Model: "cifar10", Replicas: 2, BatchSize: 512, MinReplicas: 3}}, "minimum replicas 3 above the most it may run, 2"},
 		{"batch outside the traces", context.Background(), func(c *Config) { c.Policy = Optimus }, []WorkloadJob{{Name: "a", Model: "cifar10", Replicas: 1, BatchSize: 64}}, "outside the validated range"},
 		{"no time", context.Background(), func(c *Config) { c.Policy, c.MaxTime = Tiresias, time.Minute }, []WorkloadJob{job}, "unfinished"},
 		{"empty", context.Background(), nil, nil, "empty workload"},
@@ -221,6 +223,61 @@ func TestWorkloadEpochsAndMaxReplicas(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestElasticAndEndCost runs two jobs of the tiny model (80 steps of batch 8:
+// 80 s on one GPU, 48 s on two) under Tiresias on one node of 2 GPUs, with
+// rounds every 10 s and free starts: a arrives at 0 and b at 5, each asking
+// for 2 GPUs. In Pollux's study b waits for a; elastic, b starts at its
+// minimum beside a, which shrinks to its own, unless b's minimum does not
+// fit beside a's.
+func TestElasticAndEndCost(t *testing.T) {
+	traces := map[string]*Trace{"tiny": tinyTrace(t)}
+	for _, tc := range []struct {
+		name        string
+		elastic     bool
+		endCost     time.Duration
+		minB        int
+		completed   [2]float64 // a, b
+		restartsA   int
+		gpuSecondsA float64
+	}{
+		// a runs on 2 GPUs from the round at 10 s to 58 s, freed at the
+		// round at 60, where b starts: 60 + 48.
+		{"suspended", false, 0, 0, [2]float64{58, 108}, 0, 96},
+		// At 10 s neither runs, so a gets its 2 GPUs; at 20 s b starts
+		// at its minimum and a shrinks to 1 GPU, with 80 − 10/0.6 steps
+		// left (63 s, rounded to the second as the original does): a ends
+		// at 83, b, on 1 GPU from 20 s, at 100.
+		{"elastic", true, 0, 0, [2]float64{83, 100}, 1, 83},
+		// b's minimum of 2 does not fit beside a's 1: b waits as above.
+		{"elastic, b's minimum too big", true, 0, 2, [2]float64{58, 108}, 0, 96},
+		// a ends at 58 + 5 s and holds its GPUs until then; b starts at
+		// the round at 70.
+		{"end cost", false, 5 * time.Second, 0, [2]float64{63, 123}, 0, 106},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Policy, cfg.Nodes, cfg.GPUsPerNode, cfg.NoRescaleCost = Tiresias, 1, 2, true
+			cfg.Interval, cfg.Elastic, cfg.EndCost = 10*time.Second, tc.elastic, tc.endCost
+			cfg.Models = map[string]ModelConfig{"tiny": {MaxEpochs: 2}}
+			jobs := []WorkloadJob{
+				{Name: "a", Model: "tiny", Replicas: 2, BatchSize: 8},
+				{Name: "b", Submitted: 5 * time.Second, Model: "tiny", Replicas: 2, BatchSize: 8, MinReplicas: tc.minB},
+			}
+			res, err := Simulate(context.Background(), cfg, jobs, traces)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b := res.Jobs[0], res.Jobs[1]
+			if got := [2]float64{a.Completed, b.Completed}; got != tc.completed {
+				t.Fatalf("completed at %v s, want %v s (%+v)", got, tc.completed, res.Jobs)
+			}
+			if a.Restarts != tc.restartsA || math.Abs(a.GPUSeconds-tc.gpuSecondsA) > 1e-9 {
+				t.Fatalf("a: %d restarts holding %v GPU·s, want %d and %v", a.Restarts, a.GPUSeconds, tc.restartsA, tc.gpuSecondsA)
+			}
+		})
+	}
 }
 
 func TestPercentile(t *testing.T) {

@@ -29,6 +29,10 @@ type WorkloadJob struct {
 	// MaxReplicas, when set, caps the replicas Pollux and Optimus give the
 	// job (below its model's cap, if any); Tiresias runs Replicas.
 	MaxReplicas int
+	// MinReplicas, when set, is the fewest replicas the job runs on: every
+	// policy gives it at least this many or none, and Config.Elastic keeps
+	// a running job at it.
+	MinReplicas int
 }
 
 // ReadWorkloadFile reads a workload CSV file (see ParseWorkload).
@@ -50,10 +54,10 @@ const maxSubmitSeconds = 365 * 24 * 3600
 
 // ParseWorkload parses a workload in the format of Pollux's artifact: a header
 // naming the columns name, time (seconds), application, num_replicas and
-// batch_size, then one job per row. Two optional columns set a job's own
-// length and bound: epochs (WorkloadJob.Epochs) and max_replicas
-// (WorkloadJob.MaxReplicas), each a positive integer or empty for the
-// model's. Names must be unique; the jobs are returned in file order.
+// batch_size, then one job per row. Three optional columns set a job's own
+// length and bounds: epochs (WorkloadJob.Epochs), max_replicas
+// (WorkloadJob.MaxReplicas) and min_replicas (WorkloadJob.MinReplicas), each
+// a positive integer or empty for the default. Names must be unique; the jobs are returned in file order.
 func ParseWorkload(r io.Reader) ([]WorkloadJob, error) {
 	cr := csv.NewReader(r)
 	header, err := cr.Read()
@@ -101,6 +105,7 @@ func ParseWorkload(r io.Reader) ([]WorkloadJob, error) {
 		}{
 			{"num_replicas", &j.Replicas, false}, {"batch_size", &j.BatchSize, false},
 			{"epochs", &j.Epochs, true}, {"max_replicas", &j.MaxReplicas, true},
+			{"min_replicas", &j.MinReplicas, true},
 		} {
 			if _, ok := index[p.col]; !ok && p.optional {
 				continue
@@ -114,6 +119,9 @@ func ParseWorkload(r io.Reader) ([]WorkloadJob, error) {
 				return nil, fmt.Errorf("workload line %d: %s %q is not a positive integer", line, p.col, s)
 			}
 			*p.dst = v
+		}
+		if j.MaxReplicas > 0 && j.MinReplicas > j.MaxReplicas {
+			return nil, fmt.Errorf("workload line %d: min_replicas %d above max_replicas %d", line, j.MinReplicas, j.MaxReplicas)
 		}
 		jobs = append(jobs, j)
 	}

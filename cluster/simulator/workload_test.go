@@ -68,6 +68,10 @@ func TestParseWorkloadOptionalColumns(t *testing.T) {
 		{name: "fractional epochs", in: header + "a,0,ncf,1,8,2.5,1\n", wantErr: `line 2: epochs "2.5"`},
 		{name: "negative max_replicas", in: header + "a,0,ncf,1,8,2,-1\n", wantErr: `line 2: max_replicas "-1"`},
 		{name: "max_replicas not a number", in: header + "a,0,ncf,1,8,2,all\n", wantErr: `line 2: max_replicas "all"`},
+		{name: "min_replicas", in: "name,time,application,num_replicas,batch_size,min_replicas,max_replicas\na,0,ncf,4,8,2,4\nb,0,ncf,4,8,,\n",
+			want: []WorkloadJob{{Name: "a", Model: "ncf", Replicas: 4, BatchSize: 8, MinReplicas: 2, MaxReplicas: 4}, {Name: "b", Model: "ncf", Replicas: 4, BatchSize: 8}}},
+		{name: "min_replicas above max_replicas", in: "name,time,application,num_replicas,batch_size,min_replicas,max_replicas\na,0,ncf,4,8,3,2\n", wantErr: "line 2: min_replicas 3 above max_replicas 2"},
+		{name: "zero min_replicas", in: "name,time,application,num_replicas,batch_size,min_replicas\na,0,ncf,4,8,0\n", wantErr: `line 2: min_replicas "0"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			jobs, err := ParseWorkload(strings.NewReader(tc.in))

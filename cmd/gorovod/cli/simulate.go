@@ -40,6 +40,8 @@ func simulateCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	rescale := fs.Duration("rescale-cost", def.RescaleCost, "time a running job trains nothing when its allocation changes (0: free)")
 	start := fs.Duration("start-cost", 0, "time a job that had no GPUs trains nothing once it gets some (default: the rescale cost)")
 	joiner := fs.Duration("joiner-startup", 0, "model live resizing: a job that grows trains on the GPUs it keeps for this long while new workers start, then pauses for the rescale cost (0: every change is one pause)")
+	elastic := fs.Bool("elastic", false, "carry each round's allocation out as the scheduler service does: jobs resize live, a running job keeps its minimum (min_replicas, default 1), a waiting one starts at it by shrinking running ones (default: Pollux's study, where a job not allocated is suspended)")
+	endCost := fs.Duration("end-cost", 0, "time from a job's last step to its completion, its GPUs held (the trainer's and driver's exit)")
 	penalty := fs.Duration("restart-penalty", -1, "Pollux's re-allocation penalty δ (default: the rescale cost)")
 	population := fs.Int("population", def.Pollux.Population, "Pollux: genetic algorithm population")
 	generations := fs.Int("generations", def.Pollux.Generations, "Pollux: generations per scheduling round")
@@ -55,7 +57,7 @@ func simulateCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	usage := `Usage: gorovod simulate [flags] WORKLOAD.csv...
 
 Replays workloads (Pollux's format: name,time,application,num_replicas,batch_size,
-and optionally epochs and max_replicas per job) against per-model throughput
+and optionally epochs, max_replicas and min_replicas per job) against per-model throughput
 and gradient-statistics traces under a scheduling policy, and prints job
 completion times (JCT), makespan and GPU utilization. With several workloads
 or policies, they run in parallel and a mean per policy is added.
@@ -90,8 +92,8 @@ imagenet, ncf, yolov3), model.json: {"max_epochs": N, "max_local_bsz": 0,
 		return simulateUsageErr(stderr, "--nodes must be ≥ 1 and --gpus-per-node in [1, 9]")
 	case *interval <= 0:
 		return simulateUsageErr(stderr, "--interval must be positive")
-	case *rescale < 0 || *start < 0 || *joiner < 0:
-		return simulateUsageErr(stderr, "--rescale-cost, --start-cost and --joiner-startup must not be negative")
+	case *rescale < 0 || *start < 0 || *joiner < 0 || *endCost < 0:
+		return simulateUsageErr(stderr, "--rescale-cost, --start-cost, --joiner-startup and --end-cost must not be negative")
 	case *population < 2 || *generations < 1:
 		return simulateUsageErr(stderr, "--population must be ≥ 2 and --generations ≥ 1")
 	case *fairness == 0:
@@ -105,6 +107,7 @@ imagenet, ncf, yolov3), model.json: {"max_epochs": N, "max_local_bsz": 0,
 	cfg.Nodes, cfg.GPUsPerNode, cfg.Interval = *nodes, *gpus, *interval
 	cfg.RescaleCost, cfg.NoRescaleCost = *rescale, *rescale == 0
 	cfg.StartCost, cfg.JoinerStartup = *start, *joiner
+	cfg.Elastic, cfg.EndCost = *elastic, *endCost
 	cfg.Pollux.Population, cfg.Pollux.Generations = *population, *generations
 	cfg.Pollux.Fairness, cfg.Pollux.Seed = *fairness, *seed
 	if *selection == "nsga2" {

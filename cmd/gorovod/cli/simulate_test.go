@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,30 +131,72 @@ func TestSimulateModelErrors(t *testing.T) {
 
 // TestSimulateRecordedWorkload: the measured workload of docs/scheduler.md
 // ("The simulator beside the measurement") replays from the traces recorded
-// of gorovod's own trainers, the command of the docs: every job completes
-// under each policy, after its submission.
+// of gorovod's own trainers, the commands of the docs: every job completes
+// under each policy, after its submission, in Pollux's study and as the
+// scheduler service carries allocations out (--elastic), where Tiresias
+// starts a waiting job at its minimum beside the others instead of queueing
+// it, so that its jobs finish sooner on average.
 func TestSimulateRecordedWorkload(t *testing.T) {
 	dir := filepath.Join("..", "..", "..", "bench", "simtrace")
-	var stdout, stderr bytes.Buffer
-	err := simulateCommand(context.Background(), []string{"--policy", "all", "--nodes", "2", "--gpus-per-node", "2",
-		"--interval", "3s", "--rescale-cost", "30ms", "--start-cost", "3s", "--joiner-startup", "2s", "--json",
-		"--traces", filepath.Join(dir, "traces"), filepath.Join(dir, "workload.csv")}, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("%v; stderr %s", err, stderr.String())
-	}
-	dec := json.NewDecoder(&stdout)
-	for _, policy := range []string{"pollux", "optimus", "tiresias"} {
-		var res simulator.Result
-		if err := dec.Decode(&res); err != nil {
-			t.Fatalf("%s: %v", policy, err)
-		}
-		if res.Policy != policy || len(res.Jobs) != 6 {
-			t.Fatalf("result %s with %d jobs, want %s with the workload's 6", res.Policy, len(res.Jobs), policy)
-		}
-		for _, j := range res.Jobs {
-			if j.Completed <= j.Submitted {
-				t.Errorf("%s: job %s submitted at %v s, completed at %v s", policy, j.Name, j.Submitted, j.Completed)
+	avgJCT := map[string]float64{} // Tiresias's, by mode
+	for _, mode := range []struct {
+		name  string
+		flags []string
+	}{
+		{"suspended", nil},
+		{"elastic", []string{"--elastic", "--end-cost", "4s"}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"--policy", "all", "--nodes", "2", "--gpus-per-node", "2",
+				"--interval", "3s", "--rescale-cost", "30ms", "--start-cost", "3s", "--joiner-startup", "2s", "--json",
+				"--traces", filepath.Join(dir, "traces")}, mode.flags...)
+			err := simulateCommand(context.Background(), append(args, filepath.Join(dir, "workload.csv")), &stdout, &stderr)
+			if err != nil {
+				t.Fatalf("%v; stderr %s", err, stderr.String())
 			}
-		}
+			dec := json.NewDecoder(&stdout)
+			for _, policy := range []string{"pollux", "optimus", "tiresias"} {
+				var res simulator.Result
+				if err := dec.Decode(&res); err != nil {
+					t.Fatalf("%s: %v", policy, err)
+				}
+				if res.Policy != policy || len(res.Jobs) != 6 {
+					t.Fatalf("result %s with %d jobs, want %s with the workload's 6", res.Policy, len(res.Jobs), policy)
+				}
+				for _, j := range res.Jobs {
+					if j.Completed <= j.Submitted {
+						t.Errorf("%s: job %s submitted at %v s, completed at %v s", policy, j.Name, j.Submitted, j.Completed)
+					}
+				}
+				if policy == "tiresias" {
+					avgJCT[mode.name] = res.AvgJCT
+				}
+			}
+		})
+	}
+	if s, e := avgJCT["suspended"], avgJCT["elastic"]; !(e > 0 && e < s) {
+		t.Fatalf("Tiresias's average JCT %.1f s elastic, %.1f s suspended: want elastic below", e, s)
+	}
+}
+
+// TestSimulateFlagErrors: bad cost flags are usage errors, before any
+// workload is read.
+func TestSimulateFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"negative end cost", []string{"--end-cost", "-4s"}, "--end-cost must not be negative"},
+		{"negative joiner start-up", []string{"--joiner-startup", "-1s"}, "--joiner-startup and --end-cost must not be negative"},
+		{"elastic takes no value", []string{"--elastic=maybe"}, "invalid boolean value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, err := gorovod(context.Background(), append(append([]string{"simulate"}, tc.args...), "w.csv")...)
+			if !errors.Is(err, ErrUsage) || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("err %v, stderr %q; want a usage error containing %q", err, stderr, tc.want)
+			}
+		})
 	}
 }
