@@ -112,6 +112,19 @@ func AdmitByPriority(want, floor []int, running []bool, slots int) {
 	}
 }
 
+// RepairCounts repairs the worker counts want of jobs ids (in priority
+// order) with RepairToMinimums, then AdmitByPriority, and returns them by
+// job.
+func RepairCounts(ids []string, want, floor []int, running []bool, slots int) map[string]int {
+	RepairToMinimums(want, floor, running, slots)
+	AdmitByPriority(want, floor, running, slots)
+	counts := make(map[string]int, len(ids))
+	for i, id := range ids {
+		counts[id] = want[i]
+	}
+	return counts
+}
+
 // KeepOneCurrent edits the proposal of each job (ids, in priority order)
 // that keeps workers but none of its current slots' nodes, so that it keeps
 // one of them: a job's training state lives in its workers' memory, and a

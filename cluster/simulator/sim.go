@@ -313,12 +313,7 @@ func repairElastic(active []scheduler.Job, byName map[string]*job, proposed, cur
 		running[i] = len(current[sj.ID]) > 0
 		want[i] = min(len(proposed[sj.ID]), j.mostReplicas(slots))
 	}
-	scheduler.RepairToMinimums(want, floor, running, slots)
-	scheduler.AdmitByPriority(want, floor, running, slots)
-	counts := make(map[string]int, len(ids))
-	for i, id := range ids {
-		counts[id] = want[i]
-	}
+	counts := scheduler.RepairCounts(ids, want, floor, running, slots)
 	proposed, order := scheduler.KeepOneCurrent(ids, counts, proposed, current)
 	placed := scheduler.PlaceCounts(cluster, order, counts, proposed, current, nil, nil, nil)
 	for i, id := range ids {

@@ -353,12 +353,7 @@ func (s *Service) allocate(ctx context.Context, now time.Time, active []*entry, 
 		}
 		want[i] = min(len(proposed[e.id]), limit)
 	}
-	scheduler.RepairToMinimums(want, floor, running, slots)
-	scheduler.AdmitByPriority(want, floor, running, slots)
-	counts := make(map[string]int, len(active))
-	for i, id := range ids {
-		counts[id] = want[i]
-	}
+	counts := scheduler.RepairCounts(ids, want, floor, running, slots)
 	proposed, order := scheduler.KeepOneCurrent(ids, counts, proposed, current)
 	placed := scheduler.PlaceCounts(cluster, order, counts, proposed, current, eligible, preference, maxPerNode)
 	if runningShort(active, counts, placed) {
