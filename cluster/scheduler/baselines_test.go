@@ -146,6 +146,41 @@ func TestTiresias(t *testing.T) {
 	}
 }
 
+// TestTiresiasGrowsBackAfterAShrink: a running job the runtime carried out
+// on fewer GPUs than it asked for (the scheduler service's repair shrinks a
+// running job to start a waiting one) is given its full size again once it
+// fits, and kept where it is while it cannot (admitted, so its placement is
+// what the policy proposes; the repair keeps it at its minimum otherwise).
+func TestTiresiasGrowsBackAfterAShrink(t *testing.T) {
+	a := Job{ID: "a", Replicas: 4}
+	b := Job{ID: "b", Replicas: 4}
+	for _, tc := range []struct {
+		name    string
+		jobs    []Job
+		current Allocation
+		want    Allocation
+	}{
+		// b has finished: a, shrunk to 3 beside it, is given its 4.
+		{"room again", []Job{a}, Allocation{"a": {0, 0, 1}}, Allocation{"a": {0, 0, 1, 1}}},
+		// b still holds its GPU: a is admitted at 4 (b, not admitted,
+		// is left to the runtime's repair), packed anew.
+		{"still shared", []Job{a, b}, Allocation{"a": {0, 0, 1}, "b": {1}}, Allocation{"a": {0, 0, 1, 1}}},
+		// At its size a job stays where it is.
+		{"at its size", []Job{a}, Allocation{"a": {0, 1, 1, 0}}, Allocation{"a": {0, 1, 1, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewTiresias(TiresiasConfig{})
+			got, err := p.Allocate(context.Background(), time.Minute, tc.jobs, NewCluster(2, 2), tc.current)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestTiresiasErrors(t *testing.T) {
 	_, err := NewTiresias(TiresiasConfig{}).Allocate(context.Background(), 0, []Job{{ID: "a"}}, NewCluster(1, 4), nil)
 	if !errors.Is(err, ErrInvalidJob) {

@@ -26,8 +26,8 @@ func DefaultTiresiasConfig() TiresiasConfig {
 // second once they have used QueueThreshold of GPU time; each round, jobs are
 // admitted queue by queue, first come first served within a queue, skipping
 // those that do not fit; a job no longer admitted is preempted. A running job
-// keeps its placement; a newly admitted one is packed onto the nodes with the
-// most free GPUs. A job pinned to some nodes (Job.Eligible), or capped per
+// keeps its placement; a newly admitted one, or one running on fewer GPUs
+// than it asked for, is packed onto the nodes with the most free GPUs. A job pinned to some nodes (Job.Eligible), or capped per
 // node (Job.MaxPerNode), is admitted only where it fits on them, at most
 // its cap on each, beside the jobs admitted before it; a job free to go
 // anywhere moves off them for it (placeSized). Executed time is
@@ -122,15 +122,21 @@ func (t *Tiresias) Allocate(ctx context.Context, now time.Duration, jobs []Job, 
 			order = append(order, index[id])
 		}
 	}
-	keep := func(i int) []int { return alloc[jobs[i].ID] }
+	// A running job keeps its placement where it has its size. One
+	// running on fewer (an elastic runtime shrank it to make room: the
+	// scheduler service's repair) is placed anew at its size, so that it
+	// grows back once there is room, instead of running small for good.
+	keep := func(i int) []int {
+		if nodes := alloc[jobs[i].ID]; len(nodes) == size[i] {
+			return nodes
+		}
+		return nil
+	}
 	constrained := anyConstrained(jobs)
 	gpus := cluster.TotalGPUs()
 	for _, i := range order {
 		id := jobs[i].ID
 		size[i] = jobs[i].Replicas
-		if n := len(alloc[id]); n > 0 {
-			size[i] = n
-		}
 		admit := jobs[i].Replicas <= gpus
 		if admit && constrained {
 			_, admit = placeSized(cluster, jobs, size, order, keep)

@@ -248,8 +248,9 @@ func TestElasticAndEndCost(t *testing.T) {
 		// At 10 s neither runs, so a gets its 2 GPUs; at 20 s b starts
 		// at its minimum and a shrinks to 1 GPU, with 80 − 10/0.6 steps
 		// left (63 s, rounded to the second as the original does): a ends
-		// at 83, b, on 1 GPU from 20 s, at 100.
-		{"elastic", true, 0, 0, [2]float64{83, 100}, 1, 83},
+		// at 83. b, on 1 GPU from 20 s, has 10 steps left at the round at
+		// 90, where it grows back to its 2 GPUs: 6 s more.
+		{"elastic", true, 0, 0, [2]float64{83, 96}, 1, 83},
 		// b's minimum of 2 does not fit beside a's 1: b waits as above.
 		{"elastic, b's minimum too big", true, 0, 2, [2]float64{58, 108}, 0, 96},
 		// a ends at 58 + 5 s and holds its GPUs until then; b starts at
