@@ -27,8 +27,9 @@ func DefaultTiresiasConfig() TiresiasConfig {
 // admitted queue by queue, first come first served within a queue, skipping
 // those that do not fit; a job no longer admitted is preempted. A running job
 // keeps its placement; a newly admitted one, or one running on fewer GPUs
-// than it asked for, is packed onto the nodes with the most free GPUs. A job pinned to some nodes (Job.Eligible), or capped per
-// node (Job.MaxPerNode), is admitted only where it fits on them, at most
+// than it asked for, is packed onto the nodes with the most free GPUs. A job
+// pinned to some nodes (Job.Eligible), or capped per node (Job.MaxPerNode),
+// is admitted only where it fits on them, at most
 // its cap on each, beside the jobs admitted before it; a job free to go
 // anywhere moves off them for it (placeSized). Executed time is
 // counted from the policy's own view of which jobs run, as Tiresias does.

@@ -187,15 +187,15 @@ func roundHalfEven(x float64) float64 { return math.RoundToEven(x) }
 // past its end cost. Until then it holds its GPUs.
 func (j *job) over(now float64) bool { return j.done && j.completed <= now }
 
-// mostReplicas is the most GPUs the job may run on in a cluster of slots:
-// its cap, or the size its user asked for where the policy has no cap
-// (Tiresias).
-func (j *job) mostReplicas(slots int) int {
+// mostReplicas is the most GPUs a job may run on in a cluster of slots: its
+// cap (maxReplicas), or the size its user asked for (replicas) where the
+// policy has no cap (Tiresias).
+func mostReplicas(maxReplicas, replicas, slots int) int {
 	switch {
-	case j.maxReplicas > 0:
-		return min(j.maxReplicas, slots)
-	case j.targetReplicas > 0:
-		return min(j.targetReplicas, slots)
+	case maxReplicas > 0:
+		return min(maxReplicas, slots)
+	case replicas > 0:
+		return min(replicas, slots)
 	}
 	return slots
 }

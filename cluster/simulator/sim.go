@@ -208,7 +208,7 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 				}
 			}
 		}
-		if most := j.mostReplicas(totalGPUs); j.minReplicas > most {
+		if most := mostReplicas(j.maxReplicas, j.targetReplicas, totalGPUs); j.minReplicas > most {
 			return nil, fmt.Errorf("simulator: job %s: minimum replicas %d above the most it may run, %d", w.Name, j.minReplicas, most)
 		}
 		if j.targetBatch > 0 && (j.targetBatch < t.InitBatchSize || j.targetBatch > t.MaxBatchSize) {
@@ -222,10 +222,6 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 	// arrived (the service's order among jobs of one priority).
 	byArrival := slices.Clone(jobs)
 	slices.SortStableFunc(byArrival, func(a, b *job) int { return cmp.Compare(a.spec.Submitted, b.spec.Submitted) })
-	byName := make(map[string]*job, len(jobs))
-	for _, j := range jobs {
-		byName[j.spec.Name] = j
-	}
 	interval := cfg.Interval.Seconds()
 	costs := rescaleModel{start: cfg.StartCost.Seconds(), rescale: cfg.RescaleCost.Seconds(),
 		joinerStartup: max(cfg.JoinerStartup.Seconds(), 0)}
@@ -276,7 +272,7 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 				return nil, fmt.Errorf("simulator: %s at %v: %w", policy.Name(), secondsDuration(now), err)
 			}
 			if cfg.Elastic {
-				next = repairElastic(active, byName, next, current, cluster)
+				next = repairElastic(active, next, current, cluster)
 				if err := checkAllocation(next, cluster, active); err != nil {
 					return nil, fmt.Errorf("simulator: the elastic repair of %s at %v: %w", policy.Name(), secondsDuration(now), err)
 				}
@@ -299,19 +295,19 @@ func Simulate(ctx context.Context, cfg Config, workload []WorkloadJob, traces ma
 }
 
 // repairElastic carries a policy's allocation (proposed) out as the scheduler
-// service does (Config.Elastic); active is in priority order.
-func repairElastic(active []scheduler.Job, byName map[string]*job, proposed, current scheduler.Allocation, cluster scheduler.Cluster) scheduler.Allocation {
+// service does (Config.Elastic); active is in priority order, each job with
+// its minimum, cap and asked-for size as the policy saw them.
+func repairElastic(active []scheduler.Job, proposed, current scheduler.Allocation, cluster scheduler.Cluster) scheduler.Allocation {
 	slots := cluster.TotalGPUs()
 	ids := make([]string, len(active))
 	want := make([]int, len(active))
 	floor := make([]int, len(active))
 	running := make([]bool, len(active))
 	for i, sj := range active {
-		j := byName[sj.ID]
 		ids[i] = sj.ID
-		floor[i] = j.minReplicas
+		floor[i] = sj.MinReplicas
 		running[i] = len(current[sj.ID]) > 0
-		want[i] = min(len(proposed[sj.ID]), j.mostReplicas(slots))
+		want[i] = min(len(proposed[sj.ID]), mostReplicas(sj.MaxReplicas, sj.Replicas, slots))
 	}
 	counts := scheduler.RepairCounts(ids, want, floor, running, slots)
 	proposed, order := scheduler.KeepOneCurrent(ids, counts, proposed, current)

@@ -57,7 +57,8 @@ const maxSubmitSeconds = 365 * 24 * 3600
 // batch_size, then one job per row. Three optional columns set a job's own
 // length and bounds: epochs (WorkloadJob.Epochs), max_replicas
 // (WorkloadJob.MaxReplicas) and min_replicas (WorkloadJob.MinReplicas), each
-// a positive integer or empty for the default. Names must be unique; the jobs are returned in file order.
+// a positive integer or empty for the default. Names must be unique; the jobs
+// are returned in file order.
 func ParseWorkload(r io.Reader) ([]WorkloadJob, error) {
 	cr := csv.NewReader(r)
 	header, err := cr.Read()

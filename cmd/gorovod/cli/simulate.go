@@ -57,10 +57,11 @@ func simulateCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	usage := `Usage: gorovod simulate [flags] WORKLOAD.csv...
 
 Replays workloads (Pollux's format: name,time,application,num_replicas,batch_size,
-and optionally epochs, max_replicas and min_replicas per job) against per-model throughput
-and gradient-statistics traces under a scheduling policy, and prints job
-completion times (JCT), makespan and GPU utilization. With several workloads
-or policies, they run in parallel and a mean per policy is added.
+and optionally epochs, max_replicas and min_replicas per job) against
+per-model throughput and gradient-statistics traces under a scheduling
+policy, and prints job completion times (JCT), makespan and GPU utilization.
+With several workloads or policies, they run in parallel and a mean per
+policy is added.
 
 The traces of each application a workload names are in TRACES/<application>/:
 placements.csv, scalability.csv and validation-<batch size>.csv, and, for a
