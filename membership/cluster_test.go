@@ -82,6 +82,10 @@ func TestJoinRetriesUntilSeedStarts(t *testing.T) {
 	refused := make(chan struct{}, 1)
 	cfg := testConfig("early")
 	cfg.Seeds = []string{seedAddr}
+	// The early member gets a port of its own: left to pick one (port 0), it
+	// can be handed the seed's just-freed port, find itself the only seed and
+	// start a cluster alone.
+	cfg.BindPort = freePortExcept(t, port)
 	cfg.Logger = slog.New(recordHandler{min: slog.LevelDebug, fn: func(r slog.Record) {
 		if r.Message == "membership: join attempt failed" {
 			select {

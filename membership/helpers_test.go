@@ -226,6 +226,18 @@ func freePort(t *testing.T) int {
 	return 0
 }
 
+// freePortExcept is freePort, never returning taken.
+func freePortExcept(t *testing.T, taken int) int {
+	t.Helper()
+	for range 20 {
+		if port := freePort(t); port != taken {
+			return port
+		}
+	}
+	t.Fatalf("no free TCP+UDP port other than %d", taken)
+	return 0
+}
+
 // signedFrame is the frame member from sends to the member named to: signed
 // with from's key, under from's next sequence number to it.
 func signedFrame(from *Member, to string, kind uint8, payload []byte) []byte {
