@@ -123,7 +123,9 @@ func TestJoinRetriesUntilSeedStarts(t *testing.T) {
 // not hang, and leave nothing running.
 func TestJoinGivesUpWithContext(t *testing.T) {
 	cfg := testConfig("lonely")
-	cfg.Seeds = []string{fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	seedPort := freePort(t)
+	cfg.Seeds = []string{fmt.Sprintf("127.0.0.1:%d", seedPort)}
+	cfg.BindPort = freePortExcept(t, seedPort) // never itself its only seed
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
