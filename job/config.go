@@ -113,11 +113,20 @@ type Config struct {
 	// job whose first world has not formed by StartTimeout, with too few
 	// workers joined to form it (paused, hung, or stuck before they reach
 	// the job), fails ElasticTimeout later with a *StartError naming those
-	// that never joined. After the first world, a process of the job out of
-	// the driver's view for half of it is woken (SIGCONT), and stopped
-	// (StopUnresponsive) and replaced a quarter later if it is still out
-	// (unresponsive.go). Default 10 min.
+	// that never joined. After the first world, a process of the job that
+	// never joined and is out of the driver's view for half of it is woken
+	// (SIGCONT), and any woken process still out a quarter of it later is
+	// stopped (StopUnresponsive) and replaced (unresponsive.go). Default
+	// 10 min.
 	ElasticTimeout time.Duration
+	// WakeAfter is how long a worker process that was in the driver's view
+	// may run out of it (paused, or cut off) before the runner wakes it
+	// (SIGCONT); at most half of ElasticTimeout. A paused worker holds the
+	// job's state and, at the job's minimum, the job waits for it: woken,
+	// it trains on. Waking a process that is not stopped does nothing, so
+	// this can be short; stopping one stays bound to ElasticTimeout.
+	// Default 10 s.
+	WakeAfter time.Duration
 	// FinishGrace is how long workers get to exit by themselves once a worker
 	// reported the end of training; those still running then are stopped,
 	// unless they are finishing the last step. Default 3 s.
@@ -172,6 +181,7 @@ func DefaultConfig() Config {
 		Gossip:         membership.DefaultConfig(),
 		StartTimeout:   30 * time.Second,
 		ElasticTimeout: 10 * time.Minute,
+		WakeAfter:      10 * time.Second,
 		FinishGrace:    3 * time.Second,
 		RescueLimit:    time.Minute,
 		ExitLimit:      30 * time.Second,
@@ -231,7 +241,7 @@ func (c Config) withDefaults() (Config, error) {
 		v   *time.Duration
 		def time.Duration
 	}{
-		{&c.StartTimeout, d.StartTimeout}, {&c.ElasticTimeout, d.ElasticTimeout}, {&c.FinishGrace, d.FinishGrace},
+		{&c.StartTimeout, d.StartTimeout}, {&c.ElasticTimeout, d.ElasticTimeout}, {&c.WakeAfter, d.WakeAfter}, {&c.FinishGrace, d.FinishGrace},
 		{&c.RescueLimit, d.RescueLimit}, {&c.RemoveGrace, d.RemoveGrace},
 		{&c.ExitLimit, d.ExitLimit},
 	} {

@@ -23,10 +23,11 @@
 //     below: lost workers (at once, with Config.ReplaceLost), leavers and
 //     excluded workers gone (once the shortage is seen twice) are replaced
 //     on free slots.
-//   - the bound on unresponsive workers (unresponsive.go): a process out of
-//     the driver's view for half of ElasticTimeout after the first world is
-//     woken (SIGCONT), and stopped and replaced a quarter later if it is
-//     still out.
+//   - the bound on unresponsive workers (unresponsive.go): after the first
+//     world, a process out of the driver's view for WakeAfter since it was
+//     last listed (half of ElasticTimeout if it never joined) is woken
+//     (SIGCONT), and stopped and replaced a quarter of ElasticTimeout later
+//     if it is still out.
 //   - Config.Gossip sets the driver's bind and advertise addresses;
 //     Config.StartDriver replaces the driver (tests).
 //   - Config.Autoscaling is the engine's configuration, its heuristic

@@ -144,8 +144,8 @@ const (
 	// for a first world: Outcome.NoWorld) and ended, stopping it.
 	StopStranded
 	// StopUnresponsive: it ran out of the job's view (paused, hung, cut
-	// off) for longer than half of Config.ElasticTimeout, and stayed out
-	// after it was woken (unresponsive.go). The last reason:
+	// off), was woken, and stayed out a quarter of Config.ElasticTimeout
+	// after that (unresponsive.go). The last reason:
 	// parseStopReason (the job's record) knows those up to it.
 	StopUnresponsive
 )

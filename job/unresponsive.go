@@ -18,10 +18,15 @@ import (
 // the workers that wait for a world give up after Config.ElasticTimeout,
 // failing the job). So, well within ElasticTimeout:
 //
-//   - out of view for half of ElasticTimeout, it is woken (SIGCONT). A
-//     paused worker then comes back, as a member of the world or as a new
-//     one (sync's Worker.Rejoin), with the training state it holds, which
-//     may be the job's only copy;
+//   - out of view for Config.WakeAfter after the driver last listed it
+//     (half of ElasticTimeout for one that never joined), it is woken
+//     (SIGCONT). A paused worker then comes back, as a member of the world
+//     or as a new one (sync's Worker.Rejoin), with the training state it
+//     holds, which may be the job's only copy. A signal that wakes nothing
+//     does no harm, so a worker that left the view is woken soon after
+//     gossip declared it dead; one that never joined may only be slow to
+//     start (a Python trainer importing torch), and gets longer before the
+//     runner says so;
 //   - still out a quarter of ElasticTimeout after that, it is stopped
 //     (StopSignal, then SIGKILL after Config.RemoveGrace) as
 //     StopUnresponsive, and the floor replaces it like a lost worker, from
@@ -58,7 +63,8 @@ func (j *Job) watchUnresponsive(ctx context.Context) {
 		return
 	}
 	from := time.Now()
-	wakeAfter, stopAfter := j.cfg.ElasticTimeout/2, j.cfg.ElasticTimeout/4
+	wakeAfter := wakeAfter{left: min(j.cfg.WakeAfter, j.cfg.ElasticTimeout/2), neverJoined: j.cfg.ElasticTimeout / 2}
+	stopAfter := j.cfg.ElasticTimeout / 4
 	tick := time.NewTicker(minimumCheck)
 	defer tick.Stop()
 	for {
@@ -99,13 +105,20 @@ func (u unresponsiveProc) describe() string {
 	return fmt.Sprintf("%s, pid %d", u.name, u.ref.PID)
 }
 
+// wakeAfter is how long a running process may be out of the driver's view
+// before it is woken.
+type wakeAfter struct {
+	left        time.Duration // it was listed once (it joined), and left the view
+	neverJoined time.Duration // the driver never listed it
+}
+
 // unresponsive notes which processes ws, the driver's workers at now, lists,
 // and returns the running processes out of view for wakeAfter since from
 // (the first world), their launch or when last listed, which it marks as
 // woken, and those woken stopAfter ago and not listed since, which it
 // marks as stopped (StopUnresponsive). Once training is over, or every
 // worker was asked to leave, it returns none.
-func (r *roster) unresponsive(ws []driver.WorkerInfo, from, now time.Time, wakeAfter, stopAfter time.Duration) (wake, stop []unresponsiveProc) {
+func (r *roster) unresponsive(ws []driver.WorkerInfo, from, now time.Time, wakeAfter wakeAfter, stopAfter time.Duration) (wake, stop []unresponsiveProc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, w := range ws {
@@ -127,8 +140,12 @@ func (r *roster) unresponsive(ws []driver.WorkerInfo, from, now time.Time, wakeA
 			}
 		}
 		u := unresponsiveProc{ref: p.rec.WorkerRef, name: p.rec.Name, p: p.p, out: now.Sub(since)}
+		wakeAt := wakeAfter.left
+		if p.seen.IsZero() {
+			wakeAt = wakeAfter.neverJoined
+		}
 		switch {
-		case p.woken.IsZero() && u.out >= wakeAfter:
+		case p.woken.IsZero() && u.out >= wakeAt:
 			p.woken = now
 			wake = append(wake, u)
 		case !p.woken.IsZero() && now.Sub(p.woken) >= stopAfter:

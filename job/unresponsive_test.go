@@ -14,10 +14,11 @@ import (
 // A worker process that runs out of the job's view after the first world, in
 // a job at its minimum, would keep the job waiting for good: the floor
 // counts it as staying and the driver forms no world without it. The runner
-// wakes it at half of ElasticTimeout (a paused worker then trains on, with
-// the job's state) and stops it as unresponsive a quarter later if it is
+// wakes it at WakeAfter once it left the view (a paused worker then trains
+// on, with the job's state), or at half of ElasticTimeout if it never joined,
+// and stops it as unresponsive a quarter of ElasticTimeout later if it is
 // still out (a replacement that hangs before it joins), and the floor
-// replaces it; both well before the waiting worker's own ElasticTimeout.
+// replaces it; all well before the waiting worker's own ElasticTimeout.
 func TestUnresponsiveWorkersAreWokenOrReplaced(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -27,7 +28,10 @@ func TestUnresponsiveWorkersAreWokenOrReplaced(t *testing.T) {
 		workers, min int
 		// elastic is long enough for a worker under -race to be back (or
 		// replaced and joined) before worker 0 gives up waiting for a world.
-		elastic     time.Duration
+		elastic time.Duration
+		// wake is Config.WakeAfter (the default when 0); when set, every
+		// worker woken must have been out for less than half of elastic.
+		wake        time.Duration
 		wantWoken   []int // launch indexes
 		wantStopped []int // stopped as unresponsive
 		wantWorkers int   // processes the job launched
@@ -48,13 +52,18 @@ func TestUnresponsiveWorkersAreWokenOrReplaced(t *testing.T) {
 		// Both are woken and finish; the dead one is not replaced.
 		{name: "two of three paused, the third killed", modes: "pausemid,pausemid,killmid", workers: 3, min: 1,
 			elastic: 16 * time.Second, wantWoken: []int{0, 1}, wantWorkers: 3},
+		// As the first row, with Horovod's ElasticTimeout (10 min): the
+		// paused worker, which joined, is woken WakeAfter after it left the
+		// view, not 5 minutes later.
+		{name: "paused worker woken at WakeAfter", modes: "train,pausemid", elastic: 10 * time.Minute,
+			wake: time.Second, wantWoken: []int{1}, wantWorkers: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRecorder()
 			workers, minimum := cmp.Or(tc.workers, 2), cmp.Or(tc.min, 2)
 			cfg := config(t, r, workers, envModes+"="+tc.modes, envSteps+"=40", envStepTime+"=20ms")
 			cfg.MinWorkers, cfg.ReplaceLost = minimum, true
-			cfg.ElasticTimeout, cfg.RemoveGrace = tc.elastic, 500*time.Millisecond
+			cfg.ElasticTimeout, cfg.RemoveGrace, cfg.WakeAfter = tc.elastic, 500*time.Millisecond, tc.wake
 			o, err := run(t, cfg)
 			evs := r.all()
 			if err != nil {
@@ -71,6 +80,9 @@ func TestUnresponsiveWorkersAreWokenOrReplaced(t *testing.T) {
 				case strings.Contains(n.Message, "out of the job's view for"):
 					if _, err := fmt.Sscanf(n.Message, "worker %d", &i); err == nil {
 						woken = append(woken, i)
+					}
+					if out := wokenAfter(t, n.Message); tc.wake > 0 && out >= tc.elastic/2 {
+						t.Errorf("worker %d woken after %v out of view, want well under half of ElasticTimeout %v", i, out, tc.elastic)
 					}
 				case strings.Contains(n.Message, "stopping it as unresponsive"):
 					if _, err := fmt.Sscanf(n.Message, "worker %d", &i); err == nil {
@@ -100,4 +112,17 @@ func TestUnresponsiveWorkersAreWokenOrReplaced(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wokenAfter reads how long a worker was out of view from the runner's
+// notice that wakes it ("... out of the job's view for 1.5s (paused, ...").
+func wokenAfter(t *testing.T, notice string) time.Duration {
+	t.Helper()
+	_, rest, _ := strings.Cut(notice, "out of the job's view for ")
+	field, _, _ := strings.Cut(rest, " ")
+	d, err := time.ParseDuration(field)
+	if err != nil {
+		t.Fatalf("no duration in the notice %q: %v", notice, err)
+	}
+	return d
 }
