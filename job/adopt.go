@@ -520,6 +520,11 @@ func (j *Job) adopted(ctx context.Context, fail func(error) (*Job, error)) (*Job
 			continue
 		}
 		r.launched(index, ref, p)
+		if w.Gossip != "" {
+			// The dead runner's driver listed it: out of this driver's
+			// view, it is woken as one that left the view.
+			r.listedAt(index, time.Now())
+		}
 		go j.await(index, p)
 		refs = append(refs, ref)
 	}

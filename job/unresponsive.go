@@ -44,6 +44,16 @@ type view struct {
 	woken time.Time // woken as unresponsive, not seen since (zero: not woken)
 }
 
+// listedAt notes that a driver listed process index at t (an adopted
+// worker, which the job's earlier driver listed).
+func (r *roster) listedAt(index int, t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.findLocked(index); p != nil {
+		p.view = view{seen: t}
+	}
+}
+
 // unresponsiveProc is a process the bound acts on.
 type unresponsiveProc struct {
 	ref  WorkerRef

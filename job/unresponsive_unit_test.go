@@ -11,8 +11,8 @@ import (
 // TestUnresponsiveClocks: a running process the driver listed once and no
 // longer lists is woken WakeAfter after it was last listed; one never
 // listed, half of ElasticTimeout after the first world or its launch; a
-// woken one still out is stopped stopAfter after its wake; a process listed
-// again starts over.
+// woken one still out is stopped stopAfter after its wake. An adopted
+// worker the job's earlier driver listed counts as listed at its adoption.
 func TestUnresponsiveClocks(t *testing.T) {
 	after := wakeAfter{left: 10 * time.Second, neverJoined: 300 * time.Second}
 	const stopAfter = 150 * time.Second
@@ -21,6 +21,9 @@ func TestUnresponsiveClocks(t *testing.T) {
 		// listedUntil is how long after the first world the driver last
 		// listed worker 0 (never when negative); worker 1 is never listed.
 		listedUntil time.Duration
+		// adopted: worker 0 was listed by the job's earlier driver (its
+		// record has a gossip address), at listedUntil, not by this one.
+		adopted bool
 		// at are the times after the first world the bound looks; want its
 		// wakes and stops at each, as launch indexes.
 		at                   []time.Duration
@@ -29,6 +32,9 @@ func TestUnresponsiveClocks(t *testing.T) {
 		{name: "left the view", listedUntil: 20 * time.Second,
 			at:        []time.Duration{29 * time.Second, 30 * time.Second, 179 * time.Second, 180 * time.Second},
 			wantWoken: [][]int{nil, {0}, nil, nil}, wantStops: [][]int{nil, nil, nil, {0}}},
+		{name: "adopted, out of the new driver's view", listedUntil: 0, adopted: true,
+			at:        []time.Duration{9 * time.Second, 10 * time.Second},
+			wantWoken: [][]int{nil, {0}}, wantStops: [][]int{nil, nil}},
 		{name: "never joined", listedUntil: -1,
 			at:        []time.Duration{30 * time.Second, 299 * time.Second, 300 * time.Second, 449 * time.Second, 450 * time.Second},
 			wantWoken: [][]int{nil, nil, {0, 1}, nil, nil}, wantStops: [][]int{nil, nil, nil, nil, {0, 1}}},
@@ -43,7 +49,10 @@ func TestUnresponsiveClocks(t *testing.T) {
 			}
 			from := time.Now().Add(time.Second) // the first world formed after both launched
 			listed := []driver.WorkerInfo{{Name: "w0", Launch: "0"}}
-			if tc.listedUntil >= 0 {
+			switch {
+			case tc.adopted:
+				r.listedAt(0, from.Add(tc.listedUntil))
+			case tc.listedUntil >= 0:
 				r.learn(listed)
 				r.unresponsive(listed, from, from.Add(tc.listedUntil), after, stopAfter)
 			}
