@@ -73,7 +73,7 @@ func (j *Job) watchUnresponsive(ctx context.Context) {
 		return
 	}
 	from := time.Now()
-	wakeAfter := wakeAfter{left: min(j.cfg.WakeAfter, j.cfg.ElasticTimeout/2), neverJoined: j.cfg.ElasticTimeout / 2}
+	wakeAfter := wakeBounds{left: min(j.cfg.WakeAfter, j.cfg.ElasticTimeout/2), neverJoined: j.cfg.ElasticTimeout / 2}
 	stopAfter := j.cfg.ElasticTimeout / 4
 	tick := time.NewTicker(minimumCheck)
 	defer tick.Stop()
@@ -115,9 +115,9 @@ func (u unresponsiveProc) describe() string {
 	return fmt.Sprintf("%s, pid %d", u.name, u.ref.PID)
 }
 
-// wakeAfter is how long a running process may be out of the driver's view
+// wakeBounds is how long a running process may be out of the driver's view
 // before it is woken.
-type wakeAfter struct {
+type wakeBounds struct {
 	left        time.Duration // it was listed once (it joined), and left the view
 	neverJoined time.Duration // the driver never listed it
 }
@@ -128,7 +128,7 @@ type wakeAfter struct {
 // woken, and those woken stopAfter ago and not listed since, which it
 // marks as stopped (StopUnresponsive). Once training is over, or every
 // worker was asked to leave, it returns none.
-func (r *roster) unresponsive(ws []driver.WorkerInfo, from, now time.Time, wakeAfter wakeAfter, stopAfter time.Duration) (wake, stop []unresponsiveProc) {
+func (r *roster) unresponsive(ws []driver.WorkerInfo, from, now time.Time, wakeAfter wakeBounds, stopAfter time.Duration) (wake, stop []unresponsiveProc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, w := range ws {

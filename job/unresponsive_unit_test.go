@@ -14,7 +14,7 @@ import (
 // woken one still out is stopped stopAfter after its wake. An adopted
 // worker the job's earlier driver listed counts as listed at its adoption.
 func TestUnresponsiveClocks(t *testing.T) {
-	after := wakeAfter{left: 10 * time.Second, neverJoined: 300 * time.Second}
+	after := wakeBounds{left: 10 * time.Second, neverJoined: 300 * time.Second}
 	const stopAfter = 150 * time.Second
 	for _, tc := range []struct {
 		name string
