@@ -3,61 +3,55 @@
 # on the lent GPU machine, into bench/gpu/out/ (ignored by git; the device tool
 # carries it with carry: ["bench/gpu/out"]); run.sh needs nothing else:
 #
-#   cuda.test                  go test -tags cuda -c ./collective/cuda
+#   cuda.test                  go test -tags cuda -c ./collective/cuda (the GPU tests)
 #   gorovod.gz                 the launcher, go build ./cmd/gorovod, gzipped (the
 #                              Kubernetes client makes it ~60 MiB, ~20 gzipped;
 #                              run.sh unpacks it on the GPU machine)
 #   python/gorovod/            a copy of bindings/python/gorovod with
-#                              libgorovod.so beside it (go build -tags cuda
-#                              -buildmode=c-shared ./bindings/c), where the
-#                              package looks for it
+#                              libgorovod.so beside it (go build
+#                              -buildmode=c-shared ./bindings/c, the build users
+#                              make), where the package looks for it
 #   scripts/                   bench/gpu's Python scripts, and the DDP examples
 #                              (examples/pytorch/ddp_train.py, ddp_elastic.py)
 #   MANIFEST.txt               what was built, from which commit, dependencies
 #
 # All linux/amd64 with -trimpath -ldflags='-s -w'. Every binary links glibc
-# only (libcuda.so.1 too for cuda.test and libgorovod.so); this prints each
-# one's shared libraries and fails on any other, and prints the size to carry
-# against the device tool's 64 MiB limit (tree plus carried paths).
+# only (the CUDA code loads the driver's libcuda.so.1 at run time); this
+# prints each one's shared libraries and fails on any other, and prints the
+# size to carry against the device tool's 64 MiB limit (tree plus carried
+# paths).
 #
 # Usage: bash bench/gpu/build.sh   (from anywhere in the clone)
 #
 # GPUCHECK_OUTDIR=DIR builds into DIR instead. GPUCHECK_CPU=1 builds for
 # run.sh's CPU mode (GPUCHECK_CPU=1 bash bench/gpu/run.sh, what CI runs): no
-# cuda.test, and the library and launcher as the tests build them (no build
-# tag, no -trimpath: Go's build cache has them), gzip -1, no size limit.
+# cuda.test, and the library and launcher as the tests build them (no
+# -trimpath: Go's build cache has them), gzip -1, no size limit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 cpu=${GPUCHECK_CPU:-0}
-cuda_root=${GOROVOD_CUDA_ROOT:-/var/cache/gorovod/cuda-11.8} # filled by .ci/install
-if [ "$cpu" != 1 ] && [ ! -f "$cuda_root/include/cuda.h" ] || [ ! -e "$cuda_root/lib/libcuda.so" ]; then
-  echo "build.sh: $cuda_root lacks include/cuda.h or lib/libcuda.so; running .ci/install" >&2
-  bash .ci/install
-fi
 
 out=${GPUCHECK_OUTDIR:-bench/gpu/out}
 rm -rf "$out"
 mkdir -p "$out"
 
 export GOOS=linux GOARCH=amd64 CGO_ENABLED=1
-[ "$cpu" = 1 ] || export CGO_CFLAGS="-I$cuda_root/include" CGO_LDFLAGS="-L$cuda_root/lib"
 # -s -w drops the symbol table and DWARF (Go's own stack traces still work).
 flags=(-trimpath -ldflags='-s -w')
-libflags=(-tags cuda "${flags[@]}")
 gz=-9
 if [ "$cpu" = 1 ]; then
-  flags=() libflags=() gz=-1
+  flags=() gz=-1
 else
   echo "--- go test -tags cuda -c ./collective/cuda -> $out/cuda.test"
   go test -tags cuda -c "${flags[@]}" -o "$out/cuda.test" ./collective/cuda
 fi
 
-echo "--- the Python package, with go build -tags cuda -buildmode=c-shared ./bindings/c -> $out/python/gorovod/libgorovod.so"
+echo "--- the Python package, with go build -buildmode=c-shared ./bindings/c -> $out/python/gorovod/libgorovod.so"
 mkdir -p "$out/python"
 cp -r bindings/python/gorovod "$out/python/gorovod"
 find "$out/python" -name __pycache__ -type d -prune -exec rm -rf {} +
-go build "${libflags[@]}" -buildmode=c-shared -o "$out/python/gorovod/libgorovod.so" ./bindings/c
+go build "${flags[@]}" -buildmode=c-shared -o "$out/python/gorovod/libgorovod.so" ./bindings/c
 rm -f "$out/python/gorovod/libgorovod.h" # cgo's; gorovod.h is the interface
 
 echo "--- go build ./cmd/gorovod -> $out/gorovod.gz"
@@ -75,9 +69,9 @@ cp bindings/python/bench/compare.py bindings/python/bench/train_bench.py "$out/s
 benches=$(grep -h '^func Benchmark' collective/cuda/*_test.go 2>/dev/null | sed 's/^func \(Benchmark[A-Za-z0-9_]*\).*/\1/' || true)
 
 # needs FILE: prints FILE's shared libraries and newest glibc symbol version;
-# fails when it needs a library beyond glibc (and libcuda.so.1 where allowed).
+# fails when it needs a library beyond glibc.
 needs() {
-  local f=$1 cuda_ok=$2 lib bad=0
+  local f=$1 lib bad=0
   local needed glibc_max
   needed=$(readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
   glibc_max=$(objdump -T "$f" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
@@ -85,7 +79,6 @@ needs() {
   for lib in $needed; do
     case "$lib" in
     libc.so.6 | libm.so.6 | libdl.so.2 | libpthread.so.0 | librt.so.1 | ld-linux-x86-64.so.2) ;; # glibc
-    libcuda.so.1) [ "$cuda_ok" = yes ] || { echo "build.sh: $f needs $lib" >&2; bad=1; } ;;
     *) echo "build.sh: $f needs $lib, which a machine with only glibc and the driver may lack" >&2; bad=1 ;;
     esac
   done
@@ -93,13 +86,9 @@ needs() {
   return $bad
 }
 : >"$out/.deps"
-[ "$cpu" = 1 ] || needs "$out/cuda.test" yes
-needs "$out/python/gorovod/libgorovod.so" yes
-needs "$out/gorovod" no
-if [ "$cpu" != 1 ]; then
-  echo "ldd $out/cuda.test (here, against the stub libcuda):"
-  LD_LIBRARY_PATH="$cuda_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$out/cuda.test" || true
-fi
+[ "$cpu" = 1 ] || needs "$out/cuda.test"
+needs "$out/python/gorovod/libgorovod.so"
+needs "$out/gorovod"
 
 # The launcher is ~60 MiB (the Kubernetes client); gzipped it fits the carry limit.
 gzip "$gz" -f "$out/gorovod"
@@ -108,10 +97,9 @@ gzip "$gz" -f "$out/gorovod"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!bench/gpu' || echo ' (work tree differs)')"
   echo "go: $(go version)"
-  echo "cuda headers/stub: $cuda_root"
   echo "mode: $([ "$cpu" = 1 ] && echo "GPUCHECK_CPU=1 (for run.sh's CPU mode)" || echo "the GPU check")"
   echo "cuda.test: go test -tags cuda -c ./collective/cuda"
-  echo "python/gorovod: bindings/python/gorovod; libgorovod.so: go build -tags cuda -buildmode=c-shared ./bindings/c"
+  echo "python/gorovod: bindings/python/gorovod; libgorovod.so: go build -buildmode=c-shared ./bindings/c"
   echo "gorovod.gz: go build ./cmd/gorovod, gzip -9"
   echo "scripts: $(cd "$out/scripts" && echo *.py)"
   echo "shared libraries (newest glibc symbol version):"

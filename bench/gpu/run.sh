@@ -139,23 +139,22 @@ pysteps=no
   cat "$outdir/MANIFEST.txt" 2>&1
 } >"$OUT/env.txt" 2>&1
 
-# libcuda.so.1 for the test binary and libgorovod.so: where the loader finds it, or the driver's usual folders.
+# libcuda.so.1, which the test binary and libgorovod.so load at run time (dlopen):
+# where the loader finds it (its cache or LD_LIBRARY_PATH), or the driver's usual folders.
 libcuda=""
-if [ -x "$bin" ]; then
-  if ldd "$bin" 2>/dev/null | grep -q 'libcuda.so.1 => not found'; then
-    for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/cuda/compat /usr/local/cuda/lib64; do
-      if [ -e "$d/libcuda.so.1" ]; then
-        export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-        libcuda="$d/libcuda.so.1 (added $d to LD_LIBRARY_PATH)"
-        break
-      fi
-    done
-  fi
-  {
-    echo "== ldd bench/gpu/out/cuda.test${libcuda:+ (after adding $libcuda)}:"
-    ldd "$bin" 2>&1
-  } >>"$OUT/env.txt" 2>&1
+if ! python3 -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' >/dev/null 2>&1; then
+  for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/cuda/compat /usr/local/cuda/lib64; do
+    if [ -e "$d/libcuda.so.1" ]; then
+      export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      libcuda="$d/libcuda.so.1 (added $d to LD_LIBRARY_PATH)"
+      break
+    fi
+  done
 fi
+{
+  echo "== libcuda.so.1 for dlopen: ${libcuda:-$(python3 -c 'import ctypes; ctypes.CDLL("libcuda.so.1"); print("found by the loader")' 2>&1 | tail -1)}"
+  [ -x "$bin" ] && echo "== ldd bench/gpu/out/cuda.test:" && ldd "$bin" 2>&1
+} >>"$OUT/env.txt" 2>&1
 
 # The launcher (gzipped by build.sh) and the Python package beside its libgorovod.so.
 gorovod=$work/gorovod

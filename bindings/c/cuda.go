@@ -1,9 +1,11 @@
-//go:build cuda
+//go:build !gorovod_cudastandin
 
 package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -12,13 +14,12 @@ import (
 	"github.com/gorovod/gorovod/collective/cuda"
 )
 
-// This library was built with the tag cuda: calls given CUDA device memory
-// (gorovod_cuda_next) run on collective/cuda. Everything the binding needs
-// of it goes through engine.OpenDevice, the one seam.
+// Calls given CUDA device memory (gorovod_cuda_next) run on collective/cuda,
+// which loads the NVIDIA driver when the first such call opens a device: the
+// library itself links no NVIDIA library, so it loads and serves host memory
+// on any host. Everything the binding needs of collective/cuda goes through
+// engine.OpenDevice, the one seam.
 const cudaSupported = true
-
-// errNoCUDA is never returned in this build.
-var errNoCUDA error
 
 // cudaOpener is how the engine opens a CUDA device.
 func cudaOpener() engine.OpenDevice { return openCUDA }
@@ -38,9 +39,16 @@ func deviceAllreducer(ioTimeout time.Duration, log *slog.Logger) func() collecti
 	return cuda.SameHostAllreducer(cfg, log)
 }
 
-// openCUDA opens CUDA device ordinal for the engine.
+// openCUDA opens CUDA device ordinal for the engine. A host without the
+// NVIDIA driver makes device memory an invalid argument (the caller's
+// mistake, as a tensor on an unknown device would be), with the loader's
+// reason.
 func openCUDA(ctx context.Context, ordinal int) (engine.Device, error) {
 	d, err := cuda.NewDevice(ctx, ordinal)
+	var noDriver *cuda.DriverLoadError
+	if errors.As(err, &noDriver) {
+		return nil, fmt.Errorf("%w: %w", engine.ErrInvalid, err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-//go:build !cuda && gorovod_cudastandin
+//go:build gorovod_cudastandin
 
 package main
 
@@ -39,9 +39,6 @@ const cudaSupported = true
 // standInOffset is added to a host address to make the stand-in's device
 // address of the same memory.
 const standInOffset = 1 << 56
-
-// errNoCUDA is never returned in this build.
-var errNoCUDA error
 
 func cudaOpener() engine.OpenDevice { return openStandIn }
 

@@ -17,9 +17,11 @@
 // copied into C memory. A C ABI serves a process, so the engine it drives is
 // the one piece of process-wide state (lib, in exports.go).
 //
-// Built with the tag cuda (go build -tags cuda -buildmode=c-shared ...,
-// with CUDA's headers and libcuda), cuda.go gives the engine CUDA devices
-// (collective/cuda) for calls that gorovod_cuda_next marks as device
-// memory; the default build (nocuda.go) refuses them with an error that
-// says how to build a library that takes them.
+// cuda.go gives the engine CUDA devices (collective/cuda) for calls that
+// gorovod_cuda_next marks as device memory. collective/cuda loads the NVIDIA
+// driver (libcuda.so.1) at run time, when a call first names a device, so
+// one build serves every host: without the driver such a call fails with
+// GOROVOD_ERR_INVALID_ARGUMENT naming what is missing, and host memory
+// works as everywhere. A test-only build with the tag gorovod_cudastandin
+// (cudastandin.go) puts a stand-in device made of host memory there.
 package main

@@ -418,8 +418,6 @@ func (m memorySpace) check() error {
 	switch {
 	case !m.cuda:
 		return nil
-	case !cudaSupported:
-		return fmt.Errorf("%w: %w", engine.ErrInvalid, errNoCUDA)
 	case m.device < 0:
 		return fmt.Errorf("%w: gorovod_cuda_next: device %d", engine.ErrInvalid, m.device)
 	}

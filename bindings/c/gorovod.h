@@ -12,9 +12,8 @@
  *     go build -buildmode=c-shared -o libgorovod.so ./bindings/c
  *
  * (the build also writes a libgorovod.h of cgo's own: ignore it, this file
- * is the interface). Add -tags cuda (CGO_CFLAGS and CGO_LDFLAGS naming
- * CUDA's cuda.h and libcuda.so) for a library that takes CUDA device memory
- * (see CUDA below).
+ * is the interface). The same library takes CUDA device memory where the
+ * NVIDIA driver is installed (see CUDA below); it links no NVIDIA library.
  *
  * THE MODEL
  *
@@ -369,13 +368,15 @@ int gorovod_name_next(const char *name);
  *
  * The library opens device `device` the first time a call names it (one
  * per process per device, closed by gorovod_shutdown); its fusion buffers
- * for device tensors are device memory too. A library built without CUDA
- * support (the default build; see gorovod_cuda_supported) refuses such a
- * call with GOROVOD_ERR_INVALID_ARGUMENT and a message saying how to build
- * one with it. */
+ * for device tensors are device memory too. Opening the device loads the
+ * NVIDIA driver (libcuda.so.1, R520 / CUDA 11.8 or newer); on a host
+ * without it such a call fails with GOROVOD_ERR_INVALID_ARGUMENT and a
+ * message naming what is missing. */
 int gorovod_cuda_next(int32_t device, uint64_t event);
-/* 1 when this library was built with CUDA support (go build -tags cuda),
- * 0 when not. Needs no gorovod_init. */
+/* 1 when this library takes CUDA device memory where a driver is present
+ * (every build of this version; 0 from a library that never does). Needs
+ * no gorovod_init, and loads no driver: a call on device memory says
+ * whether this host has one. */
 int gorovod_cuda_supported(void);
 
 /* Returns once every rank has entered it. */

@@ -2,10 +2,11 @@
 
 package cuda
 
-// These tests need a GPU (compute capability 7.0+) and its driver: the test
-// binary cannot start without libcuda.so.1, and gorgonia.org/cu's init ends
-// it when the driver finds no device. CI without a GPU only compiles them
-// (go test -tags cuda -c). GOROVOD_CUDA_DEVICE picks the ordinal (default 0).
+// These tests need a GPU (compute capability 7.0+) and its driver
+// (libcuda.so.1, which NewDevice loads), so they build only with the tag
+// cuda: CI without a GPU compiles them (go test -tags cuda -c) and runs
+// driver_test.go's, which need none. GOROVOD_CUDA_DEVICE picks the ordinal
+// (default 0).
 
 import (
 	"bytes"
@@ -17,14 +18,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/gorovod/gorovod/collective"
-	"github.com/gorovod/gorovod/collective/transport"
-	"github.com/gorovod/gorovod/collective/transport/inproc"
 	"github.com/gorovod/gorovod/internal/reduce"
 )
 
@@ -487,36 +484,4 @@ func TestCollectivesOnDevice(t *testing.T) {
 			}
 		}
 	}
-}
-
-// runWorld runs fn on p in-process ranks and returns each rank's bytes.
-func runWorld(t *testing.T, p int, cfg collective.Config, fn func(ctx context.Context, c *collective.Communicator) ([]byte, error)) [][]byte {
-	t.Helper()
-	w := transport.World{JobID: "cuda-test", Epoch: 1, Addrs: make([]string, p)}
-	mesh := inproc.Mesh(inproc.Config{JobID: w.JobID, Epoch: w.Epoch}, p)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out := make([][]byte, p)
-	errs := make([]error, p)
-	var wg sync.WaitGroup
-	for r := range p {
-		w.Rank = r
-		c, err := collective.NewFromLinks(w, mesh[r], cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[c.Rank()], errs[c.Rank()] = fn(ctx, c)
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	return out
 }

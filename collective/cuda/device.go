@@ -1,5 +1,3 @@
-//go:build cuda
-
 package cuda
 
 import (
@@ -9,9 +7,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"unsafe"
-
-	"gorgonia.org/cu"
 
 	"github.com/gorovod/gorovod/collective/cuda/kernels"
 )
@@ -27,69 +22,113 @@ const minStaging = 256 << 10
 
 // lane is one stream and the event that marks the end of a call's work on it.
 type lane struct {
-	stream cu.Stream
-	done   cu.Event
+	stream uintptr // CUstream
+	done   uintptr // CUevent
 }
 
 // Device is one GPU opened for the collectives. It is safe for concurrent
 // use; Close it when done.
 type Device struct {
 	ordinal int
-	dev     cu.Device
-	ctx     cu.CUContext // the primary context, shared with the CUDA runtime
-	module  cu.Module
-	fns     map[string]cu.Function // every kernel, loaded once; read-only after NewDevice
-	lanes   chan lane              // idle lanes
+	drv     *driver
+	dev     int                // CUdevice
+	ctx     uintptr            // CUcontext: the primary context, shared with the CUDA runtime
+	module  uintptr            // CUmodule
+	fns     map[string]uintptr // CUfunction of every kernel, loaded once; read-only after NewDevice
+	lanes   chan lane          // idle lanes
 
 	// life guards closed: calls hold it shared for their duration, Close
 	// exclusively, so Close waits for calls in flight.
 	life   sync.RWMutex
 	closed bool
 
-	mu         sync.Mutex     // guards the staging buffers
-	staging    []stagingBuf   // idle, smallest first
-	quarantine []cu.DevicePtr // staging a cancelled call may still be reading; freed by Close
+	mu         sync.Mutex   // guards the staging buffers
+	staging    []stagingBuf // idle, smallest first
+	quarantine []uint64     // staging a cancelled call may still be reading; freed by Close
 }
 
 type stagingBuf struct {
-	ptr  cu.DevicePtr
+	ptr  uint64 // CUdeviceptr
 	size int
 }
 
-// NewDevice opens the GPU with the given CUDA ordinal (0 is the first device
-// CUDA_VISIBLE_DEVICES leaves visible): it retains the device's primary
-// context, loads the kernels (the driver JIT-compiles kernels.ptx, which takes
-// a moment the first time and is then cached by the driver) and creates its
-// streams. The GPU must be Volta (sm_70) or newer and the driver R520 or newer.
+// DeviceConfig is how NewDeviceConfig opens a GPU.
+type DeviceConfig struct {
+	// Driver is the CUDA driver library to load (dlopen): a name the dynamic
+	// loader looks for on its path, or a file's path.
+	Driver string
+}
+
+// DefaultDeviceConfig loads the NVIDIA driver's libcuda.so.1 from the
+// loader's path, where the driver installs it.
+func DefaultDeviceConfig() DeviceConfig {
+	return DeviceConfig{Driver: "libcuda.so.1"}
+}
+
+// NewDevice opens the GPU with the given CUDA ordinal with
+// DefaultDeviceConfig; see NewDeviceConfig.
 func NewDevice(ctx context.Context, ordinal int) (*Device, error) {
+	return NewDeviceConfig(ctx, ordinal, DefaultDeviceConfig())
+}
+
+// NewDeviceConfig opens the GPU with the given CUDA ordinal (0 is the first
+// device CUDA_VISIBLE_DEVICES leaves visible): it loads the CUDA driver
+// (cfg.Driver; a *DriverLoadError when there is none, as on a host without
+// NVIDIA's driver), retains the device's primary context, loads the kernels
+// (the driver JIT-compiles kernels.ptx, which takes a moment the first time
+// and is then cached by the driver) and creates its streams. The GPU must be
+// Volta (sm_70) or newer and the driver R520 (CUDA 11.8) or newer.
+func NewDeviceConfig(ctx context.Context, ordinal int, cfg DeviceConfig) (*Device, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	drv, err := loadDriver(cfg.Driver)
+	if err != nil {
+		return nil, err
+	}
+	d, err := openWith(drv, ordinal)
+	if err != nil {
+		drv.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// openWith is NewDeviceConfig once the driver is loaded; the caller
+// unloads it when this fails.
+func openWith(drv *driver, ordinal int) (*Device, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	n, err := cu.NumDevices()
+	if err := drv.init(); err != nil {
+		return nil, initError(ordinal, err)
+	}
+	if v, err := drv.version(); err == nil && v < minDriverVersion {
+		return nil, &UsageError{Device: ordinal, Op: "NewDevice", Reason: fmt.Sprintf(
+			"the NVIDIA driver supports CUDA %d.%d; gorovod's kernels need CUDA 11.8 or newer (driver R520+)", v/1000, v%1000/10)}
+	}
+	n, err := drv.deviceCount()
 	if err != nil {
 		return nil, &DriverError{Device: ordinal, Op: "cuDeviceGetCount", Err: err}
 	}
 	if ordinal < 0 || ordinal >= n {
 		return nil, &UsageError{Device: ordinal, Op: "NewDevice", Reason: fmt.Sprintf("no such device: CUDA sees %d (check CUDA_VISIBLE_DEVICES)", n)}
 	}
-	d := &Device{ordinal: ordinal, fns: make(map[string]cu.Function), lanes: make(chan lane, lanes)}
-	if d.dev, err = cu.GetDevice(ordinal); err != nil {
+	d := &Device{ordinal: ordinal, drv: drv, fns: make(map[string]uintptr), lanes: make(chan lane, lanes)}
+	if d.dev, err = drv.device(ordinal); err != nil {
 		return nil, d.driverErr("cuDeviceGet", err)
 	}
-	major, err := d.dev.Attribute(cu.ComputeCapabilityMajor)
+	major, err := drv.attribute(attrComputeCapabilityMajor, d.dev)
 	if err != nil {
 		return nil, d.driverErr("cuDeviceGetAttribute", err)
 	}
-	minor, err := d.dev.Attribute(cu.ComputeCapabilityMinor)
+	minor, err := drv.attribute(attrComputeCapabilityMinor, d.dev)
 	if err != nil {
 		return nil, d.driverErr("cuDeviceGetAttribute", err)
 	}
 	if major < 7 {
 		return nil, &UsageError{Device: ordinal, Op: "NewDevice", Reason: fmt.Sprintf("compute capability %d.%d: gorovod's kernels need 7.0 (Volta) or newer", major, minor)}
 	}
-	if d.ctx, err = d.dev.RetainPrimaryCtx(); err != nil {
+	if d.ctx, err = drv.primaryCtxRetain(d.dev); err != nil {
 		return nil, d.driverErr("cuDevicePrimaryCtxRetain", err)
 	}
 	if err := d.open(); err != nil {
@@ -99,31 +138,53 @@ func NewDevice(ctx context.Context, ordinal int) (*Device, error) {
 	return d, nil
 }
 
+// minDriverVersion is CUDA 11.8 (cuDriverGetVersion's 1000*major + 10*minor):
+// the PTX ISA of kernels.ptx and the versioned symbols loadDriver resolves.
+const minDriverVersion = 11080
+
+// initError explains a failed cuInit: the two failures users meet are a
+// driver that finds no GPU and NVIDIA's link stub found in place of the
+// driver.
+func initError(ordinal int, err error) error {
+	e := &DriverError{Device: ordinal, Op: "cuInit", Err: err}
+	if r, ok := err.(Result); ok {
+		switch r.Code {
+		case resultStubLibrary:
+			e.Hint = "the libcuda loaded is NVIDIA's link stub (from a CUDA toolkit), not the driver: put the driver's libcuda.so.1 first on the loader's path"
+		case resultNoDevice:
+			e.Hint = "the driver finds no GPU (check nvidia-smi and CUDA_VISIBLE_DEVICES)"
+		case resultInsufficient:
+			e.Hint = "the NVIDIA driver is older than its CUDA library; gorovod needs R520 (CUDA 11.8) or newer"
+		}
+	}
+	return e
+}
+
 // open loads the kernels and creates the lanes, on a locked thread.
 func (d *Device) open() error {
-	if err := cu.SetCurrentContext(d.ctx); err != nil {
+	if err := d.drv.ctxSetCurrent(d.ctx); err != nil {
 		return d.driverErr("cuCtxSetCurrent", err)
 	}
 	var err error
-	if d.module, err = cu.LoadData(kernels.PTX); err != nil {
+	if d.module, err = d.drv.moduleLoadData(kernels.PTX); err != nil {
 		return &DriverError{Device: d.ordinal, Op: "cuModuleLoadData(kernels.ptx)", Err: err,
 			Hint: "the driver could not JIT-compile the kernels' PTX (ISA 7.8, " + kernels.PTXArch + "); it needs driver R520 or newer"}
 	}
 	for _, k := range kernels.All() {
-		fn, err := d.module.Function(k.Name)
+		fn, err := d.drv.moduleFunction(d.module, k.Name)
 		if err != nil {
 			return d.driverErr("cuModuleGetFunction("+k.Name+")", err)
 		}
 		d.fns[k.Name] = fn
 	}
 	for range lanes {
-		s, err := cu.MakeStream(cu.NonBlocking)
+		s, err := d.drv.streamCreate(streamNonBlocking)
 		if err != nil {
 			return d.driverErr("cuStreamCreate", err)
 		}
-		e, err := cu.MakeEvent(cu.DisableTiming | cu.BlockingSyncEvent)
+		e, err := d.drv.eventCreate(eventDisableTiming | eventBlockingSync)
 		if err != nil {
-			s.Destroy()
+			_ = d.drv.streamDestroy(s)
 			return d.driverErr("cuEventCreate", err)
 		}
 		d.lanes <- lane{stream: s, done: e}
@@ -140,32 +201,32 @@ func (d *Device) release() error {
 			first = d.driverErr(op, err)
 		}
 	}
-	if d.ctx != (cu.CUContext{}) {
-		keep("cuCtxSetCurrent", cu.SetCurrentContext(d.ctx))
+	if d.ctx != 0 {
+		keep("cuCtxSetCurrent", d.drv.ctxSetCurrent(d.ctx))
 		// All work must end before its buffers go.
-		keep("cuCtxSynchronize", cu.Synchronize())
+		keep("cuCtxSynchronize", d.drv.ctxSynchronize())
 	}
 	// No call is in flight (Close holds life; NewDevice has not returned), so
 	// every lane is idle in the channel.
 	for len(d.lanes) > 0 {
 		l := <-d.lanes
-		keep("cuEventDestroy", cu.DestroyEvent(&l.done))
-		keep("cuStreamDestroy", l.stream.Destroy())
+		keep("cuEventDestroy", d.drv.eventDestroy(l.done))
+		keep("cuStreamDestroy", d.drv.streamDestroy(l.stream))
 	}
 	d.mu.Lock()
 	for _, s := range d.staging {
-		keep("cuMemFree", cu.MemFree(s.ptr))
+		keep("cuMemFree", d.drv.memFree(s.ptr))
 	}
 	for _, p := range d.quarantine {
-		keep("cuMemFree", cu.MemFree(p))
+		keep("cuMemFree", d.drv.memFree(p))
 	}
 	d.staging, d.quarantine = nil, nil
 	d.mu.Unlock()
-	if d.module != (cu.Module{}) {
-		keep("cuModuleUnload", d.module.Unload())
+	if d.module != 0 {
+		keep("cuModuleUnload", d.drv.moduleUnload(d.module))
 	}
-	if d.ctx != (cu.CUContext{}) {
-		keep("cuDevicePrimaryCtxRelease", d.dev.ReleasePrimaryCtx())
+	if d.ctx != 0 {
+		keep("cuDevicePrimaryCtxRelease", d.drv.primaryCtxRelease(d.dev))
 	}
 	return first
 }
@@ -182,7 +243,9 @@ func (d *Device) Close() error {
 	d.closed = true
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	return d.release()
+	err := d.release()
+	d.drv.close()
+	return err
 }
 
 // Ordinal is the device's CUDA ordinal.
@@ -190,7 +253,7 @@ func (d *Device) Ordinal() int { return d.ordinal }
 
 // Name is the device's product name, e.g. "NVIDIA A100-SXM4-80GB".
 func (d *Device) Name() (string, error) {
-	name, err := d.dev.Name()
+	name, err := d.drv.deviceName(d.dev)
 	if err != nil {
 		return "", d.driverErr("cuDeviceGetName", err)
 	}
@@ -209,7 +272,7 @@ func (d *Device) Alloc(ctx context.Context, size int) (*Memory, error) {
 		return m, nil
 	}
 	err := d.withContext(ctx, func() error {
-		p, err := cu.MemAlloc(int64(size))
+		p, err := d.drv.memAlloc(size)
 		if err != nil {
 			return &DriverError{Device: d.ordinal, Op: fmt.Sprintf("cuMemAlloc(%d)", size), Err: err}
 		}
@@ -232,12 +295,12 @@ func (d *Device) Wrap(ctx context.Context, ptr uintptr, size int) (*Memory, erro
 	if size < 0 {
 		return nil, d.usage("Wrap", fmt.Sprintf("negative size %d", size))
 	}
-	m := &Memory{dev: d, ptr: cu.DevicePtr(ptr), size: size}
+	m := &Memory{dev: d, ptr: uint64(ptr), size: size}
 	if size == 0 {
 		return m, nil
 	}
 	err := d.withContext(ctx, func() error {
-		owner, err := pointerDevice(ptr)
+		owner, err := d.drv.pointerDevice(uint64(ptr))
 		if err != nil {
 			return &DriverError{Device: d.ordinal, Op: "cuPointerGetAttribute(DEVICE_ORDINAL)", Err: err,
 				Hint: fmt.Sprintf("0x%x is not CUDA device memory", ptr)}
@@ -247,8 +310,8 @@ func (d *Device) Wrap(ctx context.Context, ptr uintptr, size int) (*Memory, erro
 		}
 		// The extent check is best effort: memory mapped through the virtual
 		// memory API (PyTorch's expandable segments) may not report a range.
-		if allocSize, base, err := cu.DevicePtr(ptr).AddressRange(); err == nil &&
-			uint64(ptr)+uint64(size) > uint64(base)+uint64(allocSize) {
+		if base, allocSize, err := d.drv.addressRange(uint64(ptr)); err == nil &&
+			uint64(ptr)+uint64(size) > base+uint64(allocSize) {
 			return d.usage("Wrap", fmt.Sprintf("%d bytes at 0x%x run past the end of their allocation (0x%x, %d bytes)", size, ptr, uintptr(base), allocSize))
 		}
 		return nil
@@ -272,7 +335,7 @@ func (d *Device) withContext(ctx context.Context, fn func() error) error {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := cu.SetCurrentContext(d.ctx); err != nil {
+	if err := d.drv.ctxSetCurrent(d.ctx); err != nil {
 		return d.driverErr("cuCtxSetCurrent", err)
 	}
 	return fn()
@@ -281,7 +344,7 @@ func (d *Device) withContext(ctx context.Context, fn func() error) error {
 // call is one DeviceMemory operation: enqueue puts its copies and kernels on
 // the lane's stream (given a staging buffer of stagingSize bytes when that is
 // not 0), then call waits until the GPU has finished them.
-func (d *Device) call(ctx context.Context, stagingSize int, enqueue func(s cu.Stream, staging cu.DevicePtr) error) error {
+func (d *Device) call(ctx context.Context, stagingSize int, enqueue func(s uintptr, staging uint64) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -301,7 +364,7 @@ func (d *Device) call(ctx context.Context, stagingSize int, enqueue func(s cu.St
 	defer func() { d.lanes <- l }()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := cu.SetCurrentContext(d.ctx); err != nil {
+	if err := d.drv.ctxSetCurrent(d.ctx); err != nil {
 		return d.driverErr("cuCtxSetCurrent", err)
 	}
 	var staging stagingBuf
@@ -313,7 +376,7 @@ func (d *Device) call(ctx context.Context, stagingSize int, enqueue func(s cu.St
 	}
 	err := enqueue(l.stream, staging.ptr)
 	if err == nil {
-		if rerr := l.done.Record(l.stream); rerr != nil {
+		if rerr := d.drv.eventRecord(l.done, l.stream); rerr != nil {
 			err = d.driverErr("cuEventRecord", rerr)
 		} else {
 			err = d.wait(ctx, l.done)
@@ -339,18 +402,19 @@ func (d *Device) call(ctx context.Context, stagingSize int, enqueue func(s cu.St
 // H200 measured 42 µs for a 4 KiB device-to-device copy with sleeps after
 // 64 queries); then sleeps of up to 100 µs, below a large chunk's copy time.
 // A context that cannot end lets the driver block the thread instead.
-func (d *Device) wait(ctx context.Context, ev cu.Event) error {
+func (d *Device) wait(ctx context.Context, ev uintptr) error {
 	if ctx.Done() == nil {
-		if err := ev.Synchronize(); err != nil {
+		if err := d.drv.eventSynchronize(ev); err != nil {
 			return d.driverErr("cuEventSynchronize", err)
 		}
 		return nil
 	}
 	return pollEvent(ctx, func() (bool, error) {
-		switch err := ev.Query(); err {
-		case nil:
+		err := d.drv.eventQuery(ev)
+		switch {
+		case err == nil:
 			return true, nil
-		case cu.NotReady:
+		case isResult(err, resultNotReady):
 			return false, nil
 		default:
 			return false, d.driverErr("cuEventQuery", err)
@@ -405,7 +469,7 @@ func (d *Device) getStaging(n int) (stagingBuf, error) {
 	for size < n {
 		size *= 2
 	}
-	p, err := cu.MemAlloc(int64(size))
+	p, err := d.drv.memAlloc(size)
 	if err != nil {
 		return stagingBuf{}, &DriverError{Device: d.ordinal, Op: fmt.Sprintf("cuMemAlloc(%d) for staging", size), Err: err}
 	}
@@ -421,24 +485,19 @@ func (d *Device) putStaging(s stagingBuf) {
 	d.staging = slices.Insert(d.staging, i, s)
 	if len(d.staging) > lanes {
 		// Freeing synchronizes with the device; rare once the sizes settle.
-		_ = cu.MemFree(d.staging[0].ptr)
+		_ = d.drv.memFree(d.staging[0].ptr)
 		d.staging = d.staging[1:]
 	}
 }
 
 // launch queues kernel name on s over n elements with the given 8-byte
-// parameters (see kernels.cu: every parameter is 8 bytes wide, which is what
-// gorgonia.org/cu's Launch copies).
-func (d *Device) launch(s cu.Stream, name string, n int, params ...uint64) error {
+// parameters (see kernels.cu: every parameter is 8 bytes wide).
+func (d *Device) launch(s uintptr, name string, n int, params ...uint64) error {
 	fn, ok := d.fns[name]
 	if !ok {
 		return d.usage("launch", "no kernel "+name)
 	}
-	args := make([]unsafe.Pointer, len(params))
-	for i := range params {
-		args[i] = unsafe.Pointer(&params[i])
-	}
-	if err := fn.Launch(kernels.Grid(n), 1, 1, kernels.BlockThreads, 1, 1, 0, s, args); err != nil {
+	if err := d.drv.launch(fn, kernels.Grid(n), kernels.BlockThreads, s, params); err != nil {
 		return d.driverErr("cuLaunchKernel("+name+")", err)
 	}
 	return nil

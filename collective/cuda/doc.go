@@ -1,10 +1,12 @@
 // Package cuda is gorovod's GPU backend: collective.DeviceMemory for CUDA
 // device memory, so the collectives' ring, tree and chain algorithms run on
-// gradients that live on a GPU. It is built only with the build tag cuda
-// (go build -tags cuda), because it uses gorgonia.org/cu, which needs cuda.h
-// and libcuda to build and whose package init ends the process when no CUDA
-// driver is present. Nothing outside this tag imports it, so the default build
-// never needs CUDA.
+// gradients that live on a GPU. It is in every build and links no NVIDIA
+// library: NewDevice loads the driver's libcuda.so.1 with dlopen and resolves
+// the driver functions it calls by name (driver.go), so a program that
+// imports it (libgorovod.so does) starts on any host, and only opening a
+// device needs the NVIDIA driver (R520, CUDA 11.8, or newer); without one
+// NewDevice returns a *DriverLoadError. Building needs no CUDA header either:
+// driver.go declares the few types and values it passes from their ABI.
 //
 // # Use
 //
@@ -42,8 +44,8 @@
 // The wait polls the event so that a cancelled context ends it; with a
 // context that cannot be cancelled it blocks in the driver instead.
 //
-// Pinned memory. gorgonia.org/cu v0.9.6 cannot allocate page-locked host
-// memory, so the host side of every copy is ordinary Go memory. The driver
+// Pinned memory. The host side of every copy is ordinary Go memory, not
+// page-locked memory from the driver. The driver
 // then stages the bytes through its own pinned buffer: a copy from the device
 // returns once the bytes are in Go memory, a copy to the device once they are
 // out of it. That costs bandwidth (roughly half of a pinned copy) but it also
@@ -79,21 +81,28 @@
 //	defer g.Close()
 //	err = g.Allreduce(ctx, buf, buf, collective.Average)
 //
-// The IPC driver calls are in ipcdriver.go; the decisions that need no GPU
-// (records, verdicts, shares, the mapping cache) in ipcplan.go.
+// The IPC driver calls are in driver.go with the others; the decisions that
+// need no GPU (records, verdicts, shares, the mapping cache) in ipcplan.go.
 //
 // # Testing
 //
-// The tests in this package need a GPU: the binary cannot even start without
-// libcuda.so.1, and gorgonia.org/cu's init exits the process when the driver
-// finds no device. Without one, CI only vets and compiles them (go vet -tags
-// cuda, go test -tags cuda -c). The kernels they run are checked without a GPU
-// by the kernels package (against internal/reduce, by compiling kernels.cu as
-// C++ on the host), its compile subpackage (NVRTC for sm_70/80/90) and its
-// ptxas subpackage (the shipped PTX assembled as the driver's JIT would); the
-// algorithms that drive this interface are covered by collective's device
-// tests with a fake device. The same-host tests (ipc_test.go) re-run the test
-// binary as two worker processes on one GPU; the same-host decisions are
-// tested without a GPU by the default build (ipcplan_test.go, the one file
-// of tests here without the cuda tag).
+// Without a GPU (the default build, CI): driver_test.go loads NVIDIA's own
+// link stub of libcuda (every symbol this package resolves must be there,
+// and its cuInit's CUDA_ERROR_STUB_LIBRARY must be explained) and drivers
+// built here with gcc that lack a function, see no device or are too old;
+// fakedriver_test.go runs Device, Memory, Wrap, WaitEvent and whole
+// allreduces through testdata/fakedriver.c, a driver whose device memory is
+// host memory at moved addresses and whose streams run at once (float32's
+// kernels only). The kernels themselves are checked without a GPU by the
+// kernels package (against internal/reduce, by compiling kernels.cu as C++
+// on the host), its compile subpackage (NVRTC for sm_70/80/90) and its
+// ptxas subpackage (the shipped PTX assembled as the driver's JIT would);
+// the algorithms that drive this interface are covered by collective's
+// device tests with a fake device, and the same-host decisions by
+// ipcplan_test.go.
+//
+// With a GPU: the tests behind the build tag cuda (go test -tags cuda
+// ./collective/cuda; CI only compiles them) run everything on the device,
+// the kernels bit for bit against the host's; the same-host tests
+// (ipc_test.go) re-run the test binary as two worker processes on one GPU.
 package cuda

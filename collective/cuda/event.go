@@ -1,19 +1,4 @@
-//go:build cuda
-
 package cuda
-
-/*
-#cgo LDFLAGS: -lcuda
-#include <stdint.h>
-#include <cuda.h>
-
-// The event arrives as an integer (a framework's raw handle, such as
-// torch.cuda.Event.cuda_event): it is cast back here, in C, so that Go never
-// holds it as a pointer.
-static CUresult gorovod_event_query(uintptr_t ev) { return cuEventQuery((CUevent)ev); }
-static CUresult gorovod_event_synchronize(uintptr_t ev) { return cuEventSynchronize((CUevent)ev); }
-*/
-import "C"
 
 import (
 	"context"
@@ -40,27 +25,27 @@ func (d *Device) WaitEvent(ctx context.Context, event uintptr) error {
 		return ctx.Err()
 	}
 	return d.withContext(ctx, func() error {
-		ev := C.uintptr_t(event)
 		if ctx.Done() == nil {
-			if r := C.gorovod_event_synchronize(ev); r != C.CUDA_SUCCESS {
-				return d.eventErr("cuEventSynchronize", event, r)
+			if err := d.drv.eventSynchronize(event); err != nil {
+				return d.eventErr("cuEventSynchronize", event, err)
 			}
 			return nil
 		}
 		return pollEvent(ctx, func() (bool, error) {
-			switch r := C.gorovod_event_query(ev); r {
-			case C.CUDA_SUCCESS:
+			err := d.drv.eventQuery(event)
+			switch {
+			case err == nil:
 				return true, nil
-			case C.CUDA_ERROR_NOT_READY:
+			case isResult(err, resultNotReady):
 				return false, nil
 			default:
-				return false, d.eventErr("cuEventQuery", event, r)
+				return false, d.eventErr("cuEventQuery", event, err)
 			}
 		})
 	})
 }
 
-func (d *Device) eventErr(op string, event uintptr, r C.CUresult) error {
-	return &DriverError{Device: d.ordinal, Op: fmt.Sprintf("%s(0x%x)", op, event), Err: resultError(r),
+func (d *Device) eventErr(op string, event uintptr, err error) error {
+	return &DriverError{Device: d.ordinal, Op: fmt.Sprintf("%s(0x%x)", op, event), Err: err,
 		Hint: "the event must be a live CUDA event of this device's primary context (torch.cuda.Event.cuda_event after record)"}
 }

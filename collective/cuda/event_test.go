@@ -9,9 +9,6 @@ import (
 	"runtime"
 	"testing"
 	"time"
-	"unsafe"
-
-	"gorgonia.org/cu"
 )
 
 // TestWaitEvent: memory that work on another stream (the framework's, in
@@ -26,22 +23,20 @@ func TestWaitEvent(t *testing.T) {
 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := cu.SetCurrentContext(d.ctx); err != nil {
+	if err := d.drv.ctxSetCurrent(d.ctx); err != nil {
 		t.Fatal(err)
 	}
-	s, err := cu.MakeStream(cu.NonBlocking)
+	s, err := d.drv.streamCreate(streamNonBlocking)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Destroy()
-	ev, err := cu.MakeEvent(cu.DisableTiming)
+	defer d.drv.streamDestroy(s)
+	// The CUevent handle, which a framework passes as an integer.
+	handle, err := d.drv.eventCreate(eventDisableTiming)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cu.DestroyEvent(&ev)
-	// gorgonia.org/cu keeps the CUevent unexported; an Event is that one
-	// handle, which a framework passes as an integer.
-	handle := *(*uintptr)(unsafe.Pointer(&ev))
+	defer d.drv.eventDestroy(handle)
 
 	for round, pattern := range []uint32{0x3f800000, 0x40000000, 0xdeadbeef} {
 		// A queue of work ahead of the event (2 GiB of writes, about a
@@ -52,11 +47,11 @@ func TestWaitEvent(t *testing.T) {
 			if i < 31 {
 				v ^= 1
 			}
-			if err := cu.MemsetD32Async(cu.DevicePtr(m.Ptr()), uint(v), n/4, s); err != nil {
+			if err := d.drv.memsetD32Async(uint64(m.Ptr()), v, n/4, s); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := ev.Record(s); err != nil {
+		if err := d.drv.eventRecord(handle, s); err != nil {
 			t.Fatal(err)
 		}
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -85,10 +80,10 @@ func TestWaitEvent(t *testing.T) {
 		t.Errorf("WaitEvent with an ended context: got %v, want context.Canceled", err)
 	}
 	// Without a deadline the driver blocks instead of polling.
-	if err := cu.MemsetD32Async(cu.DevicePtr(m.Ptr()), 7, n/4, s); err != nil {
+	if err := d.drv.memsetD32Async(uint64(m.Ptr()), 7, n/4, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := ev.Record(s); err != nil {
+	if err := d.drv.eventRecord(handle, s); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.WaitEvent(context.Background(), handle); err != nil {

@@ -1,5 +1,3 @@
-//go:build cuda
-
 package cuda
 
 import (
@@ -11,9 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
-
-	"gorgonia.org/cu"
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/cuda/kernels"
@@ -140,7 +135,7 @@ func NewSameHostGroup(ctx context.Context, comm *collective.Communicator, dev *D
 		return nil, dev.usage("NewSameHostGroup", fmt.Sprintf("HostSync needs a SyncTimeout (%v) and a BoardDir (%q); see DefaultSameHostConfig", cfg.SyncTimeout, cfg.BoardDir))
 	}
 	g := &SameHostGroup{comm: comm, dev: dev, cfg: cfg}
-	g.maps = mapCache{max: cfg.MaxMapped, open: ipcOpenHandle, close: ipcCloseHandle}
+	g.maps = mapCache{max: cfg.MaxMapped, open: dev.drv.ipcOpenHandle, close: dev.drv.ipcCloseHandle}
 	if comm.Size() == 1 {
 		g.reason = "a world of one rank has nothing to exchange"
 		return g, nil
@@ -251,10 +246,10 @@ func (g *SameHostGroup) probe(ctx context.Context) (string, error) {
 	if rec.OK {
 		err := g.dev.withContext(ctx, func() error {
 			var err error
-			if rec.UUID, err = deviceUUID(int(g.dev.dev)); err != nil {
+			if rec.UUID, err = g.dev.drv.deviceUUID(g.dev.dev); err != nil {
 				return g.dev.driverErr("cuDeviceGetUuid", err)
 			}
-			if rec.Probe, err = ipcGetHandle(uintptr(probe.ptr)); err != nil {
+			if rec.Probe, err = g.dev.drv.ipcGetHandle(uintptr(probe.ptr)); err != nil {
 				return &DriverError{Device: g.dev.ordinal, Op: "cuIpcGetMemHandle(probe)", Err: err}
 			}
 			return nil
@@ -295,12 +290,12 @@ func (g *SameHostGroup) probe(ctx context.Context) (string, error) {
 func (g *SameHostGroup) readProbe(ctx context.Context, k int, rec groupRecord) error {
 	got := make([]byte, probeSize)
 	return g.dev.withContext(ctx, func() error {
-		ptr, err := ipcOpenHandle(rec.Probe)
+		ptr, err := g.dev.drv.ipcOpenHandle(rec.Probe)
 		if err != nil {
 			return &DriverError{Device: g.dev.ordinal, Op: fmt.Sprintf("cuIpcOpenMemHandle(rank %d's probe, GPU %x)", k, rec.UUID), Err: err}
 		}
-		rerr := cu.MemcpyDtoH(unsafe.Pointer(&got[0]), cu.DevicePtr(ptr), probeSize)
-		cerr := ipcCloseHandle(ptr)
+		rerr := g.dev.drv.memcpyDtoH(got, uint64(ptr))
+		cerr := g.dev.drv.ipcCloseHandle(ptr)
 		switch {
 		case rerr != nil:
 			return g.dev.driverErr(fmt.Sprintf("cuMemcpyDtoH(rank %d's probe through IPC)", k), rerr)
@@ -573,7 +568,7 @@ func (g *SameHostGroup) export(ctx context.Context, src, dst *Memory) (callRecor
 			off *uint64
 			who string
 		}{{src, &rec.Src, &rec.SrcOff, "send"}, {dst, &rec.Dst, &rec.DstOff, "receive"}} {
-			base, size, err := addressRange(uintptr(x.m.ptr))
+			base, size, err := g.dev.drv.addressRange(x.m.ptr)
 			if err != nil {
 				return &DriverError{Device: g.dev.ordinal, Op: "cuMemGetAddressRange(" + x.who + " buffer)", Err: err}
 			}
@@ -581,7 +576,7 @@ func (g *SameHostGroup) export(ctx context.Context, src, dst *Memory) (callRecor
 			if off+uint64(x.m.size) > uint64(size) {
 				return g.dev.usage("Allreduce", fmt.Sprintf("the %s buffer (%d bytes at 0x%x) runs past its allocation (%d bytes at 0x%x)", x.who, x.m.size, uintptr(x.m.ptr), size, base))
 			}
-			h, err := ipcGetHandle(base)
+			h, err := g.dev.drv.ipcGetHandle(uintptr(base))
 			if err != nil {
 				return &DriverError{Device: g.dev.ordinal, Op: "cuIpcGetMemHandle(" + x.who + " buffer's allocation)", Err: err,
 					Hint: "memory from the virtual memory API (cuMemCreate, PyTorch's expandable segments) cannot be exported this way"}
@@ -609,7 +604,7 @@ func (g *SameHostGroup) openPeers(ctx context.Context, recs []callRecord) ([]pee
 	peers := make([]peerBufs, len(recs))
 	err := g.dev.withContext(ctx, func() error {
 		err := g.mapPeers(recs, peers)
-		if err == nil || !isAlreadyMapped(err) {
+		if err == nil || !isResult(err, resultAlreadyMapped) {
 			return err
 		}
 		g.stats.Remaps++
@@ -622,7 +617,7 @@ func (g *SameHostGroup) openPeers(ctx context.Context, recs []callRecord) ([]pee
 }
 
 // mapPeers fills peers from the cache, on a locked thread with the context
-// current; the driver's error is wrapped so that isAlreadyMapped sees it.
+// current; the driver's error is wrapped so that isResult sees it.
 func (g *SameHostGroup) mapPeers(recs []callRecord, peers []peerBufs) error {
 	r := g.comm.Rank()
 	for k, rec := range recs {
@@ -721,9 +716,9 @@ func (g *SameHostGroup) reduceShare(ctx context.Context, src, dst *Memory, peers
 		}
 	}
 	off := uint64(lo * dt.Size())
-	size := int64(n * dt.Size())
+	size := n * dt.Size()
 	mine := dst.at(int(off))
-	return g.dev.call(ctx, 0, func(s cu.Stream, _ cu.DevicePtr) error {
+	return g.dev.call(ctx, 0, func(s uintptr, _ uint64) error {
 		a := src.at(int(off))
 		for k := range p {
 			if k == r {
@@ -748,7 +743,7 @@ func (g *SameHostGroup) reduceShare(ctx context.Context, src, dst *Memory, peers
 			if k == r {
 				continue
 			}
-			if err := cu.MemcpyDtoDAsync(cu.DevicePtr(peers[k].dst+off), cu.DevicePtr(mine), size, s); err != nil {
+			if err := g.dev.drv.memcpyDtoDAsync(peers[k].dst+off, mine, size, s); err != nil {
 				return g.dev.driverErr(fmt.Sprintf("cuMemcpyDtoDAsync(share into rank %d's receive buffer)", k), err)
 			}
 		}

@@ -15,7 +15,7 @@ import (
 )
 
 // ipcHandle is a CUDA IPC memory handle (CU_IPC_HANDLE_SIZE bytes, checked
-// in ipcdriver.go).
+// in driver.go).
 type ipcHandle [64]byte
 
 // recordVersion leads every record, so ranks built from different sources

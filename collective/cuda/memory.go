@@ -1,5 +1,3 @@
-//go:build cuda
-
 package cuda
 
 import (
@@ -7,9 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sync/atomic"
-	"unsafe"
-
-	"gorgonia.org/cu"
 
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/cuda/kernels"
@@ -20,7 +15,7 @@ import (
 // methods are safe for concurrent use on disjoint ranges.
 type Memory struct {
 	dev   *Device
-	ptr   cu.DevicePtr
+	ptr   uint64 // CUdeviceptr
 	size  int
 	owned bool // from Alloc: Free releases it
 	freed atomic.Bool
@@ -86,8 +81,8 @@ func (m *Memory) CopyToHost(ctx context.Context, dst []byte, off int) error {
 	if err := m.check("CopyToHost", off, len(dst)); err != nil || len(dst) == 0 {
 		return err
 	}
-	return m.dev.call(ctx, 0, func(s cu.Stream, _ cu.DevicePtr) error {
-		if err := cu.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), cu.DevicePtr(m.at(off)), int64(len(dst)), s); err != nil {
+	return m.dev.call(ctx, 0, func(s uintptr, _ uint64) error {
+		if err := m.dev.drv.memcpyDtoHAsync(dst, m.at(off), s); err != nil {
 			return m.dev.driverErr("cuMemcpyDtoHAsync", err)
 		}
 		return nil
@@ -99,8 +94,8 @@ func (m *Memory) CopyFromHost(ctx context.Context, off int, src []byte) error {
 	if err := m.check("CopyFromHost", off, len(src)); err != nil || len(src) == 0 {
 		return err
 	}
-	return m.dev.call(ctx, 0, func(s cu.Stream, _ cu.DevicePtr) error {
-		if err := cu.MemcpyHtoDAsync(cu.DevicePtr(m.at(off)), unsafe.Pointer(&src[0]), int64(len(src)), s); err != nil {
+	return m.dev.call(ctx, 0, func(s uintptr, _ uint64) error {
+		if err := m.dev.drv.memcpyHtoDAsync(m.at(off), src, s); err != nil {
 			return m.dev.driverErr("cuMemcpyHtoDAsync", err)
 		}
 		return nil
@@ -128,15 +123,15 @@ func (m *Memory) CopyFrom(ctx context.Context, off int, src collective.DeviceMem
 	if overlap(to, from, n) {
 		staged = n
 	}
-	return m.dev.call(ctx, staged, func(s cu.Stream, staging cu.DevicePtr) error {
+	return m.dev.call(ctx, staged, func(s uintptr, staging uint64) error {
 		if staged > 0 {
 			// Both copies go on one stream, so the second starts after the first.
-			if err := cu.MemcpyDtoDAsync(staging, cu.DevicePtr(from), int64(n), s); err != nil {
+			if err := m.dev.drv.memcpyDtoDAsync(staging, from, n, s); err != nil {
 				return m.dev.driverErr("cuMemcpyDtoDAsync", err)
 			}
-			from = uint64(staging)
+			from = staging
 		}
-		if err := cu.MemcpyDtoDAsync(cu.DevicePtr(to), cu.DevicePtr(from), int64(n), s); err != nil {
+		if err := m.dev.drv.memcpyDtoDAsync(to, from, n, s); err != nil {
 			return m.dev.driverErr("cuMemcpyDtoDAsync", err)
 		}
 		return nil
@@ -173,11 +168,11 @@ func (m *Memory) ReduceFromHost(ctx context.Context, off int, a collective.Devic
 		return nil
 	}
 	count := n / dt.Size()
-	return m.dev.call(ctx, n, func(s cu.Stream, staging cu.DevicePtr) error {
-		if err := cu.MemcpyHtoDAsync(staging, unsafe.Pointer(&src[0]), int64(n), s); err != nil {
+	return m.dev.call(ctx, n, func(s uintptr, staging uint64) error {
+		if err := m.dev.drv.memcpyHtoDAsync(staging, src, s); err != nil {
 			return m.dev.driverErr("cuMemcpyHtoDAsync", err)
 		}
-		return m.dev.launch(s, name, count, dst, x, uint64(staging), uint64(count))
+		return m.dev.launch(s, name, count, dst, x, staging, uint64(count))
 	})
 }
 
@@ -197,7 +192,7 @@ func (m *Memory) Scale(ctx context.Context, off, n int, dt collective.DType, fac
 	}
 	count := n / dt.Size()
 	x := m.at(off)
-	return m.dev.call(ctx, 0, func(s cu.Stream, _ cu.DevicePtr) error {
+	return m.dev.call(ctx, 0, func(s uintptr, _ uint64) error {
 		if div {
 			name, err := kernels.DivKernel(dt)
 			if err != nil {
@@ -234,7 +229,7 @@ func (m *Memory) Free() error {
 		return nil
 	}
 	return m.dev.withContext(context.Background(), func() error {
-		if err := cu.MemFree(m.ptr); err != nil {
+		if err := m.dev.drv.memFree(m.ptr); err != nil {
 			return m.dev.driverErr("cuMemFree", err)
 		}
 		return nil

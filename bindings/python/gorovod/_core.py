@@ -521,9 +521,10 @@ class CudaMemory(object):
 
 
 def cuda_supported():
-    """Whether the library was built with CUDA support (go build -tags
-    cuda): only then do the collectives take CUDA device memory. Needs no
-    init. (Asked of the library once: every call on CUDA tensors asks.)"""
+    """Whether the library takes CUDA device memory (every build does,
+    loading the NVIDIA driver when a call first names a device; a host
+    without one makes such a call raise ValueError). Needs no init, loads no
+    driver. (Asked of the library once.)"""
     global _cuda
     if _cuda is None:
         l = _load()

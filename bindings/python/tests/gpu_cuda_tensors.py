@@ -1,5 +1,5 @@
-"""gorovod.torch on CUDA tensors, for a machine with a GPU and a libgorovod
-built with CUDA support (go build -tags cuda). Run it as several workers:
+"""gorovod.torch on CUDA tensors, for a machine with a GPU and its NVIDIA
+driver (libgorovod loads it at run time). Run it as several workers:
 
     GOROVOD_LIBRARY=/path/to/libgorovod.so PYTHONPATH=bindings/python \\
         gorovod run --np 2 -- python3 bindings/python/tests/gpu_cuda_tensors.py
@@ -9,7 +9,7 @@ check is computed on the GPU through gorovod and compared with what the CPU
 computes from every rank's inputs, which each rank rebuilds from the rank
 number. Prints one line per check and rank, "PASS name" or "FAIL name: why",
 then "DONE rank R: P passed, F failed", and exits 1 when any check failed
-(2 when there is no GPU or the library lacks CUDA support).
+(2 when there is no GPU or the library takes no CUDA memory).
 
 With --cpu it runs the same checks on CPU tensors (but for the stream
 ordering ones) with any library: that is how CI, which has no GPU, keeps the
@@ -392,8 +392,8 @@ def main():
             say("SKIP: torch sees no GPU")
             sys.exit(2)
         if not hvd.cuda_built():
-            say("FAIL cuda_built: the library (GOROVOD_LIBRARY=%s) was built without CUDA support (go build -tags "
-                "cuda)" % os.environ.get("GOROVOD_LIBRARY"))
+            say("FAIL cuda_built: the library (GOROVOD_LIBRARY=%s) takes no CUDA memory (a libgorovod older than "
+                "this package?)" % os.environ.get("GOROVOD_LIBRARY"))
             sys.exit(2)
         torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
         DEV = torch.device("cuda", torch.cuda.current_device())

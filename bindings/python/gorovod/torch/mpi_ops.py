@@ -20,10 +20,9 @@ calls (Horovod names them by a counter). Differences from Horovod:
 
 Tensors are CPU or CUDA tensors of float32, float64, float16, bfloat16,
 int32, int64 or uint8 (broadcast, allgather and alltoall move any dtype, as
-bytes), and contiguous; the tensors of one call are on one device. CUDA
-tensors need a libgorovod built with CUDA support (``go build -tags cuda``;
-cuda_built() says whether it was): the library then reduces them in device
-memory (its fusion buffers too). As in Horovod, a call on CUDA tensors
+bytes), and contiguous; the tensors of one call are on one device. The
+library reduces CUDA tensors in device memory (its fusion buffers too),
+loading the NVIDIA driver when a call first names a GPU. As in Horovod, a call on CUDA tensors
 records an event on the tensors' current stream
 (``torch.cuda.current_stream(tensor.device)``) when it is made, and the
 library waits for that event before it reads them, so the call is ordered
@@ -343,8 +342,8 @@ def ccl_built():
 
 
 def cuda_built():
-    """Whether the library was built with CUDA support, so that the
-    collectives take CUDA tensors."""
+    """Whether the library takes CUDA tensors (True for every build of
+    libgorovod: it loads the NVIDIA driver when a call first names a GPU)."""
     return _core.cuda_supported()
 
 
@@ -386,18 +385,12 @@ def _check_tensor(tensor, what, reducing=True):
     return tensor.data_ptr(), tensor.numel() * tensor.element_size(), _core.UINT8
 
 
-_NO_CUDA = ("gorovod %s: the tensor is on %s, but this libgorovod (%s) was built without CUDA support: build one with "
-            "CUDA (`go build -tags cuda -buildmode=c-shared -o libgorovod.so ./bindings/c`, with CUDA's headers and "
-            "libcuda: see README.md) and point GOROVOD_LIBRARY at it, or copy the tensor to the CPU")
-
-
 def _memory(what, *tensors):
     """Where a call's tensors are, for the library: None for CPU tensors,
     else a _core.CudaMemory of their device with an event recorded now on
     the device's current stream (the library waits for it before it reads
     them). Call it once the call's outputs are allocated, right before the
-    library call. ValueError for tensors on different devices, or CUDA
-    tensors and a library without CUDA support."""
+    library call. ValueError for tensors on different devices."""
     if all(isinstance(t, torch.Tensor) and t.is_cpu for t in tensors):
         return None  # the common case, without making a device object per tensor
     device = None
@@ -409,8 +402,6 @@ def _memory(what, *tensors):
                              (what, device, t.device))
     if device is None or device.type != "cuda":
         return None
-    if not _core.cuda_supported():
-        raise ValueError(_NO_CUDA % (what, device, _core.library_path()))
     event = torch.cuda.Event()
     event.record(torch.cuda.current_stream(device))
     return _core.CudaMemory(device.index, event.cuda_event, event)
