@@ -24,7 +24,8 @@
 #   8. ipc:       probe_ipc.py (CUDA IPC between two processes) -> cuda-tests.txt
 #   9. ddp:       examples/pytorch/ddp_train.py (--backend gorovod) and
 #                 ddp_elastic.py under `gorovod run --np 2`, CPU tensors, with
-#                 the machine's torch; the ranks' parameters must agree -> train.log
+#                 the machine's torch; then ddp_train.py --cuda on "gorovod"
+#                 and on Gloo; the ranks' parameters must agree -> train.log
 #  10. ddpbench:  bindings/python/bench/compare.py --np 2 --models mlp
 #                 --ddp-gorovod --ceiling: DDP on "gorovod" against Gloo on CPU,
 #                 the ~10 M parameter MLP, on this machine's cores (3 repeats;
@@ -407,12 +408,13 @@ else
   echo "not run (GPU: $gpu, $(left) s left)" >>"$tests"
 fi
 
-# ---- 9. DDP on the "gorovod" torch.distributed backend, with this machine's torch
-# (CPU tensors: the backend moves CPU tensors): the torchrun-style example and
-# its elastic version, each at --np 2; both ranks must end with the same
-# parameters. On the GPU machine this is the backend's check on torch 2.x.
+# ---- 9. DDP on the "gorovod" torch.distributed backend, with this machine's torch:
+# the torchrun-style example and its elastic version on CPU tensors, each at
+# --np 2, and with a GPU the example on CUDA tensors against Gloo's; both
+# ranks must end with the same parameters. On the GPU machine this is the
+# backend's check on torch 2.x.
 section "$trainlog" "ddp: gorovod run --np 2 -- ddp_train.py --backend gorovod; ddp_elastic.py"
-if pystep ddp 60 0; then
+if pystep ddp 90 0; then
   tv=$(timeout 60 "$py" -c 'import torch; print(torch.__version__)' 2>/dev/null | tail -1)
   res=""
   for ex in ddp_train ddp_elastic; do
@@ -434,6 +436,44 @@ if pystep ddp 60 0; then
     [ "$verdict" != ok ] && e=$(errors "$work/$ex.log")
     res="$res; $ex: $verdict rc=$rc${e:+ ($e)}"
   done
+  if [ "$gpu" = yes ]; then
+    # The same torchrun-style script on CUDA tensors (--cuda: the model on
+    # each worker's GPU, DistributedDataParallel(device_ids=[...])), on
+    # "gorovod" under gorovod run and on Gloo with two processes given
+    # torchrun's variables by hand: both ranks of each must agree, and
+    # "gorovod" is compared with Gloo to the bit.
+    timeout -s INT -k 10 $((t / 4)) "$gorovod" run --np 2 -- "$py" "$scripts/ddp_train.py" --epochs 2 --backend gorovod \
+      --cuda >"$work/ddp_cuda.log" 2>&1
+    rc=$?
+    reap "$work/ddp_cuda.log" "ddp_train.py"
+    cat "$work/ddp_cuda.log" >>"$trainlog"
+    pids=()
+    for r in 0 1; do
+      RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29531 \
+        timeout -s INT -k 10 $((t / 4)) "$py" "$scripts/ddp_train.py" --epochs 2 --backend gloo --cuda \
+        >"$work/ddp_cuda_gloo_$r.log" 2>&1 &
+      pids+=($!)
+    done
+    grc=0
+    for pid in "${pids[@]}"; do wait "$pid" || grc=$?; done
+    cat "$work/ddp_cuda_gloo_0.log" "$work/ddp_cuda_gloo_1.log" >>"$trainlog"
+    ours=$(sed -n 's/.*rank [0-9]*: params_sha256 \([0-9a-f]*\).*/\1/p' "$work/ddp_cuda.log" | sort -u)
+    gloo=$(cat "$work/ddp_cuda_gloo_0.log" "$work/ddp_cuda_gloo_1.log" | sed -n 's/.*rank [0-9]*: params_sha256 \([0-9a-f]*\).*/\1/p' | sort -u)
+    verdict=FAIL
+    if [ "$rc" -eq 0 ] && [ -n "$ours" ] && [ "$(echo "$ours" | wc -l)" -eq 1 ]; then
+      verdict=ok
+      if [ "$grc" -ne 0 ] || [ -z "$gloo" ]; then
+        verdict="ok (Gloo run failed: rc=$grc)"
+      elif [ "$ours" = "$gloo" ]; then
+        verdict="ok, the same parameters as Gloo's to the bit"
+      else
+        verdict="ok, parameters differ from Gloo's ($(echo "$gloo" | wc -l) Gloo digest(s))"
+      fi
+    fi
+    e=""
+    [ "$rc" -ne 0 ] && e=$(errors "$work/ddp_cuda.log")
+    res="$res; ddp_train --cuda: $verdict rc=$rc${e:+ ($e)}"
+  fi
   note "ddp: torch ${tv:-?}$res"
 fi
 

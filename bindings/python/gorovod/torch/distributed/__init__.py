@@ -85,7 +85,16 @@ the timeout bounds each. torch's C++ callers whose wait() lets a future's
 error pass (DDP's start-up broadcast of the module's states, its check of
 the parameters) raise it on a gorovod group: see _checked_from_cpp.
 
-Not offered: CUDA tensors.
+CUDA tensors: every call takes them as gorovod.torch does (see
+gorovod.torch.mpi_ops): the collective waits, on gorovod's side, for an
+event recorded on the tensors' current stream when the call is made, so
+it sees the work queued before it; a collective's work and future hold the
+tensors' device (torch.futures.Future(devices=...)), so whoever waits on
+them (DDP's reducer, a comm hook's then(), wait()) has its stream ordered
+after the results, as with NCCL's works. Point-to-point messages of CUDA
+tensors go through host memory: a send copies the tensor to the host, a
+receive copies what came into the tensor, and wait() returns once that
+copy is done.
 
 How it works: each call goes to gorovod.torch's collectives, which run in
 submission order on gorovod's engine. Every rank must call the same
@@ -382,6 +391,41 @@ def _work_method(name, original):
     method.__doc__ = original.__doc__
     method.gorovod = True
     return method
+
+
+def _future(outputs):
+    """The future a collective's work completes with outputs: one that may
+    hold CUDA tensors of their devices, for which torch records the
+    completing thread's streams and has each waiter's stream wait for them
+    (a CPU-only future refuses CUDA tensors)."""
+    devices = sorted({t.device.index for t in outputs if isinstance(t, torch.Tensor) and t.is_cuda})
+    if not devices:
+        return Future()
+    return Future(devices=[torch.device("cuda", d) for d in devices])
+
+
+def _receivable(t):
+    """The host tensor a receive into t lands in: t itself when it is a
+    contiguous CPU tensor, else a contiguous CPU tensor of its shape."""
+    if t.is_cpu and t.is_contiguous():
+        return t
+    return torch.empty(t.shape, dtype=t.dtype)
+
+
+def _received(out, into):
+    """What completes a receive that landed in into, for out: nothing when
+    they are one tensor; else the copy into out, done before wait() returns
+    (for a CUDA tensor, on the waiting thread's current stream, which it
+    then waits for, so that any stream may read out afterwards)."""
+    if into is out:
+        return None
+
+    def finish():
+        out.copy_(into)
+        if out.is_cuda:
+            torch.cuda.current_stream(out.device).synchronize()
+
+    return finish
 
 
 class _P2PWork(dist._Work):
@@ -728,8 +772,8 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         side stands alone. A caller that watches the group's collectives
         (see _watching) gets the collective too."""
         limit, _ = _wait_limit(None, self.timeout)
-        collective = _Collective(Future(), "%s on a group of %d ranks" % (what, self.size()), self.timeout, absent,
-                                 None if limit is None else time.monotonic() + limit)
+        collective = _Collective(_future(outputs), "%s on a group of %d ranks" % (what, self.size()), self.timeout,
+                                 absent, None if limit is None else time.monotonic() + limit)
         self._pending.put((handles, finish, collective, outputs))
         watched = getattr(self._watched, "collectives", None)
         if watched is not None:
@@ -1029,6 +1073,10 @@ class ProcessGroupGorovod(dist.ProcessGroup):
     def send(self, tensors, dstRank, tag=0):
         self._check_one("send", tensors)
         t = self._p2p_tensor("send", tensors[0], tag)
+        if t.is_cuda:
+            # Through host memory: the copy waits for the work queued on
+            # the tensor's current stream, as the message must.
+            t = t.cpu()
         peer = self._world_rank(dstRank)
         return _P2PWork(_core.send_async(t.data_ptr(), t.numel() * t.element_size(), _core.UINT8, peer,
                                          self._wire_tag(tag), t),
@@ -1038,18 +1086,18 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         self._check_one("recv", tensors)
         out = tensors[0]
         t = self._p2p_tensor("recv", out, tag)  # out itself
-        into = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype)
+        into = _receivable(t)
         peer = self._world_rank(srcRank)
         handle = _core.recv_async(into.data_ptr(), into.numel() * into.element_size(), _core.UINT8, peer,
                                   self._wire_tag(tag), into)
-        return _P2PWork(handle, "recv from rank %d with tag %d" % (srcRank, tag),
-                        None if into is t else (lambda: out.copy_(into)), timeout=self.timeout)
+        return _P2PWork(handle, "recv from rank %d with tag %d" % (srcRank, tag), _received(out, into),
+                        timeout=self.timeout)
 
     def recv_anysource(self, tensors, tag=0):
         self._check_one("recv", tensors)
         out = tensors[0]
         t = self._p2p_tensor("recv", out, tag)  # out itself
-        into = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype)
+        into = _receivable(t)
         # From the other members of the group's process set only (the
         # world's for the default group and a group of every rank).
         handle, source = _core.recv_any_async(into.data_ptr(), into.numel() * into.element_size(), _core.UINT8,
@@ -1061,15 +1109,16 @@ class ProcessGroupGorovod(dist.ProcessGroup):
                 return world
             return self._world_ranks.index(world)
 
-        return _P2PWork(handle, "recv from any rank with tag %d" % tag,
-                        None if into is t else (lambda: out.copy_(into)), timeout=self.timeout, source=group_rank)
+        return _P2PWork(handle, "recv from any rank with tag %d" % tag, _received(out, into), timeout=self.timeout,
+                        source=group_rank)
 
     def _p2p_tensor(self, what, t, tag):
         """The tensor a point-to-point call moves, checked; the world's
         links carry it as bytes."""
         self._set()  # a subgroup of a changed world is refused
-        if t.device.type != "cpu":
-            raise RuntimeError("gorovod backend: %s of a %s tensor (gorovod moves CPU tensors)" % (what, t.device))
+        if not (t.is_cpu or t.is_cuda):
+            raise RuntimeError("gorovod backend: %s of a %s tensor (gorovod moves CPU and CUDA tensors)" %
+                               (what, t.device))
         if not isinstance(tag, int) or not 0 <= tag < _TAG_LIMIT:
             raise RuntimeError("gorovod backend: %s with tag %r (tags are integers from 0 to 2**32-1)" % (what, tag))
         return t if t.is_contiguous() else (t.contiguous() if what == "send" else t)
@@ -1150,7 +1199,7 @@ class ProcessGroupGorovod(dist.ProcessGroup):
         elif input_tensors and any(len(i) for i in input_tensors):
             raise RuntimeError("gorovod backend: scatter takes input tensors on the root (rank %d) only" % root)
         else:
-            flat, splits = torch.empty(0, dtype=out.dtype), [0] * n
+            flat, splits = torch.empty(0, dtype=out.dtype, device=out.device), [0] * n
         handle = mpi_ops.alltoall_async(flat, splits=splits, name=self._name(), process_set=self._set())
 
         def finish(results):
