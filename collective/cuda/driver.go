@@ -61,7 +61,9 @@ typedef struct { void *lib; void *fn[CU_SYMBOLS]; } cu_table;
 static cu_table *cu_open(const char *path, char **err, int *missing) {
 	*err = NULL;
 	*missing = -1;
-	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	// RTLD_NODELETE: the driver is never unloaded once loaded (its threads
+	// outlive a Device; the CUDA runtime may share it), only our handle goes.
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 	if (lib == NULL) {
 		const char *e = dlerror();
 		*err = strdup(e != NULL ? e : "dlopen failed");
@@ -306,8 +308,8 @@ func loadDriver(library string) (*driver, error) {
 	return &driver{t: t}, nil
 }
 
-// close unloads the library (the dynamic loader keeps it while another
-// loading holds it).
+// close drops this loading's handle and table; the library stays mapped
+// (RTLD_NODELETE).
 func (d *driver) close() {
 	if d.t != nil {
 		C.cu_close(d.t)
