@@ -150,8 +150,11 @@ func (r *roster) unresponsive(ws []driver.WorkerInfo, from, now time.Time, wakeA
 			}
 		}
 		u := unresponsiveProc{ref: p.rec.WorkerRef, name: p.rec.Name, p: p.p, out: now.Sub(since)}
+		// Joined: this bound saw the driver list it, or the roster learned
+		// its member name from a listing between the bound's looks (a
+		// worker paused within a tick of joining).
 		wakeAt := wakeAfter.left
-		if p.seen.IsZero() {
+		if p.seen.IsZero() && p.rec.Name == "" {
 			wakeAt = wakeAfter.neverJoined
 		}
 		switch {

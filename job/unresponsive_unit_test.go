@@ -24,6 +24,10 @@ func TestUnresponsiveClocks(t *testing.T) {
 		// adopted: worker 0 was listed by the job's earlier driver (its
 		// record has a gossip address), at listedUntil, not by this one.
 		adopted bool
+		// learnedOnly: the driver listed worker 0 (the roster learned its
+		// name) but the bound never looked while it did: it paused within
+		// a tick of the first world.
+		learnedOnly bool
 		// at are the times after the first world the bound looks; want its
 		// wakes and stops at each, as launch indexes.
 		at                   []time.Duration
@@ -33,6 +37,9 @@ func TestUnresponsiveClocks(t *testing.T) {
 			at:        []time.Duration{29 * time.Second, 30 * time.Second, 179 * time.Second, 180 * time.Second},
 			wantWoken: [][]int{nil, {0}, nil, nil}, wantStops: [][]int{nil, nil, nil, {0}}},
 		{name: "adopted, out of the new driver's view", listedUntil: 0, adopted: true,
+			at:        []time.Duration{9 * time.Second, 10 * time.Second},
+			wantWoken: [][]int{nil, {0}}, wantStops: [][]int{nil, nil}},
+		{name: "listed between the bound's looks", listedUntil: 0, learnedOnly: true,
 			at:        []time.Duration{9 * time.Second, 10 * time.Second},
 			wantWoken: [][]int{nil, {0}}, wantStops: [][]int{nil, nil}},
 		{name: "never joined", listedUntil: -1,
@@ -52,6 +59,8 @@ func TestUnresponsiveClocks(t *testing.T) {
 			switch {
 			case tc.adopted:
 				r.listedAt(0, from.Add(tc.listedUntil))
+			case tc.learnedOnly:
+				r.learn(listed)
 			case tc.listedUntil >= 0:
 				r.learn(listed)
 				r.unresponsive(listed, from, from.Add(tc.listedUntil), after, stopAfter)
