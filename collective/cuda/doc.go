@@ -90,10 +90,11 @@
 // link stub of libcuda (every symbol this package resolves must be there,
 // and its cuInit's CUDA_ERROR_STUB_LIBRARY must be explained) and drivers
 // built here with gcc that lack a function, see no device or are too old;
-// fakedriver_test.go runs Device, Memory, Wrap, WaitEvent and whole
-// allreduces through testdata/fakedriver.c, a driver whose device memory is
-// host memory at moved addresses and whose streams run at once (float32's
-// kernels only). The kernels themselves are checked without a GPU by the
+// fakedriver_test.go runs Device, Memory, Wrap, WaitEvent, whole
+// allreduces and SameHostGroup (its IPC path and its fallback) through
+// testdata/fakedriver.c, a driver whose device memory is host memory at
+// moved addresses, whose streams run at once and whose IPC handles open
+// within the process (float32's kernels only). The kernels themselves are checked without a GPU by the
 // kernels package (against internal/reduce, by compiling kernels.cu as C++
 // on the host), its compile subpackage (NVRTC for sm_70/80/90) and its
 // ptxas subpackage (the shipped PTX assembled as the driver's JIT would);

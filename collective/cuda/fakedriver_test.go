@@ -28,15 +28,17 @@ import (
 	"github.com/gorovod/gorovod/collective"
 )
 
-// openFake builds testdata/fakedriver.c and opens its device 0.
-func openFake(t *testing.T) *Device {
+// openFake builds testdata/fakedriver.c (with the gcc flags given) and opens
+// its device 0.
+func openFake(t *testing.T, cflags ...string) *Device {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skipf("no gcc to build the fake driver with: %v", err)
 	}
 	so := filepath.Join(t.TempDir(), "libcuda-fake.so")
-	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", so,
-		filepath.Join("testdata", "fakedriver.c"), "-lpthread").CombinedOutput(); err != nil {
+	args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", so}, cflags...)
+	args = append(args, filepath.Join("testdata", "fakedriver.c"), "-lpthread")
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	cfg := DefaultDeviceConfig()
@@ -256,6 +258,96 @@ func TestFakeDriverAllreduce(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestFakeDriverSameHostGroup: a SameHostGroup of in-process ranks on the
+// fake driver, whose IPC handles open within the process, reduces GPU to
+// GPU (exporting, mapping, the peers' kernels and copies into their
+// buffers), in place and out of place, reusing the mappings; where the
+// driver cannot export (-DFAKE_NO_IPC) every rank takes the staged path
+// and says why. Both against the same allreduce on host memory.
+func TestFakeDriverSameHostGroup(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cflags  []string
+		wantIPC bool
+	}{
+		{name: "ipc", wantIPC: true},
+		{name: "no ipc", cflags: []string{"-DFAKE_NO_IPC"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := openFake(t, tc.cflags...)
+			rng := rand.New(rand.NewPCG(5, 6))
+			cfg := collective.DefaultConfig()
+			for _, p := range []int{2, 3} {
+				const count = 5000
+				in := make([][]byte, p)
+				for r := range in {
+					in[r] = float32Bytes(randomFloat32s(rng, count))
+				}
+				host := runWorld(t, p, cfg, func(ctx context.Context, c *collective.Communicator) ([]byte, error) {
+					b := append([]byte(nil), in[c.Rank()]...)
+					buf := collective.Buffer{DType: collective.Float32, Count: count, Host: b}
+					return b, c.Allreduce(ctx, buf, buf, collective.Average)
+				})
+				dev := runWorld(t, p, cfg, func(ctx context.Context, c *collective.Communicator) ([]byte, error) {
+					g, err := NewSameHostGroup(ctx, c, d, SameHostConfig{MaxMapped: 8})
+					if err != nil {
+						return nil, err
+					}
+					defer g.Close()
+					if g.IPC() != tc.wantIPC {
+						return nil, fmt.Errorf("IPC %v (%s), want %v", g.IPC(), g.Reason(), tc.wantIPC)
+					}
+					if !tc.wantIPC && !strings.Contains(g.Reason(), "CUDA_ERROR_NOT_SUPPORTED") {
+						return nil, fmt.Errorf("the reason for the staged path does not name the driver's error: %q", g.Reason())
+					}
+					m, err := d.Alloc(ctx, len(in[c.Rank()]))
+					if err != nil {
+						return nil, err
+					}
+					defer m.Free()
+					out, err := d.Alloc(ctx, len(in[c.Rank()]))
+					if err != nil {
+						return nil, err
+					}
+					defer out.Free()
+					got, last := make([]byte, m.Size()), []byte(nil)
+					// Out of place, then in place twice on the same memory
+					// (the second reuses the first's mappings), each from
+					// the rank's input.
+					for k, dst := range []*Memory{out, m, m} {
+						if err := m.CopyFromHost(ctx, 0, in[c.Rank()]); err != nil {
+							return nil, err
+						}
+						send := collective.Buffer{DType: collective.Float32, Count: count, Device: m}
+						recv := send
+						recv.Device = dst
+						if err := g.Allreduce(ctx, send, recv, collective.Average); err != nil {
+							return nil, fmt.Errorf("allreduce %d: %w", k, err)
+						}
+						if err := dst.CopyToHost(ctx, got, 0); err != nil {
+							return nil, err
+						}
+						if k > 0 && !bytes.Equal(got, last) {
+							return nil, fmt.Errorf("allreduce %d differs from the first", k)
+						}
+						last = append(last[:0], got...)
+					}
+					st := g.Stats()
+					if tc.wantIPC && (st.IPC != 3 || st.Host != 0) || !tc.wantIPC && (st.IPC != 0 || st.Host != 3) {
+						return nil, fmt.Errorf("stats %+v: the calls did not all go the group's way", st)
+					}
+					return got, nil
+				})
+				for r := range p {
+					if !bytes.Equal(dev[r], host[r]) {
+						t.Fatalf("p=%d rank %d: the group's allreduce differs from the host's", p, r)
+					}
+				}
+			}
+		})
 	}
 }
 
