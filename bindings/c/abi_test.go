@@ -2,9 +2,11 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/gorovod/gorovod/bindings/internal/buildtest"
+	"github.com/gorovod/gorovod/internal/testing/fakecuda"
 )
 
 func TestMain(m *testing.M) {
@@ -29,6 +31,23 @@ func TestCProgram(t *testing.T) {
 // collective/cuda, which needs a GPU (bindings/python/tests/gpu_cuda_tensors.py).
 func TestCUDAStandIn(t *testing.T) {
 	cProgram{source: "cuda_standin_test.c", okLine: "cuda stand-in test ok", np: 3, tags: "gorovod_cudastandin"}.run(t)
+}
+
+// TestCUDAFakeDriver compiles testdata/cuda_fakedriver_test.c and runs it
+// against the library every build makes, with the fake CUDA driver of
+// internal/testing/fakecuda first on LD_LIBRARY_PATH as libcuda.so.1, alone
+// and as 3 workers: the library loads that driver by name and runs the
+// collectives on its device memory through cuda.go and collective/cuda (the
+// staged path between processes), and refuses a host address as device
+// memory.
+func TestCUDAFakeDriver(t *testing.T) {
+	dir := filepath.Dir(fakecuda.Build(t))
+	path := dir
+	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
+		path += ":" + old
+	}
+	cProgram{source: "cuda_fakedriver_test.c", libs: []string{"-ldl"}, okLine: "cuda fake driver test ok", np: 3,
+		env: []string{"LD_LIBRARY_PATH=" + path}}.run(t)
 }
 
 // TestHeaderIsCPlusPlus checks that gorovod.h compiles as C++ too.

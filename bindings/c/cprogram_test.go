@@ -20,8 +20,9 @@ type cProgram struct {
 	source string   // under testdata/
 	libs   []string // extra linker flags
 	okLine string
-	np     int    // workers of the run under `gorovod run`
-	tags   string // build tags of the library it runs against ("": the default build)
+	np     int      // workers of the run under `gorovod run`
+	tags   string   // build tags of the library it runs against ("": the default build)
+	env    []string // added to its environment (and its workers')
 }
 
 // run compiles p and runs it alone (a world of one) and as p.np workers
@@ -53,7 +54,7 @@ func (p cProgram) run(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			c := exec.CommandContext(ctx, tc.argv[0], tc.argv[1:]...)
-			c.Env = append(os.Environ(), "ABI_TEST_SIZE="+strconv.Itoa(tc.want))
+			c.Env = append(append(os.Environ(), p.env...), "ABI_TEST_SIZE="+strconv.Itoa(tc.want))
 			out, err := c.CombinedOutput()
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out)

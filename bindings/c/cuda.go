@@ -58,8 +58,15 @@ func openCUDA(ctx context.Context, ordinal int) (engine.Device, error) {
 // cudaDevice is a *cuda.Device as the engine's Device.
 type cudaDevice struct{ *cuda.Device }
 
+// Wrap adopts the caller's device memory; memory the driver does not know
+// as this device's (a host address, another device's, a range past its
+// allocation) is the caller's invalid argument.
 func (d cudaDevice) Wrap(ctx context.Context, ptr uintptr, size int) (collective.DeviceMemory, error) {
-	return d.Device.Wrap(ctx, ptr, size)
+	m, err := d.Device.Wrap(ctx, ptr, size)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", engine.ErrInvalid, err)
+	}
+	return m, nil
 }
 
 var _ engine.Device = cudaDevice{}

@@ -92,7 +92,7 @@
 // built here with gcc that lack a function, see no device or are too old;
 // fakedriver_test.go runs Device, Memory, Wrap, WaitEvent, whole
 // allreduces and SameHostGroup (its IPC path and its fallback) through
-// testdata/fakedriver.c, a driver whose device memory is host memory at
+// internal/testing/fakecuda, a driver whose device memory is host memory at
 // moved addresses, whose streams run at once and whose IPC handles open
 // within the process (float32's kernels only). The kernels themselves are checked without a GPU by the
 // kernels package (against internal/reduce, by compiling kernels.cu as C++

@@ -1,7 +1,7 @@
 package cuda
 
 // Device and Memory through their whole driver path without a GPU, against
-// testdata/fakedriver.c: a libcuda stand-in built here with gcc, whose
+// internal/testing/fakecuda: a libcuda stand-in built here with gcc, whose
 // device memory is host memory at moved addresses, whose streams run their
 // work at once, and which runs float32's sum and scale kernels. What it
 // checks is the plumbing a GPU cannot be asked about here: each driver
@@ -18,31 +18,21 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/gorovod/gorovod/collective"
+	"github.com/gorovod/gorovod/internal/testing/fakecuda"
 )
 
-// openFake builds testdata/fakedriver.c (with the gcc flags given) and opens
-// its device 0.
+// openFake builds the fake driver (internal/testing/fakecuda, with the gcc
+// flags given) and opens its device 0.
 func openFake(t *testing.T, cflags ...string) *Device {
 	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skipf("no gcc to build the fake driver with: %v", err)
-	}
-	so := filepath.Join(t.TempDir(), "libcuda-fake.so")
-	args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", so}, cflags...)
-	args = append(args, filepath.Join("testdata", "fakedriver.c"), "-lpthread")
-	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
 	cfg := DefaultDeviceConfig()
-	cfg.Driver = so
+	cfg.Driver = fakecuda.Build(t, cflags...)
 	d, err := NewDeviceConfig(context.Background(), 0, cfg)
 	if err != nil {
 		t.Fatal(err)

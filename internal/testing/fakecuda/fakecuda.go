@@ -1,0 +1,36 @@
+package fakecuda
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// Build compiles testdata/fakedriver.c with gcc (and the extra flags given, such as
+// -DFAKE_NO_IPC) into a new directory of t's and returns the library's path;
+// the file is named libcuda.so.1, so that the dynamic loader finds it by the
+// driver's name when LD_LIBRARY_PATH names its directory. Without gcc the
+// test is skipped.
+func Build(t *testing.T, cflags ...string) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skipf("no gcc to build the fake CUDA driver with: %v", err)
+	}
+	_, here, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("fakecuda: cannot locate fakedriver.c")
+	}
+	src := filepath.Join(filepath.Dir(here), "testdata", "fakedriver.c")
+	if _, err := os.Stat(src); err != nil {
+		t.Fatalf("fakecuda: %v", err)
+	}
+	so := filepath.Join(t.TempDir(), "libcuda.so.1")
+	args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", so}, cflags...)
+	args = append(args, src, "-lpthread")
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return so
+}
