@@ -442,21 +442,13 @@ func TestCollectivesOnDevice(t *testing.T) {
 						for r := range in {
 							in[r] = randomFinite(rng, dt, count)
 						}
-						host := runWorld(t, p, cfg, func(ctx context.Context, c *collective.Communicator) ([]byte, error) {
-							b := append([]byte(nil), in[c.Rank()]...)
-							buf := collective.Buffer{DType: dt, Count: count, Host: b}
-							return b, c.Allreduce(ctx, buf, buf, op, collective.Postscale(0.5))
-						})
+						host := hostAllreduce(t, p, cfg, dt, in, op, collective.Postscale(0.5))
 						dev := runWorld(t, p, cfg, func(ctx context.Context, c *collective.Communicator) ([]byte, error) {
-							// No t.Fatal here: this runs on the rank's goroutine.
-							m, err := d.Alloc(ctx, len(in[c.Rank()]))
+							m, err := uploadRank(ctx, d, in[c.Rank()])
 							if err != nil {
 								return nil, err
 							}
 							defer m.Free()
-							if err := m.CopyFromHost(ctx, 0, in[c.Rank()]); err != nil {
-								return nil, err
-							}
 							send := collective.Buffer{DType: dt, Count: count, Device: m}
 							recv := send
 							if c.Rank()%2 == 1 {

@@ -220,20 +220,13 @@ func TestFakeDriverAllreduce(t *testing.T) {
 				for r := range in {
 					in[r] = float32Bytes(randomFloat32s(rng, count))
 				}
-				host := runWorld(t, p, cfg, func(ctx context.Context, c *collective.Communicator) ([]byte, error) {
-					b := append([]byte(nil), in[c.Rank()]...)
-					buf := collective.Buffer{DType: collective.Float32, Count: count, Host: b}
-					return b, c.Allreduce(ctx, buf, buf, collective.Average)
-				})
+				host := hostAllreduce(t, p, cfg, collective.Float32, in, collective.Average)
 				dev := runWorld(t, p, cfg, func(ctx context.Context, c *collective.Communicator) ([]byte, error) {
-					m, err := d.Alloc(ctx, len(in[c.Rank()]))
+					m, err := uploadRank(ctx, d, in[c.Rank()])
 					if err != nil {
 						return nil, err
 					}
 					defer m.Free()
-					if err := m.CopyFromHost(ctx, 0, in[c.Rank()]); err != nil {
-						return nil, err
-					}
 					buf := collective.Buffer{DType: collective.Float32, Count: count, Device: m}
 					if err := c.Allreduce(ctx, buf, buf, collective.Average); err != nil {
 						return nil, err
@@ -276,11 +269,7 @@ func TestFakeDriverSameHostGroup(t *testing.T) {
 				for r := range in {
 					in[r] = float32Bytes(randomFloat32s(rng, count))
 				}
-				host := runWorld(t, p, cfg, func(ctx context.Context, c *collective.Communicator) ([]byte, error) {
-					b := append([]byte(nil), in[c.Rank()]...)
-					buf := collective.Buffer{DType: collective.Float32, Count: count, Host: b}
-					return b, c.Allreduce(ctx, buf, buf, collective.Average)
-				})
+				host := hostAllreduce(t, p, cfg, collective.Float32, in, collective.Average)
 				dev := runWorld(t, p, cfg, func(ctx context.Context, c *collective.Communicator) ([]byte, error) {
 					g, err := NewSameHostGroup(ctx, c, d, SameHostConfig{MaxMapped: 8})
 					if err != nil {

@@ -42,3 +42,28 @@ func runWorld(t *testing.T, p int, cfg collective.Config, fn func(ctx context.Co
 	}
 	return out
 }
+
+// hostAllreduce is the allreduce of every rank's bytes in on host memory, at
+// p in-process ranks: what the device's must give, bit for bit.
+func hostAllreduce(t *testing.T, p int, cfg collective.Config, dt collective.DType, in [][]byte, op collective.ReduceOp, opts ...collective.Option) [][]byte {
+	t.Helper()
+	return runWorld(t, p, cfg, func(ctx context.Context, c *collective.Communicator) ([]byte, error) {
+		b := append([]byte(nil), in[c.Rank()]...)
+		buf := collective.Buffer{DType: dt, Count: len(b) / dt.Size(), Host: b}
+		return b, c.Allreduce(ctx, buf, buf, op, opts...)
+	})
+}
+
+// uploadRank is new memory of d holding b, for a rank's goroutine (no
+// t.Fatal there); the caller frees it.
+func uploadRank(ctx context.Context, d *Device, b []byte) (*Memory, error) {
+	m, err := d.Alloc(ctx, len(b))
+	if err != nil {
+		return nil, err
+	}
+	if err := m.CopyFromHost(ctx, 0, b); err != nil {
+		m.Free()
+		return nil, err
+	}
+	return m, nil
+}

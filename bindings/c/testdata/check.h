@@ -27,4 +27,16 @@ static int rank = -1, size = -1;
     CHECK(rc_ == GOROVOD_OK, "%s returned %d", #call, rc_); \
   } while (0)
 
+// join_world initializes the library and sets rank and size, checking the
+// size against ABI_TEST_SIZE where cprogram_test.go gives it.
+static inline void join_world(void) {
+  OK(gorovod_init());
+  rank = gorovod_rank();
+  size = gorovod_size();
+  const char *expect = getenv("ABI_TEST_SIZE");
+  if (expect != NULL) {
+    CHECK(size == atoi(expect), "size %d, want %s", size, expect);
+  }
+}
+
 #endif

@@ -18,13 +18,7 @@ static uint64_t event_of(int32_t *flag) { return (uint64_t)(uintptr_t)flag; }
 #define DEV(p) ((void *)((uintptr_t)(p) + ((uintptr_t)1 << 56)))
 
 int main(void) {
-  OK(gorovod_init());
-  rank = gorovod_rank();
-  size = gorovod_size();
-  const char *expect = getenv("ABI_TEST_SIZE");
-  if (expect != NULL) {
-    CHECK(size == atoi(expect), "size %d, want %s", size, expect);
-  }
+  join_world();
   CHECK(gorovod_cuda_supported() == 1, "the stand-in build says it has no CUDA support");
 
   // An in-place allreduce whose event has not passed: it must not complete,
