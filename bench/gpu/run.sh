@@ -25,7 +25,8 @@
 #   9. ddp:       examples/pytorch/ddp_train.py (--backend gorovod) and
 #                 ddp_elastic.py under `gorovod run --np 2`, CPU tensors, with
 #                 the machine's torch; then ddp_train.py --cuda on "gorovod"
-#                 and on Gloo; the ranks' parameters must agree -> train.log
+#                 and on Gloo, and ddp_elastic.py --cuda; the ranks'
+#                 parameters must agree                  -> train.log
 #  10. ddpbench:  bindings/python/bench/compare.py --np 2 --models mlp
 #                 --ddp-gorovod --ceiling: DDP on "gorovod" against Gloo on CPU,
 #                 the ~10 M parameter MLP, on this machine's cores (3 repeats;
@@ -414,7 +415,7 @@ fi
 # ranks must end with the same parameters. On the GPU machine this is the
 # backend's check on torch 2.x.
 section "$trainlog" "ddp: gorovod run --np 2 -- ddp_train.py --backend gorovod; ddp_elastic.py"
-if pystep ddp 90 0; then
+if pystep ddp 120 0; then
   tv=$(timeout 60 "$py" -c 'import torch; print(torch.__version__)' 2>/dev/null | tail -1)
   res=""
   for ex in ddp_train ddp_elastic; do
@@ -473,6 +474,21 @@ if pystep ddp 90 0; then
     e=""
     [ "$rc" -ne 0 ] && e=$(errors "$work/ddp_cuda.log")
     res="$res; ddp_train --cuda: $verdict rc=$rc${e:+ ($e)}"
+    # The elastic example on CUDA tensors (elastic.State wraps DDP with
+    # device_ids in each world).
+    timeout -s INT -k 10 $((t / 4)) "$gorovod" run --np 2 --min-np 1 --max-np 2 -- "$py" "$scripts/ddp_elastic.py" \
+      --epochs 2 --cuda >"$work/ddp_elastic_cuda.log" 2>&1
+    rc=$?
+    reap "$work/ddp_elastic_cuda.log" "ddp_elastic.py"
+    cat "$work/ddp_elastic_cuda.log" >>"$trainlog"
+    digests=$(sed -n 's/.*rank [0-9]*: params_sha256 \([0-9a-f]*\).*/\1/p' "$work/ddp_elastic_cuda.log")
+    verdict=FAIL
+    if [ "$rc" -eq 0 ] && [ "$(echo "$digests" | grep -c .)" -eq 2 ] && [ "$(echo "$digests" | sort -u | wc -l)" -eq 1 ]; then
+      verdict=ok
+    fi
+    e=""
+    [ "$verdict" != ok ] && e=$(errors "$work/ddp_elastic_cuda.log")
+    res="$res; ddp_elastic --cuda: $verdict rc=$rc${e:+ ($e)}"
   fi
   note "ddp: torch ${tv:-?}$res"
 fi

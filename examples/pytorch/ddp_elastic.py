@@ -10,12 +10,16 @@ DistributedSampler; the module is given to elastic.State, which wraps it in
 DDP for each world (state.model); the loop is in a function under
 @elastic.run, which records each batch with the sampler and commits.
 
+With --cuda each worker trains on its GPU (local rank modulo the GPUs it
+sees), DDP wrapping the module with device_ids (elastic.State's ddp_kwargs).
+
 Rank 0 prints the loss at the end of each epoch and every rank, at the end,
 a digest of the parameters, which is the same on every rank.
 """
 
 import argparse
 import hashlib
+import os
 
 import torch
 import torch.distributed as dist
@@ -28,10 +32,16 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--cuda", action="store_true", help="train on this worker's GPU")
     args = p.parse_args()
 
     torch.set_num_threads(1)
     dist.init_process_group("gorovod")
+    device, ddp_kwargs = torch.device("cpu"), {}
+    if args.cuda:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        ddp_kwargs = {"device_ids": [device.index]}
 
     # The same synthetic data set on every rank: y = x·w + noise.
     g = torch.Generator().manual_seed(0)
@@ -41,9 +51,9 @@ def main():
     loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, sampler=sampler)
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    state = elastic.State(model, opt, sampler, epoch=0)
+    state = elastic.State(model, opt, sampler, ddp_kwargs=ddp_kwargs, epoch=0)
 
     @elastic.run
     def train(state):
@@ -51,6 +61,7 @@ def main():
             sampler.set_epoch(state.epoch)
             loss = None
             for step, (xb, yb) in enumerate(loader):
+                xb, yb = xb.to(device), yb.to(device)
                 opt.zero_grad()
                 loss = torch.nn.functional.mse_loss(state.model(xb), yb)
                 loss.backward()
@@ -62,7 +73,7 @@ def main():
                                                                dist.get_world_size()), flush=True)
 
     train(state)
-    digest = hashlib.sha256(b"".join(q.detach().numpy().tobytes() for q in model.parameters())).hexdigest()
+    digest = hashlib.sha256(b"".join(q.detach().cpu().numpy().tobytes() for q in model.parameters())).hexdigest()
     print("rank %d: params_sha256 %s" % (dist.get_rank(), digest), flush=True)
     dist.destroy_process_group()
 
