@@ -418,25 +418,28 @@ section "$trainlog" "ddp: gorovod run --np 2 -- ddp_train.py --backend gorovod; 
 if pystep ddp 120 0; then
   tv=$(timeout 60 "$py" -c 'import torch; print(torch.__version__)' 2>/dev/null | tail -1)
   res=""
-  for ex in ddp_train ddp_elastic; do
-    args=(--epochs 2)
-    [ "$ex" = ddp_train ] && args+=(--backend gorovod)
-    extra=()
+  # ddp_run LABEL EX LIMIT ARGS...: EX.py ARGS under `gorovod run --np 2`
+  # (ddp_elastic with --min-np 1 --max-np 2) for at most LIMIT s, its log
+  # $work/LABEL.log; adds LABEL's verdict to res: ok when the job exits 0
+  # and both ranks print the same parameter digest.
+  ddp_run() {
+    local label=$1 ex=$2 limit=$3 log="$work/${1// /_}.log" extra=() digests verdict=FAIL e=""
+    shift 3
     [ "$ex" = ddp_elastic ] && extra=(--min-np 1 --max-np 2)
-    timeout -s INT -k 10 $((t / 2)) "$gorovod" run --np 2 ${extra[@]+"${extra[@]}"} -- "$py" "$scripts/$ex.py" "${args[@]}" \
-      >"$work/$ex.log" 2>&1
+    timeout -s INT -k 10 "$limit" "$gorovod" run --np 2 ${extra[@]+"${extra[@]}"} -- "$py" "$scripts/$ex.py" "$@" \
+      >"$log" 2>&1
     rc=$?
-    reap "$work/$ex.log" "$ex.py"
-    cat "$work/$ex.log" >>"$trainlog"
-    digests=$(sed -n 's/.*rank [0-9]*: params_sha256 \([0-9a-f]*\).*/\1/p' "$work/$ex.log")
-    verdict=FAIL
+    reap "$log" "$ex.py"
+    cat "$log" >>"$trainlog"
+    digests=$(sed -n 's/.*rank [0-9]*: params_sha256 \([0-9a-f]*\).*/\1/p' "$log")
     if [ "$rc" -eq 0 ] && [ "$(echo "$digests" | grep -c .)" -eq 2 ] && [ "$(echo "$digests" | sort -u | wc -l)" -eq 1 ]; then
       verdict=ok
     fi
-    e=""
-    [ "$verdict" != ok ] && e=$(errors "$work/$ex.log")
-    res="$res; $ex: $verdict rc=$rc${e:+ ($e)}"
-  done
+    [ "$verdict" != ok ] && e=$(errors "$log")
+    res="$res; $label: $verdict rc=$rc${e:+ ($e)}"
+  }
+  ddp_run ddp_train ddp_train $((t / 2)) --epochs 2 --backend gorovod
+  ddp_run ddp_elastic ddp_elastic $((t / 2)) --epochs 2
   if [ "$gpu" = yes ]; then
     # The same torchrun-style script on CUDA tensors (--cuda: the model on
     # each worker's GPU, DistributedDataParallel(device_ids=[...])), on
@@ -476,19 +479,7 @@ if pystep ddp 120 0; then
     res="$res; ddp_train --cuda: $verdict rc=$rc${e:+ ($e)}"
     # The elastic example on CUDA tensors (elastic.State wraps DDP with
     # device_ids in each world).
-    timeout -s INT -k 10 $((t / 4)) "$gorovod" run --np 2 --min-np 1 --max-np 2 -- "$py" "$scripts/ddp_elastic.py" \
-      --epochs 2 --cuda >"$work/ddp_elastic_cuda.log" 2>&1
-    rc=$?
-    reap "$work/ddp_elastic_cuda.log" "ddp_elastic.py"
-    cat "$work/ddp_elastic_cuda.log" >>"$trainlog"
-    digests=$(sed -n 's/.*rank [0-9]*: params_sha256 \([0-9a-f]*\).*/\1/p' "$work/ddp_elastic_cuda.log")
-    verdict=FAIL
-    if [ "$rc" -eq 0 ] && [ "$(echo "$digests" | grep -c .)" -eq 2 ] && [ "$(echo "$digests" | sort -u | wc -l)" -eq 1 ]; then
-      verdict=ok
-    fi
-    e=""
-    [ "$verdict" != ok ] && e=$(errors "$work/ddp_elastic_cuda.log")
-    res="$res; ddp_elastic --cuda: $verdict rc=$rc${e:+ ($e)}"
+    ddp_run "ddp_elastic --cuda" ddp_elastic $((t / 4)) --epochs 2 --cuda
   fi
   note "ddp: torch ${tv:-?}$res"
 fi
