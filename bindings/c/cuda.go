@@ -19,7 +19,6 @@ import (
 // library itself links no NVIDIA library, so it loads and serves host memory
 // on any host. Everything the binding needs of collective/cuda goes through
 // engine.OpenDevice, the one seam.
-const cudaSupported = true
 
 // cudaOpener is how the engine opens a CUDA device.
 func cudaOpener() engine.OpenDevice { return openCUDA }

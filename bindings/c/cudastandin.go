@@ -34,7 +34,6 @@ import (
 // that the program sets when the "stream" gets there. The C ABI's whole device path (the thread's marking, the buffers,
 // in-place calls, the event wait before the buffers are touched, the
 // device's life) then runs where there is no GPU (testdata/cuda_standin_test.c).
-const cudaSupported = true
 
 // standInOffset is added to a host address to make the stand-in's device
 // address of the same memory.

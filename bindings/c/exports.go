@@ -274,13 +274,15 @@ func gorovodGoShutdown(finished C.int) (rc C.int) {
 	return statusOK
 }
 
+// gorovodGoCudaSupported is 1: every build takes CUDA device memory (cuda.go
+// loads the driver when a call first names a device; the stand-in build has
+// its own device), which gorovod.h documents for callers that also meet
+// older libraries.
+//
 //export gorovodGoCudaSupported
 func gorovodGoCudaSupported() (rc C.int) {
 	defer guard(&rc)
-	if cudaSupported {
-		return 1
-	}
-	return 0
+	return 1
 }
 
 //export gorovodGoIsInitialized

@@ -36,8 +36,12 @@ func TestLibraryLoadsEverywhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The CUDA path is in this build (collective/cuda, which loads the
+	// driver at run time), not left out.
+	var cudaPath bool
 	for _, s := range syms {
 		if s.Section != elf.SHN_UNDEF {
+			cudaPath = cudaPath || s.Name == "gorovod_cuda_supported"
 			continue
 		}
 		if strings.HasPrefix(s.Name, "nvml") {
@@ -50,14 +54,6 @@ func TestLibraryLoadsEverywhere(t *testing.T) {
 	for _, n := range needed {
 		if strings.HasPrefix(n, "libcuda") || strings.HasPrefix(n, "libnvidia") || strings.HasPrefix(n, "libnvrtc") {
 			t.Errorf("libgorovod.so needs %s: it cannot load on a host without NVIDIA's libraries", n)
-		}
-	}
-	// The CUDA path is in this build (collective/cuda, which loads the
-	// driver at run time), not left out.
-	var cudaPath bool
-	for _, s := range syms {
-		if s.Name == "gorovod_cuda_supported" && s.Section != elf.SHN_UNDEF {
-			cudaPath = true
 		}
 	}
 	if !cudaPath {

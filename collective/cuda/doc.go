@@ -88,14 +88,14 @@
 //
 // Without a GPU (the default build, CI): driver_test.go loads NVIDIA's own
 // link stub of libcuda (every symbol this package resolves must be there,
-// and its cuInit's CUDA_ERROR_STUB_LIBRARY must be explained) and drivers
-// built here with gcc that lack a function, see no device or are too old;
-// fakedriver_test.go runs Device, Memory, Wrap, WaitEvent, whole
-// allreduces and SameHostGroup (its IPC path and its fallback) through
-// internal/testing/fakecuda, a driver whose device memory is host memory at
-// moved addresses, whose streams run at once and whose IPC handles open
-// within the process (float32's kernels only). The kernels themselves are checked without a GPU by the
-// kernels package (against internal/reduce, by compiling kernels.cu as C++
+// and its cuInit's CUDA_ERROR_STUB_LIBRARY must be explained) and
+// internal/testing/fakecuda's driver (built with gcc) made to lack a
+// function, see no device, be too old or fail cuInit; fakedriver_test.go
+// runs Device, Memory, Wrap, WaitEvent, whole allreduces and SameHostGroup
+// (its IPC path and its fallback) through that driver as it is: its device
+// memory is host memory at moved addresses, its streams run at once and its
+// IPC handles open within the process (float32's kernels only). The kernels
+// themselves are checked without a GPU by the kernels package (against internal/reduce, by compiling kernels.cu as C++
 // on the host), its compile subpackage (NVRTC for sm_70/80/90) and its
 // ptxas subpackage (the shipped PTX assembled as the driver's JIT would);
 // the algorithms that drive this interface are covered by collective's

@@ -49,7 +49,6 @@ static const char *const cu_names[CU_SYMBOLS] = {
 	"cuGetErrorName", "cuIpcGetMemHandle", "cuIpcOpenMemHandle_v2", "cuIpcCloseMemHandle",
 };
 
-static int cu_symbol_count(void) { return CU_SYMBOLS; }
 static const char *cu_symbol_name(int i) { return cu_names[i]; }
 
 // The table: the library's handle, then one function per symbol.
@@ -274,15 +273,6 @@ func (r Result) Error() string {
 		return fmt.Sprintf("CUDA error %d", r.Code)
 	}
 	return fmt.Sprintf("%s (CUDA error %d)", r.Name, r.Code)
-}
-
-// driverSymbols are the functions loadDriver resolves, in order.
-func driverSymbols() []string {
-	names := make([]string, int(C.cu_symbol_count()))
-	for i := range names {
-		names[i] = C.GoString(C.cu_symbol_name(C.int(i)))
-	}
-	return names
 }
 
 // driver is one loading of the CUDA driver library: its function table.

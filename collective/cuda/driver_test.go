@@ -2,55 +2,23 @@ package cuda
 
 // The driver's loading, which needs no GPU: a host without a driver, NVIDIA's
 // own link stub (which exports every driver function and answers each call
-// with CUDA_ERROR_STUB_LIBRARY), and drivers built here with gcc that lack a
-// function or report no device or an old CUDA version.
+// with CUDA_ERROR_STUB_LIBRARY), and the fake driver of
+// internal/testing/fakecuda built to lack a function, see no device, report
+// an old CUDA version or fail cuInit.
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gorovod/gorovod/internal/testing/fakecuda"
 )
 
 // nvidiaStub is where .ci/install puts libcuda.so from Debian's
 // nvidia-cuda-dev (CUDA 11.8): NVIDIA's stub of the driver library.
 const nvidiaStub = "/var/cache/gorovod/cuda-11.8/lib/libcuda.so"
-
-// fakeDriver compiles a shared library that exports every function
-// loadDriver resolves but skip; each returns 0 (CUDA_SUCCESS) unless body
-// gives its C body (parameters are named a, b, c, ...).
-func fakeDriver(t *testing.T, skip string, body map[string]string) string {
-	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skipf("no gcc to build the fake driver with: %v", err)
-	}
-	var src strings.Builder
-	src.WriteString("#include <stddef.h>\n")
-	for _, name := range driverSymbols() {
-		if name == skip {
-			continue
-		}
-		b, ok := body[name]
-		if !ok {
-			b = "return 0;"
-		}
-		fmt.Fprintf(&src, "int %s(void *a, void *b, void *c, void *d) { %s }\n", name, b)
-	}
-	dir := t.TempDir()
-	c := filepath.Join(dir, "fake.c")
-	if err := os.WriteFile(c, []byte(src.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	so := filepath.Join(dir, "libcuda-fake.so")
-	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", so, c).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	return so
-}
 
 func TestNewDeviceWithoutUsableDriver(t *testing.T) {
 	ctx := context.Background()
@@ -74,7 +42,7 @@ func TestNewDeviceWithoutUsableDriver(t *testing.T) {
 		},
 	}, {
 		name:    "driver lacking a function",
-		library: func(t *testing.T) string { return fakeDriver(t, "cuIpcOpenMemHandle_v2", nil) },
+		library: func(t *testing.T) string { return fakecuda.Build(t, "-DFAKE_LACKS_IPC_OPEN") },
 		check: func(t *testing.T, err error) {
 			var le *DriverLoadError
 			if !errors.As(err, &le) || le.Missing != "cuIpcOpenMemHandle_v2" {
@@ -93,7 +61,7 @@ func TestNewDeviceWithoutUsableDriver(t *testing.T) {
 			return nvidiaStub
 		},
 		check: func(t *testing.T, err error) {
-			// Loading resolved every symbol of driverSymbols in NVIDIA's own
+			// Loading resolved every symbol loadDriver needs in NVIDIA's own
 			// library: the first call, cuInit, is what fails.
 			var de *DriverError
 			if !errors.As(err, &de) || de.Op != "cuInit" || !isResult(err, resultStubLibrary) {
@@ -106,10 +74,7 @@ func TestNewDeviceWithoutUsableDriver(t *testing.T) {
 	}, {
 		name: "driver that sees no device",
 		library: func(t *testing.T) string {
-			return fakeDriver(t, "", map[string]string{
-				"cuDriverGetVersion": "*(int *)a = 12080; return 0;",
-				"cuDeviceGetCount":   "*(int *)a = 0; return 0;",
-			})
+			return fakecuda.Build(t, "-DFAKE_DEVICES=0")
 		},
 		check: func(t *testing.T, err error) {
 			var ue *UsageError
@@ -120,7 +85,7 @@ func TestNewDeviceWithoutUsableDriver(t *testing.T) {
 	}, {
 		name: "driver older than CUDA 11.8",
 		library: func(t *testing.T) string {
-			return fakeDriver(t, "", map[string]string{"cuDriverGetVersion": "*(int *)a = 11020; return 0;"})
+			return fakecuda.Build(t, "-DFAKE_VERSION=11020")
 		},
 		check: func(t *testing.T, err error) {
 			var ue *UsageError
@@ -131,10 +96,7 @@ func TestNewDeviceWithoutUsableDriver(t *testing.T) {
 	}, {
 		name: "cuInit failing, named by the driver",
 		library: func(t *testing.T) string {
-			return fakeDriver(t, "", map[string]string{
-				"cuInit":         "return 100;",
-				"cuGetErrorName": `*(const char **)b = "CUDA_ERROR_NO_DEVICE"; return 0;`,
-			})
+			return fakecuda.Build(t, "-DFAKE_INIT_RESULT=100")
 		},
 		check: func(t *testing.T, err error) {
 			if !isResult(err, resultNoDevice) {

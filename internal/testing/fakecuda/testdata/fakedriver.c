@@ -1,5 +1,5 @@
-// A stand-in for the NVIDIA driver's libcuda.so.1, for fakedriver_test.go:
-// it exports every function collective/cuda loads, with cuda.h's parameter
+// A stand-in for the NVIDIA driver's libcuda.so.1 (see ../doc.go): it
+// exports every function collective/cuda loads, with cuda.h's parameter
 // order, so that Device and Memory run their whole driver path on a host
 // without a GPU. Device 0's "memory" is host memory (malloc) at addresses
 // moved by DEV_OFFSET (not canonical on x86-64 or arm64: Go code that took
@@ -7,6 +7,12 @@
 // an event has passed as soon as it is recorded. Of the kernels, float32's
 // sum and scale run (the others fail with CUDA_ERROR_NOT_SUPPORTED); IPC
 // works within the process (see cuIpcGetMemHandle).
+//
+// Built with these defined, it is another driver: FAKE_INIT_RESULT, cuInit's
+// result; FAKE_VERSION, the CUDA version cuDriverGetVersion reports
+// (1000*major + 10*minor); FAKE_DEVICES, how many devices it has;
+// FAKE_LACKS_IPC_OPEN, a driver without cuIpcOpenMemHandle_v2; FAKE_NO_IPC,
+// one whose IPC exports fail.
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,9 +37,23 @@ static int find(dptr p) {
   return -1;
 }
 
-res cuInit(unsigned flags) { return flags == 0 ? 0 : 1; }
-res cuDriverGetVersion(int *v) { *v = 12080; return 0; }
-res cuDeviceGetCount(int *n) { *n = 1; return 0; }
+#ifndef FAKE_VERSION
+#define FAKE_VERSION 12080
+#endif
+#ifndef FAKE_DEVICES
+#define FAKE_DEVICES 1
+#endif
+
+res cuInit(unsigned flags) {
+#ifdef FAKE_INIT_RESULT
+  (void)flags;
+  return FAKE_INIT_RESULT;
+#else
+  return flags == 0 ? 0 : 1;
+#endif
+}
+res cuDriverGetVersion(int *v) { *v = FAKE_VERSION; return 0; }
+res cuDeviceGetCount(int *n) { *n = FAKE_DEVICES; return 0; }
 res cuDeviceGet(int *dev, int ordinal) { if (ordinal != 0) return 101; *dev = 0; return 0; }
 res cuDeviceGetAttribute(int *v, int attr, int dev) {
   (void)dev;
@@ -191,6 +211,7 @@ res cuGetErrorName(res r, const char **s) {
   switch (r) {
   case 1: *s = "CUDA_ERROR_INVALID_VALUE"; return 0;
   case 2: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return 0;
+  case 100: *s = "CUDA_ERROR_NO_DEVICE"; return 0;
   case 801: *s = "CUDA_ERROR_NOT_SUPPORTED"; return 0;
   }
   return 1;
@@ -215,6 +236,7 @@ res cuIpcGetMemHandle(void *h, dptr base) {
   return 0;
 }
 typedef struct { char reserved[64]; } ipc_handle;
+#ifndef FAKE_LACKS_IPC_OPEN
 res cuIpcOpenMemHandle_v2(dptr *p, ipc_handle h, unsigned flags) {
   dptr base;
   if (memcmp(h.reserved, "fake", 4) != 0 || flags != 1) return 1;
@@ -223,4 +245,5 @@ res cuIpcOpenMemHandle_v2(dptr *p, ipc_handle h, unsigned flags) {
   *p = base;
   return 0;
 }
+#endif
 res cuIpcCloseMemHandle(dptr p) { return in(p, 1) ? 0 : 1; }
