@@ -50,5 +50,19 @@ func TestCUDAFakeDriver(t *testing.T) {
 		env: []string{"LD_LIBRARY_PATH=" + path}}.run(t)
 }
 
+// TestCUDANVIDIADriverWithoutGPU compiles testdata/cuda_nvidia_nogpu_test.c
+// and runs it against the library every build makes, with NVIDIA's own
+// libcuda.so.1 (from .ci/install) first on LD_LIBRARY_PATH, alone and as 3
+// workers: on this host without a GPU, device memory fails with cuInit's
+// CUDA_ERROR_NO_DEVICE and the world goes on.
+func TestCUDANVIDIADriverWithoutGPU(t *testing.T) {
+	path := filepath.Dir(fakecuda.NVIDIALibrary(t, "libcuda.so.1"))
+	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
+		path += ":" + old
+	}
+	cProgram{source: "cuda_nvidia_nogpu_test.c", libs: []string{"-ldl"}, okLine: "cuda nvidia no-gpu test ok", np: 3,
+		env: []string{"LD_LIBRARY_PATH=" + path}}.run(t)
+}
+
 // TestHeaderIsCPlusPlus checks that gorovod.h compiles as C++ too.
 func TestHeaderIsCPlusPlus(t *testing.T) { headerIsCPlusPlus(t, "gorovod.h") }

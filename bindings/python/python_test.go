@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/bindings/internal/buildtest"
+	"github.com/gorovod/gorovod/internal/testing/fakecuda"
 )
 
 // Python is the interpreter the bindings are tested with: Debian's, where
@@ -162,6 +163,25 @@ func TestCUDAStandIn(t *testing.T) {
 	for _, np := range []int{0, 2, 3} {
 		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
 			out := runPython(t, np, 5*time.Minute, pyEnv(t, "GOROVOD_LIBRARY="+lib), "tests/cuda_standin_test.py")
+			wantPasses(t, out, max(np, 1))
+		})
+	}
+}
+
+// TestCUDANVIDIADriverWithoutGPU runs tests/nvidia_nogpu_test.py with
+// NVIDIA's real libcuda.so.1 (from .ci/install) first on LD_LIBRARY_PATH,
+// alone and at 2 workers, on this host without a GPU: a call on device
+// memory raises GorovodError naming CUDA_ERROR_NO_DEVICE, and CPU tensors
+// go on.
+func TestCUDANVIDIADriverWithoutGPU(t *testing.T) {
+	needTorch(t)
+	path := filepath.Dir(fakecuda.NVIDIALibrary(t, "libcuda.so.1"))
+	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
+		path += ":" + old
+	}
+	for _, np := range []int{0, 2} {
+		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
+			out := runPython(t, np, 2*time.Minute, pyEnv(t, "LD_LIBRARY_PATH="+path), "tests/nvidia_nogpu_test.py")
 			wantPasses(t, out, max(np, 1))
 		})
 	}

@@ -86,9 +86,11 @@
 //
 // # Testing
 //
-// Without a GPU (the default build, CI): driver_test.go loads NVIDIA's own
-// link stub of libcuda (every symbol this package resolves must be there,
-// and its cuInit's CUDA_ERROR_STUB_LIBRARY must be explained) and
+// Without a GPU (the default build, CI): driver_test.go loads NVIDIA's real
+// driver library (Debian's libcuda1, driver 535, from .ci/install: every
+// symbol this package resolves must be there, and its cuInit's
+// CUDA_ERROR_NO_DEVICE must be explained), NVIDIA's own link stub of libcuda
+// (its CUDA_ERROR_STUB_LIBRARY likewise) and
 // internal/testing/fakecuda's driver (built with gcc) made to lack a
 // function, see no device, be too old or fail cuInit; fakedriver_test.go
 // runs Device, Memory, Wrap, WaitEvent, whole allreduces and SameHostGroup

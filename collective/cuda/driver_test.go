@@ -2,7 +2,8 @@ package cuda
 
 // The driver's loading, which needs no GPU: a host without a driver, NVIDIA's
 // own link stub (which exports every driver function and answers each call
-// with CUDA_ERROR_STUB_LIBRARY), and the fake driver of
+// with CUDA_ERROR_STUB_LIBRARY), NVIDIA's real driver library on this host
+// without a GPU, and the fake driver of
 // internal/testing/fakecuda built to lack a function, see no device, report
 // an old CUDA version or fail cuInit.
 
@@ -69,6 +70,25 @@ func TestNewDeviceWithoutUsableDriver(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), "link stub") {
 				t.Errorf("%q does not say the stub was loaded", err)
+			}
+		},
+	}, {
+		name: "NVIDIA's driver (Debian's libcuda1 535) on a host without a GPU",
+		library: func(t *testing.T) string {
+			return fakecuda.NVIDIALibrary(t, "libcuda.so.1")
+		},
+		check: func(t *testing.T, err error) {
+			// Every symbol loadDriver resolves is in NVIDIA's real library
+			// (a missing one would be a DriverLoadError naming it), and its
+			// cuInit answers as on a GPU host whose GPU is gone.
+			var de *DriverError
+			if !errors.As(err, &de) || de.Op != "cuInit" || !isResult(err, resultNoDevice) {
+				t.Fatalf("got %v (%T), want cuInit's CUDA_ERROR_NO_DEVICE (every symbol resolved)", err, err)
+			}
+			for _, want := range []string{"CUDA_ERROR_NO_DEVICE (CUDA error 100)", "finds no GPU"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%q does not say %q", err, want)
+				}
 			}
 		},
 	}, {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gorovod/gorovod/internal/testing/fakecuda"
 )
 
 // TestMissingLibrary loads a library that does not exist: the path every
@@ -75,5 +77,21 @@ func TestOldLibrary(t *testing.T) {
 	_, err := openNVML(buildFake(t, "-DFAKE_OLD"))
 	if !IsNoGPUs(err) || !strings.Contains(err.Error(), "no NVML: the library lacks") {
 		t.Fatalf("got %v, want a *NoGPUsError saying what the library lacks", err)
+	}
+}
+
+// TestNVIDIALibraryWithoutGPU loads NVIDIA's own libnvidia-ml (Debian's
+// libnvidia-ml1, driver 535) on this host, which has no GPU and no NVIDIA
+// kernel module: every function the shim resolves is in the real library
+// (openNVML fails naming any that is not), and discovery is "no GPUs" with
+// the reason a user of such a host needs, not an error.
+func TestNVIDIALibraryWithoutGPU(t *testing.T) {
+	lib, err := openNVML(fakecuda.NVIDIALibrary(t, "libnvidia-ml.so.1"))
+	if err != nil {
+		t.Fatalf("opening NVIDIA's library: %v", err)
+	}
+	_, err = discover(context.Background(), lib)
+	if !IsNoGPUs(err) || !strings.Contains(err.Error(), "kernel driver is not loaded") {
+		t.Fatalf("got %v, want a *NoGPUsError saying the kernel driver is not loaded", err)
 	}
 }

@@ -9,4 +9,8 @@
 // reaches its allocations through the driver functions alone, as with a
 // GPU: a C test program loads the same library (dlopen of "libcuda.so.1"
 // with LD_LIBRARY_PATH naming Build's directory) to allocate and copy.
+//
+// It also tells tests where NVIDIA's real driver libraries are
+// (NVIDIALibrary): on a host without a GPU they load, export what we
+// resolve, and answer as a GPU host without a working GPU does.
 package fakecuda
