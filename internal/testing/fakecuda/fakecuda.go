@@ -1,12 +1,19 @@
 package fakecuda
 
 import (
+	_ "embed"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 )
+
+// source is testdata/fakedriver.c, embedded so that a test binary built
+// with -trimpath and run elsewhere (bench/gpu's cuda.test on the GPU
+// machine) builds the same driver as go test does here.
+//
+//go:embed testdata/fakedriver.c
+var source []byte
 
 // Build compiles testdata/fakedriver.c with gcc (and the extra flags given, such as
 // -DFAKE_NO_IPC) into a new directory of t's and returns the library's path;
@@ -18,15 +25,12 @@ func Build(t *testing.T, cflags ...string) string {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skipf("no gcc to build the fake CUDA driver with: %v", err)
 	}
-	_, here, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("fakecuda: cannot locate fakedriver.c")
-	}
-	src := filepath.Join(filepath.Dir(here), "testdata", "fakedriver.c")
-	if _, err := os.Stat(src); err != nil {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "fakedriver.c")
+	if err := os.WriteFile(src, source, 0o644); err != nil {
 		t.Fatalf("fakecuda: %v", err)
 	}
-	so := filepath.Join(t.TempDir(), "libcuda.so.1")
+	so := filepath.Join(dir, "libcuda.so.1")
 	args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", so}, cflags...)
 	args = append(args, src, "-lpthread")
 	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
