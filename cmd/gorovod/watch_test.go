@@ -267,6 +267,24 @@ func TestRunNamesStalledRanks(t *testing.T) {
 	}
 }
 
+// probeNoise tells memberlist's failure-detector records that a
+// CPU-starved machine produces at any time, whatever the job does: a probe
+// that timed out, a suspicion refuted (all three seen in CI here, 4 workers
+// beside the other test packages on 2 cores). They are about the machine's
+// load, not the end of the job, so TestRunQuietAtNormalEnd leaves them out;
+// every other record, memberlist's and gorovod's own, still counts.
+func probeNoise(line string) bool {
+	if !strings.Contains(line, "component=memberlist") && !strings.Contains(line, `"component":"memberlist"`) {
+		return false
+	}
+	for _, msg := range []string{"Refuting a suspect message", "but UDP probes failed", "Failed fallback TCP ping"} {
+		if strings.Contains(line, msg) {
+			return true
+		}
+	}
+	return false
+}
+
 // TestRunQuietAtNormalEnd: a job of several workers that ends normally logs
 // nothing at WARN or above, neither the driver nor the workers' library, in
 // text or JSON (with -v the normal end logs nothing above INFO either).
@@ -287,6 +305,9 @@ func TestRunQuietAtNormalEnd(t *testing.T) {
 			records := 0
 			for _, line := range strings.Split(out+errs, "\n") {
 				line = regexp.MustCompile(`^\[\d+\] `).ReplaceAllString(line, "")
+				if probeNoise(line) {
+					continue
+				}
 				if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") || strings.Contains(line, "[WARN]") || strings.Contains(line, "[ERR]") {
 					t.Errorf("a warning at a normal end: %s", line)
 				}
@@ -411,4 +432,25 @@ func TestQuickStartWithoutDataset(t *testing.T) {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// TestProbeNoise: the records TestRunQuietAtNormalEnd leaves out are
+// exactly memberlist's probe timeouts and refuted suspicions (the lines are
+// from a CI run here); gorovod's warnings and memberlist's others count.
+func TestProbeNoise(t *testing.T) {
+	for _, tc := range []struct {
+		line  string
+		noise bool
+	}{
+		{`time=2026-12-04T16:09:09.702Z level=WARN msg="Refuting a suspect message (from: vm-1)" member=vm-2 component=memberlist`, true},
+		{`time=2026-12-04T16:09:09.714Z level=WARN msg="Was able to connect to vm-2 over TCP but UDP probes failed, network may be misconfigured" member=vm-3 component=memberlist`, true},
+		{`{"time":"2026-12-04T16:09:14.042Z","level":"ERROR","msg":"Failed fallback TCP ping: timeout 200ms: read tcp 127.0.0.1:54306->127.0.0.1:41333: i/o timeout","member":"vm-4","component":"memberlist"}`, true},
+		{`time=2026-12-04T16:09:09.702Z level=WARN msg="Marking vm-2 as failed, suspect timeout reached (0 peer confirmations)" component=memberlist`, false},
+		{`time=2026-12-04T16:09:09.702Z level=WARN msg="Refuting a suspect message" component=driver`, false},
+		{`time=2026-12-04T16:09:09.702Z level=WARN msg="worker 1 exited with status 1"`, false},
+	} {
+		if got := probeNoise(tc.line); got != tc.noise {
+			t.Errorf("probeNoise(%q) = %v, want %v", tc.line, got, tc.noise)
+		}
+	}
 }
