@@ -41,13 +41,8 @@ func TestCUDAStandIn(t *testing.T) {
 // staged path between processes), and refuses a host address as device
 // memory.
 func TestCUDAFakeDriver(t *testing.T) {
-	dir := filepath.Dir(fakecuda.Build(t))
-	path := dir
-	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
-		path += ":" + old
-	}
 	cProgram{source: "cuda_fakedriver_test.c", libs: []string{"-ldl"}, okLine: "cuda fake driver test ok", np: 3,
-		env: []string{"LD_LIBRARY_PATH=" + path}}.run(t)
+		env: []string{fakecuda.LoaderPathFirst(filepath.Dir(fakecuda.Build(t)))}}.run(t)
 }
 
 // TestCUDANVIDIADriverWithoutGPU compiles testdata/cuda_nvidia_nogpu_test.c
@@ -56,12 +51,8 @@ func TestCUDAFakeDriver(t *testing.T) {
 // workers: on this host without a GPU, device memory fails with cuInit's
 // CUDA_ERROR_NO_DEVICE and the world goes on.
 func TestCUDANVIDIADriverWithoutGPU(t *testing.T) {
-	path := filepath.Dir(fakecuda.NVIDIALibrary(t, "libcuda.so.1"))
-	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
-		path += ":" + old
-	}
 	cProgram{source: "cuda_nvidia_nogpu_test.c", libs: []string{"-ldl"}, okLine: "cuda nvidia no-gpu test ok", np: 3,
-		env: []string{"LD_LIBRARY_PATH=" + path}}.run(t)
+		env: []string{fakecuda.LoaderPathFirst(filepath.Dir(fakecuda.NVIDIALibrary(t, "libcuda.so.1")))}}.run(t)
 }
 
 // TestHeaderIsCPlusPlus checks that gorovod.h compiles as C++ too.

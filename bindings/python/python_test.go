@@ -175,13 +175,10 @@ func TestCUDAStandIn(t *testing.T) {
 // go on.
 func TestCUDANVIDIADriverWithoutGPU(t *testing.T) {
 	needTorch(t)
-	path := filepath.Dir(fakecuda.NVIDIALibrary(t, "libcuda.so.1"))
-	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
-		path += ":" + old
-	}
+	path := fakecuda.LoaderPathFirst(filepath.Dir(fakecuda.NVIDIALibrary(t, "libcuda.so.1")))
 	for _, np := range []int{0, 2} {
 		t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
-			out := runPython(t, np, 2*time.Minute, pyEnv(t, "LD_LIBRARY_PATH="+path), "tests/nvidia_nogpu_test.py")
+			out := runPython(t, np, 2*time.Minute, pyEnv(t, path), "tests/nvidia_nogpu_test.py")
 			wantPasses(t, out, max(np, 1))
 		})
 	}

@@ -13,7 +13,7 @@ import (
 // machine) builds the same driver as go test does here.
 //
 //go:embed testdata/fakedriver.c
-var source []byte
+var source string
 
 // Build compiles testdata/fakedriver.c with gcc (and the extra flags given, such as
 // -DFAKE_NO_IPC) into a new directory of t's and returns the library's path;
@@ -27,7 +27,7 @@ func Build(t *testing.T, cflags ...string) string {
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "fakedriver.c")
-	if err := os.WriteFile(src, source, 0o644); err != nil {
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
 		t.Fatalf("fakecuda: %v", err)
 	}
 	so := filepath.Join(dir, "libcuda.so.1")

@@ -25,3 +25,13 @@ func NVIDIALibrary(t *testing.T, name string) string {
 	}
 	return p
 }
+
+// LoaderPathFirst returns the environment entry that puts dir first on
+// LD_LIBRARY_PATH, before what this process has there: how a test makes a
+// child process load a driver of dir by its name (libcuda.so.1).
+func LoaderPathFirst(dir string) string {
+	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
+		dir += ":" + old
+	}
+	return "LD_LIBRARY_PATH=" + dir
+}
