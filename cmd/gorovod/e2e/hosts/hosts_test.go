@@ -506,11 +506,32 @@ func TestRunHostWithoutSSHD(t *testing.T) {
 // hosts at 4, 8 and 16 workers (4 hosts): a graceful leave (SIGTERM to a
 // worker on its host) to the first step of the smaller world, and a join
 // (SIGUSR1 to the launcher: a worker started over ssh) to the first step of
-// the larger one. Set GOROVOD_MEASURE_TRANSITIONS=1 to run it; the numbers
-// are logged (docs/multihost.md records them).
+// the larger one, three rounds of each; then an unplanned one: every process
+// of the host with the most workers (fewer than half) killed with kill -9
+// (its sshd too), to the survivors' first step in a world without them. Set
+// GOROVOD_MEASURE_TRANSITIONS=1 to run it; the numbers are logged
+// (docs/multihost.md records them). GOROVOD_MEASURE_DEBUG=1 runs the job
+// with --log-level debug, and GOROVOD_MEASURE_DIR keeps its log, to split a
+// transition by its log lines (TestTransitionBreakdown does it for the
+// planned ones).
 func TestMeasureHostTransitions(t *testing.T) {
 	if os.Getenv("GOROVOD_MEASURE_TRANSITIONS") == "" {
 		t.Skip("a measurement: set GOROVOD_MEASURE_TRANSITIONS=1")
+	}
+	// trainersOn lists the synthetic trainers' pids among a host's processes.
+	trainersOn := func(t *testing.T, host *testhosts.Host) []int {
+		t.Helper()
+		pids, err := host.Processes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var trainers []int
+		for _, pid := range pids {
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), e2e.Synthetic+"\x00") {
+				trainers = append(trainers, pid)
+			}
+		}
+		return trainers
 	}
 	for _, np := range []int{4, 8, 16} {
 		t.Run(fmt.Sprint(np), func(t *testing.T) {
@@ -519,7 +540,11 @@ func TestMeasureHostTransitions(t *testing.T) {
 			for _, x := range hs[1:] {
 				list = append(list, fmt.Sprintf("%s:%d", x.Name, np/4+1))
 			}
-			h := measuredHostJob(t, n, hs[0], []string{"--np", fmt.Sprint(np), "--min-np", "2", "-H", strings.Join(list, ",")},
+			args := []string{"--np", fmt.Sprint(np), "--min-np", "2", "-H", strings.Join(list, ",")}
+			if os.Getenv("GOROVOD_MEASURE_DEBUG") != "" {
+				args = append(args, "--log-level", "debug")
+			}
+			h := measuredHostJob(t, n, hs[0], args,
 				"--steps", "1000000", "--json", "--samples", "100000", "--batch", fmt.Sprint(4*np),
 				"--model-size", "20000", "--compute", "1ms")
 			h.WaitFor(t, fmt.Sprintf("a %d-worker world", np), 3*time.Minute, func(l []e2e.TrainerLine) bool { return e2e.LastSize(l) == np })
@@ -533,14 +558,8 @@ func TestMeasureHostTransitions(t *testing.T) {
 				// Leave: SIGTERM one trainer process on the last host that has one.
 				victim := 0
 				for i := len(hs) - 1; i > 0 && victim == 0; i-- {
-					pids, err := hs[i].Processes()
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, pid := range pids {
-						if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), e2e.Synthetic+"\x00") {
-							victim = pid
-						}
+					if trainers := trainersOn(t, hs[i]); len(trainers) > 0 {
+						victim = trainers[len(trainers)-1]
 					}
 				}
 				if victim == 0 {
@@ -563,6 +582,43 @@ func TestMeasureHostTransitions(t *testing.T) {
 					np, round, size+1, sinceMS(start, h.FirstCommit(s, size+1, 5*time.Second)), seen)
 				size++
 			}
+			// A host killed: the survivors' first step without its workers.
+			// The world may pass through a smaller size first (a ring blames
+			// one dead neighbour), so both the first step of any smaller
+			// world and that of the world without the whole host are logged.
+			// The host with the most trainers, so long as they are fewer than
+			// half the world (more would leave the survivors without a
+			// quorum: they would wait, as for a partition).
+			var dead *testhosts.Host
+			lost := 0
+			for _, host := range hs[1:] {
+				if k := len(trainersOn(t, host)); k > lost && 2*k < size {
+					dead, lost = host, k
+				}
+			}
+			if dead == nil {
+				t.Fatalf("no host holds fewer than half of the %d workers", size)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s := h.Step()
+			start := time.Now()
+			if err := dead.KillAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			h.WaitFor(t, fmt.Sprintf("a %d-worker world after %s was killed", size-lost, dead.Name), time.Minute, e2e.SizeAfter(s, size-lost))
+			seen := time.Since(start)
+			settled := h.FirstCommit(s, size-lost, 5*time.Second)
+			var first time.Time
+			h.Mu.Lock()
+			for _, l := range h.Lines {
+				if at := time.UnixMicro(l.TimeUS); l.Step > s && l.Size < size && l.TimeUS > 0 && (first.IsZero() || at.Before(first)) {
+					first = at
+				}
+			}
+			h.Mu.Unlock()
+			t.Logf("np %d: host kill -9 (%d of %d workers) → first step of a smaller world: %s; of the %d-worker world: %s by the workers' clocks (its line reached the test after %v)",
+				np, lost, size, sinceMS(start, first), size-lost, sinceMS(start, settled), seen)
 		})
 	}
 }
