@@ -6,10 +6,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gorovod/gorovod/job"
+	"github.com/gorovod/gorovod/job/hosts"
+	"github.com/gorovod/gorovod/job/launch"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
 )
@@ -82,6 +85,136 @@ func TestHostsFromDiscovery(t *testing.T) {
 	}
 	if o.Workers[0].State != job.Finished || o.Workers[1].State != job.Stopped || o.Workers[1].StopReason != job.StopHostDropped || o.Workers[1].Host != "b" {
 		t.Fatalf("workers %+v", o.Workers)
+	}
+}
+
+// lostHostLauncher is hostsLauncher whose workers, when a signal kills
+// them, end as the ssh launcher's do when their host dies: the connection
+// to the worker broke (a *launch.HostError).
+type lostHostLauncher struct{ hostsLauncher }
+
+func (l *lostHostLauncher) Launch(ctx context.Context, r job.LaunchRequest) (job.Process, error) {
+	host := r.Host
+	p, err := l.hostsLauncher.Launch(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return lostHostProcess{Process: p, host: host}, nil
+}
+
+type lostHostProcess struct {
+	job.Process
+	host string
+}
+
+func (p lostHostProcess) Err() error {
+	err := p.Process.Err()
+	if job.KilledBySignal(err) {
+		return &launch.HostError{Host: p.host, Err: errors.New("lost the connection to the worker (ssh: exit status 255)")}
+	}
+	return err
+}
+
+// removals is a driver that records the workers the runner takes out of
+// the job (Remove).
+type removals struct {
+	job.Driver
+	mu      sync.Mutex
+	removed []string
+}
+
+func (d *removals) Remove(name string) {
+	d.mu.Lock()
+	d.removed = append(d.removed, name)
+	d.mu.Unlock()
+	d.Driver.Remove(name)
+}
+
+func (d *removals) names() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.removed)
+}
+
+// A host that dies (every worker there killed, their connections broken)
+// is blacklisted, and each of its workers is taken out of the job for good
+// at once, the ones whose connection broke first too: before, only the
+// workers still running when the host left the list were, and the others
+// stayed members until the survivors' blame and the driver's probes found
+// them, which cost the job a world with a dead member in it. The job goes
+// on with the other host's worker and finishes.
+func TestDeadHostsWorkersAllRemoved(t *testing.T) {
+	r := newRecorder()
+	cfg := config(t, r, 3, envSteps+"=300", envStepTime+"=20ms")
+	cfg.MinWorkers = 1
+	launcher := &lostHostLauncher{hostsLauncher{hosts: map[int]string{}}}
+	cfg.Launcher = launcher
+	watch := job.NewHostWatch(hosts.Static{{Name: "a", Slots: 1}, {Name: "b", Slots: 2}}, hosts.WatchConfig{})
+	var toldMu sync.Mutex
+	var told []string
+	watch.OnError = func(msg string) {
+		toldMu.Lock()
+		told = append(told, msg)
+		toldMu.Unlock()
+	}
+	cfg.Discovery = watch
+	var d *removals
+	cfg.StartDriver = func(ctx context.Context, dc driver.Config) (job.Driver, error) {
+		real, err := driver.Start(ctx, dc)
+		if err != nil {
+			return nil, err
+		}
+		d = &removals{Driver: real}
+		return d, nil
+	}
+	j, err := job.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.waitFor(t, "a world of 3", worldOf(3))
+	var onB []job.WorkerRecord
+	deadline := time.After(time.Minute)
+	for len(onB) < 2 { // the runner learns the member names of its processes on its tick
+		onB = slices.DeleteFunc(j.Workers(), func(w job.WorkerRecord) bool { return w.Host != "b" || w.Name == "" })
+		if len(onB) < 2 {
+			select {
+			case <-deadline:
+				t.Fatalf("workers on b: %+v", j.Workers())
+			case <-r.notify:
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	for _, w := range onB {
+		if err := syscall.Kill(w.PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, err := j.Wait()
+	if err != nil {
+		t.Fatalf("job failed: %v\n%s", err, describe(r.all()))
+	}
+	removed := d.names()
+	for _, w := range onB {
+		if !slices.Contains(removed, w.Name) {
+			t.Errorf("worker %d (%s) of the dead host b was not taken out of the job; removed: %v\n%s", w.Index, w.Name, removed, describe(r.all()))
+		}
+	}
+	for _, w := range o.Workers {
+		// A worker of b is lost, or stopped as its host left the list when
+		// the first one's loss blacklisted it before its own exit was seen.
+		ok := w.State == job.Finished
+		if w.Host == "b" {
+			ok = w.State == job.Lost || (w.State == job.Stopped && w.StopReason == job.StopHostDropped)
+		}
+		if !ok {
+			t.Errorf("worker %d on %s: %v (%v)", w.Index, w.Host, w.State, w.StopReason)
+		}
+	}
+	toldMu.Lock()
+	defer toldMu.Unlock()
+	if !slices.ContainsFunc(told, func(m string) bool { return strings.Contains(m, "host b lost a worker: blacklisted") }) {
+		t.Errorf("b was not blacklisted; the host watch said %q", told)
 	}
 }
 

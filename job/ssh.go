@@ -101,12 +101,16 @@ func (p remoteProcess) Err() error {
 }
 
 // blacklistOnHostError tells a Blacklister Discovery of a worker lost with
-// its host.
-func (j *Job) blacklistOnHostError(err error) {
+// its host, and reports whether it did (the host is then out of the job,
+// now or since an earlier worker's loss).
+func (j *Job) blacklistOnHostError(err error) bool {
 	var he *launch.HostError
-	if b, ok := j.cfg.Discovery.(Blacklister); ok && errors.As(err, &he) {
-		b.Blacklist(he.Host)
+	b, ok := j.cfg.Discovery.(Blacklister)
+	if !ok || !errors.As(err, &he) {
+		return false
 	}
+	b.Blacklist(he.Host)
+	return true
 }
 
 // Adopt takes back a worker this launcher started on another host, with

@@ -153,7 +153,18 @@ func (j *Job) await(index int, p Process) {
 		// world: the engine's grow stops waiting for it.
 		j.engine.OnStartLost()
 	}
-	j.blacklistOnHostError(ev.Err)
+	if j.blacklistOnHostError(ev.Err) {
+		// Its host is out of the job: the runner stops its other workers
+		// there and the driver takes them out for good (dropHost). This one
+		// goes with them, now: left to the members' blame and the driver's
+		// probes, a host's death cost the job a world with the dead worker
+		// in it, which failed at its connect (at 16 workers, a quarter of a
+		// second more before the survivors trained again).
+		j.learnNames()
+		for _, name := range j.roster.names(index) {
+			j.driver.Remove(name)
+		}
+	}
 	j.roster.left()
 	j.floor.wake()
 	j.start.wake()
