@@ -100,17 +100,15 @@ func (p remoteProcess) Err() error {
 	return err
 }
 
-// blacklistOnHostError tells a Blacklister Discovery of a worker lost with
-// its host, and reports whether it did (the host is then out of the job,
-// now or since an earlier worker's loss).
-func (j *Job) blacklistOnHostError(err error) bool {
-	var he *launch.HostError
+// blacklist tells a Blacklister Discovery that a worker was lost with host,
+// and reports whether the Discovery is one (the host is then out of the
+// job, now or since an earlier worker's loss).
+func (j *Job) blacklist(host string) bool {
 	b, ok := j.cfg.Discovery.(Blacklister)
-	if !ok || !errors.As(err, &he) {
-		return false
+	if ok {
+		b.Blacklist(host)
 	}
-	b.Blacklist(he.Host)
-	return true
+	return ok
 }
 
 // Adopt takes back a worker this launcher started on another host, with

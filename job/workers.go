@@ -153,7 +153,7 @@ func (j *Job) await(index int, p Process) {
 		// world: the engine's grow stops waiting for it.
 		j.engine.OnStartLost()
 	}
-	if j.blacklistOnHostError(ev.Err) {
+	if lostHost != nil && j.blacklist(lostHost.Host) {
 		// Its host is out of the job: the runner stops its other workers
 		// there and the driver takes them out for good (dropHost). This one
 		// goes with them, now: left to the members' blame and the driver's
