@@ -61,6 +61,15 @@ type Config struct {
 	StripeSources int
 	// AbortTimeout bounds how long a failing rank spends telling its peers why.
 	AbortTimeout time.Duration
+	// KeepLinksOnFailure: a failed collective tells its peers with an
+	// abort frame as always, but leaves the links open instead of closing
+	// them, so that Salvage can bring each back to a frame boundary and
+	// hand it to the next world (transport.Carry) instead of it being
+	// dialled again. The owner must then end the communicator with
+	// Salvage, Abort or Close; until it does, a peer blocked sending to
+	// this rank stays blocked. Every rank should set it alike: a link is
+	// kept only when both its ends salvage it.
+	KeepLinksOnFailure bool
 	// Logger receives failures; nil discards.
 	Logger *slog.Logger
 	// Tracer, when set, is told of every collective and its phases (a
@@ -262,6 +271,12 @@ type Communicator struct {
 	// sendBroken marks links whose last send failed part-way: the peer's stream
 	// may hold half a frame, so no abort frame may follow on it.
 	sendBroken []bool
+	// abortSent[r]: this rank's abort frame went whole onto the link to
+	// rank r, the last frame this world sends on it; abortSeen[r]: rank
+	// r's abort frame was read off its link, the last frame it sends
+	// (Salvage reads up to it).
+	abortSent []atomic.Bool
+	abortSeen []atomic.Bool
 
 	stateMu sync.Mutex
 	failure error // the first failure; every later collective returns it
@@ -353,6 +368,8 @@ func NewFromLinks(w transport.World, links []transport.Link, cfg Config) (*Commu
 		inPlace:       inPlace,
 		log:           log.With("rank", w.Rank, "epoch", w.Epoch),
 		sendBroken:    make([]bool, len(links)),
+		abortSent:     make([]atomic.Bool, len(links)),
+		abortSeen:     make([]atomic.Bool, len(links)),
 		tracer:        cfg.Tracer,
 		octx:          newOpContext(),
 		driver:        newHelper(),
@@ -713,13 +730,22 @@ func (c *Communicator) fail(err error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AbortTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
+	// Links kept open for Salvage end with an abort frame each way, the
+	// one to the rank that aborted first included: its Salvage reads up
+	// to it. No point-to-point frame may follow it (stop, first).
+	keep := c.cfg.KeepLinksOnFailure && c.parent == nil
+	if keep {
+		c.p2p.stop(err)
+	}
 	for peer, l := range c.links {
-		if l == nil || c.sendBroken[peer] || originPeer == peer {
+		if l == nil || c.sendBroken[peer] || (originPeer == peer && !keep) {
 			continue
 		}
 		wg.Go(func() {
 			h := transport.Header{Kind: transport.FrameAbort, Length: uint32(len(reason))}
-			_ = l.Send(ctx, &h, []byte(reason))
+			if l.Send(ctx, &h, []byte(reason)) == nil {
+				c.abortSent[peer].Store(true)
+			}
 		})
 	}
 	wg.Wait()
@@ -728,7 +754,9 @@ func (c *Communicator) fail(err error) error {
 		// every other subset over its links, cannot run either.
 		c.parent.Abort(err)
 	}
-	c.closeLinks()
+	if !keep {
+		c.closeLinks()
+	}
 	return err
 }
 
@@ -749,6 +777,15 @@ func (o *opRun) header(step, n int, count uint64) transport.Header {
 	}
 }
 
+// streamWhole reports whether a link whose send just failed says its
+// streams hold no part of a frame (a send refused before it wrote
+// anything, as when the collective was cancelled): an abort frame may then
+// follow. Links that cannot tell are taken as broken.
+func streamWhole(l transport.Link) bool {
+	rl, ok := l.(transport.RekeyableLink)
+	return ok && rl.Keepable()
+}
+
 // send sends one frame of the collective to peer.
 func (o *opRun) send(ctx context.Context, peer, step int, payload []byte) error {
 	return o.sendCount(ctx, peer, step, o.desc.count, payload)
@@ -759,7 +796,7 @@ func (o *opRun) sendCount(ctx context.Context, peer, step int, count uint64, pay
 	h := &o.c.sendHdr[peer]
 	*h = o.header(step, len(payload), count)
 	if err := o.c.links[peer].Send(ctx, h, payload); err != nil {
-		o.c.sendBroken[peer] = true
+		o.c.sendBroken[peer] = !streamWhole(o.c.links[peer])
 		return err
 	}
 	return nil
@@ -813,6 +850,9 @@ func (o *opRun) recvHeader(ctx context.Context, peer, step, n int, count uint64)
 		if err := l.RecvPayload(ctx, reason); err != nil {
 			return &RemoteAbortError{Rank: peer, Reason: "(reason lost: " + err.Error() + ")"}
 		}
+		if o.c.parent == nil {
+			o.c.abortSeen[peer].Store(true)
+		}
 		return &RemoteAbortError{Rank: peer, Reason: string(reason)}
 	}
 	if err := o.check(peer, h, step, n, count); err != nil {
@@ -832,7 +872,7 @@ func (o *opRun) sendInPlace(ctx context.Context, peer, step int, payload []byte)
 	h := &o.c.sendHdr[peer]
 	*h = o.header(step, len(payload), o.desc.count)
 	if err := ipl.SendInPlace(ctx, h, payload); err != nil {
-		o.c.sendBroken[peer] = true
+		o.c.sendBroken[peer] = !streamWhole(ipl)
 		return err
 	}
 	return nil

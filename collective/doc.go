@@ -56,7 +56,10 @@
 // transport's I/O timeout; ranks that call mismatched collectives get a
 // *MismatchError describing both calls; a rank that fails tells the others why
 // (*RemoteAbortError). After any failure the communicator is spent: build the
-// next one. Abort stops it from another goroutine.
+// next one. Abort stops it from another goroutine. Release hands a healthy
+// communicator's links to the next world; with Config.KeepLinksOnFailure,
+// Salvage does it for a failed one's, reading each link up to its peer's
+// abort frame (salvage.go).
 //
 // Subsets. Communicator.Subset gives some of a communicator's ranks a
 // communicator of their own over the same links, with sequence numbers of

@@ -107,6 +107,11 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Collective = c.Collective.WithDefaults()
+	// A failed world's links to the members that survive it are salvaged
+	// into the next world (recover, enter) rather than dialled again; the
+	// session ends every communicator with Salvage, Abort, Release or
+	// Close, as the setting asks.
+	c.Collective.KeepLinksOnFailure = true
 	if c.FusionBytes == 0 {
 		c.FusionBytes = d.FusionBytes
 	}
@@ -216,6 +221,11 @@ type Session struct {
 	// carried is the links of the world left at the last step boundary,
 	// by member, for the next world to keep (enter); nil after a failure.
 	carried map[epoch.Member]transport.Link
+	// salvaged is the links of the world that failed last, still being
+	// read up to their peers' abort frames (collective.Salvage), and that
+	// world; the next world's enter takes those to its members.
+	salvaged     *collective.Salvaged
+	salvagedFrom epoch.World
 	// moving is set from the step boundary where the links are handed
 	// over until the next world is entered (guarded by mu), for Prepare.
 	moving bool
@@ -413,6 +423,7 @@ func (s *Session) Close() error {
 	if s.comm != nil {
 		err = s.comm.Close()
 	}
+	s.salvaged.Close()
 	if s.lastAsync != nil {
 		<-s.lastAsync.done // the async fuser is in use until then
 	}

@@ -119,6 +119,36 @@ func (s *Session) takeCarried(ep epoch.World) []transport.Link {
 	return kept
 }
 
+// takeSalvaged adds to the carried links those salvaged from the world
+// that failed last (recover) to ep's members, once their peers' abort
+// frames have come (or ctx ends: those not drained by then close); the
+// others close.
+func (s *Session) takeSalvaged(ctx context.Context, ep epoch.World) {
+	s.mu.Lock()
+	sv, from := s.salvaged, s.salvagedFrom
+	s.salvaged = nil
+	s.mu.Unlock()
+	if sv == nil {
+		return
+	}
+	next := make(map[epoch.Member]bool, len(ep.Members))
+	for _, m := range ep.Members {
+		next[m] = true
+	}
+	links := sv.Take(ctx, func(r int) bool { return next[from.Members[r]] })
+	if links == nil {
+		return
+	}
+	if s.carried == nil {
+		s.carried = make(map[epoch.Member]transport.Link, len(links))
+	}
+	for r, l := range links {
+		if l != nil {
+			s.carried[from.Members[r]] = l
+		}
+	}
+}
+
 // Prepare starts connecting world ep, newer than the current one, in the
 // background while this worker trains on: at the step boundary where the
 // members move to it (Commit) its links are then ready, and only the state
@@ -357,7 +387,10 @@ func (s *Session) recover(ctx context.Context, cause error) error {
 	}
 	s.log.Warn("collective failed; waiting for the next world", "epoch", s.epoch.Number, "blamed", blamed.Name, "err", cause)
 	s.src.ReportFailure(s.epoch.Number, blamed, cause)
-	s.comm.Abort(cause)
+	s.mu.Lock()
+	s.salvaged.Close() // a world that failed before this one was entered
+	s.salvaged, s.salvagedFrom = s.comm.Salvage(cause), s.epoch
+	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RecoveryTimeout)
 	defer cancel()
 	start, failed := time.Now(), s.epoch.Number
@@ -410,6 +443,7 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	s.mu.Lock()
 	s.enteringNumber = ep.Number
 	s.mu.Unlock()
+	s.takeSalvaged(ctx, ep)
 	kept := s.takeCarried(ep)
 	// Connected (or being connected) since the epoch was adopted: connect
 	// waits for it while the kept links re-key.
