@@ -219,10 +219,10 @@ func commitAll(ctx context.Context, t *testing.T, sessions []*Session) {
 
 // TestPrepareWhileMoving: a Prepare that comes (from the worker's epoch
 // watcher) after Commit has handed the last world's links over and before
-// the next world is entered plans nothing. The released communicator reads
-// as a failed one there, so a plan made then would dial all of the next
-// world while the other members keep their links to this worker and re-key
-// them: each end would wait for the other until a timeout. The members
+// the next world is entered plans nothing: s.epoch is then the world being
+// left, and a plan made from it would dial the members that world had
+// while they keep their links to this worker and re-key them: each end
+// would wait for the other until a timeout. The members
 // enter the joiner's world keeping the link between them, and it works.
 func TestPrepareWhileMoving(t *testing.T) {
 	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 2, Coalesce: time.Millisecond})

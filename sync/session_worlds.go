@@ -174,9 +174,8 @@ func (s *Session) Prepare(ep epoch.World) {
 	}
 	if s.comm == nil || s.closed || ep.Number <= s.epoch.Number || ep.Number <= s.enteringNumber || rank < 0 || s.moving {
 		// (A world being left or entered (moving) is no base to plan from:
-		// its communicator has handed its links over, which reads as a
-		// failure and would dial all of ep, and s.epoch is the world being
-		// left, not the one ep follows. ep is then connected at its own
+		// its communicator has handed its links over, and s.epoch is the
+		// world being left, not the one ep follows. ep is then connected at its own
 		// step boundary, keeping what it can.)
 		// (An epoch being entered already is connected by enter: a second
 		// Connect of the same world on this transport would fail.)
@@ -191,10 +190,11 @@ func (s *Session) Prepare(ep epoch.World) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	// The links to members of the current world are carried over at the
-	// step boundary; only the others are dialled now. A world that has
-	// failed already carries nothing: all of ep is dialled.
+	// step boundary; only the others are dialled now. So are those of a
+	// world that has failed: its links are salvaged (recover), and a link
+	// that cannot be is dialled when ep is entered (Carry).
 	var want []bool
-	if _, ok := s.t.(transport.PartialConnector); ok && s.comm.Err() == nil {
+	if _, ok := s.t.(transport.PartialConnector); ok {
 		want = make([]bool, len(ep.Members))
 		for r, m := range ep.Members {
 			want[r] = r != rank && !slices.Contains(s.epoch.Members, m)
