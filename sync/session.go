@@ -219,11 +219,13 @@ type Session struct {
 	// Prepare, which leaves it alone.
 	enteringNumber uint64
 	// carried is the links of the world left at the last step boundary,
-	// by member, for the next world to keep (enter); nil after a failure.
+	// by member, for the next world to keep (enter); after a failure,
+	// enter fills it from salvaged (takeSalvaged).
 	carried map[epoch.Member]transport.Link
 	// salvaged is the links of the world that failed last, still being
 	// read up to their peers' abort frames (collective.Salvage), and that
-	// world; the next world's enter takes those to its members.
+	// world; the next world's enter takes those to its members (guarded
+	// by mu).
 	salvaged     *collective.Salvaged
 	salvagedFrom epoch.World
 	// moving is set from the step boundary where the links are handed
@@ -423,7 +425,10 @@ func (s *Session) Close() error {
 	if s.comm != nil {
 		err = s.comm.Close()
 	}
+	s.mu.Lock()
 	s.salvaged.Close()
+	s.salvaged = nil
+	s.mu.Unlock()
 	if s.lastAsync != nil {
 		<-s.lastAsync.done // the async fuser is in use until then
 	}

@@ -175,8 +175,8 @@ func (s *Session) Prepare(ep epoch.World) {
 	if s.comm == nil || s.closed || ep.Number <= s.epoch.Number || ep.Number <= s.enteringNumber || rank < 0 || s.moving {
 		// (A world being left or entered (moving) is no base to plan from:
 		// its communicator has handed its links over, and s.epoch is the
-		// world being left, not the one ep follows. ep is then connected at its own
-		// step boundary, keeping what it can.)
+		// world being left, not the one ep follows. ep is then connected
+		// at its own step boundary, keeping what it can.)
 		// (An epoch being entered already is connected by enter: a second
 		// Connect of the same world on this transport would fail.)
 		return
