@@ -16,7 +16,17 @@ import (
 // cluster is the autoscaling engine's view of the job through its driver.
 type cluster struct{ j *Job }
 
-func (c cluster) Remove(name string) { c.j.driver.Remove(name) }
+// Remove takes worker name out of the job for good. Its process is marked
+// removed before the driver leaves it out: the job's goroutine that follows
+// the worlds (followMembers) may see the world without it before the engine's
+// does, and must not count a scale-down as the worker being left out of a
+// world (it would be reported as excluded, "declared failed while paused or
+// cut off", at the end of the job).
+func (c cluster) Remove(name string) {
+	c.j.learnNames()
+	c.j.roster.markRemoved(name)
+	c.j.driver.Remove(name)
+}
 
 func (c cluster) Workers() []heuristics.WorkerInfo {
 	ws := c.j.driver.Workers()
