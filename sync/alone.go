@@ -70,6 +70,7 @@ func (a *alone) requestLeave(context.Context) error {
 
 // rejoin: nothing leaves a world of one out but its own leave request.
 func (a *alone) rejoin(context.Context) error { return ErrOutForGood }
+func (a *alone) outForGood() bool             { return true }
 
 func (a *alone) finish(context.Context) error { return a.close() }
 func (a *alone) close() error {

@@ -381,6 +381,9 @@ type member interface {
 	requestLeave(ctx context.Context) error
 	// rejoin comes back as a new member after an exclusion (Worker.Rejoin).
 	rejoin(ctx context.Context) error
+	// outForGood says the job will not admit this worker again
+	// (Worker.OutForGood): its exclusion is a removal, not a failure.
+	outForGood() bool
 	finish(ctx context.Context) error
 	close() error
 }
@@ -432,6 +435,7 @@ type jobMember struct{ w *Worker }
 func (j jobMember) session() *Session                      { return j.w.Session }
 func (j jobMember) requestLeave(ctx context.Context) error { return j.w.RequestLeave(ctx) }
 func (j jobMember) rejoin(ctx context.Context) error       { return j.w.Rejoin(ctx) }
+func (j jobMember) outForGood() bool                       { return j.w.OutForGood() }
 func (j jobMember) finish(ctx context.Context) error       { return j.w.Finish(ctx) }
 func (j jobMember) close() error                           { return j.w.Close() }
 
@@ -729,6 +733,11 @@ func (l *trainLoop) leftOut(step int64) (flow, error) {
 // rejoin as a new member, unless the job will not admit this worker again.
 func (l *trainLoop) comeBack(step int64) (bool, error) {
 	if l.leaving {
+		return false, nil
+	}
+	if l.m.outForGood() {
+		// Removed by the job (a scale-down): no failure to warn of, and
+		// the worker logged its removal when it learned of it.
 		return false, nil
 	}
 	l.log.Warn("left out of the world (declared failed while unreachable?): rejoining as a new member", "step", step, "epoch", l.sess.World().Number)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/gorovod/gorovod/collective"
 	"github.com/gorovod/gorovod/collective/transport/multi"
 	"github.com/gorovod/gorovod/collective/transport/tcp"
+	"github.com/gorovod/gorovod/internal/testing/testio"
 	"github.com/gorovod/gorovod/membership"
 	"github.com/gorovod/gorovod/sync/driver"
 	"github.com/gorovod/gorovod/sync/epoch"
@@ -122,6 +124,7 @@ func (c *coordMember) requestLeave(context.Context) error {
 	return nil
 }
 func (c *coordMember) rejoin(context.Context) error { return ErrOutForGood }
+func (c *coordMember) outForGood() bool             { return true }
 func (c *coordMember) finish(context.Context) error { return c.sess.Close() }
 func (c *coordMember) close() error                 { return c.sess.Close() }
 
@@ -555,6 +558,72 @@ func TestTrainInAJob(t *testing.T) {
 	case <-d.Finished():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the driver was not told that training finished")
+	}
+}
+
+// A worker the driver takes out of the job (a scale-down) ends its training
+// as Excluded and says so at Info: no warning of a failure (being left out
+// while unreachable), which a user would take for one, and no attempt to
+// come back.
+func TestTrainRemovedByTheDriver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d, err := driver.Start(ctx, driver.Config{JobID: "remove-test", Secret: []byte("remove-test-secret"), MinWorkers: 2, Membership: membership.DefaultConfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	workerCfg := WorkerConfig{JobID: "remove-test", Secret: []byte("remove-test-secret"), Seeds: []string{d.GossipAddr()}, Transport: multi.Config{IOTimeout: 2 * time.Second}}
+	log := &loopLog{}
+	var wg stdsync.WaitGroup
+	var results [2]TrainResult
+	var errs [2]error
+	var logs [2]testio.Buffer
+	var removed stdsync.Once
+	var victim string
+	out := -1 // the worker of rank 1 at step 6, which is removed
+	for i := range 2 {
+		w := newLoopWorker(t, fmt.Sprintf("r%d", i), log, func(c *TrainConfig) {
+			c.Worker = workerCfg
+			c.Worker.Logger = slog.New(slog.NewTextHandler(&logs[i], nil))
+		})
+		wg.Go(func() {
+			results[i], errs[i] = Train(ctx, w.cfg, w.state, func(ctx context.Context, s *TrainStep) error {
+				if s.Number == 6 && s.Rank == 1 {
+					out = i
+				}
+				if s.Number == 6 && s.Rank == 0 && s.Size == 2 {
+					removed.Do(func() {
+						victim = s.Session.World().Members[1].Name
+						d.SetMinWorkers(1)
+						d.Remove(victim)
+						for d.Current().Rank(victim) >= 0 {
+							select {
+							case <-ctx.Done():
+								return
+							case <-time.After(5 * time.Millisecond):
+							}
+						}
+					})
+				}
+				return w.step(ctx, s)
+			})
+		})
+	}
+	wg.Wait()
+	if victim == "" {
+		t.Fatalf("no world of 2 reached step 6: %+v, %v; %+v, %v", results[0], errs[0], results[1], errs[1])
+	}
+	if out < 0 {
+		t.Fatalf("no worker was rank 1 at step 6")
+	}
+	stay := 1 - out
+	if errs[stay] != nil || results[stay].Outcome != Completed || errs[out] != nil || results[out].Outcome != Excluded {
+		t.Fatalf("worker %d (stays): %+v, %v; worker %d (removed): %+v, %v", stay, results[stay], errs[stay], out, results[out], errs[out])
+	}
+	text := logs[out].String()
+	if strings.Contains(text, "left out of the world") || !strings.Contains(text, "left out for good") {
+		t.Fatalf("the removed worker's log:\n%s", text)
 	}
 }
 
