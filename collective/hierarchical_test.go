@@ -579,7 +579,9 @@ func TestHierarchicalPipelineOverlaps(t *testing.T) {
 // with a stripe and one without, inside the host and across), when a rank
 // never joins (the others' deadline), and when ranks cut the buffer into
 // different pieces (a mismatch). A dead rank is named by a *PeerError or a
-// mismatch; an absent one leaves the others their deadline.
+// mismatch; an absent one leaves the others their deadline; the rank with
+// other pieces by a mismatch, or by a *PeerError when it found the mismatch
+// first and closed its links.
 func TestHierarchicalPipelineFailures(t *testing.T) {
 	const bytes = 256 << 10
 	cfg := Config{Algorithm: AlgorithmHierarchical, SmallMessageBytes: -1, ChunkBytes: 4096, HierarchicalPieceBytes: 32 << 10, AbortTimeout: time.Second}
@@ -650,6 +652,16 @@ func TestHierarchicalPipelineFailures(t *testing.T) {
 					t.Errorf("failing took %v", d)
 				}
 				named := false
+				if tc.pieces != 0 {
+					// The victim took part: it fails too, with a mismatch
+					// of layout when it is the one that found it.
+					var mm *MismatchError
+					if err := errs[tc.victim]; !isTypedFailure(err) {
+						t.Errorf("rank %d (victim): want a typed failure, got %v", tc.victim, err)
+					} else if errors.As(err, &mm) && mm.Field != "layout" {
+						t.Errorf("rank %d (victim): mismatch of %s, want layout", tc.victim, mm.Field)
+					}
+				}
 				for r, err := range errs {
 					if r == tc.victim {
 						continue
@@ -680,6 +692,11 @@ func TestHierarchicalPipelineFailures(t *testing.T) {
 								t.Errorf("rank %d: mismatch of %s, want layout", r, mm.Field)
 							}
 						}
+						// The victim may find the mismatch first: it then
+						// aborts with pieces of its own still in flight,
+						// closing those links part-way through a frame, and
+						// its peers see only that it closed them.
+						named = named || (errors.As(err, &pe) && pe.Rank == tc.victim)
 					default:
 						if errors.Is(err, context.DeadlineExceeded) {
 							t.Errorf("rank %d: the deadline, not the dead peer: %v", r, err)
