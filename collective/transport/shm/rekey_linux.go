@@ -17,9 +17,16 @@ import (
 var _ transport.RekeyableLink = (*link)(nil)
 
 // Keepable reports whether the link can be moved into another world: intact
-// (linkutil.Base.Intact) and its peer still there.
+// (linkutil.Base.Intact) and its peer still there. The peer's flags live in
+// the shared mapping, which Close unmaps under rmu once it has set Closed:
+// they are read under rmu, and only while the link is open.
 func (l *link) Keepable() bool {
-	return !l.gone() && l.Intact(&l.wmu, &l.rmu, &l.pending)
+	if !l.Intact(&l.wmu, &l.rmu, &l.pending) {
+		return false
+	}
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	return !l.Closed.Load() && !l.gone()
 }
 
 // Rekey moves the link into world w, where the peer is rank peer.

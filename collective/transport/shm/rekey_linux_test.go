@@ -65,3 +65,30 @@ func TestRekey(t *testing.T) {
 		}
 	}
 }
+
+// TestKeepableAfterClose: Keepable on a closed link, as a failed
+// communicator's Salvage asks of links its Abort already closed, says no.
+// The peer's flags it reads live in the mapping Close unmaps: read after
+// Close, they faulted the process (SIGSEGV in Salvage, seen when a worker
+// paused past its exclusion came back).
+func TestKeepableAfterClose(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		close func(la, lz transport.Link)
+		want  bool
+	}{
+		{"open", func(transport.Link, transport.Link) {}, true},
+		{"closed here", func(la, _ transport.Link) { _ = la.Close() }, false},
+		{"closed by the peer", func(_, lz transport.Link) { _ = lz.Close() }, false},
+		{"closed at both ends", func(la, lz transport.Link) { _ = lz.Close(); _ = la.Close() }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, z := listen(t, testConfig()), listen(t, testConfig())
+			la, lz := conformance.ConnectPair(t, a, z)
+			tc.close(la, lz)
+			if got := la.(transport.RekeyableLink).Keepable(); got != tc.want {
+				t.Fatalf("Keepable: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
