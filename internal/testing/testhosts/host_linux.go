@@ -372,6 +372,25 @@ func processesIn(ns unix.Stat_t) ([]int, error) {
 	return pids, nil
 }
 
+// processesInRetry is processesIn, read again while ctx lasts when reading
+// /proc fails: on a loaded CI machine getdents on /proc once failed with
+// "not a directory" in a test's cleanup, which then failed the test.
+func processesInRetry(ctx context.Context, ns unix.Stat_t) ([]int, error) {
+	retry := time.NewTicker(20 * time.Millisecond)
+	defer retry.Stop()
+	for {
+		pids, err := processesIn(ns)
+		if err == nil {
+			return pids, nil
+		}
+		select {
+		case <-retry.C:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("listing the processes in the namespace: %w (%v)", err, ctx.Err())
+		}
+	}
+}
+
 func inNetNS(pid int, ns unix.Stat_t) bool {
 	var st unix.Stat_t
 	// Fails for exited processes (a zombie has no namespaces) and vanished ones.
@@ -390,7 +409,7 @@ func killNetNS(ctx context.Context, nsPath string) error {
 		return err
 	}
 	for {
-		pids, err := processesIn(ns)
+		pids, err := processesInRetry(ctx, ns)
 		if err != nil {
 			return err
 		}
