@@ -371,7 +371,9 @@ func (e *e2eCluster) checkJobs(t *testing.T, jobs []*e2eJob) (changed bool) {
 		}
 		if len(sizes) > 1 {
 			changed = true
-			if len(worlds) < 2 {
+			// An allocation that came as the job ended is not one it
+			// must have followed (needed, above, leaves it out).
+			if len(worlds) < 2 && len(slices.Compact(slices.Clone(needed))) > 1 {
 				t.Errorf("%s's allocation went %v but it trained only at %v: the driver did not follow", j.name, sizes, worlds)
 			}
 		}
