@@ -22,6 +22,10 @@ type Driver interface {
 	Unfinished() []string
 	// Remove takes a worker out of the job for good.
 	Remove(name string)
+	// RemoveLost takes a worker out of the job for good because the job
+	// lost it (the connection to its host broke): a failure of the
+	// current world is explained by it (driver.Driver.RemoveLost).
+	RemoveLost(name string)
 	// Exited tells the driver that a worker's process ended (the launcher
 	// saw it exit): its death is known, not suspected, and the survivors
 	// form the next world without its vote (epoch.CheckQuorum).

@@ -116,11 +116,12 @@ func (p lostHostProcess) Err() error {
 }
 
 // removals is a driver that records the workers the runner takes out of
-// the job (Remove).
+// the job (Remove, and RemoveLost, which it also lists in lost).
 type removals struct {
 	job.Driver
 	mu      sync.Mutex
 	removed []string
+	lost    []string
 }
 
 func (d *removals) Remove(name string) {
@@ -130,10 +131,18 @@ func (d *removals) Remove(name string) {
 	d.Driver.Remove(name)
 }
 
-func (d *removals) names() []string {
+func (d *removals) RemoveLost(name string) {
+	d.mu.Lock()
+	d.removed = append(d.removed, name)
+	d.lost = append(d.lost, name)
+	d.mu.Unlock()
+	d.Driver.RemoveLost(name)
+}
+
+func (d *removals) names() (removed, lost []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return slices.Clone(d.removed)
+	return slices.Clone(d.removed), slices.Clone(d.lost)
 }
 
 // A host that dies (every worker there killed, their connections broken)
@@ -194,11 +203,17 @@ func TestDeadHostsWorkersAllRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatalf("job failed: %v\n%s", err, describe(r.all()))
 	}
-	removed := d.names()
+	removed, lost := d.names()
 	for _, w := range onB {
 		if !slices.Contains(removed, w.Name) {
 			t.Errorf("worker %d (%s) of the dead host b was not taken out of the job; removed: %v\n%s", w.Index, w.Name, removed, describe(r.all()))
 		}
+	}
+	// The worker whose loss blacklisted b is taken out as lost: that
+	// explains the failure of its world to the driver, which forms the
+	// next one without probing every member first.
+	if len(lost) == 0 || !slices.ContainsFunc(onB, func(w job.WorkerRecord) bool { return slices.Contains(lost, w.Name) }) {
+		t.Errorf("no worker of b was taken out as lost (RemoveLost); removed %v, lost %v", removed, lost)
 	}
 	for _, w := range o.Workers {
 		// A worker of b is lost, or stopped as its host left the list when
@@ -233,6 +248,7 @@ func (d *fakeDriver) Current() epoch.World      { return d.world }
 func (d *fakeDriver) Finished() <-chan struct{} { return d.finished }
 func (d *fakeDriver) Unfinished() []string      { return d.unfinished }
 func (d *fakeDriver) Remove(string)             {}
+func (d *fakeDriver) RemoveLost(string)         {}
 func (d *fakeDriver) Exited(string)             {}
 func (d *fakeDriver) SetMinWorkers(int)         {}
 func (d *fakeDriver) SetFirstWorld(int)         {}

@@ -162,7 +162,7 @@ func (j *Job) await(index int, p Process) {
 		// second more before the survivors trained again).
 		j.learnNames()
 		for _, name := range j.roster.names(index) {
-			j.driver.Remove(name)
+			j.driver.RemoveLost(name)
 		}
 	}
 	j.roster.left()

@@ -287,6 +287,15 @@ func (d *Driver) Remove(name string) {
 	d.loop.do(func(now time.Time) []epoch.Output { return d.prop.Step(now, epoch.Evict{Name: name}) })
 }
 
+// RemoveLost takes a worker out of the job for good because its launcher
+// lost it (its process, or the ssh connection to its host, is gone), as
+// Remove does; the failure of the current world that its loss causes is
+// explained by it, and the next world is proposed without first probing
+// every member (epoch.Evict's Lost).
+func (d *Driver) RemoveLost(name string) {
+	d.loop.do(func(now time.Time) []epoch.Output { return d.prop.Step(now, epoch.Evict{Name: name, Lost: true}) })
+}
+
 // Exited tells the driver that worker name's process has ended (its
 // launcher saw it exit): unlike a worker gossip declares dead, which may be
 // alive behind a partition, it no longer counts towards the quorum of the

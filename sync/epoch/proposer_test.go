@@ -525,6 +525,39 @@ func TestProposer(t *testing.T) {
 				// one's failure was d's death: b is probed, not removed.
 				{60 * ms, from("a", failure(3, "b")), outs(epoch.Suspected{Name: "b", By: "a", Number: 3, Cause: "boom"}, ping("b", 6), ping("c", 7))},
 			}},
+		{name: "a world a member of which the launcher lost is formed again without a census, and the lost member blamed is not probed",
+			script: []step{
+				{0, ready("a"), nil}, {0, ready("b"), nil}, {0, ready("c"), nil}, {0, ready("d"), nil},
+				{10 * ms, nil, propose(world(1, "a", "b", "c", "d"), "a", "b", "c", "d")},
+				// d's host died; the launcher lost it; a blames d, c blames b.
+				{20 * ms, epoch.Evict{Name: "d", Lost: true}, outs(epoch.Removed{Name: "d", Why: epoch.ReasonEvicted})},
+				{21 * ms, from("a", failure(1, "d")), outs(epoch.Suspected{Name: "d", By: "a", Number: 1, Cause: "boom"})},
+				// A live member blamed is still probed, and the world waits for it.
+				{22 * ms, from("c", failure(1, "b")), outs(epoch.Suspected{Name: "b", By: "c", Number: 1, Cause: "boom"}, ping("b", 1))},
+				{30 * ms, nil, nil},
+				{31 * ms, from("b", pong(1, world(1, "a", "b", "c", "d"))), outs(epoch.Cleared{Name: "b"})},
+				{31 * ms, nil, outs(propose(world(2, "a", "b", "c"), "a", "b", "c"), outForGood(world(2, "a", "b", "c"), "d"))},
+			}},
+		{name: "a census taken before the launcher lost a member does not hold the next world",
+			script: []step{
+				{0, ready("a"), nil}, {0, ready("b"), nil}, {0, ready("c"), nil}, {0, ready("d"), nil},
+				{10 * ms, nil, propose(world(1, "a", "b", "c", "d"), "a", "b", "c", "d")},
+				{20 * ms, from("a", failure(1, "")), outs(ping("b", 1), ping("c", 2), ping("d", 3))},
+				{21 * ms, epoch.Evict{Name: "d", Lost: true}, outs(epoch.Removed{Name: "d", Why: epoch.ReasonEvicted})},
+				{31 * ms, nil, outs(propose(world(2, "a", "b", "c"), "a", "b", "c"), outForGood(world(2, "a", "b", "c"), "d"))},
+			}},
+		{name: "a scale-down is no explanation: a failure of its world has every member probed",
+			script: []step{
+				{0, ready("a"), nil}, {0, ready("b"), nil}, {0, ready("c"), nil}, {0, ready("d"), nil},
+				{10 * ms, nil, propose(world(1, "a", "b", "c", "d"), "a", "b", "c", "d")},
+				{20 * ms, epoch.Evict{Name: "d"}, outs(epoch.Removed{Name: "d", Why: epoch.ReasonEvicted})},
+				{21 * ms, from("a", failure(1, "")), outs(ping("b", 1), ping("c", 2))},
+				{30 * ms, nil, nil},
+				{31 * ms, from("b", pong(1, world(1, "a", "b", "c", "d"))), nil},
+				{31 * ms, nil, nil},
+				{32 * ms, from("c", pong(2, world(1, "a", "b", "c", "d"))), nil},
+				{32 * ms, nil, outs(propose(world(2, "a", "b", "c"), "a", "b", "c"), outForGood(world(2, "a", "b", "c"), "d"))},
+			}},
 		{name: "SetMinWorkers holds proposals back", script: script(twoWorkers, []step{
 			{20 * ms, epoch.SetMinWorkers{N: 3}, nil},
 			{30 * ms, nil, outs(epoch.Waiting{Have: 2, Min: 3})},

@@ -203,8 +203,15 @@ type SendFailed struct {
 }
 
 // Evict: the driver's decision to take a worker out of the job for good (a
-// scale-down); it is never admitted again.
-type Evict struct{ Name string }
+// scale-down); it is never admitted again. Lost says why, when the launcher
+// takes it out because it lost the worker's process or host (its ssh
+// connection broke): then a failure of the current world is explained, and
+// the next world is formed without probing every member first (see
+// Proposer's census).
+type Evict struct {
+	Name string
+	Lost bool
+}
 
 // SetMinWorkers: no world with fewer members is proposed from now on.
 type SetMinWorkers struct{ N int }
