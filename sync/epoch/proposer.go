@@ -410,6 +410,13 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 		if in.Lost && p.current.Rank(in.Name) >= 0 && p.sync == nil {
 			p.lostIn = p.current.Number
 			p.explain()
+			// A census taken before the loss is called off (see
+			// takeCensus); the probes of blamed members go on.
+			for nonce, pr := range p.probes {
+				if pr.census {
+					delete(p.probes, nonce)
+				}
+			}
 		}
 		p.remove(now, in.Name, ReasonEvicted)
 	case SetMinWorkers:
@@ -1395,9 +1402,7 @@ func (p *Proposer) verify(now time.Time, name string) {
 // proposal waits for its outcome, so that one failure costs one epoch.
 func (p *Proposer) verifying() bool {
 	for _, pr := range p.probes {
-		// A census taken before the launcher lost a member of the failed
-		// world holds nothing back any more (see takeCensus).
-		if !pr.sync && !(pr.census && p.lostIn == p.current.Number) {
+		if !pr.sync {
 			return true
 		}
 	}
