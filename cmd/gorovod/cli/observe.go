@@ -87,6 +87,14 @@ type watchers struct {
 	metrics *metrics.Job
 	server  *metrics.Server
 
+	// tickMu orders the periodic progress records before the summary:
+	// once the job ended (ended, set under it) the ticker writes none, and
+	// a record it is writing is out before the job's end is handled. With
+	// --json the summary is the last line on stdout, and the launcher can
+	// run on for a tick after it (stopping the workers, closing the driver).
+	tickMu sync.Mutex
+	ended  bool
+
 	mu      sync.Mutex
 	runFile *os.File // DIR/run.jsonl
 	run     *bufio.Writer
@@ -162,6 +170,11 @@ func (w *watchers) Event(e job.Event) {
 			}
 		}
 	}
+	if _, ok := e.(job.JobEnded); ok {
+		w.tickMu.Lock()
+		w.ended = true
+		w.tickMu.Unlock()
+	}
 	if w.run == nil {
 		return
 	}
@@ -219,7 +232,17 @@ func summaryLine(s heuristics.Summary) any {
 // metrics' view of the engine current, until ctx ends (the job's end
 // writes the last record).
 func (w *watchers) follow(ctx context.Context, j *job.Job) {
-	every(ctx, progressEvery, func() { w.progress(j.Status()) })
+	every(ctx, progressEvery, func() { w.tick(j.Status()) })
+}
+
+// tick writes a periodic progress record, unless the job has ended (its
+// last record and the summary are written then).
+func (w *watchers) tick(st heuristics.Status) {
+	w.tickMu.Lock()
+	defer w.tickMu.Unlock()
+	if !w.ended {
+		w.progress(st)
+	}
 }
 
 // every calls f every period until ctx ends.
