@@ -68,8 +68,9 @@
 //     census), so that a dead member nobody blamed yet is found before the
 //     world is formed again; not when the launcher lost a member of that
 //     world (Evict with Lost: it takes out every worker of a lost host at
-//     once), and a blamed worker already out for good is not probed. A member of the current world that gossip
-//     declared dead (PeerGone, Failed) is probed the same way and stays
+//     once), and a blamed worker already out for good is not probed. A
+//     member of the current world that gossip declared dead (PeerGone,
+//     Failed) is probed the same way and stays
 //     until the probe ends: an answer (or gossip's own refutation) keeps it,
 //     in view again; no answer within ProbeTimeout, or a ping that cannot
 //     be sent, removes it. A graceful leave and a known exit (Exited) are

@@ -138,14 +138,12 @@ type Proposer struct {
 	// re-announced only to workers that have not.
 	acked map[string]uint64
 	// census: the number of the last world whose failure had every member
-	// probed (see report).
+	// probed (see report), or needed no census: the launcher lost a member
+	// of it (see takeCensus).
 	census uint64
 	// explained: the newest world whose failure a member's death explains
 	// (see explain).
 	explained uint64
-	// lostIn: the newest world a member of which the launcher lost (Evict
-	// with Lost): its failure needs no census (see takeCensus).
-	lostIn uint64
 	// aliveIn: the world in which each worker last answered a probe. A
 	// worker blamed again for that world is not probed again: in a large
 	// world the reports of one failure trickle in for hundreds of
@@ -408,10 +406,11 @@ func (p *Proposer) Step(now time.Time, in Input) []Output {
 	case Evict:
 		p.evicted[in.Name] = true
 		if in.Lost && p.current.Rank(in.Name) >= 0 && p.sync == nil {
-			p.lostIn = p.current.Number
 			p.explain()
-			// A census taken before the loss is called off (see
-			// takeCensus); the probes of blamed members go on.
+			// The world's failure needs no census, and one taken before
+			// the loss is called off (see takeCensus); the probes of
+			// blamed members go on.
+			p.census = max(p.census, p.current.Number)
 			for nonce, pr := range p.probes {
 				if pr.census {
 					delete(p.probes, nonce)
@@ -1341,12 +1340,12 @@ func (p *Proposer) stuckIn(now time.Time, name string, number uint64) bool {
 // would be formed again with the dead member in it, and fail again, once
 // per report that arrives before that one.
 func (p *Proposer) takeCensus(now time.Time, reporter string) {
-	if p.census >= p.current.Number || p.finished || p.lostIn == p.current.Number {
-		// A world a member of which the launcher lost failed for that:
-		// the launcher takes out all the workers of a lost host at once,
-		// so the dead are out of the next world already. (A census then
-		// costs the next world the slowest survivor's answer: at 16
-		// workers on 2 cores, 40 ms.)
+	// (A world a member of which the launcher lost failed for that, and
+	// takes none: Step marks its census taken. The launcher takes out all
+	// the workers of a lost host at once, so the dead are out of the next
+	// world already, and a census would cost that world the slowest
+	// survivor's answer: at 16 workers on 2 cores, 40 ms.)
+	if p.census >= p.current.Number || p.finished {
 		return
 	}
 	p.census = p.current.Number
