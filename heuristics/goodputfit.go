@@ -18,8 +18,11 @@ var ErrNotMeasured = errors.New("heuristics: no step with samples and times meas
 // newest reported. A job whose trainer reports no gradient statistics gets
 // zero ones (Model.Grad.Var == 0): statistical efficiency 1 at every batch
 // size, its goodput its throughput. The profile says which configurations
-// were measured (Profile.MaxReplicas bounds Pollux's exploration).
-func FitGoodput(h *History, initBatch, workersPerNode int) (goodput.Model, *goodput.Profile, error) {
+// were measured (Profile.MaxReplicas bounds Pollux's exploration). A base
+// profile (nil: none) is what the job was measured at before this history
+// began (its earlier driver's, as its status recorded it): the fit counts
+// its steps with the history's, and base itself is not changed.
+func FitGoodput(h *History, base *goodput.Profile, initBatch, workersPerNode int) (goodput.Model, *goodput.Profile, error) {
 	g := goodputHeuristic{cfg: goodputConfig{InitBatch: initBatch, WorkersPerNode: max(workersPerNode, 1)}}
 	m := goodput.Model{InitBatch: initBatch}
 	if m.InitBatch <= 0 {
@@ -28,7 +31,7 @@ func FitGoodput(h *History, initBatch, workersPerNode int) (goodput.Model, *good
 		}
 	}
 	m.Grad, _ = newestGradStats(h)
-	prof := &goodput.Profile{}
+	prof := base.Clone()
 	for _, p := range h.Periods {
 		k := p.Workers()
 		for _, s := range p.Steady() {

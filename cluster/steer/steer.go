@@ -31,6 +31,20 @@ type Config struct {
 	// Allocator names who sets the target, in the decisions' reasons.
 	// Default "the allocator".
 	Allocator string
+	// Recorded is what the job's earlier driver measured (nil: nothing, the
+	// job is new). A driver that takes a running job over fits to it with
+	// what it measures itself, so the allocator does not see the job as new.
+	Recorded *Recorded
+}
+
+// Recorded is a job's goodput model and profile as an earlier driver of it
+// last recorded them.
+type Recorded struct {
+	// Model gives M0, where Config.InitBatch is 0, and the gradient
+	// statistics until the trainer reports newer ones.
+	Model goodput.Model
+	// Profile is the configurations measured, with their sums.
+	Profile *goodput.Profile
 }
 
 // DefaultConfig returns the defaults.
@@ -44,6 +58,9 @@ type Fitted struct {
 	Grad        bool      // the trainer reports gradient statistics
 	Why         string    // why there is no model yet
 	At          time.Time // when it was fitted
+	// Profile is the configurations measured, the recorded ones included,
+	// for the job's next driver (Config.Recorded).
+	Profile []goodput.ProfileEntry
 }
 
 // Steer is the heuristic (heuristics.Heuristic, heuristics.Background).
@@ -139,10 +156,21 @@ func (s *Steer) refit(h *heuristics.History) {
 	if !due {
 		return
 	}
-	m, prof, err := heuristics.FitGoodput(h, s.cfg.InitBatch, s.cfg.WorkersPerNode)
+	initBatch, base := s.cfg.InitBatch, (*goodput.Profile)(nil)
+	if r := s.cfg.Recorded; r != nil {
+		base = r.Profile
+		if initBatch <= 0 {
+			initBatch = r.Model.InitBatch
+		}
+	}
+	m, prof, err := heuristics.FitGoodput(h, base, initBatch, s.cfg.WorkersPerNode)
+	if r := s.cfg.Recorded; r != nil && m.Grad == (goodput.GradParams{}) {
+		m.Grad = r.Model.Grad
+	}
 	f := Fitted{Model: m, Grad: m.Grad.Var > 0, At: time.Now()}
 	if prof != nil {
 		f.MaxProfiled = prof.MaxReplicas()
+		f.Profile = prof.Entries()
 	}
 	switch {
 	case errors.Is(err, heuristics.ErrNotMeasured):

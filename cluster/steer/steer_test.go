@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gorovod/gorovod/heuristics"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 )
 
 // history is a job measured in worlds of the given sizes, 20 steps each at
@@ -95,5 +96,51 @@ func TestFitsTheModel(t *testing.T) {
 	}
 	if f := s.Model(); f.OK || f.Why != "measuring" {
 		t.Fatalf("no steps: %+v", f)
+	}
+}
+
+// A Steer given what the job's earlier driver recorded fits to it before it
+// has measured a step (the allocator sees the job as it was, not as new), and
+// counts its own steps with it.
+func TestTakesTheRecordedProfile(t *testing.T) {
+	earlier := New(Config{FitEvery: time.Nanosecond})
+	if _, err := earlier.Decide(context.Background(), history(1, 2, 4)); err != nil {
+		t.Fatal(err)
+	}
+	was := earlier.Model()
+	if !was.OK || len(was.Profile) != 3 {
+		t.Fatalf("the earlier driver's model: %+v", was)
+	}
+	prof := &goodput.Profile{}
+	for _, e := range was.Profile {
+		if err := prof.AddEntry(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		since   []int
+		entries int
+	}{
+		{"nothing measured since", nil, 3},
+		{"a world of 4 measured since", []int{4}, 3},
+		{"a world of 3 measured since", []int{3}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(Config{FitEvery: time.Nanosecond, Recorded: &Recorded{Model: was.Model, Profile: prof}})
+			if _, err := s.Decide(context.Background(), history(tc.since...)); err != nil {
+				t.Fatal(err)
+			}
+			f := s.Model()
+			if !f.OK || f.MaxProfiled != 4 || len(f.Profile) != tc.entries || f.Model.InitBatch != was.Model.InitBatch {
+				t.Fatalf("taking over %+v: %+v; want fitted, 4 profiled, %d configurations", was, f, tc.entries)
+			}
+			if tc.since == nil && f.Model.Perf != was.Model.Perf {
+				t.Errorf("fitted to the record alone: %+v, the earlier driver's %+v", f.Model.Perf, was.Model.Perf)
+			}
+		})
+	}
+	if len(prof.Entries()) != 3 {
+		t.Errorf("the recorded profile changed: %+v", prof.Entries())
 	}
 }

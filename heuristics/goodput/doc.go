@@ -12,7 +12,9 @@
 //     gain, and the learning-rate rules (AdaScale, square root, linear).
 //   - PerfParams: Pollux's seven-parameter throughput model, T_iter(nodes,
 //     replicas, micro-batch, accumulation), and Fit / Profile, which fit it
-//     to measured step and sync times with gonum's BFGS.
+//     to measured step and sync times with gonum's BFGS; a Profile's
+//     Entries, its sums per configuration, are what a job's status records
+//     and a later driver of the job adds back (AddEntry, which bounds them).
 //   - Model: goodput(nodes, replicas, m, s), and Optimize / Reconsider, the
 //     batch-size and accumulation search (a geometric grid of global batch
 //     sizes; a switch only for a predicted speed-up above SwitchSpeedup).

@@ -336,7 +336,18 @@ func (p *Profile) Add(o Observation) error {
 	if !(o.StepTime > 0) || math.IsInf(o.StepTime, 0) || !(o.SyncTime >= 0) || o.SyncTime >= o.StepTime {
 		return fmt.Errorf("goodput: observation needs 0 ≤ sync time < step time, both finite, got %v s of %v s", o.SyncTime, o.StepTime)
 	}
-	k := profileKey{o.Nodes, o.Replicas, o.MicroBatch}
+	s := p.sumsOf(profileKey{o.Nodes, o.Replicas, o.MicroBatch})
+	compute := o.StepTime - o.SyncTime
+	perMicro := compute / float64(o.Accum+1)
+	s.accumTime += compute
+	s.accumCount += int64(o.Accum + 1)
+	s.optimTime += o.StepTime - float64(o.Accum)*perMicro
+	s.optimCount++
+	return nil
+}
+
+// sumsOf returns k's sums, made empty where k is new.
+func (p *Profile) sumsOf(k profileKey) *profileSums {
 	if p.sums == nil {
 		p.sums = map[profileKey]*profileSums{}
 	}
@@ -346,13 +357,7 @@ func (p *Profile) Add(o Observation) error {
 		p.sums[k] = s
 		p.keys = append(p.keys, k)
 	}
-	compute := o.StepTime - o.SyncTime
-	perMicro := compute / float64(o.Accum+1)
-	s.accumTime += compute
-	s.accumCount += int64(o.Accum + 1)
-	s.optimTime += o.StepTime - float64(o.Accum)*perMicro
-	s.optimCount++
-	return nil
+	return s
 }
 
 // Len is the number of configurations seen.
@@ -384,3 +389,81 @@ func (p *Profile) Fit() (PerfParams, error) { return Fit(p.Points()) }
 
 // Reset forgets every observation.
 func (p *Profile) Reset() { clear(p.sums); p.keys = p.keys[:0] }
+
+// ProfileEntry is one configuration of a Profile with its sums, as a job's
+// status records them (Profile.Entries) for the job's next driver to take
+// over (Profile.AddEntry): a driver that replaces another fits to what the
+// job was measured at before it, instead of starting as if the job were new.
+type ProfileEntry struct {
+	Nodes      int `json:"nodes"`
+	Replicas   int `json:"replicas"`
+	MicroBatch int `json:"microBatch"`
+	// AccumTime is the compute time of every micro-batch, summed (seconds),
+	// over AccumCount micro-batches; OptimTime the time of every step's last
+	// micro-batch, summed, over OptimCount steps.
+	AccumTime  float64 `json:"accumTime"`
+	AccumCount int64   `json:"accumCount"`
+	OptimTime  float64 `json:"optimTime"`
+	OptimCount int64   `json:"optimCount"`
+}
+
+// Bounds of an entry AddEntry takes: a recorded profile comes from outside
+// the process, and sums of larger counts could overflow.
+const (
+	maxEntryReplicas = 1 << 20
+	maxEntryCount    = 1 << 40
+	minEntryMean     = 1e-9 // a nanosecond: a mean time of 0 would leave the fit without a logarithm
+	maxEntryMean     = 1e6
+)
+
+// meanInBounds says whether sum over count is a mean time AddEntry takes.
+func meanInBounds(sum float64, count int64) bool {
+	mean := sum / float64(count)
+	return mean >= minEntryMean && mean <= maxEntryMean // false for NaN
+}
+
+// Entries returns each configuration with its sums, in first-seen order.
+func (p *Profile) Entries() []ProfileEntry {
+	if p == nil {
+		return nil
+	}
+	out := make([]ProfileEntry, 0, len(p.keys))
+	for _, k := range p.keys {
+		s := p.sums[k]
+		out = append(out, ProfileEntry{Nodes: k.nodes, Replicas: k.replicas, MicroBatch: k.micro,
+			AccumTime: s.accumTime, AccumCount: s.accumCount, OptimTime: s.optimTime, OptimCount: s.optimCount})
+	}
+	return out
+}
+
+// AddEntry counts an entry's steps, as if each had been added: its sums go to
+// its configuration's. An entry no run of Add could have made (a count below
+// one, fewer micro-batches than steps, a mean time below a nanosecond, above
+// a million seconds or not a number) is refused and changes nothing.
+func (p *Profile) AddEntry(e ProfileEntry) error {
+	switch {
+	case e.Nodes < 1 || e.Replicas < e.Nodes || e.Replicas > maxEntryReplicas || e.MicroBatch < 1:
+		return fmt.Errorf("goodput: profile entry needs 1 ≤ nodes ≤ replicas ≤ %d and a micro-batch ≥ 1, got %+v", maxEntryReplicas, e)
+	case e.OptimCount < 1 || e.AccumCount < e.OptimCount || e.AccumCount > maxEntryCount:
+		return fmt.Errorf("goodput: profile entry needs 1 ≤ steps ≤ micro-batches ≤ %d, got %d steps of %d micro-batches", int64(maxEntryCount), e.OptimCount, e.AccumCount)
+	case !meanInBounds(e.AccumTime, e.AccumCount) || !meanInBounds(e.OptimTime, e.OptimCount):
+		return fmt.Errorf("goodput: profile entry needs mean times of %v s to %v s, got %v s over %d micro-batches and %v s over %d steps",
+			minEntryMean, maxEntryMean, e.AccumTime, e.AccumCount, e.OptimTime, e.OptimCount)
+	}
+	s := p.sumsOf(profileKey{e.Nodes, e.Replicas, e.MicroBatch})
+	s.accumTime += e.AccumTime
+	s.accumCount += e.AccumCount
+	s.optimTime += e.OptimTime
+	s.optimCount += e.OptimCount
+	return nil
+}
+
+// Clone returns a profile with the same configurations and sums, which
+// changes apart from p (an empty one for nil).
+func (p *Profile) Clone() *Profile {
+	c := &Profile{}
+	for _, e := range p.Entries() {
+		_ = c.AddEntry(e) // p's own entries: Add made them valid
+	}
+	return c
+}

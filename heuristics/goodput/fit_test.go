@@ -3,6 +3,7 @@ package goodput
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -288,4 +289,116 @@ func TestProfileAggregates(t *testing.T) {
 	if prof.Len() != 0 || len(prof.Points()) != 0 {
 		t.Fatal("Reset left points")
 	}
+}
+
+// A profile's entries, added to another profile, give it the same points;
+// added to a profile with steps of its own, they count with them as the steps
+// would; an entry Add could not have made is refused and changes nothing.
+func TestProfileEntries(t *testing.T) {
+	obs := []Observation{
+		{Nodes: 1, Replicas: 2, MicroBatch: 16, Accum: 2, StepTime: 0.5, SyncTime: 0.2},
+		{Nodes: 1, Replicas: 2, MicroBatch: 16, Accum: 0, StepTime: 0.2, SyncTime: 0.08},
+		{Nodes: 2, Replicas: 4, MicroBatch: 8, Accum: 0, StepTime: 0.4, SyncTime: 0.3},
+	}
+	var all, before, since Profile
+	for i, o := range obs {
+		if err := all.Add(o); err != nil {
+			t.Fatal(err)
+		}
+		into := &before
+		if i > 0 {
+			into = &since
+		}
+		if err := into.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copied := &Profile{}
+	for _, e := range all.Entries() {
+		if err := copied.AddEntry(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(copied.Points(), all.Points()) || !slices.Equal(all.Clone().Points(), all.Points()) {
+		t.Errorf("copied %+v, cloned %+v; want %+v", copied.Points(), all.Clone().Points(), all.Points())
+	}
+	merged := since.Clone()
+	for _, e := range before.Entries() {
+		if err := merged.AddEntry(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// since saw the 4-replica configuration first: the order differs.
+	byReplicas := func(a, b Point) int { return a.Replicas - b.Replicas }
+	got, want := slices.SortedFunc(slices.Values(merged.Points()), byReplicas), slices.SortedFunc(slices.Values(all.Points()), byReplicas)
+	if len(got) != len(want) {
+		t.Fatalf("merged %+v, want %+v", got, want)
+	}
+	for i := range got {
+		near(t, "merged accum", got[i].AccumTime, want[i].AccumTime, 1e-12)
+		near(t, "merged optim", got[i].OptimTime, want[i].OptimTime, 1e-12)
+	}
+	if (*Profile)(nil).Entries() != nil || (*Profile)(nil).Clone().Len() != 0 {
+		t.Error("a nil profile has entries")
+	}
+
+	good := ProfileEntry{Nodes: 1, Replicas: 2, MicroBatch: 16, AccumTime: 0.4, AccumCount: 4, OptimTime: 0.5, OptimCount: 2}
+	for _, tc := range []struct {
+		name string
+		bad  func(e *ProfileEntry)
+	}{
+		{"no node", func(e *ProfileEntry) { e.Nodes = 0 }},
+		{"more nodes than replicas", func(e *ProfileEntry) { e.Nodes = 3 }},
+		{"a million replicas and more", func(e *ProfileEntry) { e.Nodes, e.Replicas = 1, 1<<20+1 }},
+		{"no micro-batch", func(e *ProfileEntry) { e.MicroBatch = 0 }},
+		{"no step", func(e *ProfileEntry) { e.OptimCount = 0 }},
+		{"fewer micro-batches than steps", func(e *ProfileEntry) { e.AccumCount = 1 }},
+		{"a count to overflow on", func(e *ProfileEntry) { e.AccumCount = math.MaxInt64 }},
+		{"negative steps", func(e *ProfileEntry) { e.OptimCount, e.AccumCount = -1, -1 }},
+		{"no compute time", func(e *ProfileEntry) { e.AccumTime = 0 }},
+		{"negative time", func(e *ProfileEntry) { e.OptimTime = -1 }},
+		{"NaN", func(e *ProfileEntry) { e.AccumTime = math.NaN() }},
+		{"infinite", func(e *ProfileEntry) { e.OptimTime = math.Inf(1) }},
+		{"a mean of 0 (the sum underflows)", func(e *ProfileEntry) { e.AccumTime, e.AccumCount = 5e-324, 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := all.Clone()
+			was := p.Entries()
+			e := good
+			tc.bad(&e)
+			if err := p.AddEntry(e); err == nil {
+				t.Fatalf("AddEntry(%+v) took it", e)
+			}
+			if !slices.Equal(p.Entries(), was) {
+				t.Errorf("a refused entry changed the profile: %+v, was %+v", p.Entries(), was)
+			}
+		})
+	}
+	if err := (&Profile{}).AddEntry(good); err != nil {
+		t.Errorf("AddEntry(%+v): %v", good, err)
+	}
+}
+
+// FuzzProfileEntry: whatever an entry holds, AddEntry refuses it or takes it
+// into points with mean times within its bounds, which Fit takes without panicking.
+func FuzzProfileEntry(f *testing.F) {
+	f.Add(1, 2, 16, 0.4, int64(4), 0.5, int64(2))
+	f.Add(2, 4, 8, 1e-300, int64(1), 1e300, int64(1))
+	f.Add(0, -1, 0, math.NaN(), int64(-1), math.Inf(-1), int64(0))
+	f.Fuzz(func(t *testing.T, nodes, replicas, micro int, accumTime float64, accumCount int64, optimTime float64, optimCount int64) {
+		p := &Profile{}
+		e := ProfileEntry{Nodes: nodes, Replicas: replicas, MicroBatch: micro, AccumTime: accumTime, AccumCount: accumCount, OptimTime: optimTime, OptimCount: optimCount}
+		if err := p.AddEntry(e); err != nil {
+			if p.Len() != 0 {
+				t.Fatalf("a refused entry %+v left %+v", e, p.Entries())
+			}
+			return
+		}
+		for _, pt := range p.Points() {
+			if !(pt.AccumTime >= minEntryMean && pt.AccumTime <= maxEntryMean && pt.OptimTime >= minEntryMean && pt.OptimTime <= maxEntryMean) {
+				t.Fatalf("entry %+v gives the point %+v", e, pt)
+			}
+		}
+		_, _ = p.Fit()
+	})
 }

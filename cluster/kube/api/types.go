@@ -248,7 +248,15 @@ type GoodputStatus struct {
 	WorkersPerNode int32 `json:"workersPerNode,omitempty"`
 	// FittedAt is when the model was fitted.
 	FittedAt metav1.Time `json:"fittedAt"`
+	// Profile is what the model was fitted to: each configuration measured,
+	// with its sums (at most MaxGoodputProfile, those of the most steps). A
+	// driver that replaces the job's driver fits to it with what it measures
+	// itself, so the scheduler does not see the job as new.
+	Profile []goodput.ProfileEntry `json:"profile,omitempty"`
 }
+
+// MaxGoodputProfile is the most configurations status.goodput.profile holds.
+const MaxGoodputProfile = 32
 
 // Validate checks a spec as submitted.
 func (s Spec) Validate() error {

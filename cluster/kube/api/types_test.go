@@ -261,7 +261,8 @@ func TestUnstructuredRoundTrip(t *testing.T) {
 		Status: Status{Phase: PhaseRunning, Allocation: []string{"n1", "n1", "n2"}, WorldSize: 3, SubmitTime: &now, DriverRestarts: 1,
 			Adoption: &Adoption{JobID: "j1", Seeds: []string{"198.18.0.5:7946"}, Workers: []string{"198.18.0.6:40001"}, SecretName: "mnist-secret-0123456789", MinWorkers: 1,
 				ProbeTimeout: &metav1.Duration{Duration: 2500 * time.Millisecond}},
-			Goodput: &GoodputStatus{Model: goodput.Model{Perf: goodput.PerfParams{AlphaC: 0.01, BetaC: 1e-4, Gamma: 1.5}, Grad: goodput.GradParams{Sqr: 1, Var: 2}, InitBatch: 64}, MaxProfiledWorkers: 3, FittedAt: now}},
+			Goodput: &GoodputStatus{Model: goodput.Model{Perf: goodput.PerfParams{AlphaC: 0.01, BetaC: 1e-4, Gamma: 1.5}, Grad: goodput.GradParams{Sqr: 1, Var: 2}, InitBatch: 64}, MaxProfiledWorkers: 3, FittedAt: now,
+				Profile: []goodput.ProfileEntry{{Nodes: 1, Replicas: 2, MicroBatch: 32, AccumTime: 1.5, AccumCount: 30, OptimTime: 2.25, OptimCount: 15}}}},
 	}
 	u, err := ToUnstructured(j)
 	if err != nil {

@@ -172,8 +172,12 @@ func startGorovodJob(ctx context.Context, o *runOptions, fs *flag.FlagSet, repor
 	for _, n := range nodeCounts(alloc) {
 		d.perNode = max(d.perNode, n.count)
 	}
+	var recorded *steer.Recorded
+	if o.adopt != nil {
+		recorded = recordedGoodput(d.name, gj.Status.Goodput, report)
+	}
 	st := steer.New(steer.Config{Target: len(alloc), InitBatch: int(gj.Spec.Batch.Initial), WorkersPerNode: d.perNode,
-		GrowOnly: true, Allocator: "the gorovod scheduler"})
+		GrowOnly: true, Allocator: "the gorovod scheduler", Recorded: recorded})
 	d.mu.Lock()
 	d.steer = st
 	d.mu.Unlock()
@@ -667,7 +671,7 @@ func (d *gorovodJobDriver) writeStatus(ctx context.Context, j *job.Job) {
 	}
 	if f := d.steer.Model(); f.OK {
 		fields["goodput"] = api.GoodputStatus{Model: f.Model, MaxProfiledWorkers: int32(f.MaxProfiled),
-			WorkersPerNode: int32(max(d.perNode, 1)), FittedAt: metav1.NewTime(f.At)}
+			WorkersPerNode: int32(max(d.perNode, 1)), FittedAt: metav1.NewTime(f.At), Profile: goodputProfile(f.Profile)}
 	}
 	body, err := json.Marshal(map[string]any{"status": fields})
 	if err != nil {

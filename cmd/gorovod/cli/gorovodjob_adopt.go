@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/cluster/steer"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 	"github.com/gorovod/gorovod/internal/envconfig"
 	"github.com/gorovod/gorovod/job"
 )
@@ -43,6 +47,10 @@ import (
 //     workers at their recorded gossip addresses, and adopts the worker pods the pod
 //     watch finds running (kube.Launcher.Adopt); the workers, which train on
 //     without a driver, come back to it.
+//   - the replacement's steering heuristic fits the job's goodput model to
+//     the profile the driver before it recorded (status.goodput.profile)
+//     with what it measures itself (recordedGoodput), so the scheduler goes
+//     on from the job's measured sizes instead of seeing it as new.
 //   - should the driver it replaced come back (its node was only cut off),
 //     the older of the two stops proposing as soon as it sees the newer one
 //     (driver.Driver.Superseded) and leaves the workers to it.
@@ -204,4 +212,45 @@ func (p placedLauncher) Adopt(ctx context.Context, r job.AdoptRequest) (job.Proc
 		p.d.vacate(r.Index)
 	}
 	return proc, err
+}
+
+// recordedGoodput is what the job's earlier driver recorded of its goodput
+// (status.goodput), for the steering heuristic of a driver that takes the
+// job back; nil when it recorded nothing. What no driver writes is left
+// out, with a report: entries past api.MaxGoodputProfile, an entry the
+// profile refuses (goodput.Profile.AddEntry), gradient statistics that are
+// not finite numbers ≥ 0.
+func recordedGoodput(name string, g *api.GoodputStatus, report func(string, ...any)) *steer.Recorded {
+	if g == nil {
+		return nil
+	}
+	entries := g.Profile
+	if len(entries) > api.MaxGoodputProfile {
+		report("GorovodJob %s: status.goodput.profile holds %d configurations, more than a driver writes: taking the first %d",
+			name, len(entries), api.MaxGoodputProfile)
+		entries = entries[:api.MaxGoodputProfile]
+	}
+	prof := &goodput.Profile{}
+	for i, e := range entries {
+		if err := prof.AddEntry(e); err != nil {
+			report("GorovodJob %s: status.goodput.profile[%d] left out: %v", name, i, err)
+		}
+	}
+	r := &steer.Recorded{Model: g.Model, Profile: prof}
+	if gr := g.Model.Grad; !(gr.Sqr >= 0 && gr.Var >= 0) || math.IsInf(gr.Sqr, 0) || math.IsInf(gr.Var, 0) {
+		report("GorovodJob %s: status.goodput.model.grad %+v left out: not finite numbers ≥ 0", name, gr)
+		r.Model.Grad = goodput.GradParams{}
+	}
+	return r
+}
+
+// goodputProfile is the profile status.goodput records: at most
+// api.MaxGoodputProfile configurations, those of the most steps.
+func goodputProfile(entries []goodput.ProfileEntry) []goodput.ProfileEntry {
+	if len(entries) <= api.MaxGoodputProfile {
+		return entries
+	}
+	kept := slices.Clone(entries)
+	slices.SortStableFunc(kept, func(a, b goodput.ProfileEntry) int { return cmp.Compare(b.OptimCount, a.OptimCount) })
+	return kept[:api.MaxGoodputProfile]
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/gorovod/gorovod/cluster/kube"
 	"github.com/gorovod/gorovod/cluster/kube/api"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 	"github.com/gorovod/gorovod/internal/envconfig"
 )
 
@@ -95,5 +98,65 @@ func TestExitStatus(t *testing.T) {
 		if got := exitStatus(tc.err); got != tc.want {
 			t.Errorf("exitStatus(%v) = %d, want %d", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestRecordedGoodput: a replacement driver takes the goodput profile the
+// driver before it recorded, leaving out with a report what no driver
+// writes; the profile a driver records holds the configurations of the most
+// steps.
+func TestRecordedGoodput(t *testing.T) {
+	entry := func(replicas int, steps int64) goodput.ProfileEntry {
+		return goodput.ProfileEntry{Nodes: 1, Replicas: replicas, MicroBatch: 16, AccumTime: 0.01 * float64(steps), AccumCount: steps, OptimTime: 0.02 * float64(steps), OptimCount: steps}
+	}
+	model := goodput.Model{Perf: goodput.PerfParams{AlphaC: 0.01, BetaC: 1e-4, Gamma: 1.5}, Grad: goodput.GradParams{Sqr: 1, Var: 2}, InitBatch: 64}
+	many := make([]goodput.ProfileEntry, api.MaxGoodputProfile+3)
+	for i := range many {
+		many[i] = entry(i+1, 10)
+	}
+	for _, tc := range []struct {
+		name     string
+		status   *api.GoodputStatus
+		entries  int    // configurations taken (-1: no record)
+		grad     bool   // the recorded gradient statistics kept
+		reported string // "" for nothing reported
+	}{
+		{"nothing recorded", nil, -1, false, ""},
+		{"a model without a profile", &api.GoodputStatus{Model: model, MaxProfiledWorkers: 2}, 0, true, ""},
+		{"two configurations", &api.GoodputStatus{Model: model, Profile: []goodput.ProfileEntry{entry(1, 10), entry(2, 20)}}, 2, true, ""},
+		{"one a driver could not have written", &api.GoodputStatus{Model: model, Profile: []goodput.ProfileEntry{entry(1, 10), {Nodes: 2, Replicas: 1}, entry(2, 20)}},
+			2, true, "status.goodput.profile[1] left out"},
+		{"more configurations than a driver writes", &api.GoodputStatus{Model: model, Profile: many}, api.MaxGoodputProfile, true, "taking the first"},
+		{"gradient statistics not a number", &api.GoodputStatus{Model: goodput.Model{Grad: goodput.GradParams{Sqr: math.NaN(), Var: 1}, InitBatch: 64}}, 0, false,
+			"status.goodput.model.grad"},
+		{"negative gradient statistics", &api.GoodputStatus{Model: goodput.Model{Grad: goodput.GradParams{Sqr: 1, Var: -1}, InitBatch: 64}}, 0, false,
+			"status.goodput.model.grad"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var reports []string
+			r := recordedGoodput("mnist", tc.status, func(format string, args ...any) { reports = append(reports, fmt.Sprintf(format, args...)) })
+			if tc.entries < 0 {
+				if r != nil {
+					t.Fatalf("a record %+v of nothing", r)
+				}
+				return
+			}
+			if r == nil || r.Profile.Len() != tc.entries || (r.Model.Grad.Var > 0) != tc.grad || r.Model.InitBatch != 64 {
+				t.Fatalf("record %+v (%d configurations), want %d, gradient statistics kept %v", r, r.Profile.Len(), tc.entries, tc.grad)
+			}
+			said := strings.Join(reports, "\n")
+			if (tc.reported == "") != (said == "") || !strings.Contains(said, tc.reported) {
+				t.Errorf("reported %q, want %q", said, tc.reported)
+			}
+		})
+	}
+
+	// The most-stepped configurations are kept.
+	kept := goodputProfile(append(slices.Clone(many), entry(99, 1000)))
+	if len(kept) != api.MaxGoodputProfile || !slices.ContainsFunc(kept, func(e goodput.ProfileEntry) bool { return e.Replicas == 99 }) {
+		t.Errorf("recorded %d configurations %+v; want %d with the one of 1000 steps", len(kept), kept, api.MaxGoodputProfile)
+	}
+	if few := []goodput.ProfileEntry{entry(1, 1)}; !slices.Equal(goodputProfile(few), few) {
+		t.Errorf("a short profile recorded as %+v", goodputProfile(few))
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gorovod/gorovod/cluster/kube/api"
 	"github.com/gorovod/gorovod/cluster/kube/service"
 	"github.com/gorovod/gorovod/cmd/gorovod/e2e"
+	"github.com/gorovod/gorovod/heuristics/goodput"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -119,7 +120,9 @@ func driverListens(t *testing.T, job, addr string) bool {
 // listens at the seed it records, which is at its pod IP; every worker pod
 // of before the kill is the same pod (same UID) after it, their steps go
 // on from where they were (never back to the start), the replacement
-// writes the job's step into its status, and the job succeeds with its
+// writes the job's step into its status and a goodput model fitted to the
+// profile of before (status.goodput: no size measured before is lost to
+// the scheduler), and the job succeeds with its
 // workers agreeing on the parameters at every step and training on every
 // sample of each data epoch once.
 func TestDriverReplacedUnderScheduler(t *testing.T) {
@@ -241,6 +244,18 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 			return current().Status.Step > at
 		})
 		e.trained(j, j.h.Step()+50)
+		// The replacement fits the job's goodput model to the profile the
+		// killed driver recorded with its own: the scheduler does not see
+		// the job as new, measured at fewer sizes than it was.
+		if was := before.Status.Goodput; was != nil {
+			now := current().Status.Goodput
+			if now == nil || now.MaxProfiledWorkers < was.MaxProfiledWorkers || !coversProfile(now.Profile, was.Profile) {
+				t.Errorf("after the %s status.goodput is %+v; before it %+v: the replacement's model is not fitted to the measurements of before", how, now, was)
+			} else {
+				t.Logf("%s: status.goodput measured up to %d workers in %d configurations, before it %d in %d",
+					how, now.MaxProfiledWorkers, len(now.Profile), was.MaxProfiledWorkers, len(was.Profile))
+			}
+		}
 		to := podIP(want)
 		// It listens at its pod IP, which it records as the job's seed.
 		seed = seedAt(to)
@@ -360,4 +375,17 @@ func TestDriverReplacedUnderScheduler(t *testing.T) {
 func (e *e2eCluster) workersAtPodIPs(t *testing.T, job string, across bool, within time.Duration) string {
 	t.Helper()
 	return e2e.WorkersAtPodIPs(e.ctx, t, e.admin, e.ns, job, across, within)
+}
+
+// coversProfile says whether every configuration of before is in now, with
+// at least as many steps.
+func coversProfile(now, before []goodput.ProfileEntry) bool {
+	for _, b := range before {
+		if !slices.ContainsFunc(now, func(n goodput.ProfileEntry) bool {
+			return n.Nodes == b.Nodes && n.Replicas == b.Replicas && n.MicroBatch == b.MicroBatch && n.OptimCount >= b.OptimCount
+		}) {
+			return false
+		}
+	}
+	return true
 }
