@@ -3,7 +3,7 @@
 // (its target) and, on the autoscaling engine's goroutine where the job's
 // history lives, fits the job's goodput model (heuristics.FitGoodput) for the
 // allocator's next round — for a driver that took a running job over, to the
-// profile the driver before it recorded as well (Config.Recorded). The local pool of `gorovod cluster` (package
-// cluster/pool) and a GorovodJob's driver on Kubernetes (`gorovod run
-// --gorovodjob`) both steer their jobs with it.
+// profile the driver before it recorded as well (Config.Recorded). The local
+// pool of `gorovod cluster` (package cluster/pool) and a GorovodJob's driver
+// on Kubernetes (`gorovod run --gorovodjob`) both steer their jobs with it.
 package steer

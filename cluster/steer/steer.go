@@ -156,15 +156,15 @@ func (s *Steer) refit(h *heuristics.History) {
 	if !due {
 		return
 	}
-	initBatch, base := s.cfg.InitBatch, (*goodput.Profile)(nil)
-	if r := s.cfg.Recorded; r != nil {
+	initBatch, base, r := s.cfg.InitBatch, (*goodput.Profile)(nil), s.cfg.Recorded
+	if r != nil {
 		base = r.Profile
 		if initBatch <= 0 {
 			initBatch = r.Model.InitBatch
 		}
 	}
 	m, prof, err := heuristics.FitGoodput(h, base, initBatch, s.cfg.WorkersPerNode)
-	if r := s.cfg.Recorded; r != nil && m.Grad == (goodput.GradParams{}) {
+	if r != nil && m.Grad == (goodput.GradParams{}) {
 		m.Grad = r.Model.Grad
 	}
 	f := Fitted{Model: m, Grad: m.Grad.Var > 0, At: time.Now()}
