@@ -266,11 +266,14 @@ type recordingProxy struct {
 	*pathProxy
 	mu  sync.Mutex // held while a chunk is recorded and forwarded
 	rec []byte
+	// byConn is what the dialer sent on each connection to the target, by
+	// that connection (a link's lanes are connections of their own).
+	byConn map[net.Conn][]byte
 }
 
 func newRecordingProxy(t *testing.T, target string) *recordingProxy {
 	t.Helper()
-	p := &recordingProxy{}
+	p := &recordingProxy{byConn: make(map[net.Conn][]byte)}
 	p.pathProxy = newPathProxy(t, target, func(client, server net.Conn) {
 		if _, err := io.CopyN(server, client, handshake.HelloSize+handshake.ResponseSize); err != nil {
 			return
@@ -281,6 +284,7 @@ func newRecordingProxy(t *testing.T, target string) *recordingProxy {
 			if n > 0 {
 				p.mu.Lock()
 				p.rec = append(p.rec, buf[:n]...)
+				p.byConn[server] = append(p.byConn[server], buf[:n]...)
 				_, werr := server.Write(buf[:n])
 				p.mu.Unlock()
 				if werr != nil {
@@ -302,6 +306,34 @@ func (p *recordingProxy) recorded() []byte {
 	b := p.rec
 	p.rec = nil
 	return b
+}
+
+// toTarget is the proxy's i-th connection to the target, in the order the
+// dialer opened them (a link's lanes in order).
+func (p *recordingProxy) toTarget(t *testing.T, i int) net.Conn {
+	t.Helper()
+	p.pathProxy.mu.Lock()
+	defer p.pathProxy.mu.Unlock()
+	if 2*i+1 >= len(p.conns) {
+		t.Fatalf("the proxy has %d connections to the target, not %d", len(p.conns)/2, i+1)
+	}
+	return p.conns[2*i+1] // conns holds each pair as dialer's, target's
+}
+
+// recordedOn returns what the dialer sent on connection c so far.
+func (p *recordingProxy) recordedOn(c net.Conn) []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.byConn[c])
+}
+
+// injectOn writes b into connection c to the target, between the dialer's
+// bytes.
+func (p *recordingProxy) injectOn(c net.Conn, b []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, err := c.Write(b)
+	return err
 }
 
 // inject writes b into the stream to the target, between the dialer's bytes.
@@ -395,6 +427,97 @@ func TestRekeyRejectsOldFrames(t *testing.T) {
 				t.Fatalf("replayed frame: %v, want a *transport.FrameError from rank 0", err)
 			}
 			t.Logf("replayed frame refused: %v", err)
+		})
+	}
+}
+
+// TestRekeyRejectsOldStripes: a link's lanes after the first exchange no
+// rekey frames of their own (their new keys come from the first lane's
+// exchange, each from its own chaining secret), yet a stripe of the old
+// world, recorded on the second lane and replayed there after the re-key,
+// makes the receiver of the next striped frame fail with
+// transport.ErrFrameAuth naming the sender by its new rank. The recorded
+// stripe was the lane's first, as the replayed one lands where the new
+// world's first is due: the counters match, and only new keys tell them
+// apart.
+func TestRekeyRejectsOldStripes(t *testing.T) {
+	for _, sec := range []transport.Security{transport.SecurityAuthenticated, transport.SecurityEncrypted} {
+		t.Run(sec.String(), func(t *testing.T) {
+			checkNoLeaks(t)
+			cfg := testConfig()
+			cfg.Security, cfg.Lanes = sec, 2
+			trs := listenN(t, 2, cfg)
+			proxy := newRecordingProxy(t, trs[0].Addr())
+			ctx := conformance.TimeoutCtx(t, 20*time.Second)
+			links := connectVia(t, ctx, trs, proxy.addr())
+			a, b := links[0][1], links[1][0] // trs[0]'s link to trs[1], and back
+			// Large enough to be cut into a stripe per lane.
+			frame := make([]byte, 1<<20)
+			for i := range frame {
+				frame[i] = byte(i)
+			}
+			send := func(l transport.Link) error {
+				h := transport.Header{Kind: transport.FrameData, Length: uint32(len(frame))}
+				return l.Send(ctx, &h, frame)
+			}
+			recv := func(l transport.Link) error {
+				var h transport.Header
+				if err := l.RecvHeader(ctx, &h); err != nil {
+					return err
+				}
+				got := make([]byte, h.Length)
+				if err := l.RecvPayload(ctx, got); err != nil {
+					return err
+				}
+				if !slices.Equal(got, frame) {
+					return errors.New("the frame arrived changed")
+				}
+				return nil
+			}
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			wg.Go(func() { errs[0] = send(b) })
+			wg.Go(func() { errs[1] = recv(a) })
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("epoch 1: %v", err)
+			}
+			second := proxy.toTarget(t, 1)
+			old := proxy.recordedOn(second)
+			if len(old) == 0 {
+				t.Fatal("nothing went on the second lane: the frame was not striped")
+			}
+
+			// Epoch 2: the ranks swap; both ends re-key.
+			addrs := []string{trs[1].Addr(), proxy.addr()}
+			wg.Go(func() {
+				errs[0] = b.(transport.RekeyableLink).Rekey(ctx, transport.World{JobID: "job", Epoch: 2, Rank: 0, Addrs: addrs}, 1)
+			})
+			wg.Go(func() {
+				errs[1] = a.(transport.RekeyableLink).Rekey(ctx, transport.World{JobID: "job", Epoch: 2, Rank: 1, Addrs: addrs}, 0)
+			})
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			if got := proxy.recordedOn(second); !slices.Equal(got, old) {
+				t.Fatalf("the re-key sent %d bytes on the second lane, want none", len(got)-len(old))
+			}
+
+			// The old stripe first on the second lane, then the new
+			// world's striped frame.
+			if err := proxy.injectOn(second, old); err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() { errs[0] = send(b) })
+			err := recv(a)
+			a.Close() // the sender may wait on its lanes
+			wg.Wait()
+			var pe *transport.PeerError
+			if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, transport.ErrFrameAuth) {
+				t.Fatalf("replayed stripe: %v, want ErrFrameAuth in a *transport.PeerError naming rank 0", err)
+			}
+			t.Logf("replayed stripe refused: %v", err)
 		})
 	}
 }
