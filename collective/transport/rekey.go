@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+
+	"github.com/gorovod/gorovod/collective/transport/internal/spin"
 )
 
 // A link whose two ends are both members of the next world need not be
@@ -130,6 +132,16 @@ func SendRekey(ctx context.Context, l Link, mine *RekeyMsg) error {
 	mine.Encode(b[:])
 	h := Header{Kind: FrameRekey, Length: RekeyMsgSize}
 	return l.Send(ctx, &h, b[:])
+}
+
+// AwaitRekey reads the peer's first rekey message on l, as RecvRekey, but
+// without polling for it: it comes when the peer reaches the step boundary
+// too, milliseconds away while the peer finishes its step, and a member
+// waits so on all its links at once, taking with its polls the CPU its peers
+// need to get there (spin.Unpolled). The key confirmation, which follows at
+// once, is read with RecvRekey.
+func AwaitRekey(ctx context.Context, l Link) (RekeyMsg, error) {
+	return RecvRekey(spin.Unpolled(ctx), l)
 }
 
 // RecvRekey reads the peer's rekey message, which must be the next frame

@@ -44,7 +44,7 @@ func (l *link) Rekey(ctx context.Context, w transport.World, peer int) error {
 	if err := transport.SendRekey(ctx, l, &mine); err != nil {
 		return err
 	}
-	theirs, err := transport.RecvRekey(ctx, l)
+	theirs, err := transport.AwaitRekey(ctx, l)
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ func rekeyLanes(ctx context.Context, lanes []*link, w transport.World, peer int)
 	if err := transport.SendRekey(ctx, first, &mine); err != nil {
 		return err
 	}
-	theirs, err := transport.RecvRekey(ctx, first)
+	theirs, err := transport.AwaitRekey(ctx, first)
 	if err != nil {
 		return err
 	}

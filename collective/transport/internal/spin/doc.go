@@ -39,5 +39,8 @@
 //     at once and a parked wait pays a kernel wake-up on top of. A job that waits on a silent peer spins
 //     once, briefly, then sleeps; a job whose waits are long (slow steps, a
 //     straggler) soon spins only a little per wait; a job streaming data
-//     spins at the maximum.
+//     spins at the maximum;
+//   - a wait known to be long does not poll at all (Unpolled): a link's
+//     re-key waits for its peer to reach the same step boundary, on every
+//     link of every member at once.
 package spin

@@ -21,10 +21,26 @@ func OnLockedThread(ctx context.Context) context.Context {
 	return context.WithValue(ctx, lockedKey{}, true)
 }
 
+// unpolledKey marks a context whose waits park at once (Unpolled).
+type unpolledKey struct{}
+
+// Unpolled returns ctx marked for a call whose wait is known to be long:
+// its waits do not poll but park at once, and leave the budget's bound as
+// it was. A link's re-key waits for the peer to reach the same step
+// boundary (milliseconds while the peer finishes its step), and every
+// member waits so for each of its links at once: polling there only takes
+// the CPU the peers need to get there.
+func Unpolled(ctx context.Context) context.Context {
+	return context.WithValue(ctx, unpolledKey{}, true)
+}
+
 // BeginContext is Begin(ctx.Done()) for a call with ctx: it ends early when
-// ctx does, and does not yield to other goroutines when ctx is
-// OnLockedThread's.
+// ctx does, does not yield to other goroutines when ctx is
+// OnLockedThread's, and does not poll at all when ctx is Unpolled's.
 func (b *Budget) BeginContext(ctx context.Context) Wait {
+	if ctx.Value(unpolledKey{}) != nil {
+		return Wait{ctx: ctx, done: ctx.Done()} // no budget: Again parks
+	}
 	w := b.Begin(ctx.Done())
 	w.ctx = ctx
 	return w

@@ -128,6 +128,28 @@ func TestZeroBudgetNeverPolls(t *testing.T) {
 	}
 }
 
+// An Unpolled context's wait parks at its first poll, whatever the budget,
+// and leaves the budget's bound as it was (a long wait there says nothing
+// about the direction's usual waits); the same budget's other waits poll.
+func TestUnpolledWaitParksAtOnce(t *testing.T) {
+	for _, b := range []Budget{NewBudget(time.Hour, 1, false), NewYieldingBudget(time.Hour, 1)} {
+		limit := b.Limit()
+		w := b.BeginContext(Unpolled(context.Background()))
+		if w.Again(never) {
+			t.Errorf("budget %+v: an Unpolled wait polls", b)
+		}
+		w.End(false)
+		if b.Limit() != limit {
+			t.Errorf("budget %+v: an Unpolled wait adapted the bound %v to %v", b, limit, b.Limit())
+		}
+		w = b.BeginContext(context.Background())
+		if !w.Again(never) {
+			t.Errorf("budget %+v: a wait with another context does not poll", b)
+		}
+		w.End(true)
+	}
+}
+
 // A wait begun with OnLockedThread's context polls without yielding to the
 // process's other goroutines; any other wait lets them run. At GOMAXPROCS=1
 // a goroutine started before the wait runs during it only if the wait
