@@ -121,11 +121,14 @@ func TestNoLookForGoneMembersOnceConnected(t *testing.T) {
 }
 
 // While a world connects for more than reachAfter, a member looks only at
-// the members it has no link with yet: d's link to a is re-keyed at once,
-// b is slow to reach the step boundary, so a looks at b alone. Before, a
-// looked at every member (at 16 workers, every survivor at every other,
-// while most of their links were already moved).
-func TestLookOnlyForMembersNotLinked(t *testing.T) {
+// the members it is dialling, not at those whose links are being re-keyed:
+// here c leaves, and b is slow to reach the step boundary, so a's link to
+// b waits for b's rekey frame. b is there (a peer that dies closes its
+// links, and the re-key fails at once), so a looks at nobody. Before, a
+// looked at b, and at 16 workers on a loaded machine every member looked
+// at every late one (a stream to each one's gossip port) while they were
+// all entering the world.
+func TestNoLookAtMembersWithKeptLinks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 1})
@@ -158,7 +161,6 @@ func TestLookOnlyForMembersNotLinked(t *testing.T) {
 				return
 			}
 			defer sess.Close()
-			var seen []string
 			for {
 				g := make([]float32, len(params))
 				if err := sess.Allreduce(ctx, Sum(), collective.SliceBuffer(g)); err != nil && !errors.Is(err, ErrWorldChanged) {
@@ -166,12 +168,13 @@ func TestLookOnlyForMembersNotLinked(t *testing.T) {
 					return
 				}
 				if name == "b" && sess.newest > sess.epoch.Number {
-					// This commit moves: b comes to the boundary late,
-					// once a has looked (or after well past reachAfter).
+					// This commit moves: b comes to the boundary late, after
+					// a look at it if one comes (or after well past
+					// reachAfter).
 					select {
-					case seen = <-looked:
+					case seen := <-looked:
 						looked <- seen
-					case <-time.After(20 * reachAfter):
+					case <-time.After(10 * reachAfter):
 					}
 				}
 				err := sess.Commit(ctx)
@@ -198,11 +201,109 @@ func TestLookOnlyForMembersNotLinked(t *testing.T) {
 	}
 	select {
 	case got := <-looked:
+		t.Fatalf("a looked at %v while b was late to the boundary; its link to b was being re-keyed, want no look", got)
+	default:
+	}
+}
+
+// A member whose kept link fails its re-key is dialled, and looked at
+// while it is: here c leaves, and b's process ends at the step boundary
+// (its transport closes) before it re-keys anything, so a's re-key with b
+// fails, a dials b (refused), and a looks at b. The look reports b gone
+// (here: the test removes it, as the proposer would on the report), and a
+// and d enter the world without b.
+func TestLookAtMemberWhoseKeptLinkFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 1})
+	go coord.Run(ctx)
+	names := []string{"a", "b", "c", "d"}
+	trs := make(map[string]*tcp.Transport)
+	for _, name := range names {
+		tr := listenTCP(t)
+		trs[name] = tr
+		coord.Add(epoch.Member{Name: name, Addr: tr.Addr()})
+	}
+	var removed atomic.Bool
+	looked := make(chan []string, 8) // the members a looked at
+	aMoving := make(chan struct{})   // a has handed its links over at the boundary
+	var wg stdsync.WaitGroup
+	errs := make([]error, len(names))
+	for i, name := range names {
+		wg.Go(func() {
+			var s epoch.Source = coord.View(name)
+			if name == "a" {
+				s = &reachList{Source: s, looked: looked, after: &removed, gone: func(names []string) {
+					if slices.Contains(names, "b") {
+						coord.Remove("b")
+					}
+				}}
+			}
+			params := make([]float32, 64)
+			state := NewState()
+			state.RegisterTensor("params", params)
+			sc := DefaultConfig()
+			sc.JobID, sc.Self = "reach-test", epoch.Member{Name: name, Addr: trs[name].Addr()}
+			sess, err := openSession(ctx, sc, trs[name], s, state)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			if name == "a" {
+				var once stdsync.Once
+				sess.handedOver = func() {
+					if removed.Load() {
+						once.Do(func() { close(aMoving) })
+					}
+				}
+			}
+			defer sess.Close()
+			for {
+				g := make([]float32, len(params))
+				if err := sess.Allreduce(ctx, Sum(), collective.SliceBuffer(g)); err != nil && !errors.Is(err, ErrWorldChanged) {
+					errs[i] = err
+					return
+				}
+				if name == "b" && sess.newest > sess.epoch.Number {
+					// b's process ends at this boundary, once a is past
+					// the allreduce that carried the epoch.
+					select {
+					case <-aMoving:
+					case <-ctx.Done():
+					}
+					sess.Close()
+					trs["b"].Close()
+					return
+				}
+				err := sess.Commit(ctx)
+				switch {
+				case errors.Is(err, ErrExcluded) && name == "c":
+					return
+				case err != nil && !errors.Is(err, ErrWorldChanged):
+					errs[i] = err
+					return
+				}
+				if removed.Load() && sess.World().Rank("c") < 0 && sess.World().Rank("b") < 0 {
+					return
+				}
+				if name == "a" && sess.Size() == 4 && sess.Step() >= 3 && !removed.Load() {
+					removed.Store(true)
+					coord.Remove("c")
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-looked:
 		if !slices.Equal(got, []string{"b"}) {
-			t.Fatalf("a looked at %v while b was late to the boundary, want [b] (its link to d was moved)", got)
+			t.Fatalf("a looked at %v after its re-key with b failed, want [b]", got)
 		}
 	default:
-		t.Fatal("a never looked for gone members while b was late to the boundary")
+		t.Fatal("a never looked at b, whose kept link failed its re-key")
 	}
 }
 
@@ -211,7 +312,8 @@ func TestLookOnlyForMembersNotLinked(t *testing.T) {
 type reachList struct {
 	epoch.Source
 	looked chan []string
-	after  *atomic.Bool // records looks only once set
+	after  *atomic.Bool         // records looks only once set
+	gone   func(names []string) // nil: nothing; else told of each look, as a report of the members gone
 }
 
 func (r *reachList) reachMembers(_ context.Context, ep epoch.World) {
@@ -225,5 +327,8 @@ func (r *reachList) reachMembers(_ context.Context, ep epoch.World) {
 	select {
 	case r.looked <- names:
 	default:
+	}
+	if r.gone != nil {
+		r.gone(names)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync/atomic"
+	stdsync "sync"
 	"time"
 
 	"github.com/gorovod/gorovod/collective"
@@ -289,8 +289,8 @@ func (s *Session) connectSome(ctx context.Context, ep epoch.World, rank int, wan
 // dials the rest, all at once: the kept links re-key while the links to
 // new members finish connecting (at a join, each member's link to the
 // joiner is ready only when the joiner has connected to every member).
-// linked hears of each rank whose link is ready, as it is.
-func (s *Session) connect(ctx context.Context, ep epoch.World, rank int, kept []transport.Link, ahead *preconnect, linked func(rank int)) (*collective.Communicator, error) {
+// watch hears how each rank's link comes along.
+func (s *Session) connect(ctx context.Context, ep epoch.World, rank int, kept []transport.Link, ahead *preconnect, watch transport.CarryWatch) (*collective.Communicator, error) {
 	w := transport.World{JobID: s.cfg.JobID, Epoch: ep.Number, Rank: rank, Addrs: ep.Addrs()}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 	defer cancel()
@@ -298,7 +298,7 @@ func (s *Session) connect(ctx context.Context, ep epoch.World, rank int, kept []
 	if ahead != nil {
 		a = ahead.ahead(len(ep.Members), rank)
 	}
-	links, rekeyed, err := transport.CarryAhead(ctx, s.t, w, kept, a, s.log, linked)
+	links, rekeyed, err := transport.CarryAhead(ctx, s.t, w, kept, a, s.log, watch)
 	if err != nil {
 		return nil, err
 	}
@@ -420,35 +420,30 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 		return err
 	}
 	began := time.Now()
-	stopWatch := func() {}
-	linked := make([]atomic.Bool, len(ep.Members)) // by rank: the link is ready
-	if r, ok := s.src.(memberReacher); ok {
-		// A member that died after the world was proposed keeps the others
-		// dialling it; when connecting takes a while, look for one among
-		// the members not linked yet (the others have shown they are there).
-		watch := time.AfterFunc(reachAfter, func() {
-			waiting := epoch.World{Number: ep.Number}
-			for i, m := range ep.Members {
-				if i != rank && !linked[i].Load() {
-					waiting.Members = append(waiting.Members, m)
-				}
-			}
-			if len(waiting.Members) > 0 {
-				r.reachMembers(ctx, waiting)
-			}
-		})
-		stopWatch = func() { watch.Stop() }
-		defer stopWatch()
-	}
 	s.mu.Lock()
 	s.enteringNumber = ep.Number
 	s.mu.Unlock()
 	s.takeSalvaged(ctx, ep)
 	kept := s.takeCarried(ep)
+	dialled := newDialledWatch(len(ep.Members), rank, kept)
+	if r, ok := s.src.(memberReacher); ok {
+		// A member that died after the world was proposed keeps the others
+		// dialling it; when connecting takes a while, look for one among
+		// the members being dialled (the others have shown they are there,
+		// and a kept link's peer that dies fails its re-key at once).
+		stop := dialled.watch(reachAfter, func(ranks []int) {
+			waiting := epoch.World{Number: ep.Number}
+			for _, i := range ranks {
+				waiting.Members = append(waiting.Members, ep.Members[i])
+			}
+			r.reachMembers(ctx, waiting)
+		})
+		defer stop()
+	}
 	// Connected (or being connected) since the epoch was adopted: connect
 	// waits for it while the kept links re-key.
 	p := s.takeNext(ep.Number)
-	comm, err := s.connect(ctx, ep, rank, kept, p, func(r int) { linked[r].Store(true) })
+	comm, err := s.connect(ctx, ep, rank, kept, p, dialled.carryWatch())
 	if err != nil {
 		return nil, superseded(err)
 	}
@@ -456,7 +451,7 @@ func (s *Session) enter(ctx context.Context, ep epoch.World, rank int) (*collect
 	// fails the state agreement on its link. Looking for gone members
 	// would only load the machine at the moment every member of the world
 	// is busy entering it (one connection to each member's gossip port).
-	stopWatch()
+	dialled.stop()
 	start := time.Now()
 	s.entering.connect = start.Sub(began)
 	root, local, holders, same, err := s.stateRoot(ctx, comm)
@@ -630,5 +625,82 @@ func (s *Session) advance(ctx context.Context, after uint64) error {
 			"links_kept", s.entering.rekeyed,
 			"cpu", processCPU()-cpu)
 		return nil
+	}
+}
+
+// dialledWatch follows which ranks of a world being entered are being
+// dialled, for the look for gone members (memberReacher): a rank whose
+// link of the last world is being re-keyed is not looked at (its peer is
+// there: a peer that dies closes the link and fails the re-key at once),
+// nor one whose link is ready.
+type dialledWatch struct {
+	mu       stdsync.Mutex
+	self     int
+	linked   []bool // the link is ready
+	rekeying []bool // a kept link is being re-keyed
+	looked   []bool // looked at already
+	timer    *time.Timer
+	stopped  bool
+}
+
+func newDialledWatch(size, self int, kept []transport.Link) *dialledWatch {
+	d := &dialledWatch{self: self, linked: make([]bool, size), rekeying: make([]bool, size), looked: make([]bool, size)}
+	for r, l := range kept {
+		d.rekeying[r] = l != nil && r != self
+	}
+	return d
+}
+
+// carryWatch tells d how the carry's links come along.
+func (d *dialledWatch) carryWatch() transport.CarryWatch {
+	set := func(flags []bool, r int, v bool) {
+		d.mu.Lock()
+		flags[r] = v
+		d.mu.Unlock()
+	}
+	return transport.CarryWatch{
+		Linked: func(r int) { set(d.linked, r, true) },
+		Unkept: func(r int) { set(d.rekeying, r, false) },
+	}
+}
+
+// watch calls look, every interval while the connect goes on, with the
+// ranks being dialled that it has not been given yet (a kept link that
+// fails its re-key after the first look is dialled then, and looked at on
+// the next). It returns stop.
+func (d *dialledWatch) watch(interval time.Duration, look func(ranks []int)) (stop func()) {
+	var tick func()
+	tick = func() {
+		d.mu.Lock()
+		if d.stopped {
+			d.mu.Unlock()
+			return
+		}
+		var ranks []int
+		for r := range d.linked {
+			if r != d.self && !d.linked[r] && !d.rekeying[r] && !d.looked[r] {
+				d.looked[r] = true
+				ranks = append(ranks, r)
+			}
+		}
+		d.timer = time.AfterFunc(interval, tick)
+		d.mu.Unlock()
+		if len(ranks) > 0 {
+			look(ranks)
+		}
+	}
+	d.mu.Lock()
+	d.timer = time.AfterFunc(interval, tick)
+	d.mu.Unlock()
+	return d.stop
+}
+
+// stop ends the looks: the world is connected, or its entry ended.
+func (d *dialledWatch) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopped = true
+	if d.timer != nil {
+		d.timer.Stop()
 	}
 }

@@ -54,7 +54,7 @@ func TestCarryAheadNamesTheMissingPeer(t *testing.T) {
 	w := transport.World{JobID: "job", Epoch: 2, Rank: 0, Addrs: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, _, err := transport.CarryAhead(ctx, stalledDialer{after: waited}, w, nil, ahead, nil, nil)
+	_, _, err := transport.CarryAhead(ctx, stalledDialer{after: waited}, w, nil, ahead, nil, transport.CarryWatch{})
 	var pe *transport.PeerError
 	if !errors.As(err, &pe) || pe.Rank != 1 {
 		t.Fatalf("CarryAhead: %v; want the error naming rank 1, the one never connected", err)

@@ -216,7 +216,7 @@ type PartialConnector interface {
 // become usable only when the joiner has them all), so waiting for the
 // re-keys first could hold both ends until an I/O timeout.
 func Carry(ctx context.Context, t Transport, w World, kept []Link, log *slog.Logger) (links []Link, rekeyed int, err error) {
-	return CarryAhead(ctx, t, w, kept, nil, log, nil)
+	return CarryAhead(ctx, t, w, kept, nil, log, CarryWatch{})
 }
 
 // Ahead is a world's links that are being connected ahead of its Carry
@@ -229,19 +229,36 @@ type Ahead struct {
 	Wait func(ctx context.Context) ([]Link, error)
 }
 
+// CarryWatch hears, from any goroutine, how a carry's links come along; a
+// nil field hears nothing. A caller that looks for gone members while the
+// world connects (a gone member's gossip port refuses connections) looks
+// only at the ranks that are being dialled: a kept link's peer that dies
+// closes the link, and its re-key fails at once.
+type CarryWatch struct {
+	// Linked: rank r's link is ready, as soon as it is: connected ahead,
+	// re-keyed, or dialled.
+	Linked func(r int)
+	// Unkept: rank r's kept link is not kept: it is no RekeyableLink, or
+	// not Keepable, or its re-key failed (rank r is then dialled, once the
+	// other re-keys have ended), or rank r is connected ahead.
+	Unkept func(r int)
+}
+
 // CarryAhead is Carry for a world whose links to the ranks of ahead (nil:
 // none) are still being connected: the kept links re-key, and the ranks
 // with no link at all are dialled, while ahead's connect finishes, so that
 // the carry takes as long as the slowest of the three and not their sum. A
 // kept link to a rank of ahead is closed. A rank of ahead for which Wait
 // returns no link is dialled afterwards, and an error from Wait ends the
-// carry with that error, every link closed. linked (nil: nobody) hears,
-// from any goroutine, of each rank whose link is ready as soon as it is:
-// connected ahead, re-keyed, or dialled; a caller that looks for gone
-// members while the world connects looks only at the ranks not linked yet.
-func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *Ahead, log *slog.Logger, linked func(rank int)) (links []Link, rekeyed int, err error) {
+// carry with that error, every link closed. watch hears how each rank's
+// link comes along (CarryWatch).
+func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *Ahead, log *slog.Logger, watch CarryWatch) (links []Link, rekeyed int, err error) {
+	linked, unkept := watch.Linked, watch.Unkept
 	if linked == nil {
 		linked = func(int) {}
+	}
+	if unkept == nil {
+		unkept = func(int) {}
 	}
 	closeAll := func(ls []Link) {
 		for _, l := range ls {
@@ -315,7 +332,10 @@ func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *A
 		case fromAhead[r]:
 			// Connected for w ahead (the pair was not carried, or the
 			// other end dialled).
-			closeAll([]Link{k})
+			if k != nil {
+				k.Close()
+				unkept(r)
+			}
 		case k != nil:
 			rl, ok := k.(RekeyableLink)
 			if !ok || !rl.Keepable() {
@@ -323,12 +343,14 @@ func CarryAhead(ctx context.Context, t Transport, w World, kept []Link, ahead *A
 				k.Close()
 				want[r] = true
 				missing++
+				unkept(r)
 				continue
 			}
 			wg.Go(func() {
 				if err := rl.Rekey(rctx, w, r); err != nil {
 					errs[r] = err
 					rl.Close()
+					unkept(r)
 					return
 				}
 				links[r] = rl

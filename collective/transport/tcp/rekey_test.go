@@ -136,11 +136,11 @@ func carryWorld(t *testing.T, ctx context.Context, trs []*tcp.Transport, next wo
 		}
 		wg.Go(func() {
 			var told sync.Map // the ranks CarryAhead said were linked
-			ls, n, err := transport.CarryAhead(ctx, trs[m], next.of(trs, r), mine, nil, nil, func(pr int) {
+			ls, n, err := transport.CarryAhead(ctx, trs[m], next.of(trs, r), mine, nil, nil, transport.CarryWatch{Linked: func(pr int) {
 				if _, again := told.LoadOrStore(pr, true); again {
 					t.Errorf("member %d: rank %d reported linked twice", m, pr)
 				}
-			})
+			}})
 			for pr, l := range ls {
 				if _, ok := told.Load(pr); ok != (l != nil) {
 					t.Errorf("member %d: rank %d reported linked %v, has a link %v", m, pr, ok, l != nil)
@@ -662,7 +662,7 @@ func TestCarryRekeysWhileAheadConnects(t *testing.T) {
 			return res.ls, res.err
 		}}
 		wg.Go(func() {
-			ls, n, err := transport.CarryAhead(cctx, trs[m], w, mine, ahead, nil, nil)
+			ls, n, err := transport.CarryAhead(cctx, trs[m], w, mine, ahead, nil, transport.CarryWatch{})
 			if m == 1 {
 				close(entered1)
 			}
@@ -702,7 +702,7 @@ func TestCarryAheadFails(t *testing.T) {
 	boom := errors.New("the connect ahead failed")
 	ahead := &transport.Ahead{Want: []bool{false, false, true}, Wait: func(context.Context) ([]transport.Link, error) { return nil, boom }}
 	began := time.Now()
-	ls, _, err := transport.CarryAhead(ctx, trs[0], next.of(trs, 0), []transport.Link{nil, kept[0][1], nil}, ahead, nil, nil)
+	ls, _, err := transport.CarryAhead(ctx, trs[0], next.of(trs, 0), []transport.Link{nil, kept[0][1], nil}, ahead, nil, transport.CarryWatch{})
 	if !errors.Is(err, boom) || ls != nil {
 		t.Fatalf("CarryAhead: %v links, %v; want none and %v", ls, err, boom)
 	}
@@ -781,7 +781,7 @@ func TestCarryDialsOnceTheConnectAheadEnds(t *testing.T) {
 			var ls []transport.Link
 			var err error
 			if m == 0 {
-				ls, _, err = transport.CarryAhead(cctx, trs[0], next.of(trs, r), nil, ahead, nil, nil)
+				ls, _, err = transport.CarryAhead(cctx, trs[0], next.of(trs, r), nil, ahead, nil, transport.CarryWatch{})
 			} else {
 				ls, err = trs[m].Connect(cctx, next.of(trs, r))
 			}
