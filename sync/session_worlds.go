@@ -355,6 +355,9 @@ func (s *Session) moveToNext(ctx context.Context, committed int64) error {
 	err := s.advance(ctx, s.epoch.Number)
 	s.releaseCarried()
 	if err != nil {
+		if errors.Is(err, ErrExcluded) {
+			s.clock.HandHeld() // no next commit: the last world's steps go now
+		}
 		return err
 	}
 	if s.state.Step != committed {

@@ -28,7 +28,7 @@ func (s *statsSink) add(b stats.Batch) {
 // Sessions time every committed step: each is reported once, in the epoch it
 // ran in, with the samples the trainer recorded; a worker that computes longer
 // shows it in Compute, while both see the same step time; a world change
-// sends the batch at once.
+// ends the batch (it goes out with the next world's first commit).
 func TestSessionStepStatistics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

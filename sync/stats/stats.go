@@ -47,8 +47,9 @@ type Batch struct {
 // Defaults of the statistics batching: a batch goes out once it holds
 // DefaultEvery steps (or as configured) and minInterval has passed since the last, so a job
 // with very short steps does not send a message per few milliseconds (each
-// costs the worker about half a millisecond); a batch also goes out when the
-// world changes, and never holds more than MaxBatch (which, at the widest
+// costs the worker about half a millisecond); a batch also ends when the
+// world changes (it goes out with the next world's first step, see
+// Commit), and never holds more than MaxBatch (which, at the widest
 // numbers, loss, bytes and world switch included, still fits one 64 KiB
 // membership message).
 const (
@@ -71,6 +72,7 @@ type Clock struct {
 	switched  time.Duration // the move to the current world, for its first step
 	grad      Step          // Accum, GradSqr and GradVar of the current step
 	pending   []Step
+	held      []Step // the last world's steps, handed out with the next commit
 	lastFlush time.Time
 }
 
@@ -136,14 +138,19 @@ func (c *Clock) SetGrad(accum int, sqr, variance float64) {
 	c.grad.Accum, c.grad.GradSqr, c.grad.GradVar = accum, sqr, variance
 }
 
-// Commit records a committed step; worldChanging flushes the batch, so the
-// engine hears a world's last steps without waiting for the next batch.
+// Commit records a committed step; worldChanging ends the batch there, so
+// the engine hears a world's last steps without waiting for a full batch.
+// That batch is handed out with the next commit (the next world's first
+// step; HandHeld hands it out sooner), not at once: each batch is a message
+// to the driver, and at the step boundary every member of the world sends
+// one while the driver and the members are busy with the move.
 func (c *Clock) Commit(epoch uint64, step int64, worldChanging bool) {
 	now := time.Now()
 	if !c.enabled() {
 		c.Restart(now)
 		return
 	}
+	c.HandHeld()
 	elapsed := now.Sub(c.start)
 	st := Step{Epoch: epoch, Step: step, Samples: c.samples, Compute: max(0, elapsed-c.waited), StepTime: elapsed,
 		Bytes: c.bytes, Switch: c.switched, Accum: c.grad.Accum, GradSqr: c.grad.GradSqr, GradVar: c.grad.GradVar}
@@ -153,19 +160,34 @@ func (c *Clock) Commit(epoch uint64, step int64, worldChanging bool) {
 	c.pending = append(c.pending, st)
 	c.Restart(now)
 	c.switched = 0
-	if worldChanging || len(c.pending) >= MaxBatch || (len(c.pending) >= c.every && now.Sub(c.lastFlush) >= minInterval) {
+	switch {
+	case worldChanging:
+		c.held, c.pending = c.pending, make([]Step, 0, cap(c.pending))
+	case len(c.pending) >= MaxBatch || (len(c.pending) >= c.every && now.Sub(c.lastFlush) >= minInterval):
 		c.flush(now)
 	}
 }
 
-// Take removes and returns the steps not yet sent.
+// HandHeld hands out the batch that a world change ended (Commit), if any:
+// a worker that leaves the job at that boundary sends it then.
+func (c *Clock) HandHeld() {
+	if len(c.held) == 0 {
+		return
+	}
+	b := Batch{Steps: c.held, TotalSteps: c.total}
+	c.held = nil
+	c.onStats(b)
+}
+
+// Take removes and returns the steps not yet sent (a batch a world change
+// ended included).
 func (c *Clock) Take() (Batch, bool) {
-	if len(c.pending) == 0 {
+	steps := append(c.held, c.pending...)
+	c.held, c.pending = nil, nil
+	if len(steps) == 0 {
 		return Batch{}, false
 	}
-	b := Batch{Steps: c.pending, TotalSteps: c.total}
-	c.pending = nil
-	return b, true
+	return Batch{Steps: steps, TotalSteps: c.total}, true
 }
 
 func (c *Clock) flush(now time.Time) {
