@@ -41,21 +41,12 @@ func (r *reachWatch) reachMembers(_ context.Context, ep epoch.World) {
 // may come meanwhile; before, one came at reachAfter, and at 16 workers
 // every survivor's look loaded the machine at the moment they all entered.
 func TestNoLookForGoneMembersOnceConnected(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 1})
-	go coord.Run(ctx)
 	names := []string{"a", "b", "c"}
 	var held atomic.Bool // set once c is removed: the digest's blob read waits
 	lookedLate := make(chan uint64, len(names))
 	var wg stdsync.WaitGroup
 	errs := make([]error, len(names))
-	trs := make(map[string]*tcp.Transport)
-	for _, name := range names {
-		tr := listenTCP(t)
-		trs[name] = tr
-		coord.Add(epoch.Member{Name: name, Addr: tr.Addr()})
-	}
+	ctx, coord, trs := reachJob(t, names)
 	for i, name := range names {
 		wg.Go(func() {
 			src := &reachWatch{Source: coord.View(name), looked: make(chan uint64, 4), after: &held}
@@ -75,9 +66,7 @@ func TestNoLookForGoneMembersOnceConnected(t *testing.T) {
 				}
 				return []byte("x"), nil
 			}, func([]byte) error { return nil })
-			sc := DefaultConfig()
-			sc.JobID, sc.Self = "reach-test", epoch.Member{Name: name, Addr: trs[name].Addr()}
-			sess, err := openSession(ctx, sc, trs[name], src, state)
+			sess, err := openReachSession(ctx, name, trs[name], src, state)
 			if err != nil {
 				errs[i] = err
 				return
@@ -129,76 +118,16 @@ func TestNoLookForGoneMembersOnceConnected(t *testing.T) {
 // at every late one (a stream to each one's gossip port) while they were
 // all entering the world.
 func TestNoLookAtMembersWithKeptLinks(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 1})
-	go coord.Run(ctx)
-	names := []string{"a", "b", "c", "d"}
-	trs := make(map[string]*tcp.Transport)
-	for _, name := range names {
-		tr := listenTCP(t)
-		trs[name] = tr
-		coord.Add(epoch.Member{Name: name, Addr: tr.Addr()})
-	}
-	var removed atomic.Bool
-	looked := make(chan []string, 8) // the members a looked at
-	var wg stdsync.WaitGroup
-	errs := make([]error, len(names))
-	for i, name := range names {
-		wg.Go(func() {
-			var s epoch.Source = coord.View(name)
-			if name == "a" {
-				s = &reachList{Source: s, looked: looked, after: &removed}
-			}
-			params := make([]float32, 64)
-			state := NewState()
-			state.RegisterTensor("params", params)
-			sc := DefaultConfig()
-			sc.JobID, sc.Self = "reach-test", epoch.Member{Name: name, Addr: trs[name].Addr()}
-			sess, err := openSession(ctx, sc, trs[name], s, state)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			defer sess.Close()
-			for {
-				g := make([]float32, len(params))
-				if err := sess.Allreduce(ctx, Sum(), collective.SliceBuffer(g)); err != nil && !errors.Is(err, ErrWorldChanged) {
-					errs[i] = err
-					return
-				}
-				if name == "b" && sess.newest > sess.epoch.Number {
-					// This commit moves: b comes to the boundary late, after
-					// a look at it if one comes (or after well past
-					// reachAfter).
-					select {
-					case seen := <-looked:
-						looked <- seen
-					case <-time.After(10 * reachAfter):
-					}
-				}
-				err := sess.Commit(ctx)
-				switch {
-				case errors.Is(err, ErrExcluded) && name == "c":
-					return
-				case err != nil && !errors.Is(err, ErrWorldChanged):
-					errs[i] = err
-					return
-				}
-				if removed.Load() && sess.World().Rank("c") < 0 {
-					return
-				}
-				if name == "a" && sess.Size() == 4 && sess.Step() >= 3 && !removed.Load() {
-					removed.Store(true)
-					coord.Remove("c")
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	looked := leaveOfC(t, nil, func(looked chan []string, _ <-chan struct{}, _ *Session) bool {
+		// b comes to the boundary late, after a look at it if one comes
+		// (or after well past reachAfter).
+		select {
+		case seen := <-looked:
+			looked <- seen
+		case <-time.After(10 * reachAfter):
+		}
+		return false
+	})
 	select {
 	case got := <-looked:
 		t.Fatalf("a looked at %v while b was late to the boundary; its link to b was being re-keyed, want no look", got)
@@ -213,17 +142,39 @@ func TestNoLookAtMembersWithKeptLinks(t *testing.T) {
 // (here: the test removes it, as the proposer would on the report), and a
 // and d enter the world without b.
 func TestLookAtMemberWhoseKeptLinkFails(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 1})
-	go coord.Run(ctx)
-	names := []string{"a", "b", "c", "d"}
-	trs := make(map[string]*tcp.Transport)
-	for _, name := range names {
-		tr := listenTCP(t)
-		trs[name] = tr
-		coord.Add(epoch.Member{Name: name, Addr: tr.Addr()})
+	looked := leaveOfC(t, []string{"b"}, func(_ chan []string, aMoving <-chan struct{}, sess *Session) bool {
+		// b's process ends at this boundary, once a is past the allreduce
+		// that carried the epoch (or after 10 s: a never moved, and the
+		// test fails).
+		select {
+		case <-aMoving:
+		case <-time.After(10 * time.Second):
+		}
+		sess.Close()
+		sess.t.Close()
+		return true
+	})
+	select {
+	case got := <-looked:
+		if !slices.Equal(got, []string{"b"}) {
+			t.Fatalf("a looked at %v after its re-key with b failed, want [b]", got)
+		}
+	default:
+		t.Fatal("a never looked at b, whose kept link failed its re-key")
 	}
+}
+
+// leaveOfC trains members a, b, c and d until c leaves (at a's step 3)
+// and returns the looks a made for gone members from then on. At the step
+// boundary where the others move on without c, b calls atBoundary first
+// (with the looks, and a channel closed once a has handed its links over)
+// and ends if it returns true. A look at a member of gone removes that
+// member, as the proposer would on the look's report; the others train
+// until they are in a world without c and without gone.
+func leaveOfC(t *testing.T, gone []string, atBoundary func(looked chan []string, aMoving <-chan struct{}, sess *Session) bool) chan []string {
+	t.Helper()
+	names := []string{"a", "b", "c", "d"}
+	ctx, coord, trs := reachJob(t, names)
 	var removed atomic.Bool
 	looked := make(chan []string, 8) // the members a looked at
 	aMoving := make(chan struct{})   // a has handed its links over at the boundary
@@ -234,17 +185,17 @@ func TestLookAtMemberWhoseKeptLinkFails(t *testing.T) {
 			var s epoch.Source = coord.View(name)
 			if name == "a" {
 				s = &reachList{Source: s, looked: looked, after: &removed, gone: func(names []string) {
-					if slices.Contains(names, "b") {
-						coord.Remove("b")
+					for _, n := range names {
+						if slices.Contains(gone, n) {
+							coord.Remove(n)
+						}
 					}
 				}}
 			}
 			params := make([]float32, 64)
 			state := NewState()
 			state.RegisterTensor("params", params)
-			sc := DefaultConfig()
-			sc.JobID, sc.Self = "reach-test", epoch.Member{Name: name, Addr: trs[name].Addr()}
-			sess, err := openSession(ctx, sc, trs[name], s, state)
+			sess, err := openReachSession(ctx, name, trs[name], s, state)
 			if err != nil {
 				errs[i] = err
 				return
@@ -264,15 +215,7 @@ func TestLookAtMemberWhoseKeptLinkFails(t *testing.T) {
 					errs[i] = err
 					return
 				}
-				if name == "b" && sess.newest > sess.epoch.Number {
-					// b's process ends at this boundary, once a is past
-					// the allreduce that carried the epoch.
-					select {
-					case <-aMoving:
-					case <-ctx.Done():
-					}
-					sess.Close()
-					trs["b"].Close()
+				if name == "b" && sess.newest > sess.epoch.Number && atBoundary(looked, aMoving, sess) {
 					return
 				}
 				err := sess.Commit(ctx)
@@ -283,7 +226,7 @@ func TestLookAtMemberWhoseKeptLinkFails(t *testing.T) {
 					errs[i] = err
 					return
 				}
-				if removed.Load() && sess.World().Rank("c") < 0 && sess.World().Rank("b") < 0 {
+				if removed.Load() && !slices.ContainsFunc(append([]string{"c"}, gone...), func(n string) bool { return sess.World().Rank(n) >= 0 }) {
 					return
 				}
 				if name == "a" && sess.Size() == 4 && sess.Step() >= 3 && !removed.Load() {
@@ -297,14 +240,7 @@ func TestLookAtMemberWhoseKeptLinkFails(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case got := <-looked:
-		if !slices.Equal(got, []string{"b"}) {
-			t.Fatalf("a looked at %v after its re-key with b failed, want [b]", got)
-		}
-	default:
-		t.Fatal("a never looked at b, whose kept link failed its re-key")
-	}
+	return looked
 }
 
 // reachList is a worker's epoch source that records which members the
@@ -331,4 +267,28 @@ func (r *reachList) reachMembers(_ context.Context, ep epoch.World) {
 	if r.gone != nil {
 		r.gone(names)
 	}
+}
+
+// reachJob starts an in-process coordinator with a TCP transport for each
+// of names, all in its first world; ctx ends with the test (30 s at most).
+func reachJob(t *testing.T, names []string) (context.Context, *driver.Coordinator, map[string]*tcp.Transport) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	coord := driver.NewCoordinator(driver.CoordinatorConfig{MinWorkers: 1})
+	go coord.Run(ctx)
+	trs := make(map[string]*tcp.Transport)
+	for _, name := range names {
+		tr := listenTCP(t)
+		trs[name] = tr
+		coord.Add(epoch.Member{Name: name, Addr: tr.Addr()})
+	}
+	return ctx, coord, trs
+}
+
+// openReachSession opens member name's session of a reachJob.
+func openReachSession(ctx context.Context, name string, tr *tcp.Transport, src epoch.Source, state *State) (*Session, error) {
+	sc := DefaultConfig()
+	sc.JobID, sc.Self = "reach-test", epoch.Member{Name: name, Addr: tr.Addr()}
+	return openSession(ctx, sc, tr, src, state)
 }

@@ -252,6 +252,22 @@ func breakdown(t *testing.T, h *e2e.RunJobHarness, start time.Time, step int64, 
 	}
 	h.Mu.Unlock()
 	parts = append(parts, "first step "+ms(firstCommit)+" (its line reached the test at "+ms(firstStep)+")")
+	// The gossip layer's streams (each a TCP connection, taken by
+	// memberlist and logged at debug level) that the transition cost the
+	// machine: epochs, acknowledgements, goodbyes, statistics, looks for
+	// gone members.
+	toDriver, toWorkers := 0, 0
+	for _, l := range lines {
+		if l.Msg != "Stream connection" || l.At.Before(start) || l.At.After(firstCommit) {
+			continue
+		}
+		if l.Worker < 0 {
+			toDriver++
+		} else {
+			toWorkers++
+		}
+	}
+	parts = append(parts, fmt.Sprintf("streams taken until then: the driver %d, the workers %d", toDriver, toWorkers))
 	if len(memberBounds) > 0 {
 		// What the members lost: from the first one's step boundary (the
 		// end of its last step in the old world) to the first step of the
